@@ -1,0 +1,196 @@
+"""Composition root: single-instance lock, startup recovery, signals, shutdown.
+
+Start-up order matters:
+  1. take the flock on the data dir's lock file (before touching anything,
+     the socket included): a second daemon stops here and names the first;
+  2. open the queue; for jobs a previous daemon left ``claimed``, end any
+     process of theirs still running, then mark their leases abandoned so
+     they are re-issued at once (``reclaimed``, attempts + 1);
+  3. replace the stale socket (the lock proves nobody serves it) and listen;
+  4. tell systemd READY=1; run the worker loop until SIGTERM/SIGINT;
+  5. drain: interrupt running jobs, requeue them refunded, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import fcntl
+import logging
+import os
+import secrets
+import signal
+import socket
+import sys
+import time
+from typing import IO
+
+from . import __version__, config, procident, timerfd
+from .errors import DaemonAlreadyRunning, LeaseLost, SlothError, StorageError
+from .models import Job
+from .paths import Paths, check_socket_path, ensure_private_dir, resolve
+from .queue import Queue
+from .server import Server
+from .worker import Worker
+
+log = logging.getLogger("sloth.daemon")
+
+
+class InstanceLock:
+    """An flock on ``paths.lock`` held for the daemon's lifetime. The kernel
+    drops it when the process dies, however it dies: no stale pid files."""
+
+    def __init__(self, paths: Paths) -> None:
+        self.path = paths.lock
+        ensure_private_dir(paths.data_dir)
+        try:
+            self.f: IO[str] = open(self.path, "a+")
+        except OSError as e:
+            raise StorageError(f"cannot open lock file {self.path}: {e.strerror or e}") from e
+        try:
+            fcntl.flock(self.f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise StorageError(f"cannot lock {self.path}: {e.strerror or e}") from e
+            self.f.seek(0)
+            holder = self.f.read().strip() or "unknown"
+            self.f.close()
+            raise DaemonAlreadyRunning(
+                f"another sloth daemon (pid {holder}) is already running on {paths.data_dir}"
+            ) from None
+        self.f.seek(0)
+        self.f.truncate()
+        self.f.write(f"{os.getpid()}\n")
+        self.f.flush()
+
+    def release(self) -> None:
+        try:
+            self.f.close()
+        except OSError:
+            pass
+
+
+class Daemon:
+    def __init__(self, paths: Paths, settings: config.Settings) -> None:
+        self.paths, self.settings = paths, settings
+        self.instance = secrets.token_hex(4)
+        self.started_at = time.time()
+        self.queue = Queue(paths.db, lease_s=settings.lease_s, max_attempts=settings.max_attempts,
+                           backoff_cap_s=settings.backoff_cap_s)
+        self.server = Server(self)
+        self.worker = Worker(self.queue, settings, paths, instance=self.instance,
+                             on_change=self._job_changed)
+        self._stop = asyncio.Event()
+        self.stop_reason = ""
+
+    def _job_changed(self, job: Job) -> None:
+        self.server.job_changed(job)
+
+    def request_stop(self, reason: str) -> None:
+        if not self._stop.is_set():
+            log.info("stopping: %s", reason)
+            self.stop_reason = reason
+            self._stop.set()
+
+    # ------------------------------------------------------------ recovery
+    def recover(self) -> int:
+        """Re-issue jobs that a previous daemon on this data dir left claimed.
+
+        We hold the instance lock, so that daemon is dead; but its job
+        processes may not be (kill -9 leaves orphans). End them first, by
+        recorded identity or, failing that, by the job token in their
+        environment. Then abandon the lease so the next claim re-issues it.
+        """
+        mine = f"sloth-daemon:{socket.gethostname()}:"
+        n = 0
+        for job in self.queue.claimed():
+            if not (job.worker or "").startswith(mine) or not job.token:
+                continue  # a foreign holder: its lease must expire on its own
+            killed = procident.kill_identity_blocking(job.runner, self.settings.kill_grace_s) if job.runner else False
+            leftovers = procident.find_by_env("SLOTH_JOB_TOKEN", job.token)
+            if leftovers:
+                procident.kill_procs_blocking(leftovers, self.settings.kill_grace_s)
+            why = "daemon restarted; the previous daemon is gone"
+            if killed or leftovers:
+                why += "; its leftover job process was ended"
+            try:
+                self.queue.abandon(job.id, job.token, message=why)
+                n += 1
+            except LeaseLost:
+                pass
+        return n
+
+    # ------------------------------------------------------------------ run
+    async def run(self) -> int:
+        from .notify import Notifier
+
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop, f"signal {signal.Signals(sig).name}")
+        loop.add_signal_handler(signal.SIGHUP, lambda: None)  # survive terminal hang-up
+        ensure_private_dir(self.paths.runtime_dir)
+        check_socket_path(self.paths.socket)
+        try:
+            self.paths.socket.unlink()
+        except FileNotFoundError:
+            pass
+        await self.server.start(self.paths.socket)
+        watch = timerfd.create()
+        if watch is not None:
+            self.worker.timerfd = True
+            loop.add_reader(watch.fd, lambda: watch.consume() and self.worker.clock_changed())
+        notifier = Notifier.from_env()
+        tasks = [loop.create_task(self.worker.run())]
+        if notifier.watchdog_interval_s:
+            tasks.append(loop.create_task(_watchdog(notifier, notifier.watchdog_interval_s)))
+        notifier.ready(f"serving {self.paths.socket}")
+        log.info("sloth %s ready: pid %d, socket %s, db %s", __version__, os.getpid(),
+                 self.paths.socket, self.paths.db)
+        stop = loop.create_task(self._stop.wait())
+        done, _ = await asyncio.wait([stop, tasks[0]], return_when=asyncio.FIRST_COMPLETED)
+        if tasks[0] in done and tasks[0].exception() is not None:
+            log.error("worker loop died: %r", tasks[0].exception())
+        notifier.stopping()
+        await self.worker.shutdown()
+        await self.server.close()
+        for t in tasks:
+            t.cancel()
+        if watch is not None:
+            loop.remove_reader(watch.fd)
+            watch.close()
+        try:
+            self.paths.socket.unlink()
+        except FileNotFoundError:
+            pass
+        self.queue.close()
+        log.info("stopped")
+        return 0 if tasks[0] not in done else 1
+
+
+async def _watchdog(notifier: object, interval_s: float) -> None:
+    while True:
+        notifier.watchdog()  # type: ignore[attr-defined]
+        await asyncio.sleep(interval_s)
+
+
+def main() -> int:
+    """``sloth daemon run``: returns the process exit code."""
+    logging.basicConfig(
+        level=logging.DEBUG if os.environ.get("SLOTH_DEBUG") else logging.INFO,
+        format="%(asctime)s sloth[%(process)d] %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    paths = resolve()
+    lock = InstanceLock(paths)  # first: before the socket or the db is touched
+    try:
+        settings = config.load(paths.config_file)
+        d = Daemon(paths, settings)
+        n = d.recover()
+        if n:
+            log.info("re-issuing %d job(s) left running by a previous daemon", n)
+        return asyncio.run(d.run())
+    except SlothError as e:
+        log.error("%s%s", e.message, f" ({e.hint})" if e.hint else "")
+        raise
+    finally:
+        lock.release()

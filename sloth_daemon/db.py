@@ -1,0 +1,180 @@
+"""SQLite connection, schema migrations and the one transaction helper.
+
+Durability: WAL with ``synchronous=FULL``. In WAL mode NORMAL is safe against
+an application crash but a power cut (the battery dies) can roll back the last
+commits, i.e. forget a job the user was told was queued, or re-run one we
+recorded as done. FULL fsyncs the WAL on every commit; measured here it costs
+~0.2 ms per commit (tests/bench/bench_queue.py), so we pay it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Iterator
+
+from .errors import StorageError
+
+BUSY_TIMEOUT_MS = 10_000
+
+# Each entry migrates user_version i -> i+1. Never edit a released entry;
+# append a new one. Version 1 was the first released schema.
+MIGRATIONS: list[str] = [
+    # 0 -> 1: jobs and their events.
+    """
+    CREATE TABLE jobs (
+        id           INTEGER PRIMARY KEY AUTOINCREMENT,
+        command      TEXT    NOT NULL,            -- JSON array of argv
+        state        TEXT    NOT NULL,
+        lane         TEXT    NOT NULL DEFAULT 'default',
+        priority     INTEGER NOT NULL DEFAULT 0,
+        attempts     INTEGER NOT NULL DEFAULT 0,
+        max_attempts INTEGER NOT NULL,
+        lease_s      REAL    NOT NULL,
+        timeout_s    REAL,
+        not_before   REAL    NOT NULL,
+        lease_until  REAL,
+        token        TEXT,
+        worker       TEXT,
+        key          TEXT,
+        cwd          TEXT,
+        env          TEXT,                        -- JSON object or NULL
+        message      TEXT    NOT NULL DEFAULT '',
+        created_at   REAL    NOT NULL,
+        updated_at   REAL    NOT NULL
+    );
+    CREATE TABLE events (
+        id      INTEGER PRIMARY KEY,
+        job_id  INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+        at      REAL    NOT NULL,
+        kind    TEXT    NOT NULL,
+        attempt INTEGER NOT NULL,
+        message TEXT    NOT NULL DEFAULT ''
+    );
+    CREATE INDEX events_job ON events(job_id, id);
+    CREATE INDEX jobs_state ON jobs(state, priority, not_before);
+    """,
+    # 1 -> 2: runner identity, labels, shell flag, finish time; partial indexes
+    # that keep claim O(log n) even when most queued rows are delayed.
+    """
+    ALTER TABLE jobs ADD COLUMN label TEXT;
+    ALTER TABLE jobs ADD COLUMN shell INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN runner TEXT;           -- JSON identity of the process
+    ALTER TABLE jobs ADD COLUMN exit_code INTEGER;
+    ALTER TABLE jobs ADD COLUMN finished_at REAL;
+    DROP INDEX jobs_state;
+    CREATE INDEX jobs_ready ON jobs(lane, priority, not_before, id) WHERE state = 'queued';
+    CREATE INDEX jobs_due   ON jobs(lane, not_before) WHERE state = 'queued';
+    CREATE INDEX jobs_lease ON jobs(lease_until) WHERE state = 'claimed';
+    CREATE INDEX jobs_by_state ON jobs(state, id);
+    CREATE INDEX jobs_finished ON jobs(finished_at) WHERE finished_at IS NOT NULL;
+    CREATE UNIQUE INDEX jobs_active_key ON jobs(key)
+        WHERE key IS NOT NULL AND state IN ('queued', 'claimed');
+    -- v1 kept no finish time: without one, prune() would never delete old jobs.
+    UPDATE jobs SET finished_at = updated_at WHERE state IN ('done', 'failed', 'cancelled');
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);  -- e.g. paused lanes
+    """,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def connect(path: str | os.PathLike[str], *, migrate_to: int = SCHEMA_VERSION) -> sqlite3.Connection:
+    """Open (creating if needed) the queue database and migrate it forward."""
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StorageError(f"cannot create data folder {p.parent}: {e.strerror or e}") from e
+    try:
+        conn = sqlite3.connect(
+            str(p), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
+        )
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        migrate(conn, migrate_to)
+    except sqlite3.DatabaseError as e:
+        raise StorageError(
+            f"cannot open queue database {p}: {e}",
+            hint="Check the folder is writable and the file is a sloth database (`sloth doctor`).",
+        ) from e
+    if str(mode).lower() != "wal":
+        raise StorageError(f"cannot switch {p} to WAL mode (got {mode})")
+    return conn
+
+
+def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
+    """Apply pending migrations, each in its own IMMEDIATE transaction."""
+    while True:
+        with transaction(conn):
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StorageError(
+                    f"database schema v{version} is newer than this sloth (v{SCHEMA_VERSION})",
+                    hint="Upgrade sloth, or point SLOTH_HOME elsewhere.",
+                )
+            if version >= target:
+                return version
+            for stmt in _statements(MIGRATIONS[version]):
+                conn.execute(stmt)
+            conn.execute(f"PRAGMA user_version = {version + 1}")
+
+
+def _statements(script: str) -> list[str]:
+    # executescript() would COMMIT our transaction; split on ';' instead
+    # (the DDL above holds no ';' inside literals).
+    out = []
+    for part in script.split(";"):
+        lines = [ln.split("--", 1)[0] for ln in part.splitlines()]
+        stmt = "\n".join(lines).strip()
+        if stmt:
+            out.append(stmt)
+    return out
+
+
+@contextlib.contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``; rolls back on any exception.
+
+    IMMEDIATE takes the write lock up front, so two writers never both read
+    then collide on upgrade (the classic source of "database is locked").
+    The busy timeout makes waiting writers queue; past it we retry a little
+    longer and then raise StorageError, never a bare sqlite3 error.
+    """
+    deadline = time.monotonic() + 3 * BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            break
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e):
+                raise StorageError(f"cannot start a transaction: {e}") from e
+            if time.monotonic() > deadline:
+                raise StorageError(
+                    "the queue database stayed locked by another process",
+                    hint="Another program holds a long write transaction on it; stop it and retry.",
+                ) from e
+    try:
+        yield conn
+    except sqlite3.DatabaseError as e:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise StorageError(
+            f"queue database error: {e}",
+            hint="Check that the data dir is writable and not full (`sloth doctor`).",
+        ) from e
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    else:
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.DatabaseError as e:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise StorageError(f"cannot commit to the queue database: {e}") from e

@@ -1,0 +1,168 @@
+"""Process identity and process-tree killing.
+
+A pid alone is not an identity (pids are reused, and after a reboot every
+pid is meaningless). We record (boot id, pid, start time): on Linux the start
+time in clock ticks from /proc/PID/stat, exact; elsewhere psutil's
+create_time(), compared with a tolerance.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import psutil
+
+CREATE_TIME_TOLERANCE_S = 1.0
+
+
+def boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        # macOS and others: the boot time identifies the boot well enough.
+        return f"boot@{psutil.boot_time():.0f}"
+
+
+def _linux_start_ticks(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # comm (field 2) may hold spaces and parens: split after the last ')'.
+    rest = data[data.rfind(b")") + 2 :].split()
+    try:
+        return int(rest[19])  # field 22, starttime
+    except (IndexError, ValueError):
+        return None
+
+
+def start_stamp(pid: int) -> float | None:
+    if sys.platform.startswith("linux"):
+        t = _linux_start_ticks(pid)
+        return None if t is None else float(t)
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def identity(pid: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "pid": pid,
+        "start": start_stamp(pid),
+        "boot_id": boot_id(),
+        "exact": sys.platform.startswith("linux"),
+        "started_at": time.time(),
+        **extra,
+    }
+
+
+def is_same_process(ident: dict[str, Any] | None) -> bool:
+    """True if the process ``ident`` describes is still running (not a zombie)."""
+    if not ident or not isinstance(ident.get("pid"), int):
+        return False
+    if ident.get("boot_id") != boot_id():
+        return False
+    pid = ident["pid"]
+    now = start_stamp(pid)
+    if now is None or ident.get("start") is None:
+        return False
+    if ident.get("exact"):
+        same = now == ident["start"]
+    else:
+        same = abs(now - ident["start"]) <= CREATE_TIME_TOLERANCE_S
+    if not same:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def signal_tree(pid: int, sig: int, extra: list[psutil.Process] = ()) -> None:  # type: ignore[assignment]
+    """Send ``sig`` to the process group led by ``pid`` (jobs run in their own
+    session, so pgid == pid), to every descendant in a fresh snapshot (a
+    grandchild that called setsid left the group), and to ``extra``."""
+    procs = descendants(pid) + list(extra)
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for p in procs:
+        try:
+            p.send_signal(sig)  # psutil checks the pid was not reused
+        except psutil.Error:
+            pass
+
+
+def kill_identity_blocking(ident: dict[str, Any], grace_s: float) -> bool:
+    """End a leftover process tree (not our child) described by ``ident``.
+
+    SIGTERM to the tree, wait up to ``grace_s``, then SIGKILL. Returns True if
+    something was running. Used at startup and before re-running a reclaimed
+    job, so two copies never run at once.
+    """
+    if not is_same_process(ident):
+        return False
+    pid = ident["pid"]
+    snapshot = descendants(pid)
+    try:
+        root = psutil.Process(pid)
+    except psutil.Error:
+        return False
+    signal_tree(pid, signal.SIGTERM, snapshot)
+    alive = [p for p in [root, *snapshot]]
+    _, alive = psutil.wait_procs(alive, timeout=grace_s)
+    if alive:
+        signal_tree(pid, signal.SIGKILL, snapshot + alive)
+        psutil.wait_procs(alive, timeout=5)
+    return True
+
+
+def find_by_env(name: str, value: str) -> list[psutil.Process]:
+    """Processes of ours whose environment has ``name=value`` (every job gets
+    SLOTH_JOB_TOKEN): finds a job's leftovers even if its identity was never
+    recorded (the daemon died between spawn and writing it down)."""
+    found = []
+    me = os.getuid()
+    for p in psutil.process_iter(["uids"]):
+        try:
+            if p.info["uids"] is None or p.info["uids"].real != me or p.pid == os.getpid():
+                continue
+            if p.environ().get(name) == value:
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+def kill_procs_blocking(procs: list[psutil.Process], grace_s: float) -> None:
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=5)

@@ -1,0 +1,137 @@
+"""The wire contract between the daemon and its clients.
+
+Newline-delimited JSON over a Unix stream socket, one object per line, each
+line at most ``MAX_FRAME`` bytes. Every message carries ``v`` (the protocol
+version).
+
+Request:   {"v": 1, "id": 7, "op": "add", "args": {...}}
+Response:  {"v": 1, "id": 7, "ok": true, "result": {...}}
+       or  {"v": 1, "id": 7, "ok": false, "error": {"code", "message", "hint"}}
+Stream:    streaming ops ("wait", "follow", "subscribe") first send any number
+           of {"v": 1, "id": 7, "event": {...}} lines, then exactly one response.
+
+Every request gets exactly one response. A frame that cannot be parsed gets
+an error response with ``id: null``; an over-size frame gets one and the
+connection is closed (we cannot find where the next frame starts).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ProtocolError, SlothError
+
+VERSION = 1
+MAX_FRAME = 1 << 20  # 1 MiB per line, both directions
+
+# op -> (required args, optional args). Types are checked by the handlers;
+# this table is the documentation of record and rejects unknown names early.
+OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "ping": (frozenset(), frozenset()),
+    "status": (frozenset(), frozenset()),
+    "add": (frozenset({"jobs"}), frozenset({"common"})),
+    "list": (frozenset(), frozenset({"states", "lane", "limit"})),
+    "show": (frozenset({"id"}), frozenset()),
+    "cancel": (frozenset({"id"}), frozenset()),
+    "retry": (frozenset({"id"}), frozenset()),
+    "pause": (frozenset(), frozenset({"lane"})),
+    "resume": (frozenset(), frozenset({"lane"})),
+    "prune": (frozenset(), frozenset({"older_than_s"})),
+    "logs": (frozenset({"id"}), frozenset({"attempt", "max_bytes"})),
+    "wait": (frozenset({"ids"}), frozenset()),
+    "follow": (frozenset({"id"}), frozenset({"attempt"})),
+    "subscribe": (frozenset(), frozenset({"ids"})),
+    "shutdown": (frozenset(), frozenset()),
+}
+STREAMING_OPS = frozenset({"wait", "follow", "subscribe"})
+
+
+@dataclass(frozen=True)
+class Request:
+    id: Any
+    op: str
+    args: dict[str, Any]
+
+
+def encode(msg: dict[str, Any]) -> bytes:
+    data = json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
+    if len(data) > MAX_FRAME:
+        raise ProtocolError(
+            f"message of {len(data)} bytes is over the {MAX_FRAME}-byte frame limit",
+            hint="Send fewer jobs per request (the CLI splits --stdin batches itself).",
+        )
+    return data
+
+
+def request(req_id: Any, op: str, **args: Any) -> dict[str, Any]:
+    return {"v": VERSION, "id": req_id, "op": op, "args": args}
+
+
+def ok(req_id: Any, result: Any) -> dict[str, Any]:
+    return {"v": VERSION, "id": req_id, "ok": True, "result": result}
+
+
+def error(req_id: Any, err: SlothError) -> dict[str, Any]:
+    return {"v": VERSION, "id": req_id, "ok": False, "error": err.to_dict()}
+
+
+def event(req_id: Any, ev: dict[str, Any]) -> dict[str, Any]:
+    return {"v": VERSION, "id": req_id, "event": ev}
+
+
+def parse_request(line: bytes) -> Request:
+    """Decode and validate one request frame (without its newline).
+
+    Raises ProtocolError with a message fit to send back.
+    """
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ProtocolError(f"frame is not valid UTF-8 (byte {e.start})") from None
+    try:
+        msg = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise ProtocolError(f"frame is not valid JSON: {str(e)[:120]}") from None
+    if not isinstance(msg, dict):
+        raise ProtocolError("frame must be a JSON object")
+    req_id = msg.get("id")
+    if req_id is not None and (isinstance(req_id, bool) or not isinstance(req_id, (int, str))):
+        raise ProtocolError("id must be an integer or a string")
+    v = msg.get("v")
+    if v != VERSION:
+        raise ProtocolError(
+            f"protocol version {v!r} is not supported (this daemon speaks v{VERSION})",
+            hint="Use a client of the same sloth version as the daemon (`sloth daemon status`).",
+        )
+    op = msg.get("op")
+    if not isinstance(op, str) or op not in OPS:
+        raise ProtocolError(
+            f"unknown op {op!r}", hint=f"Known ops: {', '.join(sorted(OPS))}."
+        )
+    args = msg.get("args", {})
+    if not isinstance(args, dict):
+        raise ProtocolError("args must be a JSON object")
+    required, optional = OPS[op]
+    missing = required - args.keys()
+    if missing:
+        raise ProtocolError(f"op {op!r} needs argument(s): {', '.join(sorted(missing))}")
+    unknown = args.keys() - required - optional
+    if unknown:
+        raise ProtocolError(f"op {op!r} does not take argument(s): {', '.join(sorted(unknown))}")
+    return Request(req_id, op, args)
+
+
+def decode_response(line: bytes) -> dict[str, Any]:
+    """Decode one line from the daemon (used by the client)."""
+    try:
+        msg = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ProtocolError(f"daemon sent an unreadable frame: {e}") from None
+    if not isinstance(msg, dict) or msg.get("v") != VERSION:
+        raise ProtocolError(
+            "daemon speaks another protocol version",
+            hint="Restart the daemon after upgrading: `sloth daemon stop && sloth daemon start`.",
+        )
+    return msg

@@ -1,0 +1,338 @@
+"""The Unix-socket control server: one handler per request type.
+
+Every connection: the peer's uid is checked first (another user, root
+included, is refused). Then frames are read one line at a time with a hard
+size cap; each request gets exactly one response. Bad input never changes
+anything and never ends the daemon: only the offending connection suffers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from . import __version__, peercred, protocol
+from .errors import BadRequest, JobNotFound, ProtocolError, SlothError
+from .models import Job, JobState
+
+if TYPE_CHECKING:
+    from .daemon import Daemon
+
+log = logging.getLogger("sloth.server")
+IDLE_TIMEOUT_S = 300.0  # a client that connects and says nothing is dropped
+WRITE_TIMEOUT_S = 30.0  # a client that does not read is dropped
+MAX_STREAM_BACKLOG = 1024  # queued events per streaming client before we drop it
+
+
+class PermissionDenied(SlothError):
+    code = "permission_denied"
+    hint = "Only the user who runs the daemon may talk to it."
+
+
+class Server:
+    def __init__(self, daemon: "Daemon") -> None:
+        self.d = daemon
+        self.server: asyncio.base_events.Server | None = None
+        self.streams: set[asyncio.Queue[dict[str, Any] | None]] = set()
+        self.handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
+            "ping": self.op_ping, "status": self.op_status, "add": self.op_add,
+            "list": self.op_list, "show": self.op_show, "cancel": self.op_cancel,
+            "retry": self.op_retry, "pause": self.op_pause, "resume": self.op_resume,
+            "prune": self.op_prune, "logs": self.op_logs, "shutdown": self.op_shutdown,
+        }
+        self.streamers: dict[str, Callable[..., Awaitable[Any]]] = {
+            "wait": self.op_wait, "follow": self.op_follow, "subscribe": self.op_subscribe,
+        }
+        self.subscribers: set[Callable[[Job], None]] = set()
+        self.stats = {"connections": 0, "requests": 0, "bad_frames": 0, "refused_peers": 0}
+
+    async def start(self, path: Path) -> None:
+        old_umask = os.umask(0o177)  # the socket is born 0600, no window
+        try:
+            self.server = await asyncio.start_unix_server(
+                self.handle, path=str(path), limit=protocol.MAX_FRAME + 2
+            )
+        finally:
+            os.umask(old_umask)
+        os.chmod(path, 0o600)
+
+    async def close(self) -> None:
+        for q in list(self.streams):
+            q.put_nowait(None)
+        if self.server is not None:
+            self.server.close()
+
+    def job_changed(self, job: Job) -> None:
+        for fn in list(self.subscribers):
+            fn(job)
+
+    # ---------------------------------------------------------- connection
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.stats["connections"] += 1
+        try:
+            sock = writer.get_extra_info("socket")
+            uid = peercred.peer_uid(sock)
+            if uid != os.getuid():
+                self.stats["refused_peers"] += 1
+                err = PermissionDenied(f"uid {uid} may not use the sloth daemon of uid {os.getuid()}")
+                await self._send(writer, protocol.error(None, err))
+                return
+            while not reader.at_eof():
+                try:
+                    line = await asyncio.wait_for(reader.readuntil(b"\n"), IDLE_TIMEOUT_S)
+                except asyncio.IncompleteReadError:
+                    return  # disconnected mid-request: nothing was done
+                except asyncio.LimitOverrunError:
+                    self.stats["bad_frames"] += 1
+                    await self._send(writer, protocol.error(None, ProtocolError(
+                        f"frame over {protocol.MAX_FRAME} bytes; closing this connection")))
+                    return
+                except (asyncio.TimeoutError, ConnectionError):
+                    return
+                if not await self.dispatch(line[:-1], writer):
+                    return
+        except (ConnectionError, OSError):
+            pass
+        except Exception:  # never let one connection take the daemon down
+            log.exception("connection handler failed")
+        finally:
+            try:
+                writer.close()
+            except Exception:
+                pass
+
+    async def dispatch(self, line: bytes, writer: asyncio.StreamWriter) -> bool:
+        """Answer one frame. Returns False to close the connection."""
+        self.stats["requests"] += 1
+        try:
+            req = protocol.parse_request(line)
+        except ProtocolError as e:
+            self.stats["bad_frames"] += 1
+            return await self._send(writer, protocol.error(None, e))
+        try:
+            if req.op in self.streamers:
+                async def emit(ev: dict[str, Any]) -> None:
+                    if not await self._send(writer, protocol.event(req.id, ev)):
+                        raise ConnectionError("client went away")
+                result = await self.streamers[req.op](req.args, emit)
+            else:
+                result = self.handlers[req.op](req.args)
+            msg = protocol.ok(req.id, result)
+        except SlothError as e:
+            msg = protocol.error(req.id, e)
+        except ConnectionError:
+            return False
+        except Exception as e:  # a bug in a handler: answer, log, keep serving
+            log.exception("handler %s failed", req.op)
+            msg = protocol.error(req.id, SlothError(f"internal error in {req.op}: {e}",
+                                                    hint="This is a bug; see the daemon log."))
+        return await self._send(writer, msg)
+
+    async def _send(self, writer: asyncio.StreamWriter, msg: dict[str, Any]) -> bool:
+        try:
+            data = protocol.encode(msg)
+        except ProtocolError as e:
+            data = protocol.encode(protocol.error(msg.get("id"), e))
+        try:
+            writer.write(data)
+            await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT_S)
+            return True
+        except (ConnectionError, asyncio.TimeoutError, OSError):
+            return False
+
+    # ------------------------------------------------------------ handlers
+    def op_ping(self, a: dict[str, Any]) -> dict[str, Any]:
+        return {"pong": True, "version": __version__}
+
+    def op_status(self, a: dict[str, Any]) -> dict[str, Any]:
+        d = self.d
+        return {
+            "pid": os.getpid(), "version": __version__, "protocol": protocol.VERSION,
+            "started_at": d.started_at, "uptime_s": time.time() - d.started_at,
+            "instance": d.instance, "paths": d.paths.as_dict(), "counts": d.queue.counts(),
+            "server": dict(self.stats), **d.worker.status(),
+        }
+
+    def op_add(self, a: dict[str, Any]) -> dict[str, Any]:
+        jobs, common = a["jobs"], a.get("common") or {}
+        if not isinstance(jobs, list) or not jobs:
+            raise BadRequest("jobs must be a non-empty list of job objects")
+        if not isinstance(common, dict):
+            raise BadRequest("common must be an object")
+        specs = []
+        for j in jobs:
+            if not isinstance(j, dict):
+                raise BadRequest("each job must be an object")
+            specs.append({**common, **j})
+        ids = self.d.queue.enqueue_many(specs)
+        self.d.worker.wake()
+        return {"ids": ids}
+
+    def op_list(self, a: dict[str, Any]) -> dict[str, Any]:
+        states = a.get("states")
+        if states is not None and (not isinstance(states, list) or not all(isinstance(s, str) for s in states)):
+            raise BadRequest("states must be a list of strings")
+        for s in states or []:
+            if s not in JobState._value2member_map_:
+                raise BadRequest(f"unknown state {s!r}", hint="States: queued, claimed, done, failed, cancelled.")
+        lane = a.get("lane")
+        if lane is not None and not isinstance(lane, str):
+            raise BadRequest("lane must be a string")
+        limit = a.get("limit", 1000)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
+            raise BadRequest("limit must be a whole number from 1 to 100000")
+        jobs = self.d.queue.list(lane=lane, limit=limit, states=states)
+        return {"jobs": [j.to_dict() for j in jobs]}
+
+    def op_show(self, a: dict[str, Any]) -> dict[str, Any]:
+        jid = _job_id(a.get("id"))
+        job = self.d.queue.get(jid)
+        return {"job": job.to_dict(), "events": [e.to_dict() for e in self.d.queue.events(jid)]}
+
+    def op_cancel(self, a: dict[str, Any]) -> dict[str, Any]:
+        return {"job": self.d.worker.cancel(_job_id(a.get("id"))).to_dict()}
+
+    def op_retry(self, a: dict[str, Any]) -> dict[str, Any]:
+        job = self.d.queue.retry(_job_id(a.get("id")))
+        self.job_changed(job)
+        self.d.worker.wake()
+        return {"job": job.to_dict()}
+
+    def op_pause(self, a: dict[str, Any]) -> dict[str, Any]:
+        self.d.worker.pause(_lane(a.get("lane")))
+        return self.d.worker.status()
+
+    def op_resume(self, a: dict[str, Any]) -> dict[str, Any]:
+        self.d.worker.resume(_lane(a.get("lane")))
+        return self.d.worker.status()
+
+    def op_prune(self, a: dict[str, Any]) -> dict[str, Any]:
+        older = a.get("older_than_s", self.d.settings.retention_s)
+        if isinstance(older, bool) or not isinstance(older, (int, float)) or older < 0:
+            raise BadRequest("older_than_s must be a non-negative number of seconds")
+        return {"pruned": self.d.worker.prune(float(older))}
+
+    def op_logs(self, a: dict[str, Any]) -> dict[str, Any]:
+        job = self.d.queue.get(_job_id(a.get("id")))
+        attempt = _attempt(job, a.get("attempt"))
+        return {"id": job.id, "attempt": attempt, "attempts": job.attempts,
+                "path": str(self.d.paths.job_log(job.id, attempt))}
+
+    def op_shutdown(self, a: dict[str, Any]) -> dict[str, Any]:
+        asyncio.get_running_loop().call_soon(self.d.request_stop, "shutdown requested over the socket")
+        return {"stopping": True, "pid": os.getpid()}
+
+    # ----------------------------------------------------------- streaming
+    async def op_wait(self, a: dict[str, Any], emit: Callable[[dict[str, Any]], Awaitable[None]]) -> Any:
+        ids = a.get("ids")
+        if not isinstance(ids, list) or not ids:
+            raise BadRequest("ids must be a non-empty list of job ids")
+        ids = [_job_id(i) for i in ids]
+        pending = {i for i in ids if not self.d.queue.get(i).state.finished}
+        q = self._subscribe(lambda job: job.id in pending)
+        try:
+            while pending:
+                item = await q.get()
+                if item is None:
+                    raise SlothError("the daemon is stopping", hint="Run the wait again after it restarts.")
+                await emit({"kind": "state", "job": item})
+                if JobState(item["state"]).finished:
+                    pending.discard(item["id"])
+        finally:
+            self._unsubscribe(q)
+        return {"jobs": [self.d.queue.get(i).to_dict() for i in ids]}
+
+    async def op_subscribe(self, a: dict[str, Any], emit: Callable[[dict[str, Any]], Awaitable[None]]) -> Any:
+        ids = a.get("ids")
+        wanted = None if ids is None else {_job_id(i) for i in ids}
+        q = self._subscribe(lambda job: wanted is None or job.id in wanted)
+        try:
+            while (item := await q.get()) is not None:
+                await emit({"kind": "state", "job": item})
+        finally:
+            self._unsubscribe(q)
+        return {"ended": "daemon stopping"}
+
+    async def op_follow(self, a: dict[str, Any], emit: Callable[[dict[str, Any]], Awaitable[None]]) -> Any:
+        job = self.d.queue.get(_job_id(a.get("id")))
+        attempt = _attempt(job, a.get("attempt"), allow_none=True)
+        q: asyncio.Queue[bytes | None] = asyncio.Queue(MAX_STREAM_BACKLOG)
+        run = self.d.worker.running.get(job.id)
+        live = run is not None and run.attempt == attempt and run.proc is not None
+
+        def feed(data: bytes | None) -> None:
+            try:
+                q.put_nowait(data)
+            except asyncio.QueueFull:
+                pass  # a client too slow to keep up misses some live output
+        if live:
+            run.followers.add(feed)  # before reading the file: nothing is missed
+        try:
+            if attempt is not None:
+                await self._send_file(self.d.paths.job_log(job.id, attempt), emit)
+            if live:
+                while (data := await q.get()) is not None:
+                    await emit({"kind": "log", "data": data.decode("utf-8", "surrogateescape")})
+        finally:
+            if live:
+                run.followers.discard(feed)
+        return {"job": self.d.queue.get(job.id).to_dict()}
+
+    async def _send_file(self, path: Path, emit: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        try:
+            f = open(path, "rb")
+        except FileNotFoundError:
+            return
+        with f:
+            while chunk := f.read(256 * 1024):
+                await emit({"kind": "log", "data": chunk.decode("utf-8", "surrogateescape")})
+
+    def _subscribe(self, match: Callable[[Job], bool]) -> asyncio.Queue[dict[str, Any] | None]:
+        q: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(MAX_STREAM_BACKLOG)
+
+        def on_change(job: Job) -> None:
+            if match(job):
+                try:
+                    q.put_nowait(job.to_dict())
+                except asyncio.QueueFull:
+                    pass
+        q._sloth_cb = on_change  # type: ignore[attr-defined]
+        self.subscribers.add(on_change)
+        self.streams.add(q)
+        return q
+
+    def _unsubscribe(self, q: asyncio.Queue[Any]) -> None:
+        self.subscribers.discard(q._sloth_cb)  # type: ignore[attr-defined]
+        self.streams.discard(q)
+
+
+def _job_id(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise BadRequest(f"job id must be a whole number, got {v!r}")
+    if v < 1:
+        raise JobNotFound(v)
+    return v
+
+
+def _lane(v: Any) -> str | None:
+    if v is not None and (not isinstance(v, str) or not v):
+        raise BadRequest("lane must be a non-empty string")
+    return v
+
+
+def _attempt(job: Job, v: Any, *, allow_none: bool = False) -> int | None:
+    if v is None:
+        if job.attempts == 0:
+            if allow_none:
+                return None
+            raise SlothError(f"job {job.id} has not started yet, so it has no log",
+                             hint="Follow it with `sloth logs -f ID` to see output once it starts.")
+        return job.attempts
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= max(job.attempts, 1):
+        raise BadRequest(f"job {job.id} has attempts 1..{job.attempts}, not {v!r}")
+    return v
