@@ -1,0 +1,165 @@
+"""The daemon runs jobs unattended: exit codes, backoff, timeouts, lanes, cancel, pause."""
+
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.acceptance
+
+
+def test_job_runs_and_output_lands_in_its_log(harness):
+    harness.start()
+    jid = harness.add("sh", "-c", "echo out; echo err >&2")
+    job = harness.wait_state(jid, "done")
+    assert job["attempts"] == 1 and job["exit_code"] == 0 and job["message"] == "exit 0"
+    log = Path(harness.call("logs", id=jid)["path"])
+    assert log.read_text() == "out\nerr\n" or sorted(log.read_text().split()) == ["err", "out"]
+    kinds = [e["kind"] for e in harness.events(jid)]
+    assert kinds == ["claimed", "started", "done"]
+
+
+def test_exit_codes_map_to_retry_with_backoff_then_failed(harness):
+    harness.start()
+    jid = harness.add("sh", "-c", "exit 3", max_attempts=2)
+    job = harness.wait_state(jid, "failed", timeout_s=30)
+    assert job["attempts"] == 2 and job["exit_code"] == 3
+    ev = harness.events(jid)
+    fails = [e for e in ev if e["kind"] == "failed"]
+    assert [e["attempt"] for e in fails] == [1, 2]
+    assert "exit 3" in fails[0]["message"] and "retry 2/2 in 2s" in fails[0]["message"]
+    assert "no attempts left" in fails[1]["message"]
+    claims = [e for e in ev if e["kind"] == "claimed"]
+    # the retry was not started before its backoff had passed
+    assert claims[1]["at"] - fails[0]["at"] >= 2.0
+
+
+def test_killed_by_signal_is_a_failure_saying_which(harness):
+    harness.start()
+    jid = harness.add("sh", "-c", "kill -KILL $$", max_attempts=1)
+    job = harness.wait_state(jid, "failed")
+    assert "killed by SIGKILL" in job["message"]
+
+
+def test_missing_command_fails_without_retry(harness):
+    harness.start()
+    jid = harness.add("no-such-command-sloth-test", max_attempts=3)
+    job = harness.wait_state(jid, "failed")
+    assert job["attempts"] == 1 and "command not found" in job["message"]
+
+
+def test_timeout_kills_the_whole_tree_including_a_setsid_grandchild(harness, home):
+    harness.start()
+    gc = home / "gc.pid"
+    script = (
+        f"setsid sh -c 'echo $$ > {gc}; exec sleep 300' & "
+        "sleep 300"
+    )
+    jid = harness.add("sh", "-c", script, timeout_s=1.5, max_attempts=1)
+    harness.wait_for(lambda: gc.exists() and gc.read_text().strip(), what="grandchild pid")
+    gpid = int(gc.read_text())
+    job = harness.wait_state(jid, "failed", timeout_s=30)
+    assert "timed out after" in job["message"]
+    root = job["runner"]["pid"]
+    for pid in (gpid, root):
+        harness.wait_for(lambda p=pid: not _alive(p), timeout_s=10, what=f"pid {pid} gone")
+
+
+def test_cancel_of_a_running_job_ends_its_tree(harness, home):
+    harness.start()
+    jid = harness.add("sh", "-c", "sleep 300")
+    job = harness.wait_for(lambda: (j := harness.job(jid))["runner"] and j, what="started")
+    pid = job["runner"]["pid"]
+    assert harness.call("cancel", id=jid)["job"]["state"] == "cancelled"
+    harness.wait_for(lambda: not _alive(pid), timeout_s=10, what="job process gone")
+    assert harness.job(jid)["state"] == "cancelled"
+    assert [e["kind"] for e in harness.events(jid)][-1] == "cancelled"
+
+
+def test_lanes_run_side_by_side_and_limit_concurrency(harness, home):
+    harness.start()
+    marker = home / "m"
+    a1 = harness.add("sh", "-c", f"touch {marker}.a1; sleep 300", lane="a")
+    a2 = harness.add("sh", "-c", "true", lane="a")
+    b1 = harness.add("sh", "-c", f"touch {marker}.b1", lane="b")
+    harness.wait_state(b1, "done")  # lane b ran although lane a is busy
+    harness.wait_for(lambda: Path(f"{marker}.a1").exists(), what="a1 started")
+    assert harness.job(a2)["state"] == "queued"  # lane a has one slot
+    harness.call("cancel", id=a1)
+    harness.wait_state(a2, "done")
+
+
+def test_priority_orders_jobs_within_a_lane(harness, home):
+    harness.start()
+    harness.call("pause")
+    out = home / "order"
+    ids = [harness.add("sh", "-c", f"echo {n} >> {out}", priority=p) for n, p in (("low", 0), ("high", 5), ("mid", 2))]
+    harness.call("resume")
+    for i in ids:
+        harness.wait_state(i, "done")
+    assert out.read_text().split() == ["high", "mid", "low"]
+
+
+def test_pause_stops_new_claims_but_running_jobs_carry_on(harness, home):
+    harness.start()
+    flag = home / "go"
+    running = harness.add("sh", "-c", f"while [ ! -e {flag} ]; do sleep 0.05; done", lane="x")
+    harness.wait_for(lambda: harness.job(running)["runner"], what="started")
+    harness.call("pause", lane="x")
+    queued = harness.add("true", lane="x")
+    other = harness.add("true", lane="y")
+    harness.wait_state(other, "done")  # other lanes are not paused
+    flag.touch()
+    harness.wait_state(running, "done")  # the running job carried on
+    time.sleep(0.5)
+    assert harness.job(queued)["state"] == "queued"
+    st = harness.call("status")
+    assert st["lanes"]["x"]["paused"] is True
+    harness.call("resume", lane="x")
+    harness.wait_state(queued, "done")
+
+
+def test_pause_survives_a_daemon_restart(harness):
+    harness.start()
+    harness.call("pause")
+    assert harness.stop() == 0
+    harness.start()
+    jid = harness.add("true")
+    time.sleep(0.5)
+    assert harness.job(jid)["state"] == "queued"
+    assert harness.call("status")["paused_all"] is True
+    harness.call("resume")
+    harness.wait_state(jid, "done")
+
+
+def test_log_is_capped_keeping_head_and_tail(harness, home):
+    (harness.home / "config.toml").write_text(
+        (harness.home / "config.toml").read_text() + "\nlog_cap_bytes = 4096\n")
+    harness.start()
+    jid = harness.add("sh", "-c", "echo FIRST; i=0; while [ $i -lt 2000 ]; do echo line $i; i=$((i+1)); done; echo LAST")
+    harness.wait_state(jid, "done")
+    text = Path(harness.call("logs", id=jid)["path"]).read_text()
+    assert text.startswith("FIRST\n") and text.rstrip().endswith("LAST")
+    assert "bytes cut here" in text
+    assert len(text) < 4096 + 300
+
+
+def test_job_environment_is_captured_and_daemon_hooks_do_not_leak(harness, home):
+    harness.start(env={"LD_PRELOAD": "", "SLOTH_DEBUG": "1", "NOTIFY_SOCKET": "/nonexistent"})
+    out = home / "env"
+    jid = harness.add("sh", "-c", f"env > {out}")
+    harness.wait_state(jid, "done")
+    env = dict(l.split("=", 1) for l in out.read_text().splitlines() if "=" in l)
+    assert env["SLOTH_JOB_ID"] == str(jid) and env["SLOTH_JOB_ATTEMPT"] == "1"
+    assert env["SLOTH_HOME"] == str(harness.home)  # captured from the client
+    for k in ("LD_PRELOAD", "SLOTH_DEBUG", "NOTIFY_SOCKET"):
+        assert k not in env
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

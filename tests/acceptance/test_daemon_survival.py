@@ -1,0 +1,175 @@
+"""The daemon survives crashes, restarts, SIGTERM and a sleeping laptop."""
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sloth_daemon.queue import Queue
+from tests.support.fakeclock import fakeclock  # noqa: F401
+from tests.support.harness import Harness
+
+pytestmark = pytest.mark.acceptance
+PROBE = str(Path(__file__).resolve().parents[1] / "support" / "probe_job.py")
+
+
+def probe(harness, d: Path, **opts: str) -> int:
+    argv = [sys.executable, PROBE, str(d)]
+    for k, v in opts.items():
+        argv += [f"--{k.replace('_', '-')}", str(v)]
+    return harness.add(*argv)
+
+
+def starts(d: Path) -> list[list[str]]:
+    p = d / "starts"
+    return [ln.split() for ln in p.read_text().splitlines()] if p.exists() else []
+
+
+def test_kill9_mid_job_then_restart_reruns_once_never_two_at_once(harness, home):
+    harness.start()
+    jid = probe(harness, home, hold_first=300, hold=0.2)
+    harness.wait_for(lambda: len(starts(home)) == 1, what="first start")
+    first_pid = int(starts(home)[0][3])
+    harness.kill9()
+    assert psutil.pid_exists(first_pid)  # the orphan outlives the daemon
+    harness.start()
+    job = harness.wait_state(jid, "done", timeout_s=30)
+    assert job["attempts"] == 2
+    kinds = [e["kind"] for e in harness.events(jid)]
+    assert "abandoned" in kinds and "reclaimed" in kinds
+    assert not (home / "collisions").exists()
+    assert [s[1] for s in starts(home)] == ["1", "2"]
+    assert not _alive(first_pid)
+
+
+def test_leftover_without_recorded_identity_is_found_by_its_token(harness, home):
+    """The daemon died between spawning a job and writing down its pid."""
+    harness.start()
+    jid = probe(harness, home, hold_first=300, hold=0.2)
+    harness.wait_for(lambda: len(starts(home)) == 1, what="first start")
+    first_pid = int(starts(home)[0][3])
+    harness.kill9()
+    with sqlite3.connect(harness.home / "queue.db") as c:
+        c.execute("UPDATE jobs SET runner = NULL WHERE id = ?", (jid,))
+    harness.start()
+    harness.wait_state(jid, "done", timeout_s=30)
+    assert not (home / "collisions").exists()
+    assert not _alive(first_pid)
+
+
+def test_second_daemon_refuses_and_names_the_first(harness):
+    first = harness.start()
+    p = subprocess.run([sys.executable, "-m", "sloth_daemon", "daemon", "run"], env=harness.env,
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0
+    assert f"pid {first.pid}" in p.stderr and "already running" in p.stderr
+    assert harness.call("ping")["pong"] is True  # the first one still serves
+
+
+def test_stale_socket_file_from_a_dead_daemon_is_replaced(harness):
+    harness.start()
+    harness.kill9()
+    assert harness.socket.exists()  # left behind by kill -9
+    harness.start()
+    assert harness.call("ping")["pong"]
+
+
+def test_sigterm_drains_and_requeues_without_using_the_failure_budget(harness, home):
+    harness.start()
+    jid = probe(harness, home, hold_first=300, hold=0.2)
+    harness.wait_for(lambda: len(starts(home)) == 1, what="first start")
+    pid = int(starts(home)[0][3])
+    assert harness.stop(signal.SIGTERM) == 0
+    assert not _alive(pid)
+    q = Queue(harness.home / "queue.db")
+    job = q.get(jid)
+    assert job.state.value == "queued" and job.attempts == 0
+    assert q.events(jid)[-1].kind == "interrupted"
+    q.close()
+    harness.start()
+    job = harness.wait_state(jid, "done")
+    assert job["attempts"] == 1
+
+
+def test_simulated_sleep_keeps_running_job_and_handles_due_work_at_once(home, fakeclock):
+    h = Harness(home / "h", config="lease_s = \"3s\"\nclock_check_s = \"1s\"\nkill_grace_s = \"2s\"\n",
+                extra_env=fakeclock.env())
+    try:
+        h.start()
+        # a running job that will sleep with the laptop
+        running = probe(h, home, hold_first=300)
+        h.wait_for(lambda: len(starts(home)) == 1, what="running job started")
+        # a delayed job due in 30 minutes, and a foreign library worker's job
+        # leased for 10 minutes whose holder then dies
+        delayed = h.add("true", not_before=_daemon_now(h) + 1800, lane="later")
+        q = Queue(h.home / "queue.db")
+        foreign = q.enqueue(["true"], lane="foreign")
+        leased = q.claim("library-worker", lease_s=600, lanes=["foreign"])
+        assert leased is not None and leased.id == foreign
+        q.close()
+        time.sleep(1.5)
+        assert h.job(delayed)["state"] == "queued"
+        fakeclock.jump(3600)  # the laptop slept an hour
+        h.wait_state(delayed, "done", timeout_s=10)
+        h.wait_state(foreign, "done", timeout_s=10)
+        job = h.job(running)
+        assert job["state"] == "claimed" and job["attempts"] == 1
+        ev = h.events(running)
+        resumed = [e for e in ev if e["kind"] == "resumed"]
+        assert resumed and "slept 3600s" in resumed[0]["message"]
+        assert "reclaimed" not in [e["kind"] for e in ev]
+        assert [e["kind"] for e in h.events(foreign)][:2] == ["claimed", "reclaimed"]
+        assert len(starts(home)) == 1 and not (home / "collisions").exists()
+        st = h.call("status")
+        assert st["last_jump"]["kind"] == "slept"
+        # the job's own environment carries no trace of the daemon's shim
+        assert "LD_PRELOAD" not in psutil.Process(int(starts(home)[0][3])).environ()
+    finally:
+        h.reap()
+
+
+def test_readiness_and_watchdog_reach_the_notify_socket(harness, home):
+    sock_path = home / "notify.sock"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    srv.bind(str(sock_path))
+    srv.settimeout(20)
+    try:
+        proc = harness.start(wait=False, env={"NOTIFY_SOCKET": str(sock_path), "WATCHDOG_USEC": "1000000"})
+        msgs = []
+        while not any(m.startswith(b"READY=1") or b"\nREADY=1" in m for m in msgs):
+            msgs.append(srv.recv(4096))
+        # READY comes once the socket answers
+        assert harness.call("ping")["pong"]
+        t0 = time.monotonic()
+        pings = 0
+        while pings < 4:
+            if b"WATCHDOG=1" in srv.recv(4096):
+                pings += 1
+        elapsed = time.monotonic() - t0
+        # WATCHDOG_USEC=1s: pings every 0.5 s, so 4 take about 1.5-2 s; a
+        # bound loose enough for a loaded CI box but that catches a wrong rate
+        assert 1.0 <= elapsed <= 6.0
+        harness.stop()
+        assert proc.returncode == 0
+    finally:
+        srv.close()
+
+
+def _daemon_now(h) -> float:
+    # The daemon may run on a shifted clock: read its idea of now via status.
+    st = h.call("status")
+    return st["started_at"] + st["uptime_s"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

@@ -1,0 +1,106 @@
+"""Four real processes claim and complete 3,000 jobs from one SQLite file.
+
+Each worker is a separate interpreter (subprocess) with its own connection and
+the SystemClock. Workers report every (job_id, worker) they claimed in a JSON
+file; the test checks that each job was claimed exactly once, all are done,
+and no process hit an exception ("database is locked" or any other).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+
+from sloth_daemon.queue import Queue
+
+N_JOBS = 3000
+N_WORKERS = 4
+
+WORKER = textwrap.dedent(
+    """
+    import json, os, sys, time, traceback
+    db_path, name, out_path, go_path = sys.argv[1:5]
+    claimed, error = [], None
+    try:
+        from sloth_daemon.queue import Queue
+        q = Queue(db_path)  # SystemClock
+        open(out_path + ".ready", "w").close()
+        while not os.path.exists(go_path):  # start together, to contend
+            time.sleep(0.001)
+        while True:
+            job = q.claim(name, lease_s=600)
+            if job is None:
+                break
+            claimed.append([job.id, name, job.attempts])
+            q.complete(job.id, job.token, message=name)
+        q.close()
+    except BaseException:
+        error = traceback.format_exc()
+    with open(out_path, "w") as f:
+        json.dump({"claimed": claimed, "error": error}, f)
+    sys.exit(1 if error else 0)
+    """
+)
+
+
+def test_four_processes_claim_each_job_exactly_once(tmp_path):
+    db_path = tmp_path / "queue.db"
+    with Queue(db_path) as q:
+        ids = q.enqueue_many([{"command": ["job", str(i)], "priority": i % 3} for i in range(N_JOBS)])
+    assert len(set(ids)) == N_JOBS
+
+    go = tmp_path / "go"
+    outs = [tmp_path / f"w{i}.json" for i in range(N_WORKERS)]
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WORKER, str(db_path), f"w{i}", str(out), str(go)],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i, out in enumerate(outs)
+    ]
+    try:
+        for out, p in zip(outs, procs):
+            while not (out.parent / (out.name + ".ready")).exists():
+                assert p.poll() is None, p.communicate()
+                try:
+                    p.wait(0.005)
+                except subprocess.TimeoutExpired:
+                    pass
+        go.touch()
+        results = [p.communicate(timeout=100) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+
+    claims: list[tuple[int, str]] = []
+    for out, p, (stdout, stderr) in zip(outs, procs, results):
+        rep = json.loads(out.read_text())
+        assert rep["error"] is None, f"{out.name}:\n{rep['error']}"
+        assert p.returncode == 0 and "Traceback" not in stderr, stderr
+        for jid, worker, attempts in rep["claimed"]:
+            assert attempts == 1, f"job {jid} claimed on attempt {attempts}"
+            claims.append((jid, worker))
+
+    per_job = Counter(jid for jid, _ in claims)
+    twice = {jid: n for jid, n in per_job.items() if n > 1}
+    assert not twice, f"claimed more than once: {sorted(twice.items())[:10]}"
+    assert set(per_job) == set(ids), "some jobs were never claimed"
+    workers = Counter(w for _, w in claims)
+    assert len(workers) >= 2, f"no concurrency happened: {workers}"
+
+    with Queue(db_path) as q:
+        assert q.counts() == {"queued": 0, "claimed": 0, "done": N_JOBS, "failed": 0, "cancelled": 0}
+        # the database agrees with the workers: one claim and one done per job,
+        # by the worker that reported it
+        by_job = dict(claims)
+        rows = q._conn.execute(
+            "SELECT job_id, group_concat(kind) FROM (SELECT job_id, kind FROM events ORDER BY id)"
+            " GROUP BY job_id").fetchall()
+        assert len(rows) == N_JOBS
+        assert all(kinds == "claimed,done" for _, kinds in rows)
+        for j in q.list(limit=N_JOBS):
+            assert (j.worker, j.message, j.attempts) == (by_job[j.id], by_job[j.id], 1)

@@ -1,0 +1,164 @@
+"""Start the real daemon as a process in a temporary SLOTH_HOME; drive the real CLI.
+
+Everything spawned is reaped at teardown, also when a test fails: the daemon,
+and every process whose environment carries this test's SLOTH_HOME (jobs get
+the environment `sloth add` captured, so they carry it too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+
+from sloth_daemon.client import Client
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Harness:
+    def __init__(self, home: Path, *, config: str = "", extra_env: dict[str, str] | None = None) -> None:
+        self.home = home
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "config.toml").write_text(config)
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SLOTH_")}
+        self.env.update({"SLOTH_HOME": str(home), "NO_COLOR": "1", "PYTHONUNBUFFERED": "1"})
+        self.daemon_env = dict(self.env, **(extra_env or {}))
+        self.daemon: subprocess.Popen[bytes] | None = None
+        self.daemon_log = home / "daemon-test.log"
+        self.spawned: list[subprocess.Popen[bytes]] = []
+
+    # -------------------------------------------------------------- daemon
+    def start(self, *, wait: bool = True, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        log = open(self.daemon_log, "ab")
+        self.daemon = subprocess.Popen(
+            [sys.executable, "-m", "sloth_daemon", "daemon", "run"],
+            env=dict(self.daemon_env, **(env or {})), stdout=log, stderr=log,
+            stdin=subprocess.DEVNULL, start_new_session=True, cwd=str(self.home),
+        )
+        log.close()
+        self.spawned.append(self.daemon)
+        if wait:
+            self.wait_ready(self.daemon)
+        return self.daemon
+
+    def wait_ready(self, proc: subprocess.Popen[bytes], timeout_s: float = 20) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise AssertionError(f"daemon exited with {proc.returncode}:\n{self.log_text()}")
+            try:
+                with Client(self.socket, timeout_s=5) as c:
+                    c.call("ping")
+                return
+            except Exception:
+                time.sleep(0.02)
+        raise AssertionError(f"daemon not ready in {timeout_s}s:\n{self.log_text()}")
+
+    @property
+    def socket(self) -> Path:
+        return self.home / "run" / "sloth.sock"
+
+    def log_text(self) -> str:
+        try:
+            return self.daemon_log.read_text(errors="replace")[-5000:]
+        except OSError:
+            return ""
+
+    def kill9(self) -> None:
+        assert self.daemon is not None
+        self.daemon.kill()
+        self.daemon.wait(10)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30) -> int:
+        assert self.daemon is not None
+        self.daemon.send_signal(sig)
+        return self.daemon.wait(timeout_s)
+
+    # ------------------------------------------------------------------ cli
+    def cli(self, *args: str, input: str | None = None, check: bool = False,
+            timeout_s: float = 60, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        p = subprocess.run(
+            [sys.executable, "-m", "sloth_daemon", *args], env=self.env, input=input,
+            capture_output=True, text=True, timeout=timeout_s, cwd=str(cwd or self.home),
+        )
+        if check and p.returncode != 0:
+            raise AssertionError(f"sloth {' '.join(args)} -> {p.returncode}\n{p.stdout}\n{p.stderr}")
+        return p
+
+    def cli_json(self, *args: str, **kw: Any) -> Any:
+        p = self.cli(*args, "--json", check=True, **kw)
+        return json.loads(p.stdout)
+
+    def call(self, op: str, **args: Any) -> Any:
+        with Client(self.socket, timeout_s=30) as c:
+            return c.call(op, **args)
+
+    def add(self, *cmd: str, **spec: Any) -> int:
+        job = {"command": list(cmd), **spec}
+        common = {"env": {k: v for k, v in self.env.items()}, "cwd": str(self.home)}
+        return self.call("add", jobs=[job], common=common)["ids"][0]
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        return self.call("show", id=job_id)["job"]
+
+    def events(self, job_id: int) -> list[dict[str, Any]]:
+        return self.call("show", id=job_id)["events"]
+
+    def wait_for(self, pred: Callable[[], Any], timeout_s: float = 30, what: str = "condition") -> Any:
+        """Poll until ``pred()`` is truthy. A bound on waiting, not a timing assertion."""
+        deadline = time.monotonic() + timeout_s
+        last_exc: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                v = pred()
+                if v:
+                    return v
+            except Exception as e:  # daemon restarting etc.
+                last_exc = e
+            time.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what} (last error: {last_exc})\n{self.log_text()}")
+
+    def wait_state(self, job_id: int, *states: str, timeout_s: float = 30) -> dict[str, Any]:
+        return self.wait_for(lambda: (j := self.job(job_id))["state"] in states and j,
+                             timeout_s, f"job {job_id} in {states}")
+
+    # -------------------------------------------------------------- cleanup
+    def our_processes(self) -> list[psutil.Process]:
+        out = []
+        for p in psutil.process_iter():
+            try:
+                if p.pid == os.getpid():
+                    continue
+                if p.environ().get("SLOTH_HOME") == str(self.home):
+                    out.append(p)
+            except psutil.Error:
+                continue
+        return out
+
+    def reap(self) -> None:
+        procs = self.our_processes()
+        for p in self.spawned:
+            if p.poll() is None:
+                try:
+                    procs.append(psutil.Process(p.pid))
+                except psutil.Error:
+                    pass
+        for p in procs:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(procs, timeout=5)
+        for p in self.spawned:
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                pass

@@ -1,0 +1,266 @@
+"""Stateful property test: the real Queue against a plain Python model.
+
+Hypothesis drives random sequences of enqueue / claim / heartbeat (current
+and stale tokens) / complete / fail / release / cancel / retry / clock moves
+and, after every step, checks that the database agrees with the model: no job
+lost, attempts within budget, only the latest token holds a lease, claim only
+returns due jobs (and exactly the most urgent one), next_due_at is right.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from sloth_daemon.clock import ManualClock
+from sloth_daemon.errors import IllegalTransition, LeaseLost
+from sloth_daemon.queue import Queue
+
+LEASE_S = 10.0
+CAP_S = 6.0
+LANES = ["a", "b"]
+
+
+@dataclass
+class MJob:
+    id: int
+    lane: str
+    priority: int
+    key: str | None
+    max_attempts: int
+    lease_s: float
+    not_before: float
+    state: str = "queued"
+    attempts: int = 0
+    token: str | None = None
+    lease_until: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.state in ("queued", "claimed")
+
+    def urgency(self) -> tuple:
+        return (-self.priority, self.not_before, self.id)
+
+
+class QueueMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = tempfile.mkdtemp(prefix="sloth-model-")
+        self.clock = ManualClock(1000.0)
+        self.q = Queue(os.path.join(self.dir, "queue.db"), self.clock,
+                       lease_s=LEASE_S, max_attempts=3, backoff_cap_s=CAP_S)
+        self.jobs: dict[int, MJob] = {}
+        self.issued: dict[int, list[str]] = {}  # every token ever handed out, per job
+        self.stale: list[tuple[int, str]] = []
+
+    def teardown(self) -> None:
+        self.q.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # ---------------------------------------------------------- helpers
+    def _pick(self, n: int, state: str | None = None) -> MJob | None:
+        pool = [j for _, j in sorted(self.jobs.items()) if state is None or j.state == state]
+        return pool[n % len(pool)] if pool else None
+
+    def _has(self, state: str) -> bool:
+        return any(j.state == state for j in self.jobs.values())
+
+    def _lose_token(self, j: MJob) -> None:
+        if j.token is not None:
+            self.stale.append((j.id, j.token))
+        j.token = None
+        j.lease_until = None
+
+    def _due(self, j: MJob, now: float) -> bool:
+        return ((j.state == "queued" and j.not_before <= now)
+                or (j.state == "claimed" and j.lease_until < now))
+
+    def _model_next_due(self) -> float | None:
+        times = [j.not_before for j in self.jobs.values() if j.state == "queued"]
+        times += [math.nextafter(j.lease_until, math.inf)
+                  for j in self.jobs.values() if j.state == "claimed"]
+        return min(times, default=None)
+
+    # ------------------------------------------------------------ rules
+    @rule(priority=st.integers(0, 2), delay=st.sampled_from([None, 0.0, 3.0, 10.0, 50.0]),
+          max_attempts=st.integers(1, 3), key=st.sampled_from([None, None, "k1", "k2"]),
+          lane=st.sampled_from(LANES), lease_s=st.sampled_from([None, 5.0]))
+    def enqueue(self, priority, delay, max_attempts, key, lane, lease_s):
+        now = self.clock.now()
+        dup = next((j for j in self.jobs.values() if key and j.key == key and j.active), None)
+        jid = self.q.enqueue(["job"], priority=priority, key=key, lane=lane, lease_s=lease_s,
+                             max_attempts=max_attempts,
+                             not_before=None if delay is None else now + delay)
+        if dup is not None:
+            assert jid == dup.id, "an active job with the key exists: same id, no new row"
+            return
+        assert jid not in self.jobs
+        self.jobs[jid] = MJob(jid, lane, priority, key, max_attempts,
+                              LEASE_S if lease_s is None else lease_s,
+                              now if delay is None else now + delay)
+        self.issued[jid] = []
+
+    @rule(lanes=st.sampled_from([None, ["a"], ["b"], ["b", "a"], []]))
+    def claim(self, lanes):
+        now = self.clock.now()
+        expect = None
+        while lanes is None or lanes:
+            cands = [j for j in self.jobs.values()
+                     if (lanes is None or j.lane in lanes) and self._due(j, now)]
+            if not cands:
+                break
+            best = min(cands, key=MJob.urgency)
+            if best.state == "claimed" and best.attempts >= best.max_attempts:
+                best.state = "failed"  # lease expired on the last attempt
+                self._lose_token(best)
+                continue
+            expect = best
+            break
+        job = self.q.claim("w", lanes=lanes)
+        if expect is None:
+            assert job is None, f"claimed {job} but nothing was due"
+            return
+        assert job is not None, f"expected to claim {expect}"
+        assert job.id == expect.id, (job, expect)
+        assert self._due(expect, now), "claim returned a job that was not due"
+        assert job.attempts == expect.attempts + 1 <= expect.max_attempts
+        assert job.lease_until == now + expect.lease_s
+        assert job.token not in self.issued[job.id]
+        self._lose_token(expect)
+        expect.state, expect.attempts = "claimed", job.attempts
+        expect.token, expect.lease_until = job.token, job.lease_until
+        self.issued[job.id].append(job.token)
+
+    @precondition(lambda self: self._has("claimed"))
+    @rule(n=st.integers(0, 1000), lease_s=st.sampled_from([None, 2.0]))
+    def heartbeat(self, n, lease_s):
+        j = self._pick(n, "claimed")
+        out = self.q.heartbeat(j.id, j.token, lease_s=lease_s)  # works even if lapsed
+        j.lease_until = self.clock.now() + (j.lease_s if lease_s is None else lease_s)
+        assert out.lease_until == j.lease_until and out.token == j.token
+
+    @precondition(lambda self: self.stale)
+    @rule(n=st.integers(0, 1000), op=st.sampled_from(["heartbeat", "complete", "fail", "release"]))
+    def stale_token(self, n, op):
+        jid, token = self.stale[n % len(self.stale)]
+        before = (self.q.get(jid), self.q.events(jid))
+        self.clock.advance(0.25)  # any write would show in updated_at
+        with pytest.raises(LeaseLost):
+            getattr(self.q, op)(jid, token)
+        assert (self.q.get(jid), self.q.events(jid)) == before
+
+    @precondition(lambda self: self._has("claimed"))
+    @rule(n=st.integers(0, 1000))
+    def complete(self, n):
+        j = self._pick(n, "claimed")
+        assert self.q.complete(j.id, j.token).state.value == "done"
+        j.state = "done"
+        self._lose_token(j)
+
+    @precondition(lambda self: self._has("claimed"))
+    @rule(n=st.integers(0, 1000), retry=st.booleans())
+    def fail(self, n, retry):
+        j = self._pick(n, "claimed")
+        out = self.q.fail(j.id, j.token, retry=retry)
+        self._lose_token(j)
+        if retry and j.attempts < j.max_attempts:
+            j.state = "queued"
+            j.not_before = self.clock.now() + min(2.0 ** j.attempts, CAP_S)
+        else:
+            j.state = "failed"
+        assert out.state.value == j.state
+
+    @precondition(lambda self: self._has("claimed"))
+    @rule(n=st.integers(0, 1000))
+    def release(self, n):
+        j = self._pick(n, "claimed")
+        self.q.release(j.id, j.token)
+        self._lose_token(j)
+        j.state, j.attempts, j.not_before = "queued", max(j.attempts - 1, 0), self.clock.now()
+
+    @precondition(lambda self: self.jobs)
+    @rule(n=st.integers(0, 1000))
+    def cancel(self, n):
+        j = self._pick(n)
+        if not j.active:
+            before = self.q.get(j.id)
+            with pytest.raises(IllegalTransition):
+                self.q.cancel(j.id)
+            assert self.q.get(j.id) == before
+            return
+        self.q.cancel(j.id)
+        j.state = "cancelled"
+        self._lose_token(j)
+
+    @precondition(lambda self: self.jobs)
+    @rule(n=st.integers(0, 1000))
+    def retry(self, n):
+        j = self._pick(n)
+        blocked = j.key is not None and any(
+            o.key == j.key and o.active and o.id != j.id for o in self.jobs.values())
+        if j.state not in ("failed", "cancelled") or blocked:
+            before = self.q.get(j.id)
+            with pytest.raises(IllegalTransition):
+                self.q.retry(j.id)
+            assert self.q.get(j.id) == before
+            return
+        self.q.retry(j.id)
+        j.state, j.attempts, j.not_before = "queued", 0, self.clock.now()
+
+    @rule(dt=st.sampled_from([0.5, 1.0, 2.0, 5.0, 10.0, 60.0]))
+    def advance(self, dt):
+        self.clock.advance(dt)
+
+    @rule()
+    def jump_to_next_due(self):
+        """Land exactly on the boundary: a due time, or just past a lease."""
+        t = self.q.next_due_at()
+        if t is not None and t > self.clock.now():
+            self.clock.set(t)
+
+    # ------------------------------------------------------- invariants
+    @invariant()
+    def database_matches_model(self):
+        rows = {j.id: j for j in self.q.list(limit=10_000)}
+        assert set(rows) == set(self.jobs), "a job was lost or appeared from nowhere"
+        for jid, m in self.jobs.items():
+            r = rows[jid]
+            assert r.state.value == m.state, (r, m)
+            assert r.attempts == m.attempts <= m.max_attempts, (r, m)
+            assert r.token == m.token, (r, m)
+            if m.state == "queued":
+                assert r.not_before == m.not_before, (r, m)
+            if m.state == "claimed":
+                assert r.lease_until == m.lease_until, (r, m)
+                # at most one valid holder: the newest token issued for the job
+                assert self.issued[jid] and r.token == self.issued[jid][-1]
+            else:
+                assert r.token is None and r.lease_until is None, r
+        counts = self.q.counts()
+        for state in ("queued", "claimed", "done", "failed", "cancelled"):
+            assert counts[state] == sum(m.state == state for m in self.jobs.values())
+
+    @invariant()
+    def tokens_are_unique(self):
+        every = [t for ts in self.issued.values() for t in ts]
+        assert len(every) == len(set(every))
+
+    @invariant()
+    def next_due_matches_model(self):
+        assert self.q.next_due_at() == self._model_next_due()
+
+
+QueueMachine.TestCase.settings = settings(
+    max_examples=50, stateful_step_count=30, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestQueueModel = QueueMachine.TestCase
