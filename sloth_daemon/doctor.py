@@ -1,0 +1,279 @@
+"""``sloth doctor``: check what goes wrong in practice and say how to fix it.
+
+Each check returns ok / warn / fail with a one-line detail and, unless ok, a
+hint. Only ``fail`` makes the command exit 1. Nothing here writes to the
+database (it is opened read-only) or changes any setting.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import quote
+
+from .errors import DaemonNotRunning, SlothError
+from .paths import Paths, resolve
+
+ENABLED_STATES = {"enabled", "enabled-runtime", "loaded"}
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # ok | warn | fail
+    detail: str
+    hint: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def ok(name: str, detail: str) -> Check:
+    return Check(name, "ok", detail)
+
+
+def warn(name: str, detail: str, hint: str) -> Check:
+    return Check(name, "warn", detail, hint)
+
+
+def fail(name: str, detail: str, hint: str) -> Check:
+    return Check(name, "fail", detail, hint)
+
+
+def run_checks(p: Paths | None = None, *, plat: str | None = None) -> list[Check]:
+    from . import service
+
+    p = p or resolve()
+    plat = service.platform(plat)
+    svc = _guard("service", lambda: service.status(plat=plat))
+    st = _daemon_status(p)
+    checks = [
+        _check("service", lambda: check_service(svc, plat)),
+        _check("service binary", lambda: check_binary(svc)),
+        _check("daemon", lambda: check_daemon(p, st)),
+        _check("runtime dir", lambda: check_runtime(p)),
+        _check("data dir", lambda: check_data_dir(p.data_dir)),
+        _check("database", lambda: check_database(p.db)),
+    ]
+    if plat == "linux":
+        checks.append(_check("linger", check_linger))
+    checks += [_check("clock check", lambda: check_clock(st)), _check("config", lambda: check_config(p))]
+    return checks
+
+
+def format_checks(checks: list[Check]) -> str:
+    lines = []
+    for c in checks:
+        line = f"{c.status:<5} {c.name:<15} {c.detail}"
+        lines.append(line + (f"; fix: {c.hint}" if c.hint and c.status != "ok" else ""))
+    counts = {s: sum(c.status == s for c in checks) for s in ("ok", "warn", "fail")}
+    lines.append("doctor: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    return "\n".join(lines)
+
+
+def _check(name: str, fn: Callable[[], Check]) -> Check:
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - one broken check must not hide the others
+        return fail(name, f"the check itself failed: {e}", "Run `sloth --debug doctor` and report a bug.")
+
+
+def _guard(name: str, fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001
+        return e
+
+
+# ------------------------------------------------------------------- checks
+def check_service(svc: Any, plat: str) -> Check:
+    if isinstance(svc, Exception):
+        msg = svc.message if isinstance(svc, SlothError) else str(svc)
+        return warn("service", f"cannot tell: {msg}", getattr(svc, "hint", "") or "See `sloth service status`.")
+    if not svc["installed"]:
+        return warn("service", f"not installed ({svc['path']}): the daemon does not start at login",
+                    "sloth service install --now")
+    if svc["enabled"] is None:
+        return warn("service", f"installed at {svc['path']}, but {svc['manager']} cannot be asked",
+                    "Is the service manager running? See `sloth service status`.")
+    if svc["enabled"] not in ENABLED_STATES:
+        return warn("service", f"installed but not enabled ({svc['enabled']})", "sloth service install --now")
+    if svc["active"] == "failed":
+        cmd = ("journalctl --user -u sloth.service -e; then systemctl --user reset-failed sloth.service "
+               "&& systemctl --user start sloth.service") if plat == "linux" else "see the daemon log"
+        return fail("service", "enabled but failed (start limit or crash loop)", cmd)
+    detail = f"{svc['enabled']}, {svc['active']} ({svc['path']})"
+    if svc.get("current") is False:
+        return warn("service", detail + "; differs from what `sloth service install` writes now",
+                    "sloth service install (then restart the service to apply)")
+    return ok("service", detail)
+
+
+def check_binary(svc: Any) -> Check:
+    if isinstance(svc, Exception) or not svc["installed"]:
+        return ok("service binary", "n/a (no service installed)")
+    if not svc["binary"]:
+        return fail("service binary", f"cannot find the program in {svc['path']}",
+                    "Re-write it: sloth service install")
+    if not svc["binary_exists"]:
+        return fail("service binary", f"{svc['binary']} no longer exists (venv moved or removed?)",
+                    "Re-run `sloth service install` with the sloth you use now.")
+    return ok("service binary", svc["binary"])
+
+
+def _daemon_status(p: Paths) -> Any:
+    from .client import Client
+
+    try:
+        with Client(p.socket, timeout_s=5) as c:
+            return c.call("status")
+    except Exception as e:  # noqa: BLE001 - reported by check_daemon
+        return e
+
+
+def check_daemon(p: Paths, st: Any) -> Check:
+    start = "sloth daemon start (or sloth service install --now)"
+    if isinstance(st, DaemonNotRunning):
+        stale = " (a stale socket file is left; the next start replaces it)" if p.socket.exists() else ""
+        return warn("daemon", f"not running: {st.message}{stale}", start)
+    if isinstance(st, SlothError):
+        return fail("daemon", f"answered with an error: {st.message}", st.hint or start)
+    if isinstance(st, Exception):
+        return fail("daemon", f"did not answer on {p.socket}: {st}",
+                    f"It may be hung: see {p.daemon_log}; restart it (sloth daemon stop; sloth daemon start).")
+    detail = f"pid {st.get('pid')}, version {st.get('version')}, on {p.socket}"
+    their_db = (st.get("paths") or {}).get("db")
+    if their_db and their_db != str(p.db):
+        return warn("daemon", f"{detail}, but it serves {their_db}, not {p.db}",
+                    "The service's environment differs from this shell's (XDG_* variables?): "
+                    "set SLOTH_HOME for both, then `sloth service install`.")
+    return ok("daemon", detail)
+
+
+def check_runtime(p: Paths) -> Check:
+    d, sock, uid = p.runtime_dir, p.socket, os.getuid()
+    ds = _lstat(d)
+    if ds is None:
+        return ok("runtime dir", f"{d} not created yet (the daemon makes it 0700)")
+    if not stat.S_ISDIR(ds.st_mode):
+        return fail("runtime dir", f"{d} is not a folder", f"Remove it (rm {d}); the daemon recreates it.")
+    problems = _owner_mode(d, ds, uid, 0o700)
+    ss = _lstat(sock)
+    if ss is not None:
+        if not stat.S_ISSOCK(ss.st_mode):
+            problems.append(f"{sock} is not a socket")
+        else:
+            problems += _owner_mode(sock, ss, uid, 0o600)
+    if problems:
+        return fail("runtime dir", "; ".join(problems),
+                    f"chmod 700 {d}; chmod 600 {sock} (or remove them: the daemon recreates both)")
+    return ok("runtime dir", f"{d} 0700" + (", socket 0600" if ss is not None else ", no socket"))
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _owner_mode(path: Path, st: os.stat_result, uid: int, want: int) -> list[str]:
+    out = []
+    if st.st_uid != uid:
+        out.append(f"{path} is owned by uid {st.st_uid}, not {uid}")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        out.append(f"{path} has mode {stat.S_IMODE(st.st_mode):04o} (want {want:04o})")
+    return out
+
+
+def check_data_dir(d: Path) -> Check:
+    hint = "Fix its permissions, or set SLOTH_HOME to a writable folder."
+    if d.exists():
+        if not d.is_dir():
+            return fail("data dir", f"{d} is not a folder", f"Move it away; {hint}")
+        try:
+            fd, name = tempfile.mkstemp(dir=d, prefix=".doctor-")
+            os.close(fd)
+            os.unlink(name)
+        except OSError as e:
+            return fail("data dir", f"cannot write in {d}: {e.strerror or e}", hint)
+        return ok("data dir", f"{d} writable")
+    anc = d.parent
+    while not os.path.lexists(anc) and anc != anc.parent:
+        anc = anc.parent
+    if not anc.is_dir():
+        return fail("data dir", f"cannot create {d}: {anc} is a file, not a folder", f"Move {anc} away; {hint}")
+    if not os.access(anc, os.W_OK | os.X_OK):
+        return fail("data dir", f"cannot create {d}: {anc} is not writable", hint)
+    return ok("data dir", f"{d} does not exist yet; it is created at first start")
+
+
+def check_database(db: Path) -> Check:
+    import sqlite3
+
+    if not db.exists():
+        return ok("database", f"{db} does not exist yet")
+    fix = (f"Stop the daemon (sloth daemon stop), move {db} aside (mv {db} {db}.broken; a fresh queue "
+           f"starts), or salvage it with `sqlite3 {db} .recover`.")
+    try:
+        con = sqlite3.connect(f"file:{quote(str(db))}?mode=ro", uri=True, timeout=5)
+        try:
+            rows = [str(r[0]) for r in con.execute("PRAGMA quick_check").fetchall()]
+        finally:
+            con.close()
+    except sqlite3.OperationalError as e:
+        if "locked" in str(e) or "busy" in str(e):
+            return warn("database", f"{db} is busy: {e}", "Try again in a moment.")
+        return fail("database", f"{db}: {e}", fix)
+    except sqlite3.DatabaseError as e:
+        return fail("database", f"{db}: {e}", fix)
+    if rows == ["ok"]:
+        return ok("database", f"{db} passes quick_check")
+    return fail("database", f"{db}: quick_check: {'; '.join(rows[:3])}", fix)
+
+
+def check_linger() -> Check:
+    from .service import linger, user_name
+
+    state, user = linger(), user_name()
+    if state == "yes":
+        return ok("linger", f"on for {user}: the service keeps running after logout")
+    fix = f"loginctl enable-linger {user}"
+    if state == "no":
+        return warn("linger", "off: the service and its jobs stop when you log out", fix)
+    return warn("linger", "unknown (no loginctl or logind answer)", f"If you use systemd: {fix}")
+
+
+def check_clock(st: Any) -> Check:
+    if isinstance(st, Exception):
+        return warn("clock check", "unknown: the daemon is not reachable", "Start it: sloth daemon start")
+    c = st.get("clock") or {}
+    last, every = c.get("last_check_at"), c.get("check_interval_s")
+    if "last_check_at" in c and last is None:
+        return warn("clock check", "no check has run yet (did the daemon just start?)", "Run `sloth doctor` again.")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (last, every)):
+        return warn("clock check", "unknown: the daemon does not report clock.last_check_at",
+                    "Upgrade so client and daemon match, then restart the daemon.")
+    age = time.time() - last
+    limit = max(3 * every, every + 10)
+    if age > limit:
+        return fail("clock check", f"last ran {age:.0f}s ago, expected every {every:g}s (sleep detection stalled)",
+                    "Restart the daemon (sloth daemon stop; sloth daemon start) and report a bug with its log.")
+    return ok("clock check", f"last ran {max(age, 0):.0f}s ago (every {every:g}s)")
+
+
+def check_config(p: Paths) -> Check:
+    from .config import load
+
+    try:
+        load(p.config_file)
+    except SlothError as e:
+        return fail("config", e.message, e.hint)
+    if not p.config_file.exists():
+        return ok("config", f"no {p.config_file}; defaults apply")
+    return ok("config", f"{p.config_file} parses")

@@ -1,0 +1,126 @@
+"""sd_notify for ``Type=notify`` under systemd, written by hand (no dependency).
+
+The daemon calls :meth:`Notifier.ready` once its socket is listening,
+:meth:`Notifier.watchdog` every :attr:`Notifier.watchdog_interval_s` from its
+event loop, and :meth:`Notifier.stopping` when it begins to shut down.
+Outside systemd (no ``NOTIFY_SOCKET``) every method is a cheap no-op.
+
+Sending never raises: a lost datagram must not take the daemon down. If the
+watchdog pings stop arriving, systemd restarts us, which is the point.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from typing import Mapping, MutableMapping
+
+log = logging.getLogger(__name__)
+
+ENV_KEYS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
+
+
+class Notifier:
+    """Sends ``KEY=value`` datagrams to the service manager's notify socket."""
+
+    def __init__(self, address: str | None, watchdog_usec: int | None = None) -> None:
+        # address: a filesystem path, or "\0name" for a Linux abstract socket.
+        self.address = address
+        self._watchdog_usec = watchdog_usec if address else None
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, *, unset: bool = False) -> "Notifier":
+        """Read NOTIFY_SOCKET, WATCHDOG_USEC and WATCHDOG_PID.
+
+        With ``unset=True`` the three variables are removed from ``env`` (which
+        must then be mutable, e.g. ``os.environ``) so that job processes do not
+        inherit them and talk to systemd on our behalf.
+        """
+        env = os.environ if env is None else env
+        raw = env.get("NOTIFY_SOCKET") or ""
+        address: str | None = None
+        if raw.startswith("@") and len(raw) > 1:
+            address = "\0" + raw[1:]
+        elif raw.startswith("/"):
+            address = raw
+        elif raw:
+            log.debug("ignoring unsupported NOTIFY_SOCKET %r", raw)
+        usec = _watchdog_usec(env)
+        if unset and isinstance(env, MutableMapping):
+            for key in ENV_KEYS:
+                env.pop(key, None)
+        return cls(address, usec)
+
+    @property
+    def enabled(self) -> bool:
+        return self.address is not None
+
+    @property
+    def watchdog_interval_s(self) -> float | None:
+        """How often to call :meth:`watchdog` (half of WatchdogSec), or None."""
+        if not self._watchdog_usec:
+            return None
+        return self._watchdog_usec / 2 / 1_000_000
+
+    def ready(self, status: str = "") -> bool:
+        return self.send("READY=1", *([f"STATUS={_one_line(status)}"] if status else []))
+
+    def watchdog(self) -> bool:
+        if self._watchdog_usec is None:
+            return False
+        return self.send("WATCHDOG=1")
+
+    def stopping(self, status: str = "") -> bool:
+        return self.send("STOPPING=1", *([f"STATUS={_one_line(status)}"] if status else []))
+
+    def status(self, text: str) -> bool:
+        return self.send(f"STATUS={_one_line(text)}")
+
+    def extend_timeout(self, seconds: float) -> bool:
+        """Ask for more time to start or stop (e.g. while draining jobs)."""
+        return self.send(f"EXTEND_TIMEOUT_USEC={max(0, int(seconds * 1_000_000))}")
+
+    def send(self, *assignments: str) -> bool:
+        """Send one datagram; True if it was handed to the kernel."""
+        if self.address is None:
+            return False
+        payload = "\n".join(assignments).encode("utf-8", "replace")
+        with self._lock:
+            try:
+                if self._sock is None:
+                    self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                self._sock.sendto(payload, self.address)
+                return True
+            except OSError as e:
+                log.debug("sd_notify %r to %r failed: %s", payload, self.address, e)
+                return False
+
+    def close(self) -> None:
+        with self._lock:
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
+
+
+def _watchdog_usec(env: Mapping[str, str]) -> int | None:
+    pid = env.get("WATCHDOG_PID")
+    if pid:
+        try:
+            if int(pid) != os.getpid():
+                return None  # meant for another process (e.g. our parent)
+        except ValueError:
+            return None
+    try:
+        usec = int(env.get("WATCHDOG_USEC") or 0)
+    except ValueError:
+        return None
+    return usec if usec > 0 else None
+
+
+def _one_line(text: str) -> str:
+    # Assignments are newline-separated; a newline in a status would inject one.
+    return " ".join(str(text).splitlines())
