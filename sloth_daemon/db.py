@@ -137,8 +137,15 @@ def _statements(script: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+def transaction(conn: sqlite3.Connection, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
     """``BEGIN IMMEDIATE`` ... ``COMMIT``; rolls back on any exception.
+
+    ``durable=False`` commits without an fsync (``synchronous=NORMAL`` for
+    this one transaction): still safe against a crash of any process, and
+    the next durable commit fsyncs the WAL with it, in order. Only for
+    writes that mean nothing after a power cut, because every process they
+    describe died with the machine: a claim, a lease renewal, the pid of a
+    running job. Results (done, failed, cancelled) and enqueues stay durable.
 
     IMMEDIATE takes the write lock up front, so two writers never both read
     then collide on upgrade (the classic source of "database is locked").
@@ -146,6 +153,16 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     longer and then raise StorageError, never a bare sqlite3 error.
     """
     deadline = time.monotonic() + 3 * BUSY_TIMEOUT_MS / 1000
+    if not durable:
+        conn.execute("PRAGMA synchronous = NORMAL")
+    try:
+        yield from _transaction(conn, deadline)
+    finally:
+        if not durable:
+            conn.execute("PRAGMA synchronous = FULL")
+
+
+def _transaction(conn: sqlite3.Connection, deadline: float) -> Iterator[sqlite3.Connection]:
     while True:
         try:
             conn.execute("BEGIN IMMEDIATE")

@@ -13,8 +13,20 @@ from .paths import Paths, ensure_private_dir
 
 
 def start_background(paths: Paths, *, timeout_s: float = 10.0) -> int:
-    """Spawn ``sloth daemon run`` detached from this terminal; return its pid
-    once its socket answers. Raises SlothError with the daemon's last words."""
+    """Start the daemon and return its pid once its socket answers.
+
+    If the login service is installed for this queue, ask the service
+    manager to start it (so the daemon lives in its unit, with its restart
+    policy and cgroup); otherwise spawn ``sloth daemon run`` detached from
+    this terminal. Raises SlothError with the daemon's last words."""
+    if _start_via_service(paths):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            pid = _pid_of_running(paths)
+            if pid:
+                return pid
+            time.sleep(0.05)
+        # The unit did not come up: fall through and run one ourselves.
     ensure_private_dir(paths.log_dir)
     log = open(paths.daemon_log, "ab")
     try:
@@ -85,3 +97,30 @@ def wait_gone(pid: int, timeout_s: float) -> bool:
             return False
         time.sleep(0.05)
     return False
+
+
+def _start_via_service(paths: Paths) -> bool:
+    """``systemctl --user start sloth.service`` / ``launchctl kickstart`` if
+    the installed unit serves this queue (only the default one: a unit never
+    serves a SLOTH_HOME it was not installed for). True if the manager said yes."""
+    if paths.home is not None:
+        return False
+    from . import service
+
+    try:
+        plat = service.platform()
+        text = service.unit_path(plat).read_text(encoding="utf-8")
+    except (OSError, SlothError):
+        return False
+    if "SLOTH_HOME" in text:
+        return False
+    if plat == "linux":
+        argv = ["systemctl", "--user", "start", "sloth.service"]
+    else:
+        from . import service_launchd
+
+        argv = ["launchctl", "kickstart", service_launchd.target()]
+    try:
+        return subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False

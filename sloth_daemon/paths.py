@@ -52,7 +52,9 @@ class Paths:
         return self.log_dir / "jobs"
 
     def job_log(self, job_id: int, attempt: int) -> Path:
-        return self.jobs_log_dir / str(job_id) / f"attempt-{attempt}.log"
+        # Flat: one file per attempt, no folder per job (a mkdir per job
+        # measurably slowed runs of many tiny jobs).
+        return self.jobs_log_dir / f"{job_id}.{attempt}.log"
 
     def as_dict(self) -> dict[str, str]:
         return {
@@ -72,8 +74,14 @@ def resolve(env: dict[str, str] | None = None) -> Paths:
         return Paths(h, h, h / "logs", h / "run", h)
     import platformdirs
 
+    import warnings
+
     data = Path(platformdirs.user_data_dir(APP, appauthor=False))
-    runtime = Path(platformdirs.user_runtime_dir(APP, appauthor=False))
+    with warnings.catch_warnings():
+        # Without XDG_RUNTIME_DIR platformdirs warns and guesses; we check
+        # the guess below and fall back to a private folder in data.
+        warnings.simplefilter("ignore")
+        runtime = Path(platformdirs.user_runtime_dir(APP, appauthor=False))
     if not _usable_parent(runtime):
         # e.g. no /run/user/$UID (no logind session): keep it private in data.
         runtime = data / "run"

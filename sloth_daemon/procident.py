@@ -19,13 +19,20 @@ import psutil
 CREATE_TIME_TOLERANCE_S = 1.0
 
 
+_BOOT_ID: str | None = None
+
+
 def boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        # macOS and others: the boot time identifies the boot well enough.
-        return f"boot@{psutil.boot_time():.0f}"
+    """This boot's id (cached: it cannot change while this process lives)."""
+    global _BOOT_ID
+    if _BOOT_ID is None:
+        try:
+            with open("/proc/sys/kernel/random/boot_id") as f:
+                _BOOT_ID = f.read().strip()
+        except OSError:
+            # macOS and others: the boot time identifies the boot well enough.
+            _BOOT_ID = f"boot@{psutil.boot_time():.0f}"
+    return _BOOT_ID
 
 
 def _linux_start_ticks(pid: int) -> int | None:

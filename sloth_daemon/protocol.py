@@ -100,7 +100,7 @@ def parse_request(line: bytes) -> Request:
     if req_id is not None and (isinstance(req_id, bool) or not isinstance(req_id, (int, str))):
         raise ProtocolError("id must be an integer or a string")
     v = msg.get("v")
-    if v != VERSION:
+    if type(v) is not int or v != VERSION:  # not True, not 1.0
         raise ProtocolError(
             f"protocol version {v!r} is not supported (this daemon speaks v{VERSION})",
             hint="Use a client of the same sloth version as the daemon (`sloth daemon status`).",

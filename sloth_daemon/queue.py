@@ -19,7 +19,7 @@ import secrets
 import sqlite3
 from json.encoder import encode_basestring_ascii as _encode_str
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Collection, Iterable, Sequence
 
 from . import db
 from .clock import Clock, SystemClock
@@ -183,7 +183,8 @@ class Queue:
 
     # ------------------------------------------------------------------- claim
     def claim(
-        self, worker: str, *, lease_s: float | None = None, lanes: Sequence[str] | None = None
+        self, worker: str, *, lease_s: float | None = None, lanes: Sequence[str] | None = None,
+        exclude_lanes: Collection[str] = (),
     ) -> Job | None:
         """Lease the most urgent due job to ``worker``, or return None.
 
@@ -194,15 +195,19 @@ class Queue:
         to ``failed`` instead (event ``lease_expired``) and the search goes on.
         The returned Job keeps the previous attempt's ``runner`` identity so a
         caller can make sure that process is gone before running it again.
+        ``exclude_lanes`` skips lanes (full or paused ones, for the daemon).
+
+        Not fsynced (see db.transaction): after a power cut the claimed
+        process is gone anyway, and the job simply runs again.
         """
         if lease_s is not None:  # refuse a bad lease even when nothing is due
             lease_s = _num(lease_s, "lease_s", None, lo=0.001)
         if lanes is not None and not lanes:
             return None
         now = self.clock.now()
-        with db.transaction(self._conn) as c:
+        with db.transaction(self._conn, durable=False) as c:
             while True:
-                cand = self._best_candidate(c, now, lanes)
+                cand = self._best_candidate(c, now, lanes, exclude_lanes)
                 if cand is None:
                     return None
                 row, expired = cand
@@ -227,9 +232,10 @@ class Queue:
                 self._event(c, row["id"], now, kind, attempt, msg)
                 return Job.from_row(out)
 
-    def _best_candidate(self, c: sqlite3.Connection, now: float, lanes: Sequence[str] | None):
-        q = self._best_queued(c, now, lanes)
-        e = self._best_expired(c, now, lanes)
+    def _best_candidate(self, c: sqlite3.Connection, now: float, lanes: Sequence[str] | None,
+                        exclude: Collection[str] = ()):
+        q = self._best_queued(c, now, lanes, exclude)
+        e = self._best_expired(c, now, lanes, exclude)
         if q is None and e is None:
             return None
         if e is None:
@@ -240,12 +246,13 @@ class Queue:
         ek = (-e["priority"], e["not_before"], e["id"])
         return (e, True) if ek <= qk else (q, False)
 
-    def _best_queued(self, c: sqlite3.Connection, now: float, lanes: Sequence[str] | None):
+    def _best_queued(self, c: sqlite3.Connection, now: float, lanes: Sequence[str] | None,
+                     exclude: Collection[str] = ()):
         """Loose index scan: for each lane, walk priorities high to low with
         index seeks and take the first due row. Cost is O(groups * log n), not
         O(rows skipped), so a million delayed high-priority rows cost nothing."""
         best = None
-        for lane in (self._lanes(c) if lanes is None else lanes):
+        for lane in self._pick_lanes(c, lanes, exclude):
             prio = c.execute(SQL_PRIO_MAX, (lane,)).fetchone()[0]
             while prio is not None:
                 if best is not None and prio < best["priority"]:
@@ -258,13 +265,17 @@ class Queue:
                 prio = c.execute(SQL_PRIO_BELOW, (lane, prio)).fetchone()[0]
         return best
 
-    def _best_expired(self, c: sqlite3.Connection, now: float, lanes: Sequence[str] | None):
+    def _best_expired(self, c: sqlite3.Connection, now: float, lanes: Sequence[str] | None,
+                      exclude: Collection[str] = ()):
         # Claimed rows are few (one per running job); the partial index on
         # lease_until finds the expired ones directly.
         rows = c.execute(SQL_EXPIRED, (now,)).fetchall()
-        if lanes is not None:
-            rows = [r for r in rows if r["lane"] in lanes]
+        rows = [r for r in rows if _lane_ok(r["lane"], lanes, exclude)]
         return min(rows, key=_urgency, default=None)
+
+    def _pick_lanes(self, c: sqlite3.Connection, lanes: Sequence[str] | None,
+                    exclude: Collection[str]) -> list[str]:
+        return [ln for ln in (self._lanes(c) if lanes is None else lanes) if ln not in exclude]
 
     @staticmethod
     def _lanes(c: sqlite3.Connection) -> list[str]:
@@ -284,14 +295,14 @@ class Queue:
         may still be renewed. Raises LeaseLost (stale token) or JobNotFound.
         """
         now = self.clock.now()
-        with db.transaction(self._conn) as c:
+        with db.transaction(self._conn, durable=False) as c:
             row = self._held(c, job_id, token)
             return self._extend(c, row, now, lease_s)
 
     def renew_after_resume(self, job_id: int, token: str, message: str) -> Job:
         """Heartbeat after the machine slept, and record a ``resumed`` event."""
         now = self.clock.now()
-        with db.transaction(self._conn) as c:
+        with db.transaction(self._conn, durable=False) as c:
             row = self._held(c, job_id, token)
             job = self._extend(c, row, now, None)
             self._event(c, job_id, now, "resumed", row["attempts"], message)
@@ -308,7 +319,7 @@ class Queue:
     def set_runner(self, job_id: int, token: str, runner: dict[str, Any]) -> Job:
         """Record the identity of the process running this attempt (event ``started``)."""
         now = self.clock.now()
-        with db.transaction(self._conn) as c:
+        with db.transaction(self._conn, durable=False) as c:
             row = self._held(c, job_id, token)
             out = c.execute(
                 "UPDATE jobs SET runner = ?, updated_at = ? WHERE id = ? RETURNING *",
@@ -461,17 +472,18 @@ class Queue:
         return [Job.from_row(r) for r in self._conn.execute(
             "SELECT * FROM jobs WHERE state = 'claimed' ORDER BY id")]
 
-    def next_due_at(self, lanes: Sequence[str] | None = None) -> float | None:
+    def next_due_at(self, lanes: Sequence[str] | None = None, *,
+                    exclude_lanes: Collection[str] = ()) -> float | None:
         """Earliest wall time at which ``claim`` could return something:
         the first queued ``not_before``, or just after the first lease expiry."""
         c = self._conn
         best: float | None = None
-        for lane in (self._lanes(c) if lanes is None else lanes):
+        for lane in self._pick_lanes(c, lanes, exclude_lanes):
             t = c.execute(SQL_FIRST_DUE_IN_LANE, (lane,)).fetchone()[0]
             if t is not None and (best is None or t < best):
                 best = t
         for r in c.execute(SQL_LEASES).fetchall():  # soonest lease first
-            if lanes is not None and r["lane"] not in lanes:
+            if not _lane_ok(r["lane"], lanes, exclude_lanes):
                 continue
             t = math.nextafter(r["lease_until"], math.inf)  # strict: expired only after
             if best is None or t < best:
@@ -600,6 +612,10 @@ def _json_strings(args: Sequence[str]) -> str:
     """json.dumps(list(args)) for a list of str, byte for byte, at a third of the
     cost (json.dumps builds a new encoder per call; it was 40% of enqueue)."""
     return "[" + ", ".join(map(_encode_str, args)) + "]"
+
+
+def _lane_ok(lane: str, lanes: Sequence[str] | None, exclude: Collection[str]) -> bool:
+    return (lanes is None or lane in lanes) and lane not in exclude
 
 
 def _urgency(row: sqlite3.Row) -> tuple:

@@ -54,9 +54,12 @@ class LogWriter:
     head only)."""
 
     def __init__(self, path: Path, cap: int) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self.f = open(path, "ab", buffering=0)
+        try:
+            self.f = open(path, "ab", buffering=0)
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.f = open(path, "ab", buffering=0)
         self.head_cap = cap // 2
         self.tail_cap = cap - self.head_cap
         self.head = self.f.tell()

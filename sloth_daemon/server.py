@@ -168,8 +168,14 @@ class Server:
         for j in jobs:
             if not isinstance(j, dict):
                 raise BadRequest("each job must be an object")
-            specs.append({**common, **j})
-        ids = self.d.queue.enqueue_many(specs)
+            spec = {**common, **j}
+            if not isinstance(spec.get("shell", False), bool):  # the queue would take any truthy value
+                raise BadRequest("shell must be true or false")
+            specs.append(spec)
+        try:
+            ids = self.d.queue.enqueue_many(specs)
+        except OverflowError:  # e.g. lease_s: 1e400 as a JSON integer; float() cannot hold it
+            raise BadRequest("a number in the job is too large") from None
         self.d.worker.wake()
         return {"ids": ids}
 
@@ -213,12 +219,16 @@ class Server:
 
     def op_prune(self, a: dict[str, Any]) -> dict[str, Any]:
         older = a.get("older_than_s", self.d.settings.retention_s)
-        if isinstance(older, bool) or not isinstance(older, (int, float)) or older < 0:
+        if (isinstance(older, bool) or not isinstance(older, (int, float))
+                or not 0 <= older < 1e15):  # also NaN, inf and ints too big for a float
             raise BadRequest("older_than_s must be a non-negative number of seconds")
         return {"pruned": self.d.worker.prune(float(older))}
 
     def op_logs(self, a: dict[str, Any]) -> dict[str, Any]:
         job = self.d.queue.get(_job_id(a.get("id")))
+        mb = a.get("max_bytes")  # reserved: accepted, checked, not used yet
+        if mb is not None and (isinstance(mb, bool) or not isinstance(mb, int) or mb < 1):
+            raise BadRequest("max_bytes must be a whole number >= 1")
         attempt = _attempt(job, a.get("attempt"))
         return {"id": job.id, "attempt": attempt, "attempts": job.attempts,
                 "path": str(self.d.paths.job_log(job.id, attempt))}
@@ -249,7 +259,9 @@ class Server:
 
     async def op_subscribe(self, a: dict[str, Any], emit: Callable[[dict[str, Any]], Awaitable[None]]) -> Any:
         ids = a.get("ids")
-        wanted = None if ids is None else {_job_id(i) for i in ids}
+        if ids is not None and (not isinstance(ids, list) or not ids):
+            raise BadRequest("ids must be a non-empty list of job ids (or absent, for all jobs)")
+        wanted = None if ids is None else {self.d.queue.get(_job_id(i)).id for i in ids}
         q = self._subscribe(lambda job: wanted is None or job.id in wanted)
         try:
             while (item := await q.get()) is not None:
@@ -260,6 +272,8 @@ class Server:
 
     async def op_follow(self, a: dict[str, Any], emit: Callable[[dict[str, Any]], Awaitable[None]]) -> Any:
         job = self.d.queue.get(_job_id(a.get("id")))
+        if a.get("attempt") is None and not job.state.finished:
+            job = await self._until_started(job.id)  # `sloth add ... && sloth logs -f ID`
         attempt = _attempt(job, a.get("attempt"), allow_none=True)
         q: asyncio.Queue[bytes | None] = asyncio.Queue(MAX_STREAM_BACKLOG)
         run = self.d.worker.running.get(job.id)
@@ -282,6 +296,20 @@ class Server:
             if live:
                 run.followers.discard(feed)
         return {"job": self.d.queue.get(job.id).to_dict()}
+
+    async def _until_started(self, jid: int) -> Job:
+        """Wait until job ``jid`` has a live process or has finished; return it."""
+        q = self._subscribe(lambda job: job.id == jid)  # before the check: no change missed
+        try:
+            while True:
+                job = self.d.queue.get(jid)
+                run = self.d.worker.running.get(jid)
+                if job.state.finished or (run is not None and run.proc is not None):
+                    return job
+                if await q.get() is None:
+                    raise SlothError("the daemon is stopping", hint="Follow the job again after it restarts.")
+        finally:
+            self._unsubscribe(q)
 
     async def _send_file(self, path: Path, emit: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         try:
@@ -314,7 +342,7 @@ class Server:
 def _job_id(v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise BadRequest(f"job id must be a whole number, got {v!r}")
-    if v < 1:
+    if not 1 <= v < 2**63:  # SQLite integers are 64-bit
         raise JobNotFound(v)
     return v
 

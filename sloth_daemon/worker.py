@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import socket
 import time
 from dataclasses import dataclass, field
@@ -77,6 +76,7 @@ class Worker:
         self._next_check = time.monotonic()
         self._next_prune = time.monotonic() + 60
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._next_due: float | None = None  # from the last claim_due()
         self.extra_timers: list[Callable[[], float | None]] = []  # mono deadlines
 
     # ------------------------------------------------------------- control
@@ -148,11 +148,8 @@ class Worker:
         for run in self.running.values():
             if run.proc is not None:
                 deadlines.append(self._hb_due_at(run) - now)
-        free = self.free_lanes()
-        if free:
-            due = self.queue.next_due_at(free)
-            if due is not None:
-                deadlines.append(due - now)
+        if self.may_claim() and self._next_due is not None:
+            deadlines.append(self._next_due - now)
         for fn in self.extra_timers:
             d = fn()
             if d is not None:
@@ -208,23 +205,27 @@ class Worker:
     def lane_running(self, lane: str) -> int:
         return sum(1 for r in self.running.values() if r.job.lane == lane)
 
-    def free_lanes(self) -> list[str]:
-        if self.paused_all or self.stopping:
-            return []
-        lanes = set(self.queue.lanes()) | set(self.settings.lanes)
-        return sorted(
-            ln for ln in lanes
-            if ln not in self.paused_lanes and self.lane_running(ln) < self.settings.concurrency(ln)
-        )
+    def may_claim(self) -> bool:
+        return not (self.paused_all or self.stopping)
+
+    def blocked_lanes(self) -> set[str]:
+        """Lanes we must not claim from: paused, or all their slots busy."""
+        busy = {r.job.lane for r in self.running.values()}
+        return set(self.paused_lanes) | {
+            ln for ln in busy if self.lane_running(ln) >= self.settings.concurrency(ln)}
 
     def claim_due(self) -> None:
-        while True:
-            free = self.free_lanes()
-            if not free:
+        self._next_due = None
+        while self.may_claim():
+            # A read-only look first: an empty claim would still cost a write
+            # transaction, and this answer is also when to wake up next.
+            blocked = self.blocked_lanes()
+            self._next_due = self.queue.next_due_at(exclude_lanes=blocked)
+            if self._next_due is None or self._next_due > self.queue.clock.now():
                 return
-            job = self.queue.claim(self.name, lanes=free)
+            job = self.queue.claim(self.name, exclude_lanes=blocked)
             if job is None:
-                return
+                return  # another process took it
             self.on_change(job)
             run = Running(job, job.token or "", job.attempts,
                           str(self.paths.job_log(job.id, job.attempts)))
@@ -349,13 +350,20 @@ class Worker:
         root = self.paths.jobs_log_dir
         if not root.is_dir():
             return
-        for d in root.iterdir():
-            if not d.name.isdigit():
+        exists: dict[int, bool] = {}
+        for f in root.iterdir():
+            head = f.name.split(".", 1)[0]
+            if not head.isdigit():
                 continue
-            try:
-                self.queue.get(int(d.name))
-            except JobNotFound:
-                shutil.rmtree(d, ignore_errors=True)
+            jid = int(head)
+            if jid not in exists:
+                try:
+                    self.queue.get(jid)
+                    exists[jid] = True
+                except JobNotFound:
+                    exists[jid] = False
+            if not exists[jid]:
+                f.unlink(missing_ok=True)
 
     def status(self) -> dict[str, Any]:
         lanes = set(self.settings.lanes) | set(self.queue.lanes()) | {r.job.lane for r in self.running.values()}
