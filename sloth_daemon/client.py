@@ -81,7 +81,7 @@ class Client:
             if not chunk:
                 return None
             self._buf += chunk
-            if len(self._buf) > protocol.MAX_FRAME + 1 and b"\n" not in self._buf:
+            if len(self._buf) > protocol.MAX_RESPONSE and b"\n" not in self._buf:
                 raise ProtocolError("daemon sent an over-size frame")
         line, _, self._buf = self._buf.partition(b"\n")
         return line

@@ -181,6 +181,7 @@ def main() -> int:
         stream=sys.stderr,
     )
     paths = resolve()
+    check_socket_path(paths.socket)  # fail before creating anything
     lock = InstanceLock(paths)  # first: before the socket or the db is touched
     try:
         settings = config.load(paths.config_file)
@@ -189,8 +190,7 @@ def main() -> int:
         if n:
             log.info("re-issuing %d job(s) left running by a previous daemon", n)
         return asyncio.run(d.run())
-    except SlothError as e:
-        log.error("%s%s", e.message, f" ({e.hint})" if e.hint else "")
-        raise
+    except SlothError:
+        raise  # the CLI prints it once, with its hint
     finally:
         lock.release()

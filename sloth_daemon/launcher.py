@@ -9,7 +9,7 @@ import time
 
 from .client import Client
 from .errors import DaemonNotRunning, SlothError
-from .paths import Paths, ensure_private_dir
+from .paths import Paths, check_socket_path, ensure_private_dir
 
 
 def start_background(paths: Paths, *, timeout_s: float = 10.0) -> int:
@@ -19,6 +19,7 @@ def start_background(paths: Paths, *, timeout_s: float = 10.0) -> int:
     manager to start it (so the daemon lives in its unit, with its restart
     policy and cgroup); otherwise spawn ``sloth daemon run`` detached from
     this terminal. Raises SlothError with the daemon's last words."""
+    check_socket_path(paths.socket)  # say so now, not via the daemon's log
     if _start_via_service(paths):
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -80,7 +81,7 @@ def _tail(p: os.PathLike[str], n: int = 2000) -> str:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - n))
             lines = f.read().decode("utf-8", "replace").strip().splitlines()
-        errs = [ln for ln in lines if " ERROR " in ln or "Error" in ln]
+        errs = [ln for ln in lines if " ERROR " in ln or "Error" in ln or "error:" in ln]
         return (errs or lines or ["(no output)"])[-1]
     except OSError:
         return "(no log)"
@@ -95,8 +96,21 @@ def wait_gone(pid: int, timeout_s: float) -> bool:
             return True
         except PermissionError:
             return False
+        if _zombie(pid):  # it has exited; only its parent has yet to reap it
+            return True
         time.sleep(0.05)
     return False
+
+
+def _zombie(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False
 
 
 def _start_via_service(paths: Paths) -> bool:

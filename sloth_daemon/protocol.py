@@ -1,8 +1,10 @@
 """The wire contract between the daemon and its clients.
 
-Newline-delimited JSON over a Unix stream socket, one object per line, each
-line at most ``MAX_FRAME`` bytes. Every message carries ``v`` (the protocol
-version).
+Newline-delimited JSON over a Unix stream socket, one object per line. A
+request line is at most ``MAX_FRAME`` bytes (the daemon reads untrusted input);
+a line from the daemon at most ``MAX_RESPONSE`` (a listing of 100,000 jobs, or
+a 256 KiB log chunk of binary output escaped to 6 bytes a byte, outgrows 1 MiB).
+Every message carries ``v`` (the protocol version).
 
 Request:   {"v": 1, "id": 7, "op": "add", "args": {...}}
 Response:  {"v": 1, "id": 7, "ok": true, "result": {...}}
@@ -24,7 +26,8 @@ from typing import Any
 from .errors import ProtocolError, SlothError
 
 VERSION = 1
-MAX_FRAME = 1 << 20  # 1 MiB per line, both directions
+MAX_FRAME = 1 << 20  # 1 MiB per request line
+MAX_RESPONSE = 64 << 20  # per line from the daemon
 
 # op -> (required args, optional args). Types are checked by the handlers;
 # this table is the documentation of record and rejects unknown names early.
@@ -55,11 +58,14 @@ class Request:
     args: dict[str, Any]
 
 
-def encode(msg: dict[str, Any]) -> bytes:
-    data = json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
-    if len(data) > MAX_FRAME:
+def encode(msg: dict[str, Any], limit: int = MAX_FRAME) -> bytes:
+    try:
+        data = json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
+    except UnicodeEncodeError:  # lone surrogates (log bytes that are not UTF-8): \u-escape them
+        data = json.dumps(msg, separators=(",", ":")).encode("ascii") + b"\n"
+    if len(data) > limit:
         raise ProtocolError(
-            f"message of {len(data)} bytes is over the {MAX_FRAME}-byte frame limit",
+            f"message of {len(data)} bytes is over the {limit}-byte frame limit",
             hint="Send fewer jobs per request (the CLI splits --stdin batches itself).",
         )
     return data

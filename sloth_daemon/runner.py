@@ -81,6 +81,14 @@ class LogWriter:
                 del self.tail[:over]
                 self.cut += over
 
+    def snapshot(self) -> bytes:
+        """Everything written so far, as the finished log will show it."""
+        with open(self.path, "rb") as f:
+            data = f.read(self.head)
+        if self.cut:
+            data += f"\n[sloth] ... {self.cut} bytes cut here so far ...\n".encode()
+        return data + bytes(self.tail)
+
     def note(self, text: str) -> None:
         self.write(f"\n[sloth] {text}\n".encode())
 

@@ -135,9 +135,11 @@ class Server:
 
     async def _send(self, writer: asyncio.StreamWriter, msg: dict[str, Any]) -> bool:
         try:
-            data = protocol.encode(msg)
+            data = protocol.encode(msg, protocol.MAX_RESPONSE)
         except ProtocolError as e:
-            data = protocol.encode(protocol.error(msg.get("id"), e))
+            data = protocol.encode(protocol.error(msg.get("id"), ProtocolError(
+                f"the answer is too large to send ({e.message})",
+                hint="Ask for less, e.g. `sloth ls --limit 1000` or a --state/--lane filter.")))
         try:
             writer.write(data)
             await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT_S)
@@ -284,10 +286,16 @@ class Server:
                 q.put_nowait(data)
             except asyncio.QueueFull:
                 pass  # a client too slow to keep up misses some live output
-        if live:
-            run.followers.add(feed)  # before reading the file: nothing is missed
         try:
-            if attempt is not None:
+            if live:
+                # Snapshot and subscribe with no await in between: every byte
+                # is sent exactly once, from the snapshot or live.
+                past = run.proc.log.snapshot()
+                run.followers.add(feed)
+                for i in range(0, len(past), 256 * 1024):
+                    chunk = past[i:i + 256 * 1024]
+                    await emit({"kind": "log", "data": chunk.decode("utf-8", "surrogateescape")})
+            elif attempt is not None:
                 await self._send_file(self.d.paths.job_log(job.id, attempt), emit)
             if live:
                 while (data := await q.get()) is not None:

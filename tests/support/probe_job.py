@@ -4,6 +4,8 @@ Run as a sloth job: ``python probe_job.py DIR [--hold S] [--hold-first S] [--fai
 On start it takes a non-blocking flock on DIR/<job>.lock (a collision is
 appended to DIR/collisions), appends "job attempt token pid start" to
 DIR/starts, holds for a while (``--hold-first`` on its first start only), then exits (failing while attempt < N).
+On the way out it appends "job attempt token pid end" to DIR/ends (success) or
+DIR/fails (a deliberate failure), so run intervals can be checked for overlap.
 """
 
 import fcntl
@@ -35,11 +37,10 @@ def main() -> int:
         f.flush()
     hold = float(args.get("--hold-first", args.get("--hold", "0"))) if first else float(args.get("--hold", "0"))
     time.sleep(hold)
-    if attempt < int(args.get("--fail-until", "0")):
-        return int(args.get("--exit-code", "1"))
-    with open(os.path.join(d, "ends"), "a") as f:
-        f.write(f"{job} {attempt} {token} {os.getpid()}\n")
-    return 0
+    failing = attempt < int(args.get("--fail-until", "0"))
+    with open(os.path.join(d, "fails" if failing else "ends"), "a") as f:
+        f.write(f"{job} {attempt} {token} {os.getpid()} {time.time():.3f}\n")
+    return int(args.get("--exit-code", "1")) if failing else 0
 
 
 if __name__ == "__main__":

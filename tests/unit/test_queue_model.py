@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from sloth_daemon.clock import ManualClock
 from sloth_daemon.errors import IllegalTransition, LeaseLost
@@ -84,16 +84,28 @@ class QueueMachine(RuleBasedStateMachine):
         return ((j.state == "queued" and j.not_before <= now)
                 or (j.state == "claimed" and j.lease_until < now))
 
-    def _model_next_due(self) -> float | None:
-        times = [j.not_before for j in self.jobs.values() if j.state == "queued"]
-        times += [math.nextafter(j.lease_until, math.inf)
-                  for j in self.jobs.values() if j.state == "claimed"]
+    def _model_next_due(self, lanes=None, exclude=()) -> float | None:
+        mine = [j for j in self.jobs.values()
+                if (lanes is None or j.lane in lanes) and j.lane not in exclude]
+        times = [j.not_before for j in mine if j.state == "queued"]
+        times += [math.nextafter(j.lease_until, math.inf) for j in mine if j.state == "claimed"]
         return min(times, default=None)
 
     # ------------------------------------------------------------ rules
-    @rule(priority=st.integers(0, 2), delay=st.sampled_from([None, 0.0, 3.0, 10.0, 50.0]),
-          max_attempts=st.integers(1, 3), key=st.sampled_from([None, None, "k1", "k2"]),
-          lane=st.sampled_from(LANES), lease_s=st.sampled_from([None, 5.0]))
+    JOB = dict(priority=st.integers(0, 2), delay=st.sampled_from([None, 0.0, 3.0, 10.0, 50.0]),
+               max_attempts=st.integers(1, 3), key=st.sampled_from([None, None, "k1", "k2"]),
+               lane=st.sampled_from(LANES), lease_s=st.sampled_from([None, 5.0]))
+
+    @initialize(jobs=st.lists(st.fixed_dictionaries(JOB), min_size=1, max_size=6),
+                claims=st.integers(0, 3))
+    def start(self, jobs, claims):
+        """Most runs start with a few jobs, some of them leased."""
+        for j in jobs:
+            self.enqueue(**j)
+        for _ in range(claims):
+            self.claim(None, ())
+
+    @rule(**JOB)
     def enqueue(self, priority, delay, max_attempts, key, lane, lease_s):
         now = self.clock.now()
         dup = next((j for j in self.jobs.values() if key and j.key == key and j.active), None)
@@ -109,13 +121,15 @@ class QueueMachine(RuleBasedStateMachine):
                               now if delay is None else now + delay)
         self.issued[jid] = []
 
-    @rule(lanes=st.sampled_from([None, ["a"], ["b"], ["b", "a"], []]))
-    def claim(self, lanes):
+    @rule(lanes=st.sampled_from([None, ["a"], ["b"], ["b", "a"], []]),
+          exclude=st.sampled_from([(), (), ("a",), ("b",)]))
+    def claim(self, lanes, exclude):
         now = self.clock.now()
         expect = None
         while lanes is None or lanes:
             cands = [j for j in self.jobs.values()
-                     if (lanes is None or j.lane in lanes) and self._due(j, now)]
+                     if (lanes is None or j.lane in lanes) and j.lane not in exclude
+                     and self._due(j, now)]
             if not cands:
                 break
             best = min(cands, key=MJob.urgency)
@@ -125,7 +139,7 @@ class QueueMachine(RuleBasedStateMachine):
                 continue
             expect = best
             break
-        job = self.q.claim("w", lanes=lanes)
+        job = self.q.claim("w", lanes=lanes, exclude_lanes=exclude)
         if expect is None:
             assert job is None, f"claimed {job} but nothing was due"
             return
@@ -139,6 +153,11 @@ class QueueMachine(RuleBasedStateMachine):
         expect.state, expect.attempts = "claimed", job.attempts
         expect.token, expect.lease_until = job.token, job.lease_until
         self.issued[job.id].append(job.token)
+
+    @rule()
+    def claim_any(self):
+        """The daemon's claim (all lanes); a second rule so claims come often."""
+        self.claim(None, ())
 
     @precondition(lambda self: self._has("claimed"))
     @rule(n=st.integers(0, 1000), lease_s=st.sampled_from([None, 2.0]))
@@ -216,9 +235,22 @@ class QueueMachine(RuleBasedStateMachine):
         self.q.retry(j.id)
         j.state, j.attempts, j.not_before = "queued", 0, self.clock.now()
 
+    @rule(lanes=st.sampled_from([None, ["a"], ["b"], []]), exclude=st.sampled_from([(), ("a",)]))
+    def next_due_in_lanes(self, lanes, exclude):
+        got = self.q.next_due_at(lanes, exclude_lanes=exclude)
+        assert got == self._model_next_due(lanes, exclude)
+
     @rule(dt=st.sampled_from([0.5, 1.0, 2.0, 5.0, 10.0, 60.0]))
     def advance(self, dt):
         self.clock.advance(dt)
+
+    @precondition(lambda self: self._has("claimed"))
+    @rule(n=st.integers(0, 1000))
+    def jump_to_lease_end(self, n):
+        """Exactly at lease_until the lease still holds (expiry is strict)."""
+        j = self._pick(n, "claimed")
+        if j.lease_until > self.clock.now():
+            self.clock.set(j.lease_until)
 
     @rule()
     def jump_to_next_due(self):
@@ -260,7 +292,7 @@ class QueueMachine(RuleBasedStateMachine):
 
 
 QueueMachine.TestCase.settings = settings(
-    max_examples=50, stateful_step_count=30, deadline=None,
+    max_examples=100, stateful_step_count=60, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestQueueModel = QueueMachine.TestCase

@@ -1,0 +1,91 @@
+"""Durations read like 30s, 5m, 2h, 1h30m; a bare number is seconds; bad ones say how to fix."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import pytest
+
+from sloth_daemon.durations import format_duration, parse_at, parse_duration, relative
+from sloth_daemon.errors import EXIT_USAGE, BadRequest
+
+
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        ("30s", 30), ("5m", 300), ("2h", 7200), ("1h30m", 5400), ("90", 90), ("1d", 86400),
+        ("1w", 604800), ("250ms", 0.25), ("1.5h", 5400), ("0", 0), ("0s", 0), (" 2m ", 120),
+        ("1H", 3600), ("1h 30m", 5400), ("1d12h", 129600), ("0.5", 0.5), (90, 90), (2.5, 2.5),
+    ],
+)
+def test_parses(text, seconds):
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "   ", "5x", "m", "s5", "1h30", "h1", "-5s", "-5", "1.2.3s", "5 minutes", "1e3", "nan",
+     "inf", "30s!", "1h-30m", "0x10", "½h", True, False, -1, float("nan"), float("inf")],
+)
+def test_rejects_with_a_hint(text):
+    with pytest.raises(BadRequest) as ei:
+        parse_duration(text, what="--delay")
+    e = ei.value
+    assert e.exit_code == EXIT_USAGE
+    assert "--delay" in e.message and "\n" not in e.message
+    assert e.hint
+
+
+def test_unparsable_text_hint_lists_units():
+    with pytest.raises(BadRequest) as ei:
+        parse_duration("5x")
+    assert "30s" in ei.value.hint and "5m" in ei.value.hint
+
+
+@pytest.mark.parametrize(
+    "seconds, text",
+    [(0.25, "250ms"), (5, "5s"), (1.5, "1.5s"), (42, "42s"), (300, "5m"), (330, "5m30s"),
+     (3600, "1h"), (5400, "1h30m"), (86400, "1d"), (129600, "1d12h"), (-300, "5m")],
+)
+def test_format(seconds, text):
+    assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize("text", ["30s", "5m", "2h", "1h30m", "1d12h", "45s"])
+def test_format_round_trips_through_parse(text):
+    assert format_duration(parse_duration(text)) == text
+
+
+def test_relative_future_past_and_now():
+    now = 1_000_000.0
+    assert relative(now + 300, now) == "in 5m"
+    assert relative(now - 3 * 3600, now) == "3h ago"
+    assert relative(now + 0.4, now) == "now"
+    assert relative(None, now) == "-"
+
+
+def test_parse_at_hh_mm_is_today_or_tomorrow():
+    now = dt.datetime(2026, 3, 10, 12, 0).timestamp()
+    later = parse_at("13:30", now)
+    assert dt.datetime.fromtimestamp(later) == dt.datetime(2026, 3, 10, 13, 30)
+    earlier = parse_at("11:00", now)
+    assert dt.datetime.fromtimestamp(earlier) == dt.datetime(2026, 3, 11, 11, 0)
+
+
+def test_parse_at_iso_with_and_without_offset():
+    assert parse_at("2026-12-01T09:30") == dt.datetime(2026, 12, 1, 9, 30).timestamp()
+    assert parse_at("2026-12-01T09:30:00+00:00") == dt.datetime(
+        2026, 12, 1, 9, 30, tzinfo=dt.timezone.utc).timestamp()
+
+
+@pytest.mark.parametrize("text", ["25:00", "tomorrow", "12:61", "2026-13-01", ""])
+def test_parse_at_rejects(text):
+    with pytest.raises(BadRequest) as ei:
+        parse_at(text)
+    assert "HH:MM" in ei.value.hint
+
+
+def test_results_are_finite_floats():
+    v = parse_duration("10")
+    assert isinstance(v, float) and math.isfinite(v)

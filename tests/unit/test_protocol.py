@@ -1,0 +1,161 @@
+"""The wire contract: framing, the size cap, and parse errors fit to send back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sloth_daemon import protocol
+from sloth_daemon.errors import (
+    EXIT_NOT_FOUND, BadRequest, DaemonNotRunning, JobNotFound, ProtocolError, SlothError, from_dict,
+)
+
+
+def frame(**msg) -> bytes:
+    return json.dumps(msg).encode()
+
+
+def test_encode_is_one_compact_line_with_version():
+    data = protocol.encode(protocol.request(7, "add", jobs=[{"command": ["echo", "é\n"]}]))
+    assert data.endswith(b"\n") and data.count(b"\n") == 1  # the newline in the arg is escaped
+    msg = json.loads(data)
+    assert msg == {"v": protocol.VERSION, "id": 7, "op": "add", "args": {"jobs": [{"command": ["echo", "é\n"]}]}}
+    assert "é".encode() in data  # not \u-escaped: cheaper for non-ASCII paths
+
+
+def test_encode_size_cap_is_inclusive_of_the_newline():
+    overhead = len(protocol.encode({"x": ""}))
+    fits = protocol.encode({"x": "a" * (protocol.MAX_FRAME - overhead)})
+    assert len(fits) == protocol.MAX_FRAME
+    with pytest.raises(ProtocolError) as ei:
+        protocol.encode({"x": "a" * (protocol.MAX_FRAME - overhead + 1)})
+    assert "frame limit" in ei.value.message and ei.value.hint
+
+
+def test_round_trip_request():
+    req = protocol.parse_request(protocol.encode(protocol.request("abc", "show", id=3))[:-1])
+    assert (req.id, req.op, req.args) == ("abc", "show", {"id": 3})
+
+
+def test_args_may_be_omitted():
+    assert protocol.parse_request(frame(v=1, id=1, op="ping")).args == {}
+
+
+def test_every_op_in_the_table_parses_with_its_required_args():
+    for op, (required, _optional) in protocol.OPS.items():
+        req = protocol.parse_request(frame(v=1, id=1, op=op, args={k: 1 for k in required}))
+        assert req.op == op
+
+
+@pytest.mark.parametrize(
+    "line, words",
+    [
+        (b"\xff\xfe", "UTF-8"),
+        (b"{not json", "not valid JSON"),
+        (b"", "not valid JSON"),
+        (b"[1,2]", "JSON object"),
+        (b"42", "JSON object"),
+        (b'"str"', "JSON object"),
+        (b"null", "JSON object"),
+        (b"[" * 100_000 + b"]" * 100_000, "JSON"),  # deep nesting: RecursionError, not a crash
+        (frame(v=2, id=1, op="ping"), "version 2"),
+        (frame(id=1, op="ping"), "version None"),
+        (frame(v="1", id=1, op="ping"), "version '1'"),
+        (frame(v=True, id=1, op="ping"), "version True"),  # True == 1 in Python, not on the wire
+        (frame(v=1.0, id=1, op="ping"), "version 1.0"),
+        (frame(v=1, id=1, op="explode"), "unknown op 'explode'"),
+        (frame(v=1, id=1, op=5), "unknown op 5"),
+        (frame(v=1, id=1), "unknown op None"),
+        (frame(v=1, id=[1], op="ping"), "id must be"),
+        (frame(v=1, id=True, op="ping"), "id must be"),
+        (frame(v=1, id=1.5, op="ping"), "id must be"),
+        (frame(v=1, id=1, op="ping", args=[]), "args must be"),
+        (frame(v=1, id=1, op="ping", args="x"), "args must be"),
+        (frame(v=1, id=1, op="show", args={}), "needs argument(s): id"),
+        (frame(v=1, id=1, op="ping", args={"x": 1}), "does not take argument(s): x"),
+        (frame(v=1, id=1, op="shutdown", args={"now": True}), "does not take"),
+    ],
+)
+def test_parse_errors(line, words):
+    with pytest.raises(ProtocolError) as ei:
+        protocol.parse_request(line)
+    assert words in ei.value.message
+    assert "\n" not in ei.value.message and len(ei.value.message) < 300
+    assert ei.value.hint
+
+
+def test_unknown_op_hint_lists_the_known_ones():
+    with pytest.raises(ProtocolError) as ei:
+        protocol.parse_request(frame(v=1, id=1, op="nope"))
+    assert "add" in ei.value.hint and "ping" in ei.value.hint
+
+
+def test_error_response_round_trips_to_a_typed_error():
+    for err in (JobNotFound(5), BadRequest("bad"), DaemonNotRunning("gone"), ProtocolError("p")):
+        wire = protocol.decode_response(protocol.encode(protocol.error(1, err))[:-1])
+        assert wire["ok"] is False
+        back = from_dict(wire["error"])
+        assert type(back) is type(err)
+        assert (back.code, back.message, back.hint, back.exit_code) == (
+            err.code, err.message, err.hint, err.exit_code)
+    assert from_dict({"code": "not_found", "message": "m"}).exit_code == EXIT_NOT_FOUND
+
+
+def test_unknown_error_code_stays_a_sloth_error_with_its_code():
+    e = from_dict({"code": "permission_denied", "message": "no", "hint": "h"})
+    assert isinstance(e, SlothError) and e.code == "permission_denied" and e.hint == "h"
+
+
+def test_decode_response_rejects_garbage_and_other_versions():
+    with pytest.raises(ProtocolError):
+        protocol.decode_response(b"\xff")
+    with pytest.raises(ProtocolError):
+        protocol.decode_response(b"{")
+    with pytest.raises(ProtocolError) as ei:
+        protocol.decode_response(b'{"v": 99, "id": 1, "ok": true}')
+    assert "sloth daemon stop" in ei.value.hint
+    with pytest.raises(ProtocolError):
+        protocol.decode_response(b"[]")
+
+
+def test_events_and_ok_carry_the_version_and_id():
+    assert protocol.event(3, {"kind": "log"}) == {"v": 1, "id": 3, "event": {"kind": "log"}}
+    assert protocol.ok(3, {"a": 1}) == {"v": 1, "id": 3, "ok": True, "result": {"a": 1}}
+
+
+def test_undecodable_bytes_survive_a_round_trip():
+    # Log output is bytes; the daemon sends it as str decoded with surrogateescape.
+    raw = bytes(range(256))
+    msg = protocol.event(1, {"kind": "log", "data": raw.decode("utf-8", "surrogateescape")})
+    line = protocol.encode(msg, protocol.MAX_RESPONSE)
+    back = protocol.decode_response(line[:-1])["event"]["data"]
+    assert back.encode("utf-8", "surrogateescape") == raw
+
+
+def test_responses_may_be_larger_than_requests():
+    big = {"x": "a" * (protocol.MAX_FRAME + 10)}
+    with pytest.raises(ProtocolError):
+        protocol.encode(big)
+    assert len(protocol.encode(big, protocol.MAX_RESPONSE)) > protocol.MAX_FRAME
+
+
+def test_cli_batches_of_many_jobs_each_fit_in_a_frame():
+    import random
+
+    from sloth_daemon.cli import _batches, _job_size
+
+    rng = random.Random(7)
+    alphabet = ["a", "é", "\n", '"', "\\", "😀", "\x01", "\udcff", " "]
+    jobs = []
+    for i in range(3000):
+        line = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 800)))
+        jobs.append({"command": ["/bin/sh", "-c", line], "shell": True, **({"key": f"k{i}é"} if i % 7 == 0 else {})})
+    for j in jobs[:500]:  # the estimate never undercounts
+        real = protocol.encode({"j": j}, protocol.MAX_RESPONSE)
+        assert _job_size(j) >= len(real) - len(b'{"j":}\n')
+    common = {"env": {"HOME": "/home/é" * 100}, "cwd": "/tmp"}
+    batches = list(_batches(jobs, common))
+    assert len(batches) > 1 and [j for b in batches for j in b] == jobs
+    for b in batches:
+        assert len(protocol.encode(protocol.request(1, "add", jobs=b, common=common))) <= protocol.MAX_FRAME
