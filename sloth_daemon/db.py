@@ -77,6 +77,17 @@ MIGRATIONS: list[str] = [
     UPDATE jobs SET finished_at = updated_at WHERE state IN ('done', 'failed', 'cancelled');
     CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);  -- e.g. paused lanes
     """,
+    # 2 -> 3: each distinct job environment stored once. `sloth add` captures
+    # the caller's environment (~2 KB); a batch of 50,000 jobs shares one.
+    """
+    CREATE TABLE envs (
+        id   INTEGER PRIMARY KEY,
+        hash TEXT    NOT NULL UNIQUE,   -- sha256 of data
+        data TEXT    NOT NULL           -- JSON object
+    );
+    ALTER TABLE jobs ADD COLUMN env_id INTEGER REFERENCES envs(id);
+    CREATE INDEX jobs_env ON jobs(env_id) WHERE env_id IS NOT NULL;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -57,6 +57,7 @@ class Job:
     @classmethod
     def from_row(cls, row: Any) -> "Job":
         d = dict(row)
+        d.pop("env_id", None)  # the queue resolves it (see Queue._job)
         d["command"] = json.loads(d["command"])
         d["env"] = json.loads(d["env"]) if d["env"] else None
         d["runner"] = json.loads(d["runner"]) if d["runner"] else None

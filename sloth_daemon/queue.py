@@ -12,6 +12,8 @@ groups with index seeks instead of scanning rows (see ``_best_queued``).
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -57,7 +59,7 @@ SQL_FIRST_DUE_IN_LANE = (
     "SELECT min(not_before) FROM jobs INDEXED BY jobs_due WHERE state = 'queued' AND lane = ?"
 )
 SQL_LEASES = (
-    "SELECT lane, lease_until FROM jobs INDEXED BY jobs_lease WHERE state = 'claimed'"
+    "SELECT id, lane, lease_until FROM jobs INDEXED BY jobs_lease WHERE state = 'claimed'"
     " AND lease_until IS NOT NULL ORDER BY lease_until"
 )
 # The literal IN list must match jobs_active_key's WHERE for the partial index
@@ -68,7 +70,7 @@ SQL_ACTIVE_KEY = (
 )
 SQL_INSERT = (
     "INSERT INTO jobs (command, state, lane, priority, max_attempts, lease_s,"
-    " timeout_s, not_before, key, cwd, env, label, shell, created_at, updated_at)"
+    " timeout_s, not_before, key, cwd, env_id, label, shell, created_at, updated_at)"
     " VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
@@ -91,6 +93,7 @@ class Queue:
         self.max_attempts = int(max_attempts)
         self.backoff_cap_s = float(backoff_cap_s)
         self._conn = db.connect(self.path)
+        self._envs: dict[int, dict[str, str]] = {}  # env_id -> env, decoded once
         self._conn.row_factory = sqlite3.Row
 
     # ----------------------------------------------------------------- enqueue
@@ -133,6 +136,13 @@ class Queue:
         ids: list[int] = []
         run: list[tuple] = []  # consecutive rows without a key, inserted by one executemany
         with db.transaction(self._conn) as c:
+            env_ids: dict[str, int] = {}
+            for r in rows:
+                text = r["env"]
+                if text is not None:
+                    if text not in env_ids:
+                        env_ids[text] = _put_env(c, text)
+                    r["env"] = env_ids[text]
             for r in rows:
                 if r["key"] is None:
                     run.append(_values(r, now))
@@ -178,7 +188,7 @@ class Queue:
     # ------------------------------------------------------------------- claim
     def claim(
         self, worker: str, *, lease_s: float | None = None, lanes: Sequence[str] | None = None,
-        exclude_lanes: Collection[str] = (),
+        exclude_lanes: Collection[str] = (), exclude_ids: Collection[int] = (),
     ) -> Job | None:
         """Lease the most urgent due job to ``worker``, or return None.
 
@@ -189,7 +199,9 @@ class Queue:
         to ``failed`` instead (event ``lease_expired``) and the search goes on.
         The returned Job keeps the previous attempt's ``runner`` identity so a
         caller can make sure that process is gone before running it again.
-        ``exclude_lanes`` skips lanes (full or paused ones, for the daemon).
+        ``exclude_lanes`` skips lanes (full or paused ones, for the daemon);
+        ``exclude_ids`` never re-issues these jobs' expired leases (the
+        daemon's own running jobs: after a stall it renews them instead).
 
         Not fsynced (see db.transaction): after a power cut the claimed
         process is gone anyway, and the job simply runs again.
@@ -201,7 +213,7 @@ class Queue:
         now = self.clock.now()
         with db.transaction(self._conn, durable=False) as c:
             while True:
-                cand = self._best_candidate(c, now, lanes, exclude_lanes)
+                cand = self._best_candidate(c, now, lanes, exclude_lanes, exclude_ids)
                 if cand is None:
                     return None
                 row, expired = cand
@@ -224,12 +236,12 @@ class Queue:
                 if expired:
                     msg += f"; lease of {row['worker']} expired at {row['lease_until']:.3f}"
                 self._event(c, row["id"], now, kind, attempt, msg)
-                return Job.from_row(out)
+                return self._job(out)
 
     def _best_candidate(self, c: sqlite3.Connection, now: float, lanes: Sequence[str] | None,
-                        exclude: Collection[str] = ()):
+                        exclude: Collection[str] = (), exclude_ids: Collection[int] = ()):
         q = self._best_queued(c, now, lanes, exclude)
-        e = self._best_expired(c, now, lanes, exclude)
+        e = self._best_expired(c, now, lanes, exclude, exclude_ids)
         if q is None and e is None:
             return None
         if e is None:
@@ -260,11 +272,11 @@ class Queue:
         return best
 
     def _best_expired(self, c: sqlite3.Connection, now: float, lanes: Sequence[str] | None,
-                      exclude: Collection[str] = ()):
+                      exclude: Collection[str] = (), exclude_ids: Collection[int] = ()):
         # Claimed rows are few (one per running job); the partial index on
         # lease_until finds the expired ones directly.
         rows = c.execute(SQL_EXPIRED, (now,)).fetchall()
-        rows = [r for r in rows if _lane_ok(r["lane"], lanes, exclude)]
+        rows = [r for r in rows if _lane_ok(r["lane"], lanes, exclude) and r["id"] not in exclude_ids]
         return min(rows, key=_urgency, default=None)
 
     def _pick_lanes(self, c: sqlite3.Connection, lanes: Sequence[str] | None,
@@ -308,7 +320,7 @@ class Queue:
             "UPDATE jobs SET lease_until = ?, updated_at = ? WHERE id = ? RETURNING *",
             (now + lease, now, row["id"]),
         ).fetchone()
-        return Job.from_row(out)
+        return self._job(out)
 
     def set_runner(self, job_id: int, token: str, runner: dict[str, Any]) -> Job:
         """Record the identity of the process running this attempt (event ``started``)."""
@@ -320,7 +332,7 @@ class Queue:
                 (json.dumps(runner), now, job_id),
             ).fetchone()
             self._event(c, job_id, now, "started", row["attempts"], f"pid {runner.get('pid')}")
-            return Job.from_row(out)
+            return self._job(out)
 
     def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None) -> Job:
         """claimed -> done. Raises LeaseLost for a stale token."""
@@ -350,7 +362,7 @@ class Queue:
                 ).fetchone()
                 self._event(c, job_id, now, "failed", attempts,
                             _join(message, f"retry {attempts + 1}/{row['max_attempts']} in {delay:g}s"))
-                return Job.from_row(out)
+                return self._job(out)
             why = "no attempts left" if retry else "not retried"
             return self._finish(c, job_id, JobState.FAILED, now, attempts, "failed",
                                 _join(message, why), exit_code=exit_code, stored_message=message)
@@ -370,7 +382,7 @@ class Queue:
                 (now, now, job_id),
             ).fetchone()
             self._event(c, job_id, now, "interrupted", row["attempts"], message)
-            return Job.from_row(out)
+            return self._job(out)
 
     # ---------------------------------------------------------- user actions
     def cancel(self, job_id: int, *, message: str = "cancelled by user") -> Job:
@@ -409,7 +421,7 @@ class Queue:
                 (now, now, job_id),
             ).fetchone()
             self._event(c, job_id, now, "retried", 0, "back to queued by user")
-            return Job.from_row(out)
+            return self._job(out)
 
     def prune(self, older_than_s: float) -> int:
         """Delete finished jobs (and their events) that ended more than
@@ -421,11 +433,15 @@ class Queue:
                 "DELETE FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ?"
                 " AND state IN (?, ?, ?)", (cutoff, *FINISHED_STATES),
             )
+            if cur.rowcount:
+                c.execute("DELETE FROM envs WHERE NOT EXISTS"
+                          " (SELECT 1 FROM jobs WHERE jobs.env_id = envs.id)")
+                self._envs.clear()
             return cur.rowcount
 
     # ----------------------------------------------------------------- reads
     def get(self, job_id: int) -> Job:
-        return Job.from_row(self._get_row(self._conn, job_id))
+        return self._job(self._get_row(self._conn, job_id))
 
     def list(
         self, state: str | JobState | None = None, lane: str | None = None, limit: int = 1000,
@@ -445,7 +461,7 @@ class Queue:
             args.append(lane)
         sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
         sql = f"SELECT * FROM ({sql} ORDER BY id DESC LIMIT ?) ORDER BY id"
-        return [Job.from_row(r) for r in self._conn.execute(sql, (*args, limit))]
+        return [self._job(r) for r in self._conn.execute(sql, (*args, limit))]
 
     def events(self, job_id: int) -> list[Event]:
         self._get_row(self._conn, job_id)
@@ -463,11 +479,12 @@ class Queue:
 
     def claimed(self) -> list[Job]:
         """All jobs currently leased (running somewhere, or lost)."""
-        return [Job.from_row(r) for r in self._conn.execute(
+        return [self._job(r) for r in self._conn.execute(
             "SELECT * FROM jobs WHERE state = 'claimed' ORDER BY id")]
 
     def next_due_at(self, lanes: Sequence[str] | None = None, *,
-                    exclude_lanes: Collection[str] = ()) -> float | None:
+                    exclude_lanes: Collection[str] = (),
+                    exclude_ids: Collection[int] = ()) -> float | None:
         """Earliest wall time at which ``claim`` could return something:
         the first queued ``not_before``, or just after the first lease expiry."""
         c = self._conn
@@ -477,7 +494,7 @@ class Queue:
             if t is not None and (best is None or t < best):
                 best = t
         for r in c.execute(SQL_LEASES).fetchall():  # soonest lease first
-            if not _lane_ok(r["lane"], lanes, exclude_lanes):
+            if not _lane_ok(r["lane"], lanes, exclude_lanes) or r["id"] in exclude_ids:
                 continue
             t = math.nextafter(r["lease_until"], math.inf)  # strict: expired only after
             if best is None or t < best:
@@ -516,7 +533,7 @@ class Queue:
                 (math.nextafter(now, -math.inf), now, job_id),
             ).fetchone()
             self._event(c, job_id, now, "abandoned", row["attempts"], message)
-            return Job.from_row(out)
+            return self._job(out)
 
     def close(self) -> None:
         self._conn.close()
@@ -528,6 +545,20 @@ class Queue:
         self.close()
 
     # --------------------------------------------------------------- helpers
+    def _job(self, row: sqlite3.Row) -> Job:
+        job = Job.from_row(row)
+        env_id = row["env_id"]
+        if env_id is None:
+            return job
+        env = self._envs.get(env_id)
+        if env is None:
+            found = self._conn.execute("SELECT data FROM envs WHERE id = ?", (env_id,)).fetchone()
+            env = json.loads(found[0]) if found else {}
+            if len(self._envs) > 256:
+                self._envs.clear()
+            self._envs[env_id] = env
+        return dataclasses.replace(job, env=dict(env))
+
     def _get_row(self, c: sqlite3.Connection, job_id: int) -> sqlite3.Row:
         if isinstance(job_id, bool) or not isinstance(job_id, int):
             raise JobNotFound(job_id)
@@ -560,7 +591,7 @@ class Queue:
              exit_code, now, now, job_id),
         ).fetchone()
         self._event(c, job_id, now, kind, attempt, message)
-        return Job.from_row(out)
+        return self._job(out)
 
     @staticmethod
     def _event(c: sqlite3.Connection, job_id: int, at: float, kind: str, attempt: int, message: str) -> None:
@@ -574,6 +605,14 @@ _SPEC_FIELDS = {
     "command", "max_attempts", "lease_s", "not_before", "priority", "lane", "key",
     "cwd", "env", "timeout_s", "label", "shell",
 }
+
+
+def _put_env(c: sqlite3.Connection, text: str) -> int:
+    """The id of this environment in ``envs``, adding it if new."""
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    c.execute("INSERT INTO envs (hash, data) VALUES (?, ?) ON CONFLICT(hash) DO NOTHING",
+              (digest, text))
+    return c.execute("SELECT id FROM envs WHERE hash = ?", (digest,)).fetchone()[0]
 
 
 def _values(r: dict[str, Any], now: float) -> tuple:

@@ -220,10 +220,11 @@ class Worker:
             # A read-only look first: an empty claim would still cost a write
             # transaction, and this answer is also when to wake up next.
             blocked = self.blocked_lanes()
-            self._next_due = self.queue.next_due_at(exclude_lanes=blocked)
+            mine = set(self.running)  # never re-issue our own live jobs to ourselves
+            self._next_due = self.queue.next_due_at(exclude_lanes=blocked, exclude_ids=mine)
             if self._next_due is None or self._next_due > self.queue.clock.now():
                 return
-            job = self.queue.claim(self.name, exclude_lanes=blocked)
+            job = self.queue.claim(self.name, exclude_lanes=blocked, exclude_ids=mine)
             if job is None:
                 return  # another process took it
             self.on_change(job)

@@ -368,6 +368,17 @@ def test_enqueue_many_dedups_keys_within_the_batch_and_keeps_order(q):
         assert q.get(jid).command == [cmd]
 
 
+def test_enqueue_many_ids_after_the_newest_jobs_were_pruned(q, clock):
+    first = q.enqueue_many([{"command": [str(i)]} for i in range(5)])
+    for jid in first[3:]:
+        q.cancel(jid)
+    clock.set(10)
+    assert q.prune(1) == 2  # the highest ids are gone; AUTOINCREMENT never reuses them
+    ids = q.enqueue_many([{"command": ["a"]}, {"command": ["b"]}, {"command": ["c"]}])
+    assert ids == [first[-1] + 1, first[-1] + 2, first[-1] + 3]
+    assert [q.get(i).command for i in ids] == [["a"], ["b"], ["c"]]
+
+
 def test_enqueue_stores_every_field(q, clock):
     clock.set(5)
     jid = q.enqueue(
@@ -802,3 +813,22 @@ def test_non_sqlite_file_gives_storage_error_and_is_left_alone(tmp_path):
     with pytest.raises(StorageError):
         Queue(path)
     assert path.read_bytes() == junk
+
+
+def test_exclude_ids_never_reissues_those_expired_leases(tmp_path):
+    """The daemon passes its own running jobs: after a stall it renews them
+    rather than handing them to itself a second time."""
+    from sloth_daemon.clock import ManualClock
+    from sloth_daemon.queue import Queue
+
+    clock = ManualClock(0)
+    q = Queue(tmp_path / "q.db", clock, lease_s=10)
+    a = q.enqueue(["a"])
+    job = q.claim("daemon")
+    clock.set(50)  # the lease lapsed while the holder was stopped
+    assert q.next_due_at(exclude_ids={a}) is None
+    assert q.claim("daemon", exclude_ids={a}) is None
+    q.heartbeat(a, job.token)  # the holder is still the holder
+    assert q.get(a).attempts == 1
+    clock.set(100)
+    assert q.claim("other").id == a  # without the exclusion it is re-issued
