@@ -81,7 +81,7 @@ MIGRATIONS: list[str] = [
     # the caller's environment (~2 KB); a batch of 50,000 jobs shares one.
     """
     CREATE TABLE envs (
-        id   INTEGER PRIMARY KEY,
+        id   INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: readers cache by id
         hash TEXT    NOT NULL UNIQUE,   -- sha256 of data
         data TEXT    NOT NULL           -- JSON object
     );
@@ -99,22 +99,29 @@ def connect(path: str | os.PathLike[str], *, migrate_to: int = SCHEMA_VERSION) -
         p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise StorageError(f"cannot create data folder {p.parent}: {e.strerror or e}") from e
+    conn = None
     try:
         conn = sqlite3.connect(
             str(p), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
         )
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StorageError(f"cannot switch {p} to WAL mode (got {mode})")
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA foreign_keys = ON")
         migrate(conn, migrate_to)
     except sqlite3.DatabaseError as e:
+        if conn is not None:
+            conn.close()
         raise StorageError(
             f"cannot open queue database {p}: {e}",
             hint="Check the folder is writable and the file is a sloth database (`sloth doctor`).",
         ) from e
-    if str(mode).lower() != "wal":
-        raise StorageError(f"cannot switch {p} to WAL mode (got {mode})")
+    except BaseException:
+        if conn is not None:
+            conn.close()
+        raise
     return conn
 
 

@@ -208,6 +208,8 @@ class Queue:
         """
         if lease_s is not None:  # refuse a bad lease even when nothing is due
             lease_s = _num(lease_s, "lease_s", None, lo=0.001)
+        if isinstance(lanes, str):  # a bare string would be read as its letters
+            raise BadRequest(f"lanes must be a list of lane names, got the string {lanes!r}")
         if lanes is not None and not lanes:
             return None
         now = self.clock.now()
@@ -426,6 +428,8 @@ class Queue:
     def prune(self, older_than_s: float) -> int:
         """Delete finished jobs (and their events) that ended more than
         ``older_than_s`` ago. Returns how many jobs were deleted."""
+        if older_than_s is None:
+            raise BadRequest("older_than_s must be a number of seconds, got None")
         older = _num(older_than_s, "older_than_s", None, lo=0)
         cutoff = self.clock.now() - older
         with db.transaction(self._conn) as c:

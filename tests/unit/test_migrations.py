@@ -1,4 +1,4 @@
-"""Schema migrations: from nothing, and from the previous released schema (v1)."""
+"""Schema migrations: from nothing, from v1 (the first released schema) and from v2."""
 
 from __future__ import annotations
 
@@ -133,6 +133,32 @@ def test_migrates_a_v1_database_keeping_jobs_claimable(tmp_path):
         assert q.prune(60) == 1
         assert {x.id for x in q.list()} == {1, 3}
         assert c.execute("SELECT count(*) FROM events WHERE job_id = 2").fetchone()[0] == 0
+
+
+@pytest.mark.skipif(db.SCHEMA_VERSION < 3, reason="no v3 yet")
+def test_migrates_a_v2_database_keeping_inline_envs(tmp_path):
+    """v2 stored each job's env inline in jobs.env; v3 moved new ones to envs."""
+    path = tmp_path / "queue.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    assert db.migrate(conn, 2) == 2
+    assert "env_id" not in columns(conn, "jobs")
+    conn.execute(
+        "INSERT INTO jobs (command, state, lane, priority, attempts, max_attempts, lease_s,"
+        " not_before, key, cwd, env, message, created_at, updated_at, label, shell)"
+        " VALUES (?, 'queued', 'default', 0, 0, 3, 60.0, 5.0, 'k', '/w', ?, '', 1.0, 1.0, 'lbl', 1)",
+        (json.dumps(["make"]), json.dumps({"PATH": "/bin", "HOME": "/h"})),
+    )
+    conn.close()
+    with Queue(path, ManualClock(10.0)) as q:
+        assert q._conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION
+        j = q.get(1)
+        assert (j.command, j.env, j.key, j.cwd, j.label, j.shell) == (
+            ["make"], {"PATH": "/bin", "HOME": "/h"}, "k", "/w", "lbl", True)
+        assert q.enqueue(["again"], key="k") == 1  # the key still deduplicates
+        new = q.enqueue(["new"], env={"PATH": "/bin", "HOME": "/h"})
+        assert q.get(new).env == j.env
+        claimed = q.claim("w")
+        assert claimed.id == 1 and claimed.env == {"PATH": "/bin", "HOME": "/h"}
 
 
 def test_v1_duplicate_keys_are_rejected_by_the_new_unique_index(tmp_path):
