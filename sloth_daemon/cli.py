@@ -157,7 +157,9 @@ def add(
             raise BadRequest("--key applies to one job; it cannot be used with --stdin/--file")
         # Bytes that are not UTF-8 pass through as in argv (surrogateescape), not a traceback.
         text = sys.stdin.buffer.read().decode("utf-8", "surrogateescape") if stdin else _read_file(from_file)
-        jobs = [{"command": ["/bin/sh", "-c", ln], "shell": True} for ln in text.splitlines() if ln.strip()]
+        from .shellwords import line_job
+
+        jobs = [line_job(ln) for ln in text.splitlines() if ln.strip()]
         if not jobs:
             raise BadRequest("no commands on input (one per line)")
     else:

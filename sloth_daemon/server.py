@@ -29,6 +29,9 @@ WRITE_TIMEOUT_S = 30.0  # a client that does not read is dropped
 MAX_STREAM_BACKLOG = 1024  # queued events per streaming client before we drop it
 
 
+OVERFLOW: dict[str, Any] = {"overflow": True}  # a stream fell more than MAX_STREAM_BACKLOG behind
+
+
 class PermissionDenied(SlothError):
     code = "permission_denied"
     hint = "Only the user who runs the daemon may talk to it."
@@ -39,6 +42,8 @@ class Server:
         self.d = daemon
         self.server: asyncio.base_events.Server | None = None
         self.streams: set[asyncio.Queue[dict[str, Any] | None]] = set()
+        self.wakers: set[asyncio.Event] = set()  # waits, woken to end on close
+        self.closing = False
         self.handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
             "ping": self.op_ping, "status": self.op_status, "add": self.op_add,
             "list": self.op_list, "show": self.op_show, "cancel": self.op_cancel,
@@ -62,8 +67,15 @@ class Server:
         os.chmod(path, 0o600)
 
     async def close(self) -> None:
+        self.closing = True
+        for ev in list(self.wakers):
+            ev.set()
         for q in list(self.streams):
-            q.put_nowait(None)
+            try:
+                q.put_nowait(None)
+            except asyncio.QueueFull:  # a full stream: make room for the end
+                q.get_nowait()
+                q.put_nowait(None)
         if self.server is not None:
             self.server.close()
 
@@ -246,17 +258,31 @@ class Server:
             raise BadRequest("ids must be a non-empty list of job ids")
         ids = [_job_id(i) for i in ids]
         pending = {i for i in ids if not self.d.queue.get(i).state.finished}
-        q = self._subscribe(lambda job: job.id in pending)
+        # Not a bounded queue of events: the latest state per pending job, so
+        # waiting on thousands of jobs never drops the change that ends it.
+        latest: dict[int, Job] = {}
+        changed = asyncio.Event()
+
+        def on_change(job: Job) -> None:
+            if job.id in pending:
+                latest[job.id] = job
+                changed.set()
+        self.subscribers.add(on_change)
+        self.wakers.add(changed)
         try:
             while pending:
-                item = await q.get()
-                if item is None:
+                await changed.wait()
+                changed.clear()
+                if self.closing:
                     raise SlothError("the daemon is stopping", hint="Run the wait again after it restarts.")
-                await emit({"kind": "state", "job": item})
-                if JobState(item["state"]).finished:
-                    pending.discard(item["id"])
+                while latest:
+                    jid, job = latest.popitem()
+                    await emit({"kind": "state", "job": job.to_dict()})
+                    if job.state.finished:
+                        pending.discard(jid)
         finally:
-            self._unsubscribe(q)
+            self.subscribers.discard(on_change)
+            self.wakers.discard(changed)
         return {"jobs": [self.d.queue.get(i).to_dict() for i in ids]}
 
     async def op_subscribe(self, a: dict[str, Any], emit: Callable[[dict[str, Any]], Awaitable[None]]) -> Any:
@@ -267,6 +293,10 @@ class Server:
         q = self._subscribe(lambda job: wanted is None or job.id in wanted)
         try:
             while (item := await q.get()) is not None:
+                if item is OVERFLOW:
+                    raise SlothError(
+                        f"this subscriber fell more than {MAX_STREAM_BACKLOG} events behind",
+                        hint="Read events faster, or subscribe again and re-read state with `list`.")
                 await emit({"kind": "state", "job": item})
         finally:
             self._unsubscribe(q)
@@ -336,7 +366,10 @@ class Server:
                 try:
                     q.put_nowait(job.to_dict())
                 except asyncio.QueueFull:
-                    pass
+                    # Never drop silently: the reader learns it missed events.
+                    while not q.empty():
+                        q.get_nowait()
+                    q.put_nowait(OVERFLOW)
         q._sloth_cb = on_change  # type: ignore[attr-defined]
         self.subscribers.add(on_change)
         self.streams.add(q)

@@ -163,3 +163,19 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def test_wait_on_many_jobs_sees_every_one_finish(harness):
+    """More jobs than a stream's backlog: the wait must not lose the last change."""
+    harness.start(env={})
+    (harness.home / "config.toml").write_text("")
+    harness.call("pause")
+    common = {"env": dict(harness.env), "cwd": str(harness.home)}
+    ids = harness.call("add", jobs=[{"command": ["true"]} for _ in range(1500)], common=common)["ids"]
+    from sloth_daemon.client import Client
+
+    with Client(harness.socket, timeout_s=120) as c:
+        c.sock.sendall(b"")  # connected before the jobs run
+        harness.call("resume")
+        res = c.call("wait", ids=ids)
+    assert len(res["jobs"]) == 1500 and {j["state"] for j in res["jobs"]} == {"done"}
