@@ -3,7 +3,8 @@ jobs from several clients while the daemon is kill -9ed, SIGSTOPped, made to
 "sleep" (fake clock jumps), has job processes killed under it and garbage
 thrown at its socket. Then every invariant must hold: nothing lost or
 duplicated, never two runs of a job at once, every job final, attempts and
-events consistent, no daemon exit other than our kill -9s.
+events consistent, no daemon re-issuing its own job's lease, no daemon exit
+other than our kill -9s.
 
 Random by design; the seed is printed (rerun it with
 ``python tests/chaos_soak.py --short --seed N``) and can be pinned with
