@@ -102,19 +102,29 @@ class Daemon:
         environment. Then abandon the lease so the next claim re-issues it.
         """
         mine = f"sloth-daemon:{socket.gethostname()}:"
+        stale = [j for j in self.queue.claimed()
+                 if (j.worker or "").startswith(mine) and j.token]  # foreign holders: wait out their lease
+        if not stale:
+            return 0
+        by_token = procident.find_by_env_values("SLOTH_JOB_TOKEN", {j.token for j in stale if j.token})
+        procs, groups, ended = [], [], set()
+        for job in stale:
+            tree = procident.tree_of(job.runner)
+            if tree:
+                groups.append(tree[0].pid)
+            found = tree + by_token.get(job.token or "", [])
+            if found:
+                ended.add(job.id)
+                procs += found
+        if procs:  # all at once: one grace period, however many leftovers
+            procident.end_all(procs, self.settings.kill_grace_s, groups=groups)
         n = 0
-        for job in self.queue.claimed():
-            if not (job.worker or "").startswith(mine) or not job.token:
-                continue  # a foreign holder: its lease must expire on its own
-            killed = procident.kill_identity_blocking(job.runner, self.settings.kill_grace_s) if job.runner else False
-            leftovers = procident.find_by_env("SLOTH_JOB_TOKEN", job.token)
-            if leftovers:
-                procident.kill_procs_blocking(leftovers, self.settings.kill_grace_s)
+        for job in stale:
             why = "daemon restarted; the previous daemon is gone"
-            if killed or leftovers:
+            if job.id in ended:
                 why += "; its leftover job process was ended"
             try:
-                self.queue.abandon(job.id, job.token, message=why)
+                self.queue.abandon(job.id, job.token or "", message=why)
                 n += 1
             except LeaseLost:
                 pass

@@ -119,57 +119,93 @@ def signal_tree(pid: int, sig: int, extra: list[psutil.Process] = ()) -> None:  
             pass
 
 
+def tree_of(ident: dict[str, Any] | None) -> list[psutil.Process]:
+    """The live process ``ident`` describes and its descendants, or []."""
+    if not is_same_process(ident):
+        return []
+    try:
+        root = psutil.Process(ident["pid"])  # type: ignore[index]
+    except psutil.Error:
+        return []
+    return [root, *descendants(root.pid)]
+
+
 def kill_identity_blocking(ident: dict[str, Any], grace_s: float) -> bool:
     """End a leftover process tree (not our child) described by ``ident``.
 
     SIGTERM to the tree, wait up to ``grace_s``, then SIGKILL. Returns True if
-    something was running. Used at startup and before re-running a reclaimed
-    job, so two copies never run at once.
+    something was running. Used before re-running a reclaimed job, so two
+    copies never run at once.
     """
-    if not is_same_process(ident):
+    procs = tree_of(ident)
+    if not procs:
         return False
-    pid = ident["pid"]
-    snapshot = descendants(pid)
-    try:
-        root = psutil.Process(pid)
-    except psutil.Error:
-        return False
-    signal_tree(pid, signal.SIGTERM, snapshot)
-    alive = [p for p in [root, *snapshot]]
-    _, alive = psutil.wait_procs(alive, timeout=grace_s)
-    if alive:
-        signal_tree(pid, signal.SIGKILL, snapshot + alive)
-        psutil.wait_procs(alive, timeout=5)
+    end_all(procs, grace_s, groups=[procs[0].pid])
     return True
+
+
+def _gone(p: psutil.Process) -> bool:
+    """Exited, or a zombie: it runs no more code (its parent may be slow to
+    reap it, e.g. an init that is not ours)."""
+    try:
+        return p.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout_s
+    alive = [p for p in procs if not _gone(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+        alive = [p for p in alive if not _gone(p)]
+    return alive
+
+
+def end_all(procs: list[psutil.Process], grace_s: float, *, groups: list[int] = ()) -> None:  # type: ignore[assignment]
+    """SIGTERM every process (and process group) at once, wait up to
+    ``grace_s`` for all of them together, SIGKILL what is left. Parallel, so
+    a restart with many leftovers costs one grace period, not one each."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        for g in groups:
+            try:
+                os.killpg(g, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for p in procs:
+            try:
+                p.send_signal(sig)  # psutil refuses a reused pid
+            except psutil.Error:
+                pass
+        procs = _wait_gone(procs, wait_s)
+        if not procs:
+            return
 
 
 def find_by_env(name: str, value: str) -> list[psutil.Process]:
     """Processes of ours whose environment has ``name=value`` (every job gets
     SLOTH_JOB_TOKEN): finds a job's leftovers even if its identity was never
     recorded (the daemon died between spawn and writing it down)."""
-    found = []
+    return find_by_env_values(name, {value}).get(value, [])
+
+
+def find_by_env_values(name: str, values: set[str]) -> dict[str, list[psutil.Process]]:
+    """One scan of our processes: value -> processes with ``name=value``."""
+    found: dict[str, list[psutil.Process]] = {}
+    if not values:
+        return found
     me = os.getuid()
     for p in psutil.process_iter(["uids"]):
         try:
             if p.info["uids"] is None or p.info["uids"].real != me or p.pid == os.getpid():
                 continue
-            if p.environ().get(name) == value:
-                found.append(p)
+            v = p.environ().get(name)
+            if v in values:
+                found.setdefault(v, []).append(p)
         except psutil.Error:
             continue
     return found
 
 
 def kill_procs_blocking(procs: list[psutil.Process], grace_s: float) -> None:
-    for p in procs:
-        try:
-            p.terminate()
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=5)
+    end_all(procs, grace_s)
