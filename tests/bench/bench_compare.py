@@ -196,9 +196,8 @@ class Sloth(Tool):
         return p.stdout.split()
 
     def wait_all(self, ids: list[str], n: int) -> None:
-        # `sloth wait` on all 1,000 ids can block for ever (its event stream drops
-        # state changes past 1,024 queued: a product bug, see the issue report), so
-        # wait for the last id, then poll the counts, as tsp's `-w` + `-l` below.
+        # Wait for the last id, then poll the counts, as tsp's `-w` + `-l` below
+        # (`sloth wait` on all ids works too; this keeps the tools comparable).
         p = run([SLOTH, "wait", ids[-1]], self.env, cwd=self.dir, timeout=300)
         assert p.returncode == 0, p.stdout[-500:] + p.stderr
         ok = wait_until(lambda: self.h.call("status")["counts"]["done"] >= n, 60, 0.01)
@@ -573,10 +572,10 @@ def render(r: dict[str, Any]) -> str:
         L.append(f"| {name} | {cell_a} | {fmt_s(b)} | {'**' + v + '**' if lose else v} |")
     if th.get("sloth_1_note"):
         L.append(f"\n{th['sloth_1_note']}")
-    L.append("`sloth add --stdin` runs each line through `/bin/sh -c`, as a user's shell lines would be. "
+    L.append("`sloth add --stdin` execs a plain line like `true` directly (a line with quoting, "
+             "expansion or redirection runs in `/bin/sh -c`); tsp also execs directly. "
              "\"+ `sloth wait`\": `sloth wait` on the last id, then the counts polled (as for tsp, "
-             "`tsp -w` on the last id, then `tsp -l`): `sloth wait` on all 1,000 ids can block for ever "
-             "(its event stream drops state changes past 1,024 queued; reported as a bug).")
+             "`tsp -w` on the last id, then `tsp -l`).")
     q = r["queued"]
     L += ["", "## 100 jobs waiting behind a running one", "",
           "| tool | processes kept alive | their memory (PSS) |", "|---|---|---|"]
