@@ -9,7 +9,7 @@ import time
 from .errors import BadRequest
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d|w)")
 
 
 def parse_duration(text: str | int | float, *, what: str = "duration") -> float:
@@ -20,7 +20,7 @@ def parse_duration(text: str | int | float, *, what: str = "duration") -> float:
         v = float(text)
     else:
         s = text.strip().lower().replace(" ", "")
-        if re.fullmatch(r"\d+(\.\d+)?", s):
+        if re.fullmatch(r"[0-9]+(\.[0-9]+)?", s):
             v = float(s)
         else:
             pos, v = 0, 0.0
@@ -82,7 +82,7 @@ def parse_at(text: str, now: float | None = None) -> float:
 
     now = time.time() if now is None else now
     s = text.strip()
-    m = re.fullmatch(r"(\d{1,2}):(\d{2})(?::(\d{2}))?", s)
+    m = re.fullmatch(r"([0-9]{1,2}):([0-9]{2})(?::([0-9]{2}))?", s)
     try:
         if m:
             base = dt.datetime.fromtimestamp(now)
