@@ -105,16 +105,21 @@ def signal_tree(pid: int, sig: int, extra: list[psutil.Process] = ()) -> None:  
     grandchild that called setsid left the group), and to ``extra``."""
     procs = descendants(pid) + list(extra)
     try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+    _signal(procs, [pid], sig)
+
+
+def _signal(procs: list[psutil.Process], groups: list[int], sig: int) -> None:
+    for g in groups:
+        try:
+            os.killpg(g, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
     for p in procs:
         try:
-            p.send_signal(sig)  # psutil checks the pid was not reused
+            p.send_signal(sig)  # psutil refuses a reused pid
         except psutil.Error:
             pass
 
@@ -167,16 +172,7 @@ def end_all(procs: list[psutil.Process], grace_s: float, *, groups: list[int] = 
     ``grace_s`` for all of them together, SIGKILL what is left. Parallel, so
     a restart with many leftovers costs one grace period, not one each."""
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        for g in groups:
-            try:
-                os.killpg(g, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        for p in procs:
-            try:
-                p.send_signal(sig)  # psutil refuses a reused pid
-            except psutil.Error:
-                pass
+        _signal(procs, list(groups), sig)
         procs = _wait_gone(procs, wait_s)
         if not procs:
             return

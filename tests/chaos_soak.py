@@ -170,7 +170,7 @@ class SoakResult:
             f"reclaimed {f.get('reclaimed', 0)} (by their own daemon {f.get('self_reclaims', 0)}) | resumed {f.get('resumed', 0)} | "
             f"timed out {f.get('timed_out', 0)} | killed attempts {f.get('killed_attempts', 0)} | "
             f"successful runs re-run: after a daemon kill -9 {f.get('reruns_after_crash', 0)}, "
-            f"otherwise {f.get('reruns_other', 0)}",
+            f"after a job kill {f.get('reruns_after_job_kill', 0)}, otherwise {f.get('reruns_other', 0)}",
             f"  daemon starts: {f.get('daemon_starts', 0)}, spawn -> answering median "
             f"{f.get('ready_median_s', 0):.2f} s, max {f.get('ready_max_s', 0):.2f} s",
             f"  invariants: lost {f.get('lost', '?')} | duplicates {f.get('duplicates', '?')} | "
@@ -668,7 +668,7 @@ class Soak:
 
         # 5. attempts and events agree with what ran
         n_attempts = reclaimed = resumed = timed_out = killed_attempts = self_reclaims = 0
-        crash_reruns = other_reruns = 0
+        crash_reruns = other_reruns = killed_reruns = 0
         killed = {(j, a) for j, a, _t in self.killed_jobs}
         for lj in self.jobs:
             if lj.id is None or lj.id not in jobs:
@@ -694,6 +694,10 @@ class Soak:
             for a in succeeded[:-1]:
                 if a in abandoned:
                     crash_reruns += 1
+                elif (str(lj.id), str(a)) in killed:
+                    # the chaos loop SIGKILLed it after it wrote its end line but
+                    # before it exited: to the daemon that attempt was killed
+                    killed_reruns += 1
                 else:
                     other_reruns += 1
             killed_attempts += sum((str(lj.id), str(a)) in killed for a in ran)
@@ -719,7 +723,8 @@ class Soak:
                                    "finished (ends has no line for it)")
         fig.update(attempts=n_attempts, reclaimed=reclaimed, resumed=resumed, timed_out=timed_out,
                    killed_attempts=killed_attempts, self_reclaims=self_reclaims,
-                   reruns_after_crash=crash_reruns, reruns_other=other_reruns)
+                   reruns_after_crash=crash_reruns, reruns_other=other_reruns,
+                   reruns_after_job_kill=killed_reruns)
         # A daemon must never re-issue the lease of a job it runs itself (it renews
         # it), so a run that ended well is re-run only after a kill -9 lost its end.
         if self_reclaims:

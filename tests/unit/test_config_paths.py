@@ -58,18 +58,21 @@ def test_sloth_home_overrides_every_location(tmp_path):
     assert p.job_log(3, 2).name == "3.2.log"
 
 
-def test_platform_dirs_without_sloth_home(tmp_path):
-    env = {"HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "d"),
-           "XDG_RUNTIME_DIR": str(tmp_path / "r")}
-    (tmp_path / "r").mkdir(mode=0o700)
+def _resolve_in(env):
     old = dict(os.environ)
     try:
         os.environ.clear()
         os.environ.update(env)
-        p = paths.resolve()
+        return paths.resolve()
     finally:
         os.environ.clear()
         os.environ.update(old)
+
+
+def test_platform_dirs_without_sloth_home(tmp_path):
+    (tmp_path / "r").mkdir(mode=0o700)
+    p = _resolve_in({"HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "d"),
+                     "XDG_RUNTIME_DIR": str(tmp_path / "r")})
     assert p.home is None
     assert p.db == tmp_path / "d" / "sloth" / "queue.db"
     assert p.socket == tmp_path / "r" / "sloth" / "sloth.sock"
@@ -97,14 +100,6 @@ def test_private_dir_under_a_file_fails_clearly(tmp_path):
 
 
 def test_without_a_usable_runtime_dir_the_socket_stays_private_in_data(tmp_path):
-    env = {"HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "d"),
-           "XDG_RUNTIME_DIR": str(tmp_path / "missing")}
-    old = dict(os.environ)
-    try:
-        os.environ.clear()
-        os.environ.update(env)
-        p = paths.resolve()
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
+    p = _resolve_in({"HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "d"),
+                     "XDG_RUNTIME_DIR": str(tmp_path / "missing")})
     assert str(p.socket).startswith(str(tmp_path)) or str(p.socket).startswith("/tmp/runtime-")
