@@ -66,13 +66,15 @@ class LogWriter:
         self.tail = bytearray()
         self.cut = 0
         self.total = 0
+        self.lost = 0  # bytes that could not be written (disk full ...)
+        self.error: str | None = None
 
     def write(self, data: bytes) -> None:
         self.total += len(data)
         room = self.head_cap - self.head
         if room > 0:
             part, data = data[:room], data[room:]
-            self.f.write(part)
+            self._put(part)
             self.head += len(part)
         if data:
             self.tail += data
@@ -83,11 +85,26 @@ class LogWriter:
 
     def snapshot(self) -> bytes:
         """Everything written so far, as the finished log will show it."""
-        with open(self.path, "rb") as f:
-            data = f.read(self.head)
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read(self.head)
+        except OSError:
+            data = b""
         if self.cut:
             data += f"\n[sloth] ... {self.cut} bytes cut here so far ...\n".encode()
         return data + bytes(self.tail)
+
+    def _put(self, data: bytes) -> None:
+        """Write, never raise: a full disk must not stop a kill or a settle.
+        What could not be written is counted and said at the end if possible."""
+        if self.error is not None:
+            self.lost += len(data)
+            return
+        try:
+            self.f.write(data)
+        except (OSError, ValueError) as e:
+            self.error = str(getattr(e, "strerror", None) or e)
+            self.lost += len(data)
 
     def note(self, text: str) -> None:
         self.write(f"\n[sloth] {text}\n".encode())
@@ -96,17 +113,32 @@ class LogWriter:
         if self.f.closed:
             return
         if self.cut:
-            self.f.write(
+            self._put(
                 f"\n[sloth] ... {self.cut} bytes cut here: the log keeps the first "
                 f"{self.head_cap} and the last {self.tail_cap} bytes of {self.total} ...\n".encode()
             )
-        self.f.write(bytes(self.tail))
+        self._put(bytes(self.tail))
         self.tail.clear()
-        self.f.close()
+        if self.error is not None:
+            self.error, err = None, self.error
+            self._put(f"\n[sloth] {self.lost} bytes of output lost: {err}\n".encode())
+        try:
+            self.f.close()
+        except OSError:
+            pass
 
 
 class SpawnError(Exception):
-    """The command could not be started at all (missing program, bad cwd)."""
+    """The command could not be started. ``retry`` is False when trying
+    again cannot help (no such program, not executable), True for passing
+    trouble (fork failed for lack of processes, memory or descriptors)."""
+
+    def __init__(self, message: str, *, retry: bool) -> None:
+        super().__init__(message)
+        self.retry = retry
+
+
+_PERMANENT_ERRNOS = {errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR, errno.EISDIR}
 
 
 class JobProcess:
@@ -143,8 +175,12 @@ class JobProcess:
         """Spawn; raises SpawnError with a message fit for the job's history."""
         self._loop = loop
         if self.cwd is not None and not os.path.isdir(self.cwd):
-            raise SpawnError(f"working directory {self.cwd} does not exist")
-        rfd, wfd = os.pipe()
+            # may be an unmounted disk that comes back: worth a retry
+            raise SpawnError(f"working directory {self.cwd} does not exist", retry=True)
+        try:
+            rfd, wfd = os.pipe()
+        except OSError as e:
+            raise SpawnError(f"cannot make a pipe for the job's output: {e.strerror}", retry=True) from e
         try:
             self.proc = subprocess.Popen(
                 self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
@@ -152,7 +188,8 @@ class JobProcess:
             )
         except OSError as e:
             os.close(rfd)
-            raise SpawnError(_spawn_message(self.argv, e)) from e
+            raise SpawnError(_spawn_message(self.argv, e),
+                             retry=e.errno not in _PERMANENT_ERRNOS) from e
         finally:
             os.close(wfd)
         os.set_blocking(rfd, False)
@@ -224,9 +261,11 @@ class JobProcess:
             os.close(self._pidfd)
             self._pidfd = None
         _SigchldWatch.discard(self)
-        self._drain()
-        self.done.set()
-        self.on_exit(self)
+        try:
+            self._drain()
+        finally:  # whatever happens to the output, the exit must be settled
+            self.done.set()
+            self.on_exit(self)
         return True
 
     def alive(self) -> bool:

@@ -218,10 +218,7 @@ class Server:
         return {"job": self.d.worker.cancel(_job_id(a.get("id"))).to_dict()}
 
     def op_retry(self, a: dict[str, Any]) -> dict[str, Any]:
-        job = self.d.queue.retry(_job_id(a.get("id")))
-        self.job_changed(job)
-        self.d.worker.wake()
-        return {"job": job.to_dict()}
+        return {"job": self.d.worker.retry(_job_id(a.get("id"))).to_dict()}
 
     def op_pause(self, a: dict[str, Any]) -> dict[str, Any]:
         self.d.worker.pause(_lane(a.get("lane")))

@@ -106,6 +106,20 @@ class Worker:
         self.queue.set_meta("paused_lanes", sorted(self.paused_lanes))
         self.wake()
 
+    def retry(self, job_id: int) -> Job:
+        """queue.retry, refused while a cancelled run of the job is still
+        being ended: its new run must not start beside the old process."""
+        from .errors import IllegalTransition
+
+        if job_id in self.running:
+            raise IllegalTransition(
+                f"job {job_id} is still being stopped (its process tree is ending)",
+                hint=f"Try again in {format_duration(self.settings.kill_grace_s)} at most.")
+        job = self.queue.retry(job_id)
+        self.on_change(job)
+        self.wake()
+        return job
+
     def cancel(self, job_id: int) -> Job:
         job = self.queue.cancel(job_id)
         run = self.running.get(job_id)
@@ -123,6 +137,9 @@ class Worker:
                 self.turn()
             except SlothError as e:  # e.g. disk full: keep serving, retry later
                 log.error("worker turn failed: %s", e.message)
+                await asyncio.sleep(1.0)
+            except Exception:  # a bug must not take the daemon (and its jobs) down
+                log.exception("worker turn failed")
                 await asyncio.sleep(1.0)
             if self.stopping:
                 break
@@ -146,7 +163,7 @@ class Worker:
         now_mono, now = time.monotonic(), self.queue.clock.now()
         deadlines = [self._next_check - now_mono, self._next_prune - now_mono]
         for run in self.running.values():
-            if run.proc is not None:
+            if run.proc is not None and run.ending is None and run.proc.returncode is None:
                 deadlines.append(self._hb_due_at(run) - now)
         if self.may_claim() and self._next_due is not None:
             deadlines.append(self._next_due - now)
@@ -241,13 +258,28 @@ class Worker:
 
     async def _start_after_kill(self, run: Running, prev: dict[str, Any]) -> None:
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, procident.kill_identity_blocking, prev, self.settings.kill_grace_s)
-        if run.ending is None:
-            self._start(run)
+        try:
+            await loop.run_in_executor(None, procident.kill_identity_blocking, prev, self.settings.kill_grace_s)
+            if run.ending is None:
+                self._start(run)
+        except Exception:
+            log.exception("starting job %d failed", run.job.id)
+            if run.proc is None and run.ending is None:
+                self._record(lambda: self.queue.release(run.job.id, run.token, message="start failed"))
+        finally:
+            if run.proc is None:  # cancelled while we waited, or failed: free the slot
+                self._drop(run)
+                self.wake()
 
     def _start(self, run: Running) -> None:
         job = run.job
-        lw = LogWriter(self.paths.job_log(job.id, run.attempt), self.settings.log_cap_bytes)
+        try:
+            lw = LogWriter(self.paths.job_log(job.id, run.attempt), self.settings.log_cap_bytes)
+        except OSError as e:
+            self._drop(run)
+            msg = f"cannot open the job's log {self.paths.job_log(job.id, run.attempt)}: {e.strerror or e}"
+            self._record(lambda: self.queue.fail(job.id, run.token, message=msg, retry=True))
+            return
         env = job_env(job.env, {
             "SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_ATTEMPT": str(run.attempt),
             "SLOTH_JOB_TOKEN": run.token,
@@ -260,22 +292,30 @@ class Worker:
         except SpawnError as e:
             lw.note(str(e))
             lw.close()
-            self.running.pop(job.id, None)
-            self._record(lambda: self.queue.fail(job.id, run.token, message=str(e), retry=False))
+            self._drop(run)
+            self._record(lambda: self.queue.fail(job.id, run.token, message=str(e), retry=e.retry))
             return
         run.proc = proc
+        if job.timeout_s:  # armed first: nothing below may leave a job without its timeout
+            run.timer = asyncio.get_running_loop().call_later(
+                job.timeout_s, self._end, run, f"timed out after {format_duration(job.timeout_s)}")
         try:
             run.job = self.queue.set_runner(job.id, run.token, proc.identity(
                 instance=self.instance, worker=self.name))
         except (LeaseLost, JobNotFound):
             self._end(run, "lease lost")
             return
-        if job.timeout_s:
-            run.timer = asyncio.get_running_loop().call_later(
-                job.timeout_s, self._end, run, f"timed out after {format_duration(job.timeout_s)}")
+        except SlothError as e:  # e.g. locked for long: it runs; the next heartbeat tries again
+            log.error("cannot record job %d's process: %s", job.id, e.message)
         self.on_change(run.job)
 
     # ---------------------------------------------------------------- ending
+    def _drop(self, run: Running) -> None:
+        """Forget ``run`` if it is still the one we track for its job (a
+        cancelled-then-retried job may already have a newer run)."""
+        if self.running.get(run.job.id) is run:
+            del self.running[run.job.id]
+
     def _end(self, run: Running, reason: str) -> None:
         """Begin ending a running job's process tree (idempotent)."""
         if run.ending is not None:
@@ -294,7 +334,7 @@ class Worker:
             run.timer.cancel()
         ok, message = run.proc.outcome()
         run.proc.log.close()
-        self.running.pop(run.job.id, None)
+        self._drop(run)
         for f in list(run.followers):
             f(None)
         code = run.proc.returncode
@@ -330,14 +370,15 @@ class Worker:
         self.wake()
         runs = list(self.running.values())
         for run in runs:
-            if run.ending is None:
+            # one that already exited (not yet reaped) is settled as it ended
+            if run.ending is None and (run.proc is None or run.proc.alive()):
                 self._end(run, "interrupted")
         waits = [r.proc.done.wait() for r in runs if r.proc is not None]
         if waits:
             await asyncio.gather(*waits)
         for run in runs:  # claimed but never started (waiting on an old process)
-            if run.proc is None:
-                self.running.pop(run.job.id, None)
+            if run.proc is None and self.running.get(run.job.id) is run:
+                self._drop(run)
                 self._record(lambda r=run: self.queue.release(r.job.id, r.token))
 
     # ----------------------------------------------------------------- misc

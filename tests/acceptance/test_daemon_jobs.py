@@ -179,3 +179,53 @@ def test_wait_on_many_jobs_sees_every_one_finish(harness):
         harness.call("resume")
         res = c.call("wait", ids=ids)
     assert len(res["jobs"]) == 1500 and {j["state"] for j in res["jobs"]} == {"done"}
+
+
+def test_retry_is_refused_while_a_cancelled_run_is_still_ending(harness, home):
+    (harness.home / "config.toml").write_text('kill_grace_s = "3s"\n[lanes]\ndefault = 2\n')
+    harness.start()
+    jid = harness.add("sh", "-c", "trap '' TERM; while :; do sleep 0.05; done")
+    pid = harness.wait_for(lambda: (harness.job(jid)["runner"] or {}).get("pid"), what="started")
+    harness.call("cancel", id=jid)
+    p = harness.cli("retry", str(jid))
+    assert p.returncode == 6 and "still being stopped" in p.stderr
+    harness.wait_for(lambda: not _alive(pid), timeout_s=20, what="old tree gone")
+    harness.wait_for(lambda: harness.cli("retry", str(jid)).returncode == 0, what="retry accepted")
+    new = harness.wait_for(lambda: (harness.job(jid)["runner"] or {}).get("pid") not in (None, pid)
+                           and harness.job(jid), what="re-run started")
+    st = harness.call("status")
+    assert [r["id"] for r in st["running"]] == [jid]  # tracked: cancel still works
+    harness.call("cancel", id=jid)
+    harness.wait_for(lambda: not _alive(new["runner"]["pid"]), timeout_s=20, what="re-run ended")
+
+
+def test_a_full_disk_under_the_log_does_not_stop_timeouts_or_cancels(harness):
+    harness.start()
+    harness.call("pause")
+    slow = harness.add("sh", "-c", "echo hi; sleep 300", timeout_s=1, max_attempts=1)
+    other = harness.add("sh", "-c", "echo hi; sleep 300")
+    jobs_dir = harness.home / "logs" / "jobs"
+    jobs_dir.mkdir(parents=True, exist_ok=True)
+    for jid in (slow, other):
+        (jobs_dir / f"{jid}.1.log").symlink_to("/dev/full")  # every write: ENOSPC
+    (harness.home / "config.toml").write_text("")
+    harness.call("resume")
+    job = harness.wait_state(slow, "failed", timeout_s=30)
+    assert "timed out" in job["message"]
+    assert not _alive(job["runner"]["pid"])
+    run = harness.wait_for(lambda: harness.job(other)["runner"], what="second job started")
+    assert harness.call("cancel", id=other)["job"]["state"] == "cancelled"
+    harness.wait_for(lambda: not _alive(run["pid"]), timeout_s=20, what="cancelled tree gone")
+    assert harness.call("ping")["pong"]
+
+
+def test_an_unopenable_log_fails_the_attempt_and_the_daemon_keeps_serving(harness):
+    harness.start()
+    harness.call("pause")
+    jid = harness.add("true", max_attempts=2)
+    (harness.home / "logs" / "jobs" / f"{jid}.1.log").mkdir(parents=True)  # a folder, not a file
+    harness.call("resume")
+    job = harness.wait_state(jid, "done", timeout_s=30)  # attempt 2 has a normal log
+    assert job["attempts"] == 2
+    assert "cannot open the job's log" in [e for e in harness.events(jid) if e["kind"] == "failed"][0]["message"]
+    assert harness.daemon.poll() is None
