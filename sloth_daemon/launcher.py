@@ -88,29 +88,17 @@ def _tail(p: os.PathLike[str], n: int = 2000) -> str:
 
 
 def wait_gone(pid: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        if _zombie(pid):  # it has exited; only its parent has yet to reap it
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def _zombie(pid: int) -> bool:
+    """True once ``pid`` has exited (a zombie counts: only its parent has
+    yet to reap it), waiting up to ``timeout_s``."""
     import psutil
 
+    from .procident import wait_gone as wait_procs_gone
+
     try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        proc = psutil.Process(pid)
     except psutil.NoSuchProcess:
         return True
-    except psutil.Error:
-        return False
+    return not wait_procs_gone([proc], timeout_s)
 
 
 def _start_via_service(paths: Paths) -> bool:

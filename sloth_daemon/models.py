@@ -55,11 +55,13 @@ class Job:
     finished_at: float | None = None
 
     @classmethod
-    def from_row(cls, row: Any) -> "Job":
+    def from_row(cls, row: Any, *, env: dict[str, str] | None = None) -> "Job":
+        """``env``: the environment the queue resolved from ``env_id`` (see
+        Queue._job); otherwise the row's own inline ``env`` column is used."""
         d = dict(row)
-        d.pop("env_id", None)  # the queue resolves it (see Queue._job)
+        d.pop("env_id", None)
         d["command"] = json.loads(d["command"])
-        d["env"] = json.loads(d["env"]) if d["env"] else None
+        d["env"] = env if env is not None else (json.loads(d["env"]) if d["env"] else None)
         d["runner"] = json.loads(d["runner"]) if d["runner"] else None
         d["state"] = JobState(d["state"])
         d["shell"] = bool(d["shell"])

@@ -158,7 +158,8 @@ def _gone(p: psutil.Process) -> bool:
         return True
 
 
-def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+def wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Wait up to ``timeout_s`` for the processes to exit; return those left."""
     deadline = time.monotonic() + timeout_s
     alive = [p for p in procs if not _gone(p)]
     while alive and time.monotonic() < deadline:
@@ -173,20 +174,16 @@ def end_all(procs: list[psutil.Process], grace_s: float, *, groups: list[int] = 
     a restart with many leftovers costs one grace period, not one each."""
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
         _signal(procs, list(groups), sig)
-        procs = _wait_gone(procs, wait_s)
+        procs = wait_gone(procs, wait_s)
         if not procs:
             return
 
 
-def find_by_env(name: str, value: str) -> list[psutil.Process]:
-    """Processes of ours whose environment has ``name=value`` (every job gets
-    SLOTH_JOB_TOKEN): finds a job's leftovers even if its identity was never
-    recorded (the daemon died between spawn and writing it down)."""
-    return find_by_env_values(name, {value}).get(value, [])
-
-
 def find_by_env_values(name: str, values: set[str]) -> dict[str, list[psutil.Process]]:
-    """One scan of our processes: value -> processes with ``name=value``."""
+    """One scan of our processes: value -> processes with ``name=value``.
+    Every job gets SLOTH_JOB_TOKEN, so this finds a job's leftovers even if
+    their identity was never recorded (the daemon died between spawn and
+    writing it down)."""
     found: dict[str, list[psutil.Process]] = {}
     if not values:
         return found
@@ -202,6 +199,3 @@ def find_by_env_values(name: str, values: set[str]) -> dict[str, list[psutil.Pro
             continue
     return found
 
-
-def kill_procs_blocking(procs: list[psutil.Process], grace_s: float) -> None:
-    end_all(procs, grace_s)

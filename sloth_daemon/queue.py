@@ -12,7 +12,6 @@ groups with index seeks instead of scanning rows (see ``_best_queued``).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
@@ -136,13 +135,12 @@ class Queue:
         ids: list[int] = []
         run: list[tuple] = []  # consecutive rows without a key, inserted by one executemany
         with db.transaction(self._conn) as c:
-            env_ids: dict[str, int] = {}
+            env_ids: dict[str, int] = {}  # one envs row per distinct environment
             for r in rows:
-                text = r["env"]
-                if text is not None:
-                    if text not in env_ids:
-                        env_ids[text] = _put_env(c, text)
-                    r["env"] = env_ids[text]
+                text = r.pop("env")
+                if text is not None and text not in env_ids:
+                    env_ids[text] = _put_env(c, text)
+                r["env_id"] = None if text is None else env_ids[text]
             for r in rows:
                 if r["key"] is None:
                     run.append(_values(r, now))
@@ -550,10 +548,9 @@ class Queue:
 
     # --------------------------------------------------------------- helpers
     def _job(self, row: sqlite3.Row) -> Job:
-        job = Job.from_row(row)
         env_id = row["env_id"]
         if env_id is None:
-            return job
+            return Job.from_row(row)  # no env, or one stored inline by schema v1/v2
         env = self._envs.get(env_id)
         if env is None:
             found = self._conn.execute("SELECT data FROM envs WHERE id = ?", (env_id,)).fetchone()
@@ -561,7 +558,7 @@ class Queue:
             if len(self._envs) > 256:
                 self._envs.clear()
             self._envs[env_id] = env
-        return dataclasses.replace(job, env=dict(env))
+        return Job.from_row(row, env=dict(env))  # a copy: callers may change theirs
 
     def _get_row(self, c: sqlite3.Connection, job_id: int) -> sqlite3.Row:
         if isinstance(job_id, bool) or not isinstance(job_id, int):
@@ -622,7 +619,7 @@ def _put_env(c: sqlite3.Connection, text: str) -> int:
 def _values(r: dict[str, Any], now: float) -> tuple:
     nb = now if r["not_before"] is None else r["not_before"]
     return (r["command"], r["lane"], r["priority"], r["max_attempts"], r["lease_s"],
-            r["timeout_s"], nb, r["key"], r["cwd"], r["env"], r["label"],
+            r["timeout_s"], nb, r["key"], r["cwd"], r["env_id"], r["label"],
             int(r["shell"]), now, now)
 
 

@@ -27,6 +27,7 @@ log = logging.getLogger("sloth.server")
 IDLE_TIMEOUT_S = 300.0  # a client that connects and says nothing is dropped
 WRITE_TIMEOUT_S = 30.0  # a client that does not read is dropped
 MAX_STREAM_BACKLOG = 1024  # queued events per streaming client before we drop it
+LOG_CHUNK = 256 * 1024  # bytes of log per streamed event
 
 
 OVERFLOW: dict[str, Any] = {"overflow": True}  # a stream fell more than MAX_STREAM_BACKLOG behind
@@ -319,14 +320,13 @@ class Server:
                 # is sent exactly once, from the snapshot or live.
                 past = run.proc.log.snapshot()
                 run.followers.add(feed)
-                for i in range(0, len(past), 256 * 1024):
-                    chunk = past[i:i + 256 * 1024]
-                    await emit({"kind": "log", "data": chunk.decode("utf-8", "surrogateescape")})
+                for i in range(0, len(past), LOG_CHUNK):
+                    await emit(_log_event(past[i:i + LOG_CHUNK]))
             elif attempt is not None:
                 await self._send_file(self.d.paths.job_log(job.id, attempt), emit)
             if live:
                 while (data := await q.get()) is not None:
-                    await emit({"kind": "log", "data": data.decode("utf-8", "surrogateescape")})
+                    await emit(_log_event(data))
         finally:
             if live:
                 run.followers.discard(feed)
@@ -352,8 +352,8 @@ class Server:
         except FileNotFoundError:
             return
         with f:
-            while chunk := f.read(256 * 1024):
-                await emit({"kind": "log", "data": chunk.decode("utf-8", "surrogateescape")})
+            while chunk := f.read(LOG_CHUNK):
+                await emit(_log_event(chunk))
 
     def _subscribe(self, match: Callable[[Job], bool]) -> asyncio.Queue[dict[str, Any] | None]:
         q: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(MAX_STREAM_BACKLOG)
@@ -375,6 +375,11 @@ class Server:
     def _unsubscribe(self, q: asyncio.Queue[Any]) -> None:
         self.subscribers.discard(q._sloth_cb)  # type: ignore[attr-defined]
         self.streams.discard(q)
+
+
+def _log_event(data: bytes) -> dict[str, Any]:
+    # surrogateescape: bytes that are not UTF-8 travel and come back exact
+    return {"kind": "log", "data": data.decode("utf-8", "surrogateescape")}
 
 
 def _job_id(v: Any) -> int:

@@ -26,7 +26,7 @@ from . import procident
 from .clock import Jump, JumpDetector, JumpKind, SystemClocks
 from .config import Settings
 from .durations import format_duration
-from .errors import JobNotFound, LeaseLost, SlothError
+from .errors import IllegalTransition, JobNotFound, LeaseLost, SlothError
 from .models import Job
 from .paths import Paths
 from .queue import Queue
@@ -41,7 +41,6 @@ class Running:
     job: Job
     token: str
     attempt: int
-    log_path: str
     proc: JobProcess | None = None
     ending: str | None = None  # "cancelled" | "interrupted" | "lease lost" | "timed out"
     timer: asyncio.TimerHandle | None = None
@@ -77,7 +76,6 @@ class Worker:
         self._next_prune = time.monotonic() + 60
         self._loop: asyncio.AbstractEventLoop | None = None
         self._next_due: float | None = None  # from the last claim_due()
-        self.extra_timers: list[Callable[[], float | None]] = []  # mono deadlines
 
     # ------------------------------------------------------------- control
     def wake(self) -> None:
@@ -109,8 +107,6 @@ class Worker:
     def retry(self, job_id: int) -> Job:
         """queue.retry, refused while a cancelled run of the job is still
         being ended: its new run must not start beside the old process."""
-        from .errors import IllegalTransition
-
         if job_id in self.running:
             raise IllegalTransition(
                 f"job {job_id} is still being stopped (its process tree is ending)",
@@ -167,10 +163,6 @@ class Worker:
                 deadlines.append(self._hb_due_at(run) - now)
         if self.may_claim() and self._next_due is not None:
             deadlines.append(self._next_due - now)
-        for fn in self.extra_timers:
-            d = fn()
-            if d is not None:
-                deadlines.append(d - now_mono)
         return max(0.0, min(deadlines))
 
     # --------------------------------------------------------------- clock
@@ -245,8 +237,7 @@ class Worker:
             if job is None:
                 return  # another process took it
             self.on_change(job)
-            run = Running(job, job.token or "", job.attempts,
-                          str(self.paths.job_log(job.id, job.attempts)))
+            run = Running(job, job.token or "", job.attempts)
             self.running[job.id] = run
             prev = job.runner
             if prev and procident.is_same_process(prev):
@@ -273,11 +264,12 @@ class Worker:
 
     def _start(self, run: Running) -> None:
         job = run.job
+        log_path = self.paths.job_log(job.id, run.attempt)
         try:
-            lw = LogWriter(self.paths.job_log(job.id, run.attempt), self.settings.log_cap_bytes)
+            lw = LogWriter(log_path, self.settings.log_cap_bytes)
         except OSError as e:
             self._drop(run)
-            msg = f"cannot open the job's log {self.paths.job_log(job.id, run.attempt)}: {e.strerror or e}"
+            msg = f"cannot open the job's log {log_path}: {e.strerror or e}"
             self._record(lambda: self.queue.fail(job.id, run.token, message=msg, retry=True))
             return
         env = job_env(job.env, {

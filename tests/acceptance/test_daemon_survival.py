@@ -32,11 +32,17 @@ def starts(d: Path) -> list[list[str]]:
     return [ln.split() for ln in p.read_text().splitlines()] if p.exists() else []
 
 
-def test_kill9_mid_job_then_restart_reruns_once_never_two_at_once(harness, home):
+def start_a_long_probe(harness, home: Path) -> tuple[int, int]:
+    """Start the daemon and one probe job that holds on its first start;
+    return the job id and the pid of that first run once it is running."""
     harness.start()
     jid = probe(harness, home, hold_first=300, hold=0.2)
     harness.wait_for(lambda: len(starts(home)) == 1, what="first start")
-    first_pid = int(starts(home)[0][3])
+    return jid, int(starts(home)[0][3])
+
+
+def test_kill9_mid_job_then_restart_reruns_once_never_two_at_once(harness, home):
+    jid, first_pid = start_a_long_probe(harness, home)
     harness.kill9()
     assert psutil.pid_exists(first_pid)  # the orphan outlives the daemon
     harness.start()
@@ -51,10 +57,7 @@ def test_kill9_mid_job_then_restart_reruns_once_never_two_at_once(harness, home)
 
 def test_leftover_without_recorded_identity_is_found_by_its_token(harness, home):
     """The daemon died between spawning a job and writing down its pid."""
-    harness.start()
-    jid = probe(harness, home, hold_first=300, hold=0.2)
-    harness.wait_for(lambda: len(starts(home)) == 1, what="first start")
-    first_pid = int(starts(home)[0][3])
+    jid, first_pid = start_a_long_probe(harness, home)
     harness.kill9()
     with sqlite3.connect(harness.home / "queue.db") as c:
         c.execute("UPDATE jobs SET runner = NULL WHERE id = ?", (jid,))
@@ -82,10 +85,7 @@ def test_stale_socket_file_from_a_dead_daemon_is_replaced(harness):
 
 
 def test_sigterm_drains_and_requeues_without_using_the_failure_budget(harness, home):
-    harness.start()
-    jid = probe(harness, home, hold_first=300, hold=0.2)
-    harness.wait_for(lambda: len(starts(home)) == 1, what="first start")
-    pid = int(starts(home)[0][3])
+    jid, pid = start_a_long_probe(harness, home)
     assert harness.stop(signal.SIGTERM) == 0
     assert not _alive(pid)
     q = Queue(harness.home / "queue.db")

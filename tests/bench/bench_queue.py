@@ -122,31 +122,42 @@ def size_label(n: int) -> str:
 
 
 # --------------------------------------------------------- claim+complete
+def time_pairs(claim, complete, repeat: int, pairs: int, refill) -> dict:
+    """``repeat`` rounds of ``pairs`` timed claim+complete; ``refill()`` runs
+    between rounds, outside the timing, to keep the queue at its size."""
+    tputs, meds, p95s, comps = [], [], [], []
+    for _ in range(repeat):
+        lat, comp = [], []
+        t0 = time.perf_counter()
+        for _ in range(pairs):
+            t = time.perf_counter()
+            held = claim()
+            t1 = time.perf_counter()
+            complete(held)
+            lat.append(t1 - t)
+            comp.append(time.perf_counter() - t1)
+        tputs.append(pairs / (time.perf_counter() - t0))
+        meds.append(med(lat))
+        p95s.append(p95(lat))
+        comps.append(med(comp))
+        refill()
+    return {"p50": med(meds), "p95": med(p95s), "pairs": med(tputs), "complete": med(comps)}
+
+
 def bench_ours(path: Path, repeat: int, pairs: int, *, refill: bool = True) -> dict:
     """Claim latency and claim+complete throughput of the real Queue."""
-    tputs, meds, p95s, comps = [], [], [], []
     with Queue(path) as q:
         for _ in range(20):  # warm the page cache and the statement cache
             job = q.claim("bench")
             q.complete(job.id, job.token)
-        for _ in range(repeat):
-            lat, comp = [], []
-            t0 = time.perf_counter()
-            for _ in range(pairs):
-                t = time.perf_counter()
-                job = q.claim("bench")
-                t1 = time.perf_counter()
-                assert job is not None, "ran out of due jobs"
-                q.complete(job.id, job.token)
-                lat.append(t1 - t)
-                comp.append(time.perf_counter() - t1)
-            tputs.append(pairs / (time.perf_counter() - t0))
-            meds.append(med(lat))
-            p95s.append(p95(lat))
-            comps.append(med(comp))
-            if refill:  # keep the queue at its size, outside the timing
-                q.enqueue_many(specs_for(0, pairs))
-    return {"p50": med(meds), "p95": med(p95s), "pairs": med(tputs), "complete": med(comps)}
+
+        def claim():
+            job = q.claim("bench")
+            assert job is not None, "ran out of due jobs"
+            return job
+
+        return time_pairs(claim, lambda job: q.complete(job.id, job.token), repeat, pairs,
+                          lambda: refill and q.enqueue_many(specs_for(0, pairs)))
 
 
 RAW_CLAIM = (
@@ -178,7 +189,6 @@ def prepare_raw(path: Path) -> None:
 def bench_raw(path: Path, repeat: int, pairs: int, *, claim_sync: str) -> dict:
     """The same claim+complete as a raw single UPDATE per transaction."""
     con = raw_connect(path, "FULL")
-    tputs, meds, p95s, comps = [], [], [], []
     seq = 0
 
     def claim() -> tuple[int, str]:
@@ -196,33 +206,24 @@ def bench_raw(path: Path, repeat: int, pairs: int, *, claim_sync: str) -> dict:
         assert row is not None, "ran out of due jobs"
         return row[0], token
 
-    def complete(jid: int, token: str) -> None:
+    def complete(held: tuple[int, str]) -> None:
+        jid, token = held
         now = time.time()
         con.execute("BEGIN IMMEDIATE")
         con.execute(RAW_COMPLETE, (now, now, jid, token))
         con.execute("COMMIT")
 
     for _ in range(20):
-        complete(*claim())
-    for _ in range(repeat):
-        lat, comp = [], []
-        t0 = time.perf_counter()
-        for _ in range(pairs):
-            t = time.perf_counter()
-            jid, token = claim()
-            t1 = time.perf_counter()
-            complete(jid, token)
-            lat.append(t1 - t)
-            comp.append(time.perf_counter() - t1)
-        tputs.append(pairs / (time.perf_counter() - t0))
-        meds.append(med(lat))
-        p95s.append(p95(lat))
-        comps.append(med(comp))
-        # put the jobs back, outside the timing, so the queue keeps its size
+        complete(claim())
+
+    def put_back() -> None:  # the done jobs queued again, so the queue keeps its size
         con.execute("UPDATE jobs SET state = 'queued', token = NULL, lease_until = NULL,"
                     " finished_at = NULL WHERE state = 'done'")
-    con.close()
-    return {"p50": med(meds), "p95": med(p95s), "pairs": med(tputs), "complete": med(comps)}
+
+    try:
+        return time_pairs(claim, complete, repeat, pairs, put_back)
+    finally:
+        con.close()
 
 
 # ----------------------------------------------------------------- enqueue

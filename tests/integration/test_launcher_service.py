@@ -56,6 +56,12 @@ def world():
             pass
 
 
+def install_unit(root: Path, text: str) -> None:
+    unit = root / "config" / "systemd" / "user" / "sloth.service"
+    unit.parent.mkdir(parents=True)
+    unit.write_text(text)
+
+
 def sloth(env, *args):
     return subprocess.run([sys.executable, "-m", "sloth_daemon", *args], env=env,
                           capture_output=True, text=True, timeout=60)
@@ -63,9 +69,7 @@ def sloth(env, *args):
 
 def test_add_starts_the_daemon_through_the_installed_unit(world):
     root, env = world
-    unit = root / "config" / "systemd" / "user" / "sloth.service"
-    unit.parent.mkdir(parents=True)
-    unit.write_text("[Service]\nExecStart=/x/sloth daemon run\n")
+    install_unit(root, "[Service]\nExecStart=/x/sloth daemon run\n")
     p = sloth(env, "add", "--json", "--", "true")
     assert p.returncode == 0, p.stderr + (root / "daemon.log").read_text(errors="replace")
     assert "started the daemon" in p.stderr
@@ -77,9 +81,7 @@ def test_add_starts_the_daemon_through_the_installed_unit(world):
 
 def test_a_unit_for_another_queue_is_not_used(world):
     root, env = world
-    unit = root / "config" / "systemd" / "user" / "sloth.service"
-    unit.parent.mkdir(parents=True)
-    unit.write_text("[Service]\nEnvironment=SLOTH_HOME=/elsewhere\nExecStart=/x/sloth daemon run\n")
+    install_unit(root, "[Service]\nEnvironment=SLOTH_HOME=/elsewhere\nExecStart=/x/sloth daemon run\n")
     p = sloth(env, "add", "--json", "--", "true")
     assert p.returncode == 0, p.stderr
     assert not (root / "calls").exists()  # spawned directly instead

@@ -71,9 +71,10 @@ def test_find_by_env_finds_a_job_by_its_token():
     env = dict(os.environ, SLOTH_JOB_TOKEN="tok-unit-test-123")
     p = subprocess.Popen(["sleep", "30"], env=env)
     try:
-        found = procident.find_by_env("SLOTH_JOB_TOKEN", "tok-unit-test-123")
-        assert [q.pid for q in found] == [p.pid]
-        procident.kill_procs_blocking(found, grace_s=2)
+        found = procident.find_by_env_values("SLOTH_JOB_TOKEN", {"tok-unit-test-123", "other"})
+        assert list(found) == ["tok-unit-test-123"]
+        assert [q.pid for q in found["tok-unit-test-123"]] == [p.pid]
+        procident.end_all(found["tok-unit-test-123"], grace_s=2)
         p.wait(5)  # psutil may have reaped it already (then the code reads 0)
         assert not psutil.pid_exists(p.pid)
     finally:
