@@ -4,6 +4,13 @@ Each worker is a separate interpreter (subprocess) with its own connection and
 the SystemClock. Workers report every (job_id, worker) they claimed in a JSON
 file; the test checks that each job was claimed exactly once, all are done,
 and no process hit an exception ("database is locked" or any other).
+
+SQLite's busy handler is not fair: a process that just committed usually wins
+the lock again while the others sleep out their back-off, so on a loaded CI
+machine one worker could drain the whole queue alone and the test would prove
+nothing about concurrent claims. Each worker therefore waits, after its first
+claim, until every worker has claimed once: all four are then guaranteed to be
+claiming from the same rows at the same time, before and after that barrier.
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ N_WORKERS = 4
 WORKER = textwrap.dedent(
     """
     import json, os, sys, time, traceback
-    db_path, name, out_path, go_path = sys.argv[1:5]
+    db_path, name, out_path, go_path, n_workers = sys.argv[1:6]
+    first_dir = os.path.dirname(out_path)
     claimed, error = [], None
     try:
         from sloth_daemon.queue import Queue
@@ -37,6 +45,13 @@ WORKER = textwrap.dedent(
                 break
             claimed.append([job.id, name, job.attempts])
             q.complete(job.id, job.token, message=name)
+            if len(claimed) == 1:  # barrier: everyone has claimed once
+                open(out_path + ".first", "w").close()
+                deadline = time.monotonic() + 60
+                while sum(f.endswith(".first") for f in os.listdir(first_dir)) < int(n_workers):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("barrier: not every worker claimed a job within 60 s")
+                    time.sleep(0.001)
         q.close()
     except BaseException:
         error = traceback.format_exc()
@@ -57,7 +72,7 @@ def test_four_processes_claim_each_job_exactly_once(tmp_path):
     outs = [tmp_path / f"w{i}.json" for i in range(N_WORKERS)]
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     procs = [
-        subprocess.Popen([sys.executable, "-c", WORKER, str(db_path), f"w{i}", str(out), str(go)],
+        subprocess.Popen([sys.executable, "-c", WORKER, str(db_path), f"w{i}", str(out), str(go), str(N_WORKERS)],
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for i, out in enumerate(outs)
     ]
@@ -90,7 +105,7 @@ def test_four_processes_claim_each_job_exactly_once(tmp_path):
     assert not twice, f"claimed more than once: {sorted(twice.items())[:10]}"
     assert set(per_job) == set(ids), "some jobs were never claimed"
     workers = Counter(w for _, w in claims)
-    assert len(workers) >= 2, f"no concurrency happened: {workers}"
+    assert len(workers) == N_WORKERS, f"a worker never claimed (the barrier should prevent it): {workers}"
 
     with Queue(db_path) as q:
         assert q.counts() == {"queued": 0, "claimed": 0, "done": N_JOBS, "failed": 0, "cancelled": 0}
