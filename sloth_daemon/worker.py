@@ -76,6 +76,8 @@ class Worker:
         self._next_prune = time.monotonic() + 60
         self._loop: asyncio.AbstractEventLoop | None = None
         self._next_due: float | None = None  # from the last claim_due()
+        self._in_turn = False
+        self._settling: set[int] = set()  # exited, result not yet written
 
     # ------------------------------------------------------------- control
     def wake(self) -> None:
@@ -146,14 +148,20 @@ class Worker:
                 pass
 
     def turn(self) -> None:
-        now_mono = time.monotonic()
-        if now_mono >= self._next_check:
-            self.check_clock()
-        self.heartbeat_due()
-        self.claim_due()
-        if now_mono >= self._next_prune:
-            self._next_prune = now_mono + PRUNE_EVERY_S
-            self.prune(self.settings.retention_s)
+        if self._in_turn:  # a job that exits inside a turn settles without a nested one
+            return
+        self._in_turn = True
+        try:
+            now_mono = time.monotonic()
+            if now_mono >= self._next_check:
+                self.check_clock()
+            self.heartbeat_due()
+            self.claim_due()
+            if now_mono >= self._next_prune:
+                self._next_prune = now_mono + PRUNE_EVERY_S
+                self.prune(self.settings.retention_s)
+        finally:
+            self._in_turn = False
 
     def next_wake_s(self) -> float:
         now_mono, now = time.monotonic(), self.queue.clock.now()
@@ -229,7 +237,8 @@ class Worker:
             # A read-only look first: an empty claim would still cost a write
             # transaction, and this answer is also when to wake up next.
             blocked = self.blocked_lanes()
-            mine = set(self.running)  # never re-issue our own live jobs to ourselves
+            # never re-issue our own live (or just-ended, unrecorded) jobs to ourselves
+            mine = set(self.running) | self._settling
             self._next_due = self.queue.next_due_at(exclude_lanes=blocked, exclude_ids=mine)
             if self._next_due is None or self._next_due > self.queue.clock.now():
                 return
@@ -331,6 +340,17 @@ class Worker:
             f(None)
         code = run.proc.returncode
         jid, tok = run.job.id, run.token
+        # Start the lane's next job before writing this one's result, so the
+        # fork and the new process overlap the result's fsync instead of
+        # queueing behind it. A crash in between re-runs this job once, as a
+        # crash just before the write would (at-least-once after a crash).
+        self._settling.add(jid)
+        try:
+            self.turn()
+        except Exception:  # the loop's own turn retries; the result comes first
+            log.exception("starting the next job after job %d failed", jid)
+        finally:
+            self._settling.discard(jid)
         if run.ending == "interrupted":
             self._record(lambda: self.queue.release(jid, tok, message="interrupted: daemon stopping"))
         elif run.ending in ("cancelled", "lease lost"):
