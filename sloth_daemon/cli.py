@@ -314,10 +314,9 @@ def logs(
             while chunk := f.read(1 << 16):
                 sys.stdout.buffer.write(chunk)
         sys.stdout.buffer.flush()
-    except FileNotFoundError:
-        raise errors.SlothError(
-            f"job {jid} attempt {res['attempt']} has no log yet", hint="It has not started; see `sloth show ID`."
-        ) from None
+    except FileNotFoundError:  # the attempt has printed nothing (no output, no file)
+        if sys.stderr.isatty():
+            typer.echo(f"(job {jid} attempt {res['attempt']} has printed nothing)", err=True)
 
 
 @app.command("wait")

@@ -49,25 +49,32 @@ class LogWriter:
     """Writes one attempt's output, capped: past ``cap`` bytes it keeps the
     first half and the last half and says in between how much was cut.
 
+    The file is created with the first byte written, so an attempt that
+    prints nothing leaves no file. That is fewer empty files for the many
+    quiet jobs, and it is cheaper than it looks: on ext4 every new file's
+    metadata rides along with the queue's next fsync, which made creating
+    it about a fifth of a trivial job's whole cost (tests/bench/bench_daemon.py).
+
     The head goes to disk as it arrives; the tail is held in memory and
     written when the attempt ends (so after a daemon crash the log holds the
-    head only)."""
+    head only). Never raises: a file that cannot be created or written (full
+    disk, a folder in the way) counts the bytes lost, and ``problem`` says so
+    for the job's history, since the log itself cannot."""
 
     def __init__(self, path: Path, cap: int) -> None:
         self.path = path
-        try:
-            self.f = open(path, "ab", buffering=0)
-        except FileNotFoundError:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.f = open(path, "ab", buffering=0)
+        self.f: Any = None  # a raw binary file once the first byte comes
+        self.closed = False
+        self.base = 0  # where our output starts in the file (appended to)
         self.head_cap = cap // 2
         self.tail_cap = cap - self.head_cap
-        self.head = self.f.tell()
+        self.head = 0
         self.tail = bytearray()
         self.cut = 0
         self.total = 0
         self.lost = 0  # bytes that could not be written (disk full ...)
         self.error: str | None = None
+        self.problem: str | None = None  # what was lost and why, once closed
 
     def write(self, data: bytes) -> None:
         self.total += len(data)
@@ -85,33 +92,57 @@ class LogWriter:
 
     def snapshot(self) -> bytes:
         """Everything written so far, as the finished log will show it."""
-        try:
-            with open(self.path, "rb") as f:
-                data = f.read(self.head)
-        except OSError:
-            data = b""
+        data = b""
+        if self.head:
+            try:
+                with open(self.path, "rb") as f:
+                    f.seek(self.base)
+                    data = f.read(self.head)
+            except OSError:
+                pass
         if self.cut:
             data += f"\n[sloth] ... {self.cut} bytes cut here so far ...\n".encode()
         return data + bytes(self.tail)
 
+    def _open(self) -> None:
+        try:
+            try:
+                self.f = open(self.path, "ab", buffering=0)
+            except FileNotFoundError:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.f = open(self.path, "ab", buffering=0)
+            self.base = self.f.tell()
+        except OSError as e:
+            self.error = f"cannot create {self.path}: {e.strerror or e}"
+
     def _put(self, data: bytes) -> None:
-        """Write, never raise: a full disk must not stop a kill or a settle.
-        What could not be written is counted and said at the end if possible."""
+        """Write all of ``data``, never raise: a full disk must not stop a
+        kill or a settle. What could not be written is counted."""
+        if not data:
+            return
+        if self.error is None and self.f is None:
+            self._open()
         if self.error is not None:
             self.lost += len(data)
             return
+        view = memoryview(data)
         try:
-            self.f.write(data)
+            while view:
+                n = self.f.write(view)  # a raw file may write only part
+                if not n:
+                    raise OSError(errno.EIO, "the write made no progress")
+                view = view[n:]
         except (OSError, ValueError) as e:
             self.error = str(getattr(e, "strerror", None) or e)
-            self.lost += len(data)
+            self.lost += len(view)
 
     def note(self, text: str) -> None:
         self.write(f"\n[sloth] {text}\n".encode())
 
     def close(self) -> None:
-        if self.f.closed:
+        if self.closed:
             return
+        self.closed = True
         if self.cut:
             self._put(
                 f"\n[sloth] ... {self.cut} bytes cut here: the log keeps the first "
@@ -120,12 +151,14 @@ class LogWriter:
         self._put(bytes(self.tail))
         self.tail.clear()
         if self.error is not None:
-            self.error, err = None, self.error
-            self._put(f"\n[sloth] {self.lost} bytes of output lost: {err}\n".encode())
-        try:
-            self.f.close()
-        except OSError:
-            pass
+            self.problem = f"{self.lost} bytes of output lost: {self.error}"
+            self.error = None  # one more try, in case there is room again
+            self._put(f"\n[sloth] {self.problem}\n".encode())
+        if self.f is not None:
+            try:
+                self.f.close()
+            except OSError:
+                pass
 
 
 class SpawnError(Exception):

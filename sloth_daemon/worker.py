@@ -273,14 +273,7 @@ class Worker:
 
     def _start(self, run: Running) -> None:
         job = run.job
-        log_path = self.paths.job_log(job.id, run.attempt)
-        try:
-            lw = LogWriter(log_path, self.settings.log_cap_bytes)
-        except OSError as e:
-            self._drop(run)
-            msg = f"cannot open the job's log {log_path}: {e.strerror or e}"
-            self._record(lambda: self.queue.fail(job.id, run.token, message=msg, retry=True))
-            return
+        lw = LogWriter(self.paths.job_log(job.id, run.attempt), self.settings.log_cap_bytes)
         env = job_env(job.env, {
             "SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_ATTEMPT": str(run.attempt),
             "SLOTH_JOB_TOKEN": run.token,
@@ -335,6 +328,8 @@ class Worker:
             run.timer.cancel()
         ok, message = run.proc.outcome()
         run.proc.log.close()
+        if run.proc.log.problem:  # the log could not say it: the history must
+            message = f"{message}; {run.proc.log.problem}"
         self._drop(run)
         for f in list(run.followers):
             f(None)

@@ -343,6 +343,11 @@ def test_logs_attempts_and_path(quick_retry, home):
     assert p.returncode == EXIT_USAGE
     one_error(p, "attempts 1..2")
 
+    silent = cj(harness, "add", "--wait", "--", "true")["id"]  # printed nothing: no file, no error
+    p = harness.cli("logs", str(silent), check=True)
+    assert p.stdout == "" and p.stderr == ""
+    assert not Path(harness.cli("logs", "--path", str(silent), check=True).stdout.strip()).exists()
+
     harness.cli("pause", check=True)
     q = cj(harness, "add", "--", "true")["id"]
     p = harness.cli("logs", str(q))

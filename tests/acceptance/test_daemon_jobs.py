@@ -219,13 +219,15 @@ def test_a_full_disk_under_the_log_does_not_stop_timeouts_or_cancels(harness):
     assert harness.call("ping")["pong"]
 
 
-def test_an_unopenable_log_fails_the_attempt_and_the_daemon_keeps_serving(harness):
+def test_an_unopenable_log_loses_output_not_the_job_and_its_history_says_so(harness):
     harness.start()
     harness.call("pause")
-    jid = harness.add("true", max_attempts=2)
+    jid = harness.add("sh", "-c", "echo twelve bytes")  # 13 with the newline
     (harness.home / "logs" / "jobs" / f"{jid}.1.log").mkdir(parents=True)  # a folder, not a file
     harness.call("resume")
-    job = harness.wait_state(jid, "done", timeout_s=30)  # attempt 2 has a normal log
-    assert job["attempts"] == 2
-    assert "cannot open the job's log" in [e for e in harness.events(jid) if e["kind"] == "failed"][0]["message"]
+    job = harness.wait_state(jid, "done", timeout_s=30)
+    assert job["attempts"] == 1
+    assert job["message"].startswith("exit 0; 13 bytes of output lost: cannot create ")
+    assert "Is a directory" in job["message"]
+    assert job["message"] in [e["message"] for e in harness.events(jid) if e["kind"] == "done"]
     assert harness.daemon.poll() is None

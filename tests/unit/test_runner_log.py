@@ -37,6 +37,56 @@ def test_past_the_cap_head_and_tail_are_kept_and_the_cut_is_named(tmp_path):
     assert tail == data[-50:]
 
 
+def test_an_attempt_that_prints_nothing_leaves_no_file(tmp_path):
+    p = tmp_path / "jobs" / "1.1.log"
+    w = LogWriter(p, cap=100)
+    w.write(b"")
+    assert w.snapshot() == b""
+    w.close()
+    assert not p.exists() and not p.parent.exists() and w.problem is None
+
+
+def test_the_file_appears_with_the_first_byte_and_a_snapshot_reads_it(tmp_path):
+    p = tmp_path / "jobs" / "1.1.log"
+    w = LogWriter(p, cap=100)
+    w.write(b"a" * 60)  # 50 to the head on disk, 10 held as tail
+    assert p.read_bytes() == b"a" * 50
+    assert w.snapshot() == b"a" * 60
+    w.close()
+    assert p.read_bytes() == b"a" * 60
+
+
+def test_appends_after_what_the_file_already_holds(tmp_path):
+    p = tmp_path / "x.log"
+    p.write_bytes(b"old\n")
+    w = LogWriter(p, cap=100)
+    w.write(b"new\n")
+    assert w.snapshot() == b"new\n"
+    w.close()
+    assert p.read_bytes() == b"old\nnew\n"
+
+
+def test_an_uncreatable_file_loses_output_without_raising_and_says_so(tmp_path):
+    p = tmp_path / "x.log"
+    p.mkdir()  # a folder in the way
+    w = LogWriter(p, cap=100)
+    w.write(b"hello\n")
+    w.note("timed out")
+    w.close()
+    assert w.problem is not None
+    assert w.problem.startswith(f"{6 + len(b'[sloth] timed out') + 2} bytes of output lost: cannot create {p}")
+    assert "Is a directory" in w.problem
+
+
+def test_a_full_disk_counts_the_lost_bytes(tmp_path):
+    p = tmp_path / "full.log"
+    p.symlink_to("/dev/full")  # every write: ENOSPC
+    w = LogWriter(p, cap=100)
+    w.write(b"x" * 30)
+    w.close()
+    assert w.problem == "30 bytes of output lost: No space left on device"
+
+
 def test_job_env_uses_the_captured_environment_and_drops_manager_variables():
     captured = {"PATH": "/bin", "NOTIFY_SOCKET": "/run/x", "HOME": "/h"}
     env = job_env(captured, {"SLOTH_JOB_ID": "7"})
