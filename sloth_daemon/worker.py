@@ -342,7 +342,9 @@ class Worker:
         self._settling.add(jid)
         try:
             self.turn()
-        except Exception:  # the loop's own turn retries; the result comes first
+        except SlothError as e:  # e.g. disk full: the loop's own turn retries
+            log.error("starting the next job after job %d failed: %s", jid, e.message)
+        except Exception:  # a bug: the result below must still be written
             log.exception("starting the next job after job %d failed", jid)
         finally:
             self._settling.discard(jid)
