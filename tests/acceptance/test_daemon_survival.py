@@ -173,3 +173,27 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def test_a_job_that_ends_while_the_daemon_is_stopped_past_its_lease_is_not_run_again(home, fakeclock):
+    """The daemon starts a lane's next job before writing the last result; the
+    job that just ended, its lease long lapsed, must not be that next job."""
+    h = Harness(home / "h", config='lease_s = "3s"\n', extra_env=fakeclock.env())
+    try:
+        daemon = h.start()
+        go, runs = home / "go", home / "runs"
+        jid = h.add("sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done; echo ran >> {runs}")
+        pid = h.wait_for(lambda: h.job(jid)["runner"], what="job started")["pid"]
+        daemon.send_signal(signal.SIGSTOP)
+        try:
+            fakeclock.jump(3600)  # the lease lapses while nobody can heartbeat it
+            go.touch()
+            h.wait_for(lambda: not _alive(pid), what="job exited")  # unreaped until the daemon runs
+        finally:
+            daemon.send_signal(signal.SIGCONT)
+        job = h.wait_state(jid, "done")
+        assert job["attempts"] == 1
+        assert "reclaimed" not in [e["kind"] for e in h.events(jid)]
+        assert runs.read_text() == "ran\n"
+    finally:
+        h.reap()
