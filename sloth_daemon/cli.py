@@ -317,6 +317,9 @@ def logs(
     except FileNotFoundError:  # the attempt has printed nothing (no output, no file)
         if sys.stderr.isatty():
             typer.echo(f"(job {jid} attempt {res['attempt']} has printed nothing)", err=True)
+    except OSError as e:
+        raise errors.SlothError(f"cannot read the log {res['path']}: {e.strerror or e}",
+                                hint="Check that file's type and permissions.") from None
 
 
 @app.command("wait")

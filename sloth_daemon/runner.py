@@ -93,7 +93,7 @@ class LogWriter:
     def snapshot(self) -> bytes:
         """Everything written so far, as the finished log will show it."""
         data = b""
-        if self.head:
+        if self.head and self.f is not None:  # never another run's bytes from a file we could not open
             try:
                 with open(self.path, "rb") as f:
                     f.seek(self.base)
@@ -120,6 +120,8 @@ class LogWriter:
         kill or a settle. What could not be written is counted."""
         if not data:
             return
+        if self.closed:
+            return  # after close nothing is written, nor a file made
         if self.error is None and self.f is None:
             self._open()
         if self.error is not None:
@@ -142,7 +144,6 @@ class LogWriter:
     def close(self) -> None:
         if self.closed:
             return
-        self.closed = True
         if self.cut:
             self._put(
                 f"\n[sloth] ... {self.cut} bytes cut here: the log keeps the first "
@@ -154,6 +155,7 @@ class LogWriter:
             self.problem = f"{self.lost} bytes of output lost: {self.error}"
             self.error = None  # one more try, in case there is room again
             self._put(f"\n[sloth] {self.problem}\n".encode())
+        self.closed = True
         if self.f is not None:
             try:
                 self.f.close()

@@ -305,15 +305,24 @@ class Server:
         if a.get("attempt") is None and not job.state.finished:
             job = await self._until_started(job.id)  # `sloth add ... && sloth logs -f ID`
         attempt = _attempt(job, a.get("attempt"), allow_none=True)
-        q: asyncio.Queue[bytes | None] = asyncio.Queue(MAX_STREAM_BACKLOG)
+        # Unbounded, but fed at most MAX_STREAM_BACKLOG chunks: past that a
+        # client too slow to keep up misses live output and is told how much
+        # where it was cut, and the end always gets through.
+        q: asyncio.Queue[bytes | None] = asyncio.Queue()
         run = self.d.worker.running.get(job.id)
         live = run is not None and run.attempt == attempt and run.proc is not None
+        skipped = 0
 
         def feed(data: bytes | None) -> None:
-            try:
-                q.put_nowait(data)
-            except asyncio.QueueFull:
-                pass  # a client too slow to keep up misses some live output
+            nonlocal skipped
+            if data is not None and q.qsize() >= MAX_STREAM_BACKLOG:
+                skipped += len(data)
+                return
+            if skipped:
+                q.put_nowait(f"\n[sloth] ... {skipped} bytes of live output skipped here: this follower "
+                             f"fell behind (`sloth logs {job.id}` has them once the job ends) ...\n".encode())
+                skipped = 0
+            q.put_nowait(data)
         try:
             if live:
                 # Snapshot and subscribe with no await in between: every byte
@@ -350,7 +359,10 @@ class Server:
         try:
             f = open(path, "rb")
         except FileNotFoundError:
-            return
+            return  # the attempt printed nothing
+        except OSError as e:
+            raise SlothError(f"cannot read the log {path}: {e.strerror or e}",
+                             hint="Check that file's type and permissions.") from None
         with f:
             while chunk := f.read(LOG_CHUNK):
                 await emit(_log_event(chunk))

@@ -330,6 +330,7 @@ class Worker:
         run.proc.log.close()
         if run.proc.log.problem:  # the log could not say it: the history must
             message = f"{message}; {run.proc.log.problem}"
+            log.warning("job %d attempt %d: %s", run.job.id, run.attempt, run.proc.log.problem)
         self._drop(run)
         for f in list(run.followers):
             f(None)
@@ -349,7 +350,8 @@ class Worker:
         finally:
             self._settling.discard(jid)
         if run.ending == "interrupted":
-            self._record(lambda: self.queue.release(jid, tok, message="interrupted: daemon stopping"))
+            why = "interrupted: daemon stopping" + (f"; {run.proc.log.problem}" if run.proc.log.problem else "")
+            self._record(lambda: self.queue.release(jid, tok, message=why))
         elif run.ending in ("cancelled", "lease lost"):
             pass  # the queue already says so; our token is void
         elif ok:

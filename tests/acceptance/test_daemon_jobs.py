@@ -230,4 +230,8 @@ def test_an_unopenable_log_loses_output_not_the_job_and_its_history_says_so(harn
     assert job["message"].startswith("exit 0; 13 bytes of output lost: cannot create ")
     assert "Is a directory" in job["message"]
     assert job["message"] in [e["message"] for e in harness.events(jid) if e["kind"] == "done"]
+    for argv in (["logs", str(jid)], ["logs", "-f", str(jid)]):  # an error with a hint, not a traceback
+        p = harness.cli(*argv)
+        assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+        assert "cannot read the log" in p.stderr and "Is a directory" in p.stderr
     assert harness.daemon.poll() is None

@@ -231,3 +231,41 @@ def test_client_reports_daemon_not_running_for_a_stale_socket(harness):
     # and a daemon started afterwards replaces the stale file and serves
     harness.start()
     assert harness.call("ping")["pong"] is True
+
+
+def test_a_follower_too_slow_for_the_output_is_told_what_it_missed_and_still_ends(harness, home):
+    """A `logs -f` client that stops reading while a job floods output: the
+    daemon holds at most MAX_STREAM_BACKLOG chunks for it, says how many
+    bytes it skipped, and the end of the stream always gets through."""
+    harness.start()
+    go = home / "go"
+    jid = harness.add("sh", "-c", f"echo ready; while [ ! -e {go} ]; do sleep 0.01; done; head -c 200000000 /dev/zero")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(30)
+    s.connect(str(harness.socket))
+    try:
+        s.sendall(b'{"v": 1, "id": "f", "op": "follow", "args": {"id": %d}}\n' % jid)
+        lines = s.makefile("rb")
+        first = json.loads(lines.readline())  # following the live job now
+        assert first["event"]["data"] == "ready\n"
+        go.touch()
+        harness.wait_state(jid, "done", timeout_s=60)  # all of it written while we read nothing
+        events, final = 0, None
+        skipped = ""
+        for line in lines:
+            msg = json.loads(line)
+            if "event" in msg:
+                events += 1
+                if "bytes of live output skipped here" in msg["event"].get("data", ""):
+                    skipped = msg["event"]["data"]
+                continue
+            final = msg
+            break
+        assert final is not None and final["ok"] is True, "the stream never ended"
+        assert final["result"]["job"]["state"] == "done"
+        assert skipped and f"sloth logs {jid}" in skipped
+        assert events <= 1024 + 10  # the backlog cap, a snapshot chunk and the notice
+    finally:
+        s.close()
+    assert harness.call("ping")["pong"] is True

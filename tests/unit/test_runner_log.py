@@ -1,5 +1,9 @@
 """The per-attempt log: capped, head and tail kept, the cut said out loud."""
 
+import os
+
+import pytest
+
 from sloth_daemon.runner import DAEMON_ONLY_ENV, LogWriter, job_env
 
 
@@ -78,6 +82,31 @@ def test_an_uncreatable_file_loses_output_without_raising_and_says_so(tmp_path):
     assert "Is a directory" in w.problem
 
 
+def test_a_snapshot_never_shows_another_runs_bytes_from_a_file_it_could_not_open(tmp_path, monkeypatch):
+    p = tmp_path / "x.log"
+    p.write_bytes(b"an earlier run of this attempt\n")
+    w = LogWriter(p, cap=100)
+
+    def refuse(*a, **k):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr("builtins.open", refuse)  # as for a file we may not write
+    w.write(b"this run\n")
+    monkeypatch.undo()
+    assert w.snapshot() == b""
+    w.close()
+    assert w.problem == f"9 bytes of output lost: cannot create {p}: Permission denied"
+
+
+def test_nothing_is_written_nor_a_file_made_after_close(tmp_path):
+    p = tmp_path / "x.log"
+    w = LogWriter(p, cap=100)
+    w.close()
+    w.write(b"late\n")
+    w.note("late")
+    assert not p.exists()
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="/dev/full is Linux-only")
 def test_a_full_disk_counts_the_lost_bytes(tmp_path):
     p = tmp_path / "full.log"
     p.symlink_to("/dev/full")  # every write: ENOSPC
