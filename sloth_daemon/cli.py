@@ -318,8 +318,7 @@ def logs(
         if sys.stderr.isatty():
             typer.echo(f"(job {jid} attempt {res['attempt']} has printed nothing)", err=True)
     except OSError as e:
-        raise errors.SlothError(f"cannot read the log {res['path']}: {e.strerror or e}",
-                                hint="Check that file's type and permissions.") from None
+        raise errors.LogUnreadable(res["path"], e) from None
 
 
 @app.command("wait")

@@ -51,6 +51,16 @@ class IllegalTransition(SlothError):
     hint = "See the job's state with `sloth show ID`."
 
 
+class LogUnreadable(SlothError):
+    """A job's log file is there but cannot be read (a folder in its place,
+    no permission). A missing file is no error: the attempt printed nothing."""
+
+    hint = "Check that file's type and permissions."
+
+    def __init__(self, path: object, e: OSError) -> None:
+        super().__init__(f"cannot read the log {path}: {e.strerror or e}")
+
+
 class LeaseLost(SlothError):
     """The caller's token is not the job's current token: someone else owns it now."""
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from . import __version__, peercred, protocol
-from .errors import BadRequest, JobNotFound, ProtocolError, SlothError
+from .errors import BadRequest, JobNotFound, LogUnreadable, ProtocolError, SlothError
 from .models import Job, JobState
 
 if TYPE_CHECKING:
@@ -361,8 +361,7 @@ class Server:
         except FileNotFoundError:
             return  # the attempt printed nothing
         except OSError as e:
-            raise SlothError(f"cannot read the log {path}: {e.strerror or e}",
-                             hint="Check that file's type and permissions.") from None
+            raise LogUnreadable(path, e) from None
         with f:
             while chunk := f.read(LOG_CHUNK):
                 await emit(_log_event(chunk))

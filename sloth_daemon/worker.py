@@ -328,8 +328,9 @@ class Worker:
             run.timer.cancel()
         ok, message = run.proc.outcome()
         run.proc.log.close()
-        if run.proc.log.problem:  # the log could not say it: the history must
-            message = f"{message}; {run.proc.log.problem}"
+        lost = ""  # what the log could not hold, said in the history instead
+        if run.proc.log.problem:
+            lost = f"; {run.proc.log.problem}"
             log.warning("job %d attempt %d: %s", run.job.id, run.attempt, run.proc.log.problem)
         self._drop(run)
         for f in list(run.followers):
@@ -350,14 +351,13 @@ class Worker:
         finally:
             self._settling.discard(jid)
         if run.ending == "interrupted":
-            why = "interrupted: daemon stopping" + (f"; {run.proc.log.problem}" if run.proc.log.problem else "")
-            self._record(lambda: self.queue.release(jid, tok, message=why))
+            self._record(lambda: self.queue.release(jid, tok, message="interrupted: daemon stopping" + lost))
         elif run.ending in ("cancelled", "lease lost"):
             pass  # the queue already says so; our token is void
         elif ok:
-            self._record(lambda: self.queue.complete(jid, tok, message=message, exit_code=code))
+            self._record(lambda: self.queue.complete(jid, tok, message=message + lost, exit_code=code))
         else:
-            self._record(lambda: self.queue.fail(jid, tok, message=message, exit_code=code))
+            self._record(lambda: self.queue.fail(jid, tok, message=message + lost, exit_code=code))
         self.wake()
 
     def _record(self, fn: Callable[[], Job]) -> None:
