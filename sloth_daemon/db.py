@@ -15,6 +15,7 @@ import sqlite3
 import time
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import quote
 
 from .errors import StorageError
 
@@ -140,6 +141,18 @@ def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
             for stmt in _statements(MIGRATIONS[version]):
                 conn.execute(stmt)
             conn.execute(f"PRAGMA user_version = {version + 1}")
+
+
+def quick_check(path: str | os.PathLike[str], *, timeout_s: float = 5.0) -> list[str]:
+    """``PRAGMA quick_check`` over a read-only connection that neither
+    migrates nor writes (safe beside a running daemon): ``["ok"]`` when the
+    file is sound, else SQLite's findings. Raises sqlite3.DatabaseError
+    (an OperationalError mentioning "locked"/"busy" when a writer holds it)."""
+    conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=timeout_s)
+    try:
+        return [str(r[0]) for r in conn.execute("PRAGMA quick_check").fetchall()]
+    finally:
+        conn.close()
 
 
 def _statements(script: str) -> list[str]:

@@ -14,7 +14,6 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
-from urllib.parse import quote
 
 from .errors import DaemonNotRunning, SlothError
 from .paths import Paths, resolve
@@ -214,18 +213,16 @@ def check_data_dir(d: Path) -> Check:
 
 
 def check_database(db: Path) -> Check:
-    import sqlite3
+    import sqlite3  # for its error types; the check itself is db.quick_check
+
+    from .db import quick_check
 
     if not db.exists():
         return ok("database", f"{db} does not exist yet")
     fix = (f"Stop the daemon (sloth daemon stop), move {db} aside (mv {db} {db}.broken; a fresh queue "
            f"starts), or salvage it with `sqlite3 {db} .recover`.")
     try:
-        con = sqlite3.connect(f"file:{quote(str(db))}?mode=ro", uri=True, timeout=5)
-        try:
-            rows = [str(r[0]) for r in con.execute("PRAGMA quick_check").fetchall()]
-        finally:
-            con.close()
+        rows = quick_check(db)
     except sqlite3.OperationalError as e:
         if "locked" in str(e) or "busy" in str(e):
             return warn("database", f"{db} is busy: {e}", "Try again in a moment.")
