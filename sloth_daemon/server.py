@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable

@@ -41,13 +41,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import re
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -487,12 +485,11 @@ class Soak:
             j.id = jid
 
     def add_cli(self, j: LJob) -> int:
-        argv = [sys.executable, "-m", "sloth_daemon", "add", "--no-start", "--json", "--key", j.key,
+        argv = ["add", "--no-start", "--json", "--key", j.key,
                 "--lane", j.lane, "--max-attempts", str(j.max_attempts)]
         if j.timeout_s:
             argv += ["--timeout", f"{j.timeout_s}s"]
-        p = subprocess.run([*argv, "--", *j.argv], env=self.h.env, cwd=str(self.h.home),
-                           capture_output=True, text=True, timeout=90)
+        p = self.h.cli(*argv, "--", *j.argv, timeout_s=90)
         if p.returncode == 0:
             return int(json.loads(p.stdout)["id"])
         if p.returncode not in (1, 3):  # 3: not running; 1: cut off mid-request
@@ -641,9 +638,9 @@ class Soak:
             self.violation(f"flock collision: job {c[0]} attempt {c[1]} started while another copy held the lock")
         fig["collisions"] = len(collisions)
         starts = read_records(self.rec / "starts")
-        exits = {(r[0], r[2]): float(r[4]) for r in
-                 read_records(self.rec / "ends") + read_records(self.rec / "fails")}
-        ends_by_attempt = {(r[0], r[1]) for r in read_records(self.rec / "ends")}
+        ends = read_records(self.rec / "ends")
+        exits = {(r[0], r[2]): float(r[4]) for r in ends + read_records(self.rec / "fails")}
+        ends_by_attempt = {(r[0], r[1]) for r in ends}
         fig["starts"] = len(starts)
         per_job: dict[str, list[tuple[float, int, str, float | None]]] = defaultdict(list)
         for job, attempt, token, _pid, ts in starts:

@@ -21,8 +21,7 @@ from sloth_daemon import __version__
 from sloth_daemon.errors import (
     EXIT_CONFLICT, EXIT_JOB_FAILED, EXIT_NOT_FOUND, EXIT_NOT_RUNNING, EXIT_USAGE,
 )
-from tests.acceptance.conftest import TEST_CONFIG
-from tests.support.harness import Harness
+from tests.support.harness import TEST_CONFIG, Harness
 
 pytestmark = pytest.mark.acceptance
 
@@ -50,20 +49,8 @@ def one_error(p: subprocess.CompletedProcess[str], *words: str) -> None:
     assert "Traceback" not in p.stderr
 
 
-def cj(h, *args: str, **kw) -> object:
-    """Run `sloth ARGS --json` and parse stdout; --json goes before a `--` (after it, it
-    would be part of the job's command)."""
-    if "--" in args:
-        i = args.index("--")
-        args = args[:i] + ("--json",) + args[i:]
-    else:
-        args += ("--json",)
-    p = h.cli(*args, check=True, **kw)
-    return json.loads(p.stdout)
-
-
 def show(h, jid: int) -> dict:
-    return cj(h, "show", str(jid))
+    return h.cli_json("show", str(jid))
 
 
 # ------------------------------------------------------------------- add
@@ -73,7 +60,7 @@ def test_add_stores_every_option(harness, home):
     work = home / "work dir"
     work.mkdir()
     t0 = time.time()
-    out = cj(harness, 
+    out = harness.cli_json(
         "add", "--lane", "video", "--priority", "5", "--max-attempts", "7", "--lease", "2m",
         "--timeout", "1h30m", "--delay", "10m", "--label", "nightly", "--cwd", str(work),
         "--", "ffmpeg", "-i", "a b.mov", "out.mp4")
@@ -85,16 +72,16 @@ def test_add_stores_every_option(harness, home):
     assert job["cwd"] == str(work) and job["state"] == "queued" and job["shell"] is False
     assert t0 + 600 <= job["not_before"] <= t1 + 600
 
-    at = cj(harness, "add", "--at", "2031-05-06T07:08", "--", "true")["id"]
+    at = harness.cli_json("add", "--at", "2031-05-06T07:08", "--", "true")["id"]
     assert show(harness, at)["job"]["not_before"] == dt.datetime(2031, 5, 6, 7, 8).timestamp()
 
-    sh = cj(harness, "add", "--shell", "--", "echo", "$HOME", "|", "wc", "-c")["id"]
+    sh = harness.cli_json("add", "--shell", "--", "echo", "$HOME", "|", "wc", "-c")["id"]
     job = show(harness, sh)["job"]
     assert job["command"] == ["/bin/sh", "-c", "echo $HOME | wc -c"] and job["shell"] is True
 
-    k1 = cj(harness, "add", "--key", "backup-photos", "--", "rsync", "a", "b")["id"]
-    k2 = cj(harness, "add", "--key", "backup-photos", "--", "rsync", "a", "b")["id"]
-    k3 = cj(harness, "add", "--key", "other", "--", "rsync", "a", "b")["id"]
+    k1 = harness.cli_json("add", "--key", "backup-photos", "--", "rsync", "a", "b")["id"]
+    k2 = harness.cli_json("add", "--key", "backup-photos", "--", "rsync", "a", "b")["id"]
+    k3 = harness.cli_json("add", "--key", "other", "--", "rsync", "a", "b")["id"]
     assert k1 == k2 != k3
     assert show(harness, k1)["job"]["key"] == "backup-photos"
 
@@ -102,7 +89,7 @@ def test_add_stores_every_option(harness, home):
     p = harness.cli("add", "--", "true", check=True)
     assert re.fullmatch(r"\d+\n", p.stdout)
     # A relative --cwd is made absolute against where sloth ran.
-    rel = cj(harness, "add", "--cwd", "work dir", "--", "true", cwd=home)["id"]
+    rel = harness.cli_json("add", "--cwd", "work dir", "--", "true", cwd=home)["id"]
     assert show(harness, rel)["job"]["cwd"] == str(work)
 
 
@@ -153,9 +140,9 @@ def test_add_stdin_and_file_queue_one_job_per_line(harness, home):
     # of them is a response over 1 MiB too.
     n, pad = 3000, "." * 400
     lines = "".join(f"echo line {i} {pad} | tr a-z A-Z\n" + ("\n   \n" if i % 500 == 0 else "") for i in range(n))
-    ids = cj(harness, "add", "--stdin", "--lane", "bulk", "--priority", "2", input=lines)["ids"]
+    ids = harness.cli_json("add", "--stdin", "--lane", "bulk", "--priority", "2", input=lines)["ids"]
     assert len(ids) == len(set(ids)) == n and ids == sorted(ids)
-    jobs = cj(harness, "ls", "--lane", "bulk", "--limit", "100000")
+    jobs = harness.cli_json("ls", "--lane", "bulk", "--limit", "100000")
     assert [j["id"] for j in jobs] == ids
     assert [j["command"] for j in jobs] == [
         ["/bin/sh", "-c", f"echo line {i} {pad} | tr a-z A-Z"] for i in range(n)]
@@ -220,7 +207,7 @@ def test_add_starts_the_daemon_when_none_runs(harness):
     assert harness.cli("logs", str(jid), check=True).stdout == "started by add\n"
     daemon = psutil.Process(pid)
     assert daemon.environ().get("SLOTH_HOME") == str(harness.home)  # so reap() finds it
-    assert cj(harness, "daemon", "status")["pid"] == pid
+    assert harness.cli_json("daemon", "status")["pid"] == pid
     # a second add uses it and says nothing about starting
     p = harness.cli("add", "--", "true", check=True)
     assert p.stderr == ""
@@ -229,24 +216,24 @@ def test_add_starts_the_daemon_when_none_runs(harness):
 # ------------------------------------------------------------- listings
 def test_ls_default_state_lane_all_and_json(harness):
     harness.start()
-    ids = cj(harness, "add", "--stdin", input="true\n" * 12)["ids"]
-    failed = cj(harness, "add", "--max-attempts", "1", "--", "false")["id"]
+    ids = harness.cli_json("add", "--stdin", input="true\n" * 12)["ids"]
+    failed = harness.cli_json("add", "--max-attempts", "1", "--", "false")["id"]
     assert harness.cli("wait", *map(str, ids), str(failed)).returncode == EXIT_JOB_FAILED
     harness.cli("pause", check=True)
-    queued = cj(harness, "add", "--lane", "video", "--", "echo", "v")["id"]
-    other = cj(harness, "add", "--", "echo", "d")["id"]
+    queued = harness.cli_json("add", "--lane", "video", "--", "echo", "v")["id"]
+    other = harness.cli_json("add", "--", "echo", "d")["id"]
 
-    default = cj(harness, "ls")
+    default = harness.cli_json("ls")
     # queued/running, plus the last 10 finished; oldest first
     assert [j["id"] for j in default] == ids[3:] + [failed, queued, other]
-    assert [j["id"] for j in cj(harness, "ls", "--all")] == ids + [failed, queued, other]
-    assert [j["id"] for j in cj(harness, "ls", "--state", "failed")] == [failed]
-    assert [j["id"] for j in cj(harness, "ls", "--state", "queued", "--state", "failed")] == [
+    assert [j["id"] for j in harness.cli_json("ls", "--all")] == ids + [failed, queued, other]
+    assert [j["id"] for j in harness.cli_json("ls", "--state", "failed")] == [failed]
+    assert [j["id"] for j in harness.cli_json("ls", "--state", "queued", "--state", "failed")] == [
         failed, queued, other]
-    assert [j["id"] for j in cj(harness, "ls", "--lane", "video")] == [queued]
-    assert [j["id"] for j in cj(harness, "ls", "--all", "--limit", "2")] == [queued, other]
-    assert cj(harness, "ls", "--lane", "nope") == []
-    job = cj(harness, "ls", "--state", "failed")[0]
+    assert [j["id"] for j in harness.cli_json("ls", "--lane", "video")] == [queued]
+    assert [j["id"] for j in harness.cli_json("ls", "--all", "--limit", "2")] == [queued, other]
+    assert harness.cli_json("ls", "--lane", "nope") == []
+    job = harness.cli_json("ls", "--state", "failed")[0]
     assert {"id", "state", "lane", "priority", "attempts", "max_attempts", "command", "message"} <= job.keys()
     assert "env" not in job  # the environment captured at add is not echoed back
 
@@ -268,13 +255,13 @@ def test_ls_default_state_lane_all_and_json(harness):
 def test_ls_with_nothing_says_so(harness):
     harness.start()
     assert harness.cli("ls", check=True).stdout == "no jobs\n"
-    assert cj(harness, "ls") == []
+    assert harness.cli_json("ls") == []
 
 
 def test_show_human_and_json_with_retry_history(quick_retry):
     harness = quick_retry
     harness.start()
-    jid = cj(harness, "add", "--max-attempts", "2", "--label", "flaky", "--", "sh", "-c", "exit 3")["id"]
+    jid = harness.cli_json("add", "--max-attempts", "2", "--label", "flaky", "--", "sh", "-c", "exit 3")["id"]
     final = harness.wait_state(jid, "failed")
     res = show(harness, jid)
     assert res["job"] == {**final, "updated_at": res["job"]["updated_at"]} and final["attempts"] == 2
@@ -330,7 +317,7 @@ def test_logs_attempts_and_path(quick_retry, home):
     harness.start()
     counter = home / "n"
     script = f'n=$(($(cat {counter} 2>/dev/null || echo 0) + 1)); echo $n > {counter}; echo "run $n"; [ $n -ge 2 ]'
-    jid = cj(harness, "add", "--max-attempts", "2", "--", "sh", "-c", script)["id"]
+    jid = harness.cli_json("add", "--max-attempts", "2", "--", "sh", "-c", script)["id"]
     harness.wait_state(jid, "done", timeout_s=30)
     assert harness.cli("logs", str(jid), check=True).stdout == "run 2\n"
     assert harness.cli("logs", "--attempt", "1", str(jid), check=True).stdout == "run 1\n"
@@ -343,13 +330,13 @@ def test_logs_attempts_and_path(quick_retry, home):
     assert p.returncode == EXIT_USAGE
     one_error(p, "attempts 1..2")
 
-    silent = cj(harness, "add", "--wait", "--", "true")["id"]  # printed nothing: no file, no error
+    silent = harness.cli_json("add", "--wait", "--", "true")["id"]  # printed nothing: no file, no error
     p = harness.cli("logs", str(silent), check=True)
     assert p.stdout == "" and p.stderr == ""
     assert not Path(harness.cli("logs", "--path", str(silent), check=True).stdout.strip()).exists()
 
     harness.cli("pause", check=True)
-    q = cj(harness, "add", "--", "true")["id"]
+    q = harness.cli_json("add", "--", "true")["id"]
     p = harness.cli("logs", str(q))
     assert p.returncode != 0
     one_error(p, "has not started")
@@ -360,7 +347,7 @@ def test_logs_follow_waits_for_the_start_and_streams_until_the_end(harness, home
     harness.cli("pause", check=True)
     go = home / "go"
     script = f"echo tick 1; while [ ! -e {go} ]; do sleep 0.05; done; echo tick 2; echo tick 3"
-    jid = cj(harness, "add", "--", "sh", "-c", script)["id"]
+    jid = harness.cli_json("add", "--", "sh", "-c", script)["id"]
     follower = subprocess.Popen([sys.executable, "-m", "sloth_daemon", "logs", "-f", str(jid)],
                                 env=harness.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 cwd=str(harness.home))
@@ -391,7 +378,7 @@ def test_logs_of_binary_output_come_back_byte_for_byte(harness, home):
     src = home / "blob"
     src.write_bytes(data)
     harness.start()
-    jid = cj(harness, "add", "--wait", "--", "cat", str(src))["id"]
+    jid = harness.cli_json("add", "--wait", "--", "cat", str(src))["id"]
     path = Path(harness.cli("logs", "--path", str(jid), check=True).stdout.strip())
     assert path.read_bytes() == data
     for args in (["logs", str(jid)], ["logs", "-f", str(jid)]):
@@ -404,9 +391,9 @@ def test_logs_of_binary_output_come_back_byte_for_byte(harness, home):
 # ------------------------------------------------------------------- wait
 def test_wait_for_several_ids(harness):
     harness.start()
-    a = cj(harness, "add", "--", "true")["id"]
-    b = cj(harness, "add", "--", "sh", "-c", "sleep 0.3")["id"]
-    c = cj(harness, "add", "--max-attempts", "1", "--", "false")["id"]
+    a = harness.cli_json("add", "--", "true")["id"]
+    b = harness.cli_json("add", "--", "sh", "-c", "sleep 0.3")["id"]
+    c = harness.cli_json("add", "--max-attempts", "1", "--", "false")["id"]
     p = harness.cli("wait", str(a), str(b))
     assert p.returncode == 0, p.stderr
     assert [ln.split("\t")[:2] for ln in p.stdout.splitlines()] == [[str(a), "done"], [str(b), "done"]]
@@ -414,7 +401,7 @@ def test_wait_for_several_ids(harness):
     assert p.returncode == EXIT_JOB_FAILED
     assert [(j["id"], j["state"]) for j in json.loads(p.stdout)] == [(a, "done"), (b, "done"), (c, "failed")]
     harness.cli("pause", check=True)
-    d = cj(harness, "add", "--", "true")["id"]
+    d = harness.cli_json("add", "--", "true")["id"]
     harness.cli("cancel", str(d), check=True)
     assert harness.cli("wait", str(d)).returncode == EXIT_JOB_FAILED  # cancelled is not done
 
@@ -423,8 +410,8 @@ def test_wait_for_several_ids(harness):
 def test_cancel_and_retry(harness):
     harness.start()
     harness.cli("pause", check=True)
-    jid = cj(harness, "add", "--", "true")["id"]
-    res = cj(harness, "cancel", str(jid))
+    jid = harness.cli_json("add", "--", "true")["id"]
+    res = harness.cli_json("cancel", str(jid))
     assert res["job"]["id"] == jid and res["job"]["state"] == "cancelled"
     p = harness.cli("cancel", str(jid))
     assert p.returncode == EXIT_CONFLICT
@@ -437,11 +424,11 @@ def test_cancel_and_retry(harness):
     assert harness.cli("cancel", str(jid), check=True).stdout == f"job {jid} cancelled (cancelled)\n"
     # a running job: its process is ended
     harness.cli("resume", check=True)
-    run = cj(harness, "add", "--", "sleep", "300")["id"]
+    run = harness.cli_json("add", "--", "sleep", "300")["id"]
     job = harness.wait_state(run, "claimed")
     harness.wait_for(lambda: (harness.job(run).get("runner") or {}).get("pid"), what="job started")
     pid = harness.job(run)["runner"]["pid"]
-    assert cj(harness, "cancel", str(run))["job"]["state"] == "cancelled"
+    assert harness.cli_json("cancel", str(run))["job"]["state"] == "cancelled"
     harness.wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie",
                      what="cancelled job's process gone")
     assert job["id"] == run
@@ -449,39 +436,39 @@ def test_cancel_and_retry(harness):
 
 def test_pause_and_resume_all_and_one_lane(harness):
     harness.start()
-    res = cj(harness, "pause", "video")
+    res = harness.cli_json("pause", "video")
     assert res["paused_lanes"] == ["video"] and res["paused_all"] is False
-    v = cj(harness, "add", "--lane", "video", "--", "true")["id"]
-    d = cj(harness, "add", "--", "true")["id"]
+    v = harness.cli_json("add", "--lane", "video", "--", "true")["id"]
+    d = harness.cli_json("add", "--", "true")["id"]
     harness.wait_state(d, "done")  # the worker ran a later job of another lane ...
     assert harness.job(v)["state"] == "queued"  # ... and left the paused lane alone
-    st = cj(harness, "daemon", "status")
+    st = harness.cli_json("daemon", "status")
     assert st["lanes"]["video"]["paused"] is True and st["lanes"]["default"]["paused"] is False
     assert harness.cli("resume", "video", check=True).stdout == "resumed video\n"
     harness.wait_state(v, "done")
 
     assert harness.cli("pause", check=True).stdout == "paused all lanes\n"
-    st = cj(harness, "daemon", "status")
+    st = harness.cli_json("daemon", "status")
     assert st["paused_all"] is True and all(ln["paused"] for ln in st["lanes"].values())
-    x = cj(harness, "add", "--", "true")["id"]
+    x = harness.cli_json("add", "--", "true")["id"]
     assert harness.job(x)["state"] == "queued"
-    res = cj(harness, "resume")
+    res = harness.cli_json("resume")
     assert res["paused_all"] is False and res["paused_lanes"] == []
     harness.wait_state(x, "done")
 
 
 def test_prune_older_than(harness):
     harness.start()
-    ids = cj(harness, "add", "--stdin", input="echo a\necho b\n")["ids"]
+    ids = harness.cli_json("add", "--stdin", input="echo a\necho b\n")["ids"]
     harness.cli("wait", *map(str, ids), check=True)
     logs = [Path(harness.cli("logs", "--path", str(i), check=True).stdout.strip()) for i in ids]
     assert all(p.exists() for p in logs)
     harness.cli("pause", check=True)
-    keep = cj(harness, "add", "--", "true")["id"]
-    assert cj(harness, "prune", "--older-than", "1h") == {"pruned": 0}
+    keep = harness.cli_json("add", "--", "true")["id"]
+    assert harness.cli_json("prune", "--older-than", "1h") == {"pruned": 0}
     p = harness.cli("prune", "--older-than", "0s", check=True)
     assert p.stdout == "pruned 2 job(s)\n"
-    assert [j["id"] for j in cj(harness, "ls", "--all")] == [keep]
+    assert [j["id"] for j in harness.cli_json("ls", "--all")] == [keep]
     assert not any(p.exists() for p in logs)
     p = harness.cli("prune", "--older-than", "soon")
     assert p.returncode == EXIT_USAGE
@@ -490,7 +477,7 @@ def test_prune_older_than(harness):
 
 # ----------------------------------------------------------------- config
 def test_config_shows_sources(harness):
-    d = cj(harness, "config")  # no daemon needed
+    d = harness.cli_json("config")  # no daemon needed
     s = d["settings"]
     assert s["max_attempts"] == {"value": 3, "source": "default"}
     assert s["lease_s"]["value"] == 3.0 and s["lease_s"]["source"].startswith("file ")
@@ -500,7 +487,7 @@ def test_config_shows_sources(harness):
 
     cfg = harness.home / "config.toml"
     cfg.write_text(cfg.read_text() + 'max_attempts = 9\n[lanes]\nvideo = 2\n')
-    d = cj(harness, "config")
+    d = harness.cli_json("config")
     assert d["settings"]["max_attempts"]["value"] == 9
     assert d["settings"]["max_attempts"]["source"].startswith("file ")
     assert d["lanes"]["video"]["concurrency"] == 2 and d["lanes"]["video"]["source"].startswith("file ")
@@ -522,16 +509,16 @@ def test_config_shows_sources(harness):
 def test_daemon_start_status_stop(harness):
     p = harness.cli("daemon", "status")
     assert p.returncode == EXIT_NOT_RUNNING
-    started = cj(harness, "daemon", "start")
+    started = harness.cli_json("daemon", "start")
     assert started["state"] == "started"
     pid = started["pid"]
     assert psutil.Process(pid).environ().get("SLOTH_HOME") == str(harness.home)
-    again = cj(harness, "daemon", "start")
+    again = harness.cli_json("daemon", "start")
     assert again == {"pid": pid, "state": "already running"}
 
-    jid = cj(harness, "add", "--", "true")["id"]
+    jid = harness.cli_json("add", "--", "true")["id"]
     harness.wait_state(jid, "done")
-    st = cj(harness, "daemon", "status")
+    st = harness.cli_json("daemon", "status")
     assert st["pid"] == pid and st["version"] == __version__ and st["protocol"] == 1
     assert st["uptime_s"] >= 0
     assert st["paths"]["socket"] == str(harness.socket)
@@ -673,8 +660,8 @@ def run_in_pty(argv: list[str], env: dict[str, str], cwd: Path) -> str:
 
 def test_no_color_and_no_tty_mean_no_escapes(harness):
     harness.start()
-    ok = cj(harness, "add", "--", "true")["id"]
-    bad = cj(harness, "add", "--max-attempts", "1", "--", "false")["id"]
+    ok = harness.cli_json("add", "--", "true")["id"]
+    bad = harness.cli_json("add", "--max-attempts", "1", "--", "false")["id"]
     harness.cli("wait", str(ok), str(bad))
     cmd = [sys.executable, "-m", "sloth_daemon"]
     colour_env = {k: v for k, v in harness.env.items() if k != "NO_COLOR"}

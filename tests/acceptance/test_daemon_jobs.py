@@ -1,11 +1,11 @@
 """The daemon runs jobs unattended: exit codes, backoff, timeouts, lanes, cancel, pause."""
 
-import os
 import time
 from pathlib import Path
 
-import psutil
 import pytest
+
+from tests.support.harness import alive
 
 pytestmark = pytest.mark.acceptance
 
@@ -64,7 +64,7 @@ def test_timeout_kills_the_whole_tree_including_a_setsid_grandchild(harness, hom
     assert "timed out after" in job["message"]
     root = job["runner"]["pid"]
     for pid in (gpid, root):
-        harness.wait_for(lambda p=pid: not _alive(p), timeout_s=10, what=f"pid {pid} gone")
+        harness.wait_for(lambda p=pid: not alive(p), timeout_s=10, what=f"pid {pid} gone")
 
 
 def test_cancel_of_a_running_job_ends_its_tree(harness, home):
@@ -73,7 +73,7 @@ def test_cancel_of_a_running_job_ends_its_tree(harness, home):
     job = harness.wait_for(lambda: (j := harness.job(jid))["runner"] and j, what="started")
     pid = job["runner"]["pid"]
     assert harness.call("cancel", id=jid)["job"]["state"] == "cancelled"
-    harness.wait_for(lambda: not _alive(pid), timeout_s=10, what="job process gone")
+    harness.wait_for(lambda: not alive(pid), timeout_s=10, what="job process gone")
     assert harness.job(jid)["state"] == "cancelled"
     assert [e["kind"] for e in harness.events(jid)][-1] == "cancelled"
 
@@ -158,17 +158,10 @@ def test_job_environment_is_captured_and_daemon_hooks_do_not_leak(harness, home)
         assert k not in env
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
 
 def test_wait_on_many_jobs_sees_every_one_finish(harness):
     """More jobs than a stream's backlog: the wait must not lose the last change."""
-    harness.start(env={})
-    (harness.home / "config.toml").write_text("")
+    harness.start()
     harness.call("pause")
     common = {"env": dict(harness.env), "cwd": str(harness.home)}
     ids = harness.call("add", jobs=[{"command": ["true"]} for _ in range(1500)], common=common)["ids"]
@@ -189,14 +182,14 @@ def test_retry_is_refused_while_a_cancelled_run_is_still_ending(harness, home):
     harness.call("cancel", id=jid)
     p = harness.cli("retry", str(jid))
     assert p.returncode == 6 and "still being stopped" in p.stderr
-    harness.wait_for(lambda: not _alive(pid), timeout_s=20, what="old tree gone")
+    harness.wait_for(lambda: not alive(pid), timeout_s=20, what="old tree gone")
     harness.wait_for(lambda: harness.cli("retry", str(jid)).returncode == 0, what="retry accepted")
     new = harness.wait_for(lambda: (harness.job(jid)["runner"] or {}).get("pid") not in (None, pid)
                            and harness.job(jid), what="re-run started")
     st = harness.call("status")
     assert [r["id"] for r in st["running"]] == [jid]  # tracked: cancel still works
     harness.call("cancel", id=jid)
-    harness.wait_for(lambda: not _alive(new["runner"]["pid"]), timeout_s=20, what="re-run ended")
+    harness.wait_for(lambda: not alive(new["runner"]["pid"]), timeout_s=20, what="re-run ended")
 
 
 def test_a_full_disk_under_the_log_does_not_stop_timeouts_or_cancels(harness):
@@ -208,14 +201,13 @@ def test_a_full_disk_under_the_log_does_not_stop_timeouts_or_cancels(harness):
     jobs_dir.mkdir(parents=True, exist_ok=True)
     for jid in (slow, other):
         (jobs_dir / f"{jid}.1.log").symlink_to("/dev/full")  # every write: ENOSPC
-    (harness.home / "config.toml").write_text("")
     harness.call("resume")
     job = harness.wait_state(slow, "failed", timeout_s=30)
     assert "timed out" in job["message"]
-    assert not _alive(job["runner"]["pid"])
+    assert not alive(job["runner"]["pid"])
     run = harness.wait_for(lambda: harness.job(other)["runner"], what="second job started")
     assert harness.call("cancel", id=other)["job"]["state"] == "cancelled"
-    harness.wait_for(lambda: not _alive(run["pid"]), timeout_s=20, what="cancelled tree gone")
+    harness.wait_for(lambda: not alive(run["pid"]), timeout_s=20, what="cancelled tree gone")
     assert harness.call("ping")["pong"]
 
 

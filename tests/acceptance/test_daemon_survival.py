@@ -1,6 +1,5 @@
 """The daemon survives crashes, restarts, SIGTERM and a sleeping laptop."""
 
-import os
 import signal
 import socket
 import sqlite3
@@ -14,7 +13,7 @@ import pytest
 
 from sloth_daemon.queue import Queue
 from tests.support.fakeclock import fakeclock  # noqa: F401
-from tests.support.harness import Harness
+from tests.support.harness import Harness, alive
 
 pytestmark = pytest.mark.acceptance
 PROBE = str(Path(__file__).resolve().parents[1] / "support" / "probe_job.py")
@@ -37,8 +36,8 @@ def start_a_long_probe(harness, home: Path) -> tuple[int, int]:
     return the job id and the pid of that first run once it is running."""
     harness.start()
     jid = probe(harness, home, hold_first=300, hold=0.2)
-    harness.wait_for(lambda: len(starts(home)) == 1, what="first start")
-    return jid, int(starts(home)[0][3])
+    first = harness.wait_for(lambda: (s := starts(home)) and len(s) == 1 and s, what="first start")
+    return jid, int(first[0][3])
 
 
 def test_kill9_mid_job_then_restart_reruns_once_never_two_at_once(harness, home):
@@ -52,7 +51,7 @@ def test_kill9_mid_job_then_restart_reruns_once_never_two_at_once(harness, home)
     assert "abandoned" in kinds and "reclaimed" in kinds
     assert not (home / "collisions").exists()
     assert [s[1] for s in starts(home)] == ["1", "2"]
-    assert not _alive(first_pid)
+    assert not alive(first_pid)
 
 
 def test_leftover_without_recorded_identity_is_found_by_its_token(harness, home):
@@ -64,7 +63,7 @@ def test_leftover_without_recorded_identity_is_found_by_its_token(harness, home)
     harness.start()
     harness.wait_state(jid, "done", timeout_s=30)
     assert not (home / "collisions").exists()
-    assert not _alive(first_pid)
+    assert not alive(first_pid)
 
 
 def test_second_daemon_refuses_and_names_the_first(harness):
@@ -87,7 +86,7 @@ def test_stale_socket_file_from_a_dead_daemon_is_replaced(harness):
 def test_sigterm_drains_and_requeues_without_using_the_failure_budget(harness, home):
     jid, pid = start_a_long_probe(harness, home)
     assert harness.stop(signal.SIGTERM) == 0
-    assert not _alive(pid)
+    assert not alive(pid)
     q = Queue(harness.home / "queue.db")
     job = q.get(jid)
     assert job.state.value == "queued" and job.attempts == 0
@@ -168,12 +167,6 @@ def _daemon_now(h) -> float:
     return st["started_at"] + st["uptime_s"]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
 
 def test_a_job_that_ends_while_the_daemon_is_stopped_past_its_lease_is_not_run_again(home, fakeclock):
     """The daemon starts a lane's next job before writing the last result; the
@@ -188,7 +181,7 @@ def test_a_job_that_ends_while_the_daemon_is_stopped_past_its_lease_is_not_run_a
         try:
             fakeclock.jump(3600)  # the lease lapses while nobody can heartbeat it
             go.touch()
-            h.wait_for(lambda: not _alive(pid), what="job exited")  # unreaped until the daemon runs
+            h.wait_for(lambda: not alive(pid), what="job exited")  # unreaped until the daemon runs
         finally:
             daemon.send_signal(signal.SIGCONT)
         job = h.wait_state(jid, "done")

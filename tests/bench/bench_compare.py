@@ -46,7 +46,8 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests.support.harness import Harness  # noqa: E402
+from tests.bench.bench_daemon import bench_bare  # noqa: E402
+from tests.support.harness import Harness, processes_with_env  # noqa: E402
 
 PY = sys.executable
 SLOTH = str(Path(PY).parent / "sloth")
@@ -89,13 +90,7 @@ def kill_env(var: str, value: str) -> None:
     """SIGKILL every process whose environment has var=value (a tool's own
     folder): all frozen first, then all killed, so none moves on in between
     (a power cut stops everything at once)."""
-    procs = []
-    for p in psutil.process_iter():
-        try:
-            if p.pid != os.getpid() and p.environ().get(var) == value:
-                procs.append(p)
-        except psutil.Error:
-            continue
+    procs = processes_with_env(var, value)
     for sig in (signal.SIGSTOP, signal.SIGKILL):
         for p in procs:
             try:
@@ -153,14 +148,7 @@ class Tool:
     def server(self) -> psutil.Process | None: return None
 
     def procs(self) -> list[psutil.Process]:
-        out = []
-        for p in psutil.process_iter():
-            try:
-                if p.pid != os.getpid() and p.environ().get(self.var) == self.env[self.var]:
-                    out.append(p)
-            except psutil.Error:
-                continue
-        return out
+        return processes_with_env(self.var, self.env[self.var])
 
     def close(self) -> None:
         kill_env(self.var, self.env[self.var])
@@ -368,13 +356,6 @@ def bench_thousand(root: Path, tool: str, slots: int, batch: bool = False, n: in
         return time.perf_counter() - t0
     finally:
         t.close()
-
-
-def bench_bare(n: int = N_JOBS) -> float:
-    t0 = time.perf_counter()
-    for _ in range(n):
-        subprocess.run(["true"])
-    return time.perf_counter() - t0
 
 
 def bench_queued(root: Path, tool: str, n: int = 100) -> dict[str, float]:
@@ -780,7 +761,7 @@ def main(argv: list[str] | None = None) -> int:
         step(f"enqueue latency: {calls} calls per tool, interleaved")
         r["enqueue"] = bench_enqueue(root, tools, calls)
         th: dict[str, Any] = {}
-        plan: list[tuple[str, Callable[[], float]]] = [("bare", bench_bare)]
+        plan: list[tuple[str, Callable[[], float]]] = [("bare", lambda: bench_bare(N_JOBS))]
         for slots in (1, 2):
             plan.append((f"sloth_batch_{slots}", lambda s=slots: bench_thousand(root, "sloth", s, batch=True)))
             if have["tsp"]:

@@ -28,8 +28,8 @@ def once(n: int) -> tuple[float, float]:
         cold = time.monotonic() - t0
         for _ in range(n):
             h.add("sleep", "60")
-        h.wait_for(lambda: len(h.call("status")["running"]) == n
-                   and all(r["pid"] for r in h.call("status")["running"]))
+        h.wait_for(lambda: len(running := h.call("status")["running"]) == n
+                   and all(r["pid"] for r in running))
         time.sleep(0.3)
         h.kill9()
         t0 = time.monotonic()

@@ -13,6 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.support.harness import processes_with_env
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="systemd flavour")
 
 FAKE_SYSTEMCTL = """#!/bin/sh
@@ -48,10 +50,9 @@ def world():
             p.wait(20)
         except (psutil.Error, ValueError):
             pass
-    for p in psutil.process_iter():
+    for p in processes_with_env("HOME", str(root)):
         try:
-            if p.environ().get("HOME") == str(root) and p.pid != os.getpid():
-                p.kill()
+            p.kill()
         except psutil.Error:
             pass
 

@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import socket
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
-import pytest
 
 from sloth_daemon import protocol
-from tests.acceptance.conftest import TEST_CONFIG
 from tests.support.harness import Harness
 
 SEED = 20240611
@@ -30,17 +26,6 @@ TYPED = {"bad_request", "protocol", "not_found", "illegal_transition", "error"}
 NOT_IDS = ["1", 1.5, True, False, [1], {"id": 1}, None, 2**64, 10**30, -(2**70), "", 1e300]
 BAD_NUMBERS = ["1", True, [], {}, -1, float("nan"), float("inf"), 10**400, -(10**400), "NaN"]
 BAD_STRINGS = [5, 1.5, True, [], {}, "", "a\x00b"]
-
-
-@pytest.fixture
-def fuzz_harness():
-    d = Path(tempfile.mkdtemp(prefix="sl-"))
-    h = Harness(d / "h", config=TEST_CONFIG)
-    try:
-        yield h
-    finally:
-        h.reap()
-        shutil.rmtree(d, ignore_errors=True)
 
 
 class Conn:
@@ -248,8 +233,8 @@ def seed_queue(h: Harness) -> list[int]:
     return queued + done + [failed]
 
 
-def test_thousands_of_malformed_frames_change_nothing(fuzz_harness):
-    h = fuzz_harness
+def test_thousands_of_malformed_frames_change_nothing(harness):
+    h = harness
     h.start()
     existing = seed_queue(h)
     before = snapshot(h)
@@ -283,8 +268,8 @@ def test_thousands_of_malformed_frames_change_nothing(fuzz_harness):
     assert snapshot(h) == before
 
 
-def test_over_size_frame_gets_an_error_and_the_connection_closes(fuzz_harness):
-    h = fuzz_harness
+def test_over_size_frame_gets_an_error_and_the_connection_closes(harness):
+    h = harness
     h.start()
     existing = seed_queue(h)
     before = snapshot(h)
@@ -311,8 +296,8 @@ def test_over_size_frame_gets_an_error_and_the_connection_closes(fuzz_harness):
     assert existing
 
 
-def test_clients_that_disconnect_mid_request_or_say_nothing(fuzz_harness):
-    h = fuzz_harness
+def test_clients_that_disconnect_mid_request_or_say_nothing(harness):
+    h = harness
     h.start()
     seed_queue(h)
     before = snapshot(h)
@@ -334,8 +319,8 @@ def test_clients_that_disconnect_mid_request_or_say_nothing(fuzz_harness):
     assert snapshot(h) == before
 
 
-def test_a_good_request_after_bad_ones_on_the_same_connection_works(fuzz_harness):
-    h = fuzz_harness
+def test_a_good_request_after_bad_ones_on_the_same_connection_works(harness):
+    h = harness
     h.start()
     c = Conn(h.socket)
     for frame in (b"\xff", b"[]", req("nope"), req("show", {"id": "1"})):

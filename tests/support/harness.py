@@ -20,7 +20,35 @@ import psutil
 
 from sloth_daemon.client import Client
 
-REPO = Path(__file__).resolve().parents[2]
+# Short leases and a 1 s clock check keep the real-daemon tests quick; the
+# durations are still real (no clock is faked here except where a test says).
+TEST_CONFIG = """
+lease_s = "3s"
+clock_check_s = "1s"
+kill_grace_s = "2s"
+backoff_cap_s = "60s"
+"""
+
+
+def alive(pid: int) -> bool:
+    """Running and not a zombie (a zombie runs no more code)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def processes_with_env(var: str, value: str) -> list[psutil.Process]:
+    """Every other process whose environment has ``var=value`` (a test's or a
+    tool's own folder: the daemon and every job it started carry it)."""
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.pid != os.getpid() and p.environ().get(var) == value:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
 
 
 class Harness:
@@ -94,8 +122,14 @@ class Harness:
         return p
 
     def cli_json(self, *args: str, **kw: Any) -> Any:
-        p = self.cli(*args, "--json", check=True, **kw)
-        return json.loads(p.stdout)
+        """Run `sloth ARGS --json` and parse stdout; --json goes before a `--`
+        (after it, it would be part of the job's command)."""
+        if "--" in args:
+            i = args.index("--")
+            args = args[:i] + ("--json",) + args[i:]
+        else:
+            args += ("--json",)
+        return json.loads(self.cli(*args, check=True, **kw).stdout)
 
     def call(self, op: str, **args: Any) -> Any:
         with Client(self.socket, timeout_s=30) as c:
@@ -132,16 +166,7 @@ class Harness:
 
     # -------------------------------------------------------------- cleanup
     def our_processes(self) -> list[psutil.Process]:
-        out = []
-        for p in psutil.process_iter():
-            try:
-                if p.pid == os.getpid():
-                    continue
-                if p.environ().get("SLOTH_HOME") == str(self.home):
-                    out.append(p)
-            except psutil.Error:
-                continue
-        return out
+        return processes_with_env("SLOTH_HOME", str(self.home))
 
     def reap(self) -> None:
         procs = self.our_processes()

@@ -1,19 +1,12 @@
+"""Fixtures for every test that runs the real daemon (acceptance and integration)."""
+
 import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.support.harness import Harness
-
-# Short leases and a 1 s clock check keep the real-daemon tests quick; the
-# durations are still real (no clock is faked here except where a test says).
-TEST_CONFIG = """
-lease_s = "3s"
-clock_check_s = "1s"
-kill_grace_s = "2s"
-backoff_cap_s = "60s"
-"""
+from tests.support.harness import TEST_CONFIG, Harness
 
 
 @pytest.fixture
