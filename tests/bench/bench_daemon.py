@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from sloth_daemon.queue import Queue  # noqa: E402
 from tests.support import fakeclock as fc  # noqa: E402
-from tests.support.harness import Harness  # noqa: E402
+from tests.support.harness import Harness, temp_harness  # noqa: E402
 
 
 def run_ns(pid: int) -> int:
@@ -55,9 +55,7 @@ def tree_ctx(pid: int) -> int:
 
 
 def bench_idle(seconds: float, config: str = "") -> dict[str, float]:
-    home = Path(tempfile.mkdtemp(prefix="slb-"))
-    h = Harness(home / "h", config=config)
-    try:
+    with temp_harness(config) as h:
         d = h.start()
         time.sleep(2)  # settle after start-up
         p = psutil.Process(d.pid)
@@ -67,15 +65,10 @@ def bench_idle(seconds: float, config: str = "") -> dict[str, float]:
         cpu = (c1 - c0) / 1e9
         return {"cpu_pct": 100 * cpu / seconds, "wakeups_per_s": (w1 - w0) / seconds,
                 "rss_mb": p.memory_info().rss / 2**20}
-    finally:
-        h.reap()
-        shutil.rmtree(home, ignore_errors=True)
 
 
 def bench_jobs(n: int, concurrency: int = 1) -> dict[str, float]:
-    home = Path(tempfile.mkdtemp(prefix="slb-"))
-    h = Harness(home / "h", config=f"[lanes]\ndefault = {concurrency}\n")
-    try:
+    with temp_harness(f"[lanes]\ndefault = {concurrency}\n") as h:
         d = h.start()
         h.call("pause")
         common = {"env": dict(h.env), "cwd": str(h.home)}
@@ -97,9 +90,6 @@ def bench_jobs(n: int, concurrency: int = 1) -> dict[str, float]:
         cpu = (c1.user + c1.system) - (c0.user + c0.system)
         rss = proc.memory_info().rss / 2**20
         return {"wall_s": wall, "rss_mb": rss, "daemon_cpu_ms_per_job": cpu / n * 1000}
-    finally:
-        h.reap()
-        shutil.rmtree(home, ignore_errors=True)
 
 
 def bench_bare(n: int) -> float:

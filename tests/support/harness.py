@@ -7,14 +7,17 @@ the environment `sloth add` captured, so they carry it too).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import psutil
 
@@ -36,6 +39,20 @@ def alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+@contextlib.contextmanager
+def temp_harness(config: str = "", *, prefix: str = "slb-") -> Iterator["Harness"]:
+    """A Harness in a new temporary folder (short: socket paths are limited),
+    reaped and removed on the way out, also on error. For scripts; tests use
+    the ``harness`` fixture."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    h = Harness(root / "h", config=config)
+    try:
+        yield h
+    finally:
+        h.reap()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def processes_with_env(var: str, value: str) -> list[psutil.Process]:
