@@ -49,6 +49,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from sloth_daemon.client import Client  # noqa: E402
+from tests.bench._common import ensure_tools  # noqa: E402
 from tests.support.harness import Harness  # noqa: E402
 
 PY = sys.executable
@@ -113,23 +114,6 @@ class Daemon:
 
 
 # ------------------------------------------------------------------ tools
-def ensure_tools() -> dict[str, str | None]:
-    found = {"tsp": shutil.which("tsp"), "nq": shutil.which("nq")}
-    missing = [pkg for tool, pkg in (("tsp", "task-spooler"), ("nq", "nq")) if not found[tool]]
-    if missing and os.geteuid() == 0 and shutil.which("apt-get"):
-        print(f"installing {' '.join(missing)} with apt-get ...", file=sys.stderr)
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        r = subprocess.run(["apt-get", "install", "-y", "-q", *missing], env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if r.returncode != 0:
-            subprocess.run(["apt-get", "update", "-q"], env=env, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
-            subprocess.run(["apt-get", "install", "-y", "-q", *missing], env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        found = {"tsp": shutil.which("tsp"), "nq": shutil.which("nq")}
-    return found
-
-
 def bench_tsp(tsp: str, n: int) -> list[float]:
     d = Path(tempfile.mkdtemp(prefix="tsb-"))
     env = dict(base_env(), TS_SOCKET=str(d / "ts.sock"), TMPDIR=str(d), TS_SLOTS="1")

@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests.bench.bench_daemon import bench_bare  # noqa: E402
+from tests.bench._common import bench_bare, cpu_s, ensure_tools, wakeups  # noqa: E402
 from tests.support.harness import Harness, processes_with_env  # noqa: E402
 
 PY = sys.executable
@@ -55,22 +55,6 @@ N_JOBS = 1000
 
 
 # ------------------------------------------------------------------ set-up
-def ensure_tools() -> dict[str, bool]:
-    have = {"tsp": bool(shutil.which("tsp")), "nq": bool(shutil.which("nq"))}
-    if not all(have.values()) and os.geteuid() == 0 and shutil.which("apt-get"):
-        print("installing task-spooler and nq with apt-get ...", flush=True)
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        cmd = ["apt-get", "install", "-y", "-q", "task-spooler", "nq"]
-        if subprocess.run(cmd, env=env, capture_output=True).returncode != 0:
-            subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)
-            subprocess.run(cmd, env=env, capture_output=True)
-        have = {"tsp": bool(shutil.which("tsp")), "nq": bool(shutil.which("nq"))}
-    for k, v in have.items():
-        if not v:
-            print(f"warning: {k} is not installed (and cannot be installed here): left out", flush=True)
-    return have
-
-
 def ensure_matplotlib() -> bool:
     try:
         import matplotlib  # noqa: F401
@@ -390,10 +374,10 @@ def bench_idle(root: Path, tools: list[str], seconds: float) -> dict[str, dict[s
         # Six windows: the median window is the steady cost (a shared machine
         # charges stray ticks now and then); the total is reported too.
         windows = 6
-        marks = [{k: (_cpu(s), _ctx(s)) for k, s in srv.items()}]
+        marks = [{k: (cpu_s(s), wakeups(s)) for k, s in srv.items()}]
         for _ in range(windows):
             time.sleep(seconds / windows)
-            marks.append({k: (_cpu(s), _ctx(s)) for k, s in srv.items()})
+            marks.append({k: (cpu_s(s), wakeups(s)) for k, s in srv.items()})
         out = {}
         for k, s in srv.items():
             per = [100 * (b[k][0] - a[k][0]) / (seconds / windows) for a, b in zip(marks, marks[1:])]
@@ -407,36 +391,6 @@ def bench_idle(root: Path, tools: list[str], seconds: float) -> dict[str, dict[s
         floor.wait()
         for t in inst.values():
             t.close()
-
-
-def _cpu(p: psutil.Process) -> float:
-    """Seconds on a CPU, all threads: /proc/PID/task/*/schedstat is in ns, where
-    cpu_times() counts whole clock ticks (a daemon that wakes for a few ms now
-    and then is charged a full tick, or none, by chance)."""
-    total = 0
-    try:
-        for task in Path(f"/proc/{p.pid}/task").iterdir():
-            try:
-                total += int((task / "schedstat").read_text().split()[0])
-            except (OSError, ValueError, IndexError):
-                continue
-        return total / 1e9
-    except OSError:
-        c = p.cpu_times()
-        return c.user + c.system
-
-
-def _ctx(p: psutil.Process) -> int:
-    """Voluntary context switches of every thread: how often it woke up."""
-    total = 0
-    for task in Path(f"/proc/{p.pid}/task").iterdir():
-        try:
-            for line in (task / "status").read_text().splitlines():
-                if line.startswith("voluntary_ctxt_switches"):
-                    total += int(line.split()[1])
-        except OSError:
-            continue
-    return total
 
 
 def bench_survive(root: Path, tool: str, kind: str) -> dict[str, Any]:
@@ -739,6 +693,9 @@ def main(argv: list[str] | None = None) -> int:
     calls = a.calls or (30 if a.quick else 100)
     a.out.mkdir(parents=True, exist_ok=True)
     have = ensure_tools()
+    for k, v in have.items():
+        if not v:
+            print(f"warning: {k} is not installed (and cannot be installed here): left out", flush=True)
     tools = ["sloth"] + [t for t in ("tsp", "nq") if have[t]]
     can_chart = ensure_matplotlib()
     root = Path(tempfile.mkdtemp(prefix="slbc-"))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,27 +30,8 @@ sys.path.insert(0, str(REPO))
 
 from sloth_daemon.queue import Queue  # noqa: E402
 from tests.support import fakeclock as fc  # noqa: E402
+from tests.bench._common import bench_bare, cpu_s, wakeups  # noqa: E402
 from tests.support.harness import Harness, temp_harness  # noqa: E402
-
-
-def run_ns(pid: int) -> int:
-    """CPU time in ns from /proc/PID/schedstat: exact, where psutil's
-    cpu_times() counts 10 ms ticks and over-charges short wake-ups."""
-    total = 0
-    for t in Path(f"/proc/{pid}/task").iterdir():
-        total += int((t / "schedstat").read_text().split()[0])
-    return total
-
-
-def tree_ctx(pid: int) -> int:
-    # A thread of the daemon (none expected while idle) would count too.
-    total = 0
-    for t in Path(f"/proc/{pid}/task").iterdir():
-        with open(t / "status") as f:
-            for line in f:
-                if line.startswith("voluntary_ctxt_switches"):
-                    total += int(line.split()[1])
-    return total
 
 
 def bench_idle(seconds: float, config: str = "") -> dict[str, float]:
@@ -59,10 +39,10 @@ def bench_idle(seconds: float, config: str = "") -> dict[str, float]:
         d = h.start()
         time.sleep(2)  # settle after start-up
         p = psutil.Process(d.pid)
-        c0, w0 = run_ns(d.pid), tree_ctx(d.pid)
+        c0, w0 = cpu_s(p), wakeups(p)
         time.sleep(seconds)
-        c1, w1 = run_ns(d.pid), tree_ctx(d.pid)
-        cpu = (c1 - c0) / 1e9
+        c1, w1 = cpu_s(p), wakeups(p)
+        cpu = c1 - c0
         return {"cpu_pct": 100 * cpu / seconds, "wakeups_per_s": (w1 - w0) / seconds,
                 "rss_mb": p.memory_info().rss / 2**20}
 
@@ -90,13 +70,6 @@ def bench_jobs(n: int, concurrency: int = 1) -> dict[str, float]:
         cpu = (c1.user + c1.system) - (c0.user + c0.system)
         rss = proc.memory_info().rss / 2**20
         return {"wall_s": wall, "rss_mb": rss, "daemon_cpu_ms_per_job": cpu / n * 1000}
-
-
-def bench_bare(n: int) -> float:
-    t0 = time.perf_counter()
-    for _ in range(n):
-        subprocess.run(["true"])
-    return time.perf_counter() - t0
 
 
 def bench_resume(clock_check: str) -> dict[str, float]:

@@ -1,0 +1,68 @@
+"""Helpers shared by the benchmark scripts (not collected by pytest)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+_PACKAGES = {"tsp": "task-spooler", "nq": "nq"}
+
+
+def ensure_tools() -> dict[str, str | None]:
+    """tsp and nq from Debian's packages: their paths, installed with apt-get
+    when missing and running as root; None for one that cannot be had."""
+    found = {tool: shutil.which(tool) for tool in _PACKAGES}
+    missing = [_PACKAGES[t] for t, path in found.items() if not path]
+    if missing and os.geteuid() == 0 and shutil.which("apt-get"):
+        print(f"installing {' '.join(missing)} with apt-get ...", file=sys.stderr, flush=True)
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        cmd = ["apt-get", "install", "-y", "-q", *missing]
+        if subprocess.run(cmd, env=env, capture_output=True).returncode != 0:
+            subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)
+            subprocess.run(cmd, env=env, capture_output=True)
+        found = {tool: shutil.which(tool) for tool in _PACKAGES}
+    return found
+
+
+def bench_bare(n: int) -> float:
+    """Seconds to run `true` n times one after another: the floor."""
+    t0 = time.perf_counter()
+    for _ in range(n):
+        subprocess.run(["true"])
+    return time.perf_counter() - t0
+
+
+def cpu_s(p: psutil.Process) -> float:
+    """Seconds on a CPU, all threads: /proc/PID/task/*/schedstat is in ns, where
+    cpu_times() counts whole clock ticks (a daemon that wakes for a few ms now
+    and then is charged a full tick, or none, by chance)."""
+    total = 0
+    try:
+        for task in Path(f"/proc/{p.pid}/task").iterdir():
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+        return total / 1e9
+    except OSError:
+        c = p.cpu_times()
+        return c.user + c.system
+
+
+def wakeups(p: psutil.Process) -> int:
+    """Voluntary context switches of every thread: how often it woke up."""
+    total = 0
+    for task in Path(f"/proc/{p.pid}/task").iterdir():
+        try:
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total
