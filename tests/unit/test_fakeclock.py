@@ -104,10 +104,11 @@ def child_env(fc: FakeClock, **extra: str) -> dict[str, str]:
     return env
 
 
-def run_child(body: str, env: dict[str, str]) -> list:
-    """Run PRELUDE+body in a child; return the JSON objects it printed."""
+def run_child(body: str, env: dict[str, str], *argv: str) -> list:
+    """Run PRELUDE+body in a child (``argv`` in its sys.argv[1:]); return
+    the JSON objects it printed."""
     res = subprocess.run(
-        [sys.executable, "-c", PRELUDE + textwrap.dedent(body)],
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(body), *argv],
         env=env, capture_output=True, text=True, timeout=60,
     )
     assert res.returncode == 0, res.stderr
@@ -397,10 +398,5 @@ def test_threads_see_consistent_offsets_while_it_changes(fakeclock):
         emit({"bad": bad[:10], "seen": sorted(seen)})
     """
     real = parent_read()
-    res = subprocess.run(
-        [sys.executable, "-c", PRELUDE + textwrap.dedent(body), repr(real["realtime"] - real["monotonic"])],
-        env=child_env(fakeclock), capture_output=True, text=True, timeout=60,
-    )
-    assert res.returncode == 0, res.stderr
-    out = json.loads(res.stdout)
-    assert out == {"bad": [], "seen": [0, 3600]}
+    out = run_child(body, child_env(fakeclock), repr(real["realtime"] - real["monotonic"]))
+    assert out == [{"bad": [], "seen": [0, 3600]}]

@@ -815,14 +815,10 @@ def test_non_sqlite_file_gives_storage_error_and_is_left_alone(tmp_path):
     assert path.read_bytes() == junk
 
 
-def test_exclude_ids_never_reissues_those_expired_leases(tmp_path):
+def test_exclude_ids_never_reissues_those_expired_leases(make_queue, clock):
     """The daemon passes its own running jobs: after a stall it renews them
     rather than handing them to itself a second time."""
-    from sloth_daemon.clock import ManualClock
-    from sloth_daemon.queue import Queue
-
-    clock = ManualClock(0)
-    q = Queue(tmp_path / "q.db", clock, lease_s=10)
+    q = make_queue(lease_s=10)
     a = q.enqueue(["a"])
     job = q.claim("daemon")
     clock.set(50)  # the lease lapsed while the holder was stopped
