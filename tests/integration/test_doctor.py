@@ -20,6 +20,7 @@ import pytest
 
 from sloth_daemon import protocol
 from sloth_daemon.paths import Paths, ensure_private_dir, resolve
+from tests.support.harness import sandbox_env
 
 SLOTH = Path(sys.executable).with_name("sloth")
 pytestmark = pytest.mark.skipif(not SLOTH.is_file(), reason="no sloth console script beside python")
@@ -78,16 +79,8 @@ class FakeDaemon:
 class Box:
     def __init__(self, root: Path) -> None:
         self.root = root
-        bin_dir = root / "bin"
-        bin_dir.mkdir()
-        for name, text in (("systemctl", FAKE_SYSTEMCTL), ("loginctl", FAKE_LOGINCTL)):
-            (bin_dir / name).write_text(text)
-            (bin_dir / name).chmod(0o755)
-        (root / "home").mkdir()
-        self.env = {
-            "HOME": str(root / "home"), "XDG_CONFIG_HOME": str(root / "cfg"), "SLOTH_HOME": str(root / "sl"),
-            "PATH": f"{bin_dir}:/usr/bin:/bin", "LANG": "C.UTF-8", "SLOTH_SERVICE_PLATFORM": "linux",
-        }
+        self.env = sandbox_env(root, {"systemctl": FAKE_SYSTEMCTL, "loginctl": FAKE_LOGINCTL})
+        self.env["SLOTH_SERVICE_PLATFORM"] = "linux"
         self.fakes: list[FakeDaemon] = []
 
     @property

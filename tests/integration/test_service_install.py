@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.harness import sandbox_env
+
 SLOTH = Path(sys.executable).with_name("sloth")
 USER = pwd.getpwuid(os.getuid()).pw_name
 UID = os.getuid()
@@ -91,21 +93,11 @@ class Sandbox:
 
 @pytest.fixture
 def box(tmp_path: Path) -> Sandbox:
-    bin_dir, state = tmp_path / "bin", tmp_path / "state"
-    for d in (bin_dir, state, tmp_path / "home"):
-        d.mkdir()
-    for name, text in (("systemctl", FAKE_SYSTEMCTL), ("loginctl", FAKE_LOGINCTL), ("launchctl", FAKE_LAUNCHCTL)):
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod(0o755)
-    env = {
-        "HOME": str(tmp_path / "home"),
-        "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
-        "SLOTH_HOME": str(tmp_path / "sl"),
-        "PATH": f"{bin_dir}:/usr/bin:/bin",
-        "FAKE_LOG": str(tmp_path / "calls.log"),
-        "FAKE_STATE": str(state),
-        "LANG": "C.UTF-8",
-    }
+    state = tmp_path / "state"
+    state.mkdir()
+    env = sandbox_env(tmp_path, {"systemctl": FAKE_SYSTEMCTL, "loginctl": FAKE_LOGINCTL,
+                                 "launchctl": FAKE_LAUNCHCTL})
+    env.update(FAKE_LOG=str(tmp_path / "calls.log"), FAKE_STATE=str(state))
     return Sandbox(tmp_path, env)
 
 

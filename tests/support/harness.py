@@ -55,6 +55,22 @@ def temp_harness(config: str = "", *, prefix: str = "slb-") -> Iterator["Harness
         shutil.rmtree(root, ignore_errors=True)
 
 
+def sandbox_env(root: Path, fakes: dict[str, str]) -> dict[str, str]:
+    """An environment for running `sloth` against fake service commands:
+    a private HOME, config and SLOTH_HOME under ``root``, and ``fakes``
+    (name -> script text) first on PATH."""
+    bin_dir = root / "bin"
+    bin_dir.mkdir()
+    for name, text in fakes.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    (root / "home").mkdir()
+    return {
+        "HOME": str(root / "home"), "XDG_CONFIG_HOME": str(root / "cfg"), "SLOTH_HOME": str(root / "sl"),
+        "PATH": f"{bin_dir}:/usr/bin:/bin", "LANG": "C.UTF-8",
+    }
+
+
 def processes_with_env(var: str, value: str) -> list[psutil.Process]:
     """Every other process whose environment has ``var=value`` (a test's or a
     tool's own folder: the daemon and every job it started carry it)."""
