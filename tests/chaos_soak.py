@@ -476,9 +476,7 @@ class Soak:
         return out
 
     def add_socket(self, batch: list[LJob]) -> None:
-        common = {"env": self.h.env, "cwd": str(self.h.home)}
-        with Client(self.h.socket, timeout_s=30) as c:
-            ids = c.call("add", jobs=[j.spec() for j in batch], common=common)["ids"]
+        ids = self.h.add_many([j.spec() for j in batch])
         if len(ids) != len(batch):
             raise ValueError(f"add returned {len(ids)} ids for {len(batch)} jobs")
         for j, jid in zip(batch, ids):

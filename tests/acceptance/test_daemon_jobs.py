@@ -163,8 +163,7 @@ def test_wait_on_many_jobs_sees_every_one_finish(harness):
     """More jobs than a stream's backlog: the wait must not lose the last change."""
     harness.start()
     harness.call("pause")
-    common = {"env": dict(harness.env), "cwd": str(harness.home)}
-    ids = harness.call("add", jobs=[{"command": ["true"]} for _ in range(1500)], common=common)["ids"]
+    ids = harness.add_many([{"command": ["true"]} for _ in range(1500)])
     from sloth_daemon.client import Client
 
     with Client(harness.socket, timeout_s=120) as c:

@@ -30,6 +30,12 @@ def ensure_tools() -> dict[str, str | None]:
     return found
 
 
+def pct(xs: list[float], q: float) -> float:
+    """The q-quantile (nearest rank) of xs; NaN for none."""
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(q * (len(s) - 1)))] if s else float("nan")
+
+
 def bench_bare(n: int) -> float:
     """Seconds to run `true` n times one after another: the floor."""
     t0 = time.perf_counter()

@@ -49,7 +49,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from sloth_daemon.client import Client  # noqa: E402
-from tests.bench._common import ensure_tools  # noqa: E402
+from tests.bench._common import ensure_tools, pct  # noqa: E402
 from tests.support.harness import Harness  # noqa: E402
 
 PY = sys.executable
@@ -67,11 +67,6 @@ def base_env() -> dict[str, str]:
 
 def med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
-
-
-def p95(xs: list[float]) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, round(0.95 * (len(s) - 1)))] if s else float("nan")
 
 
 def time_calls(argv: list[str], n: int, env: dict[str, str], cwd: str, warmup: int = 2) -> list[float]:
@@ -325,7 +320,7 @@ def main() -> None:
              f"|{'-' * 32}|{'-' * 11}|{'-' * 9}|{'-' * 9}|"]
     for name, rs in per_call.items():
         m = med([med(r) for r in rs]) * 1000
-        p = med([p95(r) for r in rs]) * 1000
+        p = med([pct(r, 0.95) for r in rs]) * 1000
         res["per_call"][name] = {"median_ms": m, "p95_ms": p, "runs_median_ms": [med(r) * 1000 for r in rs]}
         lines.append(f"| {name:<30} | {m:>9.1f} | {p:>7.1f} | {m / (floor * 1000):>7.1f} |")
     for tool in ("tsp", "nq"):

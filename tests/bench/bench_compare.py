@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests.bench._common import bench_bare, cpu_s, ensure_tools, wakeups  # noqa: E402
+from tests.bench._common import bench_bare, cpu_s, ensure_tools, pct, wakeups  # noqa: E402
 from tests.support.harness import Harness, processes_with_env  # noqa: E402
 
 PY = sys.executable
@@ -283,11 +283,6 @@ TOOLS: dict[str, type[Tool]] = {"sloth": Sloth, "tsp": Tsp, "nq": Nq}
 
 
 # --------------------------------------------------------------- measures
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
-
-
 def bench_enqueue(root: Path, tools: list[str], calls: int) -> dict[str, dict[str, float]]:
     """Per-call latency of queueing `true`, calls interleaved across the tools."""
     inst = {t: TOOLS[t](root) for t in tools}

@@ -51,11 +51,9 @@ def bench_jobs(n: int, concurrency: int = 1) -> dict[str, float]:
     with temp_harness(f"[lanes]\ndefault = {concurrency}\n") as h:
         d = h.start()
         h.call("pause")
-        common = {"env": dict(h.env), "cwd": str(h.home)}
         ids: list[int] = []
         for i in range(0, n, 500):
-            ids += h.call("add", jobs=[{"command": ["true"]} for _ in range(min(500, n - i))],
-                          common=common)["ids"]
+            ids += h.add_many([{"command": ["true"]} for _ in range(min(500, n - i))])
         proc = psutil.Process(d.pid)
         c0 = proc.cpu_times()
         t0 = time.perf_counter()

@@ -169,9 +169,12 @@ class Harness:
             return c.call(op, **args)
 
     def add(self, *cmd: str, **spec: Any) -> int:
-        job = {"command": list(cmd), **spec}
-        common = {"env": {k: v for k, v in self.env.items()}, "cwd": str(self.home)}
-        return self.call("add", jobs=[job], common=common)["ids"][0]
+        return self.add_many([{"command": list(cmd), **spec}])[0]
+
+    def add_many(self, jobs: list[dict[str, Any]]) -> list[int]:
+        """One request, as `sloth add` sends it: this harness's env and home as cwd."""
+        common = {"env": dict(self.env), "cwd": str(self.home)}
+        return self.call("add", jobs=jobs, common=common)["ids"]
 
     def job(self, job_id: int) -> dict[str, Any]:
         return self.call("show", id=job_id)["job"]
