@@ -287,7 +287,8 @@ class Worker:
             lw.note(str(e))
             lw.close()
             self._drop(run)
-            self._record(lambda: self.queue.fail(job.id, run.token, message=str(e), retry=e.retry))
+            msg, retry = str(e), e.retry  # not `e` in the lambda: Python unbinds it after the except
+            self._record(lambda: self.queue.fail(job.id, run.token, message=msg, retry=retry))
             return
         run.proc = proc
         if job.timeout_s:  # armed first: nothing below may leave a job without its timeout
