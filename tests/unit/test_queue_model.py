@@ -209,15 +209,19 @@ class QueueMachine(RuleBasedStateMachine):
         self._lose_token(j)
         j.state, j.attempts, j.not_before = "queued", max(j.attempts - 1, 0), self.clock.now()
 
+    def _refused(self, j, op) -> None:
+        """``op(j.id)`` is an illegal transition: it raises and changes nothing."""
+        before = self.q.get(j.id)
+        with pytest.raises(IllegalTransition):
+            op(j.id)
+        assert self.q.get(j.id) == before
+
     @precondition(lambda self: self.jobs)
     @rule(n=st.integers(0, 1000))
     def cancel(self, n):
         j = self._pick(n)
         if not j.active:
-            before = self.q.get(j.id)
-            with pytest.raises(IllegalTransition):
-                self.q.cancel(j.id)
-            assert self.q.get(j.id) == before
+            self._refused(j, self.q.cancel)
             return
         self.q.cancel(j.id)
         j.state = "cancelled"
@@ -230,10 +234,7 @@ class QueueMachine(RuleBasedStateMachine):
         blocked = j.key is not None and any(
             o.key == j.key and o.active and o.id != j.id for o in self.jobs.values())
         if j.state not in ("failed", "cancelled") or blocked:
-            before = self.q.get(j.id)
-            with pytest.raises(IllegalTransition):
-                self.q.retry(j.id)
-            assert self.q.get(j.id) == before
+            self._refused(j, self.q.retry)
             return
         self.q.retry(j.id)
         j.state, j.attempts, j.not_before = "queued", 0, self.clock.now()
