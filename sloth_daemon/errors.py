@@ -2,9 +2,13 @@
 
 Every error has a stable ``code`` (sent over the socket) and an ``exit_code``
 (used by the CLI). The CLI catches :class:`SlothError` once, at the edge.
+Every subclass that names its own ``code`` is registered under it, so the
+client rebuilds the same type from the wire (:func:`from_dict`).
 """
 
 from __future__ import annotations
+
+from typing import Any, ClassVar
 
 # Named exit codes of the CLI (documented in the README).
 EXIT_OK = 0
@@ -15,13 +19,20 @@ EXIT_NOT_FOUND = 4
 EXIT_JOB_FAILED = 5
 EXIT_CONFLICT = 6
 
+ERRORS_BY_CODE: dict[str, type["SlothError"]] = {}
+
 
 class SlothError(Exception):
     """Base of every error a user may see."""
 
-    code = "error"
-    exit_code = EXIT_ERROR
+    code: ClassVar[str] = "error"
+    exit_code: ClassVar[int] = EXIT_ERROR
     hint = ""
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if "code" in cls.__dict__:
+            ERRORS_BY_CODE[cls.code] = cls
 
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
@@ -29,8 +40,11 @@ class SlothError(Exception):
         if hint is not None:
             self.hint = hint
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, str]:
         return {"code": self.code, "message": self.message, "hint": self.hint}
+
+
+ERRORS_BY_CODE[SlothError.code] = SlothError
 
 
 class JobNotFound(SlothError):
@@ -55,6 +69,7 @@ class LogUnreadable(SlothError):
     """A job's log file is there but cannot be read (a folder in its place,
     no permission). A missing file is no error: the attempt printed nothing."""
 
+    code = "log_unreadable"
     hint = "Check that file's type and permissions."
 
     def __init__(self, path: object, e: OSError) -> None:
@@ -87,6 +102,13 @@ class DaemonAlreadyRunning(SlothError):
     hint = "Stop it with `sloth daemon stop`, or use another SLOTH_HOME."
 
 
+class PermissionDenied(SlothError):
+    """A peer of another uid asked the daemon for something."""
+
+    code = "permission_denied"
+    hint = "Only the user who runs the daemon may talk to it."
+
+
 class StorageError(SlothError):
     """The data dir or database cannot be used (missing, read-only, corrupt)."""
 
@@ -106,32 +128,42 @@ class ConfigError(SlothError):
     hint = "Fix the file named above; `sloth config` shows the effective settings."
 
 
-ERRORS_BY_CODE: dict[str, type[SlothError]] = {
-    cls.code: cls
-    for cls in (
-        SlothError,
-        IllegalTransition,
-        LeaseLost,
-        BadRequest,
-        DaemonNotRunning,
-        DaemonAlreadyRunning,
-        StorageError,
-        ProtocolError,
-        ConfigError,
-    )
-}
+class ServiceError(SlothError):
+    """The login service (systemd --user unit, launchd agent) could not be handled."""
+
+    code = "service"
+    hint = "See `sloth service status` and `sloth doctor`."
 
 
-def from_dict(d: dict) -> SlothError:
-    """Rebuild a typed error from its wire form (used by the client)."""
+class ServiceManagerMissing(ServiceError):
+    """systemctl / launchctl is not on PATH."""
+
+
+class ServiceCommandFailed(ServiceError):
+    """systemctl / launchctl ran and said no."""
+
+
+class SpawnError(SlothError):
+    """A job's command could not be started. ``retry`` is False when trying
+    again cannot help (no such program, not executable), True for passing
+    trouble (fork failed for lack of processes, memory or descriptors)."""
+
+    code = "spawn_failed"
+
+    def __init__(self, message: str, *, retry: bool) -> None:
+        super().__init__(message)
+        self.retry = retry
+
+
+def from_dict(d: dict[str, Any]) -> SlothError:
+    """Rebuild a typed error from its wire form (used by the client). An
+    unknown code stays a SlothError that keeps the code it was sent with."""
     code = str(d.get("code", "error"))
     message = str(d.get("message", "unknown error"))
     hint = str(d.get("hint", ""))
-    if code == "not_found":
-        err: SlothError = JobNotFound.__new__(JobNotFound)
-        SlothError.__init__(err, message, hint)
-        return err
     cls = ERRORS_BY_CODE.get(code, SlothError)
-    err = cls(message, hint)
-    err.code = code
+    err = cls.__new__(cls)
+    SlothError.__init__(err, message, hint)  # not cls.__init__: its arguments differ per class
+    if cls is SlothError and code != SlothError.code:
+        err.code = code  # type: ignore[misc]  # an instance attribute shadows the class's
     return err

@@ -18,14 +18,14 @@ import math
 import os
 import secrets
 import sqlite3
-from json.encoder import encode_basestring_ascii as _encode_str
 from pathlib import Path
-from typing import Any, Collection, Iterable, Sequence
+from typing import Any, Collection, Iterable, Mapping, Sequence
 
 from . import db
 from .clock import Clock, SystemClock
 from .errors import BadRequest, IllegalTransition, JobNotFound, LeaseLost
 from .models import ACTIVE_STATES, FINISHED_STATES, Event, Job, JobState
+from .spec import Defaults, EnvCache, JobSpec, integer, number
 
 DEFAULT_LEASE_S = 60.0
 DEFAULT_MAX_ATTEMPTS = 3
@@ -127,61 +127,33 @@ class Queue:
             ]
         )[0]
 
-    def enqueue_many(self, specs: Iterable[dict[str, Any]]) -> list[int]:
+    def enqueue_many(self, specs: Iterable[Mapping[str, Any]]) -> list[int]:
         """Enqueue many jobs in one transaction; all or none. Same rules as enqueue."""
-        env_cache: dict[int, tuple[Any, str]] = {}
-        rows = [self._row(s, env_cache) for s in specs]  # validate all before writing any
+        cache: EnvCache = {}
+        defaults = Defaults(self.max_attempts, self.lease_s)
+        rows = [JobSpec.parse(s, defaults, cache) for s in specs]  # validate all before writing any
         now = self.clock.now()
         ids: list[int] = []
         run: list[tuple] = []  # consecutive rows without a key, inserted by one executemany
         with db.transaction(self._conn) as c:
             env_ids: dict[str, int] = {}  # one envs row per distinct environment
             for r in rows:
-                text = r.pop("env")
-                if text is not None and text not in env_ids:
-                    env_ids[text] = _put_env(c, text)
-                r["env_id"] = None if text is None else env_ids[text]
+                if r.env_json is not None and r.env_json not in env_ids:
+                    env_ids[r.env_json] = _put_env(c, r.env_json)
             for r in rows:
-                if r["key"] is None:
-                    run.append(_values(r, now))
+                env_id = None if r.env_json is None else env_ids[r.env_json]
+                if r.key is None:
+                    run.append(_values(r, env_id, now))
                     continue
                 ids += _insert_run(c, run)
                 run = []
-                hit = c.execute(SQL_ACTIVE_KEY, (r["key"],)).fetchone()
+                hit = c.execute(SQL_ACTIVE_KEY, (r.key,)).fetchone()
                 if hit:
                     ids.append(hit[0])
                     continue
-                ids.append(int(c.execute(SQL_INSERT, _values(r, now)).lastrowid))
+                ids.append(int(c.execute(SQL_INSERT, _values(r, env_id, now)).lastrowid))
             ids += _insert_run(c, run)
         return ids
-
-    def _row(self, s: dict[str, Any], env_cache: dict[int, tuple[Any, str]]) -> dict[str, Any]:
-        unknown = set(s) - _SPEC_FIELDS
-        if unknown:
-            raise BadRequest(f"unknown job field(s): {', '.join(sorted(unknown))}")
-        cmd = s.get("command")
-        if not isinstance(cmd, (list, tuple)) or not cmd:
-            raise BadRequest("command must be a non-empty list of strings")
-        for a in cmd:  # one plain loop: this runs per job of an enqueue_many
-            if not isinstance(a, str):
-                raise BadRequest("command must be a non-empty list of strings")
-            if "\x00" in a:
-                raise BadRequest("command arguments cannot contain NUL bytes")
-        env = s.get("env")
-        return {
-            "command": _json_strings(cmd),
-            "max_attempts": _int(s.get("max_attempts"), "max_attempts", self.max_attempts, lo=1),
-            "lease_s": _num(s.get("lease_s"), "lease_s", self.lease_s, lo=0.001),
-            "not_before": _num(s.get("not_before"), "not_before", None),
-            "priority": _int(s.get("priority"), "priority", 0),
-            "lane": _str(s.get("lane"), "lane", "default", nonempty=True),
-            "key": _str(s.get("key"), "key", None, nonempty=True),
-            "cwd": _str(s.get("cwd"), "cwd", None),
-            "env": None if env is None else _env_json(env, env_cache),
-            "timeout_s": _num(s.get("timeout_s"), "timeout_s", None, lo=0.001),
-            "label": _str(s.get("label"), "label", None),
-            "shell": bool(s.get("shell", False)),
-        }
 
     # ------------------------------------------------------------------- claim
     def claim(
@@ -205,7 +177,7 @@ class Queue:
         process is gone anyway, and the job simply runs again.
         """
         if lease_s is not None:  # refuse a bad lease even when nothing is due
-            lease_s = _num(lease_s, "lease_s", None, lo=0.001)
+            lease_s = number(lease_s, "lease_s", None, lo=0.001)
         if isinstance(lanes, str):  # a bare string would be read as its letters
             raise BadRequest(f"lanes must be a list of lane names, got the string {lanes!r}")
         if lanes is not None and not lanes:
@@ -223,7 +195,7 @@ class Queue:
                                  f"lease expired on the last attempt ({row['attempts']}"
                                  f"/{row['max_attempts']}); worker {row['worker']} was lost")
                     continue
-                lease = row["lease_s"] if lease_s is None else _num(lease_s, "lease_s", None, lo=0.001)
+                lease = row["lease_s"] if lease_s is None else number(lease_s, "lease_s", None, lo=0.001)
                 token = secrets.token_hex(8)
                 attempt = row["attempts"] + 1
                 out = c.execute(
@@ -315,7 +287,7 @@ class Queue:
             return job
 
     def _extend(self, c: sqlite3.Connection, row: sqlite3.Row, now: float, lease_s: float | None) -> Job:
-        lease = row["lease_s"] if lease_s is None else _num(lease_s, "lease_s", None, lo=0.001)
+        lease = row["lease_s"] if lease_s is None else number(lease_s, "lease_s", None, lo=0.001)
         out = c.execute(
             "UPDATE jobs SET lease_until = ?, updated_at = ? WHERE id = ? RETURNING *",
             (now + lease, now, row["id"]),
@@ -428,7 +400,7 @@ class Queue:
         ``older_than_s`` ago. Returns how many jobs were deleted."""
         if older_than_s is None:
             raise BadRequest("older_than_s must be a number of seconds, got None")
-        older = _num(older_than_s, "older_than_s", None, lo=0)
+        older = number(older_than_s, "older_than_s", None, lo=0)
         cutoff = self.clock.now() - older
         with db.transaction(self._conn) as c:
             cur = c.execute(
@@ -445,7 +417,7 @@ class Queue:
     def get(self, job_id: int) -> Job:
         return self._job(self._get_row(self._conn, job_id))
 
-    def list(
+    def jobs(
         self, state: str | JobState | None = None, lane: str | None = None, limit: int = 1000,
         *, states: Sequence[str] | None = None,
     ) -> list[Job]:
@@ -453,7 +425,7 @@ class Queue:
         wanted = list(states or ([] if state is None else [state]))
         for s in wanted:
             JobState(s)  # raises ValueError for an unknown state
-        limit = _int(limit, "limit", 1000, lo=1)
+        limit = integer(limit, "limit", 1000, lo=1)
         where, args = [], []
         if wanted:
             where.append(f"state IN ({','.join('?' * len(wanted))})")
@@ -602,12 +574,6 @@ class Queue:
         )
 
 
-_SPEC_FIELDS = {
-    "command", "max_attempts", "lease_s", "not_before", "priority", "lane", "key",
-    "cwd", "env", "timeout_s", "label", "shell",
-}
-
-
 def _put_env(c: sqlite3.Connection, text: str) -> int:
     """The id of this environment in ``envs``, adding it if new."""
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
@@ -616,11 +582,10 @@ def _put_env(c: sqlite3.Connection, text: str) -> int:
     return c.execute("SELECT id FROM envs WHERE hash = ?", (digest,)).fetchone()[0]
 
 
-def _values(r: dict[str, Any], now: float) -> tuple:
-    nb = now if r["not_before"] is None else r["not_before"]
-    return (r["command"], r["lane"], r["priority"], r["max_attempts"], r["lease_s"],
-            r["timeout_s"], nb, r["key"], r["cwd"], r["env_id"], r["label"],
-            int(r["shell"]), now, now)
+def _values(r: JobSpec, env_id: int | None, now: float) -> tuple:
+    nb = now if r.not_before is None else r.not_before
+    return (r.command_json, r.lane, r.priority, r.max_attempts, r.lease_s, r.timeout_s, nb,
+            r.key, r.cwd, env_id, r.label, int(r.shell), now, now)
 
 
 def _insert_run(c: sqlite3.Connection, run: list[tuple]) -> list[int]:
@@ -642,30 +607,6 @@ def _ever_claimed(c: sqlite3.Connection, job_id: int) -> bool:
     ).fetchone() is not None
 
 
-def _json_strings(args: Sequence[str]) -> str:
-    """json.dumps(list(args)) for a list of str, byte for byte, at a third of the
-    cost (json.dumps builds a new encoder per call; it was 40% of enqueue)."""
-    return "[" + ", ".join(map(_encode_str, args)) + "]"
-
-
-def _env_json(env: Any, cache: dict[int, tuple[Any, str]]) -> str:
-    """Validate and serialise a job environment. Every job of one batch
-    usually shares one env object (the caller's captured environment), so
-    the work is done once per distinct object, not once per job."""
-    hit = cache.get(id(env))
-    if hit is not None and hit[0] is env:
-        return hit[1]
-    if not (isinstance(env, dict)
-            and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
-        raise BadRequest("env must be an object of string to string")
-    if any(not k or "=" in k or "\x00" in k or "\x00" in v for k, v in env.items()):
-        # os.execve would refuse them when the job starts
-        raise BadRequest("env names must be non-empty without '=' or NUL; values without NUL")
-    text = json.dumps(env)
-    cache[id(env)] = (env, text)
-    return text
-
-
 def _lane_ok(lane: str, lanes: Sequence[str] | None, exclude: Collection[str]) -> bool:
     return (lanes is None or lane in lanes) and lane not in exclude
 
@@ -676,35 +617,3 @@ def _urgency(row: sqlite3.Row) -> tuple:
 
 def _join(a: str, b: str) -> str:
     return f"{a}; {b}" if a else b
-
-
-def _num(v: Any, name: str, default: float | None, *, lo: float | None = None) -> float | None:
-    if v is None:
-        return default
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise BadRequest(f"{name} must be a finite number, got {v!r}")
-    if lo is not None and v < lo:
-        raise BadRequest(f"{name} must be at least {lo:g}, got {v!r}")
-    return float(v)
-
-
-def _int(v: Any, name: str, default: int | None, *, lo: int | None = None) -> int:
-    if v is None:
-        return default  # type: ignore[return-value]
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise BadRequest(f"{name} must be an integer, got {v!r}")
-    if not -(2**63) <= v < 2**63:
-        raise BadRequest(f"{name} is out of range: {v!r}")
-    if lo is not None and v < lo:
-        raise BadRequest(f"{name} must be at least {lo}, got {v!r}")
-    return v
-
-
-def _str(v: Any, name: str, default: str | None, *, nonempty: bool = False) -> str | None:
-    if v is None:
-        return default
-    if not isinstance(v, str) or (nonempty and not v):
-        raise BadRequest(f"{name} must be a{' non-empty' if nonempty else ''} string, got {v!r}")
-    if "\x00" in v:
-        raise BadRequest(f"{name} cannot contain NUL bytes")
-    return v

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from . import __version__, peercred, protocol
-from .errors import BadRequest, JobNotFound, LogUnreadable, ProtocolError, SlothError
+from .errors import BadRequest, JobNotFound, LogUnreadable, PermissionDenied, ProtocolError, SlothError
 from .models import Job, JobState
 
 if TYPE_CHECKING:
@@ -30,11 +30,6 @@ LOG_CHUNK = 256 * 1024  # bytes of log per streamed event
 
 
 OVERFLOW: dict[str, Any] = {"overflow": True}  # a stream fell more than MAX_STREAM_BACKLOG behind
-
-
-class PermissionDenied(SlothError):
-    code = "permission_denied"
-    hint = "Only the user who runs the daemon may talk to it."
 
 
 class Server:
@@ -182,14 +177,8 @@ class Server:
         for j in jobs:
             if not isinstance(j, dict):
                 raise BadRequest("each job must be an object")
-            spec = {**common, **j}
-            if not isinstance(spec.get("shell", False), bool):  # the queue would take any truthy value
-                raise BadRequest("shell must be true or false")
-            specs.append(spec)
-        try:
-            ids = self.d.queue.enqueue_many(specs)
-        except OverflowError:  # e.g. lease_s: 1e400 as a JSON integer; float() cannot hold it
-            raise BadRequest("a number in the job is too large") from None
+            specs.append({**common, **j})
+        ids = self.d.queue.enqueue_many(specs)
         self.d.worker.wake()
         return {"ids": ids}
 
@@ -206,7 +195,7 @@ class Server:
         limit = a.get("limit", 1000)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
             raise BadRequest("limit must be a whole number from 1 to 100000")
-        jobs = self.d.queue.list(lane=lane, limit=limit, states=states)
+        jobs = self.d.queue.jobs(lane=lane, limit=limit, states=states)
         return {"jobs": [j.to_dict() for j in jobs]}
 
     def op_show(self, a: dict[str, Any]) -> dict[str, Any]:

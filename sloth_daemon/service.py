@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import BadRequest, SlothError
+from .errors import BadRequest, ServiceCommandFailed, ServiceError, ServiceManagerMissing, SlothError
 from .paths import Paths, resolve
 
 UNIT_NAME = "sloth.service"
@@ -25,19 +25,6 @@ PLATFORM_ENV = "SLOTH_SERVICE_PLATFORM"
 MANAGER = {"linux": "systemd --user", "macos": "launchd"}
 _PLACEHOLDER = re.compile(r"@[A-Z_]+@")
 _SYSTEMD_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
-
-
-class ServiceError(SlothError):
-    code = "service"
-    hint = "See `sloth service status` and `sloth doctor`."
-
-
-class ServiceManagerMissing(ServiceError):
-    """systemctl / launchctl is not on PATH."""
-
-
-class ServiceCommandFailed(ServiceError):
-    """systemctl / launchctl ran and said no."""
 
 
 @dataclass

@@ -9,9 +9,10 @@ import time
 from typing import Any
 from xml.sax.saxutils import escape
 
+from .errors import ServiceError
 from .paths import Paths, ensure_private_dir, resolve
 from .service import (
-    LABEL, MANAGER, Report, ServiceError, _binary_and_current, _read,
+    LABEL, MANAGER, Report, _binary_and_current, _read,
     baked_env, env_notes, fill, remove, render, require, run, template, unit_path, write_if_changed,
 )
 

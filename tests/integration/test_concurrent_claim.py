@@ -117,5 +117,5 @@ def test_four_processes_claim_each_job_exactly_once(tmp_path):
             " GROUP BY job_id").fetchall()
         assert len(rows) == N_JOBS
         assert all(kinds == "claimed,done" for _, kinds in rows)
-        for j in q.list(limit=N_JOBS):
+        for j in q.jobs(limit=N_JOBS):
             assert (j.worker, j.message, j.attempts) == (by_job[j.id], by_job[j.id], 1)

@@ -11,7 +11,7 @@ from sloth_daemon.errors import ConfigError, StorageError
 def test_defaults_when_no_file(tmp_path):
     s = config.load(tmp_path / "config.toml")
     assert s.lease_s == 60 and s.max_attempts == 3
-    assert s.sources["lease_s"] == "default"
+    assert s.source("lease_s") == "default"
     assert s.concurrency("default") == 1 and s.concurrency("other") == 1
 
 
@@ -21,7 +21,7 @@ def test_file_overrides_with_durations_and_lanes(tmp_path):
                  "[lanes]\ngpu = 1\ndownloads = 4\n")
     s = config.load(f)
     assert s.lease_s == 120 and s.max_attempts == 5 and s.retention_s == 86400
-    assert s.sources["lease_s"] == f"file {f}" and s.sources["kill_grace_s"] == "default"
+    assert s.source("lease_s") == f"file {f}" and s.source("kill_grace_s") == "default"
     assert s.concurrency("downloads") == 4 and s.concurrency("unlisted") == 2
     d = s.as_dict()
     assert d["lanes"]["gpu"] == {"concurrency": 1, "source": f"file {f}"}

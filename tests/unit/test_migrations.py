@@ -131,7 +131,7 @@ def test_migrates_a_v1_database_keeping_jobs_claimable(tmp_path):
         # a v1 finished job gets a finish time, so prune can remove it
         assert q.get(2).finished_at == 5.0
         assert q.prune(60) == 1
-        assert {x.id for x in q.list()} == {1, 3}
+        assert {x.id for x in q.jobs()} == {1, 3}
         assert c.execute("SELECT count(*) FROM events WHERE job_id = 2").fetchone()[0] == 0
 
 

@@ -521,7 +521,7 @@ def test_prune_deletes_only_old_finished_jobs_and_their_events(make_queue, clock
     for gone in (done, failed):
         with pytest.raises(JobNotFound):
             q.get(gone)
-    remaining = {j.id for j in q.list()}
+    remaining = {j.id for j in q.jobs()}
     assert remaining == {cancelled, old_queued, old_claimed}
     ev_jobs = {r[0] for r in q._conn.execute("SELECT DISTINCT job_id FROM events")}
     assert ev_jobs == {cancelled, old_claimed}
@@ -704,8 +704,8 @@ def test_counts_list_and_claimed(q):
     q.cancel(c)
     assert q.counts() == {"queued": 1, "claimed": 1, "done": 0, "failed": 0, "cancelled": 1}
     assert [j.id for j in q.claimed()] == [a]
-    assert [j.id for j in q.list(state="queued")] == [b]
-    assert [j.id for j in q.list(limit=2)] == [b, c]
+    assert [j.id for j in q.jobs(state="queued")] == [b]
+    assert [j.id for j in q.jobs(limit=2)] == [b, c]
 
 
 # ---------------------------------------------------------------- storage

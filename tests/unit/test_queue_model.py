@@ -266,7 +266,7 @@ class QueueMachine(RuleBasedStateMachine):
     # ------------------------------------------------------- invariants
     @invariant()
     def database_matches_model(self):
-        rows = {j.id: j for j in self.q.list(limit=10_000)}
+        rows = {j.id: j for j in self.q.jobs(limit=10_000)}
         assert set(rows) == set(self.jobs), "a job was lost or appeared from nowhere"
         for jid, m in self.jobs.items():
             r = rows[jid]

@@ -1,0 +1,161 @@
+"""A job as it is asked for, validated: :class:`JobSpec`, and the checks every
+number and string crossing into the queue goes through.
+
+The queue stores specs and makes transitions; what a valid job is lives
+here, so the SQLite and any other backend refuse exactly the same input.
+Validation runs per job of a batch of tens of thousands, so it is plain
+loops and a cache of serialised environments, not a schema library.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii as _encode_str  # type: ignore[attr-defined]
+from typing import Any, Mapping, NamedTuple, Sequence, overload
+
+from .errors import BadRequest
+
+FIELDS = frozenset({
+    "command", "max_attempts", "lease_s", "not_before", "priority", "lane", "key",
+    "cwd", "env", "timeout_s", "label", "shell",
+})
+
+# id(env) -> (env, its JSON): a batch usually shares one environment object.
+EnvCache = dict[int, tuple[Any, str]]
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """What a spec that leaves a field out gets (from the daemon's settings)."""
+
+    max_attempts: int = 3
+    lease_s: float = 60.0
+
+
+class JobSpec(NamedTuple):
+    """One validated job, ready to insert. ``command_json`` and ``env_json``
+    are the stored text forms (the environment is stored once per distinct
+    text, see Queue). A NamedTuple: made per job of a batch, it must be cheap."""
+
+    command_json: str
+    max_attempts: int
+    lease_s: float
+    not_before: float | None  # None: due now
+    priority: int
+    lane: str
+    key: str | None
+    cwd: str | None
+    env_json: str | None
+    timeout_s: float | None
+    label: str | None
+    shell: bool
+
+    @classmethod
+    def parse(cls, s: Mapping[str, Any], defaults: Defaults, env_cache: EnvCache | None = None) -> "JobSpec":
+        """Validate one job object (as sent by a client). Raises BadRequest."""
+        unknown = set(s) - FIELDS
+        if unknown:
+            raise BadRequest(f"unknown job field(s): {', '.join(sorted(unknown))}")
+        env = s.get("env")
+        shell = s.get("shell", False)
+        if not isinstance(shell, bool):  # a truthy string would silently mean "yes"
+            raise BadRequest("shell must be true or false")
+        return cls(
+            command_json=command_json(s.get("command")),
+            max_attempts=integer(s.get("max_attempts"), "max_attempts", defaults.max_attempts, lo=1),
+            lease_s=number(s.get("lease_s"), "lease_s", defaults.lease_s, lo=0.001),
+            not_before=number(s.get("not_before"), "not_before", None),
+            priority=integer(s.get("priority"), "priority", 0),
+            lane=text(s.get("lane"), "lane", "default", nonempty=True),
+            key=text(s.get("key"), "key", None, nonempty=True),
+            cwd=text(s.get("cwd"), "cwd", None),
+            env_json=None if env is None else env_json(env, env_cache if env_cache is not None else {}),
+            timeout_s=number(s.get("timeout_s"), "timeout_s", None, lo=0.001),
+            label=text(s.get("label"), "label", None),
+            shell=shell,
+        )
+
+
+def command_json(cmd: Any) -> str:
+    """The stored form of an argv: a non-empty list of strings without NUL."""
+    if not isinstance(cmd, (list, tuple)) or not cmd:
+        raise BadRequest("command must be a non-empty list of strings")
+    for a in cmd:  # one plain loop: this runs per job of a batch
+        if not isinstance(a, str):
+            raise BadRequest("command must be a non-empty list of strings")
+        if "\x00" in a:
+            raise BadRequest("command arguments cannot contain NUL bytes")
+    return _json_strings(cmd)
+
+
+def _json_strings(args: Sequence[str]) -> str:
+    """json.dumps(list(args)) for a list of str, byte for byte, at a third of the
+    cost (json.dumps builds a new encoder per call; it was 40% of enqueue)."""
+    return "[" + ", ".join(map(_encode_str, args)) + "]"
+
+
+def env_json(env: Any, cache: EnvCache) -> str:
+    """Validate and serialise a job environment, once per distinct object."""
+    hit = cache.get(id(env))
+    if hit is not None and hit[0] is env:
+        return hit[1]
+    if not (isinstance(env, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+        raise BadRequest("env must be an object of string to string")
+    if any(not k or "=" in k or "\x00" in k or "\x00" in v for k, v in env.items()):
+        # os.execve would refuse them when the job starts
+        raise BadRequest("env names must be non-empty without '=' or NUL; values without NUL")
+    out = json.dumps(env)
+    cache[id(env)] = (env, out)
+    return out
+
+
+@overload
+def number(v: Any, name: str, default: float, *, lo: float | None = None) -> float: ...
+@overload
+def number(v: Any, name: str, default: None, *, lo: float | None = None) -> float | None: ...
+def number(v: Any, name: str, default: float | None, *, lo: float | None = None) -> float | None:
+    """A finite number (int or float, not bool), at least ``lo``; None -> default."""
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise BadRequest(f"{name} must be a finite number, got {v!r}")
+    try:
+        f = float(v)
+    except OverflowError:  # an int too large for a float (JSON allows any size)
+        raise BadRequest(f"{name} is out of range: {v!r}") from None
+    if not math.isfinite(f):
+        raise BadRequest(f"{name} must be a finite number, got {v!r}")
+    if lo is not None and f < lo:
+        raise BadRequest(f"{name} must be at least {lo:g}, got {v!r}")
+    return f
+
+
+def integer(v: Any, name: str, default: int | None, *, lo: int | None = None) -> int:
+    """A 64-bit integer (not bool), at least ``lo``; None -> default."""
+    if v is None:
+        return default  # type: ignore[return-value]
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise BadRequest(f"{name} must be an integer, got {v!r}")
+    if not -(2**63) <= v < 2**63:
+        raise BadRequest(f"{name} is out of range: {v!r}")
+    if lo is not None and v < lo:
+        raise BadRequest(f"{name} must be at least {lo}, got {v!r}")
+    return v
+
+
+@overload
+def text(v: Any, name: str, default: str, *, nonempty: bool = False) -> str: ...
+@overload
+def text(v: Any, name: str, default: None, *, nonempty: bool = False) -> str | None: ...
+def text(v: Any, name: str, default: str | None, *, nonempty: bool = False) -> str | None:
+    """A string without NUL (non-empty if asked); None -> default."""
+    if v is None:
+        return default
+    if not isinstance(v, str) or (nonempty and not v):
+        raise BadRequest(f"{name} must be a{' non-empty' if nonempty else ''} string, got {v!r}")
+    if "\x00" in v:
+        raise BadRequest(f"{name} cannot contain NUL bytes")
+    return v
