@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-import sloth_daemon.queue as Q
+import sloth_daemon.backends.sqlite as Q
 from sloth_daemon.clock import ManualClock
 from sloth_daemon.queue import Queue
 

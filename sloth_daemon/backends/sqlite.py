@@ -1,0 +1,620 @@
+"""The lease queue on one SQLite file: the only module that speaks its SQL
+(db.py connects and migrates).
+
+Knows nothing of sockets, processes or the CLI. Every write is one short
+``BEGIN IMMEDIATE`` transaction (db.transaction), every time is a bound
+parameter read from the injected clock: SQL never reads the clock.
+
+Ordering of ``claim``: highest ``priority`` first, then the job that became due
+first (``not_before``), then the oldest id. A claim is O(log n) whatever the
+mix of delayed and due rows: it walks the few distinct (lane, priority)
+groups with index seeks instead of scanning rows (see ``_best_queued``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import secrets
+import sqlite3
+from pathlib import Path
+from typing import Any, Collection, Iterable, Mapping, Sequence
+
+from .. import db
+from ..clock import Clock, SystemClock
+from ..errors import BadRequest, IllegalTransition, JobNotFound, LeaseLost
+from ..models import ACTIVE_STATES, FINISHED_STATES, Event, Job, JobState
+from ..spec import Defaults, EnvCache, JobSpec, integer, number
+
+DEFAULT_LEASE_S = 60.0
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_BACKOFF_CAP_S = 300.0
+
+# The statements claim() and next_due_at() run, by name, so that
+# tests/unit/test_query_plan.py checks the plan of exactly what runs.
+# INDEXED BY pins each to its partial index: without ANALYZE statistics (we
+# never run ANALYZE) the planner prefers jobs_by_state(state, id) for
+# "state = 'queued'", which walks every queued row and makes a claim O(n).
+SQL_LANE_FIRST = "SELECT min(lane) FROM jobs INDEXED BY jobs_due WHERE state = 'queued'"
+SQL_LANE_NEXT = (
+    "SELECT min(lane) FROM jobs INDEXED BY jobs_due WHERE state = 'queued' AND lane > ?"
+)
+SQL_PRIO_MAX = (
+    "SELECT max(priority) FROM jobs INDEXED BY jobs_ready WHERE state = 'queued' AND lane = ?"
+)
+SQL_PRIO_BELOW = (
+    "SELECT max(priority) FROM jobs INDEXED BY jobs_ready WHERE state = 'queued' AND lane = ?"
+    " AND priority < ?"
+)
+SQL_READY_AT_PRIO = (
+    "SELECT * FROM jobs INDEXED BY jobs_ready WHERE state = 'queued' AND lane = ?"
+    " AND priority = ? AND not_before <= ? ORDER BY not_before, id LIMIT 1"
+)
+SQL_EXPIRED = (
+    "SELECT * FROM jobs INDEXED BY jobs_lease WHERE state = 'claimed' AND lease_until < ?"
+)
+SQL_FIRST_DUE_IN_LANE = (
+    "SELECT min(not_before) FROM jobs INDEXED BY jobs_due WHERE state = 'queued' AND lane = ?"
+)
+SQL_LEASES = (
+    "SELECT id, lane, lease_until FROM jobs INDEXED BY jobs_lease WHERE state = 'claimed'"
+    " AND lease_until IS NOT NULL ORDER BY lease_until"
+)
+# The literal IN list must match jobs_active_key's WHERE for the partial index
+# to apply; with bound parameters it cannot, and the lookup scans the table.
+SQL_ACTIVE_KEY = (
+    "SELECT id FROM jobs INDEXED BY jobs_active_key"
+    " WHERE key = ? AND state IN ('queued', 'claimed')"
+)
+SQL_INSERT = (
+    "INSERT INTO jobs (command, state, lane, priority, max_attempts, lease_s,"
+    " timeout_s, not_before, key, cwd, env_id, label, shell, created_at, updated_at)"
+    " VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+class SqliteQueue:
+    """A durable lease queue over one SQLite file (see module docstring)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        clock: Clock | None = None,
+        *,
+        lease_s: float = DEFAULT_LEASE_S,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        backoff_cap_s: float = DEFAULT_BACKOFF_CAP_S,
+    ) -> None:
+        self.path = Path(path)
+        self.clock: Clock = clock or SystemClock()
+        self.lease_s = float(lease_s)
+        self.max_attempts = int(max_attempts)
+        self.backoff_cap_s = float(backoff_cap_s)
+        self._conn = db.connect(self.path)
+        self._envs: dict[int, dict[str, str]] = {}  # env_id -> env, decoded once
+        self._conn.row_factory = sqlite3.Row
+
+    # ----------------------------------------------------------------- enqueue
+    def enqueue(
+        self,
+        command: Sequence[str],
+        *,
+        max_attempts: int | None = None,
+        lease_s: float | None = None,
+        not_before: float | None = None,
+        priority: int = 0,
+        lane: str = "default",
+        key: str | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_s: float | None = None,
+        label: str | None = None,
+        shell: bool = False,
+    ) -> int:
+        """Add a job in state ``queued`` and return its id.
+
+        With ``key``: if an unfinished (queued or claimed) job has the same key,
+        return its id and add nothing. Raises BadRequest for invalid fields.
+        """
+        return self.enqueue_many(
+            [
+                dict(
+                    command=command, max_attempts=max_attempts, lease_s=lease_s,
+                    not_before=not_before, priority=priority, lane=lane, key=key,
+                    cwd=cwd, env=env, timeout_s=timeout_s, label=label, shell=shell,
+                )
+            ]
+        )[0]
+
+    def enqueue_many(self, specs: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Enqueue many jobs in one transaction; all or none. Same rules as enqueue."""
+        cache: EnvCache = {}
+        defaults = Defaults(self.max_attempts, self.lease_s)
+        rows = [JobSpec.parse(s, defaults, cache) for s in specs]  # validate all before writing any
+        now = self.clock.now()
+        ids: list[int] = []
+        run: list[tuple] = []  # consecutive rows without a key, inserted by one executemany
+        with db.transaction(self._conn) as c:
+            env_ids: dict[str, int] = {}  # one envs row per distinct environment
+            for r in rows:
+                if r.env_json is not None and r.env_json not in env_ids:
+                    env_ids[r.env_json] = _put_env(c, r.env_json)
+            for r in rows:
+                env_id = None if r.env_json is None else env_ids[r.env_json]
+                if r.key is None:
+                    run.append(_values(r, env_id, now))
+                    continue
+                ids += _insert_run(c, run)
+                run = []
+                hit = c.execute(SQL_ACTIVE_KEY, (r.key,)).fetchone()
+                if hit:
+                    ids.append(hit[0])
+                    continue
+                ids.append(int(c.execute(SQL_INSERT, _values(r, env_id, now)).lastrowid))
+            ids += _insert_run(c, run)
+        return ids
+
+    # ------------------------------------------------------------------- claim
+    def claim(
+        self, worker: str, *, lease_s: float | None = None, lanes: Sequence[str] | None = None,
+        exclude_lanes: Collection[str] = (), exclude_ids: Collection[int] = (),
+    ) -> Job | None:
+        """Lease the most urgent due job to ``worker``, or return None.
+
+        Due means ``queued`` with ``not_before <= now``, or ``claimed`` with an
+        expired lease (``lease_until < now``, strict). Transition: -> claimed,
+        ``attempts`` + 1, fresh token, ``lease_until = now + lease``, event
+        ``claimed`` or ``reclaimed``. An expired job with no attempts left goes
+        to ``failed`` instead (event ``lease_expired``) and the search goes on.
+        The returned Job keeps the previous attempt's ``runner`` identity so a
+        caller can make sure that process is gone before running it again.
+        ``exclude_lanes`` skips lanes (full or paused ones, for the daemon);
+        ``exclude_ids`` never re-issues these jobs' expired leases (the
+        daemon's own running jobs: after a stall it renews them instead).
+
+        Not fsynced (see db.transaction): after a power cut the claimed
+        process is gone anyway, and the job simply runs again.
+        """
+        if lease_s is not None:  # refuse a bad lease even when nothing is due
+            lease_s = number(lease_s, "lease_s", None, lo=0.001)
+        if isinstance(lanes, str):  # a bare string would be read as its letters
+            raise BadRequest(f"lanes must be a list of lane names, got the string {lanes!r}")
+        if lanes is not None and not lanes:
+            return None
+        now = self.clock.now()
+        with db.transaction(self._conn, durable=False) as c:
+            while True:
+                cand = self._best_candidate(c, now, lanes, exclude_lanes, exclude_ids)
+                if cand is None:
+                    return None
+                row, expired = cand
+                if expired and row["attempts"] >= row["max_attempts"]:
+                    self._finish(c, row["id"], JobState.FAILED, now, row["attempts"],
+                                 "lease_expired",
+                                 f"lease expired on the last attempt ({row['attempts']}"
+                                 f"/{row['max_attempts']}); worker {row['worker']} was lost")
+                    continue
+                lease = row["lease_s"] if lease_s is None else number(lease_s, "lease_s", None, lo=0.001)
+                token = secrets.token_hex(8)
+                attempt = row["attempts"] + 1
+                out = c.execute(
+                    "UPDATE jobs SET state = 'claimed', attempts = ?, token = ?, worker = ?,"
+                    " lease_until = ?, updated_at = ? WHERE id = ? RETURNING *",
+                    (attempt, token, worker, now + lease, now, row["id"]),
+                ).fetchone()
+                kind = "reclaimed" if expired else "claimed"
+                msg = f"by {worker}"
+                if expired:
+                    msg += f"; lease of {row['worker']} expired at {row['lease_until']:.3f}"
+                self._event(c, row["id"], now, kind, attempt, msg)
+                return self._job(out)
+
+    def _best_candidate(self, c: sqlite3.Connection, now: float, lanes: Sequence[str] | None,
+                        exclude: Collection[str] = (), exclude_ids: Collection[int] = ()):
+        q = self._best_queued(c, now, lanes, exclude)
+        e = self._best_expired(c, now, lanes, exclude, exclude_ids)
+        if q is None and e is None:
+            return None
+        if e is None:
+            return q, False
+        if q is None:
+            return e, True
+        qk = (-q["priority"], q["not_before"], q["id"])
+        ek = (-e["priority"], e["not_before"], e["id"])
+        return (e, True) if ek <= qk else (q, False)
+
+    def _best_queued(self, c: sqlite3.Connection, now: float, lanes: Sequence[str] | None,
+                     exclude: Collection[str] = ()):
+        """Loose index scan: for each lane, walk priorities high to low with
+        index seeks and take the first due row. Cost is O(groups * log n), not
+        O(rows skipped), so a million delayed high-priority rows cost nothing."""
+        best = None
+        for lane in self._pick_lanes(c, lanes, exclude):
+            prio = c.execute(SQL_PRIO_MAX, (lane,)).fetchone()[0]
+            while prio is not None:
+                if best is not None and prio < best["priority"]:
+                    break
+                row = c.execute(SQL_READY_AT_PRIO, (lane, prio, now)).fetchone()
+                if row is not None:
+                    if best is None or _urgency(row) < _urgency(best):
+                        best = row
+                    break
+                prio = c.execute(SQL_PRIO_BELOW, (lane, prio)).fetchone()[0]
+        return best
+
+    def _best_expired(self, c: sqlite3.Connection, now: float, lanes: Sequence[str] | None,
+                      exclude: Collection[str] = (), exclude_ids: Collection[int] = ()):
+        # Claimed rows are few (one per running job); the partial index on
+        # lease_until finds the expired ones directly.
+        rows = c.execute(SQL_EXPIRED, (now,)).fetchall()
+        rows = [r for r in rows if _lane_ok(r["lane"], lanes, exclude) and r["id"] not in exclude_ids]
+        return min(rows, key=_urgency, default=None)
+
+    def _pick_lanes(self, c: sqlite3.Connection, lanes: Sequence[str] | None,
+                    exclude: Collection[str]) -> list[str]:
+        return [ln for ln in (self._lanes(c) if lanes is None else lanes) if ln not in exclude]
+
+    @staticmethod
+    def _lanes(c: sqlite3.Connection) -> list[str]:
+        """Distinct lanes of queued jobs, by index seeks (skip-scan)."""
+        out: list[str] = []
+        row = c.execute(SQL_LANE_FIRST).fetchone()
+        while row[0] is not None:
+            out.append(row[0])
+            row = c.execute(SQL_LANE_NEXT, (row[0],)).fetchone()
+        return out
+
+    # --------------------------------------------------------- lease holders
+    def heartbeat(self, job_id: int, token: str, *, lease_s: float | None = None) -> Job:
+        """Extend the lease of the holder of ``token``: ``lease_until = now + lease``.
+
+        The token decides, not the clock: a lapsed lease that nobody reclaimed
+        may still be renewed. Raises LeaseLost (stale token) or JobNotFound.
+        """
+        now = self.clock.now()
+        with db.transaction(self._conn, durable=False) as c:
+            row = self._held(c, job_id, token)
+            return self._extend(c, row, now, lease_s)
+
+    def renew_after_resume(self, job_id: int, token: str, message: str) -> Job:
+        """Heartbeat after the machine slept, and record a ``resumed`` event."""
+        now = self.clock.now()
+        with db.transaction(self._conn, durable=False) as c:
+            row = self._held(c, job_id, token)
+            job = self._extend(c, row, now, None)
+            self._event(c, job_id, now, "resumed", row["attempts"], message)
+            return job
+
+    def _extend(self, c: sqlite3.Connection, row: sqlite3.Row, now: float, lease_s: float | None) -> Job:
+        lease = row["lease_s"] if lease_s is None else number(lease_s, "lease_s", None, lo=0.001)
+        out = c.execute(
+            "UPDATE jobs SET lease_until = ?, updated_at = ? WHERE id = ? RETURNING *",
+            (now + lease, now, row["id"]),
+        ).fetchone()
+        return self._job(out)
+
+    def set_runner(self, job_id: int, token: str, runner: dict[str, Any]) -> Job:
+        """Record the identity of the process running this attempt (event ``started``)."""
+        now = self.clock.now()
+        with db.transaction(self._conn, durable=False) as c:
+            row = self._held(c, job_id, token)
+            out = c.execute(
+                "UPDATE jobs SET runner = ?, updated_at = ? WHERE id = ? RETURNING *",
+                (json.dumps(runner), now, job_id),
+            ).fetchone()
+            self._event(c, job_id, now, "started", row["attempts"], f"pid {runner.get('pid')}")
+            return self._job(out)
+
+    def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None) -> Job:
+        """claimed -> done. Raises LeaseLost for a stale token."""
+        now = self.clock.now()
+        with db.transaction(self._conn) as c:
+            row = self._held(c, job_id, token)
+            return self._finish(c, job_id, JobState.DONE, now, row["attempts"], "done",
+                                message, exit_code=exit_code)
+
+    def fail(
+        self, job_id: int, token: str, *, message: str = "", retry: bool = True,
+        exit_code: int | None = None,
+    ) -> Job:
+        """claimed -> queued with ``not_before = now + min(2**attempts, cap)`` while
+        attempts remain (and ``retry``), else -> failed. Raises LeaseLost."""
+        now = self.clock.now()
+        with db.transaction(self._conn) as c:
+            row = self._held(c, job_id, token)
+            attempts = row["attempts"]
+            if retry and attempts < row["max_attempts"]:
+                delay = min(2.0 ** min(attempts, 1000), self.backoff_cap_s)  # 2.0**1024 overflows
+                out = c.execute(
+                    "UPDATE jobs SET state = 'queued', not_before = ?, token = NULL,"
+                    " lease_until = NULL, message = ?, exit_code = ?, updated_at = ?"
+                    " WHERE id = ? RETURNING *",
+                    (now + delay, message, exit_code, now, job_id),
+                ).fetchone()
+                self._event(c, job_id, now, "failed", attempts,
+                            _join(message, f"retry {attempts + 1}/{row['max_attempts']} in {delay:g}s"))
+                return self._job(out)
+            why = "no attempts left" if retry else "not retried"
+            return self._finish(c, job_id, JobState.FAILED, now, attempts, "failed",
+                                _join(message, why), exit_code=exit_code, stored_message=message)
+
+    def release(self, job_id: int, token: str, *, message: str = "interrupted") -> Job:
+        """claimed -> queued, due now, attempt refunded (event ``interrupted``).
+
+        For a graceful shutdown: the interruption was not the job's fault, so
+        it does not use up its failure budget. Raises LeaseLost.
+        """
+        now = self.clock.now()
+        with db.transaction(self._conn) as c:
+            row = self._held(c, job_id, token)
+            out = c.execute(
+                "UPDATE jobs SET state = 'queued', not_before = ?, token = NULL, lease_until = NULL,"
+                " attempts = max(attempts - 1, 0), updated_at = ? WHERE id = ? RETURNING *",
+                (now, now, job_id),
+            ).fetchone()
+            self._event(c, job_id, now, "interrupted", row["attempts"], message)
+            return self._job(out)
+
+    # ---------------------------------------------------------- user actions
+    def cancel(self, job_id: int, *, message: str = "cancelled by user") -> Job:
+        """queued|claimed -> cancelled. A claimed job's holder loses its lease
+        (its token is cleared); ending its process is the caller's business."""
+        now = self.clock.now()
+        with db.transaction(self._conn) as c:
+            row = self._get_row(c, job_id)
+            if row["state"] not in ACTIVE_STATES:
+                raise IllegalTransition(
+                    f"job {job_id} is {row['state']}; only queued or running jobs can be cancelled"
+                )
+            return self._finish(c, job_id, JobState.CANCELLED, now, row["attempts"],
+                                "cancelled", message)
+
+    def retry(self, job_id: int) -> Job:
+        """failed|cancelled -> queued, due now, with a fresh attempt budget."""
+        now = self.clock.now()
+        with db.transaction(self._conn) as c:
+            row = self._get_row(c, job_id)
+            if row["state"] not in (JobState.FAILED.value, JobState.CANCELLED.value):
+                raise IllegalTransition(
+                    f"job {job_id} is {row['state']}; only failed or cancelled jobs can be retried",
+                    hint="A queued or running job will run anyway; a done job can be re-added.",
+                )
+            if row["key"] is not None:
+                other = c.execute(SQL_ACTIVE_KEY, (row["key"],)).fetchone()
+                if other:
+                    raise IllegalTransition(
+                        f"job {other[0]} with the same key {row['key']!r} is still active",
+                        hint=f"Wait for job {other[0]} or cancel it first.",
+                    )
+            out = c.execute(
+                "UPDATE jobs SET state = 'queued', attempts = 0, not_before = ?, token = NULL,"
+                " lease_until = NULL, finished_at = NULL, updated_at = ? WHERE id = ? RETURNING *",
+                (now, now, job_id),
+            ).fetchone()
+            self._event(c, job_id, now, "retried", 0, "back to queued by user")
+            return self._job(out)
+
+    def prune(self, older_than_s: float) -> int:
+        """Delete finished jobs (and their events) that ended more than
+        ``older_than_s`` ago. Returns how many jobs were deleted."""
+        if older_than_s is None:
+            raise BadRequest("older_than_s must be a number of seconds, got None")
+        older = number(older_than_s, "older_than_s", None, lo=0)
+        cutoff = self.clock.now() - older
+        with db.transaction(self._conn) as c:
+            cur = c.execute(
+                "DELETE FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ?"
+                " AND state IN (?, ?, ?)", (cutoff, *FINISHED_STATES),
+            )
+            if cur.rowcount:
+                c.execute("DELETE FROM envs WHERE NOT EXISTS"
+                          " (SELECT 1 FROM jobs WHERE jobs.env_id = envs.id)")
+                self._envs.clear()
+            return cur.rowcount
+
+    # ----------------------------------------------------------------- reads
+    def get(self, job_id: int) -> Job:
+        return self._job(self._get_row(self._conn, job_id))
+
+    def jobs(
+        self, state: str | JobState | None = None, lane: str | None = None, limit: int = 1000,
+        *, states: Sequence[str] | None = None,
+    ) -> list[Job]:
+        """The newest ``limit`` jobs matching the filters, oldest first."""
+        wanted = list(states or ([] if state is None else [state]))
+        for s in wanted:
+            JobState(s)  # raises ValueError for an unknown state
+        limit = integer(limit, "limit", 1000, lo=1)
+        where, args = [], []
+        if wanted:
+            where.append(f"state IN ({','.join('?' * len(wanted))})")
+            args += [JobState(s).value for s in wanted]
+        if lane is not None:
+            where.append("lane = ?")
+            args.append(lane)
+        sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
+        sql = f"SELECT * FROM ({sql} ORDER BY id DESC LIMIT ?) ORDER BY id"
+        return [self._job(r) for r in self._conn.execute(sql, (*args, limit))]
+
+    def events(self, job_id: int) -> list[Event]:
+        self._get_row(self._conn, job_id)
+        rows = self._conn.execute(
+            "SELECT job_id, at, kind, attempt, message FROM events WHERE job_id = ? ORDER BY id",
+            (job_id,),
+        ).fetchall()
+        return [Event(**dict(r)) for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        out = {s.value: 0 for s in JobState}
+        for st, n in self._conn.execute("SELECT state, count(*) FROM jobs GROUP BY state"):
+            out[st] = n
+        return out
+
+    def claimed(self) -> list[Job]:
+        """All jobs currently leased (running somewhere, or lost)."""
+        return [self._job(r) for r in self._conn.execute(
+            "SELECT * FROM jobs WHERE state = 'claimed' ORDER BY id")]
+
+    def next_due_at(self, lanes: Sequence[str] | None = None, *,
+                    exclude_lanes: Collection[str] = (),
+                    exclude_ids: Collection[int] = ()) -> float | None:
+        """Earliest wall time at which ``claim`` could return something:
+        the first queued ``not_before``, or just after the first lease expiry."""
+        c = self._conn
+        best: float | None = None
+        for lane in self._pick_lanes(c, lanes, exclude_lanes):
+            t = c.execute(SQL_FIRST_DUE_IN_LANE, (lane,)).fetchone()[0]
+            if t is not None and (best is None or t < best):
+                best = t
+        for r in c.execute(SQL_LEASES).fetchall():  # soonest lease first
+            if not _lane_ok(r["lane"], lanes, exclude_lanes) or r["id"] in exclude_ids:
+                continue
+            t = math.nextafter(r["lease_until"], math.inf)  # strict: expired only after
+            if best is None or t < best:
+                best = t
+            break
+        return best
+
+    def lanes(self) -> list[str]:
+        """Lanes that have queued or claimed jobs."""
+        claimed = {r[0] for r in self._conn.execute("SELECT lane FROM jobs WHERE state = 'claimed'")}
+        return sorted(set(self._lanes(self._conn)) | claimed)
+
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        """A small persisted setting (JSON value), e.g. which lanes are paused."""
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return default if row is None else json.loads(row[0])
+
+    def set_meta(self, key: str, value: Any) -> None:
+        with db.transaction(self._conn) as c:
+            c.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?)"
+                " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (key, json.dumps(value)),
+            )
+
+    def abandon(self, job_id: int, token: str, *, message: str) -> Job:
+        """Declare the holder of ``token`` gone (e.g. the daemon that held it
+        died: the single-instance lock proves it). The lease counts as expired
+        from now, so the next claim re-issues the job with a ``reclaimed``
+        event. Event ``abandoned``. Raises LeaseLost."""
+        now = self.clock.now()
+        with db.transaction(self._conn) as c:
+            row = self._held(c, job_id, token)
+            out = c.execute(
+                "UPDATE jobs SET lease_until = ?, updated_at = ? WHERE id = ? RETURNING *",
+                (math.nextafter(now, -math.inf), now, job_id),
+            ).fetchone()
+            self._event(c, job_id, now, "abandoned", row["attempts"], message)
+            return self._job(out)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> "SqliteQueue":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --------------------------------------------------------------- helpers
+    def _job(self, row: sqlite3.Row) -> Job:
+        env_id = row["env_id"]
+        if env_id is None:
+            return Job.from_row(row)  # no env, or one stored inline by schema v1/v2
+        env = self._envs.get(env_id)
+        if env is None:
+            found = self._conn.execute("SELECT data FROM envs WHERE id = ?", (env_id,)).fetchone()
+            env = json.loads(found[0]) if found else {}
+            if len(self._envs) > 256:
+                self._envs.clear()
+            self._envs[env_id] = env
+        return Job.from_row(row, env=dict(env))  # a copy: callers may change theirs
+
+    def _get_row(self, c: sqlite3.Connection, job_id: int) -> sqlite3.Row:
+        if isinstance(job_id, bool) or not isinstance(job_id, int):
+            raise JobNotFound(job_id)
+        row = c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise JobNotFound(job_id)
+        return row
+
+    def _held(self, c: sqlite3.Connection, job_id: int, token: str) -> sqlite3.Row:
+        row = self._get_row(c, job_id)
+        if row["state"] != JobState.CLAIMED.value or row["token"] is None or row["token"] != token:
+            if (row["state"] == JobState.QUEUED.value and row["token"] is None
+                    and row["attempts"] == 0 and not _ever_claimed(c, job_id)):
+                raise IllegalTransition(f"job {job_id} is queued, not claimed by anyone")
+            raise LeaseLost(
+                f"job {job_id}: token {str(token)[:16]!r} no longer holds the lease "
+                f"(job is {row['state']}, attempt {row['attempts']})"
+            )
+        return row
+
+    def _finish(
+        self, c: sqlite3.Connection, job_id: int, state: JobState, now: float, attempt: int,
+        kind: str, message: str, *, exit_code: int | None = None, stored_message: str | None = None,
+    ) -> Job:
+        out = c.execute(
+            "UPDATE jobs SET state = ?, token = NULL, lease_until = NULL, message = ?,"
+            " exit_code = coalesce(?, exit_code), finished_at = ?, updated_at = ?"
+            " WHERE id = ? RETURNING *",
+            (state.value, message if stored_message is None else stored_message,
+             exit_code, now, now, job_id),
+        ).fetchone()
+        self._event(c, job_id, now, kind, attempt, message)
+        return self._job(out)
+
+    @staticmethod
+    def _event(c: sqlite3.Connection, job_id: int, at: float, kind: str, attempt: int, message: str) -> None:
+        c.execute(
+            "INSERT INTO events (job_id, at, kind, attempt, message) VALUES (?, ?, ?, ?, ?)",
+            (job_id, at, kind, attempt, message),
+        )
+
+
+def _put_env(c: sqlite3.Connection, text: str) -> int:
+    """The id of this environment in ``envs``, adding it if new."""
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    c.execute("INSERT INTO envs (hash, data) VALUES (?, ?) ON CONFLICT(hash) DO NOTHING",
+              (digest, text))
+    return c.execute("SELECT id FROM envs WHERE hash = ?", (digest,)).fetchone()[0]
+
+
+def _values(r: JobSpec, env_id: int | None, now: float) -> tuple:
+    nb = now if r.not_before is None else r.not_before
+    return (r.command_json, r.lane, r.priority, r.max_attempts, r.lease_s, r.timeout_s, nb,
+            r.key, r.cwd, env_id, r.label, int(r.shell), now, now)
+
+
+def _insert_run(c: sqlite3.Connection, run: list[tuple]) -> list[int]:
+    """Insert rows with one executemany; return their ids. Under our write lock
+    with AUTOINCREMENT each insert takes the next rowid, so the ids of a run
+    are the consecutive numbers ending at last_insert_rowid()."""
+    if not run:
+        return []
+    c.executemany(SQL_INSERT, run)
+    last = c.execute("SELECT last_insert_rowid()").fetchone()[0]
+    return list(range(last - len(run) + 1, last + 1))
+
+
+def _ever_claimed(c: sqlite3.Connection, job_id: int) -> bool:
+    """True if a token was ever issued for the job (release/retry reset attempts to 0)."""
+    return c.execute(
+        "SELECT 1 FROM events WHERE job_id = ? AND kind IN ('claimed', 'reclaimed') LIMIT 1",
+        (job_id,),
+    ).fetchone() is not None
+
+
+def _lane_ok(lane: str, lanes: Sequence[str] | None, exclude: Collection[str]) -> bool:
+    return (lanes is None or lane in lanes) and lane not in exclude
+
+
+def _urgency(row: sqlite3.Row) -> tuple:
+    return (-row["priority"], row["not_before"], row["id"])
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a else b
