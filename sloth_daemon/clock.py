@@ -75,6 +75,16 @@ def _awake_reader(platform: str) -> Callable[[], float]:
     return time.monotonic
 
 
+class Clocks(Protocol):
+    """The three clocks the worker and the resume detector read, as one object
+    (injected: the daemon gets SystemClocks, in-process tests ManualClocks).
+    ``now()`` is the wall clock, so a Clocks can serve as a Queue's Clock."""
+
+    def read(self) -> ClockReadings: ...
+
+    def now(self) -> float: ...
+
+
 class SystemClocks:
     """Reads the real clocks of this machine."""
 
@@ -89,6 +99,35 @@ class SystemClocks:
 
     def now(self) -> float:
         return time.time()
+
+
+class ManualClocks:
+    """Clocks that move only when told to, and the way real ones do:
+    ``advance`` (time passes awake), ``suspend`` (the machine sleeps: wall and
+    total move, awake does not), ``step`` (someone sets the wall clock)."""
+
+    def __init__(self, wall: float = 1000.0, awake: float = 100.0, total: float | None = 100.0) -> None:
+        self.wall, self.awake, self.total = float(wall), float(awake), total
+
+    def read(self) -> ClockReadings:
+        return ClockReadings(self.wall, self.awake, self.total)
+
+    def now(self) -> float:
+        return self.wall
+
+    def advance(self, seconds: float) -> None:
+        self.wall += seconds
+        self.awake += seconds
+        if self.total is not None:
+            self.total += seconds
+
+    def suspend(self, seconds: float) -> None:
+        self.wall += seconds
+        if self.total is not None:
+            self.total += seconds
+
+    def step(self, seconds: float) -> None:
+        self.wall += seconds
 
 
 class JumpKind(str, enum.Enum):

@@ -20,18 +20,20 @@ import logging
 import os
 import secrets
 import signal
-import socket
 import sys
-import time
-from typing import IO
+
+from typing import IO, Callable
 
 from . import __version__, config, procident, timerfd
+from .clock import SystemClocks
+from .control import Control
 from .errors import DaemonAlreadyRunning, LeaseLost, SlothError, StorageError
-from .models import Job
+from .notify import Notifier
 from .paths import Paths, check_socket_path, ensure_private_dir, resolve
 from .queue import Queue
 from .server import Server
-from .worker import Worker
+from .spawner import LocalSpawner
+from .worker import Worker, is_daemon_on_host
 
 log = logging.getLogger("sloth.daemon")
 
@@ -71,20 +73,15 @@ class InstanceLock:
 
 
 class Daemon:
-    def __init__(self, paths: Paths, settings: config.Settings) -> None:
+    """The running daemon, composed from parts made elsewhere (``build`` for
+    production; tests pass their own)."""
+
+    def __init__(self, *, paths: Paths, settings: config.Settings, queue: Queue, worker: Worker,
+                 server: Server) -> None:
         self.paths, self.settings = paths, settings
-        self.instance = secrets.token_hex(4)
-        self.started_at = time.time()
-        self.queue = Queue(paths.db, lease_s=settings.lease_s, max_attempts=settings.max_attempts,
-                           backoff_cap_s=settings.backoff_cap_s)
-        self.server = Server(self)
-        self.worker = Worker(self.queue, settings, paths, instance=self.instance,
-                             on_change=self._job_changed)
+        self.queue, self.worker, self.server = queue, worker, server
         self._stop = asyncio.Event()
         self.stop_reason = ""
-
-    def _job_changed(self, job: Job) -> None:
-        self.server.job_changed(job)
 
     def request_stop(self, reason: str) -> None:
         if not self._stop.is_set():
@@ -101,9 +98,8 @@ class Daemon:
         recorded identity or, failing that, by the job token in their
         environment. Then abandon the lease so the next claim re-issues it.
         """
-        mine = f"sloth-daemon:{socket.gethostname()}:"
         stale = [j for j in self.queue.claimed()
-                 if (j.worker or "").startswith(mine) and j.token]  # foreign holders: wait out their lease
+                 if is_daemon_on_host(j.worker) and j.token]  # foreign holders: wait out their lease
         if not stale:
             return 0
         by_token = procident.find_by_env_values("SLOTH_JOB_TOKEN", {j.token for j in stale if j.token})
@@ -132,8 +128,6 @@ class Daemon:
 
     # ------------------------------------------------------------------ run
     async def run(self) -> int:
-        from .notify import Notifier
-
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop, f"signal {signal.Signals(sig).name}")
@@ -148,7 +142,7 @@ class Daemon:
         watch = timerfd.create()
         if watch is not None:
             self.worker.timerfd = True
-            loop.add_reader(watch.fd, lambda: watch.consume() and self.worker.clock_changed())
+            loop.add_reader(watch.fd, self._on_clock_set, watch)
         notifier = Notifier.from_env()
         tasks = [loop.create_task(self.worker.run())]
         if notifier.watchdog_interval_s:
@@ -176,11 +170,42 @@ class Daemon:
         log.info("stopped")
         return 0 if tasks[0] not in done else 1
 
+    def _on_clock_set(self, watch: timerfd.ClockSetWatch) -> None:
+        if watch.consume():
+            self.worker.clock_changed()
 
-async def _watchdog(notifier: object, interval_s: float) -> None:
+
+async def _watchdog(notifier: Notifier, interval_s: float) -> None:
     while True:
-        notifier.watchdog()  # type: ignore[attr-defined]
+        notifier.watchdog()
         await asyncio.sleep(interval_s)
+
+
+def build(paths: Paths, settings: config.Settings) -> Daemon:
+    """The production daemon: real clocks, the SQLite queue in the data dir,
+    job processes run by this process, the socket server."""
+    clocks = SystemClocks()
+    instance = secrets.token_hex(4)
+    queue = Queue(paths.db, clocks, lease_s=settings.lease_s, max_attempts=settings.max_attempts,
+                  backoff_cap_s=settings.backoff_cap_s)
+    spawner = LocalSpawner()
+    worker = Worker(queue, settings, spawner, clocks=clocks, log_path=paths.job_log, instance=instance)
+    stop = _StopRelay()
+    control = Control(queue, worker, spawner, paths, settings, request_stop=stop, instance=instance)
+    worker.on_change = control.job_changed
+    daemon = Daemon(paths=paths, settings=settings, queue=queue, worker=worker, server=Server(control))
+    stop.target = daemon.request_stop
+    return daemon
+
+
+class _StopRelay:
+    """Breaks the cycle Control -> Daemon.request_stop -> (Daemon built last)."""
+
+    target: Callable[[str], None] | None = None
+
+    def __call__(self, reason: str) -> None:
+        if self.target is not None:
+            self.target(reason)
 
 
 def main() -> int:
@@ -195,7 +220,7 @@ def main() -> int:
     lock = InstanceLock(paths)  # first: before the socket or the db is touched
     try:
         settings = config.load(paths.config_file)
-        d = Daemon(paths, settings)
+        d = build(paths, settings)
         n = d.recover()
         if n:
             log.info("re-issuing %d job(s) left running by a previous daemon", n)

@@ -42,13 +42,12 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "pause": (frozenset(), frozenset({"lane"})),
     "resume": (frozenset(), frozenset({"lane"})),
     "prune": (frozenset(), frozenset({"older_than_s"})),
-    "logs": (frozenset({"id"}), frozenset({"attempt", "max_bytes"})),
+    "logs": (frozenset({"id"}), frozenset({"attempt"})),
     "wait": (frozenset({"ids"}), frozenset()),
     "follow": (frozenset({"id"}), frozenset({"attempt"})),
     "subscribe": (frozenset(), frozenset({"ids"})),
     "shutdown": (frozenset(), frozenset()),
 }
-STREAMING_OPS = frozenset({"wait", "follow", "subscribe"})
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 import psutil
 
 from . import procident
+from .errors import SpawnError
 
 # Variables that belong to the daemon's own process and must never reach a
 # job (systemd would take a job's "READY=1" as ours; LD_PRELOAD is a test or
@@ -163,16 +163,6 @@ class LogWriter:
                 pass
 
 
-class SpawnError(Exception):
-    """The command could not be started. ``retry`` is False when trying
-    again cannot help (no such program, not executable), True for passing
-    trouble (fork failed for lack of processes, memory or descriptors)."""
-
-    def __init__(self, message: str, *, retry: bool) -> None:
-        super().__init__(message)
-        self.retry = retry
-
-
 _PERMANENT_ERRNOS = {errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR, errno.EISDIR}
 
 
@@ -193,7 +183,6 @@ class JobProcess:
         self.on_output, self.on_exit = on_output, on_exit
         self.proc: subprocess.Popen[bytes] | None = None
         self.returncode: int | None = None
-        self.started_mono = time.monotonic()
         self.kill_reason: str | None = None
         self.known_tree: dict[int, psutil.Process] = {}
         self._rfd: int | None = None

@@ -1,15 +1,19 @@
-"""The worker loop: claim -> run -> heartbeat -> settle, per lane, on one asyncio loop.
+"""The worker loop: claim -> run -> heartbeat -> settle, per lane.
 
-Each turn of the loop, in this order (the order is what keeps a sleeping
-laptop from running a job twice):
+Each turn (``Worker.turn(now)``), in this order (the order is what keeps a
+sleeping laptop from running a job twice):
   1. compare the clocks; after a sleep, renew our own live jobs' leases with
      a ``resumed`` event (they slept too, they must not be re-run);
   2. heartbeat any of our jobs whose lease is a third used up (by wall time,
      so a lease that lapsed in a sleep the detector missed is renewed before
      step 3 could hand it out again);
   3. claim due work for lanes with free slots: due retries, delayed jobs and
-     leases that really expired (holders dead), at once.
-Then sleep until the next due time, heartbeat, clock check or wake-up.
+     leases that really expired (holders dead), at once;
+  4. record the outcomes of runs that ended: after step 3, so a lane's next
+     job is already starting while the result's fsync runs.
+Then ``run()`` sleeps until the next due time, heartbeat, clock check or
+wake-up. Processes are the spawner's business (spawner.py); the worker
+hears of starts and exits through one RunSink per run.
 """
 
 from __future__ import annotations
@@ -18,53 +22,86 @@ import asyncio
 import logging
 import os
 import socket
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
-from . import procident
-from .clock import Jump, JumpDetector, JumpKind, SystemClocks
+from .clock import ClockReadings, Clocks, Jump, JumpDetector, JumpKind
 from .config import Settings
 from .durations import format_duration
 from .errors import IllegalTransition, JobNotFound, LeaseLost, SlothError
 from .models import Job
-from .paths import Paths
 from .queue import Queue
-from .runner import JobProcess, LogWriter, SpawnError, job_env
+from .runner import job_env
+from .spawner import Outcome, Spawner, SpawnRequest
 
 log = logging.getLogger("sloth.worker")
 PRUNE_EVERY_S = 3600.0
+FIRST_PRUNE_S = 60.0
+WORKER_PREFIX = "sloth-daemon"
+
+
+def worker_name(instance: str, *, host: str | None = None, pid: int | None = None) -> str:
+    """The name a daemon claims under: ``sloth-daemon:HOST:PID:INSTANCE``."""
+    return f"{WORKER_PREFIX}:{host or socket.gethostname()}:{pid or os.getpid()}:{instance}"
+
+
+def is_daemon_on_host(name: str | None, host: str | None = None) -> bool:
+    """True if ``name`` was made by worker_name on this host (any daemon)."""
+    return (name or "").startswith(f"{WORKER_PREFIX}:{host or socket.gethostname()}:")
+
+
+def trust_until(sent: ClockReadings, lease_s: float) -> float:
+    """Until when (on the boot clock) a run may go on after a renewal sent at
+    ``sent``: the lease, measured from before the renewal left, so it can only
+    end sooner than the lease the queue records."""
+    return (sent.total if sent.total is not None else sent.awake) + lease_s
 
 
 @dataclass
-class Running:
+class Run:
+    """One attempt this worker holds, from claim to recorded outcome."""
+
     job: Job
     token: str
     attempt: int
-    proc: JobProcess | None = None
-    ending: str | None = None  # "cancelled" | "interrupted" | "lease lost" | "timed out"
-    timer: asyncio.TimerHandle | None = None
-    followers: set[Callable[[bytes | None], None]] = field(default_factory=set)
+    pid: int | None = None
+    ending: str | None = None  # "cancelled" | "interrupted" | "lease lost": why we ended it
+    outcome: Outcome | None = None  # set when the process ended; cleared once recorded
+
+    @property
+    def live(self) -> bool:
+        return self.pid is not None and self.outcome is None
+
+
+class _Sink:
+    """Routes a spawner's news about one run back to the worker."""
+
+    def __init__(self, worker: "Worker", run: Run) -> None:
+        self.w, self.run = worker, run
+
+    def started(self, pid: int, identity: dict[str, Any]) -> None:
+        self.w.on_started(self.run, pid, identity)
+
+    def spawn_failed(self, message: str, retry: bool) -> None:
+        self.w.on_spawn_failed(self.run, message, retry)
+
+    def exited(self, outcome: Outcome) -> None:
+        self.w.on_exited(self.run, outcome)
 
 
 class Worker:
     def __init__(
-        self,
-        queue: Queue,
-        settings: Settings,
-        paths: Paths,
-        *,
-        instance: str,
-        clocks: SystemClocks | None = None,
+        self, queue: Queue, settings: Settings, spawner: Spawner, *, clocks: Clocks,
+        log_path: Callable[[int, int], Path], instance: str,
         on_change: Callable[[Job], None] = lambda job: None,
     ) -> None:
-        self.queue, self.settings, self.paths = queue, settings, paths
-        self.instance = instance
-        self.name = f"sloth-daemon:{socket.gethostname()}:{os.getpid()}:{instance}"
-        self.clocks = clocks or SystemClocks()
-        self.detector = JumpDetector(self.clocks.read())
-        self.on_change = on_change
-        self.running: dict[int, Running] = {}
+        self.queue, self.settings, self.spawner, self.clocks = queue, settings, spawner, clocks
+        self.log_path, self.instance, self.on_change = log_path, instance, on_change
+        self.name = worker_name(instance)
+        first = clocks.read()
+        self.detector = JumpDetector(first)
+        self.running: dict[int, Run] = {}
         self.paused_all = bool(queue.get_meta("paused_all", False))
         self.paused_lanes: set[str] = set(queue.get_meta("paused_lanes", []))
         self.last_jump: dict[str, Any] | None = None
@@ -72,12 +109,11 @@ class Worker:
         self.timerfd = False
         self.stopping = False
         self._wake = asyncio.Event()
-        self._next_check = time.monotonic()
-        self._next_prune = time.monotonic() + 60
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._idle = asyncio.Event()  # set whenever nothing is running
+        self._idle.set()
+        self._next_check = first.awake
+        self._next_prune = first.awake + FIRST_PRUNE_S
         self._next_due: float | None = None  # from the last claim_due()
-        self._in_turn = False
-        self._settling: set[int] = set()  # exited, result not yet written
 
     # ------------------------------------------------------------- control
     def wake(self) -> None:
@@ -85,7 +121,7 @@ class Worker:
 
     def clock_changed(self) -> None:
         """Called when the timerfd says the wall clock was set or we resumed."""
-        self._next_check = 0.0
+        self._next_check = float("-inf")
         self.wake()
 
     def pause(self, lane: str | None) -> None:
@@ -128,7 +164,6 @@ class Worker:
 
     # ---------------------------------------------------------------- loop
     async def run(self) -> None:
-        self._loop = asyncio.get_running_loop()
         while not self.stopping:
             self._wake.clear()
             try:
@@ -141,50 +176,41 @@ class Worker:
                 await asyncio.sleep(1.0)
             if self.stopping:
                 break
-            timeout = self.next_wake_s()
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                await asyncio.wait_for(self._wake.wait(), self.next_wake_s())
             except asyncio.TimeoutError:
                 pass
 
-    def turn(self) -> None:
-        if self._in_turn:  # a job that exits inside a turn settles without a nested one
-            return
-        self._in_turn = True
-        try:
-            now_mono = time.monotonic()
-            if now_mono >= self._next_check:
-                self.check_clock()
-            self.heartbeat_due()
-            self.claim_due()
-            if now_mono >= self._next_prune:
-                self._next_prune = now_mono + PRUNE_EVERY_S
-                self.prune(self.settings.retention_s)
-        finally:
-            self._in_turn = False
+    def turn(self, now: ClockReadings | None = None) -> None:
+        """One pass of the loop (see the module docstring)."""
+        r = now or self.clocks.read()
+        if r.awake >= self._next_check:
+            self.check_clock(r)
+        self.heartbeat_due(r)
+        self.claim_due(r.wall)
+        self.settle()
+        if r.awake >= self._next_prune:
+            self._next_prune = r.awake + PRUNE_EVERY_S
+            self.prune(self.settings.retention_s)
 
-    def next_wake_s(self) -> float:
-        now_mono, now = time.monotonic(), self.queue.clock.now()
-        deadlines = [self._next_check - now_mono, self._next_prune - now_mono]
-        for run in self.running.values():
-            if run.proc is not None and run.ending is None and run.proc.returncode is None:
-                deadlines.append(self._hb_due_at(run) - now)
+    def next_wake_s(self, now: ClockReadings | None = None) -> float:
+        r = now or self.clocks.read()
+        deadlines = [self._next_check - r.awake, self._next_prune - r.awake]
+        deadlines += [self._hb_due_at(run) - r.wall for run in self.running.values()
+                      if run.live and run.ending is None]
         if self.may_claim() and self._next_due is not None:
-            deadlines.append(self._next_due - now)
+            deadlines.append(self._next_due - r.wall)
         return max(0.0, min(deadlines))
 
     # --------------------------------------------------------------- clock
-    def check_clock(self) -> Jump:
+    def check_clock(self, r: ClockReadings) -> Jump:
         interval = self.settings.clock_check_s
-        readings = self.clocks.read()
-        jump = self.detector.check(readings, expected_s=interval)
-        self._next_check = time.monotonic() + interval
-        self.last_check_at = readings.wall
+        jump = self.detector.check(r, expected_s=interval)
+        self._next_check = r.awake + interval
+        self.last_check_at = r.wall
         if jump.kind is not JumpKind.NONE:
-            self.last_jump = {
-                "kind": jump.kind.value, "seconds": jump.seconds, "at": readings.wall,
-                "describe": jump.describe(),
-            }
+            self.last_jump = {"kind": jump.kind.value, "seconds": jump.seconds, "at": r.wall,
+                              "describe": jump.describe()}
             log.info("clock: %s", jump.describe())
             if jump.kind is not JumpKind.STEPPED or jump.seconds > 0:
                 self.renew_after_resume(jump.describe())
@@ -192,7 +218,7 @@ class Worker:
 
     def renew_after_resume(self, why: str) -> None:
         for run in list(self.running.values()):
-            if run.proc is None or run.ending or not run.proc.alive():
+            if not run.live or run.ending:
                 continue
             try:
                 run.job = self.queue.renew_after_resume(run.job.id, run.token, why)
@@ -200,27 +226,29 @@ class Worker:
                 self._end(run, "lease lost")
 
     # ----------------------------------------------------------- heartbeat
-    def _hb_due_at(self, run: Running) -> float:
-        lease_until = run.job.lease_until or 0.0
-        return lease_until - run.job.lease_s * 2 / 3
+    @staticmethod
+    def _hb_due_at(run: Run) -> float:
+        return (run.job.lease_until or 0.0) - run.job.lease_s * 2 / 3
 
-    def heartbeat_due(self) -> None:
-        now = self.queue.clock.now()
+    def heartbeat_due(self, r: ClockReadings) -> None:
+        renewed: list[tuple[str, float]] = []
         for run in list(self.running.values()):
-            if run.proc is None or run.ending or now < self._hb_due_at(run):
+            if not run.live or run.ending or r.wall < self._hb_due_at(run):
                 continue
-            if not run.proc.alive():
-                run.proc.poll()
-                continue
-            run.proc.refresh_tree()
             try:
                 run.job = self.queue.heartbeat(run.job.id, run.token)
             except (LeaseLost, JobNotFound):
                 self._end(run, "lease lost")
+                continue
+            renewed.append((run.token, trust_until(r, run.job.lease_s)))
+        if renewed:
+            self.spawner.trust(renewed)
 
     # ---------------------------------------------------------------- claim
     def lane_running(self, lane: str) -> int:
-        return sum(1 for r in self.running.values() if r.job.lane == lane)
+        """Slots in use: runs whose process has not ended (an ended run whose
+        outcome is not yet recorded frees its slot for the next job)."""
+        return sum(1 for r in self.running.values() if r.job.lane == lane and r.outcome is None)
 
     def may_claim(self) -> bool:
         return not (self.paused_all or self.stopping)
@@ -231,134 +259,93 @@ class Worker:
         return set(self.paused_lanes) | {
             ln for ln in busy if self.lane_running(ln) >= self.settings.concurrency(ln)}
 
-    def claim_due(self) -> None:
+    def claim_due(self, now: float) -> None:
         self._next_due = None
         while self.may_claim():
             # A read-only look first: an empty claim would still cost a write
             # transaction, and this answer is also when to wake up next.
             blocked = self.blocked_lanes()
-            # never re-issue our own live (or just-ended, unrecorded) jobs to ourselves
-            mine = set(self.running) | self._settling
+            mine = set(self.running)  # never re-issue our own live or unrecorded jobs to ourselves
             self._next_due = self.queue.next_due_at(exclude_lanes=blocked, exclude_ids=mine)
-            if self._next_due is None or self._next_due > self.queue.clock.now():
+            if self._next_due is None or self._next_due > now:
                 return
             job = self.queue.claim(self.name, exclude_lanes=blocked, exclude_ids=mine)
             if job is None:
                 return  # another process took it
             self.on_change(job)
-            run = Running(job, job.token or "", job.attempts)
-            self.running[job.id] = run
-            prev = job.runner
-            if prev and procident.is_same_process(prev):
-                # The lease expired but the old process lives (a previous
-                # daemon's orphan, or a stalled foreign worker): end it first.
-                asyncio.get_running_loop().create_task(self._start_after_kill(run, prev))
-            else:
-                self._start(run)
+            self._start(Run(job, job.token or "", job.attempts))
 
-    async def _start_after_kill(self, run: Running, prev: dict[str, Any]) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            await loop.run_in_executor(None, procident.kill_identity_blocking, prev, self.settings.kill_grace_s)
-            if run.ending is None:
-                self._start(run)
-        except Exception:
-            log.exception("starting job %d failed", run.job.id)
-            if run.proc is None and run.ending is None:
-                self._record(lambda: self.queue.release(run.job.id, run.token, message="start failed"))
-        finally:
-            if run.proc is None:  # cancelled while we waited, or failed: free the slot
-                self._drop(run)
-                self.wake()
-
-    def _start(self, run: Running) -> None:
+    def _start(self, run: Run) -> None:
         job = run.job
-        lw = LogWriter(self.paths.job_log(job.id, run.attempt), self.settings.log_cap_bytes)
-        env = job_env(job.env, {
-            "SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_ATTEMPT": str(run.attempt),
-            "SLOTH_JOB_TOKEN": run.token,
-        })
-        proc = JobProcess(job.command, cwd=job.cwd, env=env, log=lw,
-                          on_output=lambda data, r=run: self._output(r, data),
-                          on_exit=lambda p, r=run: self._settle(r))
-        try:
-            proc.start(asyncio.get_running_loop())
-        except SpawnError as e:
-            lw.note(str(e))
-            lw.close()
-            self._drop(run)
-            msg, retry = str(e), e.retry  # not `e` in the lambda: Python unbinds it after the except
-            self._record(lambda: self.queue.fail(job.id, run.token, message=msg, retry=retry))
+        self.running[job.id] = run
+        self._idle.clear()
+        env = job_env(job.env, {"SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_ATTEMPT": str(run.attempt),
+                                "SLOTH_JOB_TOKEN": run.token})
+        req = SpawnRequest(
+            key=run.token, job_id=job.id, attempt=run.attempt, argv=job.command, cwd=job.cwd,
+            env=env, log_path=self.log_path(job.id, run.attempt), log_cap=self.settings.log_cap_bytes,
+            timeout_s=job.timeout_s, kill_grace_s=self.settings.kill_grace_s, previous=job.runner)
+        self.spawner.spawn(req, _Sink(self, run))
+
+    # ---------------------------------------------------- news from spawner
+    def on_started(self, run: Run, pid: int, identity: dict[str, Any]) -> None:
+        run.pid = pid
+        if run.ending is not None:
             return
-        run.proc = proc
-        if job.timeout_s:  # armed first: nothing below may leave a job without its timeout
-            run.timer = asyncio.get_running_loop().call_later(
-                job.timeout_s, self._end, run, f"timed out after {format_duration(job.timeout_s)}")
         try:
-            run.job = self.queue.set_runner(job.id, run.token, proc.identity(
-                instance=self.instance, worker=self.name))
+            run.job = self.queue.set_runner(run.job.id, run.token,
+                                            {**identity, "instance": self.instance, "worker": self.name})
         except (LeaseLost, JobNotFound):
             self._end(run, "lease lost")
             return
-        except SlothError as e:  # e.g. locked for long: it runs; the next heartbeat tries again
-            log.error("cannot record job %d's process: %s", job.id, e.message)
+        except SlothError as e:  # e.g. locked for long: it runs; the history misses its pid
+            log.error("cannot record job %d's process: %s", run.job.id, e.message)
         self.on_change(run.job)
 
+    def on_spawn_failed(self, run: Run, message: str, retry: bool) -> None:
+        self._drop(run)
+        self._record(lambda: self.queue.fail(run.job.id, run.token, message=message, retry=retry))
+
+    def on_exited(self, run: Run, outcome: Outcome) -> None:
+        run.outcome = outcome
+        self.wake()
+
     # ---------------------------------------------------------------- ending
-    def _drop(self, run: Running) -> None:
+    def _drop(self, run: Run) -> None:
         """Forget ``run`` if it is still the one we track for its job (a
         cancelled-then-retried job may already have a newer run)."""
         if self.running.get(run.job.id) is run:
             del self.running[run.job.id]
+        if not self.running:
+            self._idle.set()
 
-    def _end(self, run: Running, reason: str) -> None:
-        """Begin ending a running job's process tree (idempotent)."""
-        if run.ending is not None:
+    def _end(self, run: Run, reason: str) -> None:
+        """Begin ending a run's process tree (idempotent)."""
+        if run.ending is not None or run.outcome is not None:
             return
         run.ending = reason
-        if run.proc is None:
-            return  # still waiting to start; _start_after_kill checks ending
-        run.proc.log.note(f"{reason}: ending the process tree")
-        asyncio.get_running_loop().create_task(
-            run.proc.end_tree(self.settings.kill_grace_s, reason))
+        self.spawner.kill(run.token, reason, self.settings.kill_grace_s)
 
-    def _settle(self, run: Running) -> None:
-        """The process ended: record the outcome under the lease we hold."""
-        assert run.proc is not None
-        if run.timer is not None:
-            run.timer.cancel()
-        ok, message = run.proc.outcome()
-        run.proc.log.close()
-        lost = ""  # what the log could not hold, said in the history instead
-        if run.proc.log.problem:
-            lost = f"; {run.proc.log.problem}"
-            log.warning("job %d attempt %d: %s", run.job.id, run.attempt, run.proc.log.problem)
-        self._drop(run)
-        for f in list(run.followers):
-            f(None)
-        code = run.proc.returncode
+    def settle(self) -> None:
+        """Record the outcome of every run whose process ended."""
+        for run in [r for r in self.running.values() if r.outcome is not None]:
+            self._drop(run)
+            self._record_outcome(run, run.outcome)  # type: ignore[arg-type]
+
+    def _record_outcome(self, run: Run, outcome: Outcome) -> None:
         jid, tok = run.job.id, run.token
-        # Start the lane's next job before writing this one's result, so the
-        # fork and the new process overlap the result's fsync instead of
-        # queueing behind it. A crash in between re-runs this job once, as a
-        # crash just before the write would (at-least-once after a crash).
-        self._settling.add(jid)
-        try:
-            self.turn()
-        except SlothError as e:  # e.g. disk full: the loop's own turn retries
-            log.error("starting the next job after job %d failed: %s", jid, e.message)
-        except Exception:  # a bug: the result below must still be written
-            log.exception("starting the next job after job %d failed", jid)
-        finally:
-            self._settling.discard(jid)
+        ok, message = outcome.describe()
+        if outcome.log_problem:
+            log.warning("job %d attempt %d: %s", jid, run.attempt, outcome.log_problem)
         if run.ending == "interrupted":
-            self._record(lambda: self.queue.release(jid, tok, message="interrupted: daemon stopping" + lost))
+            suffix = f"; {outcome.log_problem}" if outcome.log_problem else ""
+            self._record(lambda: self.queue.release(jid, tok, message="interrupted: daemon stopping" + suffix))
         elif run.ending in ("cancelled", "lease lost"):
             pass  # the queue already says so; our token is void
         elif ok:
-            self._record(lambda: self.queue.complete(jid, tok, message=message + lost, exit_code=code))
+            self._record(lambda: self.queue.complete(jid, tok, message=message, exit_code=outcome.returncode))
         else:
-            self._record(lambda: self.queue.fail(jid, tok, message=message + lost, exit_code=code))
+            self._record(lambda: self.queue.fail(jid, tok, message=message, exit_code=outcome.returncode))
         self.wake()
 
     def _record(self, fn: Callable[[], Job]) -> None:
@@ -372,26 +359,21 @@ class Worker:
             return
         self.on_change(job)
 
-    def _output(self, run: Running, data: bytes) -> None:
-        for f in list(run.followers):
-            f(data)
-
     async def shutdown(self) -> None:
         """Stop claiming; end running jobs gracefully; requeue them (refunded)."""
         self.stopping = True
         self.wake()
-        runs = list(self.running.values())
-        for run in runs:
-            # one that already exited (not yet reaped) is settled as it ended
-            if run.ending is None and (run.proc is None or run.proc.alive()):
+        for run in list(self.running.values()):
+            if run.outcome is None:  # one that already exited is settled as it ended
                 self._end(run, "interrupted")
-        waits = [r.proc.done.wait() for r in runs if r.proc is not None]
-        if waits:
-            await asyncio.gather(*waits)
-        for run in runs:  # claimed but never started (waiting on an old process)
-            if run.proc is None and self.running.get(run.job.id) is run:
-                self._drop(run)
-                self._record(lambda r=run: self.queue.release(r.job.id, r.token))
+        while self.running:
+            await self._wait_for_outcomes()
+            self.settle()
+
+    async def _wait_for_outcomes(self) -> None:
+        while not any(r.outcome is not None for r in self.running.values()):
+            self._wake.clear()
+            await self._wake.wait()
 
     # ----------------------------------------------------------------- misc
     def prune(self, older_than_s: float) -> int:
@@ -401,7 +383,7 @@ class Worker:
         return n
 
     def remove_orphan_logs(self) -> None:
-        root = self.paths.jobs_log_dir
+        root = self.log_path(1, 1).parent
         if not root.is_dir():
             return
         exists: dict[int, bool] = {}
@@ -429,15 +411,9 @@ class Worker:
             },
             "paused_all": self.paused_all,
             "paused_lanes": sorted(self.paused_lanes),
-            "running": [
-                {"id": r.job.id, "attempt": r.attempt, "pid": r.proc.pid if r.proc else None,
-                 "lane": r.job.lane}
-                for r in self.running.values()
-            ],
+            "running": [{"id": r.job.id, "attempt": r.attempt, "pid": r.pid, "lane": r.job.lane}
+                        for r in self.running.values()],
             "last_jump": self.last_jump,
-            "clock": {
-                "last_check_at": self.last_check_at,
-                "check_interval_s": self.settings.clock_check_s,
-                "timerfd": self.timerfd,
-            },
+            "clock": {"last_check_at": self.last_check_at,
+                      "check_interval_s": self.settings.clock_check_s, "timerfd": self.timerfd},
         }
