@@ -117,11 +117,9 @@ def _start_via_service(paths: Paths) -> bool:
     if "SLOTH_HOME" in text:
         return False
     if plat == "linux":
-        argv = ["systemctl", "--user", "start", "sloth.service"]
+        argv = ["systemctl", "--user", "start", service.UNIT_NAME]
     else:
-        from . import service_launchd
-
-        argv = ["launchctl", "kickstart", service_launchd.target()]
+        argv = ["launchctl", "kickstart", service.launchd.target()]
     try:
         return subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=30).returncode == 0
     except (OSError, subprocess.TimeoutExpired):

@@ -14,7 +14,7 @@ import pytest
 
 from sloth_daemon import paths as paths_mod
 from sloth_daemon import service
-from sloth_daemon.service_launchd import plist_binary
+from sloth_daemon.service import plist_binary
 
 REPO = Path(__file__).resolve().parents[2]
 SLOTH = Path(sys.executable).with_name("sloth")  # the venv's console script

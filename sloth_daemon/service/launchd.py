@@ -1,4 +1,4 @@
-"""The launchd LaunchAgent half of :mod:`sloth_daemon.service` (macOS)."""
+"""The launchd LaunchAgent half of the login service (macOS)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import os
 import plistlib
 import shutil
 import time
+from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
-from .errors import ServiceError
-from .paths import Paths, ensure_private_dir, resolve
-from .service import (
-    LABEL, MANAGER, Report, _binary_and_current, _read,
-    baked_env, env_notes, fill, remove, render, require, run, template, unit_path, write_if_changed,
+from ..errors import ServiceError
+from ..paths import Paths, ensure_private_dir
+from .common import (
+    LABEL, MANAGER, Report, baked_env, env_notes, fill, read_text, remove, run, template, write_if_changed,
 )
 
 PLIST_NAME = f"{LABEL}.plist"
@@ -59,10 +59,7 @@ def _bootout(r: Report, wait_s: float) -> None:
         time.sleep(0.2)
 
 
-def install(*, now: bool = False) -> Report:
-    p, path = resolve(), unit_path("macos")
-    content = render("macos", paths=p)
-    require("launchctl")
+def install(content: str, p: Paths, path: Path, *, now: bool) -> Report:
     ensure_private_dir(p.log_dir)  # launchd opens StandardOutPath but will not create its folder
     r = Report("macos", str(path))
     r.state = write_if_changed(path, content, r)
@@ -81,10 +78,8 @@ def install(*, now: bool = False) -> Report:
     return r
 
 
-def uninstall() -> Report:
-    path = unit_path("macos")
+def uninstall(path: Path) -> Report:
     r = Report("macos", str(path), state="not installed")
-    require("launchctl")
     loaded = _print()[0]
     if not loaded and not path.exists():
         return r
@@ -104,9 +99,8 @@ def plist_binary(text: str) -> str | None:
     return args[0] if args and isinstance(args[0], str) else None
 
 
-def status() -> dict[str, Any]:
-    path = unit_path("macos")
-    text = _read(path)
+def status(path: Path) -> dict[str, Any]:
+    text = read_text(path)
     d: dict[str, Any] = {"platform": "macos", "manager": MANAGER["macos"], "path": str(path),
                          "installed": text is not None, "enabled": None, "active": None}
     if shutil.which("launchctl"):
@@ -115,7 +109,7 @@ def status() -> dict[str, Any]:
         state = _field(out, "state") if loaded else None
         d["active"] = "active" if state == "running" else (state or "inactive")
         d["pid"] = _field(out, "pid")
-    d.update(_binary_and_current("macos", text, plist_binary(text) if text else None))
+    d["text"], d["binary"] = text, plist_binary(text) if text else None
     d["linger"] = None
     return d
 

@@ -1,7 +1,6 @@
-"""The login service, rendered from the templates in the top-level ``service/``:
-systemd --user here, launchd in service_launchd.py. Idempotent; every file
-written and command run is reported. ``SLOTH_SERVICE_PLATFORM=linux|macos``
-(or the hidden ``--platform``) lets tests drive both flavours on Linux."""
+"""Parts shared by the systemd and launchd halves of the login service:
+where the file goes, the templates from the top-level ``service/`` folder,
+filling them, running the manager's commands and reporting what was done."""
 
 from __future__ import annotations
 
@@ -16,15 +15,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import BadRequest, ServiceCommandFailed, ServiceError, ServiceManagerMissing, SlothError
-from .paths import Paths, resolve
+from ..errors import BadRequest, ServiceCommandFailed, ServiceError, ServiceManagerMissing
+from ..paths import Paths
 
 UNIT_NAME = "sloth.service"
 LABEL = "io.slothqueue.sloth"
 PLATFORM_ENV = "SLOTH_SERVICE_PLATFORM"
 MANAGER = {"linux": "systemd --user", "macos": "launchd"}
 _PLACEHOLDER = re.compile(r"@[A-Z_]+@")
-_SYSTEMD_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
 
 
 @dataclass
@@ -44,7 +42,6 @@ class Report:
         return {"manager": MANAGER[self.platform], **asdict(self)}
 
 
-# ------------------------------------------------------------ shared parts
 def platform(override: str | None = None) -> str:
     name = override or os.environ.get(PLATFORM_ENV) or ""
     if name:
@@ -66,8 +63,8 @@ def template(name: str) -> str:
 
         return files("sloth_daemon.service_templates").joinpath(name).read_text(encoding="utf-8")
     except Exception:  # noqa: BLE001 - editable install or checkout; older importlib.resources
-        here = Path(__file__).resolve().parent
-        for f in (here / "service_templates" / name, here.parent / "service" / name):
+        pkg = Path(__file__).resolve().parent.parent
+        for f in (pkg / "service_templates" / name, pkg.parent / "service" / name):
             if f.is_file():
                 return f.read_text(encoding="utf-8")
     raise ServiceError(f"the service template {name} is missing from this install", hint="Reinstall slothqueue.")
@@ -115,7 +112,7 @@ def sloth_program() -> list[str]:
 
 def stop_timeout_s(p: Paths) -> int:
     """Seconds the service manager waits after SIGTERM: kill grace plus headroom."""
-    from .config import load
+    from ..config import load
 
     return max(30, math.ceil(float(load(p.config_file).kill_grace_s)) + 20)
 
@@ -130,16 +127,6 @@ def unit_path(plat: str) -> Path:
     base = os.environ.get("XDG_CONFIG_HOME", "")
     root = Path(base) if os.path.isabs(base) else Path.home() / ".config"
     return root / "systemd" / "user" / UNIT_NAME
-
-
-def render(plat: str, *, program: list[str] | None = None, paths: Paths | None = None) -> str:
-    p = paths or resolve()
-    prog = program or sloth_program()
-    if plat == "macos":
-        from .service_launchd import render_plist
-
-        return render_plist(prog, p, stop_timeout_s(p))
-    return render_unit(prog, baked_env(p), stop_timeout_s(p))
 
 
 def write_if_changed(path: Path, content: str, report: Report) -> str:
@@ -215,140 +202,13 @@ def user_name() -> str:
         return os.environ.get("USER") or str(os.getuid())
 
 
-def linger() -> str | None:
-    """'yes' / 'no' from logind, or None when it cannot be told."""
-    if shutil.which("loginctl") is None:
-        return None
-    try:
-        cp = run(None, ["loginctl", "show-user", user_name(), "--property=Linger"], check=False, timeout_s=10)
-    except ServiceError:
-        return None
-    for line in cp.stdout.splitlines():
-        if line.startswith("Linger="):
-            return line.partition("=")[2].strip() or None
-    return None
-
-
-def linger_advice(report: Report) -> None:
-    state, user = linger(), user_name()
-    if state == "no":
-        report.warnings.append(
-            f"linger is off for {user}: the service (and your running jobs) stop when you log out "
-            f"and start again only at your next login. Turn it on: loginctl enable-linger {user}")
-    elif state is None:
-        report.notes.append(f"could not tell whether linger is on (`loginctl show-user {user} --property=Linger`); "
-                            "without it the service stops at logout")
-
-
 def env_notes(report: Report, p: Paths, where: str) -> None:
     for k, v in baked_env(p).items():
         report.notes.append(f"{k}={v} is baked into the {where}: the service runs that queue")
 
 
-# ------------------------------------------------------------------ systemd
-def _systemd_quote(arg: str, *, exec_line: bool = False) -> str:
-    if "\n" in arg or "\0" in arg:
-        raise ServiceError(f"cannot put {arg!r} in a unit file: it contains a newline")
-    out = arg.replace("%", "%%")
-    if exec_line:
-        out = out.replace("$", "$$")
-    if _SYSTEMD_SAFE.fullmatch(arg):
-        return out
-    return '"' + out.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def render_unit(program: list[str], env: dict[str, str], timeout_s: int) -> str:
-    # $ is expanded in the arguments only, never in the command's own path.
-    argv = [*program, "daemon", "run"]
-    exec_start = " ".join(_systemd_quote(a, exec_line=i > 0) for i, a in enumerate(argv))
-    env_lines = [f"Environment={_systemd_quote(f'{k}={v}')}" for k, v in env.items()]
-    return fill(template(UNIT_NAME), EXEC_START=exec_start, ENVIRONMENT=env_lines,
-                TIMEOUT_STOP_S=str(timeout_s))
-
-
-def unit_exec_binary(text: str) -> str | None:
-    for line in text.splitlines():
-        if line.startswith("ExecStart="):
-            try:
-                words = shlex.split(line.partition("=")[2])
-            except ValueError:
-                return None
-            return words[0].lstrip("-@:+!").replace("%%", "%") if words else None
-    return None
-
-
-def install(*, now: bool = False, plat: str | None = None) -> Report:
-    plat = platform(plat)
-    if plat == "macos":
-        return _launchd().install(now=now)
-    p, path = resolve(), unit_path(plat)
-    content = render(plat, paths=p)
-    require("systemctl")  # before writing anything
-    r = Report(plat, str(path))
-    r.state = write_if_changed(path, content, r)
-    if r.state != "unchanged":
-        run(r, ["systemctl", "--user", "daemon-reload"])
-    run(r, ["systemctl", "--user", "enable", *(["--now"] if now else []), UNIT_NAME])
-    if r.state == "updated":
-        r.notes.append(f"a running daemon keeps the old unit until `systemctl --user restart {UNIT_NAME}` "
-                       "(running jobs are interrupted and requeued)")
-    if not now:
-        r.notes.append(f"it starts at your next login; start it now with `systemctl --user start {UNIT_NAME}`")
-    env_notes(r, p, "unit (Environment=)")
-    linger_advice(r)
-    return r
-
-
-def uninstall(*, plat: str | None = None) -> Report:
-    plat = platform(plat)
-    if plat == "macos":
-        return _launchd().uninstall()
-    path = unit_path(plat)
-    r = Report(plat, str(path), state="not installed")
-    if not path.exists():
-        return r
-    run(r, ["systemctl", "--user", "disable", "--now", UNIT_NAME])
-    remove(path, r)
-    run(r, ["systemctl", "--user", "daemon-reload"])
-    r.state = "removed"
-    return r
-
-
-def status(*, plat: str | None = None) -> dict[str, Any]:
-    """installed?, path, enabled?, active?, binary still there?, linger."""
-    plat = platform(plat)
-    if plat == "macos":
-        return _launchd().status()
-    path = unit_path(plat)
-    text = _read(path)
-    d: dict[str, Any] = {"platform": plat, "manager": MANAGER[plat], "path": str(path),
-                         "installed": text is not None, "enabled": None, "active": None}
-    if text is not None and shutil.which("systemctl"):
-        for key in ("enabled", "active"):
-            cp = run(None, ["systemctl", "--user", f"is-{key}", UNIT_NAME], check=False, timeout_s=15)
-            d[key] = cp.stdout.strip() or "unknown"
-    d.update(_binary_and_current(plat, text, unit_exec_binary(text) if text else None))
-    d["linger"] = linger()
-    return d
-
-
-def _launchd():  # noqa: ANN202 - the macOS half, imported only when used
-    from . import service_launchd
-
-    return service_launchd
-
-
-def _read(path: Path) -> str | None:
+def read_text(path: Path) -> str | None:
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
-
-
-def _binary_and_current(plat: str, text: str | None, binary: str | None) -> dict[str, Any]:
-    try:
-        current = None if text is None else text == render(plat)
-    except SlothError:
-        current = None
-    return {"binary": binary, "binary_exists": bool(binary) and os.path.isfile(binary or ""),
-            "current": current}

@@ -1,0 +1,66 @@
+"""The login service: a systemd --user unit (Linux) or a launchd
+LaunchAgent (macOS), rendered from the templates in the top-level
+``service/`` folder. Idempotent; every file written and command run is
+reported. ``SLOTH_SERVICE_PLATFORM=linux|macos`` (or the hidden
+``--platform``) lets tests drive both flavours on Linux."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..errors import BadRequest, ServiceError, SlothError
+from ..paths import Paths, resolve
+from . import launchd, systemd
+from .common import (
+    LABEL, MANAGER, PLATFORM_ENV, UNIT_NAME, Report, baked_env, fill, platform, require, sloth_program,
+    stop_timeout_s, template, unit_path,
+)
+from .launchd import plist_binary
+from .systemd import linger, render_unit, unit_exec_binary, user_name
+
+__all__ = [
+    "BadRequest", "LABEL", "MANAGER", "PLATFORM_ENV", "UNIT_NAME", "Report", "ServiceError", "fill",
+    "install", "linger", "platform", "plist_binary", "render", "render_unit", "sloth_program", "status",
+    "template", "uninstall", "unit_exec_binary", "unit_path", "user_name",
+]
+_TOOL = {"linux": "systemctl", "macos": "launchctl"}
+
+
+def render(plat: str, *, program: list[str] | None = None, paths: Paths | None = None) -> str:
+    p = paths or resolve()
+    prog = program or sloth_program()
+    if plat == "macos":
+        return launchd.render_plist(prog, p, stop_timeout_s(p))
+    return render_unit(prog, baked_env(p), stop_timeout_s(p))
+
+
+def install(*, now: bool = False, plat: str | None = None) -> Report:
+    plat = platform(plat)
+    p, path = resolve(), unit_path(plat)
+    content = render(plat, paths=p)
+    require(_TOOL[plat])  # before writing anything
+    half = launchd if plat == "macos" else systemd
+    return half.install(content, p, path, now=now)
+
+
+def uninstall(*, plat: str | None = None) -> Report:
+    plat = platform(plat)
+    if plat == "macos":
+        require("launchctl")
+        return launchd.uninstall(unit_path(plat))
+    return systemd.uninstall(unit_path(plat))
+
+
+def status(*, plat: str | None = None) -> dict[str, Any]:
+    """installed?, path, enabled?, active?, binary still there?, current?, linger."""
+    plat = platform(plat)
+    half = launchd if plat == "macos" else systemd
+    d = half.status(unit_path(plat))
+    text, binary = d.pop("text"), d["binary"]
+    try:
+        current = None if text is None else text == render(plat)
+    except SlothError:
+        current = None
+    d.update(binary_exists=bool(binary) and os.path.isfile(binary or ""), current=current)
+    return d
