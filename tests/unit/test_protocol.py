@@ -143,7 +143,7 @@ def test_responses_may_be_larger_than_requests():
 def test_cli_batches_of_many_jobs_each_fit_in_a_frame():
     import random
 
-    from sloth_daemon.cli import _batches, _job_size
+    from sloth_daemon.cli.jobs import _batches, _job_size
 
     rng = random.Random(7)
     alphabet = ["a", "é", "\n", '"', "\\", "😀", "\x01", "\udcff", " "]

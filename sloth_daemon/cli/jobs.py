@@ -1,105 +1,17 @@
-"""The ``sloth`` command line: a Typer app that is a client of the daemon's socket.
-
-Start-up cost matters (``sloth add`` is run from scripts in loops), so this
-module imports only typer and the client at top level; everything else is
-imported inside the command that needs it. The daemon is imported only by
-``sloth daemon run``.
-"""
+"""Commands on jobs: add, ls, show, logs, wait, cancel, retry, pause, resume, prune."""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any, List, Optional
 
 import typer
 
-from . import errors
-from .errors import SlothError
-
-app = typer.Typer(
-    help="sloth: hand it shell commands and walk away. Jobs survive sleep, crashes and reboots.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    rich_markup_mode=None,
-)
-daemon_app = typer.Typer(help="Run, start, stop or inspect the background daemon.", no_args_is_help=True)
-app.add_typer(daemon_app, name="daemon")
-
-_DEBUG = False
-
-
-@app.callback()
-def _root(
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors."),
-) -> None:
-    global _DEBUG
-    _DEBUG = debug or bool(os.environ.get("SLOTH_DEBUG"))
-
-
-def handles_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Print a SlothError as one line plus a hint and exit with its named code."""
-
-    @functools.wraps(fn)
-    def wrapper(*a: Any, **kw: Any) -> Any:
-        try:
-            return fn(*a, **kw)
-        except SlothError as e:
-            if _DEBUG:
-                import traceback
-
-                traceback.print_exc()
-            typer.echo(f"sloth: error: {e.message}", err=True)
-            if e.hint:
-                typer.echo(f"hint: {e.hint}", err=True)
-            raise typer.Exit(e.exit_code) from None
-        except KeyboardInterrupt:
-            raise typer.Exit(130) from None
-
-    return wrapper
-
-
-def paths():  # noqa: ANN201 - lazy import keeps start-up lean
-    from . import paths as p
-
-    return p.resolve()
-
-
-def connect(*, timeout_s: float | None = 30.0):  # noqa: ANN201
-    from .client import Client
-
-    return Client(paths().socket, timeout_s=timeout_s)
-
-
-def call(op: str, **args: Any) -> Any:
-    with connect() as c:
-        return c.call(op, **args)
-
-
-def emit_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, sort_keys=True))
-
-
-def parse_id(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise errors.BadRequest(f"bad job id {text!r}: ids are whole numbers (see `sloth ls`)") from None
-    if v < 1:
-        raise errors.BadRequest(f"bad job id {text!r}: ids start at 1")
-    return v
-
-
-def duration(text: Optional[str], what: str) -> Optional[float]:
-    if text is None:
-        return None
-    from .durations import parse_duration
-
-    return parse_duration(text, what=what)
+from .. import errors
+from .app import app, call, connect, duration, emit_json, handles_errors, parse_id, paths
 
 
 # --------------------------------------------------------------------- add
@@ -125,7 +37,7 @@ def add(
     as_json: bool = typer.Option(False, "--json", help="Print the ids as JSON."),
 ) -> None:
     """Queue a command: `sloth add -- rsync -a ~/photos /backup`. Prints the job id."""
-    from .errors import BadRequest
+    from ..errors import BadRequest
 
     if delay is not None and at is not None:
         raise BadRequest("--delay and --at cannot be used together")
@@ -140,7 +52,7 @@ def add(
     if delay is not None:
         not_before = time.time() + (duration(delay, "--delay") or 0)
     elif at is not None:
-        from .durations import parse_at
+        from ..durations import parse_at
 
         not_before = parse_at(at)
     workdir = str((cwd or Path.cwd()).absolute())
@@ -157,7 +69,7 @@ def add(
             raise BadRequest("--key applies to one job; it cannot be used with --stdin/--file")
         # Bytes that are not UTF-8 pass through as in argv (surrogateescape), not a traceback.
         text = sys.stdin.buffer.read().decode("utf-8", "surrogateescape") if stdin else _read_file(from_file)
-        from .shellwords import line_job
+        from ..shellwords import line_job
 
         jobs = [line_job(ln) for ln in text.splitlines() if ln.strip()]
         if not jobs:
@@ -184,7 +96,7 @@ def _read_file(p: Optional[Path]) -> str:
 
 
 def _submit(jobs: list[dict[str, Any]], common: dict[str, Any], *, no_start: bool) -> list[int]:
-    from .client import Client
+    from ..client import Client
 
     sock = paths().socket
     try:
@@ -228,7 +140,7 @@ def _job_size(job: dict[str, Any]) -> int:
 
 
 def _start_daemon(timeout_s: float = 10.0) -> int:
-    from .launcher import start_background
+    from ..launcher import start_background
 
     return start_background(paths(), timeout_s=timeout_s)
 
@@ -244,8 +156,8 @@ def ls(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """List jobs: queued and running ones, and the most recently finished."""
-    from . import render
-    from .models import JobState
+    from .. import render
+    from ..models import JobState
 
     for s in state or []:  # bad usage is exit 2 whether or not the daemon runs
         if s not in JobState._value2member_map_:
@@ -275,7 +187,7 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Show one job and its history (claimed, reclaimed, resumed, failed, ...)."""
-    from . import render
+    from .. import render
 
     res = call("show", id=parse_id(job_id))
     if as_json:
@@ -403,121 +315,3 @@ def prune(
     emit_json(res) if as_json else typer.echo(f"pruned {res['pruned']} job(s)")
 
 
-@app.command()
-@handles_errors
-def config(as_json: bool = typer.Option(False, "--json"), example: bool = typer.Option(False, "--example", help="Print an example config file.")) -> None:
-    """Show the effective settings and where each comes from."""
-    from . import config as cfg
-
-    if example:
-        typer.echo(cfg.EXAMPLE, nl=False)
-        return
-    p = paths()
-    s = cfg.load(p.config_file)
-    d = s.as_dict()
-    d["paths"] = p.as_dict()
-    if as_json:
-        emit_json(d)
-        return
-    typer.echo(f"config file: {p.config_file}{'' if p.config_file.exists() else ' (not present; defaults apply)'}")
-    for k, v in d["settings"].items():
-        typer.echo(f"  {k:<20} {v['value']!s:<12} ({v['source']})")
-    typer.echo("lanes:")
-    for k, v in d["lanes"].items():
-        typer.echo(f"  {k:<20} {v['concurrency']!s:<12} ({v['source']})")
-    typer.echo("paths:")
-    for k, v in d["paths"].items():
-        typer.echo(f"  {k:<20} {v}")
-
-
-# ------------------------------------------------------------------ daemon
-@daemon_app.command("run")
-@handles_errors
-def daemon_run() -> None:
-    """Run the daemon in the foreground (what the login service runs)."""
-    from .daemon import main as daemon_main
-
-    raise typer.Exit(daemon_main())
-
-
-@daemon_app.command("start")
-@handles_errors
-def daemon_start(as_json: bool = typer.Option(False, "--json")) -> None:
-    """Start the daemon in the background if it is not running."""
-    try:
-        st = call("status")
-        msg, pid = "already running", st["pid"]
-    except errors.DaemonNotRunning:
-        pid = _start_daemon()
-        msg = "started"
-    emit_json({"pid": pid, "state": msg}) if as_json else typer.echo(f"sloth daemon {msg} (pid {pid})")
-
-
-@daemon_app.command("stop")
-@handles_errors
-def daemon_stop(
-    timeout: str = typer.Option("60s", "--timeout", help="How long to wait for running jobs to be interrupted."),
-) -> None:
-    """Stop the daemon: running jobs are interrupted and requeued, not failed."""
-    from .launcher import wait_gone
-
-    st = call("status")
-    call("shutdown")
-    if not wait_gone(st["pid"], duration(timeout, "--timeout") or 60):
-        raise errors.SlothError(f"daemon pid {st['pid']} did not exit in time", hint="Check `sloth daemon status`.")
-    typer.echo(f"sloth daemon stopped (pid {st['pid']})")
-
-
-@daemon_app.command("status")
-@handles_errors
-def daemon_status(as_json: bool = typer.Option(False, "--json")) -> None:
-    """Show pid, uptime, version, paths, jobs by state and the last sleep/resume seen."""
-    from .durations import format_duration, local_time
-
-    st = call("status")
-    if as_json:
-        emit_json(st)
-        return
-    typer.echo(f"sloth daemon {st['version']} running, pid {st['pid']}, up {format_duration(st['uptime_s'])}")
-    typer.echo("jobs:   " + "  ".join(f"{k} {v}" for k, v in st["counts"].items()))
-    lanes = st.get("lanes", {})
-    typer.echo("lanes:  " + "  ".join(
-        f"{k} {v['running']}/{v['concurrency']}{' (paused)' if v['paused'] else ''}" for k, v in lanes.items()))
-    if st.get("paused_all"):
-        typer.echo("paused: all lanes")
-    j = st.get("last_jump")
-    typer.echo("resume: " + (f"{j['describe']} at {local_time(j['at'])}" if j else "none seen"))
-    c = st.get("clock", {})
-    typer.echo(f"clock:  checked every {format_duration(c.get('check_interval_s', 0))}"
-               f"{', timerfd' if c.get('timerfd') else ''}")
-    for k, v in st["paths"].items():
-        typer.echo(f"{k + ':':<10}{v}")
-
-
-def _register_extras() -> None:
-    try:
-        from .cli_service import register
-    except ImportError:  # pragma: no cover - during development only
-        return
-    register(app, handles_errors)
-
-
-_register_extras()
-
-
-def main() -> None:
-    _only_the_command_named(sys.argv[1:2])
-    app(prog_name="sloth")
-
-
-def _only_the_command_named(first: list[str]) -> None:
-    """Typer turns every registered command into a click command on each run
-    (~5 ms of signature inspection, 6% of a `sloth add`); a run needs one.
-    Keep only the command named first on the line. Anything else (an option
-    first, a typo, shell completion) keeps them all, for help and suggestions."""
-    if not first or "_SLOTH_COMPLETE" in os.environ:
-        return
-    cmds = [c for c in app.registered_commands if (c.name or c.callback.__name__.replace("_", "-")) == first[0]]
-    groups = [g for g in app.registered_groups if g.name == first[0]]
-    if cmds or groups:
-        app.registered_commands, app.registered_groups = cmds, groups

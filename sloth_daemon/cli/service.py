@@ -1,8 +1,8 @@
 """``sloth service install|uninstall|status`` and ``sloth doctor``.
 
 Imported by every ``sloth`` command (including the hot ``sloth add``), so only
-typer is imported here; the logic lives in service.py and doctor.py, imported
-inside the commands.
+typer is imported here; the logic lives in the service package and doctor.py,
+imported inside the commands.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import json
 from typing import Any, Callable, Optional
 
 import typer
+
+from .app import app, handles_errors
 
 _PLATFORM_HELP = "Service flavour: linux (systemd) or macos (launchd); default: this machine."
 
@@ -49,7 +51,7 @@ def register(app: typer.Typer, handles_errors: Callable[..., Any]) -> None:
         platform: Optional[str] = typer.Option(None, "--platform", hidden=True, help=_PLATFORM_HELP),
     ) -> None:
         """Write the login service for this machine, enable it (and with --now start it)."""
-        from . import service
+        from .. import service
 
         plat = service.platform(platform)
         if print_only:
@@ -74,7 +76,7 @@ def register(app: typer.Typer, handles_errors: Callable[..., Any]) -> None:
         platform: Optional[str] = typer.Option(None, "--platform", hidden=True, help=_PLATFORM_HELP),
     ) -> None:
         """Stop and disable the login service and remove its file."""
-        from . import service
+        from .. import service
 
         r = service.uninstall(plat=platform)
         if as_json:
@@ -91,7 +93,7 @@ def register(app: typer.Typer, handles_errors: Callable[..., Any]) -> None:
         platform: Optional[str] = typer.Option(None, "--platform", hidden=True, help=_PLATFORM_HELP),
     ) -> None:
         """Installed? enabled? running? Does its sloth binary still exist? Linger?"""
-        from . import service
+        from .. import service
 
         d = service.status(plat=platform)
         if as_json:
@@ -107,7 +109,7 @@ def register(app: typer.Typer, handles_errors: Callable[..., Any]) -> None:
         platform: Optional[str] = typer.Option(None, "--platform", hidden=True, help=_PLATFORM_HELP),
     ) -> None:
         """Check the things that go wrong in practice and say how to fix each."""
-        from . import doctor as doc
+        from .. import doctor as doc
 
         checks = doc.run_checks(plat=platform)
         failed = any(c.status == "fail" for c in checks)
@@ -136,3 +138,6 @@ def _status_lines(d: dict[str, Any]) -> list[tuple[str, str]]:
     if d["platform"] == "linux":
         lines.append(("linger", d["linger"] or "unknown"))
     return lines
+
+
+register(app, handles_errors)

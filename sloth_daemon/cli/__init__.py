@@ -1,0 +1,32 @@
+"""The ``sloth`` command line: a Typer app that is a client of the daemon's socket.
+
+app.py holds the app and what commands share; jobs.py, admin.py and
+service.py register the commands. The daemon is imported only by
+``sloth daemon run``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from . import admin, jobs, service  # noqa: F401  (registering their commands is the import)
+from .app import app
+
+
+def main() -> None:
+    _only_the_command_named(sys.argv[1:2])
+    app(prog_name="sloth")
+
+
+def _only_the_command_named(first: list[str]) -> None:
+    """Typer turns every registered command into a click command on each run
+    (~5 ms of signature inspection, 6% of a `sloth add`); a run needs one.
+    Keep only the command named first on the line. Anything else (an option
+    first, a typo, shell completion) keeps them all, for help and suggestions."""
+    if not first or "_SLOTH_COMPLETE" in os.environ:
+        return
+    cmds = [c for c in app.registered_commands if (c.name or c.callback.__name__.replace("_", "-")) == first[0]]
+    groups = [g for g in app.registered_groups if g.name == first[0]]
+    if cmds or groups:
+        app.registered_commands, app.registered_groups = cmds, groups

@@ -1,0 +1,103 @@
+"""The Typer app every ``sloth`` command registers on, and what they share:
+one error edge (handles_errors), the daemon connection, JSON output, ids and
+durations as typed.
+
+Start-up cost matters (``sloth add`` is run from scripts in loops), so this
+imports only typer and the errors at top level; everything else is imported
+inside the command that needs it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from typing import Any, Callable, Optional
+
+import typer
+
+from .. import errors
+from ..errors import SlothError
+
+app = typer.Typer(
+    help="sloth: hand it shell commands and walk away. Jobs survive sleep, crashes and reboots.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode=None,
+)
+daemon_app = typer.Typer(help="Run, start, stop or inspect the background daemon.", no_args_is_help=True)
+app.add_typer(daemon_app, name="daemon")
+
+_DEBUG = False
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors."),
+) -> None:
+    global _DEBUG
+    _DEBUG = debug or bool(os.environ.get("SLOTH_DEBUG"))
+
+
+def handles_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Print a SlothError as one line plus a hint and exit with its named code."""
+
+    @functools.wraps(fn)
+    def wrapper(*a: Any, **kw: Any) -> Any:
+        try:
+            return fn(*a, **kw)
+        except SlothError as e:
+            if _DEBUG:
+                import traceback
+
+                traceback.print_exc()
+            typer.echo(f"sloth: error: {e.message}", err=True)
+            if e.hint:
+                typer.echo(f"hint: {e.hint}", err=True)
+            raise typer.Exit(e.exit_code) from None
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def paths():  # noqa: ANN201 - lazy import keeps start-up lean
+    from .. import paths as p
+
+    return p.resolve()
+
+
+def connect(*, timeout_s: float | None = 30.0):  # noqa: ANN201
+    from ..client import Client
+
+    return Client(paths().socket, timeout_s=timeout_s)
+
+
+def call(op: str, **args: Any) -> Any:
+    with connect() as c:
+        return c.call(op, **args)
+
+
+def emit_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+def parse_id(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise errors.BadRequest(f"bad job id {text!r}: ids are whole numbers (see `sloth ls`)") from None
+    if v < 1:
+        raise errors.BadRequest(f"bad job id {text!r}: ids start at 1")
+    return v
+
+
+def duration(text: Optional[str], what: str) -> Optional[float]:
+    if text is None:
+        return None
+    from ..durations import parse_duration
+
+    return parse_duration(text, what=what)
+
+
