@@ -30,6 +30,7 @@ from .clock import ClockReadings, Clocks, Jump, JumpDetector, JumpKind
 from .config import Settings
 from .durations import format_duration
 from .errors import IllegalTransition, JobNotFound, LeaseLost, SlothError
+from .lanes import Lanes
 from .models import Job
 from .queue import Queue
 from .runner import job_env
@@ -102,8 +103,7 @@ class Worker:
         first = clocks.read()
         self.detector = JumpDetector(first)
         self.running: dict[int, Run] = {}
-        self.paused_all = bool(queue.get_meta("paused_all", False))
-        self.paused_lanes: set[str] = set(queue.get_meta("paused_lanes", []))
+        self.lanes = Lanes(queue, settings)
         self.last_jump: dict[str, Any] | None = None
         self.last_check_at: float | None = None
         self.timerfd = False
@@ -125,21 +125,10 @@ class Worker:
         self.wake()
 
     def pause(self, lane: str | None) -> None:
-        if lane is None:
-            self.paused_all = True
-            self.queue.set_meta("paused_all", True)
-        else:
-            self.paused_lanes.add(lane)
-            self.queue.set_meta("paused_lanes", sorted(self.paused_lanes))
+        self.lanes.pause(lane)
 
     def resume(self, lane: str | None) -> None:
-        if lane is None:
-            self.paused_all = False
-            self.paused_lanes.clear()
-            self.queue.set_meta("paused_all", False)
-        else:
-            self.paused_lanes.discard(lane)
-        self.queue.set_meta("paused_lanes", sorted(self.paused_lanes))
+        self.lanes.resume(lane)
         self.wake()
 
     def retry(self, job_id: int) -> Job:
@@ -245,26 +234,24 @@ class Worker:
             self.spawner.trust(renewed)
 
     # ---------------------------------------------------------------- claim
-    def lane_running(self, lane: str) -> int:
-        """Slots in use: runs whose process has not ended (an ended run whose
+    def slots_in_use(self) -> dict[str, int]:
+        """lane -> runs whose process has not ended (an ended run whose
         outcome is not yet recorded frees its slot for the next job)."""
-        return sum(1 for r in self.running.values() if r.job.lane == lane and r.outcome is None)
+        used: dict[str, int] = {}
+        for r in self.running.values():
+            if r.outcome is None:
+                used[r.job.lane] = used.get(r.job.lane, 0) + 1
+        return used
 
     def may_claim(self) -> bool:
-        return not (self.paused_all or self.stopping)
-
-    def blocked_lanes(self) -> set[str]:
-        """Lanes we must not claim from: paused, or all their slots busy."""
-        busy = {r.job.lane for r in self.running.values()}
-        return set(self.paused_lanes) | {
-            ln for ln in busy if self.lane_running(ln) >= self.settings.concurrency(ln)}
+        return not (self.lanes.paused_all or self.stopping)
 
     def claim_due(self, now: float) -> None:
         self._next_due = None
         while self.may_claim():
             # A read-only look first: an empty claim would still cost a write
             # transaction, and this answer is also when to wake up next.
-            blocked = self.blocked_lanes()
+            blocked = self.lanes.blocked(self.slots_in_use())
             mine = set(self.running)  # never re-issue our own live or unrecorded jobs to ourselves
             self._next_due = self.queue.next_due_at(exclude_lanes=blocked, exclude_ids=mine)
             if self._next_due is None or self._next_due > now:
@@ -379,41 +366,37 @@ class Worker:
     def prune(self, older_than_s: float) -> int:
         n = self.queue.prune(older_than_s)
         if n:
-            self.remove_orphan_logs()
+            remove_orphan_logs(self.log_path(1, 1).parent, self.queue)
         return n
 
-    def remove_orphan_logs(self) -> None:
-        root = self.log_path(1, 1).parent
-        if not root.is_dir():
-            return
-        exists: dict[int, bool] = {}
-        for f in root.iterdir():
-            head = f.name.split(".", 1)[0]
-            if not head.isdigit():
-                continue
-            jid = int(head)
-            if jid not in exists:
-                try:
-                    self.queue.get(jid)
-                    exists[jid] = True
-                except JobNotFound:
-                    exists[jid] = False
-            if not exists[jid]:
-                f.unlink(missing_ok=True)
-
     def status(self) -> dict[str, Any]:
-        lanes = set(self.settings.lanes) | set(self.queue.lanes()) | {r.job.lane for r in self.running.values()}
         return {
-            "lanes": {
-                ln: {"concurrency": self.settings.concurrency(ln), "running": self.lane_running(ln),
-                     "paused": self.paused_all or ln in self.paused_lanes}
-                for ln in sorted(lanes)
-            },
-            "paused_all": self.paused_all,
-            "paused_lanes": sorted(self.paused_lanes),
+            "lanes": self.lanes.status(self.slots_in_use(), self.queue.lanes()),
+            "paused_all": self.lanes.paused_all,
+            "paused_lanes": sorted(self.lanes.paused),
             "running": [{"id": r.job.id, "attempt": r.attempt, "pid": r.pid, "lane": r.job.lane}
                         for r in self.running.values()],
             "last_jump": self.last_jump,
             "clock": {"last_check_at": self.last_check_at,
                       "check_interval_s": self.settings.clock_check_s, "timerfd": self.timerfd},
         }
+
+
+def remove_orphan_logs(root: Path, queue: Queue) -> None:
+    """Delete log files of jobs the queue no longer has (after a prune)."""
+    if not root.is_dir():
+        return
+    exists: dict[int, bool] = {}
+    for f in root.iterdir():
+        head = f.name.split(".", 1)[0]
+        if not head.isdigit():
+            continue
+        jid = int(head)
+        if jid not in exists:
+            try:
+                queue.get(jid)
+                exists[jid] = True
+            except JobNotFound:
+                exists[jid] = False
+        if not exists[jid]:
+            f.unlink(missing_ok=True)

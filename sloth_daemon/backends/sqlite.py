@@ -5,10 +5,7 @@ Knows nothing of sockets, processes or the CLI. Every write is one short
 ``BEGIN IMMEDIATE`` transaction (db.transaction), every time is a bound
 parameter read from the injected clock: SQL never reads the clock.
 
-Ordering of ``claim``: highest ``priority`` first, then the job that became due
-first (``not_before``), then the oldest id. A claim is O(log n) whatever the
-mix of delayed and due rows: it walks the few distinct (lane, priority)
-groups with index seeks instead of scanning rows (see ``_best_queued``).
+What ``claim`` picks, and in which order, is sqlite_pick.py's.
 """
 
 from __future__ import annotations
@@ -23,6 +20,7 @@ from pathlib import Path
 from typing import Any, Collection, Iterable, Mapping, Sequence
 
 from .. import db
+from . import sqlite_pick as pick
 from ..clock import Clock, SystemClock
 from ..errors import BadRequest, IllegalTransition, JobNotFound, LeaseLost
 from ..models import ACTIVE_STATES, FINISHED_STATES, Event, Job, JobState
@@ -32,36 +30,6 @@ DEFAULT_LEASE_S = 60.0
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_BACKOFF_CAP_S = 300.0
 
-# The statements claim() and next_due_at() run, by name, so that
-# tests/unit/test_query_plan.py checks the plan of exactly what runs.
-# INDEXED BY pins each to its partial index: without ANALYZE statistics (we
-# never run ANALYZE) the planner prefers jobs_by_state(state, id) for
-# "state = 'queued'", which walks every queued row and makes a claim O(n).
-SQL_LANE_FIRST = "SELECT min(lane) FROM jobs INDEXED BY jobs_due WHERE state = 'queued'"
-SQL_LANE_NEXT = (
-    "SELECT min(lane) FROM jobs INDEXED BY jobs_due WHERE state = 'queued' AND lane > ?"
-)
-SQL_PRIO_MAX = (
-    "SELECT max(priority) FROM jobs INDEXED BY jobs_ready WHERE state = 'queued' AND lane = ?"
-)
-SQL_PRIO_BELOW = (
-    "SELECT max(priority) FROM jobs INDEXED BY jobs_ready WHERE state = 'queued' AND lane = ?"
-    " AND priority < ?"
-)
-SQL_READY_AT_PRIO = (
-    "SELECT * FROM jobs INDEXED BY jobs_ready WHERE state = 'queued' AND lane = ?"
-    " AND priority = ? AND not_before <= ? ORDER BY not_before, id LIMIT 1"
-)
-SQL_EXPIRED = (
-    "SELECT * FROM jobs INDEXED BY jobs_lease WHERE state = 'claimed' AND lease_until < ?"
-)
-SQL_FIRST_DUE_IN_LANE = (
-    "SELECT min(not_before) FROM jobs INDEXED BY jobs_due WHERE state = 'queued' AND lane = ?"
-)
-SQL_LEASES = (
-    "SELECT id, lane, lease_until FROM jobs INDEXED BY jobs_lease WHERE state = 'claimed'"
-    " AND lease_until IS NOT NULL ORDER BY lease_until"
-)
 # The literal IN list must match jobs_active_key's WHERE for the partial index
 # to apply; with bound parameters it cannot, and the lookup scans the table.
 SQL_ACTIVE_KEY = (
@@ -186,7 +154,7 @@ class SqliteQueue:
         now = self.clock.now()
         with db.transaction(self._conn, durable=False) as c:
             while True:
-                cand = self._best_candidate(c, now, lanes, exclude_lanes, exclude_ids)
+                cand = pick.best_candidate(c, now, lanes, exclude_lanes, exclude_ids)
                 if cand is None:
                     return None
                 row, expired = cand
@@ -210,61 +178,6 @@ class SqliteQueue:
                     msg += f"; lease of {row['worker']} expired at {row['lease_until']:.3f}"
                 self._event(c, row["id"], now, kind, attempt, msg)
                 return self._job(out)
-
-    def _best_candidate(self, c: sqlite3.Connection, now: float, lanes: Sequence[str] | None,
-                        exclude: Collection[str] = (), exclude_ids: Collection[int] = ()):
-        q = self._best_queued(c, now, lanes, exclude)
-        e = self._best_expired(c, now, lanes, exclude, exclude_ids)
-        if q is None and e is None:
-            return None
-        if e is None:
-            return q, False
-        if q is None:
-            return e, True
-        qk = (-q["priority"], q["not_before"], q["id"])
-        ek = (-e["priority"], e["not_before"], e["id"])
-        return (e, True) if ek <= qk else (q, False)
-
-    def _best_queued(self, c: sqlite3.Connection, now: float, lanes: Sequence[str] | None,
-                     exclude: Collection[str] = ()):
-        """Loose index scan: for each lane, walk priorities high to low with
-        index seeks and take the first due row. Cost is O(groups * log n), not
-        O(rows skipped), so a million delayed high-priority rows cost nothing."""
-        best = None
-        for lane in self._pick_lanes(c, lanes, exclude):
-            prio = c.execute(SQL_PRIO_MAX, (lane,)).fetchone()[0]
-            while prio is not None:
-                if best is not None and prio < best["priority"]:
-                    break
-                row = c.execute(SQL_READY_AT_PRIO, (lane, prio, now)).fetchone()
-                if row is not None:
-                    if best is None or _urgency(row) < _urgency(best):
-                        best = row
-                    break
-                prio = c.execute(SQL_PRIO_BELOW, (lane, prio)).fetchone()[0]
-        return best
-
-    def _best_expired(self, c: sqlite3.Connection, now: float, lanes: Sequence[str] | None,
-                      exclude: Collection[str] = (), exclude_ids: Collection[int] = ()):
-        # Claimed rows are few (one per running job); the partial index on
-        # lease_until finds the expired ones directly.
-        rows = c.execute(SQL_EXPIRED, (now,)).fetchall()
-        rows = [r for r in rows if _lane_ok(r["lane"], lanes, exclude) and r["id"] not in exclude_ids]
-        return min(rows, key=_urgency, default=None)
-
-    def _pick_lanes(self, c: sqlite3.Connection, lanes: Sequence[str] | None,
-                    exclude: Collection[str]) -> list[str]:
-        return [ln for ln in (self._lanes(c) if lanes is None else lanes) if ln not in exclude]
-
-    @staticmethod
-    def _lanes(c: sqlite3.Connection) -> list[str]:
-        """Distinct lanes of queued jobs, by index seeks (skip-scan)."""
-        out: list[str] = []
-        row = c.execute(SQL_LANE_FIRST).fetchone()
-        while row[0] is not None:
-            out.append(row[0])
-            row = c.execute(SQL_LANE_NEXT, (row[0],)).fetchone()
-        return out
 
     # --------------------------------------------------------- lease holders
     def heartbeat(self, job_id: int, token: str, *, lease_s: float | None = None) -> Job:
@@ -462,25 +375,12 @@ class SqliteQueue:
                     exclude_ids: Collection[int] = ()) -> float | None:
         """Earliest wall time at which ``claim`` could return something:
         the first queued ``not_before``, or just after the first lease expiry."""
-        c = self._conn
-        best: float | None = None
-        for lane in self._pick_lanes(c, lanes, exclude_lanes):
-            t = c.execute(SQL_FIRST_DUE_IN_LANE, (lane,)).fetchone()[0]
-            if t is not None and (best is None or t < best):
-                best = t
-        for r in c.execute(SQL_LEASES).fetchall():  # soonest lease first
-            if not _lane_ok(r["lane"], lanes, exclude_lanes) or r["id"] in exclude_ids:
-                continue
-            t = math.nextafter(r["lease_until"], math.inf)  # strict: expired only after
-            if best is None or t < best:
-                best = t
-            break
-        return best
+        return pick.next_due_at(self._conn, lanes, exclude_lanes, exclude_ids)
 
     def lanes(self) -> list[str]:
         """Lanes that have queued or claimed jobs."""
         claimed = {r[0] for r in self._conn.execute("SELECT lane FROM jobs WHERE state = 'claimed'")}
-        return sorted(set(self._lanes(self._conn)) | claimed)
+        return sorted(set(pick.queued_lanes(self._conn)) | claimed)
 
     def get_meta(self, key: str, default: Any = None) -> Any:
         """A small persisted setting (JSON value), e.g. which lanes are paused."""
@@ -606,14 +506,6 @@ def _ever_claimed(c: sqlite3.Connection, job_id: int) -> bool:
         "SELECT 1 FROM events WHERE job_id = ? AND kind IN ('claimed', 'reclaimed') LIMIT 1",
         (job_id,),
     ).fetchone() is not None
-
-
-def _lane_ok(lane: str, lanes: Sequence[str] | None, exclude: Collection[str]) -> bool:
-    return (lanes is None or lane in lanes) and lane not in exclude
-
-
-def _urgency(row: sqlite3.Row) -> tuple:
-    return (-row["priority"], row["not_before"], row["id"])
 
 
 def _join(a: str, b: str) -> str:

@@ -231,7 +231,7 @@ def test_lanes_limit_concurrency_and_pause_persists(env, tmp_path, clocks):
     w.turn()
     assert ids[2] not in {r.job_id for r in sp.reqs.values()}
     w2 = Worker(q, w.settings, FakeSpawner(), clocks=clocks, log_path=w.log_path, instance="t2")
-    assert w2.paused_lanes == {"two"}  # survives a restart
+    assert w2.lanes.paused == {"two"}  # survives a restart
     w.resume("two")
     w.turn()
     assert ids[2] in {r.job_id for r in sp.reqs.values()}

@@ -1,0 +1,130 @@
+"""Finding what the SQLite queue could claim next, by index seeks.
+
+Ordering of a claim: highest ``priority`` first, then the job that became
+due first (``not_before``), then the oldest id. A pick is O(log n) whatever
+the mix of delayed and due rows: it walks the few distinct (lane, priority)
+groups with index seeks instead of scanning rows (see ``_best_queued``).
+Read-only; sqlite.py makes the transitions.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from typing import Collection, Sequence
+
+Row = sqlite3.Row
+
+# The statements claim() and next_due_at() run, by name, so that
+# tests/unit/test_query_plan.py checks the plan of exactly what runs.
+# INDEXED BY pins each to its partial index: without ANALYZE statistics (we
+# never run ANALYZE) the planner prefers jobs_by_state(state, id) for
+# "state = 'queued'", which walks every queued row and makes a claim O(n).
+SQL_LANE_FIRST = "SELECT min(lane) FROM jobs INDEXED BY jobs_due WHERE state = 'queued'"
+SQL_LANE_NEXT = (
+    "SELECT min(lane) FROM jobs INDEXED BY jobs_due WHERE state = 'queued' AND lane > ?"
+)
+SQL_PRIO_MAX = (
+    "SELECT max(priority) FROM jobs INDEXED BY jobs_ready WHERE state = 'queued' AND lane = ?"
+)
+SQL_PRIO_BELOW = (
+    "SELECT max(priority) FROM jobs INDEXED BY jobs_ready WHERE state = 'queued' AND lane = ?"
+    " AND priority < ?"
+)
+SQL_READY_AT_PRIO = (
+    "SELECT * FROM jobs INDEXED BY jobs_ready WHERE state = 'queued' AND lane = ?"
+    " AND priority = ? AND not_before <= ? ORDER BY not_before, id LIMIT 1"
+)
+SQL_EXPIRED = (
+    "SELECT * FROM jobs INDEXED BY jobs_lease WHERE state = 'claimed' AND lease_until < ?"
+)
+SQL_FIRST_DUE_IN_LANE = (
+    "SELECT min(not_before) FROM jobs INDEXED BY jobs_due WHERE state = 'queued' AND lane = ?"
+)
+SQL_LEASES = (
+    "SELECT id, lane, lease_until FROM jobs INDEXED BY jobs_lease WHERE state = 'claimed'"
+    " AND lease_until IS NOT NULL ORDER BY lease_until"
+)
+
+
+def best_candidate(c: sqlite3.Connection, now: float, lanes: Sequence[str] | None,
+                   exclude: Collection[str] = (), exclude_ids: Collection[int] = ()) -> tuple[Row, bool] | None:
+    """The most urgent claimable row and whether it is an expired lease (a
+    reclaim) rather than a queued job; None when nothing is due."""
+    q = _best_queued(c, now, lanes, exclude)
+    e = _best_expired(c, now, lanes, exclude, exclude_ids)
+    if q is None and e is None:
+        return None
+    if e is None:
+        return q, False
+    if q is None:
+        return e, True
+    qk = (-q["priority"], q["not_before"], q["id"])
+    ek = (-e["priority"], e["not_before"], e["id"])
+    return (e, True) if ek <= qk else (q, False)
+
+def _best_queued(c: sqlite3.Connection, now: float, lanes: Sequence[str] | None,
+             exclude: Collection[str] = ()) -> Row | None:
+    """Loose index scan: for each lane, walk priorities high to low with
+    index seeks and take the first due row. Cost is O(groups * log n), not
+    O(rows skipped), so a million delayed high-priority rows cost nothing."""
+    best = None
+    for lane in _pick_lanes(c, lanes, exclude):
+        prio = c.execute(SQL_PRIO_MAX, (lane,)).fetchone()[0]
+        while prio is not None:
+            if best is not None and prio < best["priority"]:
+                break
+            row = c.execute(SQL_READY_AT_PRIO, (lane, prio, now)).fetchone()
+            if row is not None:
+                if best is None or _urgency(row) < _urgency(best):
+                    best = row
+                break
+            prio = c.execute(SQL_PRIO_BELOW, (lane, prio)).fetchone()[0]
+    return best
+
+def _best_expired(c: sqlite3.Connection, now: float, lanes: Sequence[str] | None,
+              exclude: Collection[str] = (), exclude_ids: Collection[int] = ()) -> Row | None:
+    # Claimed rows are few (one per running job); the partial index on
+    # lease_until finds the expired ones directly.
+    rows = c.execute(SQL_EXPIRED, (now,)).fetchall()
+    rows = [r for r in rows if _lane_ok(r["lane"], lanes, exclude) and r["id"] not in exclude_ids]
+    return min(rows, key=_urgency, default=None)
+
+def _pick_lanes(c: sqlite3.Connection, lanes: Sequence[str] | None, exclude: Collection[str]) -> list[str]:
+    return [ln for ln in (queued_lanes(c) if lanes is None else lanes) if ln not in exclude]
+
+def queued_lanes(c: sqlite3.Connection) -> list[str]:
+    """Distinct lanes of queued jobs, by index seeks (skip-scan)."""
+    out: list[str] = []
+    row = c.execute(SQL_LANE_FIRST).fetchone()
+    while row[0] is not None:
+        out.append(row[0])
+        row = c.execute(SQL_LANE_NEXT, (row[0],)).fetchone()
+    return out
+
+
+def next_due_at(c: sqlite3.Connection, lanes: Sequence[str] | None = None,
+            exclude_lanes: Collection[str] = (), exclude_ids: Collection[int] = ()) -> float | None:
+    """Earliest wall time at which ``claim`` could return something:
+    the first queued ``not_before``, or just after the first lease expiry."""
+    best: float | None = None
+    for lane in _pick_lanes(c, lanes, exclude_lanes):
+        t = c.execute(SQL_FIRST_DUE_IN_LANE, (lane,)).fetchone()[0]
+        if t is not None and (best is None or t < best):
+            best = t
+    for r in c.execute(SQL_LEASES).fetchall():  # soonest lease first
+        if not _lane_ok(r["lane"], lanes, exclude_lanes) or r["id"] in exclude_ids:
+            continue
+        t = math.nextafter(r["lease_until"], math.inf)  # strict: expired only after
+        if best is None or t < best:
+            best = t
+        break
+    return best
+
+
+def _lane_ok(lane: str, lanes: Sequence[str] | None, exclude: Collection[str]) -> bool:
+    return (lanes is None or lane in lanes) and lane not in exclude
+
+
+def _urgency(row: sqlite3.Row) -> tuple:
+    return (-row["priority"], row["not_before"], row["id"])
