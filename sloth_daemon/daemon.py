@@ -128,47 +128,53 @@ class Daemon:
 
     # ------------------------------------------------------------------ run
     async def run(self) -> int:
+        """Serve until asked to stop; then drain. Returns the exit code."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop, f"signal {signal.Signals(sig).name}")
         loop.add_signal_handler(signal.SIGHUP, lambda: None)  # survive terminal hang-up
-        ensure_private_dir(self.paths.runtime_dir)
-        check_socket_path(self.paths.socket)
-        try:
-            self.paths.socket.unlink()
-        except FileNotFoundError:
-            pass
-        await self.server.start(self.paths.socket)
-        watch = timerfd.create()
-        if watch is not None:
-            self.worker.timerfd = True
-            loop.add_reader(watch.fd, self._on_clock_set, watch)
+        await self._listen()
+        watch = self._watch_clock(loop)
         notifier = Notifier.from_env()
-        tasks = [loop.create_task(self.worker.run())]
+        worker = loop.create_task(self.worker.run())
+        tasks = [worker]
         if notifier.watchdog_interval_s:
             tasks.append(loop.create_task(_watchdog(notifier, notifier.watchdog_interval_s)))
         notifier.ready(f"serving {self.paths.socket}")
         log.info("sloth %s ready: pid %d, socket %s, db %s", __version__, os.getpid(),
                  self.paths.socket, self.paths.db)
         stop = loop.create_task(self._stop.wait())
-        done, _ = await asyncio.wait([stop, tasks[0]], return_when=asyncio.FIRST_COMPLETED)
-        if tasks[0] in done and tasks[0].exception() is not None:
-            log.error("worker loop died: %r", tasks[0].exception())
+        done, _ = await asyncio.wait([stop, worker], return_when=asyncio.FIRST_COMPLETED)
+        if worker in done and worker.exception() is not None:
+            log.error("worker loop died: %r", worker.exception())
         notifier.stopping()
+        await self._drain(tasks, watch)
+        return 0 if worker not in done else 1
+
+    async def _listen(self) -> None:
+        ensure_private_dir(self.paths.runtime_dir)
+        check_socket_path(self.paths.socket)
+        self.paths.socket.unlink(missing_ok=True)  # stale: the instance lock proves nobody serves it
+        await self.server.start(self.paths.socket)
+
+    def _watch_clock(self, loop: asyncio.AbstractEventLoop) -> timerfd.ClockSetWatch | None:
+        watch = timerfd.create()
+        if watch is not None:
+            self.worker.timerfd = True
+            loop.add_reader(watch.fd, self._on_clock_set, watch)
+        return watch
+
+    async def _drain(self, tasks: list[asyncio.Task[None]], watch: timerfd.ClockSetWatch | None) -> None:
         await self.worker.shutdown()
         await self.server.close()
         for t in tasks:
             t.cancel()
         if watch is not None:
-            loop.remove_reader(watch.fd)
+            asyncio.get_running_loop().remove_reader(watch.fd)
             watch.close()
-        try:
-            self.paths.socket.unlink()
-        except FileNotFoundError:
-            pass
+        self.paths.socket.unlink(missing_ok=True)
         self.queue.close()
         log.info("stopped")
-        return 0 if tasks[0] not in done else 1
 
     def _on_clock_set(self, watch: timerfd.ClockSetWatch) -> None:
         if watch.consume():

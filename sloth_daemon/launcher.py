@@ -21,23 +21,38 @@ def start_background(paths: Paths, *, timeout_s: float = 10.0) -> int:
     this terminal. Raises SlothError with the daemon's last words."""
     check_socket_path(paths.socket)  # say so now, not via the daemon's log
     if _start_via_service(paths):
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            pid = _pid_of_running(paths)
-            if pid:
-                return pid
-            time.sleep(0.05)
+        pid = _wait_for_pid(paths, timeout_s)
+        if pid:
+            return pid
         # The unit did not come up: fall through and run one ourselves.
+    return _wait_until_serving(paths, _spawn_detached(paths), timeout_s)
+
+
+def _wait_for_pid(paths: Paths, timeout_s: float) -> int | None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pid = _pid_of_running(paths)
+        if pid:
+            return pid
+        time.sleep(0.05)
+    return None
+
+
+def _spawn_detached(paths: Paths) -> subprocess.Popen[bytes]:
+    """``sloth daemon run`` in a new session, its output to the daemon log."""
     ensure_private_dir(paths.log_dir)
     log = open(paths.daemon_log, "ab")
     try:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             [sys.executable, "-m", "sloth_daemon", "daemon", "run"],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log,
             start_new_session=True, close_fds=True, cwd="/",
         )
     finally:
         log.close()
+
+
+def _wait_until_serving(paths: Paths, proc: subprocess.Popen[bytes], timeout_s: float) -> int:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         code = proc.poll()

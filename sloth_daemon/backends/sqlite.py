@@ -1,5 +1,7 @@
-"""The lease queue on one SQLite file: the only module that speaks its SQL
-(db.py connects and migrates).
+"""The lease queue on one SQLite file: leases and transitions. Its SQL lives
+in the sqlite*.py modules of this package (sqlite_enqueue: adding jobs,
+sqlite_pick: what a claim picks, sqlite_reads: the read side); db.py
+connects and migrates.
 
 Knows nothing of sockets, processes or the CLI. Every write is one short
 ``BEGIN IMMEDIATE`` transaction (db.transaction), every time is a bound
@@ -10,40 +12,29 @@ What ``claim`` picks, and in which order, is sqlite_pick.py's.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
 import secrets
 import sqlite3
 from pathlib import Path
-from typing import Any, Collection, Iterable, Mapping, Sequence
+from typing import Any, Collection, Sequence
 
 from .. import db
 from . import sqlite_pick as pick
+from .sqlite_enqueue import SQL_ACTIVE_KEY, SqliteEnqueue
+from .sqlite_reads import SqliteReads
 from ..clock import Clock, SystemClock
-from ..errors import BadRequest, IllegalTransition, JobNotFound, LeaseLost
-from ..models import ACTIVE_STATES, FINISHED_STATES, Event, Job, JobState
-from ..spec import Defaults, EnvCache, JobSpec, integer, number
+from ..errors import BadRequest, IllegalTransition, LeaseLost
+from ..models import ACTIVE_STATES, FINISHED_STATES, Job, JobState
+from ..spec import number
 
 DEFAULT_LEASE_S = 60.0
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_BACKOFF_CAP_S = 300.0
 
-# The literal IN list must match jobs_active_key's WHERE for the partial index
-# to apply; with bound parameters it cannot, and the lookup scans the table.
-SQL_ACTIVE_KEY = (
-    "SELECT id FROM jobs INDEXED BY jobs_active_key"
-    " WHERE key = ? AND state IN ('queued', 'claimed')"
-)
-SQL_INSERT = (
-    "INSERT INTO jobs (command, state, lane, priority, max_attempts, lease_s,"
-    " timeout_s, not_before, key, cwd, env_id, label, shell, created_at, updated_at)"
-    " VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
 
-
-class SqliteQueue:
+class SqliteQueue(SqliteEnqueue, SqliteReads):
     """A durable lease queue over one SQLite file (see module docstring)."""
 
     def __init__(
@@ -63,66 +54,6 @@ class SqliteQueue:
         self._conn = db.connect(self.path)
         self._envs: dict[int, dict[str, str]] = {}  # env_id -> env, decoded once
         self._conn.row_factory = sqlite3.Row
-
-    # ----------------------------------------------------------------- enqueue
-    def enqueue(
-        self,
-        command: Sequence[str],
-        *,
-        max_attempts: int | None = None,
-        lease_s: float | None = None,
-        not_before: float | None = None,
-        priority: int = 0,
-        lane: str = "default",
-        key: str | None = None,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        timeout_s: float | None = None,
-        label: str | None = None,
-        shell: bool = False,
-    ) -> int:
-        """Add a job in state ``queued`` and return its id.
-
-        With ``key``: if an unfinished (queued or claimed) job has the same key,
-        return its id and add nothing. Raises BadRequest for invalid fields.
-        """
-        return self.enqueue_many(
-            [
-                dict(
-                    command=command, max_attempts=max_attempts, lease_s=lease_s,
-                    not_before=not_before, priority=priority, lane=lane, key=key,
-                    cwd=cwd, env=env, timeout_s=timeout_s, label=label, shell=shell,
-                )
-            ]
-        )[0]
-
-    def enqueue_many(self, specs: Iterable[Mapping[str, Any]]) -> list[int]:
-        """Enqueue many jobs in one transaction; all or none. Same rules as enqueue."""
-        cache: EnvCache = {}
-        defaults = Defaults(self.max_attempts, self.lease_s)
-        rows = [JobSpec.parse(s, defaults, cache) for s in specs]  # validate all before writing any
-        now = self.clock.now()
-        ids: list[int] = []
-        run: list[tuple] = []  # consecutive rows without a key, inserted by one executemany
-        with db.transaction(self._conn) as c:
-            env_ids: dict[str, int] = {}  # one envs row per distinct environment
-            for r in rows:
-                if r.env_json is not None and r.env_json not in env_ids:
-                    env_ids[r.env_json] = _put_env(c, r.env_json)
-            for r in rows:
-                env_id = None if r.env_json is None else env_ids[r.env_json]
-                if r.key is None:
-                    run.append(_values(r, env_id, now))
-                    continue
-                ids += _insert_run(c, run)
-                run = []
-                hit = c.execute(SQL_ACTIVE_KEY, (r.key,)).fetchone()
-                if hit:
-                    ids.append(hit[0])
-                    continue
-                ids.append(int(c.execute(SQL_INSERT, _values(r, env_id, now)).lastrowid))
-            ids += _insert_run(c, run)
-        return ids
 
     # ------------------------------------------------------------------- claim
     def claim(
@@ -159,25 +90,30 @@ class SqliteQueue:
                     return None
                 row, expired = cand
                 if expired and row["attempts"] >= row["max_attempts"]:
-                    self._finish(c, row["id"], JobState.FAILED, now, row["attempts"],
-                                 "lease_expired",
-                                 f"lease expired on the last attempt ({row['attempts']}"
-                                 f"/{row['max_attempts']}); worker {row['worker']} was lost")
+                    self._lease_expired_for_good(c, row, now)
                     continue
-                lease = row["lease_s"] if lease_s is None else number(lease_s, "lease_s", None, lo=0.001)
-                token = secrets.token_hex(8)
-                attempt = row["attempts"] + 1
-                out = c.execute(
-                    "UPDATE jobs SET state = 'claimed', attempts = ?, token = ?, worker = ?,"
-                    " lease_until = ?, updated_at = ? WHERE id = ? RETURNING *",
-                    (attempt, token, worker, now + lease, now, row["id"]),
-                ).fetchone()
-                kind = "reclaimed" if expired else "claimed"
-                msg = f"by {worker}"
-                if expired:
-                    msg += f"; lease of {row['worker']} expired at {row['lease_until']:.3f}"
-                self._event(c, row["id"], now, kind, attempt, msg)
-                return self._job(out)
+                return self._lease(c, row, expired, worker, now, row["lease_s"] if lease_s is None else lease_s)
+
+    def _lease_expired_for_good(self, c: sqlite3.Connection, row: sqlite3.Row, now: float) -> None:
+        self._finish(c, row["id"], JobState.FAILED, now, row["attempts"], "lease_expired",
+                     f"lease expired on the last attempt ({row['attempts']}/{row['max_attempts']});"
+                     f" worker {row['worker']} was lost")
+
+    def _lease(self, c: sqlite3.Connection, row: sqlite3.Row, expired: bool, worker: str, now: float,
+               lease: float) -> Job:
+        """claimed, attempt + 1, a fresh token, event claimed or reclaimed."""
+        token = secrets.token_hex(8)
+        attempt = row["attempts"] + 1
+        out = c.execute(
+            "UPDATE jobs SET state = 'claimed', attempts = ?, token = ?, worker = ?,"
+            " lease_until = ?, updated_at = ? WHERE id = ? RETURNING *",
+            (attempt, token, worker, now + lease, now, row["id"]),
+        ).fetchone()
+        msg = f"by {worker}"
+        if expired:
+            msg += f"; lease of {row['worker']} expired at {row['lease_until']:.3f}"
+        self._event(c, row["id"], now, "reclaimed" if expired else "claimed", attempt, msg)
+        return self._job(out)
 
     # --------------------------------------------------------- lease holders
     def heartbeat(self, job_id: int, token: str, *, lease_s: float | None = None) -> Job:
@@ -327,66 +263,6 @@ class SqliteQueue:
                 self._envs.clear()
             return cur.rowcount
 
-    # ----------------------------------------------------------------- reads
-    def get(self, job_id: int) -> Job:
-        return self._job(self._get_row(self._conn, job_id))
-
-    def jobs(
-        self, state: str | JobState | None = None, lane: str | None = None, limit: int = 1000,
-        *, states: Sequence[str] | None = None,
-    ) -> list[Job]:
-        """The newest ``limit`` jobs matching the filters, oldest first."""
-        wanted = list(states or ([] if state is None else [state]))
-        for s in wanted:
-            JobState(s)  # raises ValueError for an unknown state
-        limit = integer(limit, "limit", 1000, lo=1)
-        where, args = [], []
-        if wanted:
-            where.append(f"state IN ({','.join('?' * len(wanted))})")
-            args += [JobState(s).value for s in wanted]
-        if lane is not None:
-            where.append("lane = ?")
-            args.append(lane)
-        sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
-        sql = f"SELECT * FROM ({sql} ORDER BY id DESC LIMIT ?) ORDER BY id"
-        return [self._job(r) for r in self._conn.execute(sql, (*args, limit))]
-
-    def events(self, job_id: int) -> list[Event]:
-        self._get_row(self._conn, job_id)
-        rows = self._conn.execute(
-            "SELECT job_id, at, kind, attempt, message FROM events WHERE job_id = ? ORDER BY id",
-            (job_id,),
-        ).fetchall()
-        return [Event(**dict(r)) for r in rows]
-
-    def counts(self) -> dict[str, int]:
-        out = {s.value: 0 for s in JobState}
-        for st, n in self._conn.execute("SELECT state, count(*) FROM jobs GROUP BY state"):
-            out[st] = n
-        return out
-
-    def claimed(self) -> list[Job]:
-        """All jobs currently leased (running somewhere, or lost)."""
-        return [self._job(r) for r in self._conn.execute(
-            "SELECT * FROM jobs WHERE state = 'claimed' ORDER BY id")]
-
-    def next_due_at(self, lanes: Sequence[str] | None = None, *,
-                    exclude_lanes: Collection[str] = (),
-                    exclude_ids: Collection[int] = ()) -> float | None:
-        """Earliest wall time at which ``claim`` could return something:
-        the first queued ``not_before``, or just after the first lease expiry."""
-        return pick.next_due_at(self._conn, lanes, exclude_lanes, exclude_ids)
-
-    def lanes(self) -> list[str]:
-        """Lanes that have queued or claimed jobs."""
-        claimed = {r[0] for r in self._conn.execute("SELECT lane FROM jobs WHERE state = 'claimed'")}
-        return sorted(set(pick.queued_lanes(self._conn)) | claimed)
-
-    def get_meta(self, key: str, default: Any = None) -> Any:
-        """A small persisted setting (JSON value), e.g. which lanes are paused."""
-        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return default if row is None else json.loads(row[0])
-
     def set_meta(self, key: str, value: Any) -> None:
         with db.transaction(self._conn) as c:
             c.execute(
@@ -420,27 +296,6 @@ class SqliteQueue:
         self.close()
 
     # --------------------------------------------------------------- helpers
-    def _job(self, row: sqlite3.Row) -> Job:
-        env_id = row["env_id"]
-        if env_id is None:
-            return Job.from_row(row)  # no env, or one stored inline by schema v1/v2
-        env = self._envs.get(env_id)
-        if env is None:
-            found = self._conn.execute("SELECT data FROM envs WHERE id = ?", (env_id,)).fetchone()
-            env = json.loads(found[0]) if found else {}
-            if len(self._envs) > 256:
-                self._envs.clear()
-            self._envs[env_id] = env
-        return Job.from_row(row, env=dict(env))  # a copy: callers may change theirs
-
-    def _get_row(self, c: sqlite3.Connection, job_id: int) -> sqlite3.Row:
-        if isinstance(job_id, bool) or not isinstance(job_id, int):
-            raise JobNotFound(job_id)
-        row = c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if row is None:
-            raise JobNotFound(job_id)
-        return row
-
     def _held(self, c: sqlite3.Connection, job_id: int, token: str) -> sqlite3.Row:
         row = self._get_row(c, job_id)
         if row["state"] != JobState.CLAIMED.value or row["token"] is None or row["token"] != token:
@@ -473,31 +328,6 @@ class SqliteQueue:
             "INSERT INTO events (job_id, at, kind, attempt, message) VALUES (?, ?, ?, ?, ?)",
             (job_id, at, kind, attempt, message),
         )
-
-
-def _put_env(c: sqlite3.Connection, text: str) -> int:
-    """The id of this environment in ``envs``, adding it if new."""
-    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-    c.execute("INSERT INTO envs (hash, data) VALUES (?, ?) ON CONFLICT(hash) DO NOTHING",
-              (digest, text))
-    return c.execute("SELECT id FROM envs WHERE hash = ?", (digest,)).fetchone()[0]
-
-
-def _values(r: JobSpec, env_id: int | None, now: float) -> tuple:
-    nb = now if r.not_before is None else r.not_before
-    return (r.command_json, r.lane, r.priority, r.max_attempts, r.lease_s, r.timeout_s, nb,
-            r.key, r.cwd, env_id, r.label, int(r.shell), now, now)
-
-
-def _insert_run(c: sqlite3.Connection, run: list[tuple]) -> list[int]:
-    """Insert rows with one executemany; return their ids. Under our write lock
-    with AUTOINCREMENT each insert takes the next rowid, so the ids of a run
-    are the consecutive numbers ending at last_insert_rowid()."""
-    if not run:
-        return []
-    c.executemany(SQL_INSERT, run)
-    last = c.execute("SELECT last_insert_rowid()").fetchone()[0]
-    return list(range(last - len(run) + 1, last + 1))
 
 
 def _ever_claimed(c: sqlite3.Connection, job_id: int) -> bool:

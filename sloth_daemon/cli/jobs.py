@@ -37,47 +37,15 @@ def add(
     as_json: bool = typer.Option(False, "--json", help="Print the ids as JSON."),
 ) -> None:
     """Queue a command: `sloth add -- rsync -a ~/photos /backup`. Prints the job id."""
-    from ..errors import BadRequest
-
-    if delay is not None and at is not None:
-        raise BadRequest("--delay and --at cannot be used together")
     many = stdin or from_file is not None
-    if many and command:
-        raise BadRequest("give either a command or --stdin/--file, not both")
-    if not many and not command:
-        raise BadRequest("no command given", hint="Put the command after --, e.g. `sloth add -- make test`.")
-    import time
-
-    not_before = None
-    if delay is not None:
-        not_before = time.time() + (duration(delay, "--delay") or 0)
-    elif at is not None:
-        from ..durations import parse_at
-
-        not_before = parse_at(at)
-    workdir = str((cwd or Path.cwd()).absolute())
-    if cwd is not None and not Path(workdir).is_dir():
-        raise BadRequest(f"--cwd {workdir} is not a folder")
-    common: dict[str, Any] = {
-        "lane": lane, "priority": priority, "cwd": workdir, "env": dict(os.environ),
-        "max_attempts": max_attempts, "lease_s": duration(lease, "--lease"),
-        "timeout_s": duration(timeout, "--timeout"), "not_before": not_before, "label": label,
-    }
-    common = {k: v for k, v in common.items() if v is not None}
+    _check_add_usage(command, many=many, delay=delay, at=at, key=key)
+    common = _common_fields(
+        lane=lane, priority=priority, cwd=cwd, max_attempts=max_attempts, lease_s=duration(lease, "--lease"),
+        timeout_s=duration(timeout, "--timeout"), not_before=_not_before(delay, at), label=label)
     if many:
-        if key is not None:
-            raise BadRequest("--key applies to one job; it cannot be used with --stdin/--file")
-        # Bytes that are not UTF-8 pass through as in argv (surrogateescape), not a traceback.
-        text = sys.stdin.buffer.read().decode("utf-8", "surrogateescape") if stdin else _read_file(from_file)
-        from ..shellwords import line_job
-
-        jobs = [line_job(ln) for ln in text.splitlines() if ln.strip()]
-        if not jobs:
-            raise BadRequest("no commands on input (one per line)")
+        jobs = _lines_as_jobs(sys.stdin.buffer.read() if stdin else _read_file(from_file))
     else:
-        argv = list(command or [])
-        if shell:
-            argv = ["/bin/sh", "-c", " ".join(argv)]
+        argv = ["/bin/sh", "-c", " ".join(command or [])] if shell else list(command or [])
         jobs = [{"command": argv, "shell": shell, **({"key": key} if key else {})}]
     ids = _submit(jobs, common, no_start=no_start)
     if as_json:
@@ -88,9 +56,56 @@ def add(
         raise typer.Exit(_wait(ids, quiet=True, as_json=False))
 
 
-def _read_file(p: Optional[Path]) -> str:
+def _check_add_usage(command: Optional[List[str]], *, many: bool, delay: Optional[str], at: Optional[str],
+                     key: Optional[str]) -> None:
+    if delay is not None and at is not None:
+        raise errors.BadRequest("--delay and --at cannot be used together")
+    if many and command:
+        raise errors.BadRequest("give either a command or --stdin/--file, not both")
+    if not many and not command:
+        raise errors.BadRequest("no command given",
+                                hint="Put the command after --, e.g. `sloth add -- make test`.")
+    if many and key is not None:
+        raise errors.BadRequest("--key applies to one job; it cannot be used with --stdin/--file")
+
+
+def _not_before(delay: Optional[str], at: Optional[str]) -> Optional[float]:
+    if delay is not None:
+        import time
+
+        return time.time() + (duration(delay, "--delay") or 0)
+    if at is not None:
+        from ..durations import parse_at
+
+        return parse_at(at)
+    return None
+
+
+def _common_fields(*, cwd: Optional[Path], **fields: Any) -> dict[str, Any]:
+    """What every job of one `sloth add` shares: the caller's folder and
+    environment, and the options given (those not given are left out, so
+    the daemon's defaults apply)."""
+    workdir = str((cwd or Path.cwd()).absolute())
+    if cwd is not None and not Path(workdir).is_dir():
+        raise errors.BadRequest(f"--cwd {workdir} is not a folder")
+    common = {"cwd": workdir, "env": dict(os.environ), **fields}
+    return {k: v for k, v in common.items() if v is not None}
+
+
+def _lines_as_jobs(data: bytes) -> list[dict[str, Any]]:
+    from ..shellwords import line_job
+
+    # Bytes that are not UTF-8 pass through as in argv (surrogateescape), not a traceback.
+    text = data.decode("utf-8", "surrogateescape")
+    jobs = [line_job(ln) for ln in text.splitlines() if ln.strip()]
+    if not jobs:
+        raise errors.BadRequest("no commands on input (one per line)")
+    return jobs
+
+
+def _read_file(p: Optional[Path]) -> bytes:
     try:
-        return Path(p).read_bytes().decode("utf-8", "surrogateescape")  # type: ignore[arg-type]
+        return Path(p).read_bytes()  # type: ignore[arg-type]
     except OSError as e:
         raise errors.BadRequest(f"cannot read {p}: {e.strerror or e}") from None
 

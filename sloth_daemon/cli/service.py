@@ -8,7 +8,7 @@ imported inside the commands.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import typer
 
@@ -35,90 +35,99 @@ def _show_report(r: Any, summary: str) -> None:
         typer.echo(f"warning: {warning}", err=True)
 
 
-def register(app: typer.Typer, handles_errors: Callable[..., Any]) -> None:
-    service_app = typer.Typer(
-        help="Start the daemon at login: a systemd --user unit or a launchd LaunchAgent.",
-        no_args_is_help=True,
-    )
-    app.add_typer(service_app, name="service")
+service_app = typer.Typer(
+    help="Start the daemon at login: a systemd --user unit or a launchd LaunchAgent.",
+    no_args_is_help=True,
+)
+app.add_typer(service_app, name="service")
 
-    @service_app.command("install")
-    @handles_errors
-    def install(
-        now: bool = typer.Option(False, "--now", help="Also start it now (default: at the next login)."),
-        print_only: bool = typer.Option(False, "--print", help="Show the file it would write; change nothing."),
-        as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-        platform: Optional[str] = typer.Option(None, "--platform", hidden=True, help=_PLATFORM_HELP),
-    ) -> None:
-        """Write the login service for this machine, enable it (and with --now start it)."""
-        from .. import service
 
-        plat = service.platform(platform)
-        if print_only:
-            content = service.render(plat)
-            if as_json:
-                _emit_json({"platform": plat, "path": str(service.unit_path(plat)), "content": content})
-            else:
-                typer.echo(content, nl=False)
-            return
-        r = service.install(now=now, plat=plat)
-        if as_json:
-            _emit_json(r.as_dict())
-            return
-        what = {"installed": "installed", "updated": "updated (file rewritten)",
-                "unchanged": "already installed, unchanged"}[r.state]
-        _show_report(r, f"sloth service {what}: {service.MANAGER[plat]}, {r.path}")
+@service_app.command("install")
+@handles_errors
+def install(
+    now: bool = typer.Option(False, "--now", help="Also start it now (default: at the next login)."),
+    print_only: bool = typer.Option(False, "--print", help="Show the file it would write; change nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    platform: Optional[str] = typer.Option(None, "--platform", hidden=True, help=_PLATFORM_HELP),
+) -> None:
+    """Write the login service for this machine, enable it (and with --now start it)."""
+    from .. import service
 
-    @service_app.command("uninstall")
-    @handles_errors
-    def uninstall(
-        as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-        platform: Optional[str] = typer.Option(None, "--platform", hidden=True, help=_PLATFORM_HELP),
-    ) -> None:
-        """Stop and disable the login service and remove its file."""
-        from .. import service
+    plat = service.platform(platform)
+    if print_only:
+        _print_unit(plat, as_json)
+        return
+    r = service.install(now=now, plat=plat)
+    if as_json:
+        _emit_json(r.as_dict())
+        return
+    what = {"installed": "installed", "updated": "updated (file rewritten)",
+            "unchanged": "already installed, unchanged"}[r.state]
+    _show_report(r, f"sloth service {what}: {service.MANAGER[plat]}, {r.path}")
 
-        r = service.uninstall(plat=platform)
-        if as_json:
-            _emit_json(r.as_dict())
-        elif r.state == "not installed":
-            typer.echo(f"sloth service not installed ({r.path}): nothing to do")
-        else:
-            _show_report(r, f"sloth service removed: {service.MANAGER[r.platform]}")
 
-    @service_app.command("status")
-    @handles_errors
-    def status(
-        as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-        platform: Optional[str] = typer.Option(None, "--platform", hidden=True, help=_PLATFORM_HELP),
-    ) -> None:
-        """Installed? enabled? running? Does its sloth binary still exist? Linger?"""
-        from .. import service
+@service_app.command("uninstall")
+@handles_errors
+def uninstall(
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    platform: Optional[str] = typer.Option(None, "--platform", hidden=True, help=_PLATFORM_HELP),
+) -> None:
+    """Stop and disable the login service and remove its file."""
+    from .. import service
 
-        d = service.status(plat=platform)
-        if as_json:
-            _emit_json(d)
-            return
-        for key, value in _status_lines(d):
-            typer.echo(f"{key + ':':<11}{value}")
+    r = service.uninstall(plat=platform)
+    if as_json:
+        _emit_json(r.as_dict())
+    elif r.state == "not installed":
+        typer.echo(f"sloth service not installed ({r.path}): nothing to do")
+    else:
+        _show_report(r, f"sloth service removed: {service.MANAGER[r.platform]}")
 
-    @app.command("doctor")
-    @handles_errors
-    def doctor(
-        as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-        platform: Optional[str] = typer.Option(None, "--platform", hidden=True, help=_PLATFORM_HELP),
-    ) -> None:
-        """Check the things that go wrong in practice and say how to fix each."""
-        from .. import doctor as doc
 
-        checks = doc.run_checks(plat=platform)
-        failed = any(c.status == "fail" for c in checks)
-        if as_json:
-            _emit_json({"ok": not failed, "checks": [c.as_dict() for c in checks]})
-        else:
-            typer.echo(doc.format_checks(checks))
-        if failed:
-            raise typer.Exit(1)
+@service_app.command("status")
+@handles_errors
+def status(
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    platform: Optional[str] = typer.Option(None, "--platform", hidden=True, help=_PLATFORM_HELP),
+) -> None:
+    """Installed? enabled? running? Does its sloth binary still exist? Linger?"""
+    from .. import service
+
+    d = service.status(plat=platform)
+    if as_json:
+        _emit_json(d)
+        return
+    for key, value in _status_lines(d):
+        typer.echo(f"{key + ':':<11}{value}")
+
+
+@app.command("doctor")
+@handles_errors
+def doctor(
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    platform: Optional[str] = typer.Option(None, "--platform", hidden=True, help=_PLATFORM_HELP),
+) -> None:
+    """Check the things that go wrong in practice and say how to fix each."""
+    from .. import doctor as doc
+
+    checks = doc.run_checks(plat=platform)
+    failed = any(c.status == "fail" for c in checks)
+    if as_json:
+        _emit_json({"ok": not failed, "checks": [c.as_dict() for c in checks]})
+    else:
+        typer.echo(doc.format_checks(checks))
+    if failed:
+        raise typer.Exit(1)
+
+
+def _print_unit(plat: str, as_json: bool) -> None:
+    from .. import service
+
+    content = service.render(plat)
+    if as_json:
+        _emit_json({"platform": plat, "path": str(service.unit_path(plat)), "content": content})
+    else:
+        typer.echo(content, nl=False)
 
 
 def _status_lines(d: dict[str, Any]) -> list[tuple[str, str]]:
@@ -139,5 +148,3 @@ def _status_lines(d: dict[str, Any]) -> list[tuple[str, str]]:
         lines.append(("linger", d["linger"] or "unknown"))
     return lines
 
-
-register(app, handles_errors)
