@@ -60,7 +60,7 @@ def load(path: Path) -> Settings:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - 3.10
-        import tomli as tomllib
+        import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:

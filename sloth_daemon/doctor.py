@@ -253,9 +253,10 @@ def check_clock(st: Any) -> Check:
     last, every = c.get("last_check_at"), c.get("check_interval_s")
     if "last_check_at" in c and last is None:
         return warn("clock check", "no check has run yet (did the daemon just start?)", "Run `sloth doctor` again.")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (last, every)):
+    if not (_is_number(last) and _is_number(every)):
         return warn("clock check", "unknown: the daemon does not report clock.last_check_at",
                     "Upgrade so client and daemon match, then restart the daemon.")
+    last, every = float(last), float(every)  # type: ignore[arg-type]  # checked just above
     age = time.time() - last
     limit = max(3 * every, every + 10)
     if age > limit:
@@ -274,3 +275,7 @@ def check_config(p: Paths) -> Check:
     if not p.config_file.exists():
         return ok("config", f"no {p.config_file}; defaults apply")
     return ok("config", f"{p.config_file} parses")
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)

@@ -32,7 +32,8 @@ DAEMON_ONLY_ENV = (
 )
 
 
-def job_env(captured: dict[str, str] | None, extra: dict[str, str], daemon_env: dict[str, str] | None = None) -> dict[str, str]:
+def job_env(captured: dict[str, str] | None, extra: dict[str, str],
+            daemon_env: dict[str, str] | None = None) -> dict[str, str]:
     """The environment a job runs with: what `sloth add` captured, or (for a
     job enqueued by a program without one) the daemon's minus its own hooks."""
     base = dict(captured) if captured is not None else dict(daemon_env if daemon_env is not None else os.environ)

@@ -178,9 +178,9 @@ class LocalSpawner:
 
     async def _start_after_kill(self, run: _Local) -> None:
         loop = asyncio.get_running_loop()
+        previous = run.req.previous or {}
         try:
-            await loop.run_in_executor(None, procident.kill_identity_blocking, run.req.previous,
-                                       run.req.kill_grace_s)
+            await loop.run_in_executor(None, procident.kill_identity_blocking, previous, run.req.kill_grace_s)
         except Exception as e:  # a bug or a psutil surprise: do not start beside it
             self.runs.pop(run.req.key, None)
             run.sink.spawn_failed(f"cannot end the previous attempt's process: {e}", True)

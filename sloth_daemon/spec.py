@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from json.encoder import encode_basestring_ascii as _encode_str  # type: ignore[attr-defined]
+from json.encoder import encode_basestring_ascii as _encode_str
 from typing import Any, Mapping, NamedTuple, Sequence, overload
 
 from .errors import BadRequest

@@ -8,6 +8,9 @@ import pytest
 
 from tests.support.harness import TEST_CONFIG, Harness
 
+# The `fakeclock` fixture (an LD_PRELOAD shim that simulates a suspend).
+pytest_plugins = ["tests.support.fakeclock"]
+
 
 @pytest.fixture
 def home():

@@ -137,7 +137,7 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
             return job
 
     def _extend(self, c: sqlite3.Connection, row: sqlite3.Row, now: float, lease_s: float | None) -> Job:
-        lease = row["lease_s"] if lease_s is None else number(lease_s, "lease_s", None, lo=0.001)
+        lease = row["lease_s"] if lease_s is None else number(lease_s, "lease_s", 0.0, lo=0.001)
         out = c.execute(
             "UPDATE jobs SET lease_until = ?, updated_at = ? WHERE id = ? RETURNING *",
             (now + lease, now, row["id"]),
@@ -250,7 +250,7 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
         ``older_than_s`` ago. Returns how many jobs were deleted."""
         if older_than_s is None:
             raise BadRequest("older_than_s must be a number of seconds, got None")
-        older = number(older_than_s, "older_than_s", None, lo=0)
+        older = number(older_than_s, "older_than_s", 0.0, lo=0)
         cutoff = self.clock.now() - older
         with db.transaction(self._conn) as c:
             cur = c.execute(

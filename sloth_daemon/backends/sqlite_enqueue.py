@@ -89,7 +89,7 @@ class SqliteEnqueue:
                 if hit:
                     ids.append(hit[0])
                     continue
-                ids.append(int(c.execute(SQL_INSERT, _values(r, env_id, now)).lastrowid))
+                ids.append(int(c.execute(SQL_INSERT, _values(r, env_id, now)).lastrowid or 0))
             ids += _insert_run(c, run)
         return ids
 

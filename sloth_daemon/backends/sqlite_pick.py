@@ -56,6 +56,7 @@ def best_candidate(c: sqlite3.Connection, now: float, lanes: Sequence[str] | Non
     if q is None and e is None:
         return None
     if e is None:
+        assert q is not None
         return q, False
     if q is None:
         return e, True

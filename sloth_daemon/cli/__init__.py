@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import sys
 
+import typer
+
 from . import admin, jobs, service  # noqa: F401  (registering their commands is the import)
 from .app import app
 
@@ -26,7 +28,11 @@ def _only_the_command_named(first: list[str]) -> None:
     first, a typo, shell completion) keeps them all, for help and suggestions."""
     if not first or "_SLOTH_COMPLETE" in os.environ:
         return
-    cmds = [c for c in app.registered_commands if (c.name or c.callback.__name__.replace("_", "-")) == first[0]]
+    cmds = [c for c in app.registered_commands if _name(c) == first[0]]
     groups = [g for g in app.registered_groups if g.name == first[0]]
     if cmds or groups:
         app.registered_commands, app.registered_groups = cmds, groups
+
+
+def _name(cmd: typer.models.CommandInfo) -> str:
+    return cmd.name or getattr(cmd.callback, "__name__", "").replace("_", "-")

@@ -11,7 +11,10 @@ from .jobs import _start_daemon
 
 @app.command()
 @handles_errors
-def config(as_json: bool = typer.Option(False, "--json"), example: bool = typer.Option(False, "--example", help="Print an example config file.")) -> None:
+def config(
+    as_json: bool = typer.Option(False, "--json"),
+    example: bool = typer.Option(False, "--example", help="Print an example config file."),
+) -> None:
     """Show the effective settings and where each comes from."""
     from .. import config as cfg
 

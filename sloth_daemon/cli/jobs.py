@@ -21,12 +21,15 @@ def add(
     command: Optional[List[str]] = typer.Argument(None, help="The command and its arguments (after --)."),
     lane: str = typer.Option("default", "--lane", "-l", help="Lane (each has its own concurrency)."),
     priority: int = typer.Option(0, "--priority", "-p", help="Higher runs first within a lane."),
-    max_attempts: Optional[int] = typer.Option(None, "--max-attempts", help="Tries before failed (default from config)."),
+    max_attempts: Optional[int] = typer.Option(
+        None, "--max-attempts", help="Tries before failed (default from config)."),
     lease: Optional[str] = typer.Option(None, "--lease", help="Lease length, e.g. 1m (default from config)."),
-    timeout: Optional[str] = typer.Option(None, "--timeout", "-t", help="Kill the job's process tree after this, e.g. 2h."),
+    timeout: Optional[str] = typer.Option(
+        None, "--timeout", "-t", help="Kill the job's process tree after this, e.g. 2h."),
     delay: Optional[str] = typer.Option(None, "--delay", help="Do not start before this long from now, e.g. 10m."),
     at: Optional[str] = typer.Option(None, "--at", help="Do not start before this time (HH:MM or ISO)."),
-    key: Optional[str] = typer.Option(None, "--key", "-k", help="Idempotency key: if an unfinished job has it, reuse that job."),
+    key: Optional[str] = typer.Option(
+        None, "--key", "-k", help="Idempotency key: if an unfinished job has it, reuse that job."),
     label: Optional[str] = typer.Option(None, "--label", help="A short name shown in listings."),
     cwd: Optional[Path] = typer.Option(None, "--cwd", help="Working directory (default: the current one)."),
     shell: bool = typer.Option(False, "--shell", "-s", help="Run the command through /bin/sh -c."),
@@ -166,7 +169,8 @@ def _start_daemon(timeout_s: float = 10.0) -> int:
 def ls(
     state: Optional[List[str]] = typer.Option(None, "--state", "-s", help="Only these states (repeatable)."),
     lane: Optional[str] = typer.Option(None, "--lane", "-l", help="Only this lane."),
-    all_: bool = typer.Option(False, "--all", "-a", help="Include finished jobs (default: queued and running, plus the last 10 finished)."),
+    all_: bool = typer.Option(
+        False, "--all", "-a", help="Include finished jobs (default: queued and running, plus the last 10 finished)."),
     limit: int = typer.Option(200, "--limit", "-n", help="At most this many (newest)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:

@@ -12,7 +12,6 @@ import psutil
 import pytest
 
 from sloth_daemon.queue import Queue
-from tests.support.fakeclock import fakeclock  # noqa: F401
 from tests.support.harness import Harness, alive
 
 pytestmark = pytest.mark.acceptance

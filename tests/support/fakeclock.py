@@ -7,9 +7,7 @@ sleeping function alone.  That is what a resume from suspend looks like to a
 process, so the daemon's sleep detection can be exercised in acceptance tests
 without suspending anything.
 
-Usage from a test module::
-
-    from tests.support.fakeclock import fakeclock  # noqa: F401
+Usage from a test module (tests/conftest.py loads this module as a plugin)::
 
     def test_detects_sleep(fakeclock):
         proc = subprocess.Popen(cmd, env={**os.environ, **fakeclock.env()})

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from tests.support import fakeclock as fc_mod
-from tests.support.fakeclock import CompilerNotFound, FakeClock, build, fakeclock  # noqa: F401
+from tests.support.fakeclock import CompilerNotFound, FakeClock, build
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux LD_PRELOAD shim")
 
