@@ -27,7 +27,7 @@ from typing import IO, Callable
 from . import __version__, config, procident, timerfd
 from .clock import SystemClocks
 from .control import Control
-from .errors import DaemonAlreadyRunning, LeaseLost, SlothError, StorageError
+from .errors import DaemonAlreadyRunning, LeaseLost, StorageError
 from .notify import Notifier
 from .paths import Paths, check_socket_path, ensure_private_dir, resolve
 from .queue import Queue
@@ -231,7 +231,5 @@ def main() -> int:
         if n:
             log.info("re-issuing %d job(s) left running by a previous daemon", n)
         return asyncio.run(d.run())
-    except SlothError:
-        raise  # the CLI prints it once, with its hint
     finally:
         lock.release()

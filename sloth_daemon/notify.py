@@ -15,12 +15,9 @@ import logging
 import os
 import socket
 import threading
-from typing import Mapping, MutableMapping
+from typing import Mapping
 
 log = logging.getLogger(__name__)
-
-ENV_KEYS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
-
 
 class Notifier:
     """Sends ``KEY=value`` datagrams to the service manager's notify socket."""
@@ -33,13 +30,9 @@ class Notifier:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, *, unset: bool = False) -> "Notifier":
-        """Read NOTIFY_SOCKET, WATCHDOG_USEC and WATCHDOG_PID.
-
-        With ``unset=True`` the three variables are removed from ``env`` (which
-        must then be mutable, e.g. ``os.environ``) so that job processes do not
-        inherit them and talk to systemd on our behalf.
-        """
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Notifier":
+        """Read NOTIFY_SOCKET, WATCHDOG_USEC and WATCHDOG_PID. (Jobs never
+        inherit them: runner.job_env drops them.)"""
         env = os.environ if env is None else env
         raw = env.get("NOTIFY_SOCKET") or ""
         address: str | None = None
@@ -49,11 +42,7 @@ class Notifier:
             address = raw
         elif raw:
             log.debug("ignoring unsupported NOTIFY_SOCKET %r", raw)
-        usec = _watchdog_usec(env)
-        if unset and isinstance(env, MutableMapping):
-            for key in ENV_KEYS:
-                env.pop(key, None)
-        return cls(address, usec)
+        return cls(address, _watchdog_usec(env))
 
     @property
     def enabled(self) -> bool:
@@ -76,13 +65,6 @@ class Notifier:
 
     def stopping(self, status: str = "") -> bool:
         return self.send("STOPPING=1", *([f"STATUS={_one_line(status)}"] if status else []))
-
-    def status(self, text: str) -> bool:
-        return self.send(f"STATUS={_one_line(text)}")
-
-    def extend_timeout(self, seconds: float) -> bool:
-        """Ask for more time to start or stop (e.g. while draining jobs)."""
-        return self.send(f"EXTEND_TIMEOUT_USEC={max(0, int(seconds * 1_000_000))}")
 
     def send(self, *assignments: str) -> bool:
         """Send one datagram; True if it was handed to the kernel."""

@@ -35,10 +35,8 @@ def test_ready_watchdog_stopping_status_reach_a_path_socket(path_sock):
     assert recv(s) == "READY=1\nSTATUS=listening on /run/x"
     assert n.watchdog() is True
     assert recv(s) == "WATCHDOG=1"
-    assert n.status("3 running\n2 queued") is True
-    assert recv(s) == "STATUS=3 running 2 queued"  # a newline would inject an assignment
-    assert n.extend_timeout(12.5) is True
-    assert recv(s) == "EXTEND_TIMEOUT_USEC=12500000"
+    assert n.stopping("3 running\n2 queued") is True
+    assert recv(s) == "STOPPING=1\nSTATUS=3 running 2 queued"  # a newline would inject an assignment
     assert n.stopping() is True
     assert recv(s) == "STOPPING=1"
     assert n.ready() is True
@@ -71,7 +69,6 @@ def test_disabled_without_notify_socket_is_a_no_op():
     assert n.ready("x") is False
     assert n.watchdog() is False
     assert n.stopping() is False
-    assert n.status("x") is False
 
 
 @pytest.mark.parametrize("value", ["relative/path", "vsock:2:1234", "@"])
@@ -90,10 +87,10 @@ def test_send_errors_never_raise(tmp_path):
 def test_socket_that_went_away_after_start(path_sock, tmp_path):
     s, path = path_sock
     n = Notifier.from_env({"NOTIFY_SOCKET": path})
-    assert n.status("a") is True
+    assert n.ready("a") is True
     s.close()
     os.unlink(path)
-    assert n.status("b") is False
+    assert n.ready("b") is False
 
 
 @pytest.mark.parametrize(
@@ -115,11 +112,3 @@ def test_watchdog_interval(env, expected, tmp_path):
 
 def test_watchdog_needs_a_socket():
     assert Notifier.from_env({"WATCHDOG_USEC": "20000000"}).watchdog_interval_s is None
-
-
-def test_unset_removes_the_variables_so_jobs_do_not_inherit_them(path_sock):
-    _, path = path_sock
-    env = {"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "4000000", "WATCHDOG_PID": str(os.getpid()), "HOME": "/h"}
-    n = Notifier.from_env(env, unset=True)
-    assert env == {"HOME": "/h"}
-    assert n.enabled and n.watchdog_interval_s == 2.0
