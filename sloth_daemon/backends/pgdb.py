@@ -3,11 +3,13 @@
 ``postgresql://`` URL is opened: it imports psycopg.
 
 One connection per queue, in autocommit mode: a read is one statement and
-holds no transaction; a write is ``BEGIN`` ... ``COMMIT`` around the
-statements of one queue call and nothing else, so no transaction stays open
-while a job runs or while the caller thinks. Every transaction first pins
-``sloth.now`` (see the migration): the server's ``clock_timestamp()``, or a
-test's ManualClock.
+holds no transaction; a write of one statement (a claim, a renewal, a
+completion with its event) commits alone, one round trip; a longer write is
+``BEGIN`` ... ``COMMIT`` around the statements of one queue call and nothing
+else, so no transaction stays open while a job runs or while the caller
+thinks. ``sloth.now()`` is the server's clock at the start of the
+transaction (see the migration); with a test clock every write runs in a
+transaction that first pins ``sloth.now`` to the test clock's reading.
 
 Durability: unlike SQLite's claims and renewals (db.transaction durable=False)
 every commit here waits for the WAL flush (synchronous_commit stays on).
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import select
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -27,6 +30,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import psycopg
 from psycopg import errors as pgerr
+from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
@@ -105,6 +109,27 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
+# The server answered and said no (unknown database or role, failed auth,
+# pg_hba): waiting will not change that. Said while it starts or stops, or
+# when it is full, it will.
+_PASSING = ("starting up", "shutting down", "in recovery", "too many", "remaining connection slots")
+
+
+def _refused(e: psycopg.OperationalError) -> bool:
+    text = str(e)
+    return "FATAL:" in text and not any(p in text for p in _PASSING)
+
+
+def _reason(e: BaseException) -> str:
+    """libpq's message without its 'connection to server at ... failed:' preamble."""
+    text = " ".join(str(e).split())
+    for marker in ("FATAL: ", "failed: "):
+        if marker in text:
+            text = text.rsplit(marker, 1)[1]
+            break
+    return text or type(e).__name__
+
+
 def storage_error(e: psycopg.Error, doing: str) -> StorageError:
     """A psycopg error as the StorageError a user sees: what and how to fix it."""
     if isinstance(e, pgerr.QueryCanceled):
@@ -144,7 +169,7 @@ class Connection:
     def _ensure(self, deadline: float) -> psycopg.Connection:
         """The live connection, reconnecting with exponential backoff (50 ms
         doubling to 1 s) until ``deadline``; then StorageError."""
-        if self._conn is not None and not self._conn.closed and not self._conn.broken:
+        if self._conn is not None and _still_up(self._conn):
             return self._conn
         self._drop()
         delay = 0.05
@@ -153,10 +178,10 @@ class Connection:
                 self._conn = self._connect_once()
                 return self._conn
             except psycopg.OperationalError as e:
-                if time.monotonic() + delay > deadline:
-                    raise StorageError(f"cannot connect to PostgreSQL at {self.where}: {_first_line(e)}",
+                if _refused(e) or time.monotonic() + delay > deadline:
+                    raise StorageError(f"cannot connect to PostgreSQL at {self.where}: {_reason(e)}",
                                        hint=HINT_REACH) from e
-            except psycopg.Error as e:  # a bad URL option, an unknown database...
+            except psycopg.Error as e:  # a malformed URL, an unknown option
                 raise StorageError(f"cannot connect to PostgreSQL at {self.where}: {_first_line(e)}",
                                    hint=HINT_REACH) from e
             time.sleep(delay)
@@ -189,6 +214,27 @@ class Connection:
         COMMIT, nobody can know whether it committed: StorageError says so.
         """
         return self._retrying(lambda conn: self._transaction(conn, fn, doing), doing)
+
+    def write_one(self, sql: str, params: Any, doing: str) -> list[dict[str, Any]]:
+        """One statement that writes, and its rows. On the server's clock it
+        commits alone (one round trip); with a test clock it runs in a
+        transaction that pins the clock first. A connection found dead
+        before sending is replaced; one lost while the statement ran leaves
+        its outcome unknown, and StorageError says so."""
+        if self._pin() is not None:
+            return self.write(lambda c: c.execute(sql, params).fetchall(), doing)
+        conn = self._ensure(time.monotonic() + self.options.reconnect_s)
+        try:
+            return conn.execute(sql, params).fetchall()
+        except psycopg.Error as e:
+            if self._lost():
+                self._drop()
+                raise StorageError(
+                    f"lost the connection to PostgreSQL at {self.where} while {doing};"
+                    " the change may or may not have been made",
+                    hint="Check the job with `sloth show ID` once the server is reachable again.",
+                ) from e
+            raise storage_error(e, doing) from e
 
     def _retrying(self, attempt: Callable[[psycopg.Connection], T], doing: str) -> T:
         deadline = time.monotonic() + self.options.reconnect_s
@@ -242,18 +288,33 @@ class Connection:
         may hold several statements when it has no parameters)."""
         t = self._pin()
         if t is None:
-            value = "(extract(epoch FROM clock_timestamp())::double precision)::text"
-        else:
-            if not math.isfinite(t):
-                raise StorageError(f"the injected clock returned {t!r}, not a finite time")
-            value = f"'{float(t)!r}'"  # repr() round-trips a float exactly
-        return f"BEGIN; SELECT set_config('sloth.now', {value}, true)"
+            return "BEGIN"  # sloth.now() is the server's clock at BEGIN
+        if not math.isfinite(t):
+            raise StorageError(f"the injected clock returned {t!r}, not a finite time")
+        # repr() round-trips a float exactly, and is only digits, '.', 'e', '-'
+        return f"BEGIN; SELECT set_config('sloth.now', '{float(t)!r}', true)"
 
     def _rollback(self, conn: psycopg.Connection) -> None:
         with contextlib.suppress(psycopg.Error):
             conn.execute("ROLLBACK", prepare=False)
         if self._lost():
             self._drop()
+
+
+def _still_up(conn: psycopg.Connection) -> bool:
+    """False if the connection is closed, or the server spoke while it sat
+    idle: an idle connection only hears from a server that is ending it
+    (restart, idle timeout, pg_terminate_backend). A select() with no wait,
+    not a round trip; it lets a write after a server restart reconnect
+    instead of failing with an unknown outcome."""
+    if conn.closed or conn.broken:
+        return False
+    try:
+        if select.select([conn.fileno()], [], [], 0)[0]:
+            conn.pgconn.consume_input()
+        return conn.pgconn.status == pq.ConnStatus.OK
+    except (OSError, ValueError, psycopg.Error):
+        return False
 
 
 class _Retry(Exception):

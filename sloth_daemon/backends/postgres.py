@@ -46,9 +46,10 @@ INT64 = (-(2**63), 2**63)
 
 # The claim: the best due queued row and the best expired lease (each the
 # first unlocked one in claim order), the better of the two, updated in the
-# same statement with its due-ness checked again. {lanes}/{ids} are filled
-# with fixed fragments, never with input. An expired lease with no attempts
-# left becomes failed instead (the caller records it and claims again).
+# same statement with its due-ness checked again, and its event written.
+# {lanes}/{ids} are filled with fixed fragments, never with input. An
+# expired lease with no attempts left becomes failed instead (event
+# lease_expired; the caller then claims again).
 SQL_CLAIM = """
 WITH q AS (
     SELECT id, priority, not_before, state, worker, lease_until, false AS spent FROM sloth.jobs
@@ -62,7 +63,7 @@ WITH q AS (
 ), pick AS (
     SELECT * FROM (SELECT * FROM q UNION ALL SELECT * FROM e) candidates
     ORDER BY priority DESC, not_before, id LIMIT 1
-)
+), u AS (
 UPDATE sloth.jobs j SET
     state = CASE WHEN pick.spent THEN 'failed' ELSE 'claimed' END,
     attempts = CASE WHEN pick.spent THEN j.attempts ELSE j.attempts + 1 END,
@@ -81,8 +82,21 @@ FROM pick
 WHERE j.id = pick.id
   AND ((j.state = 'queued' AND j.not_before <= sloth.now())
        OR (j.state = 'claimed' AND j.lease_until < sloth.now()))
-RETURNING j.*, pick.state AS was_state, pick.worker AS was_worker,
-          pick.lease_until AS was_lease_until, pick.spent
+RETURNING j.*, pick.state AS was_state, pick.spent
+), ev AS (
+INSERT INTO sloth.events (job_id, at, kind, attempt, message)
+SELECT u.id, sloth.now(),
+       CASE WHEN u.spent THEN 'lease_expired'
+            WHEN u.was_state = 'claimed' THEN 'reclaimed' ELSE 'claimed' END,
+       u.attempts,
+       CASE WHEN u.spent THEN u.message
+            WHEN u.was_state = 'claimed'
+            THEN format('by %%s; lease of %%s expired at %%s', %(worker)s, pick.worker,
+                        round(pick.lease_until::numeric, 3))
+            ELSE 'by ' || %(worker)s END
+FROM u JOIN pick ON pick.id = u.id
+)
+SELECT * FROM u
 """
 LANES_IN = "AND lane = ANY(%({p}lanes)s)"
 LANES_OUT = "AND lane <> ALL(%({p}exclude_lanes)s)"
@@ -253,23 +267,13 @@ class PgQueue:
             return None
         sql, args = _claim_sql(worker, lease_s, lanes, exclude_lanes, exclude_ids)
 
-        def tx(c: Cursor) -> Job | None:
-            while True:
-                args["rand"] = secrets.token_hex(8)
-                row = c.execute(sql, args).fetchone()
-                if row is None:
-                    return None
-                if row["spent"]:  # failed: its lease expired on the last attempt
-                    self._event(c, row["id"], "lease_expired", row["attempts"], row["message"])
-                    continue
-                expired = row["was_state"] == JobState.CLAIMED.value
-                msg = f"by {worker}"
-                if expired:
-                    msg += f"; lease of {row['was_worker']} expired at {row['was_lease_until']:.3f}"
-                self._event(c, row["id"], "reclaimed" if expired else "claimed", row["attempts"], msg)
-                return self._job(c, row)
-
-        return self._db.write(tx, "claiming a job")
+        while True:
+            args["rand"] = secrets.token_hex(8)
+            rows = self._db.write_one(sql, args, "claiming a job")
+            if not rows:
+                return None
+            if not rows[0]["spent"]:  # spent: failed, lease expired on the last attempt
+                return self._job(rows[0])
 
     # --------------------------------------------------------- lease holders
     def heartbeat(self, job_id: int, token: str, *, lease_s: float | None = None) -> Job:
@@ -280,44 +284,24 @@ class PgQueue:
         """
         if lease_s is not None:
             lease_s = number(lease_s, "lease_s", None, lo=0.001)
-        return self._db.write(lambda c: self._extend(c, job_id, token, lease_s), "renewing a lease")
+        return self._held_step(job_id, token, EXTEND, {"lease_s": lease_s}, "renewing a lease")
 
     def renew_after_resume(self, job_id: int, token: str, message: str) -> Job:
         """Heartbeat after the machine slept, and record a ``resumed`` event."""
-        def tx(c: Cursor) -> Job:
-            job = self._extend(c, job_id, token, None)
-            self._event(c, job_id, "resumed", job.attempts, message)
-            return job
-
-        return self._db.write(tx, "renewing a lease after resume")
-
-    def _extend(self, c: Cursor, job_id: int, token: str, lease_s: float | None) -> Job:
-        row = self._update_held(
-            c, job_id, token,
-            "lease_until = sloth.now() + coalesce(%(lease_s)s, lease_s), updated_at = sloth.now()",
-            {"lease_s": lease_s})
-        return self._job(c, row)
+        return self._held_step(job_id, token, EXTEND, {"lease_s": None},
+                               "renewing a lease after resume", event=("resumed", message))
 
     def set_runner(self, job_id: int, token: str, runner: dict[str, Any]) -> Job:
         """Record the identity of the process running this attempt (event ``started``)."""
-        text = json.dumps(runner)
-
-        def tx(c: Cursor) -> Job:
-            row = self._update_held(c, job_id, token, "runner = %(runner)s, updated_at = sloth.now()",
-                                    {"runner": text})
-            self._event(c, job_id, "started", row["attempts"], f"pid {runner.get('pid')}")
-            return self._job(c, row)
-
-        return self._db.write(tx, "recording a job's process")
+        return self._held_step(job_id, token, "runner = %(runner)s, updated_at = sloth.now()",
+                               {"runner": json.dumps(runner)}, "recording a job's process",
+                               event=("started", f"pid {runner.get('pid')}"))
 
     def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None) -> Job:
         """claimed -> done. Raises LeaseLost for a stale token."""
-        def tx(c: Cursor) -> Job:
-            row = self._held(c, job_id, token)
-            return self._finish(c, job_id, JobState.DONE, row["attempts"], "done", message,
-                                exit_code=exit_code)
-
-        return self._db.write(tx, "completing a job")
+        return self._held_step(job_id, token, FINISH, {"state": JobState.DONE.value, "message": message,
+                                                       "exit_code": exit_code},
+                               "completing a job", event=("done", message))
 
     def fail(
         self, job_id: int, token: str, *, message: str = "", retry: bool = True,
@@ -338,7 +322,7 @@ class PgQueue:
                 ).fetchone()
                 self._event(c, job_id, "failed", attempts,
                             _join(message, f"retry {attempts + 1}/{row['max_attempts']} in {delay:g}s"))
-                return self._job(c, out)
+                return self._job(out, c)
             why = "no attempts left" if retry else "not retried"
             return self._finish(c, job_id, JobState.FAILED, attempts, "failed",
                                 _join(message, why), exit_code=exit_code, stored_message=message)
@@ -359,7 +343,7 @@ class PgQueue:
                 " WHERE id = %s RETURNING *", (job_id,),
             ).fetchone()
             self._event(c, job_id, "interrupted", row["attempts"], message)
-            return self._job(c, out)
+            return self._job(out, c)
 
         return self._db.write(tx, "releasing a job")
 
@@ -367,14 +351,9 @@ class PgQueue:
         """Declare the holder of ``token`` gone. The lease counts as expired
         from now, so the next claim re-issues the job with a ``reclaimed``
         event. Event ``abandoned``. Raises LeaseLost."""
-        def tx(c: Cursor) -> Job:
-            row = self._update_held(
-                c, job_id, token,
-                "lease_until = sloth.just_before(sloth.now()), updated_at = sloth.now()", {})
-            self._event(c, job_id, "abandoned", row["attempts"], message)
-            return self._job(c, row)
-
-        return self._db.write(tx, "abandoning a lease")
+        return self._held_step(job_id, token,
+                               "lease_until = sloth.just_before(sloth.now()), updated_at = sloth.now()",
+                               {}, "abandoning a lease", event=("abandoned", message))
 
     # ---------------------------------------------------------- user actions
     def cancel(self, job_id: int, *, message: str = "cancelled by user") -> Job:
@@ -414,7 +393,7 @@ class PgQueue:
                 other = c.execute(SQL_ACTIVE_KEY, (row["key"],)).fetchone()
                 raise _key_taken(other["id"] if other else "?", row["key"]) from None
             self._event(c, job_id, "retried", 0, "back to queued by user")
-            return self._job(c, out)
+            return self._job(out, c)
 
         return self._db.write(tx, "retrying a job")
 
@@ -445,7 +424,7 @@ class PgQueue:
 
     # ----------------------------------------------------------------- reads
     def get(self, job_id: int) -> Job:
-        return self._db.read(lambda c: self._job(c, self._get_row(c, job_id)), "reading a job")
+        return self._db.read(lambda c: self._job(self._get_row(c, job_id), c), "reading a job")
 
     def jobs(
         self, state: str | JobState | None = None, lane: str | None = None, limit: int = 1000,
@@ -467,7 +446,7 @@ class PgQueue:
         sql = f"SELECT * FROM ({sql} ORDER BY id DESC LIMIT %s) newest ORDER BY id"
 
         def read(c: Cursor) -> list[Job]:
-            return [self._job(c, r) for r in c.execute(sql, (*args, limit)).fetchall()]
+            return [self._job(r, c) for r in c.execute(sql, (*args, limit)).fetchall()]
 
         return self._db.read(read, "listing jobs")
 
@@ -490,7 +469,7 @@ class PgQueue:
 
     def claimed(self) -> list[Job]:
         """All jobs currently leased (running somewhere, or lost)."""
-        return self._db.read(lambda c: [self._job(c, r) for r in c.execute(
+        return self._db.read(lambda c: [self._job(r, c) for r in c.execute(
             "SELECT * FROM sloth.jobs WHERE state = 'claimed' ORDER BY id").fetchall()],
             "listing claimed jobs")
 
@@ -548,7 +527,9 @@ class PgQueue:
         self.close()
 
     # --------------------------------------------------------------- helpers
-    def _job(self, c: Cursor, row: Mapping[str, Any]) -> Job:
+    def _job(self, row: Mapping[str, Any], c: Cursor | None = None) -> Job:
+        """A Job from a row; its environment from the cache or ``envs`` (on
+        ``c`` inside a transaction, else by a read of its own)."""
         d = {k: v for k, v in row.items() if k in _JOB_COLUMNS}
         d["env"] = None
         env_id = d["env_id"]
@@ -556,7 +537,10 @@ class PgQueue:
             return Job.from_row(d)
         env = self._envs.get(env_id)
         if env is None:
-            found = c.execute("SELECT data FROM sloth.envs WHERE id = %s", (env_id,)).fetchone()
+            def fetch(cur: Cursor) -> dict[str, Any] | None:
+                return cur.execute("SELECT data FROM sloth.envs WHERE id = %s", (env_id,)).fetchone()
+
+            found = fetch(c) if c is not None else self._db.read(fetch, "reading a job's environment")
             env = json.loads(found["data"]) if found else {}
             if len(self._envs) > 256:
                 self._envs.clear()
@@ -565,8 +549,7 @@ class PgQueue:
 
     @staticmethod
     def _get_row(c: Cursor, job_id: int, *, lock: bool = False) -> dict[str, Any]:
-        if isinstance(job_id, bool) or not isinstance(job_id, int) or not INT64[0] <= job_id < INT64[1]:
-            raise JobNotFound(job_id)
+        _check_id(job_id)
         row = c.execute("SELECT * FROM sloth.jobs WHERE id = %s" + (" FOR UPDATE" if lock else ""),
                         (job_id,)).fetchone()
         if row is None:
@@ -580,20 +563,25 @@ class PgQueue:
             raise self._not_held(c, row, token)
         return row
 
-    def _update_held(self, c: Cursor, job_id: int, token: str, assignments: str,
-                     args: dict[str, Any]) -> dict[str, Any]:
-        """One UPDATE matching id AND token (the hot path of heartbeats); on no
-        match, the reason as an error."""
-        if isinstance(job_id, bool) or not isinstance(job_id, int) or not INT64[0] <= job_id < INT64[1]:
-            raise JobNotFound(job_id)
-        row = c.execute(
-            f"UPDATE sloth.jobs SET {assignments} WHERE id = %(id)s AND state = 'claimed'"
-            " AND token = %(token)s RETURNING *",
-            {**args, "id": job_id, "token": token if isinstance(token, str) else None},
-        ).fetchone()
-        if row is None:
-            raise self._not_held(c, self._get_row(c, job_id), token)
-        return row
+    def _held_step(self, job_id: int, token: str, assignments: str, args: dict[str, Any],
+                   doing: str, *, event: tuple[str, str] | None = None) -> Job:
+        """One statement (the hot path: renewals, completions): UPDATE the job
+        where id AND token still hold its lease, and write its event. No
+        match: a read finds the reason (JobNotFound, IllegalTransition,
+        LeaseLost)."""
+        _check_id(job_id)
+        sql = (f"WITH u AS (UPDATE sloth.jobs SET {assignments} WHERE id = %(id)s"
+               " AND state = 'claimed' AND token = %(token)s RETURNING *)")
+        if event is not None:
+            sql += (", ev AS (INSERT INTO sloth.events (job_id, at, kind, attempt, message)"
+                    " SELECT id, sloth.now(), %(kind)s, attempts, %(event_message)s FROM u)")
+            args = {**args, "kind": event[0], "event_message": event[1]}
+        rows = self._db.write_one(sql + " SELECT * FROM u",
+                                  {**args, "id": job_id, "token": token if isinstance(token, str) else None},
+                                  doing)
+        if not rows:
+            raise self._db.read(lambda c: self._not_held(c, self._get_row(c, job_id), token), doing)
+        return self._job(rows[0])
 
     @staticmethod
     def _not_held(c: Cursor, row: Mapping[str, Any], token: object) -> Exception:
@@ -611,13 +599,12 @@ class PgQueue:
         *, exit_code: int | None = None, stored_message: str | None = None,
     ) -> Job:
         out = c.execute(
-            "UPDATE sloth.jobs SET state = %s, token = NULL, lease_until = NULL, message = %s,"
-            " exit_code = coalesce(%s, exit_code), finished_at = sloth.now(), updated_at = sloth.now()"
-            " WHERE id = %s RETURNING *",
-            (state.value, message if stored_message is None else stored_message, exit_code, job_id),
+            f"UPDATE sloth.jobs SET {FINISH} WHERE id = %(id)s RETURNING *",
+            {"state": state.value, "message": message if stored_message is None else stored_message,
+             "exit_code": exit_code, "id": job_id},
         ).fetchone()
         self._event(c, job_id, kind, attempt, message)
-        return self._job(c, out)
+        return self._job(out, c)
 
     @staticmethod
     def _event(c: Cursor, job_id: int, kind: str, attempt: int, message: str) -> None:
@@ -626,6 +613,16 @@ class PgQueue:
 
 
 _JOB_COLUMNS = frozenset(Job.__dataclass_fields__) | {"env_id"}
+EXTEND = "lease_until = sloth.now() + coalesce(%(lease_s)s, lease_s), updated_at = sloth.now()"
+FINISH = ("state = %(state)s, token = NULL, lease_until = NULL, message = %(message)s,"
+          " exit_code = coalesce(%(exit_code)s, exit_code), finished_at = sloth.now(),"
+          " updated_at = sloth.now()")
+
+
+def _check_id(job_id: object) -> None:
+    """Job ids are 64-bit ints; anything else names no job (not a server error)."""
+    if isinstance(job_id, bool) or not isinstance(job_id, int) or not INT64[0] <= job_id < INT64[1]:
+        raise JobNotFound(job_id)
 
 
 def _filters(lanes: Sequence[str] | None, exclude_lanes: Collection[str],

@@ -16,15 +16,19 @@ CREATE TABLE sloth.migrations (
     applied_at timestamptz NOT NULL DEFAULT clock_timestamp()  -- for people; the queue never reads it
 );
 
--- The one "now" of the queue. A transaction pins it first thing
--- (PgQueue: the server's clock_timestamp(), or a test's ManualClock), so
+-- The one "now" of the queue: the server's clock as the transaction began
+-- (transaction_timestamp(), i.e. clock_timestamp() read at BEGIN, or at the
+-- statement of an autocommit write). Constant through a transaction, so
 -- every row it writes carries the same instant, like SQLite's one bound
--- `now` per transaction; unpinned (psql, reports) it is the server's clock.
--- STABLE so that `not_before <= sloth.now()` can be an index condition.
+-- `now`, and STABLE is the truth, so `not_before <= sloth.now()` can be an
+-- index condition. It never runs ahead of the server's real time: a
+-- transaction that waited sees leases expire later and writes shorter
+-- ones, never longer. A test pins it per transaction with
+-- set_config('sloth.now', ..., true) (PgQueue(url, clock=ManualClock)).
 CREATE FUNCTION sloth.now() RETURNS double precision
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT coalesce(nullif(current_setting('sloth.now', true), '')::double precision,
-                    extract(epoch FROM clock_timestamp())::double precision)
+                    extract(epoch FROM transaction_timestamp())::double precision)
 $$;
 
 -- Just below x (within two ulps): "expired from now" for abandon(), since
