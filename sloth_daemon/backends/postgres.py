@@ -5,11 +5,14 @@ The contract is SqliteQueue's (same methods, values, errors and event
 history); what differs is who keeps time and who may race:
 
 * **One clock, the server's.** Every lease comparison and every time written
-  is ``sloth.now()`` in SQL, pinned once per transaction from the server's
-  ``clock_timestamp()``; clients send durations (a lease, a backoff), never
-  timestamps. A test passes a ManualClock and the transaction pins that
-  instead. (``not_before`` given to enqueue is the one absolute time a caller
-  may send: it is the user's own "not before this moment".)
+  is ``sloth.now()`` in SQL: the server's clock at the start of the
+  transaction, one instant for all it writes (see the migration); clients
+  send durations (a lease, a backoff), never timestamps. A test passes a
+  ManualClock and each transaction pins sloth.now() to its reading instead.
+  (``not_before`` given to enqueue is the one absolute time a caller may
+  send: it is the user's own "not before this moment".)
+* **Hot writes are one statement**: a claim, a renewal or a completion is
+  one UPDATE that also inserts its event, committed alone: one round trip.
 * **Several daemons claim at once.** A claim is one UPDATE whose candidates
   come from ``FOR UPDATE SKIP LOCKED`` selects, so two claimers never wait
   for or take the same row; the UPDATE re-checks due-ness itself, so a row
