@@ -18,7 +18,8 @@ they are). Measured, each the median of --repeat runs:
   flushed; SQLite: WAL, claims without fsync, results fsynced);
 * batched enqueue per second: enqueue_many of 10,000 jobs in one call;
 * the machine's fsync rate in that folder (write 512 bytes + fdatasync),
-  the ceiling of any commit that must reach the disk.
+  and PostgreSQL's rate of one-row INSERT commits: the ceilings of any
+  commit that must reach the disk (a claim+complete is two commits).
 
 PostgreSQL is reached over its Unix socket, as a daemon on the database
 machine would; over a network add one round trip per claim and per
@@ -86,6 +87,34 @@ def fsync_rate(folder: Path, n: int = 500) -> float:
         os.unlink(path)
 
 
+def pg_commit_rate(cluster: PgCluster, n: int = 500) -> float:
+    """Commits per second of a one-row INSERT on this server: the ceiling of
+    any PostgreSQL write here (a claim+complete is two commits)."""
+    with cluster.admin() as c:
+        c.execute("CREATE TABLE IF NOT EXISTS commit_probe (id serial PRIMARY KEY)")
+        t0 = time.perf_counter()
+        for _ in range(n):
+            c.execute("INSERT INTO commit_probe DEFAULT VALUES")
+        rate = n / (time.perf_counter() - t0)
+        c.execute("DROP TABLE commit_probe")
+    return rate
+
+
+def settle_wal(cluster: PgCluster, warm: bool = False) -> None:
+    """Steady state for the WAL. A new cluster has no WAL segments to recycle,
+    so each 16 MB segment it fills is first created and zero-filled, stalling
+    commits for milliseconds (measured: claim+complete 4 ms instead of 0.8).
+    A server that has run for a while renames old segments instead. ``warm``
+    writes ~100 MB of WAL once; the CHECKPOINT (also before every timed run,
+    outside the timing) hands the used segments back for reuse."""
+    with cluster.admin() as c:
+        if warm:
+            c.execute("CREATE TABLE wal_warmup AS SELECT g, repeat('x', 150) AS pad"
+                      " FROM generate_series(1, 500000) g")
+            c.execute("DROP TABLE wal_warmup")
+        c.execute("CHECKPOINT")
+
+
 def fill(target: str, n: int) -> None:
     with open_queue(target) as q:
         for start in range(0, n, BATCH):
@@ -93,10 +122,11 @@ def fill(target: str, n: int) -> None:
                             for i in range(start, min(n, start + BATCH))])
 
 
-def pairs_per_s(target: str, workers: int, pairs: int, work: Path) -> float:
+def pairs_per_s(target: str, workers: int, pairs: int, work: Path, settle=lambda: None) -> float:
     """Fill the queue with ``pairs`` jobs, let ``workers`` processes drain it;
     jobs per second from the go signal to the last worker's end."""
     fill(target, pairs)
+    settle()
     run = Path(tempfile.mkdtemp(dir=work, prefix="run-"))
     go = run / "go"
     procs = []
@@ -166,12 +196,17 @@ def main(argv: list[str] | None = None) -> int:
             fsync = c.execute("SHOW fsync").fetchone()[0]
             sync = c.execute("SHOW synchronous_commit").fetchone()[0]
         fs = statistics.median(fsync_rate(work) for _ in range(3))
+        log("warming the WAL ...")
+        settle_wal(cluster, warm=True)
+        commits = statistics.median(pg_commit_rate(cluster) for _ in range(3))
         for r in range(args.repeat):
             for backend in ("postgres", "sqlite"):
                 for workers in (1, 3):
                     log(f"run {r + 1}/{args.repeat}: {backend}, {workers} worker(s) ...")
                     results.setdefault(f"{backend} pairs x{workers}", []).append(
-                        pairs_per_s(target(backend), workers, args.pairs, work))
+                        pairs_per_s(target(backend), workers, args.pairs, work,
+                                    lambda: settle_wal(cluster)))
+                settle_wal(cluster)
                 results.setdefault(f"{backend} enqueue", []).append(batched_enqueue_per_s(target(backend)))
     finally:
         cluster.destroy()
@@ -183,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"PostgreSQL fsync={fsync} synchronous_commit={sync}, Unix socket; folder {work}")
     print(f"medians of {args.repeat} runs; {args.pairs} jobs per claim+complete run,"
           f" {BATCH:,} per enqueue_many")
-    print(f"fsync rate of the folder's disk: {fs:,.0f} fdatasync/s")
+    print(f"fsync rate of the folder's disk: {fs:,.0f} fdatasync/s;"
+          f" PostgreSQL one-row INSERT commits: {commits:,.0f}/s")
     print()
     print(f"{'':<34}{'PostgreSQL':>12}{'SQLite':>12}")
     for label, key in (("claim+complete/s, 1 worker", "pairs x1"),
