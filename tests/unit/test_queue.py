@@ -1,7 +1,9 @@
 """Lease queue core: transitions, leases, ordering, validation and storage errors.
 
-Every test uses a real SQLite file in tmp_path and a ManualClock; no test
-sleeps, and none asserts on elapsed time.
+The contract tests (those using ``q``/``make_queue``) run against every
+backend: a real SQLite file in tmp_path and a real PostgreSQL database, on a
+ManualClock (see conftest.py); no test sleeps, and none asserts on elapsed
+time. The storage tests at the end are about the SQLite file.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import sqlite3
 import sys
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sloth_daemon import db
@@ -26,6 +28,7 @@ from sloth_daemon.errors import (
 )
 from sloth_daemon.models import JobState
 from sloth_daemon.queue import Queue
+from tests.support.queues import in_transaction, make_inserts_fail, sql
 
 QUEUED, CLAIMED, DONE, FAILED, CANCELLED = (
     JobState.QUEUED, JobState.CLAIMED, JobState.DONE, JobState.FAILED, JobState.CANCELLED,
@@ -42,7 +45,7 @@ def kinds(q: Queue, job_id: int) -> list[str]:
 
 
 def row_count(q: Queue, table: str = "jobs") -> int:
-    return q._conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    return sql(q, f"SELECT count(*) FROM {table}")[0][0]
 
 
 def claim_order(q: Queue, **kw) -> list[int]:
@@ -119,7 +122,7 @@ def test_fail_without_retry_fails_at_once(q):
 def test_backoff_with_many_attempts_does_not_overflow(make_queue, clock):
     q = make_queue(max_attempts=2000, backoff_cap_s=1)
     jid = q.enqueue(["x"])
-    q._conn.execute("UPDATE jobs SET attempts = 1100 WHERE id = ?", (jid,))
+    sql(q, "UPDATE jobs SET attempts = 1100 WHERE id = ?", (jid,))
     job = q.claim("w")
     out = q.fail(jid, job.token)
     assert out.state == QUEUED and out.not_before == clock.now() + 1
@@ -397,15 +400,14 @@ def test_enqueue_stores_every_field(q, clock):
     assert (d.max_attempts, d.lease_s, d.lane, d.priority, d.not_before) == (3, 100, "default", 0, 5)
 
 
-@settings(max_examples=30, deadline=None)
+# One queue serves every example: each adds its own job and reads it back.
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.text(min_size=0, max_size=8).filter(lambda s: "\x00" not in s), min_size=1, max_size=4))
-def test_command_round_trips_as_json(tmp_path_factory, argv):
-    path = tmp_path_factory.mktemp("rt") / "q.db"
-    with Queue(path) as q:
-        jid = q.enqueue(argv)
-        assert q.get(jid).command == argv
-        stored = q._conn.execute("SELECT command FROM jobs WHERE id = ?", (jid,)).fetchone()[0]
-        assert stored == json.dumps(argv)
+def test_command_round_trips_as_json(q, argv):
+    jid = q.enqueue(argv)
+    assert q.get(jid).command == argv
+    stored = sql(q, "SELECT command FROM jobs WHERE id = ?", (jid,))[0][0]
+    assert stored == json.dumps(argv)
 
 
 # ---------------------------------------------------------- user actions
@@ -523,7 +525,7 @@ def test_prune_deletes_only_old_finished_jobs_and_their_events(make_queue, clock
             q.get(gone)
     remaining = {j.id for j in q.jobs()}
     assert remaining == {cancelled, old_queued, old_claimed}
-    ev_jobs = {r[0] for r in q._conn.execute("SELECT DISTINCT job_id FROM events")}
+    ev_jobs = {r[0] for r in sql(q, "SELECT DISTINCT job_id FROM events")}
     assert ev_jobs == {cancelled, old_claimed}
     assert q.prune(10) == 0  # cancelled at 90 is exactly 10 s old: not older
     assert q.prune(0) == 1
@@ -647,16 +649,12 @@ def test_enqueue_many_is_all_or_nothing(q):
 
 
 def test_enqueue_many_rolls_back_on_a_database_error(q):
-    # a trigger makes the third insert fail inside the transaction
-    q._conn.execute(
-        "CREATE TEMP TRIGGER boom BEFORE INSERT ON main.jobs WHEN NEW.label = 'boom'"
-        " BEGIN SELECT RAISE(ABORT, 'boom'); END"
-    )
+    make_inserts_fail(q, "boom")  # the third insert fails inside the transaction
     with pytest.raises(StorageError):
         q.enqueue_many([{"command": ["a"]}, {"command": ["b"], "key": "x"},
                         {"command": ["c"], "label": "boom"}, {"command": ["d"]}])
     assert row_count(q) == 0
-    assert not q._conn.in_transaction
+    assert not in_transaction(q)
 
 
 # ------------------------------------------------------------ next_due_at
@@ -720,6 +718,7 @@ def test_missing_parent_folder_is_created(tmp_path):
     con.close()
 
 
+@pytest.mark.backends("sqlite")
 def test_connect_is_durable_wal_full(q, clock):
     c = q._conn
 

@@ -1,4 +1,5 @@
-"""Stateful property test: the real Queue against a plain Python model.
+"""Stateful property test: the real queue, on each backend, against a plain
+Python model.
 
 Hypothesis drives random sequences of enqueue / claim / heartbeat (current
 and stale tokens) / complete / fail / release / cancel / retry / clock moves
@@ -14,20 +15,30 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from sloth_daemon.clock import ManualClock
 from sloth_daemon.errors import IllegalTransition, LeaseLost
-from sloth_daemon.queue import Queue
+from sloth_daemon.queue import open_queue
 
 # A real SQLite file, on tmpfs when there is one: this test is about the
-# queue's logic, and a free fsync keeps shrinking a failure quick.
+# queue's logic, and a free fsync keeps shrinking a failure quick. (The
+# PostgreSQL test server lives on tmpfs too, see tests/support/pg.py.)
 _FAST_TMP = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 LEASE_S = 10.0
+QUEUE_DEFAULTS = dict(lease_s=LEASE_S, max_attempts=3, backoff_cap_s=6.0)
 CAP_S = 6.0
 LANES = ["a", "b"]
 
@@ -54,20 +65,24 @@ class MJob:
         return (-self.priority, self.not_before, self.id)
 
 
+# (clock) -> (an empty queue on that clock, a function that disposes of it)
+Opener = Callable[[ManualClock], "tuple[Any, Callable[[], None]]"]
+
+
 class QueueMachine(RuleBasedStateMachine):
+    open_empty_queue: Opener  # set per backend by test_queue_model
+
     def __init__(self) -> None:
         super().__init__()
-        self.dir = tempfile.mkdtemp(prefix="sloth-model-", dir=_FAST_TMP)
         self.clock = ManualClock(1000.0)
-        self.q = Queue(os.path.join(self.dir, "queue.db"), self.clock,
-                       lease_s=LEASE_S, max_attempts=3, backoff_cap_s=CAP_S)
+        self.q, self._dispose = type(self).open_empty_queue(self.clock)
         self.jobs: dict[int, MJob] = {}
         self.issued: dict[int, list[str]] = {}  # every token ever handed out, per job
         self.stale: list[tuple[int, str]] = []
 
     def teardown(self) -> None:
         self.q.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self._dispose()
 
     # ---------------------------------------------------------- helpers
     def _pick(self, n: int, state: str | None = None) -> MJob | None:
@@ -295,8 +310,28 @@ class QueueMachine(RuleBasedStateMachine):
         assert self.q.next_due_at() == self._model_next_due()
 
 
-QueueMachine.TestCase.settings = settings(
+SETTINGS = settings(
     max_examples=100, stateful_step_count=60, deadline=None, report_multiple_bugs=False,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-TestQueueModel = QueueMachine.TestCase
+
+
+def sqlite_opener(clock: ManualClock):
+    d = tempfile.mkdtemp(prefix="sloth-model-", dir=_FAST_TMP)
+    return (open_queue(os.path.join(d, "queue.db"), clock, **QUEUE_DEFAULTS),
+            lambda: shutil.rmtree(d, ignore_errors=True))
+
+
+def test_queue_model(backend, request):
+    """One run of the state machine per backend; each example starts from
+    an empty queue (a new SQLite file; the PostgreSQL database emptied)."""
+    if backend == "sqlite":
+        opener = sqlite_opener
+    else:
+        dbs = request.getfixturevalue("pg_dbs")
+
+        def opener(clock: ManualClock):
+            return open_queue(dbs.reset(), clock, **QUEUE_DEFAULTS), lambda: None
+
+    machine = type(f"QueueMachine_{backend}", (QueueMachine,), {"open_empty_queue": staticmethod(opener)})
+    run_state_machine_as_test(machine, settings=SETTINGS)
