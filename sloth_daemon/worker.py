@@ -30,7 +30,7 @@ from .errors import IllegalTransition, JobNotFound, LeaseLost, SlothError
 from .models import Job
 from .paths import Paths
 from .queue import Queue
-from .runner import JobProcess, LogWriter, SpawnError, job_env
+from .runner import JobProcess, LogWriter, SpawnError, job_env, make_log_dir
 
 log = logging.getLogger("sloth.worker")
 PRUNE_EVERY_S = 3600.0
@@ -273,6 +273,7 @@ class Worker:
 
     def _start(self, run: Running) -> None:
         job = run.job
+        make_log_dir(self.paths.jobs_log_dir)  # LogWriter makes no folders
         lw = LogWriter(self.paths.job_log(job.id, run.attempt), self.settings.log_cap_bytes)
         env = job_env(job.env, {
             "SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_ATTEMPT": str(run.attempt),
