@@ -12,11 +12,16 @@ import os
 import signal
 import sys
 import time
-from typing import Any
+from typing import Any, Callable, Iterable, Mapping
 
 import psutil
 
 CREATE_TIME_TOLERANCE_S = 1.0
+TOKEN_ENV = "SLOTH_JOB_TOKEN"  # every job carries its claim's token
+# A start stamp is in clock ticks on Linux (10 ms at the usual USER_HZ), in
+# seconds elsewhere: how far a process's start may lie outside a run's
+# lifetime (as we noted it) and still count as inside.
+STAMP_SLACK = 2.0 if sys.platform.startswith("linux") else 0.02
 
 
 _BOOT_ID: str | None = None
@@ -57,6 +62,25 @@ def start_stamp(pid: int) -> float | None:
         return psutil.Process(pid).create_time()
     except psutil.Error:
         return None
+
+
+def stamp_now() -> float:
+    """Now, in ``start_stamp``'s units, to note when a run began and ended.
+
+    Linux: /proc/uptime (seconds since boot, suspend included, the base of
+    /proc/PID/stat's start time) in clock ticks. Read from the kernel, not
+    through clock_gettime, so an LD_PRELOAD clock shim cannot skew it
+    against the start times it is compared with."""
+    if sys.platform.startswith("linux"):
+        try:
+            with open("/proc/uptime", "rb") as f:
+                return float(f.read().split()[0]) * _CLK_TCK
+        except (OSError, ValueError, IndexError):
+            pass
+    return time.time()
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def identity(pid: int, **extra: Any) -> dict[str, Any]:
@@ -199,3 +223,125 @@ def find_by_env_values(name: str, values: set[str]) -> dict[str, list[psutil.Pro
             continue
     return found
 
+
+
+# ------------------------------------------------------------ one run's tree
+def attribute_orphan(start: float, lifetimes: Mapping[str, tuple[float, float | None]],
+                     slack: float = STAMP_SLACK) -> str | None:
+    """The run an orphan with no readable token belongs to: the one run whose
+    lifetime (begin, end or None while it runs) covers the orphan's start.
+    None when no run or more than one does: guessing could kill a stranger."""
+    covering = [key for key, (begin, end) in lifetimes.items()
+                if begin - slack <= start and (end is None or start <= end + slack)]
+    return covering[0] if len(covering) == 1 else None
+
+
+class ProcessTree:
+    """Every process one run started, found by every means at once (issue 14
+    item 4), so that ending a run ends all of it:
+
+    - its process group (jobs run in their own session, so pgid == root pid);
+    - a remembered snapshot of descendants (``remember``: a grandchild whose
+      parent exited has left the tree, but we saw it earlier);
+    - the run's token in the environment (a double-forked escapee that
+      called setsid: its environment still says whose it is);
+    - orphans reparented to us (Linux subreaper) that carry no readable
+      token, when ``claim_orphan`` says this run owns them;
+
+    and the descendants of all of those. A pid alone is never trusted after
+    the root is reaped: psutil refuses to signal a reused pid, and a group
+    is signalled only while its leader is unreaped (the kernel keeps a live
+    group's id from being reused, not an empty one's)."""
+
+    def __init__(self, root_pid: int, token: str | None) -> None:
+        self.root_pid = root_pid
+        self.token = token
+        self.root_stamp = start_stamp(root_pid)
+        self.known: dict[int, psutil.Process] = {}
+        self.root_reaped = False
+
+    def remember(self, found: Iterable[psutil.Process] | None = None) -> None:
+        """Add the root's descendants (``found``, or a fresh look) to the snapshot."""
+        if self.root_reaped:
+            return
+        for p in descendants(self.root_pid) if found is None else found:
+            self.known.setdefault(p.pid, p)
+
+    def find(self, claim_orphan: Callable[[psutil.Process], bool] | None = None) -> list[psutil.Process]:
+        """One scan of this uid's processes: every living member of the tree."""
+        me, uid = os.getpid(), os.getuid()
+        procs: dict[int, psutil.Process] = {}
+        kids: dict[int, list[int]] = {}
+        seeds: set[int] = set()
+        for p in psutil.process_iter(["ppid", "uids"]):
+            uids, ppid = p.info["uids"], p.info["ppid"]
+            if p.pid == me or uids is None or uids.real != uid:
+                continue
+            procs[p.pid] = p
+            kids.setdefault(ppid, []).append(p.pid)
+            if self._claims(p, ppid == me, claim_orphan):
+                seeds.add(p.pid)
+        for pid, p in list(self.known.items()):
+            if pid in procs and p == procs[pid]:  # psutil: same pid and start time
+                seeds.add(pid)
+        if not self.root_reaped and self.root_pid in procs:
+            seeds.add(self.root_pid)
+        members, todo = set(), list(seeds)
+        while todo:  # the descendants of every member found
+            pid = todo.pop()
+            if pid not in members:
+                members.add(pid)
+                todo.extend(kids.get(pid, ()))
+        for pid in members:
+            self.known.setdefault(pid, procs[pid])
+        return [procs[pid] for pid in members]
+
+    def _claims(self, p: psutil.Process, orphan_of_ours: bool,
+                claim_orphan: Callable[[psutil.Process], bool] | None) -> bool:
+        try:
+            if self._in_group(p.pid):
+                return True
+            token = p.environ().get(TOKEN_ENV)
+        except (psutil.Error, OSError):
+            token = None  # exited, a zombie, or not readable
+        if token is not None:
+            return token == self.token
+        return orphan_of_ours and claim_orphan is not None and p.pid != self.root_pid and claim_orphan(p)
+
+    def _in_group(self, pid: int) -> bool:
+        if pid == self.root_pid:
+            return False  # the root itself is added while unreaped, never by number after
+        try:
+            if os.getpgid(pid) != self.root_pid:
+                return False
+        except OSError:
+            return False
+        st = start_stamp(pid)  # a group of that number made after a pid wrap is not ours
+        return st is not None and self.root_stamp is not None and st >= self.root_stamp
+
+    def signal(self, procs: Iterable[psutil.Process], sig: int) -> None:
+        if not self.root_reaped:
+            _signal([], [self.root_pid], sig)
+        _signal(list(procs), [], sig)
+
+
+def remember_all(trees: Iterable[ProcessTree]) -> None:
+    """``remember`` for many runs with one scan of the process table (not one
+    per run: 32 running jobs would read /proc 32 times per check)."""
+    trees = [t for t in trees if not t.root_reaped]
+    if not trees:
+        return
+    kids: dict[int, list[psutil.Process]] = {}
+    for p in psutil.process_iter(["ppid"]):
+        kids.setdefault(p.info["ppid"], []).append(p)
+    for t in trees:
+        found, todo = [], list(kids.get(t.root_pid, ()))
+        while todo:
+            p = todo.pop()
+            found.append(p)
+            todo.extend(kids.get(p.pid, ()))
+        t.remember(found)
+
+
+def gone(p: psutil.Process) -> bool:
+    return _gone(p)
