@@ -7,6 +7,7 @@ fixture reaps the keeper and every job process, also on failure.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ from typing import Any
 import psutil
 import pytest
 
-from sloth_daemon.keeper_wire import boot_now, read_journal
+from sloth_daemon.keeper_client import KeeperClient, KeeperError, boot_now, read_journal
 from tests.acceptance.test_socket import NOBODY, as_nobody, python_for_nobody
 from tests.support.fakeclock import fakeclock  # noqa: F401  (fixture)
 from tests.support.harness import alive
@@ -589,3 +590,158 @@ def test_sigterm_ends_every_run_and_journals_it(rig):
     held = {j["key"]: j for j in read_journal(rig.paths.keeper_journal)}
     assert held["a"]["outcome"]["returncode"] == -signal.SIGTERM
     assert held["b"]["outcome"]["returncode"] == -signal.SIGKILL
+
+
+# ---------------------------------------------------------------- the client
+class Sink:
+    """A RunSink that records its calls; ``ended`` is set by exited/spawn_failed."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.ended = asyncio.Event()
+        self.frozen_ev = asyncio.Event()
+
+    def started(self, pid: int, identity: dict[str, Any]) -> None:
+        self.calls.append(("started", pid, identity))
+
+    def spawn_failed(self, message: str, retry: bool) -> None:
+        self.calls.append(("spawn_failed", message, retry))
+        self.ended.set()
+
+    def exited(self, outcome: dict[str, Any]) -> None:
+        self.calls.append(("exited", outcome))
+        self.ended.set()
+
+    def frozen(self, why: str) -> None:
+        self.calls.append(("frozen", why))
+        self.frozen_ev.set()
+
+
+async def until(ev: asyncio.Event, timeout_s: float = 20) -> None:
+    await asyncio.wait_for(ev.wait(), timeout_s)
+
+
+SECOND_DAEMON = """
+import asyncio, sys
+from pathlib import Path
+from sloth_daemon.keeper_client import KeeperClient, KeeperError
+from sloth_daemon.paths import Paths
+h = Path(sys.argv[1])
+try:
+    asyncio.run(KeeperClient.connect(Paths(h, h, h / "logs", h / "run", h), start=False))
+except KeeperError as e:
+    print(f"KeeperError: {e}")
+"""
+
+
+def test_the_client_starts_a_detached_keeper_and_runs_jobs_through_sinks(rig):
+    async def main() -> None:
+        c = await KeeperClient.connect(rig.paths, name="test", check_s=0.2)
+        keeper = psutil.Process(c.info["pid"])
+        assert keeper.ppid() != os.getpid() and os.getsid(keeper.pid) == keeper.pid  # detached
+        assert keeper.cwd() == "/" and c.held == []
+
+        ok, bad = Sink(), Sink()
+        c.spawn(rig.job("a", "sh", "-c", "echo hi; exit 4"), ok)
+        c.spawn(rig.job("b", "no-such-program-xyz"), bad)
+        await until(ok.ended)
+        await until(bad.ended)
+        (s, pid, ident), (e, outcome) = ok.calls
+        assert s == "started" and ident["pid"] == pid and e == "exited" and outcome["returncode"] == 4
+        assert bad.calls == [("spawn_failed", "command not found: no-such-program-xyz", False)]
+
+        go = rig.root / "go"
+        t = Sink()
+        c.spawn(rig.job("t", "sh", "-c", f"echo one; while [ ! -e {go} ]; do sleep 0.01; done; echo two"), t)
+        chunks: list[bytes] = []
+        async for chunk in c.tap("t"):
+            chunks.append(chunk)
+            if chunk == b"one\n":
+                go.touch()
+        assert b"".join(chunks) == b"one\ntwo\n"
+        await until(t.ended)
+        with pytest.raises(KeeperError, match="no run with key 'nope'"):
+            async for _ in c.tap("nope"):
+                pass
+
+        other = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", SECOND_DAEMON, str(rig.paths.home), stdout=asyncio.subprocess.PIPE, env=rig.env)
+        said = (await other.communicate())[0].decode()
+        assert f"KeeperError: the keeper refused us: a daemon (pid {os.getpid()}) is attached" in said
+        c.ack(["a", "t"])
+        await c.bye()
+        await c.close()
+        await asyncio.get_running_loop().run_in_executor(None, keeper.wait, 20)
+        assert read_journal(rig.paths.keeper_journal) == []
+        with pytest.raises(KeeperError, match="no keeper is listening"):
+            await KeeperClient.connect(rig.paths, start=False)
+    asyncio.run(main())
+    assert "sloth keeper" in rig.paths.keeper_log.read_text()  # its output went to keeper.log
+
+
+def test_the_client_adopts_held_runs_and_hears_of_a_freeze(rig, fakeclock):
+    rig.start(env=fakeclock.env(), check_s=0.1)  # a keeper already runs: connect uses it
+
+    async def main() -> None:
+        go = rig.root / "go"
+        c = await KeeperClient.connect(rig.paths, start=False)
+        first = Sink()
+        c.spawn(rig.job("a", "sh", "-c", f"while [ ! -e {go} ]; do sleep 0.01; done; exit 9",
+                        trust_until=boot_now() + 3, term_lead_s=0.5), first)
+        await asyncio.sleep(0)
+        await c.close()  # the daemon restarts: the run goes on
+        assert not first.ended.is_set()
+
+        c = await KeeperClient.connect(rig.paths, start=False)
+        [held] = c.held
+        assert held["key"] == "a" and held["state"] == "running"
+        adopted = Sink()
+        c.attach("a", adopted)
+        fakeclock.jump(600)
+        await until(adopted.frozen_ev)
+        assert "slept 600s" in adopted.calls[0][1]
+        c.trust([("a", boot_now() + fakeclock.offset + 30)])
+        go.touch()
+        await until(adopted.ended)
+        assert adopted.calls[-1][1]["returncode"] == 9
+        c.ack(["a"])
+        await c.close()
+    asyncio.run(main())
+
+
+def test_on_lost_fires_once_and_fire_and_forget_never_raises(rig):
+    keeper = rig.start()
+
+    async def main() -> None:
+        c = await KeeperClient.connect(rig.paths, start=False)
+        lost = []
+        c.on_lost = lambda: lost.append(1)
+        s = Sink()
+        c.spawn(rig.job("a", "sleep", "60"), s)
+        await asyncio.sleep(0.2)
+        keeper.kill()  # the keeper dies under us
+        await asyncio.get_running_loop().run_in_executor(None, keeper.wait)
+        deadline = time.monotonic() + 20
+        while not lost:
+            assert time.monotonic() < deadline, "on_lost was never called"
+            await asyncio.sleep(0.01)
+        c.trust([("a", 1.0)])
+        c.kill("a", "cancelled", 1.0)
+        c.ack(["a"])
+        c.spawn(rig.job("b", "true"), Sink())
+        c.attach("a", s)
+        assert lost == [1] and c.lost
+        with pytest.raises(KeeperError):
+            await c.bye()
+        await c.close()
+        assert lost == [1]
+    asyncio.run(main())
+
+
+def test_a_keeper_that_cannot_start_says_why(rig):
+    rig.paths.keeper_socket.write_text("in the way\n")  # not a socket: the keeper refuses to remove it
+
+    async def main() -> None:
+        with pytest.raises(KeeperError, match="could not start \\(exit 1\\).*not a socket"):
+            await KeeperClient.connect(rig.paths)
+    asyncio.run(main())
