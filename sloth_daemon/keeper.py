@@ -407,22 +407,21 @@ class Keeper:
         jp.log.note(f"{reason}: ending the process tree")
         jp.end_tree_soon(grace_s, reason).add_done_callback(_log_failure)
 
-    def claimer(self, key: str) -> Callable[[psutil.Process], bool]:
+    def claimer(self, key: str) -> Callable[[int, float | None], bool]:
         """Does an orphan of ours with no readable token belong to run ``key``?
         Only if exactly one run's lifetime covers its start; else leave it."""
-        def claim(p: psutil.Process) -> bool:
-            start = procident.start_stamp(p.pid)
-            if p.pid in self.roots or start is None:
+        def claim(pid: int, start: float | None) -> bool:
+            if pid in self.roots or start is None:
                 return False
             lives = {r.key: (r.begin, r.end) for r in self.runs.values() if r.proc is not None}
             lives.update({f"~{i}": life for i, life in enumerate(self.forgotten)})
             owner = procident.attribute_orphan(start, lives)
-            if owner is None and p.pid not in self._ambiguous:
-                self._ambiguous.add(p.pid)
+            if owner is None and pid not in self._ambiguous:
+                self._ambiguous.add(pid)
                 log.info("orphan pid %d (%s) carries no token and no one run surely started it; left alone",
-                         p.pid, _name(p))
+                         pid, _name(pid))
             if owner == key:
-                log.info("orphan pid %d (%s) found only as our child: counted as run %s's", p.pid, _name(p), key)
+                log.info("orphan pid %d (%s) found only as our child: counted as run %s's", pid, _name(pid), key)
             return owner == key
         return claim
 
@@ -521,9 +520,9 @@ def _log_failure(task: "asyncio.Task[None]") -> None:
         log.error("ending a process tree failed: %r", task.exception())
 
 
-def _name(p: psutil.Process) -> str:
+def _name(pid: int) -> str:
     try:
-        return p.name()
+        return psutil.Process(pid).name()
     except psutil.Error:
         return "?"
 

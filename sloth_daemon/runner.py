@@ -239,8 +239,8 @@ POLL_GONE_S = 0.02
 class JobProcess:
     """One running attempt. Callbacks run on the event loop thread.
 
-    ``claim_orphan`` (a subreaper's): does an orphan of ours with no
-    readable token belong to this run? See procident.ProcessTree."""
+    ``claim_orphan(pid, start)`` (a subreaper's): does an orphan of ours
+    with no readable token belong to this run? See procident.ProcessTree."""
 
     def __init__(
         self,
@@ -251,7 +251,7 @@ class JobProcess:
         log: LogWriter,
         on_output: Callable[[bytes], None],
         on_exit: Callable[["JobProcess"], None],
-        claim_orphan: Callable[[psutil.Process], bool] | None = None,
+        claim_orphan: Callable[[int, float | None], bool] | None = None,
     ) -> None:
         self.argv, self.cwd, self.env, self.log = argv, cwd, env, log
         self.on_output, self.on_exit = on_output, on_exit
