@@ -483,6 +483,11 @@ class Keeper:
         return all(r.state == "exited" and r.journaled for r in self.runs.values())
 
     def idle_check(self) -> None:
+        """On every change: journal what could not be before (a full disk
+        may have room now), then exit, arm the idle exit, or disarm it."""
+        for run in self.runs.values():
+            if run.state == "exited" and not run.journaled:
+                run.journaled = self.journal.append({"run": run.wire()})
         if self.stopping or self.finished.is_set():
             return
         quiet = self.holds_only_saved()

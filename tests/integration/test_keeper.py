@@ -16,6 +16,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -745,3 +746,92 @@ def test_a_keeper_that_cannot_start_says_why(rig):
         with pytest.raises(KeeperError, match="could not start \\(exit 1\\).*not a socket"):
             await KeeperClient.connect(rig.paths)
     asyncio.run(main())
+
+
+# ------------------------------------------------------------ resource limits
+def test_out_of_descriptors_a_spawn_fails_retryably_and_the_keeper_keeps_serving(rig):
+    keeper = psutil.Process(rig.start().pid)
+    w = rig.wire()
+    soft, hard = keeper.rlimit(psutil.RLIMIT_NOFILE)
+    keeper.rlimit(psutil.RLIMIT_NOFILE, (keeper.num_fds(), hard))  # not one more descriptor
+    try:
+        reply = w.request("spawn", **rig.job("a", "true"))
+        assert reply["error"]["code"] == "spawn_failed" and reply["error"]["retry"] is True
+        assert "Too many open files" in reply["error"]["message"]
+        late = Wire(rig.paths.keeper_socket)  # the kernel queues it; the keeper cannot accept it yet
+        rig.wires.append(late)
+        assert w.hello()["runs"] == []  # the connection it has is served
+    finally:
+        keeper.rlimit(psutil.RLIMIT_NOFILE, (soft, hard))
+    late.send(b'{"v": 1, "id": 1, "op": "hello", "args": {"role": "daemon", "pid": 1}}\n')
+    assert late.read_msg()["error"]["code"] == "already_attached"  # accepted once it could be
+    w.call("spawn", **rig.job("b", "echo", "fine"))
+    assert w.event("exited", "b")["outcome"]["returncode"] == 0
+
+
+def test_a_daemon_connection_that_stops_reading_is_cut_off_and_the_keeper_serves_on(rig):
+    # 50 journalled outcomes with 20 KB each: every hello answer is ~1 MB
+    pad = "x" * 20_000
+    rig.paths.keeper_journal.write_text("".join(
+        json.dumps({"v": 1, "run": {"key": f"k{i}", "identity": {"pad": pad}, "outcome": {"returncode": 0}}}) + "\n"
+        for i in range(50)))
+    rig.start()
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(str(rig.paths.keeper_socket))
+    mute = Wire.__new__(Wire)
+    mute.sock, mute.buf, mute.events, mute.next_id = s, b"", [], 1
+    rig.wires.append(mute)
+    hello = b'{"v": 1, "id": 1, "op": "hello", "args": {"role": "daemon", "pid": 1}}\n'
+    try:
+        for _ in range(40):  # 40 MB of answers it never reads
+            s.sendall(hello)
+    except OSError:
+        pass  # cut off while we were still asking
+    wait_for(lambda: "fell" in rig.keeper_log() and "cutting it off" in rig.keeper_log(), what="the cut")
+    answers = 0
+    with pytest.raises((ConnectionError, OSError)):
+        while True:
+            mute.read_msg(timeout_s=10)
+            answers += 1
+    assert answers < 40
+    assert len(rig.wire().hello()["runs"]) == 50  # another daemon is served; nothing was lost
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs to fill")
+def test_with_the_journal_on_a_full_disk_an_outcome_is_held_in_memory_until_there_is_room():
+    d = Path(tempfile.mkdtemp(prefix="slkf-"))
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(d)], capture_output=True).returncode:
+        os.rmdir(d)
+        pytest.skip("cannot mount a tmpfs here")
+    rig = KeeperRig(d / "r")
+    try:
+        keeper = rig.start(idle_exit_s=0.3)
+        w = rig.wire()
+        go = rig.root / "go"
+        w.call("spawn", **rig.job("a", "sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done; exit 6"))
+        fd = os.open(d / "filler", os.O_WRONLY | os.O_CREAT)
+        try:  # the disk is full from here on
+            while os.write(fd, b"\0" * 4096):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        go.touch()
+        assert w.event("exited", "a")["outcome"]["returncode"] == 6
+        w.close()
+        time.sleep(1.0)  # three idle periods: it holds an outcome only it knows, so it stays
+        assert keeper.poll() is None
+        assert "cannot write the journal" in rig.keeper_log()
+        (d / "filler").unlink()  # room again
+        w = rig.wire()
+        [run] = w.hello()["runs"]
+        assert run["outcome"]["returncode"] == 6
+        w.close()
+        assert keeper.wait(20) == 0  # journalled at last: it may go
+        assert [r["outcome"]["returncode"] for r in read_journal(rig.paths.keeper_journal)] == [6]
+    finally:
+        remove_rig(rig)
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+        shutil.rmtree(d, ignore_errors=True)
