@@ -51,6 +51,25 @@ class Paths:
     def jobs_log_dir(self) -> Path:
         return self.log_dir / "jobs"
 
+    # The keeper (keeper.py): the process that outlives the daemon and owns
+    # running jobs. Its lock and journal sit beside the db (they guard and
+    # record state of this data dir); its socket beside the daemon's.
+    @property
+    def keeper_socket(self) -> Path:
+        return self.runtime_dir / "keeper.sock"
+
+    @property
+    def keeper_lock(self) -> Path:
+        return self.data_dir / "keeper.lock"
+
+    @property
+    def keeper_journal(self) -> Path:
+        return self.data_dir / "keeper.journal"
+
+    @property
+    def keeper_log(self) -> Path:
+        return self.log_dir / "keeper.log"
+
     def job_log(self, job_id: int, attempt: int) -> Path:
         # Flat: one file per attempt, no folder per job (a mkdir per job
         # measurably slowed runs of many tiny jobs).

@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import ctypes
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import psutil
 
@@ -46,6 +48,10 @@ def job_env(captured: dict[str, str] | None, extra: dict[str, str],
     return base
 
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+
+
 class LogWriter:
     """Writes one attempt's output, capped: past ``cap`` bytes it keeps the
     first half and the last half and says in between how much was cut.
@@ -56,17 +62,21 @@ class LogWriter:
     metadata rides along with the queue's next fsync, which made creating
     it about a fifth of a trivial job's whole cost (tests/bench/bench_daemon.py).
 
+    Only a file this writer creates is written: never one that exists (it
+    is not ours: a stale file, or a symlink planted to make us write
+    elsewhere), never through a symlink, never making folders (the caller
+    made and checked the one it names).
+
     The head goes to disk as it arrives; the tail is held in memory and
-    written when the attempt ends (so after a daemon crash the log holds the
-    head only). Never raises: a file that cannot be created or written (full
-    disk, a folder in the way) counts the bytes lost, and ``problem`` says so
-    for the job's history, since the log itself cannot."""
+    written at ``finish`` (so after a crash the log holds the head only).
+    Never raises: a file that cannot be created or written (full disk, a
+    folder in the way) counts the bytes lost, and ``problem`` says so for
+    the job's history, since the log itself cannot."""
 
     def __init__(self, path: Path, cap: int) -> None:
         self.path = path
-        self.f: Any = None  # a raw binary file once the first byte comes
-        self.closed = False
-        self.base = 0  # where our output starts in the file (appended to)
+        self.fd: int | None = None  # the file we created, once the first byte comes
+        self.closed = False  # finished: nothing more is written
         self.head_cap = cap // 2
         self.tail_cap = cap - self.head_cap
         self.head = 0
@@ -75,7 +85,7 @@ class LogWriter:
         self.total = 0
         self.lost = 0  # bytes that could not be written (disk full ...)
         self.error: str | None = None
-        self.problem: str | None = None  # what was lost and why, once closed
+        self.problem: str | None = None  # what was lost and why, once finished
 
     def write(self, data: bytes) -> None:
         self.total += len(data)
@@ -92,29 +102,57 @@ class LogWriter:
                 self.cut += over
 
     def snapshot(self) -> bytes:
-        """Everything written so far, as the finished log will show it."""
-        data = b""
-        if self.head and self.f is not None:  # never another run's bytes from a file we could not open
-            try:
-                with open(self.path, "rb") as f:
-                    f.seek(self.base)
-                    data = f.read(self.head)
-            except OSError:
-                pass
+        """Everything written so far, as the finished log will show it. Read
+        through the descriptor we created (pread), never by name: a symlink
+        swapped in at the path must not be streamed to a follower."""
+        if self.closed:
+            return self._pread(self._size())
+        data = self._pread(self.head) if self.head else b""
         if self.cut:
             data += f"\n[sloth] ... {self.cut} bytes cut here so far ...\n".encode()
         return data + bytes(self.tail)
 
+    def _size(self) -> int:
+        try:
+            return os.fstat(self.fd).st_size if self.fd is not None else 0
+        except OSError:
+            return 0
+
+    def _pread(self, n: int) -> bytes:
+        out = bytearray()
+        try:
+            while self.fd is not None and len(out) < n:
+                chunk = os.pread(self.fd, n - len(out), len(out))
+                if not chunk:
+                    break
+                out += chunk
+        except OSError:
+            pass
+        return bytes(out)
+
     def _open(self) -> None:
         try:
-            try:
-                self.f = open(self.path, "ab", buffering=0)
-            except FileNotFoundError:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self.f = open(self.path, "ab", buffering=0)
-            self.base = self.f.tell()
+            dfd = os.open(self.path.parent, os.O_RDONLY | _DIRECTORY | _NOFOLLOW)
         except OSError as e:
             self.error = f"cannot create {self.path}: {e.strerror or e}"
+            return
+        try:
+            self.fd = os.open(self.path.name, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW,
+                              0o600, dir_fd=dfd)
+        except FileExistsError:
+            self.error = self._exists(dfd)
+        except OSError as e:
+            self.error = f"cannot create {self.path}: {e.strerror or e}"
+        finally:
+            os.close(dfd)
+
+    def _exists(self, dfd: int) -> str:
+        try:
+            if stat.S_ISDIR(os.lstat(self.path.name, dir_fd=dfd).st_mode):
+                return f"cannot create {self.path}: {os.strerror(errno.EISDIR)}"
+        except OSError:
+            pass
+        return f"{self.path} exists; not appending to a file sloth did not create"
 
     def _put(self, data: bytes) -> None:
         """Write all of ``data``, never raise: a full disk must not stop a
@@ -122,27 +160,29 @@ class LogWriter:
         if not data:
             return
         if self.closed:
-            return  # after close nothing is written, nor a file made
-        if self.error is None and self.f is None:
+            return  # after finish nothing is written, nor a file made
+        if self.error is None and self.fd is None:
             self._open()
-        if self.error is not None:
+        if self.error is not None or self.fd is None:
             self.lost += len(data)
             return
         view = memoryview(data)
         try:
             while view:
-                n = self.f.write(view)  # a raw file may write only part
+                n = os.write(self.fd, view)  # may write only part
                 if not n:
                     raise OSError(errno.EIO, "the write made no progress")
                 view = view[n:]
-        except (OSError, ValueError) as e:
-            self.error = str(getattr(e, "strerror", None) or e)
+        except OSError as e:
+            self.error = str(e.strerror or e)
             self.lost += len(view)
 
     def note(self, text: str) -> None:
         self.write(f"\n[sloth] {text}\n".encode())
 
-    def close(self) -> None:
+    def finish(self) -> None:
+        """Write the tail (and what was cut or lost); nothing is written after.
+        The file stays open for ``snapshot`` until ``close``."""
         if self.closed:
             return
         if self.cut:
@@ -154,21 +194,44 @@ class LogWriter:
         self.tail.clear()
         if self.error is not None:
             self.problem = f"{self.lost} bytes of output lost: {self.error}"
-            self.error = None  # one more try, in case there is room again
-            self._put(f"\n[sloth] {self.problem}\n".encode())
+            if self.fd is not None:  # one more try, in case there is room again
+                self.error = None
+                self._put(f"\n[sloth] {self.problem}\n".encode())
         self.closed = True
-        if self.f is not None:
+
+    def close(self) -> None:
+        self.finish()
+        if self.fd is not None:
             try:
-                self.f.close()
+                os.close(self.fd)
             except OSError:
                 pass
+            self.fd = None
+
+
+def make_log_dir(path: Path) -> None:
+    """Create a folder for attempt logs (0700) if it is missing: LogWriter
+    makes no folders. When it exists this is one failing mkdir, no metadata
+    write, so calling it before each job costs next to nothing. Never
+    raises: a folder that cannot be made is the LogWriter's problem to report."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:
+        pass
 
 
 _PERMANENT_ERRNOS = {errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR, errno.EISDIR}
 
 
+KILL_ROUNDS = 50  # SIGKILL, look again: a process forked just before the kill is found next round
+POLL_GONE_S = 0.02
+
+
 class JobProcess:
-    """One running attempt. Callbacks run on the event loop thread."""
+    """One running attempt. Callbacks run on the event loop thread.
+
+    ``claim_orphan(pid, start)`` (a subreaper's): does an orphan of ours
+    with no readable token belong to this run? See procident.ProcessTree."""
 
     def __init__(
         self,
@@ -179,13 +242,17 @@ class JobProcess:
         log: LogWriter,
         on_output: Callable[[bytes], None],
         on_exit: Callable[["JobProcess"], None],
+        claim_orphan: Callable[[int, float | None], bool] | None = None,
     ) -> None:
         self.argv, self.cwd, self.env, self.log = argv, cwd, env, log
         self.on_output, self.on_exit = on_output, on_exit
+        self.claim_orphan = claim_orphan
         self.proc: subprocess.Popen[bytes] | None = None
+        self.tree: procident.ProcessTree | None = None
         self.returncode: int | None = None
         self.kill_reason: str | None = None
-        self.known_tree: dict[int, psutil.Process] = {}
+        self.frozen = False
+        self.ending: asyncio.Task[None] | None = None  # the tree kill, once begun
         self._rfd: int | None = None
         self._pidfd: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -211,12 +278,13 @@ class JobProcess:
                 self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
                 stdout=wfd, stderr=wfd, start_new_session=True, close_fds=True,
             )
-        except OSError as e:
+        except (OSError, subprocess.SubprocessError) as e:
             os.close(rfd)
-            raise SpawnError(_spawn_message(self.argv, e),
-                             retry=e.errno not in _PERMANENT_ERRNOS) from e
+            retry = not isinstance(e, OSError) or e.errno not in _PERMANENT_ERRNOS
+            raise SpawnError(_spawn_message(self.argv, e), retry=retry) from e
         finally:
             os.close(wfd)
+        self.tree = procident.ProcessTree(self.proc.pid, self.env.get(procident.TOKEN_ENV))
         os.set_blocking(rfd, False)
         self._rfd = rfd
         loop.add_reader(rfd, self._read)
@@ -265,7 +333,7 @@ class JobProcess:
         if hasattr(os, "pidfd_open"):
             try:
                 self._pidfd = os.pidfd_open(self.pid)
-            except OSError:
+            except OSError:  # e.g. out of descriptors: SIGCHLD still tells us
                 self._pidfd = None
         if self._pidfd is not None:
             loop.add_reader(self._pidfd, self.poll)
@@ -281,6 +349,8 @@ class JobProcess:
         if code is None:
             return False
         self.returncode = code
+        if self.tree is not None:
+            self.tree.root_reaped = True
         if self._pidfd is not None and self._loop is not None:
             self._loop.remove_reader(self._pidfd)
             os.close(self._pidfd)
@@ -302,35 +372,57 @@ class JobProcess:
         except psutil.Error:
             return False
 
+    # ----------------------------------------------------------------- tree
     def refresh_tree(self) -> None:
         """Remember every descendant seen, so a grandchild whose parent has
         exited (and so left the tree) can still be found and ended."""
-        if self.returncode is None:
-            for p in procident.descendants(self.pid):
-                self.known_tree.setdefault(p.pid, p)
+        if self.tree is not None and self.returncode is None:
+            self.tree.remember()
 
-    def signal_tree(self, sig: int) -> None:
-        if self.proc is None:
-            return
-        self.refresh_tree()
-        procident.signal_tree(self.pid, sig, list(self.known_tree.values()))
+    def signal_tree(self, sig: int) -> list[psutil.Process]:
+        """Send ``sig`` to every process of the run (procident.ProcessTree)."""
+        if self.tree is None:
+            return []
+        procs = self.tree.find(self.claim_orphan)
+        self.tree.signal(procs, sig)
+        return procs
 
-    async def end_tree(self, grace_s: float, reason: str) -> None:
-        """SIGTERM the whole tree, wait ``grace_s``, then SIGKILL what is left."""
+    def freeze(self) -> None:
+        """SIGSTOP the whole tree. Twice: a child forked while we looked is
+        stopped the second time (a stopped process forks no more)."""
+        self.frozen = True
+        for _ in range(2):
+            self.signal_tree(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self.frozen = False
+        self.signal_tree(signal.SIGCONT)
+
+    def end_tree_soon(self, grace_s: float, reason: str) -> "asyncio.Task[None]":
+        """Begin ``end_tree`` now (``ending`` is set before this returns)."""
         if self.kill_reason is None:
             self.kill_reason = reason
-        self.signal_tree(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(self.done.wait(), grace_s)
-        except asyncio.TimeoutError:
-            pass
-        self.signal_tree(signal.SIGKILL)
-        # Also the stragglers that outlived the root (setsid grandchildren).
-        for p in list(self.known_tree.values()):
-            try:
-                p.send_signal(signal.SIGKILL)
-            except psutil.Error:
-                pass
+        if self.ending is None:
+            self.ending = asyncio.get_running_loop().create_task(self._end_tree(grace_s))
+        return self.ending
+
+    async def end_tree(self, grace_s: float, reason: str) -> None:
+        """SIGTERM the whole tree, wait up to ``grace_s`` for all of it, then
+        SIGKILL what is left, looking again until nothing of it lives.
+        Returns once the tree is dead and the root reaped. Idempotent: a
+        second call waits for the first kill (and keeps the first reason)."""
+        await asyncio.shield(self.end_tree_soon(grace_s, reason))
+
+    async def _end_tree(self, grace_s: float) -> None:
+        procs = self.signal_tree(signal.SIGTERM)
+        if self.frozen:  # a stopped process acts on SIGTERM only once continued
+            self.thaw()
+        await _wait_gone(procs, grace_s)
+        for _ in range(KILL_ROUNDS):
+            procs = [p for p in self.signal_tree(signal.SIGKILL) if not procident.gone(p)]
+            if not procs:
+                break
+            await _wait_gone(procs, 1.0)
         await self.done.wait()
 
     def outcome(self) -> tuple[bool, str]:
@@ -341,34 +433,56 @@ class JobProcess:
         if code == 0:
             return True, "exit 0"
         if code is not None and code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            return False, f"killed by {name}"
+            return False, f"killed by {signal_name(-code)}"
         return False, f"exit {code}"
 
 
-def _spawn_message(argv: list[str], e: OSError) -> str:
-    if e.errno == errno.ENOENT:
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+async def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> None:
+    """Wait up to ``timeout_s`` (awake time) for every one of ``procs`` to exit
+    or be a zombie. Polls: there is no exit notification for a process that
+    is not our child."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while any(not procident.gone(p) for p in procs) and loop.time() < deadline:
+        await asyncio.sleep(POLL_GONE_S)
+
+
+def _spawn_message(argv: list[str], e: BaseException) -> str:
+    if isinstance(e, OSError) and e.errno == errno.ENOENT:
         return f"command not found: {argv[0]}"
-    if e.errno == errno.EACCES:
+    if isinstance(e, OSError) and e.errno == errno.EACCES:
         return f"permission denied running {argv[0]}"
-    return f"cannot start {argv[0]}: {e.strerror or e}"
+    return f"cannot start {argv[0]}: {getattr(e, 'strerror', None) or e}"
 
 
+# --------------------------------------------------------------- SIGCHLD
 class _SigchldWatch:
-    """Fallback exit notification where pidfd does not exist (macOS)."""
+    """The one SIGCHLD handler of this process (asyncio keeps one per
+    signal): exit notification for jobs without a pidfd (macOS; or
+    pidfd_open failed, e.g. out of descriptors), and the hooks of a
+    subreaper that must reap the orphans it inherits."""
 
     procs: set[JobProcess] = set()
-    installed = False
+    hooks: list[Callable[[], None]] = []
+    loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def install(cls, loop: asyncio.AbstractEventLoop) -> None:
+        if cls.loop is not loop and sys.platform != "win32":
+            loop.add_signal_handler(signal.SIGCHLD, cls._on_sigchld)
+            cls.loop = loop
 
     @classmethod
     def add(cls, loop: asyncio.AbstractEventLoop, jp: JobProcess) -> None:
         cls.procs.add(jp)
-        if not cls.installed and sys.platform != "win32":
-            loop.add_signal_handler(signal.SIGCHLD, cls._on_sigchld)
-            cls.installed = True
+        cls.install(loop)
         loop.call_soon(jp.poll)  # it may already have exited
 
     @classmethod
@@ -379,3 +493,52 @@ class _SigchldWatch:
     def _on_sigchld(cls) -> None:
         for jp in list(cls.procs):
             jp.poll()
+        for hook in list(cls.hooks):
+            hook()
+
+
+def on_sigchld(loop: asyncio.AbstractEventLoop, hook: Callable[[], None]) -> None:
+    """Call ``hook`` (on the loop) whenever a child of ours changes state."""
+    _SigchldWatch.hooks.append(hook)
+    _SigchldWatch.install(loop)
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Linux: orphans below us reparent to us instead of to init, so a job's
+    double-forked process stays findable (and must be reaped by us:
+    ``reap_orphans``). False where there is no such thing (macOS)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def reap_orphans(roots: Mapping[int, JobProcess]) -> list[int]:
+    """Reap every exited child of ours that is not a job root (an orphan we
+    inherited as subreaper); returns their pids. Peeks first (WNOWAIT) so a
+    job root's exit status is never stolen: its own JobProcess reaps it."""
+    reaped: list[int] = []
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            break  # no children at all
+        if info is None:
+            break  # none has exited
+        jp = roots.get(info.si_pid)
+        if jp is not None:
+            if not jp.poll():
+                break  # cannot be (it is waitable); never spin on it
+            continue
+        try:
+            os.waitpid(info.si_pid, os.WNOHANG)
+            reaped.append(info.si_pid)
+        except ChildProcessError:
+            pass
+    return reaped

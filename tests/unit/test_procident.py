@@ -86,3 +86,73 @@ def test_find_by_env_finds_a_job_by_its_token():
 def test_kill_identity_of_nothing_is_false():
     assert procident.kill_identity_blocking({"pid": 999999999, "start": 1, "boot_id": procident.boot_id(),
                                              "exact": True}, grace_s=0.1) is False
+
+
+# ------------------------------------------------------------ one run's tree
+def test_an_orphan_is_attributed_only_to_the_one_run_whose_lifetime_covers_its_start():
+    lives = {"a": (100.0, 200.0), "b": (150.0, None), "c": (300.0, 400.0)}
+    assert procident.attribute_orphan(120, lives, slack=0) == "a"
+    assert procident.attribute_orphan(160, lives, slack=0) is None  # a and b both ran then: leave it
+    assert procident.attribute_orphan(250, lives, slack=0) == "b"  # b is still running
+    assert procident.attribute_orphan(350, lives, slack=0) is None  # b and c
+    assert procident.attribute_orphan(50, lives, slack=0) is None  # before any of ours
+    assert procident.attribute_orphan(201, {"a": (100.0, 200.0)}, slack=2) == "a"  # a tick's rounding
+    assert procident.attribute_orphan(120, {}, slack=0) is None
+
+
+def test_stamp_now_is_on_the_start_stamp_clock():
+    before = procident.stamp_now()
+    p = subprocess.Popen(["sleep", "30"])
+    try:
+        start = procident.start_stamp(p.pid)
+        assert start is not None and before - procident.STAMP_SLACK <= start <= procident.stamp_now() + procident.STAMP_SLACK
+    finally:
+        p.kill()
+        p.wait()
+
+
+def _read_pid(path, timeout_s=10.0) -> int:
+    deadline = time.monotonic() + timeout_s
+    while not (path.exists() and path.read_text().strip()):
+        assert time.monotonic() < deadline, f"no pid in {path}"
+        time.sleep(0.01)
+    return int(path.read_text())
+
+
+def test_a_tree_is_found_by_group_snapshot_and_token(tmp_path):
+    """The three means that work for any parent: the process group; a
+    remembered descendant that left group and tree and carries no token;
+    and the token of a double-forked escapee that also left the group."""
+    token = f"tok-{os.getpid()}-{time.monotonic_ns()}"
+    script = (f"sleep 301 & "  # in the group
+              f"sh -c 'setsid env -u SLOTH_JOB_TOKEN sleep 302 & echo $! > {tmp_path}/kid; "
+              f"while [ ! -e {tmp_path}/go ]; do sleep 0.01; done' & "
+              f"(setsid sleep 303 & echo $! > {tmp_path}/escapee); sleep 300")
+    p = subprocess.Popen(["sh", "-c", script], start_new_session=True, env={**os.environ, "SLOTH_JOB_TOKEN": token})
+    strays: list[psutil.Process] = []  # psutil refuses to signal a reused pid
+    try:
+        kid, escapee = _read_pid(tmp_path / "kid"), _read_pid(tmp_path / "escapee")
+        strays = [psutil.Process(kid), psutil.Process(escapee)]
+        tree = procident.ProcessTree(p.pid, token)
+        tree.remember()  # the kid is a descendant now ...
+        (tmp_path / "go").touch()  # ... until its parent exits and it is reparented
+        deadline = time.monotonic() + 10
+        while kid in [c.pid for c in psutil.Process(p.pid).children(recursive=True)]:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert kid not in {q.pid for q in procident.ProcessTree(p.pid, token).find()}  # only memory finds it
+        found = tree.find()
+        pids = {q.pid for q in found}
+        assert {p.pid, kid, escapee} <= pids
+        assert os.getpid() not in pids
+        tree.signal(found, signal.SIGKILL)
+        p.wait(5)
+        assert psutil.wait_procs([q for q in found if q.pid != p.pid], timeout=5)[1] == []
+    finally:
+        for q in strays:
+            try:
+                q.kill()
+            except psutil.Error:
+                pass
+        p.kill()
+        p.wait()

@@ -1,6 +1,11 @@
-"""The per-attempt log: capped, head and tail kept, the cut said out loud."""
+"""The per-attempt log: capped, head and tail kept, the cut said out loud;
+only a file it created itself is ever written or streamed."""
 
+import contextlib
 import os
+import stat
+import subprocess
+import tempfile
 
 import pytest
 
@@ -8,7 +13,7 @@ from sloth_daemon.runner import DAEMON_ONLY_ENV, LogWriter, job_env
 
 
 def test_small_output_is_kept_whole(tmp_path):
-    p = tmp_path / "a" / "1.1.log"
+    p = tmp_path / "1.1.log"
     w = LogWriter(p, cap=1000)
     w.write(b"hello\n")
     w.write(b"world\n")
@@ -42,32 +47,86 @@ def test_past_the_cap_head_and_tail_are_kept_and_the_cut_is_named(tmp_path):
 
 
 def test_an_attempt_that_prints_nothing_leaves_no_file(tmp_path):
-    p = tmp_path / "jobs" / "1.1.log"
+    p = tmp_path / "1.1.log"
     w = LogWriter(p, cap=100)
     w.write(b"")
     assert w.snapshot() == b""
     w.close()
-    assert not p.exists() and not p.parent.exists() and w.problem is None
+    assert not p.exists() and w.problem is None
 
 
-def test_the_file_appears_with_the_first_byte_and_a_snapshot_reads_it(tmp_path):
-    p = tmp_path / "jobs" / "1.1.log"
+def test_the_file_appears_with_the_first_byte_mode_0600_and_a_snapshot_reads_it(tmp_path):
+    p = tmp_path / "1.1.log"
     w = LogWriter(p, cap=100)
     w.write(b"a" * 60)  # 50 to the head on disk, 10 held as tail
     assert p.read_bytes() == b"a" * 50
+    assert stat.S_IMODE(p.stat().st_mode) == 0o600
     assert w.snapshot() == b"a" * 60
     w.close()
     assert p.read_bytes() == b"a" * 60
 
 
-def test_appends_after_what_the_file_already_holds(tmp_path):
+def test_never_appends_to_a_file_that_exists(tmp_path):
+    """Not ours: a stale or hostile file. Nothing is added to it, none of
+    its bytes are streamed; ours count as lost and the problem says why."""
     p = tmp_path / "x.log"
-    p.write_bytes(b"old\n")
+    p.write_bytes(b"an earlier run of this attempt\n")
     w = LogWriter(p, cap=100)
     w.write(b"new\n")
-    assert w.snapshot() == b"new\n"
+    assert w.snapshot() == b""  # never the bytes of a file we did not write
     w.close()
-    assert p.read_bytes() == b"old\nnew\n"
+    assert p.read_bytes() == b"an earlier run of this attempt\n"
+    assert w.problem == f"4 bytes of output lost: {p} exists; not appending to a file sloth did not create"
+
+
+def test_a_symlink_planted_at_the_path_is_not_followed(tmp_path):
+    target = tmp_path / "precious"
+    target.write_bytes(b"keep me\n")
+    p = tmp_path / "x.log"
+    p.symlink_to(target)
+    w = LogWriter(p, cap=100)
+    w.write(b"x" * 80)
+    assert b"keep me" not in w.snapshot()
+    w.close()
+    assert target.read_bytes() == b"keep me\n"
+    assert p.is_symlink()
+    assert w.problem == f"80 bytes of output lost: {p} exists; not appending to a file sloth did not create"
+
+
+def test_a_snapshot_reads_the_file_it_created_not_what_is_at_the_path_now(tmp_path):
+    p = tmp_path / "x.log"
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"S" * 100)
+    w = LogWriter(p, cap=20)
+    w.write(b"mine" * 5)  # 10 to the head, 10 held as tail
+    p.unlink()
+    p.symlink_to(secret)  # swapped in under the running writer
+    assert w.snapshot() == b"mine" * 5
+    w.finish()  # finished: the snapshot is the whole file we wrote, still by descriptor
+    assert w.snapshot() == b"mine" * 5
+    w.close()
+    assert secret.read_bytes() == b"S" * 100
+
+
+def test_no_folder_is_made_a_missing_one_is_a_problem(tmp_path):
+    p = tmp_path / "jobs" / "1.1.log"
+    w = LogWriter(p, cap=100)
+    w.write(b"hello\n")
+    w.close()
+    assert not p.parent.exists()
+    assert w.problem == f"6 bytes of output lost: cannot create {p}: No such file or directory"
+
+
+def test_a_symlinked_folder_is_not_followed(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "jobs").symlink_to(real)
+    p = tmp_path / "jobs" / "1.1.log"
+    w = LogWriter(p, cap=100)
+    w.write(b"hello\n")
+    w.close()
+    assert list(real.iterdir()) == []
+    assert w.problem is not None and w.problem.startswith(f"6 bytes of output lost: cannot create {p}")
 
 
 def test_an_uncreatable_file_loses_output_without_raising_and_says_so(tmp_path):
@@ -82,21 +141,6 @@ def test_an_uncreatable_file_loses_output_without_raising_and_says_so(tmp_path):
     assert "Is a directory" in w.problem
 
 
-def test_a_snapshot_never_shows_another_runs_bytes_from_a_file_it_could_not_open(tmp_path, monkeypatch):
-    p = tmp_path / "x.log"
-    p.write_bytes(b"an earlier run of this attempt\n")
-    w = LogWriter(p, cap=100)
-
-    def refuse(*a, **k):
-        raise PermissionError(13, "Permission denied")
-    monkeypatch.setattr("builtins.open", refuse)  # as for a file we may not write
-    w.write(b"this run\n")
-    monkeypatch.undo()
-    assert w.snapshot() == b""
-    w.close()
-    assert w.problem == f"9 bytes of output lost: cannot create {p}: Permission denied"
-
-
 def test_nothing_is_written_nor_a_file_made_after_close(tmp_path):
     p = tmp_path / "x.log"
     w = LogWriter(p, cap=100)
@@ -106,14 +150,32 @@ def test_nothing_is_written_nor_a_file_made_after_close(tmp_path):
     assert not p.exists()
 
 
-@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="/dev/full is Linux-only")
-def test_a_full_disk_counts_the_lost_bytes(tmp_path):
-    p = tmp_path / "full.log"
-    p.symlink_to("/dev/full")  # every write: ENOSPC
-    w = LogWriter(p, cap=100)
-    w.write(b"x" * 30)
-    w.close()
-    assert w.problem == "30 bytes of output lost: No space left on device"
+@contextlib.contextmanager
+def tiny_tmpfs(size: str):
+    """A real, small file system (root only; skips where mounting is refused)."""
+    d = tempfile.mkdtemp(prefix="sl-full-")
+    try:
+        if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", d],
+                                               capture_output=True).returncode != 0:
+            pytest.skip("needs root and tmpfs to fill a real file system")
+        try:
+            yield d
+        finally:
+            subprocess.run(["umount", "-l", d], capture_output=True)
+    finally:
+        os.rmdir(d)
+
+
+def test_a_full_disk_counts_the_lost_bytes_and_the_head_is_kept(tmp_path):
+    from pathlib import Path
+    with tiny_tmpfs("8k") as d:
+        p = Path(d) / "full.log"
+        w = LogWriter(p, cap=64 * 1024)
+        w.write(b"x" * 20000)  # the head (32 KiB) does not fit in 8 KiB
+        w.close()
+        written = p.stat().st_size
+        assert 0 < written < 20000
+        assert w.problem == f"{20000 - written} bytes of output lost: No space left on device"
 
 
 def test_job_env_uses_the_captured_environment_and_drops_manager_variables():
