@@ -25,7 +25,7 @@ Watcher = Callable[[Job], None]
 
 class Control:
     def __init__(self, queue: Queue, worker: Worker, spawner: Spawner, paths: Paths, settings: Settings,
-                 *, request_stop: Callable[[str], None], instance: str) -> None:
+                 *, request_stop: Callable[..., None], instance: str) -> None:
         self.queue, self.worker, self.spawner = queue, worker, spawner
         self.paths, self.settings = paths, settings
         self.request_stop = request_stop
@@ -58,6 +58,7 @@ class Control:
         return {
             "pid": os.getpid(), "started_at": self.started_at, "uptime_s": time.time() - self.started_at,
             "instance": self.instance, "paths": self.paths.as_dict(), "counts": self.queue.counts(),
+            "keeper": {"pid": getattr(self.spawner, "pid", None)},
             **self.worker.status(),
         }
 
@@ -82,8 +83,9 @@ class Control:
     def prune(self, older_than_s: float) -> int:
         return self.worker.prune(older_than_s)
 
-    def shutdown(self, why: str) -> None:
-        self.request_stop(why)
+    def shutdown(self, why: str, *, keep_jobs: bool = False) -> None:
+        """Stop the daemon; ``keep_jobs``: its running jobs go on in the keeper."""
+        self.request_stop(why, keep_jobs=keep_jobs)
 
     # --------------------------------------------------------------- logs
     def log_path(self, job_id: int, attempt: int) -> Path:

@@ -1,14 +1,19 @@
-"""Composition root: single-instance lock, startup recovery, signals, shutdown.
+"""Composition root: single-instance lock, the keeper, signals, shutdown.
 
 Start-up order matters:
   1. take the flock on the data dir's lock file (before touching anything,
      the socket included): a second daemon stops here and names the first;
-  2. open the queue; for jobs a previous daemon left ``claimed``, end any
-     process of theirs still running, then mark their leases abandoned so
-     they are re-issued at once (``reclaimed``, attempts + 1);
+  2. open the queue; connect to the keeper (starting one if none answers)
+     and take over the runs it holds: still running, or ended with an
+     outcome nobody recorded (adoption.py); a job a previous daemon held
+     that no keeper knows lost its supervision: its leftovers are ended and
+     it is given back to the queue;
   3. replace the stale socket (the lock proves nobody serves it) and listen;
-  4. tell systemd READY=1; run the worker loop until SIGTERM/SIGINT;
-  5. drain: interrupt running jobs, requeue them refunded, exit 0.
+  4. tell systemd READY=1; run the worker loop until asked to stop;
+  5. stop: SIGTERM (what a service manager's stop and restart send) and
+     `sloth daemon stop --keep-jobs` hand running jobs over -- they keep
+     running in the keeper for the next daemon; SIGINT and `sloth daemon
+     stop` interrupt them and requeue them refunded, and let the keeper go.
 """
 
 from __future__ import annotations
@@ -21,19 +26,19 @@ import os
 import secrets
 import signal
 import sys
-
 from typing import IO, Callable
 
-from . import __version__, config, procident, timerfd
+from . import __version__, config, timerfd
 from .clock import SystemClocks
 from .control import Control
-from .errors import DaemonAlreadyRunning, LeaseLost, StorageError
+from .errors import DaemonAlreadyRunning, StorageError
 from .notify import Notifier
 from .paths import Paths, check_socket_path, ensure_private_dir, resolve
 from .queue import Queue
 from .server import Server
-from .spawner import LocalSpawner
-from .worker import Worker, is_daemon_on_host
+from .runs import worker_name
+from .supervision import KeeperSpawner
+from .worker import Worker
 
 log = logging.getLogger("sloth.daemon")
 
@@ -77,62 +82,28 @@ class Daemon:
     production; tests pass their own)."""
 
     def __init__(self, *, paths: Paths, settings: config.Settings, queue: Queue, worker: Worker,
-                 server: Server) -> None:
+                 server: Server, keeper: KeeperSpawner) -> None:
         self.paths, self.settings = paths, settings
-        self.queue, self.worker, self.server = queue, worker, server
+        self.queue, self.worker, self.server, self.keeper = queue, worker, server, keeper
         self._stop = asyncio.Event()
         self.stop_reason = ""
+        self.keep_jobs = True
 
-    def request_stop(self, reason: str) -> None:
+    def request_stop(self, reason: str, *, keep_jobs: bool) -> None:
+        """Stop serving; ``keep_jobs``: leave running jobs to the keeper."""
         if not self._stop.is_set():
-            log.info("stopping: %s", reason)
-            self.stop_reason = reason
+            log.info("stopping (%s running jobs): %s", "keeping" if keep_jobs else "interrupting", reason)
+            self.stop_reason, self.keep_jobs = reason, keep_jobs
             self._stop.set()
-
-    # ------------------------------------------------------------ recovery
-    def recover(self) -> int:
-        """Re-issue jobs that a previous daemon on this data dir left claimed.
-
-        We hold the instance lock, so that daemon is dead; but its job
-        processes may not be (kill -9 leaves orphans). End them first, by
-        recorded identity or, failing that, by the job token in their
-        environment. Then abandon the lease so the next claim re-issues it.
-        """
-        stale = [j for j in self.queue.claimed()
-                 if is_daemon_on_host(j.worker) and j.token]  # foreign holders: wait out their lease
-        if not stale:
-            return 0
-        by_token = procident.find_by_env_values("SLOTH_JOB_TOKEN", {j.token for j in stale if j.token})
-        procs, groups, ended = [], [], set()
-        for job in stale:
-            tree = procident.tree_of(job.runner)
-            if tree:
-                groups.append(tree[0].pid)
-            found = tree + by_token.get(job.token or "", [])
-            if found:
-                ended.add(job.id)
-                procs += found
-        if procs:  # all at once: one grace period, however many leftovers
-            procident.end_all(procs, self.settings.kill_grace_s, groups=groups)
-        n = 0
-        for job in stale:
-            why = "daemon restarted; the previous daemon is gone"
-            if job.id in ended:
-                why += "; its leftover job process was ended"
-            try:
-                self.queue.abandon(job.id, job.token or "", message=why)
-                n += 1
-            except LeaseLost:
-                pass
-        return n
 
     # ------------------------------------------------------------------ run
     async def run(self) -> int:
         """Serve until asked to stop; then drain. Returns the exit code."""
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.request_stop, f"signal {signal.Signals(sig).name}")
+        loop.add_signal_handler(signal.SIGTERM, lambda: self.request_stop("signal SIGTERM", keep_jobs=True))
+        loop.add_signal_handler(signal.SIGINT, lambda: self.request_stop("signal SIGINT", keep_jobs=False))
         loop.add_signal_handler(signal.SIGHUP, lambda: None)  # survive terminal hang-up
+        await self._take_over()
         await self._listen()
         watch = self._watch_clock(loop)
         notifier = Notifier.from_env()
@@ -151,6 +122,14 @@ class Daemon:
         await self._drain(tasks, watch)
         return 0 if worker not in done else 1
 
+    async def _take_over(self) -> None:
+        """Connect to the keeper and adopt what it holds (module docstring)."""
+        ensure_private_dir(self.paths.jobs_log_dir)  # the keeper writes logs there, and makes no folders
+        held = await self.keeper.connect()
+        self.keeper.on_resync = lambda runs: self.worker.spawn_task(self.worker.reconcile(runs))
+        await self.worker.reconcile(held)
+        log.info("keeper pid %s: %d run(s) adopted", self.keeper.pid, len(self.worker.running))
+
     async def _listen(self) -> None:
         ensure_private_dir(self.paths.runtime_dir)
         check_socket_path(self.paths.socket)
@@ -165,7 +144,8 @@ class Daemon:
         return watch
 
     async def _drain(self, tasks: list[asyncio.Task[None]], watch: timerfd.ClockSetWatch | None) -> None:
-        await self.worker.shutdown()
+        await self.worker.shutdown(keep_jobs=self.keep_jobs)
+        await self.keeper.close(bye=not self.keep_jobs)
         await self.server.close()
         for t in tasks:
             t.cancel()
@@ -194,12 +174,13 @@ def build(paths: Paths, settings: config.Settings) -> Daemon:
     instance = secrets.token_hex(4)
     queue = Queue(paths.db, clocks, lease_s=settings.lease_s, max_attempts=settings.max_attempts,
                   backoff_cap_s=settings.backoff_cap_s)
-    spawner = LocalSpawner()
-    worker = Worker(queue, settings, spawner, clocks=clocks, log_path=paths.job_log, instance=instance)
+    keeper = KeeperSpawner(paths, name=worker_name(instance), check_s=settings.clock_check_s)
+    worker = Worker(queue, settings, keeper, clocks=clocks, log_path=paths.job_log, instance=instance)
     stop = _StopRelay()
-    control = Control(queue, worker, spawner, paths, settings, request_stop=stop, instance=instance)
+    control = Control(queue, worker, keeper, paths, settings, request_stop=stop, instance=instance)
     worker.on_change = control.job_changed
-    daemon = Daemon(paths=paths, settings=settings, queue=queue, worker=worker, server=Server(control))
+    daemon = Daemon(paths=paths, settings=settings, queue=queue, worker=worker, server=Server(control),
+                    keeper=keeper)
     stop.target = daemon.request_stop
     return daemon
 
@@ -207,11 +188,11 @@ def build(paths: Paths, settings: config.Settings) -> Daemon:
 class _StopRelay:
     """Breaks the cycle Control -> Daemon.request_stop -> (Daemon built last)."""
 
-    target: Callable[[str], None] | None = None
+    target: Callable[..., None] | None = None
 
-    def __call__(self, reason: str) -> None:
+    def __call__(self, reason: str, *, keep_jobs: bool) -> None:
         if self.target is not None:
-            self.target(reason)
+            self.target(reason, keep_jobs=keep_jobs)
 
 
 def main() -> int:
@@ -226,10 +207,6 @@ def main() -> int:
     lock = InstanceLock(paths)  # first: before the socket or the db is touched
     try:
         settings = config.load(paths.config_file)
-        d = build(paths, settings)
-        n = d.recover()
-        if n:
-            log.info("re-issuing %d job(s) left running by a previous daemon", n)
-        return asyncio.run(d.run())
+        return asyncio.run(build(paths, settings).run())
     finally:
         lock.release()

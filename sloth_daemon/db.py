@@ -89,6 +89,15 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN env_id INTEGER REFERENCES envs(id);
     CREATE INDEX jobs_env ON jobs(env_id) WHERE env_id IS NOT NULL;
     """,
+    # 3 -> 4: attempts count runs (never decremented or reset, so every run
+    # has its own log file); tries are the runs that count against
+    # max_attempts (an interruption or a crash of sloth gives one back);
+    # refunds bound how many crashes of sloth a job is forgiven.
+    """
+    ALTER TABLE jobs ADD COLUMN tries INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN refunds INTEGER NOT NULL DEFAULT 0;
+    UPDATE jobs SET tries = attempts;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -143,8 +143,12 @@ class Handlers:
         return {"id": job.id, "attempt": n, "attempts": job.attempts, "path": str(self.c.log_path(job.id, n))}
 
     def op_shutdown(self, a: dict[str, Any]) -> dict[str, Any]:
-        asyncio.get_running_loop().call_soon(self.c.shutdown, "shutdown requested over the socket")
-        return {"stopping": True, "pid": self.c.status()["pid"]}
+        keep = a.get("keep_jobs", False)
+        if not isinstance(keep, bool):
+            raise BadRequest("keep_jobs must be true or false")
+        why = "restart requested over the socket" if keep else "shutdown requested over the socket"
+        asyncio.get_running_loop().call_soon(lambda: self.c.shutdown(why, keep_jobs=keep))
+        return {"stopping": True, "keep_jobs": keep, "pid": self.c.status()["pid"]}
 
     # ---------------------------------------------------------- streaming
     async def op_wait(self, a: dict[str, Any], emit: Emit) -> Any:

@@ -81,7 +81,8 @@ class Run:
 
     @classmethod
     def adopted(cls, w: dict[str, Any]) -> "Run":
-        return cls(w["key"], w.get("job_id"), w.get("attempt"), w.get("token", ""), w.get("log_path", ""),
+        return cls(w["key"], int(w.get("job_id") or 0), int(w.get("attempt") or 0), w.get("token", ""),
+                   w.get("log_path", ""),
                    w.get("started_at", 0.0), pid=w.get("pid"), identity=w.get("identity"),
                    state="exited", outcome=w.get("outcome"), journaled=True)
 
@@ -91,8 +92,8 @@ class TapFeed:
     bytes are skipped and counted, and the follower is told how many where
     they were cut once there is room again. The end (None) always gets in."""
 
-    def __init__(self, cap: int) -> None:
-        self.cap, self.held, self.skipped = cap, 0, 0
+    def __init__(self, cap: int, job_id: int) -> None:
+        self.cap, self.held, self.skipped, self.job_id = cap, 0, 0, job_id
         self.q: collections.deque[bytes | None] = collections.deque()
         self.ready = asyncio.Event()
 
@@ -102,7 +103,7 @@ class TapFeed:
             return
         if self.skipped:
             self._push(f"\n[sloth] ... {self.skipped} bytes of live output skipped here: this "
-                       f"follower fell behind ...\n".encode())
+                       f"follower fell behind (`sloth logs {self.job_id}` has them once the job ends) ...\n".encode())
             self.skipped = 0
         self._push(data)
 
@@ -159,16 +160,23 @@ class Keeper:
         self._ambiguous: set[int] = set()
 
     # -------------------------------------------------------------- serving
+    def _reap_orphans(self) -> None:
+        reap_orphans(self.roots)
+
+    def _on_clock_set(self, watch: timerfd.ClockSetWatch) -> None:
+        if watch.consume():
+            self.check_trust()
+
     async def serve(self, sock: socket.socket) -> int:
         loop = asyncio.get_running_loop()
         if become_subreaper():
-            on_sigchld(loop, lambda: reap_orphans(self.roots))
+            on_sigchld(loop, self._reap_orphans)
         loop.add_signal_handler(signal.SIGTERM, self.stop)
         for sig in (signal.SIGINT, signal.SIGHUP):  # detached: a terminal's signals are not for us
             loop.add_signal_handler(sig, lambda: None)  # a handler, not SIG_IGN: jobs must not inherit it
         watch = timerfd.create()  # readable when the clock is set or we resume: check trust at once
         if watch is not None:
-            loop.add_reader(watch.fd, lambda: watch.consume() and self.check_trust())
+            loop.add_reader(watch.fd, self._on_clock_set, watch)
         for w in read_journal_safely(self.journal.path):
             self.runs.setdefault(w["key"], Run.adopted(w))
         server = await asyncio.start_unix_server(self.handle, sock=sock, limit=MAX_FRAME + 2)
@@ -197,7 +205,8 @@ class Keeper:
                 try:
                     line = await asyncio.wait_for(reader.readuntil(b"\n"), idle)
                 except asyncio.LimitOverrunError:
-                    conn.send(error(None, Refused("protocol", f"frame over {MAX_FRAME} bytes; closing this connection")))
+                    conn.send(error(None, Refused("protocol",
+                                                  f"frame over {MAX_FRAME} bytes; closing this connection")))
                     return
                 except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError, OSError):
                     return
@@ -341,7 +350,7 @@ class Keeper:
         run = self.runs.get(text(a, "key"))
         if run is None:
             raise Refused("not_found", f"no run with key {a['key']!r} is held")
-        feed = TapFeed(TAP_BACKLOG_BYTES)
+        feed = TapFeed(TAP_BACKLOG_BYTES, run.job_id)
         past = run.proc.log.snapshot() if run.proc is not None else b""
         if run.state != "exited":
             run.taps.add(feed.put)  # no await since the snapshot: every byte is sent once
@@ -511,8 +520,8 @@ class Keeper:
         asyncio.get_running_loop().create_task(self.exit_when_settled())
 
     async def exit_when_settled(self) -> None:
-        while any(r.state != "exited" for r in self.runs.values()):
-            await asyncio.sleep(0.05)
+        while any(r.state != "exited" for r in self.runs.values()):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)  # a once-only wait at exit: polling is simpler than an event per run
         self.exit("stopped by SIGTERM")
 
     def exit(self, why: str) -> None:

@@ -12,6 +12,7 @@ the new ``held`` (the runs the keeper lists in its hello).
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import logging
@@ -173,7 +174,11 @@ class KeeperClient:
     async def bye(self) -> None:
         """Tell the keeper to exit once it holds nothing."""
         fut: asyncio.Future[dict[str, Any] | None] = asyncio.get_running_loop().create_future()
-        if self._send("bye", {}, lambda m: fut.done() or fut.set_result(m)):
+
+        def answered(m: dict[str, Any] | None) -> None:
+            if not fut.done():
+                fut.set_result(m)
+        if self._send("bye", {}, answered):
             msg = await fut
             if msg is not None and msg.get("ok"):
                 return
@@ -200,7 +205,7 @@ class KeeperClient:
         if len(data) > MAX_FRAME:
             log.error("keeper request %s of %d bytes is over the frame limit; not sent", op, len(data))
             return False
-        self._pending[rid] = reply or (lambda m, op=op: _log_refusal(op, m))
+        self._pending[rid] = reply or functools.partial(_log_refusal, op)
         self._writer.write(data)
         if self._writer.transport.get_write_buffer_size() > OUT_CAP:
             log.error("the keeper stopped reading (%d bytes unsent); dropping the connection",
@@ -303,7 +308,9 @@ async def _start(paths: Paths, python: str, check_s: float, idle_exit_s: float) 
             "--log", str(paths.keeper_log), "--check-s", str(check_s), "--idle-exit-s", str(idle_exit_s)]
     env = {k: v for k, v in os.environ.items() if k not in NOT_FOR_KEEPER}
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        # A plain Popen: a fork and exec, once per keeper start; its exit is
+        # polled below without blocking the loop.
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,  # noqa: ASYNC220
                                 stderr=subprocess.PIPE, cwd="/", env=env, start_new_session=True)
     except OSError as e:
         raise KeeperError(f"cannot start the keeper ({python}): {e.strerror or e}") from None

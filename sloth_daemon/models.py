@@ -53,6 +53,8 @@ class Job:
     runner: dict[str, Any] | None = None
     exit_code: int | None = None
     finished_at: float | None = None
+    tries: int = 0  # runs that count against max_attempts (attempts counts every run)
+    refunds: int = 0  # crashes of sloth forgiven since the last retry
 
     @classmethod
     def from_row(cls, row: Any, *, env: dict[str, str] | None = None) -> "Job":

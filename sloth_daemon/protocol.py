@@ -46,7 +46,7 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "wait": (frozenset({"ids"}), frozenset()),
     "follow": (frozenset({"id"}), frozenset({"attempt"})),
     "subscribe": (frozenset(), frozenset({"ids"})),
-    "shutdown": (frozenset(), frozenset()),
+    "shutdown": (frozenset(), frozenset({"keep_jobs"})),
 }
 
 

@@ -73,7 +73,7 @@ def job_rows(jobs: Sequence[dict[str, Any]]) -> tuple[list[list[str]], list[str]
     for j in jobs:
         rows.append([
             str(j["id"]), j["state"], j["lane"], str(j["priority"]),
-            f"{j['attempts']}/{j['max_attempts']}", when(j, now), command_text(j),
+            f"{j.get('tries', j['attempts'])}/{j['max_attempts']}", when(j, now), command_text(j),
         ])
         states.append(j["state"])
     return rows, states
@@ -88,7 +88,7 @@ def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> str:
         f"job {job['id']}  {paint(job['state'], job['state'])}",
         f"  command   {command_text(job, None)}",
         f"  lane      {job['lane']}  priority {job['priority']}",
-        f"  attempts  {job['attempts']}/{job['max_attempts']}",
+        f"  attempts  {_attempts(job)}",
         f"  created   {local_time(job['created_at'])} ({relative(job['created_at'], now)})",
     ]
     if job["state"] == "queued":
@@ -111,3 +111,13 @@ def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> str:
         msg = f"  {e['message']}" if e["message"] else ""
         lines.append(f"    {local_time(e['at']):>16}  {e['kind']} (attempt {e['attempt']}){msg}")
     return "\n".join(lines)
+
+
+def _attempts(job: dict[str, Any]) -> str:
+    """Runs, and the tries of them that count against max_attempts: an
+    interruption, a fence or a crash of sloth gives its try back."""
+    runs, tries = job["attempts"], job.get("tries", job["attempts"])
+    text = f"{runs} run{'s' if runs != 1 else ''}, tries {tries}/{job['max_attempts']}"
+    if job.get("refunds"):
+        text += f" ({job['refunds']} crash{'es' if job['refunds'] != 1 else ''} of sloth not counted)"
+    return text

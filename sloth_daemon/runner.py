@@ -450,7 +450,8 @@ async def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> None:
     is not our child."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    while any(not procident.gone(p) for p in procs) and loop.time() < deadline:
+    # Not our children (escapees, orphans): no exit notification exists, so poll.
+    while any(not procident.gone(p) for p in procs) and loop.time() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(POLL_GONE_S)
 
 

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from . import outcomes
+from .adoption import Adoption
 from .clock import ClockReadings, Clocks, Jump, JumpDetector, JumpKind
 from .config import Settings
 from .durations import format_duration
@@ -34,64 +33,13 @@ from .lanes import Lanes
 from .models import Job
 from .queue import Queue
 from .runner import job_env
+from .runs import Run, Sink, term_lead, trust_until, worker_name
 from .spawner import Outcome, Spawner, SpawnRequest
 
 log = logging.getLogger("sloth.worker")
 PRUNE_EVERY_S = 3600.0
 FIRST_PRUNE_S = 60.0
-WORKER_PREFIX = "sloth-daemon"
-
-
-def worker_name(instance: str, *, host: str | None = None, pid: int | None = None) -> str:
-    """The name a daemon claims under: ``sloth-daemon:HOST:PID:INSTANCE``."""
-    return f"{WORKER_PREFIX}:{host or socket.gethostname()}:{pid or os.getpid()}:{instance}"
-
-
-def is_daemon_on_host(name: str | None, host: str | None = None) -> bool:
-    """True if ``name`` was made by worker_name on this host (any daemon)."""
-    return (name or "").startswith(f"{WORKER_PREFIX}:{host or socket.gethostname()}:")
-
-
-def trust_until(sent: ClockReadings, lease_s: float) -> float:
-    """Until when (on the boot clock) a run may go on after a renewal sent at
-    ``sent``: the lease, measured from before the renewal left, so it can only
-    end sooner than the lease the queue records."""
-    return (sent.total if sent.total is not None else sent.awake) + lease_s
-
-
-@dataclass
-class Run:
-    """One attempt this worker holds, from claim to recorded outcome."""
-
-    job: Job
-    token: str
-    attempt: int
-    pid: int | None = None
-    ending: str | None = None  # "cancelled" | "interrupted" | "lease lost": why we ended it
-    outcome: Outcome | None = None  # set when the process ended; cleared once recorded
-
-    @property
-    def live(self) -> bool:
-        return self.pid is not None and self.outcome is None
-
-
-class _Sink:
-    """Routes a spawner's news about one run back to the worker."""
-
-    def __init__(self, worker: "Worker", run: Run) -> None:
-        self.w, self.run = worker, run
-
-    def started(self, pid: int, identity: dict[str, Any]) -> None:
-        self.w.on_started(self.run, pid, identity)
-
-    def spawn_failed(self, message: str, retry: bool) -> None:
-        self.w.on_spawn_failed(self.run, message, retry)
-
-    def exited(self, outcome: Outcome) -> None:
-        self.w.on_exited(self.run, outcome)
-
-
-class Worker:
+class Worker(Adoption):
     def __init__(
         self, queue: Queue, settings: Settings, spawner: Spawner, *, clocks: Clocks,
         log_path: Callable[[int, int], Path], instance: str,
@@ -109,15 +57,20 @@ class Worker:
         self.timerfd = False
         self.stopping = False
         self._wake = asyncio.Event()
-        self._idle = asyncio.Event()  # set whenever nothing is running
-        self._idle.set()
         self._next_check = first.awake
         self._next_prune = first.awake + FIRST_PRUNE_S
         self._next_due: float | None = None  # from the last claim_due()
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     # ------------------------------------------------------------- control
     def wake(self) -> None:
         self._wake.set()
+
+    def spawn_task(self, coro: Any) -> None:
+        """Run ``coro`` on the loop, keeping a reference (the loop keeps only weak ones)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def clock_changed(self) -> None:
         """Called when the timerfd says the wall clock was set or we resumed."""
@@ -176,8 +129,8 @@ class Worker:
         if r.awake >= self._next_check:
             self.check_clock(r)
         self.heartbeat_due(r)
-        self.claim_due(r.wall)
-        self.settle()
+        self.claim_due(r)
+        self.settle(r.awake)
         if r.awake >= self._next_prune:
             self._next_prune = r.awake + PRUNE_EVERY_S
             self.prune(self.settings.retention_s)
@@ -187,6 +140,7 @@ class Worker:
         deadlines = [self._next_check - r.awake, self._next_prune - r.awake]
         deadlines += [self._hb_due_at(run) - r.wall for run in self.running.values()
                       if run.live and run.ending is None]
+        deadlines += [run.record_after - r.awake for run in self.running.values() if run.outcome is not None]
         if self.may_claim() and self._next_due is not None:
             deadlines.append(self._next_due - r.wall)
         return max(0.0, min(deadlines))
@@ -246,7 +200,7 @@ class Worker:
     def may_claim(self) -> bool:
         return not (self.lanes.paused_all or self.stopping)
 
-    def claim_due(self, now: float) -> None:
+    def claim_due(self, r: ClockReadings) -> None:
         self._next_due = None
         while self.may_claim():
             # A read-only look first: an empty claim would still cost a write
@@ -254,25 +208,26 @@ class Worker:
             blocked = self.lanes.blocked(self.slots_in_use())
             mine = set(self.running)  # never re-issue our own live or unrecorded jobs to ourselves
             self._next_due = self.queue.next_due_at(exclude_lanes=blocked, exclude_ids=mine)
-            if self._next_due is None or self._next_due > now:
+            if self._next_due is None or self._next_due > r.wall:
                 return
             job = self.queue.claim(self.name, exclude_lanes=blocked, exclude_ids=mine)
             if job is None:
                 return  # another process took it
             self.on_change(job)
-            self._start(Run(job, job.token or "", job.attempts))
+            self._start(Run(job, job.token or "", job.attempts), r)
 
-    def _start(self, run: Run) -> None:
+    def _start(self, run: Run, claimed: ClockReadings) -> None:
         job = run.job
         self.running[job.id] = run
-        self._idle.clear()
         env = job_env(job.env, {"SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_ATTEMPT": str(run.attempt),
                                 "SLOTH_JOB_TOKEN": run.token})
         req = SpawnRequest(
             key=run.token, job_id=job.id, attempt=run.attempt, argv=job.command, cwd=job.cwd,
             env=env, log_path=self.log_path(job.id, run.attempt), log_cap=self.settings.log_cap_bytes,
-            timeout_s=job.timeout_s, kill_grace_s=self.settings.kill_grace_s, previous=job.runner)
-        self.spawner.spawn(req, _Sink(self, run))
+            timeout_s=job.timeout_s, kill_grace_s=self.settings.kill_grace_s, previous=job.runner,
+            trust_until=trust_until(claimed, job.lease_s),
+            term_lead_s=term_lead(job.lease_s, self.settings.kill_grace_s))
+        self.spawner.spawn(req, Sink(self, run))
 
     # ---------------------------------------------------- news from spawner
     def on_started(self, run: Run, pid: int, identity: dict[str, Any]) -> None:
@@ -290,12 +245,27 @@ class Worker:
         self.on_change(run.job)
 
     def on_spawn_failed(self, run: Run, message: str, retry: bool) -> None:
-        self._drop(run)
-        self._record(lambda: self.queue.fail(run.job.id, run.token, message=message, retry=retry))
+        run.outcome = Outcome(None, reason=message, spawn_retry=retry)
+        self.wake()
 
     def on_exited(self, run: Run, outcome: Outcome) -> None:
         run.outcome = outcome
         self.wake()
+
+    def on_frozen(self, run: Run, why: str) -> None:
+        """The machine slept past the run's trust: renew its lease now (it
+        thaws), or end it if the lease is no longer ours."""
+        log.info("job %d frozen by the keeper: %s", run.job.id, why)
+        r = self.clocks.read()
+        try:
+            run.job = self.queue.renew_after_resume(run.job.id, run.token, why)
+        except (LeaseLost, JobNotFound):
+            self._end(run, "fenced: its lease was lost while the machine slept")
+            return
+        except SlothError as e:  # cannot tell yet: it stays frozen; the next heartbeat tries again
+            log.error("cannot renew job %d after a freeze: %s", run.job.id, e.message)
+            return
+        self.spawner.trust([(run.token, trust_until(r, run.job.lease_s))])
 
     # ---------------------------------------------------------------- ending
     def _drop(self, run: Run) -> None:
@@ -303,8 +273,6 @@ class Worker:
         cancelled-then-retried job may already have a newer run)."""
         if self.running.get(run.job.id) is run:
             del self.running[run.job.id]
-        if not self.running:
-            self._idle.set()
 
     def _end(self, run: Run, reason: str) -> None:
         """Begin ending a run's process tree (idempotent)."""
@@ -313,54 +281,54 @@ class Worker:
         run.ending = reason
         self.spawner.kill(run.token, reason, self.settings.kill_grace_s)
 
-    def settle(self) -> None:
-        """Record the outcome of every run whose process ended."""
-        for run in [r for r in self.running.values() if r.outcome is not None]:
-            self._drop(run)
-            self._record_outcome(run, run.outcome)  # type: ignore[arg-type]
+    def settle(self, awake: float) -> None:
+        """Record the outcome of every run whose process ended (an outcome
+        the database would not take waits for its retry time)."""
+        for run in [r for r in self.running.values() if r.outcome is not None and r.record_after <= awake]:
+            self._settle_one(run, run.outcome, awake)  # type: ignore[arg-type]
 
-    def _record_outcome(self, run: Run, outcome: Outcome) -> None:
-        jid, tok = run.job.id, run.token
-        ok, message = outcome.describe()
+    def _settle_one(self, run: Run, outcome: Outcome, awake: float) -> None:
         if outcome.log_problem:
-            log.warning("job %d attempt %d: %s", jid, run.attempt, outcome.log_problem)
-        if run.ending == "interrupted":
-            suffix = f"; {outcome.log_problem}" if outcome.log_problem else ""
-            self._record(lambda: self.queue.release(jid, tok, message="interrupted: daemon stopping" + suffix))
-        elif run.ending in ("cancelled", "lease lost"):
-            pass  # the queue already says so; our token is void
-        elif ok:
-            self._record(lambda: self.queue.complete(jid, tok, message=message, exit_code=outcome.returncode))
-        else:
-            self._record(lambda: self.queue.fail(jid, tok, message=message, exit_code=outcome.returncode))
+            log.warning("job %d attempt %d: %s", run.job.id, run.attempt, outcome.log_problem)
+        try:
+            job = outcomes.record(self.queue, run, outcome)
+        except (LeaseLost, JobNotFound) as e:
+            log.warning("outcome of job %d not recorded: %s", run.job.id, e.message)
+            job = None
+        except SlothError as e:  # keep it, try again later: never thrown away, never re-run by us
+            log.error("cannot record the outcome of job %d yet (try %d): %s", run.job.id,
+                      run.record_tries + 1, e.message)
+            run.postpone_record(e.message, awake)
+            return
+        self._drop(run)
+        self.spawner.ack([run.token])
+        if job is not None:
+            self.on_change(job)
         self.wake()
 
-    def _record(self, fn: Callable[[], Job]) -> None:
-        try:
-            job = fn()
-        except (LeaseLost, JobNotFound) as e:
-            log.warning("settle refused: %s", e.message)
-            return
-        except SlothError as e:
-            log.error("cannot record outcome: %s", e.message)
-            return
-        self.on_change(job)
-
-    async def shutdown(self) -> None:
-        """Stop claiming; end running jobs gracefully; requeue them (refunded)."""
+    async def shutdown(self, *, keep_jobs: bool = False) -> None:
+        """Stop claiming. By default end running jobs gracefully and requeue
+        them (refunded). With ``keep_jobs`` leave them running: the keeper
+        keeps them for the next daemon; only outcomes already in are recorded."""
         self.stopping = True
         self.wake()
+        if keep_jobs:
+            self.settle(float("inf"))
+            return
         for run in list(self.running.values()):
             if run.outcome is None:  # one that already exited is settled as it ended
                 self._end(run, "interrupted")
-        while self.running:
+        # Until every run has ended. An outcome the database still refuses
+        # stays with the keeper (not acknowledged) for the next daemon.
+        self.settle(float("inf"))
+        while any(r.outcome is None for r in self.running.values()):
             await self._wait_for_outcomes()
-            self.settle()
+            self.settle(float("inf"))
 
     async def _wait_for_outcomes(self) -> None:
-        while not any(r.outcome is not None for r in self.running.values()):
-            self._wake.clear()
-            await self._wake.wait()
+        """Until a run's end is heard (the sink wakes us)."""
+        self._wake.clear()
+        await self._wake.wait()
 
     # ----------------------------------------------------------------- misc
     def prune(self, older_than_s: float) -> int:
@@ -374,8 +342,10 @@ class Worker:
             "lanes": self.lanes.status(self.slots_in_use(), self.queue.lanes()),
             "paused_all": self.lanes.paused_all,
             "paused_lanes": sorted(self.lanes.paused),
-            "running": [{"id": r.job.id, "attempt": r.attempt, "pid": r.pid, "lane": r.job.lane}
-                        for r in self.running.values()],
+            "running": [{"id": r.job.id, "attempt": r.attempt, "pid": r.pid, "lane": r.job.lane,
+                         "adopted": r.adopted} for r in self.running.values() if r.outcome is None],
+            "pending_outcomes": [{"id": r.job.id, "attempt": r.attempt, "tries": r.record_tries,
+                                  "error": r.record_error} for r in self.running.values() if r.record_error],
             "last_jump": self.last_jump,
             "clock": {"last_check_at": self.last_check_at,
                       "check_interval_s": self.settings.clock_check_s, "timerfd": self.timerfd},

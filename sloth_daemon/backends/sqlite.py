@@ -32,6 +32,10 @@ from ..spec import number
 DEFAULT_LEASE_S = 60.0
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_BACKOFF_CAP_S = 300.0
+# A run cut short by a crash of sloth itself (the keeper gone too: a reboot,
+# a power cut) does not count against max_attempts -- but only this many
+# times between user retries, so a job that brings sloth down cannot loop.
+MAX_CRASH_REFUNDS = 3
 
 
 class SqliteQueue(SqliteEnqueue, SqliteReads):
@@ -64,8 +68,8 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
 
         Due means ``queued`` with ``not_before <= now``, or ``claimed`` with an
         expired lease (``lease_until < now``, strict). Transition: -> claimed,
-        ``attempts`` + 1, fresh token, ``lease_until = now + lease``, event
-        ``claimed`` or ``reclaimed``. An expired job with no attempts left goes
+        ``attempts`` and ``tries`` + 1, fresh token, ``lease_until = now + lease``, event
+        ``claimed`` or ``reclaimed``. An expired job with no tries left goes
         to ``failed`` instead (event ``lease_expired``) and the search goes on.
         The returned Job keeps the previous attempt's ``runner`` identity so a
         caller can make sure that process is gone before running it again.
@@ -89,14 +93,14 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
                 if cand is None:
                     return None
                 row, expired = cand
-                if expired and row["attempts"] >= row["max_attempts"]:
+                if expired and row["tries"] >= row["max_attempts"]:
                     self._lease_expired_for_good(c, row, now)
                     continue
                 return self._lease(c, row, expired, worker, now, row["lease_s"] if lease_s is None else lease_s)
 
     def _lease_expired_for_good(self, c: sqlite3.Connection, row: sqlite3.Row, now: float) -> None:
         self._finish(c, row["id"], JobState.FAILED, now, row["attempts"], "lease_expired",
-                     f"lease expired on the last attempt ({row['attempts']}/{row['max_attempts']});"
+                     f"lease expired on the last attempt ({row['tries']}/{row['max_attempts']});"
                      f" worker {row['worker']} was lost")
 
     def _lease(self, c: sqlite3.Connection, row: sqlite3.Row, expired: bool, worker: str, now: float,
@@ -105,7 +109,7 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
         token = secrets.token_hex(8)
         attempt = row["attempts"] + 1
         out = c.execute(
-            "UPDATE jobs SET state = 'claimed', attempts = ?, token = ?, worker = ?,"
+            "UPDATE jobs SET state = 'claimed', attempts = ?, tries = tries + 1, token = ?, worker = ?,"
             " lease_until = ?, updated_at = ? WHERE id = ? RETURNING *",
             (attempt, token, worker, now + lease, now, row["id"]),
         ).fetchone()
@@ -156,54 +160,78 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
             self._event(c, job_id, now, "started", row["attempts"], f"pid {runner.get('pid')}")
             return self._job(out)
 
-    def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None) -> Job:
-        """claimed -> done. Raises LeaseLost for a stale token."""
+    def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None,
+                 ended_at: float | None = None) -> Job:
+        """claimed -> done. ``ended_at``: when the process really ended (it
+        may have ended while no daemon ran), else now. Raises LeaseLost for a
+        stale token."""
         now = self.clock.now()
         with db.transaction(self._conn) as c:
             row = self._held(c, job_id, token)
-            return self._finish(c, job_id, JobState.DONE, now, row["attempts"], "done",
+            return self._finish(c, job_id, JobState.DONE, _past(ended_at, now), row["attempts"], "done",
                                 message, exit_code=exit_code)
 
     def fail(
         self, job_id: int, token: str, *, message: str = "", retry: bool = True,
-        exit_code: int | None = None,
+        exit_code: int | None = None, ended_at: float | None = None,
     ) -> Job:
-        """claimed -> queued with ``not_before = now + min(2**attempts, cap)`` while
-        attempts remain (and ``retry``), else -> failed. Raises LeaseLost."""
+        """claimed -> queued with ``not_before = now + min(2**tries, cap)`` while
+        tries remain (and ``retry``), else -> failed (``ended_at`` as for
+        complete). Raises LeaseLost."""
         now = self.clock.now()
+        ended = _past(ended_at, now)
         with db.transaction(self._conn) as c:
             row = self._held(c, job_id, token)
-            attempts = row["attempts"]
-            if retry and attempts < row["max_attempts"]:
-                delay = min(2.0 ** min(attempts, 1000), self.backoff_cap_s)  # 2.0**1024 overflows
+            attempts, tries = row["attempts"], row["tries"]
+            if retry and tries < row["max_attempts"]:
+                delay = min(2.0 ** min(tries, 1000), self.backoff_cap_s)  # 2.0**1024 overflows
                 out = c.execute(
                     "UPDATE jobs SET state = 'queued', not_before = ?, token = NULL,"
                     " lease_until = NULL, message = ?, exit_code = ?, updated_at = ?"
                     " WHERE id = ? RETURNING *",
                     (now + delay, message, exit_code, now, job_id),
                 ).fetchone()
-                self._event(c, job_id, now, "failed", attempts,
-                            _join(message, f"retry {attempts + 1}/{row['max_attempts']} in {delay:g}s"))
+                self._event(c, job_id, ended, "failed", attempts,
+                            _join(message, f"retry {tries + 1}/{row['max_attempts']} in {delay:g}s"))
                 return self._job(out)
             why = "no attempts left" if retry else "not retried"
-            return self._finish(c, job_id, JobState.FAILED, now, attempts, "failed",
+            return self._finish(c, job_id, JobState.FAILED, ended, attempts, "failed",
                                 _join(message, why), exit_code=exit_code, stored_message=message)
 
-    def release(self, job_id: int, token: str, *, message: str = "interrupted") -> Job:
-        """claimed -> queued, due now, attempt refunded (event ``interrupted``).
+    def release(self, job_id: int, token: str, *, message: str = "interrupted",
+                kind: str = "interrupted") -> Job:
+        """claimed -> queued, due now, the try given back (event ``kind``:
+        ``interrupted`` by a stopping daemon, ``fenced`` when its keeper ended
+        it for want of a lease renewal).
 
-        For a graceful shutdown: the interruption was not the job's fault, so
-        it does not use up its failure budget. Raises LeaseLost.
+        The end was not the job's fault, so it does not use up its failure
+        budget. Raises LeaseLost.
         """
         now = self.clock.now()
         with db.transaction(self._conn) as c:
             row = self._held(c, job_id, token)
             out = c.execute(
                 "UPDATE jobs SET state = 'queued', not_before = ?, token = NULL, lease_until = NULL,"
-                " attempts = max(attempts - 1, 0), updated_at = ? WHERE id = ? RETURNING *",
+                " tries = max(tries - 1, 0), updated_at = ? WHERE id = ? RETURNING *",
                 (now, now, job_id),
             ).fetchone()
-            self._event(c, job_id, now, "interrupted", row["attempts"], message)
+            self._event(c, job_id, now, kind, row["attempts"], message)
+            return self._job(out)
+
+    def adopt(self, job_id: int, token: str, worker: str, *, message: str) -> Job:
+        """A new holder takes over the lease of ``token`` (a daemon adopting
+        a run that outlived the daemon that claimed it): the lease is renewed
+        from now and ``worker`` renamed; event ``adopted``. The token decides,
+        as for a heartbeat: a lapsed lease that nobody reclaimed is still
+        ours. Raises LeaseLost or JobNotFound."""
+        now = self.clock.now()
+        with db.transaction(self._conn, durable=False) as c:
+            row = self._held(c, job_id, token)
+            out = c.execute(
+                "UPDATE jobs SET worker = ?, lease_until = ?, updated_at = ? WHERE id = ? RETURNING *",
+                (worker, now + row["lease_s"], now, job_id),
+            ).fetchone()
+            self._event(c, job_id, now, "adopted", row["attempts"], message)
             return self._job(out)
 
     # ---------------------------------------------------------- user actions
@@ -221,7 +249,8 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
                                 "cancelled", message)
 
     def retry(self, job_id: int) -> Job:
-        """failed|cancelled -> queued, due now, with a fresh attempt budget."""
+        """failed|cancelled -> queued, due now, with a fresh budget of tries
+        (``attempts`` keeps counting runs)."""
         now = self.clock.now()
         with db.transaction(self._conn) as c:
             row = self._get_row(c, job_id)
@@ -238,11 +267,11 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
                         hint=f"Wait for job {other[0]} or cancel it first.",
                     )
             out = c.execute(
-                "UPDATE jobs SET state = 'queued', attempts = 0, not_before = ?, token = NULL,"
+                "UPDATE jobs SET state = 'queued', tries = 0, refunds = 0, not_before = ?, token = NULL,"
                 " lease_until = NULL, finished_at = NULL, updated_at = ? WHERE id = ? RETURNING *",
                 (now, now, job_id),
             ).fetchone()
-            self._event(c, job_id, now, "retried", 0, "back to queued by user")
+            self._event(c, job_id, now, "retried", row["attempts"], "back to queued by user")
             return self._job(out)
 
     def prune(self, older_than_s: float) -> int:
@@ -271,18 +300,26 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
                 (key, json.dumps(value)),
             )
 
-    def abandon(self, job_id: int, token: str, *, message: str) -> Job:
+    def abandon(self, job_id: int, token: str, *, message: str, refund: bool = False) -> Job:
         """Declare the holder of ``token`` gone (e.g. the daemon that held it
         died: the single-instance lock proves it). The lease counts as expired
         from now, so the next claim re-issues the job with a ``reclaimed``
-        event. Event ``abandoned``. Raises LeaseLost."""
+        event (attempts + 1). Event ``abandoned``. With ``refund`` (the run
+        was cut short by a crash of sloth, not of the job) its try is given
+        back, at most MAX_CRASH_REFUNDS times between user retries; past that
+        the crash counts. Raises LeaseLost."""
         now = self.clock.now()
         with db.transaction(self._conn) as c:
             row = self._held(c, job_id, token)
+            give = refund and row["refunds"] < MAX_CRASH_REFUNDS and row["tries"] > 0
             out = c.execute(
-                "UPDATE jobs SET lease_until = ?, updated_at = ? WHERE id = ? RETURNING *",
-                (math.nextafter(now, -math.inf), now, job_id),
+                "UPDATE jobs SET lease_until = ?, tries = tries - ?, refunds = refunds + ?, updated_at = ?"
+                " WHERE id = ? RETURNING *",
+                (math.nextafter(now, -math.inf), int(give), int(give), now, job_id),
             ).fetchone()
+            if refund:
+                message += (f"; not counted as a try ({row['refunds'] + 1} of {MAX_CRASH_REFUNDS} forgiven)"
+                            if give else f"; counted as a try ({MAX_CRASH_REFUNDS} crashes already forgiven)")
             self._event(c, job_id, now, "abandoned", row["attempts"], message)
             return self._job(out)
 
@@ -300,7 +337,7 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
         row = self._get_row(c, job_id)
         if row["state"] != JobState.CLAIMED.value or row["token"] is None or row["token"] != token:
             if (row["state"] == JobState.QUEUED.value and row["token"] is None
-                    and row["attempts"] == 0 and not _ever_claimed(c, job_id)):
+                    and row["attempts"] == 0):
                 raise IllegalTransition(f"job {job_id} is queued, not claimed by anyone")
             raise LeaseLost(
                 f"job {job_id}: token {str(token)[:16]!r} no longer holds the lease "
@@ -330,13 +367,10 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
         )
 
 
-def _ever_claimed(c: sqlite3.Connection, job_id: int) -> bool:
-    """True if a token was ever issued for the job (release/retry reset attempts to 0)."""
-    return c.execute(
-        "SELECT 1 FROM events WHERE job_id = ? AND kind IN ('claimed', 'reclaimed') LIMIT 1",
-        (job_id,),
-    ).fetchone() is not None
-
-
 def _join(a: str, b: str) -> str:
     return f"{a}; {b}" if a else b
+
+
+def _past(t: float | None, now: float) -> float:
+    """A reported time, never later than now (clocks of other processes)."""
+    return now if t is None or not math.isfinite(t) or t > now else t

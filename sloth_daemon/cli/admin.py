@@ -65,16 +65,37 @@ def daemon_start(as_json: bool = typer.Option(False, "--json")) -> None:
 @daemon_app.command("stop")
 @handles_errors
 def daemon_stop(
+    keep_jobs: bool = typer.Option(False, "--keep-jobs", help="Leave running jobs running for the next daemon."),
     timeout: str = typer.Option("60s", "--timeout", help="How long to wait for running jobs to be interrupted."),
 ) -> None:
-    """Stop the daemon: running jobs are interrupted and requeued, not failed."""
+    """Stop the daemon: running jobs are interrupted and requeued, not failed
+    (with --keep-jobs they carry on, and the next daemon takes them over)."""
+    pid, n = _stop(keep_jobs, duration(timeout, "--timeout") or 60)
+    kept = f"; {n} running job(s) left running for the next daemon" if keep_jobs else ""
+    typer.echo(f"sloth daemon stopped (pid {pid}){kept}")
+
+
+@daemon_app.command("restart")
+@handles_errors
+def daemon_restart(
+    timeout: str = typer.Option("60s", "--timeout", help="How long to wait for the old daemon to exit."),
+) -> None:
+    """Restart the daemon (e.g. after an upgrade) without touching running
+    jobs: they keep running, and the new daemon takes them over."""
+    old, n = _stop(True, duration(timeout, "--timeout") or 60)
+    new = _start_daemon()
+    typer.echo(f"sloth daemon restarted (pid {old} -> {new}); {n} running job(s) handed over")
+
+
+def _stop(keep_jobs: bool, timeout_s: float) -> tuple[int, int]:
+    """Ask the daemon to exit and wait until it has: (its pid, running jobs)."""
     from ..launcher import wait_gone
 
     st = call("status")
-    call("shutdown")
-    if not wait_gone(st["pid"], duration(timeout, "--timeout") or 60):
+    call("shutdown", keep_jobs=keep_jobs)
+    if not wait_gone(st["pid"], timeout_s):
         raise errors.SlothError(f"daemon pid {st['pid']} did not exit in time", hint="Check `sloth daemon status`.")
-    typer.echo(f"sloth daemon stopped (pid {st['pid']})")
+    return st["pid"], len(st.get("running", []))
 
 
 @daemon_app.command("status")

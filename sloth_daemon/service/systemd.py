@@ -82,7 +82,7 @@ def install(content: str, p: Paths, path: Path, *, now: bool) -> Report:
     run(r, ["systemctl", "--user", "enable", *(["--now"] if now else []), UNIT_NAME])
     if r.state == "updated":
         r.notes.append(f"a running daemon keeps the old unit until `systemctl --user restart {UNIT_NAME}` "
-                       "(running jobs are interrupted and requeued)")
+                       "(running jobs keep running: the new daemon takes them over)")
     if not now:
         r.notes.append(f"it starts at your next login; start it now with `systemctl --user start {UNIT_NAME}`")
     env_notes(r, p, "unit (Environment=)")

@@ -30,33 +30,72 @@ def starts(d: Path) -> list[list[str]]:
     return [ln.split() for ln in p.read_text().splitlines()] if p.exists() else []
 
 
-def start_a_long_probe(harness, home: Path) -> tuple[int, int]:
+def start_a_long_probe(harness, home: Path, hold_first: float = 300) -> tuple[int, int]:
     """Start the daemon and one probe job that holds on its first start;
     return the job id and the pid of that first run once it is running."""
     harness.start()
-    jid = probe(harness, home, hold_first=300, hold=0.2)
+    jid = probe(harness, home, hold_first=hold_first, hold=0.2)
     first = harness.wait_for(lambda: (s := starts(home)) and len(s) == 1 and s, what="first start")
     return jid, int(first[0][3])
 
 
-def test_kill9_mid_job_then_restart_reruns_once_never_two_at_once(harness, home):
-    jid, first_pid = start_a_long_probe(harness, home)
+def test_kill9_of_the_daemon_leaves_the_job_running_and_the_next_daemon_adopts_it(harness, home):
+    jid, first_pid = start_a_long_probe(harness, home, hold_first=3)
     harness.kill9()
-    assert psutil.pid_exists(first_pid)  # the orphan outlives the daemon
+    assert alive(first_pid)  # the keeper, not the daemon, is its parent
     harness.start()
     job = harness.wait_state(jid, "done", timeout_s=30)
-    assert job["attempts"] == 2
     kinds = [e["kind"] for e in harness.events(jid)]
+    assert job["attempts"] == 1 and "adopted" in kinds and "reclaimed" not in kinds
+    assert [s[1] for s in starts(home)] == ["1"]  # ran once
+    assert not (home / "collisions").exists()
+
+
+def test_a_job_that_ends_while_no_daemon_runs_is_recorded_with_its_real_exit_not_rerun(harness, home):
+    harness.start()
+    gate = home / "go"
+    wait = f"while [ ! -e {gate} ]; do sleep 0.02; done"
+    ok = harness.add("sh", "-c", f"{wait}; echo ok >> {home}/ran", lane="a")
+    bad = harness.add("sh", "-c", f"{wait}; echo bad >> {home}/ran; exit 3", max_attempts=1, lane="b")
+    for jid in (ok, bad):
+        harness.wait_for(lambda j=jid: harness.job(j)["runner"], what=f"job {jid} started")
+    harness.kill9()
+    gate.touch()
+    harness.wait_for(lambda: (home / "ran").exists() and len((home / "ran").read_text().split()) == 2,
+                     what="both jobs ended with no daemon")
+    ended_by = time.time()
+    time.sleep(0.5)  # the restart comes well after the ends: their recorded times must be theirs
+    harness.start()
+    done, failed = harness.wait_state(ok, "done"), harness.wait_state(bad, "failed")
+    assert (done["exit_code"], failed["exit_code"], failed["message"]) == (0, 3, "exit 3")
+    assert done["attempts"] == failed["attempts"] == 1
+    assert done["finished_at"] <= ended_by and failed["finished_at"] <= ended_by
+    assert sorted((home / "ran").read_text().split()) == ["bad", "ok"]  # nothing ran again
+
+
+def test_a_reboot_that_takes_the_keeper_too_reruns_the_job_once_never_two_at_once(harness, home):
+    """When the job's own supervision is gone too (here: kill -9 of the daemon
+    and the keeper; its process is left as an orphan), the next daemon ends
+    the orphan and runs the job again -- without spending a try."""
+    jid, first_pid = start_a_long_probe(harness, home)
+    harness.kill9_all()
+    assert alive(first_pid)
+    harness.start()
+    job = harness.wait_state(jid, "done", timeout_s=30)
+    assert (job["attempts"], job["tries"], job["refunds"]) == (2, 1, 1)
+    ev = harness.events(jid)
+    kinds = [e["kind"] for e in ev]
     assert "abandoned" in kinds and "reclaimed" in kinds
+    assert "not counted" in next(e["message"] for e in ev if e["kind"] == "abandoned")
     assert not (home / "collisions").exists()
     assert [s[1] for s in starts(home)] == ["1", "2"]
     assert not alive(first_pid)
 
 
 def test_leftover_without_recorded_identity_is_found_by_its_token(harness, home):
-    """The daemon died between spawning a job and writing down its pid."""
+    """The daemon and keeper died between spawning a job and writing down its pid."""
     jid, first_pid = start_a_long_probe(harness, home)
-    harness.kill9()
+    harness.kill9_all()
     with sqlite3.connect(harness.home / "queue.db") as c:
         c.execute("UPDATE jobs SET runner = NULL WHERE id = ?", (jid,))
     harness.start()
@@ -82,18 +121,32 @@ def test_stale_socket_file_from_a_dead_daemon_is_replaced(harness):
     assert harness.call("ping")["pong"]
 
 
-def test_sigterm_drains_and_requeues_without_using_the_failure_budget(harness, home):
+def test_daemon_stop_and_sigint_interrupt_and_requeue_without_using_the_failure_budget(harness, home):
     jid, pid = start_a_long_probe(harness, home)
-    assert harness.stop(signal.SIGTERM) == 0
+    keeper = harness.keeper_pid()
+    assert harness.stop(signal.SIGINT) == 0
     assert not alive(pid)
+    harness.wait_for(lambda: not alive(keeper), what="the keeper leaves with the daemon")
     q = Queue(harness.home / "queue.db")
     job = q.get(jid)
-    assert job.state.value == "queued" and job.attempts == 0
+    assert (job.state.value, job.attempts, job.tries) == ("queued", 1, 0)
     assert q.events(jid)[-1].kind == "interrupted"
     q.close()
     harness.start()
     job = harness.wait_state(jid, "done")
-    assert job["attempts"] == 1
+    assert (job["attempts"], job["tries"]) == (2, 1)
+
+
+def test_sigterm_hands_running_jobs_over_to_the_next_daemon(harness, home):
+    """What systemctl restart and launchctl kickstart -k send: the job is not
+    signalled, keeps running, and the next daemon takes it over."""
+    jid, pid = start_a_long_probe(harness, home, hold_first=3)
+    assert harness.stop(signal.SIGTERM) == 0
+    assert alive(pid)
+    harness.start()
+    job = harness.wait_state(jid, "done", timeout_s=30)
+    assert job["attempts"] == 1 and "adopted" in [e["kind"] for e in harness.events(jid)]
+    assert [s[1] for s in starts(home)] == ["1"]
 
 
 def test_simulated_sleep_keeps_running_job_and_handles_due_work_at_once(home, fakeclock):
@@ -175,12 +228,12 @@ def test_a_job_that_ends_while_the_daemon_is_stopped_past_its_lease_is_not_run_a
         daemon = h.start()
         go, runs = home / "go", home / "runs"
         jid = h.add("sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done; echo ran >> {runs}")
-        pid = h.wait_for(lambda: h.job(jid)["runner"], what="job started")["pid"]
+        h.wait_for(lambda: h.job(jid)["runner"], what="job started")
         daemon.send_signal(signal.SIGSTOP)
         try:
             fakeclock.jump(3600)  # the lease lapses while nobody can heartbeat it
-            go.touch()
-            h.wait_for(lambda: not alive(pid), what="job exited")  # unreaped until the daemon runs
+            go.touch()  # the job may end now, or be frozen by the keeper until the daemon renews it
+            time.sleep(1.0)
         finally:
             daemon.send_signal(signal.SIGCONT)
         job = h.wait_state(jid, "done")

@@ -27,7 +27,6 @@ import pytest
 
 from sloth_daemon.keeper_client import KeeperClient, KeeperError, boot_now, read_journal
 from tests.acceptance.test_socket import NOBODY, as_nobody, python_for_nobody
-from tests.support.fakeclock import fakeclock  # noqa: F401  (fixture)
 from tests.support.harness import alive
 from tests.support.keeper_rig import KeeperRig, Wire, make_rig, process_state, remove_rig, wait_for
 

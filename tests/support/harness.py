@@ -138,6 +138,18 @@ class Harness:
         self.daemon.kill()
         self.daemon.wait(10)
 
+    def keeper_pid(self) -> int:
+        """The keeper of the running daemon (it owns the job processes)."""
+        return int(self.call("status")["keeper"]["pid"])
+
+    def kill9_all(self) -> None:
+        """What a reboot leaves of sloth: nothing of the daemon or its keeper
+        (their job processes are left, as orphans, for the test to look at)."""
+        keeper = psutil.Process(self.keeper_pid())
+        self.kill9()
+        keeper.kill()
+        self.wait_for(lambda: not alive(keeper.pid), timeout_s=10, what="the keeper gone")
+
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30) -> int:
         assert self.daemon is not None
         self.daemon.send_signal(sig)

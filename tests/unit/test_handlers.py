@@ -28,8 +28,9 @@ def rig(tmp_path: Path):
     q = Queue(paths.db, clocks)
     sp = FakeSpawner()
     w = Worker(q, settings, sp, clocks=clocks, log_path=paths.job_log, instance="t")
-    stops: list[str] = []
-    c = Control(q, w, sp, paths, settings, request_stop=stops.append, instance="t")
+    stops: list[tuple[str, bool]] = []
+    c = Control(q, w, sp, paths, settings, request_stop=lambda why, keep_jobs: stops.append((why, keep_jobs)),
+                instance="t")
     w.on_change = c.job_changed
     h = Handlers(c, {"connections": 0})
     yield h, w, q, sp, stops
@@ -82,10 +83,13 @@ def test_shutdown_asks_the_daemon_to_stop(rig):
 
     async def go() -> None:
         assert h.ops["shutdown"]({})["stopping"] is True
+        assert h.ops["shutdown"]({"keep_jobs": True})["keep_jobs"] is True
+        with pytest.raises(BadRequest):
+            h.ops["shutdown"]({"keep_jobs": "yes"})
         await asyncio.sleep(0)
 
     asyncio.run(go())
-    assert stops == ["shutdown requested over the socket"]
+    assert stops == [("shutdown requested over the socket", False), ("restart requested over the socket", True)]
 
 
 def test_wait_streams_states_until_every_job_ends_and_close_ends_it(rig):

@@ -113,7 +113,7 @@ def test_a_missing_journal_holds_nothing_and_a_symlinked_one_is_refused(tmp_path
 # ------------------------------------------------------------------ tap feed
 def test_a_tap_feed_skips_past_its_cap_says_how_much_and_always_takes_the_end():
     async def main() -> list[bytes | None]:
-        feed = TapFeed(cap=10)
+        feed = TapFeed(cap=10, job_id=3)
         feed.put(b"12345")
         feed.put(b"67890")
         feed.put(b"abc")  # no room: skipped, counted
@@ -132,7 +132,7 @@ def test_a_tap_feed_skips_past_its_cap_says_how_much_and_always_takes_the_end():
 
 def test_the_end_gets_in_even_when_the_feed_is_full():
     async def main() -> list[bytes | None]:
-        feed = TapFeed(cap=4)
+        feed = TapFeed(cap=4, job_id=3)
         feed.put(b"1234")
         feed.put(b"5")
         feed.put(None)

@@ -209,7 +209,7 @@ def test_expired_lease_on_last_attempt_fails_with_lease_expired(make_queue, cloc
     assert q.next_due_at() is None
 
 
-def test_release_refunds_the_attempt_and_is_due_now(make_queue, clock):
+def test_release_gives_the_try_back_and_is_due_now(make_queue, clock):
     q = make_queue(max_attempts=3)
     jid = q.enqueue(["x"])
     job = q.claim("w")
@@ -220,21 +220,22 @@ def test_release_refunds_the_attempt_and_is_due_now(make_queue, clock):
     assert job.attempts == 2
     clock.set(10)
     out = q.release(jid, job.token, message="daemon stopping")
-    assert (out.state, out.attempts, out.not_before) == (QUEUED, 1, 10)
+    assert (out.state, out.attempts, out.tries, out.not_before) == (QUEUED, 2, 1, 10)
     assert out.token is None and out.lease_until is None
     ev = q.events(jid)[-1]
     assert (ev.kind, ev.attempt, ev.message, ev.at) == ("interrupted", 2, "daemon stopping", 10)
     with pytest.raises(LeaseLost):  # the released token is stale
         q.complete(jid, job.token)
     again = q.claim("w")
-    assert again.id == jid and again.attempts == 2  # not 3: the interruption was free
+    # a run of its own (its own log), but the interruption was free: try 2, not 3
+    assert again.id == jid and (again.attempts, again.tries) == (3, 2)
 
 
 def test_release_of_first_attempt_then_stale_token_is_lease_lost(q):
     jid = q.enqueue(["x"])
     job = q.claim("w")
     out = q.release(jid, job.token)
-    assert out.attempts == 0 and out.state == QUEUED
+    assert (out.attempts, out.tries, out.state) == (1, 0, QUEUED)
     before = snapshot(q, jid)
     for op in (q.heartbeat, q.complete, q.fail):
         with pytest.raises(LeaseLost):
@@ -452,7 +453,7 @@ def test_cancel_finished_is_illegal_and_changes_nothing(make_queue, end):
 
 
 @pytest.mark.parametrize("end", ["failed", "cancelled"])
-def test_retry_requeues_with_fresh_attempts(make_queue, clock, end):
+def test_retry_requeues_with_fresh_tries(make_queue, clock, end):
     q = make_queue(max_attempts=2)
     jid = q.enqueue(["x"])
     job = q.claim("w")
@@ -462,15 +463,15 @@ def test_retry_requeues_with_fresh_attempts(make_queue, clock, end):
         q.cancel(jid)
     clock.set(50)
     out = q.retry(jid)
-    assert (out.state, out.attempts, out.not_before, out.finished_at) == (QUEUED, 0, 50, None)
+    assert (out.state, out.attempts, out.tries, out.not_before, out.finished_at) == (QUEUED, 1, 0, 50, None)
     assert out.token is None and out.lease_until is None
     assert q.events(jid)[-1].kind == "retried"
     before = snapshot(q, jid)
-    with pytest.raises(LeaseLost):  # queued with 0 attempts, but that token was issued
+    with pytest.raises(LeaseLost):  # queued with 0 tries, but that token was issued
         q.complete(jid, job.token)
     assert snapshot(q, jid) == before
     again = q.claim("w")
-    assert again.id == jid and again.attempts == 1 and again.token != job.token
+    assert again.id == jid and (again.attempts, again.tries) == (2, 1) and again.token != job.token
     with pytest.raises(LeaseLost):  # the token of the earlier run stays dead
         q.heartbeat(jid, job.token)
 
@@ -827,3 +828,65 @@ def test_exclude_ids_never_reissues_those_expired_leases(make_queue, clock):
     assert q.get(a).attempts == 1
     clock.set(100)
     assert q.claim("other").id == a  # without the exclusion it is re-issued
+
+
+# ------------------------------------------------ runs, tries and refunds
+def test_attempts_count_runs_and_tries_the_budget(make_queue, clock):
+    """An interruption gives its try back but stays a run: every run gets its
+    own attempt number (and so its own log file)."""
+    q = make_queue(max_attempts=1)
+    jid = q.enqueue(["x"])
+    first = q.claim("w")
+    q.release(jid, first.token)
+    second = q.claim("w")
+    assert (second.attempts, second.tries) == (2, 1)
+    out = q.fail(jid, second.token)
+    assert (out.state, out.attempts, out.tries) == (FAILED, 2, 1)
+
+
+def test_a_crash_of_sloth_is_forgiven_a_bounded_number_of_times(make_queue, clock):
+    from sloth_daemon.backends.sqlite import MAX_CRASH_REFUNDS
+
+    q = make_queue(max_attempts=1)
+    jid = q.enqueue(["x"])
+    job = q.claim("w")
+    for n in range(1, MAX_CRASH_REFUNDS + 1):
+        out = q.abandon(jid, job.token, message="daemon crashed", refund=True)
+        assert (out.tries, out.refunds) == (0, n)
+        assert f"{n} of {MAX_CRASH_REFUNDS} forgiven" in q.events(jid)[-1].message
+        clock.advance(1)
+        job = q.claim("w")
+        assert job is not None and q.events(jid)[-1].kind == "reclaimed"
+        assert (job.attempts, job.tries) == (n + 1, 1)
+    out = q.abandon(jid, job.token, message="daemon crashed", refund=True)
+    assert (out.tries, out.refunds) == (1, MAX_CRASH_REFUNDS)
+    assert "counted as a try" in q.events(jid)[-1].message
+    clock.advance(1)
+    assert q.claim("w") is None  # the lease expired on its last try: failed, not run again
+    assert q.get(jid).state == FAILED and q.events(jid)[-1].kind == "lease_expired"
+    q.retry(jid)
+    assert (q.get(jid).tries, q.get(jid).refunds) == (0, 0)  # a user retry forgives again
+
+
+def test_an_abandoned_lease_without_refund_counts_as_a_try(make_queue, clock):
+    q = make_queue(max_attempts=2)
+    jid = q.enqueue(["x"])
+    job = q.claim("w")
+    out = q.abandon(jid, job.token, message="holder gone")
+    assert (out.tries, out.refunds) == (1, 0)
+    clock.advance(1)
+    assert q.claim("w").tries == 2
+
+
+def test_adopt_renews_the_lease_renames_the_holder_and_says_so(make_queue, clock):
+    q = make_queue(lease_s=10)
+    jid = q.enqueue(["x"])
+    job = q.claim("old-daemon")
+    clock.advance(25)  # lapsed while no daemon ran; nobody took it: still ours by its token
+    out = q.adopt(jid, job.token, "new-daemon", message="by new-daemon; pid 7 kept running")
+    assert (out.worker, out.lease_until, out.attempts) == ("new-daemon", clock.now() + 10, 1)
+    ev = q.events(jid)[-1]
+    assert (ev.kind, ev.attempt, ev.message) == ("adopted", 1, "by new-daemon; pid 7 kept running")
+    q.complete(jid, job.token)  # the same token goes on holding it
+    with pytest.raises(LeaseLost):
+        q.adopt(jid, job.token, "w", message="again")

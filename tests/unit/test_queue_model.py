@@ -53,7 +53,8 @@ class MJob:
     lease_s: float
     not_before: float
     state: str = "queued"
-    attempts: int = 0
+    attempts: int = 0  # runs: never decremented, never reset
+    tries: int = 0  # runs that count against max_attempts
     token: str | None = None
     lease_until: float | None = None
 
@@ -151,7 +152,7 @@ class QueueMachine(RuleBasedStateMachine):
             if not cands:
                 break
             best = min(cands, key=MJob.urgency)
-            if best.state == "claimed" and best.attempts >= best.max_attempts:
+            if best.state == "claimed" and best.tries >= best.max_attempts:
                 best.state = "failed"  # lease expired on the last attempt
                 self._lose_token(best)
                 continue
@@ -164,11 +165,12 @@ class QueueMachine(RuleBasedStateMachine):
         assert job is not None, f"expected to claim {expect}"
         assert job.id == expect.id, (job, expect)
         assert self._due(expect, now), "claim returned a job that was not due"
-        assert job.attempts == expect.attempts + 1 <= expect.max_attempts
+        assert job.attempts == expect.attempts + 1
+        assert job.tries == expect.tries + 1 <= expect.max_attempts
         assert job.lease_until == now + expect.lease_s
         assert job.token not in self.issued[job.id]
         self._lose_token(expect)
-        expect.state, expect.attempts = "claimed", job.attempts
+        expect.state, expect.attempts, expect.tries = "claimed", job.attempts, job.tries
         expect.token, expect.lease_until = job.token, job.lease_until
         self.issued[job.id].append(job.token)
 
@@ -209,9 +211,9 @@ class QueueMachine(RuleBasedStateMachine):
         j = self._pick(n, "claimed")
         out = self.q.fail(j.id, j.token, retry=retry)
         self._lose_token(j)
-        if retry and j.attempts < j.max_attempts:
+        if retry and j.tries < j.max_attempts:
             j.state = "queued"
-            j.not_before = self.clock.now() + min(2.0 ** j.attempts, CAP_S)
+            j.not_before = self.clock.now() + min(2.0 ** j.tries, CAP_S)
         else:
             j.state = "failed"
         assert out.state.value == j.state
@@ -222,7 +224,7 @@ class QueueMachine(RuleBasedStateMachine):
         j = self._pick(n, "claimed")
         self.q.release(j.id, j.token)
         self._lose_token(j)
-        j.state, j.attempts, j.not_before = "queued", max(j.attempts - 1, 0), self.clock.now()
+        j.state, j.tries, j.not_before = "queued", max(j.tries - 1, 0), self.clock.now()
 
     def _refused(self, j, op) -> None:
         """``op(j.id)`` is an illegal transition: it raises and changes nothing."""
@@ -252,7 +254,7 @@ class QueueMachine(RuleBasedStateMachine):
             self._refused(j, self.q.retry)
             return
         self.q.retry(j.id)
-        j.state, j.attempts, j.not_before = "queued", 0, self.clock.now()
+        j.state, j.tries, j.not_before = "queued", 0, self.clock.now()
 
     @rule(lanes=st.sampled_from([None, ["a"], ["b"], []]), exclude=st.sampled_from([(), ("a",)]))
     def next_due_in_lanes(self, lanes, exclude):
@@ -286,7 +288,7 @@ class QueueMachine(RuleBasedStateMachine):
         for jid, m in self.jobs.items():
             r = rows[jid]
             assert r.state.value == m.state, (r, m)
-            assert r.attempts == m.attempts <= m.max_attempts, (r, m)
+            assert r.attempts == m.attempts and r.tries == m.tries <= m.max_attempts, (r, m)
             assert r.token == m.token, (r, m)
             if m.state == "queued":
                 assert r.not_before == m.not_before, (r, m)

@@ -105,7 +105,7 @@ def test_unit_directives(tmp_path):
     assert int(one(s, "Unit", "StartLimitIntervalSec")) > 0
     assert int(one(s, "Unit", "StartLimitBurst")) >= 3
     assert int(one(s, "Service", "WatchdogSec")) > 0
-    assert one(s, "Service", "KillMode") == "mixed"
+    assert one(s, "Service", "KillMode") == "process"  # the keeper and its jobs outlive a restart
     assert int(one(s, "Service", "TimeoutStopSec")) >= 10 + 15  # well above the default kill grace
     assert one(s, "Install", "WantedBy") == "default.target"
     envs = [v for k, v in s["Service"] if k == "Environment"]
@@ -133,7 +133,7 @@ def test_unit_template_opens_with_a_comment_saying_where_it_goes():
     assert text.startswith("#")
     assert "~/.config/systemd/user/sloth.service" in head
     assert "systemctl --user enable --now sloth.service" in head
-    assert "KillMode=mixed" in head
+    assert "KillMode=process" in head
 
 
 # ------------------------------------------------------------------ launchd
@@ -148,6 +148,7 @@ def check_plist_schema(d: dict) -> None:
     assert args[-2:] == ["daemon", "run"]
     assert d["RunAtLoad"] is True
     assert d["KeepAlive"] == {"SuccessfulExit": False}
+    assert d["AbandonProcessGroup"] is True  # the keeper and its jobs outlive the daemon
     assert d["ProcessType"] in ALLOWED_PROCESS_TYPES
     for key in ("StandardOutPath", "StandardErrorPath"):
         assert isinstance(d[key], str) and os.path.isabs(d[key])

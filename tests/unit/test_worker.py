@@ -15,7 +15,8 @@ from sloth_daemon.clock import ManualClocks
 from sloth_daemon.config import Settings
 from sloth_daemon.queue import Queue
 from sloth_daemon.spawner import Outcome, RunSink, SpawnRequest
-from sloth_daemon.worker import Worker, is_daemon_on_host, worker_name
+from sloth_daemon.runs import is_daemon_on_host, trust_until, worker_name
+from sloth_daemon.worker import Worker
 
 LEASE = 30.0
 
@@ -26,6 +27,7 @@ class FakeSpawner:
     sinks: dict[str, RunSink] = field(default_factory=dict)
     kills: list[tuple[str, str]] = field(default_factory=list)
     trusted: list[tuple[str, float]] = field(default_factory=list)
+    acked: list[str] = field(default_factory=list)
     next_pid: int = 1000
 
     def spawn(self, req: SpawnRequest, sink: RunSink) -> None:
@@ -37,6 +39,12 @@ class FakeSpawner:
 
     def trust(self, items: list[tuple[str, float]]) -> None:
         self.trusted += items
+
+    def ack(self, keys: list[str]) -> None:
+        self.acked += keys
+
+    def attach(self, key: str, sink: RunSink) -> None:
+        self.sinks[key] = sink
 
     def tap(self, key: str) -> Any:
         return None
@@ -133,6 +141,7 @@ def test_spawn_failure_is_recorded_with_the_spawners_retry_verdict(env):
     a = q.enqueue(["nope"])
     w.turn()
     sp.sinks[sp.key_of(a)].spawn_failed("command not found: nope", False)
+    w.turn()
     job = q.get(a)
     assert (job.state, job.message) == ("failed", "command not found: nope")
     assert not w.running
@@ -150,7 +159,8 @@ def test_heartbeats_at_a_third_of_the_lease_and_tells_the_spawner(env, clocks):
     clocks.advance(1)
     w.turn()
     assert q.get(a).lease_until == clocks.wall + LEASE
-    assert sp.trusted == [(sp.key_of(a), clocks.total + LEASE)]
+    assert sp.trusted == [(sp.key_of(a), trust_until(clocks.read(), LEASE))]
+    assert sp.trusted[0][1] < clocks.total + LEASE  # the trust ends before the lease could
 
 
 def test_never_reissues_its_own_expired_lease_to_itself(env, clocks):
@@ -260,7 +270,7 @@ def test_shutdown_interrupts_and_requeues_refunded_even_a_run_not_yet_started(en
     sp.start(a)  # b never reports a start (still ending an old process, say)
 
     async def go() -> None:
-        task = asyncio.ensure_future(w.shutdown())
+        task = asyncio.ensure_future(w.shutdown(keep_jobs=False))
         await asyncio.sleep(0)
         assert sorted(r for _, r in sp.kills) == ["interrupted", "interrupted"]
         sp.exit(a, -15, "interrupted")
@@ -270,8 +280,9 @@ def test_shutdown_interrupts_and_requeues_refunded_even_a_run_not_yet_started(en
     asyncio.run(go())
     for jid in (a, b):
         job = q.get(jid)
-        assert (job.state, job.attempts) == ("queued", 0)
+        assert (job.state, job.attempts, job.tries) == ("queued", 1, 0)
         assert [e.kind for e in q.events(jid)][-1] == "interrupted"
+    assert sorted(sp.acked) == sorted(sp.key_of(j) for j in (a, b))  # the keeper may forget them
 
 
 def test_worker_name_is_built_and_recognised_in_one_place():
@@ -279,3 +290,122 @@ def test_worker_name_is_built_and_recognised_in_one_place():
     assert name == "sloth-daemon:box:42:abcd"
     assert is_daemon_on_host(name, host="box") and not is_daemon_on_host(name, host="other")
     assert not is_daemon_on_host(None, host="box") and not is_daemon_on_host("lib-worker", host="box")
+
+
+# ---------------------------------------------- runs that outlive the daemon
+def _claimed_by_old_daemon(q, *cmds):
+    """Jobs claimed by a previous daemon of this host (it died; its runs may live on)."""
+    import socket
+
+    ids = [q.enqueue(list(c)) for c in cmds]
+    return [q.claim(f"sloth-daemon:{socket.gethostname()}:1:old") for _ in ids]
+
+
+def _held(job, state="running", outcome=None, pid=77):
+    return {"key": job.token, "job_id": job.id, "attempt": job.attempts, "pid": pid,
+            "state": state, "outcome": outcome}
+
+
+def test_adopts_what_the_keeper_still_holds_running_or_ended(env, clocks):
+    w, q, sp = env()
+    run_on, ended = _claimed_by_old_daemon(q, ["long"], ["quick"])
+    held = [_held(run_on), _held(ended, "exited", {"returncode": 0, "ended_at": clocks.wall - 5})]
+    asyncio.run(w.reconcile(held))
+    for job in (run_on, ended):
+        assert [e.kind for e in q.events(job.id)][-1] == "adopted"
+        assert q.get(job.id).worker == w.name
+    assert sp.trusted and sp.trusted[0][0] == run_on.token  # trusted again: it keeps running
+    assert not sp.reqs  # nothing started anew
+    w.turn()
+    assert q.get(ended.id).state == "done" and q.get(ended.id).attempts == 1  # recorded, not re-run
+    assert sp.acked == [ended.token]
+    assert q.get(run_on.id).state == "claimed" and w.running[run_on.id].adopted
+    sp.sinks[run_on.token].exited(Outcome(3))
+    w.turn()
+    assert (q.get(run_on.id).state, q.get(run_on.id).message) == ("queued", "exit 3")
+
+
+def test_runs_the_keeper_holds_that_are_not_ours_are_ended_or_forgotten(env):
+    w, q, sp = env()
+    cancelled, gone = _claimed_by_old_daemon(q, ["a"], ["b"])
+    q.cancel(cancelled.id)
+    q.cancel(gone.id)
+    asyncio.run(w.reconcile([_held(cancelled), _held(gone, "exited", {"returncode": 0})]))
+    assert sp.kills == [(cancelled.token, "lease lost")]
+    assert sp.acked == [gone.token]
+    assert not w.running
+
+
+def test_a_job_no_keeper_knows_is_given_back_without_spending_a_try(env, clocks):
+    w, q, sp = env(max_attempts=1)
+    (lost,) = _claimed_by_old_daemon(q, ["sleep", "9"])
+    asyncio.run(w.reconcile([]))
+    ev = q.events(lost.id)[-1]
+    assert ev.kind == "abandoned" and "supervision was lost" in ev.message and "not counted" in ev.message
+    w.turn()
+    assert sp.key_of(lost.id)  # re-run at once, although max_attempts is 1
+    assert (q.get(lost.id).attempts, q.get(lost.id).tries) == (2, 1)
+
+
+def test_a_keeper_lost_mid_run_gives_its_runs_back_and_keeps_recorded_ends(env):
+    w, q, sp = env(lanes={"default": 2})
+    a, b = q.enqueue(["a"]), q.enqueue(["b"])
+    w.turn()
+    sp.start(a)
+    sp.start(b)
+    sp.exit(b, 0)  # heard before the keeper died: recorded as it ended
+    asyncio.run(w.reconcile([]))  # a new keeper answered, knowing nothing
+    assert [e.kind for e in q.events(a)][-1] == "abandoned" and a not in w.running
+    w.turn()
+    assert q.get(b).state == "done"
+
+
+def test_frozen_after_a_sleep_is_renewed_and_thawed_or_ended_if_the_lease_is_gone(env, clocks):
+    w, q, sp = env(lanes={"default": 2})
+    a, b = q.enqueue(["a"]), q.enqueue(["b"])
+    w.turn()
+    sp.start(a)
+    sp.start(b)
+    q.cancel(b)  # someone else's doing while we slept
+    clocks.suspend(600)
+    sp.sinks[sp.key_of(a)].frozen("slept past its trust")
+    sp.sinks[sp.key_of(b)].frozen("slept past its trust")
+    assert [e.kind for e in q.events(a)][-1] == "resumed"
+    assert sp.trusted[-1] == (sp.key_of(a), trust_until(clocks.read(), LEASE))  # thaws it
+    assert sp.kills == [(sp.key_of(b), "fenced: its lease was lost while the machine slept")]
+
+
+def test_a_fenced_run_is_given_back_not_failed(env):
+    w, q, sp = env(max_attempts=1)
+    a = q.enqueue(["a"])
+    w.turn()
+    sp.start(a)
+    sp.sinks[sp.key_of(a)].exited(Outcome(-9, "fenced: no lease renewal for 29s", killed_by="fence"))
+    w.turn()
+    job = q.get(a)
+    assert (job.state, job.tries) == ("queued", 0)
+    assert [e.kind for e in q.events(a)][-1] == "fenced"
+
+
+def test_an_outcome_the_database_refuses_is_kept_and_retried_never_rerun(env, clocks, monkeypatch):
+    from sloth_daemon.errors import StorageError
+
+    w, q, sp = env()
+    a = q.enqueue(["a"])
+    w.turn()
+    sp.start(a)
+    sp.exit(a, 0)
+    real = q.complete
+    monkeypatch.setattr(q, "complete", lambda *x, **k: (_ for _ in ()).throw(StorageError("disk full")))
+    w.turn()
+    assert q.get(a).state == "claimed" and not sp.acked
+    st = w.status()
+    assert st["pending_outcomes"] == [{"id": a, "attempt": 1, "tries": 1, "error": "disk full"}]
+    clocks.advance(LEASE * 2)  # its lease runs out while the disk is full
+    w.turn()
+    assert len(sp.reqs) == 1  # never re-issued to ourselves
+    monkeypatch.setattr(q, "complete", real)
+    clocks.advance(60)
+    w.turn()
+    assert q.get(a).state == "done" and q.get(a).attempts == 1 and sp.acked == [sp.key_of(a)]
+    assert w.status()["pending_outcomes"] == []

@@ -1,0 +1,41 @@
+"""What a run's end means for its job: one queue transition, chosen here.
+
+The job's own doing (its exit code, its signal, its timeout) completes or
+fails it. An end that was not the job's doing gives the attempt back: the
+daemon interrupted it to stop, the keeper fenced it because no lease renewal
+came in time, or the keeper itself was stopped. A run we ended because the
+job was cancelled or its lease was lost needs no write: the queue already
+says so and our token is void.
+"""
+
+from __future__ import annotations
+
+from .models import Job
+from .queue import Queue
+from .runs import Run
+from .spawner import Outcome
+
+NOTHING_TO_WRITE = ("cancelled", "lease lost", "fenced")
+
+
+def record(queue: Queue, run: Run, outcome: Outcome) -> Job | None:
+    """Write ``outcome`` under the run's lease; the job after, or None when
+    there is nothing to write. Raises LeaseLost or JobNotFound (it is not
+    ours any more) and StorageError (try again later: the outcome is kept)."""
+    jid, tok = run.job.id, run.token
+    ok, message = outcome.describe()
+    if run.ending is not None and run.ending.startswith(NOTHING_TO_WRITE):
+        return None
+    if outcome.spawn_retry is not None:
+        return queue.fail(jid, tok, message=message, retry=outcome.spawn_retry)
+    if run.ending == "interrupted":
+        suffix = f"; {outcome.log_problem}" if outcome.log_problem else ""
+        return queue.release(jid, tok, message="interrupted: daemon stopping" + suffix)
+    if outcome.killed_by == "fence":
+        return queue.release(jid, tok, message=message, kind="fenced")
+    if outcome.killed_by == "keeper":
+        return queue.release(jid, tok, message=f"{message} (the keeper was stopped)")
+    at = outcome.ended_at
+    if ok:
+        return queue.complete(jid, tok, message=message, exit_code=outcome.returncode, ended_at=at)
+    return queue.fail(jid, tok, message=message, exit_code=outcome.returncode, ended_at=at)

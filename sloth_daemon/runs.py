@@ -1,0 +1,96 @@
+"""What the worker knows of one attempt it holds (:class:`Run`), and the
+small rules the worker, its adoption of surviving runs and its settling of
+outcomes share: worker names, trust deadlines, the delay before retrying a
+write that failed."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from .clock import ClockReadings
+from .models import Job
+from .spawner import Outcome
+
+WORKER_PREFIX = "sloth-daemon"
+# A trust deadline ends this long before the lease it mirrors could expire:
+# scheduling delays between the keeper and the database, and clock rates a
+# little apart, must never let the job outlive its lease.
+FENCE_MARGIN_MIN_S = 0.5
+FENCE_MARGIN_SHARE = 0.05
+SETTLE_BACKOFF_S = (0.5, 1, 2, 5, 10, 30)  # retrying a result the database would not take
+
+
+def worker_name(instance: str, *, host: str | None = None, pid: int | None = None) -> str:
+    """The name a daemon claims under: ``sloth-daemon:HOST:PID:INSTANCE``."""
+    return f"{WORKER_PREFIX}:{host or socket.gethostname()}:{pid or os.getpid()}:{instance}"
+
+
+def is_daemon_on_host(name: str | None, host: str | None = None) -> bool:
+    """True if ``name`` was made by worker_name on this host (any daemon)."""
+    return (name or "").startswith(f"{WORKER_PREFIX}:{host or socket.gethostname()}:")
+
+
+def boot_of(r: ClockReadings) -> float:
+    """The clock trust deadlines are on: one that counts suspend."""
+    return r.total if r.total is not None else r.awake
+
+
+def trust_until(sent: ClockReadings, lease_s: float) -> float:
+    """Until when (on the boot clock) a run may go on after a renewal sent at
+    ``sent``: the lease, measured from before the renewal left, less a
+    margin, so the run is stopped before the lease the queue records could
+    expire and be handed to anyone else."""
+    return boot_of(sent) + lease_s - max(FENCE_MARGIN_MIN_S, FENCE_MARGIN_SHARE * lease_s)
+
+
+def term_lead(lease_s: float, kill_grace_s: float) -> float:
+    """How long before a trust deadline the run gets SIGTERM (SIGKILL at it):
+    the kill grace, but never so long that a renewal on time would be late."""
+    return min(kill_grace_s, lease_s / 6)
+
+
+@dataclass
+class Run:
+    """One attempt this worker holds, from claim to recorded outcome."""
+
+    job: Job
+    token: str
+    attempt: int
+    pid: int | None = None
+    ending: str | None = None  # "cancelled" | "interrupted" | "lease lost" | "fenced: ...": why we ended it
+    outcome: Outcome | None = None  # set when the process ended; the run is dropped once it is recorded
+    adopted: bool = False  # from a keeper that outlived the daemon that started it
+    record_error: str | None = None  # why the last attempt to record the outcome failed
+    record_tries: int = 0
+    record_after: float = 0.0  # awake clock: when to try recording again
+
+    @property
+    def live(self) -> bool:
+        return self.pid is not None and self.outcome is None
+
+    def postpone_record(self, why: str, awake: float) -> None:
+        self.record_error = why
+        self.record_after = awake + SETTLE_BACKOFF_S[min(self.record_tries, len(SETTLE_BACKOFF_S) - 1)]
+        self.record_tries += 1
+
+
+class Sink:
+    """Routes a spawner's news about one run back to the worker."""
+
+    def __init__(self, worker: Any, run: Run) -> None:
+        self.w, self.run = worker, run
+
+    def started(self, pid: int, identity: dict[str, Any]) -> None:
+        self.w.on_started(self.run, pid, identity)
+
+    def spawn_failed(self, message: str, retry: bool) -> None:
+        self.w.on_spawn_failed(self.run, message, retry)
+
+    def exited(self, outcome: Outcome) -> None:
+        self.w.on_exited(self.run, outcome)
+
+    def frozen(self, why: str) -> None:
+        self.w.on_frozen(self.run, why)

@@ -1,0 +1,152 @@
+"""The keeper as the worker's Spawner.
+
+Job processes are the keeper's children (keeper.py), so they outlive the
+daemon: a restart, an upgrade or a crash of the daemon neither kills nor
+re-runs them. This adapter holds the daemon's connection to its keeper; if
+that connection is lost (the keeper died, or cut off a daemon that stopped
+reading), it connects again -- starting a new keeper if none answers -- and
+hands the runs the keeper now lists to ``on_resync``, so the worker can
+re-attach what survived and account for what did not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, AsyncIterator, Callable
+
+from . import procident
+from .errors import SlothError
+from .keeper_client import KeeperClient
+from .paths import Paths
+from .spawner import Outcome, RunSink, SpawnRequest
+
+log = logging.getLogger("sloth.supervision")
+RECONNECT_BACKOFF_S = (0.05, 0.2, 1.0, 2.0, 5.0)
+
+
+class _ToWorker:
+    """Translates the keeper's wire events into the worker's RunSink calls."""
+
+    def __init__(self, sink: RunSink) -> None:
+        self.sink = sink
+
+    def started(self, pid: int, identity: dict[str, Any]) -> None:
+        self.sink.started(pid, identity)
+
+    def spawn_failed(self, message: str, retry: bool) -> None:
+        self.sink.spawn_failed(message, retry)
+
+    def exited(self, outcome: dict[str, Any]) -> None:
+        self.sink.exited(Outcome.from_wire(outcome))
+
+    def frozen(self, why: str) -> None:
+        self.sink.frozen(why)
+
+
+class KeeperSpawner:
+    def __init__(self, paths: Paths, *, name: str, check_s: float) -> None:
+        self.paths, self.name, self.check_s = paths, name, check_s
+        self.client: KeeperClient | None = None
+        self.on_resync: Callable[[list[dict[str, Any]]], None] = lambda held: None
+        self._tasks: set[asyncio.Task[None]] = set()  # kept: the loop holds only weak references
+
+    async def connect(self) -> list[dict[str, Any]]:
+        """Connect (starting a keeper if none answers); the runs it holds."""
+        client = await KeeperClient.connect(self.paths, name=self.name, check_s=self.check_s)
+        client.on_lost = self._lost
+        self.client = client
+        return client.held
+
+    @property
+    def pid(self) -> int | None:
+        return self.client.info.get("pid") if self.client is not None else None
+
+    # ------------------------------------------------------------ Spawner
+    def spawn(self, req: SpawnRequest, sink: RunSink) -> None:
+        if req.previous and procident.is_same_process(req.previous):
+            # The lease expired but the old process lives (an orphan of a
+            # lost keeper, or a stalled foreign worker): end it first.
+            self._track(self._spawn_after_kill(req, sink))
+        else:
+            self._spawn(req, sink)
+
+    def attach(self, key: str, sink: RunSink) -> None:
+        if self.client is not None:
+            self.client.attach(key, _ToWorker(sink))
+
+    def kill(self, key: str, reason: str, grace_s: float) -> None:
+        if self.client is not None:
+            self.client.kill(key, reason, grace_s)
+
+    def trust(self, items: list[tuple[str, float]]) -> None:
+        if self.client is not None and items:
+            self.client.trust(items)
+
+    def ack(self, keys: list[str]) -> None:
+        if self.client is not None and keys:
+            self.client.ack(keys)
+
+    def tap(self, key: str) -> AsyncIterator[bytes] | None:
+        return self.client.tap(key) if self.client is not None else None
+
+    async def close(self, *, bye: bool) -> None:
+        """Hang up. With ``bye`` the keeper exits once it holds nothing;
+        without, it keeps the runs for the next daemon."""
+        client, self.client = self.client, None
+        if client is None:
+            return
+        if bye:
+            try:
+                await client.bye()
+            except SlothError as e:
+                log.warning("keeper: %s", e.message)
+        await client.close()
+
+    # ------------------------------------------------------------- inside
+    def _spawn(self, req: SpawnRequest, sink: RunSink) -> None:
+        if self.client is None:  # between a lost keeper and the next: say so, it is retried
+            sink.spawn_failed("no keeper to start the job (it is being restarted)", True)
+            return
+        self.client.spawn(_wire(req), _ToWorker(sink))
+
+    async def _spawn_after_kill(self, req: SpawnRequest, sink: RunSink) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, procident.kill_identity_blocking, req.previous or {},
+                                       req.kill_grace_s)
+        except Exception as e:  # a bug or a psutil surprise: do not start beside it
+            sink.spawn_failed(f"cannot end the previous attempt's process: {e}", True)
+            return
+        self._spawn(req, sink)
+
+    def _track(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _lost(self) -> None:
+        log.error("lost the connection to the keeper; connecting again")
+        self.client = None
+        self._track(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        for delay in (*RECONNECT_BACKOFF_S, *[RECONNECT_BACKOFF_S[-1]] * 1000):
+            await asyncio.sleep(delay)
+            try:
+                held = await self.connect()
+            except SlothError as e:
+                log.error("keeper: %s", e.message)
+                continue
+            self.on_resync(held)
+            return
+
+
+def _wire(req: SpawnRequest) -> dict[str, Any]:
+    """The keeper's spawn arguments (keeper_wire.OPS["spawn"])."""
+    return {
+        "key": req.key, "job_id": req.job_id, "attempt": req.attempt, "token": req.key,
+        "argv": req.argv, "cwd": req.cwd, "env": req.env, "log_path": str(req.log_path),
+        "log_cap": req.log_cap, "timeout_s": req.timeout_s, "kill_grace_s": req.kill_grace_s,
+        "trust_until": req.trust_until, "term_lead_s": req.term_lead_s,
+    }
