@@ -1,5 +1,5 @@
 """The lease queue on PostgreSQL: the only module that speaks its SQL
-(pgdb.py connects, migrates and runs transactions).
+(pgdb.py connects and runs transactions, pg_migrate.py migrates).
 
 The contract is SqliteQueue's (same methods, values, errors and event
 history); what differs is who keeps time and who may race:
@@ -41,7 +41,7 @@ from ..clock import Clock, SystemClock, SystemClocks
 from ..errors import BadRequest, IllegalTransition, JobNotFound, LeaseLost, StorageError
 from ..models import ACTIVE_STATES, FINISHED_STATES, Event, Job, JobState
 from ..spec import Defaults, EnvCache, JobSpec, integer, number
-from . import pgdb
+from . import pg_migrate, pgdb
 from .sqlite import DEFAULT_BACKOFF_CAP_S, DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS
 
 Cursor = psycopg.Cursor
@@ -179,9 +179,9 @@ class PgQueue:
         self._db = pgdb.Connection(url, options or pgdb.PgOptions(), self._pin)
         try:
             if migrate:
-                pgdb.migrate(self._db)
+                pg_migrate.migrate(self._db)
             else:
-                pgdb.check_schema(self._db)
+                pg_migrate.check_schema(self._db)
         except BaseException:
             self._db.close()
             raise
@@ -516,9 +516,9 @@ class PgQueue:
             " ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, text)),
             "saving a setting")
 
-    def schema_status(self) -> pgdb.SchemaStatus:
+    def schema_status(self) -> pg_migrate.SchemaStatus:
         """The database's schema version against this code's (for `sloth db status`)."""
-        return pgdb.status(self._db)
+        return pg_migrate.status(self._db)
 
     def close(self) -> None:
         self._db.close()
