@@ -26,8 +26,6 @@ from sloth_daemon.backends.postgres import PgQueue
 from sloth_daemon.clock import ManualClock, SystemClock
 from sloth_daemon.errors import IllegalTransition, LeaseLost, StorageError
 from sloth_daemon.models import JobState
-from sloth_daemon.queue import open_queue
-from tests.support.fakeclock import fakeclock  # noqa: F401  (a fixture)
 from tests.support.queues import in_transaction, sql
 
 pytestmark = pytest.mark.postgres
@@ -107,7 +105,7 @@ def test_times_come_from_the_server_clock(pg_url):
             q.complete(jid, job.token)
 
 
-def test_a_client_whose_wall_clock_is_ten_minutes_ahead_changes_nothing(pg_url, fakeclock):  # noqa: F811
+def test_a_client_whose_wall_clock_is_ten_minutes_ahead_changes_nothing(pg_url, fakeclock):
     code = textwrap.dedent("""
         import json, sys, time
         from sloth_daemon.queue import open_queue
