@@ -1,5 +1,5 @@
-"""PostgreSQL connection, schema migrations and the one transaction helper
-(the PostgreSQL counterpart of db.py). Imported only when a
+"""PostgreSQL connection and the one transaction helper (the PostgreSQL
+counterpart of db.py; pg_migrate.py migrates). Imported only when a
 ``postgresql://`` URL is opened: it imports psycopg.
 
 One connection per queue, in autocommit mode: a read is one statement and
@@ -25,24 +25,25 @@ import math
 import select
 import time
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any, Callable, Iterator, TypeVar
 
 import psycopg
 from psycopg import errors as pgerr
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 
-from ..errors import SlothError, StorageError
+from ..errors import StorageError
 
 T = TypeVar("T")
+# Every connection returns rows as dicts (row_factory=dict_row).
+Row = DictRow
+Cursor = psycopg.Cursor[DictRow]
+PgConnection = psycopg.Connection[DictRow]
 
-SCHEMA = "sloth"
-# pg_advisory_xact_lock key for migrations: b"sloth-mi" as a big-endian int64.
-MIGRATION_LOCK = int.from_bytes(b"sloth-mi", "big") - 2**63
 HINT_REACH = ("Check that the PostgreSQL server is running and reachable, and that queue_url"
               " (or SLOTH_QUEUE_URL) names the right host, port, database and user.")
+HINT_UNKNOWN = "Check the job with `sloth show ID` once the server is reachable again."
 
 
 @dataclass(frozen=True)
@@ -78,18 +79,22 @@ class PgOptions:
 
     def connect_kwargs(self) -> dict[str, Any]:
         """libpq parameters; server settings travel in ``options``."""
-        ms = lambda s: max(1, int(s * 1000))  # noqa: E731
         return {
             "connect_timeout": max(1, int(self.connect_timeout_s)),
             "keepalives": 1,
             "keepalives_idle": self.keepalives_idle_s,
             "keepalives_interval": self.keepalives_interval_s,
             "keepalives_count": self.keepalives_count,
-            "tcp_user_timeout": ms(self.tcp_user_timeout_s),
+            "tcp_user_timeout": _ms(self.tcp_user_timeout_s),
             "application_name": self.application_name,
-            "options": (f"-c statement_timeout={ms(self.statement_timeout_s)}"
-                        f" -c idle_in_transaction_session_timeout={ms(self.idle_in_transaction_s)}"),
+            "options": (f"-c statement_timeout={_ms(self.statement_timeout_s)}"
+                        f" -c idle_in_transaction_session_timeout={_ms(self.idle_in_transaction_s)}"),
         }
+
+
+def _ms(seconds: float) -> int:
+    """Whole milliseconds, at least 1: libpq and the server read 0 as "no limit"."""
+    return max(1, int(seconds * 1000))
 
 
 def describe(url: str) -> str:
@@ -102,6 +107,16 @@ def describe(url: str) -> str:
     port = f":{d['port']}" if d.get("port") else ""
     user = f"{d['user']}@" if d.get("user") else ""
     return f"{user}{host}{port}/{d.get('dbname', '')}"
+
+
+def one(cur: Cursor) -> Row:
+    """The row of a statement that always returns one (an aggregate, an
+    UPDATE ... RETURNING of a row this transaction holds locked)."""
+    row = cur.fetchone()
+    if row is None:
+        raise StorageError("PostgreSQL returned no row where the queue expects one",
+                           hint="See `sloth db status` and the PostgreSQL server log.")
+    return row
 
 
 def _first_line(e: BaseException) -> str:
@@ -158,32 +173,34 @@ class Connection:
         self.url = url
         self.options = options
         self._pin = pin
-        self._conn: psycopg.Connection | None = None
+        self._conn: PgConnection | None = None
         self.where = describe(url)
 
     # ---------------------------------------------------------- connecting
-    def _connect_once(self) -> psycopg.Connection:
+    def _connect_once(self) -> PgConnection:
         return psycopg.connect(self.url, autocommit=True, row_factory=dict_row,
                                **self.options.connect_kwargs())
 
-    def _ensure(self, deadline: float) -> psycopg.Connection:
-        """The live connection, reconnecting with exponential backoff (50 ms
-        doubling to 1 s) until ``deadline``; then StorageError."""
+    def _ensure(self, deadline: float) -> PgConnection:
+        """The live connection, or a new one (see _connect_until)."""
         if self._conn is not None and _still_up(self._conn):
             return self._conn
         self._drop()
+        self._conn = self._connect_until(deadline)
+        return self._conn
+
+    def _connect_until(self, deadline: float) -> PgConnection:
+        """Connect, retrying with exponential backoff (50 ms doubling to 1 s)
+        until ``deadline`` unless the server refused us; then StorageError."""
         delay = 0.05
         while True:
             try:
-                self._conn = self._connect_once()
-                return self._conn
+                return self._connect_once()
             except psycopg.OperationalError as e:
                 if _refused(e) or time.monotonic() + delay > deadline:
-                    raise StorageError(f"cannot connect to PostgreSQL at {self.where}: {_reason(e)}",
-                                       hint=HINT_REACH) from e
+                    raise self._cannot_connect(_reason(e)) from e
             except psycopg.Error as e:  # a malformed URL, an unknown option
-                raise StorageError(f"cannot connect to PostgreSQL at {self.where}: {_first_line(e)}",
-                                   hint=HINT_REACH) from e
+                raise self._cannot_connect(_first_line(e)) from e
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
 
@@ -200,13 +217,27 @@ class Connection:
     def close(self) -> None:
         self._drop()
 
+    # ------------------------------------------------------------- errors
+    def _cannot_connect(self, reason: str) -> StorageError:
+        return StorageError(f"cannot connect to PostgreSQL at {self.where}: {reason}", hint=HINT_REACH)
+
+    def _lost_while(self, doing: str, e: BaseException) -> StorageError:
+        """Lost with nothing written (a read, or a transaction before COMMIT)."""
+        return StorageError(f"lost the connection to PostgreSQL at {self.where} while"
+                            f" {doing}: {_first_line(e)}", hint=HINT_REACH)
+
+    def _outcome_unknown(self, doing: str) -> StorageError:
+        """Lost after a write was sent: nobody can know whether it committed."""
+        return StorageError(f"lost the connection to PostgreSQL at {self.where} while {doing};"
+                            " the change may or may not have been made", hint=HINT_UNKNOWN)
+
     # ----------------------------------------------------------- running
-    def read(self, fn: Callable[[psycopg.Cursor], T], doing: str) -> T:
+    def read(self, fn: Callable[[Cursor], T], doing: str) -> T:
         """Run ``fn(cursor)`` outside any transaction (each statement commits
         alone). Retried on a lost connection: reads change nothing."""
         return self._retrying(lambda conn: fn(conn.cursor()), doing)
 
-    def write(self, fn: Callable[[psycopg.Cursor], T], doing: str) -> T:
+    def write(self, fn: Callable[[Cursor], T], doing: str) -> T:
         """Run ``fn(cursor)`` in one transaction with ``sloth.now`` pinned.
 
         A connection lost before COMMIT was sent means the server rolled the
@@ -215,7 +246,7 @@ class Connection:
         """
         return self._retrying(lambda conn: self._transaction(conn, fn, doing), doing)
 
-    def write_one(self, sql: str, params: Any, doing: str) -> list[dict[str, Any]]:
+    def write_one(self, sql: str, params: Any, doing: str) -> list[Row]:
         """One statement that writes, and its rows. On the server's clock it
         commits alone (one round trip); with a test clock it runs in a
         transaction that pins the clock first. A connection found dead
@@ -229,14 +260,12 @@ class Connection:
         except psycopg.Error as e:
             if self._lost():
                 self._drop()
-                raise StorageError(
-                    f"lost the connection to PostgreSQL at {self.where} while {doing};"
-                    " the change may or may not have been made",
-                    hint="Check the job with `sloth show ID` once the server is reachable again.",
-                ) from e
+                raise self._outcome_unknown(doing) from e
             raise storage_error(e, doing) from e
 
-    def _retrying(self, attempt: Callable[[psycopg.Connection], T], doing: str) -> T:
+    def _retrying(self, attempt: Callable[[PgConnection], T], doing: str) -> T:
+        """``attempt(conn)``, run again on a new connection while the old one
+        was lost before anything was committed, until reconnect_s has passed."""
         deadline = time.monotonic() + self.options.reconnect_s
         while True:
             conn = self._ensure(deadline)
@@ -244,44 +273,44 @@ class Connection:
                 return attempt(conn)
             except _Retry as e:
                 if time.monotonic() > deadline:
-                    raise StorageError(f"lost the connection to PostgreSQL at {self.where} while"
-                                       f" {doing}: {_first_line(e.cause)}", hint=HINT_REACH) from e.cause
+                    raise self._lost_while(doing, e.cause) from e.cause
             except psycopg.Error as e:
-                if self._lost():  # a read that lost its connection: run it again
-                    self._drop()
-                    if time.monotonic() <= deadline:
-                        continue
-                    raise StorageError(f"lost the connection to PostgreSQL at {self.where} while"
-                                       f" {doing}: {_first_line(e)}", hint=HINT_REACH) from e
-                raise storage_error(e, doing) from e
+                if not self._lost():
+                    raise storage_error(e, doing) from e
+                self._drop()  # a read that lost its connection: run it again
+                if time.monotonic() > deadline:
+                    raise self._lost_while(doing, e) from e
 
-    def _transaction(self, conn: psycopg.Connection, fn: Callable[[psycopg.Cursor], T], doing: str) -> T:
+    def _transaction(self, conn: PgConnection, fn: Callable[[Cursor], T], doing: str) -> T:
+        result = self._before_commit(conn, fn, doing)
+        self._commit(conn, doing)
+        return result
+
+    def _before_commit(self, conn: PgConnection, fn: Callable[[Cursor], T], doing: str) -> T:
+        """BEGIN (with the clock pinned) and ``fn``; rolled back if either fails."""
         cur = conn.cursor()
         try:
             cur.execute(self._begin_sql(), prepare=False)
-            result = fn(cur)
-        except BaseException as e:
-            lost = isinstance(e, psycopg.Error) and self._lost()
-            if lost:
+            return fn(cur)
+        except psycopg.Error as e:
+            if self._lost():
                 self._drop()
                 raise _Retry(e) from e  # never committed: safe to run again
             self._rollback(conn)
-            if isinstance(e, psycopg.Error):
-                raise storage_error(e, doing) from e
+            raise storage_error(e, doing) from e
+        except BaseException:
+            self._rollback(conn)
             raise  # SlothError (LeaseLost, ...) or a bug: nothing was written
+
+    def _commit(self, conn: PgConnection, doing: str) -> None:
         try:
             conn.execute("COMMIT", prepare=False)
         except psycopg.Error as e:
             if self._lost():
                 self._drop()
-                raise StorageError(
-                    f"lost the connection to PostgreSQL at {self.where} while committing ({doing});"
-                    " the change may or may not have been made",
-                    hint="Check the job with `sloth show ID` once the server is reachable again.",
-                ) from e
+                raise self._outcome_unknown(f"committing ({doing})") from e
             self._rollback(conn)
             raise storage_error(e, doing) from e
-        return result
 
     def _begin_sql(self) -> str:
         """BEGIN and the pin of ``sloth.now`` in one round trip (a simple query
@@ -294,14 +323,14 @@ class Connection:
         # repr() round-trips a float exactly, and is only digits, '.', 'e', '-'
         return f"BEGIN; SELECT set_config('sloth.now', '{float(t)!r}', true)"
 
-    def _rollback(self, conn: psycopg.Connection) -> None:
+    def _rollback(self, conn: PgConnection) -> None:
         with contextlib.suppress(psycopg.Error):
             conn.execute("ROLLBACK", prepare=False)
         if self._lost():
             self._drop()
 
 
-def _still_up(conn: psycopg.Connection) -> bool:
+def _still_up(conn: PgConnection) -> bool:
     """False if the connection is closed, or the server spoke while it sat
     idle: an idle connection only hears from a server that is ending it
     (restart, idle timeout, pg_terminate_backend). A select() with no wait,
@@ -325,108 +354,6 @@ class _Retry(Exception):
         self.cause = cause
 
 
-# ------------------------------------------------------------- migrations
-@dataclass(frozen=True)
-class Migration:
-    version: int
-    name: str
-    sql: str
-
-
-def migrations() -> list[Migration]:
-    """The numbered SQL files of pg_migrations/, in order; numbers must run
-    1, 2, 3... without a gap (checked: a gap would skip a schema change)."""
-    folder = resources.files(__package__).joinpath("pg_migrations")
-    found = sorted(p.name for p in folder.iterdir() if p.name.endswith(".sql"))
-    out = []
-    for i, name in enumerate(found, start=1):
-        number = int(name.split("_", 1)[0])
-        if number != i:
-            raise RuntimeError(f"pg_migrations: expected migration {i}, found {name}")
-        out.append(Migration(i, name[:-4], folder.joinpath(name).read_text(encoding="utf-8")))
-    return out
-
-
-SCHEMA_VERSION = len(migrations())
-
-
-@dataclass(frozen=True)
-class SchemaStatus:
-    """What `sloth db status` shows: the database's schema version and this
-    code's. ``newer`` means the database was migrated by a newer sloth."""
-
-    current: int
-    latest: int
-    pending: list[str]
-
-    @property
-    def newer(self) -> bool:
-        return self.current > self.latest
-
-    @property
-    def up_to_date(self) -> bool:
-        return self.current == self.latest
-
-
-def _version(cur: psycopg.Cursor) -> int:
-    cur.execute("SELECT to_regclass('sloth.migrations') IS NOT NULL AS present")
-    if not cur.fetchone()["present"]:
-        return 0
-    cur.execute("SELECT coalesce(max(version), 0) AS v FROM sloth.migrations")
-    return int(cur.fetchone()["v"])
-
-
-def _refuse_newer(version: int, where: str) -> None:
-    if version > SCHEMA_VERSION:
-        raise StorageError(
-            f"the queue at {where} has schema v{version}, newer than this sloth knows (v{SCHEMA_VERSION})",
-            hint="Upgrade sloth on this machine: every machine sharing the queue must run a"
-                 " version that knows its schema.",
-        )
-
-
-def status(conn: Connection) -> SchemaStatus:
-    """The schema status of the database behind ``conn`` (reads only)."""
-    current = conn.read(_version, "reading the schema version")
-    return SchemaStatus(current, SCHEMA_VERSION,
-                        [m.name for m in migrations() if m.version > current])
-
-
-def migrate(conn: Connection, target: int = SCHEMA_VERSION) -> int:
-    """Apply pending migrations up to ``target``, each in its own transaction
-    under a transaction-level advisory lock, so daemons that start together
-    take turns: the second finds the work done. Refuses (StorageError) a
-    schema newer than this code. Returns the version reached."""
-    todo = {m.version: m for m in migrations()}
-    while True:
-        def step(cur: psycopg.Cursor) -> int | None:
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-            version = _version(cur)
-            _refuse_newer(version, conn.where)
-            if version >= target:
-                return version
-            m = todo[version + 1]
-            cur.execute(m.sql, prepare=False)  # no parameters: may hold many statements
-            cur.execute("INSERT INTO sloth.migrations (version, name) VALUES (%s, %s)",
-                        (m.version, m.name))
-            return None
-
-        reached = conn.write(step, "migrating the schema")
-        if reached is not None:
-            return reached
-
-
-def check_schema(conn: Connection) -> None:
-    """Refuse to work on a schema this code does not know (newer or missing)."""
-    version = conn.read(_version, "reading the schema version")
-    _refuse_newer(version, conn.where)
-    if version < SCHEMA_VERSION:
-        raise StorageError(
-            f"the queue at {conn.where} has schema v{version}; this sloth needs v{SCHEMA_VERSION}",
-            hint="Run `sloth db migrate` (or open the queue with migrate=True).",
-        )
-
-
 @contextlib.contextmanager
 def opened(url: str, options: PgOptions | None = None) -> Iterator[Connection]:
     """A Connection on the server clock, closed on the way out (for reports
@@ -438,5 +365,4 @@ def opened(url: str, options: PgOptions | None = None) -> Iterator[Connection]:
         c.close()
 
 
-__all__ = ["Connection", "PgOptions", "SchemaStatus", "SCHEMA_VERSION", "check_schema", "describe",
-           "migrate", "migrations", "opened", "status", "storage_error", "SlothError"]
+__all__ = ["Connection", "Cursor", "PgOptions", "Row", "describe", "one", "opened", "storage_error"]

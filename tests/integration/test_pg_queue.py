@@ -21,13 +21,11 @@ from collections import Counter
 import psycopg
 import pytest
 
-from sloth_daemon.backends import pgdb
+from sloth_daemon.backends import pg_migrate, pgdb
 from sloth_daemon.backends.postgres import PgQueue
 from sloth_daemon.clock import ManualClock, SystemClock
 from sloth_daemon.errors import IllegalTransition, LeaseLost, StorageError
 from sloth_daemon.models import JobState
-from sloth_daemon.queue import open_queue
-from tests.support.fakeclock import fakeclock  # noqa: F401  (a fixture)
 from tests.support.queues import in_transaction, sql
 
 pytestmark = pytest.mark.postgres
@@ -107,7 +105,7 @@ def test_times_come_from_the_server_clock(pg_url):
             q.complete(jid, job.token)
 
 
-def test_a_client_whose_wall_clock_is_ten_minutes_ahead_changes_nothing(pg_url, fakeclock):  # noqa: F811
+def test_a_client_whose_wall_clock_is_ten_minutes_ahead_changes_nothing(pg_url, fakeclock):
     code = textwrap.dedent("""
         import json, sys, time
         from sloth_daemon.queue import open_queue
@@ -239,14 +237,14 @@ def test_daemons_opening_an_empty_database_together_migrate_it_once(pg_fresh):
     results = run_together(*[lambda: PgQueue(url).close() for _ in range(6)])
     assert all(r is None for r in results), results
     with PgQueue(url, migrate=False) as q:
-        assert sql(q, "SELECT version FROM migrations ORDER BY version") == [(pgdb.SCHEMA_VERSION,)]
+        assert sql(q, "SELECT version FROM migrations ORDER BY version") == [(pg_migrate.SCHEMA_VERSION,)]
         assert q.schema_status().up_to_date
         assert q.enqueue(["x"]) == 1
 
 
 def test_a_newer_schema_is_refused_and_left_alone(pg_fresh):
     url = pg_fresh()
-    future = pgdb.SCHEMA_VERSION + 1
+    future = pg_migrate.SCHEMA_VERSION + 1
     with psycopg.connect(url) as c:
         c.execute("INSERT INTO sloth.migrations (version, name) VALUES (%s, 'from the future')", (future,))
     for migrate in (True, False):
@@ -255,8 +253,8 @@ def test_a_newer_schema_is_refused_and_left_alone(pg_fresh):
         assert f"schema v{future}" in ei.value.message and "newer" in ei.value.message
         assert "Upgrade sloth" in ei.value.hint
     with pgdb.opened(url) as conn:
-        st = pgdb.status(conn)
-    assert (st.current, st.latest, st.newer) == (future, pgdb.SCHEMA_VERSION, True)
+        st = pg_migrate.status(conn)
+    assert (st.current, st.latest, st.newer) == (future, pg_migrate.SCHEMA_VERSION, True)
 
 
 def test_without_migrate_an_empty_database_is_refused(pg_fresh):
@@ -265,15 +263,15 @@ def test_without_migrate_an_empty_database_is_refused(pg_fresh):
         PgQueue(url, migrate=False)
     assert "sloth db migrate" in ei.value.hint
     with pgdb.opened(url) as conn:
-        st = pgdb.status(conn)
-        assert (st.current, st.pending) == (0, [m.name for m in pgdb.migrations()])
-        assert pgdb.migrate(conn) == pgdb.SCHEMA_VERSION
-        assert pgdb.status(conn).up_to_date
+        st = pg_migrate.status(conn)
+        assert (st.current, st.pending) == (0, [m.name for m in pg_migrate.migrations()])
+        assert pg_migrate.migrate(conn) == pg_migrate.SCHEMA_VERSION
+        assert pg_migrate.status(conn).up_to_date
 
 
 def test_migrations_are_numbered_without_gaps():
-    ms = pgdb.migrations()
-    assert [m.version for m in ms] == list(range(1, len(ms) + 1)) and pgdb.SCHEMA_VERSION == len(ms)
+    ms = pg_migrate.migrations()
+    assert [m.version for m in ms] == list(range(1, len(ms) + 1)) and pg_migrate.SCHEMA_VERSION == len(ms)
 
 
 # ------------------------------------------------------------ connection

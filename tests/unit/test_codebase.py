@@ -15,8 +15,16 @@ PKG = Path(__file__).resolve().parents[2] / "sloth_daemon"
 
 # The core knows nothing of transport, processes or the CLI.
 CORE = {"errors", "models", "clock", "spec", "db", "queue", "backends", "backends.sqlite",
-        "backends.sqlite_enqueue", "backends.sqlite_pick", "backends.sqlite_reads", "durations"}
-FORBIDDEN_IN_CORE = {"socket", "asyncio", "subprocess", "selectors", "psutil", "typer", "click", "signal"}
+        "backends.sqlite_enqueue", "backends.sqlite_pick", "backends.sqlite_reads",
+        "backends.postgres", "backends.pg_enqueue", "backends.pg_claim", "backends.pg_reads",
+        "backends.pg_migrate", "backends.pgdb", "durations"}
+FORBIDDEN_IN_CORE = {"socket", "asyncio", "subprocess", "select", "selectors", "psutil", "typer", "click",
+                     "signal"}
+# What one core module may use of those, and why. backends.pgdb polls the
+# database's own socket (psycopg's) with select(), to see without a round
+# trip whether the server dropped an idle connection: talking to its storage
+# is the queue's business; our transport and processes are not.
+CORE_MAY_USE = {"backends.pgdb": {"select"}}
 MAX_MODULE_LINES = 420  # "~400"
 MAX_MEDIAN_FUNCTION_LINES = 8
 MAX_P90_FUNCTION_LINES = 20
@@ -91,7 +99,7 @@ def test_the_core_imports_nothing_of_transport_processes_or_the_cli():
     bad = {}
     for name in CORE:
         inside, outside = _imports(name)
-        wrong = (outside & FORBIDDEN_IN_CORE) | {m for m in inside if m not in CORE}
+        wrong = (outside & (FORBIDDEN_IN_CORE - CORE_MAY_USE.get(name, set()))) | {m for m in inside if m not in CORE}
         if wrong:
             bad[name] = sorted(wrong)
     assert not bad, f"core modules import outside the core: {bad}"

@@ -1,0 +1,157 @@
+"""The read side of the PostgreSQL queue: jobs, events, counts, lanes,
+meta, and rows made into Jobs.
+
+A base class of PgQueue (postgres.py), split off to keep each module small.
+A read is one statement outside any transaction (pgdb.Connection.read), so
+it never holds a lock another daemon waits for.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Collection, Mapping, Sequence
+
+from ..errors import JobNotFound
+from ..models import Event, Job, JobState
+from ..spec import integer
+from . import pg_claim as pick
+from . import pg_migrate
+from .pgdb import Connection, Cursor, Row, one
+
+_JOB_COLUMNS = frozenset(Job.__dataclass_fields__) | {"env_id"}
+_ENV_CACHE_MAX = 256  # decoded environments kept before the cache starts over
+
+
+class PgReads:
+    _db: Connection
+    _envs: dict[int, dict[str, str]]  # env_id -> env, decoded once
+
+    def get(self, job_id: int) -> Job:
+        return self._db.read(lambda c: self._job(self._get_row(c, job_id), c), "reading a job")
+
+    def jobs(
+        self, state: str | JobState | None = None, lane: str | None = None, limit: int = 1000,
+        *, states: Sequence[str] | None = None,
+    ) -> list[Job]:
+        """The newest ``limit`` jobs matching the filters, oldest first."""
+        wanted = list(states or ([] if state is None else [state]))
+        for s in wanted:
+            JobState(s)  # raises ValueError for an unknown state
+        limit = integer(limit, "limit", 1000, lo=1)
+        sql, args = _jobs_statement([JobState(s).value for s in wanted], lane)
+
+        def read(c: Cursor) -> list[Job]:
+            return [self._job(r, c) for r in c.execute(sql, (*args, limit)).fetchall()]
+
+        return self._db.read(read, "listing jobs")
+
+    def events(self, job_id: int) -> list[Event]:
+        def read(c: Cursor) -> list[Event]:
+            self._get_row(c, job_id)
+            rows = c.execute("SELECT job_id, at, kind, attempt, message FROM sloth.events"
+                             " WHERE job_id = %s ORDER BY id", (job_id,)).fetchall()
+            return [Event(**r) for r in rows]
+
+        return self._db.read(read, "reading a job's events")
+
+    def counts(self) -> dict[str, int]:
+        out = {s.value: 0 for s in JobState}
+        rows = self._db.read(lambda c: c.execute(
+            "SELECT state, count(*) AS n FROM sloth.jobs GROUP BY state").fetchall(), "counting jobs")
+        for r in rows:
+            out[r["state"]] = r["n"]
+        return out
+
+    def claimed(self) -> list[Job]:
+        """All jobs currently leased (running somewhere, or lost)."""
+        return self._db.read(lambda c: [self._job(r, c) for r in c.execute(
+            "SELECT * FROM sloth.jobs WHERE state = 'claimed' ORDER BY id").fetchall()],
+            "listing claimed jobs")
+
+    def next_due_at(self, lanes: Sequence[str] | None = None, *,
+                    exclude_lanes: Collection[str] = (),
+                    exclude_ids: Collection[int] = ()) -> float | None:
+        """Earliest time (server clock) at which ``claim`` could return
+        something: the first queued ``not_before``, or just after the first
+        lease expiry."""
+        if lanes is not None and not lanes:
+            return None
+        sql, args = pick.next_due_statement(lanes, exclude_lanes, exclude_ids)
+        row = self._db.read(lambda c: one(c.execute(sql, args)), "finding the next due time")
+        times = [row["due"]]
+        if row["lease"] is not None:
+            times.append(math.nextafter(row["lease"], math.inf))  # strict: expired only after
+        return min((t for t in times if t is not None), default=None)
+
+    def lanes(self) -> list[str]:
+        """Lanes that have queued or claimed jobs."""
+        rows = self._db.read(lambda c: c.execute(
+            "SELECT DISTINCT lane FROM sloth.jobs WHERE state IN ('queued', 'claimed')").fetchall(),
+            "listing lanes")
+        return sorted(r["lane"] for r in rows)
+
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        """A small persisted setting (JSON value), e.g. which lanes are paused."""
+        row = self._db.read(lambda c: c.execute(
+            "SELECT value FROM sloth.meta WHERE key = %s", (key,)).fetchone(), "reading a setting")
+        return default if row is None else json.loads(row["value"])
+
+    def schema_status(self) -> pg_migrate.SchemaStatus:
+        """The database's schema version against this code's (for `sloth db status`)."""
+        return pg_migrate.status(self._db)
+
+    # --------------------------------------------------------------- helpers
+    def _job(self, row: Mapping[str, Any], c: Cursor | None = None) -> Job:
+        """A Job from a row, with its environment (see _env)."""
+        d = {k: v for k, v in row.items() if k in _JOB_COLUMNS}
+        d["env"] = None
+        if d["env_id"] is None:
+            return Job.from_row(d)
+        return Job.from_row(d, env=dict(self._env(d["env_id"], c)))  # a copy: callers may change theirs
+
+    def _env(self, env_id: int, c: Cursor | None) -> dict[str, str]:
+        """An environment from the cache or ``envs`` (on ``c`` inside a
+        transaction, else by a read of its own)."""
+        env = self._envs.get(env_id)
+        if env is not None:
+            return env
+
+        def fetch(cur: Cursor) -> Row | None:
+            return cur.execute("SELECT data FROM sloth.envs WHERE id = %s", (env_id,)).fetchone()
+
+        found = fetch(c) if c is not None else self._db.read(fetch, "reading a job's environment")
+        env = json.loads(found["data"]) if found else {}
+        if len(self._envs) > _ENV_CACHE_MAX:
+            self._envs.clear()
+        self._envs[env_id] = env
+        return env
+
+    @staticmethod
+    def _get_row(c: Cursor, job_id: int, *, lock: bool = False) -> Row:
+        check_id(job_id)
+        row = c.execute("SELECT * FROM sloth.jobs WHERE id = %s" + (" FOR UPDATE" if lock else ""),
+                        (job_id,)).fetchone()
+        if row is None:
+            raise JobNotFound(job_id)
+        return row
+
+
+def check_id(job_id: object) -> None:
+    """A job id the server can take, or JobNotFound (not a server error)."""
+    if not pick.is_job_id(job_id):
+        raise JobNotFound(job_id)
+
+
+def _jobs_statement(wanted: list[str], lane: str | None) -> tuple[str, list[Any]]:
+    """jobs()'s query (fixed fragments; values are parameters, the limit last)."""
+    where: list[str] = []
+    args: list[Any] = []
+    if wanted:
+        where.append("state = ANY(%s)")
+        args.append(wanted)
+    if lane is not None:
+        where.append("lane = %s")
+        args.append(lane)
+    sql = "SELECT * FROM sloth.jobs" + (" WHERE " + " AND ".join(where) if where else "")
+    return f"SELECT * FROM ({sql} ORDER BY id DESC LIMIT %s) newest ORDER BY id", args
