@@ -21,7 +21,7 @@ INT64 = (-(2**63), 2**63)
 # first unlocked one in claim order), the better of the two, updated in the
 # same statement with its due-ness checked again, and its event written.
 # {lanes}/{ids} are filled with fixed fragments, never with input. An
-# expired lease with no attempts left becomes failed instead (event
+# expired lease with no tries left becomes failed instead (event
 # lease_expired; the caller then claims again).
 SQL_CLAIM = """
 WITH q AS (
@@ -29,7 +29,7 @@ WITH q AS (
     WHERE state = 'queued' AND not_before <= sloth.now() {lanes}
     ORDER BY priority DESC, not_before, id LIMIT 1 FOR UPDATE SKIP LOCKED
 ), e AS (
-    SELECT id, priority, not_before, state, worker, lease_until, attempts >= max_attempts AS spent
+    SELECT id, priority, not_before, state, worker, lease_until, tries >= max_attempts AS spent
     FROM sloth.jobs
     WHERE state = 'claimed' AND lease_until < sloth.now() {lanes} {ids}
     ORDER BY priority DESC, not_before, id LIMIT 1 FOR UPDATE SKIP LOCKED
@@ -40,6 +40,7 @@ WITH q AS (
 UPDATE sloth.jobs j SET
     state = CASE WHEN pick.spent THEN 'failed' ELSE 'claimed' END,
     attempts = CASE WHEN pick.spent THEN j.attempts ELSE j.attempts + 1 END,
+    tries = CASE WHEN pick.spent THEN j.tries ELSE j.tries + 1 END,
     token = CASE WHEN pick.spent THEN NULL
                  ELSE nextval('sloth.fence')::text || '-' || %(rand)s END,
     worker = CASE WHEN pick.spent THEN j.worker ELSE %(worker)s END,
@@ -47,7 +48,7 @@ UPDATE sloth.jobs j SET
                        ELSE sloth.now() + coalesce(%(lease_s)s, j.lease_s) END,
     message = CASE WHEN pick.spent
                    THEN format('lease expired on the last attempt (%%s/%%s); worker %%s was lost',
-                               j.attempts, j.max_attempts, j.worker)
+                               j.tries, j.max_attempts, j.worker)
                    ELSE j.message END,
     finished_at = CASE WHEN pick.spent THEN sloth.now() ELSE j.finished_at END,
     updated_at = sloth.now()

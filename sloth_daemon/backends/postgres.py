@@ -45,34 +45,36 @@ from . import pg_migrate, pgdb
 from .pg_enqueue import SQL_ACTIVE_KEY, PgEnqueue
 from .pg_reads import PgReads, check_id
 from .pgdb import Cursor, Row, one
-from .sqlite import DEFAULT_BACKOFF_CAP_S, DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS
+from .sqlite import DEFAULT_BACKOFF_CAP_S, DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS, MAX_CRASH_REFUNDS
 
 # SET lists of the one-statement writes of lease holders (_held_step).
 EXTEND = "lease_until = sloth.now() + coalesce(%(lease_s)s, lease_s), updated_at = sloth.now()"
+# finished_at: when the process really ended (%(ended_at)s, as reported), never after now.
 FINISH = ("state = %(state)s, token = NULL, lease_until = NULL, message = %(message)s,"
-          " exit_code = coalesce(%(exit_code)s, exit_code), finished_at = sloth.now(),"
-          " updated_at = sloth.now()")
+          " exit_code = coalesce(%(exit_code)s, exit_code),"
+          " finished_at = least(coalesce(%(ended_at)s, sloth.now()), sloth.now()), updated_at = sloth.now()")
+ADOPT = "worker = %(worker)s, lease_until = sloth.now() + lease_s, updated_at = sloth.now()"
 SET_RUNNER = "runner = %(runner)s, updated_at = sloth.now()"
-EXPIRE_NOW = "lease_until = sloth.just_before(sloth.now()), updated_at = sloth.now()"
 SQL_HELD_UPDATE = ("WITH u AS (UPDATE sloth.jobs SET {assignments} WHERE id = %(id)s"
                    " AND state = 'claimed' AND token = %(token)s RETURNING *)")
 SQL_HELD_EVENT = (", ev AS (INSERT INTO sloth.events (job_id, at, kind, attempt, message)"
-                  " SELECT id, sloth.now(), %(kind)s, attempts, %(event_message)s FROM u)")
+                  " SELECT id, least(coalesce(%(at)s, sloth.now()), sloth.now()), %(kind)s, attempts,"
+                  " %(event_message)s FROM u)")
 # Transactions of several statements, on a row they hold locked.
 SQL_BACK_OFF = ("UPDATE sloth.jobs SET state = 'queued', not_before = sloth.now() + %s,"
                 " token = NULL, lease_until = NULL, message = %s, exit_code = %s,"
                 " updated_at = sloth.now() WHERE id = %s RETURNING *")
 SQL_RELEASE = ("UPDATE sloth.jobs SET state = 'queued', not_before = sloth.now(), token = NULL,"
-               " lease_until = NULL, attempts = greatest(attempts - 1, 0), updated_at = sloth.now()"
+               " lease_until = NULL, tries = greatest(tries - 1, 0), updated_at = sloth.now()"
                " WHERE id = %s RETURNING *")
-SQL_REQUEUE = ("UPDATE sloth.jobs SET state = 'queued', attempts = 0, not_before = sloth.now(),"
+SQL_ABANDON = ("UPDATE sloth.jobs SET lease_until = sloth.just_before(sloth.now()), tries = tries - %s,"
+               " refunds = refunds + %s, updated_at = sloth.now() WHERE id = %s RETURNING *")
+SQL_REQUEUE = ("UPDATE sloth.jobs SET state = 'queued', tries = 0, refunds = 0, not_before = sloth.now(),"
                " token = NULL, lease_until = NULL, finished_at = NULL, updated_at = sloth.now()"
                " WHERE id = %s RETURNING *")
 SQL_FINISH = f"UPDATE sloth.jobs SET {FINISH} WHERE id = %(id)s RETURNING *"
 SQL_EVENT = ("INSERT INTO sloth.events (job_id, at, kind, attempt, message)"
-             " VALUES (%s, sloth.now(), %s, %s, %s)")
-SQL_EVER_CLAIMED = ("SELECT 1 FROM sloth.events WHERE job_id = %s"
-                    " AND kind IN ('claimed', 'reclaimed') LIMIT 1")
+             " VALUES (%s, least(coalesce(%s, sloth.now()), sloth.now()), %s, %s, %s)")
 SQL_PRUNE_JOBS = ("DELETE FROM sloth.jobs WHERE finished_at IS NOT NULL"
                   " AND finished_at < sloth.now() - %s AND state = ANY(%s)")
 # SKIP LOCKED: an environment an enqueue is using right now (it holds a KEY
@@ -196,58 +198,77 @@ class PgQueue(PgEnqueue, PgReads):
         return self._held_step(job_id, token, SET_RUNNER, {"runner": json.dumps(runner)},
                                "recording a job's process", event=("started", f"pid {runner.get('pid')}"))
 
-    def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None) -> Job:
-        """claimed -> done. Raises LeaseLost for a stale token."""
+    def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None,
+                 ended_at: float | None = None) -> Job:
+        """claimed -> done. ``ended_at``: when the process really ended (it
+        may have ended while no daemon ran), else now. Raises LeaseLost for a
+        stale token."""
         return self._held_step(job_id, token, FINISH, {"state": JobState.DONE.value, "message": message,
-                                                       "exit_code": exit_code},
-                               "completing a job", event=("done", message))
+                                                       "exit_code": exit_code, "ended_at": _finite(ended_at)},
+                               "completing a job", event=("done", message), at=_finite(ended_at))
 
     def fail(
         self, job_id: int, token: str, *, message: str = "", retry: bool = True,
-        exit_code: int | None = None,
+        exit_code: int | None = None, ended_at: float | None = None,
     ) -> Job:
-        """claimed -> queued with ``not_before = now + min(2**attempts, cap)`` while
-        attempts remain (and ``retry``), else -> failed. Raises LeaseLost."""
+        """claimed -> queued with ``not_before = now + min(2**tries, cap)`` while
+        tries remain (and ``retry``), else -> failed (``ended_at`` as for
+        complete). Raises LeaseLost."""
+        at = _finite(ended_at)
+
         def tx(c: Cursor) -> Job:
             row = self._held(c, job_id, token)
-            if retry and row["attempts"] < row["max_attempts"]:
-                return self._back_off(c, row, message, exit_code)
+            if retry and row["tries"] < row["max_attempts"]:
+                return self._back_off(c, row, message, exit_code, at)
             why = "no attempts left" if retry else "not retried"
             return self._finish(c, job_id, JobState.FAILED, row["attempts"], "failed",
-                                _join(message, why), exit_code=exit_code, stored_message=message)
+                                _join(message, why), exit_code=exit_code, stored_message=message, at=at)
 
         return self._db.write(tx, "failing a job")
 
-    def _back_off(self, c: Cursor, row: Row, message: str, exit_code: int | None) -> Job:
-        """A failed attempt with attempts left: queued again after a delay
-        that doubles with each attempt, up to backoff_cap_s."""
-        attempts = row["attempts"]
-        delay = min(2.0 ** min(attempts, 1000), self.backoff_cap_s)  # 2.0**1024 overflows
+    def _back_off(self, c: Cursor, row: Row, message: str, exit_code: int | None, at: float | None) -> Job:
+        """A failed try with tries left: queued again after a delay that
+        doubles with each try, up to backoff_cap_s."""
+        tries = row["tries"]
+        delay = min(2.0 ** min(tries, 1000), self.backoff_cap_s)  # 2.0**1024 overflows
         out = one(c.execute(SQL_BACK_OFF, (delay, message, exit_code, row["id"])))
-        self._event(c, row["id"], "failed", attempts,
-                    _join(message, f"retry {attempts + 1}/{row['max_attempts']} in {delay:g}s"))
+        self._event(c, row["id"], "failed", row["attempts"],
+                    _join(message, f"retry {tries + 1}/{row['max_attempts']} in {delay:g}s"), at)
         return self._job(out, c)
 
-    def release(self, job_id: int, token: str, *, message: str = "interrupted") -> Job:
-        """claimed -> queued, due now, attempt refunded (event ``interrupted``).
-
-        For a graceful shutdown: the interruption was not the job's fault, so
-        it does not use up its failure budget. Raises LeaseLost.
-        """
+    def release(self, job_id: int, token: str, *, message: str = "interrupted",
+                kind: str = "interrupted") -> Job:
+        """claimed -> queued, due now, the try given back (event ``kind``:
+        ``interrupted`` by a stopping daemon, ``fenced`` when its keeper ended
+        it for want of a lease renewal). Raises LeaseLost."""
         def tx(c: Cursor) -> Job:
             row = self._held(c, job_id, token)
             out = one(c.execute(SQL_RELEASE, (job_id,)))
-            self._event(c, job_id, "interrupted", row["attempts"], message)
+            self._event(c, job_id, kind, row["attempts"], message)
             return self._job(out, c)
 
         return self._db.write(tx, "releasing a job")
 
-    def abandon(self, job_id: int, token: str, *, message: str) -> Job:
+    def abandon(self, job_id: int, token: str, *, message: str, refund: bool = False) -> Job:
         """Declare the holder of ``token`` gone. The lease counts as expired
         from now, so the next claim re-issues the job with a ``reclaimed``
-        event. Event ``abandoned``. Raises LeaseLost."""
-        return self._held_step(job_id, token, EXPIRE_NOW, {}, "abandoning a lease",
-                               event=("abandoned", message))
+        event. Event ``abandoned``. ``refund``: as SqliteQueue.abandon (a
+        crash of sloth gives the try back, at most MAX_CRASH_REFUNDS times).
+        Raises LeaseLost."""
+        def tx(c: Cursor) -> Job:
+            row = self._held(c, job_id, token)
+            give = refund and row["refunds"] < MAX_CRASH_REFUNDS and row["tries"] > 0
+            out = one(c.execute(SQL_ABANDON, (int(give), int(give), job_id)))
+            self._event(c, job_id, "abandoned", row["attempts"], message + _refund_note(refund, give, row))
+            return self._job(out, c)
+
+        return self._db.write(tx, "abandoning a lease")
+
+    def adopt(self, job_id: int, token: str, worker: str, *, message: str) -> Job:
+        """A new holder takes over the lease of ``token``: renewed from now,
+        ``worker`` renamed; event ``adopted``. Raises LeaseLost or JobNotFound."""
+        return self._held_step(job_id, token, ADOPT, {"worker": worker}, "adopting a lease",
+                               event=("adopted", message))
 
     # ---------------------------------------------------------- user actions
     def cancel(self, job_id: int, *, message: str = "cancelled by user") -> Job:
@@ -269,7 +290,7 @@ class PgQueue(PgEnqueue, PgReads):
             row = self._get_row(c, job_id, lock=True)
             _refuse_unless_retryable(row)
             out = _requeue(c, row)
-            self._event(c, job_id, "retried", 0, "back to queued by user")
+            self._event(c, job_id, "retried", row["attempts"], "back to queued by user")
             return self._job(out, c)
 
         return self._db.write(tx, "retrying a job")
@@ -311,7 +332,7 @@ class PgQueue(PgEnqueue, PgReads):
         return row
 
     def _held_step(self, job_id: int, token: str, assignments: str, args: dict[str, Any],
-                   doing: str, *, event: tuple[str, str] | None = None) -> Job:
+                   doing: str, *, event: tuple[str, str] | None = None, at: float | None = None) -> Job:
         """One statement (the hot path: renewals, completions): UPDATE the job
         where id AND token still hold its lease, and write its event. No
         match: a read finds the reason (JobNotFound, IllegalTransition,
@@ -321,7 +342,7 @@ class PgQueue(PgEnqueue, PgReads):
         args = {**args, "id": job_id, "token": token if isinstance(token, str) else None}
         if event is not None:
             sql += SQL_HELD_EVENT
-            args.update(kind=event[0], event_message=event[1])
+            args.update(kind=event[0], event_message=event[1], at=at)
         rows = self._db.write_one(sql + " SELECT * FROM u", args, doing)
         if not rows:
             raise self._db.read(lambda c: _not_held(c, self._get_row(c, job_id), token), doing)
@@ -329,17 +350,17 @@ class PgQueue(PgEnqueue, PgReads):
 
     def _finish(
         self, c: Cursor, job_id: int, state: JobState, attempt: int, kind: str, message: str,
-        *, exit_code: int | None = None, stored_message: str | None = None,
+        *, exit_code: int | None = None, stored_message: str | None = None, at: float | None = None,
     ) -> Job:
         out = one(c.execute(SQL_FINISH, {
             "state": state.value, "message": message if stored_message is None else stored_message,
-            "exit_code": exit_code, "id": job_id}))
-        self._event(c, job_id, kind, attempt, message)
+            "exit_code": exit_code, "id": job_id, "ended_at": at}))
+        self._event(c, job_id, kind, attempt, message, at)
         return self._job(out, c)
 
     @staticmethod
-    def _event(c: Cursor, job_id: int, kind: str, attempt: int, message: str) -> None:
-        c.execute(SQL_EVENT, (job_id, kind, attempt, message))
+    def _event(c: Cursor, job_id: int, kind: str, attempt: int, message: str, at: float | None = None) -> None:
+        c.execute(SQL_EVENT, (job_id, at, kind, attempt, message))
 
 
 def _not_held(c: Cursor, row: Mapping[str, Any], token: object) -> Exception:
@@ -347,8 +368,7 @@ def _not_held(c: Cursor, row: Mapping[str, Any], token: object) -> Exception:
     (IllegalTransition), or the lease moved on (LeaseLost)."""
     job_id = row["id"]
     if row["state"] == JobState.QUEUED.value and row["token"] is None and row["attempts"] == 0:
-        if c.execute(SQL_EVER_CLAIMED, (job_id,)).fetchone() is None:
-            return IllegalTransition(f"job {job_id} is queued, not claimed by anyone")
+        return IllegalTransition(f"job {job_id} is queued, not claimed by anyone")
     return LeaseLost(f"job {job_id}: token {str(token)[:16]!r} no longer holds the lease "
                      f"(job is {row['state']}, attempt {row['attempts']})")
 
@@ -387,3 +407,15 @@ def _join(a: str, b: str) -> str:
 
 
 __all__ = ["PgQueue", "ServerClock"]
+
+
+def _refund_note(refund: bool, given: bool, row: Row) -> str:
+    if not refund:
+        return ""
+    if given:
+        return f"; not counted as a try ({row['refunds'] + 1} of {MAX_CRASH_REFUNDS} forgiven)"
+    return f"; counted as a try ({MAX_CRASH_REFUNDS} crashes already forgiven)"
+
+
+def _finite(t: float | None) -> float | None:
+    return t if isinstance(t, (int, float)) and t == t and abs(t) != float("inf") else None
