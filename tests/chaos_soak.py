@@ -69,7 +69,7 @@ from tests.support import fakeclock as fc  # noqa: E402
 from tests.support.harness import Harness  # noqa: E402
 
 PROBE = str(REPO / "tests" / "support" / "probe_job.py")
-CHAOS = ("kill9", "stop", "jump", "jobkill", "badframes")
+CHAOS = ("kill9", "reboot", "stop", "jump", "jobkill", "badframes")
 # Errors a malformed frame may get back (never "internal error ...").
 TYPED_ERRORS = {"protocol", "bad_request", "not_found"}
 TRANSIENT = (SlothError, OSError, socket.timeout, ValueError)  # daemon down, reset, cut-off reply
@@ -91,7 +91,7 @@ class SoakConfig:
     jump_s: tuple[float, float] = (600.0, 3600.0)
     chaos_gap_s: tuple[float, float] = (0.5, 2.5)
     weights: dict[str, float] = field(default_factory=lambda: {
-        "kill9": 2, "stop": 1, "jump": 1, "jobkill": 3, "badframes": 2})
+        "kill9": 2, "reboot": 0.5, "stop": 1, "jump": 1, "jobkill": 3, "badframes": 2})
     max_attempts: int = 30  # for the kinds that must end done: room for the chaos
     lanes: dict[str, int] = field(default_factory=lambda: {"default": 4, "slow": 6})
     keep_home: bool = False
@@ -154,7 +154,8 @@ class SoakResult:
             f"({f.get('jobs_via_cli', 0)} via the CLI, {f.get('clients', 0)} clients) | "
             f"chaos {f.get('chaos_s', 0):.1f} s + settle {f.get('settle_s', 0):.1f} s "
             f"= wall {f.get('wall_s', 0):.1f} s",
-            f"  chaos: kill -9 + restart {f.get('kills', 0)} | SIGSTOP/CONT {f.get('stops', 0)} "
+            f"  chaos: kill -9 + restart {f.get('kills', 0)} | reboots {f.get('reboots', 0)} | "
+            f"SIGSTOP/CONT {f.get('stops', 0)} "
             f"(clock jumps while stopped {f.get('jumps_while_stopped', 0)}) | sleeps (clock jumps) "
             f"{f.get('sleeps', 0)} (+{f.get('slept_s', 0) / 3600:.1f} h in all) | job kills "
             f"{f.get('job_kills', 0)} | bad frames {f.get('bad_frames', 0)}",
@@ -167,7 +168,8 @@ class SoakResult:
             f"  runs: probe starts {f.get('starts', 0)} | attempts {f.get('attempts', 0)} | "
             f"reclaimed {f.get('reclaimed', 0)} (by their own daemon {f.get('self_reclaims', 0)}) | resumed {f.get('resumed', 0)} | "
             f"timed out {f.get('timed_out', 0)} | killed attempts {f.get('killed_attempts', 0)} | "
-            f"successful runs re-run: after a daemon kill -9 {f.get('reruns_after_crash', 0)}, "
+            f"successful runs re-run: after a daemon kill -9 {f.get('reruns_after_kill9', 0)}, "
+            f"after a reboot {f.get('reruns_after_reboot', 0)}, after a fence {f.get('reruns_after_fence', 0)}, "
             f"after a job kill {f.get('reruns_after_job_kill', 0)}, otherwise {f.get('reruns_other', 0)}",
             f"  daemon starts: {f.get('daemon_starts', 0)}, spawn -> answering median "
             f"{f.get('ready_median_s', 0):.2f} s, max {f.get('ready_max_s', 0):.2f} s",
@@ -289,6 +291,24 @@ class Soak:
         self.start_daemon("restart after kill -9")
         self.note(f"restarted: daemon {self.h.daemon.pid} (down {down:.2f} s, then "
                   f"{self.daemons[-1]['ready_s']:.2f} s from spawn to answering)")
+
+    def act_reboot(self) -> None:
+        """What a reboot or a power cut leaves: nothing of sloth running, the
+        daemon, its keeper and every job process killed at once."""
+        d = self.daemons[-1]
+        d["killed"] = True
+        procs = [p for p in self.h.our_processes() if p.pid != d["proc"].pid and _sloth_or_job(p)]
+        self.note(f"reboot: kill -9 of daemon {d['proc'].pid} and {len(procs)} keeper/job process(es)")
+        d["proc"].kill()  # through Popen: it is our child, its status is ours to reap
+        for p in procs:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        d["proc"].wait(15)
+        psutil.wait_procs(procs, timeout=10)
+        self.count("reboots")
+        self.start_daemon("restart after a reboot")
 
     def act_stop(self) -> None:
         p = self.daemons[-1]["proc"]
@@ -662,8 +682,8 @@ class Soak:
         fig["overlaps"] = overlaps
 
         # 5. attempts and events agree with what ran
-        n_attempts = reclaimed = resumed = timed_out = killed_attempts = self_reclaims = 0
-        crash_reruns = other_reruns = killed_reruns = 0
+        n_attempts = reclaimed = resumed = timed_out = killed_attempts = self_reclaims = adopted = 0
+        crash_reruns = other_reruns = killed_reruns = fence_reruns = 0
         killed = {(j, a) for j, a, _t in self.killed_jobs}
         for lj in self.jobs:
             if lj.id is None or lj.id not in jobs:
@@ -679,16 +699,23 @@ class Soak:
                 if e["kind"] == "reclaimed" and m and m.group(1) == m.group(2):
                     self_reclaims += 1
             resumed += sum(e["kind"] == "resumed" for e in ev)
+            adopted += sum(e["kind"] == "adopted" for e in ev)
             timed_out += sum(e["kind"] == "failed" and "timed out" in (e["message"] or "") for e in ev)
             ran = sorted(r[1] for r in per_job.get(str(lj.id), []))
-            # A run that ended well but ran again: expected only when its daemon was
-            # kill -9ed before it could record the end (the orphan finished alone,
-            # then the next daemon abandoned the lease and re-ran the job).
+            # A run that ended well but ran again. A kill -9 of the daemon alone
+            # must never cause one (the keeper keeps the run and its end). Expected
+            # only when the run's supervision died too (a reboot: the daemon
+            # abandons the lease and re-runs the job), or when the run wrote its
+            # end line and was then killed before exiting: by the keeper's fence
+            # (its daemon was stopped past the lease) or by the chaos loop.
             succeeded = [a for a in ran if (str(lj.id), str(a)) in ends_by_attempt]
             abandoned = {e["attempt"] for e in ev if e["kind"] == "abandoned"}
+            fenced = {e["attempt"] for e in ev if e["kind"] == "fenced"}
             for a in succeeded[:-1]:
                 if a in abandoned:
                     crash_reruns += 1
+                elif a in fenced:
+                    fence_reruns += 1
                 elif (str(lj.id), str(a)) in killed:
                     # the chaos loop SIGKILLed it after it wrote its end line but
                     # before it exited: to the daemon that attempt was killed
@@ -704,8 +731,8 @@ class Soak:
                 self.violation(f"{where}: the probe ran attempt(s) {missing} that no claim/reclaim event issued")
             if ran and max(ran) > job["attempts"]:
                 self.violation(f"{where}: the probe ran attempt {max(ran)} > attempts {job['attempts']}")
-            if job["attempts"] > job["max_attempts"]:
-                self.violation(f"{where}: attempts {job['attempts']} > max_attempts {job['max_attempts']}")
+            if job["tries"] > job["max_attempts"]:
+                self.violation(f"{where}: tries {job['tries']} > max_attempts {job['max_attempts']}")
             final_kind = ev[-1]["kind"] if ev else None
             ok_kinds = {"done": {"done"}, "failed": {"failed", "lease_expired"},
                         "cancelled": {"cancelled"}}.get(job["state"], set())
@@ -716,10 +743,15 @@ class Soak:
                 if (str(lj.id), str(done_at)) not in ends_by_attempt:
                     self.violation(f"{where}: done at attempt {done_at}, but that attempt's probe never "
                                    "finished (ends has no line for it)")
+        rebooted = self.n.get("reboots", 0) > 0
         fig.update(attempts=n_attempts, reclaimed=reclaimed, resumed=resumed, timed_out=timed_out,
-                   killed_attempts=killed_attempts, self_reclaims=self_reclaims,
-                   reruns_after_crash=crash_reruns, reruns_other=other_reruns,
-                   reruns_after_job_kill=killed_reruns)
+                   killed_attempts=killed_attempts, self_reclaims=self_reclaims, adopted=adopted,
+                   reruns_after_reboot=crash_reruns if rebooted else 0,
+                   reruns_after_kill9=0 if rebooted else crash_reruns, reruns_after_fence=fence_reruns,
+                   reruns_other=other_reruns, reruns_after_job_kill=killed_reruns)
+        if not rebooted and crash_reruns:
+            self.violation(f"{crash_reruns} run(s) ended well and were run again after a kill -9 of "
+                           "the daemon alone (the keeper should have kept them)")
         # A daemon must never re-issue the lease of a job it runs itself (it renews
         # it), so a run that ended well is re-run only after a kill -9 lost its end.
         if self_reclaims:
@@ -730,10 +762,12 @@ class Soak:
                            "crash in between")
 
         # 6. nothing left behind: every job is final, so no job process may live
+        # (the keeper may: it holds nothing and leaves once idle)
+        keeper = h.call("status")["keeper"]["pid"]
         orphans = []
         for p in h.our_processes():
             try:
-                if p.pid == last.pid or p.status() == psutil.STATUS_ZOMBIE:
+                if p.pid in (last.pid, keeper) or p.status() == psutil.STATUS_ZOMBIE:
                     continue
                 orphans.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
             except psutil.Error:
@@ -741,6 +775,14 @@ class Soak:
         for o in orphans:
             self.violation(f"process left running after every job finished: {o}")
         fig["orphans"] = len(orphans)
+
+
+def _sloth_or_job(p: psutil.Process) -> bool:
+    """The keeper, or a job process (it carries its run's token); not a client."""
+    try:
+        return "sloth_daemon.keeper" in " ".join(p.cmdline()) or "SLOTH_JOB_TOKEN" in p.environ()
+    except psutil.Error:
+        return False
 
 
 # Malformed frames: (name, what to send, what must come back).
