@@ -41,6 +41,11 @@ from .supervision import KeeperSpawner
 from .worker import Worker
 
 log = logging.getLogger("sloth.daemon")
+# How long one write of the daemon waits for another process's lock on the
+# queue file before giving up for now (and trying again later): short, so
+# the event loop -- the socket, heartbeats, other jobs -- never freezes
+# behind a foreign writer.
+LOCK_WAIT_S = 0.2
 
 
 class InstanceLock:
@@ -173,7 +178,7 @@ def build(paths: Paths, settings: config.Settings) -> Daemon:
     clocks = SystemClocks()
     instance = secrets.token_hex(4)
     queue = Queue(paths.db, clocks, lease_s=settings.lease_s, max_attempts=settings.max_attempts,
-                  backoff_cap_s=settings.backoff_cap_s)
+                  backoff_cap_s=settings.backoff_cap_s, lock_wait_s=LOCK_WAIT_S)
     keeper = KeeperSpawner(paths, name=worker_name(instance), check_s=settings.clock_check_s)
     worker = Worker(queue, settings, keeper, clocks=clocks, log_path=paths.job_log, instance=instance)
     stop = _StopRelay()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator
 from urllib.parse import quote
 
-from .errors import StorageError
+from .errors import StorageBusy, StorageError
 
 BUSY_TIMEOUT_MS = 10_000
 
@@ -102,8 +102,12 @@ MIGRATIONS: list[str] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-def connect(path: str | os.PathLike[str], *, migrate_to: int = SCHEMA_VERSION) -> sqlite3.Connection:
-    """Open (creating if needed) the queue database and migrate it forward."""
+def connect(path: str | os.PathLike[str], *, migrate_to: int = SCHEMA_VERSION,
+            busy_timeout_s: float = BUSY_TIMEOUT_MS / 1000) -> sqlite3.Connection:
+    """Open (creating if needed) the queue database and migrate it forward.
+    ``busy_timeout_s``: how long a statement waits for another process's
+    lock (the daemon waits briefly and retries later, so its loop never
+    freezes behind a foreign writer)."""
     p = Path(path)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -112,9 +116,9 @@ def connect(path: str | os.PathLike[str], *, migrate_to: int = SCHEMA_VERSION) -
     conn = None
     try:
         conn = sqlite3.connect(
-            str(p), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
+            str(p), isolation_level=None, timeout=busy_timeout_s, check_same_thread=False
         )
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise StorageError(f"cannot switch {p} to WAL mode (got {mode})")
@@ -177,7 +181,8 @@ def _statements(script: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def transaction(conn: sqlite3.Connection, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+def transaction(conn: sqlite3.Connection, *, durable: bool = True,
+                patience_s: float = 3 * BUSY_TIMEOUT_MS / 1000) -> Iterator[sqlite3.Connection]:
     """``BEGIN IMMEDIATE`` ... ``COMMIT``; rolls back on any exception.
 
     ``durable=False`` commits without an fsync (``synchronous=NORMAL`` for
@@ -189,10 +194,10 @@ def transaction(conn: sqlite3.Connection, *, durable: bool = True) -> Iterator[s
 
     IMMEDIATE takes the write lock up front, so two writers never both read
     then collide on upgrade (the classic source of "database is locked").
-    The busy timeout makes waiting writers queue; past it we retry a little
-    longer and then raise StorageError, never a bare sqlite3 error.
+    The busy timeout makes waiting writers queue; past it we retry until
+    ``patience_s`` and then raise StorageBusy, never a bare sqlite3 error.
     """
-    deadline = time.monotonic() + 3 * BUSY_TIMEOUT_MS / 1000
+    deadline = time.monotonic() + patience_s
     if not durable:
         conn.execute("PRAGMA synchronous = NORMAL")
     try:
@@ -211,10 +216,7 @@ def _transaction(conn: sqlite3.Connection, deadline: float) -> Iterator[sqlite3.
             if "locked" not in str(e) and "busy" not in str(e):
                 raise StorageError(f"cannot start a transaction: {e}") from e
             if time.monotonic() > deadline:
-                raise StorageError(
-                    "the queue database stayed locked by another process",
-                    hint="Another program holds a long write transaction on it; stop it and retry.",
-                ) from e
+                raise StorageBusy("the queue database stayed locked by another process") from e
     try:
         yield conn
     except sqlite3.DatabaseError as e:

@@ -116,6 +116,15 @@ class StorageError(SlothError):
     hint = "Check that the data dir exists and is writable (`sloth doctor`)."
 
 
+class StorageBusy(StorageError):
+    """Another process held the database's write lock past our patience.
+    Passing: the caller may try again (the daemon does, on its own)."""
+
+    code = "busy"
+    hint = ("Another program holds a long write transaction on the queue database; "
+            "sloth tries again by itself. If it lasts, find it with `fuser` on queue.db.")
+
+
 class ProtocolError(SlothError):
     code = "protocol"
     exit_code = EXIT_USAGE

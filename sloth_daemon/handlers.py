@@ -15,12 +15,13 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 from . import __version__, protocol
 from .control import Control
-from .errors import BadRequest, JobNotFound, LogUnreadable, SlothError
+from .errors import BadRequest, JobNotFound, LogUnreadable, SlothError, StorageBusy
 from .models import Job, JobState
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
 MAX_STREAM_BACKLOG = 1024  # queued events per subscriber before it is told it overflowed
 LOG_CHUNK = 256 * 1024  # bytes of log per streamed event
+WRITE_PATIENCE_S = 30.0  # a client's write waits this long for a foreign lock on the database
 _OVERFLOW: dict[str, Any] = {"overflow": True}
 
 
@@ -60,15 +61,34 @@ class Handlers:
         self.closing = False
         self._subs: set[Subscription] = set()
         self._wakers: set[asyncio.Event] = set()  # waits, woken to end on close
+        w = self._patiently
         self.ops: dict[str, Callable[[dict[str, Any]], Any]] = {
-            "ping": self.op_ping, "status": self.op_status, "add": self.op_add,
-            "list": self.op_list, "show": self.op_show, "cancel": self.op_cancel,
-            "retry": self.op_retry, "pause": self.op_pause, "resume": self.op_resume,
-            "prune": self.op_prune, "logs": self.op_logs, "shutdown": self.op_shutdown,
+            "ping": self.op_ping, "status": self.op_status, "add": w(self.op_add),
+            "list": self.op_list, "show": self.op_show, "cancel": w(self.op_cancel),
+            "retry": w(self.op_retry), "pause": w(self.op_pause), "resume": w(self.op_resume),
+            "prune": w(self.op_prune), "logs": self.op_logs, "shutdown": self.op_shutdown,
         }
         self.streams: dict[str, Callable[[dict[str, Any], Emit], Awaitable[Any]]] = {
             "wait": self.op_wait, "follow": self.op_follow, "subscribe": self.op_subscribe,
         }
+
+    @staticmethod
+    def _patiently(op: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+        """A writing op that, while another process holds the database's
+        write lock, waits and tries again -- without blocking the event loop
+        (the daemon's own writes wait only briefly for a lock)."""
+        async def run(a: dict[str, Any]) -> Any:
+            loop = asyncio.get_running_loop()
+            deadline, delay = loop.time() + WRITE_PATIENCE_S, 0.05
+            while True:
+                try:
+                    return op(a)
+                except StorageBusy:
+                    if loop.time() + delay > deadline:
+                        raise
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+        return run
 
     def close(self) -> None:
         """End every open stream (the daemon is stopping)."""

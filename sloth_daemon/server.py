@@ -9,6 +9,7 @@ anything and never ends the daemon: only the offending connection suffers.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 from pathlib import Path
@@ -96,6 +97,8 @@ class Server:
                 result = await self.handlers.streams[req.op](req.args, emit)
             else:
                 result = self.handlers.ops[req.op](req.args)
+                if inspect.isawaitable(result):  # a write that may wait for a lock, without blocking
+                    result = await result
             msg = protocol.ok(req.id, result)
         except SlothError as e:
             msg = protocol.error(req.id, e)

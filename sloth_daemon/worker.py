@@ -28,7 +28,7 @@ from .adoption import Adoption
 from .clock import ClockReadings, Clocks, Jump, JumpDetector, JumpKind
 from .config import Settings
 from .durations import format_duration
-from .errors import IllegalTransition, JobNotFound, LeaseLost, SlothError
+from .errors import IllegalTransition, JobNotFound, LeaseLost, SlothError, StorageError
 from .lanes import Lanes
 from .models import Job
 from .queue import Queue
@@ -38,6 +38,7 @@ from .spawner import Outcome, Spawner, SpawnRequest
 
 log = logging.getLogger("sloth.worker")
 PRUNE_EVERY_S = 3600.0
+CLAIM_RETRY_S = 0.5  # after a claim the database refused for now (locked, full)
 FIRST_PRUNE_S = 60.0
 class Worker(Adoption):
     def __init__(
@@ -167,6 +168,8 @@ class Worker(Adoption):
                 run.job = self.queue.renew_after_resume(run.job.id, run.token, why)
             except (LeaseLost, JobNotFound):
                 self._end(run, "lease lost")
+            except StorageError as e:  # the wall-clock heartbeat tries again
+                log.warning("cannot renew job %d after %s: %s", run.job.id, why, e.message)
 
     # ----------------------------------------------------------- heartbeat
     @staticmethod
@@ -182,6 +185,9 @@ class Worker(Adoption):
                 run.job = self.queue.heartbeat(run.job.id, run.token)
             except (LeaseLost, JobNotFound):
                 self._end(run, "lease lost")
+                continue
+            except StorageError as e:  # not renewed: the keeper ends the run if this lasts a lease
+                log.warning("cannot renew the lease of job %d: %s", run.job.id, e.message)
                 continue
             renewed.append((run.token, trust_until(r, run.job.lease_s)))
         if renewed:
@@ -201,6 +207,13 @@ class Worker(Adoption):
         return not (self.lanes.paused_all or self.stopping)
 
     def claim_due(self, r: ClockReadings) -> None:
+        try:
+            self._claim_due(r)
+        except StorageError as e:  # locked by another process, disk full: claim later, do the rest now
+            log.warning("not claiming for now: %s", e.message)
+            self._next_due = r.wall + CLAIM_RETRY_S
+
+    def _claim_due(self, r: ClockReadings) -> None:
         self._next_due = None
         while self.may_claim():
             # A read-only look first: an empty claim would still cost a write

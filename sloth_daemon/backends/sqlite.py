@@ -49,13 +49,18 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
         lease_s: float = DEFAULT_LEASE_S,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         backoff_cap_s: float = DEFAULT_BACKOFF_CAP_S,
+        lock_wait_s: float = 30.0,
     ) -> None:
+        """``lock_wait_s``: how long a write waits for another process's lock
+        before raising StorageBusy (the daemon uses a short wait and tries
+        again later, so its event loop never freezes behind a foreign writer)."""
         self.path = Path(path)
         self.clock: Clock = clock or SystemClock()
         self.lease_s = float(lease_s)
         self.max_attempts = int(max_attempts)
         self.backoff_cap_s = float(backoff_cap_s)
-        self._conn = db.connect(self.path)
+        self._patience_s = float(lock_wait_s)
+        self._conn = db.connect(self.path, busy_timeout_s=min(self._patience_s, db.BUSY_TIMEOUT_MS / 1000))
         self._envs: dict[int, dict[str, str]] = {}  # env_id -> env, decoded once
         self._conn.row_factory = sqlite3.Row
 
@@ -87,7 +92,7 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
         if lanes is not None and not lanes:
             return None
         now = self.clock.now()
-        with db.transaction(self._conn, durable=False) as c:
+        with self._tx(durable=False) as c:
             while True:
                 cand = pick.best_candidate(c, now, lanes, exclude_lanes, exclude_ids)
                 if cand is None:
@@ -127,14 +132,14 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
         may still be renewed. Raises LeaseLost (stale token) or JobNotFound.
         """
         now = self.clock.now()
-        with db.transaction(self._conn, durable=False) as c:
+        with self._tx(durable=False) as c:
             row = self._held(c, job_id, token)
             return self._extend(c, row, now, lease_s)
 
     def renew_after_resume(self, job_id: int, token: str, message: str) -> Job:
         """Heartbeat after the machine slept, and record a ``resumed`` event."""
         now = self.clock.now()
-        with db.transaction(self._conn, durable=False) as c:
+        with self._tx(durable=False) as c:
             row = self._held(c, job_id, token)
             job = self._extend(c, row, now, None)
             self._event(c, job_id, now, "resumed", row["attempts"], message)
@@ -151,7 +156,7 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
     def set_runner(self, job_id: int, token: str, runner: dict[str, Any]) -> Job:
         """Record the identity of the process running this attempt (event ``started``)."""
         now = self.clock.now()
-        with db.transaction(self._conn, durable=False) as c:
+        with self._tx(durable=False) as c:
             row = self._held(c, job_id, token)
             out = c.execute(
                 "UPDATE jobs SET runner = ?, updated_at = ? WHERE id = ? RETURNING *",
@@ -166,7 +171,7 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
         may have ended while no daemon ran), else now. Raises LeaseLost for a
         stale token."""
         now = self.clock.now()
-        with db.transaction(self._conn) as c:
+        with self._tx() as c:
             row = self._held(c, job_id, token)
             return self._finish(c, job_id, JobState.DONE, _past(ended_at, now), row["attempts"], "done",
                                 message, exit_code=exit_code)
@@ -180,7 +185,7 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
         complete). Raises LeaseLost."""
         now = self.clock.now()
         ended = _past(ended_at, now)
-        with db.transaction(self._conn) as c:
+        with self._tx() as c:
             row = self._held(c, job_id, token)
             attempts, tries = row["attempts"], row["tries"]
             if retry and tries < row["max_attempts"]:
@@ -208,7 +213,7 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
         budget. Raises LeaseLost.
         """
         now = self.clock.now()
-        with db.transaction(self._conn) as c:
+        with self._tx() as c:
             row = self._held(c, job_id, token)
             out = c.execute(
                 "UPDATE jobs SET state = 'queued', not_before = ?, token = NULL, lease_until = NULL,"
@@ -225,7 +230,7 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
         as for a heartbeat: a lapsed lease that nobody reclaimed is still
         ours. Raises LeaseLost or JobNotFound."""
         now = self.clock.now()
-        with db.transaction(self._conn, durable=False) as c:
+        with self._tx(durable=False) as c:
             row = self._held(c, job_id, token)
             out = c.execute(
                 "UPDATE jobs SET worker = ?, lease_until = ?, updated_at = ? WHERE id = ? RETURNING *",
@@ -239,7 +244,7 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
         """queued|claimed -> cancelled. A claimed job's holder loses its lease
         (its token is cleared); ending its process is the caller's business."""
         now = self.clock.now()
-        with db.transaction(self._conn) as c:
+        with self._tx() as c:
             row = self._get_row(c, job_id)
             if row["state"] not in ACTIVE_STATES:
                 raise IllegalTransition(
@@ -252,7 +257,7 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
         """failed|cancelled -> queued, due now, with a fresh budget of tries
         (``attempts`` keeps counting runs)."""
         now = self.clock.now()
-        with db.transaction(self._conn) as c:
+        with self._tx() as c:
             row = self._get_row(c, job_id)
             if row["state"] not in (JobState.FAILED.value, JobState.CANCELLED.value):
                 raise IllegalTransition(
@@ -281,7 +286,7 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
             raise BadRequest("older_than_s must be a number of seconds, got None")
         older = number(older_than_s, "older_than_s", 0.0, lo=0)
         cutoff = self.clock.now() - older
-        with db.transaction(self._conn) as c:
+        with self._tx() as c:
             cur = c.execute(
                 "DELETE FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ?"
                 " AND state IN (?, ?, ?)", (cutoff, *FINISHED_STATES),
@@ -293,7 +298,7 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
             return cur.rowcount
 
     def set_meta(self, key: str, value: Any) -> None:
-        with db.transaction(self._conn) as c:
+        with self._tx() as c:
             c.execute(
                 "INSERT INTO meta (key, value) VALUES (?, ?)"
                 " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -309,7 +314,7 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
         back, at most MAX_CRASH_REFUNDS times between user retries; past that
         the crash counts. Raises LeaseLost."""
         now = self.clock.now()
-        with db.transaction(self._conn) as c:
+        with self._tx() as c:
             row = self._held(c, job_id, token)
             give = refund and row["refunds"] < MAX_CRASH_REFUNDS and row["tries"] > 0
             out = c.execute(

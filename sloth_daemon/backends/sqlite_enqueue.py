@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Mapping, Sequence
 
-from .. import db
 from ..clock import Clock
 from ..spec import Defaults, EnvCache, JobSpec
 
@@ -30,6 +29,7 @@ SQL_INSERT = (
 
 class SqliteEnqueue:
     _conn: sqlite3.Connection
+    _tx: Callable[..., ContextManager[sqlite3.Connection]]  # SqliteReads._tx
     clock: Clock
     lease_s: float
     max_attempts: int
@@ -73,7 +73,7 @@ class SqliteEnqueue:
         now = self.clock.now()
         ids: list[int] = []
         run: list[tuple] = []  # consecutive rows without a key, inserted by one executemany
-        with db.transaction(self._conn) as c:
+        with self._tx() as c:
             env_ids: dict[str, int] = {}  # one envs row per distinct environment
             for r in rows:
                 if r.env_json is not None and r.env_json not in env_ids:

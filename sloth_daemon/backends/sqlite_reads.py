@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any, Collection, Sequence
+from typing import Any, Collection, ContextManager, Sequence
 
+from .. import db
 from ..errors import JobNotFound
 from ..models import Event, Job, JobState
 from ..spec import integer
@@ -20,6 +21,11 @@ from . import sqlite_pick as pick
 class SqliteReads:
     _conn: sqlite3.Connection
     _envs: dict[int, dict[str, str]]  # env_id -> env, decoded once
+    _patience_s: float
+
+    def _tx(self, *, durable: bool = True) -> ContextManager[sqlite3.Connection]:
+        """One write transaction (db.transaction), with this queue's patience for locks."""
+        return db.transaction(self._conn, durable=durable, patience_s=self._patience_s)
 
     def get(self, job_id: int) -> Job:
         return self._job(self._get_row(self._conn, job_id))

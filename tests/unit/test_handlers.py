@@ -20,6 +20,15 @@ from sloth_daemon.worker import Worker
 from tests.unit.test_worker import FakeSpawner
 
 
+def op(h: Handlers, name: str, args: dict[str, Any]) -> Any:
+    """Call an op as the server does: a writing op is a coroutine (it may
+    wait for a foreign lock on the database without blocking the loop)."""
+    out = h.ops[name](args)
+    if asyncio.iscoroutine(out):
+        out = asyncio.run(out)
+    return out
+
+
 @pytest.fixture
 def rig(tmp_path: Path):
     clocks = ManualClocks()
@@ -39,16 +48,16 @@ def rig(tmp_path: Path):
 
 def test_add_list_show_cancel_retry(rig):
     h, w, q, sp, _ = rig
-    ids = h.ops["add"]({"jobs": [{"command": ["a"]}, {"command": ["b"], "lane": "x"}],
+    ids = op(h, "add", {"jobs": [{"command": ["a"]}, {"command": ["b"], "lane": "x"}],
                         "common": {"priority": 2}})["ids"]
     assert [j["id"] for j in h.ops["list"]({})["jobs"]] == ids
     assert [j["id"] for j in h.ops["list"]({"lane": "x"})["jobs"]] == ids[1:]
     shown = h.ops["show"]({"id": ids[0]})
     assert shown["job"]["priority"] == 2 and shown["events"] == []
-    assert h.ops["cancel"]({"id": ids[0]})["job"]["state"] == "cancelled"
-    assert h.ops["retry"]({"id": ids[0]})["job"]["state"] == "queued"
+    assert op(h, "cancel", {"id": ids[0]})["job"]["state"] == "cancelled"
+    assert op(h, "retry", {"id": ids[0]})["job"]["state"] == "queued"
     with pytest.raises(IllegalTransition):
-        h.ops["retry"]({"id": ids[0]})
+        op(h, "retry", {"id": ids[0]})
 
 
 @pytest.mark.parametrize("op, args, err", [
@@ -68,7 +77,7 @@ def test_bad_arguments_are_refused_and_change_nothing(rig, op, args, err):
     h, w, q, *_ = rig
     before = q.counts()
     with pytest.raises(err):
-        h.ops[op](args)
+        globals()["op"](h, op, args)
     assert q.counts() == before
 
 
@@ -94,7 +103,7 @@ def test_shutdown_asks_the_daemon_to_stop(rig):
 
 def test_wait_streams_states_until_every_job_ends_and_close_ends_it(rig):
     h, w, q, sp, _ = rig
-    a, b = h.ops["add"]({"jobs": [{"command": ["a"]}, {"command": ["b"]}]})["ids"]
+    a, b = op(h, "add", {"jobs": [{"command": ["a"]}, {"command": ["b"]}]})["ids"]
     seen: list[dict[str, Any]] = []
 
     async def emit(ev: dict[str, Any]) -> None:
@@ -125,7 +134,7 @@ def test_wait_streams_states_until_every_job_ends_and_close_ends_it(rig):
 
 def test_logs_points_at_the_attempts_file(rig, tmp_path):
     h, w, q, sp, _ = rig
-    (a,) = h.ops["add"]({"jobs": [{"command": ["a"]}]})["ids"]
+    (a,) = op(h, "add", {"jobs": [{"command": ["a"]}]})["ids"]
     with pytest.raises(SlothError, match="not started"):
         h.ops["logs"]({"id": a})
     w.turn()
@@ -133,3 +142,34 @@ def test_logs_points_at_the_attempts_file(rig, tmp_path):
     assert (res["attempt"], res["path"]) == (1, str(tmp_path / "logs" / "jobs" / f"{a}.1.log"))
     with pytest.raises(BadRequest):
         h.ops["logs"]({"id": a, "attempt": 2})
+
+
+def test_a_write_waits_for_a_foreign_lock_without_blocking_the_loop(tmp_path):
+    """A foreign process holds the write lock; the daemon's queue waits only
+    briefly itself, so the op retries on the event loop, which keeps serving
+    (a read answers meanwhile), and succeeds once the lock is gone."""
+    import sqlite3
+
+    paths = resolve({"SLOTH_HOME": str(tmp_path)})
+    clocks, settings = ManualClocks(), Settings()
+    q = Queue(paths.db, clocks, lock_wait_s=0.05)
+    sp = FakeSpawner()
+    w = Worker(q, settings, sp, clocks=clocks, log_path=paths.job_log, instance="t")
+    h = Handlers(Control(q, w, sp, paths, settings, request_stop=lambda *a, **k: None, instance="t"), {})
+    other = sqlite3.connect(paths.db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+
+    async def go() -> tuple[Any, Any]:
+        add = asyncio.ensure_future(h.ops["add"]({"jobs": [{"command": ["x"]}]}))
+        await asyncio.sleep(0.3)
+        assert not add.done()  # waiting for the lock...
+        listed = h.ops["list"]({})  # ...while the loop still answers reads
+        other.execute("ROLLBACK")
+        return await asyncio.wait_for(add, 10), listed
+
+    try:
+        added, listed = asyncio.run(go())
+        assert listed == {"jobs": []} and added["ids"] == [1]
+    finally:
+        other.close()
+        q.close()
