@@ -117,7 +117,10 @@ def _attempts(job: dict[str, Any]) -> str:
     """Runs, and the tries of them that count against max_attempts: an
     interruption, a fence or a crash of sloth gives its try back."""
     runs, tries = job["attempts"], job.get("tries", job["attempts"])
-    text = f"{runs} run{'s' if runs != 1 else ''}, tries {tries}/{job['max_attempts']}"
-    if job.get("refunds"):
-        text += f" ({job['refunds']} crash{'es' if job['refunds'] != 1 else ''} of sloth not counted)"
+    text = f"{tries}/{job['max_attempts']}"
+    if runs != tries:
+        text += f" ({runs} runs; an interruption or a crash of sloth does not count"
+        if job.get("refunds"):
+            text += f", {job['refunds']} crash{'es' if job['refunds'] != 1 else ''} forgiven"
+        text += ")"
     return text
