@@ -10,6 +10,8 @@ says so and our token is void.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .models import Job
 from .queue import Queue
 from .runs import Run
@@ -18,24 +20,28 @@ from .spawner import Outcome
 NOTHING_TO_WRITE = ("cancelled", "lease lost", "fenced")
 
 
-def record(queue: Queue, run: Run, outcome: Outcome) -> Job | None:
-    """Write ``outcome`` under the run's lease; the job after, or None when
-    there is nothing to write. Raises LeaseLost or JobNotFound (it is not
-    ours any more) and StorageError (try again later: the outcome is kept)."""
+def record(queue: Queue, run: Run, outcome: Outcome, *, runner: dict[str, Any] | None = None,
+           durable: bool = True) -> Job | None:
+    """Write ``outcome`` under the run's lease (with the process identity
+    ``runner`` if not yet written; without an fsync unless ``durable``); the
+    job after, or None when there is nothing to write. Raises LeaseLost or
+    JobNotFound (it is not ours any more) and StorageError (try again later:
+    the outcome is kept)."""
     jid, tok = run.job.id, run.token
     ok, message = outcome.describe()
     if run.ending is not None and run.ending.startswith(NOTHING_TO_WRITE):
         return None
+    kw: dict[str, Any] = {"runner": runner, "durable": durable}
     if outcome.spawn_retry is not None:
-        return queue.fail(jid, tok, message=message, retry=outcome.spawn_retry)
+        return queue.fail(jid, tok, message=message, retry=outcome.spawn_retry, **kw)
     if run.ending == "interrupted":
         suffix = f"; {outcome.log_problem}" if outcome.log_problem else ""
-        return queue.release(jid, tok, message="interrupted: daemon stopping" + suffix)
+        return queue.release(jid, tok, message="interrupted: daemon stopping" + suffix, **kw)
     if outcome.killed_by == "fence":
-        return queue.release(jid, tok, message=message, kind="fenced")
+        return queue.release(jid, tok, message=message, kind="fenced", **kw)
     if outcome.killed_by == "keeper":
-        return queue.release(jid, tok, message=f"{message} (the keeper was stopped)")
+        return queue.release(jid, tok, message=f"{message} (the keeper was stopped)", **kw)
     at = outcome.ended_at
     if ok:
-        return queue.complete(jid, tok, message=message, exit_code=outcome.returncode, ended_at=at)
-    return queue.fail(jid, tok, message=message, exit_code=outcome.returncode, ended_at=at)
+        return queue.complete(jid, tok, message=message, exit_code=outcome.returncode, ended_at=at, **kw)
+    return queue.fail(jid, tok, message=message, exit_code=outcome.returncode, ended_at=at, **kw)

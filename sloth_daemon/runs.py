@@ -63,6 +63,10 @@ class Run:
     ending: str | None = None  # "cancelled" | "interrupted" | "lease lost" | "fenced: ...": why we ended it
     outcome: Outcome | None = None  # set when the process ended; the run is dropped once it is recorded
     adopted: bool = False  # from a keeper that outlived the daemon that started it
+    identity: dict[str, Any] | None = None  # the process, until recorded (with its outcome if it ends first)
+    started_awake: float = 0.0
+    written: bool = False  # its outcome is in the database, maybe not yet durable
+    written_job: Job | None = None  # the job as that write left it, to tell watchers once durable
     record_error: str | None = None  # why the last attempt to record the outcome failed
     record_tries: int = 0
     record_after: float = 0.0  # awake clock: when to try recording again

@@ -39,6 +39,7 @@ from .spawner import Outcome, Spawner, SpawnRequest
 log = logging.getLogger("sloth.worker")
 PRUNE_EVERY_S = 3600.0
 CLAIM_RETRY_S = 0.5  # after a claim the database refused for now (locked, full)
+RECORD_RUNNER_AFTER_S = 1.0  # a process that ends sooner has its identity written with its outcome
 FIRST_PRUNE_S = 60.0
 class Worker(Adoption):
     def __init__(
@@ -132,6 +133,7 @@ class Worker(Adoption):
         self.heartbeat_due(r)
         self.claim_due(r)
         self.settle(r.awake)
+        self.record_runners(r.awake)
         if r.awake >= self._next_prune:
             self._next_prune = r.awake + PRUNE_EVERY_S
             self.prune(self.settings.retention_s)
@@ -142,6 +144,8 @@ class Worker(Adoption):
         deadlines += [self._hb_due_at(run) - r.wall for run in self.running.values()
                       if run.live and run.ending is None]
         deadlines += [run.record_after - r.awake for run in self.running.values() if run.outcome is not None]
+        deadlines += [run.started_awake + RECORD_RUNNER_AFTER_S - r.awake for run in self.running.values()
+                      if run.identity is not None and run.live]
         if self.may_claim() and self._next_due is not None:
             deadlines.append(self._next_due - r.wall)
         return max(0.0, min(deadlines))
@@ -244,18 +248,32 @@ class Worker(Adoption):
 
     # ---------------------------------------------------- news from spawner
     def on_started(self, run: Run, pid: int, identity: dict[str, Any]) -> None:
+        """The process runs. Its identity is written later: with the outcome
+        if it ends within RECORD_RUNNER_AFTER_S (one transaction, not two,
+        for the many short jobs), else on its own by a turn."""
         run.pid = pid
-        if run.ending is not None:
-            return
-        try:
-            run.job = self.queue.set_runner(run.job.id, run.token,
-                                            {**identity, "instance": self.instance, "worker": self.name})
-        except (LeaseLost, JobNotFound):
-            self._end(run, "lease lost")
-            return
-        except SlothError as e:  # e.g. locked for long: it runs; the history misses its pid
-            log.error("cannot record job %d's process: %s", run.job.id, e.message)
-        self.on_change(run.job)
+        run.identity = {**identity, "instance": self.instance, "worker": self.name}
+        run.started_awake = self.clocks.read().awake
+        self.on_change(run.job)  # a follower waiting for the process may start now
+        self.wake()
+
+    def record_runners(self, awake: float) -> None:
+        """Write the identity of processes that have run a while (for finding
+        them after a crash of sloth, and the history's `started` event)."""
+        for run in list(self.running.values()):
+            if run.identity is None or not run.live or awake < run.started_awake + RECORD_RUNNER_AFTER_S:
+                continue
+            ident, run.identity = run.identity, None
+            try:
+                run.job = self.queue.set_runner(run.job.id, run.token, ident)
+            except (LeaseLost, JobNotFound):
+                self._end(run, "lease lost")
+                continue
+            except SlothError as e:  # it runs; the next turn tries again
+                run.identity = ident
+                log.warning("cannot record job %d's process yet: %s", run.job.id, e.message)
+                continue
+            self.on_change(run.job)
 
     def on_spawn_failed(self, run: Run, message: str, retry: bool) -> None:
         run.outcome = Outcome(None, reason=message, spawn_retry=retry)
@@ -296,28 +314,45 @@ class Worker(Adoption):
 
     def settle(self, awake: float) -> None:
         """Record the outcome of every run whose process ended (an outcome
-        the database would not take waits for its retry time)."""
-        for run in [r for r in self.running.values() if r.outcome is not None and r.record_after <= awake]:
-            self._settle_one(run, run.outcome, awake)  # type: ignore[arg-type]
+        the database would not take waits for its retry time). Group commit:
+        all but the last are written without an fsync; the last one's fsync
+        (or a flush) makes them all durable, and only then is anyone told."""
+        due = [r for r in self.running.values() if r.outcome is not None and r.record_after <= awake]
+        todo = [r for r in due if not r.written]
+        for i, run in enumerate(todo):
+            self._settle_one(run, run.outcome, awake, durable=i == len(todo) - 1)  # type: ignore[arg-type]
+        written = [r for r in due if r.written]
+        if not written or (not (todo and todo[-1].written) and not self._flush()):
+            return  # not durable yet: tell nobody; the keeper keeps the outcomes until acked
+        self.spawner.ack([run.token for run in written])
+        for run in written:
+            self._drop(run)
+            if run.written_job is not None:
+                self.on_change(run.written_job)
+        self.wake()
 
-    def _settle_one(self, run: Run, outcome: Outcome, awake: float) -> None:
+    def _settle_one(self, run: Run, outcome: Outcome, awake: float, *, durable: bool) -> None:
+        """Write one outcome (run.written), or keep it for a later try."""
         if outcome.log_problem:
             log.warning("job %d attempt %d: %s", run.job.id, run.attempt, outcome.log_problem)
         try:
-            job = outcomes.record(self.queue, run, outcome)
+            run.written_job = outcomes.record(self.queue, run, outcome, runner=run.identity, durable=durable)
         except (LeaseLost, JobNotFound) as e:
             log.warning("outcome of job %d not recorded: %s", run.job.id, e.message)
-            job = None
         except SlothError as e:  # keep it, try again later: never thrown away, never re-run by us
             log.error("cannot record the outcome of job %d yet (try %d): %s", run.job.id,
                       run.record_tries + 1, e.message)
             run.postpone_record(e.message, awake)
             return
-        self._drop(run)
-        self.spawner.ack([run.token])
-        if job is not None:
-            self.on_change(job)
-        self.wake()
+        run.written = True
+
+    def _flush(self) -> bool:
+        try:
+            self.queue.flush()
+            return True
+        except SlothError as e:
+            log.error("cannot make recorded outcomes durable yet: %s", e.message)
+            return False
 
     async def shutdown(self, *, keep_jobs: bool = False) -> None:
         """Stop claiming. By default end running jobs gracefully and requeue

@@ -55,6 +55,9 @@ FINISH = ("state = %(state)s, token = NULL, lease_until = NULL, message = %(mess
           " finished_at = least(coalesce(%(ended_at)s, sloth.now()), sloth.now()), updated_at = sloth.now()")
 ADOPT = "worker = %(worker)s, lease_until = sloth.now() + lease_s, updated_at = sloth.now()"
 SET_RUNNER = "runner = %(runner)s, updated_at = sloth.now()"
+SQL_SET_RUNNER = "UPDATE sloth.jobs SET runner = %s, updated_at = sloth.now() WHERE id = %s"
+SQL_FLUSH = ("INSERT INTO sloth.meta (key, value) VALUES ('flushed', '0')"
+             " ON CONFLICT (key) DO UPDATE SET value = (sloth.meta.value::bigint + 1)::text")
 SQL_HELD_UPDATE = ("WITH u AS (UPDATE sloth.jobs SET {assignments} WHERE id = %(id)s"
                    " AND state = 'claimed' AND token = %(token)s RETURNING *)")
 SQL_HELD_EVENT = (", ev AS (INSERT INTO sloth.events (job_id, at, kind, attempt, message)"
@@ -199,17 +202,46 @@ class PgQueue(PgEnqueue, PgReads):
                                "recording a job's process", event=("started", f"pid {runner.get('pid')}"))
 
     def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None,
-                 ended_at: float | None = None) -> Job:
-        """claimed -> done. ``ended_at``: when the process really ended (it
-        may have ended while no daemon ran), else now. Raises LeaseLost for a
-        stale token."""
-        return self._held_step(job_id, token, FINISH, {"state": JobState.DONE.value, "message": message,
-                                                       "exit_code": exit_code, "ended_at": _finite(ended_at)},
-                               "completing a job", event=("done", message), at=_finite(ended_at))
+                 ended_at: float | None = None, runner: dict[str, Any] | None = None,
+                 durable: bool = True) -> Job:
+        """claimed -> done. ``ended_at``, ``runner``, ``durable``: as
+        SqliteQueue.complete (durable=False: synchronous_commit off for this
+        transaction; a later synchronous commit or flush() makes it durable).
+        Raises LeaseLost for a stale token."""
+        at = _finite(ended_at)
+        if runner is None and durable:  # the hot path: one statement
+            return self._held_step(job_id, token, FINISH, {"state": JobState.DONE.value, "message": message,
+                                                           "exit_code": exit_code, "ended_at": at},
+                                   "completing a job", event=("done", message), at=at)
+
+        def tx(c: Cursor) -> Job:
+            row = self._begin_end(c, job_id, token, runner, durable)
+            return self._finish(c, job_id, JobState.DONE, row["attempts"], "done", message,
+                                exit_code=exit_code, at=at)
+
+        return self._db.write(tx, "completing a job")
+
+    def _begin_end(self, c: Cursor, job_id: int, token: str, runner: dict[str, Any] | None,
+                   durable: bool) -> Row:
+        """The first steps of an outcome written in a transaction: its commit
+        durability, the lease check, the process identity if not yet written."""
+        if not durable:
+            c.execute("SET LOCAL synchronous_commit TO OFF")
+        row = self._held(c, job_id, token)
+        if runner is not None:
+            c.execute(SQL_SET_RUNNER, (json.dumps(runner), job_id))
+            self._event(c, job_id, "started", row["attempts"], f"pid {runner.get('pid')}",
+                        _finite(runner.get("started_at")))
+        return row
+
+    def flush(self) -> None:
+        """Make every commit made with ``durable=False`` durable now."""
+        self._db.write(lambda c: c.execute(SQL_FLUSH), "flushing the log of commits")
 
     def fail(
         self, job_id: int, token: str, *, message: str = "", retry: bool = True,
         exit_code: int | None = None, ended_at: float | None = None,
+        runner: dict[str, Any] | None = None, durable: bool = True,
     ) -> Job:
         """claimed -> queued with ``not_before = now + min(2**tries, cap)`` while
         tries remain (and ``retry``), else -> failed (``ended_at`` as for
@@ -217,7 +249,7 @@ class PgQueue(PgEnqueue, PgReads):
         at = _finite(ended_at)
 
         def tx(c: Cursor) -> Job:
-            row = self._held(c, job_id, token)
+            row = self._begin_end(c, job_id, token, runner, durable)
             if retry and row["tries"] < row["max_attempts"]:
                 return self._back_off(c, row, message, exit_code, at)
             why = "no attempts left" if retry else "not retried"
@@ -237,12 +269,13 @@ class PgQueue(PgEnqueue, PgReads):
         return self._job(out, c)
 
     def release(self, job_id: int, token: str, *, message: str = "interrupted",
-                kind: str = "interrupted") -> Job:
+                kind: str = "interrupted", runner: dict[str, Any] | None = None,
+                durable: bool = True) -> Job:
         """claimed -> queued, due now, the try given back (event ``kind``:
         ``interrupted`` by a stopping daemon, ``fenced`` when its keeper ended
         it for want of a lease renewal). Raises LeaseLost."""
         def tx(c: Cursor) -> Job:
-            row = self._held(c, job_id, token)
+            row = self._begin_end(c, job_id, token, runner, durable)
             out = one(c.execute(SQL_RELEASE, (job_id,)))
             self._event(c, job_id, kind, row["attempts"], message)
             return self._job(out, c)

@@ -158,35 +158,53 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
         now = self.clock.now()
         with self._tx(durable=False) as c:
             row = self._held(c, job_id, token)
-            out = c.execute(
-                "UPDATE jobs SET runner = ?, updated_at = ? WHERE id = ? RETURNING *",
-                (json.dumps(runner), now, job_id),
-            ).fetchone()
-            self._event(c, job_id, now, "started", row["attempts"], f"pid {runner.get('pid')}")
-            return self._job(out)
+            self._put_runner(c, row, runner, now)
+            return self._job(c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone())
+
+    def _put_runner(self, c: sqlite3.Connection, row: sqlite3.Row, runner: dict[str, Any] | None,
+                    now: float) -> None:
+        if runner is None:
+            return
+        c.execute("UPDATE jobs SET runner = ?, updated_at = ? WHERE id = ?", (json.dumps(runner), now, row["id"]))
+        self._event(c, row["id"], _past(runner.get("started_at"), now), "started", row["attempts"],
+                    f"pid {runner.get('pid')}")
+
+    def flush(self) -> None:
+        """Make every commit made with ``durable=False`` durable now (one fsync)."""
+        with self._tx() as c:
+            c.execute("INSERT INTO meta (key, value) VALUES ('flushed', '0')"
+                      " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1")
 
     def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None,
-                 ended_at: float | None = None) -> Job:
+                 ended_at: float | None = None, runner: dict[str, Any] | None = None,
+                 durable: bool = True) -> Job:
         """claimed -> done. ``ended_at``: when the process really ended (it
-        may have ended while no daemon ran), else now. Raises LeaseLost for a
+        may have ended while no daemon ran), else now. ``runner``: the
+        attempt's process identity if not recorded yet (set_runner), written
+        in the same transaction. ``durable=False`` commits without an fsync:
+        for all but the last of a batch of outcomes (group commit), whose one
+        fsync, or a flush(), makes them all durable. Raises LeaseLost for a
         stale token."""
         now = self.clock.now()
-        with self._tx() as c:
+        with self._tx(durable=durable) as c:
             row = self._held(c, job_id, token)
+            self._put_runner(c, row, runner, now)
             return self._finish(c, job_id, JobState.DONE, _past(ended_at, now), row["attempts"], "done",
                                 message, exit_code=exit_code)
 
     def fail(
         self, job_id: int, token: str, *, message: str = "", retry: bool = True,
         exit_code: int | None = None, ended_at: float | None = None,
+        runner: dict[str, Any] | None = None, durable: bool = True,
     ) -> Job:
         """claimed -> queued with ``not_before = now + min(2**tries, cap)`` while
-        tries remain (and ``retry``), else -> failed (``ended_at`` as for
-        complete). Raises LeaseLost."""
+        tries remain (and ``retry``), else -> failed (``ended_at``, ``runner``
+        and ``durable`` as for complete). Raises LeaseLost."""
         now = self.clock.now()
         ended = _past(ended_at, now)
-        with self._tx() as c:
+        with self._tx(durable=durable) as c:
             row = self._held(c, job_id, token)
+            self._put_runner(c, row, runner, now)
             attempts, tries = row["attempts"], row["tries"]
             if retry and tries < row["max_attempts"]:
                 delay = min(2.0 ** min(tries, 1000), self.backoff_cap_s)  # 2.0**1024 overflows
@@ -204,17 +222,19 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
                                 _join(message, why), exit_code=exit_code, stored_message=message)
 
     def release(self, job_id: int, token: str, *, message: str = "interrupted",
-                kind: str = "interrupted") -> Job:
+                kind: str = "interrupted", runner: dict[str, Any] | None = None,
+                durable: bool = True) -> Job:
         """claimed -> queued, due now, the try given back (event ``kind``:
         ``interrupted`` by a stopping daemon, ``fenced`` when its keeper ended
         it for want of a lease renewal).
 
         The end was not the job's fault, so it does not use up its failure
-        budget. Raises LeaseLost.
+        budget. ``runner``, ``durable``: as for complete. Raises LeaseLost.
         """
         now = self.clock.now()
-        with self._tx() as c:
+        with self._tx(durable=durable) as c:
             row = self._held(c, job_id, token)
+            self._put_runner(c, row, runner, now)
             out = c.execute(
                 "UPDATE jobs SET state = 'queued', not_before = ?, token = NULL, lease_until = NULL,"
                 " tries = max(tries - 1, 0), updated_at = ? WHERE id = ? RETURNING *",

@@ -890,3 +890,22 @@ def test_adopt_renews_the_lease_renames_the_holder_and_says_so(make_queue, clock
     q.complete(jid, job.token)  # the same token goes on holding it
     with pytest.raises(LeaseLost):
         q.adopt(jid, job.token, "w", message="again")
+
+
+def test_an_outcome_can_carry_its_process_and_be_made_durable_later(make_queue, clock):
+    """The daemon writes a short job's process identity with its outcome (one
+    transaction), and commits a batch of outcomes with one fsync (durable
+    only for the last, or flush())."""
+    q = make_queue()
+    a, b = q.enqueue(["a"]), q.enqueue(["b"])
+    ja, jb = q.claim("w"), q.claim("w")
+    clock.advance(1)
+    runner = {"pid": 42, "started_at": clock.now() - 0.5}
+    out = q.complete(a, ja.token, message="exit 0", runner=runner, durable=False)
+    assert out.runner["pid"] == 42 and out.state == DONE
+    ev = q.events(a)
+    assert [e.kind for e in ev] == ["claimed", "started", "done"]
+    assert ev[1].at == clock.now() - 0.5 and ev[1].message == "pid 42"
+    q.fail(b, jb.token, message="exit 1", runner={"pid": 43}, durable=False)
+    q.flush()
+    assert q.get(b).runner["pid"] == 43 and [e.kind for e in q.events(b)][-2:] == ["started", "failed"]

@@ -91,13 +91,51 @@ def test_claim_run_settle(env, clocks):
     assert (req.job_id, req.attempt, req.argv, req.timeout_s) == (a, 1, ["echo", "hi"], None)
     assert req.env["SLOTH_JOB_TOKEN"] == req.key and req.env["SLOTH_JOB_ID"] == str(a)
     sp.start(a)
-    assert q.get(a).runner["pid"] == sp.next_pid and q.get(a).runner["worker"] == w.name
+    assert q.get(a).runner is None  # a short job's process is written with its outcome
     sp.exit(a, 0)
     assert q.get(a).state == "claimed"  # an exit is recorded by the next turn, not inside the callback
     w.turn()
     job = q.get(a)
     assert (job.state, job.exit_code, job.message) == ("done", 0, "exit 0")
+    assert job.runner["pid"] == sp.next_pid and job.runner["worker"] == w.name
+    assert [e.kind for e in q.events(a)] == ["claimed", "started", "done"]  # one transaction for the last two
     assert not w.running
+
+
+def test_a_process_that_runs_a_while_has_its_identity_written_by_a_turn(env, clocks):
+    w, q, sp = env()
+    a = q.enqueue(["sleep"])
+    w.turn()
+    sp.start(a)
+    w.turn()
+    assert q.get(a).runner is None
+    assert w.next_wake_s() == pytest.approx(1.0)  # RECORD_RUNNER_AFTER_S
+    clocks.advance(1.0)
+    w.turn()
+    assert q.get(a).runner["pid"] == sp.next_pid
+    assert [e.kind for e in q.events(a)] == ["claimed", "started"]
+
+
+def test_outcomes_that_end_together_share_one_fsync_and_are_told_only_once_durable(env, monkeypatch):
+    w, q, sp = env(lanes={"default": 3})
+    ids = [q.enqueue(["x"]) for _ in range(3)]
+    w.turn()
+    told: list[int] = []
+    w.on_change = lambda job: told.append(job.id) if job.state == "done" else None
+    durable: list[bool] = []
+    complete = q.complete
+
+    def spy(*a, **k):
+        durable.append(k["durable"])
+        assert not told, "a watcher heard of an outcome before it was durable"
+        return complete(*a, **k)
+    monkeypatch.setattr(q, "complete", spy)
+    for jid in ids:
+        sp.start(jid)
+        sp.exit(jid, 0)
+    w.turn()
+    assert durable == [False, False, True] and sorted(told) == ids
+    assert sorted(sp.acked) == sorted(sp.key_of(j) for j in ids)
 
 
 def test_a_lanes_next_job_is_claimed_before_the_last_result_is_written(env):
@@ -174,8 +212,8 @@ def test_never_reissues_its_own_expired_lease_to_itself(env, clocks):
     w.turn()
     assert len(sp.reqs) == 1
     evs = q.events(a)
-    assert [e.kind for e in evs] == ["claimed", "started", "resumed"]
-    assert "stalled" in evs[-1].message
+    assert [e.kind for e in evs] == ["claimed", "resumed", "started"]
+    assert "stalled" in evs[1].message
     assert q.get(a).lease_until == clocks.wall + LEASE
 
 
@@ -213,7 +251,7 @@ def test_a_missed_resume_is_still_safe_the_wall_clock_heartbeat_renews_before_cl
     clocks.suspend(3600)  # no timerfd, and the awake clock says no clock check is due yet
     w.turn()
     assert calls == ["heartbeat", "claim"]
-    assert [e.kind for e in q.events(a)] == ["claimed", "started"]  # kept, not reclaimed
+    assert "reclaimed" not in [e.kind for e in q.events(a)]  # kept, not reclaimed
 
 
 def test_a_lease_lost_to_someone_else_ends_our_process(env, clocks):
