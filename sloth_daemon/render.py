@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from .durations import format_duration, local_time, relative
 
-_COLOURS = {"queued": "33", "claimed": "36", "done": "32", "failed": "31", "cancelled": "90"}
+_COLOURS = {"blocked": "35", "queued": "33", "running": "36", "done": "32", "failed": "31", "cancelled": "90"}
 
 
 def use_colour(stream: Any = None) -> bool:
@@ -61,7 +61,7 @@ def when(job: dict[str, Any], now: float | None = None) -> str:
     st = job["state"]
     if st == "queued":
         return "due" if job["not_before"] <= now else relative(job["not_before"], now)
-    if st == "claimed":
+    if st == "running":
         started = (job.get("runner") or {}).get("started_at") or job["updated_at"]
         return f"running {format_duration(now - started)}"
     return relative(job.get("finished_at") or job["updated_at"], now)

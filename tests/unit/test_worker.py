@@ -85,7 +85,7 @@ def test_claim_run_settle(env, clocks):
     sp.start(a)
     assert q.get(a).runner["pid"] == sp.next_pid and q.get(a).runner["worker"] == w.name
     sp.exit(a, 0)
-    assert q.get(a).state == "claimed"  # an exit is recorded by the next turn, not inside the callback
+    assert q.get(a).state == "running"  # an exit is recorded by the next turn, not inside the callback
     w.turn()
     job = q.get(a)
     assert (job.state, job.exit_code, job.message) == ("done", 0, "exit 0")
@@ -187,7 +187,7 @@ def test_resume_renews_own_live_jobs_first_then_claims_due_work(env, clocks):
     assert [e.kind for e in q.events(a)][-1] == "resumed"
     assert w.last_jump and w.last_jump["kind"] == "slept"
     assert sp.key_of(delayed)  # due at once after the sleep, not an hour of awake time later
-    assert q.get(a).state == "claimed" and len(sp.reqs) == 2
+    assert q.get(a).state == "running" and len(sp.reqs) == 2
 
 
 def test_a_missed_resume_is_still_safe_the_wall_clock_heartbeat_renews_before_claims(env, clocks):
