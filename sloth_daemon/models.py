@@ -153,7 +153,9 @@ class Listing:
     total: int
     counts: dict[str, int]
     offset: int = 0
+    lanes: dict[str, dict[str, int]] = field(default_factory=dict)  # lane -> active jobs per state
 
     def to_dict(self) -> dict[str, Any]:
         return {"jobs": [j.to_dict() for j in self.jobs], "total": self.total, "counts": self.counts,
-                "offset": self.offset, "left_out": self.total - self.offset - len(self.jobs)}
+                "offset": self.offset, "left_out": self.total - self.offset - len(self.jobs),
+                "lanes": self.lanes}

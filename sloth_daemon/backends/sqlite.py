@@ -353,15 +353,8 @@ class SqliteQueue(SqliteBatch, SqliteEnqueue, SqliteReads):
              exit_code, now, now, job_id),
         ).fetchone()
         self._event(c, job_id, now, kind, attempt, message)
-        self._side += deps.release(c, job_id, state.value, now, self._cancel_dependent, self._event)
+        self._side += deps.release(c, job_id, state.value, now)
         return self._job(out)
-
-    def _cancel_dependent(self, c: sqlite3.Connection, job_id: int, now: float, message: str) -> None:
-        out = c.execute(
-            "UPDATE jobs SET state = 'cancelled', message = ?, finished_at = ?, updated_at = ?"
-            " WHERE id = ? RETURNING *", (message, now, now, job_id)).fetchone()
-        self._event(c, job_id, now, "cancelled", 0, message)
-        self._side.append(out)
 
     @staticmethod
     def _event(c: sqlite3.Connection, job_id: int, at: float, kind: str, attempt: int, message: str) -> None:

@@ -13,17 +13,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Callable, Iterable
+from typing import Iterable
 
 from ..errors import JobNotFound
 from ..models import FINISHED_STATES
 
 NEED_DONE, NEED_END = "done", "end"  # deps.need: --after, --after-any
 
-SQL_DEPENDENTS = (
-    "SELECT d.job_id, d.need FROM deps d JOIN jobs j ON j.id = d.job_id"
-    " WHERE d.after_id = ? AND j.state = 'blocked' ORDER BY d.job_id"
-)
 SQL_UNFINISHED_PREREQ = (
     "SELECT d.after_id FROM deps d JOIN jobs j ON j.id = d.after_id"
     " WHERE d.job_id = ? AND j.state IN ('blocked', 'queued', 'running') LIMIT 1"
@@ -33,15 +29,22 @@ SQL_PREREQS = (
     " WHERE d.job_id = ? ORDER BY d.after_id"
 )
 SQL_STATE_OF = "SELECT state FROM jobs WHERE id = ?"
-SQL_PROMOTE = (
-    "UPDATE jobs SET state = 'queued', not_before = max(not_before, ?), updated_at = ?"
-    " WHERE id = ? AND state = 'blocked' RETURNING *"
+# Set-based, one statement per ended job however many wait for it (a fan-out
+# of 100,000 is one UPDATE, not 100,000). RETURNING rows are read with
+# fetchall: a RETURNING statement left unfinished is prepared again next time.
+SQL_CANCEL_NEEDING = (
+    "UPDATE jobs SET state = 'cancelled', message = :why, finished_at = :now, updated_at = :now"
+    " WHERE id IN (SELECT job_id FROM deps WHERE after_id = :ended AND need = 'done') AND state = 'blocked'"
+    " RETURNING *"
 )
-
-# Ends a dependent and records it: (conn, job_id, now, message).
-Cancel = Callable[[sqlite3.Connection, int, float, str], None]
-Event = Callable[[sqlite3.Connection, int, float, str, int, str], None]
-
+SQL_PROMOTE = (
+    "UPDATE jobs SET state = 'queued', not_before = max(not_before, :now), updated_at = :now"
+    " WHERE id IN (SELECT job_id FROM deps WHERE after_id = :ended) AND state = 'blocked'"
+    " AND NOT EXISTS (SELECT 1 FROM deps d JOIN jobs p ON p.id = d.after_id"
+    " WHERE d.job_id = jobs.id AND p.state IN ('blocked', 'queued', 'running'))"
+    " RETURNING *"
+)
+SQL_EVENT = "INSERT INTO events (job_id, at, kind, attempt, message) VALUES (?, ?, ?, 0, ?)"
 
 def prereqs_json(after: Iterable[int], after_any: Iterable[int]) -> str | None:
     """The ``jobs.prereqs`` text: what the job was added after, for display."""
@@ -55,11 +58,13 @@ def initial_state(c: sqlite3.Connection, wanted: list[tuple[int, str]],
                   known: dict[int, str]) -> tuple[str, str]:
     """(state, why) for a new job that waits for ``wanted`` (id, need):
     ``cancelled`` if one it needs done already ended otherwise, ``blocked``
-    while any is unfinished, else ``queued``. ``known``: states of jobs
-    earlier in the same batch (saves a lookup each). Raises JobNotFound."""
+    while any is unfinished, else ``queued``. ``known``: states already
+    read in this transaction (jobs of the batch, prerequisites looked up
+    before; nothing else writes meanwhile), filled as it reads more.
+    Raises JobNotFound."""
     blocked = None
     for pid, need in wanted:
-        state = known.get(pid) or _state_of(c, pid)
+        state = known.get(pid) or known.setdefault(pid, _state_of(c, pid))
         if need == NEED_DONE and state in FINISHED_STATES and state != "done":
             return "cancelled", f"not run: job {pid}, which it runs after, {_ended(state)}"
         if state not in FINISHED_STATES and blocked is None:
@@ -76,30 +81,32 @@ def _state_of(c: sqlite3.Connection, job_id: int) -> str:
     return str(row[0])
 
 
-def add_deps(c: sqlite3.Connection, job_id: int, wanted: list[tuple[int, str]]) -> None:
-    c.executemany("INSERT OR IGNORE INTO deps (job_id, after_id, need) VALUES (?, ?, ?)",
-                  [(job_id, pid, need) for pid, need in wanted])
+def add_deps(c: sqlite3.Connection, rows: list[tuple[int, int, str]]) -> None:
+    """deps rows (job id, prerequisite id, need)."""
+    c.executemany("INSERT OR IGNORE INTO deps (job_id, after_id, need) VALUES (?, ?, ?)", rows)
 
 
-def release(c: sqlite3.Connection, ended_id: int, ended_state: str, now: float,
-            cancel: Cancel, event: Event) -> list[sqlite3.Row]:
+def release(c: sqlite3.Connection, ended_id: int, ended_state: str, now: float) -> list[sqlite3.Row]:
     """Settle the blocked dependents of a job that just ended, and theirs in
-    turn (a worklist, not recursion: a chain may be 50,000 long). Returns
-    the rows of the dependents it queued; cancelled ones go through
-    ``cancel``, which records them."""
-    queued: list[sqlite3.Row] = []
+    turn (a worklist, not recursion: a chain may be 50,000 long): cancelled
+    (event ``cancelled``) when they needed it done and it is not, queued
+    (event ``ready``) when nothing they wait for is unfinished. Returns the
+    rows it changed."""
+    changed: list[sqlite3.Row] = []
     work = [(ended_id, ended_state)]
     while work:
         pid, pstate = work.pop()
-        for dep_id, need in c.execute(SQL_DEPENDENTS, (pid,)).fetchall():
-            if need == NEED_DONE and pstate != "done":
-                cancel(c, dep_id, now, f"not run: job {pid}, which it runs after, {_ended(pstate)}")
-                work.append((dep_id, "cancelled"))
-            elif c.execute(SQL_UNFINISHED_PREREQ, (dep_id,)).fetchone() is None:
-                row = c.execute(SQL_PROMOTE, (now, now, dep_id)).fetchone()
-                event(c, dep_id, now, "ready", 0, f"job {pid} {_ended(pstate)}; nothing left to wait for")
-                queued.append(row)
-    return queued
+        args = {"ended": pid, "now": now, "why": f"not run: job {pid}, which it runs after, {_ended(pstate)}"}
+        if pstate != "done":
+            gone = c.execute(SQL_CANCEL_NEEDING, args).fetchall()
+            c.executemany(SQL_EVENT, [(r["id"], now, "cancelled", args["why"]) for r in gone])
+            work += [(r["id"], "cancelled") for r in gone]
+            changed += gone
+        ready = c.execute(SQL_PROMOTE, args).fetchall()
+        why = f"job {pid} {_ended(pstate)}; nothing left to wait for"
+        c.executemany(SQL_EVENT, [(r["id"], now, "ready", why) for r in ready])
+        changed += ready
+    return changed
 
 
 def still_waits(c: sqlite3.Connection, job_id: int) -> int | None:

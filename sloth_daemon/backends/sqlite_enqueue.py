@@ -99,7 +99,8 @@ class _Batch:
         self.c, self.now, self.env_ids = c, now, env_ids
         self.ids: list[int] = []
         self.run: list[tuple] = []  # consecutive plain rows, inserted by one executemany
-        self.states: dict[int, str] = {}  # state of each waiting job inserted so far
+        self.states: dict[int, str] = {}  # states read or written so far (see deps.initial_state)
+        self.deps: list[tuple[int, int, str]] = []  # deps rows, inserted at the end in one executemany
 
     def insert(self, rows: list[JobSpec]) -> list[int]:
         for r in rows:
@@ -116,6 +117,7 @@ class _Batch:
             else:
                 self.ids.append(int(self.c.execute(SQL_INSERT, _values(r, env_id, self.now)).lastrowid or 0))
         self.flush()
+        deps.add_deps(self.c, self.deps)
         return self.ids
 
     def flush(self) -> None:
@@ -134,7 +136,7 @@ class _Batch:
         message = why if state == "cancelled" else ""
         jid = int(self.c.execute(SQL_INSERT_WAITING, (state, message, finished, shown,
                                                       *_values(r, env_id, self.now))).lastrowid or 0)
-        deps.add_deps(self.c, jid, wanted)
+        self.deps += [(jid, pid, need) for pid, need in wanted]
         if state == "cancelled":
             self.c.execute("INSERT INTO events (job_id, at, kind, attempt, message) VALUES (?, ?, ?, 0, ?)",
                            (jid, self.now, "cancelled", why))

@@ -29,6 +29,7 @@ class SqliteListing:
 
     if TYPE_CHECKING:
         def _job(self, row: sqlite3.Row) -> Job: ...
+        def lane_counts(self) -> dict[str, dict[str, int]]: ...
 
     def listing(self, *, states: Sequence[str] | None = None, lane: str | None = None,
                 limit: int | None = None, offset: int = 0, finished_limit: int | None = None,
@@ -37,6 +38,7 @@ class SqliteListing:
         module docstring for the order). ``states``: which (``claimed`` reads
         as ``running``; default all); ``finished_limit``: at most this many
         finished jobs, the most recent (the default view's "last 10").
+        ``lanes``: active jobs per lane (the selection's lane, or all).
         Raises ValueError for an unknown state."""
         wanted = set(STATE_NAMES) if not states else {state_name(s) for s in states}
         counts = self._state_counts(lane)
@@ -53,7 +55,8 @@ class SqliteListing:
             take = size - skip if room < 0 else min(room, size - skip)
             jobs += self._section(name, members, lane, take, skip, now)
             room, skip = (room - take if room > 0 else room), 0
-        return Listing(jobs, total, counts, offset)
+        lanes = self.lane_counts()
+        return Listing(jobs, total, counts, offset, lanes if lane is None else {lane: lanes.get(lane, {})})
 
     def _state_counts(self, lane: str | None) -> dict[str, int]:
         out = dict.fromkeys(STATE_NAMES, 0)

@@ -21,6 +21,9 @@ from .sqlite_listing import SqliteListing
 
 
 SQL_BY_ID = "SELECT * FROM jobs WHERE id = ?"
+SQL_BUSY_QUEUED = "SELECT 1 FROM jobs INDEXED BY jobs_due WHERE state = 'queued' AND lane = ? LIMIT 1"
+SQL_BUSY_BLOCKED = "SELECT 1 FROM jobs INDEXED BY jobs_blocked WHERE state = 'blocked' AND lane = ? LIMIT 1"
+SQL_BUSY_RUNNING = "SELECT 1 FROM jobs INDEXED BY jobs_lease WHERE state = 'running' AND lane = ? LIMIT 1"
 SQL_LANE_BLOCKED = ("SELECT lane, 'blocked', count(*) FROM jobs INDEXED BY jobs_blocked"
                     " WHERE state = 'blocked' GROUP BY lane")
 SQL_LANE_QUEUED = ("SELECT lane, 'queued', count(*) FROM jobs INDEXED BY jobs_due"
@@ -107,6 +110,11 @@ class SqliteReads(SqliteListing):
             for lane, state, n in self._conn.execute(sql):
                 out.setdefault(lane, {"blocked": 0, "queued": 0, "running": 0})[state] = n
         return out
+
+    def lane_busy(self, lane: str) -> bool:
+        """True while the lane has a blocked, queued or running job (index seeks only)."""
+        return any(self._conn.execute(sql, (lane,)).fetchone() is not None
+                   for sql in (SQL_BUSY_QUEUED, SQL_BUSY_BLOCKED, SQL_BUSY_RUNNING))
 
     def lane_rows(self) -> dict[str, dict[str, Any]]:
         """The lanes table: name -> {concurrency, config_was, created_at}

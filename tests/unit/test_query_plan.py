@@ -34,7 +34,6 @@ GUARDED = {
     "SQL_LEASES": ((), "jobs_lease"),
     "SQL_ACTIVE_KEY": (("k",), "jobs_active_key"),
     # a job's end settles what waits for it: by the deps table's keys, never a scan
-    "SQL_DEPENDENTS": ((1,), "deps_after"),
     "SQL_UNFINISHED_PREREQ": ((1,), r"PRIMARY KEY \(job_id=\?\)"),
     "SQL_STATE_OF": ((1,), "INTEGER PRIMARY KEY"),
     "SQL_BY_ID": ((1,), "INTEGER PRIMARY KEY"),
@@ -103,6 +102,14 @@ def test_statement_uses_its_partial_index(dbs, kind, name):
     assert all(ln.startswith("SEARCH") for ln in lines), text
 
 
+@pytest.mark.parametrize("kind", ["empty", "delayed+analyze"])
+@pytest.mark.parametrize("name", ["SQL_PROMOTE", "SQL_CANCEL_NEEDING"])
+def test_settling_dependents_finds_them_by_the_deps_index(dbs, kind, name):
+    """A job's end touches only what waits for it: never a scan of jobs or deps."""
+    text = "\n".join(plan(dbs(kind), getattr(D, name), {"ended": 1, "now": NOW, "why": ""}))
+    assert "deps_after" in text and "SCAN" not in text, text
+
+
 def test_naive_index_would_scan_the_delayed_rows(dbs):
     """Sanity check of the guard: the trap query the partial indexes avoid is a
     range scan over every delayed row, and that is visible in the VM step count."""
@@ -151,6 +158,7 @@ def test_claim_next_due_and_keyed_enqueue_run_only_guarded_selects(tmp_path):
             lambda: q.enqueue_many([{"command": ["y"], "key": "new"}, {"command": ["z"]}]),
             lambda: q.enqueue_many([{"command": ["p"], "lane": "dep"}, {"command": ["d"], "after_previous": "after"}]),
             lambda: (j := q.claim("w", lanes=["dep"])) and q.complete(j.id, j.token or ""),
+            lambda: q.retry(q.cancel(q.enqueue(["r"], lane="dep")).id),
         ]
         kinds = set()
         for call in calls:
