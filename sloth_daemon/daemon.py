@@ -7,8 +7,13 @@ Start-up order matters:
      process of theirs still running, then mark their leases abandoned so
      they are re-issued at once (``reclaimed``, attempts + 1);
   3. replace the stale socket (the lock proves nobody serves it) and listen;
-  4. tell systemd READY=1; run the worker loop until SIGTERM/SIGINT;
+  4. tell systemd READY=1; run the worker loop until SIGTERM/SIGINT
+     (SIGHUP, or `sloth daemon reload`, re-reads config.toml);
   5. drain: interrupt running jobs, requeue them refunded, exit 0.
+
+The lock file holds the daemon's pid and its socket's path: a client whose
+runtime dir differs from the daemon's (cron, su, ssh without
+XDG_RUNTIME_DIR) finds the socket through it (locate.py).
 """
 
 from __future__ import annotations
@@ -22,17 +27,18 @@ import secrets
 import signal
 import sys
 
-from typing import IO, Callable
+from typing import IO, Any, Callable
 
 from . import __version__, config, procident, timerfd
 from .clock import SystemClocks
 from .control import Control
-from .errors import DaemonAlreadyRunning, LeaseLost, StorageError
+from .errors import DaemonAlreadyRunning, LeaseLost, SlothError, StorageError
 from .notify import Notifier
 from .paths import Paths, check_socket_path, ensure_private_dir, resolve
 from .queue import Queue
 from .server import Server
 from .spawner import LocalSpawner
+from .tell import Teller
 from .worker import Worker, is_daemon_on_host
 
 log = logging.getLogger("sloth.daemon")
@@ -55,14 +61,14 @@ class InstanceLock:
             if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise StorageError(f"cannot lock {self.path}: {e.strerror or e}") from e
             self.f.seek(0)
-            holder = self.f.read().strip() or "unknown"
+            holder = (self.f.read().split() or ["unknown"])[0]
             self.f.close()
             raise DaemonAlreadyRunning(
                 f"another sloth daemon (pid {holder}) is already running on {paths.data_dir}"
             ) from None
         self.f.seek(0)
         self.f.truncate()
-        self.f.write(f"{os.getpid()}\n")
+        self.f.write(f"{os.getpid()}\n{paths.socket}\n")  # the socket: for locate.py
         self.f.flush()
 
     def release(self) -> None:
@@ -77,11 +83,41 @@ class Daemon:
     production; tests pass their own)."""
 
     def __init__(self, *, paths: Paths, settings: config.Settings, queue: Queue, worker: Worker,
-                 server: Server) -> None:
+                 server: Server, control: Control | None = None, teller: Teller | None = None) -> None:
         self.paths, self.settings = paths, settings
         self.queue, self.worker, self.server = queue, worker, server
+        self.control, self.teller = control, teller
+        self.notifier = Notifier.from_env()
         self._stop = asyncio.Event()
         self.stop_reason = ""
+
+    def reload(self) -> dict[str, Any]:
+        """Re-read config.toml and apply it at once (running jobs untouched).
+        Returns what changed. A file that does not load raises ConfigError
+        and changes nothing: the daemon keeps its settings."""
+        self.notifier.reloading()
+        try:
+            new = config.load(self.paths.config_file)
+        except SlothError as e:
+            log.error("reload refused: %s", e.message)
+            self.notifier.ready("reload refused: " + e.message)
+            raise
+        changed = config.changes(self.settings, new)
+        self.settings = new
+        notes = self.worker.apply_settings(new)
+        if self.control is not None:
+            self.control.settings = new
+        if self.teller is not None:
+            self.teller.apply(new)
+        log.info("reloaded %s: %s", new.file, "; ".join(changed + notes) or "nothing changed")
+        self.notifier.ready(f"serving {self.paths.socket}")
+        return {"file": str(new.file), "changed": changed, "notes": notes}
+
+    def _on_sighup(self) -> None:
+        try:
+            self.reload()
+        except SlothError:
+            pass  # logged; the old settings stay
 
     def request_stop(self, reason: str) -> None:
         if not self._stop.is_set():
@@ -132,10 +168,10 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop, f"signal {signal.Signals(sig).name}")
-        loop.add_signal_handler(signal.SIGHUP, lambda: None)  # survive terminal hang-up
+        loop.add_signal_handler(signal.SIGHUP, self._on_sighup)  # systemctl reload; harmless on a hang-up
         await self._listen()
         watch = self._watch_clock(loop)
-        notifier = Notifier.from_env()
+        notifier = self.notifier
         worker = loop.create_task(self.worker.run())
         tasks = [worker]
         if notifier.watchdog_interval_s:
@@ -167,6 +203,8 @@ class Daemon:
     async def _drain(self, tasks: list[asyncio.Task[None]], watch: timerfd.ClockSetWatch | None) -> None:
         await self.worker.shutdown()
         await self.server.close()
+        if self.teller is not None:
+            await self.teller.close()
         for t in tasks:
             t.cancel()
         if watch is not None:
@@ -196,11 +234,15 @@ def build(paths: Paths, settings: config.Settings) -> Daemon:
                   backoff_cap_s=settings.backoff_cap_s)
     spawner = LocalSpawner()
     worker = Worker(queue, settings, spawner, clocks=clocks, log_path=paths.job_log, instance=instance)
-    stop = _StopRelay()
-    control = Control(queue, worker, spawner, paths, settings, request_stop=stop, instance=instance)
+    stop, reload = _StopRelay(), _ReloadRelay()
+    control = Control(queue, worker, spawner, paths, settings, request_stop=stop, instance=instance,
+                      request_reload=reload)
     worker.on_change = control.job_changed
-    daemon = Daemon(paths=paths, settings=settings, queue=queue, worker=worker, server=Server(control))
-    stop.target = daemon.request_stop
+    teller = Teller(settings, log_path=paths.job_log, lane_busy=queue.lane_busy)
+    control.watch(teller.job_changed)
+    daemon = Daemon(paths=paths, settings=settings, queue=queue, worker=worker, server=Server(control),
+                    control=control, teller=teller)
+    stop.target, reload.target = daemon.request_stop, daemon.reload
     return daemon
 
 
@@ -212,6 +254,15 @@ class _StopRelay:
     def __call__(self, reason: str) -> None:
         if self.target is not None:
             self.target(reason)
+
+
+class _ReloadRelay:
+    target: Callable[[], dict[str, Any]] | None = None
+
+    def __call__(self) -> dict[str, Any]:
+        if self.target is None:
+            raise SlothError("the daemon is still starting", hint="Try again in a moment.")
+        return self.target()
 
 
 def main() -> int:

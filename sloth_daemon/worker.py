@@ -28,13 +28,13 @@ from typing import Any, Callable
 
 from .clock import ClockReadings, Clocks, Jump, JumpDetector, JumpKind
 from .config import Settings
-from .durations import format_duration
-from .errors import IllegalTransition, JobNotFound, LeaseLost, SlothError
+from .errors import JobNotFound, LeaseLost, SlothError
 from .lanes import Lanes
 from .models import Job
 from .queue import Queue
 from .runner import job_env
 from .spawner import Outcome, Spawner, SpawnRequest
+from .worker_actions import WorkerActions
 
 log = logging.getLogger("sloth.worker")
 PRUNE_EVERY_S = 3600.0
@@ -67,7 +67,7 @@ class Run:
     token: str
     attempt: int
     pid: int | None = None
-    ending: str | None = None  # "cancelled" | "interrupted" | "lease lost": why we ended it
+    ending: str | None = None  # "cancelled" | "killed" | "interrupted" | "lease lost": why we ended it
     outcome: Outcome | None = None  # set when the process ended; cleared once recorded
 
     @property
@@ -91,7 +91,7 @@ class _Sink:
         self.w.on_exited(self.run, outcome)
 
 
-class Worker:
+class Worker(WorkerActions):
     def __init__(
         self, queue: Queue, settings: Settings, spawner: Spawner, *, clocks: Clocks,
         log_path: Callable[[int, int], Path], instance: str,
@@ -114,42 +114,13 @@ class Worker:
         self._next_check = first.awake
         self._next_prune = first.awake + FIRST_PRUNE_S
         self._next_due: float | None = None  # from the last claim_due()
+        queue.on_side_change = self.side_change
 
     # ------------------------------------------------------------- control
-    def wake(self) -> None:
-        self._wake.set()
-
     def clock_changed(self) -> None:
         """Called when the timerfd says the wall clock was set or we resumed."""
         self._next_check = float("-inf")
         self.wake()
-
-    def pause(self, lane: str | None) -> None:
-        self.lanes.pause(lane)
-
-    def resume(self, lane: str | None) -> None:
-        self.lanes.resume(lane)
-        self.wake()
-
-    def retry(self, job_id: int) -> Job:
-        """queue.retry, refused while a cancelled run of the job is still
-        being ended: its new run must not start beside the old process."""
-        if job_id in self.running:
-            raise IllegalTransition(
-                f"job {job_id} is still being stopped (its process tree is ending)",
-                hint=f"Try again in {format_duration(self.settings.kill_grace_s)} at most.")
-        job = self.queue.retry(job_id)
-        self.on_change(job)
-        self.wake()
-        return job
-
-    def cancel(self, job_id: int) -> Job:
-        job = self.queue.cancel(job_id)
-        run = self.running.get(job_id)
-        if run is not None:
-            self._end(run, "cancelled")
-        self.on_change(job)
-        return job
 
     # ---------------------------------------------------------------- loop
     async def run(self) -> None:
@@ -306,12 +277,13 @@ class Worker:
         if not self.running:
             self._idle.set()
 
-    def _end(self, run: Run, reason: str) -> None:
-        """Begin ending a run's process tree (idempotent)."""
+    def _end(self, run: Run, reason: str, grace_s: float | None = None) -> None:
+        """Begin ending a run's process tree (idempotent); ``grace_s``
+        between SIGTERM and SIGKILL (default: the kill_grace_s setting)."""
         if run.ending is not None or run.outcome is not None:
             return
         run.ending = reason
-        self.spawner.kill(run.token, reason, self.settings.kill_grace_s)
+        self.spawner.kill(run.token, reason, self.settings.kill_grace_s if grace_s is None else grace_s)
 
     def settle(self) -> None:
         """Record the outcome of every run whose process ended."""
@@ -327,12 +299,14 @@ class Worker:
         if run.ending == "interrupted":
             suffix = f"; {outcome.log_problem}" if outcome.log_problem else ""
             self._record(lambda: self.queue.release(jid, tok, message="interrupted: daemon stopping" + suffix))
-        elif run.ending in ("cancelled", "lease lost"):
+        elif run.ending in ("cancelled", "killed", "lease lost"):
             pass  # the queue already says so; our token is void
         elif ok:
             self._record(lambda: self.queue.complete(jid, tok, message=message, exit_code=outcome.returncode))
         else:
-            self._record(lambda: self.queue.fail(jid, tok, message=message, exit_code=outcome.returncode))
+            retry, message = retry_verdict(run.job, outcome, message)
+            self._record(lambda: self.queue.fail(jid, tok, message=message, exit_code=outcome.returncode,
+                                                 retry=retry))
         self.wake()
 
     def _record(self, fn: Callable[[], Job]) -> None:
@@ -363,15 +337,9 @@ class Worker:
             await self._wake.wait()
 
     # ----------------------------------------------------------------- misc
-    def prune(self, older_than_s: float) -> int:
-        n = self.queue.prune(older_than_s)
-        if n:
-            remove_orphan_logs(self.log_path(1, 1).parent, self.queue)
-        return n
-
     def status(self) -> dict[str, Any]:
         return {
-            "lanes": self.lanes.status(self.slots_in_use(), self.queue.lanes()),
+            "lanes": self.lanes.status(self.slots_in_use(), self.queue.lane_counts()),
             "paused_all": self.lanes.paused_all,
             "paused_lanes": sorted(self.lanes.paused),
             "running": [{"id": r.job.id, "attempt": r.attempt, "pid": r.pid, "lane": r.job.lane}
@@ -382,21 +350,18 @@ class Worker:
         }
 
 
-def remove_orphan_logs(root: Path, queue: Queue) -> None:
-    """Delete log files of jobs the queue no longer has (after a prune)."""
-    if not root.is_dir():
-        return
-    exists: dict[int, bool] = {}
-    for f in root.iterdir():
-        head = f.name.split(".", 1)[0]
-        if not head.isdigit():
-            continue
-        jid = int(head)
-        if jid not in exists:
-            try:
-                queue.get(jid)
-                exists[jid] = True
-            except JobNotFound:
-                exists[jid] = False
-        if not exists[jid]:
-            f.unlink(missing_ok=True)
+# What an exit status usually means, for a job's history.
+EXIT_MEANING = {126: "found but not executable", 127: "command not found"}
+
+
+def retry_verdict(job: Job, outcome: Outcome, message: str) -> tuple[bool, str]:
+    """(retry?, message) for a failed run: an exit code the job's rules do not
+    retry fails it at once (a typo is not worth three tries with backoff).
+    Signals and timeouts are always retried."""
+    code = outcome.returncode
+    if outcome.reason or code is None or code <= 0:
+        return True, message
+    meaning = EXIT_MEANING.get(code)
+    if meaning:
+        message = message.replace(f"exit {code}", f"exit {code} ({meaning})", 1)
+    return job.retries_exit(code), message
