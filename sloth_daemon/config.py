@@ -104,16 +104,21 @@ def _lanes(path: Path, raw: Any) -> dict[str, int]:
     return dict(raw)
 
 
-def _coerce(path: Path, key: str, raw: Any) -> Any:
+def _coerce_telling(path: Path, key: str, raw: Any) -> Any:
+    """notify (a list of events) and on_finish (a shell command)."""
     if key == "notify":
         if not isinstance(raw, list) or any(v not in NOTIFY_EVENTS for v in raw):
             raise ConfigError(f"{path}: notify must be a list of {', '.join(NOTIFY_EVENTS)}, got {raw!r}",
                               hint='e.g. notify = ["failed", "drained"]; notify = [] turns them off.')
         return tuple(dict.fromkeys(raw))
-    if key == "on_finish":
-        if not isinstance(raw, str) or "\x00" in raw:
-            raise ConfigError(f"{path}: on_finish must be a shell command (a string), got {raw!r}")
-        return raw
+    if not isinstance(raw, str) or "\x00" in raw:
+        raise ConfigError(f"{path}: on_finish must be a shell command (a string), got {raw!r}")
+    return raw
+
+
+def _coerce(path: Path, key: str, raw: Any) -> Any:
+    if key in ("notify", "on_finish"):
+        return _coerce_telling(path, key, raw)
     if key in DURATION_KEYS:
         try:
             v = parse_duration(raw, what=key)

@@ -95,13 +95,7 @@ class Daemon:
         """Re-read config.toml and apply it at once (running jobs untouched).
         Returns what changed. A file that does not load raises ConfigError
         and changes nothing: the daemon keeps its settings."""
-        self.notifier.reloading()
-        try:
-            new = config.load(self.paths.config_file)
-        except SlothError as e:
-            log.error("reload refused: %s", e.message)
-            self.notifier.ready("reload refused: " + e.message)
-            raise
+        new = self._load_config()
         changed = config.changes(self.settings, new)
         self.settings = new
         notes = self.worker.apply_settings(new)
@@ -112,6 +106,16 @@ class Daemon:
         log.info("reloaded %s: %s", new.file, "; ".join(changed + notes) or "nothing changed")
         self.notifier.ready(f"serving {self.paths.socket}")
         return {"file": str(new.file), "changed": changed, "notes": notes}
+
+    def _load_config(self) -> config.Settings:
+        """config.toml for a reload, systemd told RELOADING=1 (and READY=1 again if it does not load)."""
+        self.notifier.reloading()
+        try:
+            return config.load(self.paths.config_file)
+        except SlothError as e:
+            log.error("reload refused: %s", e.message)
+            self.notifier.ready("reload refused: " + e.message)
+            raise
 
     def _on_sighup(self) -> None:
         try:

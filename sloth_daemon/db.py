@@ -270,15 +270,21 @@ def connect_readonly(path: str | os.PathLike[str], *, timeout_s: float = 5.0) ->
     conn = sqlite3.connect(f"file:{quote(str(p))}?mode=ro", uri=True, timeout=timeout_s,
                            isolation_level=None, check_same_thread=False)
     try:
+        _same_schema(conn, p)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _same_schema(conn: sqlite3.Connection, p: Path) -> None:
+    try:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
     except sqlite3.DatabaseError as e:
-        conn.close()
         raise StorageError(f"cannot read queue database {p}: {e}") from e
     if version != SCHEMA_VERSION:
-        conn.close()
         older = version < SCHEMA_VERSION
         raise StorageError(
             f"queue database {p} has schema v{version}; this sloth reads v{SCHEMA_VERSION}",
             hint=("Start the daemon once to upgrade it (`sloth daemon start`)." if older
                   else "Upgrade sloth, or point SLOTH_HOME elsewhere."))
-    return conn

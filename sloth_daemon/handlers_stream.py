@@ -113,15 +113,10 @@ class StreamHandlers:
         first attempt (default) or the one asked for, then each later one,
         each after an ``attempt`` event, until the job is final. The
         response is the job as it ends."""
-        job = self.c.get(job_id(a.get("id")))
         through = a.get("all_attempts", False)
         if not isinstance(through, bool):
             raise BadRequest("all_attempts must be true or false")
-        if a.get("attempt") is None and not job.state.finished:
-            job = await self._until_attempt(job.id, 0)  # `sloth add ... && sloth logs -f ID`
-        n = attempt_of(job, a.get("attempt"), allow_none=True)
-        if through and a.get("attempt") is None and n is not None:
-            n = 1  # the whole story: attempts that failed before we came, then the live one
+        job, n = await self._first_attempt(job_id(a.get("id")), a.get("attempt"), through)
         while n is not None:
             if n > 1 and through:
                 await emit({"kind": "attempt", "attempt": n, "previous": self._how_it_ended(job.id, n - 1)})
@@ -133,6 +128,16 @@ class StreamHandlers:
                 break  # final (or stopped waiting) without another attempt
             n += 1
         return {"job": self.c.get(job.id).to_dict()}
+
+    async def _first_attempt(self, jid: int, asked: Any, through: bool) -> tuple[Job, int | None]:
+        """The job and the attempt to send first (None: it ended without one)."""
+        job = self.c.get(jid)
+        if asked is None and not job.state.finished:
+            job = await self._until_attempt(job.id, 0)  # `sloth add ... && sloth logs -f ID`
+        n = attempt_of(job, asked, allow_none=True)
+        if through and asked is None and n is not None:
+            n = 1  # the whole story: attempts that failed before we came, then the live one
+        return job, n
 
     async def _send_attempt(self, jid: int, n: int, emit: Emit) -> None:
         live = self.c.follow(jid, n)

@@ -110,23 +110,34 @@ def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]], *,
         lines.append(f"  key       {job['key']}")
     if job.get("runner"):
         lines.append(f"  pid       {job['runner'].get('pid')}")
-    if prereqs:
-        lines.append("  after     " + ", ".join(
-            f"{p['id']} ({p['state']}{'' if p['need'] == 'done' else ', any result'})" for p in prereqs))
-    if dependents:
-        lines.append("  before    " + ", ".join(map(str, dependents[:20])) + (" …" if len(dependents) > 20 else ""))
+    lines += _relations(prereqs, dependents)
     if job.get("message"):
         lines.append(f"  message   {job['message']}")
-    lines.append("  history")
-    lines.append(f"    {local_time(job['created_at']):>16}  enqueued")
-    for e in events:
-        msg = f"  {e['message']}" if e["message"] else ""
-        attempt = f" (attempt {e['attempt']})" if e["attempt"] else ""
-        lines.append(f"    {local_time(e['at']):>16}  {e['kind']}{attempt}{msg}")
+    lines += _history(job, events)
     if log_tail:
         lines.append(f"  last lines of its log (attempt {job['attempts']})")
         lines += [f"    | {ln}" for ln in log_tail]
     return "\n".join(lines)
+
+
+def _relations(prereqs: Sequence[dict[str, Any]], dependents: Sequence[int]) -> list[str]:
+    """What a job runs after (and their states now), and what runs after it."""
+    out = []
+    if prereqs:
+        out.append("  after     " + ", ".join(
+            f"{p['id']} ({p['state']}{'' if p['need'] == 'done' else ', any result'})" for p in prereqs))
+    if dependents:
+        out.append("  before    " + ", ".join(map(str, dependents[:20])) + (" …" if len(dependents) > 20 else ""))
+    return out
+
+
+def _history(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> list[str]:
+    out = ["  history", f"    {local_time(job['created_at']):>16}  enqueued"]
+    for e in events:
+        msg = f"  {e['message']}" if e["message"] else ""
+        attempt = f" (attempt {e['attempt']})" if e["attempt"] else ""
+        out.append(f"    {local_time(e['at']):>16}  {e['kind']}{attempt}{msg}")
+    return out
 
 
 def outcome(job: dict[str, Any]) -> str:

@@ -134,14 +134,8 @@ class Teller:
 
     async def _run(self, argv: list[str], data: bytes, env: dict[str, str], timeout_s: float, what: str) -> None:
         async with self._slots:
-            try:
-                proc = await asyncio.create_subprocess_exec(
-                    *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.STDOUT, env=env, cwd=HOME,
-                    start_new_session=True)
-            except OSError as e:
-                self.stats["failed"] += 1
-                log.warning("%s could not start: %s", what, e.strerror or e)
+            proc = await self._spawn(argv, env, what)
+            if proc is None:
                 return
             try:
                 out = await asyncio.wait_for(_talk(proc, data), timeout_s)
@@ -156,6 +150,17 @@ class Teller:
             if proc.returncode:
                 self.stats["failed"] += 1
                 log.warning("%s exited %s: %s", what, proc.returncode, out.decode("utf-8", "replace").strip())
+
+    async def _spawn(self, argv: list[str], env: dict[str, str], what: str) -> asyncio.subprocess.Process | None:
+        """The command in its own session (so its whole group can be killed), or None if it cannot start."""
+        try:
+            return await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT, env=env, cwd=HOME, start_new_session=True)
+        except OSError as e:
+            self.stats["failed"] += 1
+            log.warning("%s could not start: %s", what, e.strerror or e)
+            return None
 
     async def close(self, grace_s: float = 2.0) -> None:
         """The daemon is stopping: give what runs ``grace_s``, then kill it."""

@@ -140,18 +140,22 @@ class SqliteBatch:
             for i in dict.fromkeys(ids):
                 yield self._get_row(c, i)
             return
-        if not states and lane is None:
-            raise BadRequest("name the jobs: ids, a lane or states")
-        where, args = [], []
-        if states:
-            where.append(f"state IN ({', '.join('?' * len(states))})")
-            args += list(states)
-        if lane is not None:
-            where.append("lane = ?")
-            args.append(lane)
-        found = [r[0] for r in c.execute(f"SELECT id FROM jobs WHERE {' AND '.join(where)} ORDER BY id", args)]
-        for i in found:
+        for i in _selected(c, lane, states):
             yield self._get_row(c, i)
+
+
+def _selected(c: sqlite3.Connection, lane: str | None, states: Sequence[str] | None) -> list[int]:
+    """Ids of the jobs of a lane and/or states, oldest first."""
+    if not states and lane is None:
+        raise BadRequest("name the jobs: ids, a lane or states")
+    where, args = [], []
+    if states:
+        where.append(f"state IN ({', '.join('?' * len(states))})")
+        args += list(states)
+    if lane is not None:
+        where.append("lane = ?")
+        args.append(lane)
+    return [r[0] for r in c.execute(f"SELECT id FROM jobs WHERE {' AND '.join(where)} ORDER BY id", args)]
 
 
 def _states(states: Sequence[str] | None, allowed: Sequence[str], action: str) -> list[str] | None:

@@ -42,19 +42,10 @@ class SqliteListing:
         Raises ValueError for an unknown state."""
         wanted = set(STATE_NAMES) if not states else {state_name(s) for s in states}
         counts = self._state_counts(lane)
-        sections = _sections(wanted, counts, finished_limit)
         total = sum(counts[s] for s in wanted)
         jobs: list[Job] = []
-        skip, room = offset, (limit if limit is not None else -1)
-        for name, size, members in sections:
-            if room == 0:
-                break
-            if skip >= size:
-                skip -= size
-                continue
-            take = size - skip if room < 0 else min(room, size - skip)
+        for name, members, take, skip in _pages(_sections(wanted, counts, finished_limit), offset, limit):
             jobs += self._section(name, members, lane, take, skip, now)
-            room, skip = (room - take if room > 0 else room), 0
         lanes = self.lane_counts()
         return Listing(jobs, total, counts, offset, lanes if lane is None else {lane: lanes.get(lane, {})})
 
@@ -73,6 +64,24 @@ class SqliteListing:
         args = {**{f"s{i}": m for i, m in enumerate(members)}, "lane": lane, "now": now, "take": take,
                 "skip": skip}
         return [self._job(r) for r in self._conn.execute(sql, args)]
+
+
+def _pages(sections: list[tuple[str, int, list[str]]], offset: int,
+           limit: int | None) -> list[tuple[str, list[str], int, int]]:
+    """(section, states, rows to take, rows to skip) for a page from
+    ``offset`` of at most ``limit`` rows across the sections in order."""
+    out = []
+    skip, room = offset, (limit if limit is not None else -1)
+    for name, size, members in sections:
+        if room == 0:
+            break
+        if skip >= size:
+            skip -= size
+            continue
+        take = size - skip if room < 0 else min(room, size - skip)
+        out.append((name, members, take, skip))
+        room, skip = (room - take if room > 0 else room), 0
+    return out
 
 
 def _sections(wanted: set[str], counts: dict[str, int],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from .. import errors
@@ -30,10 +32,11 @@ def config(
     d = call_or_read("config")
     d["paths"] = p.as_dict()
     d["file_differs"] = d["settings"] != file["settings"] or d["lanes"] != file["lanes"]
-    if as_json:
-        emit_json(d)
-        return
-    typer.echo(f"config file: {p.config_file}{'' if p.config_file.exists() else ' (not present; defaults apply)'}")
+    emit_json(d) if as_json else _print_config(d, p.config_file)
+
+
+def _print_config(d: dict[str, Any], file: Any) -> None:
+    typer.echo(f"config file: {file}{'' if file.exists() else ' (not present; defaults apply)'}")
     if d["file_differs"]:
         typer.echo("  (the file has changed since the daemon read it: `sloth daemon reload` applies it)")
     for k, v in d["settings"].items():

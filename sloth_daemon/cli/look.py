@@ -218,7 +218,7 @@ def status(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
     for j in st["running"]:
         typer.echo(f"running  {j['id']:<6} {render.when(j)}  {render.command_text(j, 50)}")
     for j in st["failed"]:
-        typer.echo(f"failed   {j['id']:<6} {relative(j.get('finished_at'))}  {j.get('message', '')}"[:100])
+        typer.echo(f"failed   {j['id']:<6} {relative(j.get('finished_at')):>9}  {j.get('message', '')}"[:100])
 
 
 def _status() -> dict[str, Any]:
