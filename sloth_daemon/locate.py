@@ -21,11 +21,10 @@ from .paths import Paths
 
 
 def daemon_socket(paths: Paths) -> Path:
-    """Where to connect: our own socket path if a socket is there, else the
-    one the running daemon recorded (if it is a socket of ours), else ours
-    (the connection then fails with a clear "not running")."""
-    if _is_our_socket(paths.socket):
-        return paths.socket
+    """Where to connect: the socket this queue's daemon recorded in the lock
+    file (the last daemon to hold the lock wrote it), if it is a socket of
+    ours; else the socket path this process computes (the connection then
+    fails with a clear "not running" if nothing listens)."""
     recorded = recorded_socket(paths)
     if recorded is not None and recorded != paths.socket and _is_our_socket(recorded):
         return recorded

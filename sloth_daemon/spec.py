@@ -87,7 +87,7 @@ class JobSpec(NamedTuple):
             timeout_s=number(s.get("timeout_s"), "timeout_s", None, lo=0.001),
             label=text(s.get("label"), "label", None),
             shell=shell,
-            **(_waits(s) if _DEP_FIELDS & s.keys() else {}),
+            **({} if _DEP_FIELDS.isdisjoint(s) else _waits(s)),
         )
 
 

@@ -107,13 +107,17 @@ def test_a_client_finds_the_socket_the_lock_file_names(tmp_path):
     elsewhere.parent.mkdir()
     assert daemon_socket(ours) == ours.socket and recorded_socket(ours) is None
     ours.lock.write_text(f"123\n{elsewhere}\n")
-    assert daemon_socket(ours) == ours.socket  # recorded, but nothing listens there
+    assert daemon_socket(ours) == ours.socket  # recorded, but no socket there
     s = socket.socket(socket.AF_UNIX)
     s.bind(str(elsewhere))
+    mine = socket.socket(socket.AF_UNIX)
+    ours.socket.parent.mkdir(parents=True)
+    mine.bind(str(ours.socket))
     try:
-        assert daemon_socket(ours) == elsewhere
+        assert daemon_socket(ours) == elsewhere  # the queue's own daemon, even if a socket sits where we look
     finally:
         s.close()
+        mine.close()
     ours.lock.write_text("123\nnot/absolute\n")
     assert recorded_socket(ours) is None
 
