@@ -14,7 +14,8 @@ import sys
 
 import typer
 
-from . import act, admin, jobs, lanes, look, service, watch  # noqa: F401  (registering their commands is the import)
+# Registering their commands is the import; `sloth --help` lists them in this order.
+from . import jobs, look, watch, act, lanes, admin, service  # noqa: F401
 from .app import app
 
 
