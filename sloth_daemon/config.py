@@ -26,6 +26,9 @@ class Settings:
     retention_s: float = 7 * 86400.0  # finished jobs older than this are pruned
     kill_grace_s: float = 10.0  # SIGTERM -> SIGKILL
     clock_check_s: float = 5.0  # how often the clocks are compared (sleep detection)
+    notify: tuple[str, ...] = ("failed",)  # desktop notification on: failed, done, drained
+    on_finish: str = ""  # a shell command run when a job ends, the job as JSON on stdin
+    hook_timeout_s: float = 30.0  # an on_finish command still running after this is killed
     lanes: Mapping[str, int] = field(default_factory=lambda: {"default": 1})
     file: Path | None = None
     # setting name (or "lanes.NAME") -> "default" | "file PATH"
@@ -48,8 +51,10 @@ class Settings:
 # The scalar settings, in declaration order; their types come from the dataclass.
 SETTING_NAMES: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(Settings) if f.name not in ("lanes", "file", "sources"))
-DURATION_KEYS = frozenset({"lease_s", "backoff_cap_s", "retention_s", "kill_grace_s", "clock_check_s"})
-POSITIVE_DURATIONS = frozenset({"lease_s", "clock_check_s"})
+DURATION_KEYS = frozenset({"lease_s", "backoff_cap_s", "retention_s", "kill_grace_s", "clock_check_s",
+                           "hook_timeout_s"})
+POSITIVE_DURATIONS = frozenset({"lease_s", "clock_check_s", "hook_timeout_s"})
+NOTIFY_EVENTS = ("failed", "done", "drained")
 INT_MINIMUM = {"max_attempts": 1, "default_concurrency": 1, "log_cap_bytes": 1024}
 
 
@@ -99,7 +104,21 @@ def _lanes(path: Path, raw: Any) -> dict[str, int]:
     return dict(raw)
 
 
+def _coerce_telling(path: Path, key: str, raw: Any) -> Any:
+    """notify (a list of events) and on_finish (a shell command)."""
+    if key == "notify":
+        if not isinstance(raw, list) or any(v not in NOTIFY_EVENTS for v in raw):
+            raise ConfigError(f"{path}: notify must be a list of {', '.join(NOTIFY_EVENTS)}, got {raw!r}",
+                              hint='e.g. notify = ["failed", "drained"]; notify = [] turns them off.')
+        return tuple(dict.fromkeys(raw))
+    if not isinstance(raw, str) or "\x00" in raw:
+        raise ConfigError(f"{path}: on_finish must be a shell command (a string), got {raw!r}")
+    return raw
+
+
 def _coerce(path: Path, key: str, raw: Any) -> Any:
+    if key in ("notify", "on_finish"):
+        return _coerce_telling(path, key, raw)
     if key in DURATION_KEYS:
         try:
             v = parse_duration(raw, what=key)
@@ -114,8 +133,28 @@ def _coerce(path: Path, key: str, raw: Any) -> Any:
     return raw
 
 
+def changes(old: Settings, new: Settings) -> list[str]:
+    """What a reload changes, one line per setting or lane: ``max_attempts: 3 -> 5``."""
+    out = [f"{k}: {_shown(getattr(old, k))} -> {_shown(getattr(new, k))}"
+           for k in SETTING_NAMES if getattr(old, k) != getattr(new, k)]
+    for lane in sorted(set(old.lanes) | set(new.lanes)):
+        a, b = old.concurrency(lane), new.concurrency(lane)
+        if lane not in new.lanes:
+            out.append(f"lanes.{lane}: removed from the file ({a} -> default {b})")
+        elif lane not in old.lanes:
+            out.append(f"lanes.{lane}: added ({a} -> {b})")
+        elif a != b:
+            out.append(f"lanes.{lane}: {a} -> {b}")
+    return out
+
+
+def _shown(v: Any) -> str:
+    return repr(v) if isinstance(v, str) else str(list(v) if isinstance(v, tuple) else v)
+
+
 EXAMPLE = """\
 # sloth config: every key is optional. Durations: seconds or 30s, 5m, 2h, 7d.
+# `sloth daemon reload` (or SIGHUP) applies changes without a restart.
 lease_s = "1m"
 max_attempts = 3
 backoff_cap_s = "5m"
@@ -124,6 +163,9 @@ retention_s = "7d"
 kill_grace_s = "10s"
 clock_check_s = "5s"
 default_concurrency = 1
+notify = ["failed"]     # desktop notifications (notify-send / osascript): failed, done, drained
+on_finish = ""          # e.g. "~/bin/job-done": a shell command, the job as JSON on stdin
+hook_timeout_s = "30s"  # on_finish still running after this is killed
 
 [lanes]
 default = 1

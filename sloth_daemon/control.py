@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterable, Mapping
+from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
 
 from .config import Settings
-from .models import Event, Job
+from .errors import SlothError
+from .models import Batch, Event, Job, Listing
 from .paths import Paths
 from .queue import Queue
 from .spawner import Spawner
@@ -23,12 +24,17 @@ from .worker import Worker
 Watcher = Callable[[Job], None]
 
 
+def _no_reload() -> dict[str, Any]:
+    raise SlothError("this daemon cannot reload its settings", hint="Restart it.")
+
+
 class Control:
     def __init__(self, queue: Queue, worker: Worker, spawner: Spawner, paths: Paths, settings: Settings,
-                 *, request_stop: Callable[..., None], instance: str) -> None:
+                 *, request_stop: Callable[..., None], instance: str,
+                 request_reload: Callable[[], dict[str, Any]] = _no_reload) -> None:
         self.queue, self.worker, self.spawner = queue, worker, spawner
         self.paths, self.settings = paths, settings
-        self.request_stop = request_stop
+        self.request_stop, self.request_reload = request_stop, request_reload
         self.instance = instance
         self.started_at = time.time()
         self._watchers: set[Watcher] = set()
@@ -54,25 +60,60 @@ class Control:
     def jobs(self, *, states: list[str] | None, lane: str | None, limit: int) -> list[Job]:
         return self.queue.jobs(lane=lane, limit=limit, states=states)
 
+    def listing(self, **kw: Any) -> Listing:
+        return self.queue.listing(now=time.time(), **kw)
+
+    def detail(self, job_id: int) -> dict[str, Any]:
+        """One job for `show`: itself, its history, what it waits for and what waits for it."""
+        return {"job": self.queue.get(job_id).to_dict(), "events": [e.to_dict() for e in self.queue.events(job_id)],
+                "prereqs": self.queue.prereqs(job_id), "dependents": self.queue.dependents(job_id)}
+
     def status(self) -> dict[str, Any]:
         return {
             "pid": os.getpid(), "started_at": self.started_at, "uptime_s": time.time() - self.started_at,
             "instance": self.instance, "paths": self.paths.as_dict(), "counts": self.queue.counts(),
             "keeper": {"pid": getattr(self.spawner, "pid", None)},
+            "config_file": str(self.settings.file) if self.settings.file else None,
             **self.worker.status(),
         }
 
+    def lanes(self) -> dict[str, Any]:
+        return self.worker.lanes.status(self.worker.slots_in_use(), self.queue.lane_counts())
+
+    def config(self) -> dict[str, Any]:
+        """The settings in force (which may differ from the file until a reload)."""
+        d = self.settings.as_dict()
+        d["lanes_in_force"] = {ln: {"concurrency": v["concurrency"], "source": v["source"]}
+                               for ln, v in self.lanes().items()}
+        return d
+
     # ------------------------------------------------------------ actions
-    def add(self, specs: Iterable[Mapping[str, Any]]) -> list[int]:
+    def add(self, specs: Iterable[Mapping[str, Any]]) -> tuple[list[int], list[str]]:
+        """Enqueue; returns the ids and the lanes this add made (not known before)."""
+        specs = list(specs)
+        known = set(self.worker.lanes.known())
+        new = sorted({str(s.get("lane") or "default") for s in specs} - known)
         ids = self.queue.enqueue_many(specs)
         self.worker.wake()
-        return ids
+        return ids, new
 
     def cancel(self, job_id: int) -> Job:
         return self.worker.cancel(job_id)
 
+    def cancel_many(self, ids: Sequence[int] | None, *, lane: str | None, states: Sequence[str] | None) -> Batch:
+        return self.worker.cancel_many(ids, lane=lane, states=states)
+
     def retry(self, job_id: int) -> Job:
         return self.worker.retry(job_id)
+
+    def retry_many(self, ids: Sequence[int] | None, *, lane: str | None, states: Sequence[str] | None) -> Batch:
+        return self.worker.retry_many(ids, lane=lane, states=states)
+
+    def restart(self, ids: Sequence[int]) -> Batch:
+        return self.worker.restart(ids)
+
+    def kill(self, ids: Sequence[int], *, now: bool) -> Batch:
+        return self.worker.kill(ids, now=now)
 
     def pause(self, lane: str | None) -> None:
         self.worker.pause(lane)
@@ -80,8 +121,17 @@ class Control:
     def resume(self, lane: str | None) -> None:
         self.worker.resume(lane)
 
-    def prune(self, older_than_s: float) -> int:
-        return self.worker.prune(older_than_s)
+    def set_lane(self, lane: str, concurrency: int, *, create: bool) -> dict[str, Any]:
+        return self.worker.set_lane(lane, concurrency, create=create)
+
+    def remove_lane(self, lane: str) -> None:
+        self.worker.remove_lane(lane)
+
+    def prune(self, older_than_s: float, **kw: Any) -> int:
+        return self.worker.prune(older_than_s, **kw)
+
+    def reload(self) -> dict[str, Any]:
+        return self.request_reload()
 
     def shutdown(self, why: str, *, keep_jobs: bool = False) -> None:
         """Stop the daemon; ``keep_jobs``: its running jobs go on in the keeper."""
@@ -95,6 +145,11 @@ class Control:
         """True while an attempt of the job has a live process of ours."""
         run = self.worker.running.get(job_id)
         return run is not None and run.live
+
+    def attempt_live(self, job_id: int, attempt: int) -> bool:
+        """True while that attempt of the job has a live process of ours."""
+        run = self.worker.running.get(job_id)
+        return run is not None and run.live and run.attempt == attempt
 
     def follow(self, job_id: int, attempt: int) -> AsyncIterator[bytes] | None:
         """The live output of that attempt (what it printed so far, then

@@ -9,11 +9,16 @@ Start-up order matters:
      that no keeper knows lost its supervision: its leftovers are ended and
      it is given back to the queue;
   3. replace the stale socket (the lock proves nobody serves it) and listen;
-  4. tell systemd READY=1; run the worker loop until asked to stop;
+  4. tell systemd READY=1; run the worker loop until asked to stop (SIGHUP,
+     or `sloth daemon reload`, re-reads config.toml);
   5. stop: SIGTERM (what a service manager's stop and restart send) and
      `sloth daemon stop --keep-jobs` hand running jobs over -- they keep
      running in the keeper for the next daemon; SIGINT and `sloth daemon
      stop` interrupt them and requeue them refunded, and let the keeper go.
+
+The lock file holds the daemon's pid and its socket's path: a client whose
+runtime dir differs from the daemon's (cron, su, ssh without
+XDG_RUNTIME_DIR) finds the socket through it (locate.py).
 """
 
 from __future__ import annotations
@@ -26,18 +31,19 @@ import os
 import secrets
 import signal
 import sys
-from typing import IO, Callable
+from typing import IO, Any, Callable
 
 from . import __version__, config, timerfd
 from .clock import SystemClocks
 from .control import Control
-from .errors import DaemonAlreadyRunning, StorageError
+from .errors import DaemonAlreadyRunning, SlothError, StorageError
 from .notify import Notifier
 from .paths import Paths, check_socket_path, ensure_private_dir, resolve
 from .queue import Queue
 from .server import Server
 from .runs import worker_name
 from .supervision import KeeperSpawner
+from .tell import Teller
 from .worker import Worker
 
 log = logging.getLogger("sloth.daemon")
@@ -65,14 +71,14 @@ class InstanceLock:
             if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise StorageError(f"cannot lock {self.path}: {e.strerror or e}") from e
             self.f.seek(0)
-            holder = self.f.read().strip() or "unknown"
+            holder = (self.f.read().split() or ["unknown"])[0]
             self.f.close()
             raise DaemonAlreadyRunning(
                 f"another sloth daemon (pid {holder}) is already running on {paths.data_dir}"
             ) from None
         self.f.seek(0)
         self.f.truncate()
-        self.f.write(f"{os.getpid()}\n")
+        self.f.write(f"{os.getpid()}\n{paths.socket}\n")  # the socket: for locate.py
         self.f.flush()
 
     def release(self) -> None:
@@ -87,12 +93,47 @@ class Daemon:
     production; tests pass their own)."""
 
     def __init__(self, *, paths: Paths, settings: config.Settings, queue: Queue, worker: Worker,
-                 server: Server, keeper: KeeperSpawner) -> None:
+                 server: Server, keeper: KeeperSpawner, control: Control | None = None,
+                 teller: Teller | None = None) -> None:
         self.paths, self.settings = paths, settings
         self.queue, self.worker, self.server, self.keeper = queue, worker, server, keeper
+        self.control, self.teller = control, teller
+        self.notifier = Notifier.from_env()
         self._stop = asyncio.Event()
         self.stop_reason = ""
         self.keep_jobs = True
+
+    def reload(self) -> dict[str, Any]:
+        """Re-read config.toml and apply it at once (running jobs untouched).
+        Returns what changed. A file that does not load raises ConfigError
+        and changes nothing: the daemon keeps its settings."""
+        new = self._load_config()
+        changed = config.changes(self.settings, new)
+        self.settings = new
+        notes = self.worker.apply_settings(new)
+        if self.control is not None:
+            self.control.settings = new
+        if self.teller is not None:
+            self.teller.apply(new)
+        log.info("reloaded %s: %s", new.file, "; ".join(changed + notes) or "nothing changed")
+        self.notifier.ready(f"serving {self.paths.socket}")
+        return {"file": str(new.file), "changed": changed, "notes": notes}
+
+    def _load_config(self) -> config.Settings:
+        """config.toml for a reload, systemd told RELOADING=1 (and READY=1 again if it does not load)."""
+        self.notifier.reloading()
+        try:
+            return config.load(self.paths.config_file)
+        except SlothError as e:
+            log.error("reload refused: %s", e.message)
+            self.notifier.ready("reload refused: " + e.message)
+            raise
+
+    def _on_sighup(self) -> None:
+        try:
+            self.reload()
+        except SlothError:
+            pass  # logged; the old settings stay
 
     def request_stop(self, reason: str, *, keep_jobs: bool) -> None:
         """Stop serving; ``keep_jobs``: leave running jobs to the keeper."""
@@ -107,11 +148,11 @@ class Daemon:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, lambda: self.request_stop("signal SIGTERM", keep_jobs=True))
         loop.add_signal_handler(signal.SIGINT, lambda: self.request_stop("signal SIGINT", keep_jobs=False))
-        loop.add_signal_handler(signal.SIGHUP, lambda: None)  # survive terminal hang-up
+        loop.add_signal_handler(signal.SIGHUP, self._on_sighup)  # systemctl reload; harmless on a hang-up
         await self._take_over()
         await self._listen()
         watch = self._watch_clock(loop)
-        notifier = Notifier.from_env()
+        notifier = self.notifier
         worker = loop.create_task(self.worker.run())
         tasks = [worker]
         if notifier.watchdog_interval_s:
@@ -152,6 +193,8 @@ class Daemon:
         await self.worker.shutdown(keep_jobs=self.keep_jobs)
         await self.keeper.close(bye=not self.keep_jobs)
         await self.server.close()
+        if self.teller is not None:
+            await self.teller.close()
         for t in tasks:
             t.cancel()
         if watch is not None:
@@ -181,12 +224,15 @@ def build(paths: Paths, settings: config.Settings) -> Daemon:
                   backoff_cap_s=settings.backoff_cap_s, lock_wait_s=LOCK_WAIT_S)
     keeper = KeeperSpawner(paths, name=worker_name(instance), check_s=settings.clock_check_s)
     worker = Worker(queue, settings, keeper, clocks=clocks, log_path=paths.job_log, instance=instance)
-    stop = _StopRelay()
-    control = Control(queue, worker, keeper, paths, settings, request_stop=stop, instance=instance)
+    stop, reload = _StopRelay(), _ReloadRelay()
+    control = Control(queue, worker, keeper, paths, settings, request_stop=stop, instance=instance,
+                      request_reload=reload)
     worker.on_change = control.job_changed
+    teller = Teller(settings, log_path=paths.job_log, lane_busy=queue.lane_busy)
+    control.watch(teller.job_changed)
     daemon = Daemon(paths=paths, settings=settings, queue=queue, worker=worker, server=Server(control),
-                    keeper=keeper)
-    stop.target = daemon.request_stop
+                    keeper=keeper, control=control, teller=teller)
+    stop.target, reload.target = daemon.request_stop, daemon.reload
     return daemon
 
 
@@ -198,6 +244,15 @@ class _StopRelay:
     def __call__(self, reason: str, *, keep_jobs: bool) -> None:
         if self.target is not None:
             self.target(reason, keep_jobs=keep_jobs)
+
+
+class _ReloadRelay:
+    target: Callable[[], dict[str, Any]] | None = None
+
+    def __call__(self) -> dict[str, Any]:
+        if self.target is None:
+            raise SlothError("the daemon is still starting", hint="Try again in a moment.")
+        return self.target()
 
 
 def main() -> int:

@@ -98,6 +98,37 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN refunds INTEGER NOT NULL DEFAULT 0;
     UPDATE jobs SET tries = attempts;
     """,
+    # 4 -> 5: dependencies, the running state's own name, exit codes that are
+    # not retried, and lanes that outlive their jobs. A job added --after
+    # others is 'blocked': in no claim index (jobs_ready, jobs_due and
+    # jobs_lease are partial on other states), so waiting jobs cost a claim
+    # nothing; the transition that ends its last prerequisite queues it.
+    """
+    DROP INDEX jobs_lease;
+    DROP INDEX jobs_active_key;
+    UPDATE jobs SET state = 'running' WHERE state = 'claimed';
+    CREATE INDEX jobs_lease ON jobs(lease_until) WHERE state = 'running';
+    CREATE UNIQUE INDEX jobs_active_key ON jobs(key)
+        WHERE key IS NOT NULL AND state IN ('blocked', 'queued', 'running');
+    CREATE INDEX jobs_blocked ON jobs(lane, id) WHERE state = 'blocked';
+    ALTER TABLE jobs ADD COLUMN prereqs TEXT;        -- JSON {"after": [ids], "after_any": [ids]}
+    ALTER TABLE jobs ADD COLUMN retry_exit TEXT;     -- JSON list: only these exit codes retry
+    ALTER TABLE jobs ADD COLUMN no_retry_exit TEXT;  -- JSON list: never retried (NULL: 126, 127)
+    CREATE TABLE deps (
+        job_id   INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+        after_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+        need     TEXT    NOT NULL,    -- 'done' (--after) or 'end' (--after-any)
+        PRIMARY KEY (job_id, after_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX deps_after ON deps(after_id);
+    CREATE TABLE lanes (
+        name        TEXT PRIMARY KEY,
+        concurrency INTEGER,          -- from `sloth lane set` (NULL: the config's)
+        config_was  INTEGER,          -- the config's value then (a later edit wins)
+        created_at  REAL    NOT NULL
+    );
+    INSERT INTO lanes (name, created_at) SELECT lane, min(created_at) FROM jobs GROUP BY lane;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -237,3 +268,34 @@ def _transaction(conn: sqlite3.Connection, deadline: float) -> Iterator[sqlite3.
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise StorageError(f"cannot commit to the queue database: {e}") from e
+
+
+def connect_readonly(path: str | os.PathLike[str], *, timeout_s: float = 5.0) -> sqlite3.Connection:
+    """Open the queue database to read only: never creates, migrates or
+    writes it (for the CLI when no daemon answers). Raises FileNotFoundError
+    when there is no database, StorageError when it cannot be read or its
+    schema is not this sloth's."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(str(p))
+    conn = sqlite3.connect(f"file:{quote(str(p))}?mode=ro", uri=True, timeout=timeout_s,
+                           isolation_level=None, check_same_thread=False)
+    try:
+        _same_schema(conn, p)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _same_schema(conn: sqlite3.Connection, p: Path) -> None:
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+    except sqlite3.DatabaseError as e:
+        raise StorageError(f"cannot read queue database {p}: {e}") from e
+    if version != SCHEMA_VERSION:
+        older = version < SCHEMA_VERSION
+        raise StorageError(
+            f"queue database {p} has schema v{version}; this sloth reads v{SCHEMA_VERSION}",
+            hint=("Start the daemon once to upgrade it (`sloth daemon start`)." if older
+                  else "Upgrade sloth, or point SLOTH_HOME elsewhere."))

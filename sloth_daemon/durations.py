@@ -5,21 +5,36 @@ from __future__ import annotations
 import math
 import re
 import time
+from typing import TYPE_CHECKING
 
 from .errors import BadRequest
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d|w)")
+# Longest spelling first: the alternation takes the first that matches.
+UNIT_WORDS = ("milliseconds?|ms|seconds?|secs?|s|minutes?|mins?|m|hours?|hrs?|h|days?|d|weeks?|w")
+_PART = re.compile(rf"([0-9]+(?:\.[0-9]+)?)({UNIT_WORDS})")
+_UNIT_WORD = re.compile(rf"(?:{UNIT_WORDS})\Z")
+
+
+def is_unit_word(word: str) -> bool:
+    """``mins``, ``h``, ``seconds`` ...: a word that ends a duration."""
+    return bool(_UNIT_WORD.match(word.lower()))
+
+
+def _unit(word: str) -> float:
+    return _UNITS["ms"] if word.startswith(("ms", "milli")) else _UNITS[word[0]]
 
 
 def parse_duration(text: str | int | float, *, what: str = "duration") -> float:
-    """``"90"`` / ``90`` -> 90.0 s; ``"1h30m"`` -> 5400.0. Raises BadRequest."""
+    """``"90"`` / ``90`` -> 90.0 s; ``"1h30m"``, ``"1 hour 30 mins"`` -> 5400.0;
+    a leading ``+`` is allowed (``+10m``). Raises BadRequest."""
     if isinstance(text, bool):
         raise BadRequest(f"bad {what}: {text!r}")
     if isinstance(text, (int, float)):
         v = float(text)
     else:
         s = text.strip().lower().replace(" ", "")
+        s = s[1:] if s.startswith("+") and len(s) > 1 and s[1].isdigit() else s
         if re.fullmatch(r"[0-9]+(\.[0-9]+)?", s):
             v = float(s)
         else:
@@ -27,7 +42,7 @@ def parse_duration(text: str | int | float, *, what: str = "duration") -> float:
             for m in _PART.finditer(s):
                 if m.start() != pos:
                     break
-                v += float(m.group(1)) * _UNITS[m.group(2)]
+                v += float(m.group(1)) * _unit(m.group(2))
                 pos = m.end()
             if pos != len(s) or not s:
                 raise BadRequest(
@@ -75,25 +90,96 @@ def local_time(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M", lt)
 
 
+if TYPE_CHECKING:
+    import datetime as dt
+
+
 def parse_at(text: str, now: float | None = None) -> float:
-    """``--at``: ISO date-time (local unless it has an offset) or ``HH:MM``
-    (today, or tomorrow if already past). Raises BadRequest."""
+    """``--at``: see :func:`resolve_at`; the time only."""
+    return resolve_at(text, now)[0]
+
+
+_DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+_CLOCK = re.compile(r"([0-9]{1,2})(?::([0-9]{2}))?(?::([0-9]{2}))?\s*(am|pm)?")
+AT_HINT = ("Use HH:MM (9:30, 9pm), a day and a time (tomorrow 08:00, mon 9:00), "
+           "+DURATION (+10m) or an ISO time (2026-12-01T09:30).")
+
+
+def resolve_at(text: str, now: float | None = None) -> tuple[float, str]:
+    """``--at`` as local wall time. Forms: ``HH:MM[:SS]`` or ``9pm`` (today,
+    or tomorrow if that has passed: the note says so); ``tomorrow [TIME]``;
+    ``today TIME`` (an error once past); ``mon..sun`` or ``monday..sunday
+    [TIME]`` (the next such day whose time is still to come); a day alone
+    means its start (00:00); ``+DURATION``; ``now``; an ISO date or
+    date-time (local unless it has an offset). Returns (epoch seconds, a
+    note for the user or ""). Raises BadRequest."""
     import datetime as dt
 
     now = time.time() if now is None else now
-    s = text.strip()
-    m = re.fullmatch(r"([0-9]{1,2}):([0-9]{2})(?::([0-9]{2}))?", s)
+    s = " ".join(text.strip().lower().split())
+    if s.startswith("+"):
+        return now + parse_duration(s, what="--at"), ""
+    if s == "now":
+        return now, ""
     try:
-        if m:
-            base = dt.datetime.fromtimestamp(now)
-            t = base.replace(hour=int(m.group(1)), minute=int(m.group(2)),
-                             second=int(m.group(3) or 0), microsecond=0)
-            if t.timestamp() <= now:
-                t += dt.timedelta(days=1)
-            return t.timestamp()
-        t = dt.datetime.fromisoformat(s)
-        return t.timestamp()
+        form = _day_form(s)
+        if form is not None:
+            return _when(form[0], form[1], dt.datetime.fromtimestamp(now), now)
+        t = dt.datetime.fromisoformat(text.strip()).timestamp()
     except ValueError:
-        raise BadRequest(
-            f"bad time: {text!r}", hint="Use HH:MM, or an ISO time like 2026-12-01T09:30."
-        ) from None
+        raise BadRequest(f"bad time: {text!r}", hint=AT_HINT) from None
+    return t, (f"{text.strip()} is in the past: the job is due now" if t < now - 1 else "")
+
+
+def _day_form(s: str) -> tuple[str, str | None] | None:
+    """(day word: "", today, tomorrow or mon..sun; clock text or None), or
+    None when ``s`` is not a day/clock form (then it may be ISO)."""
+    head, _, rest = s.partition(" ")
+    if head in ("today", "tomorrow"):
+        return head, rest or None
+    if head[:3] in _DAYS and head in _day_names(head[:3]):
+        return head[:3], rest or None
+    if _CLOCK.fullmatch(s) and (":" in s or s.endswith(("am", "pm"))):
+        return "", s
+    return None
+
+
+def _day_names(short: str) -> tuple[str, ...]:
+    full = {"mon": "monday", "tue": "tuesday", "wed": "wednesday", "thu": "thursday", "fri": "friday",
+            "sat": "saturday", "sun": "sunday"}[short]
+    return (short, full, full[:4])  # mon, monday, mond / tues, thur ...
+
+
+def _clock(text: str | None) -> tuple[int, int, int]:
+    """(hour, minute, second) of ``9:30``, ``21:05:10``, ``9pm``, ``12am``; None is midnight."""
+    if text is None:
+        return 0, 0, 0
+    m = _CLOCK.fullmatch(text)
+    if not m:
+        raise ValueError(text)
+    hour = int(m.group(1))
+    if m.group(4):
+        if not 1 <= hour <= 12:
+            raise ValueError(text)
+        hour = hour % 12 + (12 if m.group(4) == "pm" else 0)
+    return hour, int(m.group(2) or 0), int(m.group(3) or 0)
+
+
+def _when(day: str, clock: str | None, base: "dt.datetime", now: float) -> tuple[float, str]:
+    import datetime as dt
+
+    h, mi, sec = _clock(clock)
+    t = base.replace(hour=h, minute=mi, second=sec, microsecond=0)  # ValueError for 25:00
+    if day == "tomorrow":
+        return (t + dt.timedelta(days=1)).timestamp(), ""
+    if day == "today":
+        if t.timestamp() <= now and clock is not None:
+            raise BadRequest(f"today {clock} has passed", hint="Drop `today` to mean tomorrow at that time.")
+        return max(t.timestamp(), now), ""
+    if day:  # a weekday
+        t += dt.timedelta(days=(_DAYS.index(day) - base.weekday()) % 7)
+    if t.timestamp() > now:
+        return t.timestamp(), ""
+    t += dt.timedelta(days=7 if day else 1)
+    what = f"{day} {clock or ''}".strip() if day else str(clock)
+    return t.timestamp(), f"{what} has passed today: the job waits until {t:%a %Y-%m-%d %H:%M}"

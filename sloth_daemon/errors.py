@@ -65,6 +65,18 @@ class IllegalTransition(SlothError):
     hint = "See the job's state with `sloth show ID`."
 
 
+class LaneNotFound(SlothError):
+    """A lane name no config, job or `sloth lane set` ever made (a typo, most likely)."""
+
+    code = "lane_not_found"
+    exit_code = EXIT_NOT_FOUND
+
+    def __init__(self, lane: str, known: list[str]) -> None:
+        super().__init__(f"no lane named {lane!r}",
+                         hint=f"Lanes: {', '.join(known) or 'none'}. To make one: "
+                              f"`sloth lane set {lane} --concurrency N --create`.")
+
+
 class LogUnreadable(SlothError):
     """A job's log file is there but cannot be read (a folder in its place,
     no permission). A missing file is no error: the attempt printed nothing."""

@@ -2,59 +2,31 @@
 
 Each handler checks its arguments (the frame is untrusted), asks the
 daemon's :class:`~sloth_daemon.control.Control` and returns the result; a
-SlothError becomes the error response. Streaming handlers (``wait``,
-``follow``, ``subscribe``) emit events before their one response.
-Connections, framing and peer checks are server.py's.
+SlothError becomes the error response. The streaming ops (``wait``,
+``follow``, ``subscribe``) are handlers_stream.py's. Connections, framing
+and peer checks are server.py's.
+
+Ops on jobs answer with job objects of one shape everywhere (Job.to_dict);
+one that names several jobs answers ``{"jobs": [...], "skipped": [{id,
+why}]}``, one job by ``id`` answers ``{"job": ...}``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from . import __version__, protocol
 from .control import Control
-from .errors import BadRequest, JobNotFound, LogUnreadable, SlothError, StorageBusy
-from .models import Job, JobState
+from .errors import BadRequest, StorageBusy
+from .handlers_stream import Emit, StreamHandlers, Subscription, attempt_of, job_id, job_ids
+from .models import STATE_NAMES, state_name
 
-Emit = Callable[[dict[str, Any]], Awaitable[None]]
-MAX_STREAM_BACKLOG = 1024  # queued events per subscriber before it is told it overflowed
-LOG_CHUNK = 256 * 1024  # bytes of log per streamed event
+MAX_LIST = 100_000  # jobs per listing page
 WRITE_PATIENCE_S = 30.0  # a client's write waits this long for a foreign lock on the database
-_OVERFLOW: dict[str, Any] = {"overflow": True}
 
 
-class Subscription:
-    """Job changes matching a predicate, as a bounded queue. A subscriber that
-    falls behind is not dropped silently: it gets an overflow marker."""
-
-    def __init__(self, control: Control, match: Callable[[Job], bool]) -> None:
-        self.q: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(MAX_STREAM_BACKLOG)
-        self.match = match
-        self._unwatch = control.watch(self._on_change)
-
-    def _on_change(self, job: Job) -> None:
-        if not self.match(job):
-            return
-        try:
-            self.q.put_nowait(job.to_dict())
-        except asyncio.QueueFull:
-            while not self.q.empty():
-                self.q.get_nowait()
-            self.q.put_nowait(_OVERFLOW)
-
-    def end(self) -> None:
-        """The daemon is closing: the reader sees None next."""
-        if self.q.full():
-            self.q.get_nowait()
-        self.q.put_nowait(None)
-
-    def close(self) -> None:
-        self._unwatch()
-
-
-class Handlers:
+class Handlers(StreamHandlers):
     def __init__(self, control: Control, stats: dict[str, int]) -> None:
         self.c = control
         self.stats = stats
@@ -65,8 +37,11 @@ class Handlers:
         self.ops: dict[str, Callable[[dict[str, Any]], Any]] = {
             "ping": self.op_ping, "status": self.op_status, "add": w(self.op_add),
             "list": self.op_list, "show": self.op_show, "cancel": w(self.op_cancel),
-            "retry": w(self.op_retry), "pause": w(self.op_pause), "resume": w(self.op_resume),
-            "prune": w(self.op_prune), "logs": self.op_logs, "shutdown": self.op_shutdown,
+            "retry": w(self.op_retry), "restart": w(self.op_restart), "kill": w(self.op_kill),
+            "pause": w(self.op_pause), "resume": w(self.op_resume), "lanes": self.op_lanes,
+            "lane_set": w(self.op_lane_set), "lane_rm": w(self.op_lane_rm), "prune": w(self.op_prune),
+            "logs": self.op_logs, "config": self.op_config, "reload": self.op_reload,
+            "shutdown": self.op_shutdown,
         }
         self.streams: dict[str, Callable[[dict[str, Any], Emit], Awaitable[Any]]] = {
             "wait": self.op_wait, "follow": self.op_follow, "subscribe": self.op_subscribe,
@@ -107,6 +82,7 @@ class Handlers:
                 "server": dict(self.stats)}
 
     def op_add(self, a: dict[str, Any]) -> dict[str, Any]:
+        """Result: ``ids`` (one per job, in order) and ``new_lanes`` (lanes this add made)."""
         jobs, common = a["jobs"], a.get("common") or {}
         if not isinstance(jobs, list) or not jobs:
             raise BadRequest("jobs must be a non-empty list of job objects")
@@ -114,33 +90,49 @@ class Handlers:
             raise BadRequest("common must be an object")
         if not all(isinstance(j, dict) for j in jobs):
             raise BadRequest("each job must be an object")
-        return {"ids": self.c.add([{**common, **j} for j in jobs])}
+        ids, new = self.c.add([{**common, **j} for j in jobs])
+        return {"ids": ids, "new_lanes": new}
 
     def op_list(self, a: dict[str, Any]) -> dict[str, Any]:
-        states = a.get("states")
-        if states is not None and (not isinstance(states, list) or not all(isinstance(s, str) for s in states)):
-            raise BadRequest("states must be a list of strings")
-        for s in states or []:
-            if s not in JobState._value2member_map_:
-                raise BadRequest(f"unknown state {s!r}", hint="States: queued, claimed, done, failed, cancelled.")
-        lane = a.get("lane")
-        if lane is not None and not isinstance(lane, str):
-            raise BadRequest("lane must be a string")
-        limit = a.get("limit", 1000)
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
-            raise BadRequest("limit must be a whole number from 1 to 100000")
-        return {"jobs": [j.to_dict() for j in self.c.jobs(states=states, lane=lane, limit=limit)]}
+        """A page of the listing (see SqliteListing.listing) with ``total`` and
+        ``left_out``: it never stops short without saying so."""
+        limit = whole(a.get("limit", MAX_LIST), "limit", 1, MAX_LIST)
+        fl = a.get("finished_limit")
+        return self.c.listing(states=states_arg(a.get("states")), lane=lane_name(a.get("lane")), limit=limit,
+                              offset=whole(a.get("offset", 0), "offset", 0, 2**62),
+                              finished_limit=None if fl is None else whole(fl, "finished_limit", 0, MAX_LIST),
+                              ).to_dict()
 
     def op_show(self, a: dict[str, Any]) -> dict[str, Any]:
-        jid = job_id(a.get("id"))
-        job = self.c.get(jid)
-        return {"job": job.to_dict(), "events": [e.to_dict() for e in self.c.events(jid)]}
+        if "id" in a:
+            return self.c.detail(job_id(a.get("id")))
+        ids = job_ids(a.get("ids"))
+        for i in ids:
+            self.c.get(i)  # every id exists, or the answer is an error
+        return {"jobs": [flat_detail(self.c.detail(i)) for i in ids]}
 
     def op_cancel(self, a: dict[str, Any]) -> dict[str, Any]:
-        return {"job": self.c.cancel(job_id(a.get("id"))).to_dict()}
+        if "id" in a:
+            return {"job": self.c.cancel(job_id(a.get("id"))).to_dict()}
+        ids, lane, states = selection(a)
+        return self.c.cancel_many(ids, lane=lane, states=states).to_dict()
 
     def op_retry(self, a: dict[str, Any]) -> dict[str, Any]:
-        return {"job": self.c.retry(job_id(a.get("id"))).to_dict()}
+        if "id" in a:
+            return {"job": self.c.retry(job_id(a.get("id"))).to_dict()}
+        ids, lane, states = selection(a)
+        return self.c.retry_many(ids, lane=lane, states=states).to_dict()
+
+    def op_restart(self, a: dict[str, Any]) -> dict[str, Any]:
+        """Result: ``jobs`` (the new ones), ``skipped``, ``restarted``: [[old id, new id]]."""
+        ids = job_ids(a.get("ids"))
+        res = self.c.restart(ids)
+        skipped = {i for i, _ in res.skipped}
+        done = [i for i in dict.fromkeys(ids) if i not in skipped]
+        return {**res.to_dict(), "restarted": [[old, new.id] for old, new in zip(done, res.jobs, strict=True)]}
+
+    def op_kill(self, a: dict[str, Any]) -> dict[str, Any]:
+        return self.c.kill(job_ids(a.get("ids")), now=flag(a.get("now", False), "now")).to_dict()
 
     def op_pause(self, a: dict[str, Any]) -> dict[str, Any]:
         self.c.pause(lane_name(a.get("lane")))
@@ -150,17 +142,43 @@ class Handlers:
         self.c.resume(lane_name(a.get("lane")))
         return self.c.worker.status()
 
+    def op_lanes(self, a: dict[str, Any]) -> dict[str, Any]:
+        return {"lanes": self.c.lanes(), "paused_all": self.c.worker.lanes.paused_all}
+
+    def op_lane_set(self, a: dict[str, Any]) -> dict[str, Any]:
+        lane = lane_name(a.get("lane"))
+        if lane is None:
+            raise BadRequest("lane must be a non-empty string")
+        return self.c.set_lane(lane, whole(a.get("concurrency"), "concurrency", 0, 10_000),
+                               create=flag(a.get("create", False), "create"))
+
+    def op_lane_rm(self, a: dict[str, Any]) -> dict[str, Any]:
+        lane = lane_name(a.get("lane"))
+        if lane is None:
+            raise BadRequest("lane must be a non-empty string")
+        self.c.remove_lane(lane)
+        return {"removed": lane}
+
     def op_prune(self, a: dict[str, Any]) -> dict[str, Any]:
         older = a.get("older_than_s", self.c.settings.retention_s)
         if (isinstance(older, bool) or not isinstance(older, (int, float))
                 or not 0 <= older < 1e15):  # also NaN, inf and ints too big for a float
             raise BadRequest("older_than_s must be a non-negative number of seconds")
-        return {"pruned": self.c.prune(float(older))}
+        dry = flag(a.get("dry_run", False), "dry_run")
+        n = self.c.prune(float(older), states=states_arg(a.get("states")), lane=lane_name(a.get("lane")),
+                         dry_run=dry)
+        return {"would_prune" if dry else "pruned": n}
 
     def op_logs(self, a: dict[str, Any]) -> dict[str, Any]:
         job = self.c.get(job_id(a.get("id")))
         n = attempt_of(job, a.get("attempt")) or job.attempts  # not None: allow_none is False
         return {"id": job.id, "attempt": n, "attempts": job.attempts, "path": str(self.c.log_path(job.id, n))}
+
+    def op_config(self, a: dict[str, Any]) -> dict[str, Any]:
+        return self.c.config()
+
+    def op_reload(self, a: dict[str, Any]) -> dict[str, Any]:
+        return self.c.reload()
 
     def op_shutdown(self, a: dict[str, Any]) -> dict[str, Any]:
         keep = a.get("keep_jobs", False)
@@ -170,139 +188,49 @@ class Handlers:
         asyncio.get_running_loop().call_soon(lambda: self.c.shutdown(why, keep_jobs=keep))
         return {"stopping": True, "keep_jobs": keep, "pid": self.c.status()["pid"]}
 
-    # ---------------------------------------------------------- streaming
-    async def op_wait(self, a: dict[str, Any], emit: Emit) -> Any:
-        ids = a.get("ids")
-        if not isinstance(ids, list) or not ids:
-            raise BadRequest("ids must be a non-empty list of job ids")
-        ids = [job_id(i) for i in ids]
-        pending = {i for i in ids if not self.c.get(i).state.finished}
-        # Not a bounded queue of events: the latest state per pending job, so
-        # waiting on thousands of jobs never drops the change that ends it.
-        latest: dict[int, Job] = {}
-        changed = asyncio.Event()
 
-        def on_change(job: Job) -> None:
-            if job.id in pending:
-                latest[job.id] = job
-                changed.set()
-        unwatch = self.c.watch(on_change)
-        self._wakers.add(changed)
-        try:
-            while pending:
-                await changed.wait()
-                changed.clear()
-                if self.closing:
-                    raise SlothError("the daemon is stopping", hint="Run the wait again after it restarts.")
-                while latest:
-                    jid, job = latest.popitem()
-                    await emit({"kind": "state", "job": job.to_dict()})
-                    if job.state.finished:
-                        pending.discard(jid)
-        finally:
-            unwatch()
-            self._wakers.discard(changed)
-        return {"jobs": [self.c.get(i).to_dict() for i in ids]}
-
-    async def op_subscribe(self, a: dict[str, Any], emit: Emit) -> Any:
-        ids = a.get("ids")
-        if ids is not None and (not isinstance(ids, list) or not ids):
-            raise BadRequest("ids must be a non-empty list of job ids (or absent, for all jobs)")
-        wanted = None if ids is None else {self.c.get(job_id(i)).id for i in ids}
-        sub = self._subscribe(lambda job: wanted is None or job.id in wanted)
-        try:
-            while (item := await sub.q.get()) is not None:
-                if item is _OVERFLOW:
-                    raise SlothError(
-                        f"this subscriber fell more than {MAX_STREAM_BACKLOG} events behind",
-                        hint="Read events faster, or subscribe again and re-read state with `list`.")
-                await emit({"kind": "state", "job": item})
-        finally:
-            self._unsubscribe(sub)
-        return {"ended": "daemon stopping"}
-
-    async def op_follow(self, a: dict[str, Any], emit: Emit) -> Any:
-        job = self.c.get(job_id(a.get("id")))
-        if a.get("attempt") is None and not job.state.finished:
-            job = await self._until_started(job.id)  # `sloth add ... && sloth logs -f ID`
-        n = attempt_of(job, a.get("attempt"), allow_none=True)
-        live = None if n is None else self.c.follow(job.id, n)
-        if live is not None:
-            await _stream(live, emit)
-        elif n is not None:
-            await _send_file(self.c.log_path(job.id, n), emit)
-        return {"job": self.c.get(job.id).to_dict()}
-
-    async def _until_started(self, jid: int) -> Job:
-        """Wait until job ``jid`` has a live process or has finished; return it."""
-        sub = self._subscribe(lambda job: job.id == jid)  # before the check: no change missed
-        try:
-            while True:
-                job = self.c.get(jid)
-                if job.state.finished or self.c.has_process(jid):
-                    return job
-                if await sub.q.get() is None:
-                    raise SlothError("the daemon is stopping", hint="Follow the job again after it restarts.")
-        finally:
-            self._unsubscribe(sub)
-
-    def _subscribe(self, match: Callable[[Job], bool]) -> Subscription:
-        sub = Subscription(self.c, match)
-        self._subs.add(sub)
-        return sub
-
-    def _unsubscribe(self, sub: Subscription) -> None:
-        sub.close()
-        self._subs.discard(sub)
+def flat_detail(d: dict[str, Any]) -> dict[str, Any]:
+    """A job object with its history beside its fields (the shape of `show` for many)."""
+    return {**d["job"], "events": d["events"], "prereqs": d["prereqs"], "dependents": d["dependents"]}
 
 
-async def _stream(chunks: AsyncIterator[bytes], emit: Emit) -> None:
-    async for data in chunks:
-        for i in range(0, len(data), LOG_CHUNK):
-            await emit(log_event(data[i:i + LOG_CHUNK]))
+def selection(a: dict[str, Any]) -> tuple[list[int] | None, str | None, list[str] | None]:
+    """(ids, lane, states) of a request on many jobs: ids, or a lane and/or states."""
+    ids = a.get("ids")
+    lane, states = lane_name(a.get("lane")), states_arg(a.get("states"))
+    if ids is not None and (lane is not None or states is not None):
+        raise BadRequest("name jobs by ids or by lane/states, not both")
+    if ids is None and lane is None and states is None:
+        raise BadRequest("name the jobs: id, ids, lane or states")
+    return (None if ids is None else job_ids(ids)), lane, states
 
 
-async def _send_file(path: Path, emit: Emit) -> None:
+def states_arg(v: Any) -> list[str] | None:
+    """A list of state names; ``claimed`` is read as ``running``."""
+    if v is None:
+        return None
+    if not isinstance(v, list) or not v or not all(isinstance(s, str) for s in v):
+        raise BadRequest("states must be a non-empty list of strings")
     try:
-        # A local log file read in 256 KiB chunks between sends: short blocking
-        # reads, not worth a thread per follower.
-        f = open(path, "rb")  # noqa: ASYNC230
-    except FileNotFoundError:
-        return  # the attempt printed nothing
-    except OSError as e:
-        raise LogUnreadable(path, e) from None
-    with f:
-        while chunk := f.read(LOG_CHUNK):
-            await emit(log_event(chunk))
+        return [state_name(s) for s in v]
+    except ValueError:
+        bad = next(s for s in v if s not in STATE_NAMES and s != "claimed")
+        raise BadRequest(f"unknown state {bad!r}", hint=f"States: {', '.join(STATE_NAMES)}.") from None
 
 
-def log_event(data: bytes) -> dict[str, Any]:
-    # surrogateescape: bytes that are not UTF-8 travel and come back exact
-    return {"kind": "log", "data": data.decode("utf-8", "surrogateescape")}
+def whole(v: Any, name: str, lo: int, hi: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise BadRequest(f"{name} must be a whole number from {lo} to {hi}")
+    return v
 
 
-def job_id(v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise BadRequest(f"job id must be a whole number, got {v!r}")
-    if not 1 <= v < 2**63:  # SQLite integers are 64-bit
-        raise JobNotFound(v)
+def flag(v: Any, name: str) -> bool:
+    if not isinstance(v, bool):
+        raise BadRequest(f"{name} must be true or false")
     return v
 
 
 def lane_name(v: Any) -> str | None:
     if v is not None and (not isinstance(v, str) or not v):
         raise BadRequest("lane must be a non-empty string")
-    return v
-
-
-def attempt_of(job: Job, v: Any, *, allow_none: bool = False) -> int | None:
-    if v is None:
-        if job.attempts == 0:
-            if allow_none:
-                return None
-            raise SlothError(f"job {job.id} has not started yet, so it has no log",
-                             hint="Follow it with `sloth logs -f ID` to see output once it starts.")
-        return job.attempts
-    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= max(job.attempts, 1):
-        raise BadRequest(f"job {job.id} has attempts 1..{job.attempts}, not {v!r}")
     return v

@@ -9,8 +9,18 @@ from typing import Any
 
 
 class JobState(str, enum.Enum):
+    """A job's state, spelled the same in storage, on the wire and to users.
+
+    ``blocked``: waiting for the jobs it was added ``--after``; out of every
+    claim index until its last prerequisite ends. ``running``: leased to a
+    worker (schema v1-v3 spelled it ``claimed``; ``JobState("claimed")`` and
+    ``JobState.CLAIMED`` still mean running, so old scripts' filters work).
+    """
+
+    BLOCKED = "blocked"
     QUEUED = "queued"
-    CLAIMED = "claimed"
+    RUNNING = "running"
+    CLAIMED = "running"  # an alias of RUNNING (Enum: same value, same member)
     DONE = "done"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -19,12 +29,28 @@ class JobState(str, enum.Enum):
     def finished(self) -> bool:
         return self in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
 
+    @classmethod
+    def _missing_(cls, value: object) -> "JobState | None":
+        return cls.RUNNING if value == "claimed" else None
+
     def __str__(self) -> str:  # so f"{state}" prints "queued", on 3.10 and 3.11+
         return self.value
 
 
-ACTIVE_STATES = (JobState.QUEUED.value, JobState.CLAIMED.value)
+STATE_NAMES = tuple(s.value for s in JobState)  # blocked, queued, running, done, failed, cancelled
+ACTIVE_STATES = (JobState.BLOCKED.value, JobState.QUEUED.value, JobState.RUNNING.value)
 FINISHED_STATES = (JobState.DONE.value, JobState.FAILED.value, JobState.CANCELLED.value)
+
+
+def state_name(text: str) -> str:
+    """The state a filter names (``claimed`` is read as ``running``); ValueError if none."""
+    return JobState(text).value
+
+
+# Exit codes not retried unless a job says otherwise: the shell's "found but
+# not executable" (126) and "command not found" (127). Retrying a typo three
+# times with backoff only delays the bad news.
+NO_RETRY_EXIT = (126, 127)
 
 
 @dataclass(frozen=True)
@@ -55,6 +81,10 @@ class Job:
     finished_at: float | None = None
     tries: int = 0  # runs that count against max_attempts (attempts counts every run)
     refunds: int = 0  # crashes of sloth forgiven since the last retry
+    after: list[int] = field(default_factory=list)  # runs once these are done ...
+    after_any: list[int] = field(default_factory=list)  # ... and these have ended at all
+    retry_exit: list[int] | None = None  # only these exit codes are retried (None: any)
+    no_retry_exit: list[int] = field(default_factory=lambda: list(NO_RETRY_EXIT))
 
     @classmethod
     def from_row(cls, row: Any, *, env: dict[str, str] | None = None) -> "Job":
@@ -67,7 +97,19 @@ class Job:
         d["runner"] = json.loads(d["runner"]) if d["runner"] else None
         d["state"] = JobState(d["state"])
         d["shell"] = bool(d["shell"])
+        prereqs = json.loads(d.pop("prereqs", None) or "{}")
+        d["after"], d["after_any"] = prereqs.get("after", []), prereqs.get("after_any", [])
+        d["retry_exit"] = json.loads(d["retry_exit"]) if d.get("retry_exit") else None
+        nre = d.get("no_retry_exit")
+        d["no_retry_exit"] = list(NO_RETRY_EXIT) if nre is None else json.loads(nre)
         return cls(**d)
+
+    def retries_exit(self, code: int) -> bool:
+        """Whether a run that exited with ``code`` (not 0, not a signal) may be
+        tried again, by the job's exit-code rules."""
+        if code in self.no_retry_exit:
+            return False
+        return self.retry_exit is None or code in self.retry_exit
 
     def to_dict(self, *, with_env: bool = False) -> dict[str, Any]:
         d = asdict(self)
@@ -87,3 +129,35 @@ class Event:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one request on many jobs did: the jobs it changed (or, for a
+    restart, made) and the ones it left alone, each with why."""
+
+    jobs: list[Job]
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"jobs": [j.to_dict() for j in self.jobs],
+                "skipped": [{"id": i, "why": why} for i, why in self.skipped]}
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A page of ``sloth ls``: running jobs first, then queued in the order
+    they will run, then blocked, then finished (most recent first).
+    ``total``: how many jobs the selection holds (so a page that is not all
+    of them says so); ``counts``: jobs per state in the selection's lane."""
+
+    jobs: list[Job]
+    total: int
+    counts: dict[str, int]
+    offset: int = 0
+    lanes: dict[str, dict[str, int]] = field(default_factory=dict)  # lane -> active jobs per state
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"jobs": [j.to_dict() for j in self.jobs], "total": self.total, "counts": self.counts,
+                "offset": self.offset, "left_out": self.total - self.offset - len(self.jobs),
+                "lanes": self.lanes}

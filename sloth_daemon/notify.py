@@ -1,6 +1,7 @@
 """sd_notify for ``Type=notify`` under systemd, written by hand (no dependency).
 
-The daemon calls :meth:`Notifier.ready` once its socket is listening,
+The daemon calls :meth:`Notifier.ready` once its socket is listening (and
+after a reload, which :meth:`Notifier.reloading` begins),
 :meth:`Notifier.watchdog` every :attr:`Notifier.watchdog_interval_s` from its
 event loop, and :meth:`Notifier.stopping` when it begins to shut down.
 Outside systemd (no ``NOTIFY_SOCKET``) every method is a cheap no-op.
@@ -15,6 +16,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from typing import Mapping
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,11 @@ class Notifier:
 
     def ready(self, status: str = "") -> bool:
         return self.send("READY=1", *([f"STATUS={_one_line(status)}"] if status else []))
+
+    def reloading(self) -> bool:
+        """RELOADING=1 (with the monotonic time systemd >= 253 asks for);
+        :meth:`ready` ends the reload."""
+        return self.send("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
 
     def watchdog(self) -> bool:
         if self._watchdog_usec is None:

@@ -17,7 +17,7 @@ from .queue import Queue
 from .runs import Run
 from .spawner import Outcome
 
-NOTHING_TO_WRITE = ("cancelled", "lease lost", "fenced")
+NOTHING_TO_WRITE = ("cancelled", "killed", "lease lost", "fenced")
 
 
 def record(queue: Queue, run: Run, outcome: Outcome, *, runner: dict[str, Any] | None = None,
@@ -44,4 +44,21 @@ def record(queue: Queue, run: Run, outcome: Outcome, *, runner: dict[str, Any] |
     at = outcome.ended_at
     if ok:
         return queue.complete(jid, tok, message=message, exit_code=outcome.returncode, ended_at=at, **kw)
-    return queue.fail(jid, tok, message=message, exit_code=outcome.returncode, ended_at=at, **kw)
+    retry, message = retry_verdict(run.job, outcome, message)
+    return queue.fail(jid, tok, message=message, exit_code=outcome.returncode, ended_at=at, retry=retry, **kw)
+
+
+EXIT_MEANING = {126: "found but not executable", 127: "command not found"}
+
+
+def retry_verdict(job: Job, outcome: Outcome, message: str) -> tuple[bool, str]:
+    """(retry?, message) for a failed run: an exit code the job's rules do not
+    retry fails it at once (a typo is not worth three tries with backoff).
+    Signals and timeouts are always retried."""
+    code = outcome.returncode
+    if outcome.reason or code is None or code <= 0:
+        return True, message
+    meaning = EXIT_MEANING.get(code)
+    if meaning:
+        message = message.replace(f"exit {code}", f"exit {code} ({meaning})", 1)
+    return job.retries_exit(code), message

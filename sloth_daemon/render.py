@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from .durations import format_duration, local_time, relative
 
-_COLOURS = {"queued": "33", "claimed": "36", "done": "32", "failed": "31", "cancelled": "90"}
+_COLOURS = {"blocked": "35", "queued": "33", "running": "36", "done": "32", "failed": "31", "cancelled": "90"}
 
 
 def use_colour(stream: Any = None) -> bool:
@@ -59,9 +59,12 @@ def command_text(job: dict[str, Any], width: int | None = 60) -> str:
 def when(job: dict[str, Any], now: float | None = None) -> str:
     now = time.time() if now is None else now
     st = job["state"]
+    if st == "blocked":
+        waits = [*job.get("after", []), *job.get("after_any", [])]
+        return "after " + ",".join(map(str, waits[:3])) + ("…" if len(waits) > 3 else "")
     if st == "queued":
         return "due" if job["not_before"] <= now else relative(job["not_before"], now)
-    if st == "claimed":
+    if st == "running":
         started = (job.get("runner") or {}).get("started_at") or job["updated_at"]
         return f"running {format_duration(now - started)}"
     return relative(job.get("finished_at") or job["updated_at"], now)
@@ -82,7 +85,11 @@ def job_rows(jobs: Sequence[dict[str, Any]]) -> tuple[list[list[str]], list[str]
 JOB_HEADERS = ["ID", "STATE", "LANE", "PRI", "TRY", "WHEN", "COMMAND"]
 
 
-def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> str:
+def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]], *,
+             prereqs: Sequence[dict[str, Any]] = (), dependents: Sequence[int] = (),
+             log_tail: Sequence[str] = ()) -> str:
+    """`sloth show`: the job, its history with human times, and for a
+    failed job the last lines of its log."""
     now = time.time()
     lines = [
         f"job {job['id']}  {paint(job['state'], job['state'])}",
@@ -103,14 +110,76 @@ def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> str:
         lines.append(f"  key       {job['key']}")
     if job.get("runner"):
         lines.append(f"  pid       {job['runner'].get('pid')}")
+    lines += _relations(prereqs, dependents)
     if job.get("message"):
         lines.append(f"  message   {job['message']}")
-    lines.append("  history")
-    lines.append(f"    {local_time(job['created_at']):>16}  enqueued")
+    lines += _history(job, events)
+    if log_tail:
+        lines.append(f"  last lines of its log (attempt {job['attempts']})")
+        lines += [f"    | {ln}" for ln in log_tail]
+    return "\n".join(lines)
+
+
+def _relations(prereqs: Sequence[dict[str, Any]], dependents: Sequence[int]) -> list[str]:
+    """What a job runs after (and their states now), and what runs after it."""
+    out = []
+    if prereqs:
+        out.append("  after     " + ", ".join(
+            f"{p['id']} ({p['state']}{'' if p['need'] == 'done' else ', any result'})" for p in prereqs))
+    if dependents:
+        out.append("  before    " + ", ".join(map(str, dependents[:20])) + (" …" if len(dependents) > 20 else ""))
+    return out
+
+
+def _history(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> list[str]:
+    out = ["  history", f"    {local_time(job['created_at']):>16}  enqueued"]
     for e in events:
         msg = f"  {e['message']}" if e["message"] else ""
-        lines.append(f"    {local_time(e['at']):>16}  {e['kind']} (attempt {e['attempt']}){msg}")
-    return "\n".join(lines)
+        attempt = f" (attempt {e['attempt']})" if e["attempt"] else ""
+        out.append(f"    {local_time(e['at']):>16}  {e['kind']}{attempt}{msg}")
+    return out
+
+
+def outcome(job: dict[str, Any]) -> str:
+    """One line on how a job ended: ``job 5 done (exit 0)``, ``job 6 failed: exit 3; ...``."""
+    st, msg = job["state"], job.get("message") or ""
+    if st == "done":
+        return f"job {job['id']} done" + (f" ({msg})" if msg else "")
+    return f"job {job['id']} {paint(st, st)}" + (f": {msg}" if msg else "")
+
+
+def counts_line(counts: dict[str, int]) -> str:
+    """``3 running, 12 queued, 2 blocked; finished: 40 done, 2 failed``."""
+    active = [f"{counts.get(s, 0)} {s}" for s in ("running", "queued", "blocked") if counts.get(s)]
+    ended = [f"{counts.get(s, 0)} {s}" for s in ("done", "failed", "cancelled") if counts.get(s)]
+    text = ", ".join(active) or "nothing running or queued"
+    return text + (f"; finished: {', '.join(ended)}" if ended else "")
+
+
+def lanes_line(lanes: dict[str, dict[str, int]]) -> str:
+    """``video 2 running, 8 queued · default 1 running``, for lanes with active jobs."""
+    parts = []
+    for name, c in sorted(lanes.items()):
+        bits = [f"{c[s]} {s}" for s in ("running", "queued", "blocked") if c.get(s)]
+        if bits:
+            parts.append(f"{name} {', '.join(bits)}")
+    return " · ".join(parts)
+
+
+def tail_lines(path: str, n: int = 10, max_bytes: int = 16384) -> list[str]:
+    """The last ``n`` lines of a log file ([] if it is missing or unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return []
+    lines = data.decode("utf-8", "replace").splitlines()
+    if size > max_bytes and lines:
+        lines = lines[1:]  # the first may be cut
+    return [ln[:300] for ln in lines[-n:]]
 
 
 def _attempts(job: dict[str, Any]) -> str:

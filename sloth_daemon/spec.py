@@ -20,7 +20,10 @@ from .errors import BadRequest
 FIELDS = frozenset({
     "command", "max_attempts", "lease_s", "not_before", "priority", "lane", "key",
     "cwd", "env", "timeout_s", "label", "shell",
+    "after", "after_any", "after_previous", "retry_exit", "no_retry_exit",
 })
+MAX_PREREQS = 1000  # prerequisites per job
+PREVIOUS = ("after", "after_any")  # after_previous: how a job waits for the one before it in its batch
 
 # id(env) -> (env, its JSON): a batch usually shares one environment object.
 EnvCache = dict[int, tuple[Any, str]]
@@ -51,6 +54,15 @@ class JobSpec(NamedTuple):
     timeout_s: float | None
     label: str | None
     shell: bool
+    after: tuple[int, ...] = ()  # ids that must end done
+    after_any: tuple[int, ...] = ()  # ids that must end, whatever the result
+    after_previous: str | None = None  # "after" | "after_any": on the batch's previous job
+    retry_exit_json: str | None = None
+    no_retry_exit_json: str | None = None
+
+    @property
+    def waits(self) -> bool:
+        return bool(self.after or self.after_any or self.after_previous)
 
     @classmethod
     def parse(cls, s: Mapping[str, Any], defaults: Defaults, env_cache: EnvCache | None = None) -> "JobSpec":
@@ -75,7 +87,49 @@ class JobSpec(NamedTuple):
             timeout_s=number(s.get("timeout_s"), "timeout_s", None, lo=0.001),
             label=text(s.get("label"), "label", None),
             shell=shell,
+            **({} if _DEP_FIELDS.isdisjoint(s) else _waits(s)),
         )
+
+
+_DEP_FIELDS = frozenset({"after", "after_any", "after_previous", "retry_exit", "no_retry_exit"})
+
+
+def _waits(s: Mapping[str, Any]) -> dict[str, Any]:
+    """The round-2 fields of a spec: prerequisites and exit-code rules."""
+    after, after_any = ids(s.get("after"), "after"), ids(s.get("after_any"), "after_any")
+    both = set(after) & set(after_any)
+    if both:
+        raise BadRequest(f"job {min(both)} is in both after and after_any; name it in one")
+    prev = s.get("after_previous")
+    if prev is not None and prev not in PREVIOUS:
+        raise BadRequest(f"after_previous must be one of {', '.join(PREVIOUS)}, got {prev!r}")
+    return dict(after=after, after_any=after_any, after_previous=prev,
+                retry_exit_json=exit_codes(s.get("retry_exit"), "retry_exit"),
+                no_retry_exit_json=exit_codes(s.get("no_retry_exit"), "no_retry_exit"))
+
+
+def ids(v: Any, name: str) -> tuple[int, ...]:
+    """A list of job ids (deduplicated, order kept); None -> ()."""
+    if v is None:
+        return ()
+    if not isinstance(v, list) or len(v) > MAX_PREREQS:
+        raise BadRequest(f"{name} must be a list of at most {MAX_PREREQS} job ids")
+    for i in v:
+        if isinstance(i, bool) or not isinstance(i, int) or not 1 <= i < 2**63:
+            raise BadRequest(f"{name}: {i!r} is not a job id")
+    return tuple(dict.fromkeys(v))
+
+
+def exit_codes(v: Any, name: str) -> str | None:
+    """A list of exit codes 1..255, stored as JSON; None -> None."""
+    if v is None:
+        return None
+    if not isinstance(v, list) or len(v) > 255:
+        raise BadRequest(f"{name} must be a list of exit codes")
+    for c in v:
+        if isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= 255:
+            raise BadRequest(f"{name}: {c!r} is not an exit code from 1 to 255")
+    return json.dumps(sorted(set(v)))
 
 
 def command_json(cmd: Any) -> str:

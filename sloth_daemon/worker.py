@@ -27,21 +27,23 @@ from . import outcomes
 from .adoption import Adoption
 from .clock import ClockReadings, Clocks, Jump, JumpDetector, JumpKind
 from .config import Settings
-from .durations import format_duration
-from .errors import IllegalTransition, JobNotFound, LeaseLost, SlothError, StorageError
+from .errors import JobNotFound, LeaseLost, SlothError, StorageError
 from .lanes import Lanes
 from .models import Job
 from .queue import Queue
 from .runner import job_env
 from .runs import Run, Sink, term_lead, trust_until, worker_name
 from .spawner import Outcome, Spawner, SpawnRequest
+from .worker_actions import WorkerActions
 
 log = logging.getLogger("sloth.worker")
 PRUNE_EVERY_S = 3600.0
 CLAIM_RETRY_S = 0.5  # after a claim the database refused for now (locked, full)
 RECORD_RUNNER_AFTER_S = 1.0  # a process that ends sooner has its identity written with its outcome
 FIRST_PRUNE_S = 60.0
-class Worker(Adoption):
+
+
+class Worker(Adoption, WorkerActions):
     def __init__(
         self, queue: Queue, settings: Settings, spawner: Spawner, *, clocks: Clocks,
         log_path: Callable[[int, int], Path], instance: str,
@@ -63,11 +65,9 @@ class Worker(Adoption):
         self._next_prune = first.awake + FIRST_PRUNE_S
         self._next_due: float | None = None  # from the last claim_due()
         self._tasks: set[asyncio.Task[Any]] = set()
+        queue.on_side_change = self.side_change
 
     # ------------------------------------------------------------- control
-    def wake(self) -> None:
-        self._wake.set()
-
     def spawn_task(self, coro: Any) -> None:
         """Run ``coro`` on the loop, keeping a reference (the loop keeps only weak ones)."""
         task = asyncio.get_running_loop().create_task(coro)
@@ -78,33 +78,6 @@ class Worker(Adoption):
         """Called when the timerfd says the wall clock was set or we resumed."""
         self._next_check = float("-inf")
         self.wake()
-
-    def pause(self, lane: str | None) -> None:
-        self.lanes.pause(lane)
-
-    def resume(self, lane: str | None) -> None:
-        self.lanes.resume(lane)
-        self.wake()
-
-    def retry(self, job_id: int) -> Job:
-        """queue.retry, refused while a cancelled run of the job is still
-        being ended: its new run must not start beside the old process."""
-        if job_id in self.running:
-            raise IllegalTransition(
-                f"job {job_id} is still being stopped (its process tree is ending)",
-                hint=f"Try again in {format_duration(self.settings.kill_grace_s)} at most.")
-        job = self.queue.retry(job_id)
-        self.on_change(job)
-        self.wake()
-        return job
-
-    def cancel(self, job_id: int) -> Job:
-        job = self.queue.cancel(job_id)
-        run = self.running.get(job_id)
-        if run is not None:
-            self._end(run, "cancelled")
-        self.on_change(job)
-        return job
 
     # ---------------------------------------------------------------- loop
     async def run(self) -> None:
@@ -305,12 +278,13 @@ class Worker(Adoption):
         if self.running.get(run.job.id) is run:
             del self.running[run.job.id]
 
-    def _end(self, run: Run, reason: str) -> None:
-        """Begin ending a run's process tree (idempotent)."""
+    def _end(self, run: Run, reason: str, grace_s: float | None = None) -> None:
+        """Begin ending a run's process tree (idempotent); ``grace_s``
+        between SIGTERM and SIGKILL (default: the kill_grace_s setting)."""
         if run.ending is not None or run.outcome is not None:
             return
         run.ending = reason
-        self.spawner.kill(run.token, reason, self.settings.kill_grace_s)
+        self.spawner.kill(run.token, reason, self.settings.kill_grace_s if grace_s is None else grace_s)
 
     def settle(self, awake: float) -> None:
         """Record the outcome of every run whose process ended (an outcome
@@ -379,15 +353,9 @@ class Worker(Adoption):
         await self._wake.wait()
 
     # ----------------------------------------------------------------- misc
-    def prune(self, older_than_s: float) -> int:
-        n = self.queue.prune(older_than_s)
-        if n:
-            remove_orphan_logs(self.log_path(1, 1).parent, self.queue)
-        return n
-
     def status(self) -> dict[str, Any]:
         return {
-            "lanes": self.lanes.status(self.slots_in_use(), self.queue.lanes()),
+            "lanes": self.lanes.status(self.slots_in_use(), self.queue.lane_counts()),
             "paused_all": self.lanes.paused_all,
             "paused_lanes": sorted(self.lanes.paused),
             "running": [{"id": r.job.id, "attempt": r.attempt, "pid": r.pid, "lane": r.job.lane,
@@ -400,21 +368,4 @@ class Worker(Adoption):
         }
 
 
-def remove_orphan_logs(root: Path, queue: Queue) -> None:
-    """Delete log files of jobs the queue no longer has (after a prune)."""
-    if not root.is_dir():
-        return
-    exists: dict[int, bool] = {}
-    for f in root.iterdir():
-        head = f.name.split(".", 1)[0]
-        if not head.isdigit():
-            continue
-        jid = int(head)
-        if jid not in exists:
-            try:
-                queue.get(jid)
-                exists[jid] = True
-            except JobNotFound:
-                exists[jid] = False
-        if not exists[jid]:
-            f.unlink(missing_ok=True)
+# What an exit status usually means, for a job's history.

@@ -509,7 +509,7 @@ class Soak:
             argv += ["--timeout", f"{j.timeout_s}s"]
         p = self.h.cli(*argv, "--", *j.argv, timeout_s=90)
         if p.returncode == 0:
-            return int(json.loads(p.stdout)["id"])
+            return int(json.loads(p.stdout)["ids"][0])
         if p.returncode not in (1, 3):  # 3: not running; 1: cut off mid-request
             self.violation(f"sloth add exited {p.returncode}: {p.stderr.strip()[:300]}")
         with self.lock:
@@ -575,7 +575,7 @@ class Soak:
             try:
                 with Client(self.h.socket, timeout_s=30) as c:
                     last = c.call("status")["counts"]
-                if last.get("queued", 0) == 0 and last.get("claimed", 0) == 0:
+                if not any(last.get(s, 0) for s in ("blocked", "queued", "running")):
                     return
             except TRANSIENT:
                 self.check_daemon()

@@ -4,6 +4,22 @@
 is one queue shared by the daemons of several machines. Each backend module
 is the only place that speaks its SQL; the contract tests run against every
 backend. :func:`open_queue` picks one from a path or a URL.
+
+What SQLite schema v5 (issue 9) added to the contract, for a backend to port (each
+method's docstring in the sqlite modules says its transitions and errors;
+tests/unit/test_queue_daily.py is their contract test):
+
+* states ``blocked`` (waits for prerequisites; in no claim index) and
+  ``running`` (was ``claimed``); ``counts()`` names all six;
+* ``enqueue_many`` specs with ``after``/``after_any``/``after_previous`` and
+  ``retry_exit``/``no_retry_exit``; every transition that ends a job settles
+  its blocked dependents in the same transaction and reports them, after the
+  commit, to ``on_side_change``; ``retry`` may go back to ``blocked``;
+* ``cancel_many``, ``retry_many``, ``restart``, ``prune(states=, lane=,
+  dry_run=)``: one transaction each, returning ``models.Batch``;
+* reads: ``listing`` (``models.Listing``), ``running`` (``claimed`` is an
+  alias), ``prereqs``, ``dependents``, ``lane_counts``, ``lane_busy``,
+  ``lane_rows``; lanes table writes ``set_lane``, ``forget_lane``.
 """
 
 from __future__ import annotations

@@ -7,26 +7,36 @@ Knows nothing of sockets, processes or the CLI. Every write is one short
 ``BEGIN IMMEDIATE`` transaction (db.transaction), every time is a bound
 parameter read from the injected clock: SQL never reads the clock.
 
-What ``claim`` picks, and in which order, is sqlite_pick.py's.
+What ``claim`` picks, and in which order, is sqlite_pick.py's; what a job's
+end does to the jobs waiting for it, sqlite_deps.py's.
+
+States: blocked -> queued -> running -> done | failed | cancelled (and
+running -> queued for a retry or an interruption). Besides the job it
+returns, a transition that ends a job may queue or cancel jobs that were
+added after it; those are passed, after the commit, to ``on_side_change``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import secrets
 import sqlite3
 from pathlib import Path
-from typing import Any, Collection, Sequence
+from typing import Any, Callable, Collection, Iterator, Sequence
 
 from .. import db
+from . import sqlite_deps as deps
 from . import sqlite_pick as pick
+from .sqlite_batch import SqliteBatch
 from .sqlite_enqueue import SQL_ACTIVE_KEY, SqliteEnqueue
 from .sqlite_reads import SqliteReads
 from ..clock import Clock, SystemClock
+from ..durations import format_duration
 from ..errors import BadRequest, IllegalTransition, LeaseLost
-from ..models import ACTIVE_STATES, FINISHED_STATES, Job, JobState
+from ..models import ACTIVE_STATES, Job, JobState
 from ..spec import number
 
 DEFAULT_LEASE_S = 60.0
@@ -38,8 +48,10 @@ DEFAULT_BACKOFF_CAP_S = 300.0
 MAX_CRASH_REFUNDS = 3
 
 
-class SqliteQueue(SqliteEnqueue, SqliteReads):
+class SqliteQueue(SqliteBatch, SqliteEnqueue, SqliteReads):
     """A durable lease queue over one SQLite file (see module docstring)."""
+
+    on_side_change: Callable[[Job], None] | None = None  # see the module docstring
 
     def __init__(
         self,
@@ -63,6 +75,20 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
         self._conn = db.connect(self.path, busy_timeout_s=min(self._patience_s, db.BUSY_TIMEOUT_MS / 1000))
         self._envs: dict[int, dict[str, str]] = {}  # env_id -> env, decoded once
         self._conn.row_factory = sqlite3.Row
+        self._side: list[sqlite3.Row] = []  # dependents changed by the open transaction
+
+    @contextlib.contextmanager
+    def _tx(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """db.transaction (with this queue's patience for locks), then (after
+        the commit only) tell ``on_side_change`` of each dependent the
+        transaction queued or cancelled."""
+        self._side = []
+        with db.transaction(self._conn, durable=durable, patience_s=self._patience_s) as c:
+            yield c
+        side, self._side = self._side, []
+        if self.on_side_change is not None:
+            for row in side:
+                self.on_side_change(self._job(row))
 
     # ------------------------------------------------------------------- claim
     def claim(
@@ -71,10 +97,11 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
     ) -> Job | None:
         """Lease the most urgent due job to ``worker``, or return None.
 
-        Due means ``queued`` with ``not_before <= now``, or ``claimed`` with an
-        expired lease (``lease_until < now``, strict). Transition: -> claimed,
-        ``attempts`` and ``tries`` + 1, fresh token, ``lease_until = now + lease``, event
-        ``claimed`` or ``reclaimed``. An expired job with no tries left goes
+        Due means ``queued`` with ``not_before <= now``, or ``running`` with an
+        expired lease (``lease_until < now``, strict); never ``blocked``.
+        Transition: -> running, ``attempts`` and ``tries`` + 1, fresh token,
+        ``lease_until = now + lease``, event ``claimed`` or ``reclaimed``. An
+        expired job with no tries left goes
         to ``failed`` instead (event ``lease_expired``) and the search goes on.
         The returned Job keeps the previous attempt's ``runner`` identity so a
         caller can make sure that process is gone before running it again.
@@ -114,13 +141,13 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
         token = secrets.token_hex(8)
         attempt = row["attempts"] + 1
         out = c.execute(
-            "UPDATE jobs SET state = 'claimed', attempts = ?, tries = tries + 1, token = ?, worker = ?,"
+            "UPDATE jobs SET state = 'running', attempts = ?, tries = tries + 1, token = ?, worker = ?,"
             " lease_until = ?, updated_at = ? WHERE id = ? RETURNING *",
             (attempt, token, worker, now + lease, now, row["id"]),
         ).fetchone()
         msg = f"by {worker}"
-        if expired:
-            msg += f"; lease of {row['worker']} expired at {row['lease_until']:.3f}"
+        if expired:  # how long ago, not an epoch: the event's own time is shown beside it
+            msg += f"; lease of {row['worker']} ran out {format_duration(now - row['lease_until'])} before"
         self._event(c, row["id"], now, "reclaimed" if expired else "claimed", attempt, msg)
         return self._job(out)
 
@@ -178,7 +205,7 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
     def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None,
                  ended_at: float | None = None, runner: dict[str, Any] | None = None,
                  durable: bool = True) -> Job:
-        """claimed -> done. ``ended_at``: when the process really ended (it
+        """running -> done (dependents may be queued). ``ended_at``: when the process really ended (it
         may have ended while no daemon ran), else now. ``runner``: the
         attempt's process identity if not recorded yet (set_runner), written
         in the same transaction. ``durable=False`` commits without an fsync:
@@ -197,9 +224,10 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
         exit_code: int | None = None, ended_at: float | None = None,
         runner: dict[str, Any] | None = None, durable: bool = True,
     ) -> Job:
-        """claimed -> queued with ``not_before = now + min(2**tries, cap)`` while
-        tries remain (and ``retry``), else -> failed (``ended_at``, ``runner``
-        and ``durable`` as for complete). Raises LeaseLost."""
+        """running -> queued with ``not_before = now + min(2**tries, cap)`` while
+        tries remain (and ``retry``), else -> failed (dependents that need it
+        done are cancelled, the others may be queued). ``ended_at``,
+        ``runner`` and ``durable`` as for complete. Raises LeaseLost."""
         now = self.clock.now()
         ended = _past(ended_at, now)
         with self._tx(durable=durable) as c:
@@ -224,7 +252,7 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
     def release(self, job_id: int, token: str, *, message: str = "interrupted",
                 kind: str = "interrupted", runner: dict[str, Any] | None = None,
                 durable: bool = True) -> Job:
-        """claimed -> queued, due now, the try given back (event ``kind``:
+        """running -> queued, due now, the try given back (event ``kind``:
         ``interrupted`` by a stopping daemon, ``fenced`` when its keeper ended
         it for want of a lease renewal).
 
@@ -261,61 +289,54 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
 
     # ---------------------------------------------------------- user actions
     def cancel(self, job_id: int, *, message: str = "cancelled by user") -> Job:
-        """queued|claimed -> cancelled. A claimed job's holder loses its lease
-        (its token is cleared); ending its process is the caller's business."""
+        """blocked|queued|running -> cancelled; what waits for it to be done is
+        cancelled too. A running job's holder loses its lease (its token is
+        cleared); ending its process is the caller's business. Raises
+        IllegalTransition for a finished job, JobNotFound."""
         now = self.clock.now()
         with self._tx() as c:
             row = self._get_row(c, job_id)
             if row["state"] not in ACTIVE_STATES:
                 raise IllegalTransition(
-                    f"job {job_id} is {row['state']}; only queued or running jobs can be cancelled"
+                    f"job {job_id} is {row['state']}; only blocked, queued or running jobs can be cancelled"
                 )
             return self._finish(c, job_id, JobState.CANCELLED, now, row["attempts"],
                                 "cancelled", message)
 
     def retry(self, job_id: int) -> Job:
         """failed|cancelled -> queued, due now, with a fresh budget of tries
-        (``attempts`` keeps counting runs)."""
+        (``attempts`` keeps counting runs);
+        -> blocked instead while a job it was added after is unfinished (one
+        that failed no longer stops it: retrying is the user's say-so).
+        Raises IllegalTransition (other states, or its key is taken by an
+        active job), JobNotFound."""
         now = self.clock.now()
         with self._tx() as c:
-            row = self._get_row(c, job_id)
-            if row["state"] not in (JobState.FAILED.value, JobState.CANCELLED.value):
-                raise IllegalTransition(
-                    f"job {job_id} is {row['state']}; only failed or cancelled jobs can be retried",
-                    hint="A queued or running job will run anyway; a done job can be re-added.",
-                )
-            if row["key"] is not None:
-                other = c.execute(SQL_ACTIVE_KEY, (row["key"],)).fetchone()
-                if other:
-                    raise IllegalTransition(
-                        f"job {other[0]} with the same key {row['key']!r} is still active",
-                        hint=f"Wait for job {other[0]} or cancel it first.",
-                    )
-            out = c.execute(
-                "UPDATE jobs SET state = 'queued', tries = 0, refunds = 0, not_before = ?, token = NULL,"
-                " lease_until = NULL, finished_at = NULL, updated_at = ? WHERE id = ? RETURNING *",
-                (now, now, job_id),
-            ).fetchone()
-            self._event(c, job_id, now, "retried", row["attempts"], "back to queued by user")
-            return self._job(out)
+            return self._retry(c, self._get_row(c, job_id), now)
 
-    def prune(self, older_than_s: float) -> int:
-        """Delete finished jobs (and their events) that ended more than
-        ``older_than_s`` ago. Returns how many jobs were deleted."""
-        if older_than_s is None:
-            raise BadRequest("older_than_s must be a number of seconds, got None")
-        older = number(older_than_s, "older_than_s", 0.0, lo=0)
-        cutoff = self.clock.now() - older
-        with self._tx() as c:
-            cur = c.execute(
-                "DELETE FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ?"
-                " AND state IN (?, ?, ?)", (cutoff, *FINISHED_STATES),
+    def _retry(self, c: sqlite3.Connection, row: sqlite3.Row, now: float) -> Job:
+        job_id = row["id"]
+        if row["state"] not in (JobState.FAILED.value, JobState.CANCELLED.value):
+            raise IllegalTransition(
+                f"job {job_id} is {row['state']}; only failed or cancelled jobs can be retried",
+                hint="A queued or running job will run anyway; `sloth restart` queues a finished one again.",
             )
-            if cur.rowcount:
-                c.execute("DELETE FROM envs WHERE NOT EXISTS"
-                          " (SELECT 1 FROM jobs WHERE jobs.env_id = envs.id)")
-                self._envs.clear()
-            return cur.rowcount
+        if row["key"] is not None:
+            other = c.execute(SQL_ACTIVE_KEY, (row["key"],)).fetchone()
+            if other:
+                raise IllegalTransition(
+                    f"job {other[0]} with the same key {row['key']!r} is still active",
+                    hint=f"Wait for job {other[0]} or cancel it first.",
+                )
+        waits = deps.still_waits(c, job_id)
+        out = c.execute(
+            "UPDATE jobs SET state = ?, tries = 0, refunds = 0, not_before = ?, token = NULL,"
+            " lease_until = NULL, finished_at = NULL, updated_at = ? WHERE id = ? RETURNING *",
+            ("queued" if waits is None else "blocked", now, now, job_id),
+        ).fetchone()
+        why = "back to queued by user" if waits is None else f"retried by user; waits for job {waits}"
+        self._event(c, job_id, now, "retried", row["attempts"], why)
+        return self._job(out)
 
     def set_meta(self, key: str, value: Any) -> None:
         with self._tx() as c:
@@ -324,6 +345,20 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
                 " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 (key, json.dumps(value)),
             )
+
+    def set_lane(self, name: str, concurrency: int | None, config_was: int | None = None) -> None:
+        """Record a lane (and, unless None, the concurrency `sloth lane set`
+        gave it, with the config's value at that moment)."""
+        with self._tx() as c:
+            c.execute(
+                "INSERT INTO lanes (name, concurrency, config_was, created_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT(name) DO UPDATE SET concurrency = excluded.concurrency,"
+                " config_was = excluded.config_was", (name, concurrency, config_was, self.clock.now()))
+
+    def forget_lane(self, name: str) -> None:
+        """Remove a lane from the lanes table (its jobs, if any, keep their lane)."""
+        with self._tx() as c:
+            c.execute("DELETE FROM lanes WHERE name = ?", (name,))
 
     def abandon(self, job_id: int, token: str, *, message: str, refund: bool = False) -> Job:
         """Declare the holder of ``token`` gone (e.g. the daemon that held it
@@ -360,7 +395,7 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
     # --------------------------------------------------------------- helpers
     def _held(self, c: sqlite3.Connection, job_id: int, token: str) -> sqlite3.Row:
         row = self._get_row(c, job_id)
-        if row["state"] != JobState.CLAIMED.value or row["token"] is None or row["token"] != token:
+        if row["state"] != JobState.RUNNING.value or row["token"] is None or row["token"] != token:
             if (row["state"] == JobState.QUEUED.value and row["token"] is None
                     and row["attempts"] == 0):
                 raise IllegalTransition(f"job {job_id} is queued, not claimed by anyone")
@@ -382,6 +417,7 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
              exit_code, now, now, job_id),
         ).fetchone()
         self._event(c, job_id, now, kind, attempt, message)
+        self._side += deps.release(c, job_id, state.value, now)
         return self._job(out)
 
     @staticmethod

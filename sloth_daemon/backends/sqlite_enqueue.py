@@ -2,7 +2,9 @@
 
 A base class of SqliteQueue (sqlite.py). A batch is validated whole before
 anything is written (all or none), each distinct environment is stored
-once, and runs of keyless jobs go in with one executemany.
+once, and runs of keyless jobs go in with one executemany. A job that waits
+for others goes in on its own, ``blocked`` (see sqlite_deps.py); each lane a
+batch names is registered (the lanes table outlives the lane's jobs).
 """
 
 from __future__ import annotations
@@ -12,19 +14,25 @@ import sqlite3
 from typing import Any, Callable, ContextManager, Iterable, Mapping, Sequence
 
 from ..clock import Clock
+from ..errors import BadRequest
 from ..spec import Defaults, EnvCache, JobSpec
+from . import sqlite_deps as deps
 
 # The literal IN list must match jobs_active_key's WHERE for the partial index
 # to apply; with bound parameters it cannot, and the lookup scans the table.
 SQL_ACTIVE_KEY = (
     "SELECT id FROM jobs INDEXED BY jobs_active_key"
-    " WHERE key = ? AND state IN ('queued', 'claimed')"
+    " WHERE key = ? AND state IN ('blocked', 'queued', 'running')"
 )
-SQL_INSERT = (
-    "INSERT INTO jobs (command, state, lane, priority, max_attempts, lease_s,"
-    " timeout_s, not_before, key, cwd, env_id, label, shell, created_at, updated_at)"
-    " VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_COLUMNS = ("command, lane, priority, max_attempts, lease_s, timeout_s, not_before, key, cwd,"
+            " env_id, label, shell, created_at, updated_at, retry_exit, no_retry_exit")
+SQL_INSERT = f"INSERT INTO jobs (state, {_COLUMNS}) VALUES ('queued', {', '.join('?' * 16)})"
+# A job that waits for others: its state (blocked, queued or cancelled) is decided at insert.
+SQL_INSERT_WAITING = (
+    f"INSERT INTO jobs (state, message, finished_at, prereqs, {_COLUMNS})"
+    f" VALUES ({', '.join('?' * 20)})"
 )
+SQL_ADD_LANE = "INSERT INTO lanes (name, created_at) VALUES (?, ?) ON CONFLICT(name) DO NOTHING"
 
 
 class SqliteEnqueue:
@@ -66,32 +74,83 @@ class SqliteEnqueue:
         )[0]
 
     def enqueue_many(self, specs: Iterable[Mapping[str, Any]]) -> list[int]:
-        """Enqueue many jobs in one transaction; all or none. Same rules as enqueue."""
+        """Enqueue many jobs in one transaction; all or none. Same rules as
+        enqueue. A spec with ``after``/``after_any`` (ids) or ``after_previous``
+        (on the batch's previous job) starts ``blocked`` while any of those is
+        unfinished, ``cancelled`` (event ``cancelled``) if one it needs done
+        already failed or was cancelled, else ``queued``. Raises BadRequest
+        for invalid fields, JobNotFound for a prerequisite that does not exist."""
         cache: EnvCache = {}
         defaults = Defaults(self.max_attempts, self.lease_s)
         rows = [JobSpec.parse(s, defaults, cache) for s in specs]  # validate all before writing any
+        if rows and rows[0].after_previous:
+            raise BadRequest("after_previous on the first job of a batch: it has no previous job")
         now = self.clock.now()
-        ids: list[int] = []
-        run: list[tuple] = []  # consecutive rows without a key, inserted by one executemany
         with self._tx() as c:
-            env_ids: dict[str, int] = {}  # one envs row per distinct environment
-            for r in rows:
-                if r.env_json is not None and r.env_json not in env_ids:
-                    env_ids[r.env_json] = _put_env(c, r.env_json)
-            for r in rows:
-                env_id = None if r.env_json is None else env_ids[r.env_json]
-                if r.key is None:
-                    run.append(_values(r, env_id, now))
-                    continue
-                ids += _insert_run(c, run)
-                run = []
-                hit = c.execute(SQL_ACTIVE_KEY, (r.key,)).fetchone()
-                if hit:
-                    ids.append(hit[0])
-                    continue
-                ids.append(int(c.execute(SQL_INSERT, _values(r, env_id, now)).lastrowid or 0))
-            ids += _insert_run(c, run)
-        return ids
+            for lane in {r.lane for r in rows}:
+                c.execute(SQL_ADD_LANE, (lane, now))
+            return _Batch(c, now, _put_envs(c, rows)).insert(rows)
+
+
+class _Batch:
+    """Inserting one validated batch inside its transaction."""
+
+    def __init__(self, c: sqlite3.Connection, now: float, env_ids: dict[str, int]) -> None:
+        self.c, self.now, self.env_ids = c, now, env_ids
+        self.ids: list[int] = []
+        self.run: list[tuple] = []  # consecutive plain rows, inserted by one executemany
+        self.states: dict[int, str] = {}  # states read or written so far (see deps.initial_state)
+        self.deps: list[tuple[int, int, str]] = []  # deps rows, inserted at the end in one executemany
+
+    def insert(self, rows: list[JobSpec]) -> list[int]:
+        for r in rows:
+            env_id = None if r.env_json is None else self.env_ids[r.env_json]
+            if r.key is None and not r.waits:
+                self.run.append(_values(r, env_id, self.now))
+                continue
+            self.flush()
+            hit = self.c.execute(SQL_ACTIVE_KEY, (r.key,)).fetchone() if r.key is not None else None
+            if hit:
+                self.ids.append(hit[0])
+            elif r.waits:
+                self.ids.append(self._waiting(r, env_id))
+            else:
+                self.ids.append(int(self.c.execute(SQL_INSERT, _values(r, env_id, self.now)).lastrowid or 0))
+        self.flush()
+        deps.add_deps(self.c, self.deps)
+        return self.ids
+
+    def flush(self) -> None:
+        self.ids += _insert_run(self.c, self.run)
+        self.run = []
+
+    def _waiting(self, r: JobSpec, env_id: int | None) -> int:
+        wanted = [(i, deps.NEED_DONE) for i in r.after] + [(i, deps.NEED_END) for i in r.after_any]
+        if r.after_previous:
+            need = deps.NEED_DONE if r.after_previous == "after" else deps.NEED_END
+            wanted.append((self.ids[-1], need))
+        state, why = deps.initial_state(self.c, wanted, self.states)
+        shown = deps.prereqs_json([i for i, n in wanted if n == deps.NEED_DONE],
+                                  [i for i, n in wanted if n == deps.NEED_END])
+        finished = self.now if state == "cancelled" else None
+        message = why if state == "cancelled" else ""
+        jid = int(self.c.execute(SQL_INSERT_WAITING, (state, message, finished, shown,
+                                                      *_values(r, env_id, self.now))).lastrowid or 0)
+        self.deps += [(jid, pid, need) for pid, need in wanted]
+        if state == "cancelled":
+            self.c.execute("INSERT INTO events (job_id, at, kind, attempt, message) VALUES (?, ?, ?, 0, ?)",
+                           (jid, self.now, "cancelled", why))
+        self.states[jid] = state
+        return jid
+
+
+def _put_envs(c: sqlite3.Connection, rows: list[JobSpec]) -> dict[str, int]:
+    """One envs row per distinct environment of the batch: text -> id."""
+    env_ids: dict[str, int] = {}
+    for r in rows:
+        if r.env_json is not None and r.env_json not in env_ids:
+            env_ids[r.env_json] = _put_env(c, r.env_json)
+    return env_ids
 
 
 def _put_env(c: sqlite3.Connection, text: str) -> int:
@@ -105,7 +164,7 @@ def _put_env(c: sqlite3.Connection, text: str) -> int:
 def _values(r: JobSpec, env_id: int | None, now: float) -> tuple:
     nb = now if r.not_before is None else r.not_before
     return (r.command_json, r.lane, r.priority, r.max_attempts, r.lease_s, r.timeout_s, nb,
-            r.key, r.cwd, env_id, r.label, int(r.shell), now, now)
+            r.key, r.cwd, env_id, r.label, int(r.shell), now, now, r.retry_exit_json, r.no_retry_exit_json)
 
 
 def _insert_run(c: sqlite3.Connection, run: list[tuple]) -> list[int]:

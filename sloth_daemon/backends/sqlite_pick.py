@@ -36,13 +36,13 @@ SQL_READY_AT_PRIO = (
     " AND priority = ? AND not_before <= ? ORDER BY not_before, id LIMIT 1"
 )
 SQL_EXPIRED = (
-    "SELECT * FROM jobs INDEXED BY jobs_lease WHERE state = 'claimed' AND lease_until < ?"
+    "SELECT * FROM jobs INDEXED BY jobs_lease WHERE state = 'running' AND lease_until < ?"
 )
 SQL_FIRST_DUE_IN_LANE = (
     "SELECT min(not_before) FROM jobs INDEXED BY jobs_due WHERE state = 'queued' AND lane = ?"
 )
 SQL_LEASES = (
-    "SELECT id, lane, lease_until FROM jobs INDEXED BY jobs_lease WHERE state = 'claimed'"
+    "SELECT id, lane, lease_until FROM jobs INDEXED BY jobs_lease WHERE state = 'running'"
     " AND lease_until IS NOT NULL ORDER BY lease_until"
 )
 

@@ -1,8 +1,9 @@
 """The read side of the SQLite queue: jobs, events, counts, lanes, meta.
 
-A base class of SqliteQueue (sqlite.py), split off to keep each module
-small; reads run outside any write transaction (WAL readers never block the
-writer, nor wait for it).
+A base class of SqliteQueue (sqlite.py) and of the read-only view the CLI
+opens when no daemon answers (sqlite_readonly.py), split off to keep each
+module small; reads run outside any write transaction (WAL readers never
+block the writer, nor wait for it).
 """
 
 from __future__ import annotations
@@ -13,12 +14,26 @@ from typing import Any, Collection, ContextManager, Sequence
 
 from .. import db
 from ..errors import JobNotFound
-from ..models import Event, Job, JobState
+from ..models import STATE_NAMES, Event, Job, JobState
 from ..spec import integer
+from . import sqlite_deps as deps
 from . import sqlite_pick as pick
+from .sqlite_listing import SqliteListing
 
 
-class SqliteReads:
+SQL_BY_ID = "SELECT * FROM jobs WHERE id = ?"
+SQL_BUSY_QUEUED = "SELECT 1 FROM jobs INDEXED BY jobs_due WHERE state = 'queued' AND lane = ? LIMIT 1"
+SQL_BUSY_BLOCKED = "SELECT 1 FROM jobs INDEXED BY jobs_blocked WHERE state = 'blocked' AND lane = ? LIMIT 1"
+SQL_BUSY_RUNNING = "SELECT 1 FROM jobs INDEXED BY jobs_lease WHERE state = 'running' AND lane = ? LIMIT 1"
+SQL_LANE_BLOCKED = ("SELECT lane, 'blocked', count(*) FROM jobs INDEXED BY jobs_blocked"
+                    " WHERE state = 'blocked' GROUP BY lane")
+SQL_LANE_QUEUED = ("SELECT lane, 'queued', count(*) FROM jobs INDEXED BY jobs_due"
+                   " WHERE state = 'queued' GROUP BY lane")
+SQL_LANE_RUNNING = ("SELECT lane, 'running', count(*) FROM jobs INDEXED BY jobs_lease"
+                    " WHERE state = 'running' GROUP BY lane")
+
+
+class SqliteReads(SqliteListing):
     _conn: sqlite3.Connection
     _envs: dict[int, dict[str, str]]  # env_id -> env, decoded once
     _patience_s: float
@@ -59,15 +74,28 @@ class SqliteReads:
         return [Event(**dict(r)) for r in rows]
 
     def counts(self) -> dict[str, int]:
-        out = {s.value: 0 for s in JobState}
+        """Jobs per state, every state named (0 for none)."""
+        out = dict.fromkeys(STATE_NAMES, 0)
         for st, n in self._conn.execute("SELECT state, count(*) FROM jobs GROUP BY state"):
             out[st] = n
         return out
 
-    def claimed(self) -> list[Job]:
+    def running(self) -> list[Job]:
         """All jobs currently leased (running somewhere, or lost)."""
         return [self._job(r) for r in self._conn.execute(
-            "SELECT * FROM jobs WHERE state = 'claimed' ORDER BY id")]
+            "SELECT * FROM jobs WHERE state = 'running' ORDER BY id")]
+
+    claimed = running  # the name of schema v1-v3 days
+
+    def prereqs(self, job_id: int) -> list[dict[str, Any]]:
+        """What the job was added after: [{id, need ('done' | 'end'), state}]
+        (a pruned prerequisite is no longer listed)."""
+        return deps.prereqs(self._conn, job_id)
+
+    def dependents(self, job_id: int) -> list[int]:
+        """Ids of the jobs added after this one."""
+        return [r[0] for r in self._conn.execute(
+            "SELECT job_id FROM deps WHERE after_id = ? ORDER BY job_id", (job_id,))]
 
     def next_due_at(self, lanes: Sequence[str] | None = None, *,
                     exclude_lanes: Collection[str] = (),
@@ -77,9 +105,28 @@ class SqliteReads:
         return pick.next_due_at(self._conn, lanes, exclude_lanes, exclude_ids)
 
     def lanes(self) -> list[str]:
-        """Lanes that have queued or claimed jobs."""
-        claimed = {r[0] for r in self._conn.execute("SELECT lane FROM jobs WHERE state = 'claimed'")}
-        return sorted(set(pick.queued_lanes(self._conn)) | claimed)
+        """Lanes that have blocked, queued or running jobs."""
+        return sorted(self.lane_counts())
+
+    def lane_counts(self) -> dict[str, dict[str, int]]:
+        """lane -> {blocked, queued, running: n} for lanes with active jobs,
+        by index-only scans (finished jobs are not read)."""
+        out: dict[str, dict[str, int]] = {}
+        for sql in (SQL_LANE_BLOCKED, SQL_LANE_QUEUED, SQL_LANE_RUNNING):
+            for lane, state, n in self._conn.execute(sql):
+                out.setdefault(lane, {"blocked": 0, "queued": 0, "running": 0})[state] = n
+        return out
+
+    def lane_busy(self, lane: str) -> bool:
+        """True while the lane has a blocked, queued or running job (index seeks only)."""
+        return any(self._conn.execute(sql, (lane,)).fetchone() is not None
+                   for sql in (SQL_BUSY_QUEUED, SQL_BUSY_BLOCKED, SQL_BUSY_RUNNING))
+
+    def lane_rows(self) -> dict[str, dict[str, Any]]:
+        """The lanes table: name -> {concurrency, config_was, created_at}
+        (concurrency and config_was are None unless `sloth lane set` set them)."""
+        return {r[0]: {"concurrency": r[1], "config_was": r[2], "created_at": r[3]} for r in self._conn.execute(
+            "SELECT name, concurrency, config_was, created_at FROM lanes ORDER BY name")}
 
     def get_meta(self, key: str, default: Any = None) -> Any:
         """A small persisted setting (JSON value), e.g. which lanes are paused."""
@@ -102,7 +149,7 @@ class SqliteReads:
     def _get_row(self, c: sqlite3.Connection, job_id: int) -> sqlite3.Row:
         if isinstance(job_id, bool) or not isinstance(job_id, int):
             raise JobNotFound(job_id)
-        row = c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        row = c.execute(SQL_BY_ID, (job_id,)).fetchone()
         if row is None:
             raise JobNotFound(job_id)
         return row

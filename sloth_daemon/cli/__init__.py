@@ -1,8 +1,10 @@
 """The ``sloth`` command line: a Typer app that is a client of the daemon's socket.
 
-app.py holds the app and what commands share; jobs.py, admin.py and
-service.py register the commands. The daemon is imported only by
-``sloth daemon run``.
+app.py holds the app and what commands share; jobs.py (add), look.py (ls,
+show, logs, status), watch.py (wait), act.py (cancel, retry, restart, kill,
+pause, resume, prune), lanes.py, admin.py and service.py register the
+commands. Each imports only typer at top level (`sloth add` pays for every
+import); the daemon is imported only by ``sloth daemon run``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import sys
 
 import typer
 
-from . import admin, jobs, service  # noqa: F401  (registering their commands is the import)
+# Registering their commands is the import; `sloth --help` lists them in this order.
+from . import jobs, look, watch, act, lanes, admin, service  # noqa: F401
 from .app import app
 
 

@@ -1,11 +1,13 @@
-"""Commands on the daemon and its settings: config, daemon run|start|stop|status."""
+"""Commands on the daemon and its settings: config, daemon run|start|stop|status|reload."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import typer
 
 from .. import errors
-from .app import app, call, daemon_app, duration, emit_json, handles_errors, paths
+from .app import app, call, call_or_read, daemon_app, duration, emit_json, handles_errors, paths
 from .jobs import _start_daemon
 
 
@@ -15,28 +17,42 @@ def config(
     as_json: bool = typer.Option(False, "--json"),
     example: bool = typer.Option(False, "--example", help="Print an example config file."),
 ) -> None:
-    """Show the effective settings and where each comes from."""
+    """Show the settings in force and where each comes from (the daemon's,
+    or the file's when none runs), lanes as `sloth lane set` left them."""
     from .. import config as cfg
 
     if example:
         typer.echo(cfg.EXAMPLE, nl=False)
         return
     p = paths()
-    s = cfg.load(p.config_file)
-    d = s.as_dict()
+    import json
+
+    # A broken file is an error even while the daemon runs; JSON-shaped, to compare with the daemon's answer.
+    file = json.loads(json.dumps(cfg.load(p.config_file).as_dict()))
+    d = call_or_read("config")
     d["paths"] = p.as_dict()
-    if as_json:
-        emit_json(d)
-        return
-    typer.echo(f"config file: {p.config_file}{'' if p.config_file.exists() else ' (not present; defaults apply)'}")
+    d["file_differs"] = d["settings"] != file["settings"] or d["lanes"] != file["lanes"]
+    emit_json(d) if as_json else _print_config(d, p.config_file)
+
+
+def _print_config(d: dict[str, Any], file: Any) -> None:
+    typer.echo(f"config file: {file}{'' if file.exists() else ' (not present; defaults apply)'}")
+    if d["file_differs"]:
+        typer.echo("  (the file has changed since the daemon read it: `sloth daemon reload` applies it)")
     for k, v in d["settings"].items():
-        typer.echo(f"  {k:<20} {v['value']!s:<12} ({v['source']})")
+        typer.echo(f"  {k:<20} {_shown(v['value']):<12} ({v['source']})")
     typer.echo("lanes:")
-    for k, v in d["lanes"].items():
+    for k, v in d.get("lanes_in_force", d["lanes"]).items():
         typer.echo(f"  {k:<20} {v['concurrency']!s:<12} ({v['source']})")
     typer.echo("paths:")
     for k, v in d["paths"].items():
         typer.echo(f"  {k:<20} {v}")
+
+
+def _shown(v: object) -> str:
+    if isinstance(v, (list, tuple)):
+        return ", ".join(map(str, v)) or "(none)"
+    return repr(v) if v == "" else str(v)
 
 
 # ------------------------------------------------------------------ daemon
@@ -96,6 +112,19 @@ def _stop(keep_jobs: bool, timeout_s: float) -> tuple[int, int]:
     if not wait_gone(st["pid"], timeout_s):
         raise errors.SlothError(f"daemon pid {st['pid']} did not exit in time", hint="Check `sloth daemon status`.")
     return st["pid"], len(st.get("running", []))
+
+
+@daemon_app.command("reload")
+@handles_errors
+def daemon_reload(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Re-read config.toml now (as SIGHUP does): no restart, running jobs untouched."""
+    res = call("reload")
+    if as_json:
+        emit_json(res)
+        return
+    for line in res["changed"] + res["notes"]:
+        typer.echo(line)
+    typer.echo(f"reloaded {res['file']}" + ("" if res["changed"] or res["notes"] else ": nothing changed"))
 
 
 @daemon_app.command("status")

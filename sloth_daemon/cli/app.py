@@ -30,11 +30,22 @@ daemon_app = typer.Typer(help="Run, start, stop or inspect the background daemon
 app.add_typer(daemon_app, name="daemon")
 
 _DEBUG = False
+_TOLD_OFFLINE = False  # "no daemon is running" said once per command
+
+
+def _version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        typer.echo(f"sloth {__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
 def _root(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors."),
+    version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
 ) -> None:
     global _DEBUG
     _DEBUG = debug or bool(os.environ.get("SLOTH_DEBUG"))
@@ -70,13 +81,30 @@ def paths():  # noqa: ANN201 - lazy import keeps start-up lean
 
 def connect(*, timeout_s: float | None = 30.0):  # noqa: ANN201
     from ..client import Client
+    from ..locate import daemon_socket
 
-    return Client(paths().socket, timeout_s=timeout_s)
+    return Client(daemon_socket(paths()), timeout_s=timeout_s)
 
 
 def call(op: str, **args: Any) -> Any:
     with connect() as c:
         return c.call(op, **args)
+
+
+def call_or_read(op: str, **args: Any) -> Any:
+    """``call``, or, when no daemon answers, the same answer read from the
+    queue file read-only (for ls, show, logs, lanes, status, config), with
+    a note on stderr."""
+    try:
+        return call(op, **args)
+    except errors.DaemonNotRunning:
+        from .offline import answer
+
+        global _TOLD_OFFLINE
+        if not _TOLD_OFFLINE:
+            typer.echo("sloth: no daemon is running; reading the queue file (read-only)", err=True)
+            _TOLD_OFFLINE = True
+        return answer(paths(), op, **args)
 
 
 def emit_json(data: Any) -> None:

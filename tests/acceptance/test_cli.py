@@ -50,7 +50,10 @@ def one_error(p: subprocess.CompletedProcess[str], *words: str) -> None:
 
 
 def show(h, jid: int) -> dict:
-    return h.cli_json("show", str(jid))
+    """`sloth show --json` of one job, as {job, events}."""
+    (d,) = h.cli_json("show", str(jid))["jobs"]
+    return {"job": {k: v for k, v in d.items() if k not in ("events", "prereqs", "dependents")},
+            "events": d["events"]}
 
 
 # ------------------------------------------------------------------- add
@@ -65,23 +68,23 @@ def test_add_stores_every_option(harness, home):
         "--timeout", "1h30m", "--delay", "10m", "--label", "nightly", "--cwd", str(work),
         "--", "ffmpeg", "-i", "a b.mov", "out.mp4")
     t1 = time.time()
-    job = show(harness, out["id"])["job"]
+    job = show(harness, out["ids"][0])["job"]
     assert job["command"] == ["ffmpeg", "-i", "a b.mov", "out.mp4"]
     assert (job["lane"], job["priority"], job["max_attempts"]) == ("video", 5, 7)
     assert (job["lease_s"], job["timeout_s"], job["label"]) == (120.0, 5400.0, "nightly")
     assert job["cwd"] == str(work) and job["state"] == "queued" and job["shell"] is False
     assert t0 + 600 <= job["not_before"] <= t1 + 600
 
-    at = harness.cli_json("add", "--at", "2031-05-06T07:08", "--", "true")["id"]
+    at = harness.cli_json("add", "--at", "2031-05-06T07:08", "--", "true")["ids"][0]
     assert show(harness, at)["job"]["not_before"] == dt.datetime(2031, 5, 6, 7, 8).timestamp()
 
-    sh = harness.cli_json("add", "--shell", "--", "echo", "$HOME", "|", "wc", "-c")["id"]
+    sh = harness.cli_json("add", "--shell", "--", "echo", "$HOME", "|", "wc", "-c")["ids"][0]
     job = show(harness, sh)["job"]
     assert job["command"] == ["/bin/sh", "-c", "echo $HOME | wc -c"] and job["shell"] is True
 
-    k1 = harness.cli_json("add", "--key", "backup-photos", "--", "rsync", "a", "b")["id"]
-    k2 = harness.cli_json("add", "--key", "backup-photos", "--", "rsync", "a", "b")["id"]
-    k3 = harness.cli_json("add", "--key", "other", "--", "rsync", "a", "b")["id"]
+    k1 = harness.cli_json("add", "--key", "backup-photos", "--", "rsync", "a", "b")["ids"][0]
+    k2 = harness.cli_json("add", "--key", "backup-photos", "--", "rsync", "a", "b")["ids"][0]
+    k3 = harness.cli_json("add", "--key", "other", "--", "rsync", "a", "b")["ids"][0]
     assert k1 == k2 != k3
     assert show(harness, k1)["job"]["key"] == "backup-photos"
 
@@ -89,7 +92,7 @@ def test_add_stores_every_option(harness, home):
     p = harness.cli("add", "--", "true", check=True)
     assert re.fullmatch(r"\d+\n", p.stdout)
     # A relative --cwd is made absolute against where sloth ran.
-    rel = harness.cli_json("add", "--cwd", "work dir", "--", "true", cwd=home)["id"]
+    rel = harness.cli_json("add", "--cwd", "work dir", "--", "true", cwd=home)["ids"][0]
     assert show(harness, rel)["job"]["cwd"] == str(work)
 
 
@@ -115,7 +118,7 @@ def test_add_rejects_bad_options_without_touching_the_queue(harness, home):
         one_error(p, *words)
     p = harness.cli("add", "--priority", "x", "--", "true")  # caught by the argument parser
     assert p.returncode == EXIT_USAGE and "Traceback" not in p.stderr and "--priority" in p.stderr
-    assert harness.call("status")["counts"] == {s: 0 for s in ("queued", "claimed", "done", "failed", "cancelled")}
+    assert harness.call("status")["counts"] == {s: 0 for s in ("blocked", "queued", "running", "done", "failed", "cancelled")}
 
 
 def test_add_wait_exits_with_the_outcome_and_jobs_get_our_env_and_cwd(harness, home):
@@ -142,7 +145,7 @@ def test_add_stdin_and_file_queue_one_job_per_line(harness, home):
     lines = "".join(f"echo line {i} {pad} | tr a-z A-Z\n" + ("\n   \n" if i % 500 == 0 else "") for i in range(n))
     ids = harness.cli_json("add", "--stdin", "--lane", "bulk", "--priority", "2", input=lines)["ids"]
     assert len(ids) == len(set(ids)) == n and ids == sorted(ids)
-    jobs = harness.cli_json("ls", "--lane", "bulk", "--limit", "100000")
+    jobs = harness.cli_json("ls", "--lane", "bulk")["jobs"]  # JSON: every job, however many pages
     assert [j["id"] for j in jobs] == ids
     assert [j["command"] for j in jobs] == [
         ["/bin/sh", "-c", f"echo line {i} {pad} | tr a-z A-Z"] for i in range(n)]
@@ -183,10 +186,16 @@ def test_no_start_without_a_daemon_exits_3_and_starts_nothing(harness):
     assert p.returncode == EXIT_NOT_RUNNING
     one_error(p, "no sloth daemon is listening", str(harness.socket))
     assert "sloth daemon start" in p.stderr
-    for args in (["ls"], ["show", "1"], ["daemon", "status"], ["wait", "1"], ["pause"]):
+    for args in (["daemon", "status"], ["wait", "1"], ["pause"], ["cancel", "1"], ["logs", "-f", "1"],
+                 ["daemon", "reload"], ["lane", "set", "default", "-c", "2"]):
         p = harness.cli(*args)
         assert p.returncode == EXIT_NOT_RUNNING, args
         one_error(p, "no sloth daemon")
+    # Reading needs none (item 5): and with no queue file yet, nothing is created.
+    assert harness.cli("ls", check=True).stdout.startswith("no jobs")
+    p = harness.cli("show", "1")
+    assert p.returncode == EXIT_NOT_FOUND and "read-only" in p.stderr
+    assert not (harness.home / "queue.db").exists()
     # Bad usage is bad usage whether or not a daemon runs.
     for args in (["ls", "--state", "bogus"], ["show", "abc"], ["add", "--no-start", "--delay", "5x", "--", "true"]):
         p = harness.cli(*args)
@@ -214,54 +223,64 @@ def test_add_starts_the_daemon_when_none_runs(harness):
 
 
 # ------------------------------------------------------------- listings
+def ls_ids(h, *args: str) -> list[int]:
+    return [j["id"] for j in h.cli_json("ls", *args)["jobs"]]
+
+
 def test_ls_default_state_lane_all_and_json(harness):
     harness.start()
     ids = harness.cli_json("add", "--stdin", input="true\n" * 12)["ids"]
-    failed = harness.cli_json("add", "--max-attempts", "1", "--", "false")["id"]
+    failed = harness.cli_json("add", "--max-attempts", "1", "--", "false")["ids"][0]
     assert harness.cli("wait", *map(str, ids), str(failed)).returncode == EXIT_JOB_FAILED
     harness.cli("pause", check=True)
-    queued = harness.cli_json("add", "--lane", "video", "--", "echo", "v")["id"]
-    other = harness.cli_json("add", "--", "echo", "d")["id"]
+    queued = harness.cli_json("add", "--lane", "video", "--", "echo", "v")["ids"][0]
+    other = harness.cli_json("add", "--", "echo", "d")["ids"][0]
 
     default = harness.cli_json("ls")
-    # queued/running, plus the last 10 finished; oldest first
-    assert [j["id"] for j in default] == ids[3:] + [failed, queued, other]
-    assert [j["id"] for j in harness.cli_json("ls", "--all")] == ids + [failed, queued, other]
-    assert [j["id"] for j in harness.cli_json("ls", "--state", "failed")] == [failed]
-    assert [j["id"] for j in harness.cli_json("ls", "--state", "queued", "--state", "failed")] == [
-        failed, queued, other]
-    assert [j["id"] for j in harness.cli_json("ls", "--lane", "video")] == [queued]
-    assert [j["id"] for j in harness.cli_json("ls", "--all", "--limit", "2")] == [queued, other]
-    assert harness.cli_json("ls", "--lane", "nope") == []
-    job = harness.cli_json("ls", "--state", "failed")[0]
+    # queued in the order they will run, then the last 10 finished, the most recent first
+    assert [j["id"] for j in default["jobs"]] == [queued, other, failed] + ids[:2:-1]
+    assert (default["total"], default["left_out"]) == (15, 3)
+    assert default["counts"] == {"blocked": 0, "queued": 2, "running": 0, "done": 12, "failed": 1, "cancelled": 0}
+    assert ls_ids(harness, "--all") == [queued, other, failed] + ids[::-1]
+    assert ls_ids(harness, "--state", "failed") == [failed]
+    assert ls_ids(harness, "--state", "queued", "--state", "failed") == [queued, other, failed]
+    assert ls_ids(harness, "--lane", "video") == [queued]
+    page = harness.cli_json("ls", "--all", "--limit", "2", "--offset", "1")
+    assert [j["id"] for j in page["jobs"]] == [other, failed] and page["left_out"] == 12
+    job = harness.cli_json("ls", "--state", "failed")["jobs"][0]
     assert {"id", "state", "lane", "priority", "attempts", "max_attempts", "command", "message"} <= job.keys()
     assert "env" not in job  # the environment captured at add is not echoed back
 
     p = harness.cli("ls", check=True)
     lines = p.stdout.splitlines()
     assert lines[0].split() == ["ID", "STATE", "LANE", "PRI", "TRY", "WHEN", "COMMAND"]
-    assert len(lines) == 1 + len(default)
+    rows = lines[1:1 + len(default["jobs"])]
     col = lines[0].index("COMMAND")
-    assert lines[-1][col:] == "echo d" and lines[-2][col:] == "echo v"
-    assert re.match(rf"{failed}\s+failed\s+default\s+0\s+1/1\s+", lines[-3])
+    assert rows[0][col:] == "echo v" and rows[1][col:] == "echo d"
+    assert re.match(rf"{failed}\s+failed\s+default\s+0\s+1/1\s+", rows[2])
+    assert lines[len(rows) + 1] == "2 queued; finished: 12 done, 1 failed"
+    assert lines[len(rows) + 2] == "lanes: default 1 queued · video 1 queued"
+    assert lines[-1].startswith("3 more not shown (rows 1-12 of 15): `sloth ls --all`")
     assert not ANSI.search(p.stdout)
 
-    p = harness.cli("ls", "--state", "bogus")
-    assert p.returncode == EXIT_USAGE
-    one_error(p, "unknown state 'bogus'")
-    assert "queued" in p.stderr
+    for args, code, words in ((["--state", "bogus"], EXIT_USAGE, ["unknown state 'bogus'", "queued"]),
+                              (["--lane", "nope"], EXIT_NOT_FOUND, ["no lane named 'nope'", "video"])):
+        p = harness.cli("ls", *args)
+        assert p.returncode == code
+        one_error(p, words[0])
+        assert words[1] in p.stderr
 
 
 def test_ls_with_nothing_says_so(harness):
     harness.start()
-    assert harness.cli("ls", check=True).stdout == "no jobs\n"
-    assert harness.cli_json("ls") == []
+    assert harness.cli("ls", check=True).stdout == "no jobs\nnothing running or queued\n"
+    assert harness.cli_json("ls")["jobs"] == []
 
 
 def test_show_human_and_json_with_retry_history(quick_retry):
     harness = quick_retry
     harness.start()
-    jid = harness.cli_json("add", "--max-attempts", "2", "--label", "flaky", "--", "sh", "-c", "exit 3")["id"]
+    jid = harness.cli_json("add", "--max-attempts", "2", "--label", "flaky", "--", "sh", "-c", "exit 3")["ids"][0]
     final = harness.wait_state(jid, "failed")
     res = show(harness, jid)
     assert res["job"] == {**final, "updated_at": res["job"]["updated_at"]} and final["attempts"] == 2
@@ -317,7 +336,7 @@ def test_logs_attempts_and_path(quick_retry, home):
     harness.start()
     counter = home / "n"
     script = f'n=$(($(cat {counter} 2>/dev/null || echo 0) + 1)); echo $n > {counter}; echo "run $n"; [ $n -ge 2 ]'
-    jid = harness.cli_json("add", "--max-attempts", "2", "--", "sh", "-c", script)["id"]
+    jid = harness.cli_json("add", "--max-attempts", "2", "--", "sh", "-c", script)["ids"][0]
     harness.wait_state(jid, "done", timeout_s=30)
     assert harness.cli("logs", str(jid), check=True).stdout == "run 2\n"
     assert harness.cli("logs", "--attempt", "1", str(jid), check=True).stdout == "run 1\n"
@@ -330,13 +349,13 @@ def test_logs_attempts_and_path(quick_retry, home):
     assert p.returncode == EXIT_USAGE
     one_error(p, "attempts 1..2")
 
-    silent = harness.cli_json("add", "--wait", "--", "true")["id"]  # printed nothing: no file, no error
+    silent = harness.cli_json("add", "--wait", "--", "true")["ids"][0]  # printed nothing: no file, no error
     p = harness.cli("logs", str(silent), check=True)
     assert p.stdout == "" and p.stderr == ""
     assert not Path(harness.cli("logs", "--path", str(silent), check=True).stdout.strip()).exists()
 
     harness.cli("pause", check=True)
-    q = harness.cli_json("add", "--", "true")["id"]
+    q = harness.cli_json("add", "--", "true")["ids"][0]
     p = harness.cli("logs", str(q))
     assert p.returncode != 0
     one_error(p, "has not started")
@@ -347,7 +366,7 @@ def test_logs_follow_waits_for_the_start_and_streams_until_the_end(harness, home
     harness.cli("pause", check=True)
     go = home / "go"
     script = f"echo tick 1; while [ ! -e {go} ]; do sleep 0.05; done; echo tick 2; echo tick 3"
-    jid = harness.cli_json("add", "--", "sh", "-c", script)["id"]
+    jid = harness.cli_json("add", "--", "sh", "-c", script)["ids"][0]
     follower = subprocess.Popen([sys.executable, "-m", "sloth_daemon", "logs", "-f", str(jid)],
                                 env=harness.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 cwd=str(harness.home))
@@ -358,7 +377,7 @@ def test_logs_follow_waits_for_the_start_and_streams_until_the_end(harness, home
                          follower.poll() is None, what="follower connected")
         harness.cli("resume", check=True)
         assert follower.stdout.readline() == b"tick 1\n"
-        assert show(harness, jid)["job"]["state"] == "claimed"  # read while the job runs
+        assert show(harness, jid)["job"]["state"] == "running"  # read while the job runs
         go.touch()
         rest, err = follower.communicate(timeout=30)
     finally:
@@ -378,7 +397,7 @@ def test_logs_of_binary_output_come_back_byte_for_byte(harness, home):
     src = home / "blob"
     src.write_bytes(data)
     harness.start()
-    jid = harness.cli_json("add", "--wait", "--", "cat", str(src))["id"]
+    jid = harness.cli_json("add", "--wait", "--", "cat", str(src))["ids"][0]
     path = Path(harness.cli("logs", "--path", str(jid), check=True).stdout.strip())
     assert path.read_bytes() == data
     for args in (["logs", str(jid)], ["logs", "-f", str(jid)]):
@@ -391,17 +410,17 @@ def test_logs_of_binary_output_come_back_byte_for_byte(harness, home):
 # ------------------------------------------------------------------- wait
 def test_wait_for_several_ids(harness):
     harness.start()
-    a = harness.cli_json("add", "--", "true")["id"]
-    b = harness.cli_json("add", "--", "sh", "-c", "sleep 0.3")["id"]
-    c = harness.cli_json("add", "--max-attempts", "1", "--", "false")["id"]
+    a = harness.cli_json("add", "--", "true")["ids"][0]
+    b = harness.cli_json("add", "--", "sh", "-c", "sleep 0.3")["ids"][0]
+    c = harness.cli_json("add", "--max-attempts", "1", "--", "false")["ids"][0]
     p = harness.cli("wait", str(a), str(b))
     assert p.returncode == 0, p.stderr
-    assert [ln.split("\t")[:2] for ln in p.stdout.splitlines()] == [[str(a), "done"], [str(b), "done"]]
+    assert p.stdout.splitlines() == [f"job {a} done (exit 0)", f"job {b} done (exit 0)"]
     p = harness.cli("wait", str(a), str(b), str(c), "--json")
     assert p.returncode == EXIT_JOB_FAILED
-    assert [(j["id"], j["state"]) for j in json.loads(p.stdout)] == [(a, "done"), (b, "done"), (c, "failed")]
+    assert [(j["id"], j["state"]) for j in json.loads(p.stdout)["jobs"]] == [(a, "done"), (b, "done"), (c, "failed")]
     harness.cli("pause", check=True)
-    d = harness.cli_json("add", "--", "true")["id"]
+    d = harness.cli_json("add", "--", "true")["ids"][0]
     harness.cli("cancel", str(d), check=True)
     assert harness.cli("wait", str(d)).returncode == EXIT_JOB_FAILED  # cancelled is not done
 
@@ -410,9 +429,9 @@ def test_wait_for_several_ids(harness):
 def test_cancel_and_retry(harness):
     harness.start()
     harness.cli("pause", check=True)
-    jid = harness.cli_json("add", "--", "true")["id"]
+    jid = harness.cli_json("add", "--", "true")["ids"][0]
     res = harness.cli_json("cancel", str(jid))
-    assert res["job"]["id"] == jid and res["job"]["state"] == "cancelled"
+    assert [(j["id"], j["state"]) for j in res["jobs"]] == [(jid, "cancelled")] and res["skipped"] == []
     p = harness.cli("cancel", str(jid))
     assert p.returncode == EXIT_CONFLICT
     one_error(p)
@@ -424,11 +443,11 @@ def test_cancel_and_retry(harness):
     assert harness.cli("cancel", str(jid), check=True).stdout == f"job {jid} cancelled (cancelled)\n"
     # a running job: its process is ended
     harness.cli("resume", check=True)
-    run = harness.cli_json("add", "--", "sleep", "300")["id"]
-    job = harness.wait_state(run, "claimed")
+    run = harness.cli_json("add", "--", "sleep", "300")["ids"][0]
+    job = harness.wait_state(run, "running")
     harness.wait_for(lambda: (harness.job(run).get("runner") or {}).get("pid"), what="job started")
     pid = harness.job(run)["runner"]["pid"]
-    assert harness.cli_json("cancel", str(run))["job"]["state"] == "cancelled"
+    assert harness.cli_json("cancel", str(run))["jobs"][0]["state"] == "cancelled"
     harness.wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie",
                      what="cancelled job's process gone")
     assert job["id"] == run
@@ -436,10 +455,14 @@ def test_cancel_and_retry(harness):
 
 def test_pause_and_resume_all_and_one_lane(harness):
     harness.start()
+    p = harness.cli("pause", "video")  # no such lane yet: an error, not "paused video"
+    assert p.returncode == EXIT_NOT_FOUND
+    one_error(p, "no lane named 'video'")
+    harness.cli("lane", "set", "video", "-c", "1", "--create", check=True)
     res = harness.cli_json("pause", "video")
     assert res["paused_lanes"] == ["video"] and res["paused_all"] is False
-    v = harness.cli_json("add", "--lane", "video", "--", "true")["id"]
-    d = harness.cli_json("add", "--", "true")["id"]
+    v = harness.cli_json("add", "--lane", "video", "--", "true")["ids"][0]
+    d = harness.cli_json("add", "--", "true")["ids"][0]
     harness.wait_state(d, "done")  # the worker ran a later job of another lane ...
     assert harness.job(v)["state"] == "queued"  # ... and left the paused lane alone
     st = harness.cli_json("daemon", "status")
@@ -450,7 +473,7 @@ def test_pause_and_resume_all_and_one_lane(harness):
     assert harness.cli("pause", check=True).stdout == "paused all lanes\n"
     st = harness.cli_json("daemon", "status")
     assert st["paused_all"] is True and all(ln["paused"] for ln in st["lanes"].values())
-    x = harness.cli_json("add", "--", "true")["id"]
+    x = harness.cli_json("add", "--", "true")["ids"][0]
     assert harness.job(x)["state"] == "queued"
     res = harness.cli_json("resume")
     assert res["paused_all"] is False and res["paused_lanes"] == []
@@ -464,11 +487,11 @@ def test_prune_older_than(harness):
     logs = [Path(harness.cli("logs", "--path", str(i), check=True).stdout.strip()) for i in ids]
     assert all(p.exists() for p in logs)
     harness.cli("pause", check=True)
-    keep = harness.cli_json("add", "--", "true")["id"]
+    keep = harness.cli_json("add", "--", "true")["ids"][0]
     assert harness.cli_json("prune", "--older-than", "1h") == {"pruned": 0}
     p = harness.cli("prune", "--older-than", "0s", check=True)
     assert p.stdout == "pruned 2 job(s)\n"
-    assert [j["id"] for j in harness.cli_json("ls", "--all")] == [keep]
+    assert ls_ids(harness, "--all") == [keep]
     assert not any(p.exists() for p in logs)
     p = harness.cli("prune", "--older-than", "soon")
     assert p.returncode == EXIT_USAGE
@@ -516,14 +539,14 @@ def test_daemon_start_status_stop(harness):
     again = harness.cli_json("daemon", "start")
     assert again == {"pid": pid, "state": "already running"}
 
-    jid = harness.cli_json("add", "--", "true")["id"]
+    jid = harness.cli_json("add", "--", "true")["ids"][0]
     harness.wait_state(jid, "done")
     st = harness.cli_json("daemon", "status")
     assert st["pid"] == pid and st["version"] == __version__ and st["protocol"] == 1
     assert st["uptime_s"] >= 0
     assert st["paths"]["socket"] == str(harness.socket)
     assert st["paths"]["db"] == str(harness.home / "queue.db")
-    assert st["counts"] == {"queued": 0, "claimed": 0, "done": 1, "failed": 0, "cancelled": 0}
+    assert st["counts"] == {"blocked": 0, "queued": 0, "running": 0, "done": 1, "failed": 0, "cancelled": 0}
     assert "last_jump" in st and st["last_jump"] is None
     text = harness.cli("daemon", "status", check=True).stdout
     assert text.startswith(f"sloth daemon {__version__} running, pid {pid}, up ")
@@ -660,8 +683,8 @@ def run_in_pty(argv: list[str], env: dict[str, str], cwd: Path) -> str:
 
 def test_no_color_and_no_tty_mean_no_escapes(harness):
     harness.start()
-    ok = harness.cli_json("add", "--", "true")["id"]
-    bad = harness.cli_json("add", "--max-attempts", "1", "--", "false")["id"]
+    ok = harness.cli_json("add", "--", "true")["ids"][0]
+    bad = harness.cli_json("add", "--max-attempts", "1", "--", "false")["ids"][0]
     harness.cli("wait", str(ok), str(bad))
     cmd = [sys.executable, "-m", "sloth_daemon"]
     colour_env = {k: v for k, v in harness.env.items() if k != "NO_COLOR"}

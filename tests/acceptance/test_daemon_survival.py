@@ -171,7 +171,7 @@ def test_simulated_sleep_keeps_running_job_and_handles_due_work_at_once(home, fa
         h.wait_state(delayed, "done", timeout_s=10)
         h.wait_state(foreign, "done", timeout_s=10)
         job = h.job(running)
-        assert job["state"] == "claimed" and job["attempts"] == 1
+        assert job["state"] == "running" and job["attempts"] == 1
         ev = h.events(running)
         resumed = [e for e in ev if e["kind"] == "resumed"]
         assert resumed and "slept 3600s" in resumed[0]["message"]

@@ -105,7 +105,7 @@ def test_a_stalled_daemons_job_is_stopped_before_a_foreign_claimer_can_take_it(h
         h.wait_for(lambda: "fenced" in h.log_text() or h.call("status")["running"] == [],
                    what="the daemon to hear its run was fenced")
         time.sleep(1.0)  # a daemon that wrongly re-ran or released it would do so by now
-        assert q.get(jid).worker == "foreign-worker" and q.get(jid).state.value == "claimed"
+        assert q.get(jid).worker == "foreign-worker" and q.get(jid).state.value == "running"
         assert h.call("status")["running"] == []
         q.complete(jid, job.token)
         q.close()

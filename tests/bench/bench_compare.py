@@ -177,7 +177,7 @@ class Sloth(Tool):
 
     def queued_and_running(self) -> tuple[int, int]:
         c = self.h.call("status")["counts"]
-        return c["queued"], c["claimed"]
+        return c["queued"], c["running"]
 
     def kill9_server(self) -> None:
         self.h.kill9()

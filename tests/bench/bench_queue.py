@@ -11,7 +11,7 @@ fsync when the queue says so, see db.transaction). Measured, each repeated
 --repeat times and reported as the median of the repeats:
 
 * claim latency (median, p95) and claim+complete throughput at each size;
-* the same claim done by raw SQLite: one ``UPDATE jobs SET state='claimed' ...
+* the same claim done by raw SQLite: one ``UPDATE jobs SET state='running' ...
   WHERE id = (SELECT id ... ORDER BY ... LIMIT 1)`` in BEGIN IMMEDIATE/COMMIT
   (synchronous=FULL, and with our durability mix), giving our overhead as a ratio;
 * enqueue throughput: single (one enqueue per transaction) and batched
@@ -162,7 +162,7 @@ def bench_ours(path: Path, repeat: int, pairs: int, *, refill: bool = True) -> d
 
 
 RAW_CLAIM = (
-    "UPDATE jobs SET state = 'claimed', attempts = attempts + 1, token = ?, worker = ?,"
+    "UPDATE jobs SET state = 'running', attempts = attempts + 1, token = ?, worker = ?,"
     " lease_until = ?, updated_at = ? WHERE id = (SELECT id FROM jobs INDEXED BY raw_claim"
     " WHERE state = 'queued'"
     " AND lane = 'default' AND not_before <= ? ORDER BY priority DESC, not_before, id LIMIT 1)"
@@ -250,7 +250,7 @@ def bench_enqueue(work: Path, repeat: int, single_n: int, batch_n: int) -> dict:
         with Queue(path) as q:  # the schema
             now = q.clock.now()
             rows = [(f'["echo", "{i}"]', "default", i % 3, q.max_attempts, q.lease_s, None, now,
-                     None, None, None, None, 0, now, now) for i in range(batch_n)]
+                     None, None, None, None, 0, now, now, None, None) for i in range(batch_n)]
         con = raw_connect(path)
         t0 = time.perf_counter()
         con.execute("BEGIN IMMEDIATE")
@@ -268,7 +268,7 @@ NAIVE_SELECT = (
     " ORDER BY priority DESC, not_before LIMIT 1"
 )
 NAIVE_CLAIM = (
-    "UPDATE jobs SET state = 'claimed', attempts = attempts + 1, token = ?, worker = ?,"
+    "UPDATE jobs SET state = 'running', attempts = attempts + 1, token = ?, worker = ?,"
     " lease_until = ?, updated_at = ? WHERE id = (" + NAIVE_SELECT.replace("?", "?5") + ")"
     " RETURNING id"
 )

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from sloth_daemon.durations import format_duration, parse_at, parse_duration, relative
+from sloth_daemon.durations import format_duration, parse_at, parse_duration, relative, resolve_at
 from sloth_daemon.errors import EXIT_USAGE, BadRequest
 
 
@@ -17,6 +17,8 @@ from sloth_daemon.errors import EXIT_USAGE, BadRequest
         ("30s", 30), ("5m", 300), ("2h", 7200), ("1h30m", 5400), ("90", 90), ("1d", 86400),
         ("1w", 604800), ("250ms", 0.25), ("1.5h", 5400), ("0", 0), ("0s", 0), (" 2m ", 120),
         ("1H", 3600), ("1h 30m", 5400), ("1d12h", 129600), ("0.5", 0.5), (90, 90), (2.5, 2.5),
+        ("5 minutes", 300), ("5mins", 300), ("1 hour 30 mins", 5400), ("2hrs", 7200), ("3 days", 259200),
+        ("10 sec", 10), ("+10m", 600), ("1week", 604800), ("500 milliseconds", 0.5),
     ],
 )
 def test_parses(text, seconds):
@@ -25,7 +27,7 @@ def test_parses(text, seconds):
 
 @pytest.mark.parametrize(
     "text",
-    ["", "   ", "5x", "m", "s5", "1h30", "h1", "-5s", "-5", "1.2.3s", "5 minutes", "1e3", "nan",
+    ["", "   ", "5x", "m", "s5", "1h30", "h1", "-5s", "-5", "1.2.3s", "5 minutez", "1e3", "nan", "+", "++5",
      "inf", "30s!", "1h-30m", "0x10", "½h", True, False, -1, float("nan"), float("inf")],
 )
 def test_rejects_with_a_hint(text):
@@ -79,11 +81,38 @@ def test_parse_at_iso_with_and_without_offset():
         2026, 12, 1, 9, 30, tzinfo=dt.timezone.utc).timestamp()
 
 
-@pytest.mark.parametrize("text", ["25:00", "tomorrow", "12:61", "2026-13-01", ""])
+@pytest.mark.parametrize("text", ["25:00", "tomorow", "12:61", "2026-13-01", "", "13pm", "mon 25:00",
+                                  "someday", "today 11:00"])
 def test_parse_at_rejects(text):
+    now = dt.datetime(2026, 3, 10, 12, 0).timestamp()
     with pytest.raises(BadRequest) as ei:
-        parse_at(text)
-    assert "HH:MM" in ei.value.hint
+        parse_at(text, now)
+    assert ei.value.hint
+
+
+TUESDAY_NOON = dt.datetime(2026, 3, 10, 12, 0)
+
+
+@pytest.mark.parametrize("text, want, noted", [
+    ("13:30", dt.datetime(2026, 3, 10, 13, 30), False),
+    ("11:00", dt.datetime(2026, 3, 11, 11, 0), True),  # passed: tomorrow, and it says so
+    ("9pm", dt.datetime(2026, 3, 10, 21, 0), False),
+    ("tomorrow 08:00", dt.datetime(2026, 3, 11, 8, 0), False),
+    ("Tomorrow", dt.datetime(2026, 3, 11, 0, 0), False),
+    ("today 13:00", dt.datetime(2026, 3, 10, 13, 0), False),
+    ("mon 9:00", dt.datetime(2026, 3, 16, 9, 0), False),
+    ("friday 5pm", dt.datetime(2026, 3, 13, 17, 0), False),
+    ("tue 13:00", dt.datetime(2026, 3, 10, 13, 0), False),
+    ("tue 9:00", dt.datetime(2026, 3, 17, 9, 0), True),  # today's has passed: next week
+    ("+10m", dt.datetime(2026, 3, 10, 12, 10), False),
+    ("2026-12-01 09:30", dt.datetime(2026, 12, 1, 9, 30), False),
+])
+def test_resolve_at_forms(text, want, noted):
+    t, note = resolve_at(text, TUESDAY_NOON.timestamp())
+    assert dt.datetime.fromtimestamp(t) == want
+    assert bool(note) == noted
+    if noted:
+        assert "has passed" in note and f"{want:%H:%M}" in note
 
 
 def test_results_are_finite_floats():

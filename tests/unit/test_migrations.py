@@ -190,3 +190,31 @@ def test_migration_scripts_survive_the_naive_splitter(version):
     # would cut a statement in two.
     for line in db.MIGRATIONS[version].splitlines():
         assert ";" not in line.partition("--")[2], line
+
+
+@pytest.mark.skipif(db.SCHEMA_VERSION < 4, reason="no v4 yet")
+def test_migrates_a_v3_database_claimed_becomes_running_lanes_are_registered(tmp_path):
+    path = tmp_path / "queue.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    assert db.migrate(conn, 3) == 3
+    assert "prereqs" not in columns(conn, "jobs")
+    insert = ("INSERT INTO jobs (command, state, lane, priority, attempts, max_attempts, lease_s, not_before,"
+              " lease_until, token, worker, key, message, created_at, updated_at)"
+              " VALUES (?, ?, ?, 0, ?, 3, 60.0, 1.0, ?, ?, ?, ?, '', ?, ?)")
+    conn.execute(insert, ('["run"]', "claimed", "video", 1, 70.0, "tok", "w1", "k1", 5.0, 5.0))
+    conn.execute(insert, ('["wait"]', "queued", "default", 0, None, None, None, None, 2.0, 2.0))
+    conn.execute(insert, ('["old"]', "done", "gone", 1, None, None, "w1", None, 1.0, 3.0))
+    conn.close()
+    with Queue(path, ManualClock(50.0)) as q:
+        assert q._conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION
+        assert indexes(q._conn) >= V2_INDEXES | {"jobs_blocked", "deps_after"}
+        job = q.get(1)
+        assert job.state is JobState.RUNNING and (job.after, job.no_retry_exit) == ([], [126, 127])
+        assert q.heartbeat(1, "tok").lease_until == 110.0  # its holder keeps its lease
+        assert q.enqueue(["again"], key="k1") == 1  # and its key
+        assert {j.id for j in q.running()} == {1}
+        assert set(q.lane_rows()) == {"video", "default", "gone"}  # a lane outlives its jobs
+        assert q.claim("w2").id == 2
+        (blocked,) = q.enqueue_many([{"command": ["after"], "after": [1]}])
+        q.complete(1, "tok")
+        assert q.get(blocked).state is JobState.QUEUED

@@ -72,7 +72,7 @@ def test_every_op_in_the_table_parses_with_its_required_args():
         (frame(v=1, id=1.5, op="ping"), "id must be"),
         (frame(v=1, id=1, op="ping", args=[]), "args must be"),
         (frame(v=1, id=1, op="ping", args="x"), "args must be"),
-        (frame(v=1, id=1, op="show", args={}), "needs argument(s): id"),
+        (frame(v=1, id=1, op="logs", args={}), "needs argument(s): id"),
         (frame(v=1, id=1, op="ping", args={"x": 1}), "does not take argument(s): x"),
         (frame(v=1, id=1, op="shutdown", args={"now": True}), "does not take"),
     ],

@@ -13,7 +13,9 @@ import re
 import pytest
 
 import sloth_daemon.backends.sqlite as Q
+import sloth_daemon.backends.sqlite_deps as D
 import sloth_daemon.backends.sqlite_pick as P
+import sloth_daemon.backends.sqlite_reads as R
 from sloth_daemon.clock import ManualClock
 from sloth_daemon.queue import Queue
 
@@ -31,6 +33,10 @@ GUARDED = {
     "SQL_FIRST_DUE_IN_LANE": (("a",), "jobs_due"),
     "SQL_LEASES": ((), "jobs_lease"),
     "SQL_ACTIVE_KEY": (("k",), "jobs_active_key"),
+    # a job's end settles what waits for it: by the deps table's keys, never a scan
+    "SQL_UNFINISHED_PREREQ": ((1,), r"PRIMARY KEY \(job_id=\?\)"),
+    "SQL_STATE_OF": ((1,), "INTEGER PRIMARY KEY"),
+    "SQL_BY_ID": ((1,), "INTEGER PRIMARY KEY"),
 }
 
 
@@ -90,10 +96,18 @@ def test_statement_uses_its_partial_index(dbs, kind, name):
     q = dbs(kind)
     lines = plan(q, _sql(name), params)
     text = "\n".join(lines)
-    assert re.search(rf"USING (COVERING )?INDEX {index}\b", text), text
-    assert "SCAN jobs" not in text, text
+    assert re.search(rf"USING (COVERING )?(INDEX )?{index}", text), text
+    assert "SCAN " not in text, text
     assert "TEMP B-TREE" not in text, text
     assert all(ln.startswith("SEARCH") for ln in lines), text
+
+
+@pytest.mark.parametrize("kind", ["empty", "delayed+analyze"])
+@pytest.mark.parametrize("name", ["SQL_PROMOTE", "SQL_CANCEL_NEEDING"])
+def test_settling_dependents_finds_them_by_the_deps_index(dbs, kind, name):
+    """A job's end touches only what waits for it: never a scan of jobs or deps."""
+    text = "\n".join(plan(dbs(kind), getattr(D, name), {"ended": 1, "now": NOW, "why": ""}))
+    assert "deps_after" in text and "SCAN" not in text, text
 
 
 def test_naive_index_would_scan_the_delayed_rows(dbs):
@@ -142,6 +156,9 @@ def test_claim_next_due_and_keyed_enqueue_run_only_guarded_selects(tmp_path):
             lambda: q.next_due_at(["a"]),
             lambda: q.enqueue(["x"], key="k7"),
             lambda: q.enqueue_many([{"command": ["y"], "key": "new"}, {"command": ["z"]}]),
+            lambda: q.enqueue_many([{"command": ["p"], "lane": "dep"}, {"command": ["d"], "after_previous": "after"}]),
+            lambda: (j := q.claim("w", lanes=["dep"])) and q.complete(j.id, j.token or ""),
+            lambda: q.retry(q.cancel(q.enqueue(["r"], lane="dep")).id),
         ]
         kinds = set()
         for call in calls:
@@ -195,4 +212,7 @@ def test_claim_work_does_not_grow_with_delayed_rows(tmp_path, analyze):
 
 def _sql(name: str) -> str:
     """A guarded statement by name, from whichever SQLite module runs it."""
-    return getattr(P, name, None) or getattr(Q, name)
+    for module in (P, Q, D, R):
+        if hasattr(module, name):
+            return getattr(module, name)
+    raise AttributeError(name)

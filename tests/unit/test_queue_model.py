@@ -60,7 +60,7 @@ class MJob:
 
     @property
     def active(self) -> bool:
-        return self.state in ("queued", "claimed")
+        return self.state in ("queued", "running")
 
     def urgency(self) -> tuple:
         return (-self.priority, self.not_before, self.id)
@@ -101,13 +101,13 @@ class QueueMachine(RuleBasedStateMachine):
 
     def _due(self, j: MJob, now: float) -> bool:
         return ((j.state == "queued" and j.not_before <= now)
-                or (j.state == "claimed" and j.lease_until < now))
+                or (j.state == "running" and j.lease_until < now))
 
     def _model_next_due(self, lanes=None, exclude=()) -> float | None:
         mine = [j for j in self.jobs.values()
                 if (lanes is None or j.lane in lanes) and j.lane not in exclude]
         times = [j.not_before for j in mine if j.state == "queued"]
-        times += [math.nextafter(j.lease_until, math.inf) for j in mine if j.state == "claimed"]
+        times += [math.nextafter(j.lease_until, math.inf) for j in mine if j.state == "running"]
         return min(times, default=None)
 
     # ------------------------------------------------------------ rules
@@ -152,7 +152,7 @@ class QueueMachine(RuleBasedStateMachine):
             if not cands:
                 break
             best = min(cands, key=MJob.urgency)
-            if best.state == "claimed" and best.tries >= best.max_attempts:
+            if best.state == "running" and best.tries >= best.max_attempts:
                 best.state = "failed"  # lease expired on the last attempt
                 self._lose_token(best)
                 continue
@@ -170,7 +170,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert job.lease_until == now + expect.lease_s
         assert job.token not in self.issued[job.id]
         self._lose_token(expect)
-        expect.state, expect.attempts, expect.tries = "claimed", job.attempts, job.tries
+        expect.state, expect.attempts, expect.tries = "running", job.attempts, job.tries
         expect.token, expect.lease_until = job.token, job.lease_until
         self.issued[job.id].append(job.token)
 
@@ -179,10 +179,10 @@ class QueueMachine(RuleBasedStateMachine):
         """The daemon's claim (all lanes); a second rule so claims come often."""
         self.claim(None, ())
 
-    @precondition(lambda self: self._has("claimed"))
+    @precondition(lambda self: self._has("running"))
     @rule(n=st.integers(0, 1000), lease_s=st.sampled_from([None, 2.0]))
     def heartbeat(self, n, lease_s):
-        j = self._pick(n, "claimed")
+        j = self._pick(n, "running")
         out = self.q.heartbeat(j.id, j.token, lease_s=lease_s)  # works even if lapsed
         j.lease_until = self.clock.now() + (j.lease_s if lease_s is None else lease_s)
         assert out.lease_until == j.lease_until and out.token == j.token
@@ -197,18 +197,18 @@ class QueueMachine(RuleBasedStateMachine):
             getattr(self.q, op)(jid, token)
         assert (self.q.get(jid), self.q.events(jid)) == before
 
-    @precondition(lambda self: self._has("claimed"))
+    @precondition(lambda self: self._has("running"))
     @rule(n=st.integers(0, 1000))
     def complete(self, n):
-        j = self._pick(n, "claimed")
+        j = self._pick(n, "running")
         assert self.q.complete(j.id, j.token).state.value == "done"
         j.state = "done"
         self._lose_token(j)
 
-    @precondition(lambda self: self._has("claimed"))
+    @precondition(lambda self: self._has("running"))
     @rule(n=st.integers(0, 1000), retry=st.booleans())
     def fail(self, n, retry):
-        j = self._pick(n, "claimed")
+        j = self._pick(n, "running")
         out = self.q.fail(j.id, j.token, retry=retry)
         self._lose_token(j)
         if retry and j.tries < j.max_attempts:
@@ -218,10 +218,10 @@ class QueueMachine(RuleBasedStateMachine):
             j.state = "failed"
         assert out.state.value == j.state
 
-    @precondition(lambda self: self._has("claimed"))
+    @precondition(lambda self: self._has("running"))
     @rule(n=st.integers(0, 1000))
     def release(self, n):
-        j = self._pick(n, "claimed")
+        j = self._pick(n, "running")
         self.q.release(j.id, j.token)
         self._lose_token(j)
         j.state, j.tries, j.not_before = "queued", max(j.tries - 1, 0), self.clock.now()
@@ -265,11 +265,11 @@ class QueueMachine(RuleBasedStateMachine):
     def advance(self, dt):
         self.clock.advance(dt)
 
-    @precondition(lambda self: self._has("claimed"))
+    @precondition(lambda self: self._has("running"))
     @rule(n=st.integers(0, 1000))
     def jump_to_lease_end(self, n):
         """Exactly at lease_until the lease still holds (expiry is strict)."""
-        j = self._pick(n, "claimed")
+        j = self._pick(n, "running")
         if j.lease_until > self.clock.now():
             self.clock.set(j.lease_until)
 
@@ -292,14 +292,14 @@ class QueueMachine(RuleBasedStateMachine):
             assert r.token == m.token, (r, m)
             if m.state == "queued":
                 assert r.not_before == m.not_before, (r, m)
-            if m.state == "claimed":
+            if m.state == "running":
                 assert r.lease_until == m.lease_until, (r, m)
                 # at most one valid holder: the newest token issued for the job
                 assert self.issued[jid] and r.token == self.issued[jid][-1]
             else:
                 assert r.token is None and r.lease_until is None, r
         counts = self.q.counts()
-        for state in ("queued", "claimed", "done", "failed", "cancelled"):
+        for state in ("queued", "running", "done", "failed", "cancelled"):
             assert counts[state] == sum(m.state == state for m in self.jobs.values())
 
     @invariant()

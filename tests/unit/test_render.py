@@ -9,6 +9,7 @@ import time
 import pytest
 
 from sloth_daemon import render
+from sloth_daemon.models import STATE_NAMES
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -52,7 +53,7 @@ def test_job_rows_table_from_real_shaped_jobs(monkeypatch):
     jobs = [
         job(id=1, state="queued", not_before=now + 300),
         job(id=22, state="done", attempts=1, finished_at=now - 3 * 3600, lane="video", priority=5),
-        job(id=333, state="claimed", attempts=2, runner={"started_at": now - 65}),
+        job(id=333, state="running", attempts=2, runner={"started_at": now - 65}),
         job(id=4, state="failed", attempts=3, finished_at=now - 10, label="nightly",
             command=["/bin/sh", "-c", "make all"], shell=True),
     ]
@@ -66,7 +67,7 @@ def test_job_rows_table_from_real_shaped_jobs(monkeypatch):
     assert "3h ago" in lines[2]
     assert "running 1m" in lines[3]
     assert "[nightly] make all" in lines[4]
-    assert states == ["queued", "done", "claimed", "failed"]
+    assert states == ["queued", "done", "running", "failed"]
     assert not ANSI.search(text)
 
 
@@ -124,7 +125,7 @@ def test_show_job_lists_history_with_attempts_and_messages(monkeypatch):
     assert not ANSI.search(text)
 
 
-@pytest.mark.parametrize("state", ["queued", "claimed", "done", "failed", "cancelled"])
+@pytest.mark.parametrize("state", list(STATE_NAMES))
 def test_every_state_has_a_colour(state, monkeypatch):
     monkeypatch.delenv("NO_COLOR", raising=False)
     monkeypatch.setenv("TERM", "xterm")

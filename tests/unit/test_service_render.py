@@ -100,6 +100,7 @@ def test_unit_directives(tmp_path):
     s = unit_sections(text)
     assert one(s, "Service", "Type") == "notify"
     assert one(s, "Service", "ExecStart") == '"/opt/sloth venv/bin/sloth" daemon run'
+    assert one(s, "Service", "ExecReload") == "/bin/kill -HUP $MAINPID"  # `systemctl reload`: SIGHUP re-reads config
     assert one(s, "Service", "Restart") == "on-failure"
     assert int(one(s, "Service", "RestartSec")) >= 1
     assert int(one(s, "Unit", "StartLimitIntervalSec")) > 0

@@ -26,6 +26,7 @@ class FakeSpawner:
     reqs: dict[str, SpawnRequest] = field(default_factory=dict)
     sinks: dict[str, RunSink] = field(default_factory=dict)
     kills: list[tuple[str, str]] = field(default_factory=list)
+    kill_grace: list[float] = field(default_factory=list)
     trusted: list[tuple[str, float]] = field(default_factory=list)
     acked: list[str] = field(default_factory=list)
     next_pid: int = 1000
@@ -36,6 +37,7 @@ class FakeSpawner:
 
     def kill(self, key: str, reason: str, grace_s: float) -> None:
         self.kills.append((key, reason))
+        self.kill_grace.append(grace_s)
 
     def trust(self, items: list[tuple[str, float]]) -> None:
         self.trusted += items
@@ -93,7 +95,7 @@ def test_claim_run_settle(env, clocks):
     sp.start(a)
     assert q.get(a).runner is None  # a short job's process is written with its outcome
     sp.exit(a, 0)
-    assert q.get(a).state == "claimed"  # an exit is recorded by the next turn, not inside the callback
+    assert q.get(a).state == "running"  # an exit is recorded by the next turn, not inside the callback
     w.turn()
     job = q.get(a)
     assert (job.state, job.exit_code, job.message) == ("done", 0, "exit 0")
@@ -235,7 +237,7 @@ def test_resume_renews_own_live_jobs_first_then_claims_due_work(env, clocks):
     assert [e.kind for e in q.events(a)][-1] == "resumed"
     assert w.last_jump and w.last_jump["kind"] == "slept"
     assert sp.key_of(delayed)  # due at once after the sleep, not an hour of awake time later
-    assert q.get(a).state == "claimed" and len(sp.reqs) == 2
+    assert q.get(a).state == "running" and len(sp.reqs) == 2
 
 
 def test_a_missed_resume_is_still_safe_the_wall_clock_heartbeat_renews_before_claims(env, clocks):
@@ -357,7 +359,7 @@ def test_adopts_what_the_keeper_still_holds_running_or_ended(env, clocks):
     w.turn()
     assert q.get(ended.id).state == "done" and q.get(ended.id).attempts == 1  # recorded, not re-run
     assert sp.acked == [ended.token]
-    assert q.get(run_on.id).state == "claimed" and w.running[run_on.id].adopted
+    assert q.get(run_on.id).state == "running" and w.running[run_on.id].adopted
     sp.sinks[run_on.token].exited(Outcome(3))
     w.turn()
     assert (q.get(run_on.id).state, q.get(run_on.id).message) == ("queued", "exit 3")
@@ -436,7 +438,7 @@ def test_an_outcome_the_database_refuses_is_kept_and_retried_never_rerun(env, cl
     real = q.complete
     monkeypatch.setattr(q, "complete", lambda *x, **k: (_ for _ in ()).throw(StorageError("disk full")))
     w.turn()
-    assert q.get(a).state == "claimed" and not sp.acked
+    assert q.get(a).state == "running" and not sp.acked
     st = w.status()
     assert st["pending_outcomes"] == [{"id": a, "attempt": 1, "tries": 1, "error": "disk full"}]
     clocks.advance(LEASE * 2)  # its lease runs out while the disk is full
@@ -447,3 +449,78 @@ def test_an_outcome_the_database_refuses_is_kept_and_retried_never_rerun(env, cl
     w.turn()
     assert q.get(a).state == "done" and q.get(a).attempts == 1 and sp.acked == [sp.key_of(a)]
     assert w.status()["pending_outcomes"] == []
+
+
+# ------------------------------------------------------------ issue 9
+def test_a_dependent_queued_by_a_result_is_claimed_in_the_same_turn(env):
+    w, q, sp = env()
+    changed: list[tuple[int, str]] = []
+    w.on_change = lambda job: changed.append((job.id, job.state.value))
+    a = q.enqueue(["a"])
+    (b,) = q.enqueue_many([{"command": ["b"], "after": [a]}])
+    w.turn()
+    sp.start(a)
+    sp.exit(a, 0)
+    w.turn()  # records a's result: b is queued (and the worker told and woken) ...
+    assert (b, "queued") in changed and w._wake.is_set()
+    w.turn()  # ... and the next turn, at once, starts it
+    assert sp.key_of(b)
+
+
+def test_exit_127_is_not_retried_but_a_listed_code_is(env):
+    w, q, sp = env(max_attempts=3)
+    a = q.enqueue(["typo"])
+    (b,) = q.enqueue_many([{"command": ["flaky"], "no_retry_exit": [], "lane": "b"}])
+    w.turn()
+    sp.start(a)
+    sp.exit(a, 127)
+    sp.start(b)
+    sp.exit(b, 127)
+    w.turn()
+    assert (q.get(a).state.value, q.get(a).message) == ("failed", "exit 127 (command not found)")
+    assert "not retried" in q.events(a)[-1].message
+    assert q.get(b).state.value == "queued"  # no_retry_exit: [] retries everything
+
+
+def test_cancel_many_and_kill_end_running_trees_kill_now_without_grace(env):
+    w, q, sp = env(lanes={"default": 3})
+    a, b, c = q.enqueue(["a"]), q.enqueue(["b"]), q.enqueue(["c"])
+    w.turn()
+    for j in (a, b, c):
+        sp.start(j)
+    res = w.cancel_many([a])
+    assert [j.id for j in res.jobs] == [a] and sp.kills == [(sp.key_of(a), "cancelled")]
+    res = w.kill([b, c], now=True)
+    assert sorted(j.id for j in res.jobs) == [b, c]
+    assert [r for _, r in sp.kills] == ["cancelled", "killed", "killed"]
+    assert sp.kill_grace[-1] == 0.0 and sp.kill_grace[0] == w.settings.kill_grace_s
+    sp.exit(b, -9, "killed")
+    w.turn()
+    assert q.get(b).state.value == "cancelled" and q.get(b).message == "killed by user"
+    queued = q.enqueue(["q"])
+    assert w.kill([queued]).skipped == [(queued, f"job {queued} is queued, not running")]
+
+
+def test_lane_set_takes_effect_at_once_running_jobs_untouched_and_survives_a_restart(env, clocks):
+    w, q, sp = env()
+    ids = [q.enqueue([str(i)], lane="v") for i in range(4)]
+    w.turn()
+    assert len(sp.reqs) == 1
+    sp.start(ids[0])
+    w.set_lane("v", 3)
+    w.turn()
+    assert len(sp.reqs) == 3 and not sp.kills
+    w.set_lane("v", 1)  # lowering never kills: the two extra runs finish
+    w.turn()
+    assert len(sp.reqs) == 3 and not sp.kills
+    w2 = Worker(q, w.settings, FakeSpawner(), clocks=clocks, log_path=w.log_path, instance="t2")
+    assert w2.lanes.concurrency("v") == 1
+    w.set_lane("v", 0)  # pauses, keeps the number
+    assert w.lanes.is_paused("v") and w.lanes.concurrency("v") == 1
+
+
+def test_apply_settings_changes_defaults_and_lanes_now(env):
+    w, q, sp = env()
+    notes = w.apply_settings(Settings(lease_s=LEASE, max_attempts=7, lanes={"default": 2}))
+    assert notes == [] and w.lanes.concurrency("default") == 2
+    assert q.get(q.enqueue(["x"])).max_attempts == 7

@@ -1,0 +1,162 @@
+"""The round-2 options of `sloth add`, each in its own small helper so the
+command itself changes by a line per option: dependencies (--after,
+--after-any, --chain), exit codes not retried, --at/--delay with their
+notes, words that slipped out of an option (`--timeout 5 mins`), and the
+note about a lane the add made.
+
+Imported by `sloth add` itself: only the standard library and errors here.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional, Sequence
+
+import typer
+
+from .. import errors
+
+DURATION_OPTIONS = ("--timeout", "-t", "--lease", "--delay")
+
+
+def id_list(values: Optional[Sequence[str]], option: str) -> list[int]:
+    """``--after 3,4 --after 7`` -> [3, 4, 7]."""
+    out = []
+    for v in values or []:
+        for part in v.replace(" ", ",").split(","):
+            if not part:
+                continue
+            if not part.isdigit() or int(part) < 1:
+                raise errors.BadRequest(f"{option} {v}: {part!r} is not a job id",
+                                        hint=f"Give ids from `sloth ls`, e.g. {option} 12,13.")
+            out.append(int(part))
+    return out
+
+
+def dep_fields(after: Optional[Sequence[str]], after_any: Optional[Sequence[str]]) -> dict[str, Any]:
+    a, b = id_list(after, "--after"), id_list(after_any, "--after-any")
+    return {k: v for k, v in (("after", a), ("after_any", b)) if v}
+
+
+def exit_codes(text: Optional[str], option: str) -> Optional[list[int]]:
+    """``--retry-exit 1,2`` -> [1, 2]; ``none`` (or "") -> []."""
+    if text is None:
+        return None
+    if text.strip().lower() in ("", "none"):
+        return []
+    try:
+        codes = [int(p) for p in text.replace(" ", ",").split(",") if p]
+    except ValueError:
+        raise errors.BadRequest(f"{option} {text!r}: give exit codes like 1,2 (or none)") from None
+    if any(not 1 <= c <= 255 for c in codes):
+        raise errors.BadRequest(f"{option} {text!r}: exit codes run from 1 to 255")
+    return codes
+
+
+def retry_fields(retry_exit: Optional[str], no_retry_exit: Optional[str]) -> dict[str, Any]:
+    if retry_exit is not None and no_retry_exit is not None:
+        raise errors.BadRequest("--retry-exit and --no-retry-exit cannot be used together",
+                                hint="--retry-exit: the only codes retried; --no-retry-exit: codes never retried.")
+    out = {"retry_exit": exit_codes(retry_exit, "--retry-exit"),
+           "no_retry_exit": exit_codes(no_retry_exit, "--no-retry-exit")}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def chain_mode(chain: bool, chain_any: bool) -> Optional[str]:
+    if chain and chain_any:
+        raise errors.BadRequest("--chain and --chain-any cannot be used together")
+    return "after" if chain else "after_any" if chain_any else None
+
+
+def chain(jobs: list[dict[str, Any]], mode: Optional[str]) -> list[dict[str, Any]]:
+    """--chain / --chain-any: each job after the one before it."""
+    if mode is not None:
+        for j in jobs[1:]:
+            j["after_previous"] = mode
+    return jobs
+
+
+def link_batch(batch: list[dict[str, Any]], ids: list[int]) -> list[dict[str, Any]]:
+    """A chain that spans requests: the first job of a later batch waits for
+    the last id of the one before (after_previous cannot reach across)."""
+    first = batch[0] if batch else {}
+    mode = first.get("after_previous")
+    if mode and ids:
+        key = "after" if mode == "after" else "after_any"
+        batch[0] = {**{k: v for k, v in first.items() if k != "after_previous"},
+                    key: [*first.get(key, []), ids[-1]]}
+    return batch
+
+
+def tell_new_lanes(result: dict[str, Any]) -> None:
+    for lane in result.get("new_lanes") or []:
+        typer.echo(f"sloth: new lane {lane!r} (concurrency from config; `sloth lane set {lane} -c N` to change)",
+                   err=True)
+
+
+def not_before(delay: Optional[str], at: Optional[str]) -> Optional[float]:
+    """--delay (``10m``, ``+10m``) or --at (see durations.resolve_at); a
+    note such as "09:00 has passed today" goes to stderr."""
+    import time
+
+    from ..durations import parse_duration, resolve_at
+
+    if delay is not None:
+        return time.time() + parse_duration(delay, what="--delay")
+    if at is None:
+        return None
+    t, note = resolve_at(at)
+    if note:
+        typer.echo(f"sloth: {note}", err=True)
+    return t
+
+
+def stray_words(command: Optional[list[str]], at: Optional[str],
+                argv: Sequence[str] = ()) -> tuple[Optional[list[str]], Optional[str]]:
+    """Words the shell split off an option value: `--at tomorrow 08:00 -- cmd`
+    (joined back into --at), `--timeout 5 mins -- cmd` (an error, not a job
+    named `mins`). Returns (command, at)."""
+    from ..durations import is_unit_word
+
+    if not command:
+        return command, at
+    argv = list(argv or sys.argv[1:])
+    unit = _number_then(argv, command[0])
+    if unit is not None and is_unit_word(command[0]):
+        raise errors.BadRequest(f"{unit} {command[0]}: a duration is one word",
+                                hint=f"Write {unit}{command[0]} (no space, or quote it); to run a command "
+                                     f"named {command[0]}, put it after --.")
+    if at is not None and "--" in command[1:]:
+        cut = command.index("--")
+        if cut > 1 or not _looks_like_clock(command[0]):
+            raise errors.BadRequest(f"--at {at} {' '.join(command[:cut])}: the words after --at's value"
+                                    " were taken for the command",
+                                    hint=f"Quote the time (--at '{at} {command[0]}') and put options before it.")
+        return command[cut + 1:], f"{at} {command[0]}"
+    if at is not None and _looks_like_clock(command[0]) and at.lower() in _DAY_WORDS:
+        return command[1:], f"{at} {command[0]}"
+    return command, at
+
+
+_DAY_WORDS = {"today", "tomorrow", "mon", "tue", "wed", "thu", "fri", "sat", "sun", "monday", "tuesday",
+              "wednesday", "thursday", "friday", "saturday", "sunday"}
+
+
+def _looks_like_clock(word: str) -> bool:
+    import re
+
+    return bool(re.fullmatch(r"[0-9]{1,2}(:[0-9]{2}){1,2}|[0-9]{1,2}(:[0-9]{2})?(am|pm)", word.lower()))
+
+
+def _number_then(argv: list[str], word: str) -> Optional[str]:
+    """``--timeout 5`` when argv has a duration option with a bare number
+    right before ``word``; else None."""
+    for i, arg in enumerate(argv[:-1]):
+        if argv[i + 1] != word:
+            continue
+        opt, _, value = arg.partition("=")
+        if value and opt in DURATION_OPTIONS and value.replace(".", "", 1).isdigit():
+            return arg
+        if i >= 1 and argv[i - 1] in DURATION_OPTIONS and arg.replace(".", "", 1).isdigit():
+            return f"{argv[i - 1]} {arg}"
+    return None

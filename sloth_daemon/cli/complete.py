@@ -1,0 +1,52 @@
+"""Shell completion of job ids, lanes and states (`eval "$(_SLOTH_COMPLETE=source_bash sloth)"`).
+
+Each callback asks the daemon (or reads the queue file when none answers)
+with a short timeout, and never fails: a completion that raises prints a
+traceback into the user's prompt.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+STATES = ("blocked", "queued", "running", "done", "failed", "cancelled")
+
+
+def _ask(op: str, **args: Any) -> Any:
+    from .. import errors
+    from .app import paths
+
+    try:
+        from ..client import Client
+        from ..locate import daemon_socket
+
+        with Client(daemon_socket(paths()), timeout_s=2.0) as c:
+            return c.call(op, **args)
+    except errors.DaemonNotRunning:
+        from .offline import answer
+
+        return answer(paths(), op, **args)
+
+
+def job_ids(incomplete: str) -> list[tuple[str, str]]:
+    """Active jobs and the last finished ones, each with its command as help."""
+    try:
+        res = _ask("list", limit=200, finished_limit=20)
+    except Exception:  # noqa: BLE001 - never break the user's prompt
+        return []
+    from ..render import command_text
+
+    return [(str(j["id"]), f"{j['state']}: {command_text(j, 40)}") for j in res["jobs"]
+            if str(j["id"]).startswith(incomplete)]
+
+
+def lanes(incomplete: str) -> list[str]:
+    try:
+        names = _ask("lanes")["lanes"]
+    except Exception:  # noqa: BLE001
+        return []
+    return [n for n in sorted(names) if n.startswith(incomplete)]
+
+
+def states(incomplete: str) -> list[str]:
+    return [s for s in STATES if s.startswith(incomplete)]

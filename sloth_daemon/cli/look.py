@@ -1,0 +1,236 @@
+"""Commands that read: ls, show, logs, status. Each asks the daemon, or,
+when none answers, reads the queue file read-only and says so on stderr
+(app.call_or_read); only `logs -f` needs a daemon."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, List, Optional
+
+import typer
+
+from .. import errors
+from .app import app, call_or_read, connect, emit_json, handles_errors, parse_id, paths
+from .complete import job_ids, lanes, states
+
+PAGE = 100_000  # jobs per request when a listing is fetched whole
+DEFAULT_ROWS = 40
+RECENT = 10  # finished jobs in the default view
+
+
+# ------------------------------------------------------------------- ls
+@app.command("ls")
+@handles_errors
+def ls(
+    state: Optional[List[str]] = typer.Option(None, "--state", "-s", help="Only these states (repeatable).",
+                                              autocompletion=states),
+    lane: Optional[str] = typer.Option(None, "--lane", "-l", help="Only this lane.", autocompletion=lanes),
+    all_: bool = typer.Option(False, "--all", "-a", help="Every job, all finished ones too, no row limit."),
+    limit: Optional[int] = typer.Option(None, "--limit", "-n", help=f"At most this many rows (default {DEFAULT_ROWS};"
+                                        " with --json, all)."),
+    offset: int = typer.Option(0, "--offset", help="Skip this many rows first (to page)."),
+    watch: bool = typer.Option(False, "--watch", "-w", help="Redraw every --interval until Ctrl-C."),
+    interval: str = typer.Option("2s", "--interval", help="How often --watch redraws."),
+    as_json: bool = typer.Option(False, "--json", help="{jobs, total, counts, left_out, ...}: never cut silently."),
+) -> None:
+    """List jobs: running first, then queued in the order they will run, then
+    blocked, then the most recently finished; a summary of counts, and how
+    many rows were left out."""
+    if watch and as_json:
+        raise errors.BadRequest("--watch redraws a table; --json prints once", hint="Use one or the other.")
+    args = _ls_args(state, lane, all_, limit, offset, as_json)
+    if watch:
+        from .watch import watch_ls
+
+        watch_ls(lambda rows: _ls_text(dict(args, limit=rows)), interval)
+        return
+    if as_json:
+        emit_json(fetch(args))
+        return
+    typer.echo(_ls_text(args))
+
+
+def _ls_args(state: Optional[List[str]], lane: Optional[str], all_: bool, limit: Optional[int], offset: int,
+             as_json: bool) -> dict[str, Any]:
+    from ..models import STATE_NAMES, state_name
+
+    for s in state or []:  # bad usage is exit 2 whether or not the daemon runs
+        if s not in STATE_NAMES and s != "claimed":
+            raise errors.BadRequest(f"unknown state {s!r}", hint=f"States: {', '.join(STATE_NAMES)}.")
+    if limit is not None and limit < 1 or offset < 0:
+        raise errors.BadRequest("--limit must be at least 1 and --offset at least 0")
+    if lane is not None:
+        check_lane(lane)
+    rows = limit if limit is not None else (None if all_ or as_json else DEFAULT_ROWS)
+    return {"states": [state_name(s) for s in state] if state else None, "lane": lane, "limit": rows,
+            "offset": offset, "finished_limit": None if all_ or state else RECENT}
+
+
+def check_lane(lane: str) -> None:
+    """LaneNotFound (with the lanes there are) for a lane that does not exist."""
+    known = call_or_read("lanes")["lanes"]
+    if lane not in known:
+        raise errors.LaneNotFound(lane, sorted(known))
+
+
+def fetch(args: dict[str, Any]) -> dict[str, Any]:
+    """A listing; with no limit, every page of it, so nothing is cut."""
+    a = {k: v for k, v in args.items() if v is not None}
+    if args.get("limit") is not None:
+        return call_or_read("list", **a)
+    res = call_or_read("list", **a, limit=PAGE)
+    while res["left_out"] > 0:
+        more = call_or_read("list", **dict(a, offset=res["offset"] + len(res["jobs"])), limit=PAGE)
+        if not more["jobs"]:
+            break
+        res["jobs"] += more["jobs"]
+        res["left_out"] = more["left_out"]
+    return res
+
+
+def _ls_text(args: dict[str, Any]) -> str:
+    from .. import render
+
+    res = fetch(args)
+    out = []
+    if res["jobs"]:
+        rows, sts = render.job_rows(res["jobs"])
+        out.append(render.table(render.JOB_HEADERS, rows, sts))
+    else:
+        out.append("no jobs" if not res["total"] else "no jobs on this page")
+    out.append(render.counts_line(res["counts"]))
+    busy = {k: v for k, v in res.get("lanes", {}).items() if any(v.values())}
+    if len(busy) > 1:
+        out.append("lanes: " + render.lanes_line(busy))
+    if res["left_out"] > 0 or res["offset"]:
+        shown = len(res["jobs"])
+        out.append(f"{res['left_out']} more not shown (rows {res['offset'] + 1}-{res['offset'] + shown}"
+                   f" of {res['total']}): `sloth ls --all`, --state S, --lane L or --limit N")
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------- show
+@app.command()
+@handles_errors
+def show(
+    job_ids_: List[str] = typer.Argument(..., metavar="ID...", autocompletion=job_ids),
+    as_json: bool = typer.Option(False, "--json", help='{"jobs": [job with events, prereqs, dependents]}.'),
+) -> None:
+    """Show jobs and their history (claimed, started, failed, reclaimed, ...);
+    a failed job's last log lines end it."""
+    from .. import render
+
+    ids = [parse_id(j) for j in job_ids_]
+    res = call_or_read("show", ids=ids)
+    if as_json:
+        emit_json(res)
+        return
+    blocks = []
+    for j in res["jobs"]:
+        tail = render.tail_lines(str(paths().job_log(j["id"], j["attempts"]))) \
+            if j["state"] == "failed" and j["attempts"] else []
+        blocks.append(render.show_job(j, j["events"], prereqs=j["prereqs"], dependents=j["dependents"],
+                                      log_tail=tail))
+    typer.echo("\n\n".join(blocks))
+
+
+# ----------------------------------------------------------------- logs
+@app.command()
+@handles_errors
+def logs(
+    job_id: str = typer.Argument(..., metavar="ID", autocompletion=job_ids),
+    attempt: Optional[int] = typer.Option(None, "--attempt", "-a", help="Which attempt (default: the latest)."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Follow live, through retries, until the job ends; "
+                                "exit 0 if it is done, 5 if not."),
+    tail: Optional[int] = typer.Option(None, "--tail", "-n", help="Only the last N lines."),
+    path_only: bool = typer.Option(False, "--path", help="Print the log file's path instead."),
+) -> None:
+    """Print a job's output (one log file per attempt, size-capped)."""
+    jid = parse_id(job_id)
+    args: dict[str, Any] = {"id": jid, **({"attempt": attempt} if attempt is not None else {})}
+    if follow and not path_only:
+        raise typer.Exit(_follow(args, through=attempt is None))
+    res = call_or_read("logs", **args)
+    if path_only:
+        typer.echo(res["path"])
+        return
+    if tail is not None:
+        from ..render import tail_lines
+
+        for line in tail_lines(res["path"], max(tail, 0), max_bytes=max(16384, tail * 400)):
+            typer.echo(line)
+        return
+    _cat(res["path"], jid, res["attempt"])
+
+
+def _cat(path: str, jid: int, attempt: int) -> None:
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 16):
+                sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+    except FileNotFoundError:  # the attempt has printed nothing (no output, no file)
+        if sys.stderr.isatty():
+            typer.echo(f"(job {jid} attempt {attempt} has printed nothing)", err=True)
+    except OSError as e:
+        raise errors.LogUnreadable(path, e) from None
+
+
+def _follow(args: dict[str, Any], *, through: bool) -> int:
+    """Stream the log; attempt marks go to stderr. The exit code is the
+    job's outcome once it is final (0 done, 5 otherwise)."""
+    out = sys.stdout.buffer
+    final = None
+    with connect(timeout_s=None) as c:
+        for ev in c.stream("follow", **args, all_attempts=through):
+            kind = ev.get("kind")
+            if kind == "log":
+                out.write(ev["data"].encode("utf-8", "surrogateescape"))
+                out.flush()
+            elif kind == "attempt":
+                prev = f" (the last one {ev['previous']})" if ev.get("previous") else ""
+                typer.echo(f"sloth: --- attempt {ev['attempt']}{prev} ---", err=True)
+            elif kind == "end":
+                final = ev["result"]["job"]
+    if final is None or final["state"] not in ("done", "failed", "cancelled"):
+        return 0
+    return 0 if final["state"] == "done" else errors.EXIT_JOB_FAILED
+
+
+# --------------------------------------------------------------- status
+@app.command()
+@handles_errors
+def status(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """What is going on: the daemon, jobs by state, lanes, what runs now and the last failures."""
+    from .. import render
+    from ..durations import format_duration, relative
+
+    st = _status()
+    if as_json:
+        emit_json(st)
+        return
+    d = st["daemon"]
+    up = f"running, pid {d['pid']}, up {format_duration(d['uptime_s'])}, version {d['version']}" if d else None
+    typer.echo(f"daemon   {up or 'not running (`sloth daemon start`)'}")
+    typer.echo(f"jobs     {render.counts_line(st['counts'])}")
+    typer.echo("lanes    " + "  ".join(
+        f"{k} {v['running']}/{v['concurrency']}{' paused' if v['paused'] else ''}" for k, v in st["lanes"].items()))
+    for j in st["running"]:
+        typer.echo(f"running  {j['id']:<6} {render.when(j)}  {render.command_text(j, 50)}")
+    for j in st["failed"]:
+        typer.echo(f"failed   {j['id']:<6} {relative(j.get('finished_at')):>9}  {j.get('message', '')}"[:100])
+
+
+def _status() -> dict[str, Any]:
+    try:
+        from .app import call
+
+        d = call("status")
+        daemon = {k: d[k] for k in ("pid", "uptime_s", "version")}
+    except errors.DaemonNotRunning:
+        daemon = None
+    base = call_or_read("status") if daemon is None else {"counts": d["counts"], "lanes": d["lanes"]}
+    running = call_or_read("list", states=["running"], limit=10)["jobs"]
+    failed = call_or_read("list", states=["failed"], limit=3)["jobs"]
+    return {"daemon": daemon, "counts": base["counts"], "lanes": base["lanes"], "running": running,
+            "failed": failed}

@@ -1,0 +1,120 @@
+"""The daemon's answers to the reading ops, computed from the queue file
+read-only, for when no daemon answers: ``list``, ``show``, ``logs``,
+``lanes``, ``status`` and ``config`` give the same shapes as over the
+socket, so every command prints them the same way.
+
+Nothing here writes: the file is opened read-only, never created or
+migrated (a missing queue is an empty one).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from .. import config as cfg
+from ..errors import BadRequest, JobNotFound, SlothError
+from ..lanes import ReadLanes, lane_table
+from ..models import STATE_NAMES, Listing
+from ..paths import Paths
+
+
+class _NoQueue:
+    """Stands for a queue file that does not exist yet: no jobs, no lanes."""
+
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        return default
+
+    def lane_rows(self) -> dict[str, Any]:
+        return {}
+
+    def lane_counts(self) -> dict[str, dict[str, int]]:
+        return {}
+
+    def counts(self) -> dict[str, int]:
+        return dict.fromkeys(STATE_NAMES, 0)
+
+    def listing(self, **kw: Any) -> Listing:
+        return Listing([], 0, self.counts(), kw.get("offset", 0))
+
+    def get(self, job_id: int) -> Any:
+        raise JobNotFound(job_id)
+
+    def close(self) -> None:
+        pass
+
+
+def answer(paths: Paths, op: str, **args: Any) -> Any:
+    """What the daemon would answer to ``op`` (a reading op). Raises
+    SlothError as the daemon would (not found, bad attempt ...)."""
+    fn = _OPS.get(op)
+    if fn is None:
+        raise SlothError(f"`{op}` needs the daemon", hint="Start it with `sloth daemon start`.")
+    q = _open(paths)
+    try:
+        return fn(q, paths, args)
+    finally:
+        q.close()
+
+
+def _open(paths: Paths) -> Any:
+    from ..backends.sqlite_readonly import SqliteReadOnly
+
+    try:
+        return SqliteReadOnly(paths.db)
+    except FileNotFoundError:
+        return _NoQueue()
+
+
+def _list(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
+    return q.listing(states=a.get("states"), lane=a.get("lane"), limit=a.get("limit"), offset=a.get("offset", 0),
+                     finished_limit=a.get("finished_limit"), now=time.time()).to_dict()
+
+
+def _detail(q: Any, job_id: int) -> dict[str, Any]:
+    job = q.get(job_id)
+    return {"job": job.to_dict(), "events": [e.to_dict() for e in q.events(job_id)],
+            "prereqs": q.prereqs(job_id), "dependents": q.dependents(job_id)}
+
+
+def _show(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
+    if "id" in a:
+        return _detail(q, a["id"])
+    for i in a["ids"]:
+        q.get(i)
+    return {"jobs": [{**(d := _detail(q, i))["job"], "events": d["events"], "prereqs": d["prereqs"],
+                      "dependents": d["dependents"]} for i in a["ids"]]}
+
+
+def _logs(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
+    job = q.get(a["id"])
+    n = a.get("attempt") or job.attempts
+    if n == 0:
+        raise SlothError(f"job {job.id} has not started yet, so it has no log",
+                         hint="Follow it with `sloth logs -f ID` once a daemon runs.")
+    if not 1 <= n <= job.attempts:
+        raise BadRequest(f"job {job.id} has attempts 1..{job.attempts}, not {n!r}")
+    return {"id": job.id, "attempt": n, "attempts": job.attempts, "path": str(paths.job_log(job.id, n))}
+
+
+def _lanes(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
+    lanes = ReadLanes(q, cfg.load(paths.config_file))
+    counts = q.lane_counts()
+    running = {ln: c.get("running", 0) for ln, c in counts.items()}
+    return {"lanes": lane_table(lanes, lanes.known(), running, counts), "paused_all": lanes.paused_all}
+
+
+def _status(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
+    return {"daemon": None, "counts": q.counts(), "paths": paths.as_dict(), **_lanes(q, paths, a)}
+
+
+def _config(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
+    d = cfg.load(paths.config_file).as_dict()
+    d["lanes_in_force"] = {ln: {"concurrency": v["concurrency"], "source": v["source"]}
+                           for ln, v in _lanes(q, paths, a)["lanes"].items()}
+    return d
+
+
+_OPS: dict[str, Callable[[Any, Paths, dict[str, Any]], Any]] = {
+    "list": _list, "show": _show, "logs": _logs, "lanes": _lanes, "status": _status, "config": _config,
+}
