@@ -45,7 +45,8 @@ from . import pg_migrate, pgdb
 from .pg_enqueue import SQL_ACTIVE_KEY, PgEnqueue
 from .pg_reads import PgReads, check_id
 from .pgdb import Cursor, Row, one
-from .sqlite import DEFAULT_BACKOFF_CAP_S, DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS, MAX_CRASH_REFUNDS
+from .sqlite import DEFAULT_BACKOFF_CAP_S, DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS
+from .sqlite_leases import MAX_CRASH_REFUNDS
 
 # SET lists of the one-statement writes of lease holders (_held_step).
 EXTEND = "lease_until = sloth.now() + coalesce(%(lease_s)s, lease_s), updated_at = sloth.now()"

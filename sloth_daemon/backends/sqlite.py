@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import secrets
 import sqlite3
@@ -31,6 +30,7 @@ from .. import db
 from . import sqlite_deps as deps
 from . import sqlite_pick as pick
 from .sqlite_batch import SqliteBatch
+from .sqlite_leases import SqliteLeases, past
 from .sqlite_enqueue import SQL_ACTIVE_KEY, SqliteEnqueue
 from .sqlite_reads import SqliteReads
 from ..clock import Clock, SystemClock
@@ -42,13 +42,9 @@ from ..spec import number
 DEFAULT_LEASE_S = 60.0
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_BACKOFF_CAP_S = 300.0
-# A run cut short by a crash of sloth itself (the keeper gone too: a reboot,
-# a power cut) does not count against max_attempts -- but only this many
-# times between user retries, so a job that brings sloth down cannot loop.
-MAX_CRASH_REFUNDS = 3
 
 
-class SqliteQueue(SqliteBatch, SqliteEnqueue, SqliteReads):
+class SqliteQueue(SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteReads):
     """A durable lease queue over one SQLite file (see module docstring)."""
 
     on_side_change: Callable[[Job], None] | None = None  # see the module docstring
@@ -152,56 +148,6 @@ class SqliteQueue(SqliteBatch, SqliteEnqueue, SqliteReads):
         return self._job(out)
 
     # --------------------------------------------------------- lease holders
-    def heartbeat(self, job_id: int, token: str, *, lease_s: float | None = None) -> Job:
-        """Extend the lease of the holder of ``token``: ``lease_until = now + lease``.
-
-        The token decides, not the clock: a lapsed lease that nobody reclaimed
-        may still be renewed. Raises LeaseLost (stale token) or JobNotFound.
-        """
-        now = self.clock.now()
-        with self._tx(durable=False) as c:
-            row = self._held(c, job_id, token)
-            return self._extend(c, row, now, lease_s)
-
-    def renew_after_resume(self, job_id: int, token: str, message: str) -> Job:
-        """Heartbeat after the machine slept, and record a ``resumed`` event."""
-        now = self.clock.now()
-        with self._tx(durable=False) as c:
-            row = self._held(c, job_id, token)
-            job = self._extend(c, row, now, None)
-            self._event(c, job_id, now, "resumed", row["attempts"], message)
-            return job
-
-    def _extend(self, c: sqlite3.Connection, row: sqlite3.Row, now: float, lease_s: float | None) -> Job:
-        lease = row["lease_s"] if lease_s is None else number(lease_s, "lease_s", 0.0, lo=0.001)
-        out = c.execute(
-            "UPDATE jobs SET lease_until = ?, updated_at = ? WHERE id = ? RETURNING *",
-            (now + lease, now, row["id"]),
-        ).fetchone()
-        return self._job(out)
-
-    def set_runner(self, job_id: int, token: str, runner: dict[str, Any]) -> Job:
-        """Record the identity of the process running this attempt (event ``started``)."""
-        now = self.clock.now()
-        with self._tx(durable=False) as c:
-            row = self._held(c, job_id, token)
-            self._put_runner(c, row, runner, now)
-            return self._job(c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone())
-
-    def _put_runner(self, c: sqlite3.Connection, row: sqlite3.Row, runner: dict[str, Any] | None,
-                    now: float) -> None:
-        if runner is None:
-            return
-        c.execute("UPDATE jobs SET runner = ?, updated_at = ? WHERE id = ?", (json.dumps(runner), now, row["id"]))
-        self._event(c, row["id"], _past(runner.get("started_at"), now), "started", row["attempts"],
-                    f"pid {runner.get('pid')}")
-
-    def flush(self) -> None:
-        """Make every commit made with ``durable=False`` durable now (one fsync)."""
-        with self._tx() as c:
-            c.execute("INSERT INTO meta (key, value) VALUES ('flushed', '0')"
-                      " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1")
-
     def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None,
                  ended_at: float | None = None, runner: dict[str, Any] | None = None,
                  durable: bool = True) -> Job:
@@ -216,7 +162,7 @@ class SqliteQueue(SqliteBatch, SqliteEnqueue, SqliteReads):
         with self._tx(durable=durable) as c:
             row = self._held(c, job_id, token)
             self._put_runner(c, row, runner, now)
-            return self._finish(c, job_id, JobState.DONE, _past(ended_at, now), row["attempts"], "done",
+            return self._finish(c, job_id, JobState.DONE, past(ended_at, now), row["attempts"], "done",
                                 message, exit_code=exit_code)
 
     def fail(
@@ -229,7 +175,7 @@ class SqliteQueue(SqliteBatch, SqliteEnqueue, SqliteReads):
         done are cancelled, the others may be queued). ``ended_at``,
         ``runner`` and ``durable`` as for complete. Raises LeaseLost."""
         now = self.clock.now()
-        ended = _past(ended_at, now)
+        ended = past(ended_at, now)
         with self._tx(durable=durable) as c:
             row = self._held(c, job_id, token)
             self._put_runner(c, row, runner, now)
@@ -269,22 +215,6 @@ class SqliteQueue(SqliteBatch, SqliteEnqueue, SqliteReads):
                 (now, now, job_id),
             ).fetchone()
             self._event(c, job_id, now, kind, row["attempts"], message)
-            return self._job(out)
-
-    def adopt(self, job_id: int, token: str, worker: str, *, message: str) -> Job:
-        """A new holder takes over the lease of ``token`` (a daemon adopting
-        a run that outlived the daemon that claimed it): the lease is renewed
-        from now and ``worker`` renamed; event ``adopted``. The token decides,
-        as for a heartbeat: a lapsed lease that nobody reclaimed is still
-        ours. Raises LeaseLost or JobNotFound."""
-        now = self.clock.now()
-        with self._tx(durable=False) as c:
-            row = self._held(c, job_id, token)
-            out = c.execute(
-                "UPDATE jobs SET worker = ?, lease_until = ?, updated_at = ? WHERE id = ? RETURNING *",
-                (worker, now + row["lease_s"], now, job_id),
-            ).fetchone()
-            self._event(c, job_id, now, "adopted", row["attempts"], message)
             return self._job(out)
 
     # ---------------------------------------------------------- user actions
@@ -360,29 +290,6 @@ class SqliteQueue(SqliteBatch, SqliteEnqueue, SqliteReads):
         with self._tx() as c:
             c.execute("DELETE FROM lanes WHERE name = ?", (name,))
 
-    def abandon(self, job_id: int, token: str, *, message: str, refund: bool = False) -> Job:
-        """Declare the holder of ``token`` gone (e.g. the daemon that held it
-        died: the single-instance lock proves it). The lease counts as expired
-        from now, so the next claim re-issues the job with a ``reclaimed``
-        event (attempts + 1). Event ``abandoned``. With ``refund`` (the run
-        was cut short by a crash of sloth, not of the job) its try is given
-        back, at most MAX_CRASH_REFUNDS times between user retries; past that
-        the crash counts. Raises LeaseLost."""
-        now = self.clock.now()
-        with self._tx() as c:
-            row = self._held(c, job_id, token)
-            give = refund and row["refunds"] < MAX_CRASH_REFUNDS and row["tries"] > 0
-            out = c.execute(
-                "UPDATE jobs SET lease_until = ?, tries = tries - ?, refunds = refunds + ?, updated_at = ?"
-                " WHERE id = ? RETURNING *",
-                (math.nextafter(now, -math.inf), int(give), int(give), now, job_id),
-            ).fetchone()
-            if refund:
-                message += (f"; not counted as a try ({row['refunds'] + 1} of {MAX_CRASH_REFUNDS} forgiven)"
-                            if give else f"; counted as a try ({MAX_CRASH_REFUNDS} crashes already forgiven)")
-            self._event(c, job_id, now, "abandoned", row["attempts"], message)
-            return self._job(out)
-
     def close(self) -> None:
         self._conn.close()
 
@@ -430,8 +337,3 @@ class SqliteQueue(SqliteBatch, SqliteEnqueue, SqliteReads):
 
 def _join(a: str, b: str) -> str:
     return f"{a}; {b}" if a else b
-
-
-def _past(t: float | None, now: float) -> float:
-    """A reported time, never later than now (clocks of other processes)."""
-    return now if t is None or not math.isfinite(t) or t > now else t

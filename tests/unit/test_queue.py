@@ -845,7 +845,7 @@ def test_attempts_count_runs_and_tries_the_budget(make_queue, clock):
 
 
 def test_a_crash_of_sloth_is_forgiven_a_bounded_number_of_times(make_queue, clock):
-    from sloth_daemon.backends.sqlite import MAX_CRASH_REFUNDS
+    from sloth_daemon.backends.sqlite_leases import MAX_CRASH_REFUNDS
 
     q = make_queue(max_attempts=1)
     jid = q.enqueue(["x"])

@@ -1,0 +1,131 @@
+"""The lease holder's side of the SQLite queue: renewing a lease, recording
+the process that runs it, handing it to a new holder, declaring a holder
+gone, and making earlier commits durable.
+
+A base class of SqliteQueue (sqlite.py): the transitions that end a lease
+(complete, fail, release) stay there, beside claim.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from typing import TYPE_CHECKING, Any, ContextManager
+
+from ..models import Job
+from ..spec import number
+
+# A run cut short by a crash of sloth itself (the keeper gone too: a reboot,
+# a power cut) does not count against max_attempts -- but only this many
+# times between user retries, so a job that brings sloth down cannot loop.
+MAX_CRASH_REFUNDS = 3
+
+
+class SqliteLeases:
+    if TYPE_CHECKING:
+        from ..clock import Clock
+
+        clock: Clock
+
+        def _tx(self, *, durable: bool = True) -> ContextManager[sqlite3.Connection]: ...
+        def _held(self, c: sqlite3.Connection, job_id: int, token: str) -> sqlite3.Row: ...
+        def _job(self, row: sqlite3.Row) -> Job: ...
+        @staticmethod
+        def _event(c: sqlite3.Connection, job_id: int, at: float, kind: str, attempt: int,
+                   message: str) -> None: ...
+
+    def heartbeat(self, job_id: int, token: str, *, lease_s: float | None = None) -> Job:
+        """Extend the lease of the holder of ``token``: ``lease_until = now + lease``.
+
+        The token decides, not the clock: a lapsed lease that nobody reclaimed
+        may still be renewed. Raises LeaseLost (stale token) or JobNotFound.
+        """
+        now = self.clock.now()
+        with self._tx(durable=False) as c:
+            row = self._held(c, job_id, token)
+            return self._extend(c, row, now, lease_s)
+
+    def renew_after_resume(self, job_id: int, token: str, message: str) -> Job:
+        """Heartbeat after the machine slept, and record a ``resumed`` event."""
+        now = self.clock.now()
+        with self._tx(durable=False) as c:
+            row = self._held(c, job_id, token)
+            job = self._extend(c, row, now, None)
+            self._event(c, job_id, now, "resumed", row["attempts"], message)
+            return job
+
+    def _extend(self, c: sqlite3.Connection, row: sqlite3.Row, now: float, lease_s: float | None) -> Job:
+        lease = row["lease_s"] if lease_s is None else number(lease_s, "lease_s", 0.0, lo=0.001)
+        out = c.execute(
+            "UPDATE jobs SET lease_until = ?, updated_at = ? WHERE id = ? RETURNING *",
+            (now + lease, now, row["id"]),
+        ).fetchone()
+        return self._job(out)
+
+    def set_runner(self, job_id: int, token: str, runner: dict[str, Any]) -> Job:
+        """Record the identity of the process running this attempt (event ``started``)."""
+        now = self.clock.now()
+        with self._tx(durable=False) as c:
+            row = self._held(c, job_id, token)
+            self._put_runner(c, row, runner, now)
+            return self._job(c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone())
+
+    def _put_runner(self, c: sqlite3.Connection, row: sqlite3.Row, runner: dict[str, Any] | None,
+                    now: float) -> None:
+        if runner is None:
+            return
+        c.execute("UPDATE jobs SET runner = ?, updated_at = ? WHERE id = ?", (json.dumps(runner), now, row["id"]))
+        self._event(c, row["id"], past(runner.get("started_at"), now), "started", row["attempts"],
+                    f"pid {runner.get('pid')}")
+
+    def flush(self) -> None:
+        """Make every commit made with ``durable=False`` durable now (one fsync)."""
+        with self._tx() as c:
+            c.execute("INSERT INTO meta (key, value) VALUES ('flushed', '0')"
+                      " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1")
+
+    def adopt(self, job_id: int, token: str, worker: str, *, message: str) -> Job:
+        """A new holder takes over the lease of ``token`` (a daemon adopting
+        a run that outlived the daemon that claimed it): the lease is renewed
+        from now and ``worker`` renamed; event ``adopted``. The token decides,
+        as for a heartbeat: a lapsed lease that nobody reclaimed is still
+        ours. Raises LeaseLost or JobNotFound."""
+        now = self.clock.now()
+        with self._tx(durable=False) as c:
+            row = self._held(c, job_id, token)
+            out = c.execute(
+                "UPDATE jobs SET worker = ?, lease_until = ?, updated_at = ? WHERE id = ? RETURNING *",
+                (worker, now + row["lease_s"], now, job_id),
+            ).fetchone()
+            self._event(c, job_id, now, "adopted", row["attempts"], message)
+            return self._job(out)
+
+    def abandon(self, job_id: int, token: str, *, message: str, refund: bool = False) -> Job:
+        """Declare the holder of ``token`` gone (e.g. the daemon that held it
+        died: the single-instance lock proves it). The lease counts as expired
+        from now, so the next claim re-issues the job with a ``reclaimed``
+        event (attempts + 1). Event ``abandoned``. With ``refund`` (the run
+        was cut short by a crash of sloth, not of the job) its try is given
+        back, at most MAX_CRASH_REFUNDS times between user retries; past that
+        the crash counts. Raises LeaseLost."""
+        now = self.clock.now()
+        with self._tx() as c:
+            row = self._held(c, job_id, token)
+            give = refund and row["refunds"] < MAX_CRASH_REFUNDS and row["tries"] > 0
+            out = c.execute(
+                "UPDATE jobs SET lease_until = ?, tries = tries - ?, refunds = refunds + ?, updated_at = ?"
+                " WHERE id = ? RETURNING *",
+                (math.nextafter(now, -math.inf), int(give), int(give), now, job_id),
+            ).fetchone()
+            if refund:
+                message += (f"; not counted as a try ({row['refunds'] + 1} of {MAX_CRASH_REFUNDS} forgiven)"
+                            if give else f"; counted as a try ({MAX_CRASH_REFUNDS} crashes already forgiven)")
+            self._event(c, job_id, now, "abandoned", row["attempts"], message)
+            return self._job(out)
+
+
+
+def past(t: float | None, now: float) -> float:
+    """A reported time, never later than now (clocks of other processes)."""
+    return now if t is None or not math.isfinite(t) or t > now else t
