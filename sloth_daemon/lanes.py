@@ -48,6 +48,6 @@ class Lanes:
         return set(self.paused) | {ln for ln, n in running.items() if n >= self.concurrency(ln)}
 
     def status(self, running: dict[str, int], known: Iterable[str]) -> dict[str, dict[str, object]]:
-        names = set(self.settings.lanes) | set(known) | set(running)
+        names = {"default"} | set(self.settings.lanes) | set(known) | set(running)
         return {ln: {"concurrency": self.concurrency(ln), "running": running.get(ln, 0),
                      "paused": self.is_paused(ln)} for ln in sorted(names)}

@@ -279,3 +279,19 @@ def test_worker_name_is_built_and_recognised_in_one_place():
     assert name == "sloth-daemon:box:42:abcd"
     assert is_daemon_on_host(name, host="box") and not is_daemon_on_host(name, host="other")
     assert not is_daemon_on_host(None, host="box") and not is_daemon_on_host("lib-worker", host="box")
+
+
+def test_default_concurrency_applies_to_the_default_lane_too(env, tmp_path):
+    """Issue 14, item 10: `default_concurrency = 3` in the config file, no
+    [lanes] table: the `default` lane runs three at once, as any unlisted lane."""
+    from sloth_daemon import config
+
+    f = tmp_path / "config.toml"
+    f.write_text("default_concurrency = 3\n")
+    s = config.load(f)
+    w, q, sp = env(default_concurrency=s.default_concurrency, lanes=s.lanes)
+    ids = [q.enqueue(["sleep", "1"]) for _ in range(4)] + [q.enqueue(["x"], lane="other") for _ in range(4)]
+    w.turn()
+    started = sorted(r.job_id for r in sp.reqs.values())
+    assert started == ids[:3] + ids[4:7]
+    assert w.status()["lanes"]["default"]["concurrency"] == 3
