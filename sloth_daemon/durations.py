@@ -8,6 +8,11 @@ import time
 
 from .errors import BadRequest
 
+# Every duration and time that enters the queue is bounded: past these a
+# value means nothing to a person, and time.localtime()/datetime cannot show
+# it (a `--delay 99999999999d` was once accepted and then broke `sloth show`).
+MAX_DURATION_S = 100 * 365 * 86400.0  # 100 years
+MAX_TIME = 253402300799.0  # 9999-12-31T23:59:59Z, the last second datetime can show
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d|w)")
 
@@ -36,6 +41,9 @@ def parse_duration(text: str | int | float, *, what: str = "duration") -> float:
                 )
     if not math.isfinite(v) or v < 0:
         raise BadRequest(f"bad {what}: {text!r} (must be a finite, non-negative duration)")
+    if v > MAX_DURATION_S:
+        raise BadRequest(f"bad {what}: {text!r} is longer than 100 years",
+                         hint="Use a shorter duration, e.g. 30s, 5m, 2h, 7d.")
     return v
 
 
@@ -69,7 +77,10 @@ def relative(t: float | None, now: float | None = None) -> str:
 def local_time(t: float | None) -> str:
     if t is None:
         return "-"
-    lt = time.localtime(t)
+    try:
+        lt = time.localtime(t)
+    except (OverflowError, OSError, ValueError):  # a time no calendar can show
+        return f"@{t:.0f}"
     if time.strftime("%Y-%m-%d", lt) == time.strftime("%Y-%m-%d"):
         return time.strftime("%H:%M:%S", lt)
     return time.strftime("%Y-%m-%d %H:%M", lt)
@@ -91,9 +102,12 @@ def parse_at(text: str, now: float | None = None) -> float:
             if t.timestamp() <= now:
                 t += dt.timedelta(days=1)
             return t.timestamp()
-        t = dt.datetime.fromisoformat(s)
-        return t.timestamp()
-    except ValueError:
+        at = dt.datetime.fromisoformat(s).timestamp()
+    except (ValueError, OverflowError, OSError):
         raise BadRequest(
-            f"bad time: {text!r}", hint="Use HH:MM, or an ISO time like 2026-12-01T09:30."
+            f"bad --at: {text!r}", hint="Use HH:MM, or an ISO time like 2026-12-01T09:30."
         ) from None
+    if not 0 <= at <= MAX_TIME:
+        raise BadRequest(f"bad --at: {text!r} is before 1970 or after 9999",
+                         hint="Use HH:MM, or an ISO time like 2026-12-01T09:30.")
+    return at

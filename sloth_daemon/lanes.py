@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from .config import Settings
+from .errors import IllegalTransition, SlothError
 from .queue import Queue
 
 
@@ -34,6 +35,12 @@ class Lanes:
             self.queue.set_meta("paused_lanes", sorted(self.paused))
 
     def resume(self, lane: str | None) -> None:
+        """Resume everything, or one lane. Resuming one lane while all are
+        paused is refused: it would say "resumed" while nothing runs."""
+        if lane is not None and self.paused_all:
+            raise IllegalTransition(
+                f"all lanes are paused, so lane {lane!r} cannot run on its own",
+                hint="Resume all with `sloth resume`, then pause the lanes to hold back: `sloth pause LANE`.")
         if lane is None:
             self.paused_all = False
             self.paused.clear()
@@ -47,7 +54,14 @@ class Lanes:
         (``running``: lane -> runs in it)."""
         return set(self.paused) | {ln for ln, n in running.items() if n >= self.concurrency(ln)}
 
-    def status(self, running: dict[str, int], known: Iterable[str]) -> dict[str, dict[str, object]]:
+    def status(self, running: dict[str, int], known: Iterable[str] | None = None) -> dict[str, dict[str, object]]:
+        """Each lane's concurrency, running count and pause: the configured
+        lanes, ``known`` ones (default: the queue's) and the running ones."""
+        if known is None:
+            try:
+                known = self.queue.lanes()
+            except SlothError:  # a broken database: status must still answer
+                known = []
         names = {"default"} | set(self.settings.lanes) | set(known) | set(running)
         return {ln: {"concurrency": self.concurrency(ln), "running": running.get(ln, 0),
                      "paused": self.is_paused(ln)} for ln in sorted(names)}

@@ -65,6 +65,8 @@ class Job:
         d["runner"] = json.loads(d["runner"]) if d["runner"] else None
         d["state"] = JobState(d["state"])
         d["shell"] = bool(d["shell"])
+        if isinstance(d["cwd"], bytes):  # a path that is not UTF-8, kept as its bytes
+            d["cwd"] = d["cwd"].decode("utf-8", "surrogateescape")
         return cls(**d)
 
     def to_dict(self, *, with_env: bool = False) -> dict[str, Any]:
