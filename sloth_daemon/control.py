@@ -11,13 +11,15 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterable, Mapping
+from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
 
 from .config import Settings
+from .errors import FieldError, SlothError
 from .models import Event, Job
 from .paths import Paths
 from .queue import Queue
 from .spawner import Spawner
+from .spec import Defaults, EnvCache, JobSpec
 from .worker import Worker
 
 Watcher = Callable[[Job], None]
@@ -55,17 +57,43 @@ class Control:
         return self.queue.jobs(lane=lane, limit=limit, states=states)
 
     def status(self) -> dict[str, Any]:
+        """Answers even when the database is broken or gone (then ``counts``
+        is None and ``queue.problem`` says why), so `sloth daemon status` and
+        `stop` work whatever happened to the file."""
+        queue: dict[str, Any] = {"id": self.queue.identity, "problem": None}
+        try:
+            self.queue.check()
+            counts: dict[str, int] | None = self.queue.counts()
+        except SlothError as e:
+            queue["problem"], counts = e.message, None
         return {
             "pid": os.getpid(), "started_at": self.started_at, "uptime_s": time.time() - self.started_at,
-            "instance": self.instance, "paths": self.paths.as_dict(), "counts": self.queue.counts(),
+            "instance": self.instance, "paths": self.paths.as_dict(), "counts": counts, "queue": queue,
             **self.worker.status(),
         }
 
     # ------------------------------------------------------------ actions
-    def add(self, specs: Iterable[Mapping[str, Any]]) -> list[int]:
-        ids = self.queue.enqueue_many(specs)
+    def add(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None) -> list[int]:
+        """Queue the jobs, all or none (recorded under ``batch`` if given)."""
+        ids = self.queue.enqueue_many(specs, batch=batch)
         self.worker.wake()
         return ids
+
+    def validate(self, jobs: Sequence[Mapping[str, Any]], *, first: int = 1) -> list[JobSpec]:
+        """Each job checked as the queue would (so a batch is refused before any
+        of it is queued); an error names the job's place in its batch."""
+        defaults = Defaults(self.settings.max_attempts, self.settings.lease_s)
+        cache: EnvCache = {}
+        out = []
+        for i, job in enumerate(jobs, first):
+            try:
+                out.append(JobSpec.parse(job, defaults, cache))
+            except FieldError as e:
+                raise FieldError(e.field, f"{e.problem} (job {i} of the batch)", e.hint) from None
+        return out
+
+    def batch_ids(self, token: str) -> list[int] | None:
+        return self.queue.batch_ids(token)
 
     def cancel(self, job_id: int) -> Job:
         return self.worker.cancel(job_id)

@@ -10,18 +10,39 @@ Connections, framing and peer checks are server.py's.
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from . import __version__, protocol
 from .control import Control
-from .errors import BadRequest, JobNotFound, LogUnreadable, SlothError
+from .errors import BadRequest, JobNotFound, SlothError
 from .models import Job, JobState
+from .private import open_log
+from .spec import JobSpec
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
 MAX_STREAM_BACKLOG = 1024  # queued events per subscriber before it is told it overflowed
 LOG_CHUNK = 256 * 1024  # bytes of log per streamed event
 _OVERFLOW: dict[str, Any] = {"overflow": True}
+MAX_BATCH_JOBS = 1_000_000  # staged on one connection (~250 MB at most): say so, queue nothing
+_TOKEN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
+class Session:
+    """What one connection holds between its requests: a batch being staged
+    (validated jobs, not queued). Dropped with the connection, so a client or
+    a daemon that dies before ``commit`` leaves nothing queued."""
+
+    def __init__(self) -> None:
+        self.staged: list[JobSpec] = []
+
+    def take(self) -> list[JobSpec]:
+        out, self.staged = self.staged, []
+        return out
+
+    def close(self) -> None:
+        self.staged = []
 
 
 class Subscription:
@@ -69,6 +90,11 @@ class Handlers:
         self.streams: dict[str, Callable[[dict[str, Any], Emit], Awaitable[Any]]] = {
             "wait": self.op_wait, "follow": self.op_follow, "subscribe": self.op_subscribe,
         }
+        self.ops["batch"] = self.op_batch
+        # ops that use what the connection holds (a staged batch)
+        self.session_ops: dict[str, Callable[[dict[str, Any], Session], Any]] = {
+            "stage": self.op_stage, "commit": self.op_commit,
+        }
 
     def close(self) -> None:
         """End every open stream (the daemon is stopping)."""
@@ -87,14 +113,39 @@ class Handlers:
                 "server": dict(self.stats)}
 
     def op_add(self, a: dict[str, Any]) -> dict[str, Any]:
-        jobs, common = a["jobs"], a.get("common") or {}
-        if not isinstance(jobs, list) or not jobs:
-            raise BadRequest("jobs must be a non-empty list of job objects")
-        if not isinstance(common, dict):
-            raise BadRequest("common must be an object")
-        if not all(isinstance(j, dict) for j in jobs):
-            raise BadRequest("each job must be an object")
-        return {"ids": self.c.add([{**common, **j} for j in jobs])}
+        return {"ids": self.c.add(jobs_of(a))}
+
+    # ------------------------------------------------- batches (protocol v2)
+    def op_stage(self, a: dict[str, Any], session: Session) -> dict[str, Any]:
+        """Validate jobs and hold them on this connection; queue nothing yet."""
+        self._stage(jobs_of(a), session)
+        return {"staged": len(session.staged)}
+
+    def op_commit(self, a: dict[str, Any], session: Session) -> dict[str, Any]:
+        """Queue the staged jobs and these in one transaction, under ``batch``."""
+        token = batch_token(a.get("batch"))
+        if a.get("jobs") is not None:
+            self._stage(jobs_of(a), session)
+        specs = session.take()
+        if not specs:
+            raise BadRequest("nothing to commit: no jobs were staged on this connection")
+        return {"batch": token, "ids": self.c.add(specs, batch=token)}
+
+    def op_batch(self, a: dict[str, Any]) -> dict[str, Any]:
+        """Whether the batch ``batch`` was queued (all its jobs), and as which ids."""
+        token = batch_token(a.get("batch"))
+        ids = self.c.batch_ids(token)
+        return {"batch": token, "queued": ids is not None, "ids": ids or []}
+
+    def _stage(self, jobs: list[dict[str, Any]], session: Session) -> None:
+        try:
+            if len(session.staged) + len(jobs) > MAX_BATCH_JOBS:
+                raise BadRequest(f"a batch holds at most {MAX_BATCH_JOBS:,} jobs",
+                                 hint="Split the input; each `sloth add` is all or nothing on its own.")
+            session.staged += self.c.validate(jobs, first=len(session.staged) + 1)
+        except SlothError:
+            session.close()  # one bad job spoils the batch: nothing of it will be queued
+            raise
 
     def op_list(self, a: dict[str, Any]) -> dict[str, Any]:
         states = a.get("states")
@@ -144,7 +195,7 @@ class Handlers:
 
     def op_shutdown(self, a: dict[str, Any]) -> dict[str, Any]:
         asyncio.get_running_loop().call_soon(self.c.shutdown, "shutdown requested over the socket")
-        return {"stopping": True, "pid": self.c.status()["pid"]}
+        return {"stopping": True, "pid": os.getpid()}  # not from status: it must work without the database
 
     # ---------------------------------------------------------- streaming
     async def op_wait(self, a: dict[str, Any], emit: Emit) -> Any:
@@ -241,12 +292,11 @@ async def _stream(chunks: AsyncIterator[bytes], emit: Emit) -> None:
 async def _send_file(path: Path, emit: Emit) -> None:
     try:
         # A local log file read in 256 KiB chunks between sends: short blocking
-        # reads, not worth a thread per follower.
-        f = open(path, "rb")  # noqa: ASYNC230
+        # reads, not worth a thread per follower. Never through a link, never
+        # a FIFO or device in its place (private.open_log).
+        f = open_log(path)
     except FileNotFoundError:
         return  # the attempt printed nothing
-    except OSError as e:
-        raise LogUnreadable(path, e) from None
     with f:
         while chunk := f.read(LOG_CHUNK):
             await emit(log_event(chunk))
@@ -255,6 +305,24 @@ async def _send_file(path: Path, emit: Emit) -> None:
 def log_event(data: bytes) -> dict[str, Any]:
     # surrogateescape: bytes that are not UTF-8 travel and come back exact
     return {"kind": "log", "data": data.decode("utf-8", "surrogateescape")}
+
+
+def jobs_of(a: dict[str, Any]) -> list[dict[str, Any]]:
+    """The request's jobs, each with the request's ``common`` fields under it."""
+    jobs, common = a.get("jobs"), a.get("common") or {}
+    if not isinstance(jobs, list) or not jobs:
+        raise BadRequest("jobs must be a non-empty list of job objects")
+    if not isinstance(common, dict):
+        raise BadRequest("common must be an object")
+    if not all(isinstance(j, dict) for j in jobs):
+        raise BadRequest("each job must be an object")
+    return [{**common, **j} for j in jobs]
+
+
+def batch_token(v: Any) -> str:
+    if not isinstance(v, str) or not 1 <= len(v) <= 64 or not set(v) <= _TOKEN_CHARS:
+        raise BadRequest("batch must be a token of 1 to 64 letters, digits, '_' or '-'")
+    return v
 
 
 def job_id(v: Any) -> int:

@@ -28,10 +28,12 @@ from ..clock import Clock, SystemClock
 from ..errors import BadRequest, IllegalTransition, LeaseLost
 from ..models import ACTIVE_STATES, FINISHED_STATES, Job, JobState
 from ..spec import number
+from ..text import storable
 
 DEFAULT_LEASE_S = 60.0
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_BACKOFF_CAP_S = 300.0
+_NEVER_CLOSED: list[sqlite3.Connection] = []  # connections of broken queues (see close)
 
 
 class SqliteQueue(SqliteEnqueue, SqliteReads):
@@ -54,6 +56,31 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
         self._conn = db.connect(self.path)
         self._envs: dict[int, dict[str, str]] = {}  # env_id -> env, decoded once
         self._conn.row_factory = sqlite3.Row
+        self.identity: str = self._identity()
+
+    def _identity(self) -> str:
+        """This queue's stable id: random, made with the queue (or the first
+        time a queue of an older sloth is opened), kept in meta. Logs live
+        under it, so a new queue in the same folder never writes into an old
+        queue's log files (identity.py)."""
+        found = self.get_meta("queue_id")
+        if isinstance(found, str):
+            return found
+        with db.transaction(self._conn) as c:
+            row = c.execute("SELECT value FROM meta WHERE key = 'queue_id'").fetchone()
+            if row is not None:
+                return str(json.loads(row[0]))
+            qid = secrets.token_hex(8)
+            c.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
+                ("queue_id", json.dumps(qid)), ("queue_created_at", json.dumps(self.clock.now()))])
+            return qid
+
+    def check(self) -> None:
+        """Raise QueueBroken if the file was replaced, truncated or found
+        damaged under this queue (then it takes no more writes)."""
+        guard = db.guard_of(self._conn)
+        if guard is not None:
+            guard.check()
 
     # ------------------------------------------------------------------- claim
     def claim(
@@ -180,7 +207,7 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
                     "UPDATE jobs SET state = 'queued', not_before = ?, token = NULL,"
                     " lease_until = NULL, message = ?, exit_code = ?, updated_at = ?"
                     " WHERE id = ? RETURNING *",
-                    (now + delay, message, exit_code, now, job_id),
+                    (now + delay, storable(message), exit_code, now, job_id),
                 ).fetchone()
                 self._event(c, job_id, now, "failed", attempts,
                             _join(message, f"retry {attempts + 1}/{row['max_attempts']} in {delay:g}s"))
@@ -189,21 +216,24 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
             return self._finish(c, job_id, JobState.FAILED, now, attempts, "failed",
                                 _join(message, why), exit_code=exit_code, stored_message=message)
 
-    def release(self, job_id: int, token: str, *, message: str = "interrupted") -> Job:
-        """claimed -> queued, due now, attempt refunded (event ``interrupted``).
+    def release(self, job_id: int, token: str, *, message: str = "interrupted", delay_s: float = 0.0,
+                kind: str = "interrupted") -> Job:
+        """claimed -> queued, due in ``delay_s``, attempt refunded (event ``kind``).
 
-        For a graceful shutdown: the interruption was not the job's fault, so
-        it does not use up its failure budget. Raises LeaseLost.
-        """
+        For a run cut short by no fault of the job: a graceful shutdown
+        (``interrupted``), or a spawn that failed for the daemon's own lack of
+        resources (``postponed``, with a delay). It does not use up the job's
+        failure budget. Raises LeaseLost."""
+        delay = number(delay_s, "delay_s", 0.0, lo=0)
         now = self.clock.now()
         with db.transaction(self._conn) as c:
             row = self._held(c, job_id, token)
             out = c.execute(
                 "UPDATE jobs SET state = 'queued', not_before = ?, token = NULL, lease_until = NULL,"
                 " attempts = max(attempts - 1, 0), updated_at = ? WHERE id = ? RETURNING *",
-                (now, now, job_id),
+                (now + delay, now, job_id),
             ).fetchone()
-            self._event(c, job_id, now, "interrupted", row["attempts"], message)
+            self._event(c, job_id, now, kind, row["attempts"], message)
             return self._job(out)
 
     # ---------------------------------------------------------- user actions
@@ -261,6 +291,7 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
                 c.execute("DELETE FROM envs WHERE NOT EXISTS"
                           " (SELECT 1 FROM jobs WHERE jobs.env_id = envs.id)")
                 self._envs.clear()
+            self._prune_batch_records(c, self.clock.now())
             return cur.rowcount
 
     def set_meta(self, key: str, value: Any) -> None:
@@ -286,8 +317,21 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
             self._event(c, job_id, now, "abandoned", row["attempts"], message)
             return self._job(out)
 
+    @property
+    def broken(self) -> str | None:
+        """Why this queue takes no more writes (its file changed under it), or None."""
+        guard = db.guard_of(self._conn)
+        return None if guard is None else guard.broken
+
     def close(self) -> None:
-        self._conn.close()
+        """Close the file. A broken queue's connection is left open instead:
+        closing checkpoints the WAL into whatever file is now at the path (into
+        a truncated file, a patchwork of old pages that looks like a queue).
+        A process that ends with such a queue should leave by os._exit."""
+        if self.broken is None:
+            self._conn.close()
+        else:
+            _NEVER_CLOSED.append(self._conn)
 
     def __enter__(self) -> "SqliteQueue":
         return self
@@ -316,7 +360,7 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
             "UPDATE jobs SET state = ?, token = NULL, lease_until = NULL, message = ?,"
             " exit_code = coalesce(?, exit_code), finished_at = ?, updated_at = ?"
             " WHERE id = ? RETURNING *",
-            (state.value, message if stored_message is None else stored_message,
+            (state.value, storable(message if stored_message is None else stored_message),
              exit_code, now, now, job_id),
         ).fetchone()
         self._event(c, job_id, now, kind, attempt, message)
@@ -326,7 +370,7 @@ class SqliteQueue(SqliteEnqueue, SqliteReads):
     def _event(c: sqlite3.Connection, job_id: int, at: float, kind: str, attempt: int, message: str) -> None:
         c.execute(
             "INSERT INTO events (job_id, at, kind, attempt, message) VALUES (?, ?, ?, ?, ?)",
-            (job_id, at, kind, attempt, message),
+            (job_id, at, kind, attempt, storable(message)),
         )
 
 

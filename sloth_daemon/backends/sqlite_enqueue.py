@@ -8,12 +8,16 @@ once, and runs of keyless jobs go in with one executemany.
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 from typing import Any, Iterable, Mapping, Sequence
 
 from .. import db
 from ..clock import Clock
+from ..errors import IllegalTransition
 from ..spec import Defaults, EnvCache, JobSpec
+from ..text import as_bytes, is_utf8
+from .sqlite_reads import reads
 
 # The literal IN list must match jobs_active_key's WHERE for the partial index
 # to apply; with bound parameters it cannot, and the lookup scans the table.
@@ -26,6 +30,21 @@ SQL_INSERT = (
     " timeout_s, not_before, key, cwd, env_id, label, shell, created_at, updated_at)"
     " VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+
+BATCH_PREFIX, BATCH_PREFIX_END = "batch:", "batch;"  # meta keys of batch records: [start, end)
+BATCH_RECORD_S = 86400.0  # long enough to ask after any crash and restart
+
+
+def _runs(ids: list[int]) -> list[list[int]]:
+    """[3, 4, 5, 9] -> [[3, 5], [9, 9]]: a batch's ids are mostly consecutive."""
+    out: list[list[int]] = []
+    for i in ids:
+        if out and i == out[-1][1] + 1:
+            out[-1][1] = i
+        else:
+            out.append([i, i])
+    return out
 
 
 class SqliteEnqueue:
@@ -65,15 +84,24 @@ class SqliteEnqueue:
             ]
         )[0]
 
-    def enqueue_many(self, specs: Iterable[Mapping[str, Any]]) -> list[int]:
-        """Enqueue many jobs in one transaction; all or none. Same rules as enqueue."""
+    def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None) -> list[int]:
+        """Enqueue many jobs in one transaction; all or none. Same rules as enqueue.
+
+        A spec may be a job object or a JobSpec already validated. With
+        ``batch`` (a client's token), the ids are recorded under it in the same
+        transaction, so a client that lost the answer can ask (batch_ids)
+        whether the batch was queued: the answer is never "some of it"."""
         cache: EnvCache = {}
         defaults = Defaults(self.max_attempts, self.lease_s)
-        rows = [JobSpec.parse(s, defaults, cache) for s in specs]  # validate all before writing any
+        # validate all before writing any
+        rows = [s if isinstance(s, JobSpec) else JobSpec.parse(s, defaults, cache) for s in specs]
         now = self.clock.now()
         ids: list[int] = []
         run: list[tuple] = []  # consecutive rows without a key, inserted by one executemany
         with db.transaction(self._conn) as c:
+            if batch is not None and c.execute("SELECT 1 FROM meta WHERE key = ?", (BATCH_PREFIX + batch,)).fetchone():
+                raise IllegalTransition(f"batch {batch} was queued already; it is never queued twice",
+                                        hint="Ask which ids it got with the `batch` op.")
             env_ids: dict[str, int] = {}  # one envs row per distinct environment
             for r in rows:
                 if r.env_json is not None and r.env_json not in env_ids:
@@ -91,7 +119,26 @@ class SqliteEnqueue:
                     continue
                 ids.append(int(c.execute(SQL_INSERT, _values(r, env_id, now)).lastrowid or 0))
             ids += _insert_run(c, run)
+            if batch is not None:
+                c.execute("INSERT INTO meta (key, value) VALUES (?, ?)",
+                          (BATCH_PREFIX + batch, json.dumps({"at": now, "ids": _runs(ids)})))
         return ids
+
+    @reads
+    def batch_ids(self, batch: str) -> list[int] | None:
+        """The ids the batch ``batch`` was queued as, or None if it was not
+        (or its record was pruned: records are kept BATCH_RECORD_S)."""
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (BATCH_PREFIX + batch,)).fetchone()
+        if row is None:
+            return None
+        return [i for a, b in json.loads(row[0])["ids"] for i in range(a, b + 1)]
+
+    def _prune_batch_records(self, c: sqlite3.Connection, now: float) -> None:
+        """Batch records older than BATCH_RECORD_S (a range of meta's primary key)."""
+        for key, value in c.execute("SELECT key, value FROM meta WHERE key >= ? AND key < ?",
+                                    (BATCH_PREFIX, BATCH_PREFIX_END)).fetchall():
+            if json.loads(value)["at"] < now - BATCH_RECORD_S:
+                c.execute("DELETE FROM meta WHERE key = ?", (key,))
 
 
 def _put_env(c: sqlite3.Connection, text: str) -> int:
@@ -105,7 +152,15 @@ def _put_env(c: sqlite3.Connection, text: str) -> int:
 def _values(r: JobSpec, env_id: int | None, now: float) -> tuple:
     nb = now if r.not_before is None else r.not_before
     return (r.command_json, r.lane, r.priority, r.max_attempts, r.lease_s, r.timeout_s, nb,
-            r.key, r.cwd, env_id, r.label, int(r.shell), now, now)
+            r.key, path_value(r.cwd), env_id, r.label, int(r.shell), now, now)
+
+
+def path_value(p: str | None) -> str | bytes | None:
+    """A path as SQLite keeps it: TEXT when it is UTF-8, else its bytes as a
+    BLOB (a folder named in Latin-1 round-trips exactly; Job.from_row reads both)."""
+    if p is None or is_utf8(p):
+        return p
+    return as_bytes(p)
 
 
 def _insert_run(c: sqlite3.Connection, run: list[tuple]) -> list[int]:

@@ -7,23 +7,44 @@ writer, nor wait for it).
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
-from typing import Any, Collection, Sequence
+from typing import Any, Callable, Collection, Sequence, TypeVar
 
+from .. import db
 from ..errors import JobNotFound
 from ..models import Event, Job, JobState
 from ..spec import integer
 from . import sqlite_pick as pick
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def reads(fn: F) -> F:
+    """A damaged or replaced file is a StorageError (QueueBroken), never a
+    bare sqlite3 error that the daemon would call a bug."""
+
+    @functools.wraps(fn)
+    def wrapper(self: Any, *a: Any, **kw: Any) -> Any:
+        try:
+            return fn(self, *a, **kw)
+        except sqlite3.DatabaseError as e:
+            raise db.reading(self._conn, e) from e
+
+    return wrapper  # type: ignore[return-value]
+
+
 class SqliteReads:
     _conn: sqlite3.Connection
     _envs: dict[int, dict[str, str]]  # env_id -> env, decoded once
 
+    @reads
     def get(self, job_id: int) -> Job:
         return self._job(self._get_row(self._conn, job_id))
 
+    @reads
     def jobs(
         self, state: str | JobState | None = None, lane: str | None = None, limit: int = 1000,
         *, states: Sequence[str] | None = None,
@@ -44,6 +65,7 @@ class SqliteReads:
         sql = f"SELECT * FROM ({sql} ORDER BY id DESC LIMIT ?) ORDER BY id"
         return [self._job(r) for r in self._conn.execute(sql, (*args, limit))]
 
+    @reads
     def events(self, job_id: int) -> list[Event]:
         self._get_row(self._conn, job_id)
         rows = self._conn.execute(
@@ -52,17 +74,20 @@ class SqliteReads:
         ).fetchall()
         return [Event(**dict(r)) for r in rows]
 
+    @reads
     def counts(self) -> dict[str, int]:
         out = {s.value: 0 for s in JobState}
         for st, n in self._conn.execute("SELECT state, count(*) FROM jobs GROUP BY state"):
             out[st] = n
         return out
 
+    @reads
     def claimed(self) -> list[Job]:
         """All jobs currently leased (running somewhere, or lost)."""
         return [self._job(r) for r in self._conn.execute(
             "SELECT * FROM jobs WHERE state = 'claimed' ORDER BY id")]
 
+    @reads
     def next_due_at(self, lanes: Sequence[str] | None = None, *,
                     exclude_lanes: Collection[str] = (),
                     exclude_ids: Collection[int] = ()) -> float | None:
@@ -70,11 +95,13 @@ class SqliteReads:
         the first queued ``not_before``, or just after the first lease expiry."""
         return pick.next_due_at(self._conn, lanes, exclude_lanes, exclude_ids)
 
+    @reads
     def lanes(self) -> list[str]:
         """Lanes that have queued or claimed jobs."""
         claimed = {r[0] for r in self._conn.execute("SELECT lane FROM jobs WHERE state = 'claimed'")}
         return sorted(set(pick.queued_lanes(self._conn)) | claimed)
 
+    @reads
     def get_meta(self, key: str, default: Any = None) -> Any:
         """A small persisted setting (JSON value), e.g. which lanes are paused."""
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()

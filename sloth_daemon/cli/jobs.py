@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import typer
 
@@ -46,11 +45,12 @@ def add(
         lane=lane, priority=priority, cwd=cwd, max_attempts=max_attempts, lease_s=duration(lease, "--lease"),
         timeout_s=duration(timeout, "--timeout"), not_before=_not_before(delay, at), label=label)
     if many:
-        jobs = _lines_as_jobs(sys.stdin.buffer.read() if stdin else _read_file(from_file))
+        jobs, where = _lines_as_jobs(sys.stdin.buffer.read() if stdin else _read_file(from_file),
+                                     "--stdin" if stdin else f"--file {from_file}")
     else:
         argv = ["/bin/sh", "-c", " ".join(command or [])] if shell else list(command or [])
-        jobs = [{"command": argv, "shell": shell, **({"key": key} if key else {})}]
-    ids = _submit(jobs, common, no_start=no_start)
+        jobs, where = [{"command": argv, "shell": shell, **({"key": key} if key is not None else {})}], _no_line
+    ids = _submit(jobs, common, no_start=no_start, where=where)
     if as_json:
         emit_json({"ids": ids} if many else {"id": ids[0]})
     else:
@@ -88,22 +88,26 @@ def _common_fields(*, cwd: Optional[Path], **fields: Any) -> dict[str, Any]:
     """What every job of one `sloth add` shares: the caller's folder and
     environment, and the options given (those not given are left out, so
     the daemon's defaults apply)."""
-    workdir = str((cwd or Path.cwd()).absolute())
-    if cwd is not None and not Path(workdir).is_dir():
-        raise errors.BadRequest(f"--cwd {workdir} is not a folder")
-    common = {"cwd": workdir, "env": dict(os.environ), **fields}
+    from ..paths import caller_cwd
+
+    common = {"cwd": caller_cwd(cwd), "env": dict(os.environ), **fields}
     return {k: v for k, v in common.items() if v is not None}
 
 
-def _lines_as_jobs(data: bytes) -> list[dict[str, Any]]:
+def _lines_as_jobs(data: bytes, source: str) -> tuple[list[dict[str, Any]], Callable[[int], str]]:
+    """One job per non-blank line, and where each came from ("line 7 of --stdin")."""
     from ..shellwords import line_job
 
     # Bytes that are not UTF-8 pass through as in argv (surrogateescape), not a traceback.
     text = data.decode("utf-8", "surrogateescape")
-    jobs = [line_job(ln) for ln in text.splitlines() if ln.strip()]
-    if not jobs:
+    numbered = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
+    if not numbered:
         raise errors.BadRequest("no commands on input (one per line)")
-    return jobs
+    return [line_job(ln) for _, ln in numbered], lambda i: f"line {numbered[i][0]} of {source}"
+
+
+def _no_line(i: int) -> str:
+    return ""
 
 
 def _read_file(p: Optional[Path]) -> bytes:
@@ -113,48 +117,25 @@ def _read_file(p: Optional[Path]) -> bytes:
         raise errors.BadRequest(f"cannot read {p}: {e.strerror or e}") from None
 
 
-def _submit(jobs: list[dict[str, Any]], common: dict[str, Any], *, no_start: bool) -> list[int]:
-    from ..client import Client
+def _submit(jobs: list[dict[str, Any]], common: dict[str, Any], *, no_start: bool,
+            where: Callable[[int], str]) -> list[int]:
+    """All or none (submit.py): checked before a daemon is started or a byte sent."""
+    from .. import submit
 
-    sock = paths().socket
+    submit.check(jobs, common, where=where)
+    parts = submit.frames(jobs, common, where=where)
+    return submit.submit(jobs, common, parts, lambda: _connect_or_start(no_start))
+
+
+def _connect_or_start(no_start: bool):  # noqa: ANN202 - a Client; lazy import keeps start-up lean
     try:
-        client = Client(sock)
+        return connect()
     except errors.DaemonNotRunning:
         if no_start:
             raise
-        pid = _start_daemon()
-        typer.echo(f"sloth: started the daemon (pid {pid})", err=True)
-        client = Client(sock)
-    ids: list[int] = []
-    with client:
-        for batch in _batches(jobs, common):
-            ids += client.call("add", jobs=batch, common=common)["ids"]
-    return ids
-
-
-def _batches(jobs: list[dict[str, Any]], common: dict[str, Any]):  # noqa: ANN202
-    """Split into requests that stay well under the 1 MiB frame."""
-    budget = (1 << 20) - len(json.dumps(common)) - 4096
-    batch: list[dict[str, Any]] = []
-    size = 0
-    for j in jobs:
-        n = _job_size(j)
-        if batch and size + n > budget:
-            yield batch
-            batch, size = [], 0
-        batch.append(j)
-        size += n
-    if batch:
-        yield batch
-
-
-def _job_size(job: dict[str, Any]) -> int:
-    """An upper bound of a job's bytes in the frame, at a fifth of json.dumps's cost
-    (it was 40% of the client's time for 50,000 --stdin lines). ASCII-escaped
-    strings are never shorter than their UTF-8; 64 covers keys and punctuation."""
-    from json.encoder import encode_basestring_ascii as q
-
-    return sum(len(q(a)) + 1 for a in job["command"]) + len(q(job.get("key") or "")) + 64
+    pid = _start_daemon()
+    typer.echo(f"sloth: started the daemon (pid {pid})", err=True)
+    return connect()
 
 
 def _start_daemon(timeout_s: float = 10.0) -> int:
@@ -240,14 +221,22 @@ def logs(
     if path_only:
         typer.echo(res["path"])
         return
+    _print_log(jid, res)
+
+
+def _print_log(jid: int, res: dict[str, Any]) -> None:
+    from ..private import open_log
+
     try:
-        with open(res["path"], "rb") as f:
+        with open_log(res["path"]) as f:  # never through a link, only a regular file
             while chunk := f.read(1 << 16):
                 sys.stdout.buffer.write(chunk)
         sys.stdout.buffer.flush()
     except FileNotFoundError:  # the attempt has printed nothing (no output, no file)
         if sys.stderr.isatty():
             typer.echo(f"(job {jid} attempt {res['attempt']} has printed nothing)", err=True)
+    except BrokenPipeError:
+        raise
     except OSError as e:
         raise errors.LogUnreadable(res["path"], e) from None
 
@@ -272,8 +261,10 @@ def _wait(ids: list[int], *, quiet: bool, as_json: bool) -> int:
     if as_json:
         emit_json(jobs)
     elif not quiet:
+        from ..text import showable
+
         for j in jobs:
-            typer.echo(f"{j['id']}\t{j['state']}\t{j.get('message', '')}")
+            typer.echo(f"{j['id']}\t{j['state']}\t{showable(j.get('message', ''))}")
     bad = [j for j in jobs if j["state"] != "done"]
     return errors.EXIT_JOB_FAILED if bad else 0
 
