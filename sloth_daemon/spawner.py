@@ -23,7 +23,7 @@ from .durations import format_duration
 from .errors import SpawnError
 from .runner import JobProcess, LogWriter
 
-MAX_TAP_BACKLOG = 1024  # chunks queued per follower before its live output is skipped
+MAX_TAP_BYTES = 1 << 20  # live output queued per follower before the rest is skipped (and said so)
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,9 @@ class RunSink(Protocol):
 
     def started(self, pid: int, identity: dict[str, Any]) -> None: ...
 
-    def spawn_failed(self, message: str, retry: bool) -> None: ...
+    def spawn_failed(self, message: str, retry: bool, resource: bool = False) -> None:
+        """``resource``: the daemon itself lacked descriptors, processes or
+        memory (not the job's fault: the attempt must not count)."""
 
     def exited(self, outcome: Outcome) -> None: ...
 
@@ -103,24 +105,35 @@ class _Local:
 
 @dataclass(eq=False)
 class _Tap:
-    """One follower's queue: fed at most MAX_TAP_BACKLOG chunks. Past that a
-    follower too slow to keep up misses live output and is told how much,
-    where it was cut; the end always gets through."""
+    """One follower's queue: at most MAX_TAP_BYTES waiting. Past that a
+    follower too slow to keep up (a paused pager) misses live output and is
+    told how much, where it was cut, and goes on following; the end always
+    gets through. Feeding it never waits: the job's output is never held up."""
 
     job_id: int
     q: asyncio.Queue[bytes | None] = field(default_factory=asyncio.Queue)
+    queued: int = 0  # bytes in q
     skipped: int = 0
 
     def put(self, data: bytes | None) -> None:
-        if data is not None and self.q.qsize() >= MAX_TAP_BACKLOG:
+        if data is not None and self.queued + len(data) > MAX_TAP_BYTES and self.queued:
             self.skipped += len(data)
             return
         if self.skipped:
-            self.q.put_nowait(f"\n[sloth] ... {self.skipped} bytes of live output skipped here: this "
-                              f"follower fell behind (`sloth logs {self.job_id}` has them once the job "
-                              "ends) ...\n".encode())
+            self._put(f"\n[sloth] ... {self.skipped} bytes of live output skipped here: this "
+                      f"follower fell behind (`sloth logs {self.job_id}` has them once the job "
+                      "ends) ...\n".encode())
             self.skipped = 0
+        self._put(data)
+
+    def _put(self, data: bytes | None) -> None:
+        self.queued += len(data or b"")
         self.q.put_nowait(data)
+
+    async def get(self) -> bytes | None:
+        data = await self.q.get()
+        self.queued -= len(data or b"")
+        return data
 
 
 class LocalSpawner:
@@ -199,10 +212,11 @@ class LocalSpawner:
         try:
             proc.start(asyncio.get_running_loop())
         except SpawnError as e:
-            lw.note(e.message)
+            if not e.resource:  # an attempt that does not count leaves no log
+                lw.note(e.message)
             lw.close()
             del self.runs[req.key]
-            run.sink.spawn_failed(e.message, e.retry)
+            run.sink.spawn_failed(e.message, e.retry, e.resource)
             return
         run.proc = proc
         if req.timeout_s:  # armed first: nothing below may leave a job without its timeout
@@ -233,7 +247,7 @@ async def _follow(run: _Local, tap: _Tap, past: bytes) -> AsyncIterator[bytes]:
     try:
         if past:
             yield past
-        while (data := await tap.q.get()) is not None:
+        while (data := await tap.get()) is not None:
             yield data
     finally:
         run.taps.discard(tap)

@@ -31,6 +31,7 @@ from .config import Settings
 from .durations import format_duration
 from .errors import IllegalTransition, JobNotFound, LeaseLost, SlothError
 from .lanes import Lanes
+from .limits import Postponement
 from .models import Job
 from .queue import Queue
 from .runner import job_env
@@ -84,8 +85,8 @@ class _Sink:
     def started(self, pid: int, identity: dict[str, Any]) -> None:
         self.w.on_started(self.run, pid, identity)
 
-    def spawn_failed(self, message: str, retry: bool) -> None:
-        self.w.on_spawn_failed(self.run, message, retry)
+    def spawn_failed(self, message: str, retry: bool, resource: bool = False) -> None:
+        self.w.on_spawn_failed(self.run, message, retry, resource)
 
     def exited(self, outcome: Outcome) -> None:
         self.w.on_exited(self.run, outcome)
@@ -114,6 +115,7 @@ class Worker:
         self._next_check = first.awake
         self._next_prune = first.awake + FIRST_PRUNE_S
         self._next_due: float | None = None  # from the last claim_due()
+        self.postponed = Postponement()  # claims held after a spawn failed for want of resources
 
     # ------------------------------------------------------------- control
     def wake(self) -> None:
@@ -189,6 +191,8 @@ class Worker:
                       if run.live and run.ending is None]
         if self.may_claim() and self._next_due is not None:
             deadlines.append(self._next_due - r.wall)
+        if self.postponed.holds(r.awake):
+            deadlines.append(self.postponed.until - r.awake)
         return max(0.0, min(deadlines))
 
     # --------------------------------------------------------------- clock
@@ -244,7 +248,7 @@ class Worker:
         return used
 
     def may_claim(self) -> bool:
-        return not (self.lanes.paused_all or self.stopping)
+        return not (self.lanes.paused_all or self.stopping or self.postponed.holds(self.clocks.read().awake))
 
     def claim_due(self, now: float) -> None:
         self._next_due = None
@@ -277,6 +281,7 @@ class Worker:
     # ---------------------------------------------------- news from spawner
     def on_started(self, run: Run, pid: int, identity: dict[str, Any]) -> None:
         run.pid = pid
+        self.postponed.started()
         if run.ending is not None:
             return
         try:
@@ -289,9 +294,21 @@ class Worker:
             log.error("cannot record job %d's process: %s", run.job.id, e.message)
         self.on_change(run.job)
 
-    def on_spawn_failed(self, run: Run, message: str, retry: bool) -> None:
+    def on_spawn_failed(self, run: Run, message: str, retry: bool, resource: bool = False) -> None:
         self._drop(run)
+        if resource:
+            self._postpone(run, message)
+            return
         self._record(lambda: self.queue.fail(run.job.id, run.token, message=message, retry=retry))
+
+    def _postpone(self, run: Run, message: str) -> None:
+        """Short of descriptors, processes or memory: the job waits, its attempt
+        refunded, and nothing else is claimed meanwhile (limits.py)."""
+        delay = self.postponed.failed(self.clocks.read().awake)
+        why = f"not started: {message}; the daemon is short of resources: not counted; next try in {delay:g}s"
+        log.warning("job %d %s", run.job.id, why)
+        self._record(lambda: self.queue.release(run.job.id, run.token, message=why, delay_s=delay,
+                                                kind="postponed"))
 
     def on_exited(self, run: Run, outcome: Outcome) -> None:
         run.outcome = outcome
@@ -371,7 +388,7 @@ class Worker:
 
     def status(self) -> dict[str, Any]:
         return {
-            "lanes": self.lanes.status(self.slots_in_use(), self.queue.lanes()),
+            "lanes": self.lanes.status(self.slots_in_use()),
             "paused_all": self.lanes.paused_all,
             "paused_lanes": sorted(self.lanes.paused),
             "running": [{"id": r.job.id, "attempt": r.attempt, "pid": r.pid, "lane": r.job.lane}
