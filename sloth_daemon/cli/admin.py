@@ -70,11 +70,11 @@ def daemon_stop(
     """Stop the daemon: running jobs are interrupted and requeued, not failed."""
     from ..launcher import wait_gone
 
-    st = call("status")
-    call("shutdown")
-    if not wait_gone(st["pid"], duration(timeout, "--timeout") or 60):
-        raise errors.SlothError(f"daemon pid {st['pid']} did not exit in time", hint="Check `sloth daemon status`.")
-    typer.echo(f"sloth daemon stopped (pid {st['pid']})")
+    grace = duration(timeout, "--timeout") or 60
+    pid = call("shutdown")["pid"]  # asks nothing of the database: works whatever happened to it
+    if not wait_gone(pid, grace):
+        raise errors.SlothError(f"daemon pid {pid} did not exit in time", hint="Check `sloth daemon status`.")
+    typer.echo(f"sloth daemon stopped (pid {pid})")
 
 
 @daemon_app.command("status")
@@ -88,7 +88,11 @@ def daemon_status(as_json: bool = typer.Option(False, "--json")) -> None:
         emit_json(st)
         return
     typer.echo(f"sloth daemon {st['version']} running, pid {st['pid']}, up {format_duration(st['uptime_s'])}")
-    typer.echo("jobs:   " + "  ".join(f"{k} {v}" for k, v in st["counts"].items()))
+    problem = (st.get("queue") or {}).get("problem")
+    if problem:
+        typer.echo(f"QUEUE:  {problem}; it takes no writes (see `sloth doctor`)")
+    counts = st.get("counts") or {}
+    typer.echo("jobs:   " + ("  ".join(f"{k} {v}" for k, v in counts.items()) or "unknown"))
     lanes = st.get("lanes", {})
     typer.echo("lanes:  " + "  ".join(
         f"{k} {v['running']}/{v['concurrency']}{' (paused)' if v['paused'] else ''}" for k, v in lanes.items()))
