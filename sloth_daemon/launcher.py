@@ -8,7 +8,7 @@ import sys
 import time
 
 from .client import Client
-from .errors import DaemonNotAnswering, DaemonNotRunning, SlothError
+from .errors import DaemonNotAnswering, SlothError
 from .paths import Paths, check_socket_path, ensure_private_dir, open_private_log
 
 
@@ -122,7 +122,7 @@ def _answers(paths: Paths) -> bool:
         with Client(paths.socket, timeout_s=2) as c:
             c.call("ping")
         return True
-    except (DaemonNotRunning, OSError):
+    except (SlothError, OSError):  # not yet listening, busy, not answering yet: not serving
         return False
 
 
