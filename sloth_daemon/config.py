@@ -21,7 +21,7 @@ class Settings:
     lease_s: float = 60.0  # lease per claim; heartbeats every lease/3
     max_attempts: int = 3
     backoff_cap_s: float = 300.0
-    default_concurrency: int = 1  # slots of a lane not listed in [lanes]
+    default_concurrency: int = 1  # slots of a lane not listed in [lanes], `default` included
     log_cap_bytes: int = 4 * 1024 * 1024  # per attempt; head and tail kept past it
     retention_s: float = 7 * 86400.0  # finished jobs older than this are pruned
     kill_grace_s: float = 10.0  # SIGTERM -> SIGKILL
@@ -29,7 +29,7 @@ class Settings:
     notify: tuple[str, ...] = ("failed",)  # desktop notification on: failed, done, drained
     on_finish: str = ""  # a shell command run when a job ends, the job as JSON on stdin
     hook_timeout_s: float = 30.0  # an on_finish command still running after this is killed
-    lanes: Mapping[str, int] = field(default_factory=lambda: {"default": 1})
+    lanes: Mapping[str, int] = field(default_factory=dict)  # only the lanes the file names
     file: Path | None = None
     # setting name (or "lanes.NAME") -> "default" | "file PATH"
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -44,8 +44,14 @@ class Settings:
         return {
             "file": str(self.file) if self.file else None,
             "settings": {k: {"value": getattr(self, k), "source": self.source(k)} for k in SETTING_NAMES},
-            "lanes": {k: {"concurrency": v, "source": self.source(f"lanes.{k}")} for k, v in self.lanes.items()},
+            "lanes": {k: {"concurrency": self.concurrency(k), "source": self._lane_source(k)}
+                      for k in sorted({"default", *self.lanes})},
         }
+
+    def _lane_source(self, lane: str) -> str:
+        if lane in self.lanes:
+            return self.source(f"lanes.{lane}")
+        return f"default_concurrency ({self.source('default_concurrency')})"
 
 
 # The scalar settings, in declaration order; their types come from the dataclass.
@@ -78,7 +84,9 @@ def from_mapping(data: Mapping[str, Any], path: Path) -> Settings:
     src = f"file {path}"
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    lanes = {"default": 1}
+    # No built-in {"default": 1}: it made `default_concurrency` apply to every
+    # lane except the one most jobs run in (issue 14, item 10).
+    lanes: dict[str, int] = {}
     for key, raw in data.items():
         if key == "lanes":
             for lane, n in _lanes(path, raw).items():

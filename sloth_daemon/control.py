@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
 
 from .config import Settings
-from .errors import SlothError
+from .errors import FieldError, SlothError
 from .models import Batch, Event, Job, Listing
 from .paths import Paths
 from .queue import Queue
 from .spawner import Spawner
+from .spec import Defaults, EnvCache, JobSpec
 from .worker import Worker
 
 Watcher = Callable[[Job], None]
@@ -69,9 +70,18 @@ class Control:
                 "prereqs": self.queue.prereqs(job_id), "dependents": self.queue.dependents(job_id)}
 
     def status(self) -> dict[str, Any]:
+        """Answers even when the database is broken or gone (then ``counts``
+        is None and ``queue.problem`` says why), so `sloth daemon status` and
+        `stop` work whatever happened to the file."""
+        queue: dict[str, Any] = {"id": self.queue.identity, "problem": None}
+        try:
+            self.queue.check()
+            counts: dict[str, int] | None = self.queue.counts()
+        except SlothError as e:
+            queue["problem"], counts = e.message, None
         return {
             "pid": os.getpid(), "started_at": self.started_at, "uptime_s": time.time() - self.started_at,
-            "instance": self.instance, "paths": self.paths.as_dict(), "counts": self.queue.counts(),
+            "instance": self.instance, "paths": self.paths.as_dict(), "counts": counts, "queue": queue,
             "keeper": {"pid": getattr(self.spawner, "pid", None)},
             "config_file": str(self.settings.file) if self.settings.file else None,
             **self.worker.status(),
@@ -88,14 +98,32 @@ class Control:
         return d
 
     # ------------------------------------------------------------ actions
-    def add(self, specs: Iterable[Mapping[str, Any]]) -> tuple[list[int], list[str]]:
-        """Enqueue; returns the ids and the lanes this add made (not known before)."""
+    def add(self, specs: Iterable[Mapping[str, Any] | JobSpec], *,
+            batch: str | None = None) -> tuple[list[int], list[str]]:
+        """Queue the jobs, all or none (recorded under ``batch`` if given);
+        returns the ids and the lanes this add made (not known before)."""
         specs = list(specs)
         known = set(self.worker.lanes.known())
-        new = sorted({str(s.get("lane") or "default") for s in specs} - known)
-        ids = self.queue.enqueue_many(specs)
+        new = sorted({_lane_of(s) for s in specs} - known)
+        ids = self.queue.enqueue_many(specs, batch=batch)
         self.worker.wake()
         return ids, new
+
+    def validate(self, jobs: Sequence[Mapping[str, Any]], *, first: int = 1) -> list[JobSpec]:
+        """Each job checked as the queue would (so a batch is refused before any
+        of it is queued); an error names the job's place in its batch."""
+        defaults = Defaults(self.settings.max_attempts, self.settings.lease_s)
+        cache: EnvCache = {}
+        out = []
+        for i, job in enumerate(jobs, first):
+            try:
+                out.append(JobSpec.parse(job, defaults, cache))
+            except FieldError as e:
+                raise FieldError(e.field, f"{e.problem} (job {i} of the batch)", e.hint) from None
+        return out
+
+    def batch_ids(self, token: str) -> list[int] | None:
+        return self.queue.batch_ids(token)
 
     def cancel(self, job_id: int) -> Job:
         return self.worker.cancel(job_id)
@@ -141,6 +169,10 @@ class Control:
     def log_path(self, job_id: int, attempt: int) -> Path:
         return self.paths.job_log(job_id, attempt)
 
+    def running_count(self) -> int:
+        """Jobs with a live process here (no database needed)."""
+        return sum(1 for r in self.worker.running.values() if r.outcome is None)
+
     def has_process(self, job_id: int) -> bool:
         """True while an attempt of the job has a live process of ours."""
         run = self.worker.running.get(job_id)
@@ -158,3 +190,9 @@ class Control:
         if run is None or run.attempt != attempt or not run.live:
             return None
         return self.spawner.tap(run.token)
+
+
+def _lane_of(spec: Mapping[str, Any] | JobSpec) -> str:
+    if isinstance(spec, JobSpec):
+        return spec.lane
+    return str(spec.get("lane") or "default")

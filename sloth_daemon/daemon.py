@@ -1,13 +1,17 @@
 """Composition root: single-instance lock, the keeper, signals, shutdown.
 
 Start-up order matters:
+  0. a 077 umask, and every folder made 0700 and checked (ours, no link,
+     not writable by others; private.py) before anything is made in it;
   1. take the flock on the data dir's lock file (before touching anything,
      the socket included): a second daemon stops here and names the first;
-  2. open the queue; connect to the keeper (starting one if none answers)
-     and take over the runs it holds: still running, or ended with an
-     outcome nobody recorded (adoption.py); a job a previous daemon held
-     that no keeper knows lost its supervision: its leftovers are ended and
-     it is given back to the queue;
+  2. refuse a queue this folder had and lost (identity.py: never a new empty
+     one in its place); raise the descriptor limit (limits.py); open the
+     queue; connect to the keeper (starting one if none answers) and take
+     over the runs it holds: still running, or ended with an outcome nobody
+     recorded (adoption.py); a job a previous daemon held that no keeper
+     knows lost its supervision: its leftovers are ended and it is given
+     back to the queue;
   3. replace the stale socket (the lock proves nobody serves it) and listen;
   4. tell systemd READY=1; run the worker loop until asked to stop (SIGHUP,
      or `sloth daemon reload`, re-reads config.toml);
@@ -31,14 +35,15 @@ import os
 import secrets
 import signal
 import sys
-from typing import IO, Any, Callable
+import time
+from typing import Any, Callable
 
-from . import __version__, config, timerfd
+from . import __version__, config, identity, limits, timerfd
 from .clock import SystemClocks
 from .control import Control
 from .errors import DaemonAlreadyRunning, SlothError, StorageError
 from .notify import Notifier
-from .paths import Paths, check_socket_path, ensure_private_dir, resolve
+from .paths import Paths, check_socket_path, ensure_private_dir, resolve, secure_all
 from .queue import Queue
 from .server import Server
 from .runs import worker_name
@@ -54,6 +59,9 @@ log = logging.getLogger("sloth.daemon")
 LOCK_WAIT_S = 0.2
 
 
+LOCK_PATIENCE_S = 0.5  # a client's probe (launcher.lock_holder) holds it for an instant
+
+
 class InstanceLock:
     """An flock on ``paths.lock`` held for the daemon's lifetime. The kernel
     drops it when the process dies, however it dies: no stale pid files."""
@@ -62,28 +70,33 @@ class InstanceLock:
         self.path = paths.lock
         ensure_private_dir(paths.data_dir)
         try:
-            self.f: IO[str] = open(self.path, "a+")
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as e:
             raise StorageError(f"cannot open lock file {self.path}: {e.strerror or e}") from e
-        try:
-            fcntl.flock(self.f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise StorageError(f"cannot lock {self.path}: {e.strerror or e}") from e
-            self.f.seek(0)
-            holder = (self.f.read().split() or ["unknown"])[0]
-            self.f.close()
-            raise DaemonAlreadyRunning(
-                f"another sloth daemon (pid {holder}) is already running on {paths.data_dir}"
-            ) from None
-        self.f.seek(0)
-        self.f.truncate()
-        self.f.write(f"{os.getpid()}\n{paths.socket}\n")  # the socket: for locate.py
-        self.f.flush()
+        if not self._lock():
+            holder = (os.pread(self.fd, 64, 0).decode("ascii", "replace").split() or ["unknown"])[0]
+            os.close(self.fd)
+            raise DaemonAlreadyRunning(f"another sloth daemon (pid {holder}) is already running on {paths.data_dir}")
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n{paths.socket}\n".encode(), 0)  # the socket: for locate.py
+
+    def _lock(self) -> bool:
+        deadline = time.monotonic() + LOCK_PATIENCE_S
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except OSError as e:
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    os.close(self.fd)
+                    raise StorageError(f"cannot lock {self.path}: {e.strerror or e}") from e
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
 
     def release(self) -> None:
         try:
-            self.f.close()
+            os.close(self.fd)
         except OSError:
             pass
 
@@ -215,13 +228,19 @@ async def _watchdog(notifier: Notifier, interval_s: float) -> None:
         await asyncio.sleep(interval_s)
 
 
-def build(paths: Paths, settings: config.Settings) -> Daemon:
-    """The production daemon: real clocks, the SQLite queue in the data dir,
-    job processes run by this process, the socket server."""
+def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256) -> Daemon:
+    """The production daemon: real clocks, the SQLite queue in the data dir
+    (its logs under its identity), job processes run by this process, the
+    socket server."""
     clocks = SystemClocks()
     instance = secrets.token_hex(4)
     queue = Queue(paths.db, clocks, lease_s=settings.lease_s, max_attempts=settings.max_attempts,
                   backoff_cap_s=settings.backoff_cap_s, lock_wait_s=LOCK_WAIT_S)
+    try:
+        paths = identity.adopt(paths, queue.identity, had_jobs=sum(queue.counts().values()) > 0)
+    except BaseException:
+        queue.close()
+        raise
     keeper = KeeperSpawner(paths, name=worker_name(instance), check_s=settings.clock_check_s)
     worker = Worker(queue, settings, keeper, clocks=clocks, log_path=paths.job_log, instance=instance)
     stop, reload = _StopRelay(), _ReloadRelay()
@@ -230,7 +249,8 @@ def build(paths: Paths, settings: config.Settings) -> Daemon:
     worker.on_change = control.job_changed
     teller = Teller(settings, log_path=paths.job_log, lane_busy=queue.lane_busy)
     control.watch(teller.job_changed)
-    daemon = Daemon(paths=paths, settings=settings, queue=queue, worker=worker, server=Server(control),
+    daemon = Daemon(paths=paths, settings=settings, queue=queue, worker=worker,
+                    server=Server(control, max_connections=max_connections),
                     keeper=keeper, control=control, teller=teller)
     stop.target, reload.target = daemon.request_stop, daemon.reload
     return daemon
@@ -262,11 +282,23 @@ def main() -> int:
         format="%(asctime)s sloth[%(process)d] %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    os.umask(0o077)  # whatever started us: nothing we make is for others (jobs: runner.JOB_UMASK)
     paths = resolve()
     check_socket_path(paths.socket)  # fail before creating anything
+    secure_all(paths)  # our folders 0700 and ours, no links: before anything is made in them
     lock = InstanceLock(paths)  # first: before the socket or the db is touched
     try:
+        identity.check_before_open(paths)  # a lost queue is refused, not made anew
         settings = config.load(paths.config_file)
-        return asyncio.run(build(paths, settings).run())
+        nofile = limits.raise_nofile()
+        d = build(paths, settings, max_connections=limits.connection_cap(nofile))
+        code = asyncio.run(d.run())
+        if d.queue.broken:
+            # Leave without closing the database: its close would write the WAL
+            # into the truncated or replaced file (SqliteQueue.close).
+            log.error("the queue database %s; exiting without touching it", d.queue.broken)
+            logging.shutdown()
+            os._exit(code or 1)
+        return code
     finally:
         lock.release()

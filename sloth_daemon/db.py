@@ -17,9 +17,12 @@ from pathlib import Path
 from typing import Iterator
 from urllib.parse import quote
 
-from .errors import StorageBusy, StorageError
+from .errors import QueueBroken, StorageBusy, StorageError
 
 BUSY_TIMEOUT_MS = 10_000
+HEADER = b"SQLite format 3\x00"
+# SQLite's primary result codes for "this is no longer a sound database".
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
 
 # Each entry migrates user_version i -> i+1. Never edit a released entry;
 # append a new one. Version 1 was the first released schema.
@@ -133,21 +136,88 @@ MIGRATIONS: list[str] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
+class Guard:
+    """Notices the database file changing under an open connection: removed
+    or renamed (``mv queue.db queue.db.broken``), replaced by another file,
+    truncated (``: > queue.db``), or corrupted (SQLite says so). Once it has,
+    it stays broken: the connection takes no more writes (db.transaction
+    checks it first), so nothing is written to a file nobody will read, and
+    every error says what happened instead of "internal error"."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        st = os.stat(path)
+        self.ident = (st.st_dev, st.st_ino)
+        self.broken: str | None = None
+
+    def check(self) -> None:
+        """Raise QueueBroken if the file is not the one we opened, or was cut
+        short. A stat (~1 us): cheap beside a transaction's fsync."""
+        if self.broken is None:
+            try:
+                st = os.stat(self.path)
+            except FileNotFoundError:
+                self._break("was removed or renamed while the queue was open")
+            except OSError:
+                return  # cannot tell (e.g. a permission change): SQLite will say if it matters
+            else:
+                if (st.st_dev, st.st_ino) != self.ident:
+                    self._break("was replaced by another file while the queue was open")
+                elif st.st_size < len(HEADER):
+                    self._break(f"was truncated to {st.st_size} bytes while the queue was open")
+        if self.broken is not None:
+            raise QueueBroken(f"the queue database {self.path} {self.broken}; it takes no more writes")
+
+    def _break(self, why: str) -> None:
+        self.broken = why
+
+    def failed(self, e: sqlite3.DatabaseError, doing: str) -> StorageError:
+        """The error to raise for ``e`` (met while ``doing``): QueueBroken,
+        from now on, if the file is damaged or changed; else a StorageError."""
+        code = getattr(e, "sqlite_errorcode", None)
+        primary = None if code is None else code & 0xFF
+        text = str(e).lower()
+        if primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB) or "malformed" in text or "not a database" in text:
+            self._break(f"is damaged ({e})")
+        try:
+            self.check()
+        except QueueBroken as broken:
+            return broken
+        return StorageError(f"{doing}: {e}",
+                            hint="Check that the data dir is writable and not full (`sloth doctor`).")
+
+
+class GuardedConnection(sqlite3.Connection):
+    """A connection that knows its file's :class:`Guard` (set by connect)."""
+
+    guard: Guard | None = None
+
+
+def guard_of(conn: sqlite3.Connection) -> Guard | None:
+    return getattr(conn, "guard", None)
+
+
 def connect(path: str | os.PathLike[str], *, migrate_to: int = SCHEMA_VERSION,
             busy_timeout_s: float = BUSY_TIMEOUT_MS / 1000) -> sqlite3.Connection:
-    """Open (creating if needed) the queue database and migrate it forward.
+    """Open (creating if needed, 0600) the queue database and migrate it forward.
     ``busy_timeout_s``: how long a statement waits for another process's
     lock (the daemon waits briefly and retries later, so its loop never
     freezes behind a foreign writer)."""
     p = Path(path)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
+        # Made here, 0600, so SQLite opens a file that exists and gives its
+        # -wal and -shm the same mode (it copies the database's).
+        os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    except FileExistsError:
+        pass
     except OSError as e:
-        raise StorageError(f"cannot create data folder {p.parent}: {e.strerror or e}") from e
+        raise StorageError(f"cannot create the queue database {p}: {e.strerror or e}") from e
     conn = None
     try:
         conn = sqlite3.connect(
-            str(p), isolation_level=None, timeout=busy_timeout_s, check_same_thread=False
+            str(p), isolation_level=None, timeout=busy_timeout_s, check_same_thread=False,
+            factory=GuardedConnection,
         )
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -156,6 +226,7 @@ def connect(path: str | os.PathLike[str], *, migrate_to: int = SCHEMA_VERSION,
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA foreign_keys = ON")
         migrate(conn, migrate_to)
+        conn.guard = Guard(p)  # after WAL mode is set: the file holds its header from here on
     except sqlite3.DatabaseError as e:
         if conn is not None:
             conn.close()
@@ -229,6 +300,9 @@ def transaction(conn: sqlite3.Connection, *, durable: bool = True,
     ``patience_s`` and then raise StorageBusy, never a bare sqlite3 error.
     """
     deadline = time.monotonic() + patience_s
+    guard = guard_of(conn)
+    if guard is not None:
+        guard.check()  # never a write to a file that was replaced or cut under us
     if not durable:
         conn.execute("PRAGMA synchronous = NORMAL")
     try:
@@ -239,35 +313,49 @@ def transaction(conn: sqlite3.Connection, *, durable: bool = True,
 
 
 def _transaction(conn: sqlite3.Connection, deadline: float) -> Iterator[sqlite3.Connection]:
+    guard = guard_of(conn)
     while True:
         try:
             conn.execute("BEGIN IMMEDIATE")
             break
         except sqlite3.OperationalError as e:
             if "locked" not in str(e) and "busy" not in str(e):
-                raise StorageError(f"cannot start a transaction: {e}") from e
+                raise _storage(guard, e, "cannot start a transaction") from e
             if time.monotonic() > deadline:
                 raise StorageBusy("the queue database stayed locked by another process") from e
     try:
         yield conn
     except sqlite3.DatabaseError as e:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise StorageError(
-            f"queue database error: {e}",
-            hint="Check that the data dir is writable and not full (`sloth doctor`).",
-        ) from e
+        _rollback(conn)
+        raise _storage(guard, e, "queue database error") from e
     except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
+        _rollback(conn)
         raise
     else:
         try:
             conn.execute("COMMIT")
         except sqlite3.DatabaseError as e:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise StorageError(f"cannot commit to the queue database: {e}") from e
+            _rollback(conn)
+            raise _storage(guard, e, "cannot commit to the queue database") from e
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.DatabaseError:
+            pass  # a damaged file may refuse even this; the error being raised says why
+
+
+def _storage(guard: Guard | None, e: sqlite3.DatabaseError, doing: str) -> StorageError:
+    if guard is not None:
+        return guard.failed(e, doing)
+    return StorageError(f"{doing}: {e}", hint="Check that the data dir is writable and not full (`sloth doctor`).")
+
+
+def reading(conn: sqlite3.Connection, e: sqlite3.DatabaseError) -> StorageError:
+    """The error to raise for ``e`` met while reading (see Guard.failed)."""
+    return _storage(guard_of(conn), e, "cannot read the queue database")
 
 
 def connect_readonly(path: str | os.PathLike[str], *, timeout_s: float = 5.0) -> sqlite3.Connection:

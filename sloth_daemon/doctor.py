@@ -57,6 +57,8 @@ def run_checks(p: Paths | None = None, *, plat: str | None = None) -> list[Check
         _check("daemon", lambda: check_daemon(p, st)),
         _check("runtime dir", lambda: check_runtime(p)),
         _check("data dir", lambda: check_data_dir(p.data_dir)),
+        _check("files", lambda: check_files(p)),
+        _check("queue", lambda: check_queue(p)),
         _check("database", lambda: check_database(p.db)),
     ]
     if plat == "linux":
@@ -212,15 +214,83 @@ def check_data_dir(d: Path) -> Check:
     return ok("data dir", f"{d} does not exist yet; it is created at first start")
 
 
+def check_files(p: Paths) -> Check:
+    """Owner, mode and links of every sloth folder and file (private.py's rule)."""
+    from .private import problems
+
+    found = [(path, *pr) for path, is_dir in _our_paths(p) if (pr := problems(path, is_dir=is_dir))]
+    refused = [f"{path} {text}" for path, text, fatal in found if fatal] + _odd_job_logs(p.all_jobs_log_dir)
+    loose = [f"{path} {text}" for path, text, fatal in found if not fatal]
+    if refused:
+        return fail("files", _some(refused + loose),
+                    "Make them yours and private (chmod 700 folders, 600 files; remove links), or point "
+                    "SLOTH_HOME at a folder of your own. The daemon refuses to start until then.")
+    if loose:
+        return warn("files", _some(loose), "chmod 700 the folders and 600 the files (or just start the "
+                    "daemon: it tightens its own folders and files)")
+    return ok("files", "every folder 0700 and file 0600, yours, no links")
+
+
+def _some(items: list[str]) -> str:
+    return "; ".join(items[:4]) + (f" (and {len(items) - 4} more)" if len(items) > 4 else "")
+
+
+def _our_paths(p: Paths) -> list[tuple[Path, bool]]:
+    out = [(d, True) for d in p.private_dirs()]
+    try:
+        out += [(p.all_jobs_log_dir / n, True) for n in sorted(os.listdir(p.all_jobs_log_dir))
+                if (p.all_jobs_log_dir / n).is_dir() or (p.all_jobs_log_dir / n).is_symlink()]
+    except OSError:
+        pass
+    return out + [(f, False) for f in p.private_files()]
+
+
+def _odd_job_logs(root: Path, limit: int = 100_000) -> list[str]:
+    """Links, non-files and files of other users among the job logs."""
+    out: list[str] = []
+    uid, seen = os.getuid(), 0
+    for d in [root, *(Path(e.path) for e in _scan(root) if e.is_dir(follow_symlinks=False))]:
+        for e in _scan(d):
+            seen += 1
+            if seen > limit:
+                return out
+            st = e.stat(follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                continue
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
+                out.append(f"{e.path} is {'a link' if stat.S_ISLNK(st.st_mode) else 'not a file of yours'}")
+    return out
+
+
+def _scan(d: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(d) as it:
+            return list(it)
+    except OSError:
+        return []
+
+
+def check_queue(p: Paths) -> Check:
+    """A fresh folder, a sound queue, or a lost one (identity.py)."""
+    from .identity import findings
+
+    status, detail, fix = findings(p)
+    return Check("queue", status, detail, fix)
+
+
 def check_database(db: Path) -> Check:
     import sqlite3  # for its error types; the check itself is db.quick_check
 
     from .db import quick_check
+    from .identity import file_problem
 
     if not db.exists():
         return ok("database", f"{db} does not exist yet")
-    fix = (f"Stop the daemon (sloth daemon stop), move {db} aside (mv {db} {db}.broken; a fresh queue "
-           f"starts), or salvage it with `sqlite3 {db} .recover`.")
+    fix = (f"Stop the daemon (sloth daemon stop), then salvage what is readable: mv {db} {db}.broken && "
+           f"sqlite3 {db}.broken .recover | sqlite3 {db} (or restore a backup).")
+    problem = file_problem(db)
+    if problem is not None:  # an empty file "passes" quick_check: it is no queue at all
+        return fail("database", f"{db} {problem}", fix)
     try:
         rows = quick_check(db)
     except sqlite3.OperationalError as e:

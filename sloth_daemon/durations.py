@@ -9,6 +9,11 @@ from typing import TYPE_CHECKING
 
 from .errors import BadRequest
 
+# Every duration and time that enters the queue is bounded: past these a
+# value means nothing to a person, and time.localtime()/datetime cannot show
+# it (a `--delay 99999999999d` was once accepted and then broke `sloth show`).
+MAX_DURATION_S = 100 * 365 * 86400.0  # 100 years
+MAX_TIME = 253402300799.0  # 9999-12-31T23:59:59Z, the last second datetime can show
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 # Longest spelling first: the alternation takes the first that matches.
 UNIT_WORDS = ("milliseconds?|ms|seconds?|secs?|s|minutes?|mins?|m|hours?|hrs?|h|days?|d|weeks?|w")
@@ -51,6 +56,9 @@ def parse_duration(text: str | int | float, *, what: str = "duration") -> float:
                 )
     if not math.isfinite(v) or v < 0:
         raise BadRequest(f"bad {what}: {text!r} (must be a finite, non-negative duration)")
+    if v > MAX_DURATION_S:
+        raise BadRequest(f"bad {what}: {text!r} is longer than 100 years",
+                         hint="Use a shorter duration, e.g. 30s, 5m, 2h, 7d.")
     return v
 
 
@@ -84,7 +92,10 @@ def relative(t: float | None, now: float | None = None) -> str:
 def local_time(t: float | None) -> str:
     if t is None:
         return "-"
-    lt = time.localtime(t)
+    try:
+        lt = time.localtime(t)
+    except (OverflowError, OSError, ValueError):  # a time no calendar can show
+        return f"@{t:.0f}"
     if time.strftime("%Y-%m-%d", lt) == time.strftime("%Y-%m-%d"):
         return time.strftime("%H:%M:%S", lt)
     return time.strftime("%Y-%m-%d %H:%M", lt)
@@ -126,8 +137,10 @@ def resolve_at(text: str, now: float | None = None) -> tuple[float, str]:
         if form is not None:
             return _when(form[0], form[1], dt.datetime.fromtimestamp(now), now)
         t = dt.datetime.fromisoformat(text.strip()).timestamp()
-    except ValueError:
-        raise BadRequest(f"bad time: {text!r}", hint=AT_HINT) from None
+    except (ValueError, OverflowError, OSError):
+        raise BadRequest(f"bad --at: {text!r}", hint=AT_HINT) from None
+    if not 0 <= t <= MAX_TIME:
+        raise BadRequest(f"bad --at: {text!r} is before 1970 or after 9999", hint=AT_HINT)
     return t, (f"{text.strip()} is in the past: the job is due now" if t < now - 1 else "")
 
 

@@ -8,7 +8,10 @@ client rebuilds the same type from the wire (:func:`from_dict`).
 
 from __future__ import annotations
 
+import errno as _errno
 from typing import Any, ClassVar
+
+from .text import storable
 
 # Named exit codes of the CLI (documented in the README).
 EXIT_OK = 0
@@ -18,6 +21,7 @@ EXIT_NOT_RUNNING = 3
 EXIT_NOT_FOUND = 4
 EXIT_JOB_FAILED = 5
 EXIT_CONFLICT = 6
+EXIT_UNAVAILABLE = 7  # a daemon is there but busy or not answering: try again, do not start another
 
 ERRORS_BY_CODE: dict[str, type["SlothError"]] = {}
 
@@ -35,10 +39,13 @@ class SlothError(Exception):
             ERRORS_BY_CODE[cls.code] = cls
 
     def __init__(self, message: str, hint: str | None = None) -> None:
+        # Messages quote paths and commands, whose bytes need not be UTF-8:
+        # made storable here, once, so no error can fail to be printed or sent.
+        message = storable(message)
         super().__init__(message)
         self.message = message
         if hint is not None:
-            self.hint = hint
+            self.hint = storable(hint)
 
     def to_dict(self) -> dict[str, str]:
         return {"code": self.code, "message": self.message, "hint": self.hint}
@@ -102,10 +109,47 @@ class BadRequest(SlothError):
     hint = "Run `sloth --help` or see the README for the accepted values."
 
 
+class FieldError(BadRequest):
+    """One field of a job is invalid. ``field`` is its name in the job spec
+    (``timeout_s``) so the CLI can name the option as typed (``--timeout``)."""
+
+    def __init__(self, field: str, problem: str, hint: str | None = None) -> None:
+        super().__init__(f"{field} {problem}", hint)
+        self.field, self.problem = field, problem
+
+
 class DaemonNotRunning(SlothError):
+    """Nobody listens on the socket (no such file, or connection refused)."""
+
     code = "daemon_not_running"
     exit_code = EXIT_NOT_RUNNING
     hint = "Start it with `sloth daemon start` (or `sloth service install --now`)."
+
+
+class ConnectionLost(SlothError):
+    """The daemon closed the connection before it answered (it stopped or
+    crashed mid-request). Not DaemonNotRunning: nothing should be started
+    on the strength of it without looking again."""
+
+    code = "connection_lost"
+    exit_code = EXIT_NOT_RUNNING
+    hint = "See `sloth daemon status`; the daemon log says why it stopped."
+
+
+class DaemonBusy(SlothError):
+    """A daemon is there but takes no more connections right now (its
+    accept queue or its connection limit is full)."""
+
+    code = "busy"
+    exit_code = EXIT_UNAVAILABLE
+    hint = "Try again in a moment; `sloth daemon status` shows its connection count."
+
+
+class DaemonNotAnswering(SlothError):
+    """A daemon holds the socket or the instance lock but did not answer in time."""
+
+    code = "not_answering"
+    exit_code = EXIT_UNAVAILABLE
 
 
 class DaemonAlreadyRunning(SlothError):
@@ -137,6 +181,15 @@ class StorageBusy(StorageError):
             "sloth tries again by itself. If it lasts, find it with `fuser` on queue.db.")
 
 
+class QueueBroken(StorageError):
+    """The database file was replaced, truncated or corrupted under an open
+    queue. Sticky: that queue takes no more writes; reads may still work."""
+
+    code = "queue_broken"
+    hint = ("Stop the daemon (`sloth daemon stop`) and run `sloth doctor`: it says whether the file "
+            "can be salvaged (`sqlite3 queue.db .recover`) or a backup must be put back.")
+
+
 class ProtocolError(SlothError):
     code = "protocol"
     exit_code = EXIT_USAGE
@@ -164,16 +217,24 @@ class ServiceCommandFailed(ServiceError):
     """systemctl / launchctl ran and said no."""
 
 
+# A spawn failing with one of these is the daemon's (or the machine's) lack
+# of descriptors, processes or memory: not the job's fault (see limits.py).
+RESOURCE_ERRNOS = frozenset({_errno.EMFILE, _errno.ENFILE, _errno.EAGAIN, _errno.ENOMEM})
+
+
 class SpawnError(SlothError):
     """A job's command could not be started. ``retry`` is False when trying
     again cannot help (no such program, not executable), True for passing
-    trouble (fork failed for lack of processes, memory or descriptors)."""
+    trouble. ``resource`` (from ``errno``) is True when the trouble is the
+    daemon's own lack of descriptors, processes or memory: then the attempt
+    does not count against the job."""
 
     code = "spawn_failed"
 
-    def __init__(self, message: str, *, retry: bool) -> None:
+    def __init__(self, message: str, *, retry: bool, errno: int | None = None) -> None:
         super().__init__(message)
         self.retry = retry
+        self.resource = errno in RESOURCE_ERRNOS
 
 
 def from_dict(d: dict[str, Any]) -> SlothError:

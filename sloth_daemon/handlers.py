@@ -14,16 +14,36 @@ why}]}``, one job by ``id`` answers ``{"job": ...}``.
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any, Awaitable, Callable
 
 from . import __version__, protocol
 from .control import Control
-from .errors import BadRequest, StorageBusy
+from .errors import BadRequest, SlothError, StorageBusy
 from .handlers_stream import Emit, StreamHandlers, Subscription, attempt_of, job_id, job_ids
 from .models import STATE_NAMES, state_name
+from .spec import JobSpec
 
 MAX_LIST = 100_000  # jobs per listing page
 WRITE_PATIENCE_S = 30.0  # a client's write waits this long for a foreign lock on the database
+MAX_BATCH_JOBS = 1_000_000  # staged on one connection (~250 MB at most): say so, queue nothing
+_TOKEN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
+class Session:
+    """What one connection holds between its requests: a batch being staged
+    (validated jobs, not queued). Dropped with the connection, so a client or
+    a daemon that dies before ``commit`` leaves nothing queued."""
+
+    def __init__(self) -> None:
+        self.staged: list[JobSpec] = []
+
+    def take(self) -> list[JobSpec]:
+        out, self.staged = self.staged, []
+        return out
+
+    def close(self) -> None:
+        self.staged = []
 
 
 class Handlers(StreamHandlers):
@@ -46,18 +66,23 @@ class Handlers(StreamHandlers):
         self.streams: dict[str, Callable[[dict[str, Any], Emit], Awaitable[Any]]] = {
             "wait": self.op_wait, "follow": self.op_follow, "subscribe": self.op_subscribe,
         }
+        self.ops["batch"] = self.op_batch
+        # ops that use what the connection holds (a staged batch)
+        self.session_ops: dict[str, Callable[[dict[str, Any], Session], Any]] = {
+            "stage": self.op_stage, "commit": w(self.op_commit),
+        }
 
     @staticmethod
-    def _patiently(op: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+    def _patiently(op: Callable[..., Any]) -> Callable[..., Any]:
         """A writing op that, while another process holds the database's
         write lock, waits and tries again -- without blocking the event loop
         (the daemon's own writes wait only briefly for a lock)."""
-        async def run(a: dict[str, Any]) -> Any:
+        async def run(*args: Any) -> Any:
             loop = asyncio.get_running_loop()
             deadline, delay = loop.time() + WRITE_PATIENCE_S, 0.05
             while True:
                 try:
-                    return op(a)
+                    return op(*args)
                 except StorageBusy:
                     if loop.time() + delay > deadline:
                         raise
@@ -83,15 +108,41 @@ class Handlers(StreamHandlers):
 
     def op_add(self, a: dict[str, Any]) -> dict[str, Any]:
         """Result: ``ids`` (one per job, in order) and ``new_lanes`` (lanes this add made)."""
-        jobs, common = a["jobs"], a.get("common") or {}
-        if not isinstance(jobs, list) or not jobs:
-            raise BadRequest("jobs must be a non-empty list of job objects")
-        if not isinstance(common, dict):
-            raise BadRequest("common must be an object")
-        if not all(isinstance(j, dict) for j in jobs):
-            raise BadRequest("each job must be an object")
-        ids, new = self.c.add([{**common, **j} for j in jobs])
+        ids, new = self.c.add(jobs_of(a))
         return {"ids": ids, "new_lanes": new}
+
+    # ------------------------------------------------- batches (protocol v2)
+    def op_stage(self, a: dict[str, Any], session: Session) -> dict[str, Any]:
+        """Validate jobs and hold them on this connection; queue nothing yet."""
+        self._stage(jobs_of(a), session)
+        return {"staged": len(session.staged)}
+
+    def op_commit(self, a: dict[str, Any], session: Session) -> dict[str, Any]:
+        """Queue the staged jobs and these in one transaction, under ``batch``."""
+        token = batch_token(a.get("batch"))
+        if a.get("jobs") is not None:
+            self._stage(jobs_of(a), session)
+        specs = session.take()
+        if not specs:
+            raise BadRequest("nothing to commit: no jobs were staged on this connection")
+        ids, new = self.c.add(specs, batch=token)
+        return {"batch": token, "ids": ids, "new_lanes": new}
+
+    def op_batch(self, a: dict[str, Any]) -> dict[str, Any]:
+        """Whether the batch ``batch`` was queued (all its jobs), and as which ids."""
+        token = batch_token(a.get("batch"))
+        ids = self.c.batch_ids(token)
+        return {"batch": token, "queued": ids is not None, "ids": ids or []}
+
+    def _stage(self, jobs: list[dict[str, Any]], session: Session) -> None:
+        try:
+            if len(session.staged) + len(jobs) > MAX_BATCH_JOBS:
+                raise BadRequest(f"a batch holds at most {MAX_BATCH_JOBS:,} jobs",
+                                 hint="Split the input; each `sloth add` is all or nothing on its own.")
+            session.staged += self.c.validate(jobs, first=len(session.staged) + 1)
+        except SlothError:
+            session.close()  # one bad job spoils the batch: nothing of it will be queued
+            raise
 
     def op_list(self, a: dict[str, Any]) -> dict[str, Any]:
         """A page of the listing (see SqliteListing.listing) with ``total`` and
@@ -186,7 +237,8 @@ class Handlers(StreamHandlers):
             raise BadRequest("keep_jobs must be true or false")
         why = "restart requested over the socket" if keep else "shutdown requested over the socket"
         asyncio.get_running_loop().call_soon(lambda: self.c.shutdown(why, keep_jobs=keep))
-        return {"stopping": True, "keep_jobs": keep, "pid": self.c.status()["pid"]}
+        # Not from status: it must work without the database.
+        return {"stopping": True, "keep_jobs": keep, "pid": os.getpid(), "running": self.c.running_count()}
 
 
 def flat_detail(d: dict[str, Any]) -> dict[str, Any]:
@@ -227,6 +279,24 @@ def whole(v: Any, name: str, lo: int, hi: int) -> int:
 def flag(v: Any, name: str) -> bool:
     if not isinstance(v, bool):
         raise BadRequest(f"{name} must be true or false")
+    return v
+
+
+def jobs_of(a: dict[str, Any]) -> list[dict[str, Any]]:
+    """The request's jobs, each with the request's ``common`` fields under it."""
+    jobs, common = a.get("jobs"), a.get("common") or {}
+    if not isinstance(jobs, list) or not jobs:
+        raise BadRequest("jobs must be a non-empty list of job objects")
+    if not isinstance(common, dict):
+        raise BadRequest("common must be an object")
+    if not all(isinstance(j, dict) for j in jobs):
+        raise BadRequest("each job must be an object")
+    return [{**common, **j} for j in jobs]
+
+
+def batch_token(v: Any) -> str:
+    if not isinstance(v, str) or not 1 <= len(v) <= 64 or not set(v) <= _TOKEN_CHARS:
+        raise BadRequest("batch must be a token of 1 to 64 letters, digits, '_' or '-'")
     return v
 
 

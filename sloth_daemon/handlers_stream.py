@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from .control import Control
-from .errors import BadRequest, JobNotFound, LogUnreadable, SlothError
+from .errors import BadRequest, JobNotFound, SlothError
+from .private import open_log
 from .models import Job
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
@@ -186,12 +187,11 @@ async def _stream(chunks: AsyncIterator[bytes], emit: Emit) -> None:
 async def _send_file(path: Path, emit: Emit) -> None:
     try:
         # A local log file read in 256 KiB chunks between sends: short blocking
-        # reads, not worth a thread per follower.
-        f = open(path, "rb")  # noqa: ASYNC230
+        # reads, not worth a thread per follower. Never through a link, never
+        # a FIFO or device in its place (private.open_log).
+        f = open_log(path)
     except FileNotFoundError:
         return  # the attempt printed nothing
-    except OSError as e:
-        raise LogUnreadable(path, e) from None
     with f:
         while chunk := f.read(LOG_CHUNK):
             await emit(log_event(chunk))

@@ -284,7 +284,7 @@ class Keeper:
         except SpawnError as e:
             lw.note(str(e))
             lw.close()
-            raise Refused("spawn_failed", str(e), retry=e.retry) from None
+            raise Refused("spawn_failed", str(e), retry=e.retry, resource=e.resource) from None
         run.proc, run.pid, run.identity = jp, jp.pid, jp.identity()
         run.begin = jp.tree.root_stamp or procident.stamp_now()  # type: ignore[union-attr]
         self.runs[key], self.roots[jp.pid] = run, jp

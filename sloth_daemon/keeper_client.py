@@ -52,7 +52,7 @@ class RunSink(Protocol):
     """One per run, supplied by the worker. Called on the event loop."""
 
     def started(self, pid: int, identity: dict[str, Any]) -> None: ...
-    def spawn_failed(self, message: str, retry: bool) -> None: ...
+    def spawn_failed(self, message: str, retry: bool, resource: bool = False) -> None: ...
     def exited(self, outcome: dict[str, Any]) -> None: ...
     def frozen(self, why: str) -> None: ...
 
@@ -117,7 +117,7 @@ class KeeperClient:
                 del self._sinks[key]
             err = msg.get("error") or {}
             retry = err.get("retry", err.get("code") != "bad_request")
-            _call(sink.spawn_failed, str(err.get("message")), bool(retry))
+            _call(sink.spawn_failed, str(err.get("message")), bool(retry), bool(err.get("resource")))
         self._sinks[key] = sink
         if not self._send("spawn", req, reply):
             if not self.lost:  # too large for a frame: this job can never be sent as it is

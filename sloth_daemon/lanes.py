@@ -109,6 +109,12 @@ class Lanes:
             self.queue.set_meta("paused_lanes", sorted(self.paused))
 
     def resume(self, lane: str | None) -> None:
+        """Resume everything, or one lane. Resuming one lane while all are
+        paused is refused: it would say "resumed" while nothing runs."""
+        if lane is not None and self.paused_all:
+            raise IllegalTransition(
+                f"all lanes are paused, so lane {lane!r} cannot run on its own",
+                hint="Resume all with `sloth resume`, then pause the lanes to hold back: `sloth pause LANE`.")
         if lane is None:
             self.paused_all = False
             self.paused.clear()

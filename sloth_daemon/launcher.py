@@ -8,24 +8,66 @@ import sys
 import time
 
 from .client import Client
-from .errors import DaemonNotRunning, SlothError
-from .paths import Paths, check_socket_path, ensure_private_dir
+from .errors import DaemonNotAnswering, SlothError
+from .paths import Paths, check_socket_path, ensure_private_dir, open_private_log
 
 
 def start_background(paths: Paths, *, timeout_s: float = 10.0) -> int:
     """Start the daemon and return its pid once its socket answers.
 
-    If the login service is installed for this queue, ask the service
-    manager to start it (so the daemon lives in its unit, with its restart
-    policy and cgroup); otherwise spawn ``sloth daemon run`` detached from
-    this terminal. Raises SlothError with the daemon's last words."""
+    Never while another daemon holds the instance lock: that one is starting
+    (recovering jobs before it listens) or stuck, and a second would only
+    fail; wait for it to answer instead. If the login service is installed
+    for this queue, ask the service manager to start it (so the daemon lives
+    in its unit, with its restart policy and cgroup); otherwise spawn
+    ``sloth daemon run`` detached from this terminal. Raises SlothError with
+    the daemon's last words."""
     check_socket_path(paths.socket)  # say so now, not via the daemon's log
+    holder = lock_holder(paths)
+    if holder is not None:
+        return _wait_for_holder(paths, holder, timeout_s)
     if _start_via_service(paths):
         pid = _wait_for_pid(paths, timeout_s)
         if pid:
             return pid
         # The unit did not come up: fall through and run one ourselves.
     return _wait_until_serving(paths, _spawn_detached(paths), timeout_s)
+
+
+def lock_holder(paths: Paths) -> str | None:
+    """The pid (as the lock file says it, or "unknown") of the daemon that
+    holds the instance lock, or None if nobody holds it. Probes with a
+    shared flock for an instant (the daemon retries its own for longer)."""
+    import fcntl
+
+    try:
+        fd = os.open(paths.lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None  # no lock file (no daemon ever ran here), or unreadable: the daemon will tell
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = (os.read(fd, 64).decode("ascii", "replace").split() or [""])[0]  # pid, then the socket
+            return text if text.isdigit() else "unknown"
+        except OSError:
+            return None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _wait_for_holder(paths: Paths, holder: str, timeout_s: float) -> int:
+    pid = _wait_for_pid(paths, timeout_s)
+    if pid:
+        return pid
+    raise DaemonNotAnswering(
+        f"a sloth daemon (pid {holder}) holds the lock on {paths.data_dir} but does not answer on "
+        f"{paths.socket}; not starting a second one",
+        hint=f"It may still be starting (ending a previous daemon's jobs) or be stuck: check it with "
+             f"`ps -o pid,stat,etime,cmd -p {holder}` and its log {paths.daemon_log}; if it is stuck, "
+             f"`kill {holder}` and try again.")
 
 
 def _wait_for_pid(paths: Paths, timeout_s: float) -> int | None:
@@ -41,7 +83,7 @@ def _wait_for_pid(paths: Paths, timeout_s: float) -> int | None:
 def _spawn_detached(paths: Paths) -> subprocess.Popen[bytes]:
     """``sloth daemon run`` in a new session, its output to the daemon log."""
     ensure_private_dir(paths.log_dir)
-    log = open(paths.daemon_log, "ab")
+    log = open_private_log(paths.daemon_log)
     try:
         return subprocess.Popen(
             [sys.executable, "-m", "sloth_daemon", "daemon", "run"],
@@ -60,9 +102,11 @@ def _wait_until_serving(paths: Paths, proc: subprocess.Popen[bytes], timeout_s: 
             if code == 0 or _answers(paths):
                 # Lost a race with another starter: theirs is serving.
                 return _pid_of_running(paths) or proc.pid
+            said, hint = _last_words(paths.daemon_log)
             raise SlothError(
-                f"the daemon exited with code {code} while starting: {_tail(paths.daemon_log)}",
-                hint=f"See {paths.daemon_log}, or run `sloth daemon run` to see it in the foreground.",
+                f"the daemon exited with code {code} while starting: {said}",
+                hint=(hint + " " if hint else "")
+                + f"See {paths.daemon_log}, or run `sloth daemon run` to see it in the foreground.",
             )
         if _answers(paths):
             return proc.pid
@@ -78,7 +122,7 @@ def _answers(paths: Paths) -> bool:
         with Client(paths.socket, timeout_s=2) as c:
             c.call("ping")
         return True
-    except (DaemonNotRunning, OSError):
+    except (SlothError, OSError):  # not yet listening, busy, not answering yet: not serving
         return False
 
 
@@ -90,16 +134,21 @@ def _pid_of_running(paths: Paths) -> int | None:
         return None
 
 
-def _tail(p: os.PathLike[str], n: int = 2000) -> str:
+def _last_words(p: os.PathLike[str], n: int = 4000) -> tuple[str, str]:
+    """The daemon's last error line in its log, and the hint after it (if any)."""
     try:
         with open(p, "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - n))
             lines = f.read().decode("utf-8", "replace").strip().splitlines()
-        errs = [ln for ln in lines if " ERROR " in ln or "Error" in ln or "error:" in ln]
-        return (errs or lines or ["(no output)"])[-1]
     except OSError:
-        return "(no log)"
+        return "(no log)", ""
+    errs = [i for i, ln in enumerate(lines) if " ERROR " in ln or "Error" in ln or "error:" in ln]
+    if not errs:
+        return (lines or ["(no output)"])[-1], ""
+    i = errs[-1]
+    after = lines[i + 1] if i + 1 < len(lines) else ""
+    return lines[i].removeprefix("sloth: error: "), after.removeprefix("hint: ") if after.startswith("hint: ") else ""
 
 
 def wait_gone(pid: int, timeout_s: float) -> bool:

@@ -102,6 +102,8 @@ class Job:
         d["retry_exit"] = json.loads(d["retry_exit"]) if d.get("retry_exit") else None
         nre = d.get("no_retry_exit")
         d["no_retry_exit"] = list(NO_RETRY_EXIT) if nre is None else json.loads(nre)
+        if isinstance(d["cwd"], bytes):  # a path that is not UTF-8, kept as its bytes
+            d["cwd"] = d["cwd"].decode("utf-8", "surrogateescape")
         return cls(**d)
 
     def retries_exit(self, code: int) -> bool:

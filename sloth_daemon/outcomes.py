@@ -32,6 +32,10 @@ def record(queue: Queue, run: Run, outcome: Outcome, *, runner: dict[str, Any] |
     if run.ending is not None and run.ending.startswith(NOTHING_TO_WRITE):
         return None
     kw: dict[str, Any] = {"runner": runner, "durable": durable}
+    if outcome.postpone_s is not None:  # never started, for want of resources: not counted
+        why = (f"not started: {outcome.reason}; short of resources: not counted; "
+               f"next try in {outcome.postpone_s:g}s")
+        return queue.release(jid, tok, message=why, delay_s=outcome.postpone_s, kind="postponed", **kw)
     if outcome.spawn_retry is not None:
         return queue.fail(jid, tok, message=message, retry=outcome.spawn_retry, **kw)
     if run.ending == "interrupted":

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import BinaryIO
 
-from .errors import StorageError
+from .errors import BadRequest, ConfigError, StorageError
 
 APP = "sloth"
 # sockaddr_un.sun_path: 108 bytes on Linux, 104 on macOS/BSD, NUL included.
@@ -25,6 +26,7 @@ class Paths:
     log_dir: Path
     runtime_dir: Path
     config_dir: Path
+    queue_id: str | None = None  # the queue's identity, once it is open: its logs live under it
 
     @property
     def db(self) -> Path:
@@ -48,8 +50,23 @@ class Paths:
         return self.log_dir / "daemon.log"
 
     @property
-    def jobs_log_dir(self) -> Path:
+    def queue_id_file(self) -> Path:
+        """Which queue this folder holds (identity.py): kept beside the
+        database, so a lost or replaced database is noticed."""
+        return self.data_dir / "queue.id"
+
+    @property
+    def all_jobs_log_dir(self) -> Path:
         return self.log_dir / "jobs"
+
+    @property
+    def jobs_log_dir(self) -> Path:
+        """This queue's job logs: one folder per queue identity, so a new
+        queue (ids from 1 again) never writes into an old queue's logs."""
+        return self.all_jobs_log_dir / self.queue_id if self.queue_id else self.all_jobs_log_dir
+
+    def for_queue(self, queue_id: str) -> "Paths":
+        return replace(self, queue_id=queue_id)
 
     # The keeper (keeper.py): the process that outlives the daemon and owns
     # running jobs. Its lock and journal sit beside the db (they guard and
@@ -75,11 +92,26 @@ class Paths:
         # measurably slowed runs of many tiny jobs).
         return self.jobs_log_dir / f"{job_id}.{attempt}.log"
 
+    def private_dirs(self) -> list[Path]:
+        """Every folder sloth writes in, parents first (config only if it exists:
+        the daemon reads it, never makes it)."""
+        dirs = [self.data_dir, self.log_dir, self.all_jobs_log_dir, self.runtime_dir]
+        if self.queue_id:
+            dirs.append(self.jobs_log_dir)
+        if self.config_dir.exists() and self.config_dir not in dirs:
+            dirs.append(self.config_dir)
+        return list(dict.fromkeys(dirs))
+
+    def private_files(self) -> list[Path]:
+        db = str(self.db)
+        return [self.db, Path(db + "-wal"), Path(db + "-shm"), self.lock, self.queue_id_file, self.daemon_log]
+
     def as_dict(self) -> dict[str, str]:
         return {
             "data_dir": str(self.data_dir),
             "db": str(self.db),
             "log_dir": str(self.log_dir),
+            "jobs_log_dir": str(self.jobs_log_dir),
             "socket": str(self.socket),
             "config": str(self.config_file),
         }
@@ -89,7 +121,12 @@ def resolve(env: dict[str, str] | None = None) -> Paths:
     env = dict(os.environ) if env is None else env
     home = env.get("SLOTH_HOME")
     if home:
-        h = Path(home).expanduser().absolute()
+        h = Path(home).expanduser()
+        if not h.is_absolute():
+            # Relative to what? Each command's folder would be another queue, and
+            # the daemon (which runs in /) would make yet another one there.
+            raise ConfigError(f"SLOTH_HOME must be an absolute path, got {home!r}",
+                              hint=f'Set it to a full path, e.g. SLOTH_HOME="$PWD/{home}".')
         return Paths(h, h, h / "logs", h / "run", h)
     import platformdirs
 
@@ -113,6 +150,22 @@ def resolve(env: dict[str, str] | None = None) -> Paths:
     )
 
 
+def caller_cwd(cwd: Path | None) -> str:
+    """The absolute folder a job runs in: ``cwd`` (relative to the current
+    folder) or the current folder itself. Raises BadRequest if it is gone."""
+    try:
+        workdir = os.path.abspath(cwd) if cwd is not None else os.getcwd()
+    except FileNotFoundError:
+        raise BadRequest("the current folder no longer exists (was it deleted or moved?)",
+                         hint="cd to an existing folder, or give the job's folder with --cwd DIR.") from None
+    except OSError as e:
+        raise BadRequest(f"cannot tell the current folder: {e.strerror or e}",
+                         hint="Give the job's folder with --cwd DIR.") from None
+    if cwd is not None and not os.path.isdir(workdir):
+        raise BadRequest(f"--cwd {workdir} is not a folder")
+    return workdir
+
+
 def _usable_parent(p: Path) -> bool:
     parent = p.parent
     return parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)
@@ -128,12 +181,26 @@ def check_socket_path(p: Path) -> None:
 
 
 def ensure_private_dir(p: Path) -> None:
-    """Create ``p`` (and parents) and make it 0700. Raises StorageError."""
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-        os.chmod(p, 0o700)
-    except OSError as e:
-        raise StorageError(
-            f"cannot create or secure folder {p}: {e.strerror or e}",
-            hint="Check permissions of its parent, or set SLOTH_HOME to a writable folder.",
-        ) from e
+    """Create ``p`` (and parents) 0700 and check it is ours (private.py).
+    Raises StorageError with the fix."""
+    from .private import ensure_dir
+
+    ensure_dir(p)
+
+
+def secure_all(paths: Paths) -> None:
+    """Make and check every folder, and check every file there is (the
+    daemon's start, before anything is created in them)."""
+    from .private import secure
+
+    for d in paths.private_dirs():
+        ensure_private_dir(d)
+    for f in paths.private_files():
+        secure(f, is_dir=False)
+
+
+def open_private_log(p: Path) -> BinaryIO:
+    """The daemon's log, to append to: 0600, never through a link."""
+    from .private import open_append
+
+    return open_append(p)

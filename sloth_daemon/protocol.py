@@ -6,6 +6,21 @@ a line from the daemon at most ``MAX_RESPONSE`` (a listing of 100,000 jobs, or
 a 256 KiB log chunk of binary output escaped to 6 bytes a byte, outgrows 1 MiB).
 Every message carries ``v`` (the protocol version).
 
+Versions: v2 is v1 plus the ops that add a batch of any size all or none
+(``stage``, ``commit``, ``batch``). A request names the lowest version that
+has its op, and the daemon answers in the version it was asked in, so a
+client and a daemon of different releases still talk for everything both
+know; only a newer op sent to an older daemon is refused ("version 2 is not
+supported"), with the hint to restart the daemon.
+
+A batch: ``stage`` holds jobs on this connection (validated, not queued);
+``commit`` adds its own jobs to the staged ones and queues them all in one
+transaction, recorded under the client's ``batch`` token; ``batch`` says
+whether a token's batch was queued, and as which ids. The staged jobs live
+only as long as the connection: a client or a daemon that dies before the
+commit leaves nothing queued, and a client that lost the commit's answer
+asks ``batch`` (on a new connection, to a new daemon if need be).
+
 Request:   {"v": 1, "id": 7, "op": "add", "args": {...}}
 Response:  {"v": 1, "id": 7, "ok": true, "result": {...}}
        or  {"v": 1, "id": 7, "ok": false, "error": {"code", "message", "hint"}}
@@ -25,7 +40,8 @@ from typing import Any
 
 from .errors import ProtocolError, SlothError
 
-VERSION = 1
+VERSION = 2  # the newest this code speaks
+SUPPORTED_VERSIONS = (1, 2)
 MAX_FRAME = 1 << 20  # 1 MiB per request line
 MAX_RESPONSE = 64 << 20  # per line from the daemon
 
@@ -56,7 +72,12 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "config": (frozenset(), frozenset()),
     "reload": (frozenset(), frozenset()),
     "shutdown": (frozenset(), frozenset({"keep_jobs"})),
+    "stage": (frozenset({"jobs"}), frozenset({"common"})),
+    "commit": (frozenset({"batch"}), frozenset({"jobs", "common"})),
+    "batch": (frozenset({"batch"}), frozenset()),
 }
+# The first version that has each op (all others: 1).
+OP_SINCE: dict[str, int] = {"stage": 2, "commit": 2, "batch": 2}
 
 
 @dataclass(frozen=True)
@@ -64,6 +85,7 @@ class Request:
     id: Any
     op: str
     args: dict[str, Any]
+    v: int = VERSION  # the version it was asked in: the answer uses the same
 
 
 def encode(msg: dict[str, Any], limit: int = MAX_FRAME) -> bytes:
@@ -80,19 +102,22 @@ def encode(msg: dict[str, Any], limit: int = MAX_FRAME) -> bytes:
 
 
 def request(req_id: Any, op: str, **args: Any) -> dict[str, Any]:
-    return {"v": VERSION, "id": req_id, "op": op, "args": args}
+    """A request in the oldest version that has ``op``, so older daemons understand it."""
+    return {"v": OP_SINCE.get(op, 1), "id": req_id, "op": op, "args": args}
 
 
-def ok(req_id: Any, result: Any) -> dict[str, Any]:
-    return {"v": VERSION, "id": req_id, "ok": True, "result": result}
+# Answers: ``v`` is the request's version; an answer to a frame that could
+# not be parsed uses v1, which every client reads.
+def ok(req_id: Any, result: Any, v: int = VERSION) -> dict[str, Any]:
+    return {"v": v, "id": req_id, "ok": True, "result": result}
 
 
-def error(req_id: Any, err: SlothError) -> dict[str, Any]:
-    return {"v": VERSION, "id": req_id, "ok": False, "error": err.to_dict()}
+def error(req_id: Any, err: SlothError, v: int = 1) -> dict[str, Any]:
+    return {"v": v, "id": req_id, "ok": False, "error": err.to_dict()}
 
 
-def event(req_id: Any, ev: dict[str, Any]) -> dict[str, Any]:
-    return {"v": VERSION, "id": req_id, "event": ev}
+def event(req_id: Any, ev: dict[str, Any], v: int = VERSION) -> dict[str, Any]:
+    return {"v": v, "id": req_id, "event": ev}
 
 
 def parse_request(line: bytes) -> Request:
@@ -114,13 +139,14 @@ def parse_request(line: bytes) -> Request:
     if req_id is not None and (isinstance(req_id, bool) or not isinstance(req_id, (int, str))):
         raise ProtocolError("id must be an integer or a string")
     v = msg.get("v")
-    if type(v) is not int or v != VERSION:  # not True, not 1.0
+    if type(v) is not int or v not in SUPPORTED_VERSIONS:  # not True, not 1.0
         raise ProtocolError(
-            f"protocol version {v!r} is not supported (this daemon speaks v{VERSION})",
-            hint="Use a client of the same sloth version as the daemon (`sloth daemon status`).",
+            f"protocol version {v!r} is not supported (this daemon speaks v1 to v{VERSION})",
+            hint="Use a client of the same sloth version as the daemon (`sloth daemon status`), "
+                 "or restart the daemon after an upgrade: `sloth daemon stop && sloth daemon start`.",
         )
     op = msg.get("op")
-    if not isinstance(op, str) or op not in OPS:
+    if not isinstance(op, str) or op not in OPS or OP_SINCE.get(op, 1) > v:
         raise ProtocolError(
             f"unknown op {op!r}", hint=f"Known ops: {', '.join(sorted(OPS))}."
         )
@@ -134,7 +160,7 @@ def parse_request(line: bytes) -> Request:
     unknown = args.keys() - required - optional
     if unknown:
         raise ProtocolError(f"op {op!r} does not take argument(s): {', '.join(sorted(unknown))}")
-    return Request(req_id, op, args)
+    return Request(req_id, op, args, v)
 
 
 def decode_response(line: bytes) -> dict[str, Any]:
@@ -143,7 +169,7 @@ def decode_response(line: bytes) -> dict[str, Any]:
         msg = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise ProtocolError(f"daemon sent an unreadable frame: {e}") from None
-    if not isinstance(msg, dict) or msg.get("v") != VERSION:
+    if not isinstance(msg, dict) or msg.get("v") not in SUPPORTED_VERSIONS:
         raise ProtocolError(
             "daemon speaks another protocol version",
             hint="Restart the daemon after upgrading: `sloth daemon stop && sloth daemon start`.",

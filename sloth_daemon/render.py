@@ -9,6 +9,7 @@ import time
 from typing import Any, Sequence
 
 from .durations import format_duration, local_time, relative
+from .text import showable
 
 _COLOURS = {"blocked": "35", "queued": "33", "running": "36", "done": "32", "failed": "31", "cancelled": "90"}
 
@@ -51,6 +52,7 @@ def command_text(job: dict[str, Any], width: int | None = 60) -> str:
         text = shlex.join(cmd)
     if job.get("label"):
         text = f"[{job['label']}] {text}"
+    text = showable(text)  # a newline or an escape sequence must not break the table
     if width and len(text) > width:
         text = text[: width - 1] + "…"
     return text
@@ -75,7 +77,7 @@ def job_rows(jobs: Sequence[dict[str, Any]]) -> tuple[list[list[str]], list[str]
     rows, states = [], []
     for j in jobs:
         rows.append([
-            str(j["id"]), j["state"], j["lane"], str(j["priority"]),
+            str(j["id"]), j["state"], showable(j["lane"]), str(j["priority"]),
             f"{j.get('tries', j['attempts'])}/{j['max_attempts']}", when(j, now), command_text(j),
         ])
         states.append(j["state"])
@@ -94,7 +96,7 @@ def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]], *,
     lines = [
         f"job {job['id']}  {paint(job['state'], job['state'])}",
         f"  command   {command_text(job, None)}",
-        f"  lane      {job['lane']}  priority {job['priority']}",
+        f"  lane      {showable(job['lane'])}  priority {job['priority']}",
         f"  attempts  {_attempts(job)}",
         f"  created   {local_time(job['created_at'])} ({relative(job['created_at'], now)})",
     ]
@@ -105,14 +107,14 @@ def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]], *,
     if job.get("timeout_s"):
         lines.append(f"  timeout   {format_duration(job['timeout_s'])}")
     if job.get("cwd"):
-        lines.append(f"  cwd       {job['cwd']}")
+        lines.append(f"  cwd       {showable(job['cwd'])}")
     if job.get("key"):
-        lines.append(f"  key       {job['key']}")
+        lines.append(f"  key       {showable(job['key'])}")
     if job.get("runner"):
         lines.append(f"  pid       {job['runner'].get('pid')}")
     lines += _relations(prereqs, dependents)
     if job.get("message"):
-        lines.append(f"  message   {job['message']}")
+        lines.append(f"  message   {showable(job['message'])}")
     lines += _history(job, events)
     if log_tail:
         lines.append(f"  last lines of its log (attempt {job['attempts']})")
@@ -134,7 +136,7 @@ def _relations(prereqs: Sequence[dict[str, Any]], dependents: Sequence[int]) -> 
 def _history(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> list[str]:
     out = ["  history", f"    {local_time(job['created_at']):>16}  enqueued"]
     for e in events:
-        msg = f"  {e['message']}" if e["message"] else ""
+        msg = f"  {showable(e['message'])}" if e["message"] else ""
         attempt = f" (attempt {e['attempt']})" if e["attempt"] else ""
         out.append(f"    {local_time(e['at']):>16}  {e['kind']}{attempt}{msg}")
     return out

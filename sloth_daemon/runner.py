@@ -34,6 +34,12 @@ DAEMON_ONLY_ENV = (
 )
 
 
+# The daemon runs with a 077 umask (daemon.py: what it makes is private);
+# jobs get a login shell's usual one, so what they make is as it would be
+# from a terminal. A job that wants another sets it (`umask 077; ...`).
+JOB_UMASK = 0o022
+
+
 def job_env(captured: dict[str, str] | None, extra: dict[str, str],
             daemon_env: dict[str, str] | None = None) -> dict[str, str]:
     """The environment a job runs with: what `sloth add` captured, or (for a
@@ -272,16 +278,18 @@ class JobProcess:
         try:
             rfd, wfd = os.pipe()
         except OSError as e:
-            raise SpawnError(f"cannot make a pipe for the job's output: {e.strerror}", retry=True) from e
+            raise SpawnError(f"cannot make a pipe for the job's output: {e.strerror}", retry=True,
+                             errno=e.errno) from e
         try:
             self.proc = subprocess.Popen(
                 self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
-                stdout=wfd, stderr=wfd, start_new_session=True, close_fds=True,
+                stdout=wfd, stderr=wfd, start_new_session=True, close_fds=True, umask=JOB_UMASK,
             )
         except (OSError, subprocess.SubprocessError) as e:
             os.close(rfd)
             retry = not isinstance(e, OSError) or e.errno not in _PERMANENT_ERRNOS
-            raise SpawnError(_spawn_message(self.argv, e), retry=retry) from e
+            raise SpawnError(_spawn_message(self.argv, e), retry=retry,
+                             errno=e.errno if isinstance(e, OSError) else None) from e
         finally:
             os.close(wfd)
         self.tree = procident.ProcessTree(self.proc.pid, self.env.get(procident.TOKEN_ENV))

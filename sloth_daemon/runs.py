@@ -90,8 +90,8 @@ class Sink:
     def started(self, pid: int, identity: dict[str, Any]) -> None:
         self.w.on_started(self.run, pid, identity)
 
-    def spawn_failed(self, message: str, retry: bool) -> None:
-        self.w.on_spawn_failed(self.run, message, retry)
+    def spawn_failed(self, message: str, retry: bool, resource: bool = False) -> None:
+        self.w.on_spawn_failed(self.run, message, retry, resource)
 
     def exited(self, outcome: Outcome) -> None:
         self.w.on_exited(self.run, outcome)

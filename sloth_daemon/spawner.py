@@ -50,6 +50,7 @@ class Outcome:
     ended_at: float | None = None  # wall clock, when the process ended
     killed_by: str | None = None
     spawn_retry: bool | None = None  # it never started: whether trying again could help
+    postpone_s: float | None = None  # it never started for want of resources: wait this long, not counted
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> "Outcome":
@@ -88,7 +89,9 @@ class RunSink(Protocol):
 
     def started(self, pid: int, identity: dict[str, Any]) -> None: ...
 
-    def spawn_failed(self, message: str, retry: bool) -> None: ...
+    def spawn_failed(self, message: str, retry: bool, resource: bool = False) -> None:
+        """``resource``: the daemon itself lacked descriptors, processes or
+        memory (not the job's fault: the attempt must not count)."""
 
     def exited(self, outcome: Outcome) -> None: ...
 

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii as _encode_str
 from typing import Any, Mapping, NamedTuple, Sequence, overload
 
-from .errors import BadRequest
+from .durations import MAX_DURATION_S, MAX_TIME
+from .errors import BadRequest, FieldError
+from .text import is_bytes_text, is_utf8
 
 FIELDS = frozenset({
     "command", "max_attempts", "lease_s", "not_before", "priority", "lane", "key",
@@ -73,18 +75,18 @@ class JobSpec(NamedTuple):
         env = s.get("env")
         shell = s.get("shell", False)
         if not isinstance(shell, bool):  # a truthy string would silently mean "yes"
-            raise BadRequest("shell must be true or false")
+            raise FieldError("shell", "must be true or false")
         return cls(
             command_json=command_json(s.get("command")),
             max_attempts=integer(s.get("max_attempts"), "max_attempts", defaults.max_attempts, lo=1),
-            lease_s=number(s.get("lease_s"), "lease_s", defaults.lease_s, lo=0.001),
-            not_before=number(s.get("not_before"), "not_before", None),
+            lease_s=duration(s.get("lease_s"), "lease_s", defaults.lease_s),
+            not_before=number(s.get("not_before"), "not_before", None, lo=0, hi=MAX_TIME),
             priority=integer(s.get("priority"), "priority", 0),
             lane=text(s.get("lane"), "lane", "default", nonempty=True),
             key=text(s.get("key"), "key", None, nonempty=True),
-            cwd=text(s.get("cwd"), "cwd", None),
+            cwd=path_text(s.get("cwd"), "cwd"),
             env_json=None if env is None else env_json(env, env_cache if env_cache is not None else {}),
-            timeout_s=number(s.get("timeout_s"), "timeout_s", None, lo=0.001),
+            timeout_s=duration(s.get("timeout_s"), "timeout_s", None),
             label=text(s.get("label"), "label", None),
             shell=shell,
             **({} if _DEP_FIELDS.isdisjoint(s) else _waits(s)),
@@ -133,14 +135,17 @@ def exit_codes(v: Any, name: str) -> str | None:
 
 
 def command_json(cmd: Any) -> str:
-    """The stored form of an argv: a non-empty list of strings without NUL."""
+    """The stored form of an argv: a non-empty list of strings without NUL,
+    each standing for bytes (arguments need not be UTF-8, see text.py)."""
     if not isinstance(cmd, (list, tuple)) or not cmd:
-        raise BadRequest("command must be a non-empty list of strings")
+        raise FieldError("command", "must be a non-empty list of strings")
     for a in cmd:  # one plain loop: this runs per job of a batch
         if not isinstance(a, str):
-            raise BadRequest("command must be a non-empty list of strings")
+            raise FieldError("command", "must be a non-empty list of strings")
         if "\x00" in a:
-            raise BadRequest("command arguments cannot contain NUL bytes")
+            raise FieldError("command", "arguments cannot contain NUL bytes")
+        if not is_bytes_text(a):
+            raise FieldError("command", f"argument {a!r} holds a character no byte stands for")
     return _json_strings(cmd)
 
 
@@ -157,33 +162,51 @@ def env_json(env: Any, cache: EnvCache) -> str:
         return hit[1]
     if not (isinstance(env, dict)
             and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
-        raise BadRequest("env must be an object of string to string")
-    if any(not k or "=" in k or "\x00" in k or "\x00" in v for k, v in env.items()):
+        raise FieldError("env", "must be an object of string to string")
+    if any(not k or "=" in k or "\x00" in k or "\x00" in v or not (is_bytes_text(k) and is_bytes_text(v))
+           for k, v in env.items()):
         # os.execve would refuse them when the job starts
-        raise BadRequest("env names must be non-empty without '=' or NUL; values without NUL")
+        raise FieldError("env", "names must be non-empty without '=' or NUL; values without NUL")
     out = json.dumps(env)
     cache[id(env)] = (env, out)
     return out
 
 
 @overload
-def number(v: Any, name: str, default: float, *, lo: float | None = None) -> float: ...
+def number(v: Any, name: str, default: float, *, lo: float | None = None, hi: float | None = None) -> float: ...
 @overload
-def number(v: Any, name: str, default: None, *, lo: float | None = None) -> float | None: ...
-def number(v: Any, name: str, default: float | None, *, lo: float | None = None) -> float | None:
-    """A finite number (int or float, not bool), at least ``lo``; None -> default."""
+def number(v: Any, name: str, default: None, *, lo: float | None = None,
+           hi: float | None = None) -> float | None: ...
+def number(v: Any, name: str, default: float | None, *, lo: float | None = None,
+           hi: float | None = None) -> float | None:
+    """A finite number (int or float, not bool) in [lo, hi]; None -> default."""
     if v is None:
         return default
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise BadRequest(f"{name} must be a finite number, got {v!r}")
+        raise FieldError(name, f"must be a finite number, got {v!r}")
     try:
         f = float(v)
     except OverflowError:  # an int too large for a float (JSON allows any size)
-        raise BadRequest(f"{name} is out of range: {v!r}") from None
+        raise FieldError(name, f"is out of range: {v!r}") from None
     if not math.isfinite(f):
-        raise BadRequest(f"{name} must be a finite number, got {v!r}")
+        raise FieldError(name, f"must be a finite number, got {v!r}")
     if lo is not None and f < lo:
-        raise BadRequest(f"{name} must be at least {lo:g}, got {v!r}")
+        raise FieldError(name, f"must be at least {lo:g}, got {v!r}")
+    if hi is not None and f > hi:
+        raise FieldError(name, f"must be at most {hi:g}, got {v!r}")
+    return f
+
+
+@overload
+def duration(v: Any, name: str, default: float) -> float: ...
+@overload
+def duration(v: Any, name: str, default: None) -> float | None: ...
+def duration(v: Any, name: str, default: float | None) -> float | None:
+    """A number of seconds, at least 1 ms and at most 100 years; None -> default."""
+    f = number(v, name, default, hi=MAX_DURATION_S)
+    if f is not None and f < 0.001:
+        raise FieldError(name, f"must be at least 1ms, got {v!r}",
+                         hint="Leave the option out for the default (no timeout, or the configured lease).")
     return f
 
 
@@ -192,11 +215,11 @@ def integer(v: Any, name: str, default: int | None, *, lo: int | None = None) ->
     if v is None:
         return default  # type: ignore[return-value]
     if isinstance(v, bool) or not isinstance(v, int):
-        raise BadRequest(f"{name} must be an integer, got {v!r}")
+        raise FieldError(name, f"must be an integer, got {v!r}")
     if not -(2**63) <= v < 2**63:
-        raise BadRequest(f"{name} is out of range: {v!r}")
+        raise FieldError(name, f"is out of range: {v!r}")
     if lo is not None and v < lo:
-        raise BadRequest(f"{name} must be at least {lo}, got {v!r}")
+        raise FieldError(name, f"must be at least {lo}, got {v!r}")
     return v
 
 
@@ -205,11 +228,28 @@ def text(v: Any, name: str, default: str, *, nonempty: bool = False) -> str: ...
 @overload
 def text(v: Any, name: str, default: None, *, nonempty: bool = False) -> str | None: ...
 def text(v: Any, name: str, default: str | None, *, nonempty: bool = False) -> str | None:
-    """A string without NUL (non-empty if asked); None -> default."""
+    """A name (lane, key, label): UTF-8 text without NUL, non-empty if
+    asked; None -> default. Names are text: a byte that is not UTF-8 is refused."""
     if v is None:
         return default
     if not isinstance(v, str) or (nonempty and not v):
-        raise BadRequest(f"{name} must be a{' non-empty' if nonempty else ''} string, got {v!r}")
+        raise FieldError(name, f"must be a{' non-empty' if nonempty else ''} string, got {v!r}")
     if "\x00" in v:
-        raise BadRequest(f"{name} cannot contain NUL bytes")
+        raise FieldError(name, "cannot contain NUL bytes")
+    if not is_utf8(v):
+        raise FieldError(name, f"must be UTF-8 text, got {v!r}",
+                         hint="Names (lane, key, label) are text; only paths and commands may hold other bytes.")
+    return v
+
+
+def path_text(v: Any, name: str) -> str | None:
+    """A path: bytes without NUL, carried as a str (surrogateescape); None -> None."""
+    if v is None:
+        return None
+    if not isinstance(v, str) or not v:
+        raise FieldError(name, f"must be a non-empty string, got {v!r}")
+    if "\x00" in v:
+        raise FieldError(name, "cannot contain NUL bytes")
+    if not is_bytes_text(v):
+        raise FieldError(name, f"{v!r} holds a character no byte stands for")
     return v

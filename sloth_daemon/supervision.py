@@ -34,8 +34,8 @@ class _ToWorker:
     def started(self, pid: int, identity: dict[str, Any]) -> None:
         self.sink.started(pid, identity)
 
-    def spawn_failed(self, message: str, retry: bool) -> None:
-        self.sink.spawn_failed(message, retry)
+    def spawn_failed(self, message: str, retry: bool, resource: bool = False) -> None:
+        self.sink.spawn_failed(message, retry, resource)
 
     def exited(self, outcome: dict[str, Any]) -> None:
         self.sink.exited(Outcome.from_wire(outcome))

@@ -29,6 +29,7 @@ from .clock import ClockReadings, Clocks, Jump, JumpDetector, JumpKind
 from .config import Settings
 from .errors import JobNotFound, LeaseLost, SlothError, StorageError
 from .lanes import Lanes
+from .limits import Postponement
 from .models import Job
 from .queue import Queue
 from .runner import job_env
@@ -66,6 +67,7 @@ class Worker(Adoption, WorkerActions):
         self._next_due: float | None = None  # from the last claim_due()
         self._tasks: set[asyncio.Task[Any]] = set()
         queue.on_side_change = self.side_change
+        self.postponed = Postponement()  # claims held after a spawn failed for want of resources
 
     # ------------------------------------------------------------- control
     def spawn_task(self, coro: Any) -> None:
@@ -121,6 +123,8 @@ class Worker(Adoption, WorkerActions):
                       if run.identity is not None and run.live]
         if self.may_claim() and self._next_due is not None:
             deadlines.append(self._next_due - r.wall)
+        if self.postponed.holds(r.awake):
+            deadlines.append(self.postponed.until - r.awake)
         return max(0.0, min(deadlines))
 
     # --------------------------------------------------------------- clock
@@ -181,7 +185,7 @@ class Worker(Adoption, WorkerActions):
         return used
 
     def may_claim(self) -> bool:
-        return not (self.lanes.paused_all or self.stopping)
+        return not (self.lanes.paused_all or self.stopping or self.postponed.holds(self.clocks.read().awake))
 
     def claim_due(self, r: ClockReadings) -> None:
         try:
@@ -227,6 +231,7 @@ class Worker(Adoption, WorkerActions):
         run.pid = pid
         run.identity = {**identity, "instance": self.instance, "worker": self.name}
         run.started_awake = self.clocks.read().awake
+        self.postponed.started()
         self.on_change(run.job)  # a follower waiting for the process may start now
         self.wake()
 
@@ -248,8 +253,12 @@ class Worker(Adoption, WorkerActions):
                 continue
             self.on_change(run.job)
 
-    def on_spawn_failed(self, run: Run, message: str, retry: bool) -> None:
-        run.outcome = Outcome(None, reason=message, spawn_retry=retry)
+    def on_spawn_failed(self, run: Run, message: str, retry: bool, resource: bool = False) -> None:
+        """Not started. Short of descriptors, processes or memory (the keeper's
+        own trouble, not the job's): the job waits without spending a try,
+        and nothing else is claimed meanwhile (limits.Postponement)."""
+        delay = self.postponed.failed(self.clocks.read().awake) if resource else None
+        run.outcome = Outcome(None, reason=message, spawn_retry=retry, postpone_s=delay)
         self.wake()
 
     def on_exited(self, run: Run, outcome: Outcome) -> None:
@@ -353,9 +362,15 @@ class Worker(Adoption, WorkerActions):
         await self._wake.wait()
 
     # ----------------------------------------------------------------- misc
+    def _lane_counts(self) -> dict[str, dict[str, int]]:
+        try:
+            return self.queue.lane_counts()
+        except SlothError:  # a broken database: status must still answer
+            return {}
+
     def status(self) -> dict[str, Any]:
         return {
-            "lanes": self.lanes.status(self.slots_in_use(), self.queue.lane_counts()),
+            "lanes": self.lanes.status(self.slots_in_use(), self._lane_counts()),
             "paused_all": self.lanes.paused_all,
             "paused_lanes": sorted(self.lanes.paused),
             "running": [{"id": r.job.id, "attempt": r.attempt, "pid": r.pid, "lane": r.job.lane,

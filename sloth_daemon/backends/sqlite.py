@@ -38,10 +38,12 @@ from ..durations import format_duration
 from ..errors import BadRequest, IllegalTransition, LeaseLost
 from ..models import ACTIVE_STATES, Job, JobState
 from ..spec import number
+from ..text import storable
 
 DEFAULT_LEASE_S = 60.0
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_BACKOFF_CAP_S = 300.0
+_NEVER_CLOSED: list[sqlite3.Connection] = []  # connections of broken queues (see close)
 
 
 class SqliteQueue(SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteReads):
@@ -72,6 +74,7 @@ class SqliteQueue(SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteReads):
         self._envs: dict[int, dict[str, str]] = {}  # env_id -> env, decoded once
         self._conn.row_factory = sqlite3.Row
         self._side: list[sqlite3.Row] = []  # dependents changed by the open transaction
+        self.identity: str = self._identity()
 
     @contextlib.contextmanager
     def _tx(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
@@ -85,6 +88,30 @@ class SqliteQueue(SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteReads):
         if self.on_side_change is not None:
             for row in side:
                 self.on_side_change(self._job(row))
+
+    def _identity(self) -> str:
+        """This queue's stable id: random, made with the queue (or the first
+        time a queue of an older sloth is opened), kept in meta. Logs live
+        under it, so a new queue in the same folder never writes into an old
+        queue's log files (identity.py)."""
+        found = self.get_meta("queue_id")
+        if isinstance(found, str):
+            return found
+        with db.transaction(self._conn) as c:
+            row = c.execute("SELECT value FROM meta WHERE key = 'queue_id'").fetchone()
+            if row is not None:
+                return str(json.loads(row[0]))
+            qid = secrets.token_hex(8)
+            c.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
+                ("queue_id", json.dumps(qid)), ("queue_created_at", json.dumps(self.clock.now()))])
+            return qid
+
+    def check(self) -> None:
+        """Raise QueueBroken if the file was replaced, truncated or found
+        damaged under this queue (then it takes no more writes)."""
+        guard = db.guard_of(self._conn)
+        if guard is not None:
+            guard.check()
 
     # ------------------------------------------------------------------- claim
     def claim(
@@ -186,7 +213,7 @@ class SqliteQueue(SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteReads):
                     "UPDATE jobs SET state = 'queued', not_before = ?, token = NULL,"
                     " lease_until = NULL, message = ?, exit_code = ?, updated_at = ?"
                     " WHERE id = ? RETURNING *",
-                    (now + delay, message, exit_code, now, job_id),
+                    (now + delay, storable(message), exit_code, now, job_id),
                 ).fetchone()
                 self._event(c, job_id, ended, "failed", attempts,
                             _join(message, f"retry {tries + 1}/{row['max_attempts']} in {delay:g}s"))
@@ -195,16 +222,18 @@ class SqliteQueue(SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteReads):
             return self._finish(c, job_id, JobState.FAILED, ended, attempts, "failed",
                                 _join(message, why), exit_code=exit_code, stored_message=message)
 
-    def release(self, job_id: int, token: str, *, message: str = "interrupted",
+    def release(self, job_id: int, token: str, *, message: str = "interrupted", delay_s: float = 0.0,
                 kind: str = "interrupted", runner: dict[str, Any] | None = None,
                 durable: bool = True) -> Job:
-        """running -> queued, due now, the try given back (event ``kind``:
-        ``interrupted`` by a stopping daemon, ``fenced`` when its keeper ended
-        it for want of a lease renewal).
+        """running -> queued, due in ``delay_s``, the try given back (event
+        ``kind``: ``interrupted`` by a stopping daemon, ``fenced`` when its
+        keeper ended it for want of a lease renewal, ``postponed`` when it
+        could not start for the spawner's own lack of resources).
 
         The end was not the job's fault, so it does not use up its failure
         budget. ``runner``, ``durable``: as for complete. Raises LeaseLost.
         """
+        delay = number(delay_s, "delay_s", 0.0, lo=0)
         now = self.clock.now()
         with self._tx(durable=durable) as c:
             row = self._held(c, job_id, token)
@@ -212,7 +241,7 @@ class SqliteQueue(SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteReads):
             out = c.execute(
                 "UPDATE jobs SET state = 'queued', not_before = ?, token = NULL, lease_until = NULL,"
                 " tries = max(tries - 1, 0), updated_at = ? WHERE id = ? RETURNING *",
-                (now, now, job_id),
+                (now + delay, now, job_id),
             ).fetchone()
             self._event(c, job_id, now, kind, row["attempts"], message)
             return self._job(out)
@@ -290,8 +319,21 @@ class SqliteQueue(SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteReads):
         with self._tx() as c:
             c.execute("DELETE FROM lanes WHERE name = ?", (name,))
 
+    @property
+    def broken(self) -> str | None:
+        """Why this queue takes no more writes (its file changed under it), or None."""
+        guard = db.guard_of(self._conn)
+        return None if guard is None else guard.broken
+
     def close(self) -> None:
-        self._conn.close()
+        """Close the file. A broken queue's connection is left open instead:
+        closing checkpoints the WAL into whatever file is now at the path (into
+        a truncated file, a patchwork of old pages that looks like a queue).
+        A process that ends with such a queue should leave by os._exit."""
+        if self.broken is None:
+            self._conn.close()
+        else:
+            _NEVER_CLOSED.append(self._conn)
 
     def __enter__(self) -> "SqliteQueue":
         return self
@@ -320,7 +362,7 @@ class SqliteQueue(SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteReads):
             "UPDATE jobs SET state = ?, token = NULL, lease_until = NULL, message = ?,"
             " exit_code = coalesce(?, exit_code), finished_at = ?, updated_at = ?"
             " WHERE id = ? RETURNING *",
-            (state.value, message if stored_message is None else stored_message,
+            (state.value, storable(message if stored_message is None else stored_message),
              exit_code, now, now, job_id),
         ).fetchone()
         self._event(c, job_id, now, kind, attempt, message)
@@ -331,7 +373,7 @@ class SqliteQueue(SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteReads):
     def _event(c: sqlite3.Connection, job_id: int, at: float, kind: str, attempt: int, message: str) -> None:
         c.execute(
             "INSERT INTO events (job_id, at, kind, attempt, message) VALUES (?, ?, ?, ?, ?)",
-            (job_id, at, kind, attempt, message),
+            (job_id, at, kind, attempt, storable(message)),
         )
 
 

@@ -10,13 +10,16 @@ batch names is registered (the lanes table outlives the lane's jobs).
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 from typing import Any, Callable, ContextManager, Iterable, Mapping, Sequence
 
 from ..clock import Clock
-from ..errors import BadRequest
+from ..errors import BadRequest, IllegalTransition
 from ..spec import Defaults, EnvCache, JobSpec
+from ..text import as_bytes, is_utf8
 from . import sqlite_deps as deps
+from .sqlite_reads import reads
 
 # The literal IN list must match jobs_active_key's WHERE for the partial index
 # to apply; with bound parameters it cannot, and the lookup scans the table.
@@ -33,6 +36,21 @@ SQL_INSERT_WAITING = (
     f" VALUES ({', '.join('?' * 20)})"
 )
 SQL_ADD_LANE = "INSERT INTO lanes (name, created_at) VALUES (?, ?) ON CONFLICT(name) DO NOTHING"
+
+
+BATCH_PREFIX, BATCH_PREFIX_END = "batch:", "batch;"  # meta keys of batch records: [start, end)
+BATCH_RECORD_S = 86400.0  # long enough to ask after any crash and restart
+
+
+def _runs(ids: list[int]) -> list[list[int]]:
+    """[3, 4, 5, 9] -> [[3, 5], [9, 9]]: a batch's ids are mostly consecutive."""
+    out: list[list[int]] = []
+    for i in ids:
+        if out and i == out[-1][1] + 1:
+            out[-1][1] = i
+        else:
+            out.append([i, i])
+    return out
 
 
 class SqliteEnqueue:
@@ -73,23 +91,51 @@ class SqliteEnqueue:
             ]
         )[0]
 
-    def enqueue_many(self, specs: Iterable[Mapping[str, Any]]) -> list[int]:
+    def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None) -> list[int]:
         """Enqueue many jobs in one transaction; all or none. Same rules as
-        enqueue. A spec with ``after``/``after_any`` (ids) or ``after_previous``
-        (on the batch's previous job) starts ``blocked`` while any of those is
+        enqueue. A spec may be a job object or a JobSpec already validated.
+        With ``batch`` (a client's token), the ids are recorded under it in
+        the same transaction, so a client that lost the answer can ask
+        (batch_ids) whether the batch was queued: never "some of it". A
+        spec with ``after``/``after_any`` (ids) or ``after_previous`` (on
+        the batch's previous job) starts ``blocked`` while any of those is
         unfinished, ``cancelled`` (event ``cancelled``) if one it needs done
         already failed or was cancelled, else ``queued``. Raises BadRequest
         for invalid fields, JobNotFound for a prerequisite that does not exist."""
         cache: EnvCache = {}
         defaults = Defaults(self.max_attempts, self.lease_s)
-        rows = [JobSpec.parse(s, defaults, cache) for s in specs]  # validate all before writing any
+        # validate all before writing any
+        rows = [s if isinstance(s, JobSpec) else JobSpec.parse(s, defaults, cache) for s in specs]
         if rows and rows[0].after_previous:
             raise BadRequest("after_previous on the first job of a batch: it has no previous job")
         now = self.clock.now()
         with self._tx() as c:
+            if batch is not None and c.execute("SELECT 1 FROM meta WHERE key = ?", (BATCH_PREFIX + batch,)).fetchone():
+                raise IllegalTransition(f"batch {batch} was queued already; it is never queued twice",
+                                        hint="Ask which ids it got with the `batch` op.")
             for lane in {r.lane for r in rows}:
                 c.execute(SQL_ADD_LANE, (lane, now))
-            return _Batch(c, now, _put_envs(c, rows)).insert(rows)
+            ids = _Batch(c, now, _put_envs(c, rows)).insert(rows)
+            if batch is not None:
+                c.execute("INSERT INTO meta (key, value) VALUES (?, ?)",
+                          (BATCH_PREFIX + batch, json.dumps({"at": now, "ids": _runs(ids)})))
+            return ids
+
+    @reads
+    def batch_ids(self, batch: str) -> list[int] | None:
+        """The ids the batch ``batch`` was queued as, or None if it was not
+        (or its record was pruned: records are kept BATCH_RECORD_S)."""
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (BATCH_PREFIX + batch,)).fetchone()
+        if row is None:
+            return None
+        return [i for a, b in json.loads(row[0])["ids"] for i in range(a, b + 1)]
+
+    def _prune_batch_records(self, c: sqlite3.Connection, now: float) -> None:
+        """Batch records older than BATCH_RECORD_S (a range of meta's primary key)."""
+        for key, value in c.execute("SELECT key, value FROM meta WHERE key >= ? AND key < ?",
+                                    (BATCH_PREFIX, BATCH_PREFIX_END)).fetchall():
+            if json.loads(value)["at"] < now - BATCH_RECORD_S:
+                c.execute("DELETE FROM meta WHERE key = ?", (key,))
 
 
 class _Batch:
@@ -153,6 +199,7 @@ def _put_envs(c: sqlite3.Connection, rows: list[JobSpec]) -> dict[str, int]:
     return env_ids
 
 
+
 def _put_env(c: sqlite3.Connection, text: str) -> int:
     """The id of this environment in ``envs``, adding it if new."""
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
@@ -164,7 +211,15 @@ def _put_env(c: sqlite3.Connection, text: str) -> int:
 def _values(r: JobSpec, env_id: int | None, now: float) -> tuple:
     nb = now if r.not_before is None else r.not_before
     return (r.command_json, r.lane, r.priority, r.max_attempts, r.lease_s, r.timeout_s, nb,
-            r.key, r.cwd, env_id, r.label, int(r.shell), now, now, r.retry_exit_json, r.no_retry_exit_json)
+            r.key, path_value(r.cwd), env_id, r.label, int(r.shell), now, now, r.retry_exit_json, r.no_retry_exit_json)
+
+
+def path_value(p: str | None) -> str | bytes | None:
+    """A path as SQLite keeps it: TEXT when it is UTF-8, else its bytes as a
+    BLOB (a folder named in Latin-1 round-trips exactly; Job.from_row reads both)."""
+    if p is None or is_utf8(p):
+        return p
+    return as_bytes(p)
 
 
 def _insert_run(c: sqlite3.Connection, run: list[tuple]) -> list[int]:

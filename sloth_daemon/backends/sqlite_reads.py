@@ -8,9 +8,10 @@ block the writer, nor wait for it).
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
-from typing import Any, Collection, ContextManager, Sequence
+from typing import Any, Callable, Collection, ContextManager, Sequence, TypeVar
 
 from .. import db
 from ..errors import JobNotFound
@@ -33,6 +34,23 @@ SQL_LANE_RUNNING = ("SELECT lane, 'running', count(*) FROM jobs INDEXED BY jobs_
                     " WHERE state = 'running' GROUP BY lane")
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def reads(fn: F) -> F:
+    """A damaged or replaced file is a StorageError (QueueBroken), never a
+    bare sqlite3 error that the daemon would call a bug."""
+
+    @functools.wraps(fn)
+    def wrapper(self: Any, *a: Any, **kw: Any) -> Any:
+        try:
+            return fn(self, *a, **kw)
+        except sqlite3.DatabaseError as e:
+            raise db.reading(self._conn, e) from e
+
+    return wrapper  # type: ignore[return-value]
+
+
 class SqliteReads(SqliteListing):
     _conn: sqlite3.Connection
     _envs: dict[int, dict[str, str]]  # env_id -> env, decoded once
@@ -42,9 +60,11 @@ class SqliteReads(SqliteListing):
         """One write transaction (db.transaction), with this queue's patience for locks."""
         return db.transaction(self._conn, durable=durable, patience_s=self._patience_s)
 
+    @reads
     def get(self, job_id: int) -> Job:
         return self._job(self._get_row(self._conn, job_id))
 
+    @reads
     def jobs(
         self, state: str | JobState | None = None, lane: str | None = None, limit: int = 1000,
         *, states: Sequence[str] | None = None,
@@ -65,6 +85,7 @@ class SqliteReads(SqliteListing):
         sql = f"SELECT * FROM ({sql} ORDER BY id DESC LIMIT ?) ORDER BY id"
         return [self._job(r) for r in self._conn.execute(sql, (*args, limit))]
 
+    @reads
     def events(self, job_id: int) -> list[Event]:
         self._get_row(self._conn, job_id)
         rows = self._conn.execute(
@@ -73,6 +94,7 @@ class SqliteReads(SqliteListing):
         ).fetchall()
         return [Event(**dict(r)) for r in rows]
 
+    @reads
     def counts(self) -> dict[str, int]:
         """Jobs per state, every state named (0 for none)."""
         out = dict.fromkeys(STATE_NAMES, 0)
@@ -80,6 +102,7 @@ class SqliteReads(SqliteListing):
             out[st] = n
         return out
 
+    @reads
     def running(self) -> list[Job]:
         """All jobs currently leased (running somewhere, or lost)."""
         return [self._job(r) for r in self._conn.execute(
@@ -97,6 +120,7 @@ class SqliteReads(SqliteListing):
         return [r[0] for r in self._conn.execute(
             "SELECT job_id FROM deps WHERE after_id = ? ORDER BY job_id", (job_id,))]
 
+    @reads
     def next_due_at(self, lanes: Sequence[str] | None = None, *,
                     exclude_lanes: Collection[str] = (),
                     exclude_ids: Collection[int] = ()) -> float | None:
@@ -104,6 +128,7 @@ class SqliteReads(SqliteListing):
         the first queued ``not_before``, or just after the first lease expiry."""
         return pick.next_due_at(self._conn, lanes, exclude_lanes, exclude_ids)
 
+    @reads
     def lanes(self) -> list[str]:
         """Lanes that have blocked, queued or running jobs."""
         return sorted(self.lane_counts())
@@ -128,6 +153,7 @@ class SqliteReads(SqliteListing):
         return {r[0]: {"concurrency": r[1], "config_was": r[2], "created_at": r[3]} for r in self._conn.execute(
             "SELECT name, concurrency, config_was, created_at FROM lanes ORDER BY name")}
 
+    @reads
     def get_meta(self, key: str, default: Any = None) -> Any:
         """A small persisted setting (JSON value), e.g. which lanes are paused."""
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()

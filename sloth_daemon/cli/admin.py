@@ -107,11 +107,11 @@ def _stop(keep_jobs: bool, timeout_s: float) -> tuple[int, int]:
     """Ask the daemon to exit and wait until it has: (its pid, running jobs)."""
     from ..launcher import wait_gone
 
-    st = call("status")
-    call("shutdown", keep_jobs=keep_jobs)
-    if not wait_gone(st["pid"], timeout_s):
-        raise errors.SlothError(f"daemon pid {st['pid']} did not exit in time", hint="Check `sloth daemon status`.")
-    return st["pid"], len(st.get("running", []))
+    res = call("shutdown", keep_jobs=keep_jobs)  # asks nothing of the database: works whatever happened to it
+    pid = res["pid"]
+    if not wait_gone(pid, timeout_s):
+        raise errors.SlothError(f"daemon pid {pid} did not exit in time", hint="Check `sloth daemon status`.")
+    return pid, int(res.get("running", 0))
 
 
 @daemon_app.command("reload")
@@ -138,7 +138,11 @@ def daemon_status(as_json: bool = typer.Option(False, "--json")) -> None:
         emit_json(st)
         return
     typer.echo(f"sloth daemon {st['version']} running, pid {st['pid']}, up {format_duration(st['uptime_s'])}")
-    typer.echo("jobs:   " + "  ".join(f"{k} {v}" for k, v in st["counts"].items()))
+    problem = (st.get("queue") or {}).get("problem")
+    if problem:
+        typer.echo(f"QUEUE:  {problem}; it takes no writes (see `sloth doctor`)")
+    counts = st.get("counts") or {}
+    typer.echo("jobs:   " + ("  ".join(f"{k} {v}" for k, v in counts.items()) or "unknown"))
     lanes = st.get("lanes", {})
     typer.echo("lanes:  " + "  ".join(
         f"{k} {v['running']}/{v['concurrency']}{' (paused)' if v['paused'] else ''}" for k, v in lanes.items()))

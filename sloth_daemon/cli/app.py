@@ -52,25 +52,52 @@ def _root(
 
 
 def handles_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Print a SlothError as one line plus a hint and exit with its named code."""
+    """Print a SlothError as one line plus a hint and exit with its named
+    code. Anything else is a bug: one line too, the traceback only with --debug."""
 
     @functools.wraps(fn)
     def wrapper(*a: Any, **kw: Any) -> Any:
         try:
             return fn(*a, **kw)
         except SlothError as e:
-            if _DEBUG:
-                import traceback
-
-                traceback.print_exc()
-            typer.echo(f"sloth: error: {e.message}", err=True)
-            if e.hint:
-                typer.echo(f"hint: {e.hint}", err=True)
-            raise typer.Exit(e.exit_code) from None
+            _fail(e)
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
+        except BrokenPipeError:  # `sloth logs ID | head`: the reader had enough
+            _quiet_stdout()
+            raise typer.Exit(0) from None
+        except (typer.Exit, typer.Abort, typer.TyperException):
+            raise
+        except Exception as e:  # noqa: BLE001 - the edge: never a bare traceback
+            _fail(SlothError(f"internal error: {type(e).__name__}: {e}",
+                             hint="This is a bug; run with --debug for the traceback and report it."))
 
     return wrapper
+
+
+def _fail(e: SlothError) -> None:
+    from ..text import showable
+
+    if _DEBUG:
+        import traceback
+
+        traceback.print_exc()
+    typer.echo(f"sloth: error: {showable(e.message)}", err=True)
+    if e.hint:
+        typer.echo(f"hint: {showable(e.hint)}", err=True)
+    raise typer.Exit(e.exit_code) from None
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush of a closed
+    pipe does not print "Exception ignored ... BrokenPipeError"."""
+    import sys
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def paths():  # noqa: ANN201 - lazy import keeps start-up lean
@@ -83,7 +110,8 @@ def connect(*, timeout_s: float | None = 30.0):  # noqa: ANN201
     from ..client import Client
     from ..locate import daemon_socket
 
-    return Client(daemon_socket(paths()), timeout_s=timeout_s)
+    p = paths()
+    return Client(daemon_socket(p), timeout_s=timeout_s, lock_path=p.lock)
 
 
 def call(op: str, **args: Any) -> Any:

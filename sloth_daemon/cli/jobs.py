@@ -6,16 +6,15 @@ act.py's, waiting and progress watch.py's.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import typer
 
 from .. import errors
-from .app import app, duration, emit_json, handles_errors, paths
+from .app import app, connect, duration, emit_json, handles_errors, paths
 
 
 # --------------------------------------------------------------------- add
@@ -64,14 +63,15 @@ def add(
         timeout_s=duration(timeout, "--timeout"), not_before=opts.not_before(delay, at), label=label,
         **opts.dep_fields(after, after_any), **opts.retry_fields(retry_exit, no_retry_exit))
     if many:
-        jobs = _lines_as_jobs(sys.stdin.buffer.read() if stdin else _read_file(from_file))
+        jobs, where = _lines_as_jobs(sys.stdin.buffer.read() if stdin else _read_file(from_file),
+                                     "--stdin" if stdin else f"--file {from_file}")
         jobs = opts.chain(jobs, opts.chain_mode(chain, chain_any))
     elif chain or chain_any:
         raise errors.BadRequest("--chain links the lines of --stdin/--file", hint="For one job use --after ID.")
     else:
         argv = ["/bin/sh", "-c", " ".join(command or [])] if shell else list(command or [])
-        jobs = [{"command": argv, "shell": shell, **({"key": key} if key else {})}]
-    ids = _submit(jobs, common, no_start=no_start)
+        jobs, where = [{"command": argv, "shell": shell, **({"key": key} if key is not None else {})}], _no_line
+    ids = _submit(jobs, common, no_start=no_start, where=where)
     if wait:
         from .watch import wait_for
 
@@ -100,22 +100,27 @@ def _common_fields(*, cwd: Optional[Path], **fields: Any) -> dict[str, Any]:
     """What every job of one `sloth add` shares: the caller's folder and
     environment, and the options given (those not given are left out, so
     the daemon's defaults apply)."""
-    workdir = str((cwd or Path.cwd()).absolute())
-    if cwd is not None and not Path(workdir).is_dir():
-        raise errors.BadRequest(f"--cwd {workdir} is not a folder")
-    common = {"cwd": workdir, "env": dict(os.environ), **fields}
+    from ..paths import caller_cwd
+
+    common = {"cwd": caller_cwd(cwd), "env": dict(os.environ), **fields}
     return {k: v for k, v in common.items() if v is not None}
 
 
-def _lines_as_jobs(data: bytes) -> list[dict[str, Any]]:
+def _lines_as_jobs(data: bytes, source: str) -> tuple[list[dict[str, Any]], Callable[[int], str]]:
+    """One job per non-blank line, and where each came from ("line 7 of --stdin")."""
     from ..shellwords import line_job
 
     # Bytes that are not UTF-8 pass through as in argv (surrogateescape), not a traceback.
     text = data.decode("utf-8", "surrogateescape")
-    jobs = [line_job(ln) for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    if not jobs:
+    numbered = [(n, ln) for n, ln in enumerate(text.splitlines(), 1)
+                if ln.strip() and not ln.lstrip().startswith("#")]
+    if not numbered:
         raise errors.BadRequest("no commands on input (one per line)")
-    return jobs
+    return [line_job(ln) for _, ln in numbered], lambda i: f"line {numbered[i][0]} of {source}"
+
+
+def _no_line(i: int) -> str:
+    return ""
 
 
 def _read_file(p: Optional[Path]) -> bytes:
@@ -125,52 +130,28 @@ def _read_file(p: Optional[Path]) -> bytes:
         raise errors.BadRequest(f"cannot read {p}: {e.strerror or e}") from None
 
 
-def _submit(jobs: list[dict[str, Any]], common: dict[str, Any], *, no_start: bool) -> list[int]:
-    from ..client import Client
-    from ..locate import daemon_socket
-    from .add_opts import link_batch, tell_new_lanes
+def _submit(jobs: list[dict[str, Any]], common: dict[str, Any], *, no_start: bool,
+            where: Callable[[int], str]) -> list[int]:
+    """All or none (submit.py): checked before a daemon is started or a byte sent."""
+    from .. import submit
+    from .add_opts import tell_new_lanes
 
-    sock = daemon_socket(paths())
+    submit.check(jobs, common, where=where)
+    parts = submit.frames(jobs, common, where=where)
+    res = submit.submit(jobs, common, parts, lambda: _connect_or_start(no_start))
+    tell_new_lanes(res)
+    return list(res["ids"])
+
+
+def _connect_or_start(no_start: bool):  # noqa: ANN202 - a Client; lazy import keeps start-up lean
     try:
-        client = Client(sock)
+        return connect()
     except errors.DaemonNotRunning:
         if no_start:
             raise
-        pid = _start_daemon()
-        typer.echo(f"sloth: started the daemon (pid {pid})", err=True)
-        client = Client(paths().socket)
-    ids: list[int] = []
-    with client:
-        for batch in _batches(jobs, common):
-            res = client.call("add", jobs=link_batch(batch, ids), common=common)
-            ids += res["ids"]
-            tell_new_lanes(res)
-    return ids
-
-
-def _batches(jobs: list[dict[str, Any]], common: dict[str, Any]):  # noqa: ANN202
-    """Split into requests that stay well under the 1 MiB frame."""
-    budget = (1 << 20) - len(json.dumps(common)) - 4096
-    batch: list[dict[str, Any]] = []
-    size = 0
-    for j in jobs:
-        n = _job_size(j)
-        if batch and size + n > budget:
-            yield batch
-            batch, size = [], 0
-        batch.append(j)
-        size += n
-    if batch:
-        yield batch
-
-
-def _job_size(job: dict[str, Any]) -> int:
-    """An upper bound of a job's bytes in the frame, at a fifth of json.dumps's cost
-    (it was 40% of the client's time for 50,000 --stdin lines). ASCII-escaped
-    strings are never shorter than their UTF-8; 64 covers keys and punctuation."""
-    from json.encoder import encode_basestring_ascii as q
-
-    return sum(len(q(a)) + 1 for a in job["command"]) + len(q(job.get("key") or "")) + 64
+    pid = _start_daemon()
+    typer.echo(f"sloth: started the daemon (pid {pid})", err=True)
+    return connect()
 
 
 def _start_daemon(timeout_s: float = 10.0) -> int:

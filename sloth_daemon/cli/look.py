@@ -164,14 +164,20 @@ def logs(
 
 
 def _cat(path: str, jid: int, attempt: int) -> None:
+    from pathlib import Path
+
+    from ..private import open_log
+
     try:
-        with open(path, "rb") as f:
+        with open_log(Path(path)) as f:  # never through a link, only a regular file
             while chunk := f.read(1 << 16):
                 sys.stdout.buffer.write(chunk)
         sys.stdout.buffer.flush()
     except FileNotFoundError:  # the attempt has printed nothing (no output, no file)
         if sys.stderr.isatty():
             typer.echo(f"(job {jid} attempt {attempt} has printed nothing)", err=True)
+    except BrokenPipeError:
+        raise
     except OSError as e:
         raise errors.LogUnreadable(path, e) from None
 
@@ -204,6 +210,7 @@ def status(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
     """What is going on: the daemon, jobs by state, lanes, what runs now and the last failures."""
     from .. import render
     from ..durations import format_duration, relative
+    from ..text import showable
 
     st = _status()
     if as_json:
@@ -218,7 +225,7 @@ def status(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
     for j in st["running"]:
         typer.echo(f"running  {j['id']:<6} {render.when(j)}  {render.command_text(j, 50)}")
     for j in st["failed"]:
-        typer.echo(f"failed   {j['id']:<6} {relative(j.get('finished_at')):>9}  {j.get('message', '')}"[:100])
+        typer.echo(f"failed   {j['id']:<6} {relative(j.get('finished_at')):>9}  {showable(j.get('message', ''))}"[:100])
 
 
 def _status() -> dict[str, Any]:

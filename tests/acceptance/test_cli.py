@@ -109,8 +109,8 @@ def test_add_rejects_bad_options_without_touching_the_queue(harness, home):
         (["add", "--stdin", "--", "true"], ["not both"]),
         (["add", "--stdin", "--key", "k"], ["--key"]),
         (["add", "--file", str(home / "missing.txt")], ["cannot read", "missing.txt"]),
-        (["add", "--max-attempts", "0", "--", "true"], ["max_attempts"]),
-        (["add", "--lane", "", "--", "true"], ["lane"]),
+        (["add", "--max-attempts", "0", "--", "true"], ["--max-attempts", "nothing was queued"]),
+        (["add", "--lane", "", "--", "true"], ["--lane"]),
     ]
     for args, words in cases:
         p = harness.cli(*args, input="echo hi\n")
@@ -506,7 +506,7 @@ def test_config_shows_sources(harness):
     assert s["lease_s"]["value"] == 3.0 and s["lease_s"]["source"].startswith("file ")
     assert str(harness.home / "config.toml") in s["lease_s"]["source"]
     assert d["paths"]["socket"] == str(harness.socket)
-    assert d["lanes"]["default"] == {"concurrency": 1, "source": "default"}
+    assert d["lanes"]["default"] == {"concurrency": 1, "source": "default_concurrency (default)"}
 
     cfg = harness.home / "config.toml"
     cfg.write_text(cfg.read_text() + 'max_attempts = 9\n[lanes]\nvideo = 2\n')
@@ -542,7 +542,7 @@ def test_daemon_start_status_stop(harness):
     jid = harness.cli_json("add", "--", "true")["ids"][0]
     harness.wait_state(jid, "done")
     st = harness.cli_json("daemon", "status")
-    assert st["pid"] == pid and st["version"] == __version__ and st["protocol"] == 1
+    assert st["pid"] == pid and st["version"] == __version__ and st["protocol"] == 2
     assert st["uptime_s"] >= 0
     assert st["paths"]["socket"] == str(harness.socket)
     assert st["paths"]["db"] == str(harness.home / "queue.db")

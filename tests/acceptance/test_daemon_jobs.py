@@ -196,8 +196,7 @@ def test_a_full_disk_under_the_log_does_not_stop_timeouts_or_cancels(harness):
     harness.call("pause")
     slow = harness.add("sh", "-c", "echo hi; sleep 300", timeout_s=1, max_attempts=1)
     other = harness.add("sh", "-c", "echo hi; sleep 300")
-    jobs_dir = harness.home / "logs" / "jobs"
-    jobs_dir.mkdir(parents=True, exist_ok=True)
+    jobs_dir = Path(harness.call("status")["paths"]["jobs_log_dir"])
     for jid in (slow, other):
         (jobs_dir / f"{jid}.1.log").symlink_to("/dev/full")  # every write: ENOSPC
     harness.call("resume")
@@ -214,7 +213,8 @@ def test_an_unopenable_log_loses_output_not_the_job_and_its_history_says_so(harn
     harness.start()
     harness.call("pause")
     jid = harness.add("sh", "-c", "echo twelve bytes")  # 13 with the newline
-    (harness.home / "logs" / "jobs" / f"{jid}.1.log").mkdir(parents=True)  # a folder, not a file
+    logs = Path(harness.call("status")["paths"]["jobs_log_dir"])  # this queue's own log folder
+    (logs / f"{jid}.1.log").mkdir(parents=True)  # a folder, not a file
     harness.call("resume")
     job = harness.wait_state(jid, "done", timeout_s=30)
     assert job["attempts"] == 1
@@ -224,5 +224,5 @@ def test_an_unopenable_log_loses_output_not_the_job_and_its_history_says_so(harn
     for argv in (["logs", str(jid)], ["logs", "-f", str(jid)]):  # an error with a hint, not a traceback
         p = harness.cli(*argv)
         assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
-        assert "cannot read the log" in p.stderr and "Is a directory" in p.stderr
+        assert "cannot read the log" in p.stderr and "not a regular file" in p.stderr
     assert harness.daemon.poll() is None

@@ -106,6 +106,7 @@ class Box:
         db = self.paths.db
         ensure_private_dir(db.parent)
         con = sqlite3.connect(db)
+        os.chmod(db, 0o600)  # as the daemon makes it
         con.execute("PRAGMA journal_mode=WAL")
         con.execute("CREATE TABLE jobs (id INTEGER PRIMARY KEY, command TEXT)")
         con.executemany("INSERT INTO jobs (command) VALUES (?)", [(f"echo {i}" * 20,) for i in range(500)])
@@ -153,7 +154,7 @@ def test_everything_ok_with_a_daemon_answering_status(box):
     code, checks = box.doctor()
     assert statuses(checks) == {
         "service": "ok", "service binary": "ok", "daemon": "ok", "runtime dir": "ok", "data dir": "ok",
-        "database": "ok", "linger": "ok", "clock check": "ok", "config": "ok",
+        "files": "ok", "queue": "ok", "database": "ok", "linger": "ok", "clock check": "ok", "config": "ok",
     }, checks
     assert code == 0
     assert f"pid {os.getpid()}" in checks["daemon"]["detail"]
@@ -161,9 +162,9 @@ def test_everything_ok_with_a_daemon_answering_status(box):
     # The human view: one line per check, then a summary.
     cp = box.sloth("doctor")
     lines = cp.stdout.splitlines()
-    assert cp.returncode == 0 and len(lines) == 10
+    assert cp.returncode == 0 and len(lines) == 12
     assert lines[0].startswith("ok    service ")
-    assert lines[-1] == "doctor: 9 ok, 0 warn, 0 fail"
+    assert lines[-1] == "doctor: 11 ok, 0 warn, 0 fail"
 
 
 def test_nothing_installed_or_running_warns_but_passes(box):
@@ -188,7 +189,7 @@ def test_broken_database_fails_with_a_hint_and_is_not_written(box):
     code, checks = box.doctor()
     assert code == 1
     c = checks["database"]
-    assert c["status"] == "fail" and "not a database" in c["detail"]
+    assert c["status"] == "fail" and "not a SQLite database" in c["detail"]
     assert "mv " in c["hint"] and ".recover" in c["hint"]
     assert db.read_bytes() == before
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -97,12 +98,15 @@ class Harness:
         self.spawned: list[subprocess.Popen[bytes]] = []
 
     # -------------------------------------------------------------- daemon
-    def start(self, *, wait: bool = True, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def start(self, *, wait: bool = True, env: dict[str, str] | None = None,
+              nofile: tuple[int, int] | None = None) -> subprocess.Popen[bytes]:
+        """Start `sloth daemon run`; ``nofile``: its (soft, hard) descriptor limit."""
         log = open(self.daemon_log, "ab")
         self.daemon = subprocess.Popen(
             [sys.executable, "-m", "sloth_daemon", "daemon", "run"],
             env=dict(self.daemon_env, **(env or {})), stdout=log, stderr=log,
             stdin=subprocess.DEVNULL, start_new_session=True, cwd=str(self.home),
+            preexec_fn=None if nofile is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile),
         )
         log.close()
         self.spawned.append(self.daemon)

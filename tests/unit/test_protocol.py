@@ -20,7 +20,8 @@ def test_encode_is_one_compact_line_with_version():
     data = protocol.encode(protocol.request(7, "add", jobs=[{"command": ["echo", "é\n"]}]))
     assert data.endswith(b"\n") and data.count(b"\n") == 1  # the newline in the arg is escaped
     msg = json.loads(data)
-    assert msg == {"v": protocol.VERSION, "id": 7, "op": "add", "args": {"jobs": [{"command": ["echo", "é\n"]}]}}
+    # in the oldest version that has the op, so an older daemon understands it
+    assert msg == {"v": 1, "id": 7, "op": "add", "args": {"jobs": [{"command": ["echo", "é\n"]}]}}
     assert "é".encode() in data  # not \u-escaped: cheaper for non-ASCII paths
 
 
@@ -44,8 +45,16 @@ def test_args_may_be_omitted():
 
 def test_every_op_in_the_table_parses_with_its_required_args():
     for op, (required, _optional) in protocol.OPS.items():
-        req = protocol.parse_request(frame(v=1, id=1, op=op, args={k: 1 for k in required}))
-        assert req.op == op
+        v = protocol.OP_SINCE.get(op, 1)
+        req = protocol.parse_request(frame(v=v, id=1, op=op, args={k: 1 for k in required}))
+        assert (req.op, req.v) == (op, v)
+
+
+def test_a_newer_op_in_an_older_version_is_unknown_and_a_newer_version_is_refused():
+    with pytest.raises(ProtocolError, match="unknown op 'commit'"):
+        protocol.parse_request(frame(v=1, id=1, op="commit", args={"batch": "t"}))
+    with pytest.raises(ProtocolError, match="version 3 is not supported"):
+        protocol.parse_request(frame(v=3, id=1, op="ping"))
 
 
 @pytest.mark.parametrize(
@@ -59,7 +68,7 @@ def test_every_op_in_the_table_parses_with_its_required_args():
         (b'"str"', "JSON object"),
         (b"null", "JSON object"),
         (b"[" * 100_000 + b"]" * 100_000, "JSON"),  # deep nesting: RecursionError, not a crash
-        (frame(v=2, id=1, op="ping"), "version 2"),
+        (frame(v=3, id=1, op="ping"), "version 3"),
         (frame(id=1, op="ping"), "version None"),
         (frame(v="1", id=1, op="ping"), "version '1'"),
         (frame(v=True, id=1, op="ping"), "version True"),  # True == 1 in Python, not on the wire
@@ -120,8 +129,8 @@ def test_decode_response_rejects_garbage_and_other_versions():
 
 
 def test_events_and_ok_carry_the_version_and_id():
-    assert protocol.event(3, {"kind": "log"}) == {"v": 1, "id": 3, "event": {"kind": "log"}}
-    assert protocol.ok(3, {"a": 1}) == {"v": 1, "id": 3, "ok": True, "result": {"a": 1}}
+    assert protocol.event(3, {"kind": "log"}, 1) == {"v": 1, "id": 3, "event": {"kind": "log"}}
+    assert protocol.ok(3, {"a": 1}, 2) == {"v": 2, "id": 3, "ok": True, "result": {"a": 1}}
 
 
 def test_undecodable_bytes_survive_a_round_trip():
@@ -143,7 +152,7 @@ def test_responses_may_be_larger_than_requests():
 def test_cli_batches_of_many_jobs_each_fit_in_a_frame():
     import random
 
-    from sloth_daemon.cli.jobs import _batches, _job_size
+    from sloth_daemon.submit import _job_size, frames
 
     rng = random.Random(7)
     alphabet = ["a", "é", "\n", '"', "\\", "😀", "\x01", "\udcff", " "]
@@ -155,7 +164,8 @@ def test_cli_batches_of_many_jobs_each_fit_in_a_frame():
         real = protocol.encode({"j": j}, protocol.MAX_RESPONSE)
         assert _job_size(j) >= len(real) - len(b'{"j":}\n')
     common = {"env": {"HOME": "/home/é" * 100}, "cwd": "/tmp"}
-    batches = list(_batches(jobs, common))
+    batches = frames(jobs, common, where=str)
     assert len(batches) > 1 and [j for b in batches for j in b] == jobs
     for b in batches:
-        assert len(protocol.encode(protocol.request(1, "add", jobs=b, common=common))) <= protocol.MAX_FRAME
+        req = protocol.request(1, "commit", jobs=b, common=common, batch="f" * 64)
+        assert len(protocol.encode(req)) <= protocol.MAX_FRAME

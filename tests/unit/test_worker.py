@@ -524,3 +524,19 @@ def test_apply_settings_changes_defaults_and_lanes_now(env):
     notes = w.apply_settings(Settings(lease_s=LEASE, max_attempts=7, lanes={"default": 2}))
     assert notes == [] and w.lanes.concurrency("default") == 2
     assert q.get(q.enqueue(["x"])).max_attempts == 7
+
+
+def test_default_concurrency_applies_to_the_default_lane_too(env, tmp_path):
+    """Issue 14, item 10: `default_concurrency = 3` in the config file, no
+    [lanes] table: the `default` lane runs three at once, as any unlisted lane."""
+    from sloth_daemon import config
+
+    f = tmp_path / "config.toml"
+    f.write_text("default_concurrency = 3\n")
+    s = config.load(f)
+    w, q, sp = env(default_concurrency=s.default_concurrency, lanes=s.lanes)
+    ids = [q.enqueue(["sleep", "1"]) for _ in range(4)] + [q.enqueue(["x"], lane="other") for _ in range(4)]
+    w.turn()
+    started = sorted(r.job_id for r in sp.reqs.values())
+    assert started == ids[:3] + ids[4:7]
+    assert w.status()["lanes"]["default"]["concurrency"] == 3

@@ -1,0 +1,148 @@
+"""Which queue a folder holds, so a lost or replaced database is noticed and
+never silently recreated.
+
+A queue gets a random id when it is made (SqliteQueue.identity, in its meta
+table). The daemon writes the same id beside it, in ``queue.id``, the first
+time it opens that queue, and keeps the queue's job logs under
+``logs/jobs/ID/``. At every start, before the database is opened (opening a
+missing or empty file would make a new, empty queue):
+
+- no ``queue.id``: a fresh folder, or one from before identities: go on;
+- ``queue.id`` but no database, an empty one, or one that is not SQLite:
+  the queue was lost; refuse, and say how to get it back;
+- after opening: a database with another id than ``queue.id`` (put there by
+  hand): refuse.
+
+To start a new, empty queue on purpose: move ``queue.db`` and ``queue.id``
+aside. Doctor reports the same findings (``findings``), read-only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from . import private
+from .db import HEADER
+from .errors import StorageError
+from .paths import Paths
+
+_LEGACY_LOG = re.compile(r"[0-9]+\.[0-9]+\.log")
+
+
+class QueueLost(StorageError):
+    """This folder held a queue whose database is gone, empty or replaced."""
+
+    code = "queue_lost"
+
+
+def recorded(paths: Paths) -> str | None:
+    """The id in ``queue.id``, or None if there is none."""
+    try:
+        with private.open_regular(paths.queue_id_file) as f:
+            text = f.read(200).decode("ascii", "replace").strip()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise StorageError(f"cannot read {paths.queue_id_file}: {e.strerror or e}",
+                           hint=f"Remove it if it is not a file sloth made (rm {paths.queue_id_file}).") from e
+    return text or None
+
+
+def check_before_open(paths: Paths) -> None:
+    """Refuse to open a queue that this folder had and lost (see module docstring)."""
+    qid = recorded(paths)
+    if qid is None:
+        return
+    problem = file_problem(paths.db)
+    if problem is not None:
+        raise QueueLost(f"this folder held queue {qid}, but {paths.db} {problem}", hint=recover_hint(paths, qid))
+
+
+def file_problem(db: Path) -> str | None:
+    """Why ``db`` is no queue database at all (missing, empty, not SQLite), or None."""
+    try:
+        with open(db, "rb") as f:
+            head = f.read(len(HEADER))
+    except FileNotFoundError:
+        return "is missing"
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    if not head:
+        return "is empty (0 bytes)"
+    if head != HEADER:
+        return "is not a SQLite database (its header is wrong)"
+    return None
+
+
+def recover_hint(paths: Paths, qid: str) -> str:
+    db = paths.db
+    return (f"Put the queue back: restore {db} from a backup, or salvage a damaged copy with "
+            f"`sqlite3 {db}.broken .recover | sqlite3 {db}` (its logs are in {paths.all_jobs_log_dir / qid}). "
+            f"To start a new, empty queue instead, move {db} and {paths.queue_id_file} aside.")
+
+
+def adopt(paths: Paths, identity: str, *, had_jobs: bool) -> Paths:
+    """After the queue is open: record its id beside it, or refuse one that
+    is not the queue this folder held. Returns the paths with the queue's
+    own log folder, made 0700."""
+    qid = recorded(paths)
+    if qid is not None and qid != identity:
+        raise QueueLost(f"{paths.db} holds queue {identity}, but this folder held queue {qid}",
+                        hint=recover_hint(paths, qid))
+    mine = paths.for_queue(identity)
+    private.ensure_dir(mine.jobs_log_dir)
+    if qid is None:
+        if had_jobs:
+            _adopt_flat_logs(paths.all_jobs_log_dir, mine.jobs_log_dir)
+        _write_id(paths.queue_id_file, identity)
+    return mine
+
+
+def _adopt_flat_logs(flat: Path, mine: Path) -> None:
+    """A queue from before identities kept its logs in logs/jobs/ itself:
+    they are this queue's (it had jobs, so it is the queue that wrote them)."""
+    for name in os.listdir(flat):
+        src = flat / name
+        if _LEGACY_LOG.fullmatch(name) and src.is_file() and not src.is_symlink():
+            os.replace(src, mine / name)
+
+
+def _write_id(p: Path, identity: str) -> None:
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    private.create_file(tmp)
+    with open(tmp, "w", encoding="ascii") as f:
+        f.write(identity + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, p)
+
+
+def findings(paths: Paths) -> tuple[str, str, str]:
+    """(status, detail, fix) about which queue this folder holds, for doctor:
+    ok for a sound queue or a fresh folder, fail for a lost or replaced one,
+    warn when there is no queue but logs of earlier ones are there."""
+    qid = recorded(paths)
+    problem = file_problem(paths.db)
+    if qid is not None and problem is not None:
+        return "fail", f"LOST: this folder held queue {qid}, but {paths.db} {problem}", recover_hint(paths, qid)
+    if qid is None and problem == "is missing":
+        old = _earlier_logs(paths)
+        if old:
+            return ("warn", f"no queue here yet, but logs of earlier queues are ({', '.join(old[:3])})",
+                    f"If a queue.db was lost, put it back in {paths.data_dir} before the next start; "
+                    "else nothing to do (a new queue is made at first start).")
+        return "ok", "no queue yet: a fresh folder (the queue is made at first start)", ""
+    if problem is not None:
+        return "fail", f"{paths.db} {problem}", recover_hint(paths, "ID")
+    return "ok", f"queue {qid or '(id not recorded yet)'}", ""
+
+
+def _earlier_logs(paths: Paths) -> list[str]:
+    try:
+        names = sorted(os.listdir(paths.all_jobs_log_dir))
+    except OSError:
+        return []
+    return [n for n in names if (paths.all_jobs_log_dir / n).is_dir() or _LEGACY_LOG.fullmatch(n)]
