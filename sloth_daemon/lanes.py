@@ -8,7 +8,7 @@ that lane made after the `lane set` takes over again). Pauses are kept in
 the queue's meta table, so they survive a restart too (pueue #452: a pause
 that a restart quietly undoes surprises people).
 
-A lane exists once config names it, a job was added to it or `lane set
+The ``default`` lane always exists. Another exists once config names it, a job was added to it or `lane set
 --create` made it; naming any other lane is an error that lists the real
 ones (a typo must not pause nothing and say "paused").
 """
@@ -78,8 +78,8 @@ class Lanes:
         return self.paused_all or lane in self.paused
 
     def known(self) -> list[str]:
-        """Every lane that exists (see the module docstring)."""
-        return sorted(set(self.settings.lanes) | set(self.queue.lane_rows()) | self.paused)
+        """Every lane that exists (see the module docstring); ``default`` always does."""
+        return sorted({"default"} | set(self.settings.lanes) | set(self.queue.lane_rows()) | self.paused)
 
     def check(self, lane: str) -> None:
         """Raises LaneNotFound (naming the lanes there are) for a lane that does not exist."""
