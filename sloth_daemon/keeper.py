@@ -33,11 +33,14 @@ from typing import Any, Callable
 import psutil
 
 from . import __version__, peercred, procident, timerfd
+from .childwatch import become_subreaper, on_sigchld, reap_orphans
+from .errors import SpawnError
+from .joblog import LogWriter
 from .keeper_wire import (
     DAEMON_OPS, MAX_FRAME, VERSION, Journal, Refused, Trust, clocks_now, encode, error, number, ok, parse,
     read_journal, secs, spawn_command, text, trust_verdict, whole,
 )
-from .runner import JobProcess, LogWriter, SpawnError, become_subreaper, on_sigchld, reap_orphans
+from .runner import JobProcess
 
 log = logging.getLogger("sloth.keeper")
 
