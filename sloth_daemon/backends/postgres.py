@@ -47,6 +47,8 @@ from .pg_reads import PgReads, check_id
 from .pgdb import Cursor, Row, one
 from .sqlite import DEFAULT_BACKOFF_CAP_S, DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS, MAX_CRASH_REFUNDS
 
+__all__ = ["PgQueue", "ServerClock"]
+
 # SET lists of the one-statement writes of lease holders (_held_step).
 EXTEND = "lease_until = sloth.now() + coalesce(%(lease_s)s, lease_s), updated_at = sloth.now()"
 # finished_at: when the process really ended (%(ended_at)s, as reported), never after now.
@@ -404,9 +406,6 @@ def _key_taken(other: object, key: str) -> IllegalTransition:
 
 def _join(a: str, b: str) -> str:
     return f"{a}; {b}" if a else b
-
-
-__all__ = ["PgQueue", "ServerClock"]
 
 
 def _refund_note(refund: bool, given: bool, row: Row) -> str:
