@@ -7,7 +7,7 @@ Request ``{"v", "id", "op", "args"}`` -> exactly one response ``{"v", "id",
 "ok": true, "result"}`` or ``{"v", "id", "ok": false, "error": {"code",
 "message", ...}}``. Events the keeper pushes on the daemon's connection:
 ``{"v", "event": {"kind", "key", ...}}``; a tap's log events also carry the
-tap's ``id``. The ops are in ``OPS``; what each does is in keeper.py.
+tap's ``id``. The ops are in ``OPS``; what each does is in keeper_server.py.
 """
 
 from __future__ import annotations

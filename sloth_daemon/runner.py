@@ -1,8 +1,10 @@
-"""Runs one job's process: own session, captured and capped log, tree kill.
+"""Runs one job's process: own session, its output into its log (joblog),
+its exit noticed, its whole tree frozen, thawed or ended; and the
+environment a job runs with (``job_env``).
 
-Knows nothing of the queue: the worker claims, this runs, the worker settles.
-Exit is noticed through a pidfd on Linux (no polling, no extra thread) and
-through SIGCHLD elsewhere.
+Knows nothing of the queue: the worker claims, the keeper runs it here, the
+worker settles. Exit is noticed through a pidfd on Linux (no polling, no
+extra thread) and through SIGCHLD elsewhere (childwatch).
 """
 
 from __future__ import annotations
@@ -10,18 +12,16 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import ctypes
 import signal
-import stat
 import subprocess
-import sys
-from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import psutil
 
 from . import procident
+from .childwatch import SigchldWatch
 from .errors import SpawnError
+from .joblog import LogWriter
 
 # Variables that belong to the daemon's own process and must never reach a
 # job (systemd would take a job's "READY=1" as ours; LD_PRELOAD is a test or
@@ -52,178 +52,6 @@ def job_env(captured: dict[str, str] | None, extra: dict[str, str],
         base.pop(k, None)
     base.update(extra)
     return base
-
-
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
-
-
-class LogWriter:
-    """Writes one attempt's output, capped: past ``cap`` bytes it keeps the
-    first half and the last half and says in between how much was cut.
-
-    The file is created with the first byte written, so an attempt that
-    prints nothing leaves no file. That is fewer empty files for the many
-    quiet jobs, and it is cheaper than it looks: on ext4 every new file's
-    metadata rides along with the queue's next fsync, which made creating
-    it about a fifth of a trivial job's whole cost (tests/bench/bench_daemon.py).
-
-    Only a file this writer creates is written: never one that exists (it
-    is not ours: a stale file, or a symlink planted to make us write
-    elsewhere), never through a symlink, never making folders (the caller
-    made and checked the one it names).
-
-    The head goes to disk as it arrives; the tail is held in memory and
-    written at ``finish`` (so after a crash the log holds the head only).
-    Never raises: a file that cannot be created or written (full disk, a
-    folder in the way) counts the bytes lost, and ``problem`` says so for
-    the job's history, since the log itself cannot."""
-
-    def __init__(self, path: Path, cap: int) -> None:
-        self.path = path
-        self.fd: int | None = None  # the file we created, once the first byte comes
-        self.closed = False  # finished: nothing more is written
-        self.head_cap = cap // 2
-        self.tail_cap = cap - self.head_cap
-        self.head = 0
-        self.tail = bytearray()
-        self.cut = 0
-        self.total = 0
-        self.lost = 0  # bytes that could not be written (disk full ...)
-        self.error: str | None = None
-        self.problem: str | None = None  # what was lost and why, once finished
-
-    def write(self, data: bytes) -> None:
-        self.total += len(data)
-        room = self.head_cap - self.head
-        if room > 0:
-            part, data = data[:room], data[room:]
-            self._put(part)
-            self.head += len(part)
-        if data:
-            self.tail += data
-            over = len(self.tail) - self.tail_cap
-            if over > 0:
-                del self.tail[:over]
-                self.cut += over
-
-    def snapshot(self) -> bytes:
-        """Everything written so far, as the finished log will show it. Read
-        through the descriptor we created (pread), never by name: a symlink
-        swapped in at the path must not be streamed to a follower."""
-        if self.closed:
-            return self._pread(self._size())
-        data = self._pread(self.head) if self.head else b""
-        if self.cut:
-            data += f"\n[sloth] ... {self.cut} bytes cut here so far ...\n".encode()
-        return data + bytes(self.tail)
-
-    def _size(self) -> int:
-        try:
-            return os.fstat(self.fd).st_size if self.fd is not None else 0
-        except OSError:
-            return 0
-
-    def _pread(self, n: int) -> bytes:
-        out = bytearray()
-        try:
-            while self.fd is not None and len(out) < n:
-                chunk = os.pread(self.fd, n - len(out), len(out))
-                if not chunk:
-                    break
-                out += chunk
-        except OSError:
-            pass
-        return bytes(out)
-
-    def _open(self) -> None:
-        try:
-            dfd = os.open(self.path.parent, os.O_RDONLY | _DIRECTORY | _NOFOLLOW)
-        except OSError as e:
-            self.error = f"cannot create {self.path}: {e.strerror or e}"
-            return
-        try:
-            self.fd = os.open(self.path.name, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW,
-                              0o600, dir_fd=dfd)
-        except FileExistsError:
-            self.error = self._exists(dfd)
-        except OSError as e:
-            self.error = f"cannot create {self.path}: {e.strerror or e}"
-        finally:
-            os.close(dfd)
-
-    def _exists(self, dfd: int) -> str:
-        try:
-            if stat.S_ISDIR(os.lstat(self.path.name, dir_fd=dfd).st_mode):
-                return f"cannot create {self.path}: {os.strerror(errno.EISDIR)}"
-        except OSError:
-            pass
-        return f"{self.path} exists; not appending to a file sloth did not create"
-
-    def _put(self, data: bytes) -> None:
-        """Write all of ``data``, never raise: a full disk must not stop a
-        kill or a settle. What could not be written is counted."""
-        if not data:
-            return
-        if self.closed:
-            return  # after finish nothing is written, nor a file made
-        if self.error is None and self.fd is None:
-            self._open()
-        if self.error is not None or self.fd is None:
-            self.lost += len(data)
-            return
-        view = memoryview(data)
-        try:
-            while view:
-                n = os.write(self.fd, view)  # may write only part
-                if not n:
-                    raise OSError(errno.EIO, "the write made no progress")
-                view = view[n:]
-        except OSError as e:
-            self.error = str(e.strerror or e)
-            self.lost += len(view)
-
-    def note(self, text: str) -> None:
-        self.write(f"\n[sloth] {text}\n".encode())
-
-    def finish(self) -> None:
-        """Write the tail (and what was cut or lost); nothing is written after.
-        The file stays open for ``snapshot`` until ``close``."""
-        if self.closed:
-            return
-        if self.cut:
-            self._put(
-                f"\n[sloth] ... {self.cut} bytes cut here: the log keeps the first "
-                f"{self.head_cap} and the last {self.tail_cap} bytes of {self.total} ...\n".encode()
-            )
-        self._put(bytes(self.tail))
-        self.tail.clear()
-        if self.error is not None:
-            self.problem = f"{self.lost} bytes of output lost: {self.error}"
-            if self.fd is not None:  # one more try, in case there is room again
-                self.error = None
-                self._put(f"\n[sloth] {self.problem}\n".encode())
-        self.closed = True
-
-    def close(self) -> None:
-        self.finish()
-        if self.fd is not None:
-            try:
-                os.close(self.fd)
-            except OSError:
-                pass
-            self.fd = None
-
-
-def make_log_dir(path: Path) -> None:
-    """Create a folder for attempt logs (0700) if it is missing: LogWriter
-    makes no folders. When it exists this is one failing mkdir, no metadata
-    write, so calling it before each job costs next to nothing. Never
-    raises: a folder that cannot be made is the LogWriter's problem to report."""
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError:
-        pass
 
 
 _PERMANENT_ERRNOS = {errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR, errno.EISDIR}
@@ -346,7 +174,7 @@ class JobProcess:
         if self._pidfd is not None:
             loop.add_reader(self._pidfd, self.poll)
         else:
-            _SigchldWatch.add(loop, self)
+            SigchldWatch.add(loop, self)
 
     def poll(self) -> bool:
         """Reap if exited. Returns True once the process has ended."""
@@ -363,7 +191,7 @@ class JobProcess:
             self._loop.remove_reader(self._pidfd)
             os.close(self._pidfd)
             self._pidfd = None
-        _SigchldWatch.discard(self)
+        SigchldWatch.discard(self)
         try:
             self._drain()
         finally:  # whatever happens to the output, the exit must be settled
@@ -469,85 +297,3 @@ def _spawn_message(argv: list[str], e: BaseException) -> str:
     if isinstance(e, OSError) and e.errno == errno.EACCES:
         return f"permission denied running {argv[0]}"
     return f"cannot start {argv[0]}: {getattr(e, 'strerror', None) or e}"
-
-
-# --------------------------------------------------------------- SIGCHLD
-class _SigchldWatch:
-    """The one SIGCHLD handler of this process (asyncio keeps one per
-    signal): exit notification for jobs without a pidfd (macOS; or
-    pidfd_open failed, e.g. out of descriptors), and the hooks of a
-    subreaper that must reap the orphans it inherits."""
-
-    procs: set[JobProcess] = set()
-    hooks: list[Callable[[], None]] = []
-    loop: asyncio.AbstractEventLoop | None = None
-
-    @classmethod
-    def install(cls, loop: asyncio.AbstractEventLoop) -> None:
-        if cls.loop is not loop and sys.platform != "win32":
-            loop.add_signal_handler(signal.SIGCHLD, cls._on_sigchld)
-            cls.loop = loop
-
-    @classmethod
-    def add(cls, loop: asyncio.AbstractEventLoop, jp: JobProcess) -> None:
-        cls.procs.add(jp)
-        cls.install(loop)
-        loop.call_soon(jp.poll)  # it may already have exited
-
-    @classmethod
-    def discard(cls, jp: JobProcess) -> None:
-        cls.procs.discard(jp)
-
-    @classmethod
-    def _on_sigchld(cls) -> None:
-        for jp in list(cls.procs):
-            jp.poll()
-        for hook in list(cls.hooks):
-            hook()
-
-
-def on_sigchld(loop: asyncio.AbstractEventLoop, hook: Callable[[], None]) -> None:
-    """Call ``hook`` (on the loop) whenever a child of ours changes state."""
-    _SigchldWatch.hooks.append(hook)
-    _SigchldWatch.install(loop)
-
-
-PR_SET_CHILD_SUBREAPER = 36
-
-
-def become_subreaper() -> bool:
-    """Linux: orphans below us reparent to us instead of to init, so a job's
-    double-forked process stays findable (and must be reaped by us:
-    ``reap_orphans``). False where there is no such thing (macOS)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
-    except (OSError, AttributeError):
-        return False
-
-
-def reap_orphans(roots: Mapping[int, JobProcess]) -> list[int]:
-    """Reap every exited child of ours that is not a job root (an orphan we
-    inherited as subreaper); returns their pids. Peeks first (WNOWAIT) so a
-    job root's exit status is never stolen: its own JobProcess reaps it."""
-    reaped: list[int] = []
-    while True:
-        try:
-            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            break  # no children at all
-        if info is None:
-            break  # none has exited
-        jp = roots.get(info.si_pid)
-        if jp is not None:
-            if not jp.poll():
-                break  # cannot be (it is waitable); never spin on it
-            continue
-        try:
-            os.waitpid(info.si_pid, os.WNOHANG)
-            reaped.append(info.si_pid)
-        except ChildProcessError:
-            pass
-    return reaped

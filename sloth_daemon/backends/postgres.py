@@ -48,6 +48,8 @@ from .pgdb import Cursor, Row, one
 from .sqlite import DEFAULT_BACKOFF_CAP_S, DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS
 from .sqlite_leases import MAX_CRASH_REFUNDS
 
+__all__ = ["PgQueue", "ServerClock"]
+
 # SET lists of the one-statement writes of lease holders (_held_step).
 EXTEND = "lease_until = sloth.now() + coalesce(%(lease_s)s, lease_s), updated_at = sloth.now()"
 # finished_at: when the process really ended (%(ended_at)s, as reported), never after now.
@@ -438,9 +440,6 @@ def _key_taken(other: object, key: str) -> IllegalTransition:
 
 def _join(a: str, b: str) -> str:
     return f"{a}; {b}" if a else b
-
-
-__all__ = ["PgQueue", "ServerClock"]
 
 
 def _refund_note(refund: bool, given: bool, row: Row) -> str:

@@ -28,7 +28,7 @@ import pytest
 from sloth_daemon.keeper_client import KeeperClient, KeeperError, boot_now, read_journal
 from tests.acceptance.test_socket import NOBODY, as_nobody, python_for_nobody
 from tests.support.harness import alive
-from tests.support.keeper_rig import KeeperRig, Wire, make_rig, process_state, remove_rig, wait_for
+from tests.support.keeper_rig import KeeperRig, Wire, frozen, make_rig, remove_rig, wait_for
 
 LINUX = sys.platform.startswith("linux")
 
@@ -262,12 +262,12 @@ def test_a_lapse_across_a_suspend_freezes_the_tree_until_trust_or_kill(rig, fake
     for key, pid in pids.items():
         assert "the machine slept 3600s" in w.event("frozen", key)["why"]
         tree = [pid] + [c.pid for c in psutil.Process(pid).children(recursive=True)]
-        wait_for(lambda: all(process_state(p) == "T" for p in tree if alive(p)), what=f"{key}'s tree stopped")
+        wait_for(lambda: all(frozen(p) for p in tree if alive(p)), what=f"{key}'s tree stopped")
     assert {r["key"]: r["state"] for r in w.hello()["runs"]} == {"thaw": "frozen", "kill": "frozen"}
 
     keeper_boot = boot_now() + fakeclock.offset
     assert w.call("trust", items=[{"key": "thaw", "until": keeper_boot + 30}]) == {}
-    wait_for(lambda: process_state(pids["thaw"]) != "T", what="the tree continued")
+    wait_for(lambda: not frozen(pids["thaw"]), what="the tree continued")
     assert w.hello()["runs"][0]["state"] == "running"
 
     assert w.call("kill", key="kill", reason="cancelled", grace_s=5) == {}

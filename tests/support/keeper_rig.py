@@ -234,3 +234,17 @@ def process_state(pid: int) -> str:
     with open(f"/proc/{pid}/stat", "rb") as f:
         data = f.read()
     return data[data.rfind(b")") + 2:].split()[0].decode()
+
+
+def frozen(pid: int) -> bool:
+    """Stopped (T); or caught inside vfork(): a shell (dash starts each
+    command so) whose child was stopped before it could exec waits for that
+    child uninterruptibly (D) and runs no code until the child is continued,
+    so its own SIGSTOP stays pending meanwhile."""
+    try:
+        state = process_state(pid)
+        if state != "D":
+            return state == "T"
+        return any(process_state(c.pid) == "T" for c in psutil.Process(pid).children())
+    except (OSError, psutil.Error):
+        return False

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from sloth_daemon.clock import ClockReadings
-from sloth_daemon.keeper import TapFeed
+from sloth_daemon.keeper_tap import TapFeed
 from sloth_daemon.keeper_wire import Journal, Refused, Trust, parse, read_journal, secs, spawn_command, trust_verdict
 
 LEAD = 1.0

@@ -9,7 +9,8 @@ import tempfile
 
 import pytest
 
-from sloth_daemon.runner import DAEMON_ONLY_ENV, LogWriter, job_env
+from sloth_daemon.joblog import LogWriter
+from sloth_daemon.runner import DAEMON_ONLY_ENV, job_env
 
 
 def test_small_output_is_kept_whole(tmp_path):

@@ -1,0 +1,280 @@
+"""The keeper's run table: every run it holds, and what happens to a run
+without a request -- its output handed to followers, its exit settled and
+journalled, its timeout, its trust deadline (fenced, or frozen across a
+suspend), its tree remembered, orphans attributed to it.
+
+The ops (keeper_server.py) change it; it tells the keeper what the daemon
+must hear (``event``) and when what it holds has changed (``changed``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+
+from . import procident
+from .errors import SpawnError
+from .joblog import LogWriter
+from .keeper_wire import (
+    Journal, Refused, Trust, clocks_now, number, read_journal, secs, spawn_command, text, trust_verdict, whole,
+)
+from .runner import JobProcess
+
+log = logging.getLogger("sloth.keeper")
+
+
+# --------------------------------------------------------------------- runs
+@dataclass
+class Run:
+    key: str
+    job_id: int
+    attempt: int
+    token: str
+    log_path: str
+    started_at: float
+    kill_grace_s: float = 10.0
+    term_lead_s: float = 1.0
+    proc: JobProcess | None = None  # None for an outcome adopted from the journal
+    pid: int | None = None
+    identity: dict[str, Any] | None = None
+    state: str = "running"  # "running" | "frozen" | "exited"
+    trust: Trust | None = None
+    outcome: dict[str, Any] | None = None
+    killed_by: str | None = None
+    begin: float = 0.0  # procident stamps: the lifetime orphans are attributed by
+    end: float | None = None
+    timeout: asyncio.TimerHandle | None = None
+    trust_check: asyncio.TimerHandle | None = None  # one per run: renewals replace it
+    taps: set[Callable[[bytes | None], None]] = field(default_factory=set)
+    journaled: bool = False
+
+    def wire(self) -> dict[str, Any]:
+        return {"key": self.key, "job_id": self.job_id, "attempt": self.attempt, "token": self.token,
+                "pid": self.pid, "identity": self.identity, "started_at": self.started_at,
+                "state": self.state, "trust_until": self.trust.until if self.trust else None,
+                "outcome": self.outcome, "log_path": self.log_path}
+
+    @classmethod
+    def adopted(cls, w: dict[str, Any]) -> "Run":
+        return cls(w["key"], int(w.get("job_id") or 0), int(w.get("attempt") or 0), w.get("token", ""),
+                   w.get("log_path", ""),
+                   w.get("started_at", 0.0), pid=w.get("pid"), identity=w.get("identity"),
+                   state="exited", outcome=w.get("outcome"), journaled=True)
+
+
+class RunTable:
+    """The runs, by key. ``event(kind, key, **fields)`` pushes an event to
+    the daemon (if one is attached); ``changed()`` is called after every
+    change to what is held (the keeper journals, and decides whether to exit)."""
+
+    def __init__(self, journal: Path, *, check_s: float, event: Callable[..., None],
+                 changed: Callable[[], None]) -> None:
+        self.runs: dict[str, Run] = {}
+        self.roots: dict[int, JobProcess] = {}  # root pid -> its process: reap_orphans leaves them be
+        self.forgotten: list[tuple[float, float]] = []  # acked runs' lifetimes, for orphan attribution
+        self.journal = Journal(journal)
+        self.check_s = check_s
+        self.event, self.changed = event, changed
+        self._tick: asyncio.TimerHandle | None = None
+        self._ambiguous: set[int] = set()
+
+    def adopt_journal(self) -> None:
+        """Outcomes a keeper before us journalled and no daemon acknowledged."""
+        for w in read_journal_safely(self.journal.path):
+            self.runs.setdefault(w["key"], Run.adopted(w))
+
+    # ----------------------------------------------------------- requests
+    def spawn(self, a: dict[str, Any]) -> Run:
+        """Start the run the spawn op's args ``a`` ask for. Raises Refused
+        (bad args, a key already held, spawn_failed); then nothing is held."""
+        key, token = text(a, "key"), text(a, "token")
+        if key in self.runs:
+            raise Refused("exists", f"a run with key {key!r} is already held")
+        argv, env, cwd, log_path = spawn_command(a)
+        run = Run(key, whole(a, "job_id"), whole(a, "attempt"), token, str(log_path), time.time(),
+                  number(a, "kill_grace_s", 10.0), number(a, "term_lead_s", 1.0))  # type: ignore[arg-type]
+        log_cap, timeout_s, trust_until = whole(a, "log_cap"), number(a, "timeout_s"), number(a, "trust_until")
+        env = {**env, procident.TOKEN_ENV: token}  # the token scan finds escapees by it
+        lw = LogWriter(log_path, log_cap)
+        jp = JobProcess(argv, cwd=cwd, env=env, log=lw, on_output=lambda d: self.output(run, d),
+                        on_exit=lambda _jp: self.root_exited(run), claim_orphan=self.claimer(key))
+        try:
+            jp.start(asyncio.get_running_loop())
+        except SpawnError as e:
+            lw.note(str(e))
+            lw.close()
+            raise Refused("spawn_failed", str(e), retry=e.retry, resource=e.resource) from None
+        run.proc, run.pid, run.identity = jp, jp.pid, jp.identity()
+        run.begin = jp.tree.root_stamp or procident.stamp_now()  # type: ignore[union-attr]
+        self.runs[key], self.roots[jp.pid] = run, jp
+        if timeout_s:
+            run.timeout = asyncio.get_running_loop().call_later(
+                timeout_s, self.kill, run, f"timed out after {secs(timeout_s)}", run.kill_grace_s, "timeout")
+        if trust_until is not None:
+            self.set_trust(run, trust_until)
+        self.tick_soon()
+        return run
+
+    def ack(self, keys: list[str]) -> None:
+        """Forget runs whose outcomes the daemon has recorded. Raises Refused,
+        acknowledging none, if any of them has not exited."""
+        if live := [k for k in keys if k in self.runs and self.runs[k].state != "exited"]:
+            raise Refused("bad_request", f"run(s) {', '.join(live)} have not exited; nothing was acknowledged")
+        acked = [self.runs.pop(k) for k in keys if k in self.runs]
+        for run in acked:
+            if run.proc is not None:
+                run.proc.log.close()
+                self.forgotten.append((run.begin, run.end or procident.stamp_now()))
+        if acked:
+            self.journal.append({"ack": [r.key for r in acked]})
+            self.journal.reset([r.wire() for r in self.runs.values() if r.state == "exited"])
+
+    # ----------------------------------------------------------- run events
+    def output(self, run: Run, data: bytes) -> None:
+        for feed in list(run.taps):
+            feed(data)
+
+    def root_exited(self, run: Run) -> None:
+        ended_at = time.time()
+        self.roots.pop(run.pid or 0, None)
+        run.end = procident.stamp_now()
+        for timer in (run.timeout, run.trust_check):
+            if timer is not None:
+                timer.cancel()
+        ending = run.proc.ending if run.proc else None
+        if ending is not None and not ending.done():  # `exited` only once the whole tree is dead
+            ending.add_done_callback(lambda _t: self.settle(run, ended_at))
+        else:
+            self.settle(run, ended_at)
+
+    def settle(self, run: Run, ended_at: float) -> None:
+        jp = run.proc
+        assert jp is not None
+        jp.log.finish()
+        run.state = "exited"
+        run.outcome = {"returncode": jp.returncode, "ended_at": ended_at, "reason": jp.kill_reason,
+                       "killed_by": run.killed_by, "log_problem": jp.log.problem, "log_bytes": jp.log.total}
+        run.journaled = self.journal.append({"run": run.wire()})
+        self.event("exited", run.key, outcome=run.outcome)
+        for feed in list(run.taps):
+            feed(None)
+        self.changed()
+
+    def kill(self, run: Run, reason: str, grace_s: float, by: str) -> None:
+        """Begin ending a run's whole tree (idempotent; the first reason stays)."""
+        jp = run.proc
+        if run.state == "exited" or jp is None or jp.ending is not None or jp.returncode is not None:
+            return
+        run.killed_by = by
+        run.state = "running"  # if frozen: end_tree continues it, to act on SIGTERM
+        log.info("run %s (pid %s): %s; ending its process tree", run.key, run.pid, reason)
+        jp.log.note(f"{reason}: ending the process tree")
+        jp.end_tree_soon(grace_s, reason).add_done_callback(_log_failure)
+
+    def claimer(self, key: str) -> Callable[[int, float | None], bool]:
+        """Does an orphan of ours with no readable token belong to run ``key``?
+        Only if exactly one run's lifetime covers its start; else leave it."""
+        def claim(pid: int, start: float | None) -> bool:
+            if pid in self.roots or start is None:
+                return False
+            lives = {r.key: (r.begin, r.end) for r in self.runs.values() if r.proc is not None}
+            lives.update({f"~{i}": life for i, life in enumerate(self.forgotten)})
+            owner = procident.attribute_orphan(start, lives)
+            if owner is None and pid not in self._ambiguous:
+                self._ambiguous.add(pid)
+                log.info("orphan pid %d (%s) carries no token and no one run surely started it; left alone",
+                         pid, _name(pid))
+            if owner == key:
+                log.info("orphan pid %d (%s) found only as our child: counted as run %s's", pid, _name(pid), key)
+            return owner == key
+        return claim
+
+    # -------------------------------------------------------------- fencing
+    def set_trust(self, run: Run, until: float) -> None:
+        if run.proc is None or run.state == "exited" or run.proc.ending is not None:
+            return
+        now = clocks_now()
+        run.trust = Trust(until, now.total, now.awake)  # type: ignore[arg-type]
+        if run.trust_check is not None:
+            run.trust_check.cancel()
+        run.trust_check = asyncio.get_running_loop().call_later(
+            max(0.0, until - run.term_lead_s - now.total), self.check_trust)  # type: ignore[operator]
+        if run.state == "frozen":
+            log.info("run %s: trusted again; thawing its process tree", run.key)
+            run.proc.thaw()
+            run.state = "running"
+
+    def check_trust(self) -> None:
+        now = clocks_now()
+        for run in list(self.runs.values()):
+            if run.state != "running" or run.trust is None or run.proc is None or run.proc.ending is not None:
+                continue
+            verdict = trust_verdict(run.trust, run.term_lead_s, now)
+            quiet = now.total - run.trust.boot_at  # type: ignore[operator]
+            if verdict == "freeze":
+                slept = quiet - (now.awake - run.trust.awake_at)
+                why = (f"the machine slept {secs(slept)} and the lease's renewal lapsed meanwhile; "
+                       "frozen until the daemon renews or kills it")
+                log.info("run %s: %s", run.key, why)
+                run.proc.freeze()
+                run.state = "frozen"
+                self.event("frozen", run.key, why=why)
+            elif verdict != "ok":
+                self.kill(run, f"fenced: no lease renewal for {secs(quiet)}",
+                          max(0.0, run.trust.until - now.total), "fence")  # type: ignore[operator]
+
+    def tick_soon(self) -> None:
+        if self._tick is None:
+            self._tick = asyncio.get_running_loop().call_later(self.check_s, self.tick)
+
+    def tick(self) -> None:
+        """While runs live: remember their trees (a grandchild whose parent
+        exits leaves the tree) and check trust (the timers use awake time;
+        after a resume only this and the timerfd see the boot clock's jump)."""
+        self._tick = None
+        live = [r for r in self.runs.values() if r.state == "running" and r.proc and r.proc.tree]
+        procident.remember_all(r.proc.tree for r in live)  # type: ignore[union-attr,misc]
+        self.check_trust()
+        if any(r.state != "exited" for r in self.runs.values()):
+            self.tick_soon()
+        starts = [r.begin for r in self.runs.values() if r.state != "exited"]
+        self.forgotten = [f for f in self.forgotten if starts and f[1] >= min(starts)]
+
+    # ---------------------------------------------------------------- saved
+    def holds_only_saved(self) -> bool:
+        """Nothing runs and every outcome is in the journal (the next keeper
+        offers it again), so exiting loses nothing."""
+        return all(r.state == "exited" and r.journaled for r in self.runs.values())
+
+    def journal_unsaved(self) -> None:
+        """Journal the outcomes that could not be before (a full disk may
+        have room now)."""
+        for run in self.runs.values():
+            if run.state == "exited" and not run.journaled:
+                run.journaled = self.journal.append({"run": run.wire()})
+
+
+def _log_failure(task: "asyncio.Task[None]") -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("ending a process tree failed: %r", task.exception())
+
+
+def _name(pid: int) -> str:
+    try:
+        return psutil.Process(pid).name()
+    except psutil.Error:
+        return "?"
+
+
+def read_journal_safely(path: Path) -> list[dict[str, Any]]:
+    try:
+        return read_journal(path)
+    except OSError as e:
+        log.error("cannot read the journal %s: %s", path, e.strerror or e)
+        return []
