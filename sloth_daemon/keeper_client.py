@@ -32,6 +32,11 @@ log = logging.getLogger("sloth.keeper_client")
 
 EXIT_LOCKED = 6  # keeper.py: another keeper holds the lock (it won a race: connect to it)
 MAX_LINE = 64 << 20  # a hello listing thousands of runs is large
+# A tap's lines are log chunks (256 KiB, at most ~1.5 MiB as JSON). asyncio
+# reads ahead up to twice a reader's limit: a small one keeps a slow
+# follower's backlog in the keeper, where it is bounded and skipped (not
+# tens of MiB buffered here, issue 14 item 9).
+TAP_LINE_LIMIT = 2 << 20
 OUT_CAP = 16 << 20  # unsent bytes to the keeper before we call it lost
 START_TIMEOUT_S = 20.0
 HELLO_TIMEOUT_S = 10.0
@@ -150,7 +155,7 @@ class KeeperClient:
         """A run's output on a connection of its own: what its log holds so
         far, then live output until it ends. Raises KeeperError."""
         try:
-            reader, writer = await asyncio.open_unix_connection(self.socket_path, limit=MAX_LINE)
+            reader, writer = await asyncio.open_unix_connection(self.socket_path, limit=TAP_LINE_LIMIT)
         except OSError as e:
             raise KeeperError(f"cannot connect to the keeper to follow run {key}: {e.strerror or e}") from None
         try:
