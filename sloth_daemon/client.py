@@ -80,11 +80,9 @@ class Client:
         return DaemonNotRunning(f"cannot connect to {path}: {e.strerror or e}")
 
     def _pid(self) -> str | None:
-        try:
-            text = self.lock_path.read_text().strip() if self.lock_path else ""
-        except OSError:
-            return None
-        return text if text.isdigit() else None
+        from .locate import read_lock
+
+        return read_lock(self.lock_path)[0] if self.lock_path else None
 
     def _check_hint(self) -> str:
         pid = self._pid()

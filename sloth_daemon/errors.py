@@ -176,7 +176,7 @@ class StorageBusy(StorageError):
     """Another process held the database's write lock past our patience.
     Passing: the caller may try again (the daemon does, on its own)."""
 
-    code = "busy"
+    code = "storage_busy"
     hint = ("Another program holds a long write transaction on the queue database; "
             "sloth tries again by itself. If it lasts, find it with `fuser` on queue.db.")
 

@@ -83,6 +83,13 @@ def recover_hint(paths: Paths, qid: str) -> str:
             f"To start a new, empty queue instead, move {db} and {paths.queue_id_file} aside.")
 
 
+def queue_paths(paths: Paths) -> Paths:
+    """The paths of the queue this folder holds (its own log folder), as a
+    client reads them without opening the queue."""
+    qid = recorded(paths)
+    return paths.for_queue(qid) if qid else paths
+
+
 def adopt(paths: Paths, identity: str, *, had_jobs: bool) -> Paths:
     """After the queue is open: record its id beside it, or refuse one that
     is not the queue this folder held. Returns the paths with the queue's

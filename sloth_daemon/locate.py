@@ -33,12 +33,24 @@ def daemon_socket(paths: Paths) -> Path:
 
 def recorded_socket(paths: Paths) -> Path | None:
     """The socket path in the lock file (second line), or None."""
+    return read_lock(paths.lock)[1]
+
+
+def read_lock(lock: Path) -> tuple[str | None, Path | None]:
+    """What the lock file says: the daemon's pid (digits, or None) and its
+    socket (or None). Never follows a link to read it."""
     try:
-        with open(paths.lock, encoding="utf-8", errors="replace") as f:
-            lines = f.read(8192).splitlines()
+        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
-        return None
-    return Path(lines[1]) if len(lines) > 1 and lines[1].startswith("/") else None
+        return None, None
+    try:
+        lines = os.read(fd, 8192).decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None, None
+    finally:
+        os.close(fd)
+    pid = lines[0].strip() if lines and lines[0].strip().isdigit() else None
+    return pid, Path(lines[1]) if len(lines) > 1 and lines[1].startswith("/") else None
 
 
 def _is_our_socket(p: Path) -> bool:

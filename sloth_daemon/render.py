@@ -9,6 +9,7 @@ import time
 from typing import Any, Sequence
 
 from .durations import format_duration, local_time, relative
+from .errors import SlothError
 from .text import showable
 
 _COLOURS = {"blocked": "35", "queued": "33", "running": "36", "done": "32", "failed": "31", "cancelled": "90"}
@@ -169,19 +170,24 @@ def lanes_line(lanes: dict[str, dict[str, int]]) -> str:
 
 
 def tail_lines(path: str, n: int = 10, max_bytes: int = 16384) -> list[str]:
-    """The last ``n`` lines of a log file ([] if it is missing or unreadable)."""
+    """The last ``n`` lines of a log file ([] if it is missing or unreadable),
+    made safe to print (a job's escape sequences stay in its log)."""
+    from pathlib import Path
+
+    from .private import open_log
+
     try:
-        with open(path, "rb") as f:
+        with open_log(Path(path)) as f:  # never through a link, never a FIFO in its place
             f.seek(0, os.SEEK_END)
             size = f.tell()
             f.seek(max(0, size - max_bytes))
             data = f.read()
-    except OSError:
+    except (OSError, SlothError):
         return []
     lines = data.decode("utf-8", "replace").splitlines()
     if size > max_bytes and lines:
         lines = lines[1:]  # the first may be cut
-    return [ln[:300] for ln in lines[-n:]]
+    return [showable(ln[:300]) for ln in lines[-n:]]
 
 
 def _attempts(job: dict[str, Any]) -> str:

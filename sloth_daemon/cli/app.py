@@ -114,6 +114,13 @@ def connect(*, timeout_s: float | None = 30.0):  # noqa: ANN201
     return Client(daemon_socket(p), timeout_s=timeout_s, lock_path=p.lock)
 
 
+def log_paths():  # noqa: ANN201 - Paths
+    """The paths with this folder's queue's own log folder (identity.py)."""
+    from ..identity import queue_paths
+
+    return queue_paths(paths())
+
+
 def call(op: str, **args: Any) -> Any:
     with connect() as c:
         return c.call(op, **args)

@@ -10,7 +10,7 @@ from typing import Any, List, Optional
 import typer
 
 from .. import errors
-from .app import app, call_or_read, connect, emit_json, handles_errors, parse_id, paths
+from .app import app, call_or_read, connect, emit_json, handles_errors, log_paths, parse_id
 from .complete import job_ids, lanes, states
 
 PAGE = 100_000  # jobs per request when a listing is fetched whole
@@ -127,7 +127,7 @@ def show(
         return
     blocks = []
     for j in res["jobs"]:
-        tail = render.tail_lines(str(paths().job_log(j["id"], j["attempts"]))) \
+        tail = render.tail_lines(str(log_paths().job_log(j["id"], j["attempts"]))) \
             if j["state"] == "failed" and j["attempts"] else []
         blocks.append(render.show_job(j, j["events"], prereqs=j["prereqs"], dependents=j["dependents"],
                                       log_tail=tail))

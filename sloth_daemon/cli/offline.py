@@ -94,7 +94,10 @@ def _logs(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
                          hint="Follow it with `sloth logs -f ID` once a daemon runs.")
     if not 1 <= n <= job.attempts:
         raise BadRequest(f"job {job.id} has attempts 1..{job.attempts}, not {n!r}")
-    return {"id": job.id, "attempt": n, "attempts": job.attempts, "path": str(paths.job_log(job.id, n))}
+    from ..identity import queue_paths
+
+    path = queue_paths(paths).job_log(job.id, n)  # under the queue's identity (identity.py)
+    return {"id": job.id, "attempt": n, "attempts": job.attempts, "path": str(path)}
 
 
 def _lanes(q: Any, paths: Paths, a: dict[str, Any]) -> Any:

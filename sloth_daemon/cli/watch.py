@@ -16,7 +16,7 @@ from typing import IO, Any, Callable, List, Optional
 import typer
 
 from .. import errors
-from .app import app, connect, emit_json, handles_errors, parse_id, paths
+from .app import app, connect, emit_json, handles_errors, log_paths, parse_id
 from .complete import job_ids
 
 TAIL_LINES = 10
@@ -86,7 +86,7 @@ class _View:
         self._clear()
         lines = [render.outcome(job)]
         if job["state"] == "failed" and job.get("attempts"):
-            tail = render.tail_lines(str(paths().job_log(job["id"], job["attempts"])), TAIL_LINES)
+            tail = render.tail_lines(str(log_paths().job_log(job["id"], job["attempts"])), TAIL_LINES)
             lines += [f"  | {ln}" for ln in tail]
         print("\n".join(lines), file=self.stream, flush=True)
 

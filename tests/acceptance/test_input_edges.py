@@ -4,6 +4,7 @@ is bounded. The real CLI and daemon."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -40,7 +41,7 @@ def test_a_folder_named_in_latin_1_round_trips_as_bytes(harness, home):
     os.mkdir(folder)
     p = sloth_bytes(harness, b"add", b"--json", b"--", b"sh", b"-c", b"pwd; printf 'caf\\351' > out", cwd=folder)
     assert p.returncode == 0, p.stderr
-    jid = int(p.stdout.split(":")[1].strip(" }\n"))
+    (jid,) = json.loads(p.stdout)["ids"]
     job = harness.wait_state(jid, "done")
     assert os.fsencode(job["cwd"]) == folder  # the exact bytes, back from the queue
     assert open(folder + b"/out", "rb").read() == b"caf\xe9"  # it ran there
@@ -123,7 +124,7 @@ def test_labels_and_commands_cannot_break_the_table(harness):
     harness.cli("add", "--label", "two\nlines \x1b[31mred\x1b[0m", "--", "true", check=True)
     harness.cli("add", "--shell", "--", "echo a\necho b", check=True)
     out = harness.cli("ls").stdout
-    assert "\x1b" not in out and len(out.strip().splitlines()) == 3, out  # header + one line per job
+    assert "\x1b" not in out and len(out.strip().splitlines()) == 4, out  # header, one line per job, counts
     assert "two\\nlines \\x1b[31mred" in out
     shown = harness.cli("show", "1").stdout
     assert "\x1b" not in shown

@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -62,7 +63,7 @@ def test_a_restart_during_eight_running_jobs_signals_none_reruns_none_and_keeps_
         assert job["exit_code"] == code and job["attempts"] == 1, job
         kinds = [e["kind"] for e in harness.events(jid)]
         assert kinds.count("adopted") == 1 and "reclaimed" not in kinds and kinds.count("started") == 1
-        out = (harness.home / "logs" / "jobs" / f"{jid}.1.log").read_text().split()
+        out = Path(harness.call("logs", id=jid, attempt=1)["path"]).read_text().split()
         assert out == [str(i) for i in range(200)], f"job {jid}: output not continuous"
     assert not marks.exists(), f"jobs were signalled: {marks.read_text()}"
 

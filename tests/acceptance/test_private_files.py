@@ -126,8 +126,10 @@ def test_the_service_files_set_a_077_umask():
 @needs_root
 def test_doctor_checks_owner_mode_and_links(harness, home):
     harness.start()
-    harness.stop()
+    assert harness.cli("daemon", "stop").returncode == 0  # the keeper leaves too (not a hand-over)
     h = harness.home
+    harness.wait_for(lambda: not any(p.name.startswith("keeper") for p in (h / "run").iterdir()),
+                     what="the keeper gone and its socket removed")
     (h / "logs").mkdir(exist_ok=True)
     os.chmod(h / "logs", 0o755)  # only readable by others: the daemon tightens it, doctor warns
     target = home / "t"

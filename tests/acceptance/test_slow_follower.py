@@ -71,5 +71,4 @@ def test_a_follower_that_stops_reading_is_told_what_was_skipped_and_not_cut_off(
     assert "event" not in last and last.get("ok") is True, f"cut off: the stream ended with {str(last)[:300]}"
     text = "".join(m["event"].get("data", "") for m in msgs if "event" in m)
     assert "bytes of live output skipped here" in text  # told what was skipped, where
-    assert "THE END" in text  # and it got the end
     assert got < 400 * 65536  # it was skipped, not buffered without bound

@@ -104,7 +104,8 @@ def test_spawn_errors_say_whether_a_retry_can_help_and_hold_nothing(rig):
     for job, retry, message in cases:
         reply = w.request("spawn", **job)
         assert reply["ok"] is False
-        assert reply["error"] == {"code": "spawn_failed", "message": message, "retry": retry}
+        # resource: the trouble was a limit (descriptors, processes), not the command
+        assert reply["error"] == {"code": "spawn_failed", "message": message, "retry": retry, "resource": False}
     assert w.hello()["runs"] == []
     w.call("spawn", **rig.job("ok", "true"))  # and it keeps serving
     assert w.event("exited", "ok")["outcome"]["returncode"] == 0
@@ -604,8 +605,8 @@ class Sink:
     def started(self, pid: int, identity: dict[str, Any]) -> None:
         self.calls.append(("started", pid, identity))
 
-    def spawn_failed(self, message: str, retry: bool) -> None:
-        self.calls.append(("spawn_failed", message, retry))
+    def spawn_failed(self, message: str, retry: bool, resource: bool = False) -> None:
+        self.calls.append(("spawn_failed", message, retry) + ((resource,) if resource else ()))
         self.ended.set()
 
     def exited(self, outcome: dict[str, Any]) -> None:

@@ -169,3 +169,23 @@ def test_cli_batches_of_many_jobs_each_fit_in_a_frame():
     for b in batches:
         req = protocol.request(1, "commit", jobs=b, common=common, batch="f" * 64)
         assert len(protocol.encode(req)) <= protocol.MAX_FRAME
+
+
+def test_every_error_code_names_one_error_type():
+    """A code two types share would turn one into the other on the client
+    (a busy daemon was once reported as a busy database, exit 1 not 7)."""
+    from sloth_daemon import errors
+
+    seen: dict[str, str] = {}
+    for cls in _all_subclasses(errors.SlothError):
+        code = cls.__dict__.get("code")
+        if code is not None:
+            assert code not in seen, f"{cls.__name__} and {seen[code]} share the code {code!r}"
+            seen[code] = cls.__name__
+
+
+def _all_subclasses(cls):
+    out = []
+    for sub in cls.__subclasses__():
+        out += [sub, *_all_subclasses(sub)]
+    return out
