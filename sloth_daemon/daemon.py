@@ -242,7 +242,8 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
         queue.close()
         raise
     keeper = KeeperSpawner(paths, name=worker_name(instance), check_s=settings.clock_check_s)
-    worker = Worker(queue, settings, keeper, clocks=clocks, log_path=paths.job_log, instance=instance)
+    worker = Worker(queue, settings, keeper, clocks=clocks, log_path=paths.job_log, instance=instance,
+                    threaded_sync=True)
     stop, reload = _StopRelay(), _ReloadRelay()
     control = Control(queue, worker, keeper, paths, settings, request_stop=stop, instance=instance,
                       request_reload=reload)

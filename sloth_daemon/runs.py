@@ -66,6 +66,7 @@ class Run:
     identity: dict[str, Any] | None = None  # the process, until recorded (with its outcome if it ends first)
     started_awake: float = 0.0
     written: bool = False  # its outcome is in the database, maybe not yet durable
+    syncing: bool = False  # waiting for the fsync that makes it durable (durability.py)
     written_job: Job | None = None  # the job as that write left it, to tell watchers once durable
     record_error: str | None = None  # why the last attempt to record the outcome failed
     record_tries: int = 0

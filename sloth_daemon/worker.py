@@ -27,6 +27,7 @@ from . import outcomes
 from .adoption import Adoption
 from .clock import ClockReadings, Clocks, Jump, JumpDetector, JumpKind
 from .config import Settings
+from .durability import GroupCommit
 from .errors import JobNotFound, LeaseLost, SlothError, StorageError
 from .lanes import Lanes
 from .limits import Postponement
@@ -48,7 +49,7 @@ class Worker(Adoption, WorkerActions):
     def __init__(
         self, queue: Queue, settings: Settings, spawner: Spawner, *, clocks: Clocks,
         log_path: Callable[[int, int], Path], instance: str,
-        on_change: Callable[[Job], None] = lambda job: None,
+        on_change: Callable[[Job], None] = lambda job: None, threaded_sync: bool = False,
     ) -> None:
         self.queue, self.settings, self.spawner, self.clocks = queue, settings, spawner, clocks
         self.log_path, self.instance, self.on_change = log_path, instance, on_change
@@ -68,6 +69,7 @@ class Worker(Adoption, WorkerActions):
         self._tasks: set[asyncio.Task[Any]] = set()
         queue.on_side_change = self.side_change
         self.postponed = Postponement()  # claims held after a spawn failed for want of resources
+        self.commits = GroupCommit(queue, self._tell, threaded=threaded_sync)
 
     # ------------------------------------------------------------- control
     def spawn_task(self, coro: Any) -> None:
@@ -297,18 +299,21 @@ class Worker(Adoption, WorkerActions):
 
     def settle(self, awake: float) -> None:
         """Record the outcome of every run whose process ended (an outcome
-        the database would not take waits for its retry time). Group commit:
-        all but the last are written without an fsync; the last one's fsync
-        (or a flush) makes them all durable, and only then is anyone told."""
+        the database would not take waits for its retry time), without an
+        fsync but the one that makes them all durable; only then is anyone
+        told (durability.py)."""
         due = [r for r in self.running.values() if r.outcome is not None and r.record_after <= awake]
         todo = [r for r in due if not r.written]
         for i, run in enumerate(todo):
-            self._settle_one(run, run.outcome, awake, durable=i == len(todo) - 1)  # type: ignore[arg-type]
-        written = [r for r in due if r.written]
-        if not written or (not (todo and todo[-1].written) and not self._flush()):
-            return  # not durable yet: tell nobody; the keeper keeps the outcomes until acked
-        self.spawner.ack([run.token for run in written])
-        for run in written:
+            last = self.commits.write_durably(i == len(todo) - 1)
+            self._settle_one(run, run.outcome, awake, durable=last)  # type: ignore[arg-type]
+        durable = bool(todo) and todo[-1].written and self.commits.write_durably(True)
+        self.commits.written([r for r in due if r.written], durable=durable)
+
+    def _tell(self, runs: list[Run]) -> None:
+        """Their outcomes are durable: the keeper may forget them, watchers hear."""
+        self.spawner.ack([run.token for run in runs])
+        for run in runs:
             self._drop(run)
             if run.written_job is not None:
                 self.on_change(run.written_job)
@@ -329,14 +334,6 @@ class Worker(Adoption, WorkerActions):
             return
         run.written = True
 
-    def _flush(self) -> bool:
-        try:
-            self.queue.flush()
-            return True
-        except SlothError as e:
-            log.error("cannot make recorded outcomes durable yet: %s", e.message)
-            return False
-
     async def shutdown(self, *, keep_jobs: bool = False) -> None:
         """Stop claiming. By default end running jobs gracefully and requeue
         them (refunded). With ``keep_jobs`` leave them running: the keeper
@@ -345,6 +342,7 @@ class Worker(Adoption, WorkerActions):
         self.wake()
         if keep_jobs:
             self.settle(float("inf"))
+            await self.commits.drain()
             return
         for run in list(self.running.values()):
             if run.outcome is None:  # one that already exited is settled as it ended
@@ -355,6 +353,7 @@ class Worker(Adoption, WorkerActions):
         while any(r.outcome is None for r in self.running.values()):
             await self._wait_for_outcomes()
             self.settle(float("inf"))
+        await self.commits.drain()
 
     async def _wait_for_outcomes(self) -> None:
         """Until a run's end is heard (the sink wakes us)."""

@@ -540,3 +540,53 @@ def test_default_concurrency_applies_to_the_default_lane_too(env, tmp_path):
     started = sorted(r.job_id for r in sp.reqs.values())
     assert started == ids[:3] + ids[4:7]
     assert w.status()["lanes"]["default"]["concurrency"] == 3
+
+
+# ------------------------------------------------ group commit off the loop
+def test_outcomes_are_told_only_after_the_fsync_that_runs_beside_the_loop(tmp_path, clocks, monkeypatch):
+    """Threaded group commit (the daemon's): the outcome is written at once,
+    the next job starts in the same turn, and nobody hears of the result
+    (no ack to the keeper, no watcher) until queue.sync() has returned in
+    its thread; a sync that fails is tried again, the outcome still untold."""
+    import threading
+
+    from sloth_daemon.errors import StorageError
+
+    q = Queue(tmp_path / "q.db", clocks, lease_s=LEASE)
+    sp = FakeSpawner()
+    w = Worker(q, Settings(lease_s=LEASE), sp, clocks=clocks, log_path=lambda j, a: tmp_path / f"{j}.{a}.log",
+               instance="t1", threaded_sync=True)
+    told: list[tuple[int, str]] = []
+    w.on_change = lambda job: told.append((job.id, job.state.value))
+    gate, calls = threading.Event(), []
+    real_sync = q.sync
+
+    def slow_sync() -> None:
+        calls.append(threading.current_thread().name)
+        if len(calls) == 1:
+            raise StorageError("EIO")
+        gate.wait(10)
+        real_sync()
+
+    monkeypatch.setattr(q, "sync", slow_sync)
+    monkeypatch.setattr("sloth_daemon.durability.RETRY_SYNC_S", 0.01)
+    a, b = q.enqueue(["a"]), q.enqueue(["b"])
+
+    async def scenario() -> None:
+        w.turn()
+        sp.start(a)
+        sp.exit(a, 0)
+        w.turn()  # a's outcome written; b claimed and started in the same turn
+        assert q.get(a).state.value == "done" and sp.key_of(b)
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+        assert len(calls) >= 2 and not sp.acked and (a, "done") not in told  # failed once, now waiting
+        gate.set()
+        await w.commits.drain()
+        assert sp.acked == [sp.key_of(a)] and (a, "done") in told
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        q.close()
+    assert all(name.startswith("sloth-fsync") for name in calls)  # never on the loop's thread
