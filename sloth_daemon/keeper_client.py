@@ -12,6 +12,7 @@ the new ``held`` (the runs the keeper lists in its hello).
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import itertools
 import json
@@ -23,7 +24,7 @@ from typing import Any, AsyncIterator, Callable, Protocol
 
 from . import peercred
 from .errors import SlothError
-from .keeper_wire import MAX_FRAME, VERSION, boot_now, encode, read_journal
+from .keeper_wire import ENV_REFS_KEPT, MAX_FRAME, VERSION, boot_now, encode, read_journal
 from .paths import Paths, ensure_private_dir
 
 __all__ = ["KeeperClient", "KeeperError", "RunSink", "boot_now", "read_journal"]
@@ -79,6 +80,9 @@ class KeeperClient:
         self._pending: dict[int, Reply] = {}
         self._sinks: dict[str, RunSink] = {}
         self._early: dict[str, list[dict[str, Any]]] = {r["key"]: [] for r in self.held}
+        self._env_refs: collections.OrderedDict[int, tuple[str, dict[str, str]]] = collections.OrderedDict()
+        self._refs_sent: set[str] = set()
+        self._ref_ids = itertools.count(1)
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
 
     @classmethod
@@ -109,8 +113,10 @@ class KeeperClient:
 
     # ------------------------------------------------------- fire and forget
     def spawn(self, req: dict[str, Any], sink: RunSink) -> None:
-        """Ask for a run (keeper-spec's spawn args); ``sink`` hears how it went."""
-        key = req["key"]
+        """Ask for a run (keeper-spec's spawn args, the environment as
+        ``env`` plus ``env_extra``); ``sink`` hears how it went. An ``env``
+        object this connection sent before goes as its ref only."""
+        key, whole = req["key"], self._whole(req)
 
         def reply(msg: dict[str, Any] | None) -> None:
             if msg is None:
@@ -118,17 +124,50 @@ class KeeperClient:
             if msg.get("ok"):
                 _call(sink.started, msg["result"]["pid"], msg["result"]["identity"])
                 return
+            err = msg.get("error") or {}
+            if err.get("code") == "unknown_env" and whole is not args:
+                self._send("spawn", whole, reply)  # the keeper forgot it (or restarted): send it whole
+                return
             if self._sinks.get(key) is sink:
                 del self._sinks[key]
-            err = msg.get("error") or {}
             retry = err.get("retry", err.get("code") != "bad_request")
             _call(sink.spawn_failed, str(err.get("message")), bool(retry), bool(err.get("resource")))
         self._sinks[key] = sink
-        if not self._send("spawn", req, reply):
+        args = self._by_ref(req, whole)
+        if not self._send("spawn", args, reply):
             if not self.lost:  # too large for a frame: this job can never be sent as it is
                 del self._sinks[key]
                 _call(sink.spawn_failed, f"the job's command and environment exceed the keeper's "
                                          f"{MAX_FRAME}-byte request limit", False)
+
+    def _whole(self, req: dict[str, Any]) -> dict[str, Any]:
+        """The request with its environment whole: what any keeper takes
+        (``env_ref`` only added where this keeper knows refs)."""
+        if "env_ref" not in self.info.get("features", ()):
+            env, extra = req["env"], req.get("env_extra")
+            return {**{k: v for k, v in req.items() if k != "env_extra"}, "env": {**env, **extra} if extra else env}
+        return {**req, "env_ref": self._ref(req["env"])}
+
+    def _by_ref(self, req: dict[str, Any], whole: dict[str, Any]) -> dict[str, Any]:
+        ref = whole.get("env_ref")
+        if ref is None or ref not in self._refs_sent:
+            if ref is not None:
+                self._refs_sent.add(ref)
+            return whole
+        return {k: v for k, v in whole.items() if k != "env"}
+
+    def _ref(self, env: dict[str, str]) -> str:
+        """This connection's name for the environment object ``env``: jobs
+        that share one (one `sloth add`) share its ref. First in, first out,
+        at most half what the keeper keeps (keeper_wire.ENV_REFS_KEPT)."""
+        hit = self._env_refs.get(id(env))
+        if hit is not None and hit[1] is env:  # the same object, not a reused id
+            return hit[0]
+        ref = f"e{next(self._ref_ids)}"
+        self._env_refs[id(env)] = (ref, env)  # holding ``env`` keeps its id unique
+        while len(self._env_refs) > ENV_REFS_KEPT // 2:
+            self._refs_sent.discard(self._env_refs.popitem(last=False)[1][0])
+        return ref
 
     def attach(self, key: str, sink: RunSink) -> None:
         """Route the events of a run adopted from ``held`` to ``sink``

@@ -22,7 +22,8 @@ from . import procident
 from .errors import SpawnError
 from .joblog import LogWriter
 from .keeper_wire import (
-    Journal, Refused, Trust, clocks_now, number, read_journal, secs, spawn_command, text, trust_verdict, whole,
+    EnvCache, Journal, Refused, Trust, clocks_now, number, read_journal, secs, spawn_command, text, trust_verdict,
+    whole,
 )
 from .runner import JobProcess
 
@@ -83,6 +84,7 @@ class RunTable:
         self.event, self.changed = event, changed
         self._tick: asyncio.TimerHandle | None = None
         self._ambiguous: set[int] = set()
+        self.envs = EnvCache()  # environments the daemon sent once (keeper_wire.EnvCache)
 
     def adopt_journal(self) -> None:
         """Outcomes a keeper before us journalled and no daemon acknowledged."""
@@ -96,7 +98,7 @@ class RunTable:
         key, token = text(a, "key"), text(a, "token")
         if key in self.runs:
             raise Refused("exists", f"a run with key {key!r} is already held")
-        argv, env, cwd, log_path = spawn_command(a)
+        argv, env, cwd, log_path = spawn_command(a, self.envs)
         run = Run(key, whole(a, "job_id"), whole(a, "attempt"), token, str(log_path), time.time(),
                   number(a, "kill_grace_s", 10.0), number(a, "term_lead_s", 1.0))  # type: ignore[arg-type]
         log_cap, timeout_s, trust_until = whole(a, "log_cap"), number(a, "timeout_s"), number(a, "trust_until")

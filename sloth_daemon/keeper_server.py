@@ -22,7 +22,7 @@ from . import __version__, peercred, timerfd
 from .childwatch import become_subreaper, on_sigchld, reap_orphans
 from .keeper_runs import RunTable
 from .keeper_tap import follow
-from .keeper_wire import DAEMON_OPS, MAX_FRAME, VERSION, Refused, encode, error, number, ok, parse, text
+from .keeper_wire import DAEMON_OPS, FEATURES, MAX_FRAME, VERSION, Refused, encode, error, number, ok, parse, text
 
 log = logging.getLogger("sloth.keeper")
 
@@ -168,7 +168,7 @@ class Keeper:
         conn.pid, self.daemon, self.leaving = a.get("pid"), conn, False
         log.info("daemon %s (pid %s) attached", a.get("name", ""), conn.pid)
         self.idle_check()
-        return {"version": __version__, "protocol": VERSION, "pid": os.getpid(),
+        return {"version": __version__, "protocol": VERSION, "pid": os.getpid(), "features": list(FEATURES),
                 "started_at": self.started_at, "runs": [r.wire() for r in self.table.runs.values()]}
 
     def op_spawn(self, conn: Conn, a: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ tap's ``id``. The ops are in ``OPS``; what each does is in keeper_server.py.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -33,8 +34,9 @@ CLOCKS = SystemClocks()
 # op -> (required args, optional args)
 OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "hello": (frozenset({"role"}), frozenset({"pid", "name"})),
-    "spawn": (frozenset({"key", "job_id", "attempt", "token", "argv", "env", "log_path", "log_cap"}),
-              frozenset({"cwd", "timeout_s", "kill_grace_s", "trust_until", "term_lead_s"})),
+    "spawn": (frozenset({"key", "job_id", "attempt", "token", "argv", "log_path", "log_cap"}),
+              frozenset({"env", "env_ref", "env_extra", "cwd", "timeout_s", "kill_grace_s", "trust_until",
+                         "term_lead_s"})),
     "trust": (frozenset({"items"}), frozenset()),
     "kill": (frozenset({"key"}), frozenset({"reason", "grace_s"})),
     "ack": (frozenset({"keys"}), frozenset()),
@@ -155,14 +157,52 @@ def whole(a: dict[str, Any], name: str, low: int = 0) -> int:
     return v
 
 
-def spawn_command(a: dict[str, Any]) -> tuple[list[str], dict[str, str], str | None, Path]:
-    argv, env, cwd = a["argv"], a["env"], a.get("cwd")
-    if not isinstance(argv, list) or not argv or not all(isinstance(x, str) and "\0" not in x for x in argv):
-        raise Refused("bad_request", "argv must be a non-empty list of strings without NUL")
+FEATURES = ("env_ref",)  # what this keeper understands beyond protocol 1 (told in hello)
+ENV_REFS_KEPT = 256  # environments remembered by ref; the daemon's client names at most half as many
+
+
+class EnvCache:
+    """Environments the daemon sent once under a ref (``env`` with
+    ``env_ref``), so the next runs that share one send only the ref and
+    their own few variables (``env_extra``): a job's environment is most of
+    its spawn request, and a batch of jobs shares one. First in, first out,
+    as the daemon's client names them; a ref not (or no longer) known is
+    refused with ``unknown_env``, and the client sends the whole again."""
+
+    def __init__(self) -> None:
+        self.by_ref: collections.OrderedDict[str, dict[str, str]] = collections.OrderedDict()
+
+    def resolve(self, a: dict[str, Any]) -> dict[str, str]:
+        ref, env, extra = a.get("env_ref"), a.get("env"), a.get("env_extra") or {}
+        if ref is not None and not isinstance(ref, str):
+            raise Refused("bad_request", "env_ref must be a string")
+        if env is not None:
+            _check_env(env, "env")
+            if ref is not None:
+                self.by_ref[ref] = env
+                self.by_ref.move_to_end(ref)
+                while len(self.by_ref) > ENV_REFS_KEPT:
+                    self.by_ref.popitem(last=False)
+        elif ref is None:
+            raise Refused("bad_request", "spawn needs env (or env_ref naming one sent before)")
+        elif (env := self.by_ref.get(ref)) is None:
+            raise Refused("unknown_env", f"no environment is known as {ref!r}; send it whole", retry=True)
+        _check_env(extra, "env_extra")
+        return {**env, **extra} if extra else env
+
+
+def _check_env(env: Any, name: str) -> None:
     if not isinstance(env, dict) or not all(
             isinstance(k, str) and isinstance(v, str) and k and "=" not in k and "\0" not in k + v
             for k, v in env.items()):
-        raise Refused("bad_request", "env must map names (no '=', no NUL) to strings without NUL")
+        raise Refused("bad_request", f"{name} must map names (no '=', no NUL) to strings without NUL")
+
+
+def spawn_command(a: dict[str, Any], envs: EnvCache) -> tuple[list[str], dict[str, str], str | None, Path]:
+    argv, cwd = a["argv"], a.get("cwd")
+    if not isinstance(argv, list) or not argv or not all(isinstance(x, str) and "\0" not in x for x in argv):
+        raise Refused("bad_request", "argv must be a non-empty list of strings without NUL")
+    env = envs.resolve(a)
     if cwd is not None:
         cwd = text(a, "cwd")
     log_path = Path(text(a, "log_path"))

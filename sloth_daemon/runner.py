@@ -54,6 +54,28 @@ def job_env(captured: dict[str, str] | None, extra: dict[str, str],
     return base
 
 
+class JobEnvs:
+    """job_env's base (no per-run variables) for each environment the
+    queue handed out, made once per environment object: jobs queued by one
+    `sloth add` share one, so a thousand of them cost one copy, and the
+    keeper is sent it once (keeper_client.py)."""
+
+    CAP = 64
+
+    def __init__(self) -> None:
+        self._made: dict[int, tuple[dict[str, str] | None, dict[str, str]]] = {}
+
+    def base(self, captured: dict[str, str] | None) -> dict[str, str]:
+        hit = self._made.get(id(captured))
+        if hit is not None and hit[0] is captured:  # the same object, not a reused id
+            return hit[1]
+        if len(self._made) >= self.CAP:
+            self._made.clear()
+        made = job_env(captured, {})
+        self._made[id(captured)] = (captured, made)  # holding ``captured`` keeps its id unique
+        return made
+
+
 _PERMANENT_ERRNOS = {errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR, errno.EISDIR}
 
 

@@ -26,7 +26,7 @@ class SpawnRequest:
     attempt: int
     argv: list[str]
     cwd: str | None
-    env: dict[str, str]
+    env: dict[str, str]  # the job's environment (one object shared by the jobs that share it) ...
     log_path: Path
     log_cap: int
     timeout_s: float | None
@@ -34,6 +34,10 @@ class SpawnRequest:
     previous: dict[str, Any] | None = None  # an earlier attempt's process: ended before this starts
     trust_until: float | None = None  # boot clock: the run is ended by then unless trusted again
     term_lead_s: float = 1.0  # SIGTERM this long before trust_until, SIGKILL at it
+    env_extra: dict[str, str] | None = None  # ... and this run's own variables on top (SLOTH_JOB_ID ...)
+
+    def full_env(self) -> dict[str, str]:
+        return {**self.env, **self.env_extra} if self.env_extra else self.env
 
 
 @dataclass(frozen=True)

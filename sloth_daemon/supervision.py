@@ -146,7 +146,8 @@ def _wire(req: SpawnRequest) -> dict[str, Any]:
     """The keeper's spawn arguments (keeper_wire.OPS["spawn"])."""
     return {
         "key": req.key, "job_id": req.job_id, "attempt": req.attempt, "token": req.key,
-        "argv": req.argv, "cwd": req.cwd, "env": req.env, "log_path": str(req.log_path),
+        "argv": req.argv, "cwd": req.cwd, "env": req.env, "env_extra": req.env_extra or {},
+        "log_path": str(req.log_path),
         "log_cap": req.log_cap, "timeout_s": req.timeout_s, "kill_grace_s": req.kill_grace_s,
         "trust_until": req.trust_until, "term_lead_s": req.term_lead_s,
     }

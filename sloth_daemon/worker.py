@@ -33,7 +33,7 @@ from .lanes import Lanes
 from .limits import Postponement
 from .models import Job
 from .queue import Queue
-from .runner import job_env
+from .runner import JobEnvs
 from .runs import Run, Sink, term_lead, trust_until, worker_name
 from .spawner import Outcome, Spawner, SpawnRequest
 from .worker_actions import WorkerActions
@@ -70,6 +70,7 @@ class Worker(Adoption, WorkerActions):
         queue.on_side_change = self.side_change
         self.postponed = Postponement()  # claims held after a spawn failed for want of resources
         self.commits = GroupCommit(queue, self._tell, threaded=threaded_sync)
+        self.envs = JobEnvs()
 
     # ------------------------------------------------------------- control
     def spawn_task(self, coro: Any) -> None:
@@ -215,11 +216,11 @@ class Worker(Adoption, WorkerActions):
     def _start(self, run: Run, claimed: ClockReadings) -> None:
         job = run.job
         self.running[job.id] = run
-        env = job_env(job.env, {"SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_ATTEMPT": str(run.attempt),
-                                "SLOTH_JOB_TOKEN": run.token})
+        extra = {"SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_ATTEMPT": str(run.attempt), "SLOTH_JOB_TOKEN": run.token}
         req = SpawnRequest(
             key=run.token, job_id=job.id, attempt=run.attempt, argv=job.command, cwd=job.cwd,
-            env=env, log_path=self.log_path(job.id, run.attempt), log_cap=self.settings.log_cap_bytes,
+            env=self.envs.base(job.env), env_extra=extra, log_path=self.log_path(job.id, run.attempt),
+            log_cap=self.settings.log_cap_bytes,
             timeout_s=job.timeout_s, kill_grace_s=self.settings.kill_grace_s, previous=job.runner,
             trust_until=trust_until(claimed, job.lease_s),
             term_lead_s=term_lead(job.lease_s, self.settings.kill_grace_s))

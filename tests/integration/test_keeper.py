@@ -835,3 +835,33 @@ def test_with_the_journal_on_a_full_disk_an_outcome_is_held_in_memory_until_ther
         remove_rig(rig)
         subprocess.run(["umount", "-l", str(d)], capture_output=True)
         shutil.rmtree(d, ignore_errors=True)
+
+
+def test_runs_that_share_an_environment_send_it_once_and_a_forgotten_one_whole(rig):
+    """The daemon's client names an environment object it sent by a ref;
+    later runs that share it send the ref and their own variables only. A
+    ref the keeper does not know (it restarted, or forgot it) is refused
+    ``unknown_env`` and the client sends the whole environment again: the
+    run starts all the same, with the right variables."""
+    async def main() -> None:
+        c = await KeeperClient.connect(rig.paths, name="test", check_s=0.2)
+        assert "env_ref" in c.info["features"]
+        shared = rig.job("x", "true")["env"] | {"COLOUR": "blue"}
+        sinks = {}
+        for n in ("1", "2"):
+            req = rig.job(f"r{n}", "sh", "-c", "echo $COLOUR $N") | {"env": shared, "env_extra": {"N": n}}
+            sinks[n] = Sink()
+            c.spawn(req, sinks[n])
+        assert len(c._refs_sent) == 1  # one environment, sent once
+        other = dict(shared)
+        c._refs_sent.add(c._ref(other))  # as if sent before, but the keeper never saw it
+        sinks["3"] = Sink()
+        c.spawn(rig.job("r3", "sh", "-c", "echo $COLOUR $N") | {"env": other, "env_extra": {"N": "3"}}, sinks["3"])
+        for s in sinks.values():
+            await until(s.ended)
+            assert s.calls[-1][0] == "exited" and s.calls[-1][1]["returncode"] == 0, s.calls
+        c.ack(["r1", "r2", "r3"])
+        await c.bye()
+        await c.close()
+    asyncio.run(main())
+    assert [rig.log_of(f"r{n}") for n in "123"] == [b"blue 1\n", b"blue 2\n", b"blue 3\n"]

@@ -11,7 +11,9 @@ import pytest
 
 from sloth_daemon.clock import ClockReadings
 from sloth_daemon.keeper_tap import TapFeed
-from sloth_daemon.keeper_wire import Journal, Refused, Trust, parse, read_journal, secs, spawn_command, trust_verdict
+from sloth_daemon.keeper_wire import (
+    ENV_REFS_KEPT, EnvCache, Journal, Refused, Trust, parse, read_journal, secs, spawn_command, trust_verdict,
+)
 
 LEAD = 1.0
 
@@ -159,9 +161,37 @@ def test_bad_requests_are_refused_with_a_clear_code(msg, code, text):
 
 def test_a_spawn_command_is_checked_whole():
     ok = {"argv": ["ls", "-l"], "env": {"A": "b"}, "cwd": "/tmp", "log_path": "/x/1.log"}
-    argv, env, cwd, log_path = spawn_command(ok)
+    argv, env, cwd, log_path = spawn_command(ok, EnvCache())
     assert (argv, env, cwd, str(log_path)) == (["ls", "-l"], {"A": "b"}, "/tmp", "/x/1.log")
     for bad in ({"env": {"": "x"}}, {"env": {"A": "b\0c"}}, {"argv": []}, {"cwd": ""},
-                {"log_path": "x.log"}, {"argv": ["ls", None]}):
+                {"log_path": "x.log"}, {"argv": ["ls", None]}, {"env_extra": {"B": 1}}, {"env_ref": 7},
+                {"env": None}):
         with pytest.raises(Refused):
-            spawn_command({**ok, **bad})
+            spawn_command({**ok, **bad}, EnvCache())
+
+
+def test_an_environment_sent_once_is_named_by_its_ref_after():
+    envs = EnvCache()
+    base = {"argv": ["true"], "cwd": "/", "log_path": "/x/1.log"}
+    first = spawn_command({**base, "env": {"A": "1", "B": "2"}, "env_ref": "e1", "env_extra": {"B": "3"}}, envs)[1]
+    again = spawn_command({**base, "env_ref": "e1", "env_extra": {"C": "4"}}, envs)[1]
+    assert first == {"A": "1", "B": "3"} and again == {"A": "1", "B": "2", "C": "4"}
+    with pytest.raises(Refused) as e:
+        spawn_command({**base, "env_ref": "e2"}, envs)
+    assert e.value.wire["code"] == "unknown_env" and e.value.wire["retry"] is True
+    for i in range(ENV_REFS_KEPT):  # first in, first out: e1 is forgotten
+        spawn_command({**base, "env": {}, "env_ref": f"n{i}"}, envs)
+    with pytest.raises(Refused):
+        spawn_command({**base, "env_ref": "e1"}, envs)
+
+
+def test_a_keeper_from_before_env_refs_gets_the_whole_environment():
+    """A keeper outlives daemon upgrades: one that does not list env_ref in
+    its hello is sent the merged environment, never a ref it cannot read."""
+    from types import SimpleNamespace
+
+    from sloth_daemon.keeper_client import KeeperClient
+
+    req = {"key": "k", "env": {"A": "1"}, "env_extra": {"B": "2"}}
+    old = KeeperClient._whole(SimpleNamespace(info={"protocol": 1}), req)  # type: ignore[arg-type]
+    assert old == {"key": "k", "env": {"A": "1", "B": "2"}}

@@ -91,7 +91,7 @@ def test_claim_run_settle(env, clocks):
     w.turn()
     req = sp.reqs[sp.key_of(a)]
     assert (req.job_id, req.attempt, req.argv, req.timeout_s) == (a, 1, ["echo", "hi"], None)
-    assert req.env["SLOTH_JOB_TOKEN"] == req.key and req.env["SLOTH_JOB_ID"] == str(a)
+    assert req.full_env()["SLOTH_JOB_TOKEN"] == req.key and req.full_env()["SLOTH_JOB_ID"] == str(a)
     sp.start(a)
     assert q.get(a).runner is None  # a short job's process is written with its outcome
     sp.exit(a, 0)
