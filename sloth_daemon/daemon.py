@@ -57,6 +57,9 @@ log = logging.getLogger("sloth.daemon")
 # the event loop -- the socket, heartbeats, other jobs -- never freezes
 # behind a foreign writer.
 LOCK_WAIT_S = 0.2
+# How long a recorded outcome may wait for others to share its fsync
+# (durability.py): `wait` hears of a result this much later at most.
+COMMIT_DELAY_S = 0.005
 
 
 LOCK_PATIENCE_S = 0.5  # a client's probe (launcher.lock_holder) holds it for an instant
@@ -243,7 +246,7 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
         raise
     keeper = KeeperSpawner(paths, name=worker_name(instance), check_s=settings.clock_check_s)
     worker = Worker(queue, settings, keeper, clocks=clocks, log_path=paths.job_log, instance=instance,
-                    threaded_sync=True)
+                    commit_delay_s=COMMIT_DELAY_S)
     stop, reload = _StopRelay(), _ReloadRelay()
     control = Control(queue, worker, keeper, paths, settings, request_stop=stop, instance=instance,
                       request_reload=reload)

@@ -188,9 +188,16 @@ class Guard:
 
 
 class GuardedConnection(sqlite3.Connection):
-    """A connection that knows its file's :class:`Guard` (set by connect)."""
+    """A connection that knows its file's :class:`Guard` (set by connect),
+    and its fsync mode, so a run of commits of one kind sets it once."""
 
     guard: Guard | None = None
+    synchronous = "FULL"  # connect() sets it so
+
+    def set_synchronous(self, mode: str) -> None:
+        if self.synchronous != mode:
+            self.execute(f"PRAGMA synchronous = {mode}")
+            self.synchronous = mode
 
 
 def guard_of(conn: sqlite3.Connection) -> Guard | None:
@@ -303,7 +310,11 @@ def transaction(conn: sqlite3.Connection, *, durable: bool = True,
     guard = guard_of(conn)
     if guard is not None:
         guard.check()  # never a write to a file that was replaced or cut under us
-    if not durable:
+    if isinstance(conn, GuardedConnection):
+        conn.set_synchronous("FULL" if durable else "NORMAL")
+        yield from _transaction(conn, deadline)
+        return
+    if not durable:  # a connection not made by connect(): put FULL back after
         conn.execute("PRAGMA synchronous = NORMAL")
     try:
         yield from _transaction(conn, deadline)

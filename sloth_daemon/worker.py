@@ -43,13 +43,14 @@ PRUNE_EVERY_S = 3600.0
 CLAIM_RETRY_S = 0.5  # after a claim the database refused for now (locked, full)
 RECORD_RUNNER_AFTER_S = 1.0  # a process that ends sooner has its identity written with its outcome
 FIRST_PRUNE_S = 60.0
+TIMER_SLACK_S = 0.001  # the loop's timers fire this early or so: a deadline that near is due (no spinning)
 
 
 class Worker(Adoption, WorkerActions):
     def __init__(
         self, queue: Queue, settings: Settings, spawner: Spawner, *, clocks: Clocks,
         log_path: Callable[[int, int], Path], instance: str,
-        on_change: Callable[[Job], None] = lambda job: None, threaded_sync: bool = False,
+        on_change: Callable[[Job], None] = lambda job: None, commit_delay_s: float = 0.0,
     ) -> None:
         self.queue, self.settings, self.spawner, self.clocks = queue, settings, spawner, clocks
         self.log_path, self.instance, self.on_change = log_path, instance, on_change
@@ -66,10 +67,11 @@ class Worker(Adoption, WorkerActions):
         self._next_check = first.awake
         self._next_prune = first.awake + FIRST_PRUNE_S
         self._next_due: float | None = None  # from the last claim_due()
+        self._look = True  # something may have become claimable since claim_due last looked (wake)
         self._tasks: set[asyncio.Task[Any]] = set()
         queue.on_side_change = self.side_change
         self.postponed = Postponement()  # claims held after a spawn failed for want of resources
-        self.commits = GroupCommit(queue, self._tell, threaded=threaded_sync)
+        self.commits = GroupCommit(queue, self._tell, delay_s=commit_delay_s)
         self.envs = JobEnvs()
 
     # ------------------------------------------------------------- control
@@ -98,18 +100,30 @@ class Worker(Adoption, WorkerActions):
                 await asyncio.sleep(1.0)
             if self.stopping:
                 break
-            try:
-                await asyncio.wait_for(self._wake.wait(), self.next_wake_s())
-            except asyncio.TimeoutError:
-                pass
+            await self._sleep(self.next_wake_s())
+
+    async def _sleep(self, timeout_s: float) -> None:
+        """Until woken or ``timeout_s`` passes. A timer that sets the wake-up
+        event, not wait_for: that makes a task and cancels it on every
+        timeout, two or three loop passes more per turn."""
+        if self._wake.is_set():
+            return
+        timer = asyncio.get_running_loop().call_later(timeout_s, self._wake.set)
+        try:
+            await self._wake.wait()
+        finally:
+            timer.cancel()
 
     def turn(self, now: ClockReadings | None = None) -> None:
         """One pass of the loop (see the module docstring)."""
         r = now or self.clocks.read()
         if r.awake >= self._next_check:
             self.check_clock(r)
+            self._look = True  # now and then, for jobs another process queued in the file
         self.heartbeat_due(r)
-        self.claim_due(r)
+        if self._look or (self._next_due is not None and self._next_due <= r.wall):
+            self._look = False  # a turn for a heartbeat or an fsync alone skips the queries
+            self.claim_due(r)
         self.settle(r.awake)
         self.record_runners(r.awake)
         if r.awake >= self._next_prune:
@@ -118,16 +132,21 @@ class Worker(Adoption, WorkerActions):
 
     def next_wake_s(self, now: ClockReadings | None = None) -> float:
         r = now or self.clocks.read()
+        if self._look:
+            return 0.0
         deadlines = [self._next_check - r.awake, self._next_prune - r.awake]
         deadlines += [self._hb_due_at(run) - r.wall for run in self.running.values()
                       if run.live and run.ending is None]
-        deadlines += [run.record_after - r.awake for run in self.running.values() if run.outcome is not None]
+        deadlines += [run.record_after - r.awake for run in self.running.values()
+                      if run.outcome is not None and not run.written]  # written: the fsync deadline below
         deadlines += [run.started_awake + RECORD_RUNNER_AFTER_S - r.awake for run in self.running.values()
                       if run.identity is not None and run.live]
         if self.may_claim() and self._next_due is not None:
             deadlines.append(self._next_due - r.wall)
         if self.postponed.holds(r.awake):
             deadlines.append(self.postponed.until - r.awake)
+        if self.commits.due_at is not None:
+            deadlines.append(self.commits.due_at - r.awake)
         return max(0.0, min(deadlines))
 
     # --------------------------------------------------------------- clock
@@ -236,7 +255,7 @@ class Worker(Adoption, WorkerActions):
         run.started_awake = self.clocks.read().awake
         self.postponed.started()
         self.on_change(run.job)  # a follower waiting for the process may start now
-        self.wake()
+        self._wake.set()  # a new deadline (record_runners); nothing new to claim
 
     def record_runners(self, awake: float) -> None:
         """Write the identity of processes that have run a while (for finding
@@ -309,7 +328,9 @@ class Worker(Adoption, WorkerActions):
             last = self.commits.write_durably(i == len(todo) - 1)
             self._settle_one(run, run.outcome, awake, durable=last)  # type: ignore[arg-type]
         durable = bool(todo) and todo[-1].written and self.commits.write_durably(True)
-        self.commits.written([r for r in due if r.written], durable=durable)
+        self.commits.written([r for r in due if r.written], durable=durable, awake=awake)
+        if self.commits.due_at is not None and awake >= self.commits.due_at - TIMER_SLACK_S:
+            self.commits.flush(awake)
 
     def _tell(self, runs: list[Run]) -> None:
         """Their outcomes are durable: the keeper may forget them, watchers hear."""
@@ -318,7 +339,6 @@ class Worker(Adoption, WorkerActions):
             self._drop(run)
             if run.written_job is not None:
                 self.on_change(run.written_job)
-        self.wake()
 
     def _settle_one(self, run: Run, outcome: Outcome, awake: float, *, durable: bool) -> None:
         """Write one outcome (run.written), or keep it for a later try."""
@@ -334,6 +354,8 @@ class Worker(Adoption, WorkerActions):
             run.postpone_record(e.message, awake)
             return
         run.written = True
+        if run.written_job is not None and run.written_job.state.value == "queued":
+            self._look = True  # back in the queue (a retry, a release): due at its not_before
 
     async def shutdown(self, *, keep_jobs: bool = False) -> None:
         """Stop claiming. By default end running jobs gracefully and requeue
@@ -343,7 +365,6 @@ class Worker(Adoption, WorkerActions):
         self.wake()
         if keep_jobs:
             self.settle(float("inf"))
-            await self.commits.drain()
             return
         for run in list(self.running.values()):
             if run.outcome is None:  # one that already exited is settled as it ended
@@ -354,7 +375,6 @@ class Worker(Adoption, WorkerActions):
         while any(r.outcome is None for r in self.running.values()):
             await self._wait_for_outcomes()
             self.settle(float("inf"))
-        await self.commits.drain()
 
     async def _wait_for_outcomes(self) -> None:
         """Until a run's end is heard (the sink wakes us)."""

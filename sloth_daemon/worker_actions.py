@@ -34,11 +34,15 @@ class WorkerActions:
     on_change: Callable[[Job], None]
     log_path: Callable[[int, int], Path]
     _wake: asyncio.Event
+    _look: bool
 
     if TYPE_CHECKING:
         def _end(self, run: "Run", reason: str, grace_s: float | None = None) -> None: ...
 
     def wake(self) -> None:
+        """Something changed (a job queued or ended, a lane, a pause): the
+        next turn looks for work to claim."""
+        self._look = True
         self._wake.set()
 
     def side_change(self, job: Job) -> None:

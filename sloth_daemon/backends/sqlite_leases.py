@@ -24,6 +24,11 @@ from ..spec import number
 MAX_CRASH_REFUNDS = 3
 
 
+# As SQLite syncs its log: the data, not the inode's times (fsync where the
+# platform has no fdatasync, as macOS).
+_datasync = getattr(os, "fdatasync", os.fsync)
+
+
 class SqliteLeases:
     if TYPE_CHECKING:
         from pathlib import Path
@@ -104,7 +109,7 @@ class SqliteLeases:
         except OSError as e:
             raise StorageError(f"cannot open the queue's write-ahead log: {e.strerror or e}") from e
         try:
-            os.fsync(fd)
+            _datasync(fd)
         except OSError as e:
             raise StorageError(f"cannot make the queue's writes durable: {e.strerror or e}") from e
         finally:

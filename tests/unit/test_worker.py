@@ -250,10 +250,31 @@ def test_a_missed_resume_is_still_safe_the_wall_clock_heartbeat_renews_before_cl
     q.heartbeat = lambda *x, **k: calls.append("heartbeat") or heartbeat(*x, **k)  # type: ignore[method-assign]
     q.claim = lambda *x, **k: calls.append("claim") or claim(*x, **k)  # type: ignore[method-assign]
     q.enqueue(["other"], lane="b")
+    w.wake()  # as the socket's add does
     clocks.suspend(3600)  # no timerfd, and the awake clock says no clock check is due yet
     w.turn()
     assert calls == ["heartbeat", "claim"]
     assert "reclaimed" not in [e.kind for e in q.events(a)]  # kept, not reclaimed
+
+
+def test_a_turn_for_a_deadline_alone_runs_no_claim_queries_yet_finds_foreign_work_at_the_clock_check(env, clocks):
+    """Turns woken by a heartbeat, an fsync or a start only look for work
+    when something may have changed (a wake, a due time, a requeued
+    result); a job another process put in the file is still found, at the
+    next clock check."""
+    w, q, sp = env()
+    w.turn()
+    looked: list[int] = []
+    nd = q.next_due_at
+    q.next_due_at = lambda *x, **k: looked.append(1) or nd(*x, **k)  # type: ignore[method-assign]
+    w.turn()
+    assert looked == []
+    foreign = q.enqueue(["x"])  # no wake: another process's write
+    w.turn()
+    assert looked == [] and not sp.reqs
+    clocks.advance(5.0)  # clock_check_s
+    w.turn()
+    assert looked and sp.key_of(foreign)
 
 
 def test_a_lease_lost_to_someone_else_ends_our_process(env, clocks):
@@ -542,51 +563,52 @@ def test_default_concurrency_applies_to_the_default_lane_too(env, tmp_path):
     assert w.status()["lanes"]["default"]["concurrency"] == 3
 
 
-# ------------------------------------------------ group commit off the loop
-def test_outcomes_are_told_only_after_the_fsync_that_runs_beside_the_loop(tmp_path, clocks, monkeypatch):
-    """Threaded group commit (the daemon's): the outcome is written at once,
-    the next job starts in the same turn, and nobody hears of the result
-    (no ack to the keeper, no watcher) until queue.sync() has returned in
-    its thread; a sync that fails is tried again, the outcome still untold."""
-    import threading
-
+# ----------------------------------------------- group commit with a delay
+def test_outcomes_share_a_delayed_fsync_and_are_told_only_after_it(tmp_path, clocks, monkeypatch):
+    """The daemon's group commit: an outcome is written at once (no fsync),
+    the lane's next job starts in the same turn, and nobody hears of the
+    result (no ack to the keeper, no watcher) until the fsync, up to
+    commit_delay_s later, that the outcomes ending meanwhile share. A sync
+    that fails is tried again later; the outcome stays untold until then."""
     from sloth_daemon.errors import StorageError
 
     q = Queue(tmp_path / "q.db", clocks, lease_s=LEASE)
     sp = FakeSpawner()
     w = Worker(q, Settings(lease_s=LEASE), sp, clocks=clocks, log_path=lambda j, a: tmp_path / f"{j}.{a}.log",
-               instance="t1", threaded_sync=True)
-    told: list[tuple[int, str]] = []
-    w.on_change = lambda job: told.append((job.id, job.state.value))
-    gate, calls = threading.Event(), []
+               instance="t1", commit_delay_s=0.005)
+    told: list[int] = []
+    w.on_change = lambda job: told.append(job.id) if job.state.value == "done" else None
+    syncs: list[str] = []
     real_sync = q.sync
 
-    def slow_sync() -> None:
-        calls.append(threading.current_thread().name)
-        if len(calls) == 1:
+    def sync() -> None:
+        syncs.append("fail" if len(syncs) == 1 else "ok")
+        if syncs[-1] == "fail":
             raise StorageError("EIO")
-        gate.wait(10)
         real_sync()
 
-    monkeypatch.setattr(q, "sync", slow_sync)
-    monkeypatch.setattr("sloth_daemon.durability.RETRY_SYNC_S", 0.01)
-    a, b = q.enqueue(["a"]), q.enqueue(["b"])
-
-    async def scenario() -> None:
-        w.turn()
-        sp.start(a)
-        sp.exit(a, 0)
-        w.turn()  # a's outcome written; b claimed and started in the same turn
-        assert q.get(a).state.value == "done" and sp.key_of(b)
-        for _ in range(100):
-            await asyncio.sleep(0.01)
-        assert len(calls) >= 2 and not sp.acked and (a, "done") not in told  # failed once, now waiting
-        gate.set()
-        await w.commits.drain()
-        assert sp.acked == [sp.key_of(a)] and (a, "done") in told
-
-    try:
-        asyncio.run(scenario())
-    finally:
-        q.close()
-    assert all(name.startswith("sloth-fsync") for name in calls)  # never on the loop's thread
+    monkeypatch.setattr(q, "sync", sync)
+    a, b, c = q.enqueue(["a"]), q.enqueue(["b"]), q.enqueue(["c"])
+    w.turn()
+    sp.start(a)
+    sp.exit(a, 0)
+    w.turn()  # a's outcome written; b claimed and started in the same turn; no fsync yet
+    assert q.get(a).state.value == "done" and sp.key_of(b) and not syncs and not sp.acked and not told
+    assert w.next_wake_s() <= 0.005
+    sp.start(b)
+    sp.exit(b, 0)
+    w.turn()  # b's outcome too, within the delay: still one fsync to come
+    assert not syncs and not told
+    clocks.advance(0.005)
+    w.turn()
+    assert syncs == ["ok"] and sp.acked == [sp.key_of(a), sp.key_of(b)] and told == [a, b]  # one fsync, both
+    sp.start(c)
+    sp.exit(c, 0)
+    w.turn()
+    clocks.advance(0.005)
+    w.turn()  # this fsync fails: c stays untold
+    assert syncs == ["ok", "fail"] and told == [a, b] and sp.key_of(c) not in sp.acked
+    clocks.advance(1.0)
+    w.turn()
+    assert syncs == ["ok", "fail", "ok"] and told == [a, b, c] and sp.key_of(c) in sp.acked
+    q.close()
