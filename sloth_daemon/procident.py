@@ -84,10 +84,12 @@ def stamp_now() -> float:
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def identity(pid: int, **extra: Any) -> dict[str, Any]:
+def identity(pid: int, *, start: float | None = None, **extra: Any) -> dict[str, Any]:
+    """What names process ``pid`` for good (``start``: its start stamp, if
+    already read)."""
     return {
         "pid": pid,
-        "start": start_stamp(pid),
+        "start": start if start is not None else start_stamp(pid),
         "boot_id": boot_id(),
         "exact": sys.platform.startswith("linux"),
         "started_at": time.time(),

@@ -149,7 +149,8 @@ class JobProcess:
         self._watch_exit(loop)
 
     def identity(self, **extra: Any) -> dict[str, Any]:
-        return procident.identity(self.pid, **extra)
+        start = self.tree.root_stamp if self.tree is not None else None  # read once, at spawn
+        return procident.identity(self.pid, start=start, **extra)
 
     # --------------------------------------------------------------- output
     def _read(self) -> None:
