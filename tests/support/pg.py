@@ -228,7 +228,8 @@ DO $$ DECLARE t record; BEGIN
   FOR t IN SELECT tgname FROM pg_trigger WHERE tgrelid = 'sloth.jobs'::regclass AND NOT tgisinternal
   LOOP EXECUTE format('DROP TRIGGER %I ON sloth.jobs', t.tgname); END LOOP;
 END $$;
-TRUNCATE sloth.events, sloth.jobs, sloth.envs, sloth.meta RESTART IDENTITY;
+TRUNCATE sloth.events, sloth.deps, sloth.jobs, sloth.envs, sloth.meta, sloth.lanes, sloth.batches
+  RESTART IDENTITY;
 ALTER SEQUENCE sloth.fence RESTART;
 """
 
