@@ -76,12 +76,16 @@ def initial_state(wanted: list[tuple[int, str]], known: dict[int, str]) -> tuple
     return "queued", ""
 
 
-def add_deps(c: Cursor, rows: list[tuple[int, int, str]], cancelled: list[tuple[int, str]]) -> None:
-    """deps rows (job id, prerequisite id, need), every prerequisite marked
-    waited on, and the events of the jobs cancelled as they were added."""
+def add_deps(c: Cursor, rows: list[tuple[int, int, str]], cancelled: list[tuple[int, str]],
+             mark: Iterable[int]) -> None:
+    """deps rows (job id, prerequisite id, need), the prerequisites ``mark``
+    marked waited on (the others were, as they were locked or inserted),
+    and the events of the jobs cancelled as they were added."""
     if rows:
         c.execute(SQL_ADD, [list(col) for col in zip(*rows, strict=True)])
-        c.execute(SQL_MARK, (sorted({r[1] for r in rows}),))
+    wanted = sorted(mark)
+    if wanted:
+        c.execute(SQL_MARK, (wanted,))
     if cancelled:
         c.execute(SQL_EVENTS, [list(col) for col in zip(*cancelled, strict=True)])
 

@@ -25,9 +25,9 @@ from .sqlite_enqueue import BATCH_RECORD_S, _runs
 
 T = TypeVar("T")
 _COLUMNS = ("id, command, state, lane, priority, max_attempts, lease_s, timeout_s, not_before, key, cwd,"
-            " env_id, label, shell, retry_exit, no_retry_exit, message, prereqs")
+            " env_id, label, shell, retry_exit, no_retry_exit, message, prereqs, waited_on")
 _TYPES = ("bigint text text text bigint bigint float8 float8 float8 text bytea bigint text bool text"
-          " text text text").split()
+          " text text text bool").split()
 # Jobs in one statement: the arrays are columns, now is the server's. A run
 # of keyless jobs never meets the ON CONFLICT (NULL keys are in no index);
 # a keyed job goes alone, and yields to an active job with its key.
@@ -35,7 +35,7 @@ SQL_INSERT = f"""
 INSERT INTO sloth.jobs ({_COLUMNS}, finished_at, created_at, updated_at)
 SELECT t.id, t.command, t.state, t.lane, t.priority, t.max_attempts, t.lease_s, t.timeout_s,
        coalesce(t.not_before, sloth.now()), t.key, t.cwd, t.env_id, t.label, t.shell, t.retry_exit,
-       t.no_retry_exit, t.message, t.prereqs,
+       t.no_retry_exit, t.message, t.prereqs, t.waited_on,
        CASE WHEN t.state = 'cancelled' THEN sloth.now() END, sloth.now(), sloth.now()
 FROM unnest({", ".join(f"%s::{t}[]" for t in _TYPES)}) AS t({_COLUMNS})
 ON CONFLICT (key) WHERE key IS NOT NULL AND state IN ('blocked', 'queued', 'running') DO NOTHING
@@ -159,7 +159,8 @@ class _Batch:
     def __init__(self, c: Cursor, env_ids: dict[str, int], known: dict[int, str], n: int) -> None:
         self.c, self.env_ids, self.known = c, env_ids, known
         self.ids: list[int] = []
-        self.run: list[tuple[Any, ...]] = []  # rows to insert with one statement
+        self.run: dict[int, list[Any]] = {}  # id -> values: the rows to insert with one statement
+        self.late: set[int] = set()  # jobs waited for that are not in the run: marked at the end
         self.deps: list[tuple[int, int, str]] = []
         self.cancelled: list[tuple[int, str]] = []  # (id, why) of jobs cancelled as they are added
         self._free = self._take(n)
@@ -167,12 +168,13 @@ class _Batch:
     def insert(self, rows: list[JobSpec]) -> list[int]:
         for r in rows:
             if r.key is None:
-                self.run.append(self._row(r, next(self._free)))
+                jid = next(self._free)
+                self.run[jid] = self._row(r, jid)
             else:
                 self._flush()
                 self._keyed(r)
         self._flush()
-        deps.add_deps(self.c, self.deps, self.cancelled)
+        deps.add_deps(self.c, self.deps, self.cancelled, self.late)
         return self.ids
 
     def _take(self, n: int) -> Iterator[int]:
@@ -182,8 +184,8 @@ class _Batch:
 
     def _flush(self) -> None:
         if self.run:
-            self.c.execute(SQL_INSERT, [list(col) for col in zip(*self.run, strict=True)])
-            self.run = []
+            self.c.execute(SQL_INSERT, [list(col) for col in zip(*self.run.values(), strict=True)])
+            self.run = {}
 
     def _keyed(self, r: JobSpec) -> None:
         """The active job with this key, or a new one. The partial unique index
@@ -198,15 +200,15 @@ class _Batch:
                 return
             self._forget(row[0])  # the other enqueuer committed first: its job is the active one now
 
-    def _row(self, r: JobSpec, jid: int) -> tuple[Any, ...]:
+    def _row(self, r: JobSpec, jid: int) -> list[Any]:
         """The values of one job (and its deps rows), its state decided."""
         state, message, shown = ("queued", "", None) if not r.waits else self._waiting(r, jid)
         self.ids.append(jid)
         self.known[jid] = state
-        return (jid, r.command_json, state, r.lane, r.priority, r.max_attempts, r.lease_s, r.timeout_s,
+        return [jid, r.command_json, state, r.lane, r.priority, r.max_attempts, r.lease_s, r.timeout_s,
                 r.not_before, r.key, None if r.cwd is None else as_bytes(r.cwd),
                 None if r.env_json is None else self.env_ids[r.env_json], r.label, r.shell,
-                r.retry_exit_json, r.no_retry_exit_json, message, shown)
+                r.retry_exit_json, r.no_retry_exit_json, message, shown, False]
 
     def _waiting(self, r: JobSpec, jid: int) -> tuple[str, str, str | None]:
         wanted = [(i, deps.NEED_DONE) for i in r.after] + [(i, deps.NEED_END) for i in r.after_any]
@@ -215,6 +217,11 @@ class _Batch:
         self.known.update(deps.lock_states(self.c, [i for i, _ in wanted if i not in self.known]))
         state, why = deps.initial_state(wanted, self.known)
         self.deps += [(jid, pid, need) for pid, need in wanted]
+        for pid, _ in wanted:  # waited on: set as it is inserted (a chain), else marked at the end
+            if pid in self.run:
+                self.run[pid][-1] = True
+            else:
+                self.late.add(pid)
         if state == "cancelled":
             self.cancelled.append((jid, why))
         shown = deps.prereqs_json([i for i, n in wanted if n == deps.NEED_DONE],

@@ -45,6 +45,8 @@ PgConnection = psycopg.Connection[DictRow]
 # Errors after which the server rolled the transaction back and running it
 # again may well succeed: two transactions that locked rows in opposite orders.
 _TRY_AGAIN = (pgerr.DeadlockDetected, pgerr.SerializationFailure)
+# Met by an open queue (its schema was there when it opened): someone dropped it.
+_SCHEMA_GONE = (pgerr.UndefinedTable, pgerr.InvalidSchemaName, pgerr.UndefinedFunction)
 SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 
 
@@ -271,7 +273,7 @@ class Connection:
 
     def _error(self, e: psycopg.Error, doing: str) -> StorageError:
         """storage_error, and a schema that vanished under an open queue breaks it."""
-        if self.verify is not None and isinstance(e, (pgerr.UndefinedTable, pgerr.InvalidSchemaName)):
+        if self.verify is not None and isinstance(e, _SCHEMA_GONE):
             return self.mark_broken(f"lost its schema ({first_line(e)})")
         return storage_error(e, doing)
 

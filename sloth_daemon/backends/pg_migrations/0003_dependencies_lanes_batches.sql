@@ -64,18 +64,48 @@ CREATE TABLE sloth.batches (
 );
 CREATE INDEX batches_at ON sloth.batches (at);
 
+-- x >= 0 with `places` decimals, as Python's f"{x:.{places}f}": the exact
+-- binary value of x rounded half to even. (round() of a float8 rounds its
+-- already-rounded product; numeric takes only 15 digits of a float8.) x is
+-- m * 2^e exactly (from its bits); the rest is integer arithmetic.
+CREATE FUNCTION sloth.fixed(x double precision, places int) RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    bits bigint := ('x' || encode(float8send(abs(x)), 'hex'))::bit(64)::bigint;
+    e    int := (bits >> 52)::int;
+    m    numeric := bits & 4503599627370495;
+    den  numeric;
+    q    numeric;
+    txt  text;
+BEGIN
+    IF e > 0 THEN m := m + 4503599627370496; ELSE e := 1; END IF;
+    e := e - 1075;
+    IF e >= 0 THEN
+        q := m * 2::numeric ^ e * 10::numeric ^ places;
+    ELSE
+        den := 2::numeric ^ (-e);
+        q := div(m * 10::numeric ^ places, den);
+        IF 2 * mod(m * 10::numeric ^ places, den) > den
+           OR (2 * mod(m * 10::numeric ^ places, den) = den AND mod(q, 2) = 1) THEN
+            q := q + 1;
+        END IF;
+    END IF;
+    txt := trunc(q)::text;
+    txt := repeat('0', places + 1 - length(txt)) || txt;  -- 0.5 and 0.05, not .5
+    RETURN CASE WHEN places = 0 THEN txt ELSE left(txt, -places) || '.' || right(txt, places) END;
+END $$;
+
 -- A duration as people read it: 850ms, 1.5s, 42s, 5m30s, 2h, 3d4h
--- (durations.format_duration, to the digit; round() of a float rounds half
--- to even, as Python's formatting does).
+-- (durations.format_duration, to the digit).
 CREATE FUNCTION sloth.format_duration(seconds double precision) RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     s double precision := abs(seconds);
     n bigint := trunc(abs(seconds));
 BEGIN
-    IF s < 1 THEN RETURN round(s * 1000)::bigint || 'ms'; END IF;
-    IF s < 10 THEN RETURN replace((round(s * 10) / 10)::numeric(3, 1) || 's', '.0s', 's'); END IF;
-    IF s < 60 THEN RETURN round(s)::bigint || 's'; END IF;
+    IF s < 1 THEN RETURN sloth.fixed(s * 1000, 0) || 'ms'; END IF;
+    IF s < 10 THEN RETURN replace(sloth.fixed(s, 1) || 's', '.0s', 's'); END IF;
+    IF s < 60 THEN RETURN sloth.fixed(s, 0) || 's'; END IF;
     IF s < 3600 THEN
         RETURN n / 60 || CASE WHEN n % 60 > 0 AND n / 60 < 10 THEN 'm' || n % 60 || 's' ELSE 'm' END;
     END IF;
@@ -103,26 +133,34 @@ $$;
 -- (each statement of a function takes a fresh snapshot) sees the first's
 -- end and queues it. Without the lock each would see the other's
 -- prerequisite unfinished and the job would wait forever.
+--
+-- Every statement finds its rows by id (deps_after, then the primary key),
+-- never by state: a plan that walked the blocked rows would make a chain
+-- quadratic, and statistics are stale right after a big batch. Hence
+-- "(state = 'blocked') IS TRUE": the same test, in a form no index offers
+-- to answer, so the planner cannot prefer jobs_by_state or jobs_blocked.
 CREATE FUNCTION sloth.settle(ended_id bigint, ended_state text) RETURNS SETOF sloth.jobs
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $$
 DECLARE
-    ids    bigint[] := ARRAY[ended_id];
-    states text[]   := ARRAY[ended_state];
-    gone   bigint[];
+    ids     bigint[] := ARRAY[ended_id];
+    states  text[]   := ARRAY[ended_state];
+    waiting bigint[];
+    gone    bigint[];
 BEGIN
-    WHILE cardinality(ids) > 0 LOOP
-        PERFORM 1 FROM sloth.jobs
-         WHERE state = 'blocked' AND id IN (SELECT job_id FROM sloth.deps WHERE after_id = ANY(ids))
-         ORDER BY id FOR UPDATE;
+    LOOP
+        SELECT coalesce(array_agg(DISTINCT job_id), '{}') INTO waiting
+          FROM sloth.deps WHERE after_id = ANY(ids);
+        EXIT WHEN cardinality(waiting) = 0;
+        PERFORM 1 FROM sloth.jobs WHERE id = ANY(waiting) AND (state = 'blocked') IS TRUE ORDER BY id FOR UPDATE;
         WITH cause AS (
             SELECT DISTINCT ON (d.job_id) d.job_id, e.id AS pid, e.state AS pstate
               FROM unnest(ids, states) AS e(id, state) JOIN sloth.deps d ON d.after_id = e.id
-             WHERE e.state <> 'done' AND d.need = 'done'
+             WHERE d.after_id = ANY(ids) AND e.state <> 'done' AND d.need = 'done'
              ORDER BY d.job_id, e.id
         ), gone_rows AS (
             UPDATE sloth.jobs j SET state = 'cancelled', finished_at = sloth.now(), updated_at = sloth.now(),
                    message = format('not run: job %s, which it runs after, %s', c.pid, sloth.ended(c.pstate))
-              FROM cause c WHERE j.id = c.job_id AND j.state = 'blocked'
+              FROM cause c WHERE j.id = ANY(waiting) AND j.id = c.job_id AND (j.state = 'blocked') IS TRUE
             RETURNING j.id, j.message
         ), ev AS (
             INSERT INTO sloth.events (job_id, at, kind, attempt, message)
@@ -134,14 +172,16 @@ BEGIN
         WITH cause AS (
             SELECT DISTINCT ON (d.job_id) d.job_id, e.id AS pid, e.state AS pstate
               FROM unnest(ids, states) AS e(id, state) JOIN sloth.deps d ON d.after_id = e.id
+             WHERE d.after_id = ANY(ids)
              ORDER BY d.job_id, e.id
         ), ready AS (
             UPDATE sloth.jobs j SET state = 'queued', not_before = greatest(j.not_before, sloth.now()),
                    updated_at = sloth.now()
               FROM cause c
-             WHERE j.id = c.job_id AND j.state = 'blocked'
-               AND NOT EXISTS (SELECT 1 FROM sloth.deps d JOIN sloth.jobs p ON p.id = d.after_id
-                                WHERE d.job_id = j.id AND p.state IN ('blocked', 'queued', 'running'))
+             WHERE j.id = ANY(waiting) AND j.id = c.job_id AND (j.state = 'blocked') IS TRUE
+               AND NOT EXISTS (SELECT 1 FROM sloth.deps d WHERE d.job_id = j.id
+                                  AND (SELECT p.state FROM sloth.jobs p WHERE p.id = d.after_id)
+                                      IN ('blocked', 'queued', 'running'))
             RETURNING j.*
         ), ev AS (
             INSERT INTO sloth.events (job_id, at, kind, attempt, message)
