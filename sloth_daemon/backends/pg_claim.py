@@ -23,20 +23,35 @@ from .pgdb import Connection, Cursor
 T = TypeVar("T")
 INT64 = (-(2**63), 2**63)
 
-# The claim: the best due queued row and the best expired lease (each the
-# first unlocked one in claim order), the better of the two, updated in the
-# same statement with its due-ness checked again, and its event written.
-# {lanes}/{ids} are filled with fixed fragments, never with input. An
+# The lanes that have queued jobs, by index seeks on jobs_due (a skip scan):
+# a claim or a due time looks into each lane on its own, so a lane it must
+# skip (full, paused) costs a seek, not a walk over its backlog.
+QUEUED_LANES = """queued_lanes(lane) AS (
+    (SELECT lane FROM sloth.jobs WHERE state = 'queued' ORDER BY lane LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.lane FROM sloth.jobs j WHERE j.state = 'queued' AND j.lane > l.lane ORDER BY j.lane LIMIT 1)
+    FROM queued_lanes l WHERE l.lane IS NOT NULL
+)"""
+GIVEN_LANES = "queued_lanes(lane) AS (SELECT DISTINCT unnest(%(lanes)s::text[]))"  # claim(lanes=[...])
+# The claim: the best due queued row (the first unlocked one in claim order
+# in each lane, by jobs_ready) and the best expired lease, the better of the
+# two, updated in the same statement with its due-ness checked again, and
+# its event written. {lanes}/{ids} are filled with fixed fragments, never
+# with input. An
 # expired lease with no tries left becomes failed instead (event
 # lease_expired; the caller then claims again) -- unless other jobs wait
 # for it: then the statement changes nothing and returns it marked
 # was_state = 'settle', for the caller to fail it in a transaction that
 # also settles its dependents (postgres.py, _expire).
 SQL_CLAIM = """
-WITH q AS (
-    SELECT id, priority, not_before, state, worker, lease_until, false AS spent FROM sloth.jobs
-    WHERE state = 'queued' AND not_before <= sloth.now() {lanes}
-    ORDER BY priority DESC, not_before, id LIMIT 1 FOR UPDATE SKIP LOCKED
+WITH RECURSIVE {queued_lanes}, q AS (
+    SELECT c.* FROM queued_lanes l CROSS JOIN LATERAL (
+        SELECT id, priority, not_before, state, worker, lease_until, false AS spent FROM sloth.jobs
+        WHERE state = 'queued' AND lane = l.lane AND not_before <= sloth.now()
+        ORDER BY priority DESC, not_before, id LIMIT 1 FOR UPDATE SKIP LOCKED
+    ) c
+    WHERE l.lane IS NOT NULL {lanes}
+    ORDER BY c.priority DESC, c.not_before, c.id LIMIT 1
 ), e AS (
     SELECT id, priority, not_before, state, worker, lease_until, tries >= max_attempts AS spent
     FROM sloth.jobs
@@ -83,10 +98,16 @@ SELECT * FROM u
 UNION ALL
 SELECT j.*, 'settle', true FROM sloth.jobs j JOIN pick ON j.id = pick.id WHERE pick.spent AND j.waited_on
 """
-# next_due_at: the first queued not_before, and the first lease to expire.
-SQL_NEXT_DUE = ("SELECT (SELECT min(not_before) FROM sloth.jobs WHERE state = 'queued' {filt}) AS due,"
-                " (SELECT min(lease_until) FROM sloth.jobs WHERE state = 'running' {lease_filt})"
-                " AS lease")
+# next_due_at: the first queued not_before (a seek per lane), and the first
+# lease to expire.
+SQL_NEXT_DUE = """
+WITH RECURSIVE {queued_lanes}
+SELECT (SELECT min(d.t) FROM queued_lanes l CROSS JOIN LATERAL
+          (SELECT not_before AS t FROM sloth.jobs WHERE state = 'queued' AND lane = l.lane
+           ORDER BY not_before LIMIT 1) d
+        WHERE l.lane IS NOT NULL {filt}) AS due,
+       (SELECT min(lease_until) FROM sloth.jobs WHERE state = 'running' {lease_filt}) AS lease
+"""
 SQL_EXPIRED = ("SELECT *, lease_until < sloth.now() AS lapsed FROM sloth.jobs WHERE id = %s"
                " AND state = 'running' FOR UPDATE")
 LANES_IN = "AND lane = ANY(%({p}lanes)s)"
@@ -115,7 +136,8 @@ def claim_statement(worker: str, lease_s: float | None, lanes: Sequence[str] | N
     """The claim and its parameters, but for ``rand`` (fresh for each run)."""
     lane_filt, args = filters(lanes, exclude_lanes, ())
     id_filt, id_args = filters(None, (), exclude_ids)
-    return (SQL_CLAIM.format(lanes=lane_filt, ids=id_filt),
+    source = QUEUED_LANES if lanes is None else GIVEN_LANES
+    return (SQL_CLAIM.format(queued_lanes=source, lanes=lane_filt, ids=id_filt),
             {**args, **id_args, "worker": worker, "lease_s": lease_s})
 
 
@@ -124,7 +146,9 @@ def next_due_statement(lanes: Sequence[str] | None, exclude_lanes: Collection[st
     """next_due_at's query: ``exclude_ids`` only hides leases (as in a claim)."""
     filt, args = filters(lanes, exclude_lanes, ())
     lease_filt, lease_args = filters(lanes, exclude_lanes, exclude_ids, prefix="l_")
-    return SQL_NEXT_DUE.format(filt=filt, lease_filt=lease_filt), {**args, **lease_args}
+    source = QUEUED_LANES if lanes is None else GIVEN_LANES
+    return (SQL_NEXT_DUE.format(queued_lanes=source, filt=filt, lease_filt=lease_filt),
+            {**args, **lease_args})
 
 
 def filters(lanes: Sequence[str] | None, exclude_lanes: Collection[str],

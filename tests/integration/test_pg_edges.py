@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from psycopg import sql as pgsql
 
+from sloth_daemon.backends import pg_claim as pick
 from sloth_daemon.backends import pg_migrate
 from sloth_daemon.backends.pg_readonly import PgReadOnly
 from sloth_daemon.backends.postgres import PgQueue
@@ -198,6 +199,47 @@ def test_the_read_only_view_refuses_a_newer_schema(pg_fresh):
                   (pg_migrate.SCHEMA_VERSION + 1,))
     with pytest.raises(StorageError, match="newer"):
         PgReadOnly(url)
+
+
+# ------------------------------------------------- what a claim reads
+class _Rollback(Exception):
+    pass
+
+
+def rows_read(q: PgQueue, sql: str, params: dict) -> int:
+    """Rows of sloth.jobs the server read to run ``sql`` (EXPLAIN ANALYZE,
+    rolled back): work, not time."""
+    found: list[int] = []
+
+    def explain(c):
+        plan = c.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()["QUERY PLAN"]
+        found.append(_jobs_rows(plan[0]["Plan"]))
+        raise _Rollback
+
+    with pytest.raises(_Rollback):
+        q._db.write(explain, "explaining")
+    return found[0]
+
+
+def _jobs_rows(node: dict) -> int:
+    n = 0
+    if node.get("Relation Name") == "jobs":
+        n += (node["Actual Rows"] + node.get("Rows Removed by Filter", 0)) * node["Actual Loops"]
+    return n + sum(_jobs_rows(child) for child in node.get("Plans", []))
+
+
+def test_a_lane_with_a_backlog_costs_a_claim_that_skips_it_nothing(pg_url):
+    """The daemon claims with its full and paused lanes excluded: their
+    backlog must not be walked by every claim (it was: 20,000 rows each)."""
+    with PgQueue(pg_url) as q:
+        q.enqueue_many([{"command": ["x"], "lane": "busy", "priority": 5} for _ in range(20_000)])
+        q.enqueue_many([{"command": ["y"], "lane": lane} for lane in "abc" for _ in range(5)])
+        for kw in ({"exclude_lanes": {"busy"}}, {"lanes": ["b"]}, {}):
+            sql, args = pick.claim_statement("w", None, kw.get("lanes"), kw.get("exclude_lanes", ()), ())
+            assert rows_read(q, sql, {**args, "rand": "0" * 16}) < 40, kw
+            sql, args = pick.next_due_statement(kw.get("lanes"), kw.get("exclude_lanes", ()), ())
+            assert rows_read(q, sql, args) < 40, kw
+        assert q.claim("w", exclude_lanes={"busy"}).lane == "a"
 
 
 # ----------------------------------------------- the server's durations

@@ -18,6 +18,7 @@
 -- * cwd as bytes: a path need not be UTF-8 (a folder named in Latin-1);
 --   text cannot hold such bytes, bytea holds any.
 
+DROP INDEX sloth.jobs_ready;
 DROP INDEX sloth.jobs_lease;
 DROP INDEX sloth.jobs_active_key;
 ALTER TABLE sloth.jobs DROP CONSTRAINT jobs_state_check, DROP CONSTRAINT jobs_check;
@@ -34,6 +35,9 @@ ALTER TABLE sloth.jobs
     ADD COLUMN waited_on     boolean NOT NULL DEFAULT false,
     ALTER COLUMN cwd TYPE bytea USING convert_to(cwd, 'UTF8');
 
+-- claim order within a lane: a claim seeks into each lane on its own
+-- (pg_claim.py), so a lane it skips costs it a seek, not a walk over its backlog
+CREATE INDEX jobs_ready   ON sloth.jobs (lane, priority DESC, not_before, id) WHERE state = 'queued';
 CREATE INDEX jobs_lease   ON sloth.jobs (lease_until) WHERE state = 'running';
 CREATE INDEX jobs_blocked ON sloth.jobs (lane, id) WHERE state = 'blocked';
 CREATE UNIQUE INDEX jobs_active_key ON sloth.jobs (key)
