@@ -33,25 +33,34 @@ QUEUED_LANES = """queued_lanes(lane) AS (
     FROM queued_lanes l WHERE l.lane IS NOT NULL
 )"""
 GIVEN_LANES = "queued_lanes(lane) AS (SELECT DISTINCT unnest(%(lanes)s::text[]))"  # claim(lanes=[...])
-# The claim: the best due queued row (the first unlocked one in claim order
-# in each lane, by jobs_ready) and the best expired lease, the better of the
-# two, updated in the same statement with its due-ness checked again, and
-# its event written. {lanes}/{ids} are filled with fixed fragments, never
-# with input. An
+# The claim: the best due queued row and the best expired lease, the
+# better of the two, updated in the same statement with its due-ness
+# checked again, and its event written. The queued row: the head of each
+# lane (by jobs_ready, unlocked), then lane by lane in the order of their
+# heads, the first row not locked by another claimer; only the row taken
+# is locked. {lanes}/{ids} are filled with fixed fragments, never with
+# input. An
 # expired lease with no tries left becomes failed instead (event
 # lease_expired; the caller then claims again) -- unless other jobs wait
 # for it: then the statement changes nothing and returns it marked
 # was_state = 'settle', for the caller to fail it in a transaction that
 # also settles its dependents (postgres.py, _expire).
 SQL_CLAIM = """
-WITH RECURSIVE {queued_lanes}, q AS (
-    SELECT c.* FROM queued_lanes l CROSS JOIN LATERAL (
-        SELECT id, priority, not_before, state, worker, lease_until, false AS spent FROM sloth.jobs
+WITH RECURSIVE {queued_lanes}, heads AS (
+    SELECT l.lane, h.priority, h.not_before, h.id FROM queued_lanes l CROSS JOIN LATERAL (
+        SELECT priority, not_before, id FROM sloth.jobs
         WHERE state = 'queued' AND lane = l.lane AND not_before <= sloth.now()
+        ORDER BY priority DESC, not_before, id LIMIT 1
+    ) h
+    WHERE l.lane IS NOT NULL {lanes}
+    ORDER BY h.priority DESC, h.not_before, h.id
+), q AS (
+    SELECT c.* FROM heads CROSS JOIN LATERAL (
+        SELECT id, priority, not_before, state, worker, lease_until, false AS spent FROM sloth.jobs
+        WHERE state = 'queued' AND lane = heads.lane AND not_before <= sloth.now()
         ORDER BY priority DESC, not_before, id LIMIT 1 FOR UPDATE SKIP LOCKED
     ) c
-    WHERE l.lane IS NOT NULL {lanes}
-    ORDER BY c.priority DESC, c.not_before, c.id LIMIT 1
+    ORDER BY heads.priority DESC, heads.not_before, heads.id LIMIT 1
 ), e AS (
     SELECT id, priority, not_before, state, worker, lease_until, tries >= max_attempts AS spent
     FROM sloth.jobs
