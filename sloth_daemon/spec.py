@@ -22,7 +22,7 @@ from .text import is_bytes_text, is_utf8
 FIELDS = frozenset({
     "command", "max_attempts", "lease_s", "not_before", "priority", "lane", "key",
     "cwd", "env", "timeout_s", "label", "shell",
-    "after", "after_any", "after_previous", "retry_exit", "no_retry_exit",
+    "after", "after_any", "after_previous", "retry_exit", "no_retry_exit", "place",
 })
 MAX_PREREQS = 1000  # prerequisites per job
 PREVIOUS = ("after", "after_any")  # after_previous: how a job waits for the one before it in its batch
@@ -37,6 +37,7 @@ class Defaults:
 
     max_attempts: int = 3
     lease_s: float = 60.0
+    place: str = ""  # anywhere; a daemon on a shared queue: its own host
 
 
 class JobSpec(NamedTuple):
@@ -61,6 +62,7 @@ class JobSpec(NamedTuple):
     after_previous: str | None = None  # "after" | "after_any": on the batch's previous job
     retry_exit_json: str | None = None
     no_retry_exit_json: str | None = None
+    place: str = ""  # where it may run: "" anywhere, else a host or a tag (see place_name)
 
     @property
     def waits(self) -> bool:
@@ -89,6 +91,7 @@ class JobSpec(NamedTuple):
             timeout_s=duration(s.get("timeout_s"), "timeout_s", None),
             label=text(s.get("label"), "label", None),
             shell=shell,
+            place=place_name(s.get("place"), defaults.place),
             **({} if _DEP_FIELDS.isdisjoint(s) else _waits(s)),
         )
 
@@ -108,6 +111,32 @@ def _waits(s: Mapping[str, Any]) -> dict[str, Any]:
     return dict(after=after, after_any=after_any, after_previous=prev,
                 retry_exit_json=exit_codes(s.get("retry_exit"), "retry_exit"),
                 no_retry_exit_json=exit_codes(s.get("no_retry_exit"), "no_retry_exit"))
+
+
+ANYWHERE = "*"  # what a client sends for `--anywhere`
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+MAX_NAME = 64
+
+
+def place_name(v: Any, default: str) -> str:
+    """Where a job may run: a host's or a tag's name (place names), ``*``
+    for anywhere (stored as ""); None -> ``default``."""
+    if v is None:
+        return default
+    if v == ANYWHERE or v == "":
+        return ""
+    if not isinstance(v, str):
+        raise FieldError("place", f"must be a host or tag name, got {v!r}")
+    return host_name(v, "place")
+
+
+def host_name(v: str, name: str) -> str:
+    """A host or tag name: 1 to 64 letters, digits, '.', '_' or '-' (it is
+    part of a worker's name, sloth-daemon:HOST:PID:INSTANCE)."""
+    if not 1 <= len(v) <= MAX_NAME or not set(v) <= _NAME_CHARS:
+        raise FieldError(name, f"{v!r} is not a host or tag name",
+                         hint=f"Names are 1 to {MAX_NAME} letters, digits, '.', '_' or '-'.")
+    return v
 
 
 def ids(v: Any, name: str) -> tuple[int, ...]:

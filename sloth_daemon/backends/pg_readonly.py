@@ -9,10 +9,12 @@ from __future__ import annotations
 import dataclasses
 
 from . import pg_migrate, pgdb
+from .pg_hosts import PgHosts
+from .pg_logs import PgLogs
 from .pg_reads import PgReads
 
 
-class PgReadOnly(PgReads):
+class PgReadOnly(PgReads, PgHosts, PgLogs):
     def __init__(self, url: str, options: pgdb.PgOptions | None = None) -> None:
         """Raises StorageError (unreachable, or no queue of this sloth's schema there)."""
         self.url = url

@@ -90,13 +90,14 @@ class PgReads(PgListing):
 
     def next_due_at(self, lanes: Sequence[str] | None = None, *,
                     exclude_lanes: Collection[str] = (),
-                    exclude_ids: Collection[int] = ()) -> float | None:
-        """Earliest time (server clock) at which ``claim`` could return
-        something: the first queued ``not_before``, or just after the first
-        lease expiry."""
+                    exclude_ids: Collection[int] = (),
+                    places: Collection[str] | None = None) -> float | None:
+        """Earliest time (server clock) at which ``claim`` (with the same
+        filters) could return something: the first queued ``not_before``,
+        or just after the first lease expiry."""
         if lanes is not None and not lanes:
             return None
-        sql, args = pick.next_due_statement(lanes, exclude_lanes, exclude_ids)
+        sql, args = pick.next_due_statement(lanes, exclude_lanes, exclude_ids, places)
         row = self._db.read(lambda c: one(c.execute(sql, args)), "finding the next due time")
         times = [row["due"]]
         if row["lease"] is not None:

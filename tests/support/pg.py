@@ -220,16 +220,17 @@ TEMPLATE_DB = "sloth_template"
 # Empties a migrated queue database in a few milliseconds (CREATE DATABASE
 # from the template takes ~80): every other session is ended first (a queue
 # a failed test left open would block TRUNCATE), and triggers a test added
-# are dropped.
+# are dropped (sloth's own, named sloth_tell_*, stay).
 RESET_SQL = """
 SELECT pg_terminate_backend(pid) FROM pg_stat_activity
  WHERE datname = current_database() AND pid <> pg_backend_pid();
 DO $$ DECLARE t record; BEGIN
   FOR t IN SELECT tgname FROM pg_trigger WHERE tgrelid = 'sloth.jobs'::regclass AND NOT tgisinternal
+                 AND tgname NOT LIKE 'sloth\\_tell\\_%'
   LOOP EXECUTE format('DROP TRIGGER %I ON sloth.jobs', t.tgname); END LOOP;
 END $$;
-TRUNCATE sloth.events, sloth.deps, sloth.jobs, sloth.envs, sloth.meta, sloth.lanes, sloth.batches
-  RESTART IDENTITY;
+TRUNCATE sloth.events, sloth.deps, sloth.logs, sloth.jobs, sloth.envs, sloth.meta, sloth.lanes, sloth.batches,
+  sloth.hosts RESTART IDENTITY;
 ALTER SEQUENCE sloth.fence RESTART;
 """
 
