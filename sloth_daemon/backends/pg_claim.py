@@ -47,7 +47,8 @@ GIVEN_LANES = "queued_lanes(lane) AS (SELECT DISTINCT unnest(%(lanes)s::text[]))
 # also settles its dependents (postgres.py, _expire).
 SQL_CLAIM = """
 WITH RECURSIVE {queued_lanes}, heads AS (
-    SELECT l.lane, {head_place} AS place, h.priority, h.not_before, h.id FROM queued_lanes l {places} CROSS JOIN LATERAL (
+    SELECT l.lane, {head_place} AS place, h.priority, h.not_before, h.id
+    FROM queued_lanes l {places} CROSS JOIN LATERAL (
         SELECT priority, not_before, id FROM sloth.jobs
         WHERE state = 'queued' AND lane = l.lane {place_is} AND not_before <= sloth.now()
         ORDER BY priority DESC, not_before, id LIMIT 1
