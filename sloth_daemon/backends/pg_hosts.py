@@ -27,7 +27,7 @@ RETURNING sloth.now() AS now
 """
 SQL_CLAIM_NAME = "SELECT *, sloth.now() AS now FROM sloth.hosts WHERE name = %s FOR UPDATE"
 SQL_HOSTS = "SELECT *, sloth.now() - last_seen AS ago FROM sloth.hosts ORDER BY name"
-SQL_FORGET = "DELETE FROM sloth.hosts WHERE name = %s AND worker = %s"
+SQL_FORGET = "DELETE FROM sloth.hosts WHERE name = %s AND worker = %s RETURNING name"
 
 
 @dataclass(frozen=True)

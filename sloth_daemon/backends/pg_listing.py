@@ -70,7 +70,8 @@ class PgListing:
 
 def _where(lane: str | None, host: str | None) -> tuple[str, dict[str, Any]]:
     """The listing's filter (fixed text, named parameters), as sqlite_listing's."""
-    parts, args = ["true"], {}
+    parts: list[str] = ["true"]
+    args: dict[str, Any] = {}
     if lane is not None:
         parts.append("lane = %(lane)s")
         args["lane"] = lane

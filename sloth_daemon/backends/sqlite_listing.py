@@ -72,7 +72,8 @@ WORKER_PREFIX = "sloth-daemon:"  # runs.worker_name: sloth-daemon:HOST:PID:INSTA
 def _where(lane: str | None, host: str | None) -> tuple[str, dict[str, object]]:
     """The listing's filter (fixed text, named parameters): a lane, a host
     (the job runs or ran there, or is placed there), both, or neither."""
-    parts, args = ["1"], {}
+    parts: list[str] = ["1"]
+    args: dict[str, object] = {}
     if lane is not None:
         parts.append("lane = :lane")
         args["lane"] = lane

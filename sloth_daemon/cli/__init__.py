@@ -2,7 +2,7 @@
 
 app.py holds the app and what commands share; jobs.py (add), look.py (ls,
 show, logs, status), watch.py (wait), act.py (cancel, retry, restart, kill,
-pause, resume, prune), lanes.py, admin.py and service.py register the
+pause, resume, prune), lanes.py, admin.py, db.py and service.py register the
 commands. Each imports only typer at top level (`sloth add` pays for every
 import); the daemon is imported only by ``sloth daemon run``.
 """
@@ -15,7 +15,7 @@ import sys
 import typer
 
 # Registering their commands is the import; `sloth --help` lists them in this order.
-from . import jobs, look, watch, act, lanes, admin, service  # noqa: F401
+from . import jobs, look, watch, act, lanes, admin, db, service  # noqa: F401
 from .app import app
 
 

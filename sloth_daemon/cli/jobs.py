@@ -48,6 +48,8 @@ def add(
         None, "--retry-exit", help="Retry only these exit codes, e.g. 1,75."),
     no_retry_exit: Optional[str] = typer.Option(
         None, "--no-retry-exit", help="Never retry these exit codes (default 126,127; none to retry all)."),
+    anywhere: bool = typer.Option(False, "--anywhere", help="A shared queue: run on any machine (default: this one)."),
+    on: Optional[str] = typer.Option(None, "--on", help="A shared queue: run only on this host (or tag)."),
     wait: bool = typer.Option(False, "--wait", "-w", help="Block until the job ends; exit with its outcome."),
     no_start: bool = typer.Option(False, "--no-start", help="Do not start the daemon if it is not running."),
     as_json: bool = typer.Option(False, "--json", help="Print the ids as JSON: {\"ids\": [...]}."),
@@ -61,7 +63,8 @@ def add(
     common = _common_fields(
         lane=lane, priority=priority, cwd=cwd, max_attempts=max_attempts, lease_s=duration(lease, "--lease"),
         timeout_s=duration(timeout, "--timeout"), not_before=opts.not_before(delay, at), label=label,
-        **opts.dep_fields(after, after_any), **opts.retry_fields(retry_exit, no_retry_exit))
+        **opts.dep_fields(after, after_any), **opts.retry_fields(retry_exit, no_retry_exit),
+        **opts.place_fields(anywhere, on))
     if many:
         jobs, where = _lines_as_jobs(sys.stdin.buffer.read() if stdin else _read_file(from_file),
                                      "--stdin" if stdin else f"--file {from_file}")
