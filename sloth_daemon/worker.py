@@ -63,7 +63,7 @@ class Worker(Adoption, WorkerActions):
         first = clocks.read()
         self.detector = JumpDetector(first)
         self.running: dict[int, Run] = {}
-        self.lanes = Lanes(queue, settings)
+        self.lanes = Lanes(queue, settings, host=None if places is None else self.host)
         self.last_jump: dict[str, Any] | None = None
         self.last_check_at: float | None = None
         self.timerfd = False
