@@ -19,7 +19,7 @@ CORE = {"errors", "models", "clock", "spec", "db", "queue", "backends", "backend
         "backends.postgres", "backends.pg_enqueue", "backends.pg_claim", "backends.pg_reads",
         "backends.pg_migrate", "backends.pgdb", "durations",
         "backends.sqlite_batch", "backends.sqlite_deps", "backends.sqlite_listing", "backends.sqlite_readonly",
-        "backends.sqlite_leases", "text"}
+        "backends.sqlite_leases", "text", "checks", "jsonlite"}
 FORBIDDEN_IN_CORE = {"socket", "asyncio", "subprocess", "select", "selectors", "psutil", "typer", "click",
                      "signal"}
 # What one core module may use of those, and why. backends.pgdb polls the
