@@ -63,8 +63,10 @@ def streams_ok() -> bool:
     import codecs
 
     for s in (sys.stdout, sys.stderr):
-        enc = getattr(s, "encoding", None)
-        if not enc or codecs.lookup(enc).name == "ascii":
+        try:
+            if codecs.lookup(getattr(s, "encoding", None) or "ascii").name == "ascii":
+                return False
+        except LookupError:  # an encoding Python does not know: Typer says what it makes of it
             return False
     return True
 

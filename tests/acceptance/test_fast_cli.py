@@ -49,6 +49,7 @@ ADDS: list[tuple[list[str], str | None, str]] = [
     (["add", "--stdin", "--chain"], "echo a\n# a comment\n\necho 'b c'\n", F),
     (["add", "-f", "jobs.txt", "--chain-any", "--json"], None, F),
     (["add", "--file", "missing.txt"], None, F),
+    (["add", "--file=./bad.txt"], None, F),  # named as Typer names it: a Path ("bad.txt")
     (["add", "--stdin", "--key", "k"], "echo a\n", F),
     (["add", "--stdin"], "echo 'unterminated\n", F),
     (["add", "--stdin", "--", "true"], "echo a\n", F),
@@ -61,7 +62,7 @@ ADDS: list[tuple[list[str], str | None, str]] = [
     (["add", "--retry-exit", "1,75", "--", "false"], None, F),
     (["add", "--retry-exit", "1", "--no-retry-exit", "2", "--", "x"], None, F),
     (["add", "--no-retry-exit", "none", "-s", "--", "echo $HOME | wc -c"], None, F),
-    (["add", "--cwd", "sub", "--", "pwd"], None, F),
+    (["add", "--cwd", "./sub/", "--", "pwd"], None, F),
     (["add", "--cwd", "/nonexistent", "--", "pwd"], None, F),
     (["add", "--lane", "", "--", "true"], None, F),
     (["add", "--max-attempts", "0", "--", "true"], None, F),
@@ -100,6 +101,7 @@ def pair(home):
     work = home / "work"
     (work / "sub").mkdir(parents=True)
     (work / "jobs.txt").write_text("echo one\necho two\n")
+    (work / "bad.txt").write_text("echo fine\necho 'unterminated\n")
     hs = [Harness(home / n, config=TEST_CONFIG) for n in ("a", "b")]
     try:
         for h in hs:
