@@ -1,6 +1,6 @@
 """The fast path: the common forms of `sloth add`, `sloth ls` and `sloth
-show`, and a TAB of shell completion (fast_complete.py), without importing
-Typer (whose import is most of a command's time: 70-100 ms of ~170).
+show`, `sloth daemon run`, and a TAB of shell completion (fast_complete.py),
+without importing Typer (whose import is most of a command's time: 70-100 ms of ~170).
 
 It reads the command line the way click does, for the options of these
 three commands only, and answers None -- "not mine" -- for anything it
@@ -120,4 +120,15 @@ def _show(args: list[str]) -> Optional[int]:
     return _edge(lambda: show(ids, given.get("as_json", False)))
 
 
-_COMMANDS: dict[str, Callable[[list[str]], Optional[int]]] = {"add": _add, "ls": _ls, "show": _show}
+def _daemon(args: list[str]) -> Optional[int]:
+    """`sloth daemon run` (what the login service runs): the daemon, without
+    Typer's ~5 MiB resident for as long as it runs."""
+    if args != ["run"]:
+        return None
+    from ..daemon import main as daemon_main
+
+    return _edge(daemon_main)
+
+
+_COMMANDS: dict[str, Callable[[list[str]], Optional[int]]] = {"add": _add, "ls": _ls, "show": _show,
+                                                               "daemon": _daemon}

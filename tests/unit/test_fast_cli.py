@@ -285,3 +285,16 @@ def test_find_daemon_goes_where_daemon_socket_goes(tmp_path, monkeypatch):
     finally:
         srv.close()
     os.unlink(elsewhere)
+
+
+def test_daemon_run_starts_the_daemon_without_loading_typer():
+    """`sloth daemon run` (the login service's command) keeps Typer out of
+    the long-lived daemon: ~5 MiB resident for nothing."""
+    import subprocess
+    import sys
+
+    code = ("import sys, sloth_daemon.daemon as d; d.main = lambda: 7; "
+            "from sloth_daemon.cli import fast; "
+            "print(fast.handle(['daemon', 'run']), fast.handle(['daemon', 'start']), 'typer' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["7", "None", "False"]
