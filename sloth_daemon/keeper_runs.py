@@ -150,6 +150,10 @@ class RunTable:
             if timer is not None:
                 timer.cancel()
         ending = run.proc.ending if run.proc else None
+        if ending is None and run.proc is not None and run.proc.returncode != 0:
+            # A failed attempt may be retried: nothing of it may run beside
+            # the retry. (A job that succeeded may leave a server running.)
+            ending = run.proc.end_leftovers_soon(run.kill_grace_s)
         if ending is not None and not ending.done():  # `exited` only once the whole tree is dead
             ending.add_done_callback(lambda _t: self.settle(run, ended_at))
         else:

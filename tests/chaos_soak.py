@@ -266,7 +266,7 @@ class Soak:
             elif kind == "flaky":
                 argv += ["--fail-until", rng.choice(["2", "3"]), "--hold", "0.1"]
             elif kind == "forker":  # its work done by a double-forked, setsid grandchild
-                argv += ["--detach", "1", "--hold", rng.choice(["0.1", "0.5", "1.0"])]
+                argv += ["--detach", "1", "--hold", rng.choice(["0.1", "0.5", "1.0", "4.0"])]
             else:  # timeout: always killed by its timeout (or the chaos): ends failed
                 lane, timeout_s, max_attempts = "slow", rng.choice([0.5, 1.0]), 2
                 argv += ["--hold", "60"]
