@@ -179,18 +179,24 @@ class StreamHandlers:
             await _send_file(path, emit)
 
     async def _send_stored(self, jid: int, n: int, emit: Emit, live: bool) -> None:
+        """The stored copy; an attempt that ended is read until its copy is
+        complete (its machine ships the rest after the end), even when not
+        ``live``: `sloth logs ID` right after the job ended elsewhere."""
         offset, quiet = 0, 0.0
         while not self.closing:
             part = self.c.stored_log(jid, n, offset)
             if part.data:
                 await emit(log_event(part.data))
                 offset, quiet = offset + len(part.data), 0.0
-            if part.done or not live:
+            if part.done:
                 return
             if part.size is not None and offset < part.size:
                 continue  # more than one read's worth is stored
             job = self.c.get(jid)
-            if not (job.state.value == "running" and job.attempts == n):
+            running = job.state.value == "running" and job.attempts == n
+            if running and not live:
+                return  # what it printed so far
+            if not running:  # it ended: its machine ships the rest within a second or two
                 quiet += REMOTE_POLL_S
                 if quiet > STORED_GRACE_S:
                     return
