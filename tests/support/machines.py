@@ -78,10 +78,11 @@ class Link:
 
 
 class Network:
-    """The server, and (with ``netns``) a namespace per machine: made once
-    for a module, with a fresh database per Machines."""
+    """The server (in ``parent``, default tmpfs), and (with ``netns``) a
+    namespace per machine: made once for a module, with a fresh database per
+    Machines."""
 
-    def __init__(self, n: int, *, netns: bool) -> None:
+    def __init__(self, n: int, *, netns: bool, parent: str | None = None) -> None:
         self.tag = f"{random.randrange(16**4):04x}"
         net = (random.randrange(100, 250), random.randrange(0, 250))
         self.links = [Link(self.tag, i, net) for i in range(n)] if netns else []
@@ -91,7 +92,7 @@ class Network:
             for link in self.links:
                 link.create()
             self._start_watchdog()
-            self.cluster = PgCluster(fast_tmp(), listen=tuple(ln.host_ip for ln in self.links),
+            self.cluster = PgCluster(parent or fast_tmp(), listen=tuple(ln.host_ip for ln in self.links),
                                      trust=(f"10.{net[0]}.{net[1]}.0/24",) if netns else ())
         except BaseException:
             self.close()
