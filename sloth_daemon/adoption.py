@@ -47,7 +47,7 @@ class Adoption:
                 self._reattach(run, h)
         orphaned = []
         for job in self.queue.claimed():
-            if job.id in self.running or not is_daemon_on_host(job.worker) or not job.token:
+            if job.id in self.running or not is_daemon_on_host(job.worker, self.host) or not job.token:
                 continue
             h = by_key.pop(job.token, None)
             if h is None:

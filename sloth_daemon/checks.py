@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 FIELDS = frozenset({
     "command", "max_attempts", "lease_s", "not_before", "priority", "lane", "key",
     "cwd", "env", "timeout_s", "label", "shell",
-    "after", "after_any", "after_previous", "retry_exit", "no_retry_exit",
+    "after", "after_any", "after_previous", "retry_exit", "no_retry_exit", "place",
 })
 MAX_PREREQS = 1000  # prerequisites per job
 PREVIOUS = ("after", "after_any")  # after_previous: how a job waits for the one before it in its batch
@@ -38,7 +38,7 @@ DEFAULT_LEASE_S = 60.0
 
 
 def fields(s: Mapping[str, Any], max_attempts: int, lease_s: float,
-           env_cache: EnvCache | None = None) -> tuple[Any, ...]:
+           env_cache: EnvCache | None = None, place: str = "") -> tuple[Any, ...]:
     """Validate one job object (as sent by a client): its values in the
     order of JobSpec's fields, the defaults filled in; the last five only
     if it has any of them (a tuple, not a dict: this runs per job of a
@@ -63,8 +63,35 @@ def fields(s: Mapping[str, Any], max_attempts: int, lease_s: float,
         duration(s.get("timeout_s"), "timeout_s", None),
         text(s.get("label"), "label", None),
         shell,
+        place_name(s.get("place"), place),
         *(() if _DEP_FIELDS.isdisjoint(s) else _waits(s)),
     )
+
+
+ANYWHERE = "*"  # what a client sends for `--anywhere`
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+MAX_NAME = 64
+
+
+def place_name(v: Any, default: str) -> str:
+    """Where a job may run: a host's or a tag's name (place names), ``*``
+    for anywhere (stored as ""); None -> ``default``."""
+    if v is None:
+        return default
+    if v == ANYWHERE or v == "":
+        return ""
+    if not isinstance(v, str):
+        raise FieldError("place", f"must be a host or tag name, got {v!r}")
+    return host_name(v, "place")
+
+
+def host_name(v: str, name: str) -> str:
+    """A host or tag name: 1 to 64 letters, digits, '.', '_' or '-' (it is
+    part of a worker's name, sloth-daemon:HOST:PID:INSTANCE)."""
+    if not 1 <= len(v) <= MAX_NAME or not set(v) <= _NAME_CHARS:
+        raise FieldError(name, f"{v!r} is not a host or tag name",
+                         hint=f"Names are 1 to {MAX_NAME} letters, digits, '.', '_' or '-'.")
+    return v
 
 
 _DEP_FIELDS = frozenset({"after", "after_any", "after_previous", "retry_exit", "no_retry_exit"})

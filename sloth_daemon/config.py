@@ -29,6 +29,12 @@ class Settings:
     notify: tuple[str, ...] = ("failed",)  # desktop notification on: failed, done, drained
     on_finish: str = ""  # a shell command run when a job ends, the job as JSON on stdin
     hook_timeout_s: float = 30.0  # an on_finish command still running after this is killed
+    # One queue for several machines (a PostgreSQL URL; SLOTH_QUEUE_URL wins): see queue_target.
+    queue_url: str = ""  # "": the SQLite file in the data dir
+    host: str = ""  # this machine's name on a shared queue ("": its hostname)
+    tags: tuple[str, ...] = ()  # names `sloth add --on NAME` may use for this machine too
+    listen: bool = True  # LISTEN/NOTIFY wakeups (false: poll only, e.g. PgBouncer in transaction mode)
+    poll_s: float = 5.0  # a shared queue is looked at this often besides its wakeups
     lanes: Mapping[str, int] = field(default_factory=dict)  # only the lanes the file names
     file: Path | None = None
     # setting name (or "lanes.NAME") -> "default" | "file PATH"
@@ -43,7 +49,7 @@ class Settings:
     def as_dict(self) -> dict[str, Any]:
         return {
             "file": str(self.file) if self.file else None,
-            "settings": {k: {"value": getattr(self, k), "source": self.source(k)} for k in SETTING_NAMES},
+            "settings": {k: {"value": _public(k, getattr(self, k)), "source": self.source(k)} for k in SETTING_NAMES},
             "lanes": {k: {"concurrency": self.concurrency(k), "source": self._lane_source(k)}
                       for k in sorted({"default", *self.lanes})},
         }
@@ -58,8 +64,11 @@ class Settings:
 SETTING_NAMES: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(Settings) if f.name not in ("lanes", "file", "sources"))
 DURATION_KEYS = frozenset({"lease_s", "backoff_cap_s", "retention_s", "kill_grace_s", "clock_check_s",
-                           "hook_timeout_s"})
-POSITIVE_DURATIONS = frozenset({"lease_s", "clock_check_s", "hook_timeout_s"})
+                           "hook_timeout_s", "poll_s"})
+POSITIVE_DURATIONS = frozenset({"lease_s", "clock_check_s", "hook_timeout_s", "poll_s"})
+MACHINE_KEYS = frozenset({"queue_url", "host", "tags", "listen"})  # read at start: a reload names them
+QUEUE_URL_ENV = "SLOTH_QUEUE_URL"
+URL_SCHEMES = ("postgresql://", "postgres://")
 NOTIFY_EVENTS = ("failed", "done", "drained")
 INT_MINIMUM = {"max_attempts": 1, "default_concurrency": 1, "log_cap_bytes": 1024}
 
@@ -124,9 +133,34 @@ def _coerce_telling(path: Path, key: str, raw: Any) -> Any:
     return raw
 
 
+def _coerce_machine(path: Path, key: str, raw: Any) -> Any:
+    """queue_url, host, tags and listen."""
+    from .spec import host_name
+
+    if key == "listen":
+        if not isinstance(raw, bool):
+            raise ConfigError(f"{path}: listen must be true or false, got {raw!r}")
+        return raw
+    if key == "queue_url":
+        if not isinstance(raw, str) or raw and not raw.lower().startswith(URL_SCHEMES):
+            raise ConfigError(f"{path}: queue_url must be a postgresql:// URL (or \"\"), got {_public(key, raw)!r}",
+                              hint='e.g. queue_url = "postgresql://me@db.lan/sloth"; leave it out for the local file.')
+        return raw
+    names = raw if key == "tags" else [raw]
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ConfigError(f"{path}: {key} must be {'a list of names' if key == 'tags' else 'a name'}, got {raw!r}")
+    try:
+        checked = [host_name(n, key) for n in names if n or key == "tags"]
+    except BadRequest as e:
+        raise ConfigError(f"{path}: {key}: {e.message}", hint=e.hint) from None
+    return tuple(dict.fromkeys(checked)) if key == "tags" else (checked or [""])[0]
+
+
 def _coerce(path: Path, key: str, raw: Any) -> Any:
     if key in ("notify", "on_finish"):
         return _coerce_telling(path, key, raw)
+    if key in MACHINE_KEYS:
+        return _coerce_machine(path, key, raw)
     if key in DURATION_KEYS:
         try:
             v = parse_duration(raw, what=key)
@@ -143,7 +177,8 @@ def _coerce(path: Path, key: str, raw: Any) -> Any:
 
 def changes(old: Settings, new: Settings) -> list[str]:
     """What a reload changes, one line per setting or lane: ``max_attempts: 3 -> 5``."""
-    out = [f"{k}: {_shown(getattr(old, k))} -> {_shown(getattr(new, k))}"
+    out = [f"{k}: {_shown(_public(k, getattr(old, k)))} -> {_shown(_public(k, getattr(new, k)))}"
+           + (" (takes effect when the daemon restarts)" if k in MACHINE_KEYS else "")
            for k in SETTING_NAMES if getattr(old, k) != getattr(new, k)]
     for lane in sorted(set(old.lanes) | set(new.lanes)):
         a, b = old.concurrency(lane), new.concurrency(lane)
@@ -154,6 +189,28 @@ def changes(old: Settings, new: Settings) -> list[str]:
         elif a != b:
             out.append(f"lanes.{lane}: {a} -> {b}")
     return out
+
+
+def queue_target(settings: Settings, data_db: Path, environ: Mapping[str, str] | None = None) -> str | Path:
+    """Where the queue is: $SLOTH_QUEUE_URL, else queue_url, else the SQLite
+    file ``data_db``. Raises ConfigError for a variable that is no URL."""
+    import os
+
+    env = os.environ if environ is None else environ
+    url = env.get(QUEUE_URL_ENV, "") or settings.queue_url
+    if url and not url.lower().startswith(URL_SCHEMES):
+        raise ConfigError(f"{QUEUE_URL_ENV} must be a postgresql:// URL, got {_public('queue_url', url)!r}")
+    return url or data_db
+
+
+def _public(key: str, v: Any) -> Any:
+    """A setting as shown: a URL's password masked."""
+    if key != "queue_url" or not isinstance(v, str):
+        return v
+    import re
+
+    v = re.sub(r"(://[^:/@?#]*:)[^@/?#]*@", r"\1***@", v)
+    return re.sub(r"(password=)[^&\s]*", r"\1***", v)
 
 
 def _shown(v: Any) -> str:
@@ -174,6 +231,13 @@ default_concurrency = 1
 notify = ["failed"]     # desktop notifications (notify-send / osascript): failed, done, drained
 on_finish = ""          # e.g. "~/bin/job-done": a shell command, the job as JSON on stdin
 hook_timeout_s = "30s"  # on_finish still running after this is killed
+
+# One queue for several machines (PostgreSQL; `sloth db migrate` once):
+# queue_url = "postgresql://me@db.lan/sloth"   # or SLOTH_QUEUE_URL
+# host = "laptop"        # this machine's name there (default: its hostname)
+# tags = ["gpu"]         # `sloth add --on gpu` runs here (or on any machine with the tag)
+# listen = true          # false behind PgBouncer in transaction mode: poll only
+# poll_s = "5s"
 
 [lanes]
 default = 1

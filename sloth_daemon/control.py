@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
 
 from .config import Settings
-from .errors import FieldError, SlothError
+from .errors import BadRequest, FieldError, SlothError
 from .models import Batch, Event, Job, Listing
 from .paths import Paths
 from .queue import Queue
@@ -39,6 +39,7 @@ class Control:
         self.instance = instance
         self.started_at = time.time()
         self._watchers: set[Watcher] = set()
+        self.shared: Any = None  # shared.Shared on a queue shared by several machines
 
     # ------------------------------------------------------------ changes
     def job_changed(self, job: Job) -> None:
@@ -54,6 +55,12 @@ class Control:
     # -------------------------------------------------------------- reads
     def get(self, job_id: int) -> Job:
         return self.queue.get(job_id)
+
+    def get_many(self, ids: Sequence[int]) -> list[Job]:
+        """The jobs of these ids that exist, in one read on a shared queue."""
+        if self.shared is not None:
+            return self.queue.get_many(ids)  # type: ignore[attr-defined]
+        return [self.queue.get(i) for i in ids]
 
     def events(self, job_id: int) -> list[Event]:
         return self.queue.events(job_id)
@@ -84,7 +91,7 @@ class Control:
             "instance": self.instance, "paths": self.paths.as_dict(), "counts": counts, "queue": queue,
             "keeper": {"pid": getattr(self.spawner, "pid", None)},
             "config_file": str(self.settings.file) if self.settings.file else None,
-            **self.worker.status(),
+            **self.worker.status(), **(self.shared.status() if self.shared is not None else {}),
         }
 
     def lanes(self) -> dict[str, Any]:
@@ -102,7 +109,7 @@ class Control:
             batch: str | None = None) -> tuple[list[int], list[str]]:
         """Queue the jobs, all or none (recorded under ``batch`` if given);
         returns the ids and the lanes this add made (not known before)."""
-        specs = list(specs)
+        specs = [s if isinstance(s, JobSpec) else self._placed(s) for s in specs]
         known = set(self.worker.lanes.known())
         new = sorted({_lane_of(s) for s in specs} - known)
         ids = self.queue.enqueue_many(specs, batch=batch)
@@ -112,15 +119,43 @@ class Control:
     def validate(self, jobs: Sequence[Mapping[str, Any]], *, first: int = 1) -> list[JobSpec]:
         """Each job checked as the queue would (so a batch is refused before any
         of it is queued); an error names the job's place in its batch."""
-        defaults = Defaults(self.settings.max_attempts, self.settings.lease_s)
+        defaults = Defaults(self.settings.max_attempts, self.settings.lease_s, self.default_place)
         cache: EnvCache = {}
         out = []
         for i, job in enumerate(jobs, first):
             try:
-                out.append(JobSpec.parse(job, defaults, cache))
+                out.append(self._placed_here(JobSpec.parse(job, defaults, cache)))
             except FieldError as e:
                 raise FieldError(e.field, f"{e.problem} (job {i} of the batch)", e.hint) from None
         return out
+
+    # ----------------------------------------------------------- placement
+    @property
+    def default_place(self) -> str:
+        """Where a job runs unless told: on a shared queue the machine that
+        queued it (its cwd and environment are this machine's); else anywhere."""
+        return self.worker.host if self.shared is not None else ""
+
+    def _placed(self, spec: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A job object (the add op) with this daemon's default place, checked."""
+        if "place" not in spec and self.shared is not None:
+            spec = {**spec, "place": self.default_place}
+        if self.shared is None and spec.get("place") not in (None, "", "*", *self._here()):
+            raise self._nowhere(str(spec.get("place")))
+        return spec
+
+    def _placed_here(self, spec: JobSpec) -> JobSpec:
+        if self.shared is None and spec.place and spec.place not in self._here():
+            raise self._nowhere(spec.place)
+        return spec
+
+    def _here(self) -> tuple[str, ...]:
+        return (self.worker.host, *self.settings.tags)
+
+    def _nowhere(self, place: str) -> BadRequest:
+        return BadRequest(f"--on {place}: this queue is this machine's alone ({self.worker.host}); every job runs here",
+                          hint="To run jobs on other machines, share one PostgreSQL queue between them (README,"
+                               " \"Several machines\"); here leave --on out.")
 
     def batch_ids(self, token: str) -> list[int] | None:
         return self.queue.batch_ids(token)
@@ -168,6 +203,13 @@ class Control:
     # --------------------------------------------------------------- logs
     def log_path(self, job_id: int, attempt: int) -> Path:
         return self.paths.job_log(job_id, attempt)
+
+    def stored_log(self, job_id: int, attempt: int, offset: int) -> Any:
+        """On a shared queue, the copy of an attempt's log in the database
+        (pg_logs.LogPart, from ``offset``); None on one machine's queue."""
+        if self.shared is None:
+            return None
+        return self.queue.stored_log(job_id, attempt, offset)  # type: ignore[attr-defined]
 
     def running_count(self) -> int:
         """Jobs with a live process here (no database needed)."""

@@ -36,7 +36,7 @@ import secrets
 import signal
 import sys
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import __version__, config, identity, limits, timerfd
 from .clock import SystemClocks
@@ -50,6 +50,9 @@ from .runs import worker_name
 from .supervision import KeeperSpawner
 from .tell import Teller
 from .worker import Worker
+
+if TYPE_CHECKING:
+    from .shared import Shared
 
 log = logging.getLogger("sloth.daemon")
 # How long one write of the daemon waits for another process's lock on the
@@ -110,10 +113,10 @@ class Daemon:
 
     def __init__(self, *, paths: Paths, settings: config.Settings, queue: Queue, worker: Worker,
                  server: Server, keeper: KeeperSpawner, control: Control | None = None,
-                 teller: Teller | None = None) -> None:
+                 teller: Teller | None = None, shared: "Shared | None" = None) -> None:
         self.paths, self.settings = paths, settings
         self.queue, self.worker, self.server, self.keeper = queue, worker, server, keeper
-        self.control, self.teller = control, teller
+        self.control, self.teller, self.shared = control, teller, shared
         self.notifier = Notifier.from_env()
         self._stop = asyncio.Event()
         self.stop_reason = ""
@@ -166,6 +169,8 @@ class Daemon:
         loop.add_signal_handler(signal.SIGINT, lambda: self.request_stop("signal SIGINT", keep_jobs=False))
         loop.add_signal_handler(signal.SIGHUP, self._on_sighup)  # systemctl reload; harmless on a hang-up
         await self._take_over()
+        if self.shared is not None:
+            self.shared.start()  # a queue shared by several machines: its polls, wakeups, log shipping
         await self._listen()
         watch = self._watch_clock(loop)
         notifier = self.notifier
@@ -174,8 +179,8 @@ class Daemon:
         if notifier.watchdog_interval_s:
             tasks.append(loop.create_task(_watchdog(notifier, notifier.watchdog_interval_s)))
         notifier.ready(f"serving {self.paths.socket}")
-        log.info("sloth %s ready: pid %d, socket %s, db %s", __version__, os.getpid(),
-                 self.paths.socket, self.paths.db)
+        log.info("sloth %s ready: pid %d, socket %s, queue %s", __version__, os.getpid(), self.paths.socket,
+                 self.paths.db if self.shared is None else self.shared.describe())
         stop = loop.create_task(self._stop.wait())
         done, _ = await asyncio.wait([stop, worker], return_when=asyncio.FIRST_COMPLETED)
         if worker in done and worker.exception() is not None:
@@ -207,6 +212,8 @@ class Daemon:
 
     async def _drain(self, tasks: list[asyncio.Task[None]], watch: timerfd.ClockSetWatch | None) -> None:
         await self.worker.shutdown(keep_jobs=self.keep_jobs)
+        if self.shared is not None:
+            await self.shared.close()
         await self.keeper.close(bye=not self.keep_jobs)
         await self.server.close()
         if self.teller is not None:
@@ -232,32 +239,55 @@ async def _watchdog(notifier: Notifier, interval_s: float) -> None:
 
 
 def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256) -> Daemon:
-    """The production daemon: real clocks, the SQLite queue in the data dir
-    (its logs under its identity), job processes run by this process, the
+    """The production daemon: real clocks, the queue (the SQLite file in the
+    data dir, or a PostgreSQL queue shared by several machines: shared.py),
+    its logs under its identity, job processes run by the keeper, the
     socket server."""
     clocks = SystemClocks()
     instance = secrets.token_hex(4)
-    queue = Queue(paths.db, clocks, lease_s=settings.lease_s, max_attempts=settings.max_attempts,
-                  backoff_cap_s=settings.backoff_cap_s, lock_wait_s=LOCK_WAIT_S)
-    try:
-        paths = identity.adopt(paths, queue.identity, had_jobs=sum(queue.counts().values()) > 0)
-    except BaseException:
-        queue.close()
-        raise
-    keeper = KeeperSpawner(paths, name=worker_name(instance), check_s=settings.clock_check_s)
+    target = config.queue_target(settings, paths.db)
+    shared = None
+    if isinstance(target, str):
+        from .shared import Shared, open_shared  # psycopg: only for a URL
+
+        machine = open_shared(target, paths, settings, clocks, instance)
+        queue: Any = machine.queue
+        paths, shared = machine.paths, Shared(machine, settings, clocks)
+    else:
+        queue = _open_local(paths, settings, clocks)
+        paths = paths.for_queue(queue.identity)
+    host = shared.host if shared is not None else None
+    keeper = KeeperSpawner(paths, name=worker_name(instance, host=host), check_s=settings.clock_check_s)
     worker = Worker(queue, settings, keeper, clocks=clocks, log_path=paths.job_log, instance=instance,
-                    commit_delay_s=COMMIT_DELAY_S)
+                    commit_delay_s=COMMIT_DELAY_S, host=host,
+                    places=shared.m.places if shared is not None else None)
     stop, reload = _StopRelay(), _ReloadRelay()
     control = Control(queue, worker, keeper, paths, settings, request_stop=stop, instance=instance,
                       request_reload=reload)
     worker.on_change = control.job_changed
     teller = Teller(settings, log_path=paths.job_log, lane_busy=queue.lane_busy)
     control.watch(teller.job_changed)
+    if shared is not None:
+        shared.attach(worker, paths.job_log)
+        control.shared = shared
+        control.watch(shared.shipper.job_changed)
     daemon = Daemon(paths=paths, settings=settings, queue=queue, worker=worker,
                     server=Server(control, max_connections=max_connections),
-                    keeper=keeper, control=control, teller=teller)
+                    keeper=keeper, control=control, teller=teller, shared=shared)
     stop.target, reload.target = daemon.request_stop, daemon.reload
     return daemon
+
+
+def _open_local(paths: Paths, settings: config.Settings, clocks: SystemClocks) -> Queue:
+    """The SQLite queue in the data dir, its identity recorded beside it (identity.py)."""
+    queue = Queue(paths.db, clocks, lease_s=settings.lease_s, max_attempts=settings.max_attempts,
+                  backoff_cap_s=settings.backoff_cap_s, lock_wait_s=LOCK_WAIT_S)
+    try:
+        identity.adopt(paths, queue.identity, had_jobs=sum(queue.counts().values()) > 0)
+    except BaseException:
+        queue.close()
+        raise
+    return queue
 
 
 class _StopRelay:
@@ -292,8 +322,9 @@ def main() -> int:
     secure_all(paths)  # our folders 0700 and ours, no links: before anything is made in them
     lock = InstanceLock(paths)  # first: before the socket or the db is touched
     try:
-        identity.check_before_open(paths)  # a lost queue is refused, not made anew
         settings = config.load(paths.config_file)
+        if not isinstance(config.queue_target(settings, paths.db), str):
+            identity.check_before_open(paths)  # a lost queue is refused, not made anew
         nofile = limits.raise_nofile()
         d = build(paths, settings, max_connections=limits.connection_cap(nofile))
         code = asyncio.run(d.run())

@@ -132,6 +132,11 @@ MIGRATIONS: list[str] = [
     );
     INSERT INTO lanes (name, created_at) SELECT lane, min(created_at) FROM jobs GROUP BY lane;
     """,
+    # 5 -> 6: where a job may run ('' anywhere; a host or a tag), as on a
+    # shared PostgreSQL queue. One machine's queue runs every job here.
+    """
+    ALTER TABLE jobs ADD COLUMN place TEXT NOT NULL DEFAULT '';
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -152,7 +152,7 @@ class Handlers(StreamHandlers):
         return self.c.listing(states=states_arg(a.get("states")), lane=lane_name(a.get("lane")), limit=limit,
                               offset=whole(a.get("offset", 0), "offset", 0, 2**62),
                               finished_limit=None if fl is None else whole(fl, "finished_limit", 0, MAX_LIST),
-                              ).to_dict()
+                              **host_arg(a.get("host"))).to_dict()
 
     def op_show(self, a: dict[str, Any]) -> dict[str, Any]:
         if "id" in a:
@@ -221,9 +221,13 @@ class Handlers(StreamHandlers):
         return {"would_prune" if dry else "pruned": n}
 
     def op_logs(self, a: dict[str, Any]) -> dict[str, Any]:
+        """Where the attempt's log is; ``stored``: not here, but in the shared
+        queue's database (read it with ``follow``, live false)."""
         job = self.c.get(job_id(a.get("id")))
         n = attempt_of(job, a.get("attempt")) or job.attempts  # not None: allow_none is False
-        return {"id": job.id, "attempt": n, "attempts": job.attempts, "path": str(self.c.log_path(job.id, n))}
+        path = self.c.log_path(job.id, n)
+        elsewhere = self.c.shared is not None and not path.exists() and not self.c.attempt_live(job.id, n)
+        return {"id": job.id, "attempt": n, "attempts": job.attempts, "path": str(path), "stored": elsewhere}
 
     def op_config(self, a: dict[str, Any]) -> dict[str, Any]:
         return self.c.config()
@@ -298,6 +302,15 @@ def batch_token(v: Any) -> str:
     if not isinstance(v, str) or not 1 <= len(v) <= 64 or not set(v) <= _TOKEN_CHARS:
         raise BadRequest("batch must be a token of 1 to 64 letters, digits, '_' or '-'")
     return v
+
+
+def host_arg(v: Any) -> dict[str, str]:
+    """``host`` of a listing: only jobs that run, ran or are placed there."""
+    if v is None:
+        return {}
+    if not isinstance(v, str) or not v:
+        raise BadRequest("host must be a non-empty string")
+    return {"host": v}
 
 
 def lane_name(v: Any) -> str | None:

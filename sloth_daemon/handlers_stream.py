@@ -20,6 +20,12 @@ MAX_STREAM_BACKLOG = 1024  # queued events per subscriber before it is told it o
 LOG_CHUNK = 256 * 1024  # bytes of log per streamed event
 _OVERFLOW: dict[str, Any] = {"overflow": True}
 _STOPPING = "the daemon is stopping"
+# A shared queue: what other machines' daemons change is not heard here,
+# so waits look again this often, and a log stored by another machine is
+# read again this often (until it is marked done, or its run ended and
+# nothing came for STORED_GRACE_S: its daemon died before it could finish).
+REMOTE_POLL_S = 1.0
+STORED_GRACE_S = 5.0
 
 
 class Subscription:
@@ -74,15 +80,18 @@ class StreamHandlers:
                 changed.set()
         unwatch = self.c.watch(on_change)
         self._wakers.add(changed)
+        known = {j.id: (j.state, j.attempts) for j in now}
         try:
             await emit({"kind": "jobs", "jobs": [j.to_dict() for j in now]})
             while pending:
-                await changed.wait()
+                if not await self._heard(changed):
+                    latest.update(self._polled(pending, known))
                 changed.clear()
                 if self.closing:
                     raise SlothError(_STOPPING, hint="Run the wait again after it restarts.")
                 while latest:
                     jid, job = latest.popitem()
+                    known[jid] = (job.state, job.attempts)
                     await emit({"kind": "state", "job": job.to_dict()})
                     if job.state.finished:
                         pending.discard(jid)
@@ -90,6 +99,23 @@ class StreamHandlers:
             unwatch()
             self._wakers.discard(changed)
         return {"jobs": [self.c.get(i).to_dict() for i in ids]}
+
+    async def _heard(self, changed: asyncio.Event) -> bool:
+        """Wait for a change heard here; on a shared queue at most
+        REMOTE_POLL_S (False: look again, another machine may have changed it)."""
+        if self.c.shared is None:
+            await changed.wait()
+            return True
+        try:
+            await asyncio.wait_for(changed.wait(), REMOTE_POLL_S)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    def _polled(self, pending: set[int], known: dict[int, tuple[Any, int]]) -> dict[int, Job]:
+        """The pending jobs another machine changed since we last said."""
+        jobs = self.c.get_many(sorted(pending))
+        return {j.id: j for j in jobs if known.get(j.id) != (j.state, j.attempts)}
 
     async def op_subscribe(self, a: dict[str, Any], emit: Emit) -> Any:
         ids = a.get("ids")
@@ -114,14 +140,14 @@ class StreamHandlers:
         first attempt (default) or the one asked for, then each later one,
         each after an ``attempt`` event, until the job is final. The
         response is the job as it ends."""
-        through = a.get("all_attempts", False)
-        if not isinstance(through, bool):
-            raise BadRequest("all_attempts must be true or false")
+        through, live = a.get("all_attempts", False), a.get("live", True)
+        if not isinstance(through, bool) or not isinstance(live, bool):
+            raise BadRequest("all_attempts and live must be true or false")
         job, n = await self._first_attempt(job_id(a.get("id")), a.get("attempt"), through)
         while n is not None:
             if n > 1 and through:
                 await emit({"kind": "attempt", "attempt": n, "previous": self._how_it_ended(job.id, n - 1)})
-            await self._send_attempt(job.id, n, emit)
+            await self._send_attempt(job.id, n, emit, live)
             if not through:
                 break
             job = await self._until_attempt(job.id, n)
@@ -140,12 +166,41 @@ class StreamHandlers:
             n = 1  # the whole story: attempts that failed before we came, then the live one
         return job, n
 
-    async def _send_attempt(self, jid: int, n: int, emit: Emit) -> None:
-        live = self.c.follow(jid, n)
-        if live is not None:
-            await _stream(live, emit)
+    async def _send_attempt(self, jid: int, n: int, emit: Emit, live: bool = True) -> None:
+        """Live from the keeper, else the file here, else (a shared queue)
+        the copy another machine's daemon stores; ``live``: follow it."""
+        tap = self.c.follow(jid, n)
+        path = self.c.log_path(jid, n)
+        if tap is not None:
+            await _stream(tap, emit)
+        elif self.c.shared is not None and not path.exists():
+            await self._send_stored(jid, n, emit, live)
         else:
-            await _send_file(self.c.log_path(jid, n), emit)
+            await _send_file(path, emit)
+
+    async def _send_stored(self, jid: int, n: int, emit: Emit, live: bool) -> None:
+        """The stored copy; an attempt that ended is read until its copy is
+        complete (its machine ships the rest after the end), even when not
+        ``live``: `sloth logs ID` right after the job ended elsewhere."""
+        offset, quiet = 0, 0.0
+        while not self.closing:
+            part = self.c.stored_log(jid, n, offset)
+            if part.data:
+                await emit(log_event(part.data))
+                offset, quiet = offset + len(part.data), 0.0
+            if part.done:
+                return
+            if part.size is not None and offset < part.size:
+                continue  # more than one read's worth is stored
+            job = self.c.get(jid)
+            running = job.state.value == "running" and job.attempts == n
+            if running and not live:
+                return  # what it printed so far
+            if not running:  # it ended: its machine ships the rest within a second or two
+                quiet += REMOTE_POLL_S
+                if quiet > STORED_GRACE_S:
+                    return
+            await asyncio.sleep(REMOTE_POLL_S / 2)
 
     def _how_it_ended(self, jid: int, n: int) -> str:
         ends = [e for e in self.c.events(jid) if e.attempt == n and e.kind in ("failed", "interrupted", "abandoned")]
@@ -163,10 +218,20 @@ class StreamHandlers:
                 if job.attempts > after and (self.c.attempt_live(jid, job.attempts) or job.state.value != "running"
                                              or job.attempts > after + 1):
                     return job
-                if await sub.q.get() is None:
+                if await self._next_change(sub) is None:
                     raise SlothError(_STOPPING, hint="Follow the job again after it restarts.")
         finally:
             self._unsubscribe(sub)
+
+    async def _next_change(self, sub: Subscription) -> Any:
+        """The next change heard here; on a shared queue a timeout after
+        REMOTE_POLL_S is a change too (look again: another machine may act)."""
+        if self.c.shared is None:
+            return await sub.q.get()
+        try:
+            return await asyncio.wait_for(sub.q.get(), REMOTE_POLL_S)
+        except asyncio.TimeoutError:
+            return True
 
     def _subscribe(self, match: Callable[[Job], bool]) -> Subscription:
         sub = Subscription(self.c, match)

@@ -107,6 +107,12 @@ def adopt(paths: Paths, identity: str, *, had_jobs: bool) -> Paths:
     return mine
 
 
+def ensure_log_dir(mine: Paths) -> None:
+    """The log folder of a queue that lives elsewhere (a PostgreSQL queue:
+    its identity is kept in its database, nothing beside it here)."""
+    private.ensure_dir(mine.jobs_log_dir)
+
+
 def _adopt_flat_logs(flat: Path, mine: Path) -> None:
     """A queue from before identities kept its logs in logs/jobs/ itself:
     they are this queue's (it had jobs, so it is the queue that wrote them)."""

@@ -40,10 +40,13 @@ def overrides_in_force(rows: Mapping[str, Mapping[str, Any]], settings: Settings
 
 
 class Lanes:
-    def __init__(self, queue: Queue, settings: Settings) -> None:
+    def __init__(self, queue: Queue, settings: Settings, *, host: str | None = None) -> None:
+        """``host``: on a queue shared by several machines, this machine's
+        name: its pauses are its own (each machine's daemon has its own slots)."""
         self.queue, self.settings = queue, settings
-        self.paused_all = bool(queue.get_meta("paused_all", False))
-        self.paused: set[str] = set(queue.get_meta("paused_lanes", []))
+        self.keys = ("paused_all", "paused_lanes") if host is None else (f"paused_all@{host}", f"paused_lanes@{host}")
+        self.paused_all = bool(queue.get_meta(self.keys[0], False))
+        self.paused: set[str] = set(queue.get_meta(self.keys[1], []))
         self.overrides: dict[str, int] = {}
         self._load()
 
@@ -102,11 +105,11 @@ class Lanes:
     def pause(self, lane: str | None) -> None:
         if lane is None:
             self.paused_all = True
-            self.queue.set_meta("paused_all", True)
+            self.queue.set_meta(self.keys[0], True)
         else:
             self.check(lane)
             self.paused.add(lane)
-            self.queue.set_meta("paused_lanes", sorted(self.paused))
+            self.queue.set_meta(self.keys[1], sorted(self.paused))
 
     def resume(self, lane: str | None) -> None:
         """Resume everything, or one lane. Resuming one lane while all are
@@ -118,11 +121,11 @@ class Lanes:
         if lane is None:
             self.paused_all = False
             self.paused.clear()
-            self.queue.set_meta("paused_all", False)
+            self.queue.set_meta(self.keys[0], False)
         else:
             self.check(lane)
             self.paused.discard(lane)
-        self.queue.set_meta("paused_lanes", sorted(self.paused))
+        self.queue.set_meta(self.keys[1], sorted(self.paused))
 
     def set(self, lane: str, concurrency: int, *, create: bool = False) -> dict[str, Any]:
         """`sloth lane set`: 0 pauses the lane (its concurrency is kept for

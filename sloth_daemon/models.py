@@ -85,6 +85,7 @@ class Job:
     after_any: list[int] = field(default_factory=list)  # ... and these have ended at all
     retry_exit: list[int] | None = None  # only these exit codes are retried (None: any)
     no_retry_exit: list[int] = field(default_factory=lambda: list(NO_RETRY_EXIT))
+    place: str = ""  # where it may run: "" anywhere, else a host's or a tag's name
 
     @classmethod
     def from_row(cls, row: Any, *, env: dict[str, str] | None = None) -> "Job":

@@ -52,7 +52,7 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "ping": (frozenset(), frozenset()),
     "status": (frozenset(), frozenset()),
     "add": (frozenset({"jobs"}), frozenset({"common"})),
-    "list": (frozenset(), frozenset({"states", "lane", "limit", "offset", "finished_limit"})),
+    "list": (frozenset(), frozenset({"states", "lane", "limit", "offset", "finished_limit", "host"})),
     # One job by "id" (the result has "job"), several by "ids" or a selection
     # ("lane", "states"): the result has "jobs" (and "skipped": [{id, why}]).
     "show": (frozenset(), frozenset({"id", "ids"})),
@@ -68,7 +68,7 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "prune": (frozenset(), frozenset({"older_than_s", "states", "lane", "dry_run"})),
     "logs": (frozenset({"id"}), frozenset({"attempt"})),
     "wait": (frozenset({"ids"}), frozenset()),
-    "follow": (frozenset({"id"}), frozenset({"attempt", "all_attempts"})),
+    "follow": (frozenset({"id"}), frozenset({"attempt", "all_attempts", "live"})),
     "subscribe": (frozenset(), frozenset({"ids"})),
     "config": (frozenset(), frozenset()),
     "reload": (frozenset(), frozenset()),

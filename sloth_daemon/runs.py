@@ -21,6 +21,12 @@ WORKER_PREFIX = "sloth-daemon"
 FENCE_MARGIN_MIN_S = 0.5
 FENCE_MARGIN_SHARE = 0.05
 SETTLE_BACKOFF_S = (0.5, 1, 2, 5, 10, 30)  # retrying a result the database would not take
+RENEW_RETRY_S = 0.5  # after a renewal the database did not take (the keeper fences if that lasts)
+
+
+def this_host() -> str:
+    """This machine's name by default: its hostname (config's ``host`` may set another)."""
+    return socket.gethostname()
 
 
 def worker_name(instance: str, *, host: str | None = None, pid: int | None = None) -> str:
@@ -44,6 +50,25 @@ def trust_until(sent: ClockReadings, lease_s: float) -> float:
     margin, so the run is stopped before the lease the queue records could
     expire and be handed to anyone else."""
     return boot_of(sent) + lease_s - max(FENCE_MARGIN_MIN_S, FENCE_MARGIN_SHARE * lease_s)
+
+
+def renew_in(run: "Run", r: ClockReadings, *, wall_too: bool) -> float:
+    """Seconds until the run's lease is renewed: a third into it by the boot
+    clock, from when the last renewal was sent (``run.renew_at``), so a
+    wall clock set wrong, here or on a database server, changes nothing.
+    ``wall_too``: the queue keeps this machine's wall time (SQLite), so
+    also by its ``lease_until`` (a wall clock stepped ahead renews at once)."""
+    due = run.renew_at - boot_of(r)
+    if wall_too:
+        due = min(due, (run.job.lease_until or 0.0) - run.job.lease_s * 2 / 3 - r.wall)
+    return due
+
+
+def ran_here(runner: dict[str, Any] | None, host: str) -> dict[str, Any] | None:
+    """A previous attempt's process if it ran on ``host`` (it is ended before
+    the next attempt starts); another machine's is that machine's keeper's."""
+    worker = (runner or {}).get("worker")
+    return runner if worker is None or is_daemon_on_host(worker, host) else None
 
 
 def term_lead(lease_s: float, kill_grace_s: float) -> float:
@@ -71,6 +96,11 @@ class Run:
     record_error: str | None = None  # why the last attempt to record the outcome failed
     record_tries: int = 0
     record_after: float = 0.0  # awake clock: when to try recording again
+    renew_at: float = 0.0  # boot clock: when its lease is renewed next (worker._renew_in)
+
+    def renewed(self, sent: ClockReadings) -> None:
+        """Its lease was renewed by a request sent at ``sent``: next time a third into it."""
+        self.renew_at = boot_of(sent) + self.job.lease_s / 3
 
     @property
     def live(self) -> bool:

@@ -15,7 +15,7 @@ from typing import Any, Mapping, NamedTuple
 
 from .checks import (  # noqa: F401 - the checks, where the queue has always found them
     DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS, FIELDS, MAX_PREREQS, PREVIOUS, command_json, duration, env_json,
-    exit_codes, fields, ids, integer, number, path_text, text,
+    exit_codes, fields, host_name, ids, integer, number, path_text, place_name, text,
 )
 
 # id(env) -> (env, its JSON): a batch usually shares one environment object.
@@ -27,6 +27,7 @@ class Defaults(NamedTuple):
 
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     lease_s: float = DEFAULT_LEASE_S
+    place: str = ""  # anywhere; a daemon on a shared queue: its own host
 
 
 class JobSpec(NamedTuple):
@@ -46,6 +47,7 @@ class JobSpec(NamedTuple):
     timeout_s: float | None
     label: str | None
     shell: bool
+    place: str = ""  # where it may run: "" anywhere, else a host or a tag (see place_name)
     after: tuple[int, ...] = ()  # ids that must end done
     after_any: tuple[int, ...] = ()  # ids that must end, whatever the result
     after_previous: str | None = None  # "after" | "after_any": on the batch's previous job
@@ -59,4 +61,4 @@ class JobSpec(NamedTuple):
     @classmethod
     def parse(cls, s: Mapping[str, Any], defaults: Defaults, env_cache: EnvCache | None = None) -> "JobSpec":
         """Validate one job object (as sent by a client). Raises BadRequest."""
-        return cls(*fields(s, defaults.max_attempts, defaults.lease_s, env_cache))
+        return cls(*fields(s, defaults.max_attempts, defaults.lease_s, env_cache, defaults.place))

@@ -46,6 +46,7 @@ OPTION_NAMES = {
     "command": "the command", "lane": "--lane", "priority": "--priority", "max_attempts": "--max-attempts",
     "lease_s": "--lease", "timeout_s": "--timeout", "not_before": "--delay/--at", "key": "--key",
     "label": "--label", "cwd": "--cwd (or the current folder)", "env": "the environment", "shell": "--shell",
+    "place": "--on",
 }
 # Refusals of a commit that prove its transaction never happened (or was rolled back).
 _CERTAIN = (BadRequest, ProtocolError, IllegalTransition, StorageError)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from . import outcomes
 from .adoption import Adoption
@@ -34,7 +34,7 @@ from .limits import Postponement
 from .models import Job
 from .queue import Queue
 from .runner import JobEnvs
-from .runs import Run, Sink, term_lead, trust_until, worker_name
+from .runs import RENEW_RETRY_S, Run, Sink, boot_of, ran_here, renew_in, term_lead, this_host, trust_until, worker_name
 from .spawner import Outcome, Spawner, SpawnRequest
 from .worker_actions import WorkerActions
 
@@ -51,14 +51,19 @@ class Worker(Adoption, WorkerActions):
         self, queue: Queue, settings: Settings, spawner: Spawner, *, clocks: Clocks,
         log_path: Callable[[int, int], Path], instance: str,
         on_change: Callable[[Job], None] = lambda job: None, commit_delay_s: float = 0.0,
+        host: str | None = None, places: Sequence[str] | None = None,
     ) -> None:
         self.queue, self.settings, self.spawner, self.clocks = queue, settings, spawner, clocks
         self.log_path, self.instance, self.on_change = log_path, instance, on_change
-        self.name = worker_name(instance)
+        self.host = host or this_host()
+        self.name = worker_name(instance, host=self.host)
+        self.places = None if places is None else list(places)  # shared.py: what may run here
+        self.queue_time: Callable[[ClockReadings], float] | None = None  # None: the queue keeps our wall time
+        self.after_jump: Callable[[], None] = lambda: None
         first = clocks.read()
         self.detector = JumpDetector(first)
         self.running: dict[int, Run] = {}
-        self.lanes = Lanes(queue, settings)
+        self.lanes = Lanes(queue, settings, host=None if places is None else self.host)
         self.last_jump: dict[str, Any] | None = None
         self.last_check_at: float | None = None
         self.timerfd = False
@@ -121,7 +126,7 @@ class Worker(Adoption, WorkerActions):
             self.check_clock(r)
             self._look = True  # now and then, for jobs another process queued in the file
         self.heartbeat_due(r)
-        if self._look or (self._next_due is not None and self._next_due <= r.wall):
+        if self._look or (self._next_due is not None and self._next_due <= self.queue_now(r)):
             self._look = False  # a turn for a heartbeat or an fsync alone skips the queries
             self.claim_due(r)
         self.settle(r.awake)
@@ -135,14 +140,14 @@ class Worker(Adoption, WorkerActions):
         if self._look:
             return 0.0
         deadlines = [self._next_check - r.awake, self._next_prune - r.awake]
-        deadlines += [self._hb_due_at(run) - r.wall for run in self.running.values()
+        deadlines += [renew_in(run, r, wall_too=self.queue_time is None) for run in self.running.values()
                       if run.live and run.ending is None]
         deadlines += [run.record_after - r.awake for run in self.running.values()
                       if run.outcome is not None and not run.written]  # written: the fsync deadline below
         deadlines += [run.started_awake + RECORD_RUNNER_AFTER_S - r.awake for run in self.running.values()
                       if run.identity is not None and run.live]
         if self.may_claim() and self._next_due is not None:
-            deadlines.append(self._next_due - r.wall)
+            deadlines.append(self._next_due - self.queue_now(r))
         if self.postponed.holds(r.awake):
             deadlines.append(self.postponed.until - r.awake)
         if self.commits.due_at is not None:
@@ -160,29 +165,32 @@ class Worker(Adoption, WorkerActions):
                               "describe": jump.describe()}
             log.info("clock: %s", jump.describe())
             if jump.kind is not JumpKind.STEPPED or jump.seconds > 0:
+                self.after_jump()
                 self.renew_after_resume(jump.describe())
         return jump
 
     def renew_after_resume(self, why: str) -> None:
+        r = self.clocks.read()
         for run in list(self.running.values()):
             if not run.live or run.ending:
                 continue
             try:
                 run.job = self.queue.renew_after_resume(run.job.id, run.token, why)
+                run.renewed(r)
             except (LeaseLost, JobNotFound):
                 self._end(run, "lease lost")
-            except StorageError as e:  # the wall-clock heartbeat tries again
+            except StorageError as e:  # the heartbeat tries again
                 log.warning("cannot renew job %d after %s: %s", run.job.id, why, e.message)
 
     # ----------------------------------------------------------- heartbeat
-    @staticmethod
-    def _hb_due_at(run: Run) -> float:
-        return (run.job.lease_until or 0.0) - run.job.lease_s * 2 / 3
+    def queue_now(self, r: ClockReadings) -> float:
+        """Now on the queue's clock (due times and leases are on it)."""
+        return r.wall if self.queue_time is None else self.queue_time(r)
 
     def heartbeat_due(self, r: ClockReadings) -> None:
         renewed: list[tuple[str, float]] = []
         for run in list(self.running.values()):
-            if not run.live or run.ending or r.wall < self._hb_due_at(run):
+            if not run.live or run.ending or renew_in(run, r, wall_too=self.queue_time is None) > TIMER_SLACK_S:
                 continue
             try:
                 run.job = self.queue.heartbeat(run.job.id, run.token)
@@ -191,7 +199,9 @@ class Worker(Adoption, WorkerActions):
                 continue
             except StorageError as e:  # not renewed: the keeper ends the run if this lasts a lease
                 log.warning("cannot renew the lease of job %d: %s", run.job.id, e.message)
+                run.renew_at = boot_of(r) + RENEW_RETRY_S
                 continue
+            run.renewed(r)
             renewed.append((run.token, trust_until(r, run.job.lease_s)))
         if renewed:
             self.spawner.trust(renewed)
@@ -214,7 +224,7 @@ class Worker(Adoption, WorkerActions):
             self._claim_due(r)
         except StorageError as e:  # locked by another process, disk full: claim later, do the rest now
             log.warning("not claiming for now: %s", e.message)
-            self._next_due = r.wall + CLAIM_RETRY_S
+            self._next_due = self.queue_now(r) + CLAIM_RETRY_S
 
     def _claim_due(self, r: ClockReadings) -> None:
         self._next_due = None
@@ -223,10 +233,10 @@ class Worker(Adoption, WorkerActions):
             # transaction, and this answer is also when to wake up next.
             blocked = self.lanes.blocked(self.slots_in_use())
             mine = set(self.running)  # never re-issue our own live or unrecorded jobs to ourselves
-            self._next_due = self.queue.next_due_at(exclude_lanes=blocked, exclude_ids=mine)
-            if self._next_due is None or self._next_due > r.wall:
+            self._next_due = self.queue.next_due_at(exclude_lanes=blocked, exclude_ids=mine, places=self.places)
+            if self._next_due is None or self._next_due > self.queue_now(r):
                 return
-            job = self.queue.claim(self.name, exclude_lanes=blocked, exclude_ids=mine)
+            job = self.queue.claim(self.name, exclude_lanes=blocked, exclude_ids=mine, places=self.places)
             if job is None:
                 return  # another process took it
             self.on_change(job)
@@ -235,12 +245,14 @@ class Worker(Adoption, WorkerActions):
     def _start(self, run: Run, claimed: ClockReadings) -> None:
         job = run.job
         self.running[job.id] = run
-        extra = {"SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_ATTEMPT": str(run.attempt), "SLOTH_JOB_TOKEN": run.token}
+        run.renewed(claimed)
+        extra = {"SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_ATTEMPT": str(run.attempt), "SLOTH_JOB_TOKEN": run.token,
+                 "SLOTH_FENCE_TOKEN": run.token}
         req = SpawnRequest(
             key=run.token, job_id=job.id, attempt=run.attempt, argv=job.command, cwd=job.cwd,
             env=self.envs.base(job.env), env_extra=extra, log_path=self.log_path(job.id, run.attempt),
             log_cap=self.settings.log_cap_bytes,
-            timeout_s=job.timeout_s, kill_grace_s=self.settings.kill_grace_s, previous=job.runner,
+            timeout_s=job.timeout_s, kill_grace_s=self.settings.kill_grace_s, previous=ran_here(job.runner, self.host),
             trust_until=trust_until(claimed, job.lease_s),
             term_lead_s=term_lead(job.lease_s, self.settings.kill_grace_s))
         self.spawner.spawn(req, Sink(self, run))
@@ -291,6 +303,7 @@ class Worker(Adoption, WorkerActions):
         """The machine slept past the run's trust: renew its lease now (it
         thaws), or end it if the lease is no longer ours."""
         log.info("job %d frozen by the keeper: %s", run.job.id, why)
+        self.after_jump()  # the machine slept: its connections may be dead
         r = self.clocks.read()
         try:
             run.job = self.queue.renew_after_resume(run.job.id, run.token, why)
@@ -300,6 +313,7 @@ class Worker(Adoption, WorkerActions):
         except SlothError as e:  # cannot tell yet: it stays frozen; the next heartbeat tries again
             log.error("cannot renew job %d after a freeze: %s", run.job.id, e.message)
             return
+        run.renewed(r)
         self.spawner.trust([(run.token, trust_until(r, run.job.lease_s))])
 
     # ---------------------------------------------------------------- ending
@@ -397,7 +411,7 @@ class Worker(Adoption, WorkerActions):
                          "adopted": r.adopted} for r in self.running.values() if r.outcome is None],
             "pending_outcomes": [{"id": r.job.id, "attempt": r.attempt, "tries": r.record_tries,
                                   "error": r.record_error} for r in self.running.values() if r.record_error],
-            "last_jump": self.last_jump,
+            "last_jump": self.last_jump, "host": self.host, "places": self.places,
             "clock": {"last_check_at": self.last_check_at,
                       "check_interval_s": self.settings.clock_check_s, "timerfd": self.timerfd},
         }

@@ -47,9 +47,10 @@ GIVEN_LANES = "queued_lanes(lane) AS (SELECT DISTINCT unnest(%(lanes)s::text[]))
 # also settles its dependents (postgres.py, _expire).
 SQL_CLAIM = """
 WITH RECURSIVE {queued_lanes}, heads AS (
-    SELECT l.lane, h.priority, h.not_before, h.id FROM queued_lanes l CROSS JOIN LATERAL (
+    SELECT l.lane, {head_place} AS place, h.priority, h.not_before, h.id
+    FROM queued_lanes l {places} CROSS JOIN LATERAL (
         SELECT priority, not_before, id FROM sloth.jobs
-        WHERE state = 'queued' AND lane = l.lane AND not_before <= sloth.now()
+        WHERE state = 'queued' AND lane = l.lane {place_is} AND not_before <= sloth.now()
         ORDER BY priority DESC, not_before, id LIMIT 1
     ) h
     WHERE l.lane IS NOT NULL {lanes}
@@ -57,14 +58,14 @@ WITH RECURSIVE {queued_lanes}, heads AS (
 ), q AS (
     SELECT c.* FROM heads CROSS JOIN LATERAL (
         SELECT id, priority, not_before, state, worker, lease_until, false AS spent FROM sloth.jobs
-        WHERE state = 'queued' AND lane = heads.lane AND not_before <= sloth.now()
+        WHERE state = 'queued' AND lane = heads.lane {head_place_is} AND not_before <= sloth.now()
         ORDER BY priority DESC, not_before, id LIMIT 1 FOR UPDATE SKIP LOCKED
     ) c
     ORDER BY heads.priority DESC, heads.not_before, heads.id LIMIT 1
 ), e AS (
     SELECT id, priority, not_before, state, worker, lease_until, tries >= max_attempts AS spent
     FROM sloth.jobs
-    WHERE state = 'running' AND lease_until < sloth.now() {lanes} {ids}
+    WHERE state = 'running' AND lease_until < sloth.now() {lanes} {ids} {placed}
     ORDER BY priority DESC, not_before, id LIMIT 1 FOR UPDATE SKIP LOCKED
 ), pick AS (
     SELECT * FROM (SELECT * FROM q UNION ALL SELECT * FROM e) candidates
@@ -111,12 +112,17 @@ SELECT j.*, 'settle', true FROM sloth.jobs j JOIN pick ON j.id = pick.id WHERE p
 # lease to expire.
 SQL_NEXT_DUE = """
 WITH RECURSIVE {queued_lanes}
-SELECT (SELECT min(d.t) FROM queued_lanes l CROSS JOIN LATERAL
-          (SELECT not_before AS t FROM sloth.jobs WHERE state = 'queued' AND lane = l.lane
+SELECT (SELECT min(d.t) FROM queued_lanes l {places} CROSS JOIN LATERAL
+          (SELECT not_before AS t FROM sloth.jobs WHERE state = 'queued' AND lane = l.lane {place_is}
            ORDER BY not_before LIMIT 1) d
         WHERE l.lane IS NOT NULL {filt}) AS due,
-       (SELECT min(lease_until) FROM sloth.jobs WHERE state = 'running' {lease_filt}) AS lease
+       (SELECT min(lease_until) FROM sloth.jobs WHERE state = 'running' {lease_filt} {placed}) AS lease
 """
+# claim(places=[...]): each of its places is looked into on its own (jobs_placed, jobs_placed_due).
+PLACED = {"places": "CROSS JOIN unnest(%(places)s::text[]) pl(place)", "place_is": "AND place = pl.place",
+          "head_place": "pl.place", "head_place_is": "AND place = heads.place",
+          "placed": "AND place = ANY(%(places)s::text[])"}
+ANY_PLACE = {"places": "", "place_is": "", "head_place": "NULL::text", "head_place_is": "", "placed": ""}
 SQL_EXPIRED = ("SELECT *, lease_until < sloth.now() AS lapsed FROM sloth.jobs WHERE id = %s"
                " AND state = 'running' FOR UPDATE")
 LANES_IN = "AND lane = ANY(%({p}lanes)s)"
@@ -141,23 +147,38 @@ def claim_lease(lease_s: float | None, lanes: Sequence[str] | None) -> float | N
 
 
 def claim_statement(worker: str, lease_s: float | None, lanes: Sequence[str] | None,
-                    exclude_lanes: Collection[str], exclude_ids: Collection[int]) -> tuple[str, dict[str, Any]]:
+                    exclude_lanes: Collection[str], exclude_ids: Collection[int],
+                    places: Collection[str] | None = None) -> tuple[str, dict[str, Any]]:
     """The claim and its parameters, but for ``rand`` (fresh for each run)."""
     lane_filt, args = filters(lanes, exclude_lanes, ())
     id_filt, id_args = filters(None, (), exclude_ids)
     source = QUEUED_LANES if lanes is None else GIVEN_LANES
-    return (SQL_CLAIM.format(queued_lanes=source, lanes=lane_filt, ids=id_filt),
-            {**args, **id_args, "worker": worker, "lease_s": lease_s})
+    where, place_args = placed(places)
+    return (SQL_CLAIM.format(queued_lanes=source, lanes=lane_filt, ids=id_filt, **where),
+            {**args, **id_args, **place_args, "worker": worker, "lease_s": lease_s})
 
 
 def next_due_statement(lanes: Sequence[str] | None, exclude_lanes: Collection[str],
-                       exclude_ids: Collection[int]) -> tuple[str, dict[str, Any]]:
+                       exclude_ids: Collection[int],
+                       places: Collection[str] | None = None) -> tuple[str, dict[str, Any]]:
     """next_due_at's query: ``exclude_ids`` only hides leases (as in a claim)."""
     filt, args = filters(lanes, exclude_lanes, ())
     lease_filt, lease_args = filters(lanes, exclude_lanes, exclude_ids, prefix="l_")
     source = QUEUED_LANES if lanes is None else GIVEN_LANES
-    return (SQL_NEXT_DUE.format(queued_lanes=source, filt=filt, lease_filt=lease_filt),
-            {**args, **lease_args})
+    where, place_args = placed(places)
+    return (SQL_NEXT_DUE.format(queued_lanes=source, filt=filt, lease_filt=lease_filt, **where),
+            {**args, **lease_args, **place_args})
+
+
+def placed(places: Collection[str] | None) -> tuple[dict[str, str], dict[str, Any]]:
+    """The place fragments of a claim or a due time (fixed text) and their
+    parameter: None takes jobs of any place, a list only jobs placed there
+    ("" is anywhere)."""
+    if places is None:
+        return ANY_PLACE, {}
+    if isinstance(places, str):
+        raise BadRequest(f"places must be a list of names, got the string {places!r}")
+    return PLACED, {"places": sorted({str(p) for p in places})}
 
 
 def filters(lanes: Sequence[str] | None, exclude_lanes: Collection[str],
@@ -194,6 +215,7 @@ class PgClaim:
     def claim(
         self, worker: str, *, lease_s: float | None = None, lanes: Sequence[str] | None = None,
         exclude_lanes: Collection[str] = (), exclude_ids: Collection[int] = (),
+        places: Collection[str] | None = None,
     ) -> Job | None:
         """Lease the most urgent due job to ``worker``, or return None.
 
@@ -205,13 +227,14 @@ class PgClaim:
         instead (event ``lease_expired``) and the search goes on. The
         returned Job keeps the previous attempt's ``runner``.
         ``exclude_lanes`` skips lanes; ``exclude_ids`` never re-issues these
-        jobs' expired leases. Rows another claimer holds locked right now
-        are skipped, not waited for.
+        jobs' expired leases; ``places``: only jobs placed there ("" is
+        anywhere; None: any job). Rows another claimer holds locked right
+        now are skipped, not waited for.
         """
         lease_s = claim_lease(lease_s, lanes)
         if lanes is not None and not lanes:
             return None
-        sql, args = claim_statement(worker, lease_s, lanes, exclude_lanes, exclude_ids)
+        sql, args = claim_statement(worker, lease_s, lanes, exclude_lanes, exclude_ids, places)
         while True:  # until a job is leased or none is due
             rows = self._db.write_one(sql, {**args, "rand": secrets.token_hex(8)}, "claiming a job")
             if not rows:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ..models import STATE_NAMES, Job, Listing, state_name
 from .pgdb import Connection, Cursor
-from .sqlite_listing import _pages, _sections
+from .sqlite_listing import WORKER_PREFIX, _pages, _sections
 
 ORDER = {
     "running": "id",
@@ -22,8 +22,9 @@ ORDER = {
     "blocked": "id",
     "finished": "finished_at DESC, id DESC",
 }
-SQL_STATE_COUNTS = "SELECT state, count(*) AS n FROM sloth.jobs WHERE %(lane)s::text IS NULL OR lane = %(lane)s" \
-                   " GROUP BY state"
+SQL_STATE_COUNTS = "SELECT state, count(*) AS n FROM sloth.jobs WHERE {where} GROUP BY state"
+# ls --host H: jobs that run or ran on H (by their worker's name), or are placed there
+HOST = "(place = %(host)s OR left(worker, %(plen)s) = %(prefix)s)"
 SQL_LANE_COUNTS = ("SELECT lane, state, count(*) AS n FROM sloth.jobs"
                    " WHERE state IN ('blocked', 'queued', 'running') GROUP BY lane, state")
 
@@ -36,31 +37,46 @@ class PgListing:
 
     def listing(self, *, states: Sequence[str] | None = None, lane: str | None = None,
                 limit: int | None = None, offset: int = 0, finished_limit: int | None = None,
-                now: float) -> Listing:
+                now: float, host: str | None = None) -> Listing:
         """Up to ``limit`` jobs of the selection from ``offset`` on, as
-        SqliteQueue.listing. Raises ValueError for an unknown state."""
+        SqliteQueue.listing (``host`` too). Raises ValueError for an unknown state."""
         wanted = set(STATE_NAMES) if not states else {state_name(s) for s in states}
-        return self._db.read(lambda c: self._listing(c, wanted, lane, limit, offset, finished_limit, now),
+        where, args = _where(lane, host)
+        return self._db.read(lambda c: self._listing(c, wanted, (where, args), lane, limit, offset,
+                                                     finished_limit, now),
                              "listing jobs", snapshot=True)
 
-    def _listing(self, c: Cursor, wanted: set[str], lane: str | None, limit: int | None, offset: int,
-                 finished_limit: int | None, now: float) -> Listing:
+    def _listing(self, c: Cursor, wanted: set[str], filt: tuple[str, dict[str, Any]], lane: str | None,
+                 limit: int | None, offset: int, finished_limit: int | None, now: float) -> Listing:
         counts = dict.fromkeys(STATE_NAMES, 0)
-        for r in c.execute(SQL_STATE_COUNTS, {"lane": lane}).fetchall():
+        for r in c.execute(SQL_STATE_COUNTS.format(where=filt[0]), filt[1]).fetchall():
             counts[r["state"]] = r["n"]
         jobs: list[Job] = []
         for name, members, take, skip in _pages(_sections(wanted, counts, finished_limit), offset, limit):
-            jobs += self._section(c, name, members, lane, take, skip, now)
+            jobs += self._section(c, name, members, filt, take, skip, now)
         lanes: dict[str, dict[str, int]] = {}
         for r in c.execute(SQL_LANE_COUNTS).fetchall():
             lanes.setdefault(r["lane"], {"blocked": 0, "queued": 0, "running": 0})[r["state"]] = r["n"]
         total = sum(counts[s] for s in wanted)
         return Listing(jobs, total, counts, offset, lanes if lane is None else {lane: lanes.get(lane, {})})
 
-    def _section(self, c: Cursor, name: str, members: list[str], lane: str | None, take: int, skip: int,
-                 now: float) -> list[Job]:
-        sql = ("SELECT * FROM sloth.jobs WHERE state = ANY(%(members)s)"
-               + (" AND lane = %(lane)s" if lane is not None else "")
-               + f" ORDER BY {ORDER[name]} LIMIT %(take)s OFFSET %(skip)s")
-        args = {"members": members, "lane": lane, "now": now, "take": take, "skip": skip}
+    def _section(self, c: Cursor, name: str, members: list[str], filt: tuple[str, dict[str, Any]], take: int,
+                 skip: int, now: float) -> list[Job]:
+        sql = (f"SELECT * FROM sloth.jobs WHERE state = ANY(%(members)s) AND {filt[0]}"
+               f" ORDER BY {ORDER[name]} LIMIT %(take)s OFFSET %(skip)s")
+        args = {"members": members, **filt[1], "now": now, "take": take, "skip": skip}
         return [self._job(r, c) for r in c.execute(sql, args).fetchall()]
+
+
+def _where(lane: str | None, host: str | None) -> tuple[str, dict[str, Any]]:
+    """The listing's filter (fixed text, named parameters), as sqlite_listing's."""
+    parts: list[str] = ["true"]
+    args: dict[str, Any] = {}
+    if lane is not None:
+        parts.append("lane = %(lane)s")
+        args["lane"] = lane
+    if host is not None:
+        prefix = f"{WORKER_PREFIX}{host}:"
+        parts.append(HOST)
+        args.update(host=host, plen=len(prefix), prefix=prefix)
+    return " AND ".join(parts), args

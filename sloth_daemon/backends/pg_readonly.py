@@ -7,12 +7,15 @@ schema that is not exactly this sloth's is refused, never touched."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
-from . import pg_migrate, pgdb
+from . import pg_identity, pg_migrate, pgdb
+from .pg_hosts import PgHosts
+from .pg_logs import PgLogs
 from .pg_reads import PgReads
 
 
-class PgReadOnly(PgReads):
+class PgReadOnly(PgReads, PgHosts, PgLogs):
     def __init__(self, url: str, options: pgdb.PgOptions | None = None) -> None:
         """Raises StorageError (unreachable, or no queue of this sloth's schema there)."""
         self.url = url
@@ -21,6 +24,8 @@ class PgReadOnly(PgReads):
         self._db = pgdb.Connection(url, options, lambda: None)
         try:
             pg_migrate.check_schema(self._db)
+            row = self._db.read(lambda c: c.execute(pg_identity.SQL_ID).fetchone(), "reading the queue's identity")
+            self.identity: str | None = None if row is None else str(json.loads(row["value"]))
         except BaseException:
             self._db.close()
             raise

@@ -41,6 +41,17 @@ class PgReads(PgListing):
     def get(self, job_id: int) -> Job:
         return self._db.read(lambda c: self._job(self._get_row(c, job_id), c), "reading a job")
 
+    def get_many(self, ids: Sequence[int]) -> list[Job]:
+        """The jobs of these ids that exist (one read per 10,000 ids)."""
+        wanted = [i for i in ids if pick.is_job_id(i)]
+
+        def read(c: Cursor) -> list[Job]:
+            rows = [r for k in range(0, len(wanted), 10_000) for r in c.execute(
+                "SELECT * FROM sloth.jobs WHERE id = ANY(%s) ORDER BY id", (wanted[k:k + 10_000],)).fetchall()]
+            return [self._job(r, c) for r in rows]
+
+        return self._db.read(read, "reading jobs")
+
     def jobs(
         self, state: str | JobState | None = None, lane: str | None = None, limit: int = 1000,
         *, states: Sequence[str] | None = None,
@@ -90,13 +101,14 @@ class PgReads(PgListing):
 
     def next_due_at(self, lanes: Sequence[str] | None = None, *,
                     exclude_lanes: Collection[str] = (),
-                    exclude_ids: Collection[int] = ()) -> float | None:
-        """Earliest time (server clock) at which ``claim`` could return
-        something: the first queued ``not_before``, or just after the first
-        lease expiry."""
+                    exclude_ids: Collection[int] = (),
+                    places: Collection[str] | None = None) -> float | None:
+        """Earliest time (server clock) at which ``claim`` (with the same
+        filters) could return something: the first queued ``not_before``,
+        or just after the first lease expiry."""
         if lanes is not None and not lanes:
             return None
-        sql, args = pick.next_due_statement(lanes, exclude_lanes, exclude_ids)
+        sql, args = pick.next_due_statement(lanes, exclude_lanes, exclude_ids, places)
         row = self._db.read(lambda c: one(c.execute(sql, args)), "finding the next due time")
         times = [row["due"]]
         if row["lease"] is not None:

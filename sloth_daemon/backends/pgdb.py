@@ -72,6 +72,9 @@ class PgOptions:
     * lock_wait_s: how long a statement waits for a row another session holds
       before StorageBusy (None: up to statement_timeout); SqliteQueue's lock_wait_s.
     * read_only: every transaction is read only (the server refuses writes).
+    * retry_after_s: after reconnecting failed for reconnect_s, calls fail at
+      once for this long (doubling to 4x) instead of each waiting again: a
+      daemon cut off from its server keeps its loop turning.
     """
 
     connect_timeout_s: int = 10
@@ -85,6 +88,7 @@ class PgOptions:
     lock_wait_s: float | None = None
     read_only: bool = False
     application_name: str = "sloth"
+    retry_after_s: float = 0.5
 
     def connect_kwargs(self) -> dict[str, Any]:
         """libpq parameters; server settings travel in ``options``."""
@@ -155,6 +159,7 @@ class Connection:
         self.where = describe(url)
         self.verify: Callable[[PgConnection], str | None] | None = None
         self.broken: str | None = None
+        self._down: tuple[float, float, StorageError] | None = None  # (until, backoff, why): see retry_after_s
 
     # ---------------------------------------------------------- connecting
     def _connect_once(self) -> PgConnection:
@@ -168,7 +173,7 @@ class Connection:
         if self._conn is not None and _still_up(self._conn):
             return self._conn
         self._drop()
-        conn = self._connect_until(deadline)
+        conn = self._connect_or_wait(deadline)
         why = None if self.verify is None else self.verify(conn)
         if why is not None:
             with contextlib.suppress(Exception):
@@ -185,6 +190,27 @@ class Connection:
     def broken_error(self) -> QueueBroken:
         return QueueBroken(f"the queue at {self.where} {self.broken}; it takes no more requests",
                            hint=HINT_BROKEN)
+
+    def _connect_or_wait(self, deadline: float) -> PgConnection:
+        """_connect_until, unless it failed a moment ago: then that error at once."""
+        down = self._down
+        if down is not None and time.monotonic() < down[0]:
+            raise down[2]
+        try:
+            conn = self._connect_until(deadline)
+        except StorageError as e:
+            backoff = min(down[1] * 2, 4 * self.options.retry_after_s) if down else self.options.retry_after_s
+            self._down = (time.monotonic() + backoff, backoff, e)
+            raise
+        self._down = None
+        return conn
+
+    def revalidate(self) -> None:
+        """The connection may have died unseen (the machine slept, the
+        network moved): drop it, and forget a recent failure, so the next
+        call connects afresh at once."""
+        self._drop()
+        self._down = None
 
     def _connect_until(self, deadline: float) -> PgConnection:
         """Connect, retrying with exponential backoff (50 ms doubling to 1 s)

@@ -60,6 +60,8 @@ from . import pg_identity, pg_migrate, pgdb
 from .pg_batch import PgBatch
 from .pg_claim import PgClaim
 from .pg_enqueue import SQL_ACTIVE_KEY, PgEnqueue
+from .pg_hosts import PgHosts
+from .pg_logs import PgLogs
 from .pg_leases import PgLeases, WaitedOn, holds, not_held
 from .pg_reads import PgReads
 from .pgdb import Cursor, Row, finite, one, storable_text
@@ -104,7 +106,7 @@ class ServerClock:
             lambda c: one(c.execute("SELECT sloth.now() AS now"))["now"], "reading the clock")
 
 
-class PgQueue(PgClaim, PgLeases, PgBatch, PgEnqueue, PgReads):
+class PgQueue(PgClaim, PgLeases, PgBatch, PgEnqueue, PgReads, PgHosts, PgLogs):
     """A durable lease queue on PostgreSQL, shared by any number of daemons
     (see the module docstring). Same contract as SqliteQueue.
 
@@ -175,6 +177,10 @@ class PgQueue(PgClaim, PgLeases, PgBatch, PgEnqueue, PgReads):
         why = self._db.read(lambda c: pg_identity.other_queue(c.connection, self.identity), "checking the queue")
         if why is not None:
             raise self._db.mark_broken(why)
+
+    def revalidate(self) -> None:
+        """After a suspend or a network change: connect afresh on the next call."""
+        self._db.revalidate()
 
     @property
     def broken(self) -> str | None:

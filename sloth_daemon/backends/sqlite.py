@@ -117,6 +117,7 @@ class SqliteQueue(SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteReads):
     def claim(
         self, worker: str, *, lease_s: float | None = None, lanes: Sequence[str] | None = None,
         exclude_lanes: Collection[str] = (), exclude_ids: Collection[int] = (),
+        places: Collection[str] | None = None,
     ) -> Job | None:
         """Lease the most urgent due job to ``worker``, or return None.
 
@@ -130,21 +131,23 @@ class SqliteQueue(SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteReads):
         caller can make sure that process is gone before running it again.
         ``exclude_lanes`` skips lanes (full or paused ones, for the daemon);
         ``exclude_ids`` never re-issues these jobs' expired leases (the
-        daemon's own running jobs: after a stall it renews them instead).
+        daemon's own running jobs: after a stall it renews them instead);
+        ``places``: only jobs placed there ("" anywhere; None: any job).
 
         Not fsynced (see db.transaction): after a power cut the claimed
         process is gone anyway, and the job simply runs again.
         """
         if lease_s is not None:  # refuse a bad lease even when nothing is due
             lease_s = number(lease_s, "lease_s", None, lo=0.001)
-        if isinstance(lanes, str):  # a bare string would be read as its letters
-            raise BadRequest(f"lanes must be a list of lane names, got the string {lanes!r}")
+        for name, v in (("lanes", lanes), ("places", places)):
+            if isinstance(v, str):  # a bare string would be read as its letters
+                raise BadRequest(f"{name} must be a list of names, got the string {v!r}")
         if lanes is not None and not lanes:
             return None
         now = self.clock.now()
         with self._tx(durable=False) as c:
             while True:
-                cand = pick.best_candidate(c, now, lanes, exclude_lanes, exclude_ids)
+                cand = pick.best_candidate(c, now, lanes, exclude_lanes, exclude_ids, places)
                 if cand is None:
                     return None
                 row, expired = cand

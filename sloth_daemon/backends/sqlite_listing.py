@@ -33,37 +33,55 @@ class SqliteListing:
 
     def listing(self, *, states: Sequence[str] | None = None, lane: str | None = None,
                 limit: int | None = None, offset: int = 0, finished_limit: int | None = None,
-                now: float) -> Listing:
+                now: float, host: str | None = None) -> Listing:
         """Up to ``limit`` jobs of the selection from ``offset`` on (see the
         module docstring for the order). ``states``: which (``claimed`` reads
         as ``running``; default all); ``finished_limit``: at most this many
         finished jobs, the most recent (the default view's "last 10").
         ``lanes``: active jobs per lane (the selection's lane, or all).
-        Raises ValueError for an unknown state."""
+        ``host``: only jobs that run (or ran) on that host, or are placed
+        there. Raises ValueError for an unknown state."""
         wanted = set(STATE_NAMES) if not states else {state_name(s) for s in states}
-        counts = self._state_counts(lane)
+        where, args = _where(lane, host)
+        counts = self._state_counts(where, args)
         total = sum(counts[s] for s in wanted)
         jobs: list[Job] = []
         for name, members, take, skip in _pages(_sections(wanted, counts, finished_limit), offset, limit):
-            jobs += self._section(name, members, lane, take, skip, now)
+            jobs += self._section(name, members, where, args, take, skip, now)
         lanes = self.lane_counts()
         return Listing(jobs, total, counts, offset, lanes if lane is None else {lane: lanes.get(lane, {})})
 
-    def _state_counts(self, lane: str | None) -> dict[str, int]:
+    def _state_counts(self, where: str, args: dict[str, object]) -> dict[str, int]:
         out = dict.fromkeys(STATE_NAMES, 0)
-        sql = "SELECT state, count(*) FROM jobs" + (" WHERE lane = ?" if lane is not None else "") + " GROUP BY state"
-        for st, n in self._conn.execute(sql, () if lane is None else (lane,)):
+        for st, n in self._conn.execute(f"SELECT state, count(*) FROM jobs WHERE {where} GROUP BY state", args):
             out[st] = n
         return out
 
-    def _section(self, name: str, members: list[str], lane: str | None, take: int, skip: int,
+    def _section(self, name: str, members: list[str], where: str, wargs: dict[str, object], take: int, skip: int,
                  now: float) -> list[Job]:
         marks = ", ".join(f":s{i}" for i in range(len(members)))
-        sql = (f"SELECT * FROM jobs WHERE state IN ({marks})" + (" AND lane = :lane" if lane is not None else "")
-               + f" ORDER BY {ORDER[name]} LIMIT :take OFFSET :skip")
-        args = {**{f"s{i}": m for i, m in enumerate(members)}, "lane": lane, "now": now, "take": take,
-                "skip": skip}
+        sql = (f"SELECT * FROM jobs WHERE state IN ({marks}) AND {where}"
+               f" ORDER BY {ORDER[name]} LIMIT :take OFFSET :skip")
+        args = {**{f"s{i}": m for i, m in enumerate(members)}, **wargs, "now": now, "take": take, "skip": skip}
         return [self._job(r) for r in self._conn.execute(sql, args)]
+
+
+WORKER_PREFIX = "sloth-daemon:"  # runs.worker_name: sloth-daemon:HOST:PID:INSTANCE
+
+
+def _where(lane: str | None, host: str | None) -> tuple[str, dict[str, object]]:
+    """The listing's filter (fixed text, named parameters): a lane, a host
+    (the job runs or ran there, or is placed there), both, or neither."""
+    parts: list[str] = ["1"]
+    args: dict[str, object] = {}
+    if lane is not None:
+        parts.append("lane = :lane")
+        args["lane"] = lane
+    if host is not None:
+        prefix = f"{WORKER_PREFIX}{host}:"
+        parts.append("(place = :host OR substr(worker, 1, :plen) = :prefix)")
+        args.update(host=host, plen=len(prefix), prefix=prefix)
+    return " AND ".join(parts), args
 
 
 def _pages(sections: list[tuple[str, int, list[str]]], offset: int,

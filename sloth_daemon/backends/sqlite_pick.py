@@ -42,17 +42,24 @@ SQL_FIRST_DUE_IN_LANE = (
     "SELECT min(not_before) FROM jobs INDEXED BY jobs_due WHERE state = 'queued' AND lane = ?"
 )
 SQL_LEASES = (
-    "SELECT id, lane, lease_until FROM jobs INDEXED BY jobs_lease WHERE state = 'running'"
+    "SELECT id, lane, lease_until, place FROM jobs INDEXED BY jobs_lease WHERE state = 'running'"
     " AND lease_until IS NOT NULL ORDER BY lease_until"
 )
+# claim(places=...): a daemon of one machine never asks (every job runs
+# here); the library may. Plain statements: the contract, not the hot path.
+SQL_PLACED_READY = ("SELECT * FROM jobs WHERE state = 'queued' AND lane = ? AND place = ? AND not_before <= ?"
+                    " ORDER BY priority DESC, not_before, id LIMIT 1")
+SQL_PLACED_DUE = "SELECT min(not_before) FROM jobs WHERE state = 'queued' AND lane = ? AND place = ?"
 
 
 def best_candidate(c: sqlite3.Connection, now: float, lanes: Sequence[str] | None,
-                   exclude: Collection[str] = (), exclude_ids: Collection[int] = ()) -> tuple[Row, bool] | None:
+                   exclude: Collection[str] = (), exclude_ids: Collection[int] = (),
+                   places: Collection[str] | None = None) -> tuple[Row, bool] | None:
     """The most urgent claimable row and whether it is an expired lease (a
-    reclaim) rather than a queued job; None when nothing is due."""
-    q = _best_queued(c, now, lanes, exclude)
-    e = _best_expired(c, now, lanes, exclude, exclude_ids)
+    reclaim) rather than a queued job; None when nothing is due. ``places``:
+    only jobs placed there ("" anywhere); None: any."""
+    q = _best_queued(c, now, lanes, exclude) if places is None else _best_placed(c, now, lanes, exclude, places)
+    e = _best_expired(c, now, lanes, exclude, exclude_ids, places)
     if q is None and e is None:
         return None
     if e is None:
@@ -83,12 +90,20 @@ def _best_queued(c: sqlite3.Connection, now: float, lanes: Sequence[str] | None,
             prio = c.execute(SQL_PRIO_BELOW, (lane, prio)).fetchone()[0]
     return best
 
+def _best_placed(c: sqlite3.Connection, now: float, lanes: Sequence[str] | None,
+                 exclude: Collection[str], places: Collection[str]) -> Row | None:
+    rows = [c.execute(SQL_PLACED_READY, (lane, p, now)).fetchone()
+            for lane in _pick_lanes(c, lanes, exclude) for p in set(places)]
+    return min((r for r in rows if r is not None), key=_urgency, default=None)
+
 def _best_expired(c: sqlite3.Connection, now: float, lanes: Sequence[str] | None,
-              exclude: Collection[str] = (), exclude_ids: Collection[int] = ()) -> Row | None:
+              exclude: Collection[str] = (), exclude_ids: Collection[int] = (),
+              places: Collection[str] | None = None) -> Row | None:
     # Claimed rows are few (one per running job); the partial index on
     # lease_until finds the expired ones directly.
     rows = c.execute(SQL_EXPIRED, (now,)).fetchall()
-    rows = [r for r in rows if _lane_ok(r["lane"], lanes, exclude) and r["id"] not in exclude_ids]
+    rows = [r for r in rows if _lane_ok(r["lane"], lanes, exclude) and r["id"] not in exclude_ids
+            and (places is None or r["place"] in places)]
     return min(rows, key=_urgency, default=None)
 
 def _pick_lanes(c: sqlite3.Connection, lanes: Sequence[str] | None, exclude: Collection[str]) -> list[str]:
@@ -105,22 +120,31 @@ def queued_lanes(c: sqlite3.Connection) -> list[str]:
 
 
 def next_due_at(c: sqlite3.Connection, lanes: Sequence[str] | None = None,
-            exclude_lanes: Collection[str] = (), exclude_ids: Collection[int] = ()) -> float | None:
-    """Earliest wall time at which ``claim`` could return something:
-    the first queued ``not_before``, or just after the first lease expiry."""
+            exclude_lanes: Collection[str] = (), exclude_ids: Collection[int] = (),
+            places: Collection[str] | None = None) -> float | None:
+    """Earliest wall time at which ``claim`` (with the same filters) could
+    return something: the first queued ``not_before``, or just after the
+    first lease expiry."""
     best: float | None = None
     for lane in _pick_lanes(c, lanes, exclude_lanes):
-        t = c.execute(SQL_FIRST_DUE_IN_LANE, (lane,)).fetchone()[0]
-        if t is not None and (best is None or t < best):
-            best = t
+        for t in _first_due(c, lane, places):
+            if t is not None and (best is None or t < best):
+                best = t
     for r in c.execute(SQL_LEASES).fetchall():  # soonest lease first
-        if not _lane_ok(r["lane"], lanes, exclude_lanes) or r["id"] in exclude_ids:
+        if not _lane_ok(r["lane"], lanes, exclude_lanes) or r["id"] in exclude_ids or (
+                places is not None and r["place"] not in places):
             continue
         t = math.nextafter(r["lease_until"], math.inf)  # strict: expired only after
         if best is None or t < best:
             best = t
         break
     return best
+
+
+def _first_due(c: sqlite3.Connection, lane: str, places: Collection[str] | None) -> list[float | None]:
+    if places is None:
+        return [c.execute(SQL_FIRST_DUE_IN_LANE, (lane,)).fetchone()[0]]
+    return [c.execute(SQL_PLACED_DUE, (lane, p)).fetchone()[0] for p in set(places)]
 
 
 def _lane_ok(lane: str, lanes: Sequence[str] | None, exclude: Collection[str]) -> bool:

@@ -123,10 +123,12 @@ class SqliteReads(SqliteListing):
     @reads
     def next_due_at(self, lanes: Sequence[str] | None = None, *,
                     exclude_lanes: Collection[str] = (),
-                    exclude_ids: Collection[int] = ()) -> float | None:
-        """Earliest wall time at which ``claim`` could return something:
-        the first queued ``not_before``, or just after the first lease expiry."""
-        return pick.next_due_at(self._conn, lanes, exclude_lanes, exclude_ids)
+                    exclude_ids: Collection[int] = (),
+                    places: Collection[str] | None = None) -> float | None:
+        """Earliest wall time at which ``claim`` (with the same filters)
+        could return something: the first queued ``not_before``, or just
+        after the first lease expiry."""
+        return pick.next_due_at(self._conn, lanes, exclude_lanes, exclude_ids, places)
 
     @reads
     def lanes(self) -> list[str]:

@@ -1,8 +1,9 @@
 """The round-2 options of `sloth add`, each in its own small helper so the
 command itself changes by a line per option: dependencies (--after,
 --after-any, --chain), exit codes not retried, --at/--delay with their
-notes, words that slipped out of an option (`--timeout 5 mins`), and the
-note about a lane the add made.
+notes, words that slipped out of an option (`--timeout 5 mins`), where a
+job may run on a shared queue (--anywhere, --on), and the note about a
+lane the add made.
 
 Imported by `sloth add` itself: only the standard library and errors here
 (typing only for the type checker).
@@ -89,6 +90,17 @@ def link_batch(batch: list[dict[str, Any]], ids: list[int]) -> list[dict[str, An
         batch[0] = {**{k: v for k, v in first.items() if k != "after_previous"},
                     key: [*first.get(key, []), ids[-1]]}
     return batch
+
+
+def place_fields(anywhere: bool, on: Optional[str]) -> dict[str, Any]:
+    """--anywhere / --on NAME (a host, or a tag a daemon advertises); neither:
+    the daemon's default (on a shared queue, the machine that queued it)."""
+    if anywhere and on is not None:
+        raise errors.BadRequest("--anywhere and --on cannot be used together",
+                                hint="--on NAME runs it only there; --anywhere on any machine.")
+    if anywhere:
+        return {"place": "*"}
+    return {} if on is None else {"place": on}
 
 
 def tell_new_lanes(result: dict[str, Any]) -> None:

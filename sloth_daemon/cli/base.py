@@ -55,11 +55,11 @@ def call_or_read(op: str, **args: Any) -> Any:
     try:
         return call(op, **args)
     except errors.DaemonNotRunning:
-        from .offline import answer
+        from .offline import answer, where
 
         global _TOLD_OFFLINE
         if not _TOLD_OFFLINE:
-            echo("sloth: no daemon is running; reading the queue file (read-only)", err=True)
+            echo(f"sloth: no daemon is running; reading {where(paths())} (read-only)", err=True)
             _TOLD_OFFLINE = True
         return answer(paths(), op, **args)
 

@@ -36,11 +36,11 @@ ADD = options(
     ("shell", FLAG, "--shell -s"), ("stdin", FLAG, "--stdin"), ("from_file", VALUE, "--file -f"),
     ("after", LIST, "--after"), ("after_any", LIST, "--after-any"), ("chain", FLAG, "--chain"),
     ("chain_any", FLAG, "--chain-any"), ("retry_exit", VALUE, "--retry-exit"),
-    ("no_retry_exit", VALUE, "--no-retry-exit"), ("wait", FLAG, "--wait -w"), ("no_start", FLAG, "--no-start"),
-    ("as_json", FLAG, "--json"))
+    ("no_retry_exit", VALUE, "--no-retry-exit"), ("anywhere", FLAG, "--anywhere"), ("on", VALUE, "--on"),
+    ("wait", FLAG, "--wait -w"), ("no_start", FLAG, "--no-start"), ("as_json", FLAG, "--json"))
 LS = options(
     ("state", LIST, "--state -s"), ("lane", VALUE, "--lane -l"), ("all_", FLAG, "--all -a"),
-    ("limit", INT, "--limit -n"), ("offset", INT, "--offset"), ("as_json", FLAG, "--json"))
+    ("limit", INT, "--limit -n"), ("offset", INT, "--offset"), ("as_json", FLAG, "--json"), ("host", VALUE, "--host"))
 SHOW = options(("as_json", FLAG, "--json"))
 
 
@@ -107,7 +107,7 @@ def _ls(args: list[str]) -> Optional[int]:
 
     g = parsed[0]
     return _edge(lambda: ls(g.get("state"), g.get("lane"), g.get("all_", False), g.get("limit"),
-                            g.get("offset", 0), g.get("as_json", False)))
+                            g.get("offset", 0), g.get("as_json", False), host=g.get("host")))
 
 
 def _show(args: list[str]) -> Optional[int]:

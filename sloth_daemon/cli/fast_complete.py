@@ -55,7 +55,7 @@ TABLE: dict[tuple[str, ...], dict] = {
     ("lane", "rm"): _cmd((LANES, 1)),
     ("ls",): _cmd(None, ("--state -s", VALUE, STATES), ("--lane -l", VALUE, LANES), ("--all -a", FLAG, None),
                   ("--limit -n", VALUE, None), ("--offset", VALUE, None), ("--watch -w", FLAG, None),
-                  ("--interval", VALUE, None), _JSON),
+                  ("--interval", VALUE, None), ("--host", VALUE, None), _JSON),
     ("prune",): _cmd(None, ("--older-than", VALUE, None), ("--state -s", VALUE, STATES),
                      ("--lane -l", VALUE, LANES), ("--dry-run", FLAG, None), _JSON),
     ("add",): _cmd(None, ("--lane -l", VALUE, LANES), ("--after", VALUE, IDS), ("--after-any", VALUE, IDS)),

@@ -2,7 +2,7 @@
 
 app.py holds the app and its error edge; jobs.py (add), look.py (ls,
 show, logs, status), watch.py (wait), act.py (cancel, retry, restart, kill,
-pause, resume, prune), lanes.py, admin.py and service.py register the
+pause, resume, prune), lanes.py, admin.py, db.py and service.py register the
 commands. Each imports only typer at top level; the daemon is imported
 only by ``sloth daemon run``. The common forms of add, ls, show and shell
 completion do not come here at all (fast.py).
@@ -16,7 +16,7 @@ import sys
 import typer
 
 # Registering their commands is the import; `sloth --help` lists them in this order.
-from . import jobs, look, watch, act, lanes, admin, service  # noqa: F401
+from . import jobs, look, watch, act, lanes, admin, db, service  # noqa: F401
 from .app import app
 
 

@@ -49,6 +49,8 @@ def add(
         None, "--retry-exit", help="Retry only these exit codes, e.g. 1,75."),
     no_retry_exit: Optional[str] = typer.Option(
         None, "--no-retry-exit", help="Never retry these exit codes (default 126,127; none to retry all)."),
+    anywhere: bool = typer.Option(False, "--anywhere", help="A shared queue: run on any machine (default: this one)."),
+    on: Optional[str] = typer.Option(None, "--on", help="A shared queue: run only on this host (or tag)."),
     wait: bool = typer.Option(False, "--wait", "-w", help="Block until the job ends; exit with its outcome."),
     no_start: bool = typer.Option(False, "--no-start", help="Do not start the daemon if it is not running."),
     as_json: bool = typer.Option(False, "--json", help="Print the ids as JSON: {\"ids\": [...]}."),
@@ -59,6 +61,7 @@ def add(
     code = run(command, lane=lane, priority=priority, max_attempts=max_attempts, lease=lease, timeout=timeout,
                delay=delay, at=at, key=key, label=label, cwd=cwd, shell=shell, stdin=stdin, from_file=from_file,
                after=after, after_any=after_any, chain=chain, chain_any=chain_any, retry_exit=retry_exit,
-               no_retry_exit=no_retry_exit, wait=wait, no_start=no_start, as_json=as_json)
+               no_retry_exit=no_retry_exit, wait=wait, no_start=no_start, as_json=as_json,
+               anywhere=anywhere, on=on)
     if code:
         raise typer.Exit(code)

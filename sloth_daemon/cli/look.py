@@ -30,13 +30,15 @@ def ls(
     watch: bool = typer.Option(False, "--watch", "-w", help="Redraw every --interval until Ctrl-C."),
     interval: str = typer.Option("2s", "--interval", help="How often --watch redraws."),
     as_json: bool = typer.Option(False, "--json", help="{jobs, total, counts, left_out, ...}: never cut silently."),
+    host: Optional[str] = typer.Option(None, "--host", help="A shared queue: only jobs that run, ran or are"
+                                       " placed on this host."),
 ) -> None:
     """List jobs: running first, then queued in the order they will run, then
     blocked, then the most recently finished; a summary of counts, and how
     many rows were left out."""
     from .look_run import ls as run
 
-    run(state, lane, all_, limit, offset, as_json, watch=watch, interval=interval)
+    run(state, lane, all_, limit, offset, as_json, watch=watch, interval=interval, host=host)
 
 
 # ----------------------------------------------------------------- show
@@ -73,6 +75,9 @@ def logs(
     if path_only:
         typer.echo(res["path"])
         return
+    if res.get("stored") or "data" in res:  # a shared queue: it ran on another machine
+        _stored(res, tail)
+        return
     if tail is not None:
         from ..render import tail_lines
 
@@ -80,6 +85,21 @@ def logs(
             typer.echo(line)
         return
     _cat(res["path"], jid, res["attempt"])
+
+
+def _stored(res: dict[str, Any], tail: Optional[int]) -> None:
+    """The copy of the log that the machine that ran it stored in the shared
+    queue (from the daemon, or read directly when none runs here)."""
+    data = res.get("data")
+    if data is None:
+        with connect(timeout_s=None) as c:
+            data = "".join(ev["data"] for ev in c.stream("follow", id=res["id"], attempt=res["attempt"], live=False)
+                           if ev.get("kind") == "log")
+    raw = data.encode("utf-8", "surrogateescape")
+    if tail is not None:
+        raw = b"".join(raw.splitlines(keepends=True)[-tail:] if tail > 0 else [])
+    sys.stdout.buffer.write(raw)
+    sys.stdout.buffer.flush()
 
 
 def _cat(path: str, jid: int, attempt: int) -> None:
@@ -141,10 +161,20 @@ def status(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
     typer.echo(f"jobs     {render.counts_line(st['counts'])}")
     typer.echo("lanes    " + "  ".join(
         f"{k} {v['running']}/{v['concurrency']}{' paused' if v['paused'] else ''}" for k, v in st["lanes"].items()))
+    if st.get("hosts"):
+        typer.echo("hosts    " + "  ".join(_host_text(h, st.get("host")) for h in st["hosts"]))
     for j in st["running"]:
         typer.echo(f"running  {j['id']:<6} {render.when(j)}  {render.command_text(j, 50)}")
     for j in st["failed"]:
         typer.echo(f"failed   {j['id']:<6} {relative(j.get('finished_at')):>9}  {showable(j.get('message', ''))}"[:100])
+
+
+def _host_text(h: dict[str, Any], me: Optional[str]) -> str:
+    from ..durations import format_duration
+
+    notes = (["this"] if h["name"] == me else []) + list(h.get("tags") or [])
+    seen = f"seen {format_duration(max(h['ago'], 0))} ago" if h.get("alive") else f"gone {format_duration(h['ago'])}"
+    return f"{h['name']}{' (' + ', '.join(notes) + ')' if notes else ''} {seen}"
 
 
 def _status() -> dict[str, Any]:
@@ -155,8 +185,8 @@ def _status() -> dict[str, Any]:
         daemon = {k: d[k] for k in ("pid", "uptime_s", "version")}
     except errors.DaemonNotRunning:
         daemon = None
-    base = call_or_read("status") if daemon is None else {"counts": d["counts"], "lanes": d["lanes"]}
+    base = call_or_read("status") if daemon is None else d
     running = call_or_read("list", states=["running"], limit=10)["jobs"]
     failed = call_or_read("list", states=["failed"], limit=3)["jobs"]
     return {"daemon": daemon, "counts": base["counts"], "lanes": base["lanes"], "running": running,
-            "failed": failed}
+            "failed": failed, "host": base.get("host"), "hosts": base.get("hosts")}

@@ -21,11 +21,11 @@ RECENT = 10  # finished jobs in the default view
 
 # ------------------------------------------------------------------- ls
 def ls(state: Optional[Sequence[str]], lane: Optional[str], all_: bool, limit: Optional[int], offset: int,
-       as_json: bool, *, watch: bool = False, interval: str = "2s") -> None:
+       as_json: bool, *, watch: bool = False, interval: str = "2s", host: Optional[str] = None) -> None:
     """`sloth ls` with these options (see look.ls for what each means)."""
     if watch and as_json:
         raise errors.BadRequest("--watch redraws a table; --json prints once", hint="Use one or the other.")
-    args = ls_args(state, lane, all_, limit, offset, as_json)
+    args = {**ls_args(state, lane, all_, limit, offset, as_json), "host": host}
     if watch:
         from .watch import watch_ls
 

@@ -1,10 +1,12 @@
-"""The daemon's answers to the reading ops, computed from the queue file
+"""The daemon's answers to the reading ops, computed from the queue
 read-only, for when no daemon answers: ``list``, ``show``, ``logs``,
 ``lanes``, ``status`` and ``config`` give the same shapes as over the
 socket, so every command prints them the same way.
 
 Nothing here writes: the file is opened read-only, never created or
-migrated (a missing queue is an empty one).
+migrated (a missing queue is an empty one); a shared queue (a URL:
+config's queue_url or SLOTH_QUEUE_URL) is read in read-only transactions,
+and an attempt that ran on another machine is read from its stored copy.
 """
 
 from __future__ import annotations
@@ -57,18 +59,34 @@ def answer(paths: Paths, op: str, **args: Any) -> Any:
         q.close()
 
 
+def target(paths: Paths) -> Any:
+    """The queue's path, or its URL (a str)."""
+    return cfg.queue_target(cfg.load(paths.config_file), paths.db)
+
+
+def where(paths: Paths) -> str:
+    """What the note on stderr calls the queue read."""
+    t = target(paths)
+    if not isinstance(t, str):
+        return "the queue file"
+    from ..backends.pg_errors import describe
+
+    return f"the shared queue at {describe(t)}"
+
+
 def _open(paths: Paths) -> Any:
-    from ..backends.sqlite_readonly import SqliteReadOnly
+    from ..backends import open_read_only
 
     try:
-        return SqliteReadOnly(paths.db)
+        return open_read_only(target(paths))
     except FileNotFoundError:
         return _NoQueue()
 
 
 def _list(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
+    host = {"host": a["host"]} if a.get("host") else {}
     return q.listing(states=a.get("states"), lane=a.get("lane"), limit=a.get("limit"), offset=a.get("offset", 0),
-                     finished_limit=a.get("finished_limit"), now=time.time()).to_dict()
+                     finished_limit=a.get("finished_limit"), now=time.time(), **host).to_dict()
 
 
 def _detail(q: Any, job_id: int) -> dict[str, Any]:
@@ -96,8 +114,12 @@ def _logs(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
         raise BadRequest(f"job {job.id} has attempts 1..{job.attempts}, not {n!r}")
     from ..identity import queue_paths
 
-    path = queue_paths(paths).job_log(job.id, n)  # under the queue's identity (identity.py)
-    return {"id": job.id, "attempt": n, "attempts": job.attempts, "path": str(path)}
+    shared = getattr(q, "identity", None)  # a shared queue's identity is in its database
+    path = (paths.for_queue(shared) if shared else queue_paths(paths)).job_log(job.id, n)
+    out = {"id": job.id, "attempt": n, "attempts": job.attempts, "path": str(path)}
+    if shared and not path.exists():  # it ran on another machine: the copy it stored
+        out["data"] = q.stored_log(job.id, n, 0, 1 << 30).data.decode("utf-8", "surrogateescape")
+    return out
 
 
 def _lanes(q: Any, paths: Paths, a: dict[str, Any]) -> Any:

@@ -507,6 +507,8 @@ def test_config_shows_sources(harness):
     assert str(harness.home / "config.toml") in s["lease_s"]["source"]
     assert d["paths"]["socket"] == str(harness.socket)
     assert d["lanes"]["default"] == {"concurrency": 1, "source": "default_concurrency (default)"}
+    assert d["file_differs"] is False  # read from the file with no daemon: the same as the file
+    assert "has changed since the daemon read it" not in harness.cli("config", check=True).stdout
 
     cfg = harness.home / "config.toml"
     cfg.write_text(cfg.read_text() + 'max_attempts = 9\n[lanes]\nvideo = 2\n')

@@ -278,7 +278,9 @@ def test_migrations_are_numbered_without_gaps():
 # ------------------------------------------------------------ connection
 def test_a_server_restart_reconnects_or_raises_a_storage_error(pg_cluster, pg_fresh):
     url = pg_fresh()
-    q = PgQueue(url, options=pgdb.PgOptions(reconnect_s=0.3))
+    # retry_after_s=0: each call tries the server again (the window in which
+    # calls fail at once after a failed reconnect has a test of its own)
+    q = PgQueue(url, options=pgdb.PgOptions(reconnect_s=0.3, retry_after_s=0))
     try:
         kept = q.enqueue(["before"])
         pg_cluster.stop("fast")

@@ -85,7 +85,11 @@ class PgCluster:
     """One running server. ``url(db)`` connects over the Unix socket,
     ``tcp_url(db)`` over loopback TCP."""
 
-    def __init__(self, parent: str | None = None, *, bindir: Path | None = None) -> None:
+    def __init__(self, parent: str | None = None, *, bindir: Path | None = None,
+                 listen: tuple[str, ...] = (), trust: tuple[str, ...] = ()) -> None:
+        """``listen``: addresses to listen on besides loopback (e.g. a veth
+        pair's, for daemons in network namespaces); ``trust``: networks
+        (CIDR) whose connections need no password."""
         self.bindir = bindir or find_bindir()
         if self.bindir is None:
             raise PgUnavailable(
@@ -97,6 +101,7 @@ class PgCluster:
         self.data = self.base / "data"
         self.log = self.base / "server.log"
         self.port = free_port()
+        self.listen, self.trust = listen, trust
         self._watchdog: subprocess.Popen | None = None
         try:
             os.chown(self.base, self.uid, self.gid)
@@ -128,7 +133,7 @@ class PgCluster:
             f.write(
                 "\n# tests/support/pg.py\n"
                 f"port = {self.port}\n"
-                "listen_addresses = '127.0.0.1'\n"
+                f"listen_addresses = '{','.join(('127.0.0.1', *self.listen))}'\n"
                 f"unix_socket_directories = '{self.base}'\n"
                 "fsync = on\n"
                 "synchronous_commit = on\n"
@@ -137,6 +142,8 @@ class PgCluster:
                 "log_min_messages = warning\n"
                 "log_min_error_statement = panic\n"  # our tests provoke errors on purpose
             )
+        with open(self.data / "pg_hba.conf", "a") as f:
+            f.writelines(f"host all all {net} trust\n" for net in self.trust)
 
     def start(self) -> None:
         self._run([str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.log),
@@ -185,8 +192,8 @@ class PgCluster:
     def url(self, dbname: str = "postgres") -> str:
         return f"postgresql://{SUPERUSER}@/{dbname}?host={self.base}&port={self.port}"
 
-    def tcp_url(self, dbname: str = "postgres") -> str:
-        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{dbname}"
+    def tcp_url(self, dbname: str = "postgres", host: str = "127.0.0.1") -> str:
+        return f"postgresql://{SUPERUSER}@{host}:{self.port}/{dbname}"
 
     def admin(self):
         """An autocommit psycopg connection to the maintenance database."""
@@ -220,16 +227,17 @@ TEMPLATE_DB = "sloth_template"
 # Empties a migrated queue database in a few milliseconds (CREATE DATABASE
 # from the template takes ~80): every other session is ended first (a queue
 # a failed test left open would block TRUNCATE), and triggers a test added
-# are dropped.
+# are dropped (sloth's own, named sloth_tell_*, stay).
 RESET_SQL = """
 SELECT pg_terminate_backend(pid) FROM pg_stat_activity
  WHERE datname = current_database() AND pid <> pg_backend_pid();
 DO $$ DECLARE t record; BEGIN
   FOR t IN SELECT tgname FROM pg_trigger WHERE tgrelid = 'sloth.jobs'::regclass AND NOT tgisinternal
+                 AND tgname NOT LIKE 'sloth\\_tell\\_%'
   LOOP EXECUTE format('DROP TRIGGER %I ON sloth.jobs', t.tgname); END LOOP;
 END $$;
-TRUNCATE sloth.events, sloth.deps, sloth.jobs, sloth.envs, sloth.meta, sloth.lanes, sloth.batches
-  RESTART IDENTITY;
+TRUNCATE sloth.events, sloth.deps, sloth.logs, sloth.jobs, sloth.envs, sloth.meta, sloth.lanes, sloth.batches,
+  sloth.hosts RESTART IDENTITY;
 ALTER SEQUENCE sloth.fence RESTART;
 """
 

@@ -1,11 +1,17 @@
 """A job that proves it never ran twice at once.
 
-Run as a sloth job: ``python probe_job.py DIR [--hold S] [--hold-first S] [--fail-until N] [--exit-code C] [--detach 1]``.
+Run as a sloth job: ``python probe_job.py DIR [--hold S] [--hold-first S] [--fail-until N] [--exit-code C] [--detach 1]
+[--tick S] [--lock 0]``.
 On start it takes a non-blocking flock on DIR/<job>.lock (a collision is
 appended to DIR/collisions), appends "job attempt token pid start" to
 DIR/starts, holds for a while (``--hold-first`` on its first start only), then exits (failing while attempt < N).
 On the way out it appends "job attempt token pid end" to DIR/ends (success) or
 DIR/fails (a deliberate failure), so run intervals can be checked for overlap.
+
+``--tick S``: while it holds, it appends "job attempt token pid time" to
+DIR/ticks every S seconds: a run killed or frozen (SIGSTOP) stops ticking,
+so its last tick bounds when it last ran. ``--lock 0``: no flock (a frozen
+run keeps holding one, as a suspended machine's job keeps its locks).
 
 ``--detach 1``: the job's process double-forks a grandchild that calls
 setsid (it leaves the job's process group and tree) and does all of the
@@ -53,7 +59,8 @@ def work(d: str, args: dict[str, str], pid: int) -> int:
     token = os.environ.get("SLOTH_JOB_TOKEN", "?")
     lock = open(os.path.join(d, f"{job}.lock"), "a")
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if args.get("--lock", "1") != "0":
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         with open(os.path.join(d, "collisions"), "a") as f:
             f.write(f"{job} {attempt} {token} {os.getpid()}\n")
@@ -67,11 +74,27 @@ def work(d: str, args: dict[str, str], pid: int) -> int:
         f.write(f"{job} {attempt} {token} {pid} {time.time():.3f}\n")
         f.flush()
     hold = float(args.get("--hold-first", args.get("--hold", "0"))) if first else float(args.get("--hold", "0"))
-    time.sleep(hold)
+    held(d, hold, float(args.get("--tick", "0")), f"{job} {attempt} {token} {pid}")
     failing = attempt < int(args.get("--fail-until", "0"))
     with open(os.path.join(d, "fails" if failing else "ends"), "a") as f:
         f.write(f"{job} {attempt} {token} {os.getpid()} {time.time():.3f}\n")
     return int(args.get("--exit-code", "1")) if failing else 0
+
+
+def held(d: str, hold: float, tick: float, who: str) -> None:
+    """Sleep ``hold`` seconds, appending a tick every ``tick`` seconds."""
+    if tick <= 0:
+        time.sleep(hold)
+        return
+    end = time.monotonic() + hold
+    with open(os.path.join(d, "ticks"), "a") as f:
+        while True:
+            f.write(f"{who} {time.time():.3f}\n")
+            f.flush()
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(tick, left))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,137 @@
+"""`sloth db migrate` and `sloth db status`: the queue's schema, which queue
+it is, and (a shared queue) the machines that serve it.
+
+A daemon migrates a SQLite queue itself when it starts; a shared
+PostgreSQL queue is migrated only here, deliberately: every machine that
+serves it must know its schema, and a daemon refuses one it does not know
+(older: `sloth db migrate`; newer: upgrade sloth on that machine).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from .app import app, emit_json, handles_errors, paths
+
+db_app = typer.Typer(help="The queue's database: schema, migrations, identity, hosts.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+
+@db_app.command("migrate")
+@handles_errors
+def db_migrate(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Bring the queue's schema up to this sloth's (each migration in its own
+    transaction, under a lock: machines that run it together take turns)."""
+    res = _migrate()
+    if as_json:
+        emit_json(res)
+        return
+    if res["before"] == res["after"]:
+        typer.echo(f"{res['queue']}: schema v{res['after']}, up to date")
+    else:
+        typer.echo(f"{res['queue']}: schema v{res['before']} -> v{res['after']}")
+
+
+@db_app.command("status")
+@handles_errors
+def db_status(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Schema version, migrations pending, the queue's identity, hosts seen."""
+    from ..durations import format_duration
+
+    st = _status()
+    if as_json:
+        emit_json(st)
+        return
+    s = st["schema"]
+    typer.echo(f"queue     {st['queue']}")
+    note = "up to date" if not s["pending"] else (
+        f"{len(s['pending'])} migration(s) pending: {', '.join(s['pending'])} (`sloth db migrate`)")
+    if s["current"] > s["latest"]:
+        note = "NEWER than this sloth: upgrade sloth on this machine"
+    typer.echo(f"schema    v{s['current']} (this sloth: v{s['latest']}); {note}")
+    typer.echo(f"identity  {st['identity'] or '(none yet)'}")
+    for h in st["hosts"]:
+        tags = f" ({', '.join(h['tags'])})" if h["tags"] else ""
+        typer.echo(f"host      {h['name']}{tags}: pid {h['pid']}, sloth {h['version']},"
+                   f" seen {format_duration(max(h['ago'], 0))} ago")
+
+
+# ------------------------------------------------------------------- inside
+def _target() -> Any:
+    from .offline import target
+
+    return target(paths())
+
+
+def _migrate() -> dict[str, Any]:
+    t = _target()
+    if not isinstance(t, str):
+        from .. import db
+
+        before = _sqlite_version(t)
+        db.connect(t).close()  # connect migrates
+        return {"queue": str(t), "before": before, "after": db.SCHEMA_VERSION}
+    from ..backends import pg_migrate, pgdb
+    from ..backends.pg_errors import describe
+    from ..backends.postgres import PgQueue
+
+    with pgdb.opened(t) as conn:
+        before = pg_migrate.status(conn).current
+    PgQueue(t, migrate=True).close()  # migrates under the lock, and gives a new queue its identity
+    return {"queue": describe(t), "before": before, "after": pg_migrate.SCHEMA_VERSION}
+
+
+def _sqlite_version(path: Any) -> int:
+    import sqlite3
+
+    from .. import db
+
+    try:
+        conn = db.connect_readonly(path)
+    except FileNotFoundError:
+        return 0
+    except Exception:  # noqa: BLE001 - another schema: the migration says what it is
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return int(conn.execute("PRAGMA user_version").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def _status() -> dict[str, Any]:
+    t = _target()
+    if not isinstance(t, str):
+        return _sqlite_status(t)
+    from ..backends import pg_migrate, pgdb
+    from ..backends.pg_errors import describe
+
+    with pgdb.opened(t) as conn:
+        s = pg_migrate.status(conn)
+        ident = conn.read(_identity, "reading the queue's identity") if s.current else None
+        hosts = conn.read(lambda c: c.execute(
+            "SELECT *, sloth.now() - last_seen AS ago FROM sloth.hosts ORDER BY name").fetchall(),
+            "listing hosts") if s.current >= 4 else []
+    return {"queue": describe(t), "kind": "postgresql", "identity": ident,
+            "schema": {"current": s.current, "latest": s.latest, "pending": s.pending},
+            "hosts": [{k: (list(v) if k == "tags" else v) for k, v in h.items() if k != "boot_id"} for h in hosts]}
+
+
+def _identity(c: Any) -> Any:
+    import json
+
+    from ..backends.pg_identity import SQL_ID
+
+    row = c.execute(SQL_ID).fetchone()
+    return None if row is None else json.loads(row["value"])
+
+
+def _sqlite_status(path: Any) -> dict[str, Any]:
+    from .. import db
+    from ..identity import recorded
+
+    current = _sqlite_version(path)
+    pending = [f"v{v + 1}" for v in range(current, db.SCHEMA_VERSION)]
+    return {"queue": str(path), "kind": "sqlite", "identity": recorded(paths()),
+            "schema": {"current": current, "latest": db.SCHEMA_VERSION, "pending": pending}, "hosts": []}
