@@ -57,9 +57,10 @@ def log(msg: str) -> None:
 
 def throughput(first, everyone, n: int, place: dict[str, str]) -> float:
     """Queue n `true` jobs on ``first``; jobs/s until all are done."""
+    before = first.call("list", states=["done"], limit=1)["total"]
     ids = first.add_many([{"command": ["true"], **place} for _ in range(n)])
     t0 = time.monotonic()
-    wait_until(lambda: first.call("list", states=["done"], limit=1)["total"] >= len(ids), 600,
+    wait_until(lambda: first.call("list", states=["done"], limit=1)["total"] >= before + len(ids), 600,
                f"{n} jobs done", step_s=0.01)
     elapsed = time.monotonic() - t0
     assert all(m.daemon is not None and m.daemon.poll() is None for m in everyone)
@@ -81,7 +82,7 @@ def latencies(source, runner, samples: int, place: dict[str, str], stamp_dir: Pa
 
 
 def sqlite_figures(root: Path, jobs: int, samples: int, results: dict[str, list[float]]) -> None:
-    h = Harness(root / "sqlite", config=CONFIG)
+    h = Harness(Path(tempfile.mkdtemp(prefix="sqlite-", dir=root)), config=CONFIG)  # a fresh queue each run
     try:
         h.start()
         results.setdefault("sqlite jobs/s", []).append(throughput(h, [h], jobs, {}))
