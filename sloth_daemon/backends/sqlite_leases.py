@@ -115,6 +115,26 @@ class SqliteLeases:
         finally:
             os.close(fd)
 
+    def unclaim(self, job_id: int, token: str, *, durable: bool = True) -> Job:
+        """running -> queued as if the claim of ``token`` had not happened:
+        its run never started (the daemon held it in the keeper behind
+        another run and took it back, or it was dropped before it started).
+        ``attempts`` and ``tries`` back, token and lease cleared, and the
+        claim's ``claimed`` event deleted: nothing ran, so history shows
+        nothing (a ``reclaimed`` event stays: the lease it says was lost was
+        lost). The worker name is cleared on a job that has never run.
+        Raises LeaseLost or JobNotFound."""
+        now = self.clock.now()
+        with self._tx(durable=durable) as c:
+            row = self._held(c, job_id, token)
+            out = c.execute(
+                "UPDATE jobs SET state = 'queued', attempts = max(attempts - 1, 0), tries = max(tries - 1, 0),"
+                " token = NULL, lease_until = NULL, worker = CASE WHEN attempts <= 1 THEN NULL ELSE worker END,"
+                " updated_at = ? WHERE id = ? RETURNING *", (now, job_id)).fetchone()
+            c.execute("DELETE FROM events WHERE id = (SELECT max(id) FROM events WHERE job_id = ? AND attempt = ?"
+                      " AND kind = 'claimed')", (job_id, row["attempts"]))
+            return self._job(out)
+
     def adopt(self, job_id: int, token: str, worker: str, *, message: str) -> Job:
         """A new holder takes over the lease of ``token`` (a daemon adopting
         a run that outlived the daemon that claimed it): the lease is renewed
