@@ -176,7 +176,13 @@ class Keeper:
             raise Refused("stopping", "the keeper is stopping", retry=True)
         run = self.table.spawn(a)
         self.idle_check()
+        if run.state == "pending":  # a started (or exited) event follows
+            return {"pending": True}
         return {"pid": run.pid, "identity": run.identity}
+
+    def op_unspawn(self, conn: Conn, a: dict[str, Any]) -> dict[str, Any]:
+        """Drop a pending run (``dropped``: true) unless it has started."""
+        return self.table.unspawn(text(a, "key"))
 
     def op_trust(self, conn: Conn, a: dict[str, Any]) -> dict[str, Any]:
         items = a["items"]
