@@ -13,7 +13,10 @@ what it waited for. A start that fails is reported as ``exited`` with the
 
 A spawn whose ``after`` names a run this keeper refused for an unknown
 environment ref is refused the same way: the daemon sends both again whole,
-in order, and the second must not start before the first.
+in order, and the second must not start before the first. One whose
+``after`` names a run refused for another reason waits for what that run
+would have waited for: it never existed here, and a spawn after a key this
+keeper does not know starts at once, beside the run still going.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ class HeldRuns:
     journal: Journal
     event: Callable[..., None]
     changed: Callable[[], None]
-    env_refused: dict[str, None]  # keys lately refused for an unknown env ref (they come again)
+    refused: dict[str, tuple[str, str | None]]  # keys lately refused -> (code, the run they were to wait for)
 
     if TYPE_CHECKING:
         def _launch(self, run: Run, ln: Launch) -> None: ...
@@ -44,22 +47,26 @@ class HeldRuns:
         run starts at once). Raises Refused if it already has a successor."""
         if a.get("after") is None:
             return None
-        after = text(a, "after")
-        pred = self.runs.get(after)
-        if pred is None and after in self.env_refused:  # it comes again whole: this one must wait for it
-            raise Refused("unknown_env", f"the run {after!r} this one waits for was refused its environment; "
-                                         "send both whole", retry=True)
+        after: str | None = text(a, "after")
+        for _ in range(len(self.refused)):  # a refused run: what it would have waited for (a chain)
+            if after is None or after in self.runs or after not in self.refused:
+                break
+            code, after = self.refused[after]
+            if code == "unknown_env":  # it comes again whole: this one must wait for it
+                raise Refused("unknown_env", "the run this one waits for was refused its environment; "
+                                             "send both whole", retry=True)
+        pred = self.runs.get(after) if after is not None else None
         if pred is None or pred.state == "exited":
             return None
         if pred.successor is not None:
             raise Refused("exists", f"run {pred.key!r} already has run {pred.successor!r} waiting behind it")
         return pred
 
-    def note_refused(self, key: str, e: Refused) -> None:
-        if e.wire["code"] == "unknown_env":
-            self.env_refused[key] = None
-            while len(self.env_refused) > ENV_REFS_KEPT:
-                self.env_refused.pop(next(iter(self.env_refused)))
+    def note_refused(self, key: str, e: Refused, a: dict[str, Any]) -> None:
+        after = a.get("after")
+        self.refused[key] = (str(e.wire["code"]), after if isinstance(after, str) else None)
+        while len(self.refused) > ENV_REFS_KEPT:
+            self.refused.pop(next(iter(self.refused)))
 
     def unspawn(self, key: str) -> dict[str, Any]:
         """Forget a pending run before it starts; else change nothing."""

@@ -102,7 +102,7 @@ class RunTable(HeldRuns):
         self._tick: asyncio.TimerHandle | None = None
         self._ambiguous: set[int] = set()
         self.envs = EnvCache()  # environments the daemon sent once (keeper_wire.EnvCache)
-        self.env_refused: dict[str, None] = {}  # keys lately refused for an unknown env ref (they come again)
+        self.refused: dict[str, tuple[str, str | None]] = {}  # keys lately refused (keeper_held.py)
 
     def adopt_journal(self) -> None:
         """Outcomes a keeper before us journalled and no daemon acknowledged."""
@@ -113,32 +113,37 @@ class RunTable(HeldRuns):
     def spawn(self, a: dict[str, Any]) -> Run:
         """Start the run the spawn op's args ``a`` ask for, or hold it behind
         the running run ``after`` names (state "pending"). Raises Refused
-        (bad args, a key already held, spawn_failed); then nothing is held."""
+        (bad args, a key already held, spawn_failed); then nothing is held
+        (and the refusal is remembered for a spawn after it: keeper_held.py)."""
         key, token = text(a, "key"), text(a, "token")
         if key in self.runs:
             raise Refused("exists", f"a run with key {key!r} is already held")
-        self.env_refused.pop(key, None)
+        self.refused.pop(key, None)
         try:
-            argv, env, cwd, log_path = spawn_command(a, self.envs)
+            run = self._hold_or_start(key, token, a)
         except Refused as e:
-            self.note_refused(key, e)
+            self.note_refused(key, e, a)
             raise
+        self.runs[key] = run
+        if (trust_until := number(a, "trust_until")) is not None:
+            self.set_trust(run, trust_until)
+        self.tick_soon()
+        return run
+
+    def _hold_or_start(self, key: str, token: str, a: dict[str, Any]) -> Run:
+        argv, env, cwd, log_path = spawn_command(a, self.envs)
         run = Run(key, whole(a, "job_id"), whole(a, "attempt"), token, str(log_path), time.time(),
                   number(a, "kill_grace_s", 10.0), number(a, "term_lead_s", 1.0))  # type: ignore[arg-type]
         env = {**env, procident.TOKEN_ENV: token}  # the token scan finds escapees by it
         launch = Launch(argv, env, cwd, log_path, whole(a, "log_cap"), number(a, "timeout_s"))
-        pred, trust_until = self.predecessor(a), number(a, "trust_until")
+        pred = self.predecessor(a)
         if pred is not None:
             run.state, run.after, run.launch, pred.successor = "pending", pred.key, launch, key
-        else:
-            try:
-                self._launch(run, launch)
-            except SpawnError as e:
-                raise Refused("spawn_failed", str(e), retry=e.retry, resource=e.resource) from None
-        self.runs[key] = run
-        if trust_until is not None:
-            self.set_trust(run, trust_until)
-        self.tick_soon()
+            return run
+        try:
+            self._launch(run, launch)
+        except SpawnError as e:
+            raise Refused("spawn_failed", str(e), retry=e.retry, resource=e.resource) from None
         return run
 
     def _launch(self, run: Run, ln: Launch) -> None:

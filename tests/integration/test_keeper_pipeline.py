@@ -94,7 +94,7 @@ def test_unspawn_drops_a_held_run_but_never_one_that_started(rig):
     assert not (rig.root / "b.saw").exists()
     assert w.call("spawn", after="a", **rig.job("d", "true"))["pid"] > 0  # a has ended: at once
     w.call("spawn", **held_until(rig, "e", go2))
-    w.call("spawn", after="e", **held_until(rig, "f", go))
+    w.call("spawn", after="e", **held_until(rig, "f", rig.root / "go3"))  # go exists: f would end at once
     go2.touch()
     w.event("started", "f")
     assert w.call("unspawn", key="f") == {"dropped": False, "state": "running"}
@@ -251,3 +251,21 @@ def request(rig: KeeperRig, key: str, after: str | None = None) -> SpawnRequest:
                         log_path=Path(j["log_path"]), log_cap=j["log_cap"], timeout_s=None, kill_grace_s=1.0,
                         after=after)
 
+
+
+def test_a_spawn_after_a_refused_run_waits_for_what_that_one_waited_for(rig):
+    """The daemon sends b and c behind a at once; b is refused (here: a bad
+    argv). c must not start beside a, as a spawn after a key the keeper does
+    not know would: it waits for a."""
+    rig.start()
+    go = rig.root / "go"
+    w = rig.wire()
+    w.call("spawn", **held_until(rig, "a", go))
+    bad = {**rig.job("b", "true"), "argv": []}
+    assert w.request("spawn", after="a", **bad)["error"]["code"] == "bad_request"
+    assert w.call("spawn", after="b", **noting_start(rig, "c")) == {"pending": True}
+    assert runs_of(w)["c"]["after"] == "a"
+    go.touch()
+    w.event("started", "c")
+    w.event("exited", "c")
+    assert "a.end" in (rig.root / "c.saw").read_text().split()
