@@ -116,7 +116,7 @@ class SqliteQueue(SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteReads):
     # ------------------------------------------------------------------- claim
     def claim(
         self, worker: str, *, lease_s: float | None = None, lanes: Sequence[str] | None = None,
-        exclude_lanes: Collection[str] = (), exclude_ids: Collection[int] = (),
+        exclude_lanes: Collection[str] = (), exclude_ids: Collection[int] = (), reclaim: bool = True,
     ) -> Job | None:
         """Lease the most urgent due job to ``worker``, or return None.
 
@@ -131,6 +131,8 @@ class SqliteQueue(SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteReads):
         ``exclude_lanes`` skips lanes (full or paused ones, for the daemon);
         ``exclude_ids`` never re-issues these jobs' expired leases (the
         daemon's own running jobs: after a stall it renews them instead).
+        ``reclaim=False`` takes queued jobs only, never an expired lease: a
+        claim that may be undone (unclaim) must be a plain one.
 
         Not fsynced (see db.transaction): after a power cut the claimed
         process is gone anyway, and the job simply runs again.
@@ -144,7 +146,7 @@ class SqliteQueue(SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteReads):
         now = self.clock.now()
         with self._tx(durable=False) as c:
             while True:
-                cand = pick.best_candidate(c, now, lanes, exclude_lanes, exclude_ids)
+                cand = pick.best_candidate(c, now, lanes, exclude_lanes, exclude_ids, expired=reclaim)
                 if cand is None:
                     return None
                 row, expired = cand

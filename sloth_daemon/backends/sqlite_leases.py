@@ -120,10 +120,12 @@ class SqliteLeases:
         its run never started (the daemon held it in the keeper behind
         another run and took it back, or it was dropped before it started).
         ``attempts`` and ``tries`` back, token and lease cleared, and the
-        claim's ``claimed`` event deleted: nothing ran, so history shows
-        nothing (a ``reclaimed`` event stays: the lease it says was lost was
-        lost). The worker name is cleared on a job that has never run.
-        Raises LeaseLost or JobNotFound."""
+        claim's ``claimed`` event deleted, with the ``adopted`` or ``resumed``
+        events of its lease after it: nothing ran, so history shows nothing.
+        The worker name is cleared on a job that has never run.
+        Meant for plain claims (``claim(reclaim=False)``): a reclaim's
+        event would stay (the lease it says was lost was lost), beside the
+        next claim's of the same attempt. Raises LeaseLost or JobNotFound."""
         now = self.clock.now()
         with self._tx(durable=durable) as c:
             row = self._held(c, job_id, token)
@@ -131,8 +133,11 @@ class SqliteLeases:
                 "UPDATE jobs SET state = 'queued', attempts = max(attempts - 1, 0), tries = max(tries - 1, 0),"
                 " token = NULL, lease_until = NULL, worker = CASE WHEN attempts <= 1 THEN NULL ELSE worker END,"
                 " updated_at = ? WHERE id = ? RETURNING *", (now, job_id)).fetchone()
-            c.execute("DELETE FROM events WHERE id = (SELECT max(id) FROM events WHERE job_id = ? AND attempt = ?"
-                      " AND kind = 'claimed')", (job_id, row["attempts"]))
+            # The claim's event and what only the lease saw after it (adopted,
+            # resumed): nothing ran. No claim event (a reclaim): nothing goes.
+            c.execute("DELETE FROM events WHERE job_id = ? AND attempt = ? AND id >= (SELECT max(id) FROM events"
+                      " WHERE job_id = ? AND attempt = ? AND kind = 'claimed')",
+                      (job_id, row["attempts"], job_id, row["attempts"]))
             return self._job(out)
 
     def adopt(self, job_id: int, token: str, worker: str, *, message: str) -> Job:

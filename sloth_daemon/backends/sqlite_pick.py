@@ -48,11 +48,13 @@ SQL_LEASES = (
 
 
 def best_candidate(c: sqlite3.Connection, now: float, lanes: Sequence[str] | None,
-                   exclude: Collection[str] = (), exclude_ids: Collection[int] = ()) -> tuple[Row, bool] | None:
+                   exclude: Collection[str] = (), exclude_ids: Collection[int] = (),
+                   expired: bool = True) -> tuple[Row, bool] | None:
     """The most urgent claimable row and whether it is an expired lease (a
-    reclaim) rather than a queued job; None when nothing is due."""
+    reclaim) rather than a queued job (``expired=False``: queued ones only);
+    None when nothing is due."""
     q = _best_queued(c, now, lanes, exclude)
-    e = _best_expired(c, now, lanes, exclude, exclude_ids)
+    e = _best_expired(c, now, lanes, exclude, exclude_ids) if expired else None
     if q is None and e is None:
         return None
     if e is None:

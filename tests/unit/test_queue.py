@@ -132,7 +132,8 @@ def test_backoff_with_many_attempts_does_not_overflow(make_queue, clock):
 def test_unclaim_undoes_a_claim_as_if_it_never_happened_but_keeps_a_reclaim(q, clock):
     """A claim whose run never started (pipelining took it back): queued,
     attempts and tries back, no token, lease or worker, and its history
-    without the claim. A reclaim's event stays: that lease did run out."""
+    without the claim. A reclaim's event stays: that lease did run out (so
+    the daemon only undoes plain claims: ``claim(reclaim=False)``)."""
     a = q.enqueue(["a"])
     before = q.get(a)
     job = q.claim("w")
@@ -143,7 +144,8 @@ def test_unclaim_undoes_a_claim_as_if_it_never_happened_but_keeps_a_reclaim(q, c
     with pytest.raises((LeaseLost, IllegalTransition)):  # that token holds nothing any more
         q.unclaim(a, job.token)
     first = q.claim("w")
-    clock.advance(q.get(a).lease_s + 1)  # its holder is gone: the next claim is a reclaim
+    clock.advance(q.get(a).lease_s + 1)  # its holder is gone: the next claim is a reclaim ...
+    assert q.claim("w2", reclaim=False) is None  # ... which a claim that may be undone never makes
     again = q.claim("w2")
     q.unclaim(a, again.token)
     job = q.get(a)
