@@ -38,6 +38,7 @@ class WorkerActions:
 
     if TYPE_CHECKING:
         def _end(self, run: "Run", reason: str, grace_s: float | None = None) -> None: ...
+        def take_back(self, lanes: "Sequence[str] | None" = None) -> None: ...
 
     def wake(self) -> None:
         """Something changed (a job queued or ended, a lane, a pause): the
@@ -121,7 +122,9 @@ class WorkerActions:
 
     # --------------------------------------------------------------- lanes
     def pause(self, lane: str | None) -> None:
+        """Nothing more starts: a successor held in the keeper is taken back too (pipeline.py)."""
         self.lanes.pause(lane)
+        self.take_back(None if lane is None else [lane])
 
     def resume(self, lane: str | None) -> None:
         self.lanes.resume(lane)
@@ -131,6 +134,7 @@ class WorkerActions:
         """Takes effect at the next turn, which comes at once: running jobs
         are never touched; freed or added slots fill."""
         out = self.lanes.set(lane, concurrency, create=create)
+        self.take_back([lane])  # a held successor would start beside a lowered limit's runs
         self.wake()
         return out
 
@@ -146,6 +150,7 @@ class WorkerActions:
         self.queue.lease_s, self.queue.max_attempts = settings.lease_s, settings.max_attempts
         self.queue.backoff_cap_s = settings.backoff_cap_s
         notes = self.lanes.reload(settings)
+        self.take_back()  # lanes may have changed
         self.wake()
         return notes
 
