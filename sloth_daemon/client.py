@@ -13,17 +13,25 @@ Kept import-light: ``sloth add`` pays for every module imported here.
 
 from __future__ import annotations
 
+# The C socket type itself: socket.py wraps it with file objects and enum
+# names a client does not use, and importing it (selectors, array, enum)
+# was a tenth of a `sloth add`.
+import _socket
 import errno
 import itertools
-import socket
+import os
 import time
-from pathlib import Path
-from typing import Any, Iterator
 
 from . import protocol
 from .errors import (
     ConnectionLost, DaemonBusy, DaemonNotAnswering, DaemonNotRunning, ProtocolError, SlothError, from_dict,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterator
+
+    StrPath = str | os.PathLike[str]
 
 _ids = itertools.count(1)
 CONNECT_TIMEOUT_S = 30.0
@@ -39,9 +47,9 @@ class Client:
     answers. ``lock_path`` (the instance lock, which holds the daemon's pid)
     lets errors name the daemon's pid."""
 
-    def __init__(self, socket_path: Path, *, timeout_s: float | None = 30.0,
-                 lock_path: Path | None = None) -> None:
-        self.socket_path = Path(socket_path)
+    def __init__(self, socket_path: StrPath, *, timeout_s: float | None = 30.0,
+                 lock_path: StrPath | None = None) -> None:
+        self.socket_path = os.fspath(socket_path)
         self.timeout_s, self.lock_path = timeout_s, lock_path
         self.sock = self._connect()
         self._buf = b""
@@ -53,14 +61,14 @@ class Client:
                 raise
             self.sock.settimeout(None)
 
-    def _connect(self) -> socket.socket:
+    def _connect(self) -> _socket.socket:
         deadline = time.monotonic() + BUSY_PATIENCE_S
         while True:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
             # Always bounded: a blocking connect to a full accept queue would wait forever.
             sock.settimeout(self.timeout_s or CONNECT_TIMEOUT_S)
             try:
-                sock.connect(str(self.socket_path))
+                sock.connect(self.socket_path)
                 return sock
             except OSError as e:
                 sock.close()
@@ -80,9 +88,12 @@ class Client:
         return DaemonNotRunning(f"cannot connect to {path}: {e.strerror or e}")
 
     def _pid(self) -> str | None:
-        from .locate import read_lock
-
-        return read_lock(self.lock_path)[0] if self.lock_path else None
+        try:
+            text = _read(self.lock_path) if self.lock_path else ""
+        except OSError:
+            return None
+        first = (text.split() or [""])[0]  # the pid, then the socket's path (daemon.InstanceLock)
+        return first if first.isdigit() else None
 
     def _check_hint(self) -> str:
         pid = self._pid()
@@ -170,3 +181,8 @@ class Client:
         if msg.get("ok"):
             return msg.get("result")
         raise from_dict(msg.get("error") or {})
+
+
+def _read(path: StrPath) -> str:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read(4096)

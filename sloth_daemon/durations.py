@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import math
-import re
 import time
-from typing import TYPE_CHECKING
 
 from .errors import BadRequest
 
@@ -17,13 +15,18 @@ MAX_TIME = 253402300799.0  # 9999-12-31T23:59:59Z, the last second datetime can 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 # Longest spelling first: the alternation takes the first that matches.
 UNIT_WORDS = ("milliseconds?|ms|seconds?|secs?|s|minutes?|mins?|m|hours?|hrs?|h|days?|d|weeks?|w")
-_PART = re.compile(rf"([0-9]+(?:\.[0-9]+)?)({UNIT_WORDS})")
-_UNIT_WORD = re.compile(rf"(?:{UNIT_WORDS})\Z")
+# Patterns as text, compiled (and cached by re) on first use, and re imported
+# where they are used: `sloth add` imports this module (for the bounds) and
+# most adds parse no duration.
+_PART = rf"([0-9]+(?:\.[0-9]+)?)({UNIT_WORDS})"
+_UNIT_WORD = rf"(?:{UNIT_WORDS})\Z"
 
 
 def is_unit_word(word: str) -> bool:
     """``mins``, ``h``, ``seconds`` ...: a word that ends a duration."""
-    return bool(_UNIT_WORD.match(word.lower()))
+    import re
+
+    return bool(re.match(_UNIT_WORD, word.lower()))
 
 
 def _unit(word: str) -> float:
@@ -33,6 +36,8 @@ def _unit(word: str) -> float:
 def parse_duration(text: str | int | float, *, what: str = "duration") -> float:
     """``"90"`` / ``90`` -> 90.0 s; ``"1h30m"``, ``"1 hour 30 mins"`` -> 5400.0;
     a leading ``+`` is allowed (``+10m``). Raises BadRequest."""
+    import re
+
     if isinstance(text, bool):
         raise BadRequest(f"bad {what}: {text!r}")
     if isinstance(text, (int, float)):
@@ -44,7 +49,7 @@ def parse_duration(text: str | int | float, *, what: str = "duration") -> float:
             v = float(s)
         else:
             pos, v = 0, 0.0
-            for m in _PART.finditer(s):
+            for m in re.finditer(_PART, s):
                 if m.start() != pos:
                     break
                 v += float(m.group(1)) * _unit(m.group(2))
@@ -101,7 +106,8 @@ def local_time(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M", lt)
 
 
-if TYPE_CHECKING:
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing itself is not imported at run time: `sloth add` pays for every import
     import datetime as dt
 
 
@@ -111,7 +117,7 @@ def parse_at(text: str, now: float | None = None) -> float:
 
 
 _DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-_CLOCK = re.compile(r"([0-9]{1,2})(?::([0-9]{2}))?(?::([0-9]{2}))?\s*(am|pm)?")
+_CLOCK = r"([0-9]{1,2})(?::([0-9]{2}))?(?::([0-9]{2}))?\s*(am|pm)?"
 AT_HINT = ("Use HH:MM (9:30, 9pm), a day and a time (tomorrow 08:00, mon 9:00), "
            "+DURATION (+10m) or an ISO time (2026-12-01T09:30).")
 
@@ -147,12 +153,14 @@ def resolve_at(text: str, now: float | None = None) -> tuple[float, str]:
 def _day_form(s: str) -> tuple[str, str | None] | None:
     """(day word: "", today, tomorrow or mon..sun; clock text or None), or
     None when ``s`` is not a day/clock form (then it may be ISO)."""
+    import re
+
     head, _, rest = s.partition(" ")
     if head in ("today", "tomorrow"):
         return head, rest or None
     if head[:3] in _DAYS and head in _day_names(head[:3]):
         return head[:3], rest or None
-    if _CLOCK.fullmatch(s) and (":" in s or s.endswith(("am", "pm"))):
+    if re.fullmatch(_CLOCK, s) and (":" in s or s.endswith(("am", "pm"))):
         return "", s
     return None
 
@@ -165,9 +173,11 @@ def _day_names(short: str) -> tuple[str, ...]:
 
 def _clock(text: str | None) -> tuple[int, int, int]:
     """(hour, minute, second) of ``9:30``, ``21:05:10``, ``9pm``, ``12am``; None is midnight."""
+    import re
+
     if text is None:
         return 0, 0, 0
-    m = _CLOCK.fullmatch(text)
+    m = re.fullmatch(_CLOCK, text)
     if not m:
         raise ValueError(text)
     hour = int(m.group(1))

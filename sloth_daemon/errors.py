@@ -9,9 +9,11 @@ client rebuilds the same type from the wire (:func:`from_dict`).
 from __future__ import annotations
 
 import errno as _errno
-from typing import Any, ClassVar
-
 from .text import storable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # not at run time: `sloth add` pays for every import
+    from typing import Any, ClassVar
 
 # Named exit codes of the CLI (documented in the README).
 EXIT_OK = 0

@@ -192,6 +192,10 @@ class RunTable(HeldRuns):
             if timer is not None:
                 timer.cancel()
         ending = run.proc.ending if run.proc else None
+        if ending is None and run.proc is not None and run.proc.returncode != 0:
+            # A failed attempt may be retried: nothing of it may run beside
+            # the retry. (A job that succeeded may leave a server running.)
+            ending = run.proc.end_leftovers_soon(run.kill_grace_s)
         if ending is not None and not ending.done():  # `exited` only once the whole tree is dead
             ending.add_done_callback(lambda _t: self.settle(run, ended_at))
         else:
@@ -204,7 +208,10 @@ class RunTable(HeldRuns):
         run.state = "exited"
         run.outcome = {"returncode": jp.returncode, "ended_at": ended_at, "reason": jp.kill_reason,
                        "killed_by": run.killed_by, "log_problem": jp.log.problem, "log_bytes": jp.log.total}
-        moved = self.start_next(run)  # first: it is what waits (the daemon hears of both together)
+        # First: it is what waits (the daemon hears of both together). Only
+        # now, once a failed run's leftovers are ended too (root_exited): a
+        # held run never starts beside them.
+        moved = self.start_next(run)
         run.journaled = self.journal.append({"run": run.wire()})
         self.event("exited", run.key, outcome=run.outcome)
         for nxt in moved:

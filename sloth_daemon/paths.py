@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import BadRequest, ConfigError, StorageError
+from .errors import ConfigError, StorageError
 
 APP = "sloth"
 # sockaddr_un.sun_path: 108 bytes on Linux, 104 on macOS/BSD, NUL included.
@@ -148,22 +148,6 @@ def resolve(env: dict[str, str] | None = None) -> Paths:
         runtime,
         Path(platformdirs.user_config_dir(APP, appauthor=False)),
     )
-
-
-def caller_cwd(cwd: Path | None) -> str:
-    """The absolute folder a job runs in: ``cwd`` (relative to the current
-    folder) or the current folder itself. Raises BadRequest if it is gone."""
-    try:
-        workdir = os.path.abspath(cwd) if cwd is not None else os.getcwd()
-    except FileNotFoundError:
-        raise BadRequest("the current folder no longer exists (was it deleted or moved?)",
-                         hint="cd to an existing folder, or give the job's folder with --cwd DIR.") from None
-    except OSError as e:
-        raise BadRequest(f"cannot tell the current folder: {e.strerror or e}",
-                         hint="Give the job's folder with --cwd DIR.") from None
-    if cwd is not None and not os.path.isdir(workdir):
-        raise BadRequest(f"--cwd {workdir} is not a folder")
-    return workdir
 
 
 def _usable_parent(p: Path) -> bool:

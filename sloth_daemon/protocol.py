@@ -34,11 +34,12 @@ connection is closed (we cannot find where the next frame starts).
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from typing import Any
-
+from . import jsonlite
 from .errors import ProtocolError, SlothError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # not at run time: every `sloth add` imports this module
+    from typing import Any
 
 VERSION = 2  # the newest this code speaks
 SUPPORTED_VERSIONS = (1, 2)
@@ -80,19 +81,25 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 OP_SINCE: dict[str, int] = {"stage": 2, "commit": 2, "batch": 2}
 
 
-@dataclass(frozen=True)
 class Request:
-    id: Any
-    op: str
-    args: dict[str, Any]
-    v: int = VERSION  # the version it was asked in: the answer uses the same
+    """One parsed request; ``v`` is the version it was asked in (the answer
+    uses the same). A plain class, not a dataclass: clients import this
+    module, and dataclasses (with inspect) would double what it costs."""
+
+    __slots__ = ("id", "op", "args", "v")
+
+    def __init__(self, id: Any, op: str, args: dict[str, Any], v: int = VERSION) -> None:
+        self.id, self.op, self.args, self.v = id, op, args, v
+
+    def __repr__(self) -> str:
+        return f"Request(id={self.id!r}, op={self.op!r}, args={self.args!r}, v={self.v})"
 
 
 def encode(msg: dict[str, Any], limit: int = MAX_FRAME) -> bytes:
     try:
-        data = json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
+        data = jsonlite.dumps(msg, ensure_ascii=False, compact=True).encode("utf-8") + b"\n"
     except UnicodeEncodeError:  # lone surrogates (log bytes that are not UTF-8): \u-escape them
-        data = json.dumps(msg, separators=(",", ":")).encode("ascii") + b"\n"
+        data = jsonlite.dumps(msg, compact=True).encode("ascii") + b"\n"
     if len(data) > limit:
         raise ProtocolError(
             f"message of {len(data)} bytes is over the {limit}-byte frame limit",
@@ -130,7 +137,7 @@ def parse_request(line: bytes) -> Request:
     except UnicodeDecodeError as e:
         raise ProtocolError(f"frame is not valid UTF-8 (byte {e.start})") from None
     try:
-        msg = json.loads(text)
+        msg = jsonlite.loads(text)
     except (ValueError, RecursionError) as e:
         raise ProtocolError(f"frame is not valid JSON: {str(e)[:120]}") from None
     if not isinstance(msg, dict):
@@ -166,7 +173,7 @@ def parse_request(line: bytes) -> Request:
 def decode_response(line: bytes) -> dict[str, Any]:
     """Decode one line from the daemon (used by the client)."""
     try:
-        msg = json.loads(line.decode("utf-8"))
+        msg = jsonlite.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise ProtocolError(f"daemon sent an unreadable frame: {e}") from None
     if not isinstance(msg, dict) or msg.get("v") not in SUPPORTED_VERSIONS:

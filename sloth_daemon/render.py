@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 import time
-from typing import Any, Sequence
 
 from .durations import format_duration, local_time, relative
 from .errors import SlothError
 from .text import showable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # not at run time: `sloth ls` and `show` pay for every import
+    from typing import Any, Sequence
 
 _COLOURS = {"blocked": "35", "queued": "33", "running": "36", "done": "32", "failed": "31", "cancelled": "90"}
 
@@ -50,13 +52,23 @@ def command_text(job: dict[str, Any], width: int | None = 60) -> str:
     if job.get("shell") and len(cmd) == 3 and cmd[1] == "-c":
         text = cmd[2]
     else:
-        text = shlex.join(cmd)
+        text = shell_join(cmd)
     if job.get("label"):
         text = f"[{job['label']}] {text}"
     text = showable(text)  # a newline or an escape sequence must not break the table
     if width and len(text) > width:
         text = text[: width - 1] + "…"
     return text
+
+
+# What shlex.quote leaves unquoted: [\w@%+=:,./-] in ASCII.
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-")
+
+
+def shell_join(args: Sequence[str]) -> str:
+    """shlex.join(args), the same text, without importing shlex and re
+    (`sloth ls` shows a command on every row)."""
+    return " ".join(a if a and _SAFE.issuperset(a) else "'" + a.replace("'", "'\"'\"'") + "'" for a in args)
 
 
 def when(job: dict[str, Any], now: float | None = None) -> str:

@@ -265,6 +265,20 @@ class JobProcess:
             self.ending = asyncio.get_running_loop().create_task(self._end_tree(grace_s))
         return self.ending
 
+    def end_leftovers_soon(self, grace_s: float) -> "asyncio.Task[None] | None":
+        """The root process ended with a failure: end whatever of its tree
+        still runs (a setsid or double-forked escapee found by the run's
+        token), so a retry never runs beside it. The root's own exit stays
+        the outcome (no kill reason). None if it left nothing running."""
+        if self.ending is not None or self.tree is None:
+            return self.ending
+        left = [p for p in self.tree.find(self.claim_orphan) if not procident.gone(p)]
+        if not left:
+            return None
+        self.log.note(f"the job's process ended; ending the {len(left)} process(es) it left running")
+        self.ending = asyncio.get_running_loop().create_task(self._end_tree(grace_s))
+        return self.ending
+
     async def end_tree(self, grace_s: float, reason: str) -> None:
         """SIGTERM the whole tree, wait up to ``grace_s`` for all of it, then
         SIGKILL what is left, looking again until nothing of it lives.

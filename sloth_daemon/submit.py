@@ -18,16 +18,27 @@ Client side only (imports no daemon code); kept light for ``sloth add``.
 
 from __future__ import annotations
 
-import json
-import secrets
-from contextlib import AbstractContextManager
-from typing import Any, Callable, Iterator, Protocol
+import os
 
-from . import protocol
+from . import jsonlite, protocol
 from .errors import (
     BadRequest, FieldError, IllegalTransition, ProtocolError, SlothError, StorageError, from_dict,
 )
-from .spec import Defaults, EnvCache, JobSpec, command_json
+from .checks import DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS, command_json, fields
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing and contextlib are not imported at run time: `sloth add` pays for every import
+    from contextlib import AbstractContextManager
+    from typing import Any, Callable, Iterator, Protocol
+
+    from .checks import EnvCache
+
+    class _Client(Protocol):
+        def call(self, op: str, **args: Any) -> Any: ...
+
+        def set_timeout(self, timeout_s: float | None) -> None: ...
+
+    Connect = Callable[[], AbstractContextManager[_Client]]
 
 NOTHING = "nothing was queued"
 # Job spec fields, as a user of `sloth add` typed them.
@@ -42,15 +53,6 @@ COMMIT_TIMEOUT_S = 30.0
 COMMIT_JOBS_PER_S = 20_000.0  # a slow disk's enqueue rate: a large commit gets its time
 
 
-class _Client(Protocol):
-    def call(self, op: str, **args: Any) -> Any: ...
-
-    def set_timeout(self, timeout_s: float | None) -> None: ...
-
-
-Connect = Callable[[], AbstractContextManager[_Client]]
-
-
 def with_note(e: SlothError, note: str) -> SlothError:
     """The same error (type, code, exit code, hint) with ``; note`` added."""
     out = from_dict({**e.to_dict(), "message": f"{e.message}; {note}"})
@@ -62,11 +64,10 @@ def with_note(e: SlothError, note: str) -> SlothError:
 def check(jobs: list[dict[str, Any]], common: dict[str, Any], *, where: Callable[[int], str]) -> None:
     """Refuse the whole input if any job is invalid. ``where(i)`` names job
     ``i`` for the message ("line 3 of --file"; "" for a single command)."""
-    defaults = Defaults()
     cache: EnvCache = {}
-    _check_one({**common, "command": ["-"]}, defaults, cache, "")  # the options, once
+    _check_one({**common, "command": ["-"]}, cache, "")  # the options, once
     for i, job in enumerate(jobs):
-        _check_one(job if _only_own_fields(job) else {**common, **job}, defaults, cache, where(i))
+        _check_one(job if _only_own_fields(job) else {**common, **job}, cache, where(i))
 
 
 def _only_own_fields(job: dict[str, Any]) -> bool:
@@ -74,14 +75,16 @@ def _only_own_fields(job: dict[str, Any]) -> bool:
     return job.keys() <= {"command", "shell"}
 
 
-def _check_one(spec: dict[str, Any], defaults: Defaults, cache: EnvCache, where: str) -> None:
+def _check_one(spec: dict[str, Any], cache: EnvCache, where: str) -> None:
+    """The queue's own checks (checks.fields, as JobSpec.parse runs them);
+    the daemon's defaults do not matter here, only whether a value is valid."""
     try:
         if _only_own_fields(spec):
             command_json(spec.get("command"))  # one job of thousands: only what varies
             if not isinstance(spec.get("shell", False), bool):
                 raise FieldError("shell", "must be true or false")
         else:
-            JobSpec.parse(spec, defaults, cache)
+            fields(spec, DEFAULT_MAX_ATTEMPTS, DEFAULT_LEASE_S, cache)
     except FieldError as e:
         text = f"{OPTION_NAMES.get(e.field, e.field)} {e.problem}"
         raise BadRequest(f"{where + ': ' if where else ''}{text}; {NOTHING}", e.hint or None) from None
@@ -95,7 +98,7 @@ def frames(jobs: list[dict[str, Any]], common: dict[str, Any], *,
     """Split into requests that each stay under the frame limit. A job too
     big for any frame is refused with what to do about it (not a hint about
     batches, which would not help)."""
-    overhead = len(json.dumps(common, ensure_ascii=False).encode("utf-8", "surrogateescape")) + 4096
+    overhead = len(jsonlite.dumps(common, ensure_ascii=False).encode("utf-8", "surrogateescape")) + 4096
     if overhead > limit // 2:
         raise BadRequest(f"the environment and options of this `sloth add` take {overhead} bytes, over the "
                          f"{limit // 2} one request may spend on them; {NOTHING}",
@@ -138,7 +141,7 @@ def _job_size(job: dict[str, Any]) -> int:
     """An upper bound of a job's bytes in the frame, at a fifth of json.dumps's cost
     (it was 40% of the client's time for 50,000 --stdin lines). ASCII-escaped
     strings are never shorter than their UTF-8; 64 covers keys and punctuation."""
-    from json.encoder import encode_basestring_ascii as q
+    q = jsonlite.encode_basestring_ascii
 
     return sum(len(q(a)) + 1 for a in job["command"]) + len(q(job.get("key") or "")) + len(
         q(job.get("label") or "")) + 64
@@ -150,7 +153,7 @@ def submit(jobs: list[dict[str, Any]], common: dict[str, Any], parts: list[list[
     """Queue ``jobs`` (split into ``parts`` by frames()) all or none; return
     the commit's answer (``ids``, and ``new_lanes`` when the daemon said).
     Every error says whether anything was queued."""
-    token = secrets.token_hex(8)
+    token = os.urandom(8).hex()  # secrets.token_hex(8), without importing secrets (hashlib, random)
     try:
         opened = connect()
     except SlothError as e:  # not running (and not to be started), busy, not answering

@@ -10,11 +10,10 @@ through one of these, so no path, label or message can do either.
 
 from __future__ import annotations
 
-import re
-
 # C0 and C1 controls, DEL, line/paragraph separators, bidi overrides and
 # isolates (they reorder what follows on the line), lone surrogates.
-_UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# Compiled (and cached by re) on first use: every `sloth add` imports this module.
+_UNSHOWABLE = "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -59,6 +58,11 @@ def storable(s: str) -> str:
     return raw.decode("utf-8", "backslashreplace")
 
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import re
+
+
 def _escape(m: re.Match[str]) -> str:
     ch = m.group()
     if ch in _NAMED:
@@ -73,4 +77,8 @@ def showable(s: str) -> str:
     """``s`` for one line of a terminal: controls, separators, bidi marks
     and bytes that were not UTF-8 shown as escapes (``\\n``, ``\\x1b``,
     ``\\xe9``), so a label cannot break a table or move the cursor."""
-    return _UNSHOWABLE.sub(_escape, s)
+    if s.isascii() and s.isprintable():  # nothing to escape: most text, and no re to import
+        return s
+    import re  # here, not at the top: every `sloth add` imports this module
+
+    return re.sub(_UNSHOWABLE, _escape, s)

@@ -65,13 +65,19 @@ import psutil  # noqa: E402
 from sloth_daemon import protocol  # noqa: E402
 from sloth_daemon.client import Client  # noqa: E402
 from sloth_daemon.errors import SlothError  # noqa: E402
+from tests.support.faults import DiskFull, flood, hold_write_lock  # noqa: E402
 from tests.support import fakeclock as fc  # noqa: E402
 from tests.support.harness import Harness  # noqa: E402
 
 PROBE = str(REPO / "tests" / "support" / "probe_job.py")
-CHAOS = ("kill9", "reboot", "stop", "jump", "jobkill", "badframes")
+CHAOS = ("kill9", "reboot", "stop", "jump", "jobkill", "badframes", "diskfull", "flood", "lock")
 # Errors a malformed frame may get back (never "internal error ...").
 TYPED_ERRORS = {"protocol", "bad_request", "not_found"}
+# Refusals a client meets and tries again after: the daemon down, cut off,
+# busy (a flood), or its storage refusing for now (a full disk, a foreign
+# lock). Every add is all or none, so trying again never queues twice.
+PASSING = {"daemon_not_running", "protocol", "error", "connection_lost", "busy", "not_answering", "storage",
+           "storage_busy"}
 TRANSIENT = (SlothError, OSError, socket.timeout, ValueError)  # daemon down, reset, cut-off reply
 
 
@@ -85,13 +91,15 @@ class SoakConfig:
     settle_s: float = 600.0  # bound on the wait for everything to finish afterwards
     seed: int | None = None
     mix: dict[str, float] = field(default_factory=lambda: {
-        "quick": 0.55, "slow": 0.12, "flaky": 0.23, "timeout": 0.10})
+        "quick": 0.50, "slow": 0.12, "flaky": 0.22, "timeout": 0.10, "forker": 0.06})
     slow_hold_s: tuple[float, float] = (1.0, 3.0)
     stop_s: tuple[float, float] = (1.0, 4.0)
     jump_s: tuple[float, float] = (600.0, 3600.0)
     chaos_gap_s: tuple[float, float] = (0.5, 2.5)
     weights: dict[str, float] = field(default_factory=lambda: {
-        "kill9": 2, "reboot": 0.5, "stop": 1, "jump": 1, "jobkill": 3, "badframes": 2})
+        "kill9": 2, "reboot": 0.5, "stop": 1, "jump": 1, "jobkill": 3, "badframes": 2,
+        "diskfull": 1, "flood": 1, "lock": 1})
+    fault_s: tuple[float, float] = (1.0, 3.0)  # how long a full disk, a flood or a foreign lock lasts
     max_attempts: int = 30  # for the kinds that must end done: room for the chaos
     lanes: dict[str, int] = field(default_factory=lambda: {"default": 4, "slow": 6})
     keep_home: bool = False
@@ -102,7 +110,7 @@ class SoakConfig:
         base: dict[str, Any] = dict(
             duration_s=20.0, jobs=300, clients=4, settle_s=60.0, chaos_gap_s=(0.3, 1.2),
             slow_hold_s=(1.0, 2.0), stop_s=(1.0, 2.5),
-            mix={"quick": 0.6, "slow": 0.07, "flaky": 0.25, "timeout": 0.08},
+            mix={"quick": 0.55, "slow": 0.07, "flaky": 0.25, "timeout": 0.08, "forker": 0.05},
         )
         base.update(kw)
         return cls(**base)
@@ -171,6 +179,10 @@ class SoakResult:
             f"successful runs re-run: after a daemon kill -9 {f.get('reruns_after_kill9', 0)}, "
             f"after a reboot {f.get('reruns_after_reboot', 0)}, after a fence {f.get('reruns_after_fence', 0)}, "
             f"after a job kill {f.get('reruns_after_job_kill', 0)}, otherwise {f.get('reruns_other', 0)}",
+            f"  edges: full disk {f.get('disk_windows', 0)} | connection floods {f.get('flood_windows', 0)} "
+            f"(up to {f.get('flood_max', 0)} held) | foreign write locks {f.get('lock_windows', 0)} | "
+            f"successful runs re-run after a full disk {f.get('reruns_after_disk', 0)}, after a foreign "
+            f"lock {f.get('reruns_after_lock', 0)}",
             f"  daemon starts: {f.get('daemon_starts', 0)}, spawn -> answering median "
             f"{f.get('ready_median_s', 0):.2f} s, max {f.get('ready_max_s', 0):.2f} s",
             f"  invariants: lost {f.get('lost', '?')} | duplicates {f.get('duplicates', '?')} | "
@@ -205,6 +217,10 @@ class Soak:
             self.clock = fc.FakeClock(so, self.root / "offset")
         except RuntimeError as e:  # no C compiler: run without simulated sleeps
             cfg.log(f"chaos soak: no clock jumps ({e})")
+        self.disk = DiskFull.mount(self.root / "h")  # the daemon's home on a tmpfs we can fill
+        if self.disk is None:
+            cfg.log("chaos soak: no full-disk windows (mounting a tmpfs was refused)")
+        self.windows: dict[str, list[tuple[float, float]]] = defaultdict(list)  # fault -> (from, to)
         self.h = Harness(self.root / "h", config=cfg.daemon_config(),
                          extra_env=self.clock.env() if self.clock else None)
         self.violations: list[str] = []
@@ -249,6 +265,8 @@ class Soak:
                 argv += ["--hold", f"{rng.uniform(*cfg.slow_hold_s):.2f}"]
             elif kind == "flaky":
                 argv += ["--fail-until", rng.choice(["2", "3"]), "--hold", "0.1"]
+            elif kind == "forker":  # its work done by a double-forked, setsid grandchild
+                argv += ["--detach", "1", "--hold", rng.choice(["0.1", "0.5", "1.0", "4.0"])]
             else:  # timeout: always killed by its timeout (or the chaos): ends failed
                 lane, timeout_s, max_attempts = "slow", rng.choice([0.5, 1.0]), 2
                 argv += ["--hold", "60"]
@@ -338,6 +356,9 @@ class Soak:
     def act_jobkill(self) -> None:
         starts = read_records(self.rec / "starts")[-64:]  # the running ones are recent
         self.rng.shuffle(starts)
+        forkers = {str(j.id) for j in self.jobs if j.kind == "forker"}
+        if self.rng.random() < 0.5:  # often a forker: its grandchild must not outlive it into a retry
+            starts.sort(key=lambda r: r[0] not in forkers)
         for job, attempt, token, pid, _ in starts:
             try:
                 p = psutil.Process(int(pid))
@@ -352,6 +373,42 @@ class Soak:
             self.count("job_kills")
             return
         self.count("job_kill_no_target")
+
+    def _window(self, fault: str, act: Callable[[Callable[[], None]], Any]) -> Any:
+        """Run fault ``act(hold)``; ``hold()`` keeps it up for a while. The
+        window is kept, to classify runs that ended in it."""
+        t = self.rng.uniform(*self.cfg.fault_s)
+        t0 = time.time()
+        try:
+            return act(lambda: self.sleep(t))
+        finally:
+            self.windows[fault].append((t0, time.time()))
+            self.count(f"{fault}_windows")
+
+    def act_diskfull(self) -> None:
+        if self.disk is None:
+            return
+        disk = self.disk
+
+        def full(hold: Callable[[], None]) -> None:
+            n = disk.fill()
+            self.note(f"disk full ({n} bytes taken)")
+            try:
+                hold()
+            finally:
+                disk.free()
+                self.note("disk freed")
+        self._window("disk", full)
+
+    def act_flood(self) -> None:
+        n = self._window("flood", lambda hold: flood(self.h.socket, 600, hold))
+        self.note(f"flood: {n} idle connections held, then closed")
+        with self.lock:
+            self.n["flood_max"] = max(self.n["flood_max"], n)
+
+    def act_lock(self) -> None:
+        got = self._window("lock", lambda hold: hold_write_lock(self.h.home / "queue.db", hold))
+        self.note(f"foreign write lock {'held' if got else 'not had'}")
 
     def act_badframes(self) -> None:
         for _ in range(self.rng.randint(1, 3)):
@@ -476,7 +533,7 @@ class Soak:
                     self.add_socket(pending)
                 return
             except TRANSIENT as e:
-                if isinstance(e, SlothError) and e.code not in ("daemon_not_running", "protocol", "error"):
+                if isinstance(e, SlothError) and e.code not in PASSING:
                     self.violation(f"add refused with {e.code}: {e.message}")
                     return
                 suspect = True
@@ -510,7 +567,7 @@ class Soak:
         p = self.h.cli(*argv, "--", *j.argv, timeout_s=90)
         if p.returncode == 0:
             return int(json.loads(p.stdout)["ids"][0])
-        if p.returncode not in (1, 3):  # 3: not running; 1: cut off mid-request
+        if p.returncode not in (1, 3, 7):  # 3: not running; 1: cut off, or storage; 7: busy
             self.violation(f"sloth add exited {p.returncode}: {p.stderr.strip()[:300]}")
         with self.lock:
             self.n["cli_failures"] += 1
@@ -560,6 +617,8 @@ class Soak:
                 chaos = (self.root / "chaos.log").read_text().splitlines()[-15:]
                 tail = self.h.log_text() + "\n  chaos timeline tail:\n" + "\n".join(chaos)
             self.h.reap()
+            if self.disk is not None:
+                self.disk.unmount()
             self.timeline.close()
             if not cfg.keep_home:
                 shutil.rmtree(self.root, ignore_errors=True)
@@ -583,6 +642,14 @@ class Soak:
         self.violation(f"jobs still unfinished after the settle bound: {last}")
 
     # -------------------------------------------------------------- verify
+    def _fault_at(self, t: float | None, after_s: float = 2.0) -> str | None:
+        """The fault whose window (or the ``after_s`` following it) holds time ``t``."""
+        if t is not None:
+            for fault, spans in self.windows.items():
+                if any(t0 <= t <= t1 + after_s for t0, t1 in spans):
+                    return fault
+        return None
+
     def verify(self, fig: dict[str, Any]) -> None:
         h = self.h
         # 1. the daemons: every one we started ended by our kill -9, the last one serves
@@ -684,6 +751,8 @@ class Soak:
         # 5. attempts and events agree with what ran
         n_attempts = reclaimed = resumed = timed_out = killed_attempts = self_reclaims = adopted = 0
         crash_reruns = other_reruns = killed_reruns = fence_reruns = 0
+        fault_reruns: Counter[str] = Counter()
+        ended_at = {(r[0], r[1]): float(r[4]) for r in ends}
         killed = {(j, a) for j, a, _t in self.killed_jobs}
         for lj in self.jobs:
             if lj.id is None or lj.id not in jobs:
@@ -720,6 +789,8 @@ class Soak:
                     # the chaos loop SIGKILLed it after it wrote its end line but
                     # before it exited: to the daemon that attempt was killed
                     killed_reruns += 1
+                elif fault := self._fault_at(ended_at.get((str(lj.id), str(a)))):
+                    fault_reruns[fault] += 1  # ended in a full disk or a foreign lock: never re-run
                 else:
                     other_reruns += 1
             killed_attempts += sum((str(lj.id), str(a)) in killed for a in ran)
@@ -760,6 +831,10 @@ class Soak:
         if other_reruns:
             self.violation(f"{other_reruns} run(s) ended well and were run again with no daemon "
                            "crash in between")
+        for fault, k in fault_reruns.items():
+            self.violation(f"{k} run(s) that ended well during a {fault} window were run again "
+                           "(their outcome must wait for the storage, never be lost)")
+        fig.update({f"reruns_after_{f}": fault_reruns.get(f, 0) for f in ("disk", "lock", "flood")})
 
         # 6. nothing left behind: every job is final, so no job process may live
         # (the keeper may: it holds nothing and leaves once idle)

@@ -5,21 +5,28 @@ is one queue shared by the daemons of several machines. Each backend module
 is the only place that speaks its SQL; the contract tests run against every
 backend. :func:`open_queue` picks one from a path or a URL.
 
-What SQLite schema v5 (issue 9) added to the contract, for a backend to port (each
-method's docstring in the sqlite modules says its transitions and errors;
-tests/unit/test_queue_daily.py is their contract test):
+Beyond enqueue/claim/heartbeat/complete/fail/release/cancel/retry, the
+contract both backends keep (each method's docstring says its transitions
+and errors; tests/unit/test_queue*.py run against both):
 
 * states ``blocked`` (waits for prerequisites; in no claim index) and
   ``running`` (was ``claimed``); ``counts()`` names all six;
 * ``enqueue_many`` specs with ``after``/``after_any``/``after_previous`` and
-  ``retry_exit``/``no_retry_exit``; every transition that ends a job settles
+  ``retry_exit``/``no_retry_exit``, and ``batch=TOKEN`` recorded in the same
+  transaction (``batch_ids``); every transition that ends a job settles
   its blocked dependents in the same transaction and reports them, after the
   commit, to ``on_side_change``; ``retry`` may go back to ``blocked``;
+* runs and tries: ``attempts`` counts runs, ``tries`` what counts against
+  ``max_attempts``; ``release(delay_s=)``, ``abandon(refund=)``, ``adopt``;
+  outcomes with ``ended_at``, ``runner``, ``durable`` and ``flush()``;
 * ``cancel_many``, ``retry_many``, ``restart``, ``prune(states=, lane=,
   dry_run=)``: one transaction each, returning ``models.Batch``;
 * reads: ``listing`` (``models.Listing``), ``running`` (``claimed`` is an
   alias), ``prereqs``, ``dependents``, ``lane_counts``, ``lane_busy``,
-  ``lane_rows``; lanes table writes ``set_lane``, ``forget_lane``.
+  ``lane_rows``; lanes table writes ``set_lane``, ``forget_lane``;
+* ``identity`` (a random id made with the queue), ``check()`` and
+  ``broken`` (the database changed under the open queue); paths stored as
+  bytes; a read-only view for when no daemon answers (:func:`open_read_only`).
 """
 
 from __future__ import annotations
@@ -29,8 +36,10 @@ from typing import TYPE_CHECKING, Any, Union
 
 if TYPE_CHECKING:
     from ..clock import Clock
+    from .pg_readonly import PgReadOnly
     from .postgres import PgQueue
     from .sqlite import SqliteQueue
+    from .sqlite_readonly import SqliteReadOnly
 
 URL_SCHEMES = ("postgresql://", "postgres://")
 
@@ -61,13 +70,33 @@ def open_queue(target: str | os.PathLike[str], clock: "Clock | None" = None,
         try:
             from .postgres import PgQueue
         except ImportError as e:
-            from ..errors import StorageError
-
-            raise StorageError(
-                f"a PostgreSQL queue needs psycopg 3, which is not installed ({e})",
-                hint="pip install 'slothqueue[postgres]' (or psycopg[binary]) into sloth's environment.",
-            ) from e
+            raise _no_psycopg(e) from e
         return PgQueue(str(target), clock, **defaults)
     from .sqlite import SqliteQueue
 
     return SqliteQueue(target, clock, **defaults)
+
+
+def open_read_only(target: str | os.PathLike[str]) -> "Union[SqliteReadOnly, PgReadOnly]":
+    """The queue at ``target`` (a path or a URL, as for open_queue) opened to
+    read only, for the CLI when no daemon answers: it never creates,
+    migrates or writes anything. Raises FileNotFoundError (no SQLite file
+    there) or StorageError (unreachable, or not this sloth's schema)."""
+    if is_url(target):
+        try:
+            from .pg_readonly import PgReadOnly
+        except ImportError as e:
+            raise _no_psycopg(e) from e
+        return PgReadOnly(str(target))
+    from .sqlite_readonly import SqliteReadOnly
+
+    return SqliteReadOnly(target)
+
+
+def _no_psycopg(e: ImportError) -> Exception:
+    from ..errors import StorageError
+
+    return StorageError(
+        f"a PostgreSQL queue needs psycopg 3, which is not installed ({e})",
+        hint="pip install 'slothqueue[postgres]' (or psycopg[binary]) into sloth's environment.",
+    )

@@ -1,6 +1,7 @@
 """What the PostgreSQL queue claims next, and when something will be due:
-the claim statement and the lane and id filters it shares with
-next_due_at (the counterpart of sqlite_pick.py; postgres.py runs them).
+the claim statement, claim() itself (a base class of PgQueue), and the lane
+and id filters it shares with next_due_at (the counterpart of
+sqlite_pick.py and of SqliteQueue.claim).
 
 Ordering of a claim: highest ``priority`` first, then the job that became
 due first (``not_before``), then the oldest id. Candidates come from
@@ -10,35 +11,67 @@ wait for, or take, the same row.
 
 from __future__ import annotations
 
-from typing import Any, Collection, Sequence
+import functools
+import secrets
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence, TypeVar
 
 from ..errors import BadRequest
+from ..models import Job, JobState
 from ..spec import number
+from .pgdb import Connection, Cursor
 
+T = TypeVar("T")
 INT64 = (-(2**63), 2**63)
 
-# The claim: the best due queued row and the best expired lease (each the
-# first unlocked one in claim order), the better of the two, updated in the
-# same statement with its due-ness checked again, and its event written.
-# {lanes}/{ids} are filled with fixed fragments, never with input. An
+# The lanes that have queued jobs, by index seeks on jobs_due (a skip scan):
+# a claim or a due time looks into each lane on its own, so a lane it must
+# skip (full, paused) costs a seek, not a walk over its backlog.
+QUEUED_LANES = """queued_lanes(lane) AS (
+    (SELECT lane FROM sloth.jobs WHERE state = 'queued' ORDER BY lane LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.lane FROM sloth.jobs j WHERE j.state = 'queued' AND j.lane > l.lane ORDER BY j.lane LIMIT 1)
+    FROM queued_lanes l WHERE l.lane IS NOT NULL
+)"""
+GIVEN_LANES = "queued_lanes(lane) AS (SELECT DISTINCT unnest(%(lanes)s::text[]))"  # claim(lanes=[...])
+# The claim: the best due queued row and the best expired lease, the
+# better of the two, updated in the same statement with its due-ness
+# checked again, and its event written. The queued row: the head of each
+# lane (by jobs_ready, unlocked), then lane by lane in the order of their
+# heads, the first row not locked by another claimer; only the row taken
+# is locked. {lanes}/{ids} are filled with fixed fragments, never with
+# input. An
 # expired lease with no tries left becomes failed instead (event
-# lease_expired; the caller then claims again).
+# lease_expired; the caller then claims again) -- unless other jobs wait
+# for it: then the statement changes nothing and returns it marked
+# was_state = 'settle', for the caller to fail it in a transaction that
+# also settles its dependents (postgres.py, _expire).
 SQL_CLAIM = """
-WITH q AS (
-    SELECT id, priority, not_before, state, worker, lease_until, false AS spent FROM sloth.jobs
-    WHERE state = 'queued' AND not_before <= sloth.now() {lanes}
-    ORDER BY priority DESC, not_before, id LIMIT 1 FOR UPDATE SKIP LOCKED
+WITH RECURSIVE {queued_lanes}, heads AS (
+    SELECT l.lane, h.priority, h.not_before, h.id FROM queued_lanes l CROSS JOIN LATERAL (
+        SELECT priority, not_before, id FROM sloth.jobs
+        WHERE state = 'queued' AND lane = l.lane AND not_before <= sloth.now()
+        ORDER BY priority DESC, not_before, id LIMIT 1
+    ) h
+    WHERE l.lane IS NOT NULL {lanes}
+    ORDER BY h.priority DESC, h.not_before, h.id
+), q AS (
+    SELECT c.* FROM heads CROSS JOIN LATERAL (
+        SELECT id, priority, not_before, state, worker, lease_until, false AS spent FROM sloth.jobs
+        WHERE state = 'queued' AND lane = heads.lane AND not_before <= sloth.now()
+        ORDER BY priority DESC, not_before, id LIMIT 1 FOR UPDATE SKIP LOCKED
+    ) c
+    ORDER BY heads.priority DESC, heads.not_before, heads.id LIMIT 1
 ), e AS (
     SELECT id, priority, not_before, state, worker, lease_until, tries >= max_attempts AS spent
     FROM sloth.jobs
-    WHERE state = 'claimed' AND lease_until < sloth.now() {lanes} {ids}
+    WHERE state = 'running' AND lease_until < sloth.now() {lanes} {ids}
     ORDER BY priority DESC, not_before, id LIMIT 1 FOR UPDATE SKIP LOCKED
 ), pick AS (
     SELECT * FROM (SELECT * FROM q UNION ALL SELECT * FROM e) candidates
     ORDER BY priority DESC, not_before, id LIMIT 1
 ), u AS (
 UPDATE sloth.jobs j SET
-    state = CASE WHEN pick.spent THEN 'failed' ELSE 'claimed' END,
+    state = CASE WHEN pick.spent THEN 'failed' ELSE 'running' END,
     attempts = CASE WHEN pick.spent THEN j.attempts ELSE j.attempts + 1 END,
     tries = CASE WHEN pick.spent THEN j.tries ELSE j.tries + 1 END,
     token = CASE WHEN pick.spent THEN NULL
@@ -53,29 +86,39 @@ UPDATE sloth.jobs j SET
     finished_at = CASE WHEN pick.spent THEN sloth.now() ELSE j.finished_at END,
     updated_at = sloth.now()
 FROM pick
-WHERE j.id = pick.id
+WHERE j.id = pick.id AND NOT (pick.spent AND j.waited_on)
   AND ((j.state = 'queued' AND j.not_before <= sloth.now())
-       OR (j.state = 'claimed' AND j.lease_until < sloth.now()))
+       OR (j.state = 'running' AND j.lease_until < sloth.now()))
 RETURNING j.*, pick.state AS was_state, pick.spent
 ), ev AS (
 INSERT INTO sloth.events (job_id, at, kind, attempt, message)
 SELECT u.id, sloth.now(),
        CASE WHEN u.spent THEN 'lease_expired'
-            WHEN u.was_state = 'claimed' THEN 'reclaimed' ELSE 'claimed' END,
+            WHEN u.was_state = 'running' THEN 'reclaimed' ELSE 'claimed' END,
        u.attempts,
        CASE WHEN u.spent THEN u.message
-            WHEN u.was_state = 'claimed'
-            THEN format('by %%s; lease of %%s expired at %%s', %(worker)s, pick.worker,
-                        round(pick.lease_until::numeric, 3))
+            WHEN u.was_state = 'running'
+            THEN format('by %%s; lease of %%s ran out %%s before', %(worker)s, pick.worker,
+                        sloth.format_duration(sloth.now() - pick.lease_until))
             ELSE 'by ' || %(worker)s END
 FROM u JOIN pick ON pick.id = u.id
 )
 SELECT * FROM u
+UNION ALL
+SELECT j.*, 'settle', true FROM sloth.jobs j JOIN pick ON j.id = pick.id WHERE pick.spent AND j.waited_on
 """
-# next_due_at: the first queued not_before, and the first lease to expire.
-SQL_NEXT_DUE = ("SELECT (SELECT min(not_before) FROM sloth.jobs WHERE state = 'queued' {filt}) AS due,"
-                " (SELECT min(lease_until) FROM sloth.jobs WHERE state = 'claimed' {lease_filt})"
-                " AS lease")
+# next_due_at: the first queued not_before (a seek per lane), and the first
+# lease to expire.
+SQL_NEXT_DUE = """
+WITH RECURSIVE {queued_lanes}
+SELECT (SELECT min(d.t) FROM queued_lanes l CROSS JOIN LATERAL
+          (SELECT not_before AS t FROM sloth.jobs WHERE state = 'queued' AND lane = l.lane
+           ORDER BY not_before LIMIT 1) d
+        WHERE l.lane IS NOT NULL {filt}) AS due,
+       (SELECT min(lease_until) FROM sloth.jobs WHERE state = 'running' {lease_filt}) AS lease
+"""
+SQL_EXPIRED = ("SELECT *, lease_until < sloth.now() AS lapsed FROM sloth.jobs WHERE id = %s"
+               " AND state = 'running' FOR UPDATE")
 LANES_IN = "AND lane = ANY(%({p}lanes)s)"
 LANES_OUT = "AND lane <> ALL(%({p}exclude_lanes)s)"
 IDS_OUT = "AND id <> ALL(%({p}exclude_ids)s)"
@@ -102,7 +145,8 @@ def claim_statement(worker: str, lease_s: float | None, lanes: Sequence[str] | N
     """The claim and its parameters, but for ``rand`` (fresh for each run)."""
     lane_filt, args = filters(lanes, exclude_lanes, ())
     id_filt, id_args = filters(None, (), exclude_ids)
-    return (SQL_CLAIM.format(lanes=lane_filt, ids=id_filt),
+    source = QUEUED_LANES if lanes is None else GIVEN_LANES
+    return (SQL_CLAIM.format(queued_lanes=source, lanes=lane_filt, ids=id_filt),
             {**args, **id_args, "worker": worker, "lease_s": lease_s})
 
 
@@ -111,7 +155,9 @@ def next_due_statement(lanes: Sequence[str] | None, exclude_lanes: Collection[st
     """next_due_at's query: ``exclude_ids`` only hides leases (as in a claim)."""
     filt, args = filters(lanes, exclude_lanes, ())
     lease_filt, lease_args = filters(lanes, exclude_lanes, exclude_ids, prefix="l_")
-    return SQL_NEXT_DUE.format(filt=filt, lease_filt=lease_filt), {**args, **lease_args}
+    source = QUEUED_LANES if lanes is None else GIVEN_LANES
+    return (SQL_NEXT_DUE.format(queued_lanes=source, filt=filt, lease_filt=lease_filt),
+            {**args, **lease_args})
 
 
 def filters(lanes: Sequence[str] | None, exclude_lanes: Collection[str],
@@ -131,3 +177,57 @@ def filters(lanes: Sequence[str] | None, exclude_lanes: Collection[str],
         parts.append(IDS_OUT.format(p=prefix))
         args[prefix + "exclude_ids"] = ids
     return " ".join(parts), args
+
+
+class PgClaim:
+    """claim() of PgQueue (postgres.py), beside the statement it runs."""
+
+    _db: Connection
+
+    if TYPE_CHECKING:
+        def _write(self, fn: Callable[[Cursor], T], doing: str) -> T: ...
+        def _job(self, row: Mapping[str, Any], c: Cursor | None = None) -> Job: ...
+        def _finish(self, c: Cursor, job_id: int, state: JobState, attempt: int, kind: str, message: str,
+                    *, exit_code: int | None = None, stored_message: str | None = None,
+                    at: float | None = None) -> Job: ...
+
+    def claim(
+        self, worker: str, *, lease_s: float | None = None, lanes: Sequence[str] | None = None,
+        exclude_lanes: Collection[str] = (), exclude_ids: Collection[int] = (),
+    ) -> Job | None:
+        """Lease the most urgent due job to ``worker``, or return None.
+
+        Due means ``queued`` with ``not_before <= now``, or ``running`` with an
+        expired lease (``lease_until < now``, strict), now being the server's;
+        never ``blocked``. Transition: -> running, ``attempts`` and ``tries``
+        + 1, fresh token, ``lease_until = now + lease``, event ``claimed`` or
+        ``reclaimed``. An expired job with no tries left goes to ``failed``
+        instead (event ``lease_expired``) and the search goes on. The
+        returned Job keeps the previous attempt's ``runner``.
+        ``exclude_lanes`` skips lanes; ``exclude_ids`` never re-issues these
+        jobs' expired leases. Rows another claimer holds locked right now
+        are skipped, not waited for.
+        """
+        lease_s = claim_lease(lease_s, lanes)
+        if lanes is not None and not lanes:
+            return None
+        sql, args = claim_statement(worker, lease_s, lanes, exclude_lanes, exclude_ids)
+        while True:  # until a job is leased or none is due
+            rows = self._db.write_one(sql, {**args, "rand": secrets.token_hex(8)}, "claiming a job")
+            if not rows:
+                return None
+            if rows[0]["was_state"] == "settle":
+                self._write(functools.partial(self._expire, job_id=rows[0]["id"]), "failing a job whose lease expired")
+            elif not rows[0]["spent"]:  # spent: failed, lease expired on the last attempt
+                return self._job(rows[0])
+
+    def _expire(self, c: Cursor, job_id: int) -> None:
+        """A job others wait for whose lease expired on its last try: failed
+        (event ``lease_expired``), its dependents settled. Checked again
+        under its lock: its holder may have renewed or ended it meanwhile."""
+        row = c.execute(SQL_EXPIRED, (job_id,)).fetchone()
+        if row is None or not row["lapsed"] or row["tries"] < row["max_attempts"]:
+            return
+        self._finish(c, job_id, JobState.FAILED, row["attempts"], "lease_expired",
+                     f"lease expired on the last attempt ({row['tries']}/{row['max_attempts']});"
+                     f" worker {row['worker']} was lost")

@@ -1,55 +1,66 @@
 """Adding jobs to the PostgreSQL queue: one job, or a batch in one
-transaction.
+transaction (the counterpart of sqlite_enqueue.py).
 
 A base class of PgQueue (postgres.py). A batch is validated whole before
 anything is written (all or none), each distinct environment is stored
-once, runs of keyless jobs go in with one statement, and a key is settled
-by the server's partial unique index, even between two machines.
+once, and runs of keyless jobs go in with one statement whatever their
+size, jobs that wait for others too: ids are taken from the sequence first
+and each job's state (blocked, queued or cancelled) is decided here from the
+prerequisites' states, read once under a lock (pg_deps.py). A key is
+settled by the server's partial unique index, even between two machines.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Iterable, Mapping, Sequence
+import json
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
+from ..errors import BadRequest, IllegalTransition
 from ..spec import Defaults, EnvCache, JobSpec
+from ..text import as_bytes
+from . import pg_deps as deps
 from .pgdb import Connection, Cursor
+from .sqlite_enqueue import BATCH_RECORD_S, _runs
 
-SQL_INSERT_COLUMNS = (
-    "id, command, state, lane, priority, max_attempts, lease_s, timeout_s, not_before, key,"
-    " cwd, env_id, label, shell, created_at, updated_at"
-)
-# A run of jobs in one statement: the arrays are columns, now is the server's.
-SQL_INSERT_MANY = f"""
-INSERT INTO sloth.jobs ({SQL_INSERT_COLUMNS})
-SELECT t.id, t.command, 'queued', t.lane, t.priority, t.max_attempts, t.lease_s, t.timeout_s,
-       coalesce(t.not_before, sloth.now()), NULL, t.cwd, t.env_id, t.label, t.shell,
-       sloth.now(), sloth.now()
-FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::bigint[], %s::bigint[],
-            %s::float8[], %s::float8[], %s::float8[], %s::text[], %s::bigint[], %s::text[],
-            %s::bool[])
-     AS t(id, command, lane, priority, max_attempts, lease_s, timeout_s, not_before, cwd,
-          env_id, label, shell)
-"""
-SQL_INSERT_KEYED = f"""
-INSERT INTO sloth.jobs ({SQL_INSERT_COLUMNS})
-VALUES (nextval(pg_get_serial_sequence('sloth.jobs', 'id')), %s, 'queued', %s, %s, %s, %s, %s,
-        coalesce(%s, sloth.now()), %s, %s, %s, %s, %s, sloth.now(), sloth.now())
-ON CONFLICT (key) WHERE key IS NOT NULL AND state IN ('queued', 'claimed') DO NOTHING
+T = TypeVar("T")
+_COLUMNS = ("id, command, state, lane, priority, max_attempts, lease_s, timeout_s, not_before, key, cwd,"
+            " env_id, label, shell, retry_exit, no_retry_exit, message, prereqs, waited_on")
+_TYPES = ("bigint text text text bigint bigint float8 float8 float8 text bytea bigint text bool text"
+          " text text text bool").split()
+# Jobs in one statement: the arrays are columns, now is the server's. A run
+# of keyless jobs never meets the ON CONFLICT (NULL keys are in no index);
+# a keyed job goes alone, and yields to an active job with its key.
+SQL_INSERT = f"""
+INSERT INTO sloth.jobs ({_COLUMNS}, finished_at, created_at, updated_at)
+SELECT t.id, t.command, t.state, t.lane, t.priority, t.max_attempts, t.lease_s, t.timeout_s,
+       coalesce(t.not_before, sloth.now()), t.key, t.cwd, t.env_id, t.label, t.shell, t.retry_exit,
+       t.no_retry_exit, t.message, t.prereqs, t.waited_on,
+       CASE WHEN t.state = 'cancelled' THEN sloth.now() END, sloth.now(), sloth.now()
+FROM unnest({", ".join(f"%s::{t}[]" for t in _TYPES)}) AS t({_COLUMNS})
+ON CONFLICT (key) WHERE key IS NOT NULL AND state IN ('blocked', 'queued', 'running') DO NOTHING
 RETURNING id
 """
 SQL_NEXT_IDS = "SELECT nextval(pg_get_serial_sequence('sloth.jobs', 'id')) AS id FROM generate_series(1, %s)"
-SQL_ACTIVE_KEY = "SELECT id FROM sloth.jobs WHERE key = %s AND state IN ('queued', 'claimed')"
+SQL_ACTIVE_KEY = "SELECT id FROM sloth.jobs WHERE key = %s AND state IN ('blocked', 'queued', 'running')"
 SQL_ENV_FIND = "SELECT id FROM sloth.envs WHERE hash = %s FOR KEY SHARE"
 SQL_ENV_ADD = "INSERT INTO sloth.envs (hash, data) VALUES (%s, %s) ON CONFLICT (hash) DO NOTHING RETURNING id"
-
-Run = list[tuple[JobSpec, int | None]]  # consecutive keyless jobs and their env ids
+SQL_ADD_LANES = ("INSERT INTO sloth.lanes (name, created_at) SELECT unnest(%s::text[]), sloth.now()"
+                 " ON CONFLICT (name) DO NOTHING")
+SQL_BATCH_OPEN = ("INSERT INTO sloth.batches (token, at, ids) VALUES (%s, sloth.now(), '[]')"
+                  " ON CONFLICT (token) DO NOTHING RETURNING token")
+SQL_BATCH_IDS = "UPDATE sloth.batches SET ids = %s WHERE token = %s"
+SQL_BATCH_READ = "SELECT ids FROM sloth.batches WHERE token = %s"
+SQL_BATCH_PRUNE = "DELETE FROM sloth.batches WHERE at < sloth.now() - %s"
 
 
 class PgEnqueue:
     _db: Connection
     lease_s: float
     max_attempts: int
+
+    if TYPE_CHECKING:
+        def _write(self, fn: Callable[[Cursor], T], doing: str) -> T: ...
 
     def enqueue(
         self,
@@ -69,8 +80,8 @@ class PgEnqueue:
     ) -> int:
         """Add a job in state ``queued`` and return its id.
 
-        With ``key``: if an unfinished (queued or claimed) job has the same key,
-        return its id and add nothing. Raises BadRequest for invalid fields.
+        With ``key``: if an unfinished (blocked, queued or running) job has the
+        same key, return its id and add nothing. Raises BadRequest for invalid fields.
         """
         return self.enqueue_many(
             [
@@ -82,31 +93,49 @@ class PgEnqueue:
             ]
         )[0]
 
-    def enqueue_many(self, specs: Iterable[Mapping[str, Any]]) -> list[int]:
-        """Enqueue many jobs in one transaction; all or none. Same rules as enqueue."""
+    def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None) -> list[int]:
+        """Enqueue many jobs in one transaction; all or none. Same rules as
+        SqliteQueue.enqueue_many: ``batch`` records the ids under a client's
+        token in the same transaction (batch_ids); ``after``/``after_any``/
+        ``after_previous`` make a job ``blocked``, ``cancelled`` or ``queued``.
+        Raises BadRequest, IllegalTransition (a batch queued already),
+        JobNotFound (a prerequisite that does not exist)."""
         cache: EnvCache = {}
         defaults = Defaults(self.max_attempts, self.lease_s)
-        rows = [JobSpec.parse(s, defaults, cache) for s in specs]  # validate all before writing any
-        if not rows:
+        # validate all before writing any
+        rows = [s if isinstance(s, JobSpec) else JobSpec.parse(s, defaults, cache) for s in specs]
+        if rows and rows[0].after_previous:
+            raise BadRequest("after_previous on the first job of a batch: it has no previous job")
+        if not rows and batch is None:
             return []
-        return self._db.write(lambda c: _insert_all(c, rows), "adding jobs")
+        return self._write(lambda c: _insert_all(c, rows, batch), "adding jobs")
+
+    def batch_ids(self, batch: str) -> list[int] | None:
+        """The ids the batch ``batch`` was queued as, or None if it was not
+        (or its record was pruned: records are kept BATCH_RECORD_S)."""
+        row = self._db.read(lambda c: c.execute(SQL_BATCH_READ, (batch,)).fetchone(), "reading a batch")
+        if row is None:
+            return None
+        return [i for a, b in json.loads(row["ids"]) for i in range(a, b + 1)]
 
 
-def _insert_all(c: Cursor, rows: list[JobSpec]) -> list[int]:
-    """Insert ``rows`` in order and return their ids: keyless runs with one
-    statement each, keyed jobs one by one (a key may name an active job)."""
-    env_ids = {text: _put_env(c, text) for text in {r.env_json for r in rows if r.env_json is not None}}
-    ids: list[int] = []
-    run: Run = []
-    for r in rows:
-        env_id = None if r.env_json is None else env_ids[r.env_json]
-        if r.key is None:
-            run.append((r, env_id))
-            continue
-        ids += _insert_run(c, run)
-        run = []
-        ids.append(_insert_keyed(c, r, env_id))
-    return ids + _insert_run(c, run)
+
+def prune_batch_records(c: Cursor) -> None:
+    c.execute(SQL_BATCH_PRUNE, (BATCH_RECORD_S,))
+
+
+def _insert_all(c: Cursor, rows: list[JobSpec], batch: str | None) -> list[int]:
+    """The whole batch, in order, inside the caller's transaction."""
+    if batch is not None and c.execute(SQL_BATCH_OPEN, (batch,)).fetchone() is None:
+        raise IllegalTransition(f"batch {batch} was queued already; it is never queued twice",
+                                hint="Ask which ids it got with the `batch` op.")
+    c.execute(SQL_ADD_LANES, (sorted({r.lane for r in rows}),))
+    env_ids = {text: _put_env(c, text) for text in sorted({r.env_json for r in rows if r.env_json is not None})}
+    known = deps.lock_states(c, (i for r in rows for i in r.after + r.after_any))
+    ids = _Batch(c, env_ids, known, len(rows)).insert(rows)
+    if batch is not None:
+        c.execute(SQL_BATCH_IDS, (json.dumps(_runs(ids)), batch))
+    return ids
 
 
 def _put_env(c: Cursor, text: str) -> int:
@@ -117,35 +146,91 @@ def _put_env(c: Cursor, text: str) -> int:
     while True:
         row = c.execute(SQL_ENV_FIND, (digest,)).fetchone()
         if row:
-            return row["id"]
+            return int(row["id"])
         row = c.execute(SQL_ENV_ADD, (digest, text)).fetchone()
         if row:
-            return row["id"]
+            return int(row["id"])
         # another transaction added it between our two statements: read it again
 
 
-def _insert_run(c: Cursor, run: Run) -> list[int]:
-    """Insert keyless jobs with one statement; ids are taken from the sequence
-    first, so they are known in order whatever order the server inserts in."""
-    if not run:
-        return []
-    ids = [r["id"] for r in c.execute(SQL_NEXT_IDS, (len(run),)).fetchall()]
-    cols = zip(*[(r.command_json, r.lane, r.priority, r.max_attempts, r.lease_s, r.timeout_s,
-                  r.not_before, r.cwd, env_id, r.label, r.shell) for r, env_id in run], strict=True)
-    c.execute(SQL_INSERT_MANY, (ids, *[list(col) for col in cols]))
-    return ids
+class _Batch:
+    """Inserting one validated batch inside its transaction."""
 
+    def __init__(self, c: Cursor, env_ids: dict[str, int], known: dict[int, str], n: int) -> None:
+        self.c, self.env_ids, self.known = c, env_ids, known
+        self.ids: list[int] = []
+        self.run: dict[int, list[Any]] = {}  # id -> values: the rows to insert with one statement
+        self.late: set[int] = set()  # jobs waited for that are not in the run: marked at the end
+        self.deps: list[tuple[int, int, str]] = []
+        self.cancelled: list[tuple[int, str]] = []  # (id, why) of jobs cancelled as they are added
+        self._free = self._take(n)
 
-def _insert_keyed(c: Cursor, r: JobSpec, env_id: int | None) -> int:
-    """The active job with this key, or a new one. The partial unique index
-    settles a race with another enqueuer of the same key."""
-    while True:
-        hit = c.execute(SQL_ACTIVE_KEY, (r.key,)).fetchone()
-        if hit:
-            return hit["id"]
-        row = c.execute(SQL_INSERT_KEYED, (
-            r.command_json, r.lane, r.priority, r.max_attempts, r.lease_s, r.timeout_s,
-            r.not_before, r.key, r.cwd, env_id, r.label, r.shell)).fetchone()
-        if row:
-            return row["id"]
-        # the other enqueuer committed first: its job is the active one now
+    def insert(self, rows: list[JobSpec]) -> list[int]:
+        for r in rows:
+            if r.key is None:
+                jid = next(self._free)
+                self.run[jid] = self._row(r, jid)
+            else:
+                self._flush()
+                self._keyed(r)
+        self._flush()
+        deps.add_deps(self.c, self.deps, self.cancelled, self.late)
+        return self.ids
+
+    def _take(self, n: int) -> Iterator[int]:
+        """Ids from the sequence, ``n`` at a time, as many as asked for."""
+        while True:
+            yield from (r["id"] for r in self.c.execute(SQL_NEXT_IDS, (max(n, 1),)).fetchall())
+
+    def _flush(self) -> None:
+        if self.run:
+            self.c.execute(SQL_INSERT, [list(col) for col in zip(*self.run.values(), strict=True)])
+            self.run = {}
+
+    def _keyed(self, r: JobSpec) -> None:
+        """The active job with this key, or a new one. The partial unique index
+        settles a race with another enqueuer of the same key."""
+        while True:
+            hit = self.c.execute(SQL_ACTIVE_KEY, (r.key,)).fetchone()
+            if hit:
+                self.ids.append(hit["id"])  # not ours: a dependent locks it to read its state
+                return
+            row = self._row(r, next(self._free))
+            if self.c.execute(SQL_INSERT, [[v] for v in row]).fetchone():
+                return
+            self._forget(row[0])  # the other enqueuer committed first: its job is the active one now
+
+    def _row(self, r: JobSpec, jid: int) -> list[Any]:
+        """The values of one job (and its deps rows), its state decided."""
+        state, message, shown = ("queued", "", None) if not r.waits else self._waiting(r, jid)
+        self.ids.append(jid)
+        self.known[jid] = state
+        return [jid, r.command_json, state, r.lane, r.priority, r.max_attempts, r.lease_s, r.timeout_s,
+                r.not_before, r.key, None if r.cwd is None else as_bytes(r.cwd),
+                None if r.env_json is None else self.env_ids[r.env_json], r.label, r.shell,
+                r.retry_exit_json, r.no_retry_exit_json, message, shown, False]
+
+    def _waiting(self, r: JobSpec, jid: int) -> tuple[str, str, str | None]:
+        wanted = [(i, deps.NEED_DONE) for i in r.after] + [(i, deps.NEED_END) for i in r.after_any]
+        if r.after_previous:
+            wanted.append((self.ids[-1], deps.NEED_DONE if r.after_previous == "after" else deps.NEED_END))
+        self.known.update(deps.lock_states(self.c, [i for i, _ in wanted if i not in self.known]))
+        state, why = deps.initial_state(wanted, self.known)
+        self.deps += [(jid, pid, need) for pid, need in wanted]
+        for pid, _ in wanted:  # waited on: set as it is inserted (a chain), else marked at the end
+            if pid in self.run:
+                self.run[pid][-1] = True
+            else:
+                self.late.add(pid)
+        if state == "cancelled":
+            self.cancelled.append((jid, why))
+        shown = deps.prereqs_json([i for i, n in wanted if n == deps.NEED_DONE],
+                                  [i for i, n in wanted if n == deps.NEED_END])
+        return state, why if state == "cancelled" else "", shown
+
+    def _forget(self, jid: int) -> None:
+        """Undo _row for a job that was not inserted after all."""
+        self.ids.remove(jid)
+        self.known.pop(jid, None)
+        self.deps = [d for d in self.deps if d[0] != jid]
+        self.cancelled = [e for e in self.cancelled if e[0] != jid]

@@ -1,9 +1,11 @@
 """The read side of the PostgreSQL queue: jobs, events, counts, lanes,
-meta, and rows made into Jobs.
+dependencies, meta, and rows made into Jobs (the counterpart of
+sqlite_reads.py).
 
-A base class of PgQueue (postgres.py), split off to keep each module small.
-A read is one statement outside any transaction (pgdb.Connection.read), so
-it never holds a lock another daemon waits for.
+A base class of PgQueue (postgres.py) and of the read-only view
+(pg_readonly.py), split off to keep each module small. A read is one
+statement outside any transaction (pgdb.Connection.read), so it never holds
+a lock another daemon waits for.
 """
 
 from __future__ import annotations
@@ -13,17 +15,26 @@ import math
 from typing import Any, Collection, Mapping, Sequence
 
 from ..errors import JobNotFound
-from ..models import Event, Job, JobState
+from ..models import STATE_NAMES, Event, Job, JobState
 from ..spec import integer
 from . import pg_claim as pick
+from . import pg_deps as deps
 from . import pg_migrate
+from .pg_listing import SQL_LANE_COUNTS, PgListing
 from .pgdb import Connection, Cursor, Row, one
 
-_JOB_COLUMNS = frozenset(Job.__dataclass_fields__) | {"env_id"}
+_JOB_COLUMNS = frozenset(Job.__dataclass_fields__) | {"env_id", "prereqs"}
 _ENV_CACHE_MAX = 256  # decoded environments kept before the cache starts over
+SQL_EVENTS = "SELECT job_id, at, kind, attempt, message FROM sloth.events WHERE job_id = %s ORDER BY id"
+SQL_COUNTS = "SELECT state, count(*) AS n FROM sloth.jobs GROUP BY state"
+# Each an index seek on a partial index (jobs_due, jobs_blocked, jobs_lease).
+SQL_LANE_BUSY = ("SELECT EXISTS (SELECT 1 FROM sloth.jobs WHERE state = 'queued' AND lane = %(lane)s)"
+                 " OR EXISTS (SELECT 1 FROM sloth.jobs WHERE state = 'blocked' AND lane = %(lane)s)"
+                 " OR EXISTS (SELECT 1 FROM sloth.jobs WHERE state = 'running' AND lane = %(lane)s) AS busy")
+SQL_LANE_ROWS = "SELECT name, concurrency, config_was, created_at FROM sloth.lanes ORDER BY name"
 
 
-class PgReads:
+class PgReads(PgListing):
     _db: Connection
     _envs: dict[int, dict[str, str]]  # env_id -> env, decoded once
 
@@ -49,25 +60,33 @@ class PgReads:
     def events(self, job_id: int) -> list[Event]:
         def read(c: Cursor) -> list[Event]:
             self._get_row(c, job_id)
-            rows = c.execute("SELECT job_id, at, kind, attempt, message FROM sloth.events"
-                             " WHERE job_id = %s ORDER BY id", (job_id,)).fetchall()
-            return [Event(**r) for r in rows]
+            return [Event(**r) for r in c.execute(SQL_EVENTS, (job_id,)).fetchall()]
 
         return self._db.read(read, "reading a job's events")
 
     def counts(self) -> dict[str, int]:
-        out = {s.value: 0 for s in JobState}
-        rows = self._db.read(lambda c: c.execute(
-            "SELECT state, count(*) AS n FROM sloth.jobs GROUP BY state").fetchall(), "counting jobs")
-        for r in rows:
+        """Jobs per state, every state named (0 for none)."""
+        out = dict.fromkeys(STATE_NAMES, 0)
+        for r in self._db.read(lambda c: c.execute(SQL_COUNTS).fetchall(), "counting jobs"):
             out[r["state"]] = r["n"]
         return out
 
-    def claimed(self) -> list[Job]:
+    def running(self) -> list[Job]:
         """All jobs currently leased (running somewhere, or lost)."""
         return self._db.read(lambda c: [self._job(r, c) for r in c.execute(
-            "SELECT * FROM sloth.jobs WHERE state = 'claimed' ORDER BY id").fetchall()],
-            "listing claimed jobs")
+            "SELECT * FROM sloth.jobs WHERE state = 'running' ORDER BY id").fetchall()],
+            "listing running jobs")
+
+    claimed = running  # the name of schema v1-v2 days
+
+    def prereqs(self, job_id: int) -> list[dict[str, Any]]:
+        """What the job was added after: [{id, need ('done' | 'end'), state}]
+        (a pruned prerequisite is no longer listed)."""
+        return self._db.read(lambda c: deps.prereqs(c, job_id), "reading a job's prerequisites")
+
+    def dependents(self, job_id: int) -> list[int]:
+        """Ids of the jobs added after this one."""
+        return self._db.read(lambda c: deps.dependents(c, job_id), "reading a job's dependents")
 
     def next_due_at(self, lanes: Sequence[str] | None = None, *,
                     exclude_lanes: Collection[str] = (),
@@ -85,11 +104,26 @@ class PgReads:
         return min((t for t in times if t is not None), default=None)
 
     def lanes(self) -> list[str]:
-        """Lanes that have queued or claimed jobs."""
-        rows = self._db.read(lambda c: c.execute(
-            "SELECT DISTINCT lane FROM sloth.jobs WHERE state IN ('queued', 'claimed')").fetchall(),
-            "listing lanes")
-        return sorted(r["lane"] for r in rows)
+        """Lanes that have blocked, queued or running jobs."""
+        return sorted(self.lane_counts())
+
+    def lane_counts(self) -> dict[str, dict[str, int]]:
+        """lane -> {blocked, queued, running: n} for lanes with active jobs."""
+        out: dict[str, dict[str, int]] = {}
+        for r in self._db.read(lambda c: c.execute(SQL_LANE_COUNTS).fetchall(), "counting jobs per lane"):
+            out.setdefault(r["lane"], {"blocked": 0, "queued": 0, "running": 0})[r["state"]] = r["n"]
+        return out
+
+    def lane_busy(self, lane: str) -> bool:
+        """True while the lane has a blocked, queued or running job."""
+        row = self._db.read(lambda c: one(c.execute(SQL_LANE_BUSY, {"lane": lane})), "reading a lane")
+        return bool(row["busy"])
+
+    def lane_rows(self) -> dict[str, dict[str, Any]]:
+        """The lanes table: name -> {concurrency, config_was, created_at}
+        (concurrency and config_was are None unless `sloth lane set` set them)."""
+        rows = self._db.read(lambda c: c.execute(SQL_LANE_ROWS).fetchall(), "reading the lanes")
+        return {r["name"]: {k: r[k] for k in ("concurrency", "config_was", "created_at")} for r in rows}
 
     def get_meta(self, key: str, default: Any = None) -> Any:
         """A small persisted setting (JSON value), e.g. which lanes are paused."""

@@ -30,10 +30,11 @@ from typing import Any, Callable, Iterator, TypeVar
 import psycopg
 from psycopg import errors as pgerr
 from psycopg import pq
-from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
 
-from ..errors import StorageError
+from ..errors import QueueBroken, StorageError
+from ..text import storable
+from .pg_errors import HINT_BROKEN, HINT_REACH, HINT_UNKNOWN, describe, first_line, reason, refused, storage_error
 
 T = TypeVar("T")
 # Every connection returns rows as dicts (row_factory=dict_row).
@@ -41,9 +42,12 @@ Row = DictRow
 Cursor = psycopg.Cursor[DictRow]
 PgConnection = psycopg.Connection[DictRow]
 
-HINT_REACH = ("Check that the PostgreSQL server is running and reachable, and that queue_url"
-              " (or SLOTH_QUEUE_URL) names the right host, port, database and user.")
-HINT_UNKNOWN = "Check the job with `sloth show ID` once the server is reachable again."
+# Errors after which the server rolled the transaction back and running it
+# again may well succeed: two transactions that locked rows in opposite orders.
+_TRY_AGAIN = (pgerr.DeadlockDetected, pgerr.SerializationFailure)
+# Met by an open queue (its schema was there when it opened): someone dropped it.
+_SCHEMA_GONE = (pgerr.UndefinedTable, pgerr.InvalidSchemaName, pgerr.UndefinedFunction)
+SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,9 @@ class PgOptions:
       locks, instead of blocking every other daemon's claims.
     * reconnect_s: how long one call keeps reconnecting (with backoff) after
       the connection was lost before it raises StorageError.
+    * lock_wait_s: how long a statement waits for a row another session holds
+      before StorageBusy (None: up to statement_timeout); SqliteQueue's lock_wait_s.
+    * read_only: every transaction is read only (the server refuses writes).
     """
 
     connect_timeout_s: int = 10
@@ -75,6 +82,8 @@ class PgOptions:
     statement_timeout_s: float = 30.0
     idle_in_transaction_s: float = 60.0
     reconnect_s: float = 10.0
+    lock_wait_s: float | None = None
+    read_only: bool = False
     application_name: str = "sloth"
 
     def connect_kwargs(self) -> dict[str, Any]:
@@ -88,7 +97,9 @@ class PgOptions:
             "tcp_user_timeout": _ms(self.tcp_user_timeout_s),
             "application_name": self.application_name,
             "options": (f"-c statement_timeout={_ms(self.statement_timeout_s)}"
-                        f" -c idle_in_transaction_session_timeout={_ms(self.idle_in_transaction_s)}"),
+                        f" -c idle_in_transaction_session_timeout={_ms(self.idle_in_transaction_s)}"
+                        + ("" if self.lock_wait_s is None else f" -c lock_timeout={_ms(self.lock_wait_s)}")
+                        + (" -c default_transaction_read_only=on" if self.read_only else "")),
         }
 
 
@@ -97,16 +108,22 @@ def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
-def describe(url: str) -> str:
-    """user@host:port/dbname of a URL, without its password (for messages)."""
+def storable_text(s: str) -> str:
+    """``s`` as PostgreSQL text can hold it: a byte that is not UTF-8 as
+    ``\\xNN`` (text.storable, as SQLite stores messages), and NUL, which
+    PostgreSQL text refuses, as ``\\x00`` (what text.showable shows it as)."""
+    return storable(s).replace("\x00", "\\x00")
+
+
+def finite(t: object) -> float | None:
+    """A reported time if it is a finite number, else None (then: now)."""
+    if isinstance(t, bool) or not isinstance(t, (int, float)):
+        return None
     try:
-        d = conninfo_to_dict(url)
-    except psycopg.Error:
-        return "(an unparsable URL)"
-    host = d.get("host") or "localhost"
-    port = f":{d['port']}" if d.get("port") else ""
-    user = f"{d['user']}@" if d.get("user") else ""
-    return f"{user}{host}{port}/{d.get('dbname', '')}"
+        f = float(t)
+    except OverflowError:  # an int too large for a float is no time either
+        return None
+    return f if math.isfinite(f) else None
 
 
 def one(cur: Cursor) -> Row:
@@ -119,54 +136,15 @@ def one(cur: Cursor) -> Row:
     return row
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
-# The server answered and said no (unknown database or role, failed auth,
-# pg_hba): waiting will not change that. Said while it starts or stops, or
-# when it is full, it will.
-_PASSING = ("starting up", "shutting down", "in recovery", "too many", "remaining connection slots")
-
-
-def _refused(e: psycopg.OperationalError) -> bool:
-    text = str(e)
-    return "FATAL:" in text and not any(p in text for p in _PASSING)
-
-
-def _reason(e: BaseException) -> str:
-    """libpq's message without its 'connection to server at ... failed:' preamble."""
-    text = " ".join(str(e).split())
-    for marker in ("FATAL: ", "failed: "):
-        if marker in text:
-            text = text.rsplit(marker, 1)[1]
-            break
-    return text or type(e).__name__
-
-
-def storage_error(e: psycopg.Error, doing: str) -> StorageError:
-    """A psycopg error as the StorageError a user sees: what and how to fix it."""
-    if isinstance(e, pgerr.QueryCanceled):
-        return StorageError(f"PostgreSQL cancelled {doing}: {_first_line(e)}",
-                            hint="A statement waited longer than statement_timeout: the server is"
-                                 " overloaded or another session holds a lock for long.")
-    if isinstance(e, pgerr.InsufficientPrivilege):
-        return StorageError(f"PostgreSQL refused {doing}: {_first_line(e)}",
-                            hint="Grant the role in queue_url the rights on schema sloth"
-                                 " (or run `sloth db migrate` as its owner).")
-    if isinstance(e, pgerr.UndefinedTable) or isinstance(e, pgerr.UndefinedFunction):
-        return StorageError(f"the sloth schema is missing or damaged ({doing}): {_first_line(e)}",
-                            hint="Run `sloth db status` and `sloth db migrate`.")
-    return StorageError(f"queue database error while {doing}: {_first_line(e)}",
-                        hint="See `sloth db status` and the PostgreSQL server log.")
-
-
 class Connection:
     """One autocommit connection that reconnects (with backoff) when lost.
 
     ``pin()`` returns the time to pin for the next transaction, or None for
-    the server's clock.
+    the server's clock. ``verify(conn)``, once set, checks every new
+    connection after the first (a reconnect may reach another database
+    under the same URL): it returns why that is not this queue, or None.
+    ``broken``: why this queue takes no more requests (sticky, like SQLite's
+    Guard): its database was dropped, or the URL now reaches another queue.
     """
 
     def __init__(self, url: str, options: PgOptions, pin: Callable[[], float | None]) -> None:
@@ -175,6 +153,8 @@ class Connection:
         self._pin = pin
         self._conn: PgConnection | None = None
         self.where = describe(url)
+        self.verify: Callable[[PgConnection], str | None] | None = None
+        self.broken: str | None = None
 
     # ---------------------------------------------------------- connecting
     def _connect_once(self) -> PgConnection:
@@ -182,12 +162,29 @@ class Connection:
                                **self.options.connect_kwargs())
 
     def _ensure(self, deadline: float) -> PgConnection:
-        """The live connection, or a new one (see _connect_until)."""
+        """The live connection, or a new one (see _connect_until), verified."""
+        if self.broken is not None:
+            raise self.broken_error()
         if self._conn is not None and _still_up(self._conn):
             return self._conn
         self._drop()
-        self._conn = self._connect_until(deadline)
-        return self._conn
+        conn = self._connect_until(deadline)
+        why = None if self.verify is None else self.verify(conn)
+        if why is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+            raise self.mark_broken(why)
+        self._conn = conn
+        return conn
+
+    def mark_broken(self, why: str) -> QueueBroken:
+        """From now on every request raises QueueBroken (``why``); returns it."""
+        self.broken = self.broken or why
+        return self.broken_error()
+
+    def broken_error(self) -> QueueBroken:
+        return QueueBroken(f"the queue at {self.where} {self.broken}; it takes no more requests",
+                           hint=HINT_BROKEN)
 
     def _connect_until(self, deadline: float) -> PgConnection:
         """Connect, retrying with exponential backoff (50 ms doubling to 1 s)
@@ -197,10 +194,12 @@ class Connection:
             try:
                 return self._connect_once()
             except psycopg.OperationalError as e:
-                if _refused(e) or time.monotonic() + delay > deadline:
-                    raise self._cannot_connect(_reason(e)) from e
+                if self.verify is not None and refused(e) and "does not exist" in str(e):
+                    raise self.mark_broken(f"is gone ({reason(e)})") from e
+                if refused(e) or time.monotonic() + delay > deadline:
+                    raise self._cannot_connect(reason(e)) from e
             except psycopg.Error as e:  # a malformed URL, an unknown option
-                raise self._cannot_connect(_first_line(e)) from e
+                raise self._cannot_connect(first_line(e)) from e
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
 
@@ -224,7 +223,7 @@ class Connection:
     def _lost_while(self, doing: str, e: BaseException) -> StorageError:
         """Lost with nothing written (a read, or a transaction before COMMIT)."""
         return StorageError(f"lost the connection to PostgreSQL at {self.where} while"
-                            f" {doing}: {_first_line(e)}", hint=HINT_REACH)
+                            f" {doing}: {first_line(e)}", hint=HINT_REACH)
 
     def _outcome_unknown(self, doing: str) -> StorageError:
         """Lost after a write was sent: nobody can know whether it committed."""
@@ -232,9 +231,13 @@ class Connection:
                             " the change may or may not have been made", hint=HINT_UNKNOWN)
 
     # ----------------------------------------------------------- running
-    def read(self, fn: Callable[[Cursor], T], doing: str) -> T:
+    def read(self, fn: Callable[[Cursor], T], doing: str, *, snapshot: bool = False) -> T:
         """Run ``fn(cursor)`` outside any transaction (each statement commits
-        alone). Retried on a lost connection: reads change nothing."""
+        alone), or with ``snapshot`` in one read-only REPEATABLE READ
+        transaction (its statements agree: a listing's total and its rows).
+        Retried on a lost connection: reads change nothing."""
+        if snapshot:
+            return self._retrying(lambda conn: self._transaction(conn, fn, doing, SNAPSHOT), doing)
         return self._retrying(lambda conn: fn(conn.cursor()), doing)
 
     def write(self, fn: Callable[[Cursor], T], doing: str) -> T:
@@ -254,14 +257,25 @@ class Connection:
         its outcome unknown, and StorageError says so."""
         if self._pin() is not None:
             return self.write(lambda c: c.execute(sql, params).fetchall(), doing)
-        conn = self._ensure(time.monotonic() + self.options.reconnect_s)
-        try:
-            return conn.execute(sql, params).fetchall()
-        except psycopg.Error as e:
-            if self._lost():
-                self._drop()
-                raise self._outcome_unknown(doing) from e
-            raise storage_error(e, doing) from e
+        deadline = time.monotonic() + self.options.reconnect_s
+        conn = self._ensure(deadline)
+        while True:
+            try:
+                return conn.execute(sql, params).fetchall()
+            except _TRY_AGAIN as e:  # rolled back whole: run it again
+                if time.monotonic() > deadline:
+                    raise self._error(e, doing) from e
+            except psycopg.Error as e:
+                if self._lost():
+                    self._drop()
+                    raise self._outcome_unknown(doing) from e
+                raise self._error(e, doing) from e
+
+    def _error(self, e: psycopg.Error, doing: str) -> StorageError:
+        """storage_error, and a schema that vanished under an open queue breaks it."""
+        if self.verify is not None and isinstance(e, _SCHEMA_GONE):
+            return self.mark_broken(f"lost its schema ({first_line(e)})")
+        return storage_error(e, doing)
 
     def _retrying(self, attempt: Callable[[PgConnection], T], doing: str) -> T:
         """``attempt(conn)``, run again on a new connection while the old one
@@ -273,31 +287,38 @@ class Connection:
                 return attempt(conn)
             except _Retry as e:
                 if time.monotonic() > deadline:
+                    if isinstance(e.cause, _TRY_AGAIN):
+                        raise self._error(e.cause, doing) from e.cause
                     raise self._lost_while(doing, e.cause) from e.cause
             except psycopg.Error as e:
                 if not self._lost():
-                    raise storage_error(e, doing) from e
+                    raise self._error(e, doing) from e
                 self._drop()  # a read that lost its connection: run it again
                 if time.monotonic() > deadline:
                     raise self._lost_while(doing, e) from e
 
-    def _transaction(self, conn: PgConnection, fn: Callable[[Cursor], T], doing: str) -> T:
-        result = self._before_commit(conn, fn, doing)
+    def _transaction(self, conn: PgConnection, fn: Callable[[Cursor], T], doing: str,
+                     begin: str | None = None) -> T:
+        result = self._before_commit(conn, fn, doing, begin)
         self._commit(conn, doing)
         return result
 
-    def _before_commit(self, conn: PgConnection, fn: Callable[[Cursor], T], doing: str) -> T:
+    def _before_commit(self, conn: PgConnection, fn: Callable[[Cursor], T], doing: str,
+                       begin: str | None) -> T:
         """BEGIN (with the clock pinned) and ``fn``; rolled back if either fails."""
         cur = conn.cursor()
         try:
-            cur.execute(self._begin_sql(), prepare=False)
+            cur.execute(begin or self._begin_sql(), prepare=False)
             return fn(cur)
+        except _TRY_AGAIN as e:
+            self._rollback(conn)
+            raise _Retry(e) from e  # the server rolled it back: safe to run again
         except psycopg.Error as e:
             if self._lost():
                 self._drop()
                 raise _Retry(e) from e  # never committed: safe to run again
             self._rollback(conn)
-            raise storage_error(e, doing) from e
+            raise self._error(e, doing) from e
         except BaseException:
             self._rollback(conn)
             raise  # SlothError (LeaseLost, ...) or a bug: nothing was written
@@ -310,7 +331,7 @@ class Connection:
                 self._drop()
                 raise self._outcome_unknown(f"committing ({doing})") from e
             self._rollback(conn)
-            raise storage_error(e, doing) from e
+            raise self._error(e, doing) from e
 
     def _begin_sql(self) -> str:
         """BEGIN and the pin of ``sloth.now`` in one round trip (a simple query
@@ -347,7 +368,8 @@ def _still_up(conn: PgConnection) -> bool:
 
 
 class _Retry(Exception):
-    """The connection died inside a transaction before COMMIT: run it again."""
+    """The connection died inside a transaction before COMMIT, or the server
+    rolled it back (a deadlock): run it again."""
 
     def __init__(self, cause: psycopg.Error) -> None:
         super().__init__(str(cause))

@@ -1,41 +1,26 @@
-"""The ``sloth`` command line: a Typer app that is a client of the daemon's socket.
+"""The ``sloth`` command line, a client of the daemon's socket.
 
-app.py holds the app and what commands share; jobs.py (add), look.py (ls,
-show, logs, status), watch.py (wait), act.py (cancel, retry, restart, kill,
-pause, resume, prune), lanes.py, admin.py and service.py register the
-commands. Each imports only typer at top level (`sloth add` pays for every
-import); the daemon is imported only by ``sloth daemon run``.
+``main`` first offers the command line to the fast path (fast.py): the
+common forms of `sloth add`, `ls`, `show` and a TAB of shell completion,
+read without Typer; it answers None for anything it does not fully
+recognise, and the whole Typer app (full.py) runs it instead. Both end in
+the same code (add_run.py, look_run.py, base.py, edge.py), so the output,
+errors and exit codes are the same whichever ran.
+
+This module imports nothing: `sloth add` pays for every import.
 """
 
 from __future__ import annotations
 
-import os
-import sys
-
-import typer
-
-# Registering their commands is the import; `sloth --help` lists them in this order.
-from . import jobs, look, watch, act, lanes, admin, service  # noqa: F401
-from .app import app
-
 
 def main() -> None:
-    _only_the_command_named(sys.argv[1:2])
-    app(prog_name="sloth")
+    import sys
 
+    from .fast import handle
 
-def _only_the_command_named(first: list[str]) -> None:
-    """Typer turns every registered command into a click command on each run
-    (~5 ms of signature inspection, 6% of a `sloth add`); a run needs one.
-    Keep only the command named first on the line. Anything else (an option
-    first, a typo, shell completion) keeps them all, for help and suggestions."""
-    if not first or "_SLOTH_COMPLETE" in os.environ:
-        return
-    cmds = [c for c in app.registered_commands if _name(c) == first[0]]
-    groups = [g for g in app.registered_groups if g.name == first[0]]
-    if cmds or groups:
-        app.registered_commands, app.registered_groups = cmds, groups
+    code = handle(sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
+    from .full import main as typer_main
 
-
-def _name(cmd: typer.models.CommandInfo) -> str:
-    return cmd.name or getattr(cmd.callback, "__name__", "").replace("_", "-")
+    typer_main()

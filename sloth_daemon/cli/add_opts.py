@@ -4,17 +4,20 @@ command itself changes by a line per option: dependencies (--after,
 notes, words that slipped out of an option (`--timeout 5 mins`), and the
 note about a lane the add made.
 
-Imported by `sloth add` itself: only the standard library and errors here.
+Imported by `sloth add` itself: only the standard library and errors here
+(typing only for the type checker).
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional, Sequence
-
-import typer
 
 from .. import errors
+from .edge import echo
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Optional, Sequence
 
 DURATION_OPTIONS = ("--timeout", "-t", "--lease", "--delay")
 
@@ -90,7 +93,7 @@ def link_batch(batch: list[dict[str, Any]], ids: list[int]) -> list[dict[str, An
 
 def tell_new_lanes(result: dict[str, Any]) -> None:
     for lane in result.get("new_lanes") or []:
-        typer.echo(f"sloth: new lane {lane!r} (concurrency from config; `sloth lane set {lane} -c N` to change)",
+        echo(f"sloth: new lane {lane!r} (concurrency from config; `sloth lane set {lane} -c N` to change)",
                    err=True)
 
 
@@ -107,7 +110,7 @@ def not_before(delay: Optional[str], at: Optional[str]) -> Optional[float]:
         return None
     t, note = resolve_at(at)
     if note:
-        typer.echo(f"sloth: {note}", err=True)
+        echo(f"sloth: {note}", err=True)
     return t
 
 

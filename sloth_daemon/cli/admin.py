@@ -8,7 +8,7 @@ import typer
 
 from .. import errors
 from .app import app, call, call_or_read, daemon_app, duration, emit_json, handles_errors, paths
-from .jobs import _start_daemon
+from .add_run import start_daemon as _start_daemon
 
 
 @app.command()

@@ -2,25 +2,29 @@
 
 Each callback asks the daemon (or reads the queue file when none answers)
 with a short timeout, and never fails: a completion that raises prints a
-traceback into the user's prompt.
+traceback into the user's prompt. No Typer here: the fast path
+(fast_complete.py) calls these for a TAB without loading the Typer app.
 """
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 STATES = ("blocked", "queued", "running", "done", "failed", "cancelled")
 
 
 def _ask(op: str, **args: Any) -> Any:
     from .. import errors
-    from .app import paths
+    from .base import paths
 
     try:
         from ..client import Client
-        from ..locate import daemon_socket
+        from ..locate import find_daemon
 
-        with Client(daemon_socket(paths()), timeout_s=2.0) as c:
+        sock, lock = find_daemon()
+        with Client(sock, timeout_s=2.0, lock_path=lock) as c:
             return c.call(op, **args)
     except errors.DaemonNotRunning:
         from .offline import answer

@@ -1,6 +1,7 @@
 """Commands that read: ls, show, logs, status. Each asks the daemon, or,
 when none answers, reads the queue file read-only and says so on stderr
-(app.call_or_read); only `logs -f` needs a daemon."""
+(app.call_or_read); only `logs -f` needs a daemon. What ls and show do
+with their options is look_run.py's, shared with the fast path."""
 
 from __future__ import annotations
 
@@ -10,12 +11,9 @@ from typing import Any, List, Optional
 import typer
 
 from .. import errors
-from .app import app, call_or_read, connect, emit_json, handles_errors, log_paths, parse_id
+from .app import app, call_or_read, connect, emit_json, handles_errors, parse_id
 from .complete import job_ids, lanes, states
-
-PAGE = 100_000  # jobs per request when a listing is fetched whole
-DEFAULT_ROWS = 40
-RECENT = 10  # finished jobs in the default view
+from .look_run import DEFAULT_ROWS
 
 
 # ------------------------------------------------------------------- ls
@@ -36,77 +34,9 @@ def ls(
     """List jobs: running first, then queued in the order they will run, then
     blocked, then the most recently finished; a summary of counts, and how
     many rows were left out."""
-    if watch and as_json:
-        raise errors.BadRequest("--watch redraws a table; --json prints once", hint="Use one or the other.")
-    args = _ls_args(state, lane, all_, limit, offset, as_json)
-    if watch:
-        from .watch import watch_ls
+    from .look_run import ls as run
 
-        watch_ls(lambda rows: _ls_text(dict(args, limit=rows)), interval)
-        return
-    if as_json:
-        emit_json(fetch(args))
-        return
-    typer.echo(_ls_text(args))
-
-
-def _ls_args(state: Optional[List[str]], lane: Optional[str], all_: bool, limit: Optional[int], offset: int,
-             as_json: bool) -> dict[str, Any]:
-    from ..models import STATE_NAMES, state_name
-
-    for s in state or []:  # bad usage is exit 2 whether or not the daemon runs
-        if s not in STATE_NAMES and s != "claimed":
-            raise errors.BadRequest(f"unknown state {s!r}", hint=f"States: {', '.join(STATE_NAMES)}.")
-    if limit is not None and limit < 1 or offset < 0:
-        raise errors.BadRequest("--limit must be at least 1 and --offset at least 0")
-    if lane is not None:
-        check_lane(lane)
-    rows = limit if limit is not None else (None if all_ or as_json else DEFAULT_ROWS)
-    return {"states": [state_name(s) for s in state] if state else None, "lane": lane, "limit": rows,
-            "offset": offset, "finished_limit": None if all_ or state else RECENT}
-
-
-def check_lane(lane: str) -> None:
-    """LaneNotFound (with the lanes there are) for a lane that does not exist."""
-    known = call_or_read("lanes")["lanes"]
-    if lane not in known:
-        raise errors.LaneNotFound(lane, sorted(known))
-
-
-def fetch(args: dict[str, Any]) -> dict[str, Any]:
-    """A listing; with no limit, every page of it, so nothing is cut."""
-    a = {k: v for k, v in args.items() if v is not None}
-    if args.get("limit") is not None:
-        return call_or_read("list", **a)
-    res = call_or_read("list", **a, limit=PAGE)
-    while res["left_out"] > 0:
-        more = call_or_read("list", **dict(a, offset=res["offset"] + len(res["jobs"])), limit=PAGE)
-        if not more["jobs"]:
-            break
-        res["jobs"] += more["jobs"]
-        res["left_out"] = more["left_out"]
-    return res
-
-
-def _ls_text(args: dict[str, Any]) -> str:
-    from .. import render
-
-    res = fetch(args)
-    out = []
-    if res["jobs"]:
-        rows, sts = render.job_rows(res["jobs"])
-        out.append(render.table(render.JOB_HEADERS, rows, sts))
-    else:
-        out.append("no jobs" if not res["total"] else "no jobs on this page")
-    out.append(render.counts_line(res["counts"]))
-    busy = {k: v for k, v in res.get("lanes", {}).items() if any(v.values())}
-    if len(busy) > 1:
-        out.append("lanes: " + render.lanes_line(busy))
-    if res["left_out"] > 0 or res["offset"]:
-        shown = len(res["jobs"])
-        out.append(f"{res['left_out']} more not shown (rows {res['offset'] + 1}-{res['offset'] + shown}"
-                   f" of {res['total']}): `sloth ls --all`, --state S, --lane L or --limit N")
-    return "\n".join(out)
+    run(state, lane, all_, limit, offset, as_json, watch=watch, interval=interval)
 
 
 # ----------------------------------------------------------------- show
@@ -118,20 +48,9 @@ def show(
 ) -> None:
     """Show jobs and their history (claimed, started, failed, reclaimed, ...);
     a failed job's last log lines end it."""
-    from .. import render
+    from .look_run import show as run
 
-    ids = [parse_id(j) for j in job_ids_]
-    res = call_or_read("show", ids=ids)
-    if as_json:
-        emit_json(res)
-        return
-    blocks = []
-    for j in res["jobs"]:
-        tail = render.tail_lines(str(log_paths().job_log(j["id"], j["attempts"]))) \
-            if j["state"] == "failed" and j["attempts"] else []
-        blocks.append(render.show_job(j, j["events"], prereqs=j["prereqs"], dependents=j["dependents"],
-                                      log_tail=tail))
-    typer.echo("\n\n".join(blocks))
+    run(job_ids_, as_json)
 
 
 # ----------------------------------------------------------------- logs

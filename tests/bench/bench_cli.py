@@ -1,17 +1,26 @@
-"""CLI and socket benchmark: what a user (or a script in a loop) pays to enqueue.
+"""CLI and socket benchmark: what a user (or a script in a loop) pays per command.
 
-    python tests/bench/bench_cli.py [--quick] [--runs N] [--out DIR]
+    python tests/bench/bench_cli.py [--quick] [--calls N] [--runs N] [--in-place] [--out DIR]
 
-Starts the real daemon in temporary SLOTH_HOMEs and prints medians over
-several runs (the machine is shared and noisy; ratios matter more than
-absolutes):
+Makes a normal install first -- a fresh venv in a temp dir and `pip install .`
+of a copy of this tree, as the README's first command does -- because an
+editable install's finder adds ~24 ms to every Python start and inflates the
+floor (--in-place measures this venv instead). Starts real daemons in
+temporary SLOTH_HOMEs. The machine is shared and noisy: each command is run
+--calls times round-robin with the others (so a busy spell hits all alike),
+and every row reports the median and the range (min-max); ratios to the floor
+matter more than absolutes.
 
-  call      wall time of one enqueue command run from a shell, median and p95
-            of --calls calls: `python -c pass` with the venv's interpreter (the
-            floor), `sloth add -- true` (daemon paused, and running the jobs),
-            task-spooler's `tsp true` and `nq true`, each in its own temp dir
-            (TS_SOCKET / NQDIR). tsp and nq are installed with apt-get when
-            missing and we are root; otherwise their rows are skipped.
+  call      one command run the way a shell runs it: `python -c pass` with the
+            install's interpreter (the floor), `sloth add -- true` (daemon
+            paused, and running the jobs), `sloth ls` and `sloth show ID`
+            (paused, 20 jobs), one TAB of bash completion (`sloth show <TAB>`:
+            job ids; `sloth ls --lane <TAB>`: lanes), `sloth status` (a
+            command the fast path leaves to the Typer app), and task-spooler's
+            `tsp true` and `nq true` (installed with apt-get when missing and
+            we are root; else skipped)
+  loop      a shell loop of 200 `sloth add -- true` (daemon paused): wall
+            time and adds per second (and 200 `tsp true` beside it)
   conn      durable enqueues per second over one connection: a Python Client
             sending single-job `add` requests in a loop (daemon paused); and
             the same enqueues in process without the socket (the disk's
@@ -22,17 +31,19 @@ absolutes):
             without the caller's environment attached
   import    `python -X importtime` of a real `sloth add`: the modules that cost most
 
-Targets: `sloth add` median <= 100 ms; --stdin >= 50,000 jobs/s; one
+Targets (issue 13): `sloth add` median <= 2x the floor (stretch 1.3x); `ls`
+and `show` <= 2.5x; a TAB <= 100 ms; --stdin >= 50,000 jobs/s; one
 connection >= 1,000 durable enqueues/s.
 
-Python files are byte-compiled first and the runs may write .pyc files (an
-installed package has them; PYTHONDONTWRITEBYTECODE would make every call
-recompile the edited modules and measure the compiler).
+Python files are byte-compiled (pip does that on install) and the runs may
+write .pyc files (PYTHONDONTWRITEBYTECODE would make every call of an
+in-place run recompile the edited modules and measure the compiler).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -43,19 +54,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from sloth_daemon.client import Client  # noqa: E402
-from tests.bench._common import ensure_tools, pct  # noqa: E402
+from tests.bench._common import ensure_tools  # noqa: E402
 from tests.support.harness import Harness  # noqa: E402
 
-PY = sys.executable
-VENV_BIN = Path(PY).parent
-SLOTH = str(VENV_BIN / "sloth") if (VENV_BIN / "sloth").exists() else None
-TARGETS = {"add_median_ms": 100.0, "stdin_jobs_s": 50_000.0, "conn_enqueues_s": 1_000.0}
+PY = sys.executable  # this venv: the daemons, and the in-process parts
+# The install the per-call rows measure (normal_install() sets them; --in-place: this venv).
+INSTALL = {"python": PY, "sloth": str(Path(PY).parent / "sloth")}
+TARGETS = {"add_x_floor": 2.0, "add_x_floor_stretch": 1.3, "ls_x_floor": 2.5, "show_x_floor": 2.5,
+           "tab_ms": 100.0, "stdin_jobs_s": 50_000.0, "conn_enqueues_s": 1_000.0}
 
 
 def base_env() -> dict[str, str]:
@@ -69,18 +81,31 @@ def med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
-def time_calls(argv: list[str], n: int, env: dict[str, str], cwd: str, warmup: int = 2) -> list[float]:
-    """Wall seconds of ``n`` runs of argv, each exec'd the way a shell would (no shell)."""
+def run_once(argv: list[str], env: dict[str, str], cwd: str) -> float:
+    """Wall seconds of one run of argv, exec'd the way a shell would (no shell)."""
+    t0 = time.perf_counter()
+    subprocess.run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - t0
+
+
+class Probe:
+    """One command to time: argv, its environment and folder."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], cwd: str) -> None:
+        self.name, self.argv, self.env, self.cwd = name, argv, env, cwd
+        self.times: list[float] = []
+
+
+def round_robin(probes: list[Probe], n: int, warmup: int = 3) -> None:
+    """Run every probe n times, one after another in turn: a busy spell of
+    the machine then falls on all of them alike, not on one row."""
     for _ in range(warmup):
-        subprocess.run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, check=True)
-    out = []
+        for p in probes:
+            run_once(p.argv, p.env, p.cwd)
     for _ in range(n):
-        t0 = time.perf_counter()
-        subprocess.run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, check=True)
-        out.append(time.perf_counter() - t0)
-    return out
+        for p in probes:
+            p.times.append(run_once(p.argv, p.env, p.cwd))
 
 
 class Daemon:
@@ -108,31 +133,90 @@ class Daemon:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-# ------------------------------------------------------------------ tools
-def bench_tsp(tsp: str, n: int) -> list[float]:
+def normal_install(where: Path) -> dict[str, str]:
+    """A fresh venv with `pip install .` of a copy of this tree (the copy
+    keeps setuptools' build/ out of it): its python and sloth."""
+    src = where / "src"
+    src.mkdir(parents=True)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    for name in ("sloth_daemon", "service", "bin"):
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    venv = where / "venv"
+    subprocess.run([PY, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(src)]
+    p = subprocess.run(pip, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"pip install . failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    return {"python": str(venv / "bin" / "python"), "sloth": str(venv / "bin" / "sloth")}
+
+
+def tab(words: str) -> dict[str, str]:
+    """The environment bash's completion function gives `sloth` for one TAB at the end of ``words``."""
+    cword = len(words.split()) - (0 if words.endswith(" ") else 1)
+    return {"_SLOTH_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(cword)}
+
+
+def per_call(n: int, tools: dict[str, str | None]) -> list[Probe]:
+    """The per-call rows, timed round-robin (see the module's docstring)."""
+    py, sloth = INSTALL["python"], INSTALL["sloth"]
+    with Daemon(paused=True) as paused, Daemon(paused=False) as running, Daemon(paused=True) as reads:
+        for i in range(20):
+            reads.add("true", str(i), lane="video" if i % 4 == 0 else "default")
+        e, r, home = paused.env, reads.env, str(paused.home)
+        probes = [Probe("python -c pass (floor)", [py, "-c", "pass"], base_env(), "/tmp"),
+                  Probe("sloth add -- true (paused)", [sloth, "add", "--", "true"], e, home),
+                  Probe("sloth add -- true (running)", [sloth, "add", "--", "true"], running.env, str(running.home)),
+                  Probe("sloth ls (20 jobs)", [sloth, "ls"], r, str(reads.home)),
+                  Probe("sloth show 1", [sloth, "show", "1"], r, str(reads.home)),
+                  Probe("TAB: sloth show <TAB> (ids)", [sloth], dict(r, **tab("sloth show ")), str(reads.home)),
+                  Probe("TAB: sloth ls --lane <TAB>", [sloth], dict(r, **tab("sloth ls --lane ")), str(reads.home)),
+                  Probe("sloth status (Typer app)", [sloth, "status"], r, str(reads.home))]
+        with tool_probes(tools) as extra:
+            round_robin(probes + extra, n)
+            return probes + extra
+
+
+@contextlib.contextmanager
+def tool_probes(tools: dict[str, str | None]) -> Iterator[list[Probe]]:
+    """`tsp true` and `nq true`, each in its own temp dir, for the rows beside sloth's."""
     d = Path(tempfile.mkdtemp(prefix="tsb-"))
-    env = dict(base_env(), TS_SOCKET=str(d / "ts.sock"), TMPDIR=str(d), TS_SLOTS="1")
+    ts_env = dict(base_env(), TS_SOCKET=str(d / "ts.sock"), TMPDIR=str(d), TS_SLOTS="1")
+    out = []
+    if tools["tsp"]:
+        out.append(Probe("tsp true", [tools["tsp"], "true"], ts_env, str(d)))
+    if tools["nq"]:
+        (d / "nq").mkdir()
+        out.append(Probe("nq true", [tools["nq"], "true"], dict(base_env(), NQDIR=str(d / "nq")), str(d)))
     try:
-        return time_calls([tsp, "true"], n, env, str(d))
+        yield out
     finally:
+        if tools["tsp"]:
+            subprocess.run([tools["tsp"], "-K"], env=ts_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.2)  # nq's jobs are `true`: let the last ones finish before removing the dir
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def shell_loop(n: int, tsp: str | None) -> dict[str, float]:
+    """Seconds for a shell loop of n `sloth add -- true` (daemon paused), and of n `tsp true`."""
+    loop = 'i=0; while [ $i -lt "$N" ]; do "$CMD" add -- true >/dev/null; i=$((i+1)); done'
+    out = {}
+    with Daemon(paused=True) as h:
+        env = dict(h.env, N=str(n), CMD=INSTALL["sloth"])
+        t0 = time.perf_counter()
+        subprocess.run(["sh", "-c", loop], env=env, cwd=str(h.home), check=True)
+        out["sloth add"] = time.perf_counter() - t0
+        assert h.call("status")["counts"]["queued"] == n
+    if tsp:
+        d = Path(tempfile.mkdtemp(prefix="tsb-"))
+        env = dict(base_env(), TS_SOCKET=str(d / "ts.sock"), TMPDIR=str(d), TS_SLOTS="1", N=str(n), CMD=tsp)
+        t0 = time.perf_counter()
+        subprocess.run(["sh", "-c", loop.replace('"$CMD" add -- true', '"$CMD" true')], env=env, cwd=str(d),
+                       check=True)
+        out["tsp"] = time.perf_counter() - t0
         subprocess.run([tsp, "-K"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         shutil.rmtree(d, ignore_errors=True)
-
-
-def bench_nq(nq: str, n: int) -> list[float]:
-    d = Path(tempfile.mkdtemp(prefix="nqb-"))
-    env = dict(base_env(), NQDIR=str(d))
-    try:
-        return time_calls([nq, "true"], n, env, str(d))
-    finally:
-        time.sleep(0.2)  # its jobs are `true`: let the last ones finish before removing the dir
-        shutil.rmtree(d, ignore_errors=True)
-
-
-def bench_sloth_add(n: int, *, paused: bool) -> list[float]:
-    argv = [SLOTH, "add", "--", "true"] if SLOTH else [PY, "-m", "sloth_daemon", "add", "--", "true"]
-    with Daemon(paused=paused) as h:
-        return time_calls(argv, n, h.env, str(h.home))
+    return out
 
 
 # ------------------------------------------------------------- throughput
@@ -172,7 +256,7 @@ def bench_queue_single(n: int) -> float:
 
 def bench_stdin(n: int) -> float:
     lines = "".join(f"echo job {i}\n" for i in range(n))
-    argv = [SLOTH, "add", "--stdin"] if SLOTH else [PY, "-m", "sloth_daemon", "add", "--stdin"]
+    argv = [INSTALL["sloth"], "add", "--stdin"]
     with Daemon(paused=True) as h:
         t0 = time.perf_counter()
         p = subprocess.run(argv, input=lines, env=h.env, cwd=str(h.home), capture_output=True, text=True)
@@ -248,7 +332,7 @@ def import_profile() -> dict[str, Any]:
     with Daemon(paused=True) as h:
         runs = []
         for _ in range(5):
-            p = subprocess.run([PY, "-X", "importtime", "-m", "sloth_daemon", "add", "--", "true"],
+            p = subprocess.run([INSTALL["python"], "-X", "importtime", INSTALL["sloth"], "add", "--", "true"],
                                env=h.env, cwd=str(h.home), capture_output=True, text=True)
             assert p.returncode == 0, p.stderr[-2000:]
             runs.append(p.stderr)
@@ -278,97 +362,119 @@ def repeat(runs: int, fn: Callable[[], Any]) -> list[Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer calls and jobs (a smoke run)")
-    ap.add_argument("--runs", type=int, default=None, help="repeat each measurement (default 3; 1 with --quick)")
-    ap.add_argument("--calls", type=int, default=None, help="calls per run for the per-call rows (default 50)")
+    ap.add_argument("--runs", type=int, default=None, help="repeat the throughput measurements (default 3; 1 quick)")
+    ap.add_argument("--calls", type=int, default=None, help="runs of each per-call command (default 30; 15 quick)")
+    ap.add_argument("--loop", type=int, default=200, help="`sloth add` calls in the shell loop")
+    ap.add_argument("--in-place", action="store_true", help="measure this venv, not a fresh `pip install .`")
     ap.add_argument("--out", type=Path, default=None, help="write results.json and results.md here")
     ap.add_argument("--profile", action="store_true",
                     help="also print a cProfile of the daemon side of `sloth add --stdin`")
     a = ap.parse_args()
     runs = a.runs or (1 if a.quick else 3)
-    calls = a.calls or (15 if a.quick else 50)
-    n_conn = 500 if a.quick else 3000
-    n_stdin = 10_000 if a.quick else 50_000
-
-    subprocess.run([PY, "-m", "compileall", "-q", str(REPO / "sloth_daemon")], check=False,
-                   stdout=subprocess.DEVNULL)
-    tools = ensure_tools()
-    per_call: dict[str, list[list[float]]] = {}
-
-    def add_row(name: str, fn: Callable[[], list[float]]) -> None:
-        per_call[name] = repeat(runs, fn)
-        print(f"  measured {name}", file=sys.stderr)
-
-    add_row("python -c pass (floor)", lambda: time_calls([PY, "-c", "pass"], calls, base_env(), "/tmp"))
-    add_row("sloth add -- true (paused)", lambda: bench_sloth_add(calls, paused=True))
-    add_row("sloth add -- true (running)", lambda: bench_sloth_add(calls, paused=False))
-    if tools["tsp"]:
-        add_row("tsp true", lambda: bench_tsp(tools["tsp"], calls))
-    if tools["nq"]:
-        add_row("nq true", lambda: bench_nq(tools["nq"], calls))
-    conn = repeat(runs, lambda: bench_conn(n_conn))
-    single = repeat(runs, lambda: bench_queue_single(n_conn))
-    print("  measured one connection", file=sys.stderr)
-    stdin = repeat(runs, lambda: bench_stdin(n_stdin))
-    print("  measured --stdin", file=sys.stderr)
-    split = [bench_queue_split(n_stdin) for _ in range(runs)]
-    imp = import_profile()
-
-    floor = med([med(r) for r in per_call["python -c pass (floor)"]])
-    res: dict[str, Any] = {"runs": runs, "calls": calls, "per_call": {}, "python": sys.version.split()[0]}
-    lines = [f"sloth CLI benchmark: {runs} run(s), {calls} calls each; medians of the runs' medians/p95s",
-             "", f"| {'command':<30} | {'median ms':>9} | {'p95 ms':>7} | {'x floor':>7} |",
-             f"|{'-' * 32}|{'-' * 11}|{'-' * 9}|{'-' * 9}|"]
-    for name, rs in per_call.items():
-        m = med([med(r) for r in rs]) * 1000
-        p = med([pct(r, 0.95) for r in rs]) * 1000
-        res["per_call"][name] = {"median_ms": m, "p95_ms": p, "runs_median_ms": [med(r) * 1000 for r in rs]}
-        lines.append(f"| {name:<30} | {m:>9.1f} | {p:>7.1f} | {m / (floor * 1000):>7.1f} |")
-    for tool in ("tsp", "nq"):
-        if not tools[tool]:
-            lines.append(f"| {tool + ' (not installed)':<30} | {'-':>9} | {'-':>7} | {'-':>7} |")
-    res["conn_enqueues_s"] = med(conn)
-    res["queue_single_enqueues_s"] = med(single)
-    res["stdin_jobs_s"] = med(stdin)
-    lines += ["", f"| {'throughput':<45} | {'median':>10} | {'runs':<26} |", f"|{'-' * 47}|{'-' * 12}|{'-' * 28}|",
-              f"| {f'one connection, single-job adds ({n_conn})':<45} | {med(conn):>8.0f}/s | "
-              f"{', '.join(f'{x:.0f}' for x in conn):<26} |",
-              f"| {'  Queue.enqueue_many only, same adds':<45} | {med(single):>8.0f}/s | "
-              f"{', '.join(f'{x:.0f}' for x in single):<26} |",
-              f"| {f'sloth add --stdin ({n_stdin:,} lines)':<45} | {med(stdin):>8.0f}/s | "
-              f"{', '.join(f'{x:.0f}' for x in stdin):<26} |"]
-    for label in ("with the caller's env", "without env"):
-        v = [x[label] for x in split]
-        name = f"  Queue.enqueue_many only, {label.replace('with the ', '').replace('without', 'no')}"
-        lines.append(f"| {name:<45} | {med(v):>8.0f}/s | {', '.join(f'{x:.0f}' for x in v):<26} |")
-    res["queue_split"] = split
-    add_ms = res["per_call"]["sloth add -- true (paused)"]["median_ms"]
-    res["add_median_ms"] = add_ms
-    checks = [("sloth add median", add_ms, "<=", TARGETS["add_median_ms"], "ms"),
-              ("--stdin", med(stdin), ">=", TARGETS["stdin_jobs_s"], "jobs/s"),
-              ("one connection", med(conn), ">=", TARGETS["conn_enqueues_s"], "enqueues/s")]
-    lines += ["", "targets:"]
-    for what, v, op, target, unit in checks:
-        ok = v <= target if op == "<=" else v >= target
-        lines.append(f"  {'ok  ' if ok else 'MISS'} {what}: {v:,.1f} {unit} ({op} {target:,.0f})")
-    res["targets_met"] = {c[0]: (c[1] <= c[3] if c[2] == "<=" else c[1] >= c[3]) for c in checks}
-
-    lines += ["", f"imports of `sloth add` (python -X importtime, median of 5; sum of top level "
-                  f"{imp['total_ms']:.1f} ms):", f"  {'module (top two levels)':<44} {'cumulative ms':>13}"]
-    lines += [f"  {n:<44} {r['cum_ms']:>13.1f}" for n, r in imp["top_level"]]
-    lines += [f"  {'module (by own time)':<44} {'self ms':>13}"]
-    lines += [f"  {n:<44} {r['self_ms']:>13.1f}" for n, r in imp["by_self"]]
-    lines += [f"  {'ours':<44} {'cumulative ms':>13}"]
-    lines += [f"  {n:<44} {r['cum_ms']:>13.1f}" for n, r in imp["ours"]]
-    res["imports"] = imp
-    if a.profile:
-        lines += ["", f"daemon side of `sloth add --stdin` ({n_stdin:,} lines), cProfile, by cumulative time:",
-                  profile_daemon_stdin(n_stdin)]
+    calls = max(15, a.calls or (15 if a.quick else 30))
+    with tempfile.TemporaryDirectory(prefix="slinst-") as where:
+        if not a.in_place:
+            print("  installing (pip install . into a fresh venv) ...", file=sys.stderr, flush=True)
+            INSTALL.update(normal_install(Path(where)))
+        else:
+            subprocess.run([PY, "-m", "compileall", "-q", str(REPO / "sloth_daemon")], check=False,
+                           stdout=subprocess.DEVNULL)
+        res, lines = measure(a, runs, calls)
     text = "\n".join(lines)
     print(text)
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
         (a.out / "results.json").write_text(json.dumps(res, indent=2))
         (a.out / "results.md").write_text(text + "\n")
+
+
+def measure(a: argparse.Namespace, runs: int, calls: int) -> tuple[dict[str, Any], list[str]]:
+    tools = ensure_tools()
+    probes = per_call(calls, tools)
+    print("  measured the per-call rows", file=sys.stderr, flush=True)
+    loop = shell_loop(50 if a.quick else a.loop, tools["tsp"])
+    n_conn, n_stdin = (500, 10_000) if a.quick else (3000, 50_000)
+    conn = repeat(runs, lambda: bench_conn(n_conn))
+    single = repeat(runs, lambda: bench_queue_single(n_conn))
+    stdin = repeat(runs, lambda: bench_stdin(n_stdin))
+    split = [bench_queue_split(n_stdin) for _ in range(runs)]
+    print("  measured throughput", file=sys.stderr, flush=True)
+    imp = import_profile()
+    res: dict[str, Any] = {"install": "in place" if a.in_place else "pip install . (fresh venv)",
+                           "calls": calls, "runs": runs, "python": sys.version.split()[0], "per_call": {}}
+    lines = [f"sloth CLI benchmark ({res['install']}, Python {res['python']}): {calls} runs of each command,"
+             " round-robin", "", f"| {'command':<32} | {'median ms':>9} | {'range ms':>13} | {'x floor':>7} |",
+             f"|{'-' * 34}|{'-' * 11}|{'-' * 15}|{'-' * 9}|"]
+    floor = med(probes[0].times)
+    for p in probes:
+        m = med(p.times)
+        res["per_call"][p.name] = {"median_ms": m * 1000, "min_ms": min(p.times) * 1000,
+                                   "max_ms": max(p.times) * 1000, "x_floor": m / floor,
+                                   "times_ms": [t * 1000 for t in p.times]}
+        rng = f"{min(p.times) * 1000:.1f}-{max(p.times) * 1000:.1f}"
+        lines.append(f"| {p.name:<32} | {m * 1000:>9.1f} | {rng:>13} | {m / floor:>7.2f} |")
+    for tool in ("tsp", "nq"):
+        if not tools[tool]:
+            lines.append(f"| {tool + ' (not installed)':<32} | {'-':>9} | {'-':>13} | {'-':>7} |")
+    n_loop = 50 if a.quick else a.loop
+    res["loop"] = {"calls": n_loop, **{k: {"s": v, "per_s": n_loop / v} for k, v in loop.items()}}
+    lines += ["", f"shell loop of {n_loop} calls: " + "; ".join(
+        f"{k}: {v:.2f} s ({n_loop / v:.0f}/s)" for k, v in loop.items())]
+    lines += throughput_lines(res, conn, single, stdin, split, n_conn, n_stdin)
+    lines += target_lines(res, floor, med(stdin), med(conn))
+    lines += import_lines(imp)
+    res["imports"] = imp
+    if a.profile:
+        lines += ["", f"daemon side of `sloth add --stdin` ({n_stdin:,} lines), cProfile, by cumulative time:",
+                  profile_daemon_stdin(n_stdin)]
+    return res, lines
+
+
+def throughput_lines(res: dict[str, Any], conn: list[float], single: list[float], stdin: list[float],
+                     split: list[dict[str, float]], n_conn: int, n_stdin: int) -> list[str]:
+    res.update(conn_enqueues_s=med(conn), queue_single_enqueues_s=med(single), stdin_jobs_s=med(stdin),
+               queue_split=split)
+    lines = ["", f"| {'throughput':<45} | {'median':>10} | {'runs':<26} |", f"|{'-' * 47}|{'-' * 12}|{'-' * 28}|",
+             f"| {f'one connection, single-job adds ({n_conn})':<45} | {med(conn):>8.0f}/s | "
+             f"{', '.join(f'{x:.0f}' for x in conn):<26} |",
+             f"| {'  Queue.enqueue_many only, same adds':<45} | {med(single):>8.0f}/s | "
+             f"{', '.join(f'{x:.0f}' for x in single):<26} |",
+             f"| {f'sloth add --stdin ({n_stdin:,} lines)':<45} | {med(stdin):>8.0f}/s | "
+             f"{', '.join(f'{x:.0f}' for x in stdin):<26} |"]
+    for label in ("with the caller's env", "without env"):
+        v = [x[label] for x in split]
+        name = f"  Queue.enqueue_many only, {label.replace('with the ', '').replace('without', 'no')}"
+        lines.append(f"| {name:<45} | {med(v):>8.0f}/s | {', '.join(f'{x:.0f}' for x in v):<26} |")
+    return lines
+
+
+def target_lines(res: dict[str, Any], floor: float, stdin: float, conn: float) -> list[str]:
+    pc = res["per_call"]
+    add = pc["sloth add -- true (paused)"]["x_floor"]
+    tab_ms = max(pc[k]["median_ms"] for k in pc if k.startswith("TAB"))
+    checks = [("sloth add (paused), x floor", add, "<=", TARGETS["add_x_floor"], "x"),
+              ("  stretch", add, "<=", TARGETS["add_x_floor_stretch"], "x"),
+              ("sloth ls, x floor", pc["sloth ls (20 jobs)"]["x_floor"], "<=", TARGETS["ls_x_floor"], "x"),
+              ("sloth show, x floor", pc["sloth show 1"]["x_floor"], "<=", TARGETS["show_x_floor"], "x"),
+              ("a TAB (the slower of the two)", tab_ms, "<=", TARGETS["tab_ms"], "ms"),
+              ("--stdin", stdin, ">=", TARGETS["stdin_jobs_s"], "jobs/s"),
+              ("one connection", conn, ">=", TARGETS["conn_enqueues_s"], "enqueues/s")]
+    lines = ["", f"targets (floor: python -c pass, median {floor * 1000:.1f} ms):"]
+    for what, v, op, target, unit in checks:
+        ok = v <= target if op == "<=" else v >= target
+        lines.append(f"  {'ok  ' if ok else 'MISS'} {what}: {v:,.2f} {unit} ({op} {target:,.1f})")
+    res["targets_met"] = {c[0].strip(): (c[1] <= c[3] if c[2] == "<=" else c[1] >= c[3]) for c in checks}
+    return lines
+
+
+def import_lines(imp: dict[str, Any]) -> list[str]:
+    lines = ["", f"imports of `sloth add` (python -X importtime, median of 5; sum of top level "
+                 f"{imp['total_ms']:.1f} ms):", f"  {'module (top two levels)':<44} {'cumulative ms':>13}"]
+    lines += [f"  {n:<44} {r['cum_ms']:>13.1f}" for n, r in imp["top_level"]]
+    lines += [f"  {'module (by own time)':<44} {'self ms':>13}"]
+    lines += [f"  {n:<44} {r['self_ms']:>13.1f}" for n, r in imp["by_self"]]
+    lines += [f"  {'ours':<44} {'cumulative ms':>13}"]
+    return lines + [f"  {n:<44} {r['cum_ms']:>13.1f}" for n, r in imp["ours"]]
 
 
 if __name__ == "__main__":

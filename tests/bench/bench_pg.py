@@ -19,7 +19,14 @@ they are). Measured, each the median of --repeat runs:
 * batched enqueue per second: enqueue_many of 10,000 jobs in one call;
 * the machine's fsync rate in that folder (write 512 bytes + fdatasync),
   and PostgreSQL's rate of one-row INSERT commits: the ceilings of any
-  commit that must reach the disk (a claim+complete is two commits).
+  commit that must reach the disk (a claim+complete is two commits);
+* dependencies: enqueue_many of 10,000 jobs that each wait for one
+  unfinished job (``after``), and of a 10,000-job chain (``after_previous``,
+  `add --stdin --chain`), jobs/s; cancelling the chain's head, which
+  cancels all of it in one transaction, seconds;
+* claim with lanes: claim+complete per second by one worker that excludes
+  a lane holding a backlog of 50,000 due jobs at a higher priority (a full
+  or paused lane, as the daemon claims), and that names one lane.
 
 PostgreSQL is reached over its Unix socket, as a daemon on the database
 machine would; over a network add one round trip per claim and per
@@ -169,6 +176,45 @@ def batched_enqueue_per_s(target: str) -> float:
     return rate
 
 
+def deps_figures(target: str, n: int = BATCH) -> dict[str, float]:
+    """enqueue_many of ``n`` jobs after one unfinished job, of an ``n``-job
+    chain, and the cancel of the chain's head (jobs/s, jobs/s, seconds)."""
+    out = {}
+    with open_queue(target) as q:
+        held = q.enqueue(["held"], not_before=q.clock.now() + 86400)
+        t0 = time.perf_counter()
+        q.enqueue_many([{"command": ["true", str(i)], "after": [held]} for i in range(n)])
+        out["deps after"] = n / (time.perf_counter() - t0)
+        head = q.enqueue(["head"], not_before=q.clock.now() + 86400)
+        chain = [{"command": ["true", "0"], "after": [head]}]
+        chain += [{"command": ["true", str(i)], "after_previous": "after"} for i in range(1, n)]
+        t0 = time.perf_counter()
+        q.enqueue_many(chain)
+        out["deps chain"] = n / (time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        q.cancel(head)
+        out["deps cancel chain"] = time.perf_counter() - t0
+    return out
+
+
+def lanes_figures(target: str, backlog: int = 50_000, pairs: int = 1_000) -> dict[str, float]:
+    """claim+complete per second with a lane of ``backlog`` due jobs excluded,
+    and with one lane named."""
+    out = {}
+    with open_queue(target) as q:
+        for start in range(0, backlog, BATCH):
+            q.enqueue_many([{"command": ["true"], "lane": "busy", "priority": 5}
+                            for _ in range(min(BATCH, backlog - start))])
+        q.enqueue_many([{"command": ["true"], "lane": lane} for lane in "ab" for _ in range(pairs)])
+        for key, kw in (("lanes excluded", {"exclude_lanes": {"busy"}}), ("lanes named", {"lanes": ["b"]})):
+            t0 = time.perf_counter()
+            for _ in range(pairs):
+                job = q.claim("bench", lease_s=600, **kw)
+                q.complete(job.id, job.token)
+            out[key] = pairs / (time.perf_counter() - t0)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=5, help="runs per figure; the median is shown")
@@ -208,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
                                     lambda: settle_wal(cluster)))
                 settle_wal(cluster)
                 results.setdefault(f"{backend} enqueue", []).append(batched_enqueue_per_s(target(backend)))
+                for figures in (deps_figures(target(backend)), lanes_figures(target(backend))):
+                    for key, value in figures.items():
+                        results.setdefault(f"{backend} {key}", []).append(value)
     finally:
         cluster.destroy()
         shutil.rmtree(work, ignore_errors=True)
@@ -221,11 +270,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fsync rate of the folder's disk: {fs:,.0f} fdatasync/s;"
           f" PostgreSQL one-row INSERT commits: {commits:,.0f}/s")
     print()
-    print(f"{'':<34}{'PostgreSQL':>12}{'SQLite':>12}")
+    print(f"{'':<38}{'PostgreSQL':>12}{'SQLite':>12}")
     for label, key in (("claim+complete/s, 1 worker", "pairs x1"),
                        ("claim+complete/s, 3 workers", "pairs x3"),
-                       ("batched enqueue jobs/s", "enqueue")):
-        print(f"{label:<34}{med['postgres ' + key]:>12,.0f}{med['sqlite ' + key]:>12,.0f}")
+                       ("batched enqueue jobs/s", "enqueue"),
+                       ("enqueue after one job, jobs/s", "deps after"),
+                       ("enqueue a chain, jobs/s", "deps chain"),
+                       ("claim+complete/s, 50k lane excluded", "lanes excluded"),
+                       ("claim+complete/s, one lane named", "lanes named")):
+        print(f"{label:<38}{med['postgres ' + key]:>12,.0f}{med['sqlite ' + key]:>12,.0f}")
+    label = f"cancel a {BATCH:,}-job chain, s"
+    print(f"{label:<38}{med['postgres deps cancel chain']:>12.2f}{med['sqlite deps cancel chain']:>12.2f}")
     return 0
 
 

@@ -228,7 +228,8 @@ DO $$ DECLARE t record; BEGIN
   FOR t IN SELECT tgname FROM pg_trigger WHERE tgrelid = 'sloth.jobs'::regclass AND NOT tgisinternal
   LOOP EXECUTE format('DROP TRIGGER %I ON sloth.jobs', t.tgname); END LOOP;
 END $$;
-TRUNCATE sloth.events, sloth.jobs, sloth.envs, sloth.meta RESTART IDENTITY;
+TRUNCATE sloth.events, sloth.deps, sloth.jobs, sloth.envs, sloth.meta, sloth.lanes, sloth.batches
+  RESTART IDENTITY;
 ALTER SEQUENCE sloth.fence RESTART;
 """
 
@@ -244,6 +245,11 @@ class PgDatabases:
         self._n = 0
         cluster.create_database(TEMPLATE_DB)
         PgQueue(cluster.url(TEMPLATE_DB)).close()  # migrate once; copies start migrated
+        import psycopg
+
+        with psycopg.connect(cluster.url(TEMPLATE_DB), autocommit=True) as c:
+            # ... but not as copies of one queue: each makes its own identity when first opened
+            c.execute("DELETE FROM sloth.meta WHERE key IN ('queue_id', 'queue_created_at')")
         self.shared_url = self.fresh("sloth_shared")
 
     def fresh(self, prefix: str = "t", *, migrated: bool = True) -> str:

@@ -17,9 +17,10 @@ PKG = Path(__file__).resolve().parents[2] / "sloth_daemon"
 CORE = {"errors", "models", "clock", "spec", "db", "queue", "backends", "backends.sqlite",
         "backends.sqlite_enqueue", "backends.sqlite_pick", "backends.sqlite_reads",
         "backends.postgres", "backends.pg_enqueue", "backends.pg_claim", "backends.pg_reads",
-        "backends.pg_migrate", "backends.pgdb", "durations",
+        "backends.pg_migrate", "backends.pgdb", "backends.pg_errors", "backends.pg_deps", "backends.pg_leases",
+        "backends.pg_batch", "backends.pg_listing", "backends.pg_readonly", "backends.pg_identity", "durations",
         "backends.sqlite_batch", "backends.sqlite_deps", "backends.sqlite_listing", "backends.sqlite_readonly",
-        "backends.sqlite_leases", "text"}
+        "backends.sqlite_leases", "text", "checks", "jsonlite"}
 FORBIDDEN_IN_CORE = {"socket", "asyncio", "subprocess", "select", "selectors", "psutil", "typer", "click",
                      "signal"}
 # What one core module may use of those, and why. backends.pgdb polls the

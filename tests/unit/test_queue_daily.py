@@ -8,9 +8,11 @@ import sqlite3
 
 import pytest
 
+from sloth_daemon.backends import open_read_only
 from sloth_daemon.backends.sqlite_readonly import SqliteReadOnly
 from sloth_daemon.errors import BadRequest, IllegalTransition, JobNotFound, StorageError
 from sloth_daemon.models import JobState
+from tests.support.queues import sql
 
 
 def run(q, jid: int, *, ok: bool = True, retry: bool = False):
@@ -225,12 +227,17 @@ def test_lanes_table_and_lane_counts(q):
 
 
 # ------------------------------------------------------------ read-only
-def test_read_only_view_reads_and_never_writes(q, db_path, tmp_path):
+def test_read_only_view_reads_and_never_writes(q, queue_target):
     a = q.enqueue(["a"])
-    with SqliteReadOnly(db_path) as ro:
+    with open_read_only(queue_target) as ro:
         assert ro.get(a).command == ["a"] and ro.counts()["queued"] == 1
-        with pytest.raises(sqlite3.OperationalError, match="readonly"):
-            ro._conn.execute("DELETE FROM jobs")
+        assert [j.id for j in ro.listing(now=0).jobs] == [a] and ro.lane_rows().keys() == {"default"}
+        with pytest.raises((sqlite3.OperationalError, StorageError), match="read-?only"):
+            sql(ro, "DELETE FROM jobs")  # the database itself refuses
+    assert q.get(a).state is JobState.QUEUED
+
+
+def test_read_only_view_never_creates_a_file(tmp_path):
     with pytest.raises(FileNotFoundError):
         SqliteReadOnly(tmp_path / "none.db")
     assert not (tmp_path / "none.db").exists()

@@ -1,11 +1,13 @@
 """Stateful property test: the real queue, on each backend, against a plain
 Python model.
 
-Hypothesis drives random sequences of enqueue / claim / heartbeat (current
-and stale tokens) / complete / fail / release / cancel / retry / clock moves
-and, after every step, checks that the database agrees with the model: no job
-lost, attempts within budget, only the latest token holds a lease, claim only
-returns due jobs (and exactly the most urgent one), next_due_at is right.
+Hypothesis drives random sequences of enqueue (also after other jobs) /
+claim / heartbeat (current and stale tokens) / complete / fail / release /
+cancel / retry / clock moves and, after every step, checks that the
+database agrees with the model: no job lost, attempts within budget, only
+the latest token holds a lease, claim only returns due jobs (and exactly
+the most urgent one), next_due_at is right, and every end settles the jobs
+waiting for it (blocked -> queued or cancelled, down a chain).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import math
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import pytest
@@ -57,10 +59,11 @@ class MJob:
     tries: int = 0  # runs that count against max_attempts
     token: str | None = None
     lease_until: float | None = None
+    needs: dict[int, str] = field(default_factory=dict)  # prerequisite id -> "done" | "end"
 
     @property
     def active(self) -> bool:
-        return self.state in ("queued", "running")
+        return self.state in ("blocked", "queued", "running")
 
     def urgency(self) -> tuple:
         return (-self.priority, self.not_before, self.id)
@@ -92,6 +95,24 @@ class QueueMachine(RuleBasedStateMachine):
 
     def _has(self, state: str) -> bool:
         return any(j.state == state for j in self.jobs.values())
+
+    def _end(self, j: MJob, state: str) -> None:
+        """``j`` ends in ``state``; then the jobs waiting for it are settled,
+        and theirs in turn: cancelled if they needed it done, queued once
+        nothing they wait for is unfinished."""
+        j.state = state
+        self._lose_token(j)
+        work = [j]
+        while work:
+            ended = work.pop()
+            waiting = [d for _, d in sorted(self.jobs.items()) if d.state == "blocked" and ended.id in d.needs]
+            for d in waiting:
+                if ended.state != "done" and d.needs[ended.id] == "done":
+                    d.state = "cancelled"
+                    work.append(d)
+            for d in waiting:
+                if d.state == "blocked" and not any(self.jobs[p].active for p in d.needs):
+                    d.state, d.not_before = "queued", max(d.not_before, self.clock.now())
 
     def _lose_token(self, j: MJob) -> None:
         if j.token is not None:
@@ -140,6 +161,29 @@ class QueueMachine(RuleBasedStateMachine):
                               now if delay is None else now + delay)
         self.issued[jid] = []
 
+    @precondition(lambda self: self.jobs)
+    @rule(n=st.integers(0, 1000), need=st.sampled_from(["after", "after_any"]), **JOB)
+    def enqueue_after(self, n, need, priority, delay, max_attempts, key, lane, lease_s):
+        """A job added after another: blocked while it is unfinished,
+        cancelled at once if it needed it done and it failed or was cancelled."""
+        p = self._pick(n)
+        now = self.clock.now()
+        dup = next((j for j in self.jobs.values() if key and j.key == key and j.active), None)
+        (jid,) = self.q.enqueue_many([dict(command=["job"], priority=priority, key=key, lane=lane,
+                                           lease_s=lease_s, max_attempts=max_attempts,
+                                           not_before=None if delay is None else now + delay,
+                                           **{need: [p.id]})])
+        if dup is not None:
+            assert jid == dup.id, "an active job with the key exists: same id, no new row"
+            return
+        m = MJob(jid, lane, priority, key, max_attempts, LEASE_S if lease_s is None else lease_s,
+                 now if delay is None else now + delay, needs={p.id: "done" if need == "after" else "end"})
+        if p.active:
+            m.state = "blocked"
+        elif need == "after" and p.state != "done":
+            m.state = "cancelled"
+        self.jobs[jid], self.issued[jid] = m, []
+
     @rule(lanes=st.sampled_from([None, ["a"], ["b"], ["b", "a"], []]),
           exclude=st.sampled_from([(), (), ("a",), ("b",)]))
     def claim(self, lanes, exclude):
@@ -153,8 +197,7 @@ class QueueMachine(RuleBasedStateMachine):
                 break
             best = min(cands, key=MJob.urgency)
             if best.state == "running" and best.tries >= best.max_attempts:
-                best.state = "failed"  # lease expired on the last attempt
-                self._lose_token(best)
+                self._end(best, "failed")  # lease expired on the last attempt
                 continue
             expect = best
             break
@@ -202,20 +245,19 @@ class QueueMachine(RuleBasedStateMachine):
     def complete(self, n):
         j = self._pick(n, "running")
         assert self.q.complete(j.id, j.token).state.value == "done"
-        j.state = "done"
-        self._lose_token(j)
+        self._end(j, "done")
 
     @precondition(lambda self: self._has("running"))
     @rule(n=st.integers(0, 1000), retry=st.booleans())
     def fail(self, n, retry):
         j = self._pick(n, "running")
         out = self.q.fail(j.id, j.token, retry=retry)
-        self._lose_token(j)
         if retry and j.tries < j.max_attempts:
+            self._lose_token(j)
             j.state = "queued"
             j.not_before = self.clock.now() + min(2.0 ** j.tries, CAP_S)
         else:
-            j.state = "failed"
+            self._end(j, "failed")
         assert out.state.value == j.state
 
     @precondition(lambda self: self._has("running"))
@@ -241,8 +283,7 @@ class QueueMachine(RuleBasedStateMachine):
             self._refused(j, self.q.cancel)
             return
         self.q.cancel(j.id)
-        j.state = "cancelled"
-        self._lose_token(j)
+        self._end(j, "cancelled")
 
     @precondition(lambda self: self.jobs)
     @rule(n=st.integers(0, 1000))
@@ -253,8 +294,10 @@ class QueueMachine(RuleBasedStateMachine):
         if j.state not in ("failed", "cancelled") or blocked:
             self._refused(j, self.q.retry)
             return
-        self.q.retry(j.id)
-        j.state, j.tries, j.not_before = "queued", 0, self.clock.now()
+        out = self.q.retry(j.id)
+        waits = any(self.jobs[p].active for p in j.needs)  # one that failed no longer stops it
+        j.state, j.tries, j.not_before = "blocked" if waits else "queued", 0, self.clock.now()
+        assert out.state.value == j.state
 
     @rule(lanes=st.sampled_from([None, ["a"], ["b"], []]), exclude=st.sampled_from([(), ("a",)]))
     def next_due_in_lanes(self, lanes, exclude):
@@ -299,7 +342,7 @@ class QueueMachine(RuleBasedStateMachine):
             else:
                 assert r.token is None and r.lease_until is None, r
         counts = self.q.counts()
-        for state in ("queued", "running", "done", "failed", "cancelled"):
+        for state in ("blocked", "queued", "running", "done", "failed", "cancelled"):
             assert counts[state] == sum(m.state == state for m in self.jobs.values())
 
     @invariant()

@@ -604,7 +604,7 @@ def test_outcomes_share_a_delayed_fsync_and_are_told_only_after_it(tmp_path, clo
     sp.exit(a, 0)
     w.turn()  # a's outcome written; b claimed and started in the same turn; no fsync yet
     assert q.get(a).state.value == "done" and sp.key_of(b) and not syncs and not sp.acked and not told
-    assert w.next_wake_s() <= 0.005 + 1e-9
+    assert w.next_wake_s() == pytest.approx(0.005)
     sp.start(b)
     sp.exit(b, 0)
     w.turn()  # b's outcome too, within the delay: still one fsync to come

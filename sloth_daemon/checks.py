@@ -1,0 +1,215 @@
+"""The checks every number and string crossing into the queue goes through,
+and which of them each field of a job gets (:func:`fields`).
+
+spec.JobSpec.parse builds a job from these for the queue; `sloth add`
+(submit.py) runs the same before it sends anything, so a bad option is
+refused by the client in the daemon's words, named as the user typed it.
+Nothing of typing at run time: every `sloth add` imports this module
+(spec.py, with its NamedTuples, is the daemon's).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .durations import MAX_DURATION_S, MAX_TIME
+from .errors import BadRequest, FieldError
+from .jsonlite import dumps, encode_basestring_ascii as _encode_str
+from .text import is_bytes_text, is_utf8
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Mapping, Sequence, TypeVar
+
+    _F = TypeVar("_F", float, None)  # number(v, name, 0.0) is a float; with None, maybe None
+    _S = TypeVar("_S", str, None)
+    # id(env) -> (env, its JSON): a batch usually shares one environment object.
+    EnvCache = dict[int, tuple[Any, str]]
+
+FIELDS = frozenset({
+    "command", "max_attempts", "lease_s", "not_before", "priority", "lane", "key",
+    "cwd", "env", "timeout_s", "label", "shell",
+    "after", "after_any", "after_previous", "retry_exit", "no_retry_exit",
+})
+MAX_PREREQS = 1000  # prerequisites per job
+PREVIOUS = ("after", "after_any")  # after_previous: how a job waits for the one before it in its batch
+DEFAULT_MAX_ATTEMPTS = 3  # when neither the job nor the daemon's settings say
+DEFAULT_LEASE_S = 60.0
+
+
+def fields(s: Mapping[str, Any], max_attempts: int, lease_s: float,
+           env_cache: EnvCache | None = None) -> tuple[Any, ...]:
+    """Validate one job object (as sent by a client): its values in the
+    order of JobSpec's fields, the defaults filled in; the last five only
+    if it has any of them (a tuple, not a dict: this runs per job of a
+    batch). Raises BadRequest."""
+    unknown = set(s) - FIELDS
+    if unknown:
+        raise BadRequest(f"unknown job field(s): {', '.join(sorted(unknown))}")
+    env = s.get("env")
+    shell = s.get("shell", False)
+    if not isinstance(shell, bool):  # a truthy string would silently mean "yes"
+        raise FieldError("shell", "must be true or false")
+    return (
+        command_json(s.get("command")),
+        integer(s.get("max_attempts"), "max_attempts", max_attempts, lo=1),
+        duration(s.get("lease_s"), "lease_s", lease_s),
+        number(s.get("not_before"), "not_before", None, lo=0, hi=MAX_TIME),
+        integer(s.get("priority"), "priority", 0),
+        text(s.get("lane"), "lane", "default", nonempty=True),
+        text(s.get("key"), "key", None, nonempty=True),
+        path_text(s.get("cwd"), "cwd"),
+        None if env is None else env_json(env, env_cache if env_cache is not None else {}),
+        duration(s.get("timeout_s"), "timeout_s", None),
+        text(s.get("label"), "label", None),
+        shell,
+        *(() if _DEP_FIELDS.isdisjoint(s) else _waits(s)),
+    )
+
+
+_DEP_FIELDS = frozenset({"after", "after_any", "after_previous", "retry_exit", "no_retry_exit"})
+
+
+def _waits(s: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The round-2 fields of a spec: prerequisites and exit-code rules
+    (after, after_any, after_previous, retry_exit_json, no_retry_exit_json)."""
+    after, after_any = ids(s.get("after"), "after"), ids(s.get("after_any"), "after_any")
+    both = set(after) & set(after_any)
+    if both:
+        raise BadRequest(f"job {min(both)} is in both after and after_any; name it in one")
+    prev = s.get("after_previous")
+    if prev is not None and prev not in PREVIOUS:
+        raise BadRequest(f"after_previous must be one of {', '.join(PREVIOUS)}, got {prev!r}")
+    return (after, after_any, prev, exit_codes(s.get("retry_exit"), "retry_exit"),
+            exit_codes(s.get("no_retry_exit"), "no_retry_exit"))
+
+
+def ids(v: Any, name: str) -> tuple[int, ...]:
+    """A list of job ids (deduplicated, order kept); None -> ()."""
+    if v is None:
+        return ()
+    if not isinstance(v, list) or len(v) > MAX_PREREQS:
+        raise BadRequest(f"{name} must be a list of at most {MAX_PREREQS} job ids")
+    for i in v:
+        if isinstance(i, bool) or not isinstance(i, int) or not 1 <= i < 2**63:
+            raise BadRequest(f"{name}: {i!r} is not a job id")
+    return tuple(dict.fromkeys(v))
+
+
+def exit_codes(v: Any, name: str) -> str | None:
+    """A list of exit codes 1..255, stored as JSON; None -> None."""
+    if v is None:
+        return None
+    if not isinstance(v, list) or len(v) > 255:
+        raise BadRequest(f"{name} must be a list of exit codes")
+    for c in v:
+        if isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= 255:
+            raise BadRequest(f"{name}: {c!r} is not an exit code from 1 to 255")
+    return dumps(sorted(set(v)))
+
+
+def command_json(cmd: Any) -> str:
+    """The stored form of an argv: a non-empty list of strings without NUL,
+    each standing for bytes (arguments need not be UTF-8, see text.py)."""
+    if not isinstance(cmd, (list, tuple)) or not cmd:
+        raise FieldError("command", "must be a non-empty list of strings")
+    for a in cmd:  # one plain loop: this runs per job of a batch
+        if not isinstance(a, str):
+            raise FieldError("command", "must be a non-empty list of strings")
+        if "\x00" in a:
+            raise FieldError("command", "arguments cannot contain NUL bytes")
+        if not is_bytes_text(a):
+            raise FieldError("command", f"argument {a!r} holds a character no byte stands for")
+    return _json_strings(cmd)
+
+
+def _json_strings(args: Sequence[str]) -> str:
+    """json.dumps(list(args)) for a list of str, byte for byte, at a third of the
+    cost (json.dumps builds a new encoder per call; it was 40% of enqueue)."""
+    return "[" + ", ".join(map(_encode_str, args)) + "]"
+
+
+def env_json(env: Any, cache: EnvCache) -> str:
+    """Validate and serialise a job environment, once per distinct object."""
+    hit = cache.get(id(env))
+    if hit is not None and hit[0] is env:
+        return hit[1]
+    if not (isinstance(env, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+        raise FieldError("env", "must be an object of string to string")
+    if any(not k or "=" in k or "\x00" in k or "\x00" in v or not (is_bytes_text(k) and is_bytes_text(v))
+           for k, v in env.items()):
+        # os.execve would refuse them when the job starts
+        raise FieldError("env", "names must be non-empty without '=' or NUL; values without NUL")
+    out = dumps(env)
+    cache[id(env)] = (env, out)
+    return out
+
+
+def number(v: Any, name: str, default: _F, *, lo: float | None = None, hi: float | None = None) -> float | _F:
+    """A finite number (int or float, not bool) in [lo, hi]; None -> default."""
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise FieldError(name, f"must be a finite number, got {v!r}")
+    try:
+        f = float(v)
+    except OverflowError:  # an int too large for a float (JSON allows any size)
+        raise FieldError(name, f"is out of range: {v!r}") from None
+    if not math.isfinite(f):
+        raise FieldError(name, f"must be a finite number, got {v!r}")
+    if lo is not None and f < lo:
+        raise FieldError(name, f"must be at least {lo:g}, got {v!r}")
+    if hi is not None and f > hi:
+        raise FieldError(name, f"must be at most {hi:g}, got {v!r}")
+    return f
+
+
+def duration(v: Any, name: str, default: _F) -> float | _F:
+    """A number of seconds, at least 1 ms and at most 100 years; None -> default."""
+    f = number(v, name, default, hi=MAX_DURATION_S)
+    if f is not None and f < 0.001:
+        raise FieldError(name, f"must be at least 1ms, got {v!r}",
+                         hint="Leave the option out for the default (no timeout, or the configured lease).")
+    return f
+
+
+def integer(v: Any, name: str, default: int | None, *, lo: int | None = None) -> int:
+    """A 64-bit integer (not bool), at least ``lo``; None -> default."""
+    if v is None:
+        return default  # type: ignore[return-value]
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise FieldError(name, f"must be an integer, got {v!r}")
+    if not -(2**63) <= v < 2**63:
+        raise FieldError(name, f"is out of range: {v!r}")
+    if lo is not None and v < lo:
+        raise FieldError(name, f"must be at least {lo}, got {v!r}")
+    return v
+
+
+def text(v: Any, name: str, default: _S, *, nonempty: bool = False) -> str | _S:
+    """A name (lane, key, label): UTF-8 text without NUL, non-empty if
+    asked; None -> default. Names are text: a byte that is not UTF-8 is refused."""
+    if v is None:
+        return default
+    if not isinstance(v, str) or (nonempty and not v):
+        raise FieldError(name, f"must be a{' non-empty' if nonempty else ''} string, got {v!r}")
+    if "\x00" in v:
+        raise FieldError(name, "cannot contain NUL bytes")
+    if not is_utf8(v):
+        raise FieldError(name, f"must be UTF-8 text, got {v!r}",
+                         hint="Names (lane, key, label) are text; only paths and commands may hold other bytes.")
+    return v
+
+
+def path_text(v: Any, name: str) -> str | None:
+    """A path: bytes without NUL, carried as a str (surrogateescape); None -> None."""
+    if v is None:
+        return None
+    if not isinstance(v, str) or not v:
+        raise FieldError(name, f"must be a non-empty string, got {v!r}")
+    if "\x00" in v:
+        raise FieldError(name, "cannot contain NUL bytes")
+    if not is_bytes_text(v):
+        raise FieldError(name, f"{v!r} holds a character no byte stands for")
+    return v

@@ -1,0 +1,162 @@
+"""What `sloth add` does once its options are read: check them, make the
+jobs (one command, or one per line of --stdin/--file), submit them all or
+none (submit.py), start the daemon if need be, and print the ids (or wait).
+
+Both readers of the command line end here: the Typer command (jobs.py)
+and the fast path (fast.py), so an add does the same whichever read it.
+Imported by every `sloth add`: the standard library and light modules only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .. import errors
+from . import add_opts as opts
+from .base import connect, duration, emit_json
+from .edge import echo
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Optional, Sequence
+
+    from ..client import Client
+
+    StrPath = str | os.PathLike[str]
+
+
+def add(command: Optional[Sequence[str]], *, lane: str = "default", priority: int = 0,
+        max_attempts: Optional[int] = None, lease: Optional[str] = None, timeout: Optional[str] = None,
+        delay: Optional[str] = None, at: Optional[str] = None, key: Optional[str] = None,
+        label: Optional[str] = None, cwd: Optional[StrPath] = None, shell: bool = False, stdin: bool = False,
+        from_file: Optional[StrPath] = None, after: Optional[Sequence[str]] = None,
+        after_any: Optional[Sequence[str]] = None, chain: bool = False, chain_any: bool = False,
+        retry_exit: Optional[str] = None, no_retry_exit: Optional[str] = None, wait: bool = False,
+        no_start: bool = False, as_json: bool = False) -> int:
+    """Queue the command (or the lines of --stdin/--file) with these options,
+    as `sloth add` was given them; print the ids. Returns the exit code;
+    raises SlothError for the edge to print."""
+    many = stdin or from_file is not None
+    words, at = opts.stray_words(list(command) if command else None, at)
+    check_usage(words, many=many, delay=delay, at=at, key=key)
+    common = common_fields(
+        lane=lane, priority=priority, cwd=cwd, max_attempts=max_attempts, lease_s=duration(lease, "--lease"),
+        timeout_s=duration(timeout, "--timeout"), not_before=opts.not_before(delay, at), label=label,
+        **opts.dep_fields(after, after_any), **opts.retry_fields(retry_exit, no_retry_exit))
+    if many:
+        jobs, where = lines_as_jobs(sys.stdin.buffer.read() if stdin else read_file(from_file),
+                                    "--stdin" if stdin else f"--file {from_file}")
+        jobs = opts.chain(jobs, opts.chain_mode(chain, chain_any))
+    elif chain or chain_any:
+        raise errors.BadRequest("--chain links the lines of --stdin/--file", hint="For one job use --after ID.")
+    else:
+        argv = ["/bin/sh", "-c", " ".join(words or [])] if shell else list(words or [])
+        jobs, where = [{"command": argv, "shell": shell, **({"key": key} if key is not None else {})}], _no_line
+    ids = submit(jobs, common, no_start=no_start, where=where)
+    return _tell(ids, wait=wait, as_json=as_json)
+
+
+def _tell(ids: list[int], *, wait: bool, as_json: bool) -> int:
+    if wait:
+        from .waiting import wait_for
+
+        return wait_for(ids, stream=sys.stderr, as_json=as_json, json_extra={"ids": ids},
+                        before=None if as_json else "\n".join(map(str, ids)))
+    if as_json:
+        emit_json({"ids": ids})
+    else:
+        echo("\n".join(map(str, ids)))
+    return 0
+
+
+def check_usage(command: Optional[list[str]], *, many: bool, delay: Optional[str], at: Optional[str],
+                key: Optional[str]) -> None:
+    if delay is not None and at is not None:
+        raise errors.BadRequest("--delay and --at cannot be used together")
+    if many and command:
+        raise errors.BadRequest("give either a command or --stdin/--file, not both")
+    if not many and not command:
+        raise errors.BadRequest("no command given",
+                                hint="Put the command after --, e.g. `sloth add -- make test`.")
+    if many and key is not None:
+        raise errors.BadRequest("--key applies to one job; it cannot be used with --stdin/--file")
+
+
+def common_fields(*, cwd: Optional[StrPath], **fields: Any) -> dict[str, Any]:
+    """What every job of one `sloth add` shares: the caller's folder and
+    environment, and the options given (those not given are left out, so
+    the daemon's defaults apply)."""
+    common = {"cwd": caller_cwd(cwd), "env": dict(os.environ), **fields}
+    return {k: v for k, v in common.items() if v is not None}
+
+
+def caller_cwd(cwd: Optional[StrPath]) -> str:
+    """The absolute folder a job runs in: ``cwd`` (relative to the current
+    folder) or the current folder itself. Raises BadRequest if it is gone."""
+    try:
+        workdir = os.path.abspath(cwd) if cwd is not None else os.getcwd()
+    except FileNotFoundError:
+        raise errors.BadRequest("the current folder no longer exists (was it deleted or moved?)",
+                                hint="cd to an existing folder, or give the job's folder with --cwd DIR.") from None
+    except OSError as e:
+        raise errors.BadRequest(f"cannot tell the current folder: {e.strerror or e}",
+                                hint="Give the job's folder with --cwd DIR.") from None
+    if cwd is not None and not os.path.isdir(workdir):
+        raise errors.BadRequest(f"--cwd {workdir} is not a folder")
+    return workdir
+
+
+def lines_as_jobs(data: bytes, source: str) -> tuple[list[dict[str, Any]], Callable[[int], str]]:
+    """One job per non-blank line, and where each came from ("line 7 of --stdin")."""
+    from ..shellwords import line_job
+
+    # Bytes that are not UTF-8 pass through as in argv (surrogateescape), not a traceback.
+    text = data.decode("utf-8", "surrogateescape")
+    numbered = [(n, ln) for n, ln in enumerate(text.splitlines(), 1)
+                if ln.strip() and not ln.lstrip().startswith("#")]
+    if not numbered:
+        raise errors.BadRequest("no commands on input (one per line)")
+    return [line_job(ln) for _, ln in numbered], lambda i: f"line {numbered[i][0]} of {source}"
+
+
+def _no_line(i: int) -> str:
+    return ""
+
+
+def read_file(p: Optional[StrPath]) -> bytes:
+    try:
+        with open(p, "rb") as f:  # type: ignore[arg-type]
+            return f.read()
+    except OSError as e:
+        raise errors.BadRequest(f"cannot read {p}: {e.strerror or e}") from None
+
+
+def submit(jobs: list[dict[str, Any]], common: dict[str, Any], *, no_start: bool,
+           where: Callable[[int], str]) -> list[int]:
+    """All or none (submit.py): checked before a daemon is started or a byte sent."""
+    from .. import submit as sub
+
+    sub.check(jobs, common, where=where)
+    parts = sub.frames(jobs, common, where=where)
+    res = sub.submit(jobs, common, parts, lambda: connect_or_start(no_start))
+    opts.tell_new_lanes(res)
+    return list(res["ids"])
+
+
+def connect_or_start(no_start: bool) -> Client:
+    try:
+        return connect()
+    except errors.DaemonNotRunning:
+        if no_start:
+            raise
+    pid = start_daemon()
+    echo(f"sloth: started the daemon (pid {pid})", err=True)
+    return connect()
+
+
+def start_daemon(timeout_s: float = 10.0) -> int:
+    from ..launcher import start_background
+    from .base import paths
+
+    return start_background(paths(), timeout_s=timeout_s)

@@ -1,0 +1,82 @@
+"""The CLI's one error edge, without Typer: how an error is printed (one
+line and a hint, a traceback only with --debug or SLOTH_DEBUG) and which
+exit code it gets. The Typer commands (app.handles_errors) and the fast
+path (fast.py) both end here, so an error reads the same whichever ran.
+
+Imported by every `sloth add`: the standard library only, lazily.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ..errors import SlothError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable
+
+DEBUG = bool(os.environ.get("SLOTH_DEBUG"))  # --debug sets it too (app._root)
+
+
+def _write(text: str, err: bool = False) -> None:
+    stream = sys.stderr if err else sys.stdout
+    stream.write(text + "\n")
+    stream.flush()
+
+
+# The Typer app prints through click.echo (app.py sets it: it mends a stream
+# misconfigured as ASCII); the fast path runs only where the streams need no
+# mending (fast.streams_ok), and there the two write the same bytes.
+_echo: Callable[..., None] = _write
+
+
+def use_echo(fn: Callable[..., None]) -> None:
+    global _echo
+    _echo = fn
+
+
+def echo(text: str, *, err: bool = False) -> None:
+    """A line on stdout or stderr, flushed at once."""
+    _echo(text, err=err)
+
+
+def fail(e: SlothError) -> int:
+    """Print ``e`` as `sloth: error: ...` and its hint; return its exit code."""
+    from ..text import showable
+
+    if DEBUG:
+        import traceback
+
+        traceback.print_exc()
+    echo(f"sloth: error: {showable(e.message)}", err=True)
+    if e.hint:
+        echo(f"hint: {showable(e.hint)}", err=True)
+    return e.exit_code
+
+
+def caught(e: BaseException) -> int | None:
+    """The exit code for an exception that reached the edge, after saying
+    what it needs to; None for one that is not ours to handle (re-raise it)."""
+    if isinstance(e, SlothError):
+        return fail(e)
+    if isinstance(e, KeyboardInterrupt):
+        return 130
+    if isinstance(e, BrokenPipeError):  # `sloth logs ID | head`: the reader had enough
+        quiet_stdout()
+        return 0
+    if isinstance(e, Exception):  # the edge: never a bare traceback
+        return fail(SlothError(f"internal error: {type(e).__name__}: {e}",
+                               hint="This is a bug; run with --debug for the traceback and report it."))
+    return None
+
+
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush of a closed
+    pipe does not print "Exception ignored ... BrokenPipeError"."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

@@ -1,0 +1,307 @@
+"""The fast path (cli/fast.py) and the Typer app, run as the real CLI
+against real daemons: the same jobs queued, the same output, the same exit
+codes; and what the fast path imports.
+
+Two daemons, A and B, in two SLOTH_HOMEs, get the same command lines in
+the same order: A through ``sloth_daemon.cli.main`` (the fast path, which
+hands what it does not know to Typer), B through the Typer app alone.
+Their answers must be the same but for the home folder and the clock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.harness import TEST_CONFIG, Harness
+
+pytestmark = pytest.mark.acceptance
+
+REPO = Path(__file__).resolve().parents[2]
+FAST = """
+import atexit, os, sys
+atexit.register(lambda: open(os.environ["FAST_CLI_REPORT"], "w").write(
+    "typer" if "sloth_daemon.cli.full" in sys.modules else "fast"))
+from sloth_daemon.cli import main
+main()
+"""
+TYPER = "from sloth_daemon.cli.full import main; main()"
+
+F, T = "fast", "typer"  # which path is to run a line in A
+# (argv, stdin, the path A takes). Lines run in order; the queue they build is compared as it grows.
+ADDS: list[tuple[list[str], str | None, str]] = [
+    (["add", "--", "true"], None, F),
+    (["add", "echo", "hi there"], None, F),
+    (["add", "-l", "video", "-p", "5", "--max-attempts", "2", "--lease", "90s", "--timeout", "1h", "--",
+      "sh", "-c", "exit 0"], None, F),
+    (["add", "--lane=video", "--key", "k1", "--label", "nightly", "--", "true"], None, F),
+    (["add", "--key", "k1", "--", "true"], None, F),
+    (["add", "--after", "1,2", "--after-any", "3", "--json", "--", "true"], None, F),
+    (["add", "--after", "1", "--after-any", "1", "--", "true"], None, F),
+    (["add", "--after", "x", "--", "true"], None, F),
+    (["add", "--stdin", "--chain"], "echo a\n# a comment\n\necho 'b c'\n", F),
+    (["add", "-f", "jobs.txt", "--chain-any", "--json"], None, F),
+    (["add", "--file", "missing.txt"], None, F),
+    (["add", "--file=./bad.txt"], None, F),  # named as Typer names it: a Path ("bad.txt")
+    (["add", "--stdin", "--key", "k"], "echo a\n", F),
+    (["add", "--stdin"], "echo 'unterminated\n", F),
+    (["add", "--stdin", "--", "true"], "echo a\n", F),
+    (["add", "--chain", "--", "true"], None, F),
+    (["add", "--delay", "5x", "--", "true"], None, F),
+    (["add", "--delay", "10m", "--at", "09:00", "--", "true"], None, F),
+    (["add", "--timeout", "5", "mins", "--", "echo"], None, F),
+    (["add", "--at", "tomorrow", "08:00", "--", "true"], None, F),
+    (["add", "--delay", "10m", "--", "true"], None, F),
+    (["add", "--retry-exit", "1,75", "--", "false"], None, F),
+    (["add", "--retry-exit", "1", "--no-retry-exit", "2", "--", "x"], None, F),
+    (["add", "--no-retry-exit", "none", "-s", "--", "echo $HOME | wc -c"], None, F),
+    (["add", "--cwd", "./sub/", "--", "pwd"], None, F),
+    (["add", "--cwd", "/nonexistent", "--", "pwd"], None, F),
+    (["add", "--lane", "", "--", "true"], None, F),
+    (["add", "--max-attempts", "0", "--", "true"], None, F),
+    (["add", "--", "true", "--lane", "x"], None, F),
+    (["add", "-l", "newlane", "--no-start", "--", "true"], None, F),
+    (["add"], None, F),
+    (["add", "--"], None, F),
+    (["add", "--priority", "x", "--", "true"], None, T),
+    (["add", "--bogus", "--", "true"], None, T),
+    (["add", "-sk", "kk", "--", "true"], None, T),
+    (["add", "--help"], None, T),
+    (["add", "--lane"], None, T),
+]
+READS: list[tuple[list[str], str | None, str]] = [
+    (["ls"], None, F), (["ls", "--json"], None, F), (["ls", "-a"], None, F),
+    (["ls", "-s", "queued", "--state", "blocked"], None, F), (["ls", "-l", "video"], None, F),
+    (["ls", "--lane", "nolane"], None, F), (["ls", "-n", "2", "--offset", "1"], None, F),
+    (["ls", "--limit", "0"], None, F), (["ls", "-s", "bogus"], None, F), (["ls", "--limit", "x"], None, T),
+    (["ls", "-w", "--json"], None, T), (["ls", "extra"], None, T),
+    (["show", "1"], None, F), (["show", "1", "6", "--json"], None, F), (["show", "999"], None, F),
+    (["show", "x"], None, F), (["show", "0"], None, F), (["show", "--json", "--", "3"], None, F),
+    (["show"], None, T),
+]
+WAITS: list[tuple[list[str], str | None, str]] = [  # after `resume`: these jobs run
+    (["add", "-w", "--", "true"], None, F),
+    (["add", "--wait", "--max-attempts", "1", "--json", "--", "sh", "-c", "echo boom; exit 3"], None, F),
+]
+OFFLINE: list[tuple[list[str], str | None, str]] = [  # after both daemons stop
+    (["ls"], None, F), (["show", "2"], None, F), (["add", "--no-start", "--", "true"], None, F),
+    (["add", "--", "true"], None, F),  # starts the daemon
+]
+
+
+@pytest.fixture
+def pair(home):
+    work = home / "work"
+    (work / "sub").mkdir(parents=True)
+    (work / "jobs.txt").write_text("echo one\necho two\n")
+    (work / "bad.txt").write_text("echo fine\necho 'unterminated\n")
+    hs = [Harness(home / n, config=TEST_CONFIG) for n in ("a", "b")]
+    try:
+        for h in hs:
+            h.start()
+            h.call("pause")
+        yield hs, work
+    finally:
+        for h in hs:
+            h.reap()
+
+
+def run(h: Harness, code: str, argv: list[str], stdin: str | None, work: Path) -> tuple[int, str, str]:
+    env = dict(h.env, FAST_CLI_REPORT=str(work / "report"))
+    p = subprocess.run([sys.executable, "-c", code, *argv], env=env, input=stdin or "", capture_output=True,
+                       text=True, timeout=60, cwd=str(work))
+    return p.returncode, p.stdout, p.stderr
+
+
+def same_text(h: Harness, text: str) -> str:
+    """``text`` without what may differ between A and B: the home folder,
+    pids, times of day and how long ago or ahead things are, and a job's
+    process in --json."""
+    if text.startswith("{"):  # --json: what a run of a process has of its own goes
+        text = json.dumps(scrub(json.loads(text)), indent=2, sort_keys=True) + "\n"
+    text = text.replace(str(h.home), "<HOME>")
+    text = re.sub(r"\b1\d{9}(\.\d+)?\b", "<ts>", text)
+    text = re.sub(r"\bpid +\d+", "pid <n>", text)
+    text = re.sub(r"\bsloth-daemon:\S+", "<worker>", text)
+    text = re.sub(r"\b\d{4}-\d\d-\d\d\b", "<date>", text)
+    text = re.sub(r"\b\d{1,2}:\d\d(:\d\d)?\b", "<time>", text)
+    text = re.sub(r"\b(in )?(\d+(\.\d+)?(ms|s|m|h|d|w))+( ago)?\b|\bnow\b", "<dur>", text)
+    return re.sub(r"  +", "  ", text)  # a table's columns are as wide as those times were
+
+
+def scrub(v: Any) -> Any:
+    """JSON without a job's process (runner, worker: pids, clock ticks)."""
+    if isinstance(v, dict):
+        return {k: scrub(x) for k, x in v.items() if k not in ("runner", "worker")}
+    return [scrub(x) for x in v] if isinstance(v, list) else v
+
+
+def queue(h: Harness) -> list[dict[str, Any]]:
+    """Every job as the daemon holds it, without its times."""
+    ids = [j["id"] for j in h.call("list", limit=10_000, finished_limit=10_000)["jobs"]]
+    jobs = h.call("show", ids=sorted(ids))["jobs"] if ids else []
+    out = []
+    for j in jobs:
+        j = json.loads(json.dumps(j).replace(str(h.home), "<HOME>"))
+        j["events"] = [e.get("kind") for e in j["events"]]
+        j["not_before"] = round(j["not_before"] / 60) if j.get("not_before") else None  # to the minute
+        out.append({k: v for k, v in scrub(j).items() if not k.endswith("_at") and k != "lease_until"})
+    return out
+
+
+def compare(pair_: tuple[list[Harness], Path], lines: list[tuple[list[str], str | None, str]]) -> None:
+    (a, b), work = pair_
+    for argv, stdin, path in lines:
+        got, want = run(a, FAST, argv, stdin, work), run(b, TYPER, argv, stdin, work)
+        assert (work / "report").read_text() == path, argv
+        assert got[0] == want[0], (argv, got, want)
+        assert same_text(a, got[1]) == same_text(b, want[1]), (argv, got, want)
+        assert same_text(a, got[2]) == same_text(b, want[2]), (argv, got, want)
+    assert queue(a) == queue(b)
+
+
+def test_the_fast_path_and_typer_queue_print_and_exit_the_same(pair):
+    hs, work = pair
+    compare(pair, ADDS)
+    compare(pair, READS)
+    for h in hs:
+        h.call("resume")
+    compare(pair, WAITS)
+    for h in hs:
+        h.stop()
+    compare(pair, OFFLINE)
+
+
+# ---------------------------------------------------------------- imports
+# What a command that only asks the daemon need not import: the framework
+# and the daemon's own modules (~70-100 ms), and the stdlib modules that
+# cost more than the interpreter's start (typing, re and json ~2/3 of it).
+HEAVY = {
+    "typer", "click", "rich", "psutil", "sqlite3", "asyncio", "subprocess", "platformdirs", "sloth_daemon.cli.full",
+    "sloth_daemon.cli.app", "sloth_daemon.paths", "sloth_daemon.spec", "sloth_daemon.models", "sloth_daemon.config",
+    "sloth_daemon.queue",
+}
+LIGHT_TOO = {"typing", "dataclasses", "inspect", "re", "json", "pathlib", "socket", "selectors", "shlex", "secrets"}
+IMPORTS = """
+import sys
+before = set(sys.modules)
+out, sys.argv = sys.argv[1], ["sloth", *sys.argv[2:]]
+from sloth_daemon.cli import main
+code = 0
+try:
+    main()
+except SystemExit as e:
+    code = e.code
+with open(out, "w") as f:
+    f.write(repr((code, sorted(set(sys.modules) - before))))
+"""
+
+
+def imported(h: Harness, argv: list[str], out: Path, **env: str) -> tuple[object, set[str]]:
+    """What ``sloth ARGV`` imports, run without site (its .pth files: an
+    editable install's finder imports pathlib and more before sloth starts)."""
+    import ast
+
+    site = [p for p in sys.path if p.endswith("site-packages")]
+    e = dict(h.env, PYTHONPATH=os.pathsep.join([str(REPO), *site]), **env)
+    p = subprocess.run([sys.executable, "-S", "-c", IMPORTS, str(out), *argv], env=e, capture_output=True, text=True,
+                       timeout=60, cwd=str(h.home))
+    assert p.returncode == 0, p.stderr
+    code, new = ast.literal_eval(out.read_text())
+    return code, {m if m.startswith("sloth_daemon") else m.split(".")[0] for m in new}
+
+
+LINES = [  # (argv, environment, light: none of LIGHT_TOO either)
+    (["add", "--", "true"], {}, True),
+    (["add", "--lane", "video", "-p", "3", "--after", "1", "--key", "k", "--json", "--", "true"], {}, True),
+    (["ls"], {}, True), (["ls", "--json"], {}, True), (["show", "1"], {}, True), (["show", "1", "--json"], {}, True),
+    # A TAB splits the line as the shell does, with shlex (and so re): still no Typer.
+    ([], {"_SLOTH_COMPLETE": "complete_bash", "COMP_WORDS": "sloth ls --lane ", "COMP_CWORD": "3"}, False),
+    ([], {"_SLOTH_COMPLETE": "complete_bash", "COMP_WORDS": "sloth show ", "COMP_CWORD": "2"}, False),
+]
+
+
+def test_add_ls_show_and_a_tab_import_only_what_they_need(harness, home):
+    harness.start()
+    harness.call("pause")
+    harness.cli("add", "-l", "video", "--", "echo", "hi", check=True)
+    for argv, env, light in LINES:
+        code, new = imported(harness, argv, home / "imports.txt", **env)
+        assert code in (0, None), (argv, code)
+        assert not new & HEAVY, (argv, sorted(new & HEAVY))
+        if light:
+            assert not new & LIGHT_TOO, (argv, sorted(new & LIGHT_TOO))
+
+
+# ------------------------------------------------------------ completion
+B, Z, FI, PS = "bash", "zsh", "fish", "powershell"
+# (shell, the line as typed up to the cursor, answered by the fast path?)
+TABS = [
+    (B, "sloth show ", True), (B, "sloth show 1", True), (B, "sloth show 1 ", True), (B, "sloth show --json ", True),
+    (B, "sloth logs ", True), (B, "sloth logs -f ", True), (B, "sloth logs 1 ", False), (B, "sloth logs --attempt ", False),
+    (B, "sloth wait ", True), (B, "sloth restart ", True), (B, "sloth kill --now ", True), (B, "sloth cancel ", True),
+    (B, "sloth retry --failed ", True), (B, "sloth cancel --lane ", True), (B, "sloth cancel -s q", True),
+    (B, "sloth retry -l ", True), (B, "sloth pause ", True), (B, "sloth pause v", True), (B, "sloth pause video ", False),
+    (B, "sloth resume ", True), (B, "sloth lane set ", True), (B, "sloth lane rm v", True),
+    (B, "sloth lane set video ", False), (B, "sloth lane set -c ", False), (B, "sloth lane ", False),
+    (B, "sloth ls --lane ", True), (B, "sloth ls -l v", True), (B, "sloth ls --state ", True), (B, "sloth ls -s f", True),
+    (B, "sloth ls ", False), (B, "sloth ls --limit ", False), (B, "sloth ls --lane = ", False),
+    (B, "sloth prune --state ", True), (B, "sloth prune -l ", True), (B, "sloth add --lane ", True),
+    (B, "sloth add --after ", True), (B, "sloth add echo --lane ", True), (B, "sloth add ", False),
+    (B, "sloth add -- ", False), (B, "sloth ad", False), (B, "sloth add --ma", False), (B, "sloth --debug show ", False),
+    (B, "sloth show 'un", True), (B, "sloth show --bogus ", False), (B, "sloth show -h ", False),
+    (Z, "sloth pause ", True), (Z, "sloth ls --state f", True), (Z, "sloth ls --lane zzz", True), (Z, "sloth show ", False),
+    (Z, "sloth ad", False), (FI, "sloth pause ", True), (FI, "sloth ls -s ", True), (FI, "sloth show ", False),
+    (PS, "sloth pause ", True), (PS, "sloth ls --lane v", True), (PS, "sloth show ", False),
+]
+
+
+def tab_env(shell: str, line: str, action: str = "get-args") -> dict[str, str | None]:
+    """The environment a shell's completion script gives `sloth` for a TAB at the end of ``line``."""
+    words = line.split()
+    env: dict[str, str | None] = {k: None for k in ("COMP_WORDS", "COMP_CWORD", "_TYPER_COMPLETE_ARGS",
+                                                     "_TYPER_COMPLETE_WORD_TO_COMPLETE", "_TYPER_COMPLETE_FISH_ACTION")}
+    env["_SLOTH_COMPLETE"] = f"complete_{shell}"
+    if shell == B:
+        env.update(COMP_WORDS=line, COMP_CWORD=str(len(words) - (0 if line.endswith(" ") else 1)))
+    else:
+        env["_TYPER_COMPLETE_ARGS"] = line
+    if shell == PS:
+        env["_TYPER_COMPLETE_WORD_TO_COMPLETE"] = "" if line.endswith(" ") else words[-1]
+    if shell == FI:
+        env["_TYPER_COMPLETE_FISH_ACTION"] = action
+    return env
+
+
+def test_a_tab_completes_as_typer_completes(harness, monkeypatch, capsys):
+    """Each line completed by the fast path and by the Typer app, in this
+    process, against a real daemon: the same words, the same exit code."""
+    from sloth_daemon.cli import fast_complete, full
+
+    harness.start()
+    harness.call("pause")
+    for args in (["--", "true"], ["-l", "video", "--label", "[x] y: z", "--", "echo", "a:b"], ["--", "false"]):
+        harness.cli("add", *args, check=True)
+    monkeypatch.setenv("SLOTH_HOME", str(harness.home))
+    monkeypatch.setattr(sys, "argv", ["sloth"])
+    cases = [(s, line, fast, "get-args") for s, line, fast in TABS]
+    cases += [(FI, "sloth pause ", True, "is-args"), (FI, "sloth pause zzz", True, "is-args")]
+    for shell, line, fast, action in cases:
+        for k, v in tab_env(shell, line, action).items():
+            monkeypatch.setenv(k, v) if v is not None else monkeypatch.delenv(k, raising=False)
+        ours = fast_complete.complete()
+        out = capsys.readouterr().out
+        assert (ours is not None) == fast, (shell, line)
+        with pytest.raises(SystemExit) as e:
+            full.main()
+        want = capsys.readouterr().out
+        if fast:
+            assert (ours, out) == (e.value.code or 0, want), (shell, line)
+        assert want.strip() or action == "is-args" or line.endswith(("'un", "zzz")) or not fast, (shell, line)
