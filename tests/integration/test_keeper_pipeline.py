@@ -269,3 +269,18 @@ def test_a_spawn_after_a_refused_run_waits_for_what_that_one_waited_for(rig):
     w.event("started", "c")
     w.event("exited", "c")
     assert "a.end" in (rig.root / "c.saw").read_text().split()
+
+
+def test_a_held_run_starts_only_once_a_failed_runs_leftovers_are_ended(rig):
+    """a fails and leaves a setsid grandchild at work: the keeper ends it
+    before a counts as exited, and b, held behind a, starts only then."""
+    rig.start()
+    g, saw = rig.root / "g.pid", rig.root / "b.saw"
+    w = rig.wire()
+    w.call("spawn", **rig.job("a", "sh", "-c", f"(setsid sleep 60 & echo $! > {g}); sleep 0.2; exit 1"))
+    w.call("spawn", after="a", **rig.job("b", "sh", "-c", f'cat /proc/$(cat {g})/stat > {saw} 2>&1 || echo gone > {saw}'))
+    w.event("exited", "a")
+    w.event("started", "b")
+    w.event("exited", "b")
+    text = saw.read_text()
+    assert text.startswith("gone") or text.split(")")[-1].split()[0] == "Z", text  # dead before b began
