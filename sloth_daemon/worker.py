@@ -76,6 +76,7 @@ class Worker(Adoption, Pipelining, WorkerActions):
         self.postponed = Postponement()  # claims held after a spawn failed for want of resources
         self.commits = GroupCommit(queue, self._tell, delay_s=commit_delay_s)
         self.envs = JobEnvs()
+        self.short_lanes: dict[str, bool] = {}  # pipeline.py
 
     # ------------------------------------------------------------- control
     def spawn_task(self, coro: Any) -> None:
@@ -296,7 +297,7 @@ class Worker(Adoption, Pipelining, WorkerActions):
 
     def on_exited(self, run: Run, outcome: Outcome) -> None:
         run.outcome = outcome
-        unlink(run)  # one held that ended unstarted: the run behind it moves up
+        self.run_ended(run)
         self.wake()
 
     def on_frozen(self, run: Run, why: str) -> None:

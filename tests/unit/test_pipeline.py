@@ -109,7 +109,7 @@ def test_held_runs_are_taken_back_after_HOT_S_as_if_never_claimed(pipe, clocks):
     assert w.status()["pending"] == [] and q.get(long).state == "running"
     sp.exit(long, 0)
     w.turn()
-    assert spawned(sp)[3:] == [(b, None), (c, b)]  # claimed again: an ordinary start, c behind it
+    assert spawned(sp)[3:] == [(b, None)]  # claimed again: an ordinary start (the lane's last run was long)
     assert kinds(q, b) == ["claimed"] and q.get(b).attempts == 1
 
 
@@ -341,3 +341,27 @@ def test_an_adopted_held_run_whose_predecessor_is_not_ours_is_taken_back_and_hol
     asyncio.run(w.reconcile(held))
     assert ("gone", "lease lost") in sp.kills and sp.unspawned == [b.token]
     assert not w.running[b_id].pending and w.slots_in_use() == {"default": 1}  # it may be starting
+
+
+def test_after_a_run_longer_than_HOT_S_a_lane_waits_for_a_short_one_before_holding_again(pipe, clocks):  # noqa: F811
+    """Jobs a little longer than HOT_S would have every successor claimed
+    and taken back again, for nothing: such a lane runs one job at a time
+    as before until a run ends within HOT_S of its start."""
+    w, q, sp = pipe()
+    ids = [q.enqueue(["x"]) for _ in range(6)]
+    w.turn()
+    sp.start(ids[0])
+    clocks.advance(HOT_S * 0.9)
+    sp.exit(ids[0], 0)  # within HOT_S: short
+    sp.start(ids[1])
+    w.turn()
+    assert spawned(sp)[3:] == [(ids[3], ids[2])]  # a short lane: the chain goes on
+    clocks.advance(HOT_S * 2)
+    sp.exit(ids[1], 0)  # a long one ended: ids[2] had started, the keeper starts it
+    sp.start(ids[2])
+    w.turn()
+    assert len(spawned(sp)) == 4  # nothing more held behind ids[2] (ids[3] is already)
+    sp.exit(ids[2], 0)  # short again
+    sp.start(ids[3])
+    w.turn()
+    assert spawned(sp)[4:] == [(ids[4], ids[3]), (ids[5], ids[4])]
