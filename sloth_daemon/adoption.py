@@ -9,6 +9,10 @@ the queue says a daemon of this host holds:
     if we had started it;
   - ended: adopted with its real exit status and end time, recorded by the
     next turn, not run again;
+  - pending (held to start after another run, pipeline.py): adopted as
+    such behind that run and taken back at once (nothing it waits for is
+    young any more): the queue gets it back as never claimed, unless it
+    started meanwhile (then it is an ordinary run);
   - held by the keeper but not ours in the queue (cancelled, or its lease
     taken): ended, and its outcome acknowledged.
 A job the queue says we hold that no keeper knows lost its supervision with
@@ -55,11 +59,26 @@ class Adoption:
             else:
                 self._adopt(job, h)
         self._disown(list(by_key.values()))
+        self._link_pending(held)
         await self._end_leftovers(orphaned, lost)
         self.wake()
 
+    def _link_pending(self: Any, held: list[dict[str, Any]]) -> None:
+        """Each pending run behind its predecessor where we hold both (else
+        it counts as running: a slot, until it starts or is dropped), and
+        taken back at once: no run it waits for is young any more."""
+        by_token = {run.token: run for run in self.running.values()}
+        for h in (h for h in held if isinstance(h, dict) and h.get("state") == "pending"):
+            run, pred = by_token.get(h.get("key")), by_token.get(h.get("after"))
+            if run is None or run.pid is not None or run.outcome is not None:
+                continue
+            if pred is not None:
+                run.after, pred.successor = pred, run
+            self._take_back(run)
+
     def _adopt(self: Any, job: Job, h: dict[str, Any]) -> None:
-        what = "its outcome kept" if h.get("state") == "exited" else f"pid {h.get('pid')} kept running"
+        what = {"exited": "its outcome kept", "pending": "held to start after another run"}.get(
+            str(h.get("state")), f"pid {h.get('pid')} kept running")
         try:
             job = self.queue.adopt(job.id, job.token or "", self.name, message=f"by {self.name}; {what}")
         except (LeaseLost, JobNotFound):

@@ -212,8 +212,9 @@ class Control:
         return self.queue.stored_log(job_id, attempt, offset)  # type: ignore[attr-defined]
 
     def running_count(self) -> int:
-        """Jobs with a live process here (no database needed)."""
-        return sum(1 for r in self.worker.running.values() if r.outcome is None)
+        """Jobs with a live process here (no database needed); one held to
+        start after another (pipeline.py) has none yet."""
+        return sum(1 for r in self.worker.running.values() if r.outcome is None and not r.pending)
 
     def has_process(self, job_id: int) -> bool:
         """True while an attempt of the job has a live process of ours."""

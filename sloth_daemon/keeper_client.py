@@ -61,6 +61,7 @@ class RunSink(Protocol):
     def spawn_failed(self, message: str, retry: bool, resource: bool = False) -> None: ...
     def exited(self, outcome: dict[str, Any]) -> None: ...
     def frozen(self, why: str) -> None: ...
+    def taken_back(self) -> None: ...
 
 
 Reply = Callable[[dict[str, Any] | None], None]  # the response, or None if the connection was lost
@@ -117,24 +118,27 @@ class KeeperClient:
         ``env`` plus ``env_extra``); ``sink`` hears how it went. An ``env``
         object this connection sent before goes as its ref only."""
         key, whole = req["key"], self._whole(req)
+        sent: list[dict[str, Any]] = []
 
         def reply(msg: dict[str, Any] | None) -> None:
             if msg is None:
                 return  # lost: whether it started, the next hello's runs say
             if msg.get("ok"):
-                _call(sink.started, msg["result"]["pid"], msg["result"]["identity"])
+                if not msg["result"].get("pending"):  # held behind ``after``: a started event follows
+                    _call(sink.started, msg["result"]["pid"], msg["result"]["identity"])
                 return
             err = msg.get("error") or {}
-            if err.get("code") == "unknown_env" and whole is not args:
-                self._send("spawn", whole, reply)  # the keeper forgot it (or restarted): send it whole
+            if err.get("code") == "unknown_env" and len(sent) == 1:  # the keeper forgot it (or the env
+                sent.append(whole)  # of the run it waits for): send it whole, once
+                self._send("spawn", whole, reply)
                 return
             if self._sinks.get(key) is sink:
                 del self._sinks[key]
             retry = err.get("retry", err.get("code") != "bad_request")
             _call(sink.spawn_failed, str(err.get("message")), bool(retry), bool(err.get("resource")))
         self._sinks[key] = sink
-        args = self._by_ref(req, whole)
-        if not self._send("spawn", args, reply):
+        sent.append(self._by_ref(req, whole))
+        if not self._send("spawn", sent[0], reply):
             if not self.lost:  # too large for a frame: this job can never be sent as it is
                 del self._sinks[key]
                 _call(sink.spawn_failed, f"the job's command and environment exceed the keeper's "
@@ -183,6 +187,16 @@ class KeeperClient:
 
     def kill(self, key: str, reason: str, grace_s: float) -> None:
         self._send("kill", {"key": key, "reason": reason, "grace_s": grace_s})
+
+    def unspawn(self, key: str) -> None:
+        """Drop a run held behind another if it has not started: its sink
+        hears ``taken_back`` (else its events go on as they would)."""
+        def reply(msg: dict[str, Any] | None) -> None:
+            sink = self._sinks.get(key)
+            if msg is not None and msg.get("ok") and msg["result"].get("dropped") and sink is not None:
+                del self._sinks[key]
+                _call(sink.taken_back)
+        self._send("unspawn", {"key": key}, reply)
 
     def ack(self, keys: list[str]) -> None:
         """The outcomes of ``keys`` are recorded: the keeper may forget them."""
@@ -288,6 +302,8 @@ class KeeperClient:
             _call(sink.exited, ev.get("outcome") or {})
         elif ev.get("kind") == "frozen":
             _call(sink.frozen, str(ev.get("why", "")))
+        elif ev.get("kind") == "started":  # a run held behind another started when that one ended
+            _call(sink.started, ev.get("pid"), ev.get("identity") or {})
 
     def _lose(self) -> None:
         if self.lost:

@@ -5,6 +5,7 @@ suspend), its tree remembered, orphans attributed to it.
 
 The ops (keeper_server.py) change it; it tells the keeper what the daemon
 must hear (``event``) and when what it holds has changed (``changed``).
+Runs held behind another (spawn ``after``) are keeper_held.py's.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import psutil
 from . import procident
 from .errors import SpawnError
 from .joblog import LogWriter
+from .keeper_held import HeldRuns
 from .keeper_wire import (
-    EnvCache, Journal, Refused, Trust, clocks_now, number, read_journal, secs, spawn_command, text, trust_verdict,
-    whole,
+    EnvCache, Journal, Refused, Trust, clocks_now, number, read_journal, secs, spawn_command, text,
+    trust_verdict, whole,
 )
 from .runner import JobProcess
 
@@ -31,6 +33,18 @@ log = logging.getLogger("sloth.keeper")
 
 
 # --------------------------------------------------------------------- runs
+@dataclass(frozen=True)
+class Launch:
+    """What starting a run takes (kept while it is held behind another)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str | None
+    log_path: Path
+    log_cap: int
+    timeout_s: float | None
+
+
 @dataclass
 class Run:
     key: str
@@ -44,7 +58,7 @@ class Run:
     proc: JobProcess | None = None  # None for an outcome adopted from the journal
     pid: int | None = None
     identity: dict[str, Any] | None = None
-    state: str = "running"  # "running" | "frozen" | "exited"
+    state: str = "running"  # "pending" | "running" | "frozen" | "exited"
     trust: Trust | None = None
     outcome: dict[str, Any] | None = None
     killed_by: str | None = None
@@ -54,12 +68,15 @@ class Run:
     trust_check: asyncio.TimerHandle | None = None  # one per run: renewals replace it
     taps: set[Callable[[bytes | None], None]] = field(default_factory=set)
     journaled: bool = False
+    after: str | None = None  # pending: starts when the run of this key ends
+    successor: str | None = None  # the run pending behind this one
+    launch: Launch | None = None  # pending: how to start it
 
     def wire(self) -> dict[str, Any]:
         return {"key": self.key, "job_id": self.job_id, "attempt": self.attempt, "token": self.token,
                 "pid": self.pid, "identity": self.identity, "started_at": self.started_at,
                 "state": self.state, "trust_until": self.trust.until if self.trust else None,
-                "outcome": self.outcome, "log_path": self.log_path}
+                "outcome": self.outcome, "log_path": self.log_path, "after": self.after}
 
     @classmethod
     def adopted(cls, w: dict[str, Any]) -> "Run":
@@ -69,7 +86,7 @@ class Run:
                    state="exited", outcome=w.get("outcome"), journaled=True)
 
 
-class RunTable:
+class RunTable(HeldRuns):
     """The runs, by key. ``event(kind, key, **fields)`` pushes an event to
     the daemon (if one is attached); ``changed()`` is called after every
     change to what is held (the keeper journals, and decides whether to exit)."""
@@ -85,6 +102,7 @@ class RunTable:
         self._tick: asyncio.TimerHandle | None = None
         self._ambiguous: set[int] = set()
         self.envs = EnvCache()  # environments the daemon sent once (keeper_wire.EnvCache)
+        self.refused: dict[str, tuple[str, str | None]] = {}  # keys lately refused (keeper_held.py)
 
     def adopt_journal(self) -> None:
         """Outcomes a keeper before us journalled and no daemon acknowledged."""
@@ -93,35 +111,59 @@ class RunTable:
 
     # ----------------------------------------------------------- requests
     def spawn(self, a: dict[str, Any]) -> Run:
-        """Start the run the spawn op's args ``a`` ask for. Raises Refused
-        (bad args, a key already held, spawn_failed); then nothing is held."""
+        """Start the run the spawn op's args ``a`` ask for, or hold it behind
+        the running run ``after`` names (state "pending"). Raises Refused
+        (bad args, a key already held, spawn_failed); then nothing is held
+        (and the refusal is remembered for a spawn after it: keeper_held.py)."""
         key, token = text(a, "key"), text(a, "token")
         if key in self.runs:
             raise Refused("exists", f"a run with key {key!r} is already held")
+        self.refused.pop(key, None)
+        try:
+            run = self._hold_or_start(key, token, a)
+        except Refused as e:
+            self.note_refused(key, e, a)
+            raise
+        self.runs[key] = run
+        if (trust_until := number(a, "trust_until")) is not None:
+            self.set_trust(run, trust_until)
+        self.tick_soon()
+        return run
+
+    def _hold_or_start(self, key: str, token: str, a: dict[str, Any]) -> Run:
         argv, env, cwd, log_path = spawn_command(a, self.envs)
         run = Run(key, whole(a, "job_id"), whole(a, "attempt"), token, str(log_path), time.time(),
                   number(a, "kill_grace_s", 10.0), number(a, "term_lead_s", 1.0))  # type: ignore[arg-type]
-        log_cap, timeout_s, trust_until = whole(a, "log_cap"), number(a, "timeout_s"), number(a, "trust_until")
         env = {**env, procident.TOKEN_ENV: token}  # the token scan finds escapees by it
-        lw = LogWriter(log_path, log_cap)
-        jp = JobProcess(argv, cwd=cwd, env=env, log=lw, on_output=lambda d: self.output(run, d),
-                        on_exit=lambda _jp: self.root_exited(run), claim_orphan=self.claimer(key))
+        launch = Launch(argv, env, cwd, log_path, whole(a, "log_cap"), number(a, "timeout_s"))
+        pred = self.predecessor(a)
+        if pred is not None:
+            run.state, run.after, run.launch, pred.successor = "pending", pred.key, launch, key
+            return run
+        try:
+            self._launch(run, launch)
+        except SpawnError as e:
+            raise Refused("spawn_failed", str(e), retry=e.retry, resource=e.resource) from None
+        return run
+
+    def _launch(self, run: Run, ln: Launch) -> None:
+        """Start ``run``'s process: its log file, its timeout and its life
+        (for orphans) begin now. Raises SpawnError (noted in its log)."""
+        lw = LogWriter(ln.log_path, ln.log_cap)
+        jp = JobProcess(ln.argv, cwd=ln.cwd, env=ln.env, log=lw, on_output=lambda d: self.output(run, d),
+                        on_exit=lambda _jp: self.root_exited(run), claim_orphan=self.claimer(run.key))
         try:
             jp.start(asyncio.get_running_loop())
         except SpawnError as e:
             lw.note(str(e))
             lw.close()
-            raise Refused("spawn_failed", str(e), retry=e.retry, resource=e.resource) from None
-        run.proc, run.pid, run.identity = jp, jp.pid, jp.identity()
+            raise
+        run.proc, run.pid, run.identity, run.state, run.launch = jp, jp.pid, jp.identity(), "running", None
         run.begin = jp.tree.root_stamp or procident.stamp_now()  # type: ignore[union-attr]
-        self.runs[key], self.roots[jp.pid] = run, jp
-        if timeout_s:
+        self.roots[jp.pid] = jp
+        if ln.timeout_s:
             run.timeout = asyncio.get_running_loop().call_later(
-                timeout_s, self.kill, run, f"timed out after {secs(timeout_s)}", run.kill_grace_s, "timeout")
-        if trust_until is not None:
-            self.set_trust(run, trust_until)
-        self.tick_soon()
-        return run
+                ln.timeout_s, self.kill, run, f"timed out after {secs(ln.timeout_s)}", run.kill_grace_s, "timeout")
 
     def ack(self, keys: list[str]) -> None:
         """Forget runs whose outcomes the daemon has recorded. Raises Refused,
@@ -166,14 +208,27 @@ class RunTable:
         run.state = "exited"
         run.outcome = {"returncode": jp.returncode, "ended_at": ended_at, "reason": jp.kill_reason,
                        "killed_by": run.killed_by, "log_problem": jp.log.problem, "log_bytes": jp.log.total}
+        # First: it is what waits (the daemon hears of both together). Only
+        # now, once a failed run's leftovers are ended too (root_exited): a
+        # held run never starts beside them.
+        moved = self.start_next(run)
         run.journaled = self.journal.append({"run": run.wire()})
         self.event("exited", run.key, outcome=run.outcome)
+        for nxt in moved:
+            if nxt.state == "exited":
+                self.event("exited", nxt.key, outcome=nxt.outcome)
+            else:
+                self.event("started", nxt.key, pid=nxt.pid, identity=nxt.identity)
         for feed in list(run.taps):
             feed(None)
         self.changed()
 
     def kill(self, run: Run, reason: str, grace_s: float, by: str) -> None:
-        """Begin ending a run's whole tree (idempotent; the first reason stays)."""
+        """Begin ending a run's whole tree (idempotent; the first reason
+        stays); a pending run is dropped unstarted at once."""
+        if run.state == "pending":
+            self.end_unstarted(run, reason, by)
+            return
         jp = run.proc
         if run.state == "exited" or jp is None or jp.ending is not None or jp.returncode is not None:
             return
@@ -203,7 +258,7 @@ class RunTable:
 
     # -------------------------------------------------------------- fencing
     def set_trust(self, run: Run, until: float) -> None:
-        if run.proc is None or run.state == "exited" or run.proc.ending is not None:
+        if run.state == "exited" or (run.proc.ending is not None if run.proc else run.state != "pending"):
             return
         now = clocks_now()
         run.trust = Trust(until, now.total, now.awake)  # type: ignore[arg-type]
@@ -211,7 +266,7 @@ class RunTable:
             run.trust_check.cancel()
         run.trust_check = asyncio.get_running_loop().call_later(
             max(0.0, until - run.term_lead_s - now.total), self.check_trust)  # type: ignore[operator]
-        if run.state == "frozen":
+        if run.state == "frozen" and run.proc is not None:
             log.info("run %s: trusted again; thawing its process tree", run.key)
             run.proc.thaw()
             run.state = "running"
@@ -219,6 +274,8 @@ class RunTable:
     def check_trust(self) -> None:
         now = clocks_now()
         for run in list(self.runs.values()):
+            if run.state == "pending" and (lapsed := self.lapsed(run, now)) is not None:
+                self.end_unstarted(run, lapsed, "fence")  # held: it is never started
             if run.state != "running" or run.trust is None or run.proc is None or run.proc.ending is not None:
                 continue
             verdict = trust_verdict(run.trust, run.term_lead_s, now)
@@ -249,7 +306,7 @@ class RunTable:
         self.check_trust()
         if any(r.state != "exited" for r in self.runs.values()):
             self.tick_soon()
-        starts = [r.begin for r in self.runs.values() if r.state != "exited"]
+        starts = [r.begin for r in self.runs.values() if r.state not in ("exited", "pending")]
         self.forgotten = [f for f in self.forgotten if starts and f[1] >= min(starts)]
 
     # ---------------------------------------------------------------- saved

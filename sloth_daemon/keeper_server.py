@@ -134,8 +134,8 @@ class Keeper:
                 msg = json.loads(line.decode("utf-8"))
             except (UnicodeDecodeError, ValueError, RecursionError) as e:
                 raise Refused("protocol", f"frame is not valid UTF-8 JSON: {str(e)[:120]}") from None
+            req_id = _id_of(msg)  # first: a refused request is answered under its own id too
             op, args = parse(msg)
-            req_id = msg["id"] if "id" in msg else None
             if op == "tap":
                 return await self.op_tap(conn, req_id, args)
             if op in DAEMON_OPS and conn is not self.daemon:
@@ -176,7 +176,13 @@ class Keeper:
             raise Refused("stopping", "the keeper is stopping", retry=True)
         run = self.table.spawn(a)
         self.idle_check()
+        if run.state == "pending":  # a started (or exited) event follows
+            return {"pending": True}
         return {"pid": run.pid, "identity": run.identity}
+
+    def op_unspawn(self, conn: Conn, a: dict[str, Any]) -> dict[str, Any]:
+        """Drop a pending run (``dropped``: true) unless it has started."""
+        return self.table.unspawn(text(a, "key"))
 
     def op_trust(self, conn: Conn, a: dict[str, Any]) -> dict[str, Any]:
         items = a["items"]
@@ -261,3 +267,9 @@ class Keeper:
     def exit(self, why: str) -> None:
         log.info("exiting: %s", why)
         self.finished.set()
+
+
+def _id_of(msg: Any) -> Any:
+    """A request's id where it is one parse() would accept (else None)."""
+    rid = msg.get("id") if isinstance(msg, dict) else None
+    return rid if isinstance(rid, (int, str)) and not isinstance(rid, bool) else None

@@ -36,14 +36,15 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "hello": (frozenset({"role"}), frozenset({"pid", "name"})),
     "spawn": (frozenset({"key", "job_id", "attempt", "token", "argv", "log_path", "log_cap"}),
               frozenset({"env", "env_ref", "env_extra", "cwd", "timeout_s", "kill_grace_s", "trust_until",
-                         "term_lead_s"})),
+                         "term_lead_s", "after"})),
+    "unspawn": (frozenset({"key"}), frozenset()),
     "trust": (frozenset({"items"}), frozenset()),
     "kill": (frozenset({"key"}), frozenset({"reason", "grace_s"})),
     "ack": (frozenset({"keys"}), frozenset()),
     "tap": (frozenset({"key"}), frozenset()),
     "bye": (frozenset(), frozenset()),
 }
-DAEMON_OPS = frozenset({"spawn", "trust", "kill", "ack", "bye"})  # only on the daemon's connection
+DAEMON_OPS = frozenset({"spawn", "unspawn", "trust", "kill", "ack", "bye"})  # only on the daemon's connection
 
 
 class Refused(Exception):
@@ -157,7 +158,9 @@ def whole(a: dict[str, Any], name: str, low: int = 0) -> int:
     return v
 
 
-FEATURES = ("env_ref",)  # what this keeper understands beyond protocol 1 (told in hello)
+# What this keeper understands beyond protocol 1 (told in hello): env_ref,
+# and after (a spawn held until another run ends; unspawn; started events).
+FEATURES = ("env_ref", "after")
 ENV_REFS_KEPT = 256  # environments remembered by ref; the daemon's client names at most half as many
 
 

@@ -5,7 +5,8 @@ fails it. An end that was not the job's doing gives the attempt back: the
 daemon interrupted it to stop, the keeper fenced it because no lease renewal
 came in time, or the keeper itself was stopped. A run we ended because the
 job was cancelled or its lease was lost needs no write: the queue already
-says so and our token is void.
+says so and our token is void. A run held behind another that was dropped
+before it started (pipeline.py) never ran: its claim is undone, no trace.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ def record(queue: Queue, run: Run, outcome: Outcome, *, runner: dict[str, Any] |
         return queue.release(jid, tok, message=why, delay_s=outcome.postpone_s, kind="postponed", **kw)
     if outcome.spawn_retry is not None:
         return queue.fail(jid, tok, message=message, retry=outcome.spawn_retry, **kw)
+    if not outcome.started:
+        return give_back(queue, run, message, durable=durable)
     if run.ending == "interrupted":
         suffix = f"; {outcome.log_problem}" if outcome.log_problem else ""
         return queue.release(jid, tok, message="interrupted: daemon stopping" + suffix, **kw)
@@ -50,6 +53,15 @@ def record(queue: Queue, run: Run, outcome: Outcome, *, runner: dict[str, Any] |
         return queue.complete(jid, tok, message=message, exit_code=outcome.returncode, ended_at=at, **kw)
     retry, message = retry_verdict(run.job, outcome, message)
     return queue.fail(jid, tok, message=message, exit_code=outcome.returncode, ended_at=at, retry=retry, **kw)
+
+
+def give_back(queue: Queue, run: Run, why: str, *, durable: bool) -> Job:
+    """A claim whose run never started: undone where the queue can (unclaim),
+    else given back as an interruption (the try refunded)."""
+    unclaim = getattr(queue, "unclaim", None)
+    if unclaim is not None:
+        return unclaim(run.job.id, run.token, durable=durable)
+    return queue.release(run.job.id, run.token, message=f"not started: {why}", durable=durable)
 
 
 EXIT_MEANING = {126: "found but not executable", 127: "command not found"}

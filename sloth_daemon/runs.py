@@ -97,6 +97,9 @@ class Run:
     record_tries: int = 0
     record_after: float = 0.0  # awake clock: when to try recording again
     renew_at: float = 0.0  # boot clock: when its lease is renewed next (worker._renew_in)
+    after: "Run | None" = None  # held by the spawner until this run ends (pipeline.py)
+    successor: "Run | None" = None  # the run held behind this one, if any (one at most, ever)
+    unspawning: bool = False  # asked the spawner to drop it while still held
 
     def renewed(self, sent: ClockReadings) -> None:
         """Its lease was renewed by a request sent at ``sent``: next time a third into it."""
@@ -105,6 +108,12 @@ class Run:
     @property
     def live(self) -> bool:
         return self.pid is not None and self.outcome is None
+
+    @property
+    def pending(self) -> bool:
+        """Held by the spawner behind a run that has not ended: no slot of
+        its own yet (once that run ends it starts, and counts)."""
+        return self.pid is None and self.outcome is None and self.after is not None and self.after.outcome is None
 
     def postpone_record(self, why: str, awake: float) -> None:
         self.record_error = why
@@ -129,3 +138,6 @@ class Sink:
 
     def frozen(self, why: str) -> None:
         self.w.on_frozen(self.run, why)
+
+    def taken_back(self) -> None:
+        self.w.on_taken_back(self.run)

@@ -8,7 +8,10 @@ as sink callbacks on the event loop, so the worker's own steps stay
 synchronous and can be driven in-process by tests with a fake spawner.
 
 The daemon's spawner is the keeper (supervision.py): a separate small
-process that owns the jobs, so they outlive the daemon.
+process that owns the jobs, so they outlive the daemon. A spawner that
+``pipelines`` can hold a run behind another (``SpawnRequest.after``) and
+start it the moment that one ends, with no round trip to the worker; the
+worker takes such a run back (``unspawn``) if it has not started soon.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class SpawnRequest:
     trust_until: float | None = None  # boot clock: the run is ended by then unless trusted again
     term_lead_s: float = 1.0  # SIGTERM this long before trust_until, SIGKILL at it
     env_extra: dict[str, str] | None = None  # ... and this run's own variables on top (SLOTH_JOB_ID ...)
+    after: str | None = None  # start only once the run of this key has ended (pipelines)
 
     def full_env(self) -> dict[str, str]:
         return {**self.env, **self.env_extra} if self.env_extra else self.env
@@ -55,14 +59,17 @@ class Outcome:
     killed_by: str | None = None
     spawn_retry: bool | None = None  # it never started: whether trying again could help
     postpone_s: float | None = None  # it never started for want of resources: wait this long, not counted
+    started: bool = True  # False: held behind another run, it was dropped before it started
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> "Outcome":
         code = d.get("returncode")
+        failed = d.get("spawn_error") if isinstance(d.get("spawn_error"), dict) else None
         return cls(code if isinstance(code, int) and not isinstance(code, bool) else None,
                    d.get("reason") or None, d.get("log_problem") or None,
                    d.get("ended_at") if isinstance(d.get("ended_at"), (int, float)) else None,
-                   d.get("killed_by") or None)
+                   d.get("killed_by") or None, spawn_retry=None if failed is None else bool(failed.get("retry")),
+                   started=d.get("started") is not False)
 
     @property
     def not_the_jobs_doing(self) -> bool:
@@ -103,9 +110,17 @@ class RunSink(Protocol):
         """The machine slept past the run's trust deadline: its tree is
         stopped (SIGSTOP) until trusted again (trust) or ended (kill)."""
 
+    def taken_back(self) -> None:
+        """An unspawn found the run still held behind another and dropped
+        it: it never started, and the spawner forgot it."""
+
 
 class Spawner(Protocol):
     def spawn(self, req: SpawnRequest, sink: RunSink) -> None: ...
+
+    def unspawn(self, key: str) -> None:
+        """Drop a run held behind another if it has not started yet (the
+        sink hears ``taken_back``); if it has, nothing changes."""
 
     def kill(self, key: str, reason: str, grace_s: float) -> None: ...
 

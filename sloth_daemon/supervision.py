@@ -38,10 +38,17 @@ class _ToWorker:
         self.sink.spawn_failed(message, retry, resource)
 
     def exited(self, outcome: dict[str, Any]) -> None:
-        self.sink.exited(Outcome.from_wire(outcome))
+        failed = outcome.get("spawn_error")
+        if isinstance(failed, dict):  # held behind another run, it could not start when that one ended
+            self.sink.spawn_failed(str(outcome.get("reason")), bool(failed.get("retry")), bool(failed.get("resource")))
+        else:
+            self.sink.exited(Outcome.from_wire(outcome))
 
     def frozen(self, why: str) -> None:
         self.sink.frozen(why)
+
+    def taken_back(self) -> None:
+        self.sink.taken_back()
 
 
 class KeeperSpawner:
@@ -62,6 +69,11 @@ class KeeperSpawner:
     def pid(self) -> int | None:
         return self.client.info.get("pid") if self.client is not None else None
 
+    @property
+    def pipelines(self) -> bool:
+        """Whether this keeper can hold a run behind another (spawn ``after``)."""
+        return self.client is not None and "after" in self.client.info.get("features", ())
+
     # ------------------------------------------------------------ Spawner
     def spawn(self, req: SpawnRequest, sink: RunSink) -> None:
         if req.previous and procident.is_same_process(req.previous):
@@ -78,6 +90,10 @@ class KeeperSpawner:
     def kill(self, key: str, reason: str, grace_s: float) -> None:
         if self.client is not None:
             self.client.kill(key, reason, grace_s)
+
+    def unspawn(self, key: str) -> None:
+        if self.client is not None:  # else the resync after the reconnect says where it is
+            self.client.unspawn(key)
 
     def trust(self, items: list[tuple[str, float]]) -> None:
         if self.client is not None and items:
@@ -107,6 +123,9 @@ class KeeperSpawner:
     def _spawn(self, req: SpawnRequest, sink: RunSink) -> None:
         if self.client is None:  # between a lost keeper and the next: say so, it is retried
             sink.spawn_failed("no keeper to start the job (it is being restarted)", True)
+            return
+        if req.after is not None and not self.pipelines:  # a keeper without `after` (a reconnect
+            sink.taken_back()  # while an earlier process was ended) would start it at once: not so
             return
         self.client.spawn(_wire(req), _ToWorker(sink))
 
@@ -150,4 +169,5 @@ def _wire(req: SpawnRequest) -> dict[str, Any]:
         "log_path": str(req.log_path),
         "log_cap": req.log_cap, "timeout_s": req.timeout_s, "kill_grace_s": req.kill_grace_s,
         "trust_until": req.trust_until, "term_lead_s": req.term_lead_s,
+        **({"after": req.after} if req.after is not None else {}),
     }

@@ -11,6 +11,8 @@ sleeping laptop from running a job twice):
      leases that really expired (holders dead), at once;
   4. record the outcomes of runs that ended: after step 3, so a lane's next
      job is already starting while the result's fsync runs.
+A burst of short jobs does not wait for the worker at all: the next job of
+a full lane waits in the keeper behind a young run (pipeline.py).
 Then ``run()`` sleeps until the next due time, heartbeat, clock check or
 wake-up. Processes are the spawner's business (spawner.py); the worker
 hears of starts and exits through one RunSink per run.
@@ -32,6 +34,7 @@ from .errors import JobNotFound, LeaseLost, SlothError, StorageError
 from .lanes import Lanes
 from .limits import Postponement
 from .models import Job
+from .pipeline import Pipelining, unlink
 from .queue import Queue
 from .runner import JobEnvs
 from .runs import RENEW_RETRY_S, Run, Sink, boot_of, ran_here, renew_in, term_lead, this_host, trust_until, worker_name
@@ -46,7 +49,7 @@ FIRST_PRUNE_S = 60.0
 TIMER_SLACK_S = 0.001  # the loop's timers fire this early or so: a deadline that near is due (no spinning)
 
 
-class Worker(Adoption, WorkerActions):
+class Worker(Adoption, Pipelining, WorkerActions):
     def __init__(
         self, queue: Queue, settings: Settings, spawner: Spawner, *, clocks: Clocks,
         log_path: Callable[[int, int], Path], instance: str,
@@ -78,6 +81,7 @@ class Worker(Adoption, WorkerActions):
         self.postponed = Postponement()  # claims held after a spawn failed for want of resources
         self.commits = GroupCommit(queue, self._tell, delay_s=commit_delay_s)
         self.envs = JobEnvs()
+        self.short_lanes: dict[str, bool] = {}  # pipeline.py
 
     # ------------------------------------------------------------- control
     def spawn_task(self, coro: Any) -> None:
@@ -126,6 +130,7 @@ class Worker(Adoption, WorkerActions):
             self.check_clock(r)
             self._look = True  # now and then, for jobs another process queued in the file
         self.heartbeat_due(r)
+        self.take_back_due(r.awake)
         if self._look or (self._next_due is not None and self._next_due <= self.queue_now(r)):
             self._look = False  # a turn for a heartbeat or an fsync alone skips the queries
             self.claim_due(r)
@@ -141,7 +146,8 @@ class Worker(Adoption, WorkerActions):
             return 0.0
         deadlines = [self._next_check - r.awake, self._next_prune - r.awake]
         deadlines += [renew_in(run, r, wall_too=self.queue_time is None) for run in self.running.values()
-                      if run.live and run.ending is None]
+                      if (run.live or run.pending) and run.ending is None]
+        deadlines += self.take_back_deadlines(r.awake)
         deadlines += [run.record_after - r.awake for run in self.running.values()
                       if run.outcome is not None and not run.written]  # written: the fsync deadline below
         deadlines += [run.started_awake + RECORD_RUNNER_AFTER_S - r.awake for run in self.running.values()
@@ -172,7 +178,7 @@ class Worker(Adoption, WorkerActions):
     def renew_after_resume(self, why: str) -> None:
         r = self.clocks.read()
         for run in list(self.running.values()):
-            if not run.live or run.ending:
+            if not (run.live or run.pending) or run.ending:
                 continue
             try:
                 run.job = self.queue.renew_after_resume(run.job.id, run.token, why)
@@ -190,7 +196,8 @@ class Worker(Adoption, WorkerActions):
     def heartbeat_due(self, r: ClockReadings) -> None:
         renewed: list[tuple[str, float]] = []
         for run in list(self.running.values()):
-            if not run.live or run.ending or renew_in(run, r, wall_too=self.queue_time is None) > TIMER_SLACK_S:
+            if (not (run.live or run.pending) or run.ending
+                    or renew_in(run, r, wall_too=self.queue_time is None) > TIMER_SLACK_S):
                 continue
             try:
                 run.job = self.queue.heartbeat(run.job.id, run.token)
@@ -209,10 +216,11 @@ class Worker(Adoption, WorkerActions):
     # ---------------------------------------------------------------- claim
     def slots_in_use(self) -> dict[str, int]:
         """lane -> runs whose process has not ended (an ended run whose
-        outcome is not yet recorded frees its slot for the next job)."""
+        outcome is not yet recorded frees its slot for the next job; a
+        pending one has none yet)."""
         used: dict[str, int] = {}
         for r in self.running.values():
-            if r.outcome is None:
+            if r.outcome is None and not r.pending:
                 used[r.job.lane] = used.get(r.job.lane, 0) + 1
         return used
 
@@ -222,6 +230,7 @@ class Worker(Adoption, WorkerActions):
     def claim_due(self, r: ClockReadings) -> None:
         try:
             self._claim_due(r)
+            self.claim_successors(r)
         except StorageError as e:  # locked by another process, disk full: claim later, do the rest now
             log.warning("not claiming for now: %s", e.message)
             self._next_due = self.queue_now(r) + CLAIM_RETRY_S
@@ -246,6 +255,7 @@ class Worker(Adoption, WorkerActions):
         job = run.job
         self.running[job.id] = run
         run.renewed(claimed)
+        run.started_awake = claimed.awake  # young from now (pipeline.py); a start heard renews it
         extra = {"SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_ATTEMPT": str(run.attempt), "SLOTH_JOB_TOKEN": run.token,
                  "SLOTH_FENCE_TOKEN": run.token}
         req = SpawnRequest(
@@ -254,7 +264,8 @@ class Worker(Adoption, WorkerActions):
             log_cap=self.settings.log_cap_bytes,
             timeout_s=job.timeout_s, kill_grace_s=self.settings.kill_grace_s, previous=ran_here(job.runner, self.host),
             trust_until=trust_until(claimed, job.lease_s),
-            term_lead_s=term_lead(job.lease_s, self.settings.kill_grace_s))
+            term_lead_s=term_lead(job.lease_s, self.settings.kill_grace_s),
+            after=run.after.token if run.after is not None else None)
         self.spawner.spawn(req, Sink(self, run))
 
     # ---------------------------------------------------- news from spawner
@@ -267,7 +278,8 @@ class Worker(Adoption, WorkerActions):
         run.started_awake = self.clocks.read().awake
         self.postponed.started()
         self.on_change(run.job)  # a follower waiting for the process may start now
-        self._wake.set()  # a new deadline (record_runners); nothing new to claim
+        self._wake.set()  # a new deadline (record_runners) ...
+        self._look |= self.pipelines() and self.may_lead(run, run.started_awake, self.slots_in_use())  # ... a lead
 
     def record_runners(self, awake: float) -> None:
         """Write the identity of processes that have run a while (for finding
@@ -293,10 +305,12 @@ class Worker(Adoption, WorkerActions):
         and nothing else is claimed meanwhile (limits.Postponement)."""
         delay = self.postponed.failed(self.clocks.read().awake) if resource else None
         run.outcome = Outcome(None, reason=message, spawn_retry=retry, postpone_s=delay)
+        unlink(run)
         self.wake()
 
     def on_exited(self, run: Run, outcome: Outcome) -> None:
         run.outcome = outcome
+        self.run_ended(run)
         self.wake()
 
     def on_frozen(self, run: Run, why: str) -> None:
@@ -378,9 +392,10 @@ class Worker(Adoption, WorkerActions):
         self.stopping = True
         self.wake()
         if keep_jobs:
+            await self.take_back_all()
             self.settle(float("inf"))
             return
-        for run in list(self.running.values()):
+        for run in sorted(self.running.values(), key=lambda x: not x.pending):  # no successor starts
             if run.outcome is None:  # one that already exited is settled as it ended
                 self._end(run, "interrupted")
         # Until every run has ended. An outcome the database still refuses
@@ -394,27 +409,3 @@ class Worker(Adoption, WorkerActions):
         """Until a run's end is heard (the sink wakes us)."""
         self._wake.clear()
         await self._wake.wait()
-
-    # ----------------------------------------------------------------- misc
-    def _lane_counts(self) -> dict[str, dict[str, int]]:
-        try:
-            return self.queue.lane_counts()
-        except SlothError:  # a broken database: status must still answer
-            return {}
-
-    def status(self) -> dict[str, Any]:
-        return {
-            "lanes": self.lanes.status(self.slots_in_use(), self._lane_counts()),
-            "paused_all": self.lanes.paused_all,
-            "paused_lanes": sorted(self.lanes.paused),
-            "running": [{"id": r.job.id, "attempt": r.attempt, "pid": r.pid, "lane": r.job.lane,
-                         "adopted": r.adopted} for r in self.running.values() if r.outcome is None],
-            "pending_outcomes": [{"id": r.job.id, "attempt": r.attempt, "tries": r.record_tries,
-                                  "error": r.record_error} for r in self.running.values() if r.record_error],
-            "last_jump": self.last_jump, "host": self.host, "places": self.places,
-            "clock": {"last_check_at": self.last_check_at,
-                      "check_interval_s": self.settings.clock_check_s, "timerfd": self.timerfd},
-        }
-
-
-# What an exit status usually means, for a job's history.

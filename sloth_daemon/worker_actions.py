@@ -1,5 +1,6 @@
 """What users ask of the worker between its turns: cancel, kill, retry,
-restart, prune, pause, resume, lane settings and a settings reload.
+restart, prune, pause, resume, lane settings, a settings reload, and its
+status.
 
 A base class of Worker (worker.py): each action is one queue transaction
 (one request, however many jobs), then the worker's own part: ending the
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .config import Settings
 from .durations import format_duration
-from .errors import IllegalTransition, JobNotFound
+from .errors import IllegalTransition, JobNotFound, SlothError
 from .lanes import Lanes
 from .models import Batch, Job
 
@@ -35,9 +36,18 @@ class WorkerActions:
     log_path: Callable[[int, int], Path]
     _wake: asyncio.Event
     _look: bool
+    last_jump: dict[str, Any] | None
+    last_check_at: float | None
+    timerfd: bool
+    host: str
+    places: Any
 
     if TYPE_CHECKING:
         def _end(self, run: "Run", reason: str, grace_s: float | None = None) -> None: ...
+        def take_back(self, lanes: "Sequence[str] | None" = None) -> None: ...
+        def slots_in_use(self) -> dict[str, int]: ...
+        def pending_status(self) -> list[dict[str, object]]: ...
+        def pipeline_status(self) -> dict[str, object]: ...
 
     def wake(self) -> None:
         """Something changed (a job queued or ended, a lane, a pause): the
@@ -121,7 +131,9 @@ class WorkerActions:
 
     # --------------------------------------------------------------- lanes
     def pause(self, lane: str | None) -> None:
+        """Nothing more starts: a successor held in the keeper is taken back too (pipeline.py)."""
         self.lanes.pause(lane)
+        self.take_back(None if lane is None else [lane])
 
     def resume(self, lane: str | None) -> None:
         self.lanes.resume(lane)
@@ -131,6 +143,7 @@ class WorkerActions:
         """Takes effect at the next turn, which comes at once: running jobs
         are never touched; freed or added slots fill."""
         out = self.lanes.set(lane, concurrency, create=create)
+        self.take_back([lane])  # a held successor would start beside a lowered limit's runs
         self.wake()
         return out
 
@@ -146,8 +159,31 @@ class WorkerActions:
         self.queue.lease_s, self.queue.max_attempts = settings.lease_s, settings.max_attempts
         self.queue.backoff_cap_s = settings.backoff_cap_s
         notes = self.lanes.reload(settings)
+        self.take_back()  # lanes may have changed
         self.wake()
         return notes
+
+    # --------------------------------------------------------------- status
+    def _lane_counts(self) -> dict[str, dict[str, int]]:
+        try:
+            return self.queue.lane_counts()
+        except SlothError:  # a broken database: status must still answer
+            return {}
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "lanes": self.lanes.status(self.slots_in_use(), self._lane_counts()),
+            "paused_all": self.lanes.paused_all,
+            "paused_lanes": sorted(self.lanes.paused),
+            "running": [{"id": r.job.id, "attempt": r.attempt, "pid": r.pid, "lane": r.job.lane,
+                         "adopted": r.adopted} for r in self.running.values() if r.outcome is None and not r.pending],
+            "pending": self.pending_status(), "pipeline": self.pipeline_status(),
+            "pending_outcomes": [{"id": r.job.id, "attempt": r.attempt, "tries": r.record_tries,
+                                  "error": r.record_error} for r in self.running.values() if r.record_error],
+            "last_jump": self.last_jump, "host": self.host, "places": self.places,
+            "clock": {"last_check_at": self.last_check_at,
+                      "check_interval_s": self.settings.clock_check_s, "timerfd": self.timerfd},
+        }
 
 
 def remove_orphan_logs(root: Path, queue: "Queue") -> None:

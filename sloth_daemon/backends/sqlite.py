@@ -117,7 +117,7 @@ class SqliteQueue(SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteReads):
     def claim(
         self, worker: str, *, lease_s: float | None = None, lanes: Sequence[str] | None = None,
         exclude_lanes: Collection[str] = (), exclude_ids: Collection[int] = (),
-        places: Collection[str] | None = None,
+        places: Collection[str] | None = None, reclaim: bool = True,
     ) -> Job | None:
         """Lease the most urgent due job to ``worker``, or return None.
 
@@ -133,6 +133,8 @@ class SqliteQueue(SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteReads):
         ``exclude_ids`` never re-issues these jobs' expired leases (the
         daemon's own running jobs: after a stall it renews them instead);
         ``places``: only jobs placed there ("" anywhere; None: any job).
+        ``reclaim=False`` takes queued jobs only, never an expired lease: a
+        claim that may be undone (unclaim) must be a plain one.
 
         Not fsynced (see db.transaction): after a power cut the claimed
         process is gone anyway, and the job simply runs again.
@@ -147,7 +149,7 @@ class SqliteQueue(SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteReads):
         now = self.clock.now()
         with self._tx(durable=False) as c:
             while True:
-                cand = pick.best_candidate(c, now, lanes, exclude_lanes, exclude_ids, places)
+                cand = pick.best_candidate(c, now, lanes, exclude_lanes, exclude_ids, places, expired=reclaim)
                 if cand is None:
                     return None
                 row, expired = cand

@@ -115,6 +115,31 @@ class SqliteLeases:
         finally:
             os.close(fd)
 
+    def unclaim(self, job_id: int, token: str, *, durable: bool = True) -> Job:
+        """running -> queued as if the claim of ``token`` had not happened:
+        its run never started (the daemon held it in the keeper behind
+        another run and took it back, or it was dropped before it started).
+        ``attempts`` and ``tries`` back, token and lease cleared, and the
+        claim's ``claimed`` event deleted, with the ``adopted`` or ``resumed``
+        events of its lease after it: nothing ran, so history shows nothing.
+        The worker name is cleared on a job that has never run.
+        Meant for plain claims (``claim(reclaim=False)``): a reclaim's
+        event would stay (the lease it says was lost was lost), beside the
+        next claim's of the same attempt. Raises LeaseLost or JobNotFound."""
+        now = self.clock.now()
+        with self._tx(durable=durable) as c:
+            row = self._held(c, job_id, token)
+            out = c.execute(
+                "UPDATE jobs SET state = 'queued', attempts = max(attempts - 1, 0), tries = max(tries - 1, 0),"
+                " token = NULL, lease_until = NULL, worker = CASE WHEN attempts <= 1 THEN NULL ELSE worker END,"
+                " updated_at = ? WHERE id = ? RETURNING *", (now, job_id)).fetchone()
+            # The claim's event and what only the lease saw after it (adopted,
+            # resumed): nothing ran. No claim event (a reclaim): nothing goes.
+            c.execute("DELETE FROM events WHERE job_id = ? AND attempt = ? AND id >= (SELECT max(id) FROM events"
+                      " WHERE job_id = ? AND attempt = ? AND kind = 'claimed')",
+                      (job_id, row["attempts"], job_id, row["attempts"]))
+            return self._job(out)
+
     def adopt(self, job_id: int, token: str, worker: str, *, message: str) -> Job:
         """A new holder takes over the lease of ``token`` (a daemon adopting
         a run that outlived the daemon that claimed it): the lease is renewed

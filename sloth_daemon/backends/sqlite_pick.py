@@ -54,12 +54,12 @@ SQL_PLACED_DUE = "SELECT min(not_before) FROM jobs WHERE state = 'queued' AND la
 
 def best_candidate(c: sqlite3.Connection, now: float, lanes: Sequence[str] | None,
                    exclude: Collection[str] = (), exclude_ids: Collection[int] = (),
-                   places: Collection[str] | None = None) -> tuple[Row, bool] | None:
+                   places: Collection[str] | None = None, expired: bool = True) -> tuple[Row, bool] | None:
     """The most urgent claimable row and whether it is an expired lease (a
-    reclaim) rather than a queued job; None when nothing is due. ``places``:
-    only jobs placed there ("" anywhere); None: any."""
+    reclaim) rather than a queued job (``expired=False``: queued ones only);
+    None when nothing is due. ``places``: only jobs placed there ("" anywhere); None: any."""
     q = _best_queued(c, now, lanes, exclude) if places is None else _best_placed(c, now, lanes, exclude, places)
-    e = _best_expired(c, now, lanes, exclude, exclude_ids, places)
+    e = _best_expired(c, now, lanes, exclude, exclude_ids, places) if expired else None
     if q is None and e is None:
         return None
     if e is None:

@@ -411,6 +411,7 @@ def test_bad_frames_get_a_clear_error_change_nothing_and_the_keeper_keeps_servin
         w.send(frame + b"\n")
         msg = w.read_msg()
         assert msg["ok"] is False and msg["error"]["code"] == code, (frame[:60], msg)
+        assert msg["id"] == (1 if frame.startswith(b'{"v"') else None), msg  # answered under its id
     w.hello()
     good = rig.job("j", "true")
     bad_spawns = [

@@ -128,6 +128,32 @@ def test_backoff_with_many_attempts_does_not_overflow(make_queue, clock):
     assert out.state == QUEUED and out.not_before == clock.now() + 1
 
 
+@pytest.mark.backends("sqlite")  # PostgreSQL has no unclaim yet: the daemon does not pipeline there
+def test_unclaim_undoes_a_claim_as_if_it_never_happened_but_keeps_a_reclaim(q, clock):
+    """A claim whose run never started (pipelining took it back): queued,
+    attempts and tries back, no token, lease or worker, and its history
+    without the claim. A reclaim's event stays: that lease did run out (so
+    the daemon only undoes plain claims: ``claim(reclaim=False)``)."""
+    a = q.enqueue(["a"])
+    before = q.get(a)
+    job = q.claim("w")
+    back = q.unclaim(a, job.token)
+    assert (back.state, back.attempts, back.tries, back.token, back.worker, back.lease_until) == \
+        (QUEUED, 0, 0, None, None, None)
+    assert back.not_before == before.not_before and kinds(q, a) == []
+    with pytest.raises((LeaseLost, IllegalTransition)):  # that token holds nothing any more
+        q.unclaim(a, job.token)
+    first = q.claim("w")
+    clock.advance(q.get(a).lease_s + 1)  # its holder is gone: the next claim is a reclaim ...
+    assert q.claim("w2", reclaim=False) is None  # ... which a claim that may be undone never makes
+    again = q.claim("w2")
+    q.unclaim(a, again.token)
+    job = q.get(a)
+    assert (job.state, job.attempts, job.tries, job.token) == (QUEUED, 1, 1, None)
+    assert kinds(q, a) == ["claimed", "reclaimed"] and first.token != again.token
+    assert q.claim("w3").attempts == 2
+
+
 def test_stale_token_cannot_act_after_reclaim(q, clock):
     jid = q.enqueue(["x"])
     old = q.claim("w1")

@@ -29,11 +29,16 @@ class FakeSpawner:
     kill_grace: list[float] = field(default_factory=list)
     trusted: list[tuple[str, float]] = field(default_factory=list)
     acked: list[str] = field(default_factory=list)
+    unspawned: list[str] = field(default_factory=list)
     next_pid: int = 1000
+    pipelines: bool = False  # holds a run behind another (SpawnRequest.after), as the keeper does
 
     def spawn(self, req: SpawnRequest, sink: RunSink) -> None:
         self.reqs[req.key] = req
         self.sinks[req.key] = sink
+
+    def unspawn(self, key: str) -> None:
+        self.unspawned.append(key)
 
     def kill(self, key: str, reason: str, grace_s: float) -> None:
         self.kills.append((key, reason))
@@ -61,6 +66,11 @@ class FakeSpawner:
 
     def exit(self, job_id: int, code: int | None, reason: str | None = None) -> None:
         self.sinks[self.key_of(job_id)].exited(Outcome(code, reason))
+
+    def after_of(self, job_id: int) -> int | None:
+        """The job the spawn of ``job_id`` was to wait for, if any."""
+        after = self.reqs[self.key_of(job_id)].after
+        return None if after is None else self.reqs[after].job_id
 
 
 @pytest.fixture
