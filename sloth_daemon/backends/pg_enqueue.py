@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from ..errors import BadRequest, IllegalTransition
 from ..spec import Defaults, EnvCache, JobSpec
 from ..text import as_bytes
 from . import pg_deps as deps
 from .pgdb import Connection, Cursor
-from .sqlite_enqueue import BATCH_RECORD_S, _runs
+from .sqlite_enqueue import BATCH_RECORD_S, EnqueueOne, _runs
 
 T = TypeVar("T")
 WAITED_ON = 18  # the index of waited_on in a row's values (_Batch._row)
@@ -55,44 +55,13 @@ SQL_BATCH_READ = "SELECT ids FROM sloth.batches WHERE token = %s"
 SQL_BATCH_PRUNE = "DELETE FROM sloth.batches WHERE at < sloth.now() - %s"
 
 
-class PgEnqueue:
+class PgEnqueue(EnqueueOne):
     _db: Connection
     lease_s: float
     max_attempts: int
 
     if TYPE_CHECKING:
         def _write(self, fn: Callable[[Cursor], T], doing: str) -> T: ...
-
-    def enqueue(
-        self,
-        command: Sequence[str],
-        *,
-        max_attempts: int | None = None,
-        lease_s: float | None = None,
-        not_before: float | None = None,
-        priority: int = 0,
-        lane: str = "default",
-        key: str | None = None,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        timeout_s: float | None = None,
-        label: str | None = None,
-        shell: bool = False,
-    ) -> int:
-        """Add a job in state ``queued`` and return its id.
-
-        With ``key``: if an unfinished (blocked, queued or running) job has the
-        same key, return its id and add nothing. Raises BadRequest for invalid fields.
-        """
-        return self.enqueue_many(
-            [
-                dict(
-                    command=command, max_attempts=max_attempts, lease_s=lease_s,
-                    not_before=not_before, priority=priority, lane=lane, key=key,
-                    cwd=cwd, env=env, timeout_s=timeout_s, label=label, shell=shell,
-                )
-            ]
-        )[0]
 
     def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None) -> list[int]:
         """Enqueue many jobs in one transaction; all or none. Same rules as

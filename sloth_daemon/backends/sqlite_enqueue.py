@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from typing import Any, Callable, ContextManager, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Mapping, Sequence
 
 from ..clock import Clock
 from ..errors import BadRequest, IllegalTransition
@@ -53,12 +53,12 @@ def _runs(ids: list[int]) -> list[list[int]]:
     return out
 
 
-class SqliteEnqueue:
-    _conn: sqlite3.Connection
-    _tx: Callable[..., ContextManager[sqlite3.Connection]]  # SqliteReads._tx
-    clock: Clock
-    lease_s: float
-    max_attempts: int
+class EnqueueOne:
+    """``enqueue``, one job through ``enqueue_many``: the same on every backend."""
+
+    if TYPE_CHECKING:
+        def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *,
+                         batch: str | None = None) -> list[int]: ...
 
     def enqueue(
         self,
@@ -78,8 +78,8 @@ class SqliteEnqueue:
     ) -> int:
         """Add a job in state ``queued`` and return its id.
 
-        With ``key``: if an unfinished (queued or claimed) job has the same key,
-        return its id and add nothing. Raises BadRequest for invalid fields.
+        With ``key``: if an unfinished (blocked, queued or running) job has the
+        same key, return its id and add nothing. Raises BadRequest for invalid fields.
         """
         return self.enqueue_many(
             [
@@ -90,6 +90,14 @@ class SqliteEnqueue:
                 )
             ]
         )[0]
+
+
+class SqliteEnqueue(EnqueueOne):
+    _conn: sqlite3.Connection
+    _tx: Callable[..., ContextManager[sqlite3.Connection]]  # SqliteReads._tx
+    clock: Clock
+    lease_s: float
+    max_attempts: int
 
     def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None) -> list[int]:
         """Enqueue many jobs in one transaction; all or none. Same rules as
