@@ -72,3 +72,18 @@ def wakeups(p: psutil.Process) -> int:
         except OSError:
             continue
     return total
+
+
+def fsync_rate(folder: Path, n: int = 500) -> float:
+    """fdatasync() calls per second on a file in ``folder``."""
+    path = folder / "fsync.probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            os.write(fd, b"x" * 512)
+            os.fdatasync(fd)
+        return n / (time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+        os.unlink(path)

@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests.bench._common import bench_bare, cpu_s, ensure_tools, pct, wakeups  # noqa: E402
+from tests.bench._common import bench_bare, cpu_s, ensure_tools, fsync_rate, pct, wakeups  # noqa: E402
 from tests.support.harness import Harness, processes_with_env  # noqa: E402
 
 PY = sys.executable
@@ -457,7 +457,8 @@ def render(r: dict[str, Any]) -> str:
          f"One run of `{m['command']}` on {m['cpus']} CPUs, {m['os']}; tsp {m['tsp_version']}, "
          f"nq {m['nq_version']}, sloth {m['sloth_version']}. Medians of {m['reps']} runs "
          f"unless noted; the machine is shared and noisy, so read the ratios. "
-         f"**Bold**: where sloth loses.", ""]
+         f"Its disk's single-commit rate (512 B write + fdatasync in the temp dir): "
+         f"{m.get('fsync_per_s', 0):,.0f}/s. **Bold**: where sloth loses.", ""]
     e = r["enqueue"]
     floor = e["floor"]["median_ms"]
     L += [f"## Enqueue latency, one CLI call queueing `true` ({e['floor']['n']} calls each, interleaved)", "",
@@ -704,6 +705,7 @@ def main(argv: list[str] | None = None) -> int:
         "tsp_version": version(["tsp", "-V"]) if have["tsp"] else "-",
         "nq_version": _dpkg_version("nq") if have["nq"] else "-",
         "command": "python tests/bench/bench_compare.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "fsync_per_s": fsync_rate(root),
     }}
 
     def step(msg: str) -> None:

@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from sloth_daemon.queue import Queue  # noqa: E402
 from tests.support import fakeclock as fc  # noqa: E402
-from tests.bench._common import bench_bare, cpu_s, wakeups  # noqa: E402
+from tests.bench._common import bench_bare, cpu_s, fsync_rate, wakeups  # noqa: E402
 from tests.support.harness import Harness, temp_harness  # noqa: E402
 
 
@@ -128,6 +128,8 @@ def main() -> None:
     j1 = med([r["wall_s"] for r in jobs1])
     j2 = med([r["wall_s"] for r in jobs2])
     print(f"\n## sloth daemon benchmark ({a.runs} runs, medians)\n")
+    with tempfile.TemporaryDirectory() as d:
+        print(f"disk: {fsync_rate(Path(d)):,.0f} single commits/s (512 B write + fdatasync in the temp dir)\n")
     print("| measure | value | target |")
     print("|---|---|---|")
     print(f"| idle CPU over {idle_s:.0f}s (schedstat) | {med([r['cpu_pct'] for r in idle]):.3f} % | ~0 |")

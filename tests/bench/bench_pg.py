@@ -50,6 +50,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout
 
 from sloth_daemon.queue import open_queue  # noqa: E402
+from tests.bench._common import fsync_rate  # noqa: E402
 from tests.support.pg import PgCluster  # noqa: E402
 
 BATCH = 10_000
@@ -77,21 +78,6 @@ WORKER = textwrap.dedent(
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def fsync_rate(folder: Path, n: int = 500) -> float:
-    """fdatasync() calls per second on a file in ``folder``."""
-    path = folder / "fsync.probe"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        t0 = time.perf_counter()
-        for _ in range(n):
-            os.write(fd, b"x" * 512)
-            os.fdatasync(fd)
-        return n / (time.perf_counter() - t0)
-    finally:
-        os.close(fd)
-        os.unlink(path)
 
 
 def pg_commit_rate(cluster: PgCluster, n: int = 500) -> float:
