@@ -228,14 +228,19 @@ class Harness:
                     procs.append(psutil.Process(p.pid))
                 except psutil.Error:
                     pass
-        for p in procs:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(procs, timeout=5)
-        for p in self.spawned:
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                pass
+        kill_and_wait(procs, self.spawned)
+
+
+def kill_and_wait(procs: list[psutil.Process], popens: list[subprocess.Popen[bytes]]) -> None:
+    """SIGKILL every process, wait for them (5 s at most), and reap the ones we started."""
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=5)
+    for pop in popens:
+        try:
+            pop.wait(5)
+        except subprocess.TimeoutExpired:
+            pass

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import psutil
 
 from sloth_daemon.paths import Paths
-from tests.support.harness import alive, processes_with_env
+from tests.support.harness import alive, kill_and_wait, processes_with_env
 
 MARK = "SLOTH_KEEPER_TEST"
 
@@ -200,17 +200,7 @@ class KeeperRig:
                 procs.append(psutil.Process(pid))
             except psutil.Error:
                 pass
-        for p in procs:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(procs, timeout=5)
-        for p in self.procs:
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                pass
+        kill_and_wait(procs, self.procs)
 
 
 def make_rig() -> KeeperRig:
