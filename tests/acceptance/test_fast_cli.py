@@ -189,7 +189,7 @@ def test_the_fast_path_and_typer_queue_print_and_exit_the_same(pair):
 HEAVY = {
     "typer", "click", "rich", "psutil", "sqlite3", "asyncio", "subprocess", "platformdirs", "sloth_daemon.cli.full",
     "sloth_daemon.cli.app", "sloth_daemon.paths", "sloth_daemon.spec", "sloth_daemon.models", "sloth_daemon.config",
-    "sloth_daemon.queue",
+    "sloth_daemon.queue", "psycopg",
 }
 LIGHT_TOO = {"typing", "dataclasses", "inspect", "re", "json", "pathlib", "socket", "selectors", "shlex", "secrets"}
 IMPORTS = """
@@ -241,6 +241,29 @@ def test_add_ls_show_and_a_tab_import_only_what_they_need(harness, home):
         assert not new & HEAVY, (argv, sorted(new & HEAVY))
         if light:
             assert not new & LIGHT_TOO, (argv, sorted(new & LIGHT_TOO))
+
+
+def _maps_name(pid: int | str, name: str) -> bool:
+    with open(f"/proc/{pid}/maps") as f:
+        return name in f.read()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/PID/maps")
+def test_a_daemon_on_the_sqlite_queue_never_loads_psycopg(harness):
+    """psycopg is for a queue URL only: the default daemon and its keeper,
+    having run a job, have no psycopg library mapped (psycopg[binary]'s C
+    library is mapped from the moment `import psycopg` runs, as the control
+    below shows)."""
+    pytest.importorskip("psycopg")
+    control = subprocess.run([sys.executable, "-c", "import psycopg, os; print(open('/proc/self/maps').read())"],
+                             capture_output=True, text=True, check=True).stdout
+    if "psycopg" not in control:
+        pytest.skip("this psycopg maps no library of its own (not the binary build)")
+    daemon = harness.start()
+    jid = harness.add("true")
+    harness.wait_state(jid, "done")
+    assert not _maps_name(daemon.pid, "psycopg")
+    assert not _maps_name(harness.keeper_pid(), "psycopg")
 
 
 # ------------------------------------------------------------ completion
