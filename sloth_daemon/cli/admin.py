@@ -29,7 +29,7 @@ def config(
 
     # A broken file is an error even while the daemon runs; JSON-shaped, to compare with the daemon's answer.
     file = json.loads(json.dumps(cfg.load(p.config_file).as_dict()))
-    d = json.loads(json.dumps(call_or_read("config")))  # read offline, it holds tuples: compare like with like
+    d = call_or_read("config")
     d["paths"] = p.as_dict()
     d["file_differs"] = d["settings"] != file["settings"] or d["lanes"] != file["lanes"]
     emit_json(d) if as_json else _print_config(d, p.config_file)

@@ -11,6 +11,7 @@ and an attempt that ran on another machine is read from its stored copy.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Callable
 
@@ -137,7 +138,7 @@ def _config(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
     d = cfg.load(paths.config_file).as_dict()
     d["lanes_in_force"] = {ln: {"concurrency": v["concurrency"], "source": v["source"]}
                            for ln, v in _lanes(q, paths, a)["lanes"].items()}
-    return d
+    return json.loads(json.dumps(d))  # as the daemon's answer arrives: lists, not the settings' tuples
 
 
 _OPS: dict[str, Callable[[Any, Paths, dict[str, Any]], Any]] = {
