@@ -30,6 +30,11 @@ def ensure_tools() -> dict[str, str | None]:
     return found
 
 
+def log(msg: str) -> None:
+    """Progress on stderr (stdout holds the figures)."""
+    print(msg, file=sys.stderr, flush=True)
+
+
 def pct(xs: list[float], q: float) -> float:
     """The q-quantile (nearest rank) of xs; NaN for none."""
     s = sorted(xs)

@@ -42,6 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout
 
+from tests.bench._common import log, pct  # noqa: E402
 from tests.support.harness import Harness  # noqa: E402
 from tests.support.machines import Machines, Network, wait_until  # noqa: E402
 
@@ -49,10 +50,6 @@ CONFIG = """
 [lanes]
 default = 4
 """
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def throughput(first, everyone, n: int, place: dict[str, str]) -> float:
@@ -107,9 +104,8 @@ def pg_figures(net: Network, jobs: int, samples: int, results: dict[str, list[fl
 
 
 def fmt_lat(xs: list[float]) -> str:
-    xs = sorted(xs)
-    p90 = xs[min(len(xs) - 1, int(len(xs) * 0.9))]
-    return f"median {statistics.median(xs) * 1000:7.1f} ms  p90 {p90 * 1000:7.1f} ms  max {xs[-1] * 1000:7.1f} ms"
+    return (f"median {statistics.median(xs) * 1000:7.1f} ms  p90 {pct(xs, 0.9) * 1000:7.1f} ms"
+            f"  max {max(xs) * 1000:7.1f} ms")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -50,7 +50,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout
 
 from sloth_daemon.queue import open_queue  # noqa: E402
-from tests.bench._common import fsync_rate  # noqa: E402
+from tests.bench._common import fsync_rate, log  # noqa: E402
 from tests.support.pg import PgCluster  # noqa: E402
 
 BATCH = 10_000
@@ -74,10 +74,6 @@ WORKER = textwrap.dedent(
         f.write(f"{n} {end}")
     """
 )
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def pg_commit_rate(cluster: PgCluster, n: int = 500) -> float:
