@@ -24,12 +24,31 @@ def home():
 
 
 @pytest.fixture
-def harness(home):
-    h = Harness(home / "h", config=TEST_CONFIG)
+def make_harness(home):
+    """Harness(home / name, config=...) for a test that needs other settings;
+    every one made is reaped at teardown, also when the test fails."""
+    made: list[Harness] = []
+
+    def make(config: str = TEST_CONFIG, name: str = "h") -> Harness:
+        made.append(Harness(home / name, config=config))
+        return made[-1]
+
     try:
-        yield h
+        yield make
     finally:
-        h.reap()
+        for h in made:
+            h.reap()
+
+
+@pytest.fixture
+def harness(make_harness):
+    return make_harness()
+
+
+@pytest.fixture
+def quick_retry(make_harness):
+    """A daemon whose retries come after 0.2 s instead of 2 s (backoff cap 200 ms)."""
+    return make_harness(TEST_CONFIG.replace('backoff_cap_s = "60s"', 'backoff_cap_s = "200ms"'), "q")
 
 
 # ------------------------------------------------------------- PostgreSQL

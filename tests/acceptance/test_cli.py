@@ -21,21 +21,10 @@ from sloth_daemon import __version__
 from sloth_daemon.errors import (
     EXIT_CONFLICT, EXIT_JOB_FAILED, EXIT_NOT_FOUND, EXIT_NOT_RUNNING, EXIT_USAGE,
 )
-from tests.support.harness import TEST_CONFIG, Harness
 
 pytestmark = pytest.mark.acceptance
 
 ANSI = re.compile(r"\x1b\[")
-
-
-@pytest.fixture
-def quick_retry(home):
-    """A daemon whose retries come after 0.2 s instead of 2 s (backoff cap 200 ms)."""
-    h = Harness(home / "q", config=TEST_CONFIG.replace('backoff_cap_s = "60s"', 'backoff_cap_s = "200ms"'))
-    try:
-        yield h
-    finally:
-        h.reap()
 
 
 def one_error(p: subprocess.CompletedProcess[str], *words: str) -> None:

@@ -24,18 +24,6 @@ from tests.support.harness import TEST_CONFIG, Harness, processes_with_env
 
 pytestmark = pytest.mark.acceptance
 
-QUICK = TEST_CONFIG.replace('backoff_cap_s = "60s"', 'backoff_cap_s = "200ms"')
-
-
-@pytest.fixture
-def quick(home):
-    h = Harness(home / "q", config=QUICK)
-    try:
-        yield h
-    finally:
-        h.reap()
-
-
 def add(h: Harness, *args: str, **kw) -> int:
     return h.cli_json("add", *args, **kw)["ids"][0]
 
@@ -124,8 +112,8 @@ def test_daemon_reload_and_sighup_say_what_changed_and_tell_systemd(harness):
 
 
 # --------------------------------------------------------- 2. dependencies
-def test_after_after_any_and_chains(quick, home):
-    h = quick
+def test_after_after_any_and_chains(quick_retry, home):
+    h = quick_retry
     h.start()
     gate = home / "go"
     a = add(h, "--max-attempts", "1", "--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done; exit 1")
@@ -263,8 +251,8 @@ def test_the_cli_finds_a_daemon_started_with_another_runtime_dir(tmp_path):
 
 
 # ---------------------------------------------------------- 6. being told
-def test_add_wait_wait_show_and_logs_tell_the_outcome_and_the_log_tail(quick, home):
-    h = quick
+def test_add_wait_wait_show_and_logs_tell_the_outcome_and_the_log_tail(quick_retry, home):
+    h = quick_retry
     h.start()
     p = h.cli("add", "--wait", "--max-attempts", "1", "--", "sh", "-c", "echo one; echo boom; exit 3")
     jid = int(p.stdout)

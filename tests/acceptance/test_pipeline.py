@@ -24,14 +24,8 @@ NOTING_JOB = (
 
 
 @pytest.fixture
-def harness1(home):
-    from tests.support.harness import Harness
-
-    h = Harness(home / "h", config=ONE_SLOT)
-    try:
-        yield h
-    finally:
-        h.reap()
+def harness1(make_harness):
+    return make_harness(ONE_SLOT)
 
 
 def test_a_burst_of_short_jobs_in_one_slot_runs_each_once_and_never_two_at_a_time(harness1, home):

@@ -28,18 +28,9 @@ import pytest
 from sloth_daemon.keeper_client import KeeperClient, KeeperError, boot_now, read_journal
 from tests.acceptance.test_socket import NOBODY, as_nobody, python_for_nobody
 from tests.support.harness import alive
-from tests.support.keeper_rig import KeeperRig, Wire, frozen, make_rig, remove_rig, wait_for
+from tests.support.keeper_rig import KeeperRig, Wire, frozen, remove_rig, wait_for
 
 LINUX = sys.platform.startswith("linux")
-
-
-@pytest.fixture
-def rig():
-    r = make_rig()
-    try:
-        yield r
-    finally:
-        remove_rig(r)
 
 
 def pid_from(path: Path) -> int:

@@ -11,22 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 
 from sloth_daemon.keeper_client import KeeperClient, boot_now, read_journal
 from sloth_daemon.spawner import SpawnRequest
 from sloth_daemon.supervision import KeeperSpawner
 from tests.integration.test_keeper import Sink, until
-from tests.support.keeper_rig import KeeperRig, Wire, make_rig, remove_rig
-
-
-@pytest.fixture
-def rig():
-    r = make_rig()
-    try:
-        yield r
-    finally:
-        remove_rig(r)
+from tests.support.keeper_rig import KeeperRig, Wire
 
 
 def held_until(rig: KeeperRig, key: str, gate: Path, code: int = 0) -> dict[str, Any]:
