@@ -193,13 +193,18 @@ def changes(old: Settings, new: Settings) -> list[str]:
 
 def queue_target(settings: Settings, data_db: Path, environ: Mapping[str, str] | None = None) -> str | Path:
     """Where the queue is: $SLOTH_QUEUE_URL, else queue_url, else the SQLite
-    file ``data_db``. Raises ConfigError for a variable that is no URL."""
+    file ``data_db``. Raises ConfigError for a variable that is no URL, and
+    StorageError for a URL where psycopg is not installed."""
     import os
 
     env = os.environ if environ is None else environ
     url = env.get(QUEUE_URL_ENV, "") or settings.queue_url
     if url and not url.lower().startswith(URL_SCHEMES):
         raise ConfigError(f"{QUEUE_URL_ENV} must be a postgresql:// URL, got {_public('queue_url', url)!r}")
+    if url:
+        from .backends import require_psycopg
+
+        require_psycopg()
     return url or data_db
 
 

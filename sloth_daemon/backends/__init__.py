@@ -93,6 +93,16 @@ def open_read_only(target: str | os.PathLike[str]) -> "Union[SqliteReadOnly, PgR
     return SqliteReadOnly(target)
 
 
+def require_psycopg() -> None:
+    """StorageError saying how to install psycopg unless it imports: every
+    way to a queue URL (config.queue_target) asks this first, so a daemon,
+    `sloth db` or a read without the daemon never fails deeper, on an import."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError as e:
+        raise _no_psycopg(e) from e
+
+
 def _no_psycopg(e: ImportError) -> Exception:
     from ..errors import StorageError
 

@@ -128,3 +128,18 @@ def test_labels_and_commands_cannot_break_the_table(harness):
     assert "two\\nlines \\x1b[31mred" in out
     shown = harness.cli("show", "1").stdout
     assert "\x1b" not in shown
+
+
+def test_a_queue_url_without_psycopg_installed_is_a_clear_error_everywhere(harness, home):
+    """queue_url set, the postgres extra not installed (psycopg hidden here
+    by a package on PYTHONPATH that refuses to import): every way to the
+    queue says what to install, never "internal error"."""
+    hide = home / "nopg" / "psycopg"
+    hide.mkdir(parents=True)
+    (hide / "__init__.py").write_text('raise ImportError("No module named psycopg (hidden by the test)")\n')
+    env = dict(harness.env, SLOTH_QUEUE_URL="postgresql://nobody@127.0.0.1:1/x", PYTHONPATH=str(home / "nopg"))
+    for args in (["ls"], ["status"], ["add", "--", "true"], ["db", "status"], ["daemon", "run"]):
+        p = subprocess.run([sys.executable, "-m", "sloth_daemon", *args], env=env, text=True, capture_output=True,
+                           timeout=60, cwd=home)
+        clean_error(p, 1, "a PostgreSQL queue needs psycopg 3", "slothqueue[postgres]")
+    assert not processes_with_env("SLOTH_HOME", str(harness.home))  # no daemon was left running
