@@ -130,6 +130,7 @@ class JobProcess:
         except OSError as e:
             raise SpawnError(f"cannot make a pipe for the job's output: {e.strerror}", retry=True,
                              errno=e.errno) from e
+        before = procident.uptime_ticks()
         try:
             self.proc = subprocess.Popen(
                 self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
@@ -142,7 +143,10 @@ class JobProcess:
                              errno=e.errno if isinstance(e, OSError) else None) from e
         finally:
             os.close(wfd)
-        self.tree = procident.ProcessTree(self.proc.pid, self.env.get(procident.TOKEN_ENV))
+        after = procident.uptime_ticks() if before is not None else None
+        # Forked within one tick: its start stamp is that tick (procident.uptime_ticks).
+        known = float(before) if before is not None and before == after else None
+        self.tree = procident.ProcessTree(self.proc.pid, self.env.get(procident.TOKEN_ENV), root_stamp=known)
         os.set_blocking(rfd, False)
         self._rfd = rfd
         loop.add_reader(rfd, self._read)

@@ -43,6 +43,46 @@ def test_start_ticks_parse_a_comm_with_spaces_and_parens(tmp_path):
         p.wait()
 
 
+def test_a_start_stamp_known_from_the_uptime_around_a_spawn_is_the_one_proc_says():
+    """The spawn's shortcut (procident.uptime_ticks): two readings that agree
+    name the tick the process started in, exactly as /proc/PID/stat does; a
+    spawn that crossed a tick is read from /proc instead. Hundreds of real
+    spawns: a shortcut one tick off would make a live job look gone."""
+    agreed = 0
+    for i in range(300):
+        before = procident.uptime_ticks()
+        p = subprocess.Popen(["true"])
+        after = procident.uptime_ticks()
+        try:
+            if before == after:
+                agreed += 1
+                assert float(before) == procident.start_stamp(p.pid)
+        finally:
+            p.wait()
+    assert agreed > 200  # a spawn takes well under a tick
+    assert procident.uptime_ticks() == pytest.approx(procident.stamp_now(), abs=2)  # the same clock
+
+
+def test_a_jobs_identity_holds_its_exact_start_however_it_was_learnt(tmp_path):
+    from sloth_daemon.joblog import LogWriter
+    from sloth_daemon.runner import JobProcess
+    import asyncio
+
+    async def main() -> list[tuple[float | None, float | None]]:
+        seen = []
+        for i in range(30):
+            jp = JobProcess(["sleep", "5"], cwd=None, env=dict(os.environ), log=LogWriter(tmp_path / f"{i}.log", 1024),
+                            on_output=lambda d: None, on_exit=lambda jp: None)
+            jp.start(asyncio.get_running_loop())
+            seen.append((jp.identity()["start"], procident.start_stamp(jp.pid)))
+            os.kill(jp.pid, signal.SIGKILL)
+            await jp.done.wait()
+            jp.log.close()
+        return seen
+    seen = asyncio.run(main())
+    assert all(a == b and a is not None for a, b in seen), seen
+
+
 def test_kill_identity_ends_a_tree_with_a_setsid_grandchild(tmp_path):
     gc = tmp_path / "gc"
     # not our child's child only: the grandchild leaves the session
