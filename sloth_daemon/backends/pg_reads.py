@@ -154,7 +154,10 @@ class PgReads(PgListing):
         d["env"] = None
         if d["env_id"] is None:
             return Job.from_row(d)
-        return Job.from_row(d, env=dict(self._env(d["env_id"], c)))  # a copy: callers may change theirs
+        # The one object per env_id, not a copy: jobs of one `sloth add` share
+        # it, so the worker's and the keeper client's caches (keyed by object)
+        # send it to the keeper once, not whole with every job. Never changed.
+        return Job.from_row(d, env=self._env(d["env_id"], c))
 
     def _env(self, env_id: int, c: Cursor | None) -> dict[str, str]:
         """An environment from the cache or ``envs`` (on ``c`` inside a

@@ -172,7 +172,10 @@ class SqliteReads(SqliteListing):
             if len(self._envs) > 256:
                 self._envs.clear()
             self._envs[env_id] = env
-        return Job.from_row(row, env=dict(env))  # a copy: callers may change theirs
+        # The one object per env_id, not a copy: jobs of one `sloth add` share
+        # it, so the worker's and the keeper client's caches (keyed by object)
+        # send it to the keeper once, not whole with every job. Never changed.
+        return Job.from_row(row, env=env)
 
     def _get_row(self, c: sqlite3.Connection, job_id: int) -> sqlite3.Row:
         if isinstance(job_id, bool) or not isinstance(job_id, int):
