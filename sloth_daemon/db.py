@@ -369,6 +369,11 @@ def _storage(guard: Guard | None, e: sqlite3.DatabaseError, doing: str) -> Stora
     return StorageError(f"{doing}: {e}", hint="Check that the data dir is writable and not full (`sloth doctor`).")
 
 
+def failed(conn: sqlite3.Connection, e: sqlite3.DatabaseError) -> StorageError:
+    """The error to raise for ``e`` met while writing (see Guard.failed)."""
+    return _storage(guard_of(conn), e, "queue database error")
+
+
 def reading(conn: sqlite3.Connection, e: sqlite3.DatabaseError) -> StorageError:
     """The error to raise for ``e`` met while reading (see Guard.failed)."""
     return _storage(guard_of(conn), e, "cannot read the queue database")

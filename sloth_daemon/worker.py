@@ -11,8 +11,9 @@ sleeping laptop from running a job twice):
      leases that really expired (holders dead), at once;
   4. record the outcomes of runs that ended: after step 3, so a lane's next
      job is already starting while the result's fsync runs.
-A burst of short jobs does not wait for the worker at all: the next job of
-a full lane waits in the keeper behind a young run (pipeline.py).
+Steps 3 and 4 are one transaction where the queue allows (recording.py).
+A burst of short jobs does not wait for the worker at all: the next jobs of
+a full lane wait in the keeper behind a young run (pipeline.py).
 Then ``run()`` sleeps until the next due time, heartbeat, clock check or
 wake-up. Processes are the spawner's business (spawner.py); the worker
 hears of starts and exits through one RunSink per run.
@@ -25,7 +26,6 @@ import logging
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import outcomes
 from .adoption import Adoption
 from .clock import ClockReadings, Clocks, Jump, JumpDetector, JumpKind
 from .config import Settings
@@ -34,7 +34,8 @@ from .errors import JobNotFound, LeaseLost, SlothError, StorageError
 from .lanes import Lanes
 from .limits import Postponement
 from .models import Job
-from .pipeline import Pipelining, unlink
+from .pipeline import PACE_S, Pipelining, unlink
+from .recording import CLAIM_RETRY_S, TIMER_SLACK_S, Recording
 from .queue import Queue
 from .runner import JobEnvs
 from .runs import RENEW_RETRY_S, Run, Sink, boot_of, ran_here, renew_in, term_lead, this_host, trust_until, worker_name
@@ -43,13 +44,11 @@ from .worker_actions import WorkerActions
 
 log = logging.getLogger("sloth.worker")
 PRUNE_EVERY_S = 3600.0
-CLAIM_RETRY_S = 0.5  # after a claim the database refused for now (locked, full)
 RECORD_RUNNER_AFTER_S = 1.0  # a process that ends sooner has its identity written with its outcome
 FIRST_PRUNE_S = 60.0
-TIMER_SLACK_S = 0.001  # the loop's timers fire this early or so: a deadline that near is due (no spinning)
 
 
-class Worker(Adoption, Pipelining, WorkerActions):
+class Worker(Recording, Adoption, Pipelining, WorkerActions):
     def __init__(
         self, queue: Queue, settings: Settings, spawner: Spawner, *, clocks: Clocks,
         log_path: Callable[[int, int], Path], instance: str,
@@ -109,6 +108,8 @@ class Worker(Adoption, Pipelining, WorkerActions):
                 await asyncio.sleep(1.0)
             if self.stopping:
                 break
+            if self.paced():  # a burst: the keeper has work in hand; let a few more ends come in
+                await asyncio.sleep(PACE_S)
             await self._sleep(self.next_wake_s())
 
     async def _sleep(self, timeout_s: float) -> None:
@@ -131,10 +132,9 @@ class Worker(Adoption, Pipelining, WorkerActions):
             self._look = True  # now and then, for jobs another process queued in the file
         self.heartbeat_due(r)
         self.take_back_due(r.awake)
-        if self._look or (self._next_due is not None and self._next_due <= self.queue_now(r)):
-            self._look = False  # a turn for a heartbeat or an fsync alone skips the queries
-            self.claim_due(r)
-        self.settle(r.awake)
+        claim = self._look or (self._next_due is not None and self._next_due <= self.queue_now(r))
+        self._look = False  # a turn for a heartbeat or an fsync alone skips the claim queries
+        self.write_turn(r, claim=claim)  # claims and outcomes: one transaction (recording.py)
         self.record_runners(r.awake)
         if r.awake >= self._next_prune:
             self._next_prune = r.awake + PRUNE_EVERY_S
@@ -248,8 +248,9 @@ class Worker(Adoption, Pipelining, WorkerActions):
             job = self.queue.claim(self.name, exclude_lanes=blocked, exclude_ids=mine, places=self.places)
             if job is None:
                 return  # another process took it
-            self.on_change(job)
-            self._start(Run(job, job.token or "", job.attempts), r)
+            run = Run(job, job.token or "", job.attempts)
+            self.claimed(run)
+            self._start(run, r)
 
     def _start(self, run: Run, claimed: ClockReadings) -> None:
         job = run.job
@@ -266,7 +267,7 @@ class Worker(Adoption, Pipelining, WorkerActions):
             trust_until=trust_until(claimed, job.lease_s),
             term_lead_s=term_lead(job.lease_s, self.settings.kill_grace_s),
             after=run.after.token if run.after is not None else None)
-        self.spawner.spawn(req, Sink(self, run))
+        self.after_commit(self.spawner.spawn, req, Sink(self, run))  # never before the claim is in
 
     # ---------------------------------------------------- news from spawner
     def on_started(self, run: Run, pid: int, identity: dict[str, Any]) -> None:
@@ -344,46 +345,6 @@ class Worker(Adoption, Pipelining, WorkerActions):
             return
         run.ending = reason
         self.spawner.kill(run.token, reason, self.settings.kill_grace_s if grace_s is None else grace_s)
-
-    def settle(self, awake: float) -> None:
-        """Record the outcome of every run whose process ended (an outcome
-        the database would not take waits for its retry time), without an
-        fsync but the one that makes them all durable; only then is anyone
-        told (durability.py)."""
-        due = [r for r in self.running.values() if r.outcome is not None and r.record_after <= awake]
-        todo = [r for r in due if not r.written]
-        for i, run in enumerate(todo):
-            last = self.commits.write_durably(i == len(todo) - 1)
-            self._settle_one(run, run.outcome, awake, durable=last)  # type: ignore[arg-type]
-        durable = bool(todo) and todo[-1].written and self.commits.write_durably(True)
-        self.commits.written([r for r in due if r.written], durable=durable, awake=awake)
-        if self.commits.due_at is not None and awake >= self.commits.due_at - TIMER_SLACK_S:
-            self.commits.flush(awake)
-
-    def _tell(self, runs: list[Run]) -> None:
-        """Their outcomes are durable: the keeper may forget them, watchers hear."""
-        self.spawner.ack([run.token for run in runs])
-        for run in runs:
-            self._drop(run)
-            if run.written_job is not None:
-                self.on_change(run.written_job)
-
-    def _settle_one(self, run: Run, outcome: Outcome, awake: float, *, durable: bool) -> None:
-        """Write one outcome (run.written), or keep it for a later try."""
-        if outcome.log_problem:
-            log.warning("job %d attempt %d: %s", run.job.id, run.attempt, outcome.log_problem)
-        try:
-            run.written_job = outcomes.record(self.queue, run, outcome, runner=run.identity, durable=durable)
-        except (LeaseLost, JobNotFound) as e:
-            log.warning("outcome of job %d not recorded: %s", run.job.id, e.message)
-        except SlothError as e:  # keep it, try again later: never thrown away, never re-run by us
-            log.error("cannot record the outcome of job %d yet (try %d): %s", run.job.id,
-                      run.record_tries + 1, e.message)
-            run.postpone_record(e.message, awake)
-            return
-        run.written = True
-        if run.written_job is not None and run.written_job.state.value == "queued":
-            self._look = True  # back in the queue (a retry, a release): due at its not_before
 
     async def shutdown(self, *, keep_jobs: bool = False) -> None:
         """Stop claiming. By default end running jobs gracefully and requeue

@@ -18,13 +18,12 @@ added after it; those are passed, after the commit, to ``on_side_change``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
 import sqlite3
 from pathlib import Path
-from typing import Any, Callable, Collection, Iterator, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 from .. import db
 from . import sqlite_deps as deps
@@ -33,6 +32,7 @@ from .sqlite_batch import SqliteBatch
 from .sqlite_leases import SqliteLeases, past
 from .sqlite_enqueue import SQL_ACTIVE_KEY, SqliteEnqueue
 from .sqlite_reads import SqliteReads
+from .sqlite_unit import SqliteUnits, WriteUnit
 from ..clock import Clock, SystemClock
 from ..durations import format_duration
 from ..errors import BadRequest, IllegalTransition, LeaseLost
@@ -46,7 +46,7 @@ DEFAULT_BACKOFF_CAP_S = 300.0
 _NEVER_CLOSED: list[sqlite3.Connection] = []  # connections of broken queues (see close)
 
 
-class SqliteQueue(SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteReads):
+class SqliteQueue(SqliteUnits, SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteReads):
     """A durable lease queue over one SQLite file (see module docstring)."""
 
     on_side_change: Callable[[Job], None] | None = None  # see the module docstring
@@ -74,20 +74,8 @@ class SqliteQueue(SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteReads):
         self._envs: dict[int, dict[str, str]] = {}  # env_id -> env, decoded once
         self._conn.row_factory = sqlite3.Row
         self._side: list[sqlite3.Row] = []  # dependents changed by the open transaction
+        self._unit: WriteUnit | None = None  # writes that share one transaction (unit())
         self.identity: str = self._identity()
-
-    @contextlib.contextmanager
-    def _tx(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
-        """db.transaction (with this queue's patience for locks), then (after
-        the commit only) tell ``on_side_change`` of each dependent the
-        transaction queued or cancelled."""
-        self._side = []
-        with db.transaction(self._conn, durable=durable, patience_s=self._patience_s) as c:
-            yield c
-        side, self._side = self._side, []
-        if self.on_side_change is not None:
-            for row in side:
-                self.on_side_change(self._job(row))
 
     def _identity(self) -> str:
         """This queue's stable id: random, made with the queue (or the first

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from sloth_daemon.pipeline import HOT_S
+from sloth_daemon.pipeline import DEPTH, HOT_S
 from tests.support.harness import TEST_CONFIG
 
 pytestmark = pytest.mark.acceptance
@@ -59,7 +59,9 @@ def test_a_long_job_holds_no_successor_longer_than_hot_s(harness1, home):
     long = h.add("sh", "-c", f"i=0; while [ ! -e {gate} ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done")
     short = h.add_many([{"command": ["true"]} for _ in range(3)])
     h.call("resume")
-    h.wait_for(lambda: h.call("status")["pipeline"]["taken_back"] >= 1, timeout_s=30,
+    held = min(DEPTH, len(short))  # successors held behind it, then taken back, one by one
+    h.wait_for(lambda: h.call("status")["pipeline"]["taken_back"] >= held
+               and [j["id"] for j in h.call("list", states=["running"])["jobs"]] == [long], timeout_s=30,
                what="the long job's successors taken back")
     for _ in range(5):  # and it stays so while the long job runs (polls, not timing)
         st = h.call("status")

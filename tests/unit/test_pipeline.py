@@ -44,20 +44,21 @@ def unstarted(reason: str, by: str | None = None) -> Outcome:
 
 def test_a_full_lanes_next_jobs_wait_in_the_spawner_behind_the_run_DEPTH_deep(pipe):
     w, q, sp = pipe()
-    ids = [q.enqueue(["true"]) for _ in range(5)]
+    ids = [q.enqueue(["true"]) for _ in range(DEPTH + 3)]
     w.turn()
-    assert DEPTH == 2
-    assert spawned(sp) == [(ids[0], None), (ids[1], ids[0]), (ids[2], ids[1])]  # sent with the first
+    assert DEPTH >= 2
+    chain = [(ids[0], None)] + [(ids[i], ids[i - 1]) for i in range(1, DEPTH + 1)]
+    assert spawned(sp) == chain  # sent with the first
     st = w.status()
     assert [r["id"] for r in st["running"]] == [ids[0]]
-    assert [(p["id"], p["after"]) for p in st["pending"]] == [(ids[1], ids[0]), (ids[2], ids[1])]
+    assert [(p["id"], p["after"]) for p in st["pending"]] == chain[1:]
     assert w.slots_in_use() == {"default": 1} and st["lanes"]["default"]["running"] == 1
     sp.start(ids[0])
     sp.exit(ids[0], 0)
     sp.start(ids[1])  # the keeper started it the moment the first ended
     w.turn()
     assert q.get(ids[0]).state == "done"
-    assert spawned(sp)[3:] == [(ids[3], ids[2])]  # the chain is kept DEPTH deep
+    assert spawned(sp)[DEPTH + 1:] == [(ids[DEPTH + 1], ids[DEPTH])]  # the chain is kept DEPTH deep
     assert [e for e in kinds(q, ids[1])] == ["claimed"]
     sp.exit(ids[1], 0)
     w.turn()
@@ -348,20 +349,40 @@ def test_after_a_run_longer_than_HOT_S_a_lane_waits_for_a_short_one_before_holdi
     and taken back again, for nothing: such a lane runs one job at a time
     as before until a run ends within HOT_S of its start."""
     w, q, sp = pipe()
-    ids = [q.enqueue(["x"]) for _ in range(6)]
+    ids = [q.enqueue(["x"]) for _ in range(DEPTH + 4)]
     w.turn()
     sp.start(ids[0])
     clocks.advance(HOT_S * 0.9)
     sp.exit(ids[0], 0)  # within HOT_S: short
     sp.start(ids[1])
     w.turn()
-    assert spawned(sp)[3:] == [(ids[3], ids[2])]  # a short lane: the chain goes on
+    assert spawned(sp)[DEPTH + 1:] == [(ids[DEPTH + 1], ids[DEPTH])]  # a short lane: the chain goes on
     clocks.advance(HOT_S * 2)
     sp.exit(ids[1], 0)  # a long one ended: ids[2] had started, the keeper starts it
     sp.start(ids[2])
     w.turn()
-    assert len(spawned(sp)) == 4  # nothing more held behind ids[2] (ids[3] is already)
+    assert len(spawned(sp)) == DEPTH + 2  # nothing more held behind ids[2] (what is held stays)
     sp.exit(ids[2], 0)  # short again
     sp.start(ids[3])
     w.turn()
-    assert spawned(sp)[4:] == [(ids[4], ids[3]), (ids[5], ids[4])]
+    assert spawned(sp)[DEPTH + 2:] == [(ids[DEPTH + 2], ids[DEPTH + 1]), (ids[DEPTH + 3], ids[DEPTH + 2])]
+
+
+def test_turns_are_paced_only_while_the_keeper_holds_runs_to_start(pipe):
+    """A burst: the worker may wait PACE_S between turns, to record several
+    ends and claim several successors in one transaction. A lone job (or
+    the last of a burst) is never kept waiting."""
+    w, q, sp = pipe()
+    a = q.enqueue(["true"])
+    w.turn()
+    assert not w.paced()  # one job: nothing held behind it
+    ids = [q.enqueue(["true"]) for _ in range(3)]
+    sp.start(a)
+    w.turn()
+    assert w.paced() and [p["id"] for p in w.status()["pending"]] == ids
+    for prev, nxt in zip([a] + ids, ids + [None]):
+        sp.exit(prev, 0)
+        if nxt is not None:
+            sp.start(nxt)
+        w.turn()
+    assert not w.paced() and q.get(ids[-1]).state == "done"

@@ -155,3 +155,67 @@ def test_deps_rows_go_with_a_pruned_job(q, clock):
     clock.advance(10)
     assert q.prune(1) == 1
     assert q.prereqs(b) == [] and sql(q, "SELECT count(*) FROM deps")[0][0] == 0
+
+
+# --------------------------------------------- several writes, one commit
+def _state_seen_by_another_connection(q, job_id):
+    import sqlite3
+
+    c = sqlite3.connect(q.path)
+    try:
+        return c.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
+    finally:
+        c.close()
+
+
+@pytest.mark.backends("sqlite")
+def test_a_unit_commits_its_writes_once_and_a_write_that_fails_alone_undoes_only_itself(q):
+    from sloth_daemon.errors import LeaseLost
+
+    a, b = q.enqueue(["a"]), q.enqueue(["b"])
+    with q.unit():
+        ja = q.claim("w")
+        with pytest.raises(LeaseLost):
+            q.complete(a, "not-the-token")
+        jb = q.claim("w")
+        assert _state_seen_by_another_connection(q, a) == "queued"  # not before the unit ends
+        q.complete(b, jb.token)
+    assert (q.get(a).state, q.get(b).state) == ("running", "done")
+    assert [e.kind for e in q.events(a)] == ["claimed"] and ja.id == a
+    assert _state_seen_by_another_connection(q, b) == "done"
+
+
+@pytest.mark.backends("sqlite")
+def test_a_unit_that_meets_a_storage_error_keeps_none_of_its_writes(q):
+    a, b = q.enqueue(["a"]), q.enqueue(["b"])
+    jb = q.claim("w", lanes=["default"])
+    assert jb.id == a
+    q._conn.execute("CREATE TEMP TRIGGER boom BEFORE INSERT ON main.events"
+                    " WHEN NEW.kind = 'done' BEGIN SELECT RAISE(ABORT, 'boom'); END")
+    with pytest.raises(StorageError, match="not written: .*boom"):
+        with q.unit():
+            q.claim("w")  # b: fine so far
+            with pytest.raises(StorageError, match="boom"):
+                q.complete(a, jb.token)
+            with pytest.raises(StorageError, match="not written"):
+                q.claim("w")  # after the unit failed: refused at once, never committed alone
+    assert (q.get(a).state, q.get(b).state, q.get(b).attempts) == ("running", "queued", 0)
+    q._conn.execute("DROP TRIGGER temp.boom")
+    with q.unit():  # the queue goes on as before
+        q.complete(a, jb.token)
+    assert q.get(a).state == "done"
+
+
+@pytest.mark.backends("sqlite")
+def test_a_unit_that_only_reads_takes_no_write_lock(q):
+    import sqlite3
+
+    a = q.enqueue(["a"])
+    with q.unit():
+        assert q.get(a).state == "queued"
+        other = sqlite3.connect(q.path, timeout=0)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # would raise "database is locked"
+            other.execute("ROLLBACK")
+        finally:
+            other.close()

@@ -5,6 +5,7 @@ process started or ended. No subprocess, no sleeping."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,21 @@ def test_claim_run_settle(env, clocks):
     assert job.runner["pid"] == sp.next_pid and job.runner["worker"] == w.name
     assert [e.kind for e in q.events(a)] == ["claimed", "started", "done"]  # one transaction for the last two
     assert not w.running
+
+
+def test_the_jobs_of_one_add_reach_the_spawner_with_one_environment_object(env):
+    """The keeper client names an environment by its object (env_ref): the
+    jobs of one `sloth add` must arrive as one object, or every spawn
+    request carries the whole environment again (it did: a per-job copy)."""
+    w, q, sp = env(default_concurrency=3)
+    ids = q.enqueue_many([{"command": ["true"], "env": {"A": "1", "B": "2"}} for _ in range(3)])
+    other = q.enqueue(["true"], env={"A": "1", "B": "3"})
+    w.turn()
+    envs = [sp.reqs[sp.key_of(i)].env for i in ids]
+    assert envs[0] is envs[1] is envs[2] and envs[0]["B"] == "2"
+    sp.exit(ids[0], 0)
+    w.turn()
+    assert sp.reqs[sp.key_of(other)].env["B"] == "3" and sp.reqs[sp.key_of(other)].env is not envs[0]
 
 
 def test_a_process_that_runs_a_while_has_its_identity_written_by_a_turn(env, clocks):
@@ -480,6 +496,54 @@ def test_an_outcome_the_database_refuses_is_kept_and_retried_never_rerun(env, cl
     w.turn()
     assert q.get(a).state == "done" and q.get(a).attempts == 1 and sp.acked == [sp.key_of(a)]
     assert w.status()["pending_outcomes"] == []
+
+
+def test_a_turn_whose_one_commit_fails_sends_no_claim_and_keeps_its_outcomes(env, clocks, monkeypatch):
+    """A turn's claims and outcomes are one transaction (recording.py). If
+    its commit fails (a full disk), none of it is in the queue: the job it
+    claimed must not be started (nothing sent to the spawner, still queued),
+    the outcome it wrote is kept and written again later, and only then told."""
+    from sloth_daemon import db
+
+    w, q, sp = env()
+    a, b = q.enqueue(["a"]), q.enqueue(["b"])
+    w.turn()
+    sp.start(a)
+    sp.exit(a, 0)
+    real = db.GuardedConnection.execute
+    fail = [1]
+
+    def execute(self, sql, *args):
+        if sql == "COMMIT" and fail[0]:
+            fail[0] -= 1
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(self, sql, *args)
+    monkeypatch.setattr(db.GuardedConnection, "execute", execute)
+    w.turn()  # claims b and records a's outcome: one commit, refused
+    assert not fail[0] and list(sp.reqs.values())[-1].job_id == a  # b was not sent
+    assert (q.get(b).state, q.get(b).attempts, q.get(a).state) == ("queued", 0, "running")
+    assert not sp.acked and [o["id"] for o in w.status()["pending_outcomes"]] == [a]
+    assert b not in w.running
+    clocks.advance(60)
+    w.turn()
+    assert q.get(a).state == "done" and sp.acked == [sp.key_of(a)]
+    assert q.get(b).state == "running" and sp.key_of(b) in sp.reqs and q.get(b).attempts == 1
+
+
+def test_a_turn_that_breaks_halfway_leaves_no_claim_behind_it(env, clocks, monkeypatch):
+    """A bug in the middle of a turn rolls its transaction back: a job it
+    had claimed is neither running in the queue nor held by the worker
+    (else its lane's slot would stay taken by a run nobody started)."""
+    w, q, sp = env()
+    a = q.enqueue(["a"])
+    monkeypatch.setattr(w, "write_outcomes", lambda awake: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        w.turn()
+    assert q.get(a).state == "queued" and not w.running and not sp.reqs
+    monkeypatch.undo()
+    clocks.advance(1.0)  # claims wait a moment after a failed turn
+    w.turn()
+    assert q.get(a).state == "running" and sp.key_of(a)
 
 
 # ------------------------------------------------------------ issue 9
