@@ -3,7 +3,7 @@
 A pid alone is not an identity (pids are reused, and after a reboot every
 pid is meaningless). We record (boot id, pid, start time): on Linux the start
 time in clock ticks from /proc/PID/stat, exact; elsewhere psutil's
-create_time(), compared with a tolerance.
+create_time(), compared with a tolerance (stamps.py reads them).
 """
 
 from __future__ import annotations
@@ -17,94 +17,14 @@ from typing import Any, Callable, Iterable, Mapping
 
 import psutil
 
+from .stamps import _linux_start_ticks, boot_id, stamp_now, start_stamp, uptime_ticks  # noqa: F401 (its API too)
+
 CREATE_TIME_TOLERANCE_S = 1.0
 TOKEN_ENV = "SLOTH_JOB_TOKEN"  # every job carries its claim's token
 # A start stamp is in clock ticks on Linux (10 ms at the usual USER_HZ), in
 # seconds elsewhere: how far a process's start may lie outside a run's
 # lifetime (as we noted it) and still count as inside.
 STAMP_SLACK = 2.0 if sys.platform.startswith("linux") else 0.02
-
-
-_BOOT_ID: str | None = None
-
-
-def boot_id() -> str:
-    """This boot's id (cached: it cannot change while this process lives)."""
-    global _BOOT_ID
-    if _BOOT_ID is None:
-        try:
-            with open("/proc/sys/kernel/random/boot_id") as f:
-                _BOOT_ID = f.read().strip()
-        except OSError:
-            # macOS and others: the boot time identifies the boot well enough.
-            _BOOT_ID = f"boot@{psutil.boot_time():.0f}"
-    return _BOOT_ID
-
-
-def _linux_start_ticks(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    # comm (field 2) may hold spaces and parens: split after the last ')'.
-    rest = data[data.rfind(b")") + 2 :].split()
-    try:
-        return int(rest[19])  # field 22, starttime
-    except (IndexError, ValueError):
-        return None
-
-
-def start_stamp(pid: int) -> float | None:
-    if sys.platform.startswith("linux"):
-        t = _linux_start_ticks(pid)
-        return None if t is None else float(t)
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
-
-
-def stamp_now() -> float:
-    """Now, in ``start_stamp``'s units, to note when a run began and ended.
-
-    Linux: /proc/uptime (seconds since boot, suspend included, the base of
-    /proc/PID/stat's start time) in clock ticks. Read from the kernel, not
-    through clock_gettime, so an LD_PRELOAD clock shim cannot skew it
-    against the start times it is compared with."""
-    if sys.platform.startswith("linux"):
-        try:
-            with open("/proc/uptime", "rb") as f:
-                return float(f.read().split()[0]) * _CLK_TCK
-        except (OSError, ValueError, IndexError):
-            pass
-    return time.time()
-
-
-_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def uptime_ticks() -> int | None:
-    """Linux: now as a start stamp would say it, exactly (an int), or None.
-
-    /proc/uptime and a process's start time in /proc/PID/stat are the same
-    boot clock (time namespace included) cut to 1/100 s: seconds and
-    hundredths here, floor(ns / 10 ms) there. So a process forked between
-    two readings that agree started in that very tick, and its start stamp
-    is known without reading /proc/PID/stat (whose first read of a new
-    process costs ~0.1 ms here: most of a short job's spawn). Read from
-    the kernel, not through clock_gettime, so a clock shim cannot skew it."""
-    if _CLK_TCK != 100 or not sys.platform.startswith("linux"):
-        return None
-    try:
-        fd = os.open("/proc/uptime", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            secs, _, hundredths = os.read(fd, 64).split(b" ", 1)[0].partition(b".")
-        finally:
-            os.close(fd)
-        return int(secs) * 100 + int(hundredths[:2].ljust(2, b"0"))
-    except (OSError, ValueError):
-        return None
 
 
 def identity(pid: int, *, start: float | None = None, **extra: Any) -> dict[str, Any]:
