@@ -2,9 +2,11 @@
 
     python tests/bench/bench_keeper_chain.py [--jobs 1000] [--runs 3]
 
-A real keeper (tests/support/keeper_rig.py) is sent N `true` runs at once,
-each held behind the one before (spawn ``after``): it never waits for a
-daemon, whose work here is nothing but acknowledging the ends (in batches).
+A real keeper (tests/support/keeper_rig.py) runs N `true` jobs, each held
+behind the one before (spawn ``after``), the chain kept DEPTH deep as the
+daemon keeps it (one more sent as each ends): it never waits for a daemon,
+whose work here is nothing but sending the next and acknowledging the ends
+(in batches).
 So this is what one slot of trivial jobs would cost if the daemon were
 free: the keeper's own cycle (reap, start the next, journal, tell), beside
 the bare subprocess loop on the same machine. Prints each run and the
@@ -28,6 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from sloth_daemon.keeper_client import KeeperClient  # noqa: E402
+from sloth_daemon.pipeline import DEPTH  # noqa: E402
 from tests.bench._common import bench_bare, cpu_s  # noqa: E402
 from tests.support.keeper_rig import make_rig, remove_rig  # noqa: E402
 
@@ -64,21 +67,29 @@ async def _chain(rig: Any, n: int) -> dict[str, float]:
     keeper = psutil.Process(c.info["pid"])
     done = asyncio.Event()
     ended: list[str] = []
+    env = rig.job("x", "true")["env"]
+    sent = [0]
+
+    def send_next() -> None:
+        i = sent[0]
+        if i < n:
+            req = rig.job(f"r{i}", "true") | {"env": env}
+            if i:
+                req["after"] = f"r{i - 1}"
+            c.spawn(req, _Sink(lambda k=f"r{i}": ended_one(k)))
+            sent[0] += 1
 
     def ended_one(key: str) -> None:
         ended.append(key)
+        send_next()  # as the daemon keeps the chain DEPTH deep
         if len(ended) % ACK_EVERY == 0 or len(ended) == n:
-            c.ack(ended[-ACK_EVERY:] if len(ended) % ACK_EVERY == 0 else ended[-(len(ended) % ACK_EVERY):])
+            c.ack(ended[len(ended) - (len(ended) - 1) % ACK_EVERY - 1:])
         if len(ended) == n:
             done.set()
 
-    env = rig.job("x", "true")["env"]
     cpu0, t0 = cpu_s(keeper), time.perf_counter()
-    for i in range(n):
-        req = rig.job(f"r{i}", "true") | {"env": env}
-        if i:
-            req["after"] = f"r{i - 1}"
-        c.spawn(req, _Sink(lambda k=f"r{i}": ended_one(k)))
+    for _ in range(DEPTH + 1):
+        send_next()
     await done.wait()
     wall, cpu = time.perf_counter() - t0, cpu_s(keeper) - cpu0
     await c.bye()
