@@ -151,7 +151,8 @@ def queue(h: Harness) -> list[dict[str, Any]]:
     for j in jobs:
         j = json.loads(json.dumps(j).replace(str(h.home), "<HOME>"))
         j["events"] = [e.get("kind") for e in j["events"]]
-        j["not_before"] = round(j["not_before"] / 60) if j.get("not_before") else None  # to the minute
+        if j.get("not_before"):  # how far ahead of its adding, to the minute (the two were added apart)
+            j["not_before"] = round((j["not_before"] - j["created_at"]) / 60)
         out.append({k: v for k, v in scrub(j).items() if not k.endswith("_at") and k != "lease_until"})
     return out
 
