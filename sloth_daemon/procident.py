@@ -17,7 +17,9 @@ from typing import Any, Callable, Iterable, Mapping
 
 import psutil
 
-from .stamps import _linux_start_ticks, boot_id, stamp_now, start_stamp, uptime_ticks  # noqa: F401 (its API too)
+from .stamps import (  # noqa: F401 (its API too)
+    _linux_start_ticks, boot_id, spawn_stamp, stamp_now, start_stamp, uptime_ticks,
+)
 
 CREATE_TIME_TOLERANCE_S = 1.0
 TOKEN_ENV = "SLOTH_JOB_TOKEN"  # every job carries its claim's token

@@ -62,12 +62,13 @@ class Recording:
                 self.claim_due(r)
             self.settle(r.awake)
             return
-        self._after_commit, self._unit_claims, written = [], [], []
+        written: list[Run] = []
+        self._after_commit, self._unit_claims = [], []
         try:
             with unit():
                 if claim:
                     self.claim_due(r)
-                written = self.write_outcomes(r.awake)
+                self.write_outcomes(r.awake, tried=written, durable=False)  # the group commit fsyncs
         except StorageError as e:
             self._unit_failed(r, written, e)
         except BaseException as e:  # a bug: the unit was rolled back all the same
@@ -75,10 +76,13 @@ class Recording:
             raise
         else:
             for send in self._after_commit:
-                send()
+                try:
+                    send()
+                except Exception:  # a bug in one must not keep the others unsent
+                    log.exception("after this turn's commit")
         finally:
             self._after_commit = None
-        self.tell_outcomes(r.awake, written)
+        self.tell_outcomes(r.awake, written, durable=False)
 
     def after_commit(self, fn: Callable[..., None], *args: Any) -> None:
         """``fn(*args)`` once this turn's writes are in (at once outside a unit)."""
@@ -115,19 +119,30 @@ class Recording:
         told (durability.py)."""
         self.tell_outcomes(awake, self.write_outcomes(awake))
 
-    def write_outcomes(self, awake: float) -> list[Run]:
-        """Write the outcomes due; the runs tried (``written`` if it took)."""
+    def write_outcomes(self, awake: float, *, tried: list[Run] | None = None,
+                       durable: bool | None = None) -> list[Run]:
+        """Write the outcomes due; the runs tried (``written`` if it took),
+        added to ``tried`` as they are (so a unit that fails undoes them all).
+        ``durable`` None: the last write carries the fsync if the group
+        commit says so; False: none does."""
         todo = [r for r in self.running.values()
                 if r.outcome is not None and r.record_after <= awake and not r.written]
+        tried = [] if tried is None else tried
         for i, run in enumerate(todo):
-            last = self.commits.write_durably(i == len(todo) - 1)
+            tried.append(run)
+            last = self.commits.write_durably(i == len(todo) - 1) if durable is None else durable
             self._settle_one(run, run.outcome, awake, durable=last)  # type: ignore[arg-type]
-        return todo
+        return tried
 
-    def tell_outcomes(self, awake: float, tried: list[Run]) -> None:
-        """Hand the written outcomes to the group commit: told once durable."""
+    def tell_outcomes(self, awake: float, tried: list[Run], *, durable: bool | None = None) -> None:
+        """Hand the written outcomes to the group commit: told once durable.
+        ``durable`` None: durable already if the last one tried was written
+        with the fsync (not if it wrote nothing: its lease was lost)."""
         due = [r for r in self.running.values() if r.outcome is not None and r.record_after <= awake]
-        durable = bool(tried) and tried[-1].written and self.commits.write_durably(True)
+        if durable is None:
+            last = tried[-1] if tried else None
+            durable = (last is not None and last.written and last.written_job is not None
+                       and self.commits.write_durably(True))
         self.commits.written([r for r in due if r.written], durable=durable, awake=awake)
         if self.commits.due_at is not None and awake >= self.commits.due_at - TIMER_SLACK_S:
             self.commits.flush(awake)

@@ -144,8 +144,8 @@ class JobProcess:
         finally:
             os.close(wfd)
         after = procident.uptime_ticks() if before is not None else None
-        # Forked within one tick: its start stamp is that tick (procident.uptime_ticks).
-        known = float(before) if before is not None and before == after else None
+        # Forked within one tick: its start stamp is that tick (stamps.py).
+        known = procident.spawn_stamp(self.proc.pid, before, after)
         self.tree = procident.ProcessTree(self.proc.pid, self.env.get(procident.TOKEN_ENV), root_stamp=known)
         os.set_blocking(rfd, False)
         self._rfd = rfd

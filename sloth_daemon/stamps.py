@@ -82,7 +82,7 @@ def uptime_ticks() -> int | None:
     is known without reading /proc/PID/stat (whose first read of a new
     process costs ~0.1 ms here: most of a short job's spawn). Read from
     the kernel, not through clock_gettime, so a clock shim cannot skew it."""
-    if _CLK_TCK != 100 or not sys.platform.startswith("linux"):
+    if _CLK_TCK != 100 or not sys.platform.startswith("linux") or not _shortcut["on"]:
         return None
     try:
         fd = os.open("/proc/uptime", os.O_RDONLY | os.O_CLOEXEC)
@@ -93,3 +93,26 @@ def uptime_ticks() -> int | None:
         return int(secs) * 100 + int(hundredths[:2].ljust(2, b"0"))
     except (OSError, ValueError):
         return None
+
+
+# The shortcut is checked against /proc/PID/stat on a process's first spawns
+# and then trusted; one mismatch turns it off for good (LXCFS, for one, gives
+# a container an /proc/uptime of its own while start times stay the host's).
+_shortcut = {"on": True, "checks_left": 3}
+
+
+def spawn_stamp(pid: int, before: int | None, after: int | None) -> float | None:
+    """The start stamp of ``pid``, forked between two ``uptime_ticks``
+    readings: their tick when they agree (and the shortcut holds), else
+    None (read /proc instead)."""
+    if before is None or before != after or not _shortcut["on"]:
+        return None
+    if _shortcut["checks_left"] > 0:
+        real = start_stamp(pid)
+        if real is None:
+            return None
+        _shortcut["checks_left"] -= 1
+        if real != float(before):
+            _shortcut["on"] = False
+            return real
+    return float(before)

@@ -267,7 +267,14 @@ class Worker(Recording, Adoption, Pipelining, WorkerActions):
             trust_until=trust_until(claimed, job.lease_s),
             term_lead_s=term_lead(job.lease_s, self.settings.kill_grace_s),
             after=run.after.token if run.after is not None else None)
-        self.after_commit(self.spawner.spawn, req, Sink(self, run))  # never before the claim is in
+        self.after_commit(self._send_spawn, run, req)  # never before the claim is in
+
+    def _send_spawn(self, run: Run, req: SpawnRequest) -> None:
+        try:
+            self.spawner.spawn(req, Sink(self, run))
+        except Exception as e:  # a bug: the run must not sit in a slot with no process
+            log.exception("cannot hand job %d to the spawner", run.job.id)
+            self.on_spawn_failed(run, f"not started: internal error {e!r}", True)
 
     # ---------------------------------------------------- news from spawner
     def on_started(self, run: Run, pid: int, identity: dict[str, Any]) -> None:

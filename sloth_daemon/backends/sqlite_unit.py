@@ -68,6 +68,8 @@ class WriteUnit:
             c = tx.enter_context(db.transaction(self.conn, durable=False, patience_s=self.patience_s))
             self._tx = tx  # not before: a begin that failed (a lock) leaves nothing to undo
             return c
+        if not self.conn.in_transaction:  # SQLite rolled it back (a read in between met I/O trouble)
+            raise self._fail(StorageError("the queue database rolled back this turn's writes"))
         return self.conn
 
     def _refused(self) -> StorageError:
@@ -100,6 +102,8 @@ class WriteUnit:
         Raises StorageError if it failed, or the commit does."""
         if self.failed is not None:
             raise self._refused()
+        if self._tx is not None and not self.conn.in_transaction:
+            raise self._fail(StorageError("the queue database rolled back this turn's writes"))
         tx, self._tx = self._tx, None
         if tx is None:
             return False
@@ -154,7 +158,8 @@ class SqliteUnits:
         Raises StorageError at the end if any of them met a storage error:
         then none of them was kept. A write inside that asked to be durable
         makes the commit fsync the WAL (a failed fsync raises too, the
-        writes kept). Nested: part of the outer one."""
+        writes kept: the worker asks for none inside, the group commit
+        fsyncs). Nested: part of the outer one, which raises at its end."""
         if self._unit is not None:
             yield
             return

@@ -63,6 +63,25 @@ def test_a_start_stamp_known_from_the_uptime_around_a_spawn_is_the_one_proc_says
     assert procident.uptime_ticks() == pytest.approx(procident.stamp_now(), abs=2)  # the same clock
 
 
+def test_the_spawn_shortcut_turns_itself_off_where_uptime_is_not_the_start_clock(monkeypatch):
+    """LXCFS gives a container an /proc/uptime of its own while /proc/PID/stat
+    counts from the host's boot: the shortcut is checked against /proc on
+    the first spawns and, at a mismatch, never used again."""
+    from sloth_daemon import stamps
+
+    monkeypatch.setattr(stamps, "_shortcut", {"on": True, "checks_left": 3})
+    p = subprocess.Popen(["sleep", "5"])
+    try:
+        real = procident.start_stamp(p.pid)
+        assert procident.spawn_stamp(p.pid, int(real), int(real)) == real  # agrees: checked, trusted
+        assert procident.spawn_stamp(p.pid, int(real) + 1, int(real) + 1) == real  # a container's clock
+        assert stamps._shortcut["on"] is False and procident.uptime_ticks() is None
+        assert procident.spawn_stamp(p.pid, int(real), int(real)) is None  # /proc from now on
+    finally:
+        p.kill()
+        p.wait()
+
+
 def test_a_jobs_identity_holds_its_exact_start_however_it_was_learnt(tmp_path):
     from sloth_daemon.joblog import LogWriter
     from sloth_daemon.runner import JobProcess

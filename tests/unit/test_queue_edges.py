@@ -219,3 +219,18 @@ def test_a_unit_that_only_reads_takes_no_write_lock(q):
             other.execute("ROLLBACK")
         finally:
             other.close()
+
+
+@pytest.mark.backends("sqlite")
+def test_a_unit_rolled_back_under_it_writes_nothing_more_on_its_own(q):
+    """A read between two writes of a unit that makes SQLite roll the
+    transaction back (I/O trouble): the next write must not open a
+    transaction of its own and commit alone (found in review)."""
+    a, b = q.enqueue(["a"]), q.enqueue(["b"])
+    with pytest.raises(StorageError, match="rolled back"):
+        with q.unit():
+            q.claim("w")
+            q._conn.execute("ROLLBACK")  # as SQLite does after SQLITE_IOERR or SQLITE_FULL
+            with pytest.raises(StorageError, match="rolled back"):
+                q.claim("w")
+    assert (q.get(a).state, q.get(b).state) == ("queued", "queued")
