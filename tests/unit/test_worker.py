@@ -550,18 +550,24 @@ def test_a_turn_that_breaks_halfway_leaves_no_claim_behind_it(env, clocks, monke
     assert q.get(a).state == "running" and sp.key_of(a)
 
 
-def test_a_turn_that_breaks_after_writing_an_outcome_never_acks_it(env, clocks, monkeypatch):
-    """A bug after one outcome was written in the turn's transaction rolls
-    it back: that outcome must be written again, not acknowledged to the
-    keeper as if it were in the queue (found in review)."""
-    from sloth_daemon import outcomes
-
+def two_ended(env):
+    """A worker with two slots whose two runs have just ended, unrecorded."""
     w, q, sp = env(default_concurrency=2)
     a, b = q.enqueue(["a"]), q.enqueue(["b"])
     w.turn()
     for j in (a, b):
         sp.start(j)
         sp.exit(j, 0)
+    return w, q, sp, a, b
+
+
+def test_a_turn_that_breaks_after_writing_an_outcome_never_acks_it(env, clocks, monkeypatch):
+    """A bug after one outcome was written in the turn's transaction rolls
+    it back: that outcome must be written again, not acknowledged to the
+    keeper as if it were in the queue (found in review)."""
+    from sloth_daemon import outcomes
+
+    w, q, sp, a, b = two_ended(env)
     real, calls = outcomes.record, []
 
     def record(queue, run, outcome, **kw):
@@ -612,12 +618,7 @@ def test_an_outcome_whose_lease_was_lost_does_not_make_the_others_durable(env, c
     """The last outcome of a batch found its lease gone (nothing written):
     the ones before it still need their fsync before they are told (found
     in review, older than the one-transaction turn)."""
-    w, q, sp = env(default_concurrency=2)
-    a, b = q.enqueue(["a"]), q.enqueue(["b"])
-    w.turn()
-    for j in (a, b):
-        sp.start(j)
-        sp.exit(j, 0)
+    w, q, sp, a, b = two_ended(env)
     q.cancel(b)  # behind the worker's back: b's write is refused (lease lost)
     syncs = []
     real = type(q).sync
