@@ -60,13 +60,8 @@ def stamp_now() -> float:
     /proc/PID/stat's start time) in clock ticks. Read from the kernel, not
     through clock_gettime, so an LD_PRELOAD clock shim cannot skew it
     against the start times it is compared with."""
-    if sys.platform.startswith("linux"):
-        try:
-            with open("/proc/uptime", "rb") as f:
-                return float(f.read().split()[0]) * _CLK_TCK
-        except (OSError, ValueError, IndexError):
-            pass
-    return time.time()
+    hundredths = _uptime_hundredths()
+    return time.time() if hundredths is None else hundredths * _CLK_TCK / 100
 
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -80,9 +75,17 @@ def uptime_ticks() -> int | None:
     hundredths here, floor(ns / 10 ms) there. So a process forked between
     two readings that agree started in that very tick, and its start stamp
     is known without reading /proc/PID/stat (whose first read of a new
-    process costs ~0.1 ms here: most of a short job's spawn). Read from
-    the kernel, not through clock_gettime, so a clock shim cannot skew it."""
-    if _CLK_TCK != 100 or not sys.platform.startswith("linux") or not _shortcut["on"]:
+    process costs ~0.1 ms here: most of a short job's spawn)."""
+    if _CLK_TCK != 100 or not _shortcut["on"]:
+        return None
+    return _uptime_hundredths()
+
+
+def _uptime_hundredths() -> int | None:
+    """Linux: /proc/uptime in hundredths of a second (as the kernel prints
+    it), exactly; None elsewhere or if unreadable. From the kernel, not
+    clock_gettime: a clock shim cannot skew it."""
+    if not sys.platform.startswith("linux"):
         return None
     try:
         fd = os.open("/proc/uptime", os.O_RDONLY | os.O_CLOEXEC)

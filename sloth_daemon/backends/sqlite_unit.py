@@ -68,9 +68,14 @@ class WriteUnit:
             c = tx.enter_context(db.transaction(self.conn, durable=False, patience_s=self.patience_s))
             self._tx = tx  # not before: a begin that failed (a lock) leaves nothing to undo
             return c
-        if not self.conn.in_transaction:  # SQLite rolled it back (a read in between met I/O trouble)
-            raise self._fail(StorageError("the queue database rolled back this turn's writes"))
+        self._check_open()
         return self.conn
+
+    def _check_open(self) -> None:
+        """Fail the unit if SQLite rolled its transaction back under it (a
+        read in between met I/O trouble): a write now would commit alone."""
+        if self._tx is not None and not self.conn.in_transaction:
+            raise self._fail(StorageError("the queue database rolled back this turn's writes"))
 
     def _refused(self) -> StorageError:
         """A write (or the end) of a unit that failed: what it failed of."""
@@ -97,22 +102,20 @@ class WriteUnit:
             with contextlib.suppress(_Abort, StorageError):
                 tx.__exit__(_Abort, _Abort(), None)  # db.transaction rolls back
 
-    def commit(self) -> bool:
-        """End the unit: commit what it wrote (whether it wrote anything).
-        Raises StorageError if it failed, or the commit does."""
+    def commit(self) -> None:
+        """End the unit: commit what it wrote, if anything. Raises
+        StorageError if it failed, or the commit does."""
         if self.failed is not None:
             raise self._refused()
-        if self._tx is not None and not self.conn.in_transaction:
-            raise self._fail(StorageError("the queue database rolled back this turn's writes"))
+        self._check_open()
         tx, self._tx = self._tx, None
         if tx is None:
-            return False
+            return
         try:
             tx.close()
         except StorageError as e:
             self.failed = e
             raise
-        return True
 
 
 class _Abort(Exception):

@@ -66,7 +66,7 @@ async def _chain(rig: Any, n: int) -> dict[str, float]:
     c = await KeeperClient.connect(rig.paths, name="bench", check_s=5.0)
     keeper = psutil.Process(c.info["pid"])
     done = asyncio.Event()
-    ended: list[str] = []
+    ended, unacked = 0, []
     env = rig.job("x", "true")["env"]
     sent = [0]
 
@@ -80,11 +80,14 @@ async def _chain(rig: Any, n: int) -> dict[str, float]:
             sent[0] += 1
 
     def ended_one(key: str) -> None:
-        ended.append(key)
+        nonlocal ended
+        ended += 1
+        unacked.append(key)
         send_next()  # as the daemon keeps the chain DEPTH deep
-        if len(ended) % ACK_EVERY == 0 or len(ended) == n:
-            c.ack(ended[len(ended) - (len(ended) - 1) % ACK_EVERY - 1:])
-        if len(ended) == n:
+        if len(unacked) == ACK_EVERY or ended == n:
+            c.ack(unacked[:])
+            unacked.clear()
+        if ended == n:
             done.set()
 
     cpu0, t0 = cpu_s(keeper), time.perf_counter()
