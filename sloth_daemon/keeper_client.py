@@ -24,7 +24,7 @@ from typing import Any, AsyncIterator, Callable, Protocol
 
 from . import peercred
 from .errors import SlothError
-from .keeper_wire import ENV_REFS_KEPT, MAX_FRAME, VERSION, boot_now, encode, read_journal
+from .keeper_wire import ENV_REFS_KEPT, MAX_FRAME, VERSION, Cork, boot_now, encode, read_journal
 from .paths import Paths, ensure_private_dir
 
 __all__ = ["KeeperClient", "KeeperError", "RunSink", "boot_now", "read_journal"]
@@ -72,6 +72,7 @@ class KeeperClient:
                  hello: dict[str, Any]) -> None:
         self.socket_path = socket_path
         self._reader, self._writer = reader, writer
+        self._cork = Cork(writer)  # a turn's spawns and acks leave in one write
         self.info = {k: v for k, v in hello.items() if k != "runs"}  # version, protocol, pid, started_at
         self.held: list[dict[str, Any]] = hello["runs"]
         self.on_lost: Callable[[], None] = lambda: None
@@ -264,10 +265,9 @@ class KeeperClient:
             log.error("keeper request %s of %d bytes is over the frame limit; not sent", op, len(data))
             return False
         self._pending[rid] = reply or functools.partial(_log_refusal, op)
-        self._writer.write(data)
-        if self._writer.transport.get_write_buffer_size() > OUT_CAP:
-            log.error("the keeper stopped reading (%d bytes unsent); dropping the connection",
-                      self._writer.transport.get_write_buffer_size())
+        self._cork.put(data)
+        if (backlog := self._cork.backlog()) > OUT_CAP:
+            log.error("the keeper stopped reading (%d bytes unsent); dropping the connection", backlog)
             self._lose()
             return False
         return True
@@ -309,6 +309,7 @@ class KeeperClient:
         if self.lost:
             return
         self.lost = True
+        self._cork.flush()  # what was queued before a close() or bye still goes
         self._writer.close()
         pending, self._pending = self._pending, {}
         for reply in pending.values():

@@ -22,7 +22,9 @@ from . import __version__, peercred, timerfd
 from .childwatch import become_subreaper, on_sigchld, reap_orphans
 from .keeper_runs import RunTable
 from .keeper_tap import follow
-from .keeper_wire import DAEMON_OPS, FEATURES, MAX_FRAME, VERSION, Refused, encode, error, number, ok, parse, text
+from .keeper_wire import (
+    DAEMON_OPS, FEATURES, MAX_FRAME, VERSION, Cork, Refused, encode, error, number, ok, parse, text,
+)
 
 log = logging.getLogger("sloth.keeper")
 
@@ -33,22 +35,28 @@ IDLE_CONN_S = 60.0  # a connection that is not the daemon's and says nothing is 
 # --------------------------------------------------------------- connection
 class Conn:
     """One client connection. Sending never waits: the daemon's connection
-    is cut off when it falls ``DAEMON_BACKLOG_BYTES`` behind."""
+    is cut off when it falls ``DAEMON_BACKLOG_BYTES`` behind. Sends are
+    corked (keeper_wire.Cork): ``close()``, not the writer's, flushes them."""
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
         self.pid: Any = None
+        self.cork = Cork(writer)  # what one pass of the loop sends leaves in one write
 
     def send(self, msg: dict[str, Any]) -> bool:
         if self.writer.is_closing():
             return False
-        self.writer.write(encode(msg))
-        backlog = self.writer.transport.get_write_buffer_size()
+        self.cork.put(encode(msg))
+        backlog = self.cork.backlog()
         if backlog > DAEMON_BACKLOG_BYTES:
             log.warning("connection (pid %s) fell %d bytes behind; cutting it off", self.pid, backlog)
             self.writer.transport.abort()
             return False
         return True
+
+    def close(self) -> None:
+        self.cork.flush()
+        self.writer.close()
 
 
 # ------------------------------------------------------------------- keeper
@@ -90,7 +98,7 @@ class Keeper:
         await self.finished.wait()
         server.close()
         if self.daemon is not None:  # let the last answer (bye's) go out
-            self.daemon.writer.close()
+            self.daemon.close()
             try:
                 await asyncio.wait_for(self.daemon.writer.wait_closed(), 1.0)
             except (asyncio.TimeoutError, OSError):
@@ -125,7 +133,7 @@ class Keeper:
                 log.info("daemon (pid %s) disconnected", conn.pid)
                 self.daemon = None
                 self.idle_check()
-            writer.close()
+            conn.close()
 
     async def dispatch(self, conn: Conn, line: bytes) -> bool:
         req_id, op = None, "?"
@@ -228,6 +236,7 @@ class Keeper:
         run = self.table.runs.get(text(a, "key"))
         if run is None:
             raise Refused("not_found", f"no run with key {a['key']!r} is held")
+        conn.cork.flush()  # follow writes to the writer itself
         if not await follow(conn.writer, req_id, run):
             return False
         return conn.send(ok(req_id, {"state": run.state, "outcome": run.outcome}))

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 
 import pytest
 
 from sloth_daemon.clock import ClockReadings
 from sloth_daemon.keeper_tap import TapFeed
 from sloth_daemon.keeper_wire import (
-    ENV_REFS_KEPT, EnvCache, Journal, Refused, Trust, parse, read_journal, secs, spawn_command, trust_verdict,
+    ENV_REFS_KEPT, Cork, EnvCache, Journal, Refused, Trust, encode, parse, read_journal, secs, spawn_command,
+    trust_verdict,
 )
 
 LEAD = 1.0
@@ -195,3 +197,34 @@ def test_a_keeper_from_before_env_refs_gets_the_whole_environment():
     req = {"key": "k", "env": {"A": "1"}, "env_extra": {"B": "2"}}
     old = KeeperClient._whole(SimpleNamespace(info={"protocol": 1}), req)  # type: ignore[arg-type]
     assert old == {"key": "k", "env": {"A": "1", "B": "2"}}
+
+
+def test_frames_queued_in_one_pass_of_the_loop_leave_in_one_write_in_order():
+    async def main():
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        b.setblocking(False)
+        _, writer = await asyncio.open_unix_connection(sock=a)
+        writes = []
+        real_write = writer.write
+        writer.write = lambda data: (writes.append(data), real_write(data))[1]  # count: the real write still goes
+        cork = Cork(writer)
+        for i in range(3):
+            cork.put(encode({"n": i}))
+        assert cork.backlog() == sum(len(encode({"n": i})) for i in range(3))  # counted though not sent
+        with pytest.raises(BlockingIOError):
+            b.recv(4096)  # nothing left yet: corked until the loop's next pass
+        await asyncio.sleep(0)
+        assert len(writes) == 1
+        got = b.recv(4096)
+        assert [json.loads(line)["n"] for line in got.splitlines()] == [0, 1, 2]
+        cork.put(encode({"n": 3}))
+        cork.flush()  # before closing: what was queued goes first
+        writer.close()
+        await writer.wait_closed()
+        b.setblocking(True)
+        assert json.loads(b.recv(4096))["n"] == 3
+        assert b.recv(4096) == b""
+        await asyncio.sleep(0)
+        assert len(writes) == 2  # the flush scheduled with the frame found nothing left to send
+        b.close()
+    asyncio.run(main())
