@@ -309,8 +309,7 @@ class KeeperClient:
         if self.lost:
             return
         self.lost = True
-        self._cork.flush()  # what was queued before a close() or bye still goes
-        self._writer.close()
+        self._cork.close()  # what was queued before a close() or bye still goes
         pending, self._pending = self._pending, {}
         for reply in pending.values():
             _call(reply, None)

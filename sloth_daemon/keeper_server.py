@@ -55,8 +55,7 @@ class Conn:
         return True
 
     def close(self) -> None:
-        self.cork.flush()
-        self.writer.close()
+        self.cork.close()
 
 
 # ------------------------------------------------------------------- keeper

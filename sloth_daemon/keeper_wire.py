@@ -109,8 +109,8 @@ def encode(msg: dict[str, Any]) -> bytes:
 class Cork:
     """Frames queued in one pass of the event loop leave in one write: a
     burst's events, replies and spawns cost one syscall (and wake the other
-    side once) instead of one each. Order is kept; ``flush()`` before using
-    the writer any other way (closing it, writing to it directly)."""
+    side once) instead of one each. Order is kept; ``close()`` closes
+    after them; ``flush()`` before writing to the writer directly."""
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
@@ -130,6 +130,11 @@ class Cork:
             self._size = 0
             if not self.writer.is_closing():
                 self.writer.write(data)
+
+    def close(self) -> None:
+        """Close the writer after what is queued (the transport sends its buffer first)."""
+        self.flush()
+        self.writer.close()
 
     def backlog(self) -> int:
         """Bytes not yet taken by the kernel: ours and the transport's."""

@@ -218,8 +218,7 @@ def test_frames_queued_in_one_pass_of_the_loop_leave_in_one_write_in_order():
         got = b.recv(4096)
         assert [json.loads(line)["n"] for line in got.splitlines()] == [0, 1, 2]
         cork.put(encode({"n": 3}))
-        cork.flush()  # before closing: what was queued goes first
-        writer.close()
+        cork.close()  # what was queued goes first
         await writer.wait_closed()
         b.setblocking(True)
         assert json.loads(b.recv(4096))["n"] == 3
