@@ -227,3 +227,23 @@ def test_frames_queued_in_one_pass_of_the_loop_leave_in_one_write_in_order():
         assert len(writes) == 2  # the flush scheduled with the frame found nothing left to send
         b.close()
     asyncio.run(main())
+
+
+def test_a_daemon_connection_that_stops_reading_is_cut_off_counting_what_is_corked(monkeypatch):
+    from sloth_daemon import keeper_server
+    monkeypatch.setattr(keeper_server, "DAEMON_BACKLOG_BYTES", 4096)
+
+    async def main():
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # b never reads
+        _, writer = await asyncio.open_unix_connection(sock=a)
+        conn = keeper_server.Conn(writer)
+        frame = {"v": 1, "event": {"kind": "exited", "key": "k" * 100}}
+        sent = 0
+        while conn.send(frame):  # within one pass: nothing has reached the transport yet
+            sent += 1
+            assert sent < 100, "never cut off"
+        assert sent * len(encode(frame)) <= 4096 < (sent + 1) * len(encode(frame))
+        assert writer.is_closing()
+        assert not conn.send(frame)
+        b.close()
+    asyncio.run(main())
