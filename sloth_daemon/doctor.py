@@ -13,9 +13,10 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from .errors import DaemonNotRunning, SlothError
+from .owners import advice, not_ours
 from .paths import Paths, resolve
 
 ENABLED_STATES = {"enabled", "enabled-runtime", "loaded"}
@@ -170,6 +171,9 @@ def check_runtime(p: Paths) -> Check:
             problems.append(f"{sock} is not a socket")
         else:
             problems += _owner_mode(sock, ss, uid, 0o600)
+    foreign = next((st.st_uid for st in (ds, ss) if st is not None and st.st_uid != uid), None)
+    if foreign is not None:  # another user's: never chmod or remove it (owners.py)
+        return fail("runtime dir", "; ".join(problems), advice(d, foreign))
     if problems:
         return fail("runtime dir", "; ".join(problems),
                     f"chmod 700 {d}; chmod 600 {sock} (or remove them: the daemon recreates both)")
@@ -186,7 +190,7 @@ def _lstat(path: Path) -> os.stat_result | None:
 def _owner_mode(path: Path, st: os.stat_result, uid: int, want: int) -> list[str]:
     out = []
     if st.st_uid != uid:
-        out.append(f"{path} is owned by uid {st.st_uid}, not {uid}")
+        out.append(f"{path} {not_ours(path, st.st_uid)[0]}")
     if stat.S_IMODE(st.st_mode) & 0o077:
         out.append(f"{path} has mode {stat.S_IMODE(st.st_mode):04o} (want {want:04o})")
     return out
@@ -221,6 +225,9 @@ def check_files(p: Paths) -> Check:
     found = [(path, *pr) for path, is_dir in _our_paths(p) if (pr := problems(path, is_dir=is_dir))]
     refused = [f"{path} {text}" for path, text, fatal in found if fatal] + _odd_job_logs(p.all_jobs_log_dir)
     loose = [f"{path} {text}" for path, text, fatal in found if not fatal]
+    foreign = _first_foreign(path for path, _ in _our_paths(p))
+    if foreign is not None:  # another user's: never "make them yours" (owners.py)
+        return fail("files", _some(refused + loose), advice(*foreign))
     if refused:
         return fail("files", _some(refused + loose),
                     "Make them yours and private (chmod 700 folders, 600 files; remove links), or point "
@@ -229,6 +236,15 @@ def check_files(p: Paths) -> Check:
         return warn("files", _some(loose), "chmod 700 the folders and 600 the files (or just start the "
                     "daemon: it tightens its own folders and files)")
     return ok("files", "every folder 0700 and file 0600, yours, no links")
+
+
+def _first_foreign(paths: Iterable[Path]) -> tuple[Path, int] | None:
+    """The first of ``paths`` that another user owns, and who."""
+    for path in paths:
+        st = _lstat(path)
+        if st is not None and st.st_uid != os.getuid():
+            return path, st.st_uid
+    return None
 
 
 def _some(items: list[str]) -> str:
@@ -257,8 +273,12 @@ def _odd_job_logs(root: Path, limit: int = 100_000) -> list[str]:
             st = e.stat(follow_symlinks=False)
             if stat.S_ISDIR(st.st_mode):
                 continue
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
-                out.append(f"{e.path} is {'a link' if stat.S_ISLNK(st.st_mode) else 'not a file of yours'}")
+            if stat.S_ISLNK(st.st_mode):
+                out.append(f"{e.path} is a link")
+            elif not stat.S_ISREG(st.st_mode):
+                out.append(f"{e.path} is not a regular file")
+            elif st.st_uid != uid:
+                out.append(f"{e.path} {not_ours(e.path, st.st_uid)[0]}")
     return out
 
 

@@ -22,6 +22,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO, NoReturn
 
+from . import owners
 from .errors import LogUnreadable, StorageError
 
 DIR_MODE = 0o700
@@ -32,7 +33,10 @@ _OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # a FIF
 
 def ensure_dir(p: Path) -> None:
     """Create ``p`` (missing parents too) 0700 and check it (see module
-    docstring). Raises StorageError saying what is wrong and how to fix it."""
+    docstring). Raises StorageError saying what is wrong and how to fix it.
+    Nothing is made inside a folder of another user (root's excepted: /tmp,
+    /run/user): what we made there would be ours in their folder."""
+    _refuse_foreign_parent(p)
     try:
         os.makedirs(p, mode=DIR_MODE, exist_ok=True)
     except FileExistsError:
@@ -41,6 +45,24 @@ def ensure_dir(p: Path) -> None:
         raise StorageError(f"cannot create folder {p}: {e.strerror or e}",
                            hint="Check the permissions of its parent, or set SLOTH_HOME to a folder of yours.") from e
     secure(p, is_dir=True)
+
+
+def _refuse_foreign_parent(p: Path) -> None:
+    """If ``p`` is missing, its nearest existing ancestor must be ours or root's."""
+    parent = p
+    while True:
+        try:
+            st = os.stat(parent)
+            break
+        except (FileNotFoundError, NotADirectoryError):
+            if parent == parent.parent:
+                return
+            parent = parent.parent
+        except OSError:
+            return  # makedirs says what it is
+    if parent != p and st.st_uid not in (os.getuid(), 0):
+        problem, fix = owners.not_ours(parent, st.st_uid)
+        _refuse(parent, f"{problem}: sloth makes nothing in it (it wanted {p})", fix)
 
 
 def secure(p: Path, *, is_dir: bool) -> None:
@@ -85,11 +107,8 @@ def _problem(p: Path, st: os.stat_result, is_dir: bool) -> tuple[str, str] | Non
     kind = "folder" if is_dir else "regular file"
     if is_dir and not stat.S_ISDIR(st.st_mode) or not is_dir and not stat.S_ISREG(st.st_mode):
         return f"is not a {kind}", f"Move it away (mv {p} {p}.away); sloth makes its own."
-    uid = os.getuid()
-    if st.st_uid != uid:
-        return (f"is owned by uid {st.st_uid}, not by uid {uid} who runs sloth",
-                "Use a folder of your own: set SLOTH_HOME to one (a daemon must not write where another "
-                f"user can), or make it yours: chown -R {uid} {p}")
+    if st.st_uid != os.getuid():
+        return owners.not_ours(p, st.st_uid)
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o022:
         return (f"is writable by {'group and others' if mode & 0o002 else 'its group'} (mode {mode:04o})",

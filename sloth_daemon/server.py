@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from . import peercred, protocol
+from . import owners, peercred, protocol
 from .control import Control
 from .errors import DaemonBusy, PermissionDenied, ProtocolError, SlothError
 from .handlers import Handlers, Session
@@ -69,7 +69,7 @@ class Server:
             uid = peercred.peer_uid(writer.get_extra_info("socket"))
             if uid != os.getuid():
                 self.stats["refused_peers"] += 1
-                err = PermissionDenied(f"uid {uid} may not use the sloth daemon of uid {os.getuid()}")
+                err = PermissionDenied(*owners.peer_refused(uid, os.getuid()))
                 await self._send(writer, protocol.error(None, err))
                 return
             await self._serve(reader, writer, session)

@@ -22,7 +22,7 @@ import os
 
 from . import jsonlite, protocol
 from .errors import (
-    BadRequest, FieldError, IllegalTransition, ProtocolError, SlothError, StorageError, from_dict,
+    BadRequest, FieldError, IllegalTransition, PermissionDenied, ProtocolError, SlothError, StorageError, from_dict,
 )
 from .checks import DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS, command_json, fields
 
@@ -49,7 +49,9 @@ OPTION_NAMES = {
     "place": "--on",
 }
 # Refusals of a commit that prove its transaction never happened (or was rolled back).
-_CERTAIN = (BadRequest, ProtocolError, IllegalTransition, StorageError)
+# Errors that prove the daemon queued nothing: a refused peer (PermissionDenied)
+# is turned away before the daemon reads a byte of its request.
+_CERTAIN = (BadRequest, ProtocolError, IllegalTransition, StorageError, PermissionDenied)
 COMMIT_TIMEOUT_S = 30.0
 COMMIT_JOBS_PER_S = 20_000.0  # a slow disk's enqueue rate: a large commit gets its time
 
