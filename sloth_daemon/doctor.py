@@ -52,6 +52,7 @@ def run_checks(p: Paths | None = None, *, plat: str | None = None) -> list[Check
     plat = service.platform(plat)
     svc = _guard("service", lambda: service.status(plat=plat))
     st = _daemon_status(p)
+    url = _shared_url(p)
     checks = [
         _check("service", lambda: check_service(svc, plat)),
         _check("service binary", lambda: check_binary(svc)),
@@ -59,8 +60,8 @@ def run_checks(p: Paths | None = None, *, plat: str | None = None) -> list[Check
         _check("runtime dir", lambda: check_runtime(p)),
         _check("data dir", lambda: check_data_dir(p.data_dir)),
         _check("files", lambda: check_files(p)),
-        _check("queue", lambda: check_queue(p)),
-        _check("database", lambda: check_database(p.db)),
+        _check("queue", lambda: check_queue(p, url)),
+        _check("database", lambda: check_database(p.db, url)),
     ]
     if plat == "linux":
         checks.append(_check("linger", check_linger))
@@ -290,20 +291,50 @@ def _scan(d: Path) -> list[os.DirEntry[str]]:
         return []
 
 
-def check_queue(p: Paths) -> Check:
-    """A fresh folder, a sound queue, or a lost one (identity.py)."""
+def _shared_url(p: Paths) -> str | None:
+    """The PostgreSQL queue's URL if the queue is one (config or environment)."""
+    from .config import load, queue_target
+
+    try:
+        target = queue_target(load(p.config_file), p.db)
+    except SlothError:
+        return None  # the config check says what is wrong
+    return target if isinstance(target, str) else None
+
+
+def check_queue(p: Paths, url: str | None = None) -> Check:
+    """A fresh folder, a sound queue, or a lost one (identity.py); for a
+    shared queue (``url``), whether it is there and this sloth's (no local
+    file to lose: its identity is in its database)."""
     from .identity import findings
 
+    if url:
+        return _check_shared_queue(url)
     status, detail, fix = findings(p)
     return Check("queue", status, detail, fix)
 
 
-def check_database(db: Path) -> Check:
+def _check_shared_queue(url: str) -> Check:
+    from .backends.pg_errors import describe
+    from .backends.pg_readonly import PgReadOnly
+
+    where = describe(url)
+    try:
+        with PgReadOnly(url) as q:
+            qid = q.identity
+    except SlothError as e:
+        return fail("queue", f"the shared queue at {where}: {e.message}", e.hint)
+    return ok("queue", f"shared queue {qid or '(id not recorded yet)'} at {where}")
+
+
+def check_database(db: Path, url: str | None = None) -> Check:
     import sqlite3  # for its error types; the check itself is db.quick_check
 
     from .db import quick_check
     from .identity import file_problem
 
+    if url:
+        return ok("database", "n/a: the queue is on PostgreSQL (its schema is checked under queue)")
     if not db.exists():
         return ok("database", f"{db} does not exist yet")
     fix = (f"Stop the daemon (sloth daemon stop), then salvage what is readable: mv {db} {db}.broken && "
