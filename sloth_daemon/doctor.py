@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable
 from .errors import DaemonNotRunning, SlothError
 from .owners import advice, not_ours
 from .paths import Paths, resolve
+from .text import shell_command
 
 ENABLED_STATES = {"enabled", "enabled-runtime", "loaded"}
 
@@ -164,7 +165,8 @@ def check_runtime(p: Paths) -> Check:
     if ds is None:
         return ok("runtime dir", f"{d} not created yet (the daemon makes it 0700)")
     if not stat.S_ISDIR(ds.st_mode):
-        return fail("runtime dir", f"{d} is not a folder", f"Remove it (rm {d}); the daemon recreates it.")
+        return fail("runtime dir", f"{d} is not a folder",
+                    f"Remove it ({shell_command('rm', d)}); the daemon recreates it.")
     problems = _owner_mode(d, ds, uid, 0o700)
     ss = _lstat(sock)
     if ss is not None:
@@ -177,7 +179,8 @@ def check_runtime(p: Paths) -> Check:
         return fail("runtime dir", "; ".join(problems), advice(d, foreign))
     if problems:
         return fail("runtime dir", "; ".join(problems),
-                    f"chmod 700 {d}; chmod 600 {sock} (or remove them: the daemon recreates both)")
+                    f"{shell_command('chmod', '700', d)}; {shell_command('chmod', '600', sock)} "
+                    "(or remove them: the daemon recreates both)")
     return ok("runtime dir", f"{d} 0700" + (", socket 0600" if ss is not None else ", no socket"))
 
 
@@ -337,8 +340,9 @@ def check_database(db: Path, url: str | None = None) -> Check:
         return ok("database", "n/a: the queue is on PostgreSQL (its schema is checked under queue)")
     if not db.exists():
         return ok("database", f"{db} does not exist yet")
-    fix = (f"Stop the daemon (sloth daemon stop), then salvage what is readable: mv {db} {db}.broken && "
-           f"sqlite3 {db}.broken .recover | sqlite3 {db} (or restore a backup).")
+    broken = f"{db}.broken"
+    fix = (f"Stop the daemon (sloth daemon stop), then salvage what is readable: {shell_command('mv', db, broken)} && "
+           f"{shell_command('sqlite3', broken, '.recover')} | {shell_command('sqlite3', db)} (or restore a backup).")
     problem = file_problem(db)
     if problem is not None:  # an empty file "passes" quick_check: it is no queue at all
         return fail("database", f"{db} {problem}", fix)

@@ -24,6 +24,7 @@ from typing import BinaryIO, NoReturn
 
 from . import owners
 from .errors import LogUnreadable, StorageError
+from .text import shell_command
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -73,7 +74,7 @@ def secure(p: Path, *, is_dir: bool) -> None:
         fd = os.open(p, _OPEN_DIR if is_dir else _OPEN_FILE)
     except FileNotFoundError:
         if os.path.islink(p):
-            _refuse(p, "is a symbolic link to nothing", f"Remove it (rm {p}); sloth makes its own.")
+            _refuse(p, "is a symbolic link to nothing", f"Remove it ({shell_command('rm', p)}); sloth makes its own.")
         return
     except OSError as e:
         _refuse(p, *_open_problem(p, e, is_dir))
@@ -106,13 +107,14 @@ def problems(p: Path, *, is_dir: bool) -> tuple[str, bool] | None:
 def _problem(p: Path, st: os.stat_result, is_dir: bool) -> tuple[str, str] | None:
     kind = "folder" if is_dir else "regular file"
     if is_dir and not stat.S_ISDIR(st.st_mode) or not is_dir and not stat.S_ISREG(st.st_mode):
-        return f"is not a {kind}", f"Move it away (mv {p} {p}.away); sloth makes its own."
+        return f"is not a {kind}", f"Move it away ({shell_command('mv', p, f'{p}.away')}); sloth makes its own."
     if st.st_uid != os.getuid():
         return owners.not_ours(p, st.st_uid)
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o022:
         return (f"is writable by {'group and others' if mode & 0o002 else 'its group'} (mode {mode:04o})",
-                f"Check that everything in it is yours, then: chmod {DIR_MODE if is_dir else FILE_MODE:o} {p}")
+                "Check that everything in it is yours, then: "
+                + shell_command("chmod", f"{DIR_MODE if is_dir else FILE_MODE:o}", p))
     if mode & 0o077:
         return "loose", ""
     return None
@@ -122,13 +124,13 @@ def _open_problem(p: Path, e: OSError, is_dir: bool) -> tuple[str, str]:
     if e.errno == errno.ELOOP or os.path.islink(p):
         return _link_problem(p)
     if e.errno == errno.ENOTDIR:
-        return "is not a folder", f"Move it away (mv {p} {p}.away); sloth makes its own."
+        return "is not a folder", f"Move it away ({shell_command('mv', p, f'{p}.away')}); sloth makes its own."
     return f"cannot be opened: {e.strerror or e}", "Check its permissions (`sloth doctor`)."
 
 
 def _link_problem(p: Path) -> tuple[str, str]:
     return ("is a symbolic link; sloth does not follow links for its own folders and files",
-            f"Remove the link (rm {p}) and point SLOTH_HOME at the real folder instead.")
+            f"Remove the link ({shell_command('rm', p)}) and point SLOTH_HOME at the real folder instead.")
 
 
 def _refuse(p: Path, problem: str, fix: str) -> NoReturn:
