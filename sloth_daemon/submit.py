@@ -46,11 +46,10 @@ OPTION_NAMES = {
     "command": "the command", "lane": "--lane", "priority": "--priority", "max_attempts": "--max-attempts",
     "lease_s": "--lease", "timeout_s": "--timeout", "not_before": "--delay/--at", "key": "--key",
     "label": "--label", "cwd": "--cwd (or the current folder)", "env": "the environment", "shell": "--shell",
-    "place": "--on",
+    "place": "--on", "after": "--after", "after_any": "--after-any",
 }
-# Refusals of a commit that prove its transaction never happened (or was rolled back).
-# Errors that prove the daemon queued nothing: a refused peer (PermissionDenied)
-# is turned away before the daemon reads a byte of its request.
+# Refusals of a commit that prove its transaction never happened (or was rolled back);
+# a refused peer (PermissionDenied) is turned away before the daemon reads a byte.
 _CERTAIN = (BadRequest, ProtocolError, IllegalTransition, StorageError, PermissionDenied)
 COMMIT_TIMEOUT_S = 30.0
 COMMIT_JOBS_PER_S = 20_000.0  # a slow disk's enqueue rate: a large commit gets its time
