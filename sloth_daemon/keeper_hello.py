@@ -42,8 +42,8 @@ def hello_answer(paths: Paths, line: bytes) -> dict[str, Any]:
     if not isinstance(msg, dict) or type(msg.get("v")) is not int:
         raise ValueError(f"the keeper's answer is no sloth keeper frame: {line[:80]!r}")
     if msg["v"] != VERSION:
-        result = msg.get("result") if isinstance(msg.get("result"), dict) else {}
-        runs = result.get("runs")
+        result = msg.get("result")
+        runs = result.get("runs") if isinstance(result, dict) else None
         raise KeeperVersionMismatch(str(paths.keeper_socket), msg["v"], _keeper_pid(paths),
                                     len(runs) if isinstance(runs, list) else None)
     return msg

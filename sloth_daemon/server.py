@@ -93,7 +93,7 @@ class Server:
         except Exception:  # never let one connection take the daemon down
             log.exception("connection handler failed")
         finally:
-            self._conns.discard(task)  # type: ignore[arg-type]
+            self._conns.discard(task)
             session.close()  # a batch staged but not committed is dropped: nothing was queued
             self.active -= 1
             self.stats["open"] = self.active
