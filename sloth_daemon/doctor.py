@@ -365,7 +365,7 @@ def check_linger() -> Check:
     state, user = linger(), user_name()
     if state == "yes":
         return ok("linger", f"on for {user}: the service keeps running after logout")
-    fix = f"loginctl enable-linger {user}"
+    fix = shell_command("loginctl", "enable-linger", user)
     if state == "no":
         return warn("linger", "off: the service and its jobs stop when you log out", fix)
     return warn("linger", "unknown (no loginctl or logind answer)", f"If you use systemd: {fix}")
