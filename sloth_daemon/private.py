@@ -43,25 +43,27 @@ def ensure_dir(p: Path) -> None:
     except FileExistsError:
         pass  # a file or a dangling link in the way: the check below says which
     except OSError as e:
+        _refuse_foreign_parent(p, root_too=True)  # e.g. a folder `sudo sloth` left: say whose, not "denied"
         raise StorageError(f"cannot create folder {p}: {e.strerror or e}",
                            hint="Check the permissions of its parent, or set SLOTH_HOME to a folder of yours.") from e
     secure(p, is_dir=True)
 
 
-def _refuse_foreign_parent(p: Path) -> None:
-    """If ``p`` is missing, its nearest existing ancestor must be ours or root's."""
+def _refuse_foreign_parent(p: Path, *, root_too: bool = False) -> None:
+    """If ``p`` is missing, its nearest existing ancestor must be ours (or
+    root's, unless ``root_too``); else refuse, saying whose it is."""
     parent = p
     while True:
         try:
             st = os.stat(parent)
             break
-        except (FileNotFoundError, NotADirectoryError):
+        except (FileNotFoundError, NotADirectoryError, PermissionError):  # missing, or in a folder we may not search
             if parent == parent.parent:
                 return
             parent = parent.parent
         except OSError:
             return  # makedirs says what it is
-    if parent != p and st.st_uid not in (os.getuid(), 0):
+    if parent != p and st.st_uid != os.getuid() and (root_too or st.st_uid != 0):
         problem, fix = owners.not_ours(parent, st.st_uid)
         _refuse(parent, f"{problem}: sloth makes nothing in it (it wanted {p})", fix)
 

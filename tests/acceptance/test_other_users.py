@@ -68,3 +68,16 @@ def test_root_makes_nothing_in_a_fresh_folder_of_another_user(theirs):
     assert "user nobody (uid 65534)" in p.stderr and not TAKE_OVER.search(p.stderr), p.stderr
     assert theirs.owners() == {}  # before: a `logs` folder of root's, made in their folder
     assert theirs.sloth("daemon", "start").returncode == 0  # ... which then kept them out of their own
+
+
+def test_a_folder_root_left_in_a_users_home_is_to_be_given_back_not_used(theirs):
+    """The one ownership sloth suggests changing: what `sudo sloth` made in
+    the user's own home goes back to that user (sudo chown to them)."""
+    left = theirs.home / "sl"
+    left.mkdir(mode=0o700)  # ours (root's), in their home
+    theirs.env["SLOTH_HOME"] = str(left)
+    p = theirs.sloth("daemon", "start")
+    assert p.returncode != 0
+    assert f"{left} is owned by user root (uid 0), not by user nobody (uid 65534)" in p.stderr, p.stderr
+    assert f"sudo chown -R {NOBODY} {left}" in p.stderr, p.stderr
+    assert os.listdir(left) == []
