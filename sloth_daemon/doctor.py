@@ -294,23 +294,29 @@ def _scan(d: Path) -> list[os.DirEntry[str]]:
         return []
 
 
-def _shared_url(p: Paths) -> str | None:
-    """The PostgreSQL queue's URL if the queue is one (config or environment)."""
+def _shared_url(p: Paths) -> str | SlothError | None:
+    """The PostgreSQL queue's URL if the queue is one (config or environment),
+    or why it cannot be used (psycopg missing)."""
     from .config import load, queue_target
+    from .errors import ConfigError
 
     try:
         target = queue_target(load(p.config_file), p.db)
-    except SlothError:
+    except ConfigError:
         return None  # the config check says what is wrong
+    except SlothError as e:
+        return e
     return target if isinstance(target, str) else None
 
 
-def check_queue(p: Paths, url: str | None = None) -> Check:
+def check_queue(p: Paths, url: str | SlothError | None = None) -> Check:
     """A fresh folder, a sound queue, or a lost one (identity.py); for a
     shared queue (``url``), whether it is there and this sloth's (no local
     file to lose: its identity is in its database)."""
     from .identity import findings
 
+    if isinstance(url, SlothError):
+        return fail("queue", url.message, url.hint)
     if url:
         return _check_shared_queue(url)
     status, detail, fix = findings(p)
@@ -330,7 +336,7 @@ def _check_shared_queue(url: str) -> Check:
     return ok("queue", f"shared queue {qid or '(id not recorded yet)'} at {where}")
 
 
-def check_database(db: Path, url: str | None = None) -> Check:
+def check_database(db: Path, url: str | SlothError | None = None) -> Check:
     import sqlite3  # for its error types; the check itself is db.quick_check
 
     from .db import quick_check
