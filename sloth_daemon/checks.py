@@ -115,12 +115,18 @@ def ids(v: Any, name: str) -> tuple[int, ...]:
     """A list of job ids (deduplicated, order kept); None -> ()."""
     if v is None:
         return ()
-    if not isinstance(v, list) or len(v) > MAX_PREREQS:
+    if not isinstance(v, list):
         raise BadRequest(f"{name} must be a list of at most {MAX_PREREQS} job ids")
     for i in v:
         if isinstance(i, bool) or not isinstance(i, int) or not 1 <= i < 2**63:
             raise BadRequest(f"{name}: {i!r} is not a job id")
-    return tuple(dict.fromkeys(v))
+    out = tuple(dict.fromkeys(v))
+    if len(out) > MAX_PREREQS:  # refused, never cut: a job never silently waits for fewer than it was told
+        raise FieldError(name, f"names {len(out)} jobs; a job may wait for at most {MAX_PREREQS}",
+                         hint=f"Split the list: a job waits for at most {MAX_PREREQS} others through --after, "
+                              "and as many through --after-any (a job --after the last of a --chain waits for "
+                              "the whole chain).")
+    return out
 
 
 def exit_codes(v: Any, name: str) -> str | None:

@@ -89,7 +89,7 @@ class Control:
         return {
             "pid": os.getpid(), "started_at": self.started_at, "uptime_s": time.time() - self.started_at,
             "instance": self.instance, "paths": self.paths.as_dict(), "counts": counts, "queue": queue,
-            "keeper": {"pid": getattr(self.spawner, "pid", None)},
+            "keeper": keeper() if callable(keeper := getattr(self.spawner, "status", None)) else {"pid": None},
             "config_file": str(self.settings.file) if self.settings.file else None,
             **self.worker.status(), **(self.shared.status() if self.shared is not None else {}),
         }

@@ -275,7 +275,7 @@ def quick_check(path: str | os.PathLike[str], *, timeout_s: float = 5.0) -> list
     migrates nor writes (safe beside a running daemon): ``["ok"]`` when the
     file is sound, else SQLite's findings. Raises sqlite3.DatabaseError
     (an OperationalError mentioning "locked"/"busy" when a writer holds it)."""
-    conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=timeout_s)
+    conn = sqlite3.connect(read_only_uri(path), uri=True, timeout=timeout_s)
     try:
         return [str(r[0]) for r in conn.execute("PRAGMA quick_check").fetchall()]
     finally:
@@ -387,7 +387,7 @@ def connect_readonly(path: str | os.PathLike[str], *, timeout_s: float = 5.0) ->
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(str(p))
-    conn = sqlite3.connect(f"file:{quote(str(p))}?mode=ro", uri=True, timeout=timeout_s,
+    conn = sqlite3.connect(read_only_uri(p), uri=True, timeout=timeout_s,
                            isolation_level=None, check_same_thread=False)
     try:
         _same_schema(conn, p)
@@ -395,6 +395,14 @@ def connect_readonly(path: str | os.PathLike[str], *, timeout_s: float = 5.0) ->
         conn.close()
         raise
     return conn
+
+
+def read_only_uri(p: str | os.PathLike[str]) -> str:
+    """A read that makes no file: SQLite's mode=ro still creates -wal and -shm
+    (a write: "disk I/O error" on a full disk). Without a -wal (no daemon
+    since a clean close) the file is the whole queue: read it as immutable."""
+    idle = not os.path.lexists(f"{os.fspath(p)}-wal")
+    return f"file:{quote(os.fspath(p))}?mode=ro" + ("&immutable=1" if idle else "")
 
 
 def _same_schema(conn: sqlite3.Connection, p: Path) -> None:

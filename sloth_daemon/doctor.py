@@ -13,10 +13,12 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from .errors import DaemonNotRunning, SlothError
+from .owners import advice, not_ours
 from .paths import Paths, resolve
+from .text import shell_command
 
 ENABLED_STATES = {"enabled", "enabled-runtime", "loaded"}
 
@@ -51,6 +53,7 @@ def run_checks(p: Paths | None = None, *, plat: str | None = None) -> list[Check
     plat = service.platform(plat)
     svc = _guard("service", lambda: service.status(plat=plat))
     st = _daemon_status(p)
+    url = _shared_url(p)
     checks = [
         _check("service", lambda: check_service(svc, plat)),
         _check("service binary", lambda: check_binary(svc)),
@@ -58,8 +61,8 @@ def run_checks(p: Paths | None = None, *, plat: str | None = None) -> list[Check
         _check("runtime dir", lambda: check_runtime(p)),
         _check("data dir", lambda: check_data_dir(p.data_dir)),
         _check("files", lambda: check_files(p)),
-        _check("queue", lambda: check_queue(p)),
-        _check("database", lambda: check_database(p.db)),
+        _check("queue", lambda: check_queue(p, url)),
+        _check("database", lambda: check_database(p.db, url)),
     ]
     if plat == "linux":
         checks.append(_check("linger", check_linger))
@@ -162,7 +165,8 @@ def check_runtime(p: Paths) -> Check:
     if ds is None:
         return ok("runtime dir", f"{d} not created yet (the daemon makes it 0700)")
     if not stat.S_ISDIR(ds.st_mode):
-        return fail("runtime dir", f"{d} is not a folder", f"Remove it (rm {d}); the daemon recreates it.")
+        return fail("runtime dir", f"{d} is not a folder",
+                    f"Remove it ({shell_command('rm', d)}); the daemon recreates it.")
     problems = _owner_mode(d, ds, uid, 0o700)
     ss = _lstat(sock)
     if ss is not None:
@@ -170,9 +174,13 @@ def check_runtime(p: Paths) -> Check:
             problems.append(f"{sock} is not a socket")
         else:
             problems += _owner_mode(sock, ss, uid, 0o600)
+    foreign = next((st.st_uid for st in (ds, ss) if st is not None and st.st_uid != uid), None)
+    if foreign is not None:  # another user's: never chmod or remove it (owners.py)
+        return fail("runtime dir", "; ".join(problems), advice(d, foreign))
     if problems:
         return fail("runtime dir", "; ".join(problems),
-                    f"chmod 700 {d}; chmod 600 {sock} (or remove them: the daemon recreates both)")
+                    f"{shell_command('chmod', '700', d)}; {shell_command('chmod', '600', sock)} "
+                    "(or remove them: the daemon recreates both)")
     return ok("runtime dir", f"{d} 0700" + (", socket 0600" if ss is not None else ", no socket"))
 
 
@@ -186,7 +194,7 @@ def _lstat(path: Path) -> os.stat_result | None:
 def _owner_mode(path: Path, st: os.stat_result, uid: int, want: int) -> list[str]:
     out = []
     if st.st_uid != uid:
-        out.append(f"{path} is owned by uid {st.st_uid}, not {uid}")
+        out.append(f"{path} {not_ours(path, st.st_uid)[0]}")
     if stat.S_IMODE(st.st_mode) & 0o077:
         out.append(f"{path} has mode {stat.S_IMODE(st.st_mode):04o} (want {want:04o})")
     return out
@@ -221,6 +229,9 @@ def check_files(p: Paths) -> Check:
     found = [(path, *pr) for path, is_dir in _our_paths(p) if (pr := problems(path, is_dir=is_dir))]
     refused = [f"{path} {text}" for path, text, fatal in found if fatal] + _odd_job_logs(p.all_jobs_log_dir)
     loose = [f"{path} {text}" for path, text, fatal in found if not fatal]
+    foreign = _first_foreign(path for path, _ in _our_paths(p))
+    if foreign is not None:  # another user's: never "make them yours" (owners.py)
+        return fail("files", _some(refused + loose), advice(*foreign))
     if refused:
         return fail("files", _some(refused + loose),
                     "Make them yours and private (chmod 700 folders, 600 files; remove links), or point "
@@ -229,6 +240,15 @@ def check_files(p: Paths) -> Check:
         return warn("files", _some(loose), "chmod 700 the folders and 600 the files (or just start the "
                     "daemon: it tightens its own folders and files)")
     return ok("files", "every folder 0700 and file 0600, yours, no links")
+
+
+def _first_foreign(paths: Iterable[Path]) -> tuple[Path, int] | None:
+    """The first of ``paths`` that another user owns, and who."""
+    for path in paths:
+        st = _lstat(path)
+        if st is not None and st.st_uid != os.getuid():
+            return path, st.st_uid
+    return None
 
 
 def _some(items: list[str]) -> str:
@@ -257,8 +277,12 @@ def _odd_job_logs(root: Path, limit: int = 100_000) -> list[str]:
             st = e.stat(follow_symlinks=False)
             if stat.S_ISDIR(st.st_mode):
                 continue
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
-                out.append(f"{e.path} is {'a link' if stat.S_ISLNK(st.st_mode) else 'not a file of yours'}")
+            if stat.S_ISLNK(st.st_mode):
+                out.append(f"{e.path} is a link")
+            elif not stat.S_ISREG(st.st_mode):
+                out.append(f"{e.path} is not a regular file")
+            elif st.st_uid != uid:
+                out.append(f"{e.path} {not_ours(e.path, st.st_uid)[0]}")
     return out
 
 
@@ -270,24 +294,61 @@ def _scan(d: Path) -> list[os.DirEntry[str]]:
         return []
 
 
-def check_queue(p: Paths) -> Check:
-    """A fresh folder, a sound queue, or a lost one (identity.py)."""
+def _shared_url(p: Paths) -> str | SlothError | None:
+    """The PostgreSQL queue's URL if the queue is one (config or environment),
+    or why it cannot be used (psycopg missing)."""
+    from .config import load, queue_target
+    from .errors import ConfigError
+
+    try:
+        target = queue_target(load(p.config_file), p.db)
+    except ConfigError:
+        return None  # the config check says what is wrong
+    except SlothError as e:
+        return e
+    return target if isinstance(target, str) else None
+
+
+def check_queue(p: Paths, url: str | SlothError | None = None) -> Check:
+    """A fresh folder, a sound queue, or a lost one (identity.py); for a
+    shared queue (``url``), whether it is there and this sloth's (no local
+    file to lose: its identity is in its database)."""
     from .identity import findings
 
+    if isinstance(url, SlothError):
+        return fail("queue", url.message, url.hint)
+    if url:
+        return _check_shared_queue(url)
     status, detail, fix = findings(p)
     return Check("queue", status, detail, fix)
 
 
-def check_database(db: Path) -> Check:
+def _check_shared_queue(url: str) -> Check:
+    from .backends.pg_errors import describe
+    from .backends.pg_readonly import PgReadOnly
+
+    where = describe(url)
+    try:
+        with PgReadOnly(url) as q:
+            qid = q.identity
+    except SlothError as e:
+        return fail("queue", f"the shared queue at {where}: {e.message}", e.hint)
+    return ok("queue", f"shared queue {qid or '(id not recorded yet)'} at {where}")
+
+
+def check_database(db: Path, url: str | SlothError | None = None) -> Check:
     import sqlite3  # for its error types; the check itself is db.quick_check
 
     from .db import quick_check
     from .identity import file_problem
 
+    if url:
+        return ok("database", "n/a: the queue is on PostgreSQL (its schema is checked under queue)")
     if not db.exists():
         return ok("database", f"{db} does not exist yet")
-    fix = (f"Stop the daemon (sloth daemon stop), then salvage what is readable: mv {db} {db}.broken && "
-           f"sqlite3 {db}.broken .recover | sqlite3 {db} (or restore a backup).")
+    broken = f"{db}.broken"
+    fix = (f"Stop the daemon (sloth daemon stop), then salvage what is readable: {shell_command('mv', db, broken)} && "
+           f"{shell_command('sqlite3', broken, '.recover')} | {shell_command('sqlite3', db)} (or restore a backup).")
     problem = file_problem(db)
     if problem is not None:  # an empty file "passes" quick_check: it is no queue at all
         return fail("database", f"{db} {problem}", fix)
@@ -310,7 +371,7 @@ def check_linger() -> Check:
     state, user = linger(), user_name()
     if state == "yes":
         return ok("linger", f"on for {user}: the service keeps running after logout")
-    fix = f"loginctl enable-linger {user}"
+    fix = shell_command("loginctl", "enable-linger", user)
     if state == "no":
         return warn("linger", "off: the service and its jobs stop when you log out", fix)
     return warn("linger", "unknown (no loginctl or logind answer)", f"If you use systemd: {fix}")

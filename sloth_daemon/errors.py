@@ -9,7 +9,7 @@ client rebuilds the same type from the wire (:func:`from_dict`).
 from __future__ import annotations
 
 import errno as _errno
-from .text import storable
+from .text import shell_command, storable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # not at run time: `sloth add` pays for every import
@@ -83,7 +83,7 @@ class LaneNotFound(SlothError):
     def __init__(self, lane: str, known: list[str]) -> None:
         super().__init__(f"no lane named {lane!r}",
                          hint=f"Lanes: {', '.join(known) or 'none'}. To make one: "
-                              f"`sloth lane set {lane} --concurrency N --create`.")
+                              f"`{shell_command('sloth', 'lane', 'set', lane, '--concurrency', 'N', '--create')}`.")
 
 
 class LogUnreadable(SlothError):

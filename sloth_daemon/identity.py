@@ -27,6 +27,7 @@ from . import private
 from .db import HEADER
 from .errors import StorageError
 from .paths import Paths
+from .text import shell_command
 
 _LEGACY_LOG = re.compile(r"[0-9]+\.[0-9]+\.log")
 
@@ -46,7 +47,8 @@ def recorded(paths: Paths) -> str | None:
         return None
     except OSError as e:
         raise StorageError(f"cannot read {paths.queue_id_file}: {e.strerror or e}",
-                           hint=f"Remove it if it is not a file sloth made (rm {paths.queue_id_file}).") from e
+                           hint="Remove it if it is not a file sloth made "
+                                f"({shell_command('rm', paths.queue_id_file)}).") from e
     return text or None
 
 
@@ -79,7 +81,8 @@ def file_problem(db: Path) -> str | None:
 def recover_hint(paths: Paths, qid: str) -> str:
     db = paths.db
     return (f"Put the queue back: restore {db} from a backup, or salvage a damaged copy with "
-            f"`sqlite3 {db}.broken .recover | sqlite3 {db}` (its logs are in {paths.all_jobs_log_dir / qid}). "
+            f"`{shell_command('sqlite3', f'{db}.broken', '.recover')} | {shell_command('sqlite3', db)}` "
+            f"(its logs are in {paths.all_jobs_log_dir / qid}). "
             f"To start a new, empty queue instead, move {db} and {paths.queue_id_file} aside.")
 
 

@@ -26,8 +26,9 @@ from . import peercred
 from .errors import SlothError
 from .keeper_wire import ENV_REFS_KEPT, MAX_FRAME, VERSION, Cork, boot_now, encode, read_journal
 from .paths import Paths, ensure_private_dir
+from .keeper_hello import KeeperVersionMismatch, hello_answer
 
-__all__ = ["KeeperClient", "KeeperError", "RunSink", "boot_now", "read_journal"]
+__all__ = ["KeeperClient", "KeeperError", "KeeperVersionMismatch", "RunSink", "boot_now", "read_journal"]
 
 log = logging.getLogger("sloth.keeper_client")
 
@@ -104,14 +105,23 @@ class KeeperClient:
         reader, writer = conn
         try:
             writer.write(encode(_request(1, "hello", role="daemon", pid=os.getpid(), name=name)))
-            msg = _decode(await asyncio.wait_for(reader.readline(), HELLO_TIMEOUT_S))
+            msg = hello_answer(paths, await asyncio.wait_for(reader.readline(), HELLO_TIMEOUT_S))
         except (OSError, ValueError, asyncio.TimeoutError) as e:
             writer.close()
             raise KeeperError(f"the keeper on {paths.keeper_socket} did not answer hello: {e!r}") from None
+        except KeeperVersionMismatch:
+            writer.close()
+            raise
         if not msg.get("ok"):
             writer.close()
             raise KeeperError(f"the keeper refused us: {msg.get('error', {}).get('message')}")
         return cls(str(paths.keeper_socket), reader, writer, msg["result"])
+
+    @property
+    def holding(self) -> int:
+        """Runs the keeper holds for us: running, held behind another, or
+        ended with an outcome not yet acknowledged (as far as we know)."""
+        return len(self._sinks) + len(self._early)
 
     # ------------------------------------------------------- fire and forget
     def spawn(self, req: dict[str, Any], sink: RunSink) -> None:

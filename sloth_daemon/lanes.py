@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping
 from .config import Settings
 from .errors import BadRequest, IllegalTransition, LaneNotFound
 from .queue import Queue
+from .text import shell_command
 
 SET_BY_USER = "sloth lane set"
 
@@ -153,7 +154,7 @@ class Lanes:
             raise BadRequest(f"lane {lane!r} is in config.toml", hint="Remove it there, then `sloth daemon reload`.")
         if active:
             raise IllegalTransition(f"lane {lane!r} has {active} blocked, queued or running job(s)",
-                                    hint=f"Cancel them first: `sloth cancel --lane {lane}`.")
+                                    hint=f"Cancel them first: `{shell_command('sloth', 'cancel', '--lane', lane)}`.")
         self.queue.forget_lane(lane)
         self.overrides.pop(lane, None)
         if lane in self.paused:

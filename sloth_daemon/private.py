@@ -22,7 +22,9 @@ import stat
 from pathlib import Path
 from typing import BinaryIO, NoReturn
 
+from . import owners
 from .errors import LogUnreadable, StorageError
+from .text import shell_command
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -32,15 +34,38 @@ _OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # a FIF
 
 def ensure_dir(p: Path) -> None:
     """Create ``p`` (missing parents too) 0700 and check it (see module
-    docstring). Raises StorageError saying what is wrong and how to fix it."""
+    docstring). Raises StorageError saying what is wrong and how to fix it.
+    Nothing is made inside a folder of another user (root's excepted: /tmp,
+    /run/user): what we made there would be ours in their folder."""
+    _refuse_foreign_parent(p)
     try:
         os.makedirs(p, mode=DIR_MODE, exist_ok=True)
     except FileExistsError:
         pass  # a file or a dangling link in the way: the check below says which
     except OSError as e:
+        _refuse_foreign_parent(p, root_too=True)  # e.g. a folder `sudo sloth` left: say whose, not "denied"
         raise StorageError(f"cannot create folder {p}: {e.strerror or e}",
                            hint="Check the permissions of its parent, or set SLOTH_HOME to a folder of yours.") from e
     secure(p, is_dir=True)
+
+
+def _refuse_foreign_parent(p: Path, *, root_too: bool = False) -> None:
+    """If ``p`` is missing, its nearest existing ancestor must be ours (or
+    root's, unless ``root_too``); else refuse, saying whose it is."""
+    parent = p
+    while True:
+        try:
+            st = os.stat(parent)
+            break
+        except (FileNotFoundError, NotADirectoryError, PermissionError):  # missing, or in a folder we may not search
+            if parent == parent.parent:
+                return
+            parent = parent.parent
+        except OSError:
+            return  # makedirs says what it is
+    if parent != p and st.st_uid != os.getuid() and (root_too or st.st_uid != 0):
+        problem, fix = owners.not_ours(parent, st.st_uid)
+        _refuse(parent, f"{problem}: sloth makes nothing in it (it wanted {p})", fix)
 
 
 def secure(p: Path, *, is_dir: bool) -> None:
@@ -51,7 +76,7 @@ def secure(p: Path, *, is_dir: bool) -> None:
         fd = os.open(p, _OPEN_DIR if is_dir else _OPEN_FILE)
     except FileNotFoundError:
         if os.path.islink(p):
-            _refuse(p, "is a symbolic link to nothing", f"Remove it (rm {p}); sloth makes its own.")
+            _refuse(p, "is a symbolic link to nothing", f"Remove it ({shell_command('rm', p)}); sloth makes its own.")
         return
     except OSError as e:
         _refuse(p, *_open_problem(p, e, is_dir))
@@ -84,16 +109,14 @@ def problems(p: Path, *, is_dir: bool) -> tuple[str, bool] | None:
 def _problem(p: Path, st: os.stat_result, is_dir: bool) -> tuple[str, str] | None:
     kind = "folder" if is_dir else "regular file"
     if is_dir and not stat.S_ISDIR(st.st_mode) or not is_dir and not stat.S_ISREG(st.st_mode):
-        return f"is not a {kind}", f"Move it away (mv {p} {p}.away); sloth makes its own."
-    uid = os.getuid()
-    if st.st_uid != uid:
-        return (f"is owned by uid {st.st_uid}, not by uid {uid} who runs sloth",
-                "Use a folder of your own: set SLOTH_HOME to one (a daemon must not write where another "
-                f"user can), or make it yours: chown -R {uid} {p}")
+        return f"is not a {kind}", f"Move it away ({shell_command('mv', p, f'{p}.away')}); sloth makes its own."
+    if st.st_uid != os.getuid():
+        return owners.not_ours(p, st.st_uid)
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o022:
         return (f"is writable by {'group and others' if mode & 0o002 else 'its group'} (mode {mode:04o})",
-                f"Check that everything in it is yours, then: chmod {DIR_MODE if is_dir else FILE_MODE:o} {p}")
+                "Check that everything in it is yours, then: "
+                + shell_command("chmod", f"{DIR_MODE if is_dir else FILE_MODE:o}", p))
     if mode & 0o077:
         return "loose", ""
     return None
@@ -103,13 +126,13 @@ def _open_problem(p: Path, e: OSError, is_dir: bool) -> tuple[str, str]:
     if e.errno == errno.ELOOP or os.path.islink(p):
         return _link_problem(p)
     if e.errno == errno.ENOTDIR:
-        return "is not a folder", f"Move it away (mv {p} {p}.away); sloth makes its own."
+        return "is not a folder", f"Move it away ({shell_command('mv', p, f'{p}.away')}); sloth makes its own."
     return f"cannot be opened: {e.strerror or e}", "Check its permissions (`sloth doctor`)."
 
 
 def _link_problem(p: Path) -> tuple[str, str]:
     return ("is a symbolic link; sloth does not follow links for its own folders and files",
-            f"Remove the link (rm {p}) and point SLOTH_HOME at the real folder instead.")
+            f"Remove the link ({shell_command('rm', p)}) and point SLOTH_HOME at the real folder instead.")
 
 
 def _refuse(p: Path, problem: str, fix: str) -> NoReturn:

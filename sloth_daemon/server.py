@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from . import peercred, protocol
+from . import owners, peercred, protocol
 from .control import Control
 from .errors import DaemonBusy, PermissionDenied, ProtocolError, SlothError
 from .handlers import Handlers, Session
@@ -40,6 +40,7 @@ class Server:
         self.stats = {"connections": 0, "requests": 0, "bad_frames": 0, "refused_peers": 0,
                       "refused_busy": 0, "open": 0, "max_connections": max_connections}
         self.handlers = Handlers(control, self.stats)
+        self._conns: set[asyncio.Task[None]] = set()  # one task per open connection, ended by close()
 
     async def start(self, path: Path) -> None:
         old_umask = os.umask(0o177)  # the socket is born 0600, no window
@@ -52,9 +53,18 @@ class Server:
         os.chmod(path, 0o600)
 
     async def close(self) -> None:
+        """Stop listening and end every open connection (a follower, a
+        waiter, the client that asked us to stop) before the loop does:
+        asyncio.run() would cancel them at its end, and a cancelled
+        connection task is logged as a traceback."""
         self.handlers.close()
         if self.server is not None:
             self.server.close()
+        conns = [t for t in self._conns if t is not asyncio.current_task()]
+        for t in conns:
+            t.cancel()
+        if conns:
+            await asyncio.wait(conns, timeout=5.0)
 
     # ---------------------------------------------------------- connection
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -65,19 +75,25 @@ class Server:
         self.active += 1
         self.stats["open"] = self.active
         session = Session()
+        task = asyncio.current_task()
+        if task is not None:
+            self._conns.add(task)
         try:
             uid = peercred.peer_uid(writer.get_extra_info("socket"))
             if uid != os.getuid():
                 self.stats["refused_peers"] += 1
-                err = PermissionDenied(f"uid {uid} may not use the sloth daemon of uid {os.getuid()}")
+                err = PermissionDenied(*owners.peer_refused(uid, os.getuid()))
                 await self._send(writer, protocol.error(None, err))
                 return
             await self._serve(reader, writer, session)
         except (ConnectionError, OSError):
             pass
+        except asyncio.CancelledError:
+            pass  # close(): the daemon is stopping; end as any closed connection does
         except Exception:  # never let one connection take the daemon down
             log.exception("connection handler failed")
         finally:
+            self._conns.discard(task)
             session.close()  # a batch staged but not committed is dropped: nothing was queued
             self.active -= 1
             self.stats["open"] = self.active

@@ -22,7 +22,7 @@ import os
 
 from . import jsonlite, protocol
 from .errors import (
-    BadRequest, FieldError, IllegalTransition, ProtocolError, SlothError, StorageError, from_dict,
+    BadRequest, FieldError, IllegalTransition, PermissionDenied, ProtocolError, SlothError, StorageError, from_dict,
 )
 from .checks import DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS, command_json, fields
 
@@ -46,10 +46,11 @@ OPTION_NAMES = {
     "command": "the command", "lane": "--lane", "priority": "--priority", "max_attempts": "--max-attempts",
     "lease_s": "--lease", "timeout_s": "--timeout", "not_before": "--delay/--at", "key": "--key",
     "label": "--label", "cwd": "--cwd (or the current folder)", "env": "the environment", "shell": "--shell",
-    "place": "--on",
+    "place": "--on", "after": "--after", "after_any": "--after-any",
 }
-# Refusals of a commit that prove its transaction never happened (or was rolled back).
-_CERTAIN = (BadRequest, ProtocolError, IllegalTransition, StorageError)
+# Refusals of a commit that prove its transaction never happened (or was rolled back);
+# a refused peer (PermissionDenied) is turned away before the daemon reads a byte.
+_CERTAIN = (BadRequest, ProtocolError, IllegalTransition, StorageError, PermissionDenied)
 COMMIT_TIMEOUT_S = 30.0
 COMMIT_JOBS_PER_S = 20_000.0  # a slow disk's enqueue rate: a large commit gets its time
 

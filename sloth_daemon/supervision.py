@@ -55,15 +55,30 @@ class KeeperSpawner:
     def __init__(self, paths: Paths, *, name: str, check_s: float) -> None:
         self.paths, self.name, self.check_s = paths, name, check_s
         self.client: KeeperClient | None = None
+        self.problem: str | None = None  # why the last connect failed (a keeper of another version ...)
         self.on_resync: Callable[[list[dict[str, Any]]], None] = lambda held: None
         self._tasks: set[asyncio.Task[None]] = set()  # kept: the loop holds only weak references
 
     async def connect(self) -> list[dict[str, Any]]:
         """Connect (starting a keeper if none answers); the runs it holds."""
-        client = await KeeperClient.connect(self.paths, name=self.name, check_s=self.check_s)
+        try:
+            client = await KeeperClient.connect(self.paths, name=self.name, check_s=self.check_s)
+        except SlothError as e:
+            self.problem = e.message
+            raise
         client.on_lost = self._lost
-        self.client = client
+        self.client, self.problem = client, None
         return client.held
+
+    def status(self) -> dict[str, Any]:
+        """For `sloth daemon status`: the keeper's pid, version and protocol,
+        the runs it holds for us, or (none connected) why not."""
+        if self.client is None:
+            return {"pid": None, "version": None, "protocol": None, "runs": None,
+                    "problem": self.problem or "not connected (it is being restarted)"}
+        info = self.client.info
+        return {"pid": info.get("pid"), "version": info.get("version"), "protocol": info.get("protocol"),
+                "runs": self.client.holding, "problem": None}
 
     @property
     def pid(self) -> int | None:

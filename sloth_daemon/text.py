@@ -82,3 +82,12 @@ def showable(s: str) -> str:
     import re  # here, not at the top: every `sloth add` imports this module
 
     return re.sub(_UNSHOWABLE, _escape, s)
+
+
+def shell_command(*words: object) -> str:
+    """``words`` as one command to paste into a shell, each quoted as sh
+    needs (a lane or a path a user chose stays one word and runs nothing).
+    Every hint that puts outside text into a command makes it here."""
+    import shlex
+
+    return " ".join(shlex.quote(str(w)) for w in words)

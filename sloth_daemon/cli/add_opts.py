@@ -15,6 +15,7 @@ import sys
 
 from .. import errors
 from .edge import echo
+from ..text import shell_command
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -105,7 +106,8 @@ def place_fields(anywhere: bool, on: Optional[str]) -> dict[str, Any]:
 
 def tell_new_lanes(result: dict[str, Any]) -> None:
     for lane in result.get("new_lanes") or []:
-        echo(f"sloth: new lane {lane!r} (concurrency from config; `sloth lane set {lane} -c N` to change)",
+        echo(f"sloth: new lane {lane!r} (concurrency from config; "
+             f"`{shell_command('sloth', 'lane', 'set', lane, '-c', 'N')}` to change)",
                    err=True)
 
 

@@ -153,6 +153,17 @@ def daemon_status(as_json: bool = typer.Option(False, "--json")) -> None:
     c = st.get("clock", {})
     typer.echo(f"clock:  checked every {format_duration(c.get('check_interval_s', 0))}"
                f"{', timerfd' if c.get('timerfd') else ''}")
+    typer.echo(f"keeper: {_keeper_line(st.get('keeper') or {})}")
+    width = max(map(len, st["paths"]), default=0) + 2
     for k, v in st["paths"].items():
-        typer.echo(f"{k + ':':<10}{v}")
+        typer.echo(f"{k + ':':<{width}}{v}")
+
+
+def _keeper_line(k: dict[str, Any]) -> str:
+    """The keeper as `daemon status` shows it: who it is and what it holds, or why there is none."""
+    if k.get("pid") is None:
+        return f"NONE CONNECTED: {k.get('problem') or 'unknown (an older daemon does not say)'}"
+    runs = k.get("runs")
+    return (f"pid {k['pid']}, version {k.get('version') or '?'} (protocol v{k.get('protocol') or '?'}), "
+            + (f"{runs} run(s) held" if runs is not None else "runs held unknown"))
 

@@ -39,10 +39,11 @@ def add(
     stdin: bool = typer.Option(False, "--stdin", help="Read many commands, one shell line each, from stdin."),
     from_file: Optional[Path] = typer.Option(None, "--file", "-f", help="Like --stdin but from a file."),
     after: Optional[List[str]] = typer.Option(
-        None, "--after", help="Run once these jobs are done (ids, e.g. 12,13); cancelled if one fails.",
+        None, "--after", help="Run once these jobs are done (ids, e.g. 12,13; at most 1000); cancelled if one fails.",
         autocompletion=job_ids),
     after_any: Optional[List[str]] = typer.Option(
-        None, "--after-any", help="Run once these jobs have ended, whatever the result.", autocompletion=job_ids),
+        None, "--after-any", help="Run once these jobs have ended, whatever the result (at most 1000).",
+        autocompletion=job_ids),
     chain: bool = typer.Option(False, "--chain", help="--stdin/--file: each line after the one before succeeds."),
     chain_any: bool = typer.Option(False, "--chain-any", help="--stdin/--file: each line after the one before ends."),
     retry_exit: Optional[str] = typer.Option(

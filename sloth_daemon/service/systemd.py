@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import ServiceError
 from ..paths import Paths
+from ..text import shell_command
 from .common import (
     MANAGER, UNIT_NAME, Report, env_notes, fill, read_text, remove, run, template, user_name,
     write_if_changed,
@@ -68,9 +69,10 @@ def linger_advice(report: Report) -> None:
     if state == "no":
         report.warnings.append(
             f"linger is off for {user}: the service (and your running jobs) stop when you log out "
-            f"and start again only at your next login. Turn it on: loginctl enable-linger {user}")
+            f"and start again only at your next login. Turn it on: {shell_command('loginctl', 'enable-linger', user)}")
     elif state is None:
-        report.notes.append(f"could not tell whether linger is on (`loginctl show-user {user} --property=Linger`); "
+        report.notes.append("could not tell whether linger is on "
+                            f"(`{shell_command('loginctl', 'show-user', user, '--property=Linger')}`); "
                             "without it the service stops at logout")
 
 

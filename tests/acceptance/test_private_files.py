@@ -69,7 +69,7 @@ def test_started_like_the_unit_with_umask_022_everything_is_private(harness):
 def test_a_home_another_user_owns_is_refused_and_nothing_is_made_in_it(harness):
     h = harness.home
     os.chown(h, NOBODY, NOBODY)
-    start_fails(harness, str(h), f"owned by uid {NOBODY}", "SLOTH_HOME")
+    start_fails(harness, str(h), f"owned by user nobody (uid {NOBODY})", "SLOTH_HOME")
     assert sorted(os.listdir(h)) == ["config.toml"]  # no run/, no queue.db, no logs/
     assert os.lstat(h).st_uid == NOBODY and mode(h) == 0o755  # not chmod'ed either
 
@@ -145,4 +145,4 @@ def test_doctor_checks_owner_mode_and_links(harness, home):
     (h / "run").unlink()
     os.chown(h / "queue.db", NOBODY, NOBODY)
     checks = {c["name"]: c for c in json.loads(harness.cli("doctor", "--json").stdout)["checks"]}
-    assert checks["files"]["status"] == "fail" and f"owned by uid {NOBODY}" in checks["files"]["detail"]
+    assert checks["files"]["status"] == "fail" and f"owned by user nobody (uid {NOBODY})" in checks["files"]["detail"]
