@@ -73,16 +73,26 @@ NOTIFY_EVENTS = ("failed", "done", "drained")
 INT_MINIMUM = {"max_attempts": 1, "default_concurrency": 1, "log_cap_bytes": 1024}
 
 
+CONFIG_MAX_BYTES = 1 << 20  # a config is a few hundred bytes; a link to /dev/zero is not read to its end
+
+
 def load(path: Path) -> Settings:
-    """Read ``path`` if it exists. Raises ConfigError naming the file and key."""
-    if not path.exists():
-        return Settings(file=path)
+    """Read ``path`` if it exists (a link to a regular file is followed: a
+    dotfiles repository's). Raises ConfigError naming the file and key, or
+    what else than a regular file is there (safefile.py: never blocks)."""
+    from .safefile import NotRegular, read_file
+
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - 3.10
         import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_file(path, CONFIG_MAX_BYTES, follow=True).decode("utf-8"))
+    except FileNotFoundError:
+        return Settings(file=path)
+    except NotRegular as e:
+        raise ConfigError(f"config {e}", hint=f"Put a TOML file there (`sloth config --example > {path}` "
+                                               "writes one), or remove it for the defaults.") from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"cannot read config {path}: {e}") from e
     return from_mapping(data, path)
