@@ -11,9 +11,13 @@ database never migrated.
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
 
 from tests.support.harness import TEST_CONFIG
+from tests.support.pg import free_port
 
 pytestmark = pytest.mark.acceptance
 HUGE = "99999999999999999999999"
@@ -60,3 +64,48 @@ def test_a_lane_of_zero_in_config_is_refused_and_points_at_the_pause_that_lane_s
     assert h.cli("lane", "set", "default", "-c", "0", check=True).stdout.strip() == "lane default: concurrency 1, paused"
     lanes = h.cli_json("lane", "ls")
     assert lanes["lanes"]["default"]["concurrency"] == 1 and lanes["lanes"]["default"]["paused"]
+
+
+# ---------------------------------------------------------------- item 12
+def config_shows_settings_despite(h, *says: str) -> dict:
+    """`sloth config` (text and --json): the settings, the lanes, and why the
+    queue could not be read; exit 0, in well under the old ~10 s."""
+    t0 = time.monotonic()
+    p = h.cli("config", timeout_s=30)
+    took = time.monotonic() - t0
+    assert p.returncode == 0, p.stderr
+    assert "queue_url " in p.stdout and "max_attempts " in p.stdout and "lanes:" in p.stdout, p.stdout
+    line = next(ln for ln in p.stdout.splitlines() if ln.startswith("queue: "))
+    assert " cannot be read: " in line and all(s in line for s in says), line
+    assert took < 5, took
+    d = json.loads(h.cli("config", "--json", timeout_s=30).stdout)
+    assert d["settings"]["max_attempts"]["value"] == 4 and d["lanes"]["gpu"]["concurrency"] == 2
+    assert all(s in d["queue"]["error"]["message"] for s in says), d["queue"]
+    return d
+
+
+@pytest.mark.postgres
+def test_config_shows_the_settings_when_nothing_listens_at_the_queue_url(make_harness, pg_cluster):
+    url = f"postgresql://sloth_test@127.0.0.1:{free_port()}/sloth"
+    h = make_harness(f'queue_url = "{url}"\nmax_attempts = 4\n[lanes]\ngpu = 2\n')
+    config_shows_settings_despite(h, "cannot connect to PostgreSQL at", "Connection refused")
+
+
+@pytest.mark.postgres
+def test_config_shows_the_settings_when_the_server_is_stopped(make_harness, pg_cluster, pg_fresh):
+    url = pg_fresh()
+    h = make_harness(f'queue_url = "{url}"\nmax_attempts = 4\n[lanes]\ngpu = 2\n')
+    assert "queue: " not in h.cli("config", check=True).stdout  # up: read as before, nothing to say
+    pg_cluster.stop("fast")
+    try:
+        config_shows_settings_despite(h, "cannot connect to PostgreSQL at")
+    finally:
+        pg_cluster.start()
+
+
+@pytest.mark.postgres
+def test_config_shows_the_settings_of_a_queue_not_migrated_yet(make_harness, pg_fresh):
+    url = pg_fresh(migrated=False)
+    h = make_harness(f'queue_url = "{url}"\nmax_attempts = 4\n[lanes]\ngpu = 2\n')
+    d = config_shows_settings_despite(h, "has schema v0")
+    assert "sloth db migrate" in d["queue"]["error"]["hint"]
