@@ -68,6 +68,10 @@ def test_a_running_daemon_refuses_a_fifo_config_on_reload_and_keeps_serving(harn
     assert harness.call("config")["settings"]["lease_s"]["value"] == 3.0  # the old settings are kept
     jid = harness.add("true")
     harness.wait_state(jid, "done", timeout_s=20)  # still serving
+    replace_with_fifo(harness.home / "daemon.lock")  # the CLI reads the daemon's pid and socket there
+    for args in (("status",), ("ls",), ("show", str(jid))):
+        p, _ = run(harness, *args)
+        assert p.returncode == 0, (args, p.stderr)
     assert harness.stop(signal.SIGTERM, timeout_s=20) == 0  # and still answering SIGTERM
 
 
