@@ -120,16 +120,6 @@ def _refuse(p: Path, problem: str, fix: str) -> NoReturn:
 
 
 # -------------------------------------------------------------------- files
-def create_file(p: Path) -> bool:
-    """Create ``p`` empty and 0600 if it is missing (never through a link).
-    True if this call made it."""
-    try:
-        os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE))
-        return True
-    except FileExistsError:
-        return False
-
-
 def open_append(p: Path) -> BinaryIO:
     """The daemon's own log, for appending: created 0600, never through a
     link, refused unless it is a regular file of ours (safefile.open_file:
