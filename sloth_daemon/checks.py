@@ -35,6 +35,17 @@ MAX_PREREQS = 1000  # prerequisites per job
 PREVIOUS = ("after", "after_any")  # after_previous: how a job waits for the one before it in its batch
 DEFAULT_MAX_ATTEMPTS = 3  # when neither the job nor the daemon's settings say
 DEFAULT_LEASE_S = 60.0
+# The bounds of every whole number a user sets, declared once: config.toml
+# (config.py), the job fields of `sloth add` and `sloth lane set` (whose 0
+# is not a concurrency but a pause: lanes.py) all check against these. The
+# 64-bit ones are what SQLite, PostgreSQL's bigint and the keeper's wire carry.
+INT64_MAX = 2**63 - 1
+MAX_CONCURRENCY = 10_000
+BOUNDS = {
+    "max_attempts": (1, INT64_MAX),
+    "concurrency": (1, MAX_CONCURRENCY),  # a lane's slots: [lanes], default_concurrency, `lane set -c`
+    "log_cap_bytes": (1024, INT64_MAX),
+}
 
 
 def fields(s: Mapping[str, Any], max_attempts: int, lease_s: float,
@@ -52,7 +63,7 @@ def fields(s: Mapping[str, Any], max_attempts: int, lease_s: float,
         raise FieldError("shell", "must be true or false")
     return (
         command_json(s.get("command")),
-        integer(s.get("max_attempts"), "max_attempts", max_attempts, lo=1),
+        integer(s.get("max_attempts"), "max_attempts", max_attempts, lo=BOUNDS["max_attempts"][0]),
         duration(s.get("lease_s"), "lease_s", lease_s),
         number(s.get("not_before"), "not_before", None, lo=0, hi=MAX_TIME),
         integer(s.get("priority"), "priority", 0),

@@ -184,5 +184,6 @@ class Client:
 
 
 def _read(path: StrPath) -> str:
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return f.read(4096)
+    from .safefile import read_file
+
+    return read_file(path, 4096, head=True).decode("utf-8", "replace")  # never blocks on a FIFO there

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from .checks import BOUNDS
 from .durations import parse_duration
 from .errors import BadRequest, ConfigError
 
@@ -70,19 +71,31 @@ MACHINE_KEYS = frozenset({"queue_url", "host", "tags", "listen"})  # read at sta
 QUEUE_URL_ENV = "SLOTH_QUEUE_URL"
 URL_SCHEMES = ("postgresql://", "postgres://")
 NOTIFY_EVENTS = ("failed", "done", "drained")
-INT_MINIMUM = {"max_attempts": 1, "default_concurrency": 1, "log_cap_bytes": 1024}
+# Each whole-number setting's bounds: checks.BOUNDS, shared with `sloth add` and `sloth lane set`.
+INT_BOUNDS = {"max_attempts": BOUNDS["max_attempts"], "default_concurrency": BOUNDS["concurrency"],
+              "log_cap_bytes": BOUNDS["log_cap_bytes"]}
+
+
+CONFIG_MAX_BYTES = 1 << 20  # a config is a few hundred bytes; a link to /dev/zero is not read to its end
 
 
 def load(path: Path) -> Settings:
-    """Read ``path`` if it exists. Raises ConfigError naming the file and key."""
-    if not path.exists():
-        return Settings(file=path)
+    """Read ``path`` if it exists (a link to a regular file is followed: a
+    dotfiles repository's). Raises ConfigError naming the file and key, or
+    what else than a regular file is there (safefile.py: never blocks)."""
+    from .safefile import NotRegular, read_file
+
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - 3.10
         import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_file(path, CONFIG_MAX_BYTES, follow=True).decode("utf-8"))
+    except FileNotFoundError:
+        return Settings(file=path)
+    except NotRegular as e:
+        raise ConfigError(f"config {e}", hint=f"Put a TOML file there (`sloth config --example > {path}` "
+                                               "writes one), or remove it for the defaults.") from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"cannot read config {path}: {e}") from e
     return from_mapping(data, path)
@@ -115,10 +128,32 @@ def from_mapping(data: Mapping[str, Any], path: Path) -> Settings:
 def _lanes(path: Path, raw: Any) -> dict[str, int]:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: [lanes] must be a table of lane = concurrency")
-    for lane, n in raw.items():
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ConfigError(f"{path}: lanes.{lane} must be a whole number >= 1, got {n!r}")
-    return dict(raw)
+    return {lane: _whole(path, f"lanes.{lane}", n, BOUNDS["concurrency"]) for lane, n in raw.items()}
+
+
+def _whole(path: Path, key: str, raw: Any, bounds: tuple[int, int]) -> int:
+    """A whole number within ``bounds`` (checks.BOUNDS), else ConfigError."""
+    lo, hi = bounds
+    if isinstance(raw, bool) or not isinstance(raw, int) or not lo <= raw <= hi:
+        shown = f"a {len(str(raw))}-digit number" if isinstance(raw, int) and len(str(raw)) > 24 else repr(raw)
+        raise ConfigError(f"{path}: {key} must be a whole number from {lo} to {hi}, got {shown}",
+                          hint=_zero_hint(key) if raw == 0 else None)
+    return raw
+
+
+def _zero_hint(key: str) -> str | None:
+    """A lane of 0 slots is refused (it would never run a job, and `sloth
+    resume` could not undo it); what the user wants is a pause, which is
+    what `lane set LANE -c 0` does: say so."""
+    import shlex
+
+    if key == "default_concurrency":
+        return "To hold every job back, pause them all: `sloth pause` (until `sloth resume`)."
+    if not key.startswith("lanes."):
+        return None
+    lane = shlex.quote(key.removeprefix("lanes."))
+    return (f"To hold the lane's jobs back, pause it: `sloth pause {lane}` (what `sloth lane set {lane} -c 0` "
+            "does); it stays paused across restarts until `sloth resume`.")
 
 
 def _coerce_telling(path: Path, key: str, raw: Any) -> Any:
@@ -169,10 +204,7 @@ def _coerce(path: Path, key: str, raw: Any) -> Any:
         if key in POSITIVE_DURATIONS and v <= 0:
             raise ConfigError(f"{path}: {key} must be more than 0")
         return v
-    lo = INT_MINIMUM[key]
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < lo:
-        raise ConfigError(f"{path}: {key} must be a whole number >= {lo}, got {raw!r}")
-    return raw
+    return _whole(path, key, raw, INT_BOUNDS[key])
 
 
 def changes(old: Settings, new: Settings) -> list[str]:

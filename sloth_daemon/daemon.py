@@ -45,6 +45,7 @@ from .errors import DaemonAlreadyRunning, SlothError, StorageError
 from .notify import Notifier
 from .paths import Paths, check_socket_path, ensure_private_dir, resolve, secure_all
 from .queue import Queue
+from .safefile import open_file
 from .server import Server
 from .runs import worker_name
 from .supervision import KeeperSpawner
@@ -76,9 +77,10 @@ class InstanceLock:
         self.path = paths.lock
         ensure_private_dir(paths.data_dir)
         try:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            self.fd = open_file(self.path, os.O_RDWR | os.O_CREAT)  # a FIFO there is refused, not waited on
         except OSError as e:
-            raise StorageError(f"cannot open lock file {self.path}: {e.strerror or e}") from e
+            raise StorageError(f"cannot open lock file {self.path}: {e.strerror or e}",
+                               hint=f"Move it away (mv {self.path} {self.path}.away); sloth makes its own.") from e
         if not self._lock():
             holder = (os.pread(self.fd, 64, 0).decode("ascii", "replace").split() or ["unknown"])[0]
             os.close(self.fd)

@@ -18,6 +18,7 @@ import os
 from typing import Any, Awaitable, Callable
 
 from . import __version__, protocol
+from .checks import MAX_CONCURRENCY
 from .control import Control
 from .errors import BadRequest, SlothError, StorageBusy
 from .handlers_stream import Emit, StreamHandlers, Subscription, attempt_of, job_id, job_ids
@@ -200,7 +201,7 @@ class Handlers(StreamHandlers):
         lane = lane_name(a.get("lane"))
         if lane is None:
             raise BadRequest("lane must be a non-empty string")
-        return self.c.set_lane(lane, whole(a.get("concurrency"), "concurrency", 0, 10_000),
+        return self.c.set_lane(lane, whole(a.get("concurrency"), "concurrency", 0, MAX_CONCURRENCY),
                                create=flag(a.get("create", False), "create"))
 
     def op_lane_rm(self, a: dict[str, Any]) -> dict[str, Any]:

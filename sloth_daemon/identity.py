@@ -27,8 +27,10 @@ from . import private
 from .db import HEADER
 from .errors import StorageError
 from .paths import Paths
+from .safefile import NotRegular, open_file, read_file
 from .text import shell_command
 
+QUEUE_ID_MAX_BYTES = 4096  # an id is 16 hex digits and a newline
 _LEGACY_LOG = re.compile(r"[0-9]+\.[0-9]+\.log")
 
 
@@ -41,8 +43,7 @@ class QueueLost(StorageError):
 def recorded(paths: Paths) -> str | None:
     """The id in ``queue.id``, or None if there is none."""
     try:
-        with private.open_regular(paths.queue_id_file) as f:
-            text = f.read(200).decode("ascii", "replace").strip()
+        text = read_file(paths.queue_id_file, QUEUE_ID_MAX_BYTES).decode("ascii", "replace").strip()
     except FileNotFoundError:
         return None
     except OSError as e:
@@ -65,12 +66,19 @@ def check_before_open(paths: Paths) -> None:
 def file_problem(db: Path) -> str | None:
     """Why ``db`` is no queue database at all (missing, empty, not SQLite), or None."""
     try:
-        with open(db, "rb") as f:
-            head = f.read(len(HEADER))
+        fd = open_file(db)  # a FIFO in its place is refused, not read from
     except FileNotFoundError:
         return "is missing"
+    except NotRegular as e:
+        return e.problem
     except OSError as e:
         return f"cannot be read ({e.strerror or e})"
+    try:
+        head = os.read(fd, len(HEADER))
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    finally:
+        os.close(fd)
     if not head:
         return "is empty (0 bytes)"
     if head != HEADER:
@@ -128,8 +136,7 @@ def _adopt_flat_logs(flat: Path, mine: Path) -> None:
 def _write_id(p: Path, identity: str) -> None:
     tmp = p.with_name(p.name + ".tmp")
     tmp.unlink(missing_ok=True)
-    private.create_file(tmp)
-    with open(tmp, "w", encoding="ascii") as f:
+    with os.fdopen(open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "w", encoding="ascii") as f:
         f.write(identity + "\n")
         f.flush()
         os.fsync(f.fileno())

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from . import __version__
 from .keeper_server import Keeper
+from .safefile import open_file
 
 log = logging.getLogger("sloth.keeper")
 
@@ -48,7 +49,7 @@ class Locked(Exception):
 
 def take_lock(path: Path) -> int:
     """flock keeper.lock for our lifetime (the kernel drops it however we die)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    fd = open_file(path, os.O_RDWR | os.O_CREAT)  # a FIFO there is refused (safefile.py), not waited on
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
@@ -84,8 +85,7 @@ def listen(path: Path) -> socket.socket:
 def detach(log_path: Path | None) -> None:
     """Into the background: our output to the log, then fork; the parent
     exits 0, which tells the starter we are listening."""
-    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600) \
-        if log_path else os.open(os.devnull, os.O_WRONLY)
+    fd = open_file(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT) if log_path else os.open(os.devnull, os.O_WRONLY)
     sys.stdout.flush()
     sys.stderr.flush()
     for target in (1, 2):
@@ -135,7 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sloth keeper: cannot listen on {a.socket}: {e.strerror or e}", file=sys.stderr)
         return 1
     if a.detach:
-        detach(a.log)
+        try:
+            detach(a.log)
+        except OSError as e:  # before the fork: the starter reads this
+            print(f"sloth keeper: cannot open its log {a.log}: {e.strerror or e}", file=sys.stderr)
+            return 1
     os.chdir("/")
     os.ftruncate(lock, 0)
     os.pwrite(lock, f"{os.getpid()}\n".encode(), 0)

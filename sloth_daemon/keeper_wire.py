@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .clock import ClockReadings, SystemClocks
+from .safefile import open_file, read_file
 
 log = logging.getLogger("sloth.keeper")
 
@@ -264,9 +265,9 @@ class Journal:
 
     def _open(self) -> int | None:
         try:
-            return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            return open_file(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # never waits on a FIFO there
         except OSError as e:
-            log.error("cannot open the journal %s: %s; outcomes are held in memory only", self.path, e)
+            log.error("cannot open the journal %s: %s; outcomes are held in memory only", self.path, e.strerror or e)
             return None
 
     def append(self, rec: dict[str, Any]) -> bool:
@@ -289,8 +290,7 @@ class Journal:
             elif self.fd is not None and os.fstat(self.fd).st_size > JOURNAL_COMPACT_BYTES:
                 tmp = self.path.with_name(self.path.name + ".new")
                 tmp.unlink(missing_ok=True)
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-                with os.fdopen(fd, "wb") as f:
+                with os.fdopen(open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb") as f:
                     f.write(b"".join(json.dumps({"v": VERSION, "run": w}).encode() + b"\n" for w in keep))
                 os.replace(tmp, self.path)
                 os.close(self.fd)
@@ -305,11 +305,9 @@ def read_journal(path: Path | str) -> list[dict[str, Any]]:
     writer may die mid-line). Raises OSError if the file exists but cannot
     be read; a missing file holds nothing."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        data = read_file(path, JOURNAL_READ_MAX, head=True)  # a FIFO there is refused, not waited on
     except FileNotFoundError:
         return []
-    with os.fdopen(fd, "rb") as f:
-        data = f.read(JOURNAL_READ_MAX)
     held: dict[str, dict[str, Any]] = {}
     for line in data.split(b"\n"):
         try:

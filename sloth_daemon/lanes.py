@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+from .checks import MAX_CONCURRENCY
 from .config import Settings
 from .errors import BadRequest, IllegalTransition, LaneNotFound
 from .queue import Queue
@@ -132,8 +133,8 @@ class Lanes:
         """`sloth lane set`: 0 pauses the lane (its concurrency is kept for
         later); N > 0 gives it N slots and resumes it if it was paused.
         Running jobs are never touched. Returns before and after."""
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 0 <= concurrency <= 10_000:
-            raise BadRequest(f"concurrency must be a whole number from 0 to 10000, got {concurrency!r}")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 0 <= concurrency <= MAX_CONCURRENCY:
+            raise BadRequest(f"concurrency must be a whole number from 0 to {MAX_CONCURRENCY}, got {concurrency!r}")
         if create:
             self.queue.set_lane(lane, self.overrides.get(lane), self.settings.concurrency(lane))
         self.check(lane)

@@ -10,6 +10,7 @@ import time
 from .client import Client
 from .errors import DaemonNotAnswering, SlothError
 from .paths import Paths, check_socket_path, ensure_private_dir, open_private_log
+from .safefile import open_file
 
 
 def start_background(paths: Paths, *, timeout_s: float = 10.0) -> int:
@@ -41,7 +42,7 @@ def lock_holder(paths: Paths) -> str | None:
     import fcntl
 
     try:
-        fd = os.open(paths.lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = open_file(paths.lock)
     except OSError:
         return None  # no lock file (no daemon ever ran here), or unreadable: the daemon will tell
     try:
@@ -137,7 +138,7 @@ def _pid_of_running(paths: Paths) -> int | None:
 def _last_words(p: os.PathLike[str], n: int = 4000) -> tuple[str, str]:
     """The daemon's last error line in its log, and the hint after it (if any)."""
     try:
-        with open(p, "rb") as f:
+        with os.fdopen(open_file(p), "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - n))
             lines = f.read().decode("utf-8", "replace").strip().splitlines()
@@ -172,13 +173,13 @@ def _start_via_service(paths: Paths) -> bool:
     if paths.home is not None:
         return False
     from . import service
+    from .service.common import read_text
 
     try:
-        plat = service.platform()
-        text = service.unit_path(plat).read_text(encoding="utf-8")
-    except (OSError, SlothError):
+        text = read_text(service.unit_path(plat := service.platform()))  # never waits on a FIFO there
+    except SlothError:
         return False
-    if "SLOTH_HOME" in text:
+    if text is None or "SLOTH_HOME" in text:
         return False
     if plat == "linux":
         argv = ["systemctl", "--user", "start", service.UNIT_NAME]

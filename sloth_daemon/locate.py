@@ -84,10 +84,11 @@ def recorded_socket(paths: Paths) -> Path | None:
 
 
 def _recorded(lock: str | Path) -> str | None:
+    from .safefile import read_file
+
     try:
-        with open(lock, encoding="utf-8", errors="replace") as f:
-            lines = f.read(8192).splitlines()
-    except OSError:
+        lines = read_file(lock, 8192, head=True).decode("utf-8", "replace").splitlines()
+    except OSError:  # missing, or not a regular file (a FIFO there is refused, not waited on)
         return None
     return lines[1] if len(lines) > 1 and lines[1].startswith("/") else None
 

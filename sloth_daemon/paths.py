@@ -103,8 +103,12 @@ class Paths:
         return list(dict.fromkeys(dirs))
 
     def private_files(self) -> list[Path]:
+        """Every file of sloth's in those folders (the keeper's too: a FIFO
+        or a link at one is refused when the daemon starts, before a keeper
+        is spawned to trip over it)."""
         db = str(self.db)
-        return [self.db, Path(db + "-wal"), Path(db + "-shm"), self.lock, self.queue_id_file, self.daemon_log]
+        return [self.db, Path(db + "-wal"), Path(db + "-shm"), self.lock, self.queue_id_file, self.daemon_log,
+                self.keeper_lock, self.keeper_journal, self.keeper_log]
 
     def as_dict(self) -> dict[str, str]:
         return {

@@ -24,12 +24,13 @@ from typing import BinaryIO, NoReturn
 
 from . import owners
 from .errors import LogUnreadable, StorageError
+from .safefile import NotRegular, kind, open_file
 from .text import shell_command
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # a FIFO must not block us
+_OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY  # a FIFO must not block us
 
 
 def ensure_dir(p: Path) -> None:
@@ -107,9 +108,10 @@ def problems(p: Path, *, is_dir: bool) -> tuple[str, bool] | None:
 
 
 def _problem(p: Path, st: os.stat_result, is_dir: bool) -> tuple[str, str] | None:
-    kind = "folder" if is_dir else "regular file"
+    wanted = "folder" if is_dir else "regular file"
     if is_dir and not stat.S_ISDIR(st.st_mode) or not is_dir and not stat.S_ISREG(st.st_mode):
-        return f"is not a {kind}", f"Move it away ({shell_command('mv', p, f'{p}.away')}); sloth makes its own."
+        return (f"is {kind(st.st_mode)}, not a {wanted}",
+                f"Move it away ({shell_command('mv', p, f'{p}.away')}); sloth makes its own.")
     if st.st_uid != os.getuid():
         return owners.not_ours(p, st.st_uid)
     mode = stat.S_IMODE(st.st_mode)
@@ -127,6 +129,8 @@ def _open_problem(p: Path, e: OSError, is_dir: bool) -> tuple[str, str]:
         return _link_problem(p)
     if e.errno == errno.ENOTDIR:
         return "is not a folder", f"Move it away ({shell_command('mv', p, f'{p}.away')}); sloth makes its own."
+    if isinstance(e, NotRegular):
+        return e.problem, f"Move it away ({shell_command('mv', p, f'{p}.away')}); sloth makes its own."
     return f"cannot be opened: {e.strerror or e}", "Check its permissions (`sloth doctor`)."
 
 
@@ -140,22 +144,12 @@ def _refuse(p: Path, problem: str, fix: str) -> NoReturn:
 
 
 # -------------------------------------------------------------------- files
-def create_file(p: Path) -> bool:
-    """Create ``p`` empty and 0600 if it is missing (never through a link).
-    True if this call made it."""
-    try:
-        os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE))
-        return True
-    except FileExistsError:
-        return False
-
-
 def open_append(p: Path) -> BinaryIO:
     """The daemon's own log, for appending: created 0600, never through a
-    link, refused unless it is a regular file of ours."""
+    link, refused unless it is a regular file of ours (safefile.open_file:
+    a FIFO there is refused, not waited on)."""
     try:
-        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
-                     FILE_MODE)
+        fd = open_file(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
     except OSError as e:
         _refuse(p, *_open_problem(p, e, False))
     try:
@@ -164,7 +158,6 @@ def open_append(p: Path) -> BinaryIO:
             _refuse(p, *found)
         if found is not None:
             os.fchmod(fd, FILE_MODE)
-        os.set_blocking(fd, True)
         return os.fdopen(fd, "ab")
     except BaseException:
         os.close(fd)
@@ -174,23 +167,9 @@ def open_append(p: Path) -> BinaryIO:
 def open_regular(p: Path) -> BinaryIO:
     """``p`` for reading: never through a link, and only a regular file (a
     FIFO or a device in its place is refused, not read from, which could
-    hang). Raises FileNotFoundError, or OSError saying which it was."""
-    try:
-        fd = os.open(p, _OPEN_FILE)
-    except FileNotFoundError:
-        raise
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise OSError(errno.ELOOP, "it is a symbolic link, which sloth does not follow") from None
-        raise
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "it is not a regular file")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+    hang: safefile.open_file). Raises FileNotFoundError, or OSError saying
+    which it was."""
+    return os.fdopen(open_file(p), "rb")
 
 
 def open_log(p: Path) -> BinaryIO:

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import shutil
@@ -70,7 +71,10 @@ from tests.support import fakeclock as fc  # noqa: E402
 from tests.support.harness import Harness  # noqa: E402
 
 PROBE = str(REPO / "tests" / "support" / "probe_job.py")
-CHAOS = ("kill9", "reboot", "stop", "jump", "jobkill", "badframes", "diskfull", "flood", "lock")
+CHAOS = ("kill9", "reboot", "stop", "jump", "jobkill", "badframes", "diskfull", "flood", "lock", "badconfig")
+# What config.toml is replaced with before a reload (act_badconfig): each must be refused at once.
+BAD_CONFIGS = ("fifo", "link to /dev/zero", "huge lane", "huge max_attempts")
+HUGE = 99999999999999999999999
 # Errors a malformed frame may get back (never "internal error ...").
 TYPED_ERRORS = {"protocol", "bad_request", "not_found"}
 # Refusals a client meets and tries again after: the daemon down, cut off,
@@ -98,7 +102,7 @@ class SoakConfig:
     chaos_gap_s: tuple[float, float] = (0.5, 2.5)
     weights: dict[str, float] = field(default_factory=lambda: {
         "kill9": 2, "reboot": 0.5, "stop": 1, "jump": 1, "jobkill": 3, "badframes": 2,
-        "diskfull": 1, "flood": 1, "lock": 1})
+        "diskfull": 1, "flood": 1, "lock": 1, "badconfig": 1})
     fault_s: tuple[float, float] = (1.0, 3.0)  # how long a full disk, a flood or a foreign lock lasts
     max_attempts: int = 30  # for the kinds that must end done: room for the chaos
     lanes: dict[str, int] = field(default_factory=lambda: {"default": 4, "slow": 6})
@@ -166,7 +170,7 @@ class SoakResult:
             f"SIGSTOP/CONT {f.get('stops', 0)} "
             f"(clock jumps while stopped {f.get('jumps_while_stopped', 0)}) | sleeps (clock jumps) "
             f"{f.get('sleeps', 0)} (+{f.get('slept_s', 0) / 3600:.1f} h in all) | job kills "
-            f"{f.get('job_kills', 0)} | bad frames {f.get('bad_frames', 0)}",
+            f"{f.get('job_kills', 0)} | bad frames {f.get('bad_frames', 0)} | bad config reloads {f.get('bad_configs', 0)}",
             f"  clients: add retries {f.get('add_retries', 0)} | ambiguous adds found applied "
             f"{f.get('found_by_lookup', 0)} | key lookups {f.get('lookups', 0)} | why: "
             + ("; ".join(f"{k[14:]} x{v}" for k, v in sorted(
@@ -409,6 +413,51 @@ class Soak:
     def act_lock(self) -> None:
         got = self._window("lock", lambda hold: hold_write_lock(self.h.home / "queue.db", hold))
         self.note(f"foreign write lock {'held' if got else 'not had'}")
+
+    def act_badconfig(self) -> None:
+        """config.toml replaced by something a reload must refuse at once (a
+        FIFO once hung the daemon for good): `daemon reload` and SIGHUP are
+        refused, the daemon keeps its settings and keeps answering; then the
+        file is put back."""
+        path = self.h.home / "config.toml"
+        good = path.read_text()
+        kind = self.rng.choice(BAD_CONFIGS)
+        self.note(f"config.toml replaced: {kind}")
+        path.unlink()
+        try:
+            if kind == "fifo":
+                os.mkfifo(path)
+            elif kind == "link to /dev/zero":
+                path.symlink_to("/dev/zero")
+            else:  # [lanes] is the good file's last table; max_attempts goes before every table
+                path.write_text(good + f"big = {HUGE}\n" if kind == "huge lane" else f"max_attempts = {HUGE}\n" + good)
+            self.reload_refused(kind)
+        finally:
+            path.unlink()
+            path.write_text(good)
+            self.note("config.toml put back")
+        self.count("bad_configs")
+
+    def reload_refused(self, kind: str) -> None:
+        t0 = time.monotonic()
+        try:
+            with Client(self.h.socket, timeout_s=10) as c:
+                c.call("reload")
+            self.violation(f"a reload of config.toml as {kind} was accepted")
+        except SlothError as e:
+            if e.code != "config":
+                self.violation(f"a reload of config.toml as {kind} got {e.code}: {e.message[:200]}")
+        except TRANSIENT as e:
+            self.violation(f"a reload of config.toml as {kind}: no answer from a running daemon: {e!r}")
+        if time.monotonic() - t0 > 5:
+            self.violation(f"a reload of config.toml as {kind} took {time.monotonic() - t0:.1f} s")
+        self.h.daemon.send_signal(signal.SIGHUP)  # systemctl reload: refused the same way, in the log
+        try:
+            with Client(self.h.socket, timeout_s=10) as c:
+                if c.call("config")["settings"]["max_attempts"]["value"] != 3:
+                    self.violation(f"a refused reload of config.toml as {kind} changed max_attempts")
+        except TRANSIENT as e:
+            self.violation(f"after a SIGHUP with config.toml as {kind}, the daemon does not answer: {e!r}")
 
     def act_badframes(self) -> None:
         for _ in range(self.rng.randint(1, 3)):

@@ -77,17 +77,20 @@ def open_queue(target: str | os.PathLike[str], clock: "Clock | None" = None,
     return SqliteQueue(target, clock, **defaults)
 
 
-def open_read_only(target: str | os.PathLike[str]) -> "Union[SqliteReadOnly, PgReadOnly]":
+def open_read_only(target: str | os.PathLike[str], *, quick: bool = False) -> "Union[SqliteReadOnly, PgReadOnly]":
     """The queue at ``target`` (a path or a URL, as for open_queue) opened to
     read only, for the CLI when no daemon answers: it never creates,
-    migrates or writes anything. Raises FileNotFoundError (no SQLite file
-    there) or StorageError (unreachable, or not this sloth's schema)."""
+    migrates or writes anything. ``quick``: a PostgreSQL server gets one
+    try of libpq's shortest connect timeout (2 s), no reconnecting (for
+    `sloth config`, which shows the settings whether or not it answers).
+    Raises FileNotFoundError (no SQLite file there) or StorageError
+    (unreachable, or not this sloth's schema)."""
     if is_url(target):
         try:
-            from .pg_readonly import PgReadOnly
+            from .pg_readonly import QUICK, PgReadOnly
         except ImportError as e:
             raise _no_psycopg(e) from e
-        return PgReadOnly(str(target))
+        return PgReadOnly(str(target), QUICK if quick else None)
     from .sqlite_readonly import SqliteReadOnly
 
     return SqliteReadOnly(target)

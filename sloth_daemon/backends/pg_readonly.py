@@ -14,6 +14,11 @@ from .pg_hosts import PgHosts
 from .pg_logs import PgLogs
 from .pg_reads import PgReads
 
+# One look, for a command that must answer whatever the server does (`sloth
+# config`): libpq's shortest connect timeout (it reads less than 2 s as 2),
+# no reconnecting, statements bounded as tightly.
+QUICK = pgdb.PgOptions(connect_timeout_s=2, tcp_user_timeout_s=2.0, statement_timeout_s=2.0, reconnect_s=0.0)
+
 
 class PgReadOnly(PgReads, PgHosts, PgLogs):
     def __init__(self, url: str, options: pgdb.PgOptions | None = None) -> None:

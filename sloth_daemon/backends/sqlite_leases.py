@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ContextManager
 
 from ..errors import StorageError
 from ..models import Job
+from ..safefile import open_file
 from ..spec import number
 
 # A run cut short by a crash of sloth itself (the keeper gone too: a reboot,
@@ -103,7 +104,7 @@ class SqliteLeases:
         outcomes that end meanwhile share the next one (group commit).
         Raises StorageError."""
         try:
-            fd = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd = open_file(f"{self.path}-wal")  # never waits on a FIFO there (safefile.py)
         except FileNotFoundError:
             return  # no log: every commit is in the database file, checkpointed with an fsync
         except OSError as e:

@@ -39,6 +39,13 @@ def _print_config(d: dict[str, Any], file: Any) -> None:
     typer.echo(f"config file: {file}{'' if file.exists() else ' (not present; defaults apply)'}")
     if d["file_differs"]:
         typer.echo("  (the file has changed since the daemon read it: `sloth daemon reload` applies it)")
+    queue = d.get("queue")
+    if queue:  # read without a daemon, and the queue did not answer: say why, show the settings anyway
+        err = queue["error"]
+        typer.echo(f"queue: {queue['where']} cannot be read: {err['message']}")
+        if err.get("hint"):
+            typer.echo(f"  hint: {err['hint']}")
+        typer.echo("  (lanes below as config.toml sets them; `sloth lane set` changes kept in the queue are not shown)")
     for k, v in d["settings"].items():
         typer.echo(f"  {k:<20} {_shown(v['value']):<12} ({v['source']})")
     typer.echo("lanes:")

@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable
 
 from .. import config as cfg
-from ..errors import BadRequest, JobNotFound, SlothError
+from ..errors import BadRequest, JobNotFound, SlothError, StorageError
 from ..lanes import ReadLanes, lane_table
 from ..models import STATE_NAMES, Listing
 from ..paths import Paths
@@ -50,6 +50,8 @@ class _NoQueue:
 def answer(paths: Paths, op: str, **args: Any) -> Any:
     """What the daemon would answer to ``op`` (a reading op). Raises
     SlothError as the daemon would (not found, bad attempt ...)."""
+    if op == "config":
+        return _config_answer(paths)
     fn = _OPS.get(op)
     if fn is None:
         raise SlothError(f"`{op}` needs the daemon", hint="Start it with `sloth daemon start`.")
@@ -75,11 +77,11 @@ def where(paths: Paths) -> str:
     return f"the shared queue at {describe(t)}"
 
 
-def _open(paths: Paths) -> Any:
+def _open(paths: Paths, *, quick: bool = False) -> Any:
     from ..backends import open_read_only
 
     try:
-        return open_read_only(target(paths))
+        return open_read_only(target(paths), quick=quick)
     except FileNotFoundError:
         return _NoQueue()
 
@@ -134,13 +136,25 @@ def _status(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
     return {"daemon": None, "counts": q.counts(), "paths": paths.as_dict(), **_lanes(q, paths, a)}
 
 
-def _config(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
+def _config_answer(paths: Paths) -> Any:
+    """The settings, always (a config file that does not load is the error);
+    the lanes as `sloth lane set` left them if the queue answers at once. A
+    queue that cannot be read (its server down or unreachable, a schema not
+    migrated yet) gives the config's lanes, and why under ``queue``: the
+    command that checks a queue_url must show what it checks."""
     d = cfg.load(paths.config_file).as_dict()
-    d["lanes_in_force"] = {ln: {"concurrency": v["concurrency"], "source": v["source"]}
-                           for ln, v in _lanes(q, paths, a)["lanes"].items()}
+    try:
+        q = _open(paths, quick=True)
+        try:
+            d["lanes_in_force"] = {ln: {"concurrency": v["concurrency"], "source": v["source"]}
+                                   for ln, v in _lanes(q, paths, {})["lanes"].items()}
+        finally:
+            q.close()
+    except StorageError as e:
+        d["queue"] = {"where": where(paths), "error": e.to_dict()}
     return json.loads(json.dumps(d))  # as the daemon's answer arrives: lists, not the settings' tuples
 
 
 _OPS: dict[str, Callable[[Any, Paths, dict[str, Any]], Any]] = {
-    "list": _list, "show": _show, "logs": _logs, "lanes": _lanes, "status": _status, "config": _config,
+    "list": _list, "show": _show, "logs": _logs, "lanes": _lanes, "status": _status,
 }

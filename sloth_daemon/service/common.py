@@ -22,6 +22,7 @@ UNIT_NAME = "sloth.service"
 LABEL = "io.slothqueue.sloth"
 PLATFORM_ENV = "SLOTH_SERVICE_PLATFORM"
 MANAGER = {"linux": "systemd --user", "macos": "launchd"}
+UNIT_MAX_BYTES = 1 << 20  # a unit file or plist is a few KiB
 _PLACEHOLDER = re.compile(r"@[A-Z_]+@")
 
 
@@ -131,7 +132,7 @@ def unit_path(plat: str) -> Path:
 
 def write_if_changed(path: Path, content: str, report: Report) -> str:
     try:
-        old = path.read_text(encoding="utf-8") if path.exists() else None
+        old = read_text(path)
         if old == content:
             return "unchanged"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -208,7 +209,11 @@ def env_notes(report: Report, p: Paths, where: str) -> None:
 
 
 def read_text(path: Path) -> str | None:
+    """An installed unit file or plist (a link to one is followed), or None:
+    missing, unreadable, or not a regular file (a FIFO is refused, not waited on)."""
+    from ..safefile import read_file
+
     try:
-        return path.read_text(encoding="utf-8")
+        return read_file(path, UNIT_MAX_BYTES, follow=True).decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return None

@@ -31,6 +31,6 @@ def test_chaos_short_keeps_every_invariant(capsys):
     f = res.figures
     # the chaos really happened, and the work really ran
     assert f["kills"] >= 1 and f["stops"] >= 1 and f["job_kills"] + f.get("job_kill_no_target", 0) >= 1
-    assert f["bad_frames"] >= 1
+    assert f["bad_frames"] >= 1 and f["bad_configs"] >= 1
     assert f["lost"] == 0 and f["duplicates"] == 0 and f["overlaps"] == 0 and f["collisions"] == 0
     assert f["states"].get("done", 0) > 0 and f["starts"] >= f["jobs"]
