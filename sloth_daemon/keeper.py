@@ -33,7 +33,7 @@ import stat
 import sys
 from pathlib import Path
 
-from . import __version__
+from . import __version__, masking
 from .keeper_server import Keeper
 
 log = logging.getLogger("sloth.keeper")
@@ -119,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGHUP):  # until serve() puts handlers in (jobs must not inherit SIG_IGN)
         signal.signal(sig, signal.SIG_IGN)
     a = parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if os.environ.get("SLOTH_DEBUG") else logging.INFO,
-                        format="%(asctime)s sloth-keeper[%(process)d] %(levelname)s: %(message)s")
+    masking.log_to_stderr(logging.DEBUG if os.environ.get("SLOTH_DEBUG") else logging.INFO,
+                          "%(asctime)s sloth-keeper[%(process)d] %(levelname)s: %(message)s")
     try:
         lock = take_lock(a.lock)
     except Locked as e:
