@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__, peercred, timerfd
+from .stamps import start_stamp
 from .childwatch import become_subreaper, on_sigchld, reap_orphans
 from .keeper_runs import RunTable
 from .keeper_tap import follow
@@ -41,6 +42,7 @@ class Conn:
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
         self.pid: Any = None
+        self.who: tuple[int, float | None] | None = None  # the daemon's: (pid, start stamp), the kernel's word
         self.cork = Cork(writer)  # what one pass of the loop sends leaves in one write
 
     def send(self, msg: dict[str, Any]) -> bool:
@@ -163,16 +165,18 @@ class Keeper:
     def op_hello(self, conn: Conn, a: dict[str, Any]) -> dict[str, Any]:
         if a["role"] != "daemon":
             raise Refused("bad_request", 'role must be "daemon"')
+        who = proved(conn, a.get("pid"))
         old = self.daemon
         if old is not None and old is not conn:
-            if old.pid is None or old.pid != a.get("pid"):
+            if old.who != who:
                 raise Refused("already_attached", f"a daemon (pid {old.pid}) is attached to this keeper; "
                                                   "only one may be")
-            # The same daemon again: its old connection is dead or dying (we
-            # may not have read its end yet). The new one takes over.
+            # The same process again (its pid and start, as the kernel says):
+            # its old connection is dead or dying (we may not have read its
+            # end yet). The new one takes over.
             log.info("daemon (pid %s) reconnected; dropping its old connection", old.pid)
             old.writer.transport.abort()
-        conn.pid, self.daemon, self.leaving = a.get("pid"), conn, False
+        conn.pid, conn.who, self.daemon, self.leaving = who[0], who, conn, False
         log.info("daemon %s (pid %s) attached", a.get("name", ""), conn.pid)
         self.idle_check()
         return {"version": __version__, "protocol": VERSION, "pid": os.getpid(), "features": list(FEATURES),
@@ -275,6 +279,22 @@ class Keeper:
     def exit(self, why: str) -> None:
         log.info("exiting: %s", why)
         self.finished.set()
+
+
+def proved(conn: Conn, claimed: Any) -> tuple[int, float | None]:
+    """Who is at the other end of ``conn``, as the kernel says: (pid, start
+    stamp). A hello's ``pid`` is a claim, checked against it, never taken
+    for it: a process that says it is another is refused (and whoever is
+    attached keeps its connection)."""
+    pid = peercred.peer_pid(conn.writer.get_extra_info("socket"))
+    if pid is None:
+        raise Refused("unverifiable", "the kernel does not say which process this connection is, so it "
+                                      "cannot be proved the daemon's")
+    if claimed is not None and claimed != pid:
+        log.warning("refused a hello from pid %d claiming to be the daemon of pid %r", pid, claimed)
+        raise Refused("impostor", f"this connection is pid {pid}, not pid {claimed!r}: the daemon is the "
+                                  "process at the other end of its connection, not the one a hello names")
+    return pid, start_stamp(pid)
 
 
 def _id_of(msg: Any) -> Any:

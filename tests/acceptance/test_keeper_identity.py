@@ -1,0 +1,40 @@
+"""The keeper takes no process for the daemon on its word (issue 20 item 8).
+
+A real daemon and its real keeper run a job; a second process of the same
+uid connects to the keeper and says hello as the daemon, naming the
+daemon's pid, then asks for the daemon-only ops. On 1d80a5b it was taken
+for the daemon (it got the run list, and the real daemon was dropped).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support import impostor
+
+pytestmark = pytest.mark.acceptance
+
+
+def test_a_forged_hello_is_refused_and_the_daemon_and_its_job_carry_on(harness):
+    harness.start()
+    gate = harness.home / "go"
+    job = harness.add("sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done; echo finished")
+    harness.wait_state(job, "running")
+    daemon_pid, keeper_pid = harness.call("status")["pid"], harness.keeper_pid()
+
+    replies = impostor.run(harness.home / "run" / "keeper.sock", daemon_pid, "kill", "ack", "spawn",
+                           env=harness.env)
+    hello, *ops = replies
+    assert hello["ok"] is False and hello["error"]["code"] == "impostor", hello
+    assert "runs" not in json.dumps(hello) and f"not pid {daemon_pid}" in hello["error"]["message"]
+    assert [r["error"]["code"] for r in ops] == ["not_attached"] * 3
+
+    gate.touch()  # the job ends by itself: its exit reaches the daemon over the connection it kept
+    done = harness.wait_state(job, "done", "failed")
+    assert done["state"] == "done" and done["attempts"] == 1
+    assert harness.keeper_pid() == keeper_pid
+    assert "lost the connection to the keeper" not in harness.log_text()
+    keeper_log = (harness.home / "logs" / "keeper.log").read_text()
+    assert "refused a hello from pid" in keeper_log and "reconnected" not in keeper_log
