@@ -4,8 +4,12 @@ Both are child processes of the daemon, started without waiting for them
 (asyncio subprocesses) and bounded every way: at most ``MAX_RUNNING`` at
 once, at most ``MAX_PENDING`` waiting (past that a notice is dropped and
 counted: a 50,000-job chain cancelled at once must not queue 50,000 hooks
-without end), each one's whole process group killed after its time limit,
-and at most ``OUTPUT_CAP`` bytes of its output kept (for the daemon log).
+without end), and at most ``OUTPUT_CAP`` bytes of its output kept (for the
+daemon log). When one ends, times out, or the daemon stops, its whole tree
+is ended the way a job's is (runner.end_tree over a procident.ProcessTree:
+its group, every descendant seen, and every process that carries its
+token, SLOTH_JOB_TOKEN=tell-..., so a child that called setsid or
+double-forked goes too).
 :meth:`Teller.job_changed` only schedules: nothing here blocks the worker.
 
 Notifications go through ``notify-send`` (Linux) or ``osascript`` (macOS),
@@ -21,15 +25,18 @@ import asyncio
 import json
 import logging
 import os
+import secrets
 import shutil
-import signal
 import sys
 from pathlib import Path
 from typing import Callable
 
+import psutil
+
+from . import procident
 from .config import Settings
 from .models import Job, JobState
-from .runner import job_env
+from .runner import end_tree, job_env
 
 log = logging.getLogger("sloth.tell")
 MAX_RUNNING = 4
@@ -134,19 +141,19 @@ class Teller:
 
     async def _run(self, argv: list[str], data: bytes, env: dict[str, str], timeout_s: float, what: str) -> None:
         async with self._slots:
-            proc = await self._spawn(argv, env, what)
+            token = f"tell-{secrets.token_hex(8)}"  # what finds its escapees, as a job's token finds a job's
+            proc = await self._spawn(argv, {**env, procident.TOKEN_ENV: token}, what)
             if proc is None:
                 return
+            tree = procident.ProcessTree(proc.pid, token)
             try:
                 out = await asyncio.wait_for(_talk(proc, data), timeout_s)
             except asyncio.TimeoutError:
                 self.stats["timed_out"] += 1
                 log.warning("%s still running after %gs: killed", what, timeout_s)
-                _kill_group(proc.pid)
-                await proc.wait()
                 return
-            finally:
-                _kill_group(proc.pid)  # whatever it left behind in its group goes too
+            finally:  # ended, timed out or the daemon stops: whatever of it still runs goes
+                await _end(proc, tree)
             if proc.returncode:
                 self.stats["failed"] += 1
                 log.warning("%s exited %s: %s", what, proc.returncode, out.decode("utf-8", "replace").strip())
@@ -189,11 +196,16 @@ async def _talk(proc: asyncio.subprocess.Process, data: bytes) -> bytes:
     return kept
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+async def _end(proc: asyncio.subprocess.Process, tree: procident.ProcessTree) -> None:
+    """End all of a hook's or notification's tree at once (no grace: it
+    had its time), then reap it."""
+    def signal_tree(sig: int) -> list[psutil.Process]:
+        tree.root_reaped = proc.returncode is not None  # a reaped root's group id may be reused
+        procs = tree.find()
+        tree.signal(procs, sig)
+        return procs
+    await end_tree(signal_tree, 0.0)
+    await proc.wait()
 
 
 def _command(job: Job) -> str:
