@@ -46,20 +46,27 @@ NOTIFY_TIMEOUT_S = 10.0
 HOME = os.path.expanduser("~")  # where hooks start: a stable folder of the user's
 
 
+# The AppleScript that shows a notification: a constant. The title and the
+# body (a job's command: anyone's text) reach it as the run handler's
+# arguments, data that no quote or backslash in them can turn into code.
+APPLESCRIPT = ("on run argv", "display notification (item 2 of argv) with title (item 1 of argv)", "end run")
+
+
 def notify_argv(title: str, body: str, *, urgent: bool, which: Callable[[str], str | None] = shutil.which,
                 platform: str = sys.platform) -> list[str] | None:
-    """The command that shows a desktop notification here, or None if none can."""
+    """The command that shows a desktop notification here, or None if none
+    can. Text that is not ours comes after every option, past an explicit
+    end of options (``--``), so a command like ``-u critical`` or ``--help``
+    is shown, never obeyed."""
+    title, body = title.replace("\0", ""), body.replace("\0", "")  # an argument cannot hold a NUL
     if platform == "darwin" and which("osascript"):
-        return ["osascript", "-e", f"display notification {_applescript(body)} with title {_applescript(title)}"]
+        # After the scripts its arguments are the handler's, not options:
+        # osascript stops reading options at the first (our title).
+        return ["osascript", *(a for line in APPLESCRIPT for a in ("-e", line)), title, body]
     exe = which("notify-send")
     if exe:
-        return [exe, "-a", "sloth", "-u", "critical" if urgent else "normal", title, body]
+        return [exe, "-a", "sloth", "-u", "critical" if urgent else "normal", "--", title, body]
     return None
-
-
-def _applescript(text: str) -> str:
-    """An AppleScript string literal: quotes and backslashes escaped."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 class Teller:
@@ -125,7 +132,7 @@ class Teller:
             "SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_STATE": job.state.value, "SLOTH_JOB_LOG": logf,
             "SLOTH_JOB_EXIT_CODE": "" if job.exit_code is None else str(job.exit_code)})
         self.stats["hooks"] += 1
-        self._start(["/bin/sh", "-c", self.settings.on_finish], data, env, self.settings.hook_timeout_s,
+        self._start(["/bin/sh", "-c", "--", self.settings.on_finish], data, env, self.settings.hook_timeout_s,
                     f"on_finish for job {job.id}")
 
     # ------------------------------------------------------------ processes
