@@ -104,12 +104,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--socket", type=Path, required=True)
     p.add_argument("--lock", type=Path, required=True)
     p.add_argument("--journal", type=Path, required=True)
+    p.add_argument("--daemon-lock", type=Path, help="the daemon's instance lock: only its holder may attach")
     p.add_argument("--log", type=Path, help="with --detach: where our output goes")
     p.add_argument("--check-s", type=float, default=5.0)
     p.add_argument("--idle-exit-s", type=float, default=10.0)
     p.add_argument("--detach", action="store_true", help="fork into the background once listening")
     a = p.parse_args(argv)
-    for name in ("socket", "lock", "journal", "log"):
+    for name in ("socket", "lock", "journal", "log", "daemon_lock"):
         if getattr(a, name) is not None:
             setattr(a, name, getattr(a, name).absolute())
     return a
@@ -140,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     os.ftruncate(lock, 0)
     os.pwrite(lock, f"{os.getpid()}\n".encode(), 0)
     log.info("sloth keeper %s listening on %s", __version__, a.socket)
-    code = asyncio.run(Keeper(a.journal, check_s=a.check_s, idle_exit_s=a.idle_exit_s).serve(sock))
+    code = asyncio.run(Keeper(a.journal, check_s=a.check_s, idle_exit_s=a.idle_exit_s,
+                              daemon_lock=a.daemon_lock).serve(sock))
     try:
         os.unlink(a.socket)  # ours: we hold the lock until we are gone
     except OSError:

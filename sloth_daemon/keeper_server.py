@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import __version__, peercred, timerfd
+from . import __version__, lockholder, peercred, timerfd
 from .stamps import start_stamp
 from .childwatch import become_subreaper, on_sigchld, reap_orphans
 from .keeper_runs import RunTable
@@ -65,9 +65,10 @@ class Keeper:
     """Serves one keeper socket: at most one daemon attached, any number
     of followers; the runs are in ``table``."""
 
-    def __init__(self, journal: Path, *, check_s: float, idle_exit_s: float) -> None:
+    def __init__(self, journal: Path, *, check_s: float, idle_exit_s: float, daemon_lock: Path | None = None) -> None:
         self.table = RunTable(journal, check_s=check_s, event=self.event, changed=self.idle_check)
         self.idle_exit_s = idle_exit_s
+        self.daemon_lock = daemon_lock  # only the process holding it is the daemon (lockholder.py)
         self.daemon: Conn | None = None
         self.started_at = time.time()
         self.stopping = False  # SIGTERM: ending every run, then exit
@@ -167,10 +168,10 @@ class Keeper:
             raise Refused("bad_request", 'role must be "daemon"')
         who = proved(conn, a.get("pid"))
         old = self.daemon
+        if old is not None and old is not conn and old.who != who:
+            raise Refused("already_attached", f"a daemon (pid {old.pid}) is attached to this keeper; only one may be")
+        self._holds_daemon_lock(who[0])
         if old is not None and old is not conn:
-            if old.who != who:
-                raise Refused("already_attached", f"a daemon (pid {old.pid}) is attached to this keeper; "
-                                                  "only one may be")
             # The same process again (its pid and start, as the kernel says):
             # its old connection is dead or dying (we may not have read its
             # end yet). The new one takes over.
@@ -181,6 +182,14 @@ class Keeper:
         self.idle_check()
         return {"version": __version__, "protocol": VERSION, "pid": os.getpid(), "features": list(FEATURES),
                 "started_at": self.started_at, "runs": [r.wire() for r in self.table.runs.values()]}
+
+    def _holds_daemon_lock(self, pid: int) -> None:
+        """The daemon is the process that holds its instance lock (lockholder.py);
+        a keeper started without the lock's path (an older daemon's) has only the pid check."""
+        if self.daemon_lock is not None and not lockholder.holds(pid, self.daemon_lock):
+            log.warning("refused a hello from pid %d: it does not hold %s", pid, self.daemon_lock)
+            raise Refused("not_the_daemon", f"pid {pid} does not hold the daemon's lock {self.daemon_lock}: "
+                                            "only the daemon of this data dir may attach")
 
     def op_spawn(self, conn: Conn, a: dict[str, Any]) -> dict[str, Any]:
         if self.stopping or self.finished.is_set():
