@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from . import masking
 from .checks import BOUNDS
 from .durations import parse_duration
 from .errors import BadRequest, ConfigError
@@ -177,6 +178,8 @@ def _coerce_machine(path: Path, key: str, raw: Any) -> Any:
             raise ConfigError(f"{path}: listen must be true or false, got {raw!r}")
         return raw
     if key == "queue_url":
+        if isinstance(raw, str):
+            masking.remember(raw)  # before any message can quote it
         if not isinstance(raw, str) or raw and not raw.lower().startswith(URL_SCHEMES):
             raise ConfigError(f"{path}: queue_url must be a postgresql:// URL (or \"\"), got {_public(key, raw)!r}",
                               hint='e.g. queue_url = "postgresql://me@db.lan/sloth"; leave it out for the local file.')
@@ -231,6 +234,7 @@ def queue_target(settings: Settings, data_db: Path, environ: Mapping[str, str] |
 
     env = os.environ if environ is None else environ
     url = env.get(QUEUE_URL_ENV, "") or settings.queue_url
+    masking.remember(url)  # every message of this process masks its password from now on
     if url and not url.lower().startswith(URL_SCHEMES):
         raise ConfigError(f"{QUEUE_URL_ENV} must be a postgresql:// URL, got {_public('queue_url', url)!r}")
     if url:
@@ -244,10 +248,7 @@ def _public(key: str, v: Any) -> Any:
     """A setting as shown: a URL's password masked."""
     if key != "queue_url" or not isinstance(v, str):
         return v
-    import re
-
-    v = re.sub(r"(://[^:/@?#]*:)[^@/?#]*@", r"\1***@", v)
-    return re.sub(r"(password=)[^&\s]*", r"\1***", v)
+    return masking.mask(v)
 
 
 def _shown(v: Any) -> str:

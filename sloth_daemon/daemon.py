@@ -34,11 +34,10 @@ import logging
 import os
 import secrets
 import signal
-import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import __version__, config, identity, limits, timerfd
+from . import __version__, config, identity, limits, masking, timerfd
 from .clock import SystemClocks
 from .control import Control
 from .errors import DaemonAlreadyRunning, SlothError, StorageError
@@ -313,11 +312,8 @@ class _ReloadRelay:
 
 def main() -> int:
     """``sloth daemon run``: returns the process exit code."""
-    logging.basicConfig(
-        level=logging.DEBUG if os.environ.get("SLOTH_DEBUG") else logging.INFO,
-        format="%(asctime)s sloth[%(process)d] %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    masking.log_to_stderr(logging.DEBUG if os.environ.get("SLOTH_DEBUG") else logging.INFO,
+                          "%(asctime)s sloth[%(process)d] %(levelname)s %(name)s: %(message)s")
     os.umask(0o077)  # whatever started us: nothing we make is for others (jobs: runner.JOB_UMASK)
     paths = resolve()
     check_socket_path(paths.socket)  # fail before creating anything

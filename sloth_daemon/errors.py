@@ -9,6 +9,7 @@ client rebuilds the same type from the wire (:func:`from_dict`).
 from __future__ import annotations
 
 import errno as _errno
+from .masking import mask
 from .text import shell_command, storable
 
 TYPE_CHECKING = False
@@ -41,13 +42,15 @@ class SlothError(Exception):
             ERRORS_BY_CODE[cls.code] = cls
 
     def __init__(self, message: str, hint: str | None = None) -> None:
-        # Messages quote paths and commands, whose bytes need not be UTF-8:
-        # made storable here, once, so no error can fail to be printed or sent.
-        message = storable(message)
+        # Messages quote paths and commands, whose bytes need not be UTF-8,
+        # and a driver's errors, which may quote a password: made storable
+        # and masked (masking.py) here, once, so no error can fail to be
+        # printed or sent, nor carry a secret wherever it goes.
+        message = mask(storable(message))
         super().__init__(message)
         self.message = message
         if hint is not None:
-            self.hint = storable(hint)
+            self.hint = mask(storable(hint))
 
     def to_dict(self) -> dict[str, str]:
         return {"code": self.code, "message": self.message, "hint": self.hint}

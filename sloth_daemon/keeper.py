@@ -33,7 +33,7 @@ import stat
 import sys
 from pathlib import Path
 
-from . import __version__
+from . import __version__, masking
 from .keeper_server import Keeper
 from .safefile import open_file
 
@@ -104,12 +104,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--socket", type=Path, required=True)
     p.add_argument("--lock", type=Path, required=True)
     p.add_argument("--journal", type=Path, required=True)
+    p.add_argument("--daemon-lock", type=Path, help="the daemon's instance lock: only its holder may attach")
     p.add_argument("--log", type=Path, help="with --detach: where our output goes")
     p.add_argument("--check-s", type=float, default=5.0)
     p.add_argument("--idle-exit-s", type=float, default=10.0)
     p.add_argument("--detach", action="store_true", help="fork into the background once listening")
     a = p.parse_args(argv)
-    for name in ("socket", "lock", "journal", "log"):
+    for name in ("socket", "lock", "journal", "log", "daemon_lock"):
         if getattr(a, name) is not None:
             setattr(a, name, getattr(a, name).absolute())
     return a
@@ -119,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGHUP):  # until serve() puts handlers in (jobs must not inherit SIG_IGN)
         signal.signal(sig, signal.SIG_IGN)
     a = parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if os.environ.get("SLOTH_DEBUG") else logging.INFO,
-                        format="%(asctime)s sloth-keeper[%(process)d] %(levelname)s: %(message)s")
+    masking.log_to_stderr(logging.DEBUG if os.environ.get("SLOTH_DEBUG") else logging.INFO,
+                          "%(asctime)s sloth-keeper[%(process)d] %(levelname)s: %(message)s")
     try:
         lock = take_lock(a.lock)
     except Locked as e:
@@ -144,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     os.ftruncate(lock, 0)
     os.pwrite(lock, f"{os.getpid()}\n".encode(), 0)
     log.info("sloth keeper %s listening on %s", __version__, a.socket)
-    code = asyncio.run(Keeper(a.journal, check_s=a.check_s, idle_exit_s=a.idle_exit_s).serve(sock))
+    code = asyncio.run(Keeper(a.journal, check_s=a.check_s, idle_exit_s=a.idle_exit_s,
+                              daemon_lock=a.daemon_lock).serve(sock))
     try:
         os.unlink(a.socket)  # ours: we hold the lock until we are gone
     except OSError:

@@ -375,7 +375,8 @@ async def _start(paths: Paths, python: str, check_s: float, idle_exit_s: float) 
     _rotate(paths.keeper_log)
     argv = [python, "-m", "sloth_daemon.keeper", "--detach", "--socket", str(paths.keeper_socket),
             "--lock", str(paths.keeper_lock), "--journal", str(paths.keeper_journal),
-            "--log", str(paths.keeper_log), "--check-s", str(check_s), "--idle-exit-s", str(idle_exit_s)]
+            "--daemon-lock", str(paths.lock), "--log", str(paths.keeper_log),
+            "--check-s", str(check_s), "--idle-exit-s", str(idle_exit_s)]
     env = {k: v for k, v in os.environ.items() if k not in NOT_FOR_KEEPER}
     try:
         # A plain Popen: a fork and exec, once per keeper start; its exit is

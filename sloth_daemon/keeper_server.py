@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import __version__, peercred, timerfd
+from . import __version__, lockholder, peercred, timerfd
+from .stamps import start_stamp
 from .childwatch import become_subreaper, on_sigchld, reap_orphans
 from .keeper_runs import RunTable
 from .keeper_tap import follow
@@ -41,6 +42,7 @@ class Conn:
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
         self.pid: Any = None
+        self.who: tuple[int, float | None] | None = None  # the daemon's: (pid, start stamp), the kernel's word
         self.cork = Cork(writer)  # what one pass of the loop sends leaves in one write
 
     def send(self, msg: dict[str, Any]) -> bool:
@@ -63,9 +65,10 @@ class Keeper:
     """Serves one keeper socket: at most one daemon attached, any number
     of followers; the runs are in ``table``."""
 
-    def __init__(self, journal: Path, *, check_s: float, idle_exit_s: float) -> None:
+    def __init__(self, journal: Path, *, check_s: float, idle_exit_s: float, daemon_lock: Path | None = None) -> None:
         self.table = RunTable(journal, check_s=check_s, event=self.event, changed=self.idle_check)
         self.idle_exit_s = idle_exit_s
+        self.daemon_lock = daemon_lock  # only the process holding it is the daemon (lockholder.py)
         self.daemon: Conn | None = None
         self.started_at = time.time()
         self.stopping = False  # SIGTERM: ending every run, then exit
@@ -163,20 +166,30 @@ class Keeper:
     def op_hello(self, conn: Conn, a: dict[str, Any]) -> dict[str, Any]:
         if a["role"] != "daemon":
             raise Refused("bad_request", 'role must be "daemon"')
+        who = proved(conn, a.get("pid"))
         old = self.daemon
+        if old is not None and old is not conn and old.who != who:
+            raise Refused("already_attached", f"a daemon (pid {old.pid}) is attached to this keeper; only one may be")
+        self._holds_daemon_lock(who[0])
         if old is not None and old is not conn:
-            if old.pid is None or old.pid != a.get("pid"):
-                raise Refused("already_attached", f"a daemon (pid {old.pid}) is attached to this keeper; "
-                                                  "only one may be")
-            # The same daemon again: its old connection is dead or dying (we
-            # may not have read its end yet). The new one takes over.
+            # The same process again (its pid and start, as the kernel says):
+            # its old connection is dead or dying (we may not have read its
+            # end yet). The new one takes over.
             log.info("daemon (pid %s) reconnected; dropping its old connection", old.pid)
             old.writer.transport.abort()
-        conn.pid, self.daemon, self.leaving = a.get("pid"), conn, False
+        conn.pid, conn.who, self.daemon, self.leaving = who[0], who, conn, False
         log.info("daemon %s (pid %s) attached", a.get("name", ""), conn.pid)
         self.idle_check()
         return {"version": __version__, "protocol": VERSION, "pid": os.getpid(), "features": list(FEATURES),
                 "started_at": self.started_at, "runs": [r.wire() for r in self.table.runs.values()]}
+
+    def _holds_daemon_lock(self, pid: int) -> None:
+        """The daemon is the process that holds its instance lock (lockholder.py);
+        a keeper started without the lock's path (an older daemon's) has only the pid check."""
+        if self.daemon_lock is not None and not lockholder.holds(pid, self.daemon_lock):
+            log.warning("refused a hello from pid %d: it does not hold %s", pid, self.daemon_lock)
+            raise Refused("not_the_daemon", f"pid {pid} does not hold the daemon's lock {self.daemon_lock}: "
+                                            "only the daemon of this data dir may attach")
 
     def op_spawn(self, conn: Conn, a: dict[str, Any]) -> dict[str, Any]:
         if self.stopping or self.finished.is_set():
@@ -275,6 +288,22 @@ class Keeper:
     def exit(self, why: str) -> None:
         log.info("exiting: %s", why)
         self.finished.set()
+
+
+def proved(conn: Conn, claimed: Any) -> tuple[int, float | None]:
+    """Who is at the other end of ``conn``, as the kernel says: (pid, start
+    stamp). A hello's ``pid`` is a claim, checked against it, never taken
+    for it: a process that says it is another is refused (and whoever is
+    attached keeps its connection)."""
+    pid = peercred.peer_pid(conn.writer.get_extra_info("socket"))
+    if pid is None:
+        raise Refused("unverifiable", "the kernel does not say which process this connection is, so it "
+                                      "cannot be proved the daemon's")
+    if claimed is not None and claimed != pid:
+        log.warning("refused a hello from pid %d claiming to be the daemon of pid %r", pid, claimed)
+        raise Refused("impostor", f"this connection is pid {pid}, not pid {claimed!r}: the daemon is the "
+                                  "process at the other end of its connection, not the one a hello names")
+    return pid, start_stamp(pid)
 
 
 def _id_of(msg: Any) -> Any:

@@ -291,15 +291,10 @@ class JobProcess:
         await asyncio.shield(self.end_tree_soon(grace_s, reason))
 
     async def _end_tree(self, grace_s: float) -> None:
-        procs = self.signal_tree(signal.SIGTERM)
-        if self.frozen:  # a stopped process acts on SIGTERM only once continued
-            self.thaw()
-        await _wait_gone(procs, grace_s)
-        for _ in range(KILL_ROUNDS):
-            procs = [p for p in self.signal_tree(signal.SIGKILL) if not procident.gone(p)]
-            if not procs:
-                break
-            await _wait_gone(procs, 1.0)
+        def thaw() -> None:
+            if self.frozen:  # a stopped process acts on SIGTERM only once continued
+                self.thaw()
+        await end_tree(self.signal_tree, grace_s, after_term=thaw)
         await self.done.wait()
 
     def outcome(self) -> tuple[bool, str]:
@@ -319,6 +314,22 @@ def signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
+
+
+async def end_tree(signal_tree: Callable[[int], list[psutil.Process]], grace_s: float,
+                   after_term: Callable[[], None] = lambda: None) -> None:
+    """End a process tree: SIGTERM all of it, wait up to ``grace_s`` for all
+    of it, then SIGKILL what is left, looking again (``signal_tree`` finds
+    afresh, procident.ProcessTree) until nothing of it lives. A job's runs
+    through here, and so does every hook and notification (tell.py)."""
+    procs = signal_tree(signal.SIGTERM)
+    after_term()
+    await _wait_gone(procs, grace_s)
+    for _ in range(KILL_ROUNDS):
+        procs = [p for p in signal_tree(signal.SIGKILL) if not procident.gone(p)]
+        if not procs:
+            break
+        await _wait_gone(procs, 1.0)
 
 
 async def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> None:

@@ -4,8 +4,12 @@ Both are child processes of the daemon, started without waiting for them
 (asyncio subprocesses) and bounded every way: at most ``MAX_RUNNING`` at
 once, at most ``MAX_PENDING`` waiting (past that a notice is dropped and
 counted: a 50,000-job chain cancelled at once must not queue 50,000 hooks
-without end), each one's whole process group killed after its time limit,
-and at most ``OUTPUT_CAP`` bytes of its output kept (for the daemon log).
+without end), and at most ``OUTPUT_CAP`` bytes of its output kept (for the
+daemon log). When one ends, times out, or the daemon stops, its whole tree
+is ended the way a job's is (runner.end_tree over a procident.ProcessTree:
+its group, every descendant seen, and every process that carries its
+token, SLOTH_JOB_TOKEN=tell-..., so a child that called setsid or
+double-forked goes too).
 :meth:`Teller.job_changed` only schedules: nothing here blocks the worker.
 
 Notifications go through ``notify-send`` (Linux) or ``osascript`` (macOS),
@@ -21,15 +25,18 @@ import asyncio
 import json
 import logging
 import os
+import secrets
 import shutil
-import signal
 import sys
 from pathlib import Path
 from typing import Callable
 
+import psutil
+
+from . import procident
 from .config import Settings
 from .models import Job, JobState
-from .runner import job_env
+from .runner import end_tree, job_env
 
 log = logging.getLogger("sloth.tell")
 MAX_RUNNING = 4
@@ -39,20 +46,27 @@ NOTIFY_TIMEOUT_S = 10.0
 HOME = os.path.expanduser("~")  # where hooks start: a stable folder of the user's
 
 
+# The AppleScript that shows a notification: a constant. The title and the
+# body (a job's command: anyone's text) reach it as the run handler's
+# arguments, data that no quote or backslash in them can turn into code.
+APPLESCRIPT = ("on run argv", "display notification (item 2 of argv) with title (item 1 of argv)", "end run")
+
+
 def notify_argv(title: str, body: str, *, urgent: bool, which: Callable[[str], str | None] = shutil.which,
                 platform: str = sys.platform) -> list[str] | None:
-    """The command that shows a desktop notification here, or None if none can."""
+    """The command that shows a desktop notification here, or None if none
+    can. Text that is not ours comes after every option, past an explicit
+    end of options (``--``), so a command like ``-u critical`` or ``--help``
+    is shown, never obeyed."""
+    title, body = title.replace("\0", ""), body.replace("\0", "")  # an argument cannot hold a NUL
     if platform == "darwin" and which("osascript"):
-        return ["osascript", "-e", f"display notification {_applescript(body)} with title {_applescript(title)}"]
+        # After the scripts its arguments are the handler's, not options:
+        # osascript stops reading options at the first (our title).
+        return ["osascript", *(a for line in APPLESCRIPT for a in ("-e", line)), title, body]
     exe = which("notify-send")
     if exe:
-        return [exe, "-a", "sloth", "-u", "critical" if urgent else "normal", title, body]
+        return [exe, "-a", "sloth", "-u", "critical" if urgent else "normal", "--", title, body]
     return None
-
-
-def _applescript(text: str) -> str:
-    """An AppleScript string literal: quotes and backslashes escaped."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 class Teller:
@@ -118,7 +132,7 @@ class Teller:
             "SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_STATE": job.state.value, "SLOTH_JOB_LOG": logf,
             "SLOTH_JOB_EXIT_CODE": "" if job.exit_code is None else str(job.exit_code)})
         self.stats["hooks"] += 1
-        self._start(["/bin/sh", "-c", self.settings.on_finish], data, env, self.settings.hook_timeout_s,
+        self._start(["/bin/sh", "-c", "--", self.settings.on_finish], data, env, self.settings.hook_timeout_s,
                     f"on_finish for job {job.id}")
 
     # ------------------------------------------------------------ processes
@@ -134,19 +148,19 @@ class Teller:
 
     async def _run(self, argv: list[str], data: bytes, env: dict[str, str], timeout_s: float, what: str) -> None:
         async with self._slots:
-            proc = await self._spawn(argv, env, what)
+            token = f"tell-{secrets.token_hex(8)}"  # what finds its escapees, as a job's token finds a job's
+            proc = await self._spawn(argv, {**env, procident.TOKEN_ENV: token}, what)
             if proc is None:
                 return
+            tree = procident.ProcessTree(proc.pid, token)
             try:
                 out = await asyncio.wait_for(_talk(proc, data), timeout_s)
             except asyncio.TimeoutError:
                 self.stats["timed_out"] += 1
                 log.warning("%s still running after %gs: killed", what, timeout_s)
-                _kill_group(proc.pid)
-                await proc.wait()
                 return
-            finally:
-                _kill_group(proc.pid)  # whatever it left behind in its group goes too
+            finally:  # ended, timed out or the daemon stops: whatever of it still runs goes
+                await _end(proc, tree)
             if proc.returncode:
                 self.stats["failed"] += 1
                 log.warning("%s exited %s: %s", what, proc.returncode, out.decode("utf-8", "replace").strip())
@@ -189,11 +203,21 @@ async def _talk(proc: asyncio.subprocess.Process, data: bytes) -> bytes:
     return kept
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+async def _end(proc: asyncio.subprocess.Process, tree: procident.ProcessTree) -> None:
+    """End all of a hook's or notification's tree at once (no grace: it
+    had its time), then reap it. Whether one that exited left anything is
+    looked for off the loop (a scan of this uid's processes, ~5 ms)."""
+    def signal_tree(sig: int) -> list[psutil.Process]:
+        tree.root_reaped = proc.returncode is not None  # a reaped root's group id may be reused
+        procs = tree.find()
+        tree.signal(procs, sig)
+        return procs
+    if proc.returncode is not None:
+        tree.root_reaped = True
+        if not await asyncio.to_thread(tree.find):
+            return  # it left nothing running: the usual end
+    await end_tree(signal_tree, 0.0)
+    await proc.wait()
 
 
 def _command(job: Job) -> str:

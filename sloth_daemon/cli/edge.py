@@ -38,7 +38,13 @@ def use_echo(fn: Callable[..., None]) -> None:
 
 
 def echo(text: str, *, err: bool = False) -> None:
-    """A line on stdout or stderr, flushed at once."""
+    """A line on stdout or stderr, flushed at once. What goes to stderr is
+    sloth's own word (errors, hints, notes), which may quote a driver's
+    error: masked (masking.py). Stdout is the user's data, shown as it is."""
+    if err:
+        from ..masking import mask
+
+        text = mask(text)
     _echo(text, err=err)
 
 
@@ -49,7 +55,9 @@ def fail(e: SlothError) -> int:
     if DEBUG:
         import traceback
 
-        traceback.print_exc()
+        from ..masking import mask
+
+        sys.stderr.write(mask(traceback.format_exc()))
     echo(f"sloth: error: {showable(e.message)}", err=True)
     if e.hint:
         echo(f"hint: {showable(e.hint)}", err=True)

@@ -71,9 +71,16 @@ def test_daemon_start_names_a_keeper_of_another_version_and_what_to_do(harness, 
 def test_a_keeper_of_another_version_met_on_reconnect_shows_in_status(harness, fake_keeper):
     harness.start()
     ours = harness.keeper_pid()
-    fake = fake_keeper(wait=True)  # takes the lock the moment our keeper lets go of it
-    os.kill(ours, signal.SIGKILL)
-    ready(fake)
+    # The daemon is held still while its keeper dies and the other one takes
+    # the lock, so that it cannot start a keeper of its own in between.
+    assert harness.daemon is not None
+    os.kill(harness.daemon.pid, signal.SIGSTOP)
+    try:
+        fake = fake_keeper(wait=True)  # takes the lock the moment our keeper lets go of it
+        os.kill(ours, signal.SIGKILL)
+        ready(fake)
+    finally:
+        os.kill(harness.daemon.pid, signal.SIGCONT)
     harness.wait_for(lambda: harness.call("status")["keeper"]["problem"] is not None, timeout_s=10,
                      what="the daemon to meet the other keeper")
     out = harness.cli("daemon", "status", check=True).stdout

@@ -27,6 +27,7 @@ import pytest
 
 from sloth_daemon.keeper_client import KeeperClient, KeeperError, boot_now, read_journal
 from tests.acceptance.test_socket import NOBODY, as_nobody, python_for_nobody
+from tests.support import impostor
 from tests.support.harness import alive
 from tests.support.keeper_rig import KeeperRig, Wire, frozen, remove_rig, wait_for
 
@@ -372,16 +373,32 @@ def test_one_daemon_at_a_time_but_the_same_daemon_may_reconnect(rig):
     rig.start()
     first = rig.wire()
     first.call("spawn", **rig.job("a", "sleep", "60"))
-    other = rig.wire(hello=False)
-    reply = other.request("hello", role="daemon", pid=os.getpid() + 1)
+    [reply] = impostor.run(rig.paths.keeper_socket, "self", env=rig.env)  # another process, saying who it is
     assert reply["error"]["code"] == "already_attached"
     assert f"a daemon (pid {os.getpid()}) is attached" in reply["error"]["message"]
-    again = rig.wire()  # same pid: the daemon reconnected before its old connection's end was seen
+    again = rig.wire()  # the same process: the daemon reconnected before its old connection's end was seen
     assert [r["key"] for r in again.hello()["runs"]] == ["a"]
     with pytest.raises((ConnectionError, OSError)):
         first.read_msg(timeout_s=10)  # the old connection was dropped
     again.call("kill", key="a", reason="done", grace_s=0)
     assert again.event("exited", "a")["outcome"]["reason"] == "done"  # events go to the new one
+
+
+def test_a_hello_claiming_the_attached_daemons_pid_is_refused_and_the_daemon_keeps_its_connection(rig):
+    """Issue 20 item 8: the pid a hello names is a claim; the kernel's
+    (SO_PEERCRED) is the proof. A process claiming ours gets neither the
+    runs nor the daemon's ops, and we are not dropped."""
+    rig.start()
+    w = rig.wire()
+    w.call("spawn", **rig.job("a", "sleep", "60"))
+    hello, spawn, kill, ack = impostor.run(rig.paths.keeper_socket, os.getpid(), "spawn", "kill", "ack", env=rig.env)
+    assert hello["ok"] is False and hello["error"]["code"] == "impostor" and "runs" not in json.dumps(hello)
+    assert f"not pid {os.getpid()}" in hello["error"]["message"]
+    assert all(r["error"]["code"] == "not_attached" for r in (spawn, kill, ack))
+    assert [r["key"] for r in w.hello()["runs"]] == ["a"]  # still ours, and still running
+    w.call("kill", key="a", reason="done", grace_s=0)
+    assert w.event("exited", "a")["outcome"]["reason"] == "done"
+    assert "refused a hello from pid" in rig.keeper_log() and "reconnected" not in rig.keeper_log()
 
 
 def test_bad_frames_get_a_clear_error_change_nothing_and_the_keeper_keeps_serving(rig):
@@ -756,7 +773,7 @@ def test_out_of_descriptors_a_spawn_fails_retryably_and_the_keeper_keeps_serving
     finally:
         keeper.rlimit(psutil.RLIMIT_NOFILE, (soft, hard))
     late.send(b'{"v": 1, "id": 1, "op": "hello", "args": {"role": "daemon", "pid": 1}}\n')
-    assert late.read_msg()["error"]["code"] == "already_attached"  # accepted once it could be
+    assert late.read_msg()["error"]["code"] == "impostor"  # accepted once it could be (and we are not pid 1)
     w.call("spawn", **rig.job("b", "echo", "fine"))
     assert w.event("exited", "b")["outcome"]["returncode"] == 0
 
@@ -774,7 +791,7 @@ def test_a_daemon_connection_that_stops_reading_is_cut_off_and_the_keeper_serves
     mute = Wire.__new__(Wire)
     mute.sock, mute.buf, mute.events, mute.next_id = s, b"", [], 1
     rig.wires.append(mute)
-    hello = b'{"v": 1, "id": 1, "op": "hello", "args": {"role": "daemon", "pid": 1}}\n'
+    hello = b'{"v": 1, "id": 1, "op": "hello", "args": {"role": "daemon"}}\n'
     try:
         for _ in range(40):  # 40 MB of answers it never reads
             s.sendall(hello)

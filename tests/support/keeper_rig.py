@@ -9,6 +9,7 @@ makes a process without it (``env -i``) records the pid in ``rig.extra_pids``.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -118,6 +119,11 @@ class KeeperRig:
         self.extra_pids: list[int] = []
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("SLOTH_")}
         self.env.update({MARK: str(root), "PYTHONUNBUFFERED": "1"})
+        # The test plays the daemon, so it holds the daemon's lock as a daemon
+        # does: a keeper the client starts lets only its holder attach.
+        self.daemon_lock = os.open(self.paths.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(self.daemon_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(self.daemon_lock, f"{os.getpid()}\n".encode())
 
     # ---------------------------------------------------------------- keeper
     def argv(self, *, check_s: float = 0.2, idle_exit_s: float = 60.0) -> list[str]:
@@ -194,6 +200,9 @@ class KeeperRig:
     def reap(self) -> None:
         for w in self.wires:
             w.close()
+        if self.daemon_lock is not None:
+            os.close(self.daemon_lock)
+            self.daemon_lock = None
         procs = processes_with_env(MARK, str(self.root))
         for pid in self.keeper_pids() + self.extra_pids:
             try:

@@ -60,3 +60,11 @@ def test_bsd_path_gives_our_uid_or_fails_loudly():
             assert "freebsd" in str(e)
         else:
             assert uid == os.getuid()
+
+
+@pytest.mark.skipif(sys.platform not in ("linux", "darwin"), reason="SO_PEERCRED / LOCAL_PEERPID")
+def test_peer_pid_is_the_connecting_process_and_unknown_elsewhere():
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with a, b:
+        assert peercred.peer_pid(a) == os.getpid()
+        assert peercred.peer_pid(a, platform="sunos5") is None  # no way to ask: nothing may rest on it

@@ -70,8 +70,9 @@ def test_a_failure_is_notified_a_success_only_when_asked(tmp_path, bin_dir):
 
     asyncio.run(go())
     calls = notified(tmp_path)
-    assert calls[0] == ["-a", "sloth", "-u", "critical", "sloth: job 3 failed", "exit 3; no attempts left\nmake test"]
-    assert calls[1] == ["-a", "sloth", "-u", "normal", "sloth: job 5 done", "make test"]
+    assert calls[0] == ["-a", "sloth", "-u", "critical", "--", "sloth: job 3 failed",
+                        "exit 3; no attempts left\nmake test"]
+    assert calls[1] == ["-a", "sloth", "-u", "normal", "--", "sloth: job 5 done", "make test"]
     assert len(calls) == 2
 
 
@@ -145,4 +146,23 @@ def test_a_flood_of_ends_is_bounded(tmp_path):
 def test_notify_argv_per_platform():
     assert notify_argv("t", "b", urgent=True, which=lambda c: None) is None
     mac = notify_argv('say "hi"', "a\\b", urgent=False, which=lambda c: f"/usr/bin/{c}", platform="darwin")
-    assert mac == ["osascript", "-e", 'display notification "a\\\\b" with title "say \\"hi\\""']
+    assert mac == ["osascript", "-e", "on run argv", "-e",
+                   "display notification (item 2 of argv) with title (item 1 of argv)", "-e", "end run",
+                   'say "hi"', "a\\b"]  # the text as the script's arguments: data, never code
+
+
+@pytest.mark.parametrize("body", [
+    '" & (do shell script "touch /tmp/pwned") & "',  # closes the string, runs a command
+    '\\" & (do shell script "id") & "\\',  # a backslash to eat an escaping one
+    'line one\rend tell\ndo shell script "id"\n--',  # new lines and a comment
+    "-u critical", "--help", "",
+])
+def test_no_title_or_body_becomes_applescript_or_an_option(body):
+    """Issue 20 item 10: whatever a job's command is, the script osascript
+    runs is the same constant, and notify-send reads it after ``--``."""
+    which = lambda c: f"/usr/bin/{c}"  # noqa: E731
+    mac = notify_argv(body, body, urgent=False, which=which, platform="darwin")
+    assert mac is not None and mac[:-2] == notify_argv("t", "b", urgent=False, which=which, platform="darwin")[:-2]
+    assert mac[-2:] == [body, body] and all(body not in line for line in mac[1:-2] if body)
+    linux = notify_argv("sloth: job 1 done", body, urgent=True, which=which, platform="linux")
+    assert linux == ["/usr/bin/notify-send", "-a", "sloth", "-u", "critical", "--", "sloth: job 1 done", body]
