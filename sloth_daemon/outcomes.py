@@ -34,7 +34,7 @@ def record(queue: Queue, run: Run, outcome: Outcome, *, runner: dict[str, Any] |
     jid, tok = run.job.id, run.token
     ok, message = outcome.describe()
     if run.ending is not None and run.ending.startswith(NOTHING_TO_WRITE):
-        if run.ending in ("cancelled", "killed") and outcome.started:
+        if run.ending in ("cancelled", "killed") and outcome.started and outcome.returncode is not None:
             return queue.note_ended(jid, run.attempt, ended_note(outcome), ended_at=outcome.ended_at,
                                     durable=durable)
         return None

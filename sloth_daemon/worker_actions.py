@@ -164,13 +164,16 @@ class WorkerActions:
                     run.job = self.queue.set_runner(run.job.id, run.token, ident)
                 except (LeaseLost, JobNotFound):
                     continue
+                except SlothError:  # nothing is cancelled then; a turn writes it later
+                    run.identity = ident
+                    raise
 
     def _ended(self, res: Batch, reason: str, grace_s: float | None = None) -> Batch:
         for job in res.jobs:
             run = self.running.get(job.id)
             if run is not None:
-                if run.outcome is not None and not run.outcome.started:
-                    run.ending = reason  # it never ran; its claim is void now: nothing to give back
+                if run.outcome is not None and run.ending is None:  # it ended, its outcome not written yet:
+                    run.ending = reason  # the claim is void now; how it ended is noted if it had started
                 self._end(run, reason, grace_s)
             self.on_change(job)
         return res

@@ -8,11 +8,16 @@ answer if it started at once)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
+import subprocess
 import time
 from typing import Any
 
+from sloth_daemon import procident
+from sloth_daemon.spawner import SpawnRequest
+from sloth_daemon.supervision import KeeperSpawner
 from tests.support.keeper_rig import KeeperRig, Wire, wait_for
 
 
@@ -59,3 +64,48 @@ def test_an_unspawn_racing_the_end_it_waits_for_is_answered_after_what_the_keepe
         w.events.clear()
     assert dropped + kept == 40
     print(f"dropped {dropped}, started before the question {kept}")
+
+
+class Heard:
+    """A RunSink that notes what it is told."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def started(self, pid: int, identity: dict[str, Any]) -> None:
+        self.calls.append("started")
+
+    def spawn_failed(self, message: str, retry: bool, resource: bool = False) -> None:
+        self.calls.append("spawn_failed")
+
+    def exited(self, outcome: Any) -> None:
+        self.calls.append("exited")
+
+    def frozen(self, why: str) -> None:
+        self.calls.append("frozen")
+
+    def taken_back(self) -> None:
+        self.calls.append("taken_back")
+
+
+def test_a_spawn_waiting_for_an_earlier_process_to_end_is_withdrawn_before_it_is_sent(rig: KeeperRig):
+    """The lease of the job's last attempt lapsed with its process alive: its
+    next spawn waits in the daemon until that process is ended. Withdrawn
+    meanwhile, it never goes to the keeper (which would hold or start it
+    after an answer that it knows no such run)."""
+    old = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 30"], env=rig.env, start_new_session=True)
+    rig.extra_pids.append(old.pid)
+
+    async def go() -> list[str]:
+        sp = KeeperSpawner(rig.paths, name="test", check_s=0.2)  # no keeper connection: none is needed
+        sink = Heard()
+        req = SpawnRequest(key="k", job_id=1, attempt=2, argv=["true"], cwd=None, env={}, log_path=rig.root / "k.log",
+                           log_cap=1 << 20, timeout_s=None, kill_grace_s=0.3, previous=procident.identity(old.pid))
+        sp.spawn(req, sink)
+        await asyncio.sleep(0.05)  # the old process ignores SIGTERM: ending it takes the grace
+        sp.unspawn("k")
+        await asyncio.sleep(0.6)  # past the grace: the old one is gone now
+        assert old.poll() is not None
+        return sink.calls
+
+    assert asyncio.run(go()) == ["taken_back"]  # and nothing after: never sent, never failed
