@@ -170,6 +170,26 @@ def test_a_cancel_of_held_runs_asks_the_keeper_first_and_records_what_it_answere
     assert q.get(a).state == "running"
 
 
+def test_a_held_run_dropped_for_a_cancel_is_not_given_back_and_claimed_again_before_the_cancel(pipe):
+    """The keeper dropped b; turns of the worker run before the cancel is
+    back (a ended: the slot is free). b's claim must wait for the cancel,
+    not go back to the queue to be claimed and started again meanwhile."""
+    w, q, sp = pipe()
+    a, b = q.enqueue(["a"]), q.enqueue(["b"])
+    w.turn()
+    sp.start(a)
+
+    def keeper_then_turns() -> None:
+        sp.sinks[sp.key_of(b)].taken_back()
+        sp.exit(a, 0)
+        w.turn()
+        w.turn()
+    res = answering(w.cancel_many([b]), keeper_then_turns)
+    assert [j.id for j in res.jobs] == [b]
+    assert [r.job_id for r in sp.reqs.values()].count(b) == 1  # never sent again
+    assert (q.get(b).state, kinds(q, b)) == ("cancelled", ["cancelled"]) and q.get(a).state == "done"
+
+
 def test_a_kill_of_a_held_run_that_ended_meanwhile_records_it_as_it_ended(pipe):
     w, q, sp = pipe()
     a, b = q.enqueue(["a"]), q.enqueue(["b"])
