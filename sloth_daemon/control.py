@@ -160,11 +160,12 @@ class Control:
     def batch_ids(self, token: str) -> list[int] | None:
         return self.queue.batch_ids(token)
 
-    def cancel(self, job_id: int) -> Job:
-        return self.worker.cancel(job_id)
+    async def cancel(self, job_id: int) -> Job:
+        return await self.worker.cancel(job_id)
 
-    def cancel_many(self, ids: Sequence[int] | None, *, lane: str | None, states: Sequence[str] | None) -> Batch:
-        return self.worker.cancel_many(ids, lane=lane, states=states)
+    async def cancel_many(self, ids: Sequence[int] | None, *, lane: str | None,
+                          states: Sequence[str] | None) -> Batch:
+        return await self.worker.cancel_many(ids, lane=lane, states=states)
 
     def retry(self, job_id: int) -> Job:
         return self.worker.retry(job_id)
@@ -175,8 +176,8 @@ class Control:
     def restart(self, ids: Sequence[int]) -> Batch:
         return self.worker.restart(ids)
 
-    def kill(self, ids: Sequence[int], *, now: bool) -> Batch:
-        return self.worker.kill(ids, now=now)
+    async def kill(self, ids: Sequence[int], *, now: bool) -> Batch:
+        return await self.worker.kill(ids, now=now)
 
     def pause(self, lane: str | None) -> None:
         self.worker.pause(lane)

@@ -14,6 +14,7 @@ why}]}``, one job by ``id`` answers ``{"job": ...}``.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 from typing import Any, Awaitable, Callable
 
@@ -83,7 +84,8 @@ class Handlers(StreamHandlers):
             deadline, delay = loop.time() + WRITE_PATIENCE_S, 0.05
             while True:
                 try:
-                    return op(*args)
+                    out = op(*args)
+                    return await out if inspect.isawaitable(out) else out
                 except StorageBusy:
                     if loop.time() + delay > deadline:
                         raise
@@ -163,11 +165,11 @@ class Handlers(StreamHandlers):
             self.c.get(i)  # every id exists, or the answer is an error
         return {"jobs": [flat_detail(self.c.detail(i)) for i in ids]}
 
-    def op_cancel(self, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_cancel(self, a: dict[str, Any]) -> dict[str, Any]:
         if "id" in a:
-            return {"job": self.c.cancel(job_id(a.get("id"))).to_dict()}
+            return {"job": (await self.c.cancel(job_id(a.get("id")))).to_dict()}
         ids, lane, states = selection(a)
-        return self.c.cancel_many(ids, lane=lane, states=states).to_dict()
+        return (await self.c.cancel_many(ids, lane=lane, states=states)).to_dict()
 
     def op_retry(self, a: dict[str, Any]) -> dict[str, Any]:
         if "id" in a:
@@ -183,8 +185,8 @@ class Handlers(StreamHandlers):
         done = [i for i in dict.fromkeys(ids) if i not in skipped]
         return {**res.to_dict(), "restarted": [[old, new.id] for old, new in zip(done, res.jobs, strict=True)]}
 
-    def op_kill(self, a: dict[str, Any]) -> dict[str, Any]:
-        return self.c.kill(job_ids(a.get("ids")), now=flag(a.get("now", False), "now")).to_dict()
+    async def op_kill(self, a: dict[str, Any]) -> dict[str, Any]:
+        return (await self.c.kill(job_ids(a.get("ids")), now=flag(a.get("now", False), "now"))).to_dict()
 
     def op_pause(self, a: dict[str, Any]) -> dict[str, Any]:
         self.c.pause(lane_name(a.get("lane")))

@@ -85,6 +85,7 @@ class KeeperClient:
         self._early: dict[str, list[dict[str, Any]]] = {r["key"]: [] for r in self.held}
         self._env_refs: collections.OrderedDict[int, tuple[str, dict[str, str]]] = collections.OrderedDict()
         self._refs_sent: set[str] = set()
+        self._withdrawing: set[str] = set()  # keys an unspawn is out for: a refused spawn of one is not sent again
         self._ref_ids = itertools.count(1)
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
 
@@ -139,6 +140,10 @@ class KeeperClient:
                     _call(sink.started, msg["result"]["pid"], msg["result"]["identity"])
                 return
             err = msg.get("error") or {}
+            if err.get("code") == "unknown_env" and len(sent) == 1 and key in self._withdrawing:
+                if self._sinks.pop(key, None) is sink:  # refused, and withdrawn meanwhile: it never starts
+                    _call(sink.taken_back)
+                return
             if err.get("code") == "unknown_env" and len(sent) == 1:  # the keeper forgot it (or the env
                 sent.append(whole)  # of the run it waits for): send it whole, once
                 self._send("spawn", whole, reply)
@@ -203,10 +208,12 @@ class KeeperClient:
         """Drop a run held behind another if it has not started: its sink
         hears ``taken_back`` (else its events go on as they would)."""
         def reply(msg: dict[str, Any] | None) -> None:
+            self._withdrawing.discard(key)
             sink = self._sinks.get(key)
             if msg is not None and msg.get("ok") and msg["result"].get("dropped") and sink is not None:
                 del self._sinks[key]
                 _call(sink.taken_back)
+        self._withdrawing.add(key)
         self._send("unspawn", {"key": key}, reply)
 
     def ack(self, keys: list[str]) -> None:

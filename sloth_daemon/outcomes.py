@@ -3,9 +3,12 @@
 The job's own doing (its exit code, its signal, its timeout) completes or
 fails it. An end that was not the job's doing gives the attempt back: the
 daemon interrupted it to stop, the keeper fenced it because no lease renewal
-came in time, or the keeper itself was stopped. A run we ended because the
-job was cancelled or its lease was lost needs no write: the queue already
-says so and our token is void. A run held behind another that was dropped
+came in time, or the keeper itself was stopped. What decides is what the
+keeper reports, not what the daemon asked: a run that ended by itself before
+an interruption reached it is recorded as it ended (never given back to run
+again). A run we ended because its lease was lost needs no write: our token
+is void. Nor does one whose job was cancelled, but for how a run it had
+started ended (event ``ended``). A run held behind another that was dropped
 before it started (pipeline.py) never ran: its claim is undone, no trace.
 """
 
@@ -31,6 +34,9 @@ def record(queue: Queue, run: Run, outcome: Outcome, *, runner: dict[str, Any] |
     jid, tok = run.job.id, run.token
     ok, message = outcome.describe()
     if run.ending is not None and run.ending.startswith(NOTHING_TO_WRITE):
+        if run.ending in ("cancelled", "killed") and outcome.started and outcome.returncode is not None:
+            return queue.note_ended(jid, run.attempt, ended_note(outcome), ended_at=outcome.ended_at,
+                                    durable=durable)
         return None
     kw: dict[str, Any] = {"runner": runner, "durable": durable}
     if outcome.postpone_s is not None:  # never started, for want of resources: not counted
@@ -41,7 +47,7 @@ def record(queue: Queue, run: Run, outcome: Outcome, *, runner: dict[str, Any] |
         return queue.fail(jid, tok, message=message, retry=outcome.spawn_retry, **kw)
     if not outcome.started:
         return give_back(queue, run, message, durable=durable)
-    if run.ending == "interrupted":
+    if run.ending == "interrupted" and not by_itself(outcome):
         suffix = f"; {outcome.log_problem}" if outcome.log_problem else ""
         return queue.release(jid, tok, message="interrupted: daemon stopping" + suffix, **kw)
     if outcome.killed_by == "fence":
@@ -62,6 +68,18 @@ def give_back(queue: Queue, run: Run, why: str, *, durable: bool) -> Job:
     if unclaim is not None:
         return unclaim(run.job.id, run.token, durable=durable)
     return queue.release(run.job.id, run.token, message=f"not started: {why}", durable=durable)
+
+
+def by_itself(outcome: Outcome) -> bool:
+    """It started and ended with no end asked of it: before a kill reached
+    it (the keeper's outcome names no reason and nobody who ended it)."""
+    return outcome.started and outcome.reason is None and outcome.killed_by is None
+
+
+def ended_note(outcome: Outcome) -> str:
+    """How the run of a job cancelled while it ran ended (event ``ended``)."""
+    how = Outcome(outcome.returncode, log_problem=outcome.log_problem).describe()[1]
+    return f"{how}; it ended by itself" if by_itself(outcome) else f"{how}; its process tree was ended"
 
 
 EXIT_MEANING = {126: "found but not executable", 127: "command not found"}

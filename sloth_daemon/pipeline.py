@@ -43,8 +43,11 @@ due job J as usual and asks the spawner to start J the moment R ends
   head ended first, its successor started and is an ordinary run. So a
   long job holds successors for HOT_S at most;
 - pause, a lane's concurrency changed, a settings reload and a daemon
-  stopping take pending runs back at once; a cancel, a kill, an interruption
-  or a fence drops one in the spawner, which reports it ended unstarted
+  stopping take pending runs back at once; a cancel, a kill and a daemon
+  stopping first ask the spawner to withdraw every run not heard started
+  and record only once it answered (withdrawal.py): the keeper decides
+  whether a held run starts, never the daemon's guess; a fence or a lost
+  lease drops one in the spawner, which reports it ended unstarted
   (outcomes.py gives it back, or leaves it cancelled).
 
 Only where the spawner pipelines (a keeper that knows ``after``) and the
@@ -65,6 +68,7 @@ from .spawner import Outcome
 if TYPE_CHECKING:
     from .queue import Queue
     from .spawner import Spawner
+    from .withdrawal import Withdrawals
 
 HOT_S = 0.05  # a run younger than this may get a successor; a successor pending longer is taken back
 DEPTH = 8  # pending runs behind one that runs, at most
@@ -87,6 +91,7 @@ class Pipelining:
     on_change: Callable[[Job], None]
     _look: bool
     _wake: asyncio.Event
+    withdrawals: "Withdrawals"
     held_n = 0  # runs sent to wait behind another, since start
     taken_back_n = 0  # ... of which taken back unstarted
 
@@ -155,16 +160,10 @@ class Pipelining:
 
     async def take_back_all(self) -> None:
         """Before a daemon leaves its jobs to the keeper: what has not
-        started goes back to the queue, not on to run with no daemon."""
-        self.take_back()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + TAKE_BACK_WAIT_S
-        while any(r.pending for r in self.running.values()) and loop.time() < deadline:
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), deadline - loop.time())
-            except asyncio.TimeoutError:
-                break
+        started goes back to the queue, not on to run with no daemon (the
+        keeper decides what has not: withdrawal.py)."""
+        pending = [r for r in self.running.values() if r.pending]
+        await self.withdrawals.wait(self.withdrawals.ask(pending), TAKE_BACK_WAIT_S)
 
     def take_back_deadlines(self, awake: float) -> list[float]:
         return [self._take_back_at(run) - awake for run in self._pending()]

@@ -58,6 +58,7 @@ class KeeperSpawner:
         self.problem: str | None = None  # why the last connect failed (a keeper of another version ...)
         self.on_resync: Callable[[list[dict[str, Any]]], None] = lambda held: None
         self._tasks: set[asyncio.Task[None]] = set()  # kept: the loop holds only weak references
+        self._delayed: dict[str, RunSink] = {}  # spawns waiting for an earlier process to end, by key
 
     async def connect(self) -> list[dict[str, Any]]:
         """Connect (starting a keeper if none answers); the runs it holds."""
@@ -94,6 +95,7 @@ class KeeperSpawner:
         if req.previous and procident.is_same_process(req.previous):
             # The lease expired but the old process lives (an orphan of a
             # lost keeper, or a stalled foreign worker): end it first.
+            self._delayed[req.key] = sink
             self._track(self._spawn_after_kill(req, sink))
         else:
             self._spawn(req, sink)
@@ -103,11 +105,17 @@ class KeeperSpawner:
             self.client.attach(key, _ToWorker(sink))
 
     def kill(self, key: str, reason: str, grace_s: float) -> None:
-        if self.client is not None:
+        if (sink := self._delayed.pop(key, None)) is not None:  # not sent yet: it never starts
+            sink.exited(Outcome(None, reason, killed_by="request", started=False))
+        elif self.client is not None:
             self.client.kill(key, reason, grace_s)
 
     def unspawn(self, key: str) -> None:
-        if self.client is not None:  # else the resync after the reconnect says where it is
+        """A spawn not sent yet (an earlier process is being ended) is
+        dropped here; else the keeper decides (withdrawal.py)."""
+        if (sink := self._delayed.pop(key, None)) is not None:
+            sink.taken_back()
+        elif self.client is not None:  # else the resync after the reconnect says where it is
             self.client.unspawn(key)
 
     def trust(self, items: list[tuple[str, float]]) -> None:
@@ -150,9 +158,11 @@ class KeeperSpawner:
             await loop.run_in_executor(None, procident.kill_identity_blocking, req.previous or {},
                                        req.kill_grace_s)
         except Exception as e:  # a bug or a psutil surprise: do not start beside it
-            sink.spawn_failed(f"cannot end the previous attempt's process: {e}", True)
+            if self._delayed.pop(req.key, None) is not None:
+                sink.spawn_failed(f"cannot end the previous attempt's process: {e}", True)
             return
-        self._spawn(req, sink)
+        if self._delayed.pop(req.key, None) is not None:  # else withdrawn or killed meanwhile: told so
+            self._spawn(req, sink)
 
     def _track(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

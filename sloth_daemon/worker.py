@@ -34,12 +34,13 @@ from .errors import JobNotFound, LeaseLost, SlothError, StorageError
 from .lanes import Lanes
 from .limits import Postponement
 from .models import Job
-from .pipeline import PACE_S, Pipelining, unlink
+from .pipeline import PACE_S, TAKE_BACK_WAIT_S, Pipelining, unlink
 from .recording import CLAIM_RETRY_S, TIMER_SLACK_S, Recording
 from .queue import Queue
 from .runner import JobEnvs
 from .runs import RENEW_RETRY_S, Run, Sink, boot_of, ran_here, renew_in, term_lead, this_host, trust_until, worker_name
 from .spawner import Outcome, Spawner, SpawnRequest
+from .withdrawal import Withdrawals
 from .worker_actions import WorkerActions
 
 log = logging.getLogger("sloth.worker")
@@ -81,6 +82,7 @@ class Worker(Recording, Adoption, Pipelining, WorkerActions):
         self.commits = GroupCommit(queue, self._tell, delay_s=commit_delay_s)
         self.envs = JobEnvs()
         self.short_lanes: dict[str, bool] = {}  # pipeline.py
+        self.withdrawals = Withdrawals(spawner, self.running)  # what became of runs not heard started
 
     # ------------------------------------------------------------- control
     def spawn_task(self, coro: Any) -> None:
@@ -149,7 +151,8 @@ class Worker(Recording, Adoption, Pipelining, WorkerActions):
                       if (run.live or run.pending) and run.ending is None]
         deadlines += self.take_back_deadlines(r.awake)
         deadlines += [run.record_after - r.awake for run in self.running.values()
-                      if run.outcome is not None and not run.written]  # written: the fsync deadline below
+                      if run.outcome is not None and not run.written
+                      and not run.deciding]  # written: the fsync deadline below; deciding: a cancel's
         deadlines += [run.started_awake + RECORD_RUNNER_AFTER_S - r.awake for run in self.running.values()
                       if run.identity is not None and run.live]
         if self.may_claim() and self._next_due is not None:
@@ -281,10 +284,11 @@ class Worker(Recording, Adoption, Pipelining, WorkerActions):
         """The process runs. Its identity is written later: with the outcome
         if it ends within RECORD_RUNNER_AFTER_S (one transaction, not two,
         for the many short jobs), else on its own by a turn."""
-        run.pid = pid
+        run.pid, run.unspawning = pid, False  # it runs: no answer to a take-back can drop it now
         run.identity = {**identity, "instance": self.instance, "worker": self.name}
         run.started_awake = self.clocks.read().awake
         self.postponed.started()
+        self.withdrawals.heard()
         self.on_change(run.job)  # a follower waiting for the process may start now
         self._wake.set()  # a new deadline (record_runners) ...
         self._look |= self.pipelines() and self.may_lead(run, run.started_awake, self.slots_in_use())  # ... a lead
@@ -356,14 +360,19 @@ class Worker(Recording, Adoption, Pipelining, WorkerActions):
     async def shutdown(self, *, keep_jobs: bool = False) -> None:
         """Stop claiming. By default end running jobs gracefully and requeue
         them (refunded). With ``keep_jobs`` leave them running: the keeper
-        keeps them for the next daemon; only outcomes already in are recorded."""
+        keeps them for the next daemon; only outcomes already in are recorded.
+        Either way what has not started goes back to the queue as never
+        claimed, as the keeper decides (withdrawal.py): it is asked first,
+        and a run it had started meanwhile is then ended (or kept) as one
+        that runs, and recorded as it ran."""
         self.stopping = True
         self.wake()
         if keep_jobs:
             await self.take_back_all()
             self.settle(float("inf"))
             return
-        for run in sorted(self.running.values(), key=lambda x: not x.pending):  # no successor starts
+        await self.withdrawals.wait(self.withdrawals.ask(list(self.running.values())), TAKE_BACK_WAIT_S)
+        for run in list(self.running.values()):
             if run.outcome is None:  # one that already exited is settled as it ended
                 self._end(run, "interrupted")
         # Until every run has ended. An outcome the database still refuses

@@ -16,13 +16,15 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .config import Settings
 from .durations import format_duration
-from .errors import IllegalTransition, JobNotFound, SlothError
+from .errors import IllegalTransition, JobNotFound, LeaseLost, SlothError
 from .lanes import Lanes
-from .models import Batch, Job
+from .models import Batch, Job, state_name
 
 if TYPE_CHECKING:
     from .queue import Queue
+    from .clock import Clocks
     from .spawner import Spawner
+    from .withdrawal import Withdrawals
     from .worker import Run
 
 
@@ -41,9 +43,12 @@ class WorkerActions:
     timerfd: bool
     host: str
     places: Any
+    clocks: "Clocks"
+    withdrawals: "Withdrawals"
 
     if TYPE_CHECKING:
         def _end(self, run: "Run", reason: str, grace_s: float | None = None) -> None: ...
+        def settle(self, awake: float) -> None: ...
         def take_back(self, lanes: "Sequence[str] | None" = None) -> None: ...
         def slots_in_use(self) -> dict[str, int]: ...
         def pending_status(self) -> list[dict[str, object]]: ...
@@ -51,9 +56,11 @@ class WorkerActions:
 
     def wake(self) -> None:
         """Something changed (a job queued or ended, a lane, a pause): the
-        next turn looks for work to claim."""
+        next turn looks for work to claim (and a cancel waiting for the
+        keeper's word on a run may have it now)."""
         self._look = True
         self._wake.set()
+        self.withdrawals.heard()
 
     def side_change(self, job: Job) -> None:
         """A job changed by another's transition (a dependent queued or cancelled)."""
@@ -61,34 +68,112 @@ class WorkerActions:
         self.wake()
 
     # ---------------------------------------------------------------- jobs
-    def cancel(self, job_id: int) -> Job:
-        job = self.queue.cancel(job_id)
-        run = self.running.get(job_id)
-        if run is not None:
-            self._end(run, "cancelled")
-        self.on_change(job)
-        return job
+    # A cancel or a kill records nothing about a run whose start the daemon
+    # has not heard of until the keeper has decided what became of it
+    # (withdrawal.py): first what is decided, then, once the keeper has
+    # answered, the rest. A run that started is recorded as started first.
+    async def cancel(self, job_id: int) -> Job:
+        """queue.cancel, once the keeper has decided the job's run, if it has one
+        not heard started. Raises as queue.cancel, or IllegalTransition if
+        the keeper does not answer in time (nothing changed)."""
+        runs = [r for r in self.running.values() if r.job.id == job_id]
+        res = await self._decided(runs, lambda ids, exclude: Batch([] if job_id in exclude else
+                                                                   [self.queue.cancel(job_id)]), "cancelled")
+        if res.skipped:
+            raise IllegalTransition(res.skipped[0][1], hint="Try again in a moment.")
+        return res.jobs[0]
 
-    def cancel_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
-                    states: Sequence[str] | None = None) -> Batch:
-        """Cancel by ids or selection in one transaction; end the trees of those running here."""
+    async def cancel_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
+                          states: Sequence[str] | None = None) -> Batch:
+        """Cancel by ids or selection (one transaction, then one for the runs
+        the keeper had to decide); end the trees of those running here."""
         if lane is not None:
             self.lanes.check(lane)
-        return self._ended(self.queue.cancel_many(ids, lane=lane, states=states), "cancelled")
 
-    def kill(self, ids: Sequence[int], *, now: bool = False) -> Batch:
+        def write(decided: Sequence[int] | None, exclude: set[int]) -> Batch:
+            if decided is not None:
+                return self.queue.cancel_many(decided)
+            return self.queue.cancel_many(ids, lane=lane, states=states, exclude=exclude)
+        return await self._decided(self._selected(ids, lane, states), write, "cancelled")
+
+    async def kill(self, ids: Sequence[int], *, now: bool = False) -> Batch:
         """`sloth kill`: cancel running jobs (only), ending their trees at
         once with ``now`` (SIGKILL, no grace). Queued ones are left alone."""
         states = {i: self.queue.get(i).state.value for i in ids}  # JobNotFound before any change
         running = [i for i, s in states.items() if s == "running"]
-        res = self.queue.cancel_many(running, message="killed by user") if running else Batch([])
+
+        def write(decided: Sequence[int] | None, exclude: set[int]) -> Batch:
+            todo = [i for i in (running if decided is None else decided) if i not in exclude]
+            return self.queue.cancel_many(todo, message="killed by user") if todo else Batch([])
+        res = await self._decided(self._selected(running, None, None), write, "killed",
+                                  grace_s=0.0 if now else None)
         res.skipped[:0] = [(i, f"job {i} is {s}, not running") for i, s in states.items() if s != "running"]
-        return self._ended(res, "killed", grace_s=0.0 if now else None)
+        return res
+
+    def _selected(self, ids: Sequence[int] | None, lane: str | None, states: Sequence[str] | None) -> list["Run"]:
+        """Our runs of the jobs a request names (a selection's: running ones)."""
+        if ids is not None:
+            wanted = set(ids)
+            return [r for r in self.running.values() if r.job.id in wanted]
+        try:
+            names = None if states is None else {state_name(s) for s in states}
+        except ValueError:
+            return []  # the queue refuses the request, saying why
+        if (names is not None and "running" not in names) or (lane is None and not names):
+            return []
+        return [r for r in self.running.values() if lane is None or r.job.lane == lane]
+
+    async def _decided(self, runs: list["Run"], write: Callable[[Sequence[int] | None, set[int]], Batch],
+                       reason: str, grace_s: float | None = None) -> Batch:
+        """``write(None, exclude)`` for the request but the jobs of undecided
+        runs (the keeper is asked about those first), then, once the keeper
+        has answered, ``write(ids, set())`` for those; the trees of running
+        ones are ended with ``reason``. A run still undecided after
+        WITHDRAW_WAIT_S is left as it is, skipped."""
+        asked = self.withdrawals.ask(runs, hold=True)  # sent before this pass's kills: nothing they end starts it
+        try:
+            self._record_known(runs)
+            res = self._ended(write(None, {r.job.id for r in asked}), reason, grace_s)
+            stuck = await self.withdrawals.wait(asked) if asked else []
+        finally:
+            for run in asked:
+                run.deciding = False
+            self.wake()
+        decided = [r for r in asked if r not in stuck]
+        if decided:  # no await from here to the write: nothing can claim them again in between
+            self._record_known(decided)
+            more = self._ended(write([r.job.id for r in decided], set()), reason, grace_s)
+            res.jobs.extend(more.jobs)
+            res.skipped.extend(more.skipped)
+        res.skipped.extend([(r.job.id, f"job {r.job.id} was just handed to the keeper, which has not said whether "
+                                   "it started; nothing was changed") for r in stuck])
+        return res
+
+    def _record_known(self, runs: list["Run"]) -> None:
+        """What the spawner told of ``runs`` before a cancel is recorded: the
+        outcomes of those that ended (a job that finished is finished, not
+        cancelled; one never started is given back) and the start of those
+        that run (their history says they started, then were cancelled)."""
+        if not runs:
+            return
+        self.settle(self.clocks.read().awake)
+        for run in runs:
+            if run.live and run.identity is not None and self.running.get(run.job.id) is run:
+                ident, run.identity = run.identity, None
+                try:
+                    run.job = self.queue.set_runner(run.job.id, run.token, ident)
+                except (LeaseLost, JobNotFound):
+                    continue
+                except SlothError:  # nothing is cancelled then; a turn writes it later
+                    run.identity = ident
+                    raise
 
     def _ended(self, res: Batch, reason: str, grace_s: float | None = None) -> Batch:
         for job in res.jobs:
             run = self.running.get(job.id)
             if run is not None:
+                if run.outcome is not None and run.ending is None:  # it ended, its outcome not written yet:
+                    run.ending = reason  # the claim is void now; how it ended is noted if it had started
                 self._end(run, reason, grace_s)
             self.on_change(job)
         return res

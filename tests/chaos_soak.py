@@ -855,7 +855,7 @@ class Soak:
                 self.violation(f"{where}: tries {job['tries']} > max_attempts {job['max_attempts']}")
             final_kind = ev[-1]["kind"] if ev else None
             ok_kinds = {"done": {"done"}, "failed": {"failed", "lease_expired"},
-                        "cancelled": {"cancelled"}}.get(job["state"], set())
+                        "cancelled": {"cancelled", "ended"}}.get(job["state"], set())
             if final_kind not in ok_kinds:
                 self.violation(f"{where}: state {job['state']} but the last event is {final_kind}")
             if job["state"] == "done":

@@ -62,15 +62,18 @@ class PgBatch:
                    at: float | None = None) -> None: ...
 
     def cancel_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
-                    states: Sequence[str] | None = None, message: str = "cancelled by user") -> Batch:
+                    states: Sequence[str] | None = None, message: str = "cancelled by user",
+                    exclude: Collection[int] = ()) -> Batch:
         """blocked|queued|running -> cancelled for each of ``ids``, or for
         every active job of ``lane`` and/or ``states``, as
-        SqliteQueue.cancel_many. Raises JobNotFound, BadRequest."""
-        wanted = _states(states, ACTIVE_STATES, "cancel")
+        SqliteQueue.cancel_many (``exclude`` too). Raises JobNotFound, BadRequest."""
+        wanted, skip = _states(states, ACTIVE_STATES, "cancel"), set(exclude)
 
         def tx(c: Cursor) -> Batch:
             out = Batch([])
             for row in self._rows(c, ids, lane, wanted):
+                if row["id"] in skip:
+                    continue
                 if row["state"] in ACTIVE_STATES:
                     out.jobs.append(self._finish(c, row["id"], JobState.CANCELLED, row["attempts"],
                                                  "cancelled", message))

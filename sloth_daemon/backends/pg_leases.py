@@ -71,6 +71,19 @@ class PgLeases:
                                "recording a job's process", event=("started", f"pid {runner.get('pid')}"),
                                at=finite(runner.get("started_at")))
 
+    def note_ended(self, job_id: int, attempt: int, message: str, *, ended_at: float | None = None,
+                   durable: bool = True) -> Job:
+        """A run of a job it no longer holds ended: event ``ended``, as
+        SqliteQueue.note_ended. Raises JobNotFound."""
+        check_id(job_id)
+
+        def tx(c: Cursor) -> Job:
+            row = self._get_row(c, job_id)
+            self._event(c, job_id, "ended", attempt, message, at=finite(ended_at))
+            return self._job(row, c)
+
+        return self._write(tx, "recording how a cancelled job's run ended")
+
     def flush(self) -> None:
         """Make every commit made with ``durable=False`` durable now."""
         self._db.write(lambda c: c.execute(SQL_FLUSH), "flushing the log of commits")

@@ -50,15 +50,20 @@ class SqliteBatch:
                    message: str) -> None: ...
 
     def cancel_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
-                    states: Sequence[str] | None = None, message: str = "cancelled by user") -> Batch:
+                    states: Sequence[str] | None = None, message: str = "cancelled by user",
+                    exclude: Collection[int] = ()) -> Batch:
         """blocked|queued|running -> cancelled for each of ``ids``, or for
         every active job of ``lane`` and/or ``states`` (a selection). Jobs
         waiting for them to be done are cancelled too (in ``Batch.jobs``
-        when named). Raises JobNotFound, BadRequest (a state that is not active)."""
-        now = self.clock.now()
+        when named). ``exclude``: jobs left out, as if not named (the daemon
+        asks the keeper about their runs first). Raises JobNotFound,
+        BadRequest (a state that is not active)."""
+        now, skip = self.clock.now(), set(exclude)
         with self._tx() as c:
             out = Batch([])
             for row in self._rows(c, ids, lane, _states(states, ACTIVE_STATES, "cancel")):
+                if row["id"] in skip:
+                    continue
                 if row["state"] in ACTIVE_STATES:
                     out.jobs.append(self._finish(c, row["id"], JobState.CANCELLED, now, row["attempts"],
                                                  "cancelled", message))

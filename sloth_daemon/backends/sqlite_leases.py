@@ -41,6 +41,7 @@ class SqliteLeases:
 
         def _tx(self, *, durable: bool = True) -> ContextManager[sqlite3.Connection]: ...
         def _held(self, c: sqlite3.Connection, job_id: int, token: str) -> sqlite3.Row: ...
+        def _get_row(self, c: sqlite3.Connection, job_id: int) -> sqlite3.Row: ...
         def _job(self, row: sqlite3.Row) -> Job: ...
         @staticmethod
         def _event(c: sqlite3.Connection, job_id: int, at: float, kind: str, attempt: int,
@@ -81,6 +82,17 @@ class SqliteLeases:
             row = self._held(c, job_id, token)
             self._put_runner(c, row, runner, now)
             return self._job(c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone())
+
+    def note_ended(self, job_id: int, attempt: int, message: str, *, ended_at: float | None = None,
+                   durable: bool = True) -> Job:
+        """A run of a job it no longer holds ended (it was cancelled while
+        it ran): event ``ended`` for ``attempt``, nothing else changes, so
+        its history says how the run it had started ended. Raises JobNotFound."""
+        now = self.clock.now()
+        with self._tx(durable=durable) as c:
+            row = self._get_row(c, job_id)
+            self._event(c, job_id, past(ended_at, now), "ended", attempt, message)
+            return self._job(row)
 
     def _put_runner(self, c: sqlite3.Connection, row: sqlite3.Row, runner: dict[str, Any] | None,
                     now: float) -> None:

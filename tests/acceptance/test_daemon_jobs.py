@@ -75,7 +75,9 @@ def test_cancel_of_a_running_job_ends_its_tree(harness, home):
     assert harness.call("cancel", id=jid)["job"]["state"] == "cancelled"
     harness.wait_for(lambda: not alive(pid), timeout_s=10, what="job process gone")
     assert harness.job(jid)["state"] == "cancelled"
-    assert [e["kind"] for e in harness.events(jid)][-1] == "cancelled"
+    ended = harness.wait_for(lambda: (ev := harness.events(jid))[-1]["kind"] == "ended" and ev, what="its end noted")
+    assert [e["kind"] for e in ended] == ["claimed", "started", "cancelled", "ended"]
+    assert ended[-1]["message"] == "killed by SIGTERM; its process tree was ended"
 
 
 def test_lanes_run_side_by_side_and_limit_concurrency(harness, home):

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from sloth_daemon.errors import IllegalTransition
 from sloth_daemon.pipeline import DEPTH, HOT_S
 from sloth_daemon.queue import Queue
 from sloth_daemon.spawner import Outcome
@@ -131,18 +132,93 @@ def test_a_take_back_that_comes_too_late_leaves_an_ordinary_run(pipe, clocks):  
     assert kinds(q, b) == ["claimed", "started", "done"]
 
 
-def test_cancel_and_kill_of_a_held_run_leave_it_cancelled(pipe):
+def answering(coro: Any, *plays: Any) -> Any:
+    """Run ``coro`` (a worker action) while the test plays the keeper: each
+    of ``plays`` once the action has sent its questions."""
+    async def go() -> Any:
+        task = asyncio.ensure_future(coro)
+        await asyncio.sleep(0)
+        for play in plays:
+            play()
+        return await asyncio.wait_for(task, 5)
+    return asyncio.run(go())
+
+
+def test_a_cancel_of_held_runs_asks_the_keeper_first_and_records_what_it_answered(pipe):
+    """b and c wait behind a. The cancel records nothing of them before the
+    keeper says: it dropped b unstarted (b is cancelled as never claimed),
+    and it had started c a moment ago (c is recorded started, then
+    cancelled, its tree ended, and how it ended)."""
     w, q, sp = pipe()
     a, b, c = (q.enqueue([x]) for x in "abc")
     w.turn()
-    w.cancel(b)
-    w.kill([c])
-    assert sp.kills == [(sp.key_of(b), "cancelled"), (sp.key_of(c), "killed")]
-    sp.sinks[sp.key_of(b)].exited(unstarted("cancelled", "request"))
-    sp.sinks[sp.key_of(c)].exited(unstarted("killed", "request"))
+    sp.start(a)
+
+    def keeper() -> None:
+        assert sp.unspawned == [sp.key_of(b), sp.key_of(c)] and not sp.kills
+        assert (q.get(b).state, q.get(c).state) == ("running", "running")  # nothing recorded yet
+        sp.sinks[sp.key_of(b)].taken_back()
+        sp.start(c)  # it was started before the question came: its started came first
+    res = answering(w.cancel_many([b, c]), keeper)
+    assert sorted(j.id for j in res.jobs) == [b, c] and not res.skipped
+    assert (q.get(b).state, q.get(b).attempts, kinds(q, b)) == ("cancelled", 0, ["cancelled"])
+    assert kinds(q, c) == ["claimed", "started", "cancelled"] and sp.kills == [(sp.key_of(c), "cancelled")]
+    sp.exit(c, 0)  # it ended by itself before the kill reached it
     w.turn()
-    assert (q.get(b).state, kinds(q, b)) == ("cancelled", ["claimed", "cancelled"])
-    assert q.get(c).state == "cancelled" and q.get(a).state == "running"
+    assert kinds(q, c) == ["claimed", "started", "cancelled", "ended"] and q.get(c).state == "cancelled"
+    assert q.events(c)[-1].message == "exit 0; it ended by itself"
+    assert q.get(a).state == "running"
+
+
+def test_a_held_run_dropped_for_a_cancel_is_not_given_back_and_claimed_again_before_the_cancel(pipe):
+    """The keeper dropped b; turns of the worker run before the cancel is
+    back (a ended: the slot is free). b's claim must wait for the cancel,
+    not go back to the queue to be claimed and started again meanwhile."""
+    w, q, sp = pipe()
+    a, b = q.enqueue(["a"]), q.enqueue(["b"])
+    w.turn()
+    sp.start(a)
+
+    def keeper_then_turns() -> None:
+        sp.sinks[sp.key_of(b)].taken_back()
+        sp.exit(a, 0)
+        w.turn()
+        w.turn()
+    res = answering(w.cancel_many([b]), keeper_then_turns)
+    assert [j.id for j in res.jobs] == [b]
+    assert [r.job_id for r in sp.reqs.values()].count(b) == 1  # never sent again
+    assert (q.get(b).state, kinds(q, b)) == ("cancelled", ["cancelled"]) and q.get(a).state == "done"
+
+
+def test_a_kill_of_a_held_run_that_ended_meanwhile_records_it_as_it_ended(pipe):
+    w, q, sp = pipe()
+    a, b = q.enqueue(["a"]), q.enqueue(["b"])
+    w.turn()
+    sp.start(a)
+
+    def keeper() -> None:
+        sp.exit(a, 0)
+        sp.start(b)
+        sp.exit(b, 0)  # all before the keeper read the question
+    res = answering(w.kill([b]), keeper)
+    assert res.jobs == [] and res.skipped == [(b, f"job {b} is done")]
+    assert (q.get(b).state, kinds(q, b)) == ("done", ["claimed", "started", "done"]) and not sp.kills
+
+
+def test_a_cancel_the_keeper_does_not_answer_changes_nothing_and_says_so(pipe, monkeypatch):
+    import sloth_daemon.withdrawal as wd
+
+    monkeypatch.setattr(wd, "WITHDRAW_WAIT_S", 0.01)
+    w, q, sp = pipe()
+    a, b, c = (q.enqueue([x]) for x in "abc")
+    w.turn()
+    sp.start(a)
+    res = asyncio.run(w.cancel_many([a, b]))
+    assert [j.id for j in res.jobs] == [a] and res.skipped[0][0] == b and "nothing was changed" in res.skipped[0][1]
+    assert q.get(b).state == "running" and w.running[b].pending and not w.running[b].deciding
+    with pytest.raises(IllegalTransition, match="has not said whether it started"):
+        asyncio.run(w.cancel(c))
+    assert q.get(c).state == "running"
 
 
 def test_a_held_run_fenced_by_the_keeper_goes_back_to_the_queue_untouched(pipe):
@@ -180,23 +256,28 @@ def test_pause_lane_set_and_reload_take_held_runs_back(pipe):
     assert len(sp.unspawned) == 2  # each is asked once
 
 
-def test_shutdown_interrupting_drops_held_runs_first_and_leaves_them_untouched(pipe):
+def test_shutdown_interrupting_withdraws_held_runs_first_and_leaves_them_untouched(pipe):
     w, q, sp = pipe()
-    a, b = q.enqueue(["a"]), q.enqueue(["b"])
+    a, b, c = q.enqueue(["a"]), q.enqueue(["b"]), q.enqueue(["c"])
     w.turn()
     sp.start(a)
 
     async def go() -> None:
         task = asyncio.ensure_future(w.shutdown(keep_jobs=False))
         await asyncio.sleep(0)
-        assert sp.kills == [(sp.key_of(b), "interrupted"), (sp.key_of(a), "interrupted")]
-        sp.sinks[sp.key_of(b)].exited(unstarted("interrupted", "request"))
-        sp.exit(a, -15, "interrupted")
+        assert sp.unspawned == [sp.key_of(b), sp.key_of(c)] and not sp.kills
+        sp.exit(a, 0)  # a ended by itself and the keeper started b, then read the questions
+        sp.start(b)
+        sp.sinks[sp.key_of(c)].taken_back()
+        await asyncio.sleep(0.01)
+        assert sp.kills == [(sp.key_of(b), "interrupted")]  # a had ended: not interrupted
+        sp.exit(b, -15, "interrupted", "request")
         await asyncio.wait_for(task, 5)
 
     asyncio.run(go())
-    assert (q.get(b).state, q.get(b).attempts, kinds(q, b)) == ("queued", 0, [])
-    assert (q.get(a).state, q.get(a).tries, kinds(q, a)[-1]) == ("queued", 0, "interrupted")
+    assert (q.get(a).state, kinds(q, a)) == ("done", ["claimed", "started", "done"])  # as it ran
+    assert (q.get(b).state, q.get(b).tries, kinds(q, b)) == ("queued", 0, ["claimed", "started", "interrupted"])
+    assert (q.get(c).state, q.get(c).attempts, kinds(q, c)) == ("queued", 0, [])
 
 
 def test_shutdown_keeping_jobs_takes_held_runs_back_and_leaves_the_running_one(pipe):
@@ -280,14 +361,13 @@ def test_a_held_run_dropped_unstarted_moves_the_one_behind_it_up(pipe, clocks): 
     a, b, c = (q.enqueue([x]) for x in "abc")
     w.turn()
     sp.start(a)
-    w.cancel(b)
-    sp.sinks[sp.key_of(b)].exited(unstarted("cancelled", "request"))
+    answering(w.cancel(b), sp.sinks[sp.key_of(b)].taken_back)
     w.turn()
     assert w.running[c].pending and w.running[c].after is w.running[a]
     assert w.slots_in_use() == {"default": 1} and [p["after"] for p in w.status()["pending"]] == [a]
     clocks.advance(HOT_S * 1.01)
     w.turn()
-    assert sp.unspawned == [sp.key_of(c)]
+    assert sp.unspawned == [sp.key_of(b), sp.key_of(c)]  # b: the cancel's question; c: taken back
     sp.sinks[sp.key_of(c)].taken_back()
     w.turn()
     assert (q.get(c).state, kinds(q, c)) == ("queued", []) and q.get(b).state == "cancelled"

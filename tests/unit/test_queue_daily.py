@@ -146,6 +146,24 @@ def test_cancel_many_by_ids_reports_what_it_left_alone(q, side):
     assert q.get(b).state is JobState.CANCELLED
 
 
+def test_cancel_many_leaves_out_the_excluded_and_a_cancelled_runs_end_is_noted(q):
+    """The daemon asks the keeper about some runs before cancelling their
+    jobs (exclude), and notes how a run of a cancelled job ended."""
+    a, b = q.enqueue(["a"], lane="x"), q.enqueue(["b"], lane="x")
+    claimed = q.claim("w", lanes=["x"])
+    assert claimed is not None and claimed.id == a
+    res = q.cancel_many(lane="x", exclude=[b])
+    assert [j.id for j in res.jobs] == [a] and res.skipped == [] and q.get(b).state is JobState.QUEUED
+    assert [j.id for j in q.cancel_many([a, b], exclude={a, b}).jobs] == []
+    job = q.note_ended(a, 1, "exit 0; it ended by itself")
+    assert job.state is JobState.CANCELLED and job.attempts == 1
+    last = q.events(a)[-1]
+    assert (last.kind, last.attempt, last.message) == ("ended", 1, "exit 0; it ended by itself")
+    assert [e.kind for e in q.events(a)] == ["claimed", "cancelled", "ended"]
+    with pytest.raises(JobNotFound):
+        q.note_ended(a + 100, 1, "exit 0")
+
+
 def test_cancel_and_retry_by_selection(q):
     x1, x2 = q.enqueue(["1"], lane="x"), q.enqueue(["2"], lane="x")
     y = q.enqueue(["3"], lane="y")
