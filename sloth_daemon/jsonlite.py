@@ -14,7 +14,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Any, Callable, Iterable, Iterator
 
 try:
     import _json
@@ -51,6 +51,39 @@ def dumps_pretty(obj: Any) -> str:
     ``--json`` prints. json writes an indented text in Python, not C."""
     out: list[str] = []
     _pretty(obj, "\n", out)
+    return "".join(out)
+
+
+def pretty_stream(before: dict[str, Any], key: str, items: Iterable[Any],
+                  after: Callable[[], dict[str, Any]]) -> Iterator[str]:
+    """The text of ``dumps_pretty({**before, key: [*items], **after()})`` in
+    pieces, one per item, for a list too long to hold (`sloth ls --json` of
+    a million jobs): ``items`` is read as the pieces are taken, ``after`` is
+    called once it is exhausted (what is known only at the end). Every key of
+    ``before`` must sort before ``key``, every key of ``after()`` after it."""
+    if any(k >= key for k in before):
+        raise ValueError(f"keys of before must sort before {key!r}")
+    yield _fields("{", before, ",") + "\n  " + _key(key) + ": ["
+    n = 0
+    for item in items:
+        out = ["\n    " if n == 0 else ",\n    "]
+        _pretty(item, "\n    ", out)
+        n += 1
+        yield "".join(out)
+    rest = after()
+    if any(k <= key for k in rest):
+        raise ValueError(f"keys of after() must sort after {key!r}")
+    yield _fields("\n  ]" if n else "]", rest, "", lead=",") + "\n}"
+
+
+def _fields(start: str, d: dict[str, Any], end: str, *, lead: str = "") -> str:
+    """``start``, then each ``"key": value`` of ``d`` at the first level of
+    indent (each preceded by ``lead``, followed by ``end``)."""
+    out = [start]
+    for k, v in sorted(d.items()):
+        out.append(lead + "\n  " + _key(k) + ": ")
+        _pretty(v, "\n  ", out)
+        out.append(end)
     return "".join(out)
 
 
