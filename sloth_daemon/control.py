@@ -71,6 +71,20 @@ class Control:
     def listing(self, **kw: Any) -> Listing:
         return self.queue.listing(now=time.time(), **kw)
 
+    def scan(self, **kw: Any) -> Any:
+        """The listing ``listing(**kw)`` would give, to read a chunk at a
+        time (backends' sqlite_scan / pg_scan), on a read-only view of the
+        queue of its own: nothing of it holds the daemon's own connection.
+        Closing the scan closes the view. Blocks: call it off the loop."""
+        from .backends import open_read_only
+
+        reader = open_read_only(getattr(self.queue, "url", None) or self.queue.path)
+        try:
+            return reader.scan(now=time.time(), owns_reader=True, **kw)
+        except BaseException:
+            reader.close()
+            raise
+
     def detail(self, job_id: int) -> dict[str, Any]:
         """One job for `show`: itself, its history, what it waits for and what waits for it."""
         return {"job": self.queue.get(job_id).to_dict(), "events": [e.to_dict() for e in self.queue.events(job_id)],

@@ -52,7 +52,7 @@ class PgScan:
         counts = dict.fromkeys(STATE_NAMES, 0)
         for r in c.execute(SQL_STATE_COUNTS.format(where=filt[0]), filt[1]).fetchall():
             counts[r["state"]] = r["n"]
-        cursors = []
+        cursors: list[str] = []
         for name, members, take, skip in _pages(_sections(wanted, counts, finished_limit), offset, limit):
             cursors.append(CURSOR.format(len(cursors)))
             c.execute(f"DECLARE {cursors[-1]} NO SCROLL CURSOR WITH HOLD FOR SELECT id FROM sloth.jobs"

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 PAGE = 100_000  # jobs per request when a listing is fetched whole
 DEFAULT_ROWS = 40
 RECENT = 10  # finished jobs in the default view
+SMALL = 1_000  # `ls --json --limit N` up to this: one `list` answer; past it (or without), streamed
 
 
 # ------------------------------------------------------------------- ls
@@ -32,7 +33,12 @@ def ls(state: Optional[Sequence[str]], lane: Optional[str], all_: bool, limit: O
         watch_ls(lambda rows: ls_text(dict(args, limit=rows)), interval)
         return
     if as_json:
-        emit_json(fetch(args))
+        if args["limit"] is None or args["limit"] > SMALL:
+            from .look_stream import print_json
+
+            print_json(args)  # as it arrives, whatever the number of jobs
+        else:
+            emit_json(fetch(args))
         return
     echo(ls_text(args))
 
