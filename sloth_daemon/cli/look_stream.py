@@ -1,5 +1,5 @@
-"""`sloth ls --json` of any size: the listing written to stdout as it
-arrives, with the memory of one chunk whatever the number of jobs.
+"""`sloth ls --json` (and `ls --all`) of any size: the listing written to
+stdout as it arrives, with the memory of one chunk whatever the number of jobs.
 
 The text is dumps_pretty's of the whole listing, byte for byte (one JSON
 document, `{"counts", "jobs", "lanes", "left_out", "offset", "total"}`),
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     Source = tuple[dict[str, Any], Iterator[dict[str, Any]], Callable[[], dict[str, Any]]]
 
 PAGE = 100_000  # jobs per `list` request to a daemon older than `scan`
+BLOCK = 1_000  # rows of `ls --all` laid out at a time
 
 
 def print_json(args: dict[str, Any]) -> None:
@@ -43,6 +44,27 @@ def print_json(args: dict[str, Any]) -> None:
         write(piece)
     write("\n")
     sys.stdout.flush()
+
+
+def print_table(args: dict[str, Any]) -> None:
+    """`sloth ls --all`: the table a block of BLOCK rows at a time (each
+    block's columns at least as wide as the blocks before), then the lines
+    of ls_text under it."""
+    from .. import render
+    from .edge import echo
+    from .look_run import summary
+
+    head, jobs, rest = _source({k: v for k, v in args.items() if v is not None})
+    widths, shown, block = [len(h) for h in render.JOB_HEADERS], 0, []
+    for job in jobs:
+        block.append(job)
+        if len(block) == BLOCK:
+            echo(render.table(render.JOB_HEADERS, *render.job_rows(block), widths=widths, header=not shown))
+            shown, block = shown + len(block), []
+    if block:
+        echo(render.table(render.JOB_HEADERS, *render.job_rows(block), widths=widths, header=not shown))
+        shown += len(block)
+    echo("\n".join(summary({**head, **rest()}, shown)))
 
 
 def _source(a: dict[str, Any]) -> Source:

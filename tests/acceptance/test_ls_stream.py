@@ -193,3 +193,25 @@ def test_a_streamed_page_says_what_it_left_out(harness, args):
     doc = json.loads(h.cli("ls", "--json", *args, check=True).stdout)
     assert doc["offset"] + len(doc["jobs"]) + doc["left_out"] == doc["total"] == N
     assert len(doc["jobs"]) == (2500 if "--limit" in args else 10)
+
+
+def test_ls_all_prints_its_table_a_block_at_a_time(harness, tmp_path):
+    """The table of `ls --all` is laid out a block of rows at a time, so it
+    too costs the memory of one block, and its header is printed once."""
+    h = harness
+    h.start()
+    fill(h)
+    before = mb(h.daemon.pid)
+    with open(tmp_path / "out.txt", "wb") as out:
+        p = subprocess.Popen([sys.executable, "-m", "sloth_daemon", "ls", "--all"], env=h.env, stdout=out,
+                             stderr=subprocess.PIPE, cwd=str(h.home))
+        watch = PeakWatch(p.pid)
+        assert p.wait(120) == 0, p.stderr.read() if p.stderr else ""
+    assert watch.join() < CLIENT_PEAK_MB and mb(h.daemon.pid) - before < DAEMON_GROWTH_MB
+    lines = (tmp_path / "out.txt").read_text().splitlines()
+    assert lines[0].split() == ["ID", "STATE", "LANE", "PRI", "TRY", "WHEN", "COMMAND"]
+    rows = [ln.split() for ln in lines[1:N + 1]]
+    assert [int(r[0]) for r in rows] == list(range(1, N + 1)) and lines[N + 1] == f"{N} queued"
+    assert len(lines) == N + 2  # the header, the rows, the counts: nothing left out to mention
+    cols = [ln.index("queued") for ln in lines[1:N + 1]]
+    assert cols == sorted(cols) and len(set(cols)) <= 2  # widened once (ids of 5 digits), never narrowed
