@@ -99,22 +99,9 @@ def ls_text(args: dict[str, Any]) -> str:
     if res["jobs"]:
         rows, sts = render.job_rows(res["jobs"])
         out.append(render.table(render.JOB_HEADERS, rows, sts))
+    from .look_stream import summary
+
     return "\n".join(out + summary(res, len(res["jobs"])))
-
-
-def summary(res: dict[str, Any], shown: int) -> list[str]:
-    """The lines under the table: no jobs, counts, busy lanes, how many were left out."""
-    from .. import render
-
-    out = [] if shown else ["no jobs" if not res["total"] else "no jobs on this page"]
-    out.append(render.counts_line(res["counts"]))
-    busy = {k: v for k, v in res.get("lanes", {}).items() if any(v.values())}
-    if len(busy) > 1:
-        out.append("lanes: " + render.lanes_line(busy))
-    if res["left_out"] > 0 or res["offset"]:
-        out.append(f"{res['left_out']} more not shown (rows {res['offset'] + 1}-{res['offset'] + shown}"
-                   f" of {res['total']}): `sloth ls --all`, --state S, --lane L or --limit N")
-    return out
 
 
 # ----------------------------------------------------------------- show

@@ -52,7 +52,6 @@ def print_table(args: dict[str, Any]) -> None:
     of ls_text under it."""
     from .. import render
     from .edge import echo
-    from .look_run import summary
 
     head, jobs, rest = _source({k: v for k, v in args.items() if v is not None})
     widths, shown, block = [len(h) for h in render.JOB_HEADERS], 0, []
@@ -136,3 +135,18 @@ def _paged(a: dict[str, Any]) -> Source:
             page = last = call("list", **dict(a, offset=a.get("offset", 0) + sent), limit=room)
 
     return first, jobs(), lambda: {"left_out": last["left_out"], "total": last["total"]}
+
+
+def summary(res: dict[str, Any], shown: int) -> list[str]:
+    """The lines under the table: no jobs, counts, busy lanes, how many were left out."""
+    from .. import render
+
+    out = [] if shown else ["no jobs" if not res["total"] else "no jobs on this page"]
+    out.append(render.counts_line(res["counts"]))
+    busy = {k: v for k, v in res.get("lanes", {}).items() if any(v.values())}
+    if len(busy) > 1:
+        out.append("lanes: " + render.lanes_line(busy))
+    if res["left_out"] > 0 or res["offset"]:
+        out.append(f"{res['left_out']} more not shown (rows {res['offset'] + 1}-{res['offset'] + shown}"
+                   f" of {res['total']}): `sloth ls --all`, --state S, --lane L or --limit N")
+    return out
