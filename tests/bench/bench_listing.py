@@ -14,7 +14,8 @@ the client reads the queue itself). Measured:
   client   peak resident memory (VmHWM from /proc, sampled until it exits:
            its own peak after exec, which ru_maxrss is not -- that counts the
            forking parent's size too) and wall time
-  daemon   VmHWM and VmRSS before and after (growth = what the listing cost)
+  daemon   VmHWM and VmRSS before and after (growth = what the listing cost),
+           and the slowest answer to a ping sent every 50 ms while listings run
 
 Each figure is printed as the range over ``--runs`` runs (min-max).
 """
@@ -82,14 +83,22 @@ def run_client(h: Harness) -> dict[str, float]:
     return {"client_peak_mb": peak, "wall_s": wall}
 
 
-def clients(h: Harness, k: int) -> list[dict[str, float]]:
+def clients(h: Harness, k: int) -> tuple[list[dict[str, float]], float]:
+    """k listings at once, and the slowest answer to a ping sent every 50 ms
+    meanwhile (the daemon serving others while listings stream)."""
     out: list[dict[str, float]] = []
     ts = [threading.Thread(target=lambda: out.append(run_client(h))) for _ in range(k)]
     for t in ts:
         t.start()
+    worst = 0.0
+    while any(t.is_alive() for t in ts):
+        t0 = time.monotonic()
+        h.call("ping")
+        worst = max(worst, time.monotonic() - t0)
+        time.sleep(0.05)
     for t in ts:
         t.join()
-    return out
+    return out, worst
 
 
 def one_run(n: int, finished_pct: int, k: int, offline: bool) -> dict[str, float]:
@@ -98,10 +107,10 @@ def one_run(n: int, finished_pct: int, k: int, offline: bool) -> dict[str, float
         fill_s = fill(h, n, finished_pct)
         h.cli("ls", "--json", "-n", "5", check=True)
         hwm0, rss0 = status_mb(d.pid, "VmHWM"), status_mb(d.pid, "VmRSS")
-        got = clients(h, k)
+        got, ping_s = clients(h, k)
         hwm1, rss1 = status_mb(d.pid, "VmHWM"), status_mb(d.pid, "VmRSS")
         res = {"fill_s": fill_s, "client_peak_mb": max(g["client_peak_mb"] for g in got),
-               "wall_s": max(g["wall_s"] for g in got), "daemon_hwm_before_mb": hwm0,
+               "wall_s": max(g["wall_s"] for g in got), "ping_max_ms": ping_s * 1000, "daemon_hwm_before_mb": hwm0,
                "daemon_hwm_after_mb": hwm1, "daemon_hwm_growth_mb": hwm1 - hwm0,
                "daemon_rss_before_mb": rss0, "daemon_rss_after_mb": rss1}
         if offline:
