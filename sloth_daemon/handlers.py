@@ -158,7 +158,7 @@ class Handlers(StreamHandlers):
         ``jobs`` events, then ``left_out``."""
         kw = listing_args(a)
         limit = None if a.get("limit") is None else whole(a["limit"], "limit", 1, 2**62)
-        return await stream_scan(lambda: self.c.scan(**kw, limit=limit), emit, lambda: self.closing)
+        return await stream_scan(self.c.scan(**kw, limit=limit), emit, lambda: self.closing)
 
     def op_show(self, a: dict[str, Any]) -> dict[str, Any]:
         if "id" in a:

@@ -91,3 +91,19 @@ def test_a_reader_that_goes_away_ends_the_scan_and_its_thread(q, handlers):
         if t.name.startswith("sloth-scan"):
             t.join(5)
     assert scan_threads() == 0
+
+
+@pytest.mark.backends("sqlite")
+def test_a_queue_file_replaced_under_the_daemon_is_refused_not_listed(q, handlers, tmp_path):
+    """The scan reads through a view opened by the file's path: were the file
+    replaced, that would be another queue than the daemon's. It says so."""
+    import shutil
+
+    from sloth_daemon.errors import QueueBroken
+
+    q.enqueue(["mine"])
+    shutil.copy(q.path, tmp_path / "other.db")
+    (tmp_path / "other.db").replace(q.path)
+    with pytest.raises(QueueBroken, match="replaced"):
+        scan(handlers, {})
+    assert scan_threads() == 0
