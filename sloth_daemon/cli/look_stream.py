@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     Source = tuple[dict[str, Any], Iterator[dict[str, Any]], Callable[[], dict[str, Any]]]
 
-PAGE = 100_000  # jobs per `list` request to a daemon older than `scan`
+PAGE = 10_000  # jobs per `list` request to a daemon older than `scan` (each answer quick and small)
 BLOCK = 1_000  # rows of `ls --all` laid out at a time
 
 

@@ -215,3 +215,23 @@ def test_ls_all_prints_its_table_a_block_at_a_time(harness, tmp_path):
     assert len(lines) == N + 2  # the header, the rows, the counts: nothing left out to mention
     cols = [ln.index("queued") for ln in lines[1:N + 1]]
     assert cols == sorted(cols) and len(set(cols)) <= 2  # widened once (ids of 5 digits), never narrowed
+
+
+def test_a_listing_cut_by_the_daemons_death_never_looks_whole(harness):
+    """Never cut silently: a daemon killed mid-listing leaves the client's
+    document unfinished (it does not parse) and its exit code not 0."""
+    h = harness
+    h.start()
+    fill(h)
+    r, w = os.pipe()
+    p = subprocess.Popen([sys.executable, "-m", "sloth_daemon", "ls", "--json"], env=h.env, stdout=w,
+                         stderr=subprocess.PIPE, cwd=str(h.home))
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        head = f.read(4096)  # the listing has begun, and its reader is slow
+        h.kill9()
+        data = head + f.read()
+    assert p.wait(30) == 3, p.stderr.read() if p.stderr else ""  # the daemon closed the connection
+    assert b"closed the connection" in p.stderr.read()
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(data)
