@@ -3,8 +3,9 @@
 Each handler checks its arguments (the frame is untrusted), asks the
 daemon's :class:`~sloth_daemon.control.Control` and returns the result; a
 SlothError becomes the error response. The streaming ops (``wait``,
-``follow``, ``subscribe``) are handlers_stream.py's. Connections, framing
-and peer checks are server.py's.
+``follow``, ``subscribe``) are handlers_stream.py's; ``scan`` (a listing of
+any size, streamed) is here beside ``list``, its stream listing_stream.py's.
+Connections, framing and peer checks are server.py's.
 
 Ops on jobs answer with job objects of one shape everywhere (Job.to_dict);
 one that names several jobs answers ``{"jobs": [...], "skipped": [{id,
