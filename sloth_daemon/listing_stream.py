@@ -19,6 +19,8 @@ from typing import Any, Awaitable, Callable
 from .errors import SlothError
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
+EVENT_BYTES = 8 << 20  # at most this much of jobs per event (the frame limit is protocol.MAX_RESPONSE)
+_TEXT = ("cwd", "message", "label", "key", "lane", "worker", "token", "place")
 
 
 async def stream_scan(open_scan: Callable[[], Any], emit: Emit, stopping: Callable[[], bool]) -> dict[str, Any]:
@@ -32,19 +34,41 @@ async def stream_scan(open_scan: Callable[[], Any], emit: Emit, stopping: Callab
     try:
         scan = await asyncio.wrap_future(opened)
         await emit({"kind": "head", **scan.head})
-        while jobs := await loop.run_in_executor(pool, _chunk, scan):
-            if stopping():
-                raise SlothError("the daemon is stopping; the listing was not sent whole",
-                                 hint="List again after it restarts.")
-            await emit({"kind": "jobs", "jobs": jobs})
+        while parts := await loop.run_in_executor(pool, _chunk, scan):
+            for jobs in parts:
+                if stopping():
+                    raise SlothError("the daemon is stopping; the listing was not sent whole",
+                                     hint="List again after it restarts.")
+                await emit({"kind": "jobs", "jobs": jobs})
         return dict(scan.tail())
     finally:
         pool.submit(_close, opened)  # after a read still under way, in the scan's own thread
         pool.shutdown(wait=False)
 
 
-def _chunk(scan: Any) -> list[dict[str, Any]]:
-    return [j.to_dict() for j in scan.next()]
+def _chunk(scan: Any) -> list[list[dict[str, Any]]]:
+    """The scan's next chunk as job objects, in parts of at most
+    EVENT_BYTES each as sent (a job's text can be large: a command of up
+    to a MiB), so no event outgrows the frame limit ([]: the end)."""
+    parts: list[list[dict[str, Any]]] = [[]]
+    room = EVENT_BYTES
+    for job in scan.next():
+        d = job.to_dict()
+        size = _size(d)
+        if parts[-1] and size > room:
+            parts.append([])
+            room = EVENT_BYTES
+        parts[-1].append(d)
+        room -= size
+    return parts if parts[0] else []
+
+
+def _size(job: dict[str, Any]) -> int:
+    """At least the bytes of ``job`` as sent: its text fields as if every
+    character were escaped (6 bytes), the rest generously."""
+    text = sum(map(len, job["command"])) + sum(len(job[k] or "") for k in _TEXT)
+    ids = len(job["after"]) + len(job["after_any"])
+    return 6 * text + 21 * ids + 4096
 
 
 def _close(opened: Future[Any]) -> None:

@@ -107,3 +107,16 @@ def test_a_queue_file_replaced_under_the_daemon_is_refused_not_listed(q, handler
     with pytest.raises(QueueBroken, match="replaced"):
         scan(handlers, {})
     assert scan_threads() == 0
+
+
+def test_jobs_with_large_commands_are_sent_in_smaller_events_never_over_the_frame_limit(q, handlers):
+    from sloth_daemon import protocol
+    from sloth_daemon.listing_stream import EVENT_BYTES
+
+    big = "é" * 20_000  # each job's text well over a typical one's
+    q.enqueue_many([{"command": ["echo", big, str(i)]} for i in range(CHUNK)])
+    events, result = scan(handlers, {})
+    sizes = [len(protocol.encode(protocol.event(1, e), protocol.MAX_RESPONSE)) for e in events[1:]]
+    assert len(sizes) > 3 and max(sizes) <= EVENT_BYTES < protocol.MAX_RESPONSE
+    assert [j["command"][2] for e in events[1:] for j in e["jobs"]] == [str(i) for i in range(CHUNK)]
+    assert result == {"left_out": 0}
