@@ -71,6 +71,30 @@ class Control:
     def listing(self, **kw: Any) -> Listing:
         return self.queue.listing(now=time.time(), **kw)
 
+    def scan(self, **kw: Any) -> Callable[[], Any]:
+        """What opens the listing ``listing(**kw)`` would give, to read a
+        chunk at a time (backends' sqlite_scan / pg_scan), on a read-only
+        view of the queue of its own: nothing of it holds the daemon's own
+        connection, and closing the scan closes the view. The opener
+        blocks: call it off the loop. Raises QueueBroken at once (here, on
+        the loop) if the queue changed under the daemon: a view opened by
+        its path or URL would read another queue than the daemon's."""
+        from .backends import open_read_only
+
+        self.queue.check()
+        target = getattr(self.queue, "url", None) or self.queue.path
+        now = time.time()
+
+        def opened() -> Any:
+            reader = open_read_only(target)
+            try:
+                return reader.scan(now=now, owns_reader=True, **kw)
+            except BaseException:
+                reader.close()
+                raise
+
+        return opened
+
     def detail(self, job_id: int) -> dict[str, Any]:
         """One job for `show`: itself, its history, what it waits for and what waits for it."""
         return {"job": self.queue.get(job_id).to_dict(), "events": [e.to_dict() for e in self.queue.events(job_id)],

@@ -3,8 +3,9 @@
 Each handler checks its arguments (the frame is untrusted), asks the
 daemon's :class:`~sloth_daemon.control.Control` and returns the result; a
 SlothError becomes the error response. The streaming ops (``wait``,
-``follow``, ``subscribe``) are handlers_stream.py's. Connections, framing
-and peer checks are server.py's.
+``follow``, ``subscribe``) are handlers_stream.py's; ``scan`` (a listing of
+any size, streamed) is here beside ``list``, its stream listing_stream.py's.
+Connections, framing and peer checks are server.py's.
 
 Ops on jobs answer with job objects of one shape everywhere (Job.to_dict);
 one that names several jobs answers ``{"jobs": [...], "skipped": [{id,
@@ -23,6 +24,7 @@ from .checks import MAX_CONCURRENCY
 from .control import Control
 from .errors import BadRequest, SlothError, StorageBusy
 from .handlers_stream import Emit, StreamHandlers, Subscription, attempt_of, job_id, job_ids
+from .listing_stream import stream_scan
 from .models import STATE_NAMES, state_name
 from .spec import JobSpec
 
@@ -67,6 +69,7 @@ class Handlers(StreamHandlers):
         }
         self.streams: dict[str, Callable[[dict[str, Any], Emit], Awaitable[Any]]] = {
             "wait": self.op_wait, "follow": self.op_follow, "subscribe": self.op_subscribe,
+            "scan": self.op_scan,
         }
         self.ops["batch"] = self.op_batch
         # ops that use what the connection holds (a staged batch)
@@ -151,11 +154,15 @@ class Handlers(StreamHandlers):
         """A page of the listing (see SqliteListing.listing) with ``total`` and
         ``left_out``: it never stops short without saying so."""
         limit = whole(a.get("limit", MAX_LIST), "limit", 1, MAX_LIST)
-        fl = a.get("finished_limit")
-        return self.c.listing(states=states_arg(a.get("states")), lane=lane_name(a.get("lane")), limit=limit,
-                              offset=whole(a.get("offset", 0), "offset", 0, 2**62),
-                              finished_limit=None if fl is None else whole(fl, "finished_limit", 0, MAX_LIST),
-                              **host_arg(a.get("host"))).to_dict()
+        return self.c.listing(**listing_args(a), limit=limit).to_dict()
+
+    async def op_scan(self, a: dict[str, Any], emit: Emit) -> dict[str, Any]:
+        """The listing of ``list`` of any size (without ``limit``: all of
+        it), streamed as it is read (listing_stream.py): a ``head`` event,
+        ``jobs`` events, then ``left_out``."""
+        kw = listing_args(a)
+        limit = None if a.get("limit") is None else whole(a["limit"], "limit", 1, 2**62)
+        return await stream_scan(self.c.scan(**kw, limit=limit), emit, lambda: self.closing)
 
     def op_show(self, a: dict[str, Any]) -> dict[str, Any]:
         if "id" in a:
@@ -262,6 +269,15 @@ def selection(a: dict[str, Any]) -> tuple[list[int] | None, str | None, list[str
     if ids is None and lane is None and states is None:
         raise BadRequest("name the jobs: id, ids, lane or states")
     return (None if ids is None else job_ids(ids)), lane, states
+
+
+def listing_args(a: dict[str, Any]) -> dict[str, Any]:
+    """The selection of ``list`` and ``scan`` (all but the limit), checked."""
+    fl = a.get("finished_limit")
+    return {"states": states_arg(a.get("states")), "lane": lane_name(a.get("lane")),
+            "offset": whole(a.get("offset", 0), "offset", 0, 2**62),
+            "finished_limit": None if fl is None else whole(fl, "finished_limit", 0, MAX_LIST),
+            **host_arg(a.get("host"))}
 
 
 def states_arg(v: Any) -> list[str] | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Any, Callable, Iterable, Iterator
 
 try:
     import _json
@@ -54,15 +54,86 @@ def dumps_pretty(obj: Any) -> str:
     return "".join(out)
 
 
+def pretty_stream(before: dict[str, Any], key: str, items: Iterable[Any],
+                  after: Callable[[], dict[str, Any]]) -> Iterator[str]:
+    """The text of ``dumps_pretty({**before, key: [*items], **after()})`` in
+    pieces, one per item, for a list too long to hold (`sloth ls --json` of
+    a million jobs): ``items`` is read as the pieces are taken, ``after`` is
+    called once it is exhausted (what is known only at the end). Every key of
+    ``before`` must sort before ``key``, every key of ``after()`` after it."""
+    if any(k >= key for k in before):
+        raise ValueError(f"keys of before must sort before {key!r}")
+    yield _fields("{", before, ",") + "\n  " + _key(key) + ": ["
+    n = 0
+    for item in items:
+        out = ["\n    " if n == 0 else ",\n    "]
+        _pretty(item, "\n    ", out)
+        n += 1
+        yield "".join(out)
+    rest = after()
+    if any(k <= key for k in rest):
+        raise ValueError(f"keys of after() must sort after {key!r}")
+    yield _fields("\n  ]" if n else "]", rest, "", lead=",") + "\n}"
+
+
+def _fields(start: str, d: dict[str, Any], end: str, *, lead: str = "") -> str:
+    """``start``, then each ``"key": value`` of ``d`` at the first level of
+    indent (each preceded by ``lead``, followed by ``end``)."""
+    out = [start]
+    for k, v in sorted(d.items()):
+        out.append(lead + "\n  " + _key(k) + ": ")
+        _pretty(v, "\n  ", out)
+        out.append(end)
+    return "".join(out)
+
+
 def _pretty(o: Any, newline: str, out: list[str]) -> None:
     """Append ``o`` to ``out``; ``newline`` is a newline and the indent of
     ``o``'s own level. The tests of type are json's, in json's order."""
-    if isinstance(o, (list, tuple)):
+    plain = _PLAIN.get(type(o))
+    if plain is not None:  # exactly a str, int, float, bool or None: what _scalar would write
+        out.append(plain(o))
+    elif type(o) is dict and o:
+        _pretty_dict(o, newline, out)
+    elif isinstance(o, (list, tuple)):
         _pretty_items(o, "[]", newline, out, None)
     elif isinstance(o, dict):
         _pretty_items(sorted(o.items()), "{}", newline, out, o)
     else:
         out.append(_scalar(o))
+
+
+def _pretty_dict(o: dict[Any, Any], newline: str, out: list[str]) -> None:
+    """A dict as _pretty_items writes it, faster for the many dicts of one
+    set of keys (a listing's jobs): the keys' order and text are worked out
+    once per set of keys and indent, not per dict."""
+    plan = _PLANS.get((tuple(o), newline))
+    if plan is None:
+        plan = _plan(o, newline)
+        if plan is None:  # keys that are not all text: sorted as json sorts them
+            _pretty_items(sorted(o.items()), "{}", newline, out, o)
+            return
+    inner = newline + "  "
+    for k, lead in plan:
+        out.append(lead)
+        v = o[k]
+        plain = _PLAIN.get(type(v))
+        if plain is not None:
+            out.append(plain(v))
+        else:
+            _pretty(v, inner, out)
+    out.append(newline + "}")
+
+
+def _plan(o: dict[Any, Any], newline: str) -> list[tuple[str, str]] | None:
+    if not all(type(k) is str for k in o):
+        return None
+    inner = newline + "  "
+    plan = [(k, ("{" if i == 0 else ",") + inner + encode_basestring_ascii(k) + ": ") for i, k in enumerate(sorted(o))]
+    if len(_PLANS) >= 64:
+        _PLANS.clear()
+    _PLANS[(tuple(o), newline)] = plan
+    return plan
 
 
 def _pretty_items(items: Any, brackets: str, newline: str, out: list[str], dct: Any) -> None:
@@ -94,12 +165,22 @@ def _scalar(o: Any) -> str:
     return _default(o)
 
 
+_PLANS: dict[tuple[Any, str], list[tuple[str, str]]] = {}
+_PLAIN: dict[type, Callable[[Any], str]] = {
+    str: encode_basestring_ascii, int: int.__repr__, bool: lambda b: "true" if b else "false",
+    type(None): lambda _: "null",
+}
+
+
 def _float(f: float) -> str:
     if f != f:
         return "NaN"
     if f in (float("inf"), float("-inf")):
         return "Infinity" if f > 0 else "-Infinity"
     return float.__repr__(f)
+
+
+_PLAIN[float] = _float
 
 
 def _key(k: Any) -> str:

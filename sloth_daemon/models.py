@@ -91,7 +91,8 @@ class Job:
     def from_row(cls, row: Any, *, env: dict[str, str] | None = None) -> "Job":
         """``env``: the environment the queue resolved from ``env_id`` (see
         Queue._job); otherwise the row's own inline ``env`` column is used."""
-        d = dict(row)
+        # zip, not dict(row): a sqlite3.Row looks each name up by a scan of its columns
+        d = dict(row) if isinstance(row, dict) else dict(zip(row.keys(), row, strict=True))
         d.pop("env_id", None)
         d["command"] = json.loads(d["command"])
         d["env"] = env if env is not None else (json.loads(d["env"]) if d["env"] else None)
@@ -115,11 +116,24 @@ class Job:
         return self.retry_exit is None or code in self.retry_exit
 
     def to_dict(self, *, with_env: bool = False) -> dict[str, Any]:
-        d = asdict(self)
+        """What asdict gives (lists and dicts copied), several times faster:
+        a listing of a million jobs makes a million of these."""
+        d = {f: _copied(getattr(self, f)) for f in _JOB_FIELDS if with_env or f != "env"}
         d["state"] = self.state.value
-        if not with_env:
-            d.pop("env")
         return d
+
+
+_JOB_FIELDS = tuple(Job.__dataclass_fields__)
+
+
+def _copied(v: Any) -> Any:
+    """A copy of a job's value as asdict makes it: its lists and dicts new,
+    what is in them (text, numbers) shared."""
+    if type(v) is list:
+        return [_copied(x) for x in v]
+    if type(v) is dict:
+        return {k: _copied(x) for k, x in v.items()}
+    return v
 
 
 @dataclass(frozen=True)

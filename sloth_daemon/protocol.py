@@ -7,7 +7,8 @@ a 256 KiB log chunk of binary output escaped to 6 bytes a byte, outgrows 1 MiB).
 Every message carries ``v`` (the protocol version).
 
 Versions: v2 is v1 plus the ops that add a batch of any size all or none
-(``stage``, ``commit``, ``batch``). A request names the lowest version that
+(``stage``, ``commit``, ``batch``); v3 adds ``scan``, the listing of
+``list`` streamed (any number of jobs, a chunk per event). A request names the lowest version that
 has its op, and the daemon answers in the version it was asked in, so a
 client and a daemon of different releases still talk for everything both
 know; only a newer op sent to an older daemon is refused ("version 2 is not
@@ -24,7 +25,7 @@ asks ``batch`` (on a new connection, to a new daemon if need be).
 Request:   {"v": 1, "id": 7, "op": "add", "args": {...}}
 Response:  {"v": 1, "id": 7, "ok": true, "result": {...}}
        or  {"v": 1, "id": 7, "ok": false, "error": {"code", "message", "hint"}}
-Stream:    streaming ops ("wait", "follow", "subscribe") first send any number
+Stream:    streaming ops ("wait", "follow", "subscribe", "scan") first send any number
            of {"v": 1, "id": 7, "event": {...}} lines, then exactly one response.
 
 Every request gets exactly one response. A frame that cannot be parsed gets
@@ -41,8 +42,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # not at run time: every `sloth add` imports this module
     from typing import Any
 
-VERSION = 2  # the newest this code speaks
-SUPPORTED_VERSIONS = (1, 2)
+VERSION = 3  # the newest this code speaks
+SUPPORTED_VERSIONS = (1, 2, 3)
 MAX_FRAME = 1 << 20  # 1 MiB per request line
 MAX_RESPONSE = 64 << 20  # per line from the daemon
 
@@ -53,6 +54,8 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "status": (frozenset(), frozenset()),
     "add": (frozenset({"jobs"}), frozenset({"common"})),
     "list": (frozenset(), frozenset({"states", "lane", "limit", "offset", "finished_limit", "host"})),
+    # "list" of any size (no "limit": all), streamed: events "head" then "jobs" (a chunk each)
+    "scan": (frozenset(), frozenset({"states", "lane", "limit", "offset", "finished_limit", "host"})),
     # One job by "id" (the result has "job"), several by "ids" or a selection
     # ("lane", "states"): the result has "jobs" (and "skipped": [{id, why}]).
     "show": (frozenset(), frozenset({"id", "ids"})),
@@ -78,7 +81,7 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "batch": (frozenset({"batch"}), frozenset()),
 }
 # The first version that has each op (all others: 1).
-OP_SINCE: dict[str, int] = {"stage": 2, "commit": 2, "batch": 2}
+OP_SINCE: dict[str, int] = {"stage": 2, "commit": 2, "batch": 2, "scan": 3}
 
 
 class Request:

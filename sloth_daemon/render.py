@@ -29,15 +29,19 @@ def paint(text: str, state: str) -> str:
     return f"\x1b[{code}m{text}\x1b[0m" if code and use_colour() else text
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], states: Sequence[str] | None = None) -> str:
-    widths = [len(h) for h in headers]
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], states: Sequence[str] | None = None,
+          *, widths: list[int] | None = None, header: bool = True) -> str:
+    """``widths``: the columns' widths so far, grown in place to fit these
+    rows (a table printed a block at a time keeps its columns as wide as
+    the rows before needed); ``header``: begin with the headers' line."""
+    widths = [len(h) for h in headers] if widths is None else widths
     for r in rows:
         for i, cell in enumerate(r[:-1]):
             widths[i] = max(widths[i], len(cell))
     def fmt(r: Sequence[str]) -> str:
         cells = [c.ljust(widths[i]) for i, c in enumerate(r[:-1])] + [r[-1]]
         return "  ".join(cells).rstrip()
-    out = [fmt(headers)]
+    out = [fmt(headers)] if header else []
     for i, r in enumerate(rows):
         line = fmt(r)
         if states is not None:

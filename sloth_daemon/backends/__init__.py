@@ -26,7 +26,9 @@ and errors; tests/unit/test_queue*.py run against both):
   ``lane_rows``; lanes table writes ``set_lane``, ``forget_lane``;
 * ``identity`` (a random id made with the queue), ``check()`` and
   ``broken`` (the database changed under the open queue); paths stored as
-  bytes; a read-only view for when no daemon answers (:func:`open_read_only`).
+  bytes; a read-only view for when no daemon answers (:func:`open_read_only`),
+  whose ``scan`` reads a listing of any size a chunk at a time (sqlite_scan,
+  pg_scan: the daemon's ``ls --json`` too, on a view of its own).
 """
 
 from __future__ import annotations

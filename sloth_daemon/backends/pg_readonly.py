@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 from . import pg_identity, pg_migrate, pgdb
 from .pg_hosts import PgHosts
 from .pg_logs import PgLogs
 from .pg_reads import PgReads
+from .pg_scan import PgScan
 
 # One look, for a command that must answer whatever the server does (`sloth
 # config`): libpq's shortest connect timeout (it reads less than 2 s as 2),
@@ -34,6 +36,12 @@ class PgReadOnly(PgReads, PgHosts, PgLogs):
         except BaseException:
             self._db.close()
             raise
+
+    def scan(self, *, owns_reader: bool = False, **kw: Any) -> PgScan:
+        """The listing ``listing(**kw)`` would give, read a chunk at a time
+        on this connection (pg_scan.py); ``owns_reader``: closing the scan
+        closes this view."""
+        return PgScan(self, owns_reader=owns_reader, **kw)
 
     def close(self) -> None:
         self._db.close()

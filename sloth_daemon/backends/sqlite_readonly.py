@@ -8,9 +8,11 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from .. import db
 from .sqlite_reads import SqliteReads
+from .sqlite_scan import SqliteScan
 
 
 class SqliteReadOnly(SqliteReads):
@@ -20,6 +22,12 @@ class SqliteReadOnly(SqliteReads):
         self._conn = db.connect_readonly(self.path)
         self._conn.row_factory = sqlite3.Row
         self._envs: dict[int, dict[str, str]] = {}
+
+    def scan(self, *, owns_reader: bool = False, **kw: Any) -> SqliteScan:
+        """The listing ``listing(**kw)`` would give, read a chunk at a time
+        on this connection (sqlite_scan.py); ``owns_reader``: closing the
+        scan closes this view."""
+        return SqliteScan(self, owns_reader=owns_reader, **kw)
 
     def close(self) -> None:
         self._conn.close()

@@ -55,13 +55,20 @@ def call_or_read(op: str, **args: Any) -> Any:
     try:
         return call(op, **args)
     except errors.DaemonNotRunning:
-        from .offline import answer, where
+        from .offline import answer
 
-        global _TOLD_OFFLINE
-        if not _TOLD_OFFLINE:
-            echo(f"sloth: no daemon is running; reading {where(paths())} (read-only)", err=True)
-            _TOLD_OFFLINE = True
+        tell_offline()
         return answer(paths(), op, **args)
+
+
+def tell_offline() -> None:
+    """Say once per command, on stderr, that the queue is read without a daemon."""
+    from .offline import where
+
+    global _TOLD_OFFLINE
+    if not _TOLD_OFFLINE:
+        echo(f"sloth: no daemon is running; reading {where(paths())} (read-only)", err=True)
+        _TOLD_OFFLINE = True
 
 
 def emit_json(data: Any) -> None:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 PAGE = 100_000  # jobs per request when a listing is fetched whole
 DEFAULT_ROWS = 40
 RECENT = 10  # finished jobs in the default view
+SMALL = 1_000  # `ls --json --limit N` up to this: one `list` answer; past it (or without), streamed
 
 
 # ------------------------------------------------------------------- ls
@@ -32,7 +33,17 @@ def ls(state: Optional[Sequence[str]], lane: Optional[str], all_: bool, limit: O
         watch_ls(lambda rows: ls_text(dict(args, limit=rows)), interval)
         return
     if as_json:
-        emit_json(fetch(args))
+        if args["limit"] is None or args["limit"] > SMALL:
+            from .look_stream import print_json
+
+            print_json(args)  # as it arrives, whatever the number of jobs
+        else:
+            emit_json(fetch(args))
+        return
+    if args["limit"] is None:  # --all: however many, a block of rows at a time
+        from .look_stream import print_table
+
+        print_table(args)
         return
     echo(ls_text(args))
 
@@ -88,17 +99,9 @@ def ls_text(args: dict[str, Any]) -> str:
     if res["jobs"]:
         rows, sts = render.job_rows(res["jobs"])
         out.append(render.table(render.JOB_HEADERS, rows, sts))
-    else:
-        out.append("no jobs" if not res["total"] else "no jobs on this page")
-    out.append(render.counts_line(res["counts"]))
-    busy = {k: v for k, v in res.get("lanes", {}).items() if any(v.values())}
-    if len(busy) > 1:
-        out.append("lanes: " + render.lanes_line(busy))
-    if res["left_out"] > 0 or res["offset"]:
-        shown = len(res["jobs"])
-        out.append(f"{res['left_out']} more not shown (rows {res['offset'] + 1}-{res['offset'] + shown}"
-                   f" of {res['total']}): `sloth ls --all`, --state S, --lane L or --limit N")
-    return "\n".join(out)
+    from .look_stream import summary
+
+    return "\n".join(out + summary(res, len(res["jobs"])))
 
 
 # ----------------------------------------------------------------- show

@@ -40,8 +40,27 @@ class _NoQueue:
     def listing(self, **kw: Any) -> Listing:
         return Listing([], 0, self.counts(), kw.get("offset", 0))
 
+    def scan(self, **kw: Any) -> "_NoScan":
+        return _NoScan(self.counts(), kw.get("offset", 0))
+
     def get(self, job_id: int) -> Any:
         raise JobNotFound(job_id)
+
+    def close(self) -> None:
+        pass
+
+
+class _NoScan:
+    """The scan of a queue that does not exist yet: nothing to read."""
+
+    def __init__(self, counts: dict[str, int], offset: int) -> None:
+        self.head = {"counts": counts, "total": 0, "offset": offset, "lanes": {}}
+
+    def next(self) -> list[Any]:
+        return []
+
+    def tail(self) -> dict[str, Any]:
+        return {"left_out": 0}
 
     def close(self) -> None:
         pass
@@ -87,9 +106,23 @@ def _open(paths: Paths, *, quick: bool = False) -> Any:
 
 
 def _list(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
-    host = {"host": a["host"]} if a.get("host") else {}
-    return q.listing(states=a.get("states"), lane=a.get("lane"), limit=a.get("limit"), offset=a.get("offset", 0),
-                     finished_limit=a.get("finished_limit"), now=time.time(), **host).to_dict()
+    return q.listing(**_selection(a), limit=a.get("limit"), now=time.time()).to_dict()
+
+
+def scan(paths: Paths, a: dict[str, Any]) -> Any:
+    """The listing of ``list`` with these arguments, to read a chunk at a
+    time (backends' sqlite_scan / pg_scan); closing it closes the queue."""
+    q = _open(paths)
+    try:
+        return q.scan(owns_reader=True, now=time.time(), **_selection(a), limit=a.get("limit"))
+    except BaseException:
+        q.close()
+        raise
+
+
+def _selection(a: dict[str, Any]) -> dict[str, Any]:
+    return {"states": a.get("states"), "lane": a.get("lane"), "offset": a.get("offset", 0),
+            "finished_limit": a.get("finished_limit"), **({"host": a["host"]} if a.get("host") else {})}
 
 
 def _detail(q: Any, job_id: int) -> dict[str, Any]:

@@ -22,7 +22,7 @@ CORE = {"errors", "models", "clock", "spec", "db", "queue", "backends", "backend
         "backends.sqlite_batch", "backends.sqlite_deps", "backends.sqlite_listing", "backends.sqlite_readonly",
         "backends.sqlite_leases", "backends.sqlite_unit", "backends.pg_hosts", "backends.pg_logs", "text", "checks",
         "safefile", "masking",
-        "jsonlite"}
+        "jsonlite", "backends.sqlite_scan", "backends.pg_scan"}
 FORBIDDEN_IN_CORE = {"socket", "asyncio", "subprocess", "select", "selectors", "psutil", "typer", "click",
                      "signal"}
 # What one core module may use of those, and why. backends.pgdb polls the

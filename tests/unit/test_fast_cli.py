@@ -199,6 +199,17 @@ def test_jsonlite_writes_what_json_writes(v):
     assert jsonlite.dumps_pretty(v) == json.dumps(v, indent=2, sort_keys=True)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(["counts", "a", "ab"]), json_values, max_size=3),
+       st.lists(json_values, max_size=6),
+       st.dictionaries(st.sampled_from(["lanes", "left_out", "offset", "total", "z"]), json_values, max_size=5))
+def test_jsonlite_streams_a_document_as_dumps_pretty_writes_it_whole(before, items, after):
+    """`ls --json` of any size: its text written an item at a time is the text of the whole."""
+    items = items + [{"id": i, "x": [i, None], "s": "\udcff"} for i in range(3)]  # many dicts of one set of keys
+    got = "".join(jsonlite.pretty_stream(before, "jobs", iter(items), lambda: after))
+    assert got == json.dumps({**before, "jobs": items, **after}, indent=2, sort_keys=True)
+
+
 @settings(max_examples=300, deadline=None)
 @given(json_values)
 def test_jsonlite_reads_what_json_reads(v):

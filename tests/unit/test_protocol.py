@@ -53,8 +53,11 @@ def test_every_op_in_the_table_parses_with_its_required_args():
 def test_a_newer_op_in_an_older_version_is_unknown_and_a_newer_version_is_refused():
     with pytest.raises(ProtocolError, match="unknown op 'commit'"):
         protocol.parse_request(frame(v=1, id=1, op="commit", args={"batch": "t"}))
-    with pytest.raises(ProtocolError, match="version 3 is not supported"):
-        protocol.parse_request(frame(v=3, id=1, op="ping"))
+    with pytest.raises(ProtocolError, match="unknown op 'scan'"):
+        protocol.parse_request(frame(v=2, id=1, op="scan", args={}))
+    assert protocol.request(1, "scan")["v"] == 3  # so a daemon of v2 refuses it, and the client pages
+    with pytest.raises(ProtocolError, match="version 4 is not supported"):
+        protocol.parse_request(frame(v=4, id=1, op="ping"))
 
 
 @pytest.mark.parametrize(
@@ -68,7 +71,7 @@ def test_a_newer_op_in_an_older_version_is_unknown_and_a_newer_version_is_refuse
         (b'"str"', "JSON object"),
         (b"null", "JSON object"),
         (b"[" * 100_000 + b"]" * 100_000, "JSON"),  # deep nesting: RecursionError, not a crash
-        (frame(v=3, id=1, op="ping"), "version 3"),
+        (frame(v=4, id=1, op="ping"), "version 4"),
         (frame(id=1, op="ping"), "version None"),
         (frame(v="1", id=1, op="ping"), "version '1'"),
         (frame(v=True, id=1, op="ping"), "version True"),  # True == 1 in Python, not on the wire
