@@ -98,8 +98,11 @@ CHAOS = ("kill9", "reboot", "stop", "jump", "jobkill", "badframes", "diskfull", 
          "cancel", "cancellane", "killburst", "daemonstop", "keeperstop", "config", "leasefloor")
 # A run that finished and ran again is a failure, except after these: a
 # reboot loses what the keeper knew; our own SIGKILL of a job may land
-# between its end line and its exit (then it did not finish: it was killed).
-RERUN_ALLOWED = ("reboot", "job kill")
+# between its end line and its exit (then it did not finish: it was killed);
+# a run still going when its stopped keeper or daemon woke past the lease
+# is fenced, and may finish in the moment before the kill lands.
+RERUN_ALLOWED = ("reboot", "job kill", "fence after a lapse")
+LAPSE_GRACE_S = 2.0  # after a stop window: the kill's grace and the woken keeper's first pass
 # The chaos windows a finished run's re-run is put down to, when its history names none.
 FAULT_CAUSES = {"daemonstop": "daemon stop", "keeperstop": "keeper stop", "kill9": "kill -9",
                 "stop": "daemon SIGSTOP", "disk": "full disk", "lock": "foreign lock", "flood": "flood",
@@ -242,13 +245,13 @@ class SoakResult:
                                                   if k.startswith("lease floor ")) or "-"),
             "  finished runs re-run, by cause: " + (", ".join(
                 f"{c} {n}" for c, n in sorted(f.get("reruns_by_cause", {}).items())) or "none")
-            + f" (only {' and '.join(RERUN_ALLOWED)} may)",
+            + f" (only {', '.join(RERUN_ALLOWED)} may)",
             f"  daemon starts: {f.get('daemon_starts', 0)}, spawn -> answering median "
             f"{f.get('ready_median_s', 0):.2f} s, max {f.get('ready_max_s', 0):.2f} s",
             f"  invariants: lost {f.get('lost', '?')} | duplicates {f.get('duplicates', '?')} | "
             f"overlaps {f.get('overlaps', '?')} | cancelled-then-ran {f.get('cancelled_then_ran', '?')} | "
             f"finished-runs-re-run {f.get('finished_reruns', '?')} (+{f.get('finished_reruns_allowed', '?')} "
-            f"after reboots or our job kills) | collisions {f.get('collisions', '?')} | "
+            f"allowed: {', '.join(RERUN_ALLOWED)}) | collisions {f.get('collisions', '?')} | "
             f"orphans {f.get('orphans', '?')} | unexpected daemon exits "
             f"{f.get('unexpected_exits', '?')} | not final {f.get('not_final', '?')}",
         ]
@@ -1042,7 +1045,12 @@ class Soak:
         if "interrupted" in kinds:
             return "daemon stop"
         if "fenced" in kinds:
-            return "keeper stop" if self._fault_between("keeperstop", end, again) else "fence"
+            for fault, cause in (("keeperstop", "keeper stop"), ("stop", "daemon SIGSTOP")):
+                if self._fault_between(fault, end, end):  # it ended while they slept: an outcome, not a fence
+                    return cause
+            if any(self._fault_between(f, end - LAPSE_GRACE_S, end) for f in ("keeperstop", "stop")):
+                return "fence after a lapse"  # still going when they woke past its lease
+            return "fence"
         if "abandoned" in kinds:
             return "kill -9"
         for fault, cause in FAULT_CAUSES.items():
