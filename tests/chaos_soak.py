@@ -21,7 +21,7 @@ with a unique idempotency key. A mix of kinds:
   flaky    fails until attempt 2 or 3                         -> done
   timeout  holds far past its timeout, max_attempts 2         -> failed
   forker   its work done by a double-forked, setsid grandchild -> done
-  short    a lease of its own, the shortest accepted (2-3 s),
+  short    a lease of its own, the shortest accepted (3-4 s),
            held past it (renewed several times)                -> done
 
 Meanwhile a chaos loop picks at random: kill -9 the daemon and restart it;
@@ -140,8 +140,8 @@ class SoakConfig:
     faults: tuple[str, ...] | None = None  # the chaos kinds thrown (None: all of CHAOS)
     fault_s: tuple[float, float] = (1.0, 3.0)  # how long a full disk, a flood or a foreign lock lasts
     burst_n: tuple[int, int] = (200, 500)  # quick jobs in one add, for the mid-burst faults
-    keeper_stop_s: tuple[float, float] = (3.0, 6.0)  # a SIGSTOPped keeper: past its runs' 2 s leases
-    short_leases: tuple[float, ...] = (2.0, 3.0)  # the "short" kind's own leases: the shortest accepted
+    keeper_stop_s: tuple[float, float] = (4.5, 8.0)  # a SIGSTOPped keeper: well past its runs' 3 s leases
+    short_leases: tuple[float, ...] = (3.0, 4.0)  # the "short" kind's own: the shortest accepted (20.4's floor)
     too_short_lease_s: float = 1.0  # a lease that cannot be renewed safely (issue 20.4)
     require_lease_floor: bool = False  # a too-short lease accepted is an error, not just counted
     max_attempts: int = 30  # for the kinds that must end done: room for the chaos
@@ -153,7 +153,7 @@ class SoakConfig:
     def short(cls, **kw: Any) -> "SoakConfig":
         base: dict[str, Any] = dict(
             duration_s=20.0, jobs=300, clients=4, settle_s=60.0, chaos_gap_s=(0.3, 1.2),
-            slow_hold_s=(1.0, 2.0), stop_s=(1.0, 2.5), burst_n=(60, 150), keeper_stop_s=(3.0, 4.0),
+            slow_hold_s=(1.0, 2.0), stop_s=(1.0, 2.5), burst_n=(60, 150), keeper_stop_s=(4.5, 5.5),
             mix={"quick": 0.52, "slow": 0.07, "flaky": 0.23, "timeout": 0.08, "forker": 0.05, "short": 0.05},
         )
         base.update(kw)
@@ -161,7 +161,7 @@ class SoakConfig:
 
     def daemon_config(self) -> str:
         lanes = "".join(f"{k} = {v}\n" for k, v in self.lanes.items())
-        return ('lease_s = "2s"\nclock_check_s = "1s"\nkill_grace_s = "1s"\n'
+        return ('lease_s = "3s"\nclock_check_s = "1s"\nkill_grace_s = "1s"\n'
                 f'backoff_cap_s = "4s"\nmax_attempts = 3\n[lanes]\n{lanes}')
 
 
@@ -715,6 +715,9 @@ class Soak:
             cp = self.cli("config", timeout_s=10)  # the client reads the file too
             if cp is not None:
                 self.plain_error(f"`sloth config` with a config that is {what}", cp)
+            if outcome == "refused":
+                self.h.daemon.send_signal(signal.SIGHUP)  # systemctl reload: refused the same way, in the log
+                self.settings_kept(what)
             restore_config(path, good)
             self.must_serve(f"after a reload of a config that is {what}")
         p = self.cli("daemon", "reload", timeout_s=20)
@@ -722,6 +725,15 @@ class Soak:
             self.violation(f"reload of the good config back exited {p.returncode}: {p.stderr.strip()[:300]}")
         self.windows["config"].append((t0, time.time()))
         self.count("config_swaps")
+
+    def settings_kept(self, what: str) -> None:
+        """A refused reload (and SIGHUP) leaves the settings in force as they were."""
+        try:
+            got = self.ask("config", timeout_s=5)["settings"]["max_attempts"]["value"]
+        except TRANSIENT:
+            return  # must_serve says so
+        if got != 3:
+            self.violation(f"a refused reload of a config that is {what} changed max_attempts to {got}")
 
     def plain_error(self, what: str, p: Any) -> None:
         """A refusal must be a clear error: no traceback, no internal error."""
