@@ -100,9 +100,12 @@ CHAOS = ("kill9", "reboot", "stop", "jump", "jobkill", "badframes", "diskfull", 
 # reboot loses what the keeper knew; our own SIGKILL of a job may land
 # between its end line and its exit (then it did not finish: it was killed);
 # a run still going when its stopped keeper or daemon woke past the lease
-# is fenced, and may finish in the moment before the kill lands.
+# is fenced, and may finish in the moment before the kill lands; and one
+# that ended while its keeper was stopped, but (its history says) after
+# its trust deadline as far as the kernel can show, is fenced too.
 RERUN_ALLOWED = ("reboot", "job kill", "fence after a lapse")
 LAPSE_GRACE_S = 2.0  # after a stop window: the kill's grace and the woken keeper's first pass
+LAPSED = "after its trust deadline"  # in a fenced event: the run's end came (or cannot be shown before) too late
 # The chaos windows a finished run's re-run is put down to, when its history names none.
 FAULT_CAUSES = {"daemonstop": "daemon stop", "keeperstop": "keeper stop", "kill9": "kill -9",
                 "stop": "daemon SIGSTOP", "disk": "full disk", "lock": "foreign lock", "flood": "flood",
@@ -152,7 +155,7 @@ class SoakConfig:
     @classmethod
     def short(cls, **kw: Any) -> "SoakConfig":
         base: dict[str, Any] = dict(
-            duration_s=20.0, jobs=300, clients=4, settle_s=60.0, chaos_gap_s=(0.3, 1.2),
+            duration_s=15.0, jobs=300, clients=4, settle_s=60.0, chaos_gap_s=(0.2, 0.8),
             slow_hold_s=(1.0, 2.0), stop_s=(1.0, 2.5), burst_n=(60, 150), keeper_stop_s=(4.5, 5.5),
             mix={"quick": 0.52, "slow": 0.07, "flaky": 0.23, "timeout": 0.08, "forker": 0.05, "short": 0.05},
         )
@@ -573,7 +576,7 @@ class Soak:
 
     def act_cancellane(self) -> None:
         """`sloth cancel --lane` of a lane in the middle of its burst."""
-        self.burst("burst", 2 * self.rng.randint(*self.cfg.burst_n))  # the CLI takes a while to start
+        self.burst("burst", 4 * self.rng.randint(*self.cfg.burst_n))  # the CLI takes a while to start
         p = self.cli("cancel", "--lane", "burst", "--json")
         if p is None or p.returncode not in (0, 6):  # 6: some were left alone (they had ended)
             if p is not None:
@@ -1047,9 +1050,10 @@ class Soak:
         """A ``fault`` window overlaps the span from ``t0`` to ``t1``."""
         return any(a <= t1 and b >= t0 for a, b in self.windows.get(fault, ()))
 
-    def rerun_cause(self, end: float, again: float, kinds: set[str], killed_by_us: bool) -> str:
+    def rerun_cause(self, end: float, again: float, events: list[dict[str, Any]], killed_by_us: bool) -> str:
         """Why a run that finished at ``end`` ran again at ``again``: what
-        its attempt's history says, else the chaos between the two."""
+        its attempt's ``events`` say, else the chaos between the two."""
+        kinds = {e["kind"] for e in events}
         if self._fault_between("reboot", end, again):
             return "reboot"
         if killed_by_us:
@@ -1057,12 +1061,14 @@ class Soak:
         if "interrupted" in kinds:
             return "daemon stop"
         if "fenced" in kinds:
+            lapsed = any(LAPSED in (e["message"] or "") for e in events if e["kind"] == "fenced")
             for fault, cause in (("keeperstop", "keeper stop"), ("stop", "daemon SIGSTOP")):
-                if self._fault_between(fault, end, end):  # it ended while they slept: an outcome, not a fence
-                    return cause
+                if self._fault_between(fault, end, end):  # it ended while they slept: an outcome, not a fence,
+                    return "fence after a lapse" if lapsed and fault == "keeperstop" else cause  # unless too late
             if any(self._fault_between(f, end - LAPSE_GRACE_S, end) for f in ("keeperstop", "stop")):
                 return "fence after a lapse"  # still going when they woke past its lease
-            return "fence"
+            near = [c for f, c in FAULT_CAUSES.items() if self._fault_between(f, end - LAPSE_GRACE_S, end)]
+            return f"fence ({near[0]})" if near else "fence"
         if "abandoned" in kinds:
             return "kill -9"
         for fault, cause in FAULT_CAUSES.items():
@@ -1219,13 +1225,15 @@ class Soak:
             runs = per_job.get(str(lj.id), [])
             ran = sorted(r[1] for r in runs)
             kinds: dict[int, set[str]] = defaultdict(set)
+            by_attempt: dict[int, list[dict[str, Any]]] = defaultdict(list)
             for e in ev:
                 kinds[e["attempt"]].add(e["kind"])
+                by_attempt[e["attempt"]].append(e)
             where = f"job {lj.id} ({lj.kind})"
             for (ts, attempt, token, end), nxt in zip(runs, runs[1:]):
                 if (str(lj.id), token) not in finished or end is None:
                     continue
-                cause = self.rerun_cause(end, nxt[0], kinds[attempt], token in killed_tokens)
+                cause = self.rerun_cause(end, nxt[0], by_attempt[attempt], token in killed_tokens)
                 reruns[cause] += 1
                 if cause not in RERUN_ALLOWED:
                     self.violation(f"{where}: attempt {attempt} finished at {end:.3f} (its events: "
@@ -1246,7 +1254,7 @@ class Soak:
                 self.violation(f"{where}: tries {job['tries']} > max_attempts {job['max_attempts']}")
             final_kind = ev[-1]["kind"] if ev else None
             ok_kinds = {"done": {"done"}, "failed": {"failed", "lease_expired"},
-                        "cancelled": {"cancelled"}}.get(job["state"], set())
+                        "cancelled": {"cancelled", "ended"}}.get(job["state"], set())
             if final_kind not in ok_kinds:
                 self.violation(f"{where}: state {job['state']} but the last event is {final_kind}")
             if job["state"] == "done":
