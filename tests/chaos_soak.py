@@ -3,7 +3,7 @@
 kills and garbage on its socket, while clients keep adding jobs.
 
     python tests/chaos_soak.py --duration 300 --jobs 3000     # long
-    python tests/chaos_soak.py --short                        # CI size (< ~60 s)
+    python tests/chaos_soak.py --short                        # CI size (~1 min: every fault once)
     python tests/chaos_soak.py --short --faults cancel,daemonstop   # only these faults
 
 Also importable: ``run_soak(SoakConfig.short())`` returns a ``SoakResult``
