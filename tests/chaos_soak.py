@@ -1201,7 +1201,7 @@ class Soak:
 
         # 6. attempts and events agree with what ran
         n_attempts = reclaimed = resumed = timed_out = killed_attempts = self_reclaims = adopted = 0
-        unrecorded = 0
+        unrecorded: Counter[str] = Counter()  # kind of job -> probe starts missing from its history
         reruns: Counter[str] = Counter()
         finished = {(r[0], r[2]) for r in ends}  # (job, token): it wrote its end line and exited
         killed = {(j, a) for j, a, _t in self.killed_jobs}
@@ -1241,7 +1241,7 @@ class Soak:
                                    f"{nxt[1]}: a finished run re-run ({cause})")
             for ts, attempt, _token, _end in runs:  # every start is in the history, save a reboot's
                 if "started" not in kinds[attempt] and not self._fault_between("reboot", ts, time.time()):
-                    unrecorded += 1
+                    unrecorded[f"{lj.kind}, {'+'.join(sorted(kinds[attempt])) or 'no events'}"] += 1
             killed_attempts += sum((str(lj.id), str(a)) in killed for a in ran)
             if claims != list(range(1, job["attempts"] + 1)):
                 self.violation(f"{where}: claim events for attempts {claims}, but attempts = {job['attempts']}")
@@ -1264,7 +1264,7 @@ class Soak:
                                    "finished (ends has no line for it)")
         fig.update(attempts=n_attempts, reclaimed=reclaimed, resumed=resumed, timed_out=timed_out,
                    killed_attempts=killed_attempts, self_reclaims=self_reclaims, adopted=adopted,
-                   unrecorded_starts=unrecorded, reruns_by_cause=dict(reruns),
+                   unrecorded_starts=sum(unrecorded.values()), reruns_by_cause=dict(reruns),
                    finished_reruns=sum(n for c, n in reruns.items() if c not in RERUN_ALLOWED),
                    finished_reruns_allowed=sum(reruns[c] for c in RERUN_ALLOWED))
         # A daemon must never re-issue the lease of a job it runs itself (it renews it).
@@ -1272,7 +1272,8 @@ class Soak:
             self.violation(f"{self_reclaims} reclaimed event(s) where a daemon re-issued the lease "
                            "of its own job")
         if unrecorded:  # 20.1: "a run that did start is recorded as started"; counted, not yet required
-            self.warnings.append(f"{unrecorded} probe start(s) with no `started` event for their attempt")
+            self.warnings.append(f"{sum(unrecorded.values())} probe start(s) with no `started` event for their "
+                                 f"attempt (kind, the attempt's events): {dict(unrecorded.most_common(4))}")
 
         # 7. nothing left behind: every job is final, so no job process may live
         # (the keeper may: it holds nothing and leaves once idle)
