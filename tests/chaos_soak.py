@@ -3,7 +3,8 @@
 kills and garbage on its socket, while clients keep adding jobs.
 
     python tests/chaos_soak.py --duration 300 --jobs 3000     # long
-    python tests/chaos_soak.py --short                        # CI size (< ~60 s)
+    python tests/chaos_soak.py --short                        # CI size (~1 min: every fault once)
+    python tests/chaos_soak.py --short --faults cancel,daemonstop   # only these faults
 
 Also importable: ``run_soak(SoakConfig.short())`` returns a ``SoakResult``
 whose ``violations`` must be empty (tests/acceptance/test_chaos_short.py).
@@ -19,27 +20,46 @@ with a unique idempotency key. A mix of kinds:
   slow     holds 1-3 s (past a lease)                         -> done
   flaky    fails until attempt 2 or 3                         -> done
   timeout  holds far past its timeout, max_attempts 2         -> failed
+  forker   its work done by a double-forked, setsid grandchild -> done
+  short    a lease of its own, the shortest accepted (3-4 s),
+           held past it (renewed several times)                -> done
 
 Meanwhile a chaos loop picks at random: kill -9 the daemon and restart it;
 SIGSTOP it for 1-4 s (sometimes "sleeping" the clock while it is stopped);
 jump its wall clock 10-60 min ahead (a simulated suspend); SIGKILL a running
-job process; throw malformed frames at the socket. Clients retry through
-the outages; after an ambiguous failure (the request may have been applied
+job process; throw malformed frames at the socket; fill the disk, flood
+the socket, hold the queue's write lock, "reboot". And in the middle of a
+burst of a few hundred quick jobs added in one request (as `add --file`
+does; the keeper holds the next runs of each slot behind the running one):
+cancel batches of them a few times in a row (``cancel``), cancel their
+whole lane (``cancellane``), `sloth kill` the running ones (``killburst``),
+`sloth daemon stop` and start again, a few times, a one-slot lane's burst
+(``daemonstop``). SIGSTOP the keeper past its runs' leases while some of
+them end by themselves, sometimes the daemon with it (``keeperstop``).
+Replace config.toml by a FIFO, a link to /dev/zero, garbage or a huge
+number and `sloth daemon reload` (``config``). Ask for a lease too short
+to be renewed, at `add` and in config (``leasefloor``: counted; an error
+only with --require-lease-floor). Every client call has a timeout: a hang
+is a reported failure, never a stuck soak. Clients retry through the
+outages; after an ambiguous failure (the request may have been applied
 before the daemon died) they look the key up before adding again, so a
 retried add never makes a second job.
 
 Then the daemon is let to finish everything and the invariants are checked:
-every job final (done, or failed for the timeout kind), none lost, none
-duplicated, no two runs of one job at once (flock collisions, and run
-intervals from the records), attempts/events consistent with what ran, no
-daemon re-issuing its own job's lease (so a run that ended well runs again
-only when a kill -9 lost its end), no job process left behind, and no daemon
-exit other than the kill -9s.
+every job final (done, failed for the timeout kind, cancelled for what we
+cancelled or killed), none lost, none duplicated, no two runs of one job at
+once (flock collisions, and run intervals from the records), no cancelled
+job started after its cancel was answered (cancelled-then-ran), no run that
+finished (its probe wrote its end line and exited) run again unless a
+reboot lost its end (finished-runs-re-run), attempts/events consistent with
+what ran, no daemon re-issuing its own job's lease, no job process left
+behind, and no daemon exit other than our kill -9s and stops.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -47,6 +67,7 @@ import re
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -66,15 +87,30 @@ import psutil  # noqa: E402
 from sloth_daemon import protocol  # noqa: E402
 from sloth_daemon.client import Client  # noqa: E402
 from sloth_daemon.errors import SlothError  # noqa: E402
-from tests.support.faults import DiskFull, flood, hold_write_lock  # noqa: E402
+from tests.support.faults import (CONFIG_SWAPS, DiskFull, flood, hold_write_lock, restore_config,  # noqa: E402
+                                  swap_config)
 from tests.support import fakeclock as fc  # noqa: E402
 from tests.support.harness import Harness  # noqa: E402
 
 PROBE = str(REPO / "tests" / "support" / "probe_job.py")
-CHAOS = ("kill9", "reboot", "stop", "jump", "jobkill", "badframes", "diskfull", "flood", "lock", "badconfig")
-# What config.toml is replaced with before a reload (act_badconfig): each must be refused at once.
-BAD_CONFIGS = ("fifo", "link to /dev/zero", "huge lane", "huge max_attempts")
-HUGE = 99999999999999999999999
+PROBE_SH = str(REPO / "tests" / "support" / "probe_quick.sh")  # the same records in a few ms, for bursts
+CHAOS = ("kill9", "reboot", "stop", "jump", "jobkill", "badframes", "diskfull", "flood", "lock",
+         "cancel", "cancellane", "killburst", "daemonstop", "keeperstop", "config", "leasefloor")
+# A run that finished and ran again is a failure, except after these: a
+# reboot loses what the keeper knew; our own SIGKILL of a job may land
+# between its end line and its exit (then it did not finish: it was killed);
+# a run still going when its stopped keeper or daemon woke past the lease
+# is fenced, and may finish in the moment before the kill lands; and one
+# that ended while its keeper was stopped, but (its history says) after
+# its trust deadline as far as the kernel can show, is fenced too.
+RERUN_ALLOWED = ("reboot", "job kill", "fence after a lapse")
+LAPSE_GRACE_S = 2.0  # after a stop window: the kill's grace and the woken keeper's first pass
+LAPSED = "after its trust deadline"  # in a fenced event: the run's end came (or cannot be shown before) too late
+# The chaos windows a finished run's re-run is put down to, when its history names none.
+FAULT_CAUSES = {"daemonstop": "daemon stop", "keeperstop": "keeper stop", "kill9": "kill -9",
+                "stop": "daemon SIGSTOP", "disk": "full disk", "lock": "foreign lock", "flood": "flood",
+                "config": "config swap"}
+DAEMON_END_RC = {"kill -9": -signal.SIGKILL, "stop": 0}  # how we end a daemon -> how it must end
 # Errors a malformed frame may get back (never "internal error ...").
 TYPED_ERRORS = {"protocol", "bad_request", "not_found"}
 # Refusals a client meets and tries again after: the daemon down, cut off,
@@ -95,33 +131,40 @@ class SoakConfig:
     settle_s: float = 600.0  # bound on the wait for everything to finish afterwards
     seed: int | None = None
     mix: dict[str, float] = field(default_factory=lambda: {
-        "quick": 0.50, "slow": 0.12, "flaky": 0.22, "timeout": 0.10, "forker": 0.06})
+        "quick": 0.46, "slow": 0.12, "flaky": 0.20, "timeout": 0.10, "forker": 0.06, "short": 0.06})
     slow_hold_s: tuple[float, float] = (1.0, 3.0)
     stop_s: tuple[float, float] = (1.0, 4.0)
     jump_s: tuple[float, float] = (600.0, 3600.0)
     chaos_gap_s: tuple[float, float] = (0.5, 2.5)
     weights: dict[str, float] = field(default_factory=lambda: {
         "kill9": 2, "reboot": 0.5, "stop": 1, "jump": 1, "jobkill": 3, "badframes": 2,
-        "diskfull": 1, "flood": 1, "lock": 1, "badconfig": 1})
+        "diskfull": 1, "flood": 1, "lock": 1, "cancel": 1.5, "cancellane": 0.5, "killburst": 1,
+        "daemonstop": 1, "keeperstop": 1, "config": 1, "leasefloor": 0.3})
+    faults: tuple[str, ...] | None = None  # the chaos kinds thrown (None: all of CHAOS)
     fault_s: tuple[float, float] = (1.0, 3.0)  # how long a full disk, a flood or a foreign lock lasts
+    burst_n: tuple[int, int] = (200, 500)  # quick jobs in one add, for the mid-burst faults
+    keeper_stop_s: tuple[float, float] = (4.5, 8.0)  # a SIGSTOPped keeper: well past its runs' 3 s leases
+    short_leases: tuple[float, ...] = (3.0, 4.0)  # the "short" kind's own: the shortest accepted (20.4's floor)
+    too_short_lease_s: float = 1.0  # a lease that cannot be renewed safely (issue 20.4)
+    require_lease_floor: bool = False  # a too-short lease accepted is an error, not just counted
     max_attempts: int = 30  # for the kinds that must end done: room for the chaos
-    lanes: dict[str, int] = field(default_factory=lambda: {"default": 4, "slow": 6})
+    lanes: dict[str, int] = field(default_factory=lambda: {"default": 4, "slow": 6, "burst": 3, "single": 1})
     keep_home: bool = False
     log: Callable[[str], None] = print
 
     @classmethod
     def short(cls, **kw: Any) -> "SoakConfig":
         base: dict[str, Any] = dict(
-            duration_s=20.0, jobs=300, clients=4, settle_s=60.0, chaos_gap_s=(0.3, 1.2),
-            slow_hold_s=(1.0, 2.0), stop_s=(1.0, 2.5),
-            mix={"quick": 0.55, "slow": 0.07, "flaky": 0.25, "timeout": 0.08, "forker": 0.05},
+            duration_s=15.0, jobs=300, clients=4, settle_s=60.0, chaos_gap_s=(0.2, 0.8),
+            slow_hold_s=(1.0, 2.0), stop_s=(1.0, 2.5), burst_n=(60, 150), keeper_stop_s=(4.5, 5.5),
+            mix={"quick": 0.52, "slow": 0.07, "flaky": 0.23, "timeout": 0.08, "forker": 0.05, "short": 0.05},
         )
         base.update(kw)
         return cls(**base)
 
     def daemon_config(self) -> str:
         lanes = "".join(f"{k} = {v}\n" for k, v in self.lanes.items())
-        return ('lease_s = "2s"\nclock_check_s = "1s"\nkill_grace_s = "1s"\n'
+        return ('lease_s = "3s"\nclock_check_s = "1s"\nkill_grace_s = "1s"\n'
                 f'backoff_cap_s = "4s"\nmax_attempts = 3\n[lanes]\n{lanes}')
 
 
@@ -136,18 +179,27 @@ class LJob:
     max_attempts: int
     timeout_s: float | None
     via_cli: bool
+    lease_s: float | None = None  # its own lease (the "short" kind), else the config's
     id: int | None = None
     found_by_lookup: bool = False
+    cancelled_at: float | None = None  # when a cancel or kill of it was answered "cancelled"
+    cancelled_boot: float | None = None  # the same moment in CLOCK_BOOTTIME (probe_job.py's "spawned")
+    cancelled_by: str = ""
+    cancel_unsure: bool = False  # a cancel that may have been applied got no answer
 
     def spec(self) -> dict[str, Any]:
         s: dict[str, Any] = {"command": self.argv, "key": self.key, "lane": self.lane,
                              "max_attempts": self.max_attempts}
         if self.timeout_s:
             s["timeout_s"] = self.timeout_s
+        if self.lease_s:
+            s["lease_s"] = self.lease_s
         return s
 
     @property
     def expected(self) -> str:
+        if self.cancelled_at is not None:
+            return "cancelled"
         return "failed" if self.kind == "timeout" else "done"
 
 
@@ -170,7 +222,7 @@ class SoakResult:
             f"SIGSTOP/CONT {f.get('stops', 0)} "
             f"(clock jumps while stopped {f.get('jumps_while_stopped', 0)}) | sleeps (clock jumps) "
             f"{f.get('sleeps', 0)} (+{f.get('slept_s', 0) / 3600:.1f} h in all) | job kills "
-            f"{f.get('job_kills', 0)} | bad frames {f.get('bad_frames', 0)} | bad config reloads {f.get('bad_configs', 0)}",
+            f"{f.get('job_kills', 0)} | bad frames {f.get('bad_frames', 0)}",
             f"  clients: add retries {f.get('add_retries', 0)} | ambiguous adds found applied "
             f"{f.get('found_by_lookup', 0)} | key lookups {f.get('lookups', 0)} | why: "
             + ("; ".join(f"{k[14:]} x{v}" for k, v in sorted(
@@ -180,17 +232,29 @@ class SoakResult:
             f"  runs: probe starts {f.get('starts', 0)} | attempts {f.get('attempts', 0)} | "
             f"reclaimed {f.get('reclaimed', 0)} (by their own daemon {f.get('self_reclaims', 0)}) | resumed {f.get('resumed', 0)} | "
             f"timed out {f.get('timed_out', 0)} | killed attempts {f.get('killed_attempts', 0)} | "
-            f"successful runs re-run: after a daemon kill -9 {f.get('reruns_after_kill9', 0)}, "
-            f"after a reboot {f.get('reruns_after_reboot', 0)}, after a fence {f.get('reruns_after_fence', 0)}, "
-            f"after a job kill {f.get('reruns_after_job_kill', 0)}, otherwise {f.get('reruns_other', 0)}",
+            f"starts missing from the history {f.get('unrecorded_starts', 0)}",
             f"  edges: full disk {f.get('disk_windows', 0)} | connection floods {f.get('flood_windows', 0)} "
-            f"(up to {f.get('flood_max', 0)} held) | foreign write locks {f.get('lock_windows', 0)} | "
-            f"successful runs re-run after a full disk {f.get('reruns_after_disk', 0)}, after a foreign "
-            f"lock {f.get('reruns_after_lock', 0)}",
+            f"(up to {f.get('flood_max', 0)} held) | foreign write locks {f.get('lock_windows', 0)}",
+            f"  bursts {f.get('bursts', 0)} ({f.get('burst_jobs', 0)} jobs): cancel rounds "
+            f"{f.get('cancel_rounds', 0)} ({f.get('cancelled_by_cancel', 0)} cancelled) | lane cancels "
+            f"{f.get('lane_cancels', 0)} ({f.get('cancelled_by_lane', 0)}) | sloth kill {f.get('kill_rounds', 0)} "
+            f"({f.get('cancelled_by_kill', 0)} killed) | unanswered cancels {f.get('cancels_unsure', 0)} | "
+            f"sloth daemon stop + start {f.get('daemon_stops', 0)}",
+            f"  keeper SIGSTOP past the lease {f.get('keeper_stops', 0)} (the daemon stopped too "
+            f"{f.get('keeper_stops_with_daemon', 0)}; runs that ended while it was stopped "
+            f"{f.get('ended_while_keeper_stopped', 0)}) | config swaps: "
+            + (", ".join(f"{k[12:]} x{v}" for k, v in sorted(f.items()) if k.startswith("config swap ")) or "-")
+            + " | too-short lease: " + (", ".join(f"{k[12:]} x{v}" for k, v in sorted(f.items())
+                                                  if k.startswith("lease floor ")) or "-"),
+            "  finished runs re-run, by cause: " + (", ".join(
+                f"{c} {n}" for c, n in sorted(f.get("reruns_by_cause", {}).items())) or "none")
+            + f" (only {', '.join(RERUN_ALLOWED)} may)",
             f"  daemon starts: {f.get('daemon_starts', 0)}, spawn -> answering median "
             f"{f.get('ready_median_s', 0):.2f} s, max {f.get('ready_max_s', 0):.2f} s",
             f"  invariants: lost {f.get('lost', '?')} | duplicates {f.get('duplicates', '?')} | "
-            f"overlaps {f.get('overlaps', '?')} | collisions {f.get('collisions', '?')} | "
+            f"overlaps {f.get('overlaps', '?')} | cancelled-then-ran {f.get('cancelled_then_ran', '?')} | "
+            f"finished-runs-re-run {f.get('finished_reruns', '?')} (+{f.get('finished_reruns_allowed', '?')} "
+            f"allowed: {', '.join(RERUN_ALLOWED)}) | collisions {f.get('collisions', '?')} | "
             f"orphans {f.get('orphans', '?')} | unexpected daemon exits "
             f"{f.get('unexpected_exits', '?')} | not final {f.get('not_final', '?')}",
         ]
@@ -235,6 +299,9 @@ class Soak:
         self.n: Counter[str] = Counter()
         self.killed_jobs: list[tuple[str, str, str]] = []  # (job, attempt, token)
         self.jobs: list[LJob] = []
+        self.by_id: dict[int, LJob] = {}  # filled as the chaos loop needs it (see ljob)
+        self.frozen: set[int] = set()  # pids we SIGSTOPped: SIGCONT on the way out, whatever happens
+        self.add_rng = random.Random(self.seed + 1)  # the chaos loop's own adds' retry pauses
         self.timeline = open(self.root / "chaos.log", "a", buffering=1)  # what the chaos did, when
 
     def note(self, what: str) -> None:
@@ -260,6 +327,7 @@ class Soak:
         weights = [cfg.mix[k] for k in kinds]
         for i in range(cfg.jobs):
             kind = rng.choices(kinds, weights)[0]
+            lease_s: float | None = None
             argv = [sys.executable, PROBE, str(self.rec)]
             lane, timeout_s, max_attempts = "default", None, cfg.max_attempts
             if kind == "quick":
@@ -271,11 +339,14 @@ class Soak:
                 argv += ["--fail-until", rng.choice(["2", "3"]), "--hold", "0.1"]
             elif kind == "forker":  # its work done by a double-forked, setsid grandchild
                 argv += ["--detach", "1", "--hold", rng.choice(["0.1", "0.5", "1.0", "4.0"])]
+            elif kind == "short":  # held past its own short lease: renewed a few times, then done
+                lease_s = rng.choice(cfg.short_leases)
+                argv += ["--hold", f"{rng.uniform(0.2, 2.5 * lease_s):.2f}"]
             else:  # timeout: always killed by its timeout (or the chaos): ends failed
                 lane, timeout_s, max_attempts = "slow", rng.choice([0.5, 1.0]), 2
                 argv += ["--hold", "60"]
             self.jobs.append(LJob(f"soak-{self.seed}-{i}", kind, lane, argv, max_attempts,
-                                  timeout_s, rng.random() < cfg.cli_share))
+                                  timeout_s, rng.random() < cfg.cli_share, lease_s))
 
     # -------------------------------------------------------------- daemon
     def start_daemon(self, why: str) -> None:
@@ -286,9 +357,9 @@ class Soak:
             self.violation(f"daemon failed to start ({why}): {str(e)[:300]}")
             p = self.h.daemon
             if p is not None:
-                self.daemons.append({"proc": p, "why": why, "killed": False})
+                self.daemons.append({"proc": p, "why": why, "ended_by": None})
             raise
-        self.daemons.append({"proc": p, "why": why, "killed": False,
+        self.daemons.append({"proc": p, "why": why, "ended_by": None,
                              "ready_s": time.monotonic() - t0})
 
     def check_daemon(self) -> None:
@@ -301,7 +372,7 @@ class Soak:
     def act_kill9(self) -> None:
         d = self.daemons[-1]
         p = d["proc"]
-        d["killed"] = True
+        d["ended_by"] = "kill -9"
         self.note(f"kill -9 daemon {p.pid}")
         p.kill()
         rc = p.wait(15)
@@ -310,7 +381,9 @@ class Soak:
         self.count("kills")
         down = self.rng.uniform(0.0, 1.0)
         self.sleep(down)  # clients meet a dead socket meanwhile
+        t0 = time.time() - down
         self.start_daemon("restart after kill -9")
+        self.windows["kill9"].append((t0, time.time()))
         self.note(f"restarted: daemon {self.h.daemon.pid} (down {down:.2f} s, then "
                   f"{self.daemons[-1]['ready_s']:.2f} s from spawn to answering)")
 
@@ -318,7 +391,8 @@ class Soak:
         """What a reboot or a power cut leaves: nothing of sloth running, the
         daemon, its keeper and every job process killed at once."""
         d = self.daemons[-1]
-        d["killed"] = True
+        d["ended_by"] = "kill -9"
+        t0 = time.time()
         procs = [p for p in self.h.our_processes() if p.pid != d["proc"].pid and _sloth_or_job(p)]
         self.note(f"reboot: kill -9 of daemon {d['proc'].pid} and {len(procs)} keeper/job process(es)")
         d["proc"].kill()  # through Popen: it is our child, its status is ours to reap
@@ -331,11 +405,13 @@ class Soak:
         psutil.wait_procs(procs, timeout=10)
         self.count("reboots")
         self.start_daemon("restart after a reboot")
+        self.windows["reboot"].append((t0, time.time()))
 
     def act_stop(self) -> None:
         p = self.daemons[-1]["proc"]
         t = self.rng.uniform(*self.cfg.stop_s)
         self.note(f"SIGSTOP daemon {p.pid} for {t:.2f} s")
+        t0 = time.time()
         p.send_signal(signal.SIGSTOP)
         self.count("stops")
         if self.clock is not None and self.rng.random() < 0.3:
@@ -346,6 +422,7 @@ class Soak:
         else:
             self.sleep(t)
         p.send_signal(signal.SIGCONT)
+        self.windows["stop"].append((t0, time.time()))
         self.note(f"SIGCONT daemon {p.pid}")
 
     def act_jump(self) -> None:
@@ -414,50 +491,323 @@ class Soak:
         got = self._window("lock", lambda hold: hold_write_lock(self.h.home / "queue.db", hold))
         self.note(f"foreign write lock {'held' if got else 'not had'}")
 
-    def act_badconfig(self) -> None:
-        """config.toml replaced by something a reload must refuse at once (a
-        FIFO once hung the daemon for good): `daemon reload` and SIGHUP are
-        refused, the daemon keeps its settings and keeps answering; then the
-        file is put back."""
-        path = self.h.home / "config.toml"
-        good = path.read_text()
-        kind = self.rng.choice(BAD_CONFIGS)
-        self.note(f"config.toml replaced: {kind}")
-        path.unlink()
-        try:
-            if kind == "fifo":
-                os.mkfifo(path)
-            elif kind == "link to /dev/zero":
-                path.symlink_to("/dev/zero")
-            else:  # [lanes] is the good file's last table; max_attempts goes before every table
-                path.write_text(good + f"big = {HUGE}\n" if kind == "huge lane" else f"max_attempts = {HUGE}\n" + good)
-            self.reload_refused(kind)
-        finally:
-            path.unlink()
-            path.write_text(good)
-            self.note("config.toml put back")
-        self.count("bad_configs")
+    # ------------------------------------------- faults in the middle of bursts
+    def ask(self, op: str, timeout_s: float = 15, **args: Any) -> Any:
+        """One request with a bound: a daemon that does not answer raises, never hangs the soak."""
+        with Client(self.h.socket, timeout_s=timeout_s) as c:
+            return c.call(op, **args)
 
-    def reload_refused(self, kind: str) -> None:
-        t0 = time.monotonic()
+    def cli(self, *argv: str, timeout_s: float = 30) -> Any:
+        """The real CLI with a bound; None (and a violation) if it hung."""
         try:
-            with Client(self.h.socket, timeout_s=10) as c:
-                c.call("reload")
-            self.violation(f"a reload of config.toml as {kind} was accepted")
+            return self.h.cli(*argv, timeout_s=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.violation(f"`sloth {' '.join(argv)}` did not return in {timeout_s:g} s")
+            return None
+
+    def ljob(self, job_id: int) -> LJob | None:
+        if job_id not in self.by_id:
+            self.by_id.update((j.id, j) for j in self.jobs if j.id is not None)
+        return self.by_id.get(job_id)
+
+    def burst(self, lane: str, n: int, holds: tuple[str, ...] = ()) -> list[LJob]:
+        """``n`` jobs in one add request (what `add --file` sends) in
+        ``lane``, the quickest probe (a few ms) unless ``holds`` are given:
+        the keeper holds the next runs of each slot behind the running one,
+        and the fault that follows lands among them."""
+        first = len(self.jobs)
+        quick = ["bash", PROBE_SH, str(self.rec)]
+        batch = [LJob(f"soak-{self.seed}-b{first + i}", "burst", lane,
+                      [sys.executable, PROBE, str(self.rec), "--hold", self.rng.choice(holds)] if holds else quick,
+                      self.cfg.max_attempts, None, False) for i in range(n)]
+        self.jobs.extend(batch)
+        self.add_batch(batch, self.add_rng)
+        self.count("bursts")
+        self.count("burst_jobs", n)
+        self.note(f"burst: {n} jobs in lane {lane}, ids {batch[0].id}..{batch[-1].id}")
+        return batch
+
+    def lane_ids(self, lane: str, *states: str) -> list[int]:
+        return sorted(j["id"] for j in self.ask("list", lane=lane, states=list(states), limit=100_000)["jobs"])
+
+    def mark_cancelled(self, jobs: list[dict[str, Any]], by: str) -> None:
+        """What a cancel or kill answered it cancelled: from now on none may start."""
+        t, boot = time.time(), time.clock_gettime(time.CLOCK_BOOTTIME)
+        for j in jobs:
+            lj = self.ljob(j["id"])
+            if lj is not None and j.get("state") == "cancelled":
+                lj.cancelled_at, lj.cancelled_boot, lj.cancelled_by = t, boot, by
+        self.count(f"cancelled_by_{by}", len(jobs))
+        self.note(f"{by}: {len(jobs)} cancelled ({[j['id'] for j in jobs][:8]}...)")
+
+    def unsure(self, ids: list[int]) -> None:
+        """A cancel that may have been applied got no answer: these may end cancelled or not."""
+        self.count("cancels_unsure")
+        for i in ids:
+            if (lj := self.ljob(i)) is not None:
+                lj.cancel_unsure = True
+
+    def act_cancel(self) -> None:
+        """Cancel batches of a burst's next jobs a few times in a row while it
+        runs; the first of them are claimed and held in the keeper (20.1)."""
+        self.burst("burst", self.rng.randint(*self.cfg.burst_n))
+        self.sleep(self.rng.uniform(0.1, 0.5))
+        for _ in range(self.rng.randint(2, 4)):
+            try:
+                claimed = self.lane_ids("burst", "running")
+                active = sorted(claimed + self.lane_ids("burst", "queued"))
+            except TRANSIENT as e:
+                self.violation(f"list during a burst: {e!r}")
+                return
+            # From among the claimed (running, or held behind a running one) into the queued.
+            i = self.rng.randint(0, max(0, len(claimed) - 1))
+            ids = active[i:i + self.rng.randint(5, 40)]
+            if not ids:
+                return
+            try:
+                res = self.ask("cancel", ids=ids)
+            except TRANSIENT as e:
+                self.note(f"cancel of {len(ids)} got no answer: {e!r}")
+                self.unsure(ids)
+                continue
+            self.count("cancel_rounds")
+            self.mark_cancelled(res["jobs"], "cancel")
+            self.sleep(self.rng.uniform(0.02, 0.3))
+
+    def act_cancellane(self) -> None:
+        """`sloth cancel --lane` of a lane in the middle of its burst."""
+        self.burst("burst", 4 * self.rng.randint(*self.cfg.burst_n))  # the CLI takes a while to start
+        p = self.cli("cancel", "--lane", "burst", "--json")
+        if p is None or p.returncode not in (0, 6):  # 6: some were left alone (they had ended)
+            if p is not None:
+                self.violation(f"sloth cancel --lane exited {p.returncode}: {p.stderr.strip()[:300]}")
+            self.unsure([j.id for j in self.jobs if j.lane == "burst" and j.id is not None])
+            return
+        self.count("lane_cancels")
+        self.mark_cancelled(json.loads(p.stdout)["jobs"], "lane")
+
+    def act_killburst(self) -> None:
+        """`sloth kill` of a burst's running jobs: the running ones and those
+        held behind them (claimed, so "running" to the queue)."""
+        self.burst("burst", self.rng.randint(*self.cfg.burst_n))
+        self.sleep(self.rng.uniform(0.1, 0.5))
+        for _ in range(self.rng.randint(2, 4)):
+            try:
+                running = self.lane_ids("burst", "running")
+            except TRANSIENT as e:
+                self.violation(f"list during a burst: {e!r}")
+                return
+            ids = sorted(self.rng.sample(running, min(len(running), self.rng.randint(1, 8))))
+            if not ids:
+                return
+            now = self.rng.random() < 0.5
+            if self.rng.random() < 0.2:  # the real CLI now and then (slower: most will have ended)
+                p = self.cli("kill", *map(str, ids), *(["--now"] if now else []), "--json")
+                ok = p is not None and p.returncode in (0, 6)
+                if p is not None and not ok:
+                    self.violation(f"sloth kill exited {p.returncode}: {p.stderr.strip()[:300]}")
+                res = json.loads(p.stdout) if ok else None
+            else:
+                try:
+                    res = self.ask("kill", ids=ids, now=now)
+                except TRANSIENT as e:
+                    self.note(f"kill of {len(ids)} got no answer: {e!r}")
+                    res = None
+            if res is None:
+                self.unsure(ids)
+                continue
+            self.count("kill_rounds")
+            self.mark_cancelled(res["jobs"], "kill")
+            self.sleep(self.rng.uniform(0.02, 0.2))
+
+    def act_daemonstop(self) -> None:
+        """`sloth daemon stop` (not a kill) and start again, a few times, in
+        the middle of a one-slot lane's burst (20.2)."""
+        self.burst("single", 4 * self.rng.randint(*self.cfg.burst_n))
+        for _ in range(self.rng.randint(1, 3)):
+            self.sleep(self.rng.uniform(0.05, 0.4))
+            t0 = time.time()
+            self.stop_daemon()
+            self.sleep(self.rng.uniform(0.0, 0.5))
+            self.start_daemon("start after sloth daemon stop")
+            self.windows["daemonstop"].append((t0, time.time()))
+            self.count("daemon_stops")
+
+    def stop_daemon(self) -> None:
+        d = self.daemons[-1]
+        p = d["proc"]
+        d["ended_by"] = "stop"
+        self.note(f"sloth daemon stop ({p.pid})")
+        cp = self.cli("daemon", "stop", "--timeout", "30s", timeout_s=60)
+        if cp is not None and cp.returncode != 0:
+            self.violation(f"sloth daemon stop exited {cp.returncode}: {cp.stderr.strip()[:300]}")
+        try:
+            rc = p.wait(30 if cp is not None else 1)
+        except subprocess.TimeoutExpired:
+            self.violation(f"daemon {p.pid} still running after `sloth daemon stop`: kill -9")
+            d["ended_by"] = "kill -9"
+            p.kill()
+            rc = p.wait(15)
+        if rc != DAEMON_END_RC[d["ended_by"]]:
+            self.violation(f"daemon {p.pid} ended with {rc} on `sloth daemon stop`")
+
+    def act_keeperstop(self) -> None:
+        """SIGSTOP the keeper past its runs' leases while some of them end by
+        themselves, sometimes the daemon with it; then SIGCONT (20.3)."""
+        try:
+            pid = self.ask("status")["keeper"]["pid"]
+            keeper = psutil.Process(int(pid))
+            if "sloth_daemon.keeper" not in " ".join(keeper.cmdline()):
+                return
+        except (TypeError, psutil.Error, *TRANSIENT):
+            self.count("keeper_stop_no_keeper")
+            return
+        enders = self.burst("burst", self.rng.randint(2, 5), holds=("0.3", "0.8", "1.2"))
+        tokens = self.started_tokens({str(j.id) for j in enders}, wait_s=3.0)
+        t = self.rng.uniform(*self.cfg.keeper_stop_s)
+        daemon = self.h.daemon if self.rng.random() < 0.25 else None
+        t0 = time.time()
+        self.note(f"SIGSTOP keeper {keeper.pid} for {t:.2f} s (daemon too: {daemon is not None}); "
+                  f"{len(tokens)} of its runs started")
+        for proc in (keeper, daemon):
+            if proc is not None:
+                self.frozen.add(proc.pid)
+                proc.send_signal(signal.SIGSTOP)
+        self.sleep(t)
+        for proc in (daemon, keeper):
+            if proc is not None:
+                proc.send_signal(signal.SIGCONT)
+                self.frozen.discard(proc.pid)
+        self.windows["keeperstop"].append((t0, time.time()))
+        self.note(f"SIGCONT keeper {keeper.pid}")
+        ended = {r[2] for r in read_records(self.rec / "ends") if t0 < float(r[4]) < t0 + t}
+        self.count("ended_while_keeper_stopped", len(ended & tokens))
+        self.count("keeper_stops")
+        self.count("keeper_stops_with_daemon", daemon is not None)
+
+    def started_tokens(self, jobs: set[str], wait_s: float) -> set[str]:
+        """The tokens of runs of ``jobs`` that have started, once one has (``wait_s`` at most)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            got = {r[2] for r in read_records(self.rec / "starts") if r[0] in jobs}
+            if got or time.monotonic() > deadline:
+                return got
+            self.sleep(0.05)
+
+    # ------------------------------------------------------ replaced config files
+    def act_config(self) -> None:
+        """Replace config.toml by a FIFO, a link to /dev/zero, garbage or a
+        huge number, and `sloth daemon reload`: each is refused with a clear
+        error, the daemon keeps serving (20.5, 20.11); then the good file back."""
+        path, good = self.h.home / "config.toml", self.cfg.daemon_config()
+        t0 = time.time()
+        for what in self.rng.sample(CONFIG_SWAPS, self.rng.randint(1, 2)):
+            swap_config(path, what, good, self.rng)
+            self.note(f"config.toml replaced: {what}")
+            p = self.cli("daemon", "reload", "--json", timeout_s=10)
+            outcome = "hung" if p is None else "accepted" if p.returncode == 0 else "refused"
+            self.count(f"config swap {what}: {outcome}")
+            if p is not None:
+                self.plain_error(f"reload of a config that is {what}", p)
+            if outcome == "accepted":
+                self.violation(f"`sloth daemon reload` accepted a config that is {what}")
+                if what == "huge-lane":  # 20.11: then `lane set` fails with an internal error
+                    lp = self.cli("lane", "set", "huge", "-c", "5")
+                    if lp is not None:
+                        self.plain_error("lane set after a huge lane was accepted", lp)
+            cp = self.cli("config", timeout_s=10)  # the client reads the file too
+            if cp is not None:
+                self.plain_error(f"`sloth config` with a config that is {what}", cp)
+            if outcome == "refused":
+                self.h.daemon.send_signal(signal.SIGHUP)  # systemctl reload: refused the same way, in the log
+                self.settings_kept(what)
+            restore_config(path, good)
+            self.must_serve(f"after a reload of a config that is {what}")
+        p = self.cli("daemon", "reload", timeout_s=20)
+        if p is not None and p.returncode != 0:
+            self.violation(f"reload of the good config back exited {p.returncode}: {p.stderr.strip()[:300]}")
+        self.windows["config"].append((t0, time.time()))
+        self.count("config_swaps")
+
+    def settings_kept(self, what: str) -> None:
+        """A refused reload (and SIGHUP) leaves the settings in force as they were."""
+        try:
+            got = self.ask("config", timeout_s=5)["settings"]["max_attempts"]["value"]
+        except TRANSIENT:
+            return  # must_serve says so
+        if got != 3:
+            self.violation(f"a refused reload of a config that is {what} changed max_attempts to {got}")
+
+    def plain_error(self, what: str, p: Any) -> None:
+        """A refusal must be a clear error: no traceback, no internal error."""
+        out = p.stdout + p.stderr
+        if "Traceback" in out or "internal error" in out:
+            self.violation(f"{what}: exit {p.returncode}: {out.strip()[-400:]}")
+
+    def must_serve(self, when: str) -> None:
+        """The daemon answers at once, or it hung: a failure, and a kill -9 to go on."""
+        try:
+            self.ask("ping", timeout_s=5)
+            return
+        except TRANSIENT as e:
+            self.violation(f"the daemon does not answer {when}: {e!r}")
+        d = self.daemons[-1]
+        d["ended_by"] = "kill -9"
+        d["proc"].kill()
+        d["proc"].wait(15)
+        self.count("hung_daemons_killed")
+        self.start_daemon(f"restart after it hung {when}")
+
+    def act_leasefloor(self) -> None:
+        """Ask for a lease too short to be renewed safely (20.4): at `add`
+        (the CLI and the socket) and in the config file (`sloth config`
+        reads it). Refused with the minimum in the message once fixed;
+        today accepted: counted either way (an error with
+        require_lease_floor). An accepted job is due in a year, and cancelled."""
+        short = f"{self.cfg.too_short_lease_s:g}s"
+        key = f"soak-{self.seed}-floor{len(self.jobs)}"
+        p = self.cli("add", "--no-start", "--json", "--key", key, "--lease", short, "--delay", "8760h",
+                     "--", "true")
+        if p is not None:
+            self.lease_floor("add --lease", p.returncode == 0, p.stdout + p.stderr,
+                             int(json.loads(p.stdout)["ids"][0]) if p.returncode == 0 else None, key)
+        key = f"soak-{self.seed}-floor{len(self.jobs)}s"
+        spec = {"command": ["true"], "key": key, "lease_s": self.cfg.too_short_lease_s / 2,
+                "not_before": time.time() + 365 * 86400}
+        try:
+            ids = self.h.add_many([spec])
+            self.lease_floor("socket add", True, "", ids[0], key)
         except SlothError as e:
-            if e.code != "config":
-                self.violation(f"a reload of config.toml as {kind} got {e.code}: {e.message[:200]}")
+            self.lease_floor("socket add", False, f"{e.code}: {e.message}", None, key)
         except TRANSIENT as e:
-            self.violation(f"a reload of config.toml as {kind}: no answer from a running daemon: {e!r}")
-        if time.monotonic() - t0 > 5:
-            self.violation(f"a reload of config.toml as {kind} took {time.monotonic() - t0:.1f} s")
-        self.h.daemon.send_signal(signal.SIGHUP)  # systemctl reload: refused the same way, in the log
+            self.note(f"lease floor: socket add got no answer: {e!r}")
+        path, good = self.h.home / "config.toml", self.cfg.daemon_config()
+        swap_config(path, f"lease={short}", good, self.rng)
         try:
-            with Client(self.h.socket, timeout_s=10) as c:
-                if c.call("config")["settings"]["max_attempts"]["value"] != 3:
-                    self.violation(f"a refused reload of config.toml as {kind} changed max_attempts")
-        except TRANSIENT as e:
-            self.violation(f"after a SIGHUP with config.toml as {kind}, the daemon does not answer: {e!r}")
+            p = self.cli("config", "--json")
+        finally:
+            restore_config(path, good)
+        if p is not None:
+            self.lease_floor("config file", p.returncode == 0, p.stdout + p.stderr, None, "")
+
+    def lease_floor(self, where: str, accepted: bool, out: str, job_id: int | None, key: str) -> None:
+        self.count(f"lease floor {where}: {'accepted' if accepted else 'refused'}")
+        if "Traceback" in out or "internal error" in out:
+            self.violation(f"a too-short lease at {where}: {out.strip()[-300:]}")
+        if accepted and self.cfg.require_lease_floor:
+            self.violation(f"a lease of {self.cfg.too_short_lease_s:g} s or less was accepted at {where}")
+        elif accepted:
+            with self.lock:
+                if not any("too-short lease" in w for w in self.warnings):
+                    self.warnings.append(f"a too-short lease was accepted ({where}); see 'too-short lease' above")
+        if job_id is None:
+            return
+        lj = LJob(key, "floor", "default", ["true"], 1, None, False, id=job_id)
+        self.jobs.append(lj)
+        try:
+            self.mark_cancelled(self.ask("cancel", ids=[job_id])["jobs"], "floor")
+        except TRANSIENT:
+            self.unsure([job_id])
 
     def act_badframes(self) -> None:
         for _ in range(self.rng.randint(1, 3)):
@@ -519,13 +869,13 @@ class Soak:
             s.close()
 
     def chaos_loop(self, until: float) -> None:
-        kinds = [k for k in CHAOS if k != "jump" or self.clock is not None]
+        kinds = [k for k in (self.cfg.faults or CHAOS) if k != "jump" or self.clock is not None]
         first = kinds[:]
         self.rng.shuffle(first)  # every kind at least once, early
         weights = [self.cfg.weights[k] for k in kinds]
-        while time.monotonic() < until and not self.abort.is_set():
+        while (first or time.monotonic() < until) and not self.abort.is_set():  # every kind once, however long
             self.sleep(self.rng.uniform(*self.cfg.chaos_gap_s))
-            if time.monotonic() >= until:
+            if time.monotonic() >= until and not first:
                 break
             self.check_daemon()
             act = first.pop() if first else self.rng.choices(kinds, weights)[0]
@@ -613,6 +963,8 @@ class Soak:
                 "--lane", j.lane, "--max-attempts", str(j.max_attempts)]
         if j.timeout_s:
             argv += ["--timeout", f"{j.timeout_s}s"]
+        if j.lease_s:
+            argv += ["--lease", f"{j.lease_s:g}s"]
         p = self.h.cli(*argv, "--", *j.argv, timeout_s=90)
         if p.returncode == 0:
             return int(json.loads(p.stdout)["ids"][0])
@@ -659,6 +1011,9 @@ class Soak:
             p = self.h.daemon
             if p is not None and p.poll() is None:
                 p.send_signal(signal.SIGCONT)
+            for pid in self.frozen:  # a keeper we stopped, if the soak broke off meanwhile
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGCONT)
             for t in threads:
                 t.join(10)
             tail = ""
@@ -691,13 +1046,56 @@ class Soak:
         self.violation(f"jobs still unfinished after the settle bound: {last}")
 
     # -------------------------------------------------------------- verify
-    def _fault_at(self, t: float | None, after_s: float = 2.0) -> str | None:
-        """The fault whose window (or the ``after_s`` following it) holds time ``t``."""
-        if t is not None:
-            for fault, spans in self.windows.items():
-                if any(t0 <= t <= t1 + after_s for t0, t1 in spans):
-                    return fault
-        return None
+    def _fault_between(self, fault: str, t0: float, t1: float) -> bool:
+        """A ``fault`` window overlaps the span from ``t0`` to ``t1``."""
+        return any(a <= t1 and b >= t0 for a, b in self.windows.get(fault, ()))
+
+    def rerun_cause(self, end: float, again: float, events: list[dict[str, Any]], killed_by_us: bool) -> str:
+        """Why a run that finished at ``end`` ran again at ``again``: what
+        its attempt's ``events`` say, else the chaos between the two."""
+        kinds = {e["kind"] for e in events}
+        if self._fault_between("reboot", end, again):
+            return "reboot"
+        if killed_by_us:
+            return "job kill"
+        if "interrupted" in kinds:
+            return "daemon stop"
+        if "fenced" in kinds:
+            lapsed = any(LAPSED in (e["message"] or "") for e in events if e["kind"] == "fenced")
+            for fault, cause in (("keeperstop", "keeper stop"), ("stop", "daemon SIGSTOP")):
+                if self._fault_between(fault, end, end):  # it ended while they slept: an outcome, not a fence,
+                    return "fence after a lapse" if lapsed and fault == "keeperstop" else cause  # unless too late
+            if any(self._fault_between(f, end - LAPSE_GRACE_S, end) for f in ("keeperstop", "stop")):
+                return "fence after a lapse"  # still going when they woke past its lease
+            near = [c for f, c in FAULT_CAUSES.items() if self._fault_between(f, end - LAPSE_GRACE_S, end)]
+            return f"fence ({near[0]})" if near else "fence"
+        if "abandoned" in kinds:
+            return "kill -9"
+        for fault, cause in FAULT_CAUSES.items():
+            if self._fault_between(fault, end, again):
+                return cause
+        return "other"
+
+    def check_cancelled(self, per_job: dict[str, list[tuple[float, int, str, float | None]]]) -> int:
+        """Jobs cancelled (or killed) that started a run after the cancel was
+        answered: by the fork time of the run's process (probe_job's
+        "spawned", CLOCK_BOOTTIME) where known, else by its start line."""
+        forked = {(r[0], r[2]): float(r[4]) for r in read_records(self.rec / "spawned")}
+        n = 0
+        for lj in self.jobs:
+            if lj.cancelled_at is None or lj.cancelled_boot is None:
+                continue
+            late = []
+            for ts, attempt, token, _end in per_job.get(str(lj.id), []):
+                boot = forked.get((str(lj.id), token))
+                after = boot - lj.cancelled_boot if boot is not None else ts - lj.cancelled_at
+                if after > 0:
+                    late.append(f"attempt {attempt} +{after:.3f} s")
+            if late:
+                n += 1
+                self.violation(f"job {lj.id} ({lj.kind}): {lj.cancelled_by} answered 'cancelled', and then "
+                               f"it started: {', '.join(late)} after the answer")
+        return n
 
     def verify(self, fig: dict[str, Any]) -> None:
         h = self.h
@@ -705,9 +1103,10 @@ class Soak:
         unexpected = 0
         for d in self.daemons[:-1]:
             rc = d["proc"].returncode
-            if not d["killed"] or rc != -signal.SIGKILL:
+            if rc != DAEMON_END_RC.get(d["ended_by"]):
                 unexpected += 1
-                self.violation(f"daemon pid {d['proc'].pid} ({d['why']}) ended with {rc}, killed by us: {d['killed']}")
+                self.violation(f"daemon pid {d['proc'].pid} ({d['why']}) ended with {rc}, "
+                               f"ended by us: {d['ended_by']}")
         last = self.daemons[-1]["proc"]
         if last.poll() is not None:
             unexpected += 1
@@ -759,7 +1158,7 @@ class Soak:
             if j is None:
                 continue
             final_by_kind[f"{lj.kind}:{j['state']}"] += 1
-            if j["state"] != lj.expected:
+            if j["state"] != lj.expected and not (lj.cancel_unsure and j["state"] == "cancelled"):
                 not_final += 1
                 self.violation(f"job {j['id']} ({lj.kind}) ended {j['state']} after {j['attempts']}/"
                                f"{j['max_attempts']} attempts, expected {lj.expected}: {j.get('message')}")
@@ -797,12 +1196,16 @@ class Soak:
                 busy_until = max(busy_until or 0.0, end if end is not None else ts)
         fig["overlaps"] = overlaps
 
-        # 5. attempts and events agree with what ran
+        # 5. a cancel is final; a finished run is never run again, save after a reboot
+        fig["cancelled_then_ran"] = self.check_cancelled(per_job)
+
+        # 6. attempts and events agree with what ran
         n_attempts = reclaimed = resumed = timed_out = killed_attempts = self_reclaims = adopted = 0
-        crash_reruns = other_reruns = killed_reruns = fence_reruns = 0
-        fault_reruns: Counter[str] = Counter()
-        ended_at = {(r[0], r[1]): float(r[4]) for r in ends}
+        unrecorded: Counter[str] = Counter()  # kind of job -> probe starts missing from its history
+        reruns: Counter[str] = Counter()
+        finished = {(r[0], r[2]) for r in ends}  # (job, token): it wrote its end line and exited
         killed = {(j, a) for j, a, _t in self.killed_jobs}
+        killed_tokens = {t for _j, _a, t in self.killed_jobs}
         for lj in self.jobs:
             if lj.id is None or lj.id not in jobs:
                 continue
@@ -819,31 +1222,27 @@ class Soak:
             resumed += sum(e["kind"] == "resumed" for e in ev)
             adopted += sum(e["kind"] == "adopted" for e in ev)
             timed_out += sum(e["kind"] == "failed" and "timed out" in (e["message"] or "") for e in ev)
-            ran = sorted(r[1] for r in per_job.get(str(lj.id), []))
-            # A run that ended well but ran again. A kill -9 of the daemon alone
-            # must never cause one (the keeper keeps the run and its end). Expected
-            # only when the run's supervision died too (a reboot: the daemon
-            # abandons the lease and re-runs the job), or when the run wrote its
-            # end line and was then killed before exiting: by the keeper's fence
-            # (its daemon was stopped past the lease) or by the chaos loop.
-            succeeded = [a for a in ran if (str(lj.id), str(a)) in ends_by_attempt]
-            abandoned = {e["attempt"] for e in ev if e["kind"] == "abandoned"}
-            fenced = {e["attempt"] for e in ev if e["kind"] == "fenced"}
-            for a in succeeded[:-1]:
-                if a in abandoned:
-                    crash_reruns += 1
-                elif a in fenced:
-                    fence_reruns += 1
-                elif (str(lj.id), str(a)) in killed:
-                    # the chaos loop SIGKILLed it after it wrote its end line but
-                    # before it exited: to the daemon that attempt was killed
-                    killed_reruns += 1
-                elif fault := self._fault_at(ended_at.get((str(lj.id), str(a)))):
-                    fault_reruns[fault] += 1  # ended in a full disk or a foreign lock: never re-run
-                else:
-                    other_reruns += 1
-            killed_attempts += sum((str(lj.id), str(a)) in killed for a in ran)
+            runs = per_job.get(str(lj.id), [])
+            ran = sorted(r[1] for r in runs)
+            kinds: dict[int, set[str]] = defaultdict(set)
+            by_attempt: dict[int, list[dict[str, Any]]] = defaultdict(list)
+            for e in ev:
+                kinds[e["attempt"]].add(e["kind"])
+                by_attempt[e["attempt"]].append(e)
             where = f"job {lj.id} ({lj.kind})"
+            for (ts, attempt, token, end), nxt in zip(runs, runs[1:]):
+                if (str(lj.id), token) not in finished or end is None:
+                    continue
+                cause = self.rerun_cause(end, nxt[0], by_attempt[attempt], token in killed_tokens)
+                reruns[cause] += 1
+                if cause not in RERUN_ALLOWED:
+                    self.violation(f"{where}: attempt {attempt} finished at {end:.3f} (its events: "
+                                   f"{sorted(kinds[attempt])}) and ran again at {nxt[0]:.3f} as attempt "
+                                   f"{nxt[1]}: a finished run re-run ({cause})")
+            for ts, attempt, _token, _end in runs:  # every start is in the history, save a reboot's
+                if "started" not in kinds[attempt] and not self._fault_between("reboot", ts, time.time()):
+                    unrecorded[f"{lj.kind}, {'+'.join(sorted(kinds[attempt])) or 'no events'}"] += 1
+            killed_attempts += sum((str(lj.id), str(a)) in killed for a in ran)
             if claims != list(range(1, job["attempts"] + 1)):
                 self.violation(f"{where}: claim events for attempts {claims}, but attempts = {job['attempts']}")
             missing = [a for a in ran if a not in claims]
@@ -863,29 +1262,20 @@ class Soak:
                 if (str(lj.id), str(done_at)) not in ends_by_attempt:
                     self.violation(f"{where}: done at attempt {done_at}, but that attempt's probe never "
                                    "finished (ends has no line for it)")
-        rebooted = self.n.get("reboots", 0) > 0
         fig.update(attempts=n_attempts, reclaimed=reclaimed, resumed=resumed, timed_out=timed_out,
                    killed_attempts=killed_attempts, self_reclaims=self_reclaims, adopted=adopted,
-                   reruns_after_reboot=crash_reruns if rebooted else 0,
-                   reruns_after_kill9=0 if rebooted else crash_reruns, reruns_after_fence=fence_reruns,
-                   reruns_other=other_reruns, reruns_after_job_kill=killed_reruns)
-        if not rebooted and crash_reruns:
-            self.violation(f"{crash_reruns} run(s) ended well and were run again after a kill -9 of "
-                           "the daemon alone (the keeper should have kept them)")
-        # A daemon must never re-issue the lease of a job it runs itself (it renews
-        # it), so a run that ended well is re-run only after a kill -9 lost its end.
+                   unrecorded_starts=sum(unrecorded.values()), reruns_by_cause=dict(reruns),
+                   finished_reruns=sum(n for c, n in reruns.items() if c not in RERUN_ALLOWED),
+                   finished_reruns_allowed=sum(reruns[c] for c in RERUN_ALLOWED))
+        # A daemon must never re-issue the lease of a job it runs itself (it renews it).
         if self_reclaims:
             self.violation(f"{self_reclaims} reclaimed event(s) where a daemon re-issued the lease "
                            "of its own job")
-        if other_reruns:
-            self.violation(f"{other_reruns} run(s) ended well and were run again with no daemon "
-                           "crash in between")
-        for fault, k in fault_reruns.items():
-            self.violation(f"{k} run(s) that ended well during a {fault} window were run again "
-                           "(their outcome must wait for the storage, never be lost)")
-        fig.update({f"reruns_after_{f}": fault_reruns.get(f, 0) for f in ("disk", "lock", "flood")})
+        if unrecorded:  # 20.1: "a run that did start is recorded as started"; counted, not yet required
+            self.warnings.append(f"{sum(unrecorded.values())} probe start(s) with no `started` event for their "
+                                 f"attempt (kind, the attempt's events): {dict(unrecorded.most_common(4))}")
 
-        # 6. nothing left behind: every job is final, so no job process may live
+        # 7. nothing left behind: every job is final, so no job process may live
         # (the keeper may: it holds nothing and leaves once idle)
         keeper = h.call("status")["keeper"]["pid"]
         orphans = []
@@ -950,8 +1340,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int)
     ap.add_argument("--settle", type=float, help="bound on the wait for all jobs after the chaos")
     ap.add_argument("--keep", action="store_true", help="keep the temporary SLOTH_HOME")
+    ap.add_argument("--faults", help=f"comma-separated chaos kinds to throw (default all: {','.join(CHAOS)})")
+    ap.add_argument("--require-lease-floor", action="store_true",
+                    help="a too-short lease accepted is a violation (once the lease floor is in)")
     a = ap.parse_args(argv)
-    kw: dict[str, Any] = {"seed": a.seed, "keep_home": a.keep}
+    kw: dict[str, Any] = {"seed": a.seed, "keep_home": a.keep, "require_lease_floor": a.require_lease_floor}
+    if a.faults:
+        faults = tuple(f.strip() for f in a.faults.split(",") if f.strip())
+        unknown = sorted(set(faults) - set(CHAOS))
+        if unknown or not faults:
+            ap.error(f"unknown fault(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(CHAOS)}")
+        kw["faults"] = faults
     for name, val in (("duration_s", a.duration), ("jobs", a.jobs), ("clients", a.clients),
                       ("settle_s", a.settle)):
         if val is not None:

@@ -1,13 +1,17 @@
 """Faults at the edges of the machine, for the chaos soak (issue 14): a
 full disk, a flood of idle connections, another program holding the
-queue's write lock. Each is real: a filled tmpfs, real sockets, a real
-SQLite write transaction in another connection.
+queue's write lock; and (issue 20) a config file replaced by what a clumsy
+user or an attacker leaves there. Each is real: a filled tmpfs, real
+sockets, a real SQLite write transaction in another connection, a real
+FIFO and a real link to /dev/zero.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import random
+import re
 import socket
 import sqlite3
 import subprocess
@@ -96,3 +100,48 @@ def hold_write_lock(db: Path, hold: Callable[[], None], wait_s: float = 10.0) ->
         return True
     finally:
         con.close()
+
+
+# What a config file may be replaced by (issue 20.5, 20.11): each must be
+# refused by `sloth daemon reload` with a clear error while the daemon keeps
+# serving, never hang it or be read without limit.
+CONFIG_SWAPS = ("fifo", "dev-zero", "garbage", "huge-lane", "huge-number")
+HUGE = "99999999999999999999999"
+
+
+def swap_config(path: Path, what: str, good: str, rng: random.Random) -> None:
+    """Replace the file at ``path`` (renamed over it, as an editor saves) by
+    ``what`` of CONFIG_SWAPS, or ``lease=DURATION``: ``good`` (a valid
+    config text with a top-level ``max_attempts`` and a ``[lanes]`` table
+    last) with its lease set to DURATION."""
+    tmp = path.with_name(path.name + ".swap")
+    tmp.unlink(missing_ok=True)
+    if what == "fifo":
+        os.mkfifo(tmp, 0o600)  # an open for reading blocks until a writer comes
+    elif what == "dev-zero":
+        os.symlink("/dev/zero", tmp)  # endless
+    elif what == "garbage":
+        tmp.write_bytes(rng.randbytes(rng.randint(1, 4096)) + b'\n[lanes\n= "\xff\x00')
+    elif what == "huge-lane":
+        tmp.write_text(good + f"huge = {HUGE}\n")  # under [lanes]: a lane of 10**23 slots
+    elif what == "huge-number":
+        tmp.write_text(_set_key(good, "max_attempts", HUGE))
+    elif what.startswith("lease="):
+        tmp.write_text(_set_key(good, "lease_s", f'"{what[6:]}"'))
+    else:
+        raise ValueError(f"no such config swap: {what}")
+    os.replace(tmp, path)
+
+
+def restore_config(path: Path, text: str) -> None:
+    """Put a regular file with ``text`` back (renamed over a FIFO or a link too)."""
+    tmp = path.with_name(path.name + ".good")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _set_key(text: str, key: str, value: str) -> str:
+    out, n = re.subn(rf"(?m)^{key} = .*$", f"{key} = {value}", text)
+    if n != 1:
+        raise ValueError(f"the config has no top-level {key} to replace")
+    return out

@@ -4,9 +4,15 @@ Run as a sloth job: ``python probe_job.py DIR [--hold S] [--hold-first S] [--fai
 [--tick S] [--lock 0]``.
 On start it takes a non-blocking flock on DIR/<job>.lock (a collision is
 appended to DIR/collisions), appends "job attempt token pid start" to
-DIR/starts, holds for a while (``--hold-first`` on its first start only), then exits (failing while attempt < N).
+DIR/starts and, on Linux, "job attempt token pid boot" to DIR/spawned, where
+boot is when the job's process was forked, in seconds of CLOCK_BOOTTIME
+(/proc/PID/stat, in 10 ms ticks, rounded down): before the interpreter
+started, so a start can be compared with when a cancel was answered; holds for a while (``--hold-first`` on its first start only), then exits (failing while attempt < N).
 On the way out it appends "job attempt token pid end" to DIR/ends (success) or
-DIR/fails (a deliberate failure), so run intervals can be checked for overlap.
+DIR/fails (a deliberate failure), so run intervals can be checked for overlap,
+and exits at once (``os._exit``, no interpreter teardown): a run with an end
+line has finished, short of a few microseconds, so one that runs again was
+re-run after it finished (the chaos soak counts those).
 
 ``--tick S``: while it holds, it appends "job attempt token pid time" to
 DIR/ticks every S seconds: a run killed or frozen (SIGSTOP) stops ticking,
@@ -73,12 +79,26 @@ def work(d: str, args: dict[str, str], pid: int) -> int:
     with open(starts, "a") as f:
         f.write(f"{job} {attempt} {token} {pid} {time.time():.3f}\n")
         f.flush()
+    boot = forked_at(pid)
+    if boot is not None:
+        with open(os.path.join(d, "spawned"), "a") as f:
+            f.write(f"{job} {attempt} {token} {pid} {boot:.2f}\n")
     hold = float(args.get("--hold-first", args.get("--hold", "0"))) if first else float(args.get("--hold", "0"))
     held(d, hold, float(args.get("--tick", "0")), f"{job} {attempt} {token} {pid}")
     failing = attempt < int(args.get("--fail-until", "0"))
     with open(os.path.join(d, "fails" if failing else "ends"), "a") as f:
         f.write(f"{job} {attempt} {token} {os.getpid()} {time.time():.3f}\n")
     return int(args.get("--exit-code", "1")) if failing else 0
+
+
+def forked_at(pid: int) -> float | None:
+    """When ``pid`` was forked, in seconds of CLOCK_BOOTTIME (10 ms ticks, rounded down)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def held(d: str, hold: float, tick: float, who: str) -> None:
@@ -98,4 +118,7 @@ def held(d: str, hold: float, tick: float, who: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
