@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from .durations import parse_duration
+from .checks import LEASE_HINT, MIN_LEASE_S
+from .durations import format_duration, parse_duration
 from .errors import BadRequest, ConfigError
 
 
@@ -168,6 +169,9 @@ def _coerce(path: Path, key: str, raw: Any) -> Any:
             raise ConfigError(f"{path}: {e.message}", hint=e.hint) from None
         if key in POSITIVE_DURATIONS and v <= 0:
             raise ConfigError(f"{path}: {key} must be more than 0")
+        if key == "lease_s" and v < MIN_LEASE_S:
+            raise ConfigError(f"{path}: lease_s must be at least {format_duration(MIN_LEASE_S)}, "
+                              f"got {format_duration(v)}", hint=LEASE_HINT)
         return v
     lo = INT_MINIMUM[key]
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < lo:

@@ -117,7 +117,7 @@ class SoakConfig:
 
     def daemon_config(self) -> str:
         lanes = "".join(f"{k} = {v}\n" for k, v in self.lanes.items())
-        return ('lease_s = "2s"\nclock_check_s = "1s"\nkill_grace_s = "1s"\n'
+        return ('lease_s = "3s"\nclock_check_s = "1s"\nkill_grace_s = "1s"\n'
                 f'backoff_cap_s = "4s"\nmax_attempts = 3\n[lanes]\n{lanes}')
 
 
