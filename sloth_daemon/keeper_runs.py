@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import psutil
 
-from . import procident
+from . import exitstamp, procident
 from .errors import SpawnError
 from .joblog import LogWriter
 from .keeper_held import HeldRuns
@@ -71,6 +71,9 @@ class Run:
     after: str | None = None  # pending: starts when the run of this key ends
     successor: str | None = None  # the run pending behind this one
     launch: Launch | None = None  # pending: how to start it
+    reaped_at: float | None = None  # boot clock: when its exit was seen (its process about to be reaped)
+    ended_by: float | None = None  # boot clock: its process ended at or before this (exitstamp.py)
+    note: str | None = None  # for the history: how its end was known, when that is not plain
 
     def wire(self) -> dict[str, Any]:
         return {"key": self.key, "job_id": self.job_id, "attempt": self.attempt, "token": self.token,
@@ -151,7 +154,8 @@ class RunTable(HeldRuns):
         (for orphans) begin now. Raises SpawnError (noted in its log)."""
         lw = LogWriter(ln.log_path, ln.log_cap)
         jp = JobProcess(ln.argv, cwd=ln.cwd, env=ln.env, log=lw, on_output=lambda d: self.output(run, d),
-                        on_exit=lambda _jp: self.root_exited(run), claim_orphan=self.claimer(run.key))
+                        on_exit=lambda _jp: self.root_exited(run), claim_orphan=self.claimer(run.key),
+                        before_reap=lambda _jp: self.stamp_end(run))
         try:
             jp.start(asyncio.get_running_loop())
         except SpawnError as e:
@@ -184,15 +188,26 @@ class RunTable(HeldRuns):
         for feed in list(run.taps):
             feed(data)
 
+    def stamp_end(self, run: Run) -> None:
+        """Its process has exited, not yet reaped: when, at the latest. The
+        reap itself bounds it, unless that comes after the trust deadline
+        (the keeper was stopped or stalled): then ask the kernel."""
+        boot = clocks_now().total
+        assert boot is not None
+        run.reaped_at = run.ended_by = boot
+        if run.trust is not None and boot >= run.trust.until and run.pid is not None:
+            run.ended_by = min(boot, exitstamp.ended_by(run.pid, boot) or boot)
+
     def root_exited(self, run: Run) -> None:
-        ended_at = time.time()
+        ended_at = time.time() - ((run.reaped_at or 0.0) - (run.ended_by or 0.0))
+        self.judge_late_end(run)
         self.roots.pop(run.pid or 0, None)
         run.end = procident.stamp_now()
         for timer in (run.timeout, run.trust_check):
             if timer is not None:
                 timer.cancel()
         ending = run.proc.ending if run.proc else None
-        if ending is None and run.proc is not None and run.proc.returncode != 0:
+        if ending is None and run.proc is not None and (run.proc.returncode != 0 or run.killed_by == "fence"):
             # A failed attempt may be retried: nothing of it may run beside
             # the retry. (A job that succeeded may leave a server running.)
             ending = run.proc.end_leftovers_soon(run.kill_grace_s)
@@ -207,7 +222,8 @@ class RunTable(HeldRuns):
         jp.log.finish()
         run.state = "exited"
         run.outcome = {"returncode": jp.returncode, "ended_at": ended_at, "reason": jp.kill_reason,
-                       "killed_by": run.killed_by, "log_problem": jp.log.problem, "log_bytes": jp.log.total}
+                       "killed_by": run.killed_by, "log_problem": jp.log.problem, "log_bytes": jp.log.total,
+                       **({"note": run.note} if run.note else {})}
         # First: it is what waits (the daemon hears of both together). Only
         # now, once a failed run's leftovers are ended too (root_exited): a
         # held run never starts beside them.
@@ -225,18 +241,42 @@ class RunTable(HeldRuns):
 
     def kill(self, run: Run, reason: str, grace_s: float, by: str) -> None:
         """Begin ending a run's whole tree (idempotent; the first reason
-        stays); a pending run is dropped unstarted at once."""
+        stays); a pending run is dropped unstarted at once. One that has
+        exited is reaped first: its end is what happened (a keeper stopped
+        past a timeout or a deadline learns of both at once)."""
         if run.state == "pending":
             self.end_unstarted(run, reason, by)
             return
         jp = run.proc
-        if run.state == "exited" or jp is None or jp.ending is not None or jp.returncode is not None:
+        if run.state == "exited" or jp is None or jp.ending is not None or jp.poll():
             return
         run.killed_by = by
         run.state = "running"  # if frozen: end_tree continues it, to act on SIGTERM
         log.info("run %s (pid %s): %s; ending its process tree", run.key, run.pid, reason)
         jp.log.note(f"{reason}: ending the process tree")
         jp.end_tree_soon(grace_s, reason).add_done_callback(_log_failure)
+
+    def judge_late_end(self, run: Run) -> None:
+        """An exit reaped after the run's trust deadline (the keeper was
+        stopped or stalled) is its outcome only if the kernel places the end
+        before the deadline, or the deadline lapsed only because the machine
+        slept (as for a frozen run); else it is fenced, as it would have
+        been had the keeper been on time. The history says which."""
+        t, jp = run.trust, run.proc
+        if t is None or jp is None or run.killed_by is not None or (run.reaped_at or 0.0) < t.until:
+            return
+        late = secs(run.reaped_at - (run.ended_by or 0.0))  # type: ignore[operator]
+        if (run.ended_by or t.until) < t.until:
+            run.note = (f"it ended while the keeper was stopped or stalled (seen {late} late); "
+                        "the kernel places its end before its trust deadline")
+        elif trust_verdict(t, run.term_lead_s, clocks_now()) == "freeze":
+            run.note = "it ended after the machine slept past its trust deadline, before the keeper froze it"
+        else:
+            run.killed_by = "fence"
+            jp.kill_reason = (f"fenced: its process ended ({jp.outcome()[1]}) while the keeper was stopped or "
+                              f"stalled, seen {secs(run.reaped_at - t.until)} after its trust deadline, "  # type: ignore[operator]
+                              "and nothing shows it ended before it")
+            log.info("run %s (pid %s): %s", run.key, run.pid, jp.kill_reason)
 
     def claimer(self, key: str) -> Callable[[int, float | None], bool]:
         """Does an orphan of ours with no readable token belong to run ``key``?
@@ -272,6 +312,12 @@ class RunTable(HeldRuns):
             run.state = "running"
 
     def check_trust(self) -> None:
+        """Act on lapsed trust deadlines, after reaping what has exited: a
+        keeper stopped past a deadline learns of an exit and of the deadline
+        at once, and the exit comes first (judge_late_end)."""
+        for run in list(self.runs.values()):
+            if run.state == "running" and run.proc is not None:
+                run.proc.poll()
         now = clocks_now()
         for run in list(self.runs.values()):
             if run.state == "pending" and (lapsed := self.lapsed(run, now)) is not None:
