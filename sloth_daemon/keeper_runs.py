@@ -24,7 +24,7 @@ from .errors import SpawnError
 from .joblog import LogWriter
 from .keeper_held import HeldRuns
 from .keeper_wire import (
-    EnvCache, Journal, Refused, Trust, clocks_now, number, read_journal, secs, spawn_command, text,
+    EnvCache, Journal, Refused, Trust, boot_now, clocks_now, number, read_journal, secs, spawn_command, text,
     trust_verdict, whole,
 )
 from .runner import JobProcess
@@ -196,7 +196,7 @@ class RunTable(HeldRuns):
         assert boot is not None
         run.reaped_at = run.ended_by = boot
         if run.trust is not None and boot >= run.trust.until and run.pid is not None:
-            run.ended_by = min(boot, exitstamp.ended_by(run.pid, boot) or boot)
+            run.ended_by = min(boot, exitstamp.ended_by(run.pid, boot_now) or boot)
 
     def root_exited(self, run: Run) -> None:
         ended_at = time.time() - ((run.reaped_at or 0.0) - (run.ended_by or 0.0))
