@@ -19,17 +19,21 @@ from typing import Any, Callable
 
 import psutil
 
-from . import exitstamp, procident
+from . import procident
 from .errors import SpawnError
 from .joblog import LogWriter
 from .keeper_held import HeldRuns
 from .keeper_wire import (
-    EnvCache, Journal, Refused, Trust, boot_now, clocks_now, number, read_journal, secs, spawn_command, text,
+    EnvCache, Journal, Refused, Trust, clocks_now, number, read_journal, secs, spawn_command, text,
     trust_verdict, whole,
 )
 from .runner import JobProcess
 
 log = logging.getLogger("sloth.keeper")
+
+# A check this far past its time: the keeper did not run meanwhile (SIGSTOP,
+# a swap storm), so the daemon's renewals may wait unread in its socket.
+STALL_S = 0.5
 
 
 # --------------------------------------------------------------------- runs
@@ -71,8 +75,6 @@ class Run:
     after: str | None = None  # pending: starts when the run of this key ends
     successor: str | None = None  # the run pending behind this one
     launch: Launch | None = None  # pending: how to start it
-    reaped_at: float | None = None  # boot clock: when its exit was seen (its process about to be reaped)
-    ended_by: float | None = None  # boot clock: its process ended at or before this (exitstamp.py)
     note: str | None = None  # for the history: how its end was known, when that is not plain
 
     def wire(self) -> dict[str, Any]:
@@ -104,6 +106,8 @@ class RunTable(HeldRuns):
         self.event, self.changed = event, changed
         self._tick: asyncio.TimerHandle | None = None
         self._ambiguous: set[int] = set()
+        self._read_first: asyncio.TimerHandle | None = None  # a stall was seen: fencing waits for input read
+        self._reaping_late: float | None = None  # reap_exited's: how late the check that reaps is
         self.envs = EnvCache()  # environments the daemon sent once (keeper_wire.EnvCache)
         self.refused: dict[str, tuple[str, str | None]] = {}  # keys lately refused (keeper_held.py)
 
@@ -154,8 +158,7 @@ class RunTable(HeldRuns):
         (for orphans) begin now. Raises SpawnError (noted in its log)."""
         lw = LogWriter(ln.log_path, ln.log_cap)
         jp = JobProcess(ln.argv, cwd=ln.cwd, env=ln.env, log=lw, on_output=lambda d: self.output(run, d),
-                        on_exit=lambda _jp: self.root_exited(run), claim_orphan=self.claimer(run.key),
-                        before_reap=lambda _jp: self.stamp_end(run))
+                        on_exit=lambda _jp: self.root_exited(run), claim_orphan=self.claimer(run.key))
         try:
             jp.start(asyncio.get_running_loop())
         except SpawnError as e:
@@ -188,26 +191,16 @@ class RunTable(HeldRuns):
         for feed in list(run.taps):
             feed(data)
 
-    def stamp_end(self, run: Run) -> None:
-        """Its process has exited, not yet reaped: when, at the latest. The
-        reap itself bounds it, unless that comes after the trust deadline
-        (the keeper was stopped or stalled): then ask the kernel."""
-        boot = clocks_now().total
-        assert boot is not None
-        run.reaped_at = run.ended_by = boot
-        if run.trust is not None and boot >= run.trust.until and run.pid is not None:
-            run.ended_by = min(boot, exitstamp.ended_by(run.pid, boot_now) or boot)
-
     def root_exited(self, run: Run) -> None:
-        ended_at = time.time() - ((run.reaped_at or 0.0) - (run.ended_by or 0.0))
-        self.judge_late_end(run)
+        ended_at = time.time()
+        self.note_late_end(run)
         self.roots.pop(run.pid or 0, None)
         run.end = procident.stamp_now()
         for timer in (run.timeout, run.trust_check):
             if timer is not None:
                 timer.cancel()
         ending = run.proc.ending if run.proc else None
-        if ending is None and run.proc is not None and (run.proc.returncode != 0 or run.killed_by == "fence"):
+        if ending is None and run.proc is not None and run.proc.returncode != 0:
             # A failed attempt may be retried: nothing of it may run beside
             # the retry. (A job that succeeded may leave a server running.)
             ending = run.proc.end_leftovers_soon(run.kill_grace_s)
@@ -256,27 +249,19 @@ class RunTable(HeldRuns):
         jp.log.note(f"{reason}: ending the process tree")
         jp.end_tree_soon(grace_s, reason).add_done_callback(_log_failure)
 
-    def judge_late_end(self, run: Run) -> None:
-        """An exit reaped after the run's trust deadline (the keeper was
-        stopped or stalled) is its outcome only if the kernel places the end
-        before the deadline, or the deadline lapsed only because the machine
-        slept (as for a frozen run); else it is fenced, as it would have
-        been had the keeper been on time. The history says which."""
-        t, jp = run.trust, run.proc
-        if t is None or jp is None or run.killed_by is not None or (run.reaped_at or 0.0) < t.until:
+    def note_late_end(self, run: Run) -> None:
+        """An exit reaped by a check that ran late (the keeper was stopped or
+        stalled, reap_exited) is its run's outcome all the same, whenever it
+        happened: a process that has ended overlaps nothing, and whether its
+        outcome may still be recorded is the queue's to say (the daemon's
+        complete() is refused if the lease moved meanwhile). The history
+        says how it was seen."""
+        late = self._reaping_late
+        if late is None or run.killed_by is not None:
             return
-        late = secs(run.reaped_at - (run.ended_by or 0.0))  # type: ignore[operator]
-        if (run.ended_by or t.until) < t.until:
-            run.note = (f"it ended while the keeper was stopped or stalled (seen {late} late); "
-                        "the kernel places its end before its trust deadline")
-        elif trust_verdict(t, run.term_lead_s, clocks_now()) == "freeze":
-            run.note = "it ended after the machine slept past its trust deadline, before the keeper froze it"
-        else:
-            run.killed_by = "fence"
-            jp.kill_reason = (f"fenced: its process ended ({jp.outcome()[1]}) while the keeper was stopped or "
-                              f"stalled, seen {secs(run.reaped_at - t.until)} after its trust deadline, "  # type: ignore[operator]
-                              "and nothing shows it ended before it")
-            log.info("run %s (pid %s): %s", run.key, run.pid, jp.kill_reason)
+        past = run.trust is not None and (clocks_now().total or 0.0) >= run.trust.until
+        run.note = (f"it ended while the keeper was stopped or stalled (seen {secs(late)} late"
+                    + (", after its trust deadline)" if past else ")"))
 
     def claimer(self, key: str) -> Callable[[int, float | None], bool]:
         """Does an orphan of ours with no readable token belong to run ``key``?
@@ -304,20 +289,36 @@ class RunTable(HeldRuns):
         run.trust = Trust(until, now.total, now.awake)  # type: ignore[arg-type]
         if run.trust_check is not None:
             run.trust_check.cancel()
-        run.trust_check = asyncio.get_running_loop().call_later(
-            max(0.0, until - run.term_lead_s - now.total), self.check_trust)  # type: ignore[operator]
+        loop = asyncio.get_running_loop()
+        due = loop.time() + max(0.0, until - run.term_lead_s - now.total)  # type: ignore[operator]
+        run.trust_check = loop.call_at(due, self.check_due, due)
         if run.state == "frozen" and run.proc is not None:
             log.info("run %s: trusted again; thawing its process tree", run.key)
             run.proc.thaw()
             run.state = "running"
 
-    def check_trust(self) -> None:
-        """Act on lapsed trust deadlines, after reaping what has exited: a
-        keeper stopped past a deadline learns of an exit and of the deadline
-        at once, and the exit comes first (judge_late_end)."""
-        for run in list(self.runs.values()):
-            if run.state == "running" and run.proc is not None:
-                run.proc.poll()
+    def check_due(self, due: float) -> None:
+        """A timer's check, due at ``due`` on the loop's clock (monotonic:
+        it runs while this process is stopped, not while the machine sleeps)."""
+        self.check_trust(asyncio.get_running_loop().time() - due)
+
+    def check_trust(self, late_s: float = 0.0, *, read: bool = False) -> None:
+        """Act on lapsed trust deadlines, after reaping what has exited (an
+        exit is an outcome, whenever it happened: note_late_end). A check
+        ``late_s`` past its time by more than STALL_S (the keeper was stopped
+        or stalled) acts only after what the daemon sent meanwhile (renewals
+        waiting in the socket) has been read: once, one timer and one more
+        pass of the loop later (``read``: that check, which never waits)."""
+        self.reap_exited(late_s)
+        if not read and self._read_first is not None:
+            return  # a check after reading is due: it decides
+        if not read and late_s > STALL_S:
+            # Input that waits is read by the first pass (its callbacks before
+            # due timers); what it wakes runs in the next: call_soon's.
+            loop = asyncio.get_running_loop()
+            self._read_first = loop.call_later(0.0, loop.call_soon, self._after_reading)
+            log.info("the keeper ran %s late (stopped or stalled): reading what waits before any fence", secs(late_s))
+            return
         now = clocks_now()
         for run in list(self.runs.values()):
             if run.state == "pending" and (lapsed := self.lapsed(run, now)) is not None:
@@ -338,6 +339,22 @@ class RunTable(HeldRuns):
                 self.kill(run, f"fenced: no lease renewal for {secs(quiet)}",
                           max(0.0, run.trust.until - now.total), "fence")  # type: ignore[operator]
 
+    def _after_reading(self) -> None:
+        self._read_first = None
+        self.check_trust(read=True)
+
+    def reap_exited(self, late_s: float) -> None:
+        """Reap every run's process that has exited (a keeper stopped past a
+        deadline learns of an exit and of the deadline at once: the exit
+        comes first); ``late_s`` past STALL_S, each says it was seen late."""
+        self._reaping_late = late_s if late_s > STALL_S else None
+        try:
+            for run in list(self.runs.values()):
+                if run.state == "running" and run.proc is not None:
+                    run.proc.poll()
+        finally:
+            self._reaping_late = None
+
     def tick_soon(self) -> None:
         if self._tick is None:
             self._tick = asyncio.get_running_loop().call_later(self.check_s, self.tick)
@@ -346,10 +363,11 @@ class RunTable(HeldRuns):
         """While runs live: remember their trees (a grandchild whose parent
         exits leaves the tree) and check trust (the timers use awake time;
         after a resume only this and the timerfd see the boot clock's jump)."""
+        late = asyncio.get_running_loop().time() - self._tick.when() if self._tick is not None else 0.0
         self._tick = None
         live = [r for r in self.runs.values() if r.state == "running" and r.proc and r.proc.tree]
         procident.remember_all(r.proc.tree for r in live)  # type: ignore[union-attr,misc]
-        self.check_trust()
+        self.check_trust(late)
         if any(r.state != "exited" for r in self.runs.values()):
             self.tick_soon()
         starts = [r.begin for r in self.runs.values() if r.state not in ("exited", "pending")]

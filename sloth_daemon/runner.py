@@ -87,9 +87,7 @@ class JobProcess:
     """One running attempt. Callbacks run on the event loop thread.
 
     ``claim_orphan(pid, start)`` (a subreaper's): does an orphan of ours
-    with no readable token belong to this run? See procident.ProcessTree.
-    ``before_reap(self)``: called once it has exited, before it is reaped
-    (while the kernel still keeps what it knows of it: exitstamp.py)."""
+    with no readable token belong to this run? See procident.ProcessTree."""
 
     def __init__(
         self,
@@ -101,11 +99,10 @@ class JobProcess:
         on_output: Callable[[bytes], None],
         on_exit: Callable[["JobProcess"], None],
         claim_orphan: Callable[[int, float | None], bool] | None = None,
-        before_reap: Callable[["JobProcess"], None] | None = None,
     ) -> None:
         self.argv, self.cwd, self.env, self.log = argv, cwd, env, log
         self.on_output, self.on_exit = on_output, on_exit
-        self.claim_orphan, self.before_reap = claim_orphan, before_reap
+        self.claim_orphan = claim_orphan
         self.proc: subprocess.Popen[bytes] | None = None
         self.tree: procident.ProcessTree | None = None
         self.returncode: int | None = None
@@ -211,8 +208,6 @@ class JobProcess:
         if self.returncode is not None:
             return True
         assert self.proc is not None
-        if self.before_reap is not None and self._waitable():
-            self.before_reap(self)
         code = self.proc.poll()
         if code is None:
             return False
@@ -230,13 +225,6 @@ class JobProcess:
             self.done.set()
             self.on_exit(self)
         return True
-
-    def _waitable(self) -> bool:
-        """Exited and not yet reaped (a peek: WNOWAIT leaves it a zombie)."""
-        try:
-            return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-        except ChildProcessError:
-            return False
 
     def alive(self) -> bool:
         """Running and not a zombie (a zombie is about to be reaped: not alive)."""
