@@ -250,18 +250,23 @@ class RunTable(HeldRuns):
         jp.end_tree_soon(grace_s, reason).add_done_callback(_log_failure)
 
     def note_late_end(self, run: Run) -> None:
-        """An exit reaped by a check that ran late (the keeper was stopped or
-        stalled, reap_exited) is its run's outcome all the same, whenever it
-        happened: a process that has ended overlaps nothing, and whether its
-        outcome may still be recorded is the queue's to say (the daemon's
-        complete() is refused if the lease moved meanwhile). The history
-        says how it was seen."""
-        late = self._reaping_late
-        if late is None or run.killed_by is not None:
+        """An exit seen late (the keeper was stopped or stalled: reaped by a
+        check that ran late, or past its run's SIGTERM point with no fence
+        begun) is its run's outcome all the same, whenever it happened: a
+        process that has ended overlaps nothing, and whether its outcome may
+        still be recorded is the queue's to say (the daemon's complete() is
+        refused if the lease moved meanwhile). The history says so."""
+        t, now = run.trust, clocks_now()
+        if run.killed_by is not None:
             return
-        past = run.trust is not None and (clocks_now().total or 0.0) >= run.trust.until
-        run.note = (f"it ended while the keeper was stopped or stalled (seen {secs(late)} late"
-                    + (", after its trust deadline)" if past else ")"))
+        overdue = 0.0
+        if t is not None and trust_verdict(t, run.term_lead_s, now) != "freeze":  # a sleep is no stall
+            overdue = (now.total or 0.0) - (t.until - run.term_lead_s)
+        late = max(self._reaping_late or 0.0, overdue)
+        if late > STALL_S:
+            past = t is not None and (now.total or 0.0) >= t.until
+            run.note = (f"it ended while the keeper was stopped or stalled (seen {secs(late)} late"
+                        + (", after its trust deadline)" if past else ")"))
 
     def claimer(self, key: str) -> Callable[[int, float | None], bool]:
         """Does an orphan of ours with no readable token belong to run ``key``?
