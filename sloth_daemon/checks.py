@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from .durations import MAX_DURATION_S, MAX_TIME
+from .durations import MAX_DURATION_S, MAX_TIME, format_duration
 from .errors import BadRequest, FieldError
 from .jsonlite import dumps, encode_basestring_ascii as _encode_str
 from .text import is_bytes_text, is_utf8
@@ -46,6 +46,15 @@ BOUNDS = {
     "concurrency": (1, MAX_CONCURRENCY),  # a lane's slots: [lanes], default_concurrency, `lane set -c`
     "log_cap_bytes": (1024, INT64_MAX),
 }
+# The shortest lease that can be renewed safely. It is renewed a third into
+# it; its keeper fences the job (SIGTERM) a margin and a lead before it ends
+# (runs.trust_until, runs.term_lead): at 3 s that leaves 1 s between the
+# renewal and the fence, for one refused renewal retried and a busy loop
+# (runs.RENEW_SPARE_S; tests/unit/test_keeper_logic.py checks the sum). At
+# 1 s nothing was left: every run was fenced before its renewal, run again.
+MIN_LEASE_S = 3.0
+LEASE_HINT = ("A lease is renewed a third into it, and its job is ended shortly before it runs out; "
+              "a shorter one cannot be renewed in time.")
 
 
 def fields(s: Mapping[str, Any], max_attempts: int, lease_s: float,
@@ -64,7 +73,7 @@ def fields(s: Mapping[str, Any], max_attempts: int, lease_s: float,
     return (
         command_json(s.get("command")),
         integer(s.get("max_attempts"), "max_attempts", max_attempts, lo=BOUNDS["max_attempts"][0]),
-        duration(s.get("lease_s"), "lease_s", lease_s),
+        lease(s.get("lease_s"), "lease_s", lease_s),
         number(s.get("not_before"), "not_before", None, lo=0, hi=MAX_TIME),
         integer(s.get("priority"), "priority", 0),
         text(s.get("lane"), "lane", "default", nonempty=True),
@@ -215,6 +224,15 @@ def duration(v: Any, name: str, default: _F) -> float | _F:
     if f is not None and f < 0.001:
         raise FieldError(name, f"must be at least 1ms, got {v!r}",
                          hint="Leave the option out for the default (no timeout, or the configured lease).")
+    return f
+
+
+def lease(v: Any, name: str, default: _F) -> float | _F:
+    """A lease length: a duration of at least MIN_LEASE_S; None -> default."""
+    f = duration(v, name, default)
+    if f is not None and f < MIN_LEASE_S:
+        raise FieldError(name, f"must be at least {format_duration(MIN_LEASE_S)}, got {format_duration(f)}",
+                         hint=LEASE_HINT)
     return f
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import masking
-from .checks import BOUNDS
-from .durations import parse_duration
+from .checks import BOUNDS, LEASE_HINT, MIN_LEASE_S
+from .durations import format_duration, parse_duration
 from .errors import BadRequest, ConfigError
 
 
@@ -206,6 +206,9 @@ def _coerce(path: Path, key: str, raw: Any) -> Any:
             raise ConfigError(f"{path}: {e.message}", hint=e.hint) from None
         if key in POSITIVE_DURATIONS and v <= 0:
             raise ConfigError(f"{path}: {key} must be more than 0")
+        if key == "lease_s" and v < MIN_LEASE_S:
+            raise ConfigError(f"{path}: lease_s must be at least {format_duration(MIN_LEASE_S)}, "
+                              f"got {format_duration(v)}", hint=LEASE_HINT)
         return v
     return _whole(path, key, raw, INT_BOUNDS[key])
 

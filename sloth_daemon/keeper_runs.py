@@ -31,6 +31,10 @@ from .runner import JobProcess
 
 log = logging.getLogger("sloth.keeper")
 
+# A check this far past its time: the keeper did not run meanwhile (SIGSTOP,
+# a swap storm), so the daemon's renewals may wait unread in its socket.
+STALL_S = 0.5
+
 
 # --------------------------------------------------------------------- runs
 @dataclass(frozen=True)
@@ -71,6 +75,7 @@ class Run:
     after: str | None = None  # pending: starts when the run of this key ends
     successor: str | None = None  # the run pending behind this one
     launch: Launch | None = None  # pending: how to start it
+    note: str | None = None  # for the history: how its end was known, when that is not plain
 
     def wire(self) -> dict[str, Any]:
         return {"key": self.key, "job_id": self.job_id, "attempt": self.attempt, "token": self.token,
@@ -101,6 +106,8 @@ class RunTable(HeldRuns):
         self.event, self.changed = event, changed
         self._tick: asyncio.TimerHandle | None = None
         self._ambiguous: set[int] = set()
+        self._read_first: asyncio.TimerHandle | None = None  # a stall was seen: fencing waits for input read
+        self._reaping_late: float | None = None  # reap_exited's: how late the check that reaps is
         self.envs = EnvCache()  # environments the daemon sent once (keeper_wire.EnvCache)
         self.refused: dict[str, tuple[str, str | None]] = {}  # keys lately refused (keeper_held.py)
 
@@ -186,6 +193,7 @@ class RunTable(HeldRuns):
 
     def root_exited(self, run: Run) -> None:
         ended_at = time.time()
+        self.note_late_end(run)
         self.roots.pop(run.pid or 0, None)
         run.end = procident.stamp_now()
         for timer in (run.timeout, run.trust_check):
@@ -207,7 +215,8 @@ class RunTable(HeldRuns):
         jp.log.finish()
         run.state = "exited"
         run.outcome = {"returncode": jp.returncode, "ended_at": ended_at, "reason": jp.kill_reason,
-                       "killed_by": run.killed_by, "log_problem": jp.log.problem, "log_bytes": jp.log.total}
+                       "killed_by": run.killed_by, "log_problem": jp.log.problem, "log_bytes": jp.log.total,
+                       **({"note": run.note} if run.note else {})}
         # First: it is what waits (the daemon hears of both together). Only
         # now, once a failed run's leftovers are ended too (root_exited): a
         # held run never starts beside them.
@@ -225,18 +234,39 @@ class RunTable(HeldRuns):
 
     def kill(self, run: Run, reason: str, grace_s: float, by: str) -> None:
         """Begin ending a run's whole tree (idempotent; the first reason
-        stays); a pending run is dropped unstarted at once."""
+        stays); a pending run is dropped unstarted at once. One that has
+        exited is reaped first: its end is what happened (a keeper stopped
+        past a timeout or a deadline learns of both at once)."""
         if run.state == "pending":
             self.end_unstarted(run, reason, by)
             return
         jp = run.proc
-        if run.state == "exited" or jp is None or jp.ending is not None or jp.returncode is not None:
+        if run.state == "exited" or jp is None or jp.ending is not None or jp.poll():
             return
         run.killed_by = by
         run.state = "running"  # if frozen: end_tree continues it, to act on SIGTERM
         log.info("run %s (pid %s): %s; ending its process tree", run.key, run.pid, reason)
         jp.log.note(f"{reason}: ending the process tree")
         jp.end_tree_soon(grace_s, reason).add_done_callback(_log_failure)
+
+    def note_late_end(self, run: Run) -> None:
+        """An exit seen late (the keeper was stopped or stalled: reaped by a
+        check that ran late, or past its run's SIGTERM point with no fence
+        begun) is its run's outcome all the same, whenever it happened: a
+        process that has ended overlaps nothing, and whether its outcome may
+        still be recorded is the queue's to say (the daemon's complete() is
+        refused if the lease moved meanwhile). The history says so."""
+        t, now = run.trust, clocks_now()
+        if run.killed_by is not None:
+            return
+        overdue = 0.0
+        if t is not None and trust_verdict(t, run.term_lead_s, now) != "freeze":  # a sleep is no stall
+            overdue = (now.total or 0.0) - (t.until - run.term_lead_s)
+        late = max(self._reaping_late or 0.0, overdue)
+        if late > STALL_S:
+            past = t is not None and (now.total or 0.0) >= t.until
+            run.note = (f"it ended while the keeper was stopped or stalled (seen {secs(late)} late"
+                        + (", after its trust deadline)" if past else ")"))
 
     def claimer(self, key: str) -> Callable[[int, float | None], bool]:
         """Does an orphan of ours with no readable token belong to run ``key``?
@@ -264,14 +294,36 @@ class RunTable(HeldRuns):
         run.trust = Trust(until, now.total, now.awake)  # type: ignore[arg-type]
         if run.trust_check is not None:
             run.trust_check.cancel()
-        run.trust_check = asyncio.get_running_loop().call_later(
-            max(0.0, until - run.term_lead_s - now.total), self.check_trust)  # type: ignore[operator]
+        loop = asyncio.get_running_loop()
+        due = loop.time() + max(0.0, until - run.term_lead_s - now.total)  # type: ignore[operator]
+        run.trust_check = loop.call_at(due, self.check_due, due)
         if run.state == "frozen" and run.proc is not None:
             log.info("run %s: trusted again; thawing its process tree", run.key)
             run.proc.thaw()
             run.state = "running"
 
-    def check_trust(self) -> None:
+    def check_due(self, due: float) -> None:
+        """A timer's check, due at ``due`` on the loop's clock (monotonic:
+        it runs while this process is stopped, not while the machine sleeps)."""
+        self.check_trust(asyncio.get_running_loop().time() - due)
+
+    def check_trust(self, late_s: float = 0.0, *, read: bool = False) -> None:
+        """Act on lapsed trust deadlines, after reaping what has exited (an
+        exit is an outcome, whenever it happened: note_late_end). A check
+        ``late_s`` past its time by more than STALL_S (the keeper was stopped
+        or stalled) acts only after what the daemon sent meanwhile (renewals
+        waiting in the socket) has been read: once, one timer and one more
+        pass of the loop later (``read``: that check, which never waits)."""
+        self.reap_exited(late_s)
+        if not read and self._read_first is not None:
+            return  # a check after reading is due: it decides
+        if not read and late_s > STALL_S:
+            # Input that waits is read by the first pass (its callbacks before
+            # due timers); what it wakes runs in the next: call_soon's.
+            loop = asyncio.get_running_loop()
+            self._read_first = loop.call_later(0.0, loop.call_soon, self._after_reading)
+            log.info("the keeper ran %s late (stopped or stalled): reading what waits before any fence", secs(late_s))
+            return
         now = clocks_now()
         for run in list(self.runs.values()):
             if run.state == "pending" and (lapsed := self.lapsed(run, now)) is not None:
@@ -292,6 +344,22 @@ class RunTable(HeldRuns):
                 self.kill(run, f"fenced: no lease renewal for {secs(quiet)}",
                           max(0.0, run.trust.until - now.total), "fence")  # type: ignore[operator]
 
+    def _after_reading(self) -> None:
+        self._read_first = None
+        self.check_trust(read=True)
+
+    def reap_exited(self, late_s: float) -> None:
+        """Reap every run's process that has exited (a keeper stopped past a
+        deadline learns of an exit and of the deadline at once: the exit
+        comes first); ``late_s`` past STALL_S, each says it was seen late."""
+        self._reaping_late = late_s if late_s > STALL_S else None
+        try:
+            for run in list(self.runs.values()):
+                if run.state == "running" and run.proc is not None:
+                    run.proc.poll()
+        finally:
+            self._reaping_late = None
+
     def tick_soon(self) -> None:
         if self._tick is None:
             self._tick = asyncio.get_running_loop().call_later(self.check_s, self.tick)
@@ -300,10 +368,11 @@ class RunTable(HeldRuns):
         """While runs live: remember their trees (a grandchild whose parent
         exits leaves the tree) and check trust (the timers use awake time;
         after a resume only this and the timerfd see the boot clock's jump)."""
+        late = asyncio.get_running_loop().time() - self._tick.when() if self._tick is not None else 0.0
         self._tick = None
         live = [r for r in self.runs.values() if r.state == "running" and r.proc and r.proc.tree]
         procident.remember_all(r.proc.tree for r in live)  # type: ignore[union-attr,misc]
-        self.check_trust()
+        self.check_trust(late)
         if any(r.state != "exited" for r in self.runs.values()):
             self.tick_soon()
         starts = [r.begin for r in self.runs.values() if r.state not in ("exited", "pending")]

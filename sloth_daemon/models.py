@@ -80,7 +80,7 @@ class Job:
     exit_code: int | None = None
     finished_at: float | None = None
     tries: int = 0  # runs that count against max_attempts (attempts counts every run)
-    refunds: int = 0  # crashes of sloth forgiven since the last retry
+    refunds: int = 0  # crashes of sloth and fences forgiven since the last retry (bounded)
     after: list[int] = field(default_factory=list)  # runs once these are done ...
     after_any: list[int] = field(default_factory=list)  # ... and these have ended at all
     retry_exit: list[int] | None = None  # only these exit codes are retried (None: any)

@@ -212,8 +212,9 @@ def _attempts(job: dict[str, Any]) -> str:
     runs, tries = job["attempts"], job.get("tries", job["attempts"])
     text = f"{tries}/{job['max_attempts']}"
     if runs != tries:
-        text += f" ({runs} runs; an interruption or a crash of sloth does not count"
+        text += f" ({runs} runs; an interruption, a fence or a crash of sloth does not count"
         if job.get("refunds"):
-            text += f", {job['refunds']} crash{'es' if job['refunds'] != 1 else ''} forgiven"
+            n, es = job["refunds"], "es" if job["refunds"] != 1 else ""
+            text += f", {n} crash{es} or fence{es[1:]} forgiven"
         text += ")"
     return text

@@ -5,6 +5,7 @@ write that failed."""
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 from dataclasses import dataclass
@@ -22,6 +23,9 @@ FENCE_MARGIN_MIN_S = 0.5
 FENCE_MARGIN_SHARE = 0.05
 SETTLE_BACKOFF_S = (0.5, 1, 2, 5, 10, 30)  # retrying a result the database would not take
 RENEW_RETRY_S = 0.5  # after a renewal the database did not take (the keeper fences if that lasts)
+# What the shortest lease (checks.MIN_LEASE_S) leaves between its renewal and
+# its fence: a refused renewal retried once, and as long again for a busy loop.
+RENEW_SPARE_S = 2 * RENEW_RETRY_S
 
 
 def this_host() -> str:
@@ -62,6 +66,13 @@ def renew_in(run: "Run", r: ClockReadings, *, wall_too: bool) -> float:
     if wall_too:
         due = min(due, (run.job.lease_until or 0.0) - run.job.lease_s * 2 / 3 - r.wall)
     return due
+
+
+def renewal_spare(lease_s: float, kill_grace_s: float = math.inf) -> float:
+    """Seconds from a lease's renewal (a third into it) to its fence (the
+    SIGTERM a lead before its trust deadline), by one clock."""
+    fence = lease_s - max(FENCE_MARGIN_MIN_S, FENCE_MARGIN_SHARE * lease_s) - term_lead(lease_s, kill_grace_s)
+    return fence - lease_s / 3
 
 
 def ran_here(runner: dict[str, Any] | None, host: str) -> dict[str, Any] | None:

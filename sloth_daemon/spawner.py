@@ -60,6 +60,7 @@ class Outcome:
     spawn_retry: bool | None = None  # it never started: whether trying again could help
     postpone_s: float | None = None  # it never started for want of resources: wait this long, not counted
     started: bool = True  # False: held behind another run, it was dropped before it started
+    note: str | None = None  # how its end was known, when that is not plain (seen late: keeper_runs.py)
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> "Outcome":
@@ -69,7 +70,8 @@ class Outcome:
                    d.get("reason") or None, d.get("log_problem") or None,
                    d.get("ended_at") if isinstance(d.get("ended_at"), (int, float)) else None,
                    d.get("killed_by") or None, spawn_retry=None if failed is None else bool(failed.get("retry")),
-                   started=d.get("started") is not False)
+                   started=d.get("started") is not False,
+                   note=d.get("note") if isinstance(d.get("note"), str) and d.get("note") else None)
 
     @property
     def not_the_jobs_doing(self) -> bool:
@@ -92,7 +94,8 @@ class Outcome:
             ok, msg = False, f"killed by {name}"
         else:
             ok, msg = False, f"exit {code}"
-        return ok, msg + (f"; {self.log_problem}" if self.log_problem else "")
+        extra = [x for x in (self.log_problem, self.note) if x]
+        return ok, "; ".join([msg, *extra])
 
 
 class RunSink(Protocol):

@@ -39,7 +39,7 @@ them end by themselves, sometimes the daemon with it (``keeperstop``).
 Replace config.toml by a FIFO, a link to /dev/zero, garbage or a huge
 number and `sloth daemon reload` (``config``). Ask for a lease too short
 to be renewed, at `add` and in config (``leasefloor``: counted; an error
-only with --require-lease-floor). Every client call has a timeout: a hang
+unless --no-lease-floor). Every client call has a timeout: a hang
 is a reported failure, never a stuck soak. Clients retry through the
 outages; after an ambiguous failure (the request may have been applied
 before the daemon died) they look the key up before adding again, so a
@@ -146,7 +146,7 @@ class SoakConfig:
     keeper_stop_s: tuple[float, float] = (4.5, 8.0)  # a SIGSTOPped keeper: well past its runs' 3 s leases
     short_leases: tuple[float, ...] = (3.0, 4.0)  # the "short" kind's own: the shortest accepted (20.4's floor)
     too_short_lease_s: float = 1.0  # a lease that cannot be renewed safely (issue 20.4)
-    require_lease_floor: bool = False  # a too-short lease accepted is an error, not just counted
+    require_lease_floor: bool = True  # a too-short lease accepted is an error, not just counted
     max_attempts: int = 30  # for the kinds that must end done: room for the chaos
     lanes: dict[str, int] = field(default_factory=lambda: {"default": 4, "slow": 6, "burst": 3, "single": 1})
     keep_home: bool = False
@@ -1341,8 +1341,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settle", type=float, help="bound on the wait for all jobs after the chaos")
     ap.add_argument("--keep", action="store_true", help="keep the temporary SLOTH_HOME")
     ap.add_argument("--faults", help=f"comma-separated chaos kinds to throw (default all: {','.join(CHAOS)})")
-    ap.add_argument("--require-lease-floor", action="store_true",
-                    help="a too-short lease accepted is a violation (once the lease floor is in)")
+    ap.add_argument("--no-lease-floor", dest="require_lease_floor", action="store_false",
+                    help="count a too-short lease accepted instead of failing (a sloth before the floor)")
     a = ap.parse_args(argv)
     kw: dict[str, Any] = {"seed": a.seed, "keep_home": a.keep, "require_lease_floor": a.require_lease_floor}
     if a.faults:

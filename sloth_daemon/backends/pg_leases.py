@@ -19,7 +19,7 @@ from ..models import Job, JobState
 from ..spec import number
 from .pg_reads import check_id
 from .pgdb import Connection, Cursor, Row, finite, one, storable_text
-from .sqlite_leases import MAX_CRASH_REFUNDS
+from .sqlite_leases import MAX_CRASH_REFUNDS, may_refund
 
 T = TypeVar("T")
 
@@ -102,7 +102,7 @@ class PgLeases:
         Raises LeaseLost."""
         def tx(c: Cursor) -> Job:
             row = self._held(c, job_id, token)
-            give = refund and row["refunds"] < MAX_CRASH_REFUNDS and row["tries"] > 0
+            give = refund and may_refund(row)
             out = one(c.execute(SQL_ABANDON, (int(give), int(give), job_id)))
             self._event(c, job_id, "abandoned", row["attempts"], message + _refund_note(refund, give, row))
             return self._job(out, c)

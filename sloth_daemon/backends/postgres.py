@@ -63,6 +63,7 @@ from .pg_enqueue import SQL_ACTIVE_KEY, PgEnqueue
 from .pg_hosts import PgHosts
 from .pg_logs import PgLogs
 from .pg_leases import PgLeases, WaitedOn, holds, not_held
+from .sqlite_leases import may_refund, refund_note
 from .pg_reads import PgReads
 from .pgdb import Cursor, Row, finite, one, storable_text
 from .sqlite import DEFAULT_BACKOFF_CAP_S, DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS
@@ -80,8 +81,8 @@ SQL_BACK_OFF = ("UPDATE sloth.jobs SET state = 'queued', not_before = sloth.now(
                 " token = NULL, lease_until = NULL, message = %s, exit_code = %s,"
                 " updated_at = sloth.now() WHERE id = %s RETURNING *")
 SQL_RELEASE = ("UPDATE sloth.jobs SET state = 'queued', not_before = sloth.now() + %s, token = NULL,"
-               " lease_until = NULL, tries = greatest(tries - 1, 0), updated_at = sloth.now()"
-               " WHERE id = %s RETURNING *")
+               " lease_until = NULL, tries = greatest(tries - 1, 0), refunds = refunds + %s,"
+               " updated_at = sloth.now() WHERE id = %s RETURNING *")
 SQL_REQUEUE = ("UPDATE sloth.jobs SET state = %s, tries = 0, refunds = 0, not_before = sloth.now(),"
                " token = NULL, lease_until = NULL, finished_at = NULL, updated_at = sloth.now()"
                " WHERE id = %s RETURNING *")
@@ -251,21 +252,28 @@ class PgQueue(PgClaim, PgLeases, PgBatch, PgEnqueue, PgReads, PgHosts, PgLogs):
 
         def tx(c: Cursor) -> Job:
             row = self._begin_end(c, job_id, token, runner, durable)
-            if retry and row["tries"] < row["max_attempts"]:
-                return self._back_off(c, row, message, exit_code, at)
-            why = "no attempts left" if retry else "not retried"
-            return self._finish(c, job_id, JobState.FAILED, row["attempts"], "failed",
-                                _join(message, why), exit_code=exit_code, stored_message=message, at=at)
+            return self._fail_row(c, row, message, retry, exit_code, at)
 
         return self._write(tx, "failing a job")
 
-    def _back_off(self, c: Cursor, row: Row, message: str, exit_code: int | None, at: float | None) -> Job:
+    def _fail_row(self, c: Cursor, row: Row, message: str, retry: bool, exit_code: int | None,
+                  at: float | None, kind: str = "failed") -> Job:
+        """A try that counts ended: backed off while tries remain (and
+        ``retry``, the event ``kind``), else failed."""
+        if retry and row["tries"] < row["max_attempts"]:
+            return self._back_off(c, row, message, exit_code, at, kind)
+        why = "no attempts left" if retry else "not retried"
+        return self._finish(c, row["id"], JobState.FAILED, row["attempts"], "failed",
+                            _join(message, why), exit_code=exit_code, stored_message=message, at=at)
+
+    def _back_off(self, c: Cursor, row: Row, message: str, exit_code: int | None, at: float | None,
+                  kind: str = "failed") -> Job:
         """A failed try with tries left: queued again after a delay that
         doubles with each try, up to backoff_cap_s."""
         tries = row["tries"]
         delay = min(2.0 ** min(tries, 1000), self.backoff_cap_s)  # 2.0**1024 overflows
         out = one(c.execute(SQL_BACK_OFF, (delay, storable_text(message), exit_code, row["id"])))
-        self._event(c, row["id"], "failed", row["attempts"],
+        self._event(c, row["id"], kind, row["attempts"],
                     _join(message, f"retry {tries + 1}/{row['max_attempts']} in {delay:g}s"), at)
         return self._job(out, c)
 
@@ -274,14 +282,18 @@ class PgQueue(PgClaim, PgLeases, PgBatch, PgEnqueue, PgReads, PgHosts, PgLogs):
                 durable: bool = True) -> Job:
         """running -> queued, due in ``delay_s``, the try given back (event
         ``kind``: ``interrupted``, ``fenced`` or ``postponed``, as
-        SqliteQueue.release). ``runner``, ``durable``: as for complete.
-        Raises LeaseLost."""
+        SqliteQueue.release: a fence is forgiven MAX_CRASH_REFUNDS times).
+        ``runner``, ``durable``: as for complete. Raises LeaseLost."""
         delay = number(delay_s, "delay_s", 0.0, lo=0)
 
         def tx(c: Cursor) -> Job:
             row = self._begin_end(c, job_id, token, runner, durable)
-            out = one(c.execute(SQL_RELEASE, (delay, job_id)))
-            self._event(c, job_id, kind, row["attempts"], message)
+            forgiven = kind != "fenced" or may_refund(row)
+            note = refund_note(row, forgiven) if kind == "fenced" else ""
+            if not forgiven:
+                return self._fail_row(c, row, message + note, True, None, None, kind)
+            out = one(c.execute(SQL_RELEASE, (delay, int(kind == "fenced"), job_id)))
+            self._event(c, job_id, kind, row["attempts"], message + note)
             return self._job(out, c)
 
         return self._write(tx, "releasing a job")

@@ -29,7 +29,7 @@ from .. import db
 from . import sqlite_deps as deps
 from . import sqlite_pick as pick
 from .sqlite_batch import SqliteBatch
-from .sqlite_leases import SqliteLeases, past
+from .sqlite_leases import SqliteLeases, may_refund, past, refund_note
 from .sqlite_enqueue import SQL_ACTIVE_KEY, SqliteEnqueue
 from .sqlite_reads import SqliteReads
 from .sqlite_unit import SqliteUnits, WriteUnit
@@ -195,25 +195,30 @@ class SqliteQueue(SqliteUnits, SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteR
         done are cancelled, the others may be queued). ``ended_at``,
         ``runner`` and ``durable`` as for complete. Raises LeaseLost."""
         now = self.clock.now()
-        ended = past(ended_at, now)
         with self._tx(durable=durable) as c:
             row = self._held(c, job_id, token)
             self._put_runner(c, row, runner, now)
-            attempts, tries = row["attempts"], row["tries"]
-            if retry and tries < row["max_attempts"]:
-                delay = min(2.0 ** min(tries, 1000), self.backoff_cap_s)  # 2.0**1024 overflows
-                out = c.execute(
-                    "UPDATE jobs SET state = 'queued', not_before = ?, token = NULL,"
-                    " lease_until = NULL, message = ?, exit_code = ?, updated_at = ?"
-                    " WHERE id = ? RETURNING *",
-                    (now + delay, storable(message), exit_code, now, job_id),
-                ).fetchone()
-                self._event(c, job_id, ended, "failed", attempts,
-                            _join(message, f"retry {tries + 1}/{row['max_attempts']} in {delay:g}s"))
-                return self._job(out)
-            why = "no attempts left" if retry else "not retried"
-            return self._finish(c, job_id, JobState.FAILED, ended, attempts, "failed",
-                                _join(message, why), exit_code=exit_code, stored_message=message)
+            return self._fail_row(c, row, message, retry, exit_code, past(ended_at, now), now)
+
+    def _fail_row(self, c: sqlite3.Connection, row: sqlite3.Row, message: str, retry: bool,
+                  exit_code: int | None, ended: float, now: float, kind: str = "failed") -> Job:
+        """A try that counts ended: queued after a backoff while tries remain
+        (and ``retry``, the event ``kind``), else failed."""
+        job_id, attempts, tries = row["id"], row["attempts"], row["tries"]
+        if retry and tries < row["max_attempts"]:
+            delay = min(2.0 ** min(tries, 1000), self.backoff_cap_s)  # 2.0**1024 overflows
+            out = c.execute(
+                "UPDATE jobs SET state = 'queued', not_before = ?, token = NULL,"
+                " lease_until = NULL, message = ?, exit_code = ?, updated_at = ?"
+                " WHERE id = ? RETURNING *",
+                (now + delay, storable(message), exit_code, now, job_id),
+            ).fetchone()
+            self._event(c, job_id, ended, kind, attempts,
+                        _join(message, f"retry {tries + 1}/{row['max_attempts']} in {delay:g}s"))
+            return self._job(out)
+        why = "no attempts left" if retry else "not retried"
+        return self._finish(c, job_id, JobState.FAILED, ended, attempts, "failed",
+                            _join(message, why), exit_code=exit_code, stored_message=message)
 
     def release(self, job_id: int, token: str, *, message: str = "interrupted", delay_s: float = 0.0,
                 kind: str = "interrupted", runner: dict[str, Any] | None = None,
@@ -224,17 +229,25 @@ class SqliteQueue(SqliteUnits, SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteR
         could not start for the spawner's own lack of resources).
 
         The end was not the job's fault, so it does not use up its failure
-        budget. ``runner``, ``durable``: as for complete. Raises LeaseLost.
+        budget -- a fence only MAX_CRASH_REFUNDS times, as a crash of sloth
+        (abandon; one count for both), so a lease its job cannot keep cannot
+        loop: past that it counts as a failed try. ``runner``, ``durable``:
+        as for complete. Raises LeaseLost.
         """
         delay = number(delay_s, "delay_s", 0.0, lo=0)
         now = self.clock.now()
         with self._tx(durable=durable) as c:
             row = self._held(c, job_id, token)
             self._put_runner(c, row, runner, now)
+            forgiven = kind != "fenced" or may_refund(row)
+            if kind == "fenced":
+                message += refund_note(row, forgiven)
+            if not forgiven:
+                return self._fail_row(c, row, message, True, None, now, now, kind)
             out = c.execute(
                 "UPDATE jobs SET state = 'queued', not_before = ?, token = NULL, lease_until = NULL,"
-                " tries = max(tries - 1, 0), updated_at = ? WHERE id = ? RETURNING *",
-                (now + delay, now, job_id),
+                " tries = max(tries - 1, 0), refunds = refunds + ?, updated_at = ? WHERE id = ? RETURNING *",
+                (now + delay, int(kind == "fenced"), now, job_id),
             ).fetchone()
             self._event(c, job_id, now, kind, row["attempts"], message)
             return self._job(out)

@@ -180,7 +180,7 @@ class SqliteLeases:
         now = self.clock.now()
         with self._tx() as c:
             row = self._held(c, job_id, token)
-            give = refund and row["refunds"] < MAX_CRASH_REFUNDS and row["tries"] > 0
+            give = refund and may_refund(row)
             out = c.execute(
                 "UPDATE jobs SET lease_until = ?, tries = tries - ?, refunds = refunds + ?, updated_at = ?"
                 " WHERE id = ? RETURNING *",
@@ -192,6 +192,19 @@ class SqliteLeases:
             self._event(c, job_id, now, "abandoned", row["attempts"], message)
             return self._job(out)
 
+
+
+def may_refund(row: Any) -> bool:
+    """Whether a run cut short by sloth (a crash, a fence) may give its try
+    back: MAX_CRASH_REFUNDS times between user retries, one count for both."""
+    return bool(row["refunds"] < MAX_CRASH_REFUNDS and row["tries"] > 0)
+
+
+def refund_note(row: Any, given: bool) -> str:
+    """What the history says of a fence's try (given back or counted)."""
+    if given:
+        return f"; not counted as a try ({row['refunds'] + 1} of {MAX_CRASH_REFUNDS} forgiven)"
+    return f"; counted as a try ({MAX_CRASH_REFUNDS} crashes or fences already forgiven)"
 
 
 def past(t: float | None, now: float) -> float:

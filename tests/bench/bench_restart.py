@@ -19,7 +19,7 @@ from tests.support.harness import temp_harness  # noqa: E402
 
 
 def once(n: int) -> tuple[float, float]:
-    with temp_harness(f'lease_s = "2s"\nkill_grace_s = "1s"\n[lanes]\ndefault = {n}\n', prefix="slr-") as h:
+    with temp_harness(f'lease_s = "3s"\nkill_grace_s = "1s"\n[lanes]\ndefault = {n}\n', prefix="slr-") as h:
         t0 = time.monotonic()
         h.start()
         cold = time.monotonic() - t0

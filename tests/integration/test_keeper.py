@@ -287,6 +287,59 @@ def test_a_stalled_keeper_fences_rather_than_freezes(rig):
     assert [e for e in w.events if e["kind"] == "frozen"] == []
 
 
+def test_a_renewal_sent_while_the_keeper_was_stopped_is_read_before_it_fences(rig):
+    """On SIGCONT the deadline's timer and the renewal waiting in the socket
+    are due at once: the renewal is read first, the run goes on."""
+    keeper = rig.start(check_s=0.1)
+    w = rig.wire()
+    until = boot_now() + 0.8
+    pid = w.call("spawn", **rig.job("s", "sleep", "60", trust_until=until, term_lead_s=0.3))["pid"]
+    rig.extra_pids.append(pid)
+    keeper.send_signal(signal.SIGSTOP)
+    try:
+        w.send(json.dumps({"v": 1, "id": 99, "op": "trust", "args": {"items": [
+            {"key": "s", "until": boot_now() + 30}]}}).encode() + b"\n")  # on time: before the deadline
+        wait_for(lambda: boot_now() > until + 0.5, what="the deadline passed")
+    finally:
+        keeper.send_signal(signal.SIGCONT)
+    assert w.read_msg(timeout_s=10)["id"] == 99
+    time.sleep(0.5)  # what a fence would take: SIGKILL at once (past the deadline)
+    assert alive(pid) and w.hello()["runs"][0]["state"] == "running"
+
+
+def test_a_flood_sent_while_the_keeper_was_stopped_does_not_put_off_its_fence(rig):
+    """It waits for what was sent once, then fences: input that keeps coming
+    postpones nothing."""
+    keeper = rig.start(check_s=0.1)
+    w = rig.wire()
+    until = boot_now() + 0.8
+    pid = w.call("spawn", **rig.job("s", "sleep", "60", trust_until=until, term_lead_s=0.3))["pid"]
+    rig.extra_pids.append(pid)
+    ping = json.dumps({"v": 1, "id": 7, "op": "ping", "args": {}}).encode() + b"\n"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as flood:
+        flood.connect(str(rig.paths.keeper_socket))
+        flood.setblocking(False)
+
+        def pour() -> None:
+            try:
+                while True:
+                    flood.send(ping * 200)
+            except BlockingIOError:  # its socket is full: it is read from, or the keeper is stopped
+                pass
+
+        keeper.send_signal(signal.SIGSTOP)
+        try:
+            wait_for(lambda: boot_now() > until + 0.5, what="the deadline passed")
+            pour()  # waiting when it goes on, with the deadline
+        finally:
+            keeper.send_signal(signal.SIGCONT)
+        pouring_until = time.monotonic() + 5.0
+        while alive(pid) and time.monotonic() < pouring_until:
+            pour()
+    assert not alive(pid)
+    assert w.event("exited", "s")["outcome"]["killed_by"] == "fence"
+
+
 # ------------------------------------------------------------------------ kill
 def test_kill_sends_term_then_kill_after_the_grace_and_is_idempotent(rig):
     rig.start()

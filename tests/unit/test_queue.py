@@ -898,6 +898,37 @@ def test_a_crash_of_sloth_is_forgiven_a_bounded_number_of_times(make_queue, cloc
     assert (q.get(jid).tries, q.get(jid).refunds) == (0, 0)  # a user retry forgives again
 
 
+def test_a_fence_is_forgiven_as_a_crash_is_and_shares_its_bound(make_queue, clock):
+    """A fenced run gives its try back only while crashes and fences
+    forgiven stay under MAX_CRASH_REFUNDS; past it the fence counts (with a
+    backoff) and the last try fails the job. Interruptions stay free."""
+    from sloth_daemon.backends.sqlite_leases import MAX_CRASH_REFUNDS
+
+    q = make_queue(max_attempts=2, backoff_cap_s=300)
+    jid = q.enqueue(["x"])
+    job = q.claim("w")
+    q.abandon(jid, job.token, message="daemon crashed", refund=True)  # one crash forgiven
+    clock.advance(1)
+    for n in range(2, MAX_CRASH_REFUNDS + 1):
+        job = q.claim("w")
+        out = q.release(jid, job.token, message="fenced: no lease renewal for 3s", kind="fenced")
+        assert (out.state, out.tries, out.refunds) == (JobState.QUEUED, 0, n)
+        assert q.events(jid)[-1].message.endswith(f"not counted as a try ({n} of {MAX_CRASH_REFUNDS} forgiven)")
+    job = q.claim("w")
+    out = q.release(jid, job.token, message="interrupted: daemon stopping")  # not bounded
+    assert (out.tries, out.refunds) == (0, MAX_CRASH_REFUNDS)
+    job = q.claim("w")
+    out = q.release(jid, job.token, message="fenced: no lease renewal for 3s", kind="fenced")
+    assert (out.state, out.tries, out.refunds, out.not_before) == (JobState.QUEUED, 1, MAX_CRASH_REFUNDS, clock.now() + 2)
+    ev = q.events(jid)[-1]
+    assert ev.kind == "fenced" and "counted as a try" in ev.message and "retry 2/2 in 2s" in ev.message
+    clock.advance(2)
+    job = q.claim("w")
+    out = q.release(jid, job.token, message="fenced: no lease renewal for 3s", kind="fenced")
+    assert (out.state, out.tries) == (JobState.FAILED, 2)
+    assert q.events(jid)[-1].message.endswith("no attempts left")
+
+
 def test_an_abandoned_lease_without_refund_counts_as_a_try(make_queue, clock):
     q = make_queue(max_attempts=2)
     jid = q.enqueue(["x"])

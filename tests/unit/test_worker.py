@@ -480,6 +480,35 @@ def test_a_fenced_run_is_given_back_not_failed(env):
     assert [e.kind for e in q.events(a)][-1] == "fenced"
 
 
+def test_fence_refunds_are_bounded_like_crash_refunds_so_a_lease_too_short_cannot_loop(env, clocks):
+    """Every run fenced (a lease its job cannot keep): the first
+    MAX_CRASH_REFUNDS fences give their try back, later ones count, with a
+    backoff, until the job fails -- instead of running again without end."""
+    from sloth_daemon.backends.sqlite_leases import MAX_CRASH_REFUNDS
+
+    w, q, sp = env(max_attempts=2, backoff_cap_s=60.0)
+    a = q.enqueue(["a"])
+    kinds = []
+    for run in range(1, 20):
+        w.turn()
+        if q.get(a).state != "running":
+            break
+        sp.start(a)
+        sp.sinks[sp.key_of(a)].exited(Outcome(-15, "fenced: no lease renewal for 3s", killed_by="fence"))
+        w.turn()
+        kinds.append(q.events(a)[-1].kind)
+        clocks.advance(120)  # past any backoff
+    job = q.get(a)
+    assert (job.state, job.attempts, job.tries, job.refunds) == ("failed", MAX_CRASH_REFUNDS + 2, 2, MAX_CRASH_REFUNDS)
+    assert kinds == ["fenced"] * (MAX_CRASH_REFUNDS + 1) + ["failed"]
+    messages = [e.message for e in q.events(a) if e.kind in ("fenced", "failed")]
+    assert f"not counted as a try (1 of {MAX_CRASH_REFUNDS} forgiven)" in messages[0]
+    assert "counted as a try (3 crashes or fences already forgiven); retry 2/2 in 2s" in messages[-2]
+    assert messages[-1].endswith("no attempts left")
+    q.retry(a)
+    assert (q.get(a).tries, q.get(a).refunds) == (0, 0)  # a user retry forgives again
+
+
 def test_an_outcome_the_database_refuses_is_kept_and_retried_never_rerun(env, clocks, monkeypatch):
     from sloth_daemon.errors import StorageError
 
