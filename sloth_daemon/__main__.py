@@ -1,3 +1,3 @@
-from .cli import main
+from sloth_daemon.cli import main
 
 main()

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import math
 
-from .durations import MAX_DURATION_S, MAX_TIME, format_duration
-from .errors import BadRequest, FieldError
-from .jsonlite import dumps, encode_basestring_ascii as _encode_str
-from .text import is_bytes_text, is_utf8
+from sloth_daemon.durations import MAX_DURATION_S, MAX_TIME, format_duration
+from sloth_daemon.errors import BadRequest, FieldError
+from sloth_daemon.jsonlite import dumps, encode_basestring_ascii as _encode_str
+from sloth_daemon.text import is_bytes_text, is_utf8
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

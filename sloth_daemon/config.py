@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import masking
-from .checks import BOUNDS, LEASE_HINT, MIN_LEASE_S
-from .durations import format_duration, parse_duration
-from .errors import BadRequest, ConfigError
+from sloth_daemon.text import mask, remember
+from sloth_daemon.checks import BOUNDS, LEASE_HINT, MIN_LEASE_S
+from sloth_daemon.durations import format_duration, parse_duration
+from sloth_daemon.errors import BadRequest, ConfigError
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,8 @@ CONFIG_MAX_BYTES = 1 << 20  # a config is a few hundred bytes; a link to /dev/ze
 def load(path: Path) -> Settings:
     """Read ``path`` if it exists (a link to a regular file is followed: a
     dotfiles repository's). Raises ConfigError naming the file and key, or
-    what else than a regular file is there (safefile.py: never blocks)."""
-    from .safefile import NotRegular, read_file
+    what else than a regular file is there (paths.py: never blocks)."""
+    from sloth_daemon.paths import NotRegular, read_file
 
     if sys.version_info >= (3, 11):
         import tomllib
@@ -171,7 +171,7 @@ def _coerce_telling(path: Path, key: str, raw: Any) -> Any:
 
 def _coerce_machine(path: Path, key: str, raw: Any) -> Any:
     """queue_url, host, tags and listen."""
-    from .spec import host_name
+    from sloth_daemon.spec import host_name
 
     if key == "listen":
         if not isinstance(raw, bool):
@@ -179,7 +179,7 @@ def _coerce_machine(path: Path, key: str, raw: Any) -> Any:
         return raw
     if key == "queue_url":
         if isinstance(raw, str):
-            masking.remember(raw)  # before any message can quote it
+            remember(raw)  # before any message can quote it
         if not isinstance(raw, str) or raw and not raw.lower().startswith(URL_SCHEMES):
             raise ConfigError(f"{path}: queue_url must be a postgresql:// URL (or \"\"), got {_public(key, raw)!r}",
                               hint='e.g. queue_url = "postgresql://me@db.lan/sloth"; leave it out for the local file.')
@@ -237,11 +237,11 @@ def queue_target(settings: Settings, data_db: Path, environ: Mapping[str, str] |
 
     env = os.environ if environ is None else environ
     url = env.get(QUEUE_URL_ENV, "") or settings.queue_url
-    masking.remember(url)  # every message of this process masks its password from now on
+    remember(url)  # every message of this process masks its password from now on
     if url and not url.lower().startswith(URL_SCHEMES):
         raise ConfigError(f"{QUEUE_URL_ENV} must be a postgresql:// URL, got {_public('queue_url', url)!r}")
     if url:
-        from .backends import require_psycopg
+        from sloth_daemon.backends import require_psycopg
 
         require_psycopg()
     return url or data_db
@@ -251,7 +251,7 @@ def _public(key: str, v: Any) -> Any:
     """A setting as shown: a URL's password masked."""
     if key != "queue_url" or not isinstance(v, str):
         return v
-    return masking.mask(v)
+    return mask(v)
 
 
 def _shown(v: Any) -> str:

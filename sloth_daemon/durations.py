@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 
-from .errors import BadRequest
+from sloth_daemon.errors import BadRequest
 
 # Every duration and time that enters the queue is bounded: past these a
 # value means nothing to a person, and time.localtime()/datetime cannot show

@@ -9,8 +9,8 @@ client rebuilds the same type from the wire (:func:`from_dict`).
 from __future__ import annotations
 
 import errno as _errno
-from .masking import mask
-from .text import shell_command, storable
+from sloth_daemon.text import mask
+from sloth_daemon.text import shell_command, storable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # not at run time: `sloth add` pays for every import
@@ -44,7 +44,7 @@ class SlothError(Exception):
     def __init__(self, message: str, hint: str | None = None) -> None:
         # Messages quote paths and commands, whose bytes need not be UTF-8,
         # and a driver's errors, which may quote a password: made storable
-        # and masked (masking.py) here, once, so no error can fail to be
+        # and masked (text.py) here, once, so no error can fail to be
         # printed or sent, nor carry a secret wherever it goes.
         message = mask(storable(message))
         super().__init__(message)

@@ -2,17 +2,73 @@
 
 Platform dirs by default (platformdirs); ``SLOTH_HOME`` overrides every
 location at once, for tests and for "a second queue in a second folder".
+
+The user's own files: folders and files that are the user's own and nobody else's.
+
+Every sloth folder (data, logs, logs/jobs, the runtime folder, config) is
+created 0700 and checked each time the daemon starts: it must be a folder
+(not a symbolic link to one), owned by the daemon's uid, and not writable by
+group or others (someone else could have put a link or a file of theirs in
+it). A folder of ours that others may only read is tightened to 0700; any
+other problem is refused with the fix in the message, before anything is
+created in it. Files (the queue, its -wal/-shm, the lock, the daemon log)
+are 0600, opened without following links, and never anything but regular
+files. ``problems`` is the same rule as a report, for ``sloth doctor``.
+
+No ``chmod`` here follows a link: checks and changes go through a
+descriptor opened with O_NOFOLLOW.
+
+Whose a file is: whose a file, a folder or a daemon is, and the advice that follows.
+
+The one place that words a problem of ownership. Sloth never advises
+taking over (chown) or removing another user's files, nor loosening their
+modes: a folder, a socket or a daemon of another user is theirs, and the
+way on is to use it as them or to use a folder of one's own. The only
+ownership sloth suggests changing is of something root made in the
+user's own home (a ``sudo sloth``): it is given back to that user.
+
+Names come from the password database (``pwd``, imported when asked: the
+fast path of ``sloth add`` never needs it).
+
+Files a user can replace: opening a file that someone may have replaced, without getting stuck on it.
+
+Every file sloth opens by a name a user can put something else at (the
+config, the locks, queue.id, the keeper's journal and log, the daemon's
+log, the service unit, the queue's header) goes through :func:`open_file`
+or :func:`read_file`:
+
+* opened with O_NONBLOCK and O_NOCTTY, so a FIFO, a tty or a device in its
+  place opens at once (or fails) instead of blocking in open(2) for good,
+  and never becomes our controlling terminal;
+* then checked with fstat on the descriptor (what was opened, not what the
+  name points at a moment later): anything but a regular file is refused,
+  saying what it is ("... is a FIFO, not a regular file");
+* read with a cap (read_file): a link to /dev/zero, a huge or a growing file
+  is refused after ``cap`` + 1 bytes, never read to the end.
+
+Links: sloth's own files (in its 0700 folders) are opened without following
+one (``follow=False``, the default: paths.py's rule). A file the user
+writes, such as config.toml, may be a link into a dotfiles repository
+(``follow=True``): the link is followed, and what it leads to must still be
+a regular file.
+
+Only the standard library: the keeper, the fast CLI path and the queue's
+core all use it.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import shlex
+import stat
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NoReturn
 
-from .errors import ConfigError, StorageError
+from sloth_daemon.errors import ConfigError, LogUnreadable, StorageError
+from sloth_daemon.text import shell_command
 
 APP = "sloth"
 # sockaddr_un.sun_path: 108 bytes on Linux, 104 on macOS/BSD, NUL included.
@@ -68,7 +124,7 @@ class Paths:
     def for_queue(self, queue_id: str) -> "Paths":
         return replace(self, queue_id=queue_id)
 
-    # The keeper (keeper.py): the process that outlives the daemon and owns
+    # The keeper (keeper/main.py): the process that outlives the daemon and owns
     # running jobs. Its lock and journal sit beside the db (they guard and
     # record state of this data dir); its socket beside the daemon's.
     @property
@@ -169,18 +225,14 @@ def check_socket_path(p: Path) -> None:
 
 
 def ensure_private_dir(p: Path) -> None:
-    """Create ``p`` (and parents) 0700 and check it is ours (private.py).
+    """Create ``p`` (and parents) 0700 and check it is ours (paths.py).
     Raises StorageError with the fix."""
-    from .private import ensure_dir
-
     ensure_dir(p)
 
 
 def secure_all(paths: Paths) -> None:
     """Make and check every folder, and check every file there is (the
     daemon's start, before anything is created in them)."""
-    from .private import secure
-
     for d in paths.private_dirs():
         ensure_private_dir(d)
     for f in paths.private_files():
@@ -189,6 +241,317 @@ def secure_all(paths: Paths) -> None:
 
 def open_private_log(p: Path) -> BinaryIO:
     """The daemon's log, to append to: 0600, never through a link."""
-    from .private import open_append
-
     return open_append(p)
+
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY  # a FIFO must not block us
+
+
+def ensure_dir(p: Path) -> None:
+    """Create ``p`` (missing parents too) 0700 and check it (see module
+    docstring). Raises StorageError saying what is wrong and how to fix it.
+    Nothing is made inside a folder of another user (root's excepted: /tmp,
+    /run/user): what we made there would be ours in their folder."""
+    _refuse_foreign_parent(p)
+    try:
+        os.makedirs(p, mode=DIR_MODE, exist_ok=True)
+    except FileExistsError:
+        pass  # a file or a dangling link in the way: the check below says which
+    except OSError as e:
+        _refuse_foreign_parent(p, root_too=True)  # e.g. a folder `sudo sloth` left: say whose, not "denied"
+        raise StorageError(f"cannot create folder {p}: {e.strerror or e}",
+                           hint="Check the permissions of its parent, or set SLOTH_HOME to a folder of yours.") from e
+    secure(p, is_dir=True)
+
+
+def _refuse_foreign_parent(p: Path, *, root_too: bool = False) -> None:
+    """If ``p`` is missing, its nearest existing ancestor must be ours (or
+    root's, unless ``root_too``); else refuse, saying whose it is."""
+    parent = p
+    while True:
+        try:
+            st = os.stat(parent)
+            break
+        except (FileNotFoundError, NotADirectoryError, PermissionError):  # missing, or in a folder we may not search
+            if parent == parent.parent:
+                return
+            parent = parent.parent
+        except OSError:
+            return  # makedirs says what it is
+    if parent != p and st.st_uid != os.getuid() and (root_too or st.st_uid != 0):
+        problem, fix = not_ours(parent, st.st_uid)
+        _refuse(parent, f"{problem}: sloth makes nothing in it (it wanted {p})", fix)
+
+
+def secure(p: Path, *, is_dir: bool) -> None:
+    """Check ``p`` (if it exists) and tighten a mode that lets others read
+    it. Raises StorageError for a link, a wrong type, another owner, or a
+    mode that lets others write."""
+    try:
+        fd = os.open(p, _OPEN_DIR if is_dir else _OPEN_FILE)
+    except FileNotFoundError:
+        if os.path.islink(p):
+            _refuse(p, "is a symbolic link to nothing", f"Remove it ({shell_command('rm', p)}); sloth makes its own.")
+        return
+    except OSError as e:
+        _refuse(p, *_open_problem(p, e, is_dir))
+    try:
+        found = _problem(p, os.fstat(fd), is_dir)
+        if found is not None and found[0] != "loose":
+            _refuse(p, *found)
+        if found is not None:
+            os.fchmod(fd, DIR_MODE if is_dir else FILE_MODE)
+    finally:
+        os.close(fd)
+
+
+def problems(p: Path, *, is_dir: bool) -> tuple[str, bool] | None:
+    """What is wrong with ``p`` and whether the daemon refuses it (False: it
+    only tightens the mode), or None if it is fine or absent. Changes
+    nothing (for doctor)."""
+    try:
+        st = os.lstat(p)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return _link_problem(p)[0], True
+    found = _problem(p, st, is_dir)
+    if found is not None and found[0] == "loose":
+        return f"has mode {stat.S_IMODE(st.st_mode):04o}: others may read it", False
+    return None if found is None else (found[0], True)
+
+
+def _problem(p: Path, st: os.stat_result, is_dir: bool) -> tuple[str, str] | None:
+    wanted = "folder" if is_dir else "regular file"
+    if is_dir and not stat.S_ISDIR(st.st_mode) or not is_dir and not stat.S_ISREG(st.st_mode):
+        return (f"is {kind(st.st_mode)}, not a {wanted}",
+                f"Move it away ({shell_command('mv', p, f'{p}.away')}); sloth makes its own.")
+    if st.st_uid != os.getuid():
+        return not_ours(p, st.st_uid)
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o022:
+        return (f"is writable by {'group and others' if mode & 0o002 else 'its group'} (mode {mode:04o})",
+                "Check that everything in it is yours, then: "
+                + shell_command("chmod", f"{DIR_MODE if is_dir else FILE_MODE:o}", p))
+    if mode & 0o077:
+        return "loose", ""
+    return None
+
+
+def _open_problem(p: Path, e: OSError, is_dir: bool) -> tuple[str, str]:
+    if e.errno == errno.ELOOP or os.path.islink(p):
+        return _link_problem(p)
+    if e.errno == errno.ENOTDIR:
+        return "is not a folder", f"Move it away ({shell_command('mv', p, f'{p}.away')}); sloth makes its own."
+    if isinstance(e, NotRegular):
+        return e.problem, f"Move it away ({shell_command('mv', p, f'{p}.away')}); sloth makes its own."
+    return f"cannot be opened: {e.strerror or e}", "Check its permissions (`sloth doctor`)."
+
+
+def _link_problem(p: Path) -> tuple[str, str]:
+    return ("is a symbolic link; sloth does not follow links for its own folders and files",
+            f"Remove the link ({shell_command('rm', p)}) and point SLOTH_HOME at the real folder instead.")
+
+
+def _refuse(p: Path, problem: str, fix: str) -> NoReturn:
+    raise StorageError(f"{p} {problem}", hint=fix)
+
+
+# -------------------------------------------------------------------- files
+def open_append(p: Path) -> BinaryIO:
+    """The daemon's own log, for appending: created 0600, never through a
+    link, refused unless it is a regular file of ours (open_file:
+    a FIFO there is refused, not waited on)."""
+    try:
+        fd = open_file(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+    except OSError as e:
+        _refuse(p, *_open_problem(p, e, False))
+    try:
+        found = _problem(p, os.fstat(fd), False)
+        if found is not None and found[0] != "loose":
+            _refuse(p, *found)
+        if found is not None:
+            os.fchmod(fd, FILE_MODE)
+        return os.fdopen(fd, "ab")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_regular(p: Path) -> BinaryIO:
+    """``p`` for reading: never through a link, and only a regular file (a
+    FIFO or a device in its place is refused, not read from, which could
+    hang: open_file). Raises FileNotFoundError, or OSError saying
+    which it was."""
+    return os.fdopen(open_file(p), "rb")
+
+
+def open_log(p: Path) -> BinaryIO:
+    """A job's log for reading (see open_regular). Raises FileNotFoundError
+    (the attempt printed nothing) or LogUnreadable."""
+    try:
+        return open_regular(p)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise LogUnreadable(p, e) from None
+
+
+def user_name(uid: int) -> str | None:
+    """The login name of ``uid``, or None if this machine has none for it."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError):
+        return None
+
+
+def whose(uid: int) -> str:
+    """``user alice (uid 1234)``; ``uid 1234 (no user of that name here)``."""
+    name = user_name(uid)
+    return f"user {name} (uid {uid})" if name else f"uid {uid} (no user has that id here)"
+
+
+def not_ours(p: os.PathLike[str] | str, owner: int) -> tuple[str, str]:
+    """(problem, fix) for ``p``, owned by ``owner``, not by us."""
+    return f"is owned by {whose(owner)}, not by {whose(os.getuid())} who runs sloth", advice(p, owner)
+
+
+def advice(p: os.PathLike[str] | str, owner: int) -> str:
+    """What to do about ``p`` (or the daemon serving there) belonging to
+    ``owner``, who is not us. Never: chown it to us, chmod it, remove it."""
+    me = os.getuid()
+    mine = "set SLOTH_HOME to a folder of your own"
+    if owner == 0 and me != 0 and _in_my_home(Path(p)):
+        # sudo sloth left it in our own home: giving it back takes nothing from anyone
+        return (f"{p} was made in your home by sloth run as root (sudo?): give it back with "
+                f"`sudo chown -R {me} {shlex.quote(os.fspath(p))}`, or {mine}.")
+    name = user_name(owner)
+    as_them = f"run sloth as that user (`sudo -u {shlex.quote(name)} sloth ...`)" if name else "run sloth as that user"
+    return (f"It belongs to {whose(owner)}: sloth does not use, take over or remove another user's files. "
+            f"To work with that user's queue, {as_them}; for a queue of your own, {mine}.")
+
+
+def _in_my_home(p: Path) -> bool:
+    home = os.path.expanduser("~")
+    try:
+        return home not in ("", "/") and Path(os.path.abspath(p)).is_relative_to(os.path.abspath(home))
+    except (OSError, ValueError):
+        return False
+
+
+def peer_refused(peer: int, owner: int) -> tuple[str, str]:
+    """(message, hint) of a daemon of ``owner`` refusing a client of ``peer``:
+    the daemon read nothing from it, so nothing was done."""
+    name = user_name(owner)
+    as_them = f"`sudo -u {shlex.quote(name)} sloth ...`" if name else "sloth as that user"
+    return (f"{whose(peer)} may not use this sloth daemon: it belongs to {whose(owner)}, and serves only them",
+            f"Nothing was done. To work with that user's queue, run {as_them}; for a queue of your own, "
+            "set SLOTH_HOME to a folder of yours.")
+
+
+_OPEN = os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
+_CHUNK = 1 << 16
+# What a mode is, for the message (S_ISLNK only with follow=False).
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"))
+
+
+class NotRegular(OSError):
+    """Something other than a regular file is at the path. ``str()`` is
+    "PATH is a FIFO, not a regular file"; ``strerror`` the same without the
+    path ("it is a FIFO, ...") for "cannot read PATH: ..." messages."""
+
+    def __init__(self, path: str | os.PathLike[str], problem: str, code: int = errno.EINVAL) -> None:
+        super().__init__(code, f"it {problem}", os.fspath(path))
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"{self.filename} {self.problem}"
+
+
+class TooLarge(NotRegular):
+    """A regular file longer than the reader's cap."""
+
+
+def kind(mode: int) -> str:
+    """What a file of ``mode`` is: "a regular file", "a FIFO", "a folder" ..."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return next((name for test, name in _KINDS if test(mode)), "not a file")
+
+
+def open_file(path: str | os.PathLike[str], flags: int = os.O_RDONLY, mode: int = 0o600, *,
+              follow: bool = False) -> int:
+    """A descriptor of the regular file at ``path`` (``flags`` as for
+    os.open, O_CREAT included), blocking again once it is known to be a
+    regular file. Raises FileNotFoundError, NotRegular (a link when
+    ``follow`` is False, a FIFO, a device, a folder ...), or open's OSError."""
+    try:
+        fd = os.open(path, flags | _OPEN | (0 if follow else os.O_NOFOLLOW), mode)
+    except OSError as e:
+        raise _why_not(path, e, follow) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegular(path, f"is {kind(st.st_mode)}, not a regular file")
+        os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_file(path: str | os.PathLike[str], cap: int, *, follow: bool = False, head: bool = False) -> bytes:
+    """The contents of the regular file at ``path`` (see open_file), at
+    most ``cap`` bytes: a longer one raises TooLarge, or with ``head`` gives
+    its first ``cap`` bytes (a journal: what fits is kept)."""
+    fd = open_file(path, os.O_RDONLY, follow=follow)
+    try:
+        if os.fstat(fd).st_size > cap and not head:
+            raise _too_large(path, cap)
+        chunks, left = [], cap + 1  # one byte past the cap tells a longer file (st_size may be 0: /proc)
+        while left > 0:
+            chunk = os.read(fd, min(left, _CHUNK))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > cap and not head:
+        raise _too_large(path, cap)
+    return data[:cap]
+
+
+def _too_large(path: str | os.PathLike[str], cap: int) -> TooLarge:
+    return TooLarge(path, f"is larger than {_size(cap)}, the most sloth reads of it", errno.EFBIG)
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} bytes"
+
+
+def _why_not(path: str | os.PathLike[str], e: OSError, follow: bool) -> OSError:
+    """open(2)'s error, as NotRegular when the cause is what is at the path:
+    ELOOP (a link, with O_NOFOLLOW), EISDIR, ENXIO (a FIFO opened to write
+    with no reader, a socket), ENODEV/EOPNOTSUPP (a device or socket)."""
+    if e.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.ENODEV, errno.EOPNOTSUPP):
+        return e
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+    except OSError:
+        return e
+    if stat.S_ISLNK(st.st_mode):
+        return NotRegular(path, "is a symbolic link; sloth does not follow links to its own files", errno.ELOOP)
+    if stat.S_ISREG(st.st_mode):
+        return e
+    return NotRegular(path, f"is {kind(st.st_mode)}, not a regular file", e.errno or errno.EINVAL)

@@ -35,8 +35,8 @@ connection is closed (we cannot find where the next frame starts).
 
 from __future__ import annotations
 
-from . import jsonlite
-from .errors import ProtocolError, SlothError
+from sloth_daemon import jsonlite
+from sloth_daemon.errors import ProtocolError, SlothError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # not at run time: every `sloth add` imports this module

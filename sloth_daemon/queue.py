@@ -5,7 +5,7 @@
 the backend modules under ``backends/``.
 """
 
-from .backends import open_queue
-from .backends.sqlite import SqliteQueue as Queue
+from sloth_daemon.backends import open_queue
+from sloth_daemon.backends.sqlite.queue import SqliteQueue as Queue
 
 __all__ = ["Queue", "open_queue"]

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, NamedTuple
 
-from .checks import (  # noqa: F401 - the checks, where the queue has always found them
-    DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS, FIELDS, MAX_PREREQS, PREVIOUS, command_json, duration, env_json,
-    exit_codes, fields, host_name, ids, integer, number, path_text, place_name, text,
+from sloth_daemon.checks import (  # noqa: F401 - the checks, where the queue has always found them
+    DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS, FIELDS, MAX_PREREQS, PREVIOUS, command_json, duration, env_json, exit_codes,
+    fields, host_name, ids, integer, number, path_text, place_name, text,
 )
 
 # id(env) -> (env, its JSON): a batch usually shares one environment object.

@@ -27,8 +27,8 @@ and errors; tests/unit/test_queue*.py run against both):
 * ``identity`` (a random id made with the queue), ``check()`` and
   ``broken`` (the database changed under the open queue); paths stored as
   bytes; a read-only view for when no daemon answers (:func:`open_read_only`),
-  whose ``scan`` reads a listing of any size a chunk at a time (sqlite_scan,
-  pg_scan: the daemon's ``ls --json`` too, on a view of its own).
+  whose ``scan`` reads a listing of any size a chunk at a time (sqlite/scan.py,
+  postgres/scan.py: the daemon's ``ls --json`` too, on a view of its own).
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ import os
 from typing import TYPE_CHECKING, Any, Union
 
 if TYPE_CHECKING:
-    from ..clock import Clock
-    from .pg_readonly import PgReadOnly
-    from .postgres import PgQueue
-    from .sqlite import SqliteQueue
-    from .sqlite_readonly import SqliteReadOnly
+    from sloth_daemon.clock import Clock
+    from sloth_daemon.backends.postgres.readonly import PgReadOnly
+    from sloth_daemon.backends.postgres.queue import PgQueue
+    from sloth_daemon.backends.sqlite.queue import SqliteQueue
+    from sloth_daemon.backends.sqlite.readonly import SqliteReadOnly
 
 URL_SCHEMES = ("postgresql://", "postgres://")
 
@@ -70,11 +70,11 @@ def open_queue(target: str | os.PathLike[str], clock: "Clock | None" = None,
     """
     if is_url(target):
         try:
-            from .postgres import PgQueue
+            from sloth_daemon.backends.postgres.queue import PgQueue
         except ImportError as e:
             raise _no_psycopg(e) from e
         return PgQueue(str(target), clock, **defaults)
-    from .sqlite import SqliteQueue
+    from sloth_daemon.backends.sqlite.queue import SqliteQueue
 
     return SqliteQueue(target, clock, **defaults)
 
@@ -89,11 +89,11 @@ def open_read_only(target: str | os.PathLike[str], *, quick: bool = False) -> "U
     (unreachable, or not this sloth's schema)."""
     if is_url(target):
         try:
-            from .pg_readonly import QUICK, PgReadOnly
+            from sloth_daemon.backends.postgres.readonly import QUICK, PgReadOnly
         except ImportError as e:
             raise _no_psycopg(e) from e
         return PgReadOnly(str(target), QUICK if quick else None)
-    from .sqlite_readonly import SqliteReadOnly
+    from sloth_daemon.backends.sqlite.readonly import SqliteReadOnly
 
     return SqliteReadOnly(target)
 
@@ -109,7 +109,7 @@ def require_psycopg() -> None:
 
 
 def _no_psycopg(e: ImportError) -> Exception:
-    from ..errors import StorageError
+    from sloth_daemon.errors import StorageError
 
     return StorageError(
         f"a PostgreSQL queue needs psycopg 3, which is not installed ({e})",

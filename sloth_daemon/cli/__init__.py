@@ -16,11 +16,11 @@ from __future__ import annotations
 def main() -> None:
     import sys
 
-    from .fast import handle
+    from sloth_daemon.cli.fast import handle
 
     code = handle(sys.argv[1:])
     if code is not None:
         sys.exit(code)
-    from .full import main as typer_main
+    from sloth_daemon.cli.full import main as typer_main
 
     typer_main()

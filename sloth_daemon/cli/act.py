@@ -8,9 +8,9 @@ from typing import Any, List, Optional
 
 import typer
 
-from .. import errors
-from .app import app, call, duration, emit_json, handles_errors, parse_id
-from .complete import job_ids, lanes, states
+from sloth_daemon import errors
+from sloth_daemon.cli.app import app, call, duration, emit_json, handles_errors, parse_id
+from sloth_daemon.cli.complete import job_ids, lanes, states
 
 _IDS = typer.Argument(None, metavar="[ID]...", autocompletion=job_ids)
 

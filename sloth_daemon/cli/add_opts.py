@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import sys
 
-from .. import errors
-from .edge import echo
-from ..text import shell_command
+from sloth_daemon import errors
+from sloth_daemon.cli.edge import echo
+from sloth_daemon.text import shell_command
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def not_before(delay: Optional[str], at: Optional[str]) -> Optional[float]:
     note such as "09:00 has passed today" goes to stderr."""
     import time
 
-    from ..durations import parse_duration, resolve_at
+    from sloth_daemon.durations import parse_duration, resolve_at
 
     if delay is not None:
         return time.time() + parse_duration(delay, what="--delay")
@@ -133,7 +133,7 @@ def stray_words(command: Optional[list[str]], at: Optional[str],
     """Words the shell split off an option value: `--at tomorrow 08:00 -- cmd`
     (joined back into --at), `--timeout 5 mins -- cmd` (an error, not a job
     named `mins`). Returns (command, at)."""
-    from ..durations import is_unit_word
+    from sloth_daemon.durations import is_unit_word
 
     if not command:
         return command, at

@@ -12,16 +12,16 @@ from __future__ import annotations
 import os
 import sys
 
-from .. import errors
-from . import add_opts as opts
-from .base import connect, duration, emit_json
-from .edge import echo
+from sloth_daemon import errors
+from sloth_daemon.cli import add_opts as opts
+from sloth_daemon.cli.base import connect, duration, emit_json
+from sloth_daemon.cli.edge import echo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Optional, Sequence
 
-    from ..client import Client
+    from sloth_daemon.cli.client import Client
 
     StrPath = str | os.PathLike[str]
 
@@ -60,7 +60,7 @@ def add(command: Optional[Sequence[str]], *, lane: str = "default", priority: in
 
 def _tell(ids: list[int], *, wait: bool, as_json: bool) -> int:
     if wait:
-        from .waiting import wait_for
+        from sloth_daemon.cli.waiting import wait_for
 
         return wait_for(ids, stream=sys.stderr, as_json=as_json, json_extra={"ids": ids},
                         before=None if as_json else "\n".join(map(str, ids)))
@@ -110,7 +110,7 @@ def caller_cwd(cwd: Optional[StrPath]) -> str:
 
 def lines_as_jobs(data: bytes, source: str) -> tuple[list[dict[str, Any]], Callable[[int], str]]:
     """One job per non-blank line, and where each came from ("line 7 of --stdin")."""
-    from ..shellwords import line_job
+    from sloth_daemon.cli.shellwords import line_job
 
     # Bytes that are not UTF-8 pass through as in argv (surrogateescape), not a traceback.
     text = data.decode("utf-8", "surrogateescape")
@@ -136,7 +136,7 @@ def read_file(p: Optional[StrPath]) -> bytes:
 def submit(jobs: list[dict[str, Any]], common: dict[str, Any], *, no_start: bool,
            where: Callable[[int], str]) -> list[int]:
     """All or none (submit.py): checked before a daemon is started or a byte sent."""
-    from .. import submit as sub
+    from sloth_daemon.cli import submit as sub
 
     sub.check(jobs, common, where=where)
     parts = sub.frames(jobs, common, where=where)
@@ -157,7 +157,7 @@ def connect_or_start(no_start: bool) -> Client:
 
 
 def start_daemon(timeout_s: float = 10.0) -> int:
-    from ..launcher import start_background
-    from .base import paths
+    from sloth_daemon.cli.launcher import start_background
+    from sloth_daemon.cli.base import paths
 
     return start_background(paths(), timeout_s=timeout_s)

@@ -6,9 +6,9 @@ from typing import Any
 
 import typer
 
-from .. import errors
-from .app import app, call, call_or_read, daemon_app, duration, emit_json, handles_errors, paths
-from .add_run import start_daemon as _start_daemon
+from sloth_daemon import errors
+from sloth_daemon.cli.app import app, call, call_or_read, daemon_app, duration, emit_json, handles_errors, paths
+from sloth_daemon.cli.add_run import start_daemon as _start_daemon
 
 
 @app.command()
@@ -19,7 +19,7 @@ def config(
 ) -> None:
     """Show the settings in force and where each comes from (the daemon's,
     or the file's when none runs), lanes as `sloth lane set` left them."""
-    from .. import config as cfg
+    from sloth_daemon import config as cfg
 
     if example:
         typer.echo(cfg.EXAMPLE, nl=False)
@@ -67,7 +67,7 @@ def _shown(v: object) -> str:
 @handles_errors
 def daemon_run() -> None:
     """Run the daemon in the foreground (what the login service runs)."""
-    from ..daemon import main as daemon_main
+    from sloth_daemon.daemon.main import main as daemon_main
 
     raise typer.Exit(daemon_main())
 
@@ -112,7 +112,7 @@ def daemon_restart(
 
 def _stop(keep_jobs: bool, timeout_s: float) -> tuple[int, int]:
     """Ask the daemon to exit and wait until it has: (its pid, running jobs)."""
-    from ..launcher import wait_gone
+    from sloth_daemon.cli.launcher import wait_gone
 
     res = call("shutdown", keep_jobs=keep_jobs)  # asks nothing of the database: works whatever happened to it
     pid = res["pid"]
@@ -138,7 +138,7 @@ def daemon_reload(as_json: bool = typer.Option(False, "--json")) -> None:
 @handles_errors
 def daemon_status(as_json: bool = typer.Option(False, "--json")) -> None:
     """Show pid, uptime, version, paths, jobs by state and the last sleep/resume seen."""
-    from ..durations import format_duration, local_time
+    from sloth_daemon.durations import format_duration, local_time
 
     st = call("status")
     if as_json:

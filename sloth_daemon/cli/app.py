@@ -16,8 +16,8 @@ from typing import Any, Callable
 
 import typer
 
-from . import edge
-from .base import call, call_or_read, connect, duration, emit_json, parse_id, paths
+from sloth_daemon.cli import edge
+from sloth_daemon.cli.base import call, call_or_read, connect, duration, emit_json, parse_id, paths
 
 __all__ = ["app", "daemon_app", "handles_errors", "call", "call_or_read", "connect", "duration", "emit_json",
            "parse_id", "paths"]
@@ -36,7 +36,7 @@ edge.use_echo(typer.echo)  # click.echo mends a stream misconfigured as ASCII
 
 def _version(value: bool) -> None:
     if value:
-        from .. import __version__
+        from sloth_daemon import __version__
 
         typer.echo(f"sloth {__version__}")
         raise typer.Exit()

@@ -9,35 +9,35 @@ only; anything heavier is imported inside the function that needs it.
 
 from __future__ import annotations
 
-from .. import errors
-from .edge import echo
+from sloth_daemon import errors
+from sloth_daemon.cli.edge import echo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from ..client import Client
-    from ..paths import Paths
+    from sloth_daemon.cli.client import Client
+    from sloth_daemon.paths import Paths
 
 _TOLD_OFFLINE = False  # "no daemon is running" said once per command
 
 
 def paths() -> Paths:
-    from .. import paths as p
+    from sloth_daemon import paths as p
 
     return p.resolve()
 
 
 def log_paths() -> Paths:
     """The paths with this folder's queue's own log folder (identity.py)."""
-    from ..identity import queue_paths
+    from sloth_daemon.backends.sqlite.identity import queue_paths
 
     return queue_paths(paths())
 
 
 def connect(*, timeout_s: float | None = 30.0) -> Client:
-    from ..client import Client
-    from ..locate import find_daemon
+    from sloth_daemon.cli.client import Client
+    from sloth_daemon.cli.locate import find_daemon
 
     sock, lock = find_daemon()
     return Client(sock, timeout_s=timeout_s, lock_path=lock)
@@ -55,7 +55,7 @@ def call_or_read(op: str, **args: Any) -> Any:
     try:
         return call(op, **args)
     except errors.DaemonNotRunning:
-        from .offline import answer
+        from sloth_daemon.cli.offline import answer
 
         tell_offline()
         return answer(paths(), op, **args)
@@ -63,7 +63,7 @@ def call_or_read(op: str, **args: Any) -> Any:
 
 def tell_offline() -> None:
     """Say once per command, on stderr, that the queue is read without a daemon."""
-    from .offline import where
+    from sloth_daemon.cli.offline import where
 
     global _TOLD_OFFLINE
     if not _TOLD_OFFLINE:
@@ -72,7 +72,7 @@ def tell_offline() -> None:
 
 
 def emit_json(data: Any) -> None:
-    from ..jsonlite import dumps_pretty
+    from sloth_daemon.jsonlite import dumps_pretty
 
     echo(dumps_pretty(data))  # json.dumps(data, indent=2, sort_keys=True), without importing json
 
@@ -90,6 +90,6 @@ def parse_id(text: str) -> int:
 def duration(text: str | None, what: str) -> float | None:
     if text is None:
         return None
-    from ..durations import parse_duration
+    from sloth_daemon.durations import parse_duration
 
     return parse_duration(text, what=what)

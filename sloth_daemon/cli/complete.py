@@ -16,18 +16,18 @@ STATES = ("blocked", "queued", "running", "done", "failed", "cancelled")
 
 
 def _ask(op: str, **args: Any) -> Any:
-    from .. import errors
-    from .base import paths
+    from sloth_daemon import errors
+    from sloth_daemon.cli.base import paths
 
     try:
-        from ..client import Client
-        from ..locate import find_daemon
+        from sloth_daemon.cli.client import Client
+        from sloth_daemon.cli.locate import find_daemon
 
         sock, lock = find_daemon()
         with Client(sock, timeout_s=2.0, lock_path=lock) as c:
             return c.call(op, **args)
     except errors.DaemonNotRunning:
-        from .offline import answer
+        from sloth_daemon.cli.offline import answer
 
         return answer(paths(), op, **args)
 
@@ -38,7 +38,7 @@ def job_ids(incomplete: str) -> list[tuple[str, str]]:
         res = _ask("list", limit=200, finished_limit=20)
     except Exception:  # noqa: BLE001 - never break the user's prompt
         return []
-    from ..render import command_text
+    from sloth_daemon.cli.render import command_text
 
     return [(str(j["id"]), f"{j['state']}: {command_text(j, 40)}") for j in res["jobs"]
             if str(j["id"]).startswith(incomplete)]

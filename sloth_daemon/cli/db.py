@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from .app import app, emit_json, handles_errors, paths
+from sloth_daemon.cli.app import app, emit_json, handles_errors, paths
 
 db_app = typer.Typer(help="The queue's database: schema, migrations, identity, hosts.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
@@ -38,7 +38,7 @@ def db_migrate(as_json: bool = typer.Option(False, "--json")) -> None:
 @handles_errors
 def db_status(as_json: bool = typer.Option(False, "--json")) -> None:
     """Schema version, migrations pending, the queue's identity, hosts seen."""
-    from ..durations import format_duration
+    from sloth_daemon.durations import format_duration
 
     st = _status()
     if as_json:
@@ -60,7 +60,7 @@ def db_status(as_json: bool = typer.Option(False, "--json")) -> None:
 
 # ------------------------------------------------------------------- inside
 def _target() -> Any:
-    from .offline import target
+    from sloth_daemon.cli.offline import target
 
     return target(paths())
 
@@ -68,14 +68,14 @@ def _target() -> Any:
 def _migrate() -> dict[str, Any]:
     t = _target()
     if not isinstance(t, str):
-        from .. import db
+        from sloth_daemon.backends.sqlite import db
 
         before = _sqlite_version(t)
         db.connect(t).close()  # connect migrates
         return {"queue": str(t), "before": before, "after": db.SCHEMA_VERSION}
-    from ..backends import pg_migrate, pgdb
-    from ..backends.pg_errors import describe
-    from ..backends.postgres import PgQueue
+    from sloth_daemon.backends.postgres import migrate as pg_migrate, db as pgdb
+    from sloth_daemon.backends.postgres.errors import describe
+    from sloth_daemon.backends.postgres.queue import PgQueue
 
     with pgdb.opened(t) as conn:
         before = pg_migrate.status(conn).current
@@ -86,7 +86,7 @@ def _migrate() -> dict[str, Any]:
 def _sqlite_version(path: Any) -> int:
     import sqlite3
 
-    from .. import db
+    from sloth_daemon.backends.sqlite import db
 
     try:
         conn = db.connect_readonly(path)
@@ -104,8 +104,8 @@ def _status() -> dict[str, Any]:
     t = _target()
     if not isinstance(t, str):
         return _sqlite_status(t)
-    from ..backends import pg_migrate, pgdb
-    from ..backends.pg_errors import describe
+    from sloth_daemon.backends.postgres import migrate as pg_migrate, db as pgdb
+    from sloth_daemon.backends.postgres.errors import describe
 
     with pgdb.opened(t) as conn:
         s = pg_migrate.status(conn)
@@ -121,15 +121,15 @@ def _status() -> dict[str, Any]:
 def _identity(c: Any) -> Any:
     import json
 
-    from ..backends.pg_identity import SQL_ID
+    from sloth_daemon.backends.postgres.identity import SQL_ID
 
     row = c.execute(SQL_ID).fetchone()
     return None if row is None else json.loads(row["value"])
 
 
 def _sqlite_status(path: Any) -> dict[str, Any]:
-    from .. import db
-    from ..identity import recorded
+    from sloth_daemon.backends.sqlite import db
+    from sloth_daemon.backends.sqlite.identity import recorded
 
     current = _sqlite_version(path)
     pending = [f"v{v + 1}" for v in range(current, db.SCHEMA_VERSION)]

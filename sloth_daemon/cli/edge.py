@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..errors import SlothError
+from sloth_daemon.errors import SlothError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -40,9 +40,9 @@ def use_echo(fn: Callable[..., None]) -> None:
 def echo(text: str, *, err: bool = False) -> None:
     """A line on stdout or stderr, flushed at once. What goes to stderr is
     sloth's own word (errors, hints, notes), which may quote a driver's
-    error: masked (masking.py). Stdout is the user's data, shown as it is."""
+    error: masked (text.py). Stdout is the user's data, shown as it is."""
     if err:
-        from ..masking import mask
+        from sloth_daemon.text import mask
 
         text = mask(text)
     _echo(text, err=err)
@@ -50,12 +50,12 @@ def echo(text: str, *, err: bool = False) -> None:
 
 def fail(e: SlothError) -> int:
     """Print ``e`` as `sloth: error: ...` and its hint; return its exit code."""
-    from ..text import showable
+    from sloth_daemon.text import showable
 
     if DEBUG:
         import traceback
 
-        from ..masking import mask
+        from sloth_daemon.text import mask
 
         sys.stderr.write(mask(traceback.format_exc()))
     echo(f"sloth: error: {showable(e.message)}", err=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .fast_args import FLAG, INT, LIST, VALUE, options, parse
+from sloth_daemon.cli.fast_args import FLAG, INT, LIST, VALUE, options, parse
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def handle(argv: list[str]) -> Optional[int]:
     """Run ``sloth ARGV`` if it is a form this path knows: the exit code.
     None if it is not (nothing has been done; let Typer run it)."""
     if os.environ.get("_SLOTH_COMPLETE"):  # set but empty: Typer runs the command line
-        from .fast_complete import complete
+        from sloth_daemon.cli.fast_complete import complete
 
         return complete()
     run = _COMMANDS.get(argv[0]) if argv else None
@@ -73,7 +73,7 @@ def streams_ok() -> bool:
 
 def _edge(fn: Callable[[], Optional[int]]) -> int:
     """Run ``fn`` at the CLI's error edge (as app.handles_errors does)."""
-    from .edge import caught
+    from sloth_daemon.cli.edge import caught
 
     try:
         return fn() or 0
@@ -94,7 +94,7 @@ def _add(args: list[str]) -> Optional[int]:
             from pathlib import Path
 
             given[opt] = Path(given[opt])
-    from .add_run import add
+    from sloth_daemon.cli.add_run import add
 
     return _edge(lambda: add(command or None, **given))
 
@@ -103,7 +103,7 @@ def _ls(args: list[str]) -> Optional[int]:
     parsed = parse(args, LS)
     if parsed is None or parsed[1]:
         return None  # ls takes no words: Typer's "unexpected extra argument"
-    from .look_run import ls
+    from sloth_daemon.cli.look_run import ls
 
     g = parsed[0]
     return _edge(lambda: ls(g.get("state"), g.get("lane"), g.get("all_", False), g.get("limit"),
@@ -114,7 +114,7 @@ def _show(args: list[str]) -> Optional[int]:
     parsed = parse(args, SHOW)
     if parsed is None or not parsed[1]:
         return None  # no id: Typer's "missing argument"
-    from .look_run import show
+    from sloth_daemon.cli.look_run import show
 
     given, ids = parsed
     return _edge(lambda: show(ids, given.get("as_json", False)))
@@ -125,7 +125,7 @@ def _daemon(args: list[str]) -> Optional[int]:
     Typer's ~5 MiB resident for as long as it runs."""
     if args != ["run"]:
         return None
-    from ..daemon import main as daemon_main
+    from sloth_daemon.daemon.main import main as daemon_main
 
     return _edge(daemon_main)
 

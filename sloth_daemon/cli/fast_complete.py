@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from .fast_args import FLAG, VALUE, parse
+from sloth_daemon.cli.fast_args import FLAG, VALUE, parse
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ def _argument(cmd: dict, rest: list[str]) -> Optional[str]:
 def _items(completer: str, incomplete: str) -> list[Item]:
     """What the completer offers that starts with ``incomplete`` (Typer keeps
     only those), each with its help or None."""
-    from . import complete
+    from sloth_daemon.cli import complete
 
     fn: Callable[[str], list] = getattr(complete, completer)
     out: list[Item] = []

@@ -16,8 +16,8 @@ import sys
 import typer
 
 # Registering their commands is the import; `sloth --help` lists them in this order.
-from . import jobs, look, watch, act, lanes, admin, db, service  # noqa: F401
-from .app import app
+from sloth_daemon.cli import jobs, look, watch, act, lanes, admin, db, service  # noqa: F401
+from sloth_daemon.cli.app import app
 
 
 def main() -> None:

@@ -12,8 +12,8 @@ from typing import List, Optional
 
 import typer
 
-from .app import app, handles_errors
-from .complete import job_ids, lanes
+from sloth_daemon.cli.app import app, handles_errors
+from sloth_daemon.cli.complete import job_ids, lanes
 
 
 # --------------------------------------------------------------------- add
@@ -57,7 +57,7 @@ def add(
     as_json: bool = typer.Option(False, "--json", help="Print the ids as JSON: {\"ids\": [...]}."),
 ) -> None:
     """Queue a command: `sloth add -- rsync -a ~/photos /backup`. Prints the job id."""
-    from .add_run import add as run
+    from sloth_daemon.cli.add_run import add as run
 
     code = run(command, lane=lane, priority=priority, max_attempts=max_attempts, lease=lease, timeout=timeout,
                delay=delay, at=at, key=key, label=label, cwd=cwd, shell=shell, stdin=stdin, from_file=from_file,

@@ -9,8 +9,8 @@ from typing import Any
 
 import typer
 
-from .app import app, call, call_or_read, emit_json, handles_errors
-from .complete import lanes
+from sloth_daemon.cli.app import app, call, call_or_read, emit_json, handles_errors
+from sloth_daemon.cli.complete import lanes
 
 lane_app = typer.Typer(help="List lanes and change how many jobs each runs at once.", no_args_is_help=True)
 app.add_typer(lane_app, name="lane")
@@ -30,7 +30,7 @@ def lane_ls(as_json: bool = typer.Option(False, "--json")) -> None:
 
 
 def _table(rows: dict[str, Any]) -> str:
-    from .. import render
+    from sloth_daemon.cli import render
 
     body = [[name, str(r["concurrency"]), r["source"], str(r["running"]), str(r["queued"]), str(r["blocked"]),
              "paused" if r["paused"] else ""] for name, r in rows.items()]

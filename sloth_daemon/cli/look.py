@@ -10,10 +10,10 @@ from typing import Any, List, Optional
 
 import typer
 
-from .. import errors
-from .app import app, call_or_read, connect, emit_json, handles_errors, parse_id
-from .complete import job_ids, lanes, states
-from .look_run import DEFAULT_ROWS
+from sloth_daemon import errors
+from sloth_daemon.cli.app import app, call_or_read, connect, emit_json, handles_errors, parse_id
+from sloth_daemon.cli.complete import job_ids, lanes, states
+from sloth_daemon.cli.look_run import DEFAULT_ROWS
 
 
 # ------------------------------------------------------------------- ls
@@ -36,7 +36,7 @@ def ls(
     """List jobs: running first, then queued in the order they will run, then
     blocked, then the most recently finished; a summary of counts, and how
     many rows were left out."""
-    from .look_run import ls as run
+    from sloth_daemon.cli.look_run import ls as run
 
     run(state, lane, all_, limit, offset, as_json, watch=watch, interval=interval, host=host)
 
@@ -50,7 +50,7 @@ def show(
 ) -> None:
     """Show jobs and their history (claimed, started, failed, reclaimed, ...);
     a failed job's last log lines end it."""
-    from .look_run import show as run
+    from sloth_daemon.cli.look_run import show as run
 
     run(job_ids_, as_json)
 
@@ -79,7 +79,7 @@ def logs(
         _stored(res, tail)
         return
     if tail is not None:
-        from ..render import tail_lines
+        from sloth_daemon.cli.render import tail_lines
 
         for line in tail_lines(res["path"], max(tail, 0), max_bytes=max(16384, tail * 400)):
             typer.echo(line)
@@ -105,7 +105,7 @@ def _stored(res: dict[str, Any], tail: Optional[int]) -> None:
 def _cat(path: str, jid: int, attempt: int) -> None:
     from pathlib import Path
 
-    from ..private import open_log
+    from sloth_daemon.paths import open_log
 
     try:
         with open_log(Path(path)) as f:  # never through a link, only a regular file
@@ -147,9 +147,9 @@ def _follow(args: dict[str, Any], *, through: bool) -> int:
 @handles_errors
 def status(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """What is going on: the daemon, jobs by state, lanes, what runs now and the last failures."""
-    from .. import render
-    from ..durations import format_duration, relative
-    from ..text import showable
+    from sloth_daemon.cli import render
+    from sloth_daemon.durations import format_duration, relative
+    from sloth_daemon.text import showable
 
     st = _status()
     if as_json:
@@ -170,7 +170,7 @@ def status(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
 
 
 def _host_text(h: dict[str, Any], me: Optional[str]) -> str:
-    from ..durations import format_duration
+    from sloth_daemon.durations import format_duration
 
     notes = (["this"] if h["name"] == me else []) + list(h.get("tags") or [])
     seen = f"seen {format_duration(max(h['ago'], 0))} ago" if h.get("alive") else f"gone {format_duration(h['ago'])}"
@@ -179,7 +179,7 @@ def _host_text(h: dict[str, Any], me: Optional[str]) -> str:
 
 def _status() -> dict[str, Any]:
     try:
-        from .app import call
+        from sloth_daemon.cli.app import call
 
         d = call("status")
         daemon = {k: d[k] for k in ("pid", "uptime_s", "version")}

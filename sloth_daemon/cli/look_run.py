@@ -6,9 +6,9 @@ needs it (the state names, --watch).
 
 from __future__ import annotations
 
-from .. import errors
-from .base import call_or_read, emit_json, log_paths, parse_id
-from .edge import echo
+from sloth_daemon import errors
+from sloth_daemon.cli.base import call_or_read, emit_json, log_paths, parse_id
+from sloth_daemon.cli.edge import echo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -28,20 +28,20 @@ def ls(state: Optional[Sequence[str]], lane: Optional[str], all_: bool, limit: O
         raise errors.BadRequest("--watch redraws a table; --json prints once", hint="Use one or the other.")
     args = {**ls_args(state, lane, all_, limit, offset, as_json), "host": host}
     if watch:
-        from .watch import watch_ls
+        from sloth_daemon.cli.watch import watch_ls
 
         watch_ls(lambda rows: ls_text(dict(args, limit=rows)), interval)
         return
     if as_json:
         if args["limit"] is None or args["limit"] > SMALL:
-            from .look_stream import print_json
+            from sloth_daemon.cli.look_stream import print_json
 
             print_json(args)  # as it arrives, whatever the number of jobs
         else:
             emit_json(fetch(args))
         return
     if args["limit"] is None:  # --all: however many, a block of rows at a time
-        from .look_stream import print_table
+        from sloth_daemon.cli.look_stream import print_table
 
         print_table(args)
         return
@@ -61,7 +61,7 @@ def ls_args(state: Optional[Sequence[str]], lane: Optional[str], all_: bool, lim
 
 
 def _states(given: Sequence[str]) -> list[str]:
-    from ..models import STATE_NAMES, state_name
+    from sloth_daemon.models import STATE_NAMES, state_name
 
     for s in given:  # bad usage is exit 2 whether or not the daemon runs
         if s not in STATE_NAMES and s != "claimed":
@@ -92,14 +92,14 @@ def fetch(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def ls_text(args: dict[str, Any]) -> str:
-    from .. import render
+    from sloth_daemon.cli import render
 
     res = fetch(args)
     out = []
     if res["jobs"]:
         rows, sts = render.job_rows(res["jobs"])
         out.append(render.table(render.JOB_HEADERS, rows, sts))
-    from .look_stream import summary
+    from sloth_daemon.cli.look_stream import summary
 
     return "\n".join(out + summary(res, len(res["jobs"])))
 
@@ -107,7 +107,7 @@ def ls_text(args: dict[str, Any]) -> str:
 # ----------------------------------------------------------------- show
 def show(job_ids: Sequence[str], as_json: bool) -> None:
     """`sloth show ID...`: each job with its history; a failed one's last log lines."""
-    from .. import render
+    from sloth_daemon.cli import render
 
     ids = [parse_id(j) for j in job_ids]
     res = call_or_read("show", ids=ids)

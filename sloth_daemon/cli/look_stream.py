@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import sys
 
-from .. import errors
-from .base import connect, tell_offline
+from sloth_daemon import errors
+from sloth_daemon.cli.base import connect, tell_offline
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ BLOCK = 1_000  # rows of `ls --all` laid out at a time
 
 def print_json(args: dict[str, Any]) -> None:
     """Write the listing of ``args`` (list's arguments) to stdout as JSON."""
-    from ..jsonlite import pretty_stream
+    from sloth_daemon.jsonlite import pretty_stream
 
     a = {k: v for k, v in args.items() if v is not None}
     head, jobs, rest = _source(a)
@@ -50,8 +50,8 @@ def print_table(args: dict[str, Any]) -> None:
     """`sloth ls --all`: the table a block of BLOCK rows at a time (each
     block's columns at least as wide as the blocks before), then the lines
     of ls_text under it."""
-    from .. import render
-    from .edge import echo
+    from sloth_daemon.cli import render
+    from sloth_daemon.cli.edge import echo
 
     head, jobs, rest = _source({k: v for k, v in args.items() if v is not None})
     widths, shown, block = [len(h) for h in render.JOB_HEADERS], 0, []
@@ -100,8 +100,8 @@ def _streamed(client: Any, a: dict[str, Any]) -> Source:
 
 
 def _offline(a: dict[str, Any]) -> Source:
-    from .base import paths
-    from .offline import scan as open_scan
+    from sloth_daemon.cli.base import paths
+    from sloth_daemon.cli.offline import scan as open_scan
 
     tell_offline()
     scan = open_scan(paths(), a)
@@ -117,7 +117,7 @@ def _offline(a: dict[str, Any]) -> Source:
 
 
 def _paged(a: dict[str, Any]) -> Source:
-    from .base import call
+    from sloth_daemon.cli.base import call
 
     limit = a.pop("limit", None)
     first = call("list", **a, limit=min(PAGE, limit or PAGE))
@@ -139,7 +139,7 @@ def _paged(a: dict[str, Any]) -> Source:
 
 def summary(res: dict[str, Any], shown: int) -> list[str]:
     """The lines under the table: no jobs, counts, busy lanes, how many were left out."""
-    from .. import render
+    from sloth_daemon.cli import render
 
     out = [] if shown else ["no jobs" if not res["total"] else "no jobs on this page"]
     out.append(render.counts_line(res["counts"]))

@@ -15,11 +15,11 @@ import json
 import time
 from typing import Any, Callable
 
-from .. import config as cfg
-from ..errors import BadRequest, JobNotFound, SlothError, StorageError
-from ..lanes import ReadLanes, lane_table
-from ..models import STATE_NAMES, Listing
-from ..paths import Paths
+from sloth_daemon import config as cfg
+from sloth_daemon.errors import BadRequest, JobNotFound, SlothError, StorageError
+from sloth_daemon.daemon.worker.lanes import ReadLanes, lane_table
+from sloth_daemon.models import STATE_NAMES, Listing
+from sloth_daemon.paths import Paths
 
 
 class _NoQueue:
@@ -91,13 +91,13 @@ def where(paths: Paths) -> str:
     t = target(paths)
     if not isinstance(t, str):
         return "the queue file"
-    from ..backends.pg_errors import describe
+    from sloth_daemon.backends.postgres.errors import describe
 
     return f"the shared queue at {describe(t)}"
 
 
 def _open(paths: Paths, *, quick: bool = False) -> Any:
-    from ..backends import open_read_only
+    from sloth_daemon.backends import open_read_only
 
     try:
         return open_read_only(target(paths), quick=quick)
@@ -111,7 +111,7 @@ def _list(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
 
 def scan(paths: Paths, a: dict[str, Any]) -> Any:
     """The listing of ``list`` with these arguments, to read a chunk at a
-    time (backends' sqlite_scan / pg_scan); closing it closes the queue."""
+    time (backends.sqlite.scan / backends.postgres.scan); closing it closes the queue."""
     q = _open(paths)
     try:
         return q.scan(owns_reader=True, now=time.time(), **_selection(a), limit=a.get("limit"))
@@ -148,7 +148,7 @@ def _logs(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
                          hint="Follow it with `sloth logs -f ID` once a daemon runs.")
     if not 1 <= n <= job.attempts:
         raise BadRequest(f"job {job.id} has attempts 1..{job.attempts}, not {n!r}")
-    from ..identity import queue_paths
+    from sloth_daemon.backends.sqlite.identity import queue_paths
 
     shared = getattr(q, "identity", None)  # a shared queue's identity is in its database
     path = (paths.for_queue(shared) if shared else queue_paths(paths)).job_log(job.id, n)

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import typer
 
-from .app import app, handles_errors
+from sloth_daemon.cli.app import app, handles_errors
 
 _PLATFORM_HELP = "Service flavour: linux (systemd) or macos (launchd); default: this machine."
 
@@ -51,7 +51,7 @@ def install(
     platform: Optional[str] = typer.Option(None, "--platform", hidden=True, help=_PLATFORM_HELP),
 ) -> None:
     """Write the login service for this machine, enable it (and with --now start it)."""
-    from .. import service
+    from sloth_daemon import service
 
     plat = service.platform(platform)
     if print_only:
@@ -73,7 +73,7 @@ def uninstall(
     platform: Optional[str] = typer.Option(None, "--platform", hidden=True, help=_PLATFORM_HELP),
 ) -> None:
     """Stop and disable the login service and remove its file."""
-    from .. import service
+    from sloth_daemon import service
 
     r = service.uninstall(plat=platform)
     if as_json:
@@ -91,7 +91,7 @@ def status(
     platform: Optional[str] = typer.Option(None, "--platform", hidden=True, help=_PLATFORM_HELP),
 ) -> None:
     """Installed? enabled? running? Does its sloth binary still exist? Linger?"""
-    from .. import service
+    from sloth_daemon import service
 
     d = service.status(plat=platform)
     if as_json:
@@ -108,7 +108,7 @@ def doctor(
     platform: Optional[str] = typer.Option(None, "--platform", hidden=True, help=_PLATFORM_HELP),
 ) -> None:
     """Check the things that go wrong in practice and say how to fix each."""
-    from .. import doctor as doc
+    from sloth_daemon.cli import doctor as doc
 
     checks = doc.run_checks(plat=platform)
     failed = any(c.status == "fail" for c in checks)
@@ -121,7 +121,7 @@ def doctor(
 
 
 def _print_unit(plat: str, as_json: bool) -> None:
-    from .. import service
+    from sloth_daemon import service
 
     content = service.render(plat)
     if as_json:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import sys
 import time
 
-from .. import errors
-from .base import connect, emit_json, log_paths
-from .edge import echo
+from sloth_daemon import errors
+from sloth_daemon.cli.base import connect, emit_json, log_paths
+from sloth_daemon.cli.edge import echo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class _View:
     def _tell(self, job: dict[str, Any]) -> None:
         if self.quiet or (self.live and job["state"] == "done"):
             return  # on a terminal the progress line counts the done ones
-        from .. import render
+        from sloth_daemon.cli import render
 
         self._clear()
         lines = [render.outcome(job)]
@@ -94,7 +94,7 @@ class _View:
             self._drawn = False
 
     def line(self) -> str:
-        from ..durations import format_duration
+        from sloth_daemon.durations import format_duration
 
         n = {s: 0 for s in ("done", "failed", "cancelled", "running", "queued", "blocked")}
         for st in self.states.values():

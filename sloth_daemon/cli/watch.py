@@ -9,8 +9,8 @@ from typing import Callable, List, Optional
 
 import typer
 
-from .app import app, handles_errors, parse_id
-from .complete import job_ids
+from sloth_daemon.cli.app import app, handles_errors, parse_id
+from sloth_daemon.cli.complete import job_ids
 
 
 @app.command("wait")
@@ -21,7 +21,7 @@ def wait_cmd(
 ) -> None:
     """Block until the jobs end, telling each outcome; exit 0 if all are done,
     5 if any failed or was cancelled."""
-    from .waiting import wait_for
+    from sloth_daemon.cli.waiting import wait_for
 
     raise typer.Exit(wait_for([parse_id(j) for j in job_ids_], stream=sys.stdout, as_json=as_json))
 
@@ -31,7 +31,7 @@ def watch_ls(text_for: Callable[[Optional[int]], str], interval: str) -> None:
     (plain snapshots, one after another, when stdout is not a terminal)."""
     import shutil
 
-    from ..durations import local_time, parse_duration
+    from sloth_daemon.durations import local_time, parse_duration
 
     every = max(0.2, parse_duration(interval, what="--interval"))
     tty = sys.stdout.isatty()

@@ -9,15 +9,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import BadRequest, ServiceError, SlothError
-from ..paths import Paths, resolve
-from . import launchd, systemd
-from .common import (
-    LABEL, MANAGER, PLATFORM_ENV, UNIT_NAME, Report, baked_env, fill, platform, require, sloth_program,
-    stop_timeout_s, template, unit_path,
+from sloth_daemon.errors import BadRequest, ServiceError, SlothError
+from sloth_daemon.paths import Paths, resolve
+from sloth_daemon.service import launchd, systemd
+from sloth_daemon.service.common import (
+    LABEL, MANAGER, PLATFORM_ENV, UNIT_NAME, Report, baked_env, fill, platform, require, sloth_program, stop_timeout_s,
+    template, unit_path,
 )
-from .launchd import plist_binary
-from .systemd import linger, render_unit, unit_exec_binary, user_name
+from sloth_daemon.service.launchd import plist_binary
+from sloth_daemon.service.systemd import linger, render_unit, unit_exec_binary, user_name
 
 __all__ = [
     "BadRequest", "LABEL", "MANAGER", "PLATFORM_ENV", "UNIT_NAME", "Report", "ServiceError", "fill",

@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import BadRequest, ServiceCommandFailed, ServiceError, ServiceManagerMissing
-from ..paths import Paths
+from sloth_daemon.errors import BadRequest, ServiceCommandFailed, ServiceError, ServiceManagerMissing
+from sloth_daemon.paths import Paths
 
 UNIT_NAME = "sloth.service"
 LABEL = "io.slothqueue.sloth"
@@ -113,7 +113,7 @@ def sloth_program() -> list[str]:
 
 def stop_timeout_s(p: Paths) -> int:
     """Seconds the service manager waits after SIGTERM: kill grace plus headroom."""
-    from ..config import load
+    from sloth_daemon.config import load
 
     return max(30, math.ceil(float(load(p.config_file).kill_grace_s)) + 20)
 
@@ -211,7 +211,7 @@ def env_notes(report: Report, p: Paths, where: str) -> None:
 def read_text(path: Path) -> str | None:
     """An installed unit file or plist (a link to one is followed), or None:
     missing, unreadable, or not a regular file (a FIFO is refused, not waited on)."""
-    from ..safefile import read_file
+    from sloth_daemon.paths import read_file
 
     try:
         return read_file(path, UNIT_MAX_BYTES, follow=True).decode("utf-8")

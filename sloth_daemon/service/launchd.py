@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
-from ..errors import ServiceError
-from ..paths import Paths, ensure_private_dir
-from .common import (
+from sloth_daemon.errors import ServiceError
+from sloth_daemon.paths import Paths, ensure_private_dir
+from sloth_daemon.service.common import (
     LABEL, MANAGER, Report, baked_env, env_notes, fill, read_text, remove, run, template, write_if_changed,
 )
 

@@ -8,12 +8,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ..errors import ServiceError
-from ..paths import Paths
-from ..text import shell_command
-from .common import (
-    MANAGER, UNIT_NAME, Report, env_notes, fill, read_text, remove, run, template, user_name,
-    write_if_changed,
+from sloth_daemon.errors import ServiceError
+from sloth_daemon.paths import Paths
+from sloth_daemon.text import shell_command
+from sloth_daemon.service.common import (
+    MANAGER, UNIT_NAME, Report, env_notes, fill, read_text, remove, run, template, user_name, write_if_changed,
 )
 
 _SYSTEMD_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sloth_daemon.client import Client
+from sloth_daemon.cli.client import Client
 from sloth_daemon.errors import EXIT_NOT_RUNNING, EXIT_USAGE
 from sloth_daemon.paths import resolve
 
@@ -90,7 +90,7 @@ def test_a_lost_commit_answer_is_asked_for_and_reported_exactly(harness):
     """The daemon commits, the answer never arrives (cut here on purpose):
     the client asks by its batch token and reports the ids it was told."""
     from sloth_daemon.errors import ConnectionLost
-    from sloth_daemon.submit import frames, submit
+    from sloth_daemon.cli.submit import frames, submit
 
     harness.start()
     p = resolve({"SLOTH_HOME": str(harness.home)})

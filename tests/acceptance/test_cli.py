@@ -18,9 +18,7 @@ import psutil
 import pytest
 
 from sloth_daemon import __version__
-from sloth_daemon.errors import (
-    EXIT_CONFLICT, EXIT_JOB_FAILED, EXIT_NOT_FOUND, EXIT_NOT_RUNNING, EXIT_USAGE,
-)
+from sloth_daemon.errors import EXIT_CONFLICT, EXIT_JOB_FAILED, EXIT_NOT_FOUND, EXIT_NOT_RUNNING, EXIT_USAGE
 
 pytestmark = pytest.mark.acceptance
 

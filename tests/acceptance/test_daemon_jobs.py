@@ -169,7 +169,7 @@ def test_wait_on_many_jobs_sees_every_one_finish(harness):
     harness.start()
     harness.call("pause")
     ids = harness.add_many([{"command": ["true"]} for _ in range(1500)])
-    from sloth_daemon.client import Client
+    from sloth_daemon.cli.client import Client
 
     with Client(harness.socket, timeout_s=120) as c:
         c.sock.sendall(b"")  # connected before the jobs run

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from sloth_daemon import __version__
-from sloth_daemon.keeper_wire import VERSION
+from sloth_daemon.keeper.wire import VERSION
 from tests.support.fake_keeper import PROTOCOL
 from tests.support.harness import alive
 

@@ -21,8 +21,8 @@ import time
 import psutil
 import pytest
 
-from sloth_daemon.backends.sqlite import SqliteQueue
-from sloth_daemon.backends.sqlite_readonly import SqliteReadOnly
+from sloth_daemon.backends.sqlite.queue import SqliteQueue
+from sloth_daemon.backends.sqlite.readonly import SqliteReadOnly
 from tests.support.harness import Harness
 
 N = 30_000

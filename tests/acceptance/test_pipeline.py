@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from sloth_daemon.pipeline import DEPTH, HOT_S
+from sloth_daemon.daemon.worker.pipeline import DEPTH, HOT_S
 from tests.support.harness import TEST_CONFIG
 
 pytestmark = pytest.mark.acceptance

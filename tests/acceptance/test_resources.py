@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sloth_daemon.client import Client
+from sloth_daemon.cli.client import Client
 from sloth_daemon.paths import resolve
 
 pytestmark = pytest.mark.acceptance
@@ -160,7 +160,7 @@ def test_a_stopped_daemon_is_not_answering_and_says_how_to_check(harness):
 def test_no_second_daemon_is_started_while_the_lock_is_held(harness, monkeypatch):
     """A daemon that holds the instance lock but does not (yet) listen: `sloth
     add` waits for it and then says so; it never starts another."""
-    from sloth_daemon.launcher import start_background
+    from sloth_daemon.cli.launcher import start_background
 
     for k, v in harness.env.items():  # anything started from here runs in the test's folder, nowhere else
         monkeypatch.setenv(k, v)

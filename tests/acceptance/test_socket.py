@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from sloth_daemon.client import Client
+from sloth_daemon.cli.client import Client
 from sloth_daemon.paths import SOCKET_PATH_MAX
 
 pytestmark = pytest.mark.acceptance
@@ -124,7 +124,7 @@ ADDER = textwrap.dedent(
     """
     import json, os, sys, time
     from pathlib import Path
-    from sloth_daemon.client import Client
+    from sloth_daemon.cli.client import Client
     sock, name, n, go, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
     ids = []
     with Client(Path(sock)) as c:

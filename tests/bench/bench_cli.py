@@ -59,7 +59,7 @@ from typing import Any, Callable, Iterator
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from sloth_daemon.client import Client  # noqa: E402
+from sloth_daemon.cli.client import Client  # noqa: E402
 from tests.bench._common import ensure_tools  # noqa: E402
 from tests.support.harness import Harness  # noqa: E402
 

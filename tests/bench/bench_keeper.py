@@ -18,7 +18,7 @@ from typing import Any
 
 import psutil
 
-from sloth_daemon.keeper_client import KeeperClient
+from sloth_daemon.daemon.keeper_client import KeeperClient
 from tests.bench._common import pct
 from tests.support.keeper_rig import make_rig, remove_rig
 

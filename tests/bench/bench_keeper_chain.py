@@ -29,8 +29,8 @@ import psutil
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from sloth_daemon.keeper_client import KeeperClient  # noqa: E402
-from sloth_daemon.pipeline import DEPTH  # noqa: E402
+from sloth_daemon.daemon.keeper_client import KeeperClient  # noqa: E402
+from sloth_daemon.daemon.worker.pipeline import DEPTH  # noqa: E402
 from tests.bench._common import bench_bare, cpu_s  # noqa: E402
 from tests.support.keeper_rig import make_rig, remove_rig  # noqa: E402
 

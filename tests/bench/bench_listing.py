@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from sloth_daemon.backends.sqlite import SqliteQueue  # noqa: E402
+from sloth_daemon.backends.sqlite.queue import SqliteQueue  # noqa: E402
 from tests.support.harness import TEST_CONFIG, Harness, temp_harness  # noqa: E402
 
 BATCH = 50_000

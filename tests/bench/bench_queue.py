@@ -39,8 +39,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout
 
-from sloth_daemon import db  # noqa: E402
-from sloth_daemon.backends.sqlite_enqueue import SQL_INSERT  # noqa: E402
+from sloth_daemon.backends.sqlite import db  # noqa: E402
+from sloth_daemon.backends.sqlite.enqueue import SQL_INSERT  # noqa: E402
 from sloth_daemon.queue import Queue  # noqa: E402
 
 HOUR = 3600.0

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 
 import psutil
 
-from sloth_daemon.client import Client
+from sloth_daemon.cli.client import Client
 
 # Short leases and a 1 s clock check keep the real-daemon tests quick; the
 # durations are still real (no clock is faked here except where a test says).

@@ -247,7 +247,7 @@ class PgDatabases:
     of it, and one shared database that ``reset()`` empties between tests."""
 
     def __init__(self, cluster: PgCluster) -> None:
-        from sloth_daemon.backends.postgres import PgQueue
+        from sloth_daemon.backends.postgres.queue import PgQueue
 
         self.cluster = cluster
         self._n = 0

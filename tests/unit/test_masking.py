@@ -1,4 +1,4 @@
-"""masking.mask: a password in any shape a message may quote it (issue 20 item 7)."""
+"""text.mask: a password in any shape a message may quote it (issue 20 item 7)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from sloth_daemon import masking
+from sloth_daemon import text
 from sloth_daemon.errors import SlothError
 
 
@@ -23,34 +23,34 @@ from sloth_daemon.errors import SlothError
     ("postgresql://me@h:5432/db", "postgresql://me@h:5432/db"),  # nothing secret: unchanged
 ])
 def test_patterns(text, shown):
-    assert masking.mask(text) == shown
+    assert text.mask(text) == shown
 
 
 @pytest.fixture(autouse=True)
 def forget(monkeypatch):
-    monkeypatch.setattr(masking, "_known", ())  # what a test remembers, this process forgets after it
+    monkeypatch.setattr(text, "_known", ())  # what a test remembers, this process forgets after it
 
 
 def test_a_remembered_password_is_masked_bare_decoded_and_escaped():
-    masking.remember("postgresql://me:Wh%40t\\ever%zz@h/db")  # @ escaped, a backslash, a bad escape
+    text.remember("postgresql://me:Wh%40t\\ever%zz@h/db")  # @ escaped, a backslash, a bad escape
     raw = "Wh%40t\\ever%zz"
     for shown in (f'token: "{raw}"', f"decoded: {'Wh@t' + chr(92) + 'ever%zz'}", f"repr: {raw!r}"):
-        assert "Wh" not in masking.mask(shown), shown
+        assert "Wh" not in text.mask(shown), shown
     e = SlothError(f"cannot connect: invalid percent-encoded token: \"{raw}\"", hint=f"check {raw}")
     assert "Wh" not in e.message + e.hint and "***" in e.message  # every SlothError, where it is made
 
 
 def test_a_short_password_is_masked_by_the_patterns_only():
-    masking.remember("postgresql://me:db@h/db")
-    assert masking.mask("the db is down; postgresql://me:db@h/db") == "the db is down; postgresql://me:***@h/db"
+    text.remember("postgresql://me:db@h/db")
+    assert text.mask("the db is down; postgresql://me:db@h/db") == "the db is down; postgresql://me:***@h/db"
 
 
 def test_the_log_handler_masks_message_arguments_and_traceback():
     code = """if 1:
         import logging
-        from sloth_daemon import masking
-        masking.remember("postgresql://me:Tr4ceback-pw@h/db")
-        masking.log_to_stderr(logging.INFO, "%(levelname)s %(message)s")
+        from sloth_daemon import text
+        text.remember("postgresql://me:Tr4ceback-pw@h/db")
+        text.log_to_stderr(logging.INFO, "%(levelname)s %(message)s")
         try:
             raise ValueError("bad token Tr4ceback-pw")
         except ValueError:

@@ -155,7 +155,7 @@ def test_responses_may_be_larger_than_requests():
 def test_cli_batches_of_many_jobs_each_fit_in_a_frame():
     import random
 
-    from sloth_daemon.submit import _job_size, frames
+    from sloth_daemon.cli.submit import _job_size, frames
 
     rng = random.Random(7)
     alphabet = ["a", "é", "\n", '"', "\\", "😀", "\x01", "\udcff", " "]

@@ -1,4 +1,4 @@
-"""safefile.py (issue 20, item 5): a file someone replaced with a FIFO, a
+"""paths.py (issue 20, item 5): a file someone replaced with a FIFO, a
 device, a folder, a link or something huge is refused at once, saying what
 it is; never blocked on, never read to its end. Real files, FIFOs and
 devices in a temporary folder: nothing here can be faked more cheaply."""
@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from sloth_daemon.keeper_wire import Journal, read_journal
-from sloth_daemon.safefile import NotRegular, TooLarge, open_file, read_file
+from sloth_daemon.keeper.wire import Journal, read_journal
+from sloth_daemon.paths import NotRegular, TooLarge, open_file, read_file
 
 
 def prompt(fn, *a, **kw):

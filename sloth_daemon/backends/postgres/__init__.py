@@ -1,0 +1,2 @@
+"""The lease queue on PostgreSQL, for several machines.
+"""

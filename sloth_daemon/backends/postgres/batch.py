@@ -1,0 +1,176 @@
+"""Requests on many jobs at once, each one transaction: cancel, retry,
+restart and prune, by ids or by a selection (lane, states) -- the
+counterpart of backends/sqlite/batch.py, with the same rules and answers.
+
+A base class of PgQueue (backends/postgres/queue.py). By ids: an id that does not exist
+refuses the whole request (JobNotFound, nothing changed); a job in a state
+the action does not apply to is left alone and reported in
+``Batch.skipped`` with why. Each job is locked as it is reached and read
+afresh (an earlier one's end may have changed it), so a request never
+acts on a state another daemon has just changed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator, Mapping, Sequence, TypeVar
+
+from sloth_daemon.errors import BadRequest, IllegalTransition
+from sloth_daemon.models import ACTIVE_STATES, FINISHED_STATES, Batch, Job, JobState
+from sloth_daemon.spec import number
+from sloth_daemon.backends.postgres.enqueue import SQL_ACTIVE_KEY, prune_batch_records
+from sloth_daemon.backends.postgres.reads import check_id
+from sloth_daemon.backends.postgres.db import Connection, Cursor, Row
+from sloth_daemon.backends.sqlite.batch import _states
+
+T = TypeVar("T")
+_COPIED = ("command, lane, priority, max_attempts, lease_s, timeout_s, key, cwd, env_id,"
+           " label, shell, retry_exit, no_retry_exit")
+# A restart yields to an active job with the same key, even one another
+# daemon adds at this moment (the partial unique index decides).
+SQL_RESTART = (
+    f"INSERT INTO sloth.jobs (state, not_before, created_at, updated_at, {_COPIED})"
+    f" SELECT 'queued', sloth.now(), sloth.now(), sloth.now(), {_COPIED} FROM sloth.jobs WHERE id = %s"
+    " ON CONFLICT (key) WHERE key IS NOT NULL AND state IN ('blocked', 'queued', 'running') DO NOTHING"
+    " RETURNING *"
+)
+SQL_PRUNE_WHERE = ("finished_at IS NOT NULL AND finished_at < sloth.now() - %(older)s AND state = ANY(%(states)s)"
+                   " AND (%(lane)s::text IS NULL OR lane = %(lane)s)")
+# SKIP LOCKED: an environment an enqueue is using right now (it holds a KEY
+# SHARE lock on it) is left for next time.
+SQL_PRUNE_ENVS = ("DELETE FROM sloth.envs WHERE id IN (SELECT e.id FROM sloth.envs e"
+                  " WHERE NOT EXISTS (SELECT 1 FROM sloth.jobs j WHERE j.env_id = e.id)"
+                  " FOR UPDATE SKIP LOCKED)")
+SQL_SELECTED = ("SELECT id FROM sloth.jobs WHERE (%(states)s::text[] IS NULL OR state = ANY(%(states)s))"
+                " AND (%(lane)s::text IS NULL OR lane = %(lane)s) ORDER BY id")
+
+
+class PgBatch:
+    _db: Connection
+    _envs: dict[int, dict[str, str]]
+    _side: list[Job]
+
+    if TYPE_CHECKING:  # PgQueue's and PgReads's, which this mixin's methods use
+        def _write(self, fn: Callable[[Cursor], T], doing: str) -> T: ...
+        def _get_row(self, c: Cursor, job_id: int, *, lock: bool = False) -> Row: ...
+        def _job(self, row: Mapping[str, Any], c: Cursor | None = None) -> Job: ...
+        def _retry(self, c: Cursor, row: Row) -> Job: ...
+        def _finish(self, c: Cursor, job_id: int, state: JobState, attempt: int, kind: str, message: str,
+                    *, exit_code: int | None = None, stored_message: str | None = None,
+                    at: float | None = None) -> Job: ...
+        @staticmethod
+        def _event(c: Cursor, job_id: int, kind: str, attempt: int, message: str,
+                   at: float | None = None) -> None: ...
+
+    def cancel_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
+                    states: Sequence[str] | None = None, message: str = "cancelled by user",
+                    exclude: Collection[int] = ()) -> Batch:
+        """blocked|queued|running -> cancelled for each of ``ids``, or for
+        every active job of ``lane`` and/or ``states``, as
+        SqliteQueue.cancel_many (``exclude`` too). Raises JobNotFound, BadRequest."""
+        wanted, skip = _states(states, ACTIVE_STATES, "cancel"), set(exclude)
+
+        def tx(c: Cursor) -> Batch:
+            out = Batch([])
+            for row in self._rows(c, ids, lane, wanted):
+                if row["id"] in skip:
+                    continue
+                if row["state"] in ACTIVE_STATES:
+                    out.jobs.append(self._finish(c, row["id"], JobState.CANCELLED, row["attempts"],
+                                                 "cancelled", message))
+                elif any(j.id == row["id"] for j in self._side):
+                    out.jobs.append(self._job(row, c))  # cancelled a moment ago, by a job it waited for
+                else:
+                    out.skipped.append((row["id"], f"job {row['id']} is {row['state']}"))
+            return out
+
+        return self._write(tx, "cancelling jobs")
+
+    def retry_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
+                   states: Sequence[str] | None = None, busy: Collection[int] = ()) -> Batch:
+        """failed|cancelled -> queued (or blocked), as :meth:`retry`, for each
+        of ``ids`` or every job of the selection (default state: failed).
+        ``busy``: jobs not to touch yet. Raises JobNotFound, BadRequest."""
+        wanted = _states(states, (JobState.FAILED.value, JobState.CANCELLED.value), "retry")
+        if ids is None and states is None:
+            wanted = [JobState.FAILED.value]
+
+        def tx(c: Cursor) -> Batch:
+            out = Batch([])
+            for row in self._rows(c, ids, lane, wanted):
+                if row["id"] in busy:
+                    out.skipped.append((row["id"], f"job {row['id']} is still being stopped"))
+                    continue
+                try:
+                    out.jobs.append(self._retry(c, row))
+                except IllegalTransition as e:
+                    out.skipped.append((row["id"], e.message))
+            return out
+
+        return self._write(tx, "retrying jobs")
+
+    def restart(self, ids: Sequence[int]) -> Batch:
+        """For each finished job of ``ids``: a new queued job with the same
+        spec (not its prerequisites), due now; events ``restart`` on the new
+        job, ``restarted`` on the old. Raises JobNotFound."""
+        def tx(c: Cursor) -> Batch:
+            out = Batch([])
+            for row in self._rows(c, ids, None, None):
+                new = None if row["state"] not in FINISHED_STATES else c.execute(SQL_RESTART, (row["id"],)).fetchone()
+                if new is None:
+                    out.skipped.append((row["id"], _why_not_restart(c, row)))
+                    continue
+                self._event(c, new["id"], "restart", 0, f"a restart of job {row['id']}")
+                self._event(c, row["id"], "restarted", row["attempts"], f"queued again as job {new['id']}")
+                out.jobs.append(self._job(new, c))
+            return out
+
+        return self._write(tx, "restarting jobs")
+
+    def prune(self, older_than_s: float, *, states: Sequence[str] | None = None, lane: str | None = None,
+              dry_run: bool = False) -> int:
+        """Delete finished jobs (and their events) that ended more than
+        ``older_than_s`` ago, of ``states`` (default: every finished state) and
+        ``lane``. Returns how many were (``dry_run``: would be) deleted."""
+        if older_than_s is None:
+            raise BadRequest("older_than_s must be a number of seconds, got None")
+        args = {"older": number(older_than_s, "older_than_s", 0.0, lo=0), "lane": lane,
+                "states": _states(states, FINISHED_STATES, "prune") or list(FINISHED_STATES)}
+        if dry_run:
+            return int(self._db.read(lambda c: c.execute(
+                f"SELECT count(*) AS n FROM sloth.jobs WHERE {SQL_PRUNE_WHERE}", args).fetchall()[0]["n"],
+                "counting jobs to prune"))
+        return self._write(lambda c: self._prune(c, args), "pruning finished jobs")
+
+    def _prune(self, c: Cursor, args: dict[str, Any]) -> int:
+        n = c.execute(f"DELETE FROM sloth.jobs WHERE {SQL_PRUNE_WHERE}", args).rowcount
+        if n:
+            c.execute(SQL_PRUNE_ENVS)
+            self._envs.clear()
+        prune_batch_records(c)
+        return n
+
+    def _rows(self, c: Cursor, ids: Sequence[int] | None, lane: str | None,
+              states: Sequence[str] | None) -> Iterator[Row]:
+        """The rows a request names, each locked and read afresh as it is
+        reached: each of ``ids`` (all must exist), or the selection, oldest first."""
+        if ids is not None:
+            for i in ids:
+                check_id(i)
+            found = {r["id"] for r in c.execute("SELECT id FROM sloth.jobs WHERE id = ANY(%s)", (list(ids),))}
+            for i in ids:
+                if i not in found:
+                    self._get_row(c, i)  # raises JobNotFound: nothing changes
+            selected: Sequence[int] = list(dict.fromkeys(ids))
+        else:
+            if not states and lane is None:
+                raise BadRequest("name the jobs: ids, a lane or states")
+            selected = [r["id"] for r in c.execute(SQL_SELECTED, {"states": states or None, "lane": lane})]
+        for i in selected:
+            yield self._get_row(c, i, lock=True)
+
+
+def _why_not_restart(c: Cursor, row: Row) -> str:
+    if row["state"] not in FINISHED_STATES:
+        return f"job {row['id']} is {row['state']}; only finished jobs can be restarted"
+    other = c.execute(SQL_ACTIVE_KEY, (row["key"],)).fetchone()
+    return f"job {other['id'] if other else '?'} with the same key {row['key']!r} is still active"

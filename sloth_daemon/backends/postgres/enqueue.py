@@ -1,0 +1,206 @@
+"""Adding jobs to the PostgreSQL queue: one job, or a batch in one
+transaction (the counterpart of backends/sqlite/enqueue.py).
+
+A base class of PgQueue (backends/postgres/queue.py). A batch is validated whole before
+anything is written (all or none), each distinct environment is stored
+once, and runs of keyless jobs go in with one statement whatever their
+size, jobs that wait for others too: ids are taken from the sequence first
+and each job's state (blocked, queued or cancelled) is decided here from the
+prerequisites' states, read once under a lock (backends/postgres/deps.py). A key is
+settled by the server's partial unique index, even between two machines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, TypeVar
+
+from sloth_daemon.errors import BadRequest, IllegalTransition
+from sloth_daemon.spec import Defaults, EnvCache, JobSpec
+from sloth_daemon.text import as_bytes
+from sloth_daemon.backends.postgres import deps
+from sloth_daemon.backends.postgres.db import Connection, Cursor
+from sloth_daemon.backends.sqlite.enqueue import BATCH_RECORD_S, EnqueueOne, _runs
+
+T = TypeVar("T")
+WAITED_ON = 18  # the index of waited_on in a row's values (_Batch._row)
+_COLUMNS = ("id, command, state, lane, priority, max_attempts, lease_s, timeout_s, not_before, key, cwd,"
+            " env_id, label, shell, retry_exit, no_retry_exit, message, prereqs, waited_on, place")
+_TYPES = ("bigint text text text bigint bigint float8 float8 float8 text bytea bigint text bool text"
+          " text text text bool text").split()
+# Jobs in one statement: the arrays are columns, now is the server's. A run
+# of keyless jobs never meets the ON CONFLICT (NULL keys are in no index);
+# a keyed job goes alone, and yields to an active job with its key.
+SQL_INSERT = f"""
+INSERT INTO sloth.jobs ({_COLUMNS}, finished_at, created_at, updated_at)
+SELECT t.id, t.command, t.state, t.lane, t.priority, t.max_attempts, t.lease_s, t.timeout_s,
+       coalesce(t.not_before, sloth.now()), t.key, t.cwd, t.env_id, t.label, t.shell, t.retry_exit,
+       t.no_retry_exit, t.message, t.prereqs, t.waited_on, t.place,
+       CASE WHEN t.state = 'cancelled' THEN sloth.now() END, sloth.now(), sloth.now()
+FROM unnest({", ".join(f"%s::{t}[]" for t in _TYPES)}) AS t({_COLUMNS})
+ON CONFLICT (key) WHERE key IS NOT NULL AND state IN ('blocked', 'queued', 'running') DO NOTHING
+RETURNING id
+"""
+SQL_NEXT_IDS = "SELECT nextval(pg_get_serial_sequence('sloth.jobs', 'id')) AS id FROM generate_series(1, %s)"
+SQL_ACTIVE_KEY = "SELECT id FROM sloth.jobs WHERE key = %s AND state IN ('blocked', 'queued', 'running')"
+SQL_ENV_FIND = "SELECT id FROM sloth.envs WHERE hash = %s FOR KEY SHARE"
+SQL_ENV_ADD = "INSERT INTO sloth.envs (hash, data) VALUES (%s, %s) ON CONFLICT (hash) DO NOTHING RETURNING id"
+SQL_ADD_LANES = ("INSERT INTO sloth.lanes (name, created_at) SELECT unnest(%s::text[]), sloth.now()"
+                 " ON CONFLICT (name) DO NOTHING")
+SQL_BATCH_OPEN = ("INSERT INTO sloth.batches (token, at, ids) VALUES (%s, sloth.now(), '[]')"
+                  " ON CONFLICT (token) DO NOTHING RETURNING token")
+SQL_BATCH_IDS = "UPDATE sloth.batches SET ids = %s WHERE token = %s"
+SQL_BATCH_READ = "SELECT ids FROM sloth.batches WHERE token = %s"
+SQL_BATCH_PRUNE = "DELETE FROM sloth.batches WHERE at < sloth.now() - %s"
+
+
+class PgEnqueue(EnqueueOne):
+    _db: Connection
+    lease_s: float
+    max_attempts: int
+
+    if TYPE_CHECKING:
+        def _write(self, fn: Callable[[Cursor], T], doing: str) -> T: ...
+
+    def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None) -> list[int]:
+        """Enqueue many jobs in one transaction; all or none. Same rules as
+        SqliteQueue.enqueue_many: ``batch`` records the ids under a client's
+        token in the same transaction (batch_ids); ``after``/``after_any``/
+        ``after_previous`` make a job ``blocked``, ``cancelled`` or ``queued``.
+        Raises BadRequest, IllegalTransition (a batch queued already),
+        JobNotFound (a prerequisite that does not exist)."""
+        cache: EnvCache = {}
+        defaults = Defaults(self.max_attempts, self.lease_s)
+        # validate all before writing any
+        rows = [s if isinstance(s, JobSpec) else JobSpec.parse(s, defaults, cache) for s in specs]
+        if rows and rows[0].after_previous:
+            raise BadRequest("after_previous on the first job of a batch: it has no previous job")
+        if not rows and batch is None:
+            return []
+        return self._write(lambda c: _insert_all(c, rows, batch), "adding jobs")
+
+    def batch_ids(self, batch: str) -> list[int] | None:
+        """The ids the batch ``batch`` was queued as, or None if it was not
+        (or its record was pruned: records are kept BATCH_RECORD_S)."""
+        row = self._db.read(lambda c: c.execute(SQL_BATCH_READ, (batch,)).fetchone(), "reading a batch")
+        if row is None:
+            return None
+        return [i for a, b in json.loads(row["ids"]) for i in range(a, b + 1)]
+
+
+
+def prune_batch_records(c: Cursor) -> None:
+    c.execute(SQL_BATCH_PRUNE, (BATCH_RECORD_S,))
+
+
+def _insert_all(c: Cursor, rows: list[JobSpec], batch: str | None) -> list[int]:
+    """The whole batch, in order, inside the caller's transaction."""
+    if batch is not None and c.execute(SQL_BATCH_OPEN, (batch,)).fetchone() is None:
+        raise IllegalTransition(f"batch {batch} was queued already; it is never queued twice",
+                                hint="Ask which ids it got with the `batch` op.")
+    c.execute(SQL_ADD_LANES, (sorted({r.lane for r in rows}),))
+    env_ids = {text: _put_env(c, text) for text in sorted({r.env_json for r in rows if r.env_json is not None})}
+    known = deps.lock_states(c, (i for r in rows for i in r.after + r.after_any))
+    ids = _Batch(c, env_ids, known, len(rows)).insert(rows)
+    if batch is not None:
+        c.execute(SQL_BATCH_IDS, (json.dumps(_runs(ids)), batch))
+    return ids
+
+
+def _put_env(c: Cursor, text: str) -> int:
+    """The id of this environment in ``envs``, adding it if new. The row is
+    locked FOR KEY SHARE until commit, so a concurrent prune cannot delete
+    it before our jobs reference it."""
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    while True:
+        row = c.execute(SQL_ENV_FIND, (digest,)).fetchone()
+        if row:
+            return int(row["id"])
+        row = c.execute(SQL_ENV_ADD, (digest, text)).fetchone()
+        if row:
+            return int(row["id"])
+        # another transaction added it between our two statements: read it again
+
+
+class _Batch:
+    """Inserting one validated batch inside its transaction."""
+
+    def __init__(self, c: Cursor, env_ids: dict[str, int], known: dict[int, str], n: int) -> None:
+        self.c, self.env_ids, self.known = c, env_ids, known
+        self.ids: list[int] = []
+        self.run: dict[int, list[Any]] = {}  # id -> values: the rows to insert with one statement
+        self.late: set[int] = set()  # jobs waited for that are not in the run: marked at the end
+        self.deps: list[tuple[int, int, str]] = []
+        self.cancelled: list[tuple[int, str]] = []  # (id, why) of jobs cancelled as they are added
+        self._free = self._take(n)
+
+    def insert(self, rows: list[JobSpec]) -> list[int]:
+        for r in rows:
+            if r.key is None:
+                jid = next(self._free)
+                self.run[jid] = self._row(r, jid)
+            else:
+                self._flush()
+                self._keyed(r)
+        self._flush()
+        deps.add_deps(self.c, self.deps, self.cancelled, self.late)
+        return self.ids
+
+    def _take(self, n: int) -> Iterator[int]:
+        """Ids from the sequence, ``n`` at a time, as many as asked for."""
+        while True:
+            yield from (r["id"] for r in self.c.execute(SQL_NEXT_IDS, (max(n, 1),)).fetchall())
+
+    def _flush(self) -> None:
+        if self.run:
+            self.c.execute(SQL_INSERT, [list(col) for col in zip(*self.run.values(), strict=True)])
+            self.run = {}
+
+    def _keyed(self, r: JobSpec) -> None:
+        """The active job with this key, or a new one. The partial unique index
+        settles a race with another enqueuer of the same key."""
+        while True:
+            hit = self.c.execute(SQL_ACTIVE_KEY, (r.key,)).fetchone()
+            if hit:
+                self.ids.append(hit["id"])  # not ours: a dependent locks it to read its state
+                return
+            row = self._row(r, next(self._free))
+            if self.c.execute(SQL_INSERT, [[v] for v in row]).fetchone():
+                return
+            self._forget(row[0])  # the other enqueuer committed first: its job is the active one now
+
+    def _row(self, r: JobSpec, jid: int) -> list[Any]:
+        """The values of one job (and its deps rows), its state decided."""
+        state, message, shown = ("queued", "", None) if not r.waits else self._waiting(r, jid)
+        self.ids.append(jid)
+        self.known[jid] = state
+        return [jid, r.command_json, state, r.lane, r.priority, r.max_attempts, r.lease_s, r.timeout_s,
+                r.not_before, r.key, None if r.cwd is None else as_bytes(r.cwd),
+                None if r.env_json is None else self.env_ids[r.env_json], r.label, r.shell,
+                r.retry_exit_json, r.no_retry_exit_json, message, shown, False, r.place]
+
+    def _waiting(self, r: JobSpec, jid: int) -> tuple[str, str, str | None]:
+        wanted = [(i, deps.NEED_DONE) for i in r.after] + [(i, deps.NEED_END) for i in r.after_any]
+        if r.after_previous:
+            wanted.append((self.ids[-1], deps.NEED_DONE if r.after_previous == "after" else deps.NEED_END))
+        self.known.update(deps.lock_states(self.c, [i for i, _ in wanted if i not in self.known]))
+        state, why = deps.initial_state(wanted, self.known)
+        self.deps += [(jid, pid, need) for pid, need in wanted]
+        for pid, _ in wanted:  # waited on: set as it is inserted (a chain), else marked at the end
+            if pid in self.run:
+                self.run[pid][WAITED_ON] = True
+            else:
+                self.late.add(pid)
+        if state == "cancelled":
+            self.cancelled.append((jid, why))
+        shown = deps.prereqs_json([i for i, n in wanted if n == deps.NEED_DONE],
+                                  [i for i, n in wanted if n == deps.NEED_END])
+        return state, why if state == "cancelled" else "", shown
+
+    def _forget(self, jid: int) -> None:
+        """Undo _row for a job that was not inserted after all."""
+        self.ids.remove(jid)
+        self.known.pop(jid, None)
+        self.deps = [d for d in self.deps if d[0] != jid]
+        self.cancelled = [e for e in self.cancelled if e[0] != jid]

@@ -1,0 +1,206 @@
+"""The read side of the PostgreSQL queue: jobs, events, counts, lanes,
+dependencies, meta, and rows made into Jobs (the counterpart of
+backends/sqlite/reads.py).
+
+A base class of PgQueue (backends/postgres/queue.py) and of the read-only view
+(backends/postgres/readonly.py), split off to keep each module small. A read is one
+statement outside any transaction (db.Connection.read), so it never holds
+a lock another daemon waits for.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Collection, Mapping, Sequence
+
+from sloth_daemon.errors import JobNotFound
+from sloth_daemon.models import STATE_NAMES, Event, Job, JobState
+from sloth_daemon.spec import integer
+from sloth_daemon.backends.postgres import claim as pick
+from sloth_daemon.backends.postgres import deps
+from sloth_daemon.backends.postgres import migrate as pg_migrate
+from sloth_daemon.backends.postgres.listing import SQL_LANE_COUNTS, PgListing
+from sloth_daemon.backends.postgres.db import Connection, Cursor, Row, one
+
+_JOB_COLUMNS = frozenset(Job.__dataclass_fields__) | {"env_id", "prereqs"}
+_ENV_CACHE_MAX = 256  # decoded environments kept before the cache starts over
+SQL_EVENTS = "SELECT job_id, at, kind, attempt, message FROM sloth.events WHERE job_id = %s ORDER BY id"
+SQL_COUNTS = "SELECT state, count(*) AS n FROM sloth.jobs GROUP BY state"
+# Each an index seek on a partial index (jobs_due, jobs_blocked, jobs_lease).
+SQL_LANE_BUSY = ("SELECT EXISTS (SELECT 1 FROM sloth.jobs WHERE state = 'queued' AND lane = %(lane)s)"
+                 " OR EXISTS (SELECT 1 FROM sloth.jobs WHERE state = 'blocked' AND lane = %(lane)s)"
+                 " OR EXISTS (SELECT 1 FROM sloth.jobs WHERE state = 'running' AND lane = %(lane)s) AS busy")
+SQL_LANE_ROWS = "SELECT name, concurrency, config_was, created_at FROM sloth.lanes ORDER BY name"
+
+
+class PgReads(PgListing):
+    _db: Connection
+    _envs: dict[int, dict[str, str]]  # env_id -> env, decoded once
+
+    def get(self, job_id: int) -> Job:
+        return self._db.read(lambda c: self._job(self._get_row(c, job_id), c), "reading a job")
+
+    def get_many(self, ids: Sequence[int]) -> list[Job]:
+        """The jobs of these ids that exist (one read per 10,000 ids)."""
+        wanted = [i for i in ids if pick.is_job_id(i)]
+
+        def read(c: Cursor) -> list[Job]:
+            rows = [r for k in range(0, len(wanted), 10_000) for r in c.execute(
+                "SELECT * FROM sloth.jobs WHERE id = ANY(%s) ORDER BY id", (wanted[k:k + 10_000],)).fetchall()]
+            return [self._job(r, c) for r in rows]
+
+        return self._db.read(read, "reading jobs")
+
+    def jobs(
+        self, state: str | JobState | None = None, lane: str | None = None, limit: int = 1000,
+        *, states: Sequence[str] | None = None,
+    ) -> list[Job]:
+        """The newest ``limit`` jobs matching the filters, oldest first."""
+        wanted = list(states or ([] if state is None else [state]))
+        for s in wanted:
+            JobState(s)  # raises ValueError for an unknown state
+        limit = integer(limit, "limit", 1000, lo=1)
+        sql, args = _jobs_statement([JobState(s).value for s in wanted], lane)
+
+        def read(c: Cursor) -> list[Job]:
+            return [self._job(r, c) for r in c.execute(sql, (*args, limit)).fetchall()]
+
+        return self._db.read(read, "listing jobs")
+
+    def events(self, job_id: int) -> list[Event]:
+        def read(c: Cursor) -> list[Event]:
+            self._get_row(c, job_id)
+            return [Event(**r) for r in c.execute(SQL_EVENTS, (job_id,)).fetchall()]
+
+        return self._db.read(read, "reading a job's events")
+
+    def counts(self) -> dict[str, int]:
+        """Jobs per state, every state named (0 for none)."""
+        out = dict.fromkeys(STATE_NAMES, 0)
+        for r in self._db.read(lambda c: c.execute(SQL_COUNTS).fetchall(), "counting jobs"):
+            out[r["state"]] = r["n"]
+        return out
+
+    def running(self) -> list[Job]:
+        """All jobs currently leased (running somewhere, or lost)."""
+        return self._db.read(lambda c: [self._job(r, c) for r in c.execute(
+            "SELECT * FROM sloth.jobs WHERE state = 'running' ORDER BY id").fetchall()],
+            "listing running jobs")
+
+    claimed = running  # the name of schema v1-v2 days
+
+    def prereqs(self, job_id: int) -> list[dict[str, Any]]:
+        """What the job was added after: [{id, need ('done' | 'end'), state}]
+        (a pruned prerequisite is no longer listed)."""
+        return self._db.read(lambda c: deps.prereqs(c, job_id), "reading a job's prerequisites")
+
+    def dependents(self, job_id: int) -> list[int]:
+        """Ids of the jobs added after this one."""
+        return self._db.read(lambda c: deps.dependents(c, job_id), "reading a job's dependents")
+
+    def next_due_at(self, lanes: Sequence[str] | None = None, *,
+                    exclude_lanes: Collection[str] = (),
+                    exclude_ids: Collection[int] = (),
+                    places: Collection[str] | None = None) -> float | None:
+        """Earliest time (server clock) at which ``claim`` (with the same
+        filters) could return something: the first queued ``not_before``,
+        or just after the first lease expiry."""
+        if lanes is not None and not lanes:
+            return None
+        sql, args = pick.next_due_statement(lanes, exclude_lanes, exclude_ids, places)
+        row = self._db.read(lambda c: one(c.execute(sql, args)), "finding the next due time")
+        times = [row["due"]]
+        if row["lease"] is not None:
+            times.append(math.nextafter(row["lease"], math.inf))  # strict: expired only after
+        return min((t for t in times if t is not None), default=None)
+
+    def lanes(self) -> list[str]:
+        """Lanes that have blocked, queued or running jobs."""
+        return sorted(self.lane_counts())
+
+    def lane_counts(self) -> dict[str, dict[str, int]]:
+        """lane -> {blocked, queued, running: n} for lanes with active jobs."""
+        out: dict[str, dict[str, int]] = {}
+        for r in self._db.read(lambda c: c.execute(SQL_LANE_COUNTS).fetchall(), "counting jobs per lane"):
+            out.setdefault(r["lane"], {"blocked": 0, "queued": 0, "running": 0})[r["state"]] = r["n"]
+        return out
+
+    def lane_busy(self, lane: str) -> bool:
+        """True while the lane has a blocked, queued or running job."""
+        row = self._db.read(lambda c: one(c.execute(SQL_LANE_BUSY, {"lane": lane})), "reading a lane")
+        return bool(row["busy"])
+
+    def lane_rows(self) -> dict[str, dict[str, Any]]:
+        """The lanes table: name -> {concurrency, config_was, created_at}
+        (concurrency and config_was are None unless `sloth lane set` set them)."""
+        rows = self._db.read(lambda c: c.execute(SQL_LANE_ROWS).fetchall(), "reading the lanes")
+        return {r["name"]: {k: r[k] for k in ("concurrency", "config_was", "created_at")} for r in rows}
+
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        """A small persisted setting (JSON value), e.g. which lanes are paused."""
+        row = self._db.read(lambda c: c.execute(
+            "SELECT value FROM sloth.meta WHERE key = %s", (key,)).fetchone(), "reading a setting")
+        return default if row is None else json.loads(row["value"])
+
+    def schema_status(self) -> pg_migrate.SchemaStatus:
+        """The database's schema version against this code's (for `sloth db status`)."""
+        return pg_migrate.status(self._db)
+
+    # --------------------------------------------------------------- helpers
+    def _job(self, row: Mapping[str, Any], c: Cursor | None = None) -> Job:
+        """A Job from a row, with its environment (see _env)."""
+        d = {k: v for k, v in row.items() if k in _JOB_COLUMNS}
+        d["env"] = None
+        if d["env_id"] is None:
+            return Job.from_row(d)
+        # The one object per env_id, not a copy: jobs of one `sloth add` share
+        # it, so the worker's and the keeper client's caches (keyed by object)
+        # send it to the keeper once, not whole with every job. Never changed.
+        return Job.from_row(d, env=self._env(d["env_id"], c))
+
+    def _env(self, env_id: int, c: Cursor | None) -> dict[str, str]:
+        """An environment from the cache or ``envs`` (on ``c`` inside a
+        transaction, else by a read of its own)."""
+        env = self._envs.get(env_id)
+        if env is not None:
+            return env
+
+        def fetch(cur: Cursor) -> Row | None:
+            return cur.execute("SELECT data FROM sloth.envs WHERE id = %s", (env_id,)).fetchone()
+
+        found = fetch(c) if c is not None else self._db.read(fetch, "reading a job's environment")
+        env = json.loads(found["data"]) if found else {}
+        if len(self._envs) > _ENV_CACHE_MAX:
+            self._envs.clear()
+        self._envs[env_id] = env
+        return env
+
+    @staticmethod
+    def _get_row(c: Cursor, job_id: int, *, lock: bool = False) -> Row:
+        check_id(job_id)
+        row = c.execute("SELECT * FROM sloth.jobs WHERE id = %s" + (" FOR UPDATE" if lock else ""),
+                        (job_id,)).fetchone()
+        if row is None:
+            raise JobNotFound(job_id)
+        return row
+
+
+def check_id(job_id: object) -> None:
+    """A job id the server can take, or JobNotFound (not a server error)."""
+    if not pick.is_job_id(job_id):
+        raise JobNotFound(job_id)
+
+
+def _jobs_statement(wanted: list[str], lane: str | None) -> tuple[str, list[Any]]:
+    """jobs()'s query (fixed fragments; values are parameters, the limit last)."""
+    where: list[str] = []
+    args: list[Any] = []
+    if wanted:
+        where.append("state = ANY(%s)")
+        args.append(wanted)
+    if lane is not None:
+        where.append("lane = %s")
+        args.append(lane)
+    sql = "SELECT * FROM sloth.jobs" + (" WHERE " + " AND ".join(where) if where else "")
+    return f"SELECT * FROM ({sql} ORDER BY id DESC LIMIT %s) newest ORDER BY id", args

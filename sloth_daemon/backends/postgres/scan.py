@@ -1,0 +1,105 @@
+"""A listing of the PostgreSQL queue read a chunk at a time (the
+counterpart of backends/sqlite/scan.py, with the same promise; the sections and
+their order are backends/postgres/listing.py's).
+
+At the start, in one read-only REPEATABLE READ transaction: the counts,
+the lanes, and one cursor per section of the page over its ids in order,
+declared WITH HOLD, so the server keeps the ids (its own temporary storage,
+not ours) once the transaction has committed, and no snapshot stays open
+while a slow reader takes its time (nothing holds back VACUUM). Then the
+rows, a chunk at a time: the next ids from the cursor, and those jobs as
+they are now, each chunk its own short read. The cursors belong to the
+scan's own connection; if it is lost, the scan fails (StorageError)
+rather than start over and list jobs twice.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+from sloth_daemon.errors import StorageError
+from sloth_daemon.models import STATE_NAMES, Job, state_name
+from sloth_daemon.backends.postgres.listing import ORDER, SQL_LANE_COUNTS, SQL_STATE_COUNTS, _where
+from sloth_daemon.backends.postgres.db import Cursor
+from sloth_daemon.backends.sqlite.listing import _pages, _sections
+from sloth_daemon.backends.sqlite.scan import CHUNK
+
+if TYPE_CHECKING:
+    from sloth_daemon.backends.postgres.readonly import PgReadOnly
+
+CURSOR = "sloth_listing_{}"
+
+
+class PgScan:
+    """One listing being read (see the module docstring); ``owns_reader``:
+    close the read-only view with the scan (the daemon opens one per scan)."""
+
+    def __init__(self, reader: PgReadOnly, *, owns_reader: bool, now: float,
+                 states: Sequence[str] | None = None, lane: str | None = None, limit: int | None = None,
+                 offset: int = 0, finished_limit: int | None = None, host: str | None = None) -> None:
+        self._reader, self._owns = reader, owns_reader
+        self._db = reader._db
+        self.sent = 0
+        wanted = set(STATE_NAMES) if not states else {state_name(s) for s in states}
+        filt = _where(lane, host)
+        self.head, self._cursors = self._db.read(
+            lambda c: self._start(c, wanted, filt, lane, limit, offset, finished_limit, now),
+            "listing jobs", snapshot=True)
+
+    def _start(self, c: Cursor, wanted: set[str], filt: tuple[str, dict[str, Any]], lane: str | None,
+               limit: int | None, offset: int, finished_limit: int | None,
+               now: float) -> tuple[dict[str, Any], list[str]]:
+        counts = dict.fromkeys(STATE_NAMES, 0)
+        for r in c.execute(SQL_STATE_COUNTS.format(where=filt[0]), filt[1]).fetchall():
+            counts[r["state"]] = r["n"]
+        cursors: list[str] = []
+        for name, members, take, skip in _pages(_sections(wanted, counts, finished_limit), offset, limit):
+            cursors.append(CURSOR.format(len(cursors)))
+            c.execute(f"DECLARE {cursors[-1]} NO SCROLL CURSOR WITH HOLD FOR SELECT id FROM sloth.jobs"
+                      f" WHERE state = ANY(%(members)s) AND {filt[0]} ORDER BY {ORDER[name]}"
+                      " LIMIT %(take)s OFFSET %(skip)s",
+                      {"members": members, **filt[1], "now": now, "take": take, "skip": skip})
+        lanes: dict[str, dict[str, int]] = {}
+        for r in c.execute(SQL_LANE_COUNTS).fetchall():
+            lanes.setdefault(r["lane"], {"blocked": 0, "queued": 0, "running": 0})[r["state"]] = r["n"]
+        head = {"counts": counts, "total": sum(counts[s] for s in wanted), "offset": offset,
+                "lanes": lanes if lane is None else {lane: lanes.get(lane, {})}}
+        return head, cursors
+
+    def next(self, n: int = CHUNK) -> list[Job]:
+        """The next jobs of the listing, at most ``n`` ([] once it is all read)."""
+        while self._cursors:
+            ids = self._db.read(lambda c: [r["id"] for r in c.execute(
+                f"FETCH FORWARD {int(n)} FROM {self._cursors[0]}").fetchall()], "listing jobs")
+            if len(ids) < n:
+                self._close_cursor()
+            jobs = self._jobs(ids) if ids else []
+            if jobs:  # else the section ended, or all of these were pruned meanwhile: read on
+                self.sent += len(jobs)
+                return jobs
+        return []
+
+    def _jobs(self, ids: list[int]) -> list[Job]:
+        def read(c: Cursor) -> list[Job]:
+            rows = {r["id"]: r for r in c.execute("SELECT * FROM sloth.jobs WHERE id = ANY(%s)", (ids,)).fetchall()}
+            return [self._reader._job(rows[i], c) for i in ids if i in rows]
+
+        return self._db.read(read, "listing jobs")
+
+    def _close_cursor(self) -> None:
+        name = self._cursors.pop(0)
+        self._db.read(lambda c: c.execute(f"CLOSE {name}"), "listing jobs")
+
+    def tail(self) -> dict[str, Any]:
+        """``left_out``: the rows of the selection not listed (past the
+        limit, or pruned meanwhile), as SqliteScan.tail."""
+        return {"left_out": self.head["total"] - self.head["offset"] - self.sent}
+
+    def close(self) -> None:
+        try:
+            while self._cursors:
+                self._close_cursor()
+        except StorageError:
+            pass  # a lost connection took its cursors with it
+        if self._owns:
+            self._reader.close()

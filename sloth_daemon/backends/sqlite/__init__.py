@@ -1,0 +1,2 @@
+"""The lease queue on one SQLite file.
+"""

@@ -1,0 +1,418 @@
+"""SQLite connection, schema migrations and the one transaction helper.
+
+Durability: WAL with ``synchronous=FULL``. In WAL mode NORMAL is safe against
+an application crash but a power cut (the battery dies) can roll back the last
+commits, i.e. forget a job the user was told was queued, or re-run one we
+recorded as done. FULL fsyncs the WAL on every commit; measured here it costs
+~0.2 ms per commit (tests/bench/bench_queue.py), so we pay it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Iterator
+from urllib.parse import quote
+
+from sloth_daemon.errors import QueueBroken, StorageBusy, StorageError
+
+BUSY_TIMEOUT_MS = 10_000
+HEADER = b"SQLite format 3\x00"
+# SQLite's primary result codes for "this is no longer a sound database".
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+
+# Each entry migrates user_version i -> i+1. Never edit a released entry;
+# append a new one. Version 1 was the first released schema.
+MIGRATIONS: list[str] = [
+    # 0 -> 1: jobs and their events.
+    """
+    CREATE TABLE jobs (
+        id           INTEGER PRIMARY KEY AUTOINCREMENT,
+        command      TEXT    NOT NULL,            -- JSON array of argv
+        state        TEXT    NOT NULL,
+        lane         TEXT    NOT NULL DEFAULT 'default',
+        priority     INTEGER NOT NULL DEFAULT 0,
+        attempts     INTEGER NOT NULL DEFAULT 0,
+        max_attempts INTEGER NOT NULL,
+        lease_s      REAL    NOT NULL,
+        timeout_s    REAL,
+        not_before   REAL    NOT NULL,
+        lease_until  REAL,
+        token        TEXT,
+        worker       TEXT,
+        key          TEXT,
+        cwd          TEXT,
+        env          TEXT,                        -- JSON object or NULL
+        message      TEXT    NOT NULL DEFAULT '',
+        created_at   REAL    NOT NULL,
+        updated_at   REAL    NOT NULL
+    );
+    CREATE TABLE events (
+        id      INTEGER PRIMARY KEY,
+        job_id  INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+        at      REAL    NOT NULL,
+        kind    TEXT    NOT NULL,
+        attempt INTEGER NOT NULL,
+        message TEXT    NOT NULL DEFAULT ''
+    );
+    CREATE INDEX events_job ON events(job_id, id);
+    CREATE INDEX jobs_state ON jobs(state, priority, not_before);
+    """,
+    # 1 -> 2: runner identity, labels, shell flag, finish time; partial indexes
+    # that keep claim O(log n) even when most queued rows are delayed.
+    """
+    ALTER TABLE jobs ADD COLUMN label TEXT;
+    ALTER TABLE jobs ADD COLUMN shell INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN runner TEXT;           -- JSON identity of the process
+    ALTER TABLE jobs ADD COLUMN exit_code INTEGER;
+    ALTER TABLE jobs ADD COLUMN finished_at REAL;
+    DROP INDEX jobs_state;
+    CREATE INDEX jobs_ready ON jobs(lane, priority, not_before, id) WHERE state = 'queued';
+    CREATE INDEX jobs_due   ON jobs(lane, not_before) WHERE state = 'queued';
+    CREATE INDEX jobs_lease ON jobs(lease_until) WHERE state = 'claimed';
+    CREATE INDEX jobs_by_state ON jobs(state, id);
+    CREATE INDEX jobs_finished ON jobs(finished_at) WHERE finished_at IS NOT NULL;
+    CREATE UNIQUE INDEX jobs_active_key ON jobs(key)
+        WHERE key IS NOT NULL AND state IN ('queued', 'claimed');
+    -- v1 kept no finish time: without one, prune() would never delete old jobs.
+    UPDATE jobs SET finished_at = updated_at WHERE state IN ('done', 'failed', 'cancelled');
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);  -- e.g. paused lanes
+    """,
+    # 2 -> 3: each distinct job environment stored once. `sloth add` captures
+    # the caller's environment (~2 KB); a batch of 50,000 jobs shares one.
+    """
+    CREATE TABLE envs (
+        id   INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: readers cache by id
+        hash TEXT    NOT NULL UNIQUE,   -- sha256 of data
+        data TEXT    NOT NULL           -- JSON object
+    );
+    ALTER TABLE jobs ADD COLUMN env_id INTEGER REFERENCES envs(id);
+    CREATE INDEX jobs_env ON jobs(env_id) WHERE env_id IS NOT NULL;
+    """,
+    # 3 -> 4: attempts count runs (never decremented or reset, so every run
+    # has its own log file); tries are the runs that count against
+    # max_attempts (an interruption or a crash of sloth gives one back);
+    # refunds bound how many crashes of sloth a job is forgiven.
+    """
+    ALTER TABLE jobs ADD COLUMN tries INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN refunds INTEGER NOT NULL DEFAULT 0;
+    UPDATE jobs SET tries = attempts;
+    """,
+    # 4 -> 5: dependencies, the running state's own name, exit codes that are
+    # not retried, and lanes that outlive their jobs. A job added --after
+    # others is 'blocked': in no claim index (jobs_ready, jobs_due and
+    # jobs_lease are partial on other states), so waiting jobs cost a claim
+    # nothing; the transition that ends its last prerequisite queues it.
+    """
+    DROP INDEX jobs_lease;
+    DROP INDEX jobs_active_key;
+    UPDATE jobs SET state = 'running' WHERE state = 'claimed';
+    CREATE INDEX jobs_lease ON jobs(lease_until) WHERE state = 'running';
+    CREATE UNIQUE INDEX jobs_active_key ON jobs(key)
+        WHERE key IS NOT NULL AND state IN ('blocked', 'queued', 'running');
+    CREATE INDEX jobs_blocked ON jobs(lane, id) WHERE state = 'blocked';
+    ALTER TABLE jobs ADD COLUMN prereqs TEXT;        -- JSON {"after": [ids], "after_any": [ids]}
+    ALTER TABLE jobs ADD COLUMN retry_exit TEXT;     -- JSON list: only these exit codes retry
+    ALTER TABLE jobs ADD COLUMN no_retry_exit TEXT;  -- JSON list: never retried (NULL: 126, 127)
+    CREATE TABLE deps (
+        job_id   INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+        after_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+        need     TEXT    NOT NULL,    -- 'done' (--after) or 'end' (--after-any)
+        PRIMARY KEY (job_id, after_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX deps_after ON deps(after_id);
+    CREATE TABLE lanes (
+        name        TEXT PRIMARY KEY,
+        concurrency INTEGER,          -- from `sloth lane set` (NULL: the config's)
+        config_was  INTEGER,          -- the config's value then (a later edit wins)
+        created_at  REAL    NOT NULL
+    );
+    INSERT INTO lanes (name, created_at) SELECT lane, min(created_at) FROM jobs GROUP BY lane;
+    """,
+    # 5 -> 6: where a job may run ('' anywhere; a host or a tag), as on a
+    # shared PostgreSQL queue. One machine's queue runs every job here.
+    """
+    ALTER TABLE jobs ADD COLUMN place TEXT NOT NULL DEFAULT '';
+    """,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class Guard:
+    """Notices the database file changing under an open connection: removed
+    or renamed (``mv queue.db queue.db.broken``), replaced by another file,
+    truncated (``: > queue.db``), or corrupted (SQLite says so). Once it has,
+    it stays broken: the connection takes no more writes (db.transaction
+    checks it first), so nothing is written to a file nobody will read, and
+    every error says what happened instead of "internal error"."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        st = os.stat(path)
+        self.ident = (st.st_dev, st.st_ino)
+        self.broken: str | None = None
+
+    def check(self) -> None:
+        """Raise QueueBroken if the file is not the one we opened, or was cut
+        short. A stat (~1 us): cheap beside a transaction's fsync."""
+        if self.broken is None:
+            try:
+                st = os.stat(self.path)
+            except FileNotFoundError:
+                self._break("was removed or renamed while the queue was open")
+            except OSError:
+                return  # cannot tell (e.g. a permission change): SQLite will say if it matters
+            else:
+                if (st.st_dev, st.st_ino) != self.ident:
+                    self._break("was replaced by another file while the queue was open")
+                elif st.st_size < len(HEADER):
+                    self._break(f"was truncated to {st.st_size} bytes while the queue was open")
+        if self.broken is not None:
+            raise QueueBroken(f"the queue database {self.path} {self.broken}; it takes no more writes")
+
+    def _break(self, why: str) -> None:
+        self.broken = why
+
+    def failed(self, e: sqlite3.DatabaseError, doing: str) -> StorageError:
+        """The error to raise for ``e`` (met while ``doing``): QueueBroken,
+        from now on, if the file is damaged or changed; else a StorageError."""
+        code = getattr(e, "sqlite_errorcode", None)
+        primary = None if code is None else code & 0xFF
+        text = str(e).lower()
+        if primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB) or "malformed" in text or "not a database" in text:
+            self._break(f"is damaged ({e})")
+        try:
+            self.check()
+        except QueueBroken as broken:
+            return broken
+        return StorageError(f"{doing}: {e}",
+                            hint="Check that the data dir is writable and not full (`sloth doctor`).")
+
+
+class GuardedConnection(sqlite3.Connection):
+    """A connection that knows its file's :class:`Guard` (set by connect),
+    and its fsync mode, so a run of commits of one kind sets it once."""
+
+    guard: Guard | None = None
+    synchronous = "FULL"  # connect() sets it so
+
+    def set_synchronous(self, mode: str) -> None:
+        if self.synchronous != mode:
+            self.execute(f"PRAGMA synchronous = {mode}")
+            self.synchronous = mode
+
+
+def guard_of(conn: sqlite3.Connection) -> Guard | None:
+    return getattr(conn, "guard", None)
+
+
+def connect(path: str | os.PathLike[str], *, migrate_to: int = SCHEMA_VERSION,
+            busy_timeout_s: float = BUSY_TIMEOUT_MS / 1000) -> sqlite3.Connection:
+    """Open (creating if needed, 0600) the queue database and migrate it forward.
+    ``busy_timeout_s``: how long a statement waits for another process's
+    lock (the daemon waits briefly and retries later, so its loop never
+    freezes behind a foreign writer)."""
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        # Made here, 0600, so SQLite opens a file that exists and gives its
+        # -wal and -shm the same mode (it copies the database's).
+        os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise StorageError(f"cannot create the queue database {p}: {e.strerror or e}") from e
+    conn = None
+    try:
+        conn = sqlite3.connect(
+            str(p), isolation_level=None, timeout=busy_timeout_s, check_same_thread=False,
+            factory=GuardedConnection,
+        )
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StorageError(f"cannot switch {p} to WAL mode (got {mode})")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        migrate(conn, migrate_to)
+        conn.guard = Guard(p)  # after WAL mode is set: the file holds its header from here on
+    except sqlite3.DatabaseError as e:
+        if conn is not None:
+            conn.close()
+        raise StorageError(
+            f"cannot open queue database {p}: {e}",
+            hint="Check the folder is writable and the file is a sloth database (`sloth doctor`).",
+        ) from e
+    except BaseException:
+        if conn is not None:
+            conn.close()
+        raise
+    return conn
+
+
+def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
+    """Apply pending migrations, each in its own IMMEDIATE transaction."""
+    while True:
+        with transaction(conn):
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StorageError(
+                    f"database schema v{version} is newer than this sloth (v{SCHEMA_VERSION})",
+                    hint="Upgrade sloth, or point SLOTH_HOME elsewhere.",
+                )
+            if version >= target:
+                return version
+            for stmt in _statements(MIGRATIONS[version]):
+                conn.execute(stmt)
+            conn.execute(f"PRAGMA user_version = {version + 1}")
+
+
+def quick_check(path: str | os.PathLike[str], *, timeout_s: float = 5.0) -> list[str]:
+    """``PRAGMA quick_check`` over a read-only connection that neither
+    migrates nor writes (safe beside a running daemon): ``["ok"]`` when the
+    file is sound, else SQLite's findings. Raises sqlite3.DatabaseError
+    (an OperationalError mentioning "locked"/"busy" when a writer holds it)."""
+    conn = sqlite3.connect(read_only_uri(path), uri=True, timeout=timeout_s)
+    try:
+        return [str(r[0]) for r in conn.execute("PRAGMA quick_check").fetchall()]
+    finally:
+        conn.close()
+
+
+def _statements(script: str) -> list[str]:
+    # executescript() would COMMIT our transaction; split on ';' instead
+    # (the DDL above holds no ';' inside literals).
+    out = []
+    for part in script.split(";"):
+        lines = [ln.split("--", 1)[0] for ln in part.splitlines()]
+        stmt = "\n".join(lines).strip()
+        if stmt:
+            out.append(stmt)
+    return out
+
+
+@contextlib.contextmanager
+def transaction(conn: sqlite3.Connection, *, durable: bool = True,
+                patience_s: float = 3 * BUSY_TIMEOUT_MS / 1000) -> Iterator[sqlite3.Connection]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``; rolls back on any exception.
+
+    ``durable=False`` commits without an fsync (``synchronous=NORMAL`` for
+    this one transaction): still safe against a crash of any process, and
+    the next durable commit fsyncs the WAL with it, in order. Only for
+    writes that mean nothing after a power cut, because every process they
+    describe died with the machine: a claim, a lease renewal, the pid of a
+    running job. Results (done, failed, cancelled) and enqueues stay durable.
+
+    IMMEDIATE takes the write lock up front, so two writers never both read
+    then collide on upgrade (the classic source of "database is locked").
+    The busy timeout makes waiting writers queue; past it we retry until
+    ``patience_s`` and then raise StorageBusy, never a bare sqlite3 error.
+    """
+    deadline = time.monotonic() + patience_s
+    guard = guard_of(conn)
+    if guard is not None:
+        guard.check()  # never a write to a file that was replaced or cut under us
+    if isinstance(conn, GuardedConnection):
+        conn.set_synchronous("FULL" if durable else "NORMAL")
+        yield from _transaction(conn, deadline)
+        return
+    if not durable:  # a connection not made by connect(): put FULL back after
+        conn.execute("PRAGMA synchronous = NORMAL")
+    try:
+        yield from _transaction(conn, deadline)
+    finally:
+        if not durable:
+            conn.execute("PRAGMA synchronous = FULL")
+
+
+def _transaction(conn: sqlite3.Connection, deadline: float) -> Iterator[sqlite3.Connection]:
+    guard = guard_of(conn)
+    while True:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            break
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e):
+                raise _storage(guard, e, "cannot start a transaction") from e
+            if time.monotonic() > deadline:
+                raise StorageBusy("the queue database stayed locked by another process") from e
+    try:
+        yield conn
+    except sqlite3.DatabaseError as e:
+        _rollback(conn)
+        raise _storage(guard, e, "queue database error") from e
+    except BaseException:
+        _rollback(conn)
+        raise
+    else:
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.DatabaseError as e:
+            _rollback(conn)
+            raise _storage(guard, e, "cannot commit to the queue database") from e
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.DatabaseError:
+            pass  # a damaged file may refuse even this; the error being raised says why
+
+
+def _storage(guard: Guard | None, e: sqlite3.DatabaseError, doing: str) -> StorageError:
+    if guard is not None:
+        return guard.failed(e, doing)
+    return StorageError(f"{doing}: {e}", hint="Check that the data dir is writable and not full (`sloth doctor`).")
+
+
+def failed(conn: sqlite3.Connection, e: sqlite3.DatabaseError) -> StorageError:
+    """The error to raise for ``e`` met while writing (see Guard.failed)."""
+    return _storage(guard_of(conn), e, "queue database error")
+
+
+def reading(conn: sqlite3.Connection, e: sqlite3.DatabaseError) -> StorageError:
+    """The error to raise for ``e`` met while reading (see Guard.failed)."""
+    return _storage(guard_of(conn), e, "cannot read the queue database")
+
+
+def connect_readonly(path: str | os.PathLike[str], *, timeout_s: float = 5.0) -> sqlite3.Connection:
+    """Open the queue database to read only: never creates, migrates or
+    writes it (for the CLI when no daemon answers). Raises FileNotFoundError
+    when there is no database, StorageError when it cannot be read or its
+    schema is not this sloth's."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(str(p))
+    conn = sqlite3.connect(read_only_uri(p), uri=True, timeout=timeout_s,
+                           isolation_level=None, check_same_thread=False)
+    try:
+        _same_schema(conn, p)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def read_only_uri(p: str | os.PathLike[str]) -> str:
+    """A read that makes no file: SQLite's mode=ro still creates -wal and -shm
+    (a write: "disk I/O error" on a full disk). Without a -wal (no daemon
+    since a clean close) the file is the whole queue: read it as immutable."""
+    idle = not os.path.lexists(f"{os.fspath(p)}-wal")
+    return f"file:{quote(os.fspath(p))}?mode=ro" + ("&immutable=1" if idle else "")
+
+
+def _same_schema(conn: sqlite3.Connection, p: Path) -> None:
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+    except sqlite3.DatabaseError as e:
+        raise StorageError(f"cannot read queue database {p}: {e}") from e
+    if version != SCHEMA_VERSION:
+        older = version < SCHEMA_VERSION
+        raise StorageError(
+            f"queue database {p} has schema v{version}; this sloth reads v{SCHEMA_VERSION}",
+            hint=("Start the daemon once to upgrade it (`sloth daemon start`)." if older
+                  else "Upgrade sloth, or point SLOTH_HOME elsewhere."))

@@ -1,0 +1,242 @@
+"""Adding jobs to the SQLite queue: one job, or a batch in one transaction.
+
+A base class of SqliteQueue (backends/sqlite/queue.py). A batch is validated whole before
+anything is written (all or none), each distinct environment is stored
+once, and runs of keyless jobs go in with one executemany. A job that waits
+for others goes in on its own, ``blocked`` (see backends/sqlite/deps.py); each lane a
+batch names is registered (the lanes table outlives the lane's jobs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Mapping, Sequence
+
+from sloth_daemon.clock import Clock
+from sloth_daemon.errors import BadRequest, IllegalTransition
+from sloth_daemon.spec import Defaults, EnvCache, JobSpec
+from sloth_daemon.text import as_bytes, is_utf8
+from sloth_daemon.backends.sqlite import deps
+from sloth_daemon.backends.sqlite.reads import reads
+
+# The literal IN list must match jobs_active_key's WHERE for the partial index
+# to apply; with bound parameters it cannot, and the lookup scans the table.
+SQL_ACTIVE_KEY = (
+    "SELECT id FROM jobs INDEXED BY jobs_active_key"
+    " WHERE key = ? AND state IN ('blocked', 'queued', 'running')"
+)
+_COLUMNS = ("command, lane, priority, max_attempts, lease_s, timeout_s, not_before, key, cwd,"
+            " env_id, label, shell, created_at, updated_at, retry_exit, no_retry_exit, place")
+SQL_INSERT = f"INSERT INTO jobs (state, {_COLUMNS}) VALUES ('queued', {', '.join('?' * 17)})"
+# A job that waits for others: its state (blocked, queued or cancelled) is decided at insert.
+SQL_INSERT_WAITING = (
+    f"INSERT INTO jobs (state, message, finished_at, prereqs, {_COLUMNS})"
+    f" VALUES ({', '.join('?' * 21)})"
+)
+SQL_ADD_LANE = "INSERT INTO lanes (name, created_at) VALUES (?, ?) ON CONFLICT(name) DO NOTHING"
+
+
+BATCH_PREFIX, BATCH_PREFIX_END = "batch:", "batch;"  # meta keys of batch records: [start, end)
+BATCH_RECORD_S = 86400.0  # long enough to ask after any crash and restart
+
+
+def _runs(ids: list[int]) -> list[list[int]]:
+    """[3, 4, 5, 9] -> [[3, 5], [9, 9]]: a batch's ids are mostly consecutive."""
+    out: list[list[int]] = []
+    for i in ids:
+        if out and i == out[-1][1] + 1:
+            out[-1][1] = i
+        else:
+            out.append([i, i])
+    return out
+
+
+class EnqueueOne:
+    """``enqueue``, one job through ``enqueue_many``: the same on every backend."""
+
+    if TYPE_CHECKING:
+        def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *,
+                         batch: str | None = None) -> list[int]: ...
+
+    def enqueue(
+        self,
+        command: Sequence[str],
+        *,
+        max_attempts: int | None = None,
+        lease_s: float | None = None,
+        not_before: float | None = None,
+        priority: int = 0,
+        lane: str = "default",
+        key: str | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_s: float | None = None,
+        label: str | None = None,
+        shell: bool = False,
+    ) -> int:
+        """Add a job in state ``queued`` and return its id.
+
+        With ``key``: if an unfinished (blocked, queued or running) job has the
+        same key, return its id and add nothing. Raises BadRequest for invalid fields.
+        """
+        return self.enqueue_many(
+            [
+                dict(
+                    command=command, max_attempts=max_attempts, lease_s=lease_s,
+                    not_before=not_before, priority=priority, lane=lane, key=key,
+                    cwd=cwd, env=env, timeout_s=timeout_s, label=label, shell=shell,
+                )
+            ]
+        )[0]
+
+
+class SqliteEnqueue(EnqueueOne):
+    _conn: sqlite3.Connection
+    _tx: Callable[..., ContextManager[sqlite3.Connection]]  # SqliteReads._tx
+    clock: Clock
+    lease_s: float
+    max_attempts: int
+
+    def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None) -> list[int]:
+        """Enqueue many jobs in one transaction; all or none. Same rules as
+        enqueue. A spec may be a job object or a JobSpec already validated.
+        With ``batch`` (a client's token), the ids are recorded under it in
+        the same transaction, so a client that lost the answer can ask
+        (batch_ids) whether the batch was queued: never "some of it". A
+        spec with ``after``/``after_any`` (ids) or ``after_previous`` (on
+        the batch's previous job) starts ``blocked`` while any of those is
+        unfinished, ``cancelled`` (event ``cancelled``) if one it needs done
+        already failed or was cancelled, else ``queued``. Raises BadRequest
+        for invalid fields, JobNotFound for a prerequisite that does not exist."""
+        cache: EnvCache = {}
+        defaults = Defaults(self.max_attempts, self.lease_s)
+        # validate all before writing any
+        rows = [s if isinstance(s, JobSpec) else JobSpec.parse(s, defaults, cache) for s in specs]
+        if rows and rows[0].after_previous:
+            raise BadRequest("after_previous on the first job of a batch: it has no previous job")
+        now = self.clock.now()
+        with self._tx() as c:
+            if batch is not None and c.execute("SELECT 1 FROM meta WHERE key = ?", (BATCH_PREFIX + batch,)).fetchone():
+                raise IllegalTransition(f"batch {batch} was queued already; it is never queued twice",
+                                        hint="Ask which ids it got with the `batch` op.")
+            for lane in {r.lane for r in rows}:
+                c.execute(SQL_ADD_LANE, (lane, now))
+            ids = _Batch(c, now, _put_envs(c, rows)).insert(rows)
+            if batch is not None:
+                c.execute("INSERT INTO meta (key, value) VALUES (?, ?)",
+                          (BATCH_PREFIX + batch, json.dumps({"at": now, "ids": _runs(ids)})))
+            return ids
+
+    @reads
+    def batch_ids(self, batch: str) -> list[int] | None:
+        """The ids the batch ``batch`` was queued as, or None if it was not
+        (or its record was pruned: records are kept BATCH_RECORD_S)."""
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (BATCH_PREFIX + batch,)).fetchone()
+        if row is None:
+            return None
+        return [i for a, b in json.loads(row[0])["ids"] for i in range(a, b + 1)]
+
+    def _prune_batch_records(self, c: sqlite3.Connection, now: float) -> None:
+        """Batch records older than BATCH_RECORD_S (a range of meta's primary key)."""
+        for key, value in c.execute("SELECT key, value FROM meta WHERE key >= ? AND key < ?",
+                                    (BATCH_PREFIX, BATCH_PREFIX_END)).fetchall():
+            if json.loads(value)["at"] < now - BATCH_RECORD_S:
+                c.execute("DELETE FROM meta WHERE key = ?", (key,))
+
+
+class _Batch:
+    """Inserting one validated batch inside its transaction."""
+
+    def __init__(self, c: sqlite3.Connection, now: float, env_ids: dict[str, int]) -> None:
+        self.c, self.now, self.env_ids = c, now, env_ids
+        self.ids: list[int] = []
+        self.run: list[tuple] = []  # consecutive plain rows, inserted by one executemany
+        self.states: dict[int, str] = {}  # states read or written so far (see deps.initial_state)
+        self.deps: list[tuple[int, int, str]] = []  # deps rows, inserted at the end in one executemany
+
+    def insert(self, rows: list[JobSpec]) -> list[int]:
+        for r in rows:
+            env_id = None if r.env_json is None else self.env_ids[r.env_json]
+            if r.key is None and not r.waits:
+                self.run.append(_values(r, env_id, self.now))
+                continue
+            self.flush()
+            hit = self.c.execute(SQL_ACTIVE_KEY, (r.key,)).fetchone() if r.key is not None else None
+            if hit:
+                self.ids.append(hit[0])
+            elif r.waits:
+                self.ids.append(self._waiting(r, env_id))
+            else:
+                self.ids.append(int(self.c.execute(SQL_INSERT, _values(r, env_id, self.now)).lastrowid or 0))
+        self.flush()
+        deps.add_deps(self.c, self.deps)
+        return self.ids
+
+    def flush(self) -> None:
+        self.ids += _insert_run(self.c, self.run)
+        self.run = []
+
+    def _waiting(self, r: JobSpec, env_id: int | None) -> int:
+        wanted = [(i, deps.NEED_DONE) for i in r.after] + [(i, deps.NEED_END) for i in r.after_any]
+        if r.after_previous:
+            need = deps.NEED_DONE if r.after_previous == "after" else deps.NEED_END
+            wanted.append((self.ids[-1], need))
+        state, why = deps.initial_state(self.c, wanted, self.states)
+        shown = deps.prereqs_json([i for i, n in wanted if n == deps.NEED_DONE],
+                                  [i for i, n in wanted if n == deps.NEED_END])
+        finished = self.now if state == "cancelled" else None
+        message = why if state == "cancelled" else ""
+        jid = int(self.c.execute(SQL_INSERT_WAITING, (state, message, finished, shown,
+                                                      *_values(r, env_id, self.now))).lastrowid or 0)
+        self.deps += [(jid, pid, need) for pid, need in wanted]
+        if state == "cancelled":
+            self.c.execute("INSERT INTO events (job_id, at, kind, attempt, message) VALUES (?, ?, ?, 0, ?)",
+                           (jid, self.now, "cancelled", why))
+        self.states[jid] = state
+        return jid
+
+
+def _put_envs(c: sqlite3.Connection, rows: list[JobSpec]) -> dict[str, int]:
+    """One envs row per distinct environment of the batch: text -> id."""
+    env_ids: dict[str, int] = {}
+    for r in rows:
+        if r.env_json is not None and r.env_json not in env_ids:
+            env_ids[r.env_json] = _put_env(c, r.env_json)
+    return env_ids
+
+
+
+def _put_env(c: sqlite3.Connection, text: str) -> int:
+    """The id of this environment in ``envs``, adding it if new."""
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    c.execute("INSERT INTO envs (hash, data) VALUES (?, ?) ON CONFLICT(hash) DO NOTHING",
+              (digest, text))
+    return c.execute("SELECT id FROM envs WHERE hash = ?", (digest,)).fetchone()[0]
+
+
+def _values(r: JobSpec, env_id: int | None, now: float) -> tuple:
+    nb = now if r.not_before is None else r.not_before
+    return (r.command_json, r.lane, r.priority, r.max_attempts, r.lease_s, r.timeout_s, nb,
+            r.key, path_value(r.cwd), env_id, r.label, int(r.shell), now, now, r.retry_exit_json, r.no_retry_exit_json,
+            r.place)
+
+
+def path_value(p: str | None) -> str | bytes | None:
+    """A path as SQLite keeps it: TEXT when it is UTF-8, else its bytes as a
+    BLOB (a folder named in Latin-1 round-trips exactly; Job.from_row reads both)."""
+    if p is None or is_utf8(p):
+        return p
+    return as_bytes(p)
+
+
+def _insert_run(c: sqlite3.Connection, run: list[tuple]) -> list[int]:
+    """Insert rows with one executemany; return their ids. Under our write lock
+    with AUTOINCREMENT each insert takes the next rowid, so the ids of a run
+    are the consecutive numbers ending at last_insert_rowid()."""
+    if not run:
+        return []
+    c.executemany(SQL_INSERT, run)
+    last = c.execute("SELECT last_insert_rowid()").fetchone()[0]
+    return list(range(last - len(run) + 1, last + 1))

@@ -1,0 +1,220 @@
+"""Human output: tables, colours (off with NO_COLOR or when not a tty), job lines."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from sloth_daemon.durations import format_duration, local_time, relative
+from sloth_daemon.errors import SlothError
+from sloth_daemon.text import showable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # not at run time: `sloth ls` and `show` pay for every import
+    from typing import Any, Sequence
+
+_COLOURS = {"blocked": "35", "queued": "33", "running": "36", "done": "32", "failed": "31", "cancelled": "90"}
+
+
+def use_colour(stream: Any = None) -> bool:
+    stream = stream or sys.stdout
+    if "NO_COLOR" in os.environ or os.environ.get("TERM") == "dumb":
+        return False
+    return hasattr(stream, "isatty") and stream.isatty()
+
+
+def paint(text: str, state: str) -> str:
+    code = _COLOURS.get(state)
+    return f"\x1b[{code}m{text}\x1b[0m" if code and use_colour() else text
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], states: Sequence[str] | None = None,
+          *, widths: list[int] | None = None, header: bool = True) -> str:
+    """``widths``: the columns' widths so far, grown in place to fit these
+    rows (a table printed a block at a time keeps its columns as wide as
+    the rows before needed); ``header``: begin with the headers' line."""
+    widths = [len(h) for h in headers] if widths is None else widths
+    for r in rows:
+        for i, cell in enumerate(r[:-1]):
+            widths[i] = max(widths[i], len(cell))
+    def fmt(r: Sequence[str]) -> str:
+        cells = [c.ljust(widths[i]) for i, c in enumerate(r[:-1])] + [r[-1]]
+        return "  ".join(cells).rstrip()
+    out = [fmt(headers)] if header else []
+    for i, r in enumerate(rows):
+        line = fmt(r)
+        if states is not None:
+            st = states[i]
+            line = line.replace(st, paint(st, st), 1)
+        out.append(line)
+    return "\n".join(out)
+
+
+def command_text(job: dict[str, Any], width: int | None = 60) -> str:
+    cmd = job["command"]
+    if job.get("shell") and len(cmd) == 3 and cmd[1] == "-c":
+        text = cmd[2]
+    else:
+        text = shell_join(cmd)
+    if job.get("label"):
+        text = f"[{job['label']}] {text}"
+    text = showable(text)  # a newline or an escape sequence must not break the table
+    if width and len(text) > width:
+        text = text[: width - 1] + "…"
+    return text
+
+
+# What shlex.quote leaves unquoted: [\w@%+=:,./-] in ASCII.
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-")
+
+
+def shell_join(args: Sequence[str]) -> str:
+    """shlex.join(args), the same text, without importing shlex and re
+    (`sloth ls` shows a command on every row)."""
+    return " ".join(a if a and _SAFE.issuperset(a) else "'" + a.replace("'", "'\"'\"'") + "'" for a in args)
+
+
+def when(job: dict[str, Any], now: float | None = None) -> str:
+    now = time.time() if now is None else now
+    st = job["state"]
+    if st == "blocked":
+        waits = [*job.get("after", []), *job.get("after_any", [])]
+        return "after " + ",".join(map(str, waits[:3])) + ("…" if len(waits) > 3 else "")
+    if st == "queued":
+        return "due" if job["not_before"] <= now else relative(job["not_before"], now)
+    if st == "running":
+        started = (job.get("runner") or {}).get("started_at") or job["updated_at"]
+        return f"running {format_duration(now - started)}"
+    return relative(job.get("finished_at") or job["updated_at"], now)
+
+
+def job_rows(jobs: Sequence[dict[str, Any]]) -> tuple[list[list[str]], list[str]]:
+    now = time.time()
+    rows, states = [], []
+    for j in jobs:
+        rows.append([
+            str(j["id"]), j["state"], showable(j["lane"]), str(j["priority"]),
+            f"{j.get('tries', j['attempts'])}/{j['max_attempts']}", when(j, now), command_text(j),
+        ])
+        states.append(j["state"])
+    return rows, states
+
+
+JOB_HEADERS = ["ID", "STATE", "LANE", "PRI", "TRY", "WHEN", "COMMAND"]
+
+
+def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]], *,
+             prereqs: Sequence[dict[str, Any]] = (), dependents: Sequence[int] = (),
+             log_tail: Sequence[str] = ()) -> str:
+    """`sloth show`: the job, its history with human times, and for a
+    failed job the last lines of its log."""
+    now = time.time()
+    lines = [
+        f"job {job['id']}  {paint(job['state'], job['state'])}",
+        f"  command   {command_text(job, None)}",
+        f"  lane      {showable(job['lane'])}  priority {job['priority']}",
+        f"  attempts  {_attempts(job)}",
+        f"  created   {local_time(job['created_at'])} ({relative(job['created_at'], now)})",
+    ]
+    if job["state"] == "queued":
+        lines.append(f"  due       {local_time(job['not_before'])} ({relative(job['not_before'], now)})")
+    if job.get("lease_until"):
+        lines.append(f"  lease     until {local_time(job['lease_until'])} ({relative(job['lease_until'], now)})")
+    if job.get("timeout_s"):
+        lines.append(f"  timeout   {format_duration(job['timeout_s'])}")
+    if job.get("cwd"):
+        lines.append(f"  cwd       {showable(job['cwd'])}")
+    if job.get("key"):
+        lines.append(f"  key       {showable(job['key'])}")
+    if job.get("runner"):
+        lines.append(f"  pid       {job['runner'].get('pid')}")
+    lines += _relations(prereqs, dependents)
+    if job.get("message"):
+        lines.append(f"  message   {showable(job['message'])}")
+    lines += _history(job, events)
+    if log_tail:
+        lines.append(f"  last lines of its log (attempt {job['attempts']})")
+        lines += [f"    | {ln}" for ln in log_tail]
+    return "\n".join(lines)
+
+
+def _relations(prereqs: Sequence[dict[str, Any]], dependents: Sequence[int]) -> list[str]:
+    """What a job runs after (and their states now), and what runs after it."""
+    out = []
+    if prereqs:
+        out.append("  after     " + ", ".join(
+            f"{p['id']} ({p['state']}{'' if p['need'] == 'done' else ', any result'})" for p in prereqs))
+    if dependents:
+        out.append("  before    " + ", ".join(map(str, dependents[:20])) + (" …" if len(dependents) > 20 else ""))
+    return out
+
+
+def _history(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> list[str]:
+    out = ["  history", f"    {local_time(job['created_at']):>16}  enqueued"]
+    for e in events:
+        msg = f"  {showable(e['message'])}" if e["message"] else ""
+        attempt = f" (attempt {e['attempt']})" if e["attempt"] else ""
+        out.append(f"    {local_time(e['at']):>16}  {e['kind']}{attempt}{msg}")
+    return out
+
+
+def outcome(job: dict[str, Any]) -> str:
+    """One line on how a job ended: ``job 5 done (exit 0)``, ``job 6 failed: exit 3; ...``."""
+    st, msg = job["state"], job.get("message") or ""
+    if st == "done":
+        return f"job {job['id']} done" + (f" ({msg})" if msg else "")
+    return f"job {job['id']} {paint(st, st)}" + (f": {msg}" if msg else "")
+
+
+def counts_line(counts: dict[str, int]) -> str:
+    """``3 running, 12 queued, 2 blocked; finished: 40 done, 2 failed``."""
+    active = [f"{counts.get(s, 0)} {s}" for s in ("running", "queued", "blocked") if counts.get(s)]
+    ended = [f"{counts.get(s, 0)} {s}" for s in ("done", "failed", "cancelled") if counts.get(s)]
+    text = ", ".join(active) or "nothing running or queued"
+    return text + (f"; finished: {', '.join(ended)}" if ended else "")
+
+
+def lanes_line(lanes: dict[str, dict[str, int]]) -> str:
+    """``video 2 running, 8 queued · default 1 running``, for lanes with active jobs."""
+    parts = []
+    for name, c in sorted(lanes.items()):
+        bits = [f"{c[s]} {s}" for s in ("running", "queued", "blocked") if c.get(s)]
+        if bits:
+            parts.append(f"{name} {', '.join(bits)}")
+    return " · ".join(parts)
+
+
+def tail_lines(path: str, n: int = 10, max_bytes: int = 16384) -> list[str]:
+    """The last ``n`` lines of a log file ([] if it is missing or unreadable),
+    made safe to print (a job's escape sequences stay in its log)."""
+    from pathlib import Path
+
+    from sloth_daemon.paths import open_log
+
+    try:
+        with open_log(Path(path)) as f:  # never through a link, never a FIFO in its place
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except (OSError, SlothError):
+        return []
+    lines = data.decode("utf-8", "replace").splitlines()
+    if size > max_bytes and lines:
+        lines = lines[1:]  # the first may be cut
+    return [showable(ln[:300]) for ln in lines[-n:]]
+
+
+def _attempts(job: dict[str, Any]) -> str:
+    """Runs, and the tries of them that count against max_attempts: an
+    interruption, a fence or a crash of sloth gives its try back."""
+    runs, tries = job["attempts"], job.get("tries", job["attempts"])
+    text = f"{tries}/{job['max_attempts']}"
+    if runs != tries:
+        text += f" ({runs} runs; an interruption, a fence or a crash of sloth does not count"
+        if job.get("refunds"):
+            n, es = job["refunds"], "es" if job["refunds"] != 1 else ""
+            text += f", {n} crash{es} or fence{es[1:]} forgiven"
+        text += ")"
+    return text

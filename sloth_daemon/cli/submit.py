@@ -1,0 +1,202 @@
+"""How ``sloth add`` hands its jobs to the daemon: all of them, or none, and
+it always says which.
+
+1. Every job is checked here, with the queue's own rules (spec.py), before
+   anything is sent or a daemon started; an error names the option as typed
+   (``--timeout``, not ``timeout_s``) or the input line.
+2. The jobs go in frames under the 1 MiB limit: all but the last are staged
+   on the connection, the last commits them all in one transaction under a
+   random batch token (protocol v2, see protocol.py).
+3. If the commit's answer is lost (the daemon died, or stalled), the client
+   asks again, on a new connection and if need be of a new daemon, whether
+   that token's batch was queued, and reports what it was told. Only if no
+   daemon can be asked does it say the outcome is unknown, and that it is
+   all or nothing.
+
+Client side only (imports no daemon code); kept light for ``sloth add``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from sloth_daemon import jsonlite, protocol
+from sloth_daemon.errors import (
+    BadRequest, FieldError, IllegalTransition, PermissionDenied, ProtocolError, SlothError, StorageError, from_dict,
+)
+from sloth_daemon.checks import DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS, command_json, fields
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing and contextlib are not imported at run time: `sloth add` pays for every import
+    from contextlib import AbstractContextManager
+    from typing import Any, Callable, Iterator, Protocol
+
+    from sloth_daemon.checks import EnvCache
+
+    class _Client(Protocol):
+        def call(self, op: str, **args: Any) -> Any: ...
+
+        def set_timeout(self, timeout_s: float | None) -> None: ...
+
+    Connect = Callable[[], AbstractContextManager[_Client]]
+
+NOTHING = "nothing was queued"
+# Job spec fields, as a user of `sloth add` typed them.
+OPTION_NAMES = {
+    "command": "the command", "lane": "--lane", "priority": "--priority", "max_attempts": "--max-attempts",
+    "lease_s": "--lease", "timeout_s": "--timeout", "not_before": "--delay/--at", "key": "--key",
+    "label": "--label", "cwd": "--cwd (or the current folder)", "env": "the environment", "shell": "--shell",
+    "place": "--on", "after": "--after", "after_any": "--after-any",
+}
+# Refusals of a commit that prove its transaction never happened (or was rolled back);
+# a refused peer (PermissionDenied) is turned away before the daemon reads a byte.
+_CERTAIN = (BadRequest, ProtocolError, IllegalTransition, StorageError, PermissionDenied)
+COMMIT_TIMEOUT_S = 30.0
+COMMIT_JOBS_PER_S = 20_000.0  # a slow disk's enqueue rate: a large commit gets its time
+
+
+def with_note(e: SlothError, note: str) -> SlothError:
+    """The same error (type, code, exit code, hint) with ``; note`` added."""
+    out = from_dict({**e.to_dict(), "message": f"{e.message}; {note}"})
+    out.__cause__ = e
+    return out
+
+
+# ------------------------------------------------------------------- checks
+def check(jobs: list[dict[str, Any]], common: dict[str, Any], *, where: Callable[[int], str]) -> None:
+    """Refuse the whole input if any job is invalid. ``where(i)`` names job
+    ``i`` for the message ("line 3 of --file"; "" for a single command)."""
+    cache: EnvCache = {}
+    _check_one({**common, "command": ["-"]}, cache, "")  # the options, once
+    for i, job in enumerate(jobs):
+        _check_one(job if _only_own_fields(job) else {**common, **job}, cache, where(i))
+
+
+def _only_own_fields(job: dict[str, Any]) -> bool:
+    """A job that sets only its command (and shell): its options were checked once."""
+    return job.keys() <= {"command", "shell"}
+
+
+def _check_one(spec: dict[str, Any], cache: EnvCache, where: str) -> None:
+    """The queue's own checks (checks.fields, as JobSpec.parse runs them);
+    the daemon's defaults do not matter here, only whether a value is valid."""
+    try:
+        if _only_own_fields(spec):
+            command_json(spec.get("command"))  # one job of thousands: only what varies
+            if not isinstance(spec.get("shell", False), bool):
+                raise FieldError("shell", "must be true or false")
+        else:
+            fields(spec, DEFAULT_MAX_ATTEMPTS, DEFAULT_LEASE_S, cache)
+    except FieldError as e:
+        text = f"{OPTION_NAMES.get(e.field, e.field)} {e.problem}"
+        raise BadRequest(f"{where + ': ' if where else ''}{text}; {NOTHING}", e.hint or None) from None
+    except BadRequest as e:
+        raise with_note(e, NOTHING) from None
+
+
+# ------------------------------------------------------------------- frames
+def frames(jobs: list[dict[str, Any]], common: dict[str, Any], *,
+           where: Callable[[int], str], limit: int = protocol.MAX_FRAME) -> list[list[dict[str, Any]]]:
+    """Split into requests that each stay under the frame limit. A job too
+    big for any frame is refused with what to do about it (not a hint about
+    batches, which would not help)."""
+    overhead = len(jsonlite.dumps(common, ensure_ascii=False).encode("utf-8", "surrogateescape")) + 4096
+    if overhead > limit // 2:
+        raise BadRequest(f"the environment and options of this `sloth add` take {overhead} bytes, over the "
+                         f"{limit // 2} one request may spend on them; {NOTHING}",
+                         hint="Unset large environment variables for this command, e.g. `env -u BIG sloth add ...`.")
+    out: list[list[dict[str, Any]]] = []
+    for i, part in _split(jobs, limit - overhead):
+        if len(part) == 1 and _job_size(part[0]) > limit - overhead:
+            _fits_alone(part[0], common, limit, where(i))
+        out.append(part)
+    return out
+
+
+def _split(jobs: list[dict[str, Any]], budget: int) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+    """(index of the first job, jobs) per frame, each frame at most ``budget``
+    bytes by _job_size's bound (a job over it goes alone)."""
+    batch: list[dict[str, Any]] = []
+    first = size = 0
+    for i, j in enumerate(jobs):
+        n = _job_size(j)
+        if batch and size + n > budget:
+            yield first, batch
+            batch, size, first = [], 0, i
+        batch.append(j)
+        size += n
+    if batch:
+        yield first, batch
+
+
+def _fits_alone(job: dict[str, Any], common: dict[str, Any], limit: int, where: str) -> None:
+    try:
+        protocol.encode(protocol.request(0, "commit", jobs=[job], common=common, batch="x" * 16), limit)
+    except ProtocolError:
+        n = sum(len(a) for a in job["command"])
+        raise BadRequest(f"{where + ': ' if where else ''}the command is {n:,} bytes long, over the "
+                         f"{limit:,} bytes one job may take; {NOTHING}",
+                         hint="Pass large data through a file the job reads, not on its command line.") from None
+
+
+def _job_size(job: dict[str, Any]) -> int:
+    """An upper bound of a job's bytes in the frame, at a fifth of json.dumps's cost
+    (it was 40% of the client's time for 50,000 --stdin lines). ASCII-escaped
+    strings are never shorter than their UTF-8; 64 covers keys and punctuation."""
+    q = jsonlite.encode_basestring_ascii
+
+    return sum(len(q(a)) + 1 for a in job["command"]) + len(q(job.get("key") or "")) + len(
+        q(job.get("label") or "")) + 64
+
+
+# ------------------------------------------------------------------- submit
+def submit(jobs: list[dict[str, Any]], common: dict[str, Any], parts: list[list[dict[str, Any]]],
+           connect: Connect) -> dict[str, Any]:
+    """Queue ``jobs`` (split into ``parts`` by frames()) all or none; return
+    the commit's answer (``ids``, and ``new_lanes`` when the daemon said).
+    Every error says whether anything was queued."""
+    token = os.urandom(8).hex()  # secrets.token_hex(8), without importing secrets (hashlib, random)
+    try:
+        opened = connect()
+    except SlothError as e:  # not running (and not to be started), busy, not answering
+        raise with_note(e, NOTHING) from None
+    try:
+        with opened as client:
+            _stage(client, parts[:-1], common)
+            client.set_timeout(COMMIT_TIMEOUT_S + len(jobs) / COMMIT_JOBS_PER_S)
+            return dict(client.call("commit", jobs=parts[-1], common=common, batch=token))
+    except _CERTAIN as e:
+        raise with_note(e, NOTHING) from None
+    except _NotSent as e:
+        raise with_note(e.error, NOTHING) from None
+    except SlothError as e:
+        return _ask(token, len(jobs), e, connect)
+
+
+class _NotSent(Exception):
+    """The commit was never sent: staged jobs die with the connection."""
+
+    def __init__(self, error: SlothError) -> None:
+        self.error = error
+
+
+def _stage(client: _Client, parts: list[list[dict[str, Any]]], common: dict[str, Any]) -> None:
+    try:
+        for part in parts:
+            client.call("stage", jobs=part, common=common)
+    except SlothError as e:
+        raise _NotSent(e) from None
+
+
+def _ask(token: str, n: int, lost: SlothError, connect: Connect) -> dict[str, Any]:
+    """The commit's answer was lost: ask whether batch ``token`` was queued."""
+    try:
+        with connect() as client:
+            res = client.call("batch", batch=token)
+    except SlothError as e:
+        raise from_dict({**e.to_dict(), "message": f"{lost.message}; the {n} job(s) were queued all or none, "
+                         f"and no daemon could be asked which ({e.message})",
+                         "hint": f"Once the daemon answers, `sloth ls --all` shows them (or not). {e.hint}"}) from None
+    if res.get("queued"):
+        return {"ids": list(res["ids"])}
+    raise with_note(lost, NOTHING) from None

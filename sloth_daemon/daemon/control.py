@@ -1,0 +1,266 @@
+"""What the socket server may ask of the daemon: a narrow facade over the
+queue, the worker, the spawner and the paths.
+
+The server and its handlers see only this (no worker internals, no process
+objects), so they can be driven in-process on a real queue with a fake
+spawner, and the worker can change without touching them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
+
+from sloth_daemon.config import Settings
+from sloth_daemon.errors import BadRequest, FieldError, SlothError
+from sloth_daemon.models import Batch, Event, Job, Listing
+from sloth_daemon.paths import Paths
+from sloth_daemon.queue import Queue
+from sloth_daemon.daemon.worker.spawner import Spawner
+from sloth_daemon.spec import Defaults, EnvCache, JobSpec
+from sloth_daemon.daemon.worker.loop import Worker
+
+Watcher = Callable[[Job], None]
+
+
+def _no_reload() -> dict[str, Any]:
+    raise SlothError("this daemon cannot reload its settings", hint="Restart it.")
+
+
+class Control:
+    def __init__(self, queue: Queue, worker: Worker, spawner: Spawner, paths: Paths, settings: Settings,
+                 *, request_stop: Callable[..., None], instance: str,
+                 request_reload: Callable[[], dict[str, Any]] = _no_reload) -> None:
+        self.queue, self.worker, self.spawner = queue, worker, spawner
+        self.paths, self.settings = paths, settings
+        self.request_stop, self.request_reload = request_stop, request_reload
+        self.instance = instance
+        self.started_at = time.time()
+        self._watchers: set[Watcher] = set()
+        self.shared: Any = None  # shared.Shared on a queue shared by several machines
+
+    # ------------------------------------------------------------ changes
+    def job_changed(self, job: Job) -> None:
+        """Called by the worker for every transition it makes."""
+        for fn in list(self._watchers):
+            fn(job)
+
+    def watch(self, fn: Watcher) -> Callable[[], None]:
+        """Call ``fn(job)`` on every change from now on; returns the undo."""
+        self._watchers.add(fn)
+        return lambda: self._watchers.discard(fn)
+
+    # -------------------------------------------------------------- reads
+    def get(self, job_id: int) -> Job:
+        return self.queue.get(job_id)
+
+    def get_many(self, ids: Sequence[int]) -> list[Job]:
+        """The jobs of these ids that exist, in one read on a shared queue."""
+        if self.shared is not None:
+            return self.queue.get_many(ids)  # type: ignore[attr-defined]
+        return [self.queue.get(i) for i in ids]
+
+    def events(self, job_id: int) -> list[Event]:
+        return self.queue.events(job_id)
+
+    def jobs(self, *, states: list[str] | None, lane: str | None, limit: int) -> list[Job]:
+        return self.queue.jobs(lane=lane, limit=limit, states=states)
+
+    def listing(self, **kw: Any) -> Listing:
+        return self.queue.listing(now=time.time(), **kw)
+
+    def scan(self, **kw: Any) -> Callable[[], Any]:
+        """What opens the listing ``listing(**kw)`` would give, to read a
+        chunk at a time (backends.sqlite.scan / backends.postgres.scan), on a read-only
+        view of the queue of its own: nothing of it holds the daemon's own
+        connection, and closing the scan closes the view. The opener
+        blocks: call it off the loop. Raises QueueBroken at once (here, on
+        the loop) if the queue changed under the daemon: a view opened by
+        its path or URL would read another queue than the daemon's."""
+        from sloth_daemon.backends import open_read_only
+
+        self.queue.check()
+        target = getattr(self.queue, "url", None) or self.queue.path
+        now = time.time()
+
+        def opened() -> Any:
+            reader = open_read_only(target)
+            try:
+                return reader.scan(now=now, owns_reader=True, **kw)
+            except BaseException:
+                reader.close()
+                raise
+
+        return opened
+
+    def detail(self, job_id: int) -> dict[str, Any]:
+        """One job for `show`: itself, its history, what it waits for and what waits for it."""
+        return {"job": self.queue.get(job_id).to_dict(), "events": [e.to_dict() for e in self.queue.events(job_id)],
+                "prereqs": self.queue.prereqs(job_id), "dependents": self.queue.dependents(job_id)}
+
+    def status(self) -> dict[str, Any]:
+        """Answers even when the database is broken or gone (then ``counts``
+        is None and ``queue.problem`` says why), so `sloth daemon status` and
+        `stop` work whatever happened to the file."""
+        queue: dict[str, Any] = {"id": self.queue.identity, "problem": None}
+        try:
+            self.queue.check()
+            counts: dict[str, int] | None = self.queue.counts()
+        except SlothError as e:
+            queue["problem"], counts = e.message, None
+        return {
+            "pid": os.getpid(), "started_at": self.started_at, "uptime_s": time.time() - self.started_at,
+            "instance": self.instance, "paths": self.paths.as_dict(), "counts": counts, "queue": queue,
+            "keeper": keeper() if callable(keeper := getattr(self.spawner, "status", None)) else {"pid": None},
+            "config_file": str(self.settings.file) if self.settings.file else None,
+            **self.worker.status(), **(self.shared.status() if self.shared is not None else {}),
+        }
+
+    def lanes(self) -> dict[str, Any]:
+        return self.worker.lanes.status(self.worker.slots_in_use(), self.queue.lane_counts())
+
+    def config(self) -> dict[str, Any]:
+        """The settings in force (which may differ from the file until a reload)."""
+        d = self.settings.as_dict()
+        d["lanes_in_force"] = {ln: {"concurrency": v["concurrency"], "source": v["source"]}
+                               for ln, v in self.lanes().items()}
+        return d
+
+    # ------------------------------------------------------------ actions
+    def add(self, specs: Iterable[Mapping[str, Any] | JobSpec], *,
+            batch: str | None = None) -> tuple[list[int], list[str]]:
+        """Queue the jobs, all or none (recorded under ``batch`` if given);
+        returns the ids and the lanes this add made (not known before)."""
+        specs = [s if isinstance(s, JobSpec) else self._placed(s) for s in specs]
+        known = set(self.worker.lanes.known())
+        new = sorted({_lane_of(s) for s in specs} - known)
+        ids = self.queue.enqueue_many(specs, batch=batch)
+        self.worker.wake()
+        return ids, new
+
+    def validate(self, jobs: Sequence[Mapping[str, Any]], *, first: int = 1) -> list[JobSpec]:
+        """Each job checked as the queue would (so a batch is refused before any
+        of it is queued); an error names the job's place in its batch."""
+        defaults = Defaults(self.settings.max_attempts, self.settings.lease_s, self.default_place)
+        cache: EnvCache = {}
+        out = []
+        for i, job in enumerate(jobs, first):
+            try:
+                out.append(self._placed_here(JobSpec.parse(job, defaults, cache)))
+            except FieldError as e:
+                raise FieldError(e.field, f"{e.problem} (job {i} of the batch)", e.hint) from None
+        return out
+
+    # ----------------------------------------------------------- placement
+    @property
+    def default_place(self) -> str:
+        """Where a job runs unless told: on a shared queue the machine that
+        queued it (its cwd and environment are this machine's); else anywhere."""
+        return self.worker.host if self.shared is not None else ""
+
+    def _placed(self, spec: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A job object (the add op) with this daemon's default place, checked."""
+        if "place" not in spec and self.shared is not None:
+            spec = {**spec, "place": self.default_place}
+        if self.shared is None and spec.get("place") not in (None, "", "*", *self._here()):
+            raise self._nowhere(str(spec.get("place")))
+        return spec
+
+    def _placed_here(self, spec: JobSpec) -> JobSpec:
+        if self.shared is None and spec.place and spec.place not in self._here():
+            raise self._nowhere(spec.place)
+        return spec
+
+    def _here(self) -> tuple[str, ...]:
+        return (self.worker.host, *self.settings.tags)
+
+    def _nowhere(self, place: str) -> BadRequest:
+        return BadRequest(f"--on {place}: this queue is this machine's alone ({self.worker.host}); every job runs here",
+                          hint="To run jobs on other machines, share one PostgreSQL queue between them (README,"
+                               " \"Several machines\"); here leave --on out.")
+
+    def batch_ids(self, token: str) -> list[int] | None:
+        return self.queue.batch_ids(token)
+
+    async def cancel(self, job_id: int) -> Job:
+        return await self.worker.cancel(job_id)
+
+    async def cancel_many(self, ids: Sequence[int] | None, *, lane: str | None,
+                          states: Sequence[str] | None) -> Batch:
+        return await self.worker.cancel_many(ids, lane=lane, states=states)
+
+    def retry(self, job_id: int) -> Job:
+        return self.worker.retry(job_id)
+
+    def retry_many(self, ids: Sequence[int] | None, *, lane: str | None, states: Sequence[str] | None) -> Batch:
+        return self.worker.retry_many(ids, lane=lane, states=states)
+
+    def restart(self, ids: Sequence[int]) -> Batch:
+        return self.worker.restart(ids)
+
+    async def kill(self, ids: Sequence[int], *, now: bool) -> Batch:
+        return await self.worker.kill(ids, now=now)
+
+    def pause(self, lane: str | None) -> None:
+        self.worker.pause(lane)
+
+    def resume(self, lane: str | None) -> None:
+        self.worker.resume(lane)
+
+    def set_lane(self, lane: str, concurrency: int, *, create: bool) -> dict[str, Any]:
+        return self.worker.set_lane(lane, concurrency, create=create)
+
+    def remove_lane(self, lane: str) -> None:
+        self.worker.remove_lane(lane)
+
+    def prune(self, older_than_s: float, **kw: Any) -> int:
+        return self.worker.prune(older_than_s, **kw)
+
+    def reload(self) -> dict[str, Any]:
+        return self.request_reload()
+
+    def shutdown(self, why: str, *, keep_jobs: bool = False) -> None:
+        """Stop the daemon; ``keep_jobs``: its running jobs go on in the keeper."""
+        self.request_stop(why, keep_jobs=keep_jobs)
+
+    # --------------------------------------------------------------- logs
+    def log_path(self, job_id: int, attempt: int) -> Path:
+        return self.paths.job_log(job_id, attempt)
+
+    def stored_log(self, job_id: int, attempt: int, offset: int) -> Any:
+        """On a shared queue, the copy of an attempt's log in the database
+        (backends.postgres.logs.LogPart, from ``offset``); None on one machine's queue."""
+        if self.shared is None:
+            return None
+        return self.queue.stored_log(job_id, attempt, offset)  # type: ignore[attr-defined]
+
+    def running_count(self) -> int:
+        """Jobs with a live process here (no database needed); one held to
+        start after another (pipeline.py) has none yet."""
+        return sum(1 for r in self.worker.running.values() if r.outcome is None and not r.pending)
+
+    def has_process(self, job_id: int) -> bool:
+        """True while an attempt of the job has a live process of ours."""
+        run = self.worker.running.get(job_id)
+        return run is not None and run.live
+
+    def attempt_live(self, job_id: int, attempt: int) -> bool:
+        """True while that attempt of the job has a live process of ours."""
+        run = self.worker.running.get(job_id)
+        return run is not None and run.live and run.attempt == attempt
+
+    def follow(self, job_id: int, attempt: int) -> AsyncIterator[bytes] | None:
+        """The live output of that attempt (what it printed so far, then
+        more as it comes, until it ends), or None if it is not running here."""
+        run = self.worker.running.get(job_id)
+        if run is None or run.attempt != attempt or not run.live:
+            return None
+        return self.spawner.tap(run.token)
+
+
+def _lane_of(spec: Mapping[str, Any] | JobSpec) -> str:
+    if isinstance(spec, JobSpec):
+        return spec.lane
+    return str(spec.get("lane") or "default")

@@ -1,0 +1,342 @@
+"""Composition root: single-instance lock, the keeper, signals, shutdown.
+
+Start-up order matters:
+  0. a 077 umask, and every folder made 0700 and checked (ours, no link,
+     not writable by others; paths.py) before anything is made in it;
+  1. take the flock on the data dir's lock file (before touching anything,
+     the socket included): a second daemon stops here and names the first;
+  2. refuse a queue this folder had and lost (identity.py: never a new empty
+     one in its place); raise the descriptor limit (limits.py); open the
+     queue; connect to the keeper (starting one if none answers) and take
+     over the runs it holds: still running, or ended with an outcome nobody
+     recorded (adoption.py); a job a previous daemon held that no keeper
+     knows lost its supervision: its leftovers are ended and it is given
+     back to the queue;
+  3. replace the stale socket (the lock proves nobody serves it) and listen;
+  4. tell systemd READY=1; run the worker loop until asked to stop (SIGHUP,
+     or `sloth daemon reload`, re-reads config.toml);
+  5. stop: SIGTERM (what a service manager's stop and restart send) and
+     `sloth daemon stop --keep-jobs` hand running jobs over -- they keep
+     running in the keeper for the next daemon; SIGINT and `sloth daemon
+     stop` interrupt them and requeue them refunded, and let the keeper go.
+
+The lock file holds the daemon's pid and its socket's path: a client whose
+runtime dir differs from the daemon's (cron, su, ssh without
+XDG_RUNTIME_DIR) finds the socket through it (locate.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import fcntl
+import logging
+import os
+import secrets
+import signal
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from sloth_daemon import __version__
+from sloth_daemon import config
+from sloth_daemon.text import log_to_stderr
+from sloth_daemon.backends.sqlite import identity
+from sloth_daemon.daemon import limits
+from sloth_daemon.keeper import timerfd
+from sloth_daemon.clock import SystemClocks
+from sloth_daemon.daemon.control import Control
+from sloth_daemon.errors import DaemonAlreadyRunning, SlothError, StorageError
+from sloth_daemon.daemon.sdnotify import Notifier
+from sloth_daemon.paths import Paths, check_socket_path, ensure_private_dir, resolve, secure_all
+from sloth_daemon.queue import Queue
+from sloth_daemon.paths import open_file
+from sloth_daemon.daemon.server import Server
+from sloth_daemon.daemon.worker.runs import worker_name
+from sloth_daemon.daemon.supervision import KeeperSpawner
+from sloth_daemon.daemon.tell import Teller
+from sloth_daemon.daemon.worker.loop import Worker
+
+if TYPE_CHECKING:
+    from sloth_daemon.daemon.shared.member import Shared
+
+log = logging.getLogger("sloth.daemon")
+# How long one write of the daemon waits for another process's lock on the
+# queue file before giving up for now (and trying again later): short, so
+# the event loop -- the socket, heartbeats, other jobs -- never freezes
+# behind a foreign writer.
+LOCK_WAIT_S = 0.2
+# How long a recorded outcome may wait for others to share its fsync
+# (durability.py): `wait` hears of a result this much later at most.
+COMMIT_DELAY_S = 0.005
+
+
+LOCK_PATIENCE_S = 0.5  # a client's probe (launcher.lock_holder) holds it for an instant
+
+
+class InstanceLock:
+    """An flock on ``paths.lock`` held for the daemon's lifetime. The kernel
+    drops it when the process dies, however it dies: no stale pid files."""
+
+    def __init__(self, paths: Paths) -> None:
+        self.path = paths.lock
+        ensure_private_dir(paths.data_dir)
+        try:
+            self.fd = open_file(self.path, os.O_RDWR | os.O_CREAT)  # a FIFO there is refused, not waited on
+        except OSError as e:
+            raise StorageError(f"cannot open lock file {self.path}: {e.strerror or e}",
+                               hint=f"Move it away (mv {self.path} {self.path}.away); sloth makes its own.") from e
+        if not self._lock():
+            holder = (os.pread(self.fd, 64, 0).decode("ascii", "replace").split() or ["unknown"])[0]
+            os.close(self.fd)
+            raise DaemonAlreadyRunning(f"another sloth daemon (pid {holder}) is already running on {paths.data_dir}")
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n{paths.socket}\n".encode(), 0)  # the socket: for locate.py
+
+    def _lock(self) -> bool:
+        deadline = time.monotonic() + LOCK_PATIENCE_S
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except OSError as e:
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    os.close(self.fd)
+                    raise StorageError(f"cannot lock {self.path}: {e.strerror or e}") from e
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+
+    def release(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+class Daemon:
+    """The running daemon, composed from parts made elsewhere (``build`` for
+    production; tests pass their own)."""
+
+    def __init__(self, *, paths: Paths, settings: config.Settings, queue: Queue, worker: Worker,
+                 server: Server, keeper: KeeperSpawner, control: Control | None = None,
+                 teller: Teller | None = None, shared: "Shared | None" = None) -> None:
+        self.paths, self.settings = paths, settings
+        self.queue, self.worker, self.server, self.keeper = queue, worker, server, keeper
+        self.control, self.teller, self.shared = control, teller, shared
+        self.notifier = Notifier.from_env()
+        self._stop = asyncio.Event()
+        self.stop_reason = ""
+        self.keep_jobs = True
+
+    def reload(self) -> dict[str, Any]:
+        """Re-read config.toml and apply it at once (running jobs untouched).
+        Returns what changed. A file that does not load raises ConfigError
+        and changes nothing: the daemon keeps its settings."""
+        new = self._load_config()
+        changed = config.changes(self.settings, new)
+        self.settings = new
+        notes = self.worker.apply_settings(new)
+        if self.control is not None:
+            self.control.settings = new
+        if self.teller is not None:
+            self.teller.apply(new)
+        log.info("reloaded %s: %s", new.file, "; ".join(changed + notes) or "nothing changed")
+        self.notifier.ready(f"serving {self.paths.socket}")
+        return {"file": str(new.file), "changed": changed, "notes": notes}
+
+    def _load_config(self) -> config.Settings:
+        """config.toml for a reload, systemd told RELOADING=1 (and READY=1 again if it does not load)."""
+        self.notifier.reloading()
+        try:
+            return config.load(self.paths.config_file)
+        except SlothError as e:
+            log.error("reload refused: %s", e.message)
+            self.notifier.ready("reload refused: " + e.message)
+            raise
+
+    def _on_sighup(self) -> None:
+        try:
+            self.reload()
+        except SlothError:
+            pass  # logged; the old settings stay
+
+    def request_stop(self, reason: str, *, keep_jobs: bool) -> None:
+        """Stop serving; ``keep_jobs``: leave running jobs to the keeper."""
+        if not self._stop.is_set():
+            log.info("stopping (%s running jobs): %s", "keeping" if keep_jobs else "interrupting", reason)
+            self.stop_reason, self.keep_jobs = reason, keep_jobs
+            self._stop.set()
+
+    # ------------------------------------------------------------------ run
+    async def run(self) -> int:
+        """Serve until asked to stop; then drain. Returns the exit code."""
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, lambda: self.request_stop("signal SIGTERM", keep_jobs=True))
+        loop.add_signal_handler(signal.SIGINT, lambda: self.request_stop("signal SIGINT", keep_jobs=False))
+        loop.add_signal_handler(signal.SIGHUP, self._on_sighup)  # systemctl reload; harmless on a hang-up
+        await self._take_over()
+        if self.shared is not None:
+            self.shared.start()  # a queue shared by several machines: its polls, wakeups, log shipping
+        await self._listen()
+        watch = self._watch_clock(loop)
+        notifier = self.notifier
+        worker = loop.create_task(self.worker.run())
+        tasks = [worker]
+        if notifier.watchdog_interval_s:
+            tasks.append(loop.create_task(_watchdog(notifier, notifier.watchdog_interval_s)))
+        notifier.ready(f"serving {self.paths.socket}")
+        log.info("sloth %s ready: pid %d, socket %s, queue %s", __version__, os.getpid(), self.paths.socket,
+                 self.paths.db if self.shared is None else self.shared.describe())
+        stop = loop.create_task(self._stop.wait())
+        done, _ = await asyncio.wait([stop, worker], return_when=asyncio.FIRST_COMPLETED)
+        if worker in done and worker.exception() is not None:
+            log.error("worker loop died: %r", worker.exception())
+        notifier.stopping()
+        await self._drain(tasks, watch)
+        return 0 if worker not in done else 1
+
+    async def _take_over(self) -> None:
+        """Connect to the keeper and adopt what it holds (module docstring)."""
+        ensure_private_dir(self.paths.jobs_log_dir)  # the keeper writes logs there, and makes no folders
+        held = await self.keeper.connect()
+        self.keeper.on_resync = lambda runs: self.worker.spawn_task(self.worker.reconcile(runs))
+        await self.worker.reconcile(held)
+        log.info("keeper pid %s: %d run(s) adopted", self.keeper.pid, len(self.worker.running))
+
+    async def _listen(self) -> None:
+        ensure_private_dir(self.paths.runtime_dir)
+        check_socket_path(self.paths.socket)
+        self.paths.socket.unlink(missing_ok=True)  # stale: the instance lock proves nobody serves it
+        await self.server.start(self.paths.socket)
+
+    def _watch_clock(self, loop: asyncio.AbstractEventLoop) -> timerfd.ClockSetWatch | None:
+        watch = timerfd.create()
+        if watch is not None:
+            self.worker.timerfd = True
+            loop.add_reader(watch.fd, self._on_clock_set, watch)
+        return watch
+
+    async def _drain(self, tasks: list[asyncio.Task[None]], watch: timerfd.ClockSetWatch | None) -> None:
+        await self.worker.shutdown(keep_jobs=self.keep_jobs)
+        if self.shared is not None:
+            await self.shared.close()
+        await self.keeper.close(bye=not self.keep_jobs)
+        await self.server.close()
+        if self.teller is not None:
+            await self.teller.close()
+        for t in tasks:
+            t.cancel()
+        if watch is not None:
+            asyncio.get_running_loop().remove_reader(watch.fd)
+            watch.close()
+        self.paths.socket.unlink(missing_ok=True)
+        self.queue.close()
+        log.info("stopped")
+
+    def _on_clock_set(self, watch: timerfd.ClockSetWatch) -> None:
+        if watch.consume():
+            self.worker.clock_changed()
+
+
+async def _watchdog(notifier: Notifier, interval_s: float) -> None:
+    while True:
+        notifier.watchdog()
+        await asyncio.sleep(interval_s)
+
+
+def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256) -> Daemon:
+    """The production daemon: real clocks, the queue (the SQLite file in the
+    data dir, or a PostgreSQL queue shared by several machines: daemon/shared/member.py),
+    its logs under its identity, job processes run by the keeper, the
+    socket server."""
+    clocks = SystemClocks()
+    instance = secrets.token_hex(4)
+    target = config.queue_target(settings, paths.db)
+    shared = None
+    if isinstance(target, str):
+        from sloth_daemon.daemon.shared.member import Shared, open_shared  # psycopg: only for a URL
+
+        machine = open_shared(target, paths, settings, clocks, instance)
+        queue: Any = machine.queue
+        paths, shared = machine.paths, Shared(machine, settings, clocks)
+    else:
+        queue = _open_local(paths, settings, clocks)
+        paths = paths.for_queue(queue.identity)
+    host = shared.host if shared is not None else None
+    keeper = KeeperSpawner(paths, name=worker_name(instance, host=host), check_s=settings.clock_check_s)
+    worker = Worker(queue, settings, keeper, clocks=clocks, log_path=paths.job_log, instance=instance,
+                    commit_delay_s=COMMIT_DELAY_S, host=host,
+                    places=shared.m.places if shared is not None else None)
+    stop, reload = _StopRelay(), _ReloadRelay()
+    control = Control(queue, worker, keeper, paths, settings, request_stop=stop, instance=instance,
+                      request_reload=reload)
+    worker.on_change = control.job_changed
+    teller = Teller(settings, log_path=paths.job_log, lane_busy=queue.lane_busy)
+    control.watch(teller.job_changed)
+    if shared is not None:
+        shared.attach(worker, paths.job_log)
+        control.shared = shared
+        control.watch(shared.shipper.job_changed)
+    daemon = Daemon(paths=paths, settings=settings, queue=queue, worker=worker,
+                    server=Server(control, max_connections=max_connections),
+                    keeper=keeper, control=control, teller=teller, shared=shared)
+    stop.target, reload.target = daemon.request_stop, daemon.reload
+    return daemon
+
+
+def _open_local(paths: Paths, settings: config.Settings, clocks: SystemClocks) -> Queue:
+    """The SQLite queue in the data dir, its identity recorded beside it (identity.py)."""
+    queue = Queue(paths.db, clocks, lease_s=settings.lease_s, max_attempts=settings.max_attempts,
+                  backoff_cap_s=settings.backoff_cap_s, lock_wait_s=LOCK_WAIT_S)
+    try:
+        identity.adopt(paths, queue.identity, had_jobs=sum(queue.counts().values()) > 0)
+    except BaseException:
+        queue.close()
+        raise
+    return queue
+
+
+class _StopRelay:
+    """Breaks the cycle Control -> Daemon.request_stop -> (Daemon built last)."""
+
+    target: Callable[..., None] | None = None
+
+    def __call__(self, reason: str, *, keep_jobs: bool) -> None:
+        if self.target is not None:
+            self.target(reason, keep_jobs=keep_jobs)
+
+
+class _ReloadRelay:
+    target: Callable[[], dict[str, Any]] | None = None
+
+    def __call__(self) -> dict[str, Any]:
+        if self.target is None:
+            raise SlothError("the daemon is still starting", hint="Try again in a moment.")
+        return self.target()
+
+
+def main() -> int:
+    """``sloth daemon run``: returns the process exit code."""
+    log_to_stderr(logging.DEBUG if os.environ.get("SLOTH_DEBUG") else logging.INFO,
+                          "%(asctime)s sloth[%(process)d] %(levelname)s %(name)s: %(message)s")
+    os.umask(0o077)  # whatever started us: nothing we make is for others (jobs: runner.JOB_UMASK)
+    paths = resolve()
+    check_socket_path(paths.socket)  # fail before creating anything
+    secure_all(paths)  # our folders 0700 and ours, no links: before anything is made in them
+    lock = InstanceLock(paths)  # first: before the socket or the db is touched
+    try:
+        settings = config.load(paths.config_file)
+        if not isinstance(config.queue_target(settings, paths.db), str):
+            identity.check_before_open(paths)  # a lost queue is refused, not made anew
+        nofile = limits.raise_nofile()
+        d = build(paths, settings, max_connections=limits.connection_cap(nofile))
+        code = asyncio.run(d.run())
+        if d.queue.broken:
+            # Leave without closing the database: its close would write the WAL
+            # into the truncated or replaced file (SqliteQueue.close).
+            log.error("the queue database %s; exiting without touching it", d.queue.broken)
+            logging.shutdown()
+            os._exit(code or 1)
+        return code
+    finally:
+        lock.release()

@@ -1,0 +1,237 @@
+"""A daemon on a queue shared by several machines (PostgreSQL): what it
+does besides the worker loop. Imported only when the queue is a URL (it
+loads psycopg); daemon.build wires it.
+
+* **This machine** has a name (config ``host``, by default its hostname)
+  and tags. A job runs where it is placed: the machine that queued it (the
+  default: its cwd and environment are that machine's), anywhere, or a
+  host or tag named with ``--on``. The worker claims with ``places`` =
+  anywhere, this host, its tags; the daemon registers its host row at start
+  (refusing a name another live daemon uses) and refreshes it every
+  ``poll_s`` (`sloth status` lists the hosts).
+* **One clock, the server's.** Due times and leases are on it. ServerTime
+  maps this machine's boot clock onto it (an offset measured at every
+  refresh), so the worker sleeps until the server-computed next due time
+  whatever this machine's wall clock says. Renewals are timed on the boot
+  clock alone (runs.renew_in).
+* **Wakeups**: a poll every ``poll_s`` and, unless ``listen = false``,
+  LISTEN/NOTIFY as a hint (daemon/shared/listen.py): jobs queued anywhere wake every
+  daemon, a job cancelled elsewhere is renewed (and so ended) at once.
+* **Network**: every wait is bounded below the lease (options_for), a lost
+  server fails calls at once for a moment instead of each waiting again
+  (pgdb), and after a jump of the clocks (a resume) the connections are
+  made afresh before anything is renewed.
+* **Logs**: each attempt's log goes to the database too (logship.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+
+from sloth_daemon import __version__
+from sloth_daemon.backends.sqlite import identity
+from sloth_daemon.keeper import procident
+from sloth_daemon.backends.postgres import db as pgdb
+from sloth_daemon.backends.postgres.errors import describe
+from sloth_daemon.backends.postgres.hosts import Host
+from sloth_daemon.backends.postgres.queue import PgQueue
+from sloth_daemon.clock import ClockReadings, Clocks
+from sloth_daemon.config import Settings
+from sloth_daemon.errors import SlothError, StorageError
+from sloth_daemon.paths import Paths
+from sloth_daemon.daemon.worker.runs import boot_of, this_host, worker_name
+
+log = logging.getLogger("sloth.shared")
+
+
+def options_for(lease_s: float) -> pgdb.PgOptions:
+    """Connection settings whose waits end well inside a lease: a dead
+    network or server must become an error while the daemon can still act
+    (its keeper fences the jobs anyway when renewals stop)."""
+    share = max(1.0, min(lease_s / 6, 10.0))
+    return pgdb.PgOptions(
+        connect_timeout_s=max(2, int(share)), keepalives_idle_s=max(1, int(share)),
+        keepalives_interval_s=max(1, int(share / 2)), keepalives_count=3,
+        tcp_user_timeout_s=share, statement_timeout_s=max(2.0, min(lease_s / 3, 30.0)),
+        idle_in_transaction_s=max(5.0, min(lease_s, 60.0)), reconnect_s=share, lock_wait_s=0.2,
+        application_name="sloth-daemon")
+
+
+class ServerTime:
+    """Now on the database server's clock as this machine best knows it:
+    its boot clock plus an offset, measured as the server's now (read by a
+    statement) less the boot clock before the statement was sent. That is
+    never less than the true offset, so due times and renewals come a round
+    trip early, never late; it drifts only by the clocks' rates (ppm)."""
+
+    def __init__(self) -> None:
+        self.offset: float | None = None
+
+    def sample(self, sent: ClockReadings, server_now: float) -> None:
+        self.offset = server_now - boot_of(sent)
+
+    def now(self, r: ClockReadings) -> float:
+        return r.wall if self.offset is None else boot_of(r) + self.offset
+
+
+@dataclass
+class Machine:
+    """This daemon on the shared queue."""
+
+    url: str
+    queue: PgQueue
+    paths: Paths  # with the queue's own log folder
+    me: Host
+    places: list[str]
+    options: pgdb.PgOptions
+
+
+def open_shared(url: str, paths: Paths, settings: Settings, clocks: Clocks, instance: str) -> Machine:
+    """Open the shared queue (refusing a schema that is not exactly this
+    code's: `sloth db migrate`), register this host, and make the queue's log
+    folder. Raises SlothError (ConfigError for a host name in use)."""
+    options = options_for(settings.lease_s)
+    queue = PgQueue(url, clocks, lease_s=settings.lease_s, max_attempts=settings.max_attempts,
+                    backoff_cap_s=settings.backoff_cap_s, migrate=False, options=options)
+    try:
+        host = settings.host or _default_host()
+        me = Host(host, tuple(settings.tags), worker_name(instance, host=host), os.getpid(), procident.boot_id(),
+                  __version__, time.time())
+        queue.register_host(me, alive_s=3 * settings.poll_s + 10, pid_alive=_alive)
+        mine = paths.for_queue(queue.identity)
+        identity.ensure_log_dir(mine)
+    except BaseException:
+        queue.close()
+        raise
+    return Machine(url, queue, mine, me, ["", host, *settings.tags], options)
+
+
+def _default_host() -> str:
+    """The hostname, as a name (its first label if it has odd characters)."""
+    name = this_host()
+    if name and all(c.isalnum() and c.isascii() or c in "._-" for c in name) and len(name) <= 64:
+        return name
+    return "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "-" for c in name.split(".")[0])[:64] \
+        or "localhost"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+class Shared:
+    """The tasks of a daemon on a shared queue: refresh its host row and its
+    estimate of the server's clock, wake the worker every ``poll_s``, listen
+    for NOTIFY, ship logs. ``worker`` is the daemon's Worker."""
+
+    def __init__(self, machine: Machine, settings: Settings, clocks: Clocks) -> None:
+        self.m, self.settings, self.clocks = machine, settings, clocks
+        self.time = ServerTime()
+        self.worker: Any = None
+        self.listener: Any = None
+        self.shipper: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.refresh()
+
+    @property
+    def host(self) -> str:
+        return self.m.me.name
+
+    def describe(self) -> str:
+        return f"{describe(self.m.url)} as host {self.host}"
+
+    def attach(self, worker: Any, log_path: Callable[[int, int], Path]) -> None:
+        """Wire the worker: its places, clock and jump hook; the log shipper."""
+        from sloth_daemon.daemon.shared.logship import LogShipper
+
+        self.worker = worker
+        worker.queue_time = self.time.now
+        worker.after_jump = self.after_jump
+        self.shipper = LogShipper(self.m.url, self.m.options, worker, log_path, self.settings.log_cap_bytes)
+
+    def start(self) -> None:
+        """After the take-over: the loops."""
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._refresh_loop()))
+        if self.shipper is not None:
+            self._tasks.append(loop.create_task(self.shipper.run()))
+        if self.settings.listen:
+            from sloth_daemon.daemon.shared.listen import Listener
+
+            self.listener = Listener(self.m.url, self.m.options, on_jobs=self._wake, on_cancel=self._cancelled)
+            self._tasks.append(loop.create_task(self.listener.run()))
+
+    # ------------------------------------------------------------ the loops
+    def refresh(self) -> None:
+        """This host's row, and a sample of the server's clock."""
+        sent = self.clocks.read()
+        try:
+            self.time.sample(sent, self.m.queue.host_seen(self.m.me))
+        except SlothError as e:
+            log.warning("cannot refresh this host's row: %s", e.message)
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.poll_s)
+            self.refresh()
+            self._wake()
+
+    def _wake(self) -> None:
+        if self.worker is not None:
+            self.worker.wake()
+
+    def _cancelled(self, job_id: int) -> None:
+        """A job was cancelled elsewhere: if it runs here, renew it now (the
+        renewal fails, and the worker ends it)."""
+        run = self.worker.running.get(job_id) if self.worker is not None else None
+        if run is not None:
+            run.renew_at = float("-inf")
+            self._wake()
+
+    def after_jump(self) -> None:
+        """The clocks jumped (a resume): connections may be dead; the offset may be stale."""
+        self.m.queue.revalidate()
+        if self.listener is not None:
+            self.listener.revalidate()
+        self.refresh()
+
+    # ------------------------------------------------------------- reading
+    def status(self) -> dict[str, Any]:
+        """Hosts for `sloth status`: every one that served the queue."""
+        try:
+            hosts = self.m.queue.hosts()
+        except StorageError as e:
+            return {"host": self.host, "hosts": None, "hosts_problem": e.message}
+        return {"host": self.host, "hosts": [_shown(h, self.settings.poll_s) for h in hosts]}
+
+    async def close(self) -> None:
+        """The daemon stops: the last logs go, then the host row."""
+        for t in self._tasks:
+            t.cancel()
+        if self.shipper is not None:
+            await self.shipper.close()
+        if self.listener is not None:
+            self.listener.close()
+        try:
+            self.m.queue.forget_host(self.m.me)
+        except SlothError as e:
+            log.warning("cannot remove this host's row: %s", e.message)
+
+
+def _shown(h: dict[str, Any], poll_s: float) -> dict[str, Any]:
+    return {k: h[k] for k in ("name", "tags", "pid", "version", "started_at", "last_seen", "ago")} | {
+        "alive": h["ago"] < 3 * poll_s + 10}
+
+
+__all__ = ["Machine", "ServerTime", "Shared", "open_shared", "options_for"]

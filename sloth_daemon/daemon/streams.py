@@ -1,0 +1,294 @@
+"""The streaming ops of the control socket: ``wait``, ``follow``, ``subscribe``.
+
+Each emits events before its one response. A base class of Handlers
+(handlers.py), which holds the argument checks both share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+from sloth_daemon.daemon.control import Control
+from sloth_daemon.errors import BadRequest, JobNotFound, SlothError
+from sloth_daemon.paths import open_log
+from sloth_daemon.models import Job
+
+Emit = Callable[[dict[str, Any]], Awaitable[None]]
+MAX_STREAM_BACKLOG = 1024  # queued events per subscriber before it is told it overflowed
+LOG_CHUNK = 256 * 1024  # bytes of log per streamed event
+_OVERFLOW: dict[str, Any] = {"overflow": True}
+_STOPPING = "the daemon is stopping"
+# A shared queue: what other machines' daemons change is not heard here,
+# so waits look again this often, and a log stored by another machine is
+# read again this often (until it is marked done, or its run ended and
+# nothing came for STORED_GRACE_S: its daemon died before it could finish).
+REMOTE_POLL_S = 1.0
+STORED_GRACE_S = 5.0
+
+
+class Subscription:
+    """Job changes matching a predicate, as a bounded queue. A subscriber that
+    falls behind is not dropped silently: it gets an overflow marker."""
+
+    def __init__(self, control: Control, match: Callable[[Job], bool]) -> None:
+        self.q: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(MAX_STREAM_BACKLOG)
+        self.match = match
+        self._unwatch = control.watch(self._on_change)
+
+    def _on_change(self, job: Job) -> None:
+        if not self.match(job):
+            return
+        try:
+            self.q.put_nowait(job.to_dict())
+        except asyncio.QueueFull:
+            while not self.q.empty():
+                self.q.get_nowait()
+            self.q.put_nowait(_OVERFLOW)
+
+    def end(self) -> None:
+        """The daemon is closing: the reader sees None next."""
+        if self.q.full():
+            self.q.get_nowait()
+        self.q.put_nowait(None)
+
+    def close(self) -> None:
+        self._unwatch()
+
+
+class StreamHandlers:
+    c: Control
+    closing: bool
+    _subs: set[Subscription]
+    _wakers: set[asyncio.Event]
+
+    async def op_wait(self, a: dict[str, Any], emit: Emit) -> Any:
+        """First a ``jobs`` event (every job as it is now, for a progress
+        view), then a ``state`` event per change until all have ended."""
+        ids = job_ids(a.get("ids"))
+        now = [self.c.get(i) for i in ids]
+        pending = {j.id for j in now if not j.state.finished}
+        # Not a bounded queue of events: the latest state per pending job, so
+        # waiting on thousands of jobs never drops the change that ends it.
+        latest: dict[int, Job] = {}
+        changed = asyncio.Event()
+
+        def on_change(job: Job) -> None:
+            if job.id in pending:
+                latest[job.id] = job
+                changed.set()
+        unwatch = self.c.watch(on_change)
+        self._wakers.add(changed)
+        known = {j.id: (j.state, j.attempts) for j in now}
+        try:
+            await emit({"kind": "jobs", "jobs": [j.to_dict() for j in now]})
+            while pending:
+                if not await self._heard(changed):
+                    latest.update(self._polled(pending, known))
+                changed.clear()
+                if self.closing:
+                    raise SlothError(_STOPPING, hint="Run the wait again after it restarts.")
+                while latest:
+                    jid, job = latest.popitem()
+                    known[jid] = (job.state, job.attempts)
+                    await emit({"kind": "state", "job": job.to_dict()})
+                    if job.state.finished:
+                        pending.discard(jid)
+        finally:
+            unwatch()
+            self._wakers.discard(changed)
+        return {"jobs": [self.c.get(i).to_dict() for i in ids]}
+
+    async def _heard(self, changed: asyncio.Event) -> bool:
+        """Wait for a change heard here; on a shared queue at most
+        REMOTE_POLL_S (False: look again, another machine may have changed it)."""
+        if self.c.shared is None:
+            await changed.wait()
+            return True
+        try:
+            await asyncio.wait_for(changed.wait(), REMOTE_POLL_S)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    def _polled(self, pending: set[int], known: dict[int, tuple[Any, int]]) -> dict[int, Job]:
+        """The pending jobs another machine changed since we last said."""
+        jobs = self.c.get_many(sorted(pending))
+        return {j.id: j for j in jobs if known.get(j.id) != (j.state, j.attempts)}
+
+    async def op_subscribe(self, a: dict[str, Any], emit: Emit) -> Any:
+        ids = a.get("ids")
+        if ids is not None and (not isinstance(ids, list) or not ids):
+            raise BadRequest("ids must be a non-empty list of job ids (or absent, for all jobs)")
+        wanted = None if ids is None else {self.c.get(job_id(i)).id for i in ids}
+        sub = self._subscribe(lambda job: wanted is None or job.id in wanted)
+        try:
+            while (item := await sub.q.get()) is not None:
+                if item is _OVERFLOW:
+                    raise SlothError(
+                        f"this subscriber fell more than {MAX_STREAM_BACKLOG} events behind",
+                        hint="Read events faster, or subscribe again and re-read state with `list`.")
+                await emit({"kind": "state", "job": item})
+        finally:
+            self._unsubscribe(sub)
+        return {"ended": "daemon stopping"}
+
+    async def op_follow(self, a: dict[str, Any], emit: Emit) -> Any:
+        """A job's output: the attempt asked for (default: the latest, once
+        one starts), live while it runs. With ``all_attempts``, from the
+        first attempt (default) or the one asked for, then each later one,
+        each after an ``attempt`` event, until the job is final. The
+        response is the job as it ends."""
+        through, live = a.get("all_attempts", False), a.get("live", True)
+        if not isinstance(through, bool) or not isinstance(live, bool):
+            raise BadRequest("all_attempts and live must be true or false")
+        job, n = await self._first_attempt(job_id(a.get("id")), a.get("attempt"), through)
+        while n is not None:
+            if n > 1 and through:
+                await emit({"kind": "attempt", "attempt": n, "previous": self._how_it_ended(job.id, n - 1)})
+            await self._send_attempt(job.id, n, emit, live)
+            if not through:
+                break
+            job = await self._until_attempt(job.id, n)
+            if job.attempts <= n:
+                break  # final (or stopped waiting) without another attempt
+            n += 1
+        return {"job": self.c.get(job.id).to_dict()}
+
+    async def _first_attempt(self, jid: int, asked: Any, through: bool) -> tuple[Job, int | None]:
+        """The job and the attempt to send first (None: it ended without one)."""
+        job = self.c.get(jid)
+        if asked is None and not job.state.finished:
+            job = await self._until_attempt(job.id, 0)  # `sloth add ... && sloth logs -f ID`
+        n = attempt_of(job, asked, allow_none=True)
+        if through and asked is None and n is not None:
+            n = 1  # the whole story: attempts that failed before we came, then the live one
+        return job, n
+
+    async def _send_attempt(self, jid: int, n: int, emit: Emit, live: bool = True) -> None:
+        """Live from the keeper, else the file here, else (a shared queue)
+        the copy another machine's daemon stores; ``live``: follow it."""
+        tap = self.c.follow(jid, n)
+        path = self.c.log_path(jid, n)
+        if tap is not None:
+            await _stream(tap, emit)
+        elif self.c.shared is not None and not path.exists():
+            await self._send_stored(jid, n, emit, live)
+        else:
+            await _send_file(path, emit)
+
+    async def _send_stored(self, jid: int, n: int, emit: Emit, live: bool) -> None:
+        """The stored copy; an attempt that ended is read until its copy is
+        complete (its machine ships the rest after the end), even when not
+        ``live``: `sloth logs ID` right after the job ended elsewhere."""
+        offset, quiet = 0, 0.0
+        while not self.closing:
+            part = self.c.stored_log(jid, n, offset)
+            if part.data:
+                await emit(log_event(part.data))
+                offset, quiet = offset + len(part.data), 0.0
+            if part.done:
+                return
+            if part.size is not None and offset < part.size:
+                continue  # more than one read's worth is stored
+            job = self.c.get(jid)
+            running = job.state.value == "running" and job.attempts == n
+            if running and not live:
+                return  # what it printed so far
+            if not running:  # it ended: its machine ships the rest within a second or two
+                quiet += REMOTE_POLL_S
+                if quiet > STORED_GRACE_S:
+                    return
+            await asyncio.sleep(REMOTE_POLL_S / 2)
+
+    def _how_it_ended(self, jid: int, n: int) -> str:
+        ends = [e for e in self.c.events(jid) if e.attempt == n and e.kind in ("failed", "interrupted", "abandoned")]
+        return f"{ends[-1].kind}: {ends[-1].message}" if ends else ""
+
+    async def _until_attempt(self, jid: int, after: int) -> Job:
+        """Wait until an attempt later than ``after`` has started (it has a
+        live process, or it already ran) or the job is final; return the job."""
+        sub = self._subscribe(lambda job: job.id == jid)  # before the check: no change missed
+        try:
+            while True:
+                job = self.c.get(jid)
+                if job.state.finished:
+                    return job
+                if job.attempts > after and (self.c.attempt_live(jid, job.attempts) or job.state.value != "running"
+                                             or job.attempts > after + 1):
+                    return job
+                if await self._next_change(sub) is None:
+                    raise SlothError(_STOPPING, hint="Follow the job again after it restarts.")
+        finally:
+            self._unsubscribe(sub)
+
+    async def _next_change(self, sub: Subscription) -> Any:
+        """The next change heard here; on a shared queue a timeout after
+        REMOTE_POLL_S is a change too (look again: another machine may act)."""
+        if self.c.shared is None:
+            return await sub.q.get()
+        try:
+            return await asyncio.wait_for(sub.q.get(), REMOTE_POLL_S)
+        except asyncio.TimeoutError:
+            return True
+
+    def _subscribe(self, match: Callable[[Job], bool]) -> Subscription:
+        sub = Subscription(self.c, match)
+        self._subs.add(sub)
+        return sub
+
+    def _unsubscribe(self, sub: Subscription) -> None:
+        sub.close()
+        self._subs.discard(sub)
+
+
+async def _stream(chunks: AsyncIterator[bytes], emit: Emit) -> None:
+    async for data in chunks:
+        for i in range(0, len(data), LOG_CHUNK):
+            await emit(log_event(data[i:i + LOG_CHUNK]))
+
+
+async def _send_file(path: Path, emit: Emit) -> None:
+    try:
+        # A local log file read in 256 KiB chunks between sends: short blocking
+        # reads, not worth a thread per follower. Never through a link, never
+        # a FIFO or device in its place (private.open_log).
+        f = open_log(path)
+    except FileNotFoundError:
+        return  # the attempt printed nothing
+    with f:
+        while chunk := f.read(LOG_CHUNK):
+            await emit(log_event(chunk))
+
+
+def log_event(data: bytes) -> dict[str, Any]:
+    # surrogateescape: bytes that are not UTF-8 travel and come back exact
+    return {"kind": "log", "data": data.decode("utf-8", "surrogateescape")}
+
+
+def job_id(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise BadRequest(f"job id must be a whole number, got {v!r}")
+    if not 1 <= v < 2**63:  # SQLite integers are 64-bit
+        raise JobNotFound(v)
+    return v
+
+
+def job_ids(v: Any, name: str = "ids") -> list[int]:
+    if not isinstance(v, list) or not v:
+        raise BadRequest(f"{name} must be a non-empty list of job ids")
+    return [job_id(i) for i in v]
+
+
+def attempt_of(job: Job, v: Any, *, allow_none: bool = False) -> int | None:
+    if v is None:
+        if job.attempts == 0:
+            if allow_none:
+                return None
+            raise SlothError(f"job {job.id} has not started yet, so it has no log",
+                             hint="Follow it with `sloth logs -f ID` to see output once it starts.")
+        return job.attempts
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= max(job.attempts, 1):
+        raise BadRequest(f"job {job.id} has attempts 1..{job.attempts}, not {v!r}")
+    return v

@@ -1,0 +1,198 @@
+"""The keeper as the worker's Spawner.
+
+Job processes are the keeper's children (keeper/main.py), so they outlive the
+daemon: a restart, an upgrade or a crash of the daemon neither kills nor
+re-runs them. This adapter holds the daemon's connection to its keeper; if
+that connection is lost (the keeper died, or cut off a daemon that stopped
+reading), it connects again -- starting a new keeper if none answers -- and
+hands the runs the keeper now lists to ``on_resync``, so the worker can
+re-attach what survived and account for what did not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, AsyncIterator, Callable
+
+from sloth_daemon.keeper import procident
+from sloth_daemon.errors import SlothError
+from sloth_daemon.daemon.keeper_client import KeeperClient
+from sloth_daemon.paths import Paths
+from sloth_daemon.daemon.worker.spawner import Outcome, RunSink, SpawnRequest
+
+log = logging.getLogger("sloth.supervision")
+RECONNECT_BACKOFF_S = (0.05, 0.2, 1.0, 2.0, 5.0)
+
+
+class _ToWorker:
+    """Translates the keeper's wire events into the worker's RunSink calls."""
+
+    def __init__(self, sink: RunSink) -> None:
+        self.sink = sink
+
+    def started(self, pid: int, identity: dict[str, Any]) -> None:
+        self.sink.started(pid, identity)
+
+    def spawn_failed(self, message: str, retry: bool, resource: bool = False) -> None:
+        self.sink.spawn_failed(message, retry, resource)
+
+    def exited(self, outcome: dict[str, Any]) -> None:
+        failed = outcome.get("spawn_error")
+        if isinstance(failed, dict):  # held behind another run, it could not start when that one ended
+            self.sink.spawn_failed(str(outcome.get("reason")), bool(failed.get("retry")), bool(failed.get("resource")))
+        else:
+            self.sink.exited(Outcome.from_wire(outcome))
+
+    def frozen(self, why: str) -> None:
+        self.sink.frozen(why)
+
+    def taken_back(self) -> None:
+        self.sink.taken_back()
+
+
+class KeeperSpawner:
+    def __init__(self, paths: Paths, *, name: str, check_s: float) -> None:
+        self.paths, self.name, self.check_s = paths, name, check_s
+        self.client: KeeperClient | None = None
+        self.problem: str | None = None  # why the last connect failed (a keeper of another version ...)
+        self.on_resync: Callable[[list[dict[str, Any]]], None] = lambda held: None
+        self._tasks: set[asyncio.Task[None]] = set()  # kept: the loop holds only weak references
+        self._delayed: dict[str, RunSink] = {}  # spawns waiting for an earlier process to end, by key
+
+    async def connect(self) -> list[dict[str, Any]]:
+        """Connect (starting a keeper if none answers); the runs it holds."""
+        try:
+            client = await KeeperClient.connect(self.paths, name=self.name, check_s=self.check_s)
+        except SlothError as e:
+            self.problem = e.message
+            raise
+        client.on_lost = self._lost
+        self.client, self.problem = client, None
+        return client.held
+
+    def status(self) -> dict[str, Any]:
+        """For `sloth daemon status`: the keeper's pid, version and protocol,
+        the runs it holds for us, or (none connected) why not."""
+        if self.client is None:
+            return {"pid": None, "version": None, "protocol": None, "runs": None,
+                    "problem": self.problem or "not connected (it is being restarted)"}
+        info = self.client.info
+        return {"pid": info.get("pid"), "version": info.get("version"), "protocol": info.get("protocol"),
+                "runs": self.client.holding, "problem": None}
+
+    @property
+    def pid(self) -> int | None:
+        return self.client.info.get("pid") if self.client is not None else None
+
+    @property
+    def pipelines(self) -> bool:
+        """Whether this keeper can hold a run behind another (spawn ``after``)."""
+        return self.client is not None and "after" in self.client.info.get("features", ())
+
+    # ------------------------------------------------------------ Spawner
+    def spawn(self, req: SpawnRequest, sink: RunSink) -> None:
+        if req.previous and procident.is_same_process(req.previous):
+            # The lease expired but the old process lives (an orphan of a
+            # lost keeper, or a stalled foreign worker): end it first.
+            self._delayed[req.key] = sink
+            self._track(self._spawn_after_kill(req, sink))
+        else:
+            self._spawn(req, sink)
+
+    def attach(self, key: str, sink: RunSink) -> None:
+        if self.client is not None:
+            self.client.attach(key, _ToWorker(sink))
+
+    def kill(self, key: str, reason: str, grace_s: float) -> None:
+        if (sink := self._delayed.pop(key, None)) is not None:  # not sent yet: it never starts
+            sink.exited(Outcome(None, reason, killed_by="request", started=False))
+        elif self.client is not None:
+            self.client.kill(key, reason, grace_s)
+
+    def unspawn(self, key: str) -> None:
+        """A spawn not sent yet (an earlier process is being ended) is
+        dropped here; else the keeper decides (withdrawal.py)."""
+        if (sink := self._delayed.pop(key, None)) is not None:
+            sink.taken_back()
+        elif self.client is not None:  # else the resync after the reconnect says where it is
+            self.client.unspawn(key)
+
+    def trust(self, items: list[tuple[str, float]]) -> None:
+        if self.client is not None and items:
+            self.client.trust(items)
+
+    def ack(self, keys: list[str]) -> None:
+        if self.client is not None and keys:
+            self.client.ack(keys)
+
+    def tap(self, key: str) -> AsyncIterator[bytes] | None:
+        return self.client.tap(key) if self.client is not None else None
+
+    async def close(self, *, bye: bool) -> None:
+        """Hang up. With ``bye`` the keeper exits once it holds nothing;
+        without, it keeps the runs for the next daemon."""
+        client, self.client = self.client, None
+        if client is None:
+            return
+        if bye:
+            try:
+                await client.bye()
+            except SlothError as e:
+                log.warning("keeper: %s", e.message)
+        await client.close()
+
+    # ------------------------------------------------------------- inside
+    def _spawn(self, req: SpawnRequest, sink: RunSink) -> None:
+        if self.client is None:  # between a lost keeper and the next: say so, it is retried
+            sink.spawn_failed("no keeper to start the job (it is being restarted)", True)
+            return
+        if req.after is not None and not self.pipelines:  # a keeper without `after` (a reconnect
+            sink.taken_back()  # while an earlier process was ended) would start it at once: not so
+            return
+        self.client.spawn(_wire(req), _ToWorker(sink))
+
+    async def _spawn_after_kill(self, req: SpawnRequest, sink: RunSink) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, procident.kill_identity_blocking, req.previous or {},
+                                       req.kill_grace_s)
+        except Exception as e:  # a bug or a psutil surprise: do not start beside it
+            if self._delayed.pop(req.key, None) is not None:
+                sink.spawn_failed(f"cannot end the previous attempt's process: {e}", True)
+            return
+        if self._delayed.pop(req.key, None) is not None:  # else withdrawn or killed meanwhile: told so
+            self._spawn(req, sink)
+
+    def _track(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _lost(self) -> None:
+        log.error("lost the connection to the keeper; connecting again")
+        self.client = None
+        self._track(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        for delay in (*RECONNECT_BACKOFF_S, *[RECONNECT_BACKOFF_S[-1]] * 1000):
+            await asyncio.sleep(delay)
+            try:
+                held = await self.connect()
+            except SlothError as e:
+                log.error("keeper: %s", e.message)
+                continue
+            self.on_resync(held)
+            return
+
+
+def _wire(req: SpawnRequest) -> dict[str, Any]:
+    """The keeper's spawn arguments (keeper.wire.OPS["spawn"])."""
+    return {
+        "key": req.key, "job_id": req.job_id, "attempt": req.attempt, "token": req.key,
+        "argv": req.argv, "cwd": req.cwd, "env": req.env, "env_extra": req.env_extra or {},
+        "log_path": str(req.log_path),
+        "log_cap": req.log_cap, "timeout_s": req.timeout_s, "kill_grace_s": req.kill_grace_s,
+        "trust_until": req.trust_until, "term_lead_s": req.term_lead_s,
+        **({"after": req.after} if req.after is not None else {}),
+    }

@@ -1,0 +1,2 @@
+"""The worker loop and its collaborators: recording, adoption, pipelining, actions, lanes.
+"""

@@ -1,0 +1,150 @@
+"""Taking over runs that outlived the daemon that started them.
+
+At start (and whenever the connection to the keeper is made again) the
+keeper lists the runs it holds: running, frozen by a suspend, or ended with
+an outcome nobody has recorded yet. Each is matched by its token to a job
+the queue says a daemon of this host holds:
+  - running or frozen: adopted (lease renewed, worker renamed, an
+    ``adopted`` event), trusted again (a frozen one thaws), and watched as
+    if we had started it;
+  - ended: adopted with its real exit status and end time, recorded by the
+    next turn, not run again;
+  - pending (held to start after another run, pipeline.py): adopted as
+    such behind that run and taken back at once (nothing it waits for is
+    young any more): the queue gets it back as never claimed, unless it
+    started meanwhile (then it is an ordinary run);
+  - held by the keeper but not ours in the queue (cancelled, or its lease
+    taken): ended, and its outcome acknowledged.
+A job the queue says we hold that no keeper knows lost its supervision with
+the keeper (a reboot, a power cut, everything killed): its leftover
+processes are ended (by identity, else by the token in their environment)
+and the job is given back to the queue (``abandoned``), to run again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from sloth_daemon.keeper import procident
+from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError
+from sloth_daemon.models import Job
+from sloth_daemon.daemon.worker.runs import Run, Sink, is_daemon_on_host, trust_until
+from sloth_daemon.daemon.worker.spawner import Outcome
+
+log = logging.getLogger("sloth.worker")
+
+
+class Adoption:
+    """The worker's half that reconciles its runs with the keeper's (a base
+    class of Worker; see the module docstring)."""
+
+    async def reconcile(self: Any, held: list[dict[str, Any]]) -> None:
+        by_key = {h["key"]: h for h in held if isinstance(h, dict) and isinstance(h.get("key"), str)}
+        # A run of ours the keeper no longer knows, and whose end we have not
+        # heard: the keeper that ran it is gone (a new one answered).
+        lost = [run for run in self.running.values() if run.token not in by_key and run.outcome is None]
+        for run in list(self.running.values()):
+            h = by_key.pop(run.token, None)
+            if h is not None:
+                self._reattach(run, h)
+        orphaned = []
+        for job in self.queue.claimed():
+            if job.id in self.running or not is_daemon_on_host(job.worker, self.host) or not job.token:
+                continue
+            h = by_key.pop(job.token, None)
+            if h is None:
+                orphaned.append(job)
+            else:
+                self._adopt(job, h)
+        self._disown(list(by_key.values()))
+        self._link_pending(held)
+        await self._end_leftovers(orphaned, lost)
+        self.wake()
+
+    def _link_pending(self: Any, held: list[dict[str, Any]]) -> None:
+        """Each pending run behind its predecessor where we hold both (else
+        it counts as running: a slot, until it starts or is dropped), and
+        taken back at once: no run it waits for is young any more."""
+        by_token = {run.token: run for run in self.running.values()}
+        for h in (h for h in held if isinstance(h, dict) and h.get("state") == "pending"):
+            run, pred = by_token.get(h.get("key")), by_token.get(h.get("after"))
+            if run is None or run.pid is not None or run.outcome is not None:
+                continue
+            if pred is not None:
+                run.after, pred.successor = pred, run
+            self._take_back(run)
+
+    def _adopt(self: Any, job: Job, h: dict[str, Any]) -> None:
+        what = {"exited": "its outcome kept", "pending": "held to start after another run"}.get(
+            str(h.get("state")), f"pid {h.get('pid')} kept running")
+        try:
+            job = self.queue.adopt(job.id, job.token or "", self.name, message=f"by {self.name}; {what}")
+        except (LeaseLost, JobNotFound):
+            self._disown([h])
+            return
+        run = Run(job, job.token or "", _int(h.get("attempt")) or job.attempts, pid=_int(h.get("pid")),
+                  adopted=True)
+        self.running[job.id] = run
+        self.on_change(job)
+        self._reattach(run, h)
+
+    def _reattach(self: Any, run: Run, h: dict[str, Any]) -> None:
+        self.spawner.attach(run.token, Sink(self, run))
+        if h.get("state") == "exited" and run.outcome is None:
+            run.outcome = Outcome.from_wire(h.get("outcome") or {})
+        elif run.outcome is None:
+            run.pid = run.pid or _int(h.get("pid"))
+            self.spawner.trust([(run.token, trust_until(self.clocks.read(), run.job.lease_s))])
+
+    def _disown(self: Any, held: list[dict[str, Any]]) -> None:
+        """Runs the keeper holds that are not ours in the queue."""
+        for h in held:
+            if h.get("state") == "exited":
+                self.spawner.ack([h["key"]])
+            else:
+                log.warning("keeper run %s (job %s) is not ours in the queue; ending it", h["key"], h.get("job_id"))
+                self.spawner.kill(h["key"], "lease lost", self.settings.kill_grace_s)
+
+    async def _end_leftovers(self: Any, orphaned: list[Job], lost: list[Run]) -> None:
+        """Jobs whose supervision is gone: end what is left of their
+        processes (all at once, off the event loop), then give them back."""
+        if not orphaned and not lost:
+            return
+        runs = {j.token or "": j.runner for j in orphaned} | {r.token: r.job.runner for r in lost}
+        loop = asyncio.get_running_loop()
+        ended = await loop.run_in_executor(None, _end_processes, runs, self.settings.kill_grace_s)
+        for run in lost:
+            self._drop(run)
+        for job in orphaned + [r.job for r in lost]:
+            why = "its supervision was lost (the keeper is gone)"
+            if job.token in ended:
+                why += "; its leftover process was ended"
+            try:
+                self.on_change(self.queue.abandon(job.id, job.token or "", message=why, refund=True))
+            except (LeaseLost, JobNotFound):
+                pass
+            except SlothError as e:
+                log.error("cannot give job %d back to the queue: %s", job.id, e.message)
+
+
+def _end_processes(runs: dict[str, dict[str, Any] | None], grace_s: float) -> set[str]:
+    """End the processes of these runs (token -> recorded identity), found by
+    identity or by the job token in their environment; the tokens whose
+    processes were found."""
+    by_token = procident.find_by_env_values("SLOTH_JOB_TOKEN", set(runs))
+    procs, groups, found = [p for ps in by_token.values() for p in ps], [], {t for t, ps in by_token.items() if ps}
+    for token, ident in runs.items():
+        tree = procident.tree_of(ident)
+        if tree:
+            groups.append(tree[0].pid)
+            procs += tree
+            found.add(token)
+    if procs:  # all at once: one grace period, however many leftovers
+        procident.end_all(procs, grace_s, groups=groups)
+    return found
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None

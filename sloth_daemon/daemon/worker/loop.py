@@ -1,0 +1,390 @@
+"""The worker loop: claim -> run -> heartbeat -> settle, per lane.
+
+Each turn (``Worker.turn(now)``), in this order (the order is what keeps a
+sleeping laptop from running a job twice):
+  1. compare the clocks; after a sleep, renew our own live jobs' leases with
+     a ``resumed`` event (they slept too, they must not be re-run);
+  2. heartbeat any of our jobs whose lease is a third used up (by wall time,
+     so a lease that lapsed in a sleep the detector missed is renewed before
+     step 3 could hand it out again);
+  3. claim due work for lanes with free slots: due retries, delayed jobs and
+     leases that really expired (holders dead), at once;
+  4. record the outcomes of runs that ended: after step 3, so a lane's next
+     job is already starting while the result's fsync runs.
+Steps 3 and 4 are one transaction where the queue allows (recording.py).
+A burst of short jobs does not wait for the worker at all: the next jobs of
+a full lane wait in the keeper behind a young run (pipeline.py).
+Then ``run()`` sleeps until the next due time, heartbeat, clock check or
+wake-up. Processes are the spawner's business (spawner.py); the worker
+hears of starts and exits through one RunSink per run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from sloth_daemon.daemon.worker.adoption import Adoption
+from sloth_daemon.clock import ClockReadings, Clocks, Jump, JumpDetector, JumpKind
+from sloth_daemon.config import Settings
+from sloth_daemon.daemon.worker.durability import GroupCommit
+from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError, StorageError
+from sloth_daemon.daemon.worker.lanes import Lanes
+from sloth_daemon.daemon.limits import Postponement
+from sloth_daemon.models import Job
+from sloth_daemon.daemon.worker.pipeline import PACE_S, TAKE_BACK_WAIT_S, Pipelining, unlink
+from sloth_daemon.daemon.worker.recording import CLAIM_RETRY_S, TIMER_SLACK_S, Recording
+from sloth_daemon.queue import Queue
+from sloth_daemon.keeper.runner import JobEnvs
+from sloth_daemon.daemon.worker.runs import (
+    RENEW_RETRY_S, Run, Sink, boot_of, ran_here, renew_in, term_lead, this_host, trust_until, worker_name,
+)
+from sloth_daemon.daemon.worker.spawner import Outcome, Spawner, SpawnRequest
+from sloth_daemon.daemon.worker.withdrawal import Withdrawals
+from sloth_daemon.daemon.worker.actions import WorkerActions
+
+log = logging.getLogger("sloth.worker")
+PRUNE_EVERY_S = 3600.0
+RECORD_RUNNER_AFTER_S = 1.0  # a process that ends sooner has its identity written with its outcome
+FIRST_PRUNE_S = 60.0
+
+
+class Worker(Recording, Adoption, Pipelining, WorkerActions):
+    def __init__(
+        self, queue: Queue, settings: Settings, spawner: Spawner, *, clocks: Clocks,
+        log_path: Callable[[int, int], Path], instance: str,
+        on_change: Callable[[Job], None] = lambda job: None, commit_delay_s: float = 0.0,
+        host: str | None = None, places: Sequence[str] | None = None,
+    ) -> None:
+        self.queue, self.settings, self.spawner, self.clocks = queue, settings, spawner, clocks
+        self.log_path, self.instance, self.on_change = log_path, instance, on_change
+        self.host = host or this_host()
+        self.name = worker_name(instance, host=self.host)
+        self.places = None if places is None else list(places)  # daemon/shared/member.py: what may run here
+        self.queue_time: Callable[[ClockReadings], float] | None = None  # None: the queue keeps our wall time
+        self.after_jump: Callable[[], None] = lambda: None
+        first = clocks.read()
+        self.detector = JumpDetector(first)
+        self.running: dict[int, Run] = {}
+        self.lanes = Lanes(queue, settings, host=None if places is None else self.host)
+        self.last_jump: dict[str, Any] | None = None
+        self.last_check_at: float | None = None
+        self.timerfd = False
+        self.stopping = False
+        self._wake = asyncio.Event()
+        self._next_check = first.awake
+        self._next_prune = first.awake + FIRST_PRUNE_S
+        self._next_due: float | None = None  # from the last claim_due()
+        self._look = True  # something may have become claimable since claim_due last looked (wake)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        queue.on_side_change = self.side_change
+        self.postponed = Postponement()  # claims held after a spawn failed for want of resources
+        self.commits = GroupCommit(queue, self._tell, delay_s=commit_delay_s)
+        self.envs = JobEnvs()
+        self.short_lanes: dict[str, bool] = {}  # pipeline.py
+        self.withdrawals = Withdrawals(spawner, self.running)  # what became of runs not heard started
+
+    # ------------------------------------------------------------- control
+    def spawn_task(self, coro: Any) -> None:
+        """Run ``coro`` on the loop, keeping a reference (the loop keeps only weak ones)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def clock_changed(self) -> None:
+        """Called when the timerfd says the wall clock was set or we resumed."""
+        self._next_check = float("-inf")
+        self.wake()
+
+    # ---------------------------------------------------------------- loop
+    async def run(self) -> None:
+        while not self.stopping:
+            self._wake.clear()
+            try:
+                self.turn()
+            except SlothError as e:  # e.g. disk full: keep serving, retry later
+                log.error("worker turn failed: %s", e.message)
+                await asyncio.sleep(1.0)
+            except Exception:  # a bug must not take the daemon (and its jobs) down
+                log.exception("worker turn failed")
+                await asyncio.sleep(1.0)
+            if self.stopping:
+                break
+            if self.paced():  # a burst: the keeper has work in hand; let a few more ends come in
+                await asyncio.sleep(PACE_S)
+            await self._sleep(self.next_wake_s())
+
+    async def _sleep(self, timeout_s: float) -> None:
+        """Until woken or ``timeout_s`` passes. A timer that sets the wake-up
+        event, not wait_for: that makes a task and cancels it on every
+        timeout, two or three loop passes more per turn."""
+        if self._wake.is_set():
+            return
+        timer = asyncio.get_running_loop().call_later(timeout_s, self._wake.set)
+        try:
+            await self._wake.wait()
+        finally:
+            timer.cancel()
+
+    def turn(self, now: ClockReadings | None = None) -> None:
+        """One pass of the loop (see the module docstring)."""
+        r = now or self.clocks.read()
+        if r.awake >= self._next_check:
+            self.check_clock(r)
+            self._look = True  # now and then, for jobs another process queued in the file
+        self.heartbeat_due(r)
+        self.take_back_due(r.awake)
+        claim = self._look or (self._next_due is not None and self._next_due <= self.queue_now(r))
+        self._look = False  # a turn for a heartbeat or an fsync alone skips the claim queries
+        self.write_turn(r, claim=claim)  # claims and outcomes: one transaction (recording.py)
+        self.record_runners(r.awake)
+        if r.awake >= self._next_prune:
+            self._next_prune = r.awake + PRUNE_EVERY_S
+            self.prune(self.settings.retention_s)
+
+    def next_wake_s(self, now: ClockReadings | None = None) -> float:
+        r = now or self.clocks.read()
+        if self._look:
+            return 0.0
+        deadlines = [self._next_check - r.awake, self._next_prune - r.awake]
+        deadlines += [renew_in(run, r, wall_too=self.queue_time is None) for run in self.running.values()
+                      if (run.live or run.pending) and run.ending is None]
+        deadlines += self.take_back_deadlines(r.awake)
+        deadlines += [run.record_after - r.awake for run in self.running.values()
+                      if run.outcome is not None and not run.written
+                      and not run.deciding]  # written: the fsync deadline below; deciding: a cancel's
+        deadlines += [run.started_awake + RECORD_RUNNER_AFTER_S - r.awake for run in self.running.values()
+                      if run.identity is not None and run.live]
+        if self.may_claim() and self._next_due is not None:
+            deadlines.append(self._next_due - self.queue_now(r))
+        if self.postponed.holds(r.awake):
+            deadlines.append(self.postponed.until - r.awake)
+        if self.commits.due_at is not None:
+            deadlines.append(self.commits.due_at - r.awake)
+        return max(0.0, min(deadlines))
+
+    # --------------------------------------------------------------- clock
+    def check_clock(self, r: ClockReadings) -> Jump:
+        interval = self.settings.clock_check_s
+        jump = self.detector.check(r, expected_s=interval)
+        self._next_check = r.awake + interval
+        self.last_check_at = r.wall
+        if jump.kind is not JumpKind.NONE:
+            self.last_jump = {"kind": jump.kind.value, "seconds": jump.seconds, "at": r.wall,
+                              "describe": jump.describe()}
+            log.info("clock: %s", jump.describe())
+            if jump.kind is not JumpKind.STEPPED or jump.seconds > 0:
+                self.after_jump()
+                self.renew_after_resume(jump.describe())
+        return jump
+
+    def renew_after_resume(self, why: str) -> None:
+        r = self.clocks.read()
+        for run in list(self.running.values()):
+            if not (run.live or run.pending) or run.ending:
+                continue
+            try:
+                run.job = self.queue.renew_after_resume(run.job.id, run.token, why)
+                run.renewed(r)
+            except (LeaseLost, JobNotFound):
+                self._end(run, "lease lost")
+            except StorageError as e:  # the heartbeat tries again
+                log.warning("cannot renew job %d after %s: %s", run.job.id, why, e.message)
+
+    # ----------------------------------------------------------- heartbeat
+    def queue_now(self, r: ClockReadings) -> float:
+        """Now on the queue's clock (due times and leases are on it)."""
+        return r.wall if self.queue_time is None else self.queue_time(r)
+
+    def heartbeat_due(self, r: ClockReadings) -> None:
+        renewed: list[tuple[str, float]] = []
+        for run in list(self.running.values()):
+            if (not (run.live or run.pending) or run.ending
+                    or renew_in(run, r, wall_too=self.queue_time is None) > TIMER_SLACK_S):
+                continue
+            try:
+                run.job = self.queue.heartbeat(run.job.id, run.token)
+            except (LeaseLost, JobNotFound):
+                self._end(run, "lease lost")
+                continue
+            except StorageError as e:  # not renewed: the keeper ends the run if this lasts a lease
+                log.warning("cannot renew the lease of job %d: %s", run.job.id, e.message)
+                run.renew_at = boot_of(r) + RENEW_RETRY_S
+                continue
+            run.renewed(r)
+            renewed.append((run.token, trust_until(r, run.job.lease_s)))
+        if renewed:
+            self.spawner.trust(renewed)
+
+    # ---------------------------------------------------------------- claim
+    def slots_in_use(self) -> dict[str, int]:
+        """lane -> runs whose process has not ended (an ended run whose
+        outcome is not yet recorded frees its slot for the next job; a
+        pending one has none yet)."""
+        used: dict[str, int] = {}
+        for r in self.running.values():
+            if r.outcome is None and not r.pending:
+                used[r.job.lane] = used.get(r.job.lane, 0) + 1
+        return used
+
+    def may_claim(self) -> bool:
+        return not (self.lanes.paused_all or self.stopping or self.postponed.holds(self.clocks.read().awake))
+
+    def claim_due(self, r: ClockReadings) -> None:
+        try:
+            self._claim_due(r)
+            self.claim_successors(r)
+        except StorageError as e:  # locked by another process, disk full: claim later, do the rest now
+            log.warning("not claiming for now: %s", e.message)
+            self._next_due = self.queue_now(r) + CLAIM_RETRY_S
+
+    def _claim_due(self, r: ClockReadings) -> None:
+        self._next_due = None
+        while self.may_claim():
+            # A read-only look first: an empty claim would still cost a write
+            # transaction, and this answer is also when to wake up next.
+            blocked = self.lanes.blocked(self.slots_in_use())
+            mine = set(self.running)  # never re-issue our own live or unrecorded jobs to ourselves
+            self._next_due = self.queue.next_due_at(exclude_lanes=blocked, exclude_ids=mine, places=self.places)
+            if self._next_due is None or self._next_due > self.queue_now(r):
+                return
+            job = self.queue.claim(self.name, exclude_lanes=blocked, exclude_ids=mine, places=self.places)
+            if job is None:
+                return  # another process took it
+            run = Run(job, job.token or "", job.attempts)
+            self.claimed(run)
+            self._start(run, r)
+
+    def _start(self, run: Run, claimed: ClockReadings) -> None:
+        job = run.job
+        self.running[job.id] = run
+        run.renewed(claimed)
+        run.started_awake = claimed.awake  # young from now (pipeline.py); a start heard renews it
+        extra = {"SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_ATTEMPT": str(run.attempt), "SLOTH_JOB_TOKEN": run.token,
+                 "SLOTH_FENCE_TOKEN": run.token}
+        req = SpawnRequest(
+            key=run.token, job_id=job.id, attempt=run.attempt, argv=job.command, cwd=job.cwd,
+            env=self.envs.base(job.env), env_extra=extra, log_path=self.log_path(job.id, run.attempt),
+            log_cap=self.settings.log_cap_bytes,
+            timeout_s=job.timeout_s, kill_grace_s=self.settings.kill_grace_s, previous=ran_here(job.runner, self.host),
+            trust_until=trust_until(claimed, job.lease_s),
+            term_lead_s=term_lead(job.lease_s, self.settings.kill_grace_s),
+            after=run.after.token if run.after is not None else None)
+        self.after_commit(self._send_spawn, run, req)  # never before the claim is in
+
+    def _send_spawn(self, run: Run, req: SpawnRequest) -> None:
+        try:
+            self.spawner.spawn(req, Sink(self, run))
+        except Exception as e:  # a bug: the run must not sit in a slot with no process
+            log.exception("cannot hand job %d to the spawner", run.job.id)
+            self.on_spawn_failed(run, f"not started: internal error {e!r}", True)
+
+    # ---------------------------------------------------- news from spawner
+    def on_started(self, run: Run, pid: int, identity: dict[str, Any]) -> None:
+        """The process runs. Its identity is written later: with the outcome
+        if it ends within RECORD_RUNNER_AFTER_S (one transaction, not two,
+        for the many short jobs), else on its own by a turn."""
+        run.pid, run.unspawning = pid, False  # it runs: no answer to a take-back can drop it now
+        run.identity = {**identity, "instance": self.instance, "worker": self.name}
+        run.started_awake = self.clocks.read().awake
+        self.postponed.started()
+        self.withdrawals.heard()
+        self.on_change(run.job)  # a follower waiting for the process may start now
+        self._wake.set()  # a new deadline (record_runners) ...
+        self._look |= self.pipelines() and self.may_lead(run, run.started_awake, self.slots_in_use())  # ... a lead
+
+    def record_runners(self, awake: float) -> None:
+        """Write the identity of processes that have run a while (for finding
+        them after a crash of sloth, and the history's `started` event)."""
+        for run in list(self.running.values()):
+            if run.identity is None or not run.live or awake < run.started_awake + RECORD_RUNNER_AFTER_S:
+                continue
+            ident, run.identity = run.identity, None
+            try:
+                run.job = self.queue.set_runner(run.job.id, run.token, ident)
+            except (LeaseLost, JobNotFound):
+                self._end(run, "lease lost")
+                continue
+            except SlothError as e:  # it runs; the next turn tries again
+                run.identity = ident
+                log.warning("cannot record job %d's process yet: %s", run.job.id, e.message)
+                continue
+            self.on_change(run.job)
+
+    def on_spawn_failed(self, run: Run, message: str, retry: bool, resource: bool = False) -> None:
+        """Not started. Short of descriptors, processes or memory (the keeper's
+        own trouble, not the job's): the job waits without spending a try,
+        and nothing else is claimed meanwhile (limits.Postponement)."""
+        delay = self.postponed.failed(self.clocks.read().awake) if resource else None
+        run.outcome = Outcome(None, reason=message, spawn_retry=retry, postpone_s=delay)
+        unlink(run)
+        self.wake()
+
+    def on_exited(self, run: Run, outcome: Outcome) -> None:
+        run.outcome = outcome
+        self.run_ended(run)
+        self.wake()
+
+    def on_frozen(self, run: Run, why: str) -> None:
+        """The machine slept past the run's trust: renew its lease now (it
+        thaws), or end it if the lease is no longer ours."""
+        log.info("job %d frozen by the keeper: %s", run.job.id, why)
+        self.after_jump()  # the machine slept: its connections may be dead
+        r = self.clocks.read()
+        try:
+            run.job = self.queue.renew_after_resume(run.job.id, run.token, why)
+        except (LeaseLost, JobNotFound):
+            self._end(run, "fenced: its lease was lost while the machine slept")
+            return
+        except SlothError as e:  # cannot tell yet: it stays frozen; the next heartbeat tries again
+            log.error("cannot renew job %d after a freeze: %s", run.job.id, e.message)
+            return
+        run.renewed(r)
+        self.spawner.trust([(run.token, trust_until(r, run.job.lease_s))])
+
+    # ---------------------------------------------------------------- ending
+    def _drop(self, run: Run) -> None:
+        """Forget ``run`` if it is still the one we track for its job (a
+        cancelled-then-retried job may already have a newer run)."""
+        if self.running.get(run.job.id) is run:
+            del self.running[run.job.id]
+
+    def _end(self, run: Run, reason: str, grace_s: float | None = None) -> None:
+        """Begin ending a run's process tree (idempotent); ``grace_s``
+        between SIGTERM and SIGKILL (default: the kill_grace_s setting)."""
+        if run.ending is not None or run.outcome is not None:
+            return
+        run.ending = reason
+        self.spawner.kill(run.token, reason, self.settings.kill_grace_s if grace_s is None else grace_s)
+
+    async def shutdown(self, *, keep_jobs: bool = False) -> None:
+        """Stop claiming. By default end running jobs gracefully and requeue
+        them (refunded). With ``keep_jobs`` leave them running: the keeper
+        keeps them for the next daemon; only outcomes already in are recorded.
+        Either way what has not started goes back to the queue as never
+        claimed, as the keeper decides (withdrawal.py): it is asked first,
+        and a run it had started meanwhile is then ended (or kept) as one
+        that runs, and recorded as it ran."""
+        self.stopping = True
+        self.wake()
+        if keep_jobs:
+            await self.take_back_all()
+            self.settle(float("inf"))
+            return
+        await self.withdrawals.wait(self.withdrawals.ask(list(self.running.values())), TAKE_BACK_WAIT_S)
+        for run in list(self.running.values()):
+            if run.outcome is None:  # one that already exited is settled as it ended
+                self._end(run, "interrupted")
+        # Until every run has ended. An outcome the database still refuses
+        # stays with the keeper (not acknowledged) for the next daemon.
+        self.settle(float("inf"))
+        while any(r.outcome is None for r in self.running.values()):
+            await self._wait_for_outcomes()
+            self.settle(float("inf"))
+
+    async def _wait_for_outcomes(self) -> None:
+        """Until a run's end is heard (the sink wakes us)."""
+        self._wake.clear()
+        await self._wake.wait()

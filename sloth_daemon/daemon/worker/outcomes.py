@@ -1,0 +1,98 @@
+"""What a run's end means for its job: one queue transition, chosen here.
+
+The job's own doing (its exit code, its signal, its timeout) completes or
+fails it. An end that was not the job's doing gives the attempt back: the
+daemon interrupted it to stop, the keeper fenced it because no lease renewal
+came in time, or the keeper itself was stopped. What decides is what the
+keeper reports, not what the daemon asked: a run that ended by itself before
+an interruption reached it is recorded as it ended (never given back to run
+again). A run we ended because its lease was lost needs no write: our token
+is void. Nor does one whose job was cancelled, but for how a run it had
+started ended (event ``ended``). A run held behind another that was dropped
+before it started (pipeline.py) never ran: its claim is undone, no trace.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sloth_daemon.models import Job
+from sloth_daemon.queue import Queue
+from sloth_daemon.daemon.worker.runs import Run
+from sloth_daemon.daemon.worker.spawner import Outcome
+
+NOTHING_TO_WRITE = ("cancelled", "killed", "lease lost", "fenced")
+
+
+def record(queue: Queue, run: Run, outcome: Outcome, *, runner: dict[str, Any] | None = None,
+           durable: bool = True) -> Job | None:
+    """Write ``outcome`` under the run's lease (with the process identity
+    ``runner`` if not yet written; without an fsync unless ``durable``); the
+    job after, or None when there is nothing to write. Raises LeaseLost or
+    JobNotFound (it is not ours any more) and StorageError (try again later:
+    the outcome is kept)."""
+    jid, tok = run.job.id, run.token
+    ok, message = outcome.describe()
+    if run.ending is not None and run.ending.startswith(NOTHING_TO_WRITE):
+        if run.ending in ("cancelled", "killed") and outcome.started and outcome.returncode is not None:
+            return queue.note_ended(jid, run.attempt, ended_note(outcome), ended_at=outcome.ended_at,
+                                    durable=durable)
+        return None
+    kw: dict[str, Any] = {"runner": runner, "durable": durable}
+    if outcome.postpone_s is not None:  # never started, for want of resources: not counted
+        why = (f"not started: {outcome.reason}; short of resources: not counted; "
+               f"next try in {outcome.postpone_s:g}s")
+        return queue.release(jid, tok, message=why, delay_s=outcome.postpone_s, kind="postponed", **kw)
+    if outcome.spawn_retry is not None:
+        return queue.fail(jid, tok, message=message, retry=outcome.spawn_retry, **kw)
+    if not outcome.started:
+        return give_back(queue, run, message, durable=durable)
+    if run.ending == "interrupted" and not by_itself(outcome):
+        suffix = f"; {outcome.log_problem}" if outcome.log_problem else ""
+        return queue.release(jid, tok, message="interrupted: daemon stopping" + suffix, **kw)
+    if outcome.killed_by == "fence":
+        return queue.release(jid, tok, message=message, kind="fenced", **kw)
+    if outcome.killed_by == "keeper":
+        return queue.release(jid, tok, message=f"{message} (the keeper was stopped)", **kw)
+    at = outcome.ended_at
+    if ok:
+        return queue.complete(jid, tok, message=message, exit_code=outcome.returncode, ended_at=at, **kw)
+    retry, message = retry_verdict(run.job, outcome, message)
+    return queue.fail(jid, tok, message=message, exit_code=outcome.returncode, ended_at=at, retry=retry, **kw)
+
+
+def give_back(queue: Queue, run: Run, why: str, *, durable: bool) -> Job:
+    """A claim whose run never started: undone where the queue can (unclaim),
+    else given back as an interruption (the try refunded)."""
+    unclaim = getattr(queue, "unclaim", None)
+    if unclaim is not None:
+        return unclaim(run.job.id, run.token, durable=durable)
+    return queue.release(run.job.id, run.token, message=f"not started: {why}", durable=durable)
+
+
+def by_itself(outcome: Outcome) -> bool:
+    """It started and ended with no end asked of it: before a kill reached
+    it (the keeper's outcome names no reason and nobody who ended it)."""
+    return outcome.started and outcome.reason is None and outcome.killed_by is None
+
+
+def ended_note(outcome: Outcome) -> str:
+    """How the run of a job cancelled while it ran ended (event ``ended``)."""
+    how = Outcome(outcome.returncode, log_problem=outcome.log_problem).describe()[1]
+    return f"{how}; it ended by itself" if by_itself(outcome) else f"{how}; its process tree was ended"
+
+
+EXIT_MEANING = {126: "found but not executable", 127: "command not found"}
+
+
+def retry_verdict(job: Job, outcome: Outcome, message: str) -> tuple[bool, str]:
+    """(retry?, message) for a failed run: an exit code the job's rules do not
+    retry fails it at once (a typo is not worth three tries with backoff).
+    Signals and timeouts are always retried."""
+    code = outcome.returncode
+    if outcome.reason or code is None or code <= 0:
+        return True, message
+    meaning = EXIT_MEANING.get(code)
+    if meaning:
+        message = message.replace(f"exit {code}", f"exit {code} ({meaning})", 1)
+    return job.retries_exit(code), message

@@ -1,0 +1,235 @@
+"""Pipelining: a lane's next job waits in the keeper.
+
+Without it a burst of short jobs pays a round trip per job: the keeper
+reaps one and tells the daemon, the daemon claims the next and asks the
+keeper, the keeper forks it. With it the daemon is off that path: when
+every slot of a lane is in use and one of its runs R is young (heard
+started less than HOT_S ago: a burst), the worker claims the lane's next
+due job J as usual and asks the spawner to start J the moment R ends
+(``SpawnRequest.after``). Meanwhile J is *pending*:
+
+- it holds its claim but no slot (Run.pending): a lane never runs more
+  processes than its concurrency; once R has ended J counts (it is
+  starting, or its start failed and its outcome says so);
+- only in a lane whose last run ended within HOT_S of its start (or that
+  has had none yet): a burst of jobs a little longer than HOT_S would
+  otherwise have each successor claimed and taken back again, two write
+  transactions and a keeper round trip each, for nothing (measured with
+  80 ms jobs: 40% more daemon CPU per job);
+- one successor per run, ever, and only behind a run the spawner heard of
+  first (started, or its spawn sent straight out);
+- a pending run may have a successor too, DEPTH deep at most: a job as
+  short as `true` ends before the worker could hear of its start and send
+  the next, so with one the keeper still waited for the worker every other
+  job (measured: 70% of successors came after their predecessor had
+  ended); with several the worker has several jobs' time to answer. A
+  paced turn comes every 6-7 ms in a burst of `true` (the pace, its own
+  work, and its commit before the spawns go out) while the keeper gets
+  through a job in ~1.5-2 ms: 4 deep, the keeper ran dry before 24% of
+  its starts (instrumented, 1,000 jobs); 8 deep, before 2%;
+- while the keeper holds pending runs the worker paces its turns (PACE_S
+  between them): each turn then records a few outcomes and claims a few
+  successors in one transaction (recording.py) instead of one of each per
+  turn, a fifth less daemon CPU per job in a burst of `true`
+  (tests/bench/bench_ab.py); the keeper has DEPTH jobs in hand meanwhile.
+  Pacing only while every chain was two or more deep (so one nearer its
+  end got the next turn at once) was measured worse: 8% more wall time,
+  10% more daemon CPU (8 interleaved pairs). A lone job is never paced:
+  nothing is pending;
+- if the run at the head of a chain (the one that runs) still runs HOT_S
+  after it started, the chain is taken back: the spawner drops each run
+  that has not started (``unspawn``) and the queue gets it back as if
+  never claimed (``unclaim``: nothing ran, nothing in its history); if the
+  head ended first, its successor started and is an ordinary run. So a
+  long job holds successors for HOT_S at most;
+- pause, a lane's concurrency changed, a settings reload and a daemon
+  stopping take pending runs back at once; a cancel, a kill and a daemon
+  stopping first ask the spawner to withdraw every run not heard started
+  and record only once it answered (withdrawal.py): the keeper decides
+  whether a held run starts, never the daemon's guess; a fence or a lost
+  lease drops one in the spawner, which reports it ended unstarted
+  (outcomes.py gives it back, or leaves it cancelled).
+
+Only where the spawner pipelines (a keeper that knows ``after``) and the
+queue can unclaim (the SQLite backend).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Callable, Iterable
+
+from sloth_daemon.clock import ClockReadings, Clocks
+from sloth_daemon.daemon.worker.lanes import Lanes
+from sloth_daemon.models import Job
+from sloth_daemon.daemon.worker.runs import Run
+from sloth_daemon.daemon.worker.spawner import Outcome
+
+if TYPE_CHECKING:
+    from sloth_daemon.queue import Queue
+    from sloth_daemon.daemon.worker.spawner import Spawner
+    from sloth_daemon.daemon.worker.withdrawal import Withdrawals
+
+HOT_S = 0.05  # a run younger than this may get a successor; a successor pending longer is taken back
+DEPTH = 8  # pending runs behind one that runs, at most
+PACE_S = 0.003  # between the worker's turns while runs are pending (see the docstring)
+TAKE_BACK_WAIT_S = 2.0  # a daemon stopping waits this long at most to hear its successors taken back
+
+
+class Pipelining:
+    """The worker's half that holds a lane's next job in the spawner (a base
+    class of Worker; see the module docstring)."""
+
+    queue: "Queue"
+    places: "list[str] | None"
+    spawner: "Spawner"
+    lanes: Lanes
+    running: dict[int, Run]
+    clocks: Clocks
+    short_lanes: dict[str, bool]  # lane -> whether its last run ended within HOT_S of its start
+    name: str
+    on_change: Callable[[Job], None]
+    _look: bool
+    _wake: asyncio.Event
+    withdrawals: "Withdrawals"
+    held_n = 0  # runs sent to wait behind another, since start
+    taken_back_n = 0  # ... of which taken back unstarted
+
+    if TYPE_CHECKING:
+        def _start(self, run: Run, claimed: ClockReadings) -> None: ...
+        def may_claim(self) -> bool: ...
+        def slots_in_use(self) -> dict[str, int]: ...
+        def wake(self) -> None: ...
+        def claimed(self, run: Run) -> None: ...
+
+    def paced(self) -> bool:
+        """Should the next turn wait PACE_S: the keeper holds runs to start."""
+        return any(r.pending for r in self.running.values())
+
+    def pipelines(self) -> bool:
+        return bool(getattr(self.spawner, "pipelines", False)) and callable(getattr(self.queue, "unclaim", None))
+
+    def may_lead(self, run: Run, awake: float, used: dict[str, int]) -> bool:
+        """May ``run`` get a successor now: young, alone, in a full lane that
+        runs, and known to the spawner -- started, or its spawn sent straight
+        out (not held itself, no earlier process of its job to end first),
+        so the spawner hears of it before of its successor?"""
+        lane = run.job.lane
+        sent = run.live or (run.pid is None and run.outcome is None and run.job.runner is None)
+        # Not one being taken back: the spawner may have dropped it already,
+        # and a spawn after a run it does not know starts at once.
+        return (sent and run.ending is None and run.successor is None and not run.adopted and not run.unspawning
+                and depth(run) < DEPTH and awake - head(run).started_awake < HOT_S
+                and self.short_lanes.get(lane, True)
+                and not self.lanes.is_paused(lane) and used.get(lane, 0) >= self.lanes.concurrency(lane))
+
+    def claim_successors(self, r: ClockReadings) -> None:
+        """Behind each run that may lead, the next due job of its lane (and
+        behind that one, the next: DEPTH)."""
+        if not self.pipelines() or not self.may_claim():
+            return
+        used = self.slots_in_use()
+        leads = [x for x in self.running.values() if self.may_lead(x, r.awake, used)]
+        while leads:
+            run = leads.pop()  # no read-only look first: in a burst there is work, and the look costs
+            job = self.queue.claim(self.name, lanes=[run.job.lane], exclude_ids=set(self.running), reclaim=False,
+                                   places=self.places)
+            if job is None:
+                continue
+            self.held_n += 1
+            run.successor = Run(job, job.token or "", job.attempts, after=run)
+            self.claimed(run.successor)
+            self._start(run.successor, r)
+            if self.may_lead(run.successor, r.awake, used):
+                leads.append(run.successor)
+
+    # ----------------------------------------------------------- taking back
+    def take_back_due(self, awake: float) -> None:
+        """Chains whose head is no longer young: see the module docstring."""
+        for run in reversed(self._pending()):  # the last first: the keeper need not move the others up
+            if awake >= self._take_back_at(run):
+                self._take_back(run)
+
+    def take_back(self, lanes: Iterable[str] | None = None) -> None:
+        """Every pending run (of ``lanes``): it must not start after a pause
+        or a change of the lane's concurrency."""
+        wanted = None if lanes is None else set(lanes)
+        for run in reversed(self._pending()):
+            if wanted is None or run.job.lane in wanted:
+                self._take_back(run)
+
+    async def take_back_all(self) -> None:
+        """Before a daemon leaves its jobs to the keeper: what has not
+        started goes back to the queue, not on to run with no daemon (the
+        keeper decides what has not: withdrawal.py)."""
+        pending = [r for r in self.running.values() if r.pending]
+        await self.withdrawals.wait(self.withdrawals.ask(pending), TAKE_BACK_WAIT_S)
+
+    def take_back_deadlines(self, awake: float) -> list[float]:
+        return [self._take_back_at(run) - awake for run in self._pending()]
+
+    def run_ended(self, run: Run) -> None:
+        """Its process ended, or it was dropped before it started (then the
+        run behind it moves up: unlink)."""
+        unlink(run)
+        if run.pid is not None and not run.adopted:
+            self.short_lanes[run.job.lane] = self.clocks.read().awake - run.started_awake < HOT_S
+
+    def on_taken_back(self, run: Run) -> None:
+        """The spawner dropped it unstarted: give its claim back (settle)."""
+        if run.outcome is None:
+            self.taken_back_n += 1
+            run.outcome = Outcome(None, reason="taken back before it started", started=False)
+            unlink(run)
+        self.wake()
+
+    def _pending(self) -> list[Run]:
+        return [r for r in self.running.values() if r.pending and not r.unspawning and r.ending is None]
+
+    @staticmethod
+    def _take_back_at(run: Run) -> float:
+        return head(run).started_awake + HOT_S
+
+    def _take_back(self, run: Run) -> None:
+        run.unspawning = True
+        self.spawner.unspawn(run.token)
+
+    # ---------------------------------------------------------------- status
+    def pending_status(self) -> list[dict[str, object]]:
+        """Runs waiting in the spawner (``after``: the job whose run they wait for)."""
+        return [{"id": r.job.id, "attempt": r.attempt, "lane": r.job.lane,
+                 "after": r.after.job.id if r.after else None}
+                for r in self.running.values() if r.pending]
+
+    def pipeline_status(self) -> dict[str, object]:
+        return {"enabled": self.pipelines(), "hot_s": HOT_S, "depth": DEPTH, "held": self.held_n,
+                "taken_back": self.taken_back_n}
+
+
+def unlink(run: Run) -> None:
+    """A held run ended without starting (taken back, cancelled, fenced, its
+    start failed): the run behind it now waits for the one it waited for,
+    as in the spawner (keeper/held.py), so it still counts as pending (no
+    slot, heartbeats, taken back in time)."""
+    if run.pid is not None or run.after is None:
+        return
+    succ = run.successor
+    if succ is not None and succ.after is run:
+        succ.after = run.after
+        run.after.successor = succ  # one successor ever: the dropped one's place, not a new one
+    run.successor = None
+
+
+def head(run: Run) -> Run:
+    """The run a pending run's chain waits for (the one that runs)."""
+    while run.pending and run.after is not None:
+        run = run.after
+    return run
+
+
+def depth(run: Run) -> int:
+    """How many runs of its chain wait before ``run`` starts (0: it is not pending)."""
+    n = 0
+    while run.pending and run.after is not None:
+        run, n = run.after, n + 1
+    return n

@@ -1,0 +1,173 @@
+"""The worker's writes of a turn: the jobs it claims and the outcomes it
+records, in one transaction where the queue has units (backends/sqlite/unit.py).
+
+In a burst of short jobs a turn claims the next job and records the last
+one's outcome: two commits, most of the cost of each, for pages the two
+share. As one unit they cost one. A claim must be in the database before
+its process may start (a daemon that dies between the two would leave a
+run the queue never gave out), so inside a unit the spawn of a claimed job,
+and the news of the claim to watchers, wait for the commit. A unit that
+fails (disk full, I/O: the queue keeps none of it) is undone here: its
+claims are forgotten unsent (their jobs stay queued), its outcomes are kept
+to write again later, never thrown away. Then outcomes are told once
+durable (durability.py), as without a unit.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Callable
+
+from sloth_daemon.daemon.worker import outcomes
+from sloth_daemon.clock import ClockReadings
+from sloth_daemon.daemon.worker.durability import GroupCommit
+from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError, StorageError
+from sloth_daemon.models import Job
+from sloth_daemon.daemon.worker.runs import Run
+from sloth_daemon.daemon.worker.spawner import Outcome
+
+if TYPE_CHECKING:
+    from sloth_daemon.queue import Queue
+    from sloth_daemon.daemon.worker.spawner import Spawner
+
+log = logging.getLogger("sloth.worker")
+CLAIM_RETRY_S = 0.5  # after a claim the database refused for now (locked, full)
+TIMER_SLACK_S = 0.001  # the loop's timers fire this early or so: a deadline that near is due (no spinning)
+
+
+class Recording:
+    """A base class of Worker: its turn's claims and outcomes written."""
+
+    queue: "Queue"
+    spawner: "Spawner"
+    running: dict[int, Run]
+    commits: GroupCommit
+    on_change: Callable[[Job], None]
+    _look: bool
+    _next_due: float | None
+    _after_commit: list[Callable[[], None]] | None = None  # inside a unit: what waits for its commit
+    _unit_claims: list[Run]
+
+    if TYPE_CHECKING:
+        def claim_due(self, r: ClockReadings) -> None: ...
+        def queue_now(self, r: ClockReadings) -> float: ...
+        def _drop(self, run: Run) -> None: ...
+
+    def write_turn(self, r: ClockReadings, *, claim: bool) -> None:
+        """Claim due work (if ``claim``) and record the outcomes due, as one
+        unit where the queue has them; then tell what is durable."""
+        unit = getattr(self.queue, "unit", None)
+        if unit is None:
+            if claim:
+                self.claim_due(r)
+            self.settle(r.awake)
+            return
+        written: list[Run] = []
+        self._after_commit, self._unit_claims = [], []
+        try:
+            with unit():
+                if claim:
+                    self.claim_due(r)
+                self.write_outcomes(r.awake, tried=written, durable=False)  # the group commit fsyncs
+        except StorageError as e:
+            self._unit_failed(r, written, e)
+        except BaseException as e:  # a bug: the unit was rolled back all the same
+            self._unit_failed(r, written, StorageError(f"{type(e).__name__}: {e}"))
+            raise
+        else:
+            for send in self._after_commit:
+                try:
+                    send()
+                except Exception:  # a bug in one must not keep the others unsent
+                    log.exception("after this turn's commit")
+        finally:
+            self._after_commit = None
+        self.tell_outcomes(r.awake, written, durable=False)
+
+    def after_commit(self, fn: Callable[..., None], *args: Any) -> None:
+        """``fn(*args)`` once this turn's writes are in (at once outside a unit)."""
+        if self._after_commit is None:
+            fn(*args)
+        else:
+            self._after_commit.append(lambda: fn(*args))
+
+    def claimed(self, run: Run) -> None:
+        """A run of a job this turn claimed: news to watchers, once committed."""
+        if self._after_commit is not None:
+            self._unit_claims.append(run)
+        self.after_commit(self.on_change, run.job)
+
+    def _unit_failed(self, r: ClockReadings, written: list[Run], e: StorageError) -> None:
+        """None of the unit was kept: its claims never happened (nothing was
+        sent), its outcomes are written again later."""
+        log.error("this turn's claims and outcomes were not written: %s", e.message)
+        for run in reversed(self._unit_claims):
+            self._drop(run)
+            if run.after is not None and run.after.successor is run:
+                run.after.successor = None
+        for run in written:
+            if run.written:
+                run.written, run.written_job = False, None
+                run.postpone_record(e.message, r.awake)
+        self._next_due = self.queue_now(r) + CLAIM_RETRY_S
+
+    # ------------------------------------------------------------ outcomes
+    def settle(self, awake: float) -> None:
+        """Record the outcome of every run whose process ended (an outcome
+        the database would not take waits for its retry time), without an
+        fsync but the one that makes them all durable; only then is anyone
+        told (durability.py)."""
+        self.tell_outcomes(awake, self.write_outcomes(awake))
+
+    def write_outcomes(self, awake: float, *, tried: list[Run] | None = None,
+                       durable: bool | None = None) -> list[Run]:
+        """Write the outcomes due; the runs tried (``written`` if it took),
+        added to ``tried`` as they are (so a unit that fails undoes them all).
+        ``durable`` None: the last write carries the fsync if the group
+        commit says so; False: none does."""
+        todo = [r for r in self.running.values()  # deciding: a cancel writes it (withdrawal.py)
+                if r.outcome is not None and r.record_after <= awake and not r.written and not r.deciding]
+        tried = [] if tried is None else tried
+        for i, run in enumerate(todo):
+            tried.append(run)
+            last = self.commits.write_durably(i == len(todo) - 1) if durable is None else durable
+            self._settle_one(run, run.outcome, awake, durable=last)  # type: ignore[arg-type]
+        return tried
+
+    def tell_outcomes(self, awake: float, tried: list[Run], *, durable: bool | None = None) -> None:
+        """Hand the written outcomes to the group commit: told once durable.
+        ``durable`` None: durable already if the last one tried was written
+        with the fsync (not if it wrote nothing: its lease was lost)."""
+        due = [r for r in self.running.values() if r.outcome is not None and r.record_after <= awake]
+        if durable is None:
+            last = tried[-1] if tried else None
+            durable = (last is not None and last.written and last.written_job is not None
+                       and self.commits.write_durably(True))
+        self.commits.written([r for r in due if r.written], durable=durable, awake=awake)
+        if self.commits.due_at is not None and awake >= self.commits.due_at - TIMER_SLACK_S:
+            self.commits.flush(awake)
+
+    def _tell(self, runs: list[Run]) -> None:
+        """Their outcomes are durable: the keeper may forget them, watchers hear."""
+        self.spawner.ack([run.token for run in runs])
+        for run in runs:
+            self._drop(run)
+            if run.written_job is not None:
+                self.on_change(run.written_job)
+
+    def _settle_one(self, run: Run, outcome: Outcome, awake: float, *, durable: bool) -> None:
+        """Write one outcome (run.written), or keep it for a later try."""
+        if outcome.log_problem:
+            log.warning("job %d attempt %d: %s", run.job.id, run.attempt, outcome.log_problem)
+        try:
+            run.written_job = outcomes.record(self.queue, run, outcome, runner=run.identity, durable=durable)
+        except (LeaseLost, JobNotFound) as e:
+            log.warning("outcome of job %d not recorded: %s", run.job.id, e.message)
+        except SlothError as e:  # keep it, try again later: never thrown away, never re-run by us
+            log.error("cannot record the outcome of job %d yet (try %d): %s", run.job.id,
+                      run.record_tries + 1, e.message)
+            run.postpone_record(e.message, awake)
+            return
+        run.written = True
+        if run.written_job is not None and run.written_job.state.value == "queued":
+            self._look = True  # back in the queue (a retry, a release): due at its not_before

@@ -1,0 +1,155 @@
+"""What the worker knows of one attempt it holds (:class:`Run`), and the
+small rules the worker, its adoption of surviving runs and its settling of
+outcomes share: worker names, trust deadlines, the delay before retrying a
+write that failed."""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from sloth_daemon.clock import ClockReadings
+from sloth_daemon.models import Job
+from sloth_daemon.daemon.worker.spawner import Outcome
+
+WORKER_PREFIX = "sloth-daemon"
+# A trust deadline ends this long before the lease it mirrors could expire:
+# scheduling delays between the keeper and the database, and clock rates a
+# little apart, must never let the job outlive its lease.
+FENCE_MARGIN_MIN_S = 0.5
+FENCE_MARGIN_SHARE = 0.05
+SETTLE_BACKOFF_S = (0.5, 1, 2, 5, 10, 30)  # retrying a result the database would not take
+RENEW_RETRY_S = 0.5  # after a renewal the database did not take (the keeper fences if that lasts)
+# What the shortest lease (checks.MIN_LEASE_S) leaves between its renewal and
+# its fence: a refused renewal retried once, and as long again for a busy loop.
+RENEW_SPARE_S = 2 * RENEW_RETRY_S
+
+
+def this_host() -> str:
+    """This machine's name by default: its hostname (config's ``host`` may set another)."""
+    return socket.gethostname()
+
+
+def worker_name(instance: str, *, host: str | None = None, pid: int | None = None) -> str:
+    """The name a daemon claims under: ``sloth-daemon:HOST:PID:INSTANCE``."""
+    return f"{WORKER_PREFIX}:{host or socket.gethostname()}:{pid or os.getpid()}:{instance}"
+
+
+def is_daemon_on_host(name: str | None, host: str | None = None) -> bool:
+    """True if ``name`` was made by worker_name on this host (any daemon)."""
+    return (name or "").startswith(f"{WORKER_PREFIX}:{host or socket.gethostname()}:")
+
+
+def boot_of(r: ClockReadings) -> float:
+    """The clock trust deadlines are on: one that counts suspend."""
+    return r.total if r.total is not None else r.awake
+
+
+def trust_until(sent: ClockReadings, lease_s: float) -> float:
+    """Until when (on the boot clock) a run may go on after a renewal sent at
+    ``sent``: the lease, measured from before the renewal left, less a
+    margin, so the run is stopped before the lease the queue records could
+    expire and be handed to anyone else."""
+    return boot_of(sent) + lease_s - max(FENCE_MARGIN_MIN_S, FENCE_MARGIN_SHARE * lease_s)
+
+
+def renew_in(run: "Run", r: ClockReadings, *, wall_too: bool) -> float:
+    """Seconds until the run's lease is renewed: a third into it by the boot
+    clock, from when the last renewal was sent (``run.renew_at``), so a
+    wall clock set wrong, here or on a database server, changes nothing.
+    ``wall_too``: the queue keeps this machine's wall time (SQLite), so
+    also by its ``lease_until`` (a wall clock stepped ahead renews at once)."""
+    due = run.renew_at - boot_of(r)
+    if wall_too:
+        due = min(due, (run.job.lease_until or 0.0) - run.job.lease_s * 2 / 3 - r.wall)
+    return due
+
+
+def renewal_spare(lease_s: float, kill_grace_s: float = math.inf) -> float:
+    """Seconds from a lease's renewal (a third into it) to its fence (the
+    SIGTERM a lead before its trust deadline), by one clock."""
+    fence = lease_s - max(FENCE_MARGIN_MIN_S, FENCE_MARGIN_SHARE * lease_s) - term_lead(lease_s, kill_grace_s)
+    return fence - lease_s / 3
+
+
+def ran_here(runner: dict[str, Any] | None, host: str) -> dict[str, Any] | None:
+    """A previous attempt's process if it ran on ``host`` (it is ended before
+    the next attempt starts); another machine's is that machine's keeper's."""
+    worker = (runner or {}).get("worker")
+    return runner if worker is None or is_daemon_on_host(worker, host) else None
+
+
+def term_lead(lease_s: float, kill_grace_s: float) -> float:
+    """How long before a trust deadline the run gets SIGTERM (SIGKILL at it):
+    the kill grace, but never so long that a renewal on time would be late."""
+    return min(kill_grace_s, lease_s / 6)
+
+
+@dataclass
+class Run:
+    """One attempt this worker holds, from claim to recorded outcome."""
+
+    job: Job
+    token: str
+    attempt: int
+    pid: int | None = None
+    ending: str | None = None  # "cancelled" | "interrupted" | "lease lost" | "fenced: ...": why we ended it
+    outcome: Outcome | None = None  # set when the process ended; the run is dropped once it is recorded
+    adopted: bool = False  # from a keeper that outlived the daemon that started it
+    identity: dict[str, Any] | None = None  # the process, until recorded (with its outcome if it ends first)
+    started_awake: float = 0.0
+    written: bool = False  # its outcome is in the database, maybe not yet durable
+    syncing: bool = False  # waiting for the fsync that makes it durable (durability.py)
+    written_job: Job | None = None  # the job as that write left it, to tell watchers once durable
+    record_error: str | None = None  # why the last attempt to record the outcome failed
+    record_tries: int = 0
+    record_after: float = 0.0  # awake clock: when to try recording again
+    renew_at: float = 0.0  # boot clock: when its lease is renewed next (worker._renew_in)
+    after: "Run | None" = None  # held by the spawner until this run ends (pipeline.py)
+    successor: "Run | None" = None  # the run held behind this one, if any (one at most, ever)
+    unspawning: bool = False  # asked the spawner to drop it while still held
+    deciding: bool = False  # a cancel waits for the keeper's word on it: its outcome is not written yet (withdrawal.py)
+
+    def renewed(self, sent: ClockReadings) -> None:
+        """Its lease was renewed by a request sent at ``sent``: next time a third into it."""
+        self.renew_at = boot_of(sent) + self.job.lease_s / 3
+
+    @property
+    def live(self) -> bool:
+        return self.pid is not None and self.outcome is None
+
+    @property
+    def pending(self) -> bool:
+        """Held by the spawner behind a run that has not ended: no slot of
+        its own yet (once that run ends it starts, and counts)."""
+        return self.pid is None and self.outcome is None and self.after is not None and self.after.outcome is None
+
+    def postpone_record(self, why: str, awake: float) -> None:
+        self.record_error = why
+        self.record_after = awake + SETTLE_BACKOFF_S[min(self.record_tries, len(SETTLE_BACKOFF_S) - 1)]
+        self.record_tries += 1
+
+
+class Sink:
+    """Routes a spawner's news about one run back to the worker."""
+
+    def __init__(self, worker: Any, run: Run) -> None:
+        self.w, self.run = worker, run
+
+    def started(self, pid: int, identity: dict[str, Any]) -> None:
+        self.w.on_started(self.run, pid, identity)
+
+    def spawn_failed(self, message: str, retry: bool, resource: bool = False) -> None:
+        self.w.on_spawn_failed(self.run, message, retry, resource)
+
+    def exited(self, outcome: Outcome) -> None:
+        self.w.on_exited(self.run, outcome)
+
+    def frozen(self, why: str) -> None:
+        self.w.on_frozen(self.run, why)
+
+    def taken_back(self) -> None:
+        self.w.on_taken_back(self.run)

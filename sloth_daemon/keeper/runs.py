@@ -1,0 +1,412 @@
+"""The keeper's run table: every run it holds, and what happens to a run
+without a request -- its output handed to followers, its exit settled and
+journalled, its timeout, its trust deadline (fenced, or frozen across a
+suspend), its tree remembered, orphans attributed to it.
+
+The ops (keeper/server.py) change it; it tells the keeper what the daemon
+must hear (``event``) and when what it holds has changed (``changed``).
+Runs held behind another (spawn ``after``) are keeper/held.py's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+
+from sloth_daemon.keeper import procident
+from sloth_daemon.errors import SpawnError
+from sloth_daemon.keeper.joblog import LogWriter
+from sloth_daemon.keeper.held import HeldRuns
+from sloth_daemon.keeper.wire import (
+    EnvCache, Journal, Refused, Trust, clocks_now, number, read_journal, secs, spawn_command, text, trust_verdict,
+    whole,
+)
+from sloth_daemon.keeper.runner import JobProcess
+
+log = logging.getLogger("sloth.keeper")
+
+# A check this far past its time: the keeper did not run meanwhile (SIGSTOP,
+# a swap storm), so the daemon's renewals may wait unread in its socket.
+STALL_S = 0.5
+
+
+# --------------------------------------------------------------------- runs
+@dataclass(frozen=True)
+class Launch:
+    """What starting a run takes (kept while it is held behind another)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str | None
+    log_path: Path
+    log_cap: int
+    timeout_s: float | None
+
+
+@dataclass
+class Run:
+    key: str
+    job_id: int
+    attempt: int
+    token: str
+    log_path: str
+    started_at: float
+    kill_grace_s: float = 10.0
+    term_lead_s: float = 1.0
+    proc: JobProcess | None = None  # None for an outcome adopted from the journal
+    pid: int | None = None
+    identity: dict[str, Any] | None = None
+    state: str = "running"  # "pending" | "running" | "frozen" | "exited"
+    trust: Trust | None = None
+    outcome: dict[str, Any] | None = None
+    killed_by: str | None = None
+    begin: float = 0.0  # procident stamps: the lifetime orphans are attributed by
+    end: float | None = None
+    timeout: asyncio.TimerHandle | None = None
+    trust_check: asyncio.TimerHandle | None = None  # one per run: renewals replace it
+    taps: set[Callable[[bytes | None], None]] = field(default_factory=set)
+    journaled: bool = False
+    after: str | None = None  # pending: starts when the run of this key ends
+    successor: str | None = None  # the run pending behind this one
+    launch: Launch | None = None  # pending: how to start it
+    note: str | None = None  # for the history: how its end was known, when that is not plain
+
+    def wire(self) -> dict[str, Any]:
+        return {"key": self.key, "job_id": self.job_id, "attempt": self.attempt, "token": self.token,
+                "pid": self.pid, "identity": self.identity, "started_at": self.started_at,
+                "state": self.state, "trust_until": self.trust.until if self.trust else None,
+                "outcome": self.outcome, "log_path": self.log_path, "after": self.after}
+
+    @classmethod
+    def adopted(cls, w: dict[str, Any]) -> "Run":
+        return cls(w["key"], int(w.get("job_id") or 0), int(w.get("attempt") or 0), w.get("token", ""),
+                   w.get("log_path", ""),
+                   w.get("started_at", 0.0), pid=w.get("pid"), identity=w.get("identity"),
+                   state="exited", outcome=w.get("outcome"), journaled=True)
+
+
+class RunTable(HeldRuns):
+    """The runs, by key. ``event(kind, key, **fields)`` pushes an event to
+    the daemon (if one is attached); ``changed()`` is called after every
+    change to what is held (the keeper journals, and decides whether to exit)."""
+
+    def __init__(self, journal: Path, *, check_s: float, event: Callable[..., None],
+                 changed: Callable[[], None]) -> None:
+        self.runs: dict[str, Run] = {}
+        self.roots: dict[int, JobProcess] = {}  # root pid -> its process: reap_orphans leaves them be
+        self.forgotten: list[tuple[float, float]] = []  # acked runs' lifetimes, for orphan attribution
+        self.journal = Journal(journal)
+        self.check_s = check_s
+        self.event, self.changed = event, changed
+        self._tick: asyncio.TimerHandle | None = None
+        self._ambiguous: set[int] = set()
+        self._read_first: asyncio.TimerHandle | None = None  # a stall was seen: fencing waits for input read
+        self._reaping_late: float | None = None  # reap_exited's: how late the check that reaps is
+        self.envs = EnvCache()  # environments the daemon sent once (wire.EnvCache)
+        self.refused: dict[str, tuple[str, str | None]] = {}  # keys lately refused (keeper/held.py)
+
+    def adopt_journal(self) -> None:
+        """Outcomes a keeper before us journalled and no daemon acknowledged."""
+        for w in read_journal_safely(self.journal.path):
+            self.runs.setdefault(w["key"], Run.adopted(w))
+
+    # ----------------------------------------------------------- requests
+    def spawn(self, a: dict[str, Any]) -> Run:
+        """Start the run the spawn op's args ``a`` ask for, or hold it behind
+        the running run ``after`` names (state "pending"). Raises Refused
+        (bad args, a key already held, spawn_failed); then nothing is held
+        (and the refusal is remembered for a spawn after it: keeper/held.py)."""
+        key, token = text(a, "key"), text(a, "token")
+        if key in self.runs:
+            raise Refused("exists", f"a run with key {key!r} is already held")
+        self.refused.pop(key, None)
+        try:
+            run = self._hold_or_start(key, token, a)
+        except Refused as e:
+            self.note_refused(key, e, a)
+            raise
+        self.runs[key] = run
+        if (trust_until := number(a, "trust_until")) is not None:
+            self.set_trust(run, trust_until)
+        self.tick_soon()
+        return run
+
+    def _hold_or_start(self, key: str, token: str, a: dict[str, Any]) -> Run:
+        argv, env, cwd, log_path = spawn_command(a, self.envs)
+        run = Run(key, whole(a, "job_id"), whole(a, "attempt"), token, str(log_path), time.time(),
+                  number(a, "kill_grace_s", 10.0), number(a, "term_lead_s", 1.0))  # type: ignore[arg-type]
+        env = {**env, procident.TOKEN_ENV: token}  # the token scan finds escapees by it
+        launch = Launch(argv, env, cwd, log_path, whole(a, "log_cap"), number(a, "timeout_s"))
+        pred = self.predecessor(a)
+        if pred is not None:
+            run.state, run.after, run.launch, pred.successor = "pending", pred.key, launch, key
+            return run
+        try:
+            self._launch(run, launch)
+        except SpawnError as e:
+            raise Refused("spawn_failed", str(e), retry=e.retry, resource=e.resource) from None
+        return run
+
+    def _launch(self, run: Run, ln: Launch) -> None:
+        """Start ``run``'s process: its log file, its timeout and its life
+        (for orphans) begin now. Raises SpawnError (noted in its log)."""
+        lw = LogWriter(ln.log_path, ln.log_cap)
+        jp = JobProcess(ln.argv, cwd=ln.cwd, env=ln.env, log=lw, on_output=lambda d: self.output(run, d),
+                        on_exit=lambda _jp: self.root_exited(run), claim_orphan=self.claimer(run.key))
+        try:
+            jp.start(asyncio.get_running_loop())
+        except SpawnError as e:
+            lw.note(str(e))
+            lw.close()
+            raise
+        run.proc, run.pid, run.identity, run.state, run.launch = jp, jp.pid, jp.identity(), "running", None
+        run.begin = jp.tree.root_stamp or procident.stamp_now()  # type: ignore[union-attr]
+        self.roots[jp.pid] = jp
+        if ln.timeout_s:
+            run.timeout = asyncio.get_running_loop().call_later(
+                ln.timeout_s, self.kill, run, f"timed out after {secs(ln.timeout_s)}", run.kill_grace_s, "timeout")
+
+    def ack(self, keys: list[str]) -> None:
+        """Forget runs whose outcomes the daemon has recorded. Raises Refused,
+        acknowledging none, if any of them has not exited."""
+        if live := [k for k in keys if k in self.runs and self.runs[k].state != "exited"]:
+            raise Refused("bad_request", f"run(s) {', '.join(live)} have not exited; nothing was acknowledged")
+        acked = [self.runs.pop(k) for k in keys if k in self.runs]
+        for run in acked:
+            if run.proc is not None:
+                run.proc.log.close()
+                self.forgotten.append((run.begin, run.end or procident.stamp_now()))
+        if acked:
+            self.journal.append({"ack": [r.key for r in acked]})
+            self.journal.reset([r.wire() for r in self.runs.values() if r.state == "exited"])
+
+    # ----------------------------------------------------------- run events
+    def output(self, run: Run, data: bytes) -> None:
+        for feed in list(run.taps):
+            feed(data)
+
+    def root_exited(self, run: Run) -> None:
+        ended_at = time.time()
+        self.note_late_end(run)
+        self.roots.pop(run.pid or 0, None)
+        run.end = procident.stamp_now()
+        for timer in (run.timeout, run.trust_check):
+            if timer is not None:
+                timer.cancel()
+        ending = run.proc.ending if run.proc else None
+        if ending is None and run.proc is not None and run.proc.returncode != 0:
+            # A failed attempt may be retried: nothing of it may run beside
+            # the retry. (A job that succeeded may leave a server running.)
+            ending = run.proc.end_leftovers_soon(run.kill_grace_s)
+        if ending is not None and not ending.done():  # `exited` only once the whole tree is dead
+            ending.add_done_callback(lambda _t: self.settle(run, ended_at))
+        else:
+            self.settle(run, ended_at)
+
+    def settle(self, run: Run, ended_at: float) -> None:
+        jp = run.proc
+        assert jp is not None
+        jp.log.finish()
+        run.state = "exited"
+        run.outcome = {"returncode": jp.returncode, "ended_at": ended_at, "reason": jp.kill_reason,
+                       "killed_by": run.killed_by, "log_problem": jp.log.problem, "log_bytes": jp.log.total,
+                       **({"note": run.note} if run.note else {})}
+        # First: it is what waits (the daemon hears of both together). Only
+        # now, once a failed run's leftovers are ended too (root_exited): a
+        # held run never starts beside them.
+        moved = self.start_next(run)
+        run.journaled = self.journal.append({"run": run.wire()})
+        self.event("exited", run.key, outcome=run.outcome)
+        for nxt in moved:
+            if nxt.state == "exited":
+                self.event("exited", nxt.key, outcome=nxt.outcome)
+            else:
+                self.event("started", nxt.key, pid=nxt.pid, identity=nxt.identity)
+        for feed in list(run.taps):
+            feed(None)
+        self.changed()
+
+    def kill(self, run: Run, reason: str, grace_s: float, by: str) -> None:
+        """Begin ending a run's whole tree (idempotent; the first reason
+        stays); a pending run is dropped unstarted at once. One that has
+        exited is reaped first: its end is what happened (a keeper stopped
+        past a timeout or a deadline learns of both at once)."""
+        if run.state == "pending":
+            self.end_unstarted(run, reason, by)
+            return
+        jp = run.proc
+        if run.state == "exited" or jp is None or jp.ending is not None or jp.poll():
+            return
+        run.killed_by = by
+        run.state = "running"  # if frozen: end_tree continues it, to act on SIGTERM
+        log.info("run %s (pid %s): %s; ending its process tree", run.key, run.pid, reason)
+        jp.log.note(f"{reason}: ending the process tree")
+        jp.end_tree_soon(grace_s, reason).add_done_callback(_log_failure)
+
+    def note_late_end(self, run: Run) -> None:
+        """An exit seen late (the keeper was stopped or stalled: reaped by a
+        check that ran late, or past its run's SIGTERM point with no fence
+        begun) is its run's outcome all the same, whenever it happened: a
+        process that has ended overlaps nothing, and whether its outcome may
+        still be recorded is the queue's to say (the daemon's complete() is
+        refused if the lease moved meanwhile). The history says so."""
+        t, now = run.trust, clocks_now()
+        if run.killed_by is not None:
+            return
+        overdue = 0.0
+        if t is not None and trust_verdict(t, run.term_lead_s, now) != "freeze":  # a sleep is no stall
+            overdue = (now.total or 0.0) - (t.until - run.term_lead_s)
+        late = max(self._reaping_late or 0.0, overdue)
+        if late > STALL_S:
+            past = t is not None and (now.total or 0.0) >= t.until
+            run.note = (f"it ended while the keeper was stopped or stalled (seen {secs(late)} late"
+                        + (", after its trust deadline)" if past else ")"))
+
+    def claimer(self, key: str) -> Callable[[int, float | None], bool]:
+        """Does an orphan of ours with no readable token belong to run ``key``?
+        Only if exactly one run's lifetime covers its start; else leave it."""
+        def claim(pid: int, start: float | None) -> bool:
+            if pid in self.roots or start is None:
+                return False
+            lives = {r.key: (r.begin, r.end) for r in self.runs.values() if r.proc is not None}
+            lives.update({f"~{i}": life for i, life in enumerate(self.forgotten)})
+            owner = procident.attribute_orphan(start, lives)
+            if owner is None and pid not in self._ambiguous:
+                self._ambiguous.add(pid)
+                log.info("orphan pid %d (%s) carries no token and no one run surely started it; left alone",
+                         pid, _name(pid))
+            if owner == key:
+                log.info("orphan pid %d (%s) found only as our child: counted as run %s's", pid, _name(pid), key)
+            return owner == key
+        return claim
+
+    # -------------------------------------------------------------- fencing
+    def set_trust(self, run: Run, until: float) -> None:
+        if run.state == "exited" or (run.proc.ending is not None if run.proc else run.state != "pending"):
+            return
+        now = clocks_now()
+        run.trust = Trust(until, now.total, now.awake)  # type: ignore[arg-type]
+        if run.trust_check is not None:
+            run.trust_check.cancel()
+        loop = asyncio.get_running_loop()
+        due = loop.time() + max(0.0, until - run.term_lead_s - now.total)  # type: ignore[operator]
+        run.trust_check = loop.call_at(due, self.check_due, due)
+        if run.state == "frozen" and run.proc is not None:
+            log.info("run %s: trusted again; thawing its process tree", run.key)
+            run.proc.thaw()
+            run.state = "running"
+
+    def check_due(self, due: float) -> None:
+        """A timer's check, due at ``due`` on the loop's clock (monotonic:
+        it runs while this process is stopped, not while the machine sleeps)."""
+        self.check_trust(asyncio.get_running_loop().time() - due)
+
+    def check_trust(self, late_s: float = 0.0, *, read: bool = False) -> None:
+        """Act on lapsed trust deadlines, after reaping what has exited (an
+        exit is an outcome, whenever it happened: note_late_end). A check
+        ``late_s`` past its time by more than STALL_S (the keeper was stopped
+        or stalled) acts only after what the daemon sent meanwhile (renewals
+        waiting in the socket) has been read: once, one timer and one more
+        pass of the loop later (``read``: that check, which never waits)."""
+        self.reap_exited(late_s)
+        if not read and self._read_first is not None:
+            return  # a check after reading is due: it decides
+        if not read and late_s > STALL_S:
+            # Input that waits is read by the first pass (its callbacks before
+            # due timers); what it wakes runs in the next: call_soon's.
+            loop = asyncio.get_running_loop()
+            self._read_first = loop.call_later(0.0, loop.call_soon, self._after_reading)
+            log.info("the keeper ran %s late (stopped or stalled): reading what waits before any fence", secs(late_s))
+            return
+        now = clocks_now()
+        for run in list(self.runs.values()):
+            if run.state == "pending" and (lapsed := self.lapsed(run, now)) is not None:
+                self.end_unstarted(run, lapsed, "fence")  # held: it is never started
+            if run.state != "running" or run.trust is None or run.proc is None or run.proc.ending is not None:
+                continue
+            verdict = trust_verdict(run.trust, run.term_lead_s, now)
+            quiet = now.total - run.trust.boot_at  # type: ignore[operator]
+            if verdict == "freeze":
+                slept = quiet - (now.awake - run.trust.awake_at)
+                why = (f"the machine slept {secs(slept)} and the lease's renewal lapsed meanwhile; "
+                       "frozen until the daemon renews or kills it")
+                log.info("run %s: %s", run.key, why)
+                run.proc.freeze()
+                run.state = "frozen"
+                self.event("frozen", run.key, why=why)
+            elif verdict != "ok":
+                self.kill(run, f"fenced: no lease renewal for {secs(quiet)}",
+                          max(0.0, run.trust.until - now.total), "fence")  # type: ignore[operator]
+
+    def _after_reading(self) -> None:
+        self._read_first = None
+        self.check_trust(read=True)
+
+    def reap_exited(self, late_s: float) -> None:
+        """Reap every run's process that has exited (a keeper stopped past a
+        deadline learns of an exit and of the deadline at once: the exit
+        comes first); ``late_s`` past STALL_S, each says it was seen late."""
+        self._reaping_late = late_s if late_s > STALL_S else None
+        try:
+            for run in list(self.runs.values()):
+                if run.state == "running" and run.proc is not None:
+                    run.proc.poll()
+        finally:
+            self._reaping_late = None
+
+    def tick_soon(self) -> None:
+        if self._tick is None:
+            self._tick = asyncio.get_running_loop().call_later(self.check_s, self.tick)
+
+    def tick(self) -> None:
+        """While runs live: remember their trees (a grandchild whose parent
+        exits leaves the tree) and check trust (the timers use awake time;
+        after a resume only this and the timerfd see the boot clock's jump)."""
+        late = asyncio.get_running_loop().time() - self._tick.when() if self._tick is not None else 0.0
+        self._tick = None
+        live = [r for r in self.runs.values() if r.state == "running" and r.proc and r.proc.tree]
+        procident.remember_all(r.proc.tree for r in live)  # type: ignore[union-attr,misc]
+        self.check_trust(late)
+        if any(r.state != "exited" for r in self.runs.values()):
+            self.tick_soon()
+        starts = [r.begin for r in self.runs.values() if r.state not in ("exited", "pending")]
+        self.forgotten = [f for f in self.forgotten if starts and f[1] >= min(starts)]
+
+    # ---------------------------------------------------------------- saved
+    def holds_only_saved(self) -> bool:
+        """Nothing runs and every outcome is in the journal (the next keeper
+        offers it again), so exiting loses nothing."""
+        return all(r.state == "exited" and r.journaled for r in self.runs.values())
+
+    def journal_unsaved(self) -> None:
+        """Journal the outcomes that could not be before (a full disk may
+        have room now)."""
+        for run in self.runs.values():
+            if run.state == "exited" and not run.journaled:
+                run.journaled = self.journal.append({"run": run.wire()})
+
+
+def _log_failure(task: "asyncio.Task[None]") -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("ending a process tree failed: %r", task.exception())
+
+
+def _name(pid: int) -> str:
+    try:
+        return psutil.Process(pid).name()
+    except psutil.Error:
+        return "?"
+
+
+def read_journal_safely(path: Path) -> list[dict[str, Any]]:
+    try:
+        return read_journal(path)
+    except OSError as e:
+        log.error("cannot read the journal %s: %s", path, e.strerror or e)
+        return []

@@ -1,0 +1,312 @@
+"""The fast path of the CLI (cli/fast.py) against the Typer app it stands in
+for, in process: its option tables are the Typer commands' options, it reads
+every command line it takes as click does (and takes the common ones), and
+the light modules it runs on (jsonlite, render.shell_join, text.showable,
+locate.find_daemon) give what json, shlex, re and paths.resolve give.
+
+The whole commands, run both ways as processes against real daemons, are
+compared in tests/acceptance/test_fast_cli.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from sloth_daemon import jsonlite, paths
+from sloth_daemon.cli import locate
+from sloth_daemon.cli import fast, fast_complete
+from sloth_daemon.cli.fast_args import FLAG, INT, LIST, VALUE, parse
+from sloth_daemon.cli.render import shell_join
+from sloth_daemon.text import showable
+
+
+@pytest.fixture(scope="module")
+def group():
+    import typer.main
+
+    from sloth_daemon.cli.full import app
+
+    return typer.main.get_command(app)
+
+
+def command(group, path):
+    cmd = group
+    for name in path:
+        cmd = cmd.commands[name]
+    return cmd
+
+
+def kind_of(param) -> str:
+    if param.is_flag:
+        return FLAG
+    if param.multiple:
+        return LIST
+    return INT if type(param.type).__name__ == "IntParamType" else VALUE
+
+
+def options_of(cmd) -> dict[str, str]:
+    return {name: kind_of(p) for p in cmd.params if p.param_type_name == "option"
+            for name in [*p.opts, *p.secondary_opts]}
+
+
+# ------------------------------------------------------------ the tables
+@pytest.mark.parametrize("name, table, left_to_typer", [
+    ("add", fast.ADD, set()), ("ls", fast.LS, {"--watch", "-w", "--interval"}), ("show", fast.SHOW, set())])
+def test_the_fast_options_are_the_typer_commands_options(group, name, table, left_to_typer):
+    """Same names, same kinds (flag, value, repeatable, integer); the only
+    ones missing are those the fast path leaves to Typer on purpose."""
+    want = {n: k for n, k in options_of(command(group, [name])).items() if n not in left_to_typer}
+    assert {n: kind for n, (_, kind) in table.items()} == want
+    dests = {p.name for p in command(group, [name]).params}
+    assert {dest for dest, _ in table.values()} <= dests
+
+
+def test_the_completion_table_is_the_typer_apps(group):
+    """Every command in fast_complete.TABLE has exactly the app's options
+    (flag or value) and the app's argument (how many words); which
+    completer each calls is compared by output in the acceptance test."""
+    for path, spec in fast_complete.TABLE.items():
+        cmd = command(group, path)
+        want = {n: (FLAG if k == FLAG else VALUE) for n, k in options_of(cmd).items()}
+        want.update({"-h": FLAG, "--help": FLAG})
+        got = {n: k for n, (k, _) in spec["options"].items()}
+        if path in fast_complete._PARTIAL:
+            assert got.items() <= want.items(), path
+        else:
+            assert got == want, path
+        args = [p for p in cmd.params if p.param_type_name == "argument"]
+        if path not in fast_complete._PARTIAL:
+            assert [(a.nargs) for a in args] == ([spec["arg"][1]] if spec["arg"] else []), path
+        for name, (kind, completer) in spec["options"].items():
+            param = next((p for p in cmd.params if name in p.opts), None)
+            has = param is not None and getattr(param, "_custom_shell_complete", None) is not None
+            assert has == (completer is not None), (path, name)
+
+
+# ------------------------------------------------------- reading argv
+ADD_LINES = [
+    (["--", "true"], True), (["true"], True), (["echo", "--lane", "x"], True), (["-l", "video", "--", "x"], True),
+    (["--lane=video", "x"], True), (["-p", "-5", "--", "x"], True), (["--priority", "+7", "x"], True),
+    (["--priority", " 3 ", "x"], True), (["--priority", "1_000", "x"], True),
+    (["--max-attempts", "2", "--lease", "1m", "--timeout", "2h", "--", "x"], True), (["--delay", "10m", "x"], True),
+    (["--at", "tomorrow", "08:00", "--", "x"], True), (["-k", "k1", "--label", "L", "--cwd", "/tmp", "x"], True),
+    (["-s", "--", "echo a | b"], True), (["--stdin"], True), (["-f", "file.txt"], True), (["--file=f"], True),
+    (["--after", "1,2", "--after", "3", "--after-any", "4", "x"], True), (["--chain", "--stdin"], True),
+    (["--chain-any", "-f", "x"], True), (["--retry-exit", "1,75", "x"], True), (["--no-retry-exit", "none", "x"], True),
+    (["-w", "x"], True), (["--no-start", "--json", "x"], True), (["--lane", "--json", "x"], True),
+    (["--lane", "--", "x"], True), (["-"], True), (["--", "--json"], True), (["x", "--", "y"], True), ([], True),
+    (["--lane="], True), (["--json", "--json", "x"], True), (["--lane", "a", "--lane", "b", "x"], True),
+    (["-t", "5", "mins", "--", "echo"], True), (["--", "-"], True), (["--", ""], True),
+    # Left to Typer: it refuses them, or reads them in a way the fast path does not.
+    (["-lvideo", "x"], False), (["-sw", "x"], False), (["--shell=yes", "x"], False), (["--bogus", "x"], False),
+    (["-h"], False), (["--help"], False), (["x", "--help"], True), (["--priority", "x", "y"], False),
+    (["--lane"], False), (["--=x"], False), (["--lan", "x"], False), (["-l=x", "y"], False), (["-5"], False),
+    (["--max-attempts", "2.5", "x"], False),
+]
+LS_LINES = [
+    ([], True), (["--json"], True), (["-s", "queued", "--state", "failed"], True), (["-l", "default"], True),
+    (["--lane=default"], True), (["-a"], True), (["-n", "5", "--offset", "2"], True), (["--offset=-1"], True),
+    (["--"], True), (["--limit", "x"], False), (["-w"], False), (["--watch"], False), (["--interval", "1s"], False),
+    (["-s"], False), (["-as", "x"], False),
+]
+SHOW_LINES = [
+    (["1"], True), (["1", "2", "--json"], True), (["--json", "3"], True), (["--", "-1"], True), (["x"], True),
+    (["1", "--", "--json"], True), (["-1"], False), (["1", "-x"], False), (["--json=1", "2"], False),
+]
+
+
+def click_reads(cmd, args: list[str]) -> dict:
+    return dict(cmd.make_context(cmd.name, list(args)).params)
+
+
+@pytest.mark.parametrize("name, table, interspersed, lines", [
+    ("add", fast.ADD, False, ADD_LINES), ("ls", fast.LS, True, LS_LINES), ("show", fast.SHOW, True, SHOW_LINES)])
+def test_every_line_the_fast_path_takes_is_read_as_click_reads_it(group, name, table, interspersed, lines):
+    cmd = command(group, [name])
+    words_param = next((p.name for p in cmd.params if p.param_type_name == "argument"), None)
+    unset = click_reads(cmd, ["x"] if words_param else [])
+    for args, taken in lines:
+        got = parse(args, table, interspersed=interspersed)
+        assert (got is not None) == taken, (name, args)
+        if got is None:
+            continue
+        given, words = got
+        want = click_reads(cmd, args)
+        for p in cmd.params:
+            if p.name == words_param:
+                assert list(want[p.name]) == words, (args, want)
+            elif p.name in given:
+                v = given[p.name]
+                assert want[p.name] == (tuple(v) if isinstance(v, list) else v), (args, p.name)
+            else:
+                assert want[p.name] == unset[p.name], (args, p.name)
+
+
+@pytest.mark.parametrize("name", ["add", "ls", "show"])
+def test_what_the_fast_path_leaves_out_means_what_typer_leaves_out(group, name):
+    """An option not on the line: the fast path passes nothing (add) or
+    None/False/0 (ls, show); Typer passes its default. The same to the
+    shared code: equal, or both empty."""
+    import inspect
+
+    from sloth_daemon.cli import add_run, look_run
+
+    fn = {"add": add_run.add, "ls": look_run.ls, "show": look_run.show}[name]
+    defaults = {k: p.default for k, p in inspect.signature(fn).parameters.items()}
+    fast_passes = {"ls": {"state": None, "lane": None, "all_": False, "limit": None, "offset": 0, "as_json": False},
+                   "show": {"as_json": False}, "add": {}}[name]
+    cmd = command(group, [name])
+    for p in cmd.params:
+        if p.param_type_name == "argument" or (name == "ls" and p.name in ("watch", "interval")):
+            continue
+        ours = fast_passes.get(p.name, defaults.get(p.name))
+        typers = p.get_default(cmd.make_context(name, ["1"] if name == "show" else []))
+        assert ours == typers or (not ours and not typers), (name, p.name, ours, typers)
+
+
+def test_what_is_not_ours_is_left_untouched(monkeypatch):
+    """Another command, an option before the command, no command: None,
+    and nothing printed or done."""
+    monkeypatch.delenv("_SLOTH_COMPLETE", raising=False)
+    for argv in ([], ["--debug", "add", "--", "true"], ["-V"], ["logs", "1"], ["daemon", "status"], ["ad"],
+                 ["add", "--help"], ["ls", "--watch"]):
+        assert fast.handle(argv) is None, argv
+
+
+# ------------------------------------------------------ light modules
+CHARS = st.characters(exclude_categories=())  # lone surrogates too: bytes that were not UTF-8
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(CHARS),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_jsonlite_writes_what_json_writes(v):
+    for ensure_ascii in (True, False):
+        assert jsonlite.dumps(v, ensure_ascii=ensure_ascii) == json.dumps(v, ensure_ascii=ensure_ascii)
+        assert jsonlite.dumps(v, ensure_ascii=ensure_ascii, compact=True) == \
+            json.dumps(v, ensure_ascii=ensure_ascii, separators=(",", ":"))
+    assert jsonlite.dumps_pretty(v) == json.dumps(v, indent=2, sort_keys=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(["counts", "a", "ab"]), json_values, max_size=3),
+       st.lists(json_values, max_size=6),
+       st.dictionaries(st.sampled_from(["lanes", "left_out", "offset", "total", "z"]), json_values, max_size=5))
+def test_jsonlite_streams_a_document_as_dumps_pretty_writes_it_whole(before, items, after):
+    """`ls --json` of any size: its text written an item at a time is the text of the whole."""
+    items = items + [{"id": i, "x": [i, None], "s": "\udcff"} for i in range(3)]  # many dicts of one set of keys
+    got = "".join(jsonlite.pretty_stream(before, "jobs", iter(items), lambda: after))
+    assert got == json.dumps({**before, "jobs": items, **after}, indent=2, sort_keys=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_jsonlite_reads_what_json_reads(v):
+    text = json.dumps(v)
+    for t in (text, f" \n{text}\t\r ", json.dumps(v, indent=1)):
+        assert json.dumps(jsonlite.loads(t)) == json.dumps(json.loads(t))
+
+
+@pytest.mark.parametrize("text", ["", " ", "{", "[1,]", "1 2", "\ufeff1", "nul", '"\\x"', '{"a" 1}', "[" * 100_000,
+                                  '"a\x00"', "NaNx", "-", "01"])
+def test_jsonlite_refuses_what_json_refuses_in_its_words(text):
+    with pytest.raises(Exception) as want:
+        json.loads(text)
+    with pytest.raises(Exception) as got:
+        jsonlite.loads(text)
+    assert (type(got.value), str(got.value)) == (type(want.value), str(want.value))
+
+
+def test_jsonlite_refuses_what_json_cannot_write():
+    for bad in ({1: {2, 3}}, [object()], {(1, 2): 3}):
+        for ours, theirs in ((jsonlite.dumps_pretty, lambda v: json.dumps(v, indent=2, sort_keys=True)),
+                             (jsonlite.dumps, json.dumps)):
+            with pytest.raises(TypeError) as want:
+                theirs(bad)
+            with pytest.raises(TypeError) as got:
+                ours(bad)
+            assert str(got.value) == str(want.value)
+
+
+@given(st.lists(st.text(CHARS)))
+def test_shell_join_is_shlex_join(args):
+    assert shell_join(args) == shlex.join(args)
+
+
+@given(st.text(CHARS))
+def test_showable_escapes_as_before(s):
+    from sloth_daemon import text
+
+    assert showable(s) == re.sub(text._UNSHOWABLE, text._escape, s)
+
+
+# ------------------------------------------------------ where the daemon is
+@pytest.mark.parametrize("env, plain", [
+    ({"SLOTH_HOME": "/srv/q"}, True), ({"SLOTH_HOME": "/srv/q/"}, True), ({"SLOTH_HOME": "~/q"}, True),
+    ({"SLOTH_HOME": "rel"}, False), ({"SLOTH_HOME": ""}, True), ({}, True), ({"XDG_DATA_HOME": "/x/data"}, True),
+    ({"XDG_DATA_HOME": "/x/data/"}, True), ({"XDG_DATA_HOME": "rel/data"}, False), ({"XDG_DATA_HOME": " "}, False),
+    ({"XDG_DATA_HOME": ""}, True), ({"HOME": "/h/me/"}, True), ({"HOME": "relative"}, False), ({"HOME": ""}, False),
+    ({"HOME": None}, False), ({"HOME": "/"}, True),
+])
+def test_the_plain_data_dir_is_where_resolve_puts_the_queue(monkeypatch, env, plain):
+    """Where the environment makes the data dir plain, it is resolve()'s;
+    elsewhere (or off Linux) find_daemon asks resolve() itself."""
+    if not sys.platform.startswith("linux") and not env.get("SLOTH_HOME"):
+        pytest.skip("the plain data dir is Linux's XDG rule")
+    monkeypatch.setenv("HOME", "/home/someone")
+    for k in ("SLOTH_HOME", "XDG_DATA_HOME"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        if v is None:
+            monkeypatch.delenv(k, raising=False)
+        else:
+            monkeypatch.setenv(k, v)
+    got = locate.plain_data_dir()
+    assert (got is not None) == plain, env
+    if got is not None:
+        assert Path(got) == paths.resolve().data_dir, env
+
+
+def test_find_daemon_goes_where_daemon_socket_goes(tmp_path, monkeypatch):
+    """A socket of ours recorded in the lock file is found without resolve();
+    anything else is resolve()'s and daemon_socket()'s to decide."""
+    home = tmp_path / "h"
+    home.mkdir()
+    monkeypatch.setenv("SLOTH_HOME", str(home))
+    p = paths.resolve()
+    elsewhere = tmp_path / "s.sock"
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(str(elsewhere))
+    try:
+        for recorded in (None, str(elsewhere), str(p.socket), str(tmp_path / "missing.sock"), str(tmp_path)):
+            (home / "daemon.lock").write_text(f"123\n{recorded}\n" if recorded else "123\n")
+            sock, lock = locate.find_daemon()
+            assert (Path(sock), Path(lock)) == (locate.daemon_socket(p), p.lock), recorded
+    finally:
+        srv.close()
+    os.unlink(elsewhere)
+
+
+def test_daemon_run_starts_the_daemon_without_loading_typer():
+    """`sloth daemon run` (the login service's command) keeps Typer out of
+    the long-lived daemon: ~5 MiB resident for nothing."""
+    import subprocess
+    import sys
+
+    code = ("import sys, sloth_daemon.daemon.main as d; d.main = lambda: 7; "
+            "from sloth_daemon.cli import fast; "
+            "print(fast.handle(['daemon', 'run']), fast.handle(['daemon', 'start']), 'typer' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["7", "None", "False"]
