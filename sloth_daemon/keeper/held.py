@@ -1,5 +1,6 @@
 """Runs held behind another: the keeper's side of pipelining (the
-daemon's is pipeline.py). A base class of the run table (keeper/runs.py).
+daemon's is daemon/worker/pipeline.py). A collaborator the run table
+(keeper/runs.py) owns: the chains are its state, the runs the table's.
 
 A spawn ``after`` a run that has not ended is held (state "pending": no
 process, no log file, no timeout yet) and started the moment that run
@@ -22,29 +23,44 @@ keeper does not know starts at once, beside the run still going.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Mapping
 
 from sloth_daemon.clock import ClockReadings
 from sloth_daemon.errors import SpawnError
+from sloth_daemon.keeper.run import Launch, Run
 from sloth_daemon.keeper.wire import ENV_REFS_KEPT, Journal, Refused, clocks_now, secs, text, trust_verdict
-
-if TYPE_CHECKING:
-    from sloth_daemon.keeper.runs import Launch, Run
 
 
 class HeldRuns:
-    runs: dict[str, "Run"]
-    journal: Journal
-    event: Callable[..., None]
-    changed: Callable[[], None]
-    refused: dict[str, tuple[str, str | None]]  # keys lately refused -> (code, the run they were to wait for)
+    """The chains of runs held behind another, how to start each, and the
+    spawns lately refused (what a spawn after one of them waits for).
 
-    if TYPE_CHECKING:
-        def _launch(self, run: Run, ln: Launch) -> None: ...
+    It reads the run table's ``runs`` and never changes which runs it holds;
+    it starts a held run with ``start`` (the table's: raises SpawnError) and
+    journals one that ends unstarted (telling the daemon is the caller's).
+    Every pending run is in ``waits_for`` and ``launches``; ``behind`` is
+    ``waits_for`` turned round (one run at most waits behind each)."""
 
-    def predecessor(self, a: dict[str, Any]) -> Run | None:
-        """The run a spawn's ``after`` names if it still runs (else the new
-        run starts at once). Raises Refused if it already has a successor."""
+    def __init__(self, runs: Mapping[str, Run], journal: Journal, start: Callable[[Run, Launch], None]) -> None:
+        self.runs, self.journal, self.start = runs, journal, start
+        self.waits_for: dict[str, str] = {}  # pending key -> the key of the run it starts after
+        self.behind: dict[str, str] = {}  # key -> the key of the run pending behind it
+        self.launches: dict[str, Launch] = {}  # pending key -> how to start it
+        self.refused: dict[str, tuple[str, str | None]] = {}  # keys lately refused -> (code, what they waited for)
+
+    # ------------------------------------------------------------- holding
+    def hold(self, run: Run, a: dict[str, Any], launch: Launch) -> bool:
+        """Hold ``run`` (state "pending") behind the run its spawn's ``after``
+        names, if that one has not ended: whether it is held (else it starts
+        at once). Raises Refused if that run already has a successor."""
+        pred = self._predecessor(a)
+        if pred is None:
+            return False
+        run.state = "pending"
+        self.waits_for[run.key], self.behind[pred.key], self.launches[run.key] = pred.key, run.key, launch
+        return True
+
+    def _predecessor(self, a: dict[str, Any]) -> Run | None:
         if a.get("after") is None:
             return None
         after: str | None = text(a, "after")
@@ -58,9 +74,16 @@ class HeldRuns:
         pred = self.runs.get(after) if after is not None else None
         if pred is None or pred.state == "exited":
             return None
-        if pred.successor is not None:
-            raise Refused("exists", f"run {pred.key!r} already has run {pred.successor!r} waiting behind it")
+        if (succ := self.behind.get(pred.key)) is not None:
+            raise Refused("exists", f"run {pred.key!r} already has run {succ!r} waiting behind it")
         return pred
+
+    def after(self, key: str) -> str | None:
+        """The run a pending run waits for (None for any other)."""
+        return self.waits_for.get(key)
+
+    def forget_refused(self, key: str) -> None:
+        self.refused.pop(key, None)
 
     def note_refused(self, key: str, e: Refused, a: dict[str, Any]) -> None:
         after = a.get("after")
@@ -68,24 +91,15 @@ class HeldRuns:
         while len(self.refused) > ENV_REFS_KEPT:
             self.refused.pop(next(iter(self.refused)))
 
-    def unspawn(self, key: str) -> dict[str, Any]:
-        """Forget a pending run before it starts; else change nothing."""
-        run = self.runs.get(key)
-        if run is None or run.state != "pending":
-            return {"dropped": False, "state": run.state if run is not None else "unknown"}
-        self._unlink(run)
-        del self.runs[key]
-        self.changed()
-        return {"dropped": True}
-
+    # ------------------------------------------------------------ starting
     def start_next(self, run: Run) -> list[Run]:
         """Start the run that waited behind ``run`` (which ended); one that
         cannot start ends unstarted and the next takes its place. The runs
-        that started or ended so."""
-        moved, key = [], run.successor
-        run.successor = None
+        that started or ended so (the caller tells the daemon)."""
+        moved, key = [], self.behind.pop(run.key, None)
         while key is not None and (nxt := self.runs.get(key)) is not None:
-            nxt.after, key = None, nxt.successor
+            self.waits_for.pop(key, None)
+            key = self.behind.get(key)
             moved.append(nxt)
             if self._start_held(nxt):
                 break
@@ -96,38 +110,43 @@ class HeldRuns:
         (then it is dropped, never started). Whether it started."""
         lapsed = self.lapsed(run, clocks_now())
         if lapsed is not None:
-            self.end_unstarted(run, lapsed, "fence", tell=False)
+            self.end_unstarted(run, lapsed, "fence")
             return False
         try:
-            self._launch(run, run.launch)  # type: ignore[arg-type]
+            self.start(run, self.launches.pop(run.key))
         except SpawnError as e:
-            self.end_unstarted(run, str(e), None, tell=False, spawn_error={"retry": e.retry, "resource": e.resource})
+            self.end_unstarted(run, str(e), None, spawn_error={"retry": e.retry, "resource": e.resource})
             return False
         return True
 
-    def end_unstarted(self, run: Run, reason: str, by: str | None, *, tell: bool = True, **extra: Any) -> None:
-        """A pending run ends without starting: held as exited (journalled) until acknowledged."""
-        self._unlink(run)
+    # -------------------------------------------------------------- ending
+    def end_unstarted(self, run: Run, reason: str, by: str | None, **extra: Any) -> None:
+        """A pending run ends without starting: held as exited (journalled)
+        until acknowledged. The caller tells the daemon (``exited``)."""
+        self.withdraw(run)
         if run.trust_check is not None:
             run.trust_check.cancel()
-        run.state, run.launch = "exited", None
+        run.state = "exited"
         run.outcome = {"returncode": None, "ended_at": time.time(), "reason": reason, "killed_by": by,
                        "log_problem": None, "log_bytes": 0, "started": False, **extra}
         run.journaled = self.journal.append({"run": run.wire()})
-        if tell:
-            self.event("exited", run.key, outcome=run.outcome)
-            self.changed()
 
-    def _unlink(self, run: Run) -> None:
-        """Take a pending run out of its chain: the one behind it now waits
-        for the one it waited for."""
-        pred = self.runs.get(run.after) if run.after is not None else None
-        succ = self.runs.get(run.successor) if run.successor is not None else None
-        if pred is not None and pred.successor == run.key:
-            pred.successor = succ.key if succ is not None else None
+    def withdraw(self, run: Run) -> None:
+        """Take a pending run out of its chain (the one behind it now waits
+        for the one it waited for) and forget how to start it."""
+        key = run.key
+        self.launches.pop(key, None)
+        pred, succ = self.waits_for.pop(key, None), self.behind.pop(key, None)
+        if pred is not None and self.behind.get(pred) == key:
+            if succ is not None:
+                self.behind[pred] = succ
+            else:
+                del self.behind[pred]
         if succ is not None:
-            succ.after = pred.key if pred is not None else None
-        run.after = run.successor = None
+            if pred is not None:
+                self.waits_for[succ] = pred
+            else:
+                self.waits_for.pop(succ, None)
 
     @staticmethod
     def lapsed(run: Run, now: ClockReadings) -> str | None:

@@ -10,10 +10,11 @@ keeper/wire.py; keeper_client.py is the daemon's side of it.
 
 This module is its start (``python -m sloth_daemon.keeper.main``): arguments,
 the lock, the socket, detaching. The rest: keeper/server.py (connections,
-ops, when to exit), keeper/runs.py (the runs: exits, timeouts, trust,
-orphans), keeper/tap.py (following a run's output), and below those
-runner.py (one job's process), joblog.py (its log), childwatch.py (SIGCHLD,
-subreaper).
+ops, when to exit), keeper/runs.py (the run table: exits, timeouts, trust,
+orphans) and the held runs it owns, keeper/held.py (spawn ``after``),
+keeper/tap.py (following a run's output), and below those run.py (what is
+held of one run), runner.py (one job's process), joblog.py (its log),
+childwatch.py (SIGCHLD, subreaper).
 
 Every import is at the top, here and in each of those: an upgrade replaces
 files under a running keeper.

@@ -5,7 +5,8 @@ suspend), its tree remembered, orphans attributed to it.
 
 The ops (keeper/server.py) change it; it tells the keeper what the daemon
 must hear (``event``) and when what it holds has changed (``changed``).
-Runs held behind another (spawn ``after``) are keeper/held.py's.
+Runs held behind another (spawn ``after``) are its collaborator's,
+``held`` (keeper/held.py); a run itself is keeper/run.py's.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -23,6 +23,7 @@ from sloth_daemon.keeper import procident
 from sloth_daemon.errors import SpawnError
 from sloth_daemon.keeper.joblog import LogWriter
 from sloth_daemon.keeper.held import HeldRuns
+from sloth_daemon.keeper.run import Launch, Run
 from sloth_daemon.keeper.wire import (
     EnvCache, Journal, Refused, Trust, clocks_now, number, read_journal, secs, spawn_command, text, trust_verdict,
     whole,
@@ -36,65 +37,12 @@ log = logging.getLogger("sloth.keeper")
 STALL_S = 0.5
 
 
-# --------------------------------------------------------------------- runs
-@dataclass(frozen=True)
-class Launch:
-    """What starting a run takes (kept while it is held behind another)."""
-
-    argv: list[str]
-    env: dict[str, str]
-    cwd: str | None
-    log_path: Path
-    log_cap: int
-    timeout_s: float | None
-
-
-@dataclass
-class Run:
-    key: str
-    job_id: int
-    attempt: int
-    token: str
-    log_path: str
-    started_at: float
-    kill_grace_s: float = 10.0
-    term_lead_s: float = 1.0
-    proc: JobProcess | None = None  # None for an outcome adopted from the journal
-    pid: int | None = None
-    identity: dict[str, Any] | None = None
-    state: str = "running"  # "pending" | "running" | "frozen" | "exited"
-    trust: Trust | None = None
-    outcome: dict[str, Any] | None = None
-    killed_by: str | None = None
-    begin: float = 0.0  # procident stamps: the lifetime orphans are attributed by
-    end: float | None = None
-    timeout: asyncio.TimerHandle | None = None
-    trust_check: asyncio.TimerHandle | None = None  # one per run: renewals replace it
-    taps: set[Callable[[bytes | None], None]] = field(default_factory=set)
-    journaled: bool = False
-    after: str | None = None  # pending: starts when the run of this key ends
-    successor: str | None = None  # the run pending behind this one
-    launch: Launch | None = None  # pending: how to start it
-    note: str | None = None  # for the history: how its end was known, when that is not plain
-
-    def wire(self) -> dict[str, Any]:
-        return {"key": self.key, "job_id": self.job_id, "attempt": self.attempt, "token": self.token,
-                "pid": self.pid, "identity": self.identity, "started_at": self.started_at,
-                "state": self.state, "trust_until": self.trust.until if self.trust else None,
-                "outcome": self.outcome, "log_path": self.log_path, "after": self.after}
-
-    @classmethod
-    def adopted(cls, w: dict[str, Any]) -> "Run":
-        return cls(w["key"], int(w.get("job_id") or 0), int(w.get("attempt") or 0), w.get("token", ""),
-                   w.get("log_path", ""),
-                   w.get("started_at", 0.0), pid=w.get("pid"), identity=w.get("identity"),
-                   state="exited", outcome=w.get("outcome"), journaled=True)
-
-
-class RunTable(HeldRuns):
+class RunTable:
     """The runs, by key. ``event(kind, key, **fields)`` pushes an event to
     the daemon (if one is attached); ``changed()`` is called after every
-    change to what is held (the keeper journals, and decides whether to exit)."""
+    change to what is held (the keeper journals, and decides whether to exit).
+    Runs held behind another are ``held``'s (keeper/held.py): it reads
+    ``runs``, only the table adds and removes them."""
 
     def __init__(self, journal: Path, *, check_s: float, event: Callable[..., None],
                  changed: Callable[[], None]) -> None:
@@ -109,7 +57,7 @@ class RunTable(HeldRuns):
         self._read_first: asyncio.TimerHandle | None = None  # a stall was seen: fencing waits for input read
         self._reaping_late: float | None = None  # reap_exited's: how late the check that reaps is
         self.envs = EnvCache()  # environments the daemon sent once (wire.EnvCache)
-        self.refused: dict[str, tuple[str, str | None]] = {}  # keys lately refused (keeper/held.py)
+        self.held = HeldRuns(self.runs, self.journal, self._launch)  # the chains, the refusals (keeper/held.py)
 
     def adopt_journal(self) -> None:
         """Outcomes a keeper before us journalled and no daemon acknowledged."""
@@ -125,11 +73,11 @@ class RunTable(HeldRuns):
         key, token = text(a, "key"), text(a, "token")
         if key in self.runs:
             raise Refused("exists", f"a run with key {key!r} is already held")
-        self.refused.pop(key, None)
+        self.held.forget_refused(key)
         try:
             run = self._hold_or_start(key, token, a)
         except Refused as e:
-            self.note_refused(key, e, a)
+            self.held.note_refused(key, e, a)
             raise
         self.runs[key] = run
         if (trust_until := number(a, "trust_until")) is not None:
@@ -143,9 +91,7 @@ class RunTable(HeldRuns):
                   number(a, "kill_grace_s", 10.0), number(a, "term_lead_s", 1.0))  # type: ignore[arg-type]
         env = {**env, procident.TOKEN_ENV: token}  # the token scan finds escapees by it
         launch = Launch(argv, env, cwd, log_path, whole(a, "log_cap"), number(a, "timeout_s"))
-        pred = self.predecessor(a)
-        if pred is not None:
-            run.state, run.after, run.launch, pred.successor = "pending", pred.key, launch, key
+        if self.held.hold(run, a, launch):
             return run
         try:
             self._launch(run, launch)
@@ -165,7 +111,7 @@ class RunTable(HeldRuns):
             lw.note(str(e))
             lw.close()
             raise
-        run.proc, run.pid, run.identity, run.state, run.launch = jp, jp.pid, jp.identity(), "running", None
+        run.proc, run.pid, run.identity, run.state = jp, jp.pid, jp.identity(), "running"
         run.begin = jp.tree.root_stamp or procident.stamp_now()  # type: ignore[union-attr]
         self.roots[jp.pid] = jp
         if ln.timeout_s:
@@ -185,6 +131,26 @@ class RunTable(HeldRuns):
         if acked:
             self.journal.append({"ack": [r.key for r in acked]})
             self.journal.reset([r.wire() for r in self.runs.values() if r.state == "exited"])
+
+    def unspawn(self, key: str) -> dict[str, Any]:
+        """Forget a pending run before it starts; else change nothing."""
+        run = self.runs.get(key)
+        if run is None or run.state != "pending":
+            return {"dropped": False, "state": run.state if run is not None else "unknown"}
+        self.held.withdraw(run)
+        del self.runs[key]
+        self.changed()
+        return {"dropped": True}
+
+    def drop_unstarted(self, run: Run, reason: str, by: str) -> None:
+        """A pending run killed or fenced: it ends unstarted, and the daemon hears so."""
+        self.held.end_unstarted(run, reason, by)
+        self.event("exited", run.key, outcome=run.outcome)
+        self.changed()
+
+    def listed(self) -> list[dict[str, Any]]:
+        """Every run held, as hello lists them."""
+        return [r.wire(self.held.after(r.key)) for r in self.runs.values()]
 
     # ----------------------------------------------------------- run events
     def output(self, run: Run, data: bytes) -> None:
@@ -220,7 +186,7 @@ class RunTable(HeldRuns):
         # First: it is what waits (the daemon hears of both together). Only
         # now, once a failed run's leftovers are ended too (root_exited): a
         # held run never starts beside them.
-        moved = self.start_next(run)
+        moved = self.held.start_next(run)
         run.journaled = self.journal.append({"run": run.wire()})
         self.event("exited", run.key, outcome=run.outcome)
         for nxt in moved:
@@ -238,7 +204,7 @@ class RunTable(HeldRuns):
         exited is reaped first: its end is what happened (a keeper stopped
         past a timeout or a deadline learns of both at once)."""
         if run.state == "pending":
-            self.end_unstarted(run, reason, by)
+            self.drop_unstarted(run, reason, by)
             return
         jp = run.proc
         if run.state == "exited" or jp is None or jp.ending is not None or jp.poll():
@@ -326,8 +292,8 @@ class RunTable(HeldRuns):
             return
         now = clocks_now()
         for run in list(self.runs.values()):
-            if run.state == "pending" and (lapsed := self.lapsed(run, now)) is not None:
-                self.end_unstarted(run, lapsed, "fence")  # held: it is never started
+            if run.state == "pending" and (lapsed := self.held.lapsed(run, now)) is not None:
+                self.drop_unstarted(run, lapsed, "fence")  # held: it is never started
             if run.state != "running" or run.trust is None or run.proc is None or run.proc.ending is not None:
                 continue
             verdict = trust_verdict(run.trust, run.term_lead_s, now)

@@ -182,7 +182,7 @@ class Keeper:
         log.info("daemon %s (pid %s) attached", a.get("name", ""), conn.pid)
         self.idle_check()
         return {"version": __version__, "protocol": VERSION, "pid": os.getpid(), "features": list(FEATURES),
-                "started_at": self.started_at, "runs": [r.wire() for r in self.table.runs.values()]}
+                "started_at": self.started_at, "runs": self.table.listed()}
 
     def _holds_daemon_lock(self, pid: int) -> None:
         """The daemon is the process that holds its instance lock (lockholder.py);

@@ -12,7 +12,7 @@ import asyncio
 import collections
 from typing import Any
 
-from sloth_daemon.keeper.runs import Run
+from sloth_daemon.keeper.run import Run
 from sloth_daemon.keeper.wire import VERSION, encode
 
 LOG_CHUNK = 256 * 1024  # bytes of log per tap event

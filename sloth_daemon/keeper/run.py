@@ -1,0 +1,69 @@
+"""What the keeper holds of one run, and what starting one takes: the value
+types the run table (keeper/runs.py) and the held runs (keeper/held.py)
+both use, so neither imports the other for them."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from sloth_daemon.keeper.runner import JobProcess
+from sloth_daemon.keeper.wire import Trust
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What starting a run takes (kept while it is held behind another)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str | None
+    log_path: Path
+    log_cap: int
+    timeout_s: float | None
+
+
+@dataclass
+class Run:
+    """One run the keeper holds. Which run a pending one waits for, and how
+    to start it, are the held runs' (keeper/held.py), not the run's."""
+
+    key: str
+    job_id: int
+    attempt: int
+    token: str
+    log_path: str
+    started_at: float
+    kill_grace_s: float = 10.0
+    term_lead_s: float = 1.0
+    proc: JobProcess | None = None  # None for an outcome adopted from the journal
+    pid: int | None = None
+    identity: dict[str, Any] | None = None
+    state: str = "running"  # "pending" | "running" | "frozen" | "exited"
+    trust: Trust | None = None
+    outcome: dict[str, Any] | None = None
+    killed_by: str | None = None
+    begin: float = 0.0  # procident stamps: the lifetime orphans are attributed by
+    end: float | None = None
+    timeout: asyncio.TimerHandle | None = None
+    trust_check: asyncio.TimerHandle | None = None  # one per run: renewals replace it
+    taps: set[Callable[[bytes | None], None]] = field(default_factory=set)
+    journaled: bool = False
+    note: str | None = None  # for the history: how its end was known, when that is not plain
+
+    def wire(self, after: str | None = None) -> dict[str, Any]:
+        """As hello lists it and the journal keeps it; ``after``: the run a
+        pending one waits for (keeper/held.py knows it)."""
+        return {"key": self.key, "job_id": self.job_id, "attempt": self.attempt, "token": self.token,
+                "pid": self.pid, "identity": self.identity, "started_at": self.started_at,
+                "state": self.state, "trust_until": self.trust.until if self.trust else None,
+                "outcome": self.outcome, "log_path": self.log_path, "after": after}
+
+    @classmethod
+    def adopted(cls, w: dict[str, Any]) -> "Run":
+        return cls(w["key"], int(w.get("job_id") or 0), int(w.get("attempt") or 0), w.get("token", ""),
+                   w.get("log_path", ""),
+                   w.get("started_at", 0.0), pid=w.get("pid"), identity=w.get("identity"),
+                   state="exited", outcome=w.get("outcome"), journaled=True)
