@@ -55,7 +55,8 @@ def _runs(ids: list[int]) -> list[list[int]]:
 
 
 class EnqueueOne:
-    """``enqueue``, one job through ``enqueue_many``: the same on every backend."""
+    """``enqueue``, one job through ``enqueue_many``: the same on every backend.
+    PgQueue's base; SqliteQueue spells its ``enqueue`` out (no base of ours)."""
 
     if TYPE_CHECKING:
         def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *,
