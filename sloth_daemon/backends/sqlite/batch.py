@@ -1,7 +1,8 @@
-"""Requests on many jobs at once, each one transaction: cancel, retry,
-restart and prune, by ids or by a selection (lane, states).
+"""The user's requests on the SQLite queue, each one transaction: cancel and
+retry one job, or many at once (cancel, retry, restart and prune, by ids or
+by a selection: lane, states).
 
-A base class of SqliteQueue (backends/sqlite/queue.py). By ids: an id that does not exist
+Composed into SqliteQueue (backends/sqlite/queue.py). By ids: an id that does not exist
 refuses the whole request (JobNotFound, nothing changed: a typo must not
 half-apply); a job in a state the action does not apply to is left alone
 and reported in ``Batch.skipped`` with why, so one job that finished a
@@ -11,17 +12,17 @@ moment ago does not undo the other thirty-nine.
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING, Collection, Iterator, Sequence
+from typing import Collection, Iterator, Sequence
 
+from sloth_daemon.backends.sqlite import deps
+from sloth_daemon.backends.sqlite.ends import JobEnds, event
+from sloth_daemon.backends.sqlite.enqueue import SQL_ACTIVE_KEY, SqliteEnqueue
+from sloth_daemon.backends.sqlite.reads import JobRows
+from sloth_daemon.backends.sqlite.unit import SqliteStore
+from sloth_daemon.clock import Clock
 from sloth_daemon.errors import BadRequest, IllegalTransition
 from sloth_daemon.models import ACTIVE_STATES, FINISHED_STATES, Batch, Job, JobState, state_name
 from sloth_daemon.spec import number
-from sloth_daemon.backends.sqlite.enqueue import SQL_ACTIVE_KEY
-
-if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
-
-    from sloth_daemon.clock import Clock
 
 _COPIED = ("command, lane, priority, max_attempts, lease_s, timeout_s, key, cwd, env, env_id,"
            " label, shell, retry_exit, no_retry_exit")
@@ -31,59 +32,80 @@ SQL_RESTART = (
 )
 
 
-class SqliteBatch:
-    clock: "Clock"
-    _envs: dict[int, dict[str, str]]
-    _side: list[sqlite3.Row]
+class SqliteRequests:
+    """The user's requests (see the module docstring). Its own state: the
+    clock; writes go through ``store``, ended jobs through ``ends``, the
+    batch records a prune drops are ``adds``'s (enqueue.py)."""
 
-    if TYPE_CHECKING:  # SqliteQueue's and SqliteReads's, which this mixin's methods use
-        def _tx(self, *, durable: bool = True) -> "AbstractContextManager[sqlite3.Connection]": ...
-        def _get_row(self, c: sqlite3.Connection, job_id: int) -> sqlite3.Row: ...
-        def _prune_batch_records(self, c: sqlite3.Connection, now: float) -> None: ...
-        def _job(self, row: sqlite3.Row) -> Job: ...
-        def _retry(self, c: sqlite3.Connection, row: sqlite3.Row, now: float) -> Job: ...
-        def _finish(self, c: sqlite3.Connection, job_id: int, state: JobState, now: float, attempt: int,
-                    kind: str, message: str, *, exit_code: int | None = None,
-                    stored_message: str | None = None) -> Job: ...
-        @staticmethod
-        def _event(c: sqlite3.Connection, job_id: int, at: float, kind: str, attempt: int,
-                   message: str) -> None: ...
+    def __init__(self, store: SqliteStore, rows: JobRows, ends: JobEnds, adds: SqliteEnqueue,
+                 clock: Clock) -> None:
+        self.store, self.rows, self.ends, self.adds, self.clock = store, rows, ends, adds, clock
+
+    def cancel(self, job_id: int, *, message: str = "cancelled by user") -> Job:
+        now = self.clock.now()
+        with self.store.tx() as c:
+            row = self.rows.row(c, job_id)
+            if row["state"] not in ACTIVE_STATES:
+                raise IllegalTransition(
+                    f"job {job_id} is {row['state']}; only blocked, queued or running jobs can be cancelled"
+                )
+            return self.ends.finish(c, job_id, JobState.CANCELLED, now, row["attempts"],
+                                    "cancelled", message)
+
+    def retry(self, job_id: int) -> Job:
+        now = self.clock.now()
+        with self.store.tx() as c:
+            return self._retry(c, self.rows.row(c, job_id), now)
+
+    def _retry(self, c: sqlite3.Connection, row: sqlite3.Row, now: float) -> Job:
+        job_id = row["id"]
+        if row["state"] not in (JobState.FAILED.value, JobState.CANCELLED.value):
+            raise IllegalTransition(
+                f"job {job_id} is {row['state']}; only failed or cancelled jobs can be retried",
+                hint="A queued or running job will run anyway; `sloth restart` queues a finished one again.",
+            )
+        if row["key"] is not None:
+            other = c.execute(SQL_ACTIVE_KEY, (row["key"],)).fetchone()
+            if other:
+                raise IllegalTransition(
+                    f"job {other[0]} with the same key {row['key']!r} is still active",
+                    hint=f"Wait for job {other[0]} or cancel it first.",
+                )
+        waits = deps.still_waits(c, job_id)
+        out = c.execute(
+            "UPDATE jobs SET state = ?, tries = 0, refunds = 0, not_before = ?, token = NULL,"
+            " lease_until = NULL, finished_at = NULL, updated_at = ? WHERE id = ? RETURNING *",
+            ("queued" if waits is None else "blocked", now, now, job_id),
+        ).fetchone()
+        why = "back to queued by user" if waits is None else f"retried by user; waits for job {waits}"
+        event(c, job_id, now, "retried", row["attempts"], why)
+        return self.rows.job(out)
 
     def cancel_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
                     states: Sequence[str] | None = None, message: str = "cancelled by user",
                     exclude: Collection[int] = ()) -> Batch:
-        """blocked|queued|running -> cancelled for each of ``ids``, or for
-        every active job of ``lane`` and/or ``states`` (a selection). Jobs
-        waiting for them to be done are cancelled too (in ``Batch.jobs``
-        when named). ``exclude``: jobs left out, as if not named (the daemon
-        asks the keeper about their runs first). Raises JobNotFound,
-        BadRequest (a state that is not active)."""
         now, skip = self.clock.now(), set(exclude)
-        with self._tx() as c:
+        with self.store.tx() as c:
             out = Batch([])
             for row in self._rows(c, ids, lane, _states(states, ACTIVE_STATES, "cancel")):
                 if row["id"] in skip:
                     continue
                 if row["state"] in ACTIVE_STATES:
-                    out.jobs.append(self._finish(c, row["id"], JobState.CANCELLED, now, row["attempts"],
-                                                 "cancelled", message))
-                elif any(r["id"] == row["id"] for r in self._side):
-                    out.jobs.append(self._job(row))  # cancelled a moment ago, by a job it waited for
+                    out.jobs.append(self.ends.finish(c, row["id"], JobState.CANCELLED, now, row["attempts"],
+                                                     "cancelled", message))
+                elif self.store.was_settled(row["id"]):
+                    out.jobs.append(self.rows.job(row))  # cancelled a moment ago, by a job it waited for
                 else:
                     out.skipped.append((row["id"], f"job {row['id']} is {row['state']}"))
             return out
 
     def retry_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
                    states: Sequence[str] | None = None, busy: Collection[int] = ()) -> Batch:
-        """failed|cancelled -> queued (or blocked), as :meth:`retry`, for each
-        of ``ids`` or every job of the selection (default state: failed).
-        ``busy``: jobs not to touch yet (their cancelled run is still ending).
-        Raises JobNotFound, BadRequest."""
         now = self.clock.now()
         wanted = _states(states, (JobState.FAILED.value, JobState.CANCELLED.value), "retry")
         if ids is None and states is None:
             wanted = [JobState.FAILED.value]
-        with self._tx() as c:
+        with self.store.tx() as c:
             out = Batch([])
             for row in self._rows(c, ids, lane, wanted):
                 if row["id"] in busy:
@@ -96,12 +118,8 @@ class SqliteBatch:
             return out
 
     def restart(self, ids: Sequence[int]) -> Batch:
-        """For each finished job of ``ids``: a new queued job with the same
-        command, lane, priority, limits, folder, environment, label and key
-        (not its prerequisites), due now. Events: ``restart`` on the new job,
-        ``restarted`` on the old. Raises JobNotFound."""
         now = self.clock.now()
-        with self._tx() as c:
+        with self.store.tx() as c:
             out = Batch([])
             for row in self._rows(c, ids, None, None):
                 why = _why_not_restart(c, row)
@@ -109,16 +127,13 @@ class SqliteBatch:
                     out.skipped.append((row["id"], why))
                     continue
                 new = int(c.execute(SQL_RESTART, (now, now, now, row["id"])).lastrowid or 0)
-                self._event(c, new, now, "restart", 0, f"a restart of job {row['id']}")
-                self._event(c, row["id"], now, "restarted", row["attempts"], f"queued again as job {new}")
-                out.jobs.append(self._job(self._get_row(c, new)))
+                event(c, new, now, "restart", 0, f"a restart of job {row['id']}")
+                event(c, row["id"], now, "restarted", row["attempts"], f"queued again as job {new}")
+                out.jobs.append(self.rows.job(self.rows.row(c, new)))
             return out
 
     def prune(self, older_than_s: float, *, states: Sequence[str] | None = None, lane: str | None = None,
               dry_run: bool = False) -> int:
-        """Delete finished jobs (and their events) that ended more than
-        ``older_than_s`` ago, of ``states`` (default: every finished state) and
-        ``lane``. Returns how many were (``dry_run``: would be) deleted."""
         if older_than_s is None:
             raise BadRequest("older_than_s must be a number of seconds, got None")
         older = number(older_than_s, "older_than_s", 0.0, lo=0)
@@ -126,14 +141,14 @@ class SqliteBatch:
         where = (f"finished_at IS NOT NULL AND finished_at < ? AND state IN ({', '.join('?' * len(wanted))})"
                  + (" AND lane = ?" if lane is not None else ""))
         args = (self.clock.now() - older, *wanted, *([lane] if lane is not None else []))
-        with self._tx() as c:
+        with self.store.tx() as c:
             if dry_run:
                 return int(c.execute(f"SELECT count(*) FROM jobs WHERE {where}", args).fetchone()[0])
             n = c.execute(f"DELETE FROM jobs WHERE {where}", args).rowcount
             if n:
                 c.execute("DELETE FROM envs WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.env_id = envs.id)")
-                self._envs.clear()
-            self._prune_batch_records(c, self.clock.now())
+                self.rows.forget_envs()
+            self.adds.prune_batch_records(c, self.clock.now())
             return n
 
     def _rows(self, c: sqlite3.Connection, ids: Sequence[int] | None, lane: str | None,
@@ -143,12 +158,12 @@ class SqliteBatch:
         or the selection, oldest first."""
         if ids is not None:
             for i in ids:
-                self._get_row(c, i)  # every id exists, or nothing changes
+                self.rows.row(c, i)  # every id exists, or nothing changes
             for i in dict.fromkeys(ids):
-                yield self._get_row(c, i)
+                yield self.rows.row(c, i)
             return
         for i in _selected(c, lane, states):
-            yield self._get_row(c, i)
+            yield self.rows.row(c, i)
 
 
 def _selected(c: sqlite3.Connection, lane: str | None, states: Sequence[str] | None) -> list[int]:

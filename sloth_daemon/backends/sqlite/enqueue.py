@@ -1,6 +1,6 @@
 """Adding jobs to the SQLite queue: one job, or a batch in one transaction.
 
-A base class of SqliteQueue (backends/sqlite/queue.py). A batch is validated whole before
+Composed into SqliteQueue (backends/sqlite/queue.py). A batch is validated whole before
 anything is written (all or none), each distinct environment is stored
 once, and runs of keyless jobs go in with one executemany. A job that waits
 for others goes in on its own, ``blocked`` (see backends/sqlite/deps.py); each lane a
@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from sloth_daemon.clock import Clock
 from sloth_daemon.errors import BadRequest, IllegalTransition
@@ -20,6 +20,7 @@ from sloth_daemon.spec import Defaults, EnvCache, JobSpec
 from sloth_daemon.text import as_bytes, is_utf8
 from sloth_daemon.backends.sqlite import deps
 from sloth_daemon.backends.sqlite.reads import reads
+from sloth_daemon.backends.sqlite.unit import SqliteStore
 
 # The literal IN list must match jobs_active_key's WHERE for the partial index
 # to apply; with bound parameters it cannot, and the lookup scans the table.
@@ -54,7 +55,8 @@ def _runs(ids: list[int]) -> list[list[int]]:
 
 
 class EnqueueOne:
-    """``enqueue``, one job through ``enqueue_many``: the same on every backend."""
+    """``enqueue``, one job through ``enqueue_many``: the same on every backend.
+    PgQueue's base; SqliteQueue spells its ``enqueue`` out (no base of ours)."""
 
     if TYPE_CHECKING:
         def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *,
@@ -92,24 +94,17 @@ class EnqueueOne:
         )[0]
 
 
-class SqliteEnqueue(EnqueueOne):
-    _conn: sqlite3.Connection
-    _tx: Callable[..., ContextManager[sqlite3.Connection]]  # SqliteReads._tx
-    clock: Clock
-    lease_s: float
-    max_attempts: int
+class SqliteEnqueue:
+    """Adding jobs, and the batch records that say what a batch was queued
+    as. Its own state: the clock, and the defaults of a spec that leaves
+    fields out (``max_attempts``, ``lease_s``: the daemon's settings, which
+    it may change while the queue is open); writes go through ``store``."""
+
+    def __init__(self, store: SqliteStore, clock: Clock, max_attempts: int, lease_s: float) -> None:
+        self.store, self.conn, self.clock = store, store.conn, clock
+        self.max_attempts, self.lease_s = max_attempts, lease_s
 
     def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None) -> list[int]:
-        """Enqueue many jobs in one transaction; all or none. Same rules as
-        enqueue. A spec may be a job object or a JobSpec already validated.
-        With ``batch`` (a client's token), the ids are recorded under it in
-        the same transaction, so a client that lost the answer can ask
-        (batch_ids) whether the batch was queued: never "some of it". A
-        spec with ``after``/``after_any`` (ids) or ``after_previous`` (on
-        the batch's previous job) starts ``blocked`` while any of those is
-        unfinished, ``cancelled`` (event ``cancelled``) if one it needs done
-        already failed or was cancelled, else ``queued``. Raises BadRequest
-        for invalid fields, JobNotFound for a prerequisite that does not exist."""
         cache: EnvCache = {}
         defaults = Defaults(self.max_attempts, self.lease_s)
         # validate all before writing any
@@ -117,7 +112,7 @@ class SqliteEnqueue(EnqueueOne):
         if rows and rows[0].after_previous:
             raise BadRequest("after_previous on the first job of a batch: it has no previous job")
         now = self.clock.now()
-        with self._tx() as c:
+        with self.store.tx() as c:
             if batch is not None and c.execute("SELECT 1 FROM meta WHERE key = ?", (BATCH_PREFIX + batch,)).fetchone():
                 raise IllegalTransition(f"batch {batch} was queued already; it is never queued twice",
                                         hint="Ask which ids it got with the `batch` op.")
@@ -131,14 +126,12 @@ class SqliteEnqueue(EnqueueOne):
 
     @reads
     def batch_ids(self, batch: str) -> list[int] | None:
-        """The ids the batch ``batch`` was queued as, or None if it was not
-        (or its record was pruned: records are kept BATCH_RECORD_S)."""
-        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (BATCH_PREFIX + batch,)).fetchone()
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (BATCH_PREFIX + batch,)).fetchone()
         if row is None:
             return None
         return [i for a, b in json.loads(row[0])["ids"] for i in range(a, b + 1)]
 
-    def _prune_batch_records(self, c: sqlite3.Connection, now: float) -> None:
+    def prune_batch_records(self, c: sqlite3.Connection, now: float) -> None:
         """Batch records older than BATCH_RECORD_S (a range of meta's primary key)."""
         for key, value in c.execute("SELECT key, value FROM meta WHERE key >= ? AND key < ?",
                                     (BATCH_PREFIX, BATCH_PREFIX_END)).fetchall():

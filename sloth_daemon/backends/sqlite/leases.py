@@ -1,23 +1,30 @@
-"""The lease holder's side of the SQLite queue: renewing a lease, recording
-the process that runs it, handing it to a new holder, declaring a holder
-gone, and making earlier commits durable.
+"""The lease holder's side of the SQLite queue: a claim that grants a lease,
+renewing it, recording the process that runs it, handing it to a new
+holder, declaring a holder gone, and the outcomes that end it (complete,
+fail, release) or undo it (unclaim).
 
-A base class of SqliteQueue (backends/sqlite/queue.py): the transitions that end a lease
-(complete, fail, release) stay there, beside claim.
+What ``claim`` picks, and in which order, is pick.py's; what a job's end
+does to the jobs waiting for it, ends.py's and deps.py's.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
+import secrets
 import sqlite3
-from typing import TYPE_CHECKING, Any, ContextManager
+from typing import Any, Collection, Sequence
 
-from sloth_daemon.errors import StorageError
-from sloth_daemon.models import Job
-from sloth_daemon.paths import open_file
+from sloth_daemon.backends.sqlite import pick
+from sloth_daemon.backends.sqlite.ends import JobEnds, event
+from sloth_daemon.backends.sqlite.reads import JobRows
+from sloth_daemon.backends.sqlite.unit import SqliteStore
+from sloth_daemon.clock import Clock
+from sloth_daemon.durations import format_duration
+from sloth_daemon.errors import BadRequest, IllegalTransition, LeaseLost
+from sloth_daemon.models import Job, JobState
 from sloth_daemon.spec import number
+from sloth_daemon.text import storable
 
 # A run cut short by a crash of sloth itself (the keeper gone too: a reboot,
 # a power cut) does not count against max_attempts -- but only this many
@@ -25,46 +32,136 @@ from sloth_daemon.spec import number
 MAX_CRASH_REFUNDS = 3
 
 
-# As SQLite syncs its log: the data, not the inode's times (fsync where the
-# platform has no fdatasync, as macOS).
-_datasync = getattr(os, "fdatasync", os.fsync)
-
-
 class SqliteLeases:
-    if TYPE_CHECKING:
-        from pathlib import Path
+    """Leases and the transitions of their holders (see the module
+    docstring). Its own state: the clock it reads ``now`` from and the
+    backoff cap of a failed try; writes go through ``store``, ended jobs
+    through ``ends``, rows are told by ``rows``."""
 
-        from sloth_daemon.clock import Clock
+    def __init__(self, store: SqliteStore, rows: JobRows, ends: JobEnds, clock: Clock,
+                 backoff_cap_s: float) -> None:
+        self.store, self.rows, self.ends, self.clock = store, rows, ends, clock
+        self.backoff_cap_s = backoff_cap_s
 
-        clock: Clock
-        path: Path
+    def claim(
+        self, worker: str, *, lease_s: float | None = None, lanes: Sequence[str] | None = None,
+        exclude_lanes: Collection[str] = (), exclude_ids: Collection[int] = (),
+        places: Collection[str] | None = None, reclaim: bool = True,
+    ) -> Job | None:
+        if lease_s is not None:  # refuse a bad lease even when nothing is due
+            lease_s = number(lease_s, "lease_s", None, lo=0.001)
+        for name, v in (("lanes", lanes), ("places", places)):
+            if isinstance(v, str):  # a bare string would be read as its letters
+                raise BadRequest(f"{name} must be a list of names, got the string {v!r}")
+        if lanes is not None and not lanes:
+            return None
+        now = self.clock.now()
+        with self.store.tx(durable=False) as c:
+            while True:
+                cand = pick.best_candidate(c, now, lanes, exclude_lanes, exclude_ids, places, expired=reclaim)
+                if cand is None:
+                    return None
+                row, expired = cand
+                if expired and row["tries"] >= row["max_attempts"]:
+                    self._lease_expired_for_good(c, row, now)
+                    continue
+                return self._lease(c, row, expired, worker, now, row["lease_s"] if lease_s is None else lease_s)
 
-        def _tx(self, *, durable: bool = True) -> ContextManager[sqlite3.Connection]: ...
-        def _held(self, c: sqlite3.Connection, job_id: int, token: str) -> sqlite3.Row: ...
-        def _get_row(self, c: sqlite3.Connection, job_id: int) -> sqlite3.Row: ...
-        def _job(self, row: sqlite3.Row) -> Job: ...
-        @staticmethod
-        def _event(c: sqlite3.Connection, job_id: int, at: float, kind: str, attempt: int,
-                   message: str) -> None: ...
+    def _lease_expired_for_good(self, c: sqlite3.Connection, row: sqlite3.Row, now: float) -> None:
+        self.ends.finish(c, row["id"], JobState.FAILED, now, row["attempts"], "lease_expired",
+                         f"lease expired on the last attempt ({row['tries']}/{row['max_attempts']});"
+                         f" worker {row['worker']} was lost")
+
+    def _lease(self, c: sqlite3.Connection, row: sqlite3.Row, expired: bool, worker: str, now: float,
+               lease: float) -> Job:
+        """claimed, attempt + 1, a fresh token, event claimed or reclaimed."""
+        token = secrets.token_hex(8)
+        attempt = row["attempts"] + 1
+        out = c.execute(
+            "UPDATE jobs SET state = 'running', attempts = ?, tries = tries + 1, token = ?, worker = ?,"
+            " lease_until = ?, updated_at = ? WHERE id = ? RETURNING *",
+            (attempt, token, worker, now + lease, now, row["id"]),
+        ).fetchone()
+        msg = f"by {worker}"
+        if expired:  # how long ago, not an epoch: the event's own time is shown beside it
+            msg += f"; lease of {row['worker']} ran out {format_duration(now - row['lease_until'])} before"
+        event(c, row["id"], now, "reclaimed" if expired else "claimed", attempt, msg)
+        return self.rows.job(out)
+
+    def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None,
+                 ended_at: float | None = None, runner: dict[str, Any] | None = None,
+                 durable: bool = True) -> Job:
+        now = self.clock.now()
+        with self.store.tx(durable=durable) as c:
+            row = self._held(c, job_id, token)
+            self._put_runner(c, row, runner, now)
+            return self.ends.finish(c, job_id, JobState.DONE, past(ended_at, now), row["attempts"], "done",
+                                    message, exit_code=exit_code)
+
+    def fail(
+        self, job_id: int, token: str, *, message: str = "", retry: bool = True,
+        exit_code: int | None = None, ended_at: float | None = None,
+        runner: dict[str, Any] | None = None, durable: bool = True,
+    ) -> Job:
+        now = self.clock.now()
+        with self.store.tx(durable=durable) as c:
+            row = self._held(c, job_id, token)
+            self._put_runner(c, row, runner, now)
+            return self._fail_row(c, row, message, retry, exit_code, past(ended_at, now), now)
+
+    def _fail_row(self, c: sqlite3.Connection, row: sqlite3.Row, message: str, retry: bool,
+                  exit_code: int | None, ended: float, now: float, kind: str = "failed") -> Job:
+        """A try that counts ended: queued after a backoff while tries remain
+        (and ``retry``, the event ``kind``), else failed."""
+        job_id, attempts, tries = row["id"], row["attempts"], row["tries"]
+        if retry and tries < row["max_attempts"]:
+            delay = min(2.0 ** min(tries, 1000), self.backoff_cap_s)  # 2.0**1024 overflows
+            out = c.execute(
+                "UPDATE jobs SET state = 'queued', not_before = ?, token = NULL,"
+                " lease_until = NULL, message = ?, exit_code = ?, updated_at = ?"
+                " WHERE id = ? RETURNING *",
+                (now + delay, storable(message), exit_code, now, job_id),
+            ).fetchone()
+            event(c, job_id, ended, kind, attempts,
+                  _join(message, f"retry {tries + 1}/{row['max_attempts']} in {delay:g}s"))
+            return self.rows.job(out)
+        why = "no attempts left" if retry else "not retried"
+        return self.ends.finish(c, job_id, JobState.FAILED, ended, attempts, "failed",
+                                _join(message, why), exit_code=exit_code, stored_message=message)
+
+    def release(self, job_id: int, token: str, *, message: str = "interrupted", delay_s: float = 0.0,
+                kind: str = "interrupted", runner: dict[str, Any] | None = None,
+                durable: bool = True) -> Job:
+        delay = number(delay_s, "delay_s", 0.0, lo=0)
+        now = self.clock.now()
+        with self.store.tx(durable=durable) as c:
+            row = self._held(c, job_id, token)
+            self._put_runner(c, row, runner, now)
+            forgiven = kind != "fenced" or may_refund(row)
+            if kind == "fenced":
+                message += refund_note(row, forgiven)
+            if not forgiven:
+                return self._fail_row(c, row, message, True, None, now, now, kind)
+            out = c.execute(
+                "UPDATE jobs SET state = 'queued', not_before = ?, token = NULL, lease_until = NULL,"
+                " tries = max(tries - 1, 0), refunds = refunds + ?, updated_at = ? WHERE id = ? RETURNING *",
+                (now + delay, int(kind == "fenced"), now, job_id),
+            ).fetchone()
+            event(c, job_id, now, kind, row["attempts"], message)
+            return self.rows.job(out)
 
     def heartbeat(self, job_id: int, token: str, *, lease_s: float | None = None) -> Job:
-        """Extend the lease of the holder of ``token``: ``lease_until = now + lease``.
-
-        The token decides, not the clock: a lapsed lease that nobody reclaimed
-        may still be renewed. Raises LeaseLost (stale token) or JobNotFound.
-        """
         now = self.clock.now()
-        with self._tx(durable=False) as c:
+        with self.store.tx(durable=False) as c:
             row = self._held(c, job_id, token)
             return self._extend(c, row, now, lease_s)
 
     def renew_after_resume(self, job_id: int, token: str, message: str) -> Job:
-        """Heartbeat after the machine slept, and record a ``resumed`` event."""
         now = self.clock.now()
-        with self._tx(durable=False) as c:
+        with self.store.tx(durable=False) as c:
             row = self._held(c, job_id, token)
             job = self._extend(c, row, now, None)
-            self._event(c, job_id, now, "resumed", row["attempts"], message)
+            event(c, job_id, now, "resumed", row["attempts"], message)
             return job
 
     def _extend(self, c: sqlite3.Connection, row: sqlite3.Row, now: float, lease_s: float | None) -> Job:
@@ -73,74 +170,34 @@ class SqliteLeases:
             "UPDATE jobs SET lease_until = ?, updated_at = ? WHERE id = ? RETURNING *",
             (now + lease, now, row["id"]),
         ).fetchone()
-        return self._job(out)
+        return self.rows.job(out)
 
     def set_runner(self, job_id: int, token: str, runner: dict[str, Any]) -> Job:
-        """Record the identity of the process running this attempt (event ``started``)."""
         now = self.clock.now()
-        with self._tx(durable=False) as c:
+        with self.store.tx(durable=False) as c:
             row = self._held(c, job_id, token)
             self._put_runner(c, row, runner, now)
-            return self._job(c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone())
+            return self.rows.job(c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone())
 
     def note_ended(self, job_id: int, attempt: int, message: str, *, ended_at: float | None = None,
                    durable: bool = True) -> Job:
-        """A run of a job it no longer holds ended (it was cancelled while
-        it ran): event ``ended`` for ``attempt``, nothing else changes, so
-        its history says how the run it had started ended. Raises JobNotFound."""
         now = self.clock.now()
-        with self._tx(durable=durable) as c:
-            row = self._get_row(c, job_id)
-            self._event(c, job_id, past(ended_at, now), "ended", attempt, message)
-            return self._job(row)
+        with self.store.tx(durable=durable) as c:
+            row = self.rows.row(c, job_id)
+            event(c, job_id, past(ended_at, now), "ended", attempt, message)
+            return self.rows.job(row)
 
     def _put_runner(self, c: sqlite3.Connection, row: sqlite3.Row, runner: dict[str, Any] | None,
                     now: float) -> None:
         if runner is None:
             return
         c.execute("UPDATE jobs SET runner = ?, updated_at = ? WHERE id = ?", (json.dumps(runner), now, row["id"]))
-        self._event(c, row["id"], past(runner.get("started_at"), now), "started", row["attempts"],
-                    f"pid {runner.get('pid')}")
-
-    def flush(self) -> None:
-        """Make every commit made with ``durable=False`` durable now (one fsync)."""
-        with self._tx() as c:
-            c.execute("INSERT INTO meta (key, value) VALUES ('flushed', '0')"
-                      " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1")
-
-    def sync(self) -> None:
-        """Make every commit so far durable: one fsync of the write-ahead
-        log. Blocking, and safe to call from another thread (it touches no
-        connection, only a descriptor of its own): the daemon runs it off
-        its loop, so the next jobs start while the disk catches up, and the
-        outcomes that end meanwhile share the next one (group commit).
-        Raises StorageError."""
-        try:
-            fd = open_file(f"{self.path}-wal")  # never waits on a FIFO there (paths.py)
-        except FileNotFoundError:
-            return  # no log: every commit is in the database file, checkpointed with an fsync
-        except OSError as e:
-            raise StorageError(f"cannot open the queue's write-ahead log: {e.strerror or e}") from e
-        try:
-            _datasync(fd)
-        except OSError as e:
-            raise StorageError(f"cannot make the queue's writes durable: {e.strerror or e}") from e
-        finally:
-            os.close(fd)
+        event(c, row["id"], past(runner.get("started_at"), now), "started", row["attempts"],
+              f"pid {runner.get('pid')}")
 
     def unclaim(self, job_id: int, token: str, *, durable: bool = True) -> Job:
-        """running -> queued as if the claim of ``token`` had not happened:
-        its run never started (the daemon held it in the keeper behind
-        another run and took it back, or it was dropped before it started).
-        ``attempts`` and ``tries`` back, token and lease cleared, and the
-        claim's ``claimed`` event deleted, with the ``adopted`` or ``resumed``
-        events of its lease after it: nothing ran, so history shows nothing.
-        The worker name is cleared on a job that has never run.
-        Meant for plain claims (``claim(reclaim=False)``): a reclaim's
-        event would stay (the lease it says was lost was lost), beside the
-        next claim's of the same attempt. Raises LeaseLost or JobNotFound."""
         now = self.clock.now()
-        with self._tx(durable=durable) as c:
+        with self.store.tx(durable=durable) as c:
             row = self._held(c, job_id, token)
             out = c.execute(
                 "UPDATE jobs SET state = 'queued', attempts = max(attempts - 1, 0), tries = max(tries - 1, 0),"
@@ -151,34 +208,22 @@ class SqliteLeases:
             c.execute("DELETE FROM events WHERE job_id = ? AND attempt = ? AND id >= (SELECT max(id) FROM events"
                       " WHERE job_id = ? AND attempt = ? AND kind = 'claimed')",
                       (job_id, row["attempts"], job_id, row["attempts"]))
-            return self._job(out)
+            return self.rows.job(out)
 
     def adopt(self, job_id: int, token: str, worker: str, *, message: str) -> Job:
-        """A new holder takes over the lease of ``token`` (a daemon adopting
-        a run that outlived the daemon that claimed it): the lease is renewed
-        from now and ``worker`` renamed; event ``adopted``. The token decides,
-        as for a heartbeat: a lapsed lease that nobody reclaimed is still
-        ours. Raises LeaseLost or JobNotFound."""
         now = self.clock.now()
-        with self._tx(durable=False) as c:
+        with self.store.tx(durable=False) as c:
             row = self._held(c, job_id, token)
             out = c.execute(
                 "UPDATE jobs SET worker = ?, lease_until = ?, updated_at = ? WHERE id = ? RETURNING *",
                 (worker, now + row["lease_s"], now, job_id),
             ).fetchone()
-            self._event(c, job_id, now, "adopted", row["attempts"], message)
-            return self._job(out)
+            event(c, job_id, now, "adopted", row["attempts"], message)
+            return self.rows.job(out)
 
     def abandon(self, job_id: int, token: str, *, message: str, refund: bool = False) -> Job:
-        """Declare the holder of ``token`` gone (e.g. the daemon that held it
-        died: the single-instance lock proves it). The lease counts as expired
-        from now, so the next claim re-issues the job with a ``reclaimed``
-        event (attempts + 1). Event ``abandoned``. With ``refund`` (the run
-        was cut short by a crash of sloth, not of the job) its try is given
-        back, at most MAX_CRASH_REFUNDS times between user retries; past that
-        the crash counts. Raises LeaseLost."""
         now = self.clock.now()
-        with self._tx() as c:
+        with self.store.tx() as c:
             row = self._held(c, job_id, token)
             give = refund and may_refund(row)
             out = c.execute(
@@ -189,8 +234,20 @@ class SqliteLeases:
             if refund:
                 message += (f"; not counted as a try ({row['refunds'] + 1} of {MAX_CRASH_REFUNDS} forgiven)"
                             if give else f"; counted as a try ({MAX_CRASH_REFUNDS} crashes already forgiven)")
-            self._event(c, job_id, now, "abandoned", row["attempts"], message)
-            return self._job(out)
+            event(c, job_id, now, "abandoned", row["attempts"], message)
+            return self.rows.job(out)
+
+    def _held(self, c: sqlite3.Connection, job_id: int, token: str) -> sqlite3.Row:
+        row = self.rows.row(c, job_id)
+        if row["state"] != JobState.RUNNING.value or row["token"] is None or row["token"] != token:
+            if (row["state"] == JobState.QUEUED.value and row["token"] is None
+                    and row["attempts"] == 0):
+                raise IllegalTransition(f"job {job_id} is queued, not claimed by anyone")
+            raise LeaseLost(
+                f"job {job_id}: token {str(token)[:16]!r} no longer holds the lease "
+                f"(job is {row['state']}, attempt {row['attempts']})"
+            )
+        return row
 
 
 
@@ -210,3 +267,7 @@ def refund_note(row: Any, given: bool) -> str:
 def past(t: float | None, now: float) -> float:
     """A reported time, never later than now (clocks of other processes)."""
     return now if t is None or not math.isfinite(t) or t > now else t
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a else b

@@ -4,14 +4,14 @@ there are in all (a listing never stops short without saying so).
 
 Sections, in order: running (oldest first), queued (the ones due now in the
 order a claim takes them, then the delayed ones by when they come due),
-blocked (oldest first), finished (most recent first). A base class of the
-read side (backends/sqlite/reads.py).
+blocked (oldest first), finished (most recent first). Composed into the
+queue and the read-only view beside their reads (backends/sqlite/reads.py).
 """
 
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING, Sequence
+from typing import Callable, Sequence
 
 from sloth_daemon.models import FINISHED_STATES, STATE_NAMES, Job, Listing, state_name
 
@@ -25,25 +25,19 @@ ORDER = {
 
 
 class SqliteListing:
-    _conn: sqlite3.Connection
+    """Listings on one connection; ``job`` tells a row as a Job, and
+    ``lane_counts`` reads the active jobs per lane (SqliteReads's)."""
 
-    if TYPE_CHECKING:
-        def _job(self, row: sqlite3.Row) -> Job: ...
-        def lane_counts(self) -> dict[str, dict[str, int]]: ...
+    def __init__(self, conn: sqlite3.Connection, job: Callable[[sqlite3.Row], Job],
+                 lane_counts: Callable[[], dict[str, dict[str, int]]]) -> None:
+        self.conn, self.job, self.lane_counts = conn, job, lane_counts
 
     def listing(self, *, states: Sequence[str] | None = None, lane: str | None = None,
                 limit: int | None = None, offset: int = 0, finished_limit: int | None = None,
                 now: float, host: str | None = None) -> Listing:
-        """Up to ``limit`` jobs of the selection from ``offset`` on (see the
-        module docstring for the order). ``states``: which (``claimed`` reads
-        as ``running``; default all); ``finished_limit``: at most this many
-        finished jobs, the most recent (the default view's "last 10").
-        ``lanes``: active jobs per lane (the selection's lane, or all).
-        ``host``: only jobs that run (or ran) on that host, or are placed
-        there. Raises ValueError for an unknown state."""
         wanted = set(STATE_NAMES) if not states else {state_name(s) for s in states}
         where, args = _where(lane, host)
-        counts = self._state_counts(where, args)
+        counts = self.state_counts(where, args)
         total = sum(counts[s] for s in wanted)
         jobs: list[Job] = []
         for name, members, take, skip in _pages(_sections(wanted, counts, finished_limit), offset, limit):
@@ -51,9 +45,10 @@ class SqliteListing:
         lanes = self.lane_counts()
         return Listing(jobs, total, counts, offset, lanes if lane is None else {lane: lanes.get(lane, {})})
 
-    def _state_counts(self, where: str, args: dict[str, object]) -> dict[str, int]:
+    def state_counts(self, where: str, args: dict[str, object]) -> dict[str, int]:
+        """Jobs per state (every state named) that match a filter of _where."""
         out = dict.fromkeys(STATE_NAMES, 0)
-        for st, n in self._conn.execute(f"SELECT state, count(*) FROM jobs WHERE {where} GROUP BY state", args):
+        for st, n in self.conn.execute(f"SELECT state, count(*) FROM jobs WHERE {where} GROUP BY state", args):
             out[st] = n
         return out
 
@@ -63,7 +58,7 @@ class SqliteListing:
         sql = (f"SELECT * FROM jobs WHERE state IN ({marks}) AND {where}"
                f" ORDER BY {ORDER[name]} LIMIT :take OFFSET :skip")
         args = {**{f"s{i}": m for i, m in enumerate(members)}, **wargs, "now": now, "take": take, "skip": skip}
-        return [self._job(r) for r in self._conn.execute(sql, args)]
+        return [self.job(r) for r in self.conn.execute(sql, args)]
 
 
 WORKER_PREFIX = "sloth-daemon:"  # runs.worker_name: sloth-daemon:HOST:PID:INSTANCE

@@ -1,11 +1,11 @@
-"""The lease queue on one SQLite file: leases and transitions. Its SQL lives
-in the sqlite*.py modules of this package (sqlite_enqueue: adding jobs,
-sqlite_pick: what a claim picks, sqlite_reads: the read side); db.py
-connects and migrates.
+"""The lease queue on one SQLite file, as its users see it: SqliteQueue
+names the objects it is composed of and hands each call to the one that
+owns its SQL (see the class docstring); db.py connects and migrates.
 
 Knows nothing of sockets, processes or the CLI. Every write is one short
-``BEGIN IMMEDIATE`` transaction (db.transaction), every time is a bound
-parameter read from the injected clock: SQL never reads the clock.
+``BEGIN IMMEDIATE`` transaction (db.transaction, through the store), every
+time is a bound parameter read from the injected clock: SQL never reads
+the clock.
 
 What ``claim`` picks, and in which order, is backends/sqlite/pick.py's; what a job's
 end does to the jobs waiting for it, backends/sqlite/deps.py's.
@@ -18,38 +18,41 @@ added after it; those are passed, after the commit, to ``on_side_change``.
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
 import sqlite3
 from pathlib import Path
-from typing import Any, Callable, Collection, Sequence
+from typing import Any, Callable, Collection, ContextManager, Iterable, Mapping, Sequence
 
 from sloth_daemon.backends.sqlite import db
-from sloth_daemon.backends.sqlite import deps
-from sloth_daemon.backends.sqlite import pick
-from sloth_daemon.backends.sqlite.batch import SqliteBatch
-from sloth_daemon.backends.sqlite.leases import SqliteLeases, may_refund, past, refund_note
-from sloth_daemon.backends.sqlite.enqueue import SQL_ACTIVE_KEY, SqliteEnqueue
-from sloth_daemon.backends.sqlite.reads import SqliteReads
-from sloth_daemon.backends.sqlite.unit import SqliteUnits, WriteUnit
+from sloth_daemon.backends.sqlite.batch import SqliteRequests
+from sloth_daemon.backends.sqlite.ends import JobEnds
+from sloth_daemon.backends.sqlite.enqueue import SqliteEnqueue
+from sloth_daemon.backends.sqlite.leases import SqliteLeases
+from sloth_daemon.backends.sqlite.listing import SqliteListing
+from sloth_daemon.backends.sqlite.meta import SqliteMeta
+from sloth_daemon.backends.sqlite.reads import JobRows, SqliteReads
+from sloth_daemon.backends.sqlite.unit import SqliteStore
 from sloth_daemon.clock import Clock, SystemClock
-from sloth_daemon.durations import format_duration
-from sloth_daemon.errors import BadRequest, IllegalTransition, LeaseLost
-from sloth_daemon.models import ACTIVE_STATES, Job, JobState
-from sloth_daemon.spec import number
-from sloth_daemon.text import storable
+from sloth_daemon.models import Batch, Event, Job, JobState, Listing
+from sloth_daemon.spec import JobSpec
 
 DEFAULT_LEASE_S = 60.0
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_BACKOFF_CAP_S = 300.0
-_NEVER_CLOSED: list[sqlite3.Connection] = []  # connections of broken queues (see close)
 
 
-class SqliteQueue(SqliteUnits, SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteReads):
-    """A durable lease queue over one SQLite file (see module docstring)."""
+class SqliteQueue:
+    """A durable lease queue over one SQLite file (see the module docstring).
 
-    on_side_change: Callable[[Job], None] | None = None  # see the module docstring
+    Composed of: ``store`` (unit.py: the connection, the one transaction
+    helper, the unit of a worker's turn, the broken-file guard), ``rows``
+    (reads.py: rows told as Jobs), ``reads`` and ``listings`` (reads.py,
+    listing.py), ``adds`` (enqueue.py), ``leases`` (leases.py: claims and
+    their holders), ``ends`` (ends.py: a job's end, shared by the writers),
+    ``requests`` (batch.py: the user's cancel, retry, restart, prune) and
+    ``meta`` (meta.py: meta and lanes). Each public method below says its
+    transitions and errors and hands the call to the one that owns its SQL.
+    """
 
     def __init__(
         self,
@@ -66,42 +69,150 @@ class SqliteQueue(SqliteUnits, SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteR
         again later, so its event loop never freezes behind a foreign writer)."""
         self.path = Path(path)
         self.clock: Clock = clock or SystemClock()
-        self.lease_s = float(lease_s)
-        self.max_attempts = int(max_attempts)
-        self.backoff_cap_s = float(backoff_cap_s)
-        self._patience_s = float(lock_wait_s)
-        self._conn = db.connect(self.path, busy_timeout_s=min(self._patience_s, db.BUSY_TIMEOUT_MS / 1000))
-        self._envs: dict[int, dict[str, str]] = {}  # env_id -> env, decoded once
-        self._conn.row_factory = sqlite3.Row
-        self._side: list[sqlite3.Row] = []  # dependents changed by the open transaction
-        self._unit: WriteUnit | None = None  # writes that share one transaction (unit())
-        self.identity: str = self._identity()
+        patience_s = float(lock_wait_s)
+        conn = db.connect(self.path, busy_timeout_s=min(patience_s, db.BUSY_TIMEOUT_MS / 1000))
+        conn.row_factory = sqlite3.Row
+        self._conn = conn  # the store's; tests and benchmarks look under the contract through it
+        self.rows = JobRows(conn)
+        self.store = SqliteStore(conn, self.path, patience_s, self.rows.job)
+        self.reads = SqliteReads(conn, self.rows)
+        self.listings = SqliteListing(conn, self.rows.job, self.reads.lane_counts)
+        self.adds = SqliteEnqueue(self.store, self.clock, int(max_attempts), float(lease_s))
+        self.ends = JobEnds(self.store, self.rows)
+        self.leases = SqliteLeases(self.store, self.rows, self.ends, self.clock, float(backoff_cap_s))
+        self.requests = SqliteRequests(self.store, self.rows, self.ends, self.adds, self.clock)
+        self.meta = SqliteMeta(self.store, self.clock)
+        self.identity: str = self.meta.identity()
 
-    def _identity(self) -> str:
-        """This queue's stable id: random, made with the queue (or the first
-        time a queue of an older sloth is opened), kept in meta. Logs live
-        under it, so a new queue in the same folder never writes into an old
-        queue's log files (identity.py)."""
-        found = self.get_meta("queue_id")
-        if isinstance(found, str):
-            return found
-        with db.transaction(self._conn) as c:
-            row = c.execute("SELECT value FROM meta WHERE key = 'queue_id'").fetchone()
-            if row is not None:
-                return str(json.loads(row[0]))
-            qid = secrets.token_hex(8)
-            c.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
-                ("queue_id", json.dumps(qid)), ("queue_created_at", json.dumps(self.clock.now()))])
-            return qid
+    # ---------------------------------------------------------------- settings
+    # The defaults a job that sets none gets, and the backoff cap: the
+    # daemon's settings, changed in place when its config is reloaded.
+    @property
+    def lease_s(self) -> float:
+        return self.adds.lease_s
 
+    @lease_s.setter
+    def lease_s(self, value: float) -> None:
+        self.adds.lease_s = float(value)
+
+    @property
+    def max_attempts(self) -> int:
+        return self.adds.max_attempts
+
+    @max_attempts.setter
+    def max_attempts(self, value: int) -> None:
+        self.adds.max_attempts = int(value)
+
+    @property
+    def backoff_cap_s(self) -> float:
+        return self.leases.backoff_cap_s
+
+    @backoff_cap_s.setter
+    def backoff_cap_s(self, value: float) -> None:
+        self.leases.backoff_cap_s = float(value)
+
+    @property
+    def on_side_change(self) -> Callable[[Job], None] | None:
+        """Told, after the commit, of each job a transition queued or
+        cancelled besides the one it returns (see the module docstring)."""
+        return self.store.on_side_change
+
+    @on_side_change.setter
+    def on_side_change(self, fn: Callable[[Job], None] | None) -> None:
+        self.store.on_side_change = fn
+
+    # ------------------------------------------------------------ the file
     def check(self) -> None:
         """Raise QueueBroken if the file was replaced, truncated or found
         damaged under this queue (then it takes no more writes)."""
-        guard = db.guard_of(self._conn)
-        if guard is not None:
-            guard.check()
+        self.store.check()
 
-    # ------------------------------------------------------------------- claim
+    @property
+    def broken(self) -> str | None:
+        """Why this queue takes no more writes (its file changed under it), or None."""
+        return self.store.broken
+
+    def unit(self) -> ContextManager[None]:
+        """The writes inside as one transaction, one commit (backends/sqlite/unit.py).
+        Raises StorageError at the end if any of them met a storage error:
+        then none of them was kept. A write inside that asked to be durable
+        makes the commit fsync the WAL (a failed fsync raises too, the
+        writes kept: the worker asks for none inside, the group commit
+        fsyncs). Nested: part of the outer one, which raises at its end."""
+        return self.store.unit()
+
+    def flush(self) -> None:
+        """Make every commit made with ``durable=False`` durable now (one fsync)."""
+        self.store.flush()
+
+    def sync(self) -> None:
+        """Make every commit so far durable: one fsync of the write-ahead
+        log. Blocking, and safe to call from another thread (it touches no
+        connection, only a descriptor of its own): the daemon runs it off
+        its loop, so the next jobs start while the disk catches up, and the
+        outcomes that end meanwhile share the next one (group commit).
+        Raises StorageError."""
+        self.store.sync()
+
+    def close(self) -> None:
+        """Close the file. A broken queue's connection is left open instead:
+        closing checkpoints the WAL into whatever file is now at the path (into
+        a truncated file, a patchwork of old pages that looks like a queue).
+        A process that ends with such a queue should leave by os._exit."""
+        self.store.close()
+
+    def __enter__(self) -> "SqliteQueue":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------- adding jobs
+    def enqueue(
+        self,
+        command: Sequence[str],
+        *,
+        max_attempts: int | None = None,
+        lease_s: float | None = None,
+        not_before: float | None = None,
+        priority: int = 0,
+        lane: str = "default",
+        key: str | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_s: float | None = None,
+        label: str | None = None,
+        shell: bool = False,
+    ) -> int:
+        """Add a job in state ``queued`` and return its id.
+
+        With ``key``: if an unfinished (blocked, queued or running) job has the
+        same key, return its id and add nothing. Raises BadRequest for invalid fields.
+        """
+        return self.adds.enqueue_many([dict(
+            command=command, max_attempts=max_attempts, lease_s=lease_s, not_before=not_before,
+            priority=priority, lane=lane, key=key, cwd=cwd, env=env, timeout_s=timeout_s,
+            label=label, shell=shell)])[0]
+
+    def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None) -> list[int]:
+        """Enqueue many jobs in one transaction; all or none. Same rules as
+        enqueue. A spec may be a job object or a JobSpec already validated.
+        With ``batch`` (a client's token), the ids are recorded under it in
+        the same transaction, so a client that lost the answer can ask
+        (batch_ids) whether the batch was queued: never "some of it". A
+        spec with ``after``/``after_any`` (ids) or ``after_previous`` (on
+        the batch's previous job) starts ``blocked`` while any of those is
+        unfinished, ``cancelled`` (event ``cancelled``) if one it needs done
+        already failed or was cancelled, else ``queued``. Raises BadRequest
+        for invalid fields, JobNotFound for a prerequisite that does not exist."""
+        return self.adds.enqueue_many(specs, batch=batch)
+
+    def batch_ids(self, batch: str) -> list[int] | None:
+        """The ids the batch ``batch`` was queued as, or None if it was not
+        (or its record was pruned: records are kept BATCH_RECORD_S)."""
+        return self.adds.batch_ids(batch)
+
+    # ------------------------------------------------------ lease holders
     def claim(
         self, worker: str, *, lease_s: float | None = None, lanes: Sequence[str] | None = None,
         exclude_lanes: Collection[str] = (), exclude_ids: Collection[int] = (),
@@ -127,47 +238,25 @@ class SqliteQueue(SqliteUnits, SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteR
         Not fsynced (see db.transaction): after a power cut the claimed
         process is gone anyway, and the job simply runs again.
         """
-        if lease_s is not None:  # refuse a bad lease even when nothing is due
-            lease_s = number(lease_s, "lease_s", None, lo=0.001)
-        for name, v in (("lanes", lanes), ("places", places)):
-            if isinstance(v, str):  # a bare string would be read as its letters
-                raise BadRequest(f"{name} must be a list of names, got the string {v!r}")
-        if lanes is not None and not lanes:
-            return None
-        now = self.clock.now()
-        with self._tx(durable=False) as c:
-            while True:
-                cand = pick.best_candidate(c, now, lanes, exclude_lanes, exclude_ids, places, expired=reclaim)
-                if cand is None:
-                    return None
-                row, expired = cand
-                if expired and row["tries"] >= row["max_attempts"]:
-                    self._lease_expired_for_good(c, row, now)
-                    continue
-                return self._lease(c, row, expired, worker, now, row["lease_s"] if lease_s is None else lease_s)
+        return self.leases.claim(worker, lease_s=lease_s, lanes=lanes, exclude_lanes=exclude_lanes,
+                                 exclude_ids=exclude_ids, places=places, reclaim=reclaim)
 
-    def _lease_expired_for_good(self, c: sqlite3.Connection, row: sqlite3.Row, now: float) -> None:
-        self._finish(c, row["id"], JobState.FAILED, now, row["attempts"], "lease_expired",
-                     f"lease expired on the last attempt ({row['tries']}/{row['max_attempts']});"
-                     f" worker {row['worker']} was lost")
+    def heartbeat(self, job_id: int, token: str, *, lease_s: float | None = None) -> Job:
+        """Extend the lease of the holder of ``token``: ``lease_until = now + lease``.
 
-    def _lease(self, c: sqlite3.Connection, row: sqlite3.Row, expired: bool, worker: str, now: float,
-               lease: float) -> Job:
-        """claimed, attempt + 1, a fresh token, event claimed or reclaimed."""
-        token = secrets.token_hex(8)
-        attempt = row["attempts"] + 1
-        out = c.execute(
-            "UPDATE jobs SET state = 'running', attempts = ?, tries = tries + 1, token = ?, worker = ?,"
-            " lease_until = ?, updated_at = ? WHERE id = ? RETURNING *",
-            (attempt, token, worker, now + lease, now, row["id"]),
-        ).fetchone()
-        msg = f"by {worker}"
-        if expired:  # how long ago, not an epoch: the event's own time is shown beside it
-            msg += f"; lease of {row['worker']} ran out {format_duration(now - row['lease_until'])} before"
-        self._event(c, row["id"], now, "reclaimed" if expired else "claimed", attempt, msg)
-        return self._job(out)
+        The token decides, not the clock: a lapsed lease that nobody reclaimed
+        may still be renewed. Raises LeaseLost (stale token) or JobNotFound.
+        """
+        return self.leases.heartbeat(job_id, token, lease_s=lease_s)
 
-    # --------------------------------------------------------- lease holders
+    def renew_after_resume(self, job_id: int, token: str, message: str) -> Job:
+        """Heartbeat after the machine slept, and record a ``resumed`` event."""
+        return self.leases.renew_after_resume(job_id, token, message)
+
+    def set_runner(self, job_id: int, token: str, runner: dict[str, Any]) -> Job:
+        """Record the identity of the process running this attempt (event ``started``)."""
+        return self.leases.set_runner(job_id, token, runner)
+
     def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None,
                  ended_at: float | None = None, runner: dict[str, Any] | None = None,
                  durable: bool = True) -> Job:
@@ -178,12 +267,8 @@ class SqliteQueue(SqliteUnits, SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteR
         for all but the last of a batch of outcomes (group commit), whose one
         fsync, or a flush(), makes them all durable. Raises LeaseLost for a
         stale token."""
-        now = self.clock.now()
-        with self._tx(durable=durable) as c:
-            row = self._held(c, job_id, token)
-            self._put_runner(c, row, runner, now)
-            return self._finish(c, job_id, JobState.DONE, past(ended_at, now), row["attempts"], "done",
-                                message, exit_code=exit_code)
+        return self.leases.complete(job_id, token, message=message, exit_code=exit_code, ended_at=ended_at,
+                                    runner=runner, durable=durable)
 
     def fail(
         self, job_id: int, token: str, *, message: str = "", retry: bool = True,
@@ -194,31 +279,8 @@ class SqliteQueue(SqliteUnits, SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteR
         tries remain (and ``retry``), else -> failed (dependents that need it
         done are cancelled, the others may be queued). ``ended_at``,
         ``runner`` and ``durable`` as for complete. Raises LeaseLost."""
-        now = self.clock.now()
-        with self._tx(durable=durable) as c:
-            row = self._held(c, job_id, token)
-            self._put_runner(c, row, runner, now)
-            return self._fail_row(c, row, message, retry, exit_code, past(ended_at, now), now)
-
-    def _fail_row(self, c: sqlite3.Connection, row: sqlite3.Row, message: str, retry: bool,
-                  exit_code: int | None, ended: float, now: float, kind: str = "failed") -> Job:
-        """A try that counts ended: queued after a backoff while tries remain
-        (and ``retry``, the event ``kind``), else failed."""
-        job_id, attempts, tries = row["id"], row["attempts"], row["tries"]
-        if retry and tries < row["max_attempts"]:
-            delay = min(2.0 ** min(tries, 1000), self.backoff_cap_s)  # 2.0**1024 overflows
-            out = c.execute(
-                "UPDATE jobs SET state = 'queued', not_before = ?, token = NULL,"
-                " lease_until = NULL, message = ?, exit_code = ?, updated_at = ?"
-                " WHERE id = ? RETURNING *",
-                (now + delay, storable(message), exit_code, now, job_id),
-            ).fetchone()
-            self._event(c, job_id, ended, kind, attempts,
-                        _join(message, f"retry {tries + 1}/{row['max_attempts']} in {delay:g}s"))
-            return self._job(out)
-        why = "no attempts left" if retry else "not retried"
-        return self._finish(c, job_id, JobState.FAILED, ended, attempts, "failed",
-                            _join(message, why), exit_code=exit_code, stored_message=message)
+        return self.leases.fail(job_id, token, message=message, retry=retry, exit_code=exit_code, ended_at=ended_at,
+                                runner=runner, durable=durable)
 
     def release(self, job_id: int, token: str, *, message: str = "interrupted", delay_s: float = 0.0,
                 kind: str = "interrupted", runner: dict[str, Any] | None = None,
@@ -234,39 +296,54 @@ class SqliteQueue(SqliteUnits, SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteR
         loop: past that it counts as a failed try. ``runner``, ``durable``:
         as for complete. Raises LeaseLost.
         """
-        delay = number(delay_s, "delay_s", 0.0, lo=0)
-        now = self.clock.now()
-        with self._tx(durable=durable) as c:
-            row = self._held(c, job_id, token)
-            self._put_runner(c, row, runner, now)
-            forgiven = kind != "fenced" or may_refund(row)
-            if kind == "fenced":
-                message += refund_note(row, forgiven)
-            if not forgiven:
-                return self._fail_row(c, row, message, True, None, now, now, kind)
-            out = c.execute(
-                "UPDATE jobs SET state = 'queued', not_before = ?, token = NULL, lease_until = NULL,"
-                " tries = max(tries - 1, 0), refunds = refunds + ?, updated_at = ? WHERE id = ? RETURNING *",
-                (now + delay, int(kind == "fenced"), now, job_id),
-            ).fetchone()
-            self._event(c, job_id, now, kind, row["attempts"], message)
-            return self._job(out)
+        return self.leases.release(job_id, token, message=message, delay_s=delay_s, kind=kind, runner=runner,
+                                   durable=durable)
 
-    # ---------------------------------------------------------- user actions
+    def note_ended(self, job_id: int, attempt: int, message: str, *, ended_at: float | None = None,
+                   durable: bool = True) -> Job:
+        """A run of a job it no longer holds ended (it was cancelled while
+        it ran): event ``ended`` for ``attempt``, nothing else changes, so
+        its history says how the run it had started ended. Raises JobNotFound."""
+        return self.leases.note_ended(job_id, attempt, message, ended_at=ended_at, durable=durable)
+
+    def unclaim(self, job_id: int, token: str, *, durable: bool = True) -> Job:
+        """running -> queued as if the claim of ``token`` had not happened:
+        its run never started (the daemon held it in the keeper behind
+        another run and took it back, or it was dropped before it started).
+        ``attempts`` and ``tries`` back, token and lease cleared, and the
+        claim's ``claimed`` event deleted, with the ``adopted`` or ``resumed``
+        events of its lease after it: nothing ran, so history shows nothing.
+        The worker name is cleared on a job that has never run.
+        Meant for plain claims (``claim(reclaim=False)``): a reclaim's
+        event would stay (the lease it says was lost was lost), beside the
+        next claim's of the same attempt. Raises LeaseLost or JobNotFound."""
+        return self.leases.unclaim(job_id, token, durable=durable)
+
+    def adopt(self, job_id: int, token: str, worker: str, *, message: str) -> Job:
+        """A new holder takes over the lease of ``token`` (a daemon adopting
+        a run that outlived the daemon that claimed it): the lease is renewed
+        from now and ``worker`` renamed; event ``adopted``. The token decides,
+        as for a heartbeat: a lapsed lease that nobody reclaimed is still
+        ours. Raises LeaseLost or JobNotFound."""
+        return self.leases.adopt(job_id, token, worker, message=message)
+
+    def abandon(self, job_id: int, token: str, *, message: str, refund: bool = False) -> Job:
+        """Declare the holder of ``token`` gone (e.g. the daemon that held it
+        died: the single-instance lock proves it). The lease counts as expired
+        from now, so the next claim re-issues the job with a ``reclaimed``
+        event (attempts + 1). Event ``abandoned``. With ``refund`` (the run
+        was cut short by a crash of sloth, not of the job) its try is given
+        back, at most MAX_CRASH_REFUNDS times between user retries; past that
+        the crash counts. Raises LeaseLost."""
+        return self.leases.abandon(job_id, token, message=message, refund=refund)
+
+    # ---------------------------------------------------- user requests
     def cancel(self, job_id: int, *, message: str = "cancelled by user") -> Job:
         """blocked|queued|running -> cancelled; what waits for it to be done is
         cancelled too. A running job's holder loses its lease (its token is
         cleared); ending its process is the caller's business. Raises
         IllegalTransition for a finished job, JobNotFound."""
-        now = self.clock.now()
-        with self._tx() as c:
-            row = self._get_row(c, job_id)
-            if row["state"] not in ACTIVE_STATES:
-                raise IllegalTransition(
-                    f"job {job_id} is {row['state']}; only blocked, queued or running jobs can be cancelled"
-                )
-            return self._finish(c, job_id, JobState.CANCELLED, now, row["attempts"],
-                                "cancelled", message)
+        return self.requests.cancel(job_id, message=message)
 
     def retry(self, job_id: int) -> Job:
         """failed|cancelled -> queued, due now, with a fresh budget of tries
@@ -275,113 +352,129 @@ class SqliteQueue(SqliteUnits, SqliteLeases, SqliteBatch, SqliteEnqueue, SqliteR
         that failed no longer stops it: retrying is the user's say-so).
         Raises IllegalTransition (other states, or its key is taken by an
         active job), JobNotFound."""
-        now = self.clock.now()
-        with self._tx() as c:
-            return self._retry(c, self._get_row(c, job_id), now)
+        return self.requests.retry(job_id)
 
-    def _retry(self, c: sqlite3.Connection, row: sqlite3.Row, now: float) -> Job:
-        job_id = row["id"]
-        if row["state"] not in (JobState.FAILED.value, JobState.CANCELLED.value):
-            raise IllegalTransition(
-                f"job {job_id} is {row['state']}; only failed or cancelled jobs can be retried",
-                hint="A queued or running job will run anyway; `sloth restart` queues a finished one again.",
-            )
-        if row["key"] is not None:
-            other = c.execute(SQL_ACTIVE_KEY, (row["key"],)).fetchone()
-            if other:
-                raise IllegalTransition(
-                    f"job {other[0]} with the same key {row['key']!r} is still active",
-                    hint=f"Wait for job {other[0]} or cancel it first.",
-                )
-        waits = deps.still_waits(c, job_id)
-        out = c.execute(
-            "UPDATE jobs SET state = ?, tries = 0, refunds = 0, not_before = ?, token = NULL,"
-            " lease_until = NULL, finished_at = NULL, updated_at = ? WHERE id = ? RETURNING *",
-            ("queued" if waits is None else "blocked", now, now, job_id),
-        ).fetchone()
-        why = "back to queued by user" if waits is None else f"retried by user; waits for job {waits}"
-        self._event(c, job_id, now, "retried", row["attempts"], why)
-        return self._job(out)
+    def cancel_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
+                    states: Sequence[str] | None = None, message: str = "cancelled by user",
+                    exclude: Collection[int] = ()) -> Batch:
+        """blocked|queued|running -> cancelled for each of ``ids``, or for
+        every active job of ``lane`` and/or ``states`` (a selection). Jobs
+        waiting for them to be done are cancelled too (in ``Batch.jobs``
+        when named). ``exclude``: jobs left out, as if not named (the daemon
+        asks the keeper about their runs first). Raises JobNotFound,
+        BadRequest (a state that is not active)."""
+        return self.requests.cancel_many(ids, lane=lane, states=states, message=message, exclude=exclude)
+
+    def retry_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
+                   states: Sequence[str] | None = None, busy: Collection[int] = ()) -> Batch:
+        """failed|cancelled -> queued (or blocked), as :meth:`retry`, for each
+        of ``ids`` or every job of the selection (default state: failed).
+        ``busy``: jobs not to touch yet (their cancelled run is still ending).
+        Raises JobNotFound, BadRequest."""
+        return self.requests.retry_many(ids, lane=lane, states=states, busy=busy)
+
+    def restart(self, ids: Sequence[int]) -> Batch:
+        """For each finished job of ``ids``: a new queued job with the same
+        command, lane, priority, limits, folder, environment, label and key
+        (not its prerequisites), due now. Events: ``restart`` on the new job,
+        ``restarted`` on the old. Raises JobNotFound."""
+        return self.requests.restart(ids)
+
+    def prune(self, older_than_s: float, *, states: Sequence[str] | None = None, lane: str | None = None,
+              dry_run: bool = False) -> int:
+        """Delete finished jobs (and their events) that ended more than
+        ``older_than_s`` ago, of ``states`` (default: every finished state) and
+        ``lane``. Returns how many were (``dry_run``: would be) deleted."""
+        return self.requests.prune(older_than_s, states=states, lane=lane, dry_run=dry_run)
 
     def set_meta(self, key: str, value: Any) -> None:
-        with self._tx() as c:
-            c.execute(
-                "INSERT INTO meta (key, value) VALUES (?, ?)"
-                " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                (key, json.dumps(value)),
-            )
+        """Persist a small setting (a JSON value, read by get_meta)."""
+        self.meta.set_meta(key, value)
 
     def set_lane(self, name: str, concurrency: int | None, config_was: int | None = None) -> None:
         """Record a lane (and, unless None, the concurrency `sloth lane set`
         gave it, with the config's value at that moment)."""
-        with self._tx() as c:
-            c.execute(
-                "INSERT INTO lanes (name, concurrency, config_was, created_at) VALUES (?, ?, ?, ?)"
-                " ON CONFLICT(name) DO UPDATE SET concurrency = excluded.concurrency,"
-                " config_was = excluded.config_was", (name, concurrency, config_was, self.clock.now()))
+        self.meta.set_lane(name, concurrency, config_was)
 
     def forget_lane(self, name: str) -> None:
         """Remove a lane from the lanes table (its jobs, if any, keep their lane)."""
-        with self._tx() as c:
-            c.execute("DELETE FROM lanes WHERE name = ?", (name,))
+        self.meta.forget_lane(name)
 
-    @property
-    def broken(self) -> str | None:
-        """Why this queue takes no more writes (its file changed under it), or None."""
-        guard = db.guard_of(self._conn)
-        return None if guard is None else guard.broken
+    # ---------------------------------------------------------------- reads
+    def get(self, job_id: int) -> Job:
+        """The job. Raises JobNotFound."""
+        return self.reads.get(job_id)
 
-    def close(self) -> None:
-        """Close the file. A broken queue's connection is left open instead:
-        closing checkpoints the WAL into whatever file is now at the path (into
-        a truncated file, a patchwork of old pages that looks like a queue).
-        A process that ends with such a queue should leave by os._exit."""
-        if self.broken is None:
-            self._conn.close()
-        else:
-            _NEVER_CLOSED.append(self._conn)
+    def jobs(
+        self, state: str | JobState | None = None, lane: str | None = None, limit: int = 1000,
+        *, states: Sequence[str] | None = None,
+    ) -> list[Job]:
+        """The newest ``limit`` jobs matching the filters, oldest first."""
+        return self.reads.jobs(state, lane, limit, states=states)
 
-    def __enter__(self) -> "SqliteQueue":
-        return self
+    def events(self, job_id: int) -> list[Event]:
+        """The job's history, oldest first. Raises JobNotFound."""
+        return self.reads.events(job_id)
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def counts(self) -> dict[str, int]:
+        """Jobs per state, every state named (0 for none)."""
+        return self.reads.counts()
 
-    # --------------------------------------------------------------- helpers
-    def _held(self, c: sqlite3.Connection, job_id: int, token: str) -> sqlite3.Row:
-        row = self._get_row(c, job_id)
-        if row["state"] != JobState.RUNNING.value or row["token"] is None or row["token"] != token:
-            if (row["state"] == JobState.QUEUED.value and row["token"] is None
-                    and row["attempts"] == 0):
-                raise IllegalTransition(f"job {job_id} is queued, not claimed by anyone")
-            raise LeaseLost(
-                f"job {job_id}: token {str(token)[:16]!r} no longer holds the lease "
-                f"(job is {row['state']}, attempt {row['attempts']})"
-            )
-        return row
+    def running(self) -> list[Job]:
+        """All jobs currently leased (running somewhere, or lost)."""
+        return self.reads.running()
 
-    def _finish(
-        self, c: sqlite3.Connection, job_id: int, state: JobState, now: float, attempt: int,
-        kind: str, message: str, *, exit_code: int | None = None, stored_message: str | None = None,
-    ) -> Job:
-        out = c.execute(
-            "UPDATE jobs SET state = ?, token = NULL, lease_until = NULL, message = ?,"
-            " exit_code = coalesce(?, exit_code), finished_at = ?, updated_at = ?"
-            " WHERE id = ? RETURNING *",
-            (state.value, storable(message if stored_message is None else stored_message),
-             exit_code, now, now, job_id),
-        ).fetchone()
-        self._event(c, job_id, now, kind, attempt, message)
-        self._side += deps.release(c, job_id, state.value, now)
-        return self._job(out)
+    claimed = running  # the name of schema v1-v3 days
 
-    @staticmethod
-    def _event(c: sqlite3.Connection, job_id: int, at: float, kind: str, attempt: int, message: str) -> None:
-        c.execute(
-            "INSERT INTO events (job_id, at, kind, attempt, message) VALUES (?, ?, ?, ?, ?)",
-            (job_id, at, kind, attempt, storable(message)),
-        )
+    def prereqs(self, job_id: int) -> list[dict[str, Any]]:
+        """What the job was added after: [{id, need ('done' | 'end'), state}]
+        (a pruned prerequisite is no longer listed)."""
+        return self.reads.prereqs(job_id)
 
+    def dependents(self, job_id: int) -> list[int]:
+        """Ids of the jobs added after this one."""
+        return self.reads.dependents(job_id)
 
-def _join(a: str, b: str) -> str:
-    return f"{a}; {b}" if a else b
+    def next_due_at(self, lanes: Sequence[str] | None = None, *,
+                    exclude_lanes: Collection[str] = (),
+                    exclude_ids: Collection[int] = (),
+                    places: Collection[str] | None = None) -> float | None:
+        """Earliest wall time at which ``claim`` (with the same filters)
+        could return something: the first queued ``not_before``, or just
+        after the first lease expiry."""
+        return self.reads.next_due_at(lanes, exclude_lanes=exclude_lanes, exclude_ids=exclude_ids, places=places)
+
+    def lanes(self) -> list[str]:
+        """Lanes that have blocked, queued or running jobs."""
+        return self.reads.lanes()
+
+    def lane_counts(self) -> dict[str, dict[str, int]]:
+        """lane -> {blocked, queued, running: n} for lanes with active jobs,
+        by index-only scans (finished jobs are not read)."""
+        return self.reads.lane_counts()
+
+    def lane_busy(self, lane: str) -> bool:
+        """True while the lane has a blocked, queued or running job (index seeks only)."""
+        return self.reads.lane_busy(lane)
+
+    def lane_rows(self) -> dict[str, dict[str, Any]]:
+        """The lanes table: name -> {concurrency, config_was, created_at}
+        (concurrency and config_was are None unless `sloth lane set` set them)."""
+        return self.reads.lane_rows()
+
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        """A small persisted setting (JSON value), e.g. which lanes are paused."""
+        return self.reads.get_meta(key, default)
+
+    def listing(self, *, states: Sequence[str] | None = None, lane: str | None = None,
+                limit: int | None = None, offset: int = 0, finished_limit: int | None = None,
+                now: float, host: str | None = None) -> Listing:
+        """Up to ``limit`` jobs of the selection from ``offset`` on (in the
+        order listing.py's docstring gives). ``states``: which (``claimed`` reads
+        as ``running``; default all); ``finished_limit``: at most this many
+        finished jobs, the most recent (the default view's "last 10").
+        ``lanes``: active jobs per lane (the selection's lane, or all).
+        ``host``: only jobs that run (or ran) on that host, or are placed
+        there. Raises ValueError for an unknown state."""
+        return self.listings.listing(states=states, lane=lane, limit=limit, offset=offset,
+                                     finished_limit=finished_limit, now=now, host=host)

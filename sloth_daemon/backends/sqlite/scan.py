@@ -23,29 +23,30 @@ and nothing is left out without saying so.
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from sloth_daemon.models import STATE_NAMES, Job, state_name
 from sloth_daemon.backends.sqlite.listing import ORDER, _pages, _sections, _where
 from sloth_daemon.backends.sqlite.reads import reads
 
 if TYPE_CHECKING:
-    from sloth_daemon.backends.sqlite.readonly import SqliteReadOnly
+    from sloth_daemon.backends.sqlite.listing import SqliteListing
 
 CHUNK = 500  # jobs per read (and per event on the socket)
 TABLE = "temp.sloth_listing"
 
 
 class SqliteScan:
-    """One listing being read (see the module docstring). ``reader``: the
-    read-only view whose connection holds the scan's table; ``owns_reader``:
-    close it with the scan (the daemon opens one per scan)."""
+    """One listing being read (see the module docstring). ``listings``: the
+    listing side of the read-only view whose connection holds the scan's
+    table; ``close_reader``: what closing the scan closes besides (the view,
+    when the daemon opened one for this scan), or None."""
 
-    def __init__(self, reader: SqliteReadOnly, *, owns_reader: bool, now: float,
+    def __init__(self, listings: SqliteListing, *, close_reader: Callable[[], None] | None, now: float,
                  states: Sequence[str] | None = None, lane: str | None = None, limit: int | None = None,
                  offset: int = 0, finished_limit: int | None = None, host: str | None = None) -> None:
-        self._reader, self._owns = reader, owns_reader
-        self._conn = reader._conn
+        self._listings, self._close_reader = listings, close_reader
+        self.conn = listings.conn
         self._pos, self.sent = 0, 0
         wanted = set(STATE_NAMES) if not states else {state_name(s) for s in states}
         self.head = self._start(wanted, _where(lane, host), lane, limit, offset, finished_limit, now)
@@ -53,19 +54,19 @@ class SqliteScan:
     @reads
     def _start(self, wanted: set[str], filt: tuple[str, dict[str, object]], lane: str | None,
                limit: int | None, offset: int, finished_limit: int | None, now: float) -> dict[str, Any]:
-        c = self._conn
+        c = self.conn
         c.execute("PRAGMA temp_store = FILE")
         c.execute(f"DROP TABLE IF EXISTS {TABLE}")
         c.execute(f"CREATE TABLE {TABLE} (pos INTEGER PRIMARY KEY, id INTEGER NOT NULL)")
         c.execute("BEGIN")
         try:
-            counts = self._reader._state_counts(*filt)
+            counts = self._listings.state_counts(*filt)
             base = 0
             for name, members, take, skip in _pages(_sections(wanted, counts, finished_limit), offset, limit):
                 c.execute(_insert(name, members, filt[0]), {**_members(members), **filt[1], "now": now,
                                                             "take": take, "skip": skip, "base": base - skip})
                 base += take
-            lanes = self._reader.lane_counts()
+            lanes = self._listings.lane_counts()
             c.execute("COMMIT")
         except BaseException:
             c.execute("ROLLBACK")
@@ -77,7 +78,7 @@ class SqliteScan:
     def next(self, n: int = CHUNK) -> list[Job]:
         """The next jobs of the listing, at most ``n`` ([] once it is all read)."""
         while True:
-            ids = [(p, i) for p, i in self._conn.execute(
+            ids = [(p, i) for p, i in self.conn.execute(
                 f"SELECT pos, id FROM {TABLE} WHERE pos > ? ORDER BY pos LIMIT ?", (self._pos, n))]
             if not ids:
                 return []
@@ -89,8 +90,8 @@ class SqliteScan:
 
     def _jobs(self, ids: list[int]) -> list[Job]:
         marks = ",".join("?" * len(ids))
-        rows = {r["id"]: r for r in self._conn.execute(f"SELECT * FROM jobs WHERE id IN ({marks})", ids)}
-        return [self._reader._job(rows[i]) for i in ids if i in rows]
+        rows = {r["id"]: r for r in self.conn.execute(f"SELECT * FROM jobs WHERE id IN ({marks})", ids)}
+        return [self._listings.job(rows[i]) for i in ids if i in rows]
 
     def tail(self) -> dict[str, Any]:
         """What is known once the scan is read: ``left_out`` (the rows of
@@ -99,11 +100,11 @@ class SqliteScan:
 
     def close(self) -> None:
         try:
-            self._conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
+            self.conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
         except sqlite3.Error:
             pass  # closing the connection drops it too
-        if self._owns:
-            self._reader.close()
+        if self._close_reader is not None:
+            self._close_reader()
 
 
 def _insert(name: str, members: list[str], where: str) -> str:

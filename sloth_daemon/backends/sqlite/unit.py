@@ -1,4 +1,9 @@
-"""Several writes, one commit: a daemon's turn (the jobs it claims and the
+"""The SQLite queue's connection and its unit of work: the one transaction
+helper every write goes through, the write unit of a worker's turn, what a
+transaction changed besides the job it was about (told after the commit),
+and the guard against a file that changed under the open queue.
+
+Several writes, one commit: a daemon's turn (the jobs it claims and the
 outcomes it records) as one SQLite transaction instead of one each.
 
 A commit is most of what a small write costs (~100 us here: a WAL frame
@@ -20,14 +25,22 @@ that asked to be durable is: the commit is followed by an fsync of the WAL.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from sloth_daemon.backends.sqlite import db
 from sloth_daemon.errors import StorageError
+from sloth_daemon.paths import open_file
 
 if TYPE_CHECKING:
     from sloth_daemon.models import Job
+
+# As SQLite syncs its log: the data, not the inode's times (fsync where the
+# platform has no fdatasync, as macOS).
+_datasync = getattr(os, "fdatasync", os.fsync)
+_NEVER_CLOSED: list[sqlite3.Connection] = []  # connections of broken queues (see close)
 
 
 class WriteUnit:
@@ -122,21 +135,25 @@ class _Abort(Exception):
     """Thrown into db.transaction to make it roll back."""
 
 
-class SqliteUnits:
-    """The queue's writes, alone or in a unit (a base class of SqliteQueue)."""
+class SqliteStore:
+    """The queue's one connection and its unit of work (see the module
+    docstring). State: the connection, the patience of a write for another
+    process's lock, the open unit (``unit()``), and the dependents the open
+    transaction queued or cancelled (``settled``), told to
+    ``on_side_change`` after the commit. Every reader and writer of the queue
+    works through it: ``tx()`` for a write, ``conn`` for a read."""
 
-    _conn: sqlite3.Connection
-    _patience_s: float
-    _side: list[sqlite3.Row]  # dependents changed by the open transaction
-    _unit: WriteUnit | None
-    on_side_change: "Callable[[Job], None] | None"
-
-    if TYPE_CHECKING:
-        def _job(self, row: sqlite3.Row) -> Job: ...
-        def sync(self) -> None: ...
+    def __init__(self, conn: sqlite3.Connection, path: Path, patience_s: float,
+                 job: Callable[[sqlite3.Row], Job]) -> None:
+        """``job``: how a row is told (reads.JobRows.job)."""
+        self.conn, self.path, self.patience_s = conn, path, patience_s
+        self.on_side_change: Callable[[Job], None] | None = None
+        self._job = job
+        self._side: list[sqlite3.Row] = []  # dependents changed by the open transaction
+        self._unit: WriteUnit | None = None  # writes that share one transaction (unit())
 
     @contextlib.contextmanager
-    def _tx(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+    def tx(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
         """db.transaction (with this queue's patience for locks), then (after
         the commit only) tell ``on_side_change`` of each dependent the
         transaction queued or cancelled. Inside ``unit()``: a savepoint of
@@ -151,22 +168,30 @@ class SqliteUnits:
                 raise
             return
         self._side = []
-        with db.transaction(self._conn, durable=durable, patience_s=self._patience_s) as c:
+        with db.transaction(self.conn, durable=durable, patience_s=self.patience_s) as c:
             yield c
         self._tell_side()
 
+    def settled(self, rows: list[sqlite3.Row]) -> None:
+        """Dependents the open transaction queued or cancelled (told after its commit)."""
+        self._side += rows
+
+    def was_settled(self, job_id: int) -> bool:
+        """Whether the open transaction queued or cancelled this dependent already."""
+        return any(r["id"] == job_id for r in self._side)
+
     @contextlib.contextmanager
     def unit(self) -> Iterator[None]:
-        """The writes inside as one transaction, one commit (backends/sqlite/unit.py).
-        Raises StorageError at the end if any of them met a storage error:
-        then none of them was kept. A write inside that asked to be durable
-        makes the commit fsync the WAL (a failed fsync raises too, the
-        writes kept: the worker asks for none inside, the group commit
-        fsyncs). Nested: part of the outer one, which raises at its end."""
+        """The writes inside as one transaction, one commit (see the module
+        docstring). Raises StorageError at the end if any of them met a
+        storage error: then none of them was kept. A write inside that asked
+        to be durable makes the commit fsync the WAL (a failed fsync raises
+        too, the writes kept: the worker asks for none inside, the group
+        commit fsyncs). Nested: part of the outer one, which raises at its end."""
         if self._unit is not None:
             yield
             return
-        self._side, self._unit = [], WriteUnit(self._conn, self._patience_s)
+        self._side, self._unit = [], WriteUnit(self.conn, self.patience_s)
         unit = self._unit
         try:
             yield
@@ -191,3 +216,48 @@ class SqliteUnits:
             for row in side:
                 self.on_side_change(self._job(row))
 
+    def flush(self) -> None:
+        """Make every commit made with ``durable=False`` durable now (one fsync)."""
+        with self.tx() as c:
+            c.execute("INSERT INTO meta (key, value) VALUES ('flushed', '0')"
+                      " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1")
+
+    def sync(self) -> None:
+        """Make every commit so far durable: one fsync of the write-ahead
+        log. Blocking, and safe to call from another thread (it touches no
+        connection, only a descriptor of its own). Raises StorageError."""
+        try:
+            fd = open_file(f"{self.path}-wal")  # never waits on a FIFO there (paths.py)
+        except FileNotFoundError:
+            return  # no log: every commit is in the database file, checkpointed with an fsync
+        except OSError as e:
+            raise StorageError(f"cannot open the queue's write-ahead log: {e.strerror or e}") from e
+        try:
+            _datasync(fd)
+        except OSError as e:
+            raise StorageError(f"cannot make the queue's writes durable: {e.strerror or e}") from e
+        finally:
+            os.close(fd)
+
+    def check(self) -> None:
+        """Raise QueueBroken if the file was replaced, truncated or found
+        damaged under this queue (then it takes no more writes)."""
+        guard = db.guard_of(self.conn)
+        if guard is not None:
+            guard.check()
+
+    @property
+    def broken(self) -> str | None:
+        """Why this queue takes no more writes (its file changed under it), or None."""
+        guard = db.guard_of(self.conn)
+        return None if guard is None else guard.broken
+
+    def close(self) -> None:
+        """Close the file. A broken queue's connection is left open instead:
+        closing checkpoints the WAL into whatever file is now at the path (into
+        a truncated file, a patchwork of old pages that looks like a queue).
+        A process that ends with such a queue should leave by os._exit."""
+        if self.broken is None:
+            self.conn.close()
+        else:
+            _NEVER_CLOSED.append(self.conn)

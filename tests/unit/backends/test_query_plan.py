@@ -1,6 +1,7 @@
 """Query plan guard: claim() and next_due_at() stay index seeks, whatever the data.
 
-The SQL checked here is read from the module-level constants of queue.py, and
+The SQL checked here is read from the module-level constants of the SQLite
+modules that run it (pick, enqueue, deps, reads), and
 a trace of real claim()/next_due_at()/enqueue() calls checks that those
 constants are exactly the SELECTs that run. Work is measured in SQLite VM
 steps (progress handler), never in seconds.
@@ -12,8 +13,8 @@ import re
 
 import pytest
 
-import sloth_daemon.backends.sqlite.queue as Q
 import sloth_daemon.backends.sqlite.deps as D
+import sloth_daemon.backends.sqlite.enqueue as E
 import sloth_daemon.backends.sqlite.pick as P
 import sloth_daemon.backends.sqlite.reads as R
 from sloth_daemon.clock import ManualClock
@@ -212,7 +213,7 @@ def test_claim_work_does_not_grow_with_delayed_rows(tmp_path, analyze):
 
 def _sql(name: str) -> str:
     """A guarded statement by name, from whichever SQLite module runs it."""
-    for module in (P, Q, D, R):
+    for module in (P, E, D, R):
         if hasattr(module, name):
             return getattr(module, name)
     raise AttributeError(name)

@@ -1,0 +1,48 @@
+"""A job's end on the SQLite queue, inside the writer's open transaction:
+the row (done, failed or cancelled), its event, and the jobs that waited for
+it settled in the same transaction (deps.release), noted with the store so
+that they are told after the commit (unit.py). Shared by the lease holder's
+side (leases.py: a claim that finds a lease expired for good, complete,
+fail) and the user's requests (batch.py: cancel)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from sloth_daemon.backends.sqlite import deps
+from sloth_daemon.backends.sqlite.reads import JobRows
+from sloth_daemon.backends.sqlite.unit import SqliteStore
+from sloth_daemon.models import Job, JobState
+from sloth_daemon.text import storable
+
+SQL_EVENT = "INSERT INTO events (job_id, at, kind, attempt, message) VALUES (?, ?, ?, ?, ?)"
+
+
+def event(c: sqlite3.Connection, job_id: int, at: float, kind: str, attempt: int, message: str) -> None:
+    """One line of a job's history."""
+    c.execute(SQL_EVENT, (job_id, at, kind, attempt, storable(message)))
+
+
+class JobEnds:
+    """Ends jobs (see the module docstring); ``store`` hears of the
+    dependents each end settled, ``rows`` tells the ended job."""
+
+    def __init__(self, store: SqliteStore, rows: JobRows) -> None:
+        self.store, self.rows = store, rows
+
+    def finish(
+        self, c: sqlite3.Connection, job_id: int, state: JobState, now: float, attempt: int,
+        kind: str, message: str, *, exit_code: int | None = None, stored_message: str | None = None,
+    ) -> Job:
+        """-> ``state`` (token and lease cleared, ``finished_at = now``), event
+        ``kind`` with ``message`` (the job keeps ``stored_message`` if given)."""
+        out = c.execute(
+            "UPDATE jobs SET state = ?, token = NULL, lease_until = NULL, message = ?,"
+            " exit_code = coalesce(?, exit_code), finished_at = ?, updated_at = ?"
+            " WHERE id = ? RETURNING *",
+            (state.value, storable(message if stored_message is None else stored_message),
+             exit_code, now, now, job_id),
+        ).fetchone()
+        event(c, job_id, now, kind, attempt, message)
+        self.store.settled(deps.release(c, job_id, state.value, now))
+        return self.rows.job(out)
