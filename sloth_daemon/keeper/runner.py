@@ -106,7 +106,8 @@ class JobProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.tree: procident.ProcessTree | None = None
         self.returncode: int | None = None
-        self.kill_reason: str | None = None
+        self.kill_reason: str | None = None  # why the tree was ended, once a signal reached the root alive
+        self._kill_asked: str | None = None  # why it is to be ended (the first reason asked)
         self.frozen = False
         self.ending: asyncio.Task[None] | None = None  # the tree kill, once begun
         self._rfd: int | None = None
@@ -243,12 +244,29 @@ class JobProcess:
             self.tree.remember()
 
     def signal_tree(self, sig: int) -> list[psutil.Process]:
-        """Send ``sig`` to every process of the run (procident.ProcessTree)."""
+        """Send ``sig`` to every process of the run (procident.ProcessTree).
+        A SIGTERM or SIGKILL that finds the root still alive makes the kill
+        asked for its outcome (``kill_reason``); one that comes after the
+        root ended by itself does not: it ended as it ended (a scan of the
+        tree takes a while, and a short job may exit meanwhile)."""
         if self.tree is None:
             return []
         procs = self.tree.find(self.claim_orphan)
+        ending = sig in (signal.SIGTERM, signal.SIGKILL) and self._kill_asked is not None
+        if ending and self.kill_reason is None and self._root_alive():
+            self.kill_reason = self._kill_asked
         self.tree.signal(procs, sig)
         return procs
+
+    def _root_alive(self) -> bool:
+        """The root has not exited (a zombie not yet reaped has: it runs no
+        more code). Does not reap it: its exit is ours to notice as ever."""
+        if self.returncode is not None or self.proc is None:
+            return False
+        try:
+            return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+        except ChildProcessError:  # reaped meanwhile
+            return False
 
     def freeze(self) -> None:
         """SIGSTOP the whole tree. Twice: a child forked while we looked is
@@ -263,8 +281,8 @@ class JobProcess:
 
     def end_tree_soon(self, grace_s: float, reason: str) -> "asyncio.Task[None]":
         """Begin ``end_tree`` now (``ending`` is set before this returns)."""
-        if self.kill_reason is None:
-            self.kill_reason = reason
+        if self._kill_asked is None:
+            self._kill_asked = reason
         if self.ending is None:
             self.ending = asyncio.get_running_loop().create_task(self._end_tree(grace_s))
         return self.ending

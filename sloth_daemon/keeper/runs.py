@@ -181,7 +181,8 @@ class RunTable:
         jp.log.finish()
         run.state = "exited"
         run.outcome = {"returncode": jp.returncode, "ended_at": ended_at, "reason": jp.kill_reason,
-                       "killed_by": run.killed_by, "log_problem": jp.log.problem, "log_bytes": jp.log.total,
+                       "killed_by": run.killed_by if jp.kill_reason else None,  # a kill too late ended nothing
+                       "log_problem": jp.log.problem, "log_bytes": jp.log.total,
                        **({"note": run.note} if run.note else {})}
         # First: it is what waits (the daemon hears of both together). Only
         # now, once a failed run's leftovers are ended too (root_exited): a
