@@ -294,7 +294,7 @@ def test_a_failure_is_notified_and_the_on_finish_hook_gets_the_job(home):
         h.cli("wait", str(bad), str(slow_hook))
         h.wait_for(lambda: record.exists() and hook_out.exists() and len(hook_out.read_text().splitlines()) == 2,
                    what="notification and hooks")
-        assert record.read_text() == f"-a|sloth|-u|critical|sloth: job {bad} failed|exit 3\nsh -c exit 3|\n"
+        assert record.read_text() == f"-a|sloth|-u|critical|--|sloth: job {bad} failed|exit 3\nsh -c exit 3|\n"
         sent = [json.loads(ln) for ln in hook_out.read_text().splitlines()]
         assert [(j["id"], j["state"]) for j in sent] == [(bad, "failed"), (slow_hook, "done")]
         # the hook that hangs is killed after hook_timeout_s; the daemon served all along
