@@ -1,8 +1,9 @@
-"""Requests on many jobs at once, each one transaction: cancel, retry,
-restart and prune, by ids or by a selection (lane, states) -- the
-counterpart of backends/sqlite/batch.py, with the same rules and answers.
+"""A user's requests on jobs, each one transaction: cancel and retry of one
+job, and cancel, retry, restart and prune of many, by ids or by a selection
+(lane, states) -- the counterpart of backends/sqlite/batch.py and of
+SqliteQueue.cancel/retry, with the same rules and answers.
 
-A base class of PgQueue (backends/postgres/queue.py). By ids: an id that does not exist
+Requests, named by PgQueue (backends/postgres/queue.py). By ids: an id that does not exist
 refuses the whole request (JobNotFound, nothing changed); a job in a state
 the action does not apply to is left alone and reported in
 ``Batch.skipped`` with why. Each job is locked as it is reached and read
@@ -12,17 +13,20 @@ acts on a state another daemon has just changed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Collection, Iterator, Sequence
+
+from psycopg import errors as pgerr
 
 from sloth_daemon.errors import BadRequest, IllegalTransition
 from sloth_daemon.models import ACTIVE_STATES, FINISHED_STATES, Batch, Job, JobState
 from sloth_daemon.spec import number
+from sloth_daemon.backends.postgres import deps
 from sloth_daemon.backends.postgres.enqueue import SQL_ACTIVE_KEY, prune_batch_records
-from sloth_daemon.backends.postgres.reads import check_id
-from sloth_daemon.backends.postgres.db import Connection, Cursor, Row
+from sloth_daemon.backends.postgres.reads import JobRows, check_id, get_row
+from sloth_daemon.backends.postgres.db import Connection, Cursor, Row, one
+from sloth_daemon.backends.postgres.writer import Writer, event
 from sloth_daemon.backends.sqlite.batch import _states
 
-T = TypeVar("T")
 _COPIED = ("command, lane, priority, max_attempts, lease_s, timeout_s, key, cwd, env_id,"
            " label, shell, retry_exit, no_retry_exit")
 # A restart yields to an active job with the same key, even one another
@@ -42,24 +46,55 @@ SQL_PRUNE_ENVS = ("DELETE FROM sloth.envs WHERE id IN (SELECT e.id FROM sloth.en
                   " FOR UPDATE SKIP LOCKED)")
 SQL_SELECTED = ("SELECT id FROM sloth.jobs WHERE (%(states)s::text[] IS NULL OR state = ANY(%(states)s))"
                 " AND (%(lane)s::text IS NULL OR lane = %(lane)s) ORDER BY id")
+SQL_REQUEUE = ("UPDATE sloth.jobs SET state = %s, tries = 0, refunds = 0, not_before = sloth.now(),"
+               " token = NULL, lease_until = NULL, finished_at = NULL, updated_at = sloth.now()"
+               " WHERE id = %s RETURNING *")
 
 
-class PgBatch:
-    _db: Connection
-    _envs: dict[int, dict[str, str]]
-    _side: list[Job]
+class Requests:
+    """A user's requests of PgQueue: transactions through ``writer`` (a
+    count on ``db``); ``rows`` makes the Jobs returned (and forgets the
+    environments a prune deleted). No state of its own."""
 
-    if TYPE_CHECKING:  # PgQueue's and PgReads's, which this mixin's methods use
-        def _write(self, fn: Callable[[Cursor], T], doing: str) -> T: ...
-        def _get_row(self, c: Cursor, job_id: int, *, lock: bool = False) -> Row: ...
-        def _job(self, row: Mapping[str, Any], c: Cursor | None = None) -> Job: ...
-        def _retry(self, c: Cursor, row: Row) -> Job: ...
-        def _finish(self, c: Cursor, job_id: int, state: JobState, attempt: int, kind: str, message: str,
-                    *, exit_code: int | None = None, stored_message: str | None = None,
-                    at: float | None = None) -> Job: ...
-        @staticmethod
-        def _event(c: Cursor, job_id: int, kind: str, attempt: int, message: str,
-                   at: float | None = None) -> None: ...
+    def __init__(self, db: Connection, rows: JobRows, writer: Writer) -> None:
+        self._db = db
+        self.rows = rows
+        self.writer = writer
+
+    def cancel(self, job_id: int, *, message: str = "cancelled by user") -> Job:
+        """blocked|queued|running -> cancelled; what waits for it to be done is
+        cancelled too. A running job's holder loses its lease (its token is
+        cleared); ending its process is the caller's business. Raises
+        IllegalTransition for a finished job, JobNotFound."""
+        def tx(c: Cursor) -> Job:
+            row = get_row(c, job_id, lock=True)
+            if row["state"] not in ACTIVE_STATES:
+                raise IllegalTransition(
+                    f"job {job_id} is {row['state']}; only blocked, queued or running jobs can be cancelled"
+                )
+            return self.writer.finish(c, job_id, JobState.CANCELLED, row["attempts"], "cancelled", message)
+
+        return self.writer.write(tx, "cancelling a job")
+
+    def retry(self, job_id: int) -> Job:
+        """failed|cancelled -> queued, due now, with a fresh budget of tries
+        (``attempts`` keeps counting runs); -> blocked instead while a job it
+        was added after is unfinished. Raises IllegalTransition (other
+        states, or its key is taken by an active job), JobNotFound."""
+        return self.writer.write(lambda c: self._retry(c, get_row(c, job_id, lock=True)), "retrying a job")
+
+    def _retry(self, c: Cursor, row: Row) -> Job:
+        if row["state"] not in (JobState.FAILED.value, JobState.CANCELLED.value):
+            raise IllegalTransition(
+                f"job {row['id']} is {row['state']}; only failed or cancelled jobs can be retried",
+                hint="A queued or running job will run anyway; `sloth restart` queues a finished one again.",
+            )
+        waits = deps.still_waits(c, row["id"])
+        out = _requeue(c, row, "queued" if waits is None else "blocked")
+        why = "back to queued by user" if waits is None else f"retried by user; waits for job {waits}"
+        event(c, row["id"], "retried", row["attempts"], why)
+        return self.rows.job(out, c)
+
 
     def cancel_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
                     states: Sequence[str] | None = None, message: str = "cancelled by user",
@@ -75,15 +110,15 @@ class PgBatch:
                 if row["id"] in skip:
                     continue
                 if row["state"] in ACTIVE_STATES:
-                    out.jobs.append(self._finish(c, row["id"], JobState.CANCELLED, row["attempts"],
+                    out.jobs.append(self.writer.finish(c, row["id"], JobState.CANCELLED, row["attempts"],
                                                  "cancelled", message))
-                elif any(j.id == row["id"] for j in self._side):
-                    out.jobs.append(self._job(row, c))  # cancelled a moment ago, by a job it waited for
+                elif any(j.id == row["id"] for j in self.writer.side):
+                    out.jobs.append(self.rows.job(row, c))  # cancelled a moment ago, by a job it waited for
                 else:
                     out.skipped.append((row["id"], f"job {row['id']} is {row['state']}"))
             return out
 
-        return self._write(tx, "cancelling jobs")
+        return self.writer.write(tx, "cancelling jobs")
 
     def retry_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
                    states: Sequence[str] | None = None, busy: Collection[int] = ()) -> Batch:
@@ -106,7 +141,7 @@ class PgBatch:
                     out.skipped.append((row["id"], e.message))
             return out
 
-        return self._write(tx, "retrying jobs")
+        return self.writer.write(tx, "retrying jobs")
 
     def restart(self, ids: Sequence[int]) -> Batch:
         """For each finished job of ``ids``: a new queued job with the same
@@ -119,12 +154,12 @@ class PgBatch:
                 if new is None:
                     out.skipped.append((row["id"], _why_not_restart(c, row)))
                     continue
-                self._event(c, new["id"], "restart", 0, f"a restart of job {row['id']}")
-                self._event(c, row["id"], "restarted", row["attempts"], f"queued again as job {new['id']}")
-                out.jobs.append(self._job(new, c))
+                event(c, new["id"], "restart", 0, f"a restart of job {row['id']}")
+                event(c, row["id"], "restarted", row["attempts"], f"queued again as job {new['id']}")
+                out.jobs.append(self.rows.job(new, c))
             return out
 
-        return self._write(tx, "restarting jobs")
+        return self.writer.write(tx, "restarting jobs")
 
     def prune(self, older_than_s: float, *, states: Sequence[str] | None = None, lane: str | None = None,
               dry_run: bool = False) -> int:
@@ -139,13 +174,13 @@ class PgBatch:
             return int(self._db.read(lambda c: c.execute(
                 f"SELECT count(*) AS n FROM sloth.jobs WHERE {SQL_PRUNE_WHERE}", args).fetchall()[0]["n"],
                 "counting jobs to prune"))
-        return self._write(lambda c: self._prune(c, args), "pruning finished jobs")
+        return self.writer.write(lambda c: self._prune(c, args), "pruning finished jobs")
 
     def _prune(self, c: Cursor, args: dict[str, Any]) -> int:
         n = c.execute(f"DELETE FROM sloth.jobs WHERE {SQL_PRUNE_WHERE}", args).rowcount
         if n:
             c.execute(SQL_PRUNE_ENVS)
-            self._envs.clear()
+            self.rows.forget_envs()
         prune_batch_records(c)
         return n
 
@@ -159,14 +194,14 @@ class PgBatch:
             found = {r["id"] for r in c.execute("SELECT id FROM sloth.jobs WHERE id = ANY(%s)", (list(ids),))}
             for i in ids:
                 if i not in found:
-                    self._get_row(c, i)  # raises JobNotFound: nothing changes
+                    get_row(c, i)  # raises JobNotFound: nothing changes
             selected: Sequence[int] = list(dict.fromkeys(ids))
         else:
             if not states and lane is None:
                 raise BadRequest("name the jobs: ids, a lane or states")
             selected = [r["id"] for r in c.execute(SQL_SELECTED, {"states": states or None, "lane": lane})]
         for i in selected:
-            yield self._get_row(c, i, lock=True)
+            yield get_row(c, i, lock=True)
 
 
 def _why_not_restart(c: Cursor, row: Row) -> str:
@@ -174,3 +209,24 @@ def _why_not_restart(c: Cursor, row: Row) -> str:
         return f"job {row['id']} is {row['state']}; only finished jobs can be restarted"
     other = c.execute(SQL_ACTIVE_KEY, (row["key"],)).fetchone()
     return f"job {other['id'] if other else '?'} with the same key {row['key']!r} is still active"
+
+
+def _requeue(c: Cursor, row: Row, state: str) -> Row:
+    """A finished job back to ``state`` with a fresh budget, unless another
+    active job has its key now (IllegalTransition)."""
+    key = row["key"]
+    if key is not None:
+        other = c.execute(SQL_ACTIVE_KEY, (key,)).fetchone()
+        if other:
+            raise _key_taken(other["id"], key)
+    try:
+        with c.connection.transaction():  # a savepoint: a racing enqueue may take the key
+            return one(c.execute(SQL_REQUEUE, (state, row["id"])))
+    except pgerr.UniqueViolation:
+        other = c.execute(SQL_ACTIVE_KEY, (key,)).fetchone()
+        raise _key_taken(other["id"] if other else "?", key) from None
+
+
+def _key_taken(other: object, key: str) -> IllegalTransition:
+    return IllegalTransition(f"job {other} with the same key {key!r} is still active",
+                             hint=f"Wait for job {other} or cancel it first.")

@@ -1,216 +1,34 @@
-"""What the PostgreSQL queue claims next, and when something will be due:
-the claim statement, claim() itself (a base class of PgQueue), and the lane
-and id filters it shares with next_due_at (the counterpart of
-backends/sqlite/pick.py and of SqliteQueue.claim).
-
-Ordering of a claim: highest ``priority`` first, then the job that became
-due first (``not_before``), then the oldest id. Candidates come from
-``FOR UPDATE SKIP LOCKED`` selects, so claimers on several machines never
-wait for, or take, the same row.
+"""Claiming a job on the PostgreSQL queue: Claims runs the claim statement
+of backends/postgres/pick.py (the counterpart of SqliteQueue.claim), and
+fails a job others wait for whose lease expired on its last try, in a
+transaction that settles them.
 """
 
 from __future__ import annotations
 
 import functools
 import secrets
-from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence, TypeVar
+from typing import Collection, Sequence
 
-from sloth_daemon.errors import BadRequest
 from sloth_daemon.models import Job, JobState
-from sloth_daemon.spec import number
+from sloth_daemon.backends.postgres import pick
 from sloth_daemon.backends.postgres.db import Connection, Cursor
+from sloth_daemon.backends.postgres.reads import JobRows
+from sloth_daemon.backends.postgres.writer import Writer
 
-T = TypeVar("T")
-INT64 = (-(2**63), 2**63)
-
-# The lanes that have queued jobs, by index seeks on jobs_due (a skip scan):
-# a claim or a due time looks into each lane on its own, so a lane it must
-# skip (full, paused) costs a seek, not a walk over its backlog.
-QUEUED_LANES = """queued_lanes(lane) AS (
-    (SELECT lane FROM sloth.jobs WHERE state = 'queued' ORDER BY lane LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.lane FROM sloth.jobs j WHERE j.state = 'queued' AND j.lane > l.lane ORDER BY j.lane LIMIT 1)
-    FROM queued_lanes l WHERE l.lane IS NOT NULL
-)"""
-GIVEN_LANES = "queued_lanes(lane) AS (SELECT DISTINCT unnest(%(lanes)s::text[]))"  # claim(lanes=[...])
-# The claim: the best due queued row and the best expired lease, the
-# better of the two, updated in the same statement with its due-ness
-# checked again, and its event written. The queued row: the head of each
-# lane (by jobs_ready, unlocked), then lane by lane in the order of their
-# heads, the first row not locked by another claimer; only the row taken
-# is locked. {lanes}/{ids} are filled with fixed fragments, never with
-# input. An
-# expired lease with no tries left becomes failed instead (event
-# lease_expired; the caller then claims again) -- unless other jobs wait
-# for it: then the statement changes nothing and returns it marked
-# was_state = 'settle', for the caller to fail it in a transaction that
-# also settles its dependents (backends/postgres/queue.py, _expire).
-SQL_CLAIM = """
-WITH RECURSIVE {queued_lanes}, heads AS (
-    SELECT l.lane, {head_place} AS place, h.priority, h.not_before, h.id
-    FROM queued_lanes l {places} CROSS JOIN LATERAL (
-        SELECT priority, not_before, id FROM sloth.jobs
-        WHERE state = 'queued' AND lane = l.lane {place_is} AND not_before <= sloth.now()
-        ORDER BY priority DESC, not_before, id LIMIT 1
-    ) h
-    WHERE l.lane IS NOT NULL {lanes}
-    ORDER BY h.priority DESC, h.not_before, h.id
-), q AS (
-    SELECT c.* FROM heads CROSS JOIN LATERAL (
-        SELECT id, priority, not_before, state, worker, lease_until, false AS spent FROM sloth.jobs
-        WHERE state = 'queued' AND lane = heads.lane {head_place_is} AND not_before <= sloth.now()
-        ORDER BY priority DESC, not_before, id LIMIT 1 FOR UPDATE SKIP LOCKED
-    ) c
-    ORDER BY heads.priority DESC, heads.not_before, heads.id LIMIT 1
-), e AS (
-    SELECT id, priority, not_before, state, worker, lease_until, tries >= max_attempts AS spent
-    FROM sloth.jobs
-    WHERE state = 'running' AND lease_until < sloth.now() {lanes} {ids} {placed}
-    ORDER BY priority DESC, not_before, id LIMIT 1 FOR UPDATE SKIP LOCKED
-), pick AS (
-    SELECT * FROM (SELECT * FROM q UNION ALL SELECT * FROM e) candidates
-    ORDER BY priority DESC, not_before, id LIMIT 1
-), u AS (
-UPDATE sloth.jobs j SET
-    state = CASE WHEN pick.spent THEN 'failed' ELSE 'running' END,
-    attempts = CASE WHEN pick.spent THEN j.attempts ELSE j.attempts + 1 END,
-    tries = CASE WHEN pick.spent THEN j.tries ELSE j.tries + 1 END,
-    token = CASE WHEN pick.spent THEN NULL
-                 ELSE nextval('sloth.fence')::text || '-' || %(rand)s END,
-    worker = CASE WHEN pick.spent THEN j.worker ELSE %(worker)s END,
-    lease_until = CASE WHEN pick.spent THEN NULL
-                       ELSE sloth.now() + coalesce(%(lease_s)s, j.lease_s) END,
-    message = CASE WHEN pick.spent
-                   THEN format('lease expired on the last attempt (%%s/%%s); worker %%s was lost',
-                               j.tries, j.max_attempts, j.worker)
-                   ELSE j.message END,
-    finished_at = CASE WHEN pick.spent THEN sloth.now() ELSE j.finished_at END,
-    updated_at = sloth.now()
-FROM pick
-WHERE j.id = pick.id AND NOT (pick.spent AND j.waited_on)
-  AND ((j.state = 'queued' AND j.not_before <= sloth.now())
-       OR (j.state = 'running' AND j.lease_until < sloth.now()))
-RETURNING j.*, pick.state AS was_state, pick.spent
-), ev AS (
-INSERT INTO sloth.events (job_id, at, kind, attempt, message)
-SELECT u.id, sloth.now(),
-       CASE WHEN u.spent THEN 'lease_expired'
-            WHEN u.was_state = 'running' THEN 'reclaimed' ELSE 'claimed' END,
-       u.attempts,
-       CASE WHEN u.spent THEN u.message
-            WHEN u.was_state = 'running'
-            THEN format('by %%s; lease of %%s ran out %%s before', %(worker)s, pick.worker,
-                        sloth.format_duration(sloth.now() - pick.lease_until))
-            ELSE 'by ' || %(worker)s END
-FROM u JOIN pick ON pick.id = u.id
-)
-SELECT * FROM u
-UNION ALL
-SELECT j.*, 'settle', true FROM sloth.jobs j JOIN pick ON j.id = pick.id WHERE pick.spent AND j.waited_on
-"""
-# next_due_at: the first queued not_before (a seek per lane), and the first
-# lease to expire.
-SQL_NEXT_DUE = """
-WITH RECURSIVE {queued_lanes}
-SELECT (SELECT min(d.t) FROM queued_lanes l {places} CROSS JOIN LATERAL
-          (SELECT not_before AS t FROM sloth.jobs WHERE state = 'queued' AND lane = l.lane {place_is}
-           ORDER BY not_before LIMIT 1) d
-        WHERE l.lane IS NOT NULL {filt}) AS due,
-       (SELECT min(lease_until) FROM sloth.jobs WHERE state = 'running' {lease_filt} {placed}) AS lease
-"""
-# claim(places=[...]): each of its places is looked into on its own (jobs_placed, jobs_placed_due).
-PLACED = {"places": "CROSS JOIN unnest(%(places)s::text[]) pl(place)", "place_is": "AND place = pl.place",
-          "head_place": "pl.place", "head_place_is": "AND place = heads.place",
-          "placed": "AND place = ANY(%(places)s::text[])"}
-ANY_PLACE = {"places": "", "place_is": "", "head_place": "NULL::text", "head_place_is": "", "placed": ""}
 SQL_EXPIRED = ("SELECT *, lease_until < sloth.now() AS lapsed FROM sloth.jobs WHERE id = %s"
                " AND state = 'running' FOR UPDATE")
-LANES_IN = "AND lane = ANY(%({p}lanes)s)"
-LANES_OUT = "AND lane <> ALL(%({p}exclude_lanes)s)"
-IDS_OUT = "AND id <> ALL(%({p}exclude_ids)s)"
 
 
-def is_job_id(x: object) -> bool:
-    """Job ids are 64-bit ints; anything else names no job (and must not
-    reach the server as a parameter it cannot take)."""
-    return isinstance(x, int) and not isinstance(x, bool) and INT64[0] <= x < INT64[1]
+class Claims:
+    """claim() of PgQueue: a one-statement write on ``db`` (a transaction
+    through ``writer`` only to fail an expired job others wait for);
+    ``rows`` makes the Job it returns. No state of its own."""
 
-
-def claim_lease(lease_s: float | None, lanes: Sequence[str] | None) -> float | None:
-    """claim()'s arguments checked even when nothing is due: its lease, and
-    ``lanes`` as a list (a bare string would be read as its letters)."""
-    if lease_s is not None:
-        lease_s = number(lease_s, "lease_s", None, lo=0.001)
-    if isinstance(lanes, str):
-        raise BadRequest(f"lanes must be a list of lane names, got the string {lanes!r}")
-    return lease_s
-
-
-def claim_statement(worker: str, lease_s: float | None, lanes: Sequence[str] | None,
-                    exclude_lanes: Collection[str], exclude_ids: Collection[int],
-                    places: Collection[str] | None = None) -> tuple[str, dict[str, Any]]:
-    """The claim and its parameters, but for ``rand`` (fresh for each run)."""
-    lane_filt, args = filters(lanes, exclude_lanes, ())
-    id_filt, id_args = filters(None, (), exclude_ids)
-    source = QUEUED_LANES if lanes is None else GIVEN_LANES
-    where, place_args = placed(places)
-    return (SQL_CLAIM.format(queued_lanes=source, lanes=lane_filt, ids=id_filt, **where),
-            {**args, **id_args, **place_args, "worker": worker, "lease_s": lease_s})
-
-
-def next_due_statement(lanes: Sequence[str] | None, exclude_lanes: Collection[str],
-                       exclude_ids: Collection[int],
-                       places: Collection[str] | None = None) -> tuple[str, dict[str, Any]]:
-    """next_due_at's query: ``exclude_ids`` only hides leases (as in a claim)."""
-    filt, args = filters(lanes, exclude_lanes, ())
-    lease_filt, lease_args = filters(lanes, exclude_lanes, exclude_ids, prefix="l_")
-    source = QUEUED_LANES if lanes is None else GIVEN_LANES
-    where, place_args = placed(places)
-    return (SQL_NEXT_DUE.format(queued_lanes=source, filt=filt, lease_filt=lease_filt, **where),
-            {**args, **lease_args, **place_args})
-
-
-def placed(places: Collection[str] | None) -> tuple[dict[str, str], dict[str, Any]]:
-    """The place fragments of a claim or a due time (fixed text) and their
-    parameter: None takes jobs of any place, a list only jobs placed there
-    ("" is anywhere)."""
-    if places is None:
-        return ANY_PLACE, {}
-    if isinstance(places, str):
-        raise BadRequest(f"places must be a list of names, got the string {places!r}")
-    return PLACED, {"places": sorted({str(p) for p in places})}
-
-
-def filters(lanes: Sequence[str] | None, exclude_lanes: Collection[str],
-            exclude_ids: Collection[int], prefix: str = "") -> tuple[str, dict[str, Any]]:
-    """WHERE fragments (fixed text) and their parameters (named with
-    ``prefix``) for the lane and id filters."""
-    parts: list[str] = []
-    args: dict[str, Any] = {}
-    if lanes is not None:
-        parts.append(LANES_IN.format(p=prefix))
-        args[prefix + "lanes"] = [str(x) for x in lanes]
-    if exclude_lanes:
-        parts.append(LANES_OUT.format(p=prefix))
-        args[prefix + "exclude_lanes"] = [str(x) for x in exclude_lanes]
-    ids = [i for i in exclude_ids if is_job_id(i)]
-    if ids:
-        parts.append(IDS_OUT.format(p=prefix))
-        args[prefix + "exclude_ids"] = ids
-    return " ".join(parts), args
-
-
-class PgClaim:
-    """claim() of PgQueue (backends/postgres/queue.py), beside the statement it runs."""
-
-    _db: Connection
-
-    if TYPE_CHECKING:
-        def _write(self, fn: Callable[[Cursor], T], doing: str) -> T: ...
-        def _job(self, row: Mapping[str, Any], c: Cursor | None = None) -> Job: ...
-        def _finish(self, c: Cursor, job_id: int, state: JobState, attempt: int, kind: str, message: str,
-                    *, exit_code: int | None = None, stored_message: str | None = None,
-                    at: float | None = None) -> Job: ...
+    def __init__(self, db: Connection, rows: JobRows, writer: Writer) -> None:
+        self._db = db
+        self.rows = rows
+        self.writer = writer
 
     def claim(
         self, worker: str, *, lease_s: float | None = None, lanes: Sequence[str] | None = None,
@@ -231,18 +49,19 @@ class PgClaim:
         anywhere; None: any job). Rows another claimer holds locked right
         now are skipped, not waited for.
         """
-        lease_s = claim_lease(lease_s, lanes)
+        lease_s = pick.claim_lease(lease_s, lanes)
         if lanes is not None and not lanes:
             return None
-        sql, args = claim_statement(worker, lease_s, lanes, exclude_lanes, exclude_ids, places)
+        sql, args = pick.claim_statement(worker, lease_s, lanes, exclude_lanes, exclude_ids, places)
         while True:  # until a job is leased or none is due
             rows = self._db.write_one(sql, {**args, "rand": secrets.token_hex(8)}, "claiming a job")
             if not rows:
                 return None
             if rows[0]["was_state"] == "settle":
-                self._write(functools.partial(self._expire, job_id=rows[0]["id"]), "failing a job whose lease expired")
+                self.writer.write(functools.partial(self._expire, job_id=rows[0]["id"]),
+                                  "failing a job whose lease expired")
             elif not rows[0]["spent"]:  # spent: failed, lease expired on the last attempt
-                return self._job(rows[0])
+                return self.rows.job(rows[0])
 
     def _expire(self, c: Cursor, job_id: int) -> None:
         """A job others wait for whose lease expired on its last try: failed
@@ -251,6 +70,6 @@ class PgClaim:
         row = c.execute(SQL_EXPIRED, (job_id,)).fetchone()
         if row is None or not row["lapsed"] or row["tries"] < row["max_attempts"]:
             return
-        self._finish(c, job_id, JobState.FAILED, row["attempts"], "lease_expired",
-                     f"lease expired on the last attempt ({row['tries']}/{row['max_attempts']});"
-                     f" worker {row['worker']} was lost")
+        self.writer.finish(c, job_id, JobState.FAILED, row["attempts"], "lease_expired",
+                           f"lease expired on the last attempt ({row['tries']}/{row['max_attempts']});"
+                           f" worker {row['worker']} was lost")

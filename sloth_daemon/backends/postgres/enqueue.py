@@ -1,7 +1,7 @@
 """Adding jobs to the PostgreSQL queue: one job, or a batch in one
 transaction (the counterpart of backends/sqlite/enqueue.py).
 
-A base class of PgQueue (backends/postgres/queue.py). A batch is validated whole before
+Enqueuer, named by PgQueue (backends/postgres/queue.py), adds them. A batch is validated whole before
 anything is written (all or none), each distinct environment is stored
 once, and runs of keyless jobs go in with one statement whatever their
 size, jobs that wait for others too: ids are taken from the sequence first
@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import Any, Iterable, Iterator, Mapping
 
 from sloth_daemon.errors import BadRequest, IllegalTransition
 from sloth_daemon.spec import Defaults, EnvCache, JobSpec
 from sloth_daemon.text import as_bytes
 from sloth_daemon.backends.postgres import deps
 from sloth_daemon.backends.postgres.db import Connection, Cursor
+from sloth_daemon.backends.postgres.writer import Writer
 from sloth_daemon.backends.sqlite.enqueue import BATCH_RECORD_S, EnqueueOne, _runs
 
-T = TypeVar("T")
 WAITED_ON = 18  # the index of waited_on in a row's values (_Batch._row)
 _COLUMNS = ("id, command, state, lane, priority, max_attempts, lease_s, timeout_s, not_before, key, cwd,"
             " env_id, label, shell, retry_exit, no_retry_exit, message, prereqs, waited_on, place")
@@ -55,13 +55,17 @@ SQL_BATCH_READ = "SELECT ids FROM sloth.batches WHERE token = %s"
 SQL_BATCH_PRUNE = "DELETE FROM sloth.batches WHERE at < sloth.now() - %s"
 
 
-class PgEnqueue(EnqueueOne):
-    _db: Connection
-    lease_s: float
-    max_attempts: int
+class Enqueuer(EnqueueOne):
+    """enqueue, enqueue_many and batch_ids of PgQueue: writes through
+    ``writer``, reads on ``db``; ``lease_s`` and ``max_attempts`` are the
+    defaults of a job that sets none. (EnqueueOne, the one base: enqueue as
+    one enqueue_many, shared with SQLite.)"""
 
-    if TYPE_CHECKING:
-        def _write(self, fn: Callable[[Cursor], T], doing: str) -> T: ...
+    def __init__(self, db: Connection, writer: Writer, *, lease_s: float, max_attempts: int) -> None:
+        self._db = db
+        self.writer = writer
+        self.lease_s = lease_s
+        self.max_attempts = max_attempts
 
     def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None) -> list[int]:
         """Enqueue many jobs in one transaction; all or none. Same rules as
@@ -78,7 +82,7 @@ class PgEnqueue(EnqueueOne):
             raise BadRequest("after_previous on the first job of a batch: it has no previous job")
         if not rows and batch is None:
             return []
-        return self._write(lambda c: _insert_all(c, rows, batch), "adding jobs")
+        return self.writer.write(lambda c: _insert_all(c, rows, batch), "adding jobs")
 
     def batch_ids(self, batch: str) -> list[int] | None:
         """The ids the batch ``batch`` was queued as, or None if it was not
@@ -87,7 +91,6 @@ class PgEnqueue(EnqueueOne):
         if row is None:
             return None
         return [i for a, b in json.loads(row["ids"]) for i in range(a, b + 1)]
-
 
 
 def prune_batch_records(c: Cursor) -> None:

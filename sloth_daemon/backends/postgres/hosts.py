@@ -4,7 +4,8 @@ db status`), and the rule that keeps two machines from serving under one
 name: a host's jobs are its daemon's to adopt or give back, so a second
 live daemon under that name would give back jobs the first still runs.
 
-A base class of PgQueue (backends/postgres/queue.py); ``hosts`` also of the read-only view.
+Machines holds these on one connection; PgQueue (backends/postgres/queue.py)
+names it, and the read-only view for ``hosts``.
 """
 
 from __future__ import annotations
@@ -47,8 +48,11 @@ class Host:
                 "boot_id": self.boot_id, "version": self.version, "started_at": self.started_at}
 
 
-class PgHosts:
-    _db: Connection
+class Machines:
+    """The hosts table over ``db``. No state of its own."""
+
+    def __init__(self, db: Connection) -> None:
+        self._db = db
 
     def register_host(self, me: Host, *, alive_s: float, pid_alive: Callable[[int], bool]) -> float:
         """Take ``me.name`` for this daemon, or raise ConfigError when a

@@ -1,27 +1,28 @@
 """The lease holder's side of the PostgreSQL queue: renewing a lease,
 recording the process that runs it, handing it to a new holder, declaring a
-holder gone, and making earlier commits durable (the counterpart of
-backends/sqlite/leases.py).
+holder gone, making earlier commits durable, and the outcomes that end a
+lease (complete, fail, release): the counterpart of backends/sqlite/leases.py
+and of SqliteQueue's outcomes.
 
-A base class of PgQueue (backends/postgres/queue.py): the transitions that end a lease
-(complete, fail, release) stay there, beside claim. A renewal is one
-UPDATE that matches id AND token and writes its event in the same
-statement: one round trip, and a stale holder changes nothing.
+Leases, named by PgQueue (backends/postgres/queue.py). A renewal, and the
+completion of a job nobody waits for, is one UPDATE that matches id AND
+token and writes its event in the same statement: one round trip, and a
+stale holder changes nothing. An outcome that settles dependents, or
+records the process with it, is a transaction through the Writer.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
+from typing import Any, Mapping
 
 from sloth_daemon.errors import IllegalTransition, LeaseLost
 from sloth_daemon.models import Job, JobState
 from sloth_daemon.spec import number
-from sloth_daemon.backends.postgres.reads import check_id
+from sloth_daemon.backends.postgres.reads import JobRows, check_id, get_row
 from sloth_daemon.backends.postgres.db import Connection, Cursor, Row, finite, one, storable_text
-from sloth_daemon.backends.sqlite.leases import MAX_CRASH_REFUNDS, may_refund
-
-T = TypeVar("T")
+from sloth_daemon.backends.postgres.writer import FINISH, Writer, event
+from sloth_daemon.backends.sqlite.leases import MAX_CRASH_REFUNDS, may_refund, refund_note
 
 # SET lists of the one-statement writes of lease holders (_held_step).
 EXTEND = "lease_until = sloth.now() + coalesce(%(lease_s)s, lease_s), updated_at = sloth.now()"
@@ -36,19 +37,26 @@ SQL_HELD_EVENT = (", ev AS (INSERT INTO sloth.events (job_id, at, kind, attempt,
                   " %(event_message)s FROM u)")
 SQL_ABANDON = ("UPDATE sloth.jobs SET lease_until = sloth.just_before(sloth.now()), tries = tries - %s,"
                " refunds = refunds + %s, updated_at = sloth.now() WHERE id = %s RETURNING *")
+SQL_SET_RUNNER = "UPDATE sloth.jobs SET runner = %s, updated_at = sloth.now() WHERE id = %s"
+SQL_BACK_OFF = ("UPDATE sloth.jobs SET state = 'queued', not_before = sloth.now() + %s,"
+                " token = NULL, lease_until = NULL, message = %s, exit_code = %s,"
+                " updated_at = sloth.now() WHERE id = %s RETURNING *")
+SQL_RELEASE = ("UPDATE sloth.jobs SET state = 'queued', not_before = sloth.now() + %s, token = NULL,"
+               " lease_until = NULL, tries = greatest(tries - 1, 0), refunds = refunds + %s,"
+               " updated_at = sloth.now() WHERE id = %s RETURNING *")
 
 
-class PgLeases:
-    _db: Connection
+class Leases:
+    """What a lease holder asks of PgQueue: one-statement writes on ``db``,
+    transactions through ``writer``; ``rows`` makes the Jobs returned;
+    ``backoff_cap_s`` bounds the delay before a failed try is due again.
+    No state of its own."""
 
-    if TYPE_CHECKING:
-        def _write(self, fn: Callable[[Cursor], T], doing: str) -> T: ...
-        def _held(self, c: Cursor, job_id: int, token: str) -> Row: ...
-        def _get_row(self, c: Cursor, job_id: int, *, lock: bool = False) -> Row: ...
-        def _job(self, row: Mapping[str, Any], c: Cursor | None = None) -> Job: ...
-        @staticmethod
-        def _event(c: Cursor, job_id: int, kind: str, attempt: int, message: str,
-                   at: float | None = None) -> None: ...
+    def __init__(self, db: Connection, rows: JobRows, writer: Writer, *, backoff_cap_s: float) -> None:
+        self._db = db
+        self.rows = rows
+        self.writer = writer
+        self.backoff_cap_s = backoff_cap_s
 
     def heartbeat(self, job_id: int, token: str, *, lease_s: float | None = None) -> Job:
         """Extend the lease of the holder of ``token``: ``lease_until = now + lease``.
@@ -78,11 +86,11 @@ class PgLeases:
         check_id(job_id)
 
         def tx(c: Cursor) -> Job:
-            row = self._get_row(c, job_id)
-            self._event(c, job_id, "ended", attempt, message, at=finite(ended_at))
-            return self._job(row, c)
+            row = get_row(c, job_id)
+            event(c, job_id, "ended", attempt, message, at=finite(ended_at))
+            return self.rows.job(row, c)
 
-        return self._write(tx, "recording how a cancelled job's run ended")
+        return self.writer.write(tx, "recording how a cancelled job's run ended")
 
     def flush(self) -> None:
         """Make every commit made with ``durable=False`` durable now."""
@@ -104,10 +112,113 @@ class PgLeases:
             row = self._held(c, job_id, token)
             give = refund and may_refund(row)
             out = one(c.execute(SQL_ABANDON, (int(give), int(give), job_id)))
-            self._event(c, job_id, "abandoned", row["attempts"], message + _refund_note(refund, give, row))
-            return self._job(out, c)
+            event(c, job_id, "abandoned", row["attempts"], message + _refund_note(refund, give, row))
+            return self.rows.job(out, c)
 
-        return self._write(tx, "abandoning a lease")
+        return self.writer.write(tx, "abandoning a lease")
+
+    # ------------------------------------------------------------ outcomes
+    def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None,
+                 ended_at: float | None = None, runner: dict[str, Any] | None = None,
+                 durable: bool = True) -> Job:
+        """running -> done (dependents may be queued). ``ended_at``,
+        ``runner``, ``durable``: as SqliteQueue.complete (durable=False:
+        synchronous_commit off for this transaction; a later synchronous
+        commit or flush() makes it durable). Raises LeaseLost for a stale token."""
+        at = finite(ended_at)
+        if runner is None and durable:  # the hot path: one statement
+            try:
+                return self._held_step(job_id, token, FINISH, {
+                    "state": JobState.DONE.value, "message": storable_text(message), "exit_code": exit_code,
+                    "ended_at": at}, "completing a job", event=("done", message), at=at, unwaited=True)
+            except WaitedOn:
+                pass  # its end settles the jobs that wait for it: a transaction
+
+        def tx(c: Cursor) -> Job:
+            row = self._begin_end(c, job_id, token, runner, durable)
+            return self.writer.finish(c, job_id, JobState.DONE, row["attempts"], "done", message,
+                                exit_code=exit_code, at=at)
+
+        return self.writer.write(tx, "completing a job")
+
+    def _begin_end(self, c: Cursor, job_id: int, token: str, runner: dict[str, Any] | None,
+                   durable: bool) -> Row:
+        """The first steps of an outcome written in a transaction: its commit
+        durability, the lease check, the process identity if not yet written."""
+        if not durable:
+            c.execute("SET LOCAL synchronous_commit TO OFF")
+        row = self._held(c, job_id, token)
+        if runner is not None:
+            c.execute(SQL_SET_RUNNER, (json.dumps(runner), job_id))
+            event(c, job_id, "started", row["attempts"], f"pid {runner.get('pid')}",
+                        finite(runner.get("started_at")))
+        return row
+
+    def fail(
+        self, job_id: int, token: str, *, message: str = "", retry: bool = True,
+        exit_code: int | None = None, ended_at: float | None = None,
+        runner: dict[str, Any] | None = None, durable: bool = True,
+    ) -> Job:
+        """running -> queued with ``not_before = now + min(2**tries, cap)`` while
+        tries remain (and ``retry``), else -> failed (dependents that need it
+        done are cancelled, the others may be queued). ``ended_at``,
+        ``runner`` and ``durable`` as for complete. Raises LeaseLost."""
+        at = finite(ended_at)
+
+        def tx(c: Cursor) -> Job:
+            row = self._begin_end(c, job_id, token, runner, durable)
+            return self._fail_row(c, row, message, retry, exit_code, at)
+
+        return self.writer.write(tx, "failing a job")
+
+    def _fail_row(self, c: Cursor, row: Row, message: str, retry: bool, exit_code: int | None,
+                  at: float | None, kind: str = "failed") -> Job:
+        """A try that counts ended: backed off while tries remain (and
+        ``retry``, the event ``kind``), else failed."""
+        if retry and row["tries"] < row["max_attempts"]:
+            return self._back_off(c, row, message, exit_code, at, kind)
+        why = "no attempts left" if retry else "not retried"
+        return self.writer.finish(c, row["id"], JobState.FAILED, row["attempts"], "failed",
+                            _join(message, why), exit_code=exit_code, stored_message=message, at=at)
+
+    def _back_off(self, c: Cursor, row: Row, message: str, exit_code: int | None, at: float | None,
+                  kind: str = "failed") -> Job:
+        """A failed try with tries left: queued again after a delay that
+        doubles with each try, up to backoff_cap_s."""
+        tries = row["tries"]
+        delay = min(2.0 ** min(tries, 1000), self.backoff_cap_s)  # 2.0**1024 overflows
+        out = one(c.execute(SQL_BACK_OFF, (delay, storable_text(message), exit_code, row["id"])))
+        event(c, row["id"], kind, row["attempts"],
+                    _join(message, f"retry {tries + 1}/{row['max_attempts']} in {delay:g}s"), at)
+        return self.rows.job(out, c)
+
+    def release(self, job_id: int, token: str, *, message: str = "interrupted", delay_s: float = 0.0,
+                kind: str = "interrupted", runner: dict[str, Any] | None = None,
+                durable: bool = True) -> Job:
+        """running -> queued, due in ``delay_s``, the try given back (event
+        ``kind``: ``interrupted``, ``fenced`` or ``postponed``, as
+        SqliteQueue.release: a fence is forgiven MAX_CRASH_REFUNDS times).
+        ``runner``, ``durable``: as for complete. Raises LeaseLost."""
+        delay = number(delay_s, "delay_s", 0.0, lo=0)
+
+        def tx(c: Cursor) -> Job:
+            row = self._begin_end(c, job_id, token, runner, durable)
+            forgiven = kind != "fenced" or may_refund(row)
+            note = refund_note(row, forgiven) if kind == "fenced" else ""
+            if not forgiven:
+                return self._fail_row(c, row, message + note, True, None, None, kind)
+            out = one(c.execute(SQL_RELEASE, (delay, int(kind == "fenced"), job_id)))
+            event(c, job_id, kind, row["attempts"], message + note)
+            return self.rows.job(out, c)
+
+        return self.writer.write(tx, "releasing a job")
+
+    def _held(self, c: Cursor, job_id: int, token: str) -> Row:
+        """The job's row, locked, if ``token`` holds its lease; else the error."""
+        row = get_row(c, job_id, lock=True)
+        if not holds(row, token):
+            raise not_held(row, token)
+        return row
 
     def _held_step(self, job_id: int, token: str, assignments: str, args: dict[str, Any],
                    doing: str, *, event: tuple[str, str] | None = None, at: float | None = None,
@@ -125,8 +236,8 @@ class PgLeases:
             args.update(kind=event[0], event_message=storable_text(event[1]), at=at)
         rows = self._db.write_one(sql + " SELECT * FROM u", args, doing)
         if rows:
-            return self._job(rows[0])
-        row = self._db.read(lambda c: self._get_row(c, job_id), doing)
+            return self.rows.job(rows[0])
+        row = self._db.read(lambda c: get_row(c, job_id), doing)
         if unwaited and row["waited_on"] and holds(row, token):
             raise WaitedOn(job_id)
         raise not_held(row, token)
@@ -157,3 +268,7 @@ def _refund_note(refund: bool, given: bool, row: Row) -> str:
     if given:
         return f"; not counted as a try ({row['refunds'] + 1} of {MAX_CRASH_REFUNDS} forgiven)"
     return f"; counted as a try ({MAX_CRASH_REFUNDS} crashes already forgiven)"
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a else b

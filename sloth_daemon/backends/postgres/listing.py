@@ -9,10 +9,11 @@ counts and its rows agree even while other daemons write.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from sloth_daemon.models import STATE_NAMES, Job, Listing, state_name
 from sloth_daemon.backends.postgres.db import Connection, Cursor
+from sloth_daemon.backends.postgres.reads import SQL_LANE_COUNTS, JobRows
 from sloth_daemon.backends.sqlite.listing import WORKER_PREFIX, _pages, _sections
 
 ORDER = {
@@ -25,15 +26,15 @@ ORDER = {
 SQL_STATE_COUNTS = "SELECT state, count(*) AS n FROM sloth.jobs WHERE {where} GROUP BY state"
 # ls --host H: jobs that run or ran on H (by their worker's name), or are placed there
 HOST = "(place = %(host)s OR left(worker, %(plen)s) = %(prefix)s)"
-SQL_LANE_COUNTS = ("SELECT lane, state, count(*) AS n FROM sloth.jobs"
-                   " WHERE state IN ('blocked', 'queued', 'running') GROUP BY lane, state")
 
 
-class PgListing:
-    _db: Connection
+class Listings:
+    """listing() of PgQueue and of the read-only view, over ``db``; ``rows``
+    makes its Jobs. No state of its own."""
 
-    if TYPE_CHECKING:
-        def _job(self, row: Any, c: Cursor | None = None) -> Job: ...
+    def __init__(self, db: Connection, rows: JobRows) -> None:
+        self._db = db
+        self.rows = rows
 
     def listing(self, *, states: Sequence[str] | None = None, lane: str | None = None,
                 limit: int | None = None, offset: int = 0, finished_limit: int | None = None,
@@ -65,7 +66,7 @@ class PgListing:
         sql = (f"SELECT * FROM sloth.jobs WHERE state = ANY(%(members)s) AND {filt[0]}"
                f" ORDER BY {ORDER[name]} LIMIT %(take)s OFFSET %(skip)s")
         args = {"members": members, **filt[1], "now": now, "take": take, "skip": skip}
-        return [self._job(r, c) for r in c.execute(sql, args).fetchall()]
+        return [self.rows.job(r, c) for r in c.execute(sql, args).fetchall()]
 
 
 def _where(lane: str | None, host: str | None) -> tuple[str, dict[str, Any]]:

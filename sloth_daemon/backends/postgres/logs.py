@@ -82,10 +82,12 @@ def unfinished(db: Connection, host: str) -> list[tuple[int, int, int]]:
     return [(int(r["job_id"]), int(r["attempt"]), int(r["size"])) for r in rows]
 
 
-class PgLogs:
-    """The stored logs as PgQueue (and the read-only view) offer them."""
+class Logs:
+    """The stored logs over ``db``, as PgQueue (and the read-only view)
+    offer them. No state of its own."""
 
-    _db: Connection
+    def __init__(self, db: Connection) -> None:
+        self._db = db
 
     def stored_log(self, job_id: int, attempt: int, offset: int = 0, limit: int = 1 << 20) -> LogPart:
         """The stored log of an attempt (see LogPart), from ``offset``."""

@@ -1,9 +1,23 @@
-"""The lease queue on PostgreSQL: leases and transitions. Its SQL lives in
-the pg*.py modules of this package (pg_enqueue: adding jobs, pg_claim:
-claiming, pg_leases: the lease holder's renewals, pg_batch: requests on
-many jobs, pg_deps: dependencies, pg_reads and pg_listing: the read side,
-pg_identity: which queue a database holds); backends/postgres/db.py connects and runs
-transactions, backends/postgres/migrate.py migrates.
+"""The lease queue on PostgreSQL, composed: PgQueue opens one connection
+(db.Connection: connecting, reconnecting, the one transaction helper) and
+names the readers and writers over it, each the owner of its SQL, and
+answers each method of the contract with one of theirs:
+
+* ``rows`` (reads.JobRows): rows made into Jobs, its cache of environments;
+* ``writer`` (writer.Writer): transactions that report changed dependents
+  to ``on_side_change``, and a job's end;
+* ``claims`` (claim.Claims, its statements in pick.py): claim;
+* ``leases`` (leases.Leases): heartbeats, adoption, and the outcomes that
+  end a lease (complete, fail, release);
+* ``requests`` (batch.Requests): a user's cancel, retry, restart, prune;
+* ``adding`` (enqueue.Enqueuer): enqueue, enqueue_many, batch_ids;
+* ``reads`` (reads.Reads) and ``listings`` (listing.Listings): the read side;
+* ``machines`` (hosts.Machines) and ``logs`` (logs.Logs): the hosts that
+  serve the queue and the attempt logs they store.
+
+deps.py holds the SQL of dependencies, identity.py which queue a database
+holds, migrate.py the schema. PgQueue itself keeps the queue's identity,
+its clock and the settings writes (meta, lanes).
 
 The contract is SqliteQueue's (same methods, values, errors and event
 history); what differs is who keeps time and who may race:
@@ -47,47 +61,25 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Callable, TypeVar
-
-from psycopg import errors as pgerr
+from typing import Any, Callable
 
 from sloth_daemon.clock import Clock, SystemClock, SystemClocks
-from sloth_daemon.errors import IllegalTransition
-from sloth_daemon.models import ACTIVE_STATES, Job, JobState
-from sloth_daemon.spec import number
-from sloth_daemon.backends.postgres import deps
+from sloth_daemon.models import Job
 from sloth_daemon.backends.postgres import identity as pg_identity, migrate as pg_migrate, db as pgdb
-from sloth_daemon.backends.postgres.batch import PgBatch
-from sloth_daemon.backends.postgres.claim import PgClaim
-from sloth_daemon.backends.postgres.enqueue import SQL_ACTIVE_KEY, PgEnqueue
-from sloth_daemon.backends.postgres.hosts import PgHosts
-from sloth_daemon.backends.postgres.logs import PgLogs
-from sloth_daemon.backends.postgres.leases import PgLeases, WaitedOn, holds, not_held
-from sloth_daemon.backends.sqlite.leases import may_refund, refund_note
-from sloth_daemon.backends.postgres.reads import PgReads
-from sloth_daemon.backends.postgres.db import Cursor, Row, finite, one, storable_text
+from sloth_daemon.backends.postgres.batch import Requests
+from sloth_daemon.backends.postgres.claim import Claims
+from sloth_daemon.backends.postgres.enqueue import Enqueuer
+from sloth_daemon.backends.postgres.hosts import Machines
+from sloth_daemon.backends.postgres.leases import Leases
+from sloth_daemon.backends.postgres.listing import Listings
+from sloth_daemon.backends.postgres.logs import Logs
+from sloth_daemon.backends.postgres.reads import JobRows, Reads
+from sloth_daemon.backends.postgres.writer import Writer
+from sloth_daemon.backends.postgres.db import one
 from sloth_daemon.backends.sqlite.queue import DEFAULT_BACKOFF_CAP_S, DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS
 
 __all__ = ["PgQueue", "ServerClock"]
 
-T = TypeVar("T")
-# finished_at: when the process really ended (%(ended_at)s, as reported), never after now.
-FINISH = ("state = %(state)s, token = NULL, lease_until = NULL, message = %(message)s,"
-          " exit_code = coalesce(%(exit_code)s, exit_code),"
-          " finished_at = least(coalesce(%(ended_at)s, sloth.now()), sloth.now()), updated_at = sloth.now()")
-SQL_FINISH = f"UPDATE sloth.jobs SET {FINISH} WHERE id = %(id)s RETURNING *"
-SQL_SET_RUNNER = "UPDATE sloth.jobs SET runner = %s, updated_at = sloth.now() WHERE id = %s"
-SQL_BACK_OFF = ("UPDATE sloth.jobs SET state = 'queued', not_before = sloth.now() + %s,"
-                " token = NULL, lease_until = NULL, message = %s, exit_code = %s,"
-                " updated_at = sloth.now() WHERE id = %s RETURNING *")
-SQL_RELEASE = ("UPDATE sloth.jobs SET state = 'queued', not_before = sloth.now() + %s, token = NULL,"
-               " lease_until = NULL, tries = greatest(tries - 1, 0), refunds = refunds + %s,"
-               " updated_at = sloth.now() WHERE id = %s RETURNING *")
-SQL_REQUEUE = ("UPDATE sloth.jobs SET state = %s, tries = 0, refunds = 0, not_before = sloth.now(),"
-               " token = NULL, lease_until = NULL, finished_at = NULL, updated_at = sloth.now()"
-               " WHERE id = %s RETURNING *")
-SQL_EVENT = ("INSERT INTO sloth.events (job_id, at, kind, attempt, message)"
-             " VALUES (%s, least(coalesce(%s, sloth.now()), sloth.now()), %s, %s, %s)")
 SQL_SET_META = ("INSERT INTO sloth.meta (key, value) VALUES (%s, %s)"
                 " ON CONFLICT (key) DO UPDATE SET value = excluded.value")
 SQL_SET_LANE = ("INSERT INTO sloth.lanes (name, concurrency, config_was, created_at) VALUES (%s, %s, %s, sloth.now())"
@@ -99,17 +91,17 @@ class ServerClock:
     """``now()`` of the database server (``sloth.now()``): what a caller that
     needs "now" (a due time to sleep until) must compare with."""
 
-    def __init__(self, queue: "PgQueue") -> None:
-        self._queue = queue
+    def __init__(self, db: pgdb.Connection) -> None:
+        self._db = db
 
     def now(self) -> float:
-        return self._queue._db.read(
-            lambda c: one(c.execute("SELECT sloth.now() AS now"))["now"], "reading the clock")
+        return self._db.read(lambda c: one(c.execute("SELECT sloth.now() AS now"))["now"], "reading the clock")
 
 
-class PgQueue(PgClaim, PgLeases, PgBatch, PgEnqueue, PgReads, PgHosts, PgLogs):
+class PgQueue:
     """A durable lease queue on PostgreSQL, shared by any number of daemons
-    (see the module docstring). Same contract as SqliteQueue.
+    (see the module docstring). Same contract as SqliteQueue; each method
+    is its collaborator's (its docstring is there).
 
     ``clock``: None (production) uses the server's clock. A test clock
     (ManualClock) pins every transaction's now to its reading. A SystemClock
@@ -121,8 +113,6 @@ class PgQueue(PgClaim, PgLeases, PgBatch, PgEnqueue, PgReads, PgHosts, PgLogs):
     lock); False refuses a schema that is not exactly this code's.
     ``options``: connection settings (pgdb.PgOptions).
     """
-
-    on_side_change: Callable[[Job], None] | None = None  # see the module docstring
 
     def __init__(
         self,
@@ -140,17 +130,78 @@ class PgQueue(PgClaim, PgLeases, PgBatch, PgEnqueue, PgReads, PgHosts, PgLogs):
         if isinstance(clock, (SystemClock, SystemClocks)):
             clock = None
         self._pinned = clock
-        self.clock: Clock = clock if clock is not None else ServerClock(self)
         self.lease_s = float(lease_s)
         self.max_attempts = int(max_attempts)
         self.backoff_cap_s = float(backoff_cap_s)
-        self._envs: dict[int, dict[str, str]] = {}  # env_id -> env, decoded once
-        self._side: list[Job] = []  # dependents changed by the open transaction
         options = options or pgdb.PgOptions()
         if lock_wait_s is not None:
             options = dataclasses.replace(options, lock_wait_s=lock_wait_s)
-        self._db = pgdb.Connection(url, options, self._pin)
+        self._db = db = pgdb.Connection(url, options, self._pin)
+        self.clock: Clock = clock if clock is not None else ServerClock(db)
+        self.rows = rows = JobRows(db)
+        self.writer = writer = Writer(db, rows)
+        self._name_writers(db, rows, writer)
+        self._name_readers(db, rows)
         self.identity: str = self._open(migrate)
+
+    def _name_writers(self, db: pgdb.Connection, rows: JobRows, writer: Writer) -> None:
+        """The writers, and which of their methods answers for the queue."""
+        self.claims = claims = Claims(db, rows, writer)
+        self.claim = claims.claim
+
+        self.leases = leases = Leases(db, rows, writer, backoff_cap_s=self.backoff_cap_s)
+        self.heartbeat = leases.heartbeat
+        self.renew_after_resume = leases.renew_after_resume
+        self.set_runner = leases.set_runner
+        self.adopt = leases.adopt
+        self.abandon = leases.abandon
+        self.complete = leases.complete
+        self.fail = leases.fail
+        self.release = leases.release
+        self.note_ended = leases.note_ended
+        self.flush = leases.flush
+
+        self.requests = requests = Requests(db, rows, writer)
+        self.cancel = requests.cancel
+        self.retry = requests.retry
+        self.cancel_many = requests.cancel_many
+        self.retry_many = requests.retry_many
+        self.restart = requests.restart
+        self.prune = requests.prune
+
+        self.adding = adding = Enqueuer(db, writer, lease_s=self.lease_s, max_attempts=self.max_attempts)
+        self.enqueue = adding.enqueue
+        self.enqueue_many = adding.enqueue_many
+        self.batch_ids = adding.batch_ids
+
+    def _name_readers(self, db: pgdb.Connection, rows: JobRows) -> None:
+        """The readers (as the read-only view's), and which of their methods answers."""
+        self.reads = reads = Reads(db, rows)
+        self.get = reads.get
+        self.get_many = reads.get_many
+        self.jobs = reads.jobs
+        self.events = reads.events
+        self.counts = reads.counts
+        self.running = self.claimed = reads.running  # claimed: the name of schema v1-v2 days
+        self.prereqs = reads.prereqs
+        self.dependents = reads.dependents
+        self.next_due_at = reads.next_due_at
+        self.lanes = reads.lanes
+        self.lane_counts = reads.lane_counts
+        self.lane_busy = reads.lane_busy
+        self.lane_rows = reads.lane_rows
+        self.get_meta = reads.get_meta
+        self.schema_status = reads.schema_status
+        self.listings = Listings(db, rows)
+        self.listing = self.listings.listing
+
+        self.machines = machines = Machines(db)
+        self.register_host = machines.register_host
+        self.host_seen = machines.host_seen
+        self.forget_host = machines.forget_host
+        self.hosts = machines.hosts
+        self.logs = Logs(db)
+        self.stored_log = self.logs.stored_log
 
     def _pin(self) -> float | None:
         return None if self._pinned is None else self._pinned.now()
@@ -171,6 +222,16 @@ class PgQueue(PgClaim, PgLeases, PgBatch, PgEnqueue, PgReads, PgHosts, PgLogs):
         self._db.verify = lambda conn: pg_identity.other_queue(conn, identity)
         return identity
 
+    @property
+    def on_side_change(self) -> Callable[[Job], None] | None:
+        """Told, after the commit, of each dependent a transition queued or
+        cancelled (see the module docstring of backends/postgres/writer.py)."""
+        return self.writer.on_side_change
+
+    @on_side_change.setter
+    def on_side_change(self, fn: Callable[[Job], None] | None) -> None:
+        self.writer.on_side_change = fn
+
     def check(self) -> None:
         """Raise QueueBroken if this queue's database was dropped, lost its
         schema, or the URL now reaches another queue (then it takes no more
@@ -187,151 +248,6 @@ class PgQueue(PgClaim, PgLeases, PgBatch, PgEnqueue, PgReads, PgHosts, PgLogs):
     def broken(self) -> str | None:
         """Why this queue takes no more requests, or None."""
         return self._db.broken
-
-    def _write(self, fn: Callable[[Cursor], T], doing: str) -> T:
-        """pgdb's write, then (after the commit only) tell ``on_side_change``
-        of each dependent the transaction queued or cancelled."""
-        def attempt(c: Cursor) -> T:
-            self._side = []  # run again after a lost connection: start over
-            return fn(c)
-
-        out = self._db.write(attempt, doing)
-        side, self._side = self._side, []
-        if self.on_side_change is not None:
-            for job in side:
-                self.on_side_change(job)
-        return out
-
-    # --------------------------------------------------------- lease holders
-    def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None,
-                 ended_at: float | None = None, runner: dict[str, Any] | None = None,
-                 durable: bool = True) -> Job:
-        """running -> done (dependents may be queued). ``ended_at``,
-        ``runner``, ``durable``: as SqliteQueue.complete (durable=False:
-        synchronous_commit off for this transaction; a later synchronous
-        commit or flush() makes it durable). Raises LeaseLost for a stale token."""
-        at = finite(ended_at)
-        if runner is None and durable:  # the hot path: one statement
-            try:
-                return self._held_step(job_id, token, FINISH, {
-                    "state": JobState.DONE.value, "message": storable_text(message), "exit_code": exit_code,
-                    "ended_at": at}, "completing a job", event=("done", message), at=at, unwaited=True)
-            except WaitedOn:
-                pass  # its end settles the jobs that wait for it: a transaction
-
-        def tx(c: Cursor) -> Job:
-            row = self._begin_end(c, job_id, token, runner, durable)
-            return self._finish(c, job_id, JobState.DONE, row["attempts"], "done", message,
-                                exit_code=exit_code, at=at)
-
-        return self._write(tx, "completing a job")
-
-    def _begin_end(self, c: Cursor, job_id: int, token: str, runner: dict[str, Any] | None,
-                   durable: bool) -> Row:
-        """The first steps of an outcome written in a transaction: its commit
-        durability, the lease check, the process identity if not yet written."""
-        if not durable:
-            c.execute("SET LOCAL synchronous_commit TO OFF")
-        row = self._held(c, job_id, token)
-        if runner is not None:
-            c.execute(SQL_SET_RUNNER, (json.dumps(runner), job_id))
-            self._event(c, job_id, "started", row["attempts"], f"pid {runner.get('pid')}",
-                        finite(runner.get("started_at")))
-        return row
-
-    def fail(
-        self, job_id: int, token: str, *, message: str = "", retry: bool = True,
-        exit_code: int | None = None, ended_at: float | None = None,
-        runner: dict[str, Any] | None = None, durable: bool = True,
-    ) -> Job:
-        """running -> queued with ``not_before = now + min(2**tries, cap)`` while
-        tries remain (and ``retry``), else -> failed (dependents that need it
-        done are cancelled, the others may be queued). ``ended_at``,
-        ``runner`` and ``durable`` as for complete. Raises LeaseLost."""
-        at = finite(ended_at)
-
-        def tx(c: Cursor) -> Job:
-            row = self._begin_end(c, job_id, token, runner, durable)
-            return self._fail_row(c, row, message, retry, exit_code, at)
-
-        return self._write(tx, "failing a job")
-
-    def _fail_row(self, c: Cursor, row: Row, message: str, retry: bool, exit_code: int | None,
-                  at: float | None, kind: str = "failed") -> Job:
-        """A try that counts ended: backed off while tries remain (and
-        ``retry``, the event ``kind``), else failed."""
-        if retry and row["tries"] < row["max_attempts"]:
-            return self._back_off(c, row, message, exit_code, at, kind)
-        why = "no attempts left" if retry else "not retried"
-        return self._finish(c, row["id"], JobState.FAILED, row["attempts"], "failed",
-                            _join(message, why), exit_code=exit_code, stored_message=message, at=at)
-
-    def _back_off(self, c: Cursor, row: Row, message: str, exit_code: int | None, at: float | None,
-                  kind: str = "failed") -> Job:
-        """A failed try with tries left: queued again after a delay that
-        doubles with each try, up to backoff_cap_s."""
-        tries = row["tries"]
-        delay = min(2.0 ** min(tries, 1000), self.backoff_cap_s)  # 2.0**1024 overflows
-        out = one(c.execute(SQL_BACK_OFF, (delay, storable_text(message), exit_code, row["id"])))
-        self._event(c, row["id"], kind, row["attempts"],
-                    _join(message, f"retry {tries + 1}/{row['max_attempts']} in {delay:g}s"), at)
-        return self._job(out, c)
-
-    def release(self, job_id: int, token: str, *, message: str = "interrupted", delay_s: float = 0.0,
-                kind: str = "interrupted", runner: dict[str, Any] | None = None,
-                durable: bool = True) -> Job:
-        """running -> queued, due in ``delay_s``, the try given back (event
-        ``kind``: ``interrupted``, ``fenced`` or ``postponed``, as
-        SqliteQueue.release: a fence is forgiven MAX_CRASH_REFUNDS times).
-        ``runner``, ``durable``: as for complete. Raises LeaseLost."""
-        delay = number(delay_s, "delay_s", 0.0, lo=0)
-
-        def tx(c: Cursor) -> Job:
-            row = self._begin_end(c, job_id, token, runner, durable)
-            forgiven = kind != "fenced" or may_refund(row)
-            note = refund_note(row, forgiven) if kind == "fenced" else ""
-            if not forgiven:
-                return self._fail_row(c, row, message + note, True, None, None, kind)
-            out = one(c.execute(SQL_RELEASE, (delay, int(kind == "fenced"), job_id)))
-            self._event(c, job_id, kind, row["attempts"], message + note)
-            return self._job(out, c)
-
-        return self._write(tx, "releasing a job")
-
-    # ---------------------------------------------------------- user actions
-    def cancel(self, job_id: int, *, message: str = "cancelled by user") -> Job:
-        """blocked|queued|running -> cancelled; what waits for it to be done is
-        cancelled too. A running job's holder loses its lease (its token is
-        cleared); ending its process is the caller's business. Raises
-        IllegalTransition for a finished job, JobNotFound."""
-        def tx(c: Cursor) -> Job:
-            row = self._get_row(c, job_id, lock=True)
-            if row["state"] not in ACTIVE_STATES:
-                raise IllegalTransition(
-                    f"job {job_id} is {row['state']}; only blocked, queued or running jobs can be cancelled"
-                )
-            return self._finish(c, job_id, JobState.CANCELLED, row["attempts"], "cancelled", message)
-
-        return self._write(tx, "cancelling a job")
-
-    def retry(self, job_id: int) -> Job:
-        """failed|cancelled -> queued, due now, with a fresh budget of tries
-        (``attempts`` keeps counting runs); -> blocked instead while a job it
-        was added after is unfinished. Raises IllegalTransition (other
-        states, or its key is taken by an active job), JobNotFound."""
-        return self._write(lambda c: self._retry(c, self._get_row(c, job_id, lock=True)), "retrying a job")
-
-    def _retry(self, c: Cursor, row: Row) -> Job:
-        if row["state"] not in (JobState.FAILED.value, JobState.CANCELLED.value):
-            raise IllegalTransition(
-                f"job {row['id']} is {row['state']}; only failed or cancelled jobs can be retried",
-                hint="A queued or running job will run anyway; `sloth restart` queues a finished one again.",
-            )
-        waits = deps.still_waits(c, row["id"])
-        out = _requeue(c, row, "queued" if waits is None else "blocked")
-        why = "back to queued by user" if waits is None else f"retried by user; waits for job {waits}"
-        self._event(c, row["id"], "retried", row["attempts"], why)
-        return self._job(out, c)
 
     def set_meta(self, key: str, value: Any) -> None:
         text = json.dumps(value)
@@ -355,54 +271,3 @@ class PgQueue(PgClaim, PgLeases, PgBatch, PgEnqueue, PgReads, PgHosts, PgLogs):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # --------------------------------------------------------------- helpers
-    def _held(self, c: Cursor, job_id: int, token: str) -> Row:
-        """The job's row, locked, if ``token`` holds its lease; else the error."""
-        row = self._get_row(c, job_id, lock=True)
-        if not holds(row, token):
-            raise not_held(row, token)
-        return row
-
-    def _finish(
-        self, c: Cursor, job_id: int, state: JobState, attempt: int, kind: str, message: str,
-        *, exit_code: int | None = None, stored_message: str | None = None, at: float | None = None,
-    ) -> Job:
-        """The job ends (``state``, event ``kind``); the jobs waiting for it
-        are settled in the same transaction, and kept for on_side_change."""
-        out = one(c.execute(SQL_FINISH, {
-            "state": state.value, "message": storable_text(message if stored_message is None else stored_message),
-            "exit_code": exit_code, "id": job_id, "ended_at": at}))
-        self._event(c, job_id, kind, attempt, message, at)
-        if out["waited_on"]:
-            self._side += [self._job(r, c) for r in deps.settle(c, job_id, state.value)]
-        return self._job(out, c)
-
-    @staticmethod
-    def _event(c: Cursor, job_id: int, kind: str, attempt: int, message: str, at: float | None = None) -> None:
-        c.execute(SQL_EVENT, (job_id, at, kind, attempt, storable_text(message)))
-
-
-def _requeue(c: Cursor, row: Row, state: str) -> Row:
-    """A finished job back to ``state`` with a fresh budget, unless another
-    active job has its key now (IllegalTransition)."""
-    key = row["key"]
-    if key is not None:
-        other = c.execute(SQL_ACTIVE_KEY, (key,)).fetchone()
-        if other:
-            raise _key_taken(other["id"], key)
-    try:
-        with c.connection.transaction():  # a savepoint: a racing enqueue may take the key
-            return one(c.execute(SQL_REQUEUE, (state, row["id"])))
-    except pgerr.UniqueViolation:
-        other = c.execute(SQL_ACTIVE_KEY, (key,)).fetchone()
-        raise _key_taken(other["id"] if other else "?", key) from None
-
-
-def _key_taken(other: object, key: str) -> IllegalTransition:
-    return IllegalTransition(f"job {other} with the same key {key!r} is still active",
-                             hint=f"Wait for job {other} or cancel it first.")
-
-
-def _join(a: str, b: str) -> str:
-    return f"{a}; {b}" if a else b

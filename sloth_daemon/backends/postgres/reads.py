@@ -2,10 +2,13 @@
 dependencies, meta, and rows made into Jobs (the counterpart of
 backends/sqlite/reads.py).
 
-A base class of PgQueue (backends/postgres/queue.py) and of the read-only view
-(backends/postgres/readonly.py), split off to keep each module small. A read is one
-statement outside any transaction (db.Connection.read), so it never holds
-a lock another daemon waits for.
+Two objects, each over one connection: JobRows makes rows into Jobs (every
+reader and writer of a queue shares its one, and so its cache of decoded
+environments); Reads answers the read side of the contract, named by
+PgQueue (backends/postgres/queue.py) and by the read-only view
+(backends/postgres/readonly.py). A read is one statement outside any
+transaction (db.Connection.read), so it never holds a lock another daemon
+waits for.
 """
 
 from __future__ import annotations
@@ -17,10 +20,9 @@ from typing import Any, Collection, Mapping, Sequence
 from sloth_daemon.errors import JobNotFound
 from sloth_daemon.models import STATE_NAMES, Event, Job, JobState
 from sloth_daemon.spec import integer
-from sloth_daemon.backends.postgres import claim as pick
+from sloth_daemon.backends.postgres import pick
 from sloth_daemon.backends.postgres import deps
 from sloth_daemon.backends.postgres import migrate as pg_migrate
-from sloth_daemon.backends.postgres.listing import SQL_LANE_COUNTS, PgListing
 from sloth_daemon.backends.postgres.db import Connection, Cursor, Row, one
 
 _JOB_COLUMNS = frozenset(Job.__dataclass_fields__) | {"env_id", "prereqs"}
@@ -32,14 +34,61 @@ SQL_LANE_BUSY = ("SELECT EXISTS (SELECT 1 FROM sloth.jobs WHERE state = 'queued'
                  " OR EXISTS (SELECT 1 FROM sloth.jobs WHERE state = 'blocked' AND lane = %(lane)s)"
                  " OR EXISTS (SELECT 1 FROM sloth.jobs WHERE state = 'running' AND lane = %(lane)s) AS busy")
 SQL_LANE_ROWS = "SELECT name, concurrency, config_was, created_at FROM sloth.lanes ORDER BY name"
+SQL_LANE_COUNTS = ("SELECT lane, state, count(*) AS n FROM sloth.jobs"
+                   " WHERE state IN ('blocked', 'queued', 'running') GROUP BY lane, state")
 
 
-class PgReads(PgListing):
-    _db: Connection
-    _envs: dict[int, dict[str, str]]  # env_id -> env, decoded once
+class JobRows:
+    """Rows made into Jobs, with their environments: an env is read once
+    and kept (``_envs``, env_id -> env) until the cache is full or a prune
+    deletes environments (forget_envs)."""
+
+    def __init__(self, db: Connection) -> None:
+        self._db = db
+        self._envs: dict[int, dict[str, str]] = {}
+
+    def job(self, row: Mapping[str, Any], c: Cursor | None = None) -> Job:
+        """A Job from a row, with its environment (see _env)."""
+        d = {k: v for k, v in row.items() if k in _JOB_COLUMNS}
+        d["env"] = None
+        if d["env_id"] is None:
+            return Job.from_row(d)
+        # The one object per env_id, not a copy: jobs of one `sloth add` share
+        # it, so the worker's and the keeper client's caches (keyed by object)
+        # send it to the keeper once, not whole with every job. Never changed.
+        return Job.from_row(d, env=self._env(d["env_id"], c))
+
+    def _env(self, env_id: int, c: Cursor | None) -> dict[str, str]:
+        """An environment from the cache or ``envs`` (on ``c`` inside a
+        transaction, else by a read of its own)."""
+        env = self._envs.get(env_id)
+        if env is not None:
+            return env
+
+        def fetch(cur: Cursor) -> Row | None:
+            return cur.execute("SELECT data FROM sloth.envs WHERE id = %s", (env_id,)).fetchone()
+
+        found = fetch(c) if c is not None else self._db.read(fetch, "reading a job's environment")
+        env = json.loads(found["data"]) if found else {}
+        if len(self._envs) > _ENV_CACHE_MAX:
+            self._envs.clear()
+        self._envs[env_id] = env
+        return env
+
+    def forget_envs(self) -> None:
+        """Environments were deleted (a prune): read them afresh."""
+        self._envs.clear()
+
+
+class Reads:
+    """The read side of the contract, over ``db``; ``rows`` makes its Jobs."""
+
+    def __init__(self, db: Connection, rows: JobRows) -> None:
+        self._db = db
+        self.rows = rows
 
     def get(self, job_id: int) -> Job:
-        return self._db.read(lambda c: self._job(self._get_row(c, job_id), c), "reading a job")
+        return self._db.read(lambda c: self.rows.job(get_row(c, job_id), c), "reading a job")
 
     def get_many(self, ids: Sequence[int]) -> list[Job]:
         """The jobs of these ids that exist (one read per 10,000 ids)."""
@@ -48,7 +97,7 @@ class PgReads(PgListing):
         def read(c: Cursor) -> list[Job]:
             rows = [r for k in range(0, len(wanted), 10_000) for r in c.execute(
                 "SELECT * FROM sloth.jobs WHERE id = ANY(%s) ORDER BY id", (wanted[k:k + 10_000],)).fetchall()]
-            return [self._job(r, c) for r in rows]
+            return [self.rows.job(r, c) for r in rows]
 
         return self._db.read(read, "reading jobs")
 
@@ -64,13 +113,13 @@ class PgReads(PgListing):
         sql, args = _jobs_statement([JobState(s).value for s in wanted], lane)
 
         def read(c: Cursor) -> list[Job]:
-            return [self._job(r, c) for r in c.execute(sql, (*args, limit)).fetchall()]
+            return [self.rows.job(r, c) for r in c.execute(sql, (*args, limit)).fetchall()]
 
         return self._db.read(read, "listing jobs")
 
     def events(self, job_id: int) -> list[Event]:
         def read(c: Cursor) -> list[Event]:
-            self._get_row(c, job_id)
+            get_row(c, job_id)
             return [Event(**r) for r in c.execute(SQL_EVENTS, (job_id,)).fetchall()]
 
         return self._db.read(read, "reading a job's events")
@@ -84,7 +133,7 @@ class PgReads(PgListing):
 
     def running(self) -> list[Job]:
         """All jobs currently leased (running somewhere, or lost)."""
-        return self._db.read(lambda c: [self._job(r, c) for r in c.execute(
+        return self._db.read(lambda c: [self.rows.job(r, c) for r in c.execute(
             "SELECT * FROM sloth.jobs WHERE state = 'running' ORDER BY id").fetchall()],
             "listing running jobs")
 
@@ -147,43 +196,15 @@ class PgReads(PgListing):
         """The database's schema version against this code's (for `sloth db status`)."""
         return pg_migrate.status(self._db)
 
-    # --------------------------------------------------------------- helpers
-    def _job(self, row: Mapping[str, Any], c: Cursor | None = None) -> Job:
-        """A Job from a row, with its environment (see _env)."""
-        d = {k: v for k, v in row.items() if k in _JOB_COLUMNS}
-        d["env"] = None
-        if d["env_id"] is None:
-            return Job.from_row(d)
-        # The one object per env_id, not a copy: jobs of one `sloth add` share
-        # it, so the worker's and the keeper client's caches (keyed by object)
-        # send it to the keeper once, not whole with every job. Never changed.
-        return Job.from_row(d, env=self._env(d["env_id"], c))
 
-    def _env(self, env_id: int, c: Cursor | None) -> dict[str, str]:
-        """An environment from the cache or ``envs`` (on ``c`` inside a
-        transaction, else by a read of its own)."""
-        env = self._envs.get(env_id)
-        if env is not None:
-            return env
-
-        def fetch(cur: Cursor) -> Row | None:
-            return cur.execute("SELECT data FROM sloth.envs WHERE id = %s", (env_id,)).fetchone()
-
-        found = fetch(c) if c is not None else self._db.read(fetch, "reading a job's environment")
-        env = json.loads(found["data"]) if found else {}
-        if len(self._envs) > _ENV_CACHE_MAX:
-            self._envs.clear()
-        self._envs[env_id] = env
-        return env
-
-    @staticmethod
-    def _get_row(c: Cursor, job_id: int, *, lock: bool = False) -> Row:
-        check_id(job_id)
-        row = c.execute("SELECT * FROM sloth.jobs WHERE id = %s" + (" FOR UPDATE" if lock else ""),
-                        (job_id,)).fetchone()
-        if row is None:
-            raise JobNotFound(job_id)
-        return row
+def get_row(c: Cursor, job_id: int, *, lock: bool = False) -> Row:
+    """The job's row (``lock``: FOR UPDATE, until commit), or JobNotFound."""
+    check_id(job_id)
+    row = c.execute("SELECT * FROM sloth.jobs WHERE id = %s" + (" FOR UPDATE" if lock else ""),
+                    (job_id,)).fetchone()
+    if row is None:
+        raise JobNotFound(job_id)
+    return row
 
 
 def check_id(job_id: object) -> None:

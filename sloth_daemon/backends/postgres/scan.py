@@ -15,30 +15,29 @@ rather than start over and list jobs twice.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Callable, Sequence
 
 from sloth_daemon.errors import StorageError
 from sloth_daemon.models import STATE_NAMES, Job, state_name
-from sloth_daemon.backends.postgres.listing import ORDER, SQL_LANE_COUNTS, SQL_STATE_COUNTS, _where
-from sloth_daemon.backends.postgres.db import Cursor
+from sloth_daemon.backends.postgres.listing import ORDER, SQL_STATE_COUNTS, _where
+from sloth_daemon.backends.postgres.db import Connection, Cursor
+from sloth_daemon.backends.postgres.reads import SQL_LANE_COUNTS, JobRows
 from sloth_daemon.backends.sqlite.listing import _pages, _sections
 from sloth_daemon.backends.sqlite.scan import CHUNK
-
-if TYPE_CHECKING:
-    from sloth_daemon.backends.postgres.readonly import PgReadOnly
 
 CURSOR = "sloth_listing_{}"
 
 
 class PgScan:
-    """One listing being read (see the module docstring); ``owns_reader``:
-    close the read-only view with the scan (the daemon opens one per scan)."""
+    """One listing being read on ``db`` (see the module docstring), its Jobs
+    made by ``rows``; ``on_close``: called once the scan is closed (the
+    read-only view that owns it closes itself: the daemon opens one per scan)."""
 
-    def __init__(self, reader: PgReadOnly, *, owns_reader: bool, now: float,
-                 states: Sequence[str] | None = None, lane: str | None = None, limit: int | None = None,
-                 offset: int = 0, finished_limit: int | None = None, host: str | None = None) -> None:
-        self._reader, self._owns = reader, owns_reader
-        self._db = reader._db
+    def __init__(self, db: Connection, rows: JobRows, *, on_close: Callable[[], None] | None = None,
+                 now: float, states: Sequence[str] | None = None, lane: str | None = None,
+                 limit: int | None = None, offset: int = 0, finished_limit: int | None = None,
+                 host: str | None = None) -> None:
+        self._db, self.rows, self._on_close = db, rows, on_close
         self.sent = 0
         wanted = set(STATE_NAMES) if not states else {state_name(s) for s in states}
         filt = _where(lane, host)
@@ -82,7 +81,7 @@ class PgScan:
     def _jobs(self, ids: list[int]) -> list[Job]:
         def read(c: Cursor) -> list[Job]:
             rows = {r["id"]: r for r in c.execute("SELECT * FROM sloth.jobs WHERE id = ANY(%s)", (ids,)).fetchall()}
-            return [self._reader._job(rows[i], c) for i in ids if i in rows]
+            return [self.rows.job(rows[i], c) for i in ids if i in rows]
 
         return self._db.read(read, "listing jobs")
 
@@ -101,5 +100,5 @@ class PgScan:
                 self._close_cursor()
         except StorageError:
             pass  # a lost connection took its cursors with it
-        if self._owns:
-            self._reader.close()
+        if self._on_close is not None:
+            self._on_close()

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from psycopg import sql as pgsql
 
-from sloth_daemon.backends.postgres import claim as pick
+from sloth_daemon.backends.postgres import pick
 from sloth_daemon.backends.postgres import migrate as pg_migrate
 from sloth_daemon.backends.postgres.readonly import PgReadOnly
 from sloth_daemon.backends.postgres.queue import PgQueue
