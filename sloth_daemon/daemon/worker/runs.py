@@ -9,7 +9,7 @@ import math
 import os
 import socket
 from dataclasses import dataclass
-from typing import Any, Iterator, ValuesView
+from typing import Any, Callable, Iterator, ValuesView
 
 from sloth_daemon.clock import ClockReadings
 from sloth_daemon.models import Job
@@ -142,6 +142,9 @@ class RunTable:
 
     def __init__(self) -> None:
         self._by_job: dict[int, Run] = {}
+        # The dict's own: read on every turn and for every news of a run.
+        self.get: Callable[[int], Run | None] = self._by_job.get
+        self.values: Callable[[], ValuesView[Run]] = self._by_job.values
 
     def add(self, run: Run) -> None:
         """Hold ``run``: it replaces any older run of its job (a job cancelled, then retried)."""
@@ -152,9 +155,6 @@ class RunTable:
         cancelled-then-retried job may already have a newer run)."""
         if self._by_job.get(run.job.id) is run:
             del self._by_job[run.job.id]
-
-    def get(self, job_id: int) -> Run | None:
-        return self._by_job.get(job_id)
 
     def __getitem__(self, job_id: int) -> Run:
         return self._by_job[job_id]
@@ -167,9 +167,6 @@ class RunTable:
 
     def __len__(self) -> int:
         return len(self._by_job)
-
-    def values(self) -> ValuesView[Run]:
-        return self._by_job.values()
 
     def slots_in_use(self) -> dict[str, int]:
         """lane -> runs whose process has not ended (an ended run whose
