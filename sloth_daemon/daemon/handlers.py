@@ -3,7 +3,8 @@
 Each handler checks its arguments (the frame is untrusted), asks the
 daemon's :class:`~sloth_daemon.daemon.control.Control` and returns the result; a
 SlothError becomes the error response. The streaming ops (``wait``,
-``follow``, ``subscribe``) are daemon/streams.py's; ``scan`` (a listing of
+``follow``, ``subscribe``) are daemon/streams.py's (a Streams the Handlers
+own: it holds the open streams, ended together on close); ``scan`` (a listing of
 any size, streamed) is here beside ``list``, its stream listing_stream.py's.
 Connections, framing and peer checks are server.py's.
 
@@ -24,7 +25,7 @@ from sloth_daemon import protocol
 from sloth_daemon.checks import MAX_CONCURRENCY
 from sloth_daemon.daemon.control import Control
 from sloth_daemon.errors import BadRequest, SlothError, StorageBusy
-from sloth_daemon.daemon.streams import Emit, StreamHandlers, Subscription, attempt_of, job_id, job_ids
+from sloth_daemon.daemon.streams import Emit, Streams, attempt_of, job_id, job_ids
 from sloth_daemon.daemon.listing_stream import stream_scan
 from sloth_daemon.models import STATE_NAMES, state_name
 from sloth_daemon.spec import JobSpec
@@ -51,13 +52,17 @@ class Session:
         self.staged = []
 
 
-class Handlers(StreamHandlers):
+class Handlers:
+    """The op tables the server dispatches on: ``ops`` (a request, a
+    response), ``streams`` (events, then a response) and ``session_ops``
+    (ops that use what the connection holds). Collaborators: the daemon's
+    Control (``c``) and the Streams (``streaming``) that serve wait,
+    follow and subscribe."""
+
     def __init__(self, control: Control, stats: dict[str, int]) -> None:
         self.c = control
         self.stats = stats
-        self.closing = False
-        self._subs: set[Subscription] = set()
-        self._wakers: set[asyncio.Event] = set()  # waits, woken to end on close
+        self.streaming = Streams(control)
         w = self._patiently
         self.ops: dict[str, Callable[[dict[str, Any]], Any]] = {
             "ping": self.op_ping, "status": self.op_status, "add": w(self.op_add),
@@ -69,8 +74,8 @@ class Handlers(StreamHandlers):
             "shutdown": self.op_shutdown,
         }
         self.streams: dict[str, Callable[[dict[str, Any], Emit], Awaitable[Any]]] = {
-            "wait": self.op_wait, "follow": self.op_follow, "subscribe": self.op_subscribe,
-            "scan": self.op_scan,
+            "wait": self.streaming.op_wait, "follow": self.streaming.op_follow,
+            "subscribe": self.streaming.op_subscribe, "scan": self.op_scan,
         }
         self.ops["batch"] = self.op_batch
         # ops that use what the connection holds (a staged batch)
@@ -99,11 +104,7 @@ class Handlers(StreamHandlers):
 
     def close(self) -> None:
         """End every open stream (the daemon is stopping)."""
-        self.closing = True
-        for ev in list(self._wakers):
-            ev.set()
-        for sub in list(self._subs):
-            sub.end()
+        self.streaming.close()
 
     # ------------------------------------------------------------- simple
     def op_ping(self, a: dict[str, Any]) -> dict[str, Any]:
@@ -163,7 +164,7 @@ class Handlers(StreamHandlers):
         ``jobs`` events, then ``left_out``."""
         kw = listing_args(a)
         limit = None if a.get("limit") is None else whole(a["limit"], "limit", 1, 2**62)
-        return await stream_scan(self.c.scan(**kw, limit=limit), emit, lambda: self.closing)
+        return await stream_scan(self.c.scan(**kw, limit=limit), emit, lambda: self.streaming.closing)
 
     def op_show(self, a: dict[str, Any]) -> dict[str, Any]:
         if "id" in a:

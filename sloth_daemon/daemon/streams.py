@@ -1,7 +1,8 @@
 """The streaming ops of the control socket: ``wait``, ``follow``, ``subscribe``.
 
-Each emits events before its one response. A base class of Handlers
-(handlers.py), which holds the argument checks both share.
+Each emits events before its one response. :class:`Streams` is owned by
+the Handlers (handlers.py), which route the ops to it and end it when the
+daemon stops.
 """
 
 from __future__ import annotations
@@ -57,11 +58,24 @@ class Subscription:
         self._unwatch()
 
 
-class StreamHandlers:
-    c: Control
-    closing: bool
-    _subs: set[Subscription]
-    _wakers: set[asyncio.Event]
+class Streams:
+    """The streaming ops over ``control`` (``c``). State: the open
+    subscriptions and the waits' wake-up events, all ended by ``close``
+    (then ``closing``: a stream still reading stops)."""
+
+    def __init__(self, control: Control) -> None:
+        self.c = control
+        self.closing = False
+        self._subs: set[Subscription] = set()
+        self._wakers: set[asyncio.Event] = set()  # waits, woken to end on close
+
+    def close(self) -> None:
+        """End every open stream (the daemon is stopping)."""
+        self.closing = True
+        for ev in list(self._wakers):
+            ev.set()
+        for sub in list(self._subs):
+            sub.end()
 
     async def op_wait(self, a: dict[str, Any], emit: Emit) -> Any:
         """First a ``jobs`` event (every job as it is now, for a progress

@@ -1,71 +1,49 @@
 """What users ask of the worker between its turns: cancel, kill, retry,
-restart, prune, pause, resume, lane settings, a settings reload, and its
-status.
+restart, prune, pause, resume and lane settings.
 
-A base class of Worker (daemon/worker/loop.py): each action is one queue transaction
-(one request, however many jobs), then the worker's own part: ending the
-process trees of cancelled runs, telling watchers of every job that
-changed, waking the loop so freed slots fill at once.
+The worker's :class:`Actions` (daemon/worker/loop.py delegates to it): each
+action is one queue transaction (one request, however many jobs), then the
+worker's own part: ending the process trees of cancelled runs, telling
+watchers of every job that changed, waking the loop so freed slots fill at
+once.
 """
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from sloth_daemon.config import Settings
 from sloth_daemon.durations import format_duration
 from sloth_daemon.errors import IllegalTransition, JobNotFound, LeaseLost, SlothError
 from sloth_daemon.daemon.worker.lanes import Lanes
+from sloth_daemon.daemon.worker.pipeline import Pipeline
+from sloth_daemon.daemon.worker.recording import Recorder
+from sloth_daemon.daemon.worker.runs import Run, RunTable
+from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.models import Batch, Job, state_name
 
 if TYPE_CHECKING:
     from sloth_daemon.queue import Queue
     from sloth_daemon.clock import Clocks
-    from sloth_daemon.daemon.worker.spawner import Spawner
     from sloth_daemon.daemon.worker.withdrawal import Withdrawals
-    from sloth_daemon.daemon.worker.loop import Run
+
+End = Callable[[Run, str, "float | None"], None]
 
 
-class WorkerActions:
-    queue: "Queue"
-    settings: Settings
-    spawner: "Spawner"
-    lanes: Lanes
-    running: dict[int, "Run"]
-    on_change: Callable[[Job], None]
-    log_path: Callable[[int, int], Path]
-    _wake: asyncio.Event
-    _look: bool
-    last_jump: dict[str, Any] | None
-    last_check_at: float | None
-    timerfd: bool
-    host: str
-    places: Any
-    clocks: "Clocks"
-    withdrawals: "Withdrawals"
+class Actions:
+    """Users' requests on jobs and lanes. No state of its own; its
+    collaborators: the queue, the worker's runs and lanes, the withdrawals
+    (the keeper decides runs not heard started), the recorder (what is
+    known is recorded first), the pipeline (a pause takes held runs back),
+    signals, and ``end`` (the worker ends a run's tree: run, reason,
+    grace_s or None for the kill_grace_s setting)."""
 
-    if TYPE_CHECKING:
-        def _end(self, run: "Run", reason: str, grace_s: float | None = None) -> None: ...
-        def settle(self, awake: float) -> None: ...
-        def take_back(self, lanes: "Sequence[str] | None" = None) -> None: ...
-        def slots_in_use(self) -> dict[str, int]: ...
-        def pending_status(self) -> list[dict[str, object]]: ...
-        def pipeline_status(self) -> dict[str, object]: ...
-
-    def wake(self) -> None:
-        """Something changed (a job queued or ended, a lane, a pause): the
-        next turn looks for work to claim (and a cancel waiting for the
-        keeper's word on a run may have it now)."""
-        self._look = True
-        self._wake.set()
-        self.withdrawals.heard()
-
-    def side_change(self, job: Job) -> None:
-        """A job changed by another's transition (a dependent queued or cancelled)."""
-        self.on_change(job)
-        self.wake()
+    def __init__(self, queue: "Queue", running: RunTable, lanes: Lanes, withdrawals: "Withdrawals",
+                 recorder: Recorder, pipeline: Pipeline, signals: Signals, clocks: "Clocks", *, end: End,
+                 log_path: Callable[[int, int], Path]) -> None:
+        self.queue, self.running, self.lanes, self.withdrawals = queue, running, lanes, withdrawals
+        self.recorder, self.pipeline, self.signals, self.clocks = recorder, pipeline, signals, clocks
+        self.end, self.log_path = end, log_path
 
     # ---------------------------------------------------------------- jobs
     # A cancel or a kill records nothing about a run whose start the daemon
@@ -110,7 +88,7 @@ class WorkerActions:
         res.skipped[:0] = [(i, f"job {i} is {s}, not running") for i, s in states.items() if s != "running"]
         return res
 
-    def _selected(self, ids: Sequence[int] | None, lane: str | None, states: Sequence[str] | None) -> list["Run"]:
+    def _selected(self, ids: Sequence[int] | None, lane: str | None, states: Sequence[str] | None) -> list[Run]:
         """Our runs of the jobs a request names (a selection's: running ones)."""
         if ids is not None:
             wanted = set(ids)
@@ -123,7 +101,7 @@ class WorkerActions:
             return []
         return [r for r in self.running.values() if lane is None or r.job.lane == lane]
 
-    async def _decided(self, runs: list["Run"], write: Callable[[Sequence[int] | None, set[int]], Batch],
+    async def _decided(self, runs: list[Run], write: Callable[[Sequence[int] | None, set[int]], Batch],
                        reason: str, grace_s: float | None = None) -> Batch:
         """``write(None, exclude)`` for the request but the jobs of undecided
         runs (the keeper is asked about those first), then, once the keeper
@@ -138,7 +116,7 @@ class WorkerActions:
         finally:
             for run in asked:
                 run.deciding = False
-            self.wake()
+            self.signals.wake()
         decided = [r for r in asked if r not in stuck]
         if decided:  # no await from here to the write: nothing can claim them again in between
             self._record_known(decided)
@@ -149,14 +127,14 @@ class WorkerActions:
                                    "it started; nothing was changed") for r in stuck])
         return res
 
-    def _record_known(self, runs: list["Run"]) -> None:
+    def _record_known(self, runs: list[Run]) -> None:
         """What the spawner told of ``runs`` before a cancel is recorded: the
         outcomes of those that ended (a job that finished is finished, not
         cancelled; one never started is given back) and the start of those
         that run (their history says they started, then were cancelled)."""
         if not runs:
             return
-        self.settle(self.clocks.read().awake)
+        self.recorder.settle(self.clocks.read().awake)
         for run in runs:
             if run.live and run.identity is not None and self.running.get(run.job.id) is run:
                 ident, run.identity = run.identity, None
@@ -174,17 +152,18 @@ class WorkerActions:
             if run is not None:
                 if run.outcome is not None and run.ending is None:  # it ended, its outcome not written yet:
                     run.ending = reason  # the claim is void now; how it ended is noted if it had started
-                self._end(run, reason, grace_s)
-            self.on_change(job)
+                self.end(run, reason, grace_s)
+            self.signals.on_change(job)
         return res
 
-    def retry(self, job_id: int) -> Job:
+    def retry(self, job_id: int, *, kill_grace_s: float) -> Job:
         """queue.retry, refused while a cancelled run of the job is still
-        being ended: its new run must not start beside the old process."""
+        being ended (within ``kill_grace_s``): its new run must not start
+        beside the old process."""
         if job_id in self.running:
             raise IllegalTransition(
                 f"job {job_id} is still being stopped (its process tree is ending)",
-                hint=f"Try again in {format_duration(self.settings.kill_grace_s)} at most.")
+                hint=f"Try again in {format_duration(kill_grace_s)} at most.")
         return self._changed(self.queue.retry(job_id))
 
     def retry_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
@@ -203,8 +182,8 @@ class WorkerActions:
         return res
 
     def _changed(self, job: Job) -> Job:
-        self.on_change(job)
-        self.wake()
+        self.signals.on_change(job)
+        self.signals.wake()
         return job
 
     def prune(self, older_than_s: float, *, states: Sequence[str] | None = None, lane: str | None = None,
@@ -218,57 +197,23 @@ class WorkerActions:
     def pause(self, lane: str | None) -> None:
         """Nothing more starts: a successor held in the keeper is taken back too (pipeline.py)."""
         self.lanes.pause(lane)
-        self.take_back(None if lane is None else [lane])
+        self.pipeline.take_back(None if lane is None else [lane])
 
     def resume(self, lane: str | None) -> None:
         self.lanes.resume(lane)
-        self.wake()
+        self.signals.wake()
 
     def set_lane(self, lane: str, concurrency: int, *, create: bool = False) -> dict[str, Any]:
         """Takes effect at the next turn, which comes at once: running jobs
         are never touched; freed or added slots fill."""
         out = self.lanes.set(lane, concurrency, create=create)
-        self.take_back([lane])  # a held successor would start beside a lowered limit's runs
-        self.wake()
+        self.pipeline.take_back([lane])  # a held successor would start beside a lowered limit's runs
+        self.signals.wake()
         return out
 
     def remove_lane(self, lane: str) -> None:
         active = self.queue.lane_counts().get(lane, {})
         self.lanes.remove(lane, sum(active.values()))
-
-    def apply_settings(self, settings: Settings) -> list[str]:
-        """A config reload: new jobs get the new defaults, the next claim,
-        heartbeat, kill or prune the new limits. Returns notes on lanes whose
-        `sloth lane set` value the new config replaces."""
-        self.settings = settings
-        self.queue.lease_s, self.queue.max_attempts = settings.lease_s, settings.max_attempts
-        self.queue.backoff_cap_s = settings.backoff_cap_s
-        notes = self.lanes.reload(settings)
-        self.take_back()  # lanes may have changed
-        self.wake()
-        return notes
-
-    # --------------------------------------------------------------- status
-    def _lane_counts(self) -> dict[str, dict[str, int]]:
-        try:
-            return self.queue.lane_counts()
-        except SlothError:  # a broken database: status must still answer
-            return {}
-
-    def status(self) -> dict[str, Any]:
-        return {
-            "lanes": self.lanes.status(self.slots_in_use(), self._lane_counts()),
-            "paused_all": self.lanes.paused_all,
-            "paused_lanes": sorted(self.lanes.paused),
-            "running": [{"id": r.job.id, "attempt": r.attempt, "pid": r.pid, "lane": r.job.lane,
-                         "adopted": r.adopted} for r in self.running.values() if r.outcome is None and not r.pending],
-            "pending": self.pending_status(), "pipeline": self.pipeline_status(),
-            "pending_outcomes": [{"id": r.job.id, "attempt": r.attempt, "tries": r.record_tries,
-                                  "error": r.record_error} for r in self.running.values() if r.record_error],
-            "last_jump": self.last_jump, "host": self.host, "places": self.places,
-            "clock": {"last_check_at": self.last_check_at,
-                      "check_interval_s": self.settings.clock_check_s, "timerfd": self.timerfd},
-        }
 
 
 def remove_orphan_logs(root: Path, queue: "Queue") -> None:

@@ -25,22 +25,40 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
+from sloth_daemon.clock import Clocks
 from sloth_daemon.keeper import procident
 from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError
 from sloth_daemon.models import Job
-from sloth_daemon.daemon.worker.runs import Run, Sink, is_daemon_on_host, trust_until
-from sloth_daemon.daemon.worker.spawner import Outcome
+from sloth_daemon.daemon.worker.pipeline import Pipeline
+from sloth_daemon.daemon.worker.runs import Run, RunTable, is_daemon_on_host, trust_until
+from sloth_daemon.daemon.worker.signals import Signals
+from sloth_daemon.daemon.worker.spawner import Outcome, RunSink
+
+if TYPE_CHECKING:
+    from sloth_daemon.queue import Queue
+    from sloth_daemon.daemon.worker.spawner import Spawner
 
 log = logging.getLogger("sloth.worker")
 
 
-class Adoption:
-    """The worker's half that reconciles its runs with the keeper's (a base
-    class of Worker; see the module docstring)."""
+class Adopter:
+    """Reconciles the worker's runs with the keeper's (see the module
+    docstring). No state of its own: it adds the runs it adopts to the
+    worker's runs, each with a sink from ``sink`` (the worker hears of them
+    as of its own), under the worker's ``name`` on ``host``; a pending one
+    it hands to the pipeline to take back."""
 
-    async def reconcile(self: Any, held: list[dict[str, Any]]) -> None:
+    def __init__(self, queue: "Queue", spawner: "Spawner", running: RunTable, pipeline: Pipeline, signals: Signals,
+                 clocks: Clocks, *, sink: Callable[[Run], RunSink], name: str, host: str) -> None:
+        self.queue, self.spawner, self.running, self.pipeline = queue, spawner, running, pipeline
+        self.signals, self.clocks = signals, clocks
+        self.sink, self.name, self.host = sink, name, host
+
+    async def reconcile(self, held: list[dict[str, Any]], *, kill_grace_s: float) -> None:
+        """Match the runs the keeper lists (``held``) with the queue's; end
+        what is neither's with ``kill_grace_s`` between SIGTERM and SIGKILL."""
         by_key = {h["key"]: h for h in held if isinstance(h, dict) and isinstance(h.get("key"), str)}
         # A run of ours the keeper no longer knows, and whose end we have not
         # heard: the keeper that ran it is gone (a new one answered).
@@ -57,72 +75,72 @@ class Adoption:
             if h is None:
                 orphaned.append(job)
             else:
-                self._adopt(job, h)
-        self._disown(list(by_key.values()))
+                self._adopt(job, h, kill_grace_s)
+        self._disown(list(by_key.values()), kill_grace_s)
         self._link_pending(held)
-        await self._end_leftovers(orphaned, lost)
-        self.wake()
+        await self._end_leftovers(orphaned, lost, kill_grace_s)
+        self.signals.wake()
 
-    def _link_pending(self: Any, held: list[dict[str, Any]]) -> None:
+    def _link_pending(self, held: list[dict[str, Any]]) -> None:
         """Each pending run behind its predecessor where we hold both (else
         it counts as running: a slot, until it starts or is dropped), and
         taken back at once: no run it waits for is young any more."""
-        by_token = {run.token: run for run in self.running.values()}
+        by_token: dict[Any, Run] = {run.token: run for run in self.running.values()}
         for h in (h for h in held if isinstance(h, dict) and h.get("state") == "pending"):
             run, pred = by_token.get(h.get("key")), by_token.get(h.get("after"))
             if run is None or run.pid is not None or run.outcome is not None:
                 continue
             if pred is not None:
                 run.after, pred.successor = pred, run
-            self._take_back(run)
+            self.pipeline.take_back_run(run)
 
-    def _adopt(self: Any, job: Job, h: dict[str, Any]) -> None:
+    def _adopt(self, job: Job, h: dict[str, Any], kill_grace_s: float) -> None:
         what = {"exited": "its outcome kept", "pending": "held to start after another run"}.get(
             str(h.get("state")), f"pid {h.get('pid')} kept running")
         try:
             job = self.queue.adopt(job.id, job.token or "", self.name, message=f"by {self.name}; {what}")
         except (LeaseLost, JobNotFound):
-            self._disown([h])
+            self._disown([h], kill_grace_s)
             return
         run = Run(job, job.token or "", _int(h.get("attempt")) or job.attempts, pid=_int(h.get("pid")),
                   adopted=True)
-        self.running[job.id] = run
-        self.on_change(job)
+        self.running.add(run)
+        self.signals.on_change(job)
         self._reattach(run, h)
 
-    def _reattach(self: Any, run: Run, h: dict[str, Any]) -> None:
-        self.spawner.attach(run.token, Sink(self, run))
+    def _reattach(self, run: Run, h: dict[str, Any]) -> None:
+        self.spawner.attach(run.token, self.sink(run))
         if h.get("state") == "exited" and run.outcome is None:
             run.outcome = Outcome.from_wire(h.get("outcome") or {})
         elif run.outcome is None:
             run.pid = run.pid or _int(h.get("pid"))
             self.spawner.trust([(run.token, trust_until(self.clocks.read(), run.job.lease_s))])
 
-    def _disown(self: Any, held: list[dict[str, Any]]) -> None:
+    def _disown(self, held: list[dict[str, Any]], kill_grace_s: float) -> None:
         """Runs the keeper holds that are not ours in the queue."""
         for h in held:
             if h.get("state") == "exited":
                 self.spawner.ack([h["key"]])
             else:
                 log.warning("keeper run %s (job %s) is not ours in the queue; ending it", h["key"], h.get("job_id"))
-                self.spawner.kill(h["key"], "lease lost", self.settings.kill_grace_s)
+                self.spawner.kill(h["key"], "lease lost", kill_grace_s)
 
-    async def _end_leftovers(self: Any, orphaned: list[Job], lost: list[Run]) -> None:
+    async def _end_leftovers(self, orphaned: list[Job], lost: list[Run], kill_grace_s: float) -> None:
         """Jobs whose supervision is gone: end what is left of their
         processes (all at once, off the event loop), then give them back."""
         if not orphaned and not lost:
             return
         runs = {j.token or "": j.runner for j in orphaned} | {r.token: r.job.runner for r in lost}
         loop = asyncio.get_running_loop()
-        ended = await loop.run_in_executor(None, _end_processes, runs, self.settings.kill_grace_s)
+        ended = await loop.run_in_executor(None, _end_processes, runs, kill_grace_s)
         for run in lost:
-            self._drop(run)
+            self.running.drop(run)
         for job in orphaned + [r.job for r in lost]:
             why = "its supervision was lost (the keeper is gone)"
             if job.token in ended:
                 why += "; its leftover process was ended"
             try:
-                self.on_change(self.queue.abandon(job.id, job.token or "", message=why, refund=True))
+                self.signals.on_change(self.queue.abandon(job.id, job.token or "", message=why, refund=True))
             except (LeaseLost, JobNotFound):
                 pass
             except SlothError as e:

@@ -42,15 +42,20 @@ def overrides_in_force(rows: Mapping[str, Mapping[str, Any]], settings: Settings
 
 
 class Lanes:
-    def __init__(self, queue: Queue, settings: Settings, *, host: str | None = None) -> None:
+    def __init__(self, queue: Queue, settings: Settings, *, host: str | None = None, read_only: bool = False) -> None:
         """``host``: on a queue shared by several machines, this machine's
-        name: its pauses are its own (each machine's daemon has its own slots)."""
+        name: its pauses are its own (each machine's daemon has its own slots).
+        ``read_only``: the lanes as a daemon would see them, read without
+        changing anything (a stale override is left in the queue, not in force)."""
         self.queue, self.settings = queue, settings
         self.keys = ("paused_all", "paused_lanes") if host is None else (f"paused_all@{host}", f"paused_lanes@{host}")
         self.paused_all = bool(queue.get_meta(self.keys[0], False))
         self.paused: set[str] = set(queue.get_meta(self.keys[1], []))
         self.overrides: dict[str, int] = {}
-        self._load()
+        if read_only:
+            self.overrides = overrides_in_force(queue.lane_rows(), settings)[0]
+        else:
+            self._load()
 
     def _load(self) -> list[str]:
         """Read the overrides that hold; forget the stale ones. Returns what it said about them."""
@@ -172,12 +177,8 @@ def lane_table(lanes: Any, names: Iterable[str], running: Mapping[str, int],
             for ln in sorted(set(names) | set(counts))}
 
 
-class ReadLanes(Lanes):
+def ReadLanes(queue: Any, settings: Settings) -> Lanes:  # named as the class it was (cli/offline.py)
     """The lanes as a daemon would see them, read without changing anything
-    (for the CLI when no daemon answers)."""
-
-    def __init__(self, queue: Any, settings: Settings) -> None:
-        self.queue, self.settings = queue, settings
-        self.paused_all = bool(queue.get_meta("paused_all", False))
-        self.paused = set(queue.get_meta("paused_lanes", []))
-        self.overrides = overrides_in_force(queue.lane_rows(), settings)[0]
+    (for the CLI when no daemon answers; ``queue``: anything with get_meta
+    and lane_rows)."""
+    return Lanes(queue, settings, read_only=True)

@@ -26,24 +26,24 @@ import logging
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from sloth_daemon.daemon.worker.adoption import Adoption
 from sloth_daemon.clock import ClockReadings, Clocks, Jump, JumpDetector, JumpKind
 from sloth_daemon.config import Settings
-from sloth_daemon.daemon.worker.durability import GroupCommit
-from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError, StorageError
-from sloth_daemon.daemon.worker.lanes import Lanes
 from sloth_daemon.daemon.limits import Postponement
-from sloth_daemon.models import Job
-from sloth_daemon.daemon.worker.pipeline import PACE_S, TAKE_BACK_WAIT_S, Pipelining, unlink
-from sloth_daemon.daemon.worker.recording import CLAIM_RETRY_S, TIMER_SLACK_S, Recording
-from sloth_daemon.queue import Queue
-from sloth_daemon.keeper.runner import JobEnvs
+from sloth_daemon.daemon.worker.actions import Actions
+from sloth_daemon.daemon.worker.adoption import Adopter
+from sloth_daemon.daemon.worker.lanes import Lanes
+from sloth_daemon.daemon.worker.pipeline import PACE_S, TAKE_BACK_WAIT_S, Pipeline, unlink
+from sloth_daemon.daemon.worker.recording import CLAIM_RETRY_S, TIMER_SLACK_S, Recorder
 from sloth_daemon.daemon.worker.runs import (
-    RENEW_RETRY_S, Run, Sink, boot_of, ran_here, renew_in, term_lead, this_host, trust_until, worker_name,
+    RENEW_RETRY_S, Run, RunTable, Sink, boot_of, ran_here, renew_in, term_lead, this_host, trust_until, worker_name,
 )
+from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.daemon.worker.spawner import Outcome, Spawner, SpawnRequest
 from sloth_daemon.daemon.worker.withdrawal import Withdrawals
-from sloth_daemon.daemon.worker.actions import WorkerActions
+from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError, StorageError
+from sloth_daemon.keeper.runner import JobEnvs
+from sloth_daemon.models import Batch, Job
+from sloth_daemon.queue import Queue
 
 log = logging.getLogger("sloth.worker")
 PRUNE_EVERY_S = 3600.0
@@ -51,7 +51,23 @@ RECORD_RUNNER_AFTER_S = 1.0  # a process that ends sooner has its identity writt
 FIRST_PRUNE_S = 60.0
 
 
-class Worker(Recording, Adoption, Pipelining, WorkerActions):
+class Worker:
+    """The loop (see the module docstring) and what it composes.
+
+    Its own state: the clocks' watch (jump detector, last check), when it
+    next claims, prunes and checks the clock, the spawn postponement, and
+    the collaborators it owns, each with its own state:
+      - ``running``: the runs it holds (RunTable, runs.py), shared by all;
+      - ``signals``: job changes to watchers, wake-ups to the loop (signals.py);
+      - ``lanes``: concurrency and pauses (lanes.py);
+      - ``withdrawals``: runs not heard started, decided by the keeper (withdrawal.py);
+      - ``recorder``: a turn's claims and outcomes written, the group commit (recording.py);
+      - ``pipeline``: successors held in the spawner, pacing, short lanes (pipeline.py);
+      - ``adopter``: runs that outlived the daemon taken over (adoption.py);
+      - ``actions``: users' requests between turns (actions.py).
+    The public methods below are the daemon's face of it (control.py,
+    main.py, shared/member.py); the actions delegate to ``actions``."""
+
     def __init__(
         self, queue: Queue, settings: Settings, spawner: Spawner, *, clocks: Clocks,
         log_path: Callable[[int, int], Path], instance: str,
@@ -59,7 +75,7 @@ class Worker(Recording, Adoption, Pipelining, WorkerActions):
         host: str | None = None, places: Sequence[str] | None = None,
     ) -> None:
         self.queue, self.settings, self.spawner, self.clocks = queue, settings, spawner, clocks
-        self.log_path, self.instance, self.on_change = log_path, instance, on_change
+        self.log_path, self.instance = log_path, instance
         self.host = host or this_host()
         self.name = worker_name(instance, host=self.host)
         self.places = None if places is None else list(places)  # daemon/shared/member.py: what may run here
@@ -67,24 +83,38 @@ class Worker(Recording, Adoption, Pipelining, WorkerActions):
         self.after_jump: Callable[[], None] = lambda: None
         first = clocks.read()
         self.detector = JumpDetector(first)
-        self.running: dict[int, Run] = {}
-        self.lanes = Lanes(queue, settings, host=None if places is None else self.host)
         self.last_jump: dict[str, Any] | None = None
         self.last_check_at: float | None = None
         self.timerfd = False
         self.stopping = False
-        self._wake = asyncio.Event()
         self._next_check = first.awake
         self._next_prune = first.awake + FIRST_PRUNE_S
         self._next_due: float | None = None  # from the last claim_due()
-        self._look = True  # something may have become claimable since claim_due last looked (wake)
         self._tasks: set[asyncio.Task[Any]] = set()
-        queue.on_side_change = self.side_change
         self.postponed = Postponement()  # claims held after a spawn failed for want of resources
-        self.commits = GroupCommit(queue, self._tell, delay_s=commit_delay_s)
         self.envs = JobEnvs()
-        self.short_lanes: dict[str, bool] = {}  # pipeline.py
+        self.running = RunTable()
         self.withdrawals = Withdrawals(spawner, self.running)  # what became of runs not heard started
+        self.signals = Signals(on_change, self.withdrawals.heard)
+        self.lanes = Lanes(queue, settings, host=None if places is None else self.host)
+        self.recorder = Recorder(queue, spawner, self.running, self.signals, claims_lost=self._claim_later,
+                                 commit_delay_s=commit_delay_s)
+        self.pipeline = Pipeline(queue, spawner, self.running, self.lanes, clocks, self.withdrawals, self.signals,
+                                 name=self.name, places=self.places)
+        self.adopter = Adopter(queue, spawner, self.running, self.pipeline, self.signals, clocks,
+                               sink=self._sink, name=self.name, host=self.host)
+        self.actions = Actions(queue, self.running, self.lanes, self.withdrawals, self.recorder, self.pipeline,
+                               self.signals, clocks, end=self._end, log_path=log_path)
+        queue.on_side_change = self.side_change
+
+    @property
+    def on_change(self) -> Callable[[Job], None]:
+        """Called with every job the worker changes (the daemon's Control sets it once built)."""
+        return self.signals.on_change
+
+    @on_change.setter
+    def on_change(self, fn: Callable[[Job], None]) -> None:
+        self.signals.on_change = fn
 
     # ------------------------------------------------------------- control
     def spawn_task(self, coro: Any) -> None:
@@ -101,7 +131,7 @@ class Worker(Recording, Adoption, Pipelining, WorkerActions):
     # ---------------------------------------------------------------- loop
     async def run(self) -> None:
         while not self.stopping:
-            self._wake.clear()
+            self.signals.event.clear()
             try:
                 self.turn()
             except SlothError as e:  # e.g. disk full: keep serving, retry later
@@ -112,7 +142,7 @@ class Worker(Recording, Adoption, Pipelining, WorkerActions):
                 await asyncio.sleep(1.0)
             if self.stopping:
                 break
-            if self.paced():  # a burst: the keeper has work in hand; let a few more ends come in
+            if self.pipeline.paced():  # a burst: the keeper has work in hand; let a few more ends come in
                 await asyncio.sleep(PACE_S)
             await self._sleep(self.next_wake_s())
 
@@ -120,11 +150,12 @@ class Worker(Recording, Adoption, Pipelining, WorkerActions):
         """Until woken or ``timeout_s`` passes. A timer that sets the wake-up
         event, not wait_for: that makes a task and cancels it on every
         timeout, two or three loop passes more per turn."""
-        if self._wake.is_set():
+        wake = self.signals.event
+        if wake.is_set():
             return
-        timer = asyncio.get_running_loop().call_later(timeout_s, self._wake.set)
+        timer = asyncio.get_running_loop().call_later(timeout_s, wake.set)
         try:
-            await self._wake.wait()
+            await wake.wait()
         finally:
             timer.cancel()
 
@@ -133,25 +164,26 @@ class Worker(Recording, Adoption, Pipelining, WorkerActions):
         r = now or self.clocks.read()
         if r.awake >= self._next_check:
             self.check_clock(r)
-            self._look = True  # now and then, for jobs another process queued in the file
+            self.signals.look = True  # now and then, for jobs another process queued in the file
         self.heartbeat_due(r)
-        self.take_back_due(r.awake)
-        claim = self._look or (self._next_due is not None and self._next_due <= self.queue_now(r))
-        self._look = False  # a turn for a heartbeat or an fsync alone skips the claim queries
-        self.write_turn(r, claim=claim)  # claims and outcomes: one transaction (recording.py)
+        self.pipeline.take_back_due(r.awake)
+        claim = self.signals.look or (self._next_due is not None and self._next_due <= self.queue_now(r))
+        self.signals.look = False  # a turn for a heartbeat or an fsync alone skips the claim queries
+        # claims and outcomes: one transaction (recording.py)
+        self.recorder.write_turn(r, self.claim_due if claim else None)
         self.record_runners(r.awake)
         if r.awake >= self._next_prune:
             self._next_prune = r.awake + PRUNE_EVERY_S
-            self.prune(self.settings.retention_s)
+            self.actions.prune(self.settings.retention_s)
 
     def next_wake_s(self, now: ClockReadings | None = None) -> float:
         r = now or self.clocks.read()
-        if self._look:
+        if self.signals.look:
             return 0.0
         deadlines = [self._next_check - r.awake, self._next_prune - r.awake]
         deadlines += [renew_in(run, r, wall_too=self.queue_time is None) for run in self.running.values()
                       if (run.live or run.pending) and run.ending is None]
-        deadlines += self.take_back_deadlines(r.awake)
+        deadlines += self.pipeline.take_back_deadlines(r.awake)
         deadlines += [run.record_after - r.awake for run in self.running.values()
                       if run.outcome is not None and not run.written
                       and not run.deciding]  # written: the fsync deadline below; deciding: a cancel's
@@ -161,8 +193,9 @@ class Worker(Recording, Adoption, Pipelining, WorkerActions):
             deadlines.append(self._next_due - self.queue_now(r))
         if self.postponed.holds(r.awake):
             deadlines.append(self.postponed.until - r.awake)
-        if self.commits.due_at is not None:
-            deadlines.append(self.commits.due_at - r.awake)
+        commits = self.recorder.commits
+        if commits.due_at is not None:
+            deadlines.append(commits.due_at - r.awake)
         return max(0.0, min(deadlines))
 
     # --------------------------------------------------------------- clock
@@ -220,14 +253,8 @@ class Worker(Recording, Adoption, Pipelining, WorkerActions):
 
     # ---------------------------------------------------------------- claim
     def slots_in_use(self) -> dict[str, int]:
-        """lane -> runs whose process has not ended (an ended run whose
-        outcome is not yet recorded frees its slot for the next job; a
-        pending one has none yet)."""
-        used: dict[str, int] = {}
-        for r in self.running.values():
-            if r.outcome is None and not r.pending:
-                used[r.job.lane] = used.get(r.job.lane, 0) + 1
-        return used
+        """lane -> runs that hold a slot (RunTable.slots_in_use)."""
+        return self.running.slots_in_use()
 
     def may_claim(self) -> bool:
         return not (self.lanes.paused_all or self.stopping or self.postponed.holds(self.clocks.read().awake))
@@ -235,10 +262,15 @@ class Worker(Recording, Adoption, Pipelining, WorkerActions):
     def claim_due(self, r: ClockReadings) -> None:
         try:
             self._claim_due(r)
-            self.claim_successors(r)
+            if self.may_claim():
+                self.pipeline.claim_successors(r, self._begin)
         except StorageError as e:  # locked by another process, disk full: claim later, do the rest now
             log.warning("not claiming for now: %s", e.message)
-            self._next_due = self.queue_now(r) + CLAIM_RETRY_S
+            self._claim_later(r)
+
+    def _claim_later(self, r: ClockReadings) -> None:
+        """A claim the database refused (or a unit of claims it did not keep): again in CLAIM_RETRY_S."""
+        self._next_due = self.queue_now(r) + CLAIM_RETRY_S
 
     def _claim_due(self, r: ClockReadings) -> None:
         self._next_due = None
@@ -253,13 +285,13 @@ class Worker(Recording, Adoption, Pipelining, WorkerActions):
             job = self.queue.claim(self.name, exclude_lanes=blocked, exclude_ids=mine, places=self.places)
             if job is None:
                 return  # another process took it
-            run = Run(job, job.token or "", job.attempts)
-            self.claimed(run)
-            self._start(run, r)
+            self._begin(Run(job, job.token or "", job.attempts), r)
 
-    def _start(self, run: Run, claimed: ClockReadings) -> None:
+    def _begin(self, run: Run, claimed: ClockReadings) -> None:
+        """A run of a job claimed at ``claimed``: held, its spawn sent once the claim is in."""
+        self.recorder.claimed(run)
         job = run.job
-        self.running[job.id] = run
+        self.running.add(run)
         run.renewed(claimed)
         run.started_awake = claimed.awake  # young from now (pipeline.py); a start heard renews it
         extra = {"SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_ATTEMPT": str(run.attempt), "SLOTH_JOB_TOKEN": run.token,
@@ -272,11 +304,11 @@ class Worker(Recording, Adoption, Pipelining, WorkerActions):
             trust_until=trust_until(claimed, job.lease_s),
             term_lead_s=term_lead(job.lease_s, self.settings.kill_grace_s),
             after=run.after.token if run.after is not None else None)
-        self.after_commit(self._send_spawn, run, req)  # never before the claim is in
+        self.recorder.after_commit(self._send_spawn, run, req)  # never before the claim is in
 
     def _send_spawn(self, run: Run, req: SpawnRequest) -> None:
         try:
-            self.spawner.spawn(req, Sink(self, run))
+            self.spawner.spawn(req, self._sink(run))
         except Exception as e:  # a bug: the run must not sit in a slot with no process
             log.exception("cannot hand job %d to the spawner", run.job.id)
             self.on_spawn_failed(run, f"not started: internal error {e!r}", True)
@@ -291,9 +323,11 @@ class Worker(Recording, Adoption, Pipelining, WorkerActions):
         run.started_awake = self.clocks.read().awake
         self.postponed.started()
         self.withdrawals.heard()
-        self.on_change(run.job)  # a follower waiting for the process may start now
-        self._wake.set()  # a new deadline (record_runners) ...
-        self._look |= self.pipelines() and self.may_lead(run, run.started_awake, self.slots_in_use())  # ... a lead
+        self.signals.on_change(run.job)  # a follower waiting for the process may start now
+        self.signals.event.set()  # a new deadline (record_runners) ...
+        pipe = self.pipeline
+        self.signals.look |= pipe.pipelines() and pipe.may_lead(run, run.started_awake,  # ... a lead
+                                                                 self.running.slots_in_use())
 
     def record_runners(self, awake: float) -> None:
         """Write the identity of processes that have run a while (for finding
@@ -311,7 +345,7 @@ class Worker(Recording, Adoption, Pipelining, WorkerActions):
                 run.identity = ident
                 log.warning("cannot record job %d's process yet: %s", run.job.id, e.message)
                 continue
-            self.on_change(run.job)
+            self.signals.on_change(run.job)
 
     def on_spawn_failed(self, run: Run, message: str, retry: bool, resource: bool = False) -> None:
         """Not started. Short of descriptors, processes or memory (the keeper's
@@ -324,7 +358,7 @@ class Worker(Recording, Adoption, Pipelining, WorkerActions):
 
     def on_exited(self, run: Run, outcome: Outcome) -> None:
         run.outcome = outcome
-        self.run_ended(run)
+        self.pipeline.run_ended(run)
         self.wake()
 
     def on_frozen(self, run: Run, why: str) -> None:
@@ -344,13 +378,13 @@ class Worker(Recording, Adoption, Pipelining, WorkerActions):
         run.renewed(r)
         self.spawner.trust([(run.token, trust_until(r, run.job.lease_s))])
 
-    # ---------------------------------------------------------------- ending
-    def _drop(self, run: Run) -> None:
-        """Forget ``run`` if it is still the one we track for its job (a
-        cancelled-then-retried job may already have a newer run)."""
-        if self.running.get(run.job.id) is run:
-            del self.running[run.job.id]
+    def on_taken_back(self, run: Run) -> None:
+        self.pipeline.on_taken_back(run)
 
+    def _sink(self, run: Run) -> Sink:
+        return Sink(self, run)
+
+    # ---------------------------------------------------------------- ending
     def _end(self, run: Run, reason: str, grace_s: float | None = None) -> None:
         """Begin ending a run's process tree (idempotent); ``grace_s``
         between SIGTERM and SIGKILL (default: the kill_grace_s setting)."""
@@ -370,8 +404,8 @@ class Worker(Recording, Adoption, Pipelining, WorkerActions):
         self.stopping = True
         self.wake()
         if keep_jobs:
-            await self.take_back_all()
-            self.settle(float("inf"))
+            await self.pipeline.take_back_all()
+            self.recorder.settle(float("inf"))
             return
         await self.withdrawals.wait(self.withdrawals.ask(list(self.running.values())), TAKE_BACK_WAIT_S)
         for run in list(self.running.values()):
@@ -379,12 +413,99 @@ class Worker(Recording, Adoption, Pipelining, WorkerActions):
                 self._end(run, "interrupted")
         # Until every run has ended. An outcome the database still refuses
         # stays with the keeper (not acknowledged) for the next daemon.
-        self.settle(float("inf"))
+        self.recorder.settle(float("inf"))
         while any(r.outcome is None for r in self.running.values()):
             await self._wait_for_outcomes()
-            self.settle(float("inf"))
+            self.recorder.settle(float("inf"))
 
     async def _wait_for_outcomes(self) -> None:
         """Until a run's end is heard (the sink wakes us)."""
-        self._wake.clear()
-        await self._wake.wait()
+        self.signals.event.clear()
+        await self.signals.event.wait()
+
+    # ------------------------------------------------------ news, requests
+    def wake(self) -> None:
+        """Something changed (a job queued or ended, a lane, a pause): the
+        next turn looks for work to claim (and a cancel waiting for the
+        keeper's word on a run may have it now)."""
+        self.signals.wake()
+
+    def side_change(self, job: Job) -> None:
+        """A job changed by another's transition (a dependent queued or cancelled)."""
+        self.signals.on_change(job)
+        self.signals.wake()
+
+    async def reconcile(self, held: list[dict[str, Any]]) -> None:
+        """Take over the runs the keeper lists (adoption.py)."""
+        await self.adopter.reconcile(held, kill_grace_s=self.settings.kill_grace_s)
+
+    async def cancel(self, job_id: int) -> Job:
+        return await self.actions.cancel(job_id)
+
+    async def cancel_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
+                          states: Sequence[str] | None = None) -> Batch:
+        return await self.actions.cancel_many(ids, lane=lane, states=states)
+
+    async def kill(self, ids: Sequence[int], *, now: bool = False) -> Batch:
+        return await self.actions.kill(ids, now=now)
+
+    def retry(self, job_id: int) -> Job:
+        return self.actions.retry(job_id, kill_grace_s=self.settings.kill_grace_s)
+
+    def retry_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
+                   states: Sequence[str] | None = None) -> Batch:
+        return self.actions.retry_many(ids, lane=lane, states=states)
+
+    def restart(self, ids: Sequence[int]) -> Batch:
+        return self.actions.restart(ids)
+
+    def prune(self, older_than_s: float, *, states: Sequence[str] | None = None, lane: str | None = None,
+              dry_run: bool = False) -> int:
+        return self.actions.prune(older_than_s, states=states, lane=lane, dry_run=dry_run)
+
+    def pause(self, lane: str | None) -> None:
+        self.actions.pause(lane)
+
+    def resume(self, lane: str | None) -> None:
+        self.actions.resume(lane)
+
+    def set_lane(self, lane: str, concurrency: int, *, create: bool = False) -> dict[str, Any]:
+        return self.actions.set_lane(lane, concurrency, create=create)
+
+    def remove_lane(self, lane: str) -> None:
+        self.actions.remove_lane(lane)
+
+    def apply_settings(self, settings: Settings) -> list[str]:
+        """A config reload: new jobs get the new defaults, the next claim,
+        heartbeat, kill or prune the new limits. Returns notes on lanes whose
+        `sloth lane set` value the new config replaces."""
+        self.settings = settings
+        self.queue.lease_s, self.queue.max_attempts = settings.lease_s, settings.max_attempts
+        self.queue.backoff_cap_s = settings.backoff_cap_s
+        notes = self.lanes.reload(settings)
+        self.pipeline.take_back()  # lanes may have changed
+        self.wake()
+        return notes
+
+    # --------------------------------------------------------------- status
+    def _lane_counts(self) -> dict[str, dict[str, int]]:
+        try:
+            return self.queue.lane_counts()
+        except SlothError:  # a broken database: status must still answer
+            return {}
+
+    def status(self) -> dict[str, Any]:
+        running = self.running.values()
+        return {
+            "lanes": self.lanes.status(self.running.slots_in_use(), self._lane_counts()),
+            "paused_all": self.lanes.paused_all,
+            "paused_lanes": sorted(self.lanes.paused),
+            "running": [{"id": r.job.id, "attempt": r.attempt, "pid": r.pid, "lane": r.job.lane,
+                         "adopted": r.adopted} for r in running if r.outcome is None and not r.pending],
+            "pending": self.pipeline.pending_status(), "pipeline": self.pipeline.status(),
+            "pending_outcomes": [{"id": r.job.id, "attempt": r.attempt, "tries": r.record_tries,
+                                  "error": r.record_error} for r in running if r.record_error],
+            "last_jump": self.last_jump, "host": self.host, "places": self.places,
+            "clock": {"last_check_at": self.last_check_at,
+                      "check_interval_s": self.settings.clock_check_s, "timerfd": self.timerfd},
+        }

@@ -56,13 +56,12 @@ queue can unclaim (the SQLite backend).
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from sloth_daemon.clock import ClockReadings, Clocks
 from sloth_daemon.daemon.worker.lanes import Lanes
-from sloth_daemon.models import Job
-from sloth_daemon.daemon.worker.runs import Run
+from sloth_daemon.daemon.worker.runs import Run, RunTable
+from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.daemon.worker.spawner import Outcome
 
 if TYPE_CHECKING:
@@ -76,31 +75,23 @@ PACE_S = 0.003  # between the worker's turns while runs are pending (see the doc
 TAKE_BACK_WAIT_S = 2.0  # a daemon stopping waits this long at most to hear its successors taken back
 
 
-class Pipelining:
-    """The worker's half that holds a lane's next job in the spawner (a base
-    class of Worker; see the module docstring)."""
+class Pipeline:
+    """Holds a lane's next job in the spawner (see the module docstring).
 
-    queue: "Queue"
-    places: "list[str] | None"
-    spawner: "Spawner"
-    lanes: Lanes
-    running: dict[int, Run]
-    clocks: Clocks
-    short_lanes: dict[str, bool]  # lane -> whether its last run ended within HOT_S of its start
-    name: str
-    on_change: Callable[[Job], None]
-    _look: bool
-    _wake: asyncio.Event
-    withdrawals: "Withdrawals"
-    held_n = 0  # runs sent to wait behind another, since start
-    taken_back_n = 0  # ... of which taken back unstarted
+    State: which lanes' last run was short (``short_lanes``) and the counts
+    for status. Collaborators: the queue (claims successors under the
+    worker's ``name`` and ``places``), the spawner (``unspawn``), the
+    worker's runs and lanes, the clocks, the withdrawals (a stopping
+    daemon's take-back) and signals (a run taken back wakes the loop)."""
 
-    if TYPE_CHECKING:
-        def _start(self, run: Run, claimed: ClockReadings) -> None: ...
-        def may_claim(self) -> bool: ...
-        def slots_in_use(self) -> dict[str, int]: ...
-        def wake(self) -> None: ...
-        def claimed(self, run: Run) -> None: ...
+    def __init__(self, queue: "Queue", spawner: "Spawner", running: RunTable, lanes: Lanes, clocks: Clocks,
+                 withdrawals: "Withdrawals", signals: Signals, *, name: str, places: list[str] | None) -> None:
+        self.queue, self.spawner, self.running, self.lanes = queue, spawner, running, lanes
+        self.clocks, self.withdrawals, self.signals = clocks, withdrawals, signals
+        self.name, self.places = name, places
+        self.short_lanes: dict[str, bool] = {}  # lane -> whether its last run ended within HOT_S of its start
+        self.held_n = 0  # runs sent to wait behind another, since start
+        self.taken_back_n = 0  # ... of which taken back unstarted
 
     def paced(self) -> bool:
         """Should the next turn wait PACE_S: the keeper holds runs to start."""
@@ -123,12 +114,13 @@ class Pipelining:
                 and self.short_lanes.get(lane, True)
                 and not self.lanes.is_paused(lane) and used.get(lane, 0) >= self.lanes.concurrency(lane))
 
-    def claim_successors(self, r: ClockReadings) -> None:
+    def claim_successors(self, r: ClockReadings, begin: Callable[[Run, ClockReadings], None]) -> None:
         """Behind each run that may lead, the next due job of its lane (and
-        behind that one, the next: DEPTH)."""
-        if not self.pipelines() or not self.may_claim():
+        behind that one, the next: DEPTH), each handed to ``begin`` (the
+        worker's start of a run it claimed). Only while the worker may claim."""
+        if not self.pipelines():
             return
-        used = self.slots_in_use()
+        used = self.running.slots_in_use()
         leads = [x for x in self.running.values() if self.may_lead(x, r.awake, used)]
         while leads:
             run = leads.pop()  # no read-only look first: in a burst there is work, and the look costs
@@ -138,8 +130,7 @@ class Pipelining:
                 continue
             self.held_n += 1
             run.successor = Run(job, job.token or "", job.attempts, after=run)
-            self.claimed(run.successor)
-            self._start(run.successor, r)
+            begin(run.successor, r)
             if self.may_lead(run.successor, r.awake, used):
                 leads.append(run.successor)
 
@@ -148,7 +139,7 @@ class Pipelining:
         """Chains whose head is no longer young: see the module docstring."""
         for run in reversed(self._pending()):  # the last first: the keeper need not move the others up
             if awake >= self._take_back_at(run):
-                self._take_back(run)
+                self.take_back_run(run)
 
     def take_back(self, lanes: Iterable[str] | None = None) -> None:
         """Every pending run (of ``lanes``): it must not start after a pause
@@ -156,7 +147,7 @@ class Pipelining:
         wanted = None if lanes is None else set(lanes)
         for run in reversed(self._pending()):
             if wanted is None or run.job.lane in wanted:
-                self._take_back(run)
+                self.take_back_run(run)
 
     async def take_back_all(self) -> None:
         """Before a daemon leaves its jobs to the keeper: what has not
@@ -181,7 +172,7 @@ class Pipelining:
             self.taken_back_n += 1
             run.outcome = Outcome(None, reason="taken back before it started", started=False)
             unlink(run)
-        self.wake()
+        self.signals.wake()
 
     def _pending(self) -> list[Run]:
         return [r for r in self.running.values() if r.pending and not r.unspawning and r.ending is None]
@@ -190,7 +181,8 @@ class Pipelining:
     def _take_back_at(run: Run) -> float:
         return head(run).started_awake + HOT_S
 
-    def _take_back(self, run: Run) -> None:
+    def take_back_run(self, run: Run) -> None:
+        """Ask the spawner to drop ``run`` if it has not started (it hears ``taken_back``)."""
         run.unspawning = True
         self.spawner.unspawn(run.token)
 
@@ -201,7 +193,7 @@ class Pipelining:
                  "after": r.after.job.id if r.after else None}
                 for r in self.running.values() if r.pending]
 
-    def pipeline_status(self) -> dict[str, object]:
+    def status(self) -> dict[str, object]:
         return {"enabled": self.pipelines(), "hot_s": HOT_S, "depth": DEPTH, "held": self.held_n,
                 "taken_back": self.taken_back_n}
 

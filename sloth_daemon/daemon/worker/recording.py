@@ -22,8 +22,8 @@ from sloth_daemon.daemon.worker import outcomes
 from sloth_daemon.clock import ClockReadings
 from sloth_daemon.daemon.worker.durability import GroupCommit
 from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError, StorageError
-from sloth_daemon.models import Job
-from sloth_daemon.daemon.worker.runs import Run
+from sloth_daemon.daemon.worker.runs import Run, RunTable
+from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.daemon.worker.spawner import Outcome
 
 if TYPE_CHECKING:
@@ -35,39 +35,41 @@ CLAIM_RETRY_S = 0.5  # after a claim the database refused for now (locked, full)
 TIMER_SLACK_S = 0.001  # the loop's timers fire this early or so: a deadline that near is due (no spinning)
 
 
-class Recording:
-    """A base class of Worker: its turn's claims and outcomes written."""
+class Recorder:
+    """The worker's writes of a turn (see the module docstring).
 
-    queue: "Queue"
-    spawner: "Spawner"
-    running: dict[int, Run]
-    commits: GroupCommit
-    on_change: Callable[[Job], None]
-    _look: bool
-    _next_due: float | None
-    _after_commit: list[Callable[[], None]] | None = None  # inside a unit: what waits for its commit
-    _unit_claims: list[Run]
+    State: the group commit (outcomes written, waiting for their fsync) and,
+    inside a unit, what waits for its commit (spawns, news of claims) and
+    the runs it claimed. Collaborators: the queue, the spawner (told an
+    outcome is durable: ``ack``), the worker's runs (a run is dropped once
+    its outcome is durable) and signals (watchers hear; a run back in the
+    queue makes the next turn look). ``claims_lost(r)``: a unit failed, so
+    its claims never happened (the worker claims again a little later)."""
 
-    if TYPE_CHECKING:
-        def claim_due(self, r: ClockReadings) -> None: ...
-        def queue_now(self, r: ClockReadings) -> float: ...
-        def _drop(self, run: Run) -> None: ...
+    def __init__(self, queue: "Queue", spawner: "Spawner", running: RunTable, signals: Signals, *,
+                 claims_lost: Callable[[ClockReadings], None], commit_delay_s: float = 0.0) -> None:
+        self.queue, self.spawner, self.running, self.signals = queue, spawner, running, signals
+        self.claims_lost = claims_lost
+        self.commits = GroupCommit(queue, self._tell, delay_s=commit_delay_s)
+        self._after_commit: list[Callable[[], None]] | None = None  # inside a unit: what waits for its commit
+        self._unit_claims: list[Run] = []
 
-    def write_turn(self, r: ClockReadings, *, claim: bool) -> None:
-        """Claim due work (if ``claim``) and record the outcomes due, as one
-        unit where the queue has them; then tell what is durable."""
+    def write_turn(self, r: ClockReadings, claim: Callable[[ClockReadings], None] | None) -> None:
+        """Claim due work (``claim(r)``, if given) and record the outcomes
+        due, as one unit where the queue has them; then tell what is
+        durable."""
         unit = getattr(self.queue, "unit", None)
         if unit is None:
-            if claim:
-                self.claim_due(r)
+            if claim is not None:
+                claim(r)
             self.settle(r.awake)
             return
         written: list[Run] = []
         self._after_commit, self._unit_claims = [], []
         try:
             with unit():
-                if claim:
-                    self.claim_due(r)
+                if claim is not None:
+                    claim(r)
                 self.write_outcomes(r.awake, tried=written, durable=False)  # the group commit fsyncs
         except StorageError as e:
             self._unit_failed(r, written, e)
@@ -95,21 +97,21 @@ class Recording:
         """A run of a job this turn claimed: news to watchers, once committed."""
         if self._after_commit is not None:
             self._unit_claims.append(run)
-        self.after_commit(self.on_change, run.job)
+        self.after_commit(self.signals.on_change, run.job)
 
     def _unit_failed(self, r: ClockReadings, written: list[Run], e: StorageError) -> None:
         """None of the unit was kept: its claims never happened (nothing was
         sent), its outcomes are written again later."""
         log.error("this turn's claims and outcomes were not written: %s", e.message)
         for run in reversed(self._unit_claims):
-            self._drop(run)
+            self.running.drop(run)
             if run.after is not None and run.after.successor is run:
                 run.after.successor = None
         for run in written:
             if run.written:
                 run.written, run.written_job = False, None
                 run.postpone_record(e.message, r.awake)
-        self._next_due = self.queue_now(r) + CLAIM_RETRY_S
+        self.claims_lost(r)
 
     # ------------------------------------------------------------ outcomes
     def settle(self, awake: float) -> None:
@@ -151,9 +153,9 @@ class Recording:
         """Their outcomes are durable: the keeper may forget them, watchers hear."""
         self.spawner.ack([run.token for run in runs])
         for run in runs:
-            self._drop(run)
+            self.running.drop(run)
             if run.written_job is not None:
-                self.on_change(run.written_job)
+                self.signals.on_change(run.written_job)
 
     def _settle_one(self, run: Run, outcome: Outcome, awake: float, *, durable: bool) -> None:
         """Write one outcome (run.written), or keep it for a later try."""
@@ -170,4 +172,4 @@ class Recording:
             return
         run.written = True
         if run.written_job is not None and run.written_job.state.value == "queued":
-            self._look = True  # back in the queue (a retry, a release): due at its not_before
+            self.signals.look = True  # back in the queue (a retry, a release): due at its not_before

@@ -1,7 +1,7 @@
-"""What the worker knows of one attempt it holds (:class:`Run`), and the
-small rules the worker, its adoption of surviving runs and its settling of
-outcomes share: worker names, trust deadlines, the delay before retrying a
-write that failed."""
+"""What the worker knows of one attempt it holds (:class:`Run`), the table
+of those it holds (:class:`RunTable`), and the small rules the worker, its
+adoption of surviving runs and its settling of outcomes share: worker
+names, trust deadlines, the delay before retrying a write that failed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 import os
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Iterator, ValuesView
 
 from sloth_daemon.clock import ClockReadings
 from sloth_daemon.models import Job
@@ -131,6 +131,52 @@ class Run:
         self.record_error = why
         self.record_after = awake + SETTLE_BACKOFF_S[min(self.record_tries, len(SETTLE_BACKOFF_S) - 1)]
         self.record_tries += 1
+
+
+class RunTable:
+    """The runs the worker holds, by job id: one per job at most, from its
+    claim (or adoption) until its outcome is durable (or it is given back).
+    Shared by the worker loop and its collaborators (recording, adoption,
+    pipelining, actions, withdrawals); the only place a run is added or
+    dropped. Reads as a mapping (``get``, ``in``, ``[]``, ``values``)."""
+
+    def __init__(self) -> None:
+        self._by_job: dict[int, Run] = {}
+        # The dict's own: read on every turn and for every news of a run.
+        self.get: Callable[[int], Run | None] = self._by_job.get
+        self.values: Callable[[], ValuesView[Run]] = self._by_job.values
+
+    def add(self, run: Run) -> None:
+        """Hold ``run``: it replaces any older run of its job (a job cancelled, then retried)."""
+        self._by_job[run.job.id] = run
+
+    def drop(self, run: Run) -> None:
+        """Forget ``run`` if it is still the one held for its job (a
+        cancelled-then-retried job may already have a newer run)."""
+        if self._by_job.get(run.job.id) is run:
+            del self._by_job[run.job.id]
+
+    def __getitem__(self, job_id: int) -> Run:
+        return self._by_job[job_id]
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._by_job
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._by_job)
+
+    def __len__(self) -> int:
+        return len(self._by_job)
+
+    def slots_in_use(self) -> dict[str, int]:
+        """lane -> runs whose process has not ended (an ended run whose
+        outcome is not yet recorded frees its slot for the next job; a
+        pending one has none yet)."""
+        used: dict[str, int] = {}
+        for r in self._by_job.values():
+            if r.outcome is None and not r.pending:
+                used[r.job.lane] = used.get(r.job.lane, 0) + 1
+        return used
 
 
 class Sink:

@@ -127,6 +127,9 @@ class Spawner(Protocol):
 
     def kill(self, key: str, reason: str, grace_s: float) -> None: ...
 
+    def attach(self, key: str, sink: RunSink) -> None:
+        """Route the news of a run it held before we connected (adoption.py) to ``sink``."""
+
     def trust(self, items: list[tuple[str, float]]) -> None:
         """Each (key, until): the run's lease was just renewed; ``until`` is
         on the boot clock (ClockReadings.total); a frozen run thaws."""

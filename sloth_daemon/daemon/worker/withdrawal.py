@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Iterable
 
-from sloth_daemon.daemon.worker.runs import Run
+from sloth_daemon.daemon.worker.runs import Run, RunTable
 
 if TYPE_CHECKING:
     from sloth_daemon.daemon.worker.spawner import Spawner
@@ -36,10 +36,10 @@ WITHDRAW_WAIT_S = 5.0  # at most, for the keeper's answers; a run still undecide
 
 class Withdrawals:
     """Asks the spawner to withdraw undecided runs and wakes who waits for
-    its answers. ``running``: the worker's runs by job id (a run no longer
-    there is decided: the worker has settled it)."""
+    its answers. ``running``: the worker's runs (a run no longer there is
+    decided: the worker has settled it)."""
 
-    def __init__(self, spawner: "Spawner", running: dict[int, Run]) -> None:
+    def __init__(self, spawner: "Spawner", running: RunTable) -> None:
         self.spawner, self.running = spawner, running
         self._waiting: list[tuple[list[Run], asyncio.Future[None]]] = []
 

@@ -455,15 +455,15 @@ def test_turns_are_paced_only_while_the_keeper_holds_runs_to_start(pipe):
     w, q, sp = pipe()
     a = q.enqueue(["true"])
     w.turn()
-    assert not w.paced()  # one job: nothing held behind it
+    assert not w.pipeline.paced()  # one job: nothing held behind it
     ids = [q.enqueue(["true"]) for _ in range(3)]
     sp.start(a)
     w.turn()
-    assert w.paced() and [p["id"] for p in w.status()["pending"]] == ids
+    assert w.pipeline.paced() and [p["id"] for p in w.status()["pending"]] == ids
     for prev, nxt in zip([a] + ids, ids + [None]):
         sp.exit(prev, 0)
         if nxt is not None:
             sp.start(nxt)
         w.turn()
-        assert w.paced() == bool(w.status()["pending"])
-    assert not w.paced() and q.get(ids[-1]).state == "done"
+        assert w.pipeline.paced() == bool(w.status()["pending"])
+    assert not w.pipeline.paced() and q.get(ids[-1]).state == "done"

@@ -571,7 +571,7 @@ def test_a_turn_that_breaks_halfway_leaves_no_claim_behind_it(env, clocks, monke
     (else its lane's slot would stay taken by a run nobody started)."""
     w, q, sp = env()
     a = q.enqueue(["a"])
-    monkeypatch.setattr(w, "write_outcomes", lambda awake, **kw: 1 / 0)
+    monkeypatch.setattr(w.recorder, "write_outcomes", lambda awake, **kw: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         w.turn()
     assert q.get(a).state == "queued" and not w.running and not sp.reqs
@@ -669,7 +669,7 @@ def test_a_dependent_queued_by_a_result_is_claimed_in_the_same_turn(env):
     sp.start(a)
     sp.exit(a, 0)
     w.turn()  # records a's result: b is queued (and the worker told and woken) ...
-    assert (b, "queued") in changed and w._wake.is_set()
+    assert (b, "queued") in changed and w.signals.event.is_set()
     w.turn()  # ... and the next turn, at once, starts it
     assert sp.key_of(b)
 
