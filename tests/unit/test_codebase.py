@@ -3,8 +3,8 @@ which part each module is in, who may import whom, no import cycles, no
 classes assembled from mixins, and short functions.
 
 Imports are read with ast from the source, every import statement counted
-(lazy ones inside functions too; those under ``if TYPE_CHECKING:`` while
-COUNT_TYPE_ONLY_IMPORTS is off).
+(lazy ones inside functions and those under ``if TYPE_CHECKING:`` too: a
+type-level cycle is still a cycle for the reader).
 """
 
 from __future__ import annotations
@@ -52,9 +52,6 @@ FORBIDDEN_IN_CORE = {"socket", "asyncio", "subprocess", "select", "selectors", "
 # select(), to see without a round trip whether the server dropped an idle
 # connection: talking to its storage is the queue's business.
 CORE_MAY_USE = {"backends.postgres.db": {"select"}}
-# A type-level cycle is still a cycle for the reader: on once the worker's
-# and the keeper's mixins are collaborators.
-COUNT_TYPE_ONLY_IMPORTS = False
 MAX_MEDIAN_FUNCTION_LINES = 8
 MAX_P90_FUNCTION_LINES = 20
 
@@ -78,27 +75,15 @@ def part(name: str) -> str:
     return head if head in PARTS else "top"
 
 
-def _type_checking_lines(tree: ast.AST) -> set[int]:
-    lines: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for sub in node.body:
-                lines.update(range(sub.lineno, (sub.end_lineno or sub.lineno) + 1))
-    return lines
-
-
 def _imports(name: str) -> tuple[set[str], set[str]]:
     """(sloth_daemon modules, outside top-level packages) that module ``name`` imports."""
     path = MODULES[name]
     tree = ast.parse(path.read_text())
-    skip = set() if COUNT_TYPE_ONLY_IMPORTS else _type_checking_lines(tree)
     pkg_parts = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     if name == "__init__":
         pkg_parts = []
     inside, outside = set(), set()
     for node in ast.walk(tree):
-        if getattr(node, "lineno", None) in skip:
-            continue
         if isinstance(node, ast.Import):
             for a in node.names:
                 if a.name.startswith("sloth_daemon"):
@@ -212,3 +197,18 @@ def test_functions_are_short():
     p90 = n[int(0.9 * len(n))]
     assert statistics.median(n) <= MAX_MEDIAN_FUNCTION_LINES, lengths[-10:]
     assert p90 <= MAX_P90_FUNCTION_LINES, lengths[-10:]
+
+
+def test_no_class_is_assembled_from_two_or_more_of_ours():
+    """Composition, not mixins (docs/architecture.md): a class owns its state
+    and names its collaborators."""
+    trees = {name: ast.parse(p.read_text()) for name, p in MODULES.items()}
+    ours = {n.name for t in trees.values() for n in ast.walk(t) if isinstance(n, ast.ClassDef)}
+    mixed = []
+    for name, t in trees.items():
+        for n in ast.walk(t):
+            if isinstance(n, ast.ClassDef):
+                bases = [ast.unparse(b).split("[")[0].split(".")[-1] for b in n.bases]
+                if sum(b in ours for b in bases) >= 2:
+                    mixed.append(f"{name}.{n.name}({', '.join(bases)})")
+    assert not mixed, mixed
