@@ -1,11 +1,13 @@
 """The ``sloth`` command line, a client of the daemon's socket.
 
-``main`` first offers the command line to the fast path (fast.py): the
-common forms of `sloth add`, `ls`, `show` and a TAB of shell completion,
-read without Typer; it answers None for anything it does not fully
-recognise, and the whole Typer app (full.py) runs it instead. Both end in
-the same code (add_run.py, look_run.py, base.py, edge.py), so the output,
-errors and exit codes are the same whichever ran.
+Every command is declared once (commands.py): its help, argument and
+options, and the function that runs it. ``main`` first offers the command
+line to the fast path (fast.py): the commands declared fast (the common
+forms of `sloth add`, `ls`, `show`, `daemon run`) and a TAB of shell
+completion, read without Typer; it answers None for anything it does not
+fully recognise, and the Typer app built from the same declarations
+(full.py) runs it instead. Both call the same function with the same
+values, so the output, errors and exit codes are the same whichever ran.
 
 This module imports nothing: `sloth add` pays for every import.
 """

@@ -2,8 +2,9 @@
 jobs (one command, or one per line of --stdin/--file), submit them all or
 none (submit.py), start the daemon if need be, and print the ids (or wait).
 
-Both readers of the command line end here: the Typer command (jobs.py)
-and the fast path (fast.py), so an add does the same whichever read it.
+Both readers of the command line end here, with the options commands.py
+declares: the Typer app (full.py) and the fast path (fast.py), so an add
+does the same whichever read it.
 Imported by every `sloth add`: the standard library and light modules only.
 """
 

@@ -1,4 +1,5 @@
-"""Commands on the daemon and its settings: config, daemon run|start|stop|status|reload."""
+"""Commands on the daemon and its settings: config, daemon start|stop|restart|reload|status
+(`daemon run` is launcher.run_foreground). Their options are declared in commands.py."""
 
 from __future__ import annotations
 
@@ -7,18 +8,12 @@ from typing import Any
 import typer
 
 from sloth_daemon import errors
-from sloth_daemon.cli.app import app, call, call_or_read, daemon_app, duration, emit_json, handles_errors, paths
+from sloth_daemon.cli.app import call, call_or_read, duration, emit_json, paths
 from sloth_daemon.cli.add_run import start_daemon as _start_daemon
 
 
-@app.command()
-@handles_errors
-def config(
-    as_json: bool = typer.Option(False, "--json"),
-    example: bool = typer.Option(False, "--example", help="Print an example config file."),
-) -> None:
-    """Show the settings in force and where each comes from (the daemon's,
-    or the file's when none runs), lanes as `sloth lane set` left them."""
+def config(*, as_json: bool, example: bool) -> None:
+    """`sloth config` (its help and options: commands.py)."""
     from sloth_daemon import config as cfg
 
     if example:
@@ -63,19 +58,10 @@ def _shown(v: object) -> str:
 
 
 # ------------------------------------------------------------------ daemon
-@daemon_app.command("run")
-@handles_errors
-def daemon_run() -> None:
-    """Run the daemon in the foreground (what the login service runs)."""
-    from sloth_daemon.daemon.main import main as daemon_main
-
-    raise typer.Exit(daemon_main())
 
 
-@daemon_app.command("start")
-@handles_errors
-def daemon_start(as_json: bool = typer.Option(False, "--json")) -> None:
-    """Start the daemon in the background if it is not running."""
+def daemon_start(*, as_json: bool) -> None:
+    """`sloth daemon start` (its help and options: commands.py)."""
     try:
         st = call("status")
         msg, pid = "already running", st["pid"]
@@ -85,26 +71,15 @@ def daemon_start(as_json: bool = typer.Option(False, "--json")) -> None:
     emit_json({"pid": pid, "state": msg}) if as_json else typer.echo(f"sloth daemon {msg} (pid {pid})")
 
 
-@daemon_app.command("stop")
-@handles_errors
-def daemon_stop(
-    keep_jobs: bool = typer.Option(False, "--keep-jobs", help="Leave running jobs running for the next daemon."),
-    timeout: str = typer.Option("60s", "--timeout", help="How long to wait for running jobs to be interrupted."),
-) -> None:
-    """Stop the daemon: running jobs are interrupted and requeued, not failed
-    (with --keep-jobs they carry on, and the next daemon takes them over)."""
+def daemon_stop(*, keep_jobs: bool, timeout: str) -> None:
+    """`sloth daemon stop` (its help and options: commands.py)."""
     pid, n = _stop(keep_jobs, duration(timeout, "--timeout") or 60)
     kept = f"; {n} running job(s) left running for the next daemon" if keep_jobs else ""
     typer.echo(f"sloth daemon stopped (pid {pid}){kept}")
 
 
-@daemon_app.command("restart")
-@handles_errors
-def daemon_restart(
-    timeout: str = typer.Option("60s", "--timeout", help="How long to wait for the old daemon to exit."),
-) -> None:
-    """Restart the daemon (e.g. after an upgrade) without touching running
-    jobs: they keep running, and the new daemon takes them over."""
+def daemon_restart(*, timeout: str) -> None:
+    """`sloth daemon restart` (its help and options: commands.py)."""
     old, n = _stop(True, duration(timeout, "--timeout") or 60)
     new = _start_daemon()
     typer.echo(f"sloth daemon restarted (pid {old} -> {new}); {n} running job(s) handed over")
@@ -121,10 +96,8 @@ def _stop(keep_jobs: bool, timeout_s: float) -> tuple[int, int]:
     return pid, int(res.get("running", 0))
 
 
-@daemon_app.command("reload")
-@handles_errors
-def daemon_reload(as_json: bool = typer.Option(False, "--json")) -> None:
-    """Re-read config.toml now (as SIGHUP does): no restart, running jobs untouched."""
+def daemon_reload(*, as_json: bool) -> None:
+    """`sloth daemon reload` (its help and options: commands.py)."""
     res = call("reload")
     if as_json:
         emit_json(res)
@@ -134,10 +107,8 @@ def daemon_reload(as_json: bool = typer.Option(False, "--json")) -> None:
     typer.echo(f"reloaded {res['file']}" + ("" if res["changed"] or res["notes"] else ": nothing changed"))
 
 
-@daemon_app.command("status")
-@handles_errors
-def daemon_status(as_json: bool = typer.Option(False, "--json")) -> None:
-    """Show pid, uptime, version, paths, jobs by state and the last sleep/resume seen."""
+def daemon_status(*, as_json: bool) -> None:
+    """`sloth daemon status` (its help and options: commands.py)."""
     from sloth_daemon.durations import format_duration, local_time
 
     st = call("status")

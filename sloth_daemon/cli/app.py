@@ -1,11 +1,12 @@
-"""The Typer app every ``sloth`` command registers on, and its error edge
+"""The Typer app every ``sloth`` command is registered on (full.py builds
+them from commands.py), its root options, and its error edge
 (handles_errors). What the commands share -- the daemon connection, JSON
 output, ids and durations as typed -- is base.py's, re-exported here; the
 error edge itself is edge.py's: the fast path (fast.py) uses both without
 Typer, so a command reads and fails the same whichever path ran it.
 
 Start-up cost matters (``sloth add`` is run from scripts in loops), so this
-imports only typer and the errors at top level; everything else is imported
+imports only typer and base.py at top level; everything else is imported
 inside the command that needs it.
 """
 
@@ -19,7 +20,7 @@ import typer
 from sloth_daemon.cli import edge
 from sloth_daemon.cli.base import call, call_or_read, connect, duration, emit_json, parse_id, paths
 
-__all__ = ["app", "daemon_app", "handles_errors", "call", "call_or_read", "connect", "duration", "emit_json",
+__all__ = ["app", "handles_errors", "call", "call_or_read", "connect", "duration", "emit_json",
            "parse_id", "paths"]
 
 app = typer.Typer(
@@ -29,8 +30,6 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
     rich_markup_mode=None,
 )
-daemon_app = typer.Typer(help="Run, start, stop or inspect the background daemon.", no_args_is_help=True)
-app.add_typer(daemon_app, name="daemon")
 edge.use_echo(typer.echo)  # click.echo mends a stream misconfigured as ASCII
 
 

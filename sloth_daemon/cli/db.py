@@ -13,17 +13,11 @@ from typing import Any
 
 import typer
 
-from sloth_daemon.cli.app import app, emit_json, handles_errors, paths
-
-db_app = typer.Typer(help="The queue's database: schema, migrations, identity, hosts.", no_args_is_help=True)
-app.add_typer(db_app, name="db")
+from sloth_daemon.cli.app import emit_json, paths
 
 
-@db_app.command("migrate")
-@handles_errors
-def db_migrate(as_json: bool = typer.Option(False, "--json")) -> None:
-    """Bring the queue's schema up to this sloth's (each migration in its own
-    transaction, under a lock: machines that run it together take turns)."""
+def db_migrate(*, as_json: bool) -> None:
+    """`sloth db migrate` (its help and options: commands.py)."""
     res = _migrate()
     if as_json:
         emit_json(res)
@@ -34,10 +28,8 @@ def db_migrate(as_json: bool = typer.Option(False, "--json")) -> None:
         typer.echo(f"{res['queue']}: schema v{res['before']} -> v{res['after']}")
 
 
-@db_app.command("status")
-@handles_errors
-def db_status(as_json: bool = typer.Option(False, "--json")) -> None:
-    """Schema version, migrations pending, the queue's identity, hosts seen."""
+def db_status(*, as_json: bool) -> None:
+    """`sloth db status` (its help and options: commands.py)."""
     from sloth_daemon.durations import format_duration
 
     st = _status()

@@ -6,23 +6,21 @@ read it in any but the plain way.
 
 from __future__ import annotations
 
+from sloth_daemon.cli.commands import FLAG, INT, LIST, PATH
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Optional
+    from typing import Any, Iterable, Optional
+
+    from sloth_daemon.cli.commands import Option
 
     Parsed = tuple[dict[str, Any], list[str]]
 
-# How an option takes its value, as click does: a flag is True when given;
-# a value option takes the next word (whatever it looks like) or --opt=value,
-# the last one given wins; a list option collects every one; an int option
-# is a value option whose value must pass int().
-FLAG, VALUE, LIST, INT = "flag", "value", "list", "int"
 
-
-def options(*specs: tuple[str, str, str]) -> dict[str, tuple[str, str]]:
-    """{"--lane": ("lane", VALUE), "-l": ("lane", VALUE), ...} from
-    ("lane", VALUE, "--lane -l") rows."""
-    return {name: (dest, kind) for dest, kind, names in specs for name in names.split()}
+def options(opts: Iterable[Option]) -> dict[str, tuple[str, str]]:
+    """{"--lane": ("lane", VALUE), "-l": ("lane", VALUE), ...}: the options
+    of a declared command (commands.py) that the fast path may take."""
+    return {name: (o.dest, o.kind) for o in opts if o.fast for name in o.names}
 
 
 def parse(args: list[str], options: dict[str, tuple[str, str]], *, interspersed: bool = True) -> Optional[Parsed]:
@@ -65,6 +63,10 @@ def _take(given: dict[str, Any], spec: tuple[str, str], value: str) -> bool:
             given[dest] = int(value)
         except ValueError:
             return False
+    elif kind == PATH:  # Typer hands it over as a Path: the same text in messages
+        from pathlib import Path
+
+        given[dest] = Path(value)
     else:
         given[dest] = value
     return True

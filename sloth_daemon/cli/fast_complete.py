@@ -5,64 +5,33 @@ every command to complete one word took ~150 ms a TAB.
 Typer's completion (click's shell_completion) finds what the word being
 completed is: after a command's option that takes a value, that option's
 value; else the command's first argument still open. This does the same
-for the commands and options in TABLE, for the cases that ask the daemon,
-and answers None for every other case (a command or option name, an
-option before the command, `--`, a word with `=`, a value with no
-completer, an argument already given): Typer then completes it. The
-output is what Typer prints for each shell; zsh, fish and PowerShell show
-help beside a value, which Typer renders with rich, so those shells get
-ids (which have help) from Typer, and lanes and states (which have none)
-from here. tests/unit/test_fast_cli.py checks TABLE against the Typer app
-and the output against Typer's for each shell.
+from the commands, options and completers commands.py declares (the ones
+Typer's app is built from), for the cases that ask the daemon, and answers
+None for every other case (a command or option name, an option before the
+command, `--`, a word with `=`, a value or argument with no completer, an
+argument already given): Typer then completes it. The output is what Typer
+prints for each shell; zsh, fish and PowerShell show help beside a value,
+which Typer renders with rich, so those shells get ids (which have help)
+from Typer, and lanes and states (which have none) from here.
+tests/acceptance/test_fast_cli.py compares the output with Typer's for
+each shell.
 """
 
 from __future__ import annotations
 
 import os
 
-from sloth_daemon.cli.fast_args import FLAG, VALUE, parse
+from sloth_daemon.cli.commands import FLAG, VALUE, find
+from sloth_daemon.cli.fast_args import parse
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable, Optional
 
+    from sloth_daemon.cli.commands import Command
+
     Item = tuple[str, Optional[str]]
-
-IDS, LANES, STATES = "job_ids", "lanes", "states"  # the completers of complete.py
-
-
-def _cmd(arg: Optional[tuple[str, int]], *opts: tuple[str, str, Optional[str]]) -> dict:
-    """A command: its first argument (completer, nargs: -1 any number) and
-    its options: (names, FLAG or VALUE, completer of the value or None)."""
-    table = {name: (kind, done) for names, kind, done in opts for name in names.split()}
-    table.update({"-h": (FLAG, None), "--help": (FLAG, None)})
-    return {"arg": arg, "options": table}
-
-
-_JSON = ("--json", FLAG, None)
-TABLE: dict[tuple[str, ...], dict] = {
-    ("show",): _cmd((IDS, -1), _JSON),
-    ("wait",): _cmd((IDS, -1), _JSON),
-    ("restart",): _cmd((IDS, -1), _JSON),
-    ("kill",): _cmd((IDS, -1), ("--now", FLAG, None), _JSON),
-    ("logs",): _cmd((IDS, 1), ("--attempt -a", VALUE, None), ("--follow -f", FLAG, None),
-                    ("--tail -n", VALUE, None), ("--path", FLAG, None)),
-    ("cancel",): _cmd((IDS, -1), ("--lane -l", VALUE, LANES), ("--state -s", VALUE, STATES), _JSON),
-    ("retry",): _cmd((IDS, -1), ("--failed", FLAG, None), ("--lane -l", VALUE, LANES), _JSON),
-    ("pause",): _cmd((LANES, 1), _JSON),
-    ("resume",): _cmd((LANES, 1), _JSON),
-    ("lane", "set"): _cmd((LANES, 1), ("--concurrency -c", VALUE, None), ("--create", FLAG, None), _JSON),
-    ("lane", "rm"): _cmd((LANES, 1)),
-    ("ls",): _cmd(None, ("--state -s", VALUE, STATES), ("--lane -l", VALUE, LANES), ("--all -a", FLAG, None),
-                  ("--limit -n", VALUE, None), ("--offset", VALUE, None), ("--watch -w", FLAG, None),
-                  ("--interval", VALUE, None), ("--host", VALUE, None), _JSON),
-    ("prune",): _cmd(None, ("--older-than", VALUE, None), ("--state -s", VALUE, STATES),
-                     ("--lane -l", VALUE, LANES), ("--dry-run", FLAG, None), _JSON),
-    ("add",): _cmd(None, ("--lane -l", VALUE, LANES), ("--after", VALUE, IDS), ("--after-any", VALUE, IDS)),
-}
-# `add` is listed for the values of these options only; its argument is a
-# command line to run, and its other options are Typer's to complete.
-_PARTIAL = {("add",)}
+    Table = dict[str, tuple[str, Optional[str]]]
 
 
 def complete() -> Optional[int]:
@@ -130,32 +99,36 @@ def split_arg_string(line: str) -> list[str]:
 
 def _completer(args: list[str], incomplete: str) -> Optional[str]:
     """The completer click would call for ``incomplete`` after ``args``; None
-    when it is not one of ours or it takes more than TABLE knows."""
+    when it is not one of ours or it takes more than this reads."""
     if "--" in args or "=" in incomplete or incomplete.startswith("-"):
         return None
-    path = tuple(args[:2]) if tuple(args[:2]) in TABLE else tuple(args[:1])
-    cmd = TABLE.get(path)
+    cmd = find(args)
     if cmd is None:
         return None
-    rest = args[len(path):]
+    rest, table = args[len(cmd.path):], options(cmd)
     if rest and rest[-1].startswith("-"):  # the value of this option?
-        kind, done = cmd["options"].get(rest[-1], (None, None))
+        kind, done = table.get(rest[-1], (None, None))
         if kind != FLAG:
             return done  # its completer; None for an unknown option or one without
-    if path in _PARTIAL:
-        return None
-    return _argument(cmd, rest)
+    return _argument(cmd, table, rest)
 
 
-def _argument(cmd: dict, rest: list[str]) -> Optional[str]:
+def options(cmd: Command) -> Table:
+    """{name: (FLAG or VALUE, its completer or None)} for every option of
+    ``cmd``, -h and --help too, as click's completion reads them."""
+    table = {name: (FLAG if o.kind == FLAG else VALUE, o.complete) for o in cmd.options for name in o.names}
+    table.update({"-h": (FLAG, None), "--help": (FLAG, None)})
+    return table
+
+
+def _argument(cmd: Command, table: Table, rest: list[str]) -> Optional[str]:
     """The completer of the command's argument if it takes another word."""
-    if cmd["arg"] is None:
+    if cmd.arg is None or cmd.arg.complete is None:
         return None
-    parsed = parse(rest, {name: (name, kind) for name, (kind, _) in cmd["options"].items()})
+    parsed = parse(rest, {name: (name, kind) for name, (kind, _) in table.items()})
     if parsed is None or "-h" in parsed[0] or "--help" in parsed[0]:
         return None  # an unknown option (or one missing its value), or help
-    done, nargs = cmd["arg"]
-    return done if nargs == -1 or not parsed[1] else None
+    return cmd.arg.complete if cmd.arg.many or not parsed[1] else None
 
 
 def _items(completer: str, incomplete: str) -> list[Item]:

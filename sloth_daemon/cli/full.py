@@ -1,42 +1,91 @@
-"""The whole ``sloth`` command line: the Typer app with every command.
+"""The whole ``sloth`` command line: the Typer app, with every command
+built from its declaration (commands.py).
 
-app.py holds the app and its error edge; jobs.py (add), look.py (ls,
-show, logs, status), watch.py (wait), act.py (cancel, retry, restart, kill,
-pause, resume, prune), lanes.py, admin.py, db.py and service.py register the
-commands. Each imports only typer at top level; the daemon is imported
-only by ``sloth daemon run``. The common forms of add, ls, show and shell
-completion do not come here at all (fast.py).
+Each command becomes a Typer command whose callback has the signature
+Typer reads (inspect.signature and the type hints): one parameter per
+declared option and argument, its default a typer.Option or
+typer.Argument, its annotation the type the option's kind makes. The
+callback imports the command's function only when it runs, and turns the
+exit code it returns into typer.Exit. app.py holds the app itself (its
+root options, --debug and --version) and the error edge. The commands the
+fast path takes do not come here at all (fast.py).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
+from pathlib import Path
+from typing import Any, Callable, List, Optional
 
 import typer
 
-# Registering their commands is the import; `sloth --help` lists them in this order.
-from sloth_daemon.cli import jobs, look, watch, act, lanes, admin, db, service  # noqa: F401
-from sloth_daemon.cli.app import app
+from sloth_daemon.cli import commands as decl, complete
+from sloth_daemon.cli.app import app, handles_errors
+from sloth_daemon.cli.commands import FLAG, INT, LIST, PATH, REQUIRED, Argument, Command, Option
+
+_TYPES: dict[str, Any] = {FLAG: bool, INT: int, PATH: Path, LIST: List[str]}
 
 
 def main() -> None:
-    _only_the_command_named(sys.argv[1:2])
+    build(sys.argv[1:2])
     app(prog_name="sloth")
 
 
-def _only_the_command_named(first: list[str]) -> None:
-    """Typer turns every registered command into a click command on each run
-    (~5 ms of signature inspection, 6% of a `sloth add`); a run needs one.
-    Keep only the command named first on the line. Anything else (an option
-    first, a typo, shell completion) keeps them all, for help and suggestions."""
-    if not first or "_SLOTH_COMPLETE" in os.environ:
-        return
-    cmds = [c for c in app.registered_commands if _name(c) == first[0]]
-    groups = [g for g in app.registered_groups if g.name == first[0]]
-    if cmds or groups:
-        app.registered_commands, app.registered_groups = cmds, groups
+def build(first: list[str]) -> typer.Typer:
+    """The app with the declared commands registered on it (afresh). Typer
+    turns every registered command into a click command on each run (~5 ms
+    of signature inspection, 6% of a `sloth add`); a run needs one. So only
+    the command or group named ``first`` is registered when there is one;
+    anything else (an option first, a typo, shell completion) gets them
+    all, for help and suggestions."""
+    only = first[0] if first and "_SLOTH_COMPLETE" not in os.environ else None
+    if only not in {c.path[0] for c in decl.COMMANDS}:
+        only = None
+    groups = {g.name: typer.Typer(help=g.help, no_args_is_help=True) for g in decl.GROUPS}
+    app.registered_commands, app.registered_groups = [], []
+    for cmd in decl.COMMANDS:
+        if only in (None, cmd.path[0]):
+            on = app if len(cmd.path) == 1 else groups[cmd.path[0]]
+            settings = None if cmd.interspersed else {"allow_interspersed_args": False}
+            on.command(cmd.path[-1], context_settings=settings)(callback(cmd))
+    for g in decl.GROUPS:
+        if only in (None, g.name):
+            app.add_typer(groups[g.name], name=g.name)
+    return app
 
 
-def _name(cmd: typer.models.CommandInfo) -> str:
-    return cmd.name or getattr(cmd.callback, "__name__", "").replace("_", "-")
+def callback(cmd: Command) -> Callable[..., None]:
+    """A function Typer reads as ``cmd``'s declaration says, that runs it."""
+
+    def run(**values: Any) -> None:
+        code = cmd.function()(**values)
+        if code:
+            raise typer.Exit(code)
+
+    params = [parameter(o) for o in cmd.options]
+    if cmd.arg is not None:
+        params.insert(0, parameter(cmd.arg))
+    fn = handles_errors(run)
+    fn.__name__ = fn.__qualname__ = "_".join(cmd.path)
+    fn.__doc__ = cmd.help
+    fn.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    fn.__annotations__ = {p.name: p.annotation for p in params}
+    return fn
+
+
+def parameter(p: Option | Argument) -> inspect.Parameter:
+    """One parameter of a command's callback, as Typer reads it."""
+    done = getattr(complete, p.complete) if p.complete else None
+    if isinstance(p, Argument):
+        default = REQUIRED if p.required else None
+        kind = LIST if p.many else None
+        info = typer.Argument(default, metavar=p.metavar, help=p.help, autocompletion=done)
+    else:
+        default, kind = p.default, p.kind
+        info = typer.Option(default, *p.names, help=p.help, autocompletion=done, hidden=p.hidden)
+    annotation = _TYPES.get(kind or "", str)
+    if default is None:
+        annotation = Optional[annotation]
+    return inspect.Parameter(p.dest, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)

@@ -9,17 +9,11 @@ from typing import Any
 
 import typer
 
-from sloth_daemon.cli.app import app, call, call_or_read, emit_json, handles_errors
-from sloth_daemon.cli.complete import lanes
-
-lane_app = typer.Typer(help="List lanes and change how many jobs each runs at once.", no_args_is_help=True)
-app.add_typer(lane_app, name="lane")
+from sloth_daemon.cli.app import call, call_or_read, emit_json
 
 
-@lane_app.command("ls")
-@handles_errors
-def lane_ls(as_json: bool = typer.Option(False, "--json")) -> None:
-    """Every lane: concurrency (and where it comes from), running, queued, blocked, paused."""
+def lane_ls(*, as_json: bool) -> None:
+    """`sloth lane ls` (its help and options: commands.py)."""
     res = call_or_read("lanes")
     if as_json:
         emit_json(res)
@@ -37,15 +31,8 @@ def _table(rows: dict[str, Any]) -> str:
     return render.table(["LANE", "SLOTS", "FROM", "RUNNING", "QUEUED", "BLOCKED", ""], body)
 
 
-@lane_app.command("set")
-@handles_errors
-def lane_set(
-    name: str = typer.Argument(..., metavar="LANE", autocompletion=lanes),
-    concurrency: int = typer.Option(..., "--concurrency", "-c", help="Jobs at once; 0 pauses the lane."),
-    create: bool = typer.Option(False, "--create", help="Make the lane if it does not exist yet."),
-    as_json: bool = typer.Option(False, "--json"),
-) -> None:
-    """Set a lane's concurrency now: no restart, running jobs untouched; kept across restarts."""
+def lane_set(*, name: str, concurrency: int, create: bool, as_json: bool) -> None:
+    """`sloth lane set` (its help and options: commands.py)."""
     res = call("lane_set", lane=name, concurrency=concurrency, create=create)
     if as_json:
         emit_json(res)
@@ -61,9 +48,7 @@ def lane_set(
     typer.echo(text)
 
 
-@lane_app.command("rm")
-@handles_errors
-def lane_rm(name: str = typer.Argument(..., metavar="LANE", autocompletion=lanes)) -> None:
-    """Forget a lane that has no blocked, queued or running jobs (say, a typo)."""
+def lane_rm(*, name: str) -> None:
+    """`sloth lane rm` (its help and options: commands.py)."""
     call("lane_rm", lane=name)
     typer.echo(f"lane {name} removed")

@@ -1,90 +1,41 @@
-"""Commands that read: ls, show, logs, status. Each asks the daemon, or,
-when none answers, reads the queue file read-only and says so on stderr
-(app.call_or_read); only `logs -f` needs a daemon. What ls and show do
-with their options is look_run.py's, shared with the fast path."""
+"""Commands that read: logs and status (ls and show are look_run.py's,
+run by the fast path too). Each asks the daemon, or, when none answers,
+reads the queue file read-only and says so on stderr (app.call_or_read);
+only `logs -f` needs a daemon. Their options are declared in commands.py."""
 
 from __future__ import annotations
 
 import sys
-from typing import Any, List, Optional
+from typing import Any, Optional
 
 import typer
 
 from sloth_daemon import errors
-from sloth_daemon.cli.app import app, call_or_read, connect, emit_json, handles_errors, parse_id
-from sloth_daemon.cli.complete import job_ids, lanes, states
-from sloth_daemon.cli.look_run import DEFAULT_ROWS
-
-
-# ------------------------------------------------------------------- ls
-@app.command("ls")
-@handles_errors
-def ls(
-    state: Optional[List[str]] = typer.Option(None, "--state", "-s", help="Only these states (repeatable).",
-                                              autocompletion=states),
-    lane: Optional[str] = typer.Option(None, "--lane", "-l", help="Only this lane.", autocompletion=lanes),
-    all_: bool = typer.Option(False, "--all", "-a", help="Every job, all finished ones too, no row limit."),
-    limit: Optional[int] = typer.Option(None, "--limit", "-n", help=f"At most this many rows (default {DEFAULT_ROWS};"
-                                        " with --json, all)."),
-    offset: int = typer.Option(0, "--offset", help="Skip this many rows first (to page)."),
-    watch: bool = typer.Option(False, "--watch", "-w", help="Redraw every --interval until Ctrl-C."),
-    interval: str = typer.Option("2s", "--interval", help="How often --watch redraws."),
-    as_json: bool = typer.Option(False, "--json", help="{jobs, total, counts, left_out, ...}: never cut silently."),
-    host: Optional[str] = typer.Option(None, "--host", help="A shared queue: only jobs that run, ran or are"
-                                       " placed on this host."),
-) -> None:
-    """List jobs: running first, then queued in the order they will run, then
-    blocked, then the most recently finished; a summary of counts, and how
-    many rows were left out."""
-    from sloth_daemon.cli.look_run import ls as run
-
-    run(state, lane, all_, limit, offset, as_json, watch=watch, interval=interval, host=host)
-
-
-# ----------------------------------------------------------------- show
-@app.command()
-@handles_errors
-def show(
-    job_ids_: List[str] = typer.Argument(..., metavar="ID...", autocompletion=job_ids),
-    as_json: bool = typer.Option(False, "--json", help='{"jobs": [job with events, prereqs, dependents]}.'),
-) -> None:
-    """Show jobs and their history (claimed, started, failed, reclaimed, ...);
-    a failed job's last log lines end it."""
-    from sloth_daemon.cli.look_run import show as run
-
-    run(job_ids_, as_json)
+from sloth_daemon.cli.app import call_or_read, connect, emit_json, parse_id
 
 
 # ----------------------------------------------------------------- logs
-@app.command()
-@handles_errors
-def logs(
-    job_id: str = typer.Argument(..., metavar="ID", autocompletion=job_ids),
-    attempt: Optional[int] = typer.Option(None, "--attempt", "-a", help="Which attempt (default: the latest)."),
-    follow: bool = typer.Option(False, "--follow", "-f", help="Follow live, through retries, until the job ends; "
-                                "exit 0 if it is done, 5 if not."),
-    tail: Optional[int] = typer.Option(None, "--tail", "-n", help="Only the last N lines."),
-    path_only: bool = typer.Option(False, "--path", help="Print the log file's path instead."),
-) -> None:
-    """Print a job's output (one log file per attempt, size-capped)."""
+def logs(*, job_id: str, attempt: Optional[int], follow: bool, tail: Optional[int], path_only: bool) -> int:
+    """`sloth logs ID`: the log of an attempt, its tail, its path, or followed live."""
     jid = parse_id(job_id)
     args: dict[str, Any] = {"id": jid, **({"attempt": attempt} if attempt is not None else {})}
     if follow and not path_only:
-        raise typer.Exit(_follow(args, through=attempt is None))
+        return _follow(args, through=attempt is None)
     res = call_or_read("logs", **args)
     if path_only:
         typer.echo(res["path"])
-        return
+        return 0
     if res.get("stored") or "data" in res:  # a shared queue: it ran on another machine
         _stored(res, tail)
-        return
+        return 0
     if tail is not None:
         from sloth_daemon.cli.render import tail_lines
 
         for line in tail_lines(res["path"], max(tail, 0), max_bytes=max(16384, tail * 400)):
             typer.echo(line)
-        return
+        return 0
     _cat(res["path"], jid, res["attempt"])
+    return 0
 
 
 def _stored(res: dict[str, Any], tail: Optional[int]) -> None:
@@ -143,10 +94,8 @@ def _follow(args: dict[str, Any], *, through: bool) -> int:
 
 
 # --------------------------------------------------------------- status
-@app.command()
-@handles_errors
-def status(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
-    """What is going on: the daemon, jobs by state, lanes, what runs now and the last failures."""
+def status(*, as_json: bool) -> None:
+    """`sloth status`: the daemon, counts, lanes, hosts, running and failed jobs."""
     from sloth_daemon.cli import render
     from sloth_daemon.durations import format_duration, relative
     from sloth_daemon.text import showable

@@ -1,6 +1,6 @@
 """What `sloth ls` and `sloth show` do once their options are read. Both
-readers of the command line end here: the Typer commands (look.py) and
-the fast path (fast.py). No Typer, and nothing heavy unless an option
+readers of the command line end here, with the options commands.py
+declares: the Typer app (full.py) and the fast path (fast.py). No Typer, and nothing heavy unless an option
 needs it (the state names, --watch).
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from sloth_daemon import errors
 from sloth_daemon.cli.base import call_or_read, emit_json, log_paths, parse_id
+from sloth_daemon.cli.commands import DEFAULT_ROWS
 from sloth_daemon.cli.edge import echo
 
 TYPE_CHECKING = False
@@ -15,7 +16,6 @@ if TYPE_CHECKING:
     from typing import Any, Optional, Sequence
 
 PAGE = 100_000  # jobs per request when a listing is fetched whole
-DEFAULT_ROWS = 40
 RECENT = 10  # finished jobs in the default view
 SMALL = 1_000  # `ls --json --limit N` up to this: one `list` answer; past it (or without), streamed
 

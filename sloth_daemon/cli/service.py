@@ -1,7 +1,7 @@
 """``sloth service install|uninstall|status`` and ``sloth doctor``.
 
-Imported by every ``sloth`` command (including the hot ``sloth add``), so only
-typer is imported here; the logic lives in the service package and doctor.py,
+Imported only when one of these commands runs (their options are declared
+in commands.py); the logic lives in the service package and doctor.py,
 imported inside the commands.
 """
 
@@ -11,10 +11,6 @@ import json
 from typing import Any, Optional
 
 import typer
-
-from sloth_daemon.cli.app import app, handles_errors
-
-_PLATFORM_HELP = "Service flavour: linux (systemd) or macos (launchd); default: this machine."
 
 
 def _emit_json(data: Any) -> None:
@@ -35,22 +31,10 @@ def _show_report(r: Any, summary: str) -> None:
         typer.echo(f"warning: {warning}", err=True)
 
 
-service_app = typer.Typer(
-    help="Start the daemon at login: a systemd --user unit or a launchd LaunchAgent.",
-    no_args_is_help=True,
-)
-app.add_typer(service_app, name="service")
 
 
-@service_app.command("install")
-@handles_errors
-def install(
-    now: bool = typer.Option(False, "--now", help="Also start it now (default: at the next login)."),
-    print_only: bool = typer.Option(False, "--print", help="Show the file it would write; change nothing."),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-    platform: Optional[str] = typer.Option(None, "--platform", hidden=True, help=_PLATFORM_HELP),
-) -> None:
-    """Write the login service for this machine, enable it (and with --now start it)."""
+def install(*, now: bool, print_only: bool, as_json: bool, platform: Optional[str]) -> None:
+    """`sloth service install` (its help and options: commands.py)."""
     from sloth_daemon import service
 
     plat = service.platform(platform)
@@ -66,13 +50,8 @@ def install(
     _show_report(r, f"sloth service {what}: {service.MANAGER[plat]}, {r.path}")
 
 
-@service_app.command("uninstall")
-@handles_errors
-def uninstall(
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-    platform: Optional[str] = typer.Option(None, "--platform", hidden=True, help=_PLATFORM_HELP),
-) -> None:
-    """Stop and disable the login service and remove its file."""
+def uninstall(*, as_json: bool, platform: Optional[str]) -> None:
+    """`sloth service uninstall` (its help and options: commands.py)."""
     from sloth_daemon import service
 
     r = service.uninstall(plat=platform)
@@ -84,13 +63,8 @@ def uninstall(
         _show_report(r, f"sloth service removed: {service.MANAGER[r.platform]}")
 
 
-@service_app.command("status")
-@handles_errors
-def status(
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-    platform: Optional[str] = typer.Option(None, "--platform", hidden=True, help=_PLATFORM_HELP),
-) -> None:
-    """Installed? enabled? running? Does its sloth binary still exist? Linger?"""
+def status(*, as_json: bool, platform: Optional[str]) -> None:
+    """`sloth service status` (its help and options: commands.py)."""
     from sloth_daemon import service
 
     d = service.status(plat=platform)
@@ -101,13 +75,8 @@ def status(
         typer.echo(f"{key + ':':<11}{value}")
 
 
-@app.command("doctor")
-@handles_errors
-def doctor(
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-    platform: Optional[str] = typer.Option(None, "--platform", hidden=True, help=_PLATFORM_HELP),
-) -> None:
-    """Check the things that go wrong in practice and say how to fix each."""
+def doctor(*, as_json: bool, platform: Optional[str]) -> None:
+    """`sloth doctor` (its help and options: commands.py)."""
     from sloth_daemon.cli import doctor as doc
 
     checks = doc.run_checks(plat=platform)

@@ -5,25 +5,18 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable, List, Optional
+from sloth_daemon.cli.base import parse_id
 
-import typer
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Optional
 
-from sloth_daemon.cli.app import app, handles_errors, parse_id
-from sloth_daemon.cli.complete import job_ids
 
-
-@app.command("wait")
-@handles_errors
-def wait_cmd(
-    job_ids_: List[str] = typer.Argument(..., metavar="ID...", autocompletion=job_ids),
-    as_json: bool = typer.Option(False, "--json", help='{"jobs": [...]} as they ended.'),
-) -> None:
-    """Block until the jobs end, telling each outcome; exit 0 if all are done,
-    5 if any failed or was cancelled."""
+def wait(*, job_ids: list[str], as_json: bool) -> int:
+    """`sloth wait ID...`: the exit code is the outcome (0 all done, 5 not)."""
     from sloth_daemon.cli.waiting import wait_for
 
-    raise typer.Exit(wait_for([parse_id(j) for j in job_ids_], stream=sys.stdout, as_json=as_json))
+    return wait_for([parse_id(j) for j in job_ids], stream=sys.stdout, as_json=as_json)
 
 
 def watch_ls(text_for: Callable[[Optional[int]], str], interval: str) -> None:

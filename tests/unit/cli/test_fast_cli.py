@@ -1,7 +1,8 @@
 """The fast path of the CLI (cli/fast.py) against the Typer app it stands in
-for, in process: its option tables are the Typer commands' options, it reads
-every command line it takes as click does (and takes the common ones), and
-the light modules it runs on (jsonlite, render.shell_join, text.showable,
+for, in process: both are made from one declaration per command
+(cli/commands.py), the Typer app has exactly the declared commands and
+options, the fast path reads every command line it takes as click does (and
+takes the common ones) and passes what Typer passes, and the light modules it runs on (jsonlite, render.shell_join, text.showable,
 locate.find_daemon) give what json, shlex, re and paths.resolve give.
 
 The whole commands, run both ways as processes against real daemons, are
@@ -23,8 +24,9 @@ from hypothesis import given, settings, strategies as st
 
 from sloth_daemon import jsonlite, paths
 from sloth_daemon.cli import locate
-from sloth_daemon.cli import fast, fast_complete
-from sloth_daemon.cli.fast_args import FLAG, INT, LIST, VALUE, parse
+from sloth_daemon.cli import commands, fast
+from sloth_daemon.cli.commands import FLAG, INT, LIST, PATH, REQUIRED, VALUE
+from sloth_daemon.cli.fast_args import options, parse
 from sloth_daemon.cli.render import shell_join
 from sloth_daemon.text import showable
 
@@ -33,9 +35,9 @@ from sloth_daemon.text import showable
 def group():
     import typer.main
 
-    from sloth_daemon.cli.full import app
+    from sloth_daemon.cli.full import build
 
-    return typer.main.get_command(app)
+    return typer.main.get_command(build([]))
 
 
 def command(group, path):
@@ -50,46 +52,74 @@ def kind_of(param) -> str:
         return FLAG
     if param.multiple:
         return LIST
-    return INT if type(param.type).__name__ == "IntParamType" else VALUE
+    return {"IntParamType": INT, "TyperPath": PATH}.get(type(param.type).__name__, VALUE)
 
 
-def options_of(cmd) -> dict[str, str]:
-    return {name: kind_of(p) for p in cmd.params if p.param_type_name == "option"
-            for name in [*p.opts, *p.secondary_opts]}
+def table(name: str) -> dict[str, tuple[str, str]]:
+    """The fast path's option table of a command (from its declaration)."""
+    return options(commands.find(name.split()).options)
 
 
-# ------------------------------------------------------------ the tables
-@pytest.mark.parametrize("name, table, left_to_typer", [
-    ("add", fast.ADD, set()), ("ls", fast.LS, {"--watch", "-w", "--interval"}), ("show", fast.SHOW, set())])
-def test_the_fast_options_are_the_typer_commands_options(group, name, table, left_to_typer):
-    """Same names, same kinds (flag, value, repeatable, integer); the only
-    ones missing are those the fast path leaves to Typer on purpose."""
-    want = {n: k for n, k in options_of(command(group, [name])).items() if n not in left_to_typer}
-    assert {n: kind for n, (_, kind) in table.items()} == want
-    dests = {p.name for p in command(group, [name]).params}
-    assert {dest for dest, _ in table.values()} <= dests
+# ------------------------------------------------------ the declaration
+def test_the_typer_app_has_exactly_the_declared_commands(group):
+    def paths(cmd, path=()):
+        subs = getattr(cmd, "commands", None)
+        if subs is None:
+            return [path]
+        return [p for name, sub in subs.items() for p in paths(sub, (*path, name))]
+
+    assert paths(group) == [c.path for c in commands.COMMANDS if len(c.path) == 1] + \
+        [c.path for g in commands.GROUPS for c in commands.COMMANDS if c.path[0] == g.name and len(c.path) > 1]
+    for g in commands.GROUPS:
+        assert group.commands[g.name].help == g.help
 
 
-def test_the_completion_table_is_the_typer_apps(group):
-    """Every command in fast_complete.TABLE has exactly the app's options
-    (flag or value) and the app's argument (how many words); which
-    completer each calls is compared by output in the acceptance test."""
-    for path, spec in fast_complete.TABLE.items():
-        cmd = command(group, path)
-        want = {n: (FLAG if k == FLAG else VALUE) for n, k in options_of(cmd).items()}
-        want.update({"-h": FLAG, "--help": FLAG})
-        got = {n: k for n, (k, _) in spec["options"].items()}
-        if path in fast_complete._PARTIAL:
-            assert got.items() <= want.items(), path
-        else:
-            assert got == want, path
-        args = [p for p in cmd.params if p.param_type_name == "argument"]
-        if path not in fast_complete._PARTIAL:
-            assert [(a.nargs) for a in args] == ([spec["arg"][1]] if spec["arg"] else []), path
-        for name, (kind, completer) in spec["options"].items():
-            param = next((p for p in cmd.params if name in p.opts), None)
-            has = param is not None and getattr(param, "_custom_shell_complete", None) is not None
-            assert has == (completer is not None), (path, name)
+@pytest.mark.parametrize("decl", commands.COMMANDS, ids=lambda c: " ".join(c.path))
+def test_each_typer_command_has_exactly_the_declared_options_and_argument(group, decl):
+    """Names, kinds, defaults, help, hidden, completer; the argument's
+    number of words, metavar, help and completer; the command's help and
+    how it reads options after words."""
+    cmd = command(group, decl.path)
+    assert cmd.help == decl.help
+    assert cmd.context_settings.get("allow_interspersed_args", True) == decl.interspersed
+    opts = [p for p in cmd.params if p.param_type_name == "option"]
+    assert [p.name for p in opts] == [o.dest for o in decl.options]
+    for p, o in zip(opts, decl.options):
+        assert ([*p.opts, *p.secondary_opts], kind_of(p)) == (o.names, o.kind), o.dest
+        assert (p.help, p.hidden, p.required) == (o.help, o.hidden, o.default is REQUIRED), o.dest
+        if o.default is not REQUIRED:
+            assert p.default == o.default, o.dest
+        completer = getattr(p, "_custom_shell_complete", None)
+        assert (completer is not None) == (o.complete is not None), o.dest
+    args = [p for p in cmd.params if p.param_type_name == "argument"]
+    a = decl.arg
+    assert [(p.name, p.nargs, p.required, p.metavar) for p in args] == \
+        ([(a.dest, -1 if a.many else 1, a.required, a.metavar)] if a else [])
+    if a:
+        assert (getattr(args[0], "help", None), args[0]._custom_shell_complete is not None) == \
+            (a.help, a.complete is not None)
+
+
+@pytest.mark.parametrize("decl", commands.COMMANDS, ids=lambda c: " ".join(c.path))
+def test_each_command_function_takes_exactly_the_declared_parameters(decl):
+    """What the Typer app and the fast path call it with: every option
+    and the argument, by name."""
+    import inspect
+
+    params = inspect.signature(decl.function()).parameters
+    want = ([decl.arg.dest] if decl.arg else []) + [o.dest for o in decl.options]
+    assert sorted(params) == sorted(want)
+    assert all(p.default is inspect.Parameter.empty or p.name in want for p in params.values())
+
+
+def test_a_fast_command_runs_without_typer():
+    """A command declared fast: its function's module imports no Typer."""
+    import subprocess
+
+    mods = sorted({c.run.partition(":")[0] for c in commands.COMMANDS if c.fast})
+    code = f"import sys; [__import__(m) for m in {mods!r}]; print('typer' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == \
+        "False\n"
 
 
 # ------------------------------------------------------- reading argv
@@ -128,14 +158,14 @@ def click_reads(cmd, args: list[str]) -> dict:
     return dict(cmd.make_context(cmd.name, list(args)).params)
 
 
-@pytest.mark.parametrize("name, table, interspersed, lines", [
-    ("add", fast.ADD, False, ADD_LINES), ("ls", fast.LS, True, LS_LINES), ("show", fast.SHOW, True, SHOW_LINES)])
-def test_every_line_the_fast_path_takes_is_read_as_click_reads_it(group, name, table, interspersed, lines):
+@pytest.mark.parametrize("name, interspersed, lines", [
+    ("add", False, ADD_LINES), ("ls", True, LS_LINES), ("show", True, SHOW_LINES)])
+def test_every_line_the_fast_path_takes_is_read_as_click_reads_it(group, name, interspersed, lines):
     cmd = command(group, [name])
     words_param = next((p.name for p in cmd.params if p.param_type_name == "argument"), None)
     unset = click_reads(cmd, ["x"] if words_param else [])
     for args, taken in lines:
-        got = parse(args, table, interspersed=interspersed)
+        got = parse(args, table(name), interspersed=interspersed)
         assert (got is not None) == taken, (name, args)
         if got is None:
             continue
@@ -146,6 +176,7 @@ def test_every_line_the_fast_path_takes_is_read_as_click_reads_it(group, name, t
                 assert list(want[p.name]) == words, (args, want)
             elif p.name in given:
                 v = given[p.name]
+                v = str(v) if isinstance(v, Path) else v  # click reads the text; Typer makes it a Path
                 assert want[p.name] == (tuple(v) if isinstance(v, list) else v), (args, p.name)
             else:
                 assert want[p.name] == unset[p.name], (args, p.name)
@@ -153,24 +184,39 @@ def test_every_line_the_fast_path_takes_is_read_as_click_reads_it(group, name, t
 
 @pytest.mark.parametrize("name", ["add", "ls", "show"])
 def test_what_the_fast_path_leaves_out_means_what_typer_leaves_out(group, name):
-    """An option not on the line: the fast path passes nothing (add) or
-    None/False/0 (ls, show); Typer passes its default. The same to the
-    shared code: equal, or both empty."""
-    import inspect
-
-    from sloth_daemon.cli import add_run, look_run
-
-    fn = {"add": add_run.add, "ls": look_run.ls, "show": look_run.show}[name]
-    defaults = {k: p.default for k, p in inspect.signature(fn).parameters.items()}
-    fast_passes = {"ls": {"state": None, "lane": None, "all_": False, "limit": None, "offset": 0, "as_json": False},
-                   "show": {"as_json": False}, "add": {}}[name]
+    """An option not on the line: the fast path passes its declared
+    default; Typer passes its default. The same to the shared code."""
+    decl = commands.find([name])
+    passed = fast.read(decl, ["1"] if name == "show" else [])
     cmd = command(group, [name])
     for p in cmd.params:
-        if p.param_type_name == "argument" or (name == "ls" and p.name in ("watch", "interval")):
+        if p.param_type_name == "argument":
             continue
-        ours = fast_passes.get(p.name, defaults.get(p.name))
         typers = p.get_default(cmd.make_context(name, ["1"] if name == "show" else []))
-        assert ours == typers or (not ours and not typers), (name, p.name, ours, typers)
+        assert passed[p.name] == typers, (name, p.name, passed[p.name], typers)
+
+
+@pytest.mark.parametrize("name, lines", [("add", ADD_LINES), ("ls", LS_LINES), ("show", SHOW_LINES),
+                                         ("daemon run", [([], True), (["x"], False), (["--json"], False)])])
+def test_the_fast_path_calls_the_command_with_what_typer_calls_it_with(group, monkeypatch, name, lines):
+    """Every line the fast path takes: the same function, the same values
+    (types too: a Path, a list, an int) as the Typer app gives it."""
+    import typer
+
+    calls = []
+    monkeypatch.setattr(commands.Command, "function", lambda self: lambda **kw: calls.append(kw))
+    decl = commands.find(name.split())
+    cmd = command(group, decl.path)
+    for args, taken in lines:
+        ours = fast.read(decl, list(args))
+        assert (ours is not None) == taken, (name, args)
+        if ours is None:
+            continue
+        try:
+            cmd.main(list(args), prog_name="sloth", standalone_mode=False)
+        except typer.Exit:
+            pass
+        assert calls.pop() == ours, (name, args)
 
 
 def test_what_is_not_ours_is_left_untouched(monkeypatch):
