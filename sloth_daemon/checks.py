@@ -14,7 +14,7 @@ import math
 
 from sloth_daemon.durations import MAX_DURATION_S, MAX_TIME, format_duration
 from sloth_daemon.errors import BadRequest, FieldError
-from sloth_daemon.jsonlite import dumps, encode_basestring_ascii as _encode_str
+from sloth_daemon.protocol import dumps, encode_basestring_ascii as _encode_str
 from sloth_daemon.text import is_bytes_text, is_utf8
 
 TYPE_CHECKING = False

@@ -84,7 +84,7 @@ def load(path: Path) -> Settings:
     """Read ``path`` if it exists (a link to a regular file is followed: a
     dotfiles repository's). Raises ConfigError naming the file and key, or
     what else than a regular file is there (paths.py: never blocks)."""
-    from sloth_daemon.paths import NotRegular, read_file
+    from sloth_daemon.safefile import NotRegular, read_file
 
     if sys.version_info >= (3, 11):
         import tomllib

@@ -72,7 +72,7 @@ def tell_offline() -> None:
 
 
 def emit_json(data: Any) -> None:
-    from sloth_daemon.jsonlite import dumps_pretty
+    from sloth_daemon.protocol import dumps_pretty
 
     echo(dumps_pretty(data))  # json.dumps(data, indent=2, sort_keys=True), without importing json
 

@@ -184,6 +184,6 @@ class Client:
 
 
 def _read(path: StrPath) -> str:
-    from sloth_daemon.paths import read_file
+    from sloth_daemon.safefile import read_file
 
     return read_file(path, 4096, head=True).decode("utf-8", "replace")  # never blocks on a FIFO there

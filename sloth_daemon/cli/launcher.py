@@ -11,7 +11,7 @@ import time
 from sloth_daemon.cli.client import Client
 from sloth_daemon.errors import DaemonNotAnswering, SlothError
 from sloth_daemon.paths import Paths, check_socket_path, ensure_private_dir, open_private_log
-from sloth_daemon.paths import open_file
+from sloth_daemon.safefile import open_file
 
 
 def run_foreground() -> int:

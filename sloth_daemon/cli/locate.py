@@ -83,26 +83,15 @@ def recorded_socket(paths: Paths) -> Path | None:
     return None if recorded is None else Path(recorded)
 
 
-_OPEN_LOCK = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK  # as paths.read_file opens
-
-
 def _recorded(lock: str | Path) -> str | None:
-    """The second line of the lock file if it is a path. Read as
-    paths.read_file(lock, 8192, head=True) reads it -- a regular file only,
-    not through a link, a FIFO refused rather than waited on -- without
-    importing paths (pathlib, typing, platformdirs: ~20 ms of a `sloth add`)."""
+    """The second line of the lock file if it is a path (a regular file only,
+    not through a link, a FIFO refused rather than waited on: safefile)."""
+    from sloth_daemon.safefile import read_file
+
     try:
-        fd = os.open(lock, _OPEN_LOCK)
-    except OSError:  # missing, a link, ...
+        data = read_file(lock, 8192, head=True)
+    except OSError:  # missing, or not a regular file
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = os.read(fd, 8192)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
     lines = data.decode("utf-8", "replace").splitlines()
     return lines[1] if len(lines) > 1 and lines[1].startswith("/") else None
 

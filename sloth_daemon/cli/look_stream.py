@@ -3,7 +3,7 @@ stdout as it arrives, with the memory of one chunk whatever the number of jobs.
 
 The text is dumps_pretty's of the whole listing, byte for byte (one JSON
 document, `{"counts", "jobs", "lanes", "left_out", "offset", "total"}`),
-written a job at a time (jsonlite.pretty_stream): the counts come first,
+written a job at a time (protocol.pretty_stream): the counts come first,
 the jobs as the daemon reads them (the ``scan`` op, protocol v3), what is
 known only at the end last. When no daemon answers, the queue is read the
 same way in this process (offline.scan); a daemon older than the scan op
@@ -33,7 +33,7 @@ BLOCK = 1_000  # rows of `ls --all` laid out at a time
 
 def print_json(args: dict[str, Any]) -> None:
     """Write the listing of ``args`` (list's arguments) to stdout as JSON."""
-    from sloth_daemon.jsonlite import pretty_stream
+    from sloth_daemon.protocol import pretty_stream
 
     a = {k: v for k, v in args.items() if v is not None}
     head, jobs, rest = _source(a)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from sloth_daemon import jsonlite, protocol
+from sloth_daemon import protocol
 from sloth_daemon.errors import (
     BadRequest, FieldError, IllegalTransition, PermissionDenied, ProtocolError, SlothError, StorageError, from_dict,
 )
@@ -100,7 +100,7 @@ def frames(jobs: list[dict[str, Any]], common: dict[str, Any], *,
     """Split into requests that each stay under the frame limit. A job too
     big for any frame is refused with what to do about it (not a hint about
     batches, which would not help)."""
-    overhead = len(jsonlite.dumps(common, ensure_ascii=False).encode("utf-8", "surrogateescape")) + 4096
+    overhead = len(protocol.dumps(common, ensure_ascii=False).encode("utf-8", "surrogateescape")) + 4096
     if overhead > limit // 2:
         raise BadRequest(f"the environment and options of this `sloth add` take {overhead} bytes, over the "
                          f"{limit // 2} one request may spend on them; {NOTHING}",
@@ -143,7 +143,7 @@ def _job_size(job: dict[str, Any]) -> int:
     """An upper bound of a job's bytes in the frame, at a fifth of json.dumps's cost
     (it was 40% of the client's time for 50,000 --stdin lines). ASCII-escaped
     strings are never shorter than their UTF-8; 64 covers keys and punctuation."""
-    q = jsonlite.encode_basestring_ascii
+    q = protocol.encode_basestring_ascii
 
     return sum(len(q(a)) + 1 for a in job["command"]) + len(q(job.get("key") or "")) + len(
         q(job.get("label") or "")) + 64

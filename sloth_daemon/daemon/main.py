@@ -49,7 +49,7 @@ from sloth_daemon.errors import DaemonAlreadyRunning, SlothError, StorageError
 from sloth_daemon.daemon.sdnotify import Notifier
 from sloth_daemon.paths import Paths, check_socket_path, ensure_private_dir, resolve, secure_all
 from sloth_daemon.queue import Queue
-from sloth_daemon.paths import open_file
+from sloth_daemon.safefile import open_file
 from sloth_daemon.daemon.server import Server
 from sloth_daemon.daemon.worker.runs import worker_name
 from sloth_daemon.daemon.supervision import KeeperSpawner

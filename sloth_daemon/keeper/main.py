@@ -37,7 +37,7 @@ from pathlib import Path
 from sloth_daemon import __version__
 from sloth_daemon.text import log_to_stderr
 from sloth_daemon.keeper.server import Keeper
-from sloth_daemon.paths import open_file
+from sloth_daemon.safefile import open_file
 
 log = logging.getLogger("sloth.keeper")
 

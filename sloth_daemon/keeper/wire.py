@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sloth_daemon.clock import ClockReadings, SystemClocks
-from sloth_daemon.paths import open_file, read_file
+from sloth_daemon.safefile import open_file, read_file
 
 log = logging.getLogger("sloth.keeper")
 

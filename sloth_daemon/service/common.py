@@ -211,7 +211,7 @@ def env_notes(report: Report, p: Paths, where: str) -> None:
 def read_text(path: Path) -> str | None:
     """An installed unit file or plist (a link to one is followed), or None:
     missing, unreadable, or not a regular file (a FIFO is refused, not waited on)."""
-    from sloth_daemon.paths import read_file
+    from sloth_daemon.safefile import read_file
 
     try:
         return read_file(path, UNIT_MAX_BYTES, follow=True).decode("utf-8")

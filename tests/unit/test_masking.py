@@ -11,7 +11,7 @@ from sloth_daemon import text
 from sloth_daemon.errors import SlothError
 
 
-@pytest.mark.parametrize("text, shown", [
+@pytest.mark.parametrize("said, shown", [
     ("at postgresql://me:pw@host/db", "at postgresql://me:***@host/db"),
     ("postgres://me:pa@ss@host:5432/db", "postgres://me:***@host:5432/db"),  # an unescaped @: the tail too
     ("'postgresql://me:p w@h/db'", "'postgresql://me:p w@h/db'"),  # no password word to mask...
@@ -22,8 +22,8 @@ from sloth_daemon.errors import SlothError
     ("PGPASSWORD=zz psql", "PGPASSWORD=*** psql"),
     ("postgresql://me@h:5432/db", "postgresql://me@h:5432/db"),  # nothing secret: unchanged
 ])
-def test_patterns(text, shown):
-    assert text.mask(text) == shown
+def test_patterns(said, shown):
+    assert text.mask(said) == shown
 
 
 @pytest.fixture(autouse=True)

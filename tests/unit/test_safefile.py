@@ -13,7 +13,7 @@ import time
 import pytest
 
 from sloth_daemon.keeper.wire import Journal, read_journal
-from sloth_daemon.paths import NotRegular, TooLarge, open_file, read_file
+from sloth_daemon.safefile import NotRegular, TooLarge, open_file, read_file
 
 
 def prompt(fn, *a, **kw):

@@ -27,7 +27,7 @@ from sloth_daemon.paths import ensure_dir
 from sloth_daemon.backends.sqlite.db import HEADER
 from sloth_daemon.errors import StorageError
 from sloth_daemon.paths import Paths
-from sloth_daemon.paths import NotRegular, open_file, read_file
+from sloth_daemon.safefile import NotRegular, open_file, read_file
 from sloth_daemon.text import shell_command
 
 QUEUE_ID_MAX_BYTES = 4096  # an id is 16 hex digits and a newline

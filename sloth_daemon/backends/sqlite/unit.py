@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from sloth_daemon.backends.sqlite import db
 from sloth_daemon.errors import StorageError
-from sloth_daemon.paths import open_file
+from sloth_daemon.safefile import open_file
 
 if TYPE_CHECKING:
     from sloth_daemon.models import Job

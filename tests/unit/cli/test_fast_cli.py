@@ -2,7 +2,7 @@
 for, in process: both are made from one declaration per command
 (cli/commands.py), the Typer app has exactly the declared commands and
 options, the fast path reads every command line it takes as click does (and
-takes the common ones) and passes what Typer passes, and the light modules it runs on (jsonlite, render.shell_join, text.showable,
+takes the common ones) and passes what Typer passes, and the light modules it runs on (protocol's JSON, render.shell_join, text.showable,
 locate.find_daemon) give what json, shlex, re and paths.resolve give.
 
 The whole commands, run both ways as processes against real daemons, are
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from sloth_daemon import jsonlite, paths
+from sloth_daemon import protocol, paths
 from sloth_daemon.cli import locate
 from sloth_daemon.cli import commands, fast
 from sloth_daemon.cli.commands import FLAG, INT, LIST, PATH, REQUIRED, VALUE
@@ -238,47 +238,47 @@ json_values = st.recursive(
 
 @settings(max_examples=300, deadline=None)
 @given(json_values)
-def test_jsonlite_writes_what_json_writes(v):
+def test_protocol_json_writes_what_json_writes(v):
     for ensure_ascii in (True, False):
-        assert jsonlite.dumps(v, ensure_ascii=ensure_ascii) == json.dumps(v, ensure_ascii=ensure_ascii)
-        assert jsonlite.dumps(v, ensure_ascii=ensure_ascii, compact=True) == \
+        assert protocol.dumps(v, ensure_ascii=ensure_ascii) == json.dumps(v, ensure_ascii=ensure_ascii)
+        assert protocol.dumps(v, ensure_ascii=ensure_ascii, compact=True) == \
             json.dumps(v, ensure_ascii=ensure_ascii, separators=(",", ":"))
-    assert jsonlite.dumps_pretty(v) == json.dumps(v, indent=2, sort_keys=True)
+    assert protocol.dumps_pretty(v) == json.dumps(v, indent=2, sort_keys=True)
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(st.sampled_from(["counts", "a", "ab"]), json_values, max_size=3),
        st.lists(json_values, max_size=6),
        st.dictionaries(st.sampled_from(["lanes", "left_out", "offset", "total", "z"]), json_values, max_size=5))
-def test_jsonlite_streams_a_document_as_dumps_pretty_writes_it_whole(before, items, after):
+def test_protocol_json_streams_a_document_as_dumps_pretty_writes_it_whole(before, items, after):
     """`ls --json` of any size: its text written an item at a time is the text of the whole."""
     items = items + [{"id": i, "x": [i, None], "s": "\udcff"} for i in range(3)]  # many dicts of one set of keys
-    got = "".join(jsonlite.pretty_stream(before, "jobs", iter(items), lambda: after))
+    got = "".join(protocol.pretty_stream(before, "jobs", iter(items), lambda: after))
     assert got == json.dumps({**before, "jobs": items, **after}, indent=2, sort_keys=True)
 
 
 @settings(max_examples=300, deadline=None)
 @given(json_values)
-def test_jsonlite_reads_what_json_reads(v):
+def test_protocol_json_reads_what_json_reads(v):
     text = json.dumps(v)
     for t in (text, f" \n{text}\t\r ", json.dumps(v, indent=1)):
-        assert json.dumps(jsonlite.loads(t)) == json.dumps(json.loads(t))
+        assert json.dumps(protocol.loads(t)) == json.dumps(json.loads(t))
 
 
 @pytest.mark.parametrize("text", ["", " ", "{", "[1,]", "1 2", "\ufeff1", "nul", '"\\x"', '{"a" 1}', "[" * 100_000,
                                   '"a\x00"', "NaNx", "-", "01"])
-def test_jsonlite_refuses_what_json_refuses_in_its_words(text):
+def test_protocol_json_refuses_what_json_refuses_in_its_words(text):
     with pytest.raises(Exception) as want:
         json.loads(text)
     with pytest.raises(Exception) as got:
-        jsonlite.loads(text)
+        protocol.loads(text)
     assert (type(got.value), str(got.value)) == (type(want.value), str(want.value))
 
 
-def test_jsonlite_refuses_what_json_cannot_write():
+def test_protocol_json_refuses_what_json_cannot_write():
     for bad in ({1: {2, 3}}, [object()], {(1, 2): 3}):
-        for ours, theirs in ((jsonlite.dumps_pretty, lambda v: json.dumps(v, indent=2, sort_keys=True)),
-                             (jsonlite.dumps, json.dumps)):
+        for ours, theirs in ((protocol.dumps_pretty, lambda v: json.dumps(v, indent=2, sort_keys=True)),
+                             (protocol.dumps, json.dumps)):
             with pytest.raises(TypeError) as want:
                 theirs(bad)
             with pytest.raises(TypeError) as got:
