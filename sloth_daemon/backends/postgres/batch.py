@@ -20,12 +20,12 @@ from psycopg import errors as pgerr
 from sloth_daemon.errors import BadRequest, IllegalTransition
 from sloth_daemon.models import ACTIVE_STATES, FINISHED_STATES, Batch, Job, JobState
 from sloth_daemon.spec import number
+from sloth_daemon.backends import rules
 from sloth_daemon.backends.postgres import deps
 from sloth_daemon.backends.postgres.enqueue import SQL_ACTIVE_KEY, prune_batch_records
 from sloth_daemon.backends.postgres.reads import JobRows, check_id, get_row
 from sloth_daemon.backends.postgres.db import Connection, Cursor, Row, one
 from sloth_daemon.backends.postgres.writer import Writer, event
-from sloth_daemon.backends.sqlite.batch import _states
 
 _COPIED = ("command, lane, priority, max_attempts, lease_s, timeout_s, key, cwd, env_id,"
            " label, shell, retry_exit, no_retry_exit")
@@ -102,7 +102,7 @@ class Requests:
         """blocked|queued|running -> cancelled for each of ``ids``, or for
         every active job of ``lane`` and/or ``states``, as
         SqliteQueue.cancel_many (``exclude`` too). Raises JobNotFound, BadRequest."""
-        wanted, skip = _states(states, ACTIVE_STATES, "cancel"), set(exclude)
+        wanted, skip = rules.wanted_states(states, ACTIVE_STATES, "cancel"), set(exclude)
 
         def tx(c: Cursor) -> Batch:
             out = Batch([])
@@ -125,7 +125,7 @@ class Requests:
         """failed|cancelled -> queued (or blocked), as :meth:`retry`, for each
         of ``ids`` or every job of the selection (default state: failed).
         ``busy``: jobs not to touch yet. Raises JobNotFound, BadRequest."""
-        wanted = _states(states, (JobState.FAILED.value, JobState.CANCELLED.value), "retry")
+        wanted = rules.wanted_states(states, (JobState.FAILED.value, JobState.CANCELLED.value), "retry")
         if ids is None and states is None:
             wanted = [JobState.FAILED.value]
 
@@ -169,7 +169,7 @@ class Requests:
         if older_than_s is None:
             raise BadRequest("older_than_s must be a number of seconds, got None")
         args = {"older": number(older_than_s, "older_than_s", 0.0, lo=0), "lane": lane,
-                "states": _states(states, FINISHED_STATES, "prune") or list(FINISHED_STATES)}
+                "states": rules.wanted_states(states, FINISHED_STATES, "prune") or list(FINISHED_STATES)}
         if dry_run:
             return int(self._db.read(lambda c: c.execute(
                 f"SELECT count(*) AS n FROM sloth.jobs WHERE {SQL_PRUNE_WHERE}", args).fetchall()[0]["n"],

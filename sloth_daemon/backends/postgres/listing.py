@@ -1,7 +1,7 @@
 """What ``sloth ls`` shows, read from the PostgreSQL queue: the jobs of a
 selection in the order a user reads them, a page at a time, with how many
 there are in all (the counterpart of backends/sqlite/listing.py: the same sections,
-order and paging, which it shares).
+order and paging, backends/rules.py's).
 
 All of one listing is read in one read-only snapshot, so its total, its
 counts and its rows agree even while other daemons write.
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from sloth_daemon.backends import rules
 from sloth_daemon.models import STATE_NAMES, Job, Listing, state_name
 from sloth_daemon.backends.postgres.db import Connection, Cursor
 from sloth_daemon.backends.postgres.reads import SQL_LANE_COUNTS, JobRows
-from sloth_daemon.backends.sqlite.listing import WORKER_PREFIX, _pages, _sections
 
 ORDER = {
     "running": "id",
@@ -53,7 +53,7 @@ class Listings:
         for r in c.execute(SQL_STATE_COUNTS.format(where=filt[0]), filt[1]).fetchall():
             counts[r["state"]] = r["n"]
         jobs: list[Job] = []
-        for name, members, take, skip in _pages(_sections(wanted, counts, finished_limit), offset, limit):
+        for name, members, take, skip in rules.pages(rules.sections(wanted, counts, finished_limit), offset, limit):
             jobs += self._section(c, name, members, filt, take, skip, now)
         lanes: dict[str, dict[str, int]] = {}
         for r in c.execute(SQL_LANE_COUNTS).fetchall():
@@ -77,7 +77,7 @@ def _where(lane: str | None, host: str | None) -> tuple[str, dict[str, Any]]:
         parts.append("lane = %(lane)s")
         args["lane"] = lane
     if host is not None:
-        prefix = f"{WORKER_PREFIX}{host}:"
+        prefix = f"{rules.WORKER_PREFIX}{host}:"
         parts.append(HOST)
         args.update(host=host, plen=len(prefix), prefix=prefix)
     return " AND ".join(parts), args

@@ -1,6 +1,6 @@
 """A listing of the PostgreSQL queue read a chunk at a time (the
 counterpart of backends/sqlite/scan.py, with the same promise; the sections and
-their order are backends/postgres/listing.py's).
+paging are backends/rules.py's, their order backends/postgres/listing.py's).
 
 At the start, in one read-only REPEATABLE READ transaction: the counts,
 the lanes, and one cursor per section of the page over its ids in order,
@@ -17,13 +17,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from sloth_daemon.backends import rules
 from sloth_daemon.errors import StorageError
 from sloth_daemon.models import STATE_NAMES, Job, state_name
 from sloth_daemon.backends.postgres.listing import ORDER, SQL_STATE_COUNTS, _where
 from sloth_daemon.backends.postgres.db import Connection, Cursor
 from sloth_daemon.backends.postgres.reads import SQL_LANE_COUNTS, JobRows
-from sloth_daemon.backends.sqlite.listing import _pages, _sections
-from sloth_daemon.backends.sqlite.scan import CHUNK
 
 CURSOR = "sloth_listing_{}"
 
@@ -52,7 +51,7 @@ class PgScan:
         for r in c.execute(SQL_STATE_COUNTS.format(where=filt[0]), filt[1]).fetchall():
             counts[r["state"]] = r["n"]
         cursors: list[str] = []
-        for name, members, take, skip in _pages(_sections(wanted, counts, finished_limit), offset, limit):
+        for name, members, take, skip in rules.pages(rules.sections(wanted, counts, finished_limit), offset, limit):
             cursors.append(CURSOR.format(len(cursors)))
             c.execute(f"DECLARE {cursors[-1]} NO SCROLL CURSOR WITH HOLD FOR SELECT id FROM sloth.jobs"
                       f" WHERE state = ANY(%(members)s) AND {filt[0]} ORDER BY {ORDER[name]}"
@@ -65,7 +64,7 @@ class PgScan:
                 "lanes": lanes if lane is None else {lane: lanes.get(lane, {})}}
         return head, cursors
 
-    def next(self, n: int = CHUNK) -> list[Job]:
+    def next(self, n: int = rules.CHUNK) -> list[Job]:
         """The next jobs of the listing, at most ``n`` ([] once it is all read)."""
         while self._cursors:
             ids = self._db.read(lambda c: [r["id"] for r in c.execute(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Collection, Iterator, Sequence
 
+from sloth_daemon.backends import rules
 from sloth_daemon.backends.sqlite import deps
 from sloth_daemon.backends.sqlite.ends import JobEnds, event
 from sloth_daemon.backends.sqlite.enqueue import SQL_ACTIVE_KEY, SqliteEnqueue
@@ -21,7 +22,7 @@ from sloth_daemon.backends.sqlite.reads import JobRows
 from sloth_daemon.backends.sqlite.unit import SqliteStore
 from sloth_daemon.clock import Clock
 from sloth_daemon.errors import BadRequest, IllegalTransition
-from sloth_daemon.models import ACTIVE_STATES, FINISHED_STATES, Batch, Job, JobState, state_name
+from sloth_daemon.models import ACTIVE_STATES, FINISHED_STATES, Batch, Job, JobState
 from sloth_daemon.spec import number
 
 _COPIED = ("command, lane, priority, max_attempts, lease_s, timeout_s, key, cwd, env, env_id,"
@@ -87,7 +88,7 @@ class SqliteRequests:
         now, skip = self.clock.now(), set(exclude)
         with self.store.tx() as c:
             out = Batch([])
-            for row in self._rows(c, ids, lane, _states(states, ACTIVE_STATES, "cancel")):
+            for row in self._rows(c, ids, lane, rules.wanted_states(states, ACTIVE_STATES, "cancel")):
                 if row["id"] in skip:
                     continue
                 if row["state"] in ACTIVE_STATES:
@@ -102,7 +103,7 @@ class SqliteRequests:
     def retry_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
                    states: Sequence[str] | None = None, busy: Collection[int] = ()) -> Batch:
         now = self.clock.now()
-        wanted = _states(states, (JobState.FAILED.value, JobState.CANCELLED.value), "retry")
+        wanted = rules.wanted_states(states, (JobState.FAILED.value, JobState.CANCELLED.value), "retry")
         if ids is None and states is None:
             wanted = [JobState.FAILED.value]
         with self.store.tx() as c:
@@ -137,7 +138,7 @@ class SqliteRequests:
         if older_than_s is None:
             raise BadRequest("older_than_s must be a number of seconds, got None")
         older = number(older_than_s, "older_than_s", 0.0, lo=0)
-        wanted = _states(states, FINISHED_STATES, "prune") or list(FINISHED_STATES)
+        wanted = rules.wanted_states(states, FINISHED_STATES, "prune") or list(FINISHED_STATES)
         where = (f"finished_at IS NOT NULL AND finished_at < ? AND state IN ({', '.join('?' * len(wanted))})"
                  + (" AND lane = ?" if lane is not None else ""))
         args = (self.clock.now() - older, *wanted, *([lane] if lane is not None else []))
@@ -178,22 +179,6 @@ def _selected(c: sqlite3.Connection, lane: str | None, states: Sequence[str] | N
         where.append("lane = ?")
         args.append(lane)
     return [r[0] for r in c.execute(f"SELECT id FROM jobs WHERE {' AND '.join(where)} ORDER BY id", args)]
-
-
-def _states(states: Sequence[str] | None, allowed: Sequence[str], action: str) -> list[str] | None:
-    """Validated state names (``claimed`` read as ``running``) among ``allowed``."""
-    if states is None:
-        return None
-    out = []
-    for s in states:
-        try:
-            name = state_name(s)
-        except ValueError:
-            raise BadRequest(f"unknown state {s!r}", hint=f"States: {', '.join(allowed)}.") from None
-        if name not in allowed:
-            raise BadRequest(f"cannot {action} {name} jobs", hint=f"States to {action}: {', '.join(allowed)}.")
-        out.append(name)
-    return out
 
 
 def _why_not_restart(c: sqlite3.Connection, row: sqlite3.Row) -> str | None:

@@ -4,7 +4,8 @@ there are in all (a listing never stops short without saying so).
 
 Sections, in order: running (oldest first), queued (the ones due now in the
 order a claim takes them, then the delayed ones by when they come due),
-blocked (oldest first), finished (most recent first). Composed into the
+blocked (oldest first), finished (most recent first): the sections and the
+paging are backends/rules.py's, shared with PostgreSQL. Composed into the
 queue and the read-only view beside their reads (backends/sqlite/reads.py).
 """
 
@@ -13,7 +14,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Callable, Sequence
 
-from sloth_daemon.models import FINISHED_STATES, STATE_NAMES, Job, Listing, state_name
+from sloth_daemon.backends import rules
+from sloth_daemon.models import STATE_NAMES, Job, Listing, state_name
 
 ORDER = {
     "running": "id",
@@ -40,7 +42,7 @@ class SqliteListing:
         counts = self.state_counts(where, args)
         total = sum(counts[s] for s in wanted)
         jobs: list[Job] = []
-        for name, members, take, skip in _pages(_sections(wanted, counts, finished_limit), offset, limit):
+        for name, members, take, skip in rules.pages(rules.sections(wanted, counts, finished_limit), offset, limit):
             jobs += self._section(name, members, where, args, take, skip, now)
         lanes = self.lane_counts()
         return Listing(jobs, total, counts, offset, lanes if lane is None else {lane: lanes.get(lane, {})})
@@ -61,9 +63,6 @@ class SqliteListing:
         return [self.job(r) for r in self.conn.execute(sql, args)]
 
 
-WORKER_PREFIX = "sloth-daemon:"  # runs.worker_name: sloth-daemon:HOST:PID:INSTANCE
-
-
 def _where(lane: str | None, host: str | None) -> tuple[str, dict[str, object]]:
     """The listing's filter (fixed text, named parameters): a lane, a host
     (the job runs or ran there, or is placed there), both, or neither."""
@@ -73,39 +72,7 @@ def _where(lane: str | None, host: str | None) -> tuple[str, dict[str, object]]:
         parts.append("lane = :lane")
         args["lane"] = lane
     if host is not None:
-        prefix = f"{WORKER_PREFIX}{host}:"
+        prefix = f"{rules.WORKER_PREFIX}{host}:"
         parts.append("(place = :host OR substr(worker, 1, :plen) = :prefix)")
         args.update(host=host, plen=len(prefix), prefix=prefix)
     return " AND ".join(parts), args
-
-
-def _pages(sections: list[tuple[str, int, list[str]]], offset: int,
-           limit: int | None) -> list[tuple[str, list[str], int, int]]:
-    """(section, states, rows to take, rows to skip) for a page from
-    ``offset`` of at most ``limit`` rows across the sections in order."""
-    out = []
-    skip, room = offset, (limit if limit is not None else -1)
-    for name, size, members in sections:
-        if room == 0:
-            break
-        if skip >= size:
-            skip -= size
-            continue
-        take = size - skip if room < 0 else min(room, size - skip)
-        out.append((name, members, take, skip))
-        room, skip = (room - take if room > 0 else room), 0
-    return out
-
-
-def _sections(wanted: set[str], counts: dict[str, int],
-              finished_limit: int | None) -> list[tuple[str, int, list[str]]]:
-    """(section, rows in it, states) for the non-empty sections wanted, in order."""
-    out: list[tuple[str, int, list[str]]] = [
-        (s, counts[s], [s]) for s in ("running", "queued", "blocked") if s in wanted and counts[s]]
-    done = [s for s in FINISHED_STATES if s in wanted]
-    n = sum(counts[s] for s in done)
-    if finished_limit is not None:
-        n = min(n, finished_limit)
-    if n:
-        out.append(("finished", n, done))
-    return out
