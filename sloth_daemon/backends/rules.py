@@ -12,21 +12,24 @@ added as a batch of one. Plain values and functions: no state, no classes.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from sloth_daemon.checks import DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS
 from sloth_daemon.errors import BadRequest, IllegalTransition, LeaseLost
-from sloth_daemon.models import FINISHED_STATES, JobState, state_name
+from sloth_daemon.models import FINISHED_STATES, STATE_NAMES, JobState, Listing, state_name
+from sloth_daemon.spec import Defaults, EnvCache, JobSpec
 
 if TYPE_CHECKING:
-    from sloth_daemon.spec import JobSpec
+    from sloth_daemon.models import Job
 
 __all__ = [
     "BATCH_RECORD_S", "CHUNK", "DEFAULT_BACKOFF_CAP_S", "DEFAULT_LEASE_S", "DEFAULT_MAX_ATTEMPTS",
     "MAX_CRASH_REFUNDS", "NEED_DONE", "NEED_END", "WORKER_PREFIX",
-    "abandon_note", "backoff_s", "ended_text", "enqueue_one", "give_up_message", "holds", "id_runs",
-    "initial_state", "may_refund", "not_held", "not_run", "pages", "prereqs_json", "refund_note",
-    "retry_message", "run_ids", "sections", "waits_for", "wanted_states",
+    "JobRow", "abandon_note", "backoff_s", "ended_text", "enqueue_one", "give_up_message", "holds",
+    "host_prefix", "id_runs", "initial_state", "job_states", "key_taken", "lane_counts", "listed_states",
+    "listing", "may_refund", "not_cancellable", "not_held", "not_restartable", "not_retriable", "not_run",
+    "pages", "parse_specs", "prereqs_json", "refund_note", "retried_why", "retry_message", "retry_wanted",
+    "run_ids", "scan_head", "sections", "state_counts", "waits_for", "wanted_states",
 ]
 
 DEFAULT_BACKOFF_CAP_S = 300.0  # the longest wait before a failed try is due again
@@ -69,6 +72,18 @@ def enqueue_one(
         command=command, max_attempts=max_attempts, lease_s=lease_s, not_before=not_before,
         priority=priority, lane=lane, key=key, cwd=cwd, env=env, timeout_s=timeout_s,
         label=label, shell=shell)])[0]
+
+
+def parse_specs(specs: Iterable[Mapping[str, Any] | JobSpec], max_attempts: int, lease_s: float) -> list[JobSpec]:
+    """A batch validated whole before anything is written: each spec (a job
+    object, or a JobSpec already validated) with the queue's defaults for the
+    fields it leaves out. Raises BadRequest."""
+    cache: EnvCache = {}
+    defaults = Defaults(max_attempts, lease_s)
+    rows = [s if isinstance(s, JobSpec) else JobSpec.parse(s, defaults, cache) for s in specs]
+    if rows and rows[0].after_previous:
+        raise BadRequest("after_previous on the first job of a batch: it has no previous job")
+    return rows
 
 
 def id_runs(ids: list[int]) -> list[list[int]]:
@@ -210,7 +225,95 @@ def wanted_states(states: Sequence[str] | None, allowed: Sequence[str], action: 
     return out
 
 
+def not_cancellable(job_id: int, state: str) -> IllegalTransition:
+    return IllegalTransition(f"job {job_id} is {state}; only blocked, queued or running jobs can be cancelled")
+
+
+def not_retriable(job_id: int, state: str) -> IllegalTransition:
+    return IllegalTransition(
+        f"job {job_id} is {state}; only failed or cancelled jobs can be retried",
+        hint="A queued or running job will run anyway; `sloth restart` queues a finished one again.",
+    )
+
+
+def key_taken(other: object, key: str) -> IllegalTransition:
+    """A retry refused: job ``other``, still active, has the same key."""
+    return IllegalTransition(f"job {other} with the same key {key!r} is still active",
+                             hint=f"Wait for job {other} or cancel it first.")
+
+
+def retried_why(waits: int | None) -> str:
+    """The ``retried`` event's words: queued, or blocked on job ``waits``."""
+    return "back to queued by user" if waits is None else f"retried by user; waits for job {waits}"
+
+
+def retry_wanted(ids: Sequence[int] | None, states: Sequence[str] | None) -> list[str] | None:
+    """The states retry_many takes: those named (failed or cancelled), by
+    default (neither ids nor states) the failed jobs."""
+    wanted = wanted_states(states, (JobState.FAILED.value, JobState.CANCELLED.value), "retry")
+    return [JobState.FAILED.value] if ids is None and states is None else wanted
+
+
+def not_restartable(job_id: int, state: str) -> str:
+    return f"job {job_id} is {state}; only finished jobs can be restarted"
+
+
+# ---------------------------------------------------------------- reads
+def job_states(state: str | JobState | None, states: Sequence[str] | None) -> list[str]:
+    """The states ``jobs()`` filters on (``states``, else ``state``, else
+    none: all). Raises ValueError for an unknown state."""
+    wanted = list(states or ([] if state is None else [state]))
+    for s in wanted:
+        JobState(s)  # raises ValueError for an unknown state
+    return [JobState(s).value for s in wanted]
+
+
+def state_counts(rows: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """Jobs per state from (state, n) rows, every state named (0 for none)."""
+    out = dict.fromkeys(STATE_NAMES, 0)
+    for state, n in rows:
+        out[state] = n
+    return out
+
+
+def lane_counts(rows: Iterable[tuple[str, str, int]]) -> dict[str, dict[str, int]]:
+    """lane -> {blocked, queued, running: n} from (lane, state, n) rows."""
+    out: dict[str, dict[str, int]] = {}
+    for lane, state, n in rows:
+        out.setdefault(lane, {"blocked": 0, "queued": 0, "running": 0})[state] = n
+    return out
+
+
 # ---------------------------------------------------------------- listings
+def listed_states(states: Sequence[str] | None) -> set[str]:
+    """The states a listing shows: those named (``claimed`` read as
+    ``running``), or all. Raises ValueError for an unknown state."""
+    return set(STATE_NAMES) if not states else {state_name(s) for s in states}
+
+
+def host_prefix(host: str) -> str:
+    """What the worker name of every daemon of ``host`` starts with."""
+    return f"{WORKER_PREFIX}{host}:"
+
+
+def listing(jobs: list[Job], counts: dict[str, int], wanted: set[str], offset: int,
+            lanes: dict[str, dict[str, int]], lane: str | None) -> Listing:
+    """A page of a listing: its jobs, the selection's total, the counts, and
+    the lanes (the selection's lane, or all)."""
+    return Listing(jobs, sum(counts[s] for s in wanted), counts, offset, _lanes_shown(lanes, lane))
+
+
+def scan_head(counts: dict[str, int], wanted: set[str], offset: int,
+              lanes: dict[str, dict[str, int]], lane: str | None) -> dict[str, Any]:
+    """What a scan says before its first chunk (a listing's figures, no jobs)."""
+    return {"counts": counts, "total": sum(counts[s] for s in wanted), "offset": offset,
+            "lanes": _lanes_shown(lanes, lane)}
+
+
+def _lanes_shown(lanes: dict[str, dict[str, int]], lane: str | None) -> dict[str, dict[str, int]]:
+    return lanes if lane is None else {lane: lanes.get(lane, {})}
+
+
 def sections(wanted: set[str], counts: dict[str, int],
              finished_limit: int | None) -> list[tuple[str, int, list[str]]]:
     """(section, rows in it, states) for the non-empty sections wanted, in

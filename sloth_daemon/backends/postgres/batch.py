@@ -69,9 +69,7 @@ class Requests:
         def tx(c: Cursor) -> Job:
             row = get_row(c, job_id, lock=True)
             if row["state"] not in ACTIVE_STATES:
-                raise IllegalTransition(
-                    f"job {job_id} is {row['state']}; only blocked, queued or running jobs can be cancelled"
-                )
+                raise rules.not_cancellable(job_id, row["state"])
             return self.writer.finish(c, job_id, JobState.CANCELLED, row["attempts"], "cancelled", message)
 
         return self.writer.write(tx, "cancelling a job")
@@ -85,14 +83,10 @@ class Requests:
 
     def _retry(self, c: Cursor, row: Row) -> Job:
         if row["state"] not in (JobState.FAILED.value, JobState.CANCELLED.value):
-            raise IllegalTransition(
-                f"job {row['id']} is {row['state']}; only failed or cancelled jobs can be retried",
-                hint="A queued or running job will run anyway; `sloth restart` queues a finished one again.",
-            )
+            raise rules.not_retriable(row["id"], row["state"])
         waits = deps.still_waits(c, row["id"])
         out = _requeue(c, row, "queued" if waits is None else "blocked")
-        why = "back to queued by user" if waits is None else f"retried by user; waits for job {waits}"
-        event(c, row["id"], "retried", row["attempts"], why)
+        event(c, row["id"], "retried", row["attempts"], rules.retried_why(waits))
         return self.rows.job(out, c)
 
 
@@ -125,9 +119,7 @@ class Requests:
         """failed|cancelled -> queued (or blocked), as :meth:`retry`, for each
         of ``ids`` or every job of the selection (default state: failed).
         ``busy``: jobs not to touch yet. Raises JobNotFound, BadRequest."""
-        wanted = rules.wanted_states(states, (JobState.FAILED.value, JobState.CANCELLED.value), "retry")
-        if ids is None and states is None:
-            wanted = [JobState.FAILED.value]
+        wanted = rules.retry_wanted(ids, states)
 
         def tx(c: Cursor) -> Batch:
             out = Batch([])
@@ -206,7 +198,7 @@ class Requests:
 
 def _why_not_restart(c: Cursor, row: Row) -> str:
     if row["state"] not in FINISHED_STATES:
-        return f"job {row['id']} is {row['state']}; only finished jobs can be restarted"
+        return rules.not_restartable(row["id"], row["state"])
     other = c.execute(SQL_ACTIVE_KEY, (row["key"],)).fetchone()
     return f"job {other['id'] if other else '?'} with the same key {row['key']!r} is still active"
 
@@ -218,15 +210,10 @@ def _requeue(c: Cursor, row: Row, state: str) -> Row:
     if key is not None:
         other = c.execute(SQL_ACTIVE_KEY, (key,)).fetchone()
         if other:
-            raise _key_taken(other["id"], key)
+            raise rules.key_taken(other["id"], key)
     try:
         with c.connection.transaction():  # a savepoint: a racing enqueue may take the key
             return one(c.execute(SQL_REQUEUE, (state, row["id"])))
     except pgerr.UniqueViolation:
         other = c.execute(SQL_ACTIVE_KEY, (key,)).fetchone()
-        raise _key_taken(other["id"] if other else "?", key) from None
-
-
-def _key_taken(other: object, key: str) -> IllegalTransition:
-    return IllegalTransition(f"job {other} with the same key {key!r} is still active",
-                             hint=f"Wait for job {other} or cancel it first.")
+        raise rules.key_taken(other["id"] if other else "?", key) from None

@@ -16,8 +16,8 @@ import hashlib
 import json
 from typing import Any, Iterable, Iterator, Mapping
 
-from sloth_daemon.errors import BadRequest, IllegalTransition
-from sloth_daemon.spec import Defaults, EnvCache, JobSpec
+from sloth_daemon.errors import IllegalTransition
+from sloth_daemon.spec import JobSpec
 from sloth_daemon.text import as_bytes
 from sloth_daemon.backends import rules
 from sloth_daemon.backends.postgres import deps
@@ -74,12 +74,7 @@ class Enqueuer:
         ``after_previous`` make a job ``blocked``, ``cancelled`` or ``queued``.
         Raises BadRequest, IllegalTransition (a batch queued already),
         JobNotFound (a prerequisite that does not exist)."""
-        cache: EnvCache = {}
-        defaults = Defaults(self.max_attempts, self.lease_s)
-        # validate all before writing any
-        rows = [s if isinstance(s, JobSpec) else JobSpec.parse(s, defaults, cache) for s in specs]
-        if rows and rows[0].after_previous:
-            raise BadRequest("after_previous on the first job of a batch: it has no previous job")
+        rows = rules.parse_specs(specs, self.max_attempts, self.lease_s)  # validate all before writing any
         if not rows and batch is None:
             return []
         return self.writer.write(lambda c: _insert_all(c, rows, batch), "adding jobs")

@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 from sloth_daemon.backends import rules
 from sloth_daemon.errors import StorageError
-from sloth_daemon.models import STATE_NAMES, Job, state_name
+from sloth_daemon.models import Job
 from sloth_daemon.backends.postgres.listing import ORDER, SQL_STATE_COUNTS, _where
 from sloth_daemon.backends.postgres.db import Connection, Cursor
 from sloth_daemon.backends.postgres.reads import SQL_LANE_COUNTS, JobRows
@@ -38,7 +38,7 @@ class PgScan:
                  host: str | None = None) -> None:
         self._db, self.rows, self._on_close = db, rows, on_close
         self.sent = 0
-        wanted = set(STATE_NAMES) if not states else {state_name(s) for s in states}
+        wanted = rules.listed_states(states)
         filt = _where(lane, host)
         self.head, self._cursors = self._db.read(
             lambda c: self._start(c, wanted, filt, lane, limit, offset, finished_limit, now),
@@ -47,9 +47,8 @@ class PgScan:
     def _start(self, c: Cursor, wanted: set[str], filt: tuple[str, dict[str, Any]], lane: str | None,
                limit: int | None, offset: int, finished_limit: int | None,
                now: float) -> tuple[dict[str, Any], list[str]]:
-        counts = dict.fromkeys(STATE_NAMES, 0)
-        for r in c.execute(SQL_STATE_COUNTS.format(where=filt[0]), filt[1]).fetchall():
-            counts[r["state"]] = r["n"]
+        counts = rules.state_counts((r["state"], r["n"]) for r in c.execute(
+            SQL_STATE_COUNTS.format(where=filt[0]), filt[1]).fetchall())
         cursors: list[str] = []
         for name, members, take, skip in rules.pages(rules.sections(wanted, counts, finished_limit), offset, limit):
             cursors.append(CURSOR.format(len(cursors)))
@@ -57,12 +56,8 @@ class PgScan:
                       f" WHERE state = ANY(%(members)s) AND {filt[0]} ORDER BY {ORDER[name]}"
                       " LIMIT %(take)s OFFSET %(skip)s",
                       {"members": members, **filt[1], "now": now, "take": take, "skip": skip})
-        lanes: dict[str, dict[str, int]] = {}
-        for r in c.execute(SQL_LANE_COUNTS).fetchall():
-            lanes.setdefault(r["lane"], {"blocked": 0, "queued": 0, "running": 0})[r["state"]] = r["n"]
-        head = {"counts": counts, "total": sum(counts[s] for s in wanted), "offset": offset,
-                "lanes": lanes if lane is None else {lane: lanes.get(lane, {})}}
-        return head, cursors
+        lanes = rules.lane_counts((r["lane"], r["state"], r["n"]) for r in c.execute(SQL_LANE_COUNTS).fetchall())
+        return rules.scan_head(counts, wanted, offset, lanes, lane), cursors
 
     def next(self, n: int = rules.CHUNK) -> list[Job]:
         """The next jobs of the listing, at most ``n`` ([] once it is all read)."""

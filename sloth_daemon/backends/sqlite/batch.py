@@ -47,9 +47,7 @@ class SqliteRequests:
         with self.store.tx() as c:
             row = self.rows.row(c, job_id)
             if row["state"] not in ACTIVE_STATES:
-                raise IllegalTransition(
-                    f"job {job_id} is {row['state']}; only blocked, queued or running jobs can be cancelled"
-                )
+                raise rules.not_cancellable(job_id, row["state"])
             return self.ends.finish(c, job_id, JobState.CANCELLED, now, row["attempts"],
                                     "cancelled", message)
 
@@ -61,25 +59,18 @@ class SqliteRequests:
     def _retry(self, c: sqlite3.Connection, row: sqlite3.Row, now: float) -> Job:
         job_id = row["id"]
         if row["state"] not in (JobState.FAILED.value, JobState.CANCELLED.value):
-            raise IllegalTransition(
-                f"job {job_id} is {row['state']}; only failed or cancelled jobs can be retried",
-                hint="A queued or running job will run anyway; `sloth restart` queues a finished one again.",
-            )
+            raise rules.not_retriable(job_id, row["state"])
         if row["key"] is not None:
             other = c.execute(SQL_ACTIVE_KEY, (row["key"],)).fetchone()
             if other:
-                raise IllegalTransition(
-                    f"job {other[0]} with the same key {row['key']!r} is still active",
-                    hint=f"Wait for job {other[0]} or cancel it first.",
-                )
+                raise rules.key_taken(other[0], row["key"])
         waits = deps.still_waits(c, job_id)
         out = c.execute(
             "UPDATE jobs SET state = ?, tries = 0, refunds = 0, not_before = ?, token = NULL,"
             " lease_until = NULL, finished_at = NULL, updated_at = ? WHERE id = ? RETURNING *",
             ("queued" if waits is None else "blocked", now, now, job_id),
         ).fetchone()
-        why = "back to queued by user" if waits is None else f"retried by user; waits for job {waits}"
-        event(c, job_id, now, "retried", row["attempts"], why)
+        event(c, job_id, now, "retried", row["attempts"], rules.retried_why(waits))
         return self.rows.job(out)
 
     def cancel_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
@@ -103,9 +94,7 @@ class SqliteRequests:
     def retry_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
                    states: Sequence[str] | None = None, busy: Collection[int] = ()) -> Batch:
         now = self.clock.now()
-        wanted = rules.wanted_states(states, (JobState.FAILED.value, JobState.CANCELLED.value), "retry")
-        if ids is None and states is None:
-            wanted = [JobState.FAILED.value]
+        wanted = rules.retry_wanted(ids, states)
         with self.store.tx() as c:
             out = Batch([])
             for row in self._rows(c, ids, lane, wanted):
@@ -183,7 +172,7 @@ def _selected(c: sqlite3.Connection, lane: str | None, states: Sequence[str] | N
 
 def _why_not_restart(c: sqlite3.Connection, row: sqlite3.Row) -> str | None:
     if row["state"] not in FINISHED_STATES:
-        return f"job {row['id']} is {row['state']}; only finished jobs can be restarted"
+        return rules.not_restartable(row["id"], row["state"])
     if row["key"] is not None:
         other = c.execute(SQL_ACTIVE_KEY, (row["key"],)).fetchone()
         if other:

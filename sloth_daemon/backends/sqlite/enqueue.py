@@ -15,8 +15,8 @@ import sqlite3
 from typing import Any, Iterable, Mapping
 
 from sloth_daemon.clock import Clock
-from sloth_daemon.errors import BadRequest, IllegalTransition
-from sloth_daemon.spec import Defaults, EnvCache, JobSpec
+from sloth_daemon.errors import IllegalTransition
+from sloth_daemon.spec import JobSpec
 from sloth_daemon.text import as_bytes, is_utf8
 from sloth_daemon.backends import rules
 from sloth_daemon.backends.sqlite import deps
@@ -52,12 +52,7 @@ class SqliteEnqueue:
         self.max_attempts, self.lease_s = max_attempts, lease_s
 
     def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None) -> list[int]:
-        cache: EnvCache = {}
-        defaults = Defaults(self.max_attempts, self.lease_s)
-        # validate all before writing any
-        rows = [s if isinstance(s, JobSpec) else JobSpec.parse(s, defaults, cache) for s in specs]
-        if rows and rows[0].after_previous:
-            raise BadRequest("after_previous on the first job of a batch: it has no previous job")
+        rows = rules.parse_specs(specs, self.max_attempts, self.lease_s)  # validate all before writing any
         now = self.clock.now()
         with self.store.tx() as c:
             if batch is not None and c.execute("SELECT 1 FROM meta WHERE key = ?", (BATCH_PREFIX + batch,)).fetchone():

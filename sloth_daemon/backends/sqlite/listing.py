@@ -15,7 +15,7 @@ import sqlite3
 from typing import Callable, Sequence
 
 from sloth_daemon.backends import rules
-from sloth_daemon.models import STATE_NAMES, Job, Listing, state_name
+from sloth_daemon.models import Job, Listing
 
 ORDER = {
     "running": "id",
@@ -37,22 +37,18 @@ class SqliteListing:
     def listing(self, *, states: Sequence[str] | None = None, lane: str | None = None,
                 limit: int | None = None, offset: int = 0, finished_limit: int | None = None,
                 now: float, host: str | None = None) -> Listing:
-        wanted = set(STATE_NAMES) if not states else {state_name(s) for s in states}
+        wanted = rules.listed_states(states)
         where, args = _where(lane, host)
         counts = self.state_counts(where, args)
-        total = sum(counts[s] for s in wanted)
         jobs: list[Job] = []
         for name, members, take, skip in rules.pages(rules.sections(wanted, counts, finished_limit), offset, limit):
             jobs += self._section(name, members, where, args, take, skip, now)
-        lanes = self.lane_counts()
-        return Listing(jobs, total, counts, offset, lanes if lane is None else {lane: lanes.get(lane, {})})
+        return rules.listing(jobs, counts, wanted, offset, self.lane_counts(), lane)
 
     def state_counts(self, where: str, args: dict[str, object]) -> dict[str, int]:
         """Jobs per state (every state named) that match a filter of _where."""
-        out = dict.fromkeys(STATE_NAMES, 0)
-        for st, n in self.conn.execute(f"SELECT state, count(*) FROM jobs WHERE {where} GROUP BY state", args):
-            out[st] = n
-        return out
+        sql = f"SELECT state, count(*) FROM jobs WHERE {where} GROUP BY state"
+        return rules.state_counts(self.conn.execute(sql, args))
 
     def _section(self, name: str, members: list[str], where: str, wargs: dict[str, object], take: int, skip: int,
                  now: float) -> list[Job]:
@@ -72,7 +68,7 @@ def _where(lane: str | None, host: str | None) -> tuple[str, dict[str, object]]:
         parts.append("lane = :lane")
         args["lane"] = lane
     if host is not None:
-        prefix = f"{rules.WORKER_PREFIX}{host}:"
+        prefix = rules.host_prefix(host)
         parts.append("(place = :host OR substr(worker, 1, :plen) = :prefix)")
         args.update(host=host, plen=len(prefix), prefix=prefix)
     return " AND ".join(parts), args

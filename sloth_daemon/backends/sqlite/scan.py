@@ -26,7 +26,7 @@ from __future__ import annotations
 import sqlite3
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from sloth_daemon.models import STATE_NAMES, Job, state_name
+from sloth_daemon.models import Job
 from sloth_daemon.backends import rules
 from sloth_daemon.backends.sqlite.listing import ORDER, _where
 from sloth_daemon.backends.sqlite.reads import reads
@@ -49,7 +49,7 @@ class SqliteScan:
         self._listings, self._close_reader = listings, close_reader
         self.conn = listings.conn
         self._pos, self.sent = 0, 0
-        wanted = set(STATE_NAMES) if not states else {state_name(s) for s in states}
+        wanted = rules.listed_states(states)
         self.head = self._start(wanted, _where(lane, host), lane, limit, offset, finished_limit, now)
 
     @reads
@@ -72,8 +72,7 @@ class SqliteScan:
         except BaseException:
             c.execute("ROLLBACK")
             raise
-        return {"counts": counts, "total": sum(counts[s] for s in wanted), "offset": offset,
-                "lanes": lanes if lane is None else {lane: lanes.get(lane, {})}}
+        return rules.scan_head(counts, wanted, offset, lanes, lane)
 
     @reads
     def next(self, n: int = rules.CHUNK) -> list[Job]:
