@@ -2,21 +2,23 @@
 
 backends/sqlite and backends/postgres each speak their own SQL, and neither
 imports the other: what they decide the same way is written once, here --
-the defaults of a queue, how a listing is cut into sections and pages, the
-states a request may name, who holds a lease, the tries a crash or a fence
-gives back, the backoff of a failed try, how a new job that waits for
-others starts, the words of the history, a batch's ids as runs, and one job
-added as a batch of one. Plain values and functions: no state, no classes.
+the defaults of a queue, one job added as a batch of one, a batch validated
+whole and its ids kept as runs, how a new job that waits for others starts,
+who holds a lease, the backoff of a failed try and the tries a crash or a
+fence gives back, the states a request may name and why it refuses a job,
+how the counts of a read are told, how a listing is cut into sections and
+pages, and the words of the history. Plain values and functions: no state,
+no classes; each engine passes in what it read with its own SQL.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from sloth_daemon.checks import DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS
 from sloth_daemon.errors import BadRequest, IllegalTransition, LeaseLost
-from sloth_daemon.models import FINISHED_STATES, STATE_NAMES, JobState, Listing, state_name
+from sloth_daemon.models import FINISHED_STATES, STATE_NAMES, Batch, JobState, Listing, state_name
 from sloth_daemon.spec import Defaults, EnvCache, JobSpec
 
 if TYPE_CHECKING:
@@ -28,7 +30,7 @@ __all__ = [
     "JobRow", "abandon_note", "backoff_s", "ended_text", "enqueue_one", "give_up_message", "holds",
     "host_prefix", "id_runs", "initial_state", "job_states", "key_taken", "lane_counts", "listed_states",
     "listing", "may_refund", "not_cancellable", "not_held", "not_restartable", "not_retriable", "not_run",
-    "pages", "parse_specs", "prereqs_json", "refund_note", "retried_why", "retry_message", "retry_wanted",
+    "pages", "parse_specs", "prereqs_json", "refund_note", "retried_why", "retry_each", "retry_message", "retry_wanted",
     "run_ids", "scan_head", "sections", "state_counts", "waits_for", "wanted_states",
 ]
 
@@ -173,12 +175,12 @@ def backoff_s(tries: int, cap_s: float) -> float:
 
 def retry_message(message: str, row: JobRow, delay_s: float) -> str:
     """The history's words for a failed try that will be retried."""
-    return join(message, f"retry {row['tries'] + 1}/{row['max_attempts']} in {delay_s:g}s")
+    return _join(message, f"retry {row['tries'] + 1}/{row['max_attempts']} in {delay_s:g}s")
 
 
 def give_up_message(message: str, retry: bool) -> str:
     """The history's words for a failed try that ends the job."""
-    return join(message, "no attempts left" if retry else "not retried")
+    return _join(message, "no attempts left" if retry else "not retried")
 
 
 def may_refund(row: JobRow) -> bool:
@@ -203,7 +205,7 @@ def abandon_note(refund: bool, given: bool, row: JobRow) -> str:
     return f"; counted as a try ({MAX_CRASH_REFUNDS} crashes already forgiven)"
 
 
-def join(a: str, b: str) -> str:
+def _join(a: str, b: str) -> str:
     return f"{a}; {b}" if a else b
 
 
@@ -252,6 +254,21 @@ def retry_wanted(ids: Sequence[int] | None, states: Sequence[str] | None) -> lis
     default (neither ids nor states) the failed jobs."""
     wanted = wanted_states(states, (JobState.FAILED.value, JobState.CANCELLED.value), "retry")
     return [JobState.FAILED.value] if ids is None and states is None else wanted
+
+
+def retry_each(rows: Iterable[JobRow], busy: Collection[int], retry: Callable[[JobRow], Job]) -> Batch:
+    """retry_many's answer: each of ``rows`` retried by ``retry``, or
+    skipped with why (``busy``: still being stopped; or refused)."""
+    out = Batch([])
+    for row in rows:
+        if row["id"] in busy:
+            out.skipped.append((row["id"], f"job {row['id']} is still being stopped"))
+            continue
+        try:
+            out.jobs.append(retry(row))
+        except IllegalTransition as e:
+            out.skipped.append((row["id"], e.message))
+    return out
 
 
 def not_restartable(job_id: int, state: str) -> str:

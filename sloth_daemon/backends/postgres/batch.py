@@ -17,7 +17,7 @@ from typing import Any, Collection, Iterator, Sequence
 
 from psycopg import errors as pgerr
 
-from sloth_daemon.errors import BadRequest, IllegalTransition
+from sloth_daemon.errors import BadRequest
 from sloth_daemon.models import ACTIVE_STATES, FINISHED_STATES, Batch, Job, JobState
 from sloth_daemon.spec import number
 from sloth_daemon.backends import rules
@@ -122,16 +122,7 @@ class Requests:
         wanted = rules.retry_wanted(ids, states)
 
         def tx(c: Cursor) -> Batch:
-            out = Batch([])
-            for row in self._rows(c, ids, lane, wanted):
-                if row["id"] in busy:
-                    out.skipped.append((row["id"], f"job {row['id']} is still being stopped"))
-                    continue
-                try:
-                    out.jobs.append(self._retry(c, row))
-                except IllegalTransition as e:
-                    out.skipped.append((row["id"], e.message))
-            return out
+            return rules.retry_each(self._rows(c, ids, lane, wanted), busy, lambda row: self._retry(c, row))
 
         return self.writer.write(tx, "retrying jobs")
 

@@ -21,7 +21,7 @@ from sloth_daemon.backends.sqlite.enqueue import SQL_ACTIVE_KEY, SqliteEnqueue
 from sloth_daemon.backends.sqlite.reads import JobRows
 from sloth_daemon.backends.sqlite.unit import SqliteStore
 from sloth_daemon.clock import Clock
-from sloth_daemon.errors import BadRequest, IllegalTransition
+from sloth_daemon.errors import BadRequest
 from sloth_daemon.models import ACTIVE_STATES, FINISHED_STATES, Batch, Job, JobState
 from sloth_daemon.spec import number
 
@@ -96,16 +96,7 @@ class SqliteRequests:
         now = self.clock.now()
         wanted = rules.retry_wanted(ids, states)
         with self.store.tx() as c:
-            out = Batch([])
-            for row in self._rows(c, ids, lane, wanted):
-                if row["id"] in busy:
-                    out.skipped.append((row["id"], f"job {row['id']} is still being stopped"))
-                    continue
-                try:
-                    out.jobs.append(self._retry(c, row, now))
-                except IllegalTransition as e:
-                    out.skipped.append((row["id"], e.message))
-            return out
+            return rules.retry_each(self._rows(c, ids, lane, wanted), busy, lambda row: self._retry(c, row, now))
 
     def restart(self, ids: Sequence[int]) -> Batch:
         now = self.clock.now()
