@@ -132,6 +132,21 @@ def test_each_part_imports_only_what_lies_below_it():
     assert not bad, f"imports against the layering (docs/architecture.md): {sorted(bad)}"
 
 
+# The two queue engines: each speaks only its own SQL, and what they decide
+# alike is backends.rules's, so neither imports the other.
+ENGINES = ("backends.sqlite", "backends.postgres")
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def test_neither_queue_engine_imports_the_other():
+    bad = [f"{name} -> {dep}" for name in MODULES for dep in _imports(name)[0]
+           for ours, theirs in (ENGINES, ENGINES[::-1]) if _within(name, ours) and _within(dep, theirs)]
+    assert not bad, f"one queue engine imports the other (share it through backends.rules): {sorted(bad)}"
+
+
 def test_every_exception_is_still_needed():
     used = {(n, d) for n in MODULES for d in _imports(n)[0]}
     assert EXCEPTIONS <= used, EXCEPTIONS - used

@@ -17,15 +17,15 @@ from typing import Any, Collection, Iterator, Sequence
 
 from psycopg import errors as pgerr
 
-from sloth_daemon.errors import BadRequest, IllegalTransition
+from sloth_daemon.errors import BadRequest
 from sloth_daemon.models import ACTIVE_STATES, FINISHED_STATES, Batch, Job, JobState
 from sloth_daemon.spec import number
+from sloth_daemon.backends import rules
 from sloth_daemon.backends.postgres import deps
 from sloth_daemon.backends.postgres.enqueue import SQL_ACTIVE_KEY, prune_batch_records
 from sloth_daemon.backends.postgres.reads import JobRows, check_id, get_row
 from sloth_daemon.backends.postgres.db import Connection, Cursor, Row, one
 from sloth_daemon.backends.postgres.writer import Writer, event
-from sloth_daemon.backends.sqlite.batch import _states
 
 _COPIED = ("command, lane, priority, max_attempts, lease_s, timeout_s, key, cwd, env_id,"
            " label, shell, retry_exit, no_retry_exit")
@@ -69,9 +69,7 @@ class Requests:
         def tx(c: Cursor) -> Job:
             row = get_row(c, job_id, lock=True)
             if row["state"] not in ACTIVE_STATES:
-                raise IllegalTransition(
-                    f"job {job_id} is {row['state']}; only blocked, queued or running jobs can be cancelled"
-                )
+                raise rules.not_cancellable(job_id, row["state"])
             return self.writer.finish(c, job_id, JobState.CANCELLED, row["attempts"], "cancelled", message)
 
         return self.writer.write(tx, "cancelling a job")
@@ -85,14 +83,10 @@ class Requests:
 
     def _retry(self, c: Cursor, row: Row) -> Job:
         if row["state"] not in (JobState.FAILED.value, JobState.CANCELLED.value):
-            raise IllegalTransition(
-                f"job {row['id']} is {row['state']}; only failed or cancelled jobs can be retried",
-                hint="A queued or running job will run anyway; `sloth restart` queues a finished one again.",
-            )
+            raise rules.not_retriable(row["id"], row["state"])
         waits = deps.still_waits(c, row["id"])
         out = _requeue(c, row, "queued" if waits is None else "blocked")
-        why = "back to queued by user" if waits is None else f"retried by user; waits for job {waits}"
-        event(c, row["id"], "retried", row["attempts"], why)
+        event(c, row["id"], "retried", row["attempts"], rules.retried_why(waits))
         return self.rows.job(out, c)
 
 
@@ -102,7 +96,7 @@ class Requests:
         """blocked|queued|running -> cancelled for each of ``ids``, or for
         every active job of ``lane`` and/or ``states``, as
         SqliteQueue.cancel_many (``exclude`` too). Raises JobNotFound, BadRequest."""
-        wanted, skip = _states(states, ACTIVE_STATES, "cancel"), set(exclude)
+        wanted, skip = rules.wanted_states(states, ACTIVE_STATES, "cancel"), set(exclude)
 
         def tx(c: Cursor) -> Batch:
             out = Batch([])
@@ -125,21 +119,10 @@ class Requests:
         """failed|cancelled -> queued (or blocked), as :meth:`retry`, for each
         of ``ids`` or every job of the selection (default state: failed).
         ``busy``: jobs not to touch yet. Raises JobNotFound, BadRequest."""
-        wanted = _states(states, (JobState.FAILED.value, JobState.CANCELLED.value), "retry")
-        if ids is None and states is None:
-            wanted = [JobState.FAILED.value]
+        wanted = rules.retry_wanted(ids, states)
 
         def tx(c: Cursor) -> Batch:
-            out = Batch([])
-            for row in self._rows(c, ids, lane, wanted):
-                if row["id"] in busy:
-                    out.skipped.append((row["id"], f"job {row['id']} is still being stopped"))
-                    continue
-                try:
-                    out.jobs.append(self._retry(c, row))
-                except IllegalTransition as e:
-                    out.skipped.append((row["id"], e.message))
-            return out
+            return rules.retry_each(self._rows(c, ids, lane, wanted), busy, lambda row: self._retry(c, row))
 
         return self.writer.write(tx, "retrying jobs")
 
@@ -169,7 +152,7 @@ class Requests:
         if older_than_s is None:
             raise BadRequest("older_than_s must be a number of seconds, got None")
         args = {"older": number(older_than_s, "older_than_s", 0.0, lo=0), "lane": lane,
-                "states": _states(states, FINISHED_STATES, "prune") or list(FINISHED_STATES)}
+                "states": rules.wanted_states(states, FINISHED_STATES, "prune") or list(FINISHED_STATES)}
         if dry_run:
             return int(self._db.read(lambda c: c.execute(
                 f"SELECT count(*) AS n FROM sloth.jobs WHERE {SQL_PRUNE_WHERE}", args).fetchall()[0]["n"],
@@ -206,7 +189,7 @@ class Requests:
 
 def _why_not_restart(c: Cursor, row: Row) -> str:
     if row["state"] not in FINISHED_STATES:
-        return f"job {row['id']} is {row['state']}; only finished jobs can be restarted"
+        return rules.not_restartable(row["id"], row["state"])
     other = c.execute(SQL_ACTIVE_KEY, (row["key"],)).fetchone()
     return f"job {other['id'] if other else '?'} with the same key {row['key']!r} is still active"
 
@@ -218,15 +201,10 @@ def _requeue(c: Cursor, row: Row, state: str) -> Row:
     if key is not None:
         other = c.execute(SQL_ACTIVE_KEY, (key,)).fetchone()
         if other:
-            raise _key_taken(other["id"], key)
+            raise rules.key_taken(other["id"], key)
     try:
         with c.connection.transaction():  # a savepoint: a racing enqueue may take the key
             return one(c.execute(SQL_REQUEUE, (state, row["id"])))
     except pgerr.UniqueViolation:
         other = c.execute(SQL_ACTIVE_KEY, (key,)).fetchone()
-        raise _key_taken(other["id"] if other else "?", key) from None
-
-
-def _key_taken(other: object, key: str) -> IllegalTransition:
-    return IllegalTransition(f"job {other} with the same key {key!r} is still active",
-                             hint=f"Wait for job {other} or cancel it first.")
+        raise rules.key_taken(other["id"] if other else "?", key) from None

@@ -23,11 +23,9 @@ from typing import Any, Iterable
 from sloth_daemon.errors import JobNotFound
 from sloth_daemon.models import FINISHED_STATES
 from sloth_daemon.backends.postgres.db import Cursor, Row
-from sloth_daemon.backends.sqlite.deps import NEED_DONE, NEED_END, prereqs_json
-from sloth_daemon.backends.sqlite.deps import _ended as ended
+from sloth_daemon.backends import rules
 
-__all__ = ["NEED_DONE", "NEED_END", "add_deps", "dependents", "initial_state", "lock_states", "prereqs",
-           "prereqs_json", "settle", "still_waits"]
+__all__ = ["add_deps", "dependents", "initial_state", "lock_states", "prereqs", "settle", "still_waits"]
 
 # Locked in id order, so two enqueues that wait for the same jobs take turns
 # instead of deadlocking; RETURNING gives each job's state after any
@@ -62,18 +60,14 @@ def initial_state(wanted: list[tuple[int, str]], known: dict[int, str]) -> tuple
     ``cancelled`` if one it needs done already ended otherwise, ``blocked``
     while any is unfinished, else ``queued``. ``known``: the states of the
     jobs locked or inserted by this transaction. Raises JobNotFound."""
-    blocked = None
-    for pid, need in wanted:
-        state = known.get(pid)
-        if state is None:
-            raise JobNotFound(pid)
-        if need == NEED_DONE and state in FINISHED_STATES and state != "done":
-            return "cancelled", f"not run: job {pid}, which it runs after, {ended(state)}"
-        if state not in FINISHED_STATES and blocked is None:
-            blocked = pid
-    if blocked is not None:
-        return "blocked", f"waits for job {blocked}"
-    return "queued", ""
+    return rules.initial_state(wanted, lambda pid: _known(known, pid))
+
+
+def _known(known: dict[int, str], pid: int) -> str:
+    state = known.get(pid)
+    if state is None:
+        raise JobNotFound(pid)
+    return state
 
 
 def add_deps(c: Cursor, rows: list[tuple[int, int, str]], cancelled: list[tuple[int, str]],

@@ -16,13 +16,13 @@ import hashlib
 import json
 from typing import Any, Iterable, Iterator, Mapping
 
-from sloth_daemon.errors import BadRequest, IllegalTransition
-from sloth_daemon.spec import Defaults, EnvCache, JobSpec
+from sloth_daemon.errors import IllegalTransition
+from sloth_daemon.spec import JobSpec
 from sloth_daemon.text import as_bytes
+from sloth_daemon.backends import rules
 from sloth_daemon.backends.postgres import deps
 from sloth_daemon.backends.postgres.db import Connection, Cursor
 from sloth_daemon.backends.postgres.writer import Writer
-from sloth_daemon.backends.sqlite.enqueue import BATCH_RECORD_S, EnqueueOne, _runs
 
 WAITED_ON = 18  # the index of waited_on in a row's values (_Batch._row)
 _COLUMNS = ("id, command, state, lane, priority, max_attempts, lease_s, timeout_s, not_before, key, cwd,"
@@ -55,11 +55,11 @@ SQL_BATCH_READ = "SELECT ids FROM sloth.batches WHERE token = %s"
 SQL_BATCH_PRUNE = "DELETE FROM sloth.batches WHERE at < sloth.now() - %s"
 
 
-class Enqueuer(EnqueueOne):
-    """enqueue, enqueue_many and batch_ids of PgQueue: writes through
-    ``writer``, reads on ``db``; ``lease_s`` and ``max_attempts`` are the
-    defaults of a job that sets none. (EnqueueOne, the one base: enqueue as
-    one enqueue_many, shared with SQLite.)"""
+class Enqueuer:
+    """enqueue_many and batch_ids of PgQueue (its enqueue is
+    rules.enqueue_one over enqueue_many): writes through ``writer``, reads
+    on ``db``; ``lease_s`` and ``max_attempts`` are the defaults of a job
+    that sets none."""
 
     def __init__(self, db: Connection, writer: Writer, *, lease_s: float, max_attempts: int) -> None:
         self._db = db
@@ -74,27 +74,22 @@ class Enqueuer(EnqueueOne):
         ``after_previous`` make a job ``blocked``, ``cancelled`` or ``queued``.
         Raises BadRequest, IllegalTransition (a batch queued already),
         JobNotFound (a prerequisite that does not exist)."""
-        cache: EnvCache = {}
-        defaults = Defaults(self.max_attempts, self.lease_s)
-        # validate all before writing any
-        rows = [s if isinstance(s, JobSpec) else JobSpec.parse(s, defaults, cache) for s in specs]
-        if rows and rows[0].after_previous:
-            raise BadRequest("after_previous on the first job of a batch: it has no previous job")
+        rows = rules.parse_specs(specs, self.max_attempts, self.lease_s)  # validate all before writing any
         if not rows and batch is None:
             return []
         return self.writer.write(lambda c: _insert_all(c, rows, batch), "adding jobs")
 
     def batch_ids(self, batch: str) -> list[int] | None:
         """The ids the batch ``batch`` was queued as, or None if it was not
-        (or its record was pruned: records are kept BATCH_RECORD_S)."""
+        (or its record was pruned: records are kept rules.BATCH_RECORD_S)."""
         row = self._db.read(lambda c: c.execute(SQL_BATCH_READ, (batch,)).fetchone(), "reading a batch")
         if row is None:
             return None
-        return [i for a, b in json.loads(row["ids"]) for i in range(a, b + 1)]
+        return rules.run_ids(json.loads(row["ids"]))
 
 
 def prune_batch_records(c: Cursor) -> None:
-    c.execute(SQL_BATCH_PRUNE, (BATCH_RECORD_S,))
+    c.execute(SQL_BATCH_PRUNE, (rules.BATCH_RECORD_S,))
 
 
 def _insert_all(c: Cursor, rows: list[JobSpec], batch: str | None) -> list[int]:
@@ -107,7 +102,7 @@ def _insert_all(c: Cursor, rows: list[JobSpec], batch: str | None) -> list[int]:
     known = deps.lock_states(c, (i for r in rows for i in r.after + r.after_any))
     ids = _Batch(c, env_ids, known, len(rows)).insert(rows)
     if batch is not None:
-        c.execute(SQL_BATCH_IDS, (json.dumps(_runs(ids)), batch))
+        c.execute(SQL_BATCH_IDS, (json.dumps(rules.id_runs(ids)), batch))
     return ids
 
 
@@ -184,9 +179,7 @@ class _Batch:
                 r.retry_exit_json, r.no_retry_exit_json, message, shown, False, r.place]
 
     def _waiting(self, r: JobSpec, jid: int) -> tuple[str, str, str | None]:
-        wanted = [(i, deps.NEED_DONE) for i in r.after] + [(i, deps.NEED_END) for i in r.after_any]
-        if r.after_previous:
-            wanted.append((self.ids[-1], deps.NEED_DONE if r.after_previous == "after" else deps.NEED_END))
+        wanted = rules.waits_for(r, self.ids[-1] if self.ids else None)
         self.known.update(deps.lock_states(self.c, [i for i, _ in wanted if i not in self.known]))
         state, why = deps.initial_state(wanted, self.known)
         self.deps += [(jid, pid, need) for pid, need in wanted]
@@ -197,8 +190,7 @@ class _Batch:
                 self.late.add(pid)
         if state == "cancelled":
             self.cancelled.append((jid, why))
-        shown = deps.prereqs_json([i for i, n in wanted if n == deps.NEED_DONE],
-                                  [i for i, n in wanted if n == deps.NEED_END])
+        shown = rules.prereqs_json(wanted)
         return state, why if state == "cancelled" else "", shown
 
     def _forget(self, jid: int) -> None:

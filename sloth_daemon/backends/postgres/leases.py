@@ -14,15 +14,15 @@ records the process with it, is a transaction through the Writer.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any
 
-from sloth_daemon.errors import IllegalTransition, LeaseLost
 from sloth_daemon.models import Job, JobState
 from sloth_daemon.spec import number
+from sloth_daemon.backends import rules
+from sloth_daemon.backends.rules import holds, not_held
 from sloth_daemon.backends.postgres.reads import JobRows, check_id, get_row
 from sloth_daemon.backends.postgres.db import Connection, Cursor, Row, finite, one, storable_text
 from sloth_daemon.backends.postgres.writer import FINISH, Writer, event
-from sloth_daemon.backends.sqlite.leases import MAX_CRASH_REFUNDS, may_refund, refund_note
 
 # SET lists of the one-statement writes of lease holders (_held_step).
 EXTEND = "lease_until = sloth.now() + coalesce(%(lease_s)s, lease_s), updated_at = sloth.now()"
@@ -106,13 +106,13 @@ class Leases:
         """Declare the holder of ``token`` gone. The lease counts as expired
         from now, so the next claim re-issues the job with a ``reclaimed``
         event. Event ``abandoned``. ``refund``: as SqliteQueue.abandon (a
-        crash of sloth gives the try back, at most MAX_CRASH_REFUNDS times).
+        crash of sloth gives the try back, at most rules.MAX_CRASH_REFUNDS times).
         Raises LeaseLost."""
         def tx(c: Cursor) -> Job:
             row = self._held(c, job_id, token)
-            give = refund and may_refund(row)
+            give = refund and rules.may_refund(row)
             out = one(c.execute(SQL_ABANDON, (int(give), int(give), job_id)))
-            event(c, job_id, "abandoned", row["attempts"], message + _refund_note(refund, give, row))
+            event(c, job_id, "abandoned", row["attempts"], message + rules.abandon_note(refund, give, row))
             return self.rows.job(out, c)
 
         return self.writer.write(tx, "abandoning a lease")
@@ -177,19 +177,17 @@ class Leases:
         ``retry``, the event ``kind``), else failed."""
         if retry and row["tries"] < row["max_attempts"]:
             return self._back_off(c, row, message, exit_code, at, kind)
-        why = "no attempts left" if retry else "not retried"
         return self.writer.finish(c, row["id"], JobState.FAILED, row["attempts"], "failed",
-                            _join(message, why), exit_code=exit_code, stored_message=message, at=at)
+                                  rules.give_up_message(message, retry), exit_code=exit_code,
+                                  stored_message=message, at=at)
 
     def _back_off(self, c: Cursor, row: Row, message: str, exit_code: int | None, at: float | None,
                   kind: str = "failed") -> Job:
         """A failed try with tries left: queued again after a delay that
         doubles with each try, up to backoff_cap_s."""
-        tries = row["tries"]
-        delay = min(2.0 ** min(tries, 1000), self.backoff_cap_s)  # 2.0**1024 overflows
+        delay = rules.backoff_s(row["tries"], self.backoff_cap_s)
         out = one(c.execute(SQL_BACK_OFF, (delay, storable_text(message), exit_code, row["id"])))
-        event(c, row["id"], kind, row["attempts"],
-                    _join(message, f"retry {tries + 1}/{row['max_attempts']} in {delay:g}s"), at)
+        event(c, row["id"], kind, row["attempts"], rules.retry_message(message, row, delay), at)
         return self.rows.job(out, c)
 
     def release(self, job_id: int, token: str, *, message: str = "interrupted", delay_s: float = 0.0,
@@ -197,14 +195,14 @@ class Leases:
                 durable: bool = True) -> Job:
         """running -> queued, due in ``delay_s``, the try given back (event
         ``kind``: ``interrupted``, ``fenced`` or ``postponed``, as
-        SqliteQueue.release: a fence is forgiven MAX_CRASH_REFUNDS times).
+        SqliteQueue.release: a fence is forgiven rules.MAX_CRASH_REFUNDS times).
         ``runner``, ``durable``: as for complete. Raises LeaseLost."""
         delay = number(delay_s, "delay_s", 0.0, lo=0)
 
         def tx(c: Cursor) -> Job:
             row = self._begin_end(c, job_id, token, runner, durable)
-            forgiven = kind != "fenced" or may_refund(row)
-            note = refund_note(row, forgiven) if kind == "fenced" else ""
+            forgiven = kind != "fenced" or rules.may_refund(row)
+            note = rules.refund_note(row, forgiven) if kind == "fenced" else ""
             if not forgiven:
                 return self._fail_row(c, row, message + note, True, None, None, kind)
             out = one(c.execute(SQL_RELEASE, (delay, int(kind == "fenced"), job_id)))
@@ -245,30 +243,3 @@ class Leases:
 
 class WaitedOn(Exception):
     """Other jobs wait for this one: its end is not a one-statement write."""
-
-
-def holds(row: Mapping[str, Any], token: object) -> bool:
-    """Whether ``token`` holds the lease of the job in ``row``."""
-    return row["state"] == JobState.RUNNING.value and row["token"] is not None and row["token"] == token
-
-
-def not_held(row: Mapping[str, Any], token: object) -> Exception:
-    """Why ``token`` does not hold the job's lease: never claimed at all
-    (IllegalTransition), or the lease moved on (LeaseLost)."""
-    job_id = row["id"]
-    if row["state"] == JobState.QUEUED.value and row["token"] is None and row["attempts"] == 0:
-        return IllegalTransition(f"job {job_id} is queued, not claimed by anyone")
-    return LeaseLost(f"job {job_id}: token {str(token)[:16]!r} no longer holds the lease "
-                     f"(job is {row['state']}, attempt {row['attempts']})")
-
-
-def _refund_note(refund: bool, given: bool, row: Row) -> str:
-    if not refund:
-        return ""
-    if given:
-        return f"; not counted as a try ({row['refunds'] + 1} of {MAX_CRASH_REFUNDS} forgiven)"
-    return f"; counted as a try ({MAX_CRASH_REFUNDS} crashes already forgiven)"
-
-
-def _join(a: str, b: str) -> str:
-    return f"{a}; {b}" if a else b

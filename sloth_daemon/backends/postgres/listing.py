@@ -1,7 +1,7 @@
 """What ``sloth ls`` shows, read from the PostgreSQL queue: the jobs of a
 selection in the order a user reads them, a page at a time, with how many
 there are in all (the counterpart of backends/sqlite/listing.py: the same sections,
-order and paging, which it shares).
+order and paging, backends/rules.py's).
 
 All of one listing is read in one read-only snapshot, so its total, its
 counts and its rows agree even while other daemons write.
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from sloth_daemon.models import STATE_NAMES, Job, Listing, state_name
+from sloth_daemon.backends import rules
+from sloth_daemon.models import Job, Listing
 from sloth_daemon.backends.postgres.db import Connection, Cursor
 from sloth_daemon.backends.postgres.reads import SQL_LANE_COUNTS, JobRows
-from sloth_daemon.backends.sqlite.listing import WORKER_PREFIX, _pages, _sections
 
 ORDER = {
     "running": "id",
@@ -41,7 +41,7 @@ class Listings:
                 now: float, host: str | None = None) -> Listing:
         """Up to ``limit`` jobs of the selection from ``offset`` on, as
         SqliteQueue.listing (``host`` too). Raises ValueError for an unknown state."""
-        wanted = set(STATE_NAMES) if not states else {state_name(s) for s in states}
+        wanted = rules.listed_states(states)
         where, args = _where(lane, host)
         return self._db.read(lambda c: self._listing(c, wanted, (where, args), lane, limit, offset,
                                                      finished_limit, now),
@@ -49,17 +49,13 @@ class Listings:
 
     def _listing(self, c: Cursor, wanted: set[str], filt: tuple[str, dict[str, Any]], lane: str | None,
                  limit: int | None, offset: int, finished_limit: int | None, now: float) -> Listing:
-        counts = dict.fromkeys(STATE_NAMES, 0)
-        for r in c.execute(SQL_STATE_COUNTS.format(where=filt[0]), filt[1]).fetchall():
-            counts[r["state"]] = r["n"]
+        counts = rules.state_counts((r["state"], r["n"]) for r in c.execute(
+            SQL_STATE_COUNTS.format(where=filt[0]), filt[1]).fetchall())
         jobs: list[Job] = []
-        for name, members, take, skip in _pages(_sections(wanted, counts, finished_limit), offset, limit):
+        for name, members, take, skip in rules.pages(rules.sections(wanted, counts, finished_limit), offset, limit):
             jobs += self._section(c, name, members, filt, take, skip, now)
-        lanes: dict[str, dict[str, int]] = {}
-        for r in c.execute(SQL_LANE_COUNTS).fetchall():
-            lanes.setdefault(r["lane"], {"blocked": 0, "queued": 0, "running": 0})[r["state"]] = r["n"]
-        total = sum(counts[s] for s in wanted)
-        return Listing(jobs, total, counts, offset, lanes if lane is None else {lane: lanes.get(lane, {})})
+        lanes = rules.lane_counts((r["lane"], r["state"], r["n"]) for r in c.execute(SQL_LANE_COUNTS).fetchall())
+        return rules.listing(jobs, counts, wanted, offset, lanes, lane)
 
     def _section(self, c: Cursor, name: str, members: list[str], filt: tuple[str, dict[str, Any]], take: int,
                  skip: int, now: float) -> list[Job]:
@@ -77,7 +73,7 @@ def _where(lane: str | None, host: str | None) -> tuple[str, dict[str, Any]]:
         parts.append("lane = %(lane)s")
         args["lane"] = lane
     if host is not None:
-        prefix = f"{WORKER_PREFIX}{host}:"
+        prefix = rules.host_prefix(host)
         parts.append(HOST)
         args.update(host=host, plen=len(prefix), prefix=prefix)
     return " AND ".join(parts), args

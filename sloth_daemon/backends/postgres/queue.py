@@ -60,11 +60,13 @@ commit, to ``on_side_change``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from typing import Any, Callable
 
 from sloth_daemon.clock import Clock, SystemClock, SystemClocks
 from sloth_daemon.models import Job
+from sloth_daemon.backends import rules
 from sloth_daemon.backends.postgres import identity as pg_identity, migrate as pg_migrate, db as pgdb
 from sloth_daemon.backends.postgres.batch import Requests
 from sloth_daemon.backends.postgres.claim import Claims
@@ -76,7 +78,6 @@ from sloth_daemon.backends.postgres.logs import Logs
 from sloth_daemon.backends.postgres.reads import JobRows, Reads
 from sloth_daemon.backends.postgres.writer import Writer
 from sloth_daemon.backends.postgres.db import one
-from sloth_daemon.backends.sqlite.queue import DEFAULT_BACKOFF_CAP_S, DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS
 
 __all__ = ["PgQueue", "ServerClock"]
 
@@ -119,9 +120,9 @@ class PgQueue:
         url: str,
         clock: Clock | None = None,
         *,
-        lease_s: float = DEFAULT_LEASE_S,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        backoff_cap_s: float = DEFAULT_BACKOFF_CAP_S,
+        lease_s: float = rules.DEFAULT_LEASE_S,
+        max_attempts: int = rules.DEFAULT_MAX_ATTEMPTS,
+        backoff_cap_s: float = rules.DEFAULT_BACKOFF_CAP_S,
         lock_wait_s: float | None = None,
         migrate: bool = True,
         options: pgdb.PgOptions | None = None,
@@ -170,7 +171,7 @@ class PgQueue:
         self.prune = requests.prune
 
         self.adding = adding = Enqueuer(db, writer, lease_s=self.lease_s, max_attempts=self.max_attempts)
-        self.enqueue = adding.enqueue
+        self.enqueue = functools.partial(rules.enqueue_one, adding.enqueue_many)
         self.enqueue_many = adding.enqueue_many
         self.batch_ids = adding.batch_ids
 

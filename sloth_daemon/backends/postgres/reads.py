@@ -17,8 +17,9 @@ import json
 import math
 from typing import Any, Collection, Mapping, Sequence
 
+from sloth_daemon.backends import rules
 from sloth_daemon.errors import JobNotFound
-from sloth_daemon.models import STATE_NAMES, Event, Job, JobState
+from sloth_daemon.models import Event, Job, JobState
 from sloth_daemon.spec import integer
 from sloth_daemon.backends.postgres import pick
 from sloth_daemon.backends.postgres import deps
@@ -106,11 +107,9 @@ class Reads:
         *, states: Sequence[str] | None = None,
     ) -> list[Job]:
         """The newest ``limit`` jobs matching the filters, oldest first."""
-        wanted = list(states or ([] if state is None else [state]))
-        for s in wanted:
-            JobState(s)  # raises ValueError for an unknown state
+        wanted = rules.job_states(state, states)
         limit = integer(limit, "limit", 1000, lo=1)
-        sql, args = _jobs_statement([JobState(s).value for s in wanted], lane)
+        sql, args = _jobs_statement(wanted, lane)
 
         def read(c: Cursor) -> list[Job]:
             return [self.rows.job(r, c) for r in c.execute(sql, (*args, limit)).fetchall()]
@@ -126,10 +125,8 @@ class Reads:
 
     def counts(self) -> dict[str, int]:
         """Jobs per state, every state named (0 for none)."""
-        out = dict.fromkeys(STATE_NAMES, 0)
-        for r in self._db.read(lambda c: c.execute(SQL_COUNTS).fetchall(), "counting jobs"):
-            out[r["state"]] = r["n"]
-        return out
+        rows = self._db.read(lambda c: c.execute(SQL_COUNTS).fetchall(), "counting jobs")
+        return rules.state_counts((r["state"], r["n"]) for r in rows)
 
     def running(self) -> list[Job]:
         """All jobs currently leased (running somewhere, or lost)."""
@@ -170,10 +167,8 @@ class Reads:
 
     def lane_counts(self) -> dict[str, dict[str, int]]:
         """lane -> {blocked, queued, running: n} for lanes with active jobs."""
-        out: dict[str, dict[str, int]] = {}
-        for r in self._db.read(lambda c: c.execute(SQL_LANE_COUNTS).fetchall(), "counting jobs per lane"):
-            out.setdefault(r["lane"], {"blocked": 0, "queued": 0, "running": 0})[r["state"]] = r["n"]
-        return out
+        rows = self._db.read(lambda c: c.execute(SQL_LANE_COUNTS).fetchall(), "counting jobs per lane")
+        return rules.lane_counts((r["lane"], r["state"], r["n"]) for r in rows)
 
     def lane_busy(self, lane: str) -> bool:
         """True while the lane has a blocked, queued or running job."""

@@ -1,6 +1,6 @@
 """A listing of the PostgreSQL queue read a chunk at a time (the
 counterpart of backends/sqlite/scan.py, with the same promise; the sections and
-their order are backends/postgres/listing.py's).
+paging are backends/rules.py's, their order backends/postgres/listing.py's).
 
 At the start, in one read-only REPEATABLE READ transaction: the counts,
 the lanes, and one cursor per section of the page over its ids in order,
@@ -17,13 +17,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from sloth_daemon.backends import rules
 from sloth_daemon.errors import StorageError
-from sloth_daemon.models import STATE_NAMES, Job, state_name
+from sloth_daemon.models import Job
 from sloth_daemon.backends.postgres.listing import ORDER, SQL_STATE_COUNTS, _where
 from sloth_daemon.backends.postgres.db import Connection, Cursor
 from sloth_daemon.backends.postgres.reads import SQL_LANE_COUNTS, JobRows
-from sloth_daemon.backends.sqlite.listing import _pages, _sections
-from sloth_daemon.backends.sqlite.scan import CHUNK
 
 CURSOR = "sloth_listing_{}"
 
@@ -39,7 +38,7 @@ class PgScan:
                  host: str | None = None) -> None:
         self._db, self.rows, self._on_close = db, rows, on_close
         self.sent = 0
-        wanted = set(STATE_NAMES) if not states else {state_name(s) for s in states}
+        wanted = rules.listed_states(states)
         filt = _where(lane, host)
         self.head, self._cursors = self._db.read(
             lambda c: self._start(c, wanted, filt, lane, limit, offset, finished_limit, now),
@@ -48,24 +47,19 @@ class PgScan:
     def _start(self, c: Cursor, wanted: set[str], filt: tuple[str, dict[str, Any]], lane: str | None,
                limit: int | None, offset: int, finished_limit: int | None,
                now: float) -> tuple[dict[str, Any], list[str]]:
-        counts = dict.fromkeys(STATE_NAMES, 0)
-        for r in c.execute(SQL_STATE_COUNTS.format(where=filt[0]), filt[1]).fetchall():
-            counts[r["state"]] = r["n"]
+        counts = rules.state_counts((r["state"], r["n"]) for r in c.execute(
+            SQL_STATE_COUNTS.format(where=filt[0]), filt[1]).fetchall())
         cursors: list[str] = []
-        for name, members, take, skip in _pages(_sections(wanted, counts, finished_limit), offset, limit):
+        for name, members, take, skip in rules.pages(rules.sections(wanted, counts, finished_limit), offset, limit):
             cursors.append(CURSOR.format(len(cursors)))
             c.execute(f"DECLARE {cursors[-1]} NO SCROLL CURSOR WITH HOLD FOR SELECT id FROM sloth.jobs"
                       f" WHERE state = ANY(%(members)s) AND {filt[0]} ORDER BY {ORDER[name]}"
                       " LIMIT %(take)s OFFSET %(skip)s",
                       {"members": members, **filt[1], "now": now, "take": take, "skip": skip})
-        lanes: dict[str, dict[str, int]] = {}
-        for r in c.execute(SQL_LANE_COUNTS).fetchall():
-            lanes.setdefault(r["lane"], {"blocked": 0, "queued": 0, "running": 0})[r["state"]] = r["n"]
-        head = {"counts": counts, "total": sum(counts[s] for s in wanted), "offset": offset,
-                "lanes": lanes if lane is None else {lane: lanes.get(lane, {})}}
-        return head, cursors
+        lanes = rules.lane_counts((r["lane"], r["state"], r["n"]) for r in c.execute(SQL_LANE_COUNTS).fetchall())
+        return rules.scan_head(counts, wanted, offset, lanes, lane), cursors
 
-    def next(self, n: int = CHUNK) -> list[Job]:
+    def next(self, n: int = rules.CHUNK) -> list[Job]:
         """The next jobs of the listing, at most ``n`` ([] once it is all read)."""
         while self._cursors:
             ids = self._db.read(lambda c: [r["id"] for r in c.execute(

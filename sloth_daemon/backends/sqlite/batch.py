@@ -14,14 +14,15 @@ from __future__ import annotations
 import sqlite3
 from typing import Collection, Iterator, Sequence
 
+from sloth_daemon.backends import rules
 from sloth_daemon.backends.sqlite import deps
 from sloth_daemon.backends.sqlite.ends import JobEnds, event
 from sloth_daemon.backends.sqlite.enqueue import SQL_ACTIVE_KEY, SqliteEnqueue
 from sloth_daemon.backends.sqlite.reads import JobRows
 from sloth_daemon.backends.sqlite.unit import SqliteStore
 from sloth_daemon.clock import Clock
-from sloth_daemon.errors import BadRequest, IllegalTransition
-from sloth_daemon.models import ACTIVE_STATES, FINISHED_STATES, Batch, Job, JobState, state_name
+from sloth_daemon.errors import BadRequest
+from sloth_daemon.models import ACTIVE_STATES, FINISHED_STATES, Batch, Job, JobState
 from sloth_daemon.spec import number
 
 _COPIED = ("command, lane, priority, max_attempts, lease_s, timeout_s, key, cwd, env, env_id,"
@@ -46,9 +47,7 @@ class SqliteRequests:
         with self.store.tx() as c:
             row = self.rows.row(c, job_id)
             if row["state"] not in ACTIVE_STATES:
-                raise IllegalTransition(
-                    f"job {job_id} is {row['state']}; only blocked, queued or running jobs can be cancelled"
-                )
+                raise rules.not_cancellable(job_id, row["state"])
             return self.ends.finish(c, job_id, JobState.CANCELLED, now, row["attempts"],
                                     "cancelled", message)
 
@@ -60,25 +59,18 @@ class SqliteRequests:
     def _retry(self, c: sqlite3.Connection, row: sqlite3.Row, now: float) -> Job:
         job_id = row["id"]
         if row["state"] not in (JobState.FAILED.value, JobState.CANCELLED.value):
-            raise IllegalTransition(
-                f"job {job_id} is {row['state']}; only failed or cancelled jobs can be retried",
-                hint="A queued or running job will run anyway; `sloth restart` queues a finished one again.",
-            )
+            raise rules.not_retriable(job_id, row["state"])
         if row["key"] is not None:
             other = c.execute(SQL_ACTIVE_KEY, (row["key"],)).fetchone()
             if other:
-                raise IllegalTransition(
-                    f"job {other[0]} with the same key {row['key']!r} is still active",
-                    hint=f"Wait for job {other[0]} or cancel it first.",
-                )
+                raise rules.key_taken(other[0], row["key"])
         waits = deps.still_waits(c, job_id)
         out = c.execute(
             "UPDATE jobs SET state = ?, tries = 0, refunds = 0, not_before = ?, token = NULL,"
             " lease_until = NULL, finished_at = NULL, updated_at = ? WHERE id = ? RETURNING *",
             ("queued" if waits is None else "blocked", now, now, job_id),
         ).fetchone()
-        why = "back to queued by user" if waits is None else f"retried by user; waits for job {waits}"
-        event(c, job_id, now, "retried", row["attempts"], why)
+        event(c, job_id, now, "retried", row["attempts"], rules.retried_why(waits))
         return self.rows.job(out)
 
     def cancel_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
@@ -87,7 +79,7 @@ class SqliteRequests:
         now, skip = self.clock.now(), set(exclude)
         with self.store.tx() as c:
             out = Batch([])
-            for row in self._rows(c, ids, lane, _states(states, ACTIVE_STATES, "cancel")):
+            for row in self._rows(c, ids, lane, rules.wanted_states(states, ACTIVE_STATES, "cancel")):
                 if row["id"] in skip:
                     continue
                 if row["state"] in ACTIVE_STATES:
@@ -102,20 +94,9 @@ class SqliteRequests:
     def retry_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
                    states: Sequence[str] | None = None, busy: Collection[int] = ()) -> Batch:
         now = self.clock.now()
-        wanted = _states(states, (JobState.FAILED.value, JobState.CANCELLED.value), "retry")
-        if ids is None and states is None:
-            wanted = [JobState.FAILED.value]
+        wanted = rules.retry_wanted(ids, states)
         with self.store.tx() as c:
-            out = Batch([])
-            for row in self._rows(c, ids, lane, wanted):
-                if row["id"] in busy:
-                    out.skipped.append((row["id"], f"job {row['id']} is still being stopped"))
-                    continue
-                try:
-                    out.jobs.append(self._retry(c, row, now))
-                except IllegalTransition as e:
-                    out.skipped.append((row["id"], e.message))
-            return out
+            return rules.retry_each(self._rows(c, ids, lane, wanted), busy, lambda row: self._retry(c, row, now))
 
     def restart(self, ids: Sequence[int]) -> Batch:
         now = self.clock.now()
@@ -137,7 +118,7 @@ class SqliteRequests:
         if older_than_s is None:
             raise BadRequest("older_than_s must be a number of seconds, got None")
         older = number(older_than_s, "older_than_s", 0.0, lo=0)
-        wanted = _states(states, FINISHED_STATES, "prune") or list(FINISHED_STATES)
+        wanted = rules.wanted_states(states, FINISHED_STATES, "prune") or list(FINISHED_STATES)
         where = (f"finished_at IS NOT NULL AND finished_at < ? AND state IN ({', '.join('?' * len(wanted))})"
                  + (" AND lane = ?" if lane is not None else ""))
         args = (self.clock.now() - older, *wanted, *([lane] if lane is not None else []))
@@ -180,25 +161,9 @@ def _selected(c: sqlite3.Connection, lane: str | None, states: Sequence[str] | N
     return [r[0] for r in c.execute(f"SELECT id FROM jobs WHERE {' AND '.join(where)} ORDER BY id", args)]
 
 
-def _states(states: Sequence[str] | None, allowed: Sequence[str], action: str) -> list[str] | None:
-    """Validated state names (``claimed`` read as ``running``) among ``allowed``."""
-    if states is None:
-        return None
-    out = []
-    for s in states:
-        try:
-            name = state_name(s)
-        except ValueError:
-            raise BadRequest(f"unknown state {s!r}", hint=f"States: {', '.join(allowed)}.") from None
-        if name not in allowed:
-            raise BadRequest(f"cannot {action} {name} jobs", hint=f"States to {action}: {', '.join(allowed)}.")
-        out.append(name)
-    return out
-
-
 def _why_not_restart(c: sqlite3.Connection, row: sqlite3.Row) -> str | None:
     if row["state"] not in FINISHED_STATES:
-        return f"job {row['id']} is {row['state']}; only finished jobs can be restarted"
+        return rules.not_restartable(row["id"], row["state"])
     if row["key"] is not None:
         other = c.execute(SQL_ACTIVE_KEY, (row["key"],)).fetchone()
         if other:

@@ -11,14 +11,10 @@ wait for). A cancel cascades down a chain in one transaction.
 
 from __future__ import annotations
 
-import json
 import sqlite3
-from typing import Iterable
 
+from sloth_daemon.backends import rules
 from sloth_daemon.errors import JobNotFound
-from sloth_daemon.models import FINISHED_STATES
-
-NEED_DONE, NEED_END = "done", "end"  # deps.need: --after, --after-any
 
 SQL_UNFINISHED_PREREQ = (
     "SELECT d.after_id FROM deps d JOIN jobs j ON j.id = d.after_id"
@@ -46,14 +42,6 @@ SQL_PROMOTE = (
 )
 SQL_EVENT = "INSERT INTO events (job_id, at, kind, attempt, message) VALUES (?, ?, ?, 0, ?)"
 
-def prereqs_json(after: Iterable[int], after_any: Iterable[int]) -> str | None:
-    """The ``jobs.prereqs`` text: what the job was added after, for display."""
-    a, b = list(after), list(after_any)
-    if not a and not b:
-        return None
-    return json.dumps({"after": a, "after_any": b})
-
-
 def initial_state(c: sqlite3.Connection, wanted: list[tuple[int, str]],
                   known: dict[int, str]) -> tuple[str, str]:
     """(state, why) for a new job that waits for ``wanted`` (id, need):
@@ -62,16 +50,7 @@ def initial_state(c: sqlite3.Connection, wanted: list[tuple[int, str]],
     read in this transaction (jobs of the batch, prerequisites looked up
     before; nothing else writes meanwhile), filled as it reads more.
     Raises JobNotFound."""
-    blocked = None
-    for pid, need in wanted:
-        state = known.get(pid) or known.setdefault(pid, _state_of(c, pid))
-        if need == NEED_DONE and state in FINISHED_STATES and state != "done":
-            return "cancelled", f"not run: job {pid}, which it runs after, {_ended(state)}"
-        if state not in FINISHED_STATES and blocked is None:
-            blocked = pid
-    if blocked is not None:
-        return "blocked", f"waits for job {blocked}"
-    return "queued", ""
+    return rules.initial_state(wanted, lambda pid: known.get(pid) or known.setdefault(pid, _state_of(c, pid)))
 
 
 def _state_of(c: sqlite3.Connection, job_id: int) -> str:
@@ -101,14 +80,14 @@ def release(c: sqlite3.Connection, ended_id: int, ended_state: str, now: float) 
         pid, pstate = work.pop()
         if c.execute(SQL_ANY_DEPENDENT, (pid,)).fetchone() is None:
             continue  # most jobs: nothing waits for them (one index probe, not two updates)
-        args = {"ended": pid, "now": now, "why": f"not run: job {pid}, which it runs after, {_ended(pstate)}"}
+        args = {"ended": pid, "now": now, "why": rules.not_run(pid, pstate)}
         if pstate != "done":
             gone = c.execute(SQL_CANCEL_NEEDING, args).fetchall()
             c.executemany(SQL_EVENT, [(r["id"], now, "cancelled", args["why"]) for r in gone])
             work += [(r["id"], "cancelled") for r in gone]
             changed += gone
         ready = c.execute(SQL_PROMOTE, args).fetchall()
-        why = f"job {pid} {_ended(pstate)}; nothing left to wait for"
+        why = f"job {pid} {rules.ended_text(pstate)}; nothing left to wait for"
         c.executemany(SQL_EVENT, [(r["id"], now, "ready", why) for r in ready])
         changed += ready
     return changed
@@ -125,5 +104,3 @@ def prereqs(c: sqlite3.Connection, job_id: int) -> list[dict[str, object]]:
     return [{"id": r[0], "need": r[1], "state": r[2]} for r in c.execute(SQL_PREREQS, (job_id,))]
 
 
-def _ended(state: str) -> str:
-    return {"done": "is done", "failed": "failed", "cancelled": "was cancelled"}.get(state, f"is {state}")

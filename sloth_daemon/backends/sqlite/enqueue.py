@@ -12,12 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping
 
 from sloth_daemon.clock import Clock
-from sloth_daemon.errors import BadRequest, IllegalTransition
-from sloth_daemon.spec import Defaults, EnvCache, JobSpec
+from sloth_daemon.errors import IllegalTransition
+from sloth_daemon.spec import JobSpec
 from sloth_daemon.text import as_bytes, is_utf8
+from sloth_daemon.backends import rules
 from sloth_daemon.backends.sqlite import deps
 from sloth_daemon.backends.sqlite.reads import reads
 from sloth_daemon.backends.sqlite.unit import SqliteStore
@@ -40,60 +41,6 @@ SQL_ADD_LANE = "INSERT INTO lanes (name, created_at) VALUES (?, ?) ON CONFLICT(n
 
 
 BATCH_PREFIX, BATCH_PREFIX_END = "batch:", "batch;"  # meta keys of batch records: [start, end)
-BATCH_RECORD_S = 86400.0  # long enough to ask after any crash and restart
-
-
-def _runs(ids: list[int]) -> list[list[int]]:
-    """[3, 4, 5, 9] -> [[3, 5], [9, 9]]: a batch's ids are mostly consecutive."""
-    out: list[list[int]] = []
-    for i in ids:
-        if out and i == out[-1][1] + 1:
-            out[-1][1] = i
-        else:
-            out.append([i, i])
-    return out
-
-
-class EnqueueOne:
-    """``enqueue``, one job through ``enqueue_many``: the same on every backend.
-    PgQueue's base; SqliteQueue spells its ``enqueue`` out (no base of ours)."""
-
-    if TYPE_CHECKING:
-        def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *,
-                         batch: str | None = None) -> list[int]: ...
-
-    def enqueue(
-        self,
-        command: Sequence[str],
-        *,
-        max_attempts: int | None = None,
-        lease_s: float | None = None,
-        not_before: float | None = None,
-        priority: int = 0,
-        lane: str = "default",
-        key: str | None = None,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        timeout_s: float | None = None,
-        label: str | None = None,
-        shell: bool = False,
-    ) -> int:
-        """Add a job in state ``queued`` and return its id.
-
-        With ``key``: if an unfinished (blocked, queued or running) job has the
-        same key, return its id and add nothing. Raises BadRequest for invalid fields.
-        """
-        return self.enqueue_many(
-            [
-                dict(
-                    command=command, max_attempts=max_attempts, lease_s=lease_s,
-                    not_before=not_before, priority=priority, lane=lane, key=key,
-                    cwd=cwd, env=env, timeout_s=timeout_s, label=label, shell=shell,
-                )
-            ]
-        )[0]
-
-
 class SqliteEnqueue:
     """Adding jobs, and the batch records that say what a batch was queued
     as. Its own state: the clock, and the defaults of a spec that leaves
@@ -105,12 +52,7 @@ class SqliteEnqueue:
         self.max_attempts, self.lease_s = max_attempts, lease_s
 
     def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None) -> list[int]:
-        cache: EnvCache = {}
-        defaults = Defaults(self.max_attempts, self.lease_s)
-        # validate all before writing any
-        rows = [s if isinstance(s, JobSpec) else JobSpec.parse(s, defaults, cache) for s in specs]
-        if rows and rows[0].after_previous:
-            raise BadRequest("after_previous on the first job of a batch: it has no previous job")
+        rows = rules.parse_specs(specs, self.max_attempts, self.lease_s)  # validate all before writing any
         now = self.clock.now()
         with self.store.tx() as c:
             if batch is not None and c.execute("SELECT 1 FROM meta WHERE key = ?", (BATCH_PREFIX + batch,)).fetchone():
@@ -121,7 +63,7 @@ class SqliteEnqueue:
             ids = _Batch(c, now, _put_envs(c, rows)).insert(rows)
             if batch is not None:
                 c.execute("INSERT INTO meta (key, value) VALUES (?, ?)",
-                          (BATCH_PREFIX + batch, json.dumps({"at": now, "ids": _runs(ids)})))
+                          (BATCH_PREFIX + batch, json.dumps({"at": now, "ids": rules.id_runs(ids)})))
             return ids
 
     @reads
@@ -129,13 +71,13 @@ class SqliteEnqueue:
         row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (BATCH_PREFIX + batch,)).fetchone()
         if row is None:
             return None
-        return [i for a, b in json.loads(row[0])["ids"] for i in range(a, b + 1)]
+        return rules.run_ids(json.loads(row[0])["ids"])
 
     def prune_batch_records(self, c: sqlite3.Connection, now: float) -> None:
-        """Batch records older than BATCH_RECORD_S (a range of meta's primary key)."""
+        """Batch records older than rules.BATCH_RECORD_S (a range of meta's primary key)."""
         for key, value in c.execute("SELECT key, value FROM meta WHERE key >= ? AND key < ?",
                                     (BATCH_PREFIX, BATCH_PREFIX_END)).fetchall():
-            if json.loads(value)["at"] < now - BATCH_RECORD_S:
+            if json.loads(value)["at"] < now - rules.BATCH_RECORD_S:
                 c.execute("DELETE FROM meta WHERE key = ?", (key,))
 
 
@@ -172,13 +114,9 @@ class _Batch:
         self.run = []
 
     def _waiting(self, r: JobSpec, env_id: int | None) -> int:
-        wanted = [(i, deps.NEED_DONE) for i in r.after] + [(i, deps.NEED_END) for i in r.after_any]
-        if r.after_previous:
-            need = deps.NEED_DONE if r.after_previous == "after" else deps.NEED_END
-            wanted.append((self.ids[-1], need))
+        wanted = rules.waits_for(r, self.ids[-1] if self.ids else None)
         state, why = deps.initial_state(self.c, wanted, self.states)
-        shown = deps.prereqs_json([i for i, n in wanted if n == deps.NEED_DONE],
-                                  [i for i, n in wanted if n == deps.NEED_END])
+        shown = rules.prereqs_json(wanted)
         finished = self.now if state == "cancelled" else None
         message = why if state == "cancelled" else ""
         jid = int(self.c.execute(SQL_INSERT_WAITING, (state, message, finished, shown,

@@ -15,22 +15,17 @@ import secrets
 import sqlite3
 from typing import Any, Collection, Sequence
 
+from sloth_daemon.backends import rules
 from sloth_daemon.backends.sqlite import pick
 from sloth_daemon.backends.sqlite.ends import JobEnds, event
 from sloth_daemon.backends.sqlite.reads import JobRows
 from sloth_daemon.backends.sqlite.unit import SqliteStore
 from sloth_daemon.clock import Clock
 from sloth_daemon.durations import format_duration
-from sloth_daemon.errors import BadRequest, IllegalTransition, LeaseLost
+from sloth_daemon.errors import BadRequest
 from sloth_daemon.models import Job, JobState
 from sloth_daemon.spec import number
 from sloth_daemon.text import storable
-
-# A run cut short by a crash of sloth itself (the keeper gone too: a reboot,
-# a power cut) does not count against max_attempts -- but only this many
-# times between user retries, so a job that brings sloth down cannot loop.
-MAX_CRASH_REFUNDS = 3
-
 
 class SqliteLeases:
     """Leases and the transitions of their holders (see the module
@@ -115,19 +110,17 @@ class SqliteLeases:
         (and ``retry``, the event ``kind``), else failed."""
         job_id, attempts, tries = row["id"], row["attempts"], row["tries"]
         if retry and tries < row["max_attempts"]:
-            delay = min(2.0 ** min(tries, 1000), self.backoff_cap_s)  # 2.0**1024 overflows
+            delay = rules.backoff_s(tries, self.backoff_cap_s)
             out = c.execute(
                 "UPDATE jobs SET state = 'queued', not_before = ?, token = NULL,"
                 " lease_until = NULL, message = ?, exit_code = ?, updated_at = ?"
                 " WHERE id = ? RETURNING *",
                 (now + delay, storable(message), exit_code, now, job_id),
             ).fetchone()
-            event(c, job_id, ended, kind, attempts,
-                  _join(message, f"retry {tries + 1}/{row['max_attempts']} in {delay:g}s"))
+            event(c, job_id, ended, kind, attempts, rules.retry_message(message, row, delay))
             return self.rows.job(out)
-        why = "no attempts left" if retry else "not retried"
         return self.ends.finish(c, job_id, JobState.FAILED, ended, attempts, "failed",
-                                _join(message, why), exit_code=exit_code, stored_message=message)
+                                rules.give_up_message(message, retry), exit_code=exit_code, stored_message=message)
 
     def release(self, job_id: int, token: str, *, message: str = "interrupted", delay_s: float = 0.0,
                 kind: str = "interrupted", runner: dict[str, Any] | None = None,
@@ -137,9 +130,9 @@ class SqliteLeases:
         with self.store.tx(durable=durable) as c:
             row = self._held(c, job_id, token)
             self._put_runner(c, row, runner, now)
-            forgiven = kind != "fenced" or may_refund(row)
+            forgiven = kind != "fenced" or rules.may_refund(row)
             if kind == "fenced":
-                message += refund_note(row, forgiven)
+                message += rules.refund_note(row, forgiven)
             if not forgiven:
                 return self._fail_row(c, row, message, True, None, now, now, kind)
             out = c.execute(
@@ -225,43 +218,21 @@ class SqliteLeases:
         now = self.clock.now()
         with self.store.tx() as c:
             row = self._held(c, job_id, token)
-            give = refund and may_refund(row)
+            give = refund and rules.may_refund(row)
             out = c.execute(
                 "UPDATE jobs SET lease_until = ?, tries = tries - ?, refunds = refunds + ?, updated_at = ?"
                 " WHERE id = ? RETURNING *",
                 (math.nextafter(now, -math.inf), int(give), int(give), now, job_id),
             ).fetchone()
-            if refund:
-                message += (f"; not counted as a try ({row['refunds'] + 1} of {MAX_CRASH_REFUNDS} forgiven)"
-                            if give else f"; counted as a try ({MAX_CRASH_REFUNDS} crashes already forgiven)")
-            event(c, job_id, now, "abandoned", row["attempts"], message)
+            event(c, job_id, now, "abandoned", row["attempts"], message + rules.abandon_note(refund, give, row))
             return self.rows.job(out)
 
     def _held(self, c: sqlite3.Connection, job_id: int, token: str) -> sqlite3.Row:
         row = self.rows.row(c, job_id)
-        if row["state"] != JobState.RUNNING.value or row["token"] is None or row["token"] != token:
-            if (row["state"] == JobState.QUEUED.value and row["token"] is None
-                    and row["attempts"] == 0):
-                raise IllegalTransition(f"job {job_id} is queued, not claimed by anyone")
-            raise LeaseLost(
-                f"job {job_id}: token {str(token)[:16]!r} no longer holds the lease "
-                f"(job is {row['state']}, attempt {row['attempts']})"
-            )
+        if not rules.holds(row, token):
+            raise rules.not_held(row, token)
         return row
 
-
-
-def may_refund(row: Any) -> bool:
-    """Whether a run cut short by sloth (a crash, a fence) may give its try
-    back: MAX_CRASH_REFUNDS times between user retries, one count for both."""
-    return bool(row["refunds"] < MAX_CRASH_REFUNDS and row["tries"] > 0)
-
-
-def refund_note(row: Any, given: bool) -> str:
-    """What the history says of a fence's try (given back or counted)."""
-    if given:
-        return f"; not counted as a try ({row['refunds'] + 1} of {MAX_CRASH_REFUNDS} forgiven)"
-    return f"; counted as a try ({MAX_CRASH_REFUNDS} crashes or fences already forgiven)"
 
 
 def past(t: float | None, now: float) -> float:
@@ -269,5 +240,3 @@ def past(t: float | None, now: float) -> float:
     return now if t is None or not math.isfinite(t) or t > now else t
 
 
-def _join(a: str, b: str) -> str:
-    return f"{a}; {b}" if a else b

@@ -4,7 +4,8 @@ there are in all (a listing never stops short without saying so).
 
 Sections, in order: running (oldest first), queued (the ones due now in the
 order a claim takes them, then the delayed ones by when they come due),
-blocked (oldest first), finished (most recent first). Composed into the
+blocked (oldest first), finished (most recent first): the sections and the
+paging are backends/rules.py's, shared with PostgreSQL. Composed into the
 queue and the read-only view beside their reads (backends/sqlite/reads.py).
 """
 
@@ -13,7 +14,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Callable, Sequence
 
-from sloth_daemon.models import FINISHED_STATES, STATE_NAMES, Job, Listing, state_name
+from sloth_daemon.backends import rules
+from sloth_daemon.models import Job, Listing
 
 ORDER = {
     "running": "id",
@@ -35,22 +37,18 @@ class SqliteListing:
     def listing(self, *, states: Sequence[str] | None = None, lane: str | None = None,
                 limit: int | None = None, offset: int = 0, finished_limit: int | None = None,
                 now: float, host: str | None = None) -> Listing:
-        wanted = set(STATE_NAMES) if not states else {state_name(s) for s in states}
+        wanted = rules.listed_states(states)
         where, args = _where(lane, host)
         counts = self.state_counts(where, args)
-        total = sum(counts[s] for s in wanted)
         jobs: list[Job] = []
-        for name, members, take, skip in _pages(_sections(wanted, counts, finished_limit), offset, limit):
+        for name, members, take, skip in rules.pages(rules.sections(wanted, counts, finished_limit), offset, limit):
             jobs += self._section(name, members, where, args, take, skip, now)
-        lanes = self.lane_counts()
-        return Listing(jobs, total, counts, offset, lanes if lane is None else {lane: lanes.get(lane, {})})
+        return rules.listing(jobs, counts, wanted, offset, self.lane_counts(), lane)
 
     def state_counts(self, where: str, args: dict[str, object]) -> dict[str, int]:
         """Jobs per state (every state named) that match a filter of _where."""
-        out = dict.fromkeys(STATE_NAMES, 0)
-        for st, n in self.conn.execute(f"SELECT state, count(*) FROM jobs WHERE {where} GROUP BY state", args):
-            out[st] = n
-        return out
+        sql = f"SELECT state, count(*) FROM jobs WHERE {where} GROUP BY state"
+        return rules.state_counts(self.conn.execute(sql, args))
 
     def _section(self, name: str, members: list[str], where: str, wargs: dict[str, object], take: int, skip: int,
                  now: float) -> list[Job]:
@@ -59,9 +57,6 @@ class SqliteListing:
                f" ORDER BY {ORDER[name]} LIMIT :take OFFSET :skip")
         args = {**{f"s{i}": m for i, m in enumerate(members)}, **wargs, "now": now, "take": take, "skip": skip}
         return [self.job(r) for r in self.conn.execute(sql, args)]
-
-
-WORKER_PREFIX = "sloth-daemon:"  # runs.worker_name: sloth-daemon:HOST:PID:INSTANCE
 
 
 def _where(lane: str | None, host: str | None) -> tuple[str, dict[str, object]]:
@@ -73,39 +68,7 @@ def _where(lane: str | None, host: str | None) -> tuple[str, dict[str, object]]:
         parts.append("lane = :lane")
         args["lane"] = lane
     if host is not None:
-        prefix = f"{WORKER_PREFIX}{host}:"
+        prefix = rules.host_prefix(host)
         parts.append("(place = :host OR substr(worker, 1, :plen) = :prefix)")
         args.update(host=host, plen=len(prefix), prefix=prefix)
     return " AND ".join(parts), args
-
-
-def _pages(sections: list[tuple[str, int, list[str]]], offset: int,
-           limit: int | None) -> list[tuple[str, list[str], int, int]]:
-    """(section, states, rows to take, rows to skip) for a page from
-    ``offset`` of at most ``limit`` rows across the sections in order."""
-    out = []
-    skip, room = offset, (limit if limit is not None else -1)
-    for name, size, members in sections:
-        if room == 0:
-            break
-        if skip >= size:
-            skip -= size
-            continue
-        take = size - skip if room < 0 else min(room, size - skip)
-        out.append((name, members, take, skip))
-        room, skip = (room - take if room > 0 else room), 0
-    return out
-
-
-def _sections(wanted: set[str], counts: dict[str, int],
-              finished_limit: int | None) -> list[tuple[str, int, list[str]]]:
-    """(section, rows in it, states) for the non-empty sections wanted, in order."""
-    out: list[tuple[str, int, list[str]]] = [
-        (s, counts[s], [s]) for s in ("running", "queued", "blocked") if s in wanted and counts[s]]
-    done = [s for s in FINISHED_STATES if s in wanted]
-    n = sum(counts[s] for s in done)
-    if finished_limit is not None:
-        n = min(n, finished_limit)
-    if n:
-        out.append(("finished", n, done))
-    return out

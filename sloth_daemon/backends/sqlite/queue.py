@@ -18,11 +18,13 @@ added after it; those are passed, after the commit, to ``on_side_change``.
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 from pathlib import Path
 from typing import Any, Callable, Collection, ContextManager, Iterable, Mapping, Sequence
 
+from sloth_daemon.backends import rules
 from sloth_daemon.backends.sqlite import db
 from sloth_daemon.backends.sqlite.batch import SqliteRequests
 from sloth_daemon.backends.sqlite.ends import JobEnds
@@ -35,10 +37,6 @@ from sloth_daemon.backends.sqlite.unit import SqliteStore
 from sloth_daemon.clock import Clock, SystemClock
 from sloth_daemon.models import Batch, Event, Job, JobState, Listing
 from sloth_daemon.spec import JobSpec
-
-DEFAULT_LEASE_S = 60.0
-DEFAULT_MAX_ATTEMPTS = 3
-DEFAULT_BACKOFF_CAP_S = 300.0
 
 
 class SqliteQueue:
@@ -59,9 +57,9 @@ class SqliteQueue:
         path: str | os.PathLike[str],
         clock: Clock | None = None,
         *,
-        lease_s: float = DEFAULT_LEASE_S,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        backoff_cap_s: float = DEFAULT_BACKOFF_CAP_S,
+        lease_s: float = rules.DEFAULT_LEASE_S,
+        max_attempts: int = rules.DEFAULT_MAX_ATTEMPTS,
+        backoff_cap_s: float = rules.DEFAULT_BACKOFF_CAP_S,
         lock_wait_s: float = 30.0,
     ) -> None:
         """``lock_wait_s``: how long a write waits for another process's lock
@@ -78,6 +76,8 @@ class SqliteQueue:
         self.reads = SqliteReads(conn, self.rows)
         self.listings = SqliteListing(conn, self.rows.job, self.reads.lane_counts)
         self.adds = SqliteEnqueue(self.store, self.clock, int(max_attempts), float(lease_s))
+        # enqueue(command, **fields): one job, a batch of one (rules.enqueue_one says its fields)
+        self.enqueue = functools.partial(rules.enqueue_one, self.adds.enqueue_many)
         self.ends = JobEnds(self.store, self.rows)
         self.leases = SqliteLeases(self.store, self.rows, self.ends, self.clock, float(backoff_cap_s))
         self.requests = SqliteRequests(self.store, self.rows, self.ends, self.adds, self.clock)
@@ -168,35 +168,9 @@ class SqliteQueue:
         self.close()
 
     # ---------------------------------------------------------- adding jobs
-    def enqueue(
-        self,
-        command: Sequence[str],
-        *,
-        max_attempts: int | None = None,
-        lease_s: float | None = None,
-        not_before: float | None = None,
-        priority: int = 0,
-        lane: str = "default",
-        key: str | None = None,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        timeout_s: float | None = None,
-        label: str | None = None,
-        shell: bool = False,
-    ) -> int:
-        """Add a job in state ``queued`` and return its id.
-
-        With ``key``: if an unfinished (blocked, queued or running) job has the
-        same key, return its id and add nothing. Raises BadRequest for invalid fields.
-        """
-        return self.adds.enqueue_many([dict(
-            command=command, max_attempts=max_attempts, lease_s=lease_s, not_before=not_before,
-            priority=priority, lane=lane, key=key, cwd=cwd, env=env, timeout_s=timeout_s,
-            label=label, shell=shell)])[0]
-
     def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None) -> list[int]:
         """Enqueue many jobs in one transaction; all or none. Same rules as
-        enqueue. A spec may be a job object or a JobSpec already validated.
+        enqueue (rules.enqueue_one). A spec may be a job object or a JobSpec already validated.
         With ``batch`` (a client's token), the ids are recorded under it in
         the same transaction, so a client that lost the answer can ask
         (batch_ids) whether the batch was queued: never "some of it". A
@@ -209,7 +183,7 @@ class SqliteQueue:
 
     def batch_ids(self, batch: str) -> list[int] | None:
         """The ids the batch ``batch`` was queued as, or None if it was not
-        (or its record was pruned: records are kept BATCH_RECORD_S)."""
+        (or its record was pruned: records are kept rules.BATCH_RECORD_S)."""
         return self.adds.batch_ids(batch)
 
     # ------------------------------------------------------ lease holders

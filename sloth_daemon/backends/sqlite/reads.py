@@ -14,9 +14,10 @@ import json
 import sqlite3
 from typing import Any, Callable, Collection, Sequence, TypeVar
 
+from sloth_daemon.backends import rules
 from sloth_daemon.backends.sqlite import db
 from sloth_daemon.errors import JobNotFound
-from sloth_daemon.models import STATE_NAMES, Event, Job, JobState
+from sloth_daemon.models import Event, Job, JobState
 from sloth_daemon.spec import integer
 from sloth_daemon.backends.sqlite import deps
 from sloth_daemon.backends.sqlite import pick
@@ -108,14 +109,12 @@ class SqliteReads:
         self, state: str | JobState | None = None, lane: str | None = None, limit: int = 1000,
         *, states: Sequence[str] | None = None,
     ) -> list[Job]:
-        wanted = list(states or ([] if state is None else [state]))
-        for s in wanted:
-            JobState(s)  # raises ValueError for an unknown state
+        wanted = rules.job_states(state, states)
         limit = integer(limit, "limit", 1000, lo=1)
         where, args = [], []
         if wanted:
             where.append(f"state IN ({','.join('?' * len(wanted))})")
-            args += [JobState(s).value for s in wanted]
+            args += wanted
         if lane is not None:
             where.append("lane = ?")
             args.append(lane)
@@ -134,10 +133,7 @@ class SqliteReads:
 
     @reads
     def counts(self) -> dict[str, int]:
-        out = dict.fromkeys(STATE_NAMES, 0)
-        for st, n in self.conn.execute("SELECT state, count(*) FROM jobs GROUP BY state"):
-            out[st] = n
-        return out
+        return rules.state_counts(self.conn.execute("SELECT state, count(*) FROM jobs GROUP BY state"))
 
     @reads
     def running(self) -> list[Job]:
@@ -165,11 +161,8 @@ class SqliteReads:
         return sorted(self.lane_counts())
 
     def lane_counts(self) -> dict[str, dict[str, int]]:
-        out: dict[str, dict[str, int]] = {}
-        for sql in (SQL_LANE_BLOCKED, SQL_LANE_QUEUED, SQL_LANE_RUNNING):
-            for lane, state, n in self.conn.execute(sql):
-                out.setdefault(lane, {"blocked": 0, "queued": 0, "running": 0})[state] = n
-        return out
+        return rules.lane_counts(r for sql in (SQL_LANE_BLOCKED, SQL_LANE_QUEUED, SQL_LANE_RUNNING)
+                                 for r in self.conn.execute(sql))
 
     def lane_busy(self, lane: str) -> bool:
         return any(self.conn.execute(sql, (lane,)).fetchone() is not None

@@ -1,7 +1,8 @@
 """A listing read a chunk at a time, for one too large to hold (`sloth ls
 --json` of a million jobs): the daemon sends each chunk as it is read and
 reads the next only once its reader has taken it (the counterpart of
-backends/postgres/scan.py; the sections and their order are backends/sqlite/listing.py's).
+backends/postgres/scan.py; the sections and paging are backends/rules.py's,
+the order in each backends/sqlite/listing.py's).
 
 At the start, in one short read transaction: the counts, the lanes, and
 the ids of the page in listing order, written to a temporary table of this
@@ -25,14 +26,14 @@ from __future__ import annotations
 import sqlite3
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from sloth_daemon.models import STATE_NAMES, Job, state_name
-from sloth_daemon.backends.sqlite.listing import ORDER, _pages, _sections, _where
+from sloth_daemon.models import Job
+from sloth_daemon.backends import rules
+from sloth_daemon.backends.sqlite.listing import ORDER, _where
 from sloth_daemon.backends.sqlite.reads import reads
 
 if TYPE_CHECKING:
     from sloth_daemon.backends.sqlite.listing import SqliteListing
 
-CHUNK = 500  # jobs per read (and per event on the socket)
 TABLE = "temp.sloth_listing"
 
 
@@ -48,7 +49,7 @@ class SqliteScan:
         self._listings, self._close_reader = listings, close_reader
         self.conn = listings.conn
         self._pos, self.sent = 0, 0
-        wanted = set(STATE_NAMES) if not states else {state_name(s) for s in states}
+        wanted = rules.listed_states(states)
         self.head = self._start(wanted, _where(lane, host), lane, limit, offset, finished_limit, now)
 
     @reads
@@ -62,7 +63,7 @@ class SqliteScan:
         try:
             counts = self._listings.state_counts(*filt)
             base = 0
-            for name, members, take, skip in _pages(_sections(wanted, counts, finished_limit), offset, limit):
+            for name, members, take, skip in rules.pages(rules.sections(wanted, counts, finished_limit), offset, limit):
                 c.execute(_insert(name, members, filt[0]), {**_members(members), **filt[1], "now": now,
                                                             "take": take, "skip": skip, "base": base - skip})
                 base += take
@@ -71,11 +72,10 @@ class SqliteScan:
         except BaseException:
             c.execute("ROLLBACK")
             raise
-        return {"counts": counts, "total": sum(counts[s] for s in wanted), "offset": offset,
-                "lanes": lanes if lane is None else {lane: lanes.get(lane, {})}}
+        return rules.scan_head(counts, wanted, offset, lanes, lane)
 
     @reads
-    def next(self, n: int = CHUNK) -> list[Job]:
+    def next(self, n: int = rules.CHUNK) -> list[Job]:
         """The next jobs of the listing, at most ``n`` ([] once it is all read)."""
         while True:
             ids = [(p, i) for p, i in self.conn.execute(

@@ -869,7 +869,7 @@ def test_attempts_count_runs_and_tries_the_budget(make_queue, clock):
 
 
 def test_a_crash_of_sloth_is_forgiven_a_bounded_number_of_times(make_queue, clock):
-    from sloth_daemon.backends.sqlite.leases import MAX_CRASH_REFUNDS
+    from sloth_daemon.backends.rules import MAX_CRASH_REFUNDS
 
     q = make_queue(max_attempts=1)
     jid = q.enqueue(["x"])
@@ -896,7 +896,7 @@ def test_a_fence_is_forgiven_as_a_crash_is_and_shares_its_bound(make_queue, cloc
     """A fenced run gives its try back only while crashes and fences
     forgiven stay under MAX_CRASH_REFUNDS; past it the fence counts (with a
     backoff) and the last try fails the job. Interruptions stay free."""
-    from sloth_daemon.backends.sqlite.leases import MAX_CRASH_REFUNDS
+    from sloth_daemon.backends.rules import MAX_CRASH_REFUNDS
 
     q = make_queue(max_attempts=2, backoff_cap_s=300)
     jid = q.enqueue(["x"])

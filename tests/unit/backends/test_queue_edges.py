@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from sloth_daemon.backends.sqlite.enqueue import BATCH_RECORD_S
+from sloth_daemon.backends.rules import BATCH_RECORD_S
 from sloth_daemon.errors import BadRequest, IllegalTransition, JobNotFound, StorageError
 from sloth_daemon.models import JobState
 from tests.support.queues import make_inserts_fail, sql

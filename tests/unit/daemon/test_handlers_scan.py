@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sloth_daemon.backends.sqlite.scan import CHUNK
+from sloth_daemon.backends.rules import CHUNK
 from sloth_daemon.config import Settings
 from sloth_daemon.daemon.control import Control
 from sloth_daemon.errors import BadRequest, SlothError

@@ -484,7 +484,7 @@ def test_fence_refunds_are_bounded_like_crash_refunds_so_a_lease_too_short_canno
     """Every run fenced (a lease its job cannot keep): the first
     MAX_CRASH_REFUNDS fences give their try back, later ones count, with a
     backoff, until the job fails -- instead of running again without end."""
-    from sloth_daemon.backends.sqlite.leases import MAX_CRASH_REFUNDS
+    from sloth_daemon.backends.rules import MAX_CRASH_REFUNDS
 
     w, q, sp = env(max_attempts=2, backoff_cap_s=60.0)
     a = q.enqueue(["a"])

@@ -1,0 +1,364 @@
+"""What both queue engines decide alike; no SQL here.
+
+backends/sqlite and backends/postgres each speak their own SQL, and neither
+imports the other: what they decide the same way is written once, here --
+the defaults of a queue, one job added as a batch of one, a batch validated
+whole and its ids kept as runs, how a new job that waits for others starts,
+who holds a lease, the backoff of a failed try and the tries a crash or a
+fence gives back, the states a request may name and why it refuses a job,
+how the counts of a read are told, how a listing is cut into sections and
+pages, and the words of the history. Plain values and functions: no state,
+no classes; each engine passes in what it read with its own SQL.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Mapping, Sequence
+
+from sloth_daemon.checks import DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS
+from sloth_daemon.errors import BadRequest, IllegalTransition, LeaseLost
+from sloth_daemon.models import FINISHED_STATES, STATE_NAMES, Batch, JobState, Listing, state_name
+from sloth_daemon.spec import Defaults, EnvCache, JobSpec
+
+if TYPE_CHECKING:
+    from sloth_daemon.models import Job
+
+__all__ = [
+    "BATCH_RECORD_S", "CHUNK", "DEFAULT_BACKOFF_CAP_S", "DEFAULT_LEASE_S", "DEFAULT_MAX_ATTEMPTS",
+    "MAX_CRASH_REFUNDS", "NEED_DONE", "NEED_END", "WORKER_PREFIX",
+    "JobRow", "abandon_note", "backoff_s", "ended_text", "enqueue_one", "give_up_message", "holds",
+    "host_prefix", "id_runs", "initial_state", "job_states", "key_taken", "lane_counts", "listed_states",
+    "listing", "may_refund", "not_cancellable", "not_held", "not_restartable", "not_retriable", "not_run",
+    "pages", "parse_specs", "prereqs_json", "refund_note", "retried_why", "retry_each", "retry_message", "retry_wanted",
+    "run_ids", "scan_head", "sections", "state_counts", "waits_for", "wanted_states",
+]
+
+DEFAULT_BACKOFF_CAP_S = 300.0  # the longest wait before a failed try is due again
+CHUNK = 500  # jobs per read of a scan (and per event on the socket)
+BATCH_RECORD_S = 86400.0  # how long a batch record is kept: long enough to ask after any crash and restart
+WORKER_PREFIX = "sloth-daemon:"  # runs.worker_name: sloth-daemon:HOST:PID:INSTANCE
+# A run cut short by a crash of sloth itself (the keeper gone too: a reboot,
+# a power cut) does not count against max_attempts -- but only this many
+# times between user retries, so a job that brings sloth down cannot loop.
+MAX_CRASH_REFUNDS = 3
+NEED_DONE, NEED_END = "done", "end"  # deps.need: --after, --after-any
+# A row of the jobs table, read by column name: an sqlite3.Row or psycopg's dict row.
+JobRow = Any
+
+
+# ---------------------------------------------------------------- adding jobs
+def enqueue_one(
+    enqueue_many: Callable[[list[dict[str, Any]]], list[int]],
+    command: Sequence[str],
+    *,
+    max_attempts: int | None = None,
+    lease_s: float | None = None,
+    not_before: float | None = None,
+    priority: int = 0,
+    lane: str = "default",
+    key: str | None = None,
+    cwd: str | None = None,
+    env: dict[str, str] | None = None,
+    timeout_s: float | None = None,
+    label: str | None = None,
+    shell: bool = False,
+) -> int:
+    """Add a job in state ``queued`` and return its id: a batch of one
+    through ``enqueue_many`` (each queue's ``enqueue`` is this, bound to its own).
+
+    With ``key``: if an unfinished (blocked, queued or running) job has the
+    same key, return its id and add nothing. Raises BadRequest for invalid fields.
+    """
+    return enqueue_many([dict(
+        command=command, max_attempts=max_attempts, lease_s=lease_s, not_before=not_before,
+        priority=priority, lane=lane, key=key, cwd=cwd, env=env, timeout_s=timeout_s,
+        label=label, shell=shell)])[0]
+
+
+def parse_specs(specs: Iterable[Mapping[str, Any] | JobSpec], max_attempts: int, lease_s: float) -> list[JobSpec]:
+    """A batch validated whole before anything is written: each spec (a job
+    object, or a JobSpec already validated) with the queue's defaults for the
+    fields it leaves out. Raises BadRequest."""
+    cache: EnvCache = {}
+    defaults = Defaults(max_attempts, lease_s)
+    rows = [s if isinstance(s, JobSpec) else JobSpec.parse(s, defaults, cache) for s in specs]
+    if rows and rows[0].after_previous:
+        raise BadRequest("after_previous on the first job of a batch: it has no previous job")
+    return rows
+
+
+def id_runs(ids: list[int]) -> list[list[int]]:
+    """[3, 4, 5, 9] -> [[3, 5], [9, 9]]: a batch's ids are mostly consecutive."""
+    out: list[list[int]] = []
+    for i in ids:
+        if out and i == out[-1][1] + 1:
+            out[-1][1] = i
+        else:
+            out.append([i, i])
+    return out
+
+
+def run_ids(runs: Iterable[Sequence[int]]) -> list[int]:
+    """The ids again from their runs (id_runs undone)."""
+    return [i for a, b in runs for i in range(a, b + 1)]
+
+
+# ---------------------------------------------------------------- dependencies
+def waits_for(spec: JobSpec, previous: int | None) -> list[tuple[int, str]]:
+    """(id, need) of each job ``spec`` waits for; ``previous``: the id of
+    the job before it in its batch (what ``after_previous`` names)."""
+    wanted = [(i, NEED_DONE) for i in spec.after] + [(i, NEED_END) for i in spec.after_any]
+    if spec.after_previous and previous is not None:
+        wanted.append((previous, NEED_DONE if spec.after_previous == "after" else NEED_END))
+    return wanted
+
+
+def prereqs_json(wanted: Iterable[tuple[int, str]]) -> str | None:
+    """The ``jobs.prereqs`` text of a job that waits for ``wanted`` (id,
+    need): what it was added after, for display."""
+    wanted = list(wanted)
+    a, b = [i for i, n in wanted if n == NEED_DONE], [i for i, n in wanted if n == NEED_END]
+    if not a and not b:
+        return None
+    return json.dumps({"after": a, "after_any": b})
+
+
+def initial_state(wanted: list[tuple[int, str]], state_of: Callable[[int], str]) -> tuple[str, str]:
+    """(state, why) for a new job that waits for ``wanted`` (id, need):
+    ``cancelled`` if one it needs done already ended otherwise, ``blocked``
+    while any is unfinished, else ``queued``. ``state_of``: a prerequisite's
+    state (asked in order, and no further once the answer is ``cancelled``;
+    it raises JobNotFound)."""
+    blocked = None
+    for pid, need in wanted:
+        state = state_of(pid)
+        if need == NEED_DONE and state in FINISHED_STATES and state != "done":
+            return "cancelled", not_run(pid, state)
+        if state not in FINISHED_STATES and blocked is None:
+            blocked = pid
+    if blocked is not None:
+        return "blocked", f"waits for job {blocked}"
+    return "queued", ""
+
+
+def not_run(pid: int, state: str) -> str:
+    """Why a job that needed job ``pid`` done is cancelled."""
+    return f"not run: job {pid}, which it runs after, {ended_text(state)}"
+
+
+def ended_text(state: str) -> str:
+    """How a prerequisite's end reads in a history: "is done", "failed"..."""
+    return {"done": "is done", "failed": "failed", "cancelled": "was cancelled"}.get(state, f"is {state}")
+
+
+# ---------------------------------------------------------------- leases
+def holds(row: JobRow, token: object) -> bool:
+    """Whether ``token`` holds the lease of the job in ``row``."""
+    return row["state"] == JobState.RUNNING.value and row["token"] is not None and row["token"] == token
+
+
+def not_held(row: JobRow, token: object) -> Exception:
+    """Why ``token`` does not hold the job's lease: never claimed at all
+    (IllegalTransition), or the lease moved on (LeaseLost)."""
+    job_id = row["id"]
+    if row["state"] == JobState.QUEUED.value and row["token"] is None and row["attempts"] == 0:
+        return IllegalTransition(f"job {job_id} is queued, not claimed by anyone")
+    return LeaseLost(f"job {job_id}: token {str(token)[:16]!r} no longer holds the lease "
+                     f"(job is {row['state']}, attempt {row['attempts']})")
+
+
+def backoff_s(tries: int, cap_s: float) -> float:
+    """The wait before a failed try is due again: doubles with each try, up to ``cap_s``."""
+    return min(2.0 ** min(tries, 1000), cap_s)  # 2.0**1024 overflows
+
+
+def retry_message(message: str, row: JobRow, delay_s: float) -> str:
+    """The history's words for a failed try that will be retried."""
+    return _join(message, f"retry {row['tries'] + 1}/{row['max_attempts']} in {delay_s:g}s")
+
+
+def give_up_message(message: str, retry: bool) -> str:
+    """The history's words for a failed try that ends the job."""
+    return _join(message, "no attempts left" if retry else "not retried")
+
+
+def may_refund(row: JobRow) -> bool:
+    """Whether a run cut short by sloth (a crash, a fence) may give its try
+    back: MAX_CRASH_REFUNDS times between user retries, one count for both."""
+    return bool(row["refunds"] < MAX_CRASH_REFUNDS and row["tries"] > 0)
+
+
+def refund_note(row: JobRow, given: bool) -> str:
+    """What the history says of a fence's try (given back or counted)."""
+    if given:
+        return f"; not counted as a try ({row['refunds'] + 1} of {MAX_CRASH_REFUNDS} forgiven)"
+    return f"; counted as a try ({MAX_CRASH_REFUNDS} crashes or fences already forgiven)"
+
+
+def abandon_note(refund: bool, given: bool, row: JobRow) -> str:
+    """What the history says of an abandoned lease's try, when a refund was asked."""
+    if not refund:
+        return ""
+    if given:
+        return f"; not counted as a try ({row['refunds'] + 1} of {MAX_CRASH_REFUNDS} forgiven)"
+    return f"; counted as a try ({MAX_CRASH_REFUNDS} crashes already forgiven)"
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a else b
+
+
+# ---------------------------------------------------------------- requests
+def wanted_states(states: Sequence[str] | None, allowed: Sequence[str], action: str) -> list[str] | None:
+    """Validated state names (``claimed`` read as ``running``) among
+    ``allowed`` for ``action``; None when none are named."""
+    if states is None:
+        return None
+    out = []
+    for s in states:
+        try:
+            name = state_name(s)
+        except ValueError:
+            raise BadRequest(f"unknown state {s!r}", hint=f"States: {', '.join(allowed)}.") from None
+        if name not in allowed:
+            raise BadRequest(f"cannot {action} {name} jobs", hint=f"States to {action}: {', '.join(allowed)}.")
+        out.append(name)
+    return out
+
+
+def not_cancellable(job_id: int, state: str) -> IllegalTransition:
+    return IllegalTransition(f"job {job_id} is {state}; only blocked, queued or running jobs can be cancelled")
+
+
+def not_retriable(job_id: int, state: str) -> IllegalTransition:
+    return IllegalTransition(
+        f"job {job_id} is {state}; only failed or cancelled jobs can be retried",
+        hint="A queued or running job will run anyway; `sloth restart` queues a finished one again.",
+    )
+
+
+def key_taken(other: object, key: str) -> IllegalTransition:
+    """A retry refused: job ``other``, still active, has the same key."""
+    return IllegalTransition(f"job {other} with the same key {key!r} is still active",
+                             hint=f"Wait for job {other} or cancel it first.")
+
+
+def retried_why(waits: int | None) -> str:
+    """The ``retried`` event's words: queued, or blocked on job ``waits``."""
+    return "back to queued by user" if waits is None else f"retried by user; waits for job {waits}"
+
+
+def retry_wanted(ids: Sequence[int] | None, states: Sequence[str] | None) -> list[str] | None:
+    """The states retry_many takes: those named (failed or cancelled), by
+    default (neither ids nor states) the failed jobs."""
+    wanted = wanted_states(states, (JobState.FAILED.value, JobState.CANCELLED.value), "retry")
+    return [JobState.FAILED.value] if ids is None and states is None else wanted
+
+
+def retry_each(rows: Iterable[JobRow], busy: Collection[int], retry: Callable[[JobRow], Job]) -> Batch:
+    """retry_many's answer: each of ``rows`` retried by ``retry``, or
+    skipped with why (``busy``: still being stopped; or refused)."""
+    out = Batch([])
+    for row in rows:
+        if row["id"] in busy:
+            out.skipped.append((row["id"], f"job {row['id']} is still being stopped"))
+            continue
+        try:
+            out.jobs.append(retry(row))
+        except IllegalTransition as e:
+            out.skipped.append((row["id"], e.message))
+    return out
+
+
+def not_restartable(job_id: int, state: str) -> str:
+    return f"job {job_id} is {state}; only finished jobs can be restarted"
+
+
+# ---------------------------------------------------------------- reads
+def job_states(state: str | JobState | None, states: Sequence[str] | None) -> list[str]:
+    """The states ``jobs()`` filters on (``states``, else ``state``, else
+    none: all). Raises ValueError for an unknown state."""
+    wanted = list(states or ([] if state is None else [state]))
+    for s in wanted:
+        JobState(s)  # raises ValueError for an unknown state
+    return [JobState(s).value for s in wanted]
+
+
+def state_counts(rows: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """Jobs per state from (state, n) rows, every state named (0 for none)."""
+    out = dict.fromkeys(STATE_NAMES, 0)
+    for state, n in rows:
+        out[state] = n
+    return out
+
+
+def lane_counts(rows: Iterable[tuple[str, str, int]]) -> dict[str, dict[str, int]]:
+    """lane -> {blocked, queued, running: n} from (lane, state, n) rows."""
+    out: dict[str, dict[str, int]] = {}
+    for lane, state, n in rows:
+        out.setdefault(lane, {"blocked": 0, "queued": 0, "running": 0})[state] = n
+    return out
+
+
+# ---------------------------------------------------------------- listings
+def listed_states(states: Sequence[str] | None) -> set[str]:
+    """The states a listing shows: those named (``claimed`` read as
+    ``running``), or all. Raises ValueError for an unknown state."""
+    return set(STATE_NAMES) if not states else {state_name(s) for s in states}
+
+
+def host_prefix(host: str) -> str:
+    """What the worker name of every daemon of ``host`` starts with."""
+    return f"{WORKER_PREFIX}{host}:"
+
+
+def listing(jobs: list[Job], counts: dict[str, int], wanted: set[str], offset: int,
+            lanes: dict[str, dict[str, int]], lane: str | None) -> Listing:
+    """A page of a listing: its jobs, the selection's total, the counts, and
+    the lanes (the selection's lane, or all)."""
+    return Listing(jobs, sum(counts[s] for s in wanted), counts, offset, _lanes_shown(lanes, lane))
+
+
+def scan_head(counts: dict[str, int], wanted: set[str], offset: int,
+              lanes: dict[str, dict[str, int]], lane: str | None) -> dict[str, Any]:
+    """What a scan says before its first chunk (a listing's figures, no jobs)."""
+    return {"counts": counts, "total": sum(counts[s] for s in wanted), "offset": offset,
+            "lanes": _lanes_shown(lanes, lane)}
+
+
+def _lanes_shown(lanes: dict[str, dict[str, int]], lane: str | None) -> dict[str, dict[str, int]]:
+    return lanes if lane is None else {lane: lanes.get(lane, {})}
+
+
+def sections(wanted: set[str], counts: dict[str, int],
+             finished_limit: int | None) -> list[tuple[str, int, list[str]]]:
+    """(section, rows in it, states) for the non-empty sections wanted, in
+    the order ``sloth ls`` shows them: running, queued, blocked, finished."""
+    out: list[tuple[str, int, list[str]]] = [
+        (s, counts[s], [s]) for s in ("running", "queued", "blocked") if s in wanted and counts[s]]
+    done = [s for s in FINISHED_STATES if s in wanted]
+    n = sum(counts[s] for s in done)
+    if finished_limit is not None:
+        n = min(n, finished_limit)
+    if n:
+        out.append(("finished", n, done))
+    return out
+
+
+def pages(sections: list[tuple[str, int, list[str]]], offset: int,
+          limit: int | None) -> list[tuple[str, list[str], int, int]]:
+    """(section, states, rows to take, rows to skip) for a page from
+    ``offset`` of at most ``limit`` rows across the sections in order."""
+    out = []
+    skip, room = offset, (limit if limit is not None else -1)
+    for name, size, members in sections:
+        if room == 0:
+            break
+        if skip >= size:
+            skip -= size
+            continue
+        take = size - skip if room < 0 else min(room, size - skip)
+        out.append((name, members, take, skip))
+        room, skip = (room - take if room > 0 else room), 0
+    return out
