@@ -140,7 +140,7 @@ def normal_install(where: Path) -> dict[str, str]:
     src.mkdir(parents=True)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, src / name)
-    for name in ("sloth_daemon", "service", "bin"):
+    for name in ("sloth_daemon", "service"):
         shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     venv = where / "venv"
     subprocess.run([PY, "-m", "venv", str(venv)], check=True)
