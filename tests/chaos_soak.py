@@ -657,7 +657,7 @@ class Soak:
         try:
             pid = self.ask("status")["keeper"]["pid"]
             keeper = psutil.Process(int(pid))
-            if "sloth_daemon.keeper.main" not in " ".join(keeper.cmdline()):
+            if "sloth_daemon.keeper" not in " ".join(keeper.cmdline()):
                 return
         except (TypeError, psutil.Error, *TRANSIENT):
             self.count("keeper_stop_no_keeper")
@@ -1294,7 +1294,7 @@ class Soak:
 def _sloth_or_job(p: psutil.Process) -> bool:
     """The keeper, or a job process (it carries its run's token); not a client."""
     try:
-        return "sloth_daemon.keeper.main" in " ".join(p.cmdline()) or "SLOTH_JOB_TOKEN" in p.environ()
+        return "sloth_daemon.keeper" in " ".join(p.cmdline()) or "SLOTH_JOB_TOKEN" in p.environ()
     except psutil.Error:
         return False
 

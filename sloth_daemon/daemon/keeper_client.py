@@ -380,7 +380,7 @@ async def _start(paths: Paths, python: str, check_s: float, idle_exit_s: float) 
     for d in (paths.data_dir, paths.runtime_dir, paths.log_dir):
         ensure_private_dir(d)
     _rotate(paths.keeper_log)
-    argv = [python, "-m", "sloth_daemon.keeper.main", "--detach", "--socket", str(paths.keeper_socket),
+    argv = [python, "-m", "sloth_daemon.keeper", "--detach", "--socket", str(paths.keeper_socket),
             "--lock", str(paths.keeper_lock), "--journal", str(paths.keeper_journal),
             "--daemon-lock", str(paths.lock), "--log", str(paths.keeper_log),
             "--check-s", str(check_s), "--idle-exit-s", str(idle_exit_s)]

@@ -8,7 +8,7 @@ not, so nothing runs unwatched. It knows nothing of the queue, SQLite,
 lanes or the CLI. Its contract (wire protocol, journal, trust rule) is in
 keeper/wire.py; keeper_client.py is the daemon's side of it.
 
-This module is its start (``python -m sloth_daemon.keeper.main``): arguments,
+This module is its start (``python -m sloth_daemon.keeper``, keeper/__main__.py): arguments,
 the lock, the socket, detaching. The rest: keeper/server.py (connections,
 ops, when to exit), keeper/runs.py (the run table: exits, timeouts, trust,
 orphans) and the held runs it owns, keeper/held.py (spawn ``after``),
@@ -102,7 +102,7 @@ def detach(log_path: Path | None) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m sloth_daemon.keeper.main")
+    p = argparse.ArgumentParser(prog="python -m sloth_daemon.keeper")
     p.add_argument("--socket", type=Path, required=True)
     p.add_argument("--lock", type=Path, required=True)
     p.add_argument("--journal", type=Path, required=True)

@@ -1,4 +1,4 @@
-"""Run a real keeper (``python -m sloth_daemon.keeper.main``) in a short temporary
+"""Run a real keeper (``python -m sloth_daemon.keeper``, keeper/__main__.py) in a short temporary
 folder and talk to it over its real socket, for tests and measuring scripts.
 
 Every process a rig starts carries ``SLOTH_KEEPER_TEST=<its folder>`` in its
@@ -128,7 +128,7 @@ class KeeperRig:
     # ---------------------------------------------------------------- keeper
     def argv(self, *, check_s: float = 0.2, idle_exit_s: float = 60.0) -> list[str]:
         p = self.paths
-        return [sys.executable, "-m", "sloth_daemon.keeper.main", "--socket", str(p.keeper_socket),
+        return [sys.executable, "-m", "sloth_daemon.keeper", "--socket", str(p.keeper_socket),
                 "--lock", str(p.keeper_lock), "--journal", str(p.keeper_journal),
                 "--check-s", str(check_s), "--idle-exit-s", str(idle_exit_s)]
 
@@ -192,7 +192,7 @@ class KeeperRig:
         sock = str(self.paths.keeper_socket)
         out = []
         for p in psutil.process_iter(["cmdline"]):
-            if sock in (p.info["cmdline"] or []) and "sloth_daemon.keeper.main" in (p.info["cmdline"] or []):
+            if sock in (p.info["cmdline"] or []) and "sloth_daemon.keeper" in (p.info["cmdline"] or []):
                 out.append(p.pid)
         return out
 
