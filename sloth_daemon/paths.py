@@ -200,24 +200,13 @@ def check_socket_path(p: Path) -> None:
         )
 
 
-def ensure_private_dir(p: Path) -> None:
-    """Create ``p`` (and parents) 0700 and check it is ours (paths.py).
-    Raises StorageError with the fix."""
-    ensure_dir(p)
-
-
 def secure_all(paths: Paths) -> None:
     """Make and check every folder, and check every file there is (the
     daemon's start, before anything is created in them)."""
     for d in paths.private_dirs():
-        ensure_private_dir(d)
+        ensure_dir(d)
     for f in paths.private_files():
         secure(f, is_dir=False)
-
-
-def open_private_log(p: Path) -> BinaryIO:
-    """The daemon's log, to append to: 0600, never through a link."""
-    return open_append(p)
 
 
 DIR_MODE = 0o700

@@ -10,7 +10,7 @@ import time
 
 from sloth_daemon.cli.client import Client
 from sloth_daemon.errors import DaemonNotAnswering, SlothError
-from sloth_daemon.paths import Paths, check_socket_path, ensure_private_dir, open_private_log
+from sloth_daemon.paths import Paths, check_socket_path, ensure_dir, open_append
 from sloth_daemon.safefile import open_file
 
 
@@ -93,8 +93,8 @@ def _wait_for_pid(paths: Paths, timeout_s: float) -> int | None:
 
 def _spawn_detached(paths: Paths) -> subprocess.Popen[bytes]:
     """``sloth daemon run`` in a new session, its output to the daemon log."""
-    ensure_private_dir(paths.log_dir)
-    log = open_private_log(paths.daemon_log)
+    ensure_dir(paths.log_dir)
+    log = open_append(paths.daemon_log)
     try:
         return subprocess.Popen(
             [sys.executable, "-m", "sloth_daemon", "daemon", "run"],

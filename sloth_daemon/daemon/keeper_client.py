@@ -25,7 +25,7 @@ from typing import Any, AsyncIterator, Callable, Protocol
 from sloth_daemon.keeper import peercred
 from sloth_daemon.errors import SlothError
 from sloth_daemon.keeper.wire import ENV_REFS_KEPT, MAX_FRAME, VERSION, Cork, boot_now, encode, read_journal
-from sloth_daemon.paths import Paths, ensure_private_dir
+from sloth_daemon.paths import Paths, ensure_dir
 from sloth_daemon.daemon.keeper_hello import KeeperVersionMismatch, hello_answer
 
 __all__ = ["KeeperClient", "KeeperError", "KeeperVersionMismatch", "RunSink", "boot_now", "read_journal"]
@@ -378,7 +378,7 @@ async def _start(paths: Paths, python: str, check_s: float, idle_exit_s: float) 
     once its socket is bound, so its starter's exit is the signal (0: ready;
     EXIT_LOCKED: another keeper won a race, also fine; else its stderr says why)."""
     for d in (paths.data_dir, paths.runtime_dir, paths.log_dir):
-        ensure_private_dir(d)
+        ensure_dir(d)
     _rotate(paths.keeper_log)
     argv = [python, "-m", "sloth_daemon.keeper", "--detach", "--socket", str(paths.keeper_socket),
             "--lock", str(paths.keeper_lock), "--journal", str(paths.keeper_journal),

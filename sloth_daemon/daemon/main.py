@@ -47,7 +47,7 @@ from sloth_daemon.clock import SystemClocks
 from sloth_daemon.daemon.control import Control
 from sloth_daemon.errors import DaemonAlreadyRunning, SlothError, StorageError
 from sloth_daemon.daemon.sdnotify import Notifier
-from sloth_daemon.paths import Paths, check_socket_path, ensure_private_dir, resolve, secure_all
+from sloth_daemon.paths import Paths, check_socket_path, ensure_dir, resolve, secure_all
 from sloth_daemon.queue import Queue
 from sloth_daemon.safefile import open_file
 from sloth_daemon.daemon.server import Server
@@ -79,7 +79,7 @@ class InstanceLock:
 
     def __init__(self, paths: Paths) -> None:
         self.path = paths.lock
-        ensure_private_dir(paths.data_dir)
+        ensure_dir(paths.data_dir)
         try:
             self.fd = open_file(self.path, os.O_RDWR | os.O_CREAT)  # a FIFO there is refused, not waited on
         except OSError as e:
@@ -197,14 +197,14 @@ class Daemon:
 
     async def _take_over(self) -> None:
         """Connect to the keeper and adopt what it holds (module docstring)."""
-        ensure_private_dir(self.paths.jobs_log_dir)  # the keeper writes logs there, and makes no folders
+        ensure_dir(self.paths.jobs_log_dir)  # the keeper writes logs there, and makes no folders
         held = await self.keeper.connect()
         self.keeper.on_resync = lambda runs: self.worker.spawn_task(self.worker.reconcile(runs))
         await self.worker.reconcile(held)
         log.info("keeper pid %s: %d run(s) adopted", self.keeper.pid, len(self.worker.running))
 
     async def _listen(self) -> None:
-        ensure_private_dir(self.paths.runtime_dir)
+        ensure_dir(self.paths.runtime_dir)
         check_socket_path(self.paths.socket)
         self.paths.socket.unlink(missing_ok=True)  # stale: the instance lock proves nobody serves it
         await self.server.start(self.paths.socket)

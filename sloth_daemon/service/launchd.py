@@ -11,7 +11,7 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 from sloth_daemon.errors import ServiceError
-from sloth_daemon.paths import Paths, ensure_private_dir
+from sloth_daemon.paths import Paths, ensure_dir
 from sloth_daemon.service.common import (
     LABEL, MANAGER, Report, baked_env, env_notes, fill, read_text, remove, run, template, write_if_changed,
 )
@@ -60,7 +60,7 @@ def _bootout(r: Report, wait_s: float) -> None:
 
 
 def install(content: str, p: Paths, path: Path, *, now: bool) -> Report:
-    ensure_private_dir(p.log_dir)  # launchd opens StandardOutPath but will not create its folder
+    ensure_dir(p.log_dir)  # launchd opens StandardOutPath but will not create its folder
     r = Report("macos", str(path))
     r.state = write_if_changed(path, content, r)
     loaded = _print()[0]

@@ -87,7 +87,7 @@ def test_too_long_socket_path_is_a_clear_error(tmp_path):
 
 def test_private_dir_is_0700(tmp_path):
     d = tmp_path / "a" / "b"
-    paths.ensure_private_dir(d)
+    paths.ensure_dir(d)
     assert (d.stat().st_mode & 0o777) == 0o700
 
 
@@ -95,7 +95,7 @@ def test_private_dir_under_a_file_fails_clearly(tmp_path):
     f = tmp_path / "file"
     f.write_text("")
     with pytest.raises(StorageError) as e:
-        paths.ensure_private_dir(f / "sub")
+        paths.ensure_dir(f / "sub")
     assert str(f / "sub") in e.value.message
 
 

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import pytest
 
 from sloth_daemon import protocol
-from sloth_daemon.paths import Paths, ensure_private_dir, resolve
+from sloth_daemon.paths import Paths, ensure_dir, resolve
 from tests.support.harness import sandbox_env
 
 SLOTH = Path(sys.executable).with_name("sloth")
@@ -41,7 +41,7 @@ class FakeDaemon:
     """Answers `status` (one request per connection) on the real socket path."""
 
     def __init__(self, p: Paths, status: Callable[[], dict[str, Any]]) -> None:
-        ensure_private_dir(p.runtime_dir)
+        ensure_dir(p.runtime_dir)
         self.status = status
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(str(p.socket))
@@ -104,7 +104,7 @@ class Box:
 
     def make_db(self) -> Path:
         db = self.paths.db
-        ensure_private_dir(db.parent)
+        ensure_dir(db.parent)
         con = sqlite3.connect(db)
         os.chmod(db, 0o600)  # as the daemon makes it
         con.execute("PRAGMA journal_mode=WAL")
@@ -183,7 +183,7 @@ def test_nothing_installed_or_running_warns_but_passes(box):
 
 def test_broken_database_fails_with_a_hint_and_is_not_written(box):
     db = box.paths.db
-    ensure_private_dir(db.parent)
+    ensure_dir(db.parent)
     db.write_bytes(b"this is not sqlite at all" * 200)
     before = db.read_bytes()
     code, checks = box.doctor()
@@ -271,7 +271,7 @@ def test_service_problems(box):
 
 def test_stale_socket_file_is_only_a_warning(box):
     p = box.paths
-    ensure_private_dir(p.runtime_dir)
+    ensure_dir(p.runtime_dir)
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.bind(str(p.socket))
     os.chmod(p.socket, 0o600)
