@@ -264,13 +264,20 @@ def secure(p: Path, *, is_dir: bool) -> None:
     except OSError as e:
         _refuse(p, *_open_problem(p, e, is_dir))
     try:
-        found = _problem(p, os.fstat(fd), is_dir)
-        if found is not None and found[0] != "loose":
-            _refuse(p, *found)
-        if found is not None:
-            os.fchmod(fd, DIR_MODE if is_dir else FILE_MODE)
+        _hold_to_rule(p, fd, is_dir)
     finally:
         os.close(fd)
+
+
+def _hold_to_rule(p: Path, fd: int, is_dir: bool) -> None:
+    """What ``fd`` (opened as ``p``) is must be ours: refused (StorageError)
+    for a wrong type, another owner or a mode others may write; a mode that
+    lets others read is tightened."""
+    found = _problem(p, os.fstat(fd), is_dir)
+    if found is not None and found[0] != "loose":
+        _refuse(p, *found)
+    if found is not None:
+        os.fchmod(fd, DIR_MODE if is_dir else FILE_MODE)
 
 
 def problems(p: Path, *, is_dir: bool) -> tuple[str, bool] | None:
@@ -335,11 +342,7 @@ def open_append(p: Path) -> BinaryIO:
     except OSError as e:
         _refuse(p, *_open_problem(p, e, False))
     try:
-        found = _problem(p, os.fstat(fd), False)
-        if found is not None and found[0] != "loose":
-            _refuse(p, *found)
-        if found is not None:
-            os.fchmod(fd, FILE_MODE)
+        _hold_to_rule(p, fd, False)
         return os.fdopen(fd, "ab")
     except BaseException:
         os.close(fd)
