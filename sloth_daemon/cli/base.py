@@ -1,5 +1,7 @@
-"""What the commands share, without Typer: the daemon connection, reading
-the queue file when no daemon answers, JSON output, ids and durations as
+"""What the commands share, without Typer: the daemon connection (started
+when a command needs it and none runs, as `sloth add` always did: after a
+crash `cancel`, `wait` or `logs -f` bring it back and say so), reading the
+queue file when no daemon answers, JSON output, ids and durations as
 typed. The Typer commands get these through app.py; the fast path
 (fast.py) uses them directly, so both do the same.
 
