@@ -7,7 +7,7 @@ Both readers of the command line are made from this: the Typer app
 To put a command on the fast path, set ``fast=True`` on it: its function
 must then run without Typer (print with edge.echo, return the exit code,
 raise SlothError), as add_run.add, look_run.ls/show, look.logs/status,
-act.py's and lanes.lane_ls do: every command a person types daily. An
+act.py's and lanes.py's do: every command a person types daily. An
 option with ``fast=False`` is left to Typer (the fast path refuses a line
 that has it). A command that needs the daemon gets it started by
 base.connect when none runs, whichever path read its line.
@@ -184,7 +184,7 @@ COMMANDS: tuple[Command, ...] = (
         _json(), arg=_IDS_ANY, fast=True),
     Command(
         "restart", "Queue finished jobs again as new jobs with the same command, lane,\nfolder, environment and "
-        "limits (prints the new ids).", "sloth_daemon.cli.act:restart", _json(), arg=_ids()),
+        "limits (prints the new ids).", "sloth_daemon.cli.act:restart", _json(), arg=_ids(), fast=True),
     Command(
         "kill", "Stop running jobs now: end their process trees (SIGTERM, then SIGKILL\nafter the grace) and mark "
         "them cancelled, not retried.", "sloth_daemon.cli.act:kill",
@@ -205,7 +205,7 @@ COMMANDS: tuple[Command, ...] = (
                complete=STATES),
         Option("lane", "--lane -l", VALUE, None, "Only this lane.", complete=LANES),
         Option("dry_run", "--dry-run", FLAG, False, "Say how many, delete nothing."),
-        _json()),
+        _json(), fast=True),
     Command(
         "lane ls", "Every lane: concurrency (and where it comes from), running, queued, blocked, paused.",
         "sloth_daemon.cli.lanes:lane_ls", _json(), fast=True),
@@ -214,10 +214,10 @@ COMMANDS: tuple[Command, ...] = (
         "sloth_daemon.cli.lanes:lane_set",
         Option("concurrency", "--concurrency -c", INT, REQUIRED, "Jobs at once; 0 pauses the lane."),
         Option("create", "--create", FLAG, False, "Make the lane if it does not exist yet."),
-        _json(), arg=Argument("name", many=False, metavar="LANE", complete=LANES)),
+        _json(), arg=Argument("name", many=False, metavar="LANE", complete=LANES), fast=True),
     Command(
         "lane rm", "Forget a lane that has no blocked, queued or running jobs (say, a typo).",
-        "sloth_daemon.cli.lanes:lane_rm", arg=Argument("name", many=False, metavar="LANE", complete=LANES)),
+        "sloth_daemon.cli.lanes:lane_rm", arg=Argument("name", many=False, metavar="LANE", complete=LANES), fast=True),
     Command(
         "config", "Show the settings in force and where each comes from (the daemon's,\nor the file's when none "
         "runs), lanes as `sloth lane set` left them.", "sloth_daemon.cli.admin:config",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 
 import psutil
 import pytest
@@ -86,13 +87,23 @@ def test_after_a_crash_each_command_that_needs_the_daemon_starts_it_and_the_keep
     harness.wait_for(lambda: not alive(pid), what="the killed job's process gone")
 
     # Reading needs no daemon: the file is read, and none is started.
+    time.sleep(0.01)  # every finished job ended before "now" by more than 0 s
+    n = harness.call("prune", older_than_s=0, dry_run=True)["would_prune"]
+    assert n >= 4  # done, two cancelled, the killed one
     crash(harness)
-    for argv, out in ((("prune", "--dry-run", "--older-than", "0"), "would prune "), (("status",), "not running"),
+    for argv, out in ((("prune", "--dry-run", "--older-than", "0"), f"would prune {n} job(s)"),
+                      (("prune", "--dry-run", "-s", "done", "-l", "default"), "would prune 0 job(s)"),
+                      (("status",), "not running"),
                       (("lane", "ls"), "hold"), (("logs", str(done)), "out loud")):
         r = harness.cli(*argv)
         assert r.returncode == 0 and out in r.stdout, (argv, r.stdout, r.stderr)
         assert "reading the queue file (read-only)" in r.stderr and not STARTED.search(r.stderr), (argv, r.stderr)
     assert not answers(harness)
+    r = harness.cli("prune", "--dry-run", "-s", "running")  # checked as the daemon checks
+    assert r.returncode == 2 and "cannot prune running jobs" in r.stderr
+    r = harness.cli("prune")  # deleting needs the daemon: it is started
+    assert r.returncode == 0 and r.stdout == "pruned 0 job(s)\n" and started(r)
+    crash(harness)
 
     # SLOTH_NO_START: the command says nobody listens and starts nothing (add's --no-start, for every command).
     r = _cli(harness, ("cancel", str(held[1])), {"SLOTH_NO_START": "1"})

@@ -105,6 +105,15 @@ ACTS: list[tuple[list[str], str | None, str]] = [
     (["pause", "nolane"], None, F), (["pause"], None, F), (["pause", "a", "b"], None, T), (["resume", "-h"], None, T),
     (["cancel", "--lane", "video"], None, F), (["cancel", "--state", "queued", "-s", "blocked", "--lane", "default"],
                                                 None, F),
+    (["restart", "3"], None, F), (["restart", "2", "3"], None, F), (["restart", "--json", "4"], None, F),
+    (["restart"], None, T),
+    (["prune", "--dry-run"], None, F), (["prune", "--older-than", "0", "--dry-run", "-s", "cancelled"], None, F),
+    (["prune", "--older-than", "x"], None, F), (["prune", "-s", "running", "--dry-run"], None, F),
+    (["prune", "--older-than", "0", "-s", "cancelled", "--lane", "video", "--json"], None, F),
+    (["lane", "set", "video", "-c", "3"], None, F), (["lane", "set", "--json", "new", "-c", "0", "--create"], None, F),
+    (["lane", "set", "nolane", "--concurrency", "2"], None, F), (["lane", "set", "video"], None, T),
+    (["lane", "set", "video", "-c", "x"], None, T), (["lane", "rm", "new"], None, F), (["lane", "rm", "video"], None, F),
+    (["lane", "rm", "nolane"], None, F),
     (["status"], None, F), (["lane", "ls"], None, F),
 ]
 WAITS: list[tuple[list[str], str | None, str]] = [  # after `resume`: these jobs run
@@ -257,7 +266,8 @@ LINES = [  # (argv, environment, light: none of LIGHT_TOO either)
     (["status"], {}, True), (["status", "--json"], {}, True), (["lane", "ls"], {}, True), (["logs", "1"], {}, True),
     (["logs", "-n", "1", "1"], {}, True), (["cancel", "2"], {}, True), (["retry", "2"], {}, True),
     (["cancel", "--lane", "video"], {}, True), (["kill", "--json", "1"], {}, True), (["pause", "video"], {}, True),
-    (["resume", "video"], {}, True),
+    (["resume", "video"], {}, True), (["restart", "1"], {}, True), (["prune", "--dry-run"], {}, False),  # durations.parse_duration: re
+    (["lane", "set", "video", "-c", "0"], {}, True),
     # A TAB splits the line as the shell does, with shlex (and so re): still no Typer.
     ([], {"_SLOTH_COMPLETE": "complete_bash", "COMP_WORDS": "sloth ls --lane ", "COMP_CWORD": "3"}, False),
     ([], {"_SLOTH_COMPLETE": "complete_bash", "COMP_WORDS": "sloth show ", "COMP_CWORD": "2"}, False),
