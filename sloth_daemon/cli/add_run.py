@@ -15,7 +15,7 @@ import sys
 
 from sloth_daemon import errors
 from sloth_daemon.cli import add_opts as opts
-from sloth_daemon.cli.base import connect, duration, emit_json
+from sloth_daemon.cli.base import connect, duration, emit_json, start_daemon  # noqa: F401 (admin's)
 from sloth_daemon.cli.edge import echo
 
 TYPE_CHECKING = False
@@ -147,18 +147,5 @@ def submit(jobs: list[dict[str, Any]], common: dict[str, Any], *, no_start: bool
 
 
 def connect_or_start(no_start: bool) -> Client:
-    try:
-        return connect()
-    except errors.DaemonNotRunning:
-        if no_start:
-            raise
-    pid = start_daemon()
-    echo(f"sloth: started the daemon (pid {pid})", err=True)
-    return connect()
-
-
-def start_daemon(timeout_s: float = 10.0) -> int:
-    from sloth_daemon.cli.launcher import start_background
-    from sloth_daemon.cli.base import paths
-
-    return start_background(paths(), timeout_s=timeout_s)
+    """The daemon, started if none runs (base.connect says so), unless --no-start."""
+    return connect(start=not no_start)

@@ -6,8 +6,11 @@ Both readers of the command line are made from this: the Typer app
 (fast.py reads its option tables from it, fast_complete.py its completers).
 To put a command on the fast path, set ``fast=True`` on it: its function
 must then run without Typer (print with edge.echo, return the exit code,
-raise SlothError), as add_run.add and look_run.ls/show do. An option with
-``fast=False`` is left to Typer (the fast path refuses a line that has it).
+raise SlothError), as add_run.add, look_run.ls/show, look.logs/status,
+act.py's and lanes.py's do: every command a person types daily. An
+option with ``fast=False`` is left to Typer (the fast path refuses a line
+that has it). A command that needs the daemon gets it started by
+base.connect when none runs, whichever path read its line.
 
 Imported by every `sloth add`: nothing here but the declarations (no
 typer, no typing at run time); a command's function is imported only
@@ -158,10 +161,10 @@ COMMANDS: tuple[Command, ...] = (
                "it is done, 5 if not."),
         Option("tail", "--tail -n", INT, None, "Only the last N lines."),
         Option("path_only", "--path", FLAG, False, "Print the log file's path instead."),
-        arg=Argument("job_id", many=False, metavar="ID", complete=IDS)),
+        arg=Argument("job_id", many=False, metavar="ID", complete=IDS), fast=True),
     Command(
         "status", "What is going on: the daemon, jobs by state, lanes, what runs now and the last failures.",
-        "sloth_daemon.cli.look:status", _json(_MACHINE)),
+        "sloth_daemon.cli.look:status", _json(_MACHINE), fast=True),
     Command(
         "wait", "Block until the jobs end, telling each outcome; exit 0 if all are done,\n5 if any failed or was "
         "cancelled.", "sloth_daemon.cli.watch:wait", _json('{"jobs": [...]} as they ended.'),
@@ -172,28 +175,28 @@ COMMANDS: tuple[Command, ...] = (
         Option("lane", "--lane -l", VALUE, None, "Every active job of this lane.", complete=LANES),
         Option("state", "--state -s", LIST, None, "Only jobs in this state (blocked, queued, running; repeatable).",
                complete=STATES),
-        _json(), arg=_IDS_ANY),
+        _json(), arg=_IDS_ANY, fast=True),
     Command(
         "retry", "Put failed or cancelled jobs back in the queue with a fresh attempt budget.",
         "sloth_daemon.cli.act:retry",
         Option("failed", "--failed", FLAG, False, "Every failed job (of --lane, if given)."),
         Option("lane", "--lane -l", VALUE, None, "Only this lane.", complete=LANES),
-        _json(), arg=_IDS_ANY),
+        _json(), arg=_IDS_ANY, fast=True),
     Command(
         "restart", "Queue finished jobs again as new jobs with the same command, lane,\nfolder, environment and "
-        "limits (prints the new ids).", "sloth_daemon.cli.act:restart", _json(), arg=_ids()),
+        "limits (prints the new ids).", "sloth_daemon.cli.act:restart", _json(), arg=_ids(), fast=True),
     Command(
         "kill", "Stop running jobs now: end their process trees (SIGTERM, then SIGKILL\nafter the grace) and mark "
         "them cancelled, not retried.", "sloth_daemon.cli.act:kill",
-        Option("now", "--now", FLAG, False, "SIGKILL at once, no grace period."), _json(), arg=_ids()),
+        Option("now", "--now", FLAG, False, "SIGKILL at once, no grace period."), _json(), arg=_ids(), fast=True),
     Command(
         "pause", "Stop starting new jobs (in one lane, or all). Running jobs carry on.", "sloth_daemon.cli.act:pause",
         _json(), arg=Argument("lane", many=False, required=False, help="Lane to pause (default: everything).",
-                              complete=LANES)),
+                              complete=LANES), fast=True),
     Command(
         "resume", "Start jobs again after `sloth pause`.", "sloth_daemon.cli.act:resume",
         _json(), arg=Argument("lane", many=False, required=False, help="Lane to resume (default: everything).",
-                              complete=LANES)),
+                              complete=LANES), fast=True),
     Command(
         "prune", "Delete finished jobs (and their logs); `--older-than 0` for all of them.",
         "sloth_daemon.cli.act:prune",
@@ -202,19 +205,19 @@ COMMANDS: tuple[Command, ...] = (
                complete=STATES),
         Option("lane", "--lane -l", VALUE, None, "Only this lane.", complete=LANES),
         Option("dry_run", "--dry-run", FLAG, False, "Say how many, delete nothing."),
-        _json()),
+        _json(), fast=True),
     Command(
         "lane ls", "Every lane: concurrency (and where it comes from), running, queued, blocked, paused.",
-        "sloth_daemon.cli.lanes:lane_ls", _json()),
+        "sloth_daemon.cli.lanes:lane_ls", _json(), fast=True),
     Command(
         "lane set", "Set a lane's concurrency now: no restart, running jobs untouched; kept across restarts.",
         "sloth_daemon.cli.lanes:lane_set",
         Option("concurrency", "--concurrency -c", INT, REQUIRED, "Jobs at once; 0 pauses the lane."),
         Option("create", "--create", FLAG, False, "Make the lane if it does not exist yet."),
-        _json(), arg=Argument("name", many=False, metavar="LANE", complete=LANES)),
+        _json(), arg=Argument("name", many=False, metavar="LANE", complete=LANES), fast=True),
     Command(
         "lane rm", "Forget a lane that has no blocked, queued or running jobs (say, a typo).",
-        "sloth_daemon.cli.lanes:lane_rm", arg=Argument("name", many=False, metavar="LANE", complete=LANES)),
+        "sloth_daemon.cli.lanes:lane_rm", arg=Argument("name", many=False, metavar="LANE", complete=LANES), fast=True),
     Command(
         "config", "Show the settings in force and where each comes from (the daemon's,\nor the file's when none "
         "runs), lanes as `sloth lane set` left them.", "sloth_daemon.cli.admin:config",

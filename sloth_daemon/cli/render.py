@@ -188,12 +188,10 @@ def lanes_line(lanes: dict[str, dict[str, int]]) -> str:
 def tail_lines(path: str, n: int = 10, max_bytes: int = 16384) -> list[str]:
     """The last ``n`` lines of a log file ([] if it is missing or unreadable),
     made safe to print (a job's escape sequences stay in its log)."""
-    from pathlib import Path
-
-    from sloth_daemon.paths import open_log
+    from sloth_daemon.safefile import open_file  # not paths.open_log: pathlib and dataclasses cost a `sloth show`
 
     try:
-        with open_log(Path(path)) as f:  # never through a link, never a FIFO in its place
+        with os.fdopen(open_file(path), "rb") as f:  # never through a link, never a FIFO in its place
             f.seek(0, os.SEEK_END)
             size = f.tell()
             f.seek(max(0, size - max_bytes))
