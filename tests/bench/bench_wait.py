@@ -1,0 +1,164 @@
+"""What a waiter costs the daemon: 1,000 `true` jobs from one `sloth add --stdin`,
+with `sloth wait` on the last id vs `sloth wait` on all of them.
+
+    python tests/bench/bench_wait.py [--runs N] [--jobs N] [--calls N] [--in-place] [--out DIR]
+
+Makes a normal install first (a fresh venv, `pip install .` of a copy of
+this tree, as bench_cli.py does; --in-place measures this venv). Each run is
+one new daemon, started from that install in a temporary SLOTH_HOME, which
+gets the jobs (one `sloth add --stdin`), then one `sloth wait` (its output to
+a pipe, as in `ids=$(sloth wait ...)`), timed from the add's start to the
+wait's exit; the daemon's CPU seconds over the same span are read from
+/proc. Runs alternate last/all so a busy spell of the (shared, noisy)
+machine falls on both alike. Target (issue 22): the ratio of the medians,
+all / last, close to 1.
+
+Then `sloth wait ID` on a finished job against `python -c pass` (the floor),
+--calls times round-robin (issue 22: <= 2x the floor).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from tests.bench._common import cpu_s, log  # noqa: E402
+from tests.bench.bench_cli import INSTALL, Probe, base_env, normal_install, round_robin  # noqa: E402
+from tests.support.harness import Harness  # noqa: E402
+
+
+class Daemon:
+    """A daemon of the measured install in a temporary SLOTH_HOME, reaped on exit."""
+
+    def __init__(self) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="slw-"))
+        self.h = Harness(self.tmp / "h")
+        self.h.env.pop("PYTHONDONTWRITEBYTECODE", None)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Daemon:
+        out = open(self.h.daemon_log, "ab")
+        self.proc = subprocess.Popen([INSTALL["sloth"], "daemon", "run"], env=self.h.env, stdout=out, stderr=out,
+                                     stdin=subprocess.DEVNULL, start_new_session=True, cwd=str(self.h.home))
+        out.close()
+        self.h.spawned.append(self.proc)
+        self.h.daemon = self.proc
+        self.h.wait_ready(self.proc)
+        return self
+
+    def sloth(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([INSTALL["sloth"], *args], env=self.h.env, cwd=str(self.h.home), input=input,
+                              capture_output=True, text=True, timeout=600)
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.h.stop()
+        except Exception:
+            pass
+        self.h.reap()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def one_run(n: int, mode: str) -> dict[str, float]:
+    """Seconds from `sloth add --stdin` of n `true` to the exit of `sloth wait`
+    on the last id (mode "last") or every id ("all"), and the daemon's CPU."""
+    with Daemon() as d:
+        assert d.proc is not None
+        daemon = psutil.Process(d.proc.pid)
+        cpu0, t0 = cpu_s(daemon), time.perf_counter()
+        p = d.sloth("add", "--stdin", input="true\n" * n)
+        assert p.returncode == 0, p.stderr
+        ids = p.stdout.split()
+        assert len(ids) == n, p.stdout[-500:]
+        w = d.sloth("wait", *(ids if mode == "all" else ids[-1:]))
+        dt, cpu = time.perf_counter() - t0, cpu_s(daemon) - cpu0
+        assert w.returncode == 0, w.stderr[-2000:]
+        counts = d.h.call("status")["counts"]
+        assert counts.get("done") == n, counts
+        if mode == "all":
+            assert len(w.stdout.splitlines()) == n, w.stdout[-500:]  # one line per job, piped
+        return {"s": dt, "daemon_cpu_s": cpu}
+
+
+def waits(runs: int, n: int) -> dict[str, list[dict[str, float]]]:
+    out: dict[str, list[dict[str, float]]] = {"last": [], "all": []}
+    for i in range(runs):
+        for mode in ("last", "all") if i % 2 == 0 else ("all", "last"):
+            out[mode].append(one_run(n, mode))
+            log(f"  run {i + 1}/{runs} wait on {mode}: {out[mode][-1]['s']:.2f} s")
+    return out
+
+
+def wait_finished(calls: int) -> list[Probe]:
+    """`sloth wait ID` on a job that has ended, beside `python -c pass`."""
+    with Daemon() as d:
+        p = d.sloth("add", "--wait", "--", "true")
+        assert p.returncode == 0, p.stderr
+        jid = p.stdout.split()[0]
+        probes = [Probe("python -c pass (floor)", [INSTALL["python"], "-c", "pass"], base_env(), "/tmp"),
+                  Probe(f"sloth wait {jid} (done)", [INSTALL["sloth"], "wait", jid], d.h.env, str(d.h.home))]
+        round_robin(probes, calls)
+        return probes
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def report(n: int, res: dict[str, list[dict[str, float]]], probes: list[Probe]) -> tuple[dict[str, Any], str]:
+    last, all_ = ([r["s"] for r in res[m]] for m in ("last", "all"))
+    cpu_last, cpu_all = ([r["daemon_cpu_s"] for r in res[m]] for m in ("last", "all"))
+    floor, wait = (med(p.times) for p in probes)
+    out = {"jobs": n, "runs": res, "ratio": med(all_) / med(last), "cpu_ratio": med(cpu_all) / med(cpu_last),
+           "wait_finished_ms": wait * 1000, "floor_ms": floor * 1000, "wait_x_floor": wait / floor,
+           "install": INSTALL}
+    rows = [f"{n:,} `true` jobs from one `sloth add --stdin`, one daemon per run ({len(last)} runs each):", "",
+            f"| {'sloth wait on':<14} | {'median s':>8} | {'range s':>11} | {'daemon CPU s (median, range)':>30} |",
+            f"|{'-' * 16}|{'-' * 10}|{'-' * 13}|{'-' * 32}|"]
+    for name, xs, cpu in (("the last id", last, cpu_last), (f"all {n:,} ids", all_, cpu_all)):
+        rows.append(f"| {name:<14} | {med(xs):>8.2f} | {min(xs):>5.2f}-{max(xs):<5.2f} | "
+                    f"{med(cpu):>12.2f} ({min(cpu):.2f}-{max(cpu):.2f}){'':>5} |")
+    rows += ["", f"ratio all/last: {out['ratio']:.3f} (wall), {out['cpu_ratio']:.3f} (daemon CPU); target close to 1",
+             "", f"`sloth wait ID` on a finished job: median {wait * 1000:.1f} ms "
+             f"({min(probes[1].times) * 1000:.1f}-{max(probes[1].times) * 1000:.1f}), "
+             f"floor `python -c pass` {floor * 1000:.1f} ms: {wait / floor:.2f}x (target <= 2x)"]
+    return out, "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=4, help="runs of each mode (default 4)")
+    ap.add_argument("--jobs", type=int, default=1000, help="jobs per run (default 1000)")
+    ap.add_argument("--calls", type=int, default=30, help="calls of `sloth wait` on a finished job (default 30)")
+    ap.add_argument("--in-place", action="store_true", help="measure this venv, not a fresh `pip install .`")
+    ap.add_argument("--out", type=Path, default=None, help="write results.json and results.md here")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="slinst-") as where:
+        if not a.in_place:
+            log("  installing (pip install . into a fresh venv) ...")
+            INSTALL.update(normal_install(Path(where)))
+        res = waits(a.runs, a.jobs)
+        probes = wait_finished(a.calls)
+        data, text = report(a.jobs, res, probes)
+    print(text)
+    if a.out:
+        a.out.mkdir(parents=True, exist_ok=True)
+        (a.out / "results.json").write_text(json.dumps(data, indent=2))
+        (a.out / "results.md").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
