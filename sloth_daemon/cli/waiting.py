@@ -166,9 +166,11 @@ class _View:
         try:
             import os
 
-            line = line[:max(10, os.get_terminal_size(sys.stderr.fileno()).columns - 1)]  # never wraps
+            cols = os.get_terminal_size(sys.stderr.fileno()).columns
         except OSError:
-            pass
+            cols = 0
+        if cols > 10:  # 0: the terminal does not say
+            line = line[:cols - 1]  # never wraps: a wrapped line could not be erased
         sys.stderr.write(_ERASE + line)
         sys.stderr.flush()
         self._drawn = True
