@@ -1,7 +1,7 @@
 """What a waiter costs the daemon: 1,000 `true` jobs from one `sloth add --stdin`,
 with `sloth wait` on the last id vs `sloth wait` on all of them.
 
-    python tests/bench/bench_wait.py [--runs N] [--jobs N] [--calls N] [--in-place] [--out DIR]
+    python tests/bench/bench_wait.py [--runs N] [--jobs N] [--calls N] [--against REF] [--in-place] [--out DIR]
 
 Makes a normal install first (a fresh venv, `pip install .` of a copy of
 this tree, as bench_cli.py does; --in-place measures this venv). Each run is
@@ -11,7 +11,9 @@ a pipe, as in `ids=$(sloth wait ...)`), timed from the add's start to the
 wait's exit; the daemon's CPU seconds over the same span are read from
 /proc. Runs alternate last/all so a busy spell of the (shared, noisy)
 machine falls on both alike. Target (issue 22): the ratio of the medians,
-all / last, close to 1.
+all / last, close to 1. With --against REF (say main), a second normal
+install of that commit (git archive) is measured the same way, its runs
+taken in turn with this tree's, so both see the same machine.
 
 Then `sloth wait ID` on a finished job against `python -c pass` (the floor),
 --calls times round-robin (issue 22: <= 2x the floor).
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shutil
 import statistics
 import subprocess
@@ -41,9 +44,11 @@ from tests.support.harness import Harness  # noqa: E402
 
 
 class Daemon:
-    """A daemon of the measured install in a temporary SLOTH_HOME, reaped on exit."""
+    """A daemon of ``install`` (default: the measured one) in a temporary
+    SLOTH_HOME, reaped on exit."""
 
-    def __init__(self) -> None:
+    def __init__(self, install: dict[str, str] | None = None) -> None:
+        self.install = install or INSTALL
         self.tmp = Path(tempfile.mkdtemp(prefix="slw-"))
         self.h = Harness(self.tmp / "h")
         self.h.env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -51,7 +56,7 @@ class Daemon:
 
     def __enter__(self) -> Daemon:
         out = open(self.h.daemon_log, "ab")
-        self.proc = subprocess.Popen([INSTALL["sloth"], "daemon", "run"], env=self.h.env, stdout=out, stderr=out,
+        self.proc = subprocess.Popen([self.install["sloth"], "daemon", "run"], env=self.h.env, stdout=out, stderr=out,
                                      stdin=subprocess.DEVNULL, start_new_session=True, cwd=str(self.h.home))
         out.close()
         self.h.spawned.append(self.proc)
@@ -60,8 +65,16 @@ class Daemon:
         return self
 
     def sloth(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([INSTALL["sloth"], *args], env=self.h.env, cwd=str(self.h.home), input=input,
+        return subprocess.run([self.install["sloth"], *args], env=self.h.env, cwd=str(self.h.home), input=input,
                               capture_output=True, text=True, timeout=600)
+
+    def timed(self, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+        """Run ``sloth ARGS``; also its CPU seconds (user + system, from wait4)."""
+        p = subprocess.Popen([self.install["sloth"], *args], env=self.h.env, cwd=str(self.h.home),
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = p.communicate(timeout=600)
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return subprocess.CompletedProcess(p.args, p.returncode, out, err), ru.ru_utime + ru.ru_stime
 
     def __exit__(self, *exc: object) -> None:
         try:
@@ -72,10 +85,11 @@ class Daemon:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def one_run(n: int, mode: str) -> dict[str, float]:
+def one_run(install: dict[str, str], n: int, mode: str) -> dict[str, float]:
     """Seconds from `sloth add --stdin` of n `true` to the exit of `sloth wait`
-    on the last id (mode "last") or every id ("all"), and the daemon's CPU."""
-    with Daemon() as d:
+    on the last id (mode "last") or every id ("all"), the daemon's CPU
+    seconds over that span, and the waiting client's own."""
+    with Daemon(install) as d:
         assert d.proc is not None
         daemon = psutil.Process(d.proc.pid)
         cpu0, t0 = cpu_s(daemon), time.perf_counter()
@@ -83,23 +97,41 @@ def one_run(n: int, mode: str) -> dict[str, float]:
         assert p.returncode == 0, p.stderr
         ids = p.stdout.split()
         assert len(ids) == n, p.stdout[-500:]
-        w = d.sloth("wait", *(ids if mode == "all" else ids[-1:]))
+        children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        w, children1 = d.timed("wait", *(ids if mode == "all" else ids[-1:]))
         dt, cpu = time.perf_counter() - t0, cpu_s(daemon) - cpu0
         assert w.returncode == 0, w.stderr[-2000:]
         counts = d.h.call("status")["counts"]
         assert counts.get("done") == n, counts
         if mode == "all":
             assert len(w.stdout.splitlines()) == n, w.stdout[-500:]  # one line per job, piped
-        return {"s": dt, "daemon_cpu_s": cpu}
+        return {"s": dt, "daemon_cpu_s": cpu, "waiter_cpu_s": children1 - children0.ru_utime - children0.ru_stime}
 
 
-def waits(runs: int, n: int) -> dict[str, list[dict[str, float]]]:
-    out: dict[str, list[dict[str, float]]] = {"last": [], "all": []}
+def waits(installs: dict[str, dict[str, str]], runs: int, n: int) -> dict[str, dict[str, list[dict[str, float]]]]:
+    out: dict[str, dict[str, list[dict[str, float]]]] = {name: {"last": [], "all": []} for name in installs}
     for i in range(runs):
-        for mode in ("last", "all") if i % 2 == 0 else ("all", "last"):
-            out[mode].append(one_run(n, mode))
-            log(f"  run {i + 1}/{runs} wait on {mode}: {out[mode][-1]['s']:.2f} s")
+        for name, install in installs.items():
+            for mode in ("last", "all") if i % 2 == 0 else ("all", "last"):
+                out[name][mode].append(one_run(install, n, mode))
+                log(f"  run {i + 1}/{runs} {name}, wait on {mode}: {out[name][mode][-1]['s']:.2f} s")
     return out
+
+
+def install_ref(ref: str, where: Path) -> dict[str, str]:
+    """A normal install of commit ``ref`` of this repository (git archive, then pip install)."""
+    src = where / "src"
+    src.mkdir(parents=True)
+    tar = subprocess.run(["git", "-C", str(REPO), "archive", ref, "pyproject.toml", "README.md", "sloth_daemon",
+                          "service"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=tar, check=True)
+    venv = where / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(src)]
+    p = subprocess.run(pip, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"pip install of {ref} failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    return {"python": str(venv / "bin" / "python"), "sloth": str(venv / "bin" / "sloth")}
 
 
 def wait_finished(calls: int) -> list[Probe]:
@@ -118,21 +150,32 @@ def med(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
-def report(n: int, res: dict[str, list[dict[str, float]]], probes: list[Probe]) -> tuple[dict[str, Any], str]:
-    last, all_ = ([r["s"] for r in res[m]] for m in ("last", "all"))
-    cpu_last, cpu_all = ([r["daemon_cpu_s"] for r in res[m]] for m in ("last", "all"))
+def report(n: int, res: dict[str, dict[str, list[dict[str, float]]]],
+           probes: list[Probe]) -> tuple[dict[str, Any], str]:
+    out: dict[str, Any] = {"jobs": n, "runs": res, "install": INSTALL}
+    runs = len(next(iter(res.values()))["last"])
+    rows = [f"{n:,} `true` jobs from one `sloth add --stdin`, one daemon per run ({runs} runs each), "
+            "`sloth wait` piped:", "",
+            f"| {'install':<10} | {'wait on':<9} | {'median s':>8} | {'range s':>11} | {'daemon CPU s':>21} | "
+            f"{'waiter CPU s':>12} |",
+            f"|{'-' * 12}|{'-' * 11}|{'-' * 10}|{'-' * 13}|{'-' * 23}|{'-' * 14}|"]
+    ratios = []
+    for name, by_mode in res.items():
+        for mode in ("last", "all"):
+            xs = [r["s"] for r in by_mode[mode]]
+            cpu = [r["daemon_cpu_s"] for r in by_mode[mode]]
+            own = [r["waiter_cpu_s"] for r in by_mode[mode]]
+            what = "last id" if mode == "last" else f"all {n:,}"
+            rows.append(f"| {name:<10} | {what:<9} | {med(xs):>8.2f} | {min(xs):>5.2f}-{max(xs):<5.2f} | "
+                        f"{med(cpu):>5.2f} ({min(cpu):.2f}-{max(cpu):.2f}){'':>4} | {med(own):>12.2f} |")
+        wall = med([r["s"] for r in by_mode["all"]]) / med([r["s"] for r in by_mode["last"]])
+        cpu_r = med([r["daemon_cpu_s"] for r in by_mode["all"]]) / med([r["daemon_cpu_s"] for r in by_mode["last"]])
+        out.setdefault("ratio", {})[name] = {"wall": wall, "daemon_cpu": cpu_r}
+        ratios.append(f"  {name}: {wall:.3f} (wall), {cpu_r:.3f} (daemon CPU)")
+    rows += ["", "ratio all/last (target close to 1):", *ratios]
     floor, wait = (med(p.times) for p in probes)
-    out = {"jobs": n, "runs": res, "ratio": med(all_) / med(last), "cpu_ratio": med(cpu_all) / med(cpu_last),
-           "wait_finished_ms": wait * 1000, "floor_ms": floor * 1000, "wait_x_floor": wait / floor,
-           "install": INSTALL}
-    rows = [f"{n:,} `true` jobs from one `sloth add --stdin`, one daemon per run ({len(last)} runs each):", "",
-            f"| {'sloth wait on':<14} | {'median s':>8} | {'range s':>11} | {'daemon CPU s (median, range)':>30} |",
-            f"|{'-' * 16}|{'-' * 10}|{'-' * 13}|{'-' * 32}|"]
-    for name, xs, cpu in (("the last id", last, cpu_last), (f"all {n:,} ids", all_, cpu_all)):
-        rows.append(f"| {name:<14} | {med(xs):>8.2f} | {min(xs):>5.2f}-{max(xs):<5.2f} | "
-                    f"{med(cpu):>12.2f} ({min(cpu):.2f}-{max(cpu):.2f}){'':>5} |")
-    rows += ["", f"ratio all/last: {out['ratio']:.3f} (wall), {out['cpu_ratio']:.3f} (daemon CPU); target close to 1",
-             "", f"`sloth wait ID` on a finished job: median {wait * 1000:.1f} ms "
+    out.update(wait_finished_ms=wait * 1000, floor_ms=floor * 1000, wait_x_floor=wait / floor)
+    rows += ["", f"`sloth wait ID` on a finished job ({len(probes[1].times)} calls): median {wait * 1000:.1f} ms "
              f"({min(probes[1].times) * 1000:.1f}-{max(probes[1].times) * 1000:.1f}), "
              f"floor `python -c pass` {floor * 1000:.1f} ms: {wait / floor:.2f}x (target <= 2x)"]
     return out, "\n".join(rows)
@@ -144,13 +187,18 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1000, help="jobs per run (default 1000)")
     ap.add_argument("--calls", type=int, default=30, help="calls of `sloth wait` on a finished job (default 30)")
     ap.add_argument("--in-place", action="store_true", help="measure this venv, not a fresh `pip install .`")
+    ap.add_argument("--against", default=None, metavar="REF", help="also measure a normal install of this commit")
     ap.add_argument("--out", type=Path, default=None, help="write results.json and results.md here")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="slinst-") as where:
         if not a.in_place:
             log("  installing (pip install . into a fresh venv) ...")
-            INSTALL.update(normal_install(Path(where)))
-        res = waits(a.runs, a.jobs)
+            INSTALL.update(normal_install(Path(where) / "this"))
+        installs = {"this tree": dict(INSTALL)}
+        if a.against:
+            log(f"  installing {a.against} (git archive, pip install into a fresh venv) ...")
+            installs[a.against] = install_ref(a.against, Path(where) / "against")
+        res = waits(installs, a.runs, a.jobs)
         probes = wait_finished(a.calls)
         data, text = report(a.jobs, res, probes)
     print(text)
