@@ -145,7 +145,8 @@ class _View:
         def tick() -> None:
             while not self._stop.wait(TICK_S):
                 with self._locked():
-                    self._draw()
+                    if not self._stop.is_set():  # else the summary may be written already
+                        self._draw()
 
         threading.Thread(target=tick, name="sloth-wait-line", daemon=True).start()
 
