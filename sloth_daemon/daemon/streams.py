@@ -76,6 +76,14 @@ class Waiting:
         self.latest: dict[int, Job] = {}
         self._ended: set[int] = set()  # pending jobs whose latest state is final
         self.heard, self.all_ended = asyncio.Event(), asyncio.Event()
+        self._dicts: dict[int, dict[str, Any]] = {}  # told[id] as sent (made once, sent again at the end)
+
+    def told_dict(self, jid: int) -> dict[str, Any]:
+        """``told[jid]`` as a frame carries it (Job.to_dict's shape)."""
+        d = self._dicts.get(jid)
+        if d is None:
+            d = self._dicts[jid] = wire(self.told[jid])
+        return d
 
     def on_change(self, job: Job) -> None:
         """A watcher (Control.watch): O(1), whatever the number of jobs waited on."""
@@ -96,11 +104,25 @@ class Waiting:
         jobs = list(self.latest.values())
         self.latest.clear()
         self.told.update((j.id, j) for j in jobs)
+        for j in jobs:
+            self._dicts.pop(j.id, None)
         self.pending -= self._ended
         self._ended.clear()
         self.heard.clear()
         self.all_ended.clear()
         return jobs
+
+
+_WIRE_FIELDS = tuple(f for f in Job.__dataclass_fields__ if f != "env")
+
+
+def wire(job: Job) -> dict[str, Any]:
+    """What Job.to_dict() gives, without its copies of lists and dicts: for
+    a frame that is encoded as it is sent, and that nothing changes meanwhile
+    (a wait on thousands of jobs makes thousands of these)."""
+    d = {f: getattr(job, f) for f in _WIRE_FIELDS}
+    d["state"] = job.state.value
+    return d
 
 
 async def _until(event: asyncio.Event, timeout_s: float) -> None:
@@ -148,7 +170,7 @@ class Streams:
         self._wakers |= {w.heard, w.all_ended}
         loop = asyncio.get_running_loop()
         try:
-            await emit({"kind": "jobs", "jobs": [w.told[i].to_dict() for i in ids]})
+            await emit({"kind": "jobs", "jobs": [w.told_dict(i) for i in ids]})
             sent_at = loop.time()
             while w.pending:
                 if not await self._heard(w.heard):
@@ -163,15 +185,15 @@ class Streams:
                 if not jobs:
                     continue
                 if batched:
-                    await emit({"kind": "states", "jobs": [j.to_dict() for j in jobs]})
+                    await emit({"kind": "states", "jobs": [w.told_dict(j.id) for j in jobs]})
                 else:
                     for j in jobs:
-                        await emit({"kind": "state", "job": j.to_dict()})
+                        await emit({"kind": "state", "job": w.told_dict(j.id)})
                 sent_at = loop.time()
         finally:
             unwatch()
             self._wakers -= {w.heard, w.all_ended}
-        return {"jobs": [w.told[i].to_dict() for i in ids]}
+        return {"jobs": [w.told_dict(i) for i in ids]}
 
     async def _heard(self, changed: asyncio.Event) -> bool:
         """Wait for a change heard here; on a shared queue at most

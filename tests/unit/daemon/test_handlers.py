@@ -376,3 +376,13 @@ def test_latest_is_the_newest_job_or_none(rig):
     assert h.ops["latest"]({}) == {"id": None}
     ids = op(h, "add", {"jobs": [{"command": ["a"]}, {"command": ["b"]}]})["ids"]
     assert h.ops["latest"]({}) == {"id": ids[-1]}
+
+
+def test_a_wait_sends_jobs_in_the_shape_of_every_other_answer(rig):
+    from sloth_daemon.daemon.streams import wire
+
+    h, w, q, sp, _ = rig
+    (a,) = op(h, "add", {"jobs": [{"command": ["a", "b"], "env": {"X": "1"}, "after_any": []}]})["ids"]
+    w.turn()
+    job = q.get(a)
+    assert wire(job) == job.to_dict() and "env" not in wire(job)
