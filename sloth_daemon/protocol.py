@@ -81,7 +81,9 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "lane_rm": (frozenset({"lane"}), frozenset()),
     "prune": (frozenset(), frozenset({"older_than_s", "states", "lane", "dry_run"})),
     "logs": (frozenset({"id"}), frozenset({"attempt"})),
-    "wait": (frozenset({"ids"}), frozenset()),
+    # "batched": one "states" event of many jobs at a time (else a "state" event per job)
+    "wait": (frozenset({"ids"}), frozenset({"batched"})),
+    "latest": (frozenset(), frozenset()),  # the newest job's id: {"id": N or null}
     "follow": (frozenset({"id"}), frozenset({"attempt", "all_attempts", "live"})),
     "subscribe": (frozenset(), frozenset({"ids"})),
     "config": (frozenset(), frozenset()),

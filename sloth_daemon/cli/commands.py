@@ -167,8 +167,9 @@ COMMANDS: tuple[Command, ...] = (
         "sloth_daemon.cli.look:status", _json(_MACHINE), fast=True),
     Command(
         "wait", "Block until the jobs end, telling each outcome; exit 0 if all are done,\n5 if any failed or was "
-        "cancelled.", "sloth_daemon.cli.watch:wait", _json('{"jobs": [...]} as they ended.'),
-        arg=_ids("job_ids")),
+        "cancelled (130 on Ctrl-C; the jobs carry on). No ID: the latest job.", "sloth_daemon.cli.watch:wait",
+        _json('{"jobs": [...]} as they ended.'),
+        arg=Argument("job_ids", many=True, required=False, metavar="[ID]...", complete=IDS), fast=True),
     Command(
         "cancel", "Cancel jobs: running ones have their process tree ended; jobs that\nwaited for them to be done "
         "are cancelled too.", "sloth_daemon.cli.act:cancel",

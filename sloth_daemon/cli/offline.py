@@ -1,6 +1,7 @@
 """The daemon's answers to the reading ops, computed from the queue
 read-only, for when no daemon answers: ``list``, ``show``, ``logs``,
-``lanes``, ``status``, ``config`` and ``prune`` with ``dry_run`` give the same shapes as over the
+``lanes``, ``status``, ``latest``, ``config`` and ``prune`` with ``dry_run`` give the same shapes
+as over the
 socket, so every command prints them the same way.
 
 Nothing here writes: the file is opened read-only, never created or
@@ -158,6 +159,11 @@ def _logs(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
     return out
 
 
+def _latest(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
+    newest = q.jobs(limit=1) if hasattr(q, "jobs") else []  # _NoQueue: no file, no jobs
+    return {"id": newest[-1].id if newest else None}
+
+
 def _lanes(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
     lanes = ReadLanes(q, cfg.load(paths.config_file))
     counts = q.lane_counts()
@@ -212,4 +218,5 @@ def _config_answer(paths: Paths) -> Any:
 
 _OPS: dict[str, Callable[[Any, Paths, dict[str, Any]], Any]] = {
     "list": _list, "show": _show, "logs": _logs, "lanes": _lanes, "status": _status, "prune": _prune,
+    "latest": _latest,
 }
