@@ -105,7 +105,7 @@ def test_add_rejects_bad_options_without_touching_the_queue(harness, home):
         one_error(p, *words)
     p = harness.cli("add", "--priority", "x", "--", "true")  # caught by the argument parser
     assert p.returncode == EXIT_USAGE and "Traceback" not in p.stderr and "--priority" in p.stderr
-    assert harness.call("status")["counts"] == {s: 0 for s in ("blocked", "queued", "running", "done", "failed", "cancelled")}
+    assert harness.call("status")["counts"] == {s: 0 for s in ("blocked", "queued", "held", "running", "done", "failed", "cancelled")}
 
 
 def test_add_wait_exits_with_the_outcome_and_jobs_get_our_env_and_cwd(harness, home):

@@ -337,3 +337,42 @@ def test_edit_a_held_job_keeps_it_held(q):
     q.edit(h, {"priority": 3, "lane": "x"})
     assert q.get(h).state == HELD and q.get(h).lane == "x"
     assert q.claim("w") is None
+
+
+# ------------------------------------------------------- a claim racing edits
+def test_edits_racing_claims_on_two_connections_never_edit_a_claimed_job(make_queue):
+    """Two handles on one queue (two daemons of a shared queue, or a daemon
+    and the library): one claims while the other edits. An edit lands wholly
+    before a claim (the claim runs the edited command) or is refused."""
+    import threading
+
+    editor, claimer = make_queue(), make_queue()
+    ids = editor.enqueue_many([{"command": ["old"]} for _ in range(60)])
+    claimed: dict[int, list[str]] = {}
+    answers: dict[int, object] = {}
+
+    def claim_all() -> None:
+        while len(claimed) < len(ids):
+            j = claimer.claim("w")
+            if j is not None:
+                claimed[j.id] = j.command
+
+    def edit_all() -> None:
+        for jid in reversed(ids):  # from the end: the two meet in the middle
+            try:
+                answers[jid] = editor.edit(jid, {"command": ["new"]}, expect={"state": "queued", "attempts": 0})
+            except IllegalTransition as e:
+                answers[jid] = e
+
+    threads = [threading.Thread(target=claim_all), threading.Thread(target=edit_all)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(claimed) == len(ids) and len(answers) == len(ids)
+    for jid in ids:
+        kinds = [e.kind for e in editor.events(jid)]
+        if isinstance(answers[jid], IllegalTransition):
+            assert claimed[jid] == ["old"] and "edited" not in kinds
+        else:
+            assert claimed[jid] == ["new"] and kinds.index("edited") < kinds.index("claimed")
