@@ -153,13 +153,26 @@ SHOW_LINES = [
     (["1", "--", "--json"], True), (["-1"], False), (["1", "-x"], False), (["--json=1", "2"], False),
 ]
 
+# The queue edits (issue 22): on the fast path too.
+EDIT_LINES = [
+    (["1", "-p", "5"], True), (["1", "--priority=-2", "--lane", "w"], True), (["1", "--", "make", "-j4"], True),
+    (["1", "--after", "none"], True), (["--lane", "w", "1"], True), (["1", "--command", "echo a | b"], True),
+    (["1", "--label", ""], True), (["1", "--at", "9pm", "--json"], True), (["1", "--after-any", "2,3"], True),
+    (["1", "-p", "x"], False), (["-h"], False), (["1", "--bogus"], False), (["1", "-p"], False),
+]
+BUMP_LINES = [(["1"], True), (["1", "2", "--json"], True), (["-1"], False), (["--", "7"], True)]
+HOLD_LINES = [(["1", "2"], True), (["--lane", "v"], True), ([], True), (["--json", "3"], True),
+              (["-l", "v", "--json"], True), (["--lane"], False)]
+EDIT_PARITY = [("edit", True, EDIT_LINES), ("bump", True, BUMP_LINES), ("hold", True, HOLD_LINES),
+               ("release", True, HOLD_LINES)]
+
 
 def click_reads(cmd, args: list[str]) -> dict:
     return dict(cmd.make_context(cmd.name, list(args)).params)
 
 
 @pytest.mark.parametrize("name, interspersed, lines", [
-    ("add", False, ADD_LINES), ("ls", True, LS_LINES), ("show", True, SHOW_LINES)])
+    ("add", False, ADD_LINES), ("ls", True, LS_LINES), ("show", True, SHOW_LINES), *EDIT_PARITY])
 def test_every_line_the_fast_path_takes_is_read_as_click_reads_it(group, name, interspersed, lines):
     cmd = command(group, [name])
     words_param = next((p.name for p in cmd.params if p.param_type_name == "argument"), None)
@@ -182,21 +195,23 @@ def test_every_line_the_fast_path_takes_is_read_as_click_reads_it(group, name, i
                 assert want[p.name] == unset[p.name], (args, p.name)
 
 
-@pytest.mark.parametrize("name", ["add", "ls", "show"])
+@pytest.mark.parametrize("name", ["add", "ls", "show", "edit", "bump", "hold", "release"])
 def test_what_the_fast_path_leaves_out_means_what_typer_leaves_out(group, name):
     """An option not on the line: the fast path passes its declared
     default; Typer passes its default. The same to the shared code."""
     decl = commands.find([name])
-    passed = fast.read(decl, ["1"] if name == "show" else [])
+    first = ["1"] if name in ("show", "edit", "bump") else []
+    passed = fast.read(decl, list(first))
     cmd = command(group, [name])
     for p in cmd.params:
         if p.param_type_name == "argument":
             continue
-        typers = p.get_default(cmd.make_context(name, ["1"] if name == "show" else []))
+        typers = p.get_default(cmd.make_context(name, list(first)))
         assert passed[p.name] == typers, (name, p.name, passed[p.name], typers)
 
 
 @pytest.mark.parametrize("name, lines", [("add", ADD_LINES), ("ls", LS_LINES), ("show", SHOW_LINES),
+                                         *[(n, lines) for n, _, lines in EDIT_PARITY],
                                          ("daemon run", [([], True), (["x"], False), (["--json"], False)])])
 def test_the_fast_path_calls_the_command_with_what_typer_calls_it_with(group, monkeypatch, name, lines):
     """Every line the fast path takes: the same function, the same values
