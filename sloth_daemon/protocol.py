@@ -92,6 +92,12 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "stage": (frozenset({"jobs"}), frozenset({"common"})),
     "commit": (frozenset({"batch"}), frozenset({"jobs", "common"})),
     "batch": (frozenset({"batch"}), frozenset()),
+    # The queue edits (issue 22; daemon/edit_ops.py): "edit" answers {job,
+    # changes, changed}; the others {jobs, skipped}. New in the next version.
+    "edit": (frozenset({"id", "changes"}), frozenset({"expect"})),
+    "bump": (frozenset({"ids"}), frozenset()),
+    "hold": (frozenset(), frozenset({"ids", "lane"})),
+    "release": (frozenset(), frozenset({"ids", "lane"})),
 }
 # The first version that has each op (all others: 1).
 OP_SINCE: dict[str, int] = {"stage": 2, "commit": 2, "batch": 2, "scan": 3}

@@ -130,6 +130,7 @@ COMMANDS: tuple[Command, ...] = (
                "none to retry all)."),
         Option("anywhere", "--anywhere", FLAG, False, "A shared queue: run on any machine (default: this one)."),
         Option("on", "--on", VALUE, None, "A shared queue: run only on this host (or tag)."),
+        Option("hold", "--hold", FLAG, False, "Queue it held: it starts only after `sloth release ID`."),
         Option("wait", "--wait -w", FLAG, False, "Block until the job ends; exit with its outcome."),
         Option("no_start", "--no-start", FLAG, False, "Do not start the daemon if it is not running."),
         _json("Print the ids as JSON: {\"ids\": [...]}."),
@@ -139,7 +140,8 @@ COMMANDS: tuple[Command, ...] = (
         "ls", "List jobs: running first, then queued in the order they will run, then\nblocked, then the most "
         "recently finished; a summary of counts, and how\nmany rows were left out.",
         "sloth_daemon.cli.look_run:ls",
-        Option("state", "--state -s", LIST, None, "Only these states (repeatable).", complete=STATES),
+        Option("state", "--state -s", LIST, None, "Only these states (repeatable; held: `sloth hold`).",
+               complete=STATES),
         Option("lane", "--lane -l", VALUE, None, "Only this lane.", complete=LANES),
         Option("all_", "--all -a", FLAG, False, "Every job, all finished ones too, no row limit."),
         Option("limit", "--limit -n", INT, None, f"At most this many rows (default {DEFAULT_ROWS}; with --json, all)."),
@@ -190,6 +192,39 @@ COMMANDS: tuple[Command, ...] = (
         "kill", "Stop running jobs now: end their process trees (SIGTERM, then SIGKILL\nafter the grace) and mark "
         "them cancelled, not retried.", "sloth_daemon.cli.act:kill",
         Option("now", "--now", FLAG, False, "SIGKILL at once, no grace period."), _json(), arg=_ids(), fast=True),
+    # The queue edits (issue 22; cli/edit.py, daemon/edit_ops.py).
+    Command(
+        "edit", "Change a job that has not started (queued, blocked or held): its command\n(in $VISUAL/$EDITOR, as "
+        "`git commit` does, unless --command or -- CMD ARGS), lane,\npriority, label, start time or prerequisites. "
+        "One transaction; the job's history\nsays what changed. A running or finished job is refused (`sloth "
+        "restart`\nmakes a new job).", "sloth_daemon.cli.edit:edit",
+        Option("command", "--command", VALUE, None, "The new command, one shell line (as a line of `add --stdin`)."),
+        Option("lane", "--lane -l", VALUE, None, "Move it to this lane.", complete=LANES),
+        Option("priority", "--priority -p", INT, None, "Its new priority (higher runs first within a lane)."),
+        Option("label", "--label", VALUE, None, "Its new label (\"\" removes it)."),
+        Option("delay", "--delay", VALUE, None, "Start no sooner than this long from now, e.g. 10m (0: now)."),
+        Option("at", "--at", VALUE, None, "Start no sooner than this time (9pm, tomorrow 08:00, mon 9:00, ISO)."),
+        Option("after", "--after", LIST, None, "Its prerequisites, replacing the old ones (ids; none: no more).",
+               complete=IDS),
+        Option("after_any", "--after-any", LIST, None, "Prerequisites whatever their result (replacing the old).",
+               complete=IDS),
+        _json("{job, changes: [\"priority 0 -> 5\", ...], changed}."),
+        arg=Argument("words", many=True, metavar="ID [-- CMD ARGS...]", complete=IDS), fast=True),
+    Command(
+        "bump", "Move waiting jobs to the front of their lane (tsp -u): each gets a priority\none above the "
+        "highest of the lane's other queued, held or blocked jobs (kept\nif it is above them already); a delayed "
+        "one is made due now. The first\nnamed runs first.", "sloth_daemon.cli.edit:bump",
+        _json(), arg=_ids(), fast=True),
+    Command(
+        "hold", "Keep queued or blocked jobs from starting until `sloth release` (they keep\ntheir place in the "
+        "queue).", "sloth_daemon.cli.edit:hold",
+        Option("lane", "--lane -l", VALUE, None, "Every queued or blocked job of this lane.", complete=LANES),
+        _json(), arg=_IDS_ANY, fast=True),
+    Command(
+        "release", "Let held jobs start again: each is queued, or blocked while what it runs\nafter is unfinished.",
+        "sloth_daemon.cli.edit:release",
+        Option("lane", "--lane -l", VALUE, None, "Every held job of this lane.", complete=LANES),
+        _json(), arg=_IDS_ANY, fast=True),
     Command(
         "pause", "Stop starting new jobs (in one lane, or all). Running jobs carry on.", "sloth_daemon.cli.act:pause",
         _json(), arg=Argument("lane", many=False, required=False, help="Lane to pause (default: everything).",

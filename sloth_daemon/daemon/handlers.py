@@ -24,6 +24,7 @@ from sloth_daemon import __version__
 from sloth_daemon import protocol
 from sloth_daemon.checks import MAX_CONCURRENCY
 from sloth_daemon.daemon.control import Control
+from sloth_daemon.daemon.edit_ops import EditOps
 from sloth_daemon.errors import BadRequest, SlothError, StorageBusy
 from sloth_daemon.daemon.streams import Emit, Streams, attempt_of, job_id, job_ids
 from sloth_daemon.daemon.listing_stream import stream_scan
@@ -78,6 +79,7 @@ class Handlers:
             "subscribe": self.streaming.op_subscribe, "scan": self.op_scan,
         }
         self.ops["batch"] = self.op_batch
+        self.ops.update(EditOps(control).table(w))  # edit, bump, hold, release (edit_ops.py)
         # ops that use what the connection holds (a staged batch)
         self.session_ops: dict[str, Callable[[dict[str, Any], Session], Any]] = {
             "stage": self.op_stage, "commit": w(self.op_commit),

@@ -137,6 +137,17 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE jobs ADD COLUMN place TEXT NOT NULL DEFAULT '';
     """,
+    # 6 -> 7: held jobs (`sloth hold`, `add --hold`, issue 22). A held job is
+    # in no claim index (jobs_ready, jobs_due and jobs_lease are partial on
+    # other states), as a blocked one, so holding costs a claim nothing; its
+    # key stays taken, and jobs_held finds a lane's held jobs (bump, lane
+    # counts) in the order they would run.
+    """
+    DROP INDEX jobs_active_key;
+    CREATE UNIQUE INDEX jobs_active_key ON jobs(key)
+        WHERE key IS NOT NULL AND state IN ('blocked', 'held', 'queued', 'running');
+    CREATE INDEX jobs_held ON jobs(lane, priority, not_before, id) WHERE state = 'held';
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -153,6 +153,19 @@ SHOW_LINES = [
     (["1", "--", "--json"], True), (["-1"], False), (["1", "-x"], False), (["--json=1", "2"], False),
 ]
 
+# The queue edits (issue 22): on the fast path too.
+EDIT_LINES = [
+    (["1", "-p", "5"], True), (["1", "--priority=-2", "--lane", "w"], True), (["1", "--", "make", "-j4"], True),
+    (["1", "--after", "none"], True), (["--lane", "w", "1"], True), (["1", "--command", "echo a | b"], True),
+    (["1", "--label", ""], True), (["1", "--at", "9pm", "--json"], True), (["1", "--after-any", "2,3"], True),
+    (["1", "-p", "x"], False), (["-h"], False), (["1", "--bogus"], False), (["1", "-p"], False),
+]
+BUMP_LINES = [(["1"], True), (["1", "2", "--json"], True), (["-1"], False), (["--", "7"], True)]
+HOLD_LINES = [(["1", "2"], True), (["--lane", "v"], True), ([], True), (["--json", "3"], True),
+              (["-l", "v", "--json"], True), (["--lane"], False)]
+EDIT_PARITY = [("edit", True, EDIT_LINES), ("bump", True, BUMP_LINES), ("hold", True, HOLD_LINES),
+               ("release", True, HOLD_LINES)]
+
 
 # The daily commands on the fast path besides add, ls and show (issue 22): (args, taken?).
 DAILY_LINES = {
@@ -173,7 +186,7 @@ DAILY_LINES = {
                  (["-c", "2"], False), (["v", "-c", "x"], False)],
     "lane rm": [(["v"], True), ([], False), (["v", "w"], False), (["--json", "v"], False)],
 }
-SMALLEST = {"show": ["1"], "logs": ["1"], "kill": ["1"], "restart": ["1"], "lane set": ["v", "-c", "1"],
+SMALLEST = {"show": ["1"], "edit": ["1"], "bump": ["1"], "logs": ["1"], "kill": ["1"], "restart": ["1"], "lane set": ["v", "-c", "1"],
             "lane rm": ["v"]}  # each command's shortest line
 
 
@@ -182,7 +195,7 @@ def click_reads(cmd, args: list[str]) -> dict:
 
 
 @pytest.mark.parametrize("name, interspersed, lines", [
-    ("add", False, ADD_LINES), ("ls", True, LS_LINES), ("show", True, SHOW_LINES)])
+    ("add", False, ADD_LINES), ("ls", True, LS_LINES), ("show", True, SHOW_LINES), *EDIT_PARITY])
 def test_every_line_the_fast_path_takes_is_read_as_click_reads_it(group, name, interspersed, lines):
     cmd = command(group, [name])
     words_param = next((p.name for p in cmd.params if p.param_type_name == "argument"), None)
@@ -205,7 +218,7 @@ def test_every_line_the_fast_path_takes_is_read_as_click_reads_it(group, name, i
                 assert want[p.name] == unset[p.name], (args, p.name)
 
 
-@pytest.mark.parametrize("name", ["add", "ls", "show", *DAILY_LINES])
+@pytest.mark.parametrize("name", ["add", "ls", "show", *DAILY_LINES, "edit", "bump", "hold", "release"])
 def test_what_the_fast_path_leaves_out_means_what_typer_leaves_out(group, name):
     """An option not on the line: the fast path passes its declared
     default; Typer passes its default. The same to the shared code."""
@@ -222,7 +235,7 @@ def test_what_the_fast_path_leaves_out_means_what_typer_leaves_out(group, name):
 
 @pytest.mark.parametrize("name, lines", [("add", ADD_LINES), ("ls", LS_LINES), ("show", SHOW_LINES),
                                          ("daemon run", [([], True), (["x"], False), (["--json"], False)]),
-                                         *DAILY_LINES.items()])
+                                         *DAILY_LINES.items(), *[(n, lines) for n, _, lines in EDIT_PARITY]])
 def test_the_fast_path_calls_the_command_with_what_typer_calls_it_with(group, monkeypatch, name, lines):
     """Every line the fast path takes: the same function, the same values
     (types too: a Path, a list, an int) as the Typer app gives it."""
