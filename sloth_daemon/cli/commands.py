@@ -98,6 +98,12 @@ def _ids(dest: str = "ids") -> Argument:
     return Argument(dest, many=True, metavar="ID...", complete=IDS)
 
 
+def _PAUSE_JOBS(verb: str) -> tuple[Option, ...]:
+    return (Option("job", "--job", LIST, None, f"Only these running jobs ({verb} their process trees).",
+                   complete=IDS),
+            Option("jobs", "--jobs", FLAG, False, f"Also {verb} the running jobs of the lane (or of all lanes)."))
+
+
 # In the order `sloth --help` lists them (and `sloth lane --help` its own).
 COMMANDS: tuple[Command, ...] = (
     Command(
@@ -187,13 +193,18 @@ COMMANDS: tuple[Command, ...] = (
         "them cancelled, not retried.", "sloth_daemon.cli.act:kill",
         Option("now", "--now", FLAG, False, "SIGKILL at once, no grace period."), _json(), arg=_ids()),
     Command(
-        "pause", "Stop starting new jobs (in one lane, or all). Running jobs carry on.", "sloth_daemon.cli.act:pause",
-        _json(), arg=Argument("lane", many=False, required=False, help="Lane to pause (default: everything).",
-                              complete=LANES)),
+        "pause", "Stop starting new jobs (in one lane, or all). Running jobs carry on,\nunless --jobs (or --job "
+        "ID...) stops them too: SIGSTOP to the whole tree; they\nkeep their lease and slot, and their timeout "
+        "stops counting.", "sloth_daemon.cli.pausing:pause",
+        _json(), *_PAUSE_JOBS("pause"),
+        arg=Argument("lane", many=False, required=False, help="Lane to pause (default: everything).",
+                     complete=LANES)),
     Command(
-        "resume", "Start jobs again after `sloth pause`.", "sloth_daemon.cli.act:resume",
-        _json(), arg=Argument("lane", many=False, required=False, help="Lane to resume (default: everything).",
-                              complete=LANES)),
+        "resume", "Start jobs again after `sloth pause` (--job ID...: continue paused jobs).",
+        "sloth_daemon.cli.pausing:resume",
+        _json(), *_PAUSE_JOBS("resume"),
+        arg=Argument("lane", many=False, required=False, help="Lane to resume (default: everything).",
+                     complete=LANES)),
     Command(
         "prune", "Delete finished jobs (and their logs); `--older-than 0` for all of them.",
         "sloth_daemon.cli.act:prune",

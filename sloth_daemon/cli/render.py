@@ -94,11 +94,16 @@ def job_rows(jobs: Sequence[dict[str, Any]]) -> tuple[list[list[str]], list[str]
     rows, states = [], []
     for j in jobs:
         rows.append([
-            str(j["id"]), j["state"], showable(j["lane"]), str(j["priority"]),
+            str(j["id"]), shown_state(j), showable(j["lane"]), str(j["priority"]),
             f"{j.get('tries', j['attempts'])}/{j['max_attempts']}", when(j, now), command_text(j),
         ])
-        states.append(j["state"])
+        states.append(shown_state(j))
     return rows, states
+
+
+def shown_state(job: dict[str, Any]) -> str:
+    """A job's state as a listing shows it: a running job paused on request is ``paused``."""
+    return "paused" if job.get("paused") and job["state"] == "running" else job["state"]
 
 
 JOB_HEADERS = ["ID", "STATE", "LANE", "PRI", "TRY", "WHEN", "COMMAND"]
@@ -111,7 +116,7 @@ def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]], *,
     failed job the last lines of its log."""
     now = time.time()
     lines = [
-        f"job {job['id']}  {paint(job['state'], job['state'])}",
+        f"job {job['id']}  {paint(job['state'], job['state'])}{'  (paused)' if shown_state(job) == 'paused' else ''}",
         f"  command   {command_text(job, None)}",
         f"  lane      {showable(job['lane'])}  priority {job['priority']}",
         f"  attempts  {_attempts(job)}",

@@ -209,6 +209,9 @@ class Control:
     def resume(self, lane: str | None) -> None:
         self.worker.resume(lane)
 
+    async def pause_jobs(self, ids: Sequence[int] | None, *, lane: str | None, resume: bool) -> Batch:
+        return await self.worker.pause_jobs(ids, lane=lane, resume=resume)
+
     def set_lane(self, lane: str, concurrency: int, *, create: bool) -> dict[str, Any]:
         return self.worker.set_lane(lane, concurrency, create=create)
 

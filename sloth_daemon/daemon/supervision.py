@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Callable
 
 from sloth_daemon.keeper import procident
 from sloth_daemon.errors import SlothError
-from sloth_daemon.daemon.keeper_client import KeeperClient
+from sloth_daemon.daemon.keeper_client import KeeperClient, KeeperError
 from sloth_daemon.paths import Paths
 from sloth_daemon.daemon.worker.spawner import Outcome, RunSink, SpawnRequest
 
@@ -128,6 +128,17 @@ class KeeperSpawner:
 
     def tap(self, key: str) -> AsyncIterator[bytes] | None:
         return self.client.tap(key) if self.client is not None else None
+
+    async def pause(self, keys: list[str], *, resume: bool = False) -> dict[str, Any]:
+        """Stop (or with ``resume`` continue) these runs' trees: the keeper's
+        answer, {"runs": {key: ...}, "unknown": [...]}. Raises KeeperError."""
+        client = self.client
+        if client is None:
+            raise KeeperError("no keeper is connected (it is being restarted)", hint="Try again in a moment.")
+        if "pause" not in client.info.get("features", ()):
+            raise KeeperError(f"the keeper (version {client.info.get('version')}) cannot pause a running job",
+                              hint="It is an older one that still holds runs; it exits once they end.")
+        return await client.ask("resume" if resume else "pause", {"keys": keys})
 
     async def close(self, *, bye: bool) -> None:
         """Hang up. With ``bye`` the keeper exits once it holds nothing;

@@ -114,9 +114,49 @@ class RunTable:
         run.proc, run.pid, run.identity, run.state = jp, jp.pid, jp.identity(), "running"
         run.begin = jp.tree.root_stamp or procident.stamp_now()  # type: ignore[union-attr]
         self.roots[jp.pid] = jp
+        run.timeout_s = ln.timeout_s
         if ln.timeout_s:
-            run.timeout = asyncio.get_running_loop().call_later(
-                ln.timeout_s, self.kill, run, f"timed out after {secs(ln.timeout_s)}", run.kill_grace_s, "timeout")
+            self._arm_timeout(run, ln.timeout_s)
+
+    def _arm_timeout(self, run: Run, left_s: float) -> None:
+        assert run.timeout_s is not None
+        run.timeout = asyncio.get_running_loop().call_later(
+            left_s, self.kill, run, f"timed out after {secs(run.timeout_s)}", run.kill_grace_s, "timeout")
+
+    # ------------------------------------------------------------ pausing
+    def pause(self, run: Run) -> dict[str, Any]:
+        """Stop a running run's whole tree until ``resume`` (runner.JobProcess.pause);
+        its timeout stops counting meanwhile. Idempotent. Raises Refused for
+        a run held behind another (it has no process yet)."""
+        if run.state == "pending":
+            raise Refused("not_started", f"run {run.key} has not started yet: there is nothing to pause")
+        if run.state == "exited" or run.proc is None or run.proc.ending is not None:
+            return {"paused": False, "state": run.state if run.proc is None or run.proc.ending is None else "ending"}
+        if run.paused:
+            return {"paused": True, "already": True, "paused_at": run.paused_at}
+        stopped = run.proc.pause()
+        run.paused, run.paused_at = True, time.time()
+        if run.timeout is not None:
+            run.timeout_left = max(0.0, run.timeout.when() - asyncio.get_running_loop().time())
+            run.timeout.cancel()
+            run.timeout = None
+        run.proc.log.note(f"paused: {stopped} process(es) stopped")
+        log.info("run %s (pid %s): paused, %d process(es) stopped", run.key, run.pid, stopped)
+        return {"paused": True, "processes": stopped, "paused_at": run.paused_at}
+
+    def resume(self, run: Run) -> dict[str, Any]:
+        """Continue a paused run; its timeout counts on from where it stopped."""
+        if run.state == "exited" or run.proc is None or not run.paused:
+            return {"resumed": False, "state": run.state}
+        run.proc.resume()
+        span = time.time() - (run.paused_at or time.time())
+        run.paused, run.paused_at = False, None
+        if run.timeout_left is not None and run.proc.ending is None:
+            self._arm_timeout(run, run.timeout_left)
+        run.timeout_left = None
+        run.proc.log.note(f"resumed after {secs(span)} paused")
+        log.info("run %s (pid %s): resumed after %s", run.key, run.pid, secs(span))
+        return {"resumed": True, "paused_s": span}
 
     def ack(self, keys: list[str]) -> None:
         """Forget runs whose outcomes the daemon has recorded. Raises Refused,
@@ -212,6 +252,7 @@ class RunTable:
             return
         run.killed_by = by
         run.state = "running"  # if frozen: end_tree continues it, to act on SIGTERM
+        run.paused = False  # and if paused: it is continued after its SIGTERM
         log.info("run %s (pid %s): %s; ending its process tree", run.key, run.pid, reason)
         jp.log.note(f"{reason}: ending the process tree")
         jp.end_tree_soon(grace_s, reason).add_done_callback(_log_failure)

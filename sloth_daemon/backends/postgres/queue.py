@@ -154,6 +154,7 @@ class PgQueue:
         self.heartbeat = leases.heartbeat
         self.renew_after_resume = leases.renew_after_resume
         self.set_runner = leases.set_runner
+        self.set_paused = leases.set_paused
         self.adopt = leases.adopt
         self.abandon = leases.abandon
         self.complete = leases.complete

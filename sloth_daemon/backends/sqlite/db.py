@@ -137,6 +137,16 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE jobs ADD COLUMN place TEXT NOT NULL DEFAULT '';
     """,
+    # 6 -> 7: what the keeper holds for a run's whole life (issue 24): a
+    # sleep inhibitor (keep_awake), resource limits (JSON, e.g. {"mem": ...,
+    # "nice": 10}), and the run paused on request: the token of the run
+    # paused (the job is paused while it still holds that token, so a new
+    # claim is never paused by an old run's flag).
+    """
+    ALTER TABLE jobs ADD COLUMN keep_awake INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN limits TEXT;
+    ALTER TABLE jobs ADD COLUMN paused_run TEXT;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -32,6 +32,7 @@ from sloth_daemon.daemon.limits import Postponement
 from sloth_daemon.daemon.worker.actions import Actions
 from sloth_daemon.daemon.worker.adoption import Adopter
 from sloth_daemon.daemon.worker.lanes import Lanes
+from sloth_daemon.daemon.worker.pausing import Pauser
 from sloth_daemon.daemon.worker.pipeline import PACE_S, TAKE_BACK_WAIT_S, Pipeline, unlink
 from sloth_daemon.daemon.worker.recording import CLAIM_RETRY_S, TIMER_SLACK_S, Recorder
 from sloth_daemon.daemon.worker.runs import (
@@ -63,6 +64,7 @@ class Worker:
       - ``withdrawals``: runs not heard started, decided by the keeper (withdrawal.py);
       - ``recorder``: a turn's claims and outcomes written, the group commit (recording.py);
       - ``pipeline``: successors held in the spawner, pacing, short lanes (pipeline.py);
+      - ``pauser``: running jobs paused and continued on request (pausing.py);
       - ``adopter``: runs that outlived the daemon taken over (adoption.py);
       - ``actions``: users' requests between turns (actions.py).
     The public methods below are the daemon's face of it (control.py,
@@ -101,8 +103,9 @@ class Worker:
                                  commit_delay_s=commit_delay_s)
         self.pipeline = Pipeline(queue, spawner, self.running, self.lanes, clocks, self.withdrawals, self.signals,
                                  name=self.name, places=self.places)
+        self.pauser = Pauser(queue, spawner, self.running, self.signals)
         self.adopter = Adopter(queue, spawner, self.running, self.pipeline, self.signals, clocks,
-                               sink=self._sink, name=self.name, host=self.host)
+                               sink=self._sink, name=self.name, host=self.host, reattached=self.pauser.adopted)
         self.actions = Actions(queue, self.running, self.lanes, self.withdrawals, self.recorder, self.pipeline,
                                self.signals, clocks, end=self._end, log_path=log_path)
         queue.on_side_change = self.side_change
@@ -469,6 +472,11 @@ class Worker:
     def resume(self, lane: str | None) -> None:
         self.actions.resume(lane)
 
+    async def pause_jobs(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
+                         resume: bool = False) -> Batch:
+        """Pause (``resume``: continue) running jobs' trees (pausing.py)."""
+        return await self.pauser.pause(ids, lane=lane, resume=resume)
+
     def set_lane(self, lane: str, concurrency: int, *, create: bool = False) -> dict[str, Any]:
         return self.actions.set_lane(lane, concurrency, create=create)
 
@@ -501,7 +509,8 @@ class Worker:
             "paused_all": self.lanes.paused_all,
             "paused_lanes": sorted(self.lanes.paused),
             "running": [{"id": r.job.id, "attempt": r.attempt, "pid": r.pid, "lane": r.job.lane,
-                         "adopted": r.adopted} for r in running if r.outcome is None and not r.pending],
+                         "adopted": r.adopted, "paused": r.paused}
+                        for r in running if r.outcome is None and not r.pending],
             "pending": self.pipeline.pending_status(), "pipeline": self.pipeline.status(),
             "pending_outcomes": [{"id": r.job.id, "attempt": r.attempt, "tries": r.record_tries,
                                   "error": r.record_error} for r in running if r.record_error],

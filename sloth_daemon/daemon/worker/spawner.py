@@ -138,3 +138,7 @@ class Spawner(Protocol):
         """These runs' outcomes are recorded: the spawner may forget them."""
 
     def tap(self, key: str) -> AsyncIterator[bytes] | None: ...
+
+    async def pause(self, keys: list[str], *, resume: bool = False) -> dict[str, Any]:
+        """Stop (``resume``: continue) these runs' whole trees: {"runs":
+        {key: {"paused"|"resumed": bool, ...}}, "unknown": [keys]}. Raises SlothError."""
