@@ -53,6 +53,8 @@ class JobSpec(NamedTuple):
     after_previous: str | None = None  # "after" | "after_any": on the batch's previous job
     retry_exit_json: str | None = None
     no_retry_exit_json: str | None = None
+    keep_awake: bool = False  # hold a sleep inhibitor while it runs (keeper/holds.py)
+    limits_json: str | None = None  # resource limits, checks.limits_json
 
     @property
     def waits(self) -> bool:

@@ -133,6 +133,12 @@ COMMANDS: tuple[Command, ...] = (
                "none to retry all)."),
         Option("anywhere", "--anywhere", FLAG, False, "A shared queue: run on any machine (default: this one)."),
         Option("on", "--on", VALUE, None, "A shared queue: run only on this host (or tag)."),
+        Option("keep_awake", "--keep-awake", FLAG, False, "Keep the machine from sleeping while it runs (a lid "
+               "close still suspends)."),
+        Option("mem", "--mem", VALUE, None, "Memory limit, e.g. 2G (a cgroup where delegated, else per process)."),
+        Option("cpus", "--cpus", VALUE, None, "CPU limit in cores, e.g. 1.5 (needs a delegated cgroup v2)."),
+        Option("nice", "--nice", INT, None, "Run at this niceness (0 to 19; lower needs root)."),
+        Option("io", "--io", VALUE, None, "I/O class: idle, best-effort or best-effort:0..7 (Linux)."),
         Option("wait", "--wait -w", FLAG, False, "Block until the job ends; exit with its outcome."),
         Option("no_start", "--no-start", FLAG, False, "Do not start the daemon if it is not running."),
         _json("Print the ids as JSON: {\"ids\": [...]}."),

@@ -63,6 +63,7 @@ class RunSink(Protocol):
     def exited(self, outcome: dict[str, Any]) -> None: ...
     def frozen(self, why: str) -> None: ...
     def taken_back(self) -> None: ...
+    def noted(self, what: str, message: str) -> None: ...
 
 
 Reply = Callable[[dict[str, Any] | None], None]  # the response, or None if the connection was lost
@@ -341,6 +342,8 @@ class KeeperClient:
             _call(sink.frozen, str(ev.get("why", "")))
         elif ev.get("kind") == "started":  # a run held behind another started when that one ended
             _call(sink.started, ev.get("pid"), ev.get("identity") or {})
+        elif ev.get("kind") == "note":
+            _call(sink.noted, str(ev.get("what", "")), str(ev.get("message", "")))
 
     def _lose(self) -> None:
         if self.lost:

@@ -50,6 +50,9 @@ class _ToWorker:
     def taken_back(self) -> None:
         self.sink.taken_back()
 
+    def noted(self, what: str, message: str) -> None:
+        self.sink.noted(what, message)
+
 
 class KeeperSpawner:
     def __init__(self, paths: Paths, *, name: str, check_s: float) -> None:
@@ -158,6 +161,10 @@ class KeeperSpawner:
         if self.client is None:  # between a lost keeper and the next: say so, it is retried
             sink.spawn_failed("no keeper to start the job (it is being restarted)", True)
             return
+        if (req.keep_awake or req.limits) and "holds" not in self.client.info.get("features", ()):
+            sink.spawn_failed(f"the keeper (version {self.client.info.get('version')}) cannot hold --keep-awake "
+                              "or limits; it exits once the runs it holds end", True)
+            return
         if req.after is not None and not self.pipelines:  # a keeper without `after` (a reconnect
             sink.taken_back()  # while an earlier process was ended) would start it at once: not so
             return
@@ -206,4 +213,6 @@ def _wire(req: SpawnRequest) -> dict[str, Any]:
         "log_cap": req.log_cap, "timeout_s": req.timeout_s, "kill_grace_s": req.kill_grace_s,
         "trust_until": req.trust_until, "term_lead_s": req.term_lead_s,
         **({"after": req.after} if req.after is not None else {}),
+        **({"keep_awake": True} if req.keep_awake else {}),
+        **({"limits": req.limits} if req.limits else {}),
     }

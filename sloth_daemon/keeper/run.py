@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from sloth_daemon.keeper.holds import Inhibitor
 from sloth_daemon.keeper.runner import JobProcess
 from sloth_daemon.keeper.wire import Trust
 
@@ -23,6 +24,8 @@ class Launch:
     log_path: Path
     log_cap: int
     timeout_s: float | None
+    keep_awake: bool = False
+    limits: dict[str, Any] | None = None  # checks.limits_json's, with the daemon's "mem_via"
 
 
 @dataclass
@@ -56,6 +59,9 @@ class Run:
     paused_at: float | None = None  # wall clock, since when
     timeout_s: float | None = None  # as the spawn asked (the timer counts running time only)
     timeout_left: float | None = None  # while paused: what the timer had left
+    inhibitor: Inhibitor | None = None  # its sleep inhibitor, while it runs (keeper/holds.py)
+    limits: dict[str, Any] | None = None
+    cgroup: str | None = None  # its cgroup v2 folder, under a scope's limits (oom kills are read there)
 
     def wire(self, after: str | None = None) -> dict[str, Any]:
         """As hello lists it and the journal keeps it; ``after``: the run a

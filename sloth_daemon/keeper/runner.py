@@ -102,8 +102,10 @@ class JobProcess:
         on_output: Callable[[bytes], None],
         on_exit: Callable[["JobProcess"], None],
         claim_orphan: Callable[[int, float | None], bool] | None = None,
+        preexec: Callable[[], None] | None = None,
     ) -> None:
         self.argv, self.cwd, self.env, self.log = argv, cwd, env, log
+        self.preexec = preexec  # its limits, set in the child before exec (keeper/holds.py)
         self.on_output, self.on_exit = on_output, on_exit
         self.claim_orphan = claim_orphan
         self.proc: subprocess.Popen[bytes] | None = None
@@ -140,6 +142,7 @@ class JobProcess:
             self.proc = subprocess.Popen(
                 self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
                 stdout=wfd, stderr=wfd, start_new_session=True, close_fds=True, umask=JOB_UMASK,
+                preexec_fn=self.preexec,
             )
         except (OSError, subprocess.SubprocessError) as e:
             os.close(rfd)

@@ -80,6 +80,11 @@ class Leases:
                                "recording a job's process", event=("started", f"pid {runner.get('pid')}"),
                                at=finite(runner.get("started_at")))
 
+    def note_run(self, job_id: int, token: str, kind: str, message: str) -> Job:
+        """An event in the history of the run of ``token``: as SqliteQueue.note_run."""
+        return self._held_step(job_id, token, "updated_at = sloth.now()", {}, "noting on a run",
+                               event=(kind, message))
+
     def set_paused(self, job_id: int, token: str, paused: bool, message: str) -> Job:
         """The run of ``token`` paused on request, or continued: as SqliteQueue.set_paused."""
         return self._held_step(job_id, token, SET_PAUSED, {"paused_run": token if paused else None},

@@ -155,6 +155,7 @@ class PgQueue:
         self.renew_after_resume = leases.renew_after_resume
         self.set_runner = leases.set_runner
         self.set_paused = leases.set_paused
+        self.note_run = leases.note_run
         self.adopt = leases.adopt
         self.abandon = leases.abandon
         self.complete = leases.complete

@@ -172,6 +172,13 @@ class SqliteLeases:
             self._put_runner(c, row, runner, now)
             return self.rows.job(c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone())
 
+    def note_run(self, job_id: int, token: str, kind: str, message: str) -> Job:
+        now = self.clock.now()
+        with self.store.tx(durable=False) as c:
+            row = self._held(c, job_id, token)
+            event(c, job_id, now, kind, row["attempts"], message)
+            return self.rows.job(row)
+
     def set_paused(self, job_id: int, token: str, paused: bool, message: str) -> Job:
         now = self.clock.now()
         with self.store.tx() as c:

@@ -306,7 +306,8 @@ class Worker:
             timeout_s=job.timeout_s, kill_grace_s=self.settings.kill_grace_s, previous=ran_here(job.runner, self.host),
             trust_until=trust_until(claimed, job.lease_s),
             term_lead_s=term_lead(job.lease_s, self.settings.kill_grace_s),
-            after=run.after.token if run.after is not None else None)
+            after=run.after.token if run.after is not None else None,
+            keep_awake=job.keep_awake, limits=job.limits)
         self.recorder.after_commit(self._send_spawn, run, req)  # never before the claim is in
 
     def _send_spawn(self, run: Run, req: SpawnRequest) -> None:
@@ -380,6 +381,17 @@ class Worker:
             return
         run.renewed(r)
         self.spawner.trust([(run.token, trust_until(r, run.job.lease_s))])
+
+    def on_noted(self, run: Run, what: str, message: str) -> None:
+        """The keeper says what the run's history should (keep-awake unavailable ...)."""
+        try:
+            run.job = self.queue.note_run(run.job.id, run.token, what, message)
+        except (LeaseLost, JobNotFound):
+            return
+        except SlothError as e:
+            log.warning("cannot note on job %d: %s (%s)", run.job.id, message, e.message)
+            return
+        self.signals.on_change(run.job)
 
     def on_taken_back(self, run: Run) -> None:
         self.pipeline.on_taken_back(run)

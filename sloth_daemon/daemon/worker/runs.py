@@ -200,3 +200,6 @@ class Sink:
 
     def taken_back(self) -> None:
         self.w.on_taken_back(self.run)
+
+    def noted(self, what: str, message: str) -> None:
+        self.w.on_noted(self.run, what, message)

@@ -39,6 +39,8 @@ class SpawnRequest:
     term_lead_s: float = 1.0  # SIGTERM this long before trust_until, SIGKILL at it
     env_extra: dict[str, str] | None = None  # ... and this run's own variables on top (SLOTH_JOB_ID ...)
     after: str | None = None  # start only once the run of this key has ended (pipelines)
+    keep_awake: bool = False  # hold a sleep inhibitor while it runs (keeper/holds.py)
+    limits: dict[str, Any] | None = None  # its resource limits and how (daemon/holding.py)
 
     def full_env(self) -> dict[str, str]:
         return {**self.env, **self.env_extra} if self.env_extra else self.env
@@ -116,6 +118,10 @@ class RunSink(Protocol):
     def taken_back(self) -> None:
         """An unspawn found the run still held behind another and dropped
         it: it never started, and the spawner forgot it."""
+
+    def noted(self, what: str, message: str) -> None:
+        """What the run's history should say now (``what``: "keep-awake": its
+        inhibitor could not be held); the run goes on."""
 
 
 class Spawner(Protocol):
