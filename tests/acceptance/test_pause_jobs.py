@@ -203,5 +203,9 @@ def test_bad_pause_requests_change_nothing(harness):
     assert p.returncode != 0
     p = h.cli("resume", "--job", str(job))
     assert p.returncode == errors.EXIT_CONFLICT and "not paused" in p.stderr
+    for args in ({"ids": "x"}, {"ids": []}, {"ids": [True]}, {"ids": [job], "lane": "default"}, {"lane": 5},
+                 {"lane": "no-such-lane"}, {"ids": [job], "extra": 1}):
+        with pytest.raises(errors.SlothError):
+            h.call("pause_jobs", **args)
     assert state_of(pid) != "T" and h.job(job)["paused"] is False
     assert h.call("ping")["pong"]
