@@ -986,3 +986,20 @@ def test_set_paused_marks_the_run_paused_until_continued_or_claimed_again(q, clo
     assert again.id == jid and again.paused is False
     with pytest.raises(JobNotFound):
         q.set_paused(99999, again.token, True, "m")
+
+
+def test_keep_awake_and_limits_are_kept_with_the_job_and_by_a_restart(q, clock):
+    """issue 24 items 2 and 4: what the keeper is to hold is stored with the job."""
+    limits = {"mem": 100 << 20, "nice": 10, "io": "idle"}
+    jid = q.enqueue_many([{"command": ["x"], "keep_awake": True, "limits": limits}, {"command": ["y"]}])
+    job, plain = q.get(jid[0]), q.get(jid[1])
+    assert job.keep_awake is True and job.limits == limits
+    assert plain.keep_awake is False and plain.limits is None
+    with pytest.raises(BadRequest):
+        q.enqueue_many([{"command": ["x"], "limits": {"mem": 5}}])
+    with pytest.raises(BadRequest):
+        q.enqueue_many([{"command": ["x"], "keep_awake": "yes"}])
+    claimed = q.claim("w")
+    q.complete(claimed.id, claimed.token)
+    new = q.restart([jid[0]]).jobs[0]
+    assert new.keep_awake is True and new.limits == limits
