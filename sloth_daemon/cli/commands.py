@@ -99,8 +99,8 @@ def _ids(dest: str = "ids") -> Argument:
 
 
 def _PAUSE_JOBS(verb: str) -> tuple[Option, ...]:
-    return (Option("job", "--job", LIST, None, f"Only these running jobs ({verb} their process trees).",
-                   complete=IDS),
+    return (Option("job", "--job", FLAG, False, f"The arguments are running jobs' ids: {verb} their process "
+                   "trees (SIGSTOP to every process; resume: SIGCONT)."),
             Option("jobs", "--jobs", FLAG, False, f"Also {verb} the running jobs of the lane (or of all lanes)."))
 
 
@@ -203,14 +203,14 @@ COMMANDS: tuple[Command, ...] = (
         "ID...) stops them too: SIGSTOP to the whole tree; they\nkeep their lease and slot, and their timeout "
         "stops counting.", "sloth_daemon.cli.pausing:pause",
         _json(), *_PAUSE_JOBS("pause"),
-        arg=Argument("lane", many=False, required=False, help="Lane to pause (default: everything).",
-                     complete=LANES)),
+        arg=Argument("lane", many=True, required=False, metavar="[LANE | --job ID...]",
+                     help="Lane to pause (default: everything); with --job, the jobs' ids.", complete=LANES)),
     Command(
         "resume", "Start jobs again after `sloth pause` (--job ID...: continue paused jobs).",
         "sloth_daemon.cli.pausing:resume",
         _json(), *_PAUSE_JOBS("resume"),
-        arg=Argument("lane", many=False, required=False, help="Lane to resume (default: everything).",
-                     complete=LANES)),
+        arg=Argument("lane", many=True, required=False, metavar="[LANE | --job ID...]",
+                     help="Lane to resume (default: everything); with --job, the jobs' ids.", complete=LANES)),
     Command(
         "prune", "Delete finished jobs (and their logs); `--older-than 0` for all of them.",
         "sloth_daemon.cli.act:prune",

@@ -15,30 +15,36 @@ if TYPE_CHECKING:
     from typing import Any, Optional, Sequence
 
 
-def pause(*, lane: Optional[str] = None, job: Optional[Sequence[str]] = None, jobs: bool = False,
+def pause(*, lane: Optional[Sequence[str]] = None, job: bool = False, jobs: bool = False,
           as_json: bool = False) -> Optional[int]:
     """`sloth pause` (its help and options: commands.py)."""
     return _pause_or_resume("pause", lane, job, jobs, as_json)
 
 
-def resume(*, lane: Optional[str] = None, job: Optional[Sequence[str]] = None, jobs: bool = False,
+def resume(*, lane: Optional[Sequence[str]] = None, job: bool = False, jobs: bool = False,
            as_json: bool = False) -> Optional[int]:
     """`sloth resume` (its help and options: commands.py)."""
     return _pause_or_resume("resume", lane, job, jobs, as_json)
 
 
-def _pause_or_resume(verb: str, lane: Optional[str], job: Optional[Sequence[str]], jobs: bool,
+def _pause_or_resume(verb: str, words: Optional[Sequence[str]], job: bool, jobs: bool,
                      as_json: bool) -> Optional[int]:
     from sloth_daemon.cli import act
 
-    lane_op = act.pause if verb == "pause" else act.resume
-    if not job and not jobs:
-        return lane_op(lane=lane, as_json=as_json)
-    if job and (jobs or lane is not None):
-        raise errors.BadRequest(f"--job names the jobs to {verb}; it takes no lane and no --jobs",
-                                hint=f"`sloth {verb} --job 12 13`, or `sloth {verb} LANE --jobs`.")
     if job:
-        return _report(call(f"{verb}_jobs", ids=_ids(job)), verb, as_json)
+        if jobs:
+            raise errors.BadRequest(f"--job names the jobs to {verb}; --jobs is for a lane",
+                                    hint=f"`sloth {verb} --job 12 13`, or `sloth {verb} LANE --jobs`.")
+        if not words:
+            raise errors.BadRequest(f"which jobs? Give their ids after --job, e.g. `sloth {verb} --job 12 13`")
+        return _report(call(f"{verb}_jobs", ids=_ids(words)), verb, as_json)
+    if words and len(words) > 1:
+        raise errors.BadRequest(f"{verb} one lane at a time (got {len(words)} words)",
+                                hint=f"For jobs: `sloth {verb} --job {' '.join(words)}`.")
+    lane = words[0] if words else None
+    if not jobs:  # the lane's own pause, as ever (act.py); its exit code, whatever it returns
+        lane_op: Any = act.pause if verb == "pause" else act.resume
+        return lane_op(lane=lane, as_json=as_json)
     # LANE --jobs: the lane first (nothing new starts), then its running jobs
     # (resume: the jobs first, then the lane's new ones may start).
     what = {"lane": lane} if lane else {}

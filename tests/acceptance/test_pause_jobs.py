@@ -96,6 +96,19 @@ def test_pause_stops_every_process_of_the_tree_and_resume_continues_it(harness):
     assert [e["kind"] for e in h.events(job)][-1] == "continued"
 
 
+def test_several_jobs_are_paused_and_resumed_by_one_command(harness):
+    h = harness
+    h.start()
+    h.call("lane_set", lane="default", concurrency=3)
+    jobs = [add(h, "--", "sleep", "300") for _ in range(3)]
+    pids = [running_pid(h, j) for j in jobs]
+    p = h.cli("pause", "--job", *map(str, jobs))
+    assert p.returncode == 0, p.stderr
+    assert [state_of(pid) for pid in pids] == ["T"] * 3
+    assert h.cli("resume", "--job", f"{jobs[0]},{jobs[1]}", str(jobs[2])).returncode == 0
+    h.wait_for(lambda: "T" not in [state_of(pid) for pid in pids], timeout_s=5, what="all continued")
+
+
 def test_a_tree_that_forks_while_being_paused_is_stopped_whole(harness):
     h = harness
     h.start()
@@ -201,6 +214,10 @@ def test_bad_pause_requests_change_nothing(harness):
     assert p.returncode == errors.EXIT_CONFLICT and "queued, not running" in p.stderr
     p = h.cli("pause", "--job", str(job), "--jobs")
     assert p.returncode != 0
+    p = h.cli("pause", "--job")
+    assert p.returncode != 0 and "which jobs" in p.stderr
+    p = h.cli("pause", "default", "video")
+    assert p.returncode != 0 and "one lane at a time" in p.stderr
     p = h.cli("resume", "--job", str(job))
     assert p.returncode == errors.EXIT_CONFLICT and "not paused" in p.stderr
     for args in ({"ids": "x"}, {"ids": []}, {"ids": [True]}, {"ids": [job], "lane": "default"}, {"lane": 5},

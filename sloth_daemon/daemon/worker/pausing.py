@@ -41,8 +41,9 @@ class Pauser:
                     resume: bool = False) -> Batch:
         """Pause (or with ``resume`` continue) the running jobs ``ids``, or
         every running job of ``lane``, or (neither) every running job here.
-        Jobs that are not running here are skipped, each with why; a job
-        already in the state asked is listed as it is. Raises JobNotFound
+        Jobs named that are not running here, or already paused (resume:
+        not paused), are skipped, each with why; a lane's or every job
+        leaves those out. Raises JobNotFound
         (an unknown id, before any change) or KeeperError."""
         runs, skipped = self._select(ids, lane, resume)
         if not runs:
@@ -70,7 +71,7 @@ class Pauser:
                 resume: bool) -> tuple[list[Run], list[tuple[int, str]]]:
         skipped: list[tuple[int, str]] = []
         if ids is None:
-            return [r for r in self.running.values() if r.live and not r.ending
+            return [r for r in self.running.values() if r.live and not r.ending and r.paused == resume
                     and (lane is None or r.job.lane == lane)], skipped
         runs = []
         for job_id in dict.fromkeys(ids):
