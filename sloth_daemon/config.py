@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from sloth_daemon.text import mask, remember
-from sloth_daemon.checks import BOUNDS, LEASE_HINT, MIN_LEASE_S
+import json
+
+from sloth_daemon.checks import BOUNDS, LEASE_HINT, MIN_LEASE_S, limits_json, parse_size
 from sloth_daemon.durations import format_duration, parse_duration
-from sloth_daemon.errors import BadRequest, ConfigError
+from sloth_daemon.errors import BadRequest, ConfigError, SlothError
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,10 @@ class Settings:
     listen: bool = True  # LISTEN/NOTIFY wakeups (false: poll only, e.g. PgBouncer in transaction mode)
     poll_s: float = 5.0  # a shared queue is looked at this often besides its wakeups
     lanes: Mapping[str, int] = field(default_factory=dict)  # only the lanes the file names
+    # [lanes.NAME] tables: what the keeper holds for every job of the lane
+    # that does not say otherwise (mem, cpus, nice, io as checks.limits_json
+    # takes them; keep_awake), e.g. {"gpu": {"limits": {"mem": 2147483648}}}
+    lane_holds: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     file: Path | None = None
     # setting name (or "lanes.NAME") -> "default" | "file PATH"
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -110,9 +116,18 @@ def from_mapping(data: Mapping[str, Any], path: Path) -> Settings:
     # No built-in {"default": 1}: it made `default_concurrency` apply to every
     # lane except the one most jobs run in (issue 14, item 10).
     lanes: dict[str, int] = {}
+    holds: dict[str, dict[str, Any]] = {}
     for key, raw in data.items():
         if key == "lanes":
-            for lane, n in _lanes(path, raw).items():
+            tables = {k: v for k, v in raw.items() if isinstance(v, dict)} if isinstance(raw, dict) else {}
+            for lane, table in tables.items():
+                held, n = _lane_table(path, lane, table)
+                if held:
+                    holds[lane] = held
+                if n is not None:
+                    lanes[lane] = n
+                    sources[f"lanes.{lane}"] = src
+            for lane, n in _lanes(path, {k: v for k, v in raw.items() if k not in tables}).items():
                 lanes[lane] = n
                 sources[f"lanes.{lane}"] = src
             continue
@@ -123,7 +138,34 @@ def from_mapping(data: Mapping[str, Any], path: Path) -> Settings:
             )
         values[key] = _coerce(path, key, raw)
         sources[key] = src
-    return Settings(**values, lanes=lanes, file=path, sources=sources)
+    return Settings(**values, lanes=lanes, lane_holds=holds, file=path, sources=sources)
+
+
+LANE_TABLE_KEYS = ("concurrency", "keep_awake", "mem", "cpus", "nice", "io")
+
+
+def _lane_table(path: Path, lane: str, table: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+    """``[lanes.NAME]``: concurrency, keep_awake, mem ("2G"), cpus, nice, io.
+    Returns (what the keeper holds for its jobs, its concurrency or None)."""
+    if unknown := set(table) - set(LANE_TABLE_KEYS):
+        raise ConfigError(f"{path}: [lanes.{lane}]: unknown key(s) {', '.join(sorted(unknown))}",
+                          hint=f"A lane's table takes {', '.join(LANE_TABLE_KEYS)}.")
+    n = _whole(path, f"lanes.{lane}", table["concurrency"], BOUNDS["concurrency"]) if "concurrency" in table else None
+    held: dict[str, Any] = {}
+    if "keep_awake" in table:
+        if not isinstance(table["keep_awake"], bool):
+            raise ConfigError(f"{path}: [lanes.{lane}] keep_awake must be true or false")
+        held["keep_awake"] = table["keep_awake"]
+    raw = {k: table[k] for k in ("mem", "cpus", "nice", "io") if k in table}
+    try:
+        if isinstance(raw.get("mem"), str):
+            raw["mem"] = parse_size(raw["mem"], "mem")
+        text = limits_json(raw)
+    except SlothError as e:
+        raise ConfigError(f"{path}: [lanes.{lane}]: {e.message}") from None
+    if text is not None:
+        held["limits"] = json.loads(text)
+    return held, n
 
 
 def _lanes(path: Path, raw: Any) -> dict[str, int]:

@@ -148,6 +148,16 @@ MIGRATIONS: list[str] = [
         WHERE key IS NOT NULL AND state IN ('blocked', 'held', 'queued', 'running');
     CREATE INDEX jobs_held ON jobs(lane, priority, not_before, id) WHERE state = 'held';
     """,
+    # 7 -> 8: what the keeper holds for a run's whole life (issue 24): a
+    # sleep inhibitor (keep_awake), resource limits (JSON, e.g. {"mem": ...,
+    # "nice": 10}), and the run paused on request: the token of the run
+    # paused (the job is paused while it still holds that token, so a new
+    # claim is never paused by an old run's flag).
+    """
+    ALTER TABLE jobs ADD COLUMN keep_awake INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN limits TEXT;
+    ALTER TABLE jobs ADD COLUMN paused_run TEXT;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
