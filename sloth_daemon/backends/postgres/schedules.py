@@ -27,6 +27,8 @@ SQL_PROGRESS = ("UPDATE sloth.schedules SET version = version + 1, next_slot = c
                 " last_job = %s, last_slot = coalesce(%s, last_slot), missed = missed + %s,"
                 " dropped = dropped + %s, updated_at = sloth.now() WHERE name = %s")
 SQL_PRUNE_RUNS = "DELETE FROM sloth.schedule_runs WHERE schedule = %s AND slot < sloth.now() - %s"
+SQL_STAMP = ("SELECT count(*) AS n, coalesce(sum(version), 0) AS v, coalesce(max(updated_at), 0) AS at"
+             " FROM sloth.schedules")
 KEEP_RUNS_S = 30 * 86400.0
 
 Insert = Callable[[Cursor, list[JobSpec], None], list[int]]
@@ -62,6 +64,11 @@ class PgSchedules:
     def all(self) -> list[dict[str, Any]]:
         rows = self._db.read(lambda c: c.execute(SQL_LIST + " ORDER BY s.name").fetchall(), "reading schedules")
         return [sr.record(r) for r in rows]
+
+    def stamp(self) -> tuple[Any, ...]:
+        """What changes with any change to any schedule (a cheap look before a re-read)."""
+        row = self._db.read(lambda c: c.execute(SQL_STAMP).fetchone(), "reading schedules")
+        return tuple((row or {}).values())
 
     def runs(self, name: str, limit: int = sr.RUNS_SHOWN) -> list[dict[str, Any]]:
         rows = self._db.read(lambda c: c.execute(SQL_RUNS, (name, int(limit))).fetchall(), "reading a schedule")

@@ -26,6 +26,7 @@ SQL_RUN_ADD = ("INSERT INTO schedule_runs (schedule, slot, manual, job_id, at, n
 SQL_PROGRESS = ("UPDATE schedules SET version = version + 1, next_slot = coalesce(?, next_slot),"
                 " last_job = ?, last_slot = coalesce(?, last_slot), missed = missed + ?, dropped = dropped + ?,"
                 " updated_at = ? WHERE name = ?")
+SQL_STAMP = "SELECT count(*), coalesce(sum(version), 0), coalesce(max(updated_at), 0) FROM schedules"
 KEEP_RUNS_S = 30 * 86400.0  # rows of slots older than this are pruned at a firing
 
 
@@ -61,6 +62,11 @@ class SqliteSchedules:
     @reads
     def all(self) -> list[dict[str, Any]]:
         return [sr.record(r) for r in self.conn.execute(SQL_LIST + " ORDER BY s.name")]
+
+    @reads
+    def stamp(self) -> tuple[Any, ...]:
+        """What changes with any change to any schedule (a cheap look before a re-read)."""
+        return tuple(self.conn.execute(SQL_STAMP).fetchone())
 
     @reads
     def runs(self, name: str, limit: int = sr.RUNS_SHOWN) -> list[dict[str, Any]]:

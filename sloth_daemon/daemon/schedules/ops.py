@@ -19,6 +19,9 @@ RULES = ("Missed slots (asleep, off, no daemon): --missed once runs one catch-up
          "runs once, the first time. Each slot makes at most one job (its key is schedule:NAME:SLOT).")
 
 
+READS = ("schedule_ls", "schedule_show")
+
+
 def ops(scheduler: Scheduler | None) -> dict[str, Callable[[dict[str, Any]], Any]]:
     """op name -> handler, for daemon/handlers.py."""
     s = _Ops(scheduler)

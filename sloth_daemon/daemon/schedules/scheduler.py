@@ -55,6 +55,7 @@ class Scheduler:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: int | None = None
         self.fired = 0  # firings written (status)
+        self._stamp: Any = None  # store.stamp() at the last reload
 
     # ------------------------------------------------------------ the timer
     def load(self) -> None:
@@ -63,6 +64,16 @@ class Scheduler:
         self._heap = [(r["next_slot"], n, r["version"]) for n, r in self.known.items() if not r["paused"]]
         heapq.heapify(self._heap)
         self.arm(force=True)
+
+    def reload(self) -> None:
+        """Read them all again if any changed (a shared queue's poll: another machine's add or firing)."""
+        try:
+            stamp = self.store.stamp()
+            if stamp != self._stamp:
+                self.load()
+                self._stamp = stamp
+        except SlothError as e:
+            log.warning("schedules: cannot re-read them now: %s", e.message)
 
     def earliest(self) -> int | None:
         """The earliest due time of all (stale heap entries dropped)."""
@@ -261,6 +272,21 @@ class Scheduler:
 
     def status(self) -> dict[str, Any]:
         return {"schedules": len(self.known), "next_slot": self.earliest(), "fired": self.fired}
+
+
+def machine_id() -> str:
+    """This machine's id (/etc/machine-id; else its host name): the jitter's seed."""
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text:
+            return text
+    import socket
+
+    return socket.gethostname()
 
 
 def _join(a: str, b: str) -> str:
