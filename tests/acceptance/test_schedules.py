@@ -1,0 +1,82 @@
+"""Schedules through the real daemon (issue 23): a sleep of hours is one
+catch-up (the repository's LD_PRELOAD clock shim), a kill -9 at any moment
+of firing leaves no duplicate and no gap, and three daemons on one
+PostgreSQL queue make one job per slot. Waits are bounded, never timed."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+
+import pytest
+
+from tests.support.harness import TEST_CONFIG
+
+pytestmark = pytest.mark.acceptance
+HOUR = 3600
+
+
+def schedule(h, name: str) -> dict:
+    return h.cli_json("schedule", "show", name, "--limit", "100000", "--json")
+
+
+def slot_jobs(h, name: str) -> list[dict]:
+    jobs = h.call("list", limit=100000, states=["blocked", "queued", "running", "done", "failed", "cancelled"])["jobs"]
+    return [j for j in jobs if (j.get("key") or "").startswith(f"schedule:{name}:")]
+
+
+def test_a_sleep_of_hours_through_every_hour_is_one_catch_up(harness, fakeclock):
+    harness.daemon_env.update(fakeclock.env())
+    harness.start()
+    harness.cli("schedule", "add", "hourly", "--every", "1h", "--", "true", check=True)
+    harness.cli("schedule", "add", "each", "--every", "1h", "--missed", "all", "--overlap", "parallel",
+                "--", "true", check=True)
+    harness.cli("schedule", "add", "skipper", "--every", "1h", "--missed", "skip", "--", "true", check=True)
+    fakeclock.jump(3 * HOUR + 600)  # the laptop slept 3h10m: three slots passed
+    harness.wait_for(lambda: len(slot_jobs(harness, "each")) == 3, what="the three slots of --missed all")
+    harness.wait_for(lambda: schedule(harness, "skipper")["runs"], what="the skipped slot recorded")
+    hourly = schedule(harness, "hourly")
+    assert len(slot_jobs(harness, "hourly")) == 1, hourly  # once, not three times
+    assert hourly["schedule"]["missed_slots"] == 2 and "catch-up" in hourly["runs"][0]["note"]
+    assert slot_jobs(harness, "skipper") == [] and "not run" in schedule(harness, "skipper")["runs"][0]["note"]
+    time.sleep(2.5)  # more clock checks pass: still nothing more
+    assert len(slot_jobs(harness, "hourly")) == 1 and len(slot_jobs(harness, "each")) == 3
+
+
+def test_kill_9_at_any_moment_of_firing_leaves_no_duplicate_and_no_gap(harness):
+    harness.start()
+    harness.cli("schedule", "add", "tick", "--every", "1s", "--missed", "all", "--overlap", "parallel",
+                "--", "true", check=True)
+    rng = random.Random(23)
+    for _ in range(8):
+        time.sleep(rng.uniform(0.2, 1.5))
+        harness.kill9_all()
+        harness.start()
+    time.sleep(1.5)
+    jobs = slot_jobs(harness, "tick")
+    slots = sorted(int(j["key"].rsplit(":", 1)[1]) for j in jobs)
+    assert Counter(j["key"] for j in jobs).most_common(1)[0][1] == 1  # no slot twice
+    assert slots == list(range(slots[0], slots[-1] + 1)), slots  # no gap (--missed all)
+    assert len(slots) >= 8
+
+
+@pytest.mark.postgres
+def test_three_daemons_on_one_postgres_queue_make_one_job_per_slot(make_harness, pg_url):
+    hs = [make_harness(TEST_CONFIG + f'queue_url = "{pg_url}"\nhost = "m{i}"\npoll_s = "1s"\n', f"m{i}")
+          for i in range(3)]
+    for h in hs:
+        h.start()
+    hs[0].cli("schedule", "add", "shared", "--every", "1s", "--missed", "all", "--overlap", "parallel",
+              "--anywhere", "--", "true", check=True)
+    time.sleep(2.0)  # every daemon has read it (a poll)
+    hs[1].kill9_all()  # one machine crashes and comes back meanwhile
+    hs[1].start()
+    time.sleep(4.0)
+    hs[0].cli("schedule", "pause", "shared", check=True)
+    jobs = slot_jobs(hs[2], "shared")
+    slots = sorted(int(j["key"].rsplit(":", 1)[1]) for j in jobs)
+    assert len(slots) >= 4 and len(set(slots)) == len(slots), slots
+    assert slots == list(range(slots[0], slots[-1] + 1)), slots
+    firers = {h.home.name for h in hs if "schedule shared: queued" in h.log_text()}
+    assert firers, "no daemon fired"
