@@ -80,3 +80,25 @@ def test_three_daemons_on_one_postgres_queue_make_one_job_per_slot(make_harness,
     assert slots == list(range(slots[0], slots[-1] + 1)), slots
     firers = {h.home.name for h in hs if "schedule shared: queued" in h.log_text()}
     assert firers, "no daemon fired"
+
+
+def test_bad_input_on_the_cli_and_the_socket_changes_nothing_and_the_daemon_keeps_serving(harness):
+    harness.start()
+    for args, code in [(("add", "b", "--cron", "0 25 * * *", "--", "true"), 2),
+                       (("add", "b", "--every", "soon", "--", "true"), 2),
+                       (("add", "b", "--cron", "@daily", "--tz", "Mars/Base", "--", "true"), 2),
+                       (("add", "b", "--every", "1h"), 2), (("show", "nope"), 4), (("run", "nope"), 4),
+                       (("rm", "nope"), 4)]:
+        p = harness.cli("schedule", *args)
+        assert p.returncode == code, (args, p.stdout, p.stderr)
+        assert "error" in p.stderr and "Traceback" not in p.stderr
+    for args in [{"name": ["x"], "recipe": {}}, {"name": "b", "recipe": "every day"},
+                 {"name": "b", "recipe": {"every_s": 60, "job": {"command": ["true"]}, "evil": 1}}]:
+        with pytest.raises(Exception):
+            harness.call("schedule_add", **args)
+    assert harness.call("ping")["pong"]
+    assert harness.cli_json("schedule", "ls", "--json") == {"schedules": []}
+    harness.cli("schedule", "add", "b", "--every", "1h", "--", "true", check=True)
+    p = harness.cli("schedule", "add", "b", "--every", "2h", "--", "false")
+    assert p.returncode == 6 and "exists already" in p.stderr
+    assert harness.cli_json("schedule", "show", "b", "--json")["schedule"]["every_s"] == 3600
