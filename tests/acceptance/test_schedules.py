@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 
+from sloth_daemon.errors import SlothError
 from tests.support.harness import TEST_CONFIG
 
 pytestmark = pytest.mark.acceptance
@@ -94,8 +95,9 @@ def test_bad_input_on_the_cli_and_the_socket_changes_nothing_and_the_daemon_keep
         assert "error" in p.stderr and "Traceback" not in p.stderr
     for args in [{"name": ["x"], "recipe": {}}, {"name": "b", "recipe": "every day"},
                  {"name": "b", "recipe": {"every_s": 60, "job": {"command": ["true"]}, "evil": 1}}]:
-        with pytest.raises(Exception):
+        with pytest.raises(SlothError) as e:
             harness.call("schedule_add", **args)
+        assert e.value.exit_code == 2
     assert harness.call("ping")["pong"]
     assert harness.cli_json("schedule", "ls", "--json") == {"schedules": []}
     harness.cli("schedule", "add", "b", "--every", "1h", "--", "true", check=True)
