@@ -104,3 +104,35 @@ def test_bad_input_on_the_cli_and_the_socket_changes_nothing_and_the_daemon_keep
     p = harness.cli("schedule", "add", "b", "--every", "2h", "--", "false")
     assert p.returncode == 6 and "exists already" in p.stderr
     assert harness.cli_json("schedule", "show", "b", "--json")["schedule"]["every_s"] == 3600
+
+
+def _berlin(*fields: int, fold: int = 0) -> float:
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    return datetime(*fields, tzinfo=ZoneInfo("Europe/Berlin"), fold=fold).timestamp()
+
+
+def test_dst_through_the_daemon_the_skipped_time_fires_once_at_the_jump_the_repeated_once(make_harness, fakeclock):
+    """The daemon's clock (the shim) set just before Berlin's spring jump,
+    then just before the autumn repeat: "30 2 * * *" fires at 03:00 CEST
+    (02:30 does not exist), and 02:30 fires once though it comes twice."""
+    h = make_harness()
+    h.daemon_env.update(fakeclock.env(), TZ="Europe/Berlin")
+    fakeclock.jump(_berlin(2027, 3, 28, 1, 59, 57) - time.time())
+    h.start()
+    h.cli("schedule", "add", "spring", "--cron", "30 2 * * *", "--", "true", check=True)
+    jump = int(_berlin(2027, 3, 28, 3, 0))
+    assert h.cli_json("schedule", "show", "spring", "--json")["schedule"]["next_run"] == jump
+    h.wait_for(lambda: slot_jobs(h, "spring"), what="the slot at the spring jump")
+    assert [j["key"] for j in slot_jobs(h, "spring")] == [f"schedule:spring:{jump}"]
+    assert h.cli_json("schedule", "show", "spring", "--json")["schedule"]["next_run"] == int(_berlin(2027, 3, 29, 2, 30))
+
+    fakeclock.jump(_berlin(2027, 10, 31, 2, 29, 57) - (time.time() + fakeclock.offset))
+    h.cli("schedule", "add", "autumn", "--cron", "30 2 * * *", "--missed", "skip", "--", "true", check=True)
+    first = int(_berlin(2027, 10, 31, 2, 30))
+    h.wait_for(lambda: slot_jobs(h, "autumn"), what="the first 02:30")
+    fakeclock.jump(3600)  # 02:30 again, in CET
+    time.sleep(3.0)  # clock checks pass, the second 02:30 with them
+    assert [j["key"] for j in slot_jobs(h, "autumn")] == [f"schedule:autumn:{first}"]
+    assert h.cli_json("schedule", "show", "autumn", "--json")["schedule"]["next_run"] == int(_berlin(2027, 11, 1, 2, 30))
