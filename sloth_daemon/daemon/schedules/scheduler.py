@@ -21,12 +21,13 @@ from sloth_daemon.backends import schedule_rules as sr
 from sloth_daemon.daemon.schedules import policy, slots
 from sloth_daemon.daemon.schedules import recipe as recipes
 from sloth_daemon.daemon.schedules.recipe import Recipe
-from sloth_daemon.errors import IllegalTransition, ScheduleNotFound, SlothError
+from sloth_daemon.errors import BadRequest, IllegalTransition, ScheduleNotFound, SlothError
 from sloth_daemon.spec import JobSpec
 
 log = logging.getLogger("sloth.schedules")
 RETRY_S = 5  # a firing the database refused is tried again this much later
 MAX_TRIES = 3  # plans remade when another firer moved the schedule first
+TURN = 64  # schedules fired per turn of the event loop
 
 
 class Ports:
@@ -108,18 +109,22 @@ class Scheduler:
     def _on_timer(self) -> None:
         self._timer = self._timer_at = None
         try:
-            self.tick()
+            self.tick(most=TURN)
         except Exception:  # a bug must not stop every schedule
             log.exception("schedules: a tick failed")
             self._retry_all()
 
-    def tick(self, now: float | None = None) -> int:
-        """Fire every schedule due by ``now``; returns how many fired."""
+    def tick(self, now: float | None = None, *, most: int | None = None) -> int:
+        """Fire the schedules due by ``now`` (at most ``most`` of them: the
+        timer's turn, so that 10,000 due at midnight never hold the event
+        loop -- heartbeats, the socket -- for long; the rest in the next
+        turn, at once); returns how many fired."""
         t = int(self.ports.now() if now is None else now)
-        n = 0
-        while (at := self.earliest()) is not None and at <= t:
+        n = seen = 0
+        while (at := self.earliest()) is not None and at <= t and (most is None or seen < most):
             _, name, _ = heapq.heappop(self._heap)
             n += self._fire(name, t)
+            seen += 1
         self.arm()
         return n
 
@@ -187,7 +192,12 @@ class Scheduler:
                 occurrences.append(sr.Occurrence(slot, None, _join(note, f"not run: job {prev} was still queued"
                                                                          " or running (--overlap skip)")))
                 continue
-            occurrences.append(sr.Occurrence(slot, self._spec(rec["name"], r, slot, now, what != policy.QUEUE), note))
+            try:
+                spec = self._spec(rec["name"], r, slot, now, what != policy.QUEUE)
+            except BadRequest as e:  # a recipe that no longer makes a valid job (a lane's rules): said, not retried
+                occurrences.append(sr.Occurrence(slot, None, _join(note, f"not queued: {e.message}")))
+                continue
+            occurrences.append(sr.Occurrence(slot, spec, note))
             if what == policy.REPLACE and prev is not None:
                 cancel.append(prev)
             active = True

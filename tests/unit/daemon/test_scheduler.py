@@ -145,3 +145,22 @@ def test_unknown_and_duplicate_names(w):
             op("nope")
     with pytest.raises(BadRequest):
         w.add("bad name!", every_s=H)
+
+
+def test_a_turn_fires_at_most_a_batch_and_the_rest_follow(w):
+    for i in range(10):
+        w.add(f"s{i}", every_s=H)
+    w.clock.set(H)
+    assert w.s.tick(most=4) == 4 and w.s.earliest() == H  # the rest still due: the next turn, at once
+    assert w.s.tick(most=4) == 4 and w.s.tick(most=4) == 2 and w.s.earliest() == 2 * H
+
+
+def test_a_recipe_that_no_longer_makes_a_valid_job_records_the_slot_as_not_queued(w, q, clock):
+    w.add("b", every_s=H)
+    bad = World(q, clock)
+    bad.s.ports.job = lambda d: (_ for _ in ()).throw(BadRequest("lane 'x' is gone"))
+    bad.s.load()
+    clock.set(H)
+    bad.s.tick()
+    assert w.jobs("b") == [] and "not queued: lane 'x' is gone" in q.schedules.runs("b")[0]["note"]
+    assert q.schedules.get("b")["next_slot"] == 2 * H
