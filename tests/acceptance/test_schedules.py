@@ -70,17 +70,23 @@ def test_three_daemons_on_one_postgres_queue_make_one_job_per_slot(make_harness,
         h.start()
     hs[0].cli("schedule", "add", "shared", "--every", "1s", "--missed", "all", "--overlap", "parallel",
               "--anywhere", "--", "true", check=True)
+    hs[0].cli("schedule", "add", "home", "--every", "1s", "--", "true", check=True)  # runs where it was made
+    hs[0].cli("schedule", "add", "there", "--every", "1s", "--on", "m2", "--", "true", check=True)
     time.sleep(2.0)  # every daemon has read it (a poll)
     hs[1].kill9_all()  # one machine crashes and comes back meanwhile
     hs[1].start()
     time.sleep(4.0)
-    hs[0].cli("schedule", "pause", "shared", check=True)
+    for name in ("shared", "home", "there"):
+        hs[0].cli("schedule", "pause", name, check=True)
     jobs = slot_jobs(hs[2], "shared")
     slots = sorted(int(j["key"].rsplit(":", 1)[1]) for j in jobs)
     assert len(slots) >= 4 and len(set(slots)) == len(slots), slots
     assert slots == list(range(slots[0], slots[-1] + 1)), slots
-    firers = {h.home.name for h in hs if "schedule shared: queued" in h.log_text()}
-    assert firers, "no daemon fired"
+    for name, host in (("home", "m0"), ("there", "m2")):
+        placed = slot_jobs(hs[2], name)
+        assert placed and {j["place"] for j in placed} == {host}, placed
+        ran = [j for j in placed if j["worker"]]
+        assert ran and all(f":{host}:" in j["worker"] for j in ran), ran
 
 
 def test_bad_input_on_the_cli_and_the_socket_changes_nothing_and_the_daemon_keeps_serving(harness):
