@@ -57,6 +57,7 @@ class Scheduler:
         self._timer_at: int | None = None
         self.fired = 0  # firings written (status)
         self._stamp: Any = None  # store.stamp() at the last reload
+        self._seen = 0  # the latest now a tick or a jump saw (a clock stepped back is below it)
 
     # ------------------------------------------------------------ the timer
     def load(self) -> None:
@@ -103,8 +104,29 @@ class Scheduler:
         self._timer = loop.call_later(max(0.0, at - self.ports.now()), self._on_timer)
 
     def clock_jumped(self) -> None:
-        """A resume or a clock step: the due times stay, the delay to them changed."""
+        """A resume or a clock step: the due times stay, the delay to them
+        changed. A clock stepped back behind what was handled (set years
+        ahead, then put right) brings each schedule's progress back to its
+        next slot from now, so it does not fall silent until the wrong
+        date: a slot handled already keeps its row, and makes no second job."""
+        now = int(self.ports.now())
+        if now < self._seen - 1:
+            self._rewind(now)
+        self._seen = now
         self.arm(force=True)
+
+    def _rewind(self, now: int) -> None:
+        for name, rec in list(self.known.items()):
+            nxt = None if rec["paused"] else slots.next_after(Recipe.from_dict(rec["recipe"]), now)
+            if nxt is None or nxt >= rec["next_slot"]:
+                continue
+            try:
+                changed = self.store.change(name, version=rec["version"], next_slot=nxt)
+            except SlothError as e:
+                log.warning("schedule %s: not brought back to the clock: %s", name, e.message)
+                continue
+            if changed is not None:
+                self._push(self._remember(changed))
 
     def _on_timer(self) -> None:
         self._timer = self._timer_at = None
@@ -120,6 +142,7 @@ class Scheduler:
         loop -- heartbeats, the socket -- for long; the rest in the next
         turn, at once); returns how many fired."""
         t = int(self.ports.now() if now is None else now)
+        self._seen = max(self._seen, t)
         n = seen = 0
         while (at := self.earliest()) is not None and at <= t and (most is None or seen < most):
             _, name, _ = heapq.heappop(self._heap)

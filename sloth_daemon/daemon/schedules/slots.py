@@ -60,9 +60,18 @@ def zone(name: str | None) -> tzinfo:
                          hint="A zoneinfo name, e.g. Europe/Berlin, UTC.") from None
 
 
+_LOCAL: dict[str, tzinfo] = {}  # $TZ -> the zone it means (read once per value)
+
+
 def local_zone() -> tzinfo:
     """$TZ if it names a zone, else /etc/localtime, else UTC."""
-    tz = os.environ.get("TZ", "").lstrip(":")
+    key = os.environ.get("TZ", "")
+    if key not in _LOCAL:
+        _LOCAL[key] = _read_local(key.lstrip(":"))
+    return _LOCAL[key]
+
+
+def _read_local(tz: str) -> tzinfo:
     if tz:
         try:
             return ZoneInfo(tz)

@@ -164,3 +164,21 @@ def test_a_recipe_that_no_longer_makes_a_valid_job_records_the_slot_as_not_queue
     bad.s.tick()
     assert w.jobs("b") == [] and "not queued: lane 'x' is gone" in q.schedules.runs("b")[0]["note"]
     assert q.schedules.get("b")["next_slot"] == 2 * H
+
+
+def test_a_clock_set_far_ahead_then_put_right_does_not_silence_the_schedule_nor_repeat_a_slot(w):
+    w.add("b", every_s=H, overlap="parallel")
+    w.at(H)
+    w.at(1000 * H + 5)  # the clock was set far ahead: one catch-up for slot 1000H
+    assert w.s.get("b")["next_slot"] == 1001 * H
+    w.clock.set(10 * H + 5)  # put right
+    w.s.clock_jumped()
+    assert w.s.get("b")["next_slot"] == 11 * H
+    w.at(11 * H)
+    assert sorted(j.key for j in w.jobs("b")) == sorted(f"schedule:b:{s}" for s in (H, 1000 * H, 11 * H))
+    w.clock.set(H + 10)  # stepped back again, behind the first slot
+    w.s.clock_jumped()
+    w.at(2 * H)
+    w.at(1000 * H + 5)
+    keys = [j.key for j in w.jobs("b")]
+    assert len(keys) == len(set(keys))  # slot H and slot 1000H: still one job each
