@@ -89,6 +89,18 @@ class LaneNotFound(SlothError):
                               f"`{shell_command('sloth', 'lane', 'set', lane, '--concurrency', 'N', '--create')}`.")
 
 
+class ScheduleNotFound(SlothError):
+    """A schedule name no `sloth schedule add` made (or one since removed)."""
+
+    code = "schedule_not_found"
+    exit_code = EXIT_NOT_FOUND
+    hint = "List schedules with `sloth schedule ls`."
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no schedule named {name!r}")
+        self.name = name
+
+
 class LogUnreadable(SlothError):
     """A job's log file is there but cannot be read (a folder in its place,
     no permission). A missing file is no error: the attempt printed nothing."""

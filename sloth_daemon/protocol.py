@@ -102,6 +102,16 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "bump": (frozenset({"ids"}), frozenset()),
     "hold": (frozenset(), frozenset({"ids", "lane"})),
     "release": (frozenset(), frozenset({"ids", "lane"})),
+    # Schedules (issue 23): "recipe" holds every_s | cron, tz, missed,
+    # overlap, jitter_s and job (the add op's job object); edit's only what changes.
+    "schedule_add": (frozenset({"name", "recipe"}), frozenset()),
+    "schedule_edit": (frozenset({"name", "recipe"}), frozenset()),
+    "schedule_ls": (frozenset(), frozenset()),
+    "schedule_show": (frozenset({"name"}), frozenset({"limit"})),
+    "schedule_pause": (frozenset({"name"}), frozenset()),
+    "schedule_resume": (frozenset({"name"}), frozenset()),
+    "schedule_rm": (frozenset({"name"}), frozenset()),
+    "schedule_run": (frozenset({"name"}), frozenset()),
 }
 # The first version that has each op (all others: 1).
 OP_SINCE: dict[str, int] = {"stage": 2, "commit": 2, "batch": 2, "scan": 3}

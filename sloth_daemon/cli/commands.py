@@ -107,22 +107,69 @@ def _PAUSE_JOBS(verb: str) -> tuple[Option, ...]:
             Option("jobs", "--jobs", FLAG, False, f"Also {verb} the running jobs of the lane (or of all lanes)."))
 
 
+# The options of the job a command queues: `sloth add`'s and, the same, a schedule's.
+_JOB_LANE = Option("lane", "--lane -l", VALUE, "default", "Lane (each has its own concurrency).", complete=LANES)
+_JOB_PRIORITY = Option("priority", "--priority -p", INT, 0, "Higher runs first within a lane.")
+_JOB_MAX_ATTEMPTS = Option("max_attempts", "--max-attempts", INT, None, "Tries before failed (default from config).")
+_JOB_LEASE = Option("lease", "--lease", VALUE, None, "Lease length, e.g. 1m (default from config).")
+_JOB_TIMEOUT = Option("timeout", "--timeout -t", VALUE, None, "Kill the job's process tree after this, e.g. 2h.")
+_JOB_LABEL = Option("label", "--label", VALUE, None, "A short name shown in listings.")
+_JOB_CWD = Option("cwd", "--cwd", PATH, None, "Working directory (default: the current one).")
+_JOB_SHELL = Option("shell", "--shell -s", FLAG, False, "Run the command through /bin/sh -c.")
+_JOB_RETRY_EXIT = Option("retry_exit", "--retry-exit", VALUE, None, "Retry only these exit codes, e.g. 1,75.")
+_JOB_NO_RETRY_EXIT = Option("no_retry_exit", "--no-retry-exit", VALUE, None,
+                            "Never retry these exit codes (default 126,127; none to retry all).")
+_JOB_ANYWHERE = Option("anywhere", "--anywhere", FLAG, False, "A shared queue: run on any machine (default: this one).")
+_JOB_ON = Option("on", "--on", VALUE, None, "A shared queue: run only on this host (or tag).")
+# What the keeper holds for the run (issue 24): the machine awake, resource limits.
+_JOB_HOLDS = (
+    Option("keep_awake", "--keep-awake", FLAG, False, "Keep the machine from sleeping while it runs (a lid "
+           "close still suspends)."),
+    Option("mem", "--mem", VALUE, None, "Memory limit, e.g. 2G (a cgroup where delegated, else per process)."),
+    Option("cpus", "--cpus", VALUE, None, "CPU limit in cores, e.g. 1.5 (needs a delegated cgroup v2)."),
+    Option("nice", "--nice", INT, None, "Run at this niceness (0 to 19; lower needs root)."),
+    Option("io", "--io", VALUE, None, "I/O class: idle, best-effort or best-effort:0..7 (Linux)."),
+)
+_JOB_OPTIONS = (_JOB_LANE, _JOB_PRIORITY, _JOB_MAX_ATTEMPTS, _JOB_LEASE, _JOB_TIMEOUT, _JOB_LABEL, _JOB_CWD, _JOB_SHELL,
+                _JOB_RETRY_EXIT, _JOB_NO_RETRY_EXIT, _JOB_ANYWHERE, _JOB_ON, *_JOB_HOLDS)
+
+
+def _unset(o: Option) -> Option:
+    """``o`` with no default (an edit changes only what is given)."""
+    return Option(o.dest, " ".join(o.names), o.kind, None, o.help, complete=o.complete, fast=o.fast, hidden=o.hidden)
+
+
+def _schedule_when(edit: bool) -> tuple[Option, ...]:
+    return (
+        Option("every", "--every", VALUE, None, "Every this long, in wall time (e.g. 1h, 1d; asleep counts)."),
+        Option("cron", "--cron", VALUE, None, 'A cron expression, e.g. "0 3 * * *" (or @hourly, @daily, @weekly).'),
+        Option("tz", "--tz", VALUE, None, "Time zone of --cron, e.g. Europe/Berlin (default: local time)."),
+        Option("missed", "--missed", VALUE, None, "Slots missed asleep or off: once (one catch-up; default), "
+               "skip, all (each, at most 100)."),
+        Option("overlap", "--overlap", VALUE, None, "Due while the last still runs: skip (default), queue, "
+               "parallel, replace."),
+        Option("jitter", "--jitter", VALUE, None, "Start each up to this much later, the same offset on a "
+               "machine each time (e.g. 10m)."),
+        *(tuple(_unset(o) for o in _JOB_OPTIONS) if edit else _JOB_OPTIONS),
+    )
+
+
 # In the order `sloth --help` lists them (and `sloth lane --help` its own).
 COMMANDS: tuple[Command, ...] = (
     Command(
         "add", "Queue a command: `sloth add -- rsync -a ~/photos /backup`. Prints the job id.",
         "sloth_daemon.cli.add_run:add",
-        Option("lane", "--lane -l", VALUE, "default", "Lane (each has its own concurrency).", complete=LANES),
-        Option("priority", "--priority -p", INT, 0, "Higher runs first within a lane."),
-        Option("max_attempts", "--max-attempts", INT, None, "Tries before failed (default from config)."),
-        Option("lease", "--lease", VALUE, None, "Lease length, e.g. 1m (default from config)."),
-        Option("timeout", "--timeout -t", VALUE, None, "Kill the job's process tree after this, e.g. 2h."),
+        _JOB_LANE,
+        _JOB_PRIORITY,
+        _JOB_MAX_ATTEMPTS,
+        _JOB_LEASE,
+        _JOB_TIMEOUT,
         Option("delay", "--delay", VALUE, None, "Do not start before this long from now, e.g. 10m."),
         Option("at", "--at", VALUE, None, "Do not start before this time (HH:MM or ISO)."),
         Option("key", "--key -k", VALUE, None, "Idempotency key: if an unfinished job has it, reuse that job."),
-        Option("label", "--label", VALUE, None, "A short name shown in listings."),
-        Option("cwd", "--cwd", PATH, None, "Working directory (default: the current one)."),
-        Option("shell", "--shell -s", FLAG, False, "Run the command through /bin/sh -c."),
+        _JOB_LABEL,
+        _JOB_CWD,
+        _JOB_SHELL,
         Option("stdin", "--stdin", FLAG, False, "Read many commands, one shell line each, from stdin."),
         Option("from_file", "--file -f", PATH, None, "Like --stdin but from a file."),
         Option("after", "--after", LIST, None, "Run once these jobs are done (ids, e.g. 12,13; at most 1000); "
@@ -131,18 +178,12 @@ COMMANDS: tuple[Command, ...] = (
                "(at most 1000).", complete=IDS),
         Option("chain", "--chain", FLAG, False, "--stdin/--file: each line after the one before succeeds."),
         Option("chain_any", "--chain-any", FLAG, False, "--stdin/--file: each line after the one before ends."),
-        Option("retry_exit", "--retry-exit", VALUE, None, "Retry only these exit codes, e.g. 1,75."),
-        Option("no_retry_exit", "--no-retry-exit", VALUE, None, "Never retry these exit codes (default 126,127; "
-               "none to retry all)."),
-        Option("anywhere", "--anywhere", FLAG, False, "A shared queue: run on any machine (default: this one)."),
-        Option("on", "--on", VALUE, None, "A shared queue: run only on this host (or tag)."),
+        _JOB_RETRY_EXIT,
+        _JOB_NO_RETRY_EXIT,
+        _JOB_ANYWHERE,
+        _JOB_ON,
         Option("hold", "--hold", FLAG, False, "Queue it held: it starts only after `sloth release ID`."),
-        Option("keep_awake", "--keep-awake", FLAG, False, "Keep the machine from sleeping while it runs (a lid "
-               "close still suspends)."),
-        Option("mem", "--mem", VALUE, None, "Memory limit, e.g. 2G (a cgroup where delegated, else per process)."),
-        Option("cpus", "--cpus", VALUE, None, "CPU limit in cores, e.g. 1.5 (needs a delegated cgroup v2)."),
-        Option("nice", "--nice", INT, None, "Run at this niceness (0 to 19; lower needs root)."),
-        Option("io", "--io", VALUE, None, "I/O class: idle, best-effort or best-effort:0..7 (Linux)."),
+        *_JOB_HOLDS,
         Option("wait", "--wait -w", FLAG, False, "Block until the job ends; exit with its outcome."),
         Option("no_start", "--no-start", FLAG, False, "Do not start the daemon if it is not running."),
         _json("Print the ids as JSON: {\"ids\": [...]}."),
@@ -276,6 +317,35 @@ COMMANDS: tuple[Command, ...] = (
         "sloth_daemon.cli.lanes:lane_rm", arg=Argument("name", many=False, metavar="LANE", complete=LANES),
                      fast=True),
     Command(
+        "schedule add", "Add a schedule: a named recipe that queues the command as an ordinary job\nat each slot: "
+        "`sloth schedule add nightly --cron \"0 3 * * *\" -- backup.sh`.", "sloth_daemon.cli.schedule:add",
+        *_schedule_when(False),
+        Option("no_start", "--no-start", FLAG, False, "Do not start the daemon if it is not running."), _json(),
+        arg=Argument("words", many=True, required=False, metavar="NAME -- CMD...", help="The name, then the command.")),
+    Command(
+        "schedule ls", "Every schedule: when in words, the next run, the last run and its outcome, paused.",
+        "sloth_daemon.cli.schedule:ls", _json()),
+    Command(
+        "schedule show", "A schedule, its rules and its occurrences (each slot's job, or why it has none).",
+        "sloth_daemon.cli.schedule:show", Option("limit", "--limit -n", INT, 20, "At most this many occurrences."),
+        _json(), arg=Argument("name", many=False, metavar="NAME")),
+    Command(
+        "schedule pause", "Queue nothing more for a schedule until `schedule resume`.",
+        "sloth_daemon.cli.schedule:pause", _json(), arg=Argument("name", many=False, metavar="NAME")),
+    Command(
+        "schedule resume", "Resume a paused schedule from its next slot (slots it missed paused are not caught up).",
+        "sloth_daemon.cli.schedule:resume", _json(), arg=Argument("name", many=False, metavar="NAME")),
+    Command(
+        "schedule rm", "Remove a schedule (the jobs it queued stay).", "sloth_daemon.cli.schedule:rm",
+        _json(), arg=Argument("name", many=False, metavar="NAME")),
+    Command(
+        "schedule run", "Queue one occurrence now; while it is queued or running, again names that job.",
+        "sloth_daemon.cli.schedule:run", _json(), arg=Argument("name", many=False, metavar="NAME")),
+    Command(
+        "schedule edit", "Change a schedule: only the options given (and the command, after --).",
+        "sloth_daemon.cli.schedule:edit", *_schedule_when(True), _json(),
+        arg=Argument("words", many=True, required=False, metavar="NAME [-- CMD...]")),
+    Command(
         "config", "Show the settings in force and where each comes from (the daemon's,\nor the file's when none "
         "runs), lanes as `sloth lane set` left them.", "sloth_daemon.cli.admin:config",
         _json(), Option("example", "--example", FLAG, False, "Print an example config file.")),
@@ -326,6 +396,7 @@ COMMANDS: tuple[Command, ...] = (
 GROUPS: tuple[Group, ...] = (
     Group("daemon", "Run, start, stop or inspect the background daemon."),
     Group("lane", "List lanes and change how many jobs each runs at once."),
+    Group("schedule", "Recurring jobs: catch up once after sleep, never pile up, never fire twice."),
     Group("db", "The queue's database: schema, migrations, identity, hosts."),
     Group("service", "Start the daemon at login: a systemd --user unit or a launchd LaunchAgent."),
 )

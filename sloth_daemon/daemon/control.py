@@ -41,6 +41,7 @@ class Control:
         self.started_at = time.time()
         self._watchers: set[Watcher] = set()
         self.shared: Any = None  # shared.Shared on a queue shared by several machines
+        self.scheduler: Any = None  # schedules.scheduler.Scheduler, once main.build made it
 
     # ------------------------------------------------------------ changes
     def job_changed(self, job: Job) -> None:
@@ -117,6 +118,7 @@ class Control:
             "keeper": keeper() if callable(keeper := getattr(self.spawner, "status", None)) else {"pid": None},
             "config_file": str(self.settings.file) if self.settings.file else None,
             **self.worker.status(), **(self.shared.status() if self.shared is not None else {}),
+            **({"schedules": self.scheduler.status()} if self.scheduler is not None else {}),
         }
 
     def lanes(self) -> dict[str, Any]:

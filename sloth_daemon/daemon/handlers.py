@@ -81,6 +81,9 @@ class Handlers:
         }
         self.ops["batch"] = self.op_batch
         self.ops.update(EditOps(control).table(w))  # edit, bump, hold, release (edit_ops.py)
+        from sloth_daemon.daemon.schedules.ops import READS, ops as schedule_ops  # cronsim: only with the daemon
+
+        self.ops.update({op: fn if op in READS else w(fn) for op, fn in schedule_ops(control.scheduler).items()})
         # ops that use what the connection holds (a staged batch)
         self.session_ops: dict[str, Callable[[dict[str, Any], Session], Any]] = {
             "stage": self.op_stage, "commit": w(self.op_commit),

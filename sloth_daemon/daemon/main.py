@@ -45,7 +45,7 @@ from sloth_daemon.daemon import limits
 from sloth_daemon.keeper import timerfd
 from sloth_daemon.clock import SystemClocks
 from sloth_daemon.daemon.control import Control
-from sloth_daemon.errors import DaemonAlreadyRunning, SlothError, StorageError
+from sloth_daemon.errors import DaemonAlreadyRunning, JobNotFound, SlothError, StorageError
 from sloth_daemon.daemon.sdnotify import Notifier
 from sloth_daemon.paths import Paths, check_socket_path, ensure_dir, resolve, secure_all
 from sloth_daemon.queue import Queue
@@ -55,6 +55,8 @@ from sloth_daemon.daemon.worker.runs import worker_name
 from sloth_daemon.daemon.supervision import KeeperSpawner
 from sloth_daemon.daemon.tell import Teller
 from sloth_daemon.daemon.worker.loop import Worker
+from sloth_daemon.daemon.schedules.scheduler import Ports, Scheduler, machine_id
+from sloth_daemon.models import ACTIVE_STATES
 
 if TYPE_CHECKING:
     from sloth_daemon.daemon.shared.member import Shared
@@ -175,6 +177,8 @@ class Daemon:
         loop.add_signal_handler(signal.SIGINT, lambda: self.request_stop("signal SIGINT", keep_jobs=False))
         loop.add_signal_handler(signal.SIGHUP, self._on_sighup)  # systemctl reload; harmless on a hang-up
         await self._take_over()
+        if self.control is not None and self.control.scheduler is not None:
+            self.control.scheduler.load()  # its one timer, on this loop
         if self.shared is not None:
             self.shared.start()  # a queue shared by several machines: its polls, wakeups, log shipping
         await self._listen()
@@ -277,11 +281,44 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
         shared.attach(worker, paths.job_log)
         control.shared = shared
         control.watch(shared.shipper.job_changed)
+    control.scheduler = compose_scheduler(queue, worker, control, clocks, shared)
     daemon = Daemon(paths=paths, settings=settings, queue=queue, worker=worker,
                     server=Server(control, max_connections=max_connections),
                     keeper=keeper, control=control, teller=teller, shared=shared)
     stop.target, reload.target = daemon.request_stop, daemon.reload
     return daemon
+
+
+def compose_scheduler(queue: Any, worker: Worker, control: Control, clocks: SystemClocks,
+                      shared: "Shared | None") -> Scheduler:
+    """The schedules (daemon/schedules/): fired on the queue's wall time,
+    their jobs checked and placed as an add's, re-armed by the clock watch;
+    on a shared queue re-read at each poll (another machine may change them)."""
+    def active(job_id: int) -> bool:
+        try:
+            return queue.get(job_id).state.value in ACTIVE_STATES
+        except JobNotFound:
+            return False
+
+    def cancel(job_id: int) -> None:
+        worker.spawn_task(_cancel_quietly(worker, job_id))
+
+    ports = Ports(now=lambda: worker.queue_now(clocks.read()), active=active,
+                  job=lambda d: control.validate([d])[0], place=lambda d: dict(control._placed(d)),
+                  queued=worker.wake, cancel=cancel)
+    scheduler = Scheduler(queue.schedules, ports, machine=shared.host if shared is not None else machine_id())
+    worker.clock_watchers.append(scheduler.clock_jumped)
+    if shared is not None:
+        shared.polls.append(scheduler.reload)
+    return scheduler
+
+
+async def _cancel_quietly(worker: Worker, job_id: int) -> None:
+    """--overlap replace: end the previous occurrence (it may have ended meanwhile)."""
+    try:
+        await worker.cancel(job_id)
+    except SlothError as e:
+        log.info("schedule: job %d not replaced: %s", job_id, e.message)
 
 
 def _open_local(paths: Paths, settings: config.Settings, clocks: SystemClocks) -> Queue:

@@ -79,7 +79,7 @@ class Enqueuer:
         rows = rules.parse_specs(specs, self.max_attempts, self.lease_s)  # validate all before writing any
         if not rows and batch is None:
             return []
-        return self.writer.write(lambda c: _insert_all(c, rows, batch), "adding jobs")
+        return self.writer.write(lambda c: insert_all(c, rows, batch), "adding jobs")
 
     def batch_ids(self, batch: str) -> list[int] | None:
         """The ids the batch ``batch`` was queued as, or None if it was not
@@ -94,8 +94,8 @@ def prune_batch_records(c: Cursor) -> None:
     c.execute(SQL_BATCH_PRUNE, (rules.BATCH_RECORD_S,))
 
 
-def _insert_all(c: Cursor, rows: list[JobSpec], batch: str | None) -> list[int]:
-    """The whole batch, in order, inside the caller's transaction."""
+def insert_all(c: Cursor, rows: list[JobSpec], batch: str | None) -> list[int]:
+    """The whole batch, in order, inside the caller's transaction (a schedule's firing: postgres/schedules.py)."""
     if batch is not None and c.execute(SQL_BATCH_OPEN, (batch,)).fetchone() is None:
         raise IllegalTransition(f"batch {batch} was queued already; it is never queued twice",
                                 hint="Ask which ids it got with the `batch` op.")

@@ -72,7 +72,8 @@ from sloth_daemon.backends.postgres import identity as pg_identity, migrate as p
 from sloth_daemon.backends.postgres.batch import Requests
 from sloth_daemon.backends.postgres.claim import Claims
 from sloth_daemon.backends.postgres.edits import Edits
-from sloth_daemon.backends.postgres.enqueue import Enqueuer
+from sloth_daemon.backends.postgres.enqueue import Enqueuer, insert_all
+from sloth_daemon.backends.postgres.schedules import PgSchedules
 from sloth_daemon.backends.postgres.hosts import Machines
 from sloth_daemon.backends.postgres.leases import Leases
 from sloth_daemon.backends.postgres.listing import Listings
@@ -184,6 +185,8 @@ class PgQueue:
         self.enqueue = functools.partial(rules.enqueue_one, adding.enqueue_many)
         self.enqueue_many = adding.enqueue_many
         self.batch_ids = adding.batch_ids
+        # schedules: their rows and firings (postgres/schedules.py; the same methods as SQLite's)
+        self.schedules = PgSchedules(db, writer, insert_all)
 
     def _name_readers(self, db: pgdb.Connection, rows: JobRows) -> None:
         """The readers (as the read-only view's), and which of their methods answers."""

@@ -158,6 +158,34 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN limits TEXT;
     ALTER TABLE jobs ADD COLUMN paused_run TEXT;
     """,
+    # 8 -> 9: schedules (issue 23). A schedule's recipe and its progress
+    # (next_slot: the first slot not yet handled; version: compare and set);
+    # each slot handled, one row per (schedule, slot), with the job it queued
+    # in the same transaction (backends/schedule_rules.py).
+    """
+    CREATE TABLE schedules (
+        name       TEXT    PRIMARY KEY,
+        recipe     TEXT    NOT NULL,              -- JSON (daemon/schedules/recipe.py)
+        paused     INTEGER NOT NULL DEFAULT 0,
+        next_slot  INTEGER NOT NULL,              -- epoch seconds
+        last_slot  INTEGER,
+        last_job   INTEGER,
+        missed     INTEGER NOT NULL DEFAULT 0,    -- slots coalesced into a catch-up, or skipped
+        dropped    INTEGER NOT NULL DEFAULT 0,    -- --missed all: slots beyond the cap
+        version    INTEGER NOT NULL DEFAULT 0,
+        created_at REAL    NOT NULL,
+        updated_at REAL    NOT NULL
+    );
+    CREATE TABLE schedule_runs (
+        schedule TEXT    NOT NULL,
+        slot     INTEGER NOT NULL,
+        manual   INTEGER NOT NULL DEFAULT 0,      -- `sloth schedule run`
+        job_id   INTEGER,                         -- NULL: not queued (note says why)
+        at       REAL    NOT NULL,
+        note     TEXT    NOT NULL DEFAULT '',
+        PRIMARY KEY (schedule, slot, manual)
+    ) WITHOUT ROWID;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

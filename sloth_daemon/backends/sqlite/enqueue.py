@@ -58,13 +58,19 @@ class SqliteEnqueue:
             if batch is not None and c.execute("SELECT 1 FROM meta WHERE key = ?", (BATCH_PREFIX + batch,)).fetchone():
                 raise IllegalTransition(f"batch {batch} was queued already; it is never queued twice",
                                         hint="Ask which ids it got with the `batch` op.")
-            for lane in {r.lane for r in rows}:
-                c.execute(SQL_ADD_LANE, (lane, now))
-            ids = _Batch(c, now, _put_envs(c, rows)).insert(rows)
+            ids = self.insert(c, rows, now)
             if batch is not None:
                 c.execute("INSERT INTO meta (key, value) VALUES (?, ?)",
                           (BATCH_PREFIX + batch, json.dumps({"at": now, "ids": rules.id_runs(ids)})))
             return ids
+
+    @staticmethod
+    def insert(c: sqlite3.Connection, rows: list[JobSpec], now: float) -> list[int]:
+        """Validated jobs inside the caller's transaction (a schedule's
+        occurrence goes in with the slot it is for: sqlite/schedules.py)."""
+        for lane in {r.lane for r in rows}:
+            c.execute(SQL_ADD_LANE, (lane, now))
+        return _Batch(c, now, _put_envs(c, rows)).insert(rows)
 
     @reads
     def batch_ids(self, batch: str) -> list[int] | None:

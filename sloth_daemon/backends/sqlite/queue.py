@@ -35,6 +35,7 @@ from sloth_daemon.backends.sqlite.leases import SqliteLeases
 from sloth_daemon.backends.sqlite.listing import SqliteListing
 from sloth_daemon.backends.sqlite.meta import SqliteMeta
 from sloth_daemon.backends.sqlite.reads import JobRows, SqliteReads
+from sloth_daemon.backends.sqlite.schedules import SqliteSchedules
 from sloth_daemon.backends.sqlite.unit import SqliteStore
 from sloth_daemon.clock import Clock, SystemClock
 from sloth_daemon.models import Batch, Event, Job, JobState, Listing
@@ -85,6 +86,8 @@ class SqliteQueue:
         self.requests = SqliteRequests(self.store, self.rows, self.ends, self.adds, self.clock)
         self.meta = SqliteMeta(self.store, self.clock)
         self.edits = SqliteEdits(self.store, self.rows, self.clock)
+        # schedules: their rows and firings (sqlite/schedules.py; the same methods as PostgreSQL's)
+        self.schedules = SqliteSchedules(self.store, self.clock, self.adds.insert)
         self.identity: str = self.meta.identity()
 
     # ---------------------------------------------------------------- settings

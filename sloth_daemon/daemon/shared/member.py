@@ -142,6 +142,7 @@ class Shared:
         self.listener: Any = None
         self.shipper: Any = None
         self._tasks: list[asyncio.Task[None]] = []
+        self.polls: list[Callable[[], None]] = []  # called every poll_s too (the schedules re-read)
         self.refresh()
 
     @property
@@ -185,6 +186,8 @@ class Shared:
         while True:
             await asyncio.sleep(self.settings.poll_s)
             self.refresh()
+            for poll in self.polls:
+                poll()
             self._wake()
 
     def _wake(self) -> None:

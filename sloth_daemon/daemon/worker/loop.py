@@ -83,6 +83,7 @@ class Worker:
         self.places = None if places is None else list(places)  # daemon/shared/member.py: what may run here
         self.queue_time: Callable[[ClockReadings], float] | None = None  # None: the queue keeps our wall time
         self.after_jump: Callable[[], None] = lambda: None
+        self.clock_watchers: list[Callable[[], None]] = []  # told of every jump, back too (the schedules)
         first = clocks.read()
         self.detector = JumpDetector(first)
         self.last_jump: dict[str, Any] | None = None
@@ -211,6 +212,8 @@ class Worker:
             self.last_jump = {"kind": jump.kind.value, "seconds": jump.seconds, "at": r.wall,
                               "describe": jump.describe()}
             log.info("clock: %s", jump.describe())
+            for watcher in self.clock_watchers:
+                watcher()
             if jump.kind is not JumpKind.STEPPED or jump.seconds > 0:
                 self.after_jump()
                 self.renew_after_resume(jump.describe())

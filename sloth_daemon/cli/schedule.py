@@ -1,0 +1,196 @@
+"""`sloth schedule add | ls | show | pause | resume | rm | run | edit`:
+named recipes that queue ordinary jobs (daemon/schedules/ decides when).
+
+`add` and `edit` take `sloth add`'s job options (the job each occurrence
+is) and the schedule's own: --every or --cron, --tz, --missed, --overlap,
+--jitter. Every command has --json. The daemon checks everything (a bad
+cron expression, duration, zone, an unknown or taken name): an error
+changes nothing."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import typer
+
+from sloth_daemon import errors
+from sloth_daemon.cli.base import call, duration, emit_json
+
+Text = Optional[str]
+
+
+def add(words: Sequence[str], *, every: Text = None, cron: Text = None, tz: Text = None, missed: Text = None,
+        overlap: Text = None, jitter: Text = None, lane: str = "default", priority: int = 0, max_attempts: Any = None,
+        lease: Text = None, timeout: Text = None, label: Text = None, cwd: Any = None, shell: bool = False,
+        retry_exit: Text = None, no_retry_exit: Text = None, anywhere: bool = False, on: Text = None,
+        keep_awake: bool = False, mem: Text = None, cpus: Text = None, nice: Optional[int] = None, io: Text = None,
+        no_start: bool = False, as_json: bool = False) -> None:
+    """`sloth schedule add NAME (--every D | --cron EXPR) [options] -- CMD ARGS...`."""
+    options = dict(locals())
+    name, command = _split(words, need_command=True)
+    from sloth_daemon.cli.add_run import connect_or_start
+
+    recipe = {**_when(options), "job": _job(command, options)}
+    with connect_or_start(no_start) as c:
+        res = c.call("schedule_add", name=name, recipe=recipe)
+    _tell(res, as_json, "added")
+
+
+def edit(words: Sequence[str], *, every: Text = None, cron: Text = None, tz: Text = None, missed: Text = None,
+         overlap: Text = None, jitter: Text = None, lane: Text = None, priority: Any = None, max_attempts: Any = None,
+         lease: Text = None, timeout: Text = None, label: Text = None, cwd: Any = None, shell: Any = None,
+         retry_exit: Text = None, no_retry_exit: Text = None, anywhere: Any = None, on: Text = None,
+         keep_awake: Any = None, mem: Text = None, cpus: Text = None, nice: Optional[int] = None, io: Text = None,
+         as_json: bool = False) -> None:
+    """`sloth schedule edit NAME [options] [-- CMD ARGS...]`: only what is given changes."""
+    options = dict(locals())
+    name, command = _split(words, need_command=False)
+    recipe: dict[str, Any] = _when(options)
+    job = _job(command, options, edit=True)
+    if job:
+        recipe["job"] = job
+    if not recipe:
+        raise errors.BadRequest("nothing to change", hint="Give the options to change, e.g. --every 2h.")
+    _tell(call("schedule_edit", name=name, recipe=recipe), as_json, "changed")
+
+
+def ls(*, as_json: bool = False) -> None:
+    res = call("schedule_ls")
+    if as_json:
+        emit_json(res)
+        return
+    if not res["schedules"]:
+        typer.echo("no schedules (add one: sloth schedule add NAME --every 1d -- CMD)")
+        return
+    from sloth_daemon.cli import render
+
+    typer.echo(render.table(["NAME", "WHEN", "NEXT", "LAST", "OUTCOME", ""], [_row(s) for s in res["schedules"]]))
+
+
+def show(name: str, *, limit: int = 20, as_json: bool = False) -> None:
+    res = call("schedule_show", name=name, limit=limit)
+    if as_json:
+        emit_json(res)
+        return
+    s = res["schedule"]
+    for line in _details(s):
+        typer.echo(line)
+    typer.echo("occurrences (latest first):" if res["runs"] else "no occurrences yet")
+    for r in res["runs"]:
+        typer.echo("  " + _run(r))
+    typer.echo(f"rules: {res['rules']}")
+
+
+def pause(name: str, *, as_json: bool = False) -> None:
+    _tell(call("schedule_pause", name=name), as_json, "paused")
+
+
+def resume(name: str, *, as_json: bool = False) -> None:
+    _tell(call("schedule_resume", name=name), as_json, "resumed")
+
+
+def rm(name: str, *, as_json: bool = False) -> None:
+    res = call("schedule_rm", name=name)
+    emit_json(res) if as_json else typer.echo(f"schedule {name} removed (its jobs stay)")
+
+
+def run(name: str, *, as_json: bool = False) -> None:
+    res = call("schedule_run", name=name)
+    if as_json:
+        emit_json(res)
+    else:
+        typer.echo(str(res["id"]) + ("  (already queued or running: that job)" if res["deduped"] else ""))
+
+
+# ------------------------------------------------------------------ parts
+def _split(words: Sequence[str], *, need_command: bool) -> tuple[str, list[str]]:
+    words = list(words or [])
+    if not words:
+        raise errors.BadRequest("no schedule name given", hint="e.g. sloth schedule add nightly --every 1d -- CMD")
+    name, command = words[0], words[1:]
+    if need_command and not command:
+        raise errors.BadRequest("no command given", hint="Put the command after --, e.g. `... -- make backup`.")
+    return name, command
+
+
+def _when(o: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if o.get("every") is not None:
+        out["every_s"] = duration(o["every"], "--every")
+    for key in ("cron", "tz", "missed", "overlap"):
+        if o.get(key) is not None:
+            out[key] = o[key]
+    if o.get("jitter") is not None:
+        out["jitter_s"] = duration(o["jitter"], "--jitter")
+    return out
+
+
+def _job(command: list[str], o: dict[str, Any], *, edit: bool = False) -> dict[str, Any]:
+    """The job each occurrence is: `sloth add`'s fields (those given)."""
+    from sloth_daemon.cli import add_opts as opts
+    from sloth_daemon.cli.add_run import common_fields
+
+    job: dict[str, Any] = {}
+    if command:
+        shell = bool(o.get("shell"))
+        job = {"command": ["/bin/sh", "-c", " ".join(command)] if shell else command, "shell": shell}
+    fields = {"lane": o.get("lane"), "priority": o.get("priority"), "max_attempts": o.get("max_attempts"),
+              "lease_s": duration(o.get("lease"), "--lease"), "timeout_s": duration(o.get("timeout"), "--timeout"),
+              "label": o.get("label"), **opts.retry_fields(o.get("retry_exit"), o.get("no_retry_exit")),
+              **opts.place_fields(bool(o.get("anywhere")), o.get("on")),
+              **opts.hold_fields(bool(o.get("keep_awake")), o.get("mem"), o.get("cpus"), o.get("nice"), o.get("io"))}
+    if edit:
+        return {**job, **{k: v for k, v in fields.items() if v is not None},
+                **({"cwd": common_fields(cwd=o["cwd"])["cwd"]} if o.get("cwd") else {})}
+    return {**job, **common_fields(cwd=o.get("cwd"), **fields)}
+
+
+def _tell(res: dict[str, Any], as_json: bool, what: str) -> None:
+    if as_json:
+        emit_json(res)
+        return
+    s = res["schedule"]
+    typer.echo(f"schedule {s['name']} {what}: {s['spec']}; next {_when_text(s)}")
+
+
+def _when_text(s: dict[str, Any]) -> str:
+    from sloth_daemon.durations import local_time, relative
+
+    if s["paused"]:
+        return "- (paused)"
+    return f"{local_time(s['next_run'])} ({relative(s['next_run'])})"
+
+
+def _row(s: dict[str, Any]) -> list[str]:
+    from sloth_daemon.durations import relative
+
+    last = relative(s["last_slot"]) if s["last_slot"] else "-"
+    outcome = s["last_state"] or "-"
+    if s["last_exit"] not in (None, 0):
+        outcome += f" (exit {s['last_exit']})"
+    return [s["name"], s["spec"], _when_text(s), last, outcome, "paused" if s["paused"] else ""]
+
+
+def _details(s: dict[str, Any]) -> list[str]:
+    import shlex
+
+    return [f"schedule {s['name']}: {s['spec']}" + ("  (paused)" if s["paused"] else ""),
+            f"  command: {shlex.join(s['command'] or [])}",
+            f"  next:    {_when_text(s)}",
+            f"  missed:  {s['missed']}   overlap: {s['overlap']}   jitter: {s['jitter_s']:g}s "
+            f"(this machine: +{s['jitter_offset_s']:.0f}s)",
+            f"  lane {s['lane']}, runs {'anywhere' if s['place'] == '' else 'on ' + (s['place'] or 'this machine')};"
+            f" slots missed so far {s['missed_slots']}, dropped {s['dropped']}"]
+
+
+def _run(r: dict[str, Any]) -> str:
+    from sloth_daemon.durations import local_time
+
+    job = f"job {r['job_id']} {r['state'] or 'pruned'}" if r["job_id"] else "no job"
+    if r.get("exit_code") not in (None, 0):
+        job += f" (exit {r['exit_code']})"
+    kind = "run by hand" if r["manual"] else f"slot {local_time(r['slot'])}"
+    note = f"  -- {r['note']}" if r["note"] and not r["manual"] else ""
+    return f"{kind}: {job}{note}"
+
+

@@ -1,0 +1,188 @@
+"""When a schedule's slots fall: pure functions of its recipe and a time.
+
+A slot is a whole second (epoch). ``--every D``: anchor + k * D, wall time
+(a laptop that slept through three slots finds three due, not none). A
+cron expression (five fields; @hourly, @daily, @weekly, @monthly, @yearly)
+is matched against local wall time in the recipe's zone -- the daemon's
+local zone unless ``tz`` names one -- and each matching local time is
+turned into an instant by the DST rule:
+
+* a local time that does not exist (the hour skipped in spring) fires once,
+  at the first valid instant after it (the moment the clocks jump);
+* a local time that exists twice (the hour repeated in autumn) fires once,
+  at its first occurrence.
+
+Matching wall times are found by cronsim (healthchecks.io's; Debian cron's
+rules for day-of-month with day-of-week), run on naive times so that the
+rule above is ours alone and the same for every expression.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta, timezone, tzinfo
+from typing import Iterator
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+
+from sloth_daemon.daemon.schedules.recipe import Recipe
+from sloth_daemon.errors import FieldError
+
+ALIASES = {"@hourly": "0 * * * *", "@daily": "0 0 * * *", "@midnight": "0 0 * * *", "@weekly": "0 0 * * 0",
+           "@monthly": "0 0 1 * *", "@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *"}
+SHIFT_S = 3 * 3600  # more than any DST shift: the reach of a search that may cross one
+COUNT_CAP = 100_000  # cron slots counted one by one at most (a longer sleep says "at least")
+_MIN = timedelta(minutes=1)
+
+
+def expression(cron: str) -> str:
+    """The five fields of ``cron`` (an alias spelled out); FieldError if it is not one."""
+    expr = ALIASES.get(cron.lower(), cron)
+    if len(expr.split()) != 5:
+        raise FieldError("cron", f"{cron!r} is not a five-field cron expression",
+                         hint='minute hour day-of-month month day-of-week, e.g. "30 2 * * 1-5"; or @daily.')
+    try:
+        CronSim(expr, datetime(2000, 1, 1))
+    except (CronSimError, ValueError) as e:
+        raise FieldError("cron", f"{cron!r}: {e}", hint='e.g. "0 3 * * *", "*/15 9-17 * * 1-5", @hourly.') from None
+    return expr
+
+
+def zone(name: str | None) -> tzinfo:
+    """The zone ``name`` (zoneinfo), or this machine's local zone for None."""
+    if name is None:
+        return local_zone()
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise FieldError("tz", f"unknown time zone {name!r}",
+                         hint="A zoneinfo name, e.g. Europe/Berlin, UTC.") from None
+
+
+_LOCAL: dict[str, tzinfo] = {}  # $TZ -> the zone it means (read once per value)
+
+
+def local_zone() -> tzinfo:
+    """$TZ if it names a zone, else /etc/localtime, else UTC."""
+    key = os.environ.get("TZ", "")
+    if key not in _LOCAL:
+        _LOCAL[key] = _read_local(key.lstrip(":"))
+    return _LOCAL[key]
+
+
+def _read_local(tz: str) -> tzinfo:
+    if tz:
+        try:
+            return ZoneInfo(tz)
+        except (ZoneInfoNotFoundError, ValueError):
+            pass
+    try:
+        with open("/etc/localtime", "rb") as f:
+            return ZoneInfo.from_file(f)
+    except (OSError, ValueError):
+        return timezone.utc
+
+
+def check(recipe: Recipe) -> None:
+    """FieldError unless the recipe's cron expression and zone are good and
+    it has a slot at all (cronsim looks 50 years ahead)."""
+    if recipe.cron is not None:
+        expression(recipe.cron)
+        zone(recipe.tz)
+        if next_after(recipe, 946684800) is None:
+            raise FieldError("cron", f"{recipe.cron!r} never matches a date")
+
+
+def next_after(recipe: Recipe, t: int) -> int | None:
+    """The first slot later than ``t`` (None: none in 50 years)."""
+    if recipe.every_s is not None:
+        p = recipe.every_s
+        return recipe.anchor + ((t - recipe.anchor) // p + 1) * p
+    return next(_cron_forward(recipe, t), None)
+
+
+def latest(recipe: Recipe, since: int, now: int, most: int) -> tuple[list[int], int]:
+    """The due slots in [since, now]: the latest ``most`` of them (oldest
+    first) and how many there are in all (counted up to COUNT_CAP)."""
+    if since > now:
+        return [], 0
+    if recipe.every_s is not None:
+        p = recipe.every_s
+        first = recipe.anchor + -((recipe.anchor - since) // p) * p  # the first slot >= since
+        last = recipe.anchor + ((now - recipe.anchor) // p) * p
+        count = 0 if last < first else (last - first) // p + 1
+        return [last - i * p for i in range(min(count, most))][::-1], count
+    back: list[int] = []
+    for s in _cron_back(recipe, now):
+        if s < since or len(back) == most:
+            break
+        back.append(s)
+    return back[::-1], len(back) if len(back) < most else _count(recipe, since, now)
+
+
+def _count(recipe: Recipe, since: int, now: int) -> int:
+    n = 0
+    for s in _cron_forward(recipe, since - 1):
+        if s > now or n >= COUNT_CAP:
+            break
+        n += 1
+    return n
+
+
+# ------------------------------------------------------------------- cron
+def _cron_forward(recipe: Recipe, t: int) -> Iterator[int]:
+    """Slots later than ``t``, in order (each instant once)."""
+    z = zone(recipe.tz)
+    reach = SHIFT_S if _shifts(z, t) else 0
+    last = t
+    for naive in CronSim(expression(recipe.cron or ""), _naive(t - reach, z)):
+        s = instant(naive, z)
+        if s > last:
+            last = s
+            yield s
+
+
+def _cron_back(recipe: Recipe, t: int) -> Iterator[int]:
+    """Slots at or before ``t``, latest first (each instant once)."""
+    z = zone(recipe.tz)
+    reach = SHIFT_S if _shifts(z, t) else 0
+    last = t + 1
+    for naive in CronSim(expression(recipe.cron or ""), _naive(t + reach + 1, z), reverse=True):
+        s = instant(naive, z)
+        if s < last:
+            last = s
+            yield s
+
+
+def _naive(t: int, z: tzinfo) -> datetime:
+    return datetime.fromtimestamp(t, z).replace(tzinfo=None)
+
+
+def _shifts(z: tzinfo, t: int) -> bool:
+    """Whether the zone's offset changes within SHIFT_S of ``t``."""
+    a, b = (datetime.fromtimestamp(t + d, z).utcoffset() for d in (-SHIFT_S, SHIFT_S))
+    return a != b
+
+
+def instant(naive: datetime, z: tzinfo) -> int:
+    """The epoch second a local wall time means, by the DST rule (module
+    docstring): the first of two, or the first valid one after a gap."""
+    while _imaginary(naive, z):
+        naive += _MIN
+    return int(naive.replace(tzinfo=z, fold=0).timestamp())
+
+
+def _imaginary(naive: datetime, z: tzinfo) -> bool:
+    aware = naive.replace(tzinfo=z, fold=0)
+    return aware.astimezone(timezone.utc).astimezone(z).replace(tzinfo=None) != naive
+
+
+def describe(recipe: Recipe) -> str:
+    """The schedule in words: "every 1h", "At 03:00 every day (Europe/Berlin)"."""
+    from sloth_daemon.durations import format_duration
+
+    if recipe.every_s is not None:
+        return f"every {format_duration(recipe.every_s)}"
+    words = CronSim(expression(recipe.cron or ""), datetime(2000, 1, 1)).explain()
+    return f"{words} ({recipe.tz or 'local time'})"
