@@ -90,6 +90,8 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "stage": (frozenset({"jobs"}), frozenset({"common"})),
     "commit": (frozenset({"batch"}), frozenset({"jobs", "common"})),
     "batch": (frozenset({"batch"}), frozenset()),
+    # The newest job (the highest id): {"id": N or None}; what `sloth logs`/`show` with no id mean.
+    "latest": (frozenset(), frozenset()),
 }
 # The first version that has each op (all others: 1).
 OP_SINCE: dict[str, int] = {"stage": 2, "commit": 2, "batch": 2, "scan": 3}

@@ -99,7 +99,11 @@ def prune(*, older_than: str, state: Optional[List[str]], lane: Optional[str], d
     res = call("prune", **args)
     if as_json:
         emit_json(res)
-    elif dry_run:
-        typer.echo(f"would prune {res['would_prune']} job(s) (finished more than {older_than} ago)")
     else:
-        typer.echo(f"pruned {res['pruned']} job(s)")
+        kind = "/".join(state) if state else "finished"
+        which = (f"every {kind} job" if not args["older_than_s"] else
+                 f"{kind} jobs that ended more than {older_than} ago") + (f" in lane {lane}" if lane else "")
+        if dry_run:
+            typer.echo(f"would prune {res['would_prune']} job(s): {which}")
+        else:
+            typer.echo(f"pruned {res['pruned']} job(s): {which}")

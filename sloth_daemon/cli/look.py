@@ -15,15 +15,25 @@ from sloth_daemon.cli.app import call_or_read, connect, emit_json, parse_id
 
 
 # ----------------------------------------------------------------- logs
-def logs(*, job_id: str, attempt: Optional[int], follow: bool, tail: Optional[int], path_only: bool) -> int:
-    """`sloth logs ID`: the log of an attempt, its tail, its path, or followed live."""
-    jid = parse_id(job_id)
+def logs(*, job_id: Optional[str], attempt: Optional[int], follow: bool, tail: Optional[int],
+         path_only: bool) -> int:
+    """`sloth logs [ID]`: the log of an attempt, its tail, its path, or
+    followed live; no ID: the latest job's (said on stderr). What the job
+    printed goes to stdout; every note about it (nothing printed, no such
+    file, never started) to stderr."""
+    if job_id is None:
+        from sloth_daemon.cli.latest import latest_job_id
+
+        jid = latest_job_id("logs")
+    else:
+        jid = parse_id(job_id)
     args: dict[str, Any] = {"id": jid, **({"attempt": attempt} if attempt is not None else {})}
     if follow and not path_only:
         return _follow(args, through=attempt is None)
     res = call_or_read("logs", **args)
     if path_only:
         typer.echo(res["path"])
+        _say_missing(res, jid)
         return 0
     if res.get("stored") or "data" in res:  # a shared queue: it ran on another machine
         _stored(res, tail)
@@ -31,11 +41,30 @@ def logs(*, job_id: str, attempt: Optional[int], follow: bool, tail: Optional[in
     if tail is not None:
         from sloth_daemon.cli.render import tail_lines
 
-        for line in tail_lines(res["path"], max(tail, 0), max_bytes=max(16384, tail * 400)):
+        lines = tail_lines(res["path"], max(tail, 0), max_bytes=max(16384, tail * 400))
+        for line in lines:
             typer.echo(line)
+        if not lines:
+            _say_missing(res, jid, empty=True)
         return 0
     _cat(res["path"], jid, res["attempt"])
     return 0
+
+
+def _say_missing(res: dict[str, Any], jid: int, *, empty: bool = False) -> None:
+    """On stderr: the attempt's log file does not exist (it printed
+    nothing, or is still to start), or it is empty."""
+    import os
+
+    try:
+        size: Optional[int] = os.stat(res["path"]).st_size
+    except OSError:
+        size = None
+    if size is None:
+        typer.echo(f"sloth: {res['path']} does not exist: job {jid} attempt {res['attempt']} has printed "
+                   "nothing (a log file is made at its first output)", err=True)
+    elif empty and size == 0:
+        typer.echo(f"sloth: job {jid} attempt {res['attempt']} has printed nothing", err=True)
 
 
 def _stored(res: dict[str, Any], tail: Optional[int]) -> None:
@@ -59,17 +88,21 @@ def _cat(path: str, jid: int, attempt: int) -> None:
     from sloth_daemon.paths import open_log
 
     try:
+        wrote = 0
         with open_log(Path(path)) as f:  # never through a link, only a regular file
             while chunk := f.read(1 << 16):
                 sys.stdout.buffer.write(chunk)
+                wrote += len(chunk)
         sys.stdout.buffer.flush()
     except FileNotFoundError:  # the attempt has printed nothing (no output, no file)
-        if sys.stderr.isatty():
-            typer.echo(f"(job {jid} attempt {attempt} has printed nothing)", err=True)
+        typer.echo(f"sloth: job {jid} attempt {attempt} has printed nothing", err=True)
+        return
     except BrokenPipeError:
         raise
     except OSError as e:
         raise errors.LogUnreadable(path, e) from None
+    if not wrote:
+        typer.echo(f"sloth: job {jid} attempt {attempt} has printed nothing", err=True)
 
 
 def _follow(args: dict[str, Any], *, through: bool) -> int:

@@ -37,6 +37,9 @@ class _NoQueue:
     def counts(self) -> dict[str, int]:
         return dict.fromkeys(STATE_NAMES, 0)
 
+    def jobs(self, **kw: Any) -> list[Any]:
+        return []
+
     def listing(self, **kw: Any) -> Listing:
         return Listing([], 0, self.counts(), kw.get("offset", 0))
 
@@ -144,8 +147,9 @@ def _logs(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
     job = q.get(a["id"])
     n = a.get("attempt") or job.attempts
     if n == 0:
-        raise SlothError(f"job {job.id} has not started yet, so it has no log",
-                         hint="Follow it with `sloth logs -f ID` once a daemon runs.")
+        from sloth_daemon.backends.rules import never_ran
+
+        raise never_ran(job)
     if not 1 <= n <= job.attempts:
         raise BadRequest(f"job {job.id} has attempts 1..{job.attempts}, not {n!r}")
     from sloth_daemon.backends.sqlite.identity import queue_paths
@@ -188,6 +192,11 @@ def _config_answer(paths: Paths) -> Any:
     return json.loads(json.dumps(d))  # as the daemon's answer arrives: lists, not the settings' tuples
 
 
+def _latest(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
+    newest = q.jobs(limit=1)
+    return {"id": newest[-1].id if newest else None}
+
+
 _OPS: dict[str, Callable[[Any, Paths, dict[str, Any]], Any]] = {
-    "list": _list, "show": _show, "logs": _logs, "lanes": _lanes, "status": _status,
+    "list": _list, "show": _show, "logs": _logs, "lanes": _lanes, "status": _status, "latest": _latest,
 }

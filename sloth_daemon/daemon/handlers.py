@@ -71,7 +71,7 @@ class Handlers:
             "pause": w(self.op_pause), "resume": w(self.op_resume), "lanes": self.op_lanes,
             "lane_set": w(self.op_lane_set), "lane_rm": w(self.op_lane_rm), "prune": w(self.op_prune),
             "logs": self.op_logs, "config": self.op_config, "reload": self.op_reload,
-            "shutdown": self.op_shutdown,
+            "shutdown": self.op_shutdown, "latest": self.op_latest,
         }
         self.streams: dict[str, Callable[[dict[str, Any], Emit], Awaitable[Any]]] = {
             "wait": self.streaming.op_wait, "follow": self.streaming.op_follow,
@@ -240,6 +240,11 @@ class Handlers:
         path = self.c.log_path(job.id, n)
         elsewhere = self.c.shared is not None and not path.exists() and not self.c.attempt_live(job.id, n)
         return {"id": job.id, "attempt": n, "attempts": job.attempts, "path": str(path), "stored": elsewhere}
+
+    def op_latest(self, a: dict[str, Any]) -> dict[str, Any]:
+        """The newest job's id (None in an empty queue)."""
+        newest = self.c.jobs(states=None, lane=None, limit=1)
+        return {"id": newest[-1].id if newest else None}
 
     def op_config(self, a: dict[str, Any]) -> dict[str, Any]:
         return self.c.config()

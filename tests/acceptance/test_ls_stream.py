@@ -209,7 +209,7 @@ def test_ls_all_prints_its_table_a_block_at_a_time(harness, tmp_path):
         assert p.wait(120) == 0, p.stderr.read() if p.stderr else ""
     assert watch.join() < CLIENT_PEAK_MB and mb(h.daemon.pid) - before < DAEMON_GROWTH_MB
     lines = (tmp_path / "out.txt").read_text().splitlines()
-    assert lines[0].split() == ["ID", "STATE", "LANE", "PRI", "TRY", "WHEN", "COMMAND"]
+    assert lines[0].split() == ["ID", "STATE", "LANE", "PRI", "TRY", "WHEN", "WAITED", "RAN", "COMMAND"]
     rows = [ln.split() for ln in lines[1:N + 1]]
     assert [int(r[0]) for r in rows] == list(range(1, N + 1)) and lines[N + 1] == f"{N} queued"
     assert len(lines) == N + 2  # the header, the rows, the counts: nothing left out to mention

@@ -143,13 +143,15 @@ ADD_LINES = [
     (["--max-attempts", "2.5", "x"], False),
 ]
 LS_LINES = [
-    ([], True), (["--json"], True), (["-s", "queued", "--state", "failed"], True), (["-l", "default"], True),
+    ([], True), (["--json"], True), (["--state", "queued", "--state", "failed"], True), (["-l", "default"], True),
     (["--lane=default"], True), (["-a"], True), (["-n", "5", "--offset", "2"], True), (["--offset=-1"], True),
+    (["--since", "12h"], True), (["--since=yesterday 18:00"], True),
     (["--"], True), (["--limit", "x"], False), (["-w"], False), (["--watch"], False), (["--interval", "1s"], False),
-    (["-s"], False), (["-as", "x"], False),
+    (["-s", "queued"], False), (["--state"], False), (["-as", "x"], False),
 ]
 SHOW_LINES = [
     (["1"], True), (["1", "2", "--json"], True), (["--json", "3"], True), (["--", "-1"], True), (["x"], True),
+    ([], True), (["--json"], True),
     (["1", "--", "--json"], True), (["-1"], False), (["1", "-x"], False), (["--json=1", "2"], False),
 ]
 
