@@ -107,7 +107,8 @@ JOB_HEADERS = ["ID", "STATE", "LANE", "PRI", "TRY", "WHEN", "WAITED", "RAN", "CO
 _FINISHED = ("done", "failed", "cancelled")
 
 
-def timing(job: dict[str, Any], now: float) -> tuple[float | None, float | None]:
+def timing(job: dict[str, Any], now: float,
+           events: Sequence[dict[str, Any]] | None = None) -> tuple[float | None, float | None]:
     """(waited_s, ran_s) of a job's latest try, from its columns.
 
     ran: from its latest run's start to its end (or to now while it runs).
@@ -116,8 +117,8 @@ def timing(job: dict[str, Any], now: float) -> tuple[float | None, float | None]
     a retry's backoff, whichever came last) until it started (or until now
     while it is queued and due; or until it ended, if it was cancelled
     first). None where it does not apply: never ran; not due yet; blocked."""
-    st, started = job["state"], (job.get("runner") or {}).get("started_at")
-    due = max(job["created_at"], job["not_before"])
+    st, due = job["state"], max(job["created_at"], job["not_before"])
+    started = _started(job, due, events)
     end = now if st == "running" else job.get("finished_at")
     ran = None
     if started is not None and job["attempts"] and end is not None and end >= started:
@@ -125,6 +126,8 @@ def timing(job: dict[str, Any], now: float) -> tuple[float | None, float | None]
             ran = end - started
     if st == "queued":
         return (now - due if due <= now else None), None
+    if st == "running" and started is None:
+        return None, None  # its process is recorded after its first second (or seen in its history)
     if st == "blocked":
         return None, None
     if ran is None:  # ended before it ever ran (cancelled, or its prerequisite failed)
@@ -133,13 +136,28 @@ def timing(job: dict[str, Any], now: float) -> tuple[float | None, float | None]
     return (started - due if due <= started else None), ran
 
 
+def _started(job: dict[str, Any], due: float, events: Sequence[dict[str, Any]] | None) -> float | None:
+    """When the latest try's run started: its history's start (or claim) if
+    given, else the recorded process's -- the runner column is written a
+    second into a run, so until then it is the try before's: refused when
+    it started before this try was due."""
+    if events:
+        mine = [e for e in events if e["attempt"] == job["attempts"] and e["kind"] in ("claimed", "reclaimed",
+                                                                                      "started")]
+        starts = [e["at"] for e in mine if e["kind"] == "started"] or [e["at"] for e in mine]
+        if starts:
+            return float(starts[-1])
+    started = (job.get("runner") or {}).get("started_at")
+    return started if isinstance(started, (int, float)) and started >= due - 0.05 else None
+
+
 def _secs(v: float | None) -> str:
     return "-" if v is None else format_duration(v)
 
 
 def with_timing(job: dict[str, Any], now: float) -> dict[str, Any]:
     """The job with ``waited_s`` and ``ran_s`` (timing's), for --json."""
-    waited, ran = timing(job, now)
+    waited, ran = timing(job, now, job.get("events"))
     return {**job, "waited_s": waited, "ran_s": ran}
 
 
@@ -156,7 +174,7 @@ def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]], *,
         f"  attempts  {_attempts(job, events)}",
         f"  created   {local_time(job['created_at'])} ({relative(job['created_at'], now)})",
     ]
-    waited, ran = timing(job, now)
+    waited, ran = timing(job, now, events)
     if waited is not None or ran is not None:
         lines.append(f"  waited    {_secs(waited)}" + (f"  ran {format_duration(ran)}" if ran is not None else "")
                      + (" (running)" if job["state"] == "running" and ran is not None else ""))

@@ -79,7 +79,8 @@ class FakeDaemon:
 class Box:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.env = sandbox_env(root, {"systemctl": FAKE_SYSTEMCTL, "loginctl": FAKE_LOGINCTL})
+        self.env = sandbox_env(root, {"systemctl": FAKE_SYSTEMCTL, "loginctl": FAKE_LOGINCTL,
+                                      "notify-send": "#!/bin/sh\nexit 0\n"})
         self.env["SLOTH_SERVICE_PLATFORM"] = "linux"
         self.fakes: list[FakeDaemon] = []
 
@@ -155,6 +156,7 @@ def test_everything_ok_with_a_daemon_answering_status(box):
     assert statuses(checks) == {
         "service": "ok", "service binary": "ok", "daemon": "ok", "runtime dir": "ok", "data dir": "ok",
         "files": "ok", "queue": "ok", "database": "ok", "linger": "ok", "clock check": "ok", "config": "ok",
+        "notify": "ok",
     }, checks
     assert code == 0
     assert f"pid {os.getpid()}" in checks["daemon"]["detail"]
@@ -162,9 +164,9 @@ def test_everything_ok_with_a_daemon_answering_status(box):
     # The human view: one line per check, then a summary.
     cp = box.sloth("doctor")
     lines = cp.stdout.splitlines()
-    assert cp.returncode == 0 and len(lines) == 12
+    assert cp.returncode == 0 and len(lines) == 13
     assert lines[0].startswith("ok    service ")
-    assert lines[-1] == "doctor: 11 ok, 0 warn, 0 fail"
+    assert lines[-1] == "doctor: 12 ok, 0 warn, 0 fail"
 
 
 def test_nothing_installed_or_running_warns_but_passes(box):
@@ -302,3 +304,19 @@ def test_against_the_real_daemon(box):
                 os.kill(pid, 15)
             except ProcessLookupError:
                 pass
+
+
+def test_a_notification_whose_tool_is_missing_is_a_warning_that_says_so(box):
+    """Issue 22, item 3: `notify = ["failed"]` (the default) and no notify-send:
+    said, with the fix; notify = [] is fine; with the tool there, ok."""
+    only_ours = {"PATH": str(box.root / "bin")}
+    (box.root / "bin" / "notify-send").unlink()
+    _, checks = box.doctor(**only_ours)
+    c = checks["notify"]
+    assert c["status"] == "warn" and "notify-send is not on PATH" in c["detail"], c
+    assert "libnotify" in c["hint"] and "notify = []" in c["hint"]
+    cfg = Path(box.env["SLOTH_HOME"]) / "config.toml"
+    cfg.parent.mkdir(parents=True, exist_ok=True)
+    cfg.write_text("notify = []\n")
+    _, checks = box.doctor(**only_ours)
+    assert checks["notify"]["status"] == "ok" and "off" in checks["notify"]["detail"]
