@@ -82,6 +82,7 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "prune": (frozenset(), frozenset({"older_than_s", "states", "lane", "dry_run"})),
     "logs": (frozenset({"id"}), frozenset({"attempt"})),
     "wait": (frozenset({"ids"}), frozenset()),
+    "latest": (frozenset(), frozenset()),  # the newest job's id: {"id": N or null}
     "follow": (frozenset({"id"}), frozenset({"attempt", "all_attempts", "live"})),
     "subscribe": (frozenset(), frozenset({"ids"})),
     "config": (frozenset(), frozenset()),
@@ -90,8 +91,6 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "stage": (frozenset({"jobs"}), frozenset({"common"})),
     "commit": (frozenset({"batch"}), frozenset({"jobs", "common"})),
     "batch": (frozenset({"batch"}), frozenset()),
-    # The newest job (the highest id): {"id": N or None}; what `sloth logs`/`show` with no id mean.
-    "latest": (frozenset(), frozenset()),
 }
 # The first version that has each op (all others: 1).
 OP_SINCE: dict[str, int] = {"stage": 2, "commit": 2, "batch": 2, "scan": 3}

@@ -1,20 +1,30 @@
-"""What a command given no job id means: the latest job (the newest, the
-highest id), as tsp's -c, -i and -w do. Said on stderr, so a script that
-reads stdout sees only the answer."""
+"""The latest job: what `sloth wait`, `logs` and `show` mean with no id (as
+task-spooler's -w, -c and -i do). No Typer; light imports."""
 
 from __future__ import annotations
 
 from sloth_daemon import errors
-from sloth_daemon.cli.base import call_or_read
-from sloth_daemon.cli.edge import echo
 
 
-def latest_job_id(command: str) -> int:
-    """The newest job's id, told on stderr ("sloth: logs of the latest
-    job, 12"); SlothError when the queue has none."""
-    jid = call_or_read("latest")["id"]
+class NoJobs(errors.SlothError):
+    code = "no_jobs"
+    exit_code = errors.EXIT_NOT_FOUND
+    hint = "Queue one with `sloth add -- CMD`."
+
+
+def latest_job_id() -> int:
+    """The id of the newest job (the highest: the one added last), asked of
+    the daemon, or read from the queue file when no daemon runs. Raises
+    NoJobs when there is none (never queued, or all pruned)."""
+    from sloth_daemon.cli.base import call_or_read
+
+    try:
+        jid = call_or_read("latest").get("id")
+    except errors.ProtocolError:  # a daemon from before `latest` (not restarted since): the file says
+        from sloth_daemon.cli.base import paths
+        from sloth_daemon.cli.offline import answer
+
+        jid = answer(paths(), "latest").get("id")
     if jid is None:
-        raise errors.SlothError(f"no jobs yet: `sloth {command}` with no id means the latest job",
-                                hint="Queue one with `sloth add -- CMD`.")
-    echo(f"sloth: {command} of the latest job, {jid}", err=True)
+        raise NoJobs("there are no jobs yet")
     return int(jid)

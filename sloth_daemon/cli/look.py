@@ -24,7 +24,8 @@ def logs(*, job_id: Optional[str], attempt: Optional[int], follow: bool, tail: O
     if job_id is None:
         from sloth_daemon.cli.latest import latest_job_id
 
-        jid = latest_job_id("logs")
+        jid = latest_job_id()
+        typer.echo(f"sloth: logs of the latest job, {jid}", err=True)
     else:
         jid = parse_id(job_id)
     args: dict[str, Any] = {"id": jid, **({"attempt": attempt} if attempt is not None else {})}

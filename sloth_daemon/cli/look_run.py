@@ -191,7 +191,8 @@ def show(job_ids: Optional[Sequence[str]], as_json: bool) -> None:
     else:
         from sloth_daemon.cli.latest import latest_job_id
 
-        ids = [latest_job_id("show")]
+        ids = [latest_job_id()]
+        echo(f"sloth: show of the latest job, {ids[0]}", err=True)
     res = call_or_read("show", ids=ids)
     if as_json:
         now = time.time()

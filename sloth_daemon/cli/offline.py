@@ -1,6 +1,6 @@
 """The daemon's answers to the reading ops, computed from the queue
 read-only, for when no daemon answers: ``list``, ``show``, ``logs``,
-``lanes``, ``status`` and ``config`` give the same shapes as over the
+``lanes``, ``status``, ``latest`` and ``config`` give the same shapes as over the
 socket, so every command prints them the same way.
 
 Nothing here writes: the file is opened read-only, never created or
@@ -36,9 +36,6 @@ class _NoQueue:
 
     def counts(self) -> dict[str, int]:
         return dict.fromkeys(STATE_NAMES, 0)
-
-    def jobs(self, **kw: Any) -> list[Any]:
-        return []
 
     def listing(self, **kw: Any) -> Listing:
         return Listing([], 0, self.counts(), kw.get("offset", 0))
@@ -162,6 +159,11 @@ def _logs(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
     return out
 
 
+def _latest(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
+    newest = q.jobs(limit=1) if hasattr(q, "jobs") else []  # _NoQueue: no file, no jobs
+    return {"id": newest[-1].id if newest else None}
+
+
 def _lanes(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
     lanes = ReadLanes(q, cfg.load(paths.config_file))
     counts = q.lane_counts()
@@ -190,11 +192,6 @@ def _config_answer(paths: Paths) -> Any:
     except StorageError as e:
         d["queue"] = {"where": where(paths), "error": e.to_dict()}
     return json.loads(json.dumps(d))  # as the daemon's answer arrives: lists, not the settings' tuples
-
-
-def _latest(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
-    newest = q.jobs(limit=1)
-    return {"id": newest[-1].id if newest else None}
 
 
 _OPS: dict[str, Callable[[Any, Paths, dict[str, Any]], Any]] = {

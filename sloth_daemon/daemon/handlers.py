@@ -70,8 +70,8 @@ class Handlers:
             "retry": w(self.op_retry), "restart": w(self.op_restart), "kill": w(self.op_kill),
             "pause": w(self.op_pause), "resume": w(self.op_resume), "lanes": self.op_lanes,
             "lane_set": w(self.op_lane_set), "lane_rm": w(self.op_lane_rm), "prune": w(self.op_prune),
-            "logs": self.op_logs, "config": self.op_config, "reload": self.op_reload,
-            "shutdown": self.op_shutdown, "latest": self.op_latest,
+            "logs": self.op_logs, "latest": self.op_latest, "config": self.op_config, "reload": self.op_reload,
+            "shutdown": self.op_shutdown,
         }
         self.streams: dict[str, Callable[[dict[str, Any], Emit], Awaitable[Any]]] = {
             "wait": self.streaming.op_wait, "follow": self.streaming.op_follow,
@@ -242,7 +242,8 @@ class Handlers:
         return {"id": job.id, "attempt": n, "attempts": job.attempts, "path": str(path), "stored": elsewhere}
 
     def op_latest(self, a: dict[str, Any]) -> dict[str, Any]:
-        """The newest job's id (None in an empty queue)."""
+        """The newest job's id (the highest), or None: what `sloth wait`,
+        `logs` and `show` mean with no id."""
         newest = self.c.jobs(states=None, lane=None, limit=1)
         return {"id": newest[-1].id if newest else None}
 
