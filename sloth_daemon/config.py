@@ -132,10 +132,8 @@ def from_mapping(data: Mapping[str, Any], path: Path) -> Settings:
                 sources[f"lanes.{lane}"] = src
             continue
         if key not in SETTING_NAMES:
-            raise ConfigError(
-                f"{path}: unknown setting {key!r}",
-                hint=f"Known settings: {', '.join(sorted(SETTING_NAMES))}, and a [lanes] table.",
-            )
+            raise ConfigError(f"{path}: unknown setting {key!r}{_did_you_mean(key)}",
+                              hint=f"Known settings: {', '.join(sorted(SETTING_NAMES))}, and a [lanes] table.")
         values[key] = _coerce(path, key, raw)
         sources[key] = src
     return Settings(**values, lanes=lanes, lane_holds=holds, file=path, sources=sources)
@@ -166,6 +164,14 @@ def _lane_table(path: Path, lane: str, table: dict[str, Any]) -> tuple[dict[str,
     if text is not None:
         held["limits"] = json.loads(text)
     return held, n
+
+
+def _did_you_mean(key: str) -> str:
+    """``; did you mean max_attempts?`` for ``max_atempts`` (difflib), or ""."""
+    import difflib
+
+    near = difflib.get_close_matches(str(key), [*SETTING_NAMES, "lanes"], n=1, cutoff=0.7)
+    return f"; did you mean {near[0]}?" if near else ""
 
 
 def _lanes(path: Path, raw: Any) -> dict[str, int]:

@@ -206,3 +206,54 @@ def _when(day: str, clock: str | None, base: "dt.datetime", now: float) -> tuple
     t += dt.timedelta(days=7 if day else 1)
     what = f"{day} {clock or ''}".strip() if day else str(clock)
     return t.timestamp(), f"{what} has passed today: the job waits until {t:%a %Y-%m-%d %H:%M}"
+
+
+SINCE_HINT = ("Use a duration back from now (12h, 30m, 2d), a time (18:00, 9pm: the latest one past), "
+              "a day and a time (yesterday 18:00, mon 9:00) or an ISO time (2026-12-01T09:30).")
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """``ls --since``: a moment in the past, in the forms of ``--at`` turned
+    backwards: a duration is that long ago (``12h``); ``HH:MM``/``9pm`` and
+    a weekday (with or without a time) are the latest such moment that has
+    passed; ``yesterday [TIME]``, ``today TIME``; an ISO date or date-time.
+    Raises BadRequest (a moment still to come is refused too)."""
+    import datetime as dt
+
+    now = time.time() if now is None else now
+    s = " ".join(text.strip().lower().split())
+    try:
+        return now - parse_duration(s, what="--since")
+    except BadRequest:
+        pass
+    try:
+        head, _, rest = s.partition(" ")
+        base = dt.datetime.fromtimestamp(now)
+        if head == "yesterday":
+            t = _at_clock(base - dt.timedelta(days=1), rest or None).timestamp()
+        else:
+            form = _day_form(s)
+            if form is not None:
+                day, clock = form
+                t = _at_clock(base, clock).timestamp()
+                if day and day not in ("today", "tomorrow"):  # a weekday: back to the latest one
+                    back = dt.timedelta(days=(base.weekday() - _DAYS.index(day)) % 7)
+                    t = (_at_clock(base, clock) - back).timestamp()
+                    if t > now:
+                        t -= 7 * 86400
+                elif day == "tomorrow":
+                    raise ValueError(s)
+                elif not day and t > now:  # a time alone: the latest one past, today's or yesterday's
+                    t = (_at_clock(base, clock) - dt.timedelta(days=1)).timestamp()
+            else:
+                t = dt.datetime.fromisoformat(text.strip()).timestamp()
+    except (ValueError, OverflowError, OSError):
+        raise BadRequest(f"bad --since: {text!r}", hint=SINCE_HINT) from None
+    if t > now + 1:
+        raise BadRequest(f"bad --since: {text!r} is still to come", hint=SINCE_HINT)
+    return max(t, 0.0)
+
+
+def _at_clock(day: "dt.datetime", clock: str | None) -> "dt.datetime":
+    h, mi, sec = _clock(clock)
+    return day.replace(hour=h, minute=mi, second=sec, microsecond=0)

@@ -17,7 +17,7 @@ import json
 from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from sloth_daemon.checks import DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS
-from sloth_daemon.errors import BadRequest, IllegalTransition, LeaseLost
+from sloth_daemon.errors import BadRequest, IllegalTransition, LeaseLost, SlothError
 from sloth_daemon.models import FINISHED_STATES, STATE_NAMES, Batch, JobState, Listing, state_name
 from sloth_daemon.spec import Defaults, EnvCache, JobSpec
 
@@ -29,7 +29,7 @@ __all__ = [
     "MAX_CRASH_REFUNDS", "NEED_DONE", "NEED_END", "WORKER_PREFIX",
     "JobRow", "abandon_note", "backoff_s", "ended_text", "enqueue_one", "give_up_message", "holds",
     "host_prefix", "id_runs", "initial_state", "job_states", "key_taken", "lane_counts", "listed_states",
-    "listing", "may_refund", "not_cancellable", "not_held", "not_restartable", "not_retriable", "not_run",
+    "listing", "may_refund", "never_ran", "not_cancellable", "not_held", "not_restartable", "not_retriable", "not_run",
     "pages", "parse_specs", "prereqs_json", "refund_note", "retried_why", "retry_each", "retry_message", "retry_wanted",
     "run_ids", "scan_head", "sections", "state_counts", "waits_for", "wanted_states",
 ]
@@ -228,6 +228,16 @@ def wanted_states(states: Sequence[str] | None, allowed: Sequence[str], action: 
             raise BadRequest(f"cannot {action} {name} jobs", hint=f"States to {action}: {', '.join(allowed)}.")
         out.append(name)
     return out
+
+
+def never_ran(job: "Job") -> SlothError:
+    """Why a job that has no attempt has no log: not started yet, or ended
+    (cancelled, or failed as a prerequisite did) before it ever started."""
+    if job.state.finished:
+        return SlothError(f"job {job.id} was {job.state.value} before it started, so it has no log",
+                          hint=f"`sloth show {job.id}` says why; `sloth restart {job.id}` queues it again.")
+    return SlothError(f"job {job.id} has not started yet, so it has no log",
+                      hint=f"Follow it with `sloth logs -f {job.id}` to see its output once it starts.")
 
 
 def not_cancellable(job_id: int, state: str) -> IllegalTransition:

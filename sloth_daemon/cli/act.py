@@ -120,9 +120,12 @@ def prune(*, older_than: str, state: Optional[Sequence[str]], lane: Optional[str
     res = call_or_read("prune", **args) if dry_run else call("prune", **args)
     if as_json:
         emit_json(res)
-    elif dry_run:
-        echo(f"would prune {res['would_prune']} job(s) "
-             + (f"(finished more than {older_than} ago)" if older_s else "(every finished one)"))
     else:
-        echo(f"pruned {res['pruned']} job(s)")
+        kind = "/".join(state) if state else "finished"
+        which = (f"every {kind} job" if not args["older_than_s"] else
+                 f"{kind} jobs that ended more than {older_than} ago") + (f" in lane {lane}" if lane else "")
+        if dry_run:
+            echo(f"would prune {res['would_prune']} job(s): {which}")
+        else:
+            echo(f"pruned {res['pruned']} job(s): {which}")
     return 0

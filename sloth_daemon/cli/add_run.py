@@ -58,8 +58,32 @@ def add(command: Optional[Sequence[str]], *, lane: str = "default", priority: in
     else:
         argv = ["/bin/sh", "-c", " ".join(words or [])] if shell else list(words or [])
         jobs, where = [{"command": argv, "shell": shell, **({"key": key} if key is not None else {})}], _no_line
+    import time
+
+    asked_at = time.time()
     ids = submit(jobs, common, no_start=no_start, where=where)
+    if key is not None:
+        _tell_reused(ids[0], key, asked_at)
     return _tell(ids, wait=wait, as_json=as_json)
+
+
+def _tell_reused(jid: int, key: str, asked_at: float) -> None:
+    """--key that an unfinished job has already: the daemon gives that job's
+    id back instead of a new one; say so on stderr (stdout stays the id)."""
+    from sloth_daemon.cli.base import call
+
+    try:
+        job = call("show", id=jid)["job"]
+    except errors.SlothError:
+        return  # the id was printed; this note is all that is lost
+    if job["created_at"] >= asked_at:
+        return  # a new job: nothing to say
+    from sloth_daemon.text import showable
+
+    st = job["state"]
+    done = st in ("done", "failed", "cancelled")
+    echo(f"sloth: --key {showable(key)!r}: {'already ran' if done else 'already queued'} as job {jid} ({st}); "
+         "nothing new was queued", err=True)
 
 
 def _tell(ids: list[int], *, wait: bool, as_json: bool) -> int:
@@ -143,10 +167,33 @@ def submit(jobs: list[dict[str, Any]], common: dict[str, Any], *, no_start: bool
     from sloth_daemon.cli import submit as sub
 
     sub.check(jobs, common, where=where)
+    check_shell(jobs, where)
     parts = sub.frames(jobs, common, where=where)
     res = sub.submit(jobs, common, parts, lambda: connect_or_start(no_start))
     opts.tell_new_lanes(res)
     return list(res["ids"])
+
+
+def check_shell(jobs: list[dict[str, Any]], where: Callable[[int], str]) -> None:
+    """Every job that runs through the shell parses (`sh -n`, nothing runs:
+    shcheck.py), or none is queued: the line that does not is named."""
+    shelled = [i for i, j in enumerate(jobs) if j.get("shell")]
+    if not shelled:
+        return
+    from sloth_daemon.cli import shcheck
+
+    bad = shcheck.first_error([jobs[i]["command"][-1] for i in shelled])
+    if bad is None:
+        return
+    i, said = shelled[bad[0]], shcheck.message(bad[1])
+    from sloth_daemon.text import showable
+
+    place = where(i)
+    raise errors.BadRequest(
+        f"{place + ': ' if place else ''}{showable(jobs[i]['command'][-1])[:200]!r} is not a shell command "
+        f"sh can read ({said}); nothing was queued",
+        hint="Fix its quoting (`sh -n -c 'LINE'` checks a line without running it); every line is "
+             "checked before any is queued.")
 
 
 def connect_or_start(no_start: bool) -> Client:

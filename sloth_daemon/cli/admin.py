@@ -41,14 +41,32 @@ def _print_config(d: dict[str, Any], file: Any) -> None:
         if err.get("hint"):
             typer.echo(f"  hint: {err['hint']}")
         typer.echo("  (lanes below as config.toml sets them; `sloth lane set` changes kept in the queue are not shown)")
+    from sloth_daemon.config import DURATION_KEYS
+
     for k, v in d["settings"].items():
-        typer.echo(f"  {k:<20} {_shown(v['value']):<12} ({v['source']})")
+        shown = _duration(v["value"]) if k in DURATION_KEYS else _shown(v["value"])
+        typer.echo(f"  {k:<20} {shown:<12} ({v['source']})")
     typer.echo("lanes:")
     for k, v in d.get("lanes_in_force", d["lanes"]).items():
         typer.echo(f"  {k:<20} {v['concurrency']!s:<12} ({v['source']})")
     typer.echo("paths:")
     for k, v in d["paths"].items():
         typer.echo(f"  {k:<20} {v}")
+
+
+def _duration(v: object) -> str:
+    """A duration as a config file writes it (``1m``, ``7d``, ``1m30s``),
+    not as the seconds it is kept in (--json keeps those)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return _shown(v)
+    if v != int(v):
+        return f"{v:g}s"  # 0.2s, 1.5s: exact, as a file writes them
+    parts, rest = [], int(v)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        n, rest = divmod(rest, size)
+        if n:
+            parts.append(f"{n}{unit}")
+    return "".join(parts) or "0s"
 
 
 def _shown(v: object) -> str:
@@ -116,24 +134,26 @@ def daemon_status(*, as_json: bool) -> None:
         emit_json(st)
         return
     typer.echo(f"sloth daemon {st['version']} running, pid {st['pid']}, up {format_duration(st['uptime_s'])}")
+    pairs: list[tuple[str, str]] = []
     problem = (st.get("queue") or {}).get("problem")
     if problem:
-        typer.echo(f"QUEUE:  {problem}; it takes no writes (see `sloth doctor`)")
+        pairs.append(("QUEUE", f"{problem}; it takes no writes (see `sloth doctor`)"))
     counts = st.get("counts") or {}
-    typer.echo("jobs:   " + ("  ".join(f"{k} {v}" for k, v in counts.items()) or "unknown"))
+    pairs.append(("jobs", "  ".join(f"{k} {v}" for k, v in counts.items()) or "unknown"))
     lanes = st.get("lanes", {})
-    typer.echo("lanes:  " + "  ".join(
-        f"{k} {v['running']}/{v['concurrency']}{' (paused)' if v['paused'] else ''}" for k, v in lanes.items()))
+    pairs.append(("lanes", "  ".join(
+        f"{k} {v['running']}/{v['concurrency']}{' (paused)' if v['paused'] else ''}" for k, v in lanes.items())))
     if st.get("paused_all"):
-        typer.echo("paused: all lanes")
+        pairs.append(("paused", "all lanes"))
     j = st.get("last_jump")
-    typer.echo("resume: " + (f"{j['describe']} at {local_time(j['at'])}" if j else "none seen"))
+    pairs.append(("resume", f"{j['describe']} at {local_time(j['at'])}" if j else "none seen"))
     c = st.get("clock", {})
-    typer.echo(f"clock:  checked every {format_duration(c.get('check_interval_s', 0))}"
-               f"{', timerfd' if c.get('timerfd') else ''}")
-    typer.echo(f"keeper: {_keeper_line(st.get('keeper') or {})}")
-    width = max(map(len, st["paths"]), default=0) + 2
-    for k, v in st["paths"].items():
+    pairs.append(("clock", f"checked every {format_duration(c.get('check_interval_s', 0))}"
+                           f"{', timerfd' if c.get('timerfd') else ''}"))
+    pairs.append(("keeper", _keeper_line(st.get("keeper") or {})))
+    pairs += [(k, str(v)) for k, v in st["paths"].items()]
+    width = max(len(k) for k, _ in pairs) + 2  # "key: value", the values in one column
+    for k, v in pairs:
         typer.echo(f"{k + ':':<{width}}{v}")
 
 

@@ -32,6 +32,7 @@ REQUIRED = ...  # the default of an option (or argument) that must be given
 # The completers of complete.py.
 IDS, LANES, STATES = "job_ids", "lanes", "states"
 DEFAULT_ROWS = 40  # `sloth ls` without --limit (look_run.py)
+RECENT_FINISHED = 10  # ... of which at most this many finished jobs
 
 
 class Option:
@@ -88,17 +89,24 @@ class Group:
 
 
 def _json(help: Optional[str] = None) -> Option:
-    return Option("as_json", "--json", FLAG, False, help)
+    return Option("as_json", "--json", FLAG, False, help or _MACHINE)
 
 
-_MACHINE = "Machine-readable output."
+_MACHINE = "Print the answer as JSON (for scripts) instead of text."
 _PLATFORM = Option("platform", "--platform", VALUE, None, "Service flavour: linux (systemd) or macos (launchd); "
                    "default: this machine.", hidden=True)
 _IDS_ANY = Argument("ids", many=True, required=False, metavar="[ID]...", complete=IDS)
+# Help text is wrapped by click; a paragraph that starts with \b keeps its lines (the examples).
+# The first sentence of each command's help is its line in `sloth --help` (full.py).
 
 
-def _ids(dest: str = "ids") -> Argument:
-    return Argument(dest, many=True, metavar="ID...", complete=IDS)
+def _ids(dest: str = "ids", *, required: bool = True) -> Argument:
+    return Argument(dest, many=True, required=required, metavar="ID..." if required else "[ID]...", complete=IDS)
+
+
+def _examples(*lines: str) -> str:
+    """An "Examples" paragraph of a command's help, each line kept as written."""
+    return "\n\n\b\nExamples:\n" + "\n".join(f"  {ln}" for ln in lines)
 
 
 def _PAUSE_JOBS(verb: str) -> tuple[Option, ...]:
@@ -157,7 +165,10 @@ def _schedule_when(edit: bool) -> tuple[Option, ...]:
 # In the order `sloth --help` lists them (and `sloth lane --help` its own).
 COMMANDS: tuple[Command, ...] = (
     Command(
-        "add", "Queue a command: `sloth add -- rsync -a ~/photos /backup`. Prints the job id.",
+        "add", "Queue a command and print its job id; the daemon runs it (and starts if need be)." + _examples(
+            "sloth add -- rsync -a ~/photos /backup", "sloth add -s 'gzip -9 big.log && mv big.log.gz /srv'",
+            "sloth add --at 9pm --label nightly -- make release", "sloth add --file jobs.txt --chain",
+            "sloth add -w -- ./flaky-test.sh     # block, exit with its outcome"),
         "sloth_daemon.cli.add_run:add",
         _JOB_LANE,
         _JOB_PRIORITY,
@@ -165,12 +176,14 @@ COMMANDS: tuple[Command, ...] = (
         _JOB_LEASE,
         _JOB_TIMEOUT,
         Option("delay", "--delay", VALUE, None, "Do not start before this long from now, e.g. 10m."),
-        Option("at", "--at", VALUE, None, "Do not start before this time (HH:MM or ISO)."),
+        Option("at", "--at", VALUE, None, "Do not start before this time: 21:30, 9pm, tomorrow 08:00, mon 9:00, "
+               "+10m or ISO (2026-12-01T09:30)."),
         Option("key", "--key -k", VALUE, None, "Idempotency key: if an unfinished job has it, reuse that job."),
         _JOB_LABEL,
         _JOB_CWD,
-        _JOB_SHELL,
-        Option("stdin", "--stdin", FLAG, False, "Read many commands, one shell line each, from stdin."),
+        Option("shell", "--shell -s", FLAG, False, "Run the command through /bin/sh -c (checked with sh -n first)."),
+        Option("stdin", "--stdin", FLAG, False, "Read many commands, one shell line each, from stdin; every line is "
+               "checked (sh -n) before any is queued."),
         Option("from_file", "--file -f", PATH, None, "Like --stdin but from a file."),
         Option("after", "--after", LIST, None, "Run once these jobs are done (ids, e.g. 12,13; at most 1000); "
                "cancelled if one fails.", complete=IDS),
@@ -190,35 +203,48 @@ COMMANDS: tuple[Command, ...] = (
         arg=Argument("command", many=True, required=False, help="The command and its arguments (after --)."),
         fast=True, interspersed=False),
     Command(
-        "ls", "List jobs: running first, then queued in the order they will run, then\nblocked, then the most "
-        "recently finished; a summary of counts, and how\nmany rows were left out.",
+        "ls", "List jobs: running first, then queued in the order they will run, then blocked, then the most "
+        "recently finished. Under the table: counts, what is paused, and how many rows were left out. WAITED: "
+        "how long the latest try was due but not running; RAN: how long it ran (or has been running)."
+        + _examples("sloth ls", "sloth ls --state failed --since 12h", "sloth ls --since 'yesterday 18:00'",
+                    "sloth ls --lane video --watch -n 20", "sloth ls --json | jq '.jobs[].id'"),
         "sloth_daemon.cli.look_run:ls",
-        Option("state", "--state -s", LIST, None, "Only these states (repeatable; held: `sloth hold`).",
+        Option("state", "--state", LIST, None, "Only these states (repeatable; held: `sloth hold`).",
                complete=STATES),
         Option("lane", "--lane -l", VALUE, None, "Only this lane.", complete=LANES),
         Option("all_", "--all -a", FLAG, False, "Every job, all finished ones too, no row limit."),
-        Option("limit", "--limit -n", INT, None, f"At most this many rows (default {DEFAULT_ROWS}; with --json, all)."),
+        Option("limit", "--limit -n", INT, None, f"At most this many rows (default {DEFAULT_ROWS}, with the "
+               f"{RECENT_FINISHED} latest finished jobs; with --json, every job)."),
         Option("offset", "--offset", INT, 0, "Skip this many rows first (to page)."),
-        Option("watch", "--watch -w", FLAG, False, "Redraw every --interval until Ctrl-C.", fast=False),
+        Option("since", "--since", VALUE, None, "Only jobs added, started or ended since then: 12h (ago), 18:00, "
+               "yesterday 18:00, mon 9:00 or ISO."),
+        Option("watch", "--watch", FLAG, False, "Redraw every --interval until Ctrl-C (-n: rows; default: what fits).",
+               fast=False),
         Option("interval", "--interval", VALUE, "2s", "How often --watch redraws.", fast=False),
-        _json("{jobs, total, counts, left_out, ...}: never cut silently."),
+        _json("Print {jobs (with waited_s, ran_s), total, counts, left_out, ...} as JSON: every job unless "
+              "--limit (nothing is cut silently)."),
         Option("host", "--host", VALUE, None, "A shared queue: only jobs that run, ran or are placed on this host."),
         fast=True),
     Command(
-        "show", "Show jobs and their history (claimed, started, failed, reclaimed, ...);\na failed job's last log "
-        "lines end it.", "sloth_daemon.cli.look_run:show",
-        _json('{"jobs": [job with events, prereqs, dependents]}.'),
-        arg=_ids("job_ids"), fast=True),
+        "show", "Show jobs and their history (claimed, started, failed, reclaimed, ...) in time order; a failed "
+        "job's last log lines end it. No ID: the latest job." + _examples("sloth show", "sloth show 12 13"),
+        "sloth_daemon.cli.look_run:show",
+        _json('Print {"jobs": [job with events, prereqs, dependents, waited_s, ran_s]} as JSON.'),
+        arg=_ids("job_ids", required=False), fast=True),
     Command(
-        "logs", "Print a job's output (one log file per attempt, size-capped).", "sloth_daemon.cli.look:logs",
+        "logs", "Print a job's output (one log file per attempt, size-capped). No ID: the latest job's; notes "
+        "(nothing printed, never started) go to stderr." + _examples(
+            "sloth logs", "sloth logs 12 -f", "sloth logs 12 --attempt 1 -n 20", "less $(sloth logs 12 --path)"),
+        "sloth_daemon.cli.look:logs",
         Option("attempt", "--attempt -a", INT, None, "Which attempt (default: the latest)."),
         Option("follow", "--follow -f", FLAG, False, "Follow live, through retries, until the job ends; exit 0 if "
                "it is done, 5 if not."),
         Option("tail", "--tail -n", INT, None, "Only the last N lines."),
         Option("path_only", "--path", FLAG, False, "Print the log file's path instead."),
-        arg=Argument("job_id", many=False, metavar="ID", complete=IDS), fast=True),
+        arg=Argument("job_id", many=False, required=False, metavar="[ID]", complete=IDS), fast=True),
     Command(
-        "status", "What is going on: the daemon, jobs by state, lanes, what runs now and the last failures.",
+        "status", "What is going on: the daemon, jobs by state, lanes, what runs now and the last failures."
+        + _examples("sloth status", "sloth status --json | jq .counts"),
         "sloth_daemon.cli.look:status", _json(_MACHINE), fast=True),
     Command(
         "wait", "Block until the jobs end, telling each outcome; exit 0 if all are done,\n5 if any failed or was "
@@ -229,7 +255,7 @@ COMMANDS: tuple[Command, ...] = (
         "cancel", "Cancel jobs: running ones have their process tree ended; jobs that\nwaited for them to be done "
         "are cancelled too.", "sloth_daemon.cli.act:cancel",
         Option("lane", "--lane -l", VALUE, None, "Every active job of this lane.", complete=LANES),
-        Option("state", "--state -s", LIST, None, "Only jobs in this state (blocked, queued, running; repeatable).",
+        Option("state", "--state", LIST, None, "Only jobs in this state (blocked, queued, running; repeatable).",
                complete=STATES),
         _json(), arg=_IDS_ANY, fast=True),
     Command(
@@ -294,10 +320,11 @@ COMMANDS: tuple[Command, ...] = (
                      help="Lane to resume (default: everything); with --job, the jobs' ids.", complete=LANES),
                      fast=True),
     Command(
-        "prune", "Delete finished jobs (and their logs); `--older-than 0` for all of them.",
+        "prune", "Delete finished jobs (and their logs); `--older-than 0` for all of them." + _examples(
+            "sloth prune --dry-run", "sloth prune --older-than 0 --state done"),
         "sloth_daemon.cli.act:prune",
         Option("older_than", "--older-than", VALUE, "7d", "Only jobs that ended longer ago than this."),
-        Option("state", "--state -s", LIST, None, "Only done, failed or cancelled ones (repeatable).",
+        Option("state", "--state", LIST, None, "Only done, failed or cancelled ones (repeatable).",
                complete=STATES),
         Option("lane", "--lane -l", VALUE, None, "Only this lane.", complete=LANES),
         Option("dry_run", "--dry-run", FLAG, False, "Say how many, delete nothing."),
@@ -309,9 +336,9 @@ COMMANDS: tuple[Command, ...] = (
         "lane set", "Set a lane's concurrency now: no restart, running jobs untouched; kept across restarts.",
         "sloth_daemon.cli.lanes:lane_set",
         Option("concurrency", "--concurrency -c", INT, REQUIRED, "Jobs at once; 0 pauses the lane."),
-        Option("create", "--create", FLAG, False, "Make the lane if it does not exist yet."),
-        _json(), arg=Argument("name", many=False, metavar="LANE", complete=LANES),
-                     fast=True),
+        Option("create", "--create", FLAG, False, "Make the lane if it does not exist yet (with -c 0: made "
+               "paused)."),
+        _json(), arg=Argument("name", many=False, metavar="LANE", complete=LANES), fast=True),
     Command(
         "lane rm", "Forget a lane that has no blocked, queued or running jobs (say, a typo).",
         "sloth_daemon.cli.lanes:lane_rm", arg=Argument("name", many=False, metavar="LANE", complete=LANES),
@@ -346,30 +373,34 @@ COMMANDS: tuple[Command, ...] = (
         "sloth_daemon.cli.schedule:edit", *_schedule_when(True), _json(),
         arg=Argument("words", many=True, required=False, metavar="NAME [-- CMD...]")),
     Command(
-        "config", "Show the settings in force and where each comes from (the daemon's,\nor the file's when none "
-        "runs), lanes as `sloth lane set` left them.", "sloth_daemon.cli.admin:config",
-        _json(), Option("example", "--example", FLAG, False, "Print an example config file.")),
+        "config", "Show the settings in force and where each comes from (the daemon's, or the file's when none "
+        "runs), lanes as `sloth lane set` left them." + _examples(
+            "sloth config", "sloth config --example > ~/.config/sloth/config.toml"),
+        "sloth_daemon.cli.admin:config",
+        _json("Print the settings as JSON (durations in seconds)."),
+        Option("example", "--example", FLAG, False, "Print an example config file.")),
     Command(
         "daemon run", "Run the daemon in the foreground (what the login service runs).",
         "sloth_daemon.cli.launcher:run_foreground", fast=True),
     Command(
         "daemon start", "Start the daemon in the background if it is not running.",
-        "sloth_daemon.cli.admin:daemon_start", _json()),
+        "sloth_daemon.cli.admin:daemon_start", _json('Print {"pid", "state"} as JSON.')),
     Command(
-        "daemon stop", "Stop the daemon: running jobs are interrupted and requeued, not failed\n(with --keep-jobs "
+        "daemon stop", "Stop the daemon: running jobs are interrupted and requeued, not failed (with --keep-jobs "
         "they carry on, and the next daemon takes them over).", "sloth_daemon.cli.admin:daemon_stop",
         Option("keep_jobs", "--keep-jobs", FLAG, False, "Leave running jobs running for the next daemon."),
         Option("timeout", "--timeout", VALUE, "60s", "How long to wait for running jobs to be interrupted.")),
     Command(
-        "daemon restart", "Restart the daemon (e.g. after an upgrade) without touching running\njobs: they keep "
+        "daemon restart", "Restart the daemon without touching running jobs (after an upgrade, say): they keep "
         "running, and the new daemon takes them over.", "sloth_daemon.cli.admin:daemon_restart",
         Option("timeout", "--timeout", VALUE, "60s", "How long to wait for the old daemon to exit.")),
     Command(
         "daemon reload", "Re-read config.toml now (as SIGHUP does): no restart, running jobs untouched.",
-        "sloth_daemon.cli.admin:daemon_reload", _json()),
+        "sloth_daemon.cli.admin:daemon_reload", _json('Print {"changed", "notes", "file"} as JSON.')),
     Command(
-        "daemon status", "Show pid, uptime, version, paths, jobs by state and the last sleep/resume seen.",
-        "sloth_daemon.cli.admin:daemon_status", _json()),
+        "daemon status", "Show pid, uptime, version, the keeper, paths, jobs by state and the last sleep/resume "
+        "seen.",
+        "sloth_daemon.cli.admin:daemon_status", _json("Print the daemon's whole status as JSON.")),
     Command(
         "db migrate", "Bring the queue's schema up to this sloth's (each migration in its own\ntransaction, under a "
         "lock: machines that run it together take turns).", "sloth_daemon.cli.db:db_migrate", _json()),
@@ -386,7 +417,8 @@ COMMANDS: tuple[Command, ...] = (
         "service uninstall", "Stop and disable the login service and remove its file.",
         "sloth_daemon.cli.service:uninstall", _json(_MACHINE), _PLATFORM),
     Command(
-        "service status", "Installed? enabled? running? Does its sloth binary still exist? Linger?",
+        "service status", "Whether the login service is installed, enabled and running, whether its sloth "
+        "binary still exists, and linger.",
         "sloth_daemon.cli.service:status", _json(_MACHINE), _PLATFORM),
     Command(
         "doctor", "Check the things that go wrong in practice and say how to fix each.",

@@ -52,12 +52,14 @@ def run_checks(p: Paths | None = None, *, plat: str | None = None) -> list[Check
     p = p or resolve()
     plat = service.platform(plat)
     svc = _guard("service", lambda: service.status(plat=plat))
+    manager = _guard("service", lambda: _manager_answers(plat))
+    can_install = manager is not False  # None: cannot tell (macOS, no systemctl): the service check says
     st = _daemon_status(p)
     url = _shared_url(p)
     checks = [
-        _check("service", lambda: check_service(svc, plat)),
+        _check("service", lambda: check_service(svc, plat, can_install=can_install)),
         _check("service binary", lambda: check_binary(svc)),
-        _check("daemon", lambda: check_daemon(p, st)),
+        _check("daemon", lambda: check_daemon(p, st, can_install=can_install)),
         _check("runtime dir", lambda: check_runtime(p)),
         _check("data dir", lambda: check_data_dir(p.data_dir)),
         _check("files", lambda: check_files(p)),
@@ -66,7 +68,8 @@ def run_checks(p: Paths | None = None, *, plat: str | None = None) -> list[Check
     ]
     if plat == "linux":
         checks.append(_check("linger", check_linger))
-    checks += [_check("clock check", lambda: check_clock(st)), _check("config", lambda: check_config(p))]
+    checks += [_check("clock check", lambda: check_clock(st)), _check("config", lambda: check_config(p)),
+               _check("notify", lambda: check_notify(p))]
     checks += [_check("keep-awake", check_keep_awake), _check("limits", check_limits)]
     return checks
 
@@ -102,6 +105,20 @@ def check_limits() -> Check:
     return ok("limits", "; ".join(have) + ("; not here (refused at add): " + "; ".join(missing) if missing else ""))
 
 
+def _manager_answers(plat: str) -> bool | None:
+    """systemd's user manager answers here (Linux); None where not asked."""
+    if plat != "linux":
+        return None
+    from sloth_daemon.service.systemd import manager_answers
+
+    return manager_answers()
+
+
+_NO_MANAGER = ("no systemd user manager answers in this session (no user bus: su, sudo, ssh without a "
+               "login session, a container), so `sloth service install` cannot work here")
+_START = "sloth daemon start (`sloth add` starts it too)"
+
+
 def format_checks(checks: list[Check]) -> str:
     lines = []
     for c in checks:
@@ -127,11 +144,15 @@ def _guard(name: str, fn: Callable[[], Any]) -> Any:
 
 
 # ------------------------------------------------------------------- checks
-def check_service(svc: Any, plat: str) -> Check:
+def check_service(svc: Any, plat: str, *, can_install: bool = True) -> Check:
     if isinstance(svc, Exception):
         msg = svc.message if isinstance(svc, SlothError) else str(svc)
         return warn("service", f"cannot tell: {msg}", getattr(svc, "hint", "") or "See `sloth service status`.")
     if not svc["installed"]:
+        if not can_install:
+            return warn("service", f"not installed ({svc['path']}), and {_NO_MANAGER}",
+                        f"{_START}; for a login service, log in directly (a desktop or `ssh` session with "
+                        "systemd-logind), then `sloth service install --now`")
         return warn("service", f"not installed ({svc['path']}): the daemon does not start at login",
                     "sloth service install --now")
     if svc["enabled"] is None:
@@ -172,8 +193,8 @@ def _daemon_status(p: Paths) -> Any:
         return e
 
 
-def check_daemon(p: Paths, st: Any) -> Check:
-    start = "sloth daemon start (or sloth service install --now)"
+def check_daemon(p: Paths, st: Any, *, can_install: bool = True) -> Check:
+    start = "sloth daemon start (or sloth service install --now)" if can_install else _START
     if isinstance(st, DaemonNotRunning):
         stale = " (a stale socket file is left; the next start replaces it)" if p.socket.exists() else ""
         return warn("daemon", f"not running: {st.message}{stale}", start)
@@ -438,6 +459,28 @@ def check_config(p: Paths) -> Check:
     if not p.config_file.exists():
         return ok("config", f"no {p.config_file}; defaults apply")
     return ok("config", f"{p.config_file} parses")
+
+
+def check_notify(p: Paths) -> Check:
+    """A notification setting whose tool is missing would fail silently."""
+    import shutil
+    import sys
+
+    from sloth_daemon.config import load
+
+    try:
+        events = load(p.config_file).notify
+    except SlothError:
+        return ok("notify", "n/a (see config)")
+    if not events:
+        return ok("notify", "off (notify = [])")
+    tool = "osascript" if sys.platform == "darwin" else "notify-send"
+    if shutil.which(tool):
+        return ok("notify", f"on {', '.join(events)} via {tool}")
+    fix = ("" if sys.platform == "darwin" else "install notify-send (Debian/Ubuntu: sudo apt install "
+           "libnotify-bin; Fedora: sudo dnf install libnotify), or ") + f"turn them off: notify = [] in {p.config_file}"
+    return warn("notify", f"notify = {list(events)}, but {tool} is not on PATH: no desktop notification shows",
+                fix)
 
 
 def _is_number(v: Any) -> bool:

@@ -49,11 +49,23 @@ def build(first: list[str]) -> typer.Typer:
         if only in (None, cmd.path[0]):
             on = app if len(cmd.path) == 1 else groups[cmd.path[0]]
             settings = None if cmd.interspersed else {"allow_interspersed_args": False}
-            on.command(cmd.path[-1], context_settings=settings)(callback(cmd))
+            on.command(cmd.path[-1], context_settings=settings, short_help=short_help(cmd.help))(callback(cmd))
     for g in decl.GROUPS:
         if only in (None, g.name):
-            app.add_typer(groups[g.name], name=g.name)
+            app.add_typer(groups[g.name], name=g.name, short_help=short_help(g.help))
     return app
+
+
+def short_help(text: str) -> str:
+    """A command's line in its group's help: its help's first sentence,
+    whole. Click's own cuts at the first period and space, or at the
+    column's width ("Restart the daemon (e.g."): never mid-sentence here;
+    the listing wraps it instead."""
+    import re
+
+    first = text.split("\n\n", 1)[0].replace("\n", " ")
+    m = re.search(r"(?<!\be\.g)(?<!\bi\.e)\.(\s|$)", first)
+    return (first[:m.start() + 1] if m else first).strip()
 
 
 def callback(cmd: Command) -> Callable[..., None]:

@@ -36,21 +36,33 @@ def _table(rows: dict[str, Any]) -> str:
 
 
 def lane_set(*, name: str, concurrency: int, create: bool, as_json: bool) -> int:
-    """`sloth lane set` (its help and options: commands.py)."""
+    """`sloth lane set` (its help and options: commands.py). ``-c 0`` pauses
+    the lane, new (with --create) or not: it keeps its concurrency (a new
+    lane the default) for `sloth resume`, as a lane of 0 slots could never
+    be resumed; the line says so."""
+    new = create and name not in call("lanes")["lanes"]
     res = call("lane_set", lane=name, concurrency=concurrency, create=create)
     if as_json:
-        emit_json(res)
+        emit_json({**res, "created": new})
         return 0
     was = res["was"]
-    text = f"lane {name}: concurrency {res['concurrency']}"
-    if was["concurrency"] != res["concurrency"]:
+    text = f"lane {name}: {'created; ' if new else ''}concurrency {res['concurrency']}"
+    if was["concurrency"] != res["concurrency"] and not new:
         text += f" (was {was['concurrency']})"
-    if res["paused"] != was["paused"]:
+    if res["paused"] != was["paused"] and not new:
         text += ", paused" if res["paused"] else ", resumed"
     elif res["paused"]:
         text += ", paused"
+    if concurrency == 0:
+        text += f" (-c 0 pauses a lane; `sloth resume {shell_word(name)}` runs its jobs again)"
     echo(text)
     return 0
+
+
+def shell_word(s: str) -> str:
+    import shlex
+
+    return shlex.quote(s)
 
 
 def lane_rm(*, name: str) -> int:

@@ -5,8 +5,7 @@ a daemon, and starts one if none runs (base.connect). Their options are
 declared in commands.py.
 
 No Typer: the fast path runs both (commands.py), so each prints with
-edge.echo -- named ``typer`` here, for it takes the same calls as
-typer.echo -- returns its exit code and raises SlothError.
+edge.echo, returns its exit code and raises SlothError.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from sloth_daemon import errors
-from sloth_daemon.cli import edge as typer  # typer.echo(text, err=...) is edge.echo: no Typer import
+from sloth_daemon.cli.edge import echo
 from sloth_daemon.cli.base import call_or_read, connect, emit_json, parse_id
 
 TYPE_CHECKING = False
@@ -23,15 +22,26 @@ if TYPE_CHECKING:
 
 
 # ----------------------------------------------------------------- logs
-def logs(*, job_id: str, attempt: Optional[int], follow: bool, tail: Optional[int], path_only: bool) -> int:
-    """`sloth logs ID`: the log of an attempt, its tail, its path, or followed live."""
-    jid = parse_id(job_id)
+def logs(*, job_id: Optional[str], attempt: Optional[int], follow: bool, tail: Optional[int],
+         path_only: bool) -> int:
+    """`sloth logs [ID]`: the log of an attempt, its tail, its path, or
+    followed live; no ID: the latest job's (said on stderr). What the job
+    printed goes to stdout; every note about it (nothing printed, no such
+    file, never started) to stderr."""
+    if job_id is None:
+        from sloth_daemon.cli.latest import latest_job_id
+
+        jid = latest_job_id()
+        echo(f"sloth: logs of the latest job, {jid}", err=True)
+    else:
+        jid = parse_id(job_id)
     args: dict[str, Any] = {"id": jid, **({"attempt": attempt} if attempt is not None else {})}
     if follow and not path_only:
         return _follow(args, through=attempt is None)
     res = call_or_read("logs", **args)
     if path_only:
-        typer.echo(res["path"])
+        echo(res["path"])
+        _say_missing(res, jid)
         return 0
     if res.get("stored") or "data" in res:  # a shared queue: it ran on another machine
         _stored(res, tail)
@@ -39,11 +49,30 @@ def logs(*, job_id: str, attempt: Optional[int], follow: bool, tail: Optional[in
     if tail is not None:
         from sloth_daemon.cli.render import tail_lines
 
-        for line in tail_lines(res["path"], max(tail, 0), max_bytes=max(16384, tail * 400)):
-            typer.echo(line)
+        lines = tail_lines(res["path"], max(tail, 0), max_bytes=max(16384, tail * 400))
+        for line in lines:
+            echo(line)
+        if not lines:
+            _say_missing(res, jid, empty=True)
         return 0
     _cat(res["path"], jid, res["attempt"])
     return 0
+
+
+def _say_missing(res: dict[str, Any], jid: int, *, empty: bool = False) -> None:
+    """On stderr: the attempt's log file does not exist (it printed
+    nothing, or is still to start), or it is empty."""
+    import os
+
+    try:
+        size: Optional[int] = os.stat(res["path"]).st_size
+    except OSError:
+        size = None
+    if size is None:
+        echo(f"sloth: {res['path']} does not exist: job {jid} attempt {res['attempt']} has printed "
+                   "nothing (a log file is made at its first output)", err=True)
+    elif empty and size == 0:
+        echo(f"sloth: job {jid} attempt {res['attempt']} has printed nothing", err=True)
 
 
 def _stored(res: dict[str, Any], tail: Optional[int]) -> None:
@@ -67,17 +96,21 @@ def _cat(path: str, jid: int, attempt: int) -> None:
     from sloth_daemon.safefile import open_file  # paths.open_log without pathlib: `sloth logs` is fast
 
     try:
+        wrote = 0
         with os.fdopen(open_file(path), "rb") as f:  # never through a link, only a regular file
             while chunk := f.read(1 << 16):
                 sys.stdout.buffer.write(chunk)
+                wrote += len(chunk)
         sys.stdout.buffer.flush()
     except FileNotFoundError:  # the attempt has printed nothing (no output, no file)
-        if sys.stderr.isatty():
-            typer.echo(f"(job {jid} attempt {attempt} has printed nothing)", err=True)
+        echo(f"sloth: job {jid} attempt {attempt} has printed nothing", err=True)
+        return
     except BrokenPipeError:
         raise
     except OSError as e:
         raise errors.LogUnreadable(path, e) from None
+    if not wrote:
+        echo(f"sloth: job {jid} attempt {attempt} has printed nothing", err=True)
 
 
 def _follow(args: dict[str, Any], *, through: bool) -> int:
@@ -93,7 +126,7 @@ def _follow(args: dict[str, Any], *, through: bool) -> int:
                 out.flush()
             elif kind == "attempt":
                 prev = f" (the last one {ev['previous']})" if ev.get("previous") else ""
-                typer.echo(f"sloth: --- attempt {ev['attempt']}{prev} ---", err=True)
+                echo(f"sloth: --- attempt {ev['attempt']}{prev} ---", err=True)
             elif kind == "end":
                 final = ev["result"]["job"]
     if final is None or final["state"] not in ("done", "failed", "cancelled"):
@@ -126,7 +159,7 @@ def status(*, as_json: bool) -> int:
         why = showable(j.get("message") or "")
         lines.append(_cut(f"failed   {j['id']:<6} {relative(j.get('finished_at')):>9}  {render.command_text(j, 40)}"
                           + (f": {why}" if why else ""), FAILED_WIDTH))
-    typer.echo("\n".join(lines))
+    echo("\n".join(lines))
     return 0
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sloth_daemon import errors
 from sloth_daemon.cli.base import call_or_read, emit_json, log_paths, parse_id
-from sloth_daemon.cli.commands import DEFAULT_ROWS
+from sloth_daemon.cli.commands import DEFAULT_ROWS, RECENT_FINISHED
 from sloth_daemon.cli.edge import echo
 
 TYPE_CHECKING = False
@@ -16,21 +16,32 @@ if TYPE_CHECKING:
     from typing import Any, Optional, Sequence
 
 PAGE = 100_000  # jobs per request when a listing is fetched whole
-RECENT = 10  # finished jobs in the default view
+RECENT = RECENT_FINISHED  # finished jobs in the default view
 SMALL = 1_000  # `ls --json --limit N` up to this: one `list` answer; past it (or without), streamed
 
 
 # ------------------------------------------------------------------- ls
 def ls(state: Optional[Sequence[str]], lane: Optional[str], all_: bool, limit: Optional[int], offset: int,
-       as_json: bool, *, watch: bool = False, interval: str = "2s", host: Optional[str] = None) -> None:
+       as_json: bool, *, watch: bool = False, interval: str = "2s", host: Optional[str] = None,
+       since: Optional[str] = None) -> None:
     """`sloth ls` with these options (see look.ls for what each means)."""
     if watch and as_json:
         raise errors.BadRequest("--watch redraws a table; --json prints once", hint="Use one or the other.")
     args = {**ls_args(state, lane, all_, limit, offset, as_json), "host": host}
+    after = None
+    if since is not None:
+        from sloth_daemon.durations import parse_since
+
+        after = parse_since(since)
     if watch:
         from sloth_daemon.cli.watch import watch_ls
 
-        watch_ls(lambda rows: ls_text(dict(args, limit=rows)), interval)
+        # -n N: N rows; without it, as many as the terminal has room for
+        watch_ls(lambda rows: ls_text(dict(args, limit=rows if limit is None else limit), after), interval)
+        return
+    if after is not None:
+        res = since_listing(args, after)
+        emit_json(res) if as_json else echo(_text(res, args))
         return
     if as_json:
         if args["limit"] is None or args["limit"] > SMALL:
@@ -38,18 +49,31 @@ def ls(state: Optional[Sequence[str]], lane: Optional[str], all_: bool, limit: O
 
             print_json(args)  # as it arrives, whatever the number of jobs
         else:
-            emit_json(fetch(args))
+            emit_json(timed(fetch(args)))
         return
     if args["limit"] is None:  # --all: however many, a block of rows at a time
         from sloth_daemon.cli.look_stream import print_table
 
-        print_table(args)
+        print_table(args, paused_lines(lane))
         return
     echo(ls_text(args))
 
 
+def timed(res: dict[str, Any]) -> dict[str, Any]:
+    """A listing's jobs with waited_s and ran_s (render.timing)."""
+    import time
+
+    from sloth_daemon.cli.render import with_timing
+
+    now = time.time()
+    return {**res, "jobs": [with_timing(j, now) for j in res["jobs"]]}
+
+
 def ls_args(state: Optional[Sequence[str]], lane: Optional[str], all_: bool, limit: Optional[int], offset: int,
             as_json: bool) -> dict[str, Any]:
+    """The list op's arguments. The table shows DEFAULT_ROWS rows and the
+    RECENT latest finished jobs; --json (for scripts, which must not miss
+    a job nobody sees was left out) every job unless --limit says fewer."""
     states = _states(state) if state else None
     if limit is not None and limit < 1 or offset < 0:
         raise errors.BadRequest("--limit must be at least 1 and --offset at least 0")
@@ -57,7 +81,50 @@ def ls_args(state: Optional[Sequence[str]], lane: Optional[str], all_: bool, lim
         check_lane(lane)
     rows = limit if limit is not None else (None if all_ or as_json else DEFAULT_ROWS)
     return {"states": states, "lane": lane, "limit": rows,
-            "offset": offset, "finished_limit": None if all_ or state else RECENT}
+            "offset": offset, "finished_limit": None if all_ or state or as_json else RECENT}
+
+
+def since_listing(args: dict[str, Any], after: float) -> dict[str, Any]:
+    """The jobs of ``args``'s selection that were added, started or ended
+    at ``after`` or later (every one read, filtered here: one pass, a chunk
+    in memory at a time), then the page ``args`` asks for. ``counts`` and
+    ``total`` are of those jobs."""
+    import time
+
+    from sloth_daemon.cli.look_stream import _source
+    from sloth_daemon.cli.render import with_timing
+
+    a = {k: v for k, v in dict(args, limit=None, offset=0, finished_limit=None).items() if v is not None}
+    head, jobs, rest = _source(a)
+    now, picked = time.time(), []
+    for j in jobs:
+        started = (j.get("runner") or {}).get("started_at") if j["attempts"] else None
+        if any(t is not None and t >= after for t in (j["created_at"], started, j.get("finished_at"))):
+            picked.append(j)
+    rest()
+    counts = {s: 0 for s in head["counts"]}
+    for j in picked:
+        counts[j["state"]] = counts.get(j["state"], 0) + 1
+    off, lim = args["offset"], args["limit"]
+    page = picked[off:] if lim is None else picked[off:off + lim]
+    return {"jobs": [with_timing(j, now) for j in page], "total": len(picked), "counts": counts,
+            "offset": off, "left_out": len(picked) - off - len(page), "lanes": head.get("lanes", {}),
+            "since": after}
+
+
+def paused_lines(lane: Optional[str]) -> list[str]:
+    """``paused: everything (`sloth resume`)`` / ``paused lanes: video``:
+    what holds jobs back, which the table cannot show."""
+    res = call_or_read("lanes")
+    names = sorted(k for k, v in res["lanes"].items() if v.get("paused") and lane in (None, k))
+    out = []
+    if res.get("paused_all"):
+        return ["paused: everything; nothing new starts until `sloth resume`"]
+    if names:
+        shown = ", ".join(names[:10]) + (f" (and {len(names) - 10} more)" if len(names) > 10 else "")
+        out.append(f"paused lane{'s' if len(names) > 1 else ''}: {shown}; `sloth resume LANE` starts "
+                   "its jobs again")
+    return out
 
 
 def _states(given: Sequence[str]) -> list[str]:
@@ -91,28 +158,45 @@ def fetch(args: dict[str, Any]) -> dict[str, Any]:
     return res
 
 
-def ls_text(args: dict[str, Any]) -> str:
-    from sloth_daemon.cli import render
+def ls_text(args: dict[str, Any], since: Optional[float] = None) -> str:
+    res = fetch(args) if since is None else since_listing(args, since)
+    return _text(res, args)
 
-    res = fetch(args)
+
+def _text(res: dict[str, Any], args: dict[str, Any]) -> str:
+    from sloth_daemon.cli import render
+    from sloth_daemon.cli.look_stream import summary
+
     out = []
     if res["jobs"]:
         rows, sts = render.job_rows(res["jobs"])
         out.append(render.table(render.JOB_HEADERS, rows, sts))
-    from sloth_daemon.cli.look_stream import summary
+    if "since" in res:
+        from sloth_daemon.durations import local_time
 
-    return "\n".join(out + summary(res, len(res["jobs"])))
+        out.append(f"since {local_time(res['since'])}: jobs added, started or ended since then")
+    return "\n".join(out + summary(res, len(res["jobs"])) + paused_lines(args.get("lane")))
 
 
 # ----------------------------------------------------------------- show
-def show(job_ids: Sequence[str], as_json: bool) -> None:
-    """`sloth show ID...`: each job with its history; a failed one's last log lines."""
+def show(job_ids: Optional[Sequence[str]], as_json: bool) -> None:
+    """`sloth show [ID]...`: each job with its history; a failed one's last
+    log lines. No ID: the latest job (said on stderr)."""
+    import time
+
     from sloth_daemon.cli import render
 
-    ids = [parse_id(j) for j in job_ids]
+    if job_ids:
+        ids = [parse_id(j) for j in job_ids]
+    else:
+        from sloth_daemon.cli.latest import latest_job_id
+
+        ids = [latest_job_id()]
+        echo(f"sloth: show of the latest job, {ids[0]}", err=True)
     res = call_or_read("show", ids=ids)
     if as_json:
-        emit_json(res)
+        now = time.time()
+        emit_json({**res, "jobs": [render.with_timing(j, now) for j in res["jobs"]]})
         return
     blocks = []
     for j in res["jobs"]:

@@ -23,7 +23,7 @@ from sloth_daemon.cli.base import connect, tell_offline
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, Iterator
+    from typing import Any, Callable, Iterator, Sequence
 
     Source = tuple[dict[str, Any], Iterator[dict[str, Any]], Callable[[], dict[str, Any]]]
 
@@ -35,10 +35,15 @@ def print_json(args: dict[str, Any]) -> None:
     """Write the listing of ``args`` (list's arguments) to stdout as JSON."""
     from sloth_daemon.protocol import pretty_stream
 
+    import time
+
+    from sloth_daemon.cli.render import with_timing
+
     a = {k: v for k, v in args.items() if v is not None}
     head, jobs, rest = _source(a)
-    write = sys.stdout.write
-    for piece in pretty_stream({"counts": head["counts"]}, "jobs", jobs,
+    write, now = sys.stdout.write, time.time()
+    timed = (with_timing(j, now) for j in jobs)
+    for piece in pretty_stream({"counts": head["counts"]}, "jobs", timed,
                                lambda: {"lanes": head["lanes"], "offset": head["offset"], "total": head["total"],
                                         **rest()}):
         write(piece)
@@ -46,10 +51,10 @@ def print_json(args: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def print_table(args: dict[str, Any]) -> None:
+def print_table(args: dict[str, Any], paused: Sequence[str] = ()) -> None:
     """`sloth ls --all`: the table a block of BLOCK rows at a time (each
     block's columns at least as wide as the blocks before), then the lines
-    of ls_text under it."""
+    of ls_text under it (``paused``: what is paused, look_run.paused_lines)."""
     from sloth_daemon.cli import render
     from sloth_daemon.cli.edge import echo
 
@@ -63,7 +68,7 @@ def print_table(args: dict[str, Any]) -> None:
     if block:
         echo(render.table(render.JOB_HEADERS, *render.job_rows(block), widths=widths, header=not shown))
         shown += len(block)
-    echo("\n".join(summary({**head, **rest()}, shown)))
+    echo("\n".join(summary({**head, **rest()}, shown) + list(paused)))
 
 
 def _source(a: dict[str, Any]) -> Source:

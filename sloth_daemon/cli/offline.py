@@ -145,8 +145,9 @@ def _logs(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
     job = q.get(a["id"])
     n = a.get("attempt") or job.attempts
     if n == 0:
-        raise SlothError(f"job {job.id} has not started yet, so it has no log",
-                         hint="Follow it with `sloth logs -f ID` once a daemon runs.")
+        from sloth_daemon.backends.rules import never_ran
+
+        raise never_ran(job)
     if not 1 <= n <= job.attempts:
         raise BadRequest(f"job {job.id} has attempts 1..{job.attempts}, not {n!r}")
     from sloth_daemon.backends.sqlite.identity import queue_paths

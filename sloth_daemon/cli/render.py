@@ -97,9 +97,11 @@ def job_rows(jobs: Sequence[dict[str, Any]]) -> tuple[list[list[str]], list[str]
     now = time.time()
     rows, states = [], []
     for j in jobs:
+        waited, ran = timing(j, now)
         rows.append([
             str(j["id"]), shown_state(j), showable(j["lane"]), str(j["priority"]),
-            f"{j.get('tries', j['attempts'])}/{j['max_attempts']}", when(j, now), command_text(j),
+            f"{j.get('tries', j['attempts'])}/{j['max_attempts']}", when(j, now), _secs(waited), _secs(ran),
+            command_text(j),
         ])
         states.append(shown_state(j))
     return rows, states
@@ -125,7 +127,62 @@ def shown_state(job: dict[str, Any]) -> str:
     return "paused" if job.get("paused") and job["state"] == "running" else job["state"]
 
 
-JOB_HEADERS = ["ID", "STATE", "LANE", "PRI", "TRY", "WHEN", "COMMAND"]
+JOB_HEADERS = ["ID", "STATE", "LANE", "PRI", "TRY", "WHEN", "WAITED", "RAN", "COMMAND"]
+_FINISHED = ("done", "failed", "cancelled")
+
+
+def timing(job: dict[str, Any], now: float,
+           events: Sequence[dict[str, Any]] | None = None) -> tuple[float | None, float | None]:
+    """(waited_s, ran_s) of a job's latest try, from its columns.
+
+    ran: from its latest run's start to its end (or to now while it runs).
+    waited: how long that try was due but not running, from when it could
+    first run (added; or its --at/--delay time, its prerequisites' end or
+    a retry's backoff, whichever came last) until it started (or until now
+    while it is queued and due; or until it ended, if it was cancelled
+    first). None where it does not apply: never ran; not due yet; blocked."""
+    st, due = job["state"], max(job["created_at"], job["not_before"])
+    started = _started(job, due, events)
+    end = now if st == "running" else job.get("finished_at")
+    ran = None
+    if started is not None and job["attempts"] and end is not None and end >= started:
+        if st == "running" or st in _FINISHED:
+            ran = end - started
+    if st == "queued":
+        return (now - due if due <= now else None), None
+    if st == "running" and started is None:
+        return None, None  # its process is recorded after its first second (or seen in its history)
+    if st == "blocked":
+        return None, None
+    if ran is None:  # ended before it ever ran (cancelled, or its prerequisite failed)
+        stop = job.get("finished_at")
+        return (stop - due if stop is not None and stop >= due and not job["attempts"] else None), None
+    return (started - due if due <= started else None), ran
+
+
+def _started(job: dict[str, Any], due: float, events: Sequence[dict[str, Any]] | None) -> float | None:
+    """When the latest try's run started: its history's start (or claim) if
+    given, else the recorded process's -- the runner column is written a
+    second into a run, so until then it is the try before's: refused when
+    it started before this try was due."""
+    if events:
+        mine = [e for e in events if e["attempt"] == job["attempts"] and e["kind"] in ("claimed", "reclaimed",
+                                                                                      "started")]
+        starts = [e["at"] for e in mine if e["kind"] == "started"] or [e["at"] for e in mine]
+        if starts:
+            return float(starts[-1])
+    started = (job.get("runner") or {}).get("started_at")
+    return started if isinstance(started, (int, float)) and started >= due - 0.05 else None
+
+
+def _secs(v: float | None) -> str:
+    return "-" if v is None else format_duration(v)
+
+
+def with_timing(job: dict[str, Any], now: float) -> dict[str, Any]:
+    """The job with ``waited_s`` and ``ran_s`` (timing's), for --json."""
+    waited, ran = timing(job, now, job.get("events"))
+    return {**job, "waited_s": waited, "ran_s": ran}
 
 
 def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]], *,
@@ -138,9 +195,13 @@ def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]], *,
         f"job {job['id']}  {paint(job['state'], job['state'])}{'  (paused)' if shown_state(job) == 'paused' else ''}",
         f"  command   {command_text(job, None)}",
         f"  lane      {showable(job['lane'])}  priority {job['priority']}",
-        f"  attempts  {_attempts(job)}",
+        f"  attempts  {_attempts(job, events)}",
         f"  created   {local_time(job['created_at'])} ({relative(job['created_at'], now)})",
     ]
+    waited, ran = timing(job, now, events)
+    if waited is not None or ran is not None:
+        lines.append(f"  waited    {_secs(waited)}" + (f"  ran {format_duration(ran)}" if ran is not None else "")
+                     + (" (running)" if job["state"] == "running" and ran is not None else ""))
     if job["state"] == "queued":
         lines.append(f"  due       {local_time(job['not_before'])} ({relative(job['not_before'], now)})")
     if job.get("lease_until"):
@@ -176,8 +237,11 @@ def _relations(prereqs: Sequence[dict[str, Any]], dependents: Sequence[int]) -> 
 
 
 def _history(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> list[str]:
+    """In time order: an end the keeper saw while no daemon ran is recorded
+    (later) with the time it happened, so the order they were written in
+    is not the order they happened in."""
     out = ["  history", f"    {local_time(job['created_at']):>16}  enqueued"]
-    for e in events:
+    for e in sorted(events, key=lambda e: e["at"]):  # stable: the order written breaks ties
         msg = f"  {showable(e['message'])}" if e["message"] else ""
         attempt = f" (attempt {e['attempt']})" if e["attempt"] else ""
         out.append(f"    {local_time(e['at']):>16}  {e['kind']}{attempt}{msg}")
@@ -229,15 +293,27 @@ def tail_lines(path: str, n: int = 10, max_bytes: int = 16384) -> list[str]:
     return [showable(ln[:300]) for ln in lines[-n:]]
 
 
-def _attempts(job: dict[str, Any]) -> str:
-    """Runs, and the tries of them that count against max_attempts: an
-    interruption, a fence or a crash of sloth gives its try back."""
+def _attempts(job: dict[str, Any], events: Sequence[dict[str, Any]] = ()) -> str:
+    """The tries that count against max_attempts, and what the runs were:
+    ``3/3: 9 runs; 3 counted, 6 before 2 user retries``. Every run counts
+    in ``attempts``; ``tries`` counts those since the last user retry
+    (which starts the count afresh), less the ones given back: a run
+    interrupted by a daemon stop, or cut short by sloth itself (a crash,
+    a fence: ``refunds`` of those, bounded)."""
     runs, tries = job["attempts"], job.get("tries", job["attempts"])
     text = f"{tries}/{job['max_attempts']}"
-    if runs != tries:
-        text += f" ({runs} runs; an interruption, a fence or a crash of sloth does not count"
-        if job.get("refunds"):
-            n, es = job["refunds"], "es" if job["refunds"] != 1 else ""
-            text += f", {n} crash{es} or fence{es[1:]} forgiven"
-        text += ")"
-    return text
+    if runs == tries:
+        return text
+    retries = [e for e in events if e["kind"] == "retried"]
+    before = min(int(retries[-1]["attempt"] or 0), runs) if retries else 0
+    given = max(0, runs - before - tries)
+    parts = [f"{tries} counted"]
+    if retries:
+        n = len(retries)
+        parts.append(f"{before} before {n} user retr{'y' if n == 1 else 'ies'} (a retry starts the count afresh)")
+    if given:
+        sloth = min(int(job.get("refunds") or 0), given)
+        why = ([f"{given - sloth} interrupted (a daemon stop)"] if given > sloth else []) + (
+            [f"{sloth} cut short by sloth (a crash or a fence)"] if sloth else [])
+        parts.append(f"{given} given back: " + ", ".join(why))
+    return f"{text}: {runs} run{'s' if runs != 1 else ''}; " + "; ".join(parts)

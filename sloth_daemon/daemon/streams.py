@@ -11,6 +11,7 @@ import asyncio
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
 
+from sloth_daemon.backends import rules
 from sloth_daemon.daemon.control import Control
 from sloth_daemon.errors import BadRequest, JobNotFound, SlothError
 from sloth_daemon.paths import open_log
@@ -382,8 +383,7 @@ def attempt_of(job: Job, v: Any, *, allow_none: bool = False) -> int | None:
         if job.attempts == 0:
             if allow_none:
                 return None
-            raise SlothError(f"job {job.id} has not started yet, so it has no log",
-                             hint="Follow it with `sloth logs -f ID` to see output once it starts.")
+            raise rules.never_ran(job)
         return job.attempts
     if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= max(job.attempts, 1):
         raise BadRequest(f"job {job.id} has attempts 1..{job.attempts}, not {v!r}")

@@ -78,10 +78,24 @@ class Teller:
         self._slots = asyncio.Semaphore(MAX_RUNNING)
         self._told: dict[int, float] = {}  # job id -> finished_at already told (a change can repeat)
         self._ended: dict[str, int] = {}  # lane -> jobs ended since it was last empty
+        self._said_no_tool = False  # "no notify-send": said once, not at every job
+        self._check_tool()
 
     def apply(self, settings: Settings) -> None:
         """New settings (a config reload)."""
         self.settings = settings
+        self._check_tool()
+
+    def _check_tool(self) -> None:
+        """Say in the log, once, that notifications are asked for but cannot
+        be shown here (a failure must not pass silently)."""
+        if not self.settings.notify or self._said_no_tool:
+            return
+        if notify_argv("", "", urgent=False, which=self.which) is None:
+            self._said_no_tool = True
+            log.warning("notify = %s, but neither notify-send nor osascript is on PATH (%s): no desktop "
+                        "notification will show; install notify-send (libnotify-bin) or set notify = [] "
+                        "(`sloth doctor` checks it)", list(self.settings.notify), os.environ.get("PATH", ""))
 
     # --------------------------------------------------------------- news
     def job_changed(self, job: Job) -> None:
@@ -120,6 +134,7 @@ class Teller:
     def _notify(self, title: str, body: str, *, urgent: bool) -> None:
         argv = notify_argv(title, body, urgent=urgent, which=self.which)
         if argv is None:
+            self._check_tool()  # said once (at start, or now if PATH lost it since)
             log.debug("no notify-send or osascript on PATH: %s", title)
             return
         self.stats["notified"] += 1

@@ -7,14 +7,15 @@ reported. ``SLOTH_SERVICE_PLATFORM=linux|macos`` (or the hidden
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from sloth_daemon.errors import BadRequest, ServiceError, SlothError
 from sloth_daemon.paths import Paths, resolve
 from sloth_daemon.service import launchd, systemd
 from sloth_daemon.service.common import (
-    LABEL, MANAGER, PLATFORM_ENV, UNIT_NAME, Report, baked_env, fill, platform, require, sloth_program, stop_timeout_s,
-    template, unit_path,
+    LABEL, MANAGER, PLATFORM_ENV, UNIT_NAME, Report, baked_env, fill, platform, read_text, require, sloth_program,
+    stop_timeout_s, template, unit_path,
 )
 from sloth_daemon.service.launchd import plist_binary
 from sloth_daemon.service.systemd import linger, render_unit, unit_exec_binary, user_name
@@ -41,7 +42,32 @@ def install(*, now: bool = False, plat: str | None = None) -> Report:
     content = render(plat, paths=p)
     require(_TOOL[plat])  # before writing anything
     half = launchd if plat == "macos" else systemd
-    return half.install(content, p, path, now=now)
+    before = read_text(path)
+    try:
+        return half.install(content, p, path, now=now)
+    except ServiceError as e:  # no user bus, say: leave nothing behind that says otherwise
+        undone = _undo(path, before, content)
+        if not undone:
+            raise
+        raise type(e)(f"{e.message}; {undone}", e.hint) from e
+
+
+def _undo(path: Path, before: str | None, wrote: str) -> str:
+    """Put ``path`` back as it was before a failed install (and the enable
+    link systemd may have made to it): what was done, or "" if nothing."""
+    if read_text(path) != wrote or before == wrote:
+        return ""  # not ours to undo: the file was already this, or is not
+    try:
+        if before is None:
+            path.unlink()
+            link = path.parent / "default.target.wants" / path.name
+            if link.is_symlink() and os.path.realpath(link) == os.path.realpath(path.parent / path.name):
+                link.unlink()
+            return f"nothing was left behind (removed {path})"
+        path.write_text(before, encoding="utf-8")
+        return f"{path} was put back as it was"
+    except OSError as e:
+        return f"and {path} could not be put back ({e.strerror or e}): remove it by hand"
 
 
 def uninstall(*, plat: str | None = None) -> Report:

@@ -49,6 +49,18 @@ def unit_exec_binary(text: str) -> str | None:
     return None
 
 
+def manager_answers() -> bool | None:
+    """Whether this session's systemd user manager answers (a user bus): None
+    without systemctl. Without it no `systemctl --user` (so no `sloth
+    service install`) can work here -- under su or sudo, in a container."""
+    if shutil.which("systemctl") is None:
+        return None
+    try:
+        return run(None, ["systemctl", "--user", "show-environment"], check=False, timeout_s=10).returncode == 0
+    except ServiceError:
+        return False
+
+
 def linger() -> str | None:
     """'yes' / 'no' from logind, or None when it cannot be told."""
     if shutil.which("loginctl") is None:

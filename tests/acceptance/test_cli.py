@@ -39,7 +39,7 @@ def one_error(p: subprocess.CompletedProcess[str], *words: str) -> None:
 def show(h, jid: int) -> dict:
     """`sloth show --json` of one job, as {job, events}."""
     (d,) = h.cli_json("show", str(jid))["jobs"]
-    return {"job": {k: v for k, v in d.items() if k not in ("events", "prereqs", "dependents")},
+    return {"job": {k: v for k, v in d.items() if k not in ("events", "prereqs", "dependents", "waited_s", "ran_s")},
             "events": d["events"]}
 
 
@@ -230,10 +230,14 @@ def test_ls_default_state_lane_all_and_json(harness):
     queued = harness.cli_json("add", "--lane", "video", "--", "echo", "v")["ids"][0]
     other = harness.cli_json("add", "--", "echo", "d")["ids"][0]
 
-    default = harness.cli_json("ls")
-    # queued in the order they will run, then the last 10 finished, the most recent first
+    # --json is for scripts: every job (a script must not miss what nobody sees was left out)
+    every = harness.cli_json("ls")
+    assert [j["id"] for j in every["jobs"]] == [queued, other, failed] + ids[::-1]
+    assert (every["total"], every["left_out"]) == (15, 0)
+    # the table: queued in the order they will run, then the last 10 finished, the most recent first
+    default = harness.cli_json("ls", "--limit", "40")
+    default["jobs"] = default["jobs"][:12]
     assert [j["id"] for j in default["jobs"]] == [queued, other, failed] + ids[:2:-1]
-    assert (default["total"], default["left_out"]) == (15, 3)
     assert default["counts"] == {"blocked": 0, "queued": 2, "held": 0, "running": 0, "done": 12, "failed": 1, "cancelled": 0}
     assert ls_ids(harness, "--all") == [queued, other, failed] + ids[::-1]
     assert ls_ids(harness, "--state", "failed") == [failed]
@@ -247,14 +251,16 @@ def test_ls_default_state_lane_all_and_json(harness):
 
     p = harness.cli("ls", check=True)
     lines = p.stdout.splitlines()
-    assert lines[0].split() == ["ID", "STATE", "LANE", "PRI", "TRY", "WHEN", "COMMAND"]
+    assert lines[0].split() == ["ID", "STATE", "LANE", "PRI", "TRY", "WHEN", "WAITED", "RAN", "COMMAND"]
     rows = lines[1:1 + len(default["jobs"])]
     col = lines[0].index("COMMAND")
     assert rows[0][col:] == "echo v" and rows[1][col:] == "echo d"
     assert re.match(rf"{failed}\s+failed\s+default\s+0\s+1/1\s+", rows[2])
+    assert re.search(r"\s\d+(\.\d)?m?s\s+\d+(\.\d)?m?s\s+false$", rows[2]), rows[2]  # WAITED, RAN
     assert lines[len(rows) + 1] == "2 queued; finished: 12 done, 1 failed"
     assert lines[len(rows) + 2] == "lanes: default 1 queued · video 1 queued"
-    assert lines[-1].startswith("3 more not shown (rows 1-12 of 15): `sloth ls --all`")
+    assert lines[-2].startswith("3 more not shown (rows 1-12 of 15): `sloth ls --all`")
+    assert lines[-1] == "paused: everything; nothing new starts until `sloth resume`"
     assert not ANSI.search(p.stdout)
 
     for args, code, words in ((["--state", "bogus"], EXIT_USAGE, ["unknown state 'bogus'", "queued"]),
@@ -344,9 +350,10 @@ def test_logs_attempts_and_path(quick_retry, home):
     one_error(p, "attempts 1..2")
 
     silent = harness.cli_json("add", "--wait", "--", "true")["ids"][0]  # printed nothing: no file, no error
-    p = harness.cli("logs", str(silent), check=True)
-    assert p.stdout == "" and p.stderr == ""
-    assert not Path(harness.cli("logs", "--path", str(silent), check=True).stdout.strip()).exists()
+    p = harness.cli("logs", str(silent), check=True)  # stdout is the job's output only; the note on stderr
+    assert p.stdout == "" and p.stderr == f"sloth: job {silent} attempt 1 has printed nothing\n"
+    p = harness.cli("logs", "--path", str(silent), check=True)
+    assert not Path(p.stdout.strip()).exists() and "does not exist" in p.stderr
 
     harness.cli("pause", check=True)
     q = harness.cli_json("add", "--", "true")["ids"][0]
@@ -484,7 +491,7 @@ def test_prune_older_than(harness):
     keep = harness.cli_json("add", "--", "true")["ids"][0]
     assert harness.cli_json("prune", "--older-than", "1h") == {"pruned": 0}
     p = harness.cli("prune", "--older-than", "0s", check=True)
-    assert p.stdout == "pruned 2 job(s)\n"
+    assert p.stdout == "pruned 2 job(s): every finished job\n"  # not "finished more than 0s ago"
     assert ls_ids(harness, "--all") == [keep]
     assert not any(p.exists() for p in logs)
     p = harness.cli("prune", "--older-than", "soon")
@@ -512,7 +519,7 @@ def test_config_shows_sources(harness):
     assert d["lanes"]["video"]["concurrency"] == 2 and d["lanes"]["video"]["source"].startswith("file ")
     text = harness.cli("config", check=True).stdout
     assert re.search(r"max_attempts\s+9\s+\(file ", text)
-    assert re.search(r"backoff_cap_s\s+60.0\s+\(file ", text)
+    assert re.search(r"backoff_cap_s\s+1m\s+\(file ", text)  # as the file wrote it ("60s"), not 60.0
     assert re.search(r"default_concurrency\s+1\s+\(default\)", text)
     assert "video" in text
 
@@ -546,7 +553,11 @@ def test_daemon_start_status_stop(harness):
     assert "last_jump" in st and st["last_jump"] is None
     text = harness.cli("daemon", "status", check=True).stdout
     assert text.startswith(f"sloth daemon {__version__} running, pid {pid}, up ")
-    assert "done 1" in text and "resume: none seen" in text and str(harness.socket) in text
+    assert "done 1" in text and re.search(r"^resume: +none seen$", text, re.M) and str(harness.socket) in text
+    assert re.search(r"^keeper: +pid \d+, version ", text, re.M)  # the keeper line the README promises
+    pairs = [ln for ln in text.splitlines()[1:]]
+    assert all(re.match(r"[A-Za-z_]+: +\S", ln) for ln in pairs), pairs  # "key: value", never "key:/path"
+    assert len({ln.index(ln.split(":", 1)[1].strip()) for ln in pairs}) == 1  # the values in one column
 
     p = harness.cli("daemon", "stop", check=True)
     assert p.stdout == f"sloth daemon stopped (pid {pid})\n"
@@ -572,7 +583,20 @@ def test_daemon_stop_when_the_daemons_parent_has_not_reaped_it(harness):
 # ------------------------------------------------------- help, completion
 def commands_of(text: str) -> list[str]:
     section = text.split("Commands:", 1)[1]
-    return [ln.split()[0] for ln in section.splitlines() if ln.startswith("  ") and ln.split()]
+    return [ln.split()[0] for ln in section.splitlines() if ln.startswith("  ") and not ln.startswith("   ")]
+
+
+def listing_of(text: str) -> dict[str, str]:
+    """A group's help, `Commands:` section: each command's whole line (wrapped lines joined)."""
+    out: dict[str, str] = {}
+    name = ""
+    for ln in text.split("Commands:", 1)[1].splitlines():
+        if ln.startswith("  ") and not ln.startswith("   "):
+            name, _, rest = ln.strip().partition(" ")
+            out[name] = rest.strip()
+        elif ln.strip() and name:
+            out[name] += " " + ln.strip()
+    return out
 
 
 def test_help_reads_well_everywhere(harness):
@@ -599,6 +623,34 @@ def test_help_reads_well_everywhere(harness):
     for opt in ("--lane", "--priority", "--max-attempts", "--lease", "--timeout", "--delay", "--at",
                 "--key", "--label", "--cwd", "--shell", "--stdin", "--file", "--wait", "--no-start", "--json"):
         assert opt in add
+
+
+def test_help_lines_whole_json_described_examples_and_short_names(harness):
+    """Issue 22, item 7: no line of a group's listing cut mid-sentence, every
+    --json described, the --at forms that work, examples where people look,
+    and a short name that means one thing."""
+    for group in ([], ["daemon"], ["lane"], ["service"], ["db"]):
+        listing = listing_of(harness.cli(*group, "--help", check=True).stdout)
+        for name, line in listing.items():
+            assert not line.endswith(("...", "(e.g.", "e.g.")) and line[-1] in ".)", (group, name, line)
+    assert "Restart the daemon without touching running jobs (after an upgrade, say): they keep running, and the " \
+        "new daemon takes them over." == listing_of(harness.cli("daemon", "--help", check=True).stdout)["restart"]
+    from sloth_daemon.cli.commands import COMMANDS
+
+    for cmd in COMMANDS:
+        text = harness.cli(*cmd.path, "--help", check=True).stdout
+        if any(o.dest == "as_json" for o in cmd.options):
+            line = " ".join(text.split("--json", 1)[1].split("\n", 1)[0].split())
+            assert len(line) > 10, (cmd.path, "--json has no description")
+        if cmd.path[0] in ("add", "ls", "show", "logs", "status", "prune", "config"):
+            assert re.search(rf"Examples:\n +sloth {cmd.path[0]}\b", text), cmd.path
+    add = " ".join(harness.cli("add", "--help", check=True).stdout.split())
+    assert "9pm, tomorrow 08:00, mon 9:00" in add and "ISO" in add
+    # -s and -w mean one thing each: add's --shell and --wait; ls --state and --watch have only long names
+    ls_help = harness.cli("ls", "--help", check=True).stdout
+    assert "-s," not in ls_help and "-w," not in ls_help and "--state" in ls_help and "--watch" in ls_help
+    assert "-s, --shell" in harness.cli("add", "--help", check=True).stdout
+    assert "-w, --wait" in harness.cli("add", "--help", check=True).stdout
 
 
 def test_no_command_and_unknown_command(harness):

@@ -61,7 +61,7 @@ def test_a_lane_of_zero_in_config_is_refused_and_points_at_the_pause_that_lane_s
     assert "sloth pause default" in p.stderr and "lane set default -c 0" in p.stderr, p.stderr
     (h.home / "config.toml").write_text(TEST_CONFIG)
     h.start()
-    assert h.cli("lane", "set", "default", "-c", "0", check=True).stdout.strip() == "lane default: concurrency 1, paused"
+    assert h.cli("lane", "set", "default", "-c", "0", check=True).stdout.strip() .startswith("lane default: concurrency 1, paused (-c 0 pauses a lane")
     lanes = h.cli_json("lane", "ls")
     assert lanes["lanes"]["default"]["concurrency"] == 1 and lanes["lanes"]["default"]["paused"]
 

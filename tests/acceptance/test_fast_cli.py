@@ -78,24 +78,24 @@ ADDS: list[tuple[list[str], str | None, str]] = [
 ]
 READS: list[tuple[list[str], str | None, str]] = [
     (["ls"], None, F), (["ls", "--json"], None, F), (["ls", "-a"], None, F),
-    (["ls", "-s", "queued", "--state", "blocked"], None, F), (["ls", "-l", "video"], None, F),
+    (["ls", "--state", "queued", "--state", "blocked"], None, F), (["ls", "-l", "video"], None, F),
     (["ls", "--lane", "nolane"], None, F), (["ls", "-n", "2", "--offset", "1"], None, F),
-    (["ls", "--limit", "0"], None, F), (["ls", "-s", "bogus"], None, F), (["ls", "--limit", "x"], None, T),
-    (["ls", "-w", "--json"], None, T), (["ls", "extra"], None, T),
+    (["ls", "--limit", "0"], None, F), (["ls", "--state", "bogus"], None, F), (["ls", "--limit", "x"], None, T),
+    (["ls", "--watch", "--json"], None, T), (["ls", "extra"], None, T), (["ls", "--since", "12h"], None, F),
     (["show", "1"], None, F), (["show", "1", "6", "--json"], None, F), (["show", "999"], None, F),
     (["show", "x"], None, F), (["show", "0"], None, F), (["show", "--json", "--", "3"], None, F),
-    (["show"], None, T),
+    (["show"], None, F),
     (["status"], None, F), (["status", "--json"], None, F), (["status", "extra"], None, T), (["status", "-h"], None, T),
     (["lane", "ls"], None, F), (["lane", "ls", "--json"], None, F), (["lane", "ls", "x"], None, T),
     (["logs", "1"], None, F), (["logs", "--path", "1"], None, F), (["logs", "-n", "3", "--attempt", "1", "1"], None, F),
-    (["logs", "999"], None, F), (["logs", "x"], None, F), (["logs", "1", "2"], None, T), (["logs"], None, T),
+    (["logs", "999"], None, F), (["logs", "x"], None, F), (["logs", "1", "2"], None, T), (["logs"], None, F),
     (["logs", "-n", "x", "1"], None, T),
 ]
 # The commands that change jobs (the daemons stay paused: nothing runs).
 ACTS: list[tuple[list[str], str | None, str]] = [
     (["cancel", "3"], None, F), (["cancel", "3"], None, F), (["cancel", "--json", "4"], None, F),
     (["cancel"], None, F), (["cancel", "1", "--lane", "video"], None, F), (["cancel", "--lane", "nolane"], None, F),
-    (["cancel", "-s", "done"], None, F), (["cancel", "x"], None, F), (["cancel", "999"], None, F),
+    (["cancel", "--state", "done"], None, F), (["cancel", "-s", "done"], None, T), (["cancel", "x"], None, F), (["cancel", "999"], None, F),
     (["cancel", "--bogus"], None, T),
     (["retry", "3"], None, F), (["retry", "3", "4", "1"], None, F), (["retry", "--failed"], None, F),
     (["retry", "--lane", "video"], None, F), (["retry", "1", "--failed"], None, F), (["retry", "-l"], None, T),
@@ -103,13 +103,13 @@ ACTS: list[tuple[list[str], str | None, str]] = [
     (["kill"], None, T),
     (["pause", "video"], None, F), (["pause", "--json", "video"], None, F), (["resume", "video"], None, F),
     (["pause", "nolane"], None, F), (["pause"], None, F), (["pause", "a", "b"], None, T), (["resume", "-h"], None, T),
-    (["cancel", "--lane", "video"], None, F), (["cancel", "--state", "queued", "-s", "blocked", "--lane", "default"],
+    (["cancel", "--lane", "video"], None, F), (["cancel", "--state", "queued", "--state", "blocked", "--lane", "default"],
                                                 None, F),
     (["restart", "3"], None, F), (["restart", "2", "3"], None, F), (["restart", "--json", "4"], None, F),
     (["restart"], None, T),
-    (["prune", "--dry-run"], None, F), (["prune", "--older-than", "0", "--dry-run", "-s", "cancelled"], None, F),
-    (["prune", "--older-than", "x"], None, F), (["prune", "-s", "running", "--dry-run"], None, F),
-    (["prune", "--older-than", "0", "-s", "cancelled", "--lane", "video", "--json"], None, F),
+    (["prune", "--dry-run"], None, F), (["prune", "--older-than", "0", "--dry-run", "--state", "cancelled"], None, F),
+    (["prune", "--older-than", "x"], None, F), (["prune", "--state", "running", "--dry-run"], None, F),
+    (["prune", "--older-than", "0", "--state", "cancelled", "--lane", "video", "--json"], None, F),
     (["lane", "set", "video", "-c", "3"], None, F), (["lane", "set", "--json", "new", "-c", "0", "--create"], None, F),
     (["lane", "set", "nolane", "--concurrency", "2"], None, F), (["lane", "set", "video"], None, T),
     (["lane", "set", "video", "-c", "x"], None, T), (["lane", "rm", "new"], None, F), (["lane", "rm", "video"], None, F),
@@ -170,9 +170,10 @@ def same_text(h: Harness, text: str) -> str:
 
 
 def scrub(v: Any) -> Any:
-    """JSON without a job's process (runner, worker: pids, clock ticks)."""
+    """JSON without a job's process (runner, worker: pids, clock ticks) and
+    how long it waited and ran (times)."""
     if isinstance(v, dict):
-        return {k: scrub(x) for k, x in v.items() if k not in ("runner", "worker", "pid", "uptime_s")}
+        return {k: scrub(x) for k, x in v.items() if k not in ("runner", "worker", "pid", "uptime_s", "waited_s", "ran_s")}
     return [scrub(x) for x in v] if isinstance(v, list) else v
 
 
@@ -317,18 +318,18 @@ TABS = [
     (B, "sloth show ", True), (B, "sloth show 1", True), (B, "sloth show 1 ", True), (B, "sloth show --json ", True),
     (B, "sloth logs ", True), (B, "sloth logs -f ", True), (B, "sloth logs 1 ", False), (B, "sloth logs --attempt ", False),
     (B, "sloth wait ", True), (B, "sloth restart ", True), (B, "sloth kill --now ", True), (B, "sloth cancel ", True),
-    (B, "sloth retry --failed ", True), (B, "sloth cancel --lane ", True), (B, "sloth cancel -s q", True),
+    (B, "sloth retry --failed ", True), (B, "sloth cancel --lane ", True), (B, "sloth cancel --state q", True),
     (B, "sloth retry -l ", True), (B, "sloth pause ", True), (B, "sloth pause v", True), (B, "sloth pause video ", False),
     (B, "sloth resume ", True), (B, "sloth lane set ", True), (B, "sloth lane rm v", True),
     (B, "sloth lane set video ", False), (B, "sloth lane set -c ", False), (B, "sloth lane ", False),
-    (B, "sloth ls --lane ", True), (B, "sloth ls -l v", True), (B, "sloth ls --state ", True), (B, "sloth ls -s f", True),
+    (B, "sloth ls --lane ", True), (B, "sloth ls -l v", True), (B, "sloth ls --state ", True), (B, "sloth ls --state f", True),
     (B, "sloth ls ", False), (B, "sloth ls --limit ", False), (B, "sloth ls --lane = ", False),
     (B, "sloth prune --state ", True), (B, "sloth prune -l ", True), (B, "sloth add --lane ", True),
     (B, "sloth add --after ", True), (B, "sloth add echo --lane ", True), (B, "sloth add ", False),
     (B, "sloth add -- ", False), (B, "sloth ad", False), (B, "sloth add --ma", False), (B, "sloth --debug show ", False),
     (B, "sloth show 'un", True), (B, "sloth show --bogus ", False), (B, "sloth show -h ", False),
     (Z, "sloth pause ", True), (Z, "sloth ls --state f", True), (Z, "sloth ls --lane zzz", True), (Z, "sloth show ", False),
-    (Z, "sloth ad", False), (FI, "sloth pause ", True), (FI, "sloth ls -s ", True), (FI, "sloth show ", False),
+    (Z, "sloth ad", False), (FI, "sloth pause ", True), (FI, "sloth ls --state ", True), (FI, "sloth show ", False),
     (PS, "sloth pause ", True), (PS, "sloth ls --lane v", True), (PS, "sloth show ", False),
 ]
 

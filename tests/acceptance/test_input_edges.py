@@ -124,7 +124,8 @@ def test_labels_and_commands_cannot_break_the_table(harness):
     harness.cli("add", "--label", "two\nlines \x1b[31mred\x1b[0m", "--", "true", check=True)
     harness.cli("add", "--shell", "--", "echo a\necho b", check=True)
     out = harness.cli("ls").stdout
-    assert "\x1b" not in out and len(out.strip().splitlines()) == 4, out  # header, one line per job, counts
+    # header, one line per job, counts, and that everything is paused
+    assert "\x1b" not in out and len(out.strip().splitlines()) == 5, out
     assert "two\\nlines \\x1b[31mred" in out
     shown = harness.cli("show", "1").stdout
     assert "\x1b" not in shown

@@ -99,8 +99,9 @@ def test_ls_json_of_30000_jobs_keeps_daemon_and_client_small_and_prints_the_same
     doc = json.loads(text)
     assert (len(doc["jobs"]), doc["total"], doc["left_out"], doc["offset"]) == (N, N, 0, 0)
     assert [j["id"] for j in doc["jobs"]] == list(range(1, N + 1))  # queued, in the order they will run
-    # The very text the one-answer listing printed before (scripts parse it).
-    assert text == json.dumps(h.call("list", limit=100_000), indent=2, sort_keys=True) + "\n"
+    # The very text the one-answer listing printed before (scripts parse it), with each job's durations.
+    assert all(j["ran_s"] is None and j["waited_s"] >= 0 for j in doc["jobs"])
+    assert untimed(text) == json.dumps(h.call("list", limit=100_000), indent=2, sort_keys=True) + "\n"
 
 
 def test_a_reader_that_stops_reading_costs_the_daemon_nothing_and_never_stops_it_serving(harness):
@@ -182,7 +183,14 @@ def test_without_a_daemon_ls_json_reads_the_queue_a_chunk_at_a_time(harness, tmp
     text = (tmp_path / "out.json").read_text()
     with SqliteReadOnly(h.home / "queue.db") as ro:
         want = ro.listing(lane="default", finished_limit=None, now=time.time()).to_dict()
-    assert text == json.dumps(want, indent=2, sort_keys=True) + "\n"
+    assert untimed(text) == json.dumps(want, indent=2, sort_keys=True) + "\n"
+
+
+def untimed(text: str) -> str:
+    """A listing's text without the lines of the durations the client adds
+    to each job (waited_s, ran_s: never a job's last key)."""
+    return "".join(ln for ln in text.splitlines(keepends=True)
+                   if not ln.lstrip().startswith(('"waited_s": ', '"ran_s": ')))
 
 
 @pytest.mark.parametrize("args", [("--limit", "2500", "--offset", "10"), ("--state", "queued", "--offset", "29990")])
@@ -209,10 +217,11 @@ def test_ls_all_prints_its_table_a_block_at_a_time(harness, tmp_path):
         assert p.wait(120) == 0, p.stderr.read() if p.stderr else ""
     assert watch.join() < CLIENT_PEAK_MB and mb(h.daemon.pid) - before < DAEMON_GROWTH_MB
     lines = (tmp_path / "out.txt").read_text().splitlines()
-    assert lines[0].split() == ["ID", "STATE", "LANE", "PRI", "TRY", "WHEN", "COMMAND"]
+    assert lines[0].split() == ["ID", "STATE", "LANE", "PRI", "TRY", "WHEN", "WAITED", "RAN", "COMMAND"]
     rows = [ln.split() for ln in lines[1:N + 1]]
     assert [int(r[0]) for r in rows] == list(range(1, N + 1)) and lines[N + 1] == f"{N} queued"
-    assert len(lines) == N + 2  # the header, the rows, the counts: nothing left out to mention
+    # the header, the rows, the counts, that everything is paused: nothing left out to mention
+    assert len(lines) == N + 3 and lines[N + 2].startswith("paused: everything")
     cols = [ln.index("queued") for ln in lines[1:N + 1]]
     assert cols == sorted(cols) and len(set(cols)) <= 2  # widened once (ids of 5 digits), never narrowed
 

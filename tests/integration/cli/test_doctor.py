@@ -79,7 +79,8 @@ class FakeDaemon:
 class Box:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.env = sandbox_env(root, {"systemctl": FAKE_SYSTEMCTL, "loginctl": FAKE_LOGINCTL})
+        self.env = sandbox_env(root, {"systemctl": FAKE_SYSTEMCTL, "loginctl": FAKE_LOGINCTL,
+                                      "notify-send": "#!/bin/sh\nexit 0\n"})
         self.env["SLOTH_SERVICE_PLATFORM"] = "linux"
         self.fakes: list[FakeDaemon] = []
 
@@ -156,6 +157,7 @@ def test_everything_ok_with_a_daemon_answering_status(box):
         "service": "ok", "service binary": "ok", "daemon": "ok", "runtime dir": "ok", "data dir": "ok",
         "files": "ok", "queue": "ok", "database": "ok", "linger": "ok", "clock check": "ok", "config": "ok",
         "keep-awake": "ok", "limits": "ok",  # informational: what applies here
+        "notify": "ok",
     }, checks
     assert code == 0
     assert f"pid {os.getpid()}" in checks["daemon"]["detail"]
@@ -163,9 +165,9 @@ def test_everything_ok_with_a_daemon_answering_status(box):
     # The human view: one line per check, then a summary.
     cp = box.sloth("doctor")
     lines = cp.stdout.splitlines()
-    assert cp.returncode == 0 and len(lines) == 14
+    assert cp.returncode == 0 and len(lines) == 15
     assert lines[0].startswith("ok    service ")
-    assert lines[-1] == "doctor: 13 ok, 0 warn, 0 fail"
+    assert lines[-1] == "doctor: 14 ok, 0 warn, 0 fail"
 
 
 def test_nothing_installed_or_running_warns_but_passes(box):
@@ -315,3 +317,19 @@ def test_doctor_says_what_applies_keep_awake_and_limits_here(box):
     if found["cpus"] is None:
         assert "not here (refused at add): cpus" in checks["limits"]["detail"]
     assert "systemd-inhibit" in checks["keep-awake"]["detail"] or "unavailable" in checks["keep-awake"]["detail"]
+
+
+def test_a_notification_whose_tool_is_missing_is_a_warning_that_says_so(box):
+    """Issue 22, item 3: `notify = ["failed"]` (the default) and no notify-send:
+    said, with the fix; notify = [] is fine; with the tool there, ok."""
+    only_ours = {"PATH": str(box.root / "bin")}
+    (box.root / "bin" / "notify-send").unlink()
+    _, checks = box.doctor(**only_ours)
+    c = checks["notify"]
+    assert c["status"] == "warn" and "notify-send is not on PATH" in c["detail"], c
+    assert "libnotify" in c["hint"] and "notify = []" in c["hint"]
+    cfg = Path(box.env["SLOTH_HOME"]) / "config.toml"
+    cfg.parent.mkdir(parents=True, exist_ok=True)
+    cfg.write_text("notify = []\n")
+    _, checks = box.doctor(**only_ours)
+    assert checks["notify"]["status"] == "ok" and "off" in checks["notify"]["detail"]

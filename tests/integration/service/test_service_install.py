@@ -240,6 +240,44 @@ def test_failing_systemctl_names_the_command_and_hints(box):
     assert "hint: No user session bus" in cp.stderr
 
 
+NO_BUS_SYSTEMCTL = r"""#!/bin/sh
+echo "systemctl $*" >> "$FAKE_LOG"
+echo "Failed to connect to bus: No medium found" >&2; exit 1
+"""
+
+
+def test_a_failed_install_now_leaves_nothing_behind_and_doctor_tells_the_truth(tmp_path):
+    """Issue 22, item 7: no user bus (su, a container): `service install --now`
+    fails, and the unit file it wrote goes again; `doctor` then advises what
+    works here (`sloth daemon start`), not the command that just failed."""
+    env = sandbox_env(tmp_path, {"systemctl": NO_BUS_SYSTEMCTL, "loginctl": FAKE_LOGINCTL})
+    env.update(FAKE_LOG=str(tmp_path / "calls.log"))
+    run = lambda *a: subprocess.run([str(SLOTH), *a], capture_output=True, text=True, timeout=60,  # noqa: E731
+                                    env=env, cwd=tmp_path)
+    cp = run("service", "install", "--now")
+    assert cp.returncode == 1 and "Failed to connect to bus" in cp.stderr
+    unit = tmp_path / "cfg" / "systemd" / "user" / "sloth.service"
+    assert not unit.exists() and "nothing was left behind" in cp.stderr, cp.stderr
+    assert not list((tmp_path / "cfg").rglob("*.service"))
+    doc = json.loads(run("doctor", "--json").stdout)
+    fixes = {c["name"]: c["hint"] for c in doc["checks"]}
+    assert "sloth daemon start" in fixes["service"] and "no systemd user manager" in \
+        next(c["detail"] for c in doc["checks"] if c["name"] == "service")
+    assert not any("sloth service install --now" in h and not h.startswith("sloth daemon start")
+                   for h in fixes.values()), fixes
+    assert "sloth daemon start" in fixes["daemon"] and "service install" not in fixes["daemon"]
+
+
+def test_an_install_that_fails_puts_a_changed_unit_back(box):
+    box.sloth("service", "install")
+    unit = unit_file(box)
+    before = unit.read_text()
+    unit.write_text(before + "# edited by hand\n")
+    cp = box.sloth("service", "install", "--now", ok=False, FAKE_FAIL="--user daemon-reload")
+    assert cp.returncode == 1 and "was put back as it was" in cp.stderr
+    assert unit.read_text() == before + "# edited by hand\n"
+
+
 # ------------------------------------------------------------------ launchd
 def test_launchd_install_idempotent_update_and_uninstall(box):
     mac = {"SLOTH_SERVICE_PLATFORM": "macos"}

@@ -143,13 +143,15 @@ ADD_LINES = [
     (["--max-attempts", "2.5", "x"], False),
 ]
 LS_LINES = [
-    ([], True), (["--json"], True), (["-s", "queued", "--state", "failed"], True), (["-l", "default"], True),
+    ([], True), (["--json"], True), (["--state", "queued", "--state", "failed"], True), (["-l", "default"], True),
     (["--lane=default"], True), (["-a"], True), (["-n", "5", "--offset", "2"], True), (["--offset=-1"], True),
+    (["--since", "12h"], True), (["--since=yesterday 18:00"], True),
     (["--"], True), (["--limit", "x"], False), (["-w"], False), (["--watch"], False), (["--interval", "1s"], False),
-    (["-s"], False), (["-as", "x"], False),
+    (["-s", "queued"], False), (["--state"], False), (["-as", "x"], False),
 ]
 SHOW_LINES = [
     (["1"], True), (["1", "2", "--json"], True), (["--json", "3"], True), (["--", "-1"], True), (["x"], True),
+    ([], True), (["--json"], True),
     (["1", "--", "--json"], True), (["-1"], False), (["1", "-x"], False), (["--json=1", "2"], False),
 ]
 
@@ -171,8 +173,8 @@ EDIT_PARITY = [("edit", True, EDIT_LINES), ("bump", True, BUMP_LINES), ("hold", 
 DAILY_LINES = {
     "status": [([], True), (["--json"], True), (["x"], False), (["-h"], False)],
     "logs": [(["1"], True), (["-f", "1"], True), (["--attempt", "2", "-n", "5", "1"], True), (["--path", "1"], True),
-             (["--tail=3", "1"], True), ([], False), (["1", "2"], False), (["-n", "x", "1"], False), (["-fn", "1"], False)],
-    "cancel": [(["1", "2"], True), (["--lane", "video"], True), (["-s", "queued", "--state", "running"], True),
+             (["--tail=3", "1"], True), ([], True), (["1", "2"], False), (["-n", "x", "1"], False), (["-fn", "1"], False)],
+    "cancel": [(["1", "2"], True), (["--lane", "video"], True), (["--state", "queued", "--state", "running"], True), (["-s", "queued"], False),
                (["--json"], True), ([], True), (["-x"], False), (["--lane"], False)],
     "retry": [(["--failed", "-l", "v"], True), (["3"], True), ([], True), (["--failed=1"], False)],
     "kill": [(["1", "--now"], True), (["--json", "2"], True), ([], False)],
@@ -181,7 +183,7 @@ DAILY_LINES = {
     "resume": [([], True), (["video"], True), (["--job", "3"], True), (["--jobs"], True)],
     "lane ls": [([], True), (["--json"], True), (["x"], False)],
     "restart": [(["1", "2"], True), (["--json", "3"], True), ([], False)],
-    "prune": [([], True), (["--older-than", "0", "-s", "done", "--state=failed", "-l", "x", "--dry-run", "--json"], True),
+    "prune": [([], True), (["--older-than", "0", "--state", "done", "--state=failed", "-l", "x", "--dry-run", "--json"], True),
               (["x"], False)],
     "lane set": [(["v", "-c", "2"], True), (["--create", "-c", "0", "v", "--json"], True), (["v"], False),
                  (["-c", "2"], False), (["v", "-c", "x"], False)],
