@@ -53,8 +53,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # not at run time: every `sloth add` imports this module
     from typing import Any
 
-VERSION = 3  # the newest this code speaks
-SUPPORTED_VERSIONS = (1, 2, 3)
+VERSION = 4  # the newest this code speaks
+SUPPORTED_VERSIONS = (1, 2, 3, 4)
 MAX_FRAME = 1 << 20  # 1 MiB per request line
 MAX_RESPONSE = 64 << 20  # per line from the daemon
 
@@ -115,6 +115,10 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 }
 # The first version that has each op (all others: 1).
 OP_SINCE: dict[str, int] = {"stage": 2, "commit": 2, "batch": 2, "scan": 3}
+# Round 3 (v4): running jobs paused, the latest job, the queue edits, schedules.
+OP_SINCE.update(dict.fromkeys(("pause_jobs", "resume_jobs", "latest", "edit", "bump", "hold", "release",
+                               "schedule_add", "schedule_edit", "schedule_ls", "schedule_show", "schedule_pause",
+                               "schedule_resume", "schedule_rm", "schedule_run"), 4))
 
 
 class Request:
