@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from sloth_daemon.text import mask, remember
-from sloth_daemon.checks import BOUNDS, LEASE_HINT, MIN_LEASE_S
+from sloth_daemon.checks import BOUNDS, LEASE_HINT, MAX_TOKENS, MIN_LEASE_S, resource_name, when_list
 from sloth_daemon.durations import format_duration, parse_duration
 from sloth_daemon.errors import BadRequest, ConfigError
 
@@ -37,7 +37,12 @@ class Settings:
     tags: tuple[str, ...] = ()  # names `sloth add --on NAME` may use for this machine too
     listen: bool = True  # LISTEN/NOTIFY wakeups (false: poll only, e.g. PgBouncer in transaction mode)
     poll_s: float = 5.0  # a shared queue is looked at this often besides its wakeups
+    conditions_check_s: float = 30.0  # how often run conditions are looked at while jobs wait on them
     lanes: Mapping[str, int] = field(default_factory=dict)  # only the lanes the file names
+    lane_when: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # [lanes.NAME] when = [...]
+    # [resources]: name -> its tokens (gpu = ["0", "1"]; licence = 3 is ["0", "1", "2"]); a name the
+    # file leaves out may be found on the machine (daemon/resources.py: gpu from nvidia-smi -L)
+    resources: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     file: Path | None = None
     # setting name (or "lanes.NAME") -> "default" | "file PATH"
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -63,11 +68,12 @@ class Settings:
 
 
 # The scalar settings, in declaration order; their types come from the dataclass.
+TABLES = ("lanes", "lane_when", "resources", "file", "sources")
 SETTING_NAMES: tuple[str, ...] = tuple(
-    f.name for f in dataclasses.fields(Settings) if f.name not in ("lanes", "file", "sources"))
+    f.name for f in dataclasses.fields(Settings) if f.name not in TABLES)
 DURATION_KEYS = frozenset({"lease_s", "backoff_cap_s", "retention_s", "kill_grace_s", "clock_check_s",
-                           "hook_timeout_s", "poll_s"})
-POSITIVE_DURATIONS = frozenset({"lease_s", "clock_check_s", "hook_timeout_s", "poll_s"})
+                           "hook_timeout_s", "poll_s", "conditions_check_s"})
+POSITIVE_DURATIONS = frozenset({"lease_s", "clock_check_s", "hook_timeout_s", "poll_s", "conditions_check_s"})
 MACHINE_KEYS = frozenset({"queue_url", "host", "tags", "listen"})  # read at start: a reload names them
 QUEUE_URL_ENV = "SLOTH_QUEUE_URL"
 URL_SCHEMES = ("postgresql://", "postgres://")
@@ -110,11 +116,14 @@ def from_mapping(data: Mapping[str, Any], path: Path) -> Settings:
     # No built-in {"default": 1}: it made `default_concurrency` apply to every
     # lane except the one most jobs run in (issue 14, item 10).
     lanes: dict[str, int] = {}
+    tables: dict[str, Any] = {}
     for key, raw in data.items():
         if key == "lanes":
-            for lane, n in _lanes(path, raw).items():
-                lanes[lane] = n
-                sources[f"lanes.{lane}"] = src
+            lanes, tables["lane_when"] = _lanes(path, raw)
+            sources.update({f"lanes.{lane}": src for lane in lanes})
+            continue
+        if key == "resources":
+            tables["resources"] = _resources(path, raw)
             continue
         if key not in SETTING_NAMES:
             raise ConfigError(
@@ -123,13 +132,53 @@ def from_mapping(data: Mapping[str, Any], path: Path) -> Settings:
             )
         values[key] = _coerce(path, key, raw)
         sources[key] = src
-    return Settings(**values, lanes=lanes, file=path, sources=sources)
+    return Settings(**values, lanes=lanes, **tables, file=path, sources=sources)
 
 
-def _lanes(path: Path, raw: Any) -> dict[str, int]:
+def _lanes(path: Path, raw: Any) -> tuple[dict[str, int], dict[str, tuple[str, ...]]]:
+    """[lanes]: ``lane = N``, or a table ``[lanes.NAME]`` with ``concurrency``
+    and ``when`` (run conditions every job of the lane waits for)."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: [lanes] must be a table of lane = concurrency")
-    return {lane: _whole(path, f"lanes.{lane}", n, BOUNDS["concurrency"]) for lane, n in raw.items()}
+    lanes: dict[str, int] = {}
+    when: dict[str, tuple[str, ...]] = {}
+    for lane, v in raw.items():
+        if not isinstance(v, dict):
+            lanes[lane] = _whole(path, f"lanes.{lane}", v, BOUNDS["concurrency"])
+            continue
+        unknown = set(v) - {"concurrency", "when"}
+        if unknown:
+            raise ConfigError(f"{path}: [lanes.{lane}]: unknown key(s) {', '.join(sorted(unknown))}",
+                              hint="A lane's table takes concurrency = N and when = [\"ac\", ...].")
+        if "concurrency" in v:
+            lanes[lane] = _whole(path, f"lanes.{lane}.concurrency", v["concurrency"], BOUNDS["concurrency"])
+        if "when" in v:
+            try:
+                when[lane] = tuple(when_list(v["when"]))
+            except BadRequest as e:
+                raise ConfigError(f"{path}: lanes.{lane}.when: {e.message}", hint=e.hint) from None
+    return lanes, when
+
+
+def _resources(path: Path, raw: Any) -> dict[str, tuple[str, ...]]:
+    """[resources]: ``name = ["a", "b"]`` (named tokens) or ``name = N`` (N anonymous ones)."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: [resources] must be a table of name = count or name = [tokens]")
+    out: dict[str, tuple[str, ...]] = {}
+    for name, v in raw.items():
+        try:
+            resource_name(name, "resources")
+        except BadRequest as e:
+            raise ConfigError(f"{path}: resources.{name}: {e.message}", hint=e.hint) from None
+        if isinstance(v, list) and all(isinstance(t, str) and t and "," not in t and len(t) <= 64 for t in v) \
+                and len(set(v)) == len(v) and len(v) <= MAX_TOKENS:
+            out[name] = tuple(v)
+        elif isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_TOKENS:
+            out[name] = tuple(str(i) for i in range(v))
+        else:
+            raise ConfigError(f"{path}: resources.{name} must be a count from 0 to {MAX_TOKENS} or a list of"
+                              " distinct token names (no commas)", hint='E.g. gpu = ["0", "1"] or licence = 3.')
+    return out
 
 
 def _whole(path: Path, key: str, raw: Any, bounds: tuple[int, int]) -> int:
@@ -226,6 +275,11 @@ def changes(old: Settings, new: Settings) -> list[str]:
             out.append(f"lanes.{lane}: added ({a} -> {b})")
         elif a != b:
             out.append(f"lanes.{lane}: {a} -> {b}")
+    for lane in sorted(set(old.lane_when) | set(new.lane_when)):
+        if old.lane_when.get(lane) != new.lane_when.get(lane):
+            out.append(f"lanes.{lane}.when: {list(old.lane_when.get(lane, ()))} -> {list(new.lane_when.get(lane, ()))}")
+    if old.resources != new.resources:
+        out.append(f"resources: {dict(old.resources)} -> {dict(new.resources)} (held tokens stay held)")
     return out
 
 
@@ -280,8 +334,17 @@ hook_timeout_s = "30s"  # on_finish still running after this is killed
 # listen = true          # false behind PgBouncer in transaction mode: poll only
 # poll_s = "5s"
 
+conditions_check_s = "30s"  # run conditions (--when) are looked at this often while jobs wait on them
+
 [lanes]
 default = 1
 # gpu = 1
 # downloads = 4
+# [lanes.render]           # a lane as a table: its concurrency and run conditions
+# concurrency = 2
+# when = ["ac", "idle=10m"]
+
+# [resources]              # named resources, this machine's own (`sloth add --needs gpu=1`)
+# gpu = ["0", "1"]         # default: the GPUs `nvidia-smi -L` lists
+# licence = 3              # three anonymous tokens
 """

@@ -86,6 +86,9 @@ class Job:
     retry_exit: list[int] | None = None  # only these exit codes are retried (None: any)
     no_retry_exit: list[int] = field(default_factory=lambda: list(NO_RETRY_EXIT))
     place: str = ""  # where it may run: "" anywhere, else a host's or a tag's name
+    gate: dict[str, Any] | None = None  # when / on_lost / needs / slots (checks.gate_json); None: none
+    holds: dict[str, list[str]] | None = None  # the resource tokens its current run holds (on its machine)
+    wait_reason: str | None = None  # why a queued job with a gate does not start ("waiting for mains power")
 
     @classmethod
     def from_row(cls, row: Any, *, env: dict[str, str] | None = None) -> "Job":
@@ -102,6 +105,8 @@ class Job:
         prereqs = json.loads(d.pop("prereqs", None) or "{}")
         d["after"], d["after_any"] = prereqs.get("after", []), prereqs.get("after_any", [])
         d["retry_exit"] = json.loads(d["retry_exit"]) if d.get("retry_exit") else None
+        for k in ("gate", "holds"):
+            d[k] = json.loads(d[k]) if d.get(k) else None
         nre = d.get("no_retry_exit")
         d["no_retry_exit"] = list(NO_RETRY_EXIT) if nre is None else json.loads(nre)
         if isinstance(d["cwd"], bytes):  # a path that is not UTF-8, kept as its bytes

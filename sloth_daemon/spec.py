@@ -53,6 +53,7 @@ class JobSpec(NamedTuple):
     after_previous: str | None = None  # "after" | "after_any": on the batch's previous job
     retry_exit_json: str | None = None
     no_retry_exit_json: str | None = None
+    gate_json: str | None = None  # conditions, needs, slots (checks.gate_json): None, none of them
 
     @property
     def waits(self) -> bool:

@@ -34,7 +34,9 @@ def add(command: Optional[Sequence[str]], *, lane: str = "default", priority: in
         from_file: Optional[StrPath] = None, after: Optional[Sequence[str]] = None,
         after_any: Optional[Sequence[str]] = None, chain: bool = False, chain_any: bool = False,
         retry_exit: Optional[str] = None, no_retry_exit: Optional[str] = None, wait: bool = False,
-        no_start: bool = False, as_json: bool = False, anywhere: bool = False, on: Optional[str] = None) -> int:
+        no_start: bool = False, as_json: bool = False, anywhere: bool = False, on: Optional[str] = None,
+        when: Optional[Sequence[str]] = None, on_lost: Optional[str] = None,
+        needs: Optional[Sequence[str]] = None, slots: Optional[int] = None) -> int:
     """Queue the command (or the lines of --stdin/--file) with these options,
     as `sloth add` was given them; print the ids. Returns the exit code;
     raises SlothError for the edge to print."""
@@ -45,7 +47,7 @@ def add(command: Optional[Sequence[str]], *, lane: str = "default", priority: in
         lane=lane, priority=priority, cwd=cwd, max_attempts=max_attempts, lease_s=duration(lease, "--lease"),
         timeout_s=duration(timeout, "--timeout"), not_before=opts.not_before(delay, at), label=label,
         **opts.dep_fields(after, after_any), **opts.retry_fields(retry_exit, no_retry_exit),
-        **opts.place_fields(anywhere, on))
+        **opts.place_fields(anywhere, on), **opts.gate_fields(when, on_lost, needs, slots))
     if many:
         jobs, where = lines_as_jobs(sys.stdin.buffer.read() if stdin else read_file(from_file),
                                     "--stdin" if stdin else f"--file {from_file}")

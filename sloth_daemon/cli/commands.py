@@ -127,6 +127,13 @@ COMMANDS: tuple[Command, ...] = (
                "none to retry all)."),
         Option("anywhere", "--anywhere", FLAG, False, "A shared queue: run on any machine (default: this one)."),
         Option("on", "--on", VALUE, None, "A shared queue: run only on this host (or tag)."),
+        Option("when", "--when", LIST, None, "Start only while this holds (repeatable; all must): ac, battery>=40, "
+               "idle=10m, online, unmetered, disk>=5G, load<2."),
+        Option("on_lost", "--on-lost", VALUE, None, "A --when condition lost while it runs: continue (default) "
+               "or stop (end it, requeue it without spending a try)."),
+        Option("needs", "--needs", LIST, None, "Named resources it takes while it runs, e.g. gpu=1 (repeatable; "
+               "[resources] in config, gpu from nvidia-smi)."),
+        Option("slots", "--slots", INT, None, "Count as N jobs against its lane's concurrency."),
         Option("wait", "--wait -w", FLAG, False, "Block until the job ends; exit with its outcome."),
         Option("no_start", "--no-start", FLAG, False, "Do not start the daemon if it is not running."),
         _json("Print the ids as JSON: {\"ids\": [...]}."),

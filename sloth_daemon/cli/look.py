@@ -112,6 +112,14 @@ def status(*, as_json: bool) -> None:
         f"{k} {v['running']}/{v['concurrency']}{' paused' if v['paused'] else ''}" for k, v in st["lanes"].items()))
     if st.get("hosts"):
         typer.echo("hosts    " + "  ".join(_host_text(h, st.get("host")) for h in st["hosts"]))
+    cond = st.get("conditions") or {}
+    for why in sorted(set((cond.get("waiting") or {}).values())):
+        typer.echo(f"waiting  {showable(why)}")
+    for lane, why in sorted((cond.get("lanes") or {}).items()):
+        typer.echo(f"waiting  lane {showable(lane)}: {showable(why)}")
+    if cond.get("resources"):
+        typer.echo("tokens   " + "  ".join(f"{showable(k)} {len(v['free'])}/{len(v['tokens'])} free"
+                                           for k, v in cond["resources"].items()))
     for j in st["running"]:
         typer.echo(f"running  {j['id']:<6} {render.when(j)}  {render.command_text(j, 50)}")
     for j in st["failed"]:
@@ -138,4 +146,5 @@ def _status() -> dict[str, Any]:
     running = call_or_read("list", states=["running"], limit=10)["jobs"]
     failed = call_or_read("list", states=["failed"], limit=3)["jobs"]
     return {"daemon": daemon, "counts": base["counts"], "lanes": base["lanes"], "running": running,
-            "failed": failed, "host": base.get("host"), "hosts": base.get("hosts")}
+            "failed": failed, "host": base.get("host"), "hosts": base.get("hosts"),
+            "conditions": base.get("conditions")}

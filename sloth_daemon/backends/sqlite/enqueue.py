@@ -30,12 +30,12 @@ SQL_ACTIVE_KEY = (
     " WHERE key = ? AND state IN ('blocked', 'queued', 'running')"
 )
 _COLUMNS = ("command, lane, priority, max_attempts, lease_s, timeout_s, not_before, key, cwd,"
-            " env_id, label, shell, created_at, updated_at, retry_exit, no_retry_exit, place")
-SQL_INSERT = f"INSERT INTO jobs (state, {_COLUMNS}) VALUES ('queued', {', '.join('?' * 17)})"
+            " env_id, label, shell, created_at, updated_at, retry_exit, no_retry_exit, place, gate")
+SQL_INSERT = f"INSERT INTO jobs (state, {_COLUMNS}) VALUES ('queued', {', '.join('?' * 18)})"
 # A job that waits for others: its state (blocked, queued or cancelled) is decided at insert.
 SQL_INSERT_WAITING = (
     f"INSERT INTO jobs (state, message, finished_at, prereqs, {_COLUMNS})"
-    f" VALUES ({', '.join('?' * 21)})"
+    f" VALUES ({', '.join('?' * 22)})"
 )
 SQL_ADD_LANE = "INSERT INTO lanes (name, created_at) VALUES (?, ?) ON CONFLICT(name) DO NOTHING"
 
@@ -151,7 +151,7 @@ def _values(r: JobSpec, env_id: int | None, now: float) -> tuple:
     nb = now if r.not_before is None else r.not_before
     return (r.command_json, r.lane, r.priority, r.max_attempts, r.lease_s, r.timeout_s, nb,
             r.key, path_value(r.cwd), env_id, r.label, int(r.shell), now, now, r.retry_exit_json, r.no_retry_exit_json,
-            r.place)
+            r.place, r.gate_json)
 
 
 def path_value(p: str | None) -> str | bytes | None:

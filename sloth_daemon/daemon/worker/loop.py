@@ -30,7 +30,10 @@ from sloth_daemon.clock import ClockReadings, Clocks, Jump, JumpDetector, JumpKi
 from sloth_daemon.config import Settings
 from sloth_daemon.daemon.limits import Postponement
 from sloth_daemon.daemon.worker.actions import Actions
+from sloth_daemon.daemon.conditions import Conditions
+from sloth_daemon.daemon.resources import Resources, environment
 from sloth_daemon.daemon.worker.adoption import Adopter
+from sloth_daemon.daemon.worker.gates import LOST_PREFIX, Gates
 from sloth_daemon.daemon.worker.lanes import Lanes
 from sloth_daemon.daemon.worker.pipeline import PACE_S, TAKE_BACK_WAIT_S, Pipeline, unlink
 from sloth_daemon.daemon.worker.recording import CLAIM_RETRY_S, TIMER_SLACK_S, Recorder
@@ -73,6 +76,7 @@ class Worker:
         log_path: Callable[[int, int], Path], instance: str,
         on_change: Callable[[Job], None] = lambda job: None, commit_delay_s: float = 0.0,
         host: str | None = None, places: Sequence[str] | None = None,
+        conditions: Conditions | None = None, resources: Resources | None = None,
     ) -> None:
         self.queue, self.settings, self.spawner, self.clocks = queue, settings, spawner, clocks
         self.log_path, self.instance = log_path, instance
@@ -105,6 +109,10 @@ class Worker:
                                sink=self._sink, name=self.name, host=self.host)
         self.actions = Actions(queue, self.running, self.lanes, self.withdrawals, self.recorder, self.pipeline,
                                self.signals, clocks, end=self._end, log_path=log_path)
+        self.gates = Gates(queue, self.running, self.lanes, settings,
+                           conditions or Conditions(max_age_s=settings.conditions_check_s),
+                           resources or Resources(settings.resources), places=self.places)
+        self._next_look = first.awake  # conditions: looked at again from then, while watched (gates.py)
         queue.on_side_change = self.side_change
 
     @property
@@ -167,6 +175,7 @@ class Worker:
             self.signals.look = True  # now and then, for jobs another process queued in the file
         self.heartbeat_due(r)
         self.pipeline.take_back_due(r.awake)
+        self.watch_conditions(r)
         claim = self.signals.look or (self._next_due is not None and self._next_due <= self.queue_now(r))
         self.signals.look = False  # a turn for a heartbeat or an fsync alone skips the claim queries
         # claims and outcomes: one transaction (recording.py)
@@ -191,6 +200,8 @@ class Worker:
                       if run.identity is not None and run.live]
         if self.may_claim() and self._next_due is not None:
             deadlines.append(self._next_due - self.queue_now(r))
+        if self.gates.watching:
+            deadlines.append(self._next_look - r.awake)
         if self.postponed.holds(r.awake):
             deadlines.append(self.postponed.until - r.awake)
         commits = self.recorder.commits
@@ -225,6 +236,25 @@ class Worker:
                 self._end(run, "lease lost")
             except StorageError as e:  # the heartbeat tries again
                 log.warning("cannot renew job %d after %s: %s", run.job.id, why, e.message)
+
+    # ---------------------------------------------------------- conditions
+    def watch_conditions(self, r: ClockReadings) -> None:
+        """While jobs wait on conditions (or run under --on-lost stop): every
+        conditions_check_s a claim turn looks again; a run whose conditions
+        were lost is ended and requeued without spending a try."""
+        if not self.gates.watching or r.awake < self._next_look:
+            return
+        self._next_look = r.awake + self.settings.conditions_check_s
+        self.signals.look = True
+        for run, why in self.gates.lost():
+            log.info("job %d: its conditions no longer hold (%s): ending it", run.job.id, why)
+            self._end(run, f"{LOST_PREFIX}: {why}")
+
+    def conditions_changed(self, kinds: Sequence[str] = ()) -> None:
+        """A power event (or a test): look at the conditions now."""
+        self.gates.conditions.forget(kinds)
+        self._next_look = float("-inf")
+        self.wake()
 
     # ----------------------------------------------------------- heartbeat
     def queue_now(self, r: ClockReadings) -> float:
@@ -274,15 +304,21 @@ class Worker:
 
     def _claim_due(self, r: ClockReadings) -> None:
         self._next_due = None
+        waiting_lanes = self.gates.lanes_waiting() if self.settings.lane_when else set()
         while self.may_claim():
             # A read-only look first: an empty claim would still cost a write
             # transaction, and this answer is also when to wake up next.
-            blocked = self.lanes.blocked(self.slots_in_use())
+            blocked = self.lanes.blocked(self.slots_in_use()) | waiting_lanes
             mine = set(self.running)  # never re-issue our own live or unrecorded jobs to ourselves
-            self._next_due = self.queue.next_due_at(exclude_lanes=blocked, exclude_ids=mine, places=self.places)
-            if self._next_due is None or self._next_due > self.queue_now(r):
+            gated, reserved = self.gates.pick(blocked, mine)  # jobs with conditions, needs, slots (gates.py)
+            blocked |= reserved
+            due = self.queue.next_due_at(exclude_lanes=blocked, exclude_ids=mine, places=self.places)
+            later = self.gates.later
+            self._next_due = due if later is None or (due is not None and due < later) else later
+            if gated is None and (due is None or due > self.queue_now(r)):
                 return
-            job = self.queue.claim(self.name, exclude_lanes=blocked, exclude_ids=mine, places=self.places)
+            job = self.queue.claim(self.name, exclude_lanes=blocked, exclude_ids=mine, places=self.places,
+                                   gated=None if gated is None else (gated[0].id, gated[1]))
             if job is None:
                 return  # another process took it
             self._begin(Run(job, job.token or "", job.attempts), r)
@@ -295,7 +331,7 @@ class Worker:
         run.renewed(claimed)
         run.started_awake = claimed.awake  # young from now (pipeline.py); a start heard renews it
         extra = {"SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_ATTEMPT": str(run.attempt), "SLOTH_JOB_TOKEN": run.token,
-                 "SLOTH_FENCE_TOKEN": run.token}
+                 "SLOTH_FENCE_TOKEN": run.token, **environment(job.holds)}
         req = SpawnRequest(
             key=run.token, job_id=job.id, attempt=run.attempt, argv=job.command, cwd=job.cwd,
             env=self.envs.base(job.env), env_extra=extra, log_path=self.log_path(job.id, run.attempt),
@@ -483,6 +519,7 @@ class Worker:
         self.queue.lease_s, self.queue.max_attempts = settings.lease_s, settings.max_attempts
         self.queue.backoff_cap_s = settings.backoff_cap_s
         notes = self.lanes.reload(settings)
+        self.gates.reload(settings, Resources(settings.resources))
         self.pipeline.take_back()  # lanes may have changed
         self.wake()
         return notes
@@ -506,6 +543,7 @@ class Worker:
             "pending_outcomes": [{"id": r.job.id, "attempt": r.attempt, "tries": r.record_tries,
                                   "error": r.record_error} for r in running if r.record_error],
             "last_jump": self.last_jump, "host": self.host, "places": self.places,
+            "conditions": self.gates.status(),
             "clock": {"last_check_at": self.last_check_at,
                       "check_interval_s": self.settings.clock_check_s, "timerfd": self.timerfd},
         }

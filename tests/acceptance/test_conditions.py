@@ -1,0 +1,239 @@
+"""Issue 24, items 1 and 5: run conditions, named resources and weighted
+slots, through the real daemon, its keeper and the CLI.
+
+Power: the daemon runs in a private mount namespace over a fake
+/sys/class/power_supply (``unshare --mount --propagation private``, then
+``mount --bind``), so a test plugs the charger in by writing ``online``.
+No system bus runs here: logind and NetworkManager are fakes of busctl on
+PATH where a test needs them, and their absence is what `sloth add` must
+refuse.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.harness import TEST_CONFIG, Harness
+
+pytestmark = pytest.mark.acceptance
+
+FAST_LOOK = TEST_CONFIG + 'conditions_check_s = "1s"\n'
+
+
+def can_unshare() -> str | None:
+    """Why a private mount namespace cannot be had here (None: it can)."""
+    if shutil.which("unshare") is None:
+        return "unshare is not installed"
+    p = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"], capture_output=True, text=True)
+    return None if p.returncode == 0 else f"unshare --mount is not permitted here: {p.stderr.strip()}"
+
+
+def fake_power(root: Path, *, online: bool, percent: int = 55) -> Path:
+    """A power-supply tree: one system battery, one mains adapter."""
+    (root / "BAT0").mkdir(parents=True)
+    (root / "BAT0" / "type").write_text("Battery\n")
+    (root / "BAT0" / "capacity").write_text(f"{percent}\n")
+    (root / "BAT0" / "status").write_text("Discharging\n" if not online else "Charging\n")
+    (root / "ACAD").mkdir()
+    (root / "ACAD" / "type").write_text("Mains\n")
+    (root / "ACAD" / "online").write_text("1\n" if online else "0\n")
+    return root
+
+
+def start_over_power(h: Harness, tree: Path, env: dict[str, str] | None = None) -> None:
+    """The daemon (and so its keeper and jobs) in a namespace where
+    /sys/class/power_supply is ``tree``."""
+    why = can_unshare()
+    if why:
+        pytest.skip(why)
+    target = "/sys/class/power_supply"
+    script = f"mkdir -p {target} 2>/dev/null; mount --bind {tree} {target} && exec \"$@\""
+    log = open(h.daemon_log, "ab")
+    h.daemon = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+         sys.executable, "-m", "sloth_daemon", "daemon", "run"],
+        env=dict(h.daemon_env, **(env or {})), stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+        start_new_session=True, cwd=str(h.home))
+    log.close()
+    h.spawned.append(h.daemon)
+    h.wait_ready(h.daemon)
+
+
+def fake_bin(root: Path, scripts: dict[str, str]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for name, text in scripts.items():
+        (root / name).write_text("#!/bin/sh\n" + text)
+        (root / name).chmod(0o755)
+    return root
+
+
+def ls_line(h: Harness, job_id: int) -> str:
+    out = h.cli("ls", "-a", check=True).stdout
+    return next((ln for ln in out.splitlines() if ln.split()[:1] == [str(job_id)]), "")
+
+
+# ------------------------------------------------------------------ power
+def test_an_ac_job_waits_on_battery_says_why_and_starts_soon_after_plugging_in(make_harness, home):
+    h = make_harness(FAST_LOOK)
+    tree = fake_power(home / "power", online=False)
+    start_over_power(h, tree)
+    marker = h.home / "ran"
+    out = h.cli("add", "--when", "ac", "--", "sh", "-c", f"touch {marker}", check=True)
+    jid = int(out.stdout.strip())
+    h.wait_for(lambda: "waiting for mains power" in ls_line(h, jid), 15, "ls to say why it waits")
+    assert h.job(jid)["state"] == "queued"
+    assert "waiting   waiting for mains power" in h.cli("show", str(jid), check=True).stdout
+    assert "waiting  waiting for mains power" in h.cli("status", check=True).stdout
+    assert list(h.call("status")["conditions"]["waiting"].values()) == ["waiting for mains power"]
+    time.sleep(2.5)  # two looks at the charger: still on battery, still queued
+    assert not marker.exists() and h.job(jid)["state"] == "queued"
+    (tree / "ACAD" / "online").write_text("1\n")
+    plugged = time.monotonic()
+    h.wait_state(jid, "done", timeout_s=15)
+    assert time.monotonic() - plugged < 5, "started within seconds of mains power"
+    assert marker.exists()
+    assert h.job(jid)["wait_reason"] is None
+
+
+def test_battery_threshold_is_met_on_mains_and_by_charge(make_harness, home):
+    h = make_harness(FAST_LOOK)
+    tree = fake_power(home / "power", online=False, percent=30)
+    start_over_power(h, tree)
+    jid = h.add("true", when=["battery>=40"])
+    h.wait_for(lambda: "battery >= 40% (at 30%)" in (h.job(jid)["wait_reason"] or ""), 15, "the reason")
+    (tree / "BAT0" / "capacity").write_text("45\n")
+    h.wait_state(jid, "done", timeout_s=15)
+
+
+def test_on_lost_stop_ends_the_run_and_requeues_it_without_spending_a_try(make_harness, home):
+    h = make_harness(FAST_LOOK)
+    tree = fake_power(home / "power", online=True)
+    start_over_power(h, tree)
+    marker = h.home / "runs"
+    jid = h.add("sh", "-c", f"echo x >> {marker}; sleep 60", when=["ac"], on_lost="stop", max_attempts=1)
+    h.wait_for(lambda: marker.exists(), 15, "the job to start")
+    (tree / "ACAD" / "online").write_text("0\n")
+    h.wait_for(lambda: h.job(jid)["state"] == "queued", 15, "the job requeued")
+    job = h.job(jid)
+    assert job["tries"] == 0 and job["attempts"] == 1, job  # max_attempts 1: a spent try would have failed it
+    kinds = [e["kind"] for e in h.events(jid)]
+    assert "condition_lost" in kinds, kinds
+    (tree / "ACAD" / "online").write_text("1\n")
+    h.wait_for(lambda: marker.read_text().count("x") == 2, 15, "it runs again on mains power")
+
+
+def test_no_idle_wakeups_while_nothing_waits_on_a_condition(make_harness, home):
+    """Conditions are looked at only while a job waits on one: with none
+    the count of looks stays put however long the daemon idles."""
+    h = make_harness(FAST_LOOK)
+    start_over_power(h, fake_power(home / "power", online=True))
+    h.wait_state(h.add("true"), "done")
+    looks = h.call("status")["conditions"]["looks"]
+    time.sleep(3)  # three conditions_check_s
+    assert h.call("status")["conditions"]["looks"] == looks
+    assert h.call("status")["conditions"]["watching"] is False
+
+
+# -------------------------------------------------------- not observable
+def test_conditions_this_machine_cannot_observe_are_refused_at_add(harness):
+    harness.start(env={"PATH": "/usr/bin:/bin"})
+    for cond, words in (("idle=10m", "logind"), ("online", "NetworkManager"), ("unmetered", "NetworkManager")):
+        p = harness.cli("add", "--when", cond, "--", "true")
+        assert p.returncode != 0, p.stdout
+        assert words in p.stdout + p.stderr, (cond, p.stderr)
+    assert harness.call("list")["total"] == 0  # nothing was queued
+    p = harness.cli("add", "--when", "sunny", "--", "true")
+    assert p.returncode != 0 and "not a condition" in p.stderr
+    p = harness.cli("add", "--on-lost", "stop", "--", "true")
+    assert p.returncode != 0 and "--when" in p.stderr
+    p = harness.cli("add", "--when", "ac", "--on-lost", "pause", "--", "true")
+    assert p.returncode != 0 and "not yet available" in p.stderr
+
+
+def test_idle_and_network_from_fake_logind_and_networkmanager(make_harness, home):
+    """busctl answering as logind and NetworkManager would: idle for an
+    hour, online and unmetered; the jobs run."""
+    bindir = fake_bin(home / "bin", {"busctl": """
+case "$*" in
+  *IdleHint*) echo "b true" ;;
+  *IdleSinceHintMonotonic*) echo "t 1" ;;
+  *NetworkManager*State*) echo "u 70" ;;
+  *Connectivity*) echo "u 4" ;;
+  *Metered*) echo "u 4" ;;
+  *) exit 1 ;;
+esac
+"""})
+    h = make_harness(FAST_LOOK)
+    h.start(env={"PATH": f"{bindir}:/usr/bin:/bin"})
+    ids = [h.add("true", when=["idle=1m"]), h.add("true", when=["online", "unmetered"])]
+    for jid in ids:
+        h.wait_state(jid, "done", timeout_s=15)
+
+
+# -------------------------------------------------------------- resources
+def test_three_gpu_jobs_on_two_gpus_never_more_than_two_at_once(make_harness, home):
+    h = make_harness(TEST_CONFIG + 'default_concurrency = 3\n[resources]\ngpu = ["0", "1"]\n')
+    h.start()
+    out = home / "gpu"
+    out.mkdir()
+    script = (f'echo "$SLOTH_GPU $CUDA_VISIBLE_DEVICES $(date +%s.%N)" > {out}/$SLOTH_JOB_ID.start; sleep 1.5;'
+              f' date +%s.%N > {out}/$SLOTH_JOB_ID.end')
+    ids = [int(h.cli("add", "--needs", "gpu=1", "--", "sh", "-c", script, check=True).stdout) for _ in range(3)]
+    for jid in ids:
+        h.wait_state(jid, "done", timeout_s=30)
+    spans = []
+    for jid in ids:
+        gpu, cuda, start = (out / f"{jid}.start").read_text().split()
+        assert gpu == cuda and gpu in ("0", "1"), (gpu, cuda)
+        spans.append((float(start), float((out / f"{jid}.end").read_text()), gpu))
+    for t, _, _ in spans:  # at each start, who runs
+        running = [s for s in spans if s[0] <= t < s[1]]
+        assert len(running) <= 2, spans
+        assert len({s[2] for s in running}) == len(running), f"two jobs on one gpu: {spans}"
+    p = h.cli("add", "--needs", "gpu=3", "--", "true")
+    assert p.returncode != 0 and "has 2 gpu" in p.stderr
+    p = h.cli("add", "--needs", "tpu=1", "--", "true")
+    assert p.returncode != 0 and "no resource 'tpu'" in p.stderr
+
+
+def test_held_tokens_stay_held_by_adopted_runs_across_a_daemon_restart(make_harness, home):
+    h = make_harness(TEST_CONFIG + 'default_concurrency = 2\n[resources]\nlicence = 1\n')
+    h.start()
+    first = h.add("sleep", "4", needs={"licence": 1})
+    h.wait_state(first, "running")
+    h.kill9()  # the keeper keeps the run
+    h.start()
+    second = h.add("true", needs={"licence": 1})
+    time.sleep(1.5)
+    assert h.job(second)["state"] == "queued", "the adopted run still holds the only licence"
+    assert "licence: 1 wanted, 0 of 1 free" in (h.job(second)["wait_reason"] or "")
+    h.wait_state(first, "done", timeout_s=20)
+    h.wait_state(second, "done", timeout_s=20)
+
+
+def test_slots_count_against_the_lane_and_a_big_job_is_not_starved(make_harness, home):
+    h = make_harness(TEST_CONFIG + "[lanes]\nw = 3\n")
+    h.start()
+    out = home / "slots"
+    out.mkdir()
+
+    def job(name: str, secs: float, **spec: object) -> int:
+        return h.add("sh", "-c", f"date +%s.%N > {out}/{name}.start; sleep {secs}; date +%s.%N > {out}/{name}.end",
+                     lane="w", **spec)
+    job("a", 2)
+    h.wait_for(lambda: (out / "a.start").exists(), 10, "a to start")
+    job("big", 0.5, slots=3)  # waits for all three slots; reserves the lane
+    job("b", 0.5)  # would fit beside a, but big came first
+    h.wait_for(lambda: (out / "b.end").exists(), 30, "b to end")
+    t = {n: (float((out / f"{n}.start").read_text()), float((out / f"{n}.end").read_text()))
+         for n in ("a", "big", "b")}
+    assert t["big"][0] >= t["a"][1] - 0.05, t  # big ran alone: three slots
+    assert t["b"][0] >= t["big"][1] - 0.05, t  # b did not jump ahead of big
+    p = h.cli("add", "--lane", "w", "--slots", "4", "--", "true")
+    assert p.returncode != 0 and "runs 3 job(s) at once" in p.stderr
