@@ -321,7 +321,7 @@ def gate_json(s: Mapping[str, Any]) -> str | None:
         gate["needs"] = needs
     if slots != 1:
         gate["slots"] = slots
-    return dumps(gate) if gate else None
+    return dumps(gate, compact=True) if gate else None
 
 
 def when_list(v: Any) -> list[str]:

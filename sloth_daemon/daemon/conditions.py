@@ -36,7 +36,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from sloth_daemon.checks import size_bytes
 from sloth_daemon.durations import format_duration, parse_duration
@@ -355,6 +355,58 @@ class Conditions:
             if why is not None:
                 return why
         return None
+
+
+class PowerEvents:
+    """Hears of power supply changes as they happen, where udev runs:
+    ``udevadm monitor --udev --subsystem-match=power_supply`` prints a line
+    per uevent (a charger plugged in or out, a battery's level step), and
+    each calls ``changed``. Elsewhere (no udevadm, macOS) it does nothing
+    and the looks every conditions_check_s are all there is. Started only
+    while a job waits on, or runs under, a power condition; stopped after."""
+
+    ARGV = ("udevadm", "monitor", "--udev", "--subsystem-match=power_supply")
+
+    def __init__(self, changed: Callable[[], None], *, which: Callable[[str], str | None] = shutil.which) -> None:
+        self.changed = changed
+        self.available = which(self.ARGV[0]) is not None
+        self.proc: Any = None
+        self.heard = 0
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None
+
+    async def run(self) -> None:
+        """Until stop(); returns at once without udevadm."""
+        import asyncio
+
+        if self.proc is not None or not self.available:
+            return
+        try:
+            self.proc = proc = await asyncio.create_subprocess_exec(
+                *self.ARGV, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+                stdin=asyncio.subprocess.DEVNULL)
+        except OSError:
+            self.proc = None
+            return
+        try:
+            assert proc.stdout is not None
+            while line := await proc.stdout.readline():
+                if b"power_supply" in line:  # not the banner
+                    self.heard += 1
+                    self.changed()
+        finally:
+            self.stop()
+            await proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            try:
+                self.proc.kill()
+            except ProcessLookupError:
+                pass
+        self.proc = None
 
 
 _HINTS = {

@@ -237,3 +237,45 @@ def test_slots_count_against_the_lane_and_a_big_job_is_not_starved(make_harness,
     assert t["b"][0] >= t["big"][1] - 0.05, t  # b did not jump ahead of big
     p = h.cli("add", "--lane", "w", "--slots", "4", "--", "true")
     assert p.returncode != 0 and "runs 3 job(s) at once" in p.stderr
+
+
+def test_a_power_event_starts_the_job_at_once_without_waiting_for_the_next_look(make_harness, home):
+    """udev's word (``udevadm monitor``, a fake printing what udev prints
+    when the charger's ``online`` changes) is heard at once: the default
+    look every 30 s would start the job half a minute late."""
+    tree = fake_power(home / "power", online=False)
+    bindir = fake_bin(home / "bin", {"udevadm": f"""
+[ "$1" = monitor ] || exit 2
+echo "monitor will print the received events for:"
+echo "UDEV - the event which udev sends out after rule processing"
+last=$(cat {tree}/ACAD/online)
+while sleep 0.1; do
+  now=$(cat {tree}/ACAD/online)
+  if [ "$now" != "$last" ]; then
+    echo "UDEV  [12345.678901] change   /devices/LNXSYSTM:00/ACPI0003:00/power_supply/ACAD (power_supply)"
+    last=$now
+  fi
+done
+"""})
+    h = make_harness(TEST_CONFIG)  # conditions_check_s: the default 30 s
+    start_over_power(h, tree, env={"PATH": f"{bindir}:/usr/bin:/bin"})
+    jid = h.add("true", when=["ac"])
+    h.wait_for(lambda: h.job(jid)["wait_reason"] == "waiting for mains power", 15, "the reason")
+    time.sleep(1)  # the watcher is running
+    (tree / "ACAD" / "online").write_text("1\n")
+    plugged = time.monotonic()
+    h.wait_state(jid, "done", timeout_s=20)
+    assert time.monotonic() - plugged < 5, "started on the event, not at the next 30 s look"
+
+
+def test_a_lanes_conditions_hold_back_every_job_of_the_lane_and_no_other(make_harness, home):
+    h = make_harness(FAST_LOOK + '[lanes.render]\nconcurrency = 2\nwhen = ["ac"]\n')
+    tree = fake_power(home / "power", online=False)
+    start_over_power(h, tree)
+    held, free = h.add("true", lane="render"), h.add("true")
+    h.wait_state(free, "done")
+    time.sleep(1.5)
+    assert h.job(held)["state"] == "queued"
+    assert "waiting  lane render: waiting for mains power" in h.cli("status", check=True).stdout
+    (tree / "ACAD" / "online").write_text("1\n")
+    h.wait_state(held, "done", timeout_s=15)

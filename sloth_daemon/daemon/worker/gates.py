@@ -34,7 +34,7 @@ import logging
 from typing import Any, Collection, Iterable, Mapping
 
 from sloth_daemon.config import Settings
-from sloth_daemon.daemon.conditions import Conditions, kind_of
+from sloth_daemon.daemon.conditions import Conditions, kind_of, needs_power
 from sloth_daemon.daemon.resources import Holds, Resources, needs_of
 from sloth_daemon.daemon.worker.lanes import Lanes
 from sloth_daemon.daemon.worker.runs import Run, RunTable
@@ -59,6 +59,7 @@ class Gates:
         self.told: dict[str, str | None] = {}  # gate -> the reason its jobs were last told
         self.lane_reasons: dict[str, str] = {}  # lane -> why its `when` does not hold
         self.watching = False  # a job waits on, or runs under, a condition: look every conditions_check_s
+        self.watching_power = False  # ... and one of them is ac or battery (power events: conditions.PowerEvents)
         self.later: float | None = None  # when the first gated job not yet due becomes due (queue clock)
         self._parsed: dict[str, dict[str, Any]] = {}
 
@@ -110,15 +111,19 @@ class Gates:
         texts = self.queue.gates()
         watched = bool(self.lane_reasons) and self.queue.next_due_at(
             sorted(self.lane_reasons), places=self.places) is not None  # a lane's `when` holds jobs back
+        power = watched and any(needs_power(self.settings.lane_when.get(ln, ())) for ln in self.lane_reasons)
         reasons: dict[str, str | None] = {}
         admitted = []
         for text in texts:
             when = [c for c in self.parse(text).get("when", ()) if kind_of(c) != "disk"]
             watched |= bool(self.parse(text).get("when"))
+            power |= needs_power(self.parse(text).get("when", ()))
             reasons[text] = why = self.conditions.first_reason(when)
             if why is None:
                 admitted.append(text)
-        self.watching = watched or self._runs_watched()
+        runs = [r for r in self.running.values() if self._lost_policy(r)]
+        self.watching = watched or bool(runs)
+        self.watching_power = power or any(needs_power((r.job.gate or {}).get("when", ())) for r in runs)
         if not texts:
             self.later = None
             self._tell({})
@@ -136,7 +141,7 @@ class Gates:
         reserved: set[str] = set()
         for job in heads:
             gate = job.gate or {}
-            text = dumps(gate)
+            text = dumps(gate, compact=True)  # as checks.gate_json stored it
             if job.lane in reserved:
                 continue
             why = self.conditions.first_reason([c for c in gate.get("when", ()) if kind_of(c) == "disk"], job.cwd)
@@ -180,9 +185,6 @@ class Gates:
                 log.warning("cannot say why jobs wait: %s", e.message)
 
     # --------------------------------------------------------- running
-    def _runs_watched(self) -> bool:
-        return any(self._lost_policy(r) for r in self.running.values())
-
     @staticmethod
     def _lost_policy(run: Run) -> str | None:
         gate = run.job.gate or {}

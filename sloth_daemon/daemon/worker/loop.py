@@ -30,7 +30,7 @@ from sloth_daemon.clock import ClockReadings, Clocks, Jump, JumpDetector, JumpKi
 from sloth_daemon.config import Settings
 from sloth_daemon.daemon.limits import Postponement
 from sloth_daemon.daemon.worker.actions import Actions
-from sloth_daemon.daemon.conditions import Conditions
+from sloth_daemon.daemon.conditions import Conditions, PowerEvents
 from sloth_daemon.daemon.resources import Resources, environment
 from sloth_daemon.daemon.worker.adoption import Adopter
 from sloth_daemon.daemon.worker.gates import LOST_PREFIX, Gates
@@ -52,6 +52,7 @@ log = logging.getLogger("sloth.worker")
 PRUNE_EVERY_S = 3600.0
 RECORD_RUNNER_AFTER_S = 1.0  # a process that ends sooner has its identity written with its outcome
 FIRST_PRUNE_S = 60.0
+POWER_EVENTS_RETRY_S = 60.0  # between starts of `udevadm monitor` (conditions.PowerEvents)
 
 
 class Worker:
@@ -113,6 +114,9 @@ class Worker:
                            conditions or Conditions(max_age_s=settings.conditions_check_s),
                            resources or Resources(settings.resources), places=self.places)
         self._next_look = first.awake  # conditions: looked at again from then, while watched (gates.py)
+        self.power_events = PowerEvents(lambda: self.conditions_changed(["power"]))
+        self._power_task: asyncio.Task[Any] | None = None
+        self._power_retry_at = float("-inf")
         queue.on_side_change = self.side_change
 
     @property
@@ -242,6 +246,7 @@ class Worker:
         """While jobs wait on conditions (or run under --on-lost stop): every
         conditions_check_s a claim turn looks again; a run whose conditions
         were lost is ended and requeued without spending a try."""
+        self._hear_power(self.gates.watching_power)
         if not self.gates.watching or r.awake < self._next_look:
             return
         self._next_look = r.awake + self.settings.conditions_check_s
@@ -249,6 +254,20 @@ class Worker:
         for run, why in self.gates.lost():
             log.info("job %d: its conditions no longer hold (%s): ending it", run.job.id, why)
             self._end(run, f"{LOST_PREFIX}: {why}")
+
+    def _hear_power(self, wanted: bool) -> None:
+        """Power events (udevadm monitor) while a job waits on, or runs under, ac or battery."""
+        if not wanted:
+            self.power_events.stop()
+            return
+        now = self.clocks.read().awake
+        if self.power_events.available and (self._power_task is None or self._power_task.done()) \
+                and now >= self._power_retry_at:
+            self._power_retry_at = now + POWER_EVENTS_RETRY_S  # a udevadm that exits at once is not run hot
+            try:
+                self._power_task = asyncio.get_running_loop().create_task(self.power_events.run())
+            except RuntimeError:  # a turn driven by a test, no event loop
+                pass
 
     def conditions_changed(self, kinds: Sequence[str] = ()) -> None:
         """A power event (or a test): look at the conditions now."""
@@ -438,6 +457,7 @@ class Worker:
         and a run it had started meanwhile is then ended (or kept) as one
         that runs, and recorded as it ran."""
         self.stopping = True
+        self.power_events.stop()
         self.wake()
         if keep_jobs:
             await self.pipeline.take_back_all()
