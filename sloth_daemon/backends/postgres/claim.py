@@ -83,7 +83,7 @@ class Claims:
         def look(c: Cursor) -> tuple[Any, Any]:
             return (c.execute(pick.SQL_GATED_ROW, {"id": job_id}).fetchone(),
                     c.execute(peek_sql, peek_args).fetchone())
-        g, best = self._db.read(look, "looking at a gated job", snapshot=True)
+        g, best = self._db.write(look, "looking at a gated job")  # sloth.now pinned, as in the claim
         if g is None or (best is not None and (-best["priority"], best["not_before"], best["id"])
                          < (-g["priority"], g["not_before"], g["id"])):
             return None

@@ -179,7 +179,8 @@ class Reads:
             later = one(c.execute(later_sql, {**later_args, "gates": wanted}))["t"] if wanted else None
             heads = sorted((self.rows.job(r, c) for r in rows), key=lambda j: (-j.priority, j.not_before, j.id))
             return heads, later
-        return self._db.read(read, "reading the jobs that wait for a gate", snapshot=True)
+        # A transaction of its own that pins sloth.now (a test's clock): due-ness is read against it.
+        return self._db.write(read, "reading the jobs that wait for a gate")
 
     def lanes(self) -> list[str]:
         """Lanes that have blocked, queued or running jobs."""
