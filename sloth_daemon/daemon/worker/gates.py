@@ -61,6 +61,7 @@ class Gates:
         self.watching = False  # a job waits on, or runs under, a condition: look every conditions_check_s
         self.watching_power = False  # ... and one of them is ac or battery (power events: conditions.PowerEvents)
         self.later: float | None = None  # when the first gated job not yet due becomes due (queue clock)
+        self.reserved: set[str] = set()  # lanes held for a job waiting for slots (the last pick's)
         self._parsed: dict[str, dict[str, Any]] = {}
 
     def reload(self, settings: Settings, resources: Resources) -> None:
@@ -125,14 +126,14 @@ class Gates:
         self.watching = watched or bool(runs)
         self.watching_power = power or any(needs_power((r.job.gate or {}).get("when", ())) for r in runs)
         if not texts:
-            self.later = None
+            self.later, self.reserved = None, set()
             self._tell({})
             return None, set()
         heads, self.later = self.queue.gated_heads(admitted, exclude_lanes=blocked, exclude_ids=mine,
                                                    places=self.places)
-        choice, reserved = self._walk(heads, reasons)
+        choice, self.reserved = self._walk(heads, reasons)
         self._tell(reasons)
-        return choice, reserved
+        return choice, self.reserved
 
     def _walk(self, heads: Iterable[Job], reasons: dict[str, str | None]) -> tuple[tuple[Job, Holds | None] | None,
                                                                                set[str]]:

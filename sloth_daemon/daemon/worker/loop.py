@@ -312,7 +312,7 @@ class Worker:
         try:
             self._claim_due(r)
             if self.may_claim():
-                self.pipeline.claim_successors(r, self._begin)
+                self.pipeline.claim_successors(r, self._begin, self.gates.reserved)
         except StorageError as e:  # locked by another process, disk full: claim later, do the rest now
             log.warning("not claiming for now: %s", e.message)
             self._claim_later(r)
