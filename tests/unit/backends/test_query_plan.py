@@ -228,3 +228,23 @@ def _sql(name: str) -> str:
         if hasattr(module, name):
             return getattr(module, name)
     raise AttributeError(name)
+
+
+def test_jobs_waiting_on_a_gate_cost_a_claim_and_a_worker_look_nothing(tmp_path):
+    """20,000 jobs at a higher priority waiting for mains power (issue 24):
+    out of the claim indexes, so a claim, a due time and the worker's list
+    of gates cost what they cost without them."""
+    costs = {}
+    for gated in (0, 20_000):
+        clock = ManualClock(NOW)
+        q = Queue(tmp_path / f"g{gated}.db", clock, lease_s=60)
+        try:
+            populate(q, clock, 500)
+            q.enqueue_many([{"command": ["g", str(i)], "when": ["ac"], "priority": 9} for i in range(gated)])
+            costs[gated] = (vm_steps(q, lambda: [q.claim("w") for _ in range(5)]),
+                            vm_steps(q, lambda: [q.next_due_at() for _ in range(5)]),
+                            vm_steps(q, lambda: [q.gates() for _ in range(5)]))
+        finally:
+            q.close()
+    for what, none, many in zip(("claim", "next_due_at", "gates"), costs[0], costs[20_000]):
+        assert many <= 2 * none + 20, (what, costs)
