@@ -250,3 +250,15 @@ def test_a_run_finds_its_tokens_in_its_environment():
     assert environment({"gpu": ["1", "3"], "licence": ["0"]}) == {
         "SLOTH_GPU": "1,3", "CUDA_VISIBLE_DEVICES": "1,3", "SLOTH_LICENCE": "0"}
     assert environment(None) == {}
+
+
+def test_a_batch_of_adds_looks_once_not_once_per_job():
+    run, calls = fake_bus({"IdleHint": "b false\n"})
+    now = [0.0]
+    c = Conditions(Observer(run=run, which=lambda n: "/usr/bin/busctl", platform="linux"), clock=lambda: now[0])
+    for _ in range(1000):
+        c.observable(["idle=10m"])
+    assert len(calls) == 1
+    now[0] = 6.0
+    c.observable(["idle=10m"])
+    assert len(calls) == 2  # an add a while later looks again
