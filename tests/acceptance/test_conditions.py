@@ -279,3 +279,15 @@ def test_a_lanes_conditions_hold_back_every_job_of_the_lane_and_no_other(make_ha
     assert "waiting  lane render: waiting for mains power" in h.cli("status", check=True).stdout
     (tree / "ACAD" / "online").write_text("1\n")
     h.wait_state(held, "done", timeout_s=15)
+
+
+def test_a_killed_run_frees_its_tokens_for_the_next(make_harness):
+    h = make_harness(TEST_CONFIG + 'default_concurrency = 2\n[resources]\nlicence = 1\n')
+    h.start()
+    first = h.add("sleep", "60", needs={"licence": 1})
+    h.wait_state(first, "running")
+    second = h.add("sh", "-c", 'echo "$SLOTH_LICENCE"', needs={"licence": 1})
+    h.wait_for(lambda: h.job(second)["wait_reason"], 10, "the second to wait for the licence")
+    h.cli("kill", str(first), check=True)
+    h.wait_state(second, "done", timeout_s=20)
+    assert h.job(first)["state"] in ("failed", "cancelled", "queued")
