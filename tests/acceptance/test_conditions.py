@@ -291,3 +291,29 @@ def test_a_killed_run_frees_its_tokens_for_the_next(make_harness):
     h.cli("kill", str(first), check=True)
     h.wait_state(second, "done", timeout_s=20)
     assert h.job(first)["state"] in ("failed", "cancelled", "queued")
+
+
+@pytest.mark.postgres
+def test_on_a_shared_queue_each_machine_gives_out_its_own_tokens(make_harness, pg_fresh, home):
+    """Two daemons on one PostgreSQL queue, each with one licence of its own:
+    four jobs that need one run two at a time, one per machine, and each
+    run's token is recorded with it (its machine's)."""
+    url = pg_fresh()
+    config = TEST_CONFIG + 'poll_s = "1s"\ndefault_concurrency = 4\n[resources]\nlicence = 1\n'
+    ms = [make_harness(f'host = "m{i}"\n' + config, f"m{i}") for i in (1, 2)]
+    for m in ms:
+        m.daemon_env["SLOTH_QUEUE_URL"] = m.env["SLOTH_QUEUE_URL"] = url
+        m.start()
+    out = home / "shared"
+    out.mkdir()
+    script = f"date +%s.%N > {out}/$SLOTH_JOB_ID.start; sleep 1.5; date +%s.%N > {out}/$SLOTH_JOB_ID.end"
+    ids = [int(ms[0].cli("add", "--anywhere", "--needs", "licence=1", "--", "sh", "-c", script, check=True).stdout)
+           for _ in range(4)]
+    for jid in ids:
+        ms[0].wait_state(jid, "done", timeout_s=60)
+    spans = [(float((out / f"{j}.start").read_text()), float((out / f"{j}.end").read_text()),
+              ms[0].job(j)["worker"].split(":")[1]) for j in ids]
+    for t, _, _ in spans:
+        here = [s for s in spans if s[0] <= t < s[1]]
+        assert len(here) <= 2 and len({s[2] for s in here}) == len(here), spans  # one licence per machine
+    assert {s[2] for s in spans} == {"m1", "m2"}, spans
