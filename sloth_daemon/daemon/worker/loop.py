@@ -269,6 +269,12 @@ class Worker:
             except RuntimeError:  # a turn driven by a test, no event loop
                 pass
 
+    def conditions_hold(self, when: Sequence[str], cwd: str | None = None) -> str | None:
+        """None if the run conditions ``when`` (checks.when_list's spellings)
+        hold here now, else why not ("waiting for mains power"), from the
+        looks the gates keep (for schedules, and anyone else who asks)."""
+        return self.gates.conditions.first_reason(when, cwd)
+
     def conditions_changed(self, kinds: Sequence[str] = ()) -> None:
         """A power event (or a test): look at the conditions now."""
         self.gates.conditions.forget(kinds)
@@ -311,6 +317,8 @@ class Worker:
     def claim_due(self, r: ClockReadings) -> None:
         try:
             self._claim_due(r)
+            if self.gates.watching and self._next_look <= r.awake:  # it just looked: the next look in a while
+                self._next_look = r.awake + self.settings.conditions_check_s
             if self.may_claim():
                 self.pipeline.claim_successors(r, self._begin, self.gates.reserved)
         except StorageError as e:  # locked by another process, disk full: claim later, do the rest now
