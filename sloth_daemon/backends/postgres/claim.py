@@ -11,6 +11,7 @@ import json
 import secrets
 from typing import Any, Collection, Sequence
 
+from sloth_daemon.backends import rules
 from sloth_daemon.models import Job, JobState
 from sloth_daemon.backends.postgres import pick
 from sloth_daemon.backends.postgres.db import Connection, Cursor
@@ -94,7 +95,9 @@ class Claims:
                               "SELECT * FROM (" + pick.SQL_GATED_ROW.replace("%(id)s", "%(gated_id)s")
                               + " FOR UPDATE SKIP LOCKED) candidates")
         rows = self._db.write_one(one_row, {**args, "rand": secrets.token_hex(8), "gated_id": job_id,
-                                            "holds": json.dumps(holds) if holds else None}, "claiming a job")
+                                            "holds": json.dumps(holds) if holds else None,
+                                            "held_note": "; holds " + rules.holds_text(holds) if holds else ""},
+                                 "claiming a job")
         return self.rows.job(rows[0]) if rows and not rows[0]["spent"] else None
 
     def _expire(self, c: Cursor, job_id: int) -> None:

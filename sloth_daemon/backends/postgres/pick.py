@@ -101,9 +101,9 @@ SELECT u.id, sloth.now(),
        u.attempts,
        CASE WHEN u.spent THEN u.message
             WHEN u.was_state = 'running'
-            THEN format('by %%s; lease of %%s ran out %%s before', %(worker)s, pick.worker,
+            THEN format('by %%s%%s; lease of %%s ran out %%s before', %(worker)s, %(held_note)s::text, pick.worker,
                         sloth.format_duration(sloth.now() - pick.lease_until))
-            ELSE 'by ' || %(worker)s END
+            ELSE 'by ' || %(worker)s || %(held_note)s::text END
 FROM u JOIN pick ON pick.id = u.id
 )
 SELECT * FROM u
@@ -194,7 +194,8 @@ def claim_statement(worker: str, lease_s: float | None, lanes: Sequence[str] | N
     source = QUEUED_LANES if lanes is None else GIVEN_LANES
     where, place_args = placed(places)
     return (SQL_CLAIM.format(queued_lanes=source, lanes=lane_filt, ids=id_filt, **where),
-            {**args, **id_args, **place_args, "worker": worker, "lease_s": lease_s, "holds": None})
+            {**args, **id_args, **place_args, "worker": worker, "lease_s": lease_s, "holds": None,
+             "held_note": ""})
 
 
 def peek_statement(lanes: Sequence[str] | None, exclude_lanes: Collection[str],
