@@ -131,23 +131,24 @@ class Gates:
             return None, set()
         heads, self.later = self.queue.gated_heads(admitted, exclude_lanes=blocked, exclude_ids=mine,
                                                    places=self.places)
-        choice, self.reserved = self._walk(heads, reasons)
+        choice, self.reserved = self._walk(heads, reasons, {t for t in texts if reasons[t] is not None})
         self._tell(reasons)
         return choice, self.reserved
 
-    def _walk(self, heads: Iterable[Job], reasons: dict[str, str | None]) -> tuple[tuple[Job, Holds | None] | None,
-                                                                               set[str]]:
+    def _walk(self, heads: Iterable[Job], reasons: dict[str, str | None],
+              failed: set[str]) -> tuple[tuple[Job, Holds | None] | None, set[str]]:
+        """Step 3 of the module docstring; ``failed``: gates whose conditions do not hold."""
         free = self.resources.free(self.held())
         used = self.running.slots_in_use()
         reserved: set[str] = set()
         for job in heads:
             gate = job.gate or {}
             text = dumps(gate, compact=True)  # as checks.gate_json stored it
-            if job.lane in reserved:
+            if job.lane in reserved or text in failed:  # failed: an expired lease of a gate that does not hold
                 continue
-            why = self.conditions.first_reason([c for c in gate.get("when", ()) if kind_of(c) == "disk"], job.cwd)
-            if why is None and text not in reasons:  # an expired lease's gate: not judged above
-                why = self.conditions.first_reason(gate.get("when", ()), job.cwd)
+            judged = text in reasons  # else an expired lease's gate no queued job has: judged whole here
+            why = self.conditions.first_reason([c for c in gate.get("when", ()) if not judged or kind_of(c) == "disk"],
+                                               job.cwd)
             if why is not None:
                 reasons[text] = why
                 continue

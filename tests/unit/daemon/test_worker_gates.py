@@ -169,3 +169,17 @@ def test_conditions_hold_answers_for_schedules(env):
     m.load_now = 3.0
     w.conditions_changed()
     assert w.conditions_hold(["ac", "load<2"]) == "waiting for load below 2 (now 3.00)"
+
+
+def test_an_expired_gated_lease_is_reclaimed_only_while_its_conditions_hold(env, clocks):
+    w, q, sp, m = env()
+    a, b = q.enqueue_many([{"command": ["a"], "when": ["ac"]}, {"command": ["b"], "when": ["ac"]}])
+    q.claim("gone", gated=(a, None), lease_s=5)  # a daemon that died with its keeper
+    clocks.advance(10)
+    w.turn()
+    assert started(sp) == [], "on battery: neither the queued job nor the expired lease"
+    m.on_mains = True
+    w.conditions_changed()
+    w.turn()
+    assert sorted(started(sp)) == [a, b]
+    assert [e.kind for e in q.events(a)][-1] == "reclaimed"
