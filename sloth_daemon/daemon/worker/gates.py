@@ -62,6 +62,9 @@ class Gates:
         self.watching_power = False  # ... and one of them is ac or battery (power events: conditions.PowerEvents)
         self.later: float | None = None  # when the first gated job not yet due becomes due (queue clock)
         self.reserved: set[str] = set()  # lanes held for a job waiting for slots (the last pick's)
+        # Look for gated jobs whose lease expired (their holder died with its keeper) although no
+        # gated job is queued: set at each clock check (every clock_check_s), not at every claim.
+        self.look_expired = True
         self._parsed: dict[str, dict[str, Any]] = {}
 
     def reload(self, settings: Settings, resources: Resources) -> None:
@@ -125,10 +128,11 @@ class Gates:
         runs = [r for r in self.running.values() if self._lost_policy(r)]
         self.watching = watched or bool(runs)
         self.watching_power = power or any(needs_power((r.job.gate or {}).get("when", ())) for r in runs)
-        if not texts:
+        if not texts and not self.look_expired:
             self.later, self.reserved = None, set()
             self._tell({})
             return None, set()
+        self.look_expired = False
         heads, self.later = self.queue.gated_heads(admitted, exclude_lanes=blocked, exclude_ids=mine,
                                                    places=self.places)
         choice, self.reserved = self._walk(heads, reasons, {t for t in texts if reasons[t] is not None})

@@ -177,6 +177,7 @@ class Worker:
         if r.awake >= self._next_check:
             self.check_clock(r)
             self.signals.look = True  # now and then, for jobs another process queued in the file
+            self.gates.look_expired = True  # ... and for gated leases that expired (gates.py)
         self.heartbeat_due(r)
         self.pipeline.take_back_due(r.awake)
         self.watch_conditions(r)

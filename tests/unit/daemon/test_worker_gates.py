@@ -183,3 +183,14 @@ def test_an_expired_gated_lease_is_reclaimed_only_while_its_conditions_hold(env,
     w.turn()
     assert sorted(started(sp)) == [a, b]
     assert [e.kind for e in q.events(a)][-1] == "reclaimed"
+
+
+def test_an_expired_gated_lease_with_no_queued_job_of_its_gate_is_found_at_the_clock_check(env, clocks):
+    w, q, sp, m = env(clock_check_s=5.0)
+    m.on_mains = True
+    (a,) = q.enqueue_many([{"command": ["a"], "when": ["ac"]}])
+    q.claim("gone", gated=(a, None), lease_s=5)
+    w.turn()
+    clocks.advance(10)
+    w.turn()
+    assert started(sp) == [a]
