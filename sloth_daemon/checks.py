@@ -31,6 +31,7 @@ FIELDS = frozenset({
     "cwd", "env", "timeout_s", "label", "shell",
     "after", "after_any", "after_previous", "retry_exit", "no_retry_exit", "place",
     "when", "on_lost", "needs", "slots",
+    "hold",  # queued held (`add --hold`): see hold_flag
 })
 MAX_PREREQS = 1000  # prerequisites per job
 PREVIOUS = ("after", "after_any")  # after_previous: how a job waits for the one before it in its batch
@@ -87,6 +88,16 @@ def fields(s: Mapping[str, Any], max_attempts: int, lease_s: float,
         place_name(s.get("place"), place),
         *(() if _LATE_FIELDS.isdisjoint(s) else (*_waits(s), gate_json(s))),
     )
+
+
+def hold_flag(v: Any) -> bool:
+    """A job's ``hold``: true queues it held (kept from being claimed until
+    `sloth release`); None -> False."""
+    if v is None:
+        return False
+    if not isinstance(v, bool):
+        raise FieldError("hold", "must be true or false")
+    return v
 
 
 ANYWHERE = "*"  # what a client sends for `--anywhere`

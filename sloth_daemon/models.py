@@ -15,10 +15,14 @@ class JobState(str, enum.Enum):
     claim index until its last prerequisite ends. ``running``: leased to a
     worker (schema v1-v3 spelled it ``claimed``; ``JobState("claimed")`` and
     ``JobState.CLAIMED`` still mean running, so old scripts' filters work).
+    ``held``: kept from being claimed until `sloth release` (`sloth hold`,
+    `add --hold`); like ``blocked``, in no claim index. Released, it is
+    ``blocked`` or ``queued`` as its prerequisites say.
     """
 
     BLOCKED = "blocked"
     QUEUED = "queued"
+    HELD = "held"
     RUNNING = "running"
     CLAIMED = "running"  # an alias of RUNNING (Enum: same value, same member)
     DONE = "done"
@@ -37,8 +41,9 @@ class JobState(str, enum.Enum):
         return self.value
 
 
-STATE_NAMES = tuple(s.value for s in JobState)  # blocked, queued, running, done, failed, cancelled
-ACTIVE_STATES = (JobState.BLOCKED.value, JobState.QUEUED.value, JobState.RUNNING.value)
+STATE_NAMES = tuple(s.value for s in JobState)  # blocked, queued, held, running, done, failed, cancelled
+ACTIVE_STATES = (JobState.BLOCKED.value, JobState.QUEUED.value, JobState.HELD.value, JobState.RUNNING.value)
+WAITING_STATES = (JobState.BLOCKED.value, JobState.QUEUED.value, JobState.HELD.value)  # not started: editable
 FINISHED_STATES = (JobState.DONE.value, JobState.FAILED.value, JobState.CANCELLED.value)
 
 

@@ -81,7 +81,9 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "lane_rm": (frozenset({"lane"}), frozenset()),
     "prune": (frozenset(), frozenset({"older_than_s", "states", "lane", "dry_run"})),
     "logs": (frozenset({"id"}), frozenset({"attempt"})),
-    "wait": (frozenset({"ids"}), frozenset()),
+    # "batched": one "states" event of many jobs at a time (else a "state" event per job)
+    "wait": (frozenset({"ids"}), frozenset({"batched"})),
+    "latest": (frozenset(), frozenset()),  # the newest job's id: {"id": N or null}
     "follow": (frozenset({"id"}), frozenset({"attempt", "all_attempts", "live"})),
     "subscribe": (frozenset(), frozenset({"ids"})),
     "config": (frozenset(), frozenset()),
@@ -90,6 +92,12 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "stage": (frozenset({"jobs"}), frozenset({"common"})),
     "commit": (frozenset({"batch"}), frozenset({"jobs", "common"})),
     "batch": (frozenset({"batch"}), frozenset()),
+    # The queue edits (issue 22; daemon/edit_ops.py): "edit" answers {job,
+    # changes, changed}; the others {jobs, skipped}. New in the next version.
+    "edit": (frozenset({"id", "changes"}), frozenset({"expect"})),
+    "bump": (frozenset({"ids"}), frozenset()),
+    "hold": (frozenset(), frozenset({"ids", "lane"})),
+    "release": (frozenset(), frozenset({"ids", "lane"})),
 }
 # The first version that has each op (all others: 1).
 OP_SINCE: dict[str, int] = {"stage": 2, "commit": 2, "batch": 2, "scan": 3}

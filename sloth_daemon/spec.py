@@ -15,7 +15,7 @@ from typing import Any, Mapping, NamedTuple
 
 from sloth_daemon.checks import (  # noqa: F401 - the checks, where the queue has always found them
     DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS, FIELDS, MAX_PREREQS, PREVIOUS, command_json, duration, env_json, exit_codes,
-    fields, host_name, ids, integer, number, path_text, place_name, text,
+    fields, hold_flag, host_name, ids, integer, number, path_text, place_name, text,
 )
 
 # id(env) -> (env, its JSON): a batch usually shares one environment object.
@@ -54,6 +54,8 @@ class JobSpec(NamedTuple):
     retry_exit_json: str | None = None
     no_retry_exit_json: str | None = None
     gate_json: str | None = None  # conditions, needs, slots (checks.gate_json): None, none of them
+    hold: bool = False  # queued held: kept from being claimed until released (`add --hold`); after
+    # the fields checks.fields returns (set by parse below)
 
     @property
     def waits(self) -> bool:
@@ -62,4 +64,5 @@ class JobSpec(NamedTuple):
     @classmethod
     def parse(cls, s: Mapping[str, Any], defaults: Defaults, env_cache: EnvCache | None = None) -> "JobSpec":
         """Validate one job object (as sent by a client). Raises BadRequest."""
-        return cls(*fields(s, defaults.max_attempts, defaults.lease_s, env_cache, defaults.place))
+        spec = cls(*fields(s, defaults.max_attempts, defaults.lease_s, env_cache, defaults.place))
+        return spec._replace(hold=True) if "hold" in s and hold_flag(s["hold"]) else spec

@@ -142,6 +142,9 @@ def initial_state(wanted: list[tuple[int, str]], state_of: Callable[[int], str])
     return "queued", ""
 
 
+HELD_AT_ADD = "added held: not claimed until `sloth release`"  # the event of a job added --hold
+
+
 def not_run(pid: int, state: str) -> str:
     """Why a job that needed job ``pid`` done is cancelled."""
     return f"not run: job {pid}, which it runs after, {ended_text(state)}"
@@ -228,7 +231,7 @@ def wanted_states(states: Sequence[str] | None, allowed: Sequence[str], action: 
 
 
 def not_cancellable(job_id: int, state: str) -> IllegalTransition:
-    return IllegalTransition(f"job {job_id} is {state}; only blocked, queued or running jobs can be cancelled")
+    return IllegalTransition(f"job {job_id} is {state}; only blocked, queued, held or running jobs can be cancelled")
 
 
 def not_retriable(job_id: int, state: str) -> IllegalTransition:
@@ -302,7 +305,7 @@ def lane_counts(rows: Iterable[tuple[str, str, int]]) -> dict[str, dict[str, int
     """lane -> {blocked, queued, running: n} from (lane, state, n) rows."""
     out: dict[str, dict[str, int]] = {}
     for lane, state, n in rows:
-        counts = out.setdefault(lane, {"blocked": 0, "queued": 0, "running": 0})
+        counts = out.setdefault(lane, {"blocked": 0, "queued": 0, "held": 0, "running": 0})
         counts[state] += n  # queued comes in two parts: without and with a gate
     return out
 
@@ -340,9 +343,9 @@ def _lanes_shown(lanes: dict[str, dict[str, int]], lane: str | None) -> dict[str
 def sections(wanted: set[str], counts: dict[str, int],
              finished_limit: int | None) -> list[tuple[str, int, list[str]]]:
     """(section, rows in it, states) for the non-empty sections wanted, in
-    the order ``sloth ls`` shows them: running, queued, blocked, finished."""
+    the order ``sloth ls`` shows them: running, queued, held, blocked, finished."""
     out: list[tuple[str, int, list[str]]] = [
-        (s, counts[s], [s]) for s in ("running", "queued", "blocked") if s in wanted and counts[s]]
+        (s, counts[s], [s]) for s in ("running", "queued", "held", "blocked") if s in wanted and counts[s]]
     done = [s for s in FINISHED_STATES if s in wanted]
     n = sum(counts[s] for s in done)
     if finished_limit is not None:

@@ -3,7 +3,7 @@
 Every command is declared once (commands.py): its help, argument and
 options, and the function that runs it. ``main`` first offers the command
 line to the fast path (fast.py): the commands declared fast (the common
-forms of `sloth add`, `ls`, `show`, `daemon run`) and a TAB of shell
+forms of the daily commands and `daemon run`) and a TAB of shell
 completion, read without Typer; it answers None for anything it does not
 fully recognise, and the Typer app built from the same declarations
 (full.py) runs it instead. Both call the same function with the same

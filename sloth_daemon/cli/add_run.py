@@ -15,7 +15,7 @@ import sys
 
 from sloth_daemon import errors
 from sloth_daemon.cli import add_opts as opts
-from sloth_daemon.cli.base import connect, duration, emit_json
+from sloth_daemon.cli.base import connect, duration, emit_json, start_daemon  # noqa: F401 (admin's)
 from sloth_daemon.cli.edge import echo
 
 TYPE_CHECKING = False
@@ -33,7 +33,7 @@ def add(command: Optional[Sequence[str]], *, lane: str = "default", priority: in
         label: Optional[str] = None, cwd: Optional[StrPath] = None, shell: bool = False, stdin: bool = False,
         from_file: Optional[StrPath] = None, after: Optional[Sequence[str]] = None,
         after_any: Optional[Sequence[str]] = None, chain: bool = False, chain_any: bool = False,
-        retry_exit: Optional[str] = None, no_retry_exit: Optional[str] = None, wait: bool = False,
+        retry_exit: Optional[str] = None, no_retry_exit: Optional[str] = None, hold: bool = False, wait: bool = False,
         no_start: bool = False, as_json: bool = False, anywhere: bool = False, on: Optional[str] = None,
         when: Optional[Sequence[str]] = None, on_lost: Optional[str] = None,
         needs: Optional[Sequence[str]] = None, slots: Optional[int] = None) -> int:
@@ -47,7 +47,7 @@ def add(command: Optional[Sequence[str]], *, lane: str = "default", priority: in
         lane=lane, priority=priority, cwd=cwd, max_attempts=max_attempts, lease_s=duration(lease, "--lease"),
         timeout_s=duration(timeout, "--timeout"), not_before=opts.not_before(delay, at), label=label,
         **opts.dep_fields(after, after_any), **opts.retry_fields(retry_exit, no_retry_exit),
-        **opts.place_fields(anywhere, on), **opts.gate_fields(when, on_lost, needs, slots))
+        **opts.place_fields(anywhere, on), hold=True if hold else None, **opts.gate_fields(when, on_lost, needs, slots))
     if many:
         jobs, where = lines_as_jobs(sys.stdin.buffer.read() if stdin else read_file(from_file),
                                     "--stdin" if stdin else f"--file {from_file}")
@@ -149,18 +149,5 @@ def submit(jobs: list[dict[str, Any]], common: dict[str, Any], *, no_start: bool
 
 
 def connect_or_start(no_start: bool) -> Client:
-    try:
-        return connect()
-    except errors.DaemonNotRunning:
-        if no_start:
-            raise
-    pid = start_daemon()
-    echo(f"sloth: started the daemon (pid {pid})", err=True)
-    return connect()
-
-
-def start_daemon(timeout_s: float = 10.0) -> int:
-    from sloth_daemon.cli.launcher import start_background
-    from sloth_daemon.cli.base import paths
-
-    return start_background(paths(), timeout_s=timeout_s)
+    """The daemon, started if none runs (base.connect says so), unless --no-start."""
+    return connect(start=not no_start)

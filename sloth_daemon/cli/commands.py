@@ -6,8 +6,11 @@ Both readers of the command line are made from this: the Typer app
 (fast.py reads its option tables from it, fast_complete.py its completers).
 To put a command on the fast path, set ``fast=True`` on it: its function
 must then run without Typer (print with edge.echo, return the exit code,
-raise SlothError), as add_run.add and look_run.ls/show do. An option with
-``fast=False`` is left to Typer (the fast path refuses a line that has it).
+raise SlothError), as add_run.add, look_run.ls/show, look.logs/status,
+act.py's and lanes.py's do: every command a person types daily. An
+option with ``fast=False`` is left to Typer (the fast path refuses a line
+that has it). A command that needs the daemon gets it started by
+base.connect when none runs, whichever path read its line.
 
 Imported by every `sloth add`: nothing here but the declarations (no
 typer, no typing at run time); a command's function is imported only
@@ -127,6 +130,7 @@ COMMANDS: tuple[Command, ...] = (
                "none to retry all)."),
         Option("anywhere", "--anywhere", FLAG, False, "A shared queue: run on any machine (default: this one)."),
         Option("on", "--on", VALUE, None, "A shared queue: run only on this host (or tag)."),
+        Option("hold", "--hold", FLAG, False, "Queue it held: it starts only after `sloth release ID`."),
         Option("when", "--when", LIST, None, "Start only while this holds (repeatable; all must): ac, battery>=40, "
                "idle=10m, online, unmetered, disk>=5G, load<2."),
         Option("on_lost", "--on-lost", VALUE, None, "A --when condition lost while it runs: continue (default) "
@@ -143,7 +147,8 @@ COMMANDS: tuple[Command, ...] = (
         "ls", "List jobs: running first, then queued in the order they will run, then\nblocked, then the most "
         "recently finished; a summary of counts, and how\nmany rows were left out.",
         "sloth_daemon.cli.look_run:ls",
-        Option("state", "--state -s", LIST, None, "Only these states (repeatable).", complete=STATES),
+        Option("state", "--state -s", LIST, None, "Only these states (repeatable; held: `sloth hold`).",
+               complete=STATES),
         Option("lane", "--lane -l", VALUE, None, "Only this lane.", complete=LANES),
         Option("all_", "--all -a", FLAG, False, "Every job, all finished ones too, no row limit."),
         Option("limit", "--limit -n", INT, None, f"At most this many rows (default {DEFAULT_ROWS}; with --json, all)."),
@@ -165,42 +170,76 @@ COMMANDS: tuple[Command, ...] = (
                "it is done, 5 if not."),
         Option("tail", "--tail -n", INT, None, "Only the last N lines."),
         Option("path_only", "--path", FLAG, False, "Print the log file's path instead."),
-        arg=Argument("job_id", many=False, metavar="ID", complete=IDS)),
+        arg=Argument("job_id", many=False, metavar="ID", complete=IDS), fast=True),
     Command(
         "status", "What is going on: the daemon, jobs by state, lanes, what runs now and the last failures.",
-        "sloth_daemon.cli.look:status", _json(_MACHINE)),
+        "sloth_daemon.cli.look:status", _json(_MACHINE), fast=True),
     Command(
         "wait", "Block until the jobs end, telling each outcome; exit 0 if all are done,\n5 if any failed or was "
-        "cancelled.", "sloth_daemon.cli.watch:wait", _json('{"jobs": [...]} as they ended.'),
-        arg=_ids("job_ids")),
+        "cancelled (130 on Ctrl-C; the jobs carry on). No ID: the latest job.", "sloth_daemon.cli.watch:wait",
+        _json('{"jobs": [...]} as they ended.'),
+        arg=Argument("job_ids", many=True, required=False, metavar="[ID]...", complete=IDS), fast=True),
     Command(
         "cancel", "Cancel jobs: running ones have their process tree ended; jobs that\nwaited for them to be done "
         "are cancelled too.", "sloth_daemon.cli.act:cancel",
         Option("lane", "--lane -l", VALUE, None, "Every active job of this lane.", complete=LANES),
         Option("state", "--state -s", LIST, None, "Only jobs in this state (blocked, queued, running; repeatable).",
                complete=STATES),
-        _json(), arg=_IDS_ANY),
+        _json(), arg=_IDS_ANY, fast=True),
     Command(
         "retry", "Put failed or cancelled jobs back in the queue with a fresh attempt budget.",
         "sloth_daemon.cli.act:retry",
         Option("failed", "--failed", FLAG, False, "Every failed job (of --lane, if given)."),
         Option("lane", "--lane -l", VALUE, None, "Only this lane.", complete=LANES),
-        _json(), arg=_IDS_ANY),
+        _json(), arg=_IDS_ANY, fast=True),
     Command(
         "restart", "Queue finished jobs again as new jobs with the same command, lane,\nfolder, environment and "
-        "limits (prints the new ids).", "sloth_daemon.cli.act:restart", _json(), arg=_ids()),
+        "limits (prints the new ids).", "sloth_daemon.cli.act:restart", _json(), arg=_ids(), fast=True),
     Command(
         "kill", "Stop running jobs now: end their process trees (SIGTERM, then SIGKILL\nafter the grace) and mark "
         "them cancelled, not retried.", "sloth_daemon.cli.act:kill",
-        Option("now", "--now", FLAG, False, "SIGKILL at once, no grace period."), _json(), arg=_ids()),
+        Option("now", "--now", FLAG, False, "SIGKILL at once, no grace period."), _json(), arg=_ids(), fast=True),
+    # The queue edits (issue 22; cli/edit.py, daemon/edit_ops.py).
+    Command(
+        "edit", "Change a job that has not started (queued, blocked or held): its command\n(in $VISUAL/$EDITOR, as "
+        "`git commit` does, unless --command or -- CMD ARGS), lane,\npriority, label, start time or prerequisites. "
+        "One transaction; the job's history\nsays what changed. A running or finished job is refused (`sloth "
+        "restart`\nmakes a new job).", "sloth_daemon.cli.edit:edit",
+        Option("command", "--command", VALUE, None, "The new command, one shell line (as a line of `add --stdin`)."),
+        Option("lane", "--lane -l", VALUE, None, "Move it to this lane.", complete=LANES),
+        Option("priority", "--priority -p", INT, None, "Its new priority (higher runs first within a lane)."),
+        Option("label", "--label", VALUE, None, "Its new label (\"\" removes it)."),
+        Option("delay", "--delay", VALUE, None, "Start no sooner than this long from now, e.g. 10m (0: now)."),
+        Option("at", "--at", VALUE, None, "Start no sooner than this time (9pm, tomorrow 08:00, mon 9:00, ISO)."),
+        Option("after", "--after", LIST, None, "Its prerequisites, replacing the old ones (ids; none: no more).",
+               complete=IDS),
+        Option("after_any", "--after-any", LIST, None, "Prerequisites whatever their result (replacing the old).",
+               complete=IDS),
+        _json("{job, changes: [\"priority 0 -> 5\", ...], changed}."),
+        arg=Argument("words", many=True, metavar="ID [-- CMD ARGS...]", complete=IDS), fast=True),
+    Command(
+        "bump", "Move waiting jobs to the front of their lane (tsp -u): each gets a priority\none above the "
+        "highest of the lane's other queued, held or blocked jobs (kept\nif it is above them already); a delayed "
+        "one is made due now. The first\nnamed runs first.", "sloth_daemon.cli.edit:bump",
+        _json(), arg=_ids(), fast=True),
+    Command(
+        "hold", "Keep queued or blocked jobs from starting until `sloth release` (they keep\ntheir place in the "
+        "queue).", "sloth_daemon.cli.edit:hold",
+        Option("lane", "--lane -l", VALUE, None, "Every queued or blocked job of this lane.", complete=LANES),
+        _json(), arg=_IDS_ANY, fast=True),
+    Command(
+        "release", "Let held jobs start again: each is queued, or blocked while what it runs\nafter is unfinished.",
+        "sloth_daemon.cli.edit:release",
+        Option("lane", "--lane -l", VALUE, None, "Every held job of this lane.", complete=LANES),
+        _json(), arg=_IDS_ANY, fast=True),
     Command(
         "pause", "Stop starting new jobs (in one lane, or all). Running jobs carry on.", "sloth_daemon.cli.act:pause",
         _json(), arg=Argument("lane", many=False, required=False, help="Lane to pause (default: everything).",
-                              complete=LANES)),
+                              complete=LANES), fast=True),
     Command(
         "resume", "Start jobs again after `sloth pause`.", "sloth_daemon.cli.act:resume",
         _json(), arg=Argument("lane", many=False, required=False, help="Lane to resume (default: everything).",
-                              complete=LANES)),
+                              complete=LANES), fast=True),
     Command(
         "prune", "Delete finished jobs (and their logs); `--older-than 0` for all of them.",
         "sloth_daemon.cli.act:prune",
@@ -209,19 +248,19 @@ COMMANDS: tuple[Command, ...] = (
                complete=STATES),
         Option("lane", "--lane -l", VALUE, None, "Only this lane.", complete=LANES),
         Option("dry_run", "--dry-run", FLAG, False, "Say how many, delete nothing."),
-        _json()),
+        _json(), fast=True),
     Command(
         "lane ls", "Every lane: concurrency (and where it comes from), running, queued, blocked, paused.",
-        "sloth_daemon.cli.lanes:lane_ls", _json()),
+        "sloth_daemon.cli.lanes:lane_ls", _json(), fast=True),
     Command(
         "lane set", "Set a lane's concurrency now: no restart, running jobs untouched; kept across restarts.",
         "sloth_daemon.cli.lanes:lane_set",
         Option("concurrency", "--concurrency -c", INT, REQUIRED, "Jobs at once; 0 pauses the lane."),
         Option("create", "--create", FLAG, False, "Make the lane if it does not exist yet."),
-        _json(), arg=Argument("name", many=False, metavar="LANE", complete=LANES)),
+        _json(), arg=Argument("name", many=False, metavar="LANE", complete=LANES), fast=True),
     Command(
         "lane rm", "Forget a lane that has no blocked, queued or running jobs (say, a typo).",
-        "sloth_daemon.cli.lanes:lane_rm", arg=Argument("name", many=False, metavar="LANE", complete=LANES)),
+        "sloth_daemon.cli.lanes:lane_rm", arg=Argument("name", many=False, metavar="LANE", complete=LANES), fast=True),
     Command(
         "config", "Show the settings in force and where each comes from (the daemon's,\nor the file's when none "
         "runs), lanes as `sloth lane set` left them.", "sloth_daemon.cli.admin:config",

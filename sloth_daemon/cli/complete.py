@@ -12,7 +12,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-STATES = ("blocked", "queued", "running", "done", "failed", "cancelled")
+STATES = ("blocked", "queued", "held", "running", "done", "failed", "cancelled")
 
 
 def _ask(op: str, **args: Any) -> Any:

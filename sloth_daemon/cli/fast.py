@@ -1,7 +1,8 @@
 """The fast path: the commands declared ``fast`` in commands.py (the
-common forms of `sloth add`, `sloth ls` and `sloth show`, and `sloth
-daemon run`), and a TAB of shell completion (fast_complete.py), without
-importing Typer (whose import is most of a command's time: 70-100 ms of ~170).
+common forms of every command a person types daily -- add, ls, show, logs,
+status, cancel, retry, kill, pause, resume, lane ls -- and `sloth daemon
+run`), and a TAB of shell completion (fast_complete.py), without importing
+Typer (whose import is most of a command's time: 70-100 ms of ~100-120).
 
 It reads the command line the way click does, with the options each
 command declares, and answers None -- "not mine" -- for anything it does

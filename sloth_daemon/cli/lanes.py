@@ -1,26 +1,30 @@
 """`sloth lane ls | set | rm`: lanes and their concurrency, live.
 
 `lane set` takes effect at once (running jobs are never touched) and
-survives restarts; `lane ls` reads the queue file when no daemon answers."""
+survives restarts; `lane ls` reads the queue file when no daemon answers.
+No Typer (the fast path runs `lane ls`): each prints with edge.echo and
+returns its exit code."""
 
 from __future__ import annotations
 
-from typing import Any
+from sloth_daemon.cli.base import call, call_or_read, emit_json
+from sloth_daemon.cli.edge import echo
 
-import typer
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
-from sloth_daemon.cli.app import call, call_or_read, emit_json
 
-
-def lane_ls(*, as_json: bool) -> None:
+def lane_ls(*, as_json: bool) -> int:
     """`sloth lane ls` (its help and options: commands.py)."""
     res = call_or_read("lanes")
     if as_json:
         emit_json(res)
-        return
-    typer.echo(_table(res["lanes"]))
+        return 0
+    echo(_table(res["lanes"]))
     if res.get("paused_all"):
-        typer.echo("every lane is paused (`sloth resume`)")
+        echo("every lane is paused (`sloth resume`)")
+    return 0
 
 
 def _table(rows: dict[str, Any]) -> str:
@@ -31,12 +35,12 @@ def _table(rows: dict[str, Any]) -> str:
     return render.table(["LANE", "SLOTS", "FROM", "RUNNING", "QUEUED", "BLOCKED", ""], body)
 
 
-def lane_set(*, name: str, concurrency: int, create: bool, as_json: bool) -> None:
+def lane_set(*, name: str, concurrency: int, create: bool, as_json: bool) -> int:
     """`sloth lane set` (its help and options: commands.py)."""
     res = call("lane_set", lane=name, concurrency=concurrency, create=create)
     if as_json:
         emit_json(res)
-        return
+        return 0
     was = res["was"]
     text = f"lane {name}: concurrency {res['concurrency']}"
     if was["concurrency"] != res["concurrency"]:
@@ -45,10 +49,12 @@ def lane_set(*, name: str, concurrency: int, create: bool, as_json: bool) -> Non
         text += ", paused" if res["paused"] else ", resumed"
     elif res["paused"]:
         text += ", paused"
-    typer.echo(text)
+    echo(text)
+    return 0
 
 
-def lane_rm(*, name: str) -> None:
+def lane_rm(*, name: str) -> int:
     """`sloth lane rm` (its help and options: commands.py)."""
     call("lane_rm", lane=name)
-    typer.echo(f"lane {name} removed")
+    echo(f"lane {name} removed")
+    return 0

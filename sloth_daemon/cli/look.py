@@ -1,17 +1,25 @@
-"""Commands that read: logs and status (ls and show are look_run.py's,
-run by the fast path too). Each asks the daemon, or, when none answers,
-reads the queue file read-only and says so on stderr (app.call_or_read);
-only `logs -f` needs a daemon. Their options are declared in commands.py."""
+"""Commands that read: logs and status (ls and show are look_run.py's).
+Each asks the daemon, or, when none answers, reads the queue file
+read-only and says so on stderr (base.call_or_read); only `logs -f` needs
+a daemon, and starts one if none runs (base.connect). Their options are
+declared in commands.py.
+
+No Typer: the fast path runs both (commands.py), so each prints with
+edge.echo -- named ``typer`` here, for it takes the same calls as
+typer.echo -- returns its exit code and raises SlothError.
+"""
 
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
-
-import typer
 
 from sloth_daemon import errors
-from sloth_daemon.cli.app import call_or_read, connect, emit_json, parse_id
+from sloth_daemon.cli import edge as typer  # typer.echo(text, err=...) is edge.echo: no Typer import
+from sloth_daemon.cli.base import call_or_read, connect, emit_json, parse_id
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Optional
 
 
 # ----------------------------------------------------------------- logs
@@ -54,12 +62,12 @@ def _stored(res: dict[str, Any], tail: Optional[int]) -> None:
 
 
 def _cat(path: str, jid: int, attempt: int) -> None:
-    from pathlib import Path
+    import os
 
-    from sloth_daemon.paths import open_log
+    from sloth_daemon.safefile import open_file  # paths.open_log without pathlib: `sloth logs` is fast
 
     try:
-        with open_log(Path(path)) as f:  # never through a link, only a regular file
+        with os.fdopen(open_file(path), "rb") as f:  # never through a link, only a regular file
             while chunk := f.read(1 << 16):
                 sys.stdout.buffer.write(chunk)
         sys.stdout.buffer.flush()
@@ -94,8 +102,9 @@ def _follow(args: dict[str, Any], *, through: bool) -> int:
 
 
 # --------------------------------------------------------------- status
-def status(*, as_json: bool) -> None:
-    """`sloth status`: the daemon, counts, lanes, hosts, running and failed jobs."""
+def status(*, as_json: bool) -> int:
+    """`sloth status`: the daemon, counts, lanes, hosts, running and failed
+    jobs (each with its command, or label, shortened)."""
     from sloth_daemon.cli import render
     from sloth_daemon.durations import format_duration, relative
     from sloth_daemon.text import showable
@@ -103,27 +112,37 @@ def status(*, as_json: bool) -> None:
     st = _status()
     if as_json:
         emit_json(st)
-        return
+        return 0
     d = st["daemon"]
     up = f"running, pid {d['pid']}, up {format_duration(d['uptime_s'])}, version {d['version']}" if d else None
-    typer.echo(f"daemon   {up or 'not running (`sloth daemon start`)'}")
-    typer.echo(f"jobs     {render.counts_line(st['counts'])}")
-    typer.echo("lanes    " + "  ".join(
-        f"{k} {v['running']}/{v['concurrency']}{' paused' if v['paused'] else ''}" for k, v in st["lanes"].items()))
+    lines = [f"daemon   {up or 'not running (`sloth daemon start`)'}", f"jobs     {render.counts_line(st['counts'])}",
+             "lanes    " + "  ".join(f"{k} {v['running']}/{v['concurrency']}{' paused' if v['paused'] else ''}"
+                                     for k, v in st["lanes"].items())]
     if st.get("hosts"):
-        typer.echo("hosts    " + "  ".join(_host_text(h, st.get("host")) for h in st["hosts"]))
+        lines.append("hosts    " + "  ".join(_host_text(h, st.get("host")) for h in st["hosts"]))
     cond = st.get("conditions") or {}
     for why in sorted(set((cond.get("waiting") or {}).values())):
-        typer.echo(f"waiting  {showable(why)}")
+        lines.append(f"waiting  {showable(why)}")
     for lane, why in sorted((cond.get("lanes") or {}).items()):
-        typer.echo(f"waiting  lane {showable(lane)}: {showable(why)}")
+        lines.append(f"waiting  lane {showable(lane)}: {showable(why)}")
     if cond.get("resources"):
-        typer.echo("tokens   " + "  ".join(f"{showable(k)} {len(v['free'])}/{len(v['tokens'])} free"
+        lines.append("tokens   " + "  ".join(f"{showable(k)} {len(v['free'])}/{len(v['tokens'])} free"
                                            for k, v in cond["resources"].items()))
     for j in st["running"]:
-        typer.echo(f"running  {j['id']:<6} {render.when(j)}  {render.command_text(j, 50)}")
+        lines.append(f"running  {j['id']:<6} {render.when(j)}  {render.command_text(j, 50)}")
     for j in st["failed"]:
-        typer.echo(f"failed   {j['id']:<6} {relative(j.get('finished_at')):>9}  {showable(j.get('message', ''))}"[:100])
+        why = showable(j.get("message") or "")
+        lines.append(_cut(f"failed   {j['id']:<6} {relative(j.get('finished_at')):>9}  {render.command_text(j, 40)}"
+                          + (f": {why}" if why else ""), FAILED_WIDTH))
+    typer.echo("\n".join(lines))
+    return 0
+
+
+FAILED_WIDTH = 110  # a failure's line, its command and why, at most
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def _host_text(h: dict[str, Any], me: Optional[str]) -> str:
@@ -135,16 +154,18 @@ def _host_text(h: dict[str, Any], me: Optional[str]) -> str:
 
 
 def _status() -> dict[str, Any]:
+    """What status shows, asked over one connection (no daemon is started
+    for it: the queue file is read instead)."""
     try:
-        from sloth_daemon.cli.app import call
-
-        d = call("status")
-        daemon = {k: d[k] for k in ("pid", "uptime_s", "version")}
+        with connect(start=False) as c:
+            d = c.call("status")
+            running = c.call("list", states=["running"], limit=10)["jobs"]
+            failed = c.call("list", states=["failed"], limit=3)["jobs"]
+        daemon: Optional[dict[str, Any]] = {k: d[k] for k in ("pid", "uptime_s", "version")}
     except errors.DaemonNotRunning:
         daemon = None
-    base = call_or_read("status") if daemon is None else d
-    running = call_or_read("list", states=["running"], limit=10)["jobs"]
-    failed = call_or_read("list", states=["failed"], limit=3)["jobs"]
-    return {"daemon": daemon, "counts": base["counts"], "lanes": base["lanes"], "running": running,
-            "failed": failed, "host": base.get("host"), "hosts": base.get("hosts"),
-            "conditions": base.get("conditions")}
+        d = call_or_read("status")
+        running = call_or_read("list", states=["running"], limit=10)["jobs"]
+        failed = call_or_read("list", states=["failed"], limit=3)["jobs"]
+    return {"daemon": daemon, "counts": d["counts"], "lanes": d["lanes"], "running": running,
+            "failed": failed, "host": d.get("host"), "hosts": d.get("hosts"), "conditions": d.get("conditions")}

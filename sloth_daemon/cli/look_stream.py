@@ -70,7 +70,7 @@ def _source(a: dict[str, Any]) -> Source:
     """(head, jobs, rest): the daemon's stream, or the queue read here when
     no daemon runs, or pages of a daemon that has no ``scan``."""
     try:
-        client = connect()
+        client = connect(start=False)
     except errors.DaemonNotRunning:
         return _offline(a)
     try:

@@ -1,6 +1,7 @@
 """The daemon's answers to the reading ops, computed from the queue
 read-only, for when no daemon answers: ``list``, ``show``, ``logs``,
-``lanes``, ``status`` and ``config`` give the same shapes as over the
+``lanes``, ``status``, ``latest``, ``config`` and ``prune`` with ``dry_run`` give the same shapes
+as over the
 socket, so every command prints them the same way.
 
 Nothing here writes: the file is opened read-only, never created or
@@ -158,6 +159,11 @@ def _logs(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
     return out
 
 
+def _latest(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
+    newest = q.jobs(limit=1) if hasattr(q, "jobs") else []  # _NoQueue: no file, no jobs
+    return {"id": newest[-1].id if newest else None}
+
+
 def _lanes(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
     lanes = ReadLanes(q, cfg.load(paths.config_file))
     counts = q.lane_counts()
@@ -167,6 +173,28 @@ def _lanes(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
 
 def _status(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
     return {"daemon": None, "counts": q.counts(), "paths": paths.as_dict(), **_lanes(q, paths, a)}
+
+
+def _prune(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
+    """`prune --dry-run`: how many finished jobs a prune would delete, counted
+    by reading (checked as the daemon checks). A prune itself needs the daemon."""
+    if a.get("dry_run") is not True:
+        raise SlothError("`prune` needs the daemon", hint="Start it with `sloth daemon start`.")
+    from sloth_daemon.backends.rules import wanted_states
+    from sloth_daemon.models import FINISHED_STATES
+
+    older = a.get("older_than_s")
+    if isinstance(older, bool) or not isinstance(older, (int, float)) or not 0 <= older < 1e15:
+        raise BadRequest("older_than_s must be a non-negative number of seconds")
+    states = wanted_states(a.get("states"), FINISHED_STATES, "prune") or list(FINISHED_STATES)
+    before, n = time.time() - older, 0
+    jobs = q.scan(now=time.time(), states=states, lane=a.get("lane"), offset=0, finished_limit=None, limit=None)
+    try:
+        while chunk := jobs.next():
+            n += sum(1 for j in chunk if j.finished_at is not None and j.finished_at < before)
+    finally:
+        jobs.close()
+    return {"would_prune": n}
 
 
 def _config_answer(paths: Paths) -> Any:
@@ -189,5 +217,6 @@ def _config_answer(paths: Paths) -> Any:
 
 
 _OPS: dict[str, Callable[[Any, Paths, dict[str, Any]], Any]] = {
-    "list": _list, "show": _show, "logs": _logs, "lanes": _lanes, "status": _status,
+    "list": _list, "show": _show, "logs": _logs, "lanes": _lanes, "status": _status, "prune": _prune,
+    "latest": _latest,
 }

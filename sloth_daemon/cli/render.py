@@ -14,7 +14,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # not at run time: `sloth ls` and `show` pay for every import
     from typing import Any, Sequence
 
-_COLOURS = {"blocked": "35", "queued": "33", "running": "36", "done": "32", "failed": "31", "cancelled": "90"}
+_COLOURS = {"blocked": "35", "queued": "33", "held": "34", "running": "36", "done": "32", "failed": "31",
+            "cancelled": "90"}
 
 
 def use_colour(stream: Any = None) -> bool:
@@ -81,6 +82,8 @@ def when(job: dict[str, Any], now: float | None = None) -> str:
     if st == "blocked":
         waits = [*job.get("after", []), *job.get("after_any", [])]
         return "after " + ",".join(map(str, waits[:3])) + ("…" if len(waits) > 3 else "")
+    if st == "held":
+        return "until released"
     if st == "queued":
         if job["not_before"] <= now and job.get("wait_reason"):
             return showable(job["wait_reason"])  # "waiting for mains power": its gate does not hold
@@ -189,7 +192,7 @@ def outcome(job: dict[str, Any]) -> str:
 
 def counts_line(counts: dict[str, int]) -> str:
     """``3 running, 12 queued, 2 blocked; finished: 40 done, 2 failed``."""
-    active = [f"{counts.get(s, 0)} {s}" for s in ("running", "queued", "blocked") if counts.get(s)]
+    active = [f"{counts.get(s, 0)} {s}" for s in ("running", "queued", "held", "blocked") if counts.get(s)]
     ended = [f"{counts.get(s, 0)} {s}" for s in ("done", "failed", "cancelled") if counts.get(s)]
     text = ", ".join(active) or "nothing running or queued"
     return text + (f"; finished: {', '.join(ended)}" if ended else "")
@@ -199,7 +202,7 @@ def lanes_line(lanes: dict[str, dict[str, int]]) -> str:
     """``video 2 running, 8 queued · default 1 running``, for lanes with active jobs."""
     parts = []
     for name, c in sorted(lanes.items()):
-        bits = [f"{c[s]} {s}" for s in ("running", "queued", "blocked") if c.get(s)]
+        bits = [f"{c[s]} {s}" for s in ("running", "queued", "held", "blocked") if c.get(s)]
         if bits:
             parts.append(f"{name} {', '.join(bits)}")
     return " · ".join(parts)
@@ -208,12 +211,10 @@ def lanes_line(lanes: dict[str, dict[str, int]]) -> str:
 def tail_lines(path: str, n: int = 10, max_bytes: int = 16384) -> list[str]:
     """The last ``n`` lines of a log file ([] if it is missing or unreadable),
     made safe to print (a job's escape sequences stay in its log)."""
-    from pathlib import Path
-
-    from sloth_daemon.paths import open_log
+    from sloth_daemon.safefile import open_file  # not paths.open_log: pathlib and dataclasses cost a `sloth show`
 
     try:
-        with open_log(Path(path)) as f:  # never through a link, never a FIFO in its place
+        with os.fdopen(open_file(path), "rb") as f:  # never through a link, never a FIFO in its place
             f.seek(0, os.SEEK_END)
             size = f.tell()
             f.seek(max(0, size - max_bytes))

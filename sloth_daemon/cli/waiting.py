@@ -1,10 +1,16 @@
 """Waiting on jobs: `sloth wait` and `sloth add --wait`.
 
-On a terminal, waiting on several jobs draws one live progress line (done,
-failed, running, queued, rate, time left) on stderr and prints failures as
-they happen, each with its log's last lines; piped, it prints one plain
-line per job as it ends. No Typer here: the fast path (fast.py) runs
-`add --wait` with it too.
+Every outcome is told as it happens, on ``stream``, one line a job (a
+failure with its log's last lines). On a terminal (stderr is one), a live
+line on stderr says what is going on meanwhile -- for one job its state
+and for how long, for several the counts, the rate and the time left --
+redrawn each second; at the end a summary ("3 done, 1 failed in 12s");
+Ctrl-C ends the wait on a clean line (exit 130; the jobs carry on). Piped,
+only the outcome lines. No Typer here: the fast path (fast.py) runs `wait`
+and `add --wait` with it.
+
+The daemon coalesces what a waiter hears (daemon/streams.py, ``batched``):
+one frame of many jobs at a time, so waiting on thousands costs it little.
 """
 
 from __future__ import annotations
@@ -21,95 +27,251 @@ if TYPE_CHECKING:
     from typing import IO, Any, Optional
 
 TAIL_LINES = 10
+TICK_S = 1.0  # the live line's redraw (its elapsed time) when nothing happens
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
+_ENDED = ("done", "failed", "cancelled")
+_ERASE = "\r\x1b[K"
 
 
 def wait_for(ids: list[int], *, stream: IO[str], as_json: bool = False,
              json_extra: Optional[dict[str, Any]] = None, before: Optional[str] = None) -> int:
-    """Wait on the daemon for ``ids``; tell outcomes on ``stream`` (the
-    progress line goes to stderr when it is a terminal). Returns the exit code."""
+    """Wait on the daemon for ``ids``; tell outcomes on ``stream`` (the live
+    line and the summary go to stderr when it is a terminal). Returns the
+    exit code: 0 all done, 5 any not, 130 interrupted."""
     if before:
         echo(before)
-    view = _View(ids, stream, live=not as_json and len(ids) > 1 and sys.stderr.isatty(), quiet=as_json)
-    final: list[dict[str, Any]] = []
-    with connect(timeout_s=None) as c:
-        for ev in c.stream("wait", ids=ids):
-            if ev.get("kind") == "jobs":
-                for j in ev["jobs"]:
-                    view.update(j, initial=True)
-            elif ev.get("kind") == "state":
-                view.update(ev["job"])
-            elif ev.get("kind") == "end":
-                final = ev["result"]["jobs"]
-    view.close()
+    view = _View(ids, stream, live=not as_json and sys.stderr.isatty(), quiet=as_json)
+    try:
+        try:
+            final = _follow(ids, view, batched=True)
+        except errors.ProtocolError as e:
+            if "batched" not in e.message:
+                raise
+            final = _follow(ids, view, batched=False)  # a daemon from before batched waits (not restarted)
+    except KeyboardInterrupt:
+        view.interrupted()
+        return EXIT_INTERRUPTED
+    finally:
+        view.stop()
+    view.close(final)
     if as_json:
         emit_json({**(json_extra or {}), "jobs": final})
     return errors.EXIT_JOB_FAILED if any(j["state"] != "done" for j in final) else 0
 
 
+def _follow(ids: list[int], view: _View, *, batched: bool) -> list[dict[str, Any]]:
+    """The daemon's ``wait`` shown on ``view``; the jobs as they ended."""
+    with connect() as c:  # bounded until the first frame; then as long as the jobs take
+        for ev in c.stream("wait", ids=ids, **({"batched": True} if batched else {})):
+            kind = ev.get("kind")
+            if kind == "jobs":
+                c.set_timeout(None)
+                view.update(ev["jobs"], initial=True)
+            elif kind == "states":
+                view.update(ev["jobs"])
+            elif kind == "state":
+                view.update([ev["job"]])
+            elif kind == "end":
+                return list(ev["result"]["jobs"])
+    return []  # not reached: the stream ends with "end" or raises
+
+
 class _View:
-    """What a wait shows while it waits."""
+    """What a wait shows while it waits. State: each job's latest state,
+    which outcomes were told, when the wait began; on a terminal the live
+    line (redrawn by a ticker thread: ``_lock`` keeps its writes and ours
+    apart)."""
 
     def __init__(self, ids: list[int], stream: IO[str], *, live: bool, quiet: bool) -> None:
         self.stream, self.live, self.quiet = stream, live, quiet
-        self.states: dict[int, str] = dict.fromkeys(ids, "queued")
+        self.jobs: dict[int, dict[str, Any]] = {}
+        self.ids = list(dict.fromkeys(ids))
         self.told: set[int] = set()
         self.t0 = time.monotonic()
         self.ended_here = 0  # jobs that ended while we watched (for the rate)
+        self.running_since: Optional[float] = None  # one job: when it was seen to start (wall)
         self._drawn = False
+        self._lock: Any = None
+        self._stop: Any = None
 
-    def update(self, job: dict[str, Any], *, initial: bool = False) -> None:
-        jid, st = job["id"], job["state"]
-        if jid not in self.states:
-            return
-        self.states[jid] = st
-        if st in ("done", "failed", "cancelled") and jid not in self.told:
-            self.told.add(jid)
-            self.ended_here += not initial
-            self._tell(job)
-        self._draw()
+    # -------------------------------------------------------------- news
+    def update(self, jobs: list[dict[str, Any]], *, initial: bool = False) -> None:
+        lines = []
+        for job in jobs:
+            jid = job["id"]
+            before = self.jobs.get(jid)
+            self.jobs[jid] = job
+            if job["state"] in _ENDED and jid not in self.told:
+                self.told.add(jid)
+                self.ended_here += not initial
+                lines += self._outcome(job)
+            elif job["state"] == "running" and (before is None or before["state"] != "running"):
+                self._started(job, initial)
+        with self._locked():
+            if lines:
+                self._clear()
+                self.stream.write("\n".join(lines) + "\n")
+                self.stream.flush()
+            self._draw()
+        if initial and self.live and self._stop is None:
+            self._start_ticker()
 
-    def _tell(self, job: dict[str, Any]) -> None:
-        if self.quiet or (self.live and job["state"] == "done"):
-            return  # on a terminal the progress line counts the done ones
+    def _outcome(self, job: dict[str, Any]) -> list[str]:
+        if self.quiet:
+            return []
         from sloth_daemon.cli import render
 
-        self._clear()
         lines = [render.outcome(job)]
         if job["state"] == "failed" and job.get("attempts"):
             tail = render.tail_lines(str(log_paths().job_log(job["id"], job["attempts"])), TAIL_LINES)
             lines += [f"  | {ln}" for ln in tail]
-        print("\n".join(lines), file=self.stream, flush=True)
+        return lines
+
+    def _started(self, job: dict[str, Any], initial: bool) -> None:
+        """When the one job waited on began running: now, if seen starting;
+        if it ran before the wait, when its history says it was claimed."""
+        if not self.live or len(self.ids) != 1:
+            return
+        self.running_since = time.time()
+        if initial:
+            self.running_since = _claimed_at(job) or self.running_since
+
+    # -------------------------------------------------------- live line
+    def _start_ticker(self) -> None:
+        import threading
+
+        self._stop = threading.Event()
+
+        def tick() -> None:
+            while not self._stop.wait(TICK_S):
+                with self._locked():
+                    if not self._stop.is_set():  # else the summary may be written already
+                        self._draw()
+
+        threading.Thread(target=tick, name="sloth-wait-line", daemon=True).start()
+
+    def _locked(self) -> Any:
+        """The live line's lock (no thread, no lock, when there is no live line)."""
+        if self._lock is None:
+            if not self.live:
+                return _NO_LOCK
+            import threading
+
+            self._lock = threading.Lock()
+        return self._lock
 
     def _draw(self) -> None:
         if not self.live:
             return
-        sys.stderr.write("\r\x1b[K" + self.line())
+        line = self.line()
+        try:
+            import os
+
+            cols = os.get_terminal_size(sys.stderr.fileno()).columns
+        except OSError:
+            cols = 0
+        if cols > 10:  # 0: the terminal does not say
+            line = line[:cols - 1]  # never wraps: a wrapped line could not be erased
+        sys.stderr.write(_ERASE + line)
         sys.stderr.flush()
         self._drawn = True
 
     def _clear(self) -> None:
         if self._drawn:
-            sys.stderr.write("\r\x1b[K")
+            sys.stderr.write(_ERASE)
             sys.stderr.flush()
             self._drawn = False
 
     def line(self) -> str:
+        """The live line: one job's state and for how long, or the counts of many."""
         from sloth_daemon.durations import format_duration
 
-        n = {s: 0 for s in ("done", "failed", "cancelled", "running", "queued", "blocked")}
-        for st in self.states.values():
-            n[st] = n.get(st, 0) + 1
-        ended = n["done"] + n["failed"] + n["cancelled"]
-        parts = [f"{ended}/{len(self.states)} ended", f"{n['done']} done"]
-        parts += [f"{n[s]} {s}" for s in ("failed", "cancelled", "running", "queued", "blocked") if n[s]]
         elapsed = time.monotonic() - self.t0
+        if len(self.ids) == 1:
+            job = self.jobs.get(self.ids[0])
+            if job is None:
+                return f"waiting for job {self.ids[0]} · {format_duration(elapsed)}"
+            st = job["state"]
+            if st == "running" and self.running_since is not None:
+                return f"job {job['id']} running for {format_duration(max(0.0, time.time() - self.running_since))}"
+            since = f" for {format_duration(max(0.0, time.time() - job['created_at']))}" \
+                if st in ("queued", "blocked") and job.get("created_at") else ""
+            return f"job {job['id']} {st}{since}" + (f" · {job['message']}" if job.get("message") else "")
+        n = self.counts()
+        ended = n["done"] + n["failed"] + n["cancelled"]
+        parts = [f"{ended}/{len(self.ids)} ended", f"{n['done']} done"]
+        parts += [f"{n[s]} {s}" for s in ("failed", "cancelled", "running", "queued", "blocked") if n[s]]
         if self.ended_here and elapsed > 0:
             rate = self.ended_here / elapsed
             parts.append(f"{rate * 60:.1f}/min" if rate < 1 else f"{rate:.1f}/s")
-            left = len(self.states) - ended
+            left = len(self.ids) - ended
             if left:
                 parts.append(f"~{format_duration(left / rate)} left")
-        return " · ".join(parts)
+        return " · ".join(parts + [format_duration(elapsed)])
 
-    def close(self) -> None:
-        self._clear()
+    def counts(self) -> dict[str, int]:
+        n = dict.fromkeys(("done", "failed", "cancelled", "running", "queued", "blocked"), 0)
+        for jid in self.ids:
+            st = self.jobs.get(jid, {}).get("state", "queued")
+            n[st] = n.get(st, 0) + 1
+        return n
+
+    # ------------------------------------------------------------ ending
+    def stop(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+
+    def close(self, final: list[dict[str, Any]]) -> None:
+        """The live line gives way to the summary: ``3 done, 1 failed in 12s``."""
+        if not self.live:
+            return
+        from sloth_daemon.durations import format_duration
+
+        n: dict[str, int] = {}
+        for j in {j["id"]: j for j in final}.values():
+            n[j["state"]] = n.get(j["state"], 0) + 1
+        said = ", ".join(f"{n[s]} {s}" for s in _ENDED if n.get(s)) or "nothing"
+        with self._locked():
+            self._clear()
+            sys.stderr.write(f"{said} in {format_duration(time.monotonic() - self.t0)}\n")
+            sys.stderr.flush()
+
+    def interrupted(self) -> None:
+        """Ctrl-C: the line (and the terminal's ^C on it) erased, what was
+        seen said on a line of its own. The jobs carry on."""
+        self.stop()
+        if not self.live:
+            return
+        from sloth_daemon.durations import format_duration
+
+        n = self.counts()
+        seen = ", ".join(f"{n[s]} {s}" for s in (*_ENDED, "running", "queued", "blocked") if n[s])
+        with self._locked():
+            sys.stderr.write(f"{_ERASE}stopped waiting after {format_duration(time.monotonic() - self.t0)}: "
+                             f"{seen}; the jobs carry on\n")
+            sys.stderr.flush()
+            self._drawn = False
+
+
+class _NoLock:
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+_NO_LOCK = _NoLock()
+
+
+def _claimed_at(job: dict[str, Any]) -> Optional[float]:
+    """When the job's current attempt was claimed, from its history (one
+    request: only on a terminal, for one job running before the wait)."""
+    from sloth_daemon.cli.base import call
+
+    try:
+        events = call("show", id=job["id"])["events"]
+    except errors.SlothError:
+        return None
+    at = [e["at"] for e in events if e["kind"] in ("claimed", "reclaimed") and e["attempt"] == job["attempts"]]
+    return at[-1] if at else None

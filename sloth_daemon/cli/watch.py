@@ -1,5 +1,6 @@
 """Waiting and watching: `sloth wait` and `ls --watch` (how a wait shows
-what it waits for is waiting.py's, shared with `add --wait`)."""
+what it waits for is waiting.py's, shared with `add --wait`). No Typer:
+`wait` runs on the fast path."""
 
 from __future__ import annotations
 
@@ -12,11 +13,21 @@ if TYPE_CHECKING:
     from typing import Callable, Optional
 
 
-def wait(*, job_ids: list[str], as_json: bool) -> int:
-    """`sloth wait ID...`: the exit code is the outcome (0 all done, 5 not)."""
+def wait(job_ids: Optional[list[str]], as_json: bool) -> int:
+    """`sloth wait [ID...]`: the exit code is the outcome (0 all done, 5 not,
+    130 on Ctrl-C). No id: the latest job (as `tsp -w`), said on stderr.
+    Runs on the fast path (no Typer)."""
     from sloth_daemon.cli.waiting import wait_for
 
-    return wait_for([parse_id(j) for j in job_ids], stream=sys.stdout, as_json=as_json)
+    if job_ids:
+        ids = [parse_id(j) for j in job_ids]
+    else:
+        from sloth_daemon.cli.edge import echo
+        from sloth_daemon.cli.latest import latest_job_id
+
+        ids = [latest_job_id()]
+        echo(f"waiting for job {ids[0]} (the latest)", err=True)
+    return wait_for(ids, stream=sys.stdout, as_json=as_json)
 
 
 def watch_ls(text_for: Callable[[Optional[int]], str], interval: str) -> None:

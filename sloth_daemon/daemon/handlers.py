@@ -24,6 +24,7 @@ from sloth_daemon import __version__
 from sloth_daemon import protocol
 from sloth_daemon.checks import MAX_CONCURRENCY
 from sloth_daemon.daemon.control import Control
+from sloth_daemon.daemon.edit_ops import EditOps
 from sloth_daemon.errors import BadRequest, SlothError, StorageBusy
 from sloth_daemon.daemon.streams import Emit, Streams, attempt_of, job_id, job_ids
 from sloth_daemon.daemon.listing_stream import stream_scan
@@ -70,7 +71,7 @@ class Handlers:
             "retry": w(self.op_retry), "restart": w(self.op_restart), "kill": w(self.op_kill),
             "pause": w(self.op_pause), "resume": w(self.op_resume), "lanes": self.op_lanes,
             "lane_set": w(self.op_lane_set), "lane_rm": w(self.op_lane_rm), "prune": w(self.op_prune),
-            "logs": self.op_logs, "config": self.op_config, "reload": self.op_reload,
+            "logs": self.op_logs, "latest": self.op_latest, "config": self.op_config, "reload": self.op_reload,
             "shutdown": self.op_shutdown,
         }
         self.streams: dict[str, Callable[[dict[str, Any], Emit], Awaitable[Any]]] = {
@@ -78,6 +79,7 @@ class Handlers:
             "subscribe": self.streaming.op_subscribe, "scan": self.op_scan,
         }
         self.ops["batch"] = self.op_batch
+        self.ops.update(EditOps(control).table(w))  # edit, bump, hold, release (edit_ops.py)
         # ops that use what the connection holds (a staged batch)
         self.session_ops: dict[str, Callable[[dict[str, Any], Session], Any]] = {
             "stage": self.op_stage, "commit": w(self.op_commit),
@@ -240,6 +242,12 @@ class Handlers:
         path = self.c.log_path(job.id, n)
         elsewhere = self.c.shared is not None and not path.exists() and not self.c.attempt_live(job.id, n)
         return {"id": job.id, "attempt": n, "attempts": job.attempts, "path": str(path), "stored": elsewhere}
+
+    def op_latest(self, a: dict[str, Any]) -> dict[str, Any]:
+        """The newest job's id (the highest), or None: what `sloth wait`,
+        `logs` and `show` mean with no id."""
+        newest = self.c.jobs(states=None, lane=None, limit=1)
+        return {"id": newest[-1].id if newest else None}
 
     def op_config(self, a: dict[str, Any]) -> dict[str, Any]:
         return self.c.config()

@@ -27,6 +27,10 @@ _STOPPING = "the daemon is stopping"
 # nothing came for STORED_GRACE_S: its daemon died before it could finish).
 REMOTE_POLL_S = 1.0
 STORED_GRACE_S = 5.0
+# A wait sends at most one frame per this (all that changed meanwhile in it):
+# a thousand jobs ending in a second cost a waiter ten frames, not three
+# thousand. The frame that ends the wait is never held back.
+WAIT_WINDOW_S = 0.1
 
 
 class Subscription:
@@ -58,13 +62,85 @@ class Subscription:
         self._unwatch()
 
 
+class Waiting:
+    """What one wait holds: the jobs not ended yet (``pending``), the state
+    each was last told in (``told``), the latest state heard since
+    (``latest``: not a queue of events, so waiting on thousands of jobs
+    never drops the change that ends one, nor piles up the ones between),
+    and two wake-ups: ``heard`` (something changed) and ``all_ended``
+    (every pending job's latest state is final: send it now)."""
+
+    def __init__(self, jobs: list[Job]) -> None:
+        self.told = {j.id: j for j in jobs}
+        self.pending = {j.id for j in jobs if not j.state.finished}
+        self.latest: dict[int, Job] = {}
+        self._ended: set[int] = set()  # pending jobs whose latest state is final
+        self.heard, self.all_ended = asyncio.Event(), asyncio.Event()
+        self._dicts: dict[int, dict[str, Any]] = {}  # told[id] as sent (made once, sent again at the end)
+
+    def told_dict(self, jid: int) -> dict[str, Any]:
+        """``told[jid]`` as a frame carries it (Job.to_dict's shape)."""
+        d = self._dicts.get(jid)
+        if d is None:
+            d = self._dicts[jid] = wire(self.told[jid])
+        return d
+
+    def on_change(self, job: Job) -> None:
+        """A watcher (Control.watch): O(1), whatever the number of jobs waited on."""
+        if job.id not in self.pending:
+            return
+        self.latest[job.id] = job
+        if job.state.finished:
+            self._ended.add(job.id)
+            if len(self._ended) == len(self.pending):
+                self.all_ended.set()
+        else:
+            self._ended.discard(job.id)
+            self.all_ended.clear()
+        self.heard.set()
+
+    def take(self) -> list[Job]:
+        """What changed since the last take, to tell now; the ended leave ``pending``."""
+        jobs = list(self.latest.values())
+        self.latest.clear()
+        self.told.update((j.id, j) for j in jobs)
+        for j in jobs:
+            self._dicts.pop(j.id, None)
+        self.pending -= self._ended
+        self._ended.clear()
+        self.heard.clear()
+        self.all_ended.clear()
+        return jobs
+
+
+_WIRE_FIELDS = tuple(f for f in Job.__dataclass_fields__ if f != "env")
+
+
+def wire(job: Job) -> dict[str, Any]:
+    """What Job.to_dict() gives, without its copies of lists and dicts: for
+    a frame that is encoded as it is sent, and that nothing changes meanwhile
+    (a wait on thousands of jobs makes thousands of these)."""
+    d = {f: getattr(job, f) for f in _WIRE_FIELDS}
+    d["state"] = job.state.value
+    return d
+
+
+async def _until(event: asyncio.Event, timeout_s: float) -> None:
+    """Until ``event`` is set or ``timeout_s`` has passed, whichever is first."""
+    try:
+        await asyncio.wait_for(event.wait(), timeout_s)
+    except asyncio.TimeoutError:
+        pass
+
+
 class Streams:
     """The streaming ops over ``control`` (``c``). State: the open
     subscriptions and the waits' wake-up events, all ended by ``close``
     (then ``closing``: a stream still reading stops)."""
 
-    def __init__(self, control: Control) -> None:
+    def __init__(self, control: Control, *, wait_window_s: float = WAIT_WINDOW_S) -> None:
         self.c = control
+        self.wait_window_s = wait_window_s
         self.closing = False
         self._subs: set[Subscription] = set()
         self._wakers: set[asyncio.Event] = set()  # waits, woken to end on close
@@ -79,40 +155,45 @@ class Streams:
 
     async def op_wait(self, a: dict[str, Any], emit: Emit) -> Any:
         """First a ``jobs`` event (every job as it is now, for a progress
-        view), then a ``state`` event per change until all have ended."""
+        view), then, until all have ended, what changed: with ``batched``
+        one ``states`` event of many jobs at a time, else a ``state`` event
+        per job. Coalesced (Waiting): at most one send per
+        ``wait_window_s``, each job's latest state only, but the change
+        that ends the last job goes at once. The response is every job as
+        it ended, from what the wait heard (no read per job)."""
         ids = job_ids(a.get("ids"))
-        now = [self.c.get(i) for i in ids]
-        pending = {j.id for j in now if not j.state.finished}
-        # Not a bounded queue of events: the latest state per pending job, so
-        # waiting on thousands of jobs never drops the change that ends it.
-        latest: dict[int, Job] = {}
-        changed = asyncio.Event()
-
-        def on_change(job: Job) -> None:
-            if job.id in pending:
-                latest[job.id] = job
-                changed.set()
-        unwatch = self.c.watch(on_change)
-        self._wakers.add(changed)
-        known = {j.id: (j.state, j.attempts) for j in now}
+        batched = a.get("batched", False)
+        if not isinstance(batched, bool):
+            raise BadRequest("batched must be true or false")
+        w = Waiting([self.c.get(i) for i in ids])
+        unwatch = self.c.watch(w.on_change)
+        self._wakers |= {w.heard, w.all_ended}
+        loop = asyncio.get_running_loop()
         try:
-            await emit({"kind": "jobs", "jobs": [j.to_dict() for j in now]})
-            while pending:
-                if not await self._heard(changed):
-                    latest.update(self._polled(pending, known))
-                changed.clear()
+            await emit({"kind": "jobs", "jobs": [w.told_dict(i) for i in ids]})
+            sent_at = loop.time()
+            while w.pending:
+                if not await self._heard(w.heard):
+                    for job in self._polled(w):
+                        w.on_change(job)
+                hold = sent_at + self.wait_window_s - loop.time()
+                if hold > 0 and w.latest and not w.all_ended.is_set() and not self.closing:
+                    await _until(w.all_ended, hold)  # more changes come in meanwhile
                 if self.closing:
                     raise SlothError(_STOPPING, hint="Run the wait again after it restarts.")
-                while latest:
-                    jid, job = latest.popitem()
-                    known[jid] = (job.state, job.attempts)
-                    await emit({"kind": "state", "job": job.to_dict()})
-                    if job.state.finished:
-                        pending.discard(jid)
+                jobs = w.take()
+                if not jobs:
+                    continue
+                if batched:
+                    await emit({"kind": "states", "jobs": [w.told_dict(j.id) for j in jobs]})
+                else:
+                    for j in jobs:
+                        await emit({"kind": "state", "job": w.told_dict(j.id)})
+                sent_at = loop.time()
         finally:
             unwatch()
-            self._wakers.discard(changed)
-        return {"jobs": [self.c.get(i).to_dict() for i in ids]}
+            self._wakers -= {w.heard, w.all_ended}
+        return {"jobs": [w.told_dict(i) for i in ids]}
 
     async def _heard(self, changed: asyncio.Event) -> bool:
         """Wait for a change heard here; on a shared queue at most
@@ -126,10 +207,11 @@ class Streams:
         except asyncio.TimeoutError:
             return False
 
-    def _polled(self, pending: set[int], known: dict[int, tuple[Any, int]]) -> dict[int, Job]:
+    def _polled(self, w: Waiting) -> list[Job]:
         """The pending jobs another machine changed since we last said."""
-        jobs = self.c.get_many(sorted(pending))
-        return {j.id: j for j in jobs if known.get(j.id) != (j.state, j.attempts)}
+        jobs = self.c.get_many(sorted(w.pending))
+        return [j for j in jobs if (seen := w.latest.get(j.id) or w.told[j.id]).state != j.state
+                or seen.attempts != j.attempts]
 
     async def op_subscribe(self, a: dict[str, Any], emit: Emit) -> Any:
         ids = a.get("ids")

@@ -225,7 +225,9 @@ def test_client_reports_daemon_not_running_for_a_stale_socket(harness):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.bind(str(harness.socket))
     s.close()
+    harness.env["SLOTH_NO_START"] = "1"  # else `pause` starts a daemon, which takes the socket's place
     p = harness.cli("pause")
+    del harness.env["SLOTH_NO_START"]
     assert p.returncode == 3
     assert "no sloth daemon is listening" in p.stderr and "Traceback" not in p.stderr
     p = harness.cli("ls", "--json")  # reading needs no daemon

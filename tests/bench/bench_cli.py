@@ -13,10 +13,13 @@ matter more than absolutes.
 
   call      one command run the way a shell runs it: `python -c pass` with the
             install's interpreter (the floor), `sloth add -- true` (daemon
-            paused, and running the jobs), `sloth ls` and `sloth show ID`
-            (paused, 20 jobs), one TAB of bash completion (`sloth show <TAB>`:
-            job ids; `sloth ls --lane <TAB>`: lanes), `sloth status` (a
-            command the fast path leaves to the Typer app), and task-spooler's
+            paused, and running the jobs), `sloth ls`, `show ID`, `status`
+            and `lane ls` (paused, 20 jobs), `logs ID` and `wait ID` of a
+            finished job, `cancel ID` and `retry ID` (one queued job,
+            cancelled and queued again each round), `kill ID` (a running
+            `sleep`, a new one each round), `pause` and `resume` (a daemon
+            of their own), one TAB of bash completion (`sloth show <TAB>`:
+            job ids; `sloth ls --lane <TAB>`: lanes), and task-spooler's
             `tsp true` and `nq true` (installed with apt-get when missing and
             we are root; else skipped)
   loop      a shell loop of 200 `sloth add -- true` (daemon paused): wall
@@ -31,9 +34,11 @@ matter more than absolutes.
             without the caller's environment attached
   import    `python -X importtime` of a real `sloth add`: the modules that cost most
 
-Targets (issue 13): `sloth add` median <= 2x the floor (stretch 1.3x); `ls`
-and `show` <= 2.5x; a TAB <= 100 ms; --stdin >= 50,000 jobs/s; one
-connection >= 1,000 durable enqueues/s.
+Targets (issue 13, then issue 22): `sloth add` median <= 2x the floor
+(stretch 1.3x); every daily command (add, ls, show, logs, status, wait,
+cancel, retry, kill, pause, resume, lane ls) <= 2x; a TAB <= 60 ms; --stdin
+>= 50,000 jobs/s; one connection >= 1,000 durable enqueues/s. --calls-only
+measures the per-call rows and their targets alone (a few minutes).
 
 Python files are byte-compiled (pip does that on install) and the runs may
 write .pyc files (PYTHONDONTWRITEBYTECODE would make every call of an
@@ -66,8 +71,11 @@ from tests.support.harness import Harness  # noqa: E402
 PY = sys.executable  # this venv: the daemons, and the in-process parts
 # The install the per-call rows measure (normal_install() sets them; --in-place: this venv).
 INSTALL = {"python": PY, "sloth": str(Path(PY).parent / "sloth")}
-TARGETS = {"add_x_floor": 2.0, "add_x_floor_stretch": 1.3, "ls_x_floor": 2.5, "show_x_floor": 2.5,
-           "tab_ms": 100.0, "stdin_jobs_s": 50_000.0, "conn_enqueues_s": 1_000.0}
+TARGETS = {"add_x_floor": 2.0, "add_x_floor_stretch": 1.3, "daily_x_floor": 2.0, "tab_ms": 60.0,
+           "stdin_jobs_s": 50_000.0, "conn_enqueues_s": 1_000.0}
+# The per-call rows each held to daily_x_floor (issue 22), by the start of their names.
+DAILY = ("sloth add -- true (paused)", "sloth ls", "sloth show", "sloth logs", "sloth status", "sloth wait",
+         "sloth cancel", "sloth retry", "sloth kill", "sloth pause", "sloth resume", "sloth lane ls")
 
 
 def base_env() -> dict[str, str]:
@@ -81,31 +89,45 @@ def med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
-def run_once(argv: list[str], env: dict[str, str], cwd: str) -> float:
-    """Wall seconds of one run of argv, exec'd the way a shell would (no shell)."""
+def run_once(argv: list[str], env: dict[str, str], cwd: str) -> tuple[float, float]:
+    """Wall seconds of one run of argv, exec'd the way a shell would (no
+    shell), and the CPU seconds (user + system) the process itself spent:
+    on a busy machine the wall time waits for a CPU, its own time does not."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, check=True)
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 class Probe:
-    """One command to time: argv, its environment and folder."""
+    """One command to time: argv (or, for a command that must name a new
+    job each time, a function of the round's number giving it), its
+    environment and folder."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], cwd: str) -> None:
-        self.name, self.argv, self.env, self.cwd = name, argv, env, cwd
+    def __init__(self, name: str, argv: list[str] | Callable[[int], list[str]], env: dict[str, str],
+                 cwd: str) -> None:
+        self.name, self.env, self.cwd = name, env, cwd
+        self.argv_for = argv if callable(argv) else (lambda i: argv)
         self.times: list[float] = []
+        self.cpu: list[float] = []
 
 
 def round_robin(probes: list[Probe], n: int, warmup: int = 3) -> None:
     """Run every probe n times, one after another in turn: a busy spell of
     the machine then falls on all of them alike, not on one row."""
-    for _ in range(warmup):
+    for i in range(warmup):
         for p in probes:
-            run_once(p.argv, p.env, p.cwd)
-    for _ in range(n):
+            run_once(p.argv_for(i), p.env, p.cwd)
+    for i in range(warmup, warmup + n):
         for p in probes:
-            p.times.append(run_once(p.argv, p.env, p.cwd))
+            wall, cpu = run_once(p.argv_for(i), p.env, p.cwd)
+            p.times.append(wall)
+            p.cpu.append(cpu)
 
 
 class Daemon:
@@ -157,23 +179,40 @@ def tab(words: str) -> dict[str, str]:
     return {"_SLOTH_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(cword)}
 
 
-def per_call(n: int, tools: dict[str, str | None]) -> list[Probe]:
+def per_call(n: int, tools: dict[str, str | None], warmup: int = 3) -> list[Probe]:
     """The per-call rows, timed round-robin (see the module's docstring)."""
     py, sloth = INSTALL["python"], INSTALL["sloth"]
-    with Daemon(paused=True) as paused, Daemon(paused=False) as running, Daemon(paused=True) as reads:
+    with Daemon(paused=True) as paused, Daemon(paused=False) as running, Daemon(paused=True) as reads, \
+            Daemon(paused=True) as acts, Daemon(paused=False) as lanes:
         for i in range(20):
             reads.add("true", str(i), lane="video" if i % 4 == 0 else "default")
-        e, r, home = paused.env, reads.env, str(paused.home)
+        done = running.add("sh", "-c", "echo hello; echo world")  # logs and wait: a finished job
+        running.wait_state(done, "done")
+        running.call("lane_set", lane="k", concurrency=n + warmup, create=True)
+        sleeps = running.add_many([{"command": ["sleep", "600"], "lane": "k"}] * (n + warmup))
+        for j in sleeps:
+            running.wait_state(j, "running")
+        queued = acts.add("true")  # cancelled, then queued again, each round
+        e, r, home, rh, re_ = paused.env, reads.env, str(paused.home), str(reads.home), running.env
+        rr, a, ah = str(running.home), acts.env, str(acts.home)
         probes = [Probe("python -c pass (floor)", [py, "-c", "pass"], base_env(), "/tmp"),
                   Probe("sloth add -- true (paused)", [sloth, "add", "--", "true"], e, home),
-                  Probe("sloth add -- true (running)", [sloth, "add", "--", "true"], running.env, str(running.home)),
-                  Probe("sloth ls (20 jobs)", [sloth, "ls"], r, str(reads.home)),
-                  Probe("sloth show 1", [sloth, "show", "1"], r, str(reads.home)),
-                  Probe("TAB: sloth show <TAB> (ids)", [sloth], dict(r, **tab("sloth show ")), str(reads.home)),
-                  Probe("TAB: sloth ls --lane <TAB>", [sloth], dict(r, **tab("sloth ls --lane ")), str(reads.home)),
-                  Probe("sloth status (Typer app)", [sloth, "status"], r, str(reads.home))]
+                  Probe("sloth add -- true (running)", [sloth, "add", "--", "true"], re_, rr),
+                  Probe("sloth ls (20 jobs)", [sloth, "ls"], r, rh),
+                  Probe("sloth show 1", [sloth, "show", "1"], r, rh),
+                  Probe("sloth status (20 jobs)", [sloth, "status"], r, rh),
+                  Probe("sloth lane ls", [sloth, "lane", "ls"], r, rh),
+                  Probe("sloth logs ID (done)", [sloth, "logs", str(done)], re_, rr),
+                  Probe("sloth wait ID (done)", [sloth, "wait", str(done)], re_, rr),
+                  Probe("sloth cancel ID (queued)", [sloth, "cancel", str(queued)], a, ah),
+                  Probe("sloth retry ID (cancelled)", [sloth, "retry", str(queued)], a, ah),
+                  Probe("sloth kill ID (running)", lambda i: [sloth, "kill", str(sleeps[i])], re_, rr),
+                  Probe("sloth pause", [sloth, "pause"], lanes.env, str(lanes.home)),
+                  Probe("sloth resume", [sloth, "resume"], lanes.env, str(lanes.home)),
+                  Probe("TAB: sloth show <TAB> (ids)", [sloth], dict(r, **tab("sloth show ")), rh),
+                  Probe("TAB: sloth ls --lane <TAB>", [sloth], dict(r, **tab("sloth ls --lane ")), rh)]
         with tool_probes(tools) as extra:
-            round_robin(probes + extra, n)
+            round_robin(probes + extra, n, warmup)
             return probes + extra
 
 
@@ -366,6 +405,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=None, help="runs of each per-call command (default 30; 15 quick)")
     ap.add_argument("--loop", type=int, default=200, help="`sloth add` calls in the shell loop")
     ap.add_argument("--in-place", action="store_true", help="measure this venv, not a fresh `pip install .`")
+    ap.add_argument("--calls-only", action="store_true", help="only the per-call rows and their targets")
     ap.add_argument("--out", type=Path, default=None, help="write results.json and results.md here")
     ap.add_argument("--profile", action="store_true",
                     help="also print a cProfile of the daemon side of `sloth add --stdin`")
@@ -392,6 +432,25 @@ def measure(a: argparse.Namespace, runs: int, calls: int) -> tuple[dict[str, Any
     tools = ensure_tools()
     probes = per_call(calls, tools)
     print("  measured the per-call rows", file=sys.stderr, flush=True)
+    res: dict[str, Any] = {"install": "in place" if a.in_place else "pip install . (fresh venv)",
+                           "calls": calls, "runs": runs, "python": sys.version.split()[0], "per_call": {}}
+    lines = [f"sloth CLI benchmark ({res['install']}, Python {res['python']}): {calls} runs of each command,"
+             " round-robin (cpu: the command's own user+system time, median)", "",
+             f"| {'command':<32} | {'median ms':>9} | {'range ms':>13} | {'x floor':>7} | {'cpu ms':>6} |",
+             f"|{'-' * 34}|{'-' * 11}|{'-' * 15}|{'-' * 9}|{'-' * 8}|"]
+    floor = med(probes[0].times)
+    for p in probes:
+        m = med(p.times)
+        res["per_call"][p.name] = {"median_ms": m * 1000, "min_ms": min(p.times) * 1000,
+                                   "max_ms": max(p.times) * 1000, "x_floor": m / floor,
+                                   "cpu_median_ms": med(p.cpu) * 1000, "times_ms": [t * 1000 for t in p.times]}
+        rng = f"{min(p.times) * 1000:.1f}-{max(p.times) * 1000:.1f}"
+        lines.append(f"| {p.name:<32} | {m * 1000:>9.1f} | {rng:>13} | {m / floor:>7.2f} | {med(p.cpu) * 1000:>6.1f} |")
+    for tool in ("tsp", "nq"):
+        if not tools[tool]:
+            lines.append(f"| {tool + ' (not installed)':<32} | {'-':>9} | {'-':>13} | {'-':>7} | {'-':>6} |")
+    if a.calls_only:
+        return res, lines + target_lines(res, floor, None, None)
     loop = shell_loop(50 if a.quick else a.loop, tools["tsp"])
     n_conn, n_stdin = (500, 10_000) if a.quick else (3000, 50_000)
     conn = repeat(runs, lambda: bench_conn(n_conn))
@@ -400,22 +459,6 @@ def measure(a: argparse.Namespace, runs: int, calls: int) -> tuple[dict[str, Any
     split = [bench_queue_split(n_stdin) for _ in range(runs)]
     print("  measured throughput", file=sys.stderr, flush=True)
     imp = import_profile()
-    res: dict[str, Any] = {"install": "in place" if a.in_place else "pip install . (fresh venv)",
-                           "calls": calls, "runs": runs, "python": sys.version.split()[0], "per_call": {}}
-    lines = [f"sloth CLI benchmark ({res['install']}, Python {res['python']}): {calls} runs of each command,"
-             " round-robin", "", f"| {'command':<32} | {'median ms':>9} | {'range ms':>13} | {'x floor':>7} |",
-             f"|{'-' * 34}|{'-' * 11}|{'-' * 15}|{'-' * 9}|"]
-    floor = med(probes[0].times)
-    for p in probes:
-        m = med(p.times)
-        res["per_call"][p.name] = {"median_ms": m * 1000, "min_ms": min(p.times) * 1000,
-                                   "max_ms": max(p.times) * 1000, "x_floor": m / floor,
-                                   "times_ms": [t * 1000 for t in p.times]}
-        rng = f"{min(p.times) * 1000:.1f}-{max(p.times) * 1000:.1f}"
-        lines.append(f"| {p.name:<32} | {m * 1000:>9.1f} | {rng:>13} | {m / floor:>7.2f} |")
-    for tool in ("tsp", "nq"):
-        if not tools[tool]:
-            lines.append(f"| {tool + ' (not installed)':<32} | {'-':>9} | {'-':>13} | {'-':>7} |")
     n_loop = 50 if a.quick else a.loop
     res["loop"] = {"calls": n_loop, **{k: {"s": v, "per_s": n_loop / v} for k, v in loop.items()}}
     lines += ["", f"shell loop of {n_loop} calls: " + "; ".join(
@@ -448,17 +491,18 @@ def throughput_lines(res: dict[str, Any], conn: list[float], single: list[float]
     return lines
 
 
-def target_lines(res: dict[str, Any], floor: float, stdin: float, conn: float) -> list[str]:
+def target_lines(res: dict[str, Any], floor: float, stdin: float | None, conn: float | None) -> list[str]:
     pc = res["per_call"]
     add = pc["sloth add -- true (paused)"]["x_floor"]
     tab_ms = max(pc[k]["median_ms"] for k in pc if k.startswith("TAB"))
-    checks = [("sloth add (paused), x floor", add, "<=", TARGETS["add_x_floor"], "x"),
-              ("  stretch", add, "<=", TARGETS["add_x_floor_stretch"], "x"),
-              ("sloth ls, x floor", pc["sloth ls (20 jobs)"]["x_floor"], "<=", TARGETS["ls_x_floor"], "x"),
-              ("sloth show, x floor", pc["sloth show 1"]["x_floor"], "<=", TARGETS["show_x_floor"], "x"),
-              ("a TAB (the slower of the two)", tab_ms, "<=", TARGETS["tab_ms"], "ms"),
-              ("--stdin", stdin, ">=", TARGETS["stdin_jobs_s"], "jobs/s"),
-              ("one connection", conn, ">=", TARGETS["conn_enqueues_s"], "enqueues/s")]
+    checks: list[tuple[str, float, str, float, str]] = [
+        ("  sloth add stretch", add, "<=", TARGETS["add_x_floor_stretch"], "x")]
+    checks[:0] = [(f"{k}, x floor", pc[k]["x_floor"], "<=", TARGETS["daily_x_floor"], "x")
+                  for k in pc if k.startswith(DAILY)]
+    checks.append(("a TAB (the slower of the two)", tab_ms, "<=", TARGETS["tab_ms"], "ms"))
+    if stdin is not None and conn is not None:
+        checks += [("--stdin", stdin, ">=", TARGETS["stdin_jobs_s"], "jobs/s"),
+                   ("one connection", conn, ">=", TARGETS["conn_enqueues_s"], "enqueues/s")]
     lines = ["", f"targets (floor: python -c pass, median {floor * 1000:.1f} ms):"]
     for what, v, op, target, unit in checks:
         ok = v <= target if op == "<=" else v >= target

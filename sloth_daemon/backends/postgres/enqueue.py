@@ -39,11 +39,13 @@ SELECT t.id, t.command, t.state, t.lane, t.priority, t.max_attempts, t.lease_s, 
        t.no_retry_exit, t.message, t.prereqs, t.waited_on, t.place, t.gate,
        CASE WHEN t.state = 'cancelled' THEN sloth.now() END, sloth.now(), sloth.now()
 FROM unnest({", ".join(f"%s::{t}[]" for t in _TYPES)}) AS t({_COLUMNS})
-ON CONFLICT (key) WHERE key IS NOT NULL AND state IN ('blocked', 'queued', 'running') DO NOTHING
+ON CONFLICT (key) WHERE key IS NOT NULL AND state IN ('blocked', 'held', 'queued', 'running') DO NOTHING
 RETURNING id
 """
 SQL_NEXT_IDS = "SELECT nextval(pg_get_serial_sequence('sloth.jobs', 'id')) AS id FROM generate_series(1, %s)"
-SQL_ACTIVE_KEY = "SELECT id FROM sloth.jobs WHERE key = %s AND state IN ('blocked', 'queued', 'running')"
+SQL_ACTIVE_KEY = "SELECT id FROM sloth.jobs WHERE key = %s AND state IN ('blocked', 'held', 'queued', 'running')"
+SQL_HELD_EVENTS = ("INSERT INTO sloth.events (job_id, at, kind, attempt, message)"
+                   " SELECT unnest(%s::bigint[]), sloth.now(), 'held', 0, %s")
 SQL_ENV_FIND = "SELECT id FROM sloth.envs WHERE hash = %s FOR KEY SHARE"
 SQL_ENV_ADD = "INSERT INTO sloth.envs (hash, data) VALUES (%s, %s) ON CONFLICT (hash) DO NOTHING RETURNING id"
 SQL_ADD_LANES = ("INSERT INTO sloth.lanes (name, created_at) SELECT unnest(%s::text[]), sloth.now()"
@@ -131,6 +133,7 @@ class _Batch:
         self.late: set[int] = set()  # jobs waited for that are not in the run: marked at the end
         self.deps: list[tuple[int, int, str]] = []
         self.cancelled: list[tuple[int, str]] = []  # (id, why) of jobs cancelled as they are added
+        self.held: list[int] = []  # jobs added held (`add --hold`): their event at the end
         self._free = self._take(n)
 
     def insert(self, rows: list[JobSpec]) -> list[int]:
@@ -143,6 +146,9 @@ class _Batch:
                 self._keyed(r)
         self._flush()
         deps.add_deps(self.c, self.deps, self.cancelled, self.late)
+        if self.held:
+            mine = set(self.ids)  # not those a key conflict gave up (_forget)
+            self.c.execute(SQL_HELD_EVENTS, ([i for i in self.held if i in mine], rules.HELD_AT_ADD))
         return self.ids
 
     def _take(self, n: int) -> Iterator[int]:
@@ -171,6 +177,9 @@ class _Batch:
     def _row(self, r: JobSpec, jid: int) -> list[Any]:
         """The values of one job (and its deps rows), its state decided."""
         state, message, shown = ("queued", "", None) if not r.waits else self._waiting(r, jid)
+        if r.hold and state != "cancelled":  # `add --hold`
+            state = "held"
+            self.held.append(jid)
         self.ids.append(jid)
         self.known[jid] = state
         return [jid, r.command_json, state, r.lane, r.priority, r.max_attempts, r.lease_s, r.timeout_s,

@@ -20,6 +20,7 @@ ORDER = {
     "running": "id",
     "queued": "not_before > %(now)s, CASE WHEN not_before <= %(now)s THEN -priority ELSE 0 END,"
               " not_before, -priority, id",
+    "held": "priority DESC, not_before, id",  # the order they would run in once released
     "blocked": "id",
     "finished": "finished_at DESC, id DESC",
 }

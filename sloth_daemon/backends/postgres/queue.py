@@ -10,6 +10,7 @@ answers each method of the contract with one of theirs:
 * ``leases`` (leases.Leases): heartbeats, adoption, and the outcomes that
   end a lease (complete, fail, release);
 * ``requests`` (batch.Requests): a user's cancel, retry, restart, prune;
+* ``edits`` (edits.Edits): edit, bump, hold, unhold (`sloth release`);
 * ``adding`` (enqueue.Enqueuer): enqueue, enqueue_many, batch_ids;
 * ``reads`` (reads.Reads) and ``listings`` (listing.Listings): the read side;
 * ``machines`` (hosts.Machines) and ``logs`` (logs.Logs): the hosts that
@@ -70,6 +71,7 @@ from sloth_daemon.backends import rules
 from sloth_daemon.backends.postgres import identity as pg_identity, migrate as pg_migrate, db as pgdb
 from sloth_daemon.backends.postgres.batch import Requests
 from sloth_daemon.backends.postgres.claim import Claims
+from sloth_daemon.backends.postgres.edits import Edits
 from sloth_daemon.backends.postgres.enqueue import Enqueuer
 from sloth_daemon.backends.postgres.hosts import Machines
 from sloth_daemon.backends.postgres.leases import Leases
@@ -170,6 +172,12 @@ class PgQueue:
         self.retry_many = requests.retry_many
         self.restart = requests.restart
         self.prune = requests.prune
+
+        self.edits = edits = Edits(rows, writer)  # issue 22: `sloth edit`, `bump`, `hold`, `release`
+        self.edit = edits.edit
+        self.bump = edits.bump
+        self.hold = edits.hold
+        self.unhold = edits.unhold
 
         self.adding = adding = Enqueuer(db, writer, lease_s=self.lease_s, max_attempts=self.max_attempts)
         self.enqueue = functools.partial(rules.enqueue_one, adding.enqueue_many)

@@ -33,10 +33,11 @@ SQL_COUNTS = "SELECT state, count(*) AS n FROM sloth.jobs GROUP BY state"
 # Each an index seek on a partial index (jobs_due, jobs_blocked, jobs_lease).
 SQL_LANE_BUSY = ("SELECT EXISTS (SELECT 1 FROM sloth.jobs WHERE state = 'queued' AND lane = %(lane)s)"
                  " OR EXISTS (SELECT 1 FROM sloth.jobs WHERE state = 'blocked' AND lane = %(lane)s)"
+                 " OR EXISTS (SELECT 1 FROM sloth.jobs WHERE state = 'held' AND lane = %(lane)s)"
                  " OR EXISTS (SELECT 1 FROM sloth.jobs WHERE state = 'running' AND lane = %(lane)s) AS busy")
 SQL_LANE_ROWS = "SELECT name, concurrency, config_was, created_at FROM sloth.lanes ORDER BY name"
 SQL_LANE_COUNTS = ("SELECT lane, state, count(*) AS n FROM sloth.jobs"
-                   " WHERE state IN ('blocked', 'queued', 'running') GROUP BY lane, state")
+                   " WHERE state IN ('blocked', 'held', 'queued', 'running') GROUP BY lane, state")
 
 
 class JobRows:

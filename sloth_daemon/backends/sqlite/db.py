@@ -137,7 +137,18 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE jobs ADD COLUMN place TEXT NOT NULL DEFAULT '';
     """,
-    # 6 -> 7: gates (run conditions, named resources, lane slots: issue 24).
+    # 6 -> 7: held jobs (`sloth hold`, `add --hold`, issue 22). A held job is
+    # in no claim index (jobs_ready, jobs_due and jobs_lease are partial on
+    # other states), as a blocked one, so holding costs a claim nothing; its
+    # key stays taken, and jobs_held finds a lane's held jobs (bump, lane
+    # counts) in the order they would run.
+    """
+    DROP INDEX jobs_active_key;
+    CREATE UNIQUE INDEX jobs_active_key ON jobs(key)
+        WHERE key IS NOT NULL AND state IN ('blocked', 'held', 'queued', 'running');
+    CREATE INDEX jobs_held ON jobs(lane, priority, not_before, id) WHERE state = 'held';
+    """,
+    # 7 -> 8: gates (run conditions, named resources, lane slots: issue 24).
     # A queued job with a gate is out of the claim indexes (jobs_ready and
     # jobs_due now hold gate IS NULL only), so jobs that wait for mains power
     # cost a claim nothing; jobs_gated groups them by gate text, so the

@@ -18,7 +18,7 @@ from sloth_daemon.errors import JobNotFound
 
 SQL_UNFINISHED_PREREQ = (
     "SELECT d.after_id FROM deps d JOIN jobs j ON j.id = d.after_id"
-    " WHERE d.job_id = ? AND j.state IN ('blocked', 'queued', 'running') LIMIT 1"
+    " WHERE d.job_id = ? AND j.state IN ('blocked', 'held', 'queued', 'running') LIMIT 1"
 )
 SQL_PREREQS = (
     "SELECT d.after_id, d.need, j.state FROM deps d JOIN jobs j ON j.id = d.after_id"
@@ -30,14 +30,15 @@ SQL_STATE_OF = "SELECT state FROM jobs WHERE id = ?"
 # fetchall: a RETURNING statement left unfinished is prepared again next time.
 SQL_CANCEL_NEEDING = (
     "UPDATE jobs SET state = 'cancelled', message = :why, finished_at = :now, updated_at = :now"
-    " WHERE id IN (SELECT job_id FROM deps WHERE after_id = :ended AND need = 'done') AND state = 'blocked'"
+    " WHERE id IN (SELECT job_id FROM deps WHERE after_id = :ended AND need = 'done')"
+    " AND state IN ('blocked', 'held')"
     " RETURNING *"
 )
 SQL_PROMOTE = (
     "UPDATE jobs SET state = 'queued', not_before = max(not_before, :now), updated_at = :now"
     " WHERE id IN (SELECT job_id FROM deps WHERE after_id = :ended) AND state = 'blocked'"
     " AND NOT EXISTS (SELECT 1 FROM deps d JOIN jobs p ON p.id = d.after_id"
-    " WHERE d.job_id = jobs.id AND p.state IN ('blocked', 'queued', 'running'))"
+    " WHERE d.job_id = jobs.id AND p.state IN ('blocked', 'held', 'queued', 'running'))"
     " RETURNING *"
 )
 SQL_EVENT = "INSERT INTO events (job_id, at, kind, attempt, message) VALUES (?, ?, ?, 0, ?)"

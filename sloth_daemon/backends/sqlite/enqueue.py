@@ -27,7 +27,7 @@ from sloth_daemon.backends.sqlite.unit import SqliteStore
 # to apply; with bound parameters it cannot, and the lookup scans the table.
 SQL_ACTIVE_KEY = (
     "SELECT id FROM jobs INDEXED BY jobs_active_key"
-    " WHERE key = ? AND state IN ('blocked', 'queued', 'running')"
+    " WHERE key = ? AND state IN ('blocked', 'held', 'queued', 'running')"
 )
 _COLUMNS = ("command, lane, priority, max_attempts, lease_s, timeout_s, not_before, key, cwd,"
             " env_id, label, shell, created_at, updated_at, retry_exit, no_retry_exit, place")
@@ -96,14 +96,14 @@ class _Batch:
     def insert(self, rows: list[JobSpec]) -> list[int]:
         for r in rows:
             env_id = None if r.env_json is None else self.env_ids[r.env_json]
-            if r.key is None and not r.waits and r.gate_json is None:
+            if r.key is None and not r.waits and not r.hold and r.gate_json is None:
                 self.run.append(_values(r, env_id, self.now))
                 continue
             self.flush()
             hit = self.c.execute(SQL_ACTIVE_KEY, (r.key,)).fetchone() if r.key is not None else None
             if hit:
                 self.ids.append(hit[0])
-            elif r.waits:
+            elif r.waits or r.hold:
                 self.ids.append(self._waiting(r, env_id))
             else:
                 self.ids.append(int(self.c.execute(SQL_INSERT_GATED, (r.gate_json, *_values(r, env_id, self.now)))
@@ -117,17 +117,20 @@ class _Batch:
         self.run = []
 
     def _waiting(self, r: JobSpec, env_id: int | None) -> int:
+        """A job that waits for others, or is added held (``add --hold``)."""
         wanted = rules.waits_for(r, self.ids[-1] if self.ids else None)
         state, why = deps.initial_state(self.c, wanted, self.states)
+        if r.hold and state != "cancelled":
+            state = "held"
         shown = rules.prereqs_json(wanted)
         finished = self.now if state == "cancelled" else None
         message = why if state == "cancelled" else ""
         jid = int(self.c.execute(SQL_INSERT_WAITING, (state, message, finished, shown, r.gate_json,
                                                       *_values(r, env_id, self.now))).lastrowid or 0)
         self.deps += [(jid, pid, need) for pid, need in wanted]
-        if state == "cancelled":
+        if state in ("cancelled", "held"):
             self.c.execute("INSERT INTO events (job_id, at, kind, attempt, message) VALUES (?, ?, ?, 0, ?)",
-                           (jid, self.now, "cancelled", why))
+                           (jid, self.now, state, why if state == "cancelled" else rules.HELD_AT_ADD))
         self.states[jid] = state
         return jid
 

@@ -21,6 +21,7 @@ ORDER = {
     "running": "id",
     "queued": "not_before > :now, CASE WHEN not_before <= :now THEN -priority ELSE 0 END,"
               " not_before, -priority, id",
+    "held": "priority DESC, not_before, id",  # the order they would run in once released
     "blocked": "id",
     "finished": "finished_at DESC, id DESC",
 }

@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import Any, Callable, Collection, ContextManager, Iterable, Mapping, Sequence
 
 from sloth_daemon.backends import rules
+from sloth_daemon.backends.edits import Edited
 from sloth_daemon.backends.sqlite import db
 from sloth_daemon.backends.sqlite.batch import SqliteRequests
+from sloth_daemon.backends.sqlite.edits import SqliteEdits
 from sloth_daemon.backends.sqlite.ends import JobEnds
 from sloth_daemon.backends.sqlite.enqueue import SqliteEnqueue
 from sloth_daemon.backends.sqlite.leases import SqliteLeases
@@ -82,6 +84,7 @@ class SqliteQueue:
         self.leases = SqliteLeases(self.store, self.rows, self.ends, self.clock, float(backoff_cap_s))
         self.requests = SqliteRequests(self.store, self.rows, self.ends, self.adds, self.clock)
         self.meta = SqliteMeta(self.store, self.clock)
+        self.edits = SqliteEdits(self.store, self.rows, self.clock)
         self.identity: str = self.meta.identity()
 
     # ---------------------------------------------------------------- settings
@@ -386,6 +389,43 @@ class SqliteQueue:
         ``older_than_s`` ago, of ``states`` (default: every finished state) and
         ``lane``. Returns how many were (``dry_run``: would be) deleted."""
         return self.requests.prune(older_than_s, states=states, lane=lane, dry_run=dry_run)
+
+    # ---------------------------------------------- queue edits (issue 22)
+    def edit(self, job_id: int, changes: Mapping[str, Any], *, expect: Mapping[str, Any] | None = None) -> Edited:
+        """Change a job that has not started (queued, blocked or held), in one
+        transaction: ``changes`` (backends/edits.py changes_of: command and
+        shell, lane, priority, label, not_before, after/after_any replacing
+        its prerequisites). Its state follows its new prerequisites (held
+        stays held); one event ``edited`` says what changed ("priority 0 ->
+        5"); an edit that changes nothing writes nothing. ``expect``: fields
+        of the job as the caller read it (its JSON: state, attempts,
+        updated_at, ...); if one differs now the edit is refused
+        (compare-and-set: claimed, edited, retried meanwhile). Raises
+        IllegalTransition (started or finished, stale, a prerequisite that
+        failed), BadRequest (bad fields, a cycle), JobNotFound."""
+        return self.edits.edit(job_id, changes, expect=expect)
+
+    def bump(self, ids: Sequence[int]) -> Batch:
+        """Each waiting job of ``ids`` to the front of its lane (the rule:
+        backends/edits.py), the first named first; a delayed one is due now.
+        Event ``bumped``. Jobs that started or ended are skipped. Raises
+        JobNotFound (nothing changed)."""
+        return self.edits.bump(ids)
+
+    def hold(self, ids: Sequence[int] | None = None, *, lane: str | None = None) -> Batch:
+        """queued|blocked -> held (event ``held``) for each of ``ids``, or for
+        every queued or blocked job of ``lane``: never claimed until
+        released. Held already: listed, unchanged; started or finished:
+        skipped. Raises JobNotFound, BadRequest."""
+        return self.edits.hold(ids, lane=lane)
+
+    def unhold(self, ids: Sequence[int] | None = None, *, lane: str | None = None) -> Batch:
+        """`sloth release`: held -> queued, or blocked while a prerequisite is unfinished
+        (event ``released``), for each of ``ids`` or every held job of
+        ``lane``; its priority and due time kept, so its place too. Not
+        held: listed, unchanged, or skipped if started or finished. Raises
+        JobNotFound, BadRequest."""
+        return self.edits.unhold(ids, lane=lane)
 
     def set_meta(self, key: str, value: Any) -> None:
         """Persist a small setting (a JSON value, read by get_meta)."""

@@ -27,9 +27,12 @@ SQL_BY_ID = "SELECT * FROM jobs WHERE id = ?"
 SQL_BUSY_QUEUED = "SELECT 1 FROM jobs INDEXED BY jobs_due WHERE state = 'queued' AND gate IS NULL AND lane = ? LIMIT 1"
 SQL_BUSY_GATED = ("SELECT 1 FROM jobs WHERE state = 'queued' AND gate IS NOT NULL AND lane = ? LIMIT 1")
 SQL_BUSY_BLOCKED = "SELECT 1 FROM jobs INDEXED BY jobs_blocked WHERE state = 'blocked' AND lane = ? LIMIT 1"
+SQL_BUSY_HELD = "SELECT 1 FROM jobs INDEXED BY jobs_held WHERE state = 'held' AND lane = ? LIMIT 1"
 SQL_BUSY_RUNNING = "SELECT 1 FROM jobs INDEXED BY jobs_lease WHERE state = 'running' AND lane = ? LIMIT 1"
 SQL_LANE_BLOCKED = ("SELECT lane, 'blocked', count(*) FROM jobs INDEXED BY jobs_blocked"
                     " WHERE state = 'blocked' GROUP BY lane")
+SQL_LANE_HELD = ("SELECT lane, 'held', count(*) FROM jobs INDEXED BY jobs_held"
+                 " WHERE state = 'held' GROUP BY lane")
 SQL_LANE_QUEUED = ("SELECT lane, 'queued', count(*) FROM jobs INDEXED BY jobs_due"
                    " WHERE state = 'queued' AND gate IS NULL GROUP BY lane")
 SQL_LANE_GATED = ("SELECT lane, 'queued', count(*) FROM jobs INDEXED BY jobs_gated"
@@ -175,12 +178,13 @@ class SqliteReads:
         return sorted(self.lane_counts())
 
     def lane_counts(self) -> dict[str, dict[str, int]]:
-        return rules.lane_counts(r for sql in (SQL_LANE_BLOCKED, SQL_LANE_QUEUED, SQL_LANE_GATED, SQL_LANE_RUNNING)
+        return rules.lane_counts(r for sql in (SQL_LANE_BLOCKED, SQL_LANE_QUEUED, SQL_LANE_GATED, SQL_LANE_HELD,
+                                               SQL_LANE_RUNNING)
                                  for r in self.conn.execute(sql))
 
     def lane_busy(self, lane: str) -> bool:
         return any(self.conn.execute(sql, (lane,)).fetchone() is not None
-                   for sql in (SQL_BUSY_QUEUED, SQL_BUSY_GATED, SQL_BUSY_BLOCKED, SQL_BUSY_RUNNING))
+                   for sql in (SQL_BUSY_QUEUED, SQL_BUSY_GATED, SQL_BUSY_BLOCKED, SQL_BUSY_HELD, SQL_BUSY_RUNNING))
 
     def lane_rows(self) -> dict[str, dict[str, Any]]:
         return {r[0]: {"concurrency": r[1], "config_was": r[2], "created_at": r[3]} for r in self.conn.execute(

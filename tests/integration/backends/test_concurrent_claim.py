@@ -115,7 +115,7 @@ def test_four_processes_claim_each_job_exactly_once(tmp_path, backend, request):
     assert len(workers) == N_WORKERS, f"a worker never claimed (the barrier should prevent it): {workers}"
 
     with open_queue(target) as q:
-        assert q.counts() == {"blocked": 0, "queued": 0, "running": 0, "done": N_JOBS, "failed": 0, "cancelled": 0}
+        assert q.counts() == {"blocked": 0, "queued": 0, "held": 0, "running": 0, "done": N_JOBS, "failed": 0, "cancelled": 0}
         # the database agrees with the workers: one claim and one done per job,
         # by the worker that reported it
         by_job = dict(claims)

@@ -68,7 +68,7 @@ def test_a_v2_database_with_jobs_in_it_migrates_and_keeps_every_job(v2_url):
     clock = ManualClock(100.0)
     with PgQueue(url, clock, lease_s=50) as q:
         assert q.schema_status().up_to_date and q.identity
-        assert q.counts() == {"blocked": 0, "queued": 1, "running": 1, "done": 1, "failed": 1, "cancelled": 0}
+        assert q.counts() == {"blocked": 0, "queued": 1, "held": 0, "running": 1, "done": 1, "failed": 1, "cancelled": 0}
         j = q.get(queued)
         assert (j.command, j.lane, j.priority, j.key, j.cwd, j.env, j.label) == (
             ["make", "-j4"], "build", 3, "nightly", "/src", {"CC": "gcc"}, "build it")

@@ -721,7 +721,7 @@ def test_counts_list_and_running(q):
     a, b, c = q.enqueue(["a"]), q.enqueue(["b"]), q.enqueue(["c"])
     q.claim("w")
     q.cancel(c)
-    assert q.counts() == {"blocked": 0, "queued": 1, "running": 1, "done": 0, "failed": 0, "cancelled": 1}
+    assert q.counts() == {"blocked": 0, "queued": 1, "held": 0, "running": 1, "done": 0, "failed": 0, "cancelled": 1}
     assert [j.id for j in q.running()] == [a] and q.claimed() == q.running()
     assert [j.id for j in q.jobs(state="queued")] == [b]
     assert [j.id for j in q.jobs(limit=2)] == [b, c]

@@ -238,8 +238,8 @@ def test_lanes_table_and_lane_counts(q):
     q.set_lane("video", 3, config_was=1)
     assert q.lane_rows()["video"]["concurrency"] == 3 and q.lane_rows()["video"]["config_was"] == 1
     q.claim("w")
-    assert q.lane_counts() == {"video": {"blocked": 0, "queued": 1, "running": 1},
-                               "gpu": {"blocked": 1, "queued": 0, "running": 0}}
+    assert q.lane_counts() == {"video": {"blocked": 0, "queued": 1, "held": 0, "running": 1},
+                               "gpu": {"blocked": 1, "queued": 0, "held": 0, "running": 0}}
     q.forget_lane("gpu")
     assert set(q.lane_rows()) == {"video"}
 

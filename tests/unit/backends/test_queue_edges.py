@@ -135,7 +135,7 @@ def test_a_long_chain_is_cancelled_whole_in_one_request(q):
     assert q.counts()["blocked"] == 3000
     res = q.cancel_many([a])
     assert [j.id for j in res.jobs] == [a]
-    assert q.counts() == {"blocked": 0, "queued": 0, "running": 0, "done": 0, "failed": 0, "cancelled": 3001}
+    assert q.counts() == {"blocked": 0, "queued": 0, "held": 0, "running": 0, "done": 0, "failed": 0, "cancelled": 3001}
     assert q.events(chain[-1])[-1].message == f"not run: job {chain[-2]}, which it runs after, was cancelled"
 
 

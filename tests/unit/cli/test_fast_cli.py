@@ -153,13 +153,49 @@ SHOW_LINES = [
     (["1", "--", "--json"], True), (["-1"], False), (["1", "-x"], False), (["--json=1", "2"], False),
 ]
 
+# The queue edits (issue 22): on the fast path too.
+EDIT_LINES = [
+    (["1", "-p", "5"], True), (["1", "--priority=-2", "--lane", "w"], True), (["1", "--", "make", "-j4"], True),
+    (["1", "--after", "none"], True), (["--lane", "w", "1"], True), (["1", "--command", "echo a | b"], True),
+    (["1", "--label", ""], True), (["1", "--at", "9pm", "--json"], True), (["1", "--after-any", "2,3"], True),
+    (["1", "-p", "x"], False), (["-h"], False), (["1", "--bogus"], False), (["1", "-p"], False),
+]
+BUMP_LINES = [(["1"], True), (["1", "2", "--json"], True), (["-1"], False), (["--", "7"], True)]
+HOLD_LINES = [(["1", "2"], True), (["--lane", "v"], True), ([], True), (["--json", "3"], True),
+              (["-l", "v", "--json"], True), (["--lane"], False)]
+EDIT_PARITY = [("edit", True, EDIT_LINES), ("bump", True, BUMP_LINES), ("hold", True, HOLD_LINES),
+               ("release", True, HOLD_LINES)]
+
+
+# The daily commands on the fast path besides add, ls and show (issue 22): (args, taken?).
+DAILY_LINES = {
+    "status": [([], True), (["--json"], True), (["x"], False), (["-h"], False)],
+    "logs": [(["1"], True), (["-f", "1"], True), (["--attempt", "2", "-n", "5", "1"], True), (["--path", "1"], True),
+             (["--tail=3", "1"], True), ([], False), (["1", "2"], False), (["-n", "x", "1"], False), (["-fn", "1"], False)],
+    "cancel": [(["1", "2"], True), (["--lane", "video"], True), (["-s", "queued", "--state", "running"], True),
+               (["--json"], True), ([], True), (["-x"], False), (["--lane"], False)],
+    "retry": [(["--failed", "-l", "v"], True), (["3"], True), ([], True), (["--failed=1"], False)],
+    "kill": [(["1", "--now"], True), (["--json", "2"], True), ([], False)],
+    "pause": [([], True), (["video"], True), (["--json", "v"], True), (["a", "b"], False)],
+    "resume": [([], True), (["video"], True), (["a", "b"], False)],
+    "lane ls": [([], True), (["--json"], True), (["x"], False)],
+    "restart": [(["1", "2"], True), (["--json", "3"], True), ([], False)],
+    "prune": [([], True), (["--older-than", "0", "-s", "done", "--state=failed", "-l", "x", "--dry-run", "--json"], True),
+              (["x"], False)],
+    "lane set": [(["v", "-c", "2"], True), (["--create", "-c", "0", "v", "--json"], True), (["v"], False),
+                 (["-c", "2"], False), (["v", "-c", "x"], False)],
+    "lane rm": [(["v"], True), ([], False), (["v", "w"], False), (["--json", "v"], False)],
+}
+SMALLEST = {"show": ["1"], "edit": ["1"], "bump": ["1"], "logs": ["1"], "kill": ["1"], "restart": ["1"], "lane set": ["v", "-c", "1"],
+            "lane rm": ["v"]}  # each command's shortest line
+
 
 def click_reads(cmd, args: list[str]) -> dict:
     return dict(cmd.make_context(cmd.name, list(args)).params)
 
 
 @pytest.mark.parametrize("name, interspersed, lines", [
-    ("add", False, ADD_LINES), ("ls", True, LS_LINES), ("show", True, SHOW_LINES)])
+    ("add", False, ADD_LINES), ("ls", True, LS_LINES), ("show", True, SHOW_LINES), *EDIT_PARITY])
 def test_every_line_the_fast_path_takes_is_read_as_click_reads_it(group, name, interspersed, lines):
     cmd = command(group, [name])
     words_param = next((p.name for p in cmd.params if p.param_type_name == "argument"), None)
@@ -182,22 +218,24 @@ def test_every_line_the_fast_path_takes_is_read_as_click_reads_it(group, name, i
                 assert want[p.name] == unset[p.name], (args, p.name)
 
 
-@pytest.mark.parametrize("name", ["add", "ls", "show"])
+@pytest.mark.parametrize("name", ["add", "ls", "show", *DAILY_LINES, "edit", "bump", "hold", "release"])
 def test_what_the_fast_path_leaves_out_means_what_typer_leaves_out(group, name):
     """An option not on the line: the fast path passes its declared
     default; Typer passes its default. The same to the shared code."""
-    decl = commands.find([name])
-    passed = fast.read(decl, ["1"] if name == "show" else [])
-    cmd = command(group, [name])
+    decl = commands.find(name.split())
+    passed = fast.read(decl, SMALLEST.get(name, []))
+    cmd = command(group, decl.path)
+    given = parse(SMALLEST.get(name, []), table(name))[0]  # a required option, given
     for p in cmd.params:
-        if p.param_type_name == "argument":
+        if p.param_type_name == "argument" or p.name in given:
             continue
-        typers = p.get_default(cmd.make_context(name, ["1"] if name == "show" else []))
+        typers = p.get_default(cmd.make_context(name, list(SMALLEST.get(name, []))))
         assert passed[p.name] == typers, (name, p.name, passed[p.name], typers)
 
 
 @pytest.mark.parametrize("name, lines", [("add", ADD_LINES), ("ls", LS_LINES), ("show", SHOW_LINES),
-                                         ("daemon run", [([], True), (["x"], False), (["--json"], False)])])
+                                         ("daemon run", [([], True), (["x"], False), (["--json"], False)]),
+                                         *DAILY_LINES.items(), *[(n, lines) for n, _, lines in EDIT_PARITY]])
 def test_the_fast_path_calls_the_command_with_what_typer_calls_it_with(group, monkeypatch, name, lines):
     """Every line the fast path takes: the same function, the same values
     (types too: a Path, a list, an int) as the Typer app gives it."""
@@ -223,7 +261,7 @@ def test_what_is_not_ours_is_left_untouched(monkeypatch):
     """Another command, an option before the command, no command: None,
     and nothing printed or done."""
     monkeypatch.delenv("_SLOTH_COMPLETE", raising=False)
-    for argv in ([], ["--debug", "add", "--", "true"], ["-V"], ["logs", "1"], ["daemon", "status"], ["ad"],
+    for argv in ([], ["--debug", "add", "--", "true"], ["-V"], ["config"], ["daemon", "status"], ["ad"],
                  ["add", "--help"], ["ls", "--watch"]):
         assert fast.handle(argv) is None, argv
 

@@ -317,3 +317,72 @@ def test_follow_from_after_a_failed_attempt_replays_it_first(rig):
 
     assert asyncio.run(go())["job"]["state"] == "done"
     assert [(e["kind"], e.get("data") or e.get("attempt")) for e in seen] == [("log", "first try\n"), ("attempt", 2)]
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_wait_coalesces_what_it_sends_and_reads_no_job_per_change(rig, batched):
+    """Issue 22: a waiter costs the daemon next to nothing. Within a window
+    every job's changes (claimed, started, done) become its latest state
+    only, sent together (``batched``: in one frame); the change that ends
+    the last job is not held back for the window; no job is read again."""
+    h, w, q, sp, _ = rig
+    h.streaming.wait_window_s = 60.0  # longer than the test: only the end may release the frame
+    ids = op(h, "add", {"jobs": [{"command": [x]} for x in "abc"]})["ids"]
+    reads: list[int] = []
+    get = h.c.get
+    h.c.get = lambda i: reads.append(i) or get(i)  # type: ignore[method-assign]
+    seen: list[dict[str, Any]] = []
+
+    async def emit(ev: dict[str, Any]) -> None:
+        seen.append(ev)
+
+    async def go() -> dict[str, Any]:
+        task = asyncio.ensure_future(h.streams["wait"]({"ids": ids, "batched": batched}, emit))
+        await asyncio.sleep(0)
+        for jid in ids:
+            w.turn()
+            await asyncio.sleep(0.01)  # the waiter hears the claim, and holds it for the window
+            sp.start(jid)
+            sp.exit(jid, 0)
+        w.turn()
+        return await asyncio.wait_for(task, 5)
+
+    res = asyncio.run(go())
+    assert [j["state"] for j in res["jobs"]] == ["done"] * 3
+    assert seen[0]["kind"] == "jobs"
+    if batched:
+        assert [ev["kind"] for ev in seen[1:]] == ["states"]
+        told = seen[1]["jobs"]
+    else:
+        assert [ev["kind"] for ev in seen[1:]] == ["state"] * 3
+        told = [ev["job"] for ev in seen[1:]]
+    assert sorted((j["id"], j["state"]) for j in told) == [(i, "done") for i in ids]
+    assert sorted(reads) == ids  # the first look only, then what the worker said
+
+
+def test_a_wait_refuses_a_batched_that_is_not_a_flag(rig):
+    h, w, q, sp, _ = rig
+    (a,) = op(h, "add", {"jobs": [{"command": ["a"]}]})["ids"]
+
+    async def emit(ev: dict[str, Any]) -> None:
+        raise AssertionError("nothing is sent for a bad request")
+
+    with pytest.raises(BadRequest, match="batched"):
+        asyncio.run(h.streams["wait"]({"ids": [a], "batched": "yes"}, emit))
+
+
+def test_latest_is_the_newest_job_or_none(rig):
+    h, w, q, sp, _ = rig
+    assert h.ops["latest"]({}) == {"id": None}
+    ids = op(h, "add", {"jobs": [{"command": ["a"]}, {"command": ["b"]}]})["ids"]
+    assert h.ops["latest"]({}) == {"id": ids[-1]}
+
+
+def test_a_wait_sends_jobs_in_the_shape_of_every_other_answer(rig):
+    from sloth_daemon.daemon.streams import wire
+
+    h, w, q, sp, _ = rig
+    (a,) = op(h, "add", {"jobs": [{"command": ["a", "b"], "env": {"X": "1"}, "after_any": []}]})["ids"]
+    w.turn()
+    job = q.get(a)
+    assert wire(job) == job.to_dict() and "env" not in wire(job)

@@ -1,0 +1,82 @@
+"""The socket ops of the queue edits (issue 22): ``edit``, ``bump``,
+``hold`` and ``release``. Handlers (handlers.py) adds them to its op table.
+
+Each checks its frame (untrusted), makes one queue transaction, then tells
+the worker of every job it changed (watchers hear; the loop wakes, so a
+released or bumped job is claimed at once). Bad input -- an unknown id, a
+wrong type, a job that runs -- is an error response and changes nothing.
+
+Answers: ``edit`` -> ``{"job", "changes": ["priority 0 -> 5", ...],
+"changed"}``; the others -> ``{"jobs": [...], "skipped": [{id, why}]}``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from sloth_daemon.daemon.streams import job_id, job_ids
+from sloth_daemon.errors import BadRequest
+from sloth_daemon.models import Batch
+
+if TYPE_CHECKING:
+    from sloth_daemon.daemon.control import Control
+
+Op = Callable[[dict[str, Any]], Any]
+
+
+class EditOps:
+    """The four ops over the daemon's Control (``c``): its queue, and its
+    worker to tell of the changes."""
+
+    def __init__(self, control: "Control") -> None:
+        self.c = control
+
+    def table(self, patiently: Callable[[Op], Op]) -> dict[str, Op]:
+        """The ops by name, each writing one patiently (see Handlers._patiently)."""
+        return {"edit": patiently(self.op_edit), "bump": patiently(self.op_bump),
+                "hold": patiently(self.op_hold), "release": patiently(self.op_release)}
+
+    def op_edit(self, a: dict[str, Any]) -> dict[str, Any]:
+        """``id``, ``changes`` (command and shell, lane, priority, label,
+        not_before, after, after_any), ``expect`` (optional: fields of the
+        job as the client read it; the edit is refused if one changed)."""
+        jid = job_id(a.get("id"))
+        changes, expect = a.get("changes"), a.get("expect")
+        if not isinstance(changes, dict):
+            raise BadRequest("changes must be an object of the fields to change")
+        if expect is not None and not isinstance(expect, dict):
+            raise BadRequest("expect must be an object (fields of the job as read)")
+        res = self.c.queue.edit(jid, changes, expect=expect)
+        if res.changes:
+            self.c.worker.side_change(res.job)
+        return res.to_dict()
+
+    def op_bump(self, a: dict[str, Any]) -> dict[str, Any]:
+        """``ids``: to the front of their lanes, the first named first."""
+        return self._told(self.c.queue.bump(job_ids(a.get("ids")))).to_dict()
+
+    def op_hold(self, a: dict[str, Any]) -> dict[str, Any]:
+        """``ids``, or ``lane``: every queued or blocked job of it."""
+        ids, lane = self._selection(a)
+        return self._told(self.c.queue.hold(ids, lane=lane)).to_dict()
+
+    def op_release(self, a: dict[str, Any]) -> dict[str, Any]:
+        """``ids``, or ``lane``: every held job of it."""
+        ids, lane = self._selection(a)
+        return self._told(self.c.queue.unhold(ids, lane=lane)).to_dict()
+
+    def _selection(self, a: dict[str, Any]) -> tuple[list[int] | None, str | None]:
+        ids, lane = a.get("ids"), a.get("lane")
+        if (ids is None) == (lane is None):
+            raise BadRequest("name the jobs: ids, or a lane (not both)")
+        if lane is not None:
+            if not isinstance(lane, str) or not lane:
+                raise BadRequest("lane must be a non-empty string")
+            self.c.worker.lanes.check(lane)  # LaneNotFound, naming the lanes there are
+            return None, lane
+        return job_ids(ids), None
+
+    def _told(self, res: Batch) -> Batch:
+        for job in res.jobs:
+            self.c.worker.side_change(job)
+        return res

@@ -1,0 +1,108 @@
+"""`sloth wait` as a person meets it (issue 22): on a real terminal (a pty
+that is the command's controlling terminal) through the real daemon; piped;
+with no id; and what a waiter on many jobs costs the daemon (frames)."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+
+from sloth_daemon.cli.client import Client
+from sloth_daemon.errors import EXIT_JOB_FAILED, EXIT_NOT_FOUND
+from tests.support.harness import Harness
+from tests.support.terminal import Terminal
+
+pytestmark = pytest.mark.acceptance
+SLOTH = [sys.executable, "-m", "sloth_daemon"]
+
+
+def add(h: Harness, *args: str, **kw) -> list[int]:
+    return h.cli_json("add", *args, **kw)["ids"]
+
+
+def on_screen(lines: list[str]) -> list[str]:
+    return [ln for ln in lines if ln.strip()]
+
+
+def test_one_job_on_a_terminal_has_a_live_line_then_its_outcome_and_a_summary(harness):
+    harness.start()
+    (jid,) = add(harness, "--", "sleep", "2.5")
+    with Terminal(SLOTH + ["wait", str(jid)], harness.env, harness.home) as t:
+        t.read_until(rf"job {jid} running for \d")  # the live line, for one job too, with its elapsed time
+        assert t.wait() == 0
+        shown = on_screen(t.screen())
+    assert shown[0] == f"job {jid} done (exit 0)", shown
+    assert re.fullmatch(r"1 done in \d\S*", shown[-1]), shown
+    assert len(shown) == 2, shown  # the live line erased, nothing else left behind
+    assert t.text.endswith("\n")
+
+
+def test_several_jobs_on_a_terminal_each_outcome_as_it_happens_and_a_summary(harness):
+    harness.start()
+    harness.cli("lane", "set", "default", "-c", "3", check=True)
+    quick, bad, slow = add(harness, "--max-attempts", "1", "--stdin", input="true\nsh -c 'exit 5'\nsleep 3\n")
+    with Terminal(SLOTH + ["wait", str(quick), str(bad), str(slow)], harness.env, harness.home) as t:
+        t.read_until(rf"job {quick} done \(exit 0\)")
+        t.read_until(rf"job {bad} failed: exit 5")
+        assert harness.job(slow)["state"] == "running"  # told while another still runs
+        t.read_until(r"\d/3 ended · \d done")  # the live line of several
+        assert t.wait() == EXIT_JOB_FAILED
+        shown = on_screen(t.screen())
+    assert {f"job {quick} done (exit 0)", f"job {bad} failed: exit 5", f"job {slow} done (exit 0)"} <= set(shown)
+    assert re.fullmatch(r"2 done, 1 failed in \d\S*", shown[-1]), shown
+    assert not [ln for ln in shown if "ended ·" in ln], shown  # no live line left on the screen
+
+
+def test_ctrl_c_ends_the_wait_on_a_clean_line_with_130_and_the_job_carries_on(harness):
+    harness.start()
+    (jid,) = add(harness, "--", "sleep", "60")
+    with Terminal(SLOTH + ["wait", str(jid)], harness.env, harness.home) as t:
+        t.read_until(rf"job {jid} running for \d")
+        t.type(b"\x03")  # Ctrl-C, as typed: the terminal sends SIGINT and echoes ^C
+        assert t.wait() == 130
+        shown = on_screen(t.screen())
+    assert not [ln for ln in shown if "^C" in ln or "running for" in ln], shown
+    assert re.fullmatch(r"stopped waiting after \d\S*: 1 running; the jobs carry on", shown[-1]), shown
+    assert t.text.endswith("\n")
+    assert harness.job(jid)["state"] == "running"
+
+
+def test_piped_wait_prints_one_plain_line_per_outcome(harness):
+    harness.start()
+    ok, bad = add(harness, "--max-attempts", "1", "--stdin", input="true\nsh -c 'echo oops; exit 3'\n")
+    p = harness.cli("wait", str(ok), str(bad))
+    assert p.returncode == EXIT_JOB_FAILED and p.stderr == ""
+    assert sorted(p.stdout.splitlines()) == sorted([f"job {ok} done (exit 0)", f"job {bad} failed: exit 3",
+                                                    "  | oops"])
+    assert "\x1b" not in p.stdout
+
+
+def test_wait_with_no_id_waits_for_the_latest_job_and_says_so(harness):
+    harness.start()
+    p = harness.cli("wait")
+    assert p.returncode == EXIT_NOT_FOUND and "there are no jobs yet" in p.stderr, p.stderr
+    add(harness, "--", "true")
+    (latest,) = add(harness, "--", "sh", "-c", "sleep 0.5; exit 4")
+    p = harness.cli("wait", "--json")
+    assert p.stderr == f"waiting for job {latest} (the latest)\n"
+    assert p.returncode == EXIT_JOB_FAILED and f'"id": {latest}' in p.stdout
+
+
+def test_a_waiter_on_many_jobs_hears_few_frames_and_every_outcome(harness):
+    """Coalesced: a frame of many jobs per window, not one per change (three
+    a job: claimed, started, done)."""
+    harness.start()
+    ids = harness.add_many([{"command": ["true"]} for _ in range(300)])
+    frames, states = 0, {}
+    with Client(harness.socket, timeout_s=120) as c:
+        for ev in c.stream("wait", ids=ids, batched=True):
+            frames += 1
+            if ev["kind"] in ("jobs", "states"):
+                states.update({j["id"]: j["state"] for j in ev["jobs"]})
+            elif ev["kind"] == "end":
+                final = ev["result"]["jobs"]
+    assert [j["id"] for j in final] == ids and {j["state"] for j in final} == {"done"}
+    assert set(states.values()) == {"done"}  # every outcome was told before the end
+    assert frames < 100, frames  # 300 jobs at ~2-10 ms each, one frame per 0.1 s: ~10-30
