@@ -154,6 +154,12 @@ def test_conditions_this_machine_cannot_observe_are_refused_at_add(harness):
     assert p.returncode != 0 and "--when" in p.stderr
     p = harness.cli("add", "--when", "ac", "--on-lost", "pause", "--", "true")
     assert p.returncode != 0 and "not yet available" in p.stderr
+    from sloth_daemon.errors import SlothError  # the socket: garbage refused, nothing queued, still serving
+    for bad in ({"when": [1]}, {"when": "ac"}, {"needs": {"gpu": 10**30}}, {"slots": "2"}, {"needs": {"": 1}},
+                {"when": ["x" * 100_000]}, {"on_lost": ["stop"], "when": ["ac"]}):
+        with pytest.raises(SlothError):
+            harness.add("true", **bad)
+    assert harness.call("list")["total"] == 0 and harness.call("ping")
 
 
 def test_idle_and_network_from_fake_logind_and_networkmanager(make_harness, home):
