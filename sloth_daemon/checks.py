@@ -32,6 +32,9 @@ FIELDS = frozenset({
     "after", "after_any", "after_previous", "retry_exit", "no_retry_exit", "place",
     "when", "on_lost", "needs", "slots",
     "hold",  # queued held (`add --hold`): see hold_flag
+
+
+    "keep_awake", "limits",
 })
 MAX_PREREQS = 1000  # prerequisites per job
 PREVIOUS = ("after", "after_any")  # after_previous: how a job waits for the one before it in its batch
@@ -62,7 +65,7 @@ LEASE_HINT = ("A lease is renewed a third into it, and its job is ended shortly 
 def fields(s: Mapping[str, Any], max_attempts: int, lease_s: float,
            env_cache: EnvCache | None = None, place: str = "") -> tuple[Any, ...]:
     """Validate one job object (as sent by a client): its values in the
-    order of JobSpec's fields, the defaults filled in; the last six only
+    order of JobSpec's fields, the defaults filled in; the later groups (prerequisites, holds, gate) only
     if it has any of them (a tuple, not a dict: this runs per job of a
     batch). Raises BadRequest."""
     unknown = set(s) - FIELDS
@@ -86,7 +89,10 @@ def fields(s: Mapping[str, Any], max_attempts: int, lease_s: float,
         text(s.get("label"), "label", None),
         shell,
         place_name(s.get("place"), place),
-        *(() if _LATE_FIELDS.isdisjoint(s) else (*_waits(s), gate_json(s))),
+        *(() if _DEP_FIELDS.isdisjoint(s) and _HOLD_FIELDS.isdisjoint(s) and GATE_FIELDS.isdisjoint(s)
+          else _waits(s)),
+        *(() if _HOLD_FIELDS.isdisjoint(s) and GATE_FIELDS.isdisjoint(s) else _holds(s)),
+        *(() if GATE_FIELDS.isdisjoint(s) else (gate_json(s),)),
     )
 
 
@@ -98,6 +104,88 @@ def hold_flag(v: Any) -> bool:
     if not isinstance(v, bool):
         raise FieldError("hold", "must be true or false")
     return v
+
+
+_HOLD_FIELDS = frozenset({"hold", "keep_awake", "limits"})
+
+
+def _holds(s: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The job's holds: queued held (``hold``, `add --hold`), and what the
+    keeper holds for the run (issue 24): hold, keep_awake, limits_json."""
+    keep = s.get("keep_awake", False)
+    if not isinstance(keep, bool):
+        raise FieldError("keep_awake", "must be true or false")
+    return hold_flag(s.get("hold")), keep, limits_json(s.get("limits"))
+
+
+# Resource limits (`sloth add --mem 2G --cpus 1.5 --nice 10 --io idle`):
+# name -> (bounds or choices). Which mechanism applies each is the daemon's
+# to say (keeper/holds.py probe); these are what any of them can take.
+MIN_MEM = 1 << 20
+IO_NAMES = ("idle", "best-effort")
+LIMIT_NAMES = ("mem", "cpus", "nice", "io")
+
+
+def limits_json(v: Any) -> str | None:
+    """{"mem": bytes, "cpus": n, "nice": n, "io": class} checked, as stored
+    JSON (keys sorted); None or {} -> None."""
+    if v is None or v == {}:
+        return None
+    if not isinstance(v, dict):
+        raise FieldError("limits", f"must be an object of {', '.join(LIMIT_NAMES)}")
+    unknown = set(v) - set(LIMIT_NAMES)
+    if unknown:
+        raise FieldError("limits", f"unknown limit(s): {', '.join(sorted(map(str, unknown)))}")
+    out: dict[str, Any] = {}
+    if "mem" in v:
+        out["mem"] = integer(v["mem"], "mem", None, lo=MIN_MEM)
+    if "cpus" in v:
+        out["cpus"] = number(v["cpus"], "cpus", None, lo=0.01, hi=4096)
+    if "nice" in v:
+        n = integer(v["nice"], "nice", None, lo=-20)
+        if n > 19:
+            raise FieldError("nice", f"must be from -20 to 19, got {n}")
+        out["nice"] = n
+    if "io" in v:
+        out["io"] = io_class(v["io"])
+    return dumps(out) if out else None
+
+
+def io_class(v: Any) -> str:
+    """idle, best-effort or best-effort:N (N from 0, most, to 7); ``be`` for best-effort."""
+    if not isinstance(v, str):
+        raise FieldError("io", f"must be idle, best-effort or best-effort:N, got {v!r}")
+    name, _, level = v.partition(":")
+    name = "best-effort" if name == "be" else name
+    if name not in IO_NAMES or (level and (name != "best-effort" or level not in "01234567" or len(level) != 1)):
+        raise FieldError("io", f"{v!r} is not an io class", hint="Give idle, best-effort or best-effort:0..7 "
+                         "(realtime needs root and is not offered).")
+    return f"{name}:{level}" if level else name
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text_: str, what: str) -> int:
+    """``2G``, ``512M``, ``1.5g``, ``100MB``, ``4096`` -> bytes (powers of 1024)."""
+    t = text_.strip().lower().removesuffix("ib").removesuffix("b") if text_.strip().lower() not in ("b",) else ""
+    num, unit = (t[:-1], t[-1]) if t and t[-1] in _SIZE_UNITS else (t, "")
+    try:
+        value = float(num)
+    except ValueError:
+        raise BadRequest(f"{what} {text_!r}: give a size like 512M or 2G") from None
+    if not math.isfinite(value) or value <= 0:
+        raise BadRequest(f"{what} {text_!r}: give a size like 512M or 2G")
+    return int(value * _SIZE_UNITS[unit])
+
+
+def format_size(n: int) -> str:
+    """Bytes as parse_size reads them back: 2147483648 -> 2G, 1536M."""
+    for unit in ("T", "G", "M", "K"):
+        size = _SIZE_UNITS[unit.lower()]
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return f"{n}B" if n < 1024 else f"{n / (1 << 20):.1f}M"
 
 
 ANYWHERE = "*"  # what a client sends for `--anywhere`
@@ -128,7 +216,6 @@ def host_name(v: str, name: str) -> str:
 
 _DEP_FIELDS = frozenset({"after", "after_any", "after_previous", "retry_exit", "no_retry_exit"})
 GATE_FIELDS = frozenset({"when", "on_lost", "needs", "slots"})
-_LATE_FIELDS = _DEP_FIELDS | GATE_FIELDS
 
 
 def _waits(s: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -13,9 +13,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from sloth_daemon.text import mask, remember
-from sloth_daemon.checks import BOUNDS, LEASE_HINT, MAX_TOKENS, MIN_LEASE_S, resource_name, when_list
+import json
+
+from sloth_daemon.checks import (
+    BOUNDS, LEASE_HINT, MAX_TOKENS, MIN_LEASE_S, limits_json, parse_size, resource_name, when_list,
+)
 from sloth_daemon.durations import format_duration, parse_duration
-from sloth_daemon.errors import BadRequest, ConfigError
+from sloth_daemon.errors import BadRequest, ConfigError, SlothError
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,10 @@ class Settings:
     poll_s: float = 5.0  # a shared queue is looked at this often besides its wakeups
     conditions_check_s: float = 30.0  # how often run conditions are looked at while jobs wait on them
     lanes: Mapping[str, int] = field(default_factory=dict)  # only the lanes the file names
+    # [lanes.NAME] tables: what the keeper holds for every job of the lane
+    # that does not say otherwise (mem, cpus, nice, io as checks.limits_json
+    # takes them; keep_awake), e.g. {"gpu": {"limits": {"mem": 2147483648}}}
+    lane_holds: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     lane_when: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # [lanes.NAME] when = [...]
     # [resources]: name -> its tokens (gpu = ["0", "1"]; licence = 3 is ["0", "1", "2"]); a name the
     # file leaves out may be found on the machine (daemon/resources.py: gpu from nvidia-smi -L)
@@ -116,14 +124,30 @@ def from_mapping(data: Mapping[str, Any], path: Path) -> Settings:
     # No built-in {"default": 1}: it made `default_concurrency` apply to every
     # lane except the one most jobs run in (issue 14, item 10).
     lanes: dict[str, int] = {}
-    tables: dict[str, Any] = {}
+    holds: dict[str, dict[str, Any]] = {}
+    tables_out: dict[str, Any] = {}
     for key, raw in data.items():
         if key == "lanes":
-            lanes, tables["lane_when"] = _lanes(path, raw)
-            sources.update({f"lanes.{lane}": src for lane in lanes})
+            tables = {k: v for k, v in raw.items() if isinstance(v, dict)} if isinstance(raw, dict) else {}
+            lane_when: dict[str, tuple[str, ...]] = {}
+            for lane, table in tables.items():
+                if "when" in table:  # run conditions every job of the lane waits for (daemon/worker/gates.py)
+                    lane_when[lane] = _lane_when(path, lane, table["when"])
+                    table = {k: v for k, v in table.items() if k != "when"}
+                held, n = _lane_table(path, lane, table)
+                if held:
+                    holds[lane] = held
+                if n is not None:
+                    lanes[lane] = n
+                    sources[f"lanes.{lane}"] = src
+            if lane_when:
+                tables_out["lane_when"] = lane_when
+            for lane, n in _lanes(path, {k: v for k, v in raw.items() if k not in tables}).items():
+                lanes[lane] = n
+                sources[f"lanes.{lane}"] = src
             continue
         if key == "resources":
-            tables["resources"] = _resources(path, raw)
+            tables_out["resources"] = _resources(path, raw)
             continue
         if key not in SETTING_NAMES:
             raise ConfigError(
@@ -132,32 +156,48 @@ def from_mapping(data: Mapping[str, Any], path: Path) -> Settings:
             )
         values[key] = _coerce(path, key, raw)
         sources[key] = src
-    return Settings(**values, lanes=lanes, **tables, file=path, sources=sources)
+    return Settings(**values, lanes=lanes, lane_holds=holds, **tables_out, file=path, sources=sources)
 
 
-def _lanes(path: Path, raw: Any) -> tuple[dict[str, int], dict[str, tuple[str, ...]]]:
-    """[lanes]: ``lane = N``, or a table ``[lanes.NAME]`` with ``concurrency``
-    and ``when`` (run conditions every job of the lane waits for)."""
+LANE_TABLE_KEYS = ("concurrency", "keep_awake", "mem", "cpus", "nice", "io", "when")
+
+
+def _lane_table(path: Path, lane: str, table: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+    """``[lanes.NAME]``: concurrency, keep_awake, mem ("2G"), cpus, nice, io.
+    Returns (what the keeper holds for its jobs, its concurrency or None)."""
+    if unknown := set(table) - set(LANE_TABLE_KEYS):
+        raise ConfigError(f"{path}: [lanes.{lane}]: unknown key(s) {', '.join(sorted(unknown))}",
+                          hint=f"A lane's table takes {', '.join(LANE_TABLE_KEYS)}.")
+    n = _whole(path, f"lanes.{lane}", table["concurrency"], BOUNDS["concurrency"]) if "concurrency" in table else None
+    held: dict[str, Any] = {}
+    if "keep_awake" in table:
+        if not isinstance(table["keep_awake"], bool):
+            raise ConfigError(f"{path}: [lanes.{lane}] keep_awake must be true or false")
+        held["keep_awake"] = table["keep_awake"]
+    raw = {k: table[k] for k in ("mem", "cpus", "nice", "io") if k in table}
+    try:
+        if isinstance(raw.get("mem"), str):
+            raw["mem"] = parse_size(raw["mem"], "mem")
+        text = limits_json(raw)
+    except SlothError as e:
+        raise ConfigError(f"{path}: [lanes.{lane}]: {e.message}") from None
+    if text is not None:
+        held["limits"] = json.loads(text)
+    return held, n
+
+
+def _lanes(path: Path, raw: Any) -> dict[str, int]:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: [lanes] must be a table of lane = concurrency")
-    lanes: dict[str, int] = {}
-    when: dict[str, tuple[str, ...]] = {}
-    for lane, v in raw.items():
-        if not isinstance(v, dict):
-            lanes[lane] = _whole(path, f"lanes.{lane}", v, BOUNDS["concurrency"])
-            continue
-        unknown = set(v) - {"concurrency", "when"}
-        if unknown:
-            raise ConfigError(f"{path}: [lanes.{lane}]: unknown key(s) {', '.join(sorted(unknown))}",
-                              hint="A lane's table takes concurrency = N and when = [\"ac\", ...].")
-        if "concurrency" in v:
-            lanes[lane] = _whole(path, f"lanes.{lane}.concurrency", v["concurrency"], BOUNDS["concurrency"])
-        if "when" in v:
-            try:
-                when[lane] = tuple(when_list(v["when"]))
-            except BadRequest as e:
-                raise ConfigError(f"{path}: lanes.{lane}.when: {e.message}", hint=e.hint) from None
-    return lanes, when
+    return {lane: _whole(path, f"lanes.{lane}", n, BOUNDS["concurrency"]) for lane, n in raw.items()}
+
+
+def _lane_when(path: Path, lane: str, raw: Any) -> tuple[str, ...]:
+    """``[lanes.NAME] when = ["ac", ...]``: run conditions (checks.when_list's spellings)."""
+    try:
+        return tuple(when_list(raw))
+    except BadRequest as e:
+        raise ConfigError(f"{path}: lanes.{lane}.when: {e.message}", hint=e.hint) from None
 
 
 def _resources(path: Path, raw: Any) -> dict[str, tuple[str, ...]]:

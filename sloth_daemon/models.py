@@ -91,6 +91,9 @@ class Job:
     retry_exit: list[int] | None = None  # only these exit codes are retried (None: any)
     no_retry_exit: list[int] = field(default_factory=lambda: list(NO_RETRY_EXIT))
     place: str = ""  # where it may run: "" anywhere, else a host's or a tag's name
+    keep_awake: bool = False  # its run holds a sleep inhibitor (keeper/holds.py)
+    limits: dict[str, Any] | None = None  # {"mem": bytes, "cpus": n, "nice": n, "io": class}
+    paused: bool = False  # its running run is paused on request (`sloth pause --job`)
     gate: dict[str, Any] | None = None  # when / on_lost / needs / slots (checks.gate_json); None: none
     holds: dict[str, list[str]] | None = None  # the resource tokens its current run holds (on its machine)
     wait_reason: str | None = None  # why a queued job with a gate does not start ("waiting for mains power")
@@ -114,6 +117,10 @@ class Job:
             d[k] = json.loads(d[k]) if d.get(k) else None
         nre = d.get("no_retry_exit")
         d["no_retry_exit"] = list(NO_RETRY_EXIT) if nre is None else json.loads(nre)
+        paused_run = d.pop("paused_run", None)
+        d["paused"] = paused_run is not None and paused_run == d["token"] and d["state"] is JobState.RUNNING
+        d["keep_awake"] = bool(d.get("keep_awake"))
+        d["limits"] = json.loads(d["limits"]) if d.get("limits") else None
         if isinstance(d["cwd"], bytes):  # a path that is not UTF-8, kept as its bytes
             d["cwd"] = d["cwd"].decode("utf-8", "surrogateescape")
         return cls(**d)

@@ -76,6 +76,10 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "kill": (frozenset({"ids"}), frozenset({"now"})),
     "pause": (frozenset(), frozenset({"lane"})),
     "resume": (frozenset(), frozenset({"lane"})),
+    # Running jobs' trees stopped (SIGSTOP) or continued: by "ids", every
+    # running one of "lane", or (neither) every running one.
+    "pause_jobs": (frozenset(), frozenset({"ids", "lane"})),
+    "resume_jobs": (frozenset(), frozenset({"ids", "lane"})),
     "lanes": (frozenset(), frozenset()),
     "lane_set": (frozenset({"lane", "concurrency"}), frozenset({"create"})),
     "lane_rm": (frozenset({"lane"}), frozenset()),

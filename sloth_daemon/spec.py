@@ -15,7 +15,7 @@ from typing import Any, Mapping, NamedTuple
 
 from sloth_daemon.checks import (  # noqa: F401 - the checks, where the queue has always found them
     DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS, FIELDS, MAX_PREREQS, PREVIOUS, command_json, duration, env_json, exit_codes,
-    fields, hold_flag, host_name, ids, integer, number, path_text, place_name, text,
+    fields, host_name, ids, integer, number, path_text, place_name, text,
 )
 
 # id(env) -> (env, its JSON): a batch usually shares one environment object.
@@ -53,9 +53,10 @@ class JobSpec(NamedTuple):
     after_previous: str | None = None  # "after" | "after_any": on the batch's previous job
     retry_exit_json: str | None = None
     no_retry_exit_json: str | None = None
+    hold: bool = False  # queued held: kept from being claimed until released (`add --hold`)
+    keep_awake: bool = False  # hold a sleep inhibitor while it runs (keeper/holds.py)
+    limits_json: str | None = None  # resource limits, checks.limits_json
     gate_json: str | None = None  # conditions, needs, slots (checks.gate_json): None, none of them
-    hold: bool = False  # queued held: kept from being claimed until released (`add --hold`); after
-    # the fields checks.fields returns (set by parse below)
 
     @property
     def waits(self) -> bool:
@@ -64,5 +65,4 @@ class JobSpec(NamedTuple):
     @classmethod
     def parse(cls, s: Mapping[str, Any], defaults: Defaults, env_cache: EnvCache | None = None) -> "JobSpec":
         """Validate one job object (as sent by a client). Raises BadRequest."""
-        spec = cls(*fields(s, defaults.max_attempts, defaults.lease_s, env_cache, defaults.place))
-        return spec._replace(hold=True) if "hold" in s and hold_flag(s["hold"]) else spec
+        return cls(*fields(s, defaults.max_attempts, defaults.lease_s, env_cache, defaults.place))

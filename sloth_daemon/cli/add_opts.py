@@ -126,6 +126,27 @@ def gate_fields(when: Optional[Sequence[str]], on_lost: Optional[str], needs: Op
     return out
 
 
+def hold_fields(keep_awake: bool, mem: Optional[str], cpus: Optional[str], nice: Optional[int],
+                io: Optional[str]) -> dict[str, Any]:
+    """--keep-awake, --mem 2G, --cpus 1.5, --nice 10, --io idle (whether this
+    machine can apply them is the daemon's to say, at add)."""
+    from sloth_daemon.checks import parse_size
+
+    limits: dict[str, Any] = {}
+    if mem is not None:
+        limits["mem"] = parse_size(mem, "--mem")
+    if cpus is not None:
+        try:
+            limits["cpus"] = float(cpus)
+        except ValueError:
+            raise errors.BadRequest(f"--cpus {cpus!r}: give a number of cores, e.g. 1.5") from None
+    if nice is not None:
+        limits["nice"] = nice
+    if io is not None:
+        limits["io"] = io
+    return {**({"keep_awake": True} if keep_awake else {}), **({"limits": limits} if limits else {})}
+
+
 def tell_new_lanes(result: dict[str, Any]) -> None:
     for lane in result.get("new_lanes") or []:
         echo(f"sloth: new lane {lane!r} (concurrency from config; "

@@ -101,6 +101,12 @@ def _ids(dest: str = "ids") -> Argument:
     return Argument(dest, many=True, metavar="ID...", complete=IDS)
 
 
+def _PAUSE_JOBS(verb: str) -> tuple[Option, ...]:
+    return (Option("job", "--job", FLAG, False, f"The arguments are running jobs' ids: {verb} their process "
+                   "trees (SIGSTOP to every process; resume: SIGCONT)."),
+            Option("jobs", "--jobs", FLAG, False, f"Also {verb} the running jobs of the lane (or of all lanes)."))
+
+
 # In the order `sloth --help` lists them (and `sloth lane --help` its own).
 COMMANDS: tuple[Command, ...] = (
     Command(
@@ -131,6 +137,12 @@ COMMANDS: tuple[Command, ...] = (
         Option("anywhere", "--anywhere", FLAG, False, "A shared queue: run on any machine (default: this one)."),
         Option("on", "--on", VALUE, None, "A shared queue: run only on this host (or tag)."),
         Option("hold", "--hold", FLAG, False, "Queue it held: it starts only after `sloth release ID`."),
+        Option("keep_awake", "--keep-awake", FLAG, False, "Keep the machine from sleeping while it runs (a lid "
+               "close still suspends)."),
+        Option("mem", "--mem", VALUE, None, "Memory limit, e.g. 2G (a cgroup where delegated, else per process)."),
+        Option("cpus", "--cpus", VALUE, None, "CPU limit in cores, e.g. 1.5 (needs a delegated cgroup v2)."),
+        Option("nice", "--nice", INT, None, "Run at this niceness (0 to 19; lower needs root)."),
+        Option("io", "--io", VALUE, None, "I/O class: idle, best-effort or best-effort:0..7 (Linux)."),
         Option("when", "--when", LIST, None, "Start only while this holds (repeatable; all must): ac, battery>=40, "
                "idle=10m, online, unmetered, disk>=5G, load<2."),
         Option("on_lost", "--on-lost", VALUE, None, "A --when condition lost while it runs: continue (default) "
@@ -233,13 +245,20 @@ COMMANDS: tuple[Command, ...] = (
         Option("lane", "--lane -l", VALUE, None, "Every held job of this lane.", complete=LANES),
         _json(), arg=_IDS_ANY, fast=True),
     Command(
-        "pause", "Stop starting new jobs (in one lane, or all). Running jobs carry on.", "sloth_daemon.cli.act:pause",
-        _json(), arg=Argument("lane", many=False, required=False, help="Lane to pause (default: everything).",
-                              complete=LANES), fast=True),
+        "pause", "Stop starting new jobs (in one lane, or all). Running jobs carry on,\nunless --jobs (or --job "
+        "ID...) stops them too: SIGSTOP to the whole tree; they\nkeep their lease and slot, and their timeout "
+        "stops counting.", "sloth_daemon.cli.pausing:pause",
+        _json(), *_PAUSE_JOBS("pause"),
+        arg=Argument("lane", many=True, required=False, metavar="[LANE | --job ID...]",
+                     help="Lane to pause (default: everything); with --job, the jobs' ids.", complete=LANES),
+                     fast=True),
     Command(
-        "resume", "Start jobs again after `sloth pause`.", "sloth_daemon.cli.act:resume",
-        _json(), arg=Argument("lane", many=False, required=False, help="Lane to resume (default: everything).",
-                              complete=LANES), fast=True),
+        "resume", "Start jobs again after `sloth pause` (--job ID...: continue paused jobs).",
+        "sloth_daemon.cli.pausing:resume",
+        _json(), *_PAUSE_JOBS("resume"),
+        arg=Argument("lane", many=True, required=False, metavar="[LANE | --job ID...]",
+                     help="Lane to resume (default: everything); with --job, the jobs' ids.", complete=LANES),
+                     fast=True),
     Command(
         "prune", "Delete finished jobs (and their logs); `--older-than 0` for all of them.",
         "sloth_daemon.cli.act:prune",
@@ -257,10 +276,12 @@ COMMANDS: tuple[Command, ...] = (
         "sloth_daemon.cli.lanes:lane_set",
         Option("concurrency", "--concurrency -c", INT, REQUIRED, "Jobs at once; 0 pauses the lane."),
         Option("create", "--create", FLAG, False, "Make the lane if it does not exist yet."),
-        _json(), arg=Argument("name", many=False, metavar="LANE", complete=LANES), fast=True),
+        _json(), arg=Argument("name", many=False, metavar="LANE", complete=LANES),
+                     fast=True),
     Command(
         "lane rm", "Forget a lane that has no blocked, queued or running jobs (say, a typo).",
-        "sloth_daemon.cli.lanes:lane_rm", arg=Argument("name", many=False, metavar="LANE", complete=LANES), fast=True),
+        "sloth_daemon.cli.lanes:lane_rm", arg=Argument("name", many=False, metavar="LANE", complete=LANES),
+                     fast=True),
     Command(
         "config", "Show the settings in force and where each comes from (the daemon's,\nor the file's when none "
         "runs), lanes as `sloth lane set` left them.", "sloth_daemon.cli.admin:config",

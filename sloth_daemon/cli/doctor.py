@@ -67,7 +67,39 @@ def run_checks(p: Paths | None = None, *, plat: str | None = None) -> list[Check
     if plat == "linux":
         checks.append(_check("linger", check_linger))
     checks += [_check("clock check", lambda: check_clock(st)), _check("config", lambda: check_config(p))]
+    checks += [_check("keep-awake", check_keep_awake), _check("limits", check_limits)]
     return checks
+
+
+def check_keep_awake() -> Check:
+    """What `--keep-awake` runs here (keeper/holds.py), and whether it is there.
+    Informational (ok): a machine that cannot is no fault to fix, and such a
+    job runs anyway, its history saying it was not kept awake."""
+    import shutil
+    import sys
+
+    from sloth_daemon.keeper import holds
+
+    argv = holds.inhibit_argv(0, 0)
+    unheld = "; --keep-awake jobs run unheld, their history says so"
+    if argv is None:
+        return ok("keep-awake", f"unavailable: nothing inhibits sleep on {sys.platform}{unheld}")
+    if shutil.which(argv[0]) is None:
+        return ok("keep-awake", f"unavailable: {argv[0]} is not installed{unheld}")
+    if not (os.path.exists("/run/dbus/system_bus_socket") or sys.platform == "darwin"):
+        return ok("keep-awake", f"unavailable: {argv[0]} is there, but no system bus (logind){unheld}")
+    return ok("keep-awake", f"{argv[0]} (a lid close still suspends: logind's HandleLidSwitch)")
+
+
+def check_limits() -> Check:
+    """Which mechanism applies each of --mem, --cpus, --nice, --io here
+    (informational: one that cannot be applied is refused at `sloth add`)."""
+    from sloth_daemon.keeper import holds
+
+    found = holds.probe()
+    have = [f"{k}: {found[k]}" for k in ("mem", "cpus", "nice", "io") if found.get(k)]
+    missing = [f"{k} ({found.get('why_' + k)})" for k in ("mem", "cpus", "nice", "io") if not found.get(k)]
+    return ok("limits", "; ".join(have) + ("; not here (refused at add): " + "; ".join(missing) if missing else ""))
 
 
 def format_checks(checks: list[Check]) -> str:

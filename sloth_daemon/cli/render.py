@@ -6,6 +6,7 @@ import os
 import sys
 import time
 
+from sloth_daemon.checks import format_size
 from sloth_daemon.durations import format_duration, local_time, relative
 from sloth_daemon.errors import SlothError
 from sloth_daemon.text import showable
@@ -99,11 +100,31 @@ def job_rows(jobs: Sequence[dict[str, Any]]) -> tuple[list[list[str]], list[str]
     rows, states = [], []
     for j in jobs:
         rows.append([
-            str(j["id"]), j["state"], showable(j["lane"]), str(j["priority"]),
+            str(j["id"]), shown_state(j), showable(j["lane"]), str(j["priority"]),
             f"{j.get('tries', j['attempts'])}/{j['max_attempts']}", when(j, now), command_text(j),
         ])
-        states.append(j["state"])
+        states.append(shown_state(j))
     return rows, states
+
+
+def held_lines(job: dict[str, Any]) -> list[str]:
+    """What the keeper holds for the job's runs: keep-awake, and each limit with how it is applied."""
+    out = ["  awake     kept awake while it runs (--keep-awake)"] if job.get("keep_awake") else []
+    limits = job.get("limits") or {}
+    via = limits.get("via") or {}
+    parts = []
+    for k in ("mem", "cpus", "nice", "io"):
+        if limits.get(k) is not None:
+            v = format_size(int(limits[k])) if k == "mem" else str(limits[k])
+            parts.append(f"{k} {v}" + (f" via {via[k]}" if via.get(k) else ""))
+    if parts:
+        out.append("  limits    " + "; ".join(parts))
+    return out
+
+
+def shown_state(job: dict[str, Any]) -> str:
+    """A job's state as a listing shows it: a running job paused on request is ``paused``."""
+    return "paused" if job.get("paused") and job["state"] == "running" else job["state"]
 
 
 JOB_HEADERS = ["ID", "STATE", "LANE", "PRI", "TRY", "WHEN", "COMMAND"]
@@ -116,7 +137,7 @@ def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]], *,
     failed job the last lines of its log."""
     now = time.time()
     lines = [
-        f"job {job['id']}  {paint(job['state'], job['state'])}",
+        f"job {job['id']}  {paint(job['state'], job['state'])}{'  (paused)' if shown_state(job) == 'paused' else ''}",
         f"  command   {command_text(job, None)}",
         f"  lane      {showable(job['lane'])}  priority {job['priority']}",
         f"  attempts  {_attempts(job)}",
@@ -134,6 +155,7 @@ def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]], *,
         lines.append(f"  key       {showable(job['key'])}")
     if job.get("runner"):
         lines.append(f"  pid       {job['runner'].get('pid')}")
+    lines += held_lines(job)
     lines += _relations(prereqs, dependents) + _gate(job)
     if job.get("message"):
         lines.append(f"  message   {showable(job['message'])}")

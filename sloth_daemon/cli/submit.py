@@ -47,6 +47,7 @@ OPTION_NAMES = {
     "lease_s": "--lease", "timeout_s": "--timeout", "not_before": "--delay/--at", "key": "--key",
     "label": "--label", "cwd": "--cwd (or the current folder)", "env": "the environment", "shell": "--shell",
     "place": "--on", "after": "--after", "after_any": "--after-any",
+    "mem": "--mem", "cpus": "--cpus", "nice": "--nice", "io": "--io", "keep_awake": "--keep-awake",
     "when": "--when", "on_lost": "--on-lost", "needs": "--needs", "slots": "--slots",
 }
 # Refusals of a commit that prove its transaction never happened (or was rolled back);

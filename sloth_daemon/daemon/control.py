@@ -19,6 +19,7 @@ from sloth_daemon.errors import BadRequest, FieldError, SlothError
 from sloth_daemon.models import Batch, Event, Job, Listing
 from sloth_daemon.paths import Paths
 from sloth_daemon.queue import Queue
+from sloth_daemon.daemon import holding
 from sloth_daemon.daemon.worker.spawner import Spawner
 from sloth_daemon.spec import Defaults, EnvCache, JobSpec
 from sloth_daemon.daemon.worker.loop import Worker
@@ -134,7 +135,7 @@ class Control:
             batch: str | None = None) -> tuple[list[int], list[str]]:
         """Queue the jobs, all or none (recorded under ``batch`` if given);
         returns the ids and the lanes this add made (not known before)."""
-        specs = [s if isinstance(s, JobSpec) else self._placed(s) for s in specs]
+        specs = [self._held(s) if isinstance(s, JobSpec) else self._held_spec(self._placed(s)) for s in specs]
         known = set(self.worker.lanes.known())
         new = sorted({_lane_of(s) for s in specs} - known)
         ids = self.queue.enqueue_many(specs, batch=batch)
@@ -149,7 +150,7 @@ class Control:
         out = []
         for i, job in enumerate(jobs, first):
             try:
-                out.append(self._placed_here(JobSpec.parse(job, defaults, cache)))
+                out.append(self._held(self._placed_here(JobSpec.parse(job, defaults, cache))))
             except FieldError as e:
                 raise FieldError(e.field, f"{e.problem} (job {i} of the batch)", e.hint) from None
         return out
@@ -184,6 +185,18 @@ class Control:
         resources are its own)."""
         if gate is not None and (self.shared is None or place in self._here()):
             self.worker.gates.check_spec(gate, lane, cwd)
+
+    def _held(self, spec: JobSpec) -> JobSpec:
+        """Its lane's and its own keep-awake and limits, checked here (daemon/holding.py)."""
+        if not (spec.limits_json or spec.keep_awake or self.settings.lane_holds):
+            return spec
+        return holding.held_here(spec, self.settings)
+
+    def _held_spec(self, spec: Mapping[str, Any]) -> Mapping[str, Any] | JobSpec:
+        if not holding.asks(spec, self.settings):
+            return spec
+        defaults = Defaults(self.settings.max_attempts, self.settings.lease_s, self.default_place)
+        return self._held(JobSpec.parse(spec, defaults))
 
     def _here(self) -> tuple[str, ...]:
         return (self.worker.host, *self.settings.tags)
@@ -220,6 +233,9 @@ class Control:
 
     def resume(self, lane: str | None) -> None:
         self.worker.resume(lane)
+
+    async def pause_jobs(self, ids: Sequence[int] | None, *, lane: str | None, resume: bool) -> Batch:
+        return await self.worker.pause_jobs(ids, lane=lane, resume=resume)
 
     def set_lane(self, lane: str, concurrency: int, *, create: bool) -> dict[str, Any]:
         return self.worker.set_lane(lane, concurrency, create=create)

@@ -70,6 +70,7 @@ class Handlers:
             "list": self.op_list, "show": self.op_show, "cancel": w(self.op_cancel),
             "retry": w(self.op_retry), "restart": w(self.op_restart), "kill": w(self.op_kill),
             "pause": w(self.op_pause), "resume": w(self.op_resume), "lanes": self.op_lanes,
+            "pause_jobs": w(self.op_pause_jobs), "resume_jobs": w(self.op_resume_jobs),
             "lane_set": w(self.op_lane_set), "lane_rm": w(self.op_lane_rm), "prune": w(self.op_prune),
             "logs": self.op_logs, "latest": self.op_latest, "config": self.op_config, "reload": self.op_reload,
             "shutdown": self.op_shutdown,
@@ -206,6 +207,18 @@ class Handlers:
     def op_resume(self, a: dict[str, Any]) -> dict[str, Any]:
         self.c.resume(lane_name(a.get("lane")))
         return self.c.worker.status()
+
+    async def op_pause_jobs(self, a: dict[str, Any], *, resume: bool = False) -> dict[str, Any]:
+        if "ids" in a and "lane" in a:
+            raise BadRequest("give ids or a lane, not both")
+        ids = job_ids(a["ids"]) if "ids" in a else None
+        lane = lane_name(a.get("lane"))
+        if lane is not None:
+            self.c.worker.lanes.check(lane)
+        return (await self.c.pause_jobs(ids, lane=lane, resume=resume)).to_dict()
+
+    async def op_resume_jobs(self, a: dict[str, Any]) -> dict[str, Any]:
+        return await self.op_pause_jobs(a, resume=True)
 
     def op_lanes(self, a: dict[str, Any]) -> dict[str, Any]:
         return {"lanes": self.c.lanes(), "paused_all": self.c.worker.lanes.paused_all}

@@ -63,6 +63,7 @@ class RunSink(Protocol):
     def exited(self, outcome: dict[str, Any]) -> None: ...
     def frozen(self, why: str) -> None: ...
     def taken_back(self) -> None: ...
+    def noted(self, what: str, message: str) -> None: ...
 
 
 Reply = Callable[[dict[str, Any] | None], None]  # the response, or None if the connection was lost
@@ -221,6 +222,26 @@ class KeeperClient:
         for i in range(0, len(keys), BATCH):
             self._send("ack", {"keys": keys[i:i + BATCH]})
 
+    async def ask(self, op: str, args: dict[str, Any], timeout_s: float = 10.0) -> dict[str, Any]:
+        """One request whose answer the caller waits for (pause, resume):
+        its result. Raises KeeperError if refused, lost or not answered in time."""
+        fut: asyncio.Future[dict[str, Any] | None] = asyncio.get_running_loop().create_future()
+
+        def answered(m: dict[str, Any] | None) -> None:
+            if not fut.done():
+                fut.set_result(m)
+        if not self._send(op, args, answered):
+            raise KeeperError(f"the keeper connection is lost: {op} was not sent")
+        try:
+            msg = await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            raise KeeperError(f"the keeper did not answer {op} within {timeout_s:.0f}s") from None
+        if msg is None:
+            raise KeeperError(f"the keeper connection was lost before {op} was answered")
+        if not msg.get("ok"):
+            raise KeeperError(f"the keeper refused {op}: {(msg.get('error') or {}).get('message')}")
+        return msg["result"]
+
     # ----------------------------------------------------------------- other
     async def tap(self, key: str) -> AsyncIterator[bytes]:
         """A run's output on a connection of its own: what its log holds so
@@ -321,6 +342,8 @@ class KeeperClient:
             _call(sink.frozen, str(ev.get("why", "")))
         elif ev.get("kind") == "started":  # a run held behind another started when that one ended
             _call(sink.started, ev.get("pid"), ev.get("identity") or {})
+        elif ev.get("kind") == "note":
+            _call(sink.noted, str(ev.get("what", "")), str(ev.get("message", "")))
 
     def _lose(self) -> None:
         if self.lost:

@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Callable
 
 from sloth_daemon.keeper import procident
 from sloth_daemon.errors import SlothError
-from sloth_daemon.daemon.keeper_client import KeeperClient
+from sloth_daemon.daemon.keeper_client import KeeperClient, KeeperError
 from sloth_daemon.paths import Paths
 from sloth_daemon.daemon.worker.spawner import Outcome, RunSink, SpawnRequest
 
@@ -49,6 +49,9 @@ class _ToWorker:
 
     def taken_back(self) -> None:
         self.sink.taken_back()
+
+    def noted(self, what: str, message: str) -> None:
+        self.sink.noted(what, message)
 
 
 class KeeperSpawner:
@@ -129,6 +132,17 @@ class KeeperSpawner:
     def tap(self, key: str) -> AsyncIterator[bytes] | None:
         return self.client.tap(key) if self.client is not None else None
 
+    async def pause(self, keys: list[str], *, resume: bool = False) -> dict[str, Any]:
+        """Stop (or with ``resume`` continue) these runs' trees: the keeper's
+        answer, {"runs": {key: ...}, "unknown": [...]}. Raises KeeperError."""
+        client = self.client
+        if client is None:
+            raise KeeperError("no keeper is connected (it is being restarted)", hint="Try again in a moment.")
+        if "pause" not in client.info.get("features", ()):
+            raise KeeperError(f"the keeper (version {client.info.get('version')}) cannot pause a running job",
+                              hint="It is an older one that still holds runs; it exits once they end.")
+        return await client.ask("resume" if resume else "pause", {"keys": keys})
+
     async def close(self, *, bye: bool) -> None:
         """Hang up. With ``bye`` the keeper exits once it holds nothing;
         without, it keeps the runs for the next daemon."""
@@ -146,6 +160,10 @@ class KeeperSpawner:
     def _spawn(self, req: SpawnRequest, sink: RunSink) -> None:
         if self.client is None:  # between a lost keeper and the next: say so, it is retried
             sink.spawn_failed("no keeper to start the job (it is being restarted)", True)
+            return
+        if (req.keep_awake or req.limits) and "holds" not in self.client.info.get("features", ()):
+            sink.spawn_failed(f"the keeper (version {self.client.info.get('version')}) cannot hold --keep-awake "
+                              "or limits; it exits once the runs it holds end", True)
             return
         if req.after is not None and not self.pipelines:  # a keeper without `after` (a reconnect
             sink.taken_back()  # while an earlier process was ended) would start it at once: not so
@@ -195,4 +213,6 @@ def _wire(req: SpawnRequest) -> dict[str, Any]:
         "log_cap": req.log_cap, "timeout_s": req.timeout_s, "kill_grace_s": req.kill_grace_s,
         "trust_until": req.trust_until, "term_lead_s": req.term_lead_s,
         **({"after": req.after} if req.after is not None else {}),
+        **({"keep_awake": True} if req.keep_awake else {}),
+        **({"limits": req.limits} if req.limits else {}),
     }

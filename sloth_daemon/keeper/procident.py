@@ -356,3 +356,20 @@ def remember_all(trees: Iterable[ProcessTree]) -> None:
 
 def gone(p: psutil.Process) -> bool:
     return _gone(p)
+
+
+def is_stopped(pid: int) -> bool:
+    """Stopped by a signal (state T), or no longer running code (a zombie,
+    gone): a process in this state forks no more. Linux reads
+    /proc/PID/stat; elsewhere psutil."""
+    if sys.platform.startswith("linux"):
+        try:
+            data = _read(f"/proc/{pid}/stat")
+        except OSError:
+            return True
+        state = data[data.rfind(b")") + 2:data.rfind(b")") + 3]
+        return state in (b"T", b"t", b"Z", b"X")
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return True

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from sloth_daemon.keeper.holds import Inhibitor
 from sloth_daemon.keeper.runner import JobProcess
 from sloth_daemon.keeper.wire import Trust
 
@@ -23,6 +24,8 @@ class Launch:
     log_path: Path
     log_cap: int
     timeout_s: float | None
+    keep_awake: bool = False
+    limits: dict[str, Any] | None = None  # checks.limits_json's, with the daemon's "mem_via"
 
 
 @dataclass
@@ -52,6 +55,13 @@ class Run:
     taps: set[Callable[[bytes | None], None]] = field(default_factory=set)
     journaled: bool = False
     note: str | None = None  # for the history: how its end was known, when that is not plain
+    paused: bool = False  # stopped on request (pause op) until a resume
+    paused_at: float | None = None  # wall clock, since when
+    timeout_s: float | None = None  # as the spawn asked (the timer counts running time only)
+    timeout_left: float | None = None  # while paused: what the timer had left
+    inhibitor: Inhibitor | None = None  # its sleep inhibitor, while it runs (keeper/holds.py)
+    limits: dict[str, Any] | None = None
+    cgroup: str | None = None  # its cgroup v2 folder, under a scope's limits (oom kills are read there)
 
     def wire(self, after: str | None = None) -> dict[str, Any]:
         """As hello lists it and the journal keeps it; ``after``: the run a
@@ -59,7 +69,8 @@ class Run:
         return {"key": self.key, "job_id": self.job_id, "attempt": self.attempt, "token": self.token,
                 "pid": self.pid, "identity": self.identity, "started_at": self.started_at,
                 "state": self.state, "trust_until": self.trust.until if self.trust else None,
-                "outcome": self.outcome, "log_path": self.log_path, "after": after}
+                "outcome": self.outcome, "log_path": self.log_path, "after": after,
+                "paused": self.paused, "paused_at": self.paused_at}
 
     @classmethod
     def adopted(cls, w: dict[str, Any]) -> "Run":

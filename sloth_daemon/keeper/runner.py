@@ -14,6 +14,7 @@ import errno
 import os
 import signal
 import subprocess
+import time
 from typing import Any, Callable
 
 import psutil
@@ -79,6 +80,8 @@ class JobEnvs:
 _PERMANENT_ERRNOS = {errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR, errno.EISDIR}
 
 
+PAUSE_ROUNDS = 20  # SIGSTOP, look again: a child forked while its parent was being stopped is found next round
+PAUSE_SETTLE_S = 0.5  # per round, at most: until every process signalled is seen stopped
 KILL_ROUNDS = 50  # SIGKILL, look again: a process forked just before the kill is found next round
 POLL_GONE_S = 0.02
 
@@ -99,8 +102,10 @@ class JobProcess:
         on_output: Callable[[bytes], None],
         on_exit: Callable[["JobProcess"], None],
         claim_orphan: Callable[[int, float | None], bool] | None = None,
+        preexec: Callable[[], None] | None = None,
     ) -> None:
         self.argv, self.cwd, self.env, self.log = argv, cwd, env, log
+        self.preexec = preexec  # its limits, set in the child before exec (keeper/holds.py)
         self.on_output, self.on_exit = on_output, on_exit
         self.claim_orphan = claim_orphan
         self.proc: subprocess.Popen[bytes] | None = None
@@ -108,7 +113,8 @@ class JobProcess:
         self.returncode: int | None = None
         self.kill_reason: str | None = None  # why the tree was ended, once a signal reached the root alive
         self._kill_asked: str | None = None  # why it is to be ended (the first reason asked)
-        self.frozen = False
+        self.frozen = False  # stopped by the keeper across a suspend (trust)
+        self.paused = False  # stopped on request (`sloth pause --job`): only a resume continues it
         self.ending: asyncio.Task[None] | None = None  # the tree kill, once begun
         self._rfd: int | None = None
         self._pidfd: int | None = None
@@ -136,6 +142,7 @@ class JobProcess:
             self.proc = subprocess.Popen(
                 self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
                 stdout=wfd, stderr=wfd, start_new_session=True, close_fds=True, umask=JOB_UMASK,
+                preexec_fn=self.preexec,
             )
         except (OSError, subprocess.SubprocessError) as e:
             os.close(rfd)
@@ -276,8 +283,33 @@ class JobProcess:
             self.signal_tree(signal.SIGSTOP)
 
     def thaw(self) -> None:
+        """Continue after a freeze, unless it is paused on request too."""
         self.frozen = False
-        self.signal_tree(signal.SIGCONT)
+        if not self.paused:
+            self.signal_tree(signal.SIGCONT)
+
+    def pause(self) -> int:
+        """SIGSTOP the whole tree until a look at it finds nothing new: a
+        process that forks while being stopped has its child stopped by the
+        next round (each round waits until every process signalled is in
+        state T: a stopped process forks no more). Returns how many
+        processes were stopped."""
+        self.paused = True
+        stopped: set[int] = set()
+        for _ in range(PAUSE_ROUNDS):
+            procs = self.signal_tree(signal.SIGSTOP)
+            pids = {p.pid for p in procs}
+            _wait_stopped(pids, PAUSE_SETTLE_S)
+            if pids <= stopped:
+                break
+            stopped |= pids
+        return len(stopped)
+
+    def resume(self) -> None:
+        """SIGCONT the whole tree (unless a suspend's freeze still holds it)."""
+        self.paused = False
+        if not self.frozen:
+            self.signal_tree(signal.SIGCONT)
 
     def end_tree_soon(self, grace_s: float, reason: str) -> "asyncio.Task[None]":
         """Begin ``end_tree`` now (``ending`` is set before this returns)."""
@@ -310,8 +342,9 @@ class JobProcess:
 
     async def _end_tree(self, grace_s: float) -> None:
         def thaw() -> None:
-            if self.frozen:  # a stopped process acts on SIGTERM only once continued
-                self.thaw()
+            if self.frozen or self.paused:  # a stopped process acts on SIGTERM only once continued
+                self.frozen = self.paused = False
+                self.signal_tree(signal.SIGCONT)
         await end_tree(self.signal_tree, grace_s, after_term=thaw)
         await self.done.wait()
 
@@ -325,6 +358,19 @@ class JobProcess:
         if code is not None and code < 0:
             return False, f"killed by {signal_name(-code)}"
         return False, f"exit {code}"
+
+
+def _wait_stopped(pids: set[int], timeout_s: float) -> None:
+    """Until every one of ``pids`` is stopped (or gone), ``timeout_s`` at
+    most: SIGSTOP is delivered when the process next runs (one in
+    uninterruptible sleep waits for its disk)."""
+    deadline = time.monotonic() + timeout_s
+    left = set(pids)
+    while left:
+        left = {p for p in left if not procident.is_stopped(p)}
+        if not left or time.monotonic() > deadline:
+            return
+        time.sleep(0.001)
 
 
 def signal_name(signum: int) -> str:

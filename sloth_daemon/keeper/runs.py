@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import psutil
 
-from sloth_daemon.keeper import procident
+from sloth_daemon.checks import format_size
+from sloth_daemon.keeper import holds, procident
+from sloth_daemon.keeper.childwatch import Child
+from sloth_daemon.keeper.holds import Inhibitor
 from sloth_daemon.errors import SpawnError
 from sloth_daemon.keeper.joblog import LogWriter
 from sloth_daemon.keeper.held import HeldRuns
@@ -47,7 +51,8 @@ class RunTable:
     def __init__(self, journal: Path, *, check_s: float, event: Callable[..., None],
                  changed: Callable[[], None]) -> None:
         self.runs: dict[str, Run] = {}
-        self.roots: dict[int, JobProcess] = {}  # root pid -> its process: reap_orphans leaves them be
+        # root pid -> its process (a job's, or a sleep inhibitor's): reap_orphans leaves them be
+        self.roots: dict[int, Child] = {}
         self.forgotten: list[tuple[float, float]] = []  # acked runs' lifetimes, for orphan attribution
         self.journal = Journal(journal)
         self.check_s = check_s
@@ -90,7 +95,8 @@ class RunTable:
         run = Run(key, whole(a, "job_id"), whole(a, "attempt"), token, str(log_path), time.time(),
                   number(a, "kill_grace_s", 10.0), number(a, "term_lead_s", 1.0))  # type: ignore[arg-type]
         env = {**env, procident.TOKEN_ENV: token}  # the token scan finds escapees by it
-        launch = Launch(argv, env, cwd, log_path, whole(a, "log_cap"), number(a, "timeout_s"))
+        launch = Launch(argv, env, cwd, log_path, whole(a, "log_cap"), number(a, "timeout_s"),
+                        *holds_asked(a))
         if self.held.hold(run, a, launch):
             return run
         try:
@@ -103,8 +109,11 @@ class RunTable:
         """Start ``run``'s process: its log file, its timeout and its life
         (for orphans) begin now. Raises SpawnError (noted in its log)."""
         lw = LogWriter(ln.log_path, ln.log_cap)
-        jp = JobProcess(ln.argv, cwd=ln.cwd, env=ln.env, log=lw, on_output=lambda d: self.output(run, d),
-                        on_exit=lambda _jp: self.root_exited(run), claim_orphan=self.claimer(run.key))
+        limits = ln.limits or {}
+        argv = holds.scope_argv(limits, ln.argv, run.job_id) if limits.get("mem_via") == "scope" else ln.argv
+        jp = JobProcess(argv, cwd=ln.cwd, env=ln.env, log=lw, on_output=lambda d: self.output(run, d),
+                        on_exit=lambda _jp: self.root_exited(run), claim_orphan=self.claimer(run.key),
+                        preexec=holds.preexec(limits) if limits else None)
         try:
             jp.start(asyncio.get_running_loop())
         except SpawnError as e:
@@ -114,9 +123,89 @@ class RunTable:
         run.proc, run.pid, run.identity, run.state = jp, jp.pid, jp.identity(), "running"
         run.begin = jp.tree.root_stamp or procident.stamp_now()  # type: ignore[union-attr]
         self.roots[jp.pid] = jp
+        run.timeout_s, run.limits = ln.timeout_s, ln.limits
         if ln.timeout_s:
-            run.timeout = asyncio.get_running_loop().call_later(
-                ln.timeout_s, self.kill, run, f"timed out after {secs(ln.timeout_s)}", run.kill_grace_s, "timeout")
+            self._arm_timeout(run, ln.timeout_s)
+        if limits:
+            lw.note("limits: " + holds.describe(limits))
+            if limits.get("mem_via") == "scope":
+                run.cgroup = holds.cgroup_of(jp.pid)
+        if ln.keep_awake:
+            self._keep_awake(run, jp.pid)
+
+    def _keep_awake(self, run: Run, pid: int) -> None:
+        """Hold a sleep inhibitor for the run's life (keeper/holds.py); one
+        that cannot be held is told to the daemon (its history says so)."""
+        argv = holds.inhibit_argv(run.job_id, pid)
+        if argv is None:
+            self.note(run, "keep-awake", f"keep-awake unavailable: nothing inhibits sleep on {sys.platform}")
+            return
+        inh = run.inhibitor = Inhibitor(argv, lambda why: self.note(run, "keep-awake", why))
+        inh.start(asyncio.get_running_loop())
+        if inh.pid is not None:
+            self.roots[inh.pid] = inh  # ours to reap (reap_orphans leaves it be), never a job's orphan
+            log.info("run %s: keep-awake held by pid %d", run.key, inh.pid)
+
+    def note(self, run: Run, kind: str, message: str) -> None:
+        """What the run's history should say now (the daemon records it); its log says it too."""
+        log.info("run %s: %s", run.key, message)
+        if run.proc is not None:
+            run.proc.log.note(message)
+        self.event("note", run.key, what=kind, message=message)
+
+    def _release(self, run: Run) -> None:
+        inh, run.inhibitor = run.inhibitor, None
+        if inh is not None:
+            inh.release()
+            if inh.pid is not None:
+                loop = asyncio.get_running_loop()
+                loop.call_later(1.0, self._forget_holder, inh)
+
+    def _forget_holder(self, inh: Inhibitor) -> None:
+        if inh.poll() or inh.pid is None:
+            self.roots.pop(inh.pid or 0, None)
+        else:  # ended by SIGTERM a moment ago: look again
+            asyncio.get_running_loop().call_later(1.0, self._forget_holder, inh)
+
+    def _arm_timeout(self, run: Run, left_s: float) -> None:
+        assert run.timeout_s is not None
+        run.timeout = asyncio.get_running_loop().call_later(
+            left_s, self.kill, run, f"timed out after {secs(run.timeout_s)}", run.kill_grace_s, "timeout")
+
+    # ------------------------------------------------------------ pausing
+    def pause(self, run: Run) -> dict[str, Any]:
+        """Stop a running run's whole tree until ``resume`` (runner.JobProcess.pause);
+        its timeout stops counting meanwhile. Idempotent. Raises Refused for
+        a run held behind another (it has no process yet)."""
+        if run.state == "pending":
+            raise Refused("not_started", f"run {run.key} has not started yet: there is nothing to pause")
+        if run.state == "exited" or run.proc is None or run.proc.ending is not None:
+            return {"paused": False, "state": run.state if run.proc is None or run.proc.ending is None else "ending"}
+        if run.paused:
+            return {"paused": True, "already": True, "paused_at": run.paused_at}
+        stopped = run.proc.pause()
+        run.paused, run.paused_at = True, time.time()
+        if run.timeout is not None:
+            run.timeout_left = max(0.0, run.timeout.when() - asyncio.get_running_loop().time())
+            run.timeout.cancel()
+            run.timeout = None
+        run.proc.log.note(f"paused: {stopped} process(es) stopped")
+        log.info("run %s (pid %s): paused, %d process(es) stopped", run.key, run.pid, stopped)
+        return {"paused": True, "processes": stopped, "paused_at": run.paused_at}
+
+    def resume(self, run: Run) -> dict[str, Any]:
+        """Continue a paused run; its timeout counts on from where it stopped."""
+        if run.state == "exited" or run.proc is None or not run.paused:
+            return {"resumed": False, "state": run.state}
+        run.proc.resume()
+        span = time.time() - (run.paused_at or time.time())
+        run.paused, run.paused_at = False, None
+        if run.timeout_left is not None and run.proc.ending is None:
+            self._arm_timeout(run, run.timeout_left)
+        run.timeout_left = None
+        run.proc.log.note(f"resumed after {secs(span)} paused")
+        log.info("run %s (pid %s): resumed after %s", run.key, run.pid, secs(span))
+        return {"resumed": True, "paused_s": span}
 
     def ack(self, keys: list[str]) -> None:
         """Forget runs whose outcomes the daemon has recorded. Raises Refused,
@@ -160,6 +249,7 @@ class RunTable:
     def root_exited(self, run: Run) -> None:
         ended_at = time.time()
         self.note_late_end(run)
+        self._release(run)  # the moment it ends, however it ends
         self.roots.pop(run.pid or 0, None)
         run.end = procident.stamp_now()
         for timer in (run.timeout, run.trust_check):
@@ -178,12 +268,13 @@ class RunTable:
     def settle(self, run: Run, ended_at: float) -> None:
         jp = run.proc
         assert jp is not None
+        over = self._over_limit(run, jp)
         jp.log.finish()
         run.state = "exited"
         run.outcome = {"returncode": jp.returncode, "ended_at": ended_at, "reason": jp.kill_reason,
                        "killed_by": run.killed_by if jp.kill_reason else None,  # a kill too late ended nothing
                        "log_problem": jp.log.problem, "log_bytes": jp.log.total,
-                       **({"note": run.note} if run.note else {})}
+                       **({"note": "; ".join(filter(None, (run.note, over)))} if run.note or over else {})}
         # First: it is what waits (the daemon hears of both together). Only
         # now, once a failed run's leftovers are ended too (root_exited): a
         # held run never starts beside them.
@@ -199,6 +290,16 @@ class RunTable:
             feed(None)
         self.changed()
 
+    def _over_limit(self, run: Run, jp: JobProcess) -> str | None:
+        """"exceeded --mem 2G" if the run ended by its memory limit (holds.exceeded_memory)."""
+        limits = run.limits
+        if not limits or not limits.get("mem") or jp.returncode == 0:
+            return None
+        tail = jp.log.snapshot()[-8192:]
+        if holds.exceeded_memory(limits, jp.returncode, tail, holds.oom_kills(run.cgroup)):
+            return f"exceeded --mem {format_size(int(limits['mem']))}"
+        return None
+
     def kill(self, run: Run, reason: str, grace_s: float, by: str) -> None:
         """Begin ending a run's whole tree (idempotent; the first reason
         stays); a pending run is dropped unstarted at once. One that has
@@ -212,6 +313,7 @@ class RunTable:
             return
         run.killed_by = by
         run.state = "running"  # if frozen: end_tree continues it, to act on SIGTERM
+        run.paused = False  # and if paused: it is continued after its SIGTERM
         log.info("run %s (pid %s): %s; ending its process tree", run.key, run.pid, reason)
         jp.log.note(f"{reason}: ending the process tree")
         jp.end_tree_soon(grace_s, reason).add_done_callback(_log_failure)
@@ -377,3 +479,19 @@ def read_journal_safely(path: Path) -> list[dict[str, Any]]:
     except OSError as e:
         log.error("cannot read the journal %s: %s", path, e.strerror or e)
         return []
+
+
+def holds_asked(a: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
+    """A spawn's keep_awake and limits (checked as far as the keeper uses them)."""
+    keep, limits = a.get("keep_awake", False), a.get("limits")
+    if not isinstance(keep, bool):
+        raise Refused("bad_request", "keep_awake must be true or false")
+    if limits is None:
+        return keep, None
+    if not isinstance(limits, dict) or not set(limits) <= holds.LIMIT_KEYS:
+        raise Refused("bad_request", f"limits must be an object of {', '.join(sorted(holds.LIMIT_KEYS))}")
+    try:
+        holds.check(limits)
+    except ValueError as e:
+        raise Refused("bad_request", f"limits: {e}") from None
+    return keep, limits

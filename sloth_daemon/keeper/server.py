@@ -228,6 +228,27 @@ class Keeper:
         self.table.kill(run, reason, number(a, "grace_s", run.kill_grace_s), "request")  # type: ignore[arg-type]
         return {}
 
+    def op_pause(self, conn: Conn, a: dict[str, Any]) -> dict[str, Any]:
+        """Stop runs' trees: ``{"runs": {key: what happened}, "unknown": [keys]}``."""
+        return self._each_run(a, self.table.pause)
+
+    def op_resume(self, conn: Conn, a: dict[str, Any]) -> dict[str, Any]:
+        return self._each_run(a, self.table.resume)
+
+    def _each_run(self, a: dict[str, Any], act: Any) -> dict[str, Any]:
+        keys = a["keys"]
+        if not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys) or len(keys) > 10_000:
+            raise Refused("bad_request", "keys must be a list of at most 10000 non-empty strings")
+        out: dict[str, Any] = {}
+        for key in dict.fromkeys(keys):
+            run = self.table.runs.get(key)
+            if run is not None:
+                try:
+                    out[key] = act(run)
+                except Refused as e:
+                    out[key] = {"error": e.wire}
+        return {"runs": out, "unknown": [k for k in keys if k not in self.table.runs]}
+
     def op_ack(self, conn: Conn, a: dict[str, Any]) -> dict[str, Any]:
         keys = a["keys"]
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):

@@ -38,15 +38,21 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "hello": (frozenset({"role"}), frozenset({"pid", "name"})),
     "spawn": (frozenset({"key", "job_id", "attempt", "token", "argv", "log_path", "log_cap"}),
               frozenset({"env", "env_ref", "env_extra", "cwd", "timeout_s", "kill_grace_s", "trust_until",
-                         "term_lead_s", "after"})),
+                         "term_lead_s", "after", "keep_awake", "limits"})),
     "unspawn": (frozenset({"key"}), frozenset()),
     "trust": (frozenset({"items"}), frozenset()),
     "kill": (frozenset({"key"}), frozenset({"reason", "grace_s"})),
     "ack": (frozenset({"keys"}), frozenset()),
     "tap": (frozenset({"key"}), frozenset()),
     "bye": (frozenset(), frozenset()),
+    # Feature "pause": stop (SIGSTOP) or continue (SIGCONT) runs' whole trees
+    # on request; a paused run's timeout does not count; hello lists it
+    # with "paused": true, so the next daemon learns it.
+    "pause": (frozenset({"keys"}), frozenset()),
+    "resume": (frozenset({"keys"}), frozenset()),
 }
-DAEMON_OPS = frozenset({"spawn", "unspawn", "trust", "kill", "ack", "bye"})  # only on the daemon's connection
+# only on the daemon's connection
+DAEMON_OPS = frozenset({"spawn", "unspawn", "trust", "kill", "ack", "bye", "pause", "resume"})
 
 
 class Refused(Exception):
@@ -196,8 +202,11 @@ def whole(a: dict[str, Any], name: str, low: int = 0) -> int:
 
 
 # What this keeper understands beyond protocol 1 (told in hello): env_ref,
-# and after (a spawn held until another run ends; unspawn; started events).
-FEATURES = ("env_ref", "after")
+# after (a spawn held until another run ends; unspawn; started events), and
+# pause (the pause and resume ops; runs listed with paused, paused_at), and
+# holds (spawn's keep_awake and limits, keeper/holds.py; "note" events: what
+# the history should say of a run while it runs, e.g. keep-awake unavailable).
+FEATURES = ("env_ref", "after", "pause", "holds")
 ENV_REFS_KEPT = 256  # environments remembered by ref; the daemon's client names at most half as many
 
 

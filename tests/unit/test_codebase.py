@@ -43,6 +43,9 @@ EXCEPTIONS = {
     ("cli.launcher", "keeper.procident"),
     # Reading a lane's settings with no daemon: the lanes' own rules.
     ("cli.offline", "daemon.worker.lanes"),
+    # `sloth doctor` says what applies keep-awake and limits on this machine:
+    # the keeper's to know (it applies them).
+    ("cli.doctor", "keeper.holds"),
 }
 # The core (the top modules and the queue library) knows nothing of
 # transport, processes or the CLI.

@@ -103,3 +103,19 @@ def test_without_a_usable_runtime_dir_the_socket_stays_private_in_data(tmp_path)
     p = _resolve_in({"HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "d"),
                      "XDG_RUNTIME_DIR": str(tmp_path / "missing")})
     assert str(p.socket).startswith(str(tmp_path)) or str(p.socket).startswith("/tmp/runtime-")
+
+
+def test_lane_tables_hold_concurrency_limits_and_keep_awake(tmp_path):
+    """[lanes.NAME] (issue 24 item 4): a lane's jobs get its limits unless they say otherwise."""
+    from sloth_daemon.config import from_mapping
+
+    s = from_mapping({"lanes": {"default": 2, "gpu": {"concurrency": 3, "mem": "2G", "nice": 5,
+                                                      "io": "idle", "keep_awake": True}}}, tmp_path / "c.toml")
+    assert s.lanes == {"default": 2, "gpu": 3}
+    assert s.lane_holds == {"gpu": {"keep_awake": True, "limits": {"mem": 2 << 30, "nice": 5, "io": "idle"}}}
+    assert s.source("lanes.gpu").startswith("file ")
+    for bad, says in (({"gpu": {"mem": "lots"}}, "512M or 2G"), ({"gpu": {"nice": 99}}, "nice"),
+                      ({"gpu": {"cores": 2}}, "unknown key"), ({"gpu": {"keep_awake": "yes"}}, "true or false"),
+                      ({"gpu": {"concurrency": 0}}, "whole number")):
+        with pytest.raises(ConfigError, match=says):
+            from_mapping({"lanes": bad}, tmp_path / "c.toml")

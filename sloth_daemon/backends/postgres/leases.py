@@ -28,6 +28,7 @@ from sloth_daemon.backends.postgres.writer import FINISH, Writer, event
 EXTEND = "lease_until = sloth.now() + coalesce(%(lease_s)s, lease_s), updated_at = sloth.now()"
 ADOPT = "worker = %(worker)s, lease_until = sloth.now() + lease_s, updated_at = sloth.now()"
 SET_RUNNER = "runner = %(runner)s, updated_at = sloth.now()"
+SET_PAUSED = "paused_run = %(paused_run)s, updated_at = sloth.now()"
 SQL_FLUSH = ("INSERT INTO sloth.meta (key, value) VALUES ('flushed', '0')"
              " ON CONFLICT (key) DO UPDATE SET value = (sloth.meta.value::bigint + 1)::text")
 SQL_HELD_UPDATE = ("WITH u AS (UPDATE sloth.jobs SET {assignments} WHERE id = %(id)s"
@@ -78,6 +79,16 @@ class Leases:
         return self._held_step(job_id, token, SET_RUNNER, {"runner": json.dumps(runner)},
                                "recording a job's process", event=("started", f"pid {runner.get('pid')}"),
                                at=finite(runner.get("started_at")))
+
+    def note_run(self, job_id: int, token: str, kind: str, message: str) -> Job:
+        """An event in the history of the run of ``token``: as SqliteQueue.note_run."""
+        return self._held_step(job_id, token, "updated_at = sloth.now()", {}, "noting on a run",
+                               event=(kind, message))
+
+    def set_paused(self, job_id: int, token: str, paused: bool, message: str) -> Job:
+        """The run of ``token`` paused on request, or continued: as SqliteQueue.set_paused."""
+        return self._held_step(job_id, token, SET_PAUSED, {"paused_run": token if paused else None},
+                               "recording a pause", event=("paused" if paused else "continued", message))
 
     def note_ended(self, job_id: int, attempt: int, message: str, *, ended_at: float | None = None,
                    durable: bool = True) -> Job:

@@ -156,6 +156,8 @@ class PgQueue:
         self.heartbeat = leases.heartbeat
         self.renew_after_resume = leases.renew_after_resume
         self.set_runner = leases.set_runner
+        self.set_paused = leases.set_paused
+        self.note_run = leases.note_run
         self.adopt = leases.adopt
         self.abandon = leases.abandon
         self.complete = leases.complete

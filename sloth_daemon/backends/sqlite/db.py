@@ -148,7 +148,17 @@ MIGRATIONS: list[str] = [
         WHERE key IS NOT NULL AND state IN ('blocked', 'held', 'queued', 'running');
     CREATE INDEX jobs_held ON jobs(lane, priority, not_before, id) WHERE state = 'held';
     """,
-    # 7 -> 8: gates (run conditions, named resources, lane slots: issue 24).
+    # 7 -> 8: what the keeper holds for a run's whole life (issue 24): a
+    # sleep inhibitor (keep_awake), resource limits (JSON, e.g. {"mem": ...,
+    # "nice": 10}), and the run paused on request: the token of the run
+    # paused (the job is paused while it still holds that token, so a new
+    # claim is never paused by an old run's flag).
+    """
+    ALTER TABLE jobs ADD COLUMN keep_awake INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN limits TEXT;
+    ALTER TABLE jobs ADD COLUMN paused_run TEXT;
+    """,
+    # 8 -> 9: gates (run conditions, named resources, lane slots: issue 24).
     # A queued job with a gate is out of the claim indexes (jobs_ready and
     # jobs_due now hold gate IS NULL only), so jobs that wait for mains power
     # cost a claim nothing; jobs_gated groups them by gate text, so the

@@ -30,14 +30,14 @@ SQL_ACTIVE_KEY = (
     " WHERE key = ? AND state IN ('blocked', 'held', 'queued', 'running')"
 )
 _COLUMNS = ("command, lane, priority, max_attempts, lease_s, timeout_s, not_before, key, cwd,"
-            " env_id, label, shell, created_at, updated_at, retry_exit, no_retry_exit, place")
-SQL_INSERT = f"INSERT INTO jobs (state, {_COLUMNS}) VALUES ('queued', {', '.join('?' * 17)})"
+            " env_id, label, shell, created_at, updated_at, retry_exit, no_retry_exit, place, keep_awake, limits")
+SQL_INSERT = f"INSERT INTO jobs (state, {_COLUMNS}) VALUES ('queued', {', '.join('?' * 19)})"
 # A job with a gate (conditions, needs, slots) goes in on its own: few do, and the run's statement stays as it was.
-SQL_INSERT_GATED = f"INSERT INTO jobs (state, gate, {_COLUMNS}) VALUES ('queued', {', '.join('?' * 18)})"
+SQL_INSERT_GATED = f"INSERT INTO jobs (state, gate, {_COLUMNS}) VALUES ('queued', {', '.join('?' * 20)})"
 # A job that waits for others: its state (blocked, queued or cancelled) is decided at insert.
 SQL_INSERT_WAITING = (
     f"INSERT INTO jobs (state, message, finished_at, prereqs, gate, {_COLUMNS})"
-    f" VALUES ({', '.join('?' * 22)})"
+    f" VALUES ({', '.join('?' * 24)})"
 )
 SQL_ADD_LANE = "INSERT INTO lanes (name, created_at) VALUES (?, ?) ON CONFLICT(name) DO NOTHING"
 
@@ -157,7 +157,7 @@ def _values(r: JobSpec, env_id: int | None, now: float) -> tuple:
     nb = now if r.not_before is None else r.not_before
     return (r.command_json, r.lane, r.priority, r.max_attempts, r.lease_s, r.timeout_s, nb,
             r.key, path_value(r.cwd), env_id, r.label, int(r.shell), now, now, r.retry_exit_json, r.no_retry_exit_json,
-            r.place)
+            r.place, int(r.keep_awake), r.limits_json)
 
 
 def path_value(p: str | None) -> str | bytes | None:

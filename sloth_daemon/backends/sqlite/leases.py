@@ -202,6 +202,22 @@ class SqliteLeases:
             self._put_runner(c, row, runner, now)
             return self.rows.job(c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone())
 
+    def note_run(self, job_id: int, token: str, kind: str, message: str) -> Job:
+        now = self.clock.now()
+        with self.store.tx(durable=False) as c:
+            row = self._held(c, job_id, token)
+            event(c, job_id, now, kind, row["attempts"], message)
+            return self.rows.job(row)
+
+    def set_paused(self, job_id: int, token: str, paused: bool, message: str) -> Job:
+        now = self.clock.now()
+        with self.store.tx() as c:
+            row = self._held(c, job_id, token)
+            out = c.execute("UPDATE jobs SET paused_run = ?, updated_at = ? WHERE id = ? RETURNING *",
+                            (token if paused else None, now, job_id)).fetchone()
+            event(c, job_id, now, "paused" if paused else "continued", row["attempts"], message)
+            return self.rows.job(out)
+
     def note_ended(self, job_id: int, attempt: int, message: str, *, ended_at: float | None = None,
                    durable: bool = True) -> Job:
         now = self.clock.now()

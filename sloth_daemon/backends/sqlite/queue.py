@@ -260,6 +260,18 @@ class SqliteQueue:
         """Record the identity of the process running this attempt (event ``started``)."""
         return self.leases.set_runner(job_id, token, runner)
 
+    def note_run(self, job_id: int, token: str, kind: str, message: str) -> Job:
+        """An event ``kind`` in the history of the run of ``token`` while it
+        runs (e.g. "keep-awake": its inhibitor could not be held). Raises
+        LeaseLost or JobNotFound."""
+        return self.leases.note_run(job_id, token, kind, message)
+
+    def set_paused(self, job_id: int, token: str, paused: bool, message: str) -> Job:
+        """Record that the run of ``token`` is paused on request (or
+        continued): event ``paused`` or ``continued``; the job reads
+        ``paused`` while it holds that token. Raises LeaseLost or JobNotFound."""
+        return self.leases.set_paused(job_id, token, paused, message)
+
     def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None,
                  ended_at: float | None = None, runner: dict[str, Any] | None = None,
                  durable: bool = True) -> Job:

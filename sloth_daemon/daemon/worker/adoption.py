@@ -51,10 +51,12 @@ class Adopter:
     it hands to the pipeline to take back."""
 
     def __init__(self, queue: "Queue", spawner: "Spawner", running: RunTable, pipeline: Pipeline, signals: Signals,
-                 clocks: Clocks, *, sink: Callable[[Run], RunSink], name: str, host: str) -> None:
+                 clocks: Clocks, *, sink: Callable[[Run], RunSink], name: str, host: str,
+                 reattached: Callable[[Run, dict[str, Any]], None] = lambda run, held: None) -> None:
         self.queue, self.spawner, self.running, self.pipeline = queue, spawner, running, pipeline
         self.signals, self.clocks = signals, clocks
         self.sink, self.name, self.host = sink, name, host
+        self.reattached = reattached  # what else the keeper holds of a live run (a pause: pausing.py)
 
     async def reconcile(self, held: list[dict[str, Any]], *, kill_grace_s: float) -> None:
         """Match the runs the keeper lists (``held``) with the queue's; end
@@ -115,6 +117,7 @@ class Adopter:
         elif run.outcome is None:
             run.pid = run.pid or _int(h.get("pid"))
             self.spawner.trust([(run.token, trust_until(self.clocks.read(), run.job.lease_s))])
+            self.reattached(run, h)
 
     def _disown(self, held: list[dict[str, Any]], kill_grace_s: float) -> None:
         """Runs the keeper holds that are not ours in the queue."""

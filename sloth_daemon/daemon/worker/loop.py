@@ -35,6 +35,7 @@ from sloth_daemon.daemon.resources import Resources, environment
 from sloth_daemon.daemon.worker.adoption import Adopter
 from sloth_daemon.daemon.worker.gates import LOST_PREFIX, Gates
 from sloth_daemon.daemon.worker.lanes import Lanes
+from sloth_daemon.daemon.worker.pausing import Pauser
 from sloth_daemon.daemon.worker.pipeline import PACE_S, TAKE_BACK_WAIT_S, Pipeline, unlink
 from sloth_daemon.daemon.worker.recording import CLAIM_RETRY_S, TIMER_SLACK_S, Recorder
 from sloth_daemon.daemon.worker.runs import (
@@ -67,6 +68,7 @@ class Worker:
       - ``withdrawals``: runs not heard started, decided by the keeper (withdrawal.py);
       - ``recorder``: a turn's claims and outcomes written, the group commit (recording.py);
       - ``pipeline``: successors held in the spawner, pacing, short lanes (pipeline.py);
+      - ``pauser``: running jobs paused and continued on request (pausing.py);
       - ``adopter``: runs that outlived the daemon taken over (adoption.py);
       - ``actions``: users' requests between turns (actions.py).
     The public methods below are the daemon's face of it (control.py,
@@ -106,8 +108,9 @@ class Worker:
                                  commit_delay_s=commit_delay_s)
         self.pipeline = Pipeline(queue, spawner, self.running, self.lanes, clocks, self.withdrawals, self.signals,
                                  name=self.name, places=self.places)
+        self.pauser = Pauser(queue, spawner, self.running, self.signals)
         self.adopter = Adopter(queue, spawner, self.running, self.pipeline, self.signals, clocks,
-                               sink=self._sink, name=self.name, host=self.host)
+                               sink=self._sink, name=self.name, host=self.host, reattached=self.pauser.adopted)
         self.actions = Actions(queue, self.running, self.lanes, self.withdrawals, self.recorder, self.pipeline,
                                self.signals, clocks, end=self._end, log_path=log_path)
         self.gates = Gates(queue, self.running, self.lanes, settings,
@@ -367,7 +370,8 @@ class Worker:
             timeout_s=job.timeout_s, kill_grace_s=self.settings.kill_grace_s, previous=ran_here(job.runner, self.host),
             trust_until=trust_until(claimed, job.lease_s),
             term_lead_s=term_lead(job.lease_s, self.settings.kill_grace_s),
-            after=run.after.token if run.after is not None else None)
+            after=run.after.token if run.after is not None else None,
+            keep_awake=job.keep_awake, limits=job.limits)
         self.recorder.after_commit(self._send_spawn, run, req)  # never before the claim is in
 
     def _send_spawn(self, run: Run, req: SpawnRequest) -> None:
@@ -441,6 +445,17 @@ class Worker:
             return
         run.renewed(r)
         self.spawner.trust([(run.token, trust_until(r, run.job.lease_s))])
+
+    def on_noted(self, run: Run, what: str, message: str) -> None:
+        """The keeper says what the run's history should (keep-awake unavailable ...)."""
+        try:
+            run.job = self.queue.note_run(run.job.id, run.token, what, message)
+        except (LeaseLost, JobNotFound):
+            return
+        except SlothError as e:
+            log.warning("cannot note on job %d: %s (%s)", run.job.id, message, e.message)
+            return
+        self.signals.on_change(run.job)
 
     def on_taken_back(self, run: Run) -> None:
         self.pipeline.on_taken_back(run)
@@ -534,6 +549,11 @@ class Worker:
     def resume(self, lane: str | None) -> None:
         self.actions.resume(lane)
 
+    async def pause_jobs(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
+                         resume: bool = False) -> Batch:
+        """Pause (``resume``: continue) running jobs' trees (pausing.py)."""
+        return await self.pauser.pause(ids, lane=lane, resume=resume)
+
     def set_lane(self, lane: str, concurrency: int, *, create: bool = False) -> dict[str, Any]:
         return self.actions.set_lane(lane, concurrency, create=create)
 
@@ -567,7 +587,8 @@ class Worker:
             "paused_all": self.lanes.paused_all,
             "paused_lanes": sorted(self.lanes.paused),
             "running": [{"id": r.job.id, "attempt": r.attempt, "pid": r.pid, "lane": r.job.lane,
-                         "adopted": r.adopted} for r in running if r.outcome is None and not r.pending],
+                         "adopted": r.adopted, "paused": r.paused}
+                        for r in running if r.outcome is None and not r.pending],
             "pending": self.pipeline.pending_status(), "pipeline": self.pipeline.status(),
             "pending_outcomes": [{"id": r.job.id, "attempt": r.attempt, "tries": r.record_tries,
                                   "error": r.record_error} for r in running if r.record_error],

@@ -111,6 +111,7 @@ class Run:
     after: "Run | None" = None  # held by the spawner until this run ends (pipeline.py)
     successor: "Run | None" = None  # the run held behind this one, if any (one at most, ever)
     unspawning: bool = False  # asked the spawner to drop it while still held
+    paused: bool = False  # its tree is stopped on request (pausing.py); it keeps its lease and slot
     deciding: bool = False  # a cancel waits for the keeper's word on it: its outcome is not written yet (withdrawal.py)
 
     def renewed(self, sent: ClockReadings) -> None:
@@ -199,3 +200,6 @@ class Sink:
 
     def taken_back(self) -> None:
         self.w.on_taken_back(self.run)
+
+    def noted(self, what: str, message: str) -> None:
+        self.w.on_noted(self.run, what, message)

@@ -39,6 +39,8 @@ class SpawnRequest:
     term_lead_s: float = 1.0  # SIGTERM this long before trust_until, SIGKILL at it
     env_extra: dict[str, str] | None = None  # ... and this run's own variables on top (SLOTH_JOB_ID ...)
     after: str | None = None  # start only once the run of this key has ended (pipelines)
+    keep_awake: bool = False  # hold a sleep inhibitor while it runs (keeper/holds.py)
+    limits: dict[str, Any] | None = None  # its resource limits and how (daemon/holding.py)
 
     def full_env(self) -> dict[str, str]:
         return {**self.env, **self.env_extra} if self.env_extra else self.env
@@ -117,6 +119,10 @@ class RunSink(Protocol):
         """An unspawn found the run still held behind another and dropped
         it: it never started, and the spawner forgot it."""
 
+    def noted(self, what: str, message: str) -> None:
+        """What the run's history should say now (``what``: "keep-awake": its
+        inhibitor could not be held); the run goes on."""
+
 
 class Spawner(Protocol):
     def spawn(self, req: SpawnRequest, sink: RunSink) -> None: ...
@@ -138,3 +144,7 @@ class Spawner(Protocol):
         """These runs' outcomes are recorded: the spawner may forget them."""
 
     def tap(self, key: str) -> AsyncIterator[bytes] | None: ...
+
+    async def pause(self, keys: list[str], *, resume: bool = False) -> dict[str, Any]:
+        """Stop (``resume``: continue) these runs' whole trees: {"runs":
+        {key: {"paused"|"resumed": bool, ...}}, "unknown": [keys]}. Raises SlothError."""

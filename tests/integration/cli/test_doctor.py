@@ -155,6 +155,7 @@ def test_everything_ok_with_a_daemon_answering_status(box):
     assert statuses(checks) == {
         "service": "ok", "service binary": "ok", "daemon": "ok", "runtime dir": "ok", "data dir": "ok",
         "files": "ok", "queue": "ok", "database": "ok", "linger": "ok", "clock check": "ok", "config": "ok",
+        "keep-awake": "ok", "limits": "ok",  # informational: what applies here
     }, checks
     assert code == 0
     assert f"pid {os.getpid()}" in checks["daemon"]["detail"]
@@ -162,9 +163,9 @@ def test_everything_ok_with_a_daemon_answering_status(box):
     # The human view: one line per check, then a summary.
     cp = box.sloth("doctor")
     lines = cp.stdout.splitlines()
-    assert cp.returncode == 0 and len(lines) == 12
+    assert cp.returncode == 0 and len(lines) == 14
     assert lines[0].startswith("ok    service ")
-    assert lines[-1] == "doctor: 11 ok, 0 warn, 0 fail"
+    assert lines[-1] == "doctor: 13 ok, 0 warn, 0 fail"
 
 
 def test_nothing_installed_or_running_warns_but_passes(box):
@@ -302,3 +303,15 @@ def test_against_the_real_daemon(box):
                 os.kill(pid, 15)
             except ProcessLookupError:
                 pass
+
+
+def test_doctor_says_what_applies_keep_awake_and_limits_here(box):
+    """issue 24: which mechanism applies each limit, and what --keep-awake runs (or why it cannot)."""
+    from sloth_daemon.keeper import holds
+
+    code, checks = box.doctor()
+    found = holds.probe()
+    assert f"mem: {found['mem']}" in checks["limits"]["detail"] and "nice: setpriority" in checks["limits"]["detail"]
+    if found["cpus"] is None:
+        assert "not here (refused at add): cpus" in checks["limits"]["detail"]
+    assert "systemd-inhibit" in checks["keep-awake"]["detail"] or "unavailable" in checks["keep-awake"]["detail"]

@@ -964,3 +964,42 @@ def test_an_outcome_can_carry_its_process_and_be_made_durable_later(make_queue, 
     q.fail(b, jb.token, message="exit 1", runner={"pid": 43}, durable=False)
     q.flush()
     assert q.get(b).runner["pid"] == 43 and [e.kind for e in q.events(b)][-2:] == ["started", "failed"]
+
+
+def test_set_paused_marks_the_run_paused_until_continued_or_claimed_again(q, clock):
+    """issue 24 item 3: the row says paused while the paused run holds the
+    job; a stale token changes nothing; a new claim is never paused."""
+    jid = q.enqueue(["x"])
+    job = q.claim("w")
+    assert job.paused is False
+    out = q.set_paused(jid, job.token, True, "3 process(es) stopped")
+    assert out.paused is True and q.get(jid).paused is True
+    assert kinds(q, jid)[-1] == "paused"
+    assert q.set_paused(jid, job.token, False, "after 5s paused").paused is False
+    assert kinds(q, jid)[-1] == "continued"
+    q.set_paused(jid, job.token, True, "again")
+    with pytest.raises(LeaseLost):
+        q.set_paused(jid, "not-the-token", False, "stale")
+    assert q.get(jid).paused is True
+    clock.set(1000)  # the lease lapses; the next claim is a new run, not paused
+    again = q.claim("w2")
+    assert again.id == jid and again.paused is False
+    with pytest.raises(JobNotFound):
+        q.set_paused(99999, again.token, True, "m")
+
+
+def test_keep_awake_and_limits_are_kept_with_the_job_and_by_a_restart(q, clock):
+    """issue 24 items 2 and 4: what the keeper is to hold is stored with the job."""
+    limits = {"mem": 100 << 20, "nice": 10, "io": "idle"}
+    jid = q.enqueue_many([{"command": ["x"], "keep_awake": True, "limits": limits}, {"command": ["y"]}])
+    job, plain = q.get(jid[0]), q.get(jid[1])
+    assert job.keep_awake is True and job.limits == limits
+    assert plain.keep_awake is False and plain.limits is None
+    with pytest.raises(BadRequest):
+        q.enqueue_many([{"command": ["x"], "limits": {"mem": 5}}])
+    with pytest.raises(BadRequest):
+        q.enqueue_many([{"command": ["x"], "keep_awake": "yes"}])
+    claimed = q.claim("w")
+    q.complete(claimed.id, claimed.token)
+    new = q.restart([jid[0]]).jobs[0]
+    assert new.keep_awake is True and new.limits == limits

@@ -1,0 +1,52 @@
+"""What a job asks the keeper to hold for its run (issue 24), checked
+against what this machine can apply, when it is added: its lane's
+``[lanes.NAME]`` settings under its own, each limit's mechanism found
+(keeper/holds.py probe) and recorded with the job (``via``: `sloth show`
+says it), and a limit that cannot be applied here refused, never ignored."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Mapping
+
+from sloth_daemon.config import Settings
+from sloth_daemon.errors import FieldError
+from sloth_daemon.keeper import holds
+from sloth_daemon.spec import JobSpec
+
+Probe = Callable[[], Mapping[str, Any]]
+OPTION = {"mem": "--mem", "cpus": "--cpus", "nice": "--nice", "io": "--io"}
+
+
+def asks(spec: Mapping[str, Any], settings: Settings) -> bool:
+    """Whether a job object (the add op's) may ask for anything held."""
+    return bool(settings.lane_holds) or "limits" in spec or "keep_awake" in spec
+
+
+def held_here(spec: JobSpec, settings: Settings, probe: Probe = holds.probe) -> JobSpec:
+    """``spec`` with its lane's settings under its own and each limit's
+    mechanism; raises FieldError for a limit nothing here can apply."""
+    lane = settings.lane_holds.get(spec.lane, {})
+    own = json.loads(spec.limits_json) if spec.limits_json else {}
+    limits = {**lane.get("limits", {}), **own}
+    keep = spec.keep_awake or bool(lane.get("keep_awake", False))
+    if not limits:
+        return spec if keep == spec.keep_awake else spec._replace(keep_awake=keep)
+    found = probe()
+    via = {}
+    for name in ("mem", "cpus", "nice", "io"):
+        if name not in limits:
+            continue
+        if found.get(name) is None:
+            raise FieldError(OPTION[name], f"cannot be applied on this machine: {found.get('why_' + name)}",
+                             hint="Leave it out here, or see `sloth doctor` for what applies limits here.")
+        via[name] = found[name]
+    if "nice" in limits and limits["nice"] < os.getpriority(os.PRIO_PROCESS, 0) and os.geteuid() != 0:
+        raise FieldError("--nice", f"{limits['nice']} is below the daemon's own niceness "
+                                 f"({os.getpriority(os.PRIO_PROCESS, 0)}): only root may raise a priority")
+    if "mem" in limits or "cpus" in limits:
+        limits["mem_via"] = "scope" if str(found.get("cpus" if "cpus" in limits else "mem")).startswith("cgroup") \
+            else "rlimit"
+    limits["via"] = via
+    return spec._replace(keep_awake=keep, limits_json=json.dumps(limits, sort_keys=True))

@@ -1,0 +1,197 @@
+"""What the keeper holds for a run's whole life (issue 24, items 2 and 4),
+on the real daemon and keeper through the real CLI.
+
+Keep-awake: a fake ``systemd-inhibit`` first on the daemon's PATH records
+its pid and argv and then runs the command it was given (``cat`` on the
+keeper's pipe), as the real one does: it is seen held while the job runs
+and gone after the job ends, after a kill, after the daemon is killed -9
+and the job then ends, and when the keeper itself is killed -9. The real
+``systemd-inhibit`` here has no logind bus: the job runs anyway and its
+history says keep-awake was unavailable.
+
+Limits: --mem by setrlimit(RLIMIT_DATA) (this machine has no user systemd
+bus and its cgroup v2 hierarchy has no controllers: probe says so) kills a
+job allocating past it, its history says "exceeded --mem", and it is
+retried by the usual rules; --nice and --io are seen in /proc and ionice;
+--cpus, which needs a delegated cgroup here absent, is refused at add.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sloth_daemon.keeper import holds
+from tests.support.harness import TEST_CONFIG, Harness, alive
+
+pytestmark = pytest.mark.acceptance
+
+FAKE_INHIBIT = """#!/bin/sh
+echo "$$ $*" >> "$INHIBIT_LOG"
+while [ $# -gt 0 ] && [ "${1#--}" != "$1" ]; do shift; done
+exec "$@"
+"""
+
+
+def with_fake_inhibit(h: Harness) -> Path:
+    """The daemon (and so its keeper) finds the fake systemd-inhibit first; its record."""
+    bin_dir = h.home / "fakebin"
+    bin_dir.mkdir()
+    tool = bin_dir / "systemd-inhibit"
+    tool.write_text(FAKE_INHIBIT)
+    tool.chmod(0o755)
+    record = h.home / "inhibit.log"
+    h.daemon_env.update(PATH=f"{bin_dir}:{h.daemon_env.get('PATH', '')}", INHIBIT_LOG=str(record))
+    return record
+
+
+def holders(record: Path) -> list[tuple[int, str]]:
+    if not record.exists():
+        return []
+    return [(int(line.split(" ", 1)[0]), line.split(" ", 1)[1]) for line in record.read_text().splitlines()]
+
+
+def held(h: Harness, record: Path, n: int = 1) -> int:
+    """The pid of the n-th holder, once it runs and holds (its command is now cat)."""
+    def look() -> int | None:
+        found = holders(record)
+        if len(found) < n or not alive(found[n - 1][0]):
+            return None
+        pid = found[n - 1][0]
+        return pid if psutil.Process(pid).name() == "cat" else None
+    return h.wait_for(look, timeout_s=10, what="the inhibitor held")
+
+
+def add(h: Harness, *args: str) -> int:
+    return int(h.cli("add", *args, check=True).stdout.split()[0])
+
+
+def test_keep_awake_is_held_while_the_job_runs_and_released_when_it_ends(harness):
+    h = harness
+    record = with_fake_inhibit(h)
+    h.start()
+    job = add(h, "--keep-awake", "--", "sleep", "2")
+    pid = held(h, record)
+    assert h.job(job)["state"] == "running"
+    argv = holders(record)[0][1]
+    assert argv == f"--what=sleep:idle --who=sloth --why=job {job} --mode=block cat"
+    h.wait_state(job, "done", timeout_s=15)
+    h.wait_for(lambda: not alive(pid), timeout_s=5, what="the inhibitor released")
+    assert "keep-awake" not in [e["kind"] for e in h.events(job)]
+    assert "kept awake" in h.cli("show", str(job), check=True).stdout
+
+
+def test_keep_awake_is_released_when_the_job_is_killed(harness):
+    h = harness
+    record = with_fake_inhibit(h)
+    h.start()
+    job = add(h, "--keep-awake", "--", "sleep", "300")
+    pid = held(h, record)
+    assert h.cli("kill", str(job)).returncode == 0
+    h.wait_state(job, "cancelled", timeout_s=15)
+    h.wait_for(lambda: not alive(pid), timeout_s=5, what="the inhibitor released")
+
+
+def test_keep_awake_outlives_a_daemon_killed_and_ends_with_the_job(harness):
+    h = harness
+    record = with_fake_inhibit(h)
+    h.start()
+    flag = h.home / "go"
+    job = add(h, "--keep-awake", "--shell", "--", f"while [ ! -e {flag} ]; do sleep 0.1; done")
+    pid = held(h, record)
+    h.kill9()
+    assert alive(pid)  # the keeper holds it with the job
+    h.start()
+    h.wait_for(lambda: h.call("status")["running"], what="the job adopted")
+    assert alive(pid) and len(holders(record)) == 1  # the same holder, not a second one
+    flag.touch()
+    h.wait_state(job, "done", timeout_s=15)
+    h.wait_for(lambda: not alive(pid), timeout_s=5, what="the inhibitor released")
+
+
+def test_keep_awake_never_outlives_its_keeper(harness):
+    h = harness
+    record = with_fake_inhibit(h)
+    h.start()
+    add(h, "--keep-awake", "--", "sleep", "300")
+    pid = held(h, record)
+    keeper = psutil.Process(h.keeper_pid())
+    h.kill9()
+    keeper.kill()
+    h.wait_for(lambda: not alive(pid), timeout_s=10, what="the inhibitor gone with its keeper")
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/systemd-inhibit") or os.path.exists("/run/dbus/system_bus_socket"),
+                    reason="needs systemd-inhibit without a logind bus, as on this CI machine")
+def test_keep_awake_unavailable_is_said_and_the_job_runs_anyway(harness):
+    h = harness
+    h.start()
+    job = add(h, "--keep-awake", "--", "sleep", "1")
+    done = h.wait_state(job, "done", timeout_s=15)
+    notes = [e["message"] for e in h.events(job) if e["kind"] == "keep-awake"]
+    assert len(notes) == 1 and notes[0].startswith("keep-awake unavailable: systemd-inhibit exited"), notes
+    assert done["message"] == "exit 0"
+
+
+# ------------------------------------------------------------------ limits
+ALLOC = "b = bytearray(500 * 1024 * 1024); print('allocated', len(b))"
+
+
+def test_a_job_allocating_past_its_memory_limit_fails_says_so_and_is_retried(make_harness):
+    h = make_harness(TEST_CONFIG.replace('backoff_cap_s = "60s"', 'backoff_cap_s = "200ms"'))
+    h.start()
+    job = add(h, "--mem", "100M", "--max-attempts", "2", "--", sys.executable, "-c", ALLOC)
+    failed = h.wait_state(job, "failed", timeout_s=30)
+    assert failed["attempts"] == 2, failed
+    fails = [e["message"] for e in h.events(job) if e["kind"] in ("failed", "retry", "retrying", "error")]
+    assert "exceeded --mem 100M" in failed["message"], (failed["message"], fails)
+    log = h.cli("logs", str(job), check=True).stdout
+    assert "MemoryError" in log and "allocated" not in log
+    # the same job without the limit allocates: it was the limit
+    free = add(h, "--", sys.executable, "-c", ALLOC)
+    assert h.wait_state(free, "done", "failed", timeout_s=30)["state"] == "done"
+
+
+def test_nice_and_io_class_are_applied_and_show_says_how(harness):
+    h = harness
+    h.start()
+    job = add(h, "--nice", "10", "--io", "idle", "--mem", "1G", "--", "sleep", "300")
+    pid = h.wait_for(lambda: (h.job(job).get("runner") or {}).get("pid"), what="its pid")
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    assert int(fields[16]) == 10  # nice: field 19 of /proc/PID/stat
+    assert subprocess.run(["ionice", "-p", str(pid)], capture_output=True, text=True).stdout.strip() == "idle"
+    shown = h.cli("show", str(job), check=True).stdout
+    assert f"limits    mem 1G via {holds.probe()['mem']}; nice 10 via setpriority; io idle via ioprio_set" in shown
+    h.cli("kill", str(job), check=True)
+
+
+def test_a_limit_that_cannot_be_applied_here_is_refused_at_add(harness):
+    h = harness
+    if holds.probe()["cpus"] is not None:
+        pytest.skip("this machine has a delegated cgroup v2: --cpus applies")
+    h.start()
+    p = h.cli("add", "--cpus", "1.5", "--", "true")
+    assert p.returncode != 0 and "--cpus cannot be applied on this machine" in p.stderr, p.stderr
+    p = h.cli("add", "--io", "realtime", "--", "true")
+    assert p.returncode != 0 and "io class" in p.stderr
+    p = h.cli("add", "--mem", "lots", "--", "true")
+    assert p.returncode != 0 and "512M or 2G" in p.stderr
+    assert h.call("status")["counts"] == {} or sum(h.call("status")["counts"].values()) == 0
+
+
+def test_lane_limits_from_config_apply_to_its_jobs(make_harness):
+    h = make_harness(TEST_CONFIG + '[lanes.small]\nconcurrency = 2\nmem = "100M"\nnice = 5\n')
+    h.start()
+    job = add(h, "--lane", "small", "--", "sleep", "300")
+    pid = h.wait_for(lambda: (h.job(job).get("runner") or {}).get("pid"), what="its pid")
+    assert psutil.Process(pid).nice() == 5
+    limits = h.job(job)["limits"]
+    assert limits["mem"] == 100 << 20 and limits["nice"] == 5 and limits["mem_via"] == "rlimit"
+    assert h.cli("lane", "ls", "--json", check=True).stdout.count('"small"') >= 1
+    h.cli("kill", str(job), check=True)
