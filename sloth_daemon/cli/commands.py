@@ -145,8 +145,8 @@ COMMANDS: tuple[Command, ...] = (
         Option("io", "--io", VALUE, None, "I/O class: idle, best-effort or best-effort:0..7 (Linux)."),
         Option("when", "--when", LIST, None, "Start only while this holds (repeatable; all must): ac, battery>=40, "
                "idle=10m, online, unmetered, disk>=5G, load<2."),
-        Option("on_lost", "--on-lost", VALUE, None, "A --when condition lost while it runs: continue (default) "
-               "or stop (end it, requeue it without spending a try)."),
+        Option("on_lost", "--on-lost", VALUE, None, "A --when condition lost while it runs: continue (default), "
+               "pause (freeze it until it holds again) or stop (end it, requeue it without spending a try)."),
         Option("needs", "--needs", LIST, None, "Named resources it takes while it runs, e.g. gpu=1 (repeatable; "
                "[resources] in config, gpu from nvidia-smi)."),
         Option("slots", "--slots", INT, None, "Count as N jobs against its lane's concurrency."),

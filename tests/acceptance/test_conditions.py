@@ -152,8 +152,8 @@ def test_conditions_this_machine_cannot_observe_are_refused_at_add(harness):
     assert p.returncode != 0 and "not a condition" in p.stderr
     p = harness.cli("add", "--on-lost", "stop", "--", "true")
     assert p.returncode != 0 and "--when" in p.stderr
-    p = harness.cli("add", "--when", "ac", "--on-lost", "pause", "--", "true")
-    assert p.returncode != 0 and "not yet available" in p.stderr
+    p = harness.cli("add", "--when", "ac", "--on-lost", "sleep", "--", "true")
+    assert p.returncode != 0 and "one of continue, pause, stop" in p.stderr
     from sloth_daemon.errors import SlothError  # the socket: garbage refused, nothing queued, still serving
     for bad in ({"when": [1]}, {"when": "ac"}, {"needs": {"gpu": 10**30}}, {"slots": "2"}, {"needs": {"": 1}},
                 {"when": ["x" * 100_000]}, {"on_lost": ["stop"], "when": ["ac"]}):
@@ -323,3 +323,54 @@ def test_on_a_shared_queue_each_machine_gives_out_its_own_tokens(make_harness, p
         here = [s for s in spans if s[0] <= t < s[1]]
         assert len(here) <= 2 and len({s[2] for s in here}) == len(here), spans  # one licence per machine
     assert {s[2] for s in spans} == {"m1", "m2"}, spans
+
+
+def tree_states(pid: int) -> list[str]:
+    """The /proc state letter of a process and each of its descendants."""
+    import psutil
+
+    procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    return [Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] for p in procs]
+
+
+def test_on_lost_pause_freezes_the_tree_and_continues_it_when_the_condition_holds_again(make_harness, home):
+    h = make_harness(FAST_LOOK)
+    tree = fake_power(home / "power", online=True)
+    start_over_power(h, tree)
+    ticks = h.home / "ticks"
+    jid = h.add("sh", "-c", f"sh -c 'while :; do echo x >> {ticks}; sleep 0.1; done' & wait", when=["ac"],
+                on_lost="pause")
+    job = h.wait_for(lambda: (j := h.job(jid))["runner"] and ticks.exists() and j, 15, "the job to run")
+    pid = job["runner"]["pid"]
+    (tree / "ACAD" / "online").write_text("0\n")
+    h.wait_for(lambda: set(tree_states(pid)) == {"T"}, 15, "the whole tree stopped (state T)")
+    assert h.job(jid)["paused"] and h.job(jid)["state"] == "running"
+    size = ticks.stat().st_size
+    time.sleep(1)
+    assert ticks.stat().st_size == size, "a paused tree writes nothing"
+    assert any("condition lost: mains power" in e["message"] for e in h.events(jid) if e["kind"] == "paused")
+    h.kill9()  # the keeper holds the pause; the next daemon continues it when the charger is back
+    h.daemon = None
+    start_over_power(h, tree)
+    time.sleep(1.5)
+    assert set(tree_states(pid)) == {"T"}, "still paused after the restart: the charger is still out"
+    (tree / "ACAD" / "online").write_text("1\n")
+    h.wait_for(lambda: "T" not in tree_states(pid), 15, "the tree continued")
+    h.wait_for(lambda: ticks.stat().st_size > size, 10, "it runs again")
+    assert not h.job(jid)["paused"]
+    assert h.job(jid)["tries"] == 1
+
+
+def test_a_pause_the_user_asked_for_is_not_undone_by_conditions(make_harness, home):
+    h = make_harness(FAST_LOOK)
+    tree = fake_power(home / "power", online=True)
+    start_over_power(h, tree)
+    jid = h.add("sleep", "60", when=["ac"], on_lost="pause")
+    pid = h.wait_for(lambda: (h.job(jid)["runner"] or {}).get("pid"), 15, "the job to run")
+    h.cli("pause", "--job", str(jid), check=True)
+    h.wait_for(lambda: set(tree_states(pid)) == {"T"}, 10, "paused by hand")
+    (tree / "ACAD" / "online").write_text("0\n")
+    time.sleep(1.5)
+    (tree / "ACAD" / "online").write_text("1\n")
+    time.sleep(2.5)  # two looks with the condition holding
+    assert set(tree_states(pid)) == {"T"} and h.job(jid)["paused"]

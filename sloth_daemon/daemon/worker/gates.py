@@ -20,8 +20,16 @@ mains power cost a claim nothing. Each claim of a turn, :meth:`Gates.pick`
 A lane whose config names conditions (``[lanes.NAME] when``) is left out
 of every claim while they do not hold.
 
+A condition lost while a job runs: ``--on-lost stop`` ends the run and
+requeues it without spending a try (outcomes.py); ``pause`` stops its tree
+in the keeper (pausing.py) and continues it once the conditions hold again.
+Only a pause the conditions made is continued by them (``cond_paused``, kept
+in the queue's meta table across daemon restarts): one a user asked for
+stays until the user resumes it. While a condition stays lost, the policy
+wins: a run the user resumes by hand is paused again at the next look.
+
 Watching costs nothing while no job waits on a condition and none runs
-under one with ``--on-lost stop``: then :meth:`deadline` is None and the
+under one with ``--on-lost stop`` or ``pause``: then :meth:`deadline` is None and the
 worker sleeps as before. While some do, the worker wakes every
 ``conditions_check_s`` (30 s by default; a turn of the daemon's own loop,
 no thread per job) and looks again.
@@ -53,7 +61,8 @@ class Gates:
     queue, the worker's runs and lanes, the conditions and resources."""
 
     def __init__(self, queue: Queue, running: RunTable, lanes: Lanes, settings: Settings,
-                 conditions: Conditions, resources: Resources, *, places: list[str] | None) -> None:
+                 conditions: Conditions, resources: Resources, *, places: list[str] | None,
+                 meta_key: str = "cond_paused") -> None:
         self.queue, self.running, self.lanes, self.settings = queue, running, lanes, settings
         self.conditions, self.resources, self.places = conditions, resources, places
         self.told: dict[str, str | None] = {}  # gate -> the reason its jobs were last told
@@ -66,6 +75,9 @@ class Gates:
         # gated job is queued: set at each clock check (every clock_check_s), not at every claim.
         self.look_expired = True
         self._parsed: dict[str, dict[str, Any]] = {}
+        self.meta_key = meta_key
+        self.cond_paused: set[int] = set(queue.get_meta(meta_key, []))  # jobs whose run a lost condition paused
+        self.pausing: set[int] = set()  # a pause or continue asked of the keeper, not yet answered
 
     def reload(self, settings: Settings, resources: Resources) -> None:
         self.settings, self.resources = settings, resources
@@ -80,10 +92,6 @@ class Gates:
         if gate_json is None:
             return
         gate = self.parse(gate_json)
-        if gate.get("on_lost") == "pause":
-            raise BadRequest("--on-lost pause is not yet available in this version",
-                             hint="Use --on-lost stop (ends the run, requeues it without spending a try) "
-                                  "or continue (the default).")
         self.conditions.observable(gate.get("when", ()), cwd)
         self.resources.check(needs_of(gate))
         slots, conc = gate.get("slots", 1), self.lanes.concurrency(lane)
@@ -197,16 +205,41 @@ class Gates:
         lost = gate.get("on_lost")
         return lost if lost in ("stop", "pause") and gate.get("when") and run.outcome is None else None
 
-    def lost(self) -> list[tuple[Run, str]]:
-        """Runs under ``--on-lost stop`` whose conditions no longer hold, and why."""
+    def lost(self) -> list[tuple[Run, str, str]]:
+        """Runs under ``--on-lost stop`` or ``pause`` whose conditions no
+        longer hold (a paused one is not listed again): (run, why, policy)."""
         out = []
         for run in list(self.running.values()):
-            if self._lost_policy(run) != "stop" or run.ending is not None or not run.live:
+            policy = self._lost_policy(run)
+            if policy is None or run.ending is not None or not run.live or run.job.id in self.pausing \
+                    or (policy == "pause" and run.paused):
                 continue
             why = self.conditions.first_reason((run.job.gate or {}).get("when", ()), run.job.cwd)
             if why is not None:
-                out.append((run, why.removeprefix("waiting for ").removeprefix("waiting: ")))
+                out.append((run, why.removeprefix("waiting for ").removeprefix("waiting: "), policy))
         return out
+
+    def regained(self) -> list[Run]:
+        """Runs a lost condition paused whose conditions hold again."""
+        return [run for run in list(self.running.values())
+                if run.job.id in self.cond_paused and run.paused and run.live and run.ending is None
+                and run.job.id not in self.pausing
+                and self.conditions.first_reason((run.job.gate or {}).get("when", ()), run.job.cwd) is None]
+
+    def paused_by_condition(self, job_id: int, paused: bool) -> None:
+        """Remember (or forget) that a lost condition paused this job's run."""
+        before = set(self.cond_paused)
+        if paused:
+            self.cond_paused.add(job_id)
+        else:
+            self.cond_paused.discard(job_id)
+        # forget jobs no longer held here (ended while paused, cancelled)
+        self.cond_paused &= set(self.running) | {job_id}
+        if self.cond_paused != before:
+            try:
+                self.queue.set_meta(self.meta_key, sorted(self.cond_paused))
+            except SlothError as e:  # the run is paused either way; the next change writes it
+                log.warning("cannot record which runs conditions paused: %s", e.message)
 
     def status(self) -> dict[str, Any]:
         return {"watching": self.watching, "check_s": self.settings.conditions_check_s,

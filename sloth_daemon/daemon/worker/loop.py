@@ -115,7 +115,8 @@ class Worker:
                                self.signals, clocks, end=self._end, log_path=log_path)
         self.gates = Gates(queue, self.running, self.lanes, settings,
                            conditions or Conditions(max_age_s=settings.conditions_check_s),
-                           resources or Resources(settings.resources), places=self.places)
+                           resources or Resources(settings.resources), places=self.places,
+                           meta_key="cond_paused" if places is None else f"cond_paused@{self.host}")
         self._next_look = first.awake  # conditions: looked at again from then, while watched (gates.py)
         self.power_events = PowerEvents(lambda: self.conditions_changed(["power"]))
         self._power_task: asyncio.Task[Any] | None = None
@@ -255,9 +256,40 @@ class Worker:
             return
         self._next_look = r.awake + self.settings.conditions_check_s
         self.signals.look = True
-        for run, why in self.gates.lost():
-            log.info("job %d: its conditions no longer hold (%s): ending it", run.job.id, why)
-            self._end(run, f"{LOST_PREFIX}: {why}")
+        for run, why, policy in self.gates.lost():
+            log.info("job %d: its conditions no longer hold (%s): %s", run.job.id, why,
+                     "ending it" if policy == "stop" else "pausing it")
+            if policy == "stop":
+                self._end(run, f"{LOST_PREFIX}: {why}")
+            else:
+                self._pause_for_conditions(run, f"{LOST_PREFIX}: {why}")
+        for run in self.gates.regained():
+            self._pause_for_conditions(run, None)
+
+    def _pause_for_conditions(self, run: Run, why: str | None) -> None:
+        """--on-lost pause: stop the run's tree (``why``), or continue it (None)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a turn driven by a test without an event loop
+            return
+        self.gates.pausing.add(run.job.id)
+        self.spawn_task(self._conditions_pause(run, why))
+
+    async def _conditions_pause(self, run: Run, why: str | None) -> None:
+        resume = why is None
+        try:
+            done = await self.pauser.pause([run.job.id], resume=resume,
+                                           why=why or "its conditions hold again")
+            if done.jobs:
+                self.gates.paused_by_condition(run.job.id, not resume)
+            for _, reason in done.skipped:
+                log.info("job %d not %s: %s", run.job.id, "continued" if resume else "paused", reason)
+        except SlothError as e:  # the next look tries again
+            log.warning("cannot %s job %d for its conditions: %s", "continue" if resume else "pause",
+                        run.job.id, e.message)
+        finally:
+            self.gates.pausing.discard(run.job.id)
+            self.wake()
 
     def _hear_power(self, wanted: bool) -> None:
         """Power events (udevadm monitor) while a job waits on, or runs under, ac or battery."""
