@@ -95,7 +95,7 @@ class Job:
     limits: dict[str, Any] | None = None  # {"mem": bytes, "cpus": n, "nice": n, "io": class}
     paused: bool = False  # its running run is paused on request (`sloth pause --job`)
     gate: dict[str, Any] | None = None  # when / on_lost / needs / slots (checks.gate_json); None: none
-    holds: dict[str, list[str]] | None = None  # the resource tokens its current run holds (on its machine)
+    tokens: dict[str, list[str]] | None = None  # the resource tokens its current run holds (on its machine)
     wait_reason: str | None = None  # why a queued job with a gate does not start ("waiting for mains power")
 
     @classmethod
@@ -113,7 +113,7 @@ class Job:
         prereqs = json.loads(d.pop("prereqs", None) or "{}")
         d["after"], d["after_any"] = prereqs.get("after", []), prereqs.get("after_any", [])
         d["retry_exit"] = json.loads(d["retry_exit"]) if d.get("retry_exit") else None
-        for k in ("gate", "holds"):
+        for k in ("gate", "tokens"):
             d[k] = json.loads(d[k]) if d.get(k) else None
         nre = d.get("no_retry_exit")
         d["no_retry_exit"] = list(NO_RETRY_EXIT) if nre is None else json.loads(nre)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BATCH_RECORD_S", "CHUNK", "DEFAULT_BACKOFF_CAP_S", "DEFAULT_LEASE_S", "DEFAULT_MAX_ATTEMPTS",
     "MAX_CRASH_REFUNDS", "NEED_DONE", "NEED_END", "WORKER_PREFIX",
-    "JobRow", "abandon_note", "backoff_s", "ended_text", "enqueue_one", "give_up_message", "holds", "holds_text",
+    "JobRow", "abandon_note", "backoff_s", "ended_text", "enqueue_one", "give_up_message", "holds", "tokens_text",
     "host_prefix", "id_runs", "initial_state", "job_states", "key_taken", "lane_counts", "listed_states",
     "listing", "may_refund", "not_cancellable", "not_held", "not_restartable", "not_retriable", "not_run",
     "pages", "parse_specs", "prereqs_json", "refund_note", "retried_why", "retry_each", "retry_message", "retry_wanted",
@@ -296,9 +296,9 @@ def state_counts(rows: Iterable[tuple[str, int]]) -> dict[str, int]:
     return out
 
 
-def holds_text(holds: Mapping[str, Sequence[str]]) -> str:
+def tokens_text(tokens: Mapping[str, Sequence[str]]) -> str:
     """``{"gpu": ["1"], "licence": ["0", "2"]}`` -> ``gpu 1, licence 0,2`` (a claim's event)."""
-    return ", ".join(f"{name} {','.join(tokens)}" for name, tokens in sorted(holds.items()))
+    return ", ".join(f"{name} {','.join(toks)}" for name, toks in sorted(tokens.items()))
 
 
 def lane_counts(rows: Iterable[tuple[str, str, int]]) -> dict[str, dict[str, int]]:

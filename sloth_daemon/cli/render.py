@@ -176,9 +176,9 @@ def _gate(job: dict[str, Any]) -> list[str]:
         out.append("  needs     " + ", ".join(f"{showable(k)}={v}" for k, v in gate["needs"].items()))
     if gate.get("slots"):
         out.append(f"  slots     {gate['slots']}")
-    if job["state"] == "running" and job.get("holds"):
-        out.append("  holds     " + ", ".join(f"{showable(k)} {','.join(map(showable, v))}"
-                                             for k, v in job["holds"].items()))
+    if job["state"] == "running" and job.get("tokens"):
+        out.append("  tokens    " + ", ".join(f"{showable(k)} {','.join(map(showable, v))}"
+                                             for k, v in job["tokens"].items()))
     if job["state"] == "queued" and job.get("wait_reason"):
         out.append(f"  waiting   {showable(job['wait_reason'])}")
     return out

@@ -3,7 +3,7 @@
 GPUs ``nvidia-smi -L`` lists when the file names no ``gpu``.
 
 A run holds the tokens it was given from its claim until its end, however
-it ends: they are written with its claim (the job row's ``holds``), so
+it ends: they are written with its claim (the job row's ``tokens``), so
 what is in use is always what the runs this daemon holds hold (RunTable),
 adopted runs included -- a restarted daemon finds them held without a
 table of its own that could drift. The job gets them in its environment:
@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from sloth_daemon.errors import BadRequest
 
-Holds = dict[str, list[str]]
+Tokens = dict[str, list[str]]
 GPU = "gpu"
 
 
@@ -54,7 +54,7 @@ def _run(argv: Sequence[str]) -> str:
 class Resources:
     """This machine's tokens of each resource (``tokens``), and the rules
     of giving them out. No state of its own beyond that: what is in use is
-    passed in (the holds of the runs the worker holds)."""
+    passed in (the tokens of the runs the worker holds)."""
 
     def __init__(self, configured: Mapping[str, Sequence[str]], *,
                  detect: Callable[[], list[str]] = found_gpus) -> None:
@@ -78,7 +78,7 @@ class Resources:
                 raise BadRequest(f"--needs {name}={n}: this machine has {len(have)} {name} token(s)",
                                  hint=f"Ask for at most {len(have)}, or add tokens under [resources].")
 
-    def free(self, in_use: Iterable[Holds]) -> dict[str, list[str]]:
+    def free(self, in_use: Iterable[Tokens]) -> dict[str, list[str]]:
         """Each resource's tokens no run holds, in the configured order."""
         used: dict[str, set[str]] = {}
         for h in in_use:
@@ -87,12 +87,12 @@ class Resources:
         return {name: [t for t in toks if t not in used.get(name, ())] for name, toks in self.tokens.items()}
 
     @staticmethod
-    def take(needs: Mapping[str, int], free: dict[str, list[str]]) -> Holds | None:
+    def take(needs: Mapping[str, int], free: dict[str, list[str]]) -> Tokens | None:
         """The tokens for ``needs`` out of ``free`` (taken out of it), or None
         if any is short: then what is free of what it needs is reserved for
         it (taken out of ``free`` too: the rule in the module docstring)."""
         short = any(len(free.get(name, [])) < n for name, n in needs.items())
-        got: Holds = {}
+        got: Tokens = {}
         for name, n in needs.items():
             have = free.get(name, [])
             got[name], free[name] = have[:n], have[n:]
@@ -104,16 +104,16 @@ class Resources:
                  for name, n in needs.items() if len(free.get(name, [])) < n]
         return "waiting for " + "; ".join(parts) if parts else "waiting for resources"
 
-    def status(self, in_use: Iterable[Holds]) -> dict[str, dict[str, object]]:
+    def status(self, in_use: Iterable[Tokens]) -> dict[str, dict[str, object]]:
         free = self.free(list(in_use))
         return {name: {"tokens": toks, "free": free[name], "source": self.source.get(name, "config")}
                 for name, toks in sorted(self.tokens.items())}
 
 
-def environment(holds: Holds | None) -> dict[str, str]:
-    """What a run holding ``holds`` finds in its environment."""
+def environment(tokens: Tokens | None) -> dict[str, str]:
+    """What a run holding ``tokens`` finds in its environment."""
     env: dict[str, str] = {}
-    for name, toks in (holds or {}).items():
+    for name, toks in (tokens or {}).items():
         env[f"SLOTH_{name.upper()}"] = ",".join(toks)
         if name == GPU:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(toks)

@@ -76,7 +76,7 @@ class Claims:
         """The gated job the caller chose, if still due and at least as
         urgent as the best ungated one (a read first; a claimer elsewhere
         may take that one meanwhile, which only makes ours the better)."""
-        job_id, holds = gated
+        job_id, tokens = gated
         if not pick.is_job_id(job_id):
             return None
         peek_sql, peek_args = pick.peek_statement(lanes, exclude_lanes, places)
@@ -95,8 +95,8 @@ class Claims:
                               "SELECT * FROM (" + pick.SQL_GATED_ROW.replace("%(id)s", "%(gated_id)s")
                               + " FOR UPDATE SKIP LOCKED) candidates")
         rows = self._db.write_one(one_row, {**args, "rand": secrets.token_hex(8), "gated_id": job_id,
-                                            "holds": json.dumps(holds) if holds else None,
-                                            "held_note": "; holds " + rules.holds_text(holds) if holds else ""},
+                                            "tokens": json.dumps(tokens) if tokens else None,
+                                            "held_note": "; holds " + rules.tokens_text(tokens) if tokens else ""},
                                  "claiming a job")
         return self.rows.job(rows[0]) if rows and not rows[0]["spent"] else None
 

@@ -80,7 +80,7 @@ UPDATE sloth.jobs j SET
     worker = CASE WHEN pick.spent THEN j.worker ELSE %(worker)s END,
     lease_until = CASE WHEN pick.spent THEN NULL
                        ELSE sloth.now() + coalesce(%(lease_s)s, j.lease_s) END,
-    holds = CASE WHEN pick.spent THEN j.holds ELSE %(holds)s END,
+    tokens = CASE WHEN pick.spent THEN j.tokens ELSE %(tokens)s END,
     wait_reason = NULL,
     message = CASE WHEN pick.spent
                    THEN format('lease expired on the last attempt (%%s/%%s); worker %%s was lost',
@@ -194,7 +194,7 @@ def claim_statement(worker: str, lease_s: float | None, lanes: Sequence[str] | N
     source = QUEUED_LANES if lanes is None else GIVEN_LANES
     where, place_args = placed(places)
     return (SQL_CLAIM.format(queued_lanes=source, lanes=lane_filt, ids=id_filt, **where),
-            {**args, **id_args, **place_args, "worker": worker, "lease_s": lease_s, "holds": None,
+            {**args, **id_args, **place_args, "worker": worker, "lease_s": lease_s, "tokens": None,
              "held_note": ""})
 
 

@@ -163,11 +163,11 @@ MIGRATIONS: list[str] = [
     # jobs_due now hold gate IS NULL only), so jobs that wait for mains power
     # cost a claim nothing; jobs_gated groups them by gate text, so the
     # daemon looks at one head per (gate, lane) against what holds here.
-    # holds: the tokens a run took (the keeper outlives the daemon: a
+    # tokens: the resource tokens a run took (the keeper outlives the daemon: a
     # restarted daemon finds them held); wait_reason: why a gated job waits.
     """
     ALTER TABLE jobs ADD COLUMN gate TEXT;
-    ALTER TABLE jobs ADD COLUMN holds TEXT;
+    ALTER TABLE jobs ADD COLUMN tokens TEXT;
     ALTER TABLE jobs ADD COLUMN wait_reason TEXT;
     DROP INDEX jobs_ready;
     DROP INDEX jobs_due;

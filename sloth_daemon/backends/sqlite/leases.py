@@ -55,11 +55,11 @@ class SqliteLeases:
         with self.store.tx(durable=False) as c:
             while True:
                 cand = pick.best_candidate(c, now, lanes, exclude_lanes, exclude_ids, places, expired=reclaim)
-                holds = None
+                tokens = None
                 if gated is not None:
                     g = self._gated_row(c, gated[0], now)
                     if g is not None and (cand is None or pick._urgency(g[0]) <= pick._urgency(cand[0])):
-                        cand, holds = g, gated[1]
+                        cand, tokens = g, gated[1]
                     gated = None  # looked at once: an expired one failed for good leaves the ungated
                 if cand is None:
                     return None
@@ -68,7 +68,7 @@ class SqliteLeases:
                     self._lease_expired_for_good(c, row, now)
                     continue
                 return self._lease(c, row, expired, worker, now, row["lease_s"] if lease_s is None else lease_s,
-                                   holds)
+                                   tokens)
 
     def _gated_row(self, c: sqlite3.Connection, job_id: int, now: float) -> tuple[sqlite3.Row, bool] | None:
         """The gated job the caller chose, if it is still claimable: queued
@@ -94,20 +94,20 @@ class SqliteLeases:
                          f" worker {row['worker']} was lost")
 
     def _lease(self, c: sqlite3.Connection, row: sqlite3.Row, expired: bool, worker: str, now: float,
-               lease: float, holds: dict[str, list[str]] | None = None) -> Job:
+               lease: float, tokens: dict[str, list[str]] | None = None) -> Job:
         """claimed, attempt + 1, a fresh token, event claimed or reclaimed;
-        ``holds``: the resource tokens the run takes (kept with it)."""
+        ``tokens``: the resource tokens the run takes (kept with it)."""
         token = secrets.token_hex(8)
         attempt = row["attempts"] + 1
-        held = json.dumps(holds) if holds else None
+        held = json.dumps(tokens) if tokens else None
         out = c.execute(
             "UPDATE jobs SET state = 'running', attempts = ?, tries = tries + 1, token = ?, worker = ?,"
-            " lease_until = ?, holds = ?, wait_reason = NULL, updated_at = ? WHERE id = ? RETURNING *",
+            " lease_until = ?, tokens = ?, wait_reason = NULL, updated_at = ? WHERE id = ? RETURNING *",
             (attempt, token, worker, now + lease, held, now, row["id"]),
         ).fetchone()
         msg = f"by {worker}"
-        if holds:
-            msg += "; holds " + rules.holds_text(holds)
+        if tokens:
+            msg += "; holds " + rules.tokens_text(tokens)
         if expired:  # how long ago, not an epoch: the event's own time is shown beside it
             msg += f"; lease of {row['worker']} ran out {format_duration(now - row['lease_until'])} before"
         event(c, row["id"], now, "reclaimed" if expired else "claimed", attempt, msg)

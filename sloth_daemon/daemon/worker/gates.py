@@ -43,7 +43,7 @@ from typing import Any, Collection, Iterable, Mapping
 
 from sloth_daemon.config import Settings
 from sloth_daemon.daemon.conditions import Conditions, kind_of, needs_power
-from sloth_daemon.daemon.resources import Holds, Resources, needs_of
+from sloth_daemon.daemon.resources import Resources, Tokens, needs_of
 from sloth_daemon.daemon.worker.lanes import Lanes
 from sloth_daemon.daemon.worker.runs import Run, RunTable
 from sloth_daemon.errors import BadRequest, SlothError
@@ -116,7 +116,8 @@ class Gates:
         return set(self.lane_reasons)
 
     # ------------------------------------------------------------- pick
-    def pick(self, blocked: Collection[str], mine: Collection[int]) -> tuple[tuple[Job, Holds | None] | None, set[str]]:
+    def pick(self, blocked: Collection[str],
+             mine: Collection[int]) -> tuple[tuple[Job, Tokens | None] | None, set[str]]:
         """The gated job that may start now and the tokens it gets (or None),
         and the lanes reserved for gated jobs waiting for slots (not to be
         claimed from)."""
@@ -148,7 +149,7 @@ class Gates:
         return choice, self.reserved
 
     def _walk(self, heads: Iterable[Job], reasons: dict[str, str | None],
-              failed: set[str]) -> tuple[tuple[Job, Holds | None] | None, set[str]]:
+              failed: set[str]) -> tuple[tuple[Job, Tokens | None] | None, set[str]]:
         """Step 3 of the module docstring; ``failed``: gates whose conditions do not hold."""
         free = self.resources.free(self.held())
         used = self.running.slots_in_use()
@@ -181,9 +182,9 @@ class Gates:
             return (job, got or None), reserved
         return None, reserved
 
-    def held(self) -> list[Holds]:
+    def held(self) -> list[Tokens]:
         """The tokens of every run this worker holds that has not ended."""
-        return [r.job.holds for r in self.running.values() if r.outcome is None and r.job.holds]
+        return [r.job.tokens for r in self.running.values() if r.outcome is None and r.job.tokens]
 
     def _tell(self, reasons: Mapping[str, str | None]) -> None:
         """Write each gate's reason where it changed (and clear the ones gone)."""

@@ -394,7 +394,7 @@ class Worker:
         run.renewed(claimed)
         run.started_awake = claimed.awake  # young from now (pipeline.py); a start heard renews it
         extra = {"SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_ATTEMPT": str(run.attempt), "SLOTH_JOB_TOKEN": run.token,
-                 "SLOTH_FENCE_TOKEN": run.token, **environment(job.holds)}
+                 "SLOTH_FENCE_TOKEN": run.token, **environment(job.tokens)}
         req = SpawnRequest(
             key=run.token, job_id=job.id, attempt=run.attempt, argv=job.command, cwd=job.cwd,
             env=self.envs.base(job.env), env_extra=extra, log_path=self.log_path(job.id, run.attempt),

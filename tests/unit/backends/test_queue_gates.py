@@ -52,8 +52,8 @@ def test_claim_takes_the_gated_job_only_when_at_least_as_urgent(q, clock):
     job = q.claim("w", gated=(gated, {"gpu": ["1"]}))
     assert job.id == plain  # priority 5 beats the gated job's 0
     job = q.claim("w", gated=(gated, {"gpu": ["1"]}))
-    assert job.id == gated and job.holds == {"gpu": ["1"]} and job.state is JobState.RUNNING
-    assert q.get(gated).holds == {"gpu": ["1"]}  # kept with the run: an adopting daemon reads it
+    assert job.id == gated and job.tokens == {"gpu": ["1"]} and job.state is JobState.RUNNING
+    assert q.get(gated).tokens == {"gpu": ["1"]}  # kept with the run: an adopting daemon reads it
     assert q.events(gated)[-1].message == "by w; holds gpu 1"
     assert q.claim("w", gated=(gated, {"gpu": ["0"]})) is None  # running now: not claimable again
 
@@ -76,7 +76,7 @@ def test_an_expired_gated_lease_is_offered_as_a_head_and_reclaimed_through_the_g
     heads, _ = q.gated_heads([])
     assert [j.id for j in heads] == [g] and heads[0].state is JobState.RUNNING
     again = q.claim("w2", gated=(g, {"gpu": ["1"]}))
-    assert again.id == g and again.token != first.token and again.holds == {"gpu": ["1"]}
+    assert again.id == g and again.token != first.token and again.tokens == {"gpu": ["1"]}
     assert [e.kind for e in q.events(g)][-1] == "reclaimed"
     assert q.events(g)[-1].message.startswith("by w2; holds gpu 1; lease of w1 ran out")
 

@@ -105,7 +105,7 @@ def test_a_big_job_reserves_the_free_tokens_so_small_ones_behind_it_wait(env):
     w, q, sp, m = env(resources={"gpu": ("0", "1", "2")})
     first = q.enqueue_many([{"command": ["a"], "needs": {"gpu": 2}}])[0]
     w.turn()
-    assert started(sp) == [first] and q.get(first).holds == {"gpu": ["0", "1"]}
+    assert started(sp) == [first] and q.get(first).tokens == {"gpu": ["0", "1"]}
     sp.start(first)
     big, small = q.enqueue_many([{"command": ["big"], "needs": {"gpu": 2}},
                                  {"command": ["small"], "needs": {"gpu": 1}}])
@@ -116,9 +116,9 @@ def test_a_big_job_reserves_the_free_tokens_so_small_ones_behind_it_wait(env):
     sp.exit(first, 0)
     w.turn()
     w.turn()
-    assert started(sp)[1] == big and q.get(big).holds == {"gpu": ["0", "1"]}
+    assert started(sp)[1] == big and q.get(big).tokens == {"gpu": ["0", "1"]}
     assert sp.reqs[sp.key_of(big)].full_env()["CUDA_VISIBLE_DEVICES"] == "0,1"
-    assert started(sp)[2:] == [small] and q.get(small).holds == {"gpu": ["2"]}
+    assert started(sp)[2:] == [small] and q.get(small).tokens == {"gpu": ["2"]}
 
 
 def test_on_lost_stop_ends_the_run_and_gives_its_try_back(env, clocks):

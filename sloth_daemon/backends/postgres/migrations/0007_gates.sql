@@ -7,12 +7,12 @@
 --   jobs waiting for mains power cost a claim nothing; jobs_gated groups
 --   them by gate, so a daemon looks at one head per (gate, lane) against
 --   what holds on its own machine (resources are each machine's own).
--- * holds: the resource tokens the current run took (JSON), kept with the
+-- * tokens: the resource tokens the current run took (JSON), kept with the
 --   run: a daemon restarted under a keeper that still runs it finds them held.
 -- * wait_reason: why a gated queued job does not start ("waiting for mains power").
 
 ALTER TABLE sloth.jobs ADD COLUMN gate text COLLATE "C";
-ALTER TABLE sloth.jobs ADD COLUMN holds text;
+ALTER TABLE sloth.jobs ADD COLUMN tokens text;
 ALTER TABLE sloth.jobs ADD COLUMN wait_reason text;
 
 DROP INDEX sloth.jobs_ready;
