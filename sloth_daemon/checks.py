@@ -30,6 +30,7 @@ FIELDS = frozenset({
     "command", "max_attempts", "lease_s", "not_before", "priority", "lane", "key",
     "cwd", "env", "timeout_s", "label", "shell",
     "after", "after_any", "after_previous", "retry_exit", "no_retry_exit", "place",
+    "when", "on_lost", "needs", "slots",
     "hold",  # queued held (`add --hold`): see hold_flag
 
 
@@ -64,7 +65,7 @@ LEASE_HINT = ("A lease is renewed a third into it, and its job is ended shortly 
 def fields(s: Mapping[str, Any], max_attempts: int, lease_s: float,
            env_cache: EnvCache | None = None, place: str = "") -> tuple[Any, ...]:
     """Validate one job object (as sent by a client): its values in the
-    order of JobSpec's fields, the defaults filled in; the later groups (prerequisites, holds) only
+    order of JobSpec's fields, the defaults filled in; the later groups (prerequisites, holds, gate) only
     if it has any of them (a tuple, not a dict: this runs per job of a
     batch). Raises BadRequest."""
     unknown = set(s) - FIELDS
@@ -88,8 +89,10 @@ def fields(s: Mapping[str, Any], max_attempts: int, lease_s: float,
         text(s.get("label"), "label", None),
         shell,
         place_name(s.get("place"), place),
-        *(() if _DEP_FIELDS.isdisjoint(s) and _HOLD_FIELDS.isdisjoint(s) else _waits(s)),
-        *(() if _HOLD_FIELDS.isdisjoint(s) else _holds(s)),
+        *(() if _DEP_FIELDS.isdisjoint(s) and _HOLD_FIELDS.isdisjoint(s) and GATE_FIELDS.isdisjoint(s)
+          else _waits(s)),
+        *(() if _HOLD_FIELDS.isdisjoint(s) and GATE_FIELDS.isdisjoint(s) else _holds(s)),
+        *(() if GATE_FIELDS.isdisjoint(s) else (gate_json(s),)),
     )
 
 
@@ -212,6 +215,7 @@ def host_name(v: str, name: str) -> str:
 
 
 _DEP_FIELDS = frozenset({"after", "after_any", "after_previous", "retry_exit", "no_retry_exit"})
+GATE_FIELDS = frozenset({"when", "on_lost", "needs", "slots"})
 
 
 def _waits(s: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -372,3 +376,142 @@ def path_text(v: Any, name: str) -> str | None:
     if not is_bytes_text(v):
         raise FieldError(name, f"{v!r} holds a character no byte stands for")
     return v
+
+
+
+# ------------------------------------------------------------------ gates
+# A job's gate: what must hold on the machine before it may start (``when``:
+# run conditions), what a condition lost while it runs does (``on_lost``),
+# the named resources it takes (``needs``) and the lane slots it counts as
+# (``slots``). Stored as one canonical JSON text (the same options give the
+# same text, so jobs that wait alike are one group: daemon/conditions.py).
+ON_LOST = ("continue", "pause", "stop")
+MAX_WHEN = 16
+MAX_NEEDS = 16
+MAX_TOKENS = 1024  # of one resource, on one machine
+_RES_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g": 1024**3, "gb": 1024**3,
+               "t": 1024**4, "tb": 1024**4}
+WHEN_HINT = ("Conditions: ac, battery>=40, idle=10m, online, unmetered, disk>=5G, load<2 "
+             "(give --when once per condition; all must hold).")
+
+
+def gate_json(s: Mapping[str, Any]) -> str | None:
+    """The stored gate of a job object: canonical JSON, or None when it has
+    none (no conditions, no needs, one slot)."""
+    when = when_list(s.get("when"))
+    lost = s.get("on_lost")
+    if lost is not None and lost not in ON_LOST:
+        raise FieldError("on_lost", f"must be one of {', '.join(ON_LOST)}, got {lost!r}")
+    needs = needs_map(s.get("needs"))
+    slots = integer(s.get("slots"), "slots", 1, lo=1)
+    if slots > BOUNDS["concurrency"][1]:
+        raise FieldError("slots", f"must be at most {BOUNDS['concurrency'][1]}, got {slots}")
+    if lost not in (None, "continue") and not when:
+        raise FieldError("on_lost", "applies to --when conditions; this job has none",
+                         hint="Add --when CONDITION, or leave --on-lost out.")
+    gate: dict[str, Any] = {}
+    if when:
+        gate["when"] = when
+        if lost not in (None, "continue"):
+            gate["on_lost"] = lost
+    if needs:
+        gate["needs"] = needs
+    if slots != 1:
+        gate["slots"] = slots
+    return dumps(gate, compact=True) if gate else None
+
+
+def when_list(v: Any) -> list[str]:
+    """Run conditions, each in its canonical spelling, sorted, deduplicated."""
+    if v is None:
+        return []
+    if isinstance(v, str) or not isinstance(v, list) or len(v) > MAX_WHEN:
+        raise FieldError("when", f"must be a list of at most {MAX_WHEN} conditions", hint=WHEN_HINT)
+    return sorted({condition(c) for c in v})
+
+
+def condition(c: Any) -> str:
+    """One condition, checked and canonical (``battery >= 40`` -> ``battery>=40``,
+    ``disk>=5120M`` -> ``disk>=5G``, ``idle=600`` -> ``idle=10m``)."""
+    if not isinstance(c, str) or len(c) > 64:
+        raise FieldError("when", f"{c!r} is not a condition", hint=WHEN_HINT)
+    t = c.replace(" ", "").lower()
+    if t in ("ac", "online", "unmetered"):
+        return t
+    name, op, value = _split_condition(t)
+    if (name, op) == ("battery", ">="):
+        if not value.isdigit() or not 0 <= int(value) <= 100:
+            raise FieldError("when", f"{c!r}: battery>= takes a percentage from 0 to 100", hint=WHEN_HINT)
+        return f"battery>={int(value)}"
+    if (name, op) == ("idle", "="):
+        from sloth_daemon.durations import parse_duration
+
+        secs = parse_duration(value, what=f"--when {c}")
+        if not 1 <= secs <= 7 * 86400:
+            raise FieldError("when", f"{c!r}: idle= takes a duration from 1s to 7d", hint=WHEN_HINT)
+        return f"idle={format_duration(round(secs))}"
+    if (name, op) == ("disk", ">="):
+        return f"disk>={_size_text(size_bytes(value, c))}"
+    if (name, op) == ("load", "<"):
+        try:
+            f = float(value)
+        except ValueError:
+            f = math.nan
+        if not (math.isfinite(f) and 0 < f <= 10_000):
+            raise FieldError("when", f"{c!r}: load< takes a number above 0, e.g. load<2", hint=WHEN_HINT)
+        return f"load<{f:g}"
+    raise FieldError("when", f"{c!r} is not a condition sloth knows", hint=WHEN_HINT)
+
+
+def _split_condition(t: str) -> tuple[str, str, str]:
+    for op in (">=", "<", "="):
+        name, sep, value = t.partition(op)
+        if sep and name.isalpha():
+            return name, op, value
+    return t, "", ""
+
+
+def size_bytes(text: str, shown: str) -> int:
+    """``5G`` -> 5 * 2**30 (K, M, G, T are powers of 1024)."""
+    num = text.rstrip("kmgtbKMGTB")
+    unit = text[len(num):].lower()
+    try:
+        f = float(num)
+    except ValueError:
+        f = math.nan
+    if unit not in _SIZE_UNITS or not math.isfinite(f) or f < 0 or f * _SIZE_UNITS[unit] >= 2**62:
+        raise FieldError("when", f"{shown!r}: give a size such as disk>=5G (K, M, G, T)", hint=WHEN_HINT)
+    return int(f * _SIZE_UNITS[unit])
+
+
+def _size_text(n: int) -> str:
+    for unit, k in (("T", 1024**4), ("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+        if n >= k and n % k == 0:
+            return f"{n // k}{unit}"
+    return str(n)
+
+
+def resource_name(v: Any, field: str = "needs") -> str:
+    """A resource's name: 1-32 lower-case letters, digits or '_', a letter
+    first (it becomes SLOTH_<NAME> in the job's environment)."""
+    if not isinstance(v, str) or not 1 <= len(v) <= 32 or not set(v) <= _RES_CHARS or not v[0].isalpha():
+        raise FieldError(field, f"{v!r} is not a resource name",
+                         hint="Names are lower-case letters, digits and '_', a letter first (gpu, licence).")
+    return v
+
+
+def needs_map(v: Any) -> dict[str, int]:
+    """Resource -> how many tokens of it (each at least 1), sorted by name."""
+    if v is None:
+        return {}
+    if not isinstance(v, dict) or len(v) > MAX_NEEDS:
+        raise FieldError("needs", f"must be an object of at most {MAX_NEEDS} resource names to counts")
+    out = {}
+    for name, n in sorted(v.items(), key=lambda kv: str(kv[0])):
+        resource_name(name)
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_TOKENS:
+            raise FieldError("needs", f"{name}={n!r}: a count from 1 to {MAX_TOKENS}",
+                             hint="E.g. --needs gpu=1.")
+        out[name] = n
+    return out

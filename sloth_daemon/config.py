@@ -15,7 +15,9 @@ from typing import Any, Mapping
 from sloth_daemon.text import mask, remember
 import json
 
-from sloth_daemon.checks import BOUNDS, LEASE_HINT, MIN_LEASE_S, limits_json, parse_size
+from sloth_daemon.checks import (
+    BOUNDS, LEASE_HINT, MAX_TOKENS, MIN_LEASE_S, limits_json, parse_size, resource_name, when_list,
+)
 from sloth_daemon.durations import format_duration, parse_duration
 from sloth_daemon.errors import BadRequest, ConfigError, SlothError
 
@@ -39,11 +41,16 @@ class Settings:
     tags: tuple[str, ...] = ()  # names `sloth add --on NAME` may use for this machine too
     listen: bool = True  # LISTEN/NOTIFY wakeups (false: poll only, e.g. PgBouncer in transaction mode)
     poll_s: float = 5.0  # a shared queue is looked at this often besides its wakeups
+    conditions_check_s: float = 30.0  # how often run conditions are looked at while jobs wait on them
     lanes: Mapping[str, int] = field(default_factory=dict)  # only the lanes the file names
     # [lanes.NAME] tables: what the keeper holds for every job of the lane
     # that does not say otherwise (mem, cpus, nice, io as checks.limits_json
     # takes them; keep_awake), e.g. {"gpu": {"limits": {"mem": 2147483648}}}
     lane_holds: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    lane_when: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # [lanes.NAME] when = [...]
+    # [resources]: name -> its tokens (gpu = ["0", "1"]; licence = 3 is ["0", "1", "2"]); a name the
+    # file leaves out may be found on the machine (daemon/resources.py: gpu from nvidia-smi -L)
+    resources: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     file: Path | None = None
     # setting name (or "lanes.NAME") -> "default" | "file PATH"
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -69,11 +76,12 @@ class Settings:
 
 
 # The scalar settings, in declaration order; their types come from the dataclass.
+TABLES = ("lanes", "lane_when", "resources", "file", "sources")
 SETTING_NAMES: tuple[str, ...] = tuple(
-    f.name for f in dataclasses.fields(Settings) if f.name not in ("lanes", "file", "sources"))
+    f.name for f in dataclasses.fields(Settings) if f.name not in TABLES)
 DURATION_KEYS = frozenset({"lease_s", "backoff_cap_s", "retention_s", "kill_grace_s", "clock_check_s",
-                           "hook_timeout_s", "poll_s"})
-POSITIVE_DURATIONS = frozenset({"lease_s", "clock_check_s", "hook_timeout_s", "poll_s"})
+                           "hook_timeout_s", "poll_s", "conditions_check_s"})
+POSITIVE_DURATIONS = frozenset({"lease_s", "clock_check_s", "hook_timeout_s", "poll_s", "conditions_check_s"})
 MACHINE_KEYS = frozenset({"queue_url", "host", "tags", "listen"})  # read at start: a reload names them
 QUEUE_URL_ENV = "SLOTH_QUEUE_URL"
 URL_SCHEMES = ("postgresql://", "postgres://")
@@ -117,29 +125,39 @@ def from_mapping(data: Mapping[str, Any], path: Path) -> Settings:
     # lane except the one most jobs run in (issue 14, item 10).
     lanes: dict[str, int] = {}
     holds: dict[str, dict[str, Any]] = {}
+    tables_out: dict[str, Any] = {}
     for key, raw in data.items():
         if key == "lanes":
             tables = {k: v for k, v in raw.items() if isinstance(v, dict)} if isinstance(raw, dict) else {}
+            lane_when: dict[str, tuple[str, ...]] = {}
             for lane, table in tables.items():
+                if "when" in table:  # run conditions every job of the lane waits for (daemon/worker/gates.py)
+                    lane_when[lane] = _lane_when(path, lane, table["when"])
+                    table = {k: v for k, v in table.items() if k != "when"}
                 held, n = _lane_table(path, lane, table)
                 if held:
                     holds[lane] = held
                 if n is not None:
                     lanes[lane] = n
                     sources[f"lanes.{lane}"] = src
+            if lane_when:
+                tables_out["lane_when"] = lane_when
             for lane, n in _lanes(path, {k: v for k, v in raw.items() if k not in tables}).items():
                 lanes[lane] = n
                 sources[f"lanes.{lane}"] = src
+            continue
+        if key == "resources":
+            tables_out["resources"] = _resources(path, raw)
             continue
         if key not in SETTING_NAMES:
             raise ConfigError(f"{path}: unknown setting {key!r}{_did_you_mean(key)}",
                               hint=f"Known settings: {', '.join(sorted(SETTING_NAMES))}, and a [lanes] table.")
         values[key] = _coerce(path, key, raw)
         sources[key] = src
-    return Settings(**values, lanes=lanes, lane_holds=holds, file=path, sources=sources)
+    return Settings(**values, lanes=lanes, lane_holds=holds, **tables_out, file=path, sources=sources)
 
 
-LANE_TABLE_KEYS = ("concurrency", "keep_awake", "mem", "cpus", "nice", "io")
+LANE_TABLE_KEYS = ("concurrency", "keep_awake", "mem", "cpus", "nice", "io", "when")
 
 
 def _lane_table(path: Path, lane: str, table: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
@@ -178,6 +196,35 @@ def _lanes(path: Path, raw: Any) -> dict[str, int]:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: [lanes] must be a table of lane = concurrency")
     return {lane: _whole(path, f"lanes.{lane}", n, BOUNDS["concurrency"]) for lane, n in raw.items()}
+
+
+def _lane_when(path: Path, lane: str, raw: Any) -> tuple[str, ...]:
+    """``[lanes.NAME] when = ["ac", ...]``: run conditions (checks.when_list's spellings)."""
+    try:
+        return tuple(when_list(raw))
+    except BadRequest as e:
+        raise ConfigError(f"{path}: lanes.{lane}.when: {e.message}", hint=e.hint) from None
+
+
+def _resources(path: Path, raw: Any) -> dict[str, tuple[str, ...]]:
+    """[resources]: ``name = ["a", "b"]`` (named tokens) or ``name = N`` (N anonymous ones)."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: [resources] must be a table of name = count or name = [tokens]")
+    out: dict[str, tuple[str, ...]] = {}
+    for name, v in raw.items():
+        try:
+            resource_name(name, "resources")
+        except BadRequest as e:
+            raise ConfigError(f"{path}: resources.{name}: {e.message}", hint=e.hint) from None
+        if isinstance(v, list) and all(isinstance(t, str) and t and "," not in t and len(t) <= 64 for t in v) \
+                and len(set(v)) == len(v) and len(v) <= MAX_TOKENS:
+            out[name] = tuple(v)
+        elif isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_TOKENS:
+            out[name] = tuple(str(i) for i in range(v))
+        else:
+            raise ConfigError(f"{path}: resources.{name} must be a count from 0 to {MAX_TOKENS} or a list of"
+                              " distinct token names (no commas)", hint='E.g. gpu = ["0", "1"] or licence = 3.')
+    return out
 
 
 def _whole(path: Path, key: str, raw: Any, bounds: tuple[int, int]) -> int:
@@ -274,6 +321,11 @@ def changes(old: Settings, new: Settings) -> list[str]:
             out.append(f"lanes.{lane}: added ({a} -> {b})")
         elif a != b:
             out.append(f"lanes.{lane}: {a} -> {b}")
+    for lane in sorted(set(old.lane_when) | set(new.lane_when)):
+        if old.lane_when.get(lane) != new.lane_when.get(lane):
+            out.append(f"lanes.{lane}.when: {list(old.lane_when.get(lane, ()))} -> {list(new.lane_when.get(lane, ()))}")
+    if old.resources != new.resources:
+        out.append(f"resources: {dict(old.resources)} -> {dict(new.resources)} (held tokens stay held)")
     return out
 
 
@@ -328,8 +380,17 @@ hook_timeout_s = "30s"  # on_finish still running after this is killed
 # listen = true          # false behind PgBouncer in transaction mode: poll only
 # poll_s = "5s"
 
+conditions_check_s = "30s"  # run conditions (--when) are looked at this often while jobs wait on them
+
 [lanes]
 default = 1
 # gpu = 1
 # downloads = 4
+# [lanes.render]           # a lane as a table: its concurrency and run conditions
+# concurrency = 2
+# when = ["ac", "idle=10m"]
+
+# [resources]              # named resources, this machine's own (`sloth add --needs gpu=1`)
+# gpu = ["0", "1"]         # default: the GPUs `nvidia-smi -L` lists
+# licence = 3              # three anonymous tokens
 """

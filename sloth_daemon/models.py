@@ -94,6 +94,9 @@ class Job:
     keep_awake: bool = False  # its run holds a sleep inhibitor (keeper/holds.py)
     limits: dict[str, Any] | None = None  # {"mem": bytes, "cpus": n, "nice": n, "io": class}
     paused: bool = False  # its running run is paused on request (`sloth pause --job`)
+    gate: dict[str, Any] | None = None  # when / on_lost / needs / slots (checks.gate_json); None: none
+    tokens: dict[str, list[str]] | None = None  # the resource tokens its current run holds (on its machine)
+    wait_reason: str | None = None  # why a queued job with a gate does not start ("waiting for mains power")
 
     @classmethod
     def from_row(cls, row: Any, *, env: dict[str, str] | None = None) -> "Job":
@@ -110,6 +113,8 @@ class Job:
         prereqs = json.loads(d.pop("prereqs", None) or "{}")
         d["after"], d["after_any"] = prereqs.get("after", []), prereqs.get("after_any", [])
         d["retry_exit"] = json.loads(d["retry_exit"]) if d.get("retry_exit") else None
+        for k in ("gate", "tokens"):
+            d[k] = json.loads(d[k]) if d.get(k) else None
         nre = d.get("no_retry_exit")
         d["no_retry_exit"] = list(NO_RETRY_EXIT) if nre is None else json.loads(nre)
         paused_run = d.pop("paused_run", None)

@@ -56,6 +56,7 @@ class JobSpec(NamedTuple):
     hold: bool = False  # queued held: kept from being claimed until released (`add --hold`)
     keep_awake: bool = False  # hold a sleep inhibitor while it runs (keeper/holds.py)
     limits_json: str | None = None  # resource limits, checks.limits_json
+    gate_json: str | None = None  # conditions, needs, slots (checks.gate_json): None, none of them
 
     @property
     def waits(self) -> bool:

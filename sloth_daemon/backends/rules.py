@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BATCH_RECORD_S", "CHUNK", "DEFAULT_BACKOFF_CAP_S", "DEFAULT_LEASE_S", "DEFAULT_MAX_ATTEMPTS",
     "MAX_CRASH_REFUNDS", "NEED_DONE", "NEED_END", "WORKER_PREFIX",
-    "JobRow", "abandon_note", "backoff_s", "ended_text", "enqueue_one", "give_up_message", "holds",
+    "JobRow", "abandon_note", "backoff_s", "ended_text", "enqueue_one", "give_up_message", "holds", "tokens_text",
     "host_prefix", "id_runs", "initial_state", "job_states", "key_taken", "lane_counts", "listed_states",
     "listing", "may_refund", "never_ran", "not_cancellable", "not_held", "not_restartable", "not_retriable", "not_run",
     "pages", "parse_specs", "prereqs_json", "refund_note", "retried_why", "retry_each", "retry_message", "retry_wanted",
@@ -306,11 +306,17 @@ def state_counts(rows: Iterable[tuple[str, int]]) -> dict[str, int]:
     return out
 
 
+def tokens_text(tokens: Mapping[str, Sequence[str]]) -> str:
+    """``{"gpu": ["1"], "licence": ["0", "2"]}`` -> ``gpu 1, licence 0,2`` (a claim's event)."""
+    return ", ".join(f"{name} {','.join(toks)}" for name, toks in sorted(tokens.items()))
+
+
 def lane_counts(rows: Iterable[tuple[str, str, int]]) -> dict[str, dict[str, int]]:
     """lane -> {blocked, queued, running: n} from (lane, state, n) rows."""
     out: dict[str, dict[str, int]] = {}
     for lane, state, n in rows:
-        out.setdefault(lane, {"blocked": 0, "queued": 0, "held": 0, "running": 0})[state] = n
+        counts = out.setdefault(lane, {"blocked": 0, "queued": 0, "held": 0, "running": 0})
+        counts[state] += n  # queued comes in two parts: without and with a gate
     return out
 
 

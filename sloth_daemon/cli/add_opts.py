@@ -104,6 +104,28 @@ def place_fields(anywhere: bool, on: Optional[str]) -> dict[str, Any]:
     return {} if on is None else {"place": on}
 
 
+def gate_fields(when: Optional[Sequence[str]], on_lost: Optional[str], needs: Optional[Sequence[str]],
+                slots: Optional[int]) -> dict[str, Any]:
+    """--when (repeatable), --on-lost, --needs gpu=1 (repeatable, or gpu=1,licence=2), --slots N:
+    the job's gate fields (checks.gate_json checks them, here and in the daemon)."""
+    out: dict[str, Any] = {}
+    if when:
+        out["when"] = list(when)
+    if on_lost is not None:
+        out["on_lost"] = on_lost
+    if needs:
+        got: dict[str, int] = {}
+        for part in (p for v in needs for p in v.split(",") if p.strip()):
+            name, sep, n = part.strip().partition("=")
+            if not n.strip().isdigit() and sep:
+                raise errors.BadRequest(f"--needs {part}: give a count, e.g. --needs gpu=1")
+            got[name.strip()] = got.get(name.strip(), 0) + (int(n) if sep else 1)
+        out["needs"] = got
+    if slots is not None:
+        out["slots"] = slots
+    return out
+
+
 def hold_fields(keep_awake: bool, mem: Optional[str], cpus: Optional[str], nice: Optional[int],
                 io: Optional[str]) -> dict[str, Any]:
     """--keep-awake, --mem 2G, --cpus 1.5, --nice 10, --io idle (whether this

@@ -36,7 +36,9 @@ def add(command: Optional[Sequence[str]], *, lane: str = "default", priority: in
         retry_exit: Optional[str] = None, no_retry_exit: Optional[str] = None, hold: bool = False, wait: bool = False,
         no_start: bool = False, as_json: bool = False, anywhere: bool = False, on: Optional[str] = None,
         keep_awake: bool = False, mem: Optional[str] = None, cpus: Optional[str] = None,
-        nice: Optional[int] = None, io: Optional[str] = None) -> int:
+        nice: Optional[int] = None, io: Optional[str] = None,
+        when: Optional[Sequence[str]] = None, on_lost: Optional[str] = None,
+        needs: Optional[Sequence[str]] = None, slots: Optional[int] = None) -> int:
     """Queue the command (or the lines of --stdin/--file) with these options,
     as `sloth add` was given them; print the ids. Returns the exit code;
     raises SlothError for the edge to print."""
@@ -48,7 +50,7 @@ def add(command: Optional[Sequence[str]], *, lane: str = "default", priority: in
         timeout_s=duration(timeout, "--timeout"), not_before=opts.not_before(delay, at), label=label,
         **opts.dep_fields(after, after_any), **opts.retry_fields(retry_exit, no_retry_exit),
         **opts.place_fields(anywhere, on), hold=True if hold else None,
-        **opts.hold_fields(keep_awake, mem, cpus, nice, io))
+        **opts.hold_fields(keep_awake, mem, cpus, nice, io), **opts.gate_fields(when, on_lost, needs, slots))
     if many:
         jobs, where = lines_as_jobs(sys.stdin.buffer.read() if stdin else read_file(from_file),
                                     "--stdin" if stdin else f"--file {from_file}")

@@ -138,8 +138,18 @@ _JOB_HOLDS = (
     Option("nice", "--nice", INT, None, "Run at this niceness (0 to 19; lower needs root)."),
     Option("io", "--io", VALUE, None, "I/O class: idle, best-effort or best-effort:0..7 (Linux)."),
 )
+# When it may start and what it takes here (issue 24): conditions, named resources, slots.
+_JOB_GATES = (
+    Option("when", "--when", LIST, None, "Start only while this holds (repeatable; all must): ac, battery>=40, "
+           "idle=10m, online, unmetered, disk>=5G, load<2."),
+    Option("on_lost", "--on-lost", VALUE, None, "A --when condition lost while it runs: continue (default), "
+           "pause (freeze it until it holds again) or stop (end it, requeue it without spending a try)."),
+    Option("needs", "--needs", LIST, None, "Named resources it takes while it runs, e.g. gpu=1 (repeatable; "
+           "[resources] in config, gpu from nvidia-smi)."),
+    Option("slots", "--slots", INT, None, "Count as N jobs against its lane's concurrency."),
+)
 _JOB_OPTIONS = (_JOB_LANE, _JOB_PRIORITY, _JOB_MAX_ATTEMPTS, _JOB_LEASE, _JOB_TIMEOUT, _JOB_LABEL, _JOB_CWD, _JOB_SHELL,
-                _JOB_RETRY_EXIT, _JOB_NO_RETRY_EXIT, _JOB_ANYWHERE, _JOB_ON, *_JOB_HOLDS)
+                _JOB_RETRY_EXIT, _JOB_NO_RETRY_EXIT, _JOB_ANYWHERE, _JOB_ON, *_JOB_HOLDS, *_JOB_GATES)
 
 
 def _unset(o: Option) -> Option:
@@ -197,6 +207,7 @@ COMMANDS: tuple[Command, ...] = (
         _JOB_ON,
         Option("hold", "--hold", FLAG, False, "Queue it held: it starts only after `sloth release ID`."),
         *_JOB_HOLDS,
+        *_JOB_GATES,
         Option("wait", "--wait -w", FLAG, False, "Block until the job ends; exit with its outcome."),
         Option("no_start", "--no-start", FLAG, False, "Do not start the daemon if it is not running."),
         _json("Print the ids as JSON: {\"ids\": [...]}."),

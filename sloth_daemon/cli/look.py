@@ -153,6 +153,14 @@ def status(*, as_json: bool) -> int:
                                      for k, v in st["lanes"].items())]
     if st.get("hosts"):
         lines.append("hosts    " + "  ".join(_host_text(h, st.get("host")) for h in st["hosts"]))
+    cond = st.get("conditions") or {}
+    for why in sorted(set((cond.get("waiting") or {}).values())):
+        lines.append(f"waiting  {showable(why)}")
+    for lane, why in sorted((cond.get("lanes") or {}).items()):
+        lines.append(f"waiting  lane {showable(lane)}: {showable(why)}")
+    if cond.get("resources"):
+        lines.append("tokens   " + "  ".join(f"{showable(k)} {len(v['free'])}/{len(v['tokens'])} free"
+                                           for k, v in cond["resources"].items()))
     for j in st["running"]:
         lines.append(f"running  {j['id']:<6} {render.when(j)}  {render.command_text(j, 50)}")
     for j in st["failed"]:
@@ -193,4 +201,4 @@ def _status() -> dict[str, Any]:
         running = call_or_read("list", states=["running"], limit=10)["jobs"]
         failed = call_or_read("list", states=["failed"], limit=3)["jobs"]
     return {"daemon": daemon, "counts": d["counts"], "lanes": d["lanes"], "running": running,
-            "failed": failed, "host": d.get("host"), "hosts": d.get("hosts")}
+            "failed": failed, "host": d.get("host"), "hosts": d.get("hosts"), "conditions": d.get("conditions")}

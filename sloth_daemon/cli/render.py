@@ -86,6 +86,8 @@ def when(job: dict[str, Any], now: float | None = None) -> str:
     if st == "held":
         return "until released"
     if st == "queued":
+        if job["not_before"] <= now and job.get("wait_reason"):
+            return showable(job["wait_reason"])  # "waiting for mains power": its gate does not hold
         return "due" if job["not_before"] <= now else relative(job["not_before"], now)
     if st == "running":
         started = (job.get("runner") or {}).get("started_at") or job["updated_at"]
@@ -215,7 +217,7 @@ def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]], *,
     if job.get("runner"):
         lines.append(f"  pid       {job['runner'].get('pid')}")
     lines += held_lines(job)
-    lines += _relations(prereqs, dependents)
+    lines += _relations(prereqs, dependents) + _gate(job)
     if job.get("message"):
         lines.append(f"  message   {showable(job['message'])}")
     lines += _history(job, events)
@@ -223,6 +225,24 @@ def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]], *,
         lines.append(f"  last lines of its log (attempt {job['attempts']})")
         lines += [f"    | {ln}" for ln in log_tail]
     return "\n".join(lines)
+
+
+def _gate(job: dict[str, Any]) -> list[str]:
+    """Its run conditions, needs and slots, what its run holds, why it waits."""
+    gate, out = job.get("gate") or {}, []
+    if gate.get("when"):
+        lost = gate.get("on_lost", "continue")
+        out.append(f"  when      {' '.join(map(showable, gate['when']))}  (if lost while running: {lost})")
+    if gate.get("needs"):
+        out.append("  needs     " + ", ".join(f"{showable(k)}={v}" for k, v in gate["needs"].items()))
+    if gate.get("slots"):
+        out.append(f"  slots     {gate['slots']}")
+    if job["state"] == "running" and job.get("tokens"):
+        out.append("  tokens    " + ", ".join(f"{showable(k)} {','.join(map(showable, v))}"
+                                             for k, v in job["tokens"].items()))
+    if job["state"] == "queued" and job.get("wait_reason"):
+        out.append(f"  waiting   {showable(job['wait_reason'])}")
+    return out
 
 
 def _relations(prereqs: Sequence[dict[str, Any]], dependents: Sequence[int]) -> list[str]:

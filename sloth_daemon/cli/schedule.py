@@ -24,7 +24,8 @@ def add(words: Sequence[str], *, every: Text = None, cron: Text = None, tz: Text
         lease: Text = None, timeout: Text = None, label: Text = None, cwd: Any = None, shell: bool = False,
         retry_exit: Text = None, no_retry_exit: Text = None, anywhere: bool = False, on: Text = None,
         keep_awake: bool = False, mem: Text = None, cpus: Text = None, nice: Optional[int] = None, io: Text = None,
-        no_start: bool = False, as_json: bool = False) -> None:
+        when: Optional[Sequence[str]] = None, on_lost: Text = None, needs: Optional[Sequence[str]] = None,
+        slots: Optional[int] = None, no_start: bool = False, as_json: bool = False) -> None:
     """`sloth schedule add NAME (--every D | --cron EXPR) [options] -- CMD ARGS...`."""
     options = dict(locals())
     name, command = _split(words, need_command=True)
@@ -41,7 +42,8 @@ def edit(words: Sequence[str], *, every: Text = None, cron: Text = None, tz: Tex
          lease: Text = None, timeout: Text = None, label: Text = None, cwd: Any = None, shell: Any = None,
          retry_exit: Text = None, no_retry_exit: Text = None, anywhere: Any = None, on: Text = None,
          keep_awake: Any = None, mem: Text = None, cpus: Text = None, nice: Optional[int] = None, io: Text = None,
-         as_json: bool = False) -> None:
+         when: Optional[Sequence[str]] = None, on_lost: Text = None, needs: Optional[Sequence[str]] = None,
+         slots: Optional[int] = None, as_json: bool = False) -> None:
     """`sloth schedule edit NAME [options] [-- CMD ARGS...]`: only what is given changes."""
     options = dict(locals())
     name, command = _split(words, need_command=False)
@@ -138,7 +140,8 @@ def _job(command: list[str], o: dict[str, Any], *, edit: bool = False) -> dict[s
               "lease_s": duration(o.get("lease"), "--lease"), "timeout_s": duration(o.get("timeout"), "--timeout"),
               "label": o.get("label"), **opts.retry_fields(o.get("retry_exit"), o.get("no_retry_exit")),
               **opts.place_fields(bool(o.get("anywhere")), o.get("on")),
-              **opts.hold_fields(bool(o.get("keep_awake")), o.get("mem"), o.get("cpus"), o.get("nice"), o.get("io"))}
+              **opts.hold_fields(bool(o.get("keep_awake")), o.get("mem"), o.get("cpus"), o.get("nice"), o.get("io")),
+              **opts.gate_fields(o.get("when"), o.get("on_lost"), o.get("needs"), o.get("slots"))}
     if edit:
         return {**job, **{k: v for k, v in fields.items() if v is not None},
                 **({"cwd": common_fields(cwd=o["cwd"])["cwd"]} if o.get("cwd") else {})}

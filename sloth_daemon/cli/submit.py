@@ -48,6 +48,7 @@ OPTION_NAMES = {
     "label": "--label", "cwd": "--cwd (or the current folder)", "env": "the environment", "shell": "--shell",
     "place": "--on", "after": "--after", "after_any": "--after-any",
     "mem": "--mem", "cpus": "--cpus", "nice": "--nice", "io": "--io", "keep_awake": "--keep-awake",
+    "when": "--when", "on_lost": "--on-lost", "needs": "--needs", "slots": "--slots",
 }
 # Refusals of a commit that prove its transaction never happened (or was rolled back);
 # a refused peer (PermissionDenied) is turned away before the daemon reads a byte.

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
 
+from sloth_daemon.checks import GATE_FIELDS, gate_json
 from sloth_daemon.config import Settings
 from sloth_daemon.errors import BadRequest, FieldError, SlothError
 from sloth_daemon.models import Batch, Event, Job, Listing
@@ -169,12 +170,23 @@ class Control:
             spec = {**spec, "place": self.default_place}
         if self.shared is None and spec.get("place") not in (None, "", "*", *self._here()):
             raise self._nowhere(str(spec.get("place")))
+        if not GATE_FIELDS.isdisjoint(spec):
+            self._gate_here(gate_json(spec), str(spec.get("lane") or "default"), spec.get("cwd"),
+                            str(spec.get("place") or ""))
         return spec
 
     def _placed_here(self, spec: JobSpec) -> JobSpec:
         if self.shared is None and spec.place and spec.place not in self._here():
             raise self._nowhere(spec.place)
+        self._gate_here(spec.gate_json, spec.lane, spec.cwd, spec.place)
         return spec
+
+    def _gate_here(self, gate: str | None, lane: str, cwd: str | None, place: str) -> None:
+        """Conditions, needs and slots this machine could never meet: refused
+        (on a shared queue, only for a job that runs here: each machine's
+        resources are its own)."""
+        if gate is not None and (self.shared is None or place in self._here()):
+            self.worker.gates.check_spec(gate, lane, cwd)
 
     def _held(self, spec: JobSpec) -> JobSpec:
         """Its lane's and its own keep-awake and limits, checked here (daemon/holding.py)."""

@@ -7,9 +7,11 @@ transaction that settles them.
 from __future__ import annotations
 
 import functools
+import json
 import secrets
-from typing import Collection, Sequence
+from typing import Any, Collection, Sequence
 
+from sloth_daemon.backends import rules
 from sloth_daemon.models import Job, JobState
 from sloth_daemon.backends.postgres import pick
 from sloth_daemon.backends.postgres.db import Connection, Cursor
@@ -34,6 +36,7 @@ class Claims:
         self, worker: str, *, lease_s: float | None = None, lanes: Sequence[str] | None = None,
         exclude_lanes: Collection[str] = (), exclude_ids: Collection[int] = (),
         places: Collection[str] | None = None,
+        gated: tuple[int, dict[str, list[str]] | None] | None = None,
     ) -> Job | None:
         """Lease the most urgent due job to ``worker``, or return None.
 
@@ -53,6 +56,10 @@ class Claims:
         if lanes is not None and not lanes:
             return None
         sql, args = pick.claim_statement(worker, lease_s, lanes, exclude_lanes, exclude_ids, places)
+        if gated is not None:
+            job = self._claim_gated(gated, sql, args, lanes, exclude_lanes, places)
+            if job is not None:
+                return job
         while True:  # until a job is leased or none is due
             rows = self._db.write_one(sql, {**args, "rand": secrets.token_hex(8)}, "claiming a job")
             if not rows:
@@ -62,6 +69,36 @@ class Claims:
                                   "failing a job whose lease expired")
             elif not rows[0]["spent"]:  # spent: failed, lease expired on the last attempt
                 return self.rows.job(rows[0])
+
+    def _claim_gated(self, gated: tuple[int, dict[str, list[str]] | None], sql: str, args: dict[str, Any],
+                     lanes: Sequence[str] | None, exclude_lanes: Collection[str],
+                     places: Collection[str] | None) -> Job | None:
+        """The gated job the caller chose, if still due and at least as
+        urgent as the best ungated one (a read first; a claimer elsewhere
+        may take that one meanwhile, which only makes ours the better)."""
+        job_id, tokens = gated
+        if not pick.is_job_id(job_id):
+            return None
+        peek_sql, peek_args = pick.peek_statement(lanes, exclude_lanes, places)
+
+        def look(c: Cursor) -> tuple[Any, Any]:
+            return (c.execute(pick.SQL_GATED_ROW, {"id": job_id}).fetchone(),
+                    c.execute(peek_sql, peek_args).fetchone())
+        g, best = self._db.write(look, "looking at a gated job")  # sloth.now pinned, as in the claim
+        if g is None or (best is not None and (-best["priority"], best["not_before"], best["id"])
+                         < (-g["priority"], g["not_before"], g["id"])):
+            return None
+        if g["spent"]:  # an expired lease on its last try: failed, as a claim does
+            self.writer.write(functools.partial(self._expire, job_id=job_id), "failing a job whose lease expired")
+            return None
+        one_row = sql.replace("SELECT * FROM (SELECT * FROM q UNION ALL SELECT * FROM e) candidates",
+                              "SELECT * FROM (" + pick.SQL_GATED_ROW.replace("%(id)s", "%(gated_id)s")
+                              + " FOR UPDATE SKIP LOCKED) candidates")
+        rows = self._db.write_one(one_row, {**args, "rand": secrets.token_hex(8), "gated_id": job_id,
+                                            "tokens": json.dumps(tokens) if tokens else None,
+                                            "held_note": "; holds " + rules.tokens_text(tokens) if tokens else ""},
+                                 "claiming a job")
+        return self.rows.job(rows[0]) if rows and not rows[0]["spent"] else None
 
     def _expire(self, c: Cursor, job_id: int) -> None:
         """A job others wait for whose lease expired on its last try: failed

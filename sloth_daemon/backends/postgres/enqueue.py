@@ -26,9 +26,10 @@ from sloth_daemon.backends.postgres.writer import Writer
 
 WAITED_ON = 18  # the index of waited_on in a row's values (_Batch._row)
 _COLUMNS = ("id, command, state, lane, priority, max_attempts, lease_s, timeout_s, not_before, key, cwd,"
-            " env_id, label, shell, retry_exit, no_retry_exit, message, prereqs, waited_on, place, keep_awake, limits")
+            " env_id, label, shell, retry_exit, no_retry_exit, message, prereqs, waited_on, place, keep_awake, limits,"
+            " gate")
 _TYPES = ("bigint text text text bigint bigint float8 float8 float8 text bytea bigint text bool text"
-          " text text text bool text bool text").split()
+          " text text text bool text bool text text").split()
 # Jobs in one statement: the arrays are columns, now is the server's. A run
 # of keyless jobs never meets the ON CONFLICT (NULL keys are in no index);
 # a keyed job goes alone, and yields to an active job with its key.
@@ -36,7 +37,7 @@ SQL_INSERT = f"""
 INSERT INTO sloth.jobs ({_COLUMNS}, finished_at, created_at, updated_at)
 SELECT t.id, t.command, t.state, t.lane, t.priority, t.max_attempts, t.lease_s, t.timeout_s,
        coalesce(t.not_before, sloth.now()), t.key, t.cwd, t.env_id, t.label, t.shell, t.retry_exit,
-       t.no_retry_exit, t.message, t.prereqs, t.waited_on, t.place, t.keep_awake, t.limits,
+       t.no_retry_exit, t.message, t.prereqs, t.waited_on, t.place, t.keep_awake, t.limits, t.gate,
        CASE WHEN t.state = 'cancelled' THEN sloth.now() END, sloth.now(), sloth.now()
 FROM unnest({", ".join(f"%s::{t}[]" for t in _TYPES)}) AS t({_COLUMNS})
 ON CONFLICT (key) WHERE key IS NOT NULL AND state IN ('blocked', 'held', 'queued', 'running') DO NOTHING
@@ -185,7 +186,8 @@ class _Batch:
         return [jid, r.command_json, state, r.lane, r.priority, r.max_attempts, r.lease_s, r.timeout_s,
                 r.not_before, r.key, None if r.cwd is None else as_bytes(r.cwd),
                 None if r.env_json is None else self.env_ids[r.env_json], r.label, r.shell,
-                r.retry_exit_json, r.no_retry_exit_json, message, shown, False, r.place, r.keep_awake, r.limits_json]
+                r.retry_exit_json, r.no_retry_exit_json, message, shown, False, r.place, r.keep_awake, r.limits_json,
+                r.gate_json]
 
     def _waiting(self, r: JobSpec, jid: int) -> tuple[str, str, str | None]:
         wanted = rules.waits_for(r, self.ids[-1] if self.ids else None)

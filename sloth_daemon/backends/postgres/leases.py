@@ -222,6 +222,13 @@ class Leases:
 
         return self.writer.write(tx, "releasing a job")
 
+    def set_waiting(self, gate: str, why: str | None) -> int:
+        """Say why the queued jobs of ``gate`` wait (None: they do not); how many changed."""
+        def tx(c: Cursor) -> int:
+            return c.execute("UPDATE sloth.jobs SET wait_reason = %s WHERE state = 'queued' AND gate = %s"
+                             " AND wait_reason IS DISTINCT FROM %s", (why, gate, why)).rowcount
+        return self.writer.write(tx, "saying why jobs wait")
+
     def _held(self, c: Cursor, job_id: int, token: str) -> Row:
         """The job's row, locked, if ``token`` holds its lease; else the error."""
         row = get_row(c, job_id, lock=True)

@@ -22,9 +22,10 @@ INT64 = (-(2**63), 2**63)
 # a claim or a due time looks into each lane on its own, so a lane it must
 # skip (full, paused) costs a seek, not a walk over its backlog.
 QUEUED_LANES = """queued_lanes(lane) AS (
-    (SELECT lane FROM sloth.jobs WHERE state = 'queued' ORDER BY lane LIMIT 1)
+    (SELECT lane FROM sloth.jobs WHERE state = 'queued' AND gate IS NULL ORDER BY lane LIMIT 1)
     UNION ALL
-    SELECT (SELECT j.lane FROM sloth.jobs j WHERE j.state = 'queued' AND j.lane > l.lane ORDER BY j.lane LIMIT 1)
+    SELECT (SELECT j.lane FROM sloth.jobs j WHERE j.state = 'queued' AND j.gate IS NULL AND j.lane > l.lane
+            ORDER BY j.lane LIMIT 1)
     FROM queued_lanes l WHERE l.lane IS NOT NULL
 )"""
 GIVEN_LANES = "queued_lanes(lane) AS (SELECT DISTINCT unnest(%(lanes)s::text[]))"  # claim(lanes=[...])
@@ -40,27 +41,31 @@ GIVEN_LANES = "queued_lanes(lane) AS (SELECT DISTINCT unnest(%(lanes)s::text[]))
 # for it: then the statement changes nothing and returns it marked
 # was_state = 'settle', for the caller to fail it in a transaction that
 # also settles its dependents (backends/postgres/claim.py, _expire).
-SQL_CLAIM = """
-WITH RECURSIVE {queued_lanes}, heads AS (
+HEADS = """heads AS (
     SELECT l.lane, {head_place} AS place, h.priority, h.not_before, h.id
     FROM queued_lanes l {places} CROSS JOIN LATERAL (
         SELECT priority, not_before, id FROM sloth.jobs
-        WHERE state = 'queued' AND lane = l.lane {place_is} AND not_before <= sloth.now()
+        WHERE state = 'queued' AND gate IS NULL AND lane = l.lane {place_is} AND not_before <= sloth.now()
         ORDER BY priority DESC, not_before, id LIMIT 1
     ) h
     WHERE l.lane IS NOT NULL {lanes}
     ORDER BY h.priority DESC, h.not_before, h.id
-), q AS (
+)"""
+# A job with a gate (conditions, needs, slots) is out of jobs_ready, jobs_due
+# and jobs_placed*: this statement never takes one (see SQL_CLAIM_GATED).
+SQL_CLAIM = """
+WITH RECURSIVE {queued_lanes}, """ + HEADS + """, q AS (
     SELECT c.* FROM heads CROSS JOIN LATERAL (
         SELECT id, priority, not_before, state, worker, lease_until, false AS spent FROM sloth.jobs
-        WHERE state = 'queued' AND lane = heads.lane {head_place_is} AND not_before <= sloth.now()
+        WHERE state = 'queued' AND gate IS NULL AND lane = heads.lane {head_place_is}
+          AND not_before <= sloth.now()
         ORDER BY priority DESC, not_before, id LIMIT 1 FOR UPDATE SKIP LOCKED
     ) c
     ORDER BY heads.priority DESC, heads.not_before, heads.id LIMIT 1
 ), e AS (
     SELECT id, priority, not_before, state, worker, lease_until, tries >= max_attempts AS spent
     FROM sloth.jobs
-    WHERE state = 'running' AND lease_until < sloth.now() {lanes} {ids} {placed}
+    WHERE state = 'running' AND lease_until < sloth.now() AND gate IS NULL {lanes} {ids} {placed}
     ORDER BY priority DESC, not_before, id LIMIT 1 FOR UPDATE SKIP LOCKED
 ), pick AS (
     SELECT * FROM (SELECT * FROM q UNION ALL SELECT * FROM e) candidates
@@ -75,6 +80,8 @@ UPDATE sloth.jobs j SET
     worker = CASE WHEN pick.spent THEN j.worker ELSE %(worker)s END,
     lease_until = CASE WHEN pick.spent THEN NULL
                        ELSE sloth.now() + coalesce(%(lease_s)s, j.lease_s) END,
+    tokens = CASE WHEN pick.spent THEN j.tokens ELSE %(tokens)s END,
+    wait_reason = NULL,
     message = CASE WHEN pick.spent
                    THEN format('lease expired on the last attempt (%%s/%%s); worker %%s was lost',
                                j.tries, j.max_attempts, j.worker)
@@ -94,9 +101,9 @@ SELECT u.id, sloth.now(),
        u.attempts,
        CASE WHEN u.spent THEN u.message
             WHEN u.was_state = 'running'
-            THEN format('by %%s; lease of %%s ran out %%s before', %(worker)s, pick.worker,
+            THEN format('by %%s%%s; lease of %%s ran out %%s before', %(worker)s, %(held_note)s::text, pick.worker,
                         sloth.format_duration(sloth.now() - pick.lease_until))
-            ELSE 'by ' || %(worker)s END
+            ELSE 'by ' || %(worker)s || %(held_note)s::text END
 FROM u JOIN pick ON pick.id = u.id
 )
 SELECT * FROM u
@@ -108,11 +115,50 @@ SELECT j.*, 'settle', true FROM sloth.jobs j JOIN pick ON j.id = pick.id WHERE p
 SQL_NEXT_DUE = """
 WITH RECURSIVE {queued_lanes}
 SELECT (SELECT min(d.t) FROM queued_lanes l {places} CROSS JOIN LATERAL
-          (SELECT not_before AS t FROM sloth.jobs WHERE state = 'queued' AND lane = l.lane {place_is}
-           ORDER BY not_before LIMIT 1) d
+          (SELECT not_before AS t FROM sloth.jobs WHERE state = 'queued' AND gate IS NULL AND lane = l.lane
+           {place_is} ORDER BY not_before LIMIT 1) d
         WHERE l.lane IS NOT NULL {filt}) AS due,
-       (SELECT min(lease_until) FROM sloth.jobs WHERE state = 'running' {lease_filt} {placed}) AS lease
+       (SELECT min(lease_until) FROM sloth.jobs WHERE state = 'running' AND gate IS NULL {lease_filt} {placed})
+        AS lease
 """
+# A claim given a gated job (SqliteQueue.claim's ``gated``): the most urgent
+# ungated head first (a read), so the gated one is taken only when at least
+# as urgent; then that one row, if still due, by the same transition.
+SQL_PEEK = "WITH RECURSIVE {queued_lanes}, " + HEADS + " SELECT priority, not_before, id FROM heads LIMIT 1"
+SQL_GATED_ROW = ("SELECT id, priority, not_before, state, worker, lease_until, tries >= max_attempts AS spent"
+                 " FROM sloth.jobs WHERE id = %(id)s AND gate IS NOT NULL"
+                 " AND ((state = 'queued' AND not_before <= sloth.now())"
+                 " OR (state = 'running' AND lease_until < sloth.now()))")
+# The gates of queued jobs (a skip scan on jobs_gated), and the heads of
+# each (gate, lane): O(gates * lanes * log n) however many jobs wait.
+SQL_GATES = """
+WITH RECURSIVE g(gate) AS (
+    (SELECT gate FROM sloth.jobs WHERE state = 'queued' AND gate IS NOT NULL ORDER BY gate LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.gate FROM sloth.jobs j WHERE j.state = 'queued' AND j.gate IS NOT NULL AND j.gate > g.gate
+            ORDER BY j.gate LIMIT 1)
+    FROM g WHERE g.gate IS NOT NULL
+) SELECT gate FROM g WHERE gate IS NOT NULL"""
+SQL_GATED_HEADS = """
+WITH RECURSIVE gl(gate, lane) AS (
+    SELECT gw.gate, (SELECT j.lane FROM sloth.jobs j WHERE j.state = 'queued' AND j.gate = gw.gate
+                     ORDER BY j.lane LIMIT 1)
+    FROM unnest(%(gates)s::text[]) gw(gate)
+    UNION ALL
+    SELECT gl.gate, (SELECT j.lane FROM sloth.jobs j WHERE j.state = 'queued' AND j.gate = gl.gate
+                     AND j.lane > gl.lane ORDER BY j.lane LIMIT 1)
+    FROM gl WHERE gl.lane IS NOT NULL
+)
+SELECT h.* FROM gl CROSS JOIN LATERAL (
+    SELECT * FROM sloth.jobs WHERE state = 'queued' AND gate = gl.gate AND lane = gl.lane
+        AND not_before <= sloth.now() {place_is_any} {lanes_out}
+    ORDER BY priority DESC, not_before, id LIMIT 1
+) h WHERE gl.lane IS NOT NULL
+UNION ALL
+SELECT * FROM sloth.jobs WHERE state = 'running' AND gate IS NOT NULL AND lease_until < sloth.now()
+    {lanes_out} {ids_out} {placed_any}"""
+SQL_GATED_LATER = ("SELECT min(not_before) AS t FROM sloth.jobs WHERE state = 'queued'"
+                   " AND gate = ANY(%(gates)s::text[]) AND not_before > sloth.now() {lanes_out} {placed_any}")
 # claim(places=[...]): each of its places is looked into on its own (jobs_placed, jobs_placed_due).
 PLACED = {"places": "CROSS JOIN unnest(%(places)s::text[]) pl(place)", "place_is": "AND place = pl.place",
           "head_place": "pl.place", "head_place_is": "AND place = heads.place",
@@ -148,7 +194,35 @@ def claim_statement(worker: str, lease_s: float | None, lanes: Sequence[str] | N
     source = QUEUED_LANES if lanes is None else GIVEN_LANES
     where, place_args = placed(places)
     return (SQL_CLAIM.format(queued_lanes=source, lanes=lane_filt, ids=id_filt, **where),
-            {**args, **id_args, **place_args, "worker": worker, "lease_s": lease_s})
+            {**args, **id_args, **place_args, "worker": worker, "lease_s": lease_s, "tokens": None,
+             "held_note": ""})
+
+
+def peek_statement(lanes: Sequence[str] | None, exclude_lanes: Collection[str],
+                   places: Collection[str] | None) -> tuple[str, dict[str, Any]]:
+    """The most urgent due ungated queued job's (priority, not_before, id)."""
+    lane_filt, args = filters(lanes, exclude_lanes, ())
+    where, place_args = placed(places)
+    source = QUEUED_LANES if lanes is None else GIVEN_LANES
+    return SQL_PEEK.format(queued_lanes=source, lanes=lane_filt, **where), {**args, **place_args}
+
+
+def gated_statement(exclude_lanes: Collection[str], exclude_ids: Collection[int],
+                    places: Collection[str] | None) -> tuple[str, dict[str, Any]]:
+    """gated_heads' query (its ``gates`` parameter is the caller's)."""
+    lane_filt, args = filters(None, exclude_lanes, ())
+    id_filt, id_args = filters(None, (), exclude_ids)
+    _, place_args = placed(places)
+    anyp = "AND place = ANY(%(places)s::text[])" if places is not None else ""
+    return (SQL_GATED_HEADS.format(place_is_any=anyp, placed_any=anyp, lanes_out=lane_filt, ids_out=id_filt),
+            {**args, **id_args, **place_args})
+
+
+def gated_later_statement(exclude_lanes: Collection[str], places: Collection[str] | None) -> tuple[str, dict[str, Any]]:
+    lane_filt, args = filters(None, exclude_lanes, ())
+    _, place_args = placed(places)
+    anyp = "AND place = ANY(%(places)s::text[])" if places is not None else ""
+    return SQL_GATED_LATER.format(lanes_out=lane_filt, placed_any=anyp), {**args, **place_args}
 
 
 def next_due_statement(lanes: Sequence[str] | None, exclude_lanes: Collection[str],

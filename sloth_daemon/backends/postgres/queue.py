@@ -165,6 +165,7 @@ class PgQueue:
         self.fail = leases.fail
         self.release = leases.release
         self.note_ended = leases.note_ended
+        self.set_waiting = leases.set_waiting
         self.flush = leases.flush
 
         self.requests = requests = Requests(db, rows, writer)
@@ -200,6 +201,8 @@ class PgQueue:
         self.prereqs = reads.prereqs
         self.dependents = reads.dependents
         self.next_due_at = reads.next_due_at
+        self.gates = reads.gates
+        self.gated_heads = reads.gated_heads
         self.lanes = reads.lanes
         self.lane_counts = reads.lane_counts
         self.lane_busy = reads.lane_busy

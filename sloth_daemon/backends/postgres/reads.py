@@ -162,6 +162,27 @@ class Reads:
             times.append(math.nextafter(row["lease"], math.inf))  # strict: expired only after
         return min((t for t in times if t is not None), default=None)
 
+    def gates(self) -> list[str]:
+        """The distinct gates of queued jobs (SqliteQueue.gates)."""
+        rows = self._db.read(lambda c: c.execute(pick.SQL_GATES).fetchall(), "reading the gates of queued jobs")
+        return [r["gate"] for r in rows]
+
+    def gated_heads(self, gates: Collection[str], *, exclude_lanes: Collection[str] = (),
+                    exclude_ids: Collection[int] = (),
+                    places: Collection[str] | None = None) -> tuple[list[Job], float | None]:
+        """SqliteQueue.gated_heads, on the server's clock."""
+        wanted = sorted({str(g) for g in gates})
+        sql, args = pick.gated_statement(exclude_lanes, exclude_ids, places)
+        later_sql, later_args = pick.gated_later_statement(exclude_lanes, places)
+
+        def read(c: Cursor) -> tuple[list[Job], float | None]:
+            rows = c.execute(sql, {**args, "gates": wanted}).fetchall()
+            later = one(c.execute(later_sql, {**later_args, "gates": wanted}))["t"] if wanted else None
+            heads = sorted((self.rows.job(r, c) for r in rows), key=lambda j: (-j.priority, j.not_before, j.id))
+            return heads, later
+        # A transaction of its own that pins sloth.now (a test's clock): due-ness is read against it.
+        return self._db.write(read, "reading the jobs that wait for a gate")
+
     def lanes(self) -> list[str]:
         """Lanes that have blocked, queued or running jobs."""
         return sorted(self.lane_counts())

@@ -186,6 +186,23 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (schedule, slot, manual)
     ) WITHOUT ROWID;
     """,
+    # 9 -> 10: gates (run conditions, named resources, lane slots: issue 24).
+    # A queued job with a gate is out of the claim indexes (jobs_ready and
+    # jobs_due now hold gate IS NULL only), so jobs that wait for mains power
+    # cost a claim nothing; jobs_gated groups them by gate text, so the
+    # daemon looks at one head per (gate, lane) against what holds here.
+    # tokens: the resource tokens a run took (the keeper outlives the daemon: a
+    # restarted daemon finds them held); wait_reason: why a gated job waits.
+    """
+    ALTER TABLE jobs ADD COLUMN gate TEXT;
+    ALTER TABLE jobs ADD COLUMN tokens TEXT;
+    ALTER TABLE jobs ADD COLUMN wait_reason TEXT;
+    DROP INDEX jobs_ready;
+    DROP INDEX jobs_due;
+    CREATE INDEX jobs_ready ON jobs(lane, priority, not_before, id) WHERE state = 'queued' AND gate IS NULL;
+    CREATE INDEX jobs_due   ON jobs(lane, not_before) WHERE state = 'queued' AND gate IS NULL;
+    CREATE INDEX jobs_gated ON jobs(gate, lane, priority, not_before, id) WHERE state = 'queued' AND gate IS NOT NULL;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -44,7 +44,10 @@ SQL_ADD_LANE = "INSERT INTO lanes (name, created_at) VALUES (?, ?) ON CONFLICT(n
 # a user's request, not the hot path).
 SQL_TOP = (
     "SELECT max(p) FROM ("
-    " SELECT max(priority) AS p FROM jobs INDEXED BY jobs_ready WHERE state = 'queued' AND lane = :lane AND id <> :id"
+    " SELECT max(priority) AS p FROM jobs INDEXED BY jobs_ready WHERE state = 'queued' AND gate IS NULL"
+    " AND lane = :lane AND id <> :id"
+    " UNION ALL SELECT max(priority) FROM jobs WHERE state = 'queued' AND gate IS NOT NULL AND lane = :lane"
+    " AND id <> :id"
     " UNION ALL SELECT max(priority) FROM jobs INDEXED BY jobs_held WHERE state = 'held' AND lane = :lane AND id <> :id"
     " UNION ALL SELECT max(priority) FROM jobs WHERE state = 'blocked' AND lane = :lane AND id <> :id)"
 )

@@ -32,10 +32,12 @@ SQL_ACTIVE_KEY = (
 _COLUMNS = ("command, lane, priority, max_attempts, lease_s, timeout_s, not_before, key, cwd,"
             " env_id, label, shell, created_at, updated_at, retry_exit, no_retry_exit, place, keep_awake, limits")
 SQL_INSERT = f"INSERT INTO jobs (state, {_COLUMNS}) VALUES ('queued', {', '.join('?' * 19)})"
+# A job with a gate (conditions, needs, slots) goes in on its own: few do, and the run's statement stays as it was.
+SQL_INSERT_GATED = f"INSERT INTO jobs (state, gate, {_COLUMNS}) VALUES ('queued', {', '.join('?' * 20)})"
 # A job that waits for others: its state (blocked, queued or cancelled) is decided at insert.
 SQL_INSERT_WAITING = (
-    f"INSERT INTO jobs (state, message, finished_at, prereqs, {_COLUMNS})"
-    f" VALUES ({', '.join('?' * 23)})"
+    f"INSERT INTO jobs (state, message, finished_at, prereqs, gate, {_COLUMNS})"
+    f" VALUES ({', '.join('?' * 24)})"
 )
 SQL_ADD_LANE = "INSERT INTO lanes (name, created_at) VALUES (?, ?) ON CONFLICT(name) DO NOTHING"
 
@@ -100,7 +102,7 @@ class _Batch:
     def insert(self, rows: list[JobSpec]) -> list[int]:
         for r in rows:
             env_id = None if r.env_json is None else self.env_ids[r.env_json]
-            if r.key is None and not r.waits and not r.hold:
+            if r.key is None and not r.waits and not r.hold and r.gate_json is None:
                 self.run.append(_values(r, env_id, self.now))
                 continue
             self.flush()
@@ -110,7 +112,8 @@ class _Batch:
             elif r.waits or r.hold:
                 self.ids.append(self._waiting(r, env_id))
             else:
-                self.ids.append(int(self.c.execute(SQL_INSERT, _values(r, env_id, self.now)).lastrowid or 0))
+                self.ids.append(int(self.c.execute(SQL_INSERT_GATED, (r.gate_json, *_values(r, env_id, self.now)))
+                                    .lastrowid or 0))
         self.flush()
         deps.add_deps(self.c, self.deps)
         return self.ids
@@ -128,7 +131,7 @@ class _Batch:
         shown = rules.prereqs_json(wanted)
         finished = self.now if state == "cancelled" else None
         message = why if state == "cancelled" else ""
-        jid = int(self.c.execute(SQL_INSERT_WAITING, (state, message, finished, shown,
+        jid = int(self.c.execute(SQL_INSERT_WAITING, (state, message, finished, shown, r.gate_json,
                                                       *_values(r, env_id, self.now))).lastrowid or 0)
         self.deps += [(jid, pid, need) for pid, need in wanted]
         if state in ("cancelled", "held"):

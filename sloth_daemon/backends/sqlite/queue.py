@@ -197,6 +197,7 @@ class SqliteQueue:
         self, worker: str, *, lease_s: float | None = None, lanes: Sequence[str] | None = None,
         exclude_lanes: Collection[str] = (), exclude_ids: Collection[int] = (),
         places: Collection[str] | None = None, reclaim: bool = True,
+        gated: tuple[int, dict[str, list[str]] | None] | None = None,
     ) -> Job | None:
         """Lease the most urgent due job to ``worker``, or return None.
 
@@ -215,11 +216,36 @@ class SqliteQueue:
         ``reclaim=False`` takes queued jobs only, never an expired lease: a
         claim that may be undone (unclaim) must be a plain one.
 
+        A job with a gate (conditions, needs, slots: checks.gate_json) is
+        never taken by urgency alone: only as ``gated`` = (id, the resource
+        tokens its run holds), which the caller found may run now
+        (gates, gated_heads); it is leased instead of the best ungated job
+        when at least as urgent and still due (queued, or an expired lease).
+
         Not fsynced (see db.transaction): after a power cut the claimed
         process is gone anyway, and the job simply runs again.
         """
         return self.leases.claim(worker, lease_s=lease_s, lanes=lanes, exclude_lanes=exclude_lanes,
-                                 exclude_ids=exclude_ids, places=places, reclaim=reclaim)
+                                 exclude_ids=exclude_ids, places=places, reclaim=reclaim, gated=gated)
+
+    def gates(self) -> list[str]:
+        """The distinct gates (checks.gate_json texts) of queued jobs."""
+        return self.reads.gates()
+
+    def gated_heads(self, gates: Collection[str], *, exclude_lanes: Collection[str] = (),
+                    exclude_ids: Collection[int] = (),
+                    places: Collection[str] | None = None) -> tuple[list[Job], float | None]:
+        """For each of ``gates`` and each lane not excluded, its most urgent
+        due queued job, and the gated jobs whose lease expired (of any gate),
+        most urgent first; and when the first job of those gates that is not
+        due yet becomes due (None: none)."""
+        return self.reads.gated_heads(self.clock.now(), gates, exclude_lanes=exclude_lanes,
+                                      exclude_ids=exclude_ids, places=places)
+
+    def set_waiting(self, gate: str, why: str | None) -> int:
+        """Say why the queued jobs of ``gate`` do not start (``ls``, ``show``);
+        None: clear it. Returns how many jobs changed."""
+        return self.leases.set_waiting(gate, why)
 
     def heartbeat(self, job_id: int, token: str, *, lease_s: float | None = None) -> Job:
         """Extend the lease of the holder of ``token``: ``lease_until = now + lease``.

@@ -24,7 +24,8 @@ from sloth_daemon.backends.sqlite import pick
 
 
 SQL_BY_ID = "SELECT * FROM jobs WHERE id = ?"
-SQL_BUSY_QUEUED = "SELECT 1 FROM jobs INDEXED BY jobs_due WHERE state = 'queued' AND lane = ? LIMIT 1"
+SQL_BUSY_QUEUED = "SELECT 1 FROM jobs INDEXED BY jobs_due WHERE state = 'queued' AND gate IS NULL AND lane = ? LIMIT 1"
+SQL_BUSY_GATED = ("SELECT 1 FROM jobs WHERE state = 'queued' AND gate IS NOT NULL AND lane = ? LIMIT 1")
 SQL_BUSY_BLOCKED = "SELECT 1 FROM jobs INDEXED BY jobs_blocked WHERE state = 'blocked' AND lane = ? LIMIT 1"
 SQL_BUSY_HELD = "SELECT 1 FROM jobs INDEXED BY jobs_held WHERE state = 'held' AND lane = ? LIMIT 1"
 SQL_BUSY_RUNNING = "SELECT 1 FROM jobs INDEXED BY jobs_lease WHERE state = 'running' AND lane = ? LIMIT 1"
@@ -33,7 +34,9 @@ SQL_LANE_BLOCKED = ("SELECT lane, 'blocked', count(*) FROM jobs INDEXED BY jobs_
 SQL_LANE_HELD = ("SELECT lane, 'held', count(*) FROM jobs INDEXED BY jobs_held"
                  " WHERE state = 'held' GROUP BY lane")
 SQL_LANE_QUEUED = ("SELECT lane, 'queued', count(*) FROM jobs INDEXED BY jobs_due"
-                   " WHERE state = 'queued' GROUP BY lane")
+                   " WHERE state = 'queued' AND gate IS NULL GROUP BY lane")
+SQL_LANE_GATED = ("SELECT lane, 'queued', count(*) FROM jobs INDEXED BY jobs_gated"
+                  " WHERE state = 'queued' AND gate IS NOT NULL GROUP BY lane")
 SQL_LANE_RUNNING = ("SELECT lane, 'running', count(*) FROM jobs INDEXED BY jobs_lease"
                     " WHERE state = 'running' GROUP BY lane")
 
@@ -160,16 +163,28 @@ class SqliteReads:
         return pick.next_due_at(self.conn, lanes, exclude_lanes, exclude_ids, places)
 
     @reads
+    def gates(self) -> list[str]:
+        return pick.gates(self.conn)
+
+    @reads
+    def gated_heads(self, now: float, gates: Collection[str], *, exclude_lanes: Collection[str] = (),
+                    exclude_ids: Collection[int] = (),
+                    places: Collection[str] | None = None) -> tuple[list[Job], float | None]:
+        heads, later = pick.gated_heads(self.conn, now, gates, exclude_lanes, exclude_ids, places)
+        return [self.rows.job(r) for r in heads], later
+
+    @reads
     def lanes(self) -> list[str]:
         return sorted(self.lane_counts())
 
     def lane_counts(self) -> dict[str, dict[str, int]]:
-        return rules.lane_counts(r for sql in (SQL_LANE_BLOCKED, SQL_LANE_QUEUED, SQL_LANE_HELD, SQL_LANE_RUNNING)
+        return rules.lane_counts(r for sql in (SQL_LANE_BLOCKED, SQL_LANE_QUEUED, SQL_LANE_GATED, SQL_LANE_HELD,
+                                               SQL_LANE_RUNNING)
                                  for r in self.conn.execute(sql))
 
     def lane_busy(self, lane: str) -> bool:
         return any(self.conn.execute(sql, (lane,)).fetchone() is not None
-                   for sql in (SQL_BUSY_QUEUED, SQL_BUSY_BLOCKED, SQL_BUSY_HELD, SQL_BUSY_RUNNING))
+                   for sql in (SQL_BUSY_QUEUED, SQL_BUSY_GATED, SQL_BUSY_BLOCKED, SQL_BUSY_HELD, SQL_BUSY_RUNNING))
 
     def lane_rows(self) -> dict[str, dict[str, Any]]:
         return {r[0]: {"concurrency": r[1], "config_was": r[2], "created_at": r[3]} for r in self.conn.execute(

@@ -30,7 +30,10 @@ from sloth_daemon.clock import ClockReadings, Clocks, Jump, JumpDetector, JumpKi
 from sloth_daemon.config import Settings
 from sloth_daemon.daemon.limits import Postponement
 from sloth_daemon.daemon.worker.actions import Actions
+from sloth_daemon.daemon.conditions import Conditions, PowerEvents
+from sloth_daemon.daemon.resources import Resources, environment
 from sloth_daemon.daemon.worker.adoption import Adopter
+from sloth_daemon.daemon.worker.gates import LOST_PREFIX, Gates
 from sloth_daemon.daemon.worker.lanes import Lanes
 from sloth_daemon.daemon.worker.pausing import Pauser
 from sloth_daemon.daemon.worker.pipeline import PACE_S, TAKE_BACK_WAIT_S, Pipeline, unlink
@@ -50,6 +53,7 @@ log = logging.getLogger("sloth.worker")
 PRUNE_EVERY_S = 3600.0
 RECORD_RUNNER_AFTER_S = 1.0  # a process that ends sooner has its identity written with its outcome
 FIRST_PRUNE_S = 60.0
+POWER_EVENTS_RETRY_S = 60.0  # between starts of `udevadm monitor` (conditions.PowerEvents)
 
 
 class Worker:
@@ -75,6 +79,7 @@ class Worker:
         log_path: Callable[[int, int], Path], instance: str,
         on_change: Callable[[Job], None] = lambda job: None, commit_delay_s: float = 0.0,
         host: str | None = None, places: Sequence[str] | None = None,
+        conditions: Conditions | None = None, resources: Resources | None = None,
     ) -> None:
         self.queue, self.settings, self.spawner, self.clocks = queue, settings, spawner, clocks
         self.log_path, self.instance = log_path, instance
@@ -109,6 +114,14 @@ class Worker:
                                sink=self._sink, name=self.name, host=self.host, reattached=self.pauser.adopted)
         self.actions = Actions(queue, self.running, self.lanes, self.withdrawals, self.recorder, self.pipeline,
                                self.signals, clocks, end=self._end, log_path=log_path)
+        self.gates = Gates(queue, self.running, self.lanes, settings,
+                           conditions or Conditions(max_age_s=settings.conditions_check_s),
+                           resources or Resources(settings.resources), places=self.places,
+                           meta_key="cond_paused" if places is None else f"cond_paused@{self.host}")
+        self._next_look = first.awake  # conditions: looked at again from then, while watched (gates.py)
+        self.power_events = PowerEvents(lambda: self.conditions_changed(["power"]))
+        self._power_task: asyncio.Task[Any] | None = None
+        self._power_retry_at = float("-inf")
         queue.on_side_change = self.side_change
 
     @property
@@ -169,8 +182,10 @@ class Worker:
         if r.awake >= self._next_check:
             self.check_clock(r)
             self.signals.look = True  # now and then, for jobs another process queued in the file
+            self.gates.look_expired = True  # ... and for gated leases that expired (gates.py)
         self.heartbeat_due(r)
         self.pipeline.take_back_due(r.awake)
+        self.watch_conditions(r)
         claim = self.signals.look or (self._next_due is not None and self._next_due <= self.queue_now(r))
         self.signals.look = False  # a turn for a heartbeat or an fsync alone skips the claim queries
         # claims and outcomes: one transaction (recording.py)
@@ -195,6 +210,8 @@ class Worker:
                       if run.identity is not None and run.live]
         if self.may_claim() and self._next_due is not None:
             deadlines.append(self._next_due - self.queue_now(r))
+        if self.gates.watching:
+            deadlines.append(self._next_look - r.awake)
         if self.postponed.holds(r.awake):
             deadlines.append(self.postponed.until - r.awake)
         commits = self.recorder.commits
@@ -232,6 +249,77 @@ class Worker:
             except StorageError as e:  # the heartbeat tries again
                 log.warning("cannot renew job %d after %s: %s", run.job.id, why, e.message)
 
+    # ---------------------------------------------------------- conditions
+    def watch_conditions(self, r: ClockReadings) -> None:
+        """While jobs wait on conditions (or run under --on-lost stop): every
+        conditions_check_s a claim turn looks again; a run whose conditions
+        were lost is ended and requeued without spending a try."""
+        self._hear_power(self.gates.watching_power)
+        if not self.gates.watching or r.awake < self._next_look:
+            return
+        self._next_look = r.awake + self.settings.conditions_check_s
+        self.signals.look = True
+        for run, why, policy in self.gates.lost():
+            log.info("job %d: its conditions no longer hold (%s): %s", run.job.id, why,
+                     "ending it" if policy == "stop" else "pausing it")
+            if policy == "stop":
+                self._end(run, f"{LOST_PREFIX}: {why}")
+            else:
+                self._pause_for_conditions(run, f"{LOST_PREFIX}: {why}")
+        for run in self.gates.regained():
+            self._pause_for_conditions(run, None)
+
+    def _pause_for_conditions(self, run: Run, why: str | None) -> None:
+        """--on-lost pause: stop the run's tree (``why``), or continue it (None)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a turn driven by a test without an event loop
+            return
+        self.gates.pausing.add(run.job.id)
+        self.spawn_task(self._conditions_pause(run, why))
+
+    async def _conditions_pause(self, run: Run, why: str | None) -> None:
+        resume = why is None
+        try:
+            done = await self.pauser.pause([run.job.id], resume=resume,
+                                           why=why or "its conditions hold again")
+            if done.jobs:
+                self.gates.paused_by_condition(run.job.id, not resume)
+            for _, reason in done.skipped:
+                log.info("job %d not %s: %s", run.job.id, "continued" if resume else "paused", reason)
+        except SlothError as e:  # the next look tries again
+            log.warning("cannot %s job %d for its conditions: %s", "continue" if resume else "pause",
+                        run.job.id, e.message)
+        finally:
+            self.gates.pausing.discard(run.job.id)
+            self.wake()
+
+    def _hear_power(self, wanted: bool) -> None:
+        """Power events (udevadm monitor) while a job waits on, or runs under, ac or battery."""
+        if not wanted:
+            self.power_events.stop()
+            return
+        now = self.clocks.read().awake
+        if self.power_events.available and (self._power_task is None or self._power_task.done()) \
+                and now >= self._power_retry_at:
+            self._power_retry_at = now + POWER_EVENTS_RETRY_S  # a udevadm that exits at once is not run hot
+            try:
+                self._power_task = asyncio.get_running_loop().create_task(self.power_events.run())
+            except RuntimeError:  # a turn driven by a test, no event loop
+                pass
+
+    def conditions_hold(self, when: Sequence[str], cwd: str | None = None) -> str | None:
+        """None if the run conditions ``when`` (checks.when_list's spellings)
+        hold here now, else why not ("waiting for mains power"), from the
+        looks the gates keep (for schedules, and anyone else who asks)."""
+        return self.gates.conditions.first_reason(when, cwd)
+
+    def conditions_changed(self, kinds: Sequence[str] = ()) -> None:
+        """A power event (or a test): look at the conditions now."""
+        self.gates.conditions.forget(kinds)
+        self._next_look = float("-inf")
+        self.wake()
+
     # ----------------------------------------------------------- heartbeat
     def queue_now(self, r: ClockReadings) -> float:
         """Now on the queue's clock (due times and leases are on it)."""
@@ -268,8 +356,10 @@ class Worker:
     def claim_due(self, r: ClockReadings) -> None:
         try:
             self._claim_due(r)
+            if self.gates.watching and self._next_look <= r.awake:  # it just looked: the next look in a while
+                self._next_look = r.awake + self.settings.conditions_check_s
             if self.may_claim():
-                self.pipeline.claim_successors(r, self._begin)
+                self.pipeline.claim_successors(r, self._begin, self.gates.reserved)
         except StorageError as e:  # locked by another process, disk full: claim later, do the rest now
             log.warning("not claiming for now: %s", e.message)
             self._claim_later(r)
@@ -280,15 +370,21 @@ class Worker:
 
     def _claim_due(self, r: ClockReadings) -> None:
         self._next_due = None
+        waiting_lanes = self.gates.lanes_waiting() if self.settings.lane_when else set()
         while self.may_claim():
             # A read-only look first: an empty claim would still cost a write
             # transaction, and this answer is also when to wake up next.
-            blocked = self.lanes.blocked(self.slots_in_use())
+            blocked = self.lanes.blocked(self.slots_in_use()) | waiting_lanes
             mine = set(self.running)  # never re-issue our own live or unrecorded jobs to ourselves
-            self._next_due = self.queue.next_due_at(exclude_lanes=blocked, exclude_ids=mine, places=self.places)
-            if self._next_due is None or self._next_due > self.queue_now(r):
+            gated, reserved = self.gates.pick(blocked, mine)  # jobs with conditions, needs, slots (gates.py)
+            blocked |= reserved
+            due = self.queue.next_due_at(exclude_lanes=blocked, exclude_ids=mine, places=self.places)
+            later = self.gates.later
+            self._next_due = due if later is None or (due is not None and due < later) else later
+            if gated is None and (due is None or due > self.queue_now(r)):
                 return
-            job = self.queue.claim(self.name, exclude_lanes=blocked, exclude_ids=mine, places=self.places)
+            job = self.queue.claim(self.name, exclude_lanes=blocked, exclude_ids=mine, places=self.places,
+                                   gated=None if gated is None else (gated[0].id, gated[1]))
             if job is None:
                 return  # another process took it
             self._begin(Run(job, job.token or "", job.attempts), r)
@@ -301,7 +397,7 @@ class Worker:
         run.renewed(claimed)
         run.started_awake = claimed.awake  # young from now (pipeline.py); a start heard renews it
         extra = {"SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_ATTEMPT": str(run.attempt), "SLOTH_JOB_TOKEN": run.token,
-                 "SLOTH_FENCE_TOKEN": run.token}
+                 "SLOTH_FENCE_TOKEN": run.token, **environment(job.tokens)}
         req = SpawnRequest(
             key=run.token, job_id=job.id, attempt=run.attempt, argv=job.command, cwd=job.cwd,
             env=self.envs.base(job.env), env_extra=extra, log_path=self.log_path(job.id, run.attempt),
@@ -420,6 +516,7 @@ class Worker:
         and a run it had started meanwhile is then ended (or kept) as one
         that runs, and recorded as it ran."""
         self.stopping = True
+        self.power_events.stop()
         self.wake()
         if keep_jobs:
             await self.pipeline.take_back_all()
@@ -506,6 +603,7 @@ class Worker:
         self.queue.lease_s, self.queue.max_attempts = settings.lease_s, settings.max_attempts
         self.queue.backoff_cap_s = settings.backoff_cap_s
         notes = self.lanes.reload(settings)
+        self.gates.reload(settings, Resources(settings.resources))
         self.pipeline.take_back()  # lanes may have changed
         self.wake()
         return notes
@@ -530,6 +628,7 @@ class Worker:
             "pending_outcomes": [{"id": r.job.id, "attempt": r.attempt, "tries": r.record_tries,
                                   "error": r.record_error} for r in running if r.record_error],
             "last_jump": self.last_jump, "host": self.host, "places": self.places,
+            "conditions": self.gates.status(),
             "clock": {"last_check_at": self.last_check_at,
                       "check_interval_s": self.settings.clock_check_s, "timerfd": self.timerfd},
         }

@@ -50,6 +50,9 @@ def record(queue: Queue, run: Run, outcome: Outcome, *, runner: dict[str, Any] |
     if run.ending == "interrupted" and not by_itself(outcome):
         suffix = f"; {outcome.log_problem}" if outcome.log_problem else ""
         return queue.release(jid, tok, message="interrupted: daemon stopping" + suffix, **kw)
+    if run.ending is not None and run.ending.startswith("condition lost") and not by_itself(outcome):
+        return queue.release(jid, tok, message=f"{run.ending}: stopped (--on-lost stop); requeued, not counted",
+                             kind="condition_lost", **kw)
     if outcome.killed_by == "fence":
         return queue.release(jid, tok, message=message, kind="fenced", **kw)
     if outcome.killed_by == "keeper":

@@ -38,13 +38,14 @@ class Pauser:
         self.queue, self.spawner, self.running, self.signals = queue, spawner, running, signals
 
     async def pause(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
-                    resume: bool = False) -> Batch:
+                    resume: bool = False, why: str | None = None) -> Batch:
         """Pause (or with ``resume`` continue) the running jobs ``ids``, or
         every running job of ``lane``, or (neither) every running job here.
         Jobs named that are not running here, or already paused (resume:
         not paused), are skipped, each with why; a lane's or every job
         leaves those out. Raises JobNotFound
-        (an unknown id, before any change) or KeeperError."""
+        (an unknown id, before any change) or KeeperError. ``why``: said
+        first in the history's event (a condition lost: gates.py)."""
         runs, skipped = self._select(ids, lane, resume)
         if not runs:
             return Batch([], skipped)
@@ -57,7 +58,7 @@ class Pauser:
             elif res.get("already"):
                 skipped.append((run.job.id, f"job {run.job.id} is already paused"))
             elif res.get("resumed" if resume else "paused"):
-                jobs.append(self._record(run, not resume, res))
+                jobs.append(self._record(run, not resume, res, why))
             elif resume and res.get("state") not in (None, "exited"):
                 skipped.append((run.job.id, f"job {run.job.id} is not paused"))
             elif run.token in answer.get("runs", {}):
@@ -88,12 +89,14 @@ class Pauser:
                 runs.append(run)
         return runs, skipped
 
-    def _record(self, run: Run, paused: bool, res: dict[str, Any]) -> Job:
+    def _record(self, run: Run, paused: bool, res: dict[str, Any], why: str | None = None) -> Job:
         run.paused = paused
         if paused:
             message = f"{res.get('processes', 0)} process(es) stopped; its lease and slot are kept"
         else:
             message = f"after {format_span(res.get('paused_s'))} paused"
+        if why:
+            message = f"{why}; {message}"
         try:
             run.job = self.queue.set_paused(run.job.id, run.token, paused, message)
         except (LeaseLost, JobNotFound):

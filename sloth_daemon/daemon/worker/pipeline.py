@@ -56,7 +56,7 @@ queue can unclaim (the SQLite backend).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Collection, Iterable
 
 from sloth_daemon.clock import ClockReadings, Clocks
 from sloth_daemon.daemon.worker.lanes import Lanes
@@ -114,14 +114,16 @@ class Pipeline:
                 and self.short_lanes.get(lane, True)
                 and not self.lanes.is_paused(lane) and used.get(lane, 0) >= self.lanes.concurrency(lane))
 
-    def claim_successors(self, r: ClockReadings, begin: Callable[[Run, ClockReadings], None]) -> None:
+    def claim_successors(self, r: ClockReadings, begin: Callable[[Run, ClockReadings], None],
+                         skip_lanes: Collection[str] = ()) -> None:
         """Behind each run that may lead, the next due job of its lane (and
         behind that one, the next: DEPTH), each handed to ``begin`` (the
-        worker's start of a run it claimed). Only while the worker may claim."""
+        worker's start of a run it claimed). Only while the worker may claim;
+        never in ``skip_lanes`` (held for a job waiting for slots: gates.py)."""
         if not self.pipelines():
             return
         used = self.running.slots_in_use()
-        leads = [x for x in self.running.values() if self.may_lead(x, r.awake, used)]
+        leads = [x for x in self.running.values() if x.job.lane not in skip_lanes and self.may_lead(x, r.awake, used)]
         while leads:
             run = leads.pop()  # no read-only look first: in a burst there is work, and the look costs
             job = self.queue.claim(self.name, lanes=[run.job.lane], exclude_ids=set(self.running), reclaim=False,

@@ -175,8 +175,8 @@ class RunTable:
         pending one has none yet)."""
         used: dict[str, int] = {}
         for r in self._by_job.values():
-            if r.outcome is None and not r.pending:
-                used[r.job.lane] = used.get(r.job.lane, 0) + 1
+            if r.outcome is None and not r.pending:  # a job added --slots N counts N (daemon/worker/gates.py)
+                used[r.job.lane] = used.get(r.job.lane, 0) + (r.job.gate or {}).get("slots", 1)
         return used
 
 

@@ -242,6 +242,23 @@ def test_a_lane_with_a_backlog_costs_a_claim_that_skips_it_nothing(pg_url):
         assert q.claim("w", exclude_lanes={"busy"}).lane == "a"
 
 
+def test_jobs_waiting_on_a_gate_cost_a_claim_nothing(pg_url):
+    """20,000 higher-priority jobs waiting for mains power (issue 24) are out
+    of the claim indexes: a claim, a due time and the list of gates read a
+    few rows, not them."""
+    with PgQueue(pg_url) as q:
+        q.enqueue_many([{"command": ["g"], "when": ["ac"], "priority": 9} for _ in range(20_000)])
+        q.enqueue_many([{"command": ["y"], "lane": lane} for lane in "abc" for _ in range(5)])
+        sql, args = pick.claim_statement("w", None, None, (), ())
+        assert rows_read(q, sql, {**args, "rand": "0" * 16}) < 40
+        sql, args = pick.next_due_statement(None, (), ())
+        assert rows_read(q, sql, args) < 40
+        assert rows_read(q, pick.SQL_GATES, {}) < 10
+        sql, args = pick.gated_statement((), (), None)
+        assert rows_read(q, sql, {**args, "gates": ['{"when":["ac"]}']}) < 20
+        assert q.claim("w").lane == "a"
+
+
 # ----------------------------------------------- the server's durations
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(st.floats(0, 10, allow_nan=False), st.floats(0, 1e7, allow_nan=False),

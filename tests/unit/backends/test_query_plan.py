@@ -38,6 +38,13 @@ GUARDED = {
     "SQL_UNFINISHED_PREREQ": ((1,), r"PRIMARY KEY \(job_id=\?\)"),
     "SQL_STATE_OF": ((1,), "INTEGER PRIMARY KEY"),
     "SQL_BY_ID": ((1,), "INTEGER PRIMARY KEY"),
+    # jobs with a gate (issue 24): a skip scan over the gates, seeks into each (gate, lane)
+    "SQL_GATE_FIRST": ((), "jobs_gated"),
+    "SQL_GATE_NEXT": (("g",), "jobs_gated"),
+    "SQL_GATE_LANE": (("g", ""), "jobs_gated"),
+    "SQL_GATE_PRIO_MAX": (("g", "a"), "jobs_gated"),
+    "SQL_GATE_PRIO_BELOW": (("g", "a", 5), "jobs_gated"),
+    "SQL_GATE_FIRST_AT_PRIO": (("g", "a", 5), "jobs_gated"),
 }
 
 
@@ -160,6 +167,10 @@ def test_claim_next_due_and_keyed_enqueue_run_only_guarded_selects(tmp_path):
             lambda: q.enqueue_many([{"command": ["p"], "lane": "dep"}, {"command": ["d"], "after_previous": "after"}]),
             lambda: (j := q.claim("w", lanes=["dep"])) and q.complete(j.id, j.token or ""),
             lambda: q.retry(q.cancel(q.enqueue(["r"], lane="dep")).id),
+            lambda: q.enqueue_many([{"command": ["g"], "when": ["ac"], "priority": 3, "not_before": NOW + HOUR},
+                                    {"command": ["h"], "when": ["ac"]}]),
+            lambda: q.gated_heads(q.gates()),
+            lambda: q.claim("w", gated=(q.gated_heads(q.gates())[0][0].id, None)),
         ]
         kinds = set()
         for call in calls:
@@ -217,3 +228,23 @@ def _sql(name: str) -> str:
         if hasattr(module, name):
             return getattr(module, name)
     raise AttributeError(name)
+
+
+def test_jobs_waiting_on_a_gate_cost_a_claim_and_a_worker_look_nothing(tmp_path):
+    """20,000 jobs at a higher priority waiting for mains power (issue 24):
+    out of the claim indexes, so a claim, a due time and the worker's list
+    of gates cost what they cost without them."""
+    costs = {}
+    for gated in (0, 20_000):
+        clock = ManualClock(NOW)
+        q = Queue(tmp_path / f"g{gated}.db", clock, lease_s=60)
+        try:
+            populate(q, clock, 500)
+            q.enqueue_many([{"command": ["g", str(i)], "when": ["ac"], "priority": 9} for i in range(gated)])
+            costs[gated] = (vm_steps(q, lambda: [q.claim("w") for _ in range(5)]),
+                            vm_steps(q, lambda: [q.next_due_at() for _ in range(5)]),
+                            vm_steps(q, lambda: [q.gates() for _ in range(5)]))
+        finally:
+            q.close()
+    for what, none, many in zip(("claim", "next_due_at", "gates"), costs[0], costs[20_000]):
+        assert many <= 2 * none + 20, (what, costs)

@@ -1,0 +1,248 @@
+"""Gates: which jobs with run conditions, needs or slots may start here now.
+
+A job with a gate (checks.gate_json) is in no claim index: the ordinary
+claim never sees it (backends/*/pick.py), so a thousand jobs waiting for
+mains power cost a claim nothing. Each claim of a turn, :meth:`Gates.pick`
+  1. lists the distinct gates of queued jobs (a skip scan: one seek when
+     there are none) and judges each gate's conditions once (Conditions
+     keeps what it saw for ``conditions_check_s``);
+  2. asks for the head of each (gate, lane) whose conditions hold, and the
+     gated jobs whose lease expired, most urgent first;
+  3. walks them: a job in a lane reserved by a job before it is skipped; a
+     job that needs more slots than its lane has free reserves the lane (no
+     other job of the lane starts until it fits: it is not starved by
+     one-slot jobs); a job that needs tokens not free reserves what is free
+     of them (resources.py, the rule); the first that may start is the pick,
+     which the queue claims only if it is at least as urgent as the best
+     ungated job (the queue compares, in the claim's transaction);
+  4. says why each gate's jobs wait (``wait_reason``: ``ls``, ``show``), one
+     UPDATE per gate whose reason changed.
+A lane whose config names conditions (``[lanes.NAME] when``) is left out
+of every claim while they do not hold.
+
+A condition lost while a job runs: ``--on-lost stop`` ends the run and
+requeues it without spending a try (outcomes.py); ``pause`` stops its tree
+in the keeper (pausing.py) and continues it once the conditions hold again.
+Only a pause the conditions made is continued by them (``cond_paused``, kept
+in the queue's meta table across daemon restarts): one a user asked for
+stays until the user resumes it. While a condition stays lost, the policy
+wins: a run the user resumes by hand is paused again at the next look.
+
+Watching costs nothing while no job waits on a condition and none runs
+under one with ``--on-lost stop`` or ``pause``: then :meth:`deadline` is None and the
+worker sleeps as before. While some do, the worker wakes every
+``conditions_check_s`` (30 s by default; a turn of the daemon's own loop,
+no thread per job) and looks again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Collection, Iterable, Mapping
+
+from sloth_daemon.config import Settings
+from sloth_daemon.daemon.conditions import Conditions, kind_of, needs_power
+from sloth_daemon.daemon.resources import Resources, Tokens, needs_of
+from sloth_daemon.daemon.worker.lanes import Lanes
+from sloth_daemon.daemon.worker.runs import Run, RunTable
+from sloth_daemon.errors import BadRequest, SlothError
+from sloth_daemon.models import Job
+from sloth_daemon.protocol import dumps
+from sloth_daemon.queue import Queue
+
+log = logging.getLogger("sloth.gates")
+LOST_PREFIX = "condition lost"  # a run ended by --on-lost stop (outcomes.py gives its try back)
+
+
+class Gates:
+    """See the module docstring. State: the reasons told per gate and lane,
+    whether anything is watched, the parsed gates. Collaborators: the
+    queue, the worker's runs and lanes, the conditions and resources."""
+
+    def __init__(self, queue: Queue, running: RunTable, lanes: Lanes, settings: Settings,
+                 conditions: Conditions, resources: Resources, *, places: list[str] | None,
+                 meta_key: str = "cond_paused") -> None:
+        self.queue, self.running, self.lanes, self.settings = queue, running, lanes, settings
+        self.conditions, self.resources, self.places = conditions, resources, places
+        self.told: dict[str, str | None] = {}  # gate -> the reason its jobs were last told
+        self.lane_reasons: dict[str, str] = {}  # lane -> why its `when` does not hold
+        self.watching = False  # a job waits on, or runs under, a condition: look every conditions_check_s
+        self.watching_power = False  # ... and one of them is ac or battery (power events: conditions.PowerEvents)
+        self.later: float | None = None  # when the first gated job not yet due becomes due (queue clock)
+        self.reserved: set[str] = set()  # lanes held for a job waiting for slots (the last pick's)
+        # Look for gated jobs whose lease expired (their holder died with its keeper) although no
+        # gated job is queued: set at each clock check (every clock_check_s), not at every claim.
+        self.look_expired = True
+        self._parsed: dict[str, dict[str, Any]] = {}
+        self.meta_key = meta_key
+        self.cond_paused: set[int] = set(queue.get_meta(meta_key, []))  # jobs whose run a lost condition paused
+        self.pausing: set[int] = set()  # a pause or continue asked of the keeper, not yet answered
+
+    def reload(self, settings: Settings, resources: Resources) -> None:
+        self.settings, self.resources = settings, resources
+        self.conditions.max_age_s = settings.conditions_check_s
+        self.conditions.forget()
+
+    # ------------------------------------------------------------ at add
+    def check_spec(self, gate_json: str | None, lane: str, cwd: str | None) -> None:
+        """Refuse (BadRequest) a gate this machine can never meet: a
+        condition it cannot observe, needs beyond its tokens, more slots
+        than the lane has."""
+        if gate_json is None:
+            return
+        gate = self.parse(gate_json)
+        self.conditions.observable(gate.get("when", ()), cwd)
+        self.resources.check(needs_of(gate))
+        slots, conc = gate.get("slots", 1), self.lanes.concurrency(lane)
+        if slots > conc:
+            raise BadRequest(f"--slots {slots}: lane {lane!r} runs {conc} job(s) at once, so it would never start",
+                             hint=f"Give the lane more: `sloth lane set {lane} -c {slots}` (or [lanes] in config).")
+
+    def parse(self, text: str) -> dict[str, Any]:
+        hit = self._parsed.get(text)
+        if hit is None:
+            hit = self._parsed[text] = json.loads(text)
+        return hit
+
+    # ------------------------------------------------------------ lanes
+    def lanes_waiting(self) -> set[str]:
+        """Lanes whose configured conditions do not hold now (left out of claims)."""
+        self.lane_reasons = {}
+        for lane, when in self.settings.lane_when.items():
+            why = self.conditions.first_reason(when)
+            if why is not None:
+                self.lane_reasons[lane] = why
+        return set(self.lane_reasons)
+
+    # ------------------------------------------------------------- pick
+    def pick(self, blocked: Collection[str],
+             mine: Collection[int]) -> tuple[tuple[Job, Tokens | None] | None, set[str]]:
+        """The gated job that may start now and the tokens it gets (or None),
+        and the lanes reserved for gated jobs waiting for slots (not to be
+        claimed from)."""
+        texts = self.queue.gates()
+        watched = bool(self.lane_reasons) and self.queue.next_due_at(
+            sorted(self.lane_reasons), places=self.places) is not None  # a lane's `when` holds jobs back
+        power = watched and any(needs_power(self.settings.lane_when.get(ln, ())) for ln in self.lane_reasons)
+        reasons: dict[str, str | None] = {}
+        admitted = []
+        for text in texts:
+            when = [c for c in self.parse(text).get("when", ()) if kind_of(c) != "disk"]
+            watched |= bool(self.parse(text).get("when"))
+            power |= needs_power(self.parse(text).get("when", ()))
+            reasons[text] = why = self.conditions.first_reason(when)
+            if why is None:
+                admitted.append(text)
+        runs = [r for r in self.running.values() if self._lost_policy(r)]
+        self.watching = watched or bool(runs)
+        self.watching_power = power or any(needs_power((r.job.gate or {}).get("when", ())) for r in runs)
+        if not texts and not self.look_expired:
+            self.later, self.reserved = None, set()
+            self._tell({})
+            return None, set()
+        self.look_expired = False
+        heads, self.later = self.queue.gated_heads(admitted, exclude_lanes=blocked, exclude_ids=mine,
+                                                   places=self.places)
+        choice, self.reserved = self._walk(heads, reasons, {t for t in texts if reasons[t] is not None})
+        self._tell(reasons)
+        return choice, self.reserved
+
+    def _walk(self, heads: Iterable[Job], reasons: dict[str, str | None],
+              failed: set[str]) -> tuple[tuple[Job, Tokens | None] | None, set[str]]:
+        """Step 3 of the module docstring; ``failed``: gates whose conditions do not hold."""
+        free = self.resources.free(self.held())
+        used = self.running.slots_in_use()
+        reserved: set[str] = set()
+        for job in heads:
+            gate = job.gate or {}
+            text = dumps(gate, compact=True)  # as checks.gate_json stored it
+            if job.lane in reserved or text in failed:  # failed: an expired lease of a gate that does not hold
+                continue
+            judged = text in reasons  # else an expired lease's gate no queued job has: judged whole here
+            why = self.conditions.first_reason([c for c in gate.get("when", ()) if not judged or kind_of(c) == "disk"],
+                                               job.cwd)
+            if why is not None:
+                reasons[text] = why
+                continue
+            slots, conc = gate.get("slots", 1), self.lanes.concurrency(job.lane)
+            if used.get(job.lane, 0) + slots > conc:
+                reserved.add(job.lane)
+                reasons[text] = (f"waiting for {slots} free slots in lane {job.lane}"
+                                 f" ({max(conc - used.get(job.lane, 0), 0)} of {conc} free)")
+                continue
+            needs = needs_of(gate)
+            short = self.resources.shortage(needs, free) if needs else ""
+            got = self.resources.take(needs, free) if needs else {}
+            if got is None:
+                reasons[text] = short
+                continue
+            if text in reasons:
+                reasons[text] = None
+            return (job, got or None), reserved
+        return None, reserved
+
+    def held(self) -> list[Tokens]:
+        """The tokens of every run this worker holds that has not ended."""
+        return [r.job.tokens for r in self.running.values() if r.outcome is None and r.job.tokens]
+
+    def _tell(self, reasons: Mapping[str, str | None]) -> None:
+        """Write each gate's reason where it changed (and clear the ones gone)."""
+        for text in set(self.told) - set(reasons):
+            del self.told[text]
+        for text, why in reasons.items():
+            if self.told.get(text, "") == why:
+                continue
+            try:
+                self.queue.set_waiting(text, why)
+                self.told[text] = why
+            except SlothError as e:  # said next turn
+                log.warning("cannot say why jobs wait: %s", e.message)
+
+    # --------------------------------------------------------- running
+    @staticmethod
+    def _lost_policy(run: Run) -> str | None:
+        gate = run.job.gate or {}
+        lost = gate.get("on_lost")
+        return lost if lost in ("stop", "pause") and gate.get("when") and run.outcome is None else None
+
+    def lost(self) -> list[tuple[Run, str, str]]:
+        """Runs under ``--on-lost stop`` or ``pause`` whose conditions no
+        longer hold (a paused one is not listed again): (run, why, policy)."""
+        out = []
+        for run in list(self.running.values()):
+            policy = self._lost_policy(run)
+            if policy is None or run.ending is not None or not run.live or run.job.id in self.pausing \
+                    or (policy == "pause" and run.paused):
+                continue
+            why = self.conditions.first_reason((run.job.gate or {}).get("when", ()), run.job.cwd)
+            if why is not None:
+                out.append((run, why.removeprefix("waiting for ").removeprefix("waiting: "), policy))
+        return out
+
+    def regained(self) -> list[Run]:
+        """Runs a lost condition paused whose conditions hold again."""
+        return [run for run in list(self.running.values())
+                if run.job.id in self.cond_paused and run.paused and run.live and run.ending is None
+                and run.job.id not in self.pausing
+                and self.conditions.first_reason((run.job.gate or {}).get("when", ()), run.job.cwd) is None]
+
+    def paused_by_condition(self, job_id: int, paused: bool) -> None:
+        """Remember (or forget) that a lost condition paused this job's run."""
+        before = set(self.cond_paused)
+        if paused:
+            self.cond_paused.add(job_id)
+        else:
+            self.cond_paused.discard(job_id)
+        # forget jobs no longer held here (ended while paused, cancelled)
+        self.cond_paused &= set(self.running) | {job_id}
+        if self.cond_paused != before:
+            try:
+                self.queue.set_meta(self.meta_key, sorted(self.cond_paused))
+            except SlothError as e:  # the run is paused either way; the next change writes it
+                log.warning("cannot record which runs conditions paused: %s", e.message)
+
+    def status(self) -> dict[str, Any]:
+        return {"watching": self.watching, "check_s": self.settings.conditions_check_s,
+                "waiting": {k: v for k, v in self.told.items() if v}, "lanes": dict(self.lane_reasons),
+                "resources": self.resources.status(self.held()), "looks": self.conditions.looks}
