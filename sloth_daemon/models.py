@@ -110,6 +110,7 @@ class Job:
         d["runner"] = json.loads(d["runner"]) if d["runner"] else None
         d["state"] = JobState(d["state"])
         d["shell"] = bool(d["shell"])
+        d["lease_s"] = float(d["lease_s"])  # a REAL; a claim's RETURNING gives back the int it was bound as
         prereqs = json.loads(d.pop("prereqs", None) or "{}")
         d["after"], d["after_any"] = prereqs.get("after", []), prereqs.get("after_any", [])
         d["retry_exit"] = json.loads(d["retry_exit"]) if d.get("retry_exit") else None

@@ -92,17 +92,17 @@ def test_after_a_crash_each_command_that_needs_the_daemon_starts_it_and_the_keep
     assert n >= 4  # done, two cancelled, the killed one
     crash(harness)
     for argv, out in ((("prune", "--dry-run", "--older-than", "0"), f"would prune {n} job(s)"),
-                      (("prune", "--dry-run", "-s", "done", "-l", "default"), "would prune 0 job(s)"),
+                      (("prune", "--dry-run", "--state", "done", "-l", "default"), "would prune 0 job(s)"),
                       (("status",), "not running"),
                       (("lane", "ls"), "hold"), (("logs", str(done)), "out loud")):
         r = harness.cli(*argv)
         assert r.returncode == 0 and out in r.stdout, (argv, r.stdout, r.stderr)
         assert "reading the queue file (read-only)" in r.stderr and not STARTED.search(r.stderr), (argv, r.stderr)
     assert not answers(harness)
-    r = harness.cli("prune", "--dry-run", "-s", "running")  # checked as the daemon checks
+    r = harness.cli("prune", "--dry-run", "--state", "running")  # checked as the daemon checks
     assert r.returncode == 2 and "cannot prune running jobs" in r.stderr
     r = harness.cli("prune")  # deleting needs the daemon: it is started
-    assert r.returncode == 0 and r.stdout == "pruned 0 job(s)\n" and started(r)
+    assert r.returncode == 0 and r.stdout.startswith("pruned 0 job(s)") and started(r)
     crash(harness)
 
     # SLOTH_NO_START: the command says nobody listens and starts nothing (add's --no-start, for every command).

@@ -102,7 +102,7 @@ ACTS: list[tuple[list[str], str | None, str]] = [
     (["kill", "2"], None, F), (["kill", "--now", "999"], None, F), (["kill", "--json", "2"], None, F),
     (["kill"], None, T),
     (["pause", "video"], None, F), (["pause", "--json", "video"], None, F), (["resume", "video"], None, F),
-    (["pause", "nolane"], None, F), (["pause"], None, F), (["pause", "a", "b"], None, T), (["resume", "-h"], None, T),
+    (["pause", "nolane"], None, F), (["pause"], None, F), (["pause", "a", "b"], None, F), (["pause", "--job", "999"], None, F), (["resume", "-h"], None, T),
     (["cancel", "--lane", "video"], None, F), (["cancel", "--state", "queued", "--state", "blocked", "--lane", "default"],
                                                 None, F),
     (["restart", "3"], None, F), (["restart", "2", "3"], None, F), (["restart", "--json", "4"], None, F),
@@ -155,11 +155,12 @@ def run(h: Harness, code: str, argv: list[str], stdin: str | None, work: Path) -
 
 def same_text(h: Harness, text: str) -> str:
     """``text`` without what may differ between A and B: the home folder,
-    pids, times of day and how long ago or ahead things are, and a job's
+    its queue's id, pids, times of day and how long ago or ahead things are, and a job's
     process in --json."""
     if text.startswith("{"):  # --json: what a run of a process has of its own goes
         text = json.dumps(scrub(json.loads(text)), indent=2, sort_keys=True) + "\n"
     text = text.replace(str(h.home), "<HOME>")
+    text = re.sub(r"/logs/jobs/[0-9a-f]{16}/", "/logs/jobs/<queue>/", text)  # each home's queue has its own id
     text = re.sub(r"\b1\d{9}(\.\d+)?\b", "<ts>", text)
     text = re.sub(r"\bpid +\d+", "pid <n>", text)
     text = re.sub(r"\bsloth-daemon:\S+", "<worker>", text)
@@ -319,7 +320,7 @@ TABS = [
     (B, "sloth logs ", True), (B, "sloth logs -f ", True), (B, "sloth logs 1 ", False), (B, "sloth logs --attempt ", False),
     (B, "sloth wait ", True), (B, "sloth restart ", True), (B, "sloth kill --now ", True), (B, "sloth cancel ", True),
     (B, "sloth retry --failed ", True), (B, "sloth cancel --lane ", True), (B, "sloth cancel --state q", True),
-    (B, "sloth retry -l ", True), (B, "sloth pause ", True), (B, "sloth pause v", True), (B, "sloth pause video ", False),
+    (B, "sloth retry -l ", True), (B, "sloth pause ", True), (B, "sloth pause v", True), (B, "sloth pause video ", True),
     (B, "sloth resume ", True), (B, "sloth lane set ", True), (B, "sloth lane rm v", True),
     (B, "sloth lane set video ", False), (B, "sloth lane set -c ", False), (B, "sloth lane ", False),
     (B, "sloth ls --lane ", True), (B, "sloth ls -l v", True), (B, "sloth ls --state ", True), (B, "sloth ls --state f", True),
