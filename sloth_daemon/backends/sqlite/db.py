@@ -207,6 +207,14 @@ MIGRATIONS: list[str] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
+def _damaged(e: sqlite3.DatabaseError) -> bool:
+    """Whether ``e`` says the file is damaged (corrupt pages, not a database)."""
+    code = getattr(e, "sqlite_errorcode", None)
+    primary = None if code is None else code & 0xFF
+    text = str(e).lower()
+    return primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB) or "malformed" in text or "not a database" in text
+
+
 class Guard:
     """Notices the database file changing under an open connection: removed
     or renamed (``mv queue.db queue.db.broken``), replaced by another file,
@@ -245,10 +253,7 @@ class Guard:
     def failed(self, e: sqlite3.DatabaseError, doing: str) -> StorageError:
         """The error to raise for ``e`` (met while ``doing``): QueueBroken,
         from now on, if the file is damaged or changed; else a StorageError."""
-        code = getattr(e, "sqlite_errorcode", None)
-        primary = None if code is None else code & 0xFF
-        text = str(e).lower()
-        if primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB) or "malformed" in text or "not a database" in text:
+        if _damaged(e):
             self._break(f"is damaged ({e})")
         try:
             self.check()
@@ -308,6 +313,12 @@ def connect(path: str | os.PathLike[str], *, migrate_to: int = SCHEMA_VERSION,
     except sqlite3.DatabaseError as e:
         if conn is not None:
             conn.close()
+        if _damaged(e):  # met while reading the schema or migrating: the same words as a read that meets it
+            raise StorageError(
+                f"the queue database {p} is damaged ({e})",
+                hint=f"Restore it from a backup, or salvage it: `sqlite3 {p} .recover | sqlite3 {p}.recovered`, "
+                     "then put the copy in its place (`sloth doctor` says more).",
+            ) from e
         raise StorageError(
             f"cannot open queue database {p}: {e}",
             hint="Check the folder is writable and the file is a sloth database (`sloth doctor`).",
