@@ -228,9 +228,12 @@ class Scheduler:
             occurrences.append(sr.Occurrence(p.skipped, None, p.note))
         return sr.Firing(rec["version"], occurrences, p.next_slot, p.missed, p.dropped), cancel
 
-    def _spec(self, name: str, r: Recipe, slot: int | str, now: int, chained: bool) -> JobSpec:
+    def _spec(self, name: str, r: Recipe, slot: int | str, now: int, chained: bool, *,
+              jitter: bool = True) -> JobSpec:
+        """The job of one occurrence; ``jitter``: delayed by the machine's
+        offset (a slot's), or not (`schedule run`: now, as asked)."""
         job: dict[str, Any] = {**r.job, "key": sr.slot_key(name, slot)}
-        offset = policy.jitter_s(name, r.machine, r.jitter_s)
+        offset = policy.jitter_s(name, r.machine, r.jitter_s) if jitter else 0
         if offset:
             job["not_before"] = now + offset
         if chained:
@@ -284,7 +287,7 @@ class Scheduler:
         running another run_now answers with it (``deduped``)."""
         rec = self.get(name)
         now = int(self.ports.now())
-        spec = self._spec(name, Recipe.from_dict(rec["recipe"]), sr.MANUAL, now, False)
+        spec = self._spec(name, Recipe.from_dict(rec["recipe"]), sr.MANUAL, now, False, jitter=False)
         results = self.store.fire(name, sr.Firing(None, [sr.Occurrence(now, spec, "run by hand")]))
         self._remember(self.store.get(name))
         self.arm(force=True)

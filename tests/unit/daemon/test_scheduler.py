@@ -91,6 +91,14 @@ def test_jitter_delays_the_job_by_the_machines_fixed_offset(w):
     assert rec["recipe"]["machine"] == "m1"
 
 
+def test_a_run_by_hand_is_due_now_not_jittered(w, clock):
+    """`sloth schedule run` means now: the machine's offset is for slots."""
+    w.add("b", every_s=H, jitter_s=600)
+    job_id = w.s.run_now("b")["job_id"]
+    job = next(j for j in w.jobs("b") if j.id == job_id)
+    assert job.not_before <= clock.now()
+
+
 def test_two_runs_by_hand_at_once_are_one_job(w):
     w.add("b", every_s=H)
     a, b = w.s.run_now("b"), w.s.run_now("b")
