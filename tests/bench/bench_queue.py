@@ -250,7 +250,8 @@ def bench_enqueue(work: Path, repeat: int, single_n: int, batch_n: int) -> dict:
         with Queue(path) as q:  # the schema
             now = q.clock.now()
             rows = [(f'["echo", "{i}"]', "default", i % 3, q.max_attempts, q.lease_s, None, now,
-                     None, None, None, None, 0, now, now, None, None, "") for i in range(batch_n)]
+                     None, None, None, None, 0, now, now, None, None, "", 0, None) for i in range(batch_n)]
+            assert len(rows[0]) == SQL_INSERT.count("?"), "the raw rows must match the insert (new columns?)"
         con = raw_connect(path)
         t0 = time.perf_counter()
         con.execute("BEGIN IMMEDIATE")
