@@ -166,17 +166,27 @@ def io_class(v: Any) -> str:
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
-def parse_size(text_: str, what: str) -> int:
-    """``2G``, ``512M``, ``1.5g``, ``100MB``, ``4096`` -> bytes (powers of 1024)."""
-    t = text_.strip().lower().removesuffix("ib").removesuffix("b") if text_.strip().lower() not in ("b",) else ""
+def size_of(text_: str) -> int | None:
+    """``2G``, ``512M``, ``1.5g``, ``100MB``, ``2GiB``, ``4096`` -> bytes
+    (K, M, G, T are powers of 1024); None if it is not a size."""
+    t = text_.strip().lower() if isinstance(text_, str) else ""
+    t = t.removesuffix("ib").removesuffix("b") if t not in ("b", "") else ""
     num, unit = (t[:-1], t[-1]) if t and t[-1] in _SIZE_UNITS else (t, "")
     try:
         value = float(num)
     except ValueError:
-        raise BadRequest(f"{what} {text_!r}: give a size like 512M or 2G") from None
-    if not math.isfinite(value) or value <= 0:
-        raise BadRequest(f"{what} {text_!r}: give a size like 512M or 2G")
+        return None
+    if not math.isfinite(value) or value < 0 or value * _SIZE_UNITS[unit] >= 2**62:
+        return None
     return int(value * _SIZE_UNITS[unit])
+
+
+def parse_size(text_: str, what: str) -> int:
+    """A limit's size (``--mem 2G``): size_of's forms, more than 0 bytes."""
+    n = size_of(text_)
+    if not n:
+        raise BadRequest(f"{what} {text_!r}: give a size like 512M or 2G")
+    return n
 
 
 def format_size(n: int) -> str:
@@ -392,11 +402,8 @@ MAX_WHEN = 16
 MAX_NEEDS = 16
 MAX_TOKENS = 1024  # of one resource, on one machine
 _RES_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g": 1024**3, "gb": 1024**3,
-               "t": 1024**4, "tb": 1024**4}
 WHEN_HINT = ("Conditions: ac, battery>=40, idle=10m, online, unmetered, disk>=5G, load<2 "
              "(give --when once per condition; all must hold).")
-
 
 def gate_json(s: Mapping[str, Any]) -> str | None:
     """The stored gate of a job object: canonical JSON, or None when it has
@@ -475,16 +482,11 @@ def _split_condition(t: str) -> tuple[str, str, str]:
 
 
 def size_bytes(text: str, shown: str) -> int:
-    """``5G`` -> 5 * 2**30 (K, M, G, T are powers of 1024)."""
-    num = text.rstrip("kmgtbKMGTB")
-    unit = text[len(num):].lower()
-    try:
-        f = float(num)
-    except ValueError:
-        f = math.nan
-    if unit not in _SIZE_UNITS or not math.isfinite(f) or f < 0 or f * _SIZE_UNITS[unit] >= 2**62:
+    """A condition's size (``disk>=5G``): size_of's forms."""
+    n = size_of(text)
+    if n is None:
         raise FieldError("when", f"{shown!r}: give a size such as disk>=5G (K, M, G, T)", hint=WHEN_HINT)
-    return int(f * _SIZE_UNITS[unit])
+    return n
 
 
 def _size_text(n: int) -> str:
