@@ -164,7 +164,11 @@ class Reads:
 
     def gates(self) -> list[str]:
         """The distinct gates of queued jobs (SqliteQueue.gates)."""
-        rows = self._db.read(lambda c: c.execute(pick.SQL_GATES).fetchall(), "reading the gates of queued jobs")
+        def gates(c: Any) -> list[Any]:
+            c.execute(pick.SQL_GATES_PLAN)
+            return c.execute(pick.SQL_GATES).fetchall()
+
+        rows = self._db.read(gates, "reading the gates of queued jobs", snapshot=True)
         return [r["gate"] for r in rows]
 
     def gated_heads(self, gates: Collection[str], *, exclude_lanes: Collection[str] = (),
