@@ -8,6 +8,7 @@ spawner, and the worker can change without touching them.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -180,6 +181,13 @@ class Control:
             raise self._nowhere(spec.place)
         self._gate_here(spec.gate_json, spec.lane, spec.cwd, spec.place)
         return spec
+
+    def gate_fits(self, job: Job, lane: str) -> None:
+        """An edit moving ``job`` to ``lane``: refused (BadRequest) as add
+        refuses it where its gate (slots, needs, conditions) could never be
+        met there."""
+        if job.gate:
+            self._gate_here(json.dumps(job.gate), lane, job.cwd, job.place or "")
 
     def _gate_here(self, gate: str | None, lane: str, cwd: str | None, place: str) -> None:
         """Conditions, needs and slots this machine could never meet: refused
