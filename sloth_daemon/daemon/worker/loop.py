@@ -586,8 +586,15 @@ class Worker:
 
     async def pause_jobs(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
                          resume: bool = False) -> Batch:
-        """Pause (``resume``: continue) running jobs' trees (pausing.py)."""
-        return await self.pauser.pause(ids, lane=lane, resume=resume)
+        """Pause (``resume``: continue) running jobs' trees (pausing.py).
+        Asked by hand, so a pause a lost condition made becomes the user's:
+        the conditions holding again no longer continue it."""
+        mine = [] if resume else [j for j in self.gates.cond_paused if (run := self.running.get(j)) is not None
+                                  and (j in ids if ids is not None else lane is None or run.job.lane == lane)]
+        done = await self.pauser.pause(ids, lane=lane, resume=resume)  # bad ids: an error, nothing changed
+        for job_id in mine + [j.id for j in done.jobs if resume and j.id in self.gates.cond_paused]:
+            self.gates.paused_by_condition(job_id, False)
+        return done
 
     def set_lane(self, lane: str, concurrency: int, *, create: bool = False) -> dict[str, Any]:
         return self.actions.set_lane(lane, concurrency, create=create)
