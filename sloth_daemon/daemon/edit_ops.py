@@ -48,7 +48,7 @@ class EditOps:
             raise BadRequest("expect must be an object (fields of the job as read)")
         lane = changes.get("lane")
         if isinstance(lane, str) and lane:
-            self.c.gate_fits(self.c.queue.get(jid), lane)  # its slots must fit the new lane, as at add
+            self.c.lane_fits(self.c.queue.get(jid), lane)  # its slots, the lanes' limits: as at add
         res = self.c.queue.edit(jid, changes, expect=expect)
         if res.changes:
             self.c.worker.side_change(res.job)

@@ -25,3 +25,21 @@ def test_edit_into_a_lane_too_small_for_the_jobs_slots_is_refused(make_harness):
     assert "edited" not in [e["kind"] for e in h.events(jid)]
     h.cli("release", str(jid), check=True)
     h.wait_state(jid, "done", timeout_s=20)
+
+
+def test_edit_across_lanes_with_their_own_limits_is_refused(make_harness):
+    """[lanes.heavy] mem and nice are given to a job when it is added; `edit
+    --lane heavy` moved a job in without them (it ran unlimited) and `edit
+    --lane default` moved one out with them. Refused, changing nothing,
+    while the lanes' held settings differ; a move between plain lanes works."""
+    h = make_harness(TEST_CONFIG + '[lanes.heavy]\nmem = "1G"\nnice = 10\n')
+    h.start()
+    plain = h.add("true", hold=True)
+    heavy = h.add("true", lane="heavy", hold=True)
+    for jid, lane in ((plain, "heavy"), (heavy, "default")):
+        p = h.cli("edit", str(jid), "--lane", lane)
+        assert p.returncode != 0 and "[lanes.heavy]" in p.stderr, p.stdout + p.stderr
+        assert "edited" not in [e["kind"] for e in h.events(jid)]
+    assert h.job(plain)["lane"] == "default" and h.job(heavy)["lane"] == "heavy"
+    h.cli("edit", str(plain), "--lane", "other", check=True)
+    assert h.job(plain)["lane"] == "other"
