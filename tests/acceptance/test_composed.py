@@ -43,3 +43,24 @@ def test_edit_across_lanes_with_their_own_limits_is_refused(make_harness):
     assert h.job(plain)["lane"] == "default" and h.job(heavy)["lane"] == "heavy"
     h.cli("edit", str(plain), "--lane", "other", check=True)
     assert h.job(plain)["lane"] == "other"
+
+
+def test_status_and_wait_say_a_paused_job_is_paused(harness):
+    """`ls` said paused; `status` listed it under "running" and `wait`'s
+    live line said "running for 3s" while its tree was stopped."""
+    import io
+
+    from sloth_daemon.cli.waiting import _View
+
+    h = harness
+    h.start()
+    jid = h.add("sleep", "30")
+    h.wait_for(lambda: (h.job(jid)["runner"] or {}).get("pid"), 15, "the job to run")
+    h.cli("pause", "--job", str(jid), check=True)
+    out = h.cli("status", check=True).stdout
+    line = next(ln for ln in out.splitlines() if f" {jid} " in f" {ln} " and ln.split()[0] in ("running", "paused"))
+    assert line.split()[0] == "paused", out
+    view = _View([jid], io.StringIO(), live=False, quiet=True)
+    view.update([h.job(jid)], initial=True)
+    assert "paused" in view.line() and "running for" not in view.line(), view.line()
+    h.cli("kill", str(jid), check=True)
