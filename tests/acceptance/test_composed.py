@@ -64,3 +64,20 @@ def test_status_and_wait_say_a_paused_job_is_paused(harness):
     view.update([h.job(jid)], initial=True)
     assert "paused" in view.line() and "running for" not in view.line(), view.line()
     h.cli("kill", str(jid), check=True)
+
+
+def test_schedule_show_says_what_its_jobs_wait_for_and_hold(make_harness):
+    """A schedule's --when, --needs, --slots, --keep-awake and limits were
+    kept and given to each occurrence, but neither `schedule show` nor its
+    --json said so: after `schedule edit --needs gpu=1` nothing showed it."""
+    h = make_harness(TEST_CONFIG + '[resources]\ngpu = ["0", "1"]\n[lanes]\ndefault = 2\n')
+    h.start()
+    h.cli("schedule", "add", "nightly", "--every", "1d", "--when", "disk>=1M", "--on-lost", "pause",
+          "--keep-awake", "--nice", "5", "--", "true", check=True)
+    h.cli("schedule", "edit", "nightly", "--needs", "gpu=1", "--slots", "2", check=True)
+    out = h.cli("schedule", "show", "nightly", check=True).stdout
+    for want in ("when      disk>=1M  (if lost while running: pause)", "needs     gpu=1", "slots     2",
+                 "--keep-awake", "nice 5"):
+        assert want in out, out
+    opts = h.cli_json("schedule", "show", "nightly")["schedule"]["job_options"]
+    assert opts["needs"] == {"gpu": 1} and opts["when"] == ["disk>=1M"] and opts["keep_awake"] is True, opts
