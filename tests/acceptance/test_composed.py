@@ -81,3 +81,21 @@ def test_schedule_show_says_what_its_jobs_wait_for_and_hold(make_harness):
         assert want in out, out
     opts = h.cli_json("schedule", "show", "nightly")["schedule"]["job_options"]
     assert opts["needs"] == {"gpu": 1} and opts["when"] == ["disk>=1M"] and opts["keep_awake"] is True, opts
+
+
+def test_a_schedule_made_again_after_rm_runs_its_own_command(make_harness):
+    """`schedule rm old` while its `schedule run` job runs (its jobs stay),
+    then `schedule add old` with a new command: `schedule run old`
+    answered the removed schedule's job ("already queued or running") and
+    ran nothing new."""
+    h = make_harness(TEST_CONFIG + "[lanes]\ndefault = 2\n")
+    h.start()
+    h.cli("schedule", "add", "old", "--every", "1d", "--", "sleep", "60", check=True)
+    first = int(h.cli("schedule", "run", "old", check=True).stdout.split()[0])
+    h.cli("schedule", "rm", "old", check=True)
+    h.cli("schedule", "add", "old", "--every", "1d", "--", "echo", "new", check=True)
+    second = int(h.cli("schedule", "run", "old", check=True).stdout.split()[0])
+    assert second != first
+    assert h.wait_state(second, "done", timeout_s=20)["command"] == ["echo", "new"]
+    assert h.job(first)["state"] in ("queued", "running")  # the old one's job stays
+    h.cli("kill", str(first), check=True)
