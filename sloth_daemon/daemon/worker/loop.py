@@ -188,6 +188,8 @@ class Worker:
         self.watch_conditions(r)
         claim = self.signals.look or (self._next_due is not None and self._next_due <= self.queue_now(r))
         self.signals.look = False  # a turn for a heartbeat or an fsync alone skips the claim queries
+        # a job queued, released, retried or due behind a gate already told is told why it waits too
+        self.gates.retell = claim
         # claims and outcomes: one transaction (recording.py)
         self.recorder.write_turn(r, self.claim_due if claim else None)
         self.record_runners(r.awake)
@@ -548,7 +550,7 @@ class Worker:
     def side_change(self, job: Job) -> None:
         """A job changed by another's transition (a dependent queued or cancelled)."""
         self.signals.on_change(job)
-        self.signals.wake()
+        self.wake()
 
     async def reconcile(self, held: list[dict[str, Any]]) -> None:
         """Take over the runs the keeper lists (adoption.py)."""
