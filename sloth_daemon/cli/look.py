@@ -162,7 +162,7 @@ def status(*, as_json: bool) -> int:
         lines.append("tokens   " + "  ".join(f"{showable(k)} {len(v['free'])}/{len(v['tokens'])} free"
                                            for k, v in cond["resources"].items()))
     for j in st["running"]:
-        lines.append(f"running  {j['id']:<6} {render.when(j)}  {render.command_text(j, 50)}")
+        lines.append(f"{render.shown_state(j):<8} {j['id']:<6} {render.when(j)}  {render.command_text(j, 50)}")
     for j in st["failed"]:
         why = showable(j.get("message") or "")
         lines.append(_cut(f"failed   {j['id']:<6} {relative(j.get('finished_at')):>9}  {render.command_text(j, 40)}"

@@ -227,6 +227,12 @@ def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]], *,
     return "\n".join(lines)
 
 
+def option_lines(options: dict[str, Any]) -> list[str]:
+    """A schedule's job options (its ``job_options``) as `show` says a job's."""
+    gate = {k: options[k] for k in ("when", "on_lost", "needs", "slots") if k in options}
+    return _gate({"state": "", "gate": gate}) + held_lines(options)
+
+
 def _gate(job: dict[str, Any]) -> list[str]:
     """Its run conditions, needs and slots, what its run holds, why it waits."""
     gate, out = job.get("gate") or {}, []

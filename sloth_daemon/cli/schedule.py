@@ -177,13 +177,16 @@ def _row(s: dict[str, Any]) -> list[str]:
 def _details(s: dict[str, Any]) -> list[str]:
     import shlex
 
+    from sloth_daemon.cli import render
+
     return [f"schedule {s['name']}: {s['spec']}" + ("  (paused)" if s["paused"] else ""),
             f"  command: {shlex.join(s['command'] or [])}",
             f"  next:    {_when_text(s)}",
             f"  missed:  {s['missed']}   overlap: {s['overlap']}   jitter: {s['jitter_s']:g}s "
             f"(this machine: +{s['jitter_offset_s']:.0f}s)",
             f"  lane {s['lane']}, runs {'anywhere' if s['place'] == '' else 'on ' + (s['place'] or 'this machine')};"
-            f" slots missed so far {s['missed_slots']}, dropped {s['dropped']}"]
+            f" slots missed so far {s['missed_slots']}, dropped {s['dropped']}",
+            *render.option_lines(s.get("job_options") or {})]
 
 
 def _run(r: dict[str, Any]) -> str:

@@ -192,6 +192,8 @@ class _View:
             if job is None:
                 return f"waiting for job {self.ids[0]} · {format_duration(elapsed)}"
             st = job["state"]
+            if st == "running" and job.get("paused"):  # its tree is stopped (sloth pause --job)
+                return f"job {job['id']} paused" + (f" · {job['message']}" if job.get("message") else "")
             if st == "running" and self.running_since is not None:
                 return f"job {job['id']} running for {format_duration(max(0.0, time.time() - self.running_since))}"
             since = f" for {format_duration(max(0.0, time.time() - job['created_at']))}" \

@@ -8,6 +8,7 @@ spawner, and the worker can change without touching them.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from sloth_daemon.checks import GATE_FIELDS, gate_json
 from sloth_daemon.config import Settings
 from sloth_daemon.errors import BadRequest, FieldError, SlothError
-from sloth_daemon.models import Batch, Event, Job, Listing
+from sloth_daemon.models import Batch, Event, Job, JobState, Listing
 from sloth_daemon.paths import Paths
 from sloth_daemon.queue import Queue
 from sloth_daemon.daemon import holding
@@ -180,6 +181,22 @@ class Control:
             raise self._nowhere(spec.place)
         self._gate_here(spec.gate_json, spec.lane, spec.cwd, spec.place)
         return spec
+
+    def lane_fits(self, job: Job, lane: str) -> None:
+        """An edit moving ``job`` to ``lane``: refused (BadRequest) as add
+        refuses it where its gate (slots, needs, conditions) could never be
+        met there; and where either lane has its own limits or keep-awake
+        ([lanes.NAME]: given to a job when it is added, not when moved)."""
+        if job.state not in (JobState.QUEUED, JobState.BLOCKED, JobState.HELD):
+            return  # the edit's own refusal says why (running, finished)
+        holds = self.settings.lane_holds
+        if job.lane != lane and holds.get(job.lane, {}) != holds.get(lane, {}):
+            which = job.lane if holds.get(job.lane) else lane
+            raise BadRequest(f"lane {which!r} has its own limits or keep-awake ([lanes.{which}] in config), "
+                             f"given to a job when it is added: job {job.id} cannot move from {job.lane!r} to {lane!r}",
+                             hint=f"Cancel it and add it again with --lane {lane}.")
+        if job.gate:
+            self._gate_here(json.dumps(job.gate), lane, job.cwd, job.place or "")
 
     def _gate_here(self, gate: str | None, lane: str, cwd: str | None, place: str) -> None:
         """Conditions, needs and slots this machine could never meet: refused

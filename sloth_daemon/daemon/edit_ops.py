@@ -46,6 +46,9 @@ class EditOps:
             raise BadRequest("changes must be an object of the fields to change")
         if expect is not None and not isinstance(expect, dict):
             raise BadRequest("expect must be an object (fields of the job as read)")
+        lane = changes.get("lane")
+        if isinstance(lane, str) and lane:
+            self.c.lane_fits(self.c.queue.get(jid), lane)  # its slots, the lanes' limits: as at add
         res = self.c.queue.edit(jid, changes, expect=expect)
         if res.changes:
             self.c.worker.side_change(res.job)

@@ -374,3 +374,29 @@ def test_a_pause_the_user_asked_for_is_not_undone_by_conditions(make_harness, ho
     (tree / "ACAD" / "online").write_text("1\n")
     time.sleep(2.5)  # two looks with the condition holding
     assert set(tree_states(pid)) == {"T"} and h.job(jid)["paused"]
+
+
+def test_a_hand_pause_after_a_condition_pause_is_not_undone_by_conditions(make_harness, home):
+    """A lost condition pauses the run; the user continues it (`resume
+    --job`), then pauses it by hand; or pauses a run the condition paused
+    already. Either way the pause is the user's now: the charger coming
+    back must not continue it."""
+    h = make_harness(FAST_LOOK)
+    tree = fake_power(home / "power", online=True)
+    start_over_power(h, tree)
+    first = h.add("sleep", "60", when=["ac"], on_lost="pause")
+    second = h.add("sleep", "60", when=["ac"], on_lost="pause", lane="other")
+    pids = [h.wait_for(lambda j=j: (h.job(j)["runner"] or {}).get("pid"), 15, "the jobs to run") for j in (first, second)]
+    (tree / "ACAD" / "online").write_text("0\n")
+    for pid in pids:
+        h.wait_for(lambda pid=pid: set(tree_states(pid)) == {"T"}, 15, "paused by the lost condition")
+    h.cli("resume", "--job", str(first), check=True)
+    h.cli("pause", "--job", str(first), check=True)  # by hand, while the charger is still out
+    h.cli("pause", "--job", str(second))  # already paused by the condition: now the user's too
+    (tree / "ACAD" / "online").write_text("1\n")
+    time.sleep(2.5)  # two looks with the condition holding
+    for jid, pid in zip((first, second), pids):
+        assert set(tree_states(pid)) == {"T"} and h.job(jid)["paused"], jid
+    h.cli("resume", "--job", str(first), str(second), check=True)
+    for pid in pids:
+        h.wait_for(lambda pid=pid: "T" not in tree_states(pid), 10, "continued by hand")

@@ -98,6 +98,8 @@ class PgSchedules:
             if not c.execute("DELETE FROM sloth.schedules WHERE name = %s", (name,)).rowcount:
                 raise sr.missing(name)
             c.execute("DELETE FROM sloth.schedule_runs WHERE schedule = %s", (name,))
+            # its `schedule run` job stays, but not its key (as SqliteSchedules.remove)
+            c.execute("UPDATE sloth.jobs SET key = NULL WHERE key = %s", (sr.slot_key(name, sr.MANUAL),))
 
         self.writer.write(remove, "removing a schedule")
 

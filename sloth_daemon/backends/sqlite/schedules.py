@@ -92,6 +92,9 @@ class SqliteSchedules:
             if not c.execute("DELETE FROM schedules WHERE name = ?", (name,)).rowcount:
                 raise sr.missing(name)
             c.execute("DELETE FROM schedule_runs WHERE schedule = ?", (name,))
+            # its `schedule run` job stays, but not its key: a schedule made again under this
+            # name would have its own runs answered with that job (deduped)
+            c.execute("UPDATE jobs SET key = NULL WHERE key = ?", (sr.slot_key(name, sr.MANUAL),))
 
     def fire(self, name: str, firing: sr.Firing) -> list[dict[str, Any]] | None:
         """Write ``firing`` (schedule_rules.py): None if the schedule's

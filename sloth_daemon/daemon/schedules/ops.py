@@ -96,4 +96,9 @@ def view(rec: Mapping[str, Any]) -> dict[str, Any]:
         "last_job": rec["last_job"], "last_state": rec.get("last_state"), "last_exit": rec.get("last_exit"),
         "missed_slots": rec["missed"], "dropped": rec["dropped"], "command": job.get("command"),
         "lane": job.get("lane", "default"), "place": job.get("place", ""), "created_at": rec["created_at"],
+        "job_options": {k: job[k] for k in JOB_OPTIONS if job.get(k) not in (None, False, {}, [])},
     }
+
+
+# What each occurrence waits for and holds (add's gate and keeper fields), said by `schedule show`.
+JOB_OPTIONS = ("when", "on_lost", "needs", "slots", "keep_awake", "limits")

@@ -87,9 +87,9 @@ def _read_local(tz: str) -> tzinfo:
 def check(recipe: Recipe) -> None:
     """FieldError unless the recipe's cron expression and zone are good and
     it has a slot at all (cronsim looks 50 years ahead)."""
+    zone(recipe.tz)  # also beside --every: a bad zone is refused when given, not at a later --cron
     if recipe.cron is not None:
         expression(recipe.cron)
-        zone(recipe.tz)
         if next_after(recipe, 946684800) is None:
             raise FieldError("cron", f"{recipe.cron!r} never matches a date")
 

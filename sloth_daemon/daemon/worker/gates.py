@@ -66,6 +66,7 @@ class Gates:
         self.queue, self.running, self.lanes, self.settings = queue, running, lanes, settings
         self.conditions, self.resources, self.places = conditions, resources, places
         self.told: dict[str, str | None] = {}  # gate -> the reason its jobs were last told
+        self.retell = False  # jobs came (a wake): tell every reason again, for those that came since
         self.lane_reasons: dict[str, str] = {}  # lane -> why its `when` does not hold
         self.watching = False  # a job waits on, or runs under, a condition: look every conditions_check_s
         self.watching_power = False  # ... and one of them is ac or battery (power events: conditions.PowerEvents)
@@ -190,8 +191,9 @@ class Gates:
         """Write each gate's reason where it changed (and clear the ones gone)."""
         for text in set(self.told) - set(reasons):
             del self.told[text]
+        retell, self.retell = self.retell, False
         for text, why in reasons.items():
-            if self.told.get(text, "") == why:
+            if self.told.get(text, "") == why and not retell:
                 continue
             try:
                 self.queue.set_waiting(text, why)

@@ -188,6 +188,8 @@ class Worker:
         self.watch_conditions(r)
         claim = self.signals.look or (self._next_due is not None and self._next_due <= self.queue_now(r))
         self.signals.look = False  # a turn for a heartbeat or an fsync alone skips the claim queries
+        # a job queued, released, retried or due behind a gate already told is told why it waits too
+        self.gates.retell = claim
         # claims and outcomes: one transaction (recording.py)
         self.recorder.write_turn(r, self.claim_due if claim else None)
         self.record_runners(r.awake)
@@ -548,7 +550,7 @@ class Worker:
     def side_change(self, job: Job) -> None:
         """A job changed by another's transition (a dependent queued or cancelled)."""
         self.signals.on_change(job)
-        self.signals.wake()
+        self.wake()
 
     async def reconcile(self, held: list[dict[str, Any]]) -> None:
         """Take over the runs the keeper lists (adoption.py)."""
@@ -586,8 +588,15 @@ class Worker:
 
     async def pause_jobs(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
                          resume: bool = False) -> Batch:
-        """Pause (``resume``: continue) running jobs' trees (pausing.py)."""
-        return await self.pauser.pause(ids, lane=lane, resume=resume)
+        """Pause (``resume``: continue) running jobs' trees (pausing.py).
+        Asked by hand, so a pause a lost condition made becomes the user's:
+        the conditions holding again no longer continue it."""
+        mine = [] if resume else [j for j in self.gates.cond_paused if (run := self.running.get(j)) is not None
+                                  and (j in ids if ids is not None else lane is None or run.job.lane == lane)]
+        done = await self.pauser.pause(ids, lane=lane, resume=resume)  # bad ids: an error, nothing changed
+        for job_id in mine + [j.id for j in done.jobs if resume and j.id in self.gates.cond_paused]:
+            self.gates.paused_by_condition(job_id, False)
+        return done
 
     def set_lane(self, lane: str, concurrency: int, *, create: bool = False) -> dict[str, Any]:
         return self.actions.set_lane(lane, concurrency, create=create)

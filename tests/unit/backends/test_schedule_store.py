@@ -106,3 +106,15 @@ def test_change_pause_and_remove(q):
     with pytest.raises(ScheduleNotFound):
         q.schedules.remove("b")
     assert q.schedules.all() == [] and sum(q.counts().values()) == 1  # its jobs stay, as jobs
+
+
+def test_a_schedule_made_again_under_a_removed_ones_name_gets_its_own_manual_run(q):
+    """rm while its `schedule run` job is active (the job stays), add again:
+    its run by hand was answered with the removed schedule's job."""
+    q.schedules.add("b", RECIPE, 60)
+    old = q.schedules.fire("b", Firing(None, [Occurrence(5, spec("b", MANUAL))]))[0]["job_id"]
+    q.schedules.remove("b")
+    q.schedules.add("b", RECIPE, 60)
+    new = q.schedules.fire("b", Firing(None, [Occurrence(6, spec("b", MANUAL))]))[0]
+    assert not new.get("deduped") and new["job_id"] != old
+    assert q.get(old).state.value == "queued"  # the removed schedule's job stays

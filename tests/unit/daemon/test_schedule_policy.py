@@ -164,3 +164,12 @@ def test_aliases_and_words():
     assert slots.expression("@weekly") == "0 0 * * 0"
     assert "03:00" in slots.describe(cron("0 3 * * *", "Europe/Berlin"))
     assert slots.describe(every(3600)) == "every 1h"
+
+
+def test_an_unknown_zone_is_refused_on_an_interval_too():
+    """`schedule add --every 1h --tz Nope/Zone` was accepted (the zone was
+    checked only beside --cron), and a later `edit --cron` then failed on a
+    zone the schedule had been given long before."""
+    with pytest.raises(BadRequest, match="time zone"):
+        slots.check(parse({"every_s": 3600, "tz": "Mars/Olympus", "job": JOB}, machine="m", anchor=0))
+    slots.check(parse({"every_s": 3600, "tz": "Europe/Berlin", "job": JOB}, machine="m", anchor=0))

@@ -194,3 +194,21 @@ def test_an_expired_gated_lease_with_no_queued_job_of_its_gate_is_found_at_the_c
     clocks.advance(10)
     w.turn()
     assert started(sp) == [a]
+
+
+def test_a_job_queued_later_behind_the_same_gate_is_told_why_it_waits(env):
+    """The reason was written per gate only when it changed: a second
+    --needs gpu=1 job added while the first already waited was listed as
+    "due" (no reason) for as long as it waited."""
+    w, q, sp, m = env(resources={"gpu": ("0",)})
+    first = q.enqueue_many([{"command": ["a"], "needs": {"gpu": 1}}])[0]
+    w.turn()
+    sp.start(first)
+    early = q.enqueue_many([{"command": ["b"], "needs": {"gpu": 1}}])[0]
+    w.wake()
+    w.turn()
+    assert q.get(early).wait_reason == "waiting for gpu: 1 wanted, 0 of 1 free"
+    late = q.enqueue_many([{"command": ["c"], "needs": {"gpu": 1}}])[0]
+    w.wake()
+    w.turn()
+    assert q.get(late).wait_reason == "waiting for gpu: 1 wanted, 0 of 1 free"
