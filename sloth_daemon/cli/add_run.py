@@ -176,7 +176,7 @@ def submit(jobs: list[dict[str, Any]], common: dict[str, Any], *, no_start: bool
     return list(res["ids"])
 
 
-def check_shell(jobs: list[dict[str, Any]], where: Callable[[int], str]) -> None:
+def check_shell(jobs: list[dict[str, Any]], where: Callable[[int], str], nothing: str = "nothing was queued") -> None:
     """Every job that runs through the shell parses (`sh -n`, nothing runs:
     shcheck.py), or none is queued: the line that does not is named."""
     shelled = [i for i, j in enumerate(jobs) if j.get("shell")]
@@ -193,9 +193,9 @@ def check_shell(jobs: list[dict[str, Any]], where: Callable[[int], str]) -> None
     place = where(i)
     raise errors.BadRequest(
         f"{place + ': ' if place else ''}{showable(jobs[i]['command'][-1])[:200]!r} is not a shell command "
-        f"sh can read ({said}); nothing was queued",
-        hint="Fix its quoting (`sh -n -c 'LINE'` checks a line without running it); every line is "
-             "checked before any is queued.")
+        f"sh can read ({said}); {nothing}",
+        hint="Fix its quoting (`sh -n -c 'LINE'` checks a line without running it)"
+             + ("; every line is checked before any is queued." if len(jobs) > 1 else "."))
 
 
 def connect_or_start(no_start: bool) -> Client:
