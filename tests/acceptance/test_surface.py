@@ -294,3 +294,21 @@ def test_the_daemon_log_says_once_that_notifications_cannot_show(make_harness, h
     assert len(said) == 1, h.log_text()
     assert "sloth doctor" in said[0]
     assert json.loads(h.cli("doctor", "--json").stdout)  # doctor runs (its own check: tests/integration)
+
+
+def test_logs_tail_prints_the_last_lines_as_the_job_wrote_them(harness):
+    """`logs -n N` is the end of what `logs` prints, byte for byte (long
+    lines whole, escapes as written), as tail -n: -n 0 prints nothing, a
+    negative N is refused."""
+    harness.start()
+    script = 'for i in 1 2 3; do printf "%0900d\\n" $i; done; printf "\\033[31mred\\033[0m\\n"'
+    jid = harness.cli_json("add", "--shell", "--", script)["ids"][0]
+    harness.wait_state(jid, "done")
+    whole = harness.cli("logs", str(jid), check=True).stdout
+    assert len(whole.splitlines()) == 4
+    for n in (1, 2, 4, 10):
+        p = harness.cli("logs", "-n", str(n), str(jid), check=True)
+        assert p.stdout == "".join(whole.splitlines(keepends=True)[-n:]), n
+    assert harness.cli("logs", "-n", "0", str(jid), check=True).stdout == ""
+    p = harness.cli("logs", "--tail=-1", str(jid))
+    assert p.returncode == EXIT_USAGE and "--tail" in p.stderr and p.stdout == ""
