@@ -50,12 +50,18 @@ def test_a_line_sh_cannot_read_is_named_and_nothing_is_queued(harness, home):
     p = harness.cli("add", "-s", "--", 'echo "x')
     assert p.returncode == EXIT_USAGE and "Unterminated quoted string" in p.stderr
     assert harness.cli_json("ls")["total"] == 0
+    # a here-document reads the lines after it, but each line is a job of its own: its body and end
+    # would be queued as jobs ("hello", "EOF") and the here-document itself would read nothing
+    p = harness.cli("add", "--stdin", input="echo ok\ncat <<EOF\nhello\nEOF\n")
+    assert p.returncode == EXIT_USAGE and "line 2 of --stdin" in p.stderr and "here-document" in p.stderr, p.stderr
+    assert harness.cli_json("ls")["total"] == 0
     # lines that parse are queued, all of them, and run
-    good = "echo $((1+2)) | tr 3 x\nif true; then echo y; fi\nf() { echo z; }; f\ncase a in a) echo w;; esac\n"
+    good = ("echo $((1+2)) | tr 3 x\nif true; then echo y; fi\nf() { echo z; }; f\ncase a in a) echo w;; esac\n"
+            "echo '<<' \"<<EOF\" # <<EOF\n")
     ids = harness.cli_json("add", "--stdin", input=good)["ids"]
-    assert len(ids) == 4
+    assert len(ids) == 5
     harness.cli("wait", *map(str, ids), check=True)
-    assert [harness.cli("logs", str(i), check=True).stdout for i in ids] == ["x\n", "y\n", "z\n", "w\n"]
+    assert [harness.cli("logs", str(i), check=True).stdout for i in ids] == ["x\n", "y\n", "z\n", "w\n", "<< <<EOF\n"]
 
 
 # ------------------------------------------------------------ 3. --key echo
