@@ -109,7 +109,7 @@ def _open_heredoc(line: str) -> Optional[str]:
     something reads that ``(`` as text: only an open here-document does."""
     if "<<" not in line or parse_error(line + "\n(") is not None:
         return None
-    return (f"{SH}: 1: a here-document (<<) is left open: nothing on its line ends it, and each line "
+    return (f"{SH}: 1: Syntax error: a here-document (<<) is left open: nothing on its line ends it, and each line "
             "of --stdin or --file is a job of its own")
 
 
