@@ -147,18 +147,22 @@ def _follow(args: dict[str, Any], *, through: bool) -> int:
     """Stream the log; attempt marks go to stderr. The exit code is the
     job's outcome once it is final (0 done, 5 otherwise)."""
     out = sys.stdout.buffer
-    final = None
+    final, wrote = None, False
     with connect(timeout_s=None) as c:
         for ev in c.stream("follow", **args, all_attempts=through):
             kind = ev.get("kind")
             if kind == "log":
                 out.write(ev["data"].encode("utf-8", "surrogateescape"))
                 out.flush()
+                wrote = wrote or bool(ev["data"])
             elif kind == "attempt":
                 prev = f" (the last one {ev['previous']})" if ev.get("previous") else ""
                 echo(f"sloth: --- attempt {ev['attempt']}{prev} ---", err=True)
             elif kind == "end":
                 final = ev["result"]["job"]
+    if final is not None and not wrote:  # as `sloth logs` says it: silence would look like a hang that ended
+        echo(f"sloth: job {args['id']} has printed nothing" + (f" in attempt {args['attempt']}" if "attempt" in args
+                                                               else ""), err=True)
     if final is None or final["state"] not in ("done", "failed", "cancelled"):
         return 0
     return 0 if final["state"] == "done" else errors.EXIT_JOB_FAILED

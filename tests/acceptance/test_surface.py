@@ -166,6 +166,8 @@ def test_logs_and_show_say_what_they_mean(harness):
     assert p.stdout.strip().endswith(f"{silent}.1.log") and "does not exist" in p.stderr
     p = harness.cli("logs", "-n", "5", str(silent), check=True)
     assert p.stdout == "" and "does not exist" in p.stderr
+    p = harness.cli("logs", "-f", str(silent), check=True)
+    assert p.stdout == "" and p.stderr == f"sloth: job {silent} has printed nothing\n"
     loud = harness.cli_json("add", "--", "echo", "hello")["ids"][0]
     harness.wait_state(loud, "done")
     p = harness.cli("logs", check=True)
