@@ -43,6 +43,10 @@ def add(command: Optional[Sequence[str]], *, lane: str = "default", priority: in
     as `sloth add` was given them; print the ids. Returns the exit code;
     raises SlothError for the edge to print."""
     many = stdin or from_file is not None
+    if hold and wait:
+        raise errors.BadRequest("--hold and --wait together would wait forever: a held job starts only when "
+                                "released; nothing was queued",
+                                hint="Queue it with --hold, then `sloth release ID` and `sloth wait ID`.")
     words, at = opts.stray_words(list(command) if command else None, at)
     check_usage(words, many=many, delay=delay, at=at, key=key)
     common = common_fields(
