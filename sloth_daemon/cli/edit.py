@@ -79,7 +79,9 @@ def edit(words: Sequence[str], *, command: Optional[str] = None, lane: Optional[
     if as_json:
         emit_json(res)
     elif res["changed"]:
-        echo(f"job {jid} edited: {', '.join(res['changes'])}")
+        from sloth_daemon.text import showable
+
+        echo(f"job {jid} edited: {', '.join(map(showable, res['changes']))}")  # a label's \n or ESC, escaped
     else:
         echo(f"sloth: job {jid} unchanged: it already is as asked", err=True)
     return 0

@@ -257,3 +257,16 @@ def test_an_edited_command_that_sh_cannot_read_is_refused(harness):
     assert p.returncode == EXIT_USAGE, p.stderr
     one_error(p, "echo (")
     assert h.call("show", id=jid) == before
+
+
+def test_what_an_edit_says_cannot_break_the_terminal(harness):
+    """A label (or lane) with a newline or an escape sequence is echoed
+    escaped, on one line, as ls shows it."""
+    h = harness
+    h.start()
+    h.call("pause")
+    jid = add(h, "--", "true")
+    p = h.cli("edit", str(jid), "--label", "a\nb\x1b[2J", check=True)
+    assert p.stdout.count("\n") == 1 and "\x1b" not in p.stdout, repr(p.stdout)
+    assert "a\\nb\\x1b[2J" in p.stdout
+    assert h.job(jid)["label"] == "a\nb\x1b[2J"
