@@ -107,6 +107,9 @@ class _View:
                 lines += self._outcome(job)
             elif job["state"] == "running" and (before is None or before["state"] != "running"):
                 self._started(job, initial)
+            elif job["state"] == "held" and initial and not self.live and not self.quiet:
+                # piped, nothing else would be said until someone releases it
+                echo(f"sloth: job {jid} is held: it starts only after `sloth release {jid}`", err=True)
         with self._locked():
             if lines:
                 self._clear()

@@ -132,3 +132,25 @@ def test_add_hold_wait_is_refused_rather_than_waiting_forever(harness):
     p = harness.cli("add", "--hold", "--wait", "--", "true")
     assert p.returncode == 2 and "--hold" in p.stderr and "--wait" in p.stderr and "hint:" in p.stderr, p.stderr
     assert harness.cli_json("ls")["total"] == 0
+
+
+def test_piped_wait_on_a_held_job_says_once_why_nothing_happens(harness):
+    """Piped, a wait on a held job would print nothing until someone
+    releases it: it says so once on stderr, then the outcome as usual."""
+    import select
+    import subprocess
+
+    harness.start()
+    (held,) = add(harness, "--hold", "--", "echo", "hi")
+    p = subprocess.Popen(SLOTH + ["wait", str(held)], env=harness.env, cwd=harness.home, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert select.select([p.stderr], [], [], 30)[0], "nothing said on stderr"
+        assert p.stderr.readline() == f"sloth: job {held} is held: it starts only after `sloth release {held}`\n"
+        harness.cli("release", str(held), check=True)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0 and out == f"job {held} done (exit 0)\n" and err == ""
