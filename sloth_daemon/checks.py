@@ -272,6 +272,9 @@ def exit_codes(v: Any, name: str) -> str | None:
     return dumps(sorted(set(v)))
 
 
+MAX_ARG_BYTES = 128 * 1024 - 1  # Linux's MAX_ARG_STRLEN, less the NUL: execve refuses a longer argument (E2BIG)
+
+
 def command_json(cmd: Any) -> str:
     """The stored form of an argv: a non-empty list of strings without NUL,
     each standing for bytes (arguments need not be UTF-8, see text.py)."""
@@ -284,6 +287,10 @@ def command_json(cmd: Any) -> str:
             raise FieldError("command", "arguments cannot contain NUL bytes")
         if not is_bytes_text(a):
             raise FieldError("command", f"argument {a!r} holds a character no byte stands for")
+        if len(a) > MAX_ARG_BYTES // 4 and len(a.encode("utf-8", "surrogateescape")) > MAX_ARG_BYTES:
+            raise FieldError("command", f"has an argument of {len(a.encode('utf-8', 'surrogateescape'))} bytes "
+                             f"({a[:40]!r}...): exec takes at most 128 KiB in one argument, so it could never "
+                             "start", "Put the data in a file and pass its name (or feed it on stdin).")
     return _json_strings(cmd)
 
 

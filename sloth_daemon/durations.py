@@ -222,8 +222,8 @@ def parse_since(text: str, now: float | None = None) -> float:
 
     now = time.time() if now is None else now
     s = " ".join(text.strip().lower().split())
-    try:
-        return now - parse_duration(s, what="--since")
+    try:  # a duration back from now: 12h, or as said, 12h ago (the help's "12h (ago)")
+        return now - parse_duration(s[:-len(" ago")] if s.endswith(" ago") else s, what="--since")
     except BadRequest:
         pass
     try:

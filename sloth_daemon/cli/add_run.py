@@ -43,6 +43,10 @@ def add(command: Optional[Sequence[str]], *, lane: str = "default", priority: in
     as `sloth add` was given them; print the ids. Returns the exit code;
     raises SlothError for the edge to print."""
     many = stdin or from_file is not None
+    if hold and wait:
+        raise errors.BadRequest("--hold and --wait together would wait forever: a held job starts only when "
+                                "released; nothing was queued",
+                                hint="Queue it with --hold, then `sloth release ID` and `sloth wait ID`.")
     words, at = opts.stray_words(list(command) if command else None, at)
     check_usage(words, many=many, delay=delay, at=at, key=key)
     common = common_fields(
@@ -176,7 +180,7 @@ def submit(jobs: list[dict[str, Any]], common: dict[str, Any], *, no_start: bool
     return list(res["ids"])
 
 
-def check_shell(jobs: list[dict[str, Any]], where: Callable[[int], str]) -> None:
+def check_shell(jobs: list[dict[str, Any]], where: Callable[[int], str], nothing: str = "nothing was queued") -> None:
     """Every job that runs through the shell parses (`sh -n`, nothing runs:
     shcheck.py), or none is queued: the line that does not is named."""
     shelled = [i for i, j in enumerate(jobs) if j.get("shell")]
@@ -193,9 +197,9 @@ def check_shell(jobs: list[dict[str, Any]], where: Callable[[int], str]) -> None
     place = where(i)
     raise errors.BadRequest(
         f"{place + ': ' if place else ''}{showable(jobs[i]['command'][-1])[:200]!r} is not a shell command "
-        f"sh can read ({said}); nothing was queued",
-        hint="Fix its quoting (`sh -n -c 'LINE'` checks a line without running it); every line is "
-             "checked before any is queued.")
+        f"sh can read ({said}); {nothing}",
+        hint="Fix its quoting (`sh -n -c 'LINE'` checks a line without running it)"
+             + ("; every line is checked before any is queued." if len(jobs) > 1 else "."))
 
 
 def connect_or_start(no_start: bool) -> Client:

@@ -110,8 +110,10 @@ def _examples(*lines: str) -> str:
 
 
 def _PAUSE_JOBS(verb: str) -> tuple[Option, ...]:
+    sent = "SIGSTOP to every process; `sloth resume --job` continues them" if verb == "pause" else \
+        "SIGCONT to every process"
     return (Option("job", "--job", FLAG, False, f"The arguments are running jobs' ids: {verb} their process "
-                   "trees (SIGSTOP to every process; resume: SIGCONT)."),
+                   f"trees ({sent})."),
             Option("jobs", "--jobs", FLAG, False, f"Also {verb} the running jobs of the lane (or of all lanes)."))
 
 

@@ -79,7 +79,9 @@ def edit(words: Sequence[str], *, command: Optional[str] = None, lane: Optional[
     if as_json:
         emit_json(res)
     elif res["changed"]:
-        echo(f"job {jid} edited: {', '.join(res['changes'])}")
+        from sloth_daemon.text import showable
+
+        echo(f"job {jid} edited: {', '.join(map(showable, res['changes']))}")  # a label's \n or ESC, escaped
     else:
         echo(f"sloth: job {jid} unchanged: it already is as asked", err=True)
     return 0
@@ -101,7 +103,12 @@ def _line(text: str, where: str) -> dict[str, Any]:
     text = text.strip()
     if not text:
         raise errors.BadRequest(f"{where}: the command is empty")
-    return {"shell": False, **line_job(text)}
+    job = {"shell": False, **line_job(text)}
+    if job["shell"]:  # checked with sh -n as a line of `add --stdin` is: a broken one would only fail when run
+        from sloth_daemon.cli.add_run import check_shell
+
+        check_shell([job], lambda i: where, "nothing was edited")
+    return job
 
 
 def _waiting_job(jid: int) -> dict[str, Any]:

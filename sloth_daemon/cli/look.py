@@ -35,6 +35,8 @@ def logs(*, job_id: Optional[str], attempt: Optional[int], follow: bool, tail: O
         echo(f"sloth: logs of the latest job, {jid}", err=True)
     else:
         jid = parse_id(job_id)
+    if tail is not None and tail < 0:
+        raise errors.BadRequest(f"--tail must be at least 0, got {tail}", hint="e.g. `sloth logs 12 -n 20`.")
     args: dict[str, Any] = {"id": jid, **({"attempt": attempt} if attempt is not None else {})}
     if follow and not path_only:
         return _follow(args, through=attempt is None)
@@ -47,12 +49,10 @@ def logs(*, job_id: Optional[str], attempt: Optional[int], follow: bool, tail: O
         _stored(res, tail)
         return 0
     if tail is not None:
-        from sloth_daemon.cli.render import tail_lines
-
-        lines = tail_lines(res["path"], max(tail, 0), max_bytes=max(16384, tail * 400))
-        for line in lines:
-            echo(line)
-        if not lines:
+        data = _tail(res["path"], tail)
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        if not data and tail > 0:
             _say_missing(res, jid, empty=True)
         return 0
     _cat(res["path"], jid, res["attempt"])
@@ -73,6 +73,36 @@ def _say_missing(res: dict[str, Any], jid: int, *, empty: bool = False) -> None:
                    "nothing (a log file is made at its first output)", err=True)
     elif empty and size == 0:
         echo(f"sloth: job {jid} attempt {res['attempt']} has printed nothing", err=True)
+
+
+def _tail(path: str, n: int) -> bytes:
+    """The last ``n`` lines of a log file as the job wrote them (as tail -n:
+    long lines whole, escapes untouched); b"" if it is missing."""
+    import os
+
+    from sloth_daemon.safefile import open_file
+
+    if n <= 0:
+        return b""
+    try:
+        with os.fdopen(open_file(path), "rb") as f:  # never through a link, only a regular file
+            pos = f.seek(0, os.SEEK_END)
+            data = b""
+            while pos > 0 and data.count(b"\n") <= n:  # n + 1 newlines: the last n lines are whole
+                step = min(pos, 1 << 16)
+                pos -= step
+                f.seek(pos)
+                data = f.read(step) + data
+    except FileNotFoundError:
+        return b""
+    except OSError as e:
+        raise errors.LogUnreadable(path, e) from None
+    cut = len(data) - 1 if data.endswith(b"\n") else len(data)
+    for _ in range(n):
+        cut = data.rfind(b"\n", 0, cut)
+        if cut < 0:
+            return data
+    return data[cut + 1:]
 
 
 def _stored(res: dict[str, Any], tail: Optional[int]) -> None:
@@ -117,18 +147,22 @@ def _follow(args: dict[str, Any], *, through: bool) -> int:
     """Stream the log; attempt marks go to stderr. The exit code is the
     job's outcome once it is final (0 done, 5 otherwise)."""
     out = sys.stdout.buffer
-    final = None
+    final, wrote = None, False
     with connect(timeout_s=None) as c:
         for ev in c.stream("follow", **args, all_attempts=through):
             kind = ev.get("kind")
             if kind == "log":
                 out.write(ev["data"].encode("utf-8", "surrogateescape"))
                 out.flush()
+                wrote = wrote or bool(ev["data"])
             elif kind == "attempt":
                 prev = f" (the last one {ev['previous']})" if ev.get("previous") else ""
                 echo(f"sloth: --- attempt {ev['attempt']}{prev} ---", err=True)
             elif kind == "end":
                 final = ev["result"]["job"]
+    if final is not None and not wrote:  # as `sloth logs` says it: silence would look like a hang that ended
+        echo(f"sloth: job {args['id']} has printed nothing" + (f" in attempt {args['attempt']}" if "attempt" in args
+                                                               else ""), err=True)
     if final is None or final["state"] not in ("done", "failed", "cancelled"):
         return 0
     return 0 if final["state"] == "done" else errors.EXIT_JOB_FAILED

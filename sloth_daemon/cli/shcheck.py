@@ -89,7 +89,8 @@ def first_error(lines: Sequence[str]) -> Optional[tuple[int, str]]:
     None if every one does."""
     together = [i for i, ln in enumerate(lines) if closed(ln)]
     alone = sorted(set(range(len(lines))) - set(together))
-    found = next(((i, m) for i in alone if (m := parse_error(lines[i])) is not None), None)
+    found = next(((i, m) for i in alone if (m := parse_error(lines[i]) or _open_heredoc(lines[i])) is not None),
+                 None)
     if not together:
         return found
     script = "".join(f"_sloth_{k}() (\n{lines[i]}\n)\n" for k, i in enumerate(together))
@@ -98,6 +99,18 @@ def first_error(lines: Sequence[str]) -> Optional[tuple[int, str]]:
         return found
     shared = _confirmed(lines, together, msg)
     return min((f for f in (found, shared) if f is not None), default=None)
+
+
+def _open_heredoc(line: str) -> Optional[str]:
+    """A complaint if a here-document of ``line`` is still open at its end
+    (sh -n takes it; the here-document would read nothing, and in --stdin or
+    --file its body and end would be queued as jobs of their own), else None.
+    A line that parses, followed by a lone ``(``, is a syntax error unless
+    something reads that ``(`` as text: only an open here-document does."""
+    if "<<" not in line or parse_error(line + "\n(") is not None:
+        return None
+    return (f"{SH}: 1: Syntax error: a here-document (<<) is left open: nothing on its line ends it, and each line "
+            "of --stdin or --file is a job of its own")
 
 
 def _confirmed(lines: Sequence[str], together: list[int], msg: str) -> Optional[tuple[int, str]]:

@@ -107,6 +107,9 @@ class _View:
                 lines += self._outcome(job)
             elif job["state"] == "running" and (before is None or before["state"] != "running"):
                 self._started(job, initial)
+            elif job["state"] == "held" and initial and not self.live and not self.quiet:
+                # piped, nothing else would be said until someone releases it
+                echo(f"sloth: job {jid} is held: it starts only after `sloth release {jid}`", err=True)
         with self._locked():
             if lines:
                 self._clear()
@@ -197,12 +200,14 @@ class _View:
             if st == "running" and self.running_since is not None:
                 return f"job {job['id']} running for {format_duration(max(0.0, time.time() - self.running_since))}"
             since = f" for {format_duration(max(0.0, time.time() - job['created_at']))}" \
-                if st in ("queued", "blocked") and job.get("created_at") else ""
+                if st in ("queued", "blocked", "held") and job.get("created_at") else ""
+            if st == "held":  # it starts only when released: say how, or the wait looks stuck
+                since += f" (until `sloth release {job['id']}`)"
             return f"job {job['id']} {st}{since}" + (f" · {job['message']}" if job.get("message") else "")
         n = self.counts()
         ended = n["done"] + n["failed"] + n["cancelled"]
         parts = [f"{ended}/{len(self.ids)} ended", f"{n['done']} done"]
-        parts += [f"{n[s]} {s}" for s in ("failed", "cancelled", "running", "queued", "blocked") if n[s]]
+        parts += [f"{n[s]} {s}" for s in ("failed", "cancelled", "running", "queued", "blocked", "held") if n[s]]
         if self.ended_here and elapsed > 0:
             rate = self.ended_here / elapsed
             parts.append(f"{rate * 60:.1f}/min" if rate < 1 else f"{rate:.1f}/s")
@@ -212,7 +217,7 @@ class _View:
         return " · ".join(parts + [format_duration(elapsed)])
 
     def counts(self) -> dict[str, int]:
-        n = dict.fromkeys(("done", "failed", "cancelled", "running", "queued", "blocked"), 0)
+        n = dict.fromkeys(("done", "failed", "cancelled", "running", "queued", "blocked", "held"), 0)
         for jid in self.ids:
             st = self.jobs.get(jid, {}).get("state", "queued")
             n[st] = n.get(st, 0) + 1
@@ -247,7 +252,7 @@ class _View:
         from sloth_daemon.durations import format_duration
 
         n = self.counts()
-        seen = ", ".join(f"{n[s]} {s}" for s in (*_ENDED, "running", "queued", "blocked") if n[s])
+        seen = ", ".join(f"{n[s]} {s}" for s in (*_ENDED, "running", "queued", "blocked", "held") if n[s])
         with self._locked():
             sys.stderr.write(f"{_ERASE}stopped waiting after {format_duration(time.monotonic() - self.t0)}: "
                              f"{seen}; the jobs carry on\n")

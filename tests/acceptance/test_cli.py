@@ -651,6 +651,10 @@ def test_help_lines_whole_json_described_examples_and_short_names(harness):
     assert "-s," not in ls_help and "-w," not in ls_help and "--state" in ls_help and "--watch" in ls_help
     assert "-s, --shell" in harness.cli("add", "--help", check=True).stdout
     assert "-w, --wait" in harness.cli("add", "--help", check=True).stdout
+    # each verb's --job says what it sends: pause SIGSTOP, resume SIGCONT (not pause's words)
+    for verb, sig, other in (("pause", "SIGSTOP", "SIGCONT"), ("resume", "SIGCONT", "SIGSTOP")):
+        job = " ".join(harness.cli(verb, "--help", check=True).stdout.split("\n  --job ", 1)[1].split("--jobs")[0].split())
+        assert sig in job and other not in job, (verb, job)
 
 
 def test_no_command_and_unknown_command(harness):

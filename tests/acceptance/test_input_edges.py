@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from sloth_daemon.errors import SlothError
 from tests.support.harness import processes_with_env
 
 pytestmark = pytest.mark.acceptance
@@ -102,6 +103,25 @@ def test_one_job_over_the_frame_is_told_what_to_do_not_to_batch(harness):
     p = harness.cli("add", "--", "echo", *["x" * 110_000] * 10)  # 1.1 MB (one argument may be 128 KiB)
     clean_error(p, EXIT_USAGE, "the command is", "over the", "nothing was queued", "file")
     assert "fewer jobs" not in p.stderr and "batches" not in p.stderr
+
+
+def test_an_argument_longer_than_exec_takes_is_refused_before_it_is_queued(harness, home):
+    """Linux's execve refuses a single argument of 128 KiB or more (E2BIG):
+    such a job could only fail, try after try. A line of --file or --stdin
+    that makes one (a plain word, or the shell line itself) is refused at
+    add, and so is such a job on the socket; nothing is queued."""
+    harness.start()
+    big = "x" * (128 * 1024)
+    (home / "big.txt").write_text(f"echo ok\necho {big}\n")
+    clean_error(harness.cli("add", "--file", str(home / "big.txt")), EXIT_USAGE, "line 2", "128 KiB",
+                "nothing was queued")
+    clean_error(harness.cli("add", "--stdin", input=f"echo '{big}'\n"), EXIT_USAGE, "128 KiB", "nothing was queued")
+    with pytest.raises(SlothError, match="128 KiB"):
+        harness.call("add", jobs=[{"command": ["echo", big]}], common={"cwd": "/"})
+    assert sum(harness.call("status")["counts"].values()) == 0
+    (home / "edge.txt").write_text("echo " + "x" * (128 * 1024 - 1) + "\n")
+    ok = harness.cli_json("add", "--file", str(home / "edge.txt"))["ids"][0]
+    assert harness.wait_state(ok, "done", "failed")["state"] == "done"
 
 
 def test_resume_of_one_lane_while_all_are_paused_is_refused(harness):

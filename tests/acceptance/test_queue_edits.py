@@ -236,3 +236,37 @@ def test_running_jobs_are_refused_and_a_lane_selection_takes_only_what_applies(h
     assert res["changed"] and res["changes"] == ["priority 0 -> 2", "label (none) -> two"]
     assert json.loads(json.dumps(res["job"]))["priority"] == 2
     h.cli("cancel", str(run), str(q1), str(q2), check=True)
+
+
+def test_an_edited_command_that_sh_cannot_read_is_refused(harness):
+    """The new command (--command or from the editor) is a line of `add
+    --stdin`: checked with sh -n before it is sent; nothing changes."""
+    h = harness
+    h.start()
+    h.call("pause")
+    jid = add(h, "--", "echo", "hello")
+    before = h.call("show", id=jid)
+    p = h.cli("edit", str(jid), "--command", 'echo "two')
+    assert p.returncode == EXIT_USAGE, p.stderr
+    one_error(p, "echo \"two", "Unterminated quoted string")
+    h.env["VISUAL"] = "sed -i '1s/hello/(/'"
+    try:
+        p = h.cli("edit", str(jid))
+    finally:
+        del h.env["VISUAL"]
+    assert p.returncode == EXIT_USAGE, p.stderr
+    one_error(p, "echo (")
+    assert h.call("show", id=jid) == before
+
+
+def test_what_an_edit_says_cannot_break_the_terminal(harness):
+    """A label (or lane) with a newline or an escape sequence is echoed
+    escaped, on one line, as ls shows it."""
+    h = harness
+    h.start()
+    h.call("pause")
+    jid = add(h, "--", "true")
+    p = h.cli("edit", str(jid), "--label", "a\nb\x1b[2J", check=True)
+    assert p.stdout.count("\n") == 1 and "\x1b" not in p.stdout, repr(p.stdout)
+    assert "a\\nb\\x1b[2J" in p.stdout
+    assert h.job(jid)["label"] == "a\nb\x1b[2J"

@@ -50,12 +50,18 @@ def test_a_line_sh_cannot_read_is_named_and_nothing_is_queued(harness, home):
     p = harness.cli("add", "-s", "--", 'echo "x')
     assert p.returncode == EXIT_USAGE and "Unterminated quoted string" in p.stderr
     assert harness.cli_json("ls")["total"] == 0
+    # a here-document reads the lines after it, but each line is a job of its own: its body and end
+    # would be queued as jobs ("hello", "EOF") and the here-document itself would read nothing
+    p = harness.cli("add", "--stdin", input="echo ok\ncat <<EOF\nhello\nEOF\n")
+    assert p.returncode == EXIT_USAGE and "line 2 of --stdin" in p.stderr and "here-document" in p.stderr, p.stderr
+    assert harness.cli_json("ls")["total"] == 0
     # lines that parse are queued, all of them, and run
-    good = "echo $((1+2)) | tr 3 x\nif true; then echo y; fi\nf() { echo z; }; f\ncase a in a) echo w;; esac\n"
+    good = ("echo $((1+2)) | tr 3 x\nif true; then echo y; fi\nf() { echo z; }; f\ncase a in a) echo w;; esac\n"
+            "echo '<<' \"<<EOF\" # <<EOF\n")
     ids = harness.cli_json("add", "--stdin", input=good)["ids"]
-    assert len(ids) == 4
+    assert len(ids) == 5
     harness.cli("wait", *map(str, ids), check=True)
-    assert [harness.cli("logs", str(i), check=True).stdout for i in ids] == ["x\n", "y\n", "z\n", "w\n"]
+    assert [harness.cli("logs", str(i), check=True).stdout for i in ids] == ["x\n", "y\n", "z\n", "w\n", "<< <<EOF\n"]
 
 
 # ------------------------------------------------------------ 3. --key echo
@@ -160,6 +166,8 @@ def test_logs_and_show_say_what_they_mean(harness):
     assert p.stdout.strip().endswith(f"{silent}.1.log") and "does not exist" in p.stderr
     p = harness.cli("logs", "-n", "5", str(silent), check=True)
     assert p.stdout == "" and "does not exist" in p.stderr
+    p = harness.cli("logs", "-f", str(silent), check=True)
+    assert p.stdout == "" and p.stderr == f"sloth: job {silent} has printed nothing\n"
     loud = harness.cli_json("add", "--", "echo", "hello")["ids"][0]
     harness.wait_state(loud, "done")
     p = harness.cli("logs", check=True)
@@ -294,3 +302,21 @@ def test_the_daemon_log_says_once_that_notifications_cannot_show(make_harness, h
     assert len(said) == 1, h.log_text()
     assert "sloth doctor" in said[0]
     assert json.loads(h.cli("doctor", "--json").stdout)  # doctor runs (its own check: tests/integration)
+
+
+def test_logs_tail_prints_the_last_lines_as_the_job_wrote_them(harness):
+    """`logs -n N` is the end of what `logs` prints, byte for byte (long
+    lines whole, escapes as written), as tail -n: -n 0 prints nothing, a
+    negative N is refused."""
+    harness.start()
+    script = 'for i in 1 2 3; do printf "%0900d\\n" $i; done; printf "\\033[31mred\\033[0m\\n"'
+    jid = harness.cli_json("add", "--shell", "--", script)["ids"][0]
+    harness.wait_state(jid, "done")
+    whole = harness.cli("logs", str(jid), check=True).stdout
+    assert len(whole.splitlines()) == 4
+    for n in (1, 2, 4, 10):
+        p = harness.cli("logs", "-n", str(n), str(jid), check=True)
+        assert p.stdout == "".join(whole.splitlines(keepends=True)[-n:]), n
+    assert harness.cli("logs", "-n", "0", str(jid), check=True).stdout == ""
+    p = harness.cli("logs", "--tail=-1", str(jid))
+    assert p.returncode == EXIT_USAGE and "--tail" in p.stderr and p.stdout == ""

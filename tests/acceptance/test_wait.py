@@ -106,3 +106,51 @@ def test_a_waiter_on_many_jobs_hears_few_frames_and_every_outcome(harness):
     assert [j["id"] for j in final] == ids and {j["state"] for j in final} == {"done"}
     assert set(states.values()) == {"done"}  # every outcome was told before the end
     assert frames < 100, frames  # 300 jobs at ~2-10 ms each, one frame per 0.1 s: ~10-30
+
+
+def test_waiting_on_held_jobs_says_they_are_held(harness):
+    """A held job starts only when released: the wait names it held (one
+    job, several, and the Ctrl-C summary), never an empty summary."""
+    harness.start()
+    held, other = add(harness, "--hold", "--stdin", input="true\ntrue\n")
+    with Terminal(SLOTH + ["wait", str(held), str(other)], harness.env, harness.home) as t:
+        t.read_until(r"0/2 ended · 0 done · 2 held")
+        t.type(b"\x03")
+        assert t.wait() == 130
+        shown = on_screen(t.screen())
+    assert re.fullmatch(r"stopped waiting after \d\S*: 2 held; the jobs carry on", shown[-1]), shown
+    with Terminal(SLOTH + ["wait", str(held)], harness.env, harness.home) as t:
+        t.read_until(rf"job {held} held for \d\S* \(until `sloth release {held}`\)")
+        t.type(b"\x03")
+        assert t.wait() == 130
+        shown = on_screen(t.screen())
+    assert re.fullmatch(r"stopped waiting after \d\S*: 1 held; the jobs carry on", shown[-1]), shown
+
+
+def test_add_hold_wait_is_refused_rather_than_waiting_forever(harness):
+    harness.start()
+    p = harness.cli("add", "--hold", "--wait", "--", "true")
+    assert p.returncode == 2 and "--hold" in p.stderr and "--wait" in p.stderr and "hint:" in p.stderr, p.stderr
+    assert harness.cli_json("ls")["total"] == 0
+
+
+def test_piped_wait_on_a_held_job_says_once_why_nothing_happens(harness):
+    """Piped, a wait on a held job would print nothing until someone
+    releases it: it says so once on stderr, then the outcome as usual."""
+    import select
+    import subprocess
+
+    harness.start()
+    (held,) = add(harness, "--hold", "--", "echo", "hi")
+    p = subprocess.Popen(SLOTH + ["wait", str(held)], env=harness.env, cwd=harness.home, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert select.select([p.stderr], [], [], 30)[0], "nothing said on stderr"
+        assert p.stderr.readline() == f"sloth: job {held} is held: it starts only after `sloth release {held}`\n"
+        harness.cli("release", str(held), check=True)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0 and out == f"job {held} done (exit 0)\n" and err == ""

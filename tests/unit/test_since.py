@@ -22,13 +22,13 @@ def at(*args: int) -> float:
     ("today 9:00", at(2026, 12, 2, 9, 0)), ("9:00", at(2026, 12, 2, 9, 0)), ("18:00", at(2026, 12, 1, 18, 0)),
     ("9pm", at(2026, 12, 1, 21, 0)), ("mon 9:00", at(2026, 11, 30, 9, 0)), ("wed 9:00", at(2026, 12, 2, 9, 0)),
     ("wed 11:00", at(2026, 11, 25, 11, 0)), ("2026-12-01T09:30", at(2026, 12, 1, 9, 30)),
-    ("2026-11-30", at(2026, 11, 30, 0, 0)),
+    ("2026-11-30", at(2026, 11, 30, 0, 0)), ("12h ago", NOW - 12 * 3600), ("1h30m  AGO", NOW - 5400),
 ])
 def test_forms(text, want):
     assert parse_since(text, NOW) == pytest.approx(want)
 
 
-@pytest.mark.parametrize("text", ["tomorrow 9:00", "today 11:00", "2027-01-01", "soonish", "25:00", ""])
+@pytest.mark.parametrize("text", ["tomorrow 9:00", "today 11:00", "2027-01-01", "soonish", "25:00", "", "ago", "9:00 ago"])
 def test_refused(text):
     with pytest.raises(BadRequest) as e:
         parse_since(text, NOW)

@@ -11,7 +11,7 @@ GOOD = [
     "echo one", "gzip -k 'a b.log'", 'echo "$HOME" `date` $(id -u) ${USER:-x}', "echo $((1 + 2))",
     "if true; then echo y; fi", "f() { echo z; }; f", "case a in a) echo w;; esac", "( cd /tmp && ls )",
     "for f in *.log; do gzip \"$f\"; done", "echo '#' \"(\" ')' # a comment with a \" in it",
-    "cat <<EOF", "echo a \\", "exit 3", "return 2", "echo }", "echo {",
+    "echo '<<' \"<<EOF\" # <<EOF", "cat <<EOF\nhi\nEOF", "echo a \\", "exit 3", "return 2", "echo }", "echo {",
 ]
 # (lines, index of the first line that does not parse alone)
 BAD = [
@@ -21,6 +21,7 @@ BAD = [
     (["for i in 1; do echo $i", "done"], 0), (["while true", "do echo; done"], 0),
     (["echo ok", "case x in", "x) echo;; esac"], 1), (["echo a &&", "echo b"], 0), (["}"], 0),
     (["true"] * 50 + ['echo "x'] + ["true"] * 50, 50),
+    (["echo ok", "cat <<EOF", "hi", "EOF"], 1), (["cat <<-'END' | sh"], 0),  # a here-document left open
 ]
 
 
