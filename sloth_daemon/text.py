@@ -112,9 +112,18 @@ def shell_command(*words: object) -> str:
     """``words`` as one command to paste into a shell, each quoted as sh
     needs (a lane or a path a user chose stays one word and runs nothing).
     Every hint that puts outside text into a command makes it here."""
-    import shlex
+    return " ".join(shell_word(str(w)) for w in words)
 
-    return " ".join(shlex.quote(str(w)) for w in words)
+
+_SHELL_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-")
+
+
+def shell_word(s: str) -> str:
+    """``s`` as one sh word: shlex.quote's rule, without importing shlex
+    (and re) on the fast path."""
+    if s and all(c in _SHELL_SAFE for c in s):
+        return s
+    return "'" + s.replace("'", "'\"'\"'") + "'"
 
 
 SHOWN = "***"

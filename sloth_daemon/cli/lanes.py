@@ -54,16 +54,11 @@ def lane_set(*, name: str, concurrency: int, create: bool, as_json: bool) -> int
     elif res["paused"]:
         text += ", paused"
     if concurrency == 0:
-        text += f" (-c 0 pauses a lane; `sloth resume {shell_word(name)}` runs its jobs again)"
+        from sloth_daemon.text import shell_command
+
+        text += f" (-c 0 pauses a lane; `{shell_command('sloth', 'resume', name)}` runs its jobs again)"
     echo(text)
     return 0
-
-
-def shell_word(s: str) -> str:
-    """``s`` as one sh word (shlex.quote's rule, without importing shlex and re:
-    `sloth lane set` is on the fast path)."""
-    safe = s and all(c.isascii() and (c.isalnum() or c in "@%+=:,./-_") for c in s)
-    return s if safe else "'" + s.replace("'", "'\"'\"'") + "'"
 
 
 def lane_rm(*, name: str) -> int:
