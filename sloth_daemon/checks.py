@@ -346,14 +346,12 @@ def duration(v: Any, name: str, default: _F) -> float | _F:
 
 
 def lease(v: Any, name: str, default: _F) -> float | _F:
-    """A lease length in seconds, a float (as the queue stores it, so a job
-    reads the same on the wire before and after a round trip through it): a
-    duration of at least MIN_LEASE_S; None -> default."""
+    """A lease length: a duration of at least MIN_LEASE_S; None -> default."""
     f = duration(v, name, default)
     if f is not None and f < MIN_LEASE_S:
         raise FieldError(name, f"must be at least {format_duration(MIN_LEASE_S)}, got {format_duration(f)}",
                          hint=LEASE_HINT)
-    return f if f is None else float(f)
+    return f
 
 
 def integer(v: Any, name: str, default: int | None, *, lo: int | None = None) -> int:
