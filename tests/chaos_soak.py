@@ -45,6 +45,15 @@ outages; after an ambiguous failure (the request may have been applied
 before the daemon died) they look the key up before adding again, so a
 retried add never makes a second job.
 
+Round 3's machinery runs through all of it (tests/soak_machinery.py):
+schedules firing every 2-5 s (and `schedule run` by hand, ``schedrun``),
+running jobs paused and resumed (``pausejobs``), queued ones edited, held,
+released and bumped (``edits``), a fake charger plugged in and out every
+1-4 s under ``--when ac`` jobs of each ``--on-lost`` policy, ``--needs``
+jobs flocking the tokens they were given and ``--slots`` jobs flocking
+their lane's slots, and ``[resources]`` shrunk by a reload (``shrink``; in
+the long mode once for good, late, below what a queued gpu=2 job needs).
+
 Then the daemon is let to finish everything and the invariants are checked:
 every job final (done, failed for the timeout kind, cancelled for what we
 cancelled or killed), none lost, none duplicated, no two runs of one job at
@@ -53,7 +62,14 @@ job started after its cancel was answered (cancelled-then-ran), no run that
 finished (its probe wrote its end line and exited) run again unless a
 reboot lost its end (finished-runs-re-run), attempts/events consistent with
 what ran, no daemon re-issuing its own job's lease, no job process left
-behind, and no daemon exit other than our kill -9s and stops.
+behind, and no daemon exit other than our kill -9s and stops. And the
+audits of tests/support/soak_audits.py, each reported by name: every run's
+history complete and in order, one job per schedule slot and none missing,
+`schedule run` never a silent nothing, no edit lost and no held job
+started, every pause and resume answered in the history, no token or lane
+slot held by two live runs, no process tree left stopped after its run
+ended. A settle with no progress for ``stall_s`` is a hang (a violation
+naming why the waiting jobs wait), not a wait for the settle bound.
 """
 
 from __future__ import annotations
@@ -142,7 +158,7 @@ class SoakConfig:
         "kill9": 2, "reboot": 0.5, "stop": 1, "jump": 1, "jobkill": 3, "badframes": 2,
         "diskfull": 1, "flood": 1, "lock": 1, "cancel": 1.5, "cancellane": 0.5, "killburst": 1,
         "daemonstop": 1, "keeperstop": 1, "config": 1, "leasefloor": 0.3,
-        "pausejobs": 2, "edits": 1.5, "shrink": 0.7, "schedrun": 0.5})
+        "pausejobs": 3, "edits": 1.5, "shrink": 0.7, "schedrun": 0.5})
     faults: tuple[str, ...] | None = None  # the chaos kinds thrown (None: all of CHAOS)
     fault_s: tuple[float, float] = (1.0, 3.0)  # how long a full disk, a flood or a foreign lock lasts
     burst_n: tuple[int, int] = (200, 500)  # quick jobs in one add, for the mid-burst faults
@@ -1340,13 +1356,13 @@ class Soak:
         if unrecorded:  # also a violation of the history audit (below), one per run
             self.warnings.append(f"{sum(unrecorded.values())} probe start(s) with no `started` event for their "
                                  f"attempt (kind, the attempt's events): {dict(unrecorded.most_common(4))}")
-        ran: dict[int, set[int]] = defaultdict(set)
+        probe_ran: dict[int, set[int]] = defaultdict(set)  # job -> the attempts its probe started
         excused: set[tuple[int, int]] = set()
-        for job_s, runs_ in per_job.items():
-            for ts, attempt, _token, _end in runs_:
-                ran[int(job_s)].add(attempt)
-                if self._fault_between("reboot", ts, time.time()):
-                    excused.add((int(job_s), attempt))
+        for job_s, job_runs in per_job.items():
+            for started_at, att, _tok, _e in job_runs:
+                probe_ran[int(job_s)].add(att)
+                if self._fault_between("reboot", started_at, time.time()):
+                    excused.add((int(job_s), att))
 
         # 7. nothing left behind: every job is final, so no job process may live
         # (the keeper may: it holds nothing and leaves once idle)
@@ -1364,7 +1380,7 @@ class Soak:
         fig["orphans"] = len(orphans)
 
         # 8. round 3's machinery (tests/support/soak_audits.py)
-        self.machinery.audit(h.home / "queue.db", ran, excused, fig)
+        self.machinery.audit(h.home / "queue.db", probe_ran, excused, fig)
 
 
 def _sloth_or_job(p: psutil.Process) -> bool:

@@ -175,7 +175,7 @@ class Machinery:
         except s.transient as e:
             s.note(f"pausejobs: no list: {e!r}")
             return
-        ids = sorted(s.rng.sample(running, min(len(running), s.rng.randint(1, 3))))
+        ids = sorted(s.rng.sample(running, min(len(running), s.rng.randint(1, 4))))
         if not ids:
             s.count("pause_no_target")
             return
@@ -185,21 +185,28 @@ class Machinery:
         self.threads.append(t)
 
     def _resume_later(self, ids: list[int], after_s: float) -> None:
+        """As a user would: asked again while the daemon does not answer (a kill -9 meanwhile)."""
         self.soak.sleep(after_s)
-        self._pause(ids, resume=True)
+        for _ in range(5):
+            if self._pause(ids, resume=True) or self.soak.abort.is_set():
+                return
+            self.soak.sleep(1.0)
 
-    def _pause(self, ids: list[int] | None, resume: bool) -> None:
+    def _pause(self, ids: list[int] | None, resume: bool) -> bool:
+        """Pause (resume) ``ids`` (None: every running job); False if no answer came."""
         s = self.soak
         try:
-            res = s.ask("resume_jobs" if resume else "pause_jobs", **({"ids": ids} if ids else {}))
+            args: dict[str, Any] = {"ids": ids} if ids else {}
+            res = s.ask("resume_jobs" if resume else "pause_jobs", **args)
         except s.transient as e:
             s.note(f"{'resume' if resume else 'pause'} of {ids} got no answer: {e!r}")
-            return
+            return False
         kind = "continued" if resume else "paused"
         for j in res["jobs"]:
             self.answered.append((j["id"], kind))
         s.count(f"jobs_{kind}", len(res["jobs"]))
         s.note(f"{kind}: {[j['id'] for j in res['jobs']]} (skipped {res.get('skipped')})")
+        return True
 
     def act_edits(self) -> None:
         """A few held jobs in the one-slot lane `edits`; then rounds of
@@ -255,9 +262,10 @@ class Machinery:
             return
         s.count(f"{op}_acked", len(res.get("jobs", [])))
         for j in res.get("jobs", []):
-            t = self.targets.get(j["id"])
-            if t is None:
+            got = self.targets.get(j["id"])
+            if got is None:
                 continue
+            t = got
             if op == "bump":
                 t.priority = j["priority"]
             elif op == "hold" and j.get("state") == "held":
@@ -280,6 +288,9 @@ class Machinery:
         to say: held or failed; the rest must run on)."""
         s = self.soak
         lasting = self.starve_due()
+        if lasting:  # three gpu=1 runs take every token, a gpu=2 job waits behind them, gpu=1 jobs behind it
+            self.queue_gpu([1, 1, 1, 2, 2, 1, 1, 1, 1])
+            s.sleep(0.3)
         self.reload(STARVED if lasting else SHRUNK)
         if lasting:
             self.starved = True
@@ -288,6 +299,19 @@ class Machinery:
             return
         s.sleep(s.rng.uniform(2.0, 6.0))
         self.reload(FULL)
+
+    def queue_gpu(self, needs: list[int]) -> None:
+        """gpu jobs in one add, in this order (the same priority: first added, first looked at)."""
+        from tests.chaos_soak import LJob
+        s = self.soak
+        first = len(s.jobs)
+        batch = [LJob(f"soak-{s.seed}-g{first + i}", "gpu", "gpu",
+                      [s.probe_python, s.probe, str(s.rec), "--res", "gpu", "--hold", "1.5" if i < 3 else "0.3"],
+                      s.cfg.max_attempts, None, False, extra={"needs": {"gpu": n}}, cli_flags=[f"--needs=gpu={n}"])
+                 for i, n in enumerate(needs)]
+        s.jobs.extend(batch)
+        s.add_batch(batch, s.add_rng)
+        s.note(f"gpu jobs needing {needs}: ids {[j.id for j in batch]}")
 
     def starve_due(self) -> bool:
         s = self.soak
@@ -377,11 +401,11 @@ class Machinery:
         found["schedule_run"] = [f"schedule run answered ok with no job (answer {i!r})"
                                  for i in self.schedule_runs_answered if not isinstance(i, int)]
         marks: dict[int, list[str]] = defaultdict(list)
-        for r in s.read_records("marks", ts=False):
-            marks[int(r[0])].append(r[3])
+        for rec in s.read_records("marks", ts=False):
+            marks[int(rec[0])].append(rec[3])
         spawned: dict[int, list[float]] = defaultdict(list)
-        for r in s.read_records("spawned"):
-            spawned[int(r[0])].append(float(r[4]))
+        for rec in s.read_records("spawned"):
+            spawned[int(rec[0])].append(float(rec[4]))
         found["edits"] = audits.edits(self.targets.values(), rows, events, marks, spawned)
         found["acks"] = audits.acks(self.answered, events)
         found["stopped"] = audits.stopped(self.stopped_seen)

@@ -134,7 +134,7 @@ def test_an_acknowledged_edit_must_be_visible():
 
 def test_a_held_job_started_before_its_release_is_caught():
     t = EditTarget(6, held=[(10.0, 20.0)])
-    rows = {6: {"state": "done", "label": None, "priority": 0, "command": []}}
+    rows: dict[int, dict[str, object]] = {6: {"state": "done", "label": None, "priority": 0, "command": []}}
     assert audits.edits([t], rows, [], {}, {6: [20.5]}) == []
     found = audits.edits([t], rows, [], {}, {6: [15.0]})
     assert len(found) == 1 and "started at 15.00 before its release" in found[0]
