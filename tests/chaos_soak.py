@@ -1238,8 +1238,12 @@ class Soak:
             if j is None:
                 continue
             final_by_kind[f"{lj.kind}:{j['state']}"] += 1
-            if lj.id in self.machinery.maybe_impossible and j["state"] in ("done", "failed", "held", "cancelled"):
-                continue  # needs gpu=2 where one gpu is left: told so (held or failed), or it ran before
+            if lj.id in self.machinery.maybe_impossible:  # needs gpu=2 where one gpu is left
+                if j["state"] not in ("done", "failed", "held", "cancelled"):
+                    not_final += 1
+                    self.violation(f"job {j['id']} needs gpu=2 where one gpu is left, and is {j['state']}: "
+                                   "expected held or failed with the reason (or done, if it ran before)")
+                continue
             if j["state"] != lj.expected and not (lj.cancel_unsure and j["state"] == "cancelled"):
                 not_final += 1
                 self.violation(f"job {j['id']} ({lj.kind}) ended {j['state']} after {j['attempts']}/"

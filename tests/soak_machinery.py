@@ -160,10 +160,16 @@ class Machinery:
                     still = p.status() == psutil.STATUS_STOPPED
                 except Exception:  # the daemon down for now, or the process gone: look again later
                     continue
-                if still and not self.soak.frozen:
-                    judged.add(p.pid)
-                    self.stopped_seen.append(StoppedSeen(p.pid, int(env["SLOTH_JOB_ID"]), env.get("SLOTH_JOB_TOKEN", "?"),
-                                                         job["state"], job.get("token"), time.monotonic() - since))
+                if not still or self.soak.frozen:
+                    continue
+                seen = StoppedSeen(p.pid, int(env["SLOTH_JOB_ID"]), env.get("SLOTH_JOB_TOKEN", "?"),
+                                   job["state"], job.get("token"), time.monotonic() - since)
+                if audits.stopped([seen]):
+                    judged.add(p.pid)  # left stopped: said once
+                    self.stopped_seen.append(seen)
+                else:
+                    first[p.pid] = time.monotonic()  # paused on purpose, its run still going: look again later
+                    self.soak.count("stopped_on_purpose_seen")
 
     # ---------------------------------------------------------------- acts
     def act_pausejobs(self) -> None:
