@@ -25,6 +25,7 @@ What they gather is judged by tests/support/soak_audits.py.
 from __future__ import annotations
 
 import json
+import random
 import sqlite3
 import threading
 import time
@@ -122,7 +123,7 @@ class Machinery:
     def flap(self) -> None:
         """The charger in and out every 1-4 s while the chaos lasts; in at the end."""
         assert self.power is not None
-        rng = self.soak.add_rng.__class__(self.soak.seed + 7)
+        rng = random.Random(self.soak.seed + 7)
         online = True
         while not self.stop.wait(rng.uniform(1.0, 4.0)):
             online = not online
