@@ -45,6 +45,15 @@ outages; after an ambiguous failure (the request may have been applied
 before the daemon died) they look the key up before adding again, so a
 retried add never makes a second job.
 
+Round 3's machinery runs through all of it (tests/soak_machinery.py):
+schedules firing every 2-5 s (and `schedule run` by hand, ``schedrun``),
+running jobs paused and resumed (``pausejobs``), queued ones edited, held,
+released and bumped (``edits``), a fake charger plugged in and out every
+1-4 s under ``--when ac`` jobs of each ``--on-lost`` policy, ``--needs``
+jobs flocking the tokens they were given and ``--slots`` jobs flocking
+their lane's slots, and ``[resources]`` shrunk by a reload (``shrink``; in
+the long mode once for good, late, below what a queued gpu=2 job needs).
+
 Then the daemon is let to finish everything and the invariants are checked:
 every job final (done, failed for the timeout kind, cancelled for what we
 cancelled or killed), none lost, none duplicated, no two runs of one job at
@@ -53,7 +62,14 @@ job started after its cancel was answered (cancelled-then-ran), no run that
 finished (its probe wrote its end line and exited) run again unless a
 reboot lost its end (finished-runs-re-run), attempts/events consistent with
 what ran, no daemon re-issuing its own job's lease, no job process left
-behind, and no daemon exit other than our kill -9s and stops.
+behind, and no daemon exit other than our kill -9s and stops. And the
+audits of tests/support/soak_audits.py, each reported by name: every run's
+history complete and in order, one job per schedule slot and none missing,
+`schedule run` never a silent nothing, no edit lost and no held job
+started, every pause and resume answered in the history, no token or lane
+slot held by two live runs, no process tree left stopped after its run
+ended. A settle with no progress for ``stall_s`` is a hang (a violation
+naming why the waiting jobs wait), not a wait for the settle bound.
 """
 
 from __future__ import annotations
@@ -91,11 +107,12 @@ from tests.support.faults import (CONFIG_SWAPS, DiskFull, flood, hold_write_lock
                                   swap_config)
 from tests.support import fakeclock as fc  # noqa: E402
 from tests.support.harness import Harness  # noqa: E402
+from tests.soak_machinery import MACHINERY, Machinery  # noqa: E402
 
 PROBE = str(REPO / "tests" / "support" / "probe_job.py")
 PROBE_SH = str(REPO / "tests" / "support" / "probe_quick.sh")  # the same records in a few ms, for bursts
 CHAOS = ("kill9", "reboot", "stop", "jump", "jobkill", "badframes", "diskfull", "flood", "lock",
-         "cancel", "cancellane", "killburst", "daemonstop", "keeperstop", "config", "leasefloor")
+         "cancel", "cancellane", "killburst", "daemonstop", "keeperstop", "config", "leasefloor") + MACHINERY
 # A run that finished and ran again is a failure, except after these: a
 # reboot loses what the keeper knew; our own SIGKILL of a job may land
 # between its end line and its exit (then it did not finish: it was killed);
@@ -131,7 +148,8 @@ class SoakConfig:
     settle_s: float = 600.0  # bound on the wait for everything to finish afterwards
     seed: int | None = None
     mix: dict[str, float] = field(default_factory=lambda: {
-        "quick": 0.46, "slow": 0.12, "flaky": 0.20, "timeout": 0.10, "forker": 0.06, "short": 0.06})
+        "quick": 0.40, "slow": 0.10, "flaky": 0.17, "timeout": 0.08, "forker": 0.05, "short": 0.05,
+        "gpu": 0.06, "wide": 0.05, "power": 0.04})
     slow_hold_s: tuple[float, float] = (1.0, 3.0)
     stop_s: tuple[float, float] = (1.0, 4.0)
     jump_s: tuple[float, float] = (600.0, 3600.0)
@@ -139,7 +157,8 @@ class SoakConfig:
     weights: dict[str, float] = field(default_factory=lambda: {
         "kill9": 2, "reboot": 0.5, "stop": 1, "jump": 1, "jobkill": 3, "badframes": 2,
         "diskfull": 1, "flood": 1, "lock": 1, "cancel": 1.5, "cancellane": 0.5, "killburst": 1,
-        "daemonstop": 1, "keeperstop": 1, "config": 1, "leasefloor": 0.3})
+        "daemonstop": 1, "keeperstop": 1, "config": 1, "leasefloor": 0.3,
+        "pausejobs": 3, "edits": 1.5, "shrink": 0.7, "schedrun": 0.5})
     faults: tuple[str, ...] | None = None  # the chaos kinds thrown (None: all of CHAOS)
     fault_s: tuple[float, float] = (1.0, 3.0)  # how long a full disk, a flood or a foreign lock lasts
     burst_n: tuple[int, int] = (200, 500)  # quick jobs in one add, for the mid-burst faults
@@ -148,7 +167,12 @@ class SoakConfig:
     too_short_lease_s: float = 1.0  # a lease that cannot be renewed safely (issue 20.4)
     require_lease_floor: bool = True  # a too-short lease accepted is an error, not just counted
     max_attempts: int = 30  # for the kinds that must end done: room for the chaos
-    lanes: dict[str, int] = field(default_factory=lambda: {"default": 4, "slow": 6, "burst": 3, "single": 1})
+    lanes: dict[str, int] = field(default_factory=lambda: {"default": 4, "slow": 6, "burst": 3, "single": 1,
+                                                            "gpu": 4, "wide": 3, "power": 3, "sched": 4,
+                                                            "edits": 1})
+    power: bool = True  # flap a fake charger (needs a private mount namespace)
+    starve: bool = True  # late in the chaos, shrink gpu below a gpu=2 job's need for good (issue 28.2)
+    stall_s: float = 60.0  # the settle gives up (a violation) after this long with no progress
     keep_home: bool = False
     log: Callable[[str], None] = print
 
@@ -157,14 +181,16 @@ class SoakConfig:
         base: dict[str, Any] = dict(
             duration_s=15.0, jobs=300, clients=4, settle_s=60.0, chaos_gap_s=(0.2, 0.8),
             slow_hold_s=(1.0, 2.0), stop_s=(1.0, 2.5), burst_n=(60, 150), keeper_stop_s=(4.5, 5.5),
-            mix={"quick": 0.52, "slow": 0.07, "flaky": 0.23, "timeout": 0.08, "forker": 0.05, "short": 0.05},
+            mix={"quick": 0.44, "slow": 0.07, "flaky": 0.19, "timeout": 0.07, "forker": 0.04, "short": 0.04,
+                 "gpu": 0.06, "wide": 0.05, "power": 0.04},
+            starve=False, stall_s=25.0,
         )
         base.update(kw)
         return cls(**base)
 
     def daemon_config(self) -> str:
         lanes = "".join(f"{k} = {v}\n" for k, v in self.lanes.items())
-        return ('lease_s = "3s"\nclock_check_s = "1s"\nkill_grace_s = "1s"\n'
+        return ('lease_s = "3s"\nclock_check_s = "1s"\nkill_grace_s = "1s"\nconditions_check_s = "1s"\n'
                 f'backoff_cap_s = "4s"\nmax_attempts = 3\n[lanes]\n{lanes}')
 
 
@@ -186,10 +212,12 @@ class LJob:
     cancelled_boot: float | None = None  # the same moment in CLOCK_BOOTTIME (probe_job.py's "spawned")
     cancelled_by: str = ""
     cancel_unsure: bool = False  # a cancel that may have been applied got no answer
+    extra: dict[str, Any] = field(default_factory=dict)  # gates, hold: spec fields of the machinery kinds
+    cli_flags: list[str] = field(default_factory=list)  # the same as `sloth add` options
 
     def spec(self) -> dict[str, Any]:
         s: dict[str, Any] = {"command": self.argv, "key": self.key, "lane": self.lane,
-                             "max_attempts": self.max_attempts}
+                             "max_attempts": self.max_attempts, **self.extra}
         if self.timeout_s:
             s["timeout_s"] = self.timeout_s
         if self.lease_s:
@@ -210,6 +238,7 @@ class SoakResult:
     warnings: list[str]
     home: Path
     log_tail: str = ""
+    by_audit: dict[str, list[str]] = field(default_factory=dict)  # "core", or a soak_audits.py audit
 
     def report(self) -> str:
         f = self.figures
@@ -257,6 +286,14 @@ class SoakResult:
             f"allowed: {', '.join(RERUN_ALLOWED)}) | collisions {f.get('collisions', '?')} | "
             f"orphans {f.get('orphans', '?')} | unexpected daemon exits "
             f"{f.get('unexpected_exits', '?')} | not final {f.get('not_final', '?')}",
+            f"  machinery: power flips {f.get('power_flips', 0)} | jobs paused {f.get('jobs_paused', 0)}, "
+            f"continued {f.get('jobs_continued', 0)} | edit targets {f.get('edit_targets', 0)} (edits "
+            f"{f.get('edits_acked', 0)}, bumps {f.get('bump_acked', 0)}, holds {f.get('hold_acked', 0)}, "
+            f"releases {f.get('release_acked', 0)}, refused {f.get('edit_refused', 0)}) | resource reloads "
+            + (", ".join(f"{k[18:-1]} x{v}" for k, v in sorted(f.items()) if k.startswith("resource reloads (")) or "-")
+            + f" | schedule jobs {f.get('schedule_jobs', 0)} ({f.get('schedule_slot_rows', 0)} slot rows, "
+            f"{f.get('slots_coalesced', 0)} slots coalesced), manual runs {f.get('schedule_runs', 0)}",
+            "  audits: " + " | ".join(f"{k[6:]} {v}" for k, v in sorted(f.items()) if k.startswith("audit ")),
         ]
         for w in self.warnings[:20]:
             lines.append(f"  warning: {w}")
@@ -289,9 +326,13 @@ class Soak:
         if self.disk is None:
             cfg.log("chaos soak: no full-disk windows (mounting a tmpfs was refused)")
         self.windows: dict[str, list[tuple[float, float]]] = defaultdict(list)  # fault -> (from, to)
-        self.h = Harness(self.root / "h", config=cfg.daemon_config(),
+        self.probe, self.probe_python, self.transient = PROBE, sys.executable, TRANSIENT
+        self.chaos_started = time.monotonic()
+        self.machinery = Machinery(self)
+        self.h = Harness(self.root / "h", config=self.good_config(),
                          extra_env=self.clock.env() if self.clock else None)
         self.violations: list[str] = []
+        self.by_audit: dict[str, list[str]] = defaultdict(list)
         self.warnings: list[str] = []
         self.lock = threading.Lock()
         self.abort = threading.Event()
@@ -308,10 +349,18 @@ class Soak:
         self.timeline.write(f"{time.time():.3f} {what}\n")
 
     # ---------------------------------------------------------------- util
-    def violation(self, msg: str) -> None:
+    def good_config(self) -> str:
+        """config.toml as it is meant to be now (the resources as last reloaded)."""
+        return self.cfg.daemon_config() + self.machinery.config()
+
+    def read_records(self, name: str, ts: bool = True) -> list[list[str]]:
+        return read_records(self.rec / name, ts)
+
+    def violation(self, msg: str, audit: str = "core") -> None:
         with self.lock:
             self.violations.append(msg)
-        self.cfg.log(f"VIOLATION: {msg}")
+            self.by_audit[audit].append(msg)
+        self.cfg.log(f"VIOLATION ({audit}): {msg}")
 
     def count(self, what: str, k: int = 1) -> None:
         with self.lock:
@@ -342,6 +391,11 @@ class Soak:
             elif kind == "short":  # held past its own short lease: renewed a few times, then done
                 lease_s = rng.choice(cfg.short_leases)
                 argv += ["--hold", f"{rng.uniform(0.2, 2.5 * lease_s):.2f}"]
+            elif kind in ("gpu", "wide", "power"):
+                lane, argv, extra, flags = self.machinery.job(kind, rng, argv)
+                self.jobs.append(LJob(f"soak-{self.seed}-{i}", kind, lane, argv, max_attempts, None,
+                                      rng.random() < cfg.cli_share, extra=extra, cli_flags=flags))
+                continue
             else:  # timeout: always killed by its timeout (or the chaos): ends failed
                 lane, timeout_s, max_attempts = "slow", rng.choice([0.5, 1.0]), 2
                 argv += ["--hold", "60"]
@@ -352,7 +406,7 @@ class Soak:
     def start_daemon(self, why: str) -> None:
         t0 = time.monotonic()
         try:
-            p = self.h.start()
+            p = self.h.start(wrap=self.machinery.wrap)
         except AssertionError as e:  # it exited or never answered
             self.violation(f"daemon failed to start ({why}): {str(e)[:300]}")
             p = self.h.daemon
@@ -510,7 +564,7 @@ class Soak:
             self.by_id.update((j.id, j) for j in self.jobs if j.id is not None)
         return self.by_id.get(job_id)
 
-    def burst(self, lane: str, n: int, holds: tuple[str, ...] = ()) -> list[LJob]:
+    def burst(self, lane: str, n: int, holds: tuple[str, ...] = (), hold: bool = False) -> list[LJob]:
         """``n`` jobs in one add request (what `add --file` sends) in
         ``lane``, the quickest probe (a few ms) unless ``holds`` are given:
         the keeper holds the next runs of each slot behind the running one,
@@ -519,7 +573,8 @@ class Soak:
         quick = ["bash", PROBE_SH, str(self.rec)]
         batch = [LJob(f"soak-{self.seed}-b{first + i}", "burst", lane,
                       [sys.executable, PROBE, str(self.rec), "--hold", self.rng.choice(holds)] if holds else quick,
-                      self.cfg.max_attempts, None, False) for i in range(n)]
+                      self.cfg.max_attempts, None, False, extra={"hold": True} if hold else {})
+                 for i in range(n)]
         self.jobs.extend(batch)
         self.add_batch(batch, self.add_rng)
         self.count("bursts")
@@ -699,7 +754,7 @@ class Soak:
         """Replace config.toml by a FIFO, a link to /dev/zero, garbage or a
         huge number, and `sloth daemon reload`: each is refused with a clear
         error, the daemon keeps serving (20.5, 20.11); then the good file back."""
-        path, good = self.h.home / "config.toml", self.cfg.daemon_config()
+        path, good = self.h.home / "config.toml", self.good_config()
         t0 = time.time()
         for what in self.rng.sample(CONFIG_SWAPS, self.rng.randint(1, 2)):
             swap_config(path, what, good, self.rng)
@@ -781,7 +836,7 @@ class Soak:
             self.lease_floor("socket add", False, f"{e.code}: {e.message}", None, key)
         except TRANSIENT as e:
             self.note(f"lease floor: socket add got no answer: {e!r}")
-        path, good = self.h.home / "config.toml", self.cfg.daemon_config()
+        path, good = self.h.home / "config.toml", self.good_config()
         swap_config(path, f"lease={short}", good, self.rng)
         try:
             p = self.cli("config", "--json")
@@ -879,7 +934,9 @@ class Soak:
                 break
             self.check_daemon()
             act = first.pop() if first else self.rng.choices(kinds, weights)[0]
-            getattr(self, f"act_{act}")()
+            if self.machinery.starve_due() and "shrink" in kinds:
+                act = "shrink"  # the lasting shrink, late in the chaos, always
+            getattr(self.machinery if act in MACHINERY else self, f"act_{act}")()
 
     # -------------------------------------------------------------- clients
     def client_loop(self, k: int, jobs: list[LJob], window_s: float) -> None:
@@ -965,6 +1022,7 @@ class Soak:
             argv += ["--timeout", f"{j.timeout_s}s"]
         if j.lease_s:
             argv += ["--lease", f"{j.lease_s:g}s"]
+        argv += j.cli_flags
         p = self.h.cli(*argv, "--", *j.argv, timeout_s=90)
         if p.returncode == 0:
             return int(json.loads(p.stdout)["ids"][0])
@@ -983,6 +1041,8 @@ class Soak:
         try:
             self.make_jobs()
             self.start_daemon("first start")
+            self.machinery.start()
+            self.chaos_started = time.monotonic()
             chaos_until = time.monotonic() + cfg.duration_s
             window = cfg.duration_s * cfg.enqueue_share
             for k in range(cfg.clients):
@@ -996,6 +1056,7 @@ class Soak:
             # Settle: the daemon up and running, every client done, every job final.
             self.h.daemon.send_signal(signal.SIGCONT)
             self.check_daemon()
+            self.machinery.finish()
             settle_deadline = time.monotonic() + cfg.settle_s
             for t in threads:
                 t.join(max(0.0, settle_deadline - time.monotonic()))
@@ -1030,10 +1091,15 @@ class Soak:
         figures.update(seed=self.seed, jobs=len(self.jobs), clients=cfg.clients,
                        jobs_via_cli=sum(j.via_cli for j in self.jobs),
                        wall_s=time.monotonic() - t_start)
-        return SoakResult(figures, self.violations, self.warnings, self.root, tail)
+        return SoakResult(figures, self.violations, self.warnings, self.root, tail, dict(self.by_audit))
 
     def wait_all_final(self, deadline: float) -> None:
+        """Until every job is final; a settle with no progress (the same
+        counts, no probe started or ended) for stall_s is a hang: said, with
+        why the waiting jobs wait, and given up."""
         last: dict[str, int] = {}
+        seen: tuple[Any, ...] = ()
+        moved = time.monotonic()
         while time.monotonic() < deadline:
             try:
                 with Client(self.h.socket, timeout_s=30) as c:
@@ -1042,6 +1108,19 @@ class Soak:
                     return
             except TRANSIENT:
                 self.check_daemon()
+            now = (sorted(last.items()), (self.rec / "starts").stat().st_size if (self.rec / "starts").exists() else 0,
+                   (self.rec / "ends").stat().st_size if (self.rec / "ends").exists() else 0)
+            if now != seen:
+                seen, moved = now, time.monotonic()
+            elif time.monotonic() - moved > self.cfg.stall_s:
+                try:
+                    waiting = self.ask("list", states=["queued", "blocked"], limit=20)["jobs"]
+                except TRANSIENT:
+                    waiting = []
+                self.violation(f"the settle stalled for {self.cfg.stall_s:g} s with {last}; waiting: "
+                               + "; ".join(f"{j['id']} ({j['lane']}): {j.get('wait_reason')}" for j in waiting[:8]),
+                               "stall")
+                return
             time.sleep(0.25)
         self.violation(f"jobs still unfinished after the settle bound: {last}")
 
@@ -1143,7 +1222,8 @@ class Soak:
             elif lj.id != got[0]["id"]:
                 lost += 1
                 self.violation(f"key {lj.key}: the client recorded id {lj.id}, `list` has {got[0]['id']}")
-        strays = [j["id"] for j in listed if j.get("key") not in {lj.key for lj in self.jobs}]
+        strays = [j["id"] for j in listed if j.get("key") not in {lj.key for lj in self.jobs}
+                  and not str(j.get("key")).startswith("schedule:")]  # the schedules' jobs: audited apart
         if strays:
             self.violation(f"jobs nobody enqueued: {strays[:20]}")
         fig.update(lost=lost, duplicates=dup + len(strays))
@@ -1158,6 +1238,12 @@ class Soak:
             if j is None:
                 continue
             final_by_kind[f"{lj.kind}:{j['state']}"] += 1
+            if lj.id in self.machinery.maybe_impossible:  # needs gpu=2 where one gpu is left
+                if j["state"] not in ("done", "failed", "held", "cancelled"):
+                    not_final += 1
+                    self.violation(f"job {j['id']} needs gpu=2 where one gpu is left, and is {j['state']}: "
+                                   "expected held or failed with the reason (or done, if it ran before)")
+                continue
             if j["state"] != lj.expected and not (lj.cancel_unsure and j["state"] == "cancelled"):
                 not_final += 1
                 self.violation(f"job {j['id']} ({lj.kind}) ended {j['state']} after {j['attempts']}/"
@@ -1271,9 +1357,16 @@ class Soak:
         if self_reclaims:
             self.violation(f"{self_reclaims} reclaimed event(s) where a daemon re-issued the lease "
                            "of its own job")
-        if unrecorded:  # 20.1: "a run that did start is recorded as started"; counted, not yet required
+        if unrecorded:  # also a violation of the history audit (below), one per run
             self.warnings.append(f"{sum(unrecorded.values())} probe start(s) with no `started` event for their "
                                  f"attempt (kind, the attempt's events): {dict(unrecorded.most_common(4))}")
+        probe_ran: dict[int, set[int]] = defaultdict(set)  # job -> the attempts its probe started
+        excused: set[tuple[int, int]] = set()
+        for job_s, job_runs in per_job.items():
+            for started_at, att, _tok, _e in job_runs:
+                probe_ran[int(job_s)].add(att)
+                if self._fault_between("reboot", started_at, time.time()):
+                    excused.add((int(job_s), att))
 
         # 7. nothing left behind: every job is final, so no job process may live
         # (the keeper may: it holds nothing and leaves once idle)
@@ -1289,6 +1382,9 @@ class Soak:
         for o in orphans:
             self.violation(f"process left running after every job finished: {o}")
         fig["orphans"] = len(orphans)
+
+        # 8. round 3's machinery (tests/support/soak_audits.py)
+        self.machinery.audit(h.home / "queue.db", probe_ran, excused, fig)
 
 
 def _sloth_or_job(p: psutil.Process) -> bool:

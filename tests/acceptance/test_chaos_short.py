@@ -5,11 +5,18 @@ thrown at its socket; and, in the middle of bursts of quick jobs, batches and
 whole lanes cancelled, running and held jobs killed, `sloth daemon stop` and
 start; the keeper SIGSTOPped past its runs' leases; config.toml replaced by a
 FIFO, a link to /dev/zero, garbage or a huge number and reloaded; a too-short
-lease asked for. Then every invariant must hold: nothing lost or duplicated,
-never two runs of a job at once, no cancelled job started after its cancel
-was answered, no finished run run again (save after a reboot), every job
-final, attempts and events consistent, no daemon re-issuing its own job's
-lease, no daemon exit other than our kill -9s and stops, no hang.
+lease asked for. Round 3's machinery runs through it all (tests/
+soak_machinery.py): schedules firing every few seconds, running jobs paused
+and resumed, queued ones edited, held, released and bumped, the charger
+flapping under `--when ac` jobs, `--needs` tokens and `--slots`, and
+`[resources]` shrunk by a reload.
+
+Then every invariant must hold: nothing lost or duplicated, never two runs
+of a job at once, no cancelled job started after its cancel was answered,
+no finished run run again (save after a reboot), every job final, attempts
+and events consistent, no daemon re-issuing its own job's lease, no daemon
+exit other than our kill -9s and stops, no hang; and each audit of
+tests/support/soak_audits.py (one test each, on the same run).
 
 Random by design; the seed is printed (rerun it with
 ``python tests/chaos_soak.py --short --seed N``) and can be pinned with
@@ -17,23 +24,28 @@ SLOTH_SOAK_SEED.
 """
 
 import os
+from typing import Any
 
 import pytest
 
-from tests.chaos_soak import SoakConfig, run_soak
+from tests.chaos_soak import SoakConfig, SoakResult, run_soak
+from tests.soak_machinery import AUDITS
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.timeout(300)]
 
 
-@pytest.mark.timeout(300)
-def test_chaos_short_keeps_every_invariant(capsys):
+@pytest.fixture(scope="module")
+def soak() -> SoakResult:
     seed = os.environ.get("SLOTH_SOAK_SEED")
     res = run_soak(SoakConfig.short(seed=int(seed) if seed else None, log=lambda s: None))
-    report = res.report()
-    with capsys.disabled():
-        print("\n" + report)
-    assert not res.violations, report
-    f = res.figures
+    print("\n" + res.report())
+    return res
+
+
+def test_chaos_short_keeps_every_invariant(soak: SoakResult):
+    core = [v for k, vs in soak.by_audit.items() if k not in AUDITS for v in vs]
+    assert not core, soak.report()
+    f: dict[str, Any] = soak.figures
     # the chaos really happened, and the work really ran
     assert f["kills"] >= 1 and f["stops"] >= 1 and f["job_kills"] + f.get("job_kill_no_target", 0) >= 1
     assert f["bad_frames"] >= 1
@@ -44,3 +56,33 @@ def test_chaos_short_keeps_every_invariant(capsys):
     assert f["cancelled_then_ran"] == 0 and f["finished_reruns"] == 0
     assert f["states"].get("done", 0) > 0 and f["starts"] >= f["jobs"] - f.get("cancelled_by_cancel", 0) \
         - f.get("cancelled_by_lane", 0) - f.get("cancelled_by_kill", 0) - f.get("cancelled_by_floor", 0)
+    # and so did round 3's machinery
+    assert f["schedule_jobs"] >= 3 and f.get("schedule_runs", 0) >= 1 and f["edit_targets"] >= 1
+    assert f.get("jobs_paused", 0) + f.get("pause_no_target", 0) >= 1
+    assert any(k.startswith("resource reloads (") for k in f)
+    assert f["power_flips"] >= 1 or f.get("no_power")
+    assert all(f"audit {name}" in f for name in AUDITS)  # every audit ran
+
+
+def xfail(why: str) -> pytest.MarkDecorator:
+    """An audit main fails for a defect another branch fixes: flipped after the merge."""
+    return pytest.mark.xfail(strict=False, reason=why)
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param("history", marks=xfail("issue 28 item 9 (H3): adopted runs end `done` with no `started` event,"
+                                        " a condition's pause is written before `started`")),
+    pytest.param("acks", marks=xfail("issue 28 item 9 (H3): a resume that meets the job's end leaves no "
+                                     "`continued` event")),
+    "schedule_slots",  # one job per slot and none missing
+    pytest.param("schedule_run", marks=xfail("issue 28 item 6 (H2): a second `schedule run` in the same second "
+                                             "answers id null and queues nothing")),
+    "edits",  # no edit lost, no held job started
+    "tokens",  # no resource token given twice
+    "slots",  # no lane runs more slots than it has
+    "stopped",  # no process tree left stopped after its run ended
+])
+def test_each_audit_of_round_3s_machinery_holds(soak: SoakResult, name: str):
+    assert name in AUDITS
+    found = soak.by_audit.get(name, [])
+    assert not found, f"{name}: {len(found)} violation(s), e.g.\n" + "\n".join(found[:10]) + "\n" + soak.report()

@@ -11,39 +11,17 @@ refuse.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.support.harness import TEST_CONFIG, Harness
+from tests.support.power import can_unshare, fake_power, over_power
 
 pytestmark = pytest.mark.acceptance
 
 FAST_LOOK = TEST_CONFIG + 'conditions_check_s = "1s"\n'
-
-
-def can_unshare() -> str | None:
-    """Why a private mount namespace cannot be had here (None: it can)."""
-    if shutil.which("unshare") is None:
-        return "unshare is not installed"
-    p = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"], capture_output=True, text=True)
-    return None if p.returncode == 0 else f"unshare --mount is not permitted here: {p.stderr.strip()}"
-
-
-def fake_power(root: Path, *, online: bool, percent: int = 55) -> Path:
-    """A power-supply tree: one system battery, one mains adapter."""
-    (root / "BAT0").mkdir(parents=True)
-    (root / "BAT0" / "type").write_text("Battery\n")
-    (root / "BAT0" / "capacity").write_text(f"{percent}\n")
-    (root / "BAT0" / "status").write_text("Discharging\n" if not online else "Charging\n")
-    (root / "ACAD").mkdir()
-    (root / "ACAD" / "type").write_text("Mains\n")
-    (root / "ACAD" / "online").write_text("1\n" if online else "0\n")
-    return root
 
 
 def start_over_power(h: Harness, tree: Path, env: dict[str, str] | None = None) -> None:
@@ -52,16 +30,7 @@ def start_over_power(h: Harness, tree: Path, env: dict[str, str] | None = None) 
     why = can_unshare()
     if why:
         pytest.skip(why)
-    target = "/sys/class/power_supply"
-    script = f"mkdir -p {target} 2>/dev/null; mount --bind {tree} {target} && exec \"$@\""
-    log = open(h.daemon_log, "ab")
-    h.daemon = subprocess.Popen(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
-         sys.executable, "-m", "sloth_daemon", "daemon", "run"],
-        env=dict(h.daemon_env, **(env or {})), stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-        start_new_session=True, cwd=str(h.home))
-    log.close()
-    h.spawned.append(h.daemon)
+    h.start(wait=False, env=env, wrap=over_power(tree))
     h.wait_ready(h.daemon)
 
 

@@ -99,11 +99,12 @@ class Harness:
 
     # -------------------------------------------------------------- daemon
     def start(self, *, wait: bool = True, env: dict[str, str] | None = None,
-              nofile: tuple[int, int] | None = None) -> subprocess.Popen[bytes]:
-        """Start `sloth daemon run`; ``nofile``: its (soft, hard) descriptor limit."""
+              nofile: tuple[int, int] | None = None, wrap: list[str] | None = None) -> subprocess.Popen[bytes]:
+        """Start `sloth daemon run`; ``nofile``: its (soft, hard) descriptor limit; ``wrap``:
+        an argv prefix that execs it (tests/support/power.py's namespace)."""
         log = open(self.daemon_log, "ab")
         self.daemon = subprocess.Popen(
-            [sys.executable, "-m", "sloth_daemon", "daemon", "run"],
+            [*(wrap or []), sys.executable, "-m", "sloth_daemon", "daemon", "run"],
             env=dict(self.daemon_env, **(env or {})), stdout=log, stderr=log,
             stdin=subprocess.DEVNULL, start_new_session=True, cwd=str(self.home),
             preexec_fn=None if nofile is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile),

@@ -19,6 +19,17 @@ DIR/ticks every S seconds: a run killed or frozen (SIGSTOP) stops ticking,
 so its last tick bounds when it last ran. ``--lock 0``: no flock (a frozen
 run keeps holding one, as a suspended machine's job keeps its locks).
 
+``--res NAME,...``: for each token of each named resource the run was
+given (``SLOTH_<NAME>``, comma-separated), a non-blocking flock on
+DIR/res-NAME-TOKEN.lock; one already held by another live run is appended
+to DIR/token_collisions ("job attempt token pid NAME:TOKEN"): a token given
+twice. ``--lane-slots LANE:C:N``: N of the C flocks DIR/slot-LANE-I.lock,
+non-blocking; fewer than N free is appended to DIR/slot_collisions: the
+lane ran more than C slots at once. Locks are held until the process dies
+(a SIGKILL releases them too), so only runs alive at once collide.
+``--mark M``: appends "job attempt token M" to DIR/marks (which command
+ran: an edit's mark).
+
 ``--detach 1``: the job's process double-forks a grandchild that calls
 setsid (it leaves the job's process group and tree) and does all of the
 above, while the job's process waits for it and exits with its status. If
@@ -70,6 +81,10 @@ def work(d: str, args: dict[str, str], pid: int) -> int:
     except BlockingIOError:
         with open(os.path.join(d, "collisions"), "a") as f:
             f.write(f"{job} {attempt} {token} {os.getpid()}\n")
+    held_locks = take_locks(d, args, f"{job} {attempt} {token} {os.getpid()}")
+    if "--mark" in args:
+        with open(os.path.join(d, "marks"), "a") as f:
+            f.write(f"{job} {attempt} {token} {args['--mark']}\n")
     starts = os.path.join(d, "starts")
     try:
         with open(starts) as f:
@@ -86,9 +101,47 @@ def work(d: str, args: dict[str, str], pid: int) -> int:
     hold = float(args.get("--hold-first", args.get("--hold", "0"))) if first else float(args.get("--hold", "0"))
     held(d, hold, float(args.get("--tick", "0")), f"{job} {attempt} {token} {pid}")
     failing = attempt < int(args.get("--fail-until", "0"))
+    del held_locks  # held to here: the work is done
     with open(os.path.join(d, "fails" if failing else "ends"), "a") as f:
         f.write(f"{job} {attempt} {token} {os.getpid()} {time.time():.3f}\n")
     return int(args.get("--exit-code", "1")) if failing else 0
+
+
+def take_locks(d: str, args: dict[str, str], who: str) -> list[object]:
+    """The resource-token and lane-slot flocks of ``--res`` / ``--lane-slots``;
+    each one another live run holds is recorded as a collision."""
+    held: list[object] = []
+    for name in filter(None, args.get("--res", "").split(",")):
+        for tok in filter(None, os.environ.get(f"SLOTH_{name.upper()}", "").split(",")):
+            f = open(os.path.join(d, f"res-{name}-{tok}.lock"), "a")
+            held.append(f)
+            if not try_lock(f):
+                with open(os.path.join(d, "token_collisions"), "a") as out:
+                    out.write(f"{who} {name}:{tok}\n")
+    if "--lane-slots" in args:
+        lane, cap, want = args["--lane-slots"].split(":")
+        got = 0
+        for i in range(int(cap)):
+            if got == int(want):
+                break
+            f = open(os.path.join(d, f"slot-{lane}-{i}.lock"), "a")
+            if try_lock(f):
+                held.append(f)
+                got += 1
+            else:
+                f.close()
+        if got < int(want):
+            with open(os.path.join(d, "slot_collisions"), "a") as out:
+                out.write(f"{who} {lane}:{got}/{want}of{cap}\n")
+    return held
+
+
+def try_lock(f: object) -> bool:
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # type: ignore[arg-type]
+        return True
+    except BlockingIOError:
+        return False
 
 
 def forked_at(pid: int) -> float | None:
