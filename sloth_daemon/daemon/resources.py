@@ -67,16 +67,28 @@ class Resources:
 
     def check(self, needs: Mapping[str, int]) -> None:
         """Raises BadRequest for needs this machine can never meet."""
+        err = self.never(needs)
+        if err is not None:
+            raise err
+
+    def never(self, needs: Mapping[str, int], where: str = "this machine") -> BadRequest | None:
+        """Why ``needs`` can never be met by these tokens (None: they can,
+        once enough are free). ``where``: the machine they are, as said."""
         for name, n in needs.items():
             have = self.tokens.get(name)
             if have is None:
                 known = ", ".join(f"{k} ({len(v)})" for k, v in sorted(self.tokens.items())) or "none"
-                raise BadRequest(f"--needs {name}={n}: this machine has no resource {name!r} (it has: {known})",
-                                 hint=f"Name it in config.toml: [resources] {name} = N (or a list of token names),"
-                                      " then `sloth daemon reload`.")
+                return BadRequest(f"--needs {name}={n}: {where} has no resource {name!r} (it has: {known})",
+                                  hint=f"Name it in config.toml: [resources] {name} = N (or a list of token names),"
+                                       " then `sloth daemon reload`.")
             if n > len(have):
-                raise BadRequest(f"--needs {name}={n}: this machine has {len(have)} {name} token(s)",
-                                 hint=f"Ask for at most {len(have)}, or add tokens under [resources].")
+                return BadRequest(f"--needs {name}={n}: {where} has {len(have)} {name} token(s)",
+                                  hint=f"Ask for at most {len(have)}, or add tokens under [resources].")
+        return None
+
+    def counts(self) -> dict[str, int]:
+        """How many tokens of each resource (what a machine publishes on a shared queue)."""
+        return {name: len(toks) for name, toks in self.tokens.items()}
 
     def free(self, in_use: Iterable[Tokens]) -> dict[str, list[str]]:
         """Each resource's tokens no run holds, in the configured order."""

@@ -62,9 +62,11 @@ class Gates:
 
     def __init__(self, queue: Queue, running: RunTable, lanes: Lanes, settings: Settings,
                  conditions: Conditions, resources: Resources, *, places: list[str] | None,
-                 meta_key: str = "cond_paused") -> None:
+                 host: str | None = None, meta_key: str = "cond_paused") -> None:
+        """``host``: on a shared queue, this machine's name (its jobs are
+        placed there: only it may run them); None: every job is this machine's."""
         self.queue, self.running, self.lanes, self.settings = queue, running, lanes, settings
-        self.conditions, self.resources, self.places = conditions, resources, places
+        self.conditions, self.resources, self.places, self.host = conditions, resources, places, host
         self.told: dict[str, str | None] = {}  # gate -> the reason its jobs were last told
         self.retell = False  # jobs came (a wake): tell every reason again, for those that came since
         self.lane_reasons: dict[str, str] = {}  # lane -> why its `when` does not hold
@@ -72,6 +74,7 @@ class Gates:
         self.watching_power = False  # ... and one of them is ac or battery (power events: conditions.PowerEvents)
         self.later: float | None = None  # when the first gated job not yet due becomes due (queue clock)
         self.reserved: set[str] = set()  # lanes held for a job waiting for slots (the last pick's)
+        self.impossible: set[tuple[str, str]] = set()  # (gate, lane) of the walk's jobs this machine can never run
         # Look for gated jobs whose lease expired (their holder died with its keeper) although no
         # gated job is queued: set at each clock check (every clock_check_s), not at every claim.
         self.look_expired = True
@@ -94,11 +97,60 @@ class Gates:
             return
         gate = self.parse(gate_json)
         self.conditions.observable(gate.get("when", ()), cwd)
-        self.resources.check(needs_of(gate))
+        err = self.never(gate, lane)
+        if err is not None:
+            raise err
+
+    def never(self, gate: Mapping[str, Any], lane: str) -> BadRequest | None:
+        """Why this machine can never run a job of ``gate`` in ``lane`` as
+        its resources and lanes are now (None: it can, once they are free):
+        the one rule of add (check_spec), of a reload and `lane set`
+        (sweep) and of the claim (a job it holds is never looked at to
+        reserve anything)."""
+        err = self.resources.never(needs_of(gate))
+        if err is not None:
+            return err
         slots, conc = gate.get("slots", 1), self.lanes.concurrency(lane)
         if slots > conc:
-            raise BadRequest(f"--slots {slots}: lane {lane!r} runs {conc} job(s) at once, so it would never start",
-                             hint=f"Give the lane more: `sloth lane set {lane} -c {slots}` (or [lanes] in config).")
+            return BadRequest(f"--slots {slots}: it needs {slots} slots and lane {lane!r} runs {conc} job(s) at once,"
+                              " so it would never start",
+                              hint=f"Give the lane more: `sloth lane set {lane} -c {slots}` (or [lanes] in config).")
+        return None
+
+    def sweep(self, lanes: Iterable[str] | None = None) -> list[str]:
+        """After a reload or a `lane set` (``lanes``: only these lanes'
+        slots changed): hold every queued job of this machine that it can
+        never run now and say why of every held one; a held one that can
+        run again forgets why. Returns what it said, a line per gate and lane."""
+        said = []
+        for text in sorted(set(self.queue.gates()) | set(self.queue.held_gates())):
+            gate = self.parse(text)
+            err = self.resources.never(needs_of(gate))
+            if err is not None:
+                said += self._hold(text, None, err.message)
+                continue
+            for lane in sorted(self.lanes.known() if lanes is None else lanes):
+                err = self.never(gate, lane)
+                said += self._hold(text, lane, None if err is None else err.message)
+        return said
+
+    def _hold(self, text: str, lane: str | None, why: str | None) -> list[str]:
+        """Hold the jobs of ``text`` (in ``lane``) that only this machine may
+        run, saying ``why``; None: forget why of the held ones (they can run)."""
+        try:
+            ids = self.queue.hold_never(text, why, lane=lane, place=self.host)
+        except SlothError as e:
+            log.warning("cannot hold jobs that can never run here: %s", e.message)
+            return []
+        if not ids:
+            return []
+        shown = ", ".join(map(str, ids[:10])) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+        one = len(ids) == 1
+        line = (f"held job{'' if one else 's'} {shown}: {why}" if why is not None else
+                f"job{'' if one else 's'} {shown} can run now: `sloth release {ids[0]}{'' if one else ' ...'}`")
+        log.info("%s", line)
+        self.retell = True
+        return [line]
 
     def parse(self, text: str) -> dict[str, Any]:
         hit = self._parsed.get(text)
@@ -146,6 +198,11 @@ class Gates:
         heads, self.later = self.queue.gated_heads(admitted, exclude_lanes=blocked, exclude_ids=mine,
                                                    places=self.places)
         choice, self.reserved = self._walk(heads, reasons, {t for t in texts if reasons[t] is not None})
+        for text, lane in sorted(self.impossible):  # released, or queued while this machine had more
+            err = self.never(self.parse(text), lane)
+            if err is not None:
+                self._hold(text, lane, err.message)
+        self.impossible.clear()
         self._tell(reasons)
         return choice, self.reserved
 
@@ -159,6 +216,10 @@ class Gates:
             gate = job.gate or {}
             text = dumps(gate, compact=True)  # as checks.gate_json stored it
             if job.lane in reserved or text in failed:  # failed: an expired lease of a gate that does not hold
+                continue
+            if self.never(gate, job.lane) is not None:  # it reserves nothing; held if only this machine may run it
+                if self.host is None or job.place == self.host:
+                    self.impossible.add((text, job.lane))
                 continue
             judged = text in reasons  # else an expired lease's gate no queued job has: judged whole here
             why = self.conditions.first_reason([c for c in gate.get("when", ()) if not judged or kind_of(c) == "disk"],
