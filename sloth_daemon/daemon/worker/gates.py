@@ -69,7 +69,6 @@ class Gates:
         self.conditions, self.resources, self.places, self.host = conditions, resources, places, host
         self.told: dict[str, str | None] = {}  # gate -> the reason its jobs were last told
         self.retell = False  # jobs came (a wake): tell every reason again, for those that came since
-        self.lane_reasons: dict[str, str] = {}  # lane -> why its `when` does not hold
         self.watching = False  # a job waits on, or runs under, a condition: look every conditions_check_s
         self.watching_power = False  # ... and one of them is ac or battery (power events: conditions.PowerEvents)
         self.later: float | None = None  # when the first gated job not yet due becomes due (queue clock)
@@ -161,12 +160,13 @@ class Gates:
     # ------------------------------------------------------------ lanes
     def lanes_waiting(self) -> set[str]:
         """Lanes whose configured conditions do not hold now (left out of claims)."""
-        self.lane_reasons = {}
+        reasons = {}
         for lane, when in self.settings.lane_when.items():
             why = self.conditions.first_reason(when)
             if why is not None:
-                self.lane_reasons[lane] = why
-        return set(self.lane_reasons)
+                reasons[lane] = why
+        self.lanes.held_back = reasons  # said as why its jobs wait (Lanes.why)
+        return set(reasons)
 
     # ------------------------------------------------------------- pick
     def pick(self, blocked: Collection[str],
@@ -175,9 +175,9 @@ class Gates:
         and the lanes reserved for gated jobs waiting for slots (not to be
         claimed from)."""
         texts = self.queue.gates()
-        watched = bool(self.lane_reasons) and self.queue.next_due_at(
-            sorted(self.lane_reasons), places=self.places) is not None  # a lane's `when` holds jobs back
-        power = watched and any(needs_power(self.settings.lane_when.get(ln, ())) for ln in self.lane_reasons)
+        watched = bool(self.lanes.held_back) and self.queue.next_due_at(
+            sorted(self.lanes.held_back), places=self.places) is not None  # a lane's `when` holds jobs back
+        power = watched and any(needs_power(self.settings.lane_when.get(ln, ())) for ln in self.lanes.held_back)
         reasons: dict[str, str | None] = {}
         admitted = []
         for text in texts:
@@ -307,5 +307,5 @@ class Gates:
 
     def status(self) -> dict[str, Any]:
         return {"watching": self.watching, "check_s": self.settings.conditions_check_s,
-                "waiting": {k: v for k, v in self.told.items() if v}, "lanes": dict(self.lane_reasons),
+                "waiting": {k: v for k, v in self.told.items() if v}, "lanes": dict(self.lanes.held_back),
                 "resources": self.resources.status(self.held()), "looks": self.conditions.looks}
