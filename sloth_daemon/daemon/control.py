@@ -184,9 +184,8 @@ class Control:
             spec = {**spec, "place": self.default_place}
         if self.shared is None and spec.get("place") not in (None, "", "*", *self._here()):
             raise self._nowhere(str(spec.get("place")))
-        if not GATE_FIELDS.isdisjoint(spec):
-            self._gate_here(gate_json(spec), str(spec.get("lane") or "default"), spec.get("cwd"),
-                            str(spec.get("place") or ""))
+        self._gate_here(None if GATE_FIELDS.isdisjoint(spec) else gate_json(spec), str(spec.get("lane") or "default"),
+                        spec.get("cwd"), str(spec.get("place") or ""))
         return spec
 
     def _placed_here(self, spec: JobSpec) -> JobSpec:
@@ -212,10 +211,14 @@ class Control:
             self._gate_here(json.dumps(job.gate), lane, job.cwd, job.place or "")
 
     def _gate_here(self, gate: str | None, lane: str, cwd: str | None, place: str) -> None:
-        """Conditions, needs and slots this machine could never meet: refused
-        (on a shared queue, only for a job that runs here: each machine's
-        resources are its own)."""
-        if gate is not None and (self.shared is None or place in self._here()):
+        """Conditions (its own or its lane's), needs and slots this machine
+        could never meet: refused (on a shared queue, only for a job that
+        runs here: each machine's resources are its own)."""
+        if self.shared is not None and place not in self._here():
+            return
+        if lane in self.settings.lane_when:
+            self.worker.gates.check_lane(lane)
+        if gate is not None:
             self.worker.gates.check_spec(gate, lane, cwd)
 
     def _held(self, spec: JobSpec) -> JobSpec:

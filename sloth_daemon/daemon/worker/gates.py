@@ -42,7 +42,7 @@ import logging
 from typing import Any, Collection, Iterable, Mapping
 
 from sloth_daemon.config import Settings
-from sloth_daemon.daemon.conditions import Conditions, kind_of, needs_power
+from sloth_daemon.daemon.conditions import Conditions, Unobservable, kind_of, needs_power
 from sloth_daemon.daemon.resources import Resources, Tokens, needs_of
 from sloth_daemon.daemon.worker.lanes import Lanes
 from sloth_daemon.daemon.worker.runs import Run, RunTable
@@ -99,6 +99,19 @@ class Gates:
         err = self.never(gate, lane)
         if err is not None:
             raise err
+
+    def check_lane(self, lane: str, settings: Settings | None = None) -> None:
+        """Refuse (Unobservable, a BadRequest) a lane whose ``when`` (in
+        ``settings``, else those in force) this machine cannot observe: its
+        jobs would wait for ever. At add, and at a reload (main.py)."""
+        when = (settings or self.settings).lane_when.get(lane)
+        if not when:
+            return
+        try:
+            self.conditions.observable(when)
+        except Unobservable as e:
+            raise Unobservable(f"lane {lane!r} ([lanes.{lane}] when in config.toml): {e.message}",
+                               hint=e.hint) from None
 
     def never(self, gate: Mapping[str, Any], lane: str) -> BadRequest | None:
         """Why this machine can never run a job of ``gate`` in ``lane`` as
