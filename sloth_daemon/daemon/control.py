@@ -21,6 +21,7 @@ from sloth_daemon.models import Batch, Event, Job, JobState
 from sloth_daemon.paths import Paths
 from sloth_daemon.queue import Queue
 from sloth_daemon.daemon import holding
+from sloth_daemon.daemon.resources import needs_of
 from sloth_daemon.daemon.worker.spawner import Spawner
 from sloth_daemon.spec import Defaults, EnvCache, JobSpec
 from sloth_daemon.daemon.worker.loop import Worker
@@ -215,6 +216,8 @@ class Control:
         could never meet: refused (on a shared queue, only for a job that
         runs here: each machine's resources are its own)."""
         if self.shared is not None and place not in self._here():
+            if gate is not None:  # judged by what the machines it may run on published
+                self.shared.check_needs(needs_of(json.loads(gate)), place)
             return
         if lane in self.settings.lane_when:
             self.worker.gates.check_lane(lane)

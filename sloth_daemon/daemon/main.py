@@ -145,6 +145,8 @@ class Daemon:
         changed = config.changes(self.settings, new)
         self.settings = new
         notes = self.worker.apply_settings(new)
+        if self.shared is not None:
+            self.shared.publish(self.worker.gates.resources)
         if self.control is not None:
             self.control.settings = new
         if self.teller is not None:
