@@ -45,9 +45,12 @@ SQL_TOP = ("SELECT max(priority) AS top FROM sloth.jobs"
 SQL_BUMP = "UPDATE sloth.jobs SET priority = %s, not_before = %s, updated_at = sloth.now() WHERE id = %s RETURNING *"
 SQL_STATE = "UPDATE sloth.jobs SET state = %s, wait_reason = NULL, updated_at = sloth.now() WHERE id = %s RETURNING *"
 # The waiting jobs of a gate a machine can never meet (Gates.never): held, with why.
-SQL_NEVER = ("SELECT id, state, attempts FROM sloth.jobs WHERE state IN ('queued', 'held') AND gate = %(gate)s"
-             " AND (%(lane)s::text IS NULL OR lane = %(lane)s) AND (%(place)s::text IS NULL OR place = %(place)s)"
-             " ORDER BY id FOR UPDATE")
+# Queued ones by jobs_gated, held ones by jobs_held (partial indexes); the
+# state is judged again on the row as locked (a claim may have taken it).
+_NEVER_OF = ("SELECT id FROM sloth.jobs WHERE state = '{}' AND gate = %(gate)s"
+             " AND (%(lane)s::text IS NULL OR lane = %(lane)s) AND (%(place)s::text IS NULL OR place = %(place)s)")
+SQL_NEVER = ("SELECT id, state, attempts FROM sloth.jobs WHERE id IN (" + _NEVER_OF.format("queued")
+             + " UNION ALL " + _NEVER_OF.format("held") + ") AND state IN ('queued', 'held') ORDER BY id FOR UPDATE")
 SQL_HOLD_WHY = "UPDATE sloth.jobs SET state = 'held', wait_reason = %s, updated_at = sloth.now() WHERE id = %s"
 SQL_FORGET_WHY = ("UPDATE sloth.jobs SET wait_reason = NULL WHERE state = 'held' AND wait_reason IS NOT NULL"
                   " AND gate = %(gate)s AND (%(lane)s::text IS NULL OR lane = %(lane)s)"

@@ -141,6 +141,9 @@ class Gates:
             if err is not None:
                 said += self._hold(text, None, err.message)
                 continue
+            if gate.get("slots", 1) <= 1:  # fits every lane: only the resources may have changed
+                said += self._hold(text, None, None) if lanes is None else []
+                continue
             for lane in sorted(self.lanes.known() if lanes is None else lanes):
                 err = self.never(gate, lane)
                 said += self._hold(text, lane, None if err is None else err.message)
