@@ -110,9 +110,15 @@ class Resources:
             got[name], free[name] = have[:n], have[n:]
         return None if short else got
 
-    def shortage(self, needs: Mapping[str, int], free: Mapping[str, list[str]]) -> str:
-        """Why ``needs`` cannot start now ("waiting for gpu: 2 wanted, 1 free")."""
-        parts = [f"{name}: {n} wanted, {len(free.get(name, []))} of {len(self.tokens.get(name, []))} free"
+    def shortage(self, needs: Mapping[str, int], free: Mapping[str, list[str]],
+                 idle: Mapping[str, list[str]] | None = None) -> str:
+        """Why ``needs`` cannot start now ("waiting for gpu: 2 wanted, 1 of
+        2 free"); ``idle``: what no run holds, of which what is not in
+        ``free`` is kept for a job before it (the rule), and said so."""
+        def kept(name: str) -> str:
+            k = len((idle or {}).get(name, [])) - len(free.get(name, []))
+            return f" ({k} kept for a job before it)" if k > 0 else ""
+        parts = [f"{name}: {n} wanted, {len(free.get(name, []))} of {len(self.tokens.get(name, []))} free{kept(name)}"
                  for name, n in needs.items() if len(free.get(name, [])) < n]
         return "waiting for " + "; ".join(parts) if parts else "waiting for resources"
 

@@ -226,6 +226,7 @@ class Gates:
               failed: set[str]) -> tuple[tuple[Job, Tokens | None] | None, set[str]]:
         """Step 3 of the module docstring; ``failed``: gates whose conditions do not hold."""
         free = self.resources.free(self.held())
+        idle = {name: list(toks) for name, toks in free.items()}  # free before any is kept for a job
         used = self.running.slots_in_use()
         reserved: set[str] = set()
         for job in heads:
@@ -250,7 +251,7 @@ class Gates:
                                  f" ({max(conc - used.get(job.lane, 0), 0)} of {conc} free)")
                 continue
             needs = needs_of(gate)
-            short = self.resources.shortage(needs, free) if needs else ""
+            short = self.resources.shortage(needs, free, idle) if needs else ""
             got = self.resources.take(needs, free) if needs else {}
             if got is None:
                 reasons[text] = short

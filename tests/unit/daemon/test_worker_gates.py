@@ -113,6 +113,8 @@ def test_a_big_job_reserves_the_free_tokens_so_small_ones_behind_it_wait(env):
     w.turn()
     assert started(sp) == [first], "gpu 2 is free, but the older big job waits for it"
     assert q.get(big).wait_reason == "waiting for gpu: 2 wanted, 1 of 3 free"
+    # status says gpu 2 is free; the small job says why it does not take it (issue 28, item 1)
+    assert q.get(small).wait_reason == "waiting for gpu: 1 wanted, 0 of 3 free (1 kept for a job before it)"
     sp.exit(first, 0)
     w.turn()
     w.turn()
