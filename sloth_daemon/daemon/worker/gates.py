@@ -129,6 +129,13 @@ class Gates:
                               hint=f"Give the lane more: `sloth lane set {lane} -c {slots}` (or [lanes] in config).")
         return None
 
+    def never_job(self, job: Job) -> str | None:
+        """Why this machine can never run ``job`` (None: it can, or another machine may)."""
+        if not job.gate or (self.host is not None and job.place != self.host):
+            return None
+        err = self.never(job.gate, job.lane)
+        return None if err is None else err.message
+
     def sweep(self, lanes: Iterable[str] | None = None) -> list[str]:
         """After a reload or a `lane set` (``lanes``: only these lanes'
         slots changed): hold every queued job of this machine that it can
