@@ -86,6 +86,7 @@ class Gates:
         self.settings, self.resources = settings, resources
         self.conditions.max_age_s = settings.conditions_check_s
         self.conditions.forget()
+        self.lanes.held_back = {}  # judged again at the next claim (a lane's `when` may be gone)
 
     # ------------------------------------------------------------ at add
     def check_spec(self, gate_json: str | None, lane: str, cwd: str | None) -> None:
