@@ -213,6 +213,10 @@ def held_words() -> str:
     return "held by user: not claimed until `sloth release`"
 
 
+def never_words(why: str) -> str:
+    return f"held: {why}; `sloth release` once it can (or cancel it)"
+
+
 def released_words(state: str, waits: int | None) -> str:
     return "released by user; " + ("queued" if state == JobState.QUEUED.value else f"waits for job {waits}")
 

@@ -58,6 +58,8 @@ def lane_set(*, name: str, concurrency: int, create: bool, as_json: bool) -> int
 
         text += f" (-c 0 pauses a lane; `{shell_command('sloth', 'resume', name)}` runs its jobs again)"
     echo(text)
+    for line in res.get("held", ()):  # jobs that need more slots than the lane now has
+        echo(line)
     return 0
 
 

@@ -109,12 +109,13 @@ def _offline(a: dict[str, Any]) -> Source:
     from sloth_daemon.cli.offline import scan as open_scan
 
     tell_offline()
-    scan = open_scan(paths(), a)
+    scan, explain = open_scan(paths(), a)
 
     def jobs() -> Iterator[dict[str, Any]]:
         try:
             while chunk := scan.next():
-                yield from (j.to_dict() for j in chunk)
+                explain(part := [j.to_dict() for j in chunk])
+                yield from part
         finally:
             scan.close()
 

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from sloth_daemon import config as cfg
 from sloth_daemon.errors import BadRequest, JobNotFound, SlothError, StorageError
-from sloth_daemon.daemon.worker.lanes import ReadLanes, lane_table
+from sloth_daemon.daemon.worker.lanes import ReadLanes, explain, lane_table, paused_why
 from sloth_daemon.models import STATE_NAMES, Listing
 from sloth_daemon.paths import Paths
 
@@ -107,15 +107,27 @@ def _open(paths: Paths, *, quick: bool = False) -> Any:
 
 
 def _list(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
-    return q.listing(**_selection(a), limit=a.get("limit"), now=time.time()).to_dict()
+    out = q.listing(**_selection(a), limit=a.get("limit"), now=time.time()).to_dict()
+    explainer(q)(out["jobs"])
+    return out
 
 
-def scan(paths: Paths, a: dict[str, Any]) -> Any:
+def explainer(q: Any) -> Callable[[list[dict[str, Any]]], None]:
+    """Lanes.explain as the file says it: its pauses (whether a lane's
+    `when` holds is the daemon's to judge, and none runs)."""
+    paused_all, paused = bool(q.get_meta("paused_all", False)), set(q.get_meta("paused_lanes", []))
+    if not (paused_all or paused):
+        return lambda jobs: None
+    return lambda jobs: explain(jobs, lambda lane: paused_why(lane, paused_all, paused))
+
+
+def scan(paths: Paths, a: dict[str, Any]) -> tuple[Any, Callable[[list[dict[str, Any]]], None]]:
     """The listing of ``list`` with these arguments, to read a chunk at a
-    time (backends.sqlite.scan / backends.postgres.scan); closing it closes the queue."""
+    time (backends.sqlite.scan / backends.postgres.scan; closing it closes
+    the queue), and what says why its queued jobs wait (explainer)."""
     q = _open(paths)
     try:
-        return q.scan(owns_reader=True, now=time.time(), **_selection(a), limit=a.get("limit"))
+        return q.scan(owns_reader=True, now=time.time(), **_selection(a), limit=a.get("limit")), explainer(q)
     except BaseException:
         q.close()
         raise
@@ -127,8 +139,9 @@ def _selection(a: dict[str, Any]) -> dict[str, Any]:
 
 
 def _detail(q: Any, job_id: int) -> dict[str, Any]:
-    job = q.get(job_id)
-    return {"job": job.to_dict(), "events": [e.to_dict() for e in q.events(job_id)],
+    job = q.get(job_id).to_dict()
+    explainer(q)([job])
+    return {"job": job, "events": [e.to_dict() for e in q.events(job_id)],
             "prereqs": q.prereqs(job_id), "dependents": q.dependents(job_id)}
 
 

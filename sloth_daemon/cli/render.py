@@ -83,8 +83,8 @@ def when(job: dict[str, Any], now: float | None = None) -> str:
     if st == "blocked":
         waits = [*job.get("after", []), *job.get("after_any", [])]
         return "after " + ",".join(map(str, waits[:3])) + ("…" if len(waits) > 3 else "")
-    if st == "held":
-        return "until released"
+    if st == "held":  # a reason: this machine can never run it as it is (daemon/worker/gates.py: Gates.never)
+        return showable(job["wait_reason"]) if job.get("wait_reason") else "until released"
     if st == "queued":
         if job["not_before"] <= now and job.get("wait_reason"):
             return showable(job["wait_reason"])  # "waiting for mains power": its gate does not hold
@@ -248,6 +248,8 @@ def _gate(job: dict[str, Any]) -> list[str]:
                                              for k, v in job["tokens"].items()))
     if job["state"] == "queued" and job.get("wait_reason"):
         out.append(f"  waiting   {showable(job['wait_reason'])}")
+    elif job["state"] == "held" and job.get("wait_reason"):
+        out.append(f"  held      {showable(job['wait_reason'])}; `sloth release` once it can run")
     return out
 
 

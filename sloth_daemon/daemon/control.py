@@ -17,10 +17,11 @@ from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from sloth_daemon.checks import GATE_FIELDS, gate_json
 from sloth_daemon.config import Settings
 from sloth_daemon.errors import BadRequest, FieldError, SlothError
-from sloth_daemon.models import Batch, Event, Job, JobState, Listing
+from sloth_daemon.models import Batch, Event, Job, JobState
 from sloth_daemon.paths import Paths
 from sloth_daemon.queue import Queue
 from sloth_daemon.daemon import holding
+from sloth_daemon.daemon.resources import needs_of
 from sloth_daemon.daemon.worker.spawner import Spawner
 from sloth_daemon.spec import Defaults, EnvCache, JobSpec
 from sloth_daemon.daemon.worker.loop import Worker
@@ -44,6 +45,9 @@ class Control:
         self._watchers: set[Watcher] = set()
         self.shared: Any = None  # shared.Shared on a queue shared by several machines
         self.scheduler: Any = None  # schedules.scheduler.Scheduler, once main.build made it
+        # why a listing's queued jobs wait, where their lane says (lanes.py); a test may pass no worker
+        self.explain: Callable[[list[dict[str, Any]]], None] = \
+            worker.lanes.explain if worker is not None else (lambda jobs: None)
 
     # ------------------------------------------------------------ changes
     def job_changed(self, job: Job) -> None:
@@ -72,8 +76,11 @@ class Control:
     def jobs(self, *, states: list[str] | None, lane: str | None, limit: int) -> list[Job]:
         return self.queue.jobs(lane=lane, limit=limit, states=states)
 
-    def listing(self, **kw: Any) -> Listing:
-        return self.queue.listing(now=time.time(), **kw)
+    def listing(self, **kw: Any) -> dict[str, Any]:
+        """A page of the listing as sent, each queued job saying why it waits."""
+        out = self.queue.listing(now=time.time(), **kw).to_dict()
+        self.explain(out["jobs"])
+        return out
 
     def scan(self, **kw: Any) -> Callable[[], Any]:
         """What opens the listing ``listing(**kw)`` would give, to read a
@@ -101,7 +108,9 @@ class Control:
 
     def detail(self, job_id: int) -> dict[str, Any]:
         """One job for `show`: itself, its history, what it waits for and what waits for it."""
-        return {"job": self.queue.get(job_id).to_dict(), "events": [e.to_dict() for e in self.queue.events(job_id)],
+        job = self.queue.get(job_id).to_dict()
+        self.explain([job])
+        return {"job": job, "events": [e.to_dict() for e in self.queue.events(job_id)],
                 "prereqs": self.queue.prereqs(job_id), "dependents": self.queue.dependents(job_id)}
 
     def status(self) -> dict[str, Any]:
@@ -140,10 +149,15 @@ class Control:
         returns the ids and the lanes this add made (not known before)."""
         specs = [self._held(s) if isinstance(s, JobSpec) else self._held_spec(self._placed(s)) for s in specs]
         known = set(self.worker.lanes.known())
-        new = sorted({_lane_of(s) for s in specs} - known)
+        lanes = {_lane_of(s) for s in specs}
         ids = self.queue.enqueue_many(specs, batch=batch)
         self.worker.wake()
-        return ids, new
+        return ids, sorted(lanes - known)
+
+    def lanes_waiting(self, lanes: Iterable[str]) -> dict[str, str]:
+        """Of these lanes, those whose jobs wait whatever they ask, and why
+        (paused, a `when` that does not hold): said when jobs are added there."""
+        return {ln: why for ln in sorted(set(lanes)) if (why := self.worker.lanes.why(ln)) is not None}
 
     def validate(self, jobs: Sequence[Mapping[str, Any]], *, first: int = 1) -> list[JobSpec]:
         """Each job checked as the queue would (so a batch is refused before any
@@ -171,9 +185,8 @@ class Control:
             spec = {**spec, "place": self.default_place}
         if self.shared is None and spec.get("place") not in (None, "", "*", *self._here()):
             raise self._nowhere(str(spec.get("place")))
-        if not GATE_FIELDS.isdisjoint(spec):
-            self._gate_here(gate_json(spec), str(spec.get("lane") or "default"), spec.get("cwd"),
-                            str(spec.get("place") or ""))
+        self._gate_here(None if GATE_FIELDS.isdisjoint(spec) else gate_json(spec), str(spec.get("lane") or "default"),
+                        spec.get("cwd"), str(spec.get("place") or ""))
         return spec
 
     def _placed_here(self, spec: JobSpec) -> JobSpec:
@@ -199,10 +212,16 @@ class Control:
             self._gate_here(json.dumps(job.gate), lane, job.cwd, job.place or "")
 
     def _gate_here(self, gate: str | None, lane: str, cwd: str | None, place: str) -> None:
-        """Conditions, needs and slots this machine could never meet: refused
-        (on a shared queue, only for a job that runs here: each machine's
-        resources are its own)."""
-        if gate is not None and (self.shared is None or place in self._here()):
+        """Conditions (its own or its lane's), needs and slots this machine
+        could never meet: refused (on a shared queue, only for a job that
+        runs here: each machine's resources are its own)."""
+        if self.shared is not None and place not in self._here():
+            if gate is not None:  # judged by what the machines it may run on published
+                self.shared.check_needs(needs_of(json.loads(gate)), place)
+            return
+        if lane in self.settings.lane_when:
+            self.worker.gates.check_lane(lane)
+        if gate is not None:
             self.worker.gates.check_spec(gate, lane, cwd)
 
     def _held(self, spec: JobSpec) -> JobSpec:

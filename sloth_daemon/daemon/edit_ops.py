@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from sloth_daemon.daemon.control import Control
 
 Op = Callable[[dict[str, Any]], Any]
+MAX_RELEASE = 1_000_000  # held jobs of a lane read to release them
 
 
 class EditOps:
@@ -64,9 +65,17 @@ class EditOps:
         return self._told(self.c.queue.hold(ids, lane=lane)).to_dict()
 
     def op_release(self, a: dict[str, Any]) -> dict[str, Any]:
-        """``ids``, or ``lane``: every held job of it."""
+        """``ids``, or ``lane``: every held job of it. One this machine can
+        never run as it is now (Gates.never) stays held, skipped with why."""
         ids, lane = self._selection(a)
-        return self._told(self.c.queue.unhold(ids, lane=lane)).to_dict()
+        held = [self.c.queue.get(i) for i in ids] if ids is not None else \
+            self.c.queue.jobs(lane=lane, states=["held"], limit=MAX_RELEASE)
+        stay = {j.id: f"job {j.id} stays held: {why}" for j in held if (why := self.c.worker.gates.never_job(j))}
+        if not stay:
+            return self._told(self.c.queue.unhold(ids, lane=lane)).to_dict()
+        rest = [j.id for j in held if j.id not in stay]
+        res = self.c.queue.unhold(rest) if rest else Batch([])
+        return self._told(Batch(res.jobs, res.skipped + sorted(stay.items()))).to_dict()
 
     def _selection(self, a: dict[str, Any]) -> tuple[list[int] | None, str | None]:
         ids, lane = a.get("ids"), a.get("lane")

@@ -121,9 +121,12 @@ class Handlers:
                 "server": dict(self.stats)}
 
     def op_add(self, a: dict[str, Any]) -> dict[str, Any]:
-        """Result: ``ids`` (one per job, in order) and ``new_lanes`` (lanes this add made)."""
-        ids, new = self.c.add(jobs_of(a))
-        return {"ids": ids, "new_lanes": new}
+        """Result: ``ids`` (one per job, in order), ``new_lanes`` (lanes this
+        add made) and ``waiting`` (lane -> why its jobs wait whatever they ask: paused...)."""
+        jobs = jobs_of(a)
+        ids, new = self.c.add(jobs)
+        waiting = self.c.lanes_waiting(str(j.get("lane") or "default") for j in jobs)
+        return {"ids": ids, "new_lanes": new, "waiting": waiting}
 
     # ------------------------------------------------- batches (protocol v2)
     def op_stage(self, a: dict[str, Any], session: Session) -> dict[str, Any]:
@@ -140,7 +143,7 @@ class Handlers:
         if not specs:
             raise BadRequest("nothing to commit: no jobs were staged on this connection")
         ids, new = self.c.add(specs, batch=token)
-        return {"batch": token, "ids": ids, "new_lanes": new}
+        return {"batch": token, "ids": ids, "new_lanes": new, "waiting": self.c.lanes_waiting(s.lane for s in specs)}
 
     def op_batch(self, a: dict[str, Any]) -> dict[str, Any]:
         """Whether the batch ``batch`` was queued (all its jobs), and as which ids."""
@@ -162,7 +165,7 @@ class Handlers:
         """A page of the listing (see SqliteListing.listing) with ``total`` and
         ``left_out``: it never stops short without saying so."""
         limit = whole(a.get("limit", MAX_LIST), "limit", 1, MAX_LIST)
-        return self.c.listing(**listing_args(a), limit=limit).to_dict()
+        return self.c.listing(**listing_args(a), limit=limit)
 
     async def op_scan(self, a: dict[str, Any], emit: Emit) -> dict[str, Any]:
         """The listing of ``list`` of any size (without ``limit``: all of
@@ -170,7 +173,8 @@ class Handlers:
         ``jobs`` events, then ``left_out``."""
         kw = listing_args(a)
         limit = None if a.get("limit") is None else whole(a["limit"], "limit", 1, 2**62)
-        return await stream_scan(self.c.scan(**kw, limit=limit), emit, lambda: self.streaming.closing)
+        return await stream_scan(self.c.scan(**kw, limit=limit), emit, lambda: self.streaming.closing,
+                                 explain=self.c.explain)
 
     def op_show(self, a: dict[str, Any]) -> dict[str, Any]:
         if "id" in a:

@@ -23,11 +23,13 @@ EVENT_BYTES = 8 << 20  # at most this much of jobs per event (the frame limit is
 _TEXT = ("cwd", "message", "label", "key", "lane", "worker", "token", "place")
 
 
-async def stream_scan(open_scan: Callable[[], Any], emit: Emit, stopping: Callable[[], bool]) -> dict[str, Any]:
+async def stream_scan(open_scan: Callable[[], Any], emit: Emit, stopping: Callable[[], bool],
+                      explain: Callable[[list[dict[str, Any]]], None] = lambda jobs: None) -> dict[str, Any]:
     """Events: ``{"kind": "head", counts, total, offset, lanes}``, then
     ``{"kind": "jobs", "jobs": [...]}`` per chunk; the result: ``left_out``
     (see SqliteScan.tail). ``stopping``: the daemon is closing (the stream
-    ends with an error saying so, never as if the listing were whole)."""
+    ends with an error saying so, never as if the listing were whole);
+    ``explain``: says in each chunk's queued jobs why they wait (Lanes.explain)."""
     pool = ThreadPoolExecutor(1, thread_name_prefix="sloth-scan")
     loop = asyncio.get_running_loop()
     opened = pool.submit(open_scan)
@@ -39,6 +41,7 @@ async def stream_scan(open_scan: Callable[[], Any], emit: Emit, stopping: Callab
                 if stopping():
                     raise SlothError("the daemon is stopping; the listing was not sent whole",
                                      hint="List again after it restarts.")
+                explain(jobs)
                 await emit({"kind": "jobs", "jobs": jobs})
         return dict(scan.tail())
     finally:

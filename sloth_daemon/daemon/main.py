@@ -45,7 +45,7 @@ from sloth_daemon.daemon import limits
 from sloth_daemon.keeper import timerfd
 from sloth_daemon.clock import SystemClocks
 from sloth_daemon.daemon.control import Control
-from sloth_daemon.errors import DaemonAlreadyRunning, JobNotFound, SlothError, StorageError
+from sloth_daemon.errors import ConfigError, DaemonAlreadyRunning, JobNotFound, SlothError, StorageError
 from sloth_daemon.daemon.sdnotify import Notifier
 from sloth_daemon.paths import Paths, check_socket_path, ensure_dir, resolve, secure_all
 from sloth_daemon.queue import Queue
@@ -135,9 +135,18 @@ class Daemon:
         Returns what changed. A file that does not load raises ConfigError
         and changes nothing: the daemon keeps its settings."""
         new = self._load_config()
+        for lane in new.lane_when:  # a `when` this machine cannot observe would hold the lane for ever
+            try:
+                self.worker.gates.check_lane(lane, new)
+            except SlothError as e:
+                log.error("reload refused: %s", e.message)
+                self.notifier.ready("reload refused: " + e.message)
+                raise ConfigError(f"{new.file}: {e.message}", hint=e.hint) from None
         changed = config.changes(self.settings, new)
         self.settings = new
         notes = self.worker.apply_settings(new)
+        if self.shared is not None:
+            self.shared.publish(self.worker.gates.resources)
         if self.control is not None:
             self.control.settings = new
         if self.teller is not None:

@@ -67,16 +67,28 @@ class Resources:
 
     def check(self, needs: Mapping[str, int]) -> None:
         """Raises BadRequest for needs this machine can never meet."""
+        err = self.never(needs)
+        if err is not None:
+            raise err
+
+    def never(self, needs: Mapping[str, int], where: str = "this machine") -> BadRequest | None:
+        """Why ``needs`` can never be met by these tokens (None: they can,
+        once enough are free). ``where``: the machine they are, as said."""
         for name, n in needs.items():
             have = self.tokens.get(name)
             if have is None:
                 known = ", ".join(f"{k} ({len(v)})" for k, v in sorted(self.tokens.items())) or "none"
-                raise BadRequest(f"--needs {name}={n}: this machine has no resource {name!r} (it has: {known})",
-                                 hint=f"Name it in config.toml: [resources] {name} = N (or a list of token names),"
-                                      " then `sloth daemon reload`.")
+                return BadRequest(f"--needs {name}={n}: {where} has no resource {name!r} (it has: {known})",
+                                  hint=f"Name it in config.toml: [resources] {name} = N (or a list of token names),"
+                                       " then `sloth daemon reload`.")
             if n > len(have):
-                raise BadRequest(f"--needs {name}={n}: this machine has {len(have)} {name} token(s)",
-                                 hint=f"Ask for at most {len(have)}, or add tokens under [resources].")
+                return BadRequest(f"--needs {name}={n}: {where} has {len(have)} {name} token(s)",
+                                  hint=f"Ask for at most {len(have)}, or add tokens under [resources].")
+        return None
+
+    def counts(self) -> dict[str, int]:
+        """How many tokens of each resource (what a machine publishes on a shared queue)."""
+        return {name: len(toks) for name, toks in self.tokens.items()}
 
     def free(self, in_use: Iterable[Tokens]) -> dict[str, list[str]]:
         """Each resource's tokens no run holds, in the configured order."""
@@ -98,9 +110,15 @@ class Resources:
             got[name], free[name] = have[:n], have[n:]
         return None if short else got
 
-    def shortage(self, needs: Mapping[str, int], free: Mapping[str, list[str]]) -> str:
-        """Why ``needs`` cannot start now ("waiting for gpu: 2 wanted, 1 free")."""
-        parts = [f"{name}: {n} wanted, {len(free.get(name, []))} of {len(self.tokens.get(name, []))} free"
+    def shortage(self, needs: Mapping[str, int], free: Mapping[str, list[str]],
+                 idle: Mapping[str, list[str]] | None = None) -> str:
+        """Why ``needs`` cannot start now ("waiting for gpu: 2 wanted, 1 of
+        2 free"); ``idle``: what no run holds, of which what is not in
+        ``free`` is kept for a job before it (the rule), and said so."""
+        def kept(name: str) -> str:
+            k = len((idle or {}).get(name, [])) - len(free.get(name, []))
+            return f" ({k} kept for a job before it)" if k > 0 else ""
+        parts = [f"{name}: {n} wanted, {len(free.get(name, []))} of {len(self.tokens.get(name, []))} free{kept(name)}"
                  for name, n in needs.items() if len(free.get(name, [])) < n]
         return "waiting for " + "; ".join(parts) if parts else "waiting for resources"
 

@@ -68,12 +68,13 @@ def test_a_line_sh_cannot_read_is_named_and_nothing_is_queued(harness, home):
 def test_add_key_a_second_time_says_which_job_has_it(harness):
     harness.start()
     harness.cli("pause", check=True)
+    paused = "sloth: the queue is paused: nothing starts until `sloth resume`\n"  # issue 30: said at add
     first = harness.cli("add", "--key", "nightly", "--", "true", check=True)
-    assert first.stderr == ""
+    assert first.stderr == paused
     jid = int(first.stdout)
     again = harness.cli("add", "--key", "nightly", "--", "true", check=True)
     assert int(again.stdout) == jid
-    assert again.stderr == f"sloth: --key 'nightly': already queued as job {jid} (queued); nothing new was queued\n"
+    assert again.stderr == paused + f"sloth: --key 'nightly': already queued as job {jid} (queued); nothing new was queued\n"
     assert harness.cli_json("ls")["total"] == 1
 
 

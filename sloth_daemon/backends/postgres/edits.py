@@ -43,7 +43,18 @@ SQL_DROP_DEPS = "DELETE FROM sloth.deps WHERE job_id = %s"
 SQL_TOP = ("SELECT max(priority) AS top FROM sloth.jobs"
            " WHERE lane = %(lane)s AND state IN ('queued', 'held', 'blocked') AND id <> %(id)s")
 SQL_BUMP = "UPDATE sloth.jobs SET priority = %s, not_before = %s, updated_at = sloth.now() WHERE id = %s RETURNING *"
-SQL_STATE = "UPDATE sloth.jobs SET state = %s, updated_at = sloth.now() WHERE id = %s RETURNING *"
+SQL_STATE = "UPDATE sloth.jobs SET state = %s, wait_reason = NULL, updated_at = sloth.now() WHERE id = %s RETURNING *"
+# The waiting jobs of a gate a machine can never meet (Gates.never): held, with why.
+# Queued ones by jobs_gated, held ones by jobs_held (partial indexes); the
+# state is judged again on the row as locked (a claim may have taken it).
+_NEVER_OF = ("SELECT id FROM sloth.jobs WHERE state = '{}' AND gate = %(gate)s"
+             " AND (%(lane)s::text IS NULL OR lane = %(lane)s) AND (%(place)s::text IS NULL OR place = %(place)s)")
+SQL_NEVER = ("SELECT id, state, attempts FROM sloth.jobs WHERE id IN (" + _NEVER_OF.format("queued")
+             + " UNION ALL " + _NEVER_OF.format("held") + ") AND state IN ('queued', 'held') ORDER BY id FOR UPDATE")
+SQL_HOLD_WHY = "UPDATE sloth.jobs SET state = 'held', wait_reason = %s, updated_at = sloth.now() WHERE id = %s"
+SQL_FORGET_WHY = ("UPDATE sloth.jobs SET wait_reason = NULL WHERE state = 'held' AND wait_reason IS NOT NULL"
+                  " AND gate = %(gate)s AND (%(lane)s::text IS NULL OR lane = %(lane)s)"
+                  " AND (%(place)s::text IS NULL OR place = %(place)s) RETURNING id")
 SQL_HOLDABLE = "SELECT id FROM sloth.jobs WHERE lane = %s AND state IN ('blocked', 'queued') ORDER BY id"
 SQL_RELEASABLE = "SELECT id FROM sloth.jobs WHERE lane = %s AND state = 'held' ORDER BY id"
 
@@ -127,6 +138,21 @@ class Edits:
             return out
 
         return self.writer.write(tx, "holding jobs")
+
+    def hold_never(self, gate: str, why: str | None, *, lane: str | None, place: str | None) -> list[int]:
+        """As SqliteQueue.hold_never."""
+        def tx(c: Cursor) -> list[int]:
+            if why is None:
+                return sorted(row["id"] for row in c.execute(SQL_FORGET_WHY, {"gate": gate, "lane": lane,
+                                                                              "place": place}).fetchall())
+            rows = c.execute(SQL_NEVER, {"gate": gate, "lane": lane, "place": place}).fetchall()
+            for row in rows:
+                c.execute(SQL_HOLD_WHY, (why, row["id"]))
+                if row["state"] == JobState.QUEUED.value:
+                    event(c, row["id"], "held", row["attempts"], rules.never_words(why))
+            return [row["id"] for row in rows]
+
+        return self.writer.write(tx, "holding jobs that cannot run")
 
     def unhold(self, ids: Sequence[int] | None = None, *, lane: str | None = None) -> Batch:
         """As SqliteQueue.unhold."""

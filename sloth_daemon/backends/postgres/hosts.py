@@ -10,6 +10,7 @@ names it, and the read-only view for ``hosts``.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -19,11 +20,11 @@ from sloth_daemon.backends.postgres.db import Connection, Cursor, one
 # What a refresh writes; the server's now comes back (for a daemon's
 # estimate of the server's clock, and to judge the row it may replace).
 SQL_SEEN = """
-INSERT INTO sloth.hosts AS h (name, tags, worker, pid, boot_id, version, started_at, last_seen)
-VALUES (%(name)s, %(tags)s, %(worker)s, %(pid)s, %(boot_id)s, %(version)s, %(started_at)s, sloth.now())
+INSERT INTO sloth.hosts AS h (name, tags, worker, pid, boot_id, version, started_at, resources, last_seen)
+VALUES (%(name)s, %(tags)s, %(worker)s, %(pid)s, %(boot_id)s, %(version)s, %(started_at)s, %(resources)s, sloth.now())
 ON CONFLICT (name) DO UPDATE SET tags = excluded.tags, worker = excluded.worker, pid = excluded.pid,
     boot_id = excluded.boot_id, version = excluded.version, started_at = excluded.started_at,
-    last_seen = sloth.now()
+    resources = excluded.resources, last_seen = sloth.now()
 RETURNING sloth.now() AS now
 """
 SQL_CLAIM_NAME = "SELECT *, sloth.now() AS now FROM sloth.hosts WHERE name = %s FOR UPDATE"
@@ -42,10 +43,12 @@ class Host:
     boot_id: str
     version: str
     started_at: float
+    resources: dict[str, int] | None = None  # tokens of each resource it gives out (None: not yet said)
 
     def row(self) -> dict[str, Any]:
         return {"name": self.name, "tags": list(self.tags), "worker": self.worker, "pid": self.pid,
-                "boot_id": self.boot_id, "version": self.version, "started_at": self.started_at}
+                "boot_id": self.boot_id, "version": self.version, "started_at": self.started_at,
+                "resources": None if self.resources is None else json.dumps(self.resources, sort_keys=True)}
 
 
 class Machines:
@@ -71,9 +74,21 @@ class Machines:
 
     def hosts(self) -> list[dict[str, Any]]:
         """Every host that served this queue: name, tags, worker, pid,
-        version, started_at, last_seen, ago (seconds since, by the server)."""
+        version, started_at, last_seen, ago (seconds since, by the server),
+        resources (name -> tokens, or None where its daemon did not say)."""
         rows = self._db.read(lambda c: c.execute(SQL_HOSTS).fetchall(), "listing hosts")
-        return [{**r, "tags": list(r["tags"])} for r in rows]
+        return [{**r, "tags": list(r["tags"]), "resources": _resources(r.get("resources"))} for r in rows]
+
+
+def _resources(text: str | None) -> dict[str, int] | None:
+    """A host row's published resources; what does not read as such is not said."""
+    try:
+        got = json.loads(text) if text else None
+    except ValueError:
+        return None
+    if not isinstance(got, dict) or not all(isinstance(v, int) for v in got.values()):
+        return None
+    return {str(k): v for k, v in got.items()}
 
 
 def _register(c: Cursor, me: Host, alive_s: float, pid_alive: Callable[[int], bool]) -> float:

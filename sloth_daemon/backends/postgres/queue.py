@@ -181,6 +181,7 @@ class PgQueue:
         self.bump = edits.bump
         self.hold = edits.hold
         self.unhold = edits.unhold
+        self.hold_never = edits.hold_never
 
         self.adding = adding = Enqueuer(db, writer, lease_s=self.lease_s, max_attempts=self.max_attempts)
         self.enqueue = functools.partial(rules.enqueue_one, adding.enqueue_many)
@@ -202,6 +203,7 @@ class PgQueue:
         self.dependents = reads.dependents
         self.next_due_at = reads.next_due_at
         self.gates = reads.gates
+        self.held_gates = reads.held_gates
         self.gated_heads = reads.gated_heads
         self.lanes = reads.lanes
         self.lane_counts = reads.lane_counts

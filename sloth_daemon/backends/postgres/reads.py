@@ -40,6 +40,8 @@ SQL_LANE_COUNTS = ("SELECT lane, state, count(*) AS n FROM sloth.jobs"
                    " WHERE state IN ('blocked', 'held', 'queued', 'running') GROUP BY lane, state")
 
 
+SQL_HELD_GATES = "SELECT DISTINCT gate FROM sloth.jobs WHERE state = 'held' AND gate IS NOT NULL ORDER BY gate"
+
 class JobRows:
     """Rows made into Jobs, with their environments: an env is read once
     and kept (``_envs``, env_id -> env) until the cache is full or a prune
@@ -169,6 +171,11 @@ class Reads:
             return c.execute(pick.SQL_GATES).fetchall()
 
         rows = self._db.read(gates, "reading the gates of queued jobs", snapshot=True)
+        return [r["gate"] for r in rows]
+
+    def held_gates(self) -> list[str]:
+        """The distinct gates of held jobs (SqliteQueue.held_gates)."""
+        rows = self._db.read(lambda c: c.execute(SQL_HELD_GATES).fetchall(), "reading the gates of held jobs")
         return [r["gate"] for r in rows]
 
     def gated_heads(self, gates: Collection[str], *, exclude_lanes: Collection[str] = (),

@@ -52,7 +52,18 @@ SQL_TOP = (
     " UNION ALL SELECT max(priority) FROM jobs WHERE state = 'blocked' AND lane = :lane AND id <> :id)"
 )
 SQL_BUMP = "UPDATE jobs SET priority = ?, not_before = ?, updated_at = ? WHERE id = ? RETURNING *"
-SQL_STATE = "UPDATE jobs SET state = ?, updated_at = ? WHERE id = ? RETURNING *"
+SQL_STATE = "UPDATE jobs SET state = ?, wait_reason = NULL, updated_at = ? WHERE id = ? RETURNING *"
+# The waiting jobs of a gate a machine can never meet (Gates.never): held, with why.
+# Queued ones by jobs_gated, held ones by jobs_held (partial indexes: a reload
+# or a `lane set` on a queue of a million jobs reads only these).
+SQL_NEVER = ("SELECT id, state, attempts FROM jobs INDEXED BY jobs_gated WHERE state = 'queued' AND gate = :gate"
+             " AND (:lane IS NULL OR lane = :lane) AND (:place IS NULL OR place = :place)"
+             " UNION ALL SELECT id, state, attempts FROM jobs INDEXED BY jobs_held WHERE state = 'held'"
+             " AND gate = :gate AND (:lane IS NULL OR lane = :lane) AND (:place IS NULL OR place = :place)")
+SQL_HOLD_WHY = "UPDATE jobs SET state = 'held', wait_reason = ?, updated_at = ? WHERE id = ?"
+SQL_FORGET_WHY = ("UPDATE jobs INDEXED BY jobs_held SET wait_reason = NULL WHERE state = 'held'"
+                  " AND wait_reason IS NOT NULL AND gate = :gate"
+                  " AND (:lane IS NULL OR lane = :lane) AND (:place IS NULL OR place = :place) RETURNING id")
 SQL_HOLDABLE = "SELECT id FROM jobs WHERE lane = ? AND state IN ('blocked', 'queued') ORDER BY id"
 SQL_RELEASABLE = "SELECT id FROM jobs INDEXED BY jobs_held WHERE lane = ? AND state = 'held' ORDER BY id"
 
@@ -142,6 +153,19 @@ class SqliteEdits:
                 else:
                     out.skipped.append((row["id"], rules.not_editable(row["id"], state, "held").message))
             return out
+
+    def hold_never(self, gate: str, why: str | None, *, lane: str | None, place: str | None) -> list[int]:
+        now = self.clock.now()
+        with self.store.tx() as c:
+            if why is None:
+                rows = c.execute(SQL_FORGET_WHY, {"gate": gate, "lane": lane, "place": place}).fetchall()
+                return sorted(row["id"] for row in rows)
+            rows = c.execute(SQL_NEVER, {"gate": gate, "lane": lane, "place": place}).fetchall()
+            for row in rows:
+                c.execute(SQL_HOLD_WHY, (why, now, row["id"]))
+                if row["state"] == JobState.QUEUED.value:
+                    event(c, row["id"], now, "held", row["attempts"], rules.never_words(why))
+            return sorted(row["id"] for row in rows)
 
     def unhold(self, ids: Sequence[int] | None = None, *, lane: str | None = None) -> Batch:
         now = self.clock.now()

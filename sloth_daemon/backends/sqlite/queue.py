@@ -232,6 +232,11 @@ class SqliteQueue:
         """The distinct gates (checks.gate_json texts) of queued jobs."""
         return self.reads.gates()
 
+    def held_gates(self) -> list[str]:
+        """The distinct gates of held jobs (a scan of them: for a reload or
+        a `lane set`, never a claim)."""
+        return self.reads.held_gates()
+
     def gated_heads(self, gates: Collection[str], *, exclude_lanes: Collection[str] = (),
                     exclude_ids: Collection[int] = (),
                     places: Collection[str] | None = None) -> tuple[list[Job], float | None]:
@@ -433,6 +438,16 @@ class SqliteQueue:
         released. Held already: listed, unchanged; started or finished:
         skipped. Raises JobNotFound, BadRequest."""
         return self.edits.hold(ids, lane=lane)
+
+    def hold_never(self, gate: str, why: str | None, *, lane: str | None = None,
+                   place: str | None = None) -> list[int]:
+        """The queued and held jobs of ``gate`` (of ``lane`` and ``place``
+        when given) that a machine can never run (daemon/worker/gates.py:
+        Gates.never): held, with ``why`` as their ``wait_reason`` (event
+        ``held`` for those that were queued). ``why`` None: they can run
+        again; the held ones that said why forget it (and stay held).
+        Returns the ids of the jobs changed."""
+        return self.edits.hold_never(gate, why, lane=lane, place=place)
 
     def unhold(self, ids: Sequence[int] | None = None, *, lane: str | None = None) -> Batch:
         """`sloth release`: held -> queued, or blocked while a prerequisite is unfinished

@@ -24,6 +24,8 @@ from sloth_daemon.backends.sqlite import pick
 
 
 SQL_BY_ID = "SELECT * FROM jobs WHERE id = ?"
+SQL_HELD_GATES = ("SELECT DISTINCT gate FROM jobs INDEXED BY jobs_held WHERE state = 'held' AND gate IS NOT NULL"
+                  " ORDER BY gate")
 SQL_BUSY_QUEUED = "SELECT 1 FROM jobs INDEXED BY jobs_due WHERE state = 'queued' AND gate IS NULL AND lane = ? LIMIT 1"
 SQL_BUSY_GATED = ("SELECT 1 FROM jobs WHERE state = 'queued' AND gate IS NOT NULL AND lane = ? LIMIT 1")
 SQL_BUSY_BLOCKED = "SELECT 1 FROM jobs INDEXED BY jobs_blocked WHERE state = 'blocked' AND lane = ? LIMIT 1"
@@ -165,6 +167,10 @@ class SqliteReads:
     @reads
     def gates(self) -> list[str]:
         return pick.gates(self.conn)
+
+    @reads
+    def held_gates(self) -> list[str]:
+        return [r[0] for r in self.conn.execute(SQL_HELD_GATES).fetchall()]
 
     @reads
     def gated_heads(self, now: float, gates: Collection[str], *, exclude_lanes: Collection[str] = (),

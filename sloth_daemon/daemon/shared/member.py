@@ -30,9 +30,9 @@ import asyncio
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import psutil
 
@@ -47,6 +47,7 @@ from sloth_daemon.clock import ClockReadings, Clocks
 from sloth_daemon.config import Settings
 from sloth_daemon.errors import SlothError, StorageError
 from sloth_daemon.paths import Paths
+from sloth_daemon.daemon.resources import Resources
 from sloth_daemon.daemon.worker.runs import boot_of, this_host, worker_name
 
 log = logging.getLogger("sloth.shared")
@@ -159,6 +160,7 @@ class Shared:
         self.worker = worker
         worker.queue_time = self.time.now
         worker.after_jump = self.after_jump
+        self.publish(worker.gates.resources)
         self.shipper = LogShipper(self.m.url, self.m.options, worker, log_path, self.settings.log_cap_bytes)
 
     def start(self) -> None:
@@ -172,6 +174,29 @@ class Shared:
 
             self.listener = Listener(self.m.url, self.m.options, on_jobs=self._wake, on_cancel=self._cancelled)
             self._tasks.append(loop.create_task(self.listener.run()))
+
+    def publish(self, resources: Resources) -> None:
+        """Say this machine's resources with its host row (now, and at every
+        refresh), so that another machine refuses a job placed here that
+        could never get what it needs (check_needs). At start and at a reload."""
+        self.m.me = replace(self.m.me, resources=resources.counts())
+        self.refresh()
+
+    def check_needs(self, needs: Mapping[str, int], place: str) -> None:
+        """Refuse (BadRequest) needs that no live machine a job placed at
+        ``place`` may run on ("" anywhere, a host, a tag) could ever meet, by
+        the resources each published. Not judged where a machine did not say
+        (an older daemon) or none is known: it may come later."""
+        if not needs:
+            return
+        hosts = [h for h in self.m.queue.hosts() if h["ago"] < 3 * self.settings.poll_s + 10
+                 and (place in ("", "*") or h["name"] == place or place in h["tags"])]
+        if not hosts or any(h["resources"] is None for h in hosts):
+            return
+        errs = [Resources({k: [str(i) for i in range(n)] for k, n in h["resources"].items()}, detect=list).never(
+                    needs, where=f"machine {h['name']} (as its daemon published)") for h in hosts]
+        if all(e is not None for e in errs):
+            raise errs[0]  # type: ignore[misc]
 
     # ------------------------------------------------------------ the loops
     def refresh(self) -> None:

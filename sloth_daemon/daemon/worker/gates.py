@@ -42,7 +42,7 @@ import logging
 from typing import Any, Collection, Iterable, Mapping
 
 from sloth_daemon.config import Settings
-from sloth_daemon.daemon.conditions import Conditions, kind_of, needs_power
+from sloth_daemon.daemon.conditions import Conditions, Unobservable, kind_of, needs_power
 from sloth_daemon.daemon.resources import Resources, Tokens, needs_of
 from sloth_daemon.daemon.worker.lanes import Lanes
 from sloth_daemon.daemon.worker.runs import Run, RunTable
@@ -62,16 +62,18 @@ class Gates:
 
     def __init__(self, queue: Queue, running: RunTable, lanes: Lanes, settings: Settings,
                  conditions: Conditions, resources: Resources, *, places: list[str] | None,
-                 meta_key: str = "cond_paused") -> None:
+                 host: str | None = None, meta_key: str = "cond_paused") -> None:
+        """``host``: on a shared queue, this machine's name (its jobs are
+        placed there: only it may run them); None: every job is this machine's."""
         self.queue, self.running, self.lanes, self.settings = queue, running, lanes, settings
-        self.conditions, self.resources, self.places = conditions, resources, places
+        self.conditions, self.resources, self.places, self.host = conditions, resources, places, host
         self.told: dict[str, str | None] = {}  # gate -> the reason its jobs were last told
         self.retell = False  # jobs came (a wake): tell every reason again, for those that came since
-        self.lane_reasons: dict[str, str] = {}  # lane -> why its `when` does not hold
         self.watching = False  # a job waits on, or runs under, a condition: look every conditions_check_s
         self.watching_power = False  # ... and one of them is ac or battery (power events: conditions.PowerEvents)
         self.later: float | None = None  # when the first gated job not yet due becomes due (queue clock)
         self.reserved: set[str] = set()  # lanes held for a job waiting for slots (the last pick's)
+        self.impossible: set[tuple[str, str]] = set()  # (gate, lane) of the walk's jobs this machine can never run
         # Look for gated jobs whose lease expired (their holder died with its keeper) although no
         # gated job is queued: set at each clock check (every clock_check_s), not at every claim.
         self.look_expired = True
@@ -84,6 +86,7 @@ class Gates:
         self.settings, self.resources = settings, resources
         self.conditions.max_age_s = settings.conditions_check_s
         self.conditions.forget()
+        self.lanes.held_back = {}  # judged again at the next claim (a lane's `when` may be gone)
 
     # ------------------------------------------------------------ at add
     def check_spec(self, gate_json: str | None, lane: str, cwd: str | None) -> None:
@@ -94,11 +97,83 @@ class Gates:
             return
         gate = self.parse(gate_json)
         self.conditions.observable(gate.get("when", ()), cwd)
-        self.resources.check(needs_of(gate))
+        err = self.never(gate, lane)
+        if err is not None:
+            raise err
+
+    def check_lane(self, lane: str, settings: Settings | None = None) -> None:
+        """Refuse (Unobservable, a BadRequest) a lane whose ``when`` (in
+        ``settings``, else those in force) this machine cannot observe: its
+        jobs would wait for ever. At add, and at a reload (main.py)."""
+        when = (settings or self.settings).lane_when.get(lane)
+        if not when:
+            return
+        try:
+            self.conditions.observable(when)
+        except Unobservable as e:
+            raise Unobservable(f"lane {lane!r} ([lanes.{lane}] when in config.toml): {e.message}",
+                               hint=e.hint) from None
+
+    def never(self, gate: Mapping[str, Any], lane: str) -> BadRequest | None:
+        """Why this machine can never run a job of ``gate`` in ``lane`` as
+        its resources and lanes are now (None: it can, once they are free):
+        the one rule of add (check_spec), of a reload and `lane set`
+        (sweep) and of the claim (a job it holds is never looked at to
+        reserve anything)."""
+        err = self.resources.never(needs_of(gate))
+        if err is not None:
+            return err
         slots, conc = gate.get("slots", 1), self.lanes.concurrency(lane)
         if slots > conc:
-            raise BadRequest(f"--slots {slots}: lane {lane!r} runs {conc} job(s) at once, so it would never start",
-                             hint=f"Give the lane more: `sloth lane set {lane} -c {slots}` (or [lanes] in config).")
+            return BadRequest(f"--slots {slots}: it needs {slots} slots and lane {lane!r} runs {conc} job(s) at once,"
+                              " so it would never start",
+                              hint=f"Give the lane more: `sloth lane set {lane} -c {slots}` (or [lanes] in config).")
+        return None
+
+    def never_job(self, job: Job) -> str | None:
+        """Why this machine can never run ``job`` (None: it can, or another machine may)."""
+        if not job.gate or (self.host is not None and job.place != self.host):
+            return None
+        err = self.never(job.gate, job.lane)
+        return None if err is None else err.message
+
+    def sweep(self, lanes: Iterable[str] | None = None) -> list[str]:
+        """After a reload or a `lane set` (``lanes``: only these lanes'
+        slots changed): hold every queued job of this machine that it can
+        never run now and say why of every held one; a held one that can
+        run again forgets why. Returns what it said, a line per gate and lane."""
+        said = []
+        for text in sorted(set(self.queue.gates()) | set(self.queue.held_gates())):
+            gate = self.parse(text)
+            err = self.resources.never(needs_of(gate))
+            if err is not None:
+                said += self._hold(text, None, err.message)
+                continue
+            if gate.get("slots", 1) <= 1:  # fits every lane: only the resources may have changed
+                said += self._hold(text, None, None) if lanes is None else []
+                continue
+            for lane in sorted(self.lanes.known() if lanes is None else lanes):
+                err = self.never(gate, lane)
+                said += self._hold(text, lane, None if err is None else err.message)
+        return said
+
+    def _hold(self, text: str, lane: str | None, why: str | None) -> list[str]:
+        """Hold the jobs of ``text`` (in ``lane``) that only this machine may
+        run, saying ``why``; None: forget why of the held ones (they can run)."""
+        try:
+            ids = self.queue.hold_never(text, why, lane=lane, place=self.host)
+        except SlothError as e:
+            log.warning("cannot hold jobs that can never run here: %s", e.message)
+            return []
+        if not ids:
+            return []
+        shown = ", ".join(map(str, ids[:10])) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+        one = len(ids) == 1
+        line = (f"held job{'' if one else 's'} {shown}: {why}" if why is not None else
+                f"job{'' if one else 's'} {shown} can run now: `sloth release {ids[0]}{'' if one else ' ...'}`")
+        log.info("%s", line)
+        self.retell = True
+        return [line]
 
     def parse(self, text: str) -> dict[str, Any]:
         hit = self._parsed.get(text)
@@ -109,12 +184,13 @@ class Gates:
     # ------------------------------------------------------------ lanes
     def lanes_waiting(self) -> set[str]:
         """Lanes whose configured conditions do not hold now (left out of claims)."""
-        self.lane_reasons = {}
+        reasons = {}
         for lane, when in self.settings.lane_when.items():
             why = self.conditions.first_reason(when)
             if why is not None:
-                self.lane_reasons[lane] = why
-        return set(self.lane_reasons)
+                reasons[lane] = why
+        self.lanes.held_back = reasons  # said as why its jobs wait (Lanes.why)
+        return set(reasons)
 
     # ------------------------------------------------------------- pick
     def pick(self, blocked: Collection[str],
@@ -123,9 +199,9 @@ class Gates:
         and the lanes reserved for gated jobs waiting for slots (not to be
         claimed from)."""
         texts = self.queue.gates()
-        watched = bool(self.lane_reasons) and self.queue.next_due_at(
-            sorted(self.lane_reasons), places=self.places) is not None  # a lane's `when` holds jobs back
-        power = watched and any(needs_power(self.settings.lane_when.get(ln, ())) for ln in self.lane_reasons)
+        watched = bool(self.lanes.held_back) and self.queue.next_due_at(
+            sorted(self.lanes.held_back), places=self.places) is not None  # a lane's `when` holds jobs back
+        power = watched and any(needs_power(self.settings.lane_when.get(ln, ())) for ln in self.lanes.held_back)
         reasons: dict[str, str | None] = {}
         admitted = []
         for text in texts:
@@ -146,6 +222,11 @@ class Gates:
         heads, self.later = self.queue.gated_heads(admitted, exclude_lanes=blocked, exclude_ids=mine,
                                                    places=self.places)
         choice, self.reserved = self._walk(heads, reasons, {t for t in texts if reasons[t] is not None})
+        for text, lane in sorted(self.impossible):  # released, or queued while this machine had more
+            err = self.never(self.parse(text), lane)
+            if err is not None:
+                self._hold(text, lane, err.message)
+        self.impossible.clear()
         self._tell(reasons)
         return choice, self.reserved
 
@@ -153,12 +234,17 @@ class Gates:
               failed: set[str]) -> tuple[tuple[Job, Tokens | None] | None, set[str]]:
         """Step 3 of the module docstring; ``failed``: gates whose conditions do not hold."""
         free = self.resources.free(self.held())
+        idle = {name: list(toks) for name, toks in free.items()}  # free before any is kept for a job
         used = self.running.slots_in_use()
         reserved: set[str] = set()
         for job in heads:
             gate = job.gate or {}
             text = dumps(gate, compact=True)  # as checks.gate_json stored it
             if job.lane in reserved or text in failed:  # failed: an expired lease of a gate that does not hold
+                continue
+            if self.never(gate, job.lane) is not None:  # it reserves nothing; held if only this machine may run it
+                if self.host is None or job.place == self.host:
+                    self.impossible.add((text, job.lane))
                 continue
             judged = text in reasons  # else an expired lease's gate no queued job has: judged whole here
             why = self.conditions.first_reason([c for c in gate.get("when", ()) if not judged or kind_of(c) == "disk"],
@@ -173,7 +259,7 @@ class Gates:
                                  f" ({max(conc - used.get(job.lane, 0), 0)} of {conc} free)")
                 continue
             needs = needs_of(gate)
-            short = self.resources.shortage(needs, free) if needs else ""
+            short = self.resources.shortage(needs, free, idle) if needs else ""
             got = self.resources.take(needs, free) if needs else {}
             if got is None:
                 reasons[text] = short
@@ -246,5 +332,5 @@ class Gates:
 
     def status(self) -> dict[str, Any]:
         return {"watching": self.watching, "check_s": self.settings.conditions_check_s,
-                "waiting": {k: v for k, v in self.told.items() if v}, "lanes": dict(self.lane_reasons),
+                "waiting": {k: v for k, v in self.told.items() if v}, "lanes": dict(self.lanes.held_back),
                 "resources": self.resources.status(self.held()), "looks": self.conditions.looks}

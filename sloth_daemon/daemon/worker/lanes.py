@@ -15,7 +15,7 @@ ones (a typo must not pause nothing and say "paused").
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Collection, Iterable, Mapping
 
 from sloth_daemon.checks import MAX_CONCURRENCY
 from sloth_daemon.config import Settings
@@ -52,6 +52,7 @@ class Lanes:
         self.paused_all = bool(queue.get_meta(self.keys[0], False))
         self.paused: set[str] = set(queue.get_meta(self.keys[1], []))
         self.overrides: dict[str, int] = {}
+        self.held_back: dict[str, str] = {}  # lane -> why its `when` does not hold now (gates.py)
         if read_only:
             self.overrides = overrides_in_force(queue.lane_rows(), settings)[0]
         else:
@@ -86,6 +87,19 @@ class Lanes:
 
     def is_paused(self, lane: str) -> bool:
         return self.paused_all or lane in self.paused
+
+    def why(self, lane: str) -> str | None:
+        """Why the queued jobs of ``lane`` do not start, whatever each job
+        asks: paused, or its `when` does not hold (None: nothing of the lane)."""
+        return paused_why(lane, self.paused_all, self.paused) or (
+            f"lane {lane}: {self.held_back[lane]}" if lane in self.held_back else None)
+
+    def explain(self, jobs: Iterable[dict[str, Any]]) -> None:
+        """Say in each queued job's ``wait_reason`` why its lane holds it
+        back (before the job's own reason: the lane is the first obstacle).
+        What ls, show and --json show, from the daemon or read from the file."""
+        if self.paused_all or self.paused or self.held_back:
+            explain(jobs, self.why)
 
     def known(self) -> list[str]:
         """Every lane that exists (see the module docstring); ``default`` always does."""
@@ -165,6 +179,20 @@ class Lanes:
         self.overrides.pop(lane, None)
         if lane in self.paused:
             self.resume(lane)
+
+
+def paused_why(lane: str, paused_all: bool, paused: Collection[str]) -> str | None:
+    """``paused`` as why a queued job waits (the whole queue, or its lane)."""
+    if paused_all:
+        return "paused"
+    return f"paused (lane {lane})" if lane in paused else None
+
+
+def explain(jobs: Iterable[dict[str, Any]], why: Callable[[str], str | None]) -> None:
+    """Each queued job's ``wait_reason`` set to ``why(lane)`` where that says something."""
+    for job in jobs:
+        if job["state"] == "queued" and (said := why(job["lane"])) is not None:
+            job["wait_reason"] = said
 
 
 def lane_table(lanes: Any, names: Iterable[str], running: Mapping[str, int],

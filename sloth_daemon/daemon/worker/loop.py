@@ -117,6 +117,7 @@ class Worker:
         self.gates = Gates(queue, self.running, self.lanes, settings,
                            conditions or Conditions(max_age_s=settings.conditions_check_s),
                            resources or Resources(settings.resources), places=self.places,
+                           host=None if places is None else self.host,
                            meta_key="cond_paused" if places is None else f"cond_paused@{self.host}")
         self._next_look = first.awake  # conditions: looked at again from then, while watched (gates.py)
         self.power_events = PowerEvents(lambda: self.conditions_changed(["power"]))
@@ -599,7 +600,9 @@ class Worker:
         return done
 
     def set_lane(self, lane: str, concurrency: int, *, create: bool = False) -> dict[str, Any]:
-        return self.actions.set_lane(lane, concurrency, create=create)
+        """`sloth lane set`; ``held``: what it held, as jobs that need more slots than the lane now has."""
+        out = self.actions.set_lane(lane, concurrency, create=create)
+        return {**out, "held": self.gates.sweep([lane]) if concurrency else []}
 
     def remove_lane(self, lane: str) -> None:
         self.actions.remove_lane(lane)
@@ -607,12 +610,14 @@ class Worker:
     def apply_settings(self, settings: Settings) -> list[str]:
         """A config reload: new jobs get the new defaults, the next claim,
         heartbeat, kill or prune the new limits. Returns notes on lanes whose
-        `sloth lane set` value the new config replaces."""
+        `sloth lane set` value the new config replaces and on jobs it held
+        because this machine can no longer run them (Gates.sweep)."""
         self.settings = settings
         self.queue.lease_s, self.queue.max_attempts = settings.lease_s, settings.max_attempts
         self.queue.backoff_cap_s = settings.backoff_cap_s
         notes = self.lanes.reload(settings)
         self.gates.reload(settings, Resources(settings.resources))
+        notes += self.gates.sweep()  # what the new resources or lanes can never run: held, and said
         self.pipeline.take_back()  # lanes may have changed
         self.wake()
         return notes

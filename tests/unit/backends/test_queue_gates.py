@@ -113,3 +113,26 @@ def test_bad_gates_are_refused_and_nothing_is_queued(q, spec, words):
         q.enqueue_many([{"command": ["x"], **spec}])
     assert words in str(e.value.message), e.value.message
     assert q.counts()["queued"] == 0
+
+
+def test_hold_never_holds_a_gates_waiting_jobs_with_why_and_forgets_it_when_told(q, clock):
+    """Issue 28, items 1-3: the jobs of a gate a machine can never meet
+    (of a lane, of a place) are held with why, queued and held alike (an
+    event for those that were queued); told None, the held ones forget it."""
+    big = '{"needs":{"gpu":2}}'
+    a, b, other_lane, elsewhere, user_held = q.enqueue_many([
+        {"command": ["a"], "needs": {"gpu": 2}}, {"command": ["b"], "needs": {"gpu": 2}},
+        {"command": ["c"], "needs": {"gpu": 2}, "lane": "x"}, {"command": ["d"], "needs": {"gpu": 2}, "place": "m2"},
+        {"command": ["e"], "needs": {"gpu": 2}}])
+    q.hold([user_held])
+    assert q.held_gates() == [big]
+    assert q.hold_never(big, "no", lane="default", place="") == [a, b, user_held]
+    assert [q.get(j).state for j in (a, b, other_lane, elsewhere)] == [JobState.HELD, JobState.HELD,
+                                                                       JobState.QUEUED, JobState.QUEUED]
+    assert q.get(a).wait_reason == "no" and q.get(user_held).wait_reason == "no"
+    assert q.events(a)[-1].kind == "held" and "no" in q.events(a)[-1].message
+    assert [e.kind for e in q.events(user_held)].count("held") == 1  # held already: no second event
+    assert q.hold_never(big, None, lane=None, place=None) == [a, b, user_held]
+    assert q.get(a).state == JobState.HELD and q.get(a).wait_reason is None
+    q.unhold([b])  # a release clears a reason too
+    assert q.get(b).state == JobState.QUEUED and q.get(b).wait_reason is None

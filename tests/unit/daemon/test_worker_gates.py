@@ -113,6 +113,8 @@ def test_a_big_job_reserves_the_free_tokens_so_small_ones_behind_it_wait(env):
     w.turn()
     assert started(sp) == [first], "gpu 2 is free, but the older big job waits for it"
     assert q.get(big).wait_reason == "waiting for gpu: 2 wanted, 1 of 3 free"
+    # status says gpu 2 is free; the small job says why it does not take it (issue 28, item 1)
+    assert q.get(small).wait_reason == "waiting for gpu: 1 wanted, 0 of 3 free (1 kept for a job before it)"
     sp.exit(first, 0)
     w.turn()
     w.turn()
@@ -212,3 +214,34 @@ def test_a_job_queued_later_behind_the_same_gate_is_told_why_it_waits(env):
     w.wake()
     w.turn()
     assert q.get(late).wait_reason == "waiting for gpu: 1 wanted, 0 of 1 free"
+
+
+def test_a_job_this_machine_can_never_run_reserves_nothing_and_is_held_with_why(env):
+    """Issue 28, items 1-3: a two-gpu job on a one-gpu machine (queued
+    behind add's back: by another machine, or before a reload) is held at
+    the claim, saying why; the one-gpu jobs behind it run. A lane's slots
+    are judged alike."""
+    w, q, sp, m = env(resources={"gpu": ("0",)})
+    big, small = q.enqueue_many([{"command": ["big"], "needs": {"gpu": 2}, "priority": 9},
+                                 {"command": ["small"], "needs": {"gpu": 1}}])
+    wide = q.enqueue_many([{"command": ["wide"], "slots": 5}])[0]
+    w.wake()
+    w.turn()
+    assert started(sp) == [small]  # big reserved nothing
+    assert q.get(big).state.value == "held" and "has 1 gpu token" in (q.get(big).wait_reason or "")
+    assert q.get(wide).state.value == "held" and "runs 4 job(s) at once" in (q.get(wide).wait_reason or "")
+    assert [e.kind for e in q.events(big)][-1] == "held"
+
+
+def test_a_reload_sweeps_what_it_made_impossible_and_forgets_why_when_it_fits_again(env):
+    w, q, sp, m = env(resources={"gpu": ("0", "1")})
+    w.pause(None)
+    (big,) = q.enqueue_many([{"command": ["big"], "needs": {"gpu": 2}}])
+    notes = w.apply_settings(Settings(lease_s=30.0, clock_check_s=1000.0, default_concurrency=4,
+                                      resources={"gpu": ("0",)}))
+    assert notes == [f"held job {big}: --needs gpu=2: this machine has 1 gpu token(s)"]
+    assert q.get(big).state.value == "held"
+    notes = w.apply_settings(Settings(lease_s=30.0, clock_check_s=1000.0, default_concurrency=4,
+                                      resources={"gpu": ("0", "1")}))
+    assert notes == [f"job {big} can run now: `sloth release {big}`"]
+    assert q.get(big).state.value == "held" and q.get(big).wait_reason is None
