@@ -143,13 +143,14 @@ def caller_cwd(cwd: Optional[StrPath]) -> str:
 
 
 def lines_as_jobs(data: bytes, source: str) -> tuple[list[dict[str, Any]], Callable[[int], str]]:
-    """One job per non-blank line, and where each came from ("line 7 of --stdin")."""
+    """One job per non-blank line (a backslash at its end continues it, as
+    in sh), and where each came from ("line 7 of --stdin")."""
+    from sloth_daemon.cli.shcheck import logical_lines
     from sloth_daemon.cli.shellwords import line_job
 
     # Bytes that are not UTF-8 pass through as in argv (surrogateescape), not a traceback.
     text = data.decode("utf-8", "surrogateescape")
-    numbered = [(n, ln) for n, ln in enumerate(text.splitlines(), 1)
-                if ln.strip() and not ln.lstrip().startswith("#")]
+    numbered = [(n, ln) for n, ln in logical_lines(text) if ln.strip() and not ln.lstrip().startswith("#")]
     if not numbered:
         raise errors.BadRequest("no commands on input (one per line)")
     return [line_job(ln) for _, ln in numbered], lambda i: f"line {numbered[i][0]} of {source}"

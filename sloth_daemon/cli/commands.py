@@ -194,8 +194,8 @@ COMMANDS: tuple[Command, ...] = (
         _JOB_LABEL,
         _JOB_CWD,
         Option("shell", "--shell -s", FLAG, False, "Run the command through /bin/sh -c (checked with sh -n first)."),
-        Option("stdin", "--stdin", FLAG, False, "Read many commands, one shell line each, from stdin; every line is "
-               "checked (sh -n) before any is queued."),
+        Option("stdin", "--stdin", FLAG, False, "Read many commands, one shell line each (a trailing \\ continues "
+               "it), from stdin; every line is checked (sh -n) before any is queued."),
         Option("from_file", "--file -f", PATH, None, "Like --stdin but from a file."),
         Option("after", "--after", LIST, None, "Run once these jobs are done (ids, e.g. 12,13; at most 1000); "
                "cancelled if one fails.", complete=IDS),

@@ -84,6 +84,49 @@ def closed(line: str) -> bool:
     return not stack
 
 
+def continues(line: str) -> bool:
+    """True if ``line`` ends in a backslash that joins the next line to it
+    (sh's line continuation): one not itself escaped, not between single
+    quotes, not in a comment."""
+    if not line.endswith("\\"):
+        return False
+    quote, i, n = "", 0, len(line)
+    while i < n:
+        c = line[i]
+        if quote == "'":
+            quote = "" if c == "'" else quote
+        elif c == "\\":
+            if i == n - 1:
+                return True
+            i += 1
+        elif c == '"':
+            quote = "" if quote else '"'
+        elif c == "'" and not quote:
+            quote = "'"
+        elif c == "#" and not quote and (i == 0 or line[i - 1] in _WORD_START):
+            return False
+        i += 1
+    return False
+
+
+def logical_lines(text: str) -> list[tuple[int, str]]:
+    """The lines of ``text`` as sh reads a script: a line that a backslash
+    continues is one with the next (the backslash and the line break go,
+    as in sh), numbered by its first line."""
+    out: list[tuple[int, str]] = []
+    start, parts = 0, []
+    for n, ln in enumerate(text.splitlines(), 1):
+        start = start or n
+        if continues(ln):
+            parts.append(ln[:-1])
+            continue
+        out.append((start, "".join(parts) + ln))
+        start, parts = 0, []
+    if parts:  # the last line continued into the end of the input
+        out.append((start, "".join(parts)))
+    return out
+
+
 def first_error(lines: Sequence[str]) -> Optional[tuple[int, str]]:
     """(index, sh's message) of a line that does not parse on its own, or
     None if every one does."""
