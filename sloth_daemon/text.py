@@ -108,6 +108,29 @@ def showable(s: str) -> str:
     return re.sub(_UNSHOWABLE, _escape, s)
 
 
+# The only escape sequences a line may keep on its way out, and only where
+# sloth colours (render.paint): a foreground colour or its reset. They can
+# change a colour, never move the cursor, title a window or query the terminal.
+_OWN_COLOUR = "\x1b\\[(?:0|3[0-7]|9[0-7])m"
+
+
+def for_terminal(s: str, *, colours: bool = False) -> str:
+    """``s`` as it may reach a terminal: the one rule every line the CLI
+    writes goes through (cli/edge.py's echo, the live lines of `wait` and
+    `ls --watch`), whoever wrote the text in it -- a user, another machine,
+    a driver. Line breaks stay; every other control, separator, bidi mark
+    and byte that was not UTF-8 is escaped as :func:`showable` escapes it,
+    escape sequences too, except, with ``colours``, sloth's own colours."""
+    if s.isascii() and s.replace("\n", "").isprintable():  # nearly every line: no re to import
+        return s
+    if not colours:
+        return "\n".join(showable(ln) for ln in s.split("\n"))
+    import re
+
+    kept = re.split(f"({_OWN_COLOUR})", s)  # odd items: the colour sequences
+    return "".join(p if i % 2 else for_terminal(p) for i, p in enumerate(kept))
+
+
 def shell_command(*words: object) -> str:
     """``words`` as one command to paste into a shell, each quoted as sh
     needs (a lane or a path a user chose stays one word and runs nothing).

@@ -37,7 +37,7 @@ def _version(value: bool) -> None:
     if value:
         from sloth_daemon import __version__
 
-        typer.echo(f"sloth {__version__}")
+        edge.echo(f"sloth {__version__}")
         raise typer.Exit()
 
 
