@@ -53,7 +53,8 @@ def test_no_command_writes_a_hostile_name_raw_to_the_terminal(harness, home):
                  ("schedule", "ls"), ("schedule", "show", "nightly"), ("schedule", "show", EVIL),
                  ("schedule", "pause", EVIL), ("schedule", "resume", EVIL), ("schedule", "rm", EVIL),
                  ("pause", "no" + EVIL), ("lane", "rm", EVIL), ("edit", str(jid), "--label", EVIL + "2"),
-                 ("cancel", str(jid)), ("lane", "rm", "gone" + EVIL), ("wait", str(jid)), ("ls", "--lane", EVIL)):
+                 ("cancel", str(jid)), ("lane", "rm", "gone" + EVIL), ("wait", str(jid)), ("ls", "--lane", EVIL),
+                 ("ls", "--st" + EVIL), (EVIL,), ("lane", "set", "x", "-c", EVIL), ("show", EVIL)):
         run(*args)
     for args, code, out in runs:
         assert code != 1 or "internal error" not in out, (args, out)
