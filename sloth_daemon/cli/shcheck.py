@@ -168,13 +168,14 @@ def _confirmed(lines: Sequence[str], together: list[int], msg: str) -> Optional[
     return None  # each parses alone: as each runs alone, each is fine
 
 
-def parse_error(script: str) -> Optional[str]:
-    """sh's complaint about ``script`` (read with -n: nothing runs), or None."""
+def parse_error(script: str, sh: str = SH) -> Optional[str]:
+    """The complaint of the shell ``sh`` about ``script`` (read with -n:
+    nothing runs), or None."""
     data = (script if script.endswith("\n") else script + "\n").encode("utf-8", "surrogateescape")
     in_r, in_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
-        pid = os.posix_spawn(SH, [SH, "-n"], dict(os.environ), file_actions=[
+        pid = os.posix_spawn(sh, [sh, "-n"], dict(os.environ), file_actions=[
             (os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, err_w, 2),
             (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
             (os.POSIX_SPAWN_CLOSE, in_w), (os.POSIX_SPAWN_CLOSE, err_r)])
@@ -200,7 +201,7 @@ def parse_error(script: str) -> Optional[str]:
     if os.waitstatus_to_exitcode(status) == 0:
         return None
     said = b"".join(chunks).decode("utf-8", "replace").strip().splitlines()
-    return said[0] if said else f"{SH} -n exited {os.waitstatus_to_exitcode(status)}"
+    return said[0] if said else f"{sh} -n exited {os.waitstatus_to_exitcode(status)}"
 
 
 def _function_of(msg: str, count: int) -> Optional[int]:
@@ -220,3 +221,48 @@ def message(msg: str) -> str:
     import re
 
     return re.sub(r"^[^:]*: (?:line )?[0-9]+: ", "", msg)
+
+
+# The shells whose `-c` script is read with their own -n before it is queued.
+SHELLS = frozenset({"sh", "bash", "dash", "ksh", "zsh"})
+
+
+def shell_script(argv: Sequence[str]) -> Optional[tuple[str, str]]:
+    """(the shell's path, the script) of ``sh -c SCRIPT`` in any of its
+    forms (``bash -lc``, ``bash -e -o pipefail -c``, ``/bin/sh -c``); None
+    for any other command, or a shell that is not here (the job says so
+    when it runs)."""
+    if not argv or os.path.basename(argv[0]) not in SHELLS:
+        return None
+    i, script = 1, False
+    while i < len(argv) and argv[i][:1] in "-+" and len(argv[i]) > 1 and argv[i] != "--":
+        word = argv[i]
+        if not word.startswith("--"):  # --norc, --login: no value
+            script = script or (word[0] == "-" and "c" in word)
+            i += "o" in word  # -o pipefail, +o: the option's value is the next word
+        i += 1
+    if not script or i >= len(argv):
+        return None
+    path = program_path(argv[0])
+    return (path, argv[i]) if path is not None else None
+
+
+def program_path(word: str, env: Optional[dict[str, str]] = None) -> Optional[str]:
+    """The file ``word`` runs as a program (a path, or looked up in PATH), or None."""
+    if "/" in word:
+        return word if os.path.isfile(word) else None
+    for folder in (env or os.environ).get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(folder or ".", word)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+_SHELL_TEXT = frozenset(" \t\n|;&<>$`()")
+
+
+def is_shell_line(word: str) -> bool:
+    """True if ``word``, given as a program, is a shell line instead (``ls |
+    wc -l``, ``make && make install``, ``echo $HOME``): it holds a blank or
+    shell syntax, and no program has that name."""
+    return any(c in _SHELL_TEXT for c in word) and program_path(word) is None

@@ -6,6 +6,9 @@ is refused with the fix; the script of `sh -c`/`bash -c` is checked as a
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from sloth_daemon.errors import EXIT_USAGE
@@ -35,3 +38,55 @@ def test_a_continuation_that_opens_a_quote_is_named_by_its_first_line(harness, h
     p = harness.cli("add", "--stdin", input='true\necho "a \\\nb\n')
     assert p.returncode == EXIT_USAGE and "line 2 of --stdin" in p.stderr, p.stderr
     assert harness.cli_json("ls")["total"] == 0
+
+
+REPORT = """
+import atexit, os, sys
+atexit.register(lambda: open(os.environ["REPORT"], "w").write(
+    "typer" if "sloth_daemon.cli.full" in sys.modules else "fast"))
+"""
+FAST = REPORT + "from sloth_daemon.cli import main; main()"  # the fast path takes `add -- CMD`
+TYPER = REPORT + "from sloth_daemon.cli.full import main; main()"
+
+
+def both_readers(h, home, *args: str) -> tuple[int, str]:
+    """``sloth ARGS`` through the fast path and through Typer: the same exit code and words, or the test fails."""
+    said = []
+    for code, path in ((FAST, "fast"), (TYPER, "typer")):
+        env = dict(h.env, REPORT=str(home / "report"))
+        p = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
+                           timeout=60, cwd=str(home))
+        assert (home / "report").read_text() == path
+        said.append((p.returncode, p.stdout, p.stderr))
+    assert said[0] == said[1], said
+    return said[0][0], said[0][2]
+
+
+@pytest.mark.parametrize("cmd, words", [
+    (["ls | wc -l"], ["shell line given as one word", "sloth add --shell -- 'ls | wc -l'"]),
+    (["make && make install"], ["shell line", "--shell"]),
+    (["echo $HOME > out.txt"], ["shell line", "--shell"]),
+    (["python3 train.py", "--epochs", "3"], ["shell line", "sloth add -- python3 train.py --epochs 3"]),
+    (["sh", "-c", "for f in *; do echo"], ["sh can read", "expecting \"done\""]),
+    (["bash", "-e", "-o", "pipefail", "-c", "a=(1 2; echo"], ["bash can read", "unexpected token"]),
+    (["/bin/sh", "-ec", "echo 'open"], ["sh can read", "Unterminated quoted string"]),
+])
+def test_shell_text_without_shell_is_refused_with_the_fix(harness, home, cmd, words):
+    harness.start()
+    code, err = both_readers(harness, home, "add", "--", *cmd)
+    assert code == EXIT_USAGE and "nothing was queued" in err, err
+    for w in words:
+        assert w in err, err
+    assert harness.cli_json("ls")["total"] == 0
+
+
+def test_what_is_a_program_or_a_good_script_is_queued_and_runs(harness, home):
+    harness.start()
+    odd = home / "my tool"  # a program whose name has a blank: it exists, so it is one
+    odd.write_text("#!/bin/sh\necho odd\n")
+    odd.chmod(0o755)
+    ids = [harness.cli_json("add", "--", *cmd)["ids"][0] for cmd in (
+        [str(odd)], ["sh", "-c", "for f in a b; do echo $f; done"], ["bash", "-lc", "a=(1 2); echo ${a[1]}"],
+        ["echo", "a | b"])]
+    harness.cli("wait", *map(str, ids), check=True)
+    assert [harness.cli("logs", str(i), check=True).stdout for i in ids] == ["odd\n", "a\nb\n", "2\n", "a | b\n"]
