@@ -48,11 +48,12 @@ def test_no_command_writes_a_hostile_name_raw_to_the_terminal(harness, home):
     run("schedule", "add", "nightly", "--every", "1h", "--lane", EVIL, "--", "printf", EVIL)
     run("schedule", "add", EVIL, "--every", "1h", "--", "true")
     for args in (("status",), ("lane", "ls"), ("ls",), ("ls", "--all"), ("show", str(jid)), ("show",),
+                 ("edit", str(jid), "--label", EVIL + "2"),
                  ("pause", EVIL), ("resume", EVIL), ("hold", "--lane", EVIL), ("release", "--lane", EVIL),
                  ("hold", "--lane", EVIL), ("lane", "set", EVIL, "-c", "2"), ("config",), ("daemon", "status"),
                  ("schedule", "ls"), ("schedule", "show", "nightly"), ("schedule", "show", EVIL),
                  ("schedule", "pause", EVIL), ("schedule", "resume", EVIL), ("schedule", "rm", EVIL),
-                 ("pause", "no" + EVIL), ("lane", "rm", EVIL), ("edit", str(jid), "--label", EVIL + "2"),
+                 ("pause", "no" + EVIL), ("lane", "rm", EVIL),
                  ("cancel", str(jid)), ("lane", "rm", "gone" + EVIL), ("wait", str(jid)), ("ls", "--lane", EVIL),
                  ("ls", "--st" + EVIL), (EVIL,), ("lane", "set", "x", "-c", EVIL), ("show", EVIL)):
         run(*args)
