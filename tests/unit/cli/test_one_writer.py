@@ -43,3 +43,15 @@ def test_for_terminal_keeps_lines_and_own_colours_and_escapes_the_rest():
     painted = "\x1b[36mrunning\x1b[0m  x\x1b[8my\x1b[2Jz"
     assert for_terminal(painted, colours=True) == "\x1b[36mrunning\x1b[0m  x\\x1b[8my\\x1b[2Jz"
     assert for_terminal(painted) == "\\x1b[36mrunning\\x1b[0m  x\\x1b[8my\\x1b[2Jz"
+
+
+def test_near_offers_only_a_slip_of_the_word():
+    from sloth_daemon.text import near
+
+    assert near("--shell", ["--help", "--lane"]) == []          # click offered --help
+    assert near("--at", ["--lane", "--tz", "--every"]) == []    # click offered --lane, --tz
+    assert near("--prority", ["--priority", "--lane"]) == ["--priority"]
+    assert near("--lable", ["--label", "--lane"]) == ["--label"]  # two letters swapped
+    assert near("stauts", ["status", "restart", "start"]) == ["status"]  # the closest only
+    assert near("--stat", ["--state", "--host", "--watch"]) == ["--state"]  # its start
+    assert near("max_atempts", ["max_attempts", "lease_s"]) == ["max_attempts"]
