@@ -116,24 +116,29 @@ def showable(s: str) -> str:
 # The only escape sequences a line may keep on its way out, and only where
 # sloth colours (render.paint): a foreground colour or its reset. They can
 # change a colour, never move the cursor, title a window or query the terminal.
-_OWN_COLOUR = "\x1b\\[(?:0|3[0-7]|9[0-7])m"
+_OWN_COLOURS = frozenset({"0", *(f"3{i}" for i in range(8)), *(f"9{i}" for i in range(8))})
 
 
 def for_terminal(s: str, *, colours: bool = False) -> str:
     """``s`` as it may reach a terminal: the one rule every line the CLI
     writes goes through (cli/edge.py's echo, the live lines of `wait` and
-    `ls --watch`), whoever wrote the text in it -- a user, another machine,
-    a driver. Line breaks stay; every other control, separator, bidi mark
-    and byte that was not UTF-8 is escaped as :func:`showable` escapes it,
-    escape sequences too, except, with ``colours``, sloth's own colours."""
-    if s.isascii() and s.replace("\n", "").isprintable():  # nearly every line: no re to import
+    `ls --watch`, click's usage errors), whoever wrote the text in it -- a
+    user, another machine, a driver. Line breaks stay; every other control,
+    separator, bidi mark and byte that was not UTF-8 is escaped as
+    :func:`showable` escapes it, escape sequences too, except, with
+    ``colours``, sloth's own colours (``ESC [ 36 m``). Without re, as
+    every `sloth ls` prints through it."""
+    if s.replace("\n", "").isprintable():  # nearly every text (str.isprintable is False for all we escape)
         return s
-    if not colours:
-        return "\n".join(showable(ln) for ln in s.split("\n"))
-    import re
-
-    kept = re.split(f"({_OWN_COLOUR})", s)  # odd items: the colour sequences
-    return "".join(p if i % 2 else for_terminal(p) for i, p in enumerate(kept))
+    if colours and "\x1b[" in s:
+        first, *rest = s.split("\x1b[")
+        out = [for_terminal(first)]
+        for part in rest:
+            code, m, after = part.partition("m")
+            own = m and code in _OWN_COLOURS
+            out.append("\x1b[" + code + "m" + for_terminal(after) if own else for_terminal("\x1b[" + part))
+        return "".join(out)
+    return "\n".join(ln if ln.isprintable() else showable(ln) for ln in s.split("\n"))
 
 
 def shell_command(*words: object) -> str:
