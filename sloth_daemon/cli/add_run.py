@@ -174,18 +174,19 @@ def submit(jobs: list[dict[str, Any]], common: dict[str, Any], *, no_start: bool
     from sloth_daemon.cli import submit as sub
 
     sub.check(jobs, common, where=where)
-    check_shell(jobs, where)
+    check_shell(jobs, where, cwd=common["cwd"])
     parts = sub.frames(jobs, common, where=where)
     res = sub.submit(jobs, common, parts, lambda: connect_or_start(no_start))
     opts.tell_new_lanes(res)
     return list(res["ids"])
 
 
-def check_shell(jobs: list[dict[str, Any]], where: Callable[[int], str], nothing: str = "nothing was queued") -> None:
+def check_shell(jobs: list[dict[str, Any]], where: Callable[[int], str], nothing: str = "nothing was queued",
+                cwd: Optional[str] = None) -> None:
     """Every job's shell text parses (`sh -n`, nothing runs: shcheck.py):
     each --shell line, and the script of each ``sh -c``/``bash -c`` with
     that shell's own -n; and no job's program is a shell line, which would
-    be looked up as a program of that name and fail. Else none is queued,
+    be looked up as a program of that name (in ``cwd``, the jobs' folder) and fail. Else none is queued,
     and the job that is wrong is named."""
     from sloth_daemon.cli import shcheck
 
@@ -196,9 +197,9 @@ def check_shell(jobs: list[dict[str, Any]], where: Callable[[int], str], nothing
                    many=len(jobs) > 1)
     for i, job in enumerate(jobs):
         argv = job["command"] if not job.get("shell") else []
-        if argv and shcheck.is_shell_line(argv[0]):
+        if argv and shcheck.is_shell_line(argv[0], cwd):
             _a_shell_line(where(i), argv, nothing)
-        found = shcheck.shell_script(argv)
+        found = shcheck.shell_script(argv, cwd)
         if found is not None and (said := shcheck.parse_error(found[1], found[0])) is not None:
             _not_shell(where(i), found[0], found[1], said, nothing, many=len(jobs) > 1)
 

@@ -227,7 +227,7 @@ def message(msg: str) -> str:
 SHELLS = frozenset({"sh", "bash", "dash", "ksh", "zsh"})
 
 
-def shell_script(argv: Sequence[str]) -> Optional[tuple[str, str]]:
+def shell_script(argv: Sequence[str], cwd: Optional[str] = None) -> Optional[tuple[str, str]]:
     """(the shell's path, the script) of ``sh -c SCRIPT`` in any of its
     forms (``bash -lc``, ``bash -e -o pipefail -c``, ``/bin/sh -c``); None
     for any other command, or a shell that is not here (the job says so
@@ -243,15 +243,17 @@ def shell_script(argv: Sequence[str]) -> Optional[tuple[str, str]]:
         i += 1
     if not script or i >= len(argv):
         return None
-    path = program_path(argv[0])
+    path = program_path(argv[0], cwd)
     return (path, argv[i]) if path is not None else None
 
 
-def program_path(word: str, env: Optional[dict[str, str]] = None) -> Optional[str]:
-    """The file ``word`` runs as a program (a path, or looked up in PATH), or None."""
+def program_path(word: str, cwd: Optional[str] = None) -> Optional[str]:
+    """The file ``word`` runs as a program, run in ``cwd`` (a path, from
+    there; or looked up in PATH, which a job takes from `sloth add`), or None."""
     if "/" in word:
-        return word if os.path.isfile(word) else None
-    for folder in (env or os.environ).get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(cwd or ".", word)
+        return path if os.path.isfile(path) else None
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
         path = os.path.join(folder or ".", word)
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
@@ -261,8 +263,8 @@ def program_path(word: str, env: Optional[dict[str, str]] = None) -> Optional[st
 _SHELL_TEXT = frozenset(" \t\n|;&<>$`()")
 
 
-def is_shell_line(word: str) -> bool:
+def is_shell_line(word: str, cwd: Optional[str] = None) -> bool:
     """True if ``word``, given as a program, is a shell line instead (``ls |
     wc -l``, ``make && make install``, ``echo $HOME``): it holds a blank or
     shell syntax, and no program has that name."""
-    return any(c in _SHELL_TEXT for c in word) and program_path(word) is None
+    return any(c in _SHELL_TEXT for c in word) and program_path(word, cwd) is None

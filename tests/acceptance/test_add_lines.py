@@ -88,5 +88,9 @@ def test_what_is_a_program_or_a_good_script_is_queued_and_runs(harness, home):
     ids = [harness.cli_json("add", "--", *cmd)["ids"][0] for cmd in (
         [str(odd)], ["sh", "-c", "for f in a b; do echo $f; done"], ["bash", "-lc", "a=(1 2); echo ${a[1]}"],
         ["echo", "a | b"])]
+    elsewhere = home / "elsewhere"
+    elsewhere.mkdir()  # run from another folder, the job's own folder given: its program is looked for there
+    ids += harness.cli_json("add", "--cwd", str(home), "--", "./my tool", cwd=elsewhere)["ids"]
     harness.cli("wait", *map(str, ids), check=True)
-    assert [harness.cli("logs", str(i), check=True).stdout for i in ids] == ["odd\n", "a\nb\n", "2\n", "a | b\n"]
+    out = [harness.cli("logs", str(i), check=True).stdout for i in ids]
+    assert out == ["odd\n", "a\nb\n", "2\n", "a | b\n", "odd\n"], out
