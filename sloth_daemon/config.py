@@ -185,11 +185,12 @@ def _lane_table(path: Path, lane: str, table: dict[str, Any]) -> tuple[dict[str,
 
 
 def _did_you_mean(key: str) -> str:
-    """``; did you mean max_attempts?`` for ``max_atempts`` (difflib), or ""."""
-    import difflib
+    """``; did you mean max_attempts?`` for ``max_atempts`` (text.near: the
+    CLI's rule for a mistyped word), or ""."""
+    from sloth_daemon.text import near
 
-    near = difflib.get_close_matches(str(key), [*SETTING_NAMES, "lanes"], n=1, cutoff=0.7)
-    return f"; did you mean {near[0]}?" if near else ""
+    close = near(str(key), [*SETTING_NAMES, "lanes"])
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def _lanes(path: Path, raw: Any) -> dict[str, int]:

@@ -5,7 +5,11 @@ the bytes that are not UTF-8 as lone surrogates (``surrogateescape``). Such
 a string cannot be written as UTF-8 (to SQLite, to a terminal, to a log
 line) and one with control characters can break a table or drive the
 terminal. Every string that crosses into storage or onto a screen goes
-through one of these, so no path, label or message can do either.
+through one of these, so no path, label or message can do either; every
+line the CLI writes, through ``for_terminal``.
+
+A word typed wrong (an option, a command, a setting) is offered the known
+words it is a slip of, and no others: ``near``.
 
 Secrets: secrets kept out of what sloth says: one function, ``mask``, applied
 where text is made for people to read, so that no path around it exists:
@@ -85,6 +89,7 @@ def storable(s: str) -> str:
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import re
+    from typing import Iterable
 
 
 def _escape(m: re.Match[str]) -> str:
@@ -108,6 +113,34 @@ def showable(s: str) -> str:
     return re.sub(_UNSHOWABLE, _escape, s)
 
 
+# The only escape sequences a line may keep on its way out, and only where
+# sloth colours (render.paint): a foreground colour or its reset. They can
+# change a colour, never move the cursor, title a window or query the terminal.
+_OWN_COLOURS = frozenset({"0", *(f"3{i}" for i in range(8)), *(f"9{i}" for i in range(8))})
+
+
+def for_terminal(s: str, *, colours: bool = False) -> str:
+    """``s`` as it may reach a terminal: the one rule every line the CLI
+    writes goes through (cli/edge.py's echo, the live lines of `wait` and
+    `ls --watch`, click's usage errors), whoever wrote the text in it -- a
+    user, another machine, a driver. Line breaks stay; every other control,
+    separator, bidi mark and byte that was not UTF-8 is escaped as
+    :func:`showable` escapes it, escape sequences too, except, with
+    ``colours``, sloth's own colours (``ESC [ 36 m``). Without re, as
+    every `sloth ls` prints through it."""
+    if s.replace("\n", "").isprintable():  # nearly every text (str.isprintable is False for all we escape)
+        return s
+    if colours and "\x1b[" in s:
+        first, *rest = s.split("\x1b[")
+        out = [for_terminal(first)]
+        for part in rest:
+            code, m, after = part.partition("m")
+            own = m and code in _OWN_COLOURS
+            out.append("\x1b[" + code + "m" + for_terminal(after) if own else for_terminal("\x1b[" + part))
+        return "".join(out)
+    return "\n".join(ln if ln.isprintable() else showable(ln) for ln in s.split("\n"))
+
+
 def shell_command(*words: object) -> str:
     """``words`` as one command to paste into a shell, each quoted as sh
     needs (a lane or a path a user chose stays one word and runs nothing).
@@ -124,6 +157,39 @@ def shell_word(s: str) -> str:
     if s and all(c in _SHELL_SAFE for c in s):
         return s
     return "'" + s.replace("'", "'\"'\"'") + "'"
+
+
+# ------------------------------------------------------------ suggestions
+def near(word: str, choices: Iterable[str]) -> list[str]:
+    """The ``choices`` ``word`` is a slip of, the closest only: at most one
+    edit (two past 5 letters, three past 10) of the name without its
+    dashes, or its start (3 letters at least)."""
+    typed = word.lstrip("-").lower()
+    allowed = 1 if len(typed) <= 5 else 2 if len(typed) <= 10 else 3
+    scored = []
+    for c in set(choices):
+        name = c.lstrip("-").lower()
+        d = 0 if len(typed) >= 3 and name.startswith(typed) else _distance(typed, name)
+        if d <= allowed:
+            scored.append((d, c))
+    best = min((d for d, _ in scored), default=0)
+    return [c for d, c in sorted(scored) if d == best][:3]
+
+
+def _distance(a: str, b: str) -> int:
+    """Edits (insert, delete, replace, swap two neighbours) from ``a`` to ``b``."""
+    if abs(len(a) - len(b)) > 3:
+        return 4
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        cur = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        prev2, prev = prev, cur
+    return prev[-1]
 
 
 SHOWN = "***"

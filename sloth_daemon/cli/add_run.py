@@ -143,13 +143,14 @@ def caller_cwd(cwd: Optional[StrPath]) -> str:
 
 
 def lines_as_jobs(data: bytes, source: str) -> tuple[list[dict[str, Any]], Callable[[int], str]]:
-    """One job per non-blank line, and where each came from ("line 7 of --stdin")."""
+    """One job per non-blank line (a backslash at its end continues it, as
+    in sh), and where each came from ("line 7 of --stdin")."""
+    from sloth_daemon.cli.shcheck import logical_lines
     from sloth_daemon.cli.shellwords import line_job
 
     # Bytes that are not UTF-8 pass through as in argv (surrogateescape), not a traceback.
     text = data.decode("utf-8", "surrogateescape")
-    numbered = [(n, ln) for n, ln in enumerate(text.splitlines(), 1)
-                if ln.strip() and not ln.lstrip().startswith("#")]
+    numbered = [(n, ln) for n, ln in logical_lines(text) if ln.strip() and not ln.lstrip().startswith("#")]
     if not numbered:
         raise errors.BadRequest("no commands on input (one per line)")
     return [line_job(ln) for _, ln in numbered], lambda i: f"line {numbered[i][0]} of {source}"
@@ -173,7 +174,7 @@ def submit(jobs: list[dict[str, Any]], common: dict[str, Any], *, no_start: bool
     from sloth_daemon.cli import submit as sub
 
     sub.check(jobs, common, where=where)
-    check_shell(jobs, where)
+    check_shell(jobs, where, cwd=common["cwd"])
     parts = sub.frames(jobs, common, where=where)
     res = sub.submit(jobs, common, parts, lambda: connect_or_start(no_start))
     opts.tell_new_lanes(res)
@@ -199,26 +200,53 @@ def tell_waiting(waiting: dict[str, str]) -> None:
             echo(f"sloth: {line}", err=True)
 
 
-def check_shell(jobs: list[dict[str, Any]], where: Callable[[int], str], nothing: str = "nothing was queued") -> None:
-    """Every job that runs through the shell parses (`sh -n`, nothing runs:
-    shcheck.py), or none is queued: the line that does not is named."""
-    shelled = [i for i, j in enumerate(jobs) if j.get("shell")]
-    if not shelled:
-        return
+def check_shell(jobs: list[dict[str, Any]], where: Callable[[int], str], nothing: str = "nothing was queued",
+                cwd: Optional[str] = None) -> None:
+    """Every job's shell text parses (`sh -n`, nothing runs: shcheck.py):
+    each --shell line, and the script of each ``sh -c``/``bash -c`` with
+    that shell's own -n; and no job's program is a shell line, which would
+    be looked up as a program of that name (in ``cwd``, the jobs' folder) and fail. Else none is queued,
+    and the job that is wrong is named."""
     from sloth_daemon.cli import shcheck
 
-    bad = shcheck.first_error([jobs[i]["command"][-1] for i in shelled])
-    if bad is None:
-        return
-    i, said = shelled[bad[0]], shcheck.message(bad[1])
+    shelled = [i for i, j in enumerate(jobs) if j.get("shell")]
+    bad = shcheck.first_error([jobs[i]["command"][-1] for i in shelled]) if shelled else None
+    if bad is not None:
+        _not_shell(where(shelled[bad[0]]), shcheck.SH, jobs[shelled[bad[0]]]["command"][-1], bad[1], nothing,
+                   many=len(jobs) > 1)
+    for i, job in enumerate(jobs):
+        argv = job["command"] if not job.get("shell") else []
+        if argv and shcheck.is_shell_line(argv[0], cwd):
+            _a_shell_line(where(i), argv, nothing)
+        found = shcheck.shell_script(argv, cwd)
+        if found is not None and (said := shcheck.parse_error(found[1], found[0])) is not None:
+            _not_shell(where(i), found[0], found[1], said, nothing, many=len(jobs) > 1)
+
+
+def _not_shell(place: str, sh: str, script: str, said: str, nothing: str, *, many: bool) -> None:
+    from sloth_daemon.cli.shcheck import message
     from sloth_daemon.text import showable
 
-    place = where(i)
     raise errors.BadRequest(
-        f"{place + ': ' if place else ''}{showable(jobs[i]['command'][-1])[:200]!r} is not a shell command "
-        f"sh can read ({said}); {nothing}",
+        f"{place + ': ' if place else ''}{showable(script)[:200]!r} is not a shell command "
+        f"{os.path.basename(sh)} can read ({message(said)}); {nothing}",
         hint="Fix its quoting (`sh -n -c 'LINE'` checks a line without running it)"
-             + ("; every line is checked before any is queued." if len(jobs) > 1 else "."))
+             + ("; every line is checked before any is queued." if many else "."))
+
+
+def _a_shell_line(place: str, argv: list[str], nothing: str) -> None:
+    """Refuse a program word that is a shell line, with the command that runs it as one."""
+    from sloth_daemon.text import shell_command, shell_word, showable
+
+    line = " ".join([argv[0], *map(shell_word, argv[1:])])
+    words = argv[0].split()  # only blanks in it ("python3 train.py"): its words, given apart, mean it
+    apart = not any(c in "|;&<>$`()" for c in argv[0])
+    raise errors.BadRequest(
+        f"{place + ': ' if place else ''}{showable(argv[0])[:200]!r} is a shell line given as one word: it would "
+        f"be run as a program of that name, and no program has it; {nothing}",
+        hint=f"Run it through sh with --shell: `{shell_command('sloth', 'add', '--shell', '--', line)}`"
+             + (f", or give each word on its own: `{shell_command('sloth', 'add', '--', *words, *argv[1:])}`."
+                if apart else "."))
 
 
 def connect_or_start(no_start: bool) -> Client:

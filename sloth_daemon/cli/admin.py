@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import typer
-
 from sloth_daemon import errors
 from sloth_daemon.cli.app import call, call_or_read, duration, emit_json, paths
 from sloth_daemon.cli.add_run import start_daemon as _start_daemon
+from sloth_daemon.cli.edge import echo
 
 
 def config(*, as_json: bool, example: bool) -> None:
@@ -17,7 +16,7 @@ def config(*, as_json: bool, example: bool) -> None:
     from sloth_daemon import config as cfg
 
     if example:
-        typer.echo(cfg.EXAMPLE, nl=False)
+        echo(cfg.EXAMPLE, nl=False)
         return
     p = paths()
     import json
@@ -31,27 +30,27 @@ def config(*, as_json: bool, example: bool) -> None:
 
 
 def _print_config(d: dict[str, Any], file: Any) -> None:
-    typer.echo(f"config file: {file}{'' if file.exists() else ' (not present; defaults apply)'}")
+    echo(f"config file: {file}{'' if file.exists() else ' (not present; defaults apply)'}")
     if d["file_differs"]:
-        typer.echo("  (the file has changed since the daemon read it: `sloth daemon reload` applies it)")
+        echo("  (the file has changed since the daemon read it: `sloth daemon reload` applies it)")
     queue = d.get("queue")
     if queue:  # read without a daemon, and the queue did not answer: say why, show the settings anyway
         err = queue["error"]
-        typer.echo(f"queue: {queue['where']} cannot be read: {err['message']}")
+        echo(f"queue: {queue['where']} cannot be read: {err['message']}")
         if err.get("hint"):
-            typer.echo(f"  hint: {err['hint']}")
-        typer.echo("  (lanes below as config.toml sets them; `sloth lane set` changes kept in the queue are not shown)")
+            echo(f"  hint: {err['hint']}")
+        echo("  (lanes below as config.toml sets them; `sloth lane set` changes kept in the queue are not shown)")
     from sloth_daemon.config import DURATION_KEYS
 
     for k, v in d["settings"].items():
         shown = _duration(v["value"]) if k in DURATION_KEYS else _shown(v["value"])
-        typer.echo(f"  {k:<20} {shown:<12} ({v['source']})")
-    typer.echo("lanes:")
+        echo(f"  {k:<20} {shown:<12} ({v['source']})")
+    echo("lanes:")
     for k, v in d.get("lanes_in_force", d["lanes"]).items():
-        typer.echo(f"  {k:<20} {v['concurrency']!s:<12} ({v['source']})")
-    typer.echo("paths:")
+        echo(f"  {k:<20} {v['concurrency']!s:<12} ({v['source']})")
+    echo("paths:")
     for k, v in d["paths"].items():
-        typer.echo(f"  {k:<20} {v}")
+        echo(f"  {k:<20} {v}")
 
 
 def _duration(v: object) -> str:
@@ -86,21 +85,21 @@ def daemon_start(*, as_json: bool) -> None:
     except errors.DaemonNotRunning:
         pid = _start_daemon()
         msg = "started"
-    emit_json({"pid": pid, "state": msg}) if as_json else typer.echo(f"sloth daemon {msg} (pid {pid})")
+    emit_json({"pid": pid, "state": msg}) if as_json else echo(f"sloth daemon {msg} (pid {pid})")
 
 
 def daemon_stop(*, keep_jobs: bool, timeout: str) -> None:
     """`sloth daemon stop` (its help and options: commands.py)."""
     pid, n = _stop(keep_jobs, duration(timeout, "--timeout") or 60)
     kept = f"; {n} running job(s) left running for the next daemon" if keep_jobs else ""
-    typer.echo(f"sloth daemon stopped (pid {pid}){kept}")
+    echo(f"sloth daemon stopped (pid {pid}){kept}")
 
 
 def daemon_restart(*, timeout: str) -> None:
     """`sloth daemon restart` (its help and options: commands.py)."""
     old, n = _stop(True, duration(timeout, "--timeout") or 60)
     new = _start_daemon()
-    typer.echo(f"sloth daemon restarted (pid {old} -> {new}); {n} running job(s) handed over")
+    echo(f"sloth daemon restarted (pid {old} -> {new}); {n} running job(s) handed over")
 
 
 def _stop(keep_jobs: bool, timeout_s: float) -> tuple[int, int]:
@@ -121,8 +120,8 @@ def daemon_reload(*, as_json: bool) -> None:
         emit_json(res)
         return
     for line in res["changed"] + res["notes"]:
-        typer.echo(line)
-    typer.echo(f"reloaded {res['file']}" + ("" if res["changed"] or res["notes"] else ": nothing changed"))
+        echo(line)
+    echo(f"reloaded {res['file']}" + ("" if res["changed"] or res["notes"] else ": nothing changed"))
 
 
 def daemon_status(*, as_json: bool) -> None:
@@ -133,7 +132,7 @@ def daemon_status(*, as_json: bool) -> None:
     if as_json:
         emit_json(st)
         return
-    typer.echo(f"sloth daemon {st['version']} running, pid {st['pid']}, up {format_duration(st['uptime_s'])}")
+    echo(f"sloth daemon {st['version']} running, pid {st['pid']}, up {format_duration(st['uptime_s'])}")
     pairs: list[tuple[str, str]] = []
     problem = (st.get("queue") or {}).get("problem")
     if problem:
@@ -154,7 +153,7 @@ def daemon_status(*, as_json: bool) -> None:
     pairs += [(k, str(v)) for k, v in st["paths"].items()]
     width = max(len(k) for k, _ in pairs) + 2  # "key: value", the values in one column
     for k, v in pairs:
-        typer.echo(f"{k + ':':<{width}}{v}")
+        echo(f"{k + ':':<{width}}{v}")
 
 
 def _keeper_line(k: dict[str, Any]) -> str:

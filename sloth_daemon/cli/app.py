@@ -17,13 +17,14 @@ from typing import Any, Callable
 
 import typer
 
-from sloth_daemon.cli import edge
+from sloth_daemon.cli import edge, usage
 from sloth_daemon.cli.base import call, call_or_read, connect, duration, emit_json, parse_id, paths
 
 __all__ = ["app", "handles_errors", "call", "call_or_read", "connect", "duration", "emit_json",
            "parse_id", "paths"]
 
 app = typer.Typer(
+    cls=usage.Group,  # suggestions: close matches only
     help="sloth: hand it shell commands and walk away. Jobs survive sleep, crashes and reboots.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -37,7 +38,7 @@ def _version(value: bool) -> None:
     if value:
         from sloth_daemon import __version__
 
-        typer.echo(f"sloth {__version__}")
+        edge.echo(f"sloth {__version__}")
         raise typer.Exit()
 
 

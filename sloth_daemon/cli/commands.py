@@ -193,9 +193,11 @@ COMMANDS: tuple[Command, ...] = (
         Option("key", "--key -k", VALUE, None, "Idempotency key: if an unfinished job has it, reuse that job."),
         _JOB_LABEL,
         _JOB_CWD,
-        Option("shell", "--shell -s", FLAG, False, "Run the command through /bin/sh -c (checked with sh -n first)."),
-        Option("stdin", "--stdin", FLAG, False, "Read many commands, one shell line each, from stdin; every line is "
-               "checked (sh -n) before any is queued."),
+        Option("shell", "--shell -s", FLAG, False, "Run the command through /bin/sh -c (checked with sh -n first). "
+               "Without it, a command that is one word holding a shell line ('ls | wc -l') is refused, and the "
+               "script of sh -c or bash -c is checked with that shell's -n."),
+        Option("stdin", "--stdin", FLAG, False, "Read many commands, one shell line each (a trailing \\ continues "
+               "it), from stdin; every line is checked (sh -n) before any is queued."),
         Option("from_file", "--file -f", PATH, None, "Like --stdin but from a file."),
         Option("after", "--after", LIST, None, "Run once these jobs are done (ids, e.g. 12,13; at most 1000); "
                "cancelled if one fails.", complete=IDS),

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import typer
-
 from sloth_daemon.cli.app import emit_json, paths
+from sloth_daemon.cli.edge import echo
 
 
 def db_migrate(*, as_json: bool) -> None:
@@ -23,9 +22,9 @@ def db_migrate(*, as_json: bool) -> None:
         emit_json(res)
         return
     if res["before"] == res["after"]:
-        typer.echo(f"{res['queue']}: schema v{res['after']}, up to date")
+        echo(f"{res['queue']}: schema v{res['after']}, up to date")
     else:
-        typer.echo(f"{res['queue']}: schema v{res['before']} -> v{res['after']}")
+        echo(f"{res['queue']}: schema v{res['before']} -> v{res['after']}")
 
 
 def db_status(*, as_json: bool) -> None:
@@ -37,16 +36,16 @@ def db_status(*, as_json: bool) -> None:
         emit_json(st)
         return
     s = st["schema"]
-    typer.echo(f"queue     {st['queue']}")
+    echo(f"queue     {st['queue']}")
     note = "up to date" if not s["pending"] else (
         f"{len(s['pending'])} migration(s) pending: {', '.join(s['pending'])} (`sloth db migrate`)")
     if s["current"] > s["latest"]:
         note = "NEWER than this sloth: upgrade sloth on this machine"
-    typer.echo(f"schema    v{s['current']} (this sloth: v{s['latest']}); {note}")
-    typer.echo(f"identity  {st['identity'] or '(none yet)'}")
+    echo(f"schema    v{s['current']} (this sloth: v{s['latest']}); {note}")
+    echo(f"identity  {st['identity'] or '(none yet)'}")
     for h in st["hosts"]:
         tags = f" ({', '.join(h['tags'])})" if h["tags"] else ""
-        typer.echo(f"host      {h['name']}{tags}: pid {h['pid']}, sloth {h['version']},"
+        echo(f"host      {h['name']}{tags}: pid {h['pid']}, sloth {h['version']},"
                    f" seen {format_duration(max(h['ago'], 0))} ago")
 
 

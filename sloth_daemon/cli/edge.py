@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 DEBUG = bool(os.environ.get("SLOTH_DEBUG"))  # --debug sets it too (app._root)
 
 
-def _write(text: str, err: bool = False) -> None:
+def _write(text: str, err: bool = False, nl: bool = True) -> None:
     stream = sys.stderr if err else sys.stdout
-    stream.write(text + "\n")
+    stream.write(text + "\n" if nl else text)
     stream.flush()
 
 
@@ -37,15 +37,25 @@ def use_echo(fn: Callable[..., None]) -> None:
     _echo = fn
 
 
-def echo(text: str, *, err: bool = False) -> None:
-    """A line on stdout or stderr, flushed at once. What goes to stderr is
-    sloth's own word (errors, hints, notes), which may quote a driver's
-    error: masked (text.py). Stdout is the user's data, shown as it is."""
-    if err:
-        from sloth_daemon.text import mask
+def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
+    """A line on stdout or stderr, flushed at once: the one way the CLI's
+    words reach a terminal (tests/unit/cli/test_one_writer.py keeps it so).
+    Every control character or escape sequence in it is shown escaped
+    (text.for_terminal), whoever wrote it: a lane, a label, a schedule's
+    command, another machine's host name; only line breaks and sloth's own
+    colours pass. What goes to stderr is sloth's own word (errors, hints,
+    notes), which may quote a driver's error: masked too (text.py)."""
+    from sloth_daemon.text import for_terminal, mask
 
+    if err:
         text = mask(text)
-    _echo(text, err=err)
+    _echo(for_terminal(text, colours="\x1b[" in text and _colours(err)), err=err, nl=nl)
+
+
+def _colours(err: bool) -> bool:
+    from sloth_daemon.cli.render import use_colour
+
+    return use_colour(sys.stderr if err else sys.stdout)
 
 
 def fail(e: SlothError) -> int:

@@ -21,7 +21,7 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
-from sloth_daemon.cli import commands as decl, complete
+from sloth_daemon.cli import commands as decl, complete, usage
 from sloth_daemon.cli.app import app, handles_errors
 from sloth_daemon.cli.commands import FLAG, INT, LIST, PATH, REQUIRED, Argument, Command, Option
 
@@ -43,13 +43,14 @@ def build(first: list[str]) -> typer.Typer:
     only = first[0] if first and "_SLOTH_COMPLETE" not in os.environ else None
     if only not in {c.path[0] for c in decl.COMMANDS}:
         only = None
-    groups = {g.name: typer.Typer(help=g.help, no_args_is_help=True) for g in decl.GROUPS}
+    groups = {g.name: typer.Typer(help=g.help, no_args_is_help=True, cls=usage.Group) for g in decl.GROUPS}
     app.registered_commands, app.registered_groups = [], []
     for cmd in decl.COMMANDS:
         if only in (None, cmd.path[0]):
             on = app if len(cmd.path) == 1 else groups[cmd.path[0]]
             settings = None if cmd.interspersed else {"allow_interspersed_args": False}
-            on.command(cmd.path[-1], context_settings=settings, short_help=short_help(cmd.help))(callback(cmd))
+            on.command(cmd.path[-1], cls=usage.Command, context_settings=settings,
+                       short_help=short_help(cmd.help))(callback(cmd))
     for g in decl.GROUPS:
         if only in (None, g.name):
             app.add_typer(groups[g.name], name=g.name, short_help=short_help(g.help))

@@ -7,7 +7,7 @@ returns its exit code."""
 
 from __future__ import annotations
 
-from sloth_daemon.cli.base import call, call_or_read, emit_json
+from sloth_daemon.cli.base import call, call_or_read, connect, emit_json
 from sloth_daemon.cli.edge import echo
 
 TYPE_CHECKING = False
@@ -40,8 +40,9 @@ def lane_set(*, name: str, concurrency: int, create: bool, as_json: bool) -> int
     the lane, new (with --create) or not: it keeps its concurrency (a new
     lane the default) for `sloth resume`, as a lane of 0 slots could never
     be resumed; the line says so."""
-    new = create and name not in call("lanes")["lanes"]
-    res = call("lane_set", lane=name, concurrency=concurrency, create=create)
+    with connect() as c:  # started if none runs, for both calls ("lanes" alone never starts one)
+        new = create and name not in c.call("lanes")["lanes"]
+        res = c.call("lane_set", lane=name, concurrency=concurrency, create=create)
     if as_json:
         emit_json({**res, "created": new})
         return 0

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-import typer
-
 from sloth_daemon import errors
 from sloth_daemon.cli.base import call, duration, emit_json
+from sloth_daemon.cli.edge import echo
 
 Text = Optional[str]
 
@@ -62,11 +61,11 @@ def ls(*, as_json: bool = False) -> None:
         emit_json(res)
         return
     if not res["schedules"]:
-        typer.echo("no schedules (add one: sloth schedule add NAME --every 1d -- CMD)")
+        echo("no schedules (add one: sloth schedule add NAME --every 1d -- CMD)")
         return
     from sloth_daemon.cli import render
 
-    typer.echo(render.table(["NAME", "WHEN", "NEXT", "LAST", "OUTCOME", ""], [_row(s) for s in res["schedules"]]))
+    echo(render.table(["NAME", "WHEN", "NEXT", "LAST", "OUTCOME", ""], [_row(s) for s in res["schedules"]]))
 
 
 def show(name: str, *, limit: int = 20, as_json: bool = False) -> None:
@@ -76,11 +75,11 @@ def show(name: str, *, limit: int = 20, as_json: bool = False) -> None:
         return
     s = res["schedule"]
     for line in _details(s):
-        typer.echo(line)
-    typer.echo("occurrences (latest first):" if res["runs"] else "no occurrences yet")
+        echo(line)
+    echo("occurrences (latest first):" if res["runs"] else "no occurrences yet")
     for r in res["runs"]:
-        typer.echo("  " + _run(r))
-    typer.echo(f"rules: {res['rules']}")
+        echo("  " + _run(r))
+    echo(f"rules: {res['rules']}")
 
 
 def pause(name: str, *, as_json: bool = False) -> None:
@@ -93,7 +92,7 @@ def resume(name: str, *, as_json: bool = False) -> None:
 
 def rm(name: str, *, as_json: bool = False) -> None:
     res = call("schedule_rm", name=name)
-    emit_json(res) if as_json else typer.echo(f"schedule {name} removed (its jobs stay)")
+    emit_json(res) if as_json else echo(f"schedule {name} removed (its jobs stay)")
 
 
 def run(name: str, *, as_json: bool = False) -> None:
@@ -101,7 +100,7 @@ def run(name: str, *, as_json: bool = False) -> None:
     if as_json:
         emit_json(res)
     else:
-        typer.echo(str(res["id"]) + ("  (already queued or running: that job)" if res["deduped"] else ""))
+        echo(str(res["id"]) + ("  (already queued or running: that job)" if res["deduped"] else ""))
 
 
 # ------------------------------------------------------------------ parts
@@ -153,7 +152,7 @@ def _tell(res: dict[str, Any], as_json: bool, what: str) -> None:
         emit_json(res)
         return
     s = res["schedule"]
-    typer.echo(f"schedule {s['name']} {what}: {s['spec']}; next {_when_text(s)}")
+    echo(f"schedule {s['name']} {what}: {s['spec']}; next {_when_text(s)}")
 
 
 def _when_text(s: dict[str, Any]) -> str:

@@ -12,23 +12,25 @@ from typing import Any, Optional
 
 import typer
 
+from sloth_daemon.cli.edge import echo
+
 
 def _emit_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, sort_keys=True))
+    echo(json.dumps(data, indent=2, sort_keys=True))
 
 
 def _show_report(r: Any, summary: str) -> None:
     for path in r.written:
-        typer.echo(f"wrote {path}")
+        echo(f"wrote {path}")
     for path in r.removed:
-        typer.echo(f"removed {path}")
+        echo(f"removed {path}")
     for argv in r.commands:
-        typer.echo("ran: " + " ".join(argv))
-    typer.echo(summary)
+        echo("ran: " + " ".join(argv))
+    echo(summary)
     for note in r.notes:
-        typer.echo(f"note: {note}")
+        echo(f"note: {note}")
     for warning in r.warnings:
-        typer.echo(f"warning: {warning}", err=True)
+        echo(f"warning: {warning}", err=True)
 
 
 
@@ -58,7 +60,7 @@ def uninstall(*, as_json: bool, platform: Optional[str]) -> None:
     if as_json:
         _emit_json(r.as_dict())
     elif r.state == "not installed":
-        typer.echo(f"sloth service not installed ({r.path}): nothing to do")
+        echo(f"sloth service not installed ({r.path}): nothing to do")
     else:
         _show_report(r, f"sloth service removed: {service.MANAGER[r.platform]}")
 
@@ -72,7 +74,7 @@ def status(*, as_json: bool, platform: Optional[str]) -> None:
         _emit_json(d)
         return
     for key, value in _status_lines(d):
-        typer.echo(f"{key + ':':<11}{value}")
+        echo(f"{key + ':':<11}{value}")
 
 
 def doctor(*, as_json: bool, platform: Optional[str]) -> None:
@@ -84,7 +86,7 @@ def doctor(*, as_json: bool, platform: Optional[str]) -> None:
     if as_json:
         _emit_json({"ok": not failed, "checks": [c.as_dict() for c in checks]})
     else:
-        typer.echo(doc.format_checks(checks))
+        echo(doc.format_checks(checks))
     if failed:
         raise typer.Exit(1)
 
@@ -96,7 +98,7 @@ def _print_unit(plat: str, as_json: bool) -> None:
     if as_json:
         _emit_json({"platform": plat, "path": str(service.unit_path(plat)), "content": content})
     else:
-        typer.echo(content, nl=False)
+        echo(content, nl=False)
 
 
 def _status_lines(d: dict[str, Any]) -> list[tuple[str, str]]:

@@ -84,6 +84,49 @@ def closed(line: str) -> bool:
     return not stack
 
 
+def continues(line: str) -> bool:
+    """True if ``line`` ends in a backslash that joins the next line to it
+    (sh's line continuation): one not itself escaped, not between single
+    quotes, not in a comment."""
+    if not line.endswith("\\"):
+        return False
+    quote, i, n = "", 0, len(line)
+    while i < n:
+        c = line[i]
+        if quote == "'":
+            quote = "" if c == "'" else quote
+        elif c == "\\":
+            if i == n - 1:
+                return True
+            i += 1
+        elif c == '"':
+            quote = "" if quote else '"'
+        elif c == "'" and not quote:
+            quote = "'"
+        elif c == "#" and not quote and (i == 0 or line[i - 1] in _WORD_START):
+            return False
+        i += 1
+    return False
+
+
+def logical_lines(text: str) -> list[tuple[int, str]]:
+    """The lines of ``text`` as sh reads a script: a line that a backslash
+    continues is one with the next (the backslash and the line break go,
+    as in sh), numbered by its first line."""
+    out: list[tuple[int, str]] = []
+    start, parts = 0, []
+    for n, ln in enumerate(text.splitlines(), 1):
+        start = start or n
+        if continues(ln):
+            parts.append(ln[:-1])
+            continue
+        out.append((start, "".join(parts) + ln))
+        start, parts = 0, []
+    if parts:  # the last line continued into the end of the input
+        out.append((start, "".join(parts)))
+    return out
+
+
 def first_error(lines: Sequence[str]) -> Optional[tuple[int, str]]:
     """(index, sh's message) of a line that does not parse on its own, or
     None if every one does."""
@@ -125,13 +168,14 @@ def _confirmed(lines: Sequence[str], together: list[int], msg: str) -> Optional[
     return None  # each parses alone: as each runs alone, each is fine
 
 
-def parse_error(script: str) -> Optional[str]:
-    """sh's complaint about ``script`` (read with -n: nothing runs), or None."""
+def parse_error(script: str, sh: str = SH) -> Optional[str]:
+    """The complaint of the shell ``sh`` about ``script`` (read with -n:
+    nothing runs), or None."""
     data = (script if script.endswith("\n") else script + "\n").encode("utf-8", "surrogateescape")
     in_r, in_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
-        pid = os.posix_spawn(SH, [SH, "-n"], dict(os.environ), file_actions=[
+        pid = os.posix_spawn(sh, [sh, "-n"], dict(os.environ), file_actions=[
             (os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, err_w, 2),
             (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
             (os.POSIX_SPAWN_CLOSE, in_w), (os.POSIX_SPAWN_CLOSE, err_r)])
@@ -157,7 +201,7 @@ def parse_error(script: str) -> Optional[str]:
     if os.waitstatus_to_exitcode(status) == 0:
         return None
     said = b"".join(chunks).decode("utf-8", "replace").strip().splitlines()
-    return said[0] if said else f"{SH} -n exited {os.waitstatus_to_exitcode(status)}"
+    return said[0] if said else f"{sh} -n exited {os.waitstatus_to_exitcode(status)}"
 
 
 def _function_of(msg: str, count: int) -> Optional[int]:
@@ -177,3 +221,50 @@ def message(msg: str) -> str:
     import re
 
     return re.sub(r"^[^:]*: (?:line )?[0-9]+: ", "", msg)
+
+
+# The shells whose `-c` script is read with their own -n before it is queued.
+SHELLS = frozenset({"sh", "bash", "dash", "ksh", "zsh"})
+
+
+def shell_script(argv: Sequence[str], cwd: Optional[str] = None) -> Optional[tuple[str, str]]:
+    """(the shell's path, the script) of ``sh -c SCRIPT`` in any of its
+    forms (``bash -lc``, ``bash -e -o pipefail -c``, ``/bin/sh -c``); None
+    for any other command, or a shell that is not here (the job says so
+    when it runs)."""
+    if not argv or os.path.basename(argv[0]) not in SHELLS:
+        return None
+    i, script = 1, False
+    while i < len(argv) and argv[i][:1] in "-+" and len(argv[i]) > 1 and argv[i] != "--":
+        word = argv[i]
+        if not word.startswith("--"):  # --norc, --login: no value
+            script = script or (word[0] == "-" and "c" in word)
+            i += "o" in word  # -o pipefail, +o: the option's value is the next word
+        i += 1
+    if not script or i >= len(argv):
+        return None
+    path = program_path(argv[0], cwd)
+    return (path, argv[i]) if path is not None else None
+
+
+def program_path(word: str, cwd: Optional[str] = None) -> Optional[str]:
+    """The file ``word`` runs as a program, run in ``cwd`` (a path, from
+    there; or looked up in PATH, which a job takes from `sloth add`), or None."""
+    if "/" in word:
+        path = os.path.join(cwd or ".", word)
+        return path if os.path.isfile(path) else None
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(folder or ".", word)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+_SHELL_TEXT = frozenset(" \t\n|;&<>$`()")
+
+
+def is_shell_line(word: str, cwd: Optional[str] = None) -> bool:
+    """True if ``word``, given as a program, is a shell line instead (``ls |
+    wc -l``, ``make && make install``, ``echo $HOME``): it holds a blank or
+    shell syntax, and no program has that name."""
+    return any(c in _SHELL_TEXT for c in word) and program_path(word, cwd) is None

@@ -113,7 +113,7 @@ class _View:
         with self._locked():
             if lines:
                 self._clear()
-                self.stream.write("\n".join(lines) + "\n")
+                self.stream.write(_shown("\n".join(lines), self.stream) + "\n")
                 self.stream.flush()
             self._draw()
         if initial and self.live and self._stop is None:
@@ -175,7 +175,7 @@ class _View:
             cols = 0
         if cols > 10:  # 0: the terminal does not say
             line = line[:cols - 1]  # never wraps: a wrapped line could not be erased
-        sys.stderr.write(_ERASE + line)
+        sys.stderr.write(_ERASE + _shown(line, sys.stderr))
         sys.stderr.flush()
         self._drawn = True
 
@@ -282,3 +282,12 @@ def _claimed_at(job: dict[str, Any]) -> Optional[float]:
         return None
     at = [e["at"] for e in events if e["kind"] in ("claimed", "reclaimed") and e["attempt"] == job["attempts"]]
     return at[-1] if at else None
+
+
+def _shown(text: str, stream: Any) -> str:
+    """``text`` as edge.echo would write it to ``stream`` (text.for_terminal):
+    a job's message or a lane in a live line cannot drive the terminal."""
+    from sloth_daemon.cli.render import use_colour
+    from sloth_daemon.text import for_terminal
+
+    return for_terminal(text, colours=use_colour(stream))

@@ -35,7 +35,9 @@ def watch_ls(text_for: Callable[[Optional[int]], str], interval: str) -> None:
     (plain snapshots, one after another, when stdout is not a terminal)."""
     import shutil
 
+    from sloth_daemon.cli.render import use_colour
     from sloth_daemon.durations import local_time, parse_duration
+    from sloth_daemon.text import for_terminal
 
     every = max(0.2, parse_duration(interval, what="--interval"))
     tty = sys.stdout.isatty()
@@ -43,7 +45,8 @@ def watch_ls(text_for: Callable[[Optional[int]], str], interval: str) -> None:
         while True:
             rows = max(5, shutil.get_terminal_size().lines - 6) if tty else None
             text = f"sloth ls, every {interval} ({local_time(time.time())}; Ctrl-C to stop)\n\n{text_for(rows)}\n"
-            sys.stdout.write(("\x1b[H\x1b[2J" if tty else "") + text + ("" if tty else "\n"))
+            shown = for_terminal(text, colours=use_colour())  # the listing's text, as edge.echo writes it
+            sys.stdout.write(("\x1b[H\x1b[2J" if tty else "") + shown + ("" if tty else "\n"))
             sys.stdout.flush()
             time.sleep(every)
     except KeyboardInterrupt:
