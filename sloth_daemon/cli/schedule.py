@@ -31,7 +31,7 @@ def add(words: Sequence[str], *, every: Text = None, cron: Text = None, tz: Text
     name, command = _split(words, need_command=True)
     from sloth_daemon.cli.add_run import connect_or_start
 
-    recipe = {**_when(options), "job": _job(command, options)}
+    recipe = {**_when(options), "job": _checked(_job(command, options), "the schedule was not added")}
     with connect_or_start(no_start) as c:
         res = c.call("schedule_add", name=name, recipe=recipe)
     _tell(res, as_json, "added")
@@ -48,7 +48,7 @@ def edit(words: Sequence[str], *, every: Text = None, cron: Text = None, tz: Tex
     options = dict(locals())
     name, command = _split(words, need_command=False)
     recipe: dict[str, Any] = _when(options)
-    job = _job(command, options, edit=True)
+    job = _checked(_job(command, options, edit=True), "the schedule was not changed")
     if job:
         recipe["job"] = job
     if not recipe:
@@ -146,6 +146,15 @@ def _job(command: list[str], o: dict[str, Any], *, edit: bool = False) -> dict[s
         return {**job, **{k: v for k, v in fields.items() if v is not None},
                 **({"cwd": common_fields(cwd=o["cwd"])["cwd"]} if o.get("cwd") else {})}
     return {**job, **common_fields(cwd=o.get("cwd"), **fields)}
+
+
+def _checked(job: dict[str, Any], nothing: str) -> dict[str, Any]:
+    """``job``, once its shell line parses (`sh -n`, as `sloth add --shell` checks): every
+    occurrence would fail on it, and be retried."""
+    from sloth_daemon.cli.add_run import check_shell
+
+    check_shell([job], lambda i: "", nothing)
+    return job
 
 
 def _tell(res: dict[str, Any], as_json: bool, what: str) -> None:
