@@ -29,6 +29,7 @@ SQL_PROGRESS = ("UPDATE sloth.schedules SET version = version + 1, next_slot = c
 SQL_PRUNE_RUNS = "DELETE FROM sloth.schedule_runs WHERE schedule = %s AND slot < sloth.now() - %s"
 SQL_STAMP = ("SELECT count(*) AS n, coalesce(sum(version), 0) AS v, coalesce(max(updated_at), 0) AS at"
              " FROM sloth.schedules")
+SQL_LAST_MANUAL = "SELECT max(slot) AS top FROM sloth.schedule_runs WHERE schedule = %s AND manual"
 KEEP_RUNS_S = 30 * 86400.0
 
 Insert = Callable[[Cursor, list[JobSpec], None], list[int]]
@@ -139,6 +140,8 @@ class _Firing:
         manual = o.spec is not None and o.spec.key == sr.slot_key(self.name, sr.MANUAL)
         if manual and (hit := self.c.execute(SQL_ACTIVE_KEY, (o.spec.key,)).fetchone()):  # type: ignore[union-attr]
             return {"slot": o.slot, "job_id": hit["id"], "deduped": True}
+        if manual:  # a run by hand has a row of its own, even a second in the same second
+            o = o._replace(slot=sr.manual_slot(self.c.execute(SQL_LAST_MANUAL, (self.name,)).fetchone(), o.slot))
         if self.c.execute(SQL_RUN_ADD, (self.name, o.slot, manual, o.note)).fetchone() is None:
             return {"slot": o.slot, "job_id": None, "taken": True}
         if o.spec is None:
@@ -147,7 +150,7 @@ class _Firing:
         self.c.execute("UPDATE sloth.schedule_runs SET job_id = %s WHERE schedule = %s AND slot = %s AND manual = %s",
                        (job_id, self.name, o.slot, manual))
         self.last_job = job_id
-        self.last_slot = self.last_slot if manual else o.slot
+        self.last_slot = o.slot  # a run by hand is the last run too (`schedule ls` LAST)
         return {"slot": o.slot, "job_id": job_id, "note": o.note}
 
     def _chained(self, spec: JobSpec) -> JobSpec:
@@ -159,3 +162,4 @@ class _Firing:
         active = row is not None and row["state"] in ACTIVE_STATES
         wait = (self.last_job,) if active and self.last_job is not None else ()
         return spec._replace(after_previous=None, after_any=wait)
+

@@ -27,6 +27,7 @@ SQL_PROGRESS = ("UPDATE schedules SET version = version + 1, next_slot = coalesc
                 " last_job = ?, last_slot = coalesce(?, last_slot), missed = missed + ?, dropped = dropped + ?,"
                 " updated_at = ? WHERE name = ?")
 SQL_STAMP = "SELECT count(*), coalesce(sum(version), 0), coalesce(max(updated_at), 0) FROM schedules"
+SQL_LAST_MANUAL = "SELECT max(slot) AS top FROM schedule_runs WHERE schedule = ? AND manual"
 KEEP_RUNS_S = 30 * 86400.0  # rows of slots older than this are pruned at a firing
 
 
@@ -133,6 +134,8 @@ class _Firing:
         manual = o.spec is not None and o.spec.key == sr.slot_key(self.name, sr.MANUAL)
         if manual and (hit := self.c.execute(SQL_ACTIVE_KEY, (o.spec.key,)).fetchone()):  # type: ignore[union-attr]
             return {"slot": o.slot, "job_id": hit[0], "deduped": True}
+        if manual:  # a run by hand has a row of its own, even a second in the same second
+            o = o._replace(slot=sr.manual_slot(self.c.execute(SQL_LAST_MANUAL, (self.name,)).fetchone(), o.slot))
         if not self.c.execute(SQL_RUN_ADD, (self.name, o.slot, int(manual), self.now, o.note)).rowcount:
             return {"slot": o.slot, "job_id": None, "taken": True}
         if o.spec is None:
@@ -141,7 +144,7 @@ class _Firing:
         self.c.execute("UPDATE schedule_runs SET job_id = ? WHERE schedule = ? AND slot = ? AND manual = ?",
                        (job_id, self.name, o.slot, int(manual)))
         self.last_job = job_id
-        self.last_slot = self.last_slot if manual else o.slot
+        self.last_slot = o.slot  # a run by hand is the last run too (`schedule ls` LAST)
         return {"slot": o.slot, "job_id": job_id, "note": o.note}
 
     def _chained(self, spec: JobSpec) -> JobSpec:
@@ -154,3 +157,4 @@ class _Firing:
         active = row is not None and row[0] in ACTIVE_STATES
         wait = (self.last_job,) if active and self.last_job is not None else ()
         return spec._replace(after_previous=None, after_any=wait)
+

@@ -10,7 +10,7 @@ from sloth_daemon.backends.schedule_rules import RUNS_SHOWN
 from sloth_daemon.daemon.schedules import policy, recipe as recipes, slots
 from sloth_daemon.daemon.schedules.recipe import Recipe
 from sloth_daemon.daemon.schedules.scheduler import Scheduler
-from sloth_daemon.errors import BadRequest, FieldError
+from sloth_daemon.errors import BadRequest, FieldError, IllegalTransition
 
 RULES = ("Missed slots (asleep, off, no daemon): --missed once runs one catch-up however many passed, skip waits "
          "for the next slot, all runs each (at most 100; the rest dropped and counted). A slot due while the last "
@@ -70,6 +70,8 @@ class _Ops:
     def run(self, a: dict[str, Any]) -> dict[str, Any]:
         name = recipes.name(a.get("name"))
         out = self.s.run_now(name)
+        if out.get("job_id") is None:  # never a silent nothing
+            raise IllegalTransition(f"schedule {name!r}: no job was queued ({out.get('note') or 'its run was taken'})")
         return {"id": out.get("job_id"), "deduped": bool(out.get("deduped")), "schedule": name}
 
     @staticmethod
