@@ -5,16 +5,19 @@ named recipes that queue ordinary jobs (daemon/schedules/ decides when).
 is) and the schedule's own: --every or --cron, --tz, --missed, --overlap,
 --jitter. Every command has --json. The daemon checks everything (a bad
 cron expression, duration, zone, an unknown or taken name): an error
-changes nothing."""
+changes nothing. `ls` and `show` read: they ask the daemon, or read the
+queue when none runs (offline.py), and never start one; both are on the
+fast path (no Typer, nothing heavy imported: the daemon describes a
+schedule, cronsim stays there)."""
 
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-import typer
-
 from sloth_daemon import errors
-from sloth_daemon.cli.base import call, duration, emit_json
+from sloth_daemon.cli.base import call, call_or_read, duration, emit_json
+from sloth_daemon.cli.edge import echo
+from sloth_daemon.text import showable
 
 Text = Optional[str]
 
@@ -57,30 +60,29 @@ def edit(words: Sequence[str], *, every: Text = None, cron: Text = None, tz: Tex
 
 
 def ls(*, as_json: bool = False) -> None:
-    res = call("schedule_ls")
+    res = call_or_read("schedule_ls")
     if as_json:
         emit_json(res)
         return
     if not res["schedules"]:
-        typer.echo("no schedules (add one: sloth schedule add NAME --every 1d -- CMD)")
+        echo("no schedules (add one: sloth schedule add NAME --every 1d -- CMD)")
         return
     from sloth_daemon.cli import render
 
-    typer.echo(render.table(["NAME", "WHEN", "NEXT", "LAST", "OUTCOME", ""], [_row(s) for s in res["schedules"]]))
+    echo(render.table(["NAME", "WHEN", "NEXT", "LAST", "OUTCOME", ""], [_row(s) for s in res["schedules"]]))
 
 
 def show(name: str, *, limit: int = 20, as_json: bool = False) -> None:
-    res = call("schedule_show", name=name, limit=limit)
+    res = call_or_read("schedule_show", name=name, limit=limit)
     if as_json:
         emit_json(res)
         return
     s = res["schedule"]
     for line in _details(s):
-        typer.echo(line)
-    typer.echo("occurrences (latest first):" if res["runs"] else "no occurrences yet")
+        echo(line)
+    echo("occurrences (latest first):" if res["runs"] else "no occurrences yet")
     for r in res["runs"]:
-        typer.echo("  " + _run(r))
-    typer.echo(f"rules: {res['rules']}")
+        echo("  " + _run(r))
 
 
 def pause(name: str, *, as_json: bool = False) -> None:
@@ -93,7 +95,7 @@ def resume(name: str, *, as_json: bool = False) -> None:
 
 def rm(name: str, *, as_json: bool = False) -> None:
     res = call("schedule_rm", name=name)
-    emit_json(res) if as_json else typer.echo(f"schedule {name} removed (its jobs stay)")
+    emit_json(res) if as_json else echo(f"schedule {name} removed (its jobs stay)")
 
 
 def run(name: str, *, as_json: bool = False) -> None:
@@ -101,7 +103,7 @@ def run(name: str, *, as_json: bool = False) -> None:
     if as_json:
         emit_json(res)
     else:
-        typer.echo(str(res["id"]) + ("  (already queued or running: that job)" if res["deduped"] else ""))
+        echo(str(res["id"]) + ("  (already queued or running: that job)" if res["deduped"] else ""))
 
 
 # ------------------------------------------------------------------ parts
@@ -162,7 +164,7 @@ def _tell(res: dict[str, Any], as_json: bool, what: str) -> None:
         emit_json(res)
         return
     s = res["schedule"]
-    typer.echo(f"schedule {s['name']} {what}: {s['spec']}; next {_when_text(s)}")
+    echo(f"schedule {s['name']} {what}: {showable(s['spec'])}; next {_when_text(s)}")
 
 
 def _when_text(s: dict[str, Any]) -> str:
@@ -176,26 +178,39 @@ def _when_text(s: dict[str, Any]) -> str:
 def _row(s: dict[str, Any]) -> list[str]:
     from sloth_daemon.durations import relative
 
-    last = relative(s["last_slot"]) if s["last_slot"] else "-"
+    last = relative(s["last_run"]) if s.get("last_run") else "-"
     outcome = s["last_state"] or "-"
     if s["last_exit"] not in (None, 0):
         outcome += f" (exit {s['last_exit']})"
-    return [s["name"], s["spec"], _when_text(s), last, outcome, "paused" if s["paused"] else ""]
+    return [s["name"], showable(s["spec"]), _when_text(s), last, outcome, "paused" if s["paused"] else ""]
 
 
 def _details(s: dict[str, Any]) -> list[str]:
-    import shlex
-
     from sloth_daemon.cli import render
+    from sloth_daemon.text import shell_command
 
-    return [f"schedule {s['name']}: {s['spec']}" + ("  (paused)" if s["paused"] else ""),
-            f"  command: {shlex.join(s['command'] or [])}",
-            f"  next:    {_when_text(s)}",
-            f"  missed:  {s['missed']}   overlap: {s['overlap']}   jitter: {s['jitter_s']:g}s "
-            f"(this machine: +{s['jitter_offset_s']:.0f}s)",
-            f"  lane {s['lane']}, runs {'anywhere' if s['place'] == '' else 'on ' + (s['place'] or 'this machine')};"
+    jitter = f"{s['jitter_s']:g}s (here +{s['jitter_offset_s']:.0f}s)" if s["jitter_s"] else "none"
+    return [f"schedule {s['name']}: {showable(s['spec'])}" + ("  (paused)" if s["paused"] else ""),
+            f"  command: {showable(shell_command(*(s['command'] or [])))}",
+            f"  next:    {_when_text(s)}" + (f"  (slot {_at(s['next_slot'])} + jitter)"
+                                             if s["jitter_s"] and not s["paused"] else ""),
+            f"  if missed: {s['missed']}   if still running: {s['overlap']}   jitter: {jitter}",
+            f"  lane {showable(s['lane'])}, runs {_where(s['place'])};"
             f" slots missed so far {s['missed_slots']}, dropped {s['dropped']}",
             *render.option_lines(s.get("job_options") or {})]
+
+
+def _where(place: str | None) -> str:
+    """Where its jobs run, in words: no place is this machine (the default), "*" anywhere."""
+    if not place:
+        return "on this machine"
+    return "anywhere" if place == "*" else f"on {showable(place)}"
+
+
+def _at(t: int) -> str:
+    from sloth_daemon.durations import local_time
+
+    return local_time(t)
 
 
 def _run(r: dict[str, Any]) -> str:

@@ -35,25 +35,12 @@ KEEP_RUNS_S = 30 * 86400.0
 Insert = Callable[[Cursor, list[JobSpec], None], list[int]]
 
 
-class PgSchedules:
-    """The schedules and schedule_runs tables: writes through ``writer``,
-    reads on ``db``; jobs added with ``insert`` (enqueue.insert_all) inside
-    the firing's transaction."""
+class PgScheduleReads:
+    """The schedules' rows read on ``db`` (the daemon's, or a read-only one:
+    `schedule ls` and `show` with no daemon, cli/offline.py)."""
 
-    def __init__(self, db: Connection, writer: Writer, insert: Insert) -> None:
-        self._db, self.writer, self.insert = db, writer, insert
-
-    def add(self, name: str, recipe: Mapping[str, Any], next_slot: int) -> dict[str, Any]:
-        text = sr.changes(recipe, None, None)["recipe"]
-
-        def add(c: Cursor) -> bool:
-            return c.execute("INSERT INTO sloth.schedules (name, recipe, next_slot, created_at, updated_at)"
-                             " VALUES (%s, %s, %s, sloth.now(), sloth.now()) ON CONFLICT (name) DO NOTHING"
-                             " RETURNING name", (name, text, int(next_slot))).fetchone() is not None
-
-        if not self.writer.write(add, "adding a schedule"):
-            raise sr.taken(name)
-        return self.get(name)
+    def __init__(self, db: Connection) -> None:
+        self._db = db
 
     def get(self, name: str) -> dict[str, Any]:
         row = self._db.read(lambda c: c.execute(SQL_LIST + " WHERE s.name = %s", (name,)).fetchone(),
@@ -74,6 +61,28 @@ class PgSchedules:
     def runs(self, name: str, limit: int = sr.RUNS_SHOWN) -> list[dict[str, Any]]:
         rows = self._db.read(lambda c: c.execute(SQL_RUNS, (name, int(limit))).fetchall(), "reading a schedule")
         return [sr.run_record(r) for r in rows]
+
+
+class PgSchedules(PgScheduleReads):
+    """The schedules and schedule_runs tables: read as PgScheduleReads,
+    written through ``writer``; jobs added with ``insert``
+    (enqueue.insert_all) inside the firing's transaction."""
+
+    def __init__(self, db: Connection, writer: Writer, insert: Insert) -> None:
+        super().__init__(db)
+        self.writer, self.insert = writer, insert
+
+    def add(self, name: str, recipe: Mapping[str, Any], next_slot: int) -> dict[str, Any]:
+        text = sr.changes(recipe, None, None)["recipe"]
+
+        def add(c: Cursor) -> bool:
+            return c.execute("INSERT INTO sloth.schedules (name, recipe, next_slot, created_at, updated_at)"
+                             " VALUES (%s, %s, %s, sloth.now(), sloth.now()) ON CONFLICT (name) DO NOTHING"
+                             " RETURNING name", (name, text, int(next_slot))).fetchone() is not None
+
+        if not self.writer.write(add, "adding a schedule"):
+            raise sr.taken(name)
+        return self.get(name)
 
     def change(self, name: str, *, version: int | None = None, recipe: Mapping[str, Any] | None = None,
                paused: bool | None = None, next_slot: int | None = None) -> dict[str, Any] | None:

@@ -34,24 +34,12 @@ KEEP_RUNS_S = 30 * 86400.0  # rows of slots older than this are pruned at a firi
 Insert = Callable[[sqlite3.Connection, list[JobSpec], float], list[int]]
 
 
-class SqliteSchedules:
-    """The schedules and schedule_runs tables: writes through ``store``,
-    jobs added with ``insert`` (SqliteEnqueue.insert) inside the firing's
-    transaction, times from ``clock``."""
+class ScheduleReads:
+    """The schedules' rows read on ``conn`` (the daemon's, or a read-only
+    one: `schedule ls` and `show` with no daemon, cli/offline.py)."""
 
-    def __init__(self, store: SqliteStore, clock: Clock, insert: Insert) -> None:
-        self.store, self.conn, self.clock, self.insert = store, store.conn, clock, insert
-
-    def add(self, name: str, recipe: Mapping[str, Any], next_slot: int) -> dict[str, Any]:
-        now = self.clock.now()
-        with self.store.tx() as c:
-            try:
-                c.execute("INSERT INTO schedules (name, recipe, next_slot, created_at, updated_at)"
-                          " VALUES (?, ?, ?, ?, ?)", (name, sr.changes(recipe, None, None)["recipe"],
-                                                      int(next_slot), now, now))
-            except sqlite3.IntegrityError:
-                raise sr.taken(name) from None
-        return self.get(name)
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
 
     @reads
     def get(self, name: str) -> dict[str, Any]:
@@ -72,6 +60,27 @@ class SqliteSchedules:
     @reads
     def runs(self, name: str, limit: int = sr.RUNS_SHOWN) -> list[dict[str, Any]]:
         return [sr.run_record(r) for r in self.conn.execute(SQL_RUNS, (name, int(limit)))]
+
+
+class SqliteSchedules(ScheduleReads):
+    """The schedules and schedule_runs tables: read as ScheduleReads, written
+    through ``store``, jobs added with ``insert`` (SqliteEnqueue.insert)
+    inside the firing's transaction, times from ``clock``."""
+
+    def __init__(self, store: SqliteStore, clock: Clock, insert: Insert) -> None:
+        super().__init__(store.conn)
+        self.store, self.clock, self.insert = store, clock, insert
+
+    def add(self, name: str, recipe: Mapping[str, Any], next_slot: int) -> dict[str, Any]:
+        now = self.clock.now()
+        with self.store.tx() as c:
+            try:
+                c.execute("INSERT INTO schedules (name, recipe, next_slot, created_at, updated_at)"
+                          " VALUES (?, ?, ?, ?, ?)", (name, sr.changes(recipe, None, None)["recipe"],
+                                                      int(next_slot), now, now))
+            except sqlite3.IntegrityError:
+                raise sr.taken(name) from None
+        return self.get(name)
 
     def change(self, name: str, *, version: int | None = None, recipe: Mapping[str, Any] | None = None,
                paused: bool | None = None, next_slot: int | None = None) -> dict[str, Any] | None:

