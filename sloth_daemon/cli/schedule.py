@@ -12,14 +12,16 @@ schedule, cronsim stays there)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
-
 from sloth_daemon import errors
 from sloth_daemon.cli.base import call, call_or_read, duration, emit_json
 from sloth_daemon.cli.edge import echo
 from sloth_daemon.text import showable
 
-Text = Optional[str]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Optional, Sequence
+
+    Text = Optional[str]
 
 
 def add(words: Sequence[str], *, every: Text = None, cron: Text = None, tz: Text = None, missed: Text = None,

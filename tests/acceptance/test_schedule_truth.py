@@ -108,3 +108,28 @@ def test_schedule_ls_and_show_read_the_queue_and_never_start_a_daemon(harness, t
     after = json.loads(p.stdout)
     assert after["schedule"] == before["schedule"]
     assert "no daemon is running" in harness.cli("schedule", "ls", check=True).stderr  # show started none
+
+
+# -------------------------------------------------------------- issue 28.4
+def test_a_year_away_with_64_minutely_schedules_never_stalls_the_daemon(harness, fakeclock):
+    """The machine off for a year (the clock shim): `daemon start` answers
+    within its 10 s, `status` at once, and each schedule's catch-up counts
+    every missed slot (one by one it was 0.84 s a schedule, capped at 100,000)."""
+    harness.env.update(fakeclock.env())
+    harness.daemon_env.update(fakeclock.env())
+    harness.start()
+    for i in range(64):
+        harness.call("schedule_add", name=f"m{i:02d}",
+                     recipe={"cron": "* * * * *", "job": {"command": ["true"], "cwd": str(harness.home)}})
+    assert harness.stop() == 0
+    fakeclock.jump(365 * 86400)
+    p = harness.cli("daemon", "start")
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    from sloth_daemon.cli.client import Client
+
+    with Client(harness.socket, timeout_s=10) as c:
+        assert c.call("status")["pid"]
+    harness.wait_for(lambda: all(s["last_run"] for s in harness.call("schedule_ls")["schedules"]),
+                     what="every schedule's catch-up")
+    missed = {s["missed_slots"] for s in harness.call("schedule_ls")["schedules"]}
+    assert len(missed) == 1 and 525_600 - 2 <= missed.pop() <= 525_600 + 2, missed  # a year of minutes, less the run
