@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+import time
 from typing import Any, Callable, Mapping
 
 from sloth_daemon.backends import schedule_rules as sr
@@ -27,7 +28,8 @@ from sloth_daemon.spec import JobSpec
 log = logging.getLogger("sloth.schedules")
 RETRY_S = 5  # a firing the database refused is tried again this much later
 MAX_TRIES = 3  # plans remade when another firer moved the schedule first
-TURN = 64  # schedules fired per turn of the event loop
+TURN = 64  # schedules fired per turn of the event loop at most ...
+TURN_S = 0.02  # ... and for this long at most (then the socket, heartbeats; the rest at once after)
 
 
 class Ports:
@@ -131,20 +133,23 @@ class Scheduler:
     def _on_timer(self) -> None:
         self._timer = self._timer_at = None
         try:
-            self.tick(most=TURN)
+            self.tick(most=TURN, budget_s=TURN_S)
         except Exception:  # a bug must not stop every schedule
             log.exception("schedules: a tick failed")
             self._retry_all()
 
-    def tick(self, now: float | None = None, *, most: int | None = None) -> int:
-        """Fire the schedules due by ``now`` (at most ``most`` of them: the
-        timer's turn, so that 10,000 due at midnight never hold the event
-        loop -- heartbeats, the socket -- for long; the rest in the next
-        turn, at once); returns how many fired."""
+    def tick(self, now: float | None = None, *, most: int | None = None, budget_s: float | None = None) -> int:
+        """Fire the schedules due by ``now`` (at most ``most`` of them, for
+        ``budget_s`` at most: the timer's turn, so that 10,000 due at
+        midnight, or 1,000 after a year away, never hold the event loop --
+        heartbeats, the socket -- for long; the rest in the next turn, at
+        once); returns how many fired."""
         t = int(self.ports.now() if now is None else now)
         self._seen = max(self._seen, t)
         n = seen = 0
-        while (at := self.earliest()) is not None and at <= t and (most is None or seen < most):
+        end = None if budget_s is None else time.monotonic() + budget_s
+        while (at := self.earliest()) is not None and at <= t and (most is None or seen < most) \
+                and (end is None or time.monotonic() < end):
             _, name, _ = heapq.heappop(self._heap)
             n += self._fire(name, t)
             seen += 1
