@@ -306,8 +306,10 @@ def compose_scheduler(queue: Any, worker: Worker, control: Control, clocks: Syst
     ports = Ports(now=lambda: worker.queue_now(clocks.read()), active=active,
                   job=lambda d: control.validate([d])[0], place=lambda d: dict(control._placed(d)),
                   queued=worker.wake, cancel=cancel)
-    scheduler = Scheduler(queue.schedules, ports, machine=shared.host if shared is not None else machine_id())
+    scheduler = Scheduler(queue.schedules, ports, machine=shared.host if shared is not None else machine_id(),
+                          fixed_zone=shared is not None)
     worker.clock_watchers.append(scheduler.clock_jumped)
+    worker.clock_checks.append(scheduler.zone_check)
     if shared is not None:
         shared.polls.append(scheduler.reload)
     return scheduler

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.support.harness import processes_with_env
+from tests.support.harness import TEST_CONFIG, processes_with_env
 
 pytestmark = pytest.mark.acceptance
 
@@ -133,3 +133,67 @@ def test_a_year_away_with_64_minutely_schedules_never_stalls_the_daemon(harness,
                      what="every schedule's catch-up")
     missed = {s["missed_slots"] for s in harness.call("schedule_ls")["schedules"]}
     assert len(missed) == 1 and 525_600 - 2 <= missed.pop() <= 525_600 + 2, missed  # a year of minutes, less the run
+
+
+# ---------------------------------------------------------- issues 28.7, 28.8
+def _next_local(tz: str, hour: int, now: float) -> int:
+    from datetime import datetime, timedelta
+    from zoneinfo import ZoneInfo
+
+    z = ZoneInfo(tz)
+    t = datetime.fromtimestamp(now, z).replace(hour=hour, minute=0, second=0, microsecond=0)
+    return int((t if t.timestamp() > now else t + timedelta(days=1)).timestamp())
+
+
+def test_local_time_schedules_follow_a_change_of_the_local_zone_under_a_running_daemon(harness, tmp_path):
+    """The zone file changes from UTC to Tokyo (as `timedatectl set-timezone`
+    does; here the file the daemon reads, $SLOTH_LOCALTIME): "0 3 * * *" on
+    local time moves to 03:00 in Tokyo within a clock check, no restart."""
+    import os
+    import shutil
+
+    zone = tmp_path / "localtime"
+    shutil.copyfile("/usr/share/zoneinfo/UTC", zone)
+    harness.daemon_env.pop("TZ", None)
+    harness.daemon_env["SLOTH_LOCALTIME"] = str(zone)
+    harness.start()
+    harness.cli("schedule", "add", "night", "--cron", "0 3 * * *", "--", "true", check=True)
+    harness.cli("schedule", "add", "hourly", "--every", "1h", "--", "true", check=True)
+    hourly = _show(harness, "hourly")["schedule"]["next_slot"]
+    assert _show(harness, "night")["schedule"]["next_slot"] == _next_local("UTC", 3, time.time())
+    shutil.copyfile("/usr/share/zoneinfo/Asia/Tokyo", tmp_path / "new")
+    os.replace(tmp_path / "new", zone)
+    tokyo = _next_local("Asia/Tokyo", 3, time.time())
+    harness.wait_for(lambda: _show(harness, "night")["schedule"]["next_slot"] == tokyo, timeout_s=20,
+                     what="the schedule moved to 03:00 in Tokyo")
+    assert _show(harness, "hourly")["schedule"]["next_slot"] == hourly  # an interval is no local time
+    assert "local time zone changed" in harness.log_text()
+
+
+@pytest.mark.postgres
+def test_on_a_shared_queue_a_schedule_keeps_the_zone_of_the_machine_that_made_it(make_harness, pg_url):
+    """mA (UTC) adds "0 3 * * *"; mB (Asia/Kathmandu, +05:45) computes its
+    slots (a pause and a resume there) in UTC too: 03:00 UTC, not 03:00 in
+    Kathmandu; both machines show the same zone and the same next slot."""
+    hs = []
+    for name, tz in (("mA", "UTC"), ("mB", "Asia/Kathmandu")):
+        h = make_harness(f'{TEST_CONFIG}queue_url = "{pg_url}"\nhost = "{name}"\npoll_s = "1s"\n', name)
+        h.daemon_env["TZ"] = tz
+        h.start()
+        hs.append(h)
+    ma, mb = hs
+    ma.cli("schedule", "add", "night", "--cron", "0 3 * * *", "--anywhere", "--", "true", check=True)
+    ma.cli("schedule", "add", "hourly", "--cron", "0 * * * *", "--anywhere", "--", "true", check=True)
+    made = _show(ma, "night")["schedule"]
+    assert made["tz"] == "UTC" and "(UTC)" in made["spec"], made
+    assert made["next_slot"] == _next_local("UTC", 3, time.time())
+    assert ma.stop() == 0  # mB alone computes from here on
+    for name in ("night", "hourly"):
+        mb.cli("schedule", "pause", name, check=True)
+        mb.cli("schedule", "resume", name, check=True)
+    assert _show(mb, "night")["schedule"]["next_slot"] == _next_local("UTC", 3, time.time())
+    nxt = _show(mb, "hourly")["schedule"]["next_slot"]
+    assert nxt % 3600 == 0, nxt  # on the hour in UTC, not at :15 (Kathmandu's hour)
+    # the zone is what the schedule says: --tz is kept as given
+    mb.cli("schedule", "add", "kt", "--cron", "0 3 * * *", "--tz", "Asia/Kathmandu", "--", "true", check=True)
+    assert _show(mb, "kt")["schedule"]["next_slot"] == _next_local("Asia/Kathmandu", 3, time.time())

@@ -16,6 +16,7 @@ import asyncio
 import heapq
 import logging
 import time
+from dataclasses import replace
 from typing import Any, Callable, Mapping
 
 from sloth_daemon.backends import schedule_rules as sr
@@ -51,8 +52,12 @@ class Scheduler:
     (sqlite/schedules.py or postgres/schedules.py), ``machine`` this
     machine's id (the jitter's seed of the schedules made here)."""
 
-    def __init__(self, store: Any, ports: Ports, *, machine: str) -> None:
+    def __init__(self, store: Any, ports: Ports, *, machine: str, fixed_zone: bool = False) -> None:
         self.store, self.ports, self.machine = store, ports, machine
+        # a shared queue: a schedule made without --tz gets this machine's zone, so every machine
+        # computes the same slots (without, "local time" follows this machine's zone as it changes)
+        self.fixed_zone = fixed_zone
+        self._zone: tuple[Any, ...] | None = None  # slots.local_key() at the last zone_check
         self.known: dict[str, dict[str, Any]] = {}
         self._heap: list[tuple[int, str, int]] = []
         self._timer: asyncio.TimerHandle | None = None
@@ -65,6 +70,7 @@ class Scheduler:
     def load(self) -> None:
         """Every schedule from the queue (at start, and when another machine changed them)."""
         self.known = {r["name"]: r for r in self.store.all()}
+        self._zone = slots.local_key()
         self._heap = [(r["next_slot"], n, r["version"]) for n, r in self.known.items() if not r["paused"]]
         heapq.heapify(self._heap)
         self.arm(force=True)
@@ -113,19 +119,38 @@ class Scheduler:
         date: a slot handled already keeps its row, and makes no second job."""
         now = int(self.ports.now())
         if now < self._seen - 1:
-            self._rewind(now)
+            self._reslot(now, "brought back to the clock", lambda r, rec, nxt: nxt < rec["next_slot"])
         self._seen = now
         self.arm(force=True)
 
-    def _rewind(self, now: int) -> None:
+    def zone_check(self) -> None:
+        """At each clock check: if the local zone changed (/etc/localtime,
+        $TZ: slots.local_key), the schedules on local time move to their
+        next slot in the new zone, as systemd's timers do (a slot the change
+        skipped over is not caught up)."""
+        key = slots.local_key()
+        if key == self._zone:
+            return
+        if self._zone is not None:  # None: not loaded yet
+            log.info("schedules: the local time zone changed; local-time schedules follow it")
+            self._reslot(int(self.ports.now()), "moved to the new local zone",
+                         lambda r, rec, nxt: r.cron is not None and r.tz is None)
+            self.arm(force=True)
+        self._zone = key
+
+    def _reslot(self, now: int, why: str, wanted: Callable[[Recipe, dict[str, Any], int], bool]) -> None:
+        """Each schedule ``wanted`` (its recipe, row and next slot from now) moves to that slot."""
         for name, rec in list(self.known.items()):
-            nxt = None if rec["paused"] else slots.next_after(Recipe.from_dict(rec["recipe"]), now)
-            if nxt is None or nxt >= rec["next_slot"]:
+            if rec["paused"]:
+                continue
+            r = Recipe.from_dict(rec["recipe"])
+            nxt = slots.next_after(r, now)
+            if nxt is None or nxt == rec["next_slot"] or not wanted(r, rec, nxt):
                 continue
             try:
                 changed = self.store.change(name, version=rec["version"], next_slot=nxt)
             except SlothError as e:
-                log.warning("schedule %s: not brought back to the clock: %s", name, e.message)
+                log.warning("schedule %s: not %s: %s", name, why, e.message)
                 continue
             if changed is not None:
                 self._push(self._remember(changed))
@@ -250,12 +275,23 @@ class Scheduler:
     def add(self, name: str, fields: Mapping[str, Any]) -> dict[str, Any]:
         """A new schedule; IllegalTransition if the name is taken, BadRequest if a field is bad."""
         now = int(self.ports.now())
-        r = self._checked(recipes.parse(fields, machine=self.machine, anchor=now))
+        r = self._checked(self._zoned(recipes.parse(fields, machine=self.machine, anchor=now)))
         first = slots.next_after(r, now)
         rec = self._remember(self.store.add(recipes.name(name), r.to_dict(), first))
         self._push(rec)
         self.arm()
         return rec
+
+    def _zoned(self, r: Recipe) -> Recipe:
+        """On a shared queue, a cron schedule without --tz is in this machine's zone, by name."""
+        if not self.fixed_zone or r.tz is not None or r.cron is None:
+            return r
+        name = slots.local_name()
+        if name is None:
+            raise BadRequest("this machine's time zone has no name (its zone file is a copy), and a schedule on "
+                             "a shared queue must say its zone for every machine",
+                             hint='Give it: --tz Europe/Berlin (or set $TZ for the daemon).')
+        return replace(r, tz=name)
 
     def _checked(self, r: Recipe) -> Recipe:
         slots.check(r)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from bisect import bisect_left, bisect_right
 from datetime import date, datetime, time, timedelta, timezone, tzinfo
-from typing import Iterator
+from typing import Any, Iterator
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -60,28 +60,69 @@ def zone(name: str | None) -> tzinfo:
                          hint="A zoneinfo name, e.g. Europe/Berlin, UTC.") from None
 
 
-_LOCAL: dict[str, tzinfo] = {}  # $TZ -> the zone it means (read once per value)
+LOCALTIME = "/etc/localtime"  # the local zone's file; $SLOTH_LOCALTIME names another (a container, a test)
+_LOCAL: dict[tuple[Any, ...], tzinfo] = {}  # local_key() -> the zone it means (the latest only)
+
+
+def local_key() -> tuple[Any, ...]:
+    """Where the local zone comes from, as it is now: $TZ, and the zone
+    file's target and identity. Another key is another zone: `timedatectl
+    set-timezone` (a new symlink) or a file copied over is seen at the next
+    look (Scheduler.zone_check, at each clock check), as systemd's timers do."""
+    path = os.environ.get("SLOTH_LOCALTIME") or LOCALTIME
+    try:
+        st = os.stat(path)
+        ident: tuple[Any, ...] | None = (os.path.realpath(path), st.st_ino, st.st_mtime_ns, st.st_size)
+    except OSError:
+        ident = None
+    return os.environ.get("TZ", ""), path, ident
 
 
 def local_zone() -> tzinfo:
-    """$TZ if it names a zone, else /etc/localtime, else UTC."""
-    key = os.environ.get("TZ", "")
-    if key not in _LOCAL:
-        _LOCAL[key] = _read_local(key.lstrip(":"))
-    return _LOCAL[key]
+    """$TZ if it names a zone, else the zone file (/etc/localtime), else UTC:
+    read again whenever local_key() changes."""
+    key = local_key()
+    z = _LOCAL.get(key)
+    if z is None:
+        _LOCAL.clear()
+        z = _LOCAL[key] = _read_local(key[0].lstrip(":"), key[1])
+    return z
 
 
-def _read_local(tz: str) -> tzinfo:
+def _read_local(tz: str, path: str) -> tzinfo:
     if tz:
         try:
             return ZoneInfo(tz)
         except (ZoneInfoNotFoundError, ValueError):
             pass
     try:
-        with open("/etc/localtime", "rb") as f:
+        with open(path, "rb") as f:
             return ZoneInfo.from_file(f)
     except (OSError, ValueError):
         return timezone.utc
+
+
+def local_name() -> str | None:
+    """The local zone's name (what --tz would say), fixed in a schedule made
+    on a shared queue: $TZ, the name the zone file links to, /etc/timezone;
+    "UTC" with no zone file; None if it has no name (a copied file)."""
+    tz, path, ident = local_key()
+    names = [tz.lstrip(":")]
+    if ident is not None and "/zoneinfo/" in ident[0]:
+        names.append(ident[0].split("/zoneinfo/", 1)[1])
+    if path == LOCALTIME:  # Debian's name of it, beside the file
+        try:
+            with open("/etc/timezone") as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass
+    for name in names:
+        try:
+            if name and ZoneInfo(name):
+                return name
+        except (ZoneInfoNotFoundError, ValueError):
+            continue
+    return "UTC" if ident is None and not tz else None
 
 
 def check(recipe: Recipe) -> None:
