@@ -197,3 +197,33 @@ def test_on_a_shared_queue_a_schedule_keeps_the_zone_of_the_machine_that_made_it
     # the zone is what the schedule says: --tz is kept as given
     mb.cli("schedule", "add", "kt", "--cron", "0 3 * * *", "--tz", "Asia/Kathmandu", "--", "true", check=True)
     assert _show(mb, "kt")["schedule"]["next_slot"] == _next_local("Asia/Kathmandu", 3, time.time())
+
+
+# -------------------------------------------------------------- issue 28.5
+def test_overlap_replace_starts_the_next_occurrence_only_after_the_old_process_ended(harness):
+    """A lane of 4, `--every 3s --overlap replace`, a job that takes 1 s to
+    exit on SIGTERM: no two runs overlap (each writes when it starts and when
+    its process ends), and the replaced one's history says the schedule
+    replaced it, not the user."""
+    harness.start()
+    harness.cli("lane", "set", "rl", "-c", "4", "--create", check=True)
+    spans = harness.home / "spans"
+    script = (f"echo start $(date +%s.%N) >> {spans}; "
+              f"trap 'sleep 1; echo end $(date +%s.%N) >> {spans}; exit 0' TERM; "
+              "while :; do sleep 0.1; done")
+    harness.cli("schedule", "add", "r", "--every", "3s", "--overlap", "replace", "--lane", "rl", "--shell",
+                "--", script, check=True)
+    harness.wait_for(lambda: spans.exists() and spans.read_text().count("end") >= 3, timeout_s=40,
+                     what="three occurrences replaced")
+    harness.cli("schedule", "pause", "r", check=True)
+    words = [ln.split() for ln in spans.read_text().splitlines()]
+    starts = [float(t) for w, t in words if w == "start"]
+    ends = [float(t) for w, t in words if w == "end"]
+    for i, end in enumerate(ends[:3]):  # occurrence i+1 starts after occurrence i has ended
+        assert starts[i + 1] >= end, (starts, ends)
+    jobs = [j for j in harness.call("list", limit=100, states=["cancelled"])["jobs"]
+            if (j.get("key") or "").startswith("schedule:r:")]
+    assert jobs
+    said = [e.get("message") or "" for e in harness.events(jobs[0]["id"])]
+    assert any("replaced by the next occurrence of schedule r" in m for m in said), said
+    assert not any("cancelled by user" in m for m in said), said

@@ -37,11 +37,12 @@ class Ports:
     """What the scheduler asks of the daemon: ``now`` (the queue's wall
     time), ``active(job_id)`` (queued, blocked or running?), ``job(d)`` (a
     job object checked and placed as an add would be, as a JobSpec),
-    ``queued()`` (wake the worker), ``cancel(job_id)`` (end a replaced run)."""
+    ``queued()`` (wake the worker), ``cancel(job_id, why)`` (end a replaced
+    run: recorded cancelled, with why, once its process has ended)."""
 
     def __init__(self, *, now: Callable[[], float], active: Callable[[int], bool],
                  job: Callable[[Mapping[str, Any]], JobSpec], place: Callable[[dict[str, Any]], dict[str, Any]],
-                 queued: Callable[[], None], cancel: Callable[[int], None]) -> None:
+                 queued: Callable[[], None], cancel: Callable[[int, str], None]) -> None:
         self.now, self.active, self.job, self.place = now, active, job, place
         self.queued, self.cancel = queued, cancel
 
@@ -228,7 +229,7 @@ class Scheduler:
             log.info("schedule %s: queued job(s) %s", name, ", ".join(map(str, queued)))
             self.ports.queued()
         for job_id in cancel:
-            self.ports.cancel(job_id)
+            self.ports.cancel(job_id, f"replaced by the next occurrence of schedule {name}")
         return 1
 
     def _firing(self, rec: dict[str, Any], p: policy.Plan, now: int) -> tuple[sr.Firing, list[int]]:
