@@ -304,7 +304,7 @@ class Scheduler:
     def edit(self, name: str, fields: Mapping[str, Any]) -> dict[str, Any]:
         rec = self.get(name)
         old = Recipe.from_dict(rec["recipe"])
-        new = self._checked(recipes.edited(old, fields))
+        new = self._checked(self._zoned(recipes.edited(old, fields)))
         timing = (new.every_s, new.cron, new.tz) != (old.every_s, old.cron, old.tz)
         nxt = slots.next_after(new, int(self.ports.now())) if timing else None
         return self._changed(name, self.store.change(name, version=rec["version"], recipe=new.to_dict(),
