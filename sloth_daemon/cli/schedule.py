@@ -222,7 +222,7 @@ def _run(r: dict[str, Any]) -> str:
     if r.get("exit_code") not in (None, 0):
         job += f" (exit {r['exit_code']})"
     kind = "run by hand" if r["manual"] else f"slot {local_time(r['slot'])}"
-    note = f"  -- {r['note']}" if r["note"] and not r["manual"] else ""
+    note = f"  -- {showable(r['note'])}" if r["note"] and not r["manual"] else ""
     return f"{kind}: {job}{note}"
 
 
