@@ -57,6 +57,13 @@ def slot_key(name: str, slot: int | str) -> str:
     return f"schedule:{name}:{slot}"
 
 
+def manual_slot(row: Any, slot: int) -> int:
+    """The row key of a run by hand made at ``slot`` (its second), given the
+    latest one's (``row["top"]``): after it, so two runs in one second are two rows."""
+    top = None if row is None else row["top"]
+    return slot if top is None or top < slot else int(top) + 1
+
+
 def record(row: Any) -> dict[str, Any]:
     """A schedules row (joined with its last job's state) as the daemon and
     the CLI see it."""

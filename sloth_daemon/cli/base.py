@@ -43,7 +43,8 @@ def log_paths() -> Paths:
 # queue file instead, call_or_read) and the daemon's own controls (a
 # stop, a reload or a status of a daemon that is not there says so). Every
 # other op needs a daemon, and connect() starts one as `sloth add` does.
-NO_START = frozenset({"ping", "status", "shutdown", "reload", "config", "list", "show", "logs", "lanes", "scan"})
+NO_START = frozenset({"ping", "status", "shutdown", "reload", "config", "list", "show", "logs", "lanes", "scan",
+                      "schedule_ls", "schedule_show"})
 
 
 def connect(*, timeout_s: float | None = 30.0, start: bool = True) -> Client:

@@ -365,12 +365,16 @@ COMMANDS: tuple[Command, ...] = (
         Option("no_start", "--no-start", FLAG, False, "Do not start the daemon if it is not running."), _json(),
         arg=Argument("words", many=True, required=False, metavar="NAME -- CMD...", help="The name, then the command.")),
     Command(
-        "schedule ls", "Every schedule: when in words, the next run, the last run and its outcome, paused.",
-        "sloth_daemon.cli.schedule:ls", _json()),
+        "schedule ls", "Every schedule: when in words, when its next job is queued, the last run and its outcome, "
+        "paused (read from the queue when no daemon runs; none is started).",
+        "sloth_daemon.cli.schedule:ls", _json(), fast=True),
     Command(
-        "schedule show", "A schedule, its rules and its occurrences (each slot's job, or why it has none).",
+        "schedule show", "A schedule and its occurrences (each slot's job, or why it has none). Rules: a "
+        "sleep through many slots is one catch-up (--missed), a slot due while the last run is active follows "
+        "--overlap, a local time DST skips runs at the jump and one it repeats runs once, each slot makes at "
+        "most one job (docs/schedules.md).",
         "sloth_daemon.cli.schedule:show", Option("limit", "--limit -n", INT, 20, "At most this many occurrences."),
-        _json(), arg=Argument("name", many=False, metavar="NAME")),
+        _json(), arg=Argument("name", many=False, metavar="NAME"), fast=True),
     Command(
         "schedule pause", "Queue nothing more for a schedule until `schedule resume`.",
         "sloth_daemon.cli.schedule:pause", _json(), arg=Argument("name", many=False, metavar="NAME")),

@@ -1,6 +1,7 @@
 """The daemon's answers to the reading ops, computed from the queue
 read-only, for when no daemon answers: ``list``, ``show``, ``logs``,
-``lanes``, ``status``, ``latest``, ``config`` and ``prune`` with ``dry_run`` give the same shapes
+``lanes``, ``status``, ``latest``, ``config``, ``schedule_ls``, ``schedule_show`` and ``prune`` with
+``dry_run`` give the same shapes
 as over the
 socket, so every command prints them the same way.
 
@@ -17,7 +18,7 @@ import time
 from typing import Any, Callable
 
 from sloth_daemon import config as cfg
-from sloth_daemon.errors import BadRequest, JobNotFound, SlothError, StorageError
+from sloth_daemon.errors import BadRequest, JobNotFound, ScheduleNotFound, SlothError, StorageError
 from sloth_daemon.daemon.worker.lanes import ReadLanes, explain, lane_table, paused_why
 from sloth_daemon.models import STATE_NAMES, Listing
 from sloth_daemon.paths import Paths
@@ -49,6 +50,20 @@ class _NoQueue:
 
     def close(self) -> None:
         pass
+
+    @property
+    def schedules(self) -> "_NoSchedules":
+        return _NoSchedules()
+
+
+class _NoSchedules:
+    """The schedules of a queue that does not exist yet: none."""
+
+    def all(self) -> list[Any]:
+        return []
+
+    def get(self, name: str) -> Any:
+        raise ScheduleNotFound(name)
 
 
 class _NoScan:
@@ -230,7 +245,19 @@ def _config_answer(paths: Paths) -> Any:
     return json.loads(json.dumps(d))  # as the daemon's answer arrives: lists, not the settings' tuples
 
 
+def _schedule_ls(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
+    from sloth_daemon.daemon.schedules.ops import listed
+
+    return listed(q.schedules)
+
+
+def _schedule_show(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
+    from sloth_daemon.daemon.schedules.ops import shown
+
+    return shown(q.schedules, a)
+
+
 _OPS: dict[str, Callable[[Any, Paths, dict[str, Any]], Any]] = {
     "list": _list, "show": _show, "logs": _logs, "lanes": _lanes, "status": _status, "prune": _prune,
-    "latest": _latest,
+    "latest": _latest, "schedule_ls": _schedule_ls, "schedule_show": _schedule_show,
 }

@@ -5,17 +5,23 @@ named recipes that queue ordinary jobs (daemon/schedules/ decides when).
 is) and the schedule's own: --every or --cron, --tz, --missed, --overlap,
 --jitter. Every command has --json. The daemon checks everything (a bad
 cron expression, duration, zone, an unknown or taken name): an error
-changes nothing."""
+changes nothing. `ls` and `show` read: they ask the daemon, or read the
+queue when none runs (offline.py), and never start one; both are on the
+fast path (no Typer, nothing heavy imported: the daemon describes a
+schedule, cronsim stays there)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
-
 from sloth_daemon import errors
-from sloth_daemon.cli.base import call, duration, emit_json
+from sloth_daemon.cli.base import call, call_or_read, duration, emit_json
 from sloth_daemon.cli.edge import echo
+from sloth_daemon.text import showable
 
-Text = Optional[str]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Optional, Sequence
+
+    Text = Optional[str]
 
 
 def add(words: Sequence[str], *, every: Text = None, cron: Text = None, tz: Text = None, missed: Text = None,
@@ -30,7 +36,7 @@ def add(words: Sequence[str], *, every: Text = None, cron: Text = None, tz: Text
     name, command = _split(words, need_command=True)
     from sloth_daemon.cli.add_run import connect_or_start
 
-    recipe = {**_when(options), "job": _job(command, options)}
+    recipe = {**_when(options), "job": _checked(_job(command, options), "the schedule was not added")}
     with connect_or_start(no_start) as c:
         res = c.call("schedule_add", name=name, recipe=recipe)
     _tell(res, as_json, "added")
@@ -47,7 +53,7 @@ def edit(words: Sequence[str], *, every: Text = None, cron: Text = None, tz: Tex
     options = dict(locals())
     name, command = _split(words, need_command=False)
     recipe: dict[str, Any] = _when(options)
-    job = _job(command, options, edit=True)
+    job = _checked(_job(command, options, edit=True), "the schedule was not changed")
     if job:
         recipe["job"] = job
     if not recipe:
@@ -56,7 +62,7 @@ def edit(words: Sequence[str], *, every: Text = None, cron: Text = None, tz: Tex
 
 
 def ls(*, as_json: bool = False) -> None:
-    res = call("schedule_ls")
+    res = call_or_read("schedule_ls")
     if as_json:
         emit_json(res)
         return
@@ -69,7 +75,7 @@ def ls(*, as_json: bool = False) -> None:
 
 
 def show(name: str, *, limit: int = 20, as_json: bool = False) -> None:
-    res = call("schedule_show", name=name, limit=limit)
+    res = call_or_read("schedule_show", name=name, limit=limit)
     if as_json:
         emit_json(res)
         return
@@ -79,7 +85,6 @@ def show(name: str, *, limit: int = 20, as_json: bool = False) -> None:
     echo("occurrences (latest first):" if res["runs"] else "no occurrences yet")
     for r in res["runs"]:
         echo("  " + _run(r))
-    echo(f"rules: {res['rules']}")
 
 
 def pause(name: str, *, as_json: bool = False) -> None:
@@ -147,12 +152,21 @@ def _job(command: list[str], o: dict[str, Any], *, edit: bool = False) -> dict[s
     return {**job, **common_fields(cwd=o.get("cwd"), **fields)}
 
 
+def _checked(job: dict[str, Any], nothing: str) -> dict[str, Any]:
+    """``job``, once its shell line parses (`sh -n`, as `sloth add --shell` checks): every
+    occurrence would fail on it, and be retried."""
+    from sloth_daemon.cli.add_run import check_shell
+
+    check_shell([job], lambda i: "", nothing)
+    return job
+
+
 def _tell(res: dict[str, Any], as_json: bool, what: str) -> None:
     if as_json:
         emit_json(res)
         return
     s = res["schedule"]
-    echo(f"schedule {s['name']} {what}: {s['spec']}; next {_when_text(s)}")
+    echo(f"schedule {s['name']} {what}: {showable(s['spec'])}; next {_when_text(s)}")
 
 
 def _when_text(s: dict[str, Any]) -> str:
@@ -166,26 +180,39 @@ def _when_text(s: dict[str, Any]) -> str:
 def _row(s: dict[str, Any]) -> list[str]:
     from sloth_daemon.durations import relative
 
-    last = relative(s["last_slot"]) if s["last_slot"] else "-"
+    last = relative(s["last_run"]) if s.get("last_run") else "-"
     outcome = s["last_state"] or "-"
     if s["last_exit"] not in (None, 0):
         outcome += f" (exit {s['last_exit']})"
-    return [s["name"], s["spec"], _when_text(s), last, outcome, "paused" if s["paused"] else ""]
+    return [s["name"], showable(s["spec"]), _when_text(s), last, outcome, "paused" if s["paused"] else ""]
 
 
 def _details(s: dict[str, Any]) -> list[str]:
-    import shlex
-
     from sloth_daemon.cli import render
+    from sloth_daemon.text import shell_command
 
-    return [f"schedule {s['name']}: {s['spec']}" + ("  (paused)" if s["paused"] else ""),
-            f"  command: {shlex.join(s['command'] or [])}",
-            f"  next:    {_when_text(s)}",
-            f"  missed:  {s['missed']}   overlap: {s['overlap']}   jitter: {s['jitter_s']:g}s "
-            f"(this machine: +{s['jitter_offset_s']:.0f}s)",
-            f"  lane {s['lane']}, runs {'anywhere' if s['place'] == '' else 'on ' + (s['place'] or 'this machine')};"
+    jitter = f"{s['jitter_s']:g}s (here +{s['jitter_offset_s']:.0f}s)" if s["jitter_s"] else "none"
+    return [f"schedule {s['name']}: {showable(s['spec'])}" + ("  (paused)" if s["paused"] else ""),
+            f"  command: {showable(shell_command(*(s['command'] or [])))}",
+            f"  next:    {_when_text(s)}" + (f"  (slot {_at(s['next_slot'])} + jitter)"
+                                             if s["jitter_s"] and not s["paused"] else ""),
+            f"  if missed: {s['missed']}   if still running: {s['overlap']}   jitter: {jitter}",
+            f"  lane {showable(s['lane'])}, runs {_where(s['place'])};"
             f" slots missed so far {s['missed_slots']}, dropped {s['dropped']}",
             *render.option_lines(s.get("job_options") or {})]
+
+
+def _where(place: str | None) -> str:
+    """Where its jobs run, in words: no place is this machine (the default), "*" anywhere."""
+    if not place:
+        return "on this machine"
+    return "anywhere" if place == "*" else f"on {showable(place)}"
+
+
+def _at(t: int) -> str:
+    from sloth_daemon.durations import local_time
+
+    return local_time(t)
 
 
 def _run(r: dict[str, Any]) -> str:
@@ -195,7 +222,7 @@ def _run(r: dict[str, Any]) -> str:
     if r.get("exit_code") not in (None, 0):
         job += f" (exit {r['exit_code']})"
     kind = "run by hand" if r["manual"] else f"slot {local_time(r['slot'])}"
-    note = f"  -- {r['note']}" if r["note"] and not r["manual"] else ""
+    note = f"  -- {showable(r['note'])}" if r["note"] and not r["manual"] else ""
     return f"{kind}: {job}{note}"
 
 

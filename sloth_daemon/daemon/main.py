@@ -309,23 +309,25 @@ def compose_scheduler(queue: Any, worker: Worker, control: Control, clocks: Syst
         except JobNotFound:
             return False
 
-    def cancel(job_id: int) -> None:
-        worker.spawn_task(_cancel_quietly(worker, job_id))
+    def cancel(job_id: int, why: str) -> None:
+        worker.spawn_task(_replace_quietly(worker, job_id, why))
 
     ports = Ports(now=lambda: worker.queue_now(clocks.read()), active=active,
                   job=lambda d: control.validate([d])[0], place=lambda d: dict(control._placed(d)),
                   queued=worker.wake, cancel=cancel)
-    scheduler = Scheduler(queue.schedules, ports, machine=shared.host if shared is not None else machine_id())
+    scheduler = Scheduler(queue.schedules, ports, machine=shared.host if shared is not None else machine_id(),
+                          fixed_zone=shared is not None)
     worker.clock_watchers.append(scheduler.clock_jumped)
+    worker.clock_checks.append(scheduler.zone_check)
     if shared is not None:
         shared.polls.append(scheduler.reload)
     return scheduler
 
 
-async def _cancel_quietly(worker: Worker, job_id: int) -> None:
+async def _replace_quietly(worker: Worker, job_id: int, why: str) -> None:
     """--overlap replace: end the previous occurrence (it may have ended meanwhile)."""
     try:
-        await worker.cancel(job_id)
+        await worker.actions.replace(job_id, why)
     except SlothError as e:
         log.info("schedule: job %d not replaced: %s", job_id, e.message)
 

@@ -14,7 +14,7 @@ matter more than absolutes.
   call      one command run the way a shell runs it: `python -c pass` with the
             install's interpreter (the floor), `sloth add -- true` (daemon
             paused, and running the jobs), `sloth ls`, `show ID`, `status`
-            and `lane ls` (paused, 20 jobs), `logs ID` and `wait ID` of a
+            `lane ls`, `schedule ls` and `schedule show` (paused, 20 jobs, 2 schedules), `logs ID` and `wait ID` of a
             finished job, `cancel ID` and `retry ID` (one queued job,
             cancelled and queued again each round), `kill ID` (a running
             `sleep`, a new one each round), `pause` and `resume` (a daemon
@@ -75,7 +75,8 @@ TARGETS = {"add_x_floor": 2.0, "add_x_floor_stretch": 1.3, "daily_x_floor": 2.0,
            "stdin_jobs_s": 50_000.0, "conn_enqueues_s": 1_000.0}
 # The per-call rows each held to daily_x_floor (issue 22), by the start of their names.
 DAILY = ("sloth add -- true (paused)", "sloth ls", "sloth show", "sloth logs", "sloth status", "sloth wait",
-         "sloth cancel", "sloth retry", "sloth kill", "sloth pause", "sloth resume", "sloth lane ls")
+         "sloth cancel", "sloth retry", "sloth kill", "sloth pause", "sloth resume", "sloth lane ls",
+         "sloth schedule ls", "sloth schedule show")
 
 
 def base_env() -> dict[str, str]:
@@ -186,6 +187,8 @@ def per_call(n: int, tools: dict[str, str | None], warmup: int = 3) -> list[Prob
             Daemon(paused=True) as acts, Daemon(paused=False) as lanes:
         for i in range(20):
             reads.add("true", str(i), lane="video" if i % 4 == 0 else "default")
+        for name, when in (("nightly", {"cron": "0 3 * * *", "jitter_s": 600}), ("hourly", {"every_s": 3600})):
+            reads.call("schedule_add", name=name, recipe={**when, "job": {"command": ["true"], "cwd": "/tmp"}})
         done = running.add("sh", "-c", "echo hello; echo world")  # logs and wait: a finished job
         running.wait_state(done, "done")
         running.call("lane_set", lane="k", concurrency=n + warmup, create=True)
@@ -202,6 +205,8 @@ def per_call(n: int, tools: dict[str, str | None], warmup: int = 3) -> list[Prob
                   Probe("sloth show 1", [sloth, "show", "1"], r, rh),
                   Probe("sloth status (20 jobs)", [sloth, "status"], r, rh),
                   Probe("sloth lane ls", [sloth, "lane", "ls"], r, rh),
+                  Probe("sloth schedule ls (2)", [sloth, "schedule", "ls"], r, rh),
+                  Probe("sloth schedule show NAME", [sloth, "schedule", "show", "nightly"], r, rh),
                   Probe("sloth logs ID (done)", [sloth, "logs", str(done)], re_, rr),
                   Probe("sloth wait ID (done)", [sloth, "wait", str(done)], re_, rr),
                   Probe("sloth cancel ID (queued)", [sloth, "cancel", str(queued)], a, ah),

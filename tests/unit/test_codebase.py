@@ -43,6 +43,8 @@ EXCEPTIONS = {
     ("cli.launcher", "keeper.procident"),
     # Reading a lane's settings with no daemon: the lanes' own rules.
     ("cli.offline", "daemon.worker.lanes"),
+    # ... and a schedule's, as the daemon shows it (schedule ls/show with no daemon).
+    ("cli.offline", "daemon.schedules.ops"),
     # `sloth doctor` says what applies keep-awake and limits on this machine:
     # the keeper's to know (it applies them).
     ("cli.doctor", "keeper.holds"),

@@ -21,6 +21,7 @@ from sloth_daemon.backends.postgres.listing import Listings
 from sloth_daemon.backends.postgres.logs import Logs
 from sloth_daemon.backends.postgres.reads import JobRows, Reads
 from sloth_daemon.backends.postgres.scan import PgScan
+from sloth_daemon.backends.postgres.schedules import PgScheduleReads
 
 # One look, for a command that must answer whatever the server does (`sloth
 # config`): libpq's shortest connect timeout (it reads less than 2 s as 2),
@@ -71,6 +72,7 @@ class PgReadOnly:
         self.host_seen = machines.host_seen
         self.forget_host = machines.forget_host
         self.logs = Logs(db)
+        self.schedules = PgScheduleReads(db)
         self.stored_log = self.logs.stored_log
 
     def scan(self, *, owns_reader: bool = False, **kw: Any) -> PgScan:

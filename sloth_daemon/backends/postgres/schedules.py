@@ -29,30 +29,18 @@ SQL_PROGRESS = ("UPDATE sloth.schedules SET version = version + 1, next_slot = c
 SQL_PRUNE_RUNS = "DELETE FROM sloth.schedule_runs WHERE schedule = %s AND slot < sloth.now() - %s"
 SQL_STAMP = ("SELECT count(*) AS n, coalesce(sum(version), 0) AS v, coalesce(max(updated_at), 0) AS at"
              " FROM sloth.schedules")
+SQL_LAST_MANUAL = "SELECT max(slot) AS top FROM sloth.schedule_runs WHERE schedule = %s AND manual"
 KEEP_RUNS_S = 30 * 86400.0
 
 Insert = Callable[[Cursor, list[JobSpec], None], list[int]]
 
 
-class PgSchedules:
-    """The schedules and schedule_runs tables: writes through ``writer``,
-    reads on ``db``; jobs added with ``insert`` (enqueue.insert_all) inside
-    the firing's transaction."""
+class PgScheduleReads:
+    """The schedules' rows read on ``db`` (the daemon's, or a read-only one:
+    `schedule ls` and `show` with no daemon, cli/offline.py)."""
 
-    def __init__(self, db: Connection, writer: Writer, insert: Insert) -> None:
-        self._db, self.writer, self.insert = db, writer, insert
-
-    def add(self, name: str, recipe: Mapping[str, Any], next_slot: int) -> dict[str, Any]:
-        text = sr.changes(recipe, None, None)["recipe"]
-
-        def add(c: Cursor) -> bool:
-            return c.execute("INSERT INTO sloth.schedules (name, recipe, next_slot, created_at, updated_at)"
-                             " VALUES (%s, %s, %s, sloth.now(), sloth.now()) ON CONFLICT (name) DO NOTHING"
-                             " RETURNING name", (name, text, int(next_slot))).fetchone() is not None
-
-        if not self.writer.write(add, "adding a schedule"):
-            raise sr.taken(name)
-        return self.get(name)
+    def __init__(self, db: Connection) -> None:
+        self._db = db
 
     def get(self, name: str) -> dict[str, Any]:
         row = self._db.read(lambda c: c.execute(SQL_LIST + " WHERE s.name = %s", (name,)).fetchone(),
@@ -73,6 +61,28 @@ class PgSchedules:
     def runs(self, name: str, limit: int = sr.RUNS_SHOWN) -> list[dict[str, Any]]:
         rows = self._db.read(lambda c: c.execute(SQL_RUNS, (name, int(limit))).fetchall(), "reading a schedule")
         return [sr.run_record(r) for r in rows]
+
+
+class PgSchedules(PgScheduleReads):
+    """The schedules and schedule_runs tables: read as PgScheduleReads,
+    written through ``writer``; jobs added with ``insert``
+    (enqueue.insert_all) inside the firing's transaction."""
+
+    def __init__(self, db: Connection, writer: Writer, insert: Insert) -> None:
+        super().__init__(db)
+        self.writer, self.insert = writer, insert
+
+    def add(self, name: str, recipe: Mapping[str, Any], next_slot: int) -> dict[str, Any]:
+        text = sr.changes(recipe, None, None)["recipe"]
+
+        def add(c: Cursor) -> bool:
+            return c.execute("INSERT INTO sloth.schedules (name, recipe, next_slot, created_at, updated_at)"
+                             " VALUES (%s, %s, %s, sloth.now(), sloth.now()) ON CONFLICT (name) DO NOTHING"
+                             " RETURNING name", (name, text, int(next_slot))).fetchone() is not None
+
+        if not self.writer.write(add, "adding a schedule"):
+            raise sr.taken(name)
+        return self.get(name)
 
     def change(self, name: str, *, version: int | None = None, recipe: Mapping[str, Any] | None = None,
                paused: bool | None = None, next_slot: int | None = None) -> dict[str, Any] | None:
@@ -139,6 +149,8 @@ class _Firing:
         manual = o.spec is not None and o.spec.key == sr.slot_key(self.name, sr.MANUAL)
         if manual and (hit := self.c.execute(SQL_ACTIVE_KEY, (o.spec.key,)).fetchone()):  # type: ignore[union-attr]
             return {"slot": o.slot, "job_id": hit["id"], "deduped": True}
+        if manual:  # a run by hand has a row of its own, even a second in the same second
+            o = o._replace(slot=sr.manual_slot(self.c.execute(SQL_LAST_MANUAL, (self.name,)).fetchone(), o.slot))
         if self.c.execute(SQL_RUN_ADD, (self.name, o.slot, manual, o.note)).fetchone() is None:
             return {"slot": o.slot, "job_id": None, "taken": True}
         if o.spec is None:
@@ -147,7 +159,7 @@ class _Firing:
         self.c.execute("UPDATE sloth.schedule_runs SET job_id = %s WHERE schedule = %s AND slot = %s AND manual = %s",
                        (job_id, self.name, o.slot, manual))
         self.last_job = job_id
-        self.last_slot = self.last_slot if manual else o.slot
+        self.last_slot = o.slot  # a run by hand is the last run too (`schedule ls` LAST)
         return {"slot": o.slot, "job_id": job_id, "note": o.note}
 
     def _chained(self, spec: JobSpec) -> JobSpec:
@@ -159,3 +171,4 @@ class _Firing:
         active = row is not None and row["state"] in ACTIVE_STATES
         wait = (self.last_job,) if active and self.last_job is not None else ()
         return spec._replace(after_previous=None, after_any=wait)
+

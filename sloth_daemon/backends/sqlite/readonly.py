@@ -18,6 +18,7 @@ from sloth_daemon.backends.sqlite import db
 from sloth_daemon.backends.sqlite.listing import SqliteListing
 from sloth_daemon.backends.sqlite.reads import JobRows, SqliteReads
 from sloth_daemon.backends.sqlite.scan import SqliteScan
+from sloth_daemon.backends.sqlite.schedules import ScheduleReads
 from sloth_daemon.models import Event, Job, JobState, Listing
 
 
@@ -33,6 +34,7 @@ class SqliteReadOnly:
         rows = JobRows(self._conn)
         self.reads = SqliteReads(self._conn, rows)
         self.listings = SqliteListing(self._conn, rows.job, self.reads.lane_counts)
+        self.schedules = ScheduleReads(self._conn)
 
     def scan(self, *, owns_reader: bool = False, **kw: Any) -> SqliteScan:
         """The listing ``listing(**kw)`` would give, read a chunk at a time

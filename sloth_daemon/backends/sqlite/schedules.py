@@ -27,30 +27,19 @@ SQL_PROGRESS = ("UPDATE schedules SET version = version + 1, next_slot = coalesc
                 " last_job = ?, last_slot = coalesce(?, last_slot), missed = missed + ?, dropped = dropped + ?,"
                 " updated_at = ? WHERE name = ?")
 SQL_STAMP = "SELECT count(*), coalesce(sum(version), 0), coalesce(max(updated_at), 0) FROM schedules"
+SQL_LAST_MANUAL = "SELECT max(slot) AS top FROM schedule_runs WHERE schedule = ? AND manual"
 KEEP_RUNS_S = 30 * 86400.0  # rows of slots older than this are pruned at a firing
 
 
 Insert = Callable[[sqlite3.Connection, list[JobSpec], float], list[int]]
 
 
-class SqliteSchedules:
-    """The schedules and schedule_runs tables: writes through ``store``,
-    jobs added with ``insert`` (SqliteEnqueue.insert) inside the firing's
-    transaction, times from ``clock``."""
+class ScheduleReads:
+    """The schedules' rows read on ``conn`` (the daemon's, or a read-only
+    one: `schedule ls` and `show` with no daemon, cli/offline.py)."""
 
-    def __init__(self, store: SqliteStore, clock: Clock, insert: Insert) -> None:
-        self.store, self.conn, self.clock, self.insert = store, store.conn, clock, insert
-
-    def add(self, name: str, recipe: Mapping[str, Any], next_slot: int) -> dict[str, Any]:
-        now = self.clock.now()
-        with self.store.tx() as c:
-            try:
-                c.execute("INSERT INTO schedules (name, recipe, next_slot, created_at, updated_at)"
-                          " VALUES (?, ?, ?, ?, ?)", (name, sr.changes(recipe, None, None)["recipe"],
-                                                      int(next_slot), now, now))
-            except sqlite3.IntegrityError:
-                raise sr.taken(name) from None
-        return self.get(name)
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
 
     @reads
     def get(self, name: str) -> dict[str, Any]:
@@ -71,6 +60,27 @@ class SqliteSchedules:
     @reads
     def runs(self, name: str, limit: int = sr.RUNS_SHOWN) -> list[dict[str, Any]]:
         return [sr.run_record(r) for r in self.conn.execute(SQL_RUNS, (name, int(limit)))]
+
+
+class SqliteSchedules(ScheduleReads):
+    """The schedules and schedule_runs tables: read as ScheduleReads, written
+    through ``store``, jobs added with ``insert`` (SqliteEnqueue.insert)
+    inside the firing's transaction, times from ``clock``."""
+
+    def __init__(self, store: SqliteStore, clock: Clock, insert: Insert) -> None:
+        super().__init__(store.conn)
+        self.store, self.clock, self.insert = store, clock, insert
+
+    def add(self, name: str, recipe: Mapping[str, Any], next_slot: int) -> dict[str, Any]:
+        now = self.clock.now()
+        with self.store.tx() as c:
+            try:
+                c.execute("INSERT INTO schedules (name, recipe, next_slot, created_at, updated_at)"
+                          " VALUES (?, ?, ?, ?, ?)", (name, sr.changes(recipe, None, None)["recipe"],
+                                                      int(next_slot), now, now))
+            except sqlite3.IntegrityError:
+                raise sr.taken(name) from None
+        return self.get(name)
 
     def change(self, name: str, *, version: int | None = None, recipe: Mapping[str, Any] | None = None,
                paused: bool | None = None, next_slot: int | None = None) -> dict[str, Any] | None:
@@ -133,6 +143,8 @@ class _Firing:
         manual = o.spec is not None and o.spec.key == sr.slot_key(self.name, sr.MANUAL)
         if manual and (hit := self.c.execute(SQL_ACTIVE_KEY, (o.spec.key,)).fetchone()):  # type: ignore[union-attr]
             return {"slot": o.slot, "job_id": hit[0], "deduped": True}
+        if manual:  # a run by hand has a row of its own, even a second in the same second
+            o = o._replace(slot=sr.manual_slot(self.c.execute(SQL_LAST_MANUAL, (self.name,)).fetchone(), o.slot))
         if not self.c.execute(SQL_RUN_ADD, (self.name, o.slot, int(manual), self.now, o.note)).rowcount:
             return {"slot": o.slot, "job_id": None, "taken": True}
         if o.spec is None:
@@ -141,7 +153,7 @@ class _Firing:
         self.c.execute("UPDATE schedule_runs SET job_id = ? WHERE schedule = ? AND slot = ? AND manual = ?",
                        (job_id, self.name, o.slot, int(manual)))
         self.last_job = job_id
-        self.last_slot = self.last_slot if manual else o.slot
+        self.last_slot = o.slot  # a run by hand is the last run too (`schedule ls` LAST)
         return {"slot": o.slot, "job_id": job_id, "note": o.note}
 
     def _chained(self, spec: JobSpec) -> JobSpec:
@@ -154,3 +166,4 @@ class _Firing:
         active = row is not None and row[0] in ACTIVE_STATES
         wait = (self.last_job,) if active and self.last_job is not None else ()
         return spec._replace(after_previous=None, after_any=wait)
+

@@ -10,14 +10,7 @@ from sloth_daemon.backends.schedule_rules import RUNS_SHOWN
 from sloth_daemon.daemon.schedules import policy, recipe as recipes, slots
 from sloth_daemon.daemon.schedules.recipe import Recipe
 from sloth_daemon.daemon.schedules.scheduler import Scheduler
-from sloth_daemon.errors import BadRequest, FieldError
-
-RULES = ("Missed slots (asleep, off, no daemon): --missed once runs one catch-up however many passed, skip waits "
-         "for the next slot, all runs each (at most 100; the rest dropped and counted). A slot due while the last "
-         "occurrence is still queued or running follows --overlap (skip, queue, parallel, replace). Across DST a "
-         "local time that does not exist runs once at the first valid instant after it; one that exists twice "
-         "runs once, the first time. Each slot makes at most one job (its key is schedule:NAME:SLOT).")
-
+from sloth_daemon.errors import BadRequest, FieldError, IllegalTransition
 
 READS = ("schedule_ls", "schedule_show")
 
@@ -40,27 +33,22 @@ class _Ops:
         return self._s
 
     def add(self, a: dict[str, Any]) -> dict[str, Any]:
-        return {"schedule": self.view(self.s.add(recipes.name(a.get("name")), _fields(a)))}
+        return {"schedule": view(self.s.add(recipes.name(a.get("name")), _fields(a)))}
 
     def edit(self, a: dict[str, Any]) -> dict[str, Any]:
-        return {"schedule": self.view(self.s.edit(recipes.name(a.get("name")), _fields(a)))}
+        return {"schedule": view(self.s.edit(recipes.name(a.get("name")), _fields(a)))}
 
     def ls(self, a: dict[str, Any]) -> dict[str, Any]:
-        return {"schedules": [self.view(r) for r in self.s.store.all()]}
+        return listed(self.s.store)
 
     def show(self, a: dict[str, Any]) -> dict[str, Any]:
-        name = recipes.name(a.get("name"))
-        limit = a.get("limit", RUNS_SHOWN)
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
-            raise FieldError("limit", f"must be an integer from 1 to 100000, got {limit!r}")
-        rec = self.s.get(name)
-        return {"schedule": self.view(rec), "runs": self.s.store.runs(name, limit), "rules": RULES}
+        return shown(self.s.store, a)
 
     def pause(self, a: dict[str, Any]) -> dict[str, Any]:
-        return {"schedule": self.view(self.s.pause(recipes.name(a.get("name"))))}
+        return {"schedule": view(self.s.pause(recipes.name(a.get("name"))))}
 
     def resume(self, a: dict[str, Any]) -> dict[str, Any]:
-        return {"schedule": self.view(self.s.resume(recipes.name(a.get("name"))))}
+        return {"schedule": view(self.s.resume(recipes.name(a.get("name"))))}
 
     def rm(self, a: dict[str, Any]) -> dict[str, Any]:
         name = recipes.name(a.get("name"))
@@ -70,11 +58,24 @@ class _Ops:
     def run(self, a: dict[str, Any]) -> dict[str, Any]:
         name = recipes.name(a.get("name"))
         out = self.s.run_now(name)
+        if out.get("job_id") is None:  # never a silent nothing
+            raise IllegalTransition(f"schedule {name!r}: no job was queued ({out.get('note') or 'its run was taken'})")
         return {"id": out.get("job_id"), "deduped": bool(out.get("deduped")), "schedule": name}
 
-    @staticmethod
-    def view(rec: Mapping[str, Any]) -> dict[str, Any]:
-        return view(rec)
+
+def listed(store: Any) -> dict[str, Any]:
+    """The answer to schedule_ls, from ``store`` (the daemon's, or the queue
+    read without one: cli/offline.py)."""
+    return {"schedules": [view(r) for r in store.all()]}
+
+
+def shown(store: Any, a: Mapping[str, Any]) -> dict[str, Any]:
+    """The answer to schedule_show (as ``listed``)."""
+    name = recipes.name(a.get("name"))
+    limit = a.get("limit", RUNS_SHOWN)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
+        raise FieldError("limit", f"must be an integer from 1 to 100000, got {limit!r}")
+    return {"schedule": view(store.get(name)), "runs": store.runs(name, limit)}
 
 
 def _fields(a: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -88,11 +89,14 @@ def view(rec: Mapping[str, Any]) -> dict[str, Any]:
     """A schedule as `ls`, `show` and the changes answer it."""
     r = Recipe.from_dict(rec["recipe"])
     job = r.job
+    offset = policy.jitter_s(rec["name"], r.machine, r.jitter_s)
     return {
         "name": rec["name"], "spec": slots.describe(r), "every_s": r.every_s, "cron": r.cron, "tz": r.tz,
-        "missed": r.missed, "overlap": r.overlap, "jitter_s": r.jitter_s,
-        "jitter_offset_s": policy.jitter_s(rec["name"], r.machine, r.jitter_s), "paused": rec["paused"],
-        "next_run": None if rec["paused"] else rec["next_slot"], "last_slot": rec["last_slot"],
+        "missed": r.missed, "overlap": r.overlap, "jitter_s": r.jitter_s, "jitter_offset_s": offset,
+        "paused": rec["paused"], "next_slot": rec["next_slot"],
+        # when its job will be queued to start: the slot plus the jitter (None while paused)
+        "next_run": None if rec["paused"] else rec["next_slot"] + int(offset),
+        "last_slot": rec["last_slot"], "last_run": rec["last_slot"],
         "last_job": rec["last_job"], "last_state": rec.get("last_state"), "last_exit": rec.get("last_exit"),
         "missed_slots": rec["missed"], "dropped": rec["dropped"], "command": job.get("command"),
         "lane": job.get("lane", "default"), "place": job.get("place", ""), "created_at": rec["created_at"],

@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+import time
+from dataclasses import replace
 from typing import Any, Callable, Mapping
 
 from sloth_daemon.backends import schedule_rules as sr
@@ -27,18 +29,20 @@ from sloth_daemon.spec import JobSpec
 log = logging.getLogger("sloth.schedules")
 RETRY_S = 5  # a firing the database refused is tried again this much later
 MAX_TRIES = 3  # plans remade when another firer moved the schedule first
-TURN = 64  # schedules fired per turn of the event loop
+TURN = 64  # schedules fired per turn of the event loop at most ...
+TURN_S = 0.02  # ... and for this long at most (then the socket, heartbeats; the rest at once after)
 
 
 class Ports:
     """What the scheduler asks of the daemon: ``now`` (the queue's wall
     time), ``active(job_id)`` (queued, blocked or running?), ``job(d)`` (a
     job object checked and placed as an add would be, as a JobSpec),
-    ``queued()`` (wake the worker), ``cancel(job_id)`` (end a replaced run)."""
+    ``queued()`` (wake the worker), ``cancel(job_id, why)`` (end a replaced
+    run: recorded cancelled, with why, once its process has ended)."""
 
     def __init__(self, *, now: Callable[[], float], active: Callable[[int], bool],
                  job: Callable[[Mapping[str, Any]], JobSpec], place: Callable[[dict[str, Any]], dict[str, Any]],
-                 queued: Callable[[], None], cancel: Callable[[int], None]) -> None:
+                 queued: Callable[[], None], cancel: Callable[[int, str], None]) -> None:
         self.now, self.active, self.job, self.place = now, active, job, place
         self.queued, self.cancel = queued, cancel
 
@@ -49,8 +53,12 @@ class Scheduler:
     (sqlite/schedules.py or postgres/schedules.py), ``machine`` this
     machine's id (the jitter's seed of the schedules made here)."""
 
-    def __init__(self, store: Any, ports: Ports, *, machine: str) -> None:
+    def __init__(self, store: Any, ports: Ports, *, machine: str, fixed_zone: bool = False) -> None:
         self.store, self.ports, self.machine = store, ports, machine
+        # a shared queue: a schedule made without --tz gets this machine's zone, so every machine
+        # computes the same slots (without, "local time" follows this machine's zone as it changes)
+        self.fixed_zone = fixed_zone
+        self._zone: tuple[Any, ...] | None = None  # slots.local_key() at the last zone_check
         self.known: dict[str, dict[str, Any]] = {}
         self._heap: list[tuple[int, str, int]] = []
         self._timer: asyncio.TimerHandle | None = None
@@ -63,6 +71,7 @@ class Scheduler:
     def load(self) -> None:
         """Every schedule from the queue (at start, and when another machine changed them)."""
         self.known = {r["name"]: r for r in self.store.all()}
+        self._zone = slots.local_key()
         self._heap = [(r["next_slot"], n, r["version"]) for n, r in self.known.items() if not r["paused"]]
         heapq.heapify(self._heap)
         self.arm(force=True)
@@ -111,19 +120,38 @@ class Scheduler:
         date: a slot handled already keeps its row, and makes no second job."""
         now = int(self.ports.now())
         if now < self._seen - 1:
-            self._rewind(now)
+            self._reslot(now, "brought back to the clock", lambda r, rec, nxt: nxt < rec["next_slot"])
         self._seen = now
         self.arm(force=True)
 
-    def _rewind(self, now: int) -> None:
+    def zone_check(self) -> None:
+        """At each clock check: if the local zone changed (/etc/localtime,
+        $TZ: slots.local_key), the schedules on local time move to their
+        next slot in the new zone, as systemd's timers do (a slot the change
+        skipped over is not caught up)."""
+        key = slots.local_key()
+        if key == self._zone:
+            return
+        if self._zone is not None:  # None: not loaded yet
+            log.info("schedules: the local time zone changed; local-time schedules follow it")
+            self._reslot(int(self.ports.now()), "moved to the new local zone",
+                         lambda r, rec, nxt: r.cron is not None and r.tz is None)
+            self.arm(force=True)
+        self._zone = key
+
+    def _reslot(self, now: int, why: str, wanted: Callable[[Recipe, dict[str, Any], int], bool]) -> None:
+        """Each schedule ``wanted`` (its recipe, row and next slot from now) moves to that slot."""
         for name, rec in list(self.known.items()):
-            nxt = None if rec["paused"] else slots.next_after(Recipe.from_dict(rec["recipe"]), now)
-            if nxt is None or nxt >= rec["next_slot"]:
+            if rec["paused"]:
+                continue
+            r = Recipe.from_dict(rec["recipe"])
+            nxt = slots.next_after(r, now)
+            if nxt is None or nxt == rec["next_slot"] or not wanted(r, rec, nxt):
                 continue
             try:
                 changed = self.store.change(name, version=rec["version"], next_slot=nxt)
             except SlothError as e:
-                log.warning("schedule %s: not brought back to the clock: %s", name, e.message)
+                log.warning("schedule %s: not %s: %s", name, why, e.message)
                 continue
             if changed is not None:
                 self._push(self._remember(changed))
@@ -131,20 +159,23 @@ class Scheduler:
     def _on_timer(self) -> None:
         self._timer = self._timer_at = None
         try:
-            self.tick(most=TURN)
+            self.tick(most=TURN, budget_s=TURN_S)
         except Exception:  # a bug must not stop every schedule
             log.exception("schedules: a tick failed")
             self._retry_all()
 
-    def tick(self, now: float | None = None, *, most: int | None = None) -> int:
-        """Fire the schedules due by ``now`` (at most ``most`` of them: the
-        timer's turn, so that 10,000 due at midnight never hold the event
-        loop -- heartbeats, the socket -- for long; the rest in the next
-        turn, at once); returns how many fired."""
+    def tick(self, now: float | None = None, *, most: int | None = None, budget_s: float | None = None) -> int:
+        """Fire the schedules due by ``now`` (at most ``most`` of them, for
+        ``budget_s`` at most: the timer's turn, so that 10,000 due at
+        midnight, or 1,000 after a year away, never hold the event loop --
+        heartbeats, the socket -- for long; the rest in the next turn, at
+        once); returns how many fired."""
         t = int(self.ports.now() if now is None else now)
         self._seen = max(self._seen, t)
         n = seen = 0
-        while (at := self.earliest()) is not None and at <= t and (most is None or seen < most):
+        end = None if budget_s is None else time.monotonic() + budget_s
+        while (at := self.earliest()) is not None and at <= t and (most is None or seen < most) \
+                and (end is None or time.monotonic() < end):
             _, name, _ = heapq.heappop(self._heap)
             n += self._fire(name, t)
             seen += 1
@@ -198,7 +229,7 @@ class Scheduler:
             log.info("schedule %s: queued job(s) %s", name, ", ".join(map(str, queued)))
             self.ports.queued()
         for job_id in cancel:
-            self.ports.cancel(job_id)
+            self.ports.cancel(job_id, f"replaced by the next occurrence of schedule {name}")
         return 1
 
     def _firing(self, rec: dict[str, Any], p: policy.Plan, now: int) -> tuple[sr.Firing, list[int]]:
@@ -245,12 +276,23 @@ class Scheduler:
     def add(self, name: str, fields: Mapping[str, Any]) -> dict[str, Any]:
         """A new schedule; IllegalTransition if the name is taken, BadRequest if a field is bad."""
         now = int(self.ports.now())
-        r = self._checked(recipes.parse(fields, machine=self.machine, anchor=now))
+        r = self._checked(self._zoned(recipes.parse(fields, machine=self.machine, anchor=now)))
         first = slots.next_after(r, now)
         rec = self._remember(self.store.add(recipes.name(name), r.to_dict(), first))
         self._push(rec)
         self.arm()
         return rec
+
+    def _zoned(self, r: Recipe) -> Recipe:
+        """On a shared queue, a cron schedule without --tz is in this machine's zone, by name."""
+        if not self.fixed_zone or r.tz is not None or r.cron is None:
+            return r
+        name = slots.local_name()
+        if name is None:
+            raise BadRequest("this machine's time zone has no name (its zone file is a copy), and a schedule on "
+                             "a shared queue must say its zone for every machine",
+                             hint='Give it: --tz Europe/Berlin (or set $TZ for the daemon).')
+        return replace(r, tz=name)
 
     def _checked(self, r: Recipe) -> Recipe:
         slots.check(r)
@@ -262,7 +304,7 @@ class Scheduler:
     def edit(self, name: str, fields: Mapping[str, Any]) -> dict[str, Any]:
         rec = self.get(name)
         old = Recipe.from_dict(rec["recipe"])
-        new = self._checked(recipes.edited(old, fields))
+        new = self._checked(self._zoned(recipes.edited(old, fields)))
         timing = (new.every_s, new.cron, new.tz) != (old.every_s, old.cron, old.tz)
         nxt = slots.next_after(new, int(self.ports.now())) if timing else None
         return self._changed(name, self.store.change(name, version=rec["version"], recipe=new.to_dict(),

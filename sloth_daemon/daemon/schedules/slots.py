@@ -20,8 +20,9 @@ rule above is ours alone and the same for every expression.
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone, tzinfo
-from typing import Iterator
+from bisect import bisect_left, bisect_right
+from datetime import date, datetime, time, timedelta, timezone, tzinfo
+from typing import Any, Iterator
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -32,7 +33,6 @@ from sloth_daemon.errors import FieldError
 ALIASES = {"@hourly": "0 * * * *", "@daily": "0 0 * * *", "@midnight": "0 0 * * *", "@weekly": "0 0 * * 0",
            "@monthly": "0 0 1 * *", "@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *"}
 SHIFT_S = 3 * 3600  # more than any DST shift: the reach of a search that may cross one
-COUNT_CAP = 100_000  # cron slots counted one by one at most (a longer sleep says "at least")
 _MIN = timedelta(minutes=1)
 
 
@@ -60,28 +60,69 @@ def zone(name: str | None) -> tzinfo:
                          hint="A zoneinfo name, e.g. Europe/Berlin, UTC.") from None
 
 
-_LOCAL: dict[str, tzinfo] = {}  # $TZ -> the zone it means (read once per value)
+LOCALTIME = "/etc/localtime"  # the local zone's file; $SLOTH_LOCALTIME names another (a container, a test)
+_LOCAL: dict[tuple[Any, ...], tzinfo] = {}  # local_key() -> the zone it means (the latest only)
+
+
+def local_key() -> tuple[Any, ...]:
+    """Where the local zone comes from, as it is now: $TZ, and the zone
+    file's target and identity. Another key is another zone: `timedatectl
+    set-timezone` (a new symlink) or a file copied over is seen at the next
+    look (Scheduler.zone_check, at each clock check), as systemd's timers do."""
+    path = os.environ.get("SLOTH_LOCALTIME") or LOCALTIME
+    try:
+        st = os.stat(path)
+        ident: tuple[Any, ...] | None = (os.path.realpath(path), st.st_ino, st.st_mtime_ns, st.st_size)
+    except OSError:
+        ident = None
+    return os.environ.get("TZ", ""), path, ident
 
 
 def local_zone() -> tzinfo:
-    """$TZ if it names a zone, else /etc/localtime, else UTC."""
-    key = os.environ.get("TZ", "")
-    if key not in _LOCAL:
-        _LOCAL[key] = _read_local(key.lstrip(":"))
-    return _LOCAL[key]
+    """$TZ if it names a zone, else the zone file (/etc/localtime), else UTC:
+    read again whenever local_key() changes."""
+    key = local_key()
+    z = _LOCAL.get(key)
+    if z is None:
+        _LOCAL.clear()
+        z = _LOCAL[key] = _read_local(key[0].lstrip(":"), key[1])
+    return z
 
 
-def _read_local(tz: str) -> tzinfo:
+def _read_local(tz: str, path: str) -> tzinfo:
     if tz:
         try:
             return ZoneInfo(tz)
         except (ZoneInfoNotFoundError, ValueError):
             pass
     try:
-        with open("/etc/localtime", "rb") as f:
+        with open(path, "rb") as f:
             return ZoneInfo.from_file(f)
     except (OSError, ValueError):
         return timezone.utc
+
+
+def local_name() -> str | None:
+    """The local zone's name (what --tz would say), fixed in a schedule made
+    on a shared queue: $TZ, the name the zone file links to, /etc/timezone;
+    "UTC" with no zone file; None if it has no name (a copied file)."""
+    tz, path, ident = local_key()
+    names = [tz.lstrip(":")]
+    if ident is not None and "/zoneinfo/" in ident[0]:
+        names.append(ident[0].split("/zoneinfo/", 1)[1])
+    if path == LOCALTIME:  # Debian's name of it, beside the file
+        try:
+            with open("/etc/timezone") as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass
+    for name in names:
+        try:
+            if name and ZoneInfo(name):
+                return name
+        except (ZoneInfoNotFoundError, ValueError):
+            continue
+    return "UTC" if ident is None and not tz else None
 
 
 def check(recipe: Recipe) -> None:
@@ -104,30 +145,52 @@ def next_after(recipe: Recipe, t: int) -> int | None:
 
 def latest(recipe: Recipe, since: int, now: int, most: int) -> tuple[list[int], int]:
     """The due slots in [since, now]: the latest ``most`` of them (oldest
-    first) and how many there are in all (counted up to COUNT_CAP)."""
+    first) and how many there are in all (``count``: a day at a time)."""
     if since > now:
         return [], 0
     if recipe.every_s is not None:
         p = recipe.every_s
         first = recipe.anchor + -((recipe.anchor - since) // p) * p  # the first slot >= since
         last = recipe.anchor + ((now - recipe.anchor) // p) * p
-        count = 0 if last < first else (last - first) // p + 1
-        return [last - i * p for i in range(min(count, most))][::-1], count
+        n = 0 if last < first else (last - first) // p + 1
+        return [last - i * p for i in range(min(n, most))][::-1], n
     back: list[int] = []
     for s in _cron_back(recipe, now):
         if s < since or len(back) == most:
             break
         back.append(s)
-    return back[::-1], len(back) if len(back) < most else _count(recipe, since, now)
+    return back[::-1], len(back) if len(back) < most else count(recipe, since, now)
 
 
-def _count(recipe: Recipe, since: int, now: int) -> int:
-    n = 0
-    for s in _cron_forward(recipe, since - 1):
-        if s > now or n >= COUNT_CAP:
-            break
-        n += 1
+def count(recipe: Recipe, since: int, now: int) -> int:
+    """How many cron slots fall in [since, now], in time bounded by the days
+    between (one match of the day and one bisection each), not by the slots:
+    a year away with "* * * * *" is 366 days, not 525,600 steps (issue 28.4).
+    A day on which the zone's offset changes is counted slot by slot, by the
+    DST rule (each instant once)."""
+    z = zone(recipe.tz)
+    cs = CronSim(expression(recipe.cron or ""), datetime(2000, 1, 1))
+    minutes = sorted(h * 60 + m for h in cs.hours for m in cs.minutes)  # the wall times of a day, in minutes
+    first, last = _naive(since, z), _naive(now, z)
+    day, n = first.date(), 0
+    offset = _offset(day, z)
+    while day <= last.date():
+        nxt = day + timedelta(days=1)
+        after = _offset(nxt, z)
+        if day.month in cs.months and cs.match_day(day):
+            if after != offset:  # DST changes this day: each wall time to its instant, once
+                n += len({t for t in (instant(datetime.combine(day, time(m // 60, m % 60)), z) for m in minutes)
+                          if since <= t <= now})
+            else:
+                lo = 0 if day > first.date() else first.hour * 60 + first.minute + (first.second > 0)
+                hi = 1439 if day < last.date() else last.hour * 60 + last.minute
+                n += max(0, bisect_right(minutes, hi) - bisect_left(minutes, lo))
+        day, offset = nxt, after
     return n
+
+
+def _offset(day: date, z: tzinfo) -> timedelta | None:
+    return datetime.combine(day, time(), tzinfo=z).utcoffset()
 
 
 # ------------------------------------------------------------------- cron

@@ -50,16 +50,29 @@ class Actions:
     # has not heard of until the keeper has decided what became of it
     # (withdrawal.py): first what is decided, then, once the keeper has
     # answered, the rest. A run that started is recorded as started first.
-    async def cancel(self, job_id: int) -> Job:
+    async def cancel(self, job_id: int, *, message: str = "cancelled by user") -> Job:
         """queue.cancel, once the keeper has decided the job's run, if it has one
         not heard started. Raises as queue.cancel, or IllegalTransition if
         the keeper does not answer in time (nothing changed)."""
         runs = [r for r in self.running.values() if r.job.id == job_id]
         res = await self._decided(runs, lambda ids, exclude: Batch([] if job_id in exclude else
-                                                                   [self.queue.cancel(job_id)]), "cancelled")
+                                                                   [self.queue.cancel(job_id, message=message)]),
+                                  "cancelled")
         if res.skipped:
             raise IllegalTransition(res.skipped[0][1], hint="Try again in a moment.")
         return res.jobs[0]
+
+    async def replace(self, job_id: int, why: str) -> None:
+        """--overlap replace: end the job's run here and record it cancelled
+        (``why``, outcomes.REPLACED) once its process has ended, so that its
+        lane slot and the next occurrence (queued after it) wait for that and
+        the two never run side by side. A job not running here (queued, or
+        on another machine) is cancelled at once, with ``why``."""
+        run = next((r for r in self.running.values() if r.job.id == job_id), None)
+        if run is not None and run.live and run.ending is None and not run.deciding:
+            self.end(run, why, None)
+            return
+        await self.cancel(job_id, message=why)
 
     async def cancel_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
                           states: Sequence[str] | None = None) -> Batch:

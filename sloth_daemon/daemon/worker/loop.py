@@ -89,6 +89,7 @@ class Worker:
         self.queue_time: Callable[[ClockReadings], float] | None = None  # None: the queue keeps our wall time
         self.after_jump: Callable[[], None] = lambda: None
         self.clock_watchers: list[Callable[[], None]] = []  # told of every jump, back too (the schedules)
+        self.clock_checks: list[Callable[[], None]] = []  # called at every clock check (the schedules' zone)
         first = clocks.read()
         self.detector = JumpDetector(first)
         self.last_jump: dict[str, Any] | None = None
@@ -228,6 +229,8 @@ class Worker:
         jump = self.detector.check(r, expected_s=interval)
         self._next_check = r.awake + interval
         self.last_check_at = r.wall
+        for check in self.clock_checks:
+            check()
         if jump.kind is not JumpKind.NONE:
             self.last_jump = {"kind": jump.kind.value, "seconds": jump.seconds, "at": r.wall,
                               "describe": jump.describe()}

@@ -16,12 +16,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from sloth_daemon.errors import IllegalTransition
 from sloth_daemon.models import Job
 from sloth_daemon.queue import Queue
 from sloth_daemon.daemon.worker.runs import Run
 from sloth_daemon.daemon.worker.spawner import Outcome
 
 NOTHING_TO_WRITE = ("cancelled", "killed", "lease lost", "fenced")
+# --overlap replace (Actions.replace): the run was ended first; its job is recorded cancelled, with why,
+# only now that its process has ended -- its lane slot and the occurrence after it waited for that
+REPLACED = "replaced by "
 
 
 def record(queue: Queue, run: Run, outcome: Outcome, *, runner: dict[str, Any] | None = None,
@@ -38,6 +42,8 @@ def record(queue: Queue, run: Run, outcome: Outcome, *, runner: dict[str, Any] |
             return queue.note_ended(jid, run.attempt, ended_note(outcome), ended_at=outcome.ended_at,
                                     durable=durable)
         return None
+    if run.ending is not None and run.ending.startswith(REPLACED) and not by_itself(outcome):
+        return _replaced(queue, run, outcome, durable=durable)
     kw: dict[str, Any] = {"runner": runner, "durable": durable}
     if outcome.postpone_s is not None:  # never started, for want of resources: not counted
         why = (f"not started: {outcome.reason}; short of resources: not counted; "
@@ -62,6 +68,17 @@ def record(queue: Queue, run: Run, outcome: Outcome, *, runner: dict[str, Any] |
         return queue.complete(jid, tok, message=message, exit_code=outcome.returncode, ended_at=at, **kw)
     retry, message = retry_verdict(run.job, outcome, message)
     return queue.fail(jid, tok, message=message, exit_code=outcome.returncode, ended_at=at, retry=retry, **kw)
+
+
+def _replaced(queue: Queue, run: Run, outcome: Outcome, *, durable: bool) -> Job | None:
+    try:
+        job = queue.cancel(run.job.id, message=run.ending or "")
+    except IllegalTransition:  # finished meanwhile (a user's cancel): as it was
+        return None
+    if outcome.started and outcome.returncode is not None:
+        return queue.note_ended(run.job.id, run.attempt, ended_note(outcome), ended_at=outcome.ended_at,
+                                durable=durable)
+    return job
 
 
 def give_back(queue: Queue, run: Run, why: str, *, durable: bool) -> Job:

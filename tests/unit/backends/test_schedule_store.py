@@ -75,6 +75,17 @@ def test_a_manual_run_while_one_is_active_is_the_same_job(q):
     assert q.schedules.get("b")["next_slot"] == 60  # a run by hand leaves the slots alone
 
 
+def test_two_manual_runs_in_one_second_are_two_jobs_and_two_rows(q):
+    """Issue 28.6: the first ended (cancelled) in the same second: the second queues its own job."""
+    q.schedules.add("b", RECIPE, 60)
+    a = q.schedules.fire("b", Firing(None, [Occurrence(5, spec("b", MANUAL))]))[0]
+    q.cancel(a["job_id"])
+    b = q.schedules.fire("b", Firing(None, [Occurrence(5, spec("b", MANUAL))]))[0]
+    assert b["job_id"] and b["job_id"] != a["job_id"] and not b.get("taken") and (a["slot"], b["slot"]) == (5, 6)
+    assert [r["job_id"] for r in q.schedules.runs("b")] == [b["job_id"], a["job_id"]]
+    assert q.schedules.get("b")["last_slot"] == 6  # a run by hand is the last run (LAST)
+
+
 def test_chained_occurrence_waits_for_the_last_active_job(q):
     q.schedules.add("b", RECIPE, 60)
     first = q.schedules.fire("b", Firing(None, [Occurrence(60, spec("b", 60))]))[0]["job_id"]

@@ -55,7 +55,7 @@ def test_add_ls_show_run_pause_resume_edit_rm(rig):
     ran = op(h, "schedule_run", {"name": "b"})
     assert ran["id"] and not ran["deduped"] and op(h, "schedule_run", {"name": "b"})["deduped"]
     shown = h.ops["schedule_show"]({"name": "b"})
-    assert shown["runs"][0]["job_id"] == ran["id"] and "first valid instant" in shown["rules"]
+    assert shown["runs"][0]["job_id"] == ran["id"]
     assert op(h, "schedule_pause", {"name": "b"})["schedule"]["next_run"] is None
     assert op(h, "schedule_resume", {"name": "b"})["schedule"]["next_run"]
     assert op(h, "schedule_edit", {"name": "b", "recipe": {"every_s": 600}})["schedule"]["spec"] == "every 10m"

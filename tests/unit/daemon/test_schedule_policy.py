@@ -173,3 +173,37 @@ def test_an_unknown_zone_is_refused_on_an_interval_too():
     with pytest.raises(BadRequest, match="time zone"):
         slots.check(parse({"every_s": 3600, "tz": "Mars/Olympus", "job": JOB}, machine="m", anchor=0))
     slots.check(parse({"every_s": 3600, "tz": "Europe/Berlin", "job": JOB}, machine="m", anchor=0))
+
+
+def _one_by_one(r: Recipe, since: int, now: int) -> int:
+    n = 0
+    for s in slots._cron_forward(r, since - 1):
+        if s > now:
+            return n
+        n += 1
+    return n
+
+
+@pytest.mark.parametrize("expr", ["* * * * *", "*/7 9-17 * * 1-5", "30 2 * * *", "0 0 L * *", "15 3 * * 0#2",
+                                  "0,30 * 13 * 5", "59 23 * 2 *"])
+@pytest.mark.parametrize("tz", ["UTC", "Europe/Berlin", "America/Santiago", "Asia/Kathmandu", "Australia/Lord_Howe"])
+def test_slots_are_counted_a_day_at_a_time_as_many_as_one_by_one(expr, tz):
+    """Issue 28.4: the count is the one-by-one count, across DST both ways,
+    with since and now at odd seconds (spans with the zones' changes in them)."""
+    r = cron(expr, tz)
+    for since, now in [(at(tz, 2027, 3, 26, 7, 13, 5), at(tz, 2027, 4, 5, 16, 2, 0)),
+                       (at(tz, 2027, 9, 3, 0, 0, 0), at(tz, 2027, 9, 6, 23, 59, 59)),
+                       (at(tz, 2027, 10, 2, 0, 0, 0), at(tz, 2027, 10, 4, 1, 2, 3)),
+                       (at(tz, 2027, 10, 30, 22, 0, 0), at(tz, 2027, 11, 1, 3, 0, 0)),
+                       (at(tz, 2027, 6, 1, 12, 0, 1), at(tz, 2027, 6, 1, 12, 0, 0)),
+                       (at(tz, 2027, 6, 1, 12, 0, 0), at(tz, 2027, 6, 1, 12, 0, 0))]:
+        assert slots.count(r, since, now) == _one_by_one(r, since, now), (since, now)
+
+
+def test_a_year_away_counts_every_missed_slot_at_once():
+    """Issue 28.4: "* * * * *" after a year off is 525,600 slots, counted
+    exactly (one by one, capped at 100,000, it took 0.84 s a schedule)."""
+    r = cron("* * * * *", "UTC")
+    since = at("UTC", 2027, 1, 1, 0, 0)
+    p = policy.plan(r, since, since + 365 * 86400 - 1)
+    assert p is not None and p.queue == [since + 365 * 86400 - 60] and p.missed == 525_600 - 1

@@ -28,7 +28,7 @@ class World:
             self.wakes += 1
 
         self.s = Scheduler(q.schedules, Ports(now=clock.now, active=active, job=lambda d: JobSpec.parse(d, Defaults()),
-                                              place=dict, queued=woke, cancel=self.cancelled.append), machine="m1")
+                                              place=dict, queued=woke, cancel=lambda j, why: self.cancelled.append(j)), machine="m1")
         self.s.load()
 
     def add(self, name, **recipe):
