@@ -197,15 +197,16 @@ class RunTable:
         """Continue a paused run; its timeout counts on from where it stopped."""
         if run.state == "exited" or run.proc is None or not run.paused:
             return {"resumed": False, "state": run.state}
+        resumed_at = time.time()  # before the signal: the job may end at once (the history reads in order)
         run.proc.resume()
-        span = time.time() - (run.paused_at or time.time())
+        span = resumed_at - (run.paused_at or resumed_at)
         run.paused, run.paused_at = False, None
         if run.timeout_left is not None and run.proc.ending is None:
             self._arm_timeout(run, run.timeout_left)
         run.timeout_left = None
         run.proc.log.note(f"resumed after {secs(span)} paused")
         log.info("run %s (pid %s): resumed after %s", run.key, run.pid, secs(span))
-        return {"resumed": True, "paused_s": span}
+        return {"resumed": True, "paused_s": span, "resumed_at": resumed_at}
 
     def ack(self, keys: list[str]) -> None:
         """Forget runs whose outcomes the daemon has recorded. Raises Refused,

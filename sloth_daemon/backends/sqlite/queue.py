@@ -269,11 +269,12 @@ class SqliteQueue:
         LeaseLost or JobNotFound."""
         return self.leases.note_run(job_id, token, kind, message)
 
-    def set_paused(self, job_id: int, token: str, paused: bool, message: str) -> Job:
+    def set_paused(self, job_id: int, token: str, paused: bool, message: str, *, at: float | None = None) -> Job:
         """Record that the run of ``token`` is paused on request (or
-        continued): event ``paused`` or ``continued``; the job reads
-        ``paused`` while it holds that token. Raises LeaseLost or JobNotFound."""
-        return self.leases.set_paused(job_id, token, paused, message)
+        continued): event ``paused`` or ``continued`` (``at``: when the keeper
+        did it, never later than now); the job reads ``paused`` while it
+        holds that token. Raises LeaseLost or JobNotFound."""
+        return self.leases.set_paused(job_id, token, paused, message, at=at)
 
     def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None,
                  ended_at: float | None = None, runner: dict[str, Any] | None = None,

@@ -100,6 +100,8 @@ class Adopter:
         what = {"exited": "its outcome kept", "pending": "held to start after another run"}.get(
             str(h.get("state")), f"pid {h.get('pid')} kept running")
         try:
+            if unwritten_start(job, h):  # its daemon died in its first second: the start goes first
+                job = self.queue.set_runner(job.id, job.token or "", {**h["identity"], "worker": job.worker})
             job = self.queue.adopt(job.id, job.token or "", self.name, message=f"by {self.name}; {what}")
         except (LeaseLost, JobNotFound):
             self._disown([h], kill_grace_s)
@@ -165,6 +167,16 @@ def _end_processes(runs: dict[str, dict[str, Any] | None], grace_s: float) -> se
     if procs:  # all at once: one grace period, however many leftovers
         procident.end_all(procs, grace_s, groups=groups)
     return found
+
+
+def unwritten_start(job: Job, h: dict[str, Any]) -> bool:
+    """The keeper started this run but the queue has not written so (its
+    ``started`` event; the identity is written a second into a run)."""
+    ident = h.get("identity")
+    if not isinstance(ident, dict) or _int(ident.get("pid")) is None:
+        return False
+    mine = job.runner or {}
+    return (mine.get("pid"), mine.get("start")) != (ident.get("pid"), ident.get("start"))
 
 
 def _int(v: Any) -> int | None:

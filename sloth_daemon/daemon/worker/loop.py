@@ -39,7 +39,7 @@ from sloth_daemon.daemon.worker.pausing import Pauser
 from sloth_daemon.daemon.worker.pipeline import PACE_S, TAKE_BACK_WAIT_S, Pipeline, unlink
 from sloth_daemon.daemon.worker.recording import CLAIM_RETRY_S, TIMER_SLACK_S, Recorder
 from sloth_daemon.daemon.worker.runs import (
-    RENEW_RETRY_S, Run, RunTable, Sink, boot_of, ran_here, renew_in, term_lead, this_host, trust_until, worker_name,
+    RENEW_RETRY_S, Run, RunTable, Sink, boot_of, ran_here, record_start, renew_in, term_lead, this_host, trust_until, worker_name,
 )
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.daemon.worker.spawner import Outcome, Spawner, SpawnRequest
@@ -207,7 +207,7 @@ class Worker:
         deadlines += self.pipeline.take_back_deadlines(r.awake)
         deadlines += [run.record_after - r.awake for run in self.running.values()
                       if run.outcome is not None and not run.written
-                      and not run.deciding]  # written: the fsync deadline below; deciding: a cancel's
+                      and not run.held_back]  # written: the fsync deadline below; held back: a cancel's
         deadlines += [run.started_awake + RECORD_RUNNER_AFTER_S - r.awake for run in self.running.values()
                       if run.identity is not None and run.live]
         if self.may_claim() and self._next_due is not None:
@@ -440,14 +440,12 @@ class Worker:
         for run in list(self.running.values()):
             if run.identity is None or not run.live or awake < run.started_awake + RECORD_RUNNER_AFTER_S:
                 continue
-            ident, run.identity = run.identity, None
             try:
-                run.job = self.queue.set_runner(run.job.id, run.token, ident)
+                record_start(self.queue, run)
             except (LeaseLost, JobNotFound):
                 self._end(run, "lease lost")
                 continue
             except SlothError as e:  # it runs; the next turn tries again
-                run.identity = ident
                 log.warning("cannot record job %d's process yet: %s", run.job.id, e.message)
                 continue
             self.signals.on_change(run.job)
@@ -486,6 +484,7 @@ class Worker:
     def on_noted(self, run: Run, what: str, message: str) -> None:
         """The keeper says what the run's history should (keep-awake unavailable ...)."""
         try:
+            record_start(self.queue, run)  # the history in the order it happened
             run.job = self.queue.note_run(run.job.id, run.token, what, message)
         except (LeaseLost, JobNotFound):
             return
