@@ -39,7 +39,8 @@ from sloth_daemon.daemon.worker.pausing import Pauser
 from sloth_daemon.daemon.worker.pipeline import PACE_S, TAKE_BACK_WAIT_S, Pipeline, unlink
 from sloth_daemon.daemon.worker.recording import CLAIM_RETRY_S, TIMER_SLACK_S, Recorder
 from sloth_daemon.daemon.worker.runs import (
-    RENEW_RETRY_S, Run, RunTable, Sink, boot_of, ran_here, record_start, renew_in, term_lead, this_host, trust_until, worker_name,
+    RENEW_RETRY_S, Run, RunTable, Sink, boot_of, ran_here, record_start, renew_in, term_lead, this_host, trust_until,
+    worker_name,
 )
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.daemon.worker.spawner import Outcome, Spawner, SpawnRequest
