@@ -69,7 +69,7 @@ def run_checks(p: Paths | None = None, *, plat: str | None = None) -> list[Check
     if plat == "linux":
         checks.append(_check("linger", check_linger))
     checks += [_check("clock check", lambda: check_clock(st)), _check("config", lambda: check_config(p)),
-               _check("notify", lambda: check_notify(p))]
+               _check("notify", lambda: check_notify(p, st))]
     checks += [_check("keep-awake", check_keep_awake), _check("limits", check_limits)]
     return checks
 
@@ -461,8 +461,10 @@ def check_config(p: Paths) -> Check:
     return ok("config", f"{p.config_file} parses")
 
 
-def check_notify(p: Paths) -> Check:
-    """A notification setting whose tool is missing would fail silently."""
+def check_notify(p: Paths, st: Any = None) -> Check:
+    """A notification setting whose tool is missing would fail silently; a
+    tool that is there but fails in the daemon (no session bus) is what the
+    daemon says (status ``notify.trouble``)."""
     import shutil
     import sys
 
@@ -475,8 +477,22 @@ def check_notify(p: Paths) -> Check:
     if not events:
         return ok("notify", "off (notify = [])")
     tool = "osascript" if sys.platform == "darwin" else "notify-send"
+    trouble = ((st.get("notify") or {}) if isinstance(st, dict) else {}).get("trouble")
+    off = f"turn them off: notify = [] in {p.config_file}"
+    if isinstance(trouble, dict):
+        cause = str(trouble.get("cause"))
+        when = time.strftime("%H:%M", time.localtime(trouble["since"])) if _is_number(trouble.get("since")) else "?"
+        detail = (f"{tool} fails in the daemon: {cause} ({trouble.get('failed')} notice(s) failed since {when}): "
+                  "no desktop notification shows")
+        if "bus" in cause.lower() or "display" in cause.lower():
+            return warn("notify", detail, "The daemon has no session bus to reach your desktop (it was started "
+                        "outside it: ssh, a service without DISPLAY): restart it from your desktop session "
+                        "(`sloth daemon restart` in a terminal there; for the login service first "
+                        "`systemctl --user import-environment DISPLAY DBUS_SESSION_BUS_ADDRESS`), or " + off)
+        return warn("notify", detail, f"See {p.daemon_log}; fix what {tool} says, or {off}")
     if shutil.which(tool):
-        return ok("notify", f"on {', '.join(events)} via {tool}")
+        return ok("notify", f"on {', '.join(events)} via {tool}"
+                  + ("" if isinstance(st, dict) else " (the daemon is not running: not tried)"))
     fix = ("" if sys.platform == "darwin" else "install notify-send (Debian/Ubuntu: sudo apt install "
            "libnotify-bin; Fedora: sudo dnf install libnotify), or ") + f"turn them off: notify = [] in {p.config_file}"
     return warn("notify", f"notify = {list(events)}, but {tool} is not on PATH: no desktop notification shows",

@@ -44,6 +44,7 @@ class Control:
         self._watchers: set[Watcher] = set()
         self.shared: Any = None  # shared.Shared on a queue shared by several machines
         self.scheduler: Any = None  # schedules.scheduler.Scheduler, once main.build made it
+        self.teller: Any = None  # tell.Teller (notifications, on_finish), once main.build made it
 
     # ------------------------------------------------------------ changes
     def job_changed(self, job: Job) -> None:
@@ -121,6 +122,7 @@ class Control:
             "config_file": str(self.settings.file) if self.settings.file else None,
             **self.worker.status(), **(self.shared.status() if self.shared is not None else {}),
             **({"schedules": self.scheduler.status()} if self.scheduler is not None else {}),
+            **({"notify": self.teller.status()} if self.teller is not None else {}),
         }
 
     def lanes(self) -> dict[str, Any]:

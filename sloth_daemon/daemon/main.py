@@ -277,6 +277,7 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
     worker.on_change = control.job_changed
     teller = Teller(settings, log_path=paths.job_log, lane_busy=queue.lane_busy)
     control.watch(teller.job_changed)
+    control.teller = teller
     if shared is not None:
         shared.attach(worker, paths.job_log)
         control.shared = shared
