@@ -174,8 +174,12 @@ class Teller:
             "SLOTH_JOB_EXIT_CODE": "" if job.exit_code is None else str(job.exit_code)})
         self.stats["hooks"] += 1
         what = f"on_finish for job {job.id}"
+
+        def ended(why: str | None) -> None:  # a hook is the user's, per job: each failure is said
+            if why is not None:
+                log.warning("%s %s", what, why)
         self._start(["/bin/sh", "-c", "--", self.settings.on_finish], data, env, self.settings.hook_timeout_s,
-                    what, lambda why: why is None or log.warning("%s %s", what, why))
+                    what, ended)
 
     # ------------------------------------------------------------ processes
     def _start(self, argv: list[str], data: bytes, env: dict[str, str], timeout_s: float, what: str,
