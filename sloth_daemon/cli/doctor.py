@@ -62,7 +62,7 @@ def run_checks(p: Paths | None = None, *, plat: str | None = None) -> list[Check
         _check("daemon", lambda: check_daemon(p, st, can_install=can_install)),
         _check("runtime dir", lambda: check_runtime(p)),
         _check("data dir", lambda: check_data_dir(p.data_dir)),
-        _check("files", lambda: check_files(p)),
+        _check("files", lambda: check_files(p, running=isinstance(st, dict))),
         _check("queue", lambda: check_queue(p, url)),
         _check("database", lambda: check_database(p.db, url)),
     ]
@@ -275,8 +275,10 @@ def check_data_dir(d: Path) -> Check:
     return ok("data dir", f"{d} does not exist yet; it is created at first start")
 
 
-def check_files(p: Paths) -> Check:
-    """Owner, mode and links of every sloth folder and file (paths.py's rule)."""
+def check_files(p: Paths, *, running: bool = False) -> Check:
+    """Owner, mode and links of every sloth folder and file (paths.py's
+    rule). ``running``: a daemon answers (it tightens modes when it starts,
+    not while it runs: the advice says which to do)."""
     from sloth_daemon.paths import problems
 
     found = [(path, *pr) for path, is_dir in _our_paths(p) if (pr := problems(path, is_dir=is_dir))]
@@ -290,8 +292,10 @@ def check_files(p: Paths) -> Check:
                     "Make them yours and private (chmod 700 folders, 600 files; remove links), or point "
                     "SLOTH_HOME at a folder of your own. The daemon refuses to start until then.")
     if loose:
-        return warn("files", _some(loose), "chmod 700 the folders and 600 the files (or just start the "
-                    "daemon: it tightens its own folders and files)")
+        then = ("or restart the daemon (sloth daemon restart: running jobs carry on); it tightens its own "
+                "folders and files when it starts" if running else
+                "or start the daemon (sloth daemon start): it tightens its own folders and files when it starts")
+        return warn("files", _some(loose), f"chmod 700 the folders and 600 the files, {then}")
     return ok("files", "every folder 0700 and file 0600, yours, no links")
 
 

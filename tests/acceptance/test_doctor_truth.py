@@ -1,11 +1,13 @@
-"""A notifier that fails is said once per cause, and by `sloth doctor`
-(issue 28, "also seen"; issue 30, section 2): on main every failed job
-logged `notification exited 1: Cannot autolaunch D-Bus ...` (407 lines in
-a 300 s soak) and `doctor` said `notify ok via notify-send` all the while.
+"""What sloth says it holds, and doctor's advice, true for the state seen
+(issue 28 "also seen", issue 30 sections 1 and 2), on the real daemon.
 
-The real daemon runs failing jobs with `notify = ["failed"]`; a fake
-notify-send first on its PATH fails as the real one does without a session
-bus (and records each call), then is made to work."""
+A notifier that fails is said once per cause, and by `sloth doctor`: on
+main every failed job logged `notification exited 1: Cannot autolaunch
+D-Bus ...` (407 lines in a 300 s soak) and `doctor` said `notify ok via
+notify-send` all the while. A fake notify-send first on the daemon's PATH
+fails as the real one does without a session bus (and records each call),
+then is made to work.
+"""
 
 from __future__ import annotations
 
@@ -60,3 +62,29 @@ def test_a_failing_notifier_is_said_once_per_cause_and_by_doctor(make_harness):
     h.wait_for(lambda: json.loads(h.cli("doctor", "--json").stdout)["checks"] and
                {c["name"]: c for c in json.loads(h.cli("doctor", "--json").stdout)["checks"]}["notify"]["status"]
                == "ok", what="doctor's notify ok again")
+
+
+def files_check(h) -> dict[str, str]:
+    doctor = h.cli("doctor", "--json")
+    return {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}["files"]
+
+
+def test_doctors_advice_on_loose_folders_is_true_for_the_state_it_sees(harness):
+    """Issue 30: a 0755 config folder while the daemon ran was met with "or
+    just start the daemon" (it runs; it tightens its folders when it
+    starts). Each piece of advice, followed, fixes what it was given for."""
+    from sloth_daemon.paths import resolve
+
+    h = harness
+    folder = resolve({"SLOTH_HOME": str(h.home)}).config_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    h.start()
+    folder.chmod(0o755)
+    c = files_check(h)
+    assert c["status"] == "warn" and "0755" in c["detail"], c
+    assert "just start" not in c["hint"] and "sloth daemon restart" in c["hint"], c
+    h.stop()  # the advice followed: a restart (stop, start) tightens them
+    c = files_check(h)
+    assert "sloth daemon start" in c["hint"] and "restart" not in c["hint"], c  # not running now: start it
+    h.start()
+    assert files_check(h)["status"] == "ok"
