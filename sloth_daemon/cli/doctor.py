@@ -75,23 +75,22 @@ def run_checks(p: Paths | None = None, *, plat: str | None = None) -> list[Check
 
 
 def check_keep_awake() -> Check:
-    """What `--keep-awake` runs here (keeper/holds.py), and whether it is there.
-    Informational (ok): a machine that cannot is no fault to fix, and such a
-    job runs anyway, its history saying it was not kept awake."""
-    import shutil
-    import sys
-
+    """What `--keep-awake` runs here (keeper/holds.py), asked as a run would
+    (logind over the system bus). Where nothing can hold it, a warning:
+    `sloth add --keep-awake` is refused here."""
     from sloth_daemon.keeper import holds
 
-    argv = holds.inhibit_argv(0, 0)
-    unheld = "; --keep-awake jobs run unheld, their history says so"
-    if argv is None:
-        return ok("keep-awake", f"unavailable: nothing inhibits sleep on {sys.platform}{unheld}")
-    if shutil.which(argv[0]) is None:
-        return ok("keep-awake", f"unavailable: {argv[0]} is not installed{unheld}")
-    if not (os.path.exists("/run/dbus/system_bus_socket") or sys.platform == "darwin"):
-        return ok("keep-awake", f"unavailable: {argv[0]} is there, but no system bus (logind){unheld}")
-    return ok("keep-awake", f"{argv[0]} (a lid close still suspends: logind's HandleLidSwitch)")
+    tool, why = holds.keep_awake_here()
+    if tool is not None:
+        return ok("keep-awake", f"{tool} (a lid close still suspends: logind's HandleLidSwitch)")
+    if why and "not installed" in why:
+        fix = "Install systemd's systemd-inhibit (it needs systemd-logind), or leave --keep-awake out here."
+    elif why and "logind" in why:
+        fix = ("No logind answers on the system bus here (a container, WSL, a minimal server): nothing can keep "
+               "this machine awake; leave --keep-awake out here, or start dbus and systemd-logind.")
+    else:
+        fix = "Nothing can keep this machine awake; leave --keep-awake out here."
+    return warn("keep-awake", f"unavailable: {why}; --keep-awake (and a lane's keep_awake) is refused at add", fix)
 
 
 def check_limits() -> Check:

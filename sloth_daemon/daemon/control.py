@@ -147,15 +147,20 @@ class Control:
         self.worker.wake()
         return ids, new
 
-    def validate(self, jobs: Sequence[Mapping[str, Any]], *, first: int = 1) -> list[JobSpec]:
+    def validate(self, jobs: Sequence[Mapping[str, Any]], *, first: int = 1, fired: bool = False) -> list[JobSpec]:
         """Each job checked as the queue would (so a batch is refused before any
-        of it is queued); an error names the job's place in its batch."""
+        of it is queued); an error names the job's place in its batch.
+        ``fired``: a schedule's occurrence (checked when the schedule was
+        made: what this machine cannot hold now is the run's to say)."""
         defaults = Defaults(self.settings.max_attempts, self.settings.lease_s, self.default_place)
         cache: EnvCache = {}
         out = []
         for i, job in enumerate(jobs, first):
             try:
-                out.append(self._held(self._placed_here(JobSpec.parse(job, defaults, cache))))
+                spec = self._placed_here(JobSpec.parse(job, defaults, cache))
+                if not fired:
+                    self._awake_here(spec.keep_awake, spec.lane, spec.place)
+                out.append(self._held(spec))
             except FieldError as e:
                 raise FieldError(e.field, f"{e.problem} (job {i} of the batch)", e.hint) from None
         return out
@@ -176,7 +181,14 @@ class Control:
         if not GATE_FIELDS.isdisjoint(spec):
             self._gate_here(gate_json(spec), str(spec.get("lane") or "default"), spec.get("cwd"),
                             str(spec.get("place") or ""))
+        self._awake_here(spec.get("keep_awake") is True, str(spec.get("lane") or "default"),
+                         str(spec.get("place") or ""))
         return spec
+
+    def _awake_here(self, own: bool, lane: str, place: str) -> None:
+        """Keep-awake that nothing here can hold, for a job that may run here: refused (holding.py)."""
+        if self.shared is None or place in ("", "*", *self._here()):
+            holding.check_awake(own, lane, self.settings)
 
     def _placed_here(self, spec: JobSpec) -> JobSpec:
         if self.shared is None and spec.place and spec.place not in self._here():

@@ -305,7 +305,7 @@ def compose_scheduler(queue: Any, worker: Worker, control: Control, clocks: Syst
         worker.spawn_task(_cancel_quietly(worker, job_id))
 
     ports = Ports(now=lambda: worker.queue_now(clocks.read()), active=active,
-                  job=lambda d: control.validate([d])[0], place=lambda d: dict(control._placed(d)),
+                  job=lambda d: control.validate([d], fired=True)[0], place=lambda d: dict(control._placed(d)),
                   queued=worker.wake, cancel=cancel)
     scheduler = Scheduler(queue.schedules, ports, machine=shared.host if shared is not None else machine_id())
     worker.clock_watchers.append(scheduler.clock_jumped)
