@@ -219,11 +219,11 @@ class SqliteLeases:
             return self.rows.job(out)
 
     def note_ended(self, job_id: int, attempt: int, message: str, *, ended_at: float | None = None,
-                   durable: bool = True) -> Job:
+                   durable: bool = True, kind: str = "ended") -> Job:
         now = self.clock.now()
         with self.store.tx(durable=durable) as c:
             row = self.rows.row(c, job_id)
-            event(c, job_id, past(ended_at, now), "ended", attempt, message)
+            event(c, job_id, past(ended_at, now), kind, attempt, message)
             return self.rows.job(row)
 
     def _put_runner(self, c: sqlite3.Connection, row: sqlite3.Row, runner: dict[str, Any] | None,

@@ -319,11 +319,13 @@ class SqliteQueue:
                                    durable=durable)
 
     def note_ended(self, job_id: int, attempt: int, message: str, *, ended_at: float | None = None,
-                   durable: bool = True) -> Job:
+                   durable: bool = True, kind: str = "ended") -> Job:
         """A run of a job it no longer holds ended (it was cancelled while
         it ran): event ``ended`` for ``attempt``, nothing else changes, so
-        its history says how the run it had started ended. Raises JobNotFound."""
-        return self.leases.note_ended(job_id, attempt, message, ended_at=ended_at, durable=durable)
+        its history says how the run it had started ended. ``kind``: another
+        word the keeper had on that run as it ended (its keep-awake), kept
+        in its history all the same. Raises JobNotFound."""
+        return self.leases.note_ended(job_id, attempt, message, ended_at=ended_at, durable=durable, kind=kind)
 
     def unclaim(self, job_id: int, token: str, *, durable: bool = True) -> Job:
         """running -> queued as if the claim of ``token`` had not happened:

@@ -32,7 +32,7 @@ from sloth_daemon.keeper import procident
 from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError
 from sloth_daemon.models import Job
 from sloth_daemon.daemon.worker.pipeline import Pipeline
-from sloth_daemon.daemon.worker.runs import Run, RunTable, is_daemon_on_host, trust_until
+from sloth_daemon.daemon.worker.runs import Run, RunTable, is_daemon_on_host, record_start, trust_until
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.daemon.worker.spawner import Outcome, RunSink
 
@@ -140,6 +140,11 @@ class Adopter:
         ended = await loop.run_in_executor(None, _end_processes, runs, kill_grace_s)
         for run in lost:
             self.running.drop(run)
+        for run in lost:  # it had started: its history says so before it was given back
+            try:
+                record_start(self.queue, run)
+            except SlothError:
+                pass
         for job in orphaned + [r.job for r in lost]:
             why = "its supervision was lost (the keeper is gone)"
             if job.token in ended:

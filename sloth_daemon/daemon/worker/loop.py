@@ -245,6 +245,7 @@ class Worker:
             if not (run.live or run.pending) or run.ending:
                 continue
             try:
+                record_start(self.queue, run)  # a sleep in its first second reads after its start
                 run.job = self.queue.renew_after_resume(run.job.id, run.token, why)
                 run.renewed(r)
             except (LeaseLost, JobNotFound):
@@ -472,6 +473,7 @@ class Worker:
         self.after_jump()  # the machine slept: its connections may be dead
         r = self.clocks.read()
         try:
+            record_start(self.queue, run)
             run.job = self.queue.renew_after_resume(run.job.id, run.token, why)
         except (LeaseLost, JobNotFound):
             self._end(run, "fenced: its lease was lost while the machine slept")
@@ -487,7 +489,13 @@ class Worker:
         try:
             record_start(self.queue, run)  # the history in the order it happened
             run.job = self.queue.note_run(run.job.id, run.token, what, message)
-        except (LeaseLost, JobNotFound):
+        except LeaseLost:  # just ended (a cancel): still that attempt's history
+            try:
+                self.queue.note_ended(run.job.id, run.attempt, message, kind=what)
+            except SlothError as e:
+                log.warning("cannot note on job %d: %s (%s)", run.job.id, message, e.message)
+            return
+        except JobNotFound:
             return
         except SlothError as e:
             log.warning("cannot note on job %d: %s (%s)", run.job.id, message, e.message)

@@ -107,9 +107,16 @@ class Pauser:
         try:
             record_start(self.queue, run)  # a pause in the run's first second reads after its start
             at = res.get("paused_at" if paused else "resumed_at")
-            run.job = self.queue.set_paused(run.job.id, run.token, paused, message,
-                                            at=at if isinstance(at, (int, float)) else None)
-        except (LeaseLost, JobNotFound):
+            at = at if isinstance(at, (int, float)) else None
+            run.job = self.queue.set_paused(run.job.id, run.token, paused, message, at=at)
+        except LeaseLost:  # no longer ours: what the keeper did is still that attempt's history
+            try:
+                self.queue.note_ended(run.job.id, run.attempt, message, ended_at=at,
+                                      kind="paused" if paused else "continued")
+            except SlothError as e:
+                log.warning("cannot note job %d %s: %s", run.job.id, "paused" if paused else "continued", e.message)
+            return run.job
+        except JobNotFound:
             return run.job
         except SlothError as e:  # the keeper holds the truth; the next daemon's adoption writes it
             log.error("cannot record job %d as %s: %s", run.job.id, "paused" if paused else "continued", e.message)

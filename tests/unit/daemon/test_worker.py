@@ -244,8 +244,8 @@ def test_never_reissues_its_own_expired_lease_to_itself(env, clocks):
     w.turn()
     assert len(sp.reqs) == 1
     evs = q.events(a)
-    assert [e.kind for e in evs] == ["claimed", "resumed", "started"]
-    assert "stalled" in evs[1].message
+    assert [e.kind for e in evs] == ["claimed", "started", "resumed"]  # in the order it happened
+    assert "stalled" in evs[2].message
     assert q.get(a).lease_until == clocks.wall + LEASE
 
 
@@ -884,3 +884,37 @@ def test_an_adopted_run_whose_start_was_never_written_reads_started_before_adopt
         assert q.get(job.id).runner["pid"] in (77, 78)
     assert q.get(ended.id).state == "done"
     assert [e.kind for e in q.events(ended.id)].count("started") == 1
+
+
+def test_a_note_for_a_run_whose_lease_just_ended_is_recorded_against_its_attempt(env):
+    """A cancel ends the lease at once; the keeper's last word on the run
+    (its keep-awake, said as the process ends) comes after: it is history
+    of that attempt, written, not dropped."""
+    w, q, sp = env()
+    a = q.enqueue(["sleep"])
+    w.turn()
+    sp.start(a)
+    asyncio.run(w.cancel(a))
+    sp.sinks[sp.key_of(a)].noted("keep-awake", "kept awake by systemd-inhibit (pid 9) while it ran")
+    sp.exit(a, -15, "cancelled")
+    w.turn()
+    events = q.events(a)
+    assert [e.kind for e in events] == ["claimed", "started", "cancelled", "keep-awake", "ended"], events
+    assert events[3].attempt == 1 and "while it ran" in events[3].message
+
+
+def test_a_sleep_or_a_lost_keeper_in_a_runs_first_second_reads_after_its_start(env, clocks):
+    """Every event of a run that started reads after `started`: the resume
+    after a sleep, and the giving back when its keeper was lost."""
+    w, q, sp = env(lanes={"default": 2})
+    a, b = q.enqueue(["long"]), q.enqueue(["other"])
+    w.turn()
+    sp.start(a)
+    sp.start(b)
+    clocks.suspend(3600)
+    w.clock_changed()
+    w.turn()
+    assert [e.kind for e in q.events(a)] == ["claimed", "started", "resumed"]
+    asyncio.run(w.reconcile([]))  # a new keeper answered, knowing nothing of either
+    assert [e.kind for e in q.events(b)][:3] == ["claimed", "started", "resumed"]
+    assert [e.kind for e in q.events(b)][-1] == "abandoned"
