@@ -121,7 +121,7 @@ def test_keep_awake_where_nothing_can_hold_it_is_refused_at_add_and_doctor_says_
     h = make_harness(TEST_CONFIG + "[lanes.render]\nkeep_awake = true\n")
     h.start()
     p = h.cli("add", "--keep-awake", "--", "true")
-    assert p.returncode != 0 and "--keep-awake cannot be had on this machine" in p.stderr, p.stderr
+    assert p.returncode == 2 and "--keep-awake cannot be had on this machine" in p.stderr, p.stderr
     assert "systemd-inhibit cannot reach logind" in p.stderr and "Failed to connect to bus" in p.stderr
     p = h.cli("add", "--lane", "render", "--", "true")
     assert p.returncode != 0 and "[lanes.render] keep_awake cannot be had" in p.stderr, p.stderr
