@@ -110,8 +110,13 @@ class Inhibitor:
         try:
             with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
                 return bool(f.read().split())
-        except OSError:
-            return False
+        except OSError:  # a kernel without CONFIG_PROC_CHILDREN: ask psutil (a scan of /proc)
+            import psutil
+
+            try:
+                return bool(psutil.Process(self.proc.pid).children())
+            except psutil.Error:
+                return False
 
     def verdict(self) -> str | None:
         """At the run's end, before release: what its history has not heard
