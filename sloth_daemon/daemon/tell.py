@@ -158,8 +158,7 @@ class Teller:
             was["failed"] += 1
             was["last_at"] = time.time()
             return
-        self.notify_trouble = {"cause": why, "failed": 1, "since": time.time(), "last_at": time.time(),
-                               "tool": os.path.basename(self.which("notify-send") or "") or "osascript"}
+        self.notify_trouble = {"cause": why, "failed": 1, "since": time.time(), "last_at": time.time()}
         log.warning("desktop notifications fail: %s (said once while it lasts; `sloth doctor` shows it)", why)
 
     def status(self) -> dict[str, Any]:
