@@ -134,7 +134,7 @@ _JOB_ON = Option("on", "--on", VALUE, None, "A shared queue: run only on this ho
 # What the keeper holds for the run (issue 24): the machine awake, resource limits.
 _JOB_HOLDS = (
     Option("keep_awake", "--keep-awake", FLAG, False, "Keep the machine from sleeping while it runs (a lid "
-           "close still suspends)."),
+           "close still suspends); refused where nothing can (`sloth doctor` says)."),
     Option("mem", "--mem", VALUE, None, "Memory limit, e.g. 2G (a cgroup where delegated, else per process)."),
     Option("cpus", "--cpus", VALUE, None, "CPU limit in cores, e.g. 1.5 (needs a delegated cgroup v2)."),
     Option("nice", "--nice", INT, None, "Run at this niceness (0 to 19; lower needs root)."),

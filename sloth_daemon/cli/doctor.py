@@ -62,36 +62,35 @@ def run_checks(p: Paths | None = None, *, plat: str | None = None) -> list[Check
         _check("daemon", lambda: check_daemon(p, st, can_install=can_install)),
         _check("runtime dir", lambda: check_runtime(p)),
         _check("data dir", lambda: check_data_dir(p.data_dir)),
-        _check("files", lambda: check_files(p)),
+        _check("files", lambda: check_files(p, running=isinstance(st, dict))),
         _check("queue", lambda: check_queue(p, url)),
         _check("database", lambda: check_database(p.db, url)),
     ]
     if plat == "linux":
         checks.append(_check("linger", check_linger))
     checks += [_check("clock check", lambda: check_clock(st)), _check("config", lambda: check_config(p)),
-               _check("notify", lambda: check_notify(p))]
+               _check("notify", lambda: check_notify(p, st))]
     checks += [_check("keep-awake", check_keep_awake), _check("limits", check_limits)]
     return checks
 
 
 def check_keep_awake() -> Check:
-    """What `--keep-awake` runs here (keeper/holds.py), and whether it is there.
-    Informational (ok): a machine that cannot is no fault to fix, and such a
-    job runs anyway, its history saying it was not kept awake."""
-    import shutil
-    import sys
-
+    """What `--keep-awake` runs here (keeper/holds.py), asked as a run would
+    (logind over the system bus). Where nothing can hold it, a warning:
+    `sloth add --keep-awake` is refused here."""
     from sloth_daemon.keeper import holds
 
-    argv = holds.inhibit_argv(0, 0)
-    unheld = "; --keep-awake jobs run unheld, their history says so"
-    if argv is None:
-        return ok("keep-awake", f"unavailable: nothing inhibits sleep on {sys.platform}{unheld}")
-    if shutil.which(argv[0]) is None:
-        return ok("keep-awake", f"unavailable: {argv[0]} is not installed{unheld}")
-    if not (os.path.exists("/run/dbus/system_bus_socket") or sys.platform == "darwin"):
-        return ok("keep-awake", f"unavailable: {argv[0]} is there, but no system bus (logind){unheld}")
-    return ok("keep-awake", f"{argv[0]} (a lid close still suspends: logind's HandleLidSwitch)")
+    tool, why = holds.keep_awake_here()
+    if tool is not None:
+        return ok("keep-awake", f"{tool} (a lid close still suspends: logind's HandleLidSwitch)")
+    if why and "not installed" in why:
+        fix = "Install systemd's systemd-inhibit (it needs systemd-logind), or leave --keep-awake out here."
+    elif why and "logind" in why:
+        fix = ("No logind answers on the system bus here (a container, WSL, a minimal server): nothing can keep "
+               "this machine awake; leave --keep-awake out here, or start dbus and systemd-logind.")
+    else:
+        fix = "Nothing can keep this machine awake; leave --keep-awake out here."
+    return warn("keep-awake", f"unavailable: {why}; --keep-awake (and a lane's keep_awake) is refused at add", fix)
 
 
 def check_limits() -> Check:
@@ -275,8 +274,10 @@ def check_data_dir(d: Path) -> Check:
     return ok("data dir", f"{d} does not exist yet; it is created at first start")
 
 
-def check_files(p: Paths) -> Check:
-    """Owner, mode and links of every sloth folder and file (paths.py's rule)."""
+def check_files(p: Paths, *, running: bool = False) -> Check:
+    """Owner, mode and links of every sloth folder and file (paths.py's
+    rule). ``running``: a daemon answers (it tightens modes when it starts,
+    not while it runs: the advice says which to do)."""
     from sloth_daemon.paths import problems
 
     found = [(path, *pr) for path, is_dir in _our_paths(p) if (pr := problems(path, is_dir=is_dir))]
@@ -290,8 +291,10 @@ def check_files(p: Paths) -> Check:
                     "Make them yours and private (chmod 700 folders, 600 files; remove links), or point "
                     "SLOTH_HOME at a folder of your own. The daemon refuses to start until then.")
     if loose:
-        return warn("files", _some(loose), "chmod 700 the folders and 600 the files (or just start the "
-                    "daemon: it tightens its own folders and files)")
+        then = ("or restart the daemon (sloth daemon restart: running jobs carry on); it tightens its own "
+                "folders and files when it starts" if running else
+                "or start the daemon (sloth daemon start): it tightens its own folders and files when it starts")
+        return warn("files", _some(loose), f"chmod 700 the folders and 600 the files, {then}")
     return ok("files", "every folder 0700 and file 0600, yours, no links")
 
 
@@ -461,8 +464,10 @@ def check_config(p: Paths) -> Check:
     return ok("config", f"{p.config_file} parses")
 
 
-def check_notify(p: Paths) -> Check:
-    """A notification setting whose tool is missing would fail silently."""
+def check_notify(p: Paths, st: Any = None) -> Check:
+    """A notification setting whose tool is missing would fail silently; a
+    tool that is there but fails in the daemon (no session bus) is what the
+    daemon says (status ``notify.trouble``)."""
     import shutil
     import sys
 
@@ -475,8 +480,22 @@ def check_notify(p: Paths) -> Check:
     if not events:
         return ok("notify", "off (notify = [])")
     tool = "osascript" if sys.platform == "darwin" else "notify-send"
+    trouble = ((st.get("notify") or {}) if isinstance(st, dict) else {}).get("trouble")
+    off = f"turn them off: notify = [] in {p.config_file}"
+    if isinstance(trouble, dict):
+        cause = str(trouble.get("cause"))
+        when = time.strftime("%H:%M", time.localtime(trouble["since"])) if _is_number(trouble.get("since")) else "?"
+        detail = (f"{tool} fails in the daemon: {cause} ({trouble.get('failed')} notice(s) failed since {when}): "
+                  "no desktop notification shows")
+        if "bus" in cause.lower() or "display" in cause.lower():
+            return warn("notify", detail, "The daemon has no session bus to reach your desktop (it was started "
+                        "outside it: ssh, a service without DISPLAY): restart it from your desktop session "
+                        "(`sloth daemon restart` in a terminal there; for the login service first "
+                        "`systemctl --user import-environment DISPLAY DBUS_SESSION_BUS_ADDRESS`), or " + off)
+        return warn("notify", detail, f"See {p.daemon_log}; fix what {tool} says, or {off}")
     if shutil.which(tool):
-        return ok("notify", f"on {', '.join(events)} via {tool}")
+        return ok("notify", f"on {', '.join(events)} via {tool}"
+                  + ("" if isinstance(st, dict) else " (the daemon is not running: not tried)"))
     fix = ("" if sys.platform == "darwin" else "install notify-send (Debian/Ubuntu: sudo apt install "
            "libnotify-bin; Fedora: sudo dnf install libnotify), or ") + f"turn them off: notify = [] in {p.config_file}"
     return warn("notify", f"notify = {list(events)}, but {tool} is not on PATH: no desktop notification shows",

@@ -109,9 +109,11 @@ def job_rows(jobs: Sequence[dict[str, Any]]) -> tuple[list[list[str]], list[str]
     return rows, states
 
 
-def held_lines(job: dict[str, Any]) -> list[str]:
-    """What the keeper holds for the job's runs: keep-awake, and each limit with how it is applied."""
-    out = ["  awake     kept awake while it runs (--keep-awake)"] if job.get("keep_awake") else []
+def held_lines(job: dict[str, Any], events: Sequence[dict[str, Any]] = ()) -> list[str]:
+    """What the keeper holds for the job's runs: keep-awake as its last run
+    had it (the history's word: held, or why not), and each limit with how
+    it is applied."""
+    out = [f"  awake     {awake_text(job, events)}"] if job.get("keep_awake") else []
     limits = job.get("limits") or {}
     via = limits.get("via") or {}
     parts = []
@@ -122,6 +124,18 @@ def held_lines(job: dict[str, Any]) -> list[str]:
     if parts:
         out.append("  limits    " + "; ".join(parts))
     return out
+
+
+def awake_text(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> str:
+    """--keep-awake as it was had: the keeper's word on the latest run that
+    has one, else what is asked (not run yet, or not seen holding yet)."""
+    said = [e for e in events if e.get("kind") == "keep-awake"]
+    if said:
+        last = said[-1]
+        return f"attempt {last.get('attempt')}: {showable(str(last.get('message') or ''))}"
+    if job.get("state") == "running":
+        return "asked (--keep-awake); not seen held yet"
+    return "asked (--keep-awake): held while it runs"
 
 
 def shown_state(job: dict[str, Any]) -> str:
@@ -216,7 +230,7 @@ def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]], *,
         lines.append(f"  key       {showable(job['key'])}")
     if job.get("runner"):
         lines.append(f"  pid       {job['runner'].get('pid')}")
-    lines += held_lines(job)
+    lines += held_lines(job, events)
     lines += _relations(prereqs, dependents) + _gate(job)
     if job.get("message"):
         lines.append(f"  message   {showable(job['message'])}")

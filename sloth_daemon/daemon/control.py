@@ -48,6 +48,7 @@ class Control:
         # why a listing's queued jobs wait, where their lane says (lanes.py); a test may pass no worker
         self.explain: Callable[[list[dict[str, Any]]], None] = \
             worker.lanes.explain if worker is not None else (lambda jobs: None)
+        self.teller: Any = None  # tell.Teller (notifications, on_finish), once main.build made it
 
     # ------------------------------------------------------------ changes
     def job_changed(self, job: Job) -> None:
@@ -130,6 +131,7 @@ class Control:
             "config_file": str(self.settings.file) if self.settings.file else None,
             **self.worker.status(), **(self.shared.status() if self.shared is not None else {}),
             **({"schedules": self.scheduler.status()} if self.scheduler is not None else {}),
+            **({"notify": self.teller.status()} if self.teller is not None else {}),
         }
 
     def lanes(self) -> dict[str, Any]:
@@ -159,15 +161,20 @@ class Control:
         (paused, a `when` that does not hold): said when jobs are added there."""
         return {ln: why for ln in sorted(set(lanes)) if (why := self.worker.lanes.why(ln)) is not None}
 
-    def validate(self, jobs: Sequence[Mapping[str, Any]], *, first: int = 1) -> list[JobSpec]:
+    def validate(self, jobs: Sequence[Mapping[str, Any]], *, first: int = 1, fired: bool = False) -> list[JobSpec]:
         """Each job checked as the queue would (so a batch is refused before any
-        of it is queued); an error names the job's place in its batch."""
+        of it is queued); an error names the job's place in its batch.
+        ``fired``: a schedule's occurrence (checked when the schedule was
+        made: what this machine cannot hold now is the run's to say)."""
         defaults = Defaults(self.settings.max_attempts, self.settings.lease_s, self.default_place)
         cache: EnvCache = {}
         out = []
         for i, job in enumerate(jobs, first):
             try:
-                out.append(self._held(self._placed_here(JobSpec.parse(job, defaults, cache))))
+                spec = self._placed_here(JobSpec.parse(job, defaults, cache))
+                if not fired:
+                    self._awake_here(spec.keep_awake, spec.lane, spec.place)
+                out.append(self._held(spec))
             except FieldError as e:
                 raise FieldError(e.field, f"{e.problem} (job {i} of the batch)", e.hint) from None
         return out
@@ -187,7 +194,14 @@ class Control:
             raise self._nowhere(str(spec.get("place")))
         self._gate_here(None if GATE_FIELDS.isdisjoint(spec) else gate_json(spec), str(spec.get("lane") or "default"),
                         spec.get("cwd"), str(spec.get("place") or ""))
+        self._awake_here(spec.get("keep_awake") is True, str(spec.get("lane") or "default"),
+                         str(spec.get("place") or ""))
         return spec
+
+    def _awake_here(self, own: bool, lane: str, place: str) -> None:
+        """Keep-awake that nothing here can hold, for a job that may run here: refused (holding.py)."""
+        if self.shared is None or place in ("", "*", *self._here()):
+            holding.check_awake(own, lane, self.settings)
 
     def _placed_here(self, spec: JobSpec) -> JobSpec:
         if self.shared is None and spec.place and spec.place not in self._here():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any, Callable, Mapping
 
 from sloth_daemon.config import Settings
@@ -17,11 +18,36 @@ from sloth_daemon.spec import JobSpec
 
 Probe = Callable[[], Mapping[str, Any]]
 OPTION = {"mem": "--mem", "cpus": "--cpus", "nice": "--nice", "io": "--io"}
+AWAKE_PROBE_TTL_S = 10.0  # a burst of adds asks logind once (a bus that comes or goes is seen soon after)
+_awake: list[Any] = [-1e18, None]  # when keep_awake_here was last asked, and its answer
+
+
+def keep_awake_here(now: float | None = None) -> tuple[str | None, str | None]:
+    """holds.keep_awake_here, asked at most every AWAKE_PROBE_TTL_S."""
+    now = time.monotonic() if now is None else now
+    if now - _awake[0] >= AWAKE_PROBE_TTL_S:
+        _awake[:] = [now, holds.keep_awake_here()]
+    return _awake[1]
 
 
 def asks(spec: Mapping[str, Any], settings: Settings) -> bool:
     """Whether a job object (the add op's) may ask for anything held."""
     return bool(settings.lane_holds) or "limits" in spec or "keep_awake" in spec
+
+
+def check_awake(own: bool, lane: str, settings: Settings) -> None:
+    """Keep-awake asked (``own``: --keep-awake, or the lane's setting) where
+    nothing here can hold it: FieldError, said at add (a job, a schedule),
+    never a job that runs on believing it was held. (A schedule's later
+    occurrences are not refused: the run's history says it was not held.)"""
+    if not (own or settings.lane_holds.get(lane, {}).get("keep_awake")):
+        return
+    tool, why = keep_awake_here()
+    if tool is None:
+        raise FieldError("--keep-awake" if own else f"[lanes.{lane}] keep_awake",
+                         f"cannot be had on this machine: {why}",
+                         hint="Leave it out here (the job runs; the machine may sleep), or see "
+                              "`sloth doctor` (keep-awake) for what it needs.")
 
 
 def held_here(spec: JobSpec, settings: Settings, probe: Probe = holds.probe) -> JobSpec:

@@ -286,6 +286,7 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
     worker.on_change = control.job_changed
     teller = Teller(settings, log_path=paths.job_log, lane_busy=queue.lane_busy)
     control.watch(teller.job_changed)
+    control.teller = teller
     if shared is not None:
         shared.attach(worker, paths.job_log)
         control.shared = shared
@@ -313,7 +314,7 @@ def compose_scheduler(queue: Any, worker: Worker, control: Control, clocks: Syst
         worker.spawn_task(_replace_quietly(worker, job_id, why))
 
     ports = Ports(now=lambda: worker.queue_now(clocks.read()), active=active,
-                  job=lambda d: control.validate([d])[0], place=lambda d: dict(control._placed(d)),
+                  job=lambda d: control.validate([d], fired=True)[0], place=lambda d: dict(control._placed(d)),
                   queued=worker.wake, cancel=cancel)
     scheduler = Scheduler(queue.schedules, ports, machine=shared.host if shared is not None else machine_id(),
                           fixed_zone=shared is not None)

@@ -28,8 +28,9 @@ import os
 import secrets
 import shutil
 import sys
+import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import psutil
 
@@ -79,6 +80,8 @@ class Teller:
         self._told: dict[int, float] = {}  # job id -> finished_at already told (a change can repeat)
         self._ended: dict[str, int] = {}  # lane -> jobs ended since it was last empty
         self._said_no_tool = False  # "no notify-send": said once, not at every job
+        # Why notifications fail, while they do: said in the log once per cause, and by `sloth doctor`.
+        self.notify_trouble: dict[str, Any] | None = None
         self._check_tool()
 
     def apply(self, settings: Settings) -> None:
@@ -138,7 +141,29 @@ class Teller:
             log.debug("no notify-send or osascript on PATH: %s", title)
             return
         self.stats["notified"] += 1
-        self._start(argv, b"", dict(os.environ), NOTIFY_TIMEOUT_S, "notification")
+        self._start(argv, b"", dict(os.environ), NOTIFY_TIMEOUT_S, "notification", self._notified)
+
+    def _notified(self, why: str | None) -> None:
+        """A notification ended (``why``: how it failed). A failure is said
+        once per cause: the next job's notice fails the same way (no session
+        bus for the daemon: every one would), so it is counted, not logged
+        again; `sloth doctor` shows it (status ``notify``)."""
+        was = self.notify_trouble
+        if why is None:
+            if was is not None:
+                log.info("desktop notifications work again (%d failed: %s)", was["failed"], was["cause"])
+            self.notify_trouble = None
+            return
+        if was is not None and was["cause"] == why:
+            was["failed"] += 1
+            was["last_at"] = time.time()
+            return
+        self.notify_trouble = {"cause": why, "failed": 1, "since": time.time(), "last_at": time.time()}
+        log.warning("desktop notifications fail: %s (said once while it lasts; `sloth doctor` shows it)", why)
+
+    def status(self) -> dict[str, Any]:
+        """What the status op says of notifications: asked for which ends, and any trouble."""
+        return {"events": list(self.settings.notify), "trouble": self.notify_trouble}
 
     def _hook(self, job: Job) -> None:
         logf = str(self.log_path(job.id, job.attempts)) if job.attempts else ""
@@ -147,24 +172,33 @@ class Teller:
             "SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_STATE": job.state.value, "SLOTH_JOB_LOG": logf,
             "SLOTH_JOB_EXIT_CODE": "" if job.exit_code is None else str(job.exit_code)})
         self.stats["hooks"] += 1
+        what = f"on_finish for job {job.id}"
+
+        def ended(why: str | None) -> None:  # a hook is the user's, per job: each failure is said
+            if why is not None:
+                log.warning("%s %s", what, why)
         self._start(["/bin/sh", "-c", "--", self.settings.on_finish], data, env, self.settings.hook_timeout_s,
-                    f"on_finish for job {job.id}")
+                    what, ended)
 
     # ------------------------------------------------------------ processes
-    def _start(self, argv: list[str], data: bytes, env: dict[str, str], timeout_s: float, what: str) -> None:
+    def _start(self, argv: list[str], data: bytes, env: dict[str, str], timeout_s: float, what: str,
+               ended: Callable[[str | None], Any]) -> None:
+        """Run ``argv`` (bounded: see the module docstring); ``ended(why)``
+        once it is over (``why``: how it failed, None if it did not)."""
         if len(self._tasks) >= MAX_PENDING:
             n = self.stats["dropped"] = self.stats["dropped"] + 1
             if n & (n - 1) == 0:  # 1st, 2nd, 4th, 8th ...: a flood must not flood the log too
                 log.warning("%s dropped: %d notices already waiting (%d dropped so far)", what, MAX_PENDING, n)
             return
-        task = asyncio.get_running_loop().create_task(self._run(argv, data, env, timeout_s, what))
+        task = asyncio.get_running_loop().create_task(self._run(argv, data, env, timeout_s, ended))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, argv: list[str], data: bytes, env: dict[str, str], timeout_s: float, what: str) -> None:
+    async def _run(self, argv: list[str], data: bytes, env: dict[str, str], timeout_s: float,
+                   ended: Callable[[str | None], Any]) -> None:
         async with self._slots:
             token = f"tell-{secrets.token_hex(8)}"  # what finds its escapees, as a job's token finds a job's
-            proc = await self._spawn(argv, {**env, procident.TOKEN_ENV: token}, what)
+            proc = await self._spawn(argv, {**env, procident.TOKEN_ENV: token}, ended)
             if proc is None:
                 return
             tree = procident.ProcessTree(proc.pid, token)
@@ -172,15 +206,18 @@ class Teller:
                 out = await asyncio.wait_for(_talk(proc, data), timeout_s)
             except asyncio.TimeoutError:
                 self.stats["timed_out"] += 1
-                log.warning("%s still running after %gs: killed", what, timeout_s)
+                ended(f"still running after {timeout_s:g}s: killed")
                 return
             finally:  # ended, timed out or the daemon stops: whatever of it still runs goes
                 await _end(proc, tree)
             if proc.returncode:
                 self.stats["failed"] += 1
-                log.warning("%s exited %s: %s", what, proc.returncode, out.decode("utf-8", "replace").strip())
+                ended(f"exited {proc.returncode}: {out.decode('utf-8', 'replace').strip()}")
+            else:
+                ended(None)
 
-    async def _spawn(self, argv: list[str], env: dict[str, str], what: str) -> asyncio.subprocess.Process | None:
+    async def _spawn(self, argv: list[str], env: dict[str, str],
+                     ended: Callable[[str | None], Any]) -> asyncio.subprocess.Process | None:
         """The command in its own session (so its whole group can be killed), or None if it cannot start."""
         try:
             return await asyncio.create_subprocess_exec(
@@ -188,7 +225,7 @@ class Teller:
                 stderr=asyncio.subprocess.STDOUT, env=env, cwd=HOME, start_new_session=True)
         except OSError as e:
             self.stats["failed"] += 1
-            log.warning("%s could not start: %s", what, e.strerror or e)
+            ended(f"could not start: {e.strerror or e}")
             return None
 
     async def close(self, grace_s: float = 2.0) -> None:

@@ -55,17 +55,85 @@ def inhibit_argv(job_id: int, pid: int, system: str = sys.platform) -> list[str]
     return None
 
 
+def keep_awake_here() -> tuple[str | None, str | None]:
+    """What keeps this machine awake for a job: (the tool, None), or (None,
+    why nothing can). On Linux `systemd-inhibit --list` asks logind over the
+    system bus, as holding a lock will (no bus, no logind: nothing can);
+    a policy that refuses the lock itself is only learnt by taking it."""
+    argv = inhibit_argv(0, 0)
+    if argv is None:
+        return None, f"nothing inhibits sleep on {sys.platform}"
+    tool = shutil.which(argv[0])
+    if tool is None:
+        return None, f"{argv[0]} is not installed here"
+    if argv[0] != INHIBIT_TOOL:
+        return argv[0], None
+    try:
+        cp = subprocess.run([tool, "--list", "--no-pager"], capture_output=True, text=True, timeout=5,
+                            stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"{INHIBIT_TOOL} --list failed: {e}"
+    if cp.returncode != 0:
+        said = (cp.stderr or cp.stdout).strip().splitlines()
+        return None, (f"{INHIBIT_TOOL} cannot reach logind (exit {cp.returncode}"
+                      + (f": {said[-1]}" if said else "") + ")")
+    return INHIBIT_TOOL, None
+
+
 class Inhibitor:
     """One run's sleep inhibitor: its holder process (a child of the
     keeper, in a process group of its own) and, on Linux, the pipe that
-    keeps it alive. ``lost(message)`` is called once if it cannot be held
-    or stops holding while the run lives; ``release()`` ends it."""
+    keeps it alive. ``lost(message)`` is called if it cannot be held or
+    stops holding while the run lives, ``holds(message)`` once it is seen
+    holding; ``verdict()`` at the run's end says what the history has not
+    yet heard (so every run says one thing of it, however short); then
+    ``release()`` ends it."""
 
     def __init__(self, argv: list[str], lost: Callable[[str], None]) -> None:
-        self.argv, self.lost = argv, lost
+        self.argv, self._lost = argv, lost
         self.proc: subprocess.Popen[bytes] | None = None
         self._wfd: int | None = None
         self._released = False
+        self.said = False  # the run's history has heard of it (held, or why not)
+
+    def lost(self, message: str) -> None:
+        self.said = True
+        self._lost(message)
+
+    def holding(self) -> bool:
+        """Seen holding: systemd-inhibit runs its command (a child) only once
+        logind granted the lock; caffeinate holds while it lives."""
+        if self.proc is None or self.proc.poll() is not None:
+            return False
+        if self.argv[0] != INHIBIT_TOOL:
+            return True
+        try:
+            with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
+                return bool(f.read().split())
+        except OSError:  # a kernel without CONFIG_PROC_CHILDREN: ask psutil (a scan of /proc)
+            import psutil
+
+            try:
+                return bool(psutil.Process(self.proc.pid).children())
+            except psutil.Error:
+                return False
+
+    def verdict(self) -> str | None:
+        """At the run's end, before release: what its history has not heard
+        yet of the inhibitor (None: it has)."""
+        if self.said or self.poll():  # poll: one that failed says so itself
+            return None
+        self.said = True
+        if self.holding():
+            return f"kept awake by {self.argv[0]} (pid {self.pid}) while it ran"
+        return f"not kept awake: the job ended before {self.argv[0]} held the lock"
+
+    def confirmed(self) -> str | None:
+        """While the run lives: "kept awake ..." the first time it is seen holding."""
+        if self.said or not self.holding():
+            return None
+        self.said = True
+        return f"kept awake by {self.argv[0]} (pid {self.pid})"
 
     @property
     def pid(self) -> int | None:

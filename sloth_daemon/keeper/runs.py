@@ -39,6 +39,7 @@ log = logging.getLogger("sloth.keeper")
 # A check this far past its time: the keeper did not run meanwhile (SIGSTOP,
 # a swap storm), so the daemon's renewals may wait unread in its socket.
 STALL_S = 0.5
+AWAKE_LOOKS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0)  # after a holder starts: when to look whether it holds
 
 
 class RunTable:
@@ -144,7 +145,19 @@ class RunTable:
         inh.start(asyncio.get_running_loop())
         if inh.pid is not None:
             self.roots[inh.pid] = inh  # ours to reap (reap_orphans leaves it be), never a job's orphan
-            log.info("run %s: keep-awake held by pid %d", run.key, inh.pid)
+            log.info("run %s: keep-awake holder pid %d", run.key, inh.pid)
+            self._confirm_awake(run, inh, 0)
+
+    def _confirm_awake(self, run: Run, inh: Inhibitor, looks: int) -> None:
+        """Say in the history when the inhibitor is seen holding (a few looks
+        in its first seconds; a run that ends first says so at its end)."""
+        if run.inhibitor is not inh or inh.said:
+            return
+        said = inh.confirmed()
+        if said is not None:
+            self.note(run, "keep-awake", said)
+        elif looks < len(AWAKE_LOOKS_S):
+            asyncio.get_running_loop().call_later(AWAKE_LOOKS_S[looks], self._confirm_awake, run, inh, looks + 1)
 
     def note(self, run: Run, kind: str, message: str) -> None:
         """What the run's history should say now (the daemon records it); its log says it too."""
@@ -156,6 +169,9 @@ class RunTable:
     def _release(self, run: Run) -> None:
         inh, run.inhibitor = run.inhibitor, None
         if inh is not None:
+            said = inh.verdict()  # before `exited`: the history has one line of it, however short the run
+            if said is not None:
+                self.note(run, "keep-awake", said)
             inh.release()
             if inh.pid is not None:
                 loop = asyncio.get_running_loop()
@@ -197,15 +213,16 @@ class RunTable:
         """Continue a paused run; its timeout counts on from where it stopped."""
         if run.state == "exited" or run.proc is None or not run.paused:
             return {"resumed": False, "state": run.state}
+        resumed_at = time.time()  # before the signal: the job may end at once (the history reads in order)
         run.proc.resume()
-        span = time.time() - (run.paused_at or time.time())
+        span = resumed_at - (run.paused_at or resumed_at)
         run.paused, run.paused_at = False, None
         if run.timeout_left is not None and run.proc.ending is None:
             self._arm_timeout(run, run.timeout_left)
         run.timeout_left = None
         run.proc.log.note(f"resumed after {secs(span)} paused")
         log.info("run %s (pid %s): resumed after %s", run.key, run.pid, secs(span))
-        return {"resumed": True, "paused_s": span}
+        return {"resumed": True, "paused_s": span, "resumed_at": resumed_at}
 
     def ack(self, keys: list[str]) -> None:
         """Forget runs whose outcomes the daemon has recorded. Raises Refused,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.inhibit import with_fake_inhibit
 from tests.support.harness import TEST_CONFIG
 
 pytestmark = pytest.mark.acceptance
@@ -71,6 +72,7 @@ def test_schedule_show_says_what_its_jobs_wait_for_and_hold(make_harness):
     kept and given to each occurrence, but neither `schedule show` nor its
     --json said so: after `schedule edit --needs gpu=1` nothing showed it."""
     h = make_harness(TEST_CONFIG + '[resources]\ngpu = ["0", "1"]\n[lanes]\ndefault = 2\n')
+    with_fake_inhibit(h)  # --keep-awake is refused where nothing can hold it
     h.start()
     h.cli("schedule", "add", "nightly", "--every", "1d", "--when", "disk>=1M", "--on-lost", "pause",
           "--keep-awake", "--nice", "5", "--", "true", check=True)

@@ -18,6 +18,7 @@ retried by the usual rules; --nice and --io are seen in /proc and ionice;
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -28,27 +29,9 @@ import pytest
 
 from sloth_daemon.keeper import holds
 from tests.support.harness import TEST_CONFIG, Harness, alive
+from tests.support.inhibit import with_fake_inhibit
 
 pytestmark = pytest.mark.acceptance
-
-FAKE_INHIBIT = """#!/bin/sh
-echo "$$ $*" >> "$INHIBIT_LOG"
-while [ $# -gt 0 ] && [ "${1#--}" != "$1" ]; do shift; done
-exec "$@"
-"""
-
-
-def with_fake_inhibit(h: Harness) -> Path:
-    """The daemon (and so its keeper) finds the fake systemd-inhibit first; its record."""
-    bin_dir = h.home / "fakebin"
-    bin_dir.mkdir()
-    tool = bin_dir / "systemd-inhibit"
-    tool.write_text(FAKE_INHIBIT)
-    tool.chmod(0o755)
-    record = h.home / "inhibit.log"
-    h.daemon_env.update(PATH=f"{bin_dir}:{h.daemon_env.get('PATH', '')}", INHIBIT_LOG=str(record))
-    return record
-
 
 def holders(record: Path) -> list[tuple[int, str]]:
     if not record.exists():
@@ -57,13 +40,13 @@ def holders(record: Path) -> list[tuple[int, str]]:
 
 
 def held(h: Harness, record: Path, n: int = 1) -> int:
-    """The pid of the n-th holder, once it runs and holds (its command is now cat)."""
+    """The pid of the n-th holder, once it runs and holds (its child runs cat)."""
     def look() -> int | None:
         found = holders(record)
         if len(found) < n or not alive(found[n - 1][0]):
             return None
         pid = found[n - 1][0]
-        return pid if psutil.Process(pid).name() == "cat" else None
+        return pid if [c.name() for c in psutil.Process(pid).children()] == ["cat"] else None
     return h.wait_for(look, timeout_s=10, what="the inhibitor held")
 
 
@@ -80,10 +63,12 @@ def test_keep_awake_is_held_while_the_job_runs_and_released_when_it_ends(harness
     assert h.job(job)["state"] == "running"
     argv = holders(record)[0][1]
     assert argv == f"--what=sleep:idle --who=sloth --why=job {job} --mode=block cat"
+    h.wait_for(lambda: [e for e in h.events(job) if e["kind"] == "keep-awake"], what="the history's word")
+    assert f"awake     attempt 1: kept awake by systemd-inhibit (pid {pid})" in h.cli("show", str(job)).stdout
     h.wait_state(job, "done", timeout_s=15)
     h.wait_for(lambda: not alive(pid), timeout_s=5, what="the inhibitor released")
-    assert "keep-awake" not in [e["kind"] for e in h.events(job)]
-    assert "kept awake" in h.cli("show", str(job), check=True).stdout
+    said = [e["message"] for e in h.events(job) if e["kind"] == "keep-awake"]
+    assert said == [f"kept awake by systemd-inhibit (pid {pid})"], said  # once: held, seen while it ran
 
 
 def test_keep_awake_is_released_when_the_job_is_killed(harness):
@@ -128,14 +113,57 @@ def test_keep_awake_never_outlives_its_keeper(harness):
 
 @pytest.mark.skipif(not os.path.exists("/usr/bin/systemd-inhibit") or os.path.exists("/run/dbus/system_bus_socket"),
                     reason="needs systemd-inhibit without a logind bus, as on this CI machine")
-def test_keep_awake_unavailable_is_said_and_the_job_runs_anyway(harness):
-    h = harness
+def test_keep_awake_where_nothing_can_hold_it_is_refused_at_add_and_doctor_says_so(make_harness):
+    """Issue 30: accepted, `doctor` said keep-awake ok, `show` said "kept
+    awake while it runs", and a short job's history said nothing. Now one
+    rule: refused at add (the job's own option, a lane's setting, a
+    schedule), with why; doctor warns; nothing is queued."""
+    h = make_harness(TEST_CONFIG + "[lanes.render]\nkeep_awake = true\n")
     h.start()
-    job = add(h, "--keep-awake", "--", "sleep", "1")
-    done = h.wait_state(job, "done", timeout_s=15)
-    notes = [e["message"] for e in h.events(job) if e["kind"] == "keep-awake"]
-    assert len(notes) == 1 and notes[0].startswith("keep-awake unavailable: systemd-inhibit exited"), notes
-    assert done["message"] == "exit 0"
+    p = h.cli("add", "--keep-awake", "--", "true")
+    assert p.returncode == 2 and "--keep-awake cannot be had on this machine" in p.stderr, p.stderr
+    assert "systemd-inhibit cannot reach logind" in p.stderr and "Failed to connect to bus" in p.stderr
+    p = h.cli("add", "--lane", "render", "--", "true")
+    assert p.returncode != 0 and "[lanes.render] keep_awake cannot be had" in p.stderr, p.stderr
+    p = h.cli("schedule", "add", "nightly", "--every", "1h", "--keep-awake", "--", "true")
+    assert p.returncode != 0 and "--keep-awake cannot be had" in p.stderr, p.stderr
+    assert sum((h.call("status")["counts"] or {}).values()) == 0
+    assert h.cli("add", "--", "true").returncode == 0  # the rest of the queue is untouched
+    checks = {c["name"]: c for c in json.loads(h.cli("doctor", "--json").stdout)["checks"]}
+    awake = checks["keep-awake"]
+    assert awake["status"] == "warn" and "refused at add" in awake["detail"], awake
+    assert "logind" in awake["hint"], awake
+
+
+def test_every_keep_awake_run_says_once_what_it_had_even_a_short_one(harness):
+    """A job of a few ms had no line (the holder had not failed yet when it
+    ended). Now each run's history says one thing of it, before its end."""
+    h = harness
+    with_fake_inhibit(h)
+    h.start()
+    short = add(h, "--keep-awake", "--", "true")
+    h.wait_state(short, "done", timeout_s=15)
+    said = [e["message"] for e in h.events(short) if e["kind"] == "keep-awake"]
+    assert len(said) == 1 and said[0].startswith(("kept awake by systemd-inhibit",
+                                                   "not kept awake: the job ended before")), said
+    kinds = [e["kind"] for e in h.events(short)]
+    assert kinds.index("keep-awake") < kinds.index("done"), kinds
+    assert f"awake     attempt 1: {said[0]}" in h.cli("show", str(short), check=True).stdout
+
+
+def test_a_lock_refused_when_taken_is_said_and_the_job_runs_anyway(harness):
+    """logind answers (so add accepts) but refuses the lock itself (a policy):
+    the run's history says so, long run or short, and the job is done."""
+    h = harness
+    with_fake_inhibit(h, FAKE_REFUSE="1")
+    h.start()
+    long, short = add(h, "--keep-awake", "--", "sleep", "1"), add(h, "--keep-awake", "--", "true")
+    for job in (long, short):
+        assert h.wait_state(job, "done", timeout_s=15)["message"] == "exit 0"
+    said = [e["message"] for e in h.events(long) if e["kind"] == "keep-awake"]
+    assert said == ["keep-awake unavailable: systemd-inhibit exited 1: Failed to inhibit: Access denied"], said
+    said = [e["message"] for e in h.events(short) if e["kind"] == "keep-awake"]
+    assert len(said) == 1 and said[0].startswith(("keep-awake unavailable", "not kept awake")), said
 
 
 # ------------------------------------------------------------------ limits

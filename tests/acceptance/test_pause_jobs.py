@@ -226,3 +226,26 @@ def test_bad_pause_requests_change_nothing(harness):
             h.call("pause_jobs", **args)
     assert state_of(pid) != "T" and h.job(job)["paused"] is False
     assert h.call("ping")["pong"]
+
+
+def test_a_history_reads_in_the_order_things_happened_a_pause_in_the_first_second_and_a_resume_at_the_end(harness):
+    """Issue 28, item 9: a job paused in its first second read `paused`
+    before `started` (the start was written a second late), and a resume
+    that met the job's end lost its `continued` event. (The race of the
+    second is driven deterministically in tests/unit/daemon/test_worker.py.)"""
+    h = harness
+    h.start()
+    job = add(h, "--", "sleep", "1.5")
+
+    def paused() -> bool:
+        p = h.cli("pause", "--job", str(job))
+        return p.returncode == 0  # "not started yet" until the keeper has said so
+    h.wait_for(paused, timeout_s=5, what="the job paused")
+    time.sleep(2)  # its sleep is over: continued, it ends at once
+    p = h.cli("resume", "--job", str(job))
+    assert p.returncode == 0 and f"job {job} resumed" in p.stdout, p.stderr
+    h.cli("wait", str(job), check=True)
+    kinds = [e["kind"] for e in h.events(job)]
+    assert kinds == ["claimed", "started", "paused", "continued", "done"], kinds
+    ats = [e["at"] for e in h.events(job)]
+    assert ats == sorted(ats)

@@ -85,20 +85,21 @@ class Leases:
         return self._held_step(job_id, token, "updated_at = sloth.now()", {}, "noting on a run",
                                event=(kind, message))
 
-    def set_paused(self, job_id: int, token: str, paused: bool, message: str) -> Job:
+    def set_paused(self, job_id: int, token: str, paused: bool, message: str, *, at: float | None = None) -> Job:
         """The run of ``token`` paused on request, or continued: as SqliteQueue.set_paused."""
         return self._held_step(job_id, token, SET_PAUSED, {"paused_run": token if paused else None},
-                               "recording a pause", event=("paused" if paused else "continued", message))
+                               "recording a pause", event=("paused" if paused else "continued", message),
+                               at=finite(at))
 
     def note_ended(self, job_id: int, attempt: int, message: str, *, ended_at: float | None = None,
-                   durable: bool = True) -> Job:
-        """A run of a job it no longer holds ended: event ``ended``, as
-        SqliteQueue.note_ended. Raises JobNotFound."""
+                   durable: bool = True, kind: str = "ended") -> Job:
+        """A run of a job it no longer holds ended: event ``ended`` (or
+        ``kind``), as SqliteQueue.note_ended. Raises JobNotFound."""
         check_id(job_id)
 
         def tx(c: Cursor) -> Job:
             row = get_row(c, job_id)
-            event(c, job_id, "ended", attempt, message, at=finite(ended_at))
+            event(c, job_id, kind, attempt, message, at=finite(ended_at))
             return self.rows.job(row, c)
 
         return self.writer.write(tx, "recording how a cancelled job's run ended")

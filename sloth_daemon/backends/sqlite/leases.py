@@ -209,21 +209,21 @@ class SqliteLeases:
             event(c, job_id, now, kind, row["attempts"], message)
             return self.rows.job(row)
 
-    def set_paused(self, job_id: int, token: str, paused: bool, message: str) -> Job:
+    def set_paused(self, job_id: int, token: str, paused: bool, message: str, *, at: float | None = None) -> Job:
         now = self.clock.now()
         with self.store.tx() as c:
             row = self._held(c, job_id, token)
             out = c.execute("UPDATE jobs SET paused_run = ?, updated_at = ? WHERE id = ? RETURNING *",
                             (token if paused else None, now, job_id)).fetchone()
-            event(c, job_id, now, "paused" if paused else "continued", row["attempts"], message)
+            event(c, job_id, past(at, now), "paused" if paused else "continued", row["attempts"], message)
             return self.rows.job(out)
 
     def note_ended(self, job_id: int, attempt: int, message: str, *, ended_at: float | None = None,
-                   durable: bool = True) -> Job:
+                   durable: bool = True, kind: str = "ended") -> Job:
         now = self.clock.now()
         with self.store.tx(durable=durable) as c:
             row = self.rows.row(c, job_id)
-            event(c, job_id, past(ended_at, now), "ended", attempt, message)
+            event(c, job_id, past(ended_at, now), kind, attempt, message)
             return self.rows.job(row)
 
     def _put_runner(self, c: sqlite3.Connection, row: sqlite3.Row, runner: dict[str, Any] | None,

@@ -274,11 +274,12 @@ class SqliteQueue:
         LeaseLost or JobNotFound."""
         return self.leases.note_run(job_id, token, kind, message)
 
-    def set_paused(self, job_id: int, token: str, paused: bool, message: str) -> Job:
+    def set_paused(self, job_id: int, token: str, paused: bool, message: str, *, at: float | None = None) -> Job:
         """Record that the run of ``token`` is paused on request (or
-        continued): event ``paused`` or ``continued``; the job reads
-        ``paused`` while it holds that token. Raises LeaseLost or JobNotFound."""
-        return self.leases.set_paused(job_id, token, paused, message)
+        continued): event ``paused`` or ``continued`` (``at``: when the keeper
+        did it, never later than now); the job reads ``paused`` while it
+        holds that token. Raises LeaseLost or JobNotFound."""
+        return self.leases.set_paused(job_id, token, paused, message, at=at)
 
     def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None,
                  ended_at: float | None = None, runner: dict[str, Any] | None = None,
@@ -323,11 +324,13 @@ class SqliteQueue:
                                    durable=durable)
 
     def note_ended(self, job_id: int, attempt: int, message: str, *, ended_at: float | None = None,
-                   durable: bool = True) -> Job:
+                   durable: bool = True, kind: str = "ended") -> Job:
         """A run of a job it no longer holds ended (it was cancelled while
         it ran): event ``ended`` for ``attempt``, nothing else changes, so
-        its history says how the run it had started ended. Raises JobNotFound."""
-        return self.leases.note_ended(job_id, attempt, message, ended_at=ended_at, durable=durable)
+        its history says how the run it had started ended. ``kind``: another
+        word the keeper had on that run as it ended (its keep-awake), kept
+        in its history all the same. Raises JobNotFound."""
+        return self.leases.note_ended(job_id, attempt, message, ended_at=ended_at, durable=durable, kind=kind)
 
     def unclaim(self, job_id: int, token: str, *, durable: bool = True) -> Job:
         """running -> queued as if the claim of ``token`` had not happened:

@@ -32,7 +32,7 @@ from sloth_daemon.keeper import procident
 from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError
 from sloth_daemon.models import Job
 from sloth_daemon.daemon.worker.pipeline import Pipeline
-from sloth_daemon.daemon.worker.runs import Run, RunTable, is_daemon_on_host, trust_until
+from sloth_daemon.daemon.worker.runs import Run, RunTable, is_daemon_on_host, record_start, trust_until
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.daemon.worker.spawner import Outcome, RunSink
 
@@ -100,6 +100,8 @@ class Adopter:
         what = {"exited": "its outcome kept", "pending": "held to start after another run"}.get(
             str(h.get("state")), f"pid {h.get('pid')} kept running")
         try:
+            if unwritten_start(job, h):  # its daemon died in its first second: the start goes first
+                job = self.queue.set_runner(job.id, job.token or "", {**h["identity"], "worker": job.worker})
             job = self.queue.adopt(job.id, job.token or "", self.name, message=f"by {self.name}; {what}")
         except (LeaseLost, JobNotFound):
             self._disown([h], kill_grace_s)
@@ -138,6 +140,11 @@ class Adopter:
         ended = await loop.run_in_executor(None, _end_processes, runs, kill_grace_s)
         for run in lost:
             self.running.drop(run)
+        for run in lost:  # it had started: its history says so before it was given back
+            try:
+                record_start(self.queue, run)
+            except SlothError:
+                pass
         for job in orphaned + [r.job for r in lost]:
             why = "its supervision was lost (the keeper is gone)"
             if job.token in ended:
@@ -165,6 +172,16 @@ def _end_processes(runs: dict[str, dict[str, Any] | None], grace_s: float) -> se
     if procs:  # all at once: one grace period, however many leftovers
         procident.end_all(procs, grace_s, groups=groups)
     return found
+
+
+def unwritten_start(job: Job, h: dict[str, Any]) -> bool:
+    """The keeper started this run but the queue has not written so (its
+    ``started`` event; the identity is written a second into a run)."""
+    ident = h.get("identity")
+    if not isinstance(ident, dict) or _int(ident.get("pid")) is None:
+        return False
+    mine = job.runner or {}
+    return (mine.get("pid"), mine.get("start")) != (ident.get("pid"), ident.get("start"))
 
 
 def _int(v: Any) -> int | None:

@@ -39,7 +39,8 @@ from sloth_daemon.daemon.worker.pausing import Pauser
 from sloth_daemon.daemon.worker.pipeline import PACE_S, TAKE_BACK_WAIT_S, Pipeline, unlink
 from sloth_daemon.daemon.worker.recording import CLAIM_RETRY_S, TIMER_SLACK_S, Recorder
 from sloth_daemon.daemon.worker.runs import (
-    RENEW_RETRY_S, Run, RunTable, Sink, boot_of, ran_here, renew_in, term_lead, this_host, trust_until, worker_name,
+    RENEW_RETRY_S, Run, RunTable, Sink, boot_of, ran_here, record_start, renew_in, term_lead, this_host, trust_until,
+    worker_name,
 )
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.daemon.worker.spawner import Outcome, Spawner, SpawnRequest
@@ -209,7 +210,7 @@ class Worker:
         deadlines += self.pipeline.take_back_deadlines(r.awake)
         deadlines += [run.record_after - r.awake for run in self.running.values()
                       if run.outcome is not None and not run.written
-                      and not run.deciding]  # written: the fsync deadline below; deciding: a cancel's
+                      and not run.held_back]  # written: the fsync deadline below; held back: a cancel's
         deadlines += [run.started_awake + RECORD_RUNNER_AFTER_S - r.awake for run in self.running.values()
                       if run.identity is not None and run.live]
         if self.may_claim() and self._next_due is not None:
@@ -248,6 +249,7 @@ class Worker:
             if not (run.live or run.pending) or run.ending:
                 continue
             try:
+                record_start(self.queue, run)  # a sleep in its first second reads after its start
                 run.job = self.queue.renew_after_resume(run.job.id, run.token, why)
                 run.renewed(r)
             except (LeaseLost, JobNotFound):
@@ -444,14 +446,12 @@ class Worker:
         for run in list(self.running.values()):
             if run.identity is None or not run.live or awake < run.started_awake + RECORD_RUNNER_AFTER_S:
                 continue
-            ident, run.identity = run.identity, None
             try:
-                run.job = self.queue.set_runner(run.job.id, run.token, ident)
+                record_start(self.queue, run)
             except (LeaseLost, JobNotFound):
                 self._end(run, "lease lost")
                 continue
             except SlothError as e:  # it runs; the next turn tries again
-                run.identity = ident
                 log.warning("cannot record job %d's process yet: %s", run.job.id, e.message)
                 continue
             self.signals.on_change(run.job)
@@ -477,6 +477,7 @@ class Worker:
         self.after_jump()  # the machine slept: its connections may be dead
         r = self.clocks.read()
         try:
+            record_start(self.queue, run)
             run.job = self.queue.renew_after_resume(run.job.id, run.token, why)
         except (LeaseLost, JobNotFound):
             self._end(run, "fenced: its lease was lost while the machine slept")
@@ -490,8 +491,15 @@ class Worker:
     def on_noted(self, run: Run, what: str, message: str) -> None:
         """The keeper says what the run's history should (keep-awake unavailable ...)."""
         try:
+            record_start(self.queue, run)  # the history in the order it happened
             run.job = self.queue.note_run(run.job.id, run.token, what, message)
-        except (LeaseLost, JobNotFound):
+        except LeaseLost:  # just ended (a cancel): still that attempt's history
+            try:
+                self.queue.note_ended(run.job.id, run.attempt, message, kind=what)
+            except SlothError as e:
+                log.warning("cannot note on job %d: %s (%s)", run.job.id, message, e.message)
+            return
+        except JobNotFound:
             return
         except SlothError as e:
             log.warning("cannot note on job %d: %s (%s)", run.job.id, message, e.message)

@@ -18,7 +18,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Sequence
 
 from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError
-from sloth_daemon.daemon.worker.runs import Run, RunTable
+from sloth_daemon.daemon.worker.runs import Run, RunTable, record_start
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.models import Batch, Job, JobState
 
@@ -49,7 +49,14 @@ class Pauser:
         runs, skipped = self._select(ids, lane, resume)
         if not runs:
             return Batch([], skipped)
-        answer = await self.spawner.pause([r.token for r in runs], resume=resume)
+        for run in runs:  # an end heard meanwhile is written after this change's event
+            run.asking += 1
+        try:
+            answer = await self.spawner.pause([r.token for r in runs], resume=resume)
+        finally:
+            for run in runs:
+                run.asking -= 1
+            self.signals.event.set()  # an outcome held back meanwhile is written now
         jobs: list[Job] = []
         for run in runs:
             res: dict[str, Any] = answer.get("runs", {}).get(run.token) or {}
@@ -98,8 +105,18 @@ class Pauser:
         if why:
             message = f"{why}; {message}"
         try:
-            run.job = self.queue.set_paused(run.job.id, run.token, paused, message)
-        except (LeaseLost, JobNotFound):
+            record_start(self.queue, run)  # a pause in the run's first second reads after its start
+            at = res.get("paused_at" if paused else "resumed_at")
+            at = at if isinstance(at, (int, float)) else None
+            run.job = self.queue.set_paused(run.job.id, run.token, paused, message, at=at)
+        except LeaseLost:  # no longer ours: what the keeper did is still that attempt's history
+            try:
+                self.queue.note_ended(run.job.id, run.attempt, message, ended_at=at,
+                                      kind="paused" if paused else "continued")
+            except SlothError as e:
+                log.warning("cannot note job %d %s: %s", run.job.id, "paused" if paused else "continued", e.message)
+            return run.job
+        except JobNotFound:
             return run.job
         except SlothError as e:  # the keeper holds the truth; the next daemon's adoption writes it
             log.error("cannot record job %d as %s: %s", run.job.id, "paused" if paused else "continued", e.message)

@@ -127,8 +127,8 @@ class Recorder:
         added to ``tried`` as they are (so a unit that fails undoes them all).
         ``durable`` None: the last write carries the fsync if the group
         commit says so; False: none does."""
-        todo = [r for r in self.running.values()  # deciding: a cancel writes it (withdrawal.py)
-                if r.outcome is not None and r.record_after <= awake and not r.written and not r.deciding]
+        todo = [r for r in self.running.values()  # held back: a cancel writes it, a pause's event goes first
+                if r.outcome is not None and r.record_after <= awake and not r.written and not r.held_back]
         tried = [] if tried is None else tried
         for i, run in enumerate(todo):
             tried.append(run)

@@ -9,11 +9,15 @@ import math
 import os
 import socket
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, ValuesView
+from typing import TYPE_CHECKING, Any, Callable, Iterator, ValuesView
 
 from sloth_daemon.clock import ClockReadings
+from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError
 from sloth_daemon.models import Job
 from sloth_daemon.daemon.worker.spawner import Outcome
+
+if TYPE_CHECKING:
+    from sloth_daemon.queue import Queue
 
 WORKER_PREFIX = "sloth-daemon"
 # A trust deadline ends this long before the lease it mirrors could expire:
@@ -113,6 +117,7 @@ class Run:
     unspawning: bool = False  # asked the spawner to drop it while still held
     paused: bool = False  # its tree is stopped on request (pausing.py); it keeps its lease and slot
     deciding: bool = False  # a cancel waits for the keeper's word on it: its outcome is not written yet (withdrawal.py)
+    asking: int = 0  # pauses or resumes waiting for the keeper's answer: their event goes before its outcome
 
     def renewed(self, sent: ClockReadings) -> None:
         """Its lease was renewed by a request sent at ``sent``: next time a third into it."""
@@ -128,10 +133,33 @@ class Run:
         its own yet (once that run ends it starts, and counts)."""
         return self.pid is None and self.outcome is None and self.after is not None and self.after.outcome is None
 
+    @property
+    def held_back(self) -> bool:
+        """Its outcome waits: a cancel decides it, or a pause's event is still to be written first."""
+        return self.deciding or self.asking > 0
+
     def postpone_record(self, why: str, awake: float) -> None:
         self.record_error = why
         self.record_after = awake + SETTLE_BACKOFF_S[min(self.record_tries, len(SETTLE_BACKOFF_S) - 1)]
         self.record_tries += 1
+
+
+def record_start(queue: "Queue", run: Run) -> None:
+    """Write the run's process identity (its ``started`` event) if it is not
+    written yet. Called before any other event of the run is written, so a
+    history reads in the order things happened. Raises LeaseLost or
+    JobNotFound (not ours any more), StorageError (the identity is kept for
+    another try)."""
+    if run.identity is None:
+        return
+    ident, run.identity = run.identity, None
+    try:
+        run.job = queue.set_runner(run.job.id, run.token, ident)
+    except (LeaseLost, JobNotFound):
+        raise
+    except SlothError:
+        run.identity = ident
+        raise
 
 
 class RunTable:

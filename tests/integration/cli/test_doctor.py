@@ -76,11 +76,19 @@ class FakeDaemon:
         self.sock.close()
 
 
+FAKE_INHIBIT = """#!/bin/sh
+if [ -n "$FAKE_NO_LOGIND" ]; then echo "Failed to connect to bus: No such file or directory" >&2; exit 1; fi
+exit 0
+"""
+
+
 class Box:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.env = sandbox_env(root, {"systemctl": FAKE_SYSTEMCTL, "loginctl": FAKE_LOGINCTL,
-                                      "notify-send": "#!/bin/sh\nexit 0\n"})
+                                      "notify-send": "#!/bin/sh\nexit 0\n",
+                                      # logind answers `--list` unless told not to (FAKE_NO_LOGIND)
+                                      "systemd-inhibit": FAKE_INHIBIT})
         self.env["SLOTH_SERVICE_PLATFORM"] = "linux"
         self.fakes: list[FakeDaemon] = []
 
@@ -316,7 +324,20 @@ def test_doctor_says_what_applies_keep_awake_and_limits_here(box):
     assert f"mem: {found['mem']}" in checks["limits"]["detail"] and "nice: setpriority" in checks["limits"]["detail"]
     if found["cpus"] is None:
         assert "not here (refused at add): cpus" in checks["limits"]["detail"]
-    assert "systemd-inhibit" in checks["keep-awake"]["detail"] or "unavailable" in checks["keep-awake"]["detail"]
+    assert checks["keep-awake"]["status"] == "ok" and "systemd-inhibit" in checks["keep-awake"]["detail"]
+
+
+def test_keep_awake_that_cannot_be_had_is_a_warning_with_a_fix_that_fits(box):
+    """issue 30: doctor said keep-awake ok where `--keep-awake` could not be
+    held (no logind on a system bus); it warns, saying add refuses it."""
+    _, checks = box.doctor(FAKE_NO_LOGIND="1")
+    c = checks["keep-awake"]
+    assert c["status"] == "warn" and "refused at add" in c["detail"] and "Failed to connect to bus" in c["detail"], c
+    assert "logind" in c["hint"] and "leave --keep-awake out" in c["hint"], c
+    (box.root / "bin" / "systemd-inhibit").unlink()
+    _, checks = box.doctor(PATH=str(box.root / "bin"))
+    c = checks["keep-awake"]
+    assert c["status"] == "warn" and "not installed" in c["detail"] and "Install" in c["hint"], c
 
 
 def test_a_notification_whose_tool_is_missing_is_a_warning_that_says_so(box):

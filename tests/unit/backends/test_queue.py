@@ -988,6 +988,31 @@ def test_set_paused_marks_the_run_paused_until_continued_or_claimed_again(q, clo
         q.set_paused(99999, again.token, True, "m")
 
 
+def test_a_pause_is_recorded_at_the_time_the_keeper_made_it_never_later_than_now(q, clock):
+    """issue 28 item 9: a resume written after the job's end (its answer
+    came second) still reads before `done`: it carries when it happened."""
+    jid = q.enqueue(["x"])
+    job = q.claim("w")
+    q.set_paused(jid, job.token, True, "stopped")
+    before = q.events(jid)[-1].at
+    q.set_paused(jid, job.token, False, "after 1s paused", at=before - 5)
+    assert q.events(jid)[-1].at == pytest.approx(before - 5, abs=1e-3)
+    q.set_paused(jid, job.token, True, "again", at=before + 10**9)  # a clock ahead: never later than now
+    assert q.events(jid)[-1].at < before + 10**8
+
+
+def test_a_word_on_a_run_whose_lease_ended_is_kept_against_its_attempt(q, clock):
+    """issue 28 item 9: a cancelled run's last words (how it ended, its
+    keep-awake) are written for its attempt, never dropped."""
+    jid = q.enqueue(["x"])
+    q.claim("w")
+    q.cancel(jid)
+    q.note_ended(jid, 1, "kept awake by systemd-inhibit (pid 9) while it ran", kind="keep-awake")
+    q.note_ended(jid, 1, "killed by SIGTERM")
+    assert [(e.kind, e.attempt) for e in q.events(jid)][-3:] == [("cancelled", 1), ("keep-awake", 1), ("ended", 1)]
+    assert q.get(jid).state == "cancelled"
+
+
 def test_keep_awake_and_limits_are_kept_with_the_job_and_by_a_restart(q, clock):
     """issue 24 items 2 and 4: what the keeper is to hold is stored with the job."""
     limits = {"mem": 100 << 20, "nice": 10, "io": "idle"}

@@ -166,3 +166,36 @@ def test_no_title_or_body_becomes_applescript_or_an_option(body):
     assert mac[-2:] == [body, body] and all(body not in line for line in mac[1:-2] if body)
     linux = notify_argv("sloth: job 1 done", body, urgent=True, which=which, platform="linux")
     assert linux == ["/usr/bin/notify-send", "-a", "sloth", "-u", "critical", "--", "sloth: job 1 done", body]
+
+
+def test_a_failing_notifier_is_said_once_per_cause_counted_and_cleared_when_it_works(tmp_path, monkeypatch, caplog):
+    """issue 28 "also seen": one warning per cause (not one per job), the
+    count and cause in status (doctor shows it), and a word when it works again."""
+    d = tmp_path / "bin"
+    d.mkdir()
+    cause = tmp_path / "cause"
+    cause.write_text("Cannot autolaunch D-Bus without X11 $DISPLAY")
+    (d / "notify-send").write_text(f'#!/bin/sh\nc=$(cat {cause})\n[ -z "$c" ] && exit 0\necho "$c" >&2\nexit 1\n')
+    (d / "notify-send").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{d}:/usr/bin:/bin")
+
+    async def go() -> None:
+        t = teller(tmp_path)
+        for i in range(1, 4):
+            t.job_changed(job(i, "failed"))
+            await settle(t)
+        assert t.status()["trouble"]["failed"] == 3
+        cause.write_text("Failed to connect to the session bus")
+        t.job_changed(job(4, "failed"))
+        await settle(t)
+        assert t.status()["trouble"]["failed"] == 1 and "session bus" in t.status()["trouble"]["cause"]
+        cause.write_text("")
+        t.job_changed(job(5, "failed"))
+        await settle(t)
+        assert t.status()["trouble"] is None
+
+    with caplog.at_level("INFO", logger="sloth.tell"):
+        asyncio.run(go())
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 2 and "autolaunch" in warned[0] and "session bus" in warned[1], warned
+    assert any("work again" in r.getMessage() for r in caplog.records)

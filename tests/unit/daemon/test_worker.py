@@ -244,8 +244,8 @@ def test_never_reissues_its_own_expired_lease_to_itself(env, clocks):
     w.turn()
     assert len(sp.reqs) == 1
     evs = q.events(a)
-    assert [e.kind for e in evs] == ["claimed", "resumed", "started"]
-    assert "stalled" in evs[1].message
+    assert [e.kind for e in evs] == ["claimed", "started", "resumed"]  # in the order it happened
+    assert "stalled" in evs[2].message
     assert q.get(a).lease_until == clocks.wall + LEASE
 
 
@@ -798,3 +798,123 @@ def test_outcomes_share_a_delayed_fsync_and_are_told_only_after_it(tmp_path, clo
     w.turn()
     assert syncs == ["ok", "fail", "ok"] and told == [a, b, c] and sp.key_of(c) in sp.acked
     q.close()
+
+
+# ------------------------------------------- a run's history, in the order it happened (issue 28, item 9)
+class PausingSpawner(FakeSpawner):
+    """The keeper's pause and resume, answered when the test says (``answer``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: asyncio.Future[dict[str, Any]] | None = None
+
+    async def pause(self, keys: list[str], *, resume: bool = False) -> dict[str, Any]:
+        self.asked = asyncio.get_running_loop().create_future()
+        return await self.asked
+
+    def answer(self, key: str, resume: bool) -> None:
+        assert self.asked is not None
+        self.asked.set_result({"runs": {key: {"resumed" if resume else "paused": True, "processes": 1,
+                                              "paused_s": 2.5}}})
+
+
+def test_a_pause_in_the_first_second_reads_after_started_and_a_resume_that_meets_the_end_before_done(
+        tmp_path, clocks):
+    """The keeper continues the tree and the job ends at once: its exit
+    reaches the worker (and a turn) before the resume's answer reaches the
+    pauser. Both the `continued` event and the order are kept."""
+    async def play() -> list[str]:
+        sp = PausingSpawner()
+        s = Settings(lease_s=LEASE, clock_check_s=5.0)
+        q = Queue(tmp_path / "q.db", clocks, lease_s=s.lease_s, max_attempts=s.max_attempts)
+        w = Worker(q, s, sp, clocks=clocks, log_path=lambda j, a: tmp_path / f"{j}.{a}.log", instance="t1")
+        try:
+            a = q.enqueue(["sleep", "2"])
+            w.turn()
+            sp.start(a)  # its identity (the `started` event) is written later by a turn ...
+            clocks.advance(0.2)
+            pausing = asyncio.ensure_future(w.pause_jobs([a]))  # ... but a pause comes first
+            await asyncio.sleep(0)
+            sp.answer(sp.key_of(a), False)
+            assert [j.id for j in (await pausing).jobs] == [a]
+            clocks.advance(2.5)
+            resuming = asyncio.ensure_future(w.pause_jobs([a], resume=True))
+            await asyncio.sleep(0)
+            sp.exit(a, 0)  # continued, it ended at once: the news is in before the answer
+            w.turn()
+            sp.answer(sp.key_of(a), True)
+            assert [j.id for j in (await resuming).jobs] == [a]
+            w.turn()
+            assert q.get(a).state == "done"
+            return [e.kind for e in q.events(a)]
+        finally:
+            q.close()
+
+    assert asyncio.run(play()) == ["claimed", "started", "paused", "continued", "done"]
+
+
+def test_a_note_from_the_keeper_after_the_first_second_is_written_after_started(env, clocks):
+    w, q, sp = env()
+    a = q.enqueue(["sleep", "2"])
+    w.turn()
+    sp.start(a)
+    sp.sinks[sp.key_of(a)].noted("keep-awake", "keep-awake unavailable: no bus")
+    clocks.advance(0.1)
+    sp.exit(a, 0)
+    w.turn()
+    assert [e.kind for e in q.events(a)] == ["claimed", "started", "keep-awake", "done"]
+
+
+def test_an_adopted_run_whose_start_was_never_written_reads_started_before_adopted(env, clocks):
+    """The daemon that started it died within its first second (before the
+    `started` event is written): the next daemon writes it from the
+    keeper's word, at the time it happened, before `adopted`."""
+    w, q, sp = env()
+    run_on, ended = _claimed_by_old_daemon(q, ["long"], ["quick"])
+    held = []
+    for job, pid in ((run_on, 77), (ended, 78)):
+        h = _held(job, pid=pid)
+        h["identity"] = {"pid": pid, "start": 5.0 + pid, "boot_id": "b", "exact": True, "started_at": clocks.wall - 1}
+        held.append(h)
+    held[1].update(state="exited", outcome={"returncode": 0, "ended_at": clocks.wall - 0.5})
+    asyncio.run(w.reconcile(held))
+    w.turn()
+    for job in (run_on, ended):
+        assert [e.kind for e in q.events(job.id)][:3] == ["claimed", "started", "adopted"]
+        assert q.get(job.id).runner["pid"] in (77, 78)
+    assert q.get(ended.id).state == "done"
+    assert [e.kind for e in q.events(ended.id)].count("started") == 1
+
+
+def test_a_note_for_a_run_whose_lease_just_ended_is_recorded_against_its_attempt(env):
+    """A cancel ends the lease at once; the keeper's last word on the run
+    (its keep-awake, said as the process ends) comes after: it is history
+    of that attempt, written, not dropped."""
+    w, q, sp = env()
+    a = q.enqueue(["sleep"])
+    w.turn()
+    sp.start(a)
+    asyncio.run(w.cancel(a))
+    sp.sinks[sp.key_of(a)].noted("keep-awake", "kept awake by systemd-inhibit (pid 9) while it ran")
+    sp.exit(a, -15, "cancelled")
+    w.turn()
+    events = q.events(a)
+    assert [e.kind for e in events] == ["claimed", "started", "cancelled", "keep-awake", "ended"], events
+    assert events[3].attempt == 1 and "while it ran" in events[3].message
+
+
+def test_a_sleep_or_a_lost_keeper_in_a_runs_first_second_reads_after_its_start(env, clocks):
+    """Every event of a run that started reads after `started`: the resume
+    after a sleep, and the giving back when its keeper was lost."""
+    w, q, sp = env(lanes={"default": 2})
+    a, b = q.enqueue(["long"]), q.enqueue(["other"])
+    w.turn()
+    sp.start(a)
+    sp.start(b)
+    clocks.suspend(3600)
+    w.clock_changed()
+    w.turn()
+    assert [e.kind for e in q.events(a)] == ["claimed", "started", "resumed"]
+    asyncio.run(w.reconcile([]))  # a new keeper answered, knowing nothing of either
+    assert [e.kind for e in q.events(b)][:3] == ["claimed", "started", "resumed"]
+    assert [e.kind for e in q.events(b)][-1] == "abandoned"
