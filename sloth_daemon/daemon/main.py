@@ -267,7 +267,8 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
         queue = _open_local(paths, settings, clocks)
         paths = paths.for_queue(queue.identity)
     host = shared.host if shared is not None else None
-    keeper = KeeperSpawner(paths, name=worker_name(instance, host=host), check_s=settings.clock_check_s)
+    keeper = KeeperSpawner(paths, name=worker_name(instance, host=host), check_s=settings.clock_check_s,
+                           linger_s=settings.keeper_linger_s)
     worker = Worker(queue, settings, keeper, clocks=clocks, log_path=paths.job_log, instance=instance,
                     commit_delay_s=COMMIT_DELAY_S, host=host,
                     places=shared.m.places if shared is not None else None)
