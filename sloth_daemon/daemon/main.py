@@ -27,12 +27,12 @@ XDG_RUNTIME_DIR) finds the socket through it (locate.py).
 
 from __future__ import annotations
 
+from sloth_daemon.daemon import lean  # first: asyncio without ssl (docs/idle.md)
 import asyncio
 import errno
 import fcntl
 import logging
 import os
-import secrets
 import signal
 import time
 from typing import TYPE_CHECKING, Any, Callable
@@ -204,6 +204,7 @@ class Daemon:
         ensure_dir(self.paths.jobs_log_dir)  # the keeper writes logs there, and makes no folders
         held = await self.keeper.connect()
         self.keeper.on_resync = lambda runs: self.worker.spawn_task(self.worker.reconcile(runs))
+        self.keeper.on_rest = lambda: lean.give_back(self.queue.rest)
         await self.worker.reconcile(held)
         log.info("keeper pid %s: %d run(s) adopted", self.keeper.pid, len(self.worker.running))
 
@@ -254,7 +255,7 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
     its logs under its identity, job processes run by the keeper, the
     socket server."""
     clocks = SystemClocks()
-    instance = secrets.token_hex(4)
+    instance = os.urandom(4).hex()
     target = config.queue_target(settings, paths.db)
     shared = None
     if isinstance(target, str):

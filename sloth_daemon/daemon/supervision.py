@@ -68,6 +68,7 @@ class KeeperSpawner:
         self.client: KeeperClient | None = None
         self.problem: str | None = None  # why the last connect failed (a keeper of another version ...)
         self.on_resync: Callable[[list[dict[str, Any]]], None] = lambda held: None
+        self.on_rest: Callable[[], None] = lambda: None  # the keeper let go is gone: the daemon is at rest
         self._tasks: set[asyncio.Task[None]] = set()  # kept: the loop holds only weak references
         # Spawns not sent yet, by key: waiting for an earlier process to end,
         # or for a keeper (the last one was let go). A kill or unspawn drops them here.
@@ -255,6 +256,8 @@ class KeeperSpawner:
         deadline = loop.time() + RETIRE_TIMEOUT_S
         while lockholder.held(self.paths.keeper_lock) and loop.time() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(GONE_POLL_S)  # between its hanging up and its exit: milliseconds
+        if self.client is None and not self._for_keeper:  # no spawn came meanwhile
+            self.on_rest()
 
     async def _next_keeper(self) -> None:
         """Start a keeper for the spawns waiting (once the last one is gone) and send them."""

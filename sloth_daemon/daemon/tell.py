@@ -25,7 +25,6 @@ import asyncio
 import json
 import logging
 import os
-import secrets
 import shutil
 import sys
 from pathlib import Path
@@ -163,7 +162,7 @@ class Teller:
 
     async def _run(self, argv: list[str], data: bytes, env: dict[str, str], timeout_s: float, what: str) -> None:
         async with self._slots:
-            token = f"tell-{secrets.token_hex(8)}"  # what finds its escapees, as a job's token finds a job's
+            token = f"tell-{os.urandom(8).hex()}"  # what finds its escapees, as a job's token finds a job's
             proc = await self._spawn(argv, {**env, procident.TOKEN_ENV: token}, what)
             if proc is None:
                 return
