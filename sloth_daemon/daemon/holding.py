@@ -12,7 +12,6 @@ from typing import Any, Callable, Mapping
 
 from sloth_daemon.config import Settings
 from sloth_daemon.errors import FieldError
-from sloth_daemon.keeper import holds
 from sloth_daemon.spec import JobSpec
 
 Probe = Callable[[], Mapping[str, Any]]
@@ -24,15 +23,20 @@ def asks(spec: Mapping[str, Any], settings: Settings) -> bool:
     return bool(settings.lane_holds) or "limits" in spec or "keep_awake" in spec
 
 
-def held_here(spec: JobSpec, settings: Settings, probe: Probe = holds.probe) -> JobSpec:
+def held_here(spec: JobSpec, settings: Settings, probe: Probe | None = None) -> JobSpec:
     """``spec`` with its lane's settings under its own and each limit's
-    mechanism; raises FieldError for a limit nothing here can apply."""
+    mechanism (``probe``: keeper/holds.py's, loaded only for a job with
+    limits, docs/idle.md); raises FieldError for a limit nothing here can apply."""
     lane = settings.lane_holds.get(spec.lane, {})
     own = json.loads(spec.limits_json) if spec.limits_json else {}
     limits = {**lane.get("limits", {}), **own}
     keep = spec.keep_awake or bool(lane.get("keep_awake", False))
     if not limits:
         return spec if keep == spec.keep_awake else spec._replace(keep_awake=keep)
+    if probe is None:
+        from sloth_daemon.keeper import holds
+
+        probe = holds.probe
     found = probe()
     via = {}
     for name in ("mem", "cpus", "nice", "io"):

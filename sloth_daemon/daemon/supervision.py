@@ -21,7 +21,7 @@ import asyncio
 import logging
 from typing import Any, AsyncIterator, Callable
 
-from sloth_daemon.keeper import lockholder, procident
+from sloth_daemon.keeper import lockholder
 from sloth_daemon.errors import SlothError
 from sloth_daemon.daemon.keeper_client import KeeperClient, KeeperError
 from sloth_daemon.paths import Paths
@@ -119,7 +119,7 @@ class KeeperSpawner:
         if self._linger is not None:  # it holds a run again: it stays
             self._linger.cancel()
             self._linger = None
-        if req.previous and procident.is_same_process(req.previous):
+        if req.previous and _procident().is_same_process(req.previous):
             # The lease expired but the old process lives (an orphan of a
             # lost keeper, or a stalled foreign worker): end it first.
             self._delayed[req.key] = sink
@@ -208,7 +208,7 @@ class KeeperSpawner:
     async def _spawn_after_kill(self, req: SpawnRequest, sink: RunSink) -> None:
         loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(None, procident.kill_identity_blocking, req.previous or {},
+            await loop.run_in_executor(None, _procident().kill_identity_blocking, req.previous or {},
                                        req.kill_grace_s)
         except Exception as e:  # a bug or a psutil surprise: do not start beside it
             if self._delayed.pop(req.key, None) is not None:
@@ -301,6 +301,14 @@ class KeeperSpawner:
             self._reconnecting = False
             self.on_resync(held)
             return
+
+
+def _procident() -> Any:
+    """keeper/procident (and psutil), loaded the first time a previous
+    attempt's process must be looked at: most spawns have none (docs/idle.md)."""
+    from sloth_daemon.keeper import procident
+
+    return procident
 
 
 def _wire(req: SpawnRequest) -> dict[str, Any]:

@@ -28,14 +28,16 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import psutil
-
-from sloth_daemon.keeper import procident
 from sloth_daemon.config import Settings
 from sloth_daemon.models import Job, JobState
-from sloth_daemon.keeper.runner import end_tree, job_env
+from sloth_daemon.keeper.jobenv import job_env
+
+if TYPE_CHECKING:
+    import psutil
+
+    from sloth_daemon.keeper import procident
 
 log = logging.getLogger("sloth.tell")
 MAX_RUNNING = 4
@@ -161,6 +163,8 @@ class Teller:
         task.add_done_callback(self._tasks.discard)
 
     async def _run(self, argv: list[str], data: bytes, env: dict[str, str], timeout_s: float, what: str) -> None:
+        from sloth_daemon.keeper import procident  # here: psutil only once a hook runs (docs/idle.md)
+
         async with self._slots:
             token = f"tell-{os.urandom(8).hex()}"  # what finds its escapees, as a job's token finds a job's
             proc = await self._spawn(argv, {**env, procident.TOKEN_ENV: token}, what)
@@ -221,6 +225,8 @@ async def _end(proc: asyncio.subprocess.Process, tree: procident.ProcessTree) ->
     """End all of a hook's or notification's tree at once (no grace: it
     had its time), then reap it. Whether one that exited left anything is
     looked for off the loop (a scan of this uid's processes, ~5 ms)."""
+    from sloth_daemon.keeper.runner import end_tree  # here: psutil only once a hook runs (docs/idle.md)
+
     def signal_tree(sig: int) -> list[psutil.Process]:
         tree.root_reaped = proc.returncode is not None  # a reaped root's group id may be reused
         procs = tree.find()
