@@ -81,11 +81,13 @@ class Teller:
         self._ended: dict[str, int] = {}  # lane -> jobs ended since it was last empty
         self._said_no_tool = False  # "no notify-send": said once, not at every job
         self._check_tool()
+        _ready_for_hooks(settings)
 
     def apply(self, settings: Settings) -> None:
         """New settings (a config reload)."""
         self.settings = settings
         self._check_tool()
+        _ready_for_hooks(settings)
 
     def _check_tool(self) -> None:
         """Say in the log, once, that notifications are asked for but cannot
@@ -219,6 +221,14 @@ async def _talk(proc: asyncio.subprocess.Process, data: bytes) -> bytes:
             kept += chunk[:OUTPUT_CAP - len(kept)]
     await proc.wait()
     return kept
+
+
+def _ready_for_hooks(settings: Settings) -> None:
+    """With on_finish set a hook runs at every job's end: what finds and ends
+    its tree (keeper/runner, procident, psutil) is loaded now, not beside the
+    first hook; without it, only when a notification runs (docs/idle.md)."""
+    if settings.on_finish:
+        import sloth_daemon.keeper.runner  # noqa: F401
 
 
 async def _end(proc: asyncio.subprocess.Process, tree: procident.ProcessTree) -> None:
