@@ -142,6 +142,7 @@ class Daemon:
             self.control.settings = new
         if self.teller is not None:
             self.teller.apply(new)
+        self.keeper.linger(new.keeper_linger_s)
         log.info("reloaded %s: %s", new.file, "; ".join(changed + notes) or "nothing changed")
         self.notifier.ready(f"serving {self.paths.socket}")
         return {"file": str(new.file), "changed": changed, "notes": notes}

@@ -225,6 +225,15 @@ class KeeperSpawner:
         return task
 
     # ------------------------------------------------- letting it go when idle
+    def linger(self, seconds: float) -> None:
+        """A new ``linger_s`` (a config reload): a keeper lingering now is
+        let go on the new length, counted from now."""
+        self.linger_s = seconds
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+            self._quiet()
+
     def _quiet(self) -> None:
         """The keeper holds nothing for us: let it go if it still holds nothing after ``linger_s``."""
         if self._linger is None and not self._delayed:

@@ -86,3 +86,15 @@ def test_spawns_hammered_around_the_linger_each_start_once_on_a_keeper_that_stay
     log = h.log_text()
     assert "no keeper to start the job" not in log and "cannot start the keeper" not in log, log
     assert "lost the connection to the keeper" not in log, log
+
+
+def test_a_reload_shortens_the_linger_of_a_keeper_lingering_now(make_harness):
+    h = lingering(make_harness, "10m")
+    h.start()
+    keeper = keeper_now(h)
+    h.wait_state(h.add("true"), "done")
+    time.sleep(LINGER_S * 2)
+    assert keeper_now(h) == keeper and alive(keeper)  # ten minutes to go
+    (h.home / "config.toml").write_text(TEST_CONFIG + 'keeper_linger_s = "200ms"\n')
+    assert "keeper_linger_s" in h.cli("daemon", "reload", check=True).stdout
+    h.wait_for(lambda: not alive(keeper), timeout_s=10, what="the keeper let go on the new linger")
