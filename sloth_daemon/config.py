@@ -42,6 +42,7 @@ class Settings:
     listen: bool = True  # LISTEN/NOTIFY wakeups (false: poll only, e.g. PgBouncer in transaction mode)
     poll_s: float = 5.0  # a shared queue is looked at this often besides its wakeups
     conditions_check_s: float = 30.0  # how often run conditions are looked at while jobs wait on them
+    keeper_linger_s: float = 5.0  # the keeper exits once it has held no run this long (docs/idle.md)
     lanes: Mapping[str, int] = field(default_factory=dict)  # only the lanes the file names
     # [lanes.NAME] tables: what the keeper holds for every job of the lane
     # that does not say otherwise (mem, cpus, nice, io as checks.limits_json
@@ -80,7 +81,7 @@ TABLES = ("lanes", "lane_when", "resources", "file", "sources")
 SETTING_NAMES: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(Settings) if f.name not in TABLES)
 DURATION_KEYS = frozenset({"lease_s", "backoff_cap_s", "retention_s", "kill_grace_s", "clock_check_s",
-                           "hook_timeout_s", "poll_s", "conditions_check_s"})
+                           "hook_timeout_s", "poll_s", "conditions_check_s", "keeper_linger_s"})
 POSITIVE_DURATIONS = frozenset({"lease_s", "clock_check_s", "hook_timeout_s", "poll_s", "conditions_check_s"})
 MACHINE_KEYS = frozenset({"queue_url", "host", "tags", "listen"})  # read at start: a reload names them
 QUEUE_URL_ENV = "SLOTH_QUEUE_URL"
@@ -382,6 +383,7 @@ hook_timeout_s = "30s"  # on_finish still running after this is killed
 # poll_s = "5s"
 
 conditions_check_s = "30s"  # run conditions (--when) are looked at this often while jobs wait on them
+keeper_linger_s = "5s"      # the keeper (it owns running jobs) exits once it has held none this long
 
 [lanes]
 default = 1

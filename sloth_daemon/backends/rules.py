@@ -31,8 +31,23 @@ __all__ = [
     "host_prefix", "id_runs", "initial_state", "job_states", "key_taken", "lane_counts", "listed_states",
     "listing", "may_refund", "never_ran", "not_cancellable", "not_held", "not_restartable", "not_retriable", "not_run",
     "pages", "parse_specs", "prereqs_json", "refund_note", "retried_why", "retry_each", "retry_message", "retry_wanted",
-    "run_ids", "scan_head", "sections", "state_counts", "waits_for", "wanted_states",
+    "run_ids", "scan_head", "sha256_hex", "sections", "state_counts", "waits_for", "wanted_states",
 ]
+
+def sha256_hex(text: str) -> str:
+    """SHA-256 of ``text`` (UTF-8), hex: a stored environment's key
+    (``envs.hash``), a schedule's jitter. CPython's own SHA-256 where it has
+    one, not hashlib's OpenSSL: loading libcrypto for this alone cost the
+    daemon ~3.5 MB resident (docs/idle.md)."""
+    try:
+        from _sha256 import sha256  # type: ignore[import-not-found]  # 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # type: ignore[import-not-found]  # 3.12+
+        except ImportError:  # a build without them: hashlib's
+            from hashlib import sha256
+    return str(sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
+
 
 DEFAULT_BACKOFF_CAP_S = 300.0  # the longest wait before a failed try is due again
 CHUNK = 500  # jobs per read of a scan (and per event on the socket)

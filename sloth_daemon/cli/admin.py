@@ -158,6 +158,8 @@ def daemon_status(*, as_json: bool) -> None:
 
 def _keeper_line(k: dict[str, Any]) -> str:
     """The keeper as `daemon status` shows it: who it is and what it holds, or why there is none."""
+    if k.get("pid") is None and k.get("idle"):
+        return "none (it exits once it holds no job; the next job starts one)"
     if k.get("pid") is None:
         return f"NONE CONNECTED: {k.get('problem') or 'unknown (an older daemon does not say)'}"
     runs = k.get("runs")

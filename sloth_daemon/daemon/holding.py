@@ -13,7 +13,6 @@ from typing import Any, Callable, Mapping
 
 from sloth_daemon.config import Settings
 from sloth_daemon.errors import FieldError
-from sloth_daemon.keeper import holds
 from sloth_daemon.spec import JobSpec
 
 Probe = Callable[[], Mapping[str, Any]]
@@ -26,6 +25,8 @@ def keep_awake_here(now: float | None = None) -> tuple[str | None, str | None]:
     """holds.keep_awake_here, asked at most every AWAKE_PROBE_TTL_S."""
     now = time.monotonic() if now is None else now
     if now - _awake[0] >= AWAKE_PROBE_TTL_S:
+        from sloth_daemon.keeper import holds  # here: psutil only once a job asks (docs/idle.md)
+
         _awake[:] = [now, holds.keep_awake_here()]
     return _awake[1]
 
@@ -50,15 +51,20 @@ def check_awake(own: bool, lane: str, settings: Settings) -> None:
                               "`sloth doctor` (keep-awake) for what it needs.")
 
 
-def held_here(spec: JobSpec, settings: Settings, probe: Probe = holds.probe) -> JobSpec:
+def held_here(spec: JobSpec, settings: Settings, probe: Probe | None = None) -> JobSpec:
     """``spec`` with its lane's settings under its own and each limit's
-    mechanism; raises FieldError for a limit nothing here can apply."""
+    mechanism (``probe``: keeper/holds.py's, loaded only for a job with
+    limits, docs/idle.md); raises FieldError for a limit nothing here can apply."""
     lane = settings.lane_holds.get(spec.lane, {})
     own = json.loads(spec.limits_json) if spec.limits_json else {}
     limits = {**lane.get("limits", {}), **own}
     keep = spec.keep_awake or bool(lane.get("keep_awake", False))
     if not limits:
         return spec if keep == spec.keep_awake else spec._replace(keep_awake=keep)
+    if probe is None:
+        from sloth_daemon.keeper import holds
+
+        probe = holds.probe
     found = probe()
     via = {}
     for name in ("mem", "cpus", "nice", "io"):

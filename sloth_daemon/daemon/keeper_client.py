@@ -78,6 +78,7 @@ class KeeperClient:
         self.info = {k: v for k, v in hello.items() if k != "runs"}  # version, protocol, pid, started_at
         self.held: list[dict[str, Any]] = hello["runs"]
         self.on_lost: Callable[[], None] = lambda: None
+        self.on_quiet: Callable[[], None] = lambda: None  # after a message leaves it ``quiet``
         self.lost = False
         self._closing = False
         self._ids = itertools.count(2)  # 1 was the hello
@@ -124,6 +125,12 @@ class KeeperClient:
         """Runs the keeper holds for us: running, held behind another, or
         ended with an outcome not yet acknowledged (as far as we know)."""
         return len(self._sinks) + len(self._early)
+
+    @property
+    def quiet(self) -> bool:
+        """It holds nothing for us and has answered everything (our acks
+        too): the keeper may go without anything to hand over."""
+        return not (self._sinks or self._early or self._pending or self.lost)
 
     # ------------------------------------------------------- fire and forget
     def spawn(self, req: dict[str, Any], sink: RunSink) -> None:
@@ -281,6 +288,14 @@ class KeeperClient:
                 return
         raise KeeperError("the keeper connection was lost before bye was answered")
 
+    async def retire(self, timeout_s: float) -> None:
+        """Tell a ``quiet`` keeper bye and wait until it hangs up (it exits
+        at once, holding nothing). Its hanging up is not a loss. Raises
+        KeeperError, or asyncio.TimeoutError past ``timeout_s``."""
+        self._closing = True
+        await self.bye()
+        await asyncio.wait_for(asyncio.shield(self._task), timeout_s)
+
     async def close(self) -> None:
         """Hang up (on_lost is not called). The keeper and its runs go on."""
         self._closing = True
@@ -318,6 +333,8 @@ class KeeperClient:
                     self._route(msg["event"])
                 elif (reply := self._pending.pop(msg.get("id"), None)) is not None:  # type: ignore[arg-type]
                     reply(msg)
+                if self.quiet:
+                    _call(self.on_quiet)
         except (OSError, ValueError) as e:
             log.warning("keeper connection failed: %r", e)
         finally:

@@ -27,12 +27,12 @@ XDG_RUNTIME_DIR) finds the socket through it (locate.py).
 
 from __future__ import annotations
 
+from sloth_daemon.daemon import lean  # first: asyncio without ssl (docs/idle.md)
 import asyncio
 import errno
 import fcntl
 import logging
 import os
-import secrets
 import signal
 import time
 from typing import TYPE_CHECKING, Any, Callable
@@ -151,6 +151,7 @@ class Daemon:
             self.control.settings = new
         if self.teller is not None:
             self.teller.apply(new)
+        self.keeper.linger(new.keeper_linger_s)
         log.info("reloaded %s: %s", new.file, "; ".join(changed + notes) or "nothing changed")
         self.notifier.ready(f"serving {self.paths.socket}")
         return {"file": str(new.file), "changed": changed, "notes": notes}
@@ -213,6 +214,7 @@ class Daemon:
         ensure_dir(self.paths.jobs_log_dir)  # the keeper writes logs there, and makes no folders
         held = await self.keeper.connect()
         self.keeper.on_resync = lambda runs: self.worker.spawn_task(self.worker.reconcile(runs))
+        self.keeper.on_rest = lambda: lean.give_back(self.queue.rest)
         await self.worker.reconcile(held)
         log.info("keeper pid %s: %d run(s) adopted", self.keeper.pid, len(self.worker.running))
 
@@ -263,7 +265,7 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
     its logs under its identity, job processes run by the keeper, the
     socket server."""
     clocks = SystemClocks()
-    instance = secrets.token_hex(4)
+    instance = os.urandom(4).hex()
     target = config.queue_target(settings, paths.db)
     shared = None
     if isinstance(target, str):
@@ -276,7 +278,8 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
         queue = _open_local(paths, settings, clocks)
         paths = paths.for_queue(queue.identity)
     host = shared.host if shared is not None else None
-    keeper = KeeperSpawner(paths, name=worker_name(instance, host=host), check_s=settings.clock_check_s)
+    keeper = KeeperSpawner(paths, name=worker_name(instance, host=host), check_s=settings.clock_check_s,
+                           linger_s=settings.keeper_linger_s)
     worker = Worker(queue, settings, keeper, clocks=clocks, log_path=paths.job_log, instance=instance,
                     commit_delay_s=COMMIT_DELAY_S, host=host,
                     places=shared.m.places if shared is not None else None)

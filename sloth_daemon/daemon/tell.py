@@ -25,19 +25,20 @@ import asyncio
 import json
 import logging
 import os
-import secrets
 import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import psutil
-
-from sloth_daemon.keeper import procident
 from sloth_daemon.config import Settings
 from sloth_daemon.models import Job, JobState
-from sloth_daemon.keeper.runner import end_tree, job_env
+from sloth_daemon.keeper.jobenv import job_env
+
+if TYPE_CHECKING:
+    import psutil
+
+    from sloth_daemon.keeper import procident
 
 log = logging.getLogger("sloth.tell")
 MAX_RUNNING = 4
@@ -83,11 +84,13 @@ class Teller:
         # Why notifications fail, while they do: said in the log once per cause, and by `sloth doctor`.
         self.notify_trouble: dict[str, Any] | None = None
         self._check_tool()
+        _ready_for_hooks(settings)
 
     def apply(self, settings: Settings) -> None:
         """New settings (a config reload)."""
         self.settings = settings
         self._check_tool()
+        _ready_for_hooks(settings)
 
     def _check_tool(self) -> None:
         """Say in the log, once, that notifications are asked for but cannot
@@ -196,8 +199,10 @@ class Teller:
 
     async def _run(self, argv: list[str], data: bytes, env: dict[str, str], timeout_s: float,
                    ended: Callable[[str | None], Any]) -> None:
+        from sloth_daemon.keeper import procident  # here: psutil only once a hook runs (docs/idle.md)
+
         async with self._slots:
-            token = f"tell-{secrets.token_hex(8)}"  # what finds its escapees, as a job's token finds a job's
+            token = f"tell-{os.urandom(8).hex()}"  # what finds its escapees, as a job's token finds a job's
             proc = await self._spawn(argv, {**env, procident.TOKEN_ENV: token}, ended)
             if proc is None:
                 return
@@ -255,10 +260,20 @@ async def _talk(proc: asyncio.subprocess.Process, data: bytes) -> bytes:
     return kept
 
 
+def _ready_for_hooks(settings: Settings) -> None:
+    """With on_finish set a hook runs at every job's end: what finds and ends
+    its tree (keeper/runner, procident, psutil) is loaded now, not beside the
+    first hook; without it, only when a notification runs (docs/idle.md)."""
+    if settings.on_finish:
+        import sloth_daemon.keeper.runner  # noqa: F401
+
+
 async def _end(proc: asyncio.subprocess.Process, tree: procident.ProcessTree) -> None:
     """End all of a hook's or notification's tree at once (no grace: it
     had its time), then reap it. Whether one that exited left anything is
     looked for off the loop (a scan of this uid's processes, ~5 ms)."""
+    from sloth_daemon.keeper.runner import end_tree  # here: psutil only once a hook runs (docs/idle.md)
+
     def signal_tree(sig: int) -> list[psutil.Process]:
         tree.root_reaped = proc.returncode is not None  # a reaped root's group id may be reused
         procs = tree.find()

@@ -29,7 +29,7 @@ def holds(pid: int, path: Path) -> bool:
     by_kernel = _kernel_holders(st)
     if by_kernel is not None:
         return pid in by_kernel
-    return _held(path) and _named(path) == pid
+    return held(path) and _named(path) == pid
 
 
 def _kernel_holders(st: os.stat_result) -> set[int] | None:
@@ -53,7 +53,7 @@ def _kernel_holders(st: os.stat_result) -> set[int] | None:
     return out
 
 
-def _held(path: Path) -> bool:
+def held(path: Path) -> bool:
     """Someone holds ``path`` exclusively: a shared lock cannot be had."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)

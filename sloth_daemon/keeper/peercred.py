@@ -9,7 +9,6 @@ the pid: LOCAL_PEERPID (macOS).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import socket
 import struct
 import sys
@@ -42,13 +41,11 @@ def peer_uid(sock: socket.socket, platform: str = sys.platform) -> int:
 
 
 def _bsd_peer_uid(sock: socket.socket, platform: str) -> int:
-    libc_name = ctypes.util.find_library("c")
-    if libc_name:
-        libc = ctypes.CDLL(libc_name, use_errno=True)
-        if hasattr(libc, "getpeereid"):
-            uid, gid = ctypes.c_uint32(), ctypes.c_uint32()
-            if libc.getpeereid(sock.fileno(), ctypes.byref(uid), ctypes.byref(gid)) == 0:
-                return int(uid.value)
+    libc = ctypes.CDLL(None, use_errno=True)  # the process's own symbols, libc's among them
+    if hasattr(libc, "getpeereid"):
+        uid, gid = ctypes.c_uint32(), ctypes.c_uint32()
+        if libc.getpeereid(sock.fileno(), ctypes.byref(uid), ctypes.byref(gid)) == 0:
+            return int(uid.value)
     if platform == "darwin":
         raw = sock.getsockopt(SOL_LOCAL, LOCAL_PEERCRED, 76)
         return parse_xucred(raw)

@@ -10,7 +10,6 @@ systems ``create()`` returns None and the periodic check does the work.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import sys
@@ -68,9 +67,8 @@ class ClockSetWatch:
 def create() -> ClockSetWatch | None:
     if not sys.platform.startswith("linux"):
         return None
-    name = ctypes.util.find_library("c") or "libc.so.6"
     try:
-        libc = ctypes.CDLL(name, use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)  # the process's own symbols, libc's among them (no ldconfig run)
         fd = libc.timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC)
         if fd < 0:
             return None

@@ -17,6 +17,10 @@ the ratios):
             per job (1 slot, and 2 where the tool has slots), sloth also with
             one `sloth add --stdin` of 1,000 lines; a bare
             `subprocess.run(["true"])` loop as the floor
+  sweep     a 10,000-member batch end to end (--sweep N; 0 skips it), 1 and 2
+            slots: sloth, one `sloth add --stdin` + `sloth wait` on every id;
+            tsp, one `tsp true` per job + `tsp -w`; `xargs -P` over the same
+            lines (no queue, no durability: the floor of a parallel runner)
   queued    processes and memory (PSS) with 100 jobs waiting behind a long one
   idle      resident memory, CPU and wake-ups of each tool's server over
             --idle seconds
@@ -169,11 +173,16 @@ class Sloth(Tool):
 
     def wait_all(self, ids: list[str], n: int) -> None:
         # Wait for the last id, then poll the counts, as tsp's `-w` + `-l` below
-        # (`sloth wait` on all ids works too; this keeps the tools comparable).
+        # (`sloth wait` on all ids works too: wait_every; this keeps the tools comparable).
         p = run([SLOTH, "wait", ids[-1]], self.env, cwd=self.dir, timeout=300)
         assert p.returncode == 0, p.stdout[-500:] + p.stderr
         ok = wait_until(lambda: self.h.call("status")["counts"]["done"] >= n, 60, 0.01)
         assert ok, f"sloth: not all {n} done: {self.h.call('status')['counts']}"
+
+    def wait_every(self, ids: list[str]) -> None:
+        """`sloth wait` on every id, as a user who waits for a sweep would."""
+        p = run([SLOTH, "wait", *ids], self.env, cwd=self.dir, timeout=1200)
+        assert p.returncode == 0, p.stdout[-500:] + p.stderr
 
     def queued_and_running(self) -> tuple[int, int]:
         c = self.h.call("status")["counts"]
@@ -320,9 +329,10 @@ def bench_thousand(root: Path, tool: str, slots: int, batch: bool = False, n: in
     try:
         t.start()
         t0 = time.perf_counter()
-        if batch:
+        if batch:  # as a user waits for a batch: `sloth wait` on every id (issue 34)
             assert isinstance(t, Sloth)
-            ids = t.add_many(["true"] * n)
+            t.wait_every(t.add_many(["true"] * n))
+            return time.perf_counter() - t0
         else:
             argv = t.add_argv(["true"])
             ids = []
@@ -332,6 +342,34 @@ def bench_thousand(root: Path, tool: str, slots: int, batch: bool = False, n: in
                     raise RuntimeError(f"{argv} -> {p.returncode}: {p.stderr[:300]}")
                 ids.append(p.stdout.strip())
         t.wait_all(ids, n)
+        return time.perf_counter() - t0
+    finally:
+        t.close()
+
+
+def bench_sweep(root: Path, tool: str, slots: int, n: int) -> float:
+    """Seconds from the first enqueue to all n `true` jobs finished, a sweep's
+    worth: sloth as one batch waited on by every id, tsp one call per job,
+    `xargs -P` with no queue at all."""
+    if tool == "xargs":
+        t0 = time.perf_counter()
+        p = subprocess.run(["xargs", "-P", str(slots), "-n", "1", "true"], input="x\n" * n, text=True,
+                           capture_output=True)
+        assert p.returncode == 0, p.stderr[-300:]
+        return time.perf_counter() - t0
+    t = TOOLS[tool](root, slots)
+    if isinstance(t, Tsp):
+        t.env.update(TS_MAXFINISHED=str(n + 10), TS_MAXCONN=str(n + 10))
+    try:
+        t.start()
+        t0 = time.perf_counter()
+        if isinstance(t, Sloth):
+            t.wait_every(t.add_many(["true"] * n))
+        else:
+            argv = t.add_argv(["true"])
+            ids = [subprocess.run(argv, env=t.env, cwd=t.dir, capture_output=True, text=True,
+                                  check=True).stdout.strip() for _ in range(n)]
+            t.wait_all(ids, n)
         return time.perf_counter() - t0
     finally:
         t.close()
@@ -487,7 +525,7 @@ def render(r: dict[str, Any]) -> str:
     rows = [
         ("bare `subprocess.run(['true'])` loop (the floor)", th.get("bare"), None, None),
         (f"sloth, {N_JOBS:,} × `sloth add -- true` + `sloth wait`", th.get("sloth_1"), None, tsp1),
-        (f"sloth, one `sloth add --stdin` of {N_JOBS:,} lines + `sloth wait`", th.get("sloth_batch_1"),
+        (f"sloth, one `sloth add --stdin` of {N_JOBS:,} lines + `sloth wait` on every id", th.get("sloth_batch_1"),
          th.get("sloth_batch_2"), tsp1),
         (f"tsp, {N_JOBS:,} × `tsp true` + `tsp -w`", tsp1, tsp2, None),
         (f"nq, {N_JOBS:,} × `nq true` + `nq -w` (no slots: one at a time)", th.get("nq_1"), None, tsp1),
@@ -506,7 +544,22 @@ def render(r: dict[str, Any]) -> str:
     L.append("`sloth add --stdin` execs a plain line like `true` directly (a line with quoting, "
              "expansion or redirection runs in `/bin/sh -c`); tsp also execs directly. "
              "\"+ `sloth wait`\": `sloth wait` on the last id, then the counts polled (as for tsp, "
-             "`tsp -w` on the last id, then `tsp -l`).")
+             "`tsp -w` on the last id, then `tsp -l`); the batch is waited on by every id.")
+    sw = r.get("sweep") or {}
+    if sw:
+        sn = sw["n"]
+        L += ["", f"## A {sn:,}-member batch, first enqueue to all finished (one run each)", "",
+              "| how | 1 slot | 2 slots | vs tsp (same slots) |", "|---|---|---|---|"]
+        for name, key in ((f"sloth, one `sloth add --stdin` of {sn:,} lines + `sloth wait` on every id", "sloth"),
+                          (f"tsp, {sn:,} × `tsp true` + `tsp -w`", "tsp"),
+                          ("`xargs -P N -n 1 true` (no queue: the floor)", "xargs")):
+            a, b = sw.get(f"{key}_1"), sw.get(f"{key}_2")
+            if a is None and b is None:
+                continue
+            v = "" if key == "tsp" else "; ".join(
+                f"{s} slot{'s' if s > 1 else ''} {vs(x, sw.get(f'tsp_{s}'))}" for s, x in ((1, a), (2, b))
+                if x is not None and sw.get(f"tsp_{s}"))
+            L.append(f"| {name} | {fmt_s(a)} | {fmt_s(b)} | {v} |")
     q = r["queued"]
     L += ["", "## 100 jobs waiting behind a running one", "",
           "| tool | processes kept alive | their memory (PSS) |", "|---|---|---|"]
@@ -674,6 +727,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idle", type=float, help="idle measurement seconds (default 60, --quick 10)")
     ap.add_argument("--reps", type=int, help="runs per 1,000-job measure (default 3, --quick 1)")
     ap.add_argument("--calls", type=int, help="CLI calls per tool for the latency (default 100, --quick 30)")
+    ap.add_argument("--sweep", type=int, default=10_000, help="members of the sweep batch (0: skip it)")
     ap.add_argument("--replot", action="store_true",
                     help="only redraw compare.md/.png from the compare.json of an earlier run in --out")
     a = ap.parse_args(argv)
@@ -738,6 +792,15 @@ def main(argv: list[str] | None = None) -> int:
             th["sloth_1_note"] = (f"`sloth add` once per job ran once (not {reps} times): "
                                   "it is dominated by the per-call latency above.")
         r["thousand"] = th
+        if a.sweep:
+            sw: dict[str, Any] = {"n": a.sweep}
+            for slots in (1, 2):
+                for tool in ("sloth", "tsp", "xargs"):
+                    if tool == "tsp" and not have["tsp"]:
+                        continue
+                    step(f"a {a.sweep:,}-member sweep: {tool}, {slots} slot(s)")
+                    sw[f"{tool}_{slots}"] = bench_sweep(root, tool, slots, a.sweep)
+            r["sweep"] = sw
         step("100 jobs queued behind a long one")
         r["queued"] = {t: bench_queued(root, t) for t in tools}
         step("durability: kill -9 of the server, and a simulated reboot")

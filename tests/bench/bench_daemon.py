@@ -10,7 +10,8 @@ runs (the machine is shared and noisy; ratios matter more than absolutes):
             to all done; against bare subprocess spawning them one after another
   resume    a simulated sleep (LD_PRELOAD clock shim): time from the jump to a
             delayed job done and a dead holder's expired lease re-run
-  rss       daemon resident memory, idle and after the 1,000 jobs
+  rss       daemon resident memory, idle and after the 1,000 jobs, and at rest
+            after them (the keeper let go, docs/idle.md): VmRSS from /proc
 """
 
 from __future__ import annotations
@@ -40,14 +41,16 @@ def bench_idle(seconds: float, config: str = "") -> dict[str, float]:
     with temp_harness(config) as h:
         d = h.start()
         time.sleep(2)  # settle after start-up
-        ps = [psutil.Process(d.pid), psutil.Process(h.keeper_pid())]
+        _at_rest(h, d.pid)  # a keeper that holds nothing is let go (docs/idle.md): idle is without it
+        keeper = h.call("status").get("keeper", {}).get("pid")
+        ps = [psutil.Process(d.pid), *([psutil.Process(keeper)] if keeper else [])]
         c0, w0 = sum(cpu_s(p) for p in ps), sum(wakeups(p) for p in ps)
         time.sleep(seconds)
         c1, w1 = sum(cpu_s(p) for p in ps), sum(wakeups(p) for p in ps)
         mem = [p.memory_full_info() for p in ps]
         return {"cpu_pct": 100 * (c1 - c0) / seconds, "wakeups_per_s": (w1 - w0) / seconds,
                 "rss_mb": sum(m.rss for m in mem) / 2**20, "daemon_rss_mb": mem[0].rss / 2**20,
-                "keeper_rss_mb": mem[1].rss / 2**20, "pss_mb": sum(m.pss for m in mem) / 2**20}
+                "keeper_rss_mb": sum(m.rss for m in mem[1:]) / 2**20, "pss_mb": sum(m.pss for m in mem) / 2**20}
 
 
 def bench_jobs(n: int, concurrency: int = 1) -> dict[str, float]:
@@ -72,9 +75,22 @@ def bench_jobs(n: int, concurrency: int = 1) -> dict[str, float]:
         wall = time.perf_counter() - t0
         cpu = [p.cpu_times().user + p.cpu_times().system - c for p, c in zip(procs, c0)]
         rss = sum(p.memory_info().rss for p in procs) / 2**20
+        rest = _at_rest(h, d.pid)
         # daemon_cpu_ms_per_job: daemon + keeper (the name bench_ab reads from any checkout)
-        return {"wall_s": wall, "rss_mb": rss, "daemon_cpu_ms_per_job": sum(cpu) / n * 1000,
+        return {"wall_s": wall, "rss_mb": rss, "rest_mb": rest, "daemon_cpu_ms_per_job": sum(cpu) / n * 1000,
                 "daemon_alone_ms_per_job": cpu[0] / n * 1000, "keeper_ms_per_job": sum(cpu[1:]) / n * 1000}
+
+
+def _at_rest(h: Harness, pid: int, timeout_s: float = 30) -> float:
+    """The daemon's VmRSS once its keeper is let go (nothing held for
+    keeper_linger_s), or NaN where this daemon keeps its keeper."""
+    deadline = time.monotonic() + timeout_s
+    while h.call("status").get("keeper", {}).get("pid") is not None:
+        if time.monotonic() > deadline:
+            return float("nan")
+        time.sleep(0.2)
+    time.sleep(0.5)  # the rest's give-back runs once the old keeper's lock is free
+    return psutil.Process(pid).memory_info().rss / 2**20
 
 
 def bench_resume(clock_check: str) -> dict[str, float]:
@@ -147,6 +163,8 @@ def main() -> None:
           f" (daemon {med([r['daemon_alone_ms_per_job'] for r in jobs1]):.2f},"
           f" keeper {med([r['keeper_ms_per_job'] for r in jobs1]):.2f}) | daemon <= 1 ms |")
     print(f"| RSS after 1,000 jobs, daemon + keeper | {med([r['rss_mb'] for r in jobs1]):.1f} MB | |")
+    print(f"| daemon RSS at rest after 1,000 jobs (keeper gone) | {med([r['rest_mb'] for r in jobs1]):.1f} MB "
+          f"(range {min(r['rest_mb'] for r in jobs1):.1f}-{max(r['rest_mb'] for r in jobs1):.1f}) | <= 20 MB |")
     print(f"| resume -> delayed job done (clock check 5s) | {med([r['delayed_s'] for r in resume]):.2f} s "
           f"(max {max(r['delayed_s'] for r in resume):.2f}) | <= 5 s |")
     print(f"| resume -> dead holder's lease re-run | {med([r['reclaimed_s'] for r in resume]):.2f} s "

@@ -6,9 +6,9 @@ transaction that settles them.
 
 from __future__ import annotations
 
+import os
 import functools
 import json
-import secrets
 from typing import Any, Collection, Sequence
 
 from sloth_daemon.backends import rules
@@ -61,7 +61,7 @@ class Claims:
             if job is not None:
                 return job
         while True:  # until a job is leased or none is due
-            rows = self._db.write_one(sql, {**args, "rand": secrets.token_hex(8)}, "claiming a job")
+            rows = self._db.write_one(sql, {**args, "rand": os.urandom(8).hex()}, "claiming a job")
             if not rows:
                 return None
             if rows[0]["was_state"] == "settle":
@@ -94,7 +94,7 @@ class Claims:
         one_row = sql.replace("SELECT * FROM (SELECT * FROM q UNION ALL SELECT * FROM e) candidates",
                               "SELECT * FROM (" + pick.SQL_GATED_ROW.replace("%(id)s", "%(gated_id)s")
                               + " FOR UPDATE SKIP LOCKED) candidates")
-        rows = self._db.write_one(one_row, {**args, "rand": secrets.token_hex(8), "gated_id": job_id,
+        rows = self._db.write_one(one_row, {**args, "rand": os.urandom(8).hex(), "gated_id": job_id,
                                             "tokens": json.dumps(tokens) if tokens else None,
                                             "held_note": "; holds " + rules.tokens_text(tokens) if tokens else ""},
                                  "claiming a job")

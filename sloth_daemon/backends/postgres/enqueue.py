@@ -12,7 +12,6 @@ settled by the server's partial unique index, even between two machines.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -113,7 +112,7 @@ def _put_env(c: Cursor, text: str) -> int:
     """The id of this environment in ``envs``, adding it if new. The row is
     locked FOR KEY SHARE until commit, so a concurrent prune cannot delete
     it before our jobs reference it."""
-    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    digest = rules.sha256_hex(text)
     while True:
         row = c.execute(SQL_ENV_FIND, (digest,)).fetchone()
         if row:

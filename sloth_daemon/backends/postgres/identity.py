@@ -12,8 +12,8 @@ happens the queue is broken for good and takes no more requests.
 
 from __future__ import annotations
 
+import os
 import json
-import secrets
 
 import psycopg
 from psycopg import errors as pgerr
@@ -29,7 +29,7 @@ SQL_ID = "SELECT value FROM sloth.meta WHERE key = 'queue_id'"
 def make(c: Cursor) -> str:
     """This queue's id, made now if it has none. Two daemons opening a new
     queue at once agree: the second's insert yields to the first's."""
-    c.execute(SQL_ID_ADD, (json.dumps(secrets.token_hex(8)),))
+    c.execute(SQL_ID_ADD, (json.dumps(os.urandom(8).hex()),))
     return str(json.loads(one(c.execute(SQL_ID))["value"]))
 
 

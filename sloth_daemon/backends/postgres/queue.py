@@ -259,6 +259,9 @@ class PgQueue:
         if why is not None:
             raise self._db.mark_broken(why)
 
+    def rest(self) -> None:
+        """Idle for a while: nothing to give back (the server holds the cache)."""
+
     def revalidate(self) -> None:
         """After a suspend or a network change: connect afresh on the next call."""
         self._db.revalidate()

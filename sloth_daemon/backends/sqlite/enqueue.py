@@ -9,7 +9,6 @@ batch names is registered (the lanes table outlives the lane's jobs).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
 from typing import Any, Iterable, Mapping
@@ -153,7 +152,7 @@ def _put_envs(c: sqlite3.Connection, rows: list[JobSpec]) -> dict[str, int]:
 
 def _put_env(c: sqlite3.Connection, text: str) -> int:
     """The id of this environment in ``envs``, adding it if new."""
-    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    digest = rules.sha256_hex(text)
     c.execute("INSERT INTO envs (hash, data) VALUES (?, ?) ON CONFLICT(hash) DO NOTHING",
               (digest, text))
     return c.execute("SELECT id FROM envs WHERE hash = ?", (digest,)).fetchone()[0]

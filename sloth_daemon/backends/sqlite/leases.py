@@ -9,9 +9,9 @@ does to the jobs waiting for it, ends.py's and deps.py's.
 
 from __future__ import annotations
 
+import os
 import json
 import math
-import secrets
 import sqlite3
 from typing import Any, Collection, Sequence
 
@@ -97,7 +97,7 @@ class SqliteLeases:
                lease: float, tokens: dict[str, list[str]] | None = None) -> Job:
         """claimed, attempt + 1, a fresh token, event claimed or reclaimed;
         ``tokens``: the resource tokens the run takes (kept with it)."""
-        token = secrets.token_hex(8)
+        token = os.urandom(8).hex()
         attempt = row["attempts"] + 1
         held = json.dumps(tokens) if tokens else None
         out = c.execute(

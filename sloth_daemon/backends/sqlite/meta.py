@@ -5,8 +5,8 @@ concurrency there). The reads of both are reads.py's."""
 
 from __future__ import annotations
 
+import os
 import json
-import secrets
 from typing import Any
 
 from sloth_daemon.backends.sqlite.reads import reads
@@ -32,7 +32,7 @@ class SqliteMeta:
             row = c.execute("SELECT value FROM meta WHERE key = 'queue_id'").fetchone()
             if row is not None:
                 return str(json.loads(row[0]))
-            qid = secrets.token_hex(8)
+            qid = os.urandom(8).hex()
             c.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
                 ("queue_id", json.dumps(qid)), ("queue_created_at", json.dumps(self.clock.now()))])
             return qid

@@ -133,6 +133,11 @@ class SqliteQueue:
         damaged under this queue (then it takes no more writes)."""
         self.store.check()
 
+    def rest(self) -> None:
+        """Idle for a while: give back SQLite's page cache (docs/idle.md);
+        the next read fills it again from the OS's."""
+        self.store.conn.execute("PRAGMA shrink_memory")
+
     @property
     def broken(self) -> str | None:
         """Why this queue takes no more writes (its file changed under it), or None."""

@@ -19,9 +19,9 @@ now, so every rule is tested on an injected clock.
 
 from __future__ import annotations
 
-import hashlib
 from typing import NamedTuple
 
+from sloth_daemon.backends.rules import sha256_hex
 from sloth_daemon.daemon.schedules import slots
 from sloth_daemon.daemon.schedules.recipe import Recipe
 from sloth_daemon.durations import format_duration
@@ -84,5 +84,4 @@ def jitter_s(name: str, machine: str, most_s: float) -> float:
     """The fixed offset in [0, most_s) of this schedule on this machine."""
     if most_s <= 0:
         return 0.0
-    digest = hashlib.sha256(f"{machine}\0{name}".encode("utf-8", "surrogatepass")).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64 * most_s
+    return int(sha256_hex(f"{machine}\0{name}")[:16], 16) / 2**64 * most_s

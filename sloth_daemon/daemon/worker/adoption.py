@@ -28,7 +28,6 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable
 
 from sloth_daemon.clock import Clocks
-from sloth_daemon.keeper import procident
 from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError
 from sloth_daemon.models import Job
 from sloth_daemon.daemon.worker.pipeline import Pipeline
@@ -161,6 +160,8 @@ def _end_processes(runs: dict[str, dict[str, Any] | None], grace_s: float) -> se
     """End the processes of these runs (token -> recorded identity), found by
     identity or by the job token in their environment; the tokens whose
     processes were found."""
+    from sloth_daemon.keeper import procident  # here: psutil only when leftovers are looked for (docs/idle.md)
+
     by_token = procident.find_by_env_values("SLOTH_JOB_TOKEN", set(runs))
     procs, groups, found = [p for ps in by_token.values() for p in ps], [], {t for t, ps in by_token.items() if ps}
     for token, ident in runs.items():

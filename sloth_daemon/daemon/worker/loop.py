@@ -46,7 +46,7 @@ from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.daemon.worker.spawner import Outcome, Spawner, SpawnRequest
 from sloth_daemon.daemon.worker.withdrawal import Withdrawals
 from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError, StorageError
-from sloth_daemon.keeper.runner import JobEnvs
+from sloth_daemon.keeper.jobenv import JobEnvs
 from sloth_daemon.models import Batch, Job
 from sloth_daemon.queue import Queue
 

@@ -10,7 +10,7 @@ import tempfile
 import pytest
 
 from sloth_daemon.keeper.joblog import LogWriter
-from sloth_daemon.keeper.runner import DAEMON_ONLY_ENV, job_env
+from sloth_daemon.keeper.jobenv import DAEMON_ONLY_ENV, job_env
 
 
 def test_small_output_is_kept_whole(tmp_path):
