@@ -394,3 +394,16 @@ default = 1
 # gpu = ["0", "1"]         # default: the GPUs `nvidia-smi -L` lists
 # licence = 3              # three anonymous tokens
 """
+
+
+def machine_name(settings: Settings) -> str:
+    """This machine's name on a shared queue (the daemon's, and what its
+    jobs record as their origin): config's ``host``, else the hostname as a
+    name (its first label if it has odd characters)."""
+    import os
+
+    name = settings.host or os.uname().nodename
+    if name and all(c.isalnum() and c.isascii() or c in "._-" for c in name) and len(name) <= 64:
+        return name
+    return "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "-" for c in name.split(".")[0])[:64] \
+        or "localhost"

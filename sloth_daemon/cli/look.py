@@ -25,14 +25,14 @@ if TYPE_CHECKING:
 def logs(*, job_id: Optional[str], attempt: Optional[int], follow: bool, tail: Optional[int],
          path_only: bool) -> int:
     """`sloth logs [ID]`: the log of an attempt, its tail, its path, or
-    followed live; no ID: the latest job's (said on stderr). What the job
+    followed live; no ID: the latest job of yours that ran (said on stderr). What the job
     printed goes to stdout; every note about it (nothing printed, no such
     file, never started) to stderr."""
     if job_id is None:
         from sloth_daemon.cli.latest import latest_job_id
 
-        jid = latest_job_id()
-        echo(f"sloth: logs of the latest job, {jid}", err=True)
+        jid = latest_job_id(ran=True)
+        echo(f"sloth: logs of the latest job that ran, {jid}", err=True)
     else:
         jid = parse_id(job_id)
     if tail is not None and tail < 0:
