@@ -67,6 +67,8 @@ class Settings:
             "settings": {k: {"value": _public(k, getattr(self, k)), "source": self.source(k)} for k in SETTING_NAMES},
             "lanes": {k: {"concurrency": self.concurrency(k), "source": self._lane_source(k)}
                       for k in sorted({"default", *self.lanes})},
+            "resources": {k: {"tokens": list(v), "source": self.source(f"resources.{k}")}
+                          for k, v in sorted(self.resources.items())},
         }
 
     def _lane_source(self, lane: str) -> str:
@@ -148,6 +150,7 @@ def from_mapping(data: Mapping[str, Any], path: Path) -> Settings:
             continue
         if key == "resources":
             tables_out["resources"] = _resources(path, raw)
+            sources.update((f"resources.{name}", src) for name in tables_out["resources"])
             continue
         if key not in SETTING_NAMES:
             raise ConfigError(f"{path}: unknown setting {key!r}{_did_you_mean(key)}",
@@ -324,8 +327,13 @@ def changes(old: Settings, new: Settings) -> list[str]:
     for lane in sorted(set(old.lane_when) | set(new.lane_when)):
         if old.lane_when.get(lane) != new.lane_when.get(lane):
             out.append(f"lanes.{lane}.when: {list(old.lane_when.get(lane, ()))} -> {list(new.lane_when.get(lane, ()))}")
-    if old.resources != new.resources:
-        out.append(f"resources: {dict(old.resources)} -> {dict(new.resources)} (held tokens stay held)")
+    for name in sorted(set(old.resources) | set(new.resources)):
+        a, b = old.resources.get(name), new.resources.get(name)
+        if a is None:
+            out.append(f"resources.{name}: added ({_shown(b)})")
+        elif a != b:
+            out.append(f"resources.{name}: " + ("removed" if b is None else f"{_shown(a)} -> {_shown(b)}")
+                       + " (held tokens stay held)")
     return out
 
 
@@ -355,7 +363,10 @@ def _public(key: str, v: Any) -> Any:
 
 
 def _shown(v: Any) -> str:
-    return repr(v) if isinstance(v, str) else str(list(v) if isinstance(v, tuple) else v)
+    """A value in a person's words: a list as ``a, b`` (``(none)``), a text quoted (so '' shows)."""
+    if isinstance(v, (list, tuple)):
+        return ", ".join(map(str, v)) or "(none)"
+    return repr(v) if isinstance(v, str) else str(v)
 
 
 EXAMPLE = """\

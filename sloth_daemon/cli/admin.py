@@ -26,7 +26,7 @@ def config(*, as_json: bool, example: bool) -> None:
     file = json.loads(json.dumps(cfg.load(p.config_file).as_dict()))
     d = call_or_read("config")
     d["paths"] = p.as_dict()
-    d["file_differs"] = d["settings"] != file["settings"] or d["lanes"] != file["lanes"]
+    d["file_differs"] = any(d.get(k) != file[k] for k in ("settings", "lanes", "resources"))
     emit_json(d) if as_json else _print_config(d, p.config_file)
 
 
@@ -49,6 +49,10 @@ def _print_config(d: dict[str, Any], file: Any) -> None:
     typer.echo("lanes:")
     for k, v in d.get("lanes_in_force", d["lanes"]).items():
         typer.echo(f"  {k:<20} {v['concurrency']!s:<12} ({v['source']})")
+    resources = d.get("resources_in_force", d.get("resources")) or {}
+    typer.echo("resources:" + ("" if resources else " (none: [resources] in the file names them)"))
+    for k, v in resources.items():
+        typer.echo(f"  {k:<20} {_shown(v['tokens']):<12} ({v['source']})")
     typer.echo("paths:")
     for k, v in d["paths"].items():
         typer.echo(f"  {k:<20} {v}")

@@ -131,6 +131,9 @@ class Control:
         d = self.settings.as_dict()
         d["lanes_in_force"] = {ln: {"concurrency": v["concurrency"], "source": v["source"]}
                                for ln, v in self.lanes().items()}
+        res = self.worker.gates.resources  # the file's, and what was found on the machine (gpu: nvidia-smi -L)
+        d["resources_in_force"] = {**d["resources"], **{n: {"tokens": list(t), "source": res.source[n]}
+                                                        for n, t in res.tokens.items() if res.source[n] != "config"}}
         return d
 
     # ------------------------------------------------------------ actions
