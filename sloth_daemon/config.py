@@ -328,11 +328,11 @@ def changes(old: Settings, new: Settings) -> list[str]:
         if old.lane_when.get(lane) != new.lane_when.get(lane):
             out.append(f"lanes.{lane}.when: {list(old.lane_when.get(lane, ()))} -> {list(new.lane_when.get(lane, ()))}")
     for name in sorted(set(old.resources) | set(new.resources)):
-        a, b = old.resources.get(name), new.resources.get(name)
-        if a is None:
-            out.append(f"resources.{name}: added ({_shown(b)})")
-        elif a != b:
-            out.append(f"resources.{name}: " + ("removed" if b is None else f"{_shown(a)} -> {_shown(b)}")
+        was, now = old.resources.get(name), new.resources.get(name)
+        if was is None:
+            out.append(f"resources.{name}: added ({_shown(now)})")
+        elif was != now:
+            out.append(f"resources.{name}: " + ("removed" if now is None else f"{_shown(was)} -> {_shown(now)}")
                        + " (held tokens stay held)")
     return out
 
