@@ -175,7 +175,8 @@ def _text(res: dict[str, Any], args: dict[str, Any]) -> str:
         from sloth_daemon.durations import local_time
 
         out.append(f"since {local_time(res['since'])}: jobs added, started or ended since then")
-    return "\n".join(out + summary(res, len(res["jobs"])) + paused_lines(args.get("lane")))
+    paused = sum(render.shown_state(j) == "paused" for j in res["jobs"])
+    return "\n".join(out + summary(res, len(res["jobs"]), paused) + paused_lines(args.get("lane")))
 
 
 # ----------------------------------------------------------------- show
