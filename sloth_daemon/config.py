@@ -16,7 +16,7 @@ from sloth_daemon.text import mask, remember
 import json
 
 from sloth_daemon.checks import (
-    BOUNDS, LEASE_HINT, MAX_TOKENS, MIN_LEASE_S, limits_json, parse_size, resource_name, when_list,
+    BOUNDS, DURATION_KEYS, LEASE_HINT, MAX_TOKENS, MIN_LEASE_S, limits_json, parse_size, resource_name, when_list,
 )
 from sloth_daemon.durations import format_duration, parse_duration
 from sloth_daemon.errors import BadRequest, ConfigError, SlothError
@@ -81,8 +81,6 @@ class Settings:
 TABLES = ("lanes", "lane_when", "resources", "file", "sources")
 SETTING_NAMES: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(Settings) if f.name not in TABLES)
-DURATION_KEYS = frozenset({"lease_s", "backoff_cap_s", "retention_s", "kill_grace_s", "clock_check_s",
-                           "hook_timeout_s", "poll_s", "conditions_check_s"})
 POSITIVE_DURATIONS = frozenset({"lease_s", "clock_check_s", "hook_timeout_s", "poll_s", "conditions_check_s"})
 MACHINE_KEYS = frozenset({"queue_url", "host", "tags", "listen"})  # read at start: a reload names them
 QUEUE_URL_ENV = "SLOTH_QUEUE_URL"
@@ -405,6 +403,14 @@ default = 1
 # gpu = ["0", "1"]         # default: the GPUs `nvidia-smi -L` lists
 # licence = 3              # three anonymous tokens
 """
+
+
+def file_differs(in_force: Mapping[str, Any], file: Settings) -> bool:
+    """Whether ``file`` (config.toml as it is now) says other than the
+    settings in force (``in_force``: Settings.as_dict of the daemon's, as
+    `sloth config` is answered): then a reload would change something."""
+    now = json.loads(json.dumps(file.as_dict()))
+    return any(json.loads(json.dumps(in_force.get(k))) != now[k] for k in ("settings", "lanes", "resources"))
 
 
 def machine_name(settings: Settings) -> str:

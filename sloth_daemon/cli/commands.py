@@ -392,9 +392,9 @@ COMMANDS: tuple[Command, ...] = (
         "config", "Show the settings in force and where each comes from (the daemon's, or the file's when none "
         "runs), lanes as `sloth lane set` left them." + _examples(
             "sloth config", "sloth config --example > ~/.config/sloth/config.toml"),
-        "sloth_daemon.cli.admin:config",
+        "sloth_daemon.cli.settings:config",
         _json("Print the settings as JSON (durations in seconds)."),
-        Option("example", "--example", FLAG, False, "Print an example config file.")),
+        Option("example", "--example", FLAG, False, "Print an example config file."), fast=True),
     Command(
         "daemon run", "Run the daemon in the foreground (what the login service runs).",
         "sloth_daemon.cli.launcher:run_foreground", fast=True),

@@ -128,7 +128,7 @@ def paused_lines(lane: Optional[str]) -> list[str]:
 
 
 def _states(given: Sequence[str]) -> list[str]:
-    from sloth_daemon.models import STATE_NAMES, state_name
+    from sloth_daemon.checks import STATE_NAMES, state_name  # not models: `ls --state` stays light
 
     for s in given:  # bad usage is exit 2 whether or not the daemon runs
         if s not in STATE_NAMES and s != "claimed":

@@ -210,6 +210,7 @@ def _config_answer(paths: Paths) -> Any:
     migrated yet) gives the config's lanes, and why under ``queue``: the
     command that checks a queue_url must show what it checks."""
     d = cfg.load(paths.config_file).as_dict()
+    d["paths"], d["file_differs"] = paths.as_dict(), False  # no daemon: the file is what is in force
     try:
         q = _open(paths, quick=True)
         try:
