@@ -46,6 +46,23 @@ DEFAULT_LEASE_S = 60.0
 # 64-bit ones are what SQLite, PostgreSQL's bigint and the keeper's wire carry.
 INT64_MAX = 2**63 - 1
 MAX_CONCURRENCY = 10_000
+# The job states as models.JobState has them (tests/unit/test_codebase.py checks they agree): here
+# so that `ls --state S` reads a state without importing models (dataclasses, enum).
+STATE_NAMES = ("blocked", "queued", "held", "running", "done", "failed", "cancelled")
+
+
+def state_name(text: str) -> str:
+    """The state a filter names (``claimed``, schema v1-v3's word, is ``running``); ValueError if none."""
+    if text == "claimed":
+        return "running"
+    if text not in STATE_NAMES:
+        raise ValueError(text)
+    return text
+
+
+# The settings of config.toml whose values are durations (written 30s, 5m; kept in seconds).
+DURATION_KEYS = frozenset({"lease_s", "backoff_cap_s", "retention_s", "kill_grace_s", "clock_check_s",
+                           "hook_timeout_s", "poll_s", "conditions_check_s", "keeper_linger_s"})
 BOUNDS = {
     "max_attempts": (1, INT64_MAX),
     "concurrency": (1, MAX_CONCURRENCY),  # a lane's slots: [lanes], default_concurrency, `lane set -c`

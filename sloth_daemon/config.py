@@ -16,7 +16,7 @@ from sloth_daemon.text import mask, remember
 import json
 
 from sloth_daemon.checks import (
-    BOUNDS, LEASE_HINT, MAX_TOKENS, MIN_LEASE_S, limits_json, parse_size, resource_name, when_list,
+    BOUNDS, DURATION_KEYS, LEASE_HINT, MAX_TOKENS, MIN_LEASE_S, limits_json, parse_size, resource_name, when_list,
 )
 from sloth_daemon.durations import format_duration, parse_duration
 from sloth_daemon.errors import BadRequest, ConfigError, SlothError
@@ -68,6 +68,8 @@ class Settings:
             "settings": {k: {"value": _public(k, getattr(self, k)), "source": self.source(k)} for k in SETTING_NAMES},
             "lanes": {k: {"concurrency": self.concurrency(k), "source": self._lane_source(k)}
                       for k in sorted({"default", *self.lanes})},
+            "resources": {k: {"tokens": list(v), "source": self.source(f"resources.{k}")}
+                          for k, v in sorted(self.resources.items())},
         }
 
     def _lane_source(self, lane: str) -> str:
@@ -80,8 +82,6 @@ class Settings:
 TABLES = ("lanes", "lane_when", "resources", "file", "sources")
 SETTING_NAMES: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(Settings) if f.name not in TABLES)
-DURATION_KEYS = frozenset({"lease_s", "backoff_cap_s", "retention_s", "kill_grace_s", "clock_check_s",
-                           "hook_timeout_s", "poll_s", "conditions_check_s", "keeper_linger_s"})
 POSITIVE_DURATIONS = frozenset({"lease_s", "clock_check_s", "hook_timeout_s", "poll_s", "conditions_check_s"})
 MACHINE_KEYS = frozenset({"queue_url", "host", "tags", "listen"})  # read at start: a reload names them
 QUEUE_URL_ENV = "SLOTH_QUEUE_URL"
@@ -149,6 +149,7 @@ def from_mapping(data: Mapping[str, Any], path: Path) -> Settings:
             continue
         if key == "resources":
             tables_out["resources"] = _resources(path, raw)
+            sources.update((f"resources.{name}", src) for name in tables_out["resources"])
             continue
         if key not in SETTING_NAMES:
             raise ConfigError(f"{path}: unknown setting {key!r}{_did_you_mean(key)}",
@@ -326,8 +327,13 @@ def changes(old: Settings, new: Settings) -> list[str]:
     for lane in sorted(set(old.lane_when) | set(new.lane_when)):
         if old.lane_when.get(lane) != new.lane_when.get(lane):
             out.append(f"lanes.{lane}.when: {list(old.lane_when.get(lane, ()))} -> {list(new.lane_when.get(lane, ()))}")
-    if old.resources != new.resources:
-        out.append(f"resources: {dict(old.resources)} -> {dict(new.resources)} (held tokens stay held)")
+    for name in sorted(set(old.resources) | set(new.resources)):
+        was, now = old.resources.get(name), new.resources.get(name)
+        if was is None:
+            out.append(f"resources.{name}: added ({_shown(now)})")
+        elif was != now:
+            out.append(f"resources.{name}: " + ("removed" if now is None else f"{_shown(was)} -> {_shown(now)}")
+                       + " (held tokens stay held)")
     return out
 
 
@@ -357,7 +363,10 @@ def _public(key: str, v: Any) -> Any:
 
 
 def _shown(v: Any) -> str:
-    return repr(v) if isinstance(v, str) else str(list(v) if isinstance(v, tuple) else v)
+    """A value in a person's words: a list as ``a, b`` (``(none)``), a text quoted (so '' shows)."""
+    if isinstance(v, (list, tuple)):
+        return ", ".join(map(str, v)) or "(none)"
+    return repr(v) if isinstance(v, str) else str(v)
 
 
 EXAMPLE = """\
@@ -397,3 +406,24 @@ default = 1
 # gpu = ["0", "1"]         # default: the GPUs `nvidia-smi -L` lists
 # licence = 3              # three anonymous tokens
 """
+
+
+def file_differs(in_force: Mapping[str, Any], file: Settings) -> bool:
+    """Whether ``file`` (config.toml as it is now) says other than the
+    settings in force (``in_force``: Settings.as_dict of the daemon's, as
+    `sloth config` is answered): then a reload would change something."""
+    now = json.loads(json.dumps(file.as_dict()))
+    return any(json.loads(json.dumps(in_force.get(k))) != now[k] for k in ("settings", "lanes", "resources"))
+
+
+def machine_name(settings: Settings) -> str:
+    """This machine's name on a shared queue (the daemon's, and what its
+    jobs record as their origin): config's ``host``, else the hostname as a
+    name (its first label if it has odd characters)."""
+    import os
+
+    name = settings.host or os.uname().nodename
+    if name and all(c.isalnum() and c.isascii() or c in "._-" for c in name) and len(name) <= 64:
+        return name
+    return "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "-" for c in name.split(".")[0])[:64] \
+        or "localhost"

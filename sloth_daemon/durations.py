@@ -15,18 +15,42 @@ MAX_TIME = 253402300799.0  # 9999-12-31T23:59:59Z, the last second datetime can 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 # Longest spelling first: the alternation takes the first that matches.
 UNIT_WORDS = ("milliseconds?|ms|seconds?|secs?|s|minutes?|mins?|m|hours?|hrs?|h|days?|d|weeks?|w")
-# Patterns as text, compiled (and cached by re) on first use, and re imported
-# where they are used: `sloth add` imports this module (for the bounds) and
-# most adds parse no duration.
-_PART = rf"([0-9]+(?:\.[0-9]+)?)({UNIT_WORDS})"
-_UNIT_WORD = rf"(?:{UNIT_WORDS})\Z"
+# Each spelling, longest first: a duration is read without re (whose import
+# is most of what `ls --since 12h` would add to the interpreter's start).
+_WORDS = tuple(sorted({w.replace("?", "") for w in UNIT_WORDS.split("|")}
+                      | {w.replace("s?", "") for w in UNIT_WORDS.split("|") if w.endswith("s?")},
+                      key=len, reverse=True))
 
 
 def is_unit_word(word: str) -> bool:
     """``mins``, ``h``, ``seconds`` ...: a word that ends a duration."""
-    import re
+    return word.lower() in _WORDS
 
-    return bool(re.match(_UNIT_WORD, word.lower()))
+
+def _number_end(s: str, i: int) -> int:
+    """Where the number at ``s[i:]`` ends (``[0-9]+(.[0-9]+)?``); ``i`` if none starts there."""
+    j = i
+    while j < len(s) and "0" <= s[j] <= "9":
+        j += 1
+    if i < j and j + 1 < len(s) and s[j] == "." and "0" <= s[j + 1] <= "9":
+        j += 1
+        while j < len(s) and "0" <= s[j] <= "9":
+            j += 1
+    return j
+
+
+def _seconds(s: str) -> float | None:
+    """``90`` -> 90.0, ``1h30m`` -> 5400.0 (``s`` lower case, no spaces); None if it is no duration."""
+    if s and _number_end(s, 0) == len(s):
+        return float(s)
+    i, v = 0, 0.0
+    while i < len(s):
+        j = _number_end(s, i)
+        word = next((w for w in _WORDS if s.startswith(w, j)), None) if j > i else None
+        if word is None:
+            return None
+        v, i = v + float(s[i:j]) * _unit(word), j + len(word)
+    return v if s else None
 
 
 def _unit(word: str) -> float:
@@ -36,8 +60,6 @@ def _unit(word: str) -> float:
 def parse_duration(text: str | int | float, *, what: str = "duration") -> float:
     """``"90"`` / ``90`` -> 90.0 s; ``"1h30m"``, ``"1 hour 30 mins"`` -> 5400.0;
     a leading ``+`` is allowed (``+10m``). Raises BadRequest."""
-    import re
-
     if isinstance(text, bool):
         raise BadRequest(f"bad {what}: {text!r}")
     if isinstance(text, (int, float)):
@@ -45,20 +67,13 @@ def parse_duration(text: str | int | float, *, what: str = "duration") -> float:
     else:
         s = text.strip().lower().replace(" ", "")
         s = s[1:] if s.startswith("+") and len(s) > 1 and s[1].isdigit() else s
-        if re.fullmatch(r"[0-9]+(\.[0-9]+)?", s):
-            v = float(s)
-        else:
-            pos, v = 0, 0.0
-            for m in re.finditer(_PART, s):
-                if m.start() != pos:
-                    break
-                v += float(m.group(1)) * _unit(m.group(2))
-                pos = m.end()
-            if pos != len(s) or not s:
-                raise BadRequest(
-                    f"bad {what}: {text!r}",
-                    hint="Use a number of seconds or units like 30s, 5m, 2h, 1d, 1h30m.",
-                )
+        got = _seconds(s)
+        if got is None:
+            raise BadRequest(
+                f"bad {what}: {text!r}",
+                hint="Use a number of seconds or units like 30s, 5m, 2h, 1d, 1h30m.",
+            )
+        v = got
     if not math.isfinite(v) or v < 0:
         raise BadRequest(f"bad {what}: {text!r} (must be a finite, non-negative duration)")
     if v > MAX_DURATION_S:
@@ -218,14 +233,14 @@ def parse_since(text: str, now: float | None = None) -> float:
     a weekday (with or without a time) are the latest such moment that has
     passed; ``yesterday [TIME]``, ``today TIME``; an ISO date or date-time.
     Raises BadRequest (a moment still to come is refused too)."""
-    import datetime as dt
-
     now = time.time() if now is None else now
     s = " ".join(text.strip().lower().split())
     try:  # a duration back from now: 12h, or as said, 12h ago (the help's "12h (ago)")
         return now - parse_duration(s[:-len(" ago")] if s.endswith(" ago") else s, what="--since")
     except BadRequest:
         pass
+    import datetime as dt
+
     try:
         head, _, rest = s.partition(" ")
         base = dt.datetime.fromtimestamp(now)

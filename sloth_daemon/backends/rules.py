@@ -17,7 +17,7 @@ import json
 from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from sloth_daemon.checks import DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS
-from sloth_daemon.errors import BadRequest, IllegalTransition, LeaseLost, SlothError
+from sloth_daemon.errors import BadRequest, IllegalTransition, LeaseLost
 from sloth_daemon.models import FINISHED_STATES, STATE_NAMES, Batch, JobState, Listing, state_name
 from sloth_daemon.spec import Defaults, EnvCache, JobSpec
 
@@ -245,14 +245,18 @@ def wanted_states(states: Sequence[str] | None, allowed: Sequence[str], action: 
     return out
 
 
-def never_ran(job: "Job") -> SlothError:
-    """Why a job that has no attempt has no log: not started yet, or ended
-    (cancelled, or failed as a prerequisite did) before it ever started."""
+def never_ran(job: "Job") -> IllegalTransition:
+    """Why a job that has no attempt has no log: not started yet, held (a
+    follow would wait for a release), or ended (cancelled, or failed as a
+    prerequisite did) before it ever started. A wrong state: exit 6."""
     if job.state.finished:
-        return SlothError(f"job {job.id} was {job.state.value} before it started, so it has no log",
-                          hint=f"`sloth show {job.id}` says why; `sloth restart {job.id}` queues it again.")
-    return SlothError(f"job {job.id} has not started yet, so it has no log",
-                      hint=f"Follow it with `sloth logs -f {job.id}` to see its output once it starts.")
+        return IllegalTransition(f"job {job.id} was {job.state.value} before it started, so it has no log",
+                                 hint=f"`sloth show {job.id}` says why; `sloth restart {job.id}` queues it again.")
+    if job.state is JobState.HELD:
+        return IllegalTransition(f"job {job.id} is held: it has not started, so it has no log",
+                                 hint=f"`sloth release {job.id}` lets it run.")
+    return IllegalTransition(f"job {job.id} has not started yet, so it has no log",
+                             hint=f"Follow it with `sloth logs -f {job.id}` to see its output once it starts.")
 
 
 def not_cancellable(job_id: int, state: str) -> IllegalTransition:

@@ -1,77 +1,14 @@
-"""Commands on the daemon and its settings: config, daemon start|stop|restart|reload|status
-(`daemon run` is launcher.run_foreground). Their options are declared in commands.py."""
+"""Commands on the daemon: daemon start|stop|restart|reload|status
+(`daemon run` is launcher.run_foreground; `config`: cli/settings.py). Their options are declared in commands.py."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from sloth_daemon import errors
-from sloth_daemon.cli.app import call, call_or_read, duration, emit_json, paths
+from sloth_daemon.cli.app import call, duration, emit_json
 from sloth_daemon.cli.add_run import start_daemon as _start_daemon
 from sloth_daemon.cli.edge import echo
-
-
-def config(*, as_json: bool, example: bool) -> None:
-    """`sloth config` (its help and options: commands.py)."""
-    from sloth_daemon import config as cfg
-
-    if example:
-        echo(cfg.EXAMPLE, nl=False)
-        return
-    p = paths()
-    import json
-
-    # A broken file is an error even while the daemon runs; JSON-shaped, to compare with the daemon's answer.
-    file = json.loads(json.dumps(cfg.load(p.config_file).as_dict()))
-    d = call_or_read("config")
-    d["paths"] = p.as_dict()
-    d["file_differs"] = d["settings"] != file["settings"] or d["lanes"] != file["lanes"]
-    emit_json(d) if as_json else _print_config(d, p.config_file)
-
-
-def _print_config(d: dict[str, Any], file: Any) -> None:
-    echo(f"config file: {file}{'' if file.exists() else ' (not present; defaults apply)'}")
-    if d["file_differs"]:
-        echo("  (the file has changed since the daemon read it: `sloth daemon reload` applies it)")
-    queue = d.get("queue")
-    if queue:  # read without a daemon, and the queue did not answer: say why, show the settings anyway
-        err = queue["error"]
-        echo(f"queue: {queue['where']} cannot be read: {err['message']}")
-        if err.get("hint"):
-            echo(f"  hint: {err['hint']}")
-        echo("  (lanes below as config.toml sets them; `sloth lane set` changes kept in the queue are not shown)")
-    from sloth_daemon.config import DURATION_KEYS
-
-    for k, v in d["settings"].items():
-        shown = _duration(v["value"]) if k in DURATION_KEYS else _shown(v["value"])
-        echo(f"  {k:<20} {shown:<12} ({v['source']})")
-    echo("lanes:")
-    for k, v in d.get("lanes_in_force", d["lanes"]).items():
-        echo(f"  {k:<20} {v['concurrency']!s:<12} ({v['source']})")
-    echo("paths:")
-    for k, v in d["paths"].items():
-        echo(f"  {k:<20} {v}")
-
-
-def _duration(v: object) -> str:
-    """A duration as a config file writes it (``1m``, ``7d``, ``1m30s``),
-    not as the seconds it is kept in (--json keeps those)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return _shown(v)
-    if v != int(v):
-        return f"{v:g}s"  # 0.2s, 1.5s: exact, as a file writes them
-    parts, rest = [], int(v)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        n, rest = divmod(rest, size)
-        if n:
-            parts.append(f"{n}{unit}")
-    return "".join(parts) or "0s"
-
-
-def _shown(v: object) -> str:
-    if isinstance(v, (list, tuple)):
-        return ", ".join(map(str, v)) or "(none)"
-    return repr(v) if v == "" else str(v)
 
 
 # ------------------------------------------------------------------ daemon

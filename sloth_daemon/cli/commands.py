@@ -242,12 +242,14 @@ COMMANDS: tuple[Command, ...] = (
         fast=True),
     Command(
         "show", "Show jobs and their history (claimed, started, failed, reclaimed, ...) in time order; a failed "
-        "job's last log lines end it. No ID: the latest job." + _examples("sloth show", "sloth show 12 13"),
+        "job's last log lines end it. No ID: the latest job you queued from this machine."
+        + _examples("sloth show", "sloth show 12 13"),
         "sloth_daemon.cli.look_run:show",
         _json('Print {"jobs": [job with events, prereqs, dependents, waited_s, ran_s]} as JSON.'),
         arg=_ids("job_ids", required=False), fast=True),
     Command(
-        "logs", "Print a job's output (one log file per attempt, size-capped). No ID: the latest job's; notes "
+        "logs", "Print a job's output (one log file per attempt, size-capped). No ID: that of the latest job you "
+        "queued from this machine that has run; notes "
         "(nothing printed, never started) go to stderr." + _examples(
             "sloth logs", "sloth logs 12 -f", "sloth logs 12 --attempt 1 -n 20", "less $(sloth logs 12 --path)"),
         "sloth_daemon.cli.look:logs",
@@ -263,7 +265,8 @@ COMMANDS: tuple[Command, ...] = (
         "sloth_daemon.cli.look:status", _json(_MACHINE), fast=True),
     Command(
         "wait", "Block until the jobs end, telling each outcome; exit 0 if all are done,\n5 if any failed or was "
-        "cancelled (130 on Ctrl-C; the jobs carry on). No ID: the latest job.", "sloth_daemon.cli.watch:wait",
+        "cancelled (130 on Ctrl-C; the jobs carry on). No ID: the latest job you queued from this machine.",
+        "sloth_daemon.cli.watch:wait",
         _json('{"jobs": [...]} as they ended.'),
         arg=Argument("job_ids", many=True, required=False, metavar="[ID]...", complete=IDS), fast=True),
     Command(
@@ -395,9 +398,9 @@ COMMANDS: tuple[Command, ...] = (
         "config", "Show the settings in force and where each comes from (the daemon's, or the file's when none "
         "runs), lanes as `sloth lane set` left them." + _examples(
             "sloth config", "sloth config --example > ~/.config/sloth/config.toml"),
-        "sloth_daemon.cli.admin:config",
+        "sloth_daemon.cli.settings:config",
         _json("Print the settings as JSON (durations in seconds)."),
-        Option("example", "--example", FLAG, False, "Print an example config file.")),
+        Option("example", "--example", FLAG, False, "Print an example config file."), fast=True),
     Command(
         "daemon run", "Run the daemon in the foreground (what the login service runs).",
         "sloth_daemon.cli.launcher:run_foreground", fast=True),

@@ -25,14 +25,14 @@ if TYPE_CHECKING:
 def logs(*, job_id: Optional[str], attempt: Optional[int], follow: bool, tail: Optional[int],
          path_only: bool) -> int:
     """`sloth logs [ID]`: the log of an attempt, its tail, its path, or
-    followed live; no ID: the latest job's (said on stderr). What the job
+    followed live; no ID: the latest job of yours that ran (said on stderr). What the job
     printed goes to stdout; every note about it (nothing printed, no such
     file, never started) to stderr."""
     if job_id is None:
         from sloth_daemon.cli.latest import latest_job_id
 
-        jid = latest_job_id()
-        echo(f"sloth: logs of the latest job, {jid}", err=True)
+        jid = latest_job_id(ran=True)
+        echo(f"sloth: logs of the latest job that ran, {jid}", err=True)
     else:
         jid = parse_id(job_id)
     if tail is not None and tail < 0:
@@ -182,16 +182,18 @@ def status(*, as_json: bool) -> int:
         return 0
     d = st["daemon"]
     up = f"running, pid {d['pid']}, up {format_duration(d['uptime_s'])}, version {d['version']}" if d else None
-    lines = [f"daemon   {up or 'not running (`sloth daemon start`)'}", f"jobs     {render.counts_line(st['counts'])}",
+    paused = sum(render.shown_state(j) == "paused" for j in st["running"])
+    lines = [f"daemon   {up or 'not running (`sloth daemon start`)'}",
+             f"jobs     {render.counts_line(st['counts'], paused)}",
              "lanes    " + "  ".join(f"{k} {v['running']}/{v['concurrency']}{' paused' if v['paused'] else ''}"
                                      for k, v in st["lanes"].items())]
     if st.get("hosts"):
         lines.append("hosts    " + "  ".join(_host_text(h, st.get("host")) for h in st["hosts"]))
     cond = st.get("conditions") or {}
     for why in sorted(set((cond.get("waiting") or {}).values())):
-        lines.append(f"waiting  {showable(why)}")
+        lines.append(f"waiting  {_who(st['waiting'].get(why, []))}{_for(why)}")
     for lane, why in sorted((cond.get("lanes") or {}).items()):
-        lines.append(f"waiting  lane {showable(lane)}: {showable(why)}")
+        lines.append(f"waiting  lane {showable(lane)}{_for(why)}")
     if cond.get("resources"):
         lines.append("tokens   " + "  ".join(f"{showable(k)} {len(v['free'])}/{len(v['tokens'])} free"
                                            for k, v in cond["resources"].items()))
@@ -206,6 +208,22 @@ def status(*, as_json: bool) -> int:
 
 
 FAILED_WIDTH = 110  # a failure's line, its command and why, at most
+WAITING_LISTED = 200  # queued jobs read to name the ones a reason holds back
+
+
+def _who(ids: list[int]) -> str:
+    """``job 4``, ``jobs 4, 5``, ``jobs 4, 5, 6 and 9 more``; ``jobs`` when none were read."""
+    if not ids:
+        return "jobs"
+    return ("job " if len(ids) == 1 else "jobs ") + ", ".join(map(str, ids[:3])) \
+        + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+
+
+def _for(why: str) -> str:
+    """A reason after whom it holds back: `` for mains power`` (its own ``waiting`` said once)."""
+    from sloth_daemon.text import showable
+
+    return f" {showable(why[len('waiting '):])}" if why.startswith("waiting ") else f": {showable(why)}"
 
 
 def _cut(text: str, width: int) -> str:
@@ -228,11 +246,18 @@ def _status() -> dict[str, Any]:
             d = c.call("status")
             running = c.call("list", states=["running"], limit=10)["jobs"]
             failed = c.call("list", states=["failed"], limit=3)["jobs"]
+            queued = c.call("list", states=["queued"], limit=WAITING_LISTED)["jobs"] \
+                if (d.get("conditions") or {}).get("waiting") else []
         daemon: Optional[dict[str, Any]] = {k: d[k] for k in ("pid", "uptime_s", "version")}
     except errors.DaemonNotRunning:
-        daemon = None
+        daemon, queued = None, []  # no daemon: nobody judges conditions, nothing is said to wait on them
         d = call_or_read("status")
         running = call_or_read("list", states=["running"], limit=10)["jobs"]
         failed = call_or_read("list", states=["failed"], limit=3)["jobs"]
+    waiting: dict[str, list[int]] = {}
+    for j in queued:
+        if j.get("wait_reason"):
+            waiting.setdefault(j["wait_reason"], []).append(j["id"])
     return {"daemon": daemon, "counts": d["counts"], "lanes": d["lanes"], "running": running,
-            "failed": failed, "host": d.get("host"), "hosts": d.get("hosts"), "conditions": d.get("conditions")}
+            "failed": failed, "host": d.get("host"), "hosts": d.get("hosts"), "conditions": d.get("conditions"),
+            "waiting": waiting}

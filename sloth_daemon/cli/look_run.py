@@ -128,7 +128,7 @@ def paused_lines(lane: Optional[str]) -> list[str]:
 
 
 def _states(given: Sequence[str]) -> list[str]:
-    from sloth_daemon.models import STATE_NAMES, state_name
+    from sloth_daemon.checks import STATE_NAMES, state_name  # not models: `ls --state` stays light
 
     for s in given:  # bad usage is exit 2 whether or not the daemon runs
         if s not in STATE_NAMES and s != "claimed":
@@ -175,7 +175,8 @@ def _text(res: dict[str, Any], args: dict[str, Any]) -> str:
         from sloth_daemon.durations import local_time
 
         out.append(f"since {local_time(res['since'])}: jobs added, started or ended since then")
-    return "\n".join(out + summary(res, len(res["jobs"])) + paused_lines(args.get("lane")))
+    paused = sum(render.shown_state(j) == "paused" for j in res["jobs"])
+    return "\n".join(out + summary(res, len(res["jobs"]), paused) + paused_lines(args.get("lane")))
 
 
 # ----------------------------------------------------------------- show

@@ -59,16 +59,17 @@ def print_table(args: dict[str, Any], paused: Sequence[str] = ()) -> None:
     from sloth_daemon.cli.edge import echo
 
     head, jobs, rest = _source({k: v for k, v in args.items() if v is not None})
-    widths, shown, block = [len(h) for h in render.JOB_HEADERS], 0, []
+    widths, shown, block, paused_jobs = [len(h) for h in render.JOB_HEADERS], 0, [], 0
     for job in jobs:
         block.append(job)
+        paused_jobs += render.shown_state(job) == "paused"
         if len(block) == BLOCK:
             echo(render.table(render.JOB_HEADERS, *render.job_rows(block), widths=widths, header=not shown))
             shown, block = shown + len(block), []
     if block:
         echo(render.table(render.JOB_HEADERS, *render.job_rows(block), widths=widths, header=not shown))
         shown += len(block)
-    echo("\n".join(summary({**head, **rest()}, shown) + list(paused)))
+    echo("\n".join(summary({**head, **rest()}, shown, paused_jobs) + list(paused)))
 
 
 def _source(a: dict[str, Any]) -> Source:
@@ -143,12 +144,13 @@ def _paged(a: dict[str, Any]) -> Source:
     return first, jobs(), lambda: {"left_out": last["left_out"], "total": last["total"]}
 
 
-def summary(res: dict[str, Any], shown: int) -> list[str]:
-    """The lines under the table: no jobs, counts, busy lanes, how many were left out."""
+def summary(res: dict[str, Any], shown: int, paused: int = 0) -> list[str]:
+    """The lines under the table: no jobs, counts (``paused``: the running
+    jobs listed that are paused on request), busy lanes, how many were left out."""
     from sloth_daemon.cli import render
 
     out = [] if shown else ["no jobs" if not res["total"] else "no jobs on this page"]
-    out.append(render.counts_line(res["counts"]))
+    out.append(render.counts_line(res["counts"], paused))
     busy = {k: v for k, v in res.get("lanes", {}).items() if any(v.values())}
     if len(busy) > 1:
         out.append("lanes: " + render.lanes_line(busy))

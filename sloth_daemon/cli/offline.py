@@ -189,8 +189,13 @@ def _logs(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
 
 
 def _latest(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
-    newest = q.jobs(limit=1) if hasattr(q, "jobs") else []  # _NoQueue: no file, no jobs
-    return {"id": newest[-1].id if newest else None}
+    """As the daemon's: on a shared queue, of the jobs queued from this machine (its name, as the daemon's)."""
+    if isinstance(q, _NoQueue):  # no file, no jobs
+        return {"id": None}
+    origin = None
+    if isinstance(target(paths), str):
+        origin = cfg.machine_name(cfg.load(paths.config_file))
+    return {"id": q.latest(origin=origin, ran=a.get("ran") is True)}
 
 
 def _lanes(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
@@ -233,6 +238,7 @@ def _config_answer(paths: Paths) -> Any:
     migrated yet) gives the config's lanes, and why under ``queue``: the
     command that checks a queue_url must show what it checks."""
     d = cfg.load(paths.config_file).as_dict()
+    d["paths"], d["file_differs"] = paths.as_dict(), False  # no daemon: the file is what is in force
     try:
         q = _open(paths, quick=True)
         try:

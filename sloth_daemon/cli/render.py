@@ -91,7 +91,7 @@ def when(job: dict[str, Any], now: float | None = None) -> str:
         return "due" if job["not_before"] <= now else relative(job["not_before"], now)
     if st == "running":
         started = (job.get("runner") or {}).get("started_at") or job["updated_at"]
-        return f"running {format_duration(now - started)}"
+        return f"{shown_state(job)} {format_duration(now - started)}"
     return relative(job.get("finished_at") or job["updated_at"], now)
 
 
@@ -159,6 +159,8 @@ def timing(job: dict[str, Any], now: float,
     first). None where it does not apply: never ran; not due yet; blocked."""
     st, due = job["state"], max(job["created_at"], job["not_before"])
     started = _started(job, due, events)
+    if started is None and st == "running" and job["updated_at"] >= due - 0.05:
+        started = job["updated_at"]  # its claim: the process is recorded a second into the run (as `when` reads it)
     end = now if st == "running" else job.get("finished_at")
     ran = None
     if started is not None and job["attempts"] and end is not None and end >= started:
@@ -298,9 +300,11 @@ def outcome(job: dict[str, Any]) -> str:
     return f"job {job['id']} {paint(st, st)}" + (f": {msg}" if msg else "")
 
 
-def counts_line(counts: dict[str, int]) -> str:
-    """``3 running, 12 queued, 2 blocked; finished: 40 done, 2 failed``."""
-    active = [f"{counts.get(s, 0)} {s}" for s in ("running", "queued", "held", "blocked") if counts.get(s)]
+def counts_line(counts: dict[str, int], paused: int = 0) -> str:
+    """``3 running, 1 paused, 12 queued, 2 blocked; finished: 40 done, 2 failed``;
+    ``paused``: how many of the running jobs are paused on request (said apart)."""
+    counts = {**counts, "running": counts.get("running", 0) - paused, "paused": paused}
+    active = [f"{counts.get(s, 0)} {s}" for s in ("running", "paused", "queued", "held", "blocked") if counts.get(s)]
     ended = [f"{counts.get(s, 0)} {s}" for s in ("done", "failed", "cancelled") if counts.get(s)]
     text = ", ".join(active) or "nothing running or queued"
     return text + (f"; finished: {', '.join(ended)}" if ended else "")

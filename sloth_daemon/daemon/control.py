@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
 
 from sloth_daemon.checks import GATE_FIELDS, gate_json
-from sloth_daemon.config import Settings
-from sloth_daemon.errors import BadRequest, FieldError, SlothError
+from sloth_daemon.config import Settings, file_differs, load as load_config
+from sloth_daemon.errors import BadRequest, ConfigError, FieldError, SlothError
 from sloth_daemon.models import Batch, Event, Job, JobState
 from sloth_daemon.paths import Paths
 from sloth_daemon.queue import Queue
@@ -142,6 +142,14 @@ class Control:
         d = self.settings.as_dict()
         d["lanes_in_force"] = {ln: {"concurrency": v["concurrency"], "source": v["source"]}
                                for ln, v in self.lanes().items()}
+        res = self.worker.gates.resources  # the file's, and what was found on the machine (gpu: nvidia-smi -L)
+        d["resources_in_force"] = {**d["resources"], **{n: {"tokens": list(t), "source": res.source[n]}
+                                                        for n, t in res.tokens.items() if res.source[n] != "config"}}
+        d["paths"] = self.paths.as_dict()
+        try:  # what the file says now: `sloth config` then reads no TOML itself
+            d["file_differs"] = file_differs(d, load_config(self.paths.config_file))
+        except ConfigError as e:  # the settings in force stand; `sloth config` makes the file's error its own
+            d["file_differs"], d["file_error"] = True, e.to_dict()
         return d
 
     # ------------------------------------------------------------ actions

@@ -264,10 +264,12 @@ class Handlers:
         return {"id": job.id, "attempt": n, "attempts": job.attempts, "path": str(path), "stored": elsewhere}
 
     def op_latest(self, a: dict[str, Any]) -> dict[str, Any]:
-        """The newest job's id (the highest), or None: what `sloth wait`,
-        `logs` and `show` mean with no id."""
-        newest = self.c.jobs(states=None, lane=None, limit=1)
-        return {"id": newest[-1].id if newest else None}
+        """The newest job's id queued from this machine (on a shared queue
+        another machine's jobs are not ours to wait on), ``ran``: the newest
+        of those that has started a run; None when there is none. What
+        `sloth wait` and `show` (and, with ``ran``, `logs`) mean with no id."""
+        ran = flag(a.get("ran", False), "ran")
+        return {"id": self.c.queue.latest(origin=self.c.default_place or None, ran=ran)}
 
     def op_config(self, a: dict[str, Any]) -> dict[str, Any]:
         return self.c.config()

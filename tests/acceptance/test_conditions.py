@@ -58,7 +58,7 @@ def test_an_ac_job_waits_on_battery_says_why_and_starts_soon_after_plugging_in(m
     h.wait_for(lambda: "waiting for mains power" in ls_line(h, jid), 15, "ls to say why it waits")
     assert h.job(jid)["state"] == "queued"
     assert "waiting   waiting for mains power" in h.cli("show", str(jid), check=True).stdout
-    assert "waiting  waiting for mains power" in h.cli("status", check=True).stdout
+    assert f"waiting  job {jid} for mains power" in h.cli("status", check=True).stdout
     assert list(h.call("status")["conditions"]["waiting"].values()) == ["waiting for mains power"]
     time.sleep(2.5)  # two looks at the charger: still on battery, still queued
     assert not marker.exists() and h.job(jid)["state"] == "queued"
@@ -251,7 +251,7 @@ def test_a_lanes_conditions_hold_back_every_job_of_the_lane_and_no_other(make_ha
     h.wait_state(free, "done")
     time.sleep(1.5)
     assert h.job(held)["state"] == "queued"
-    assert "waiting  lane render: waiting for mains power" in h.cli("status", check=True).stdout
+    assert "waiting  lane render for mains power" in h.cli("status", check=True).stdout
     (tree / "ACAD" / "online").write_text("1\n")
     h.wait_state(held, "done", timeout_s=15)
 

@@ -109,3 +109,28 @@ def test_config_shows_the_settings_of_a_queue_not_migrated_yet(make_harness, pg_
     h = make_harness(f'queue_url = "{url}"\nmax_attempts = 4\n[lanes]\ngpu = 2\n')
     d = config_shows_settings_despite(h, "has schema v0")
     assert "sloth db migrate" in d["queue"]["error"]["hint"]
+
+
+# ------------------------------------------------------ issue 30: resources
+def test_config_shows_resources_in_force_and_a_reload_says_their_change_in_words(make_harness):
+    """`sloth config` claims the settings in force: [resources] among them,
+    before and after a reload (text and --json, with or without a daemon);
+    the reload says what changed in sloth's own words, not Python reprs."""
+    h = make_harness(TEST_CONFIG + '[resources]\ngpu = ["0", "1"]\n')
+    p = h.cli("config", check=True)  # no daemon: read from the file
+    assert "resources:" in p.stdout and "gpu" in p.stdout and "0, 1" in p.stdout, p.stdout
+    h.start()
+    d = h.cli_json("config")
+    assert d["resources"]["gpu"]["tokens"] == ["0", "1"], d.get("resources")
+    assert d["resources"]["gpu"]["source"].startswith("file "), d["resources"]
+    assert d["file_differs"] is False
+    (h.home / "config.toml").write_text(TEST_CONFIG + '[resources]\ngpu = ["0"]\nlicence = 2\n')
+    assert h.cli_json("config")["file_differs"] is True  # the file says more than is in force
+    p = h.cli("daemon", "reload", check=True)
+    assert "{" not in p.stdout and "'" not in p.stdout, p.stdout
+    assert "resources.gpu: 0, 1 -> 0" in p.stdout and "resources.licence: added (0, 1)" in p.stdout, p.stdout
+    d = h.cli_json("config")
+    assert {k: v["tokens"] for k, v in d["resources"].items()} == {"gpu": ["0"], "licence": ["0", "1"]}
+    p = h.cli("config", check=True)
+    block = p.stdout[p.stdout.index("resources:"):]
+    assert "  gpu " in block and "  licence " in block and "0, 1" in block, p.stdout

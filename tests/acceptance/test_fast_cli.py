@@ -89,6 +89,8 @@ READS: list[tuple[list[str], str | None, str]] = [
     (["lane", "ls"], None, F), (["lane", "ls", "--json"], None, F), (["lane", "ls", "x"], None, T),
     (["logs", "1"], None, F), (["logs", "--path", "1"], None, F), (["logs", "-n", "3", "--attempt", "1", "1"], None, F),
     (["logs", "999"], None, F), (["logs", "x"], None, F), (["logs", "1", "2"], None, T), (["logs"], None, F),
+    (["config"], None, F), (["config", "--json"], None, F), (["config", "--example"], None, F),
+    (["config", "extra"], None, T), (["ls", "--state", "done", "--since", "1h"], None, F),
     (["logs", "-n", "x", "1"], None, T),
 ]
 # The commands that change jobs (the daemons stay paused: nothing runs).
@@ -160,7 +162,7 @@ def same_text(h: Harness, text: str) -> str:
     if text.startswith("{"):  # --json: what a run of a process has of its own goes
         text = json.dumps(scrub(json.loads(text)), indent=2, sort_keys=True) + "\n"
     text = text.replace(str(h.home), "<HOME>")
-    text = re.sub(r"/logs/jobs/[0-9a-f]{16}/", "/logs/jobs/<queue>/", text)  # each home's queue has its own id
+    text = re.sub(r"/logs/jobs/[0-9a-f]{16}\b", "/logs/jobs/<queue>", text)  # each home's queue has its own id
     text = re.sub(r"\b1\d{9}(\.\d+)?\b", "<ts>", text)
     text = re.sub(r"\bpid +\d+", "pid <n>", text)
     text = re.sub(r"\bsloth-daemon:\S+", "<worker>", text)
@@ -270,6 +272,9 @@ LINES = [  # (argv, environment, light: none of LIGHT_TOO either)
     (["cancel", "--lane", "video"], {}, True), (["kill", "--json", "1"], {}, True), (["pause", "video"], {}, True),
     (["resume", "video"], {}, True), (["restart", "1"], {}, True), (["prune", "--dry-run"], {}, False),  # durations.parse_duration: re
     (["lane", "set", "video", "-c", "0"], {}, True),
+    # issue 30: config, ls with any of its filters, on the fast path too (the daemon reads config.toml)
+    (["config"], {}, True), (["config", "--json"], {}, True), (["ls", "--since", "12h"], {}, True),
+    (["ls", "--all"], {}, True), (["ls", "--state", "done", "--lane", "video", "-n", "5"], {}, True),
     # A TAB splits the line as the shell does, with shlex (and so re): still no Typer.
     ([], {"_SLOTH_COMPLETE": "complete_bash", "COMP_WORDS": "sloth ls --lane ", "COMP_CWORD": "3"}, False),
     ([], {"_SLOTH_COMPLETE": "complete_bash", "COMP_WORDS": "sloth show ", "COMP_CWORD": "2"}, False),

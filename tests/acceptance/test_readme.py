@@ -25,7 +25,9 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -117,6 +119,7 @@ class Day:
             "HOME": str(self.home), "USER": os.environ.get("USER", "user"), "LANG": "C.UTF-8",
             "PATH": f"{product_bin()}:/usr/bin:/bin", "XDG_RUNTIME_DIR": str(run), "TERM": "dumb",
         }
+        self.made_install = False
 
     def run(self, block: Block) -> subprocess.CompletedProcess[str]:
         try:
@@ -129,6 +132,21 @@ class Day:
 
     def reap(self) -> None:
         kill_and_wait(processes_with_env("HOME", str(self.home)), [])
+
+    def installed(self) -> None:
+        """What the install block (not run: it clones and installs from the
+        network) leaves, for the upgrade block to run on: ~/slothqueue, a
+        clone of this repository, and ~/.sloth, a venv that finds sloth's
+        dependencies in the venv running the tests (a .pth file), so its
+        `pip install .` builds and installs sloth as a person's does."""
+        clone, venv = self.home / "slothqueue", self.home / ".sloth"
+        if self.made_install:
+            return
+        self.made_install = True
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, env=self.env, timeout=120)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=self.env, timeout=120)
+        (site,) = venv.glob("lib/python*/site-packages")
+        (site / "sloth-test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +172,8 @@ SH = [b for b in blocks(README.read_text()) if b.lang == "sh"]
 def test_readme_sh_block_runs(day: Day, block: Block) -> None:
     if block.not_run is not None:
         pytest.skip(f"README line {block.line}: not run: {block.not_run}")
+    if "~/.sloth" in block.text:  # the upgrade and uninstall blocks: on what the install made
+        day.installed()
     p = day.run(block)
     assert p.returncode == 0, failure(block, p)
 
@@ -176,6 +196,32 @@ def test_toml_blocks_are_settings(tmp_path: Path) -> None:
         f = tmp_path / "config.toml"
         f.write_text(b.text)
         config.load(f)  # raises ConfigError naming the key
+
+
+def test_the_readme_says_how_to_get_venv_upgrade_and_uninstall() -> None:
+    """Issue 30, set-up: the venv package stock Debian/Ubuntu lacks is named
+    where it is needed, and upgrade and uninstall have blocks of their own
+    (which test_readme_sh_block_runs runs: after the uninstall, the
+    program's and the data's folders are gone)."""
+    text = README.read_text()
+    assert "apt install python3-venv" in text
+    run = {b.text.splitlines()[0] for b in SH if b.not_run is None}
+    assert any(t.startswith("# upgrade:") for t in run) and any(t.startswith("# uninstall:") for t in run), run
+    last = [b for b in SH if b.not_run is None][-1]
+    assert last.text.startswith("# uninstall:"), "the uninstall block runs last: it removes the data"
+
+
+def test_after_the_uninstall_block_nothing_is_left(day: Day) -> None:
+    """Runs after every block (pytest runs this module's tests in order)."""
+    if not day.made_install:
+        pytest.skip("the README's upgrade and uninstall blocks did not run in this session")
+    left = [p for p in (".sloth", "slothqueue", ".local/share/sloth", ".local/state/sloth", ".config/sloth")
+            if (day.home / p).exists()]
+    assert left == [], left
+    deadline = time.monotonic() + 20  # the stopped daemon's keeper ends once it holds nothing
+    while processes_with_env("HOME", str(day.home)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not processes_with_env("HOME", str(day.home))
 
 
 def test_library_example_runs(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -181,6 +182,28 @@ def test_a_job_cancelled_on_another_machine_ends_at_once(three, tmp_path):
     a.cli("cancel", str(jid), check=True)  # b hears it by NOTIFY, not at its next renewal
     wait_until(lambda: gone(run.pid), WAIT_S, "b ended the cancelled job")
     assert b.job(jid)["state"] == "cancelled"
+
+
+def test_wait_logs_and_show_with_no_id_mean_the_latest_job_queued_from_this_machine(three, tmp_path):
+    """Issue 28 #14: with no id, `wait`, `logs` and `show` on machine a mean
+    the latest job queued from a, never a later one b queued (and `logs`
+    the latest of a's that ran: a job of a's still delayed is passed over)."""
+    a, b, _ = three
+    mine = add(a, ["sh", "-c", "echo mine; sleep 60"])
+    a.wait_state(mine, "running", timeout_s=WAIT_S)
+    theirs = add(b, ["echo", "theirs"], "--on", "b")
+    b.wait_state(theirs, "done", timeout_s=WAIT_S)
+    with pytest.raises(subprocess.TimeoutExpired):  # its own job still runs: the wait goes on
+        a.cli("wait", timeout_s=3)
+    later = add(a, ["true"], "--delay", "1h")  # a's latest, never started
+    theirs = add(b, ["echo", "theirs"], "--on", "b")
+    b.wait_state(theirs, "done", timeout_s=WAIT_S)
+    p = a.cli("show", "--json", check=True)
+    assert [j["id"] for j in json.loads(p.stdout)["jobs"]] == [later], p.stderr
+    p = a.cli("logs", check=True)
+    assert f"latest job that ran, {mine}" in p.stderr and p.stdout == "mine\n", (p.stdout, p.stderr)
+    assert [j["id"] for j in b.cli_json("show")["jobs"]] == [theirs]
+    a.cli("cancel", str(mine), str(later), check=True)
 
 
 # ---------------------------------------------------------- disruptions

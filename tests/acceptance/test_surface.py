@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from sloth_daemon.errors import EXIT_USAGE
+from sloth_daemon.errors import EXIT_CONFLICT, EXIT_USAGE
 from tests.support.harness import Harness
 
 pytestmark = pytest.mark.acceptance
@@ -160,8 +160,8 @@ def test_logs_and_show_say_what_they_mean(harness):
     assert p.returncode != 0 and "no jobs yet" in p.stderr
     silent = harness.cli_json("add", "--", "true")["ids"][0]
     harness.wait_state(silent, "done")
-    p = harness.cli("logs", check=True)  # no id: the latest job, said on stderr
-    assert p.stdout == "" and p.stderr == (f"sloth: logs of the latest job, {silent}\n"
+    p = harness.cli("logs", check=True)  # no id: the latest job that ran, said on stderr
+    assert p.stdout == "" and p.stderr == (f"sloth: logs of the latest job that ran, {silent}\n"
                                            f"sloth: job {silent} attempt 1 has printed nothing\n")
     p = harness.cli("logs", "--path", str(silent), check=True)
     assert p.stdout.strip().endswith(f"{silent}.1.log") and "does not exist" in p.stderr
@@ -171,17 +171,24 @@ def test_logs_and_show_say_what_they_mean(harness):
     assert p.stdout == "" and p.stderr == f"sloth: job {silent} has printed nothing\n"
     loud = harness.cli_json("add", "--", "echo", "hello")["ids"][0]
     harness.wait_state(loud, "done")
-    p = harness.cli("logs", check=True)
-    assert p.stdout == "hello\n" and p.stderr == f"sloth: logs of the latest job, {loud}\n"
+    later = harness.cli_json("add", "--delay", "1h", "--", "true")["ids"][0]  # the latest added, not started
+    p = harness.cli("logs", check=True)  # tsp's rule: the latest job that ran, not one still waiting
+    assert p.stdout == "hello\n" and p.stderr == f"sloth: logs of the latest job that ran, {loud}\n"
     p = harness.cli("show", check=True)
-    assert p.stdout.startswith(f"job {loud}  done") and p.stderr == f"sloth: show of the latest job, {loud}\n"
+    assert p.stdout.startswith(f"job {later}  queued") and p.stderr == f"sloth: show of the latest job, {later}\n"
+    p = harness.cli("logs", str(later))  # a wrong state: 6, as the reference says
+    assert p.returncode == EXIT_CONFLICT and f"job {later} has not started yet" in p.stderr
     harness.cli("pause", check=True)
     gone = harness.cli_json("add", "--", "true")["ids"][0]
     harness.cli("cancel", str(gone), check=True)
     p = harness.cli("logs", str(gone))
-    assert p.returncode == 1
+    assert p.returncode == EXIT_CONFLICT
     assert f"job {gone} was cancelled before it started, so it has no log" in p.stderr
     assert "logs -f" not in p.stderr and f"sloth show {gone}" in p.stderr
+    held = harness.cli_json("add", "--hold", "--", "true")["ids"][0]
+    p = harness.cli("logs", str(held))  # -f would block until someone releases it: say that instead
+    assert p.returncode == EXIT_CONFLICT and f"job {held} is held" in p.stderr
+    assert "logs -f" not in p.stderr and f"sloth release {held}" in p.stderr
 
 
 def run_watch(argv: list[str], env: dict[str, str], cwd, seconds: float) -> str:

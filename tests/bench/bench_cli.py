@@ -13,8 +13,11 @@ matter more than absolutes.
 
   call      one command run the way a shell runs it: `python -c pass` with the
             install's interpreter (the floor), `sloth add -- true` (daemon
-            paused, and running the jobs), `sloth ls`, `show ID`, `status`
-            `lane ls`, `schedule ls` and `schedule show` (paused, 20 jobs, 2 schedules), `logs ID` and `wait ID` of a
+            paused, and running the jobs), `sloth ls` (and with --since,
+            --all, --state/--lane), `config` (and --json), `show ID`, `status`,
+            `lane ls`, `schedule ls` and `schedule show` (paused, 20 jobs, 2 schedules),
+            `add --help` and `ls --help`,
+            `add --wait -- true` (the round trip to a job's end), `logs ID` and `wait ID` of a
             finished job, `cancel ID` and `retry ID` (one queued job,
             cancelled and queued again each round), `kill ID` (a running
             `sleep`, a new one each round), `pause` and `resume` (a daemon
@@ -34,9 +37,10 @@ matter more than absolutes.
             without the caller's environment attached
   import    `python -X importtime` of a real `sloth add`: the modules that cost most
 
-Targets (issue 13, then issue 22): `sloth add` median <= 2x the floor
-(stretch 1.3x); every daily command (add, ls, show, logs, status, wait,
-cancel, retry, kill, pause, resume, lane ls) <= 2x; a TAB <= 60 ms; --stdin
+Targets (issue 13, then issues 22 and 30): `sloth add` median <= 2x the floor
+(stretch 1.3x); every daily command (add, ls with any filter, show, logs,
+status, wait, cancel, retry, kill, pause, resume, lane ls, config) <= 2x; a
+TAB <= 60 ms; a command's --help <= 60 ms; add --wait -- true <= 25 ms; --stdin
 >= 50,000 jobs/s; one connection >= 1,000 durable enqueues/s. --calls-only
 measures the per-call rows and their targets alone (a few minutes).
 
@@ -72,11 +76,13 @@ PY = sys.executable  # this venv: the daemons, and the in-process parts
 # The install the per-call rows measure (normal_install() sets them; --in-place: this venv).
 INSTALL = {"python": PY, "sloth": str(Path(PY).parent / "sloth")}
 TARGETS = {"add_x_floor": 2.0, "add_x_floor_stretch": 1.3, "daily_x_floor": 2.0, "tab_ms": 60.0,
-           "stdin_jobs_s": 50_000.0, "conn_enqueues_s": 1_000.0}
+           "stdin_jobs_s": 50_000.0, "conn_enqueues_s": 1_000.0,
+           "help_ms": 60.0, "add_wait_ms": 25.0}  # issue 30: a command's --help; add --wait -- true, round trip
 # The per-call rows each held to daily_x_floor (issue 22), by the start of their names.
+# (issue 30: `ls` with any of its filters -- every "sloth ls ..." row -- and `config` too.)
 DAILY = ("sloth add -- true (paused)", "sloth ls", "sloth show", "sloth logs", "sloth status", "sloth wait",
          "sloth cancel", "sloth retry", "sloth kill", "sloth pause", "sloth resume", "sloth lane ls",
-         "sloth schedule ls", "sloth schedule show")
+         "sloth schedule ls", "sloth schedule show", "sloth config")
 
 
 def base_env() -> dict[str, str]:
@@ -202,6 +208,15 @@ def per_call(n: int, tools: dict[str, str | None], warmup: int = 3) -> list[Prob
                   Probe("sloth add -- true (paused)", [sloth, "add", "--", "true"], e, home),
                   Probe("sloth add -- true (running)", [sloth, "add", "--", "true"], re_, rr),
                   Probe("sloth ls (20 jobs)", [sloth, "ls"], r, rh),
+                  Probe("sloth ls --since 12h", [sloth, "ls", "--since", "12h"], r, rh),
+                  Probe("sloth ls --all", [sloth, "ls", "--all"], r, rh),
+                  Probe("sloth ls --state queued --lane video", [sloth, "ls", "--state", "queued", "--lane", "video"],
+                        r, rh),
+                  Probe("sloth config", [sloth, "config"], r, rh),
+                  Probe("sloth config --json", [sloth, "config", "--json"], r, rh),
+                  Probe("--help: sloth add --help", [sloth, "add", "--help"], r, rh),
+                  Probe("--help: sloth ls --help", [sloth, "ls", "--help"], r, rh),
+                  Probe("round trip: sloth add --wait -- true", [sloth, "add", "--wait", "--", "true"], re_, rr),
                   Probe("sloth show 1", [sloth, "show", "1"], r, rh),
                   Probe("sloth status (20 jobs)", [sloth, "status"], r, rh),
                   Probe("sloth lane ls", [sloth, "lane", "ls"], r, rh),
@@ -505,6 +520,9 @@ def target_lines(res: dict[str, Any], floor: float, stdin: float | None, conn: f
     checks[:0] = [(f"{k}, x floor", pc[k]["x_floor"], "<=", TARGETS["daily_x_floor"], "x")
                   for k in pc if k.startswith(DAILY)]
     checks.append(("a TAB (the slower of the two)", tab_ms, "<=", TARGETS["tab_ms"], "ms"))
+    checks += [(f"{k}, ms", pc[k]["median_ms"], "<=", TARGETS["help_ms"], "ms") for k in pc if k.startswith("--help")]
+    checks += [(f"{k}, ms", pc[k]["median_ms"], "<=", TARGETS["add_wait_ms"], "ms")
+               for k in pc if k.startswith("round trip")]
     if stdin is not None and conn is not None:
         checks += [("--stdin", stdin, ">=", TARGETS["stdin_jobs_s"], "jobs/s"),
                    ("one connection", conn, ">=", TARGETS["conn_enqueues_s"], "enqueues/s")]

@@ -13,6 +13,8 @@ import ast
 import statistics
 from pathlib import Path
 
+import pytest
+
 PKG = Path(__file__).resolve().parents[2] / "sloth_daemon"
 
 # The parts, each a subpackage named for what runs there; "top" is the few
@@ -232,3 +234,18 @@ def test_no_class_is_assembled_from_two_or_more_of_ours():
                 if sum(b in ours for b in bases) >= 2:
                     mixed.append(f"{name}.{n.name}({', '.join(bases)})")
     assert not mixed, mixed
+
+
+def test_the_light_state_names_are_the_models():
+    """checks.STATE_NAMES and state_name (what `ls --state` reads, without
+    importing models) say what models.JobState says."""
+    from sloth_daemon import checks, models
+
+    assert checks.STATE_NAMES == models.STATE_NAMES
+    for s in (*models.STATE_NAMES, "claimed"):
+        assert checks.state_name(s) == models.state_name(s)
+    for bad in ("", "Done", "paused", "runnin"):
+        with pytest.raises(ValueError):
+            checks.state_name(bad)
+        with pytest.raises(ValueError):
+            models.state_name(bad)

@@ -91,6 +91,7 @@ class PgOptions:
     read_only: bool = False
     application_name: str = "sloth"
     retry_after_s: float = 0.5
+    origin: str | None = None  # the daemon's host name: a job this connection inserts records it (jobs.origin)
 
     def connect_kwargs(self) -> dict[str, Any]:
         """libpq parameters; server settings travel in ``options``."""
@@ -105,7 +106,8 @@ class PgOptions:
             "options": (f"-c statement_timeout={_ms(self.statement_timeout_s)}"
                         f" -c idle_in_transaction_session_timeout={_ms(self.idle_in_transaction_s)}"
                         + ("" if self.lock_wait_s is None else f" -c lock_timeout={_ms(self.lock_wait_s)}")
-                        + (" -c default_transaction_read_only=on" if self.read_only else "")),
+                        + (" -c default_transaction_read_only=on" if self.read_only else "")
+                        + ("" if self.origin is None else f" -c sloth.origin={self.origin}")),
         }
 
 

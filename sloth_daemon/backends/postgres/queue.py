@@ -198,6 +198,7 @@ class PgQueue:
         self.jobs = reads.jobs
         self.events = reads.events
         self.counts = reads.counts
+        self.latest = reads.latest
         self.running = self.claimed = reads.running  # claimed: the name of schema v1-v2 days
         self.prereqs = reads.prereqs
         self.dependents = reads.dependents

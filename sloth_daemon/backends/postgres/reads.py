@@ -126,6 +126,15 @@ class Reads:
 
         return self._db.read(read, "reading a job's events")
 
+    def latest(self, *, origin: str | None = None, ran: bool = False) -> int | None:
+        """The newest job's id queued from ``origin`` (jobs.origin; None:
+        from anywhere), with ``ran`` the newest that has started a run."""
+        where = [w for w, on in (("origin = %(origin)s", origin is not None), ("attempts > 0", ran)) if on]
+        sql = ("SELECT id FROM sloth.jobs" + (" WHERE " + " AND ".join(where) if where else "")
+               + " ORDER BY id DESC LIMIT 1")
+        row = self._db.read(lambda c: c.execute(sql, {"origin": origin}).fetchone(), "finding the latest job")
+        return None if row is None else int(row["id"])
+
     def counts(self) -> dict[str, int]:
         """Jobs per state, every state named (0 for none)."""
         rows = self._db.read(lambda c: c.execute(SQL_COUNTS).fetchall(), "counting jobs")

@@ -498,6 +498,13 @@ class SqliteQueue:
         """Jobs per state, every state named (0 for none)."""
         return self.reads.counts()
 
+    def latest(self, *, origin: str | None = None, ran: bool = False) -> int | None:
+        """The id of the newest job queued from ``origin`` (a daemon's host
+        name; None: from anywhere), with ``ran`` the newest that has started
+        a run; None when there is none. What `sloth wait`, `logs` and `show`
+        mean with no id."""
+        return self.reads.latest(origin=origin, ran=ran)
+
     def running(self) -> list[Job]:
         """All jobs currently leased (running somewhere, or lost)."""
         return self.reads.running()

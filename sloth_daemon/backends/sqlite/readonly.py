@@ -56,6 +56,9 @@ class SqliteReadOnly:
     def counts(self) -> dict[str, int]:
         return self.reads.counts()
 
+    def latest(self, *, origin: str | None = None, ran: bool = False) -> int | None:
+        return self.reads.latest(origin=origin, ran=ran)
+
     def running(self) -> list[Job]:
         return self.reads.running()
 

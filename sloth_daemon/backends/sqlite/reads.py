@@ -144,6 +144,12 @@ class SqliteReads:
         return rules.state_counts(self.conn.execute("SELECT state, count(*) FROM jobs GROUP BY state"))
 
     @reads
+    def latest(self, *, origin: str | None = None, ran: bool = False) -> int | None:
+        # ``origin`` names nothing here: a SQLite queue is one machine's, every job was queued from it
+        row = self.conn.execute("SELECT max(id) FROM jobs" + (" WHERE attempts > 0" if ran else "")).fetchone()
+        return None if row[0] is None else int(row[0])
+
+    @reads
     def running(self) -> list[Job]:
         return [self.rows.job(r) for r in self.conn.execute(
             "SELECT * FROM jobs WHERE state = 'running' ORDER BY id")]

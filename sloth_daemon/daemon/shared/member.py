@@ -44,26 +44,27 @@ from sloth_daemon.backends.postgres.errors import describe
 from sloth_daemon.backends.postgres.hosts import Host
 from sloth_daemon.backends.postgres.queue import PgQueue
 from sloth_daemon.clock import ClockReadings, Clocks
-from sloth_daemon.config import Settings
+from sloth_daemon.config import Settings, machine_name
 from sloth_daemon.errors import SlothError, StorageError
 from sloth_daemon.paths import Paths
 from sloth_daemon.daemon.resources import Resources
-from sloth_daemon.daemon.worker.runs import boot_of, this_host, worker_name
+from sloth_daemon.daemon.worker.runs import boot_of, worker_name
 
 log = logging.getLogger("sloth.shared")
 
 
-def options_for(lease_s: float) -> pgdb.PgOptions:
+def options_for(lease_s: float, origin: str | None = None) -> pgdb.PgOptions:
     """Connection settings whose waits end well inside a lease: a dead
     network or server must become an error while the daemon can still act
-    (its keeper fences the jobs anyway when renewals stop)."""
+    (its keeper fences the jobs anyway when renewals stop); ``origin``, this
+    daemon's host name, is recorded with every job it inserts."""
     share = max(1.0, min(lease_s / 6, 10.0))
     return pgdb.PgOptions(
         connect_timeout_s=max(2, int(share)), keepalives_idle_s=max(1, int(share)),
         keepalives_interval_s=max(1, int(share / 2)), keepalives_count=3,
         tcp_user_timeout_s=share, statement_timeout_s=max(2.0, min(lease_s / 3, 30.0)),
         idle_in_transaction_s=max(5.0, min(lease_s, 60.0)), reconnect_s=share, lock_wait_s=0.2,
-        application_name="sloth-daemon")
+        application_name="sloth-daemon", origin=origin)
 
 
 class ServerTime:
@@ -99,11 +100,11 @@ def open_shared(url: str, paths: Paths, settings: Settings, clocks: Clocks, inst
     """Open the shared queue (refusing a schema that is not exactly this
     code's: `sloth db migrate`), register this host, and make the queue's log
     folder. Raises SlothError (ConfigError for a host name in use)."""
-    options = options_for(settings.lease_s)
+    host = machine_name(settings)
+    options = options_for(settings.lease_s, host)
     queue = PgQueue(url, clocks, lease_s=settings.lease_s, max_attempts=settings.max_attempts,
                     backoff_cap_s=settings.backoff_cap_s, migrate=False, options=options)
     try:
-        host = settings.host or _default_host()
         me = Host(host, tuple(settings.tags), worker_name(instance, host=host), os.getpid(), procident.boot_id(),
                   __version__, time.time())
         queue.register_host(me, alive_s=3 * settings.poll_s + 10, pid_alive=_alive)
@@ -113,15 +114,6 @@ def open_shared(url: str, paths: Paths, settings: Settings, clocks: Clocks, inst
         queue.close()
         raise
     return Machine(url, queue, mine, me, ["", host, *settings.tags], options)
-
-
-def _default_host() -> str:
-    """The hostname, as a name (its first label if it has odd characters)."""
-    name = this_host()
-    if name and all(c.isalnum() and c.isascii() or c in "._-" for c in name) and len(name) <= 64:
-        return name
-    return "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "-" for c in name.split(".")[0])[:64] \
-        or "localhost"
 
 
 def _alive(pid: int) -> bool:

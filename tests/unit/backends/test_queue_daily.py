@@ -282,3 +282,31 @@ def test_illegal_single_transitions_still_raise(q):
     with pytest.raises(IllegalTransition) as e:
         q.retry(a)
     assert "sloth restart" in e.value.hint
+
+
+def test_latest_is_the_newest_job_or_the_newest_that_ran(q, queue_target):
+    """What `sloth wait`, `show` and `logs` mean with no id (issue 28 #14, issue 30)."""
+    assert q.latest() is None and q.latest(ran=True) is None
+    a = q.enqueue(["a"])
+    run(q, a)
+    b = q.enqueue(["b"], not_before=3600)  # the newest, not started
+    assert (q.latest(), q.latest(ran=True)) == (b, a)
+    with open_read_only(queue_target) as ro:
+        assert (ro.latest(), ro.latest(ran=True)) == (b, a)
+
+
+@pytest.mark.backends("postgres")
+def test_on_a_shared_queue_latest_is_of_the_jobs_a_machine_queued(make_queue, queue_target):
+    """Each daemon's connections name it (PgOptions.origin); every job they
+    insert, a restart's copy too, records it in jobs.origin."""
+    from sloth_daemon.backends.postgres.db import PgOptions
+
+    mine, theirs = make_queue(options=PgOptions(origin="a")), make_queue(options=PgOptions(origin="b"))
+    a = mine.enqueue(["a"])
+    run(mine, a)
+    b = theirs.enqueue(["b"])
+    run(theirs, b)
+    assert (mine.latest(origin="a"), mine.latest(origin="b"), mine.latest()) == (a, b, b)
+    (copy,) = [j.id for j in theirs.restart([a]).jobs]
+    assert mine.latest(origin="b") == copy and mine.latest(origin="a", ran=True) == a
+    assert mine.latest(origin="c") is None

@@ -92,7 +92,7 @@ def test_config_knows_the_new_settings_and_says_what_a_reload_changes(tmp_path):
                              "lanes": {"gpu": 2}}, tmp_path / "c.toml")
     assert (s.notify, s.on_finish, s.hook_timeout_s) == (("failed", "drained"), "~/bin/done", 5.0)
     assert config.changes(config.Settings(), s) == [
-        "notify: ['failed'] -> ['failed', 'drained']", "on_finish: '' -> '~/bin/done'", "hook_timeout_s: 30.0 -> 5.0",
+        "notify: failed -> failed, drained", "on_finish: '' -> '~/bin/done'", "hook_timeout_s: 30.0 -> 5.0",
         "lanes.gpu: added (1 -> 2)"]
     for bad in ({"notify": ["loudly"]}, {"notify": "failed"}, {"on_finish": 5}, {"hook_timeout_s": "0s"}):
         with pytest.raises(ConfigError):

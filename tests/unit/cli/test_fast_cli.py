@@ -264,7 +264,7 @@ def test_what_is_not_ours_is_left_untouched(monkeypatch):
     """Another command, an option before the command, no command: None,
     and nothing printed or done."""
     monkeypatch.delenv("_SLOTH_COMPLETE", raising=False)
-    for argv in ([], ["--debug", "add", "--", "true"], ["-V"], ["config"], ["daemon", "status"], ["ad"],
+    for argv in ([], ["--debug", "add", "--", "true"], ["-V"], ["daemon", "status"], ["ad"],
                  ["add", "--help"], ["ls", "--watch"]):
         assert fast.handle(argv) is None, argv
 
