@@ -222,7 +222,7 @@ COMMANDS: tuple[Command, ...] = (
         + _examples("sloth ls", "sloth ls --state failed --since 12h", "sloth ls --since 'yesterday 18:00'",
                     "sloth ls --lane video --watch -n 20", "sloth ls --json | jq '.jobs[].id'"),
         "sloth_daemon.cli.look_run:ls",
-        Option("state", "--state", LIST, None, "Only these states (repeatable; held: `sloth hold`).",
+        Option("state", "--state", LIST, None, "Only these states (repeatable, or queued,held; held: `sloth hold`).",
                complete=STATES),
         Option("lane", "--lane -l", VALUE, None, "Only this lane.", complete=LANES),
         Option("all_", "--all -a", FLAG, False, "Every job, all finished ones too, no row limit."),
@@ -268,7 +268,7 @@ COMMANDS: tuple[Command, ...] = (
         "cancel", "Cancel jobs: running ones have their process tree ended; jobs that\nwaited for them to be done "
         "are cancelled too.", "sloth_daemon.cli.act:cancel",
         Option("lane", "--lane -l", VALUE, None, "Every active job of this lane.", complete=LANES),
-        Option("state", "--state", LIST, None, "Only jobs in this state (blocked, queued, running; repeatable).",
+        Option("state", "--state", LIST, None, "Only jobs in these states (blocked, queued, running; repeatable or comma-separated).",
                complete=STATES),
         _json(), arg=_IDS_ANY, fast=True),
     Command(
@@ -337,7 +337,7 @@ COMMANDS: tuple[Command, ...] = (
             "sloth prune --dry-run", "sloth prune --older-than 0 --state done"),
         "sloth_daemon.cli.act:prune",
         Option("older_than", "--older-than", VALUE, "7d", "Only jobs that ended longer ago than this."),
-        Option("state", "--state", LIST, None, "Only done, failed or cancelled ones (repeatable).",
+        Option("state", "--state", LIST, None, "Only done, failed or cancelled ones (repeatable or comma-separated).",
                complete=STATES),
         Option("lane", "--lane -l", VALUE, None, "Only this lane.", complete=LANES),
         Option("dry_run", "--dry-run", FLAG, False, "Say how many, delete nothing."),

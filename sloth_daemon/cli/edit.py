@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 from sloth_daemon import errors
-from sloth_daemon.cli.base import emit_json, parse_id
+from sloth_daemon.cli.base import command_after_dashes, emit_json, parse_id
 from sloth_daemon.cli.edge import echo
 
 TYPE_CHECKING = False
@@ -52,7 +52,8 @@ def edit(words: Sequence[str], *, command: Optional[str] = None, lane: Optional[
 
     if not words:
         raise errors.BadRequest("which job? `sloth edit ID`", hint="e.g. `sloth edit 12 --priority 5`.")
-    jid, argv = parse_id(words[0]), list(words[1:])
+    jid = parse_id(words[0])
+    argv = command_after_dashes(list(words), f"sloth edit {jid}")
     if command is not None and argv:
         raise errors.BadRequest("give the new command as --command TEXT or after --, not both")
     if delay is not None and at is not None:

@@ -14,7 +14,8 @@ from typing import Any, Optional, Sequence
 import typer
 
 from sloth_daemon import errors
-from sloth_daemon.cli.base import call, duration, emit_json
+from sloth_daemon.cli.base import call, command_after_dashes, duration, emit_json
+from sloth_daemon.text import shell_command
 
 Text = Optional[str]
 
@@ -109,7 +110,8 @@ def _split(words: Sequence[str], *, need_command: bool) -> tuple[str, list[str]]
     words = list(words or [])
     if not words:
         raise errors.BadRequest("no schedule name given", hint="e.g. sloth schedule add nightly --every 1d -- CMD")
-    name, command = words[0], words[1:]
+    name = words[0]
+    command = words[1:] if need_command else command_after_dashes(words, shell_command("sloth", "schedule", "edit", name))
     if need_command and not command:
         raise errors.BadRequest("no command given", hint="Put the command after --, e.g. `... -- make backup`.")
     return name, command

@@ -1,0 +1,61 @@
+"""Issues 28 (item 10) and 30 (part 3, "words a person reads", and
+`daemon stop`): commands that say what they did, in words a person reads,
+driven as a person would through the real CLI and a real daemon (a
+pseudo-terminal where it is about a terminal)."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+
+from sloth_daemon.errors import EXIT_USAGE
+from tests.support.harness import Harness
+
+pytestmark = pytest.mark.acceptance
+SLOTH = [sys.executable, "-m", "sloth_daemon"]
+
+
+def add(h: Harness, *args: str, **kw) -> int:
+    return h.cli_json("add", *args, **kw)["ids"][0]
+
+
+def test_edit_takes_a_new_command_only_after_dashes(harness):
+    h = harness
+    h.start()
+    jid = add(h, "--hold", "--", "echo", "kept")
+    for line in (["edit", str(jid), "2", "--priority", "5"], ["edit", str(jid), "--priority", "3", "oops"]):
+        p = h.cli(*line)
+        assert p.returncode == EXIT_USAGE, (line, p.stdout, p.stderr)
+        assert "after --" in p.stderr and p.stdout == "", p.stderr
+    job = h.job(jid)
+    assert job["command"] == ["echo", "kept"] and job["priority"] == 0  # nothing changed
+    assert h.cli("edit", str(jid), "--priority", "5", "--", "echo", "new", check=True).stdout.startswith(
+        f"job {jid} edited")
+    assert h.job(jid)["command"] == ["echo", "new"] and h.job(jid)["priority"] == 5
+    h.cli("schedule", "add", "nightly", "--every", "1d", "--", "echo", "a", check=True)
+    p = h.cli("schedule", "edit", "nightly", "stray", "--every", "2d")
+    assert p.returncode == EXIT_USAGE and "after --" in p.stderr, p.stderr
+    shown = h.cli_json("schedule", "show", "nightly")
+    assert "stray" not in str(shown) and "172800" not in str(shown)
+
+
+def test_state_filters_take_commas_as_well_as_repeats(harness):
+    h = harness
+    h.start()
+    held = add(h, "--hold", "--", "true")
+    queued = add(h, "--delay", "1h", "--", "true")
+    done = add(h, "--", "true")
+    h.wait_state(done, "done")
+    for line in (["--state", "queued,held"], ["--state", "queued", "--state", "held"], ["--state", "held, queued"]):
+        listed = h.cli_json("ls", *line)
+        assert sorted(j["id"] for j in listed["jobs"]) == [held, queued], line
+    rows = h.cli("ls", "--state", "queued,held", check=True).stdout
+    shown = [r.split()[:2] for r in rows.splitlines()[1:-1]]  # between the header and the footer
+    assert sorted(shown) == sorted([[str(queued), "queued"], [str(held), "held"]]), rows
+    p = h.cli("ls", "--state", "queued,bogus")
+    assert p.returncode == EXIT_USAGE and "bogus" in p.stderr
+    assert h.cli_json("prune", "--dry-run", "--older-than", "0", "--state", "done,failed")["would_prune"] == 1
+    res = h.cli_json("cancel", "--state", "queued,held")
+    assert sorted(j["id"] for j in res["jobs"]) == [held, queued]
