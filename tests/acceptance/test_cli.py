@@ -560,7 +560,7 @@ def test_daemon_start_status_stop(harness):
     assert len({ln.index(ln.split(":", 1)[1].strip()) for ln in pairs}) == 1  # the values in one column
 
     p = harness.cli("daemon", "stop", check=True)
-    assert p.stdout == f"sloth daemon stopped (pid {pid})\n"
+    assert p.stdout == f"sloth daemon stopped (pid {pid}); no job was running\n"
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert harness.cli("daemon", "status").returncode == EXIT_NOT_RUNNING
     assert not harness.socket.exists()
@@ -576,7 +576,7 @@ def test_daemon_stop_when_the_daemons_parent_has_not_reaped_it(harness):
     pid = harness.daemon.pid
     p = harness.cli("daemon", "stop", "--timeout", "20s")
     assert p.returncode == 0, p.stderr
-    assert p.stdout == f"sloth daemon stopped (pid {pid})\n"
+    assert p.stdout == f"sloth daemon stopped (pid {pid}); no job was running\n"
     assert harness.daemon.wait(10) == 0
 
 

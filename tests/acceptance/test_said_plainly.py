@@ -59,3 +59,27 @@ def test_state_filters_take_commas_as_well_as_repeats(harness):
     assert h.cli_json("prune", "--dry-run", "--older-than", "0", "--state", "done,failed")["would_prune"] == 1
     res = h.cli_json("cancel", "--state", "queued,held")
     assert sorted(j["id"] for j in res["jobs"]) == [held, queued]
+
+
+def test_daemon_stop_says_how_many_running_jobs_it_stopped_and_queued_again(harness):
+    h = harness
+    h.start()
+    jid = add(h, "--", "sleep", "60")
+    h.wait_state(jid, "running")
+    p = h.cli("daemon", "stop", check=True)
+    assert p.stdout == (f"sloth daemon stopped (pid {h.daemon.pid}); 1 running job(s) stopped and queued again, "
+                        "not failed (`sloth daemon stop --keep-jobs` leaves them running)\n"), p.stdout
+    assert h.cli_json("show", str(jid))["jobs"][0]["state"] == "queued"  # what it said is what happened
+
+
+def test_retry_of_a_done_job_points_to_restart(harness):
+    h = harness
+    h.start()
+    jid = add(h, "--", "true")
+    h.wait_state(jid, "done")
+    p = h.cli("retry", str(jid))
+    assert p.returncode == 6 and f"`sloth restart {jid}`" in p.stderr, p.stderr
+    other = add(h, "--", "false")
+    h.wait_state(other, "failed", timeout_s=60)
+    p = h.cli("retry", str(jid), str(other))  # one retried, the done one left alone: told how to run it again
+    assert p.stdout == f"job {other} queued again\n" and f"`sloth restart {jid}`" in p.stderr, p.stderr
