@@ -74,7 +74,7 @@ def ls_args(state: Optional[Sequence[str]], lane: Optional[str], all_: bool, lim
     """The list op's arguments. The table shows DEFAULT_ROWS rows and the
     RECENT latest finished jobs; --json (for scripts, which must not miss
     a job nobody sees was left out) every job unless --limit says fewer."""
-    states = _states(comma_list(state) or []) or None
+    states = _states(comma_list(state) or []) if state else None
     if limit is not None and limit < 1 or offset < 0:
         raise errors.BadRequest("--limit must be at least 1 and --offset at least 0")
     if lane is not None:

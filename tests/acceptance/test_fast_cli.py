@@ -84,7 +84,7 @@ READS: list[tuple[list[str], str | None, str]] = [
     (["ls", "--watch", "--json"], None, T), (["ls", "extra"], None, T), (["ls", "--since", "12h"], None, F),
     (["show", "1"], None, F), (["show", "1", "6", "--json"], None, F), (["show", "999"], None, F),
     (["show", "x"], None, F), (["show", "0"], None, F), (["show", "--json", "--", "3"], None, F),
-    (["show"], None, F),
+    (["show"], None, F), ([], None, F), (["ls", "--state", "queued,blocked"], None, F),
     (["status"], None, F), (["status", "--json"], None, F), (["status", "extra"], None, T), (["status", "-h"], None, T),
     (["lane", "ls"], None, F), (["lane", "ls", "--json"], None, F), (["lane", "ls", "x"], None, T),
     (["logs", "1"], None, F), (["logs", "--path", "1"], None, F), (["logs", "-n", "3", "--attempt", "1", "1"], None, F),
@@ -107,6 +107,8 @@ ACTS: list[tuple[list[str], str | None, str]] = [
                                                 None, F),
     (["restart", "3"], None, F), (["restart", "2", "3"], None, F), (["restart", "--json", "4"], None, F),
     (["restart"], None, T),
+    (["edit", "7", "2", "--priority", "5"], None, F), (["edit", "7", "-p", "3", "--", "echo", "x"], None, F),
+    (["cancel", "--state", "blocked,held", "--lane", "video"], None, F),
     (["prune", "--dry-run"], None, F), (["prune", "--older-than", "0", "--dry-run", "--state", "cancelled"], None, F),
     (["prune", "--older-than", "x"], None, F), (["prune", "--state", "running", "--dry-run"], None, F),
     (["prune", "--older-than", "0", "--state", "cancelled", "--lane", "video", "--json"], None, F),
@@ -269,7 +271,7 @@ LINES = [  # (argv, environment, light: none of LIGHT_TOO either)
     (["logs", "-n", "1", "1"], {}, True), (["cancel", "2"], {}, True), (["retry", "2"], {}, True),
     (["cancel", "--lane", "video"], {}, True), (["kill", "--json", "1"], {}, True), (["pause", "video"], {}, True),
     (["resume", "video"], {}, True), (["restart", "1"], {}, True), (["prune", "--dry-run"], {}, False),  # durations.parse_duration: re
-    (["lane", "set", "video", "-c", "0"], {}, True),
+    (["lane", "set", "video", "-c", "0"], {}, True), ([], {}, True),
     # A TAB splits the line as the shell does, with shlex (and so re): still no Typer.
     ([], {"_SLOTH_COMPLETE": "complete_bash", "COMP_WORDS": "sloth ls --lane ", "COMP_CWORD": "3"}, False),
     ([], {"_SLOTH_COMPLETE": "complete_bash", "COMP_WORDS": "sloth show ", "COMP_CWORD": "2"}, False),

@@ -83,3 +83,18 @@ def test_retry_of_a_done_job_points_to_restart(harness):
     h.wait_state(other, "failed", timeout_s=60)
     p = h.cli("retry", str(jid), str(other))  # one retried, the done one left alone: told how to run it again
     assert p.stdout == f"job {other} queued again\n" and f"`sloth restart {jid}`" in p.stderr, p.stderr
+
+
+def test_plain_sloth_shows_the_day_at_a_glance_and_where_help_is(harness):
+    h = harness
+    p = h.cli()  # no daemon yet: read, none started, nothing made
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("daemon   not running") and "`sloth --help`" in p.stdout, p.stdout
+    assert len(p.stdout.splitlines()) < 10 and not h.socket.exists()
+    h.start()
+    jid = add(h, "--", "sleep", "30")
+    h.wait_state(jid, "running")
+    p = h.cli(check=True)
+    assert re.search(rf"^running +{jid} .*sleep 30", p.stdout, re.M), p.stdout
+    assert p.stdout.splitlines()[-1] == "every command: `sloth --help`; every job: `sloth ls`"
+    assert "Usage" not in p.stdout + p.stderr
