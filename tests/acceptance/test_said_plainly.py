@@ -12,6 +12,7 @@ import pytest
 
 from sloth_daemon.errors import EXIT_USAGE
 from tests.support.harness import Harness
+from tests.support.terminal import Terminal
 
 pytestmark = pytest.mark.acceptance
 SLOTH = [sys.executable, "-m", "sloth_daemon"]
@@ -98,3 +99,34 @@ def test_plain_sloth_shows_the_day_at_a_glance_and_where_help_is(harness):
     assert re.search(rf"^running +{jid} .*sleep 30", p.stdout, re.M), p.stdout
     assert p.stdout.splitlines()[-1] == "every command: `sloth --help`; every job: `sloth ls`"
     assert "Usage" not in p.stdout + p.stderr
+
+
+def test_wait_says_when_a_failed_try_is_tried_again_and_why_a_job_waits(harness):
+    h = harness
+    h.start()
+    (jid,) = h.cli_json("add", "--max-attempts", "2", "--", "sh", "-c", "sleep 0.3; exit 1")["ids"]
+    with Terminal(SLOTH + ["wait", str(jid)], h.env, h.home) as t:  # backoff after the first try: 2s
+        t.read_until(rf"job {jid} will be tried again in \d\S* \(try 2/2; the last: exit 1")
+        assert t.wait() == 5
+    gated = add(h, "--when", "disk>=100T", "--", "true")  # a condition that never holds here
+    with Terminal(SLOTH + ["wait", str(gated)], h.env, h.home) as t:
+        t.read_until(rf"job {gated} queued for \d\S* · waiting for 100T free", timeout_s=20)
+        t.type(b"\x03")
+        assert t.wait() == 130
+        shown = [ln for ln in t.screen() if ln.strip()]
+    assert shown == [f"stopped waiting for job {gated} after {shown[-1].split(' after ')[1].split(':')[0]}: "
+                     "it is queued and carries on"], shown
+
+
+def test_add_wait_names_its_job_once_and_counts_never_read_as_ids(harness):
+    h = harness
+    h.start()
+    with Terminal(SLOTH + ["add", "--wait", "--", "sleep", "30"], h.env, h.home) as t:
+        jid = int(t.read_until(r"^(\d+)\r?\n").group(1))
+        t.read_until(rf"job {jid} running for \d")
+        t.type(b"\x03")
+        assert t.wait() == 130
+        shown = [ln for ln in t.screen() if ln.strip()]
+    assert shown[0] == str(jid) and re.fullmatch(
+        rf"stopped waiting for job {jid} after \d\S*: it is running and carries on", shown[1]), shown
+    assert len(shown) == 2, shown
