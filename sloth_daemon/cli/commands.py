@@ -240,7 +240,9 @@ COMMANDS: tuple[Command, ...] = (
         fast=True),
     Command(
         "show", "Show jobs and their history (claimed, started, failed, reclaimed, ...) in time order; a failed "
-        "job's last log lines end it. No ID: the latest job." + _examples("sloth show", "sloth show 12 13"),
+        "job's last log lines end it. No ID: the latest job. ATTEMPTS: the tries used of those allowed "
+        "(--max-attempts); a run cut short by a daemon stop or by sloth's own trouble (a crash, a lost lease) is "
+        "not counted, and `sloth retry` starts the count again." + _examples("sloth show", "sloth show 12 13"),
         "sloth_daemon.cli.look_run:show",
         _json('Print {"jobs": [job with events, prereqs, dependents, waited_s, ran_s]} as JSON.'),
         arg=_ids("job_ids", required=False), fast=True),

@@ -320,12 +320,13 @@ def tail_lines(path: str, n: int = 10, max_bytes: int = 16384) -> list[str]:
 
 
 def _attempts(job: dict[str, Any], events: Sequence[dict[str, Any]] = ()) -> str:
-    """The tries that count against max_attempts, and what the runs were:
-    ``3/3: 9 runs; 3 counted, 6 before 2 user retries``. Every run counts
-    in ``attempts``; ``tries`` counts those since the last user retry
-    (which starts the count afresh), less the ones given back: a run
-    interrupted by a daemon stop, or cut short by sloth itself (a crash,
-    a fence: ``refunds`` of those, bounded)."""
+    """The tries used of those allowed, and, when runs were not all counted,
+    why, in plain words (the rules: `sloth show --help`): ``1/3 (2 runs; 1
+    not counted: stopped with the daemon)``. Every run counts in
+    ``attempts``; ``tries`` counts those since the last user retry (which
+    starts the count afresh), less the ones given back: a run interrupted by
+    a daemon stop, or cut short by sloth itself (a crash, a lost lease:
+    ``refunds`` of those, bounded)."""
     runs, tries = job["attempts"], job.get("tries", job["attempts"])
     text = f"{tries}/{job['max_attempts']}"
     if runs == tries:
@@ -333,13 +334,11 @@ def _attempts(job: dict[str, Any], events: Sequence[dict[str, Any]] = ()) -> str
     retries = [e for e in events if e["kind"] == "retried"]
     before = min(int(retries[-1]["attempt"] or 0), runs) if retries else 0
     given = max(0, runs - before - tries)
-    parts = [f"{tries} counted"]
-    if retries:
-        n = len(retries)
-        parts.append(f"{before} before {n} user retr{'y' if n == 1 else 'ies'} (a retry starts the count afresh)")
+    notes = [f"{before} before `sloth retry` started the count again"] if retries else []
     if given:
         sloth = min(int(job.get("refunds") or 0), given)
-        why = ([f"{given - sloth} interrupted (a daemon stop)"] if given > sloth else []) + (
-            [f"{sloth} cut short by sloth (a crash or a fence)"] if sloth else [])
-        parts.append(f"{given} given back: " + ", ".join(why))
-    return f"{text}: {runs} run{'s' if runs != 1 else ''}; " + "; ".join(parts)
+        why = [(n, w) for n, w in ((given - sloth, "stopped with the daemon"),
+                                   (sloth, "cut short by sloth's own trouble (a crash, a lost lease)")) if n]
+        notes.append(f"{given} not counted: " + (why[0][1] if len(why) == 1 else
+                                                 ", ".join(f"{n} {w}" for n, w in why)))
+    return f"{text} ({runs} run{'s' if runs != 1 else ''}; " + "; ".join(notes) + ")"

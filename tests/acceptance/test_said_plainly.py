@@ -65,12 +65,17 @@ def test_state_filters_take_commas_as_well_as_repeats(harness):
 def test_daemon_stop_says_how_many_running_jobs_it_stopped_and_queued_again(harness):
     h = harness
     h.start()
-    jid = add(h, "--", "sleep", "60")
+    jid = add(h, "--", "sleep", "2")
     h.wait_state(jid, "running")
     p = h.cli("daemon", "stop", check=True)
     assert p.stdout == (f"sloth daemon stopped (pid {h.daemon.pid}); 1 running job(s) stopped and queued again, "
                         "not failed (`sloth daemon stop --keep-jobs` leaves them running)\n"), p.stdout
     assert h.cli_json("show", str(jid))["jobs"][0]["state"] == "queued"  # what it said is what happened
+    h.start()
+    h.wait_state(jid, "done")
+    shown = h.cli("show", str(jid), check=True).stdout  # the run cut short is not counted, said plainly
+    assert re.search(r"^  attempts  1/3 \(2 runs; 1 not counted: stopped with the daemon\)$", shown, re.M), shown
+    assert "not counted, and `sloth retry` starts the count again" in " ".join(h.cli("show", "--help").stdout.split())
 
 
 def test_retry_of_a_done_job_points_to_restart(harness):
