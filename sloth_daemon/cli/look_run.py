@@ -170,7 +170,7 @@ def _text(res: dict[str, Any], args: dict[str, Any]) -> str:
     out = []
     if res["jobs"]:
         rows, sts = render.job_rows(res["jobs"])
-        out.append(render.table(render.JOB_HEADERS, rows, sts))
+        out.append(render.table(render.JOB_HEADERS, rows, sts, fit=render.terminal_width()))
     if "since" in res:
         from sloth_daemon.durations import local_time
 

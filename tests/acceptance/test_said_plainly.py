@@ -135,3 +135,29 @@ def test_add_wait_names_its_job_once_and_counts_never_read_as_ids(harness):
     assert shown[0] == str(jid) and re.fullmatch(
         rf"stopped waiting for job {jid} after \d\S*: it is running and carries on", shown[1]), shown
     assert len(shown) == 2, shown
+
+
+def test_ls_rows_fit_the_terminal_and_show_keeps_the_whole_reason(harness):
+    h = harness
+    h.start()
+    deep = h.home / ("a-folder-with-a-rather-long-name-" * 3).rstrip("-")
+    deep.mkdir()
+    jid = add(h, "--cwd", str(deep), "--when", "disk>=100T", "--", "sh", "-c", "echo " + "x" * 120)
+    full = h.wait_for(lambda: h.job(jid).get("wait_reason"), what="its reason")
+    assert len(full) > 60 and str(deep) in full
+    with Terminal(SLOTH + ["ls"], h.env, h.home, cols=100) as t:
+        assert t.wait() == 0
+        lines = t.text.replace("\r\n", "\n").rstrip("\n").split("\n")
+    row = next(ln for ln in lines if ln.startswith(f"{jid} "))
+    assert all(len(ln) < 100 for ln in lines), lines  # none wraps
+    assert "waiting for 100T free in" in row and "…" in row, row
+    assert row.rstrip().endswith("…")  # the command, cut to fit
+    with Terminal(SLOTH + ["ls", "--watch"], h.env, h.home, cols=100) as t:
+        t.read_until(r"\d+ queued")
+        t.type(b"\x03")
+        t.wait()
+        shown = t.screen()
+    assert all(len(ln) < 100 for ln in shown) and any(ln.startswith(f"{jid} ") and "…" in ln for ln in shown), shown
+    piped = h.cli("ls", check=True).stdout  # piped: the command as it was (60 wide), WHEN cut the same
+    assert "…" in next(ln for ln in piped.splitlines() if ln.startswith(f"{jid} "))
+    assert full in h.cli("show", str(jid), check=True).stdout  # whole in show
