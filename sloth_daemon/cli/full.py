@@ -29,7 +29,7 @@ _TYPES: dict[str, Any] = {FLAG: bool, INT: int, PATH: Path, LIST: List[str]}
 
 
 def main() -> None:
-    if not sys.argv[1:]:  # plain `sloth`: the day at a glance (as the fast path runs it)
+    if not sys.argv[1:] and "_SLOTH_COMPLETE" not in os.environ:  # plain `sloth`: the day at a glance (as fast.py)
         from sloth_daemon.cli.fast import at_edge
         from sloth_daemon.cli.look import glance
 
