@@ -270,7 +270,8 @@ COMMANDS: tuple[Command, ...] = (
         "cancel", "Cancel jobs: running ones have their process tree ended; jobs that\nwaited for them to be done "
         "are cancelled too.", "sloth_daemon.cli.act:cancel",
         Option("lane", "--lane -l", VALUE, None, "Every active job of this lane.", complete=LANES),
-        Option("state", "--state", LIST, None, "Only jobs in these states (blocked, queued, running; repeatable or comma-separated).",
+        Option("state", "--state", LIST, None, "Only jobs in these states (blocked, queued, running; repeatable "
+               "or comma-separated).",
                complete=STATES),
         _json(), arg=_IDS_ANY, fast=True),
     Command(
@@ -289,13 +290,12 @@ COMMANDS: tuple[Command, ...] = (
     # The queue edits (issue 22; cli/edit.py, daemon/edit_ops.py).
     Command(
         "edit", "Change a job that has not started (queued, blocked or held): its command\n(in $VISUAL/$EDITOR, as "
-        "`git commit` does, unless --command or -- CMD ARGS), lane,\npriority, label, start time or prerequisites. "
-        "One transaction; the job's history\nsays what changed. A running or finished job is refused (`sloth "
-        "restart`\nmakes a new job).", "sloth_daemon.cli.edit:edit",
+        "`git commit` does, unless --command or -- CMD ARGS), start time,\nprerequisites, or any option of `sloth "
+        "add` (lane, priority, --timeout, --when,\n--needs, ...; --label \"\", --when none, --needs none remove "
+        "one). One transaction;\nthe job's history says what changed. A running or finished job is refused\n(`sloth "
+        "restart` makes a new job).", "sloth_daemon.cli.edit:edit",
         Option("command", "--command", VALUE, None, "The new command, one shell line (as a line of `add --stdin`)."),
-        Option("lane", "--lane -l", VALUE, None, "Move it to this lane.", complete=LANES),
-        Option("priority", "--priority -p", INT, None, "Its new priority (higher runs first within a lane)."),
-        Option("label", "--label", VALUE, None, "Its new label (\"\" removes it)."),
+        *(_unset(o) for o in _JOB_OPTIONS),  # every option of `sloth add` a job not started takes
         Option("delay", "--delay", VALUE, None, "Start no sooner than this long from now, e.g. 10m (0: now)."),
         Option("at", "--at", VALUE, None, "Start no sooner than this time (9pm, tomorrow 08:00, mon 9:00, ISO)."),
         Option("after", "--after", LIST, None, "Its prerequisites, replacing the old ones (ids; none: no more).",

@@ -111,7 +111,8 @@ def _split(words: Sequence[str], *, need_command: bool) -> tuple[str, list[str]]
     if not words:
         raise errors.BadRequest("no schedule name given", hint="e.g. sloth schedule add nightly --every 1d -- CMD")
     name = words[0]
-    command = words[1:] if need_command else command_after_dashes(words, shell_command("sloth", "schedule", "edit", name))
+    usage = shell_command("sloth", "schedule", "edit", name)
+    command = words[1:] if need_command else command_after_dashes(words, usage)
     if need_command and not command:
         raise errors.BadRequest("no command given", hint="Put the command after --, e.g. `... -- make backup`.")
     return name, command

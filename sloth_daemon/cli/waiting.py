@@ -312,7 +312,8 @@ def _queued_line(job: dict[str, Any]) -> str:
     now, jid = time.time(), job["id"]
     why = f" · {showable(job['wait_reason'])}" if job.get("wait_reason") and job["not_before"] <= now else ""
     if job["attempts"] and job.get("message"):  # back in the queue after a run: a failed try, an interruption
-        tried = f"try {job.get('tries', job['attempts']) + 1}/{job['max_attempts']}; the last: {showable(job['message'])}"
+        tried = f"try {job.get('tries', job['attempts']) + 1}/{job['max_attempts']}; " \
+            f"the last: {showable(job['message'])}"
         if job["not_before"] > now:
             return f"job {jid} will be tried again in {format_duration(job['not_before'] - now)} ({tried})"
         return f"job {jid} due to be tried again ({tried}){why}"

@@ -161,3 +161,24 @@ def test_ls_rows_fit_the_terminal_and_show_keeps_the_whole_reason(harness):
     piped = h.cli("ls", check=True).stdout  # piped: the command as it was (60 wide), WHEN cut the same
     assert "…" in next(ln for ln in piped.splitlines() if ln.startswith(f"{jid} "))
     assert full in h.cli("show", str(jid), check=True).stdout  # whole in show
+
+
+def test_edit_takes_the_options_of_add_and_the_job_runs_by_them(harness):
+    h = harness
+    h.start()
+    jid = add(h, "--hold", "--max-attempts", "3", "--", "sleep", "30")
+    p = h.cli("edit", str(jid), "--timeout", "1s", "--max-attempts", "1", "--when", "disk>=1K", check=True)
+    assert p.stdout == f"job {jid} edited: max-attempts 3 -> 1, timeout (none) -> 1s, when (none) -> disk>=1K\n"
+    for bad, said in ((["--needs", "gpu=1"], "no resource 'gpu'"), (["--slots", "2"], "would never start"),
+                      (["--when", "moonlight"], "moonlight"), (["--shell", "--", "echo 'open"], "sh can read"),
+                      (["--shell"], "give it after --"), (["--mem", "lots"], "--mem")):
+        p = h.cli("edit", str(jid), *bad)  # refused as add refuses it, nothing changed
+        assert p.returncode == EXIT_USAGE and said in p.stderr, (bad, p.stderr)
+    assert h.job(jid)["timeout_s"] == 1.0 and h.job(jid)["gate"] == {"when": ["disk>=1K"]}
+    h.cli("edit", str(jid), "--when", "none", "--shell", "--", "sleep 30 && echo never", check=True)
+    h.cli("release", str(jid), check=True)
+    job = h.wait_state(jid, "failed")  # the edited timeout ended it, and its one try was spent
+    assert "timed out" in job["message"] or "timeout" in job["message"], job["message"]
+    assert job["gate"] is None and job["command"] == ["/bin/sh", "-c", "sleep 30 && echo never"]
+    p = h.cli("edit", str(jid), "--timeout", "5s")
+    assert p.returncode == 6 and f"sloth restart {jid}" in p.stderr
