@@ -182,3 +182,26 @@ def test_edit_takes_the_options_of_add_and_the_job_runs_by_them(harness):
     assert job["gate"] is None and job["command"] == ["/bin/sh", "-c", "sleep 30 && echo never"]
     p = h.cli("edit", str(jid), "--timeout", "5s")
     assert p.returncode == 6 and f"sloth restart {jid}" in p.stderr
+
+
+def test_a_lane_made_by_add_goes_when_it_is_empty_and_has_no_settings(harness):
+    h = harness
+    h.start()
+    h.cli("lane", "set", "kept", "-c", "2", "--create", check=True)  # its own setting: it stays
+    held = add(h, "--lane", "scratch", "--hold", "--", "true")
+    assert "scratch" in h.cli("status", check=True).stdout and "scratch" in h.cli_json("lane", "ls")["lanes"]
+    h.cli("release", str(held), check=True)
+    h.wait_state(held, "done")
+    for i in range(3):
+        h.wait_state(add(h, "--lane", f"once-{i}", "--", "true"), "done")
+    status = h.cli("status", check=True).stdout
+    lanes_line = next(ln for ln in status.splitlines() if ln.startswith("lanes"))
+    assert lanes_line.split()[1::2] == ["default", "kept"], status  # no pile of lanes made in passing
+    assert sorted(h.cli_json("lane", "ls")["lanes"]) == ["default", "kept"]
+    assert [j["id"] for j in h.cli_json("ls", "--lane", "scratch")["jobs"]] == [held]  # its jobs still found
+    h.cli("pause", "scratch", check=True)  # named, it is still a lane; paused, it has a setting: listed
+    assert "scratch" in h.cli_json("lane", "ls")["lanes"]
+    p = h.cli("ls", "--lane", "nosuch")
+    assert p.returncode == 4 and "nosuch" in p.stderr
+    h.stop()
+    assert sorted(h.cli_json("lane", "ls")["lanes"]) == ["default", "kept", "scratch"]  # read from the file alike

@@ -10,7 +10,12 @@ that a restart quietly undoes surprises people).
 
 The ``default`` lane always exists. Another exists once config names it, a job was added to it or `lane set
 --create` made it; naming any other lane is an error that lists the real
-ones (a typo must not pause nothing and say "paused").
+ones (a typo must not pause nothing and say "paused"). A lane that only a
+job's ``--lane`` made, and that has no setting of its own (config, `lane
+set`, a pause), is listed (`status`, `lane ls`) only while it has jobs
+that have not ended: made implicitly, it goes when it is empty, so such
+lanes do not pile up; named, it is still known (`ls --lane` finds its
+finished jobs).
 """
 
 from __future__ import annotations
@@ -91,6 +96,10 @@ class Lanes:
         """Every lane that exists (see the module docstring); ``default`` always does."""
         return sorted({"default"} | set(self.settings.lanes) | set(self.queue.lane_rows()) | self.paused)
 
+    def has_settings(self, lane: str) -> bool:
+        """``default``, or a lane config names, `lane set` gave a concurrency, or a pause holds."""
+        return lane == "default" or lane in self.settings.lanes or lane in self.overrides or lane in self.paused
+
     def check(self, lane: str) -> None:
         """Raises LaneNotFound (naming the lanes there are) for a lane that does not exist."""
         known = self.known()
@@ -169,12 +178,13 @@ class Lanes:
 
 def lane_table(lanes: Any, names: Iterable[str], running: Mapping[str, int],
                counts: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, object]]:
-    """The rows of `sloth lane ls` (``lanes``: anything with concurrency,
-    source and is_paused, such as a Lanes or a ReadLanes)."""
+    """The rows of `sloth lane ls` (``lanes``: a Lanes, or a ReadLanes): a
+    lane without settings of its own only while it has active jobs
+    (``counts``: of the lanes that have some; see the module docstring)."""
     return {ln: {"concurrency": lanes.concurrency(ln), "source": lanes.source(ln),
                  "running": running.get(ln, 0), "queued": counts.get(ln, {}).get("queued", 0),
                  "blocked": counts.get(ln, {}).get("blocked", 0), "paused": lanes.is_paused(ln)}
-            for ln in sorted(set(names) | set(counts))}
+            for ln in sorted(set(names) | set(counts)) if ln in counts or running.get(ln) or lanes.has_settings(ln)}
 
 
 def ReadLanes(queue: Any, settings: Settings) -> Lanes:  # named as the class it was (cli/offline.py)
