@@ -137,12 +137,12 @@ def _states(given: Sequence[str]) -> list[str]:
 
 
 def check_lane(lane: str) -> None:
-    """LaneNotFound (with the lanes there are) for a lane that does not exist:
-    not listed, and no job, even a finished one, in it (a lane a job's
-    --lane made is listed only while it has active jobs)."""
-    known = call_or_read("lanes")["lanes"]
-    if lane not in known and not call_or_read("list", lane=lane, limit=1)["jobs"]:
-        raise errors.LaneNotFound(lane, sorted(known))
+    """LaneNotFound (with the lanes there are) for a lane that does not exist
+    (``known``: listed or not: a lane a job's --lane made is listed only
+    while it has active jobs; a daemon from before says only ``lanes``)."""
+    res = call_or_read("lanes")
+    if lane not in res.get("known", res["lanes"]):
+        raise errors.LaneNotFound(lane, sorted(res["lanes"]))
 
 
 def fetch(args: dict[str, Any]) -> dict[str, Any]:

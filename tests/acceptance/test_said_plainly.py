@@ -199,6 +199,8 @@ def test_a_lane_made_by_add_goes_when_it_is_empty_and_has_no_settings(harness):
     assert lanes_line.split()[1::2] == ["default", "kept"], status  # no pile of lanes made in passing
     assert sorted(h.cli_json("lane", "ls")["lanes"]) == ["default", "kept"]
     assert [j["id"] for j in h.cli_json("ls", "--lane", "scratch")["jobs"]] == [held]  # its jobs still found
+    h.cli("prune", "--older-than", "0", "--lane", "once-0", check=True)
+    assert h.cli_json("ls", "--lane", "once-0")["total"] == 0  # no job at all: still a name it knows
     h.cli("pause", "scratch", check=True)  # named, it is still a lane; paused, it has a setting: listed
     assert "scratch" in h.cli_json("lane", "ls")["lanes"]
     p = h.cli("ls", "--lane", "nosuch")

@@ -15,7 +15,8 @@ job's ``--lane`` made, and that has no setting of its own (config, `lane
 set`, a pause), is listed (`status`, `lane ls`) only while it has jobs
 that have not ended: made implicitly, it goes when it is empty, so such
 lanes do not pile up; named, it is still known (`ls --lane` finds its
-finished jobs).
+finished jobs). A lane `lane set` made or set stays (its row keeps the
+config's value then, ``config_was``).
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ class Lanes:
         self.paused_all = bool(queue.get_meta(self.keys[0], False))
         self.paused: set[str] = set(queue.get_meta(self.keys[1], []))
         self.overrides: dict[str, int] = {}
+        # Lanes `sloth lane set` made or set (their row has the config's value then): kept, empty or not.
+        self.made = {n for n, r in queue.lane_rows().items() if r.get("config_was") is not None}
         if read_only:
             self.overrides = overrides_in_force(queue.lane_rows(), settings)[0]
         else:
@@ -97,8 +100,8 @@ class Lanes:
         return sorted({"default"} | set(self.settings.lanes) | set(self.queue.lane_rows()) | self.paused)
 
     def has_settings(self, lane: str) -> bool:
-        """``default``, or a lane config names, `lane set` gave a concurrency, or a pause holds."""
-        return lane == "default" or lane in self.settings.lanes or lane in self.overrides or lane in self.paused
+        """``default``, or a lane config names, `lane set` made or set, or a pause holds."""
+        return lane == "default" or lane in self.settings.lanes or lane in self.made or lane in self.paused
 
     def check(self, lane: str) -> None:
         """Raises LaneNotFound (naming the lanes there are) for a lane that does not exist."""
@@ -151,6 +154,7 @@ class Lanes:
             raise BadRequest(f"concurrency must be a whole number from 0 to {MAX_CONCURRENCY}, got {concurrency!r}")
         if create:
             self.queue.set_lane(lane, self.overrides.get(lane), self.settings.concurrency(lane))
+            self.made.add(lane)
         self.check(lane)
         was = {"concurrency": self.concurrency(lane), "paused": self.is_paused(lane)}
         if concurrency == 0:
@@ -158,6 +162,7 @@ class Lanes:
         else:
             self.queue.set_lane(lane, concurrency, self.settings.concurrency(lane))
             self.overrides[lane] = concurrency
+            self.made.add(lane)
             if lane in self.paused:
                 self.resume(lane)
         return {"lane": lane, "was": was, "concurrency": self.concurrency(lane), "paused": self.is_paused(lane)}
@@ -172,6 +177,7 @@ class Lanes:
                                     hint=f"Cancel them first: `{shell_command('sloth', 'cancel', '--lane', lane)}`.")
         self.queue.forget_lane(lane)
         self.overrides.pop(lane, None)
+        self.made.discard(lane)
         if lane in self.paused:
             self.resume(lane)
 
