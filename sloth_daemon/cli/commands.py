@@ -345,7 +345,8 @@ COMMANDS: tuple[Command, ...] = (
         Option("dry_run", "--dry-run", FLAG, False, "Say how many, delete nothing."),
         _json(), fast=True),
     Command(
-        "lane ls", "Every lane: concurrency (and where it comes from), running, queued, blocked, paused.",
+        "lane ls", "Every lane: concurrency (and where it comes from), running, queued, blocked, paused (a lane "
+        "only `add --lane` made, while it has jobs).",
         "sloth_daemon.cli.lanes:lane_ls", _json(), fast=True),
     Command(
         "lane set", "Set a lane's concurrency now: no restart, running jobs untouched; kept across restarts.",
