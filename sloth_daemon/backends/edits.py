@@ -23,16 +23,28 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from sloth_daemon.checks import INT64_MAX, MAX_PREREQS, command_json, ids, integer, number, text
+from sloth_daemon.checks import ANYWHERE, INT64_MAX, LIMIT_NAMES, MAX_PREREQS, command_json, ids, integer, number, text
 from sloth_daemon.durations import MAX_TIME
 from sloth_daemon.errors import BadRequest, FieldError, IllegalTransition
 from sloth_daemon.models import FINISHED_STATES, WAITING_STATES, Job, JobState
+from sloth_daemon.spec import Defaults, JobSpec
+
+# The jobs columns the settings are stored in (an edit writes them back as they were unless changed).
+SETTING_COLUMNS = ("max_attempts", "lease_s", "timeout_s", "cwd", "retry_exit", "no_retry_exit", "place",
+                   "keep_awake", "limits", "gate")
 
 __all__ = ["EDITABLE", "EXPECTABLE", "Edited", "Plan", "bump_priority", "changes_of", "check_expect", "cycle_error",
            "describe",
            "not_editable", "plan_edit", "stale"]
 
-EDITABLE = frozenset({"command", "shell", "lane", "priority", "label", "not_before", "after", "after_any"})
+# The settings `sloth add` gives a job that an edit may change as well (their
+# names in a job object, checks.FIELDS), each checked as add checks it: the
+# job's settings with the edit's over them are parsed as one JobSpec.
+GATE_KEYS = ("when", "on_lost", "needs", "slots")
+SETTINGS = frozenset({"max_attempts", "lease_s", "timeout_s", "cwd", "retry_exit", "no_retry_exit", "place",
+                      "keep_awake", "limits", *GATE_KEYS})
+EDITABLE = frozenset({"command", "shell", "lane", "priority", "label", "not_before", "after", "after_any",
+                      *SETTINGS})
 NEED_DONE, NEED_END = "done", "end"
 
 
@@ -61,7 +73,8 @@ def changes_of(changes: Any) -> dict[str, Any]:
                          hint=f"Editable: {', '.join(sorted(EDITABLE))}.")
     if not changes:
         raise BadRequest("nothing to change",
-                         hint="Give --command, --lane, --priority, --label, --delay/--at or --after.")
+                         hint="Give --command, --lane, --priority, --label, --delay/--at, --after or an option "
+                              "of `sloth add` (--timeout, --when, ...).")
     out: dict[str, Any] = {}
     if "command" in changes:
         command_json(changes["command"])
@@ -82,6 +95,7 @@ def changes_of(changes: Any) -> dict[str, Any]:
         out["label"] = text(changes["label"], "label", None) or None
     if "not_before" in changes:
         out["not_before"] = number(changes["not_before"], "not_before", 0.0, lo=0, hi=MAX_TIME)
+    out.update({k: changes[k] for k in SETTINGS & set(changes)})  # checked with the job's own (settings_spec)
     if "after" in changes or "after_any" in changes:
         a, b = ids(changes.get("after"), "after"), ids(changes.get("after_any"), "after_any")
         both = set(a) & set(b)
@@ -91,6 +105,92 @@ def changes_of(changes: Any) -> dict[str, Any]:
             raise FieldError("after", f"a job may wait for at most {MAX_PREREQS} jobs through each of after, after_any")
         out["wants"] = [(i, NEED_DONE) for i in a] + [(i, NEED_END) for i in b]
     return out
+
+
+def settings_of(job: Job) -> dict[str, Any]:
+    """A job's settings as a job object names them (what JobSpec.parse reads;
+    limits without the mechanisms the daemon chose for them)."""
+    gate = job.gate or {}
+    return {"max_attempts": job.max_attempts, "lease_s": job.lease_s, "timeout_s": job.timeout_s, "cwd": job.cwd,
+            "retry_exit": job.retry_exit, "no_retry_exit": job.no_retry_exit, "place": job.place or ANYWHERE,
+            "keep_awake": job.keep_awake, "limits": _own_limits(job.limits),
+            **{k: gate.get(k) for k in GATE_KEYS}}
+
+
+def merged_settings(job: Job, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """The job's settings with the edit's over them: each limit on its own
+    (``--mem`` keeps ``--nice``), unless they come as the daemon made them
+    (with ``via``: holding.held_here's, whole); every other one whole."""
+    out = settings_of(job)
+    for k in SETTINGS & set(changes):
+        v = changes[k]
+        if k == "limits" and isinstance(v, Mapping) and out["limits"] and "via" not in v:
+            v = {**out["limits"], **v}
+        out[k] = v
+    return out
+
+
+def settings_spec(job: Job, changes: Mapping[str, Any], lane: str | None = None) -> JobSpec:
+    """The job as it would be with ``changes``, checked as `sloth add`
+    checks a new job (JobSpec.parse: bounds, conditions, needs, limits).
+    Raises BadRequest (FieldError) naming the setting."""
+    new = merged_settings(job, changes)
+    new["limits"] = _own_limits(new["limits"]) if isinstance(new["limits"], Mapping) else new["limits"]
+    obj = {"command": job.command, "lane": lane or job.lane, **{k: v for k, v in new.items() if v is not None}}
+    return JobSpec.parse(obj, Defaults(place=""))
+
+
+def settings_columns(job: Job, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """The stored values of the settings ``changes`` names (cwd as text: the
+    engine stores it its way); limits as the daemon made them (with
+    ``via``) are stored whole."""
+    spec = settings_spec(job, changes)
+    given = changes.get("limits")
+    final_limits = given if isinstance(given, Mapping) and "via" in given else None
+    cols = {"max_attempts": spec.max_attempts, "lease_s": spec.lease_s, "timeout_s": spec.timeout_s,
+            "cwd": spec.cwd, "retry_exit": spec.retry_exit_json, "no_retry_exit": spec.no_retry_exit_json,
+            "place": spec.place, "keep_awake": spec.keep_awake,
+            "limits": _dumps(final_limits) if final_limits is not None else spec.limits_json, "gate": spec.gate_json}
+    named = {("gate" if k in GATE_KEYS else k) for k in SETTINGS & set(changes)}
+    return {k: v for k, v in cols.items() if k in named}
+
+
+def _own_limits(limits: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    return {k: v for k, v in limits.items() if k in LIMIT_NAMES} or None if limits else None
+
+
+def _dumps(v: Any) -> str | None:
+    import json
+
+    return json.dumps(v, sort_keys=True) if v else None
+
+
+def setting_words(job: Job, changes: Mapping[str, Any]) -> list[str]:
+    """"timeout (none) -> 2h", ...: each setting the edit changes, as a person gave it."""
+    old, new = settings_of(job), merged_settings(job, changes)
+    new["limits"] = _own_limits(new["limits"]) if isinstance(new["limits"], Mapping) else new["limits"]
+    return [f"{_OPTION.get(k, k)} {_setting(old[k])} -> {_setting(new[k])}"
+            for k in sorted(SETTINGS & set(changes)) if _setting(old[k]) != _setting(new[k])]
+
+
+_OPTION = {"max_attempts": "max-attempts", "lease_s": "lease", "timeout_s": "timeout", "retry_exit": "retry-exit",
+           "no_retry_exit": "no-retry-exit", "keep_awake": "keep-awake", "on_lost": "on-lost"}
+
+
+def _setting(v: Any) -> str:
+    if v is None or v == [] or v == {}:
+        return "(none)"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        from sloth_daemon.durations import format_duration
+
+        return format_duration(v)
+    if isinstance(v, (list, tuple)):
+        return ",".join(map(str, v))
+    if isinstance(v, Mapping):
+        return ",".join(f"{k}={x}" for k, x in sorted(v.items()))
+    return str(v)
 
 
 def not_editable(job_id: int, state: str, verb: str = "edited") -> IllegalTransition:
@@ -140,16 +240,28 @@ class Plan:
     wants: list[tuple[int, str]] | None
 
 
-def plan_edit(row: Any, old_wants: list[tuple[int, str]], changes: dict[str, Any], now: float) -> Plan:
+def plan_edit(row: Any, old_wants: list[tuple[int, str]], changes: dict[str, Any], now: float,
+              job: Job | None = None) -> Plan:
     """The row's new values under ``changes`` (changes_of's) and the words of
     what differs; its state is decided by the engine once it has read the
-    new prerequisites' states (see new_state)."""
+    new prerequisites' states (see new_state). ``job``: the row as a Job
+    (needed when the edit changes settings)."""
     import json
 
     old_cmd = json.loads(row["command"])
     v = {"command": old_cmd, "shell": bool(row["shell"]), "lane": row["lane"], "priority": row["priority"],
-         "label": row["label"], "not_before": row["not_before"]}
+         "label": row["label"], "not_before": row["not_before"],
+         **{k: row[k] for k in SETTING_COLUMNS}, "wait_reason": row["wait_reason"]}
     words: list[str] = []
+    if job is not None and not SETTINGS.isdisjoint(changes):
+        words += setting_words(job, changes)
+        if words:
+            cols = settings_columns(job, changes)
+            v.update(cols)
+            if "gate" in cols:
+                v["wait_reason"] = None  # said again for the new gate by the next claim's look
+    elif not SETTINGS.isdisjoint(changes):
+        raise BadRequest("an edit of a job's settings needs the job (plan_edit's job)")
     shell = changes.get("shell", v["shell"])
     if "command" in changes and (changes["command"] != old_cmd or shell != v["shell"]):
         words.append(f"command {_cmd(old_cmd, v['shell'])} -> {_cmd(changes['command'], shell)}")

@@ -264,10 +264,12 @@ def not_cancellable(job_id: int, state: str) -> IllegalTransition:
 
 
 def not_retriable(job_id: int, state: str) -> IllegalTransition:
-    return IllegalTransition(
-        f"job {job_id} is {state}; only failed or cancelled jobs can be retried",
-        hint="A queued or running job will run anyway; `sloth restart` queues a finished one again.",
-    )
+    """Its message says what to do instead (a batch's skipped jobs carry only
+    the message): a done job is run again by `sloth restart ID`."""
+    instead = (f"`sloth restart {job_id}` runs it again as a new job" if state == JobState.DONE.value else
+               "it will run anyway")
+    return IllegalTransition(f"job {job_id} is {state}; only failed or cancelled jobs can be retried ({instead})",
+                             hint=f"`sloth restart {job_id}` queues a finished job again as a new job.")
 
 
 def key_taken(other: object, key: str) -> IllegalTransition:

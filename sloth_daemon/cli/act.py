@@ -14,7 +14,7 @@ the queue file when no daemon runs.
 from __future__ import annotations
 
 from sloth_daemon import errors
-from sloth_daemon.cli.base import call, call_or_read, duration, emit_json, parse_id
+from sloth_daemon.cli.base import call, call_or_read, comma_list, duration, emit_json, parse_id
 from sloth_daemon.cli.edge import echo
 
 TYPE_CHECKING = False
@@ -49,6 +49,7 @@ def _report(res: dict[str, Any], verb: str, state: str, as_json: bool, *, printe
 
 def _selection(ids: Optional[Sequence[str]], lane: Optional[str], state: Optional[Sequence[str]],
                what: str) -> dict[str, Any]:
+    state = comma_list(state)
     if ids and (lane is not None or state):
         raise errors.BadRequest(f"give job ids or --lane/--state to {what}, not both")
     if ids:
@@ -115,6 +116,7 @@ def prune(*, older_than: str, state: Optional[Sequence[str]], lane: Optional[str
     """`sloth prune` (its help and options: commands.py). --dry-run only
     counts, so it reads the queue file when no daemon runs."""
     older_s = duration(older_than, "--older-than")
+    state = comma_list(state)
     args: dict[str, Any] = {"older_than_s": older_s, "dry_run": dry_run}
     args.update({"states": list(state)} if state else {}, **({"lane": lane} if lane is not None else {}))
     res = call_or_read("prune", **args) if dry_run else call("prune", **args)

@@ -147,6 +147,24 @@ def hold_fields(keep_awake: bool, mem: Optional[str], cpus: Optional[str], nice:
     return {**({"keep_awake": True} if keep_awake else {}), **({"limits": limits} if limits else {})}
 
 
+def job_fields(*, lane: Optional[str] = None, priority: Optional[int] = None, max_attempts: Optional[int] = None,
+               lease: Optional[str] = None, timeout: Optional[str] = None, label: Optional[str] = None,
+               retry_exit: Optional[str] = None, no_retry_exit: Optional[str] = None,
+               anywhere: Optional[bool] = None, on: Optional[str] = None, keep_awake: Optional[bool] = None,
+               mem: Optional[str] = None, cpus: Optional[str] = None, nice: Optional[int] = None,
+               io: Optional[str] = None, when: Optional[Sequence[str]] = None, on_lost: Optional[str] = None,
+               needs: Optional[Sequence[str]] = None, slots: Optional[int] = None) -> dict[str, Any]:
+    """The job fields of the options every job takes (commands._JOB_OPTIONS
+    but --cwd and --shell), those given: `sloth add`'s and `sloth edit`'s."""
+    from sloth_daemon.cli.base import duration
+
+    out = {"lane": lane, "priority": priority, "max_attempts": max_attempts, "label": label,
+           "lease_s": duration(lease, "--lease"), "timeout_s": duration(timeout, "--timeout"),
+           **retry_fields(retry_exit, no_retry_exit), **place_fields(bool(anywhere), on),
+           **hold_fields(bool(keep_awake), mem, cpus, nice, io), **gate_fields(when, on_lost, needs, slots)}
+    return {k: v for k, v in out.items() if v is not None}
+
+
 def tell_new_lanes(result: dict[str, Any]) -> None:
     for lane in result.get("new_lanes") or []:
         echo(f"sloth: new lane {lane!r} (concurrency from config; "

@@ -50,11 +50,12 @@ def add(command: Optional[Sequence[str]], *, lane: str = "default", priority: in
     words, at = opts.stray_words(list(command) if command else None, at)
     check_usage(words, many=many, delay=delay, at=at, key=key)
     common = common_fields(
-        lane=lane, priority=priority, cwd=cwd, max_attempts=max_attempts, lease_s=duration(lease, "--lease"),
-        timeout_s=duration(timeout, "--timeout"), not_before=opts.not_before(delay, at), label=label,
-        **opts.dep_fields(after, after_any), **opts.retry_fields(retry_exit, no_retry_exit),
-        **opts.place_fields(anywhere, on), hold=True if hold else None,
-        **opts.hold_fields(keep_awake, mem, cpus, nice, io), **opts.gate_fields(when, on_lost, needs, slots))
+        cwd=cwd, not_before=opts.not_before(delay, at), **opts.dep_fields(after, after_any),
+        hold=True if hold else None,
+        **opts.job_fields(lane=lane, priority=priority, max_attempts=max_attempts, lease=lease, timeout=timeout,
+                          label=label, retry_exit=retry_exit, no_retry_exit=no_retry_exit, anywhere=anywhere, on=on,
+                          keep_awake=keep_awake, mem=mem, cpus=cpus, nice=nice, io=io, when=when, on_lost=on_lost,
+                          needs=needs, slots=slots))
     if many:
         jobs, where = lines_as_jobs(sys.stdin.buffer.read() if stdin else read_file(from_file),
                                     "--stdin" if stdin else f"--file {from_file}")

@@ -28,8 +28,10 @@ def daemon_start(*, as_json: bool) -> None:
 def daemon_stop(*, keep_jobs: bool, timeout: str) -> None:
     """`sloth daemon stop` (its help and options: commands.py)."""
     pid, n = _stop(keep_jobs, duration(timeout, "--timeout") or 60)
-    kept = f"; {n} running job(s) left running for the next daemon" if keep_jobs else ""
-    echo(f"sloth daemon stopped (pid {pid}){kept}")
+    echo(f"sloth daemon stopped (pid {pid}); " + (
+        f"{n} running job(s) left running for the next daemon" if keep_jobs else
+        f"{n} running job(s) stopped and queued again, not failed (`sloth daemon stop --keep-jobs` leaves "
+        "them running)" if n else "no job was running"))
 
 
 def daemon_restart(*, timeout: str) -> None:

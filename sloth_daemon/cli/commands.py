@@ -224,7 +224,7 @@ COMMANDS: tuple[Command, ...] = (
         + _examples("sloth ls", "sloth ls --state failed --since 12h", "sloth ls --since 'yesterday 18:00'",
                     "sloth ls --lane video --watch -n 20", "sloth ls --json | jq '.jobs[].id'"),
         "sloth_daemon.cli.look_run:ls",
-        Option("state", "--state", LIST, None, "Only these states (repeatable; held: `sloth hold`).",
+        Option("state", "--state", LIST, None, "Only these states (repeatable, or queued,held; held: `sloth hold`).",
                complete=STATES),
         Option("lane", "--lane -l", VALUE, None, "Only this lane.", complete=LANES),
         Option("all_", "--all -a", FLAG, False, "Every job, all finished ones too, no row limit."),
@@ -242,7 +242,9 @@ COMMANDS: tuple[Command, ...] = (
         fast=True),
     Command(
         "show", "Show jobs and their history (claimed, started, failed, reclaimed, ...) in time order; a failed "
-        "job's last log lines end it. No ID: the latest job you queued from this machine."
+        "job's last log lines end it. No ID: the latest job you queued from this machine. ATTEMPTS: the tries "
+        "used of those allowed (--max-attempts); a run cut short by a daemon stop or by sloth's own trouble (a "
+        "crash, a lost lease) is not counted, and `sloth retry` starts the count again."
         + _examples("sloth show", "sloth show 12 13"),
         "sloth_daemon.cli.look_run:show",
         _json('Print {"jobs": [job with events, prereqs, dependents, waited_s, ran_s]} as JSON.'),
@@ -273,7 +275,8 @@ COMMANDS: tuple[Command, ...] = (
         "cancel", "Cancel jobs: running ones have their process tree ended; jobs that\nwaited for them to be done "
         "are cancelled too.", "sloth_daemon.cli.act:cancel",
         Option("lane", "--lane -l", VALUE, None, "Every active job of this lane.", complete=LANES),
-        Option("state", "--state", LIST, None, "Only jobs in this state (blocked, queued, running; repeatable).",
+        Option("state", "--state", LIST, None, "Only jobs in these states (blocked, queued, running; repeatable "
+               "or comma-separated).",
                complete=STATES),
         _json(), arg=_IDS_ANY, fast=True),
     Command(
@@ -292,13 +295,12 @@ COMMANDS: tuple[Command, ...] = (
     # The queue edits (issue 22; cli/edit.py, daemon/edit_ops.py).
     Command(
         "edit", "Change a job that has not started (queued, blocked or held): its command\n(in $VISUAL/$EDITOR, as "
-        "`git commit` does, unless --command or -- CMD ARGS), lane,\npriority, label, start time or prerequisites. "
-        "One transaction; the job's history\nsays what changed. A running or finished job is refused (`sloth "
-        "restart`\nmakes a new job).", "sloth_daemon.cli.edit:edit",
+        "`git commit` does, unless --command or -- CMD ARGS), start time,\nprerequisites, or any option of `sloth "
+        "add` (lane, priority, --timeout, --when,\n--needs, ...; --label \"\", --when none, --needs none remove "
+        "one). One transaction;\nthe job's history says what changed. A running or finished job is refused\n(`sloth "
+        "restart` makes a new job).", "sloth_daemon.cli.edit:edit",
         Option("command", "--command", VALUE, None, "The new command, one shell line (as a line of `add --stdin`)."),
-        Option("lane", "--lane -l", VALUE, None, "Move it to this lane.", complete=LANES),
-        Option("priority", "--priority -p", INT, None, "Its new priority (higher runs first within a lane)."),
-        Option("label", "--label", VALUE, None, "Its new label (\"\" removes it)."),
+        *(_unset(o) for o in _JOB_OPTIONS),  # every option of `sloth add` a job not started takes
         Option("delay", "--delay", VALUE, None, "Start no sooner than this long from now, e.g. 10m (0: now)."),
         Option("at", "--at", VALUE, None, "Start no sooner than this time (9pm, tomorrow 08:00, mon 9:00, ISO)."),
         Option("after", "--after", LIST, None, "Its prerequisites, replacing the old ones (ids; none: no more).",
@@ -342,13 +344,14 @@ COMMANDS: tuple[Command, ...] = (
             "sloth prune --dry-run", "sloth prune --older-than 0 --state done"),
         "sloth_daemon.cli.act:prune",
         Option("older_than", "--older-than", VALUE, "7d", "Only jobs that ended longer ago than this."),
-        Option("state", "--state", LIST, None, "Only done, failed or cancelled ones (repeatable).",
+        Option("state", "--state", LIST, None, "Only done, failed or cancelled ones (repeatable or comma-separated).",
                complete=STATES),
         Option("lane", "--lane -l", VALUE, None, "Only this lane.", complete=LANES),
         Option("dry_run", "--dry-run", FLAG, False, "Say how many, delete nothing."),
         _json(), fast=True),
     Command(
-        "lane ls", "Every lane: concurrency (and where it comes from), running, queued, blocked, paused.",
+        "lane ls", "Every lane: concurrency (and where it comes from), running, queued, blocked, paused (a lane "
+        "only `add --lane` made, while it has jobs).",
         "sloth_daemon.cli.lanes:lane_ls", _json(), fast=True),
     Command(
         "lane set", "Set a lane's concurrency now: no restart, running jobs untouched; kept across restarts.",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 from sloth_daemon import errors
-from sloth_daemon.cli.base import emit_json, parse_id
+from sloth_daemon.cli.base import command_after_dashes, emit_json, parse_id
 from sloth_daemon.cli.edge import echo
 
 TYPE_CHECKING = False
@@ -43,26 +43,49 @@ def _call(op: str, **args: Any) -> Any:
 
 
 # ----------------------------------------------------------------- edit
-def edit(words: Sequence[str], *, command: Optional[str] = None, lane: Optional[str] = None,
-         priority: Optional[int] = None, label: Optional[str] = None, delay: Optional[str] = None,
+def edit(words: Sequence[str], *, command: Optional[str] = None, delay: Optional[str] = None,
          at: Optional[str] = None, after: Optional[Sequence[str]] = None,
-         after_any: Optional[Sequence[str]] = None, as_json: bool = False) -> int:
-    """`sloth edit ID [options] [-- CMD ARGS...]` (help and options: commands.py)."""
+         after_any: Optional[Sequence[str]] = None, shell: Optional[bool] = None, cwd: Any = None,
+         as_json: bool = False, lane: Optional[str] = None, priority: Optional[int] = None,
+         max_attempts: Optional[int] = None, lease: Optional[str] = None, timeout: Optional[str] = None,
+         label: Optional[str] = None, retry_exit: Optional[str] = None, no_retry_exit: Optional[str] = None,
+         anywhere: Optional[bool] = None, on: Optional[str] = None, keep_awake: Optional[bool] = None,
+         mem: Optional[str] = None, cpus: Optional[str] = None, nice: Optional[int] = None, io: Optional[str] = None,
+         when: Optional[Sequence[str]] = None, on_lost: Optional[str] = None, needs: Optional[Sequence[str]] = None,
+         slots: Optional[int] = None) -> int:
+    """`sloth edit ID [options] [-- CMD ARGS...]` (help and options: commands.py;
+    from ``lane`` on, the options of `sloth add` every job takes, add_opts.job_fields)."""
     from sloth_daemon.cli import add_opts as opts
+
+    settings: dict[str, Any] = dict(
+        lane=lane, priority=priority, max_attempts=max_attempts, lease=lease, timeout=timeout, label=label,
+        retry_exit=retry_exit, no_retry_exit=no_retry_exit, anywhere=anywhere, on=on, keep_awake=keep_awake, mem=mem,
+        cpus=cpus, nice=nice, io=io, when=when, on_lost=on_lost, needs=needs, slots=slots)
 
     if not words:
         raise errors.BadRequest("which job? `sloth edit ID`", hint="e.g. `sloth edit 12 --priority 5`.")
-    jid, argv = parse_id(words[0]), list(words[1:])
+    jid = parse_id(words[0])
+    argv = command_after_dashes(list(words), f"sloth edit {jid}")
     if command is not None and argv:
         raise errors.BadRequest("give the new command as --command TEXT or after --, not both")
     if delay is not None and at is not None:
         raise errors.BadRequest("--delay and --at cannot be used together")
+    if shell and command is None and not argv:
+        raise errors.BadRequest("--shell says how a new command runs: give it after --",
+                                hint=f"e.g. `sloth edit {jid} --shell -- 'make 2>&1 | tee log'`.")
     changes: dict[str, Any] = {}
-    if argv:
+    if shell:
+        changes.update(_line(command if command is not None else " ".join(argv), "--shell", shell=True))
+    elif argv:
         changes.update(command=argv, shell=False)
     elif command is not None:
         changes.update(_line(command, "--command"))
-    changes.update({k: v for k, v in (("lane", lane), ("priority", priority), ("label", label)) if v is not None})
+    removed = {k: None for k in ("when", "needs") if _none(settings.get(k))}
+    changes.update(opts.job_fields(**{k: None if k in removed else v for k, v in settings.items()}), **removed)
+    if cwd is not None:
+        from sloth_daemon.cli.add_run import caller_cwd
+
+        changes["cwd"] = caller_cwd(cwd)
     if delay is not None or at is not None:
         changes["not_before"] = opts.not_before(delay, at)
     if after is not None or after_any is not None:
@@ -96,14 +119,20 @@ def _ids(values: Optional[Sequence[str]], option: str) -> list[int]:
     return id_list(values, option)
 
 
-def _line(text: str, where: str) -> dict[str, Any]:
-    """A command as one shell line (as a line of `add --stdin`)."""
+def _none(values: Optional[Sequence[str]]) -> bool:
+    """``--when none`` / ``--needs none``: remove them."""
+    return values is not None and [v.strip().lower() for v in values] == ["none"]
+
+
+def _line(text: str, where: str, *, shell: bool = False) -> dict[str, Any]:
+    """A command as one shell line (as a line of `add --stdin`; ``shell``:
+    through /bin/sh -c whatever it holds, as `add --shell`)."""
     from sloth_daemon.cli.shellwords import line_job
 
     text = text.strip()
     if not text:
         raise errors.BadRequest(f"{where}: the command is empty")
-    job = {"shell": False, **line_job(text)}
+    job = {"command": ["/bin/sh", "-c", text], "shell": True} if shell else {"shell": False, **line_job(text)}
     if job["shell"]:  # checked with sh -n as a line of `add --stdin` is: a broken one would only fail when run
         from sloth_daemon.cli.add_run import check_shell
 

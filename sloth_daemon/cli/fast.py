@@ -41,6 +41,10 @@ def handle(argv: list[str]) -> Optional[int]:
         from sloth_daemon.cli.fast_complete import complete
 
         return complete()
+    if not argv and streams_ok():  # plain `sloth`: the day at a glance (full.main does the same)
+        from sloth_daemon.cli.look import glance
+
+        return at_edge(glance)
     cmd = find(argv)
     if cmd is None or not cmd.fast or not streams_ok():
         return None
@@ -48,7 +52,7 @@ def handle(argv: list[str]) -> Optional[int]:
     if values is None:
         return None
     run = cmd.function()
-    return _edge(lambda: run(**values))
+    return at_edge(lambda: run(**values))
 
 
 def read(cmd: Command, args: list[str]) -> Optional[dict[str, Any]]:
@@ -84,7 +88,7 @@ def streams_ok() -> bool:
     return True
 
 
-def _edge(fn: Callable[[], Optional[int]]) -> int:
+def at_edge(fn: Callable[[], Optional[int]]) -> int:
     """Run ``fn`` at the CLI's error edge (as app.handles_errors does)."""
     from sloth_daemon.cli.edge import caught
 

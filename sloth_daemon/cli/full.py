@@ -29,6 +29,11 @@ _TYPES: dict[str, Any] = {FLAG: bool, INT: int, PATH: Path, LIST: List[str]}
 
 
 def main() -> None:
+    if not sys.argv[1:] and "_SLOTH_COMPLETE" not in os.environ:  # plain `sloth`: the day at a glance (as fast.py)
+        from sloth_daemon.cli.fast import at_edge
+        from sloth_daemon.cli.look import glance
+
+        sys.exit(at_edge(glance))
     build(sys.argv[1:2])
     app(prog_name="sloth")
 

@@ -207,6 +207,14 @@ def status(*, as_json: bool) -> int:
     return 0
 
 
+def glance() -> int:
+    """Plain `sloth` (plain tsp lists the jobs): the day at a glance, as
+    `sloth status` shows it, and where the rest is."""
+    status(as_json=False)
+    echo("every command: `sloth --help`; every job: `sloth ls`")
+    return 0
+
+
 FAILED_WIDTH = 110  # a failure's line, its command and why, at most
 WAITING_LISTED = 200  # queued jobs read to name the ones a reason holds back
 

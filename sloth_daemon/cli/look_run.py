@@ -7,7 +7,7 @@ needs it (the state names, --watch).
 from __future__ import annotations
 
 from sloth_daemon import errors
-from sloth_daemon.cli.base import call_or_read, emit_json, log_paths, parse_id
+from sloth_daemon.cli.base import call_or_read, comma_list, emit_json, log_paths, parse_id
 from sloth_daemon.cli.commands import DEFAULT_ROWS, RECENT_FINISHED
 from sloth_daemon.cli.edge import echo
 
@@ -74,7 +74,7 @@ def ls_args(state: Optional[Sequence[str]], lane: Optional[str], all_: bool, lim
     """The list op's arguments. The table shows DEFAULT_ROWS rows and the
     RECENT latest finished jobs; --json (for scripts, which must not miss
     a job nobody sees was left out) every job unless --limit says fewer."""
-    states = _states(state) if state else None
+    states = _states(comma_list(state) or []) if state else None
     if limit is not None and limit < 1 or offset < 0:
         raise errors.BadRequest("--limit must be at least 1 and --offset at least 0")
     if lane is not None:
@@ -137,10 +137,12 @@ def _states(given: Sequence[str]) -> list[str]:
 
 
 def check_lane(lane: str) -> None:
-    """LaneNotFound (with the lanes there are) for a lane that does not exist."""
-    known = call_or_read("lanes")["lanes"]
-    if lane not in known:
-        raise errors.LaneNotFound(lane, sorted(known))
+    """LaneNotFound (with the lanes there are) for a lane that does not exist
+    (``known``: listed or not: a lane a job's --lane made is listed only
+    while it has active jobs; a daemon from before says only ``lanes``)."""
+    res = call_or_read("lanes")
+    if lane not in res.get("known", res["lanes"]):
+        raise errors.LaneNotFound(lane, sorted(res["lanes"]))
 
 
 def fetch(args: dict[str, Any]) -> dict[str, Any]:
@@ -170,7 +172,7 @@ def _text(res: dict[str, Any], args: dict[str, Any]) -> str:
     out = []
     if res["jobs"]:
         rows, sts = render.job_rows(res["jobs"])
-        out.append(render.table(render.JOB_HEADERS, rows, sts))
+        out.append(render.table(render.JOB_HEADERS, rows, sts, fit=render.terminal_width()))
     if "since" in res:
         from sloth_daemon.durations import local_time
 

@@ -60,14 +60,17 @@ def print_table(args: dict[str, Any], paused: Sequence[str] = ()) -> None:
 
     head, jobs, rest = _source({k: v for k, v in args.items() if v is not None})
     widths, shown, block, paused_jobs = [len(h) for h in render.JOB_HEADERS], 0, [], 0
+    fit = render.terminal_width()
     for job in jobs:
         block.append(job)
         paused_jobs += render.shown_state(job) == "paused"
         if len(block) == BLOCK:
-            echo(render.table(render.JOB_HEADERS, *render.job_rows(block), widths=widths, header=not shown))
+            echo(render.table(render.JOB_HEADERS, *render.job_rows(block), widths=widths, header=not shown,
+                              fit=fit))
             shown, block = shown + len(block), []
     if block:
-        echo(render.table(render.JOB_HEADERS, *render.job_rows(block), widths=widths, header=not shown))
+        echo(render.table(render.JOB_HEADERS, *render.job_rows(block), widths=widths, header=not shown,
+                              fit=fit))
         shown += len(block)
     echo("\n".join(summary({**head, **rest()}, shown, paused_jobs) + list(paused)))
 

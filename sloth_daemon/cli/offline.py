@@ -202,7 +202,8 @@ def _lanes(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
     lanes = ReadLanes(q, cfg.load(paths.config_file))
     counts = q.lane_counts()
     running = {ln: c.get("running", 0) for ln, c in counts.items()}
-    return {"lanes": lane_table(lanes, lanes.known(), running, counts), "paused_all": lanes.paused_all}
+    return {"lanes": lane_table(lanes, lanes.known(), running, counts), "paused_all": lanes.paused_all,
+            "known": lanes.known()}
 
 
 def _status(q: Any, paths: Paths, a: dict[str, Any]) -> Any:

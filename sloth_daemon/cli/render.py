@@ -31,17 +31,39 @@ def paint(text: str, state: str) -> str:
     return f"\x1b[{code}m{text}\x1b[0m" if code and use_colour() else text
 
 
+def terminal_width(stream: Any = None) -> int | None:
+    """The columns of the terminal ``stream`` (stdout) is; None when it is
+    not one (piped: nothing is cut to fit)."""
+    stream = stream or sys.stdout
+    try:
+        return os.get_terminal_size(stream.fileno()).columns if stream.isatty() else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def cut(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, an ellipsis where it was cut."""
+    return text if len(text) <= width else text[:max(width - 1, 0)] + "…"
+
+
+LAST_MIN = 12  # a table fitted to the terminal keeps at least this much of its last column
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], states: Sequence[str] | None = None,
-          *, widths: list[int] | None = None, header: bool = True) -> str:
+          *, widths: list[int] | None = None, header: bool = True, fit: int | None = None) -> str:
     """``widths``: the columns' widths so far, grown in place to fit these
     rows (a table printed a block at a time keeps its columns as wide as
-    the rows before needed); ``header``: begin with the headers' line."""
+    the rows before needed); ``header``: begin with the headers' line;
+    ``fit``: the terminal's width, which the last column is cut to fit
+    (rows that wrap cannot be read as a table)."""
     widths = [len(h) for h in headers] if widths is None else widths
     for r in rows:
         for i, cell in enumerate(r[:-1]):
             widths[i] = max(widths[i], len(cell))
+    last = None if fit is None else max(fit - 1 - sum(w + 2 for w in widths[:len(headers) - 1]), LAST_MIN)
+
     def fmt(r: Sequence[str]) -> str:
-        cells = [c.ljust(widths[i]) for i, c in enumerate(r[:-1])] + [r[-1]]
+        cells = [c.ljust(widths[i]) for i, c in enumerate(r[:-1])] + [r[-1] if last is None else cut(r[-1], last)]
         return "  ".join(cells).rstrip()
     out = [fmt(headers)] if header else []
     for i, r in enumerate(rows):
@@ -62,9 +84,7 @@ def command_text(job: dict[str, Any], width: int | None = 60) -> str:
     if job.get("label"):
         text = f"[{job['label']}] {text}"
     text = showable(text)  # a newline or an escape sequence must not break the table
-    if width and len(text) > width:
-        text = text[: width - 1] + "…"
-    return text
+    return cut(text, width) if width else text
 
 
 # What shlex.quote leaves unquoted: [\w@%+=:,./-] in ASCII.
@@ -102,7 +122,8 @@ def job_rows(jobs: Sequence[dict[str, Any]]) -> tuple[list[list[str]], list[str]
         waited, ran = timing(j, now)
         rows.append([
             str(j["id"]), shown_state(j), showable(j["lane"]), str(j["priority"]),
-            f"{j.get('tries', j['attempts'])}/{j['max_attempts']}", when(j, now), _secs(waited), _secs(ran),
+            f"{j.get('tries', j['attempts'])}/{j['max_attempts']}", cut(when(j, now), WHEN_WIDTH), _secs(waited),
+            _secs(ran),
             command_text(j),
         ])
         states.append(shown_state(j))
@@ -144,6 +165,7 @@ def shown_state(job: dict[str, Any]) -> str:
 
 
 JOB_HEADERS = ["ID", "STATE", "LANE", "PRI", "TRY", "WHEN", "WAITED", "RAN", "COMMAND"]
+WHEN_WIDTH = 30  # a listing's WHEN at most (why a job waits, cut: `sloth show` has it whole)
 _FINISHED = ("done", "failed", "cancelled")
 
 
@@ -340,12 +362,13 @@ def tail_lines(path: str, n: int = 10, max_bytes: int = 16384) -> list[str]:
 
 
 def _attempts(job: dict[str, Any], events: Sequence[dict[str, Any]] = ()) -> str:
-    """The tries that count against max_attempts, and what the runs were:
-    ``3/3: 9 runs; 3 counted, 6 before 2 user retries``. Every run counts
-    in ``attempts``; ``tries`` counts those since the last user retry
-    (which starts the count afresh), less the ones given back: a run
-    interrupted by a daemon stop, or cut short by sloth itself (a crash,
-    a fence: ``refunds`` of those, bounded)."""
+    """The tries used of those allowed, and, when runs were not all counted,
+    why, in plain words (the rules: `sloth show --help`): ``1/3 (2 runs; 1
+    not counted: stopped with the daemon)``. Every run counts in
+    ``attempts``; ``tries`` counts those since the last user retry (which
+    starts the count afresh), less the ones given back: a run interrupted by
+    a daemon stop, or cut short by sloth itself (a crash, a lost lease:
+    ``refunds`` of those, bounded)."""
     runs, tries = job["attempts"], job.get("tries", job["attempts"])
     text = f"{tries}/{job['max_attempts']}"
     if runs == tries:
@@ -353,13 +376,11 @@ def _attempts(job: dict[str, Any], events: Sequence[dict[str, Any]] = ()) -> str
     retries = [e for e in events if e["kind"] == "retried"]
     before = min(int(retries[-1]["attempt"] or 0), runs) if retries else 0
     given = max(0, runs - before - tries)
-    parts = [f"{tries} counted"]
-    if retries:
-        n = len(retries)
-        parts.append(f"{before} before {n} user retr{'y' if n == 1 else 'ies'} (a retry starts the count afresh)")
+    notes = [f"{before} before `sloth retry` started the count again"] if retries else []
     if given:
         sloth = min(int(job.get("refunds") or 0), given)
-        why = ([f"{given - sloth} interrupted (a daemon stop)"] if given > sloth else []) + (
-            [f"{sloth} cut short by sloth (a crash or a fence)"] if sloth else [])
-        parts.append(f"{given} given back: " + ", ".join(why))
-    return f"{text}: {runs} run{'s' if runs != 1 else ''}; " + "; ".join(parts)
+        why = [(n, w) for n, w in ((given - sloth, "stopped with the daemon"),
+                                   (sloth, "cut short by sloth's own trouble (a crash, a lost lease)")) if n]
+        notes.append(f"{given} not counted: " + (why[0][1] if len(why) == 1 else
+                                                 ", ".join(f"{n} {w}" for n, w in why)))
+    return f"{text} ({runs} run{'s' if runs != 1 else ''}; " + "; ".join(notes) + ")"

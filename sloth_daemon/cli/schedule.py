@@ -13,9 +13,9 @@ schedule, cronsim stays there)."""
 from __future__ import annotations
 
 from sloth_daemon import errors
-from sloth_daemon.cli.base import call, call_or_read, duration, emit_json
+from sloth_daemon.cli.base import call, call_or_read, command_after_dashes, duration, emit_json
 from sloth_daemon.cli.edge import echo
-from sloth_daemon.text import showable
+from sloth_daemon.text import shell_command, showable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -113,7 +113,9 @@ def _split(words: Sequence[str], *, need_command: bool) -> tuple[str, list[str]]
     words = list(words or [])
     if not words:
         raise errors.BadRequest("no schedule name given", hint="e.g. sloth schedule add nightly --every 1d -- CMD")
-    name, command = words[0], words[1:]
+    name = words[0]
+    usage = shell_command("sloth", "schedule", "edit", name)
+    command = words[1:] if need_command else command_after_dashes(words, usage)
     if need_command and not command:
         raise errors.BadRequest("no command given", hint="Put the command after --, e.g. `... -- make backup`.")
     return name, command

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 TAIL_LINES = 10
 TICK_S = 1.0  # the live line's redraw (its elapsed time) when nothing happens
+REREAD_S = 2.0  # one gated job waited on: how often its reason for waiting is read again
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 _ENDED = ("done", "failed", "cancelled")
 _ERASE = "\r\x1b[K"
@@ -91,6 +92,7 @@ class _View:
         self.ended_here = 0  # jobs that ended while we watched (for the rate)
         self.running_since: Optional[float] = None  # one job: when it was seen to start (wall)
         self._drawn = False
+        self._reread_at = 0.0  # when the one job was last read again for why it waits (monotonic)
         self._lock: Any = None
         self._stop: Any = None
 
@@ -147,11 +149,31 @@ class _View:
 
         def tick() -> None:
             while not self._stop.wait(TICK_S):
+                self._reread()
                 with self._locked():
                     if not self._stop.is_set():  # else the summary may be written already
                         self._draw()
 
         threading.Thread(target=tick, name="sloth-wait-line", daemon=True).start()
+
+    def _reread(self) -> None:
+        """Why the one job waited on waits is written by the daemon without a
+        frame (the gates' reasons change no state): a queued job with a gate,
+        due, is read again every REREAD_S, so its live line says why."""
+        job = self.jobs.get(self.ids[0]) if len(self.ids) == 1 else None
+        if job is None or job["state"] != "queued" or not job.get("gate") or job["not_before"] > time.time() \
+                or time.monotonic() - self._reread_at < REREAD_S:
+            return
+        self._reread_at = time.monotonic()
+        from sloth_daemon.cli.base import call
+
+        try:
+            fresh = call("show", id=job["id"])["job"]
+        except errors.SlothError:
+            return
+        with self._locked():
+            if self.jobs.get(job["id"], {}).get("state") == "queued" == fresh["state"]:  # no frame came meanwhile
+                self.jobs[job["id"]] = {**self.jobs[job["id"]], "wait_reason": fresh.get("wait_reason")}
 
     def _locked(self) -> Any:
         """The live line's lock (no thread, no lock, when there is no live line)."""
@@ -199,8 +221,10 @@ class _View:
                 return f"job {job['id']} paused" + (f" · {job['message']}" if job.get("message") else "")
             if st == "running" and self.running_since is not None:
                 return f"job {job['id']} running for {format_duration(max(0.0, time.time() - self.running_since))}"
+            if st == "queued":
+                return _queued_line(job)
             since = f" for {format_duration(max(0.0, time.time() - job['created_at']))}" \
-                if st in ("queued", "blocked", "held") and job.get("created_at") else ""
+                if st in ("blocked", "held") and job.get("created_at") else ""
             if st == "held":  # it starts only when released: say how, or the wait looks stuck
                 since += f" (until `sloth release {job['id']}`)"
             return f"job {job['id']} {st}{since}" + (f" · {job['message']}" if job.get("message") else "")
@@ -237,10 +261,12 @@ class _View:
         n: dict[str, int] = {}
         for j in {j["id"]: j for j in final}.values():
             n[j["state"]] = n.get(j["state"], 0) + 1
-        said = ", ".join(f"{n[s]} {s}" for s in _ENDED if n.get(s)) or "nothing"
+        said = ", ".join(f"{n[s]} {s}" for s in _ENDED if n.get(s)) or "none ended"
+        waited = format_duration(time.monotonic() - self.t0)
         with self._locked():
             self._clear()
-            sys.stderr.write(f"{said} in {format_duration(time.monotonic() - self.t0)}\n")
+            sys.stderr.write((f"waited {waited} for job {self.ids[0]}" if len(self.ids) == 1 else
+                              f"waited {waited} for {len(self.ids)} jobs: {said}") + "\n")
             sys.stderr.flush()
 
     def interrupted(self) -> None:
@@ -253,9 +279,15 @@ class _View:
 
         n = self.counts()
         seen = ", ".join(f"{n[s]} {s}" for s in (*_ENDED, "running", "queued", "blocked", "held") if n[s])
+        after = format_duration(time.monotonic() - self.t0)
+        if len(self.ids) == 1:
+            state = self.jobs.get(self.ids[0], {}).get("state", "queued")
+            said = f"stopped waiting for job {self.ids[0]} after {after}: it is {state}" + \
+                ("" if state in _ENDED else " and carries on")
+        else:
+            said = f"stopped waiting for {len(self.ids)} jobs after {after}: {seen}; they carry on"
         with self._locked():
-            sys.stderr.write(f"{_ERASE}stopped waiting after {format_duration(time.monotonic() - self.t0)}: "
-                             f"{seen}; the jobs carry on\n")
+            sys.stderr.write(f"{_ERASE}{said}\n")
             sys.stderr.flush()
             self._drawn = False
 
@@ -269,6 +301,25 @@ class _NoLock:
 
 
 _NO_LOCK = _NoLock()
+
+
+def _queued_line(job: dict[str, Any]) -> str:
+    """One queued job's live line: when it is tried again after a try that
+    failed, when it may start, or how long it has waited and why."""
+    from sloth_daemon.durations import format_duration
+    from sloth_daemon.text import showable
+
+    now, jid = time.time(), job["id"]
+    why = f" · {showable(job['wait_reason'])}" if job.get("wait_reason") and job["not_before"] <= now else ""
+    if job["attempts"] and job.get("message"):  # back in the queue after a run: a failed try, an interruption
+        tried = f"try {job.get('tries', job['attempts']) + 1}/{job['max_attempts']}; " \
+            f"the last: {showable(job['message'])}"
+        if job["not_before"] > now:
+            return f"job {jid} will be tried again in {format_duration(job['not_before'] - now)} ({tried})"
+        return f"job {jid} due to be tried again ({tried}){why}"
+    if job["not_before"] > now:
+        return f"job {jid} queued; it may start in {format_duration(job['not_before'] - now)}"
+    return f"job {jid} queued for {format_duration(max(0.0, now - job['created_at']))}{why}"
 
 
 def _claimed_at(job: dict[str, Any]) -> Optional[float]:

@@ -233,6 +233,26 @@ class Control:
         if job.gate:
             self._gate_here(json.dumps(job.gate), lane, job.cwd, job.place or "")
 
+    def settings_fit(self, job: Job, changes: Mapping[str, Any]) -> tuple[dict[str, Any], Job]:
+        """An edit of a waiting job's settings (--timeout, --when, --mem, ...),
+        checked as add checks a new job here: its place, its gate where it
+        may run, its limits and keep-awake on this machine. Returns the
+        changes (limits as this machine applies them, holding.held_here) and
+        the job with its new gate (for lane_fits)."""
+        from dataclasses import replace
+
+        from sloth_daemon.backends.edits import settings_spec
+
+        if job.state not in (JobState.QUEUED, JobState.BLOCKED, JobState.HELD):
+            return dict(changes), job  # the edit's own refusal says why (running, finished)
+        lane = changes.get("lane")
+        spec = self._held(self._placed_here(settings_spec(job, changes, lane if isinstance(lane, str) else None)))
+        out = dict(changes)
+        if "limits" in changes or "keep_awake" in changes:
+            out["limits"] = json.loads(spec.limits_json) if spec.limits_json else None
+            out["keep_awake"] = spec.keep_awake
+        return out, replace(job, gate=json.loads(spec.gate_json) if spec.gate_json else None)
+
     def _gate_here(self, gate: str | None, lane: str, cwd: str | None, place: str) -> None:
         """Conditions (its own or its lane's), needs and slots this machine
         could never meet: refused (on a shared queue, only for a job that

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+from sloth_daemon.backends.edits import SETTINGS
 from sloth_daemon.daemon.streams import job_id, job_ids
 from sloth_daemon.errors import BadRequest
 from sloth_daemon.models import Batch
@@ -39,7 +40,8 @@ class EditOps:
 
     def op_edit(self, a: dict[str, Any]) -> dict[str, Any]:
         """``id``, ``changes`` (command and shell, lane, priority, label,
-        not_before, after, after_any), ``expect`` (optional: fields of the
+        not_before, after, after_any, and the settings of `sloth add`:
+        backends/edits.SETTINGS), ``expect`` (optional: fields of the
         job as the client read it; the edit is refused if one changed)."""
         jid = job_id(a.get("id"))
         changes, expect = a.get("changes"), a.get("expect")
@@ -47,9 +49,12 @@ class EditOps:
             raise BadRequest("changes must be an object of the fields to change")
         if expect is not None and not isinstance(expect, dict):
             raise BadRequest("expect must be an object (fields of the job as read)")
+        job = None
+        if not SETTINGS.isdisjoint(changes):  # checked here as add checks them; limits as applied here
+            changes, job = self.c.settings_fit(self.c.queue.get(jid), changes)
         lane = changes.get("lane")
         if isinstance(lane, str) and lane:
-            self.c.lane_fits(self.c.queue.get(jid), lane)  # its slots, the lanes' limits: as at add
+            self.c.lane_fits(job or self.c.queue.get(jid), lane)  # its slots, the lanes' limits: as at add
         res = self.c.queue.edit(jid, changes, expect=expect)
         if res.changes:
             self.c.worker.side_change(res.job)

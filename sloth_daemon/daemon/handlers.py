@@ -228,7 +228,8 @@ class Handlers:
         return await self.op_pause_jobs(a, resume=True)
 
     def op_lanes(self, a: dict[str, Any]) -> dict[str, Any]:
-        return {"lanes": self.c.lanes(), "paused_all": self.c.worker.lanes.paused_all}
+        lanes = self.c.worker.lanes
+        return {"lanes": self.c.lanes(), "paused_all": lanes.paused_all, "known": lanes.known()}
 
     def op_lane_set(self, a: dict[str, Any]) -> dict[str, Any]:
         lane = lane_name(a.get("lane"))

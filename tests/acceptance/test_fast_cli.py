@@ -84,7 +84,7 @@ READS: list[tuple[list[str], str | None, str]] = [
     (["ls", "--watch", "--json"], None, T), (["ls", "extra"], None, T), (["ls", "--since", "12h"], None, F),
     (["show", "1"], None, F), (["show", "1", "6", "--json"], None, F), (["show", "999"], None, F),
     (["show", "x"], None, F), (["show", "0"], None, F), (["show", "--json", "--", "3"], None, F),
-    (["show"], None, F),
+    (["show"], None, F), ([], None, F),
     (["status"], None, F), (["status", "--json"], None, F), (["status", "extra"], None, T), (["status", "-h"], None, T),
     (["lane", "ls"], None, F), (["lane", "ls", "--json"], None, F), (["lane", "ls", "x"], None, T),
     (["logs", "1"], None, F), (["logs", "--path", "1"], None, F), (["logs", "-n", "3", "--attempt", "1", "1"], None, F),
@@ -109,6 +109,9 @@ ACTS: list[tuple[list[str], str | None, str]] = [
                                                 None, F),
     (["restart", "3"], None, F), (["restart", "2", "3"], None, F), (["restart", "--json", "4"], None, F),
     (["restart"], None, T),
+    (["edit", "7", "2", "--priority", "5"], None, F),
+    (["edit", "7", "--timeout", "1h", "--when", "disk>=1K", "--keep-awake", "-s", "--", "echo a | wc"], None, F),
+    (["cancel", "--state", "blocked,held", "--lane", "video"], None, F),
     (["prune", "--dry-run"], None, F), (["prune", "--older-than", "0", "--dry-run", "--state", "cancelled"], None, F),
     (["prune", "--older-than", "x"], None, F), (["prune", "--state", "running", "--dry-run"], None, F),
     (["prune", "--older-than", "0", "--state", "cancelled", "--lane", "video", "--json"], None, F),
@@ -271,7 +274,7 @@ LINES = [  # (argv, environment, light: none of LIGHT_TOO either)
     (["logs", "-n", "1", "1"], {}, True), (["cancel", "2"], {}, True), (["retry", "2"], {}, True),
     (["cancel", "--lane", "video"], {}, True), (["kill", "--json", "1"], {}, True), (["pause", "video"], {}, True),
     (["resume", "video"], {}, True), (["restart", "1"], {}, True), (["prune", "--dry-run"], {}, False),  # durations.parse_duration: re
-    (["lane", "set", "video", "-c", "0"], {}, True),
+    (["lane", "set", "video", "-c", "0"], {}, True), ([], {}, True),
     # issue 30: config, ls with any of its filters, on the fast path too (the daemon reads config.toml)
     (["config"], {}, True), (["config", "--json"], {}, True), (["ls", "--since", "12h"], {}, True),
     (["ls", "--all"], {}, True), (["ls", "--state", "done", "--lane", "video", "-n", "5"], {}, True),

@@ -265,7 +265,7 @@ def test_show_says_what_the_runs_were(quick_retry):
         h.wait_for(lambda: h.job(jid)["state"] == "failed" and h.job(jid)["tries"] == 2, what="failed again")
     text = h.cli("show", str(jid), check=True).stdout
     line = next(ln for ln in text.splitlines() if ln.startswith("  attempts"))
-    assert line == "  attempts  2/2: 6 runs; 2 counted; 4 before 2 user retries (a retry starts the count afresh)"
+    assert line == "  attempts  2/2 (6 runs; 4 before `sloth retry` started the count again)"
     assert "interruption" not in text.split("  history", 1)[0]
 
 

@@ -34,7 +34,7 @@ def test_one_job_on_a_terminal_has_a_live_line_then_its_outcome_and_a_summary(ha
         assert t.wait() == 0
         shown = on_screen(t.screen())
     assert shown[0] == f"job {jid} done (exit 0)", shown
-    assert re.fullmatch(r"1 done in \d\S*", shown[-1]), shown
+    assert re.fullmatch(rf"waited \d\S* for job {jid}", shown[-1]), shown  # no bare count to read as an id
     assert len(shown) == 2, shown  # the live line erased, nothing else left behind
     assert t.text.endswith("\n")
 
@@ -51,7 +51,7 @@ def test_several_jobs_on_a_terminal_each_outcome_as_it_happens_and_a_summary(har
         assert t.wait() == EXIT_JOB_FAILED
         shown = on_screen(t.screen())
     assert {f"job {quick} done (exit 0)", f"job {bad} failed: exit 5", f"job {slow} done (exit 0)"} <= set(shown)
-    assert re.fullmatch(r"2 done, 1 failed in \d\S*", shown[-1]), shown
+    assert re.fullmatch(r"waited \d\S* for 3 jobs: 2 done, 1 failed", shown[-1]), shown
     assert not [ln for ln in shown if "ended ·" in ln], shown  # no live line left on the screen
 
 
@@ -64,7 +64,7 @@ def test_ctrl_c_ends_the_wait_on_a_clean_line_with_130_and_the_job_carries_on(ha
         assert t.wait() == 130
         shown = on_screen(t.screen())
     assert not [ln for ln in shown if "^C" in ln or "running for" in ln], shown
-    assert re.fullmatch(r"stopped waiting after \d\S*: 1 running; the jobs carry on", shown[-1]), shown
+    assert re.fullmatch(rf"stopped waiting for job {jid} after \d\S*: it is running and carries on", shown[-1]), shown
     assert t.text.endswith("\n")
     assert harness.job(jid)["state"] == "running"
 
@@ -118,13 +118,13 @@ def test_waiting_on_held_jobs_says_they_are_held(harness):
         t.type(b"\x03")
         assert t.wait() == 130
         shown = on_screen(t.screen())
-    assert re.fullmatch(r"stopped waiting after \d\S*: 2 held; the jobs carry on", shown[-1]), shown
+    assert re.fullmatch(r"stopped waiting for 2 jobs after \d\S*: 2 held; they carry on", shown[-1]), shown
     with Terminal(SLOTH + ["wait", str(held)], harness.env, harness.home) as t:
         t.read_until(rf"job {held} held for \d\S* \(until `sloth release {held}`\)")
         t.type(b"\x03")
         assert t.wait() == 130
         shown = on_screen(t.screen())
-    assert re.fullmatch(r"stopped waiting after \d\S*: 1 held; the jobs carry on", shown[-1]), shown
+    assert re.fullmatch(rf"stopped waiting for job {held} after \d\S*: it is held and carries on", shown[-1]), shown
 
 
 def test_add_hold_wait_is_refused_rather_than_waiting_forever(harness):

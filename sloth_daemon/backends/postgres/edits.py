@@ -23,6 +23,7 @@ from sloth_daemon.backends.postgres.reads import JobRows, get_row
 from sloth_daemon.backends.postgres.writer import Writer, event
 from sloth_daemon.backends.rules import prereqs_json
 from sloth_daemon.checks import command_json
+from sloth_daemon.text import as_bytes
 from sloth_daemon.errors import BadRequest, JobNotFound
 from sloth_daemon.models import Batch, JobState
 
@@ -36,6 +37,9 @@ SQL_WAITS_ON = (
 SQL_EDIT = (
     "UPDATE sloth.jobs SET command = %(command)s, shell = %(shell)s, lane = %(lane)s, priority = %(priority)s,"
     " label = %(label)s, not_before = %(not_before)s, state = %(state)s, prereqs = %(prereqs)s,"
+    " max_attempts = %(max_attempts)s, lease_s = %(lease_s)s, timeout_s = %(timeout_s)s, cwd = %(cwd)s,"
+    " retry_exit = %(retry_exit)s, no_retry_exit = %(no_retry_exit)s, place = %(place)s, keep_awake = %(keep_awake)s,"
+    " limits = %(limits)s, gate = %(gate)s, wait_reason = %(wait_reason)s,"
     " updated_at = sloth.now() WHERE id = %(id)s AND state IN ('blocked', 'held', 'queued') RETURNING *"
 )
 SQL_ADD_LANE = "INSERT INTO sloth.lanes (name, created_at) VALUES (%s, sloth.now()) ON CONFLICT (name) DO NOTHING"
@@ -75,10 +79,11 @@ class Edits:
             row = get_row(c, job_id, lock=True)
             if not rules.waiting(row["state"]):
                 raise rules.not_editable(job_id, row["state"])
-            rules.check_expect(self.rows.job(row, c), expect)
+            job = self.rows.job(row, c)
+            rules.check_expect(job, expect)
             now = one(c.execute(SQL_NOW))["now"]
             old_wants = [(r["after_id"], r["need"]) for r in c.execute(SQL_WANTS, (job_id,)).fetchall()]
-            plan = rules.plan_edit(row, old_wants, wanted, now)
+            plan = rules.plan_edit(row, old_wants, wanted, now, job)
             if not plan.words:
                 return rules.Edited(self.rows.job(row, c))
             state = row["state"] if plan.wants is None else _new_prereqs(c, job_id, row["state"], plan.wants)
@@ -90,7 +95,9 @@ class Edits:
                 plan.words.append("blocked -> queued")
             elif state != row["state"]:
                 plan.words.append(f"{row['state']} -> {state}")
+            cwd = as_bytes(v["cwd"]) if isinstance(v["cwd"], str) else v["cwd"]  # changed: text; else as stored
             out = c.execute(SQL_EDIT, {**v, "command": command_json(v["command"]), "state": state, "id": job_id,
+                                       "cwd": cwd,
                                        "prereqs": row["prereqs"] if plan.wants is None else prereqs_json(plan.wants),
                                        }).fetchone()
             if out is None:  # the row is locked: cannot happen; never write half an edit

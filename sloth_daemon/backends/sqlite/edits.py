@@ -18,6 +18,7 @@ from typing import Any, Sequence
 from sloth_daemon.backends import edits as rules
 from sloth_daemon.backends.sqlite import deps
 from sloth_daemon.backends.sqlite.ends import event
+from sloth_daemon.backends.sqlite.enqueue import path_value
 from sloth_daemon.backends.sqlite.reads import JobRows
 from sloth_daemon.backends.sqlite.unit import SqliteStore
 from sloth_daemon.clock import Clock
@@ -35,7 +36,10 @@ SQL_WAITS_ON = (
 )
 SQL_EDIT = (
     "UPDATE jobs SET command = :command, shell = :shell, lane = :lane, priority = :priority, label = :label,"
-    " not_before = :not_before, state = :state, prereqs = :prereqs, updated_at = :now"
+    " not_before = :not_before, state = :state, prereqs = :prereqs, updated_at = :now,"
+    " max_attempts = :max_attempts, lease_s = :lease_s, timeout_s = :timeout_s, cwd = :cwd, retry_exit = :retry_exit,"
+    " no_retry_exit = :no_retry_exit, place = :place, keep_awake = :keep_awake, limits = :limits, gate = :gate,"
+    " wait_reason = :wait_reason"
     " WHERE id = :id AND state IN ('blocked', 'held', 'queued') RETURNING *"
 )
 SQL_ADD_LANE = "INSERT INTO lanes (name, created_at) VALUES (?, ?) ON CONFLICT(name) DO NOTHING"
@@ -82,9 +86,10 @@ class SqliteEdits:
             row = self.rows.row(c, job_id)
             if not rules.waiting(row["state"]):
                 raise rules.not_editable(job_id, row["state"])
-            rules.check_expect(self.rows.job(row), expect)
+            job = self.rows.job(row)
+            rules.check_expect(job, expect)
             old_wants = [(r[0], r[1]) for r in c.execute(SQL_WANTS, (job_id,))]
-            plan = rules.plan_edit(row, old_wants, wanted, now)
+            plan = rules.plan_edit(row, old_wants, wanted, now, job)
             if not plan.words:
                 return rules.Edited(self.rows.job(row))
             state = row["state"]
@@ -99,7 +104,9 @@ class SqliteEdits:
             elif state != row["state"]:
                 plan.words.append(f"{row['state']} -> {state}")
             prereqs = row["prereqs"] if plan.wants is None else prereqs_json(plan.wants)
+            cwd = path_value(v["cwd"]) if isinstance(v["cwd"], str) else v["cwd"]  # changed: text; else as stored
             out = c.execute(SQL_EDIT, {**v, "command": command_json(v["command"]), "shell": int(v["shell"]),
+                                       "cwd": cwd, "keep_awake": int(v["keep_awake"]),
                                        "state": state, "prereqs": prereqs, "now": now, "id": job_id}).fetchone()
             if out is None:  # cannot happen under the write lock; never write half an edit
                 raise rules.stale(job_id, row["state"])

@@ -10,7 +10,13 @@ that a restart quietly undoes surprises people).
 
 The ``default`` lane always exists. Another exists once config names it, a job was added to it or `lane set
 --create` made it; naming any other lane is an error that lists the real
-ones (a typo must not pause nothing and say "paused").
+ones (a typo must not pause nothing and say "paused"). A lane that only a
+job's ``--lane`` made, and that has no setting of its own (config, `lane
+set`, a pause), is listed (`status`, `lane ls`) only while it has jobs
+that have not ended: made implicitly, it goes when it is empty, so such
+lanes do not pile up; named, it is still known (`ls --lane` finds its
+finished jobs). A lane `lane set` made or set stays (its row keeps the
+config's value then, ``config_was``).
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ class Lanes:
         self.paused: set[str] = set(queue.get_meta(self.keys[1], []))
         self.overrides: dict[str, int] = {}
         self.held_back: dict[str, str] = {}  # lane -> why its `when` does not hold now (gates.py)
+        # Lanes `sloth lane set` made or set (their row has the config's value then): kept, empty or not.
+        self.made = {n for n, r in queue.lane_rows().items() if r.get("config_was") is not None}
         if read_only:
             self.overrides = overrides_in_force(queue.lane_rows(), settings)[0]
         else:
@@ -105,6 +113,10 @@ class Lanes:
         """Every lane that exists (see the module docstring); ``default`` always does."""
         return sorted({"default"} | set(self.settings.lanes) | set(self.queue.lane_rows()) | self.paused)
 
+    def has_settings(self, lane: str) -> bool:
+        """``default``, or a lane config names, `lane set` made or set, or a pause holds."""
+        return lane == "default" or lane in self.settings.lanes or lane in self.made or lane in self.paused
+
     def check(self, lane: str) -> None:
         """Raises LaneNotFound (naming the lanes there are) for a lane that does not exist."""
         known = self.known()
@@ -156,6 +168,7 @@ class Lanes:
             raise BadRequest(f"concurrency must be a whole number from 0 to {MAX_CONCURRENCY}, got {concurrency!r}")
         if create:
             self.queue.set_lane(lane, self.overrides.get(lane), self.settings.concurrency(lane))
+            self.made.add(lane)
         self.check(lane)
         was = {"concurrency": self.concurrency(lane), "paused": self.is_paused(lane)}
         if concurrency == 0:
@@ -163,6 +176,7 @@ class Lanes:
         else:
             self.queue.set_lane(lane, concurrency, self.settings.concurrency(lane))
             self.overrides[lane] = concurrency
+            self.made.add(lane)
             if lane in self.paused:
                 self.resume(lane)
         return {"lane": lane, "was": was, "concurrency": self.concurrency(lane), "paused": self.is_paused(lane)}
@@ -177,6 +191,7 @@ class Lanes:
                                     hint=f"Cancel them first: `{shell_command('sloth', 'cancel', '--lane', lane)}`.")
         self.queue.forget_lane(lane)
         self.overrides.pop(lane, None)
+        self.made.discard(lane)
         if lane in self.paused:
             self.resume(lane)
 
@@ -197,12 +212,13 @@ def explain(jobs: Iterable[dict[str, Any]], why: Callable[[str], str | None]) ->
 
 def lane_table(lanes: Any, names: Iterable[str], running: Mapping[str, int],
                counts: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, object]]:
-    """The rows of `sloth lane ls` (``lanes``: anything with concurrency,
-    source and is_paused, such as a Lanes or a ReadLanes)."""
+    """The rows of `sloth lane ls` (``lanes``: a Lanes, or a ReadLanes): a
+    lane without settings of its own only while it has active jobs
+    (``counts``: of the lanes that have some; see the module docstring)."""
     return {ln: {"concurrency": lanes.concurrency(ln), "source": lanes.source(ln),
                  "running": running.get(ln, 0), "queued": counts.get(ln, {}).get("queued", 0),
                  "blocked": counts.get(ln, {}).get("blocked", 0), "paused": lanes.is_paused(ln)}
-            for ln in sorted(set(names) | set(counts))}
+            for ln in sorted(set(names) | set(counts)) if ln in counts or running.get(ln) or lanes.has_settings(ln)}
 
 
 def ReadLanes(queue: Any, settings: Settings) -> Lanes:  # named as the class it was (cli/offline.py)

@@ -97,6 +97,39 @@ def test_edit_bad_fields_change_nothing(q, changes, err):
     assert unchanged(q, jid) == before
 
 
+def test_edit_changes_the_settings_add_gives_checked_as_add_checks_them(q):
+    """Issue 30: every option of `sloth add` a waiting job takes, in one
+    event, each said as a person gave it; a gate moves the job out of the
+    plain claim (and its old reason goes); limits merge one by one."""
+    (jid,) = q.enqueue_many([{"command": ["true"], "limits": {"nice": 5}}])
+    res = q.edit(jid, {"timeout_s": 7200.0, "max_attempts": 5, "when": ["disk>=100T"], "limits": {"io": "idle"},
+                       "retry_exit": [75], "keep_awake": True, "lease_s": 120.0})
+    job = q.get(jid)
+    assert (job.timeout_s, job.max_attempts, job.gate, job.retry_exit, job.keep_awake, job.lease_s) == (
+        7200.0, 5, {"when": ["disk>=100T"]}, [75], True, 120.0)
+    assert job.limits == {"io": "idle", "nice": 5} and res.job == job
+    assert last_event(q, jid).message == ("edited: keep-awake no -> yes, lease 1m40s -> 2m, limits nice=5 -> io=idle,"
+                                          "nice=5, max-attempts 3 -> 5, retry-exit (none) -> 75, timeout (none) -> 2h,"
+                                          " when (none) -> disk>=100T")
+    assert q.claim("w") is None  # gated now: the plain claim passes it by
+    q.edit(jid, {"when": None})
+    assert q.get(jid).gate is None and q.claim("w").id == jid
+    other = q.enqueue(["true"], timeout_s=60.0)
+    before = unchanged(q, other)
+    assert q.edit(other, {"timeout_s": 60.0}).changes == [] and unchanged(q, other) == before
+
+
+@pytest.mark.parametrize("changes", [{"max_attempts": 0}, {"timeout_s": -1}, {"when": ["moonlight"]},
+                                     {"limits": {"nice": 40}}, {"slots": 0}, {"place": "bad name!"},
+                                     {"keep_awake": "yes"}, {"lease_s": 0.001}])
+def test_edit_bad_settings_change_nothing(q, changes):
+    jid = q.enqueue(["true"])
+    before = unchanged(q, jid)
+    with pytest.raises((BadRequest, FieldError)):
+        q.edit(jid, changes)
+    assert unchanged(q, jid) == before
+
+
 def test_edit_unknown_or_bad_id(q):
     with pytest.raises(JobNotFound):
         q.edit(999, {"priority": 1})

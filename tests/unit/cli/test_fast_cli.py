@@ -261,10 +261,11 @@ def test_the_fast_path_calls_the_command_with_what_typer_calls_it_with(group, mo
 
 
 def test_what_is_not_ours_is_left_untouched(monkeypatch):
-    """Another command, an option before the command, no command: None,
-    and nothing printed or done."""
+    """Another command, an option before the command: None, and nothing
+    printed or done (no command at all is the fast path's: plain `sloth`
+    shows the day at a glance)."""
     monkeypatch.delenv("_SLOTH_COMPLETE", raising=False)
-    for argv in ([], ["--debug", "add", "--", "true"], ["-V"], ["daemon", "status"], ["ad"],
+    for argv in (["--debug", "add", "--", "true"], ["-V"], ["daemon", "status"], ["ad"],
                  ["add", "--help"], ["ls", "--watch"]):
         assert fast.handle(argv) is None, argv
 
