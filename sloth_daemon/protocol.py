@@ -53,8 +53,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # not at run time: every `sloth add` imports this module
     from typing import Any
 
-VERSION = 4  # the newest this code speaks
-SUPPORTED_VERSIONS = (1, 2, 3, 4)
+VERSION = 5  # the newest this code speaks
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5)
 MAX_FRAME = 1 << 20  # 1 MiB per request line
 MAX_RESPONSE = 64 << 20  # per line from the daemon
 
@@ -87,7 +87,8 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "logs": (frozenset({"id"}), frozenset({"attempt"})),
     # "batched": one "states" event of many jobs at a time (else a "state" event per job)
     "wait": (frozenset({"ids"}), frozenset({"batched"})),
-    "latest": (frozenset(), frozenset()),  # the newest job's id: {"id": N or null}
+    # the newest job this machine queued: {"id": N or null}; "ran": the newest of those that has run
+    "latest": (frozenset(), frozenset({"ran"})),
     "follow": (frozenset({"id"}), frozenset({"attempt", "all_attempts", "live"})),
     "subscribe": (frozenset(), frozenset({"ids"})),
     "config": (frozenset(), frozenset()),
@@ -119,6 +120,9 @@ OP_SINCE: dict[str, int] = {"stage": 2, "commit": 2, "batch": 2, "scan": 3}
 OP_SINCE.update(dict.fromkeys(("pause_jobs", "resume_jobs", "latest", "edit", "bump", "hold", "release",
                                "schedule_add", "schedule_edit", "schedule_ls", "schedule_show", "schedule_pause",
                                "schedule_resume", "schedule_rm", "schedule_run"), 4))
+# Round 4 (v5): "latest" means this machine's and takes "ran" (a daemon of v4 would answer another
+# machine's job, or refuse "ran" as an unknown argument: it is told to restart instead).
+OP_SINCE["latest"] = 5
 
 
 class Request:

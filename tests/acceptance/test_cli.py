@@ -545,7 +545,7 @@ def test_daemon_start_status_stop(harness):
     jid = harness.cli_json("add", "--", "true")["ids"][0]
     harness.wait_state(jid, "done")
     st = harness.cli_json("daemon", "status")
-    assert st["pid"] == pid and st["version"] == __version__ and st["protocol"] == 4
+    assert st["pid"] == pid and st["version"] == __version__ and st["protocol"] == 5
     assert st["uptime_s"] >= 0
     assert st["paths"]["socket"] == str(harness.socket)
     assert st["paths"]["db"] == str(harness.home / "queue.db")

@@ -59,8 +59,12 @@ def test_a_newer_op_in_an_older_version_is_unknown_and_a_newer_version_is_refuse
     with pytest.raises(ProtocolError, match="unknown op 'edit'"):
         protocol.parse_request(frame(v=3, id=1, op="edit", args={"id": 1, "changes": {}}))
     assert protocol.request(1, "schedule_add")["v"] == 4  # a daemon of v3 says so, not "unknown op"
-    with pytest.raises(ProtocolError, match="version 5 is not supported"):
-        protocol.parse_request(frame(v=5, id=1, op="ping"))
+    # v5: "latest" means this machine's and takes "ran": a daemon of v4 says it lacks v5 (restart it)
+    assert protocol.request(1, "latest", ran=True)["v"] == 5
+    with pytest.raises(ProtocolError, match="unknown op 'latest'"):
+        protocol.parse_request(frame(v=4, id=1, op="latest", args={}))
+    with pytest.raises(ProtocolError, match="version 6 is not supported"):
+        protocol.parse_request(frame(v=6, id=1, op="ping"))
 
 
 @pytest.mark.parametrize(
@@ -74,7 +78,7 @@ def test_a_newer_op_in_an_older_version_is_unknown_and_a_newer_version_is_refuse
         (b'"str"', "JSON object"),
         (b"null", "JSON object"),
         (b"[" * 100_000 + b"]" * 100_000, "JSON"),  # deep nesting: RecursionError, not a crash
-        (frame(v=5, id=1, op="ping"), "version 5"),
+        (frame(v=6, id=1, op="ping"), "version 6"),
         (frame(id=1, op="ping"), "version None"),
         (frame(v="1", id=1, op="ping"), "version '1'"),
         (frame(v=True, id=1, op="ping"), "version True"),  # True == 1 in Python, not on the wire
