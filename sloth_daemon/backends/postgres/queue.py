@@ -161,6 +161,7 @@ class PgQueue:
         self.note_run = leases.note_run
         self.adopt = leases.adopt
         self.abandon = leases.abandon
+        self.unclaim = leases.unclaim
         self.complete = leases.complete
         self.fail = leases.fail
         self.release = leases.release
