@@ -63,7 +63,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 from sloth_daemon.clock import Clock, SystemClock, SystemClocks
 from sloth_daemon.models import Job
@@ -266,6 +266,17 @@ class PgQueue:
     def broken(self) -> str | None:
         """Why this queue takes no more requests, or None."""
         return self._db.broken
+
+    def unit(self) -> ContextManager[None]:
+        """The writes inside as one transaction and one synchronous commit
+        (a worker's turn: the jobs it claims and the outcomes it records),
+        as SqliteQueue.unit: a write that raises for its own reason (its
+        lease lost) undoes itself alone; a database error or a lost
+        connection rolls the whole unit back, and then every later write of
+        it and its end raise StorageError (none of it was kept). Reads
+        inside, once it has written, see its writes. Dependents it settled
+        are told once it commits. Nested: part of the outer one."""
+        return self._db.unit()
 
     def set_meta(self, key: str, value: Any) -> None:
         text = json.dumps(value)
