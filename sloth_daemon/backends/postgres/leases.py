@@ -49,15 +49,20 @@ SQL_HELD_EVENTS = (", ev AS (INSERT INTO sloth.events (job_id, at, kind, attempt
 SQL_NOT_DURABLE = ", lazy AS (SELECT set_config('synchronous_commit', 'off', true) AS off)"
 SQL_ABANDON = ("UPDATE sloth.jobs SET lease_until = sloth.just_before(sloth.now()), tries = tries - %s,"
                " refunds = refunds + %s, updated_at = sloth.now() WHERE id = %s RETURNING *")
-SQL_UNCLAIM = ("UPDATE sloth.jobs SET state = 'queued', attempts = greatest(attempts - 1, 0),"
-               " tries = greatest(tries - 1, 0), token = NULL, lease_until = NULL,"
-               " worker = CASE WHEN attempts <= 1 THEN NULL ELSE worker END, updated_at = sloth.now()"
-               " WHERE id = %s RETURNING *")
-# The claim's event and what only the lease saw after it (adopted, resumed):
-# nothing ran. No claim event (a reclaim): nothing goes.
-SQL_UNCLAIM_EVENTS = ("DELETE FROM sloth.events WHERE job_id = %(id)s AND attempt = %(attempt)s AND id >= ("
-                      "SELECT max(id) FROM sloth.events WHERE job_id = %(id)s AND attempt = %(attempt)s"
-                      " AND kind = 'claimed')")
+# unclaim in one statement: the job back to queued where the token still
+# holds it, and the claim's event with what only the lease saw after it
+# (adopted, resumed) deleted: nothing ran. No claim event (a reclaim):
+# nothing goes. ``attempts + 1``: the attempt undone (attempts of a held job >= 1).
+SQL_UNCLAIM = """WITH u AS (
+    UPDATE sloth.jobs SET state = 'queued', attempts = greatest(attempts - 1, 0), tries = greatest(tries - 1, 0),
+        token = NULL, lease_until = NULL, worker = CASE WHEN attempts <= 1 THEN NULL ELSE worker END,
+        updated_at = sloth.now()
+    WHERE id = %(id)s AND state = 'running' AND token = %(token)s RETURNING *
+), d AS (
+    DELETE FROM sloth.events e USING u WHERE e.job_id = u.id AND e.attempt = u.attempts + 1
+        AND e.id >= (SELECT max(id) FROM sloth.events WHERE job_id = u.id AND attempt = u.attempts + 1
+                     AND kind = 'claimed')
+)"""
 SQL_SET_RUNNER = "UPDATE sloth.jobs SET runner = %s, updated_at = sloth.now() WHERE id = %s"
 SQL_BACK_OFF = ("UPDATE sloth.jobs SET state = 'queued', not_before = sloth.now() + %s,"
                 " token = NULL, lease_until = NULL, message = %s, exit_code = %s,"
@@ -150,17 +155,15 @@ class Leases:
 
     def unclaim(self, job_id: int, token: str, *, durable: bool = True) -> Job:
         """running -> queued as if the claim of ``token`` had not happened
-        (its run never started): as SqliteQueue.unclaim. Raises LeaseLost
-        or JobNotFound."""
-        def tx(c: Cursor) -> Job:
-            if not durable:
-                c.execute("SET LOCAL synchronous_commit TO OFF")
-            row = self._held(c, job_id, token)
-            out = one(c.execute(SQL_UNCLAIM, (job_id,)))
-            c.execute(SQL_UNCLAIM_EVENTS, {"id": job_id, "attempt": row["attempts"]})
-            return self.rows.job(out, c)
-
-        return self.writer.write(tx, "undoing a claim")
+        (its run never started): as SqliteQueue.unclaim, in one statement.
+        Raises LeaseLost or JobNotFound."""
+        check_id(job_id)
+        sql = SQL_UNCLAIM + rows_of_u(durable)
+        rows = self._db.write_one(sql, {"id": job_id, "token": token if isinstance(token, str) else None},
+                                  "undoing a claim")
+        if rows:
+            return self.rows.job(rows[0])
+        raise not_held(self._db.read(lambda c: get_row(c, job_id), "undoing a claim"), token)
 
     # ------------------------------------------------------------ outcomes
     def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None,
@@ -293,7 +296,7 @@ class Leases:
         if runner is not None:
             args.update(runner=json.dumps(runner), started_at=finite(runner.get("started_at")),
                         started_message=storable_text(f"pid {runner.get('pid')}"))
-        sql += " SELECT u.* FROM u" if durable else SQL_NOT_DURABLE + " SELECT u.* FROM u CROSS JOIN lazy"
+        sql += rows_of_u(durable)
         rows = self._db.write_one(sql, args, doing)
         if rows:
             return self.rows.job(rows[0])
@@ -301,6 +304,12 @@ class Leases:
         if unwaited and row["waited_on"] and holds(row, token):
             raise WaitedOn(job_id)
         raise not_held(row, token)
+
+
+def rows_of_u(durable: bool) -> str:
+    """The end of a one-statement write: the rows of its ``u``, and (not
+    ``durable``) its commit not waiting for the disk."""
+    return " SELECT u.* FROM u" if durable else SQL_NOT_DURABLE + " SELECT u.* FROM u CROSS JOIN lazy"
 
 
 class WaitedOn(Exception):
