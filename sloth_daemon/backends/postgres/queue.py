@@ -118,6 +118,8 @@ class PgQueue:
     ``options``: connection settings (pgdb.PgOptions).
     """
 
+    units_durable = True  # unit() commits synchronously: what it wrote is durable once it ends
+
     def __init__(
         self,
         url: str,
