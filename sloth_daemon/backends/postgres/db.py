@@ -11,6 +11,11 @@ thinks. ``sloth.now()`` is the server's clock at the start of the
 transaction (see the migration); with a test clock every write runs in a
 transaction that first pins ``sloth.now`` to the test clock's reading.
 
+A unit (``unit()``, a worker's turn) is the exception: its writes share
+one transaction, begun by its first write, each multi-statement write a
+savepoint of it, and one synchronous commit at its end; a database error or
+a lost connection inside fails the whole unit (nothing of it is kept).
+
 Durability: unlike SQLite's claims and renewals (db.transaction durable=False)
 every commit here waits for the WAL flush (synchronous_commit stays on).
 On one machine a power cut kills the claimed process with the queue; with a
