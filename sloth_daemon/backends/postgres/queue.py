@@ -63,7 +63,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable
 
 from sloth_daemon.clock import Clock, SystemClock, SystemClocks
 from sloth_daemon.models import Job
@@ -170,6 +170,14 @@ class PgQueue:
         self.note_ended = leases.note_ended
         self.set_waiting = leases.set_waiting
         self.flush = leases.flush
+        # unit(): the writes inside as one transaction and one synchronous
+        # commit (a worker's turn), as SqliteQueue.unit: a write that raises
+        # for its own reason (its lease lost) undoes itself alone; a database
+        # error or a lost connection rolls the whole unit back, then every
+        # later write of it and its end raise StorageError. Reads inside, once
+        # it has written, see its writes; dependents it settled are told once
+        # it commits. Nested: part of the outer one (postgres/db.py).
+        self.unit = db.unit
 
         self.requests = requests = Requests(db, rows, writer)
         self.cancel = requests.cancel
@@ -268,17 +276,6 @@ class PgQueue:
     def broken(self) -> str | None:
         """Why this queue takes no more requests, or None."""
         return self._db.broken
-
-    def unit(self) -> ContextManager[None]:
-        """The writes inside as one transaction and one synchronous commit
-        (a worker's turn: the jobs it claims and the outcomes it records),
-        as SqliteQueue.unit: a write that raises for its own reason (its
-        lease lost) undoes itself alone; a database error or a lost
-        connection rolls the whole unit back, and then every later write of
-        it and its end raise StorageError (none of it was kept). Reads
-        inside, once it has written, see its writes. Dependents it settled
-        are told once it commits. Nested: part of the outer one."""
-        return self._db.unit()
 
     def set_meta(self, key: str, value: Any) -> None:
         text = json.dumps(value)
