@@ -35,7 +35,7 @@ class Claims:
     def claim(
         self, worker: str, *, lease_s: float | None = None, lanes: Sequence[str] | None = None,
         exclude_lanes: Collection[str] = (), exclude_ids: Collection[int] = (),
-        places: Collection[str] | None = None,
+        places: Collection[str] | None = None, reclaim: bool = True,
         gated: tuple[int, dict[str, list[str]] | None] | None = None,
     ) -> Job | None:
         """Lease the most urgent due job to ``worker``, or return None.
@@ -49,13 +49,15 @@ class Claims:
         returned Job keeps the previous attempt's ``runner``.
         ``exclude_lanes`` skips lanes; ``exclude_ids`` never re-issues these
         jobs' expired leases; ``places``: only jobs placed there ("" is
-        anywhere; None: any job). Rows another claimer holds locked right
-        now are skipped, not waited for.
+        anywhere; None: any job). ``reclaim=False`` takes queued jobs only,
+        never an expired lease: a claim that may be undone (unclaim) must be
+        a plain one. Rows another claimer holds locked right now are
+        skipped, not waited for.
         """
         lease_s = pick.claim_lease(lease_s, lanes)
         if lanes is not None and not lanes:
             return None
-        sql, args = pick.claim_statement(worker, lease_s, lanes, exclude_lanes, exclude_ids, places)
+        sql, args = pick.claim_statement(worker, lease_s, lanes, exclude_lanes, exclude_ids, places, reclaim)
         if gated is not None:
             job = self._claim_gated(gated, sql, args, lanes, exclude_lanes, places)
             if job is not None:

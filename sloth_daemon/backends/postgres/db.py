@@ -11,6 +11,11 @@ thinks. ``sloth.now()`` is the server's clock at the start of the
 transaction (see the migration); with a test clock every write runs in a
 transaction that first pins ``sloth.now`` to the test clock's reading.
 
+A unit (``unit()``, a worker's turn) is the exception: its writes share
+one transaction, begun by its first write, each multi-statement write a
+savepoint of it, and one synchronous commit at its end; a database error or
+a lost connection inside fails the whole unit (nothing of it is kept).
+
 Durability: unlike SQLite's claims and renewals (db.transaction durable=False)
 every commit here waits for the WAL flush (synchronous_commit stays on).
 On one machine a power cut kills the claimed process with the queue; with a
@@ -164,6 +169,7 @@ class Connection:
         self.verify: Callable[[PgConnection], str | None] | None = None
         self.broken: str | None = None
         self._down: tuple[float, float, StorageError] | None = None  # (until, backoff, why): see retry_after_s
+        self._unit: _Unit | None = None  # the open unit of work (unit())
 
     # ---------------------------------------------------------- connecting
     def _connect_once(self) -> PgConnection:
@@ -265,7 +271,10 @@ class Connection:
         """Run ``fn(cursor)`` outside any transaction (each statement commits
         alone), or with ``snapshot`` in one read-only REPEATABLE READ
         transaction (its statements agree: a listing's total and its rows).
-        Retried on a lost connection: reads change nothing."""
+        Retried on a lost connection: reads change nothing. Inside a unit
+        that has written: in its transaction (it sees the unit's writes)."""
+        if self._unit is not None and self._unit.conn is not None:
+            return self._in_unit(self._unit, fn, doing, savepoint=False)
         if snapshot:
             return self._retrying(lambda conn: self._transaction(conn, fn, doing, SNAPSHOT), doing)
         return self._retrying(lambda conn: fn(conn.cursor()), doing)
@@ -276,7 +285,10 @@ class Connection:
         A connection lost before COMMIT was sent means the server rolled the
         transaction back: it is run again on a new connection. Lost during
         COMMIT, nobody can know whether it committed: StorageError says so.
+        Inside a unit: a savepoint of the unit's transaction.
         """
+        if self._unit is not None:
+            return self._in_unit(self._unit, fn, doing, savepoint=True)
         return self._retrying(lambda conn: self._transaction(conn, fn, doing), doing)
 
     def write_one(self, sql: str, params: Any, doing: str) -> list[Row]:
@@ -284,7 +296,11 @@ class Connection:
         commits alone (one round trip); with a test clock it runs in a
         transaction that pins the clock first. A connection found dead
         before sending is replaced; one lost while the statement ran leaves
-        its outcome unknown, and StorageError says so."""
+        its outcome unknown, and StorageError says so. Inside a unit: a
+        statement of its transaction (one statement needs no savepoint: it
+        writes whole or fails the unit)."""
+        if self._unit is not None:
+            return self._in_unit(self._unit, lambda c: c.execute(sql, params).fetchall(), doing, savepoint=False)
         if self._pin() is not None:
             return self.write(lambda c: c.execute(sql, params).fetchall(), doing)
         deadline = time.monotonic() + self.options.reconnect_s
@@ -300,6 +316,112 @@ class Connection:
                     self._drop()
                     raise self._outcome_unknown(doing) from e
                 raise self._error(e, doing) from e
+
+    # ------------------------------------------------------------- units
+    @contextlib.contextmanager
+    def unit(self) -> Iterator[None]:
+        """The writes inside as one transaction and one synchronous commit
+        (see PgQueue.unit). Nested: part of the outer one."""
+        if self._unit is not None:
+            yield
+            return
+        u = self._unit = _Unit()
+        try:
+            yield
+        except BaseException:
+            self._unit = None
+            self._end_unit(u, commit=False)
+            raise
+        self._unit = None
+        self._end_unit(u, commit=True)
+
+    def after_commit(self, fn: Callable[[], None]) -> None:
+        """``fn()`` once what was just written is committed: now, or at the
+        end of the open unit (never, if the unit fails)."""
+        if self._unit is None:
+            fn()
+        else:
+            self._unit.after.append(fn)
+
+    def _in_unit(self, u: "_Unit", fn: Callable[[Cursor], T], doing: str, *, savepoint: bool) -> T:
+        """``fn(cursor)`` in the unit's transaction (begun by its first write).
+        A SlothError of ``fn`` (a lease lost, a job gone) undoes its own
+        savepoint alone; a database error or a lost connection fails the
+        whole unit: rolled back, and every later write and its end raise."""
+        if u.failed is not None:
+            raise u.refused()
+        if u.conn is None:
+            conn = self._ensure(time.monotonic() + self.options.reconnect_s)  # nothing begun: may reconnect
+            try:
+                conn.execute(self._begin_sql(), prepare=False)
+            except psycopg.Error as e:
+                raise self._fail_unit(u, e, doing) from e
+            u.conn = conn
+        elif u.conn is not self._conn or self._lost():
+            raise self._fail_unit(u, None, doing)
+        cur = u.conn.cursor()
+        try:
+            if savepoint:
+                cur.execute("SAVEPOINT unit_write", prepare=False)
+            out = fn(cur)
+            if savepoint:
+                cur.execute("RELEASE unit_write", prepare=False)
+            return out
+        except psycopg.Error as e:
+            raise self._fail_unit(u, e, doing) from e
+        except StorageError as e:
+            self._fail_unit(u, None, doing, e)
+            raise
+        except BaseException:
+            if savepoint:
+                try:
+                    cur.execute("ROLLBACK TO unit_write; RELEASE unit_write", prepare=False)
+                except psycopg.Error as e:
+                    raise self._fail_unit(u, e, doing) from e
+            else:  # a statement of its own cannot be undone alone
+                self._fail_unit(u, None, doing, StorageError(f"not written: {doing} failed"))
+            raise
+
+    def _fail_unit(self, u: "_Unit", e: psycopg.Error | None, doing: str,
+                   why: StorageError | None = None) -> StorageError:
+        """Roll the unit back; the error its writes and its end raise from now on."""
+        if u.failed is None:
+            if why is None:
+                why = (self._error(e, doing) if e is not None and not self._lost()
+                       else self._lost_while(doing, e if e is not None else Exception("the connection was lost")))
+            u.failed = why
+            u.after.clear()
+            if u.conn is not None and u.conn is self._conn:
+                self._rollback(u.conn)  # drops it if lost: the server rolls back then
+        return u.failed
+
+    def _end_unit(self, u: "_Unit", *, commit: bool) -> None:
+        """Commit the unit's transaction, synchronously whatever its writes
+        asked (a claim in it must be on disk before its process may start),
+        then run what waited for it; or roll it back. Raises StorageError if
+        the unit failed or its commit does."""
+        if u.failed is not None:
+            if commit:
+                raise u.refused()
+            return
+        if u.conn is None:
+            return
+        if not commit:
+            if u.conn is self._conn:
+                self._rollback(u.conn)
+            return
+        if u.conn is not self._conn or self._lost():
+            raise self._fail_unit(u, None, "committing this turn's writes")
+        try:
+            u.conn.execute("SET LOCAL synchronous_commit TO on; COMMIT", prepare=False)
+        except psycopg.Error as e:
+            if self._lost():
+                self._drop()
+                u.failed = self._outcome_unknown("committing this turn's writes")
+                raise u.failed from e
+            raise self._fail_unit(u, e, "committing this turn's writes") from e
+        for fn in u.after:
+            fn()
 
     def _error(self, e: psycopg.Error, doing: str) -> StorageError:
         """storage_error, and a schema that vanished under an open queue breaks it."""
@@ -395,6 +517,20 @@ def _still_up(conn: PgConnection) -> bool:
         return conn.pgconn.status == pq.ConnStatus.OK
     except (OSError, ValueError, psycopg.Error):
         return False
+
+
+class _Unit:
+    """An open unit of work: its connection once its transaction began,
+    why it failed, and what waits for its commit."""
+
+    def __init__(self) -> None:
+        self.conn: PgConnection | None = None
+        self.failed: StorageError | None = None
+        self.after: list[Callable[[], None]] = []
+
+    def refused(self) -> StorageError:
+        assert self.failed is not None
+        return StorageError(f"not written: {self.failed.message}", hint=self.failed.hint)
 
 
 class _Retry(Exception):

@@ -36,8 +36,33 @@ SQL_HELD_UPDATE = ("WITH u AS (UPDATE sloth.jobs SET {assignments} WHERE id = %(
 SQL_HELD_EVENT = (", ev AS (INSERT INTO sloth.events (job_id, at, kind, attempt, message)"
                   " SELECT id, least(coalesce(%(at)s, sloth.now()), sloth.now()), %(kind)s, attempts,"
                   " %(event_message)s FROM u)")
+# An outcome that also records its process (it ended before its start was
+# written): the two events in the order they happened, in one INSERT.
+SQL_HELD_EVENTS = (", ev AS (INSERT INTO sloth.events (job_id, at, kind, attempt, message)"
+                   " SELECT u.id, least(coalesce(e.at, sloth.now()), sloth.now()), e.kind, u.attempts, e.message"
+                   " FROM u CROSS JOIN (VALUES (1, %(started_at)s::double precision, 'started', %(started_message)s),"
+                   " (2, %(at)s::double precision, %(kind)s, %(event_message)s)) e(n, at, kind, message)"
+                   " ORDER BY e.n)")
+# A commit that need not wait for the disk (durable=False: a later
+# synchronous commit or flush() makes it durable), set inside the statement
+# so that it stays one round trip; the join makes the server evaluate it.
+SQL_NOT_DURABLE = ", lazy AS (SELECT set_config('synchronous_commit', 'off', true) AS off)"
 SQL_ABANDON = ("UPDATE sloth.jobs SET lease_until = sloth.just_before(sloth.now()), tries = tries - %s,"
                " refunds = refunds + %s, updated_at = sloth.now() WHERE id = %s RETURNING *")
+# unclaim in one statement: the job back to queued where the token still
+# holds it, and the claim's event with what only the lease saw after it
+# (adopted, resumed) deleted: nothing ran. No claim event (a reclaim):
+# nothing goes. ``attempts + 1``: the attempt undone (attempts of a held job >= 1).
+SQL_UNCLAIM = """WITH u AS (
+    UPDATE sloth.jobs SET state = 'queued', attempts = greatest(attempts - 1, 0), tries = greatest(tries - 1, 0),
+        token = NULL, lease_until = NULL, worker = CASE WHEN attempts <= 1 THEN NULL ELSE worker END,
+        updated_at = sloth.now()
+    WHERE id = %(id)s AND state = 'running' AND token = %(token)s RETURNING *
+), d AS (
+    DELETE FROM sloth.events e USING u WHERE e.job_id = u.id AND e.attempt = u.attempts + 1
+        AND e.id >= (SELECT max(id) FROM sloth.events WHERE job_id = u.id AND attempt = u.attempts + 1
+                     AND kind = 'claimed')
+)"""
 SQL_SET_RUNNER = "UPDATE sloth.jobs SET runner = %s, updated_at = sloth.now() WHERE id = %s"
 SQL_BACK_OFF = ("UPDATE sloth.jobs SET state = 'queued', not_before = sloth.now() + %s,"
                 " token = NULL, lease_until = NULL, message = %s, exit_code = %s,"
@@ -129,6 +154,18 @@ class Leases:
 
         return self.writer.write(tx, "abandoning a lease")
 
+    def unclaim(self, job_id: int, token: str, *, durable: bool = True) -> Job:
+        """running -> queued as if the claim of ``token`` had not happened
+        (its run never started): as SqliteQueue.unclaim, in one statement.
+        Raises LeaseLost or JobNotFound."""
+        check_id(job_id)
+        sql = SQL_UNCLAIM + rows_of_u(durable)
+        rows = self._db.write_one(sql, {"id": job_id, "token": token if isinstance(token, str) else None},
+                                  "undoing a claim")
+        if rows:
+            return self.rows.job(rows[0])
+        raise not_held(self._db.read(lambda c: get_row(c, job_id), "undoing a claim"), token)
+
     # ------------------------------------------------------------ outcomes
     def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None,
                  ended_at: float | None = None, runner: dict[str, Any] | None = None,
@@ -138,11 +175,12 @@ class Leases:
         synchronous_commit off for this transaction; a later synchronous
         commit or flush() makes it durable). Raises LeaseLost for a stale token."""
         at = finite(ended_at)
-        if runner is None and durable:  # the hot path: one statement
+        if True:  # the hot path: one statement, with its process and lazy commit if asked
             try:
                 return self._held_step(job_id, token, FINISH, {
                     "state": JobState.DONE.value, "message": storable_text(message), "exit_code": exit_code,
-                    "ended_at": at}, "completing a job", event=("done", message), at=at, unwaited=True)
+                    "ended_at": at}, "completing a job", event=("done", message), at=at, unwaited=True,
+                    runner=runner, durable=durable)
             except WaitedOn:
                 pass  # its end settles the jobs that wait for it: a transaction
 
@@ -239,25 +277,40 @@ class Leases:
 
     def _held_step(self, job_id: int, token: str, assignments: str, args: dict[str, Any],
                    doing: str, *, event: tuple[str, str] | None = None, at: float | None = None,
-                   unwaited: bool = False) -> Job:
+                   unwaited: bool = False, runner: dict[str, Any] | None = None, durable: bool = True) -> Job:
         """One statement (the hot path: renewals, completions): UPDATE the job
         where id AND token still hold its lease, and write its event. No
         match: a read finds the reason (JobNotFound, IllegalTransition,
         LeaseLost). ``unwaited``: only a job nobody waits for; WaitedOn for
-        one that others wait for (its end must settle them: a transaction)."""
+        one that others wait for (its end must settle them: a transaction).
+        ``runner``: the process identity too, with its ``started`` event
+        first (needs ``event``); ``durable`` False: the commit does not wait
+        for the disk."""
         check_id(job_id)
+        if runner is not None:
+            assignments += ", runner = %(runner)s"
         sql = SQL_HELD_UPDATE.format(assignments=assignments, unwaited="AND NOT waited_on" if unwaited else "")
         args = {**args, "id": job_id, "token": token if isinstance(token, str) else None}
         if event is not None:
-            sql += SQL_HELD_EVENT
+            sql += SQL_HELD_EVENT if runner is None else SQL_HELD_EVENTS
             args.update(kind=event[0], event_message=storable_text(event[1]), at=at)
-        rows = self._db.write_one(sql + " SELECT * FROM u", args, doing)
+        if runner is not None:
+            args.update(runner=json.dumps(runner), started_at=finite(runner.get("started_at")),
+                        started_message=storable_text(f"pid {runner.get('pid')}"))
+        sql += rows_of_u(durable)
+        rows = self._db.write_one(sql, args, doing)
         if rows:
             return self.rows.job(rows[0])
         row = self._db.read(lambda c: get_row(c, job_id), doing)
         if unwaited and row["waited_on"] and holds(row, token):
             raise WaitedOn(job_id)
         raise not_held(row, token)
+
+
+def rows_of_u(durable: bool) -> str:
+    """The end of a one-statement write: the rows of its ``u``, and (not
+    ``durable``) its commit not waiting for the disk."""
+    return " SELECT u.* FROM u" if durable else SQL_NOT_DURABLE + " SELECT u.* FROM u CROSS JOIN lazy"
 
 
 class WaitedOn(Exception):

@@ -65,7 +65,7 @@ WITH RECURSIVE {queued_lanes}, """ + HEADS + """, q AS (
 ), e AS (
     SELECT id, priority, not_before, state, worker, lease_until, tries >= max_attempts AS spent
     FROM sloth.jobs
-    WHERE state = 'running' AND lease_until < sloth.now() AND gate IS NULL {lanes} {ids} {placed}
+    WHERE state = 'running' AND %(reclaim)s AND lease_until < sloth.now() AND gate IS NULL {lanes} {ids} {placed}
     ORDER BY priority DESC, not_before, id LIMIT 1 FOR UPDATE SKIP LOCKED
 ), pick AS (
     SELECT * FROM (SELECT * FROM q UNION ALL SELECT * FROM e) candidates
@@ -193,15 +193,16 @@ def claim_lease(lease_s: float | None, lanes: Sequence[str] | None) -> float | N
 
 def claim_statement(worker: str, lease_s: float | None, lanes: Sequence[str] | None,
                     exclude_lanes: Collection[str], exclude_ids: Collection[int],
-                    places: Collection[str] | None = None) -> tuple[str, dict[str, Any]]:
-    """The claim and its parameters, but for ``rand`` (fresh for each run)."""
+                    places: Collection[str] | None = None, reclaim: bool = True) -> tuple[str, dict[str, Any]]:
+    """The claim and its parameters, but for ``rand`` (fresh for each run);
+    ``reclaim`` False: queued jobs only, never an expired lease."""
     lane_filt, args = filters(lanes, exclude_lanes, ())
     id_filt, id_args = filters(None, (), exclude_ids)
     source = QUEUED_LANES if lanes is None else GIVEN_LANES
     where, place_args = placed(places)
     return (SQL_CLAIM.format(queued_lanes=source, lanes=lane_filt, ids=id_filt, **where),
             {**args, **id_args, **place_args, "worker": worker, "lease_s": lease_s, "tokens": None,
-             "held_note": ""})
+             "held_note": "", "reclaim": bool(reclaim)})
 
 
 def peek_statement(lanes: Sequence[str] | None, exclude_lanes: Collection[str],

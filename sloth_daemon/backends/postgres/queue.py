@@ -118,6 +118,8 @@ class PgQueue:
     ``options``: connection settings (pgdb.PgOptions).
     """
 
+    units_durable = True  # unit() commits synchronously: what it wrote is durable once it ends
+
     def __init__(
         self,
         url: str,
@@ -161,12 +163,21 @@ class PgQueue:
         self.note_run = leases.note_run
         self.adopt = leases.adopt
         self.abandon = leases.abandon
+        self.unclaim = leases.unclaim
         self.complete = leases.complete
         self.fail = leases.fail
         self.release = leases.release
         self.note_ended = leases.note_ended
         self.set_waiting = leases.set_waiting
         self.flush = leases.flush
+        # unit(): the writes inside as one transaction and one synchronous
+        # commit (a worker's turn), as SqliteQueue.unit: a write that raises
+        # for its own reason (its lease lost) undoes itself alone; a database
+        # error or a lost connection rolls the whole unit back, then every
+        # later write of it and its end raise StorageError. Reads inside, once
+        # it has written, see its writes; dependents it settled are told once
+        # it commits. Nested: part of the outer one (postgres/db.py).
+        self.unit = db.unit
 
         self.requests = requests = Requests(db, rows, writer)
         self.cancel = requests.cancel

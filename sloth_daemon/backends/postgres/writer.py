@@ -42,17 +42,21 @@ class Writer:
         self.side: list[Job] = []
 
     def write(self, fn: Callable[[Cursor], T], doing: str) -> T:
-        """db.write, then (after the commit only) tell ``on_side_change``
-        of each dependent the transaction queued or cancelled."""
+        """db.write, then (after the commit only, the unit's inside one)
+        tell ``on_side_change`` of each dependent the transaction queued or
+        cancelled."""
         def attempt(c: Cursor) -> T:
             self.side = []  # run again after a lost connection: start over
             return fn(c)
 
         out = self.db.write(attempt, doing)
         side, self.side = self.side, []
-        if self.on_side_change is not None:
-            for job in side:
-                self.on_side_change(job)
+        tell = self.on_side_change
+        if tell is not None and side:
+            def told() -> None:
+                for job in side:
+                    tell(job)
+            self.db.after_commit(told)  # inside a unit: once it commits
         return out
 
     def finish(

@@ -51,7 +51,7 @@ due job J as usual and asks the spawner to start J the moment R ends
   (outcomes.py gives it back, or leaves it cancelled).
 
 Only where the spawner pipelines (a keeper that knows ``after``) and the
-queue can unclaim (the SQLite backend).
+queue can unclaim (both backends; PostgreSQL since issue 34).
 """
 
 from __future__ import annotations

@@ -84,7 +84,10 @@ class Recorder:
                     log.exception("after this turn's commit")
         finally:
             self._after_commit = None
-        self.tell_outcomes(r.awake, written, durable=False)
+        # A queue whose unit commits durably (PostgreSQL) needs no fsync more
+        # once the unit wrote something: its commit made every write before it durable.
+        durable = getattr(self.queue, "units_durable", False) and any(x.written_job is not None for x in written)
+        self.tell_outcomes(r.awake, written, durable=durable)
 
     def after_commit(self, fn: Callable[..., None], *args: Any) -> None:
         """``fn(*args)`` once this turn's writes are in (at once outside a unit)."""

@@ -122,7 +122,6 @@ def test_backoff_with_many_attempts_does_not_overflow(make_queue, clock):
     assert out.state == QUEUED and out.not_before == clock.now() + 1
 
 
-@pytest.mark.backends("sqlite")  # PostgreSQL has no unclaim yet: the daemon does not pipeline there
 def test_unclaim_undoes_a_claim_as_if_it_never_happened_but_keeps_a_reclaim(q, clock):
     """A claim whose run never started (pipelining took it back): queued,
     attempts and tries back, no token, lease or worker, and its history

@@ -1,0 +1,54 @@
+"""A daemon on a PostgreSQL queue pipelines a burst as it does on SQLite
+(issue 34 item 3: unclaim and plain claims on PostgreSQL, a turn's claims
+and outcomes in one transaction): a burst of short jobs in one slot, each
+run once and never two at a time, the keeper holding the next ones. The
+real daemon, keeper and server (tests/support/machines.py); the jobs note
+their own start and end from inside (test_pipeline.py's NOTING_JOB)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.acceptance.test_pipeline import NOTING_JOB
+from tests.support.machines import Machines, Network
+
+pytestmark = [pytest.mark.acceptance, pytest.mark.postgres]
+
+
+@pytest.fixture(scope="module")
+def network():
+    if os.environ.get("SLOTH_SKIP_PG", "") not in ("", "0"):
+        pytest.skip("SLOTH_SKIP_PG is set")
+    net = Network(1, netns=False)
+    try:
+        yield net
+    finally:
+        net.close()
+
+
+def test_a_burst_on_postgresql_is_pipelined_and_runs_each_job_once_one_at_a_time(network, tmp_path):
+    n = 120
+    with Machines(network, 1, config_of=lambda i: "[lanes]\ndefault = 1\n") as ms:
+        ms.start()
+        h = ms[0]
+        h.call("pause")
+        ids = h.add_many([{"command": ["sh", "-c", NOTING_JOB], "env": {**h.env, "D": str(tmp_path)}}
+                          for _ in range(n)])
+        h.call("resume")
+        h.wait_for(lambda: h.call("status")["counts"].get("done", 0) == n, timeout_s=120, what=f"{n} jobs done")
+        for i in ids:
+            job = h.job(i)
+            assert (job["state"], job["attempts"]) == ("done", 1), job
+            kinds = [e["kind"] for e in h.events(i)]
+            assert kinds.count("claimed") == 1 and kinds[-1] == "done", kinds
+        lines = [ln.split() for ln in (tmp_path / "rec").read_text().splitlines()]
+        assert [ln for ln in lines if ln[0] == "overlap"] == []
+        starts = {int(ln[1]): int(ln[2]) for ln in lines if ln[0] == "s"}
+        ends = {int(ln[1]): int(ln[2]) for ln in lines if ln[0] == "e"}
+        assert sorted(starts) == sorted(ends) == sorted(ids) and len(lines) == 2 * n  # once each
+        spans = sorted((starts[i], ends[i]) for i in ids)
+        assert all(b[0] >= a[1] for a, b in zip(spans, spans[1:]))  # one at a time, as seen from inside
+        st = h.call("status")["pipeline"]
+        assert st["enabled"] and st["held"] > 0  # the keeper held next jobs: what this test is about
