@@ -187,6 +187,17 @@ def test_readme_blocks_found_and_most_run() -> None:
         assert b.not_run is None or b.not_run, f"README line {b.line}: say why it is not run"
 
 
+def test_the_readme_opens_with_the_two_set_up_commands_and_ci_runs_the_second() -> None:
+    """The first two blocks: install and run a job; install the test extras
+    and run the whole suite, the very command .ci/run runs on a clean clone."""
+    first, second = SH[0].text.splitlines(), SH[1].text.splitlines()
+    assert first[0].startswith("# 1.") and "sloth add" in SH[0].text, first
+    assert second[0].startswith("# 2.") and len(second) == 2, second
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert second[1] in ci, f"{second[1]!r} is not the line .ci/run runs"
+    assert "pytest -q" in second[1] and "'.[test]'" in second[1]
+
+
 def test_toml_blocks_are_settings(tmp_path: Path) -> None:
     """A config.toml shown in the README or the reference is one sloth reads
     (no unknown key, no bad value)."""
