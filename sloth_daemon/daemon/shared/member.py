@@ -47,7 +47,7 @@ from sloth_daemon.clock import ClockReadings, Clocks
 from sloth_daemon.config import Settings
 from sloth_daemon.errors import SlothError, StorageError
 from sloth_daemon.paths import Paths
-from sloth_daemon.daemon.resources import Resources
+from sloth_daemon.daemon.resources import Resources, never_met
 from sloth_daemon.daemon.worker.runs import boot_of, this_host, worker_name
 
 log = logging.getLogger("sloth.shared")
@@ -193,8 +193,7 @@ class Shared:
                  and (place in ("", "*") or h["name"] == place or place in h["tags"])]
         if not hosts or any(h["resources"] is None for h in hosts):
             return
-        errs = [Resources({k: [str(i) for i in range(n)] for k, n in h["resources"].items()}, detect=list).never(
-                    needs, where=f"machine {h['name']} (as its daemon published)") for h in hosts]
+        errs = [never_met(h["resources"], needs, f"machine {h['name']} (as its daemon published)") for h in hosts]
         if all(e is not None for e in errs):
             raise errs[0]  # type: ignore[misc]
 
