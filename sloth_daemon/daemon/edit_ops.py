@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from sloth_daemon.daemon.streams import job_id, job_ids
 from sloth_daemon.errors import BadRequest
-from sloth_daemon.models import Batch
+from sloth_daemon.models import Batch, JobState
 
 if TYPE_CHECKING:
     from sloth_daemon.daemon.control import Control
@@ -47,11 +47,15 @@ class EditOps:
             raise BadRequest("changes must be an object of the fields to change")
         if expect is not None and not isinstance(expect, dict):
             raise BadRequest("expect must be an object (fields of the job as read)")
-        lane = changes.get("lane")
+        lane, lane_was = changes.get("lane"), None
         if isinstance(lane, str) and lane:
-            self.c.lane_fits(self.c.queue.get(jid), lane)  # its slots, the lanes' limits: as at add
+            job = self.c.queue.get(jid)
+            self.c.lane_fits(job, lane)  # its slots, the lanes' limits: as at add
+            lane_was = job.lane
         res = self.c.queue.edit(jid, changes, expect=expect)
         if res.changes:
+            if lane_was not in (None, res.job.lane) and res.job.state is JobState.HELD:  # a lane it fits (lane_fits)
+                self.c.worker.gates.sweep([res.job.lane])  # why it could never run in the old one: said no more
             self.c.worker.side_change(res.job)
         return res.to_dict()
 

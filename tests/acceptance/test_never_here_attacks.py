@@ -46,3 +46,67 @@ def test_a_hostile_machines_published_resources_cannot_break_or_stall_an_add(mak
     p = m1.cli("db", "status")
     assert p.returncode == 0 and "deep" in p.stdout, (p.stdout, p.stderr)
     assert m1.call("ping") is not None
+
+
+def _reload(h, config: str) -> str:
+    (h.home / "config.toml").write_text(config)
+    p = h.cli("daemon", "reload", check=True)
+    return p.stdout + p.stderr
+
+
+def test_a_held_jobs_reason_is_judged_again_when_the_daemon_starts_with_more(make_harness):
+    """Held because the machine had one gpu; the daemon is restarted with
+    two (config.toml edited while it was down, or a restart instead of a
+    reload). `ls` and `show` no longer say it can never run, and a second
+    restart with one gpu says it again."""
+    base = TEST_CONFIG + "default_concurrency = 4\n"
+    two, one = base + '[resources]\ngpu = ["0", "1"]\n', base + '[resources]\ngpu = ["0"]\n'
+    h = make_harness(two)
+    h.start()
+    big = int(h.cli("add", "--needs", "gpu=2", "--hold", "--", "true", check=True).stdout)
+    assert f"job {big}" in _reload(h, one)
+    assert "1 gpu" in h.job(big)["wait_reason"]
+    h.stop()
+    (h.home / "config.toml").write_text(two)
+    h.start()
+    job = h.job(big)
+    assert job["state"] == "held" and not job["wait_reason"], job
+    assert "1 gpu" not in h.cli("show", str(big), check=True).stdout
+    h.stop()
+    (h.home / "config.toml").write_text(one)
+    h.start()
+    assert "1 gpu" in (h.job(big)["wait_reason"] or "")
+
+
+def test_a_held_job_moved_to_a_lane_where_it_fits_no_longer_says_it_never_can(harness):
+    """Held for its 3 slots in a lane of 2; `sloth edit --lane` moves it to
+    a lane of 4: the reason that named the old lane goes (a release runs it)."""
+    h = harness
+    h.start()
+    h.cli("lane", "set", "build", "-c", "3", "--create", check=True)
+    h.cli("lane", "set", "big", "-c", "4", "--create", check=True)
+    jid = int(h.cli("add", "--lane", "build", "--slots", "3", "--hold", "--", "true", check=True).stdout)
+    h.cli("lane", "set", "build", "-c", "2", check=True)
+    assert "lane 'build'" in h.job(jid)["wait_reason"]
+    h.cli("edit", str(jid), "--lane", "big", check=True)
+    job = h.job(jid)
+    assert job["lane"] == "big" and job["state"] == "held" and not job["wait_reason"], job
+    assert "lane 'build'" not in h.cli("show", str(jid), check=True).stdout
+    h.cli("release", str(jid), check=True)
+    h.wait_state(jid, "done", timeout_s=15)
+
+
+def test_what_a_reload_or_lane_set_says_it_held_is_what_it_changed(make_harness):
+    """A job held long ago for want of a gpu is not said again as "held"
+    by every later reload, nor by a `lane set` of a lane it is not in (a
+    lane's slots change nothing of its needs)."""
+    base = TEST_CONFIG + "default_concurrency = 4\n"
+    one = base + '[resources]\ngpu = ["0"]\n'
+    h = make_harness(base + '[resources]\ngpu = ["0", "1"]\n')
+    h.start()
+    big = int(h.cli("add", "--needs", "gpu=2", "--hold", "--", "true", check=True).stdout)
+    assert f"job {big}" in _reload(h, one)
+    assert f"job {big}" not in _reload(h, one + "# touched\n")
+    p = h.cli("lane", "set", "other", "-c", "2", "--create", check=True)
+    assert f"job {big}" not in p.stdout + p.stderr, p.stdout
+    assert "1 gpu" in h.job(big)["wait_reason"]

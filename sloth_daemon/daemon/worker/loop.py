@@ -148,6 +148,10 @@ class Worker:
 
     # ---------------------------------------------------------------- loop
     async def run(self) -> None:
+        try:  # resources or lanes may have changed while no daemon ran: what a held job says is judged again
+            self.gates.sweep()
+        except SlothError as e:
+            log.warning("cannot judge held jobs again: %s", e.message)
         while not self.stopping:
             self.signals.event.clear()
             try:
