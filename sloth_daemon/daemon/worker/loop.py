@@ -150,8 +150,8 @@ class Worker:
     async def run(self) -> None:
         try:  # resources or lanes may have changed while no daemon ran: what a held job says is judged again
             self.gates.sweep()
-        except SlothError as e:
-            log.warning("cannot judge held jobs again: %s", e.message)
+        except Exception:  # a broken database, a row another machine wrote: the loop below must still run
+            log.exception("cannot judge held jobs again")
         while not self.stopping:
             self.signals.event.clear()
             try:
