@@ -71,3 +71,19 @@ def test_edit_refuses_the_shell_text_add_refuses(harness, home):
     harness.cli("resume", check=True)
     harness.cli("wait", str(jid), check=True)
     assert harness.cli("logs", str(jid), check=True).stdout == "mine\n"
+
+
+def test_a_tilde_path_given_quoted_is_refused_and_the_hint_given_runs(harness, home):
+    """`sloth add -- '~/bin/tool'`: only a shell turns ~ into $HOME, so as a
+    program it is not found when run; the hint's --shell line runs it."""
+    harness.start()
+    (home / "bin").mkdir()
+    tool = home / "bin" / "tool"
+    tool.write_text("#!/bin/sh\necho tool\n")
+    tool.chmod(0o755)
+    harness.env["HOME"] = str(home)
+    p = harness.cli("add", "--", "~/bin/tool")
+    assert p.returncode == EXIT_USAGE and "sloth add --shell -- '~/bin/tool'" in p.stderr, p.stderr
+    jid = harness.cli_json("add", "--shell", "--", "~/bin/tool")["ids"][0]
+    harness.cli("wait", str(jid), check=True)
+    assert harness.cli("logs", str(jid), check=True).stdout == "tool\n"
