@@ -214,8 +214,9 @@ class Control:
     def _gate_here(self, gate: str | None, lane: str, cwd: str | None, place: str) -> None:
         """Conditions (its own or its lane's), needs and slots this machine
         could never meet: refused (on a shared queue, only for a job that
-        runs here: each machine's resources are its own)."""
-        if self.shared is not None and place not in self._here():
+        runs here: each machine's resources are its own; one placed by a tag
+        this machine has may run on another machine of that tag)."""
+        if self.shared is not None and place != self.worker.host:
             if gate is not None:  # judged by what the machines it may run on published
                 self.shared.check_needs(needs_of(json.loads(gate)), place)
             return

@@ -110,3 +110,24 @@ def test_what_a_reload_or_lane_set_says_it_held_is_what_it_changed(make_harness)
     p = h.cli("lane", "set", "other", "-c", "2", "--create", check=True)
     assert f"job {big}" not in p.stdout + p.stderr, p.stdout
     assert "1 gpu" in h.job(big)["wait_reason"]
+
+
+@pytest.mark.postgres
+def test_a_job_placed_by_a_tag_is_judged_by_every_machine_of_the_tag(make_harness, pg_fresh):
+    """m1 (one gpu) and m2 (two) are both tagged gpus. `m1 add --on gpus
+    --needs gpu=2` was refused by m1's own resources alone, though m2 of the
+    tag can run it; it is queued and m2 runs it. A need no machine of the
+    tag meets is still refused."""
+    url = pg_fresh()
+    base = TEST_CONFIG + 'poll_s = "1s"\ntags = ["gpus"]\n'
+    m1 = make_harness(f'host = "m1"\n{base}[resources]\ngpu = ["0"]\n', "m1")
+    m2 = make_harness(f'host = "m2"\n{base}[resources]\ngpu = ["0", "1"]\n', "m2")
+    for m in (m1, m2):
+        m.daemon_env["SLOTH_QUEUE_URL"] = m.env["SLOTH_QUEUE_URL"] = url
+        m.start()
+    p = m1.cli("add", "--on", "gpus", "--needs", "gpu=2", "--", "true")
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    job = m1.wait_state(int(p.stdout), "done", timeout_s=30)
+    assert "m2" in job["worker"], job
+    p = m1.cli("add", "--on", "gpus", "--needs", "gpu=3", "--", "true")
+    assert p.returncode != 0 and "m1" in p.stderr and "m2" in p.stderr and "2 gpu" in p.stderr, (p.stdout, p.stderr)
