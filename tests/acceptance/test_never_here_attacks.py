@@ -131,3 +131,27 @@ def test_a_job_placed_by_a_tag_is_judged_by_every_machine_of_the_tag(make_harnes
     assert "m2" in job["worker"], job
     p = m1.cli("add", "--on", "gpus", "--needs", "gpu=3", "--", "true")
     assert p.returncode != 0 and "m1" in p.stderr and "m2" in p.stderr and "2 gpu" in p.stderr, (p.stdout, p.stderr)
+
+
+@pytest.mark.postgres
+def test_a_paused_machine_says_paused_only_of_the_jobs_it_alone_runs(make_harness, pg_fresh):
+    """m1 is paused (its pauses are its own). A job m1 adds for m2 is not
+    said to wait for `sloth resume` (m2 runs it), nor shown paused by m1's
+    `ls` while it waits its turn on m2; m1's own job is."""
+    url = pg_fresh()
+    base = TEST_CONFIG + 'poll_s = "1s"\n'
+    m1, m2 = (make_harness(f'host = "{n}"\n{base}', n) for n in ("m1", "m2"))
+    for m in (m1, m2):
+        m.daemon_env["SLOTH_QUEUE_URL"] = m.env["SLOTH_QUEUE_URL"] = url
+        m.start()
+    m1.cli("pause", check=True)
+    busy = int(m1.cli("add", "--on", "m2", "--", "sleep", "3", check=True).stdout)
+    m1.wait_state(busy, "running", timeout_s=20)
+    p = m1.cli("add", "--on", "m2", "--", "true", check=True)
+    assert "paused" not in p.stderr, p.stderr
+    theirs = int(p.stdout)
+    mine = int(m1.cli("add", "--", "true", check=True).stdout)
+    lines = {int(ln.split()[0]): ln for ln in m1.cli("ls", check=True).stdout.splitlines()[1:] if ln[:1].isdigit()}
+    assert "paused" not in lines[theirs] and "paused" in lines[mine], lines
+    assert not (m1.job(theirs)["wait_reason"] or "").startswith("paused")
+    m1.wait_state(theirs, "done", timeout_s=30)
