@@ -239,11 +239,17 @@ def _a_shell_line(place: str, argv: list[str], nothing: str) -> None:
     """Refuse a program word that is a shell line, with the command that runs it as one."""
     from sloth_daemon.text import shell_command, shell_word, showable
 
+    from sloth_daemon.cli.shcheck import is_assignment
+
     line = " ".join([argv[0], *map(shell_word, argv[1:])])
     words = argv[0].split()  # only blanks in it ("python3 train.py"): its words, given apart, mean it
-    apart = not any(c in "|;&<>$`()" for c in argv[0])
+    apart = not any(c in "|;&<>$`()~" for c in argv[0])
+    what = "sets a variable, as a shell line does" if words == [argv[0]] and is_assignment(argv[0]) \
+        else "is a shell line given as one word"
+    if words and is_assignment(words[0]):  # FOO=1 make: env sets it, as the shell would
+        words = ["env", *words]
     raise errors.BadRequest(
-        f"{place + ': ' if place else ''}{showable(argv[0])[:200]!r} is a shell line given as one word: it would "
+        f"{place + ': ' if place else ''}{showable(argv[0])[:200]!r} {what}: it would "
         f"be run as a program of that name, and no program has it; {nothing}",
         hint=f"Run it through sh with --shell: `{shell_command('sloth', 'add', '--shell', '--', line)}`"
              + (f", or give each word on its own: `{shell_command('sloth', 'add', '--', *words, *argv[1:])}`."

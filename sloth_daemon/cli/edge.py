@@ -65,9 +65,9 @@ def fail(e: SlothError) -> int:
     if DEBUG:
         import traceback
 
-        from sloth_daemon.text import mask
+        from sloth_daemon.text import for_terminal, mask
 
-        sys.stderr.write(mask(traceback.format_exc()))
+        sys.stderr.write(for_terminal(mask(traceback.format_exc())))  # its messages quote what the user gave
     echo(f"sloth: error: {showable(e.message)}", err=True)
     if e.hint:
         echo(f"hint: {showable(e.hint)}", err=True)

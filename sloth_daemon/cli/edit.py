@@ -77,6 +77,7 @@ def edit(words: Sequence[str], *, command: Optional[str] = None, delay: Optional
     if shell:
         changes.update(_line(command if command is not None else " ".join(argv), "--shell", shell=True))
     elif argv:
+        _check_words(jid, argv)
         changes.update(command=argv, shell=False)
     elif command is not None:
         changes.update(_line(command, "--command"))
@@ -138,6 +139,17 @@ def _line(text: str, where: str, *, shell: bool = False) -> dict[str, Any]:
 
         check_shell([job], lambda i: where, "nothing was edited")
     return job
+
+
+def _check_words(jid: int, argv: list[str]) -> None:
+    """Refused as `sloth add -- CMD ARGS` refuses them (add_run.check_shell):
+    a program word that is a shell line, a `sh -c` script its shell cannot
+    read. A relative path is looked for in the job's own folder."""
+    from sloth_daemon.cli.add_run import check_shell
+
+    relative = "/" in argv[0] and not argv[0].startswith("/")
+    cwd = _call("show", id=jid)["job"]["cwd"] if relative else None
+    check_shell([{"command": argv}], lambda i: "", "nothing was edited", cwd=cwd)
 
 
 def _waiting_job(jid: int) -> dict[str, Any]:

@@ -168,6 +168,12 @@ def _confirmed(lines: Sequence[str], together: list[int], msg: str) -> Optional[
     return None  # each parses alone: as each runs alone, each is fine
 
 
+# What a shell's -n cannot see a script turn on as it runs, and that changes
+# the grammar: bash's extglob (`shopt -s extglob` on one line, `!(x)` on the
+# next runs; read without it, `(` is a syntax error), so bash reads with it.
+_READ_AS = {"bash": ("-O", "extglob")}
+
+
 def parse_error(script: str, sh: str = SH) -> Optional[str]:
     """The complaint of the shell ``sh`` about ``script`` (read with -n:
     nothing runs), or None."""
@@ -175,7 +181,7 @@ def parse_error(script: str, sh: str = SH) -> Optional[str]:
     in_r, in_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
-        pid = os.posix_spawn(sh, [sh, "-n"], dict(os.environ), file_actions=[
+        pid = os.posix_spawn(sh, [sh, *_READ_AS.get(os.path.basename(sh), ()), "-n"], dict(os.environ), file_actions=[
             (os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, err_w, 2),
             (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
             (os.POSIX_SPAWN_CLOSE, in_w), (os.POSIX_SPAWN_CLOSE, err_r)])
@@ -241,6 +247,7 @@ def shell_script(argv: Sequence[str], cwd: Optional[str] = None) -> Optional[tup
             script = script or (word[0] == "-" and "c" in word)
             i += "o" in word  # -o pipefail, +o: the option's value is the next word
         i += 1
+    i += i < len(argv) and argv[i] == "--"  # `bash -c -- SCRIPT`: the end of the options, then the script
     if not script or i >= len(argv):
         return None
     path = program_path(argv[0], cwd)
@@ -265,6 +272,14 @@ _SHELL_TEXT = frozenset(" \t\n|;&<>$`()")
 
 def is_shell_line(word: str, cwd: Optional[str] = None) -> bool:
     """True if ``word``, given as a program, is a shell line instead (``ls |
-    wc -l``, ``make && make install``, ``echo $HOME``): it holds a blank or
-    shell syntax, and no program has that name."""
-    return any(c in _SHELL_TEXT for c in word) and program_path(word, cwd) is None
+    wc -l``, ``make && make install``, ``echo $HOME``), or what only a shell
+    reads (``FOO=1``, an assignment; ``~/bin/x``, a tilde): it holds a blank
+    or shell syntax, and no program has that name."""
+    return (any(c in _SHELL_TEXT for c in word) or word.startswith("~") or is_assignment(word)) \
+        and program_path(word, cwd) is None
+
+
+def is_assignment(word: str) -> bool:
+    """``NAME=VALUE``: a shell sets a variable for the command after it; exec runs no such program."""
+    name, eq, _ = word.partition("=")
+    return bool(eq) and name.isidentifier() and name.isascii()

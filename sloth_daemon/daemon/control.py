@@ -45,9 +45,6 @@ class Control:
         self._watchers: set[Watcher] = set()
         self.shared: Any = None  # shared.Shared on a queue shared by several machines
         self.scheduler: Any = None  # schedules.scheduler.Scheduler, once main.build made it
-        # why a listing's queued jobs wait, where their lane says (lanes.py); a test may pass no worker
-        self.explain: Callable[[list[dict[str, Any]]], None] = \
-            worker.lanes.explain if worker is not None else (lambda jobs: None)
         self.teller: Any = None  # tell.Teller (notifications, on_finish), once main.build made it
 
     # ------------------------------------------------------------ changes
@@ -164,10 +161,22 @@ class Control:
         self.worker.wake()
         return ids, sorted(lanes - known)
 
-    def lanes_waiting(self, lanes: Iterable[str]) -> dict[str, str]:
-        """Of these lanes, those whose jobs wait whatever they ask, and why
-        (paused, a `when` that does not hold): said when jobs are added there."""
-        return {ln: why for ln in sorted(set(lanes)) if (why := self.worker.lanes.why(ln)) is not None}
+    def lanes_waiting(self, jobs: Iterable[tuple[str, str | None]]) -> dict[str, str]:
+        """Of the lanes of these jobs (lane, place: None for the default),
+        those whose jobs wait whatever they ask, and why (paused, a `when`
+        that does not hold): said when jobs are added there. Only for jobs
+        only this machine may run: its pauses and lanes are its own."""
+        here = self.default_place if self.shared is not None else None
+        lanes = {ln for ln, place in jobs if self.shared is None or (here if place is None else place) == here}
+        return {ln: why for ln in sorted(lanes) if (why := self.worker.lanes.why(ln)) is not None}
+
+    def explain(self, jobs: list[dict[str, Any]]) -> None:
+        """Why each queued job waits, where its lane says (Lanes.explain);
+        on a shared queue only of the jobs placed on this machine (another
+        machine may run the rest, whatever this one's pauses)."""
+        if self.worker is not None:
+            self.worker.lanes.explain(jobs if self.shared is None else
+                                      [j for j in jobs if j.get("place") == self.worker.host])
 
     def validate(self, jobs: Sequence[Mapping[str, Any]], *, first: int = 1, fired: bool = False) -> list[JobSpec]:
         """Each job checked as the queue would (so a batch is refused before any
@@ -256,8 +265,9 @@ class Control:
     def _gate_here(self, gate: str | None, lane: str, cwd: str | None, place: str) -> None:
         """Conditions (its own or its lane's), needs and slots this machine
         could never meet: refused (on a shared queue, only for a job that
-        runs here: each machine's resources are its own)."""
-        if self.shared is not None and place not in self._here():
+        runs here: each machine's resources are its own; one placed by a tag
+        this machine has may run on another machine of that tag)."""
+        if self.shared is not None and place != self.worker.host:
             if gate is not None:  # judged by what the machines it may run on published
                 self.shared.check_needs(needs_of(json.loads(gate)), place)
             return

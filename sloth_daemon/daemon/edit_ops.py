@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from sloth_daemon.backends.edits import SETTINGS
 from sloth_daemon.daemon.streams import job_id, job_ids
 from sloth_daemon.errors import BadRequest
-from sloth_daemon.models import Batch
+from sloth_daemon.models import Batch, JobState
 
 if TYPE_CHECKING:
     from sloth_daemon.daemon.control import Control
@@ -52,11 +52,15 @@ class EditOps:
         job = None
         if not SETTINGS.isdisjoint(changes):  # checked here as add checks them; limits as applied here
             changes, job = self.c.settings_fit(self.c.queue.get(jid), changes)
-        lane = changes.get("lane")
+        lane, lane_was = changes.get("lane"), None
         if isinstance(lane, str) and lane:
-            self.c.lane_fits(job or self.c.queue.get(jid), lane)  # its slots, the lanes' limits: as at add
+            job = job or self.c.queue.get(jid)
+            self.c.lane_fits(job, lane)  # its slots, the lanes' limits: as at add
+            lane_was = job.lane
         res = self.c.queue.edit(jid, changes, expect=expect)
         if res.changes:
+            if lane_was not in (None, res.job.lane) and res.job.state is JobState.HELD:  # a lane it fits (lane_fits)
+                self.c.worker.gates.sweep([res.job.lane])  # why it could never run in the old one: said no more
             self.c.worker.side_change(res.job)
         return res.to_dict()
 

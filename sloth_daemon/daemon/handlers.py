@@ -125,7 +125,7 @@ class Handlers:
         add made) and ``waiting`` (lane -> why its jobs wait whatever they ask: paused...)."""
         jobs = jobs_of(a)
         ids, new = self.c.add(jobs)
-        waiting = self.c.lanes_waiting(str(j.get("lane") or "default") for j in jobs)
+        waiting = self.c.lanes_waiting((str(j.get("lane") or "default"), j.get("place")) for j in jobs)
         return {"ids": ids, "new_lanes": new, "waiting": waiting}
 
     # ------------------------------------------------- batches (protocol v2)
@@ -143,7 +143,8 @@ class Handlers:
         if not specs:
             raise BadRequest("nothing to commit: no jobs were staged on this connection")
         ids, new = self.c.add(specs, batch=token)
-        return {"batch": token, "ids": ids, "new_lanes": new, "waiting": self.c.lanes_waiting(s.lane for s in specs)}
+        waiting = self.c.lanes_waiting((s.lane, s.place) for s in specs)
+        return {"batch": token, "ids": ids, "new_lanes": new, "waiting": waiting}
 
     def op_batch(self, a: dict[str, Any]) -> dict[str, Any]:
         """Whether the batch ``batch`` was queued (all its jobs), and as which ids."""

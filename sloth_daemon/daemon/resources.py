@@ -74,17 +74,7 @@ class Resources:
     def never(self, needs: Mapping[str, int], where: str = "this machine") -> BadRequest | None:
         """Why ``needs`` can never be met by these tokens (None: they can,
         once enough are free). ``where``: the machine they are, as said."""
-        for name, n in needs.items():
-            have = self.tokens.get(name)
-            if have is None:
-                known = ", ".join(f"{k} ({len(v)})" for k, v in sorted(self.tokens.items())) or "none"
-                return BadRequest(f"--needs {name}={n}: {where} has no resource {name!r} (it has: {known})",
-                                  hint=f"Name it in config.toml: [resources] {name} = N (or a list of token names),"
-                                       " then `sloth daemon reload`.")
-            if n > len(have):
-                return BadRequest(f"--needs {name}={n}: {where} has {len(have)} {name} token(s)",
-                                  hint=f"Ask for at most {len(have)}, or add tokens under [resources].")
-        return None
+        return never_met(self.counts(), needs, where)
 
     def counts(self) -> dict[str, int]:
         """How many tokens of each resource (what a machine publishes on a shared queue)."""
@@ -143,3 +133,21 @@ def needs_of(gate: Mapping[str, object] | None) -> dict[str, int]:
     if not isinstance(needs, dict):
         raise BadRequest("a job's stored needs are not an object")
     return {str(k): int(v) for k, v in needs.items()}
+
+
+def never_met(counts: Mapping[str, int], needs: Mapping[str, int], where: str) -> BadRequest | None:
+    """Why ``needs`` can never be met by a machine with ``counts`` tokens of
+    each resource (None: they can, once enough are free); ``where``: that
+    machine, as said. Judged on the counts alone, never a token list made
+    of them: another machine's published count may be any number."""
+    for name, n in needs.items():
+        have = counts.get(name)
+        if have is None:
+            known = ", ".join(f"{k} ({v})" for k, v in sorted(counts.items())) or "none"
+            return BadRequest(f"--needs {name}={n}: {where} has no resource {name!r} (it has: {known})",
+                              hint=f"Name it in config.toml: [resources] {name} = N (or a list of token names),"
+                                   " then `sloth daemon reload`.")
+        if n > have:
+            return BadRequest(f"--needs {name}={n}: {where} has {have} {name} token(s)",
+                              hint=f"Ask for at most {have}, or add tokens under [resources].")
+    return None

@@ -53,8 +53,11 @@ SQL_STATE = "UPDATE sloth.jobs SET state = %s, wait_reason = NULL, updated_at = 
 # state is judged again on the row as locked (a claim may have taken it).
 _NEVER_OF = ("SELECT id FROM sloth.jobs WHERE state = '{}' AND gate = %(gate)s"
              " AND (%(lane)s::text IS NULL OR lane = %(lane)s) AND (%(place)s::text IS NULL OR place = %(place)s)")
+# A held one that already says why is not changed (nor said again by the next reload).
 SQL_NEVER = ("SELECT id, state, attempts FROM sloth.jobs WHERE id IN (" + _NEVER_OF.format("queued")
-             + " UNION ALL " + _NEVER_OF.format("held") + ") AND state IN ('queued', 'held') ORDER BY id FOR UPDATE")
+             + " UNION ALL " + _NEVER_OF.format("held") + " AND wait_reason IS DISTINCT FROM %(why)s)"
+             " AND (state = 'queued' OR state = 'held' AND wait_reason IS DISTINCT FROM %(why)s)"
+             " ORDER BY id FOR UPDATE")
 SQL_HOLD_WHY = "UPDATE sloth.jobs SET state = 'held', wait_reason = %s, updated_at = sloth.now() WHERE id = %s"
 SQL_FORGET_WHY = ("UPDATE sloth.jobs SET wait_reason = NULL WHERE state = 'held' AND wait_reason IS NOT NULL"
                   " AND gate = %(gate)s AND (%(lane)s::text IS NULL OR lane = %(lane)s)"
@@ -152,7 +155,7 @@ class Edits:
             if why is None:
                 return sorted(row["id"] for row in c.execute(SQL_FORGET_WHY, {"gate": gate, "lane": lane,
                                                                               "place": place}).fetchall())
-            rows = c.execute(SQL_NEVER, {"gate": gate, "lane": lane, "place": place}).fetchall()
+            rows = c.execute(SQL_NEVER, {"gate": gate, "lane": lane, "place": place, "why": why}).fetchall()
             for row in rows:
                 c.execute(SQL_HOLD_WHY, (why, row["id"]))
                 if row["state"] == JobState.QUEUED.value:

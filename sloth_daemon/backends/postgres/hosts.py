@@ -81,12 +81,14 @@ class Machines:
 
 
 def _resources(text: str | None) -> dict[str, int] | None:
-    """A host row's published resources; what does not read as such is not said."""
+    """A host row's published resources; what does not read as such is not
+    said. Another machine wrote it: JSON nested past the recursion limit,
+    a count that is not a whole number of tokens, are not resources."""
     try:
         got = json.loads(text) if text else None
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-    if not isinstance(got, dict) or not all(isinstance(v, int) for v in got.values()):
+    if not isinstance(got, dict) or not all(type(v) is int and v >= 0 for v in got.values()):
         return None
     return {str(k): v for k, v in got.items()}
 

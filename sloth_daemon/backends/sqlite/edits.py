@@ -60,10 +60,12 @@ SQL_STATE = "UPDATE jobs SET state = ?, wait_reason = NULL, updated_at = ? WHERE
 # The waiting jobs of a gate a machine can never meet (Gates.never): held, with why.
 # Queued ones by jobs_gated, held ones by jobs_held (partial indexes: a reload
 # or a `lane set` on a queue of a million jobs reads only these).
+# A held one that already says why is not changed (nor said again by the next reload).
 SQL_NEVER = ("SELECT id, state, attempts FROM jobs INDEXED BY jobs_gated WHERE state = 'queued' AND gate = :gate"
              " AND (:lane IS NULL OR lane = :lane) AND (:place IS NULL OR place = :place)"
              " UNION ALL SELECT id, state, attempts FROM jobs INDEXED BY jobs_held WHERE state = 'held'"
-             " AND gate = :gate AND (:lane IS NULL OR lane = :lane) AND (:place IS NULL OR place = :place)")
+             " AND gate = :gate AND (:lane IS NULL OR lane = :lane) AND (:place IS NULL OR place = :place)"
+             " AND wait_reason IS NOT :why")
 SQL_HOLD_WHY = "UPDATE jobs SET state = 'held', wait_reason = ?, updated_at = ? WHERE id = ?"
 SQL_FORGET_WHY = ("UPDATE jobs INDEXED BY jobs_held SET wait_reason = NULL WHERE state = 'held'"
                   " AND wait_reason IS NOT NULL AND gate = :gate"
@@ -167,7 +169,7 @@ class SqliteEdits:
             if why is None:
                 rows = c.execute(SQL_FORGET_WHY, {"gate": gate, "lane": lane, "place": place}).fetchall()
                 return sorted(row["id"] for row in rows)
-            rows = c.execute(SQL_NEVER, {"gate": gate, "lane": lane, "place": place}).fetchall()
+            rows = c.execute(SQL_NEVER, {"gate": gate, "lane": lane, "place": place, "why": why}).fetchall()
             for row in rows:
                 c.execute(SQL_HOLD_WHY, (why, now, row["id"]))
                 if row["state"] == JobState.QUEUED.value:

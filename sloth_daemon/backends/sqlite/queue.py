@@ -452,9 +452,10 @@ class SqliteQueue:
         """The queued and held jobs of ``gate`` (of ``lane`` and ``place``
         when given) that a machine can never run (daemon/worker/gates.py:
         Gates.never): held, with ``why`` as their ``wait_reason`` (event
-        ``held`` for those that were queued). ``why`` None: they can run
-        again; the held ones that said why forget it (and stay held).
-        Returns the ids of the jobs changed."""
+        ``held`` for those that were queued; a held one that says ``why``
+        already is left as it is). ``why`` None: they can run again; the
+        held ones that said why forget it (and stay held). Returns the ids
+        of the jobs changed."""
         return self.edits.hold_never(gate, why, lane=lane, place=place)
 
     def unhold(self, ids: Sequence[int] | None = None, *, lane: str | None = None) -> Batch:

@@ -45,9 +45,9 @@ from sloth_daemon.backends.postgres.hosts import Host
 from sloth_daemon.backends.postgres.queue import PgQueue
 from sloth_daemon.clock import ClockReadings, Clocks
 from sloth_daemon.config import Settings, machine_name
-from sloth_daemon.errors import SlothError, StorageError
+from sloth_daemon.errors import BadRequest, SlothError, StorageError
 from sloth_daemon.paths import Paths
-from sloth_daemon.daemon.resources import Resources
+from sloth_daemon.daemon.resources import Resources, never_met
 from sloth_daemon.daemon.worker.runs import boot_of, worker_name
 
 log = logging.getLogger("sloth.shared")
@@ -185,10 +185,13 @@ class Shared:
                  and (place in ("", "*") or h["name"] == place or place in h["tags"])]
         if not hosts or any(h["resources"] is None for h in hosts):
             return
-        errs = [Resources({k: [str(i) for i in range(n)] for k, n in h["resources"].items()}, detect=list).never(
-                    needs, where=f"machine {h['name']} (as its daemon published)") for h in hosts]
+        errs = [never_met(h["resources"], needs, f"machine {h['name']} (as its daemon published)") for h in hosts]
         if all(e is not None for e in errs):
-            raise errs[0]  # type: ignore[misc]
+            if len(errs) == 1:
+                raise errs[0]  # type: ignore[misc]
+            raise BadRequest("no live machine it may run on can ever meet its needs: "  # each says what it has
+                             + "; ".join(e.message for e in errs if e is not None),
+                             hint="Ask for what one of them has, or add tokens under [resources] on one of them.")
 
     # ------------------------------------------------------------ the loops
     def refresh(self) -> None:

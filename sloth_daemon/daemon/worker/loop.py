@@ -150,6 +150,10 @@ class Worker:
 
     # ---------------------------------------------------------------- loop
     async def run(self) -> None:
+        try:  # resources or lanes may have changed while no daemon ran: what a held job says is judged again
+            self.gates.sweep()
+        except Exception:  # a broken database, a row another machine wrote: the loop below must still run
+            log.exception("cannot judge held jobs again")
         while not self.stopping:
             self.signals.event.clear()
             try:
