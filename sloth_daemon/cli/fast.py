@@ -7,8 +7,10 @@ Typer (whose import is most of a command's time: 70-100 ms of ~100-120).
 It reads the command line the way click does, with the options each
 command declares, and answers None -- "not mine" -- for anything it does
 not fully understand: another command, an option before the command,
--h/--help, an unknown or misspelled option, an option missing its value, a
-number that is not one, a combined short flag (-sw), an attached short
+-h/--help anywhere but alone after a command (`sloth add --help`, any
+command's page, is printed from its declaration: fast_help.py), an
+unknown or misspelled option, an option missing its value, a number that
+is not one, a combined short flag (-sw), an attached short
 value (-ldefault), an option declared ``fast=False`` (`ls --watch`), a
 required option or argument missing, words a command does not take. The
 Typer app then reads the whole line itself, with its own help, usage
@@ -46,6 +48,12 @@ def handle(argv: list[str]) -> Optional[int]:
 
         return at_edge(glance)
     cmd = find(argv)
+    if cmd is not None and argv[len(cmd.path):] in (["-h"], ["--help"]) and streams_ok():
+        from sloth_daemon.cli.edge import echo  # `sloth CMD --help` of any command: its page (fast_help.py)
+        from sloth_daemon.cli.fast_help import page
+
+        echo(page(cmd))
+        return 0
     if cmd is None or not cmd.fast or not streams_ok():
         return None
     values = read(cmd, argv[len(cmd.path):])

@@ -278,6 +278,8 @@ LINES = [  # (argv, environment, light: none of LIGHT_TOO either)
     # issue 30: config, ls with any of its filters, on the fast path too (the daemon reads config.toml)
     (["config"], {}, True), (["config", "--json"], {}, True), (["ls", "--since", "12h"], {}, True),
     (["ls", "--all"], {}, True), (["ls", "--state", "done", "--lane", "video", "-n", "5"], {}, True),
+    # issue 30: a command's --help page, from its declaration (textwrap wraps it as click does: re)
+    (["add", "--help"], {}, False), (["ls", "-h"], {}, False), (["schedule", "show", "--help"], {}, False),
     # A TAB splits the line as the shell does, with shlex (and so re): still no Typer.
     ([], {"_SLOTH_COMPLETE": "complete_bash", "COMP_WORDS": "sloth ls --lane ", "COMP_CWORD": "3"}, False),
     ([], {"_SLOTH_COMPLETE": "complete_bash", "COMP_WORDS": "sloth show ", "COMP_CWORD": "2"}, False),

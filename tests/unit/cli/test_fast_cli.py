@@ -266,7 +266,7 @@ def test_what_is_not_ours_is_left_untouched(monkeypatch):
     shows the day at a glance)."""
     monkeypatch.delenv("_SLOTH_COMPLETE", raising=False)
     for argv in (["--debug", "add", "--", "true"], ["-V"], ["daemon", "status"], ["ad"],
-                 ["add", "--help"], ["ls", "--watch"]):
+                 ["add", "-l", "x", "--help"], ["ls", "--watch"]):  # `add --help` alone: fast_help.py
         assert fast.handle(argv) is None, argv
 
 
