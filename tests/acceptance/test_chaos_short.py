@@ -64,19 +64,11 @@ def test_chaos_short_keeps_every_invariant(soak: SoakResult):
     assert all(f"audit {name}" in f for name in AUDITS)  # every audit ran
 
 
-def xfail(why: str) -> pytest.MarkDecorator:
-    """An audit main fails for a defect another branch fixes: flipped after the merge."""
-    return pytest.mark.xfail(strict=False, reason=why)
-
-
 @pytest.mark.parametrize("name", [
-    pytest.param("history", marks=xfail("issue 28 item 9 (H3): adopted runs end `done` with no `started` event,"
-                                        " a condition's pause is written before `started`")),
-    pytest.param("acks", marks=xfail("issue 28 item 9 (H3): a resume that meets the job's end leaves no "
-                                     "`continued` event")),
+    "history",  # every run's history complete and in order
+    "acks",  # every answered pause/resume is in the history
     "schedule_slots",  # one job per slot and none missing
-    pytest.param("schedule_run", marks=xfail("issue 28 item 6 (H2): a second `schedule run` in the same second "
-                                             "answers id null and queues nothing")),
+    "schedule_run",  # every `schedule run` queues a job
     "edits",  # no edit lost, no held job started
     "tokens",  # no resource token given twice
     "slots",  # no lane runs more slots than it has
