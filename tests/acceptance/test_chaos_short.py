@@ -9,7 +9,8 @@ lease asked for. Round 3's machinery runs through it all (tests/
 soak_machinery.py): schedules firing every few seconds, running jobs paused
 and resumed, queued ones edited, held, released and bumped, the charger
 flapping under `--when ac` jobs, `--needs` tokens and `--slots`, and
-`[resources]` shrunk by a reload.
+`[resources]` shrunk by a reload, and late in the chaos below what a gpu=2
+job needs for good (such jobs then refused at add or held, saying why).
 
 Then every invariant must hold: nothing lost or duplicated, never two runs
 of a job at once, no cancelled job started after its cancel was answered,
@@ -55,11 +56,13 @@ def test_chaos_short_keeps_every_invariant(soak: SoakResult):
     assert f["lost"] == 0 and f["duplicates"] == 0 and f["overlaps"] == 0 and f["collisions"] == 0
     assert f["cancelled_then_ran"] == 0 and f["finished_reruns"] == 0
     assert f["states"].get("done", 0) > 0 and f["starts"] >= f["jobs"] - f.get("cancelled_by_cancel", 0) \
-        - f.get("cancelled_by_lane", 0) - f.get("cancelled_by_kill", 0) - f.get("cancelled_by_floor", 0)
+        - f.get("cancelled_by_lane", 0) - f.get("cancelled_by_kill", 0) - f.get("cancelled_by_floor", 0) \
+        - f.get("held: can never run here", 0) - f.get("adds refused: can never run here", 0)
     # and so did round 3's machinery
     assert f["schedule_jobs"] >= 3 and f.get("schedule_runs", 0) >= 1 and f["edit_targets"] >= 1
     assert f.get("jobs_paused", 0) + f.get("pause_no_target", 0) >= 1
     assert any(k.startswith("resource reloads (") for k in f)
+    assert f.get('resource reloads (["0"])') == 1  # the lasting shrink: gpu=2 jobs refused or held, with why
     assert f["power_flips"] >= 1 or f.get("no_power")
     assert all(f"audit {name}" in f for name in AUDITS)  # every audit ran
 
