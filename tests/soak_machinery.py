@@ -307,18 +307,20 @@ class Machinery:
         self.reload(STARVED if lasting else SHRUNK)
         if lasting:
             self.starved = True
+            self.queue_gpu([1, 2, 1])  # the gpu=2 one refused at add, saying why; the others added
+            self.queue_gpu([2], via_cli=True)  # and by `sloth add`: exit 2, the same words
             return
         s.sleep(s.rng.uniform(2.0, 6.0))
         self.reload(FULL)
 
-    def queue_gpu(self, needs: list[int]) -> None:
+    def queue_gpu(self, needs: list[int], via_cli: bool = False) -> None:
         """gpu jobs in one add, in this order (the same priority: first added, first looked at)."""
         from tests.chaos_soak import LJob
         s = self.soak
         first = len(s.jobs)
         batch = [LJob(f"soak-{s.seed}-g{first + i}", "gpu", "gpu",
                       [s.probe_python, s.probe, str(s.rec), "--res", "gpu", "--hold", "1.5" if i < 3 else "0.3"],
-                      s.cfg.max_attempts, None, False, extra={"needs": {"gpu": n}}, cli_flags=[f"--needs=gpu={n}"])
+                      s.cfg.max_attempts, None, via_cli, extra={"needs": {"gpu": n}}, cli_flags=[f"--needs=gpu={n}"])
                  for i, n in enumerate(needs)]
         s.jobs.extend(batch)
         s.add_batch(batch, s.add_rng)

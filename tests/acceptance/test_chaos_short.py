@@ -63,6 +63,7 @@ def test_chaos_short_keeps_every_invariant(soak: SoakResult):
     assert f.get("jobs_paused", 0) + f.get("pause_no_target", 0) >= 1
     assert any(k.startswith("resource reloads (") for k in f)
     assert f.get('resource reloads (["0"])') == 1  # the lasting shrink: gpu=2 jobs refused or held, with why
+    assert f.get("adds refused: can never run here", 0) >= 2  # one by the socket, one by `sloth add`
     assert f["power_flips"] >= 1 or f.get("no_power")
     assert all(f"audit {name}" in f for name in AUDITS)  # every audit ran
 
