@@ -488,6 +488,7 @@ class Soak:
             return
         s = self.rng.uniform(*self.cfg.jump_s)
         self.clock.jump(s)
+        self.windows["jump"].append((time.time(), time.time()))
         self.note(f"clock jump +{s:.0f} s")
         self.count("sleeps")
         self.count("slept_s", int(s))

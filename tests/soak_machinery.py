@@ -53,6 +53,7 @@ MACHINERY = ("pausejobs", "edits", "shrink", "schedrun")
 # The audits (soak_audits.py) a violation is filed under; the rest are the soak's core invariants.
 AUDITS = ("history", "acks", "schedule_slots", "schedule_run", "edits", "tokens", "slots", "stopped")
 EDITS_LANE = "edits"
+JUMP_SEEN_S = 3.0  # after a clock jump, the daemon has seen it (clock_check_s 1 s) and begun its schedules' catch-up
 # The daemon's word for needs this machine can never meet (resources.py: Resources.never), at add and
 # as a held job's wait_reason: the resource, the need, the tokens it has.
 NEVER_HERE = re.compile(r"--needs (\w+)=(\d+): this machine has (\d+) \1 token")
@@ -386,6 +387,8 @@ class Machinery:
                 t.join(15)
         self._pause(None, resume=True)
         self.release_all()
+        jumped = max((b for _, b in s.windows.get("jump", ())), default=0.0)
+        s.sleep(jumped + JUMP_SEEN_S - time.time())  # a jump the daemon never saw is no slot it failed to handle
         for name in [n for n, *_ in SCHEDULES] + [HAND]:
             try:
                 s.ask("schedule_pause", name=name)
