@@ -51,8 +51,9 @@ running jobs paused and resumed (``pausejobs``), queued ones edited, held,
 released and bumped (``edits``), a fake charger plugged in and out every
 1-4 s under ``--when ac`` jobs of each ``--on-lost`` policy, ``--needs``
 jobs flocking the tokens they were given and ``--slots`` jobs flocking
-their lane's slots, and ``[resources]`` shrunk by a reload (``shrink``; in
-the long mode once for good, late, below what a queued gpu=2 job needs).
+their lane's slots, and ``[resources]`` shrunk by a reload (``shrink``;
+once for good, late, below what a queued gpu=2 job needs: such a job is then
+refused at add or held, the daemon saying it can never run here).
 
 Then the daemon is let to finish everything and the invariants are checked:
 every job final (done, failed for the timeout kind, cancelled for what we
@@ -102,7 +103,7 @@ import psutil  # noqa: E402
 
 from sloth_daemon import protocol  # noqa: E402
 from sloth_daemon.cli.client import Client  # noqa: E402
-from sloth_daemon.errors import SlothError  # noqa: E402
+from sloth_daemon.errors import BadRequest, SlothError  # noqa: E402
 from tests.support.faults import (CONFIG_SWAPS, DiskFull, flood, hold_write_lock, restore_config,  # noqa: E402
                                   swap_config)
 from tests.support import fakeclock as fc  # noqa: E402
@@ -183,7 +184,7 @@ class SoakConfig:
             slow_hold_s=(1.0, 2.0), stop_s=(1.0, 2.5), burst_n=(60, 150), keeper_stop_s=(4.5, 5.5),
             mix={"quick": 0.44, "slow": 0.07, "flaky": 0.19, "timeout": 0.07, "forker": 0.04, "short": 0.04,
                  "gpu": 0.06, "wide": 0.05, "power": 0.04},
-            starve=False, stall_s=25.0,
+            stall_s=25.0,
         )
         base.update(kw)
         return cls(**base)
@@ -212,6 +213,7 @@ class LJob:
     cancelled_boot: float | None = None  # the same moment in CLOCK_BOOTTIME (probe_job.py's "spawned")
     cancelled_by: str = ""
     cancel_unsure: bool = False  # a cancel that may have been applied got no answer
+    refused: str = ""  # its add was refused, rightly: the machine can never run it (the lasting shrink)
     extra: dict[str, Any] = field(default_factory=dict)  # gates, hold: spec fields of the machinery kinds
     cli_flags: list[str] = field(default_factory=list)  # the same as `sloth add` options
 
@@ -291,6 +293,8 @@ class SoakResult:
             f"{f.get('edits_acked', 0)}, bumps {f.get('bump_acked', 0)}, holds {f.get('hold_acked', 0)}, "
             f"releases {f.get('release_acked', 0)}, refused {f.get('edit_refused', 0)}) | resource reloads "
             + (", ".join(f"{k[18:-1]} x{v}" for k, v in sorted(f.items()) if k.startswith("resource reloads (")) or "-")
+            + f" (then gpu=2 refused at add {f.get('adds refused: can never run here', 0)}, held with why "
+            f"{f.get('held: can never run here', 0)})"
             + f" | schedule jobs {f.get('schedule_jobs', 0)} ({f.get('schedule_slot_rows', 0)} slot rows, "
             f"{f.get('slots_coalesced', 0)} slots coalesced), manual runs {f.get('schedule_runs', 0)}",
             "  audits: " + " | ".join(f"{k[6:]} {v}" for k, v in sorted(f.items()) if k.startswith("audit ")),
@@ -484,6 +488,7 @@ class Soak:
             return
         s = self.rng.uniform(*self.cfg.jump_s)
         self.clock.jump(s)
+        self.windows["jump"].append((time.time(), time.time()))
         self.note(f"clock jump +{s:.0f} s")
         self.count("sleeps")
         self.count("slept_s", int(s))
@@ -933,9 +938,10 @@ class Soak:
             if time.monotonic() >= until and not first:
                 break
             self.check_daemon()
-            act = first.pop() if first else self.rng.choices(kinds, weights)[0]
             if self.machinery.starve_due() and "shrink" in kinds:
-                act = "shrink"  # the lasting shrink, late in the chaos, always
+                act = "shrink"  # the lasting shrink, late in the chaos, always (every kind still once)
+            else:
+                act = first.pop() if first else self.rng.choices(kinds, weights)[0]
             getattr(self.machinery if act in MACHINERY else self, f"act_{act}")()
 
     # -------------------------------------------------------------- clients
@@ -990,8 +996,14 @@ class Soak:
                 return
             except TRANSIENT as e:
                 if isinstance(e, SlothError) and e.code not in PASSING:
-                    self.violation(f"add refused with {e.code}: {e.message}")
-                    return
+                    never = [j for j in pending if e.code == "bad_request" and self.machinery.never_here(e.message, j)]
+                    if not never:
+                        self.violation(f"add refused with {e.code}: {e.message}")
+                        return
+                    never[0].refused = e.message  # it can never run here: refused, nothing added; the rest again
+                    pending.remove(never[0])
+                    self.count("adds refused: can never run here")
+                    continue
                 suspect = True
                 self.count("add_retries")
                 self.count(f"retry reason: {type(e).__name__}: {str(e)[:60]}")
@@ -1026,6 +1038,8 @@ class Soak:
         p = self.h.cli(*argv, "--", *j.argv, timeout_s=90)
         if p.returncode == 0:
             return int(json.loads(p.stdout)["ids"][0])
+        if p.returncode == 2:  # refused (add_batch judges whether rightly)
+            raise BadRequest(p.stderr.strip())
         if p.returncode not in (1, 3, 7):  # 3: not running; 1: cut off, or storage; 7: busy
             self.violation(f"sloth add exited {p.returncode}: {p.stderr.strip()[:300]}")
         with self.lock:
@@ -1125,6 +1139,14 @@ class Soak:
         self.violation(f"jobs still unfinished after the settle bound: {last}")
 
     # -------------------------------------------------------------- verify
+    def never_held(self, job: dict[str, Any], lj: LJob) -> bool:
+        """``job`` is held because this machine can never run it, rightly,
+        by its word: its wait_reason, else the last `held` of its history."""
+        if self.machinery.never_here(job.get("wait_reason") or "", lj):
+            return True
+        held = [e for e in self.h.events(job["id"]) if e["kind"] == "held"]
+        return bool(held) and self.machinery.never_here(held[-1]["message"] or "", lj)
+
     def _fault_between(self, fault: str, t0: float, t1: float) -> bool:
         """A ``fault`` window overlaps the span from ``t0`` to ``t1``."""
         return any(a <= t1 and b >= t0 for a, b in self.windows.get(fault, ()))
@@ -1216,6 +1238,10 @@ class Soak:
             if len(got) > 1:
                 dup += 1
                 self.violation(f"key {lj.key} has {len(got)} jobs: {[g['id'] for g in got]}")
+            if lj.refused:
+                if got:
+                    self.violation(f"key {lj.key}: its add was refused ({lj.refused}), yet `list` has it")
+                continue
             if not got:
                 lost += 1
                 self.violation(f"key {lj.key} ({lj.kind}, recorded id {lj.id}) has no job in `list`")
@@ -1238,11 +1264,8 @@ class Soak:
             if j is None:
                 continue
             final_by_kind[f"{lj.kind}:{j['state']}"] += 1
-            if lj.id in self.machinery.maybe_impossible:  # needs gpu=2 where one gpu is left
-                if j["state"] not in ("done", "failed", "held", "cancelled"):
-                    not_final += 1
-                    self.violation(f"job {j['id']} needs gpu=2 where one gpu is left, and is {j['state']}: "
-                                   "expected held or failed with the reason (or done, if it ran before)")
+            if j["state"] == "held" and lj.expected == "done" and self.never_held(j, lj):
+                self.count("held: can never run here")  # needs more than the lasting shrink left, and said so
                 continue
             if j["state"] != lj.expected and not (lj.cancel_unsure and j["state"] == "cancelled"):
                 not_final += 1
@@ -1340,7 +1363,8 @@ class Soak:
                 self.violation(f"{where}: tries {job['tries']} > max_attempts {job['max_attempts']}")
             final_kind = ev[-1]["kind"] if ev else None
             ok_kinds = {"done": {"done"}, "failed": {"failed", "lease_expired"},
-                        "cancelled": {"cancelled", "ended"}}.get(job["state"], set())
+                        "cancelled": {"cancelled", "ended"},
+                        "held": {"held"}}.get(job["state"], set())  # held: it can never run here (judged above)
             if final_kind not in ok_kinds:
                 self.violation(f"{where}: state {job['state']} but the last event is {final_kind}")
             if job["state"] == "done":

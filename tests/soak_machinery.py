@@ -15,8 +15,8 @@ records and its chaos windows:
 * ``--needs gpu=N`` / ``lic=1`` jobs and ``--slots N`` jobs in a 3-slot lane,
   each probe flocking what it was given (tests/support/probe_job.py);
   ``[resources]`` shrunk by a ``daemon reload`` for a few seconds
-  (``shrink``), and in the long run once for good, below what the queued
-  ``gpu=2`` jobs need;
+  (``shrink``), and late in the chaos once for good, below what the queued
+  ``gpu=2`` jobs need (each then refused at add or held, with why);
 * a watcher of job processes seen stopped (state T).
 
 What they gather is judged by tests/support/soak_audits.py.
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import sqlite3
 import threading
 import time
@@ -39,7 +40,7 @@ from tests.support import power, soak_audits as audits
 from tests.support.soak_audits import EditTarget, Ev, ScheduleSeen, StoppedSeen
 
 if TYPE_CHECKING:
-    from tests.chaos_soak import Soak
+    from tests.chaos_soak import LJob, Soak
 
 FULL = {"gpu": '["0", "1", "2"]', "lic": "2"}
 SHRUNK = {"gpu": '["0", "1"]', "lic": "2"}  # every need still possible (gpu=2 at most)
@@ -52,6 +53,10 @@ MACHINERY = ("pausejobs", "edits", "shrink", "schedrun")
 # The audits (soak_audits.py) a violation is filed under; the rest are the soak's core invariants.
 AUDITS = ("history", "acks", "schedule_slots", "schedule_run", "edits", "tokens", "slots", "stopped")
 EDITS_LANE = "edits"
+JUMP_SEEN_S = 3.0  # after a clock jump, the daemon has seen it (clock_check_s 1 s) and begun its schedules' catch-up
+# The daemon's word for needs this machine can never meet (resources.py: Resources.never), at add and
+# as a held job's wait_reason: the resource, the need, the tokens it has.
+NEVER_HERE = re.compile(r"--needs (\w+)=(\d+): this machine has (\d+) \1 token")
 
 
 class Machinery:
@@ -72,8 +77,7 @@ class Machinery:
         self.stopped_seen: list[StoppedSeen] = []
         self.schedule_runs_answered: list[Any] = []  # each manual run's answer (its "id")
         self.paused_at: float | None = None
-        self.starved = False  # the lasting shrink happened: gpu=2 jobs waiting then may end held or failed
-        self.maybe_impossible: set[int] = set()
+        self.starved = False  # the lasting shrink happened: gpu=2 jobs waiting then end held with why
         self.threads: list[threading.Thread] = []
         self.stop = threading.Event()
 
@@ -290,10 +294,13 @@ class Machinery:
 
     def act_shrink(self) -> None:
         """`[resources]` shrunk and reloaded, and after a few seconds put back;
-        in the long run, once late in the chaos, shrunk below what a gpu=2
-        job needs and left so (what the queued ones become is the daemon's
-        to say: held or failed; the rest must run on)."""
+        once late in the chaos, shrunk below what a gpu=2 job needs and left
+        so: a gpu=2 job then is refused at add, or held, the daemon saying
+        it can never run here (judged by never_here); the rest must run on."""
         s = self.soak
+        if self.starved:  # for good: a reload back to more would release what it held
+            s.count("shrinks after the lasting one (skipped)")
+            return
         lasting = self.starve_due()
         if lasting:  # three gpu=1 runs take every token, a gpu=2 job waits behind them, gpu=1 jobs behind it
             self.queue_gpu([1, 1, 1, 2, 2, 1, 1, 1, 1])
@@ -301,24 +308,43 @@ class Machinery:
         self.reload(STARVED if lasting else SHRUNK)
         if lasting:
             self.starved = True
-            self.maybe_impossible = {j.id for j in s.jobs if j.kind == "gpu" and j.id is not None
-                                     and "gpu=2" in " ".join(j.cli_flags)}
+            self.queue_gpu([1, 2, 1])  # the gpu=2 one refused at add, saying why; the others added
+            self.queue_gpu([2], via_cli=True)  # and by `sloth add`: exit 2, the same words
             return
         s.sleep(s.rng.uniform(2.0, 6.0))
         self.reload(FULL)
 
-    def queue_gpu(self, needs: list[int]) -> None:
+    def queue_gpu(self, needs: list[int], via_cli: bool = False) -> None:
         """gpu jobs in one add, in this order (the same priority: first added, first looked at)."""
         from tests.chaos_soak import LJob
         s = self.soak
         first = len(s.jobs)
         batch = [LJob(f"soak-{s.seed}-g{first + i}", "gpu", "gpu",
                       [s.probe_python, s.probe, str(s.rec), "--res", "gpu", "--hold", "1.5" if i < 3 else "0.3"],
-                      s.cfg.max_attempts, None, False, extra={"needs": {"gpu": n}}, cli_flags=[f"--needs=gpu={n}"])
+                      s.cfg.max_attempts, None, via_cli, extra={"needs": {"gpu": n}}, cli_flags=[f"--needs=gpu={n}"])
                  for i, n in enumerate(needs)]
         s.jobs.extend(batch)
         s.add_batch(batch, s.add_rng)
         s.note(f"gpu jobs needing {needs}: ids {[j.id for j in batch]}")
+
+    def beyond(self, job: "LJob") -> tuple[str, int, int] | None:
+        """(resource, need, tokens) of a need of ``job`` beyond the tokens
+        last written to [resources] (the lasting shrink's), None: it fits."""
+        for name, n in job.extra.get("needs", {}).items():
+            have = len(json.loads(self.resources[name])) if self.resources[name].startswith("[") \
+                else int(self.resources[name])
+            if n > have:
+                return name, n, have
+        return None
+
+    def never_here(self, said: str, job: "LJob") -> bool:
+        """``said`` (an add's refusal, a held job's wait_reason) is the
+        daemon's word that this machine can never run ``job``, and it is
+        right: the need it names is the job's, beyond the tokens the soak
+        gave it (only after the lasting shrink: the short one leaves every
+        need possible)."""
+        m = NEVER_HERE.search(" ".join(said.split()))  # the CLI's error may be wrapped
+        return m is not None and self.beyond(job) == (m[1], int(m[2]), int(m[3]))
 
     def starve_due(self) -> bool:
         s = self.soak
@@ -361,6 +387,8 @@ class Machinery:
                 t.join(15)
         self._pause(None, resume=True)
         self.release_all()
+        jumped = max((b for _, b in s.windows.get("jump", ())), default=0.0)
+        s.sleep(jumped + JUMP_SEEN_S - time.time())  # a jump the daemon never saw is no slot it failed to handle
         for name in [n for n, *_ in SCHEDULES] + [HAND]:
             try:
                 s.ask("schedule_pause", name=name)

@@ -186,6 +186,9 @@ class EditTarget:
     unsure: bool = False
 
 
+FORK_TICK_S = 0.01  # a probe's fork time (probe_job.py: forked_at) is /proc's, in 10 ms ticks rounded down
+
+
 def edits(targets: Iterable[EditTarget], rows: Mapping[int, Mapping[str, Any]], events: Iterable[Ev],
           marks: Mapping[int, list[str]], spawned: Mapping[int, list[float]]) -> list[str]:
     """No edit lost: the row carries the last label, priority and command
@@ -203,7 +206,7 @@ def edits(targets: Iterable[EditTarget], rows: Mapping[int, Mapping[str, Any]], 
             out.append(f"edited job {t.id} is gone")
             continue
         for a, b in t.held:
-            late = [s for s in spawned.get(t.id, ()) if a < s < b]
+            late = [s for s in spawned.get(t.id, ()) if a < s and s + FORK_TICK_S <= b]  # the fork: in [s, s + tick)
             if late:
                 out.append(f"job {t.id}: held (answered at {a:.2f}), started at {late[0]:.2f} before its release "
                            f"({b:.2f})")

@@ -140,6 +140,16 @@ def test_a_held_job_started_before_its_release_is_caught():
     assert len(found) == 1 and "started at 15.00 before its release" in found[0]
 
 
+def test_a_start_in_the_release_s_own_clock_tick_is_not_before_it():
+    """probe_job.py's fork time is /proc's, in 10 ms ticks rounded down: a
+    fork 3 ms after the release was asked (at 20.004) reads 20.00; only a
+    tick that ends before the release is surely a start before it."""
+    t = EditTarget(6, held=[(10.0, 20.004)])
+    rows: dict[int, dict[str, object]] = {6: {"state": "done", "label": None, "priority": 0, "command": []}}
+    assert audits.edits([t], rows, [], {}, {6: [20.0]}) == []
+    assert len(audits.edits([t], rows, [], {}, {6: [19.99]})) == 1
+
+
 # ------------------------------------------------------------ acks, stopped trees
 def test_a_pause_or_resume_answered_must_be_in_the_history():
     hist = evs(1, "claimed:1", "started:1", "paused:1", "done:1")
