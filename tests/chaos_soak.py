@@ -121,7 +121,8 @@ CHAOS = ("kill9", "reboot", "stop", "jump", "jobkill", "badframes", "diskfull", 
 # is fenced, and may finish in the moment before the kill lands; and one
 # that ended while its keeper was stopped, but (its history says) after
 # its trust deadline as far as the kernel can show, is fenced too.
-RERUN_ALLOWED = ("reboot", "job kill", "fence after a lapse")
+RERUN_ALLOWED = ("reboot", "job kill", "fence after a lapse", "daemon stop as it ended")
+ENDING_S = 1.0  # a probe's end line to its exit (the interpreter's teardown), on a loaded machine
 LAPSE_GRACE_S = 2.0  # after a stop window: the kill's grace and the woken keeper's first pass
 LAPSED = "after its trust deadline"  # in a fenced event: the run's end came (or cannot be shown before) too late
 # The chaos windows a finished run's re-run is put down to, when its history names none.
@@ -1159,8 +1160,11 @@ class Soak:
             return "reboot"
         if killed_by_us:
             return "job kill"
-        if "interrupted" in kinds:
-            return "daemon stop"
+        if "interrupted" in kinds:  # the keeper ended it (outcomes.by_itself): it had not exited yet
+            # A probe writes its end line, then exits: a daemon stop in between ends a run whose
+            # work was done but whose process was not (the next daemon runs it again, by design).
+            return "daemon stop as it ended" if self._fault_between("daemonstop", end, end + ENDING_S) \
+                else "daemon stop"
         if "fenced" in kinds:
             lapsed = any(LAPSED in (e["message"] or "") for e in events if e["kind"] == "fenced")
             for fault, cause in (("keeperstop", "keeper stop"), ("stop", "daemon SIGSTOP")):

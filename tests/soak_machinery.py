@@ -53,6 +53,7 @@ MACHINERY = ("pausejobs", "edits", "shrink", "schedrun")
 # The audits (soak_audits.py) a violation is filed under; the rest are the soak's core invariants.
 AUDITS = ("history", "acks", "schedule_slots", "schedule_run", "edits", "tokens", "slots", "stopped")
 EDITS_LANE = "edits"
+CATCH_UP_S = 20.0  # at the end, how long the daemon may take to handle the slots its clock says are due
 JUMP_SEEN_S = 3.0  # after a clock jump, the daemon has seen it (clock_check_s 1 s) and begun its schedules' catch-up
 # The daemon's word for needs this machine can never meet (resources.py: Resources.never), at add and
 # as a held job's wait_reason: the resource, the need, the tokens it has.
@@ -389,12 +390,32 @@ class Machinery:
         self.release_all()
         jumped = max((b for _, b in s.windows.get("jump", ())), default=0.0)
         s.sleep(jumped + JUMP_SEEN_S - time.time())  # a jump the daemon never saw is no slot it failed to handle
+        self.caught_up()
         for name in [n for n, *_ in SCHEDULES] + [HAND]:
             try:
                 s.ask("schedule_pause", name=name)
             except s.transient as e:
                 s.violation(f"schedule pause {name}: {e!r}", "schedules")
         self.paused_at = time.time() + (s.clock.offset if s.clock is not None else 0.0)
+
+    def caught_up(self) -> None:
+        """Until the daemon has handled every slot its clock says is due
+        (each schedule's next slot ahead of it), CATCH_UP_S at most: a loaded
+        machine's daemon may hear a clock jump a few seconds late, and a slot
+        it then handles is no slot missed; one still due after that is (the
+        schedule_slots audit says so)."""
+        s = self.soak
+        end = time.monotonic() + CATCH_UP_S
+        while time.monotonic() < end:
+            now = time.time() + (s.clock.offset if s.clock is not None else 0.0)
+            try:
+                listed = s.ask("schedule_ls")["schedules"]
+            except s.transient:
+                listed = None
+            if listed is not None and all(x["paused"] or x["next_slot"] + x["jitter_offset_s"] > now
+                                          for x in listed):
+                return
+            s.sleep(0.2)
 
     def audit(self, db: Path, per_job_ran: dict[int, set[int]], excused: set[tuple[int, int]],
               fig: dict[str, Any]) -> None:
