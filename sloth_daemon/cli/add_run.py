@@ -207,16 +207,17 @@ def check_shell(jobs: list[dict[str, Any]], where: Callable[[int], str], nothing
     each --shell line, and the script of each ``sh -c``/``bash -c`` with
     that shell's own -n; and no job's program is a shell line, which would
     be looked up as a program of that name (in ``cwd``, the jobs' folder) and fail. Else none is queued,
-    and the job that is wrong is named."""
+    and the job that is wrong is named. A job with no command (a schedule's
+    edit of its other settings) has nothing to check."""
     from sloth_daemon.cli import shcheck
 
-    shelled = [i for i, j in enumerate(jobs) if j.get("shell")]
+    shelled = [i for i, j in enumerate(jobs) if j.get("shell") and j.get("command")]
     bad = shcheck.first_error([jobs[i]["command"][-1] for i in shelled]) if shelled else None
     if bad is not None:
         _not_shell(where(shelled[bad[0]]), shcheck.SH, jobs[shelled[bad[0]]]["command"][-1], bad[1], nothing,
                    many=len(jobs) > 1)
     for i, job in enumerate(jobs):
-        argv = job["command"] if not job.get("shell") else []
+        argv = job.get("command") or [] if not job.get("shell") else []
         if argv and shcheck.is_shell_line(argv[0], cwd):
             _a_shell_line(where(i), argv, nothing)
         found = shcheck.shell_script(argv, cwd)
