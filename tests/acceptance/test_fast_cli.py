@@ -73,7 +73,7 @@ ADDS: list[tuple[list[str], str | None, str]] = [
     (["add", "--priority", "x", "--", "true"], None, T),
     (["add", "--bogus", "--", "true"], None, T),
     (["add", "-sk", "kk", "--", "true"], None, T),
-    (["add", "--help"], None, T),
+    (["add", "--help"], None, F),  # its page rendered from the declaration (fast_help.py), as Typer lays it out
     (["add", "--lane"], None, T),
 ]
 READS: list[tuple[list[str], str | None, str]] = [
@@ -85,7 +85,7 @@ READS: list[tuple[list[str], str | None, str]] = [
     (["show", "1"], None, F), (["show", "1", "6", "--json"], None, F), (["show", "999"], None, F),
     (["show", "x"], None, F), (["show", "0"], None, F), (["show", "--json", "--", "3"], None, F),
     (["show"], None, F), ([], None, F),
-    (["status"], None, F), (["status", "--json"], None, F), (["status", "extra"], None, T), (["status", "-h"], None, T),
+    (["status"], None, F), (["status", "--json"], None, F), (["status", "extra"], None, T), (["status", "-h"], None, F),
     (["lane", "ls"], None, F), (["lane", "ls", "--json"], None, F), (["lane", "ls", "x"], None, T),
     (["logs", "1"], None, F), (["logs", "--path", "1"], None, F), (["logs", "-n", "3", "--attempt", "1", "1"], None, F),
     (["logs", "999"], None, F), (["logs", "x"], None, F), (["logs", "1", "2"], None, T), (["logs"], None, F),
@@ -104,7 +104,7 @@ ACTS: list[tuple[list[str], str | None, str]] = [
     (["kill", "2"], None, F), (["kill", "--now", "999"], None, F), (["kill", "--json", "2"], None, F),
     (["kill"], None, T),
     (["pause", "video"], None, F), (["pause", "--json", "video"], None, F), (["resume", "video"], None, F),
-    (["pause", "nolane"], None, F), (["pause"], None, F), (["pause", "a", "b"], None, F), (["pause", "--job", "999"], None, F), (["resume", "-h"], None, T),
+    (["pause", "nolane"], None, F), (["pause"], None, F), (["pause", "a", "b"], None, F), (["pause", "--job", "999"], None, F), (["resume", "-h"], None, F),
     (["cancel", "--lane", "video"], None, F), (["cancel", "--state", "queued", "--state", "blocked", "--lane", "default"],
                                                 None, F),
     (["restart", "3"], None, F), (["restart", "2", "3"], None, F), (["restart", "--json", "4"], None, F),
