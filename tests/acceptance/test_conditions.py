@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.harness import TEST_CONFIG, Harness
+from tests.support.harness import TEST_CONFIG, Harness, on_one_queue
 from tests.support.power import can_unshare, fake_power, over_power
 
 pytestmark = pytest.mark.acceptance
@@ -275,10 +275,7 @@ def test_on_a_shared_queue_each_machine_gives_out_its_own_tokens(make_harness, p
     run's token is recorded with it (its machine's)."""
     url = pg_fresh()
     config = TEST_CONFIG + 'poll_s = "1s"\ndefault_concurrency = 4\n[resources]\nlicence = 1\n'
-    ms = [make_harness(f'host = "m{i}"\n' + config, f"m{i}") for i in (1, 2)]
-    for m in ms:
-        m.daemon_env["SLOTH_QUEUE_URL"] = m.env["SLOTH_QUEUE_URL"] = url
-        m.start()
+    ms = on_one_queue(make_harness, url, {"m1": config, "m2": config})
     out = home / "shared"
     out.mkdir()
     script = f"date +%s.%N > {out}/$SLOTH_JOB_ID.start; sleep 1.5; date +%s.%N > {out}/$SLOTH_JOB_ID.end"

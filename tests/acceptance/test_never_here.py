@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.support.harness import TEST_CONFIG, Harness
+from tests.support.harness import TEST_CONFIG, Harness, on_one_queue
 
 pytestmark = pytest.mark.acceptance
 
@@ -152,11 +152,8 @@ def test_on_a_shared_queue_a_job_the_target_can_never_run_is_refused_or_held(mak
     takes one away, and m2's one-gpu jobs (placed there or anywhere) run."""
     url = pg_fresh()
     base = TEST_CONFIG + 'poll_s = "1s"\ndefault_concurrency = 4\n'
-    m1 = make_harness(f'host = "m1"\n{base}[resources]\ngpu = ["0"]\n', "m1")
-    m2 = make_harness(f'host = "m2"\n{base}[resources]\ngpu = ["0", "1"]\n', "m2")
-    for m in (m1, m2):
-        m.daemon_env["SLOTH_QUEUE_URL"] = m.env["SLOTH_QUEUE_URL"] = url
-        m.start()
+    m1, m2 = on_one_queue(make_harness, url, {"m1": f'{base}[resources]\ngpu = ["0"]\n',
+                                              "m2": f'{base}[resources]\ngpu = ["0", "1"]\n'})
     big = int(m1.cli("add", "--on", "m2", "--needs", "gpu=2", "--hold", "--", "true", check=True).stdout)
     said = reload_with(m2, f'host = "m2"\n{base}[resources]\ngpu = ["0"]\n')
     assert f"job {big}" in said, said

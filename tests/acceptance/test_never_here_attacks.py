@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.support.harness import TEST_CONFIG
+from tests.support.harness import TEST_CONFIG, on_one_queue
 
 pytestmark = pytest.mark.acceptance
 
@@ -27,9 +27,8 @@ def test_a_hostile_machines_published_resources_cannot_break_or_stall_an_add(mak
     import psycopg
 
     url = pg_fresh()
-    m1 = make_harness(f'host = "m1"\n{TEST_CONFIG}poll_s = "1s"\n[resources]\ngpu = ["0"]\n', "m1")
-    m1.daemon_env["SLOTH_QUEUE_URL"] = m1.env["SLOTH_QUEUE_URL"] = url
-    m1.start(wrap=LIMITED)
+    (m1,) = on_one_queue(make_harness, url, {"m1": f'{TEST_CONFIG}poll_s = "1s"\n[resources]\ngpu = ["0"]\n'},
+                         wrap=LIMITED)
     hostile = {"deep": "[" * 100_000, "huge": '{"gpu": 1000000000}', "yes": '{"gpu": true}',
                "few": '{"gpu": 1}'}
     with psycopg.connect(url, autocommit=True) as c:
@@ -120,11 +119,8 @@ def test_a_job_placed_by_a_tag_is_judged_by_every_machine_of_the_tag(make_harnes
     tag meets is still refused."""
     url = pg_fresh()
     base = TEST_CONFIG + 'poll_s = "1s"\ntags = ["gpus"]\n'
-    m1 = make_harness(f'host = "m1"\n{base}[resources]\ngpu = ["0"]\n', "m1")
-    m2 = make_harness(f'host = "m2"\n{base}[resources]\ngpu = ["0", "1"]\n', "m2")
-    for m in (m1, m2):
-        m.daemon_env["SLOTH_QUEUE_URL"] = m.env["SLOTH_QUEUE_URL"] = url
-        m.start()
+    m1, m2 = on_one_queue(make_harness, url, {"m1": f'{base}[resources]\ngpu = ["0"]\n',
+                                              "m2": f'{base}[resources]\ngpu = ["0", "1"]\n'})
     p = m1.cli("add", "--on", "gpus", "--needs", "gpu=2", "--", "true")
     assert p.returncode == 0, (p.stdout, p.stderr)
     job = m1.wait_state(int(p.stdout), "done", timeout_s=30)
@@ -140,10 +136,7 @@ def test_a_paused_machine_says_paused_only_of_the_jobs_it_alone_runs(make_harnes
     `ls` while it waits its turn on m2; m1's own job is."""
     url = pg_fresh()
     base = TEST_CONFIG + 'poll_s = "1s"\n'
-    m1, m2 = (make_harness(f'host = "{n}"\n{base}', n) for n in ("m1", "m2"))
-    for m in (m1, m2):
-        m.daemon_env["SLOTH_QUEUE_URL"] = m.env["SLOTH_QUEUE_URL"] = url
-        m.start()
+    m1, m2 = on_one_queue(make_harness, url, {"m1": base, "m2": base})
     m1.cli("pause", check=True)
     busy = int(m1.cli("add", "--on", "m2", "--", "sleep", "3", check=True).stdout)
     m1.wait_state(busy, "running", timeout_s=20)

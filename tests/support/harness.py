@@ -232,6 +232,18 @@ class Harness:
         kill_and_wait(procs, self.spawned)
 
 
+def on_one_queue(make: Callable[[str, str], "Harness"], url: str, configs: dict[str, str],
+                 **start: Any) -> list["Harness"]:
+    """A daemon per host (``configs``: host name -> its config.toml, ``host``
+    set for it), the daemon and its CLI both on the PostgreSQL queue at
+    ``url``, each started (``start``: Harness.start's options)."""
+    made = [make(f'host = "{name}"\n{config}', name) for name, config in configs.items()]
+    for m in made:
+        m.daemon_env["SLOTH_QUEUE_URL"] = m.env["SLOTH_QUEUE_URL"] = url
+        m.start(**start)
+    return made
+
+
 def kill_and_wait(procs: list[psutil.Process], popens: list[subprocess.Popen[bytes]]) -> None:
     """SIGKILL every process, wait for them (5 s at most), and reap the ones we started."""
     for p in procs:
