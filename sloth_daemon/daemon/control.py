@@ -20,7 +20,7 @@ from sloth_daemon.errors import BadRequest, ConfigError, FieldError, SlothError
 from sloth_daemon.models import Batch, Event, Job, JobState
 from sloth_daemon.paths import Paths
 from sloth_daemon.queue import Queue
-from sloth_daemon.daemon import holding
+from sloth_daemon.daemon import job_limits
 from sloth_daemon.daemon.resources import needs_of
 from sloth_daemon.daemon.worker.spawner import Spawner
 from sloth_daemon.spec import Defaults, EnvCache, JobSpec
@@ -154,7 +154,7 @@ class Control:
             batch: str | None = None) -> tuple[list[int], list[str]]:
         """Queue the jobs, all or none (recorded under ``batch`` if given);
         returns the ids and the lanes this add made (not known before)."""
-        specs = [self._held(s) if isinstance(s, JobSpec) else self._held_spec(self._placed(s)) for s in specs]
+        specs = [self._limited(s) if isinstance(s, JobSpec) else self._limited_spec(self._placed(s)) for s in specs]
         known = set(self.worker.lanes.known())
         lanes = {_lane_of(s) for s in specs}
         ids = self.queue.enqueue_many(specs, batch=batch)
@@ -191,7 +191,7 @@ class Control:
                 spec = self._placed_here(JobSpec.parse(job, defaults, cache))
                 if not fired:
                     self._awake_here(spec.keep_awake, spec.lane, spec.place)
-                out.append(self._held(spec))
+                out.append(self._limited(spec))
             except FieldError as e:
                 raise FieldError(e.field, f"{e.problem} (job {i} of the batch)", e.hint) from None
         return out
@@ -216,9 +216,9 @@ class Control:
         return spec
 
     def _awake_here(self, own: bool, lane: str, place: str) -> None:
-        """Keep-awake that nothing here can hold, for a job that may run here: refused (holding.py)."""
+        """Keep-awake that nothing here can hold, for a job that may run here: refused (job_limits.py)."""
         if self.shared is None or place in ("", "*", *self._here()):
-            holding.check_awake(own, lane, self.settings)
+            job_limits.check_keep_awake(own, lane, self.settings)
 
     def _placed_here(self, spec: JobSpec) -> JobSpec:
         if self.shared is None and spec.place and spec.place not in self._here():
@@ -246,7 +246,7 @@ class Control:
         """An edit of a waiting job's settings (--timeout, --when, --mem, ...),
         checked as add checks a new job here: its place, its gate where it
         may run, its limits and keep-awake on this machine. Returns the
-        changes (limits as this machine applies them, holding.held_here) and
+        changes (limits as this machine applies them, job_limits.applied_here) and
         the job with its new gate (for lane_fits)."""
         from dataclasses import replace
 
@@ -255,7 +255,7 @@ class Control:
         if job.state not in (JobState.QUEUED, JobState.BLOCKED, JobState.HELD):
             return dict(changes), job  # the edit's own refusal says why (running, finished)
         lane = changes.get("lane")
-        spec = self._held(self._placed_here(settings_spec(job, changes, lane if isinstance(lane, str) else None)))
+        spec = self._limited(self._placed_here(settings_spec(job, changes, lane if isinstance(lane, str) else None)))
         out = dict(changes)
         if "limits" in changes or "keep_awake" in changes:
             out["limits"] = json.loads(spec.limits_json) if spec.limits_json else None
@@ -276,17 +276,17 @@ class Control:
         if gate is not None:
             self.worker.gates.check_spec(gate, lane, cwd)
 
-    def _held(self, spec: JobSpec) -> JobSpec:
-        """Its lane's and its own keep-awake and limits, checked here (daemon/holding.py)."""
+    def _limited(self, spec: JobSpec) -> JobSpec:
+        """Its lane's and its own keep-awake and limits, checked here (daemon/job_limits.py)."""
         if not (spec.limits_json or spec.keep_awake or self.settings.lane_holds):
             return spec
-        return holding.held_here(spec, self.settings)
+        return job_limits.applied_here(spec, self.settings)
 
-    def _held_spec(self, spec: Mapping[str, Any]) -> Mapping[str, Any] | JobSpec:
-        if not holding.asks(spec, self.settings):
+    def _limited_spec(self, spec: Mapping[str, Any]) -> Mapping[str, Any] | JobSpec:
+        if not job_limits.asks_any(spec, self.settings):
             return spec
         defaults = Defaults(self.settings.max_attempts, self.settings.lease_s, self.default_place)
-        return self._held(JobSpec.parse(spec, defaults))
+        return self._limited(JobSpec.parse(spec, defaults))
 
     def _here(self) -> tuple[str, ...]:
         return (self.worker.host, *self.settings.tags)
