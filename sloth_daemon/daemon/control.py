@@ -1,9 +1,12 @@
-"""What the socket server may ask of the daemon: a narrow facade over the
-queue, the worker, the spawner and the paths.
+"""What the daemon adds to a request before the object that does the work
+sees it: placement and validation of jobs (add, stage, edit), the watchers
+of job changes, the composed answers of status, config, lanes, listing and
+show, and what the runs held here say live (follow, running_count).
 
-The server and its handlers see only this (no worker internals, no process
-objects), so they can be driven in-process on a real queue with a fake
-spawner, and the worker can change without touching them.
+It forwards nothing: a handler (handlers.py, job_ops.py, lane_ops.py,
+edit_ops.py, streams.py) asks the queue, the worker's Actions or the
+scheduler itself, and asks this only for what it adds. Driven in-process
+on a real queue with a fake spawner in the unit tests.
 """
 
 from __future__ import annotations
@@ -11,13 +14,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
 
 from sloth_daemon.checks import GATE_FIELDS, gate_json
 from sloth_daemon.config import Settings, file_differs, load as load_config
 from sloth_daemon.errors import BadRequest, ConfigError, FieldError, SlothError
-from sloth_daemon.models import Batch, Event, Job, JobState
+from sloth_daemon.models import Job, JobState
 from sloth_daemon.paths import Paths
 from sloth_daemon.queue import Queue
 from sloth_daemon.daemon import job_limits
@@ -34,6 +36,11 @@ def _no_reload() -> dict[str, Any]:
 
 
 class Control:
+    """Its collaborators: the queue, the worker (its host, lanes, gates and
+    runs), the spawner (a live run's output), the paths and the settings in
+    force (main.Daemon.reload replaces them); ``request_stop`` and
+    ``request_reload``, the daemon's own (main.py). Its state: the watchers."""
+
     def __init__(self, queue: Queue, worker: Worker, spawner: Spawner, paths: Paths, settings: Settings,
                  *, request_stop: Callable[..., None], instance: str,
                  request_reload: Callable[[], dict[str, Any]] = _no_reload) -> None:
@@ -59,20 +66,11 @@ class Control:
         return lambda: self._watchers.discard(fn)
 
     # -------------------------------------------------------------- reads
-    def get(self, job_id: int) -> Job:
-        return self.queue.get(job_id)
-
     def get_many(self, ids: Sequence[int]) -> list[Job]:
         """The jobs of these ids that exist, in one read on a shared queue."""
         if self.shared is not None:
             return self.queue.get_many(ids)  # type: ignore[attr-defined]
         return [self.queue.get(i) for i in ids]
-
-    def events(self, job_id: int) -> list[Event]:
-        return self.queue.events(job_id)
-
-    def jobs(self, *, states: list[str] | None, lane: str | None, limit: int) -> list[Job]:
-        return self.queue.jobs(lane=lane, limit=limit, states=states)
 
     def listing(self, **kw: Any) -> dict[str, Any]:
         """A page of the listing as sent, each queued job saying why it waits."""
@@ -296,57 +294,7 @@ class Control:
                           hint="To run jobs on other machines, share one PostgreSQL queue between them (README,"
                                " \"Several machines\"); here leave --on out.")
 
-    def batch_ids(self, token: str) -> list[int] | None:
-        return self.queue.batch_ids(token)
-
-    async def cancel(self, job_id: int) -> Job:
-        return await self.worker.cancel(job_id)
-
-    async def cancel_many(self, ids: Sequence[int] | None, *, lane: str | None,
-                          states: Sequence[str] | None) -> Batch:
-        return await self.worker.cancel_many(ids, lane=lane, states=states)
-
-    def retry(self, job_id: int) -> Job:
-        return self.worker.retry(job_id)
-
-    def retry_many(self, ids: Sequence[int] | None, *, lane: str | None, states: Sequence[str] | None) -> Batch:
-        return self.worker.retry_many(ids, lane=lane, states=states)
-
-    def restart(self, ids: Sequence[int]) -> Batch:
-        return self.worker.restart(ids)
-
-    async def kill(self, ids: Sequence[int], *, now: bool) -> Batch:
-        return await self.worker.kill(ids, now=now)
-
-    def pause(self, lane: str | None) -> None:
-        self.worker.pause(lane)
-
-    def resume(self, lane: str | None) -> None:
-        self.worker.resume(lane)
-
-    async def pause_jobs(self, ids: Sequence[int] | None, *, lane: str | None, resume: bool) -> Batch:
-        return await self.worker.pause_jobs(ids, lane=lane, resume=resume)
-
-    def set_lane(self, lane: str, concurrency: int, *, create: bool) -> dict[str, Any]:
-        return self.worker.set_lane(lane, concurrency, create=create)
-
-    def remove_lane(self, lane: str) -> None:
-        self.worker.remove_lane(lane)
-
-    def prune(self, older_than_s: float, **kw: Any) -> int:
-        return self.worker.prune(older_than_s, **kw)
-
-    def reload(self) -> dict[str, Any]:
-        return self.request_reload()
-
-    def shutdown(self, why: str, *, keep_jobs: bool = False) -> None:
-        """Stop the daemon; ``keep_jobs``: its running jobs go on in the keeper."""
-        self.request_stop(why, keep_jobs=keep_jobs)
-
     # --------------------------------------------------------------- logs
-    def log_path(self, job_id: int, attempt: int) -> Path:
-        return self.paths.job_log(job_id, attempt)
-
     def stored_log(self, job_id: int, attempt: int, offset: int) -> Any:
         """On a shared queue, the copy of an attempt's log in the database
         (backends.postgres.logs.LogPart, from ``offset``); None on one machine's queue."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -256,8 +257,8 @@ def test_follow_through_retries_marks_each_attempt_and_ends_with_the_job(rig, tm
             await asyncio.sleep(0)
             w.clocks.advance(5)  # past the retry backoff
             w.turn()
-            h.c.paths.job_log(a, attempt).parent.mkdir(parents=True, exist_ok=True)
-            h.c.paths.job_log(a, attempt).write_text(f"run {attempt}\n")
+            h.paths.job_log(a, attempt).parent.mkdir(parents=True, exist_ok=True)
+            h.paths.job_log(a, attempt).write_text(f"run {attempt}\n")
             sp.start(a)
             await asyncio.sleep(0)
             sp.exit(a, code)
@@ -294,7 +295,7 @@ def test_follow_from_after_a_failed_attempt_replays_it_first(rig):
     h, w, q, sp, _ = rig
     (a,) = op(h, "add", {"jobs": [{"command": ["flaky"], "max_attempts": 3}]})["ids"]
     w.turn()
-    log1 = h.c.paths.job_log(a, 1)
+    log1 = h.paths.job_log(a, 1)
     log1.parent.mkdir(parents=True, exist_ok=True)
     log1.write_text("first try\n")
     sp.start(a)
@@ -329,8 +330,8 @@ def test_a_wait_coalesces_what_it_sends_and_reads_no_job_per_change(rig, batched
     h.streaming.wait_window_s = 60.0  # longer than the test: only the end may release the frame
     ids = op(h, "add", {"jobs": [{"command": [x]} for x in "abc"]})["ids"]
     reads: list[int] = []
-    get = h.c.get
-    h.c.get = lambda i: reads.append(i) or get(i)  # type: ignore[method-assign]
+    get = q.get
+    h.streaming.queue = SimpleNamespace(get=lambda i: reads.append(i) or get(i))  # the wait reads no more
     seen: list[dict[str, Any]] = []
 
     async def emit(ev: dict[str, Any]) -> None:
