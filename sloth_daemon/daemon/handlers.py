@@ -36,6 +36,7 @@ from sloth_daemon.daemon.control import Control
 from sloth_daemon.daemon.edit_ops import EditOps
 from sloth_daemon.daemon.job_ops import JobOps
 from sloth_daemon.daemon.lane_ops import LaneOps
+from sloth_daemon.daemon.schedules.ops import ScheduleOps
 from sloth_daemon.daemon.request_args import (
     MAX_LIST, attempt_of, batch_token, flag, job_id, job_ids, jobs_of, listing_args, whole,
 )
@@ -66,7 +67,7 @@ class Session:
 
 class Handlers:
     """The op tables the server dispatches on: ``ops`` (a request, a
-    response), ``streams`` (events, then a response) and ``session_ops``
+    response), ``stream_ops`` (events, then a response) and ``session_ops``
     (ops that use what the connection holds).
 
     The collaborators of every family are named here, once, from the
@@ -89,13 +90,11 @@ class Handlers:
         }
         self.families = (JobOps(worker.actions, worker, worker.lanes, lambda: control.settings),
                          LaneOps(worker.actions, worker, worker.lanes, control),
-                         EditOps(control.queue, control, worker.gates, worker.lanes, worker))
+                         EditOps(control.queue, control, worker.gates, worker.lanes, worker),
+                         ScheduleOps(control.scheduler))
         for family in self.families:
             self.ops.update(family.table(w))
-        from sloth_daemon.daemon.schedules.ops import READS, ops as schedule_ops  # cronsim: only with the daemon
-
-        self.ops.update({op: fn if op in READS else w(fn) for op, fn in schedule_ops(control.scheduler).items()})
-        self.streams: dict[str, Callable[[dict[str, Any], Emit], Awaitable[Any]]] = {
+        self.stream_ops: dict[str, Callable[[dict[str, Any], Emit], Awaitable[Any]]] = {
             "wait": self.streaming.op_wait, "follow": self.streaming.op_follow,
             "subscribe": self.streaming.op_subscribe, "scan": self.op_scan,
         }

@@ -36,7 +36,7 @@ def scan(h: Handlers, args: dict[str, Any], emit=None) -> tuple[list[dict[str, A
     async def keep(ev: dict[str, Any]) -> None:
         events.append(ev)
 
-    result = asyncio.run(h.streams["scan"](args, emit or keep))
+    result = asyncio.run(h.stream_ops["scan"](args, emit or keep))
     return events, result
 
 

@@ -26,13 +26,15 @@ from sloth_daemon.clock import ManualClocks
 from sloth_daemon.config import Settings
 from sloth_daemon.daemon import edit_ops, handlers, job_ops, lane_ops, streams, supervision
 from sloth_daemon.daemon.control import Control
+from sloth_daemon.daemon.schedules import ops as schedule_ops
 from sloth_daemon.daemon.handlers import Handlers
+from sloth_daemon.daemon.main import compose_scheduler
 from sloth_daemon.daemon.worker.loop import Worker
 from sloth_daemon.paths import resolve
 from sloth_daemon.queue import Queue
 from tests.unit.daemon.test_worker import FakeSpawner
 
-HANDLER_MODULES = (handlers, job_ops, lane_ops, edit_ops, streams)
+HANDLER_MODULES = (handlers, job_ops, lane_ops, edit_ops, schedule_ops, streams)
 USER_REQUESTS = ("cancel", "cancel_many", "kill", "retry", "retry_many", "restart", "prune", "pause", "resume",
                  "remove_lane")
 
@@ -97,7 +99,9 @@ def daemon_handlers(tmp_path: Path):
     q = Queue(paths.db, clocks)
     sp = FakeSpawner()
     w = Worker(q, settings, sp, clocks=clocks, log_path=paths.job_log, instance="t")
-    h = Handlers(Control(q, w, sp, paths, settings, request_stop=lambda *a, **k: None, instance="t"), {})
+    c = Control(q, w, sp, paths, settings, request_stop=lambda *a, **k: None, instance="t")
+    c.scheduler = compose_scheduler(q, w, c, clocks, None)  # as main.build composes it
+    h = Handlers(c, {})
     yield h
     q.close()
 
@@ -147,12 +151,12 @@ def test_what_a_handler_calls_does_the_work_itself(daemon_handlers):
     # the doers of the requests issue 29 named, each reached from its handler directly
     assert {"Actions.cancel", "Actions.cancel_many", "Actions.kill", "Actions.retry", "Actions.retry_many",
             "Actions.restart", "Actions.prune", "Actions.pause", "Actions.resume", "Actions.remove_lane",
-            "Worker.pause_jobs", "Worker.set_lane", "Lanes.check", "Gates.never_job", "Gates.sweep",
+            "Worker.pause_jobs", "Worker.set_lane", "Scheduler.run_now", "Lanes.check", "Gates.never_job", "Gates.sweep",
             "queue.edit", "queue.bump", "queue.hold", "queue.unhold", "queue.batch_ids", "queue.latest"} <= seen
 
 
 @pytest.mark.parametrize("cls", [Control, Handlers, job_ops.JobOps, lane_ops.LaneOps, edit_ops.EditOps,
-                                 streams.Streams, supervision._ToWorker])
+                                 schedule_ops.ScheduleOps, streams.Streams, supervision._ToWorker])
 def test_the_request_side_holds_no_one_line_forward(cls):
     assert forwards(cls) == []
 
