@@ -36,15 +36,17 @@ def _no_reload() -> dict[str, Any]:
 
 
 class Control:
-    """Its collaborators: the queue, the worker (its host, lanes, gates and
-    runs), the spawner (a live run's output), the paths and the settings in
-    force (main.Daemon.reload replaces them); ``request_stop`` and
+    """Its collaborators: the queue, the worker (its host, status, wake-up)
+    and the worker's ``lanes``, ``gates`` and ``running`` runs, the spawner
+    (a live run's output), the paths and the settings in force
+    (main.Daemon.reload replaces them); ``request_stop`` and
     ``request_reload``, the daemon's own (main.py). Its state: the watchers."""
 
     def __init__(self, queue: Queue, worker: Worker, spawner: Spawner, paths: Paths, settings: Settings,
                  *, request_stop: Callable[..., None], instance: str,
                  request_reload: Callable[[], dict[str, Any]] = _no_reload) -> None:
         self.queue, self.worker, self.spawner = queue, worker, spawner
+        self.lanes, self.gates, self.running = worker.lanes, worker.gates, worker.running  # the worker's, named
         self.paths, self.settings = paths, settings
         self.request_stop, self.request_reload = request_stop, request_reload
         self.instance = instance
@@ -129,15 +131,15 @@ class Control:
             **({"notify": self.teller.status()} if self.teller is not None else {}),
         }
 
-    def lanes(self) -> dict[str, Any]:
-        return self.worker.lanes.status(self.worker.slots_in_use(), self.queue.lane_counts())
+    def lane_status(self) -> dict[str, Any]:
+        return self.lanes.status(self.running.slots_in_use(), self.queue.lane_counts())
 
     def config(self) -> dict[str, Any]:
         """The settings in force (which may differ from the file until a reload)."""
         d = self.settings.as_dict()
         d["lanes_in_force"] = {ln: {"concurrency": v["concurrency"], "source": v["source"]}
-                               for ln, v in self.lanes().items()}
-        res = self.worker.gates.resources  # the file's, and what was found on the machine (gpu: nvidia-smi -L)
+                               for ln, v in self.lane_status().items()}
+        res = self.gates.resources  # the file's, and what was found on the machine (gpu: nvidia-smi -L)
         d["resources_in_force"] = {**d["resources"], **{n: {"tokens": list(t), "source": res.source[n]}
                                                         for n, t in res.tokens.items() if res.source[n] != "config"}}
         d["paths"] = self.paths.as_dict()
@@ -153,7 +155,7 @@ class Control:
         """Queue the jobs, all or none (recorded under ``batch`` if given);
         returns the ids and the lanes this add made (not known before)."""
         specs = [self._limited(s) if isinstance(s, JobSpec) else self._limited_spec(self._placed(s)) for s in specs]
-        known = set(self.worker.lanes.known())
+        known = set(self.lanes.known())
         lanes = {_lane_of(s) for s in specs}
         ids = self.queue.enqueue_many(specs, batch=batch)
         self.worker.wake()
@@ -166,15 +168,13 @@ class Control:
         only this machine may run: its pauses and lanes are its own."""
         here = self.default_place if self.shared is not None else None
         lanes = {ln for ln, place in jobs if self.shared is None or (here if place is None else place) == here}
-        return {ln: why for ln in sorted(lanes) if (why := self.worker.lanes.why(ln)) is not None}
+        return {ln: why for ln in sorted(lanes) if (why := self.lanes.why(ln)) is not None}
 
     def explain(self, jobs: list[dict[str, Any]]) -> None:
         """Why each queued job waits, where its lane says (Lanes.explain);
         on a shared queue only of the jobs placed on this machine (another
         machine may run the rest, whatever this one's pauses)."""
-        if self.worker is not None:
-            self.worker.lanes.explain(jobs if self.shared is None else
-                                      [j for j in jobs if j.get("place") == self.worker.host])
+        self.lanes.explain(jobs if self.shared is None else [j for j in jobs if j.get("place") == self.worker.host])
 
     def validate(self, jobs: Sequence[Mapping[str, Any]], *, first: int = 1, fired: bool = False) -> list[JobSpec]:
         """Each job checked as the queue would (so a batch is refused before any
@@ -270,9 +270,9 @@ class Control:
                 self.shared.check_needs(needs_of(json.loads(gate)), place)
             return
         if lane in self.settings.lane_when:
-            self.worker.gates.check_lane(lane)
+            self.gates.check_lane(lane)
         if gate is not None:
-            self.worker.gates.check_spec(gate, lane, cwd)
+            self.gates.check_spec(gate, lane, cwd)
 
     def _limited(self, spec: JobSpec) -> JobSpec:
         """Its lane's and its own keep-awake and limits, checked here (daemon/job_limits.py)."""
@@ -305,22 +305,22 @@ class Control:
     def running_count(self) -> int:
         """Jobs with a live process here (no database needed); one held to
         start after another (pipeline.py) has none yet."""
-        return sum(1 for r in self.worker.running.values() if r.outcome is None and not r.pending)
+        return sum(1 for r in self.running.values() if r.outcome is None and not r.pending)
 
     def has_process(self, job_id: int) -> bool:
         """True while an attempt of the job has a live process of ours."""
-        run = self.worker.running.get(job_id)
+        run = self.running.get(job_id)
         return run is not None and run.live
 
     def attempt_live(self, job_id: int, attempt: int) -> bool:
         """True while that attempt of the job has a live process of ours."""
-        run = self.worker.running.get(job_id)
+        run = self.running.get(job_id)
         return run is not None and run.live and run.attempt == attempt
 
     def follow(self, job_id: int, attempt: int) -> AsyncIterator[bytes] | None:
         """The live output of that attempt (what it printed so far, then
         more as it comes, until it ends), or None if it is not running here."""
-        run = self.worker.running.get(job_id)
+        run = self.running.get(job_id)
         if run is None or run.attempt != attempt or not run.live:
             return None
         return self.spawner.tap(run.token)

@@ -50,7 +50,7 @@ class LaneOps:
         return self.worker.status()
 
     def op_lanes(self, a: dict[str, Any]) -> dict[str, Any]:
-        return {"lanes": self.control.lanes(), "paused_all": self.lanes.paused_all, "known": self.lanes.known()}
+        return {"lanes": self.control.lane_status(), "paused_all": self.lanes.paused_all, "known": self.lanes.known()}
 
     def op_lane_set(self, a: dict[str, Any]) -> dict[str, Any]:
         lane = lane_name(a.get("lane"))
