@@ -1,9 +1,12 @@
-"""What the socket server may ask of the daemon: a narrow facade over the
-queue, the worker, the spawner and the paths.
+"""What the daemon adds to a request before the object that does the work
+sees it: placement and validation of jobs (add, stage, edit), the watchers
+of job changes, the composed answers of status, config, lanes, listing and
+show, and what the runs held here say live (follow, running_count).
 
-The server and its handlers see only this (no worker internals, no process
-objects), so they can be driven in-process on a real queue with a fake
-spawner, and the worker can change without touching them.
+It forwards nothing: a handler (handlers.py, job_ops.py, lane_ops.py,
+edit_ops.py, streams.py) asks the queue, the worker's Actions or the
+scheduler itself, and asks this only for what it adds. Driven in-process
+on a real queue with a fake spawner in the unit tests.
 """
 
 from __future__ import annotations
@@ -11,16 +14,15 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
 
 from sloth_daemon.checks import GATE_FIELDS, gate_json
 from sloth_daemon.config import Settings, file_differs, load as load_config
 from sloth_daemon.errors import BadRequest, ConfigError, FieldError, SlothError
-from sloth_daemon.models import Batch, Event, Job, JobState
+from sloth_daemon.models import Job, JobState
 from sloth_daemon.paths import Paths
 from sloth_daemon.queue import Queue
-from sloth_daemon.daemon import holding
+from sloth_daemon.daemon import job_limits
 from sloth_daemon.daemon.resources import needs_of
 from sloth_daemon.daemon.worker.spawner import Spawner
 from sloth_daemon.spec import Defaults, EnvCache, JobSpec
@@ -34,10 +36,17 @@ def _no_reload() -> dict[str, Any]:
 
 
 class Control:
+    """Its collaborators: the queue, the worker (its host, status, wake-up)
+    and the worker's ``lanes``, ``gates`` and ``running`` runs, the spawner
+    (a live run's output), the paths and the settings in force
+    (main.Daemon.reload replaces them); ``request_stop`` and
+    ``request_reload``, the daemon's own (main.py). Its state: the watchers."""
+
     def __init__(self, queue: Queue, worker: Worker, spawner: Spawner, paths: Paths, settings: Settings,
                  *, request_stop: Callable[..., None], instance: str,
                  request_reload: Callable[[], dict[str, Any]] = _no_reload) -> None:
         self.queue, self.worker, self.spawner = queue, worker, spawner
+        self.lanes, self.gates, self.running = worker.lanes, worker.gates, worker.running  # the worker's, named
         self.paths, self.settings = paths, settings
         self.request_stop, self.request_reload = request_stop, request_reload
         self.instance = instance
@@ -59,20 +68,11 @@ class Control:
         return lambda: self._watchers.discard(fn)
 
     # -------------------------------------------------------------- reads
-    def get(self, job_id: int) -> Job:
-        return self.queue.get(job_id)
-
     def get_many(self, ids: Sequence[int]) -> list[Job]:
         """The jobs of these ids that exist, in one read on a shared queue."""
         if self.shared is not None:
             return self.queue.get_many(ids)  # type: ignore[attr-defined]
         return [self.queue.get(i) for i in ids]
-
-    def events(self, job_id: int) -> list[Event]:
-        return self.queue.events(job_id)
-
-    def jobs(self, *, states: list[str] | None, lane: str | None, limit: int) -> list[Job]:
-        return self.queue.jobs(lane=lane, limit=limit, states=states)
 
     def listing(self, **kw: Any) -> dict[str, Any]:
         """A page of the listing as sent, each queued job saying why it waits."""
@@ -131,15 +131,15 @@ class Control:
             **({"notify": self.teller.status()} if self.teller is not None else {}),
         }
 
-    def lanes(self) -> dict[str, Any]:
-        return self.worker.lanes.status(self.worker.slots_in_use(), self.queue.lane_counts())
+    def lane_status(self) -> dict[str, Any]:
+        return self.lanes.status(self.running.slots_in_use(), self.queue.lane_counts())
 
     def config(self) -> dict[str, Any]:
         """The settings in force (which may differ from the file until a reload)."""
         d = self.settings.as_dict()
         d["lanes_in_force"] = {ln: {"concurrency": v["concurrency"], "source": v["source"]}
-                               for ln, v in self.lanes().items()}
-        res = self.worker.gates.resources  # the file's, and what was found on the machine (gpu: nvidia-smi -L)
+                               for ln, v in self.lane_status().items()}
+        res = self.gates.resources  # the file's, and what was found on the machine (gpu: nvidia-smi -L)
         d["resources_in_force"] = {**d["resources"], **{n: {"tokens": list(t), "source": res.source[n]}
                                                         for n, t in res.tokens.items() if res.source[n] != "config"}}
         d["paths"] = self.paths.as_dict()
@@ -154,8 +154,8 @@ class Control:
             batch: str | None = None) -> tuple[list[int], list[str]]:
         """Queue the jobs, all or none (recorded under ``batch`` if given);
         returns the ids and the lanes this add made (not known before)."""
-        specs = [self._held(s) if isinstance(s, JobSpec) else self._held_spec(self._placed(s)) for s in specs]
-        known = set(self.worker.lanes.known())
+        specs = [self._limited(s) if isinstance(s, JobSpec) else self._limited_spec(self._placed(s)) for s in specs]
+        known = set(self.lanes.known())
         lanes = {_lane_of(s) for s in specs}
         ids = self.queue.enqueue_many(specs, batch=batch)
         self.worker.wake()
@@ -168,15 +168,13 @@ class Control:
         only this machine may run: its pauses and lanes are its own."""
         here = self.default_place if self.shared is not None else None
         lanes = {ln for ln, place in jobs if self.shared is None or (here if place is None else place) == here}
-        return {ln: why for ln in sorted(lanes) if (why := self.worker.lanes.why(ln)) is not None}
+        return {ln: why for ln in sorted(lanes) if (why := self.lanes.why(ln)) is not None}
 
     def explain(self, jobs: list[dict[str, Any]]) -> None:
         """Why each queued job waits, where its lane says (Lanes.explain);
         on a shared queue only of the jobs placed on this machine (another
         machine may run the rest, whatever this one's pauses)."""
-        if self.worker is not None:
-            self.worker.lanes.explain(jobs if self.shared is None else
-                                      [j for j in jobs if j.get("place") == self.worker.host])
+        self.lanes.explain(jobs if self.shared is None else [j for j in jobs if j.get("place") == self.worker.host])
 
     def validate(self, jobs: Sequence[Mapping[str, Any]], *, first: int = 1, fired: bool = False) -> list[JobSpec]:
         """Each job checked as the queue would (so a batch is refused before any
@@ -191,7 +189,7 @@ class Control:
                 spec = self._placed_here(JobSpec.parse(job, defaults, cache))
                 if not fired:
                     self._awake_here(spec.keep_awake, spec.lane, spec.place)
-                out.append(self._held(spec))
+                out.append(self._limited(spec))
             except FieldError as e:
                 raise FieldError(e.field, f"{e.problem} (job {i} of the batch)", e.hint) from None
         return out
@@ -216,9 +214,9 @@ class Control:
         return spec
 
     def _awake_here(self, own: bool, lane: str, place: str) -> None:
-        """Keep-awake that nothing here can hold, for a job that may run here: refused (holding.py)."""
+        """Keep-awake that nothing here can hold, for a job that may run here: refused (job_limits.py)."""
         if self.shared is None or place in ("", "*", *self._here()):
-            holding.check_awake(own, lane, self.settings)
+            job_limits.check_keep_awake(own, lane, self.settings)
 
     def _placed_here(self, spec: JobSpec) -> JobSpec:
         if self.shared is None and spec.place and spec.place not in self._here():
@@ -246,7 +244,7 @@ class Control:
         """An edit of a waiting job's settings (--timeout, --when, --mem, ...),
         checked as add checks a new job here: its place, its gate where it
         may run, its limits and keep-awake on this machine. Returns the
-        changes (limits as this machine applies them, holding.held_here) and
+        changes (limits as this machine applies them, job_limits.applied_here) and
         the job with its new gate (for lane_fits)."""
         from dataclasses import replace
 
@@ -255,7 +253,7 @@ class Control:
         if job.state not in (JobState.QUEUED, JobState.BLOCKED, JobState.HELD):
             return dict(changes), job  # the edit's own refusal says why (running, finished)
         lane = changes.get("lane")
-        spec = self._held(self._placed_here(settings_spec(job, changes, lane if isinstance(lane, str) else None)))
+        spec = self._limited(self._placed_here(settings_spec(job, changes, lane if isinstance(lane, str) else None)))
         out = dict(changes)
         if "limits" in changes or "keep_awake" in changes:
             out["limits"] = json.loads(spec.limits_json) if spec.limits_json else None
@@ -272,21 +270,21 @@ class Control:
                 self.shared.check_needs(needs_of(json.loads(gate)), place)
             return
         if lane in self.settings.lane_when:
-            self.worker.gates.check_lane(lane)
+            self.gates.check_lane(lane)
         if gate is not None:
-            self.worker.gates.check_spec(gate, lane, cwd)
+            self.gates.check_spec(gate, lane, cwd)
 
-    def _held(self, spec: JobSpec) -> JobSpec:
-        """Its lane's and its own keep-awake and limits, checked here (daemon/holding.py)."""
+    def _limited(self, spec: JobSpec) -> JobSpec:
+        """Its lane's and its own keep-awake and limits, checked here (daemon/job_limits.py)."""
         if not (spec.limits_json or spec.keep_awake or self.settings.lane_holds):
             return spec
-        return holding.held_here(spec, self.settings)
+        return job_limits.applied_here(spec, self.settings)
 
-    def _held_spec(self, spec: Mapping[str, Any]) -> Mapping[str, Any] | JobSpec:
-        if not holding.asks(spec, self.settings):
+    def _limited_spec(self, spec: Mapping[str, Any]) -> Mapping[str, Any] | JobSpec:
+        if not job_limits.asks_any(spec, self.settings):
             return spec
         defaults = Defaults(self.settings.max_attempts, self.settings.lease_s, self.default_place)
-        return self._held(JobSpec.parse(spec, defaults))
+        return self._limited(JobSpec.parse(spec, defaults))
 
     def _here(self) -> tuple[str, ...]:
         return (self.worker.host, *self.settings.tags)
@@ -296,57 +294,7 @@ class Control:
                           hint="To run jobs on other machines, share one PostgreSQL queue between them (README,"
                                " \"Several machines\"); here leave --on out.")
 
-    def batch_ids(self, token: str) -> list[int] | None:
-        return self.queue.batch_ids(token)
-
-    async def cancel(self, job_id: int) -> Job:
-        return await self.worker.cancel(job_id)
-
-    async def cancel_many(self, ids: Sequence[int] | None, *, lane: str | None,
-                          states: Sequence[str] | None) -> Batch:
-        return await self.worker.cancel_many(ids, lane=lane, states=states)
-
-    def retry(self, job_id: int) -> Job:
-        return self.worker.retry(job_id)
-
-    def retry_many(self, ids: Sequence[int] | None, *, lane: str | None, states: Sequence[str] | None) -> Batch:
-        return self.worker.retry_many(ids, lane=lane, states=states)
-
-    def restart(self, ids: Sequence[int]) -> Batch:
-        return self.worker.restart(ids)
-
-    async def kill(self, ids: Sequence[int], *, now: bool) -> Batch:
-        return await self.worker.kill(ids, now=now)
-
-    def pause(self, lane: str | None) -> None:
-        self.worker.pause(lane)
-
-    def resume(self, lane: str | None) -> None:
-        self.worker.resume(lane)
-
-    async def pause_jobs(self, ids: Sequence[int] | None, *, lane: str | None, resume: bool) -> Batch:
-        return await self.worker.pause_jobs(ids, lane=lane, resume=resume)
-
-    def set_lane(self, lane: str, concurrency: int, *, create: bool) -> dict[str, Any]:
-        return self.worker.set_lane(lane, concurrency, create=create)
-
-    def remove_lane(self, lane: str) -> None:
-        self.worker.remove_lane(lane)
-
-    def prune(self, older_than_s: float, **kw: Any) -> int:
-        return self.worker.prune(older_than_s, **kw)
-
-    def reload(self) -> dict[str, Any]:
-        return self.request_reload()
-
-    def shutdown(self, why: str, *, keep_jobs: bool = False) -> None:
-        """Stop the daemon; ``keep_jobs``: its running jobs go on in the keeper."""
-        self.request_stop(why, keep_jobs=keep_jobs)
-
     # --------------------------------------------------------------- logs
-    def log_path(self, job_id: int, attempt: int) -> Path:
-        return self.paths.job_log(job_id, attempt)
-
     def stored_log(self, job_id: int, attempt: int, offset: int) -> Any:
         """On a shared queue, the copy of an attempt's log in the database
         (backends.postgres.logs.LogPart, from ``offset``); None on one machine's queue."""
@@ -357,22 +305,22 @@ class Control:
     def running_count(self) -> int:
         """Jobs with a live process here (no database needed); one held to
         start after another (pipeline.py) has none yet."""
-        return sum(1 for r in self.worker.running.values() if r.outcome is None and not r.pending)
+        return sum(1 for r in self.running.values() if r.outcome is None and not r.pending)
 
     def has_process(self, job_id: int) -> bool:
         """True while an attempt of the job has a live process of ours."""
-        run = self.worker.running.get(job_id)
+        run = self.running.get(job_id)
         return run is not None and run.live
 
     def attempt_live(self, job_id: int, attempt: int) -> bool:
         """True while that attempt of the job has a live process of ours."""
-        run = self.worker.running.get(job_id)
+        run = self.running.get(job_id)
         return run is not None and run.live and run.attempt == attempt
 
     def follow(self, job_id: int, attempt: int) -> AsyncIterator[bytes] | None:
         """The live output of that attempt (what it printed so far, then
         more as it comes, until it ends), or None if it is not running here."""
-        run = self.worker.running.get(job_id)
+        run = self.running.get(job_id)
         if run is None or run.attempt != attempt or not run.live:
             return None
         return self.spawner.tap(run.token)

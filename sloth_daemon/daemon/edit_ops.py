@@ -15,23 +15,31 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from sloth_daemon.backends.edits import SETTINGS
-from sloth_daemon.daemon.streams import job_id, job_ids
+from sloth_daemon.daemon.request_args import job_id, job_ids
 from sloth_daemon.errors import BadRequest
 from sloth_daemon.models import Batch, JobState
 
 if TYPE_CHECKING:
     from sloth_daemon.daemon.control import Control
+    from sloth_daemon.daemon.worker.gates import Gates
+    from sloth_daemon.daemon.worker.lanes import Lanes
+    from sloth_daemon.daemon.worker.loop import Worker
+    from sloth_daemon.queue import Queue
 
 Op = Callable[[dict[str, Any]], Any]
 MAX_RELEASE = 1_000_000  # held jobs of a lane read to release them
 
 
 class EditOps:
-    """The four ops over the daemon's Control (``c``): its queue, and its
-    worker to tell of the changes."""
+    """The four ops. Collaborators: the ``queue`` (one transaction each
+    does the work), the daemon's ``control`` (a change of lane or settings
+    checked as add checks it), the worker's ``gates`` (what this machine can
+    never run stays held) and ``lanes`` (a lane named must exist), and the
+    ``worker``, told of every job changed."""
 
-    def __init__(self, control: "Control") -> None:
-        self.c = control
+    def __init__(self, queue: "Queue", control: "Control", gates: "Gates", lanes: "Lanes",
+                 worker: "Worker") -> None:
+        self.queue, self.control, self.gates, self.lanes, self.worker = queue, control, gates, lanes, worker
 
     def table(self, patiently: Callable[[Op], Op]) -> dict[str, Op]:
         """The ops by name, each writing one patiently (see Handlers._patiently)."""
@@ -51,39 +59,39 @@ class EditOps:
             raise BadRequest("expect must be an object (fields of the job as read)")
         job = None
         if not SETTINGS.isdisjoint(changes):  # checked here as add checks them; limits as applied here
-            changes, job = self.c.settings_fit(self.c.queue.get(jid), changes)
+            changes, job = self.control.settings_fit(self.queue.get(jid), changes)
         lane, lane_was = changes.get("lane"), None
         if isinstance(lane, str) and lane:
-            job = job or self.c.queue.get(jid)
-            self.c.lane_fits(job, lane)  # its slots, the lanes' limits: as at add
+            job = job or self.queue.get(jid)
+            self.control.lane_fits(job, lane)  # its slots, the lanes' limits: as at add
             lane_was = job.lane
-        res = self.c.queue.edit(jid, changes, expect=expect)
+        res = self.queue.edit(jid, changes, expect=expect)
         if res.changes:
             if lane_was not in (None, res.job.lane) and res.job.state is JobState.HELD:  # a lane it fits (lane_fits)
-                self.c.worker.gates.sweep([res.job.lane])  # why it could never run in the old one: said no more
-            self.c.worker.side_change(res.job)
+                self.gates.sweep([res.job.lane])  # why it could never run in the old one: said no more
+            self.worker.side_change(res.job)
         return res.to_dict()
 
     def op_bump(self, a: dict[str, Any]) -> dict[str, Any]:
         """``ids``: to the front of their lanes, the first named first."""
-        return self._told(self.c.queue.bump(job_ids(a.get("ids")))).to_dict()
+        return self._told(self.queue.bump(job_ids(a.get("ids")))).to_dict()
 
     def op_hold(self, a: dict[str, Any]) -> dict[str, Any]:
         """``ids``, or ``lane``: every queued or blocked job of it."""
         ids, lane = self._selection(a)
-        return self._told(self.c.queue.hold(ids, lane=lane)).to_dict()
+        return self._told(self.queue.hold(ids, lane=lane)).to_dict()
 
     def op_release(self, a: dict[str, Any]) -> dict[str, Any]:
         """``ids``, or ``lane``: every held job of it. One this machine can
         never run as it is now (Gates.never) stays held, skipped with why."""
         ids, lane = self._selection(a)
-        held = [self.c.queue.get(i) for i in ids] if ids is not None else \
-            self.c.queue.jobs(lane=lane, states=["held"], limit=MAX_RELEASE)
-        stay = {j.id: f"job {j.id} stays held: {why}" for j in held if (why := self.c.worker.gates.never_job(j))}
+        held = [self.queue.get(i) for i in ids] if ids is not None else \
+            self.queue.jobs(lane=lane, states=["held"], limit=MAX_RELEASE)
+        stay = {j.id: f"job {j.id} stays held: {why}" for j in held if (why := self.gates.never_job(j))}
         if not stay:
-            return self._told(self.c.queue.unhold(ids, lane=lane)).to_dict()
+            return self._told(self.queue.unhold(ids, lane=lane)).to_dict()
         rest = [j.id for j in held if j.id not in stay]
-        res = self.c.queue.unhold(rest) if rest else Batch([])
+        res = self.queue.unhold(rest) if rest else Batch([])
         return self._told(Batch(res.jobs, res.skipped + sorted(stay.items()))).to_dict()
 
     def _selection(self, a: dict[str, Any]) -> tuple[list[int] | None, str | None]:
@@ -93,11 +101,11 @@ class EditOps:
         if lane is not None:
             if not isinstance(lane, str) or not lane:
                 raise BadRequest("lane must be a non-empty string")
-            self.c.worker.lanes.check(lane)  # LaneNotFound, naming the lanes there are
+            self.lanes.check(lane)  # LaneNotFound, naming the lanes there are
             return None, lane
         return job_ids(ids), None
 
     def _told(self, res: Batch) -> Batch:
         for job in res.jobs:
-            self.c.worker.side_change(job)
+            self.worker.side_change(job)
         return res

@@ -139,7 +139,7 @@ class Server:
         except ProtocolError as e:
             self.stats["bad_frames"] += 1
             return await self._send(writer, protocol.error(None, e))
-        stream = req.op in self.handlers.streams
+        stream = req.op in self.handlers.stream_ops
         try:
             result = await self._run(req, writer, session or Session())
             msg = protocol.ok(req.id, result, req.v)
@@ -154,13 +154,13 @@ class Server:
         return await self._send(writer, msg, patient=stream)
 
     async def _run(self, req: protocol.Request, writer: asyncio.StreamWriter, session: Session) -> Any:
-        if req.op in self.handlers.streams:
+        if req.op in self.handlers.stream_ops:
             async def emit(ev: dict[str, Any]) -> None:
                 # A stream's reader may be slow (a paused pager): wait for it,
                 # never drop it; a live log skips what it cannot keep (handlers.py).
                 if not await self._send(writer, protocol.event(req.id, ev, req.v), patient=True):
                     raise ConnectionError("client went away")
-            return await self.handlers.streams[req.op](req.args, emit)
+            return await self.handlers.stream_ops[req.op](req.args, emit)
         if req.op in self.handlers.session_ops:
             result = self.handlers.session_ops[req.op](req.args, session)
         else:

@@ -11,10 +11,11 @@ import asyncio
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
 
-from sloth_daemon.backends import rules
 from sloth_daemon.daemon.control import Control
-from sloth_daemon.errors import BadRequest, JobNotFound, SlothError
-from sloth_daemon.paths import open_log
+from sloth_daemon.errors import BadRequest, SlothError
+from sloth_daemon.paths import Paths, open_log
+from sloth_daemon.queue import Queue
+from sloth_daemon.daemon.request_args import attempt_of, job_id, job_ids
 from sloth_daemon.models import Job
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
@@ -135,12 +136,15 @@ async def _until(event: asyncio.Event, timeout_s: float) -> None:
 
 
 class Streams:
-    """The streaming ops over ``control`` (``c``). State: the open
+    """The streaming ops. Collaborators: the ``queue`` (the jobs read), the
+    daemon's ``control`` (its watchers, a shared queue's reads, the runs
+    live here) and the ``paths`` (the log files). State: the open
     subscriptions and the waits' wake-up events, all ended by ``close``
     (then ``closing``: a stream still reading stops)."""
 
-    def __init__(self, control: Control, *, wait_window_s: float = WAIT_WINDOW_S) -> None:
-        self.c = control
+    def __init__(self, queue: Queue, control: Control, paths: Paths, *,
+                 wait_window_s: float = WAIT_WINDOW_S) -> None:
+        self.queue, self.control, self.paths = queue, control, paths
         self.wait_window_s = wait_window_s
         self.closing = False
         self._subs: set[Subscription] = set()
@@ -166,8 +170,8 @@ class Streams:
         batched = a.get("batched", False)
         if not isinstance(batched, bool):
             raise BadRequest("batched must be true or false")
-        w = Waiting([self.c.get(i) for i in ids])
-        unwatch = self.c.watch(w.on_change)
+        w = Waiting([self.queue.get(i) for i in ids])
+        unwatch = self.control.watch(w.on_change)
         self._wakers |= {w.heard, w.all_ended}
         loop = asyncio.get_running_loop()
         try:
@@ -199,7 +203,7 @@ class Streams:
     async def _heard(self, changed: asyncio.Event) -> bool:
         """Wait for a change heard here; on a shared queue at most
         REMOTE_POLL_S (False: look again, another machine may have changed it)."""
-        if self.c.shared is None:
+        if self.control.shared is None:
             await changed.wait()
             return True
         try:
@@ -210,7 +214,7 @@ class Streams:
 
     def _polled(self, w: Waiting) -> list[Job]:
         """The pending jobs another machine changed since we last said."""
-        jobs = self.c.get_many(sorted(w.pending))
+        jobs = self.control.get_many(sorted(w.pending))
         return [j for j in jobs if (seen := w.latest.get(j.id) or w.told[j.id]).state != j.state
                 or seen.attempts != j.attempts]
 
@@ -218,7 +222,7 @@ class Streams:
         ids = a.get("ids")
         if ids is not None and (not isinstance(ids, list) or not ids):
             raise BadRequest("ids must be a non-empty list of job ids (or absent, for all jobs)")
-        wanted = None if ids is None else {self.c.get(job_id(i)).id for i in ids}
+        wanted = None if ids is None else {self.queue.get(job_id(i)).id for i in ids}
         sub = self._subscribe(lambda job: wanted is None or job.id in wanted)
         try:
             while (item := await sub.q.get()) is not None:
@@ -251,11 +255,11 @@ class Streams:
             if job.attempts <= n:
                 break  # final (or stopped waiting) without another attempt
             n += 1
-        return {"job": self.c.get(job.id).to_dict()}
+        return {"job": self.queue.get(job.id).to_dict()}
 
     async def _first_attempt(self, jid: int, asked: Any, through: bool) -> tuple[Job, int | None]:
         """The job and the attempt to send first (None: it ended without one)."""
-        job = self.c.get(jid)
+        job = self.queue.get(jid)
         if asked is None and not job.state.finished:
             job = await self._until_attempt(job.id, 0)  # `sloth add ... && sloth logs -f ID`
         n = attempt_of(job, asked, allow_none=True)
@@ -266,11 +270,11 @@ class Streams:
     async def _send_attempt(self, jid: int, n: int, emit: Emit, live: bool = True) -> None:
         """Live from the keeper, else the file here, else (a shared queue)
         the copy another machine's daemon stores; ``live``: follow it."""
-        tap = self.c.follow(jid, n)
-        path = self.c.log_path(jid, n)
+        tap = self.control.follow(jid, n)
+        path = self.paths.job_log(jid, n)
         if tap is not None:
             await _stream(tap, emit)
-        elif self.c.shared is not None and not path.exists():
+        elif self.control.shared is not None and not path.exists():
             await self._send_stored(jid, n, emit, live)
         else:
             await _send_file(path, emit)
@@ -281,7 +285,7 @@ class Streams:
         ``live``: `sloth logs ID` right after the job ended elsewhere."""
         offset, quiet = 0, 0.0
         while not self.closing:
-            part = self.c.stored_log(jid, n, offset)
+            part = self.control.stored_log(jid, n, offset)
             if part.data:
                 await emit(log_event(part.data))
                 offset, quiet = offset + len(part.data), 0.0
@@ -289,7 +293,7 @@ class Streams:
                 return
             if part.size is not None and offset < part.size:
                 continue  # more than one read's worth is stored
-            job = self.c.get(jid)
+            job = self.queue.get(jid)
             running = job.state.value == "running" and job.attempts == n
             if running and not live:
                 return  # what it printed so far
@@ -300,7 +304,8 @@ class Streams:
             await asyncio.sleep(REMOTE_POLL_S / 2)
 
     def _how_it_ended(self, jid: int, n: int) -> str:
-        ends = [e for e in self.c.events(jid) if e.attempt == n and e.kind in ("failed", "interrupted", "abandoned")]
+        ends = [e for e in self.queue.events(jid)
+                if e.attempt == n and e.kind in ("failed", "interrupted", "abandoned")]
         return f"{ends[-1].kind}: {ends[-1].message}" if ends else ""
 
     async def _until_attempt(self, jid: int, after: int) -> Job:
@@ -309,11 +314,11 @@ class Streams:
         sub = self._subscribe(lambda job: job.id == jid)  # before the check: no change missed
         try:
             while True:
-                job = self.c.get(jid)
+                job = self.queue.get(jid)
                 if job.state.finished:
                     return job
-                if job.attempts > after and (self.c.attempt_live(jid, job.attempts) or job.state.value != "running"
-                                             or job.attempts > after + 1):
+                if job.attempts > after and (self.control.attempt_live(jid, job.attempts)
+                                             or job.state.value != "running" or job.attempts > after + 1):
                     return job
                 if await self._next_change(sub) is None:
                     raise SlothError(_STOPPING, hint="Follow the job again after it restarts.")
@@ -323,7 +328,7 @@ class Streams:
     async def _next_change(self, sub: Subscription) -> Any:
         """The next change heard here; on a shared queue a timeout after
         REMOTE_POLL_S is a change too (look again: another machine may act)."""
-        if self.c.shared is None:
+        if self.control.shared is None:
             return await sub.q.get()
         try:
             return await asyncio.wait_for(sub.q.get(), REMOTE_POLL_S)
@@ -331,7 +336,7 @@ class Streams:
             return True
 
     def _subscribe(self, match: Callable[[Job], bool]) -> Subscription:
-        sub = Subscription(self.c, match)
+        sub = Subscription(self.control, match)
         self._subs.add(sub)
         return sub
 
@@ -362,29 +367,3 @@ async def _send_file(path: Path, emit: Emit) -> None:
 def log_event(data: bytes) -> dict[str, Any]:
     # surrogateescape: bytes that are not UTF-8 travel and come back exact
     return {"kind": "log", "data": data.decode("utf-8", "surrogateescape")}
-
-
-def job_id(v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise BadRequest(f"job id must be a whole number, got {v!r}")
-    if not 1 <= v < 2**63:  # SQLite integers are 64-bit
-        raise JobNotFound(v)
-    return v
-
-
-def job_ids(v: Any, name: str = "ids") -> list[int]:
-    if not isinstance(v, list) or not v:
-        raise BadRequest(f"{name} must be a non-empty list of job ids")
-    return [job_id(i) for i in v]
-
-
-def attempt_of(job: Job, v: Any, *, allow_none: bool = False) -> int | None:
-    if v is None:
-        if job.attempts == 0:
-            if allow_none:
-                return None
-            raise rules.never_ran(job)
-        return job.attempts
-    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= max(job.attempts, 1):
-        raise BadRequest(f"job {job.id} has attempts 1..{job.attempts}, not {v!r}")
-    return v

@@ -34,16 +34,14 @@ GONE_POLL_S = 0.005  # how often the old keeper's lock is tried while a spawn wa
 
 
 class _ToWorker:
-    """Translates the keeper's wire events into the worker's RunSink calls."""
+    """The worker's RunSink as the keeper client calls it: its own methods,
+    but for ``exited``, whose wire outcome becomes an Outcome here (or a
+    spawn that failed, for a run held behind another)."""
 
     def __init__(self, sink: RunSink) -> None:
         self.sink = sink
-
-    def started(self, pid: int, identity: dict[str, Any]) -> None:
-        self.sink.started(pid, identity)
-
-    def spawn_failed(self, message: str, retry: bool, resource: bool = False) -> None:
-        self.sink.spawn_failed(message, retry, resource)
+        self.started, self.spawn_failed, self.frozen = sink.started, sink.spawn_failed, sink.frozen
+        self.taken_back, self.noted = sink.taken_back, sink.noted
 
     def exited(self, outcome: dict[str, Any]) -> None:
         failed = outcome.get("spawn_error")
@@ -51,15 +49,6 @@ class _ToWorker:
             self.sink.spawn_failed(str(outcome.get("reason")), bool(failed.get("retry")), bool(failed.get("resource")))
         else:
             self.sink.exited(Outcome.from_wire(outcome))
-
-    def frozen(self, why: str) -> None:
-        self.sink.frozen(why)
-
-    def taken_back(self) -> None:
-        self.sink.taken_back()
-
-    def noted(self, what: str, message: str) -> None:
-        self.sink.noted(what, message)
 
 
 class KeeperSpawner:

@@ -1,5 +1,7 @@
-"""The socket's schedule ops, each argument checked (the frame is
-untrusted), and how a schedule is shown (``view``, the same for `ls`,
+"""The socket's schedule ops (cli/schedule.py on the client), each argument
+checked (the frame is untrusted) and asked of the scheduler that does the
+work; Handlers (daemon/handlers.py) adds them to its op table. And how a
+schedule is shown (``view``, the same for `ls`,
 `show` and every change)."""
 
 from __future__ import annotations
@@ -12,50 +14,53 @@ from sloth_daemon.daemon.schedules.recipe import Recipe
 from sloth_daemon.daemon.schedules.scheduler import Scheduler
 from sloth_daemon.errors import BadRequest, FieldError, IllegalTransition
 
-READS = ("schedule_ls", "schedule_show")
+Op = Callable[[dict[str, Any]], Any]
 
 
-def ops(scheduler: Scheduler | None) -> dict[str, Callable[[dict[str, Any]], Any]]:
-    """op name -> handler, for daemon/handlers.py."""
-    s = _Ops(scheduler)
-    return {"schedule_add": s.add, "schedule_ls": s.ls, "schedule_show": s.show, "schedule_pause": s.pause,
-            "schedule_resume": s.resume, "schedule_rm": s.rm, "schedule_run": s.run, "schedule_edit": s.edit}
+class ScheduleOps:
+    """The schedule_* ops over the daemon's ``scheduler`` (None: this
+    daemon runs no schedules, and each op says so)."""
 
-
-class _Ops:
     def __init__(self, scheduler: Scheduler | None) -> None:
-        self._s = scheduler
+        self.scheduler = scheduler
+
+    def table(self, patiently: Callable[[Op], Op]) -> dict[str, Op]:
+        """The ops by name, each writing one patiently (see Handlers._patiently)."""
+        return {"schedule_add": patiently(self.op_add), "schedule_ls": self.op_ls, "schedule_show": self.op_show,
+                "schedule_pause": patiently(self.op_pause), "schedule_resume": patiently(self.op_resume),
+                "schedule_rm": patiently(self.op_rm), "schedule_run": patiently(self.op_run),
+                "schedule_edit": patiently(self.op_edit)}
 
     @property
     def s(self) -> Scheduler:
-        if self._s is None:
+        if self.scheduler is None:
             raise BadRequest("this daemon runs no schedules")
-        return self._s
+        return self.scheduler
 
-    def add(self, a: dict[str, Any]) -> dict[str, Any]:
+    def op_add(self, a: dict[str, Any]) -> dict[str, Any]:
         return {"schedule": view(self.s.add(recipes.name(a.get("name")), _fields(a)))}
 
-    def edit(self, a: dict[str, Any]) -> dict[str, Any]:
+    def op_edit(self, a: dict[str, Any]) -> dict[str, Any]:
         return {"schedule": view(self.s.edit(recipes.name(a.get("name")), _fields(a)))}
 
-    def ls(self, a: dict[str, Any]) -> dict[str, Any]:
+    def op_ls(self, a: dict[str, Any]) -> dict[str, Any]:
         return listed(self.s.store)
 
-    def show(self, a: dict[str, Any]) -> dict[str, Any]:
+    def op_show(self, a: dict[str, Any]) -> dict[str, Any]:
         return shown(self.s.store, a)
 
-    def pause(self, a: dict[str, Any]) -> dict[str, Any]:
+    def op_pause(self, a: dict[str, Any]) -> dict[str, Any]:
         return {"schedule": view(self.s.pause(recipes.name(a.get("name"))))}
 
-    def resume(self, a: dict[str, Any]) -> dict[str, Any]:
+    def op_resume(self, a: dict[str, Any]) -> dict[str, Any]:
         return {"schedule": view(self.s.resume(recipes.name(a.get("name"))))}
 
-    def rm(self, a: dict[str, Any]) -> dict[str, Any]:
+    def op_rm(self, a: dict[str, Any]) -> dict[str, Any]:
         name = recipes.name(a.get("name"))
         self.s.remove(name)
         return {"removed": name}
 
-    def run(self, a: dict[str, Any]) -> dict[str, Any]:
+    def op_run(self, a: dict[str, Any]) -> dict[str, Any]:
         name = recipes.name(a.get("name"))
         out = self.s.run_now(name)
         if out.get("job_id") is None:  # never a silent nothing

@@ -73,7 +73,9 @@ class Worker:
       - ``adopter``: runs that outlived the daemon taken over (adoption.py);
       - ``actions``: users' requests between turns (actions.py).
     The public methods below are the daemon's face of it (control.py,
-    main.py, shared/member.py); the actions delegate to ``actions``."""
+    main.py, shared/member.py); a user's request on jobs or lanes goes to
+    ``actions`` straight from its handler (daemon/job_ops.py, lane_ops.py),
+    but for pause_jobs and set_lane, which add the conditions' part (gates)."""
 
     def __init__(
         self, queue: Queue, settings: Settings, spawner: Spawner, *, clocks: Clocks,
@@ -572,36 +574,6 @@ class Worker:
         """Take over the runs the keeper lists (adoption.py)."""
         await self.adopter.reconcile(held, kill_grace_s=self.settings.kill_grace_s)
 
-    async def cancel(self, job_id: int) -> Job:
-        return await self.actions.cancel(job_id)
-
-    async def cancel_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
-                          states: Sequence[str] | None = None) -> Batch:
-        return await self.actions.cancel_many(ids, lane=lane, states=states)
-
-    async def kill(self, ids: Sequence[int], *, now: bool = False) -> Batch:
-        return await self.actions.kill(ids, now=now)
-
-    def retry(self, job_id: int) -> Job:
-        return self.actions.retry(job_id, kill_grace_s=self.settings.kill_grace_s)
-
-    def retry_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
-                   states: Sequence[str] | None = None) -> Batch:
-        return self.actions.retry_many(ids, lane=lane, states=states)
-
-    def restart(self, ids: Sequence[int]) -> Batch:
-        return self.actions.restart(ids)
-
-    def prune(self, older_than_s: float, *, states: Sequence[str] | None = None, lane: str | None = None,
-              dry_run: bool = False) -> int:
-        return self.actions.prune(older_than_s, states=states, lane=lane, dry_run=dry_run)
-
-    def pause(self, lane: str | None) -> None:
-        self.actions.pause(lane)
-
-    def resume(self, lane: str | None) -> None:
-        self.actions.resume(lane)
-
     async def pause_jobs(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
                          resume: bool = False) -> Batch:
         """Pause (``resume``: continue) running jobs' trees (pausing.py).
@@ -618,9 +590,6 @@ class Worker:
         """`sloth lane set`; ``held``: what it held, as jobs that need more slots than the lane now has."""
         out = self.actions.set_lane(lane, concurrency, create=create)
         return {**out, "held": self.gates.sweep([lane]) if concurrency else []}
-
-    def remove_lane(self, lane: str) -> None:
-        self.actions.remove_lane(lane)
 
     def apply_settings(self, settings: Settings) -> list[str]:
         """A config reload: new jobs get the new defaults, the next claim,

@@ -178,6 +178,9 @@ class PipeSink(Sink):
         self.calls.append(("taken_back",))
         self.back.set()
 
+    def noted(self, what: str, message: str) -> None:
+        self.calls.append(("noted", what, message))
+
 
 def test_the_client_hears_a_held_runs_start_and_its_take_back(rig):
     async def main() -> None:

@@ -87,6 +87,9 @@ class Heard:
     def taken_back(self) -> None:
         self.calls.append("taken_back")
 
+    def noted(self, what: str, message: str) -> None:
+        self.calls.append("noted")
+
 
 def test_a_spawn_waiting_for_an_earlier_process_to_end_is_withdrawn_before_it_is_sent(rig: KeeperRig):
     """The lease of the job's last attempt lapsed with its process alive: its

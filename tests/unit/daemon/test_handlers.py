@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -110,7 +111,7 @@ def test_wait_streams_states_until_every_job_ends_and_close_ends_it(rig):
         seen.append(ev)
 
     async def go() -> dict[str, Any]:
-        task = asyncio.ensure_future(h.streams["wait"]({"ids": [a]}, emit))
+        task = asyncio.ensure_future(h.stream_ops["wait"]({"ids": [a]}, emit))
         await asyncio.sleep(0)
         w.turn()
         sp.start(a)
@@ -123,7 +124,7 @@ def test_wait_streams_states_until_every_job_ends_and_close_ends_it(rig):
     assert seen[-1]["job"]["state"] == "done"
 
     async def closed() -> None:
-        task = asyncio.ensure_future(h.streams["wait"]({"ids": [b]}, emit))
+        task = asyncio.ensure_future(h.stream_ops["wait"]({"ids": [b]}, emit))
         await asyncio.sleep(0)
         h.close()
         with pytest.raises(SlothError, match="stopping"):
@@ -251,13 +252,13 @@ def test_follow_through_retries_marks_each_attempt_and_ends_with_the_job(rig, tm
         seen.append(ev)
 
     async def go() -> dict[str, Any]:
-        task = asyncio.ensure_future(h.streams["follow"]({"id": a, "all_attempts": True}, emit))
+        task = asyncio.ensure_future(h.stream_ops["follow"]({"id": a, "all_attempts": True}, emit))
         for attempt, code in ((1, 3), (2, 0)):
             await asyncio.sleep(0)
             w.clocks.advance(5)  # past the retry backoff
             w.turn()
-            h.c.paths.job_log(a, attempt).parent.mkdir(parents=True, exist_ok=True)
-            h.c.paths.job_log(a, attempt).write_text(f"run {attempt}\n")
+            h.paths.job_log(a, attempt).parent.mkdir(parents=True, exist_ok=True)
+            h.paths.job_log(a, attempt).write_text(f"run {attempt}\n")
             sp.start(a)
             await asyncio.sleep(0)
             sp.exit(a, code)
@@ -281,7 +282,7 @@ def test_wait_sends_every_jobs_state_first(rig):
         seen.append(ev)
 
     async def go() -> dict[str, Any]:
-        task = asyncio.ensure_future(h.streams["wait"]({"ids": [a, b]}, emit))
+        task = asyncio.ensure_future(h.stream_ops["wait"]({"ids": [a, b]}, emit))
         await asyncio.sleep(0)
         await h.ops["cancel"]({"id": a})
         return await asyncio.wait_for(task, 5)
@@ -294,7 +295,7 @@ def test_follow_from_after_a_failed_attempt_replays_it_first(rig):
     h, w, q, sp, _ = rig
     (a,) = op(h, "add", {"jobs": [{"command": ["flaky"], "max_attempts": 3}]})["ids"]
     w.turn()
-    log1 = h.c.paths.job_log(a, 1)
+    log1 = h.paths.job_log(a, 1)
     log1.parent.mkdir(parents=True, exist_ok=True)
     log1.write_text("first try\n")
     sp.start(a)
@@ -309,7 +310,7 @@ def test_follow_from_after_a_failed_attempt_replays_it_first(rig):
         seen.append(ev)
 
     async def go() -> dict[str, Any]:
-        task = asyncio.ensure_future(h.streams["follow"]({"id": a, "all_attempts": True}, emit))
+        task = asyncio.ensure_future(h.stream_ops["follow"]({"id": a, "all_attempts": True}, emit))
         await asyncio.sleep(0)
         sp.exit(a, 0)
         w.turn()
@@ -329,15 +330,15 @@ def test_a_wait_coalesces_what_it_sends_and_reads_no_job_per_change(rig, batched
     h.streaming.wait_window_s = 60.0  # longer than the test: only the end may release the frame
     ids = op(h, "add", {"jobs": [{"command": [x]} for x in "abc"]})["ids"]
     reads: list[int] = []
-    get = h.c.get
-    h.c.get = lambda i: reads.append(i) or get(i)  # type: ignore[method-assign]
+    get = q.get
+    h.streaming.queue = SimpleNamespace(get=lambda i: reads.append(i) or get(i))  # the wait reads no more
     seen: list[dict[str, Any]] = []
 
     async def emit(ev: dict[str, Any]) -> None:
         seen.append(ev)
 
     async def go() -> dict[str, Any]:
-        task = asyncio.ensure_future(h.streams["wait"]({"ids": ids, "batched": batched}, emit))
+        task = asyncio.ensure_future(h.stream_ops["wait"]({"ids": ids, "batched": batched}, emit))
         await asyncio.sleep(0)
         for jid in ids:
             w.turn()
@@ -368,7 +369,7 @@ def test_a_wait_refuses_a_batched_that_is_not_a_flag(rig):
         raise AssertionError("nothing is sent for a bad request")
 
     with pytest.raises(BadRequest, match="batched"):
-        asyncio.run(h.streams["wait"]({"ids": [a], "batched": "yes"}, emit))
+        asyncio.run(h.stream_ops["wait"]({"ids": [a], "batched": "yes"}, emit))
 
 
 def test_latest_is_the_newest_job_or_none(rig):

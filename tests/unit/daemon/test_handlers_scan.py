@@ -12,17 +12,21 @@ from typing import Any
 import pytest
 
 from sloth_daemon.backends.rules import CHUNK
+from sloth_daemon.clock import ManualClocks
 from sloth_daemon.config import Settings
 from sloth_daemon.daemon.control import Control
 from sloth_daemon.errors import BadRequest, SlothError
 from sloth_daemon.daemon.handlers import Handlers
 from sloth_daemon.paths import resolve
+from sloth_daemon.daemon.worker.loop import Worker
+from tests.unit.daemon.test_worker import FakeSpawner
 
 
 @pytest.fixture
 def handlers(q, tmp_path):
-    c = Control(q, None, None, resolve({"SLOTH_HOME": str(tmp_path)}), Settings(),  # type: ignore[arg-type]
-                request_stop=lambda *a: None, instance="t")
+    paths, settings, sp = resolve({"SLOTH_HOME": str(tmp_path)}), Settings(), FakeSpawner()
+    w = Worker(q, settings, sp, clocks=ManualClocks(), log_path=paths.job_log, instance="t")
+    c = Control(q, w, sp, paths, settings, request_stop=lambda *a: None, instance="t")
     return Handlers(c, {"connections": 0})
 
 
@@ -32,7 +36,7 @@ def scan(h: Handlers, args: dict[str, Any], emit=None) -> tuple[list[dict[str, A
     async def keep(ev: dict[str, Any]) -> None:
         events.append(ev)
 
-    result = asyncio.run(h.streams["scan"](args, emit or keep))
+    result = asyncio.run(h.stream_ops["scan"](args, emit or keep))
     return events, result
 
 

@@ -159,7 +159,7 @@ def test_a_cancel_of_held_runs_asks_the_keeper_first_and_records_what_it_answere
         assert (q.get(b).state, q.get(c).state) == ("running", "running")  # nothing recorded yet
         sp.sinks[sp.key_of(b)].taken_back()
         sp.start(c)  # it was started before the question came: its started came first
-    res = answering(w.cancel_many([b, c]), keeper)
+    res = answering(w.actions.cancel_many([b, c]), keeper)
     assert sorted(j.id for j in res.jobs) == [b, c] and not res.skipped
     assert (q.get(b).state, q.get(b).attempts, kinds(q, b)) == ("cancelled", 0, ["cancelled"])
     assert kinds(q, c) == ["claimed", "started", "cancelled"] and sp.kills == [(sp.key_of(c), "cancelled")]
@@ -184,7 +184,7 @@ def test_a_held_run_dropped_for_a_cancel_is_not_given_back_and_claimed_again_bef
         sp.exit(a, 0)
         w.turn()
         w.turn()
-    res = answering(w.cancel_many([b]), keeper_then_turns)
+    res = answering(w.actions.cancel_many([b]), keeper_then_turns)
     assert [j.id for j in res.jobs] == [b]
     assert [r.job_id for r in sp.reqs.values()].count(b) == 1  # never sent again
     assert (q.get(b).state, kinds(q, b)) == ("cancelled", ["cancelled"]) and q.get(a).state == "done"
@@ -200,7 +200,7 @@ def test_a_kill_of_a_held_run_that_ended_meanwhile_records_it_as_it_ended(pipe):
         sp.exit(a, 0)
         sp.start(b)
         sp.exit(b, 0)  # all before the keeper read the question
-    res = answering(w.kill([b]), keeper)
+    res = answering(w.actions.kill([b]), keeper)
     assert res.jobs == [] and res.skipped == [(b, f"job {b} is done")]
     assert (q.get(b).state, kinds(q, b)) == ("done", ["claimed", "started", "done"]) and not sp.kills
 
@@ -213,11 +213,11 @@ def test_a_cancel_the_keeper_does_not_answer_changes_nothing_and_says_so(pipe, m
     a, b, c = (q.enqueue([x]) for x in "abc")
     w.turn()
     sp.start(a)
-    res = asyncio.run(w.cancel_many([a, b]))
+    res = asyncio.run(w.actions.cancel_many([a, b]))
     assert [j.id for j in res.jobs] == [a] and res.skipped[0][0] == b and "nothing was changed" in res.skipped[0][1]
     assert q.get(b).state == "running" and w.running[b].pending and not w.running[b].deciding
     with pytest.raises(IllegalTransition, match="has not said whether it started"):
-        asyncio.run(w.cancel(c))
+        asyncio.run(w.actions.cancel(c))
     assert q.get(c).state == "running"
 
 
@@ -250,7 +250,7 @@ def test_pause_lane_set_and_reload_take_held_runs_back(pipe):
     assert {j for j, after in spawned(sp) if after} == {b, v2}
     w.set_lane("v", 1)
     assert sp.unspawned == [sp.key_of(v2)]
-    w.pause("default")
+    w.actions.pause("default")
     assert sp.unspawned == [sp.key_of(v2), sp.key_of(b)]
     w.apply_settings(w.settings)
     assert len(sp.unspawned) == 2  # each is asked once
@@ -361,7 +361,7 @@ def test_a_held_run_dropped_unstarted_moves_the_one_behind_it_up(pipe, clocks): 
     a, b, c = (q.enqueue([x]) for x in "abc")
     w.turn()
     sp.start(a)
-    answering(w.cancel(b), sp.sinks[sp.key_of(b)].taken_back)
+    answering(w.actions.cancel(b), sp.sinks[sp.key_of(b)].taken_back)
     w.turn()
     assert w.running[c].pending and w.running[c].after is w.running[a]
     assert w.slots_in_use() == {"default": 1} and [p["after"] for p in w.status()["pending"]] == [a]

@@ -326,14 +326,14 @@ def test_lanes_limit_concurrency_and_pause_persists(env, tmp_path, clocks):
     ids = [q.enqueue(["x"], lane="two") for _ in range(3)] + [q.enqueue(["y"])]
     w.turn()
     assert sorted(r.job_id for r in sp.reqs.values()) == [ids[0], ids[1], ids[3]]
-    w.pause("two")
+    w.actions.pause("two")
     sp.start(ids[0])
     sp.exit(ids[0], 0)
     w.turn()
     assert ids[2] not in {r.job_id for r in sp.reqs.values()}
     w2 = Worker(q, w.settings, FakeSpawner(), clocks=clocks, log_path=w.log_path, instance="t2")
     assert w2.lanes.paused == {"two"}  # survives a restart
-    w.resume("two")
+    w.actions.resume("two")
     w.turn()
     assert ids[2] in {r.job_id for r in sp.reqs.values()}
 
@@ -343,14 +343,14 @@ def test_cancel_of_a_running_job_ends_its_tree_and_leaves_it_cancelled(env):
     a = q.enqueue(["sleep"])
     w.turn()
     sp.start(a)
-    asyncio.run(w.cancel(a))
+    asyncio.run(w.actions.cancel(a))
     assert sp.kills == [(sp.key_of(a), "cancelled")]
     with pytest.raises(Exception, match="still being stopped"):
-        w.retry(a)
+        w.actions.retry(a, kill_grace_s=w.settings.kill_grace_s)
     sp.exit(a, -15, "cancelled")
     w.turn()
     assert q.get(a).state == "cancelled"
-    w.retry(a)
+    w.actions.retry(a, kill_grace_s=w.settings.kill_grace_s)
     assert q.get(a).state == "queued"
 
 
@@ -695,9 +695,9 @@ def test_cancel_many_and_kill_end_running_trees_kill_now_without_grace(env):
     w.turn()
     for j in (a, b, c):
         sp.start(j)
-    res = asyncio.run(w.cancel_many([a]))
+    res = asyncio.run(w.actions.cancel_many([a]))
     assert [j.id for j in res.jobs] == [a] and sp.kills == [(sp.key_of(a), "cancelled")]
-    res = asyncio.run(w.kill([b, c], now=True))
+    res = asyncio.run(w.actions.kill([b, c], now=True))
     assert sorted(j.id for j in res.jobs) == [b, c]
     assert [r for _, r in sp.kills] == ["cancelled", "killed", "killed"]
     assert sp.kill_grace[-1] == 0.0 and sp.kill_grace[0] == w.settings.kill_grace_s
@@ -705,7 +705,7 @@ def test_cancel_many_and_kill_end_running_trees_kill_now_without_grace(env):
     w.turn()
     assert q.get(b).state.value == "cancelled" and q.get(b).message == "killed by user"
     queued = q.enqueue(["q"])
-    assert asyncio.run(w.kill([queued])).skipped == [(queued, f"job {queued} is queued, not running")]
+    assert asyncio.run(w.actions.kill([queued])).skipped == [(queued, f"job {queued} is queued, not running")]
 
 
 def test_lane_set_takes_effect_at_once_running_jobs_untouched_and_survives_a_restart(env, clocks):
@@ -894,7 +894,7 @@ def test_a_note_for_a_run_whose_lease_just_ended_is_recorded_against_its_attempt
     a = q.enqueue(["sleep"])
     w.turn()
     sp.start(a)
-    asyncio.run(w.cancel(a))
+    asyncio.run(w.actions.cancel(a))
     sp.sinks[sp.key_of(a)].noted("keep-awake", "kept awake by systemd-inhibit (pid 9) while it ran")
     sp.exit(a, -15, "cancelled")
     w.turn()

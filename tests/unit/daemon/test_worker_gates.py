@@ -235,7 +235,7 @@ def test_a_job_this_machine_can_never_run_reserves_nothing_and_is_held_with_why(
 
 def test_a_reload_sweeps_what_it_made_impossible_and_forgets_why_when_it_fits_again(env):
     w, q, sp, m = env(resources={"gpu": ("0", "1")})
-    w.pause(None)
+    w.actions.pause(None)
     (big,) = q.enqueue_many([{"command": ["big"], "needs": {"gpu": 2}}])
     notes = w.apply_settings(Settings(lease_s=30.0, clock_check_s=1000.0, default_concurrency=4,
                                       resources={"gpu": ("0",)}))

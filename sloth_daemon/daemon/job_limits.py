@@ -1,8 +1,12 @@
-"""What a job asks the keeper to hold for its run (issue 24), checked
-against what this machine can apply, when it is added: its lane's
-``[lanes.NAME]`` settings under its own, each limit's mechanism found
-(keeper/holds.py probe) and recorded with the job (``via``: `sloth show`
-says it), and a limit that cannot be applied here refused, never ignored."""
+"""A job's limits (--mem, --cpus, --nice, --io) and --keep-awake, with its
+lane's ``[lanes.NAME]`` settings under its own: what it asks the keeper to
+apply to its run (keeper/holds.py does), checked when it is added against
+what this machine can apply. Each limit's mechanism is found (keeper/holds.py
+probe) and recorded with the job (``via``: `sloth show` says it); a limit or
+keep-awake that cannot be had here is refused, never ignored (issue 24).
+
+Not to be confused with daemon/limits.py (the daemon's own descriptor
+limits) nor with `sloth hold` (a queued job kept from being claimed)."""
 
 from __future__ import annotations
 
@@ -31,12 +35,12 @@ def keep_awake_here(now: float | None = None) -> tuple[str | None, str | None]:
     return _awake[1]
 
 
-def asks(spec: Mapping[str, Any], settings: Settings) -> bool:
+def asks_any(spec: Mapping[str, Any], settings: Settings) -> bool:
     """Whether a job object (the add op's) may ask for anything held."""
     return bool(settings.lane_holds) or "limits" in spec or "keep_awake" in spec
 
 
-def check_awake(own: bool, lane: str, settings: Settings) -> None:
+def check_keep_awake(own: bool, lane: str, settings: Settings) -> None:
     """Keep-awake asked (``own``: --keep-awake, or the lane's setting) where
     nothing here can hold it: FieldError, said at add (a job, a schedule),
     never a job that runs on believing it was held. (A schedule's later
@@ -51,7 +55,7 @@ def check_awake(own: bool, lane: str, settings: Settings) -> None:
                               "`sloth doctor` (keep-awake) for what it needs.")
 
 
-def held_here(spec: JobSpec, settings: Settings, probe: Probe | None = None) -> JobSpec:
+def applied_here(spec: JobSpec, settings: Settings, probe: Probe | None = None) -> JobSpec:
     """``spec`` with its lane's settings under its own and each limit's
     mechanism (``probe``: keeper/holds.py's, loaded only for a job with
     limits, docs/idle.md); raises FieldError for a limit nothing here can apply."""
