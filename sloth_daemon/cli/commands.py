@@ -2,15 +2,15 @@
 options, the function that does it, and whether the fast path may run it.
 
 Both readers of the command line are made from this: the Typer app
-(full.py builds each command's signature from it) and the fast path
+(typer_app.py builds each command's signature from it) and the fast path
 (fast.py reads its option tables from it, fast_complete.py its completers).
 To put a command on the fast path, set ``fast=True`` on it: its function
-must then run without Typer (print with edge.echo, return the exit code,
-raise SlothError), as add_run.add, look_run.ls/show, look.logs/status,
-act.py's and lanes.py's do: every command a person types daily. An
-option with ``fast=False`` is left to Typer (the fast path refuses a line
-that has it). A command that needs the daemon gets it started by
-base.connect when none runs, whichever path read its line.
+must then run without Typer (print with output.echo, return the exit code,
+raise SlothError), as every command a person types daily does (add,
+ls, show, logs, status, wait, cancel, ..., lane ls). An option with
+``fast=False`` is left to Typer (the fast path refuses a line that has
+it). A command that needs the daemon gets it started by
+connection.connect when none runs, whichever path read its line.
 
 Imported by every `sloth add`: nothing here but the declarations (no
 typer, no typing at run time); a command's function is imported only
@@ -29,15 +29,15 @@ if TYPE_CHECKING:
 # handed over as a pathlib.Path; a list option collects every one given.
 FLAG, VALUE, INT, PATH, LIST = "flag", "value", "int", "path", "list"
 REQUIRED = ...  # the default of an option (or argument) that must be given
-# The completers of complete.py.
+# The completers of completers.py.
 IDS, LANES, STATES = "job_ids", "lanes", "states"
-DEFAULT_ROWS = 40  # `sloth ls` without --limit (look_run.py)
+DEFAULT_ROWS = 40  # `sloth ls` without --limit (ls.py)
 RECENT_FINISHED = 10  # ... of which at most this many finished jobs
 
 
 class Option:
     """One option: the parameter it fills (``dest``), its names ("--lane -l"),
-    kind, default, help, completer (a name in complete.py), whether the fast
+    kind, default, help, completer (a name in completers.py), whether the fast
     path may take it, and whether `--help` hides it."""
 
     __slots__ = ("dest", "names", "kind", "default", "help", "complete", "fast", "hidden")
@@ -97,7 +97,7 @@ _PLATFORM = Option("platform", "--platform", VALUE, None, "Service flavour: linu
                    "default: this machine.", hidden=True)
 _IDS_ANY = Argument("ids", many=True, required=False, metavar="[ID]...", complete=IDS)
 # Help text is wrapped by click; a paragraph that starts with \b keeps its lines (the examples).
-# The first sentence of each command's help is its line in `sloth --help` (full.py).
+# The first sentence of each command's help is its line in `sloth --help` (typer_app.py).
 
 
 def _ids(dest: str = "ids", *, required: bool = True) -> Argument:
@@ -181,7 +181,7 @@ COMMANDS: tuple[Command, ...] = (
             "sloth add -- rsync -a ~/photos /backup", "sloth add -s 'gzip -9 big.log && mv big.log.gz /srv'",
             "sloth add --at 9pm --label nightly -- make release", "sloth add --file jobs.txt --chain",
             "sloth add -w -- ./flaky-test.sh     # block, exit with its outcome"),
-        "sloth_daemon.cli.add_run:add",
+        "sloth_daemon.cli.add:add",
         _JOB_LANE,
         _JOB_PRIORITY,
         _JOB_MAX_ATTEMPTS,
@@ -223,7 +223,7 @@ COMMANDS: tuple[Command, ...] = (
         "how long the latest try was due but not running; RAN: how long it ran (or has been running)."
         + _examples("sloth ls", "sloth ls --state failed --since 12h", "sloth ls --since 'yesterday 18:00'",
                     "sloth ls --lane video --watch -n 20", "sloth ls --json | jq '.jobs[].id'"),
-        "sloth_daemon.cli.look_run:ls",
+        "sloth_daemon.cli.ls:ls",
         Option("state", "--state", LIST, None, "Only these states (repeatable, or queued,held; held: `sloth hold`).",
                complete=STATES),
         Option("lane", "--lane -l", VALUE, None, "Only this lane.", complete=LANES),
@@ -246,7 +246,7 @@ COMMANDS: tuple[Command, ...] = (
         "used of those allowed (--max-attempts); a run cut short by a daemon stop or by sloth's own trouble (a "
         "crash, a lost lease) is not counted, and `sloth retry` starts the count again."
         + _examples("sloth show", "sloth show 12 13"),
-        "sloth_daemon.cli.look_run:show",
+        "sloth_daemon.cli.show:show",
         _json('Print {"jobs": [job with events, prereqs, dependents, waited_s, ran_s]} as JSON.'),
         arg=_ids("job_ids", required=False), fast=True),
     Command(
@@ -254,7 +254,7 @@ COMMANDS: tuple[Command, ...] = (
         "queued from this machine that has run; notes "
         "(nothing printed, never started) go to stderr." + _examples(
             "sloth logs", "sloth logs 12 -f", "sloth logs 12 --attempt 1 -n 20", "less $(sloth logs 12 --path)"),
-        "sloth_daemon.cli.look:logs",
+        "sloth_daemon.cli.logs:logs",
         Option("attempt", "--attempt -a", INT, None, "Which attempt (default: the latest)."),
         Option("follow", "--follow -f", FLAG, False, "Follow live, through retries, until the job ends; exit 0 if "
                "it is done, 5 if not."),
@@ -264,16 +264,16 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "status", "What is going on: the daemon, jobs by state, lanes, what runs now and the last failures."
         + _examples("sloth status", "sloth status --json | jq .counts"),
-        "sloth_daemon.cli.look:status", _json(_MACHINE), fast=True),
+        "sloth_daemon.cli.status:status", _json(_MACHINE), fast=True),
     Command(
         "wait", "Block until the jobs end, telling each outcome; exit 0 if all are done,\n5 if any failed or was "
         "cancelled (130 on Ctrl-C; the jobs carry on). No ID: the latest job you queued from this machine.",
-        "sloth_daemon.cli.watch:wait",
+        "sloth_daemon.cli.wait:wait",
         _json('{"jobs": [...]} as they ended.'),
         arg=Argument("job_ids", many=True, required=False, metavar="[ID]...", complete=IDS), fast=True),
     Command(
         "cancel", "Cancel jobs: running ones have their process tree ended; jobs that\nwaited for them to be done "
-        "are cancelled too.", "sloth_daemon.cli.act:cancel",
+        "are cancelled too.", "sloth_daemon.cli.cancel:cancel",
         Option("lane", "--lane -l", VALUE, None, "Every active job of this lane.", complete=LANES),
         Option("state", "--state", LIST, None, "Only jobs in these states (blocked, queued, running; repeatable "
                "or comma-separated).",
@@ -281,16 +281,16 @@ COMMANDS: tuple[Command, ...] = (
         _json(), arg=_IDS_ANY, fast=True),
     Command(
         "retry", "Put failed or cancelled jobs back in the queue with a fresh attempt budget.",
-        "sloth_daemon.cli.act:retry",
+        "sloth_daemon.cli.retry:retry",
         Option("failed", "--failed", FLAG, False, "Every failed job (of --lane, if given)."),
         Option("lane", "--lane -l", VALUE, None, "Only this lane.", complete=LANES),
         _json(), arg=_IDS_ANY, fast=True),
     Command(
         "restart", "Queue finished jobs again as new jobs with the same command, lane,\nfolder, environment and "
-        "limits (prints the new ids).", "sloth_daemon.cli.act:restart", _json(), arg=_ids(), fast=True),
+        "limits (prints the new ids).", "sloth_daemon.cli.retry:restart", _json(), arg=_ids(), fast=True),
     Command(
         "kill", "Stop running jobs now: end their process trees (SIGTERM, then SIGKILL\nafter the grace) and mark "
-        "them cancelled, not retried.", "sloth_daemon.cli.act:kill",
+        "them cancelled, not retried.", "sloth_daemon.cli.cancel:kill",
         Option("now", "--now", FLAG, False, "SIGKILL at once, no grace period."), _json(), arg=_ids(), fast=True),
     # The queue edits (issue 22; cli/edit.py, daemon/edit_ops.py).
     Command(
@@ -327,14 +327,14 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "pause", "Stop starting new jobs (in one lane, or all). Running jobs carry on,\nunless --jobs (or --job "
         "ID...) stops them too: SIGSTOP to the whole tree; they\nkeep their lease and slot, and their timeout "
-        "stops counting.", "sloth_daemon.cli.pausing:pause",
+        "stops counting.", "sloth_daemon.cli.pause:pause",
         _json(), *_PAUSE_JOBS("pause"),
         arg=Argument("lane", many=True, required=False, metavar="[LANE | --job ID...]",
                      help="Lane to pause (default: everything); with --job, the jobs' ids.", complete=LANES),
                      fast=True),
     Command(
         "resume", "Start jobs again after `sloth pause` (--job ID...: continue paused jobs).",
-        "sloth_daemon.cli.pausing:resume",
+        "sloth_daemon.cli.pause:resume",
         _json(), *_PAUSE_JOBS("resume"),
         arg=Argument("lane", many=True, required=False, metavar="[LANE | --job ID...]",
                      help="Lane to resume (default: everything); with --job, the jobs' ids.", complete=LANES),
@@ -342,7 +342,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "prune", "Delete finished jobs (and their logs); `--older-than 0` for all of them." + _examples(
             "sloth prune --dry-run", "sloth prune --older-than 0 --state done"),
-        "sloth_daemon.cli.act:prune",
+        "sloth_daemon.cli.prune:prune",
         Option("older_than", "--older-than", VALUE, "7d", "Only jobs that ended longer ago than this."),
         Option("state", "--state", LIST, None, "Only done, failed or cancelled ones (repeatable or comma-separated).",
                complete=STATES),
@@ -352,17 +352,17 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "lane ls", "Every lane: concurrency (and where it comes from), running, queued, blocked, paused (a lane "
         "only `add --lane` made, while it has jobs).",
-        "sloth_daemon.cli.lanes:lane_ls", _json(), fast=True),
+        "sloth_daemon.cli.lane:lane_ls", _json(), fast=True),
     Command(
         "lane set", "Set a lane's concurrency now: no restart, running jobs untouched; kept across restarts.",
-        "sloth_daemon.cli.lanes:lane_set",
+        "sloth_daemon.cli.lane:lane_set",
         Option("concurrency", "--concurrency -c", INT, REQUIRED, "Jobs at once; 0 pauses the lane."),
         Option("create", "--create", FLAG, False, "Make the lane if it does not exist yet (with -c 0: made "
                "paused)."),
         _json(), arg=Argument("name", many=False, metavar="LANE", complete=LANES), fast=True),
     Command(
         "lane rm", "Forget a lane that has no blocked, queued or running jobs (say, a typo).",
-        "sloth_daemon.cli.lanes:lane_rm", arg=Argument("name", many=False, metavar="LANE", complete=LANES),
+        "sloth_daemon.cli.lane:lane_rm", arg=Argument("name", many=False, metavar="LANE", complete=LANES),
                      fast=True),
     Command(
         "schedule add", "Add a schedule: a named recipe that queues the command as an ordinary job\nat each slot: "
@@ -401,31 +401,31 @@ COMMANDS: tuple[Command, ...] = (
         "config", "Show the settings in force and where each comes from (the daemon's, or the file's when none "
         "runs), lanes as `sloth lane set` left them." + _examples(
             "sloth config", "sloth config --example > ~/.config/sloth/config.toml"),
-        "sloth_daemon.cli.settings:config",
+        "sloth_daemon.cli.config:config",
         _json("Print the settings as JSON (durations in seconds)."),
         Option("example", "--example", FLAG, False, "Print an example config file."), fast=True),
     Command(
         "daemon run", "Run the daemon in the foreground (what the login service runs).",
-        "sloth_daemon.cli.launcher:run_foreground", fast=True),
+        "sloth_daemon.cli.daemon:daemon_run", fast=True),
     Command(
         "daemon start", "Start the daemon in the background if it is not running.",
-        "sloth_daemon.cli.admin:daemon_start", _json('Print {"pid", "state"} as JSON.')),
+        "sloth_daemon.cli.daemon:daemon_start", _json('Print {"pid", "state"} as JSON.')),
     Command(
         "daemon stop", "Stop the daemon: running jobs are interrupted and requeued, not failed (with --keep-jobs "
-        "they carry on, and the next daemon takes them over).", "sloth_daemon.cli.admin:daemon_stop",
+        "they carry on, and the next daemon takes them over).", "sloth_daemon.cli.daemon:daemon_stop",
         Option("keep_jobs", "--keep-jobs", FLAG, False, "Leave running jobs running for the next daemon."),
         Option("timeout", "--timeout", VALUE, "60s", "How long to wait for running jobs to be interrupted.")),
     Command(
         "daemon restart", "Restart the daemon without touching running jobs (after an upgrade, say): they keep "
-        "running, and the new daemon takes them over.", "sloth_daemon.cli.admin:daemon_restart",
+        "running, and the new daemon takes them over.", "sloth_daemon.cli.daemon:daemon_restart",
         Option("timeout", "--timeout", VALUE, "60s", "How long to wait for the old daemon to exit.")),
     Command(
         "daemon reload", "Re-read config.toml now (as SIGHUP does): no restart, running jobs untouched.",
-        "sloth_daemon.cli.admin:daemon_reload", _json('Print {"changed", "notes", "file"} as JSON.')),
+        "sloth_daemon.cli.daemon:daemon_reload", _json('Print {"changed", "notes", "file"} as JSON.')),
     Command(
         "daemon status", "Show pid, uptime, version, the keeper, paths, jobs by state and the last sleep/resume "
         "seen.",
-        "sloth_daemon.cli.admin:daemon_status", _json("Print the daemon's whole status as JSON.")),
+        "sloth_daemon.cli.daemon:daemon_status", _json("Print the daemon's whole status as JSON.")),
     Command(
         "db migrate", "Bring the queue's schema up to this sloth's (each migration in its own\ntransaction, under a "
         "lock: machines that run it together take turns).", "sloth_daemon.cli.db:db_migrate", _json()),
@@ -447,7 +447,7 @@ COMMANDS: tuple[Command, ...] = (
         "sloth_daemon.cli.service:status", _json(_MACHINE), _PLATFORM),
     Command(
         "doctor", "Check the things that go wrong in practice and say how to fix each.",
-        "sloth_daemon.cli.service:doctor", _json(_MACHINE), _PLATFORM),
+        "sloth_daemon.cli.doctor:doctor", _json(_MACHINE), _PLATFORM),
 )
 # The words that group commands, in the order `sloth --help` lists them (after the commands).
 GROUPS: tuple[Group, ...] = (

@@ -20,6 +20,21 @@ from sloth_daemon.paths import advice, not_ours
 from sloth_daemon.paths import Paths, resolve
 from sloth_daemon.text import shell_command
 
+
+def doctor(*, as_json: bool, platform: str | None) -> int:
+    """`sloth doctor` (its help and options: commands.py): exit 1 if a check fails."""
+    import json
+
+    from sloth_daemon.cli.output import echo
+
+    checks = run_checks(plat=platform)
+    failed = any(c.status == "fail" for c in checks)
+    if as_json:
+        echo(json.dumps({"ok": not failed, "checks": [c.as_dict() for c in checks]}, indent=2, sort_keys=True))
+    else:
+        echo(format_checks(checks))
+    return 1 if failed else 0
+
 ENABLED_STATES = {"enabled", "enabled-runtime", "loaded"}
 
 

@@ -39,7 +39,7 @@ EXCEPTIONS = {
     # backends whether psycopg is there for a URL.
     ("config", "backends"),
     # `sloth daemon run` runs the daemon in the client's process.
-    ("cli.launcher", "daemon.main"),
+    ("cli.daemon", "daemon.main"),
     # The launcher checks that the pid a lock names is still the daemon that
     # wrote it: process identity is the keeper's.
     ("cli.launcher", "keeper.procident"),
