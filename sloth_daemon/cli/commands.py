@@ -37,15 +37,18 @@ RECENT_FINISHED = 10  # ... of which at most this many finished jobs
 
 class Option:
     """One option: the parameter it fills (``dest``), its names ("--lane -l"),
-    kind, default, help, completer (a name in completers.py), whether the fast
-    path may take it, and whether `--help` hides it."""
+    kind, default, help, completer (a name in completers.py), whether the
+    fast path may take it, whether `--help` hides it, and, for an option of
+    the job a command queues, the job field it sets (``field``: a bad value
+    is reported under the option's name, submit.option_names)."""
 
-    __slots__ = ("dest", "names", "kind", "default", "help", "complete", "fast", "hidden")
+    __slots__ = ("dest", "names", "kind", "default", "help", "complete", "fast", "hidden", "field")
 
     def __init__(self, dest: str, names: str, kind: str = VALUE, default: Any = None, help: Optional[str] = None,
-                 *, complete: Optional[str] = None, fast: bool = True, hidden: bool = False) -> None:
+                 *, complete: Optional[str] = None, fast: bool = True, hidden: bool = False,
+                 field: Optional[str] = None) -> None:
         self.dest, self.names, self.kind, self.default, self.help = dest, names.split(), kind, default, help
-        self.complete, self.fast, self.hidden = complete, fast, hidden
+        self.complete, self.fast, self.hidden, self.field = complete, fast, hidden, field
 
 
 class Argument:
@@ -118,37 +121,43 @@ def _PAUSE_JOBS(verb: str) -> tuple[Option, ...]:
 
 
 # The options of the job a command queues: `sloth add`'s and, the same, a schedule's.
-_JOB_LANE = Option("lane", "--lane -l", VALUE, "default", "Lane (each has its own concurrency).", complete=LANES)
-_JOB_PRIORITY = Option("priority", "--priority -p", INT, 0, "Higher runs first within a lane.")
-_JOB_MAX_ATTEMPTS = Option("max_attempts", "--max-attempts", INT, None, "Tries before failed (default from config).")
-_JOB_LEASE = Option("lease", "--lease", VALUE, None, "Lease length, e.g. 1m (default from config).")
-_JOB_TIMEOUT = Option("timeout", "--timeout -t", VALUE, None, "Kill the job's process tree after this, e.g. 2h.")
-_JOB_LABEL = Option("label", "--label", VALUE, None, "A short name shown in listings.")
-_JOB_CWD = Option("cwd", "--cwd", PATH, None, "Working directory (default: the current one).")
-_JOB_SHELL = Option("shell", "--shell -s", FLAG, False, "Run the command through /bin/sh -c.")
-_JOB_RETRY_EXIT = Option("retry_exit", "--retry-exit", VALUE, None, "Retry only these exit codes, e.g. 1,75.")
+_JOB_LANE = Option("lane", "--lane -l", VALUE, "default", "Lane (each has its own concurrency).", complete=LANES,
+                   field="lane")
+_JOB_PRIORITY = Option("priority", "--priority -p", INT, 0, "Higher runs first within a lane.", field="priority")
+_JOB_MAX_ATTEMPTS = Option("max_attempts", "--max-attempts", INT, None, "Tries before failed (default from config).",
+                           field="max_attempts")
+_JOB_LEASE = Option("lease", "--lease", VALUE, None, "Lease length, e.g. 1m (default from config).", field="lease_s")
+_JOB_TIMEOUT = Option("timeout", "--timeout -t", VALUE, None, "Kill the job's process tree after this, e.g. 2h.",
+                      field="timeout_s")
+_JOB_LABEL = Option("label", "--label", VALUE, None, "A short name shown in listings.", field="label")
+_JOB_CWD = Option("cwd", "--cwd", PATH, None, "Working directory (default: the current one).", field="cwd")
+_JOB_SHELL = Option("shell", "--shell -s", FLAG, False, "Run the command through /bin/sh -c.", field="shell")
+_JOB_RETRY_EXIT = Option("retry_exit", "--retry-exit", VALUE, None, "Retry only these exit codes, e.g. 1,75.",
+                         field="retry_exit")
 _JOB_NO_RETRY_EXIT = Option("no_retry_exit", "--no-retry-exit", VALUE, None,
-                            "Never retry these exit codes (default 126,127; none to retry all).")
+                            "Never retry these exit codes (default 126,127; none to retry all).", field="no_retry_exit")
 _JOB_ANYWHERE = Option("anywhere", "--anywhere", FLAG, False, "A shared queue: run on any machine (default: this one).")
-_JOB_ON = Option("on", "--on", VALUE, None, "A shared queue: run only on this host (or tag).")
+_JOB_ON = Option("on", "--on", VALUE, None, "A shared queue: run only on this host (or tag).", field="place")
 # What the keeper holds for the run (issue 24): the machine awake, resource limits.
 _JOB_HOLDS = (
     Option("keep_awake", "--keep-awake", FLAG, False, "Keep the machine from sleeping while it runs (a lid "
-           "close still suspends); refused where nothing can (`sloth doctor` says)."),
-    Option("mem", "--mem", VALUE, None, "Memory limit, e.g. 2G (a cgroup where delegated, else per process)."),
-    Option("cpus", "--cpus", VALUE, None, "CPU limit in cores, e.g. 1.5 (needs a delegated cgroup v2)."),
-    Option("nice", "--nice", INT, None, "Run at this niceness (0 to 19; lower needs root)."),
-    Option("io", "--io", VALUE, None, "I/O class: idle, best-effort or best-effort:0..7 (Linux)."),
+           "close still suspends); refused where nothing can (`sloth doctor` says).", field="keep_awake"),
+    Option("mem", "--mem", VALUE, None, "Memory limit, e.g. 2G (a cgroup where delegated, else per process).",
+           field="mem"),
+    Option("cpus", "--cpus", VALUE, None, "CPU limit in cores, e.g. 1.5 (needs a delegated cgroup v2).", field="cpus"),
+    Option("nice", "--nice", INT, None, "Run at this niceness (0 to 19; lower needs root).", field="nice"),
+    Option("io", "--io", VALUE, None, "I/O class: idle, best-effort or best-effort:0..7 (Linux).", field="io"),
 )
 # When it may start and what it takes here (issue 24): conditions, named resources, slots.
 _JOB_GATES = (
     Option("when", "--when", LIST, None, "Start only while this holds (repeatable; all must): ac, battery>=40, "
-           "idle=10m, online, unmetered, disk>=5G, load<2."),
+           "idle=10m, online, unmetered, disk>=5G, load<2.", field="when"),
     Option("on_lost", "--on-lost", VALUE, None, "A --when condition lost while it runs: continue (default), "
-           "pause (freeze it until it holds again) or stop (end it, requeue it without spending a try)."),
+           "pause (freeze it until it holds again) or stop (end it, requeue it without spending a try).",
+           field="on_lost"),
     Option("needs", "--needs", LIST, None, "Named resources it takes while it runs, e.g. gpu=1 (repeatable; "
-           "[resources] in config, gpu from nvidia-smi)."),
-    Option("slots", "--slots", INT, None, "Count as N jobs against its lane's concurrency."),
+           "[resources] in config, gpu from nvidia-smi).", field="needs"),
+    Option("slots", "--slots", INT, None, "Count as N jobs against its lane's concurrency.", field="slots"),
 )
 _JOB_OPTIONS = (_JOB_LANE, _JOB_PRIORITY, _JOB_MAX_ATTEMPTS, _JOB_LEASE, _JOB_TIMEOUT, _JOB_LABEL, _JOB_CWD, _JOB_SHELL,
                 _JOB_RETRY_EXIT, _JOB_NO_RETRY_EXIT, _JOB_ANYWHERE, _JOB_ON, *_JOB_HOLDS, *_JOB_GATES)
@@ -156,7 +165,8 @@ _JOB_OPTIONS = (_JOB_LANE, _JOB_PRIORITY, _JOB_MAX_ATTEMPTS, _JOB_LEASE, _JOB_TI
 
 def _unset(o: Option) -> Option:
     """``o`` with no default (an edit changes only what is given)."""
-    return Option(o.dest, " ".join(o.names), o.kind, None, o.help, complete=o.complete, fast=o.fast, hidden=o.hidden)
+    return Option(o.dest, " ".join(o.names), o.kind, None, o.help, complete=o.complete, fast=o.fast, hidden=o.hidden,
+                  field=o.field)
 
 
 def _schedule_when(edit: bool) -> tuple[Option, ...]:
@@ -187,29 +197,33 @@ COMMANDS: tuple[Command, ...] = (
         _JOB_MAX_ATTEMPTS,
         _JOB_LEASE,
         _JOB_TIMEOUT,
-        Option("delay", "--delay", VALUE, None, "Do not start before this long from now, e.g. 10m."),
+        Option("delay", "--delay", VALUE, None, "Do not start before this long from now, e.g. 10m.",
+               field="not_before"),
         Option("at", "--at", VALUE, None, "Do not start before this time: 21:30, 9pm, tomorrow 08:00, mon 9:00, "
-               "+10m or ISO (2026-12-01T09:30)."),
-        Option("key", "--key -k", VALUE, None, "Idempotency key: if an unfinished job has it, reuse that job."),
+               "+10m or ISO (2026-12-01T09:30).", field="not_before"),
+        Option("key", "--key -k", VALUE, None, "Idempotency key: if an unfinished job has it, reuse that job.",
+               field="key"),
         _JOB_LABEL,
         _JOB_CWD,
         Option("shell", "--shell -s", FLAG, False, "Run the command through /bin/sh -c (checked with sh -n first). "
                "Without it, a command that is one word holding a shell line ('ls | wc -l') is refused, and the "
-               "script of sh -c or bash -c is checked with that shell's -n."),
+               "script of sh -c or bash -c is checked with that shell's -n.", field="shell"),
         Option("stdin", "--stdin", FLAG, False, "Read many commands, one shell line each (a trailing \\ continues "
                "it), from stdin; every line is checked (sh -n) before any is queued."),
         Option("from_file", "--file -f", PATH, None, "Like --stdin but from a file."),
         Option("after", "--after", LIST, None, "Run once these jobs are done (ids, e.g. 12,13; at most 1000); "
-               "cancelled if one fails.", complete=IDS),
+               "cancelled if one fails.", complete=IDS, field="after"),
         Option("after_any", "--after-any", LIST, None, "Run once these jobs have ended, whatever the result "
-               "(at most 1000).", complete=IDS),
-        Option("chain", "--chain", FLAG, False, "--stdin/--file: each line after the one before succeeds."),
-        Option("chain_any", "--chain-any", FLAG, False, "--stdin/--file: each line after the one before ends."),
+               "(at most 1000).", complete=IDS, field="after_any"),
+        Option("chain", "--chain", FLAG, False, "--stdin/--file: each line after the one before succeeds.",
+               field="after_previous"),
+        Option("chain_any", "--chain-any", FLAG, False, "--stdin/--file: each line after the one before ends.",
+               field="after_previous"),
         _JOB_RETRY_EXIT,
         _JOB_NO_RETRY_EXIT,
         _JOB_ANYWHERE,
         _JOB_ON,
-        Option("hold", "--hold", FLAG, False, "Queue it held: it starts only after `sloth release ID`."),
+        Option("hold", "--hold", FLAG, False, "Queue it held: it starts only after `sloth release ID`.", field="hold"),
         *_JOB_HOLDS,
         *_JOB_GATES,
         Option("wait", "--wait -w", FLAG, False, "Block until the job ends; exit with its outcome."),
