@@ -90,12 +90,12 @@ def run_checks(p: Paths | None = None, *, plat: str | None = None) -> list[Check
 
 
 def check_keep_awake() -> Check:
-    """What `--keep-awake` runs here (keeper/holds.py), asked as a run would
+    """What `--keep-awake` runs here (keeper/keep_awake.py), asked as a run would
     (logind over the system bus). Where nothing can hold it, a warning:
     `sloth add --keep-awake` is refused here."""
-    from sloth_daemon.keeper import holds
+    from sloth_daemon.keeper import keep_awake
 
-    tool, why = holds.keep_awake_here()
+    tool, why = keep_awake.keep_awake_here()
     if tool is not None:
         return ok("keep-awake", f"{tool} (a lid close still suspends: logind's HandleLidSwitch)")
     if why and "not installed" in why:
@@ -111,9 +111,9 @@ def check_keep_awake() -> Check:
 def check_limits() -> Check:
     """Which mechanism applies each of --mem, --cpus, --nice, --io here
     (informational: one that cannot be applied is refused at `sloth add`)."""
-    from sloth_daemon.keeper import holds
+    from sloth_daemon.keeper import resource_limits
 
-    found = holds.probe()
+    found = resource_limits.probe()
     have = [f"{k}: {found[k]}" for k in ("mem", "cpus", "nice", "io") if found.get(k)]
     missing = [f"{k} ({found.get('why_' + k)})" for k in ("mem", "cpus", "nice", "io") if not found.get(k)]
     return ok("limits", "; ".join(have) + ("; not here (refused at add): " + "; ".join(missing) if missing else ""))

@@ -97,7 +97,7 @@ def streams_ok() -> bool:
 
 
 def at_edge(fn: Callable[[], Optional[int]]) -> int:
-    """Run ``fn`` at the CLI's error edge (as app.handles_errors does)."""
+    """Run ``fn`` at the CLI's error edge (as typer_app.handles_errors does)."""
     from sloth_daemon.cli.output import caught
 
     try:

@@ -1,7 +1,7 @@
 """What a job asks the keeper to hold for its run (issue 24), checked
 against what this machine can apply, when it is added: its lane's
 ``[lanes.NAME]`` settings under its own, each limit's mechanism found
-(keeper/holds.py probe) and recorded with the job (``via``: `sloth show`
+(keeper/resource_limits.py probe) and recorded with the job (``via``: `sloth show`
 says it), and a limit that cannot be applied here refused, never ignored."""
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ _awake: list[Any] = [-1e18, None]  # when keep_awake_here was last asked, and it
 
 
 def keep_awake_here(now: float | None = None) -> tuple[str | None, str | None]:
-    """holds.keep_awake_here, asked at most every AWAKE_PROBE_TTL_S."""
+    """keep_awake.keep_awake_here, asked at most every AWAKE_PROBE_TTL_S."""
     now = time.monotonic() if now is None else now
     if now - _awake[0] >= AWAKE_PROBE_TTL_S:
-        from sloth_daemon.keeper import holds  # here: psutil only once a job asks (docs/idle.md)
+        from sloth_daemon.keeper import keep_awake  # here: psutil only once a job asks (docs/idle.md)
 
-        _awake[:] = [now, holds.keep_awake_here()]
+        _awake[:] = [now, keep_awake.keep_awake_here()]
     return _awake[1]
 
 
@@ -53,7 +53,7 @@ def check_awake(own: bool, lane: str, settings: Settings) -> None:
 
 def held_here(spec: JobSpec, settings: Settings, probe: Probe | None = None) -> JobSpec:
     """``spec`` with its lane's settings under its own and each limit's
-    mechanism (``probe``: keeper/holds.py's, loaded only for a job with
+    mechanism (``probe``: keeper/resource_limits.py's, loaded only for a job with
     limits, docs/idle.md); raises FieldError for a limit nothing here can apply."""
     lane = settings.lane_holds.get(spec.lane, {})
     own = json.loads(spec.limits_json) if spec.limits_json else {}
@@ -62,9 +62,9 @@ def held_here(spec: JobSpec, settings: Settings, probe: Probe | None = None) -> 
     if not limits:
         return spec if keep == spec.keep_awake else spec._replace(keep_awake=keep)
     if probe is None:
-        from sloth_daemon.keeper import holds
+        from sloth_daemon.keeper import resource_limits
 
-        probe = holds.probe
+        probe = resource_limits.probe
     found = probe()
     via = {}
     for name in ("mem", "cpus", "nice", "io"):

@@ -49,7 +49,8 @@ EXCEPTIONS = {
     ("cli.offline", "daemon.schedules.ops"),
     # `sloth doctor` says what applies keep-awake and limits on this machine:
     # the keeper's to know (it applies them).
-    ("cli.doctor", "keeper.holds"),
+    ("cli.doctor", "keeper.keep_awake"),
+    ("cli.doctor", "keeper.resource_limits"),
 }
 # The core (the top modules and the queue library) knows nothing of
 # transport, processes or the CLI.
