@@ -18,7 +18,7 @@ where text is made for people to read, so that no path around it exists:
   the CLI prints, the socket carries and a status field quotes;
 - every log line of the daemon and the keeper, traceback included
   (``log_to_stderr``: their logs are their stderr);
-- every line the CLI writes to stderr, a --debug traceback too (cli/edge.py).
+- every line the CLI writes to stderr, a --debug traceback too (cli/output.py).
 
 It masks a password three ways, because a URL a driver cannot parse may
 be quoted whole, in part, or not at all:
@@ -121,7 +121,7 @@ _OWN_COLOURS = frozenset({"0", *(f"3{i}" for i in range(8)), *(f"9{i}" for i in 
 
 def for_terminal(s: str, *, colours: bool = False) -> str:
     """``s`` as it may reach a terminal: the one rule every line the CLI
-    writes goes through (cli/edge.py's echo, the live lines of `wait` and
+    writes goes through (cli/output.py's echo, the live lines of `wait` and
     `ls --watch`, click's usage errors), whoever wrote the text in it -- a
     user, another machine, a driver. Line breaks stay; every other control,
     separator, bidi mark and byte that was not UTF-8 is escaped as

@@ -2,15 +2,15 @@
 options, the function that does it, and whether the fast path may run it.
 
 Both readers of the command line are made from this: the Typer app
-(full.py builds each command's signature from it) and the fast path
+(typer_app.py builds each command's signature from it) and the fast path
 (fast.py reads its option tables from it, fast_complete.py its completers).
 To put a command on the fast path, set ``fast=True`` on it: its function
-must then run without Typer (print with edge.echo, return the exit code,
-raise SlothError), as add_run.add, look_run.ls/show, look.logs/status,
-act.py's and lanes.py's do: every command a person types daily. An
-option with ``fast=False`` is left to Typer (the fast path refuses a line
-that has it). A command that needs the daemon gets it started by
-base.connect when none runs, whichever path read its line.
+must then run without Typer (print with output.echo, return the exit code,
+raise SlothError), as every command a person types daily does (add,
+ls, show, logs, status, wait, cancel, ..., lane ls). An option with
+``fast=False`` is left to Typer (the fast path refuses a line that has
+it). A command that needs the daemon gets it started by
+connection.connect when none runs, whichever path read its line.
 
 Imported by every `sloth add`: nothing here but the declarations (no
 typer, no typing at run time); a command's function is imported only
@@ -29,23 +29,26 @@ if TYPE_CHECKING:
 # handed over as a pathlib.Path; a list option collects every one given.
 FLAG, VALUE, INT, PATH, LIST = "flag", "value", "int", "path", "list"
 REQUIRED = ...  # the default of an option (or argument) that must be given
-# The completers of complete.py.
+# The completers of completers.py.
 IDS, LANES, STATES = "job_ids", "lanes", "states"
-DEFAULT_ROWS = 40  # `sloth ls` without --limit (look_run.py)
+DEFAULT_ROWS = 40  # `sloth ls` without --limit (ls.py)
 RECENT_FINISHED = 10  # ... of which at most this many finished jobs
 
 
 class Option:
     """One option: the parameter it fills (``dest``), its names ("--lane -l"),
-    kind, default, help, completer (a name in complete.py), whether the fast
-    path may take it, and whether `--help` hides it."""
+    kind, default, help, completer (a name in completers.py), whether the
+    fast path may take it, whether `--help` hides it, and, for an option of
+    the job a command queues, the job field it sets (``field``: a bad value
+    is reported under the option's name, submit.option_names)."""
 
-    __slots__ = ("dest", "names", "kind", "default", "help", "complete", "fast", "hidden")
+    __slots__ = ("dest", "names", "kind", "default", "help", "complete", "fast", "hidden", "field")
 
     def __init__(self, dest: str, names: str, kind: str = VALUE, default: Any = None, help: Optional[str] = None,
-                 *, complete: Optional[str] = None, fast: bool = True, hidden: bool = False) -> None:
+                 *, complete: Optional[str] = None, fast: bool = True, hidden: bool = False,
+                 field: Optional[str] = None) -> None:
         self.dest, self.names, self.kind, self.default, self.help = dest, names.split(), kind, default, help
-        self.complete, self.fast, self.hidden = complete, fast, hidden
+        self.complete, self.fast, self.hidden, self.field = complete, fast, hidden, field
 
 
 class Argument:
@@ -97,7 +100,7 @@ _PLATFORM = Option("platform", "--platform", VALUE, None, "Service flavour: linu
                    "default: this machine.", hidden=True)
 _IDS_ANY = Argument("ids", many=True, required=False, metavar="[ID]...", complete=IDS)
 # Help text is wrapped by click; a paragraph that starts with \b keeps its lines (the examples).
-# The first sentence of each command's help is its line in `sloth --help` (full.py).
+# The first sentence of each command's help is its line in `sloth --help` (typer_app.py).
 
 
 def _ids(dest: str = "ids", *, required: bool = True) -> Argument:
@@ -118,37 +121,43 @@ def _PAUSE_JOBS(verb: str) -> tuple[Option, ...]:
 
 
 # The options of the job a command queues: `sloth add`'s and, the same, a schedule's.
-_JOB_LANE = Option("lane", "--lane -l", VALUE, "default", "Lane (each has its own concurrency).", complete=LANES)
-_JOB_PRIORITY = Option("priority", "--priority -p", INT, 0, "Higher runs first within a lane.")
-_JOB_MAX_ATTEMPTS = Option("max_attempts", "--max-attempts", INT, None, "Tries before failed (default from config).")
-_JOB_LEASE = Option("lease", "--lease", VALUE, None, "Lease length, e.g. 1m (default from config).")
-_JOB_TIMEOUT = Option("timeout", "--timeout -t", VALUE, None, "Kill the job's process tree after this, e.g. 2h.")
-_JOB_LABEL = Option("label", "--label", VALUE, None, "A short name shown in listings.")
-_JOB_CWD = Option("cwd", "--cwd", PATH, None, "Working directory (default: the current one).")
-_JOB_SHELL = Option("shell", "--shell -s", FLAG, False, "Run the command through /bin/sh -c.")
-_JOB_RETRY_EXIT = Option("retry_exit", "--retry-exit", VALUE, None, "Retry only these exit codes, e.g. 1,75.")
+_JOB_LANE = Option("lane", "--lane -l", VALUE, "default", "Lane (each has its own concurrency).", complete=LANES,
+                   field="lane")
+_JOB_PRIORITY = Option("priority", "--priority -p", INT, 0, "Higher runs first within a lane.", field="priority")
+_JOB_MAX_ATTEMPTS = Option("max_attempts", "--max-attempts", INT, None, "Tries before failed (default from config).",
+                           field="max_attempts")
+_JOB_LEASE = Option("lease", "--lease", VALUE, None, "Lease length, e.g. 1m (default from config).", field="lease_s")
+_JOB_TIMEOUT = Option("timeout", "--timeout -t", VALUE, None, "Kill the job's process tree after this, e.g. 2h.",
+                      field="timeout_s")
+_JOB_LABEL = Option("label", "--label", VALUE, None, "A short name shown in listings.", field="label")
+_JOB_CWD = Option("cwd", "--cwd", PATH, None, "Working directory (default: the current one).", field="cwd")
+_JOB_SHELL = Option("shell", "--shell -s", FLAG, False, "Run the command through /bin/sh -c.", field="shell")
+_JOB_RETRY_EXIT = Option("retry_exit", "--retry-exit", VALUE, None, "Retry only these exit codes, e.g. 1,75.",
+                         field="retry_exit")
 _JOB_NO_RETRY_EXIT = Option("no_retry_exit", "--no-retry-exit", VALUE, None,
-                            "Never retry these exit codes (default 126,127; none to retry all).")
+                            "Never retry these exit codes (default 126,127; none to retry all).", field="no_retry_exit")
 _JOB_ANYWHERE = Option("anywhere", "--anywhere", FLAG, False, "A shared queue: run on any machine (default: this one).")
-_JOB_ON = Option("on", "--on", VALUE, None, "A shared queue: run only on this host (or tag).")
+_JOB_ON = Option("on", "--on", VALUE, None, "A shared queue: run only on this host (or tag).", field="place")
 # What the keeper holds for the run (issue 24): the machine awake, resource limits.
 _JOB_HOLDS = (
     Option("keep_awake", "--keep-awake", FLAG, False, "Keep the machine from sleeping while it runs (a lid "
-           "close still suspends); refused where nothing can (`sloth doctor` says)."),
-    Option("mem", "--mem", VALUE, None, "Memory limit, e.g. 2G (a cgroup where delegated, else per process)."),
-    Option("cpus", "--cpus", VALUE, None, "CPU limit in cores, e.g. 1.5 (needs a delegated cgroup v2)."),
-    Option("nice", "--nice", INT, None, "Run at this niceness (0 to 19; lower needs root)."),
-    Option("io", "--io", VALUE, None, "I/O class: idle, best-effort or best-effort:0..7 (Linux)."),
+           "close still suspends); refused where nothing can (`sloth doctor` says).", field="keep_awake"),
+    Option("mem", "--mem", VALUE, None, "Memory limit, e.g. 2G (a cgroup where delegated, else per process).",
+           field="mem"),
+    Option("cpus", "--cpus", VALUE, None, "CPU limit in cores, e.g. 1.5 (needs a delegated cgroup v2).", field="cpus"),
+    Option("nice", "--nice", INT, None, "Run at this niceness (0 to 19; lower needs root).", field="nice"),
+    Option("io", "--io", VALUE, None, "I/O class: idle, best-effort or best-effort:0..7 (Linux).", field="io"),
 )
 # When it may start and what it takes here (issue 24): conditions, named resources, slots.
 _JOB_GATES = (
     Option("when", "--when", LIST, None, "Start only while this holds (repeatable; all must): ac, battery>=40, "
-           "idle=10m, online, unmetered, disk>=5G, load<2."),
+           "idle=10m, online, unmetered, disk>=5G, load<2.", field="when"),
     Option("on_lost", "--on-lost", VALUE, None, "A --when condition lost while it runs: continue (default), "
-           "pause (freeze it until it holds again) or stop (end it, requeue it without spending a try)."),
+           "pause (freeze it until it holds again) or stop (end it, requeue it without spending a try).",
+           field="on_lost"),
     Option("needs", "--needs", LIST, None, "Named resources it takes while it runs, e.g. gpu=1 (repeatable; "
-           "[resources] in config, gpu from nvidia-smi)."),
-    Option("slots", "--slots", INT, None, "Count as N jobs against its lane's concurrency."),
+           "[resources] in config, gpu from nvidia-smi).", field="needs"),
+    Option("slots", "--slots", INT, None, "Count as N jobs against its lane's concurrency.", field="slots"),
 )
 _JOB_OPTIONS = (_JOB_LANE, _JOB_PRIORITY, _JOB_MAX_ATTEMPTS, _JOB_LEASE, _JOB_TIMEOUT, _JOB_LABEL, _JOB_CWD, _JOB_SHELL,
                 _JOB_RETRY_EXIT, _JOB_NO_RETRY_EXIT, _JOB_ANYWHERE, _JOB_ON, *_JOB_HOLDS, *_JOB_GATES)
@@ -156,7 +165,8 @@ _JOB_OPTIONS = (_JOB_LANE, _JOB_PRIORITY, _JOB_MAX_ATTEMPTS, _JOB_LEASE, _JOB_TI
 
 def _unset(o: Option) -> Option:
     """``o`` with no default (an edit changes only what is given)."""
-    return Option(o.dest, " ".join(o.names), o.kind, None, o.help, complete=o.complete, fast=o.fast, hidden=o.hidden)
+    return Option(o.dest, " ".join(o.names), o.kind, None, o.help, complete=o.complete, fast=o.fast, hidden=o.hidden,
+                  field=o.field)
 
 
 def _schedule_when(edit: bool) -> tuple[Option, ...]:
@@ -181,35 +191,39 @@ COMMANDS: tuple[Command, ...] = (
             "sloth add -- rsync -a ~/photos /backup", "sloth add -s 'gzip -9 big.log && mv big.log.gz /srv'",
             "sloth add --at 9pm --label nightly -- make release", "sloth add --file jobs.txt --chain",
             "sloth add -w -- ./flaky-test.sh     # block, exit with its outcome"),
-        "sloth_daemon.cli.add_run:add",
+        "sloth_daemon.cli.add:add",
         _JOB_LANE,
         _JOB_PRIORITY,
         _JOB_MAX_ATTEMPTS,
         _JOB_LEASE,
         _JOB_TIMEOUT,
-        Option("delay", "--delay", VALUE, None, "Do not start before this long from now, e.g. 10m."),
+        Option("delay", "--delay", VALUE, None, "Do not start before this long from now, e.g. 10m.",
+               field="not_before"),
         Option("at", "--at", VALUE, None, "Do not start before this time: 21:30, 9pm, tomorrow 08:00, mon 9:00, "
-               "+10m or ISO (2026-12-01T09:30)."),
-        Option("key", "--key -k", VALUE, None, "Idempotency key: if an unfinished job has it, reuse that job."),
+               "+10m or ISO (2026-12-01T09:30).", field="not_before"),
+        Option("key", "--key -k", VALUE, None, "Idempotency key: if an unfinished job has it, reuse that job.",
+               field="key"),
         _JOB_LABEL,
         _JOB_CWD,
         Option("shell", "--shell -s", FLAG, False, "Run the command through /bin/sh -c (checked with sh -n first). "
                "Without it, a command that is one word holding a shell line ('ls | wc -l') is refused, and the "
-               "script of sh -c or bash -c is checked with that shell's -n."),
+               "script of sh -c or bash -c is checked with that shell's -n.", field="shell"),
         Option("stdin", "--stdin", FLAG, False, "Read many commands, one shell line each (a trailing \\ continues "
                "it), from stdin; every line is checked (sh -n) before any is queued."),
         Option("from_file", "--file -f", PATH, None, "Like --stdin but from a file."),
         Option("after", "--after", LIST, None, "Run once these jobs are done (ids, e.g. 12,13; at most 1000); "
-               "cancelled if one fails.", complete=IDS),
+               "cancelled if one fails.", complete=IDS, field="after"),
         Option("after_any", "--after-any", LIST, None, "Run once these jobs have ended, whatever the result "
-               "(at most 1000).", complete=IDS),
-        Option("chain", "--chain", FLAG, False, "--stdin/--file: each line after the one before succeeds."),
-        Option("chain_any", "--chain-any", FLAG, False, "--stdin/--file: each line after the one before ends."),
+               "(at most 1000).", complete=IDS, field="after_any"),
+        Option("chain", "--chain", FLAG, False, "--stdin/--file: each line after the one before succeeds.",
+               field="after_previous"),
+        Option("chain_any", "--chain-any", FLAG, False, "--stdin/--file: each line after the one before ends.",
+               field="after_previous"),
         _JOB_RETRY_EXIT,
         _JOB_NO_RETRY_EXIT,
         _JOB_ANYWHERE,
         _JOB_ON,
-        Option("hold", "--hold", FLAG, False, "Queue it held: it starts only after `sloth release ID`."),
+        Option("hold", "--hold", FLAG, False, "Queue it held: it starts only after `sloth release ID`.", field="hold"),
         *_JOB_HOLDS,
         *_JOB_GATES,
         Option("wait", "--wait -w", FLAG, False, "Block until the job ends; exit with its outcome."),
@@ -223,7 +237,7 @@ COMMANDS: tuple[Command, ...] = (
         "how long the latest try was due but not running; RAN: how long it ran (or has been running)."
         + _examples("sloth ls", "sloth ls --state failed --since 12h", "sloth ls --since 'yesterday 18:00'",
                     "sloth ls --lane video --watch -n 20", "sloth ls --json | jq '.jobs[].id'"),
-        "sloth_daemon.cli.look_run:ls",
+        "sloth_daemon.cli.ls:ls",
         Option("state", "--state", LIST, None, "Only these states (repeatable, or queued,held; held: `sloth hold`).",
                complete=STATES),
         Option("lane", "--lane -l", VALUE, None, "Only this lane.", complete=LANES),
@@ -246,7 +260,7 @@ COMMANDS: tuple[Command, ...] = (
         "used of those allowed (--max-attempts); a run cut short by a daemon stop or by sloth's own trouble (a "
         "crash, a lost lease) is not counted, and `sloth retry` starts the count again."
         + _examples("sloth show", "sloth show 12 13"),
-        "sloth_daemon.cli.look_run:show",
+        "sloth_daemon.cli.show:show",
         _json('Print {"jobs": [job with events, prereqs, dependents, waited_s, ran_s]} as JSON.'),
         arg=_ids("job_ids", required=False), fast=True),
     Command(
@@ -254,7 +268,7 @@ COMMANDS: tuple[Command, ...] = (
         "queued from this machine that has run; notes "
         "(nothing printed, never started) go to stderr." + _examples(
             "sloth logs", "sloth logs 12 -f", "sloth logs 12 --attempt 1 -n 20", "less $(sloth logs 12 --path)"),
-        "sloth_daemon.cli.look:logs",
+        "sloth_daemon.cli.logs:logs",
         Option("attempt", "--attempt -a", INT, None, "Which attempt (default: the latest)."),
         Option("follow", "--follow -f", FLAG, False, "Follow live, through retries, until the job ends; exit 0 if "
                "it is done, 5 if not."),
@@ -264,16 +278,16 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "status", "What is going on: the daemon, jobs by state, lanes, what runs now and the last failures."
         + _examples("sloth status", "sloth status --json | jq .counts"),
-        "sloth_daemon.cli.look:status", _json(_MACHINE), fast=True),
+        "sloth_daemon.cli.status:status", _json(_MACHINE), fast=True),
     Command(
         "wait", "Block until the jobs end, telling each outcome; exit 0 if all are done,\n5 if any failed or was "
         "cancelled (130 on Ctrl-C; the jobs carry on). No ID: the latest job you queued from this machine.",
-        "sloth_daemon.cli.watch:wait",
+        "sloth_daemon.cli.wait:wait",
         _json('{"jobs": [...]} as they ended.'),
         arg=Argument("job_ids", many=True, required=False, metavar="[ID]...", complete=IDS), fast=True),
     Command(
         "cancel", "Cancel jobs: running ones have their process tree ended; jobs that\nwaited for them to be done "
-        "are cancelled too.", "sloth_daemon.cli.act:cancel",
+        "are cancelled too.", "sloth_daemon.cli.cancel:cancel",
         Option("lane", "--lane -l", VALUE, None, "Every active job of this lane.", complete=LANES),
         Option("state", "--state", LIST, None, "Only jobs in these states (blocked, queued, running; repeatable "
                "or comma-separated).",
@@ -281,16 +295,16 @@ COMMANDS: tuple[Command, ...] = (
         _json(), arg=_IDS_ANY, fast=True),
     Command(
         "retry", "Put failed or cancelled jobs back in the queue with a fresh attempt budget.",
-        "sloth_daemon.cli.act:retry",
+        "sloth_daemon.cli.retry:retry",
         Option("failed", "--failed", FLAG, False, "Every failed job (of --lane, if given)."),
         Option("lane", "--lane -l", VALUE, None, "Only this lane.", complete=LANES),
         _json(), arg=_IDS_ANY, fast=True),
     Command(
         "restart", "Queue finished jobs again as new jobs with the same command, lane,\nfolder, environment and "
-        "limits (prints the new ids).", "sloth_daemon.cli.act:restart", _json(), arg=_ids(), fast=True),
+        "limits (prints the new ids).", "sloth_daemon.cli.retry:restart", _json(), arg=_ids(), fast=True),
     Command(
         "kill", "Stop running jobs now: end their process trees (SIGTERM, then SIGKILL\nafter the grace) and mark "
-        "them cancelled, not retried.", "sloth_daemon.cli.act:kill",
+        "them cancelled, not retried.", "sloth_daemon.cli.cancel:kill",
         Option("now", "--now", FLAG, False, "SIGKILL at once, no grace period."), _json(), arg=_ids(), fast=True),
     # The queue edits (issue 22; cli/edit.py, daemon/edit_ops.py).
     Command(
@@ -327,14 +341,14 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "pause", "Stop starting new jobs (in one lane, or all). Running jobs carry on,\nunless --jobs (or --job "
         "ID...) stops them too: SIGSTOP to the whole tree; they\nkeep their lease and slot, and their timeout "
-        "stops counting.", "sloth_daemon.cli.pausing:pause",
+        "stops counting.", "sloth_daemon.cli.pause:pause",
         _json(), *_PAUSE_JOBS("pause"),
         arg=Argument("lane", many=True, required=False, metavar="[LANE | --job ID...]",
                      help="Lane to pause (default: everything); with --job, the jobs' ids.", complete=LANES),
                      fast=True),
     Command(
         "resume", "Start jobs again after `sloth pause` (--job ID...: continue paused jobs).",
-        "sloth_daemon.cli.pausing:resume",
+        "sloth_daemon.cli.pause:resume",
         _json(), *_PAUSE_JOBS("resume"),
         arg=Argument("lane", many=True, required=False, metavar="[LANE | --job ID...]",
                      help="Lane to resume (default: everything); with --job, the jobs' ids.", complete=LANES),
@@ -342,7 +356,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "prune", "Delete finished jobs (and their logs); `--older-than 0` for all of them." + _examples(
             "sloth prune --dry-run", "sloth prune --older-than 0 --state done"),
-        "sloth_daemon.cli.act:prune",
+        "sloth_daemon.cli.prune:prune",
         Option("older_than", "--older-than", VALUE, "7d", "Only jobs that ended longer ago than this."),
         Option("state", "--state", LIST, None, "Only done, failed or cancelled ones (repeatable or comma-separated).",
                complete=STATES),
@@ -352,17 +366,17 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "lane ls", "Every lane: concurrency (and where it comes from), running, queued, blocked, paused (a lane "
         "only `add --lane` made, while it has jobs).",
-        "sloth_daemon.cli.lanes:lane_ls", _json(), fast=True),
+        "sloth_daemon.cli.lane:lane_ls", _json(), fast=True),
     Command(
         "lane set", "Set a lane's concurrency now: no restart, running jobs untouched; kept across restarts.",
-        "sloth_daemon.cli.lanes:lane_set",
+        "sloth_daemon.cli.lane:lane_set",
         Option("concurrency", "--concurrency -c", INT, REQUIRED, "Jobs at once; 0 pauses the lane."),
         Option("create", "--create", FLAG, False, "Make the lane if it does not exist yet (with -c 0: made "
                "paused)."),
         _json(), arg=Argument("name", many=False, metavar="LANE", complete=LANES), fast=True),
     Command(
         "lane rm", "Forget a lane that has no blocked, queued or running jobs (say, a typo).",
-        "sloth_daemon.cli.lanes:lane_rm", arg=Argument("name", many=False, metavar="LANE", complete=LANES),
+        "sloth_daemon.cli.lane:lane_rm", arg=Argument("name", many=False, metavar="LANE", complete=LANES),
                      fast=True),
     Command(
         "schedule add", "Add a schedule: a named recipe that queues the command as an ordinary job\nat each slot: "
@@ -401,31 +415,31 @@ COMMANDS: tuple[Command, ...] = (
         "config", "Show the settings in force and where each comes from (the daemon's, or the file's when none "
         "runs), lanes as `sloth lane set` left them." + _examples(
             "sloth config", "sloth config --example > ~/.config/sloth/config.toml"),
-        "sloth_daemon.cli.settings:config",
+        "sloth_daemon.cli.config:config",
         _json("Print the settings as JSON (durations in seconds)."),
         Option("example", "--example", FLAG, False, "Print an example config file."), fast=True),
     Command(
         "daemon run", "Run the daemon in the foreground (what the login service runs).",
-        "sloth_daemon.cli.launcher:run_foreground", fast=True),
+        "sloth_daemon.cli.daemon:daemon_run", fast=True),
     Command(
         "daemon start", "Start the daemon in the background if it is not running.",
-        "sloth_daemon.cli.admin:daemon_start", _json('Print {"pid", "state"} as JSON.')),
+        "sloth_daemon.cli.daemon:daemon_start", _json('Print {"pid", "state"} as JSON.')),
     Command(
         "daemon stop", "Stop the daemon: running jobs are interrupted and requeued, not failed (with --keep-jobs "
-        "they carry on, and the next daemon takes them over).", "sloth_daemon.cli.admin:daemon_stop",
+        "they carry on, and the next daemon takes them over).", "sloth_daemon.cli.daemon:daemon_stop",
         Option("keep_jobs", "--keep-jobs", FLAG, False, "Leave running jobs running for the next daemon."),
         Option("timeout", "--timeout", VALUE, "60s", "How long to wait for running jobs to be interrupted.")),
     Command(
         "daemon restart", "Restart the daemon without touching running jobs (after an upgrade, say): they keep "
-        "running, and the new daemon takes them over.", "sloth_daemon.cli.admin:daemon_restart",
+        "running, and the new daemon takes them over.", "sloth_daemon.cli.daemon:daemon_restart",
         Option("timeout", "--timeout", VALUE, "60s", "How long to wait for the old daemon to exit.")),
     Command(
         "daemon reload", "Re-read config.toml now (as SIGHUP does): no restart, running jobs untouched.",
-        "sloth_daemon.cli.admin:daemon_reload", _json('Print {"changed", "notes", "file"} as JSON.')),
+        "sloth_daemon.cli.daemon:daemon_reload", _json('Print {"changed", "notes", "file"} as JSON.')),
     Command(
         "daemon status", "Show pid, uptime, version, the keeper, paths, jobs by state and the last sleep/resume "
         "seen.",
-        "sloth_daemon.cli.admin:daemon_status", _json("Print the daemon's whole status as JSON.")),
+        "sloth_daemon.cli.daemon:daemon_status", _json("Print the daemon's whole status as JSON.")),
     Command(
         "db migrate", "Bring the queue's schema up to this sloth's (each migration in its own\ntransaction, under a "
         "lock: machines that run it together take turns).", "sloth_daemon.cli.db:db_migrate", _json()),
@@ -447,7 +461,7 @@ COMMANDS: tuple[Command, ...] = (
         "sloth_daemon.cli.service:status", _json(_MACHINE), _PLATFORM),
     Command(
         "doctor", "Check the things that go wrong in practice and say how to fix each.",
-        "sloth_daemon.cli.service:doctor", _json(_MACHINE), _PLATFORM),
+        "sloth_daemon.cli.doctor:doctor", _json(_MACHINE), _PLATFORM),
 )
 # The words that group commands, in the order `sloth --help` lists them (after the commands).
 GROUPS: tuple[Group, ...] = (

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sloth_daemon.cli.app import emit_json, paths
-from sloth_daemon.cli.edge import echo
+from sloth_daemon.cli.connection import paths
+
+from sloth_daemon.cli.output import echo, emit_json
 
 
 def db_migrate(*, as_json: bool) -> None:

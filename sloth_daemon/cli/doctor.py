@@ -20,6 +20,21 @@ from sloth_daemon.paths import advice, not_ours
 from sloth_daemon.paths import Paths, resolve
 from sloth_daemon.text import shell_command
 
+
+def doctor(*, as_json: bool, platform: str | None) -> int:
+    """`sloth doctor` (its help and options: commands.py): exit 1 if a check fails."""
+    import json
+
+    from sloth_daemon.cli.output import echo
+
+    checks = run_checks(plat=platform)
+    failed = any(c.status == "fail" for c in checks)
+    if as_json:
+        echo(json.dumps({"ok": not failed, "checks": [c.as_dict() for c in checks]}, indent=2, sort_keys=True))
+    else:
+        echo(format_checks(checks))
+    return 1 if failed else 0
+
 ENABLED_STATES = {"enabled", "enabled-runtime", "loaded"}
 
 
@@ -75,12 +90,12 @@ def run_checks(p: Paths | None = None, *, plat: str | None = None) -> list[Check
 
 
 def check_keep_awake() -> Check:
-    """What `--keep-awake` runs here (keeper/holds.py), asked as a run would
+    """What `--keep-awake` runs here (keeper/keep_awake.py), asked as a run would
     (logind over the system bus). Where nothing can hold it, a warning:
     `sloth add --keep-awake` is refused here."""
-    from sloth_daemon.keeper import holds
+    from sloth_daemon.keeper import keep_awake
 
-    tool, why = holds.keep_awake_here()
+    tool, why = keep_awake.keep_awake_here()
     if tool is not None:
         return ok("keep-awake", f"{tool} (a lid close still suspends: logind's HandleLidSwitch)")
     if why and "not installed" in why:
@@ -96,9 +111,9 @@ def check_keep_awake() -> Check:
 def check_limits() -> Check:
     """Which mechanism applies each of --mem, --cpus, --nice, --io here
     (informational: one that cannot be applied is refused at `sloth add`)."""
-    from sloth_daemon.keeper import holds
+    from sloth_daemon.keeper import resource_limits
 
-    found = holds.probe()
+    found = resource_limits.probe()
     have = [f"{k}: {found[k]}" for k in ("mem", "cpus", "nice", "io") if found.get(k)]
     missing = [f"{k} ({found.get('why_' + k)})" for k in ("mem", "cpus", "nice", "io") if not found.get(k)]
     return ok("limits", "; ".join(have) + ("; not here (refused at add): " + "; ".join(missing) if missing else ""))

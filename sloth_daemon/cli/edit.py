@@ -1,13 +1,13 @@
 """The queue edits on the command line (issue 22): `sloth edit`, `sloth
 bump`, `sloth hold`, `sloth release`. Each is one request, one transaction
 in the daemon (daemon/edit_ops.py); options are declared in commands.py.
-On the fast path: no Typer, prints with edge.echo, returns the exit code.
+On the fast path: no Typer, prints with output.echo, returns the exit code.
 
 `sloth edit ID` with no change given opens the job's command in
 ``$VISUAL`` / ``$EDITOR`` (else vi) on a temporary file, as `git commit`
 does: lines starting with ``#`` are dropped; an editor that fails, or a
 file left empty or unchanged, changes nothing and says so. What comes back
-is read as a line of `add --stdin` (cli/shellwords.py): plain words run
+is read as a line of `add --stdin` (cli/shell_lines.py): plain words run
 directly, anything else through /bin/sh -c. The edit carries the job as it
 was read (``expect``), so a job claimed (or changed) while the editor was
 open is not edited.
@@ -18,8 +18,8 @@ from __future__ import annotations
 import os
 
 from sloth_daemon import errors
-from sloth_daemon.cli.base import command_after_dashes, emit_json, parse_id
-from sloth_daemon.cli.edge import echo
+from sloth_daemon.cli.output import echo, emit_json
+from sloth_daemon.cli.values import command_after_dashes, parse_id
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ EXPECTED = ("state", "attempts", "updated_at", "command", "shell")
 
 def _call(op: str, **args: Any) -> Any:
     """The request, starting the daemon (as `sloth add` does) if none runs."""
-    from sloth_daemon.cli.add_run import connect_or_start
+    from sloth_daemon.cli.add import connect_or_start
 
     with connect_or_start(False) as c:
         return c.call(op, **args)
@@ -54,8 +54,8 @@ def edit(words: Sequence[str], *, command: Optional[str] = None, delay: Optional
          when: Optional[Sequence[str]] = None, on_lost: Optional[str] = None, needs: Optional[Sequence[str]] = None,
          slots: Optional[int] = None) -> int:
     """`sloth edit ID [options] [-- CMD ARGS...]` (help and options: commands.py;
-    from ``lane`` on, the options of `sloth add` every job takes, add_opts.job_fields)."""
-    from sloth_daemon.cli import add_opts as opts
+    from ``lane`` on, the options of `sloth add` every job takes, add_options.job_fields)."""
+    from sloth_daemon.cli import add_options as opts
 
     settings: dict[str, Any] = dict(
         lane=lane, priority=priority, max_attempts=max_attempts, lease=lease, timeout=timeout, label=label,
@@ -84,7 +84,7 @@ def edit(words: Sequence[str], *, command: Optional[str] = None, delay: Optional
     removed = {k: None for k in ("when", "needs") if _none(settings.get(k))}
     changes.update(opts.job_fields(**{k: None if k in removed else v for k, v in settings.items()}), **removed)
     if cwd is not None:
-        from sloth_daemon.cli.add_run import caller_cwd
+        from sloth_daemon.cli.add import caller_cwd
 
         changes["cwd"] = caller_cwd(cwd)
     if delay is not None or at is not None:
@@ -113,7 +113,7 @@ def edit(words: Sequence[str], *, command: Optional[str] = None, delay: Optional
 
 def _ids(values: Optional[Sequence[str]], option: str) -> list[int]:
     """``--after 3,4`` -> [3, 4]; ``--after none`` -> [] (no prerequisites)."""
-    from sloth_daemon.cli.add_opts import id_list
+    from sloth_daemon.cli.add_options import id_list
 
     if values is not None and [v.strip().lower() for v in values] == ["none"]:
         return []
@@ -128,24 +128,24 @@ def _none(values: Optional[Sequence[str]]) -> bool:
 def _line(text: str, where: str, *, shell: bool = False) -> dict[str, Any]:
     """A command as one shell line (as a line of `add --stdin`; ``shell``:
     through /bin/sh -c whatever it holds, as `add --shell`)."""
-    from sloth_daemon.cli.shellwords import line_job
+    from sloth_daemon.cli.shell_lines import line_job
 
     text = text.strip()
     if not text:
         raise errors.BadRequest(f"{where}: the command is empty")
     job = {"command": ["/bin/sh", "-c", text], "shell": True} if shell else {"shell": False, **line_job(text)}
     if job["shell"]:  # checked with sh -n as a line of `add --stdin` is: a broken one would only fail when run
-        from sloth_daemon.cli.add_run import check_shell
+        from sloth_daemon.cli.add import check_shell
 
         check_shell([job], lambda i: where, "nothing was edited")
     return job
 
 
 def _check_words(jid: int, argv: list[str]) -> None:
-    """Refused as `sloth add -- CMD ARGS` refuses them (add_run.check_shell):
+    """Refused as `sloth add -- CMD ARGS` refuses them (add.check_shell):
     a program word that is a shell line, a `sh -c` script its shell cannot
     read. A relative path is looked for in the job's own folder."""
-    from sloth_daemon.cli.add_run import check_shell
+    from sloth_daemon.cli.add import check_shell
 
     relative = "/" in argv[0] and not argv[0].startswith("/")
     cwd = _call("show", id=jid)["job"]["cwd"] if relative else None

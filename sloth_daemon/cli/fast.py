@@ -43,13 +43,13 @@ def handle(argv: list[str]) -> Optional[int]:
         from sloth_daemon.cli.fast_complete import complete
 
         return complete()
-    if not argv and streams_ok():  # plain `sloth`: the day at a glance (full.main does the same)
-        from sloth_daemon.cli.look import glance
+    if not argv and streams_ok():  # plain `sloth`: the day at a glance (typer_app.main does the same)
+        from sloth_daemon.cli.status import glance
 
         return at_edge(glance)
     cmd = find(argv)
     if cmd is not None and argv[len(cmd.path):] in (["-h"], ["--help"]) and streams_ok():
-        from sloth_daemon.cli.edge import echo  # `sloth CMD --help` of any command: its page (fast_help.py)
+        from sloth_daemon.cli.output import echo  # `sloth CMD --help` of any command: its page (fast_help.py)
         from sloth_daemon.cli.fast_help import page
 
         echo(page(cmd))
@@ -97,8 +97,8 @@ def streams_ok() -> bool:
 
 
 def at_edge(fn: Callable[[], Optional[int]]) -> int:
-    """Run ``fn`` at the CLI's error edge (as app.handles_errors does)."""
-    from sloth_daemon.cli.edge import caught
+    """Run ``fn`` at the CLI's error edge (as typer_app.handles_errors does)."""
+    from sloth_daemon.cli.output import caught
 
     try:
         return fn() or 0

@@ -1,5 +1,5 @@
 """A TAB of shell completion without the Typer app: job ids, lanes and
-states, the words that ask the daemon (complete.py). Loading Typer and
+states, the words that ask the daemon (completers.py). Loading Typer and
 every command to complete one word took ~150 ms a TAB.
 
 Typer's completion (click's shell_completion) finds what the word being
@@ -134,9 +134,9 @@ def _argument(cmd: Command, table: Table, rest: list[str]) -> Optional[str]:
 def _items(completer: str, incomplete: str) -> list[Item]:
     """What the completer offers that starts with ``incomplete`` (Typer keeps
     only those), each with its help or None."""
-    from sloth_daemon.cli import complete
+    from sloth_daemon.cli import completers
 
-    fn: Callable[[str], list] = getattr(complete, completer)
+    fn: Callable[[str], list] = getattr(completers, completer)
     out: list[Item] = []
     for c in fn(incomplete):
         value, help_ = c if isinstance(c, tuple) else (c, None)

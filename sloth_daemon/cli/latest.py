@@ -19,13 +19,13 @@ def latest_job_id(*, ran: bool = False) -> int:
     """The id of the newest job queued from this machine (``ran``: the
     newest that has started), asked of the daemon, or read from the queue
     when no daemon runs. Raises NoJobs when there is none."""
-    from sloth_daemon.cli.base import call_or_read
+    from sloth_daemon.cli.connection import call_or_read
 
     args = {"ran": True} if ran else {}
     try:
         jid = call_or_read("latest", **args).get("id")
     except errors.ProtocolError:  # a daemon from before `latest` (not restarted since): the file says
-        from sloth_daemon.cli.base import paths
+        from sloth_daemon.cli.connection import paths
         from sloth_daemon.cli.offline import answer
 
         jid = answer(paths(), "latest", **args).get("id")

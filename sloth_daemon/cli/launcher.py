@@ -1,5 +1,6 @@
-"""Start the daemon: in the background (for `sloth add` and `sloth daemon start`), or in the
-foreground (`sloth daemon run`)."""
+"""Start the daemon in the background (for `sloth add`, any command that
+needs a daemon, and `sloth daemon start`); `sloth daemon run`, in the
+foreground, is daemon.py's."""
 
 from __future__ import annotations
 
@@ -12,15 +13,6 @@ from sloth_daemon.cli.client import Client
 from sloth_daemon.errors import DaemonNotAnswering, SlothError
 from sloth_daemon.paths import Paths, check_socket_path, ensure_dir, open_append
 from sloth_daemon.safefile import open_file
-
-
-def run_foreground() -> int:
-    """`sloth daemon run` (what the login service runs): the daemon in this
-    process, its exit code. Declared fast (commands.py): no Typer and its
-    ~5 MiB resident for as long as the daemon runs."""
-    from sloth_daemon.daemon.main import main
-
-    return main()
 
 
 def start_background(paths: Paths, *, timeout_s: float = 10.0) -> int:

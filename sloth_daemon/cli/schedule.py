@@ -13,8 +13,9 @@ schedule, cronsim stays there)."""
 from __future__ import annotations
 
 from sloth_daemon import errors
-from sloth_daemon.cli.base import call, call_or_read, command_after_dashes, duration, emit_json
-from sloth_daemon.cli.edge import echo
+from sloth_daemon.cli.connection import call, call_or_read
+from sloth_daemon.cli.output import echo, emit_json
+from sloth_daemon.cli.values import command_after_dashes, duration
 from sloth_daemon.text import shell_command, showable
 
 TYPE_CHECKING = False
@@ -34,7 +35,7 @@ def add(words: Sequence[str], *, every: Text = None, cron: Text = None, tz: Text
     """`sloth schedule add NAME (--every D | --cron EXPR) [options] -- CMD ARGS...`."""
     options = dict(locals())
     name, command = _split(words, need_command=True)
-    from sloth_daemon.cli.add_run import connect_or_start
+    from sloth_daemon.cli.add import connect_or_start
 
     recipe = {**_when(options), "job": _checked(_job(command, options), "the schedule was not added")}
     with connect_or_start(no_start) as c:
@@ -135,8 +136,8 @@ def _when(o: dict[str, Any]) -> dict[str, Any]:
 
 def _job(command: list[str], o: dict[str, Any], *, edit: bool = False) -> dict[str, Any]:
     """The job each occurrence is: `sloth add`'s fields (those given)."""
-    from sloth_daemon.cli import add_opts as opts
-    from sloth_daemon.cli.add_run import common_fields
+    from sloth_daemon.cli import add_options as opts
+    from sloth_daemon.cli.add import common_fields
 
     job: dict[str, Any] = {}
     if command:
@@ -157,7 +158,7 @@ def _job(command: list[str], o: dict[str, Any], *, edit: bool = False) -> dict[s
 def _checked(job: dict[str, Any], nothing: str) -> dict[str, Any]:
     """``job``, once its shell line parses (`sh -n`, as `sloth add --shell` checks): every
     occurrence would fail on it, and be retried."""
-    from sloth_daemon.cli.add_run import check_shell
+    from sloth_daemon.cli.add import check_shell
 
     check_shell([job], lambda i: "", nothing)
     return job

@@ -1,8 +1,9 @@
-"""``sloth service install|uninstall|status`` and ``sloth doctor``.
+"""``sloth service install|uninstall|status``: the login service that
+runs the daemon.
 
 Imported only when one of these commands runs (their options are declared
-in commands.py); the logic lives in the service package and doctor.py,
-imported inside the commands.
+in commands.py); the logic lives in the service package, imported inside
+the commands.
 """
 
 from __future__ import annotations
@@ -10,9 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-import typer
 
-from sloth_daemon.cli.edge import echo
+from sloth_daemon.cli.output import echo
 
 
 def _emit_json(data: Any) -> None:
@@ -75,20 +75,6 @@ def status(*, as_json: bool, platform: Optional[str]) -> None:
         return
     for key, value in _status_lines(d):
         echo(f"{key + ':':<11}{value}")
-
-
-def doctor(*, as_json: bool, platform: Optional[str]) -> None:
-    """`sloth doctor` (its help and options: commands.py)."""
-    from sloth_daemon.cli import doctor as doc
-
-    checks = doc.run_checks(plat=platform)
-    failed = any(c.status == "fail" for c in checks)
-    if as_json:
-        _emit_json({"ok": not failed, "checks": [c.as_dict() for c in checks]})
-    else:
-        echo(doc.format_checks(checks))
-    if failed:
-        raise typer.Exit(1)
 
 
 def _print_unit(plat: str, as_json: bool) -> None:

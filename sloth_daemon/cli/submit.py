@@ -41,15 +41,25 @@ if TYPE_CHECKING:  # typing and contextlib are not imported at run time: `sloth 
     Connect = Callable[[], AbstractContextManager[_Client]]
 
 NOTHING = "nothing was queued"
-# Job spec fields, as a user of `sloth add` typed them.
-OPTION_NAMES = {
-    "command": "the command", "lane": "--lane", "priority": "--priority", "max_attempts": "--max-attempts",
-    "lease_s": "--lease", "timeout_s": "--timeout", "not_before": "--delay/--at", "key": "--key",
-    "label": "--label", "cwd": "--cwd (or the current folder)", "env": "the environment", "shell": "--shell",
-    "place": "--on", "after": "--after", "after_any": "--after-any",
-    "mem": "--mem", "cpus": "--cpus", "nice": "--nice", "io": "--io", "keep_awake": "--keep-awake",
-    "when": "--when", "on_lost": "--on-lost", "needs": "--needs", "slots": "--slots",
-}
+# The job fields `sloth add` fills without an option of their own (--cwd
+# only changes the folder, which is always sent).
+NOT_OPTIONS = {"command": "the command", "env": "the environment", "cwd": "--cwd (or the current folder)"}
+
+
+def option_names() -> dict[str, str]:
+    """Job spec fields as a user of `sloth add` typed them: each field the
+    options declared on `add` set (commands.py, ``Option.field``), by their
+    long names ("--delay/--at"), and the fields no option sets alone."""
+    from sloth_daemon.cli.commands import COMMANDS
+
+    add = next(c for c in COMMANDS if c.path == ("add",))
+    by_field: dict[str, list[str]] = {}
+    for o in add.options:
+        if o.field is not None:
+            by_field.setdefault(o.field, []).append(o.names[0])
+    return {**{f: "/".join(names) for f, names in by_field.items()}, **NOT_OPTIONS}
+
+
 # Refusals of a commit that prove its transaction never happened (or was rolled back);
 # a refused peer (PermissionDenied) is turned away before the daemon reads a byte.
 _CERTAIN = (BadRequest, ProtocolError, IllegalTransition, StorageError, PermissionDenied)
@@ -90,7 +100,7 @@ def _check_one(spec: dict[str, Any], cache: EnvCache, where: str) -> None:
         else:
             fields(spec, DEFAULT_MAX_ATTEMPTS, DEFAULT_LEASE_S, cache)
     except FieldError as e:
-        text = f"{OPTION_NAMES.get(e.field, e.field)} {e.problem}"
+        text = f"{option_names().get(e.field, e.field)} {e.problem}"
         raise BadRequest(f"{where + ': ' if where else ''}{text}; {NOTHING}", e.hint or None) from None
     except BadRequest as e:
         raise with_note(e, NOTHING) from None

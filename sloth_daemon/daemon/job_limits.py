@@ -1,7 +1,7 @@
 """A job's limits (--mem, --cpus, --nice, --io) and --keep-awake, with its
 lane's ``[lanes.NAME]`` settings under its own: what it asks the keeper to
-apply to its run (keeper/holds.py does), checked when it is added against
-what this machine can apply. Each limit's mechanism is found (keeper/holds.py
+apply to its run (keeper/keep_awake.py and keeper/resource_limits.py do), checked when it is added against
+what this machine can apply. Each limit's mechanism is found (keeper/resource_limits.py
 probe) and recorded with the job (``via``: `sloth show` says it); a limit or
 keep-awake that cannot be had here is refused, never ignored (issue 24).
 
@@ -26,12 +26,12 @@ _awake: list[Any] = [-1e18, None]  # when keep_awake_here was last asked, and it
 
 
 def keep_awake_here(now: float | None = None) -> tuple[str | None, str | None]:
-    """holds.keep_awake_here, asked at most every AWAKE_PROBE_TTL_S."""
+    """keep_awake.keep_awake_here, asked at most every AWAKE_PROBE_TTL_S."""
     now = time.monotonic() if now is None else now
     if now - _awake[0] >= AWAKE_PROBE_TTL_S:
-        from sloth_daemon.keeper import holds  # here: psutil only once a job asks (docs/idle.md)
+        from sloth_daemon.keeper import keep_awake  # here: psutil only once a job asks (docs/idle.md)
 
-        _awake[:] = [now, holds.keep_awake_here()]
+        _awake[:] = [now, keep_awake.keep_awake_here()]
     return _awake[1]
 
 
@@ -57,7 +57,7 @@ def check_keep_awake(own: bool, lane: str, settings: Settings) -> None:
 
 def applied_here(spec: JobSpec, settings: Settings, probe: Probe | None = None) -> JobSpec:
     """``spec`` with its lane's settings under its own and each limit's
-    mechanism (``probe``: keeper/holds.py's, loaded only for a job with
+    mechanism (``probe``: keeper/resource_limits.py's, loaded only for a job with
     limits, docs/idle.md); raises FieldError for a limit nothing here can apply."""
     lane = settings.lane_holds.get(spec.lane, {})
     own = json.loads(spec.limits_json) if spec.limits_json else {}
@@ -66,9 +66,9 @@ def applied_here(spec: JobSpec, settings: Settings, probe: Probe | None = None) 
     if not limits:
         return spec if keep == spec.keep_awake else spec._replace(keep_awake=keep)
     if probe is None:
-        from sloth_daemon.keeper import holds
+        from sloth_daemon.keeper import resource_limits
 
-        probe = holds.probe
+        probe = resource_limits.probe
     found = probe()
     via = {}
     for name in ("mem", "cpus", "nice", "io"):

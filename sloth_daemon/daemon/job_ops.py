@@ -1,4 +1,4 @@
-"""The socket ops that change jobs (cli/act.py and cli/pausing.py on the
+"""The socket ops that change jobs (cli/cancel.py, retry.py, prune.py and pause.py on the
 client): ``cancel``, ``retry``, ``restart``, ``kill``, ``prune``,
 ``pause_jobs`` and ``resume_jobs``. Handlers (handlers.py) adds them to its
 op table.

@@ -3,7 +3,7 @@
 One connection, used from the daemon's event loop. What the worker fires
 and forgets (spawn, trust, kill, ack) returns at once, never blocks the
 loop and never raises: the request goes to the transport's buffer and its
-answer, or the run's later events, reach the run's ``RunSink``. A dead
+answer, or the run's later events, reach its ``KeptRunListener``. A dead
 connection (or a keeper that stopped reading) marks the client lost and
 calls ``on_lost`` once; the worker then connects again and resyncs from
 the new ``held`` (the runs the keeper lists in its hello).
@@ -28,7 +28,7 @@ from sloth_daemon.keeper.wire import ENV_REFS_KEPT, MAX_FRAME, VERSION, Cork, bo
 from sloth_daemon.paths import Paths, ensure_dir
 from sloth_daemon.daemon.keeper_hello import KeeperVersionMismatch, hello_answer
 
-__all__ = ["KeeperClient", "KeeperError", "KeeperVersionMismatch", "RunSink", "boot_now", "read_journal"]
+__all__ = ["KeeperClient", "KeeperError", "KeeperVersionMismatch", "KeptRunListener", "boot_now", "read_journal"]
 
 log = logging.getLogger("sloth.keeper_client")
 
@@ -55,7 +55,7 @@ class KeeperError(SlothError):
     hint = "See the keeper's log (keeper.log in sloth's log folder)."
 
 
-class RunSink(Protocol):
+class KeptRunListener(Protocol):
     """One per run, supplied by the worker. Called on the event loop."""
 
     def started(self, pid: int, identity: dict[str, Any]) -> None: ...
@@ -83,7 +83,7 @@ class KeeperClient:
         self._closing = False
         self._ids = itertools.count(2)  # 1 was the hello
         self._pending: dict[int, Reply] = {}
-        self._sinks: dict[str, RunSink] = {}
+        self._sinks: dict[str, KeptRunListener] = {}
         self._early: dict[str, list[dict[str, Any]]] = {r["key"]: [] for r in self.held}
         self._env_refs: collections.OrderedDict[int, tuple[str, dict[str, str]]] = collections.OrderedDict()
         self._refs_sent: set[str] = set()
@@ -133,7 +133,7 @@ class KeeperClient:
         return not (self._sinks or self._early or self._pending or self.lost)
 
     # ------------------------------------------------------- fire and forget
-    def spawn(self, req: dict[str, Any], sink: RunSink) -> None:
+    def spawn(self, req: dict[str, Any], sink: KeptRunListener) -> None:
         """Ask for a run (keeper-spec's spawn args, the environment as
         ``env`` plus ``env_extra``); ``sink`` hears how it went. An ``env``
         object this connection sent before goes as its ref only."""
@@ -197,7 +197,7 @@ class KeeperClient:
             self._refs_sent.discard(self._env_refs.popitem(last=False)[1][0])
         return ref
 
-    def attach(self, key: str, sink: RunSink) -> None:
+    def attach(self, key: str, sink: KeptRunListener) -> None:
         """Route the events of a run adopted from ``held`` to ``sink``
         (those that came before are delivered now)."""
         self._sinks[key] = sink
@@ -350,7 +350,7 @@ class KeeperClient:
         else:
             log.warning("keeper event %s for a run we do not know: %s", ev.get("kind"), key)
 
-    def _deliver(self, sink: RunSink, ev: dict[str, Any]) -> None:
+    def _deliver(self, sink: KeptRunListener, ev: dict[str, Any]) -> None:
         if ev.get("kind") == "exited":
             if self._sinks.get(ev["key"]) is sink:
                 del self._sinks[ev["key"]]  # its last event

@@ -1,5 +1,5 @@
-"""The socket ops on lanes (cli/lanes.py, and `sloth pause|resume [LANE]`
-of cli/act.py, on the client): ``pause``, ``resume``, ``lanes``,
+"""The socket ops on lanes (cli/lane.py, and `sloth pause|resume [LANE]`
+of cli/pause.py, on the client): ``pause``, ``resume``, ``lanes``,
 ``lane_set`` and ``lane_rm``. Handlers (handlers.py) adds them to its op
 table.
 

@@ -10,8 +10,8 @@ keeper/wire.py; keeper_client.py is the daemon's side of it.
 
 This module is its start (``python -m sloth_daemon.keeper``, keeper/__main__.py): arguments,
 the lock, the socket, detaching. The rest: keeper/server.py (connections,
-ops, when to exit), keeper/runs.py (the run table: exits, timeouts, trust,
-orphans) and the held runs it owns, keeper/held.py (spawn ``after``),
+ops, when to exit), keeper/kept_runs.py (the run table: exits, timeouts, trust,
+orphans) and the pending runs it owns, keeper/pending.py (spawn ``after``),
 keeper/tap.py (following a run's output), and below those run.py (what is
 held of one run), runner.py (one job's process), joblog.py (its log),
 childwatch.py (SIGCHLD, subreaper).

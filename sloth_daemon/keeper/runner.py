@@ -58,7 +58,7 @@ class JobProcess:
         preexec: Callable[[], None] | None = None,
     ) -> None:
         self.argv, self.cwd, self.env, self.log = argv, cwd, env, log
-        self.preexec = preexec  # its limits, set in the child before exec (keeper/holds.py)
+        self.preexec = preexec  # its limits, set in the child before exec (keeper/resource_limits.py)
         self.on_output, self.on_exit = on_output, on_exit
         self.claim_orphan = claim_orphan
         self.proc: subprocess.Popen[bytes] | None = None

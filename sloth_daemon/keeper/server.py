@@ -2,7 +2,7 @@
 the daemon's never waited on), the ops of its wire protocol (keeper/wire.py),
 and when it exits: idle, told bye, or SIGTERM.
 
-What happens to the runs themselves is the run table's (keeper/runs.py);
+What happens to the runs themselves is the run table's (keeper/kept_runs.py);
 following a run's output is keeper/tap.py's.
 """
 
@@ -22,7 +22,7 @@ from sloth_daemon import __version__
 from sloth_daemon.keeper import lockholder, peercred, timerfd
 from sloth_daemon.keeper.stamps import start_stamp
 from sloth_daemon.keeper.childwatch import become_subreaper, on_sigchld, reap_orphans
-from sloth_daemon.keeper.runs import RunTable
+from sloth_daemon.keeper.kept_runs import KeptRuns
 from sloth_daemon.keeper.tap import follow
 from sloth_daemon.keeper.wire import (
     DAEMON_OPS, FEATURES, MAX_FRAME, VERSION, Cork, Refused, encode, error, number, ok, parse, text,
@@ -67,7 +67,7 @@ class Keeper:
     of followers; the runs are in ``table``."""
 
     def __init__(self, journal: Path, *, check_s: float, idle_exit_s: float, daemon_lock: Path | None = None) -> None:
-        self.table = RunTable(journal, check_s=check_s, event=self.event, changed=self.idle_check)
+        self.table = KeptRuns(journal, check_s=check_s, event=self.event, changed=self.idle_check)
         self.idle_exit_s = idle_exit_s
         self.daemon_lock = daemon_lock  # only the process holding it is the daemon (lockholder.py)
         self.daemon: Conn | None = None

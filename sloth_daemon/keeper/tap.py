@@ -12,7 +12,7 @@ import asyncio
 import collections
 from typing import Any
 
-from sloth_daemon.keeper.run import Run
+from sloth_daemon.keeper.kept_run import KeptRun
 from sloth_daemon.keeper.wire import VERSION, encode
 
 LOG_CHUNK = 256 * 1024  # bytes of log per tap event
@@ -53,7 +53,7 @@ class TapFeed:
         return item
 
 
-async def follow(writer: asyncio.StreamWriter, req_id: Any, run: Run) -> bool:
+async def follow(writer: asyncio.StreamWriter, req_id: Any, run: KeptRun) -> bool:
     """Stream ``run``'s log to a follower: what it holds so far, then live
     output, then the end. Waits on this follower's writes only, never the
     keeper's. False if the follower went away."""

@@ -204,7 +204,7 @@ def whole(a: dict[str, Any], name: str, low: int = 0) -> int:
 # What this keeper understands beyond protocol 1 (told in hello): env_ref,
 # after (a spawn held until another run ends; unspawn; started events), and
 # pause (the pause and resume ops; runs listed with paused, paused_at), and
-# holds (spawn's keep_awake and limits, keeper/holds.py; "note" events: what
+# holds (spawn's keep_awake and limits, keeper/keep_awake.py, keeper/resource_limits.py; "note" events: what
 # the history should say of a run while it runs, e.g. keep-awake unavailable).
 FEATURES = ("env_ref", "after", "pause", "holds")
 ENV_REFS_KEPT = 256  # environments remembered by ref; the daemon's client names at most half as many

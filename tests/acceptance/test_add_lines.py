@@ -43,10 +43,10 @@ def test_a_continuation_that_opens_a_quote_is_named_by_its_first_line(harness, h
 REPORT = """
 import atexit, os, sys
 atexit.register(lambda: open(os.environ["REPORT"], "w").write(
-    "typer" if "sloth_daemon.cli.full" in sys.modules else "fast"))
+    "typer" if "sloth_daemon.cli.typer_app" in sys.modules else "fast"))
 """
 FAST = REPORT + "from sloth_daemon.cli import main; main()"  # the fast path takes `add -- CMD`
-TYPER = REPORT + "from sloth_daemon.cli.full import main; main()"
+TYPER = REPORT + "from sloth_daemon.cli.typer_app import main; main()"
 
 
 def both_readers(h, home, *args: str) -> tuple[int, str]:

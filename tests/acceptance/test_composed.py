@@ -51,7 +51,7 @@ def test_status_and_wait_say_a_paused_job_is_paused(harness):
     live line said "running for 3s" while its tree was stopped."""
     import io
 
-    from sloth_daemon.cli.waiting import _View
+    from sloth_daemon.cli.wait import _View
 
     h = harness
     h.start()

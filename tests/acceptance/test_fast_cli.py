@@ -28,11 +28,11 @@ REPO = Path(__file__).resolve().parents[2]
 FAST = """
 import atexit, os, sys
 atexit.register(lambda: open(os.environ["FAST_CLI_REPORT"], "w").write(
-    "typer" if "sloth_daemon.cli.full" in sys.modules else "fast"))
+    "typer" if "sloth_daemon.cli.typer_app" in sys.modules else "fast"))
 from sloth_daemon.cli import main
 main()
 """
-TYPER = "from sloth_daemon.cli.full import main; main()"
+TYPER = "from sloth_daemon.cli.typer_app import main; main()"
 
 F, T = "fast", "typer"  # which path is to run a line in A
 # (argv, stdin, the path A takes). Lines run in order; the queue they build is compared as it grows.
@@ -232,8 +232,8 @@ def test_the_fast_path_and_typer_queue_print_and_exit_the_same(pair):
 # and the daemon's own modules (~70-100 ms), and the stdlib modules that
 # cost more than the interpreter's start (typing, re and json ~2/3 of it).
 HEAVY = {
-    "typer", "click", "rich", "psutil", "sqlite3", "asyncio", "subprocess", "platformdirs", "sloth_daemon.cli.full",
-    "sloth_daemon.cli.app", "sloth_daemon.paths", "sloth_daemon.spec", "sloth_daemon.models", "sloth_daemon.config",
+    "typer", "click", "rich", "psutil", "sqlite3", "asyncio", "subprocess", "platformdirs", "sloth_daemon.cli.typer_app",
+    "sloth_daemon.paths", "sloth_daemon.spec", "sloth_daemon.models", "sloth_daemon.config",
     "sloth_daemon.queue", "psycopg",
 }
 LIGHT_TOO = {"typing", "dataclasses", "inspect", "re", "json", "pathlib", "socket", "selectors", "shlex", "secrets"}
@@ -365,7 +365,7 @@ def tab_env(shell: str, line: str, action: str = "get-args") -> dict[str, str | 
 def test_a_tab_completes_as_typer_completes(harness, monkeypatch, capsys):
     """Each line completed by the fast path and by the Typer app, in this
     process, against a real daemon: the same words, the same exit code."""
-    from sloth_daemon.cli import fast_complete, full
+    from sloth_daemon.cli import fast_complete, typer_app
 
     harness.start()
     harness.call("pause")
@@ -382,7 +382,7 @@ def test_a_tab_completes_as_typer_completes(harness, monkeypatch, capsys):
         out = capsys.readouterr().out
         assert (ours is not None) == fast, (shell, line)
         with pytest.raises(SystemExit) as e:
-            full.main()
+            typer_app.main()
         want = capsys.readouterr().out
         if fast:
             assert (ours, out) == (e.value.code or 0, want), (shell, line)

@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sloth_daemon.keeper import holds
+from sloth_daemon.keeper import resource_limits
 from tests.support.harness import TEST_CONFIG, Harness, alive
 from tests.support.inhibit import with_fake_inhibit
 
@@ -195,13 +195,13 @@ def test_nice_and_io_class_are_applied_and_show_says_how(harness):
     assert int(fields[16]) == 10  # nice: field 19 of /proc/PID/stat
     assert subprocess.run(["ionice", "-p", str(pid)], capture_output=True, text=True).stdout.strip() == "idle"
     shown = h.cli("show", str(job), check=True).stdout
-    assert f"limits    mem 1G via {holds.probe()['mem']}; nice 10 via setpriority; io idle via ioprio_set" in shown
+    assert f"limits    mem 1G via {resource_limits.probe()['mem']}; nice 10 via setpriority; io idle via ioprio_set" in shown
     h.cli("kill", str(job), check=True)
 
 
 def test_a_limit_that_cannot_be_applied_here_is_refused_at_add(harness):
     h = harness
-    if holds.probe()["cpus"] is not None:
+    if resource_limits.probe()["cpus"] is not None:
         pytest.skip("this machine has a delegated cgroup v2: --cpus applies")
     h.start()
     p = h.cli("add", "--cpus", "1.5", "--", "true")

@@ -182,7 +182,7 @@ def test_four_concurrent_sloth_add_stdin(harness, home):
     assert [p.returncode for p in procs] == [0] * 4, outs
     ids = [i for out, _ in outs for i in json.loads(out)["ids"]]
     assert len(set(ids)) == 4 * n
-    # plain lines run directly (shellwords.py): the argv is the line's words
+    # plain lines run directly (shell_lines.py): the argv is the line's words
     lines = Counter(" ".join(j["command"]) for j in harness.call("list", limit=100_000)["jobs"])
     assert lines == Counter(f"echo {nm}-{i}" for nm in "wxyz" for i in range(n))
 

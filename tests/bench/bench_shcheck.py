@@ -8,7 +8,7 @@ import statistics
 import time
 from typing import Callable
 
-from sloth_daemon.cli.shcheck import first_error
+from sloth_daemon.cli.shell_check import first_error
 
 ONE = ["echo a | tr a b"]
 LINES = [f'echo "line {i}" | tr a-z A-Z' for i in range(1000)]

@@ -39,7 +39,7 @@ EXCEPTIONS = {
     # backends whether psycopg is there for a URL.
     ("config", "backends"),
     # `sloth daemon run` runs the daemon in the client's process.
-    ("cli.launcher", "daemon.main"),
+    ("cli.daemon", "daemon.main"),
     # The launcher checks that the pid a lock names is still the daemon that
     # wrote it: process identity is the keeper's.
     ("cli.launcher", "keeper.procident"),
@@ -49,7 +49,8 @@ EXCEPTIONS = {
     ("cli.offline", "daemon.schedules.ops"),
     # `sloth doctor` says what applies keep-awake and limits on this machine:
     # the keeper's to know (it applies them).
-    ("cli.doctor", "keeper.holds"),
+    ("cli.doctor", "keeper.keep_awake"),
+    ("cli.doctor", "keeper.resource_limits"),
 }
 # The core (the top modules and the queue library) knows nothing of
 # transport, processes or the CLI.

@@ -317,10 +317,10 @@ def test_against_the_real_daemon(box):
 
 def test_doctor_says_what_applies_keep_awake_and_limits_here(box):
     """issue 24: which mechanism applies each limit, and what --keep-awake runs (or why it cannot)."""
-    from sloth_daemon.keeper import holds
+    from sloth_daemon.keeper import resource_limits
 
     code, checks = box.doctor()
-    found = holds.probe()
+    found = resource_limits.probe()
     assert f"mem: {found['mem']}" in checks["limits"]["detail"] and "nice: setpriority" in checks["limits"]["detail"]
     if found["cpus"] is None:
         assert "not here (refused at add): cpus" in checks["limits"]["detail"]

@@ -657,7 +657,7 @@ def test_sigterm_ends_every_run_and_journals_it(rig):
 
 # ---------------------------------------------------------------- the client
 class Sink:
-    """A RunSink that records its calls; ``ended`` is set by exited/spawn_failed."""
+    """A KeptRunListener that records its calls; ``ended`` is set by exited/spawn_failed."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []

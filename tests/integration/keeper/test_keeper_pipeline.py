@@ -1,5 +1,5 @@
 """Runs held behind another in a real keeper (spawn ``after``, unspawn):
-the keeper side of pipelining (keeper/held.py), over its real socket, with
+the keeper side of pipelining (keeper/pending.py), over its real socket, with
 real jobs. Waits are bounded polls, never timed assertions; the ``rig``
 fixture reaps the keeper and every job, also on failure."""
 

@@ -67,7 +67,7 @@ def test_an_unspawn_racing_the_end_it_waits_for_is_answered_after_what_the_keepe
 
 
 class Heard:
-    """A RunSink that notes what it is told."""
+    """A KeptRunListener that notes what it is told."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []

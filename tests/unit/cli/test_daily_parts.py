@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sloth_daemon import config
-from sloth_daemon.cli import add_opts
+from sloth_daemon.cli import add_options
 from sloth_daemon.cli.offline import answer
 from sloth_daemon.clock import ManualClock
 from sloth_daemon.errors import BadRequest, ConfigError, JobNotFound, LaneNotFound
@@ -30,7 +30,7 @@ from sloth_daemon.queue import Queue
     (["add", "--", "w"], ["w"], None, (["w"], None)),
 ])
 def test_stray_words_are_put_back_where_they_belong(argv, command, at, want):
-    assert add_opts.stray_words(command, at, argv) == want
+    assert add_options.stray_words(command, at, argv) == want
 
 
 @pytest.mark.parametrize("argv, command", [
@@ -40,27 +40,27 @@ def test_stray_words_are_put_back_where_they_belong(argv, command, at, want):
 ])
 def test_a_duration_split_in_two_is_an_error_not_a_job(argv, command):
     with pytest.raises(BadRequest, match="a duration is one word") as e:
-        add_opts.stray_words(command, None, argv)
+        add_options.stray_words(command, None, argv)
     assert "put it after --" in e.value.hint
 
 
 def test_ids_exit_codes_and_chains():
-    assert add_opts.id_list(["3,4", "7"], "--after") == [3, 4, 7]
+    assert add_options.id_list(["3,4", "7"], "--after") == [3, 4, 7]
     for bad in (["x"], ["0"], ["-1"]):
         with pytest.raises(BadRequest):
-            add_opts.id_list(bad, "--after")
-    assert add_opts.exit_codes("1, 75", "--retry-exit") == [1, 75] and add_opts.exit_codes("none", "x") == []
+            add_options.id_list(bad, "--after")
+    assert add_options.exit_codes("1, 75", "--retry-exit") == [1, 75] and add_options.exit_codes("none", "x") == []
     for bad in ("0", "256", "a"):
         with pytest.raises(BadRequest):
-            add_opts.exit_codes(bad, "--retry-exit")
+            add_options.exit_codes(bad, "--retry-exit")
     with pytest.raises(BadRequest):
-        add_opts.retry_fields("1", "2")
-    jobs = add_opts.chain([{"command": ["a"]}, {"command": ["b"]}], "after")
+        add_options.retry_fields("1", "2")
+    jobs = add_options.chain([{"command": ["a"]}, {"command": ["b"]}], "after")
     assert "after_previous" not in jobs[0] and jobs[1]["after_previous"] == "after"
-    linked = add_opts.link_batch([{"command": ["c"], "after_previous": "after_any"}], [5, 9])
+    linked = add_options.link_batch([{"command": ["c"], "after_previous": "after_any"}], [5, 9])
     assert linked == [{"command": ["c"], "after_any": [9]}]
     with pytest.raises(BadRequest):
-        add_opts.chain_mode(True, True)
+        add_options.chain_mode(True, True)
 
 
 # ---------------------------------------------------------------- lanes

@@ -35,7 +35,7 @@ from sloth_daemon.text import showable
 def group():
     import typer.main
 
-    from sloth_daemon.cli.full import build
+    from sloth_daemon.cli.typer_app import build
 
     return typer.main.get_command(build([]))
 

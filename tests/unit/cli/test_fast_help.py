@@ -22,7 +22,7 @@ from sloth_daemon.cli.fast_help import page
 def app():
     import typer.main
 
-    from sloth_daemon.cli.full import build
+    from sloth_daemon.cli.typer_app import build
 
     return typer.main.get_command(build([]))
 
@@ -33,7 +33,7 @@ def typer_page(app, cmd: commands.Command, columns: int, monkeypatch) -> str:
     from typer import _click
 
     monkeypatch.setenv("COLUMNS", str(columns))
-    ctx = _click.Context(app, info_name="sloth", help_option_names=["-h", "--help"])  # as app.py
+    ctx = _click.Context(app, info_name="sloth", help_option_names=["-h", "--help"])  # as typer_app.py
     for word in cmd.path:
         ctx = _click.Context(ctx.command.get_command(ctx, word), info_name=word, parent=ctx)
     return ctx.command.get_help(ctx) + "\n"

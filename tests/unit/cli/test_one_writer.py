@@ -1,4 +1,4 @@
-"""Issue 28, item 13: the CLI's words reach a terminal one way, edge.echo,
+"""Issue 28, item 13: the CLI's words reach a terminal one way, output.echo,
 which escapes whatever drives a terminal (text.for_terminal), so a new
 command gets the rule for free. This test keeps it the one way: a printer
 that writes around it must be listed here with why it may."""
@@ -13,20 +13,20 @@ from sloth_daemon.text import for_terminal
 CLI = Path(__file__).resolve().parents[3] / "sloth_daemon" / "cli"
 PRINTS = re.compile(r"\b(?:print|typer\.echo|click\.echo|secho)\(|\.write\b")
 
-# file: (writes around edge.echo, why)
+# file: (writes around output.echo, why)
 AROUND = {
-    "edge.py": (2, "the writer itself, and a --debug traceback (masked)"),
-    "look.py": (4, "a job's own output, as bytes, as `cat` would: `sloth logs` is the job's, shown as it wrote it"),
-    "waiting.py": (5, "the live line and its erasing: each text through for_terminal (_shown), or sloth's counts"),
-    "watch.py": (1, "ls --watch's screen: its text through for_terminal"),
-    "look_stream.py": (1, "ls --json streamed: JSON escapes every control character (ASCII only)"),
+    "output.py": (2, "the writer itself, and a --debug traceback (masked)"),
+    "logs.py": (4, "a job's own output, as bytes, as `cat` would: `sloth logs` is the job's, shown as it wrote it"),
+    "wait.py": (5, "the live line and its erasing: each text through for_terminal (_shown), or sloth's counts"),
+    "ls.py": (1, "ls --watch's screen: its text through for_terminal"),
+    "ls_stream.py": (1, "ls --json streamed: JSON escapes every control character (ASCII only)"),
     "fast_complete.py": (1, "shell completion's answer to the shell, not to a terminal"),
     "edit.py": (1, "the file the editor opens"),
-    "shcheck.py": (1, "the script sh -n reads, on a pipe"),
+    "shell_check.py": (1, "the script sh -n reads, on a pipe"),
 }
 
 
-def test_every_printer_of_the_cli_goes_through_edge_echo():
+def test_every_printer_of_the_cli_goes_through_output_echo():
     found = {}
     for f in sorted(CLI.glob("*.py")):
         n = sum(1 for line in f.read_text().splitlines()

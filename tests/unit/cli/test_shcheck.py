@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sloth_daemon.cli.shcheck import closed, first_error, message, parse_error
+from sloth_daemon.cli.shell_check import closed, first_error, message, parse_error
 
 GOOD = [
     "echo one", "gzip -k 'a b.log'", 'echo "$HOME" `date` $(id -u) ${USER:-x}', "echo $((1 + 2))",

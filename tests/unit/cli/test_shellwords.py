@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from sloth_daemon.cli.shellwords import is_plain, line_job
+from sloth_daemon.cli.shell_lines import is_plain, line_job
 
 
 @pytest.mark.parametrize("line", [

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 
 from sloth_daemon import errors
-from sloth_daemon.cli.edge import echo
+from sloth_daemon.cli.output import echo
 from sloth_daemon.text import shell_command
 
 TYPE_CHECKING = False
@@ -156,7 +156,7 @@ def job_fields(*, lane: Optional[str] = None, priority: Optional[int] = None, ma
                needs: Optional[Sequence[str]] = None, slots: Optional[int] = None) -> dict[str, Any]:
     """The job fields of the options every job takes (commands._JOB_OPTIONS
     but --cwd and --shell), those given: `sloth add`'s and `sloth edit`'s."""
-    from sloth_daemon.cli.base import duration
+    from sloth_daemon.cli.values import duration
 
     out = {"lane": lane, "priority": priority, "max_attempts": max_attempts, "label": label,
            "lease_s": duration(lease, "--lease"), "timeout_s": duration(timeout, "--timeout"),

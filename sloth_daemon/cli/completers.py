@@ -17,7 +17,7 @@ STATES = ("blocked", "queued", "held", "running", "done", "failed", "cancelled")
 
 def _ask(op: str, **args: Any) -> Any:
     from sloth_daemon import errors
-    from sloth_daemon.cli.base import paths
+    from sloth_daemon.cli.connection import paths
 
     try:
         from sloth_daemon.cli.client import Client

@@ -1,9 +1,9 @@
-"""What the commands share, without Typer: the daemon connection (started
-when a command needs it and none runs, as `sloth add` always did: after a
-crash `cancel`, `wait` or `logs -f` bring it back and say so), reading the
-queue file when no daemon answers, JSON output, ids and durations as
-typed. The Typer commands get these through app.py; the fast path
-(fast.py) uses them directly, so both do the same.
+"""The commands' connection to the daemon, without Typer: its paths, the
+connection (the daemon started when a command needs it and none runs, as
+`sloth add` always did: after a crash `cancel`, `wait` or `logs -f` bring
+it back and say so), and reading the queue file when no daemon answers.
+Both readers of the command line (typer_app.py, fast.py) reach the daemon
+through here, so both do the same.
 
 Imported by every `sloth add`: the standard library and our light modules
 only; anything heavier is imported inside the function that needs it.
@@ -14,11 +14,11 @@ from __future__ import annotations
 import os
 
 from sloth_daemon import errors
-from sloth_daemon.cli.edge import echo
+from sloth_daemon.cli.output import echo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Sequence
+    from typing import Any
 
     from sloth_daemon.cli.client import Client
     from sloth_daemon.paths import Paths
@@ -101,54 +101,3 @@ def tell_offline() -> None:
     if not _TOLD_OFFLINE:
         echo(f"sloth: no daemon is running; reading {where(paths())} (read-only)", err=True)
         _TOLD_OFFLINE = True
-
-
-def emit_json(data: Any) -> None:
-    from sloth_daemon.protocol import dumps_pretty
-
-    echo(dumps_pretty(data))  # json.dumps(data, indent=2, sort_keys=True), without importing json
-
-
-def parse_id(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise errors.BadRequest(f"bad job id {text!r}: ids are whole numbers (see `sloth ls`)") from None
-    if v < 1:
-        raise errors.BadRequest(f"bad job id {text!r}: ids start at 1")
-    return v
-
-
-def comma_list(values: Sequence[str] | None) -> list[str] | None:
-    """A repeatable option's values with commas taken as repeats too:
-    ``--state queued,held --state done`` -> [queued, held, done]."""
-    if not values:
-        return None
-    return [p.strip() for v in values for p in v.split(",") if p.strip()] or None
-
-
-def command_after_dashes(words: list[str], usage: str) -> list[str]:
-    """The words after the first (a job id, a schedule's name) of an edit:
-    a new command, taken only from after ``--`` on the command line
-    (``sys.argv``: both readers of it, fast and Typer, mix loose words into
-    the same list). A stray word before ``--`` (`sloth edit 1 2 --priority
-    5`) is refused, never made the job's command."""
-    import sys
-
-    argv = sys.argv[1:]
-    after = len(argv) - argv.index("--") - 1 if "--" in argv else 0
-    loose = words[1:len(words) - after]
-    if loose:
-        from sloth_daemon.text import shell_command
-
-        raise errors.BadRequest(f"unexpected {shell_command(*loose)!r}: a new command comes after --; "
-                                "nothing was changed", hint=f"e.g. `{usage} -- {shell_command(*loose)}`.")
-    return list(words[1:])
-
-
-def duration(text: str | None, what: str) -> float | None:
-    if text is None:
-        return None
-    from sloth_daemon.durations import parse_duration
-
-    return parse_duration(text, what=what)

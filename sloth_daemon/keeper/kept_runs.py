@@ -5,8 +5,8 @@ suspend), its tree remembered, orphans attributed to it.
 
 The ops (keeper/server.py) change it; it tells the keeper what the daemon
 must hear (``event``) and when what it holds has changed (``changed``).
-Runs held behind another (spawn ``after``) are its collaborator's,
-``held`` (keeper/held.py); a run itself is keeper/run.py's.
+Runs pending behind another (spawn ``after``) are its collaborator's,
+``pending`` (keeper/pending.py); a run itself is keeper/kept_run.py's.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from typing import Any, Callable
 import psutil
 
 from sloth_daemon.checks import format_size
-from sloth_daemon.keeper import holds, procident
+from sloth_daemon.keeper import keep_awake, procident, resource_limits
 from sloth_daemon.keeper.childwatch import Child
-from sloth_daemon.keeper.holds import Inhibitor
+from sloth_daemon.keeper.keep_awake import Inhibitor
 from sloth_daemon.errors import SpawnError
 from sloth_daemon.keeper.joblog import LogWriter
-from sloth_daemon.keeper.held import HeldRuns
-from sloth_daemon.keeper.run import Launch, Run
+from sloth_daemon.keeper.pending import PendingRuns
+from sloth_daemon.keeper.kept_run import Launch, KeptRun
 from sloth_daemon.keeper.wire import (
     EnvCache, Journal, Refused, Trust, clocks_now, number, read_journal, secs, spawn_command, text, trust_verdict,
     whole,
@@ -42,16 +42,16 @@ STALL_S = 0.5
 AWAKE_LOOKS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0)  # after a holder starts: when to look whether it holds
 
 
-class RunTable:
+class KeptRuns:
     """The runs, by key. ``event(kind, key, **fields)`` pushes an event to
     the daemon (if one is attached); ``changed()`` is called after every
     change to what is held (the keeper journals, and decides whether to exit).
-    Runs held behind another are ``held``'s (keeper/held.py): it reads
+    Runs pending behind another are ``pending``'s (keeper/pending.py): it reads
     ``runs``, only the table adds and removes them."""
 
     def __init__(self, journal: Path, *, check_s: float, event: Callable[..., None],
                  changed: Callable[[], None]) -> None:
-        self.runs: dict[str, Run] = {}
+        self.runs: dict[str, KeptRun] = {}
         # root pid -> its process (a job's, or a sleep inhibitor's): reap_orphans leaves them be
         self.roots: dict[int, Child] = {}
         self.forgotten: list[tuple[float, float]] = []  # acked runs' lifetimes, for orphan attribution
@@ -63,27 +63,27 @@ class RunTable:
         self._read_first: asyncio.TimerHandle | None = None  # a stall was seen: fencing waits for input read
         self._reaping_late: float | None = None  # reap_exited's: how late the check that reaps is
         self.envs = EnvCache()  # environments the daemon sent once (wire.EnvCache)
-        self.held = HeldRuns(self.runs, self.journal, self._launch)  # the chains, the refusals (keeper/held.py)
+        self.pending = PendingRuns(self.runs, self.journal, self._launch)  # the chains, the refusals
 
     def adopt_journal(self) -> None:
         """Outcomes a keeper before us journalled and no daemon acknowledged."""
         for w in read_journal_safely(self.journal.path):
-            self.runs.setdefault(w["key"], Run.adopted(w))
+            self.runs.setdefault(w["key"], KeptRun.adopted(w))
 
     # ----------------------------------------------------------- requests
-    def spawn(self, a: dict[str, Any]) -> Run:
-        """Start the run the spawn op's args ``a`` ask for, or hold it behind
+    def spawn(self, a: dict[str, Any]) -> KeptRun:
+        """Start the run the spawn op's args ``a`` ask for, or leave it pending behind
         the running run ``after`` names (state "pending"). Raises Refused
         (bad args, a key already held, spawn_failed); then nothing is held
-        (and the refusal is remembered for a spawn after it: keeper/held.py)."""
+        (and the refusal is remembered for a spawn after it: keeper/pending.py)."""
         key, token = text(a, "key"), text(a, "token")
         if key in self.runs:
             raise Refused("exists", f"a run with key {key!r} is already held")
-        self.held.forget_refused(key)
+        self.pending.forget_refused(key)
         try:
             run = self._hold_or_start(key, token, a)
         except Refused as e:
-            self.held.note_refused(key, e, a)
+            self.pending.note_refused(key, e, a)
             raise
         self.runs[key] = run
         if (trust_until := number(a, "trust_until")) is not None:
@@ -91,14 +91,14 @@ class RunTable:
         self.tick_soon()
         return run
 
-    def _hold_or_start(self, key: str, token: str, a: dict[str, Any]) -> Run:
+    def _hold_or_start(self, key: str, token: str, a: dict[str, Any]) -> KeptRun:
         argv, env, cwd, log_path = spawn_command(a, self.envs)
-        run = Run(key, whole(a, "job_id"), whole(a, "attempt"), token, str(log_path), time.time(),
+        run = KeptRun(key, whole(a, "job_id"), whole(a, "attempt"), token, str(log_path), time.time(),
                   number(a, "kill_grace_s", 10.0), number(a, "term_lead_s", 1.0))  # type: ignore[arg-type]
         env = {**env, procident.TOKEN_ENV: token}  # the token scan finds escapees by it
         launch = Launch(argv, env, cwd, log_path, whole(a, "log_cap"), number(a, "timeout_s"),
-                        *holds_asked(a))
-        if self.held.hold(run, a, launch):
+                        *awake_and_limits(a))
+        if self.pending.wait_behind(run, a, launch):
             return run
         try:
             self._launch(run, launch)
@@ -106,15 +106,15 @@ class RunTable:
             raise Refused("spawn_failed", str(e), retry=e.retry, resource=e.resource) from None
         return run
 
-    def _launch(self, run: Run, ln: Launch) -> None:
+    def _launch(self, run: KeptRun, ln: Launch) -> None:
         """Start ``run``'s process: its log file, its timeout and its life
         (for orphans) begin now. Raises SpawnError (noted in its log)."""
         lw = LogWriter(ln.log_path, ln.log_cap)
         limits = ln.limits or {}
-        argv = holds.scope_argv(limits, ln.argv, run.job_id) if limits.get("mem_via") == "scope" else ln.argv
+        argv = resource_limits.scope_argv(limits, ln.argv, run.job_id) if limits.get("mem_via") == "scope" else ln.argv
         jp = JobProcess(argv, cwd=ln.cwd, env=ln.env, log=lw, on_output=lambda d: self.output(run, d),
                         on_exit=lambda _jp: self.root_exited(run), claim_orphan=self.claimer(run.key),
-                        preexec=holds.preexec(limits) if limits else None)
+                        preexec=resource_limits.preexec(limits) if limits else None)
         try:
             jp.start(asyncio.get_running_loop())
         except SpawnError as e:
@@ -128,16 +128,16 @@ class RunTable:
         if ln.timeout_s:
             self._arm_timeout(run, ln.timeout_s)
         if limits:
-            lw.note("limits: " + holds.describe(limits))
+            lw.note("limits: " + resource_limits.describe(limits))
             if limits.get("mem_via") == "scope":
-                run.cgroup = holds.cgroup_of(jp.pid)
+                run.cgroup = resource_limits.cgroup_of(jp.pid)
         if ln.keep_awake:
             self._keep_awake(run, jp.pid)
 
-    def _keep_awake(self, run: Run, pid: int) -> None:
-        """Hold a sleep inhibitor for the run's life (keeper/holds.py); one
+    def _keep_awake(self, run: KeptRun, pid: int) -> None:
+        """Hold a sleep inhibitor for the run's life (keeper/keep_awake.py); one
         that cannot be held is told to the daemon (its history says so)."""
-        argv = holds.inhibit_argv(run.job_id, pid)
+        argv = keep_awake.inhibit_argv(run.job_id, pid)
         if argv is None:
             self.note(run, "keep-awake", f"keep-awake unavailable: nothing inhibits sleep on {sys.platform}")
             return
@@ -148,7 +148,7 @@ class RunTable:
             log.info("run %s: keep-awake holder pid %d", run.key, inh.pid)
             self._confirm_awake(run, inh, 0)
 
-    def _confirm_awake(self, run: Run, inh: Inhibitor, looks: int) -> None:
+    def _confirm_awake(self, run: KeptRun, inh: Inhibitor, looks: int) -> None:
         """Say in the history when the inhibitor is seen holding (a few looks
         in its first seconds; a run that ends first says so at its end)."""
         if run.inhibitor is not inh or inh.said:
@@ -159,14 +159,14 @@ class RunTable:
         elif looks < len(AWAKE_LOOKS_S):
             asyncio.get_running_loop().call_later(AWAKE_LOOKS_S[looks], self._confirm_awake, run, inh, looks + 1)
 
-    def note(self, run: Run, kind: str, message: str) -> None:
+    def note(self, run: KeptRun, kind: str, message: str) -> None:
         """What the run's history should say now (the daemon records it); its log says it too."""
         log.info("run %s: %s", run.key, message)
         if run.proc is not None:
             run.proc.log.note(message)
         self.event("note", run.key, what=kind, message=message)
 
-    def _release(self, run: Run) -> None:
+    def _release(self, run: KeptRun) -> None:
         inh, run.inhibitor = run.inhibitor, None
         if inh is not None:
             said = inh.verdict()  # before `exited`: the history has one line of it, however short the run
@@ -183,16 +183,16 @@ class RunTable:
         else:  # ended by SIGTERM a moment ago: look again
             asyncio.get_running_loop().call_later(1.0, self._forget_holder, inh)
 
-    def _arm_timeout(self, run: Run, left_s: float) -> None:
+    def _arm_timeout(self, run: KeptRun, left_s: float) -> None:
         assert run.timeout_s is not None
         run.timeout = asyncio.get_running_loop().call_later(
             left_s, self.kill, run, f"timed out after {secs(run.timeout_s)}", run.kill_grace_s, "timeout")
 
     # ------------------------------------------------------------ pausing
-    def pause(self, run: Run) -> dict[str, Any]:
+    def pause(self, run: KeptRun) -> dict[str, Any]:
         """Stop a running run's whole tree until ``resume`` (runner.JobProcess.pause);
         its timeout stops counting meanwhile. Idempotent. Raises Refused for
-        a run held behind another (it has no process yet)."""
+        a run pending behind another (it has no process yet)."""
         if run.state == "pending":
             raise Refused("not_started", f"run {run.key} has not started yet: there is nothing to pause")
         if run.state == "exited" or run.proc is None or run.proc.ending is not None:
@@ -209,7 +209,7 @@ class RunTable:
         log.info("run %s (pid %s): paused, %d process(es) stopped", run.key, run.pid, stopped)
         return {"paused": True, "processes": stopped, "paused_at": run.paused_at}
 
-    def resume(self, run: Run) -> dict[str, Any]:
+    def resume(self, run: KeptRun) -> dict[str, Any]:
         """Continue a paused run; its timeout counts on from where it stopped."""
         if run.state == "exited" or run.proc is None or not run.paused:
             return {"resumed": False, "state": run.state}
@@ -243,27 +243,27 @@ class RunTable:
         run = self.runs.get(key)
         if run is None or run.state != "pending":
             return {"dropped": False, "state": run.state if run is not None else "unknown"}
-        self.held.withdraw(run)
+        self.pending.withdraw(run)
         del self.runs[key]
         self.changed()
         return {"dropped": True}
 
-    def drop_unstarted(self, run: Run, reason: str, by: str) -> None:
+    def drop_unstarted(self, run: KeptRun, reason: str, by: str) -> None:
         """A pending run killed or fenced: it ends unstarted, and the daemon hears so."""
-        self.held.end_unstarted(run, reason, by)
+        self.pending.end_unstarted(run, reason, by)
         self.event("exited", run.key, outcome=run.outcome)
         self.changed()
 
     def listed(self) -> list[dict[str, Any]]:
         """Every run held, as hello lists them."""
-        return [r.wire(self.held.after(r.key)) for r in self.runs.values()]
+        return [r.wire(self.pending.after(r.key)) for r in self.runs.values()]
 
     # ----------------------------------------------------------- run events
-    def output(self, run: Run, data: bytes) -> None:
+    def output(self, run: KeptRun, data: bytes) -> None:
         for feed in list(run.taps):
             feed(data)
 
-    def root_exited(self, run: Run) -> None:
+    def root_exited(self, run: KeptRun) -> None:
         ended_at = time.time()
         self.note_late_end(run)
         self._release(run)  # the moment it ends, however it ends
@@ -282,7 +282,7 @@ class RunTable:
         else:
             self.settle(run, ended_at)
 
-    def settle(self, run: Run, ended_at: float) -> None:
+    def settle(self, run: KeptRun, ended_at: float) -> None:
         jp = run.proc
         assert jp is not None
         over = self._over_limit(run, jp)
@@ -294,8 +294,8 @@ class RunTable:
                        **({"note": "; ".join(filter(None, (run.note, over)))} if run.note or over else {})}
         # First: it is what waits (the daemon hears of both together). Only
         # now, once a failed run's leftovers are ended too (root_exited): a
-        # held run never starts beside them.
-        moved = self.held.start_next(run)
+        # pending run never starts beside them.
+        moved = self.pending.start_next(run)
         run.journaled = self.journal.append({"run": run.wire()})
         self.event("exited", run.key, outcome=run.outcome)
         for nxt in moved:
@@ -307,17 +307,17 @@ class RunTable:
             feed(None)
         self.changed()
 
-    def _over_limit(self, run: Run, jp: JobProcess) -> str | None:
-        """"exceeded --mem 2G" if the run ended by its memory limit (holds.exceeded_memory)."""
+    def _over_limit(self, run: KeptRun, jp: JobProcess) -> str | None:
+        """"exceeded --mem 2G" if the run ended by its memory limit (resource_limits.exceeded_memory)."""
         limits = run.limits
         if not limits or not limits.get("mem") or jp.returncode == 0:
             return None
         tail = jp.log.snapshot()[-8192:]
-        if holds.exceeded_memory(limits, jp.returncode, tail, holds.oom_kills(run.cgroup)):
+        if resource_limits.exceeded_memory(limits, jp.returncode, tail, resource_limits.oom_kills(run.cgroup)):
             return f"exceeded --mem {format_size(int(limits['mem']))}"
         return None
 
-    def kill(self, run: Run, reason: str, grace_s: float, by: str) -> None:
+    def kill(self, run: KeptRun, reason: str, grace_s: float, by: str) -> None:
         """Begin ending a run's whole tree (idempotent; the first reason
         stays); a pending run is dropped unstarted at once. One that has
         exited is reaped first: its end is what happened (a keeper stopped
@@ -335,7 +335,7 @@ class RunTable:
         jp.log.note(f"{reason}: ending the process tree")
         jp.end_tree_soon(grace_s, reason).add_done_callback(_log_failure)
 
-    def note_late_end(self, run: Run) -> None:
+    def note_late_end(self, run: KeptRun) -> None:
         """An exit seen late (the keeper was stopped or stalled: reaped by a
         check that ran late, or past its run's SIGTERM point with no fence
         begun) is its run's outcome all the same, whenever it happened: a
@@ -373,7 +373,7 @@ class RunTable:
         return claim
 
     # -------------------------------------------------------------- fencing
-    def set_trust(self, run: Run, until: float) -> None:
+    def set_trust(self, run: KeptRun, until: float) -> None:
         if run.state == "exited" or (run.proc.ending is not None if run.proc else run.state != "pending"):
             return
         now = clocks_now()
@@ -412,8 +412,8 @@ class RunTable:
             return
         now = clocks_now()
         for run in list(self.runs.values()):
-            if run.state == "pending" and (lapsed := self.held.lapsed(run, now)) is not None:
-                self.drop_unstarted(run, lapsed, "fence")  # held: it is never started
+            if run.state == "pending" and (lapsed := self.pending.lapsed(run, now)) is not None:
+                self.drop_unstarted(run, lapsed, "fence")  # pending: it is never started
             if run.state != "running" or run.trust is None or run.proc is None or run.proc.ending is not None:
                 continue
             verdict = trust_verdict(run.trust, run.term_lead_s, now)
@@ -498,17 +498,17 @@ def read_journal_safely(path: Path) -> list[dict[str, Any]]:
         return []
 
 
-def holds_asked(a: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
+def awake_and_limits(a: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
     """A spawn's keep_awake and limits (checked as far as the keeper uses them)."""
     keep, limits = a.get("keep_awake", False), a.get("limits")
     if not isinstance(keep, bool):
         raise Refused("bad_request", "keep_awake must be true or false")
     if limits is None:
         return keep, None
-    if not isinstance(limits, dict) or not set(limits) <= holds.LIMIT_KEYS:
-        raise Refused("bad_request", f"limits must be an object of {', '.join(sorted(holds.LIMIT_KEYS))}")
+    if not isinstance(limits, dict) or not set(limits) <= resource_limits.LIMIT_KEYS:
+        raise Refused("bad_request", f"limits must be an object of {', '.join(sorted(resource_limits.LIMIT_KEYS))}")
     try:
-        holds.check(limits)
+        resource_limits.check(limits)
     except ValueError as e:
         raise Refused("bad_request", f"limits: {e}") from None
     return keep, limits

@@ -6,7 +6,7 @@ any command ("stauts": 'status', 'restart'). A suggestion is read as "you
 meant this", so one is made only when the word is a slip of that one: a
 letter or two wrong, missing, extra or swapped, or the start of it
 (text.near). Every command and group of the app is made of these two
-classes (full.py, app.py), so every suggestion follows the one rule."""
+classes (typer_app.py), so every suggestion follows the one rule."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def _options_of(ctx: _click.Context) -> list[str]:
 
 def _parse(parse: Any, ctx: _click.Context, args: list[str]) -> list[str]:
     """``parse(ctx, args)``; a usage error's words as the rule of
-    text.for_terminal has them (click prints these itself, not edge.echo:
+    text.for_terminal has them (click prints these itself, not output.echo:
     the word typed may hold anything)."""
     try:
         return parse(ctx, args)
@@ -42,14 +42,14 @@ def _parse(parse: Any, ctx: _click.Context, args: list[str]) -> list[str]:
         raise
 
 
-class Command(TyperCommand):
+class SuggestingCommand(TyperCommand):
     """A command whose unknown option is offered only close matches."""
 
     def parse_args(self, ctx: _click.Context, args: list[str]) -> list[str]:
         return _parse(super().parse_args, ctx, args)
 
 
-class Group(TyperGroup):
+class SuggestingGroup(TyperGroup):
     """A group whose unknown option or command is offered only close matches."""
 
     def __init__(self, **kw: Any) -> None:

@@ -1,30 +1,31 @@
-"""What `sloth ls` and `sloth show` do once their options are read. Both
-readers of the command line end here, with the options commands.py
-declares: the Typer app (full.py) and the fast path (fast.py). No Typer, and nothing heavy unless an option
-needs it (the state names, --watch).
+"""What `sloth ls` does once its options are read (`ls --watch` too; a
+listing of any size streamed: ls_stream.py). Both readers of the command
+line end here, with the options commands.py declares: the Typer app
+(typer_app.py) and the fast path (fast.py). No Typer, and nothing heavy
+unless an option needs it (the state names, --watch).
 """
 
 from __future__ import annotations
 
 from sloth_daemon import errors
-from sloth_daemon.cli.base import call_or_read, comma_list, emit_json, log_paths, parse_id
+from sloth_daemon.cli.connection import call_or_read
+from sloth_daemon.cli.output import echo, emit_json
 from sloth_daemon.cli.commands import DEFAULT_ROWS, RECENT_FINISHED
-from sloth_daemon.cli.edge import echo
+from sloth_daemon.cli.values import comma_list
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Optional, Sequence
+    from typing import Any, Callable, Optional, Sequence
 
 PAGE = 100_000  # jobs per request when a listing is fetched whole
 RECENT = RECENT_FINISHED  # finished jobs in the default view
 SMALL = 1_000  # `ls --json --limit N` up to this: one `list` answer; past it (or without), streamed
 
 
-# ------------------------------------------------------------------- ls
 def ls(state: Optional[Sequence[str]], lane: Optional[str], all_: bool, limit: Optional[int], offset: int,
        as_json: bool, *, watch: bool = False, interval: str = "2s", host: Optional[str] = None,
        since: Optional[str] = None) -> None:
-    """`sloth ls` with these options (see look.ls for what each means)."""
+    """`sloth ls` with these options (commands.py says what each means)."""
     if watch and as_json:
         raise errors.BadRequest("--watch redraws a table; --json prints once", hint="Use one or the other.")
     args = {**ls_args(state, lane, all_, limit, offset, as_json), "host": host}
@@ -34,8 +35,6 @@ def ls(state: Optional[Sequence[str]], lane: Optional[str], all_: bool, limit: O
 
         after = parse_since(since)
     if watch:
-        from sloth_daemon.cli.watch import watch_ls
-
         # -n N: N rows; without it, as many as the terminal has room for
         watch_ls(lambda rows: ls_text(dict(args, limit=rows if limit is None else limit), after), interval)
         return
@@ -45,14 +44,14 @@ def ls(state: Optional[Sequence[str]], lane: Optional[str], all_: bool, limit: O
         return
     if as_json:
         if args["limit"] is None or args["limit"] > SMALL:
-            from sloth_daemon.cli.look_stream import print_json
+            from sloth_daemon.cli.ls_stream import print_json
 
             print_json(args)  # as it arrives, whatever the number of jobs
         else:
             emit_json(timed(fetch(args)))
         return
     if args["limit"] is None:  # --all: however many, a block of rows at a time
-        from sloth_daemon.cli.look_stream import print_table
+        from sloth_daemon.cli.ls_stream import print_table
 
         print_table(args, paused_lines(lane))
         return
@@ -91,7 +90,7 @@ def since_listing(args: dict[str, Any], after: float) -> dict[str, Any]:
     ``total`` are of those jobs."""
     import time
 
-    from sloth_daemon.cli.look_stream import _source
+    from sloth_daemon.cli.ls_stream import _source
     from sloth_daemon.cli.render import with_timing
 
     a = {k: v for k, v in dict(args, limit=None, offset=0, finished_limit=None).items() if v is not None}
@@ -167,7 +166,7 @@ def ls_text(args: dict[str, Any], since: Optional[float] = None) -> str:
 
 def _text(res: dict[str, Any], args: dict[str, Any]) -> str:
     from sloth_daemon.cli import render
-    from sloth_daemon.cli.look_stream import summary
+    from sloth_daemon.cli.ls_stream import summary
 
     out = []
     if res["jobs"]:
@@ -181,30 +180,26 @@ def _text(res: dict[str, Any], args: dict[str, Any]) -> str:
     return "\n".join(out + summary(res, len(res["jobs"]), paused) + paused_lines(args.get("lane")))
 
 
-# ----------------------------------------------------------------- show
-def show(job_ids: Optional[Sequence[str]], as_json: bool) -> None:
-    """`sloth show [ID]...`: each job with its history; a failed one's last
-    log lines. No ID: the latest job (said on stderr)."""
+def watch_ls(text_for: Callable[[Optional[int]], str], interval: str) -> None:
+    """Redraw ``text_for(rows)`` in place every ``interval`` until Ctrl-C
+    (plain snapshots, one after another, when stdout is not a terminal)."""
+    import shutil
+    import sys
     import time
 
-    from sloth_daemon.cli import render
+    from sloth_daemon.cli.render import use_colour
+    from sloth_daemon.durations import local_time, parse_duration
+    from sloth_daemon.text import for_terminal
 
-    if job_ids:
-        ids = [parse_id(j) for j in job_ids]
-    else:
-        from sloth_daemon.cli.latest import latest_job_id
-
-        ids = [latest_job_id()]
-        echo(f"sloth: show of the latest job, {ids[0]}", err=True)
-    res = call_or_read("show", ids=ids)
-    if as_json:
-        now = time.time()
-        emit_json({**res, "jobs": [render.with_timing(j, now) for j in res["jobs"]]})
+    every = max(0.2, parse_duration(interval, what="--interval"))
+    tty = sys.stdout.isatty()
+    try:
+        while True:
+            rows = max(5, shutil.get_terminal_size().lines - 6) if tty else None
+            text = f"sloth ls, every {interval} ({local_time(time.time())}; Ctrl-C to stop)\n\n{text_for(rows)}\n"
+            shown = for_terminal(text, colours=use_colour())  # the listing's text, as output.echo writes it
+            sys.stdout.write(("\x1b[H\x1b[2J" if tty else "") + shown + ("" if tty else "\n"))
+            sys.stdout.flush()
+            time.sleep(every)
+    except KeyboardInterrupt:
         return
-    blocks = []
-    for j in res["jobs"]:
-        tail = render.tail_lines(str(log_paths().job_log(j["id"], j["attempts"]))) \
-            if j["state"] == "failed" and j["attempts"] else []
-        blocks.append(render.show_job(j, j["events"], prereqs=j["prereqs"], dependents=j["dependents"],
-                                      log_tail=tail))
-    echo("\n\n".join(blocks))

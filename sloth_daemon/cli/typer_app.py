@@ -6,13 +6,20 @@ Typer reads (inspect.signature and the type hints): one parameter per
 declared option and argument, its default a typer.Option or
 typer.Argument, its annotation the type the option's kind makes. The
 callback imports the command's function only when it runs, and turns the
-exit code it returns into typer.Exit. app.py holds the app itself (its
-root options, --debug and --version) and the error edge. The commands the
-fast path takes do not come here at all (fast.py).
+exit code it returns into typer.Exit. Here too: the app itself, its root
+options (--debug, --version), and its error edge (handles_errors), which
+ends in output.py's as the fast path's does, so a command reads and fails
+the same whichever path ran it. The commands the fast path takes do not
+come here at all (fast.py).
+
+Start-up cost matters (``sloth add`` is run from scripts in loops), so this
+imports only typer and the declarations at top level; a command's function
+is imported only when it runs.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import sys
@@ -21,17 +28,63 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
-from sloth_daemon.cli import commands as decl, complete, usage
-from sloth_daemon.cli.app import app, handles_errors
+from sloth_daemon.cli import commands as decl, completers, output, suggestions
 from sloth_daemon.cli.commands import FLAG, INT, LIST, PATH, REQUIRED, Argument, Command, Option
 
 _TYPES: dict[str, Any] = {FLAG: bool, INT: int, PATH: Path, LIST: List[str]}
+
+app = typer.Typer(
+    cls=suggestions.SuggestingGroup,  # suggestions: close matches only
+    help="sloth: hand it shell commands and walk away. Jobs survive sleep, crashes and reboots.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode=None,
+)
+output.use_echo(typer.echo)  # click.echo mends a stream misconfigured as ASCII
+
+
+def _version(value: bool) -> None:
+    if value:
+        from sloth_daemon import __version__
+
+        output.echo(f"sloth {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors."),
+    version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    output.DEBUG = output.DEBUG or debug
+
+
+def handles_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Print a SlothError as one line plus a hint and exit with its named
+    code. Anything else is a bug: one line too, the traceback only with --debug
+    (output.caught says which)."""
+
+    @functools.wraps(fn)
+    def wrapper(*a: Any, **kw: Any) -> Any:
+        try:
+            return fn(*a, **kw)
+        except (typer.Exit, typer.Abort, typer.TyperException):
+            raise
+        except BaseException as e:
+            code = output.caught(e)
+            if code is None:
+                raise
+            raise typer.Exit(code) from None
+
+    return wrapper
 
 
 def main() -> None:
     if not sys.argv[1:] and "_SLOTH_COMPLETE" not in os.environ:  # plain `sloth`: the day at a glance (as fast.py)
         from sloth_daemon.cli.fast import at_edge
-        from sloth_daemon.cli.look import glance
+        from sloth_daemon.cli.status import glance
 
         sys.exit(at_edge(glance))
     build(sys.argv[1:2])
@@ -48,13 +101,14 @@ def build(first: list[str]) -> typer.Typer:
     only = first[0] if first and "_SLOTH_COMPLETE" not in os.environ else None
     if only not in {c.path[0] for c in decl.COMMANDS}:
         only = None
-    groups = {g.name: typer.Typer(help=g.help, no_args_is_help=True, cls=usage.Group) for g in decl.GROUPS}
+    groups = {g.name: typer.Typer(help=g.help, no_args_is_help=True, cls=suggestions.SuggestingGroup)
+              for g in decl.GROUPS}
     app.registered_commands, app.registered_groups = [], []
     for cmd in decl.COMMANDS:
         if only in (None, cmd.path[0]):
             on = app if len(cmd.path) == 1 else groups[cmd.path[0]]
             settings = None if cmd.interspersed else {"allow_interspersed_args": False}
-            on.command(cmd.path[-1], cls=usage.Command, context_settings=settings,
+            on.command(cmd.path[-1], cls=suggestions.SuggestingCommand, context_settings=settings,
                        short_help=short_help(cmd.help))(callback(cmd))
     for g in decl.GROUPS:
         if only in (None, g.name):
@@ -95,7 +149,7 @@ def callback(cmd: Command) -> Callable[..., None]:
 
 def parameter(p: Option | Argument) -> inspect.Parameter:
     """One parameter of a command's callback, as Typer reads it."""
-    done = getattr(complete, p.complete) if p.complete else None
+    done = getattr(completers, p.complete) if p.complete else None
     if isinstance(p, Argument):
         default = REQUIRED if p.required else None
         kind = LIST if p.many else None

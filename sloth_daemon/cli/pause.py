@@ -1,14 +1,16 @@
 """`sloth pause` and `sloth resume` of running jobs: ``--job ID...`` stops
 (SIGSTOP) or continues (SIGCONT) those jobs' whole process trees; ``LANE
 --jobs`` also pauses (resumes) the lane's running jobs, beside the lane's
-own pause (claim nothing new), which stays act.py's. Typer-free (the fast
-path may run it): prints with edge.echo, returns the exit code."""
+own pause (claim nothing new), which is what `sloth pause [LANE]` alone
+does. Typer-free (the fast path may run it): prints with output.echo,
+returns the exit code."""
 
 from __future__ import annotations
 
 from sloth_daemon import errors
-from sloth_daemon.cli.base import call, emit_json, parse_id
-from sloth_daemon.cli.edge import echo
+from sloth_daemon.cli.connection import call
+from sloth_daemon.cli.output import echo, emit_json
+from sloth_daemon.cli.values import parse_id
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -29,8 +31,6 @@ def resume(*, lane: Optional[Sequence[str]] = None, job: bool = False, jobs: boo
 
 def _pause_or_resume(verb: str, words: Optional[Sequence[str]], job: bool, jobs: bool,
                      as_json: bool) -> Optional[int]:
-    from sloth_daemon.cli import act
-
     if job:
         if jobs:
             raise errors.BadRequest(f"--job names the jobs to {verb}; --jobs is for a lane",
@@ -42,9 +42,10 @@ def _pause_or_resume(verb: str, words: Optional[Sequence[str]], job: bool, jobs:
         raise errors.BadRequest(f"{verb} one lane at a time (got {len(words)} words)",
                                 hint=f"For jobs: `sloth {verb} --job {' '.join(words)}`.")
     lane = words[0] if words else None
-    if not jobs:  # the lane's own pause, as ever (act.py); its exit code, whatever it returns
-        lane_op: Any = act.pause if verb == "pause" else act.resume
-        return lane_op(lane=lane, as_json=as_json)
+    if not jobs:  # the lane's own pause, as ever: claim nothing new
+        res = call(verb, **({"lane": lane} if lane else {}))
+        emit_json(res) if as_json else echo(f"{verb}d {lane or 'all lanes'}")
+        return 0
     # LANE --jobs: the lane first (nothing new starts), then its running jobs
     # (resume: the jobs first, then the lane's new ones may start).
     what = {"lane": lane} if lane else {}
@@ -67,7 +68,7 @@ def _ids(values: Sequence[str]) -> list[int]:
 
 
 def _report(res: dict[str, Any], verb: str, as_json: bool) -> Optional[int]:
-    """As act.py's: each job changed on stdout, each left alone on stderr
+    """As many_jobs.report's: each job changed on stdout, each left alone on stderr
     with why (exit 6); nothing changed at all and something was left: an error."""
     if as_json:
         emit_json(res)

@@ -1,5 +1,5 @@
 """What the keeper holds of one run, and what starting one takes: the value
-types the run table (keeper/runs.py) and the held runs (keeper/held.py)
+types the run table (keeper/kept_runs.py) and the pending runs (keeper/pending.py)
 both use, so neither imports the other for them."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from sloth_daemon.keeper.holds import Inhibitor
+from sloth_daemon.keeper.keep_awake import Inhibitor
 from sloth_daemon.keeper.runner import JobProcess
 from sloth_daemon.keeper.wire import Trust
 
 
 @dataclass(frozen=True)
 class Launch:
-    """What starting a run takes (kept while it is held behind another)."""
+    """What starting a run takes (kept while it is pending behind another)."""
 
     argv: list[str]
     env: dict[str, str]
@@ -29,9 +29,9 @@ class Launch:
 
 
 @dataclass
-class Run:
+class KeptRun:
     """One run the keeper holds. Which run a pending one waits for, and how
-    to start it, are the held runs' (keeper/held.py), not the run's."""
+    to start it, are the pending runs' (keeper/pending.py), not the run's."""
 
     key: str
     job_id: int
@@ -59,13 +59,13 @@ class Run:
     paused_at: float | None = None  # wall clock, since when
     timeout_s: float | None = None  # as the spawn asked (the timer counts running time only)
     timeout_left: float | None = None  # while paused: what the timer had left
-    inhibitor: Inhibitor | None = None  # its sleep inhibitor, while it runs (keeper/holds.py)
+    inhibitor: Inhibitor | None = None  # its sleep inhibitor, while it runs (keeper/keep_awake.py)
     limits: dict[str, Any] | None = None
     cgroup: str | None = None  # its cgroup v2 folder, under a scope's limits (oom kills are read there)
 
     def wire(self, after: str | None = None) -> dict[str, Any]:
         """As hello lists it and the journal keeps it; ``after``: the run a
-        pending one waits for (keeper/held.py knows it)."""
+        pending one waits for (keeper/pending.py knows it)."""
         return {"key": self.key, "job_id": self.job_id, "attempt": self.attempt, "token": self.token,
                 "pid": self.pid, "identity": self.identity, "started_at": self.started_at,
                 "state": self.state, "trust_until": self.trust.until if self.trust else None,
@@ -73,7 +73,7 @@ class Run:
                 "paused": self.paused, "paused_at": self.paused_at}
 
     @classmethod
-    def adopted(cls, w: dict[str, Any]) -> "Run":
+    def adopted(cls, w: dict[str, Any]) -> "KeptRun":
         return cls(w["key"], int(w.get("job_id") or 0), int(w.get("attempt") or 0), w.get("token", ""),
                    w.get("log_path", ""),
                    w.get("started_at", 0.0), pid=w.get("pid"), identity=w.get("identity"),

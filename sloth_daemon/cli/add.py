@@ -3,7 +3,7 @@ jobs (one command, or one per line of --stdin/--file), submit them all or
 none (submit.py), start the daemon if need be, and print the ids (or wait).
 
 Both readers of the command line end here, with the options commands.py
-declares: the Typer app (full.py) and the fast path (fast.py), so an add
+declares: the Typer app (typer_app.py) and the fast path (fast.py), so an add
 does the same whichever read it.
 Imported by every `sloth add`: the standard library and light modules only.
 """
@@ -14,9 +14,9 @@ import os
 import sys
 
 from sloth_daemon import errors
-from sloth_daemon.cli import add_opts as opts
-from sloth_daemon.cli.base import connect, duration, emit_json, start_daemon  # noqa: F401 (admin's)
-from sloth_daemon.cli.edge import echo
+from sloth_daemon.cli import add_options as opts
+from sloth_daemon.cli.connection import connect
+from sloth_daemon.cli.output import echo, emit_json
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def add(command: Optional[Sequence[str]], *, lane: str = "default", priority: in
 def _tell_reused(jid: int, key: str, asked_at: float) -> None:
     """--key that an unfinished job has already: the daemon gives that job's
     id back instead of a new one; say so on stderr (stdout stays the id)."""
-    from sloth_daemon.cli.base import call
+    from sloth_daemon.cli.connection import call
 
     try:
         job = call("show", id=jid)["job"]
@@ -95,7 +95,7 @@ def _tell_reused(jid: int, key: str, asked_at: float) -> None:
 
 def _tell(ids: list[int], *, wait: bool, as_json: bool) -> int:
     if wait:
-        from sloth_daemon.cli.waiting import wait_for
+        from sloth_daemon.cli.wait import wait_for
 
         return wait_for(ids, stream=sys.stderr, as_json=as_json, json_extra={"ids": ids},
                         before=None if as_json else "\n".join(map(str, ids)))
@@ -146,8 +146,8 @@ def caller_cwd(cwd: Optional[StrPath]) -> str:
 def lines_as_jobs(data: bytes, source: str) -> tuple[list[dict[str, Any]], Callable[[int], str]]:
     """One job per non-blank line (a backslash at its end continues it, as
     in sh), and where each came from ("line 7 of --stdin")."""
-    from sloth_daemon.cli.shcheck import logical_lines
-    from sloth_daemon.cli.shellwords import line_job
+    from sloth_daemon.cli.shell_check import logical_lines
+    from sloth_daemon.cli.shell_lines import line_job
 
     # Bytes that are not UTF-8 pass through as in argv (surrogateescape), not a traceback.
     text = data.decode("utf-8", "surrogateescape")
@@ -203,30 +203,30 @@ def tell_waiting(waiting: dict[str, str]) -> None:
 
 def check_shell(jobs: list[dict[str, Any]], where: Callable[[int], str], nothing: str = "nothing was queued",
                 cwd: Optional[str] = None) -> None:
-    """Every job's shell text parses (`sh -n`, nothing runs: shcheck.py):
+    """Every job's shell text parses (`sh -n`, nothing runs: shell_check.py):
     each --shell line, and the script of each ``sh -c``/``bash -c`` with
     that shell's own -n; and no job's program is a shell line, which would
     be looked up as a program of that name (in ``cwd``, the jobs' folder) and fail. Else none is queued,
     and the job that is wrong is named. A job with no command (a schedule's
     edit of its other settings) has nothing to check."""
-    from sloth_daemon.cli import shcheck
+    from sloth_daemon.cli import shell_check
 
     shelled = [i for i, j in enumerate(jobs) if j.get("shell") and j.get("command")]
-    bad = shcheck.first_error([jobs[i]["command"][-1] for i in shelled]) if shelled else None
+    bad = shell_check.first_error([jobs[i]["command"][-1] for i in shelled]) if shelled else None
     if bad is not None:
-        _not_shell(where(shelled[bad[0]]), shcheck.SH, jobs[shelled[bad[0]]]["command"][-1], bad[1], nothing,
+        _not_shell(where(shelled[bad[0]]), shell_check.SH, jobs[shelled[bad[0]]]["command"][-1], bad[1], nothing,
                    many=len(jobs) > 1)
     for i, job in enumerate(jobs):
         argv = job.get("command") or [] if not job.get("shell") else []
-        if argv and shcheck.is_shell_line(argv[0], cwd):
+        if argv and shell_check.is_shell_line(argv[0], cwd):
             _a_shell_line(where(i), argv, nothing)
-        found = shcheck.shell_script(argv, cwd)
-        if found is not None and (said := shcheck.parse_error(found[1], found[0])) is not None:
+        found = shell_check.shell_script(argv, cwd)
+        if found is not None and (said := shell_check.parse_error(found[1], found[0])) is not None:
             _not_shell(where(i), found[0], found[1], said, nothing, many=len(jobs) > 1)
 
 
 def _not_shell(place: str, sh: str, script: str, said: str, nothing: str, *, many: bool) -> None:
-    from sloth_daemon.cli.shcheck import message
+    from sloth_daemon.cli.shell_check import message
     from sloth_daemon.text import showable
 
     raise errors.BadRequest(
@@ -240,7 +240,7 @@ def _a_shell_line(place: str, argv: list[str], nothing: str) -> None:
     """Refuse a program word that is a shell line, with the command that runs it as one."""
     from sloth_daemon.text import shell_command, shell_word, showable
 
-    from sloth_daemon.cli.shcheck import is_assignment
+    from sloth_daemon.cli.shell_check import is_assignment
 
     line = " ".join([argv[0], *map(shell_word, argv[1:])])
     words = argv[0].split()  # only blanks in it ("python3 train.py"): its words, given apart, mean it
@@ -258,5 +258,5 @@ def _a_shell_line(place: str, argv: list[str], nothing: str) -> None:
 
 
 def connect_or_start(no_start: bool) -> Client:
-    """The daemon, started if none runs (base.connect says so), unless --no-start."""
+    """The daemon, started if none runs (connection.connect says so), unless --no-start."""
     return connect(start=not no_start)

@@ -1,4 +1,4 @@
-"""Waiting on jobs: `sloth wait` and `sloth add --wait`.
+"""Waiting on jobs: `sloth wait` (its options: commands.py) and `sloth add --wait`.
 
 Every outcome is told as it happens, on ``stream``, one line a job (a
 failure with its log's last lines). On a terminal (stderr is one), a live
@@ -19,8 +19,9 @@ import sys
 import time
 
 from sloth_daemon import errors
-from sloth_daemon.cli.base import connect, emit_json, log_paths
-from sloth_daemon.cli.edge import echo
+from sloth_daemon.cli.connection import connect, log_paths
+from sloth_daemon.cli.output import echo, emit_json
+from sloth_daemon.cli.values import parse_id
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -165,7 +166,7 @@ class _View:
                 or time.monotonic() - self._reread_at < REREAD_S:
             return
         self._reread_at = time.monotonic()
-        from sloth_daemon.cli.base import call
+        from sloth_daemon.cli.connection import call
 
         try:
             fresh = call("show", id=job["id"])["job"]
@@ -325,7 +326,7 @@ def _queued_line(job: dict[str, Any]) -> str:
 def _claimed_at(job: dict[str, Any]) -> Optional[float]:
     """When the job's current attempt was claimed, from its history (one
     request: only on a terminal, for one job running before the wait)."""
-    from sloth_daemon.cli.base import call
+    from sloth_daemon.cli.connection import call
 
     try:
         events = call("show", id=job["id"])["events"]
@@ -336,9 +337,23 @@ def _claimed_at(job: dict[str, Any]) -> Optional[float]:
 
 
 def _shown(text: str, stream: Any) -> str:
-    """``text`` as edge.echo would write it to ``stream`` (text.for_terminal):
+    """``text`` as output.echo would write it to ``stream`` (text.for_terminal):
     a job's message or a lane in a live line cannot drive the terminal."""
     from sloth_daemon.cli.render import use_colour
     from sloth_daemon.text import for_terminal
 
     return for_terminal(text, colours=use_colour(stream))
+
+
+def wait(job_ids: Optional[list[str]], as_json: bool) -> int:
+    """`sloth wait [ID...]`: the exit code is the outcome (0 all done, 5 not,
+    130 on Ctrl-C). No id: the latest job (as `tsp -w`), said on stderr.
+    Runs on the fast path (no Typer)."""
+    if job_ids:
+        ids = [parse_id(j) for j in job_ids]
+    else:
+        from sloth_daemon.cli.latest import latest_job_id
+
+        ids = [latest_job_id()]
+        echo(f"waiting for job {ids[0]} (the latest)", err=True)
+    return wait_for(ids, stream=sys.stdout, as_json=as_json)

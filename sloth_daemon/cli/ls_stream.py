@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 
 from sloth_daemon import errors
-from sloth_daemon.cli.base import connect, tell_offline
+from sloth_daemon.cli.connection import connect, tell_offline
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -54,9 +54,9 @@ def print_json(args: dict[str, Any]) -> None:
 def print_table(args: dict[str, Any], paused: Sequence[str] = ()) -> None:
     """`sloth ls --all`: the table a block of BLOCK rows at a time (each
     block's columns at least as wide as the blocks before), then the lines
-    of ls_text under it (``paused``: what is paused, look_run.paused_lines)."""
+    of ls_text under it (``paused``: what is paused, ls.paused_lines)."""
     from sloth_daemon.cli import render
-    from sloth_daemon.cli.edge import echo
+    from sloth_daemon.cli.output import echo
 
     head, jobs, rest = _source({k: v for k, v in args.items() if v is not None})
     widths, shown, block, paused_jobs = [len(h) for h in render.JOB_HEADERS], 0, [], 0
@@ -109,7 +109,7 @@ def _streamed(client: Any, a: dict[str, Any]) -> Source:
 
 
 def _offline(a: dict[str, Any]) -> Source:
-    from sloth_daemon.cli.base import paths
+    from sloth_daemon.cli.connection import paths
     from sloth_daemon.cli.offline import scan as open_scan
 
     tell_offline()
@@ -127,7 +127,7 @@ def _offline(a: dict[str, Any]) -> Source:
 
 
 def _paged(a: dict[str, Any]) -> Source:
-    from sloth_daemon.cli.base import call
+    from sloth_daemon.cli.connection import call
 
     limit = a.pop("limit", None)
     first = call("list", **a, limit=min(PAGE, limit or PAGE))

@@ -1,4 +1,4 @@
-"""keeper/holds.py's pure parts (issue 24, items 2 and 4): the commands it
+"""keeper/keep_awake.py's and keeper/resource_limits.py's pure parts (issue 24, items 2 and 4): the commands it
 runs (the macOS one is unit-tested only: this is Linux), what it finds
 here, and when a run's end is its memory limit's doing."""
 
@@ -8,18 +8,18 @@ import pytest
 
 from sloth_daemon import checks
 from sloth_daemon.errors import BadRequest, FieldError
-from sloth_daemon.keeper import holds
+from sloth_daemon.keeper import keep_awake, resource_limits
 
 
 def test_the_inhibitor_commands_per_platform():
-    assert holds.inhibit_argv(12, 345, "linux") == [
+    assert keep_awake.inhibit_argv(12, 345, "linux") == [
         "systemd-inhibit", "--what=sleep:idle", "--who=sloth", "--why=job 12", "--mode=block", "cat"]
-    assert holds.inhibit_argv(12, 345, "darwin") == ["caffeinate", "-i", "-w", "345"]
-    assert holds.inhibit_argv(12, 345, "win32") is None
+    assert keep_awake.inhibit_argv(12, 345, "darwin") == ["caffeinate", "-i", "-w", "345"]
+    assert keep_awake.inhibit_argv(12, 345, "win32") is None
 
 
 def test_a_scope_command_holds_memory_and_cpu_and_keeps_the_job_argv():
-    argv = holds.scope_argv({"mem": 2 << 30, "cpus": 1.5, "mem_via": "scope"}, ["python3", "-c", "x"], 7)
+    argv = resource_limits.scope_argv({"mem": 2 << 30, "cpus": 1.5, "mem_via": "scope"}, ["python3", "-c", "x"], 7)
     assert argv[:5] == ["systemd-run", "--user", "--scope", "--quiet", "--collect"]
     assert argv[5].startswith("--unit=sloth-job-7-")
     assert argv[6:] == ["-p", "MemoryMax=2147483648", "-p", "MemorySwapMax=0", "-p", "CPUQuota=150%",
@@ -29,26 +29,26 @@ def test_a_scope_command_holds_memory_and_cpu_and_keeps_the_job_argv():
 def test_probe_without_a_user_bus_falls_back_to_rlimit_and_has_no_cpus(monkeypatch):
     monkeypatch.delenv("DBUS_SESSION_BUS_ADDRESS", raising=False)
     monkeypatch.setenv("XDG_RUNTIME_DIR", "/nonexistent")
-    monkeypatch.setattr(holds.sys, "platform", "linux")
-    found = holds.probe()
+    monkeypatch.setattr(resource_limits.sys, "platform", "linux")
+    found = resource_limits.probe()
     assert found["mem"].startswith("setrlimit(RLIMIT_DATA)") and found["cpus"] is None
     assert "no user systemd bus" in found["why_cpus"]
     assert found["nice"] == "setpriority"
 
 
 def test_probe_with_a_delegated_scope_uses_it_for_cpus_from_systemd_252(monkeypatch):
-    monkeypatch.setattr(holds.sys, "platform", "linux")
-    monkeypatch.setattr(holds, "_user_bus", lambda: True)
-    monkeypatch.setattr(holds, "_cgroup2", lambda: True)
+    monkeypatch.setattr(resource_limits.sys, "platform", "linux")
+    monkeypatch.setattr(resource_limits, "_user_bus", lambda: True)
+    monkeypatch.setattr(resource_limits, "_cgroup2", lambda: True)
     for version, cpus in ((251, None), (252, "cgroup v2 (systemd-run --user --scope -p CPUQuota)")):
-        monkeypatch.setattr(holds, "_systemd_version", lambda v=version: v)
-        found = holds.probe()
+        monkeypatch.setattr(resource_limits, "_systemd_version", lambda v=version: v)
+        found = resource_limits.probe()
         assert found["mem"].startswith("cgroup v2") and found["cpus"] == cpus
 
 
 def test_probe_on_macos_has_no_memory_limit(monkeypatch):
-    monkeypatch.setattr(holds.sys, "platform", "darwin")
-    found = holds.probe()
+    monkeypatch.setattr(resource_limits.sys, "platform", "darwin")
+    found = resource_limits.probe()
     assert found["mem"] is None and found["cpus"] is None and found["io"] is None
 
 
@@ -61,7 +61,7 @@ def test_probe_on_macos_has_no_memory_limit(monkeypatch):
     ({"nice": 3}, 1, b"MemoryError", None, False),
 ])
 def test_a_run_ended_by_its_memory_limit_is_told_apart(limits, code, tail, ooms, exceeded):
-    assert holds.exceeded_memory(limits, code, tail, ooms) is exceeded
+    assert resource_limits.exceeded_memory(limits, code, tail, ooms) is exceeded
 
 
 def test_sizes_and_limits_as_users_write_them():

@@ -1,8 +1,8 @@
-"""Runs held behind another: the keeper's side of pipelining (the
+"""Runs pending behind another: the keeper's side of pipelining (the
 daemon's is daemon/worker/pipeline.py). A collaborator the run table
-(keeper/runs.py) owns: the chains are its state, the runs the table's.
+(keeper/kept_runs.py) owns: the chains are its state, the runs the table's.
 
-A spawn ``after`` a run that has not ended is held (state "pending": no
+A spawn ``after`` a run that has not ended is pending (no
 process, no log file, no timeout yet) and started the moment that run
 ends, before the daemon hears of the end; then a ``started`` event says
 so. One run at most waits behind each run (a pending one too: a chain).
@@ -27,31 +27,31 @@ from typing import Any, Callable, Mapping
 
 from sloth_daemon.clock import ClockReadings
 from sloth_daemon.errors import SpawnError
-from sloth_daemon.keeper.run import Launch, Run
+from sloth_daemon.keeper.kept_run import Launch, KeptRun
 from sloth_daemon.keeper.wire import ENV_REFS_KEPT, Journal, Refused, clocks_now, secs, text, trust_verdict
 
 
-class HeldRuns:
-    """The chains of runs held behind another, how to start each, and the
+class PendingRuns:
+    """The chains of runs pending behind another, how to start each, and the
     spawns lately refused (what a spawn after one of them waits for).
 
     It reads the run table's ``runs`` and never changes which runs it holds;
-    it starts a held run with ``start`` (the table's: raises SpawnError) and
+    it starts a pending run with ``start`` (the table's: raises SpawnError) and
     journals one that ends unstarted (telling the daemon is the caller's).
     Every pending run is in ``waits_for`` and ``launches``; ``behind`` is
     ``waits_for`` turned round (one run at most waits behind each)."""
 
-    def __init__(self, runs: Mapping[str, Run], journal: Journal, start: Callable[[Run, Launch], None]) -> None:
+    def __init__(self, runs: Mapping[str, KeptRun], journal: Journal, start: Callable[[KeptRun, Launch], None]) -> None:
         self.runs, self.journal, self.start = runs, journal, start
         self.waits_for: dict[str, str] = {}  # pending key -> the key of the run it starts after
         self.behind: dict[str, str] = {}  # key -> the key of the run pending behind it
         self.launches: dict[str, Launch] = {}  # pending key -> how to start it
         self.refused: dict[str, tuple[str, str | None]] = {}  # keys lately refused -> (code, what they waited for)
 
-    # ------------------------------------------------------------- holding
-    def hold(self, run: Run, a: dict[str, Any], launch: Launch) -> bool:
-        """Hold ``run`` (state "pending") behind the run its spawn's ``after``
-        names, if that one has not ended: whether it is held (else it starts
+    # ------------------------------------------------------------- waiting
+    def wait_behind(self, run: KeptRun, a: dict[str, Any], launch: Launch) -> bool:
+        """Leave ``run`` pending (its state) behind the run its spawn's ``after``
+        names, if that one has not ended: whether it waits (else it starts
         at once). Raises Refused if that run already has a successor."""
         pred = self._predecessor(a)
         if pred is None:
@@ -60,7 +60,7 @@ class HeldRuns:
         self.waits_for[run.key], self.behind[pred.key], self.launches[run.key] = pred.key, run.key, launch
         return True
 
-    def _predecessor(self, a: dict[str, Any]) -> Run | None:
+    def _predecessor(self, a: dict[str, Any]) -> KeptRun | None:
         if a.get("after") is None:
             return None
         after: str | None = text(a, "after")
@@ -92,7 +92,7 @@ class HeldRuns:
             self.refused.pop(next(iter(self.refused)))
 
     # ------------------------------------------------------------ starting
-    def start_next(self, run: Run) -> list[Run]:
+    def start_next(self, run: KeptRun) -> list[KeptRun]:
         """Start the run that waited behind ``run`` (which ended); one that
         cannot start ends unstarted and the next takes its place. The runs
         that started or ended so (the caller tells the daemon)."""
@@ -101,11 +101,11 @@ class HeldRuns:
             self.waits_for.pop(key, None)
             key = self.behind.get(key)
             moved.append(nxt)
-            if self._start_held(nxt):
+            if self._start_pending(nxt):
                 break
         return moved
 
-    def _start_held(self, run: Run) -> bool:
+    def _start_pending(self, run: KeptRun) -> bool:
         """Start a run that waited, unless its trust has lapsed meanwhile
         (then it is dropped, never started). Whether it started."""
         lapsed = self.lapsed(run, clocks_now())
@@ -120,8 +120,8 @@ class HeldRuns:
         return True
 
     # -------------------------------------------------------------- ending
-    def end_unstarted(self, run: Run, reason: str, by: str | None, **extra: Any) -> None:
-        """A pending run ends without starting: held as exited (journalled)
+    def end_unstarted(self, run: KeptRun, reason: str, by: str | None, **extra: Any) -> None:
+        """A pending run ends without starting: kept as exited (journalled)
         until acknowledged. The caller tells the daemon (``exited``)."""
         self.withdraw(run)
         if run.trust_check is not None:
@@ -131,7 +131,7 @@ class HeldRuns:
                        "log_problem": None, "log_bytes": 0, "started": False, **extra}
         run.journaled = self.journal.append({"run": run.wire()})
 
-    def withdraw(self, run: Run) -> None:
+    def withdraw(self, run: KeptRun) -> None:
         """Take a pending run out of its chain (the one behind it now waits
         for the one it waited for) and forget how to start it."""
         key = run.key
@@ -149,7 +149,7 @@ class HeldRuns:
                 self.waits_for.pop(succ, None)
 
     @staticmethod
-    def lapsed(run: Run, now: ClockReadings) -> str | None:
+    def lapsed(run: KeptRun, now: ClockReadings) -> str | None:
         """Why a pending run's trust no longer lets it start (a sleep too:
         it has nothing to freeze), or None."""
         if run.trust is None or trust_verdict(run.trust, run.term_lead_s, now) == "ok":

@@ -4,8 +4,9 @@ the queue) as every daily command does. Its options: commands.py."""
 
 from __future__ import annotations
 
-from sloth_daemon.cli.base import call_or_read, emit_json, paths
-from sloth_daemon.cli.edge import echo
+from sloth_daemon.cli.connection import call_or_read, paths
+
+from sloth_daemon.cli.output import echo, emit_json
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -1,7 +1,10 @@
-"""The CLI's one error edge, without Typer: how an error is printed (one
-line and a hint, a traceback only with --debug or SLOTH_DEBUG) and which
-exit code it gets. The Typer commands (app.handles_errors) and the fast
-path (fast.py) both end here, so an error reads the same whichever ran.
+"""The CLI's one writer to the terminal and its one error edge, without
+Typer: every line a command prints goes through ``echo`` (which escapes
+whatever would drive a terminal), JSON answers through ``emit_json``; an
+error is printed as one line and a hint (a traceback only with --debug or
+SLOTH_DEBUG) with its exit code. The Typer commands
+(typer_app.handles_errors) and the fast path (fast.py) both end here, so a
+command reads and fails the same whichever ran.
 
 Imported by every `sloth add`: the standard library only, lazily.
 """
@@ -17,7 +20,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable
 
-DEBUG = bool(os.environ.get("SLOTH_DEBUG"))  # --debug sets it too (app._root)
+DEBUG = bool(os.environ.get("SLOTH_DEBUG"))  # --debug sets it too (typer_app._root)
 
 
 def _write(text: str, err: bool = False, nl: bool = True) -> None:
@@ -26,7 +29,7 @@ def _write(text: str, err: bool = False, nl: bool = True) -> None:
     stream.flush()
 
 
-# The Typer app prints through click.echo (app.py sets it: it mends a stream
+# The Typer app prints through click.echo (typer_app.py sets it: it mends a stream
 # misconfigured as ASCII); the fast path runs only where the streams need no
 # mending (fast.streams_ok), and there the two write the same bytes.
 _echo: Callable[..., None] = _write
@@ -98,3 +101,9 @@ def quiet_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):
         pass
+
+
+def emit_json(data: object) -> None:
+    from sloth_daemon.protocol import dumps_pretty
+
+    echo(dumps_pretty(data))  # json.dumps(data, indent=2, sort_keys=True), without importing json

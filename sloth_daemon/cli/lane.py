@@ -2,13 +2,14 @@
 
 `lane set` takes effect at once (running jobs are never touched) and
 survives restarts; `lane ls` reads the queue file when no daemon answers.
-No Typer (the fast path runs `lane ls`): each prints with edge.echo and
+No Typer (the fast path runs `lane ls`): each prints with output.echo and
 returns its exit code."""
 
 from __future__ import annotations
 
-from sloth_daemon.cli.base import call, call_or_read, connect, emit_json
-from sloth_daemon.cli.edge import echo
+from sloth_daemon.cli.connection import call, call_or_read, connect
+
+from sloth_daemon.cli.output import echo, emit_json
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Optional, Sequence
 
-SH = "/bin/sh"  # what runs a --shell job (add_run.py, shellwords.py)
+SH = "/bin/sh"  # what runs a --shell job (add.py, shell_lines.py)
 _WORD_START = " \t;&|()<>"
 
 

@@ -1,17 +1,27 @@
-"""Commands on the daemon: daemon start|stop|restart|reload|status
-(`daemon run` is launcher.run_foreground; `config`: cli/settings.py). Their options are declared in commands.py."""
+"""Commands on the daemon: `sloth daemon run|start|stop|restart|reload|status`
+(how a daemon is started in the background: launcher.py). Their options
+are declared in commands.py. No Typer: `daemon run` is on the fast path
+(it is what the login service runs)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from sloth_daemon import errors
-from sloth_daemon.cli.app import call, duration, emit_json
-from sloth_daemon.cli.add_run import start_daemon as _start_daemon
-from sloth_daemon.cli.edge import echo
+from sloth_daemon.cli.connection import call, start_daemon
+from sloth_daemon.cli.output import echo, emit_json
+from sloth_daemon.cli.values import duration
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
-# ------------------------------------------------------------------ daemon
+def daemon_run() -> int:
+    """`sloth daemon run` (what the login service runs): the daemon in this
+    process, its exit code. Declared fast (commands.py): no Typer and its
+    ~5 MiB resident for as long as the daemon runs."""
+    from sloth_daemon.daemon.main import main
+
+    return main()
 
 
 def daemon_start(*, as_json: bool) -> None:
@@ -20,7 +30,7 @@ def daemon_start(*, as_json: bool) -> None:
         st = call("status")
         msg, pid = "already running", st["pid"]
     except errors.DaemonNotRunning:
-        pid = _start_daemon()
+        pid = start_daemon()
         msg = "started"
     emit_json({"pid": pid, "state": msg}) if as_json else echo(f"sloth daemon {msg} (pid {pid})")
 
@@ -37,7 +47,7 @@ def daemon_stop(*, keep_jobs: bool, timeout: str) -> None:
 def daemon_restart(*, timeout: str) -> None:
     """`sloth daemon restart` (its help and options: commands.py)."""
     old, n = _stop(True, duration(timeout, "--timeout") or 60)
-    new = _start_daemon()
+    new = start_daemon()
     echo(f"sloth daemon restarted (pid {old} -> {new}); {n} running job(s) handed over")
 
 

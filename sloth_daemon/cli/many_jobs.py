@@ -1,0 +1,50 @@
+"""A command on many jobs in one request: which jobs (ids, or a selection
+by --lane/--state), and what it did to them ("job 5 cancelled" on stdout,
+each job left alone on stderr with why: exit 6). Shared by cancel, kill,
+retry and restart (cancel.py, retry.py). No Typer; light imports.
+"""
+
+from __future__ import annotations
+
+from sloth_daemon import errors
+from sloth_daemon.cli.output import echo, emit_json
+from sloth_daemon.cli.values import comma_list, parse_id
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Optional, Sequence
+
+
+def report(res: dict[str, Any], verb: str, state: str, as_json: bool, *, printed: bool = False) -> int:
+    """Print what a request on many jobs did ("job 5 cancelled"; the state
+    only when it is not the one ``verb`` leads to, ``state``). Exit 6 if it
+    left some alone (an error, as for one job, if it did nothing at all)."""
+    if res["skipped"] and not res["jobs"] and not as_json:
+        raise errors.IllegalTransition("; ".join(s["why"] for s in res["skipped"][:5])
+                                       + (f" (and {len(res['skipped']) - 5} more)" if len(res["skipped"]) > 5 else ""),
+                                       hint="See their states with `sloth show ID...`.")
+    if printed:
+        pass
+    elif as_json:
+        emit_json(res)
+    else:
+        for j in res["jobs"]:
+            echo(f"job {j['id']} {verb}" + ("" if j["state"] == state else f" ({j['state']})"))
+        if not res["jobs"] and not res["skipped"]:
+            echo(f"no job matched: nothing {verb}")
+    for s in res["skipped"]:
+        echo(f"sloth: job {s['id']} left alone: {s['why']}", err=True)
+    return errors.EXIT_CONFLICT if res["skipped"] else 0
+
+
+def selection(ids: Optional[Sequence[str]], lane: Optional[str], state: Optional[Sequence[str]],
+               what: str) -> dict[str, Any]:
+    state = comma_list(state)
+    if ids and (lane is not None or state):
+        raise errors.BadRequest(f"give job ids or --lane/--state to {what}, not both")
+    if ids:
+        return {"ids": [parse_id(i) for i in ids]}
+    if lane is None and not state:
+        raise errors.BadRequest(f"which jobs? Give ids, or --lane/--state, to {what}",
+                                hint=f"e.g. `sloth {what} 12 13` or `sloth {what} --lane video`.")
+    return {**({"lane": lane} if lane is not None else {}), **({"states": list(state)} if state else {})}
