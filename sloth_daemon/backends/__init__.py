@@ -34,14 +34,11 @@ and errors; tests/unit/test_queue*.py run against both):
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from sloth_daemon.backends.face import Queue, ReadOnlyQueue
     from sloth_daemon.clock import Clock
-    from sloth_daemon.backends.postgres.readonly import PgReadOnly
-    from sloth_daemon.backends.postgres.queue import PgQueue
-    from sloth_daemon.backends.sqlite.queue import SqliteQueue
-    from sloth_daemon.backends.sqlite.readonly import SqliteReadOnly
 
 URL_SCHEMES = ("postgresql://", "postgres://")
 
@@ -51,8 +48,7 @@ def is_url(target: str | os.PathLike[str]) -> bool:
     return isinstance(target, str) and target.lower().startswith(URL_SCHEMES)
 
 
-def open_queue(target: str | os.PathLike[str], clock: "Clock | None" = None,
-               **defaults: Any) -> "Union[SqliteQueue, PgQueue]":
+def open_queue(target: str | os.PathLike[str], clock: "Clock | None" = None, **options: Any) -> "Queue":
     """Open the queue at ``target``:
 
     * a filesystem path: the SQLite queue in that file (created with its
@@ -63,23 +59,19 @@ def open_queue(target: str | os.PathLike[str], clock: "Clock | None" = None,
       (``pip install 'slothqueue[postgres]'``), imported only here, so
       SQLite users never load it.
 
-    ``defaults`` are lease_s, max_attempts and backoff_cap_s for jobs that do
-    not set their own (PgQueue also takes migrate= and options=). ``clock``
-    is for tests: on PostgreSQL every time comes from the server's clock
-    unless a test clock is given.
+    ``options`` are lease_s, max_attempts and backoff_cap_s for jobs that do
+    not set their own, lock_wait_s (and on PostgreSQL migrate= and
+    options=). ``clock`` is for tests: on PostgreSQL every time comes from
+    the server's clock unless a test clock is given.
     """
     if is_url(target):
-        try:
-            from sloth_daemon.backends.postgres.queue import PgQueue
-        except ImportError as e:
-            raise _no_psycopg(e) from e
-        return PgQueue(str(target), clock, **defaults)
-    from sloth_daemon.backends.sqlite.queue import SqliteQueue
+        require_psycopg()
+    from sloth_daemon.backends.face import Queue
 
-    return SqliteQueue(target, clock, **defaults)
+    return Queue(target, clock, **options)
 
 
-def open_read_only(target: str | os.PathLike[str], *, quick: bool = False) -> "Union[SqliteReadOnly, PgReadOnly]":
+def open_read_only(target: str | os.PathLike[str], *, quick: bool = False) -> "ReadOnlyQueue":
     """The queue at ``target`` (a path or a URL, as for open_queue) opened to
     read only, for the CLI when no daemon answers: it never creates,
     migrates or writes anything. ``quick``: a PostgreSQL server gets one
@@ -87,15 +79,16 @@ def open_read_only(target: str | os.PathLike[str], *, quick: bool = False) -> "U
     `sloth config`, which shows the settings whether or not it answers).
     Raises FileNotFoundError (no SQLite file there) or StorageError
     (unreachable, or not this sloth's schema)."""
-    if is_url(target):
-        try:
-            from sloth_daemon.backends.postgres.readonly import QUICK, PgReadOnly
-        except ImportError as e:
-            raise _no_psycopg(e) from e
-        return PgReadOnly(str(target), QUICK if quick else None)
-    from sloth_daemon.backends.sqlite.readonly import SqliteReadOnly
+    from sloth_daemon.backends.face import ReadOnlyQueue
 
-    return SqliteReadOnly(target)
+    if is_url(target):
+        require_psycopg()
+        from sloth_daemon.backends.postgres import engine as pg
+
+        return ReadOnlyQueue(pg.open_read_engine(str(target), pg.QUICK if quick else None))
+    from sloth_daemon.backends.sqlite import engine as sqlite
+
+    return ReadOnlyQueue(sqlite.open_read_engine(target))
 
 
 def require_psycopg() -> None:

@@ -65,7 +65,7 @@ class Control:
     def get_many(self, ids: Sequence[int]) -> list[Job]:
         """The jobs of these ids that exist, in one read on a shared queue."""
         if self.shared is not None:
-            return self.queue.get_many(ids)  # type: ignore[attr-defined]
+            return self.queue.get_many(ids)
         return [self.queue.get(i) for i in ids]
 
     def events(self, job_id: int) -> list[Event]:
@@ -91,7 +91,7 @@ class Control:
         from sloth_daemon.backends import open_read_only
 
         self.queue.check()
-        target = getattr(self.queue, "url", None) or self.queue.path
+        target = self.queue.target
         now = time.time()
 
         def opened() -> Any:
@@ -350,9 +350,9 @@ class Control:
     def stored_log(self, job_id: int, attempt: int, offset: int) -> Any:
         """On a shared queue, the copy of an attempt's log in the database
         (backends.postgres.logs.LogPart, from ``offset``); None on one machine's queue."""
-        if self.shared is None:
+        if self.shared is None or self.queue.logs is None:
             return None
-        return self.queue.stored_log(job_id, attempt, offset)  # type: ignore[attr-defined]
+        return self.queue.logs.stored_log(job_id, attempt, offset)
 
     def running_count(self) -> int:
         """Jobs with a live process here (no database needed); one held to

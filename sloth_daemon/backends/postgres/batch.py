@@ -3,7 +3,7 @@ job, and cancel, retry, restart and prune of many, by ids or by a selection
 (lane, states) -- the counterpart of backends/sqlite/batch.py and of
 SqliteQueue.cancel/retry, with the same rules and answers.
 
-Requests, named by PgQueue (backends/postgres/queue.py). By ids: an id that does not exist
+PgRequests, named by PgQueue (backends/postgres/queue.py). By ids: an id that does not exist
 refuses the whole request (JobNotFound, nothing changed); a job in a state
 the action does not apply to is left alone and reported in
 ``Batch.skipped`` with why. Each job is locked as it is reached and read
@@ -20,12 +20,12 @@ from psycopg import errors as pgerr
 from sloth_daemon.errors import BadRequest
 from sloth_daemon.models import ACTIVE_STATES, FINISHED_STATES, Batch, Job, JobState
 from sloth_daemon.spec import number
-from sloth_daemon.backends import rules
+from sloth_daemon.backends import contract, rules
 from sloth_daemon.backends.postgres import deps
 from sloth_daemon.backends.postgres.enqueue import SQL_ACTIVE_KEY, prune_batch_records
 from sloth_daemon.backends.postgres.reads import JobRows, check_id, get_row
 from sloth_daemon.backends.postgres.db import Connection, Cursor, Row, one
-from sloth_daemon.backends.postgres.writer import Writer, event
+from sloth_daemon.backends.postgres.writer import PgWriter, event
 
 _COPIED = ("command, lane, priority, max_attempts, lease_s, timeout_s, key, cwd, env_id,"
            " label, shell, retry_exit, no_retry_exit, keep_awake, limits, gate")
@@ -51,12 +51,12 @@ SQL_REQUEUE = ("UPDATE sloth.jobs SET state = %s, tries = 0, refunds = 0, not_be
                " WHERE id = %s RETURNING *")
 
 
-class Requests:
+class PgRequests(contract.Requests):
     """A user's requests of PgQueue: transactions through ``writer`` (a
     count on ``db``); ``rows`` makes the Jobs returned (and forgets the
     environments a prune deleted). No state of its own."""
 
-    def __init__(self, db: Connection, rows: JobRows, writer: Writer) -> None:
+    def __init__(self, db: Connection, rows: JobRows, writer: PgWriter) -> None:
         self._db = db
         self.rows = rows
         self.writer = writer

@@ -1,4 +1,4 @@
-"""Claiming a job on the PostgreSQL queue: Claims runs the claim statement
+"""Claiming a job on the PostgreSQL queue: PgClaims runs the claim statement
 of backends/postgres/pick.py (the counterpart of SqliteQueue.claim), and
 fails a job others wait for whose lease expired on its last try, in a
 transaction that settles them.
@@ -11,23 +11,23 @@ import functools
 import json
 from typing import Any, Collection, Sequence
 
-from sloth_daemon.backends import rules
+from sloth_daemon.backends import contract, rules
 from sloth_daemon.models import Job, JobState
 from sloth_daemon.backends.postgres import pick
 from sloth_daemon.backends.postgres.db import Connection, Cursor
 from sloth_daemon.backends.postgres.reads import JobRows
-from sloth_daemon.backends.postgres.writer import Writer
+from sloth_daemon.backends.postgres.writer import PgWriter
 
 SQL_EXPIRED = ("SELECT *, lease_until < sloth.now() AS lapsed FROM sloth.jobs WHERE id = %s"
                " AND state = 'running' FOR UPDATE")
 
 
-class Claims:
+class PgClaims(contract.Claims):
     """claim() of PgQueue: a one-statement write on ``db`` (a transaction
     through ``writer`` only to fail an expired job others wait for);
     ``rows`` makes the Job it returns. No state of its own."""
 
-    def __init__(self, db: Connection, rows: JobRows, writer: Writer) -> None:
+    def __init__(self, db: Connection, rows: JobRows, writer: PgWriter) -> None:
         self._db = db
         self.rows = rows
         self.writer = writer

@@ -2,7 +2,7 @@
 counterpart of backends/sqlite/edits.py: the same rules, words and
 events, backends/edits.py's).
 
-Edits, named by PgQueue (backends/postgres/queue.py). Several daemons
+PgEdits, named by PgQueue (backends/postgres/queue.py). Several daemons
 claim at once, so each job is locked (FOR UPDATE) before its state is
 read: a claim's ``FOR UPDATE SKIP LOCKED`` passes it by meanwhile, and a
 claim that took it first leaves it ``running``, which the edit then
@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from sloth_daemon.backends import edits as rules
+from sloth_daemon.backends import contract, edits as rules
 from sloth_daemon.backends.postgres import deps
 from sloth_daemon.backends.postgres.db import Cursor, Row, one
 from sloth_daemon.backends.postgres.reads import JobRows, get_row
-from sloth_daemon.backends.postgres.writer import Writer, event
+from sloth_daemon.backends.postgres.writer import PgWriter, event
 from sloth_daemon.backends.rules import prereqs_json
 from sloth_daemon.checks import command_json
 from sloth_daemon.text import as_bytes
@@ -66,11 +66,11 @@ SQL_HOLDABLE = "SELECT id FROM sloth.jobs WHERE lane = %s AND state IN ('blocked
 SQL_RELEASABLE = "SELECT id FROM sloth.jobs WHERE lane = %s AND state = 'held' ORDER BY id"
 
 
-class Edits:
+class PgEdits(contract.Edits):
     """edit, bump, hold and unhold (`sloth release`) of PgQueue: transactions through
     ``writer``; ``rows`` makes the Jobs returned. No state of its own."""
 
-    def __init__(self, rows: JobRows, writer: Writer) -> None:
+    def __init__(self, rows: JobRows, writer: PgWriter) -> None:
         self.rows = rows
         self.writer = writer
 
@@ -149,7 +149,8 @@ class Edits:
 
         return self.writer.write(tx, "holding jobs")
 
-    def hold_never(self, gate: str, why: str | None, *, lane: str | None, place: str | None) -> list[int]:
+    def hold_never(self, gate: str, why: str | None, *, lane: str | None = None,
+                   place: str | None = None) -> list[int]:
         """As SqliteQueue.hold_never."""
         def tx(c: Cursor) -> list[int]:
             if why is None:

@@ -4,17 +4,18 @@ db status`), and the rule that keeps two machines from serving under one
 name: a host's jobs are its daemon's to adopt or give back, so a second
 live daemon under that name would give back jobs the first still runs.
 
-Machines holds these on one connection; PgQueue (backends/postgres/queue.py)
+PgMachines holds these on one connection; PgQueue (backends/postgres/queue.py)
 names it, and the read-only view for ``hosts``.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from sloth_daemon.errors import ConfigError
+from sloth_daemon.backends import contract
+from sloth_daemon.backends.contract import Host
 from sloth_daemon.backends.postgres.db import Connection, Cursor, one
 
 # What a refresh writes; the server's now comes back (for a daemon's
@@ -32,26 +33,7 @@ SQL_HOSTS = "SELECT *, sloth.now() - last_seen AS ago FROM sloth.hosts ORDER BY 
 SQL_FORGET = "DELETE FROM sloth.hosts WHERE name = %s AND worker = %s RETURNING name"
 
 
-@dataclass(frozen=True)
-class Host:
-    """A daemon as its host row shows it."""
-
-    name: str
-    tags: tuple[str, ...]
-    worker: str
-    pid: int
-    boot_id: str
-    version: str
-    started_at: float
-    resources: dict[str, int] | None = None  # tokens of each resource it gives out (None: not yet said)
-
-    def row(self) -> dict[str, Any]:
-        return {"name": self.name, "tags": list(self.tags), "worker": self.worker, "pid": self.pid,
-                "boot_id": self.boot_id, "version": self.version, "started_at": self.started_at,
-                "resources": None if self.resources is None else json.dumps(self.resources, sort_keys=True)}
-
-
-class Machines:
+class PgMachines(contract.Machines):
     """The hosts table over ``db``. No state of its own."""
 
     def __init__(self, db: Connection) -> None:

@@ -4,11 +4,11 @@ holder gone, making earlier commits durable, and the outcomes that end a
 lease (complete, fail, release): the counterpart of backends/sqlite/leases.py
 and of SqliteQueue's outcomes.
 
-Leases, named by PgQueue (backends/postgres/queue.py). A renewal, and the
+PgLeases, named by PgQueue (backends/postgres/queue.py). A renewal, and the
 completion of a job nobody waits for, is one UPDATE that matches id AND
 token and writes its event in the same statement: one round trip, and a
 stale holder changes nothing. An outcome that settles dependents, or
-records the process with it, is a transaction through the Writer.
+records the process with it, is a transaction through the PgWriter.
 """
 
 from __future__ import annotations
@@ -18,19 +18,17 @@ from typing import Any
 
 from sloth_daemon.models import Job, JobState
 from sloth_daemon.spec import number
-from sloth_daemon.backends import rules
+from sloth_daemon.backends import contract, rules
 from sloth_daemon.backends.rules import holds, not_held
 from sloth_daemon.backends.postgres.reads import JobRows, check_id, get_row
 from sloth_daemon.backends.postgres.db import Connection, Cursor, Row, finite, one, storable_text
-from sloth_daemon.backends.postgres.writer import FINISH, Writer, event
+from sloth_daemon.backends.postgres.writer import FINISH, PgWriter, event
 
 # SET lists of the one-statement writes of lease holders (_held_step).
 EXTEND = "lease_until = sloth.now() + coalesce(%(lease_s)s, lease_s), updated_at = sloth.now()"
 ADOPT = "worker = %(worker)s, lease_until = sloth.now() + lease_s, updated_at = sloth.now()"
 SET_RUNNER = "runner = %(runner)s, updated_at = sloth.now()"
 SET_PAUSED = "paused_run = %(paused_run)s, updated_at = sloth.now()"
-SQL_FLUSH = ("INSERT INTO sloth.meta (key, value) VALUES ('flushed', '0')"
-             " ON CONFLICT (key) DO UPDATE SET value = (sloth.meta.value::bigint + 1)::text")
 SQL_HELD_UPDATE = ("WITH u AS (UPDATE sloth.jobs SET {assignments} WHERE id = %(id)s"
                    " AND state = 'running' AND token = %(token)s {unwaited} RETURNING *)")
 SQL_HELD_EVENT = (", ev AS (INSERT INTO sloth.events (job_id, at, kind, attempt, message)"
@@ -72,17 +70,17 @@ SQL_RELEASE = ("UPDATE sloth.jobs SET state = 'queued', not_before = sloth.now()
                " updated_at = sloth.now() WHERE id = %s RETURNING *")
 
 
-class Leases:
+class PgLeases(contract.Leases):
     """What a lease holder asks of PgQueue: one-statement writes on ``db``,
     transactions through ``writer``; ``rows`` makes the Jobs returned;
-    ``backoff_cap_s`` bounds the delay before a failed try is due again.
+    ``defaults.backoff_cap_s`` bounds the delay before a failed try is due again.
     No state of its own."""
 
-    def __init__(self, db: Connection, rows: JobRows, writer: Writer, *, backoff_cap_s: float) -> None:
+    def __init__(self, db: Connection, rows: JobRows, writer: PgWriter, defaults: contract.Defaults) -> None:
         self._db = db
         self.rows = rows
         self.writer = writer
-        self.backoff_cap_s = backoff_cap_s
+        self.defaults = defaults
 
     def heartbeat(self, job_id: int, token: str, *, lease_s: float | None = None) -> Job:
         """Extend the lease of the holder of ``token``: ``lease_until = now + lease``.
@@ -128,10 +126,6 @@ class Leases:
             return self.rows.job(row, c)
 
         return self.writer.write(tx, "recording how a cancelled job's run ended")
-
-    def flush(self) -> None:
-        """Make every commit made with ``durable=False`` durable now."""
-        self._db.write(lambda c: c.execute(SQL_FLUSH), "flushing the log of commits")
 
     def adopt(self, job_id: int, token: str, worker: str, *, message: str) -> Job:
         """A new holder takes over the lease of ``token``: renewed from now,
@@ -235,7 +229,7 @@ class Leases:
                   kind: str = "failed") -> Job:
         """A failed try with tries left: queued again after a delay that
         doubles with each try, up to backoff_cap_s."""
-        delay = rules.backoff_s(row["tries"], self.backoff_cap_s)
+        delay = rules.backoff_s(row["tries"], self.defaults.backoff_cap_s)
         out = one(c.execute(SQL_BACK_OFF, (delay, storable_text(message), exit_code, row["id"])))
         event(c, row["id"], kind, row["attempts"], rules.retry_message(message, row, delay), at)
         return self.rows.job(out, c)

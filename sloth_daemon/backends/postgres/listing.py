@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from sloth_daemon.backends import rules
+from sloth_daemon.backends import contract, rules
 from sloth_daemon.models import Job, Listing
 from sloth_daemon.backends.postgres.db import Connection, Cursor
 from sloth_daemon.backends.postgres.reads import SQL_LANE_COUNTS, JobRows
@@ -29,7 +29,7 @@ SQL_STATE_COUNTS = "SELECT state, count(*) AS n FROM sloth.jobs WHERE {where} GR
 HOST = "(place = %(host)s OR left(worker, %(plen)s) = %(prefix)s)"
 
 
-class Listings:
+class PgListings(contract.Listings):
     """listing() of PgQueue and of the read-only view, over ``db``; ``rows``
     makes its Jobs. No state of its own."""
 

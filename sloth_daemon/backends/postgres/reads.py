@@ -4,7 +4,7 @@ backends/sqlite/reads.py).
 
 Two objects, each over one connection: JobRows makes rows into Jobs (every
 reader and writer of a queue shares its one, and so its cache of decoded
-environments); Reads answers the read side of the contract, named by
+environments); PgReads answers the read side of the contract, named by
 PgQueue (backends/postgres/queue.py) and by the read-only view
 (backends/postgres/readonly.py). A read is one statement outside any
 transaction (db.Connection.read), so it never holds a lock another daemon
@@ -17,7 +17,7 @@ import json
 import math
 from typing import Any, Collection, Mapping, Sequence
 
-from sloth_daemon.backends import rules
+from sloth_daemon.backends import contract, rules
 from sloth_daemon.errors import JobNotFound
 from sloth_daemon.models import Event, Job, JobState
 from sloth_daemon.spec import integer
@@ -84,7 +84,7 @@ class JobRows:
         self._envs.clear()
 
 
-class Reads:
+class PgReads(contract.Reads):
     """The read side of the contract, over ``db``; ``rows`` makes its Jobs."""
 
     def __init__(self, db: Connection, rows: JobRows) -> None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from sloth_daemon.backends import schedule_rules as sr
+from sloth_daemon.backends import contract, schedule_rules as sr
 from sloth_daemon.backends.postgres.db import Connection, Cursor
 from sloth_daemon.backends.postgres.enqueue import SQL_ACTIVE_KEY
-from sloth_daemon.backends.postgres.writer import Writer
+from sloth_daemon.backends.postgres.writer import PgWriter
 from sloth_daemon.models import ACTIVE_STATES
 from sloth_daemon.spec import JobSpec
 
@@ -35,7 +35,7 @@ KEEP_RUNS_S = 30 * 86400.0
 Insert = Callable[[Cursor, list[JobSpec], None], list[int]]
 
 
-class PgScheduleReads:
+class PgScheduleReads(contract.ScheduleReads):
     """The schedules' rows read on ``db`` (the daemon's, or a read-only one:
     `schedule ls` and `show` with no daemon, cli/offline.py)."""
 
@@ -68,7 +68,7 @@ class PgSchedules(PgScheduleReads):
     written through ``writer``; jobs added with ``insert``
     (enqueue.insert_all) inside the firing's transaction."""
 
-    def __init__(self, db: Connection, writer: Writer, insert: Insert) -> None:
+    def __init__(self, db: Connection, writer: PgWriter, insert: Insert) -> None:
         super().__init__(db)
         self.writer, self.insert = writer, insert
 

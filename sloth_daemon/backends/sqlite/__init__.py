@@ -9,14 +9,14 @@ connection.
   transaction helper, the unit of a worker's turn, the dependents a
   transaction settled, told after the commit, the broken-file guard);
 - reads.py: ``JobRows`` (a row as a Job) and ``SqliteReads``; listing.py:
-  ``SqliteListing`` (what ``sloth ls`` shows); scan.py: a listing read a
+  ``SqliteListings`` (what ``sloth ls`` shows); scan.py: a listing read a
   chunk at a time;
-- enqueue.py: ``SqliteEnqueue`` (adding jobs, batch records);
+- enqueue.py: ``SqliteAdds`` (adding jobs, batch records);
 - leases.py: ``SqliteLeases`` (claims and their holders); pick.py: what a
-  claim picks; ends.py: ``JobEnds`` (a job's end); deps.py: what an end
+  claim picks; ends.py: ``SqliteEnds`` (a job's end); deps.py: what an end
   does to the jobs waiting for it;
 - batch.py: ``SqliteRequests`` (the user's cancel, retry, restart, prune);
-- meta.py: ``SqliteMeta`` (the queue's identity, settings, lanes);
+- meta.py: ``SqliteSettings`` (the queue's identity, settings, lanes);
 - db.py: connecting, migrating, the transaction itself; identity.py: which
   queue a folder holds.
 """

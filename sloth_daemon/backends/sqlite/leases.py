@@ -15,9 +15,9 @@ import math
 import sqlite3
 from typing import Any, Collection, Sequence
 
-from sloth_daemon.backends import rules
+from sloth_daemon.backends import contract, rules
 from sloth_daemon.backends.sqlite import pick
-from sloth_daemon.backends.sqlite.ends import JobEnds, event
+from sloth_daemon.backends.sqlite.ends import SqliteEnds, event
 from sloth_daemon.backends.sqlite.reads import JobRows
 from sloth_daemon.backends.sqlite.unit import SqliteStore
 from sloth_daemon.clock import Clock
@@ -27,16 +27,16 @@ from sloth_daemon.models import Job, JobState
 from sloth_daemon.spec import number
 from sloth_daemon.text import storable
 
-class SqliteLeases:
+class SqliteLeases(contract.Leases):
     """Leases and the transitions of their holders (see the module
     docstring). Its own state: the clock it reads ``now`` from and the
     backoff cap of a failed try; writes go through ``store``, ended jobs
     through ``ends``, rows are told by ``rows``."""
 
-    def __init__(self, store: SqliteStore, rows: JobRows, ends: JobEnds, clock: Clock,
-                 backoff_cap_s: float) -> None:
+    def __init__(self, store: SqliteStore, rows: JobRows, ends: SqliteEnds, clock: Clock,
+                 defaults: contract.Defaults) -> None:
         self.store, self.rows, self.ends, self.clock = store, rows, ends, clock
-        self.backoff_cap_s = backoff_cap_s
+        self.defaults = defaults
 
     def claim(
         self, worker: str, *, lease_s: float | None = None, lanes: Sequence[str] | None = None,
@@ -140,7 +140,7 @@ class SqliteLeases:
         (and ``retry``, the event ``kind``), else failed."""
         job_id, attempts, tries = row["id"], row["attempts"], row["tries"]
         if retry and tries < row["max_attempts"]:
-            delay = rules.backoff_s(tries, self.backoff_cap_s)
+            delay = rules.backoff_s(tries, self.defaults.backoff_cap_s)
             out = c.execute(
                 "UPDATE jobs SET state = 'queued', not_before = ?, token = NULL,"
                 " lease_until = NULL, message = ?, exit_code = ?, updated_at = ?"

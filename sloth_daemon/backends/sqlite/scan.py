@@ -32,7 +32,7 @@ from sloth_daemon.backends.sqlite.listing import ORDER, _where
 from sloth_daemon.backends.sqlite.reads import reads
 
 if TYPE_CHECKING:
-    from sloth_daemon.backends.sqlite.listing import SqliteListing
+    from sloth_daemon.backends.sqlite.listing import SqliteListings
 
 TABLE = "temp.sloth_listing"
 
@@ -43,7 +43,7 @@ class SqliteScan:
     table; ``close_reader``: what closing the scan closes besides (the view,
     when the daemon opened one for this scan), or None."""
 
-    def __init__(self, listings: SqliteListing, *, close_reader: Callable[[], None] | None, now: float,
+    def __init__(self, listings: SqliteListings, *, close_reader: Callable[[], None] | None, now: float,
                  states: Sequence[str] | None = None, lane: str | None = None, limit: int | None = None,
                  offset: int = 0, finished_limit: int | None = None, host: str | None = None) -> None:
         self._listings, self._close_reader = listings, close_reader

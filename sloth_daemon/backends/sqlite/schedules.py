@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Callable, Mapping
 
-from sloth_daemon.backends import schedule_rules as sr
+from sloth_daemon.backends import contract, schedule_rules as sr
 from sloth_daemon.backends.sqlite.enqueue import SQL_ACTIVE_KEY
 from sloth_daemon.backends.sqlite.reads import reads
 from sloth_daemon.backends.sqlite.unit import SqliteStore
@@ -34,7 +34,7 @@ KEEP_RUNS_S = 30 * 86400.0  # rows of slots older than this are pruned at a firi
 Insert = Callable[[sqlite3.Connection, list[JobSpec], float], list[int]]
 
 
-class ScheduleReads:
+class SqliteScheduleReads(contract.ScheduleReads):
     """The schedules' rows read on ``conn`` (the daemon's, or a read-only
     one: `schedule ls` and `show` with no daemon, cli/offline.py)."""
 
@@ -62,9 +62,9 @@ class ScheduleReads:
         return [sr.run_record(r) for r in self.conn.execute(SQL_RUNS, (name, int(limit)))]
 
 
-class SqliteSchedules(ScheduleReads):
-    """The schedules and schedule_runs tables: read as ScheduleReads, written
-    through ``store``, jobs added with ``insert`` (SqliteEnqueue.insert)
+class SqliteSchedules(SqliteScheduleReads):
+    """The schedules and schedule_runs tables: read as SqliteScheduleReads, written
+    through ``store``, jobs added with ``insert`` (SqliteAdds.insert)
     inside the firing's transaction, times from ``clock``."""
 
     def __init__(self, store: SqliteStore, clock: Clock, insert: Insert) -> None:

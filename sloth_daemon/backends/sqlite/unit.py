@@ -30,6 +30,7 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
+from sloth_daemon.backends import contract
 from sloth_daemon.backends.sqlite import db
 from sloth_daemon.errors import StorageError
 from sloth_daemon.safefile import open_file
@@ -135,13 +136,15 @@ class _Abort(Exception):
     """Thrown into db.transaction to make it roll back."""
 
 
-class SqliteStore:
+class SqliteStore(contract.Store):
     """The queue's one connection and its unit of work (see the module
     docstring). State: the connection, the patience of a write for another
     process's lock, the open unit (``unit()``), and the dependents the open
     transaction queued or cancelled (``settled``), told to
     ``on_side_change`` after the commit. Every reader and writer of the queue
     works through it: ``tx()`` for a write, ``conn`` for a read."""
+
+    units_durable = False  # a unit's commit is made durable by the group commit's sync()
 
     def __init__(self, conn: sqlite3.Connection, path: Path, patience_s: float,
                  job: Callable[[sqlite3.Row], Job]) -> None:
@@ -245,6 +248,13 @@ class SqliteStore:
         guard = db.guard_of(self.conn)
         if guard is not None:
             guard.check()
+
+    def rest(self) -> None:
+        """SQLite's page cache given back; the next read fills it again from the OS's."""
+        self.conn.execute("PRAGMA shrink_memory")
+
+    def revalidate(self) -> None:
+        """A file has no connection to lose."""
 
     @property
     def broken(self) -> str | None:

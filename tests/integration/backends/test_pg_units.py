@@ -1,4 +1,4 @@
-"""A worker's turn as one transaction on PostgreSQL (PgQueue.unit), the
+"""A worker's turn as one transaction on PostgreSQL (Queue.unit), the
 claims that pipelining may undo (unclaim), and an outcome written lazily in
 one statement: what the batching of issue 34 item 3 must keep.
 
@@ -14,7 +14,7 @@ from collections import Counter
 import psycopg
 import pytest
 
-from sloth_daemon.backends.postgres.queue import PgQueue
+from sloth_daemon.queue import Queue
 from sloth_daemon.errors import LeaseLost, StorageError
 
 pytestmark = pytest.mark.postgres
@@ -27,7 +27,7 @@ def state_elsewhere(url: str, job_id: int) -> str:
 
 
 def test_a_unit_commits_its_writes_once_and_a_write_that_fails_alone_undoes_only_itself(pg_url):
-    with PgQueue(pg_url) as q:
+    with Queue(pg_url) as q:
         seen = []
         q.on_side_change = lambda job: seen.append((job.id, state_elsewhere(pg_url, job.id)))
         a, b = q.enqueue(["a"]), q.enqueue(["b"])
@@ -48,7 +48,7 @@ def test_a_unit_commits_its_writes_once_and_a_write_that_fails_alone_undoes_only
 
 
 def test_a_unit_that_meets_a_database_error_keeps_none_of_its_writes(pg_url):
-    with PgQueue(pg_url) as q:
+    with Queue(pg_url) as q:
         a, b = q.enqueue(["a"]), q.enqueue(["b"])
         ja = q.claim("w")
         with psycopg.connect(pg_url, autocommit=True) as c:
@@ -78,14 +78,14 @@ def test_a_unit_whose_connection_dies_midway_keeps_nothing_and_the_queue_goes_on
     two claims and an outcome; none of them is kept (the jobs are due again,
     the outcome is still to write: its lease holds), and the next unit
     reconnects."""
-    with PgQueue(pg_url) as q:
+    with Queue(pg_url) as q:
         a, b, c = q.enqueue(["a"]), q.enqueue(["b"]), q.enqueue(["c"])
         ja = q.claim("w")
         with pytest.raises(StorageError):
             with q.unit():
                 q.claim("w")
                 q.complete(ja.id, ja.token, durable=False)
-                pid = q._db.read(lambda cur: cur.execute("SELECT pg_backend_pid() AS p").fetchone()["p"], "pid")
+                pid = q.engine.store.db.read(lambda cur: cur.execute("SELECT pg_backend_pid() AS p").fetchone()["p"], "pid")
                 with psycopg.connect(pg_url, autocommit=True) as other:
                     other.execute("SELECT pg_terminate_backend(%s)", (pid,))
                 q.claim("w")
@@ -101,7 +101,7 @@ def test_units_racing_claim_each_job_exactly_once(pg_url):
     """Three claimers, each claiming a few jobs and completing the last
     turn's in one unit per turn (as the worker does): every job done once."""
     n = 300
-    with PgQueue(pg_url) as q:
+    with Queue(pg_url) as q:
         ids = q.enqueue_many([{"command": [str(i)]} for i in range(n)])
     barrier = threading.Barrier(3)
     got: dict[str, list[int]] = {}
@@ -109,7 +109,7 @@ def test_units_racing_claim_each_job_exactly_once(pg_url):
     def drain(name: str) -> None:
         mine: list[int] = []
         held: list = []
-        with PgQueue(pg_url) as w:
+        with Queue(pg_url) as w:
             barrier.wait()
             while True:
                 with w.unit():
@@ -129,7 +129,7 @@ def test_units_racing_claim_each_job_exactly_once(pg_url):
         t.join(120)
     per_job = Counter(sum(got.values(), []))
     assert set(per_job) == set(ids) and max(per_job.values()) == 1
-    with PgQueue(pg_url) as q:
+    with Queue(pg_url) as q:
         assert q.counts()["done"] == n
 
 
@@ -137,11 +137,11 @@ def test_a_lazy_outcome_with_its_process_keeps_the_order_of_its_events_and_the_s
     """complete(durable=False) with the process identity, now one statement:
     ``started`` before ``done``, the runner written, and synchronous_commit
     off for that transaction only (the next claim commits durably)."""
-    with PgQueue(pg_url) as q:
+    with Queue(pg_url) as q:
         a = q.enqueue(["a"])
         job = q.claim("w")
         q.complete(a, job.token, durable=False, runner={"pid": 7, "started_at": 5.0})
-        setting = q._db.read(lambda cur: cur.execute("SHOW synchronous_commit").fetchone(), "setting")
+        setting = q.engine.store.db.read(lambda cur: cur.execute("SHOW synchronous_commit").fetchone(), "setting")
         assert setting["synchronous_commit"] == "on"
         ev = q.events(a)
         assert [e.kind for e in ev] == ["claimed", "started", "done"] and ev[1].message == "pid 7"

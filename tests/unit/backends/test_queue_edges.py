@@ -161,7 +161,7 @@ def test_deps_rows_go_with_a_pruned_job(q, clock):
 def _state_seen_by_another_connection(q, job_id):
     import sqlite3
 
-    c = sqlite3.connect(q.path)
+    c = sqlite3.connect(q.target)
     try:
         return c.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
     finally:
@@ -190,7 +190,7 @@ def test_a_unit_that_meets_a_storage_error_keeps_none_of_its_writes(q):
     a, b = q.enqueue(["a"]), q.enqueue(["b"])
     jb = q.claim("w", lanes=["default"])
     assert jb.id == a
-    q._conn.execute("CREATE TEMP TRIGGER boom BEFORE INSERT ON main.events"
+    q.engine.store.conn.execute("CREATE TEMP TRIGGER boom BEFORE INSERT ON main.events"
                     " WHEN NEW.kind = 'done' BEGIN SELECT RAISE(ABORT, 'boom'); END")
     with pytest.raises(StorageError, match="not written: .*boom"):
         with q.unit():
@@ -200,7 +200,7 @@ def test_a_unit_that_meets_a_storage_error_keeps_none_of_its_writes(q):
             with pytest.raises(StorageError, match="not written"):
                 q.claim("w")  # after the unit failed: refused at once, never committed alone
     assert (q.get(a).state, q.get(b).state, q.get(b).attempts) == ("running", "queued", 0)
-    q._conn.execute("DROP TRIGGER temp.boom")
+    q.engine.store.conn.execute("DROP TRIGGER temp.boom")
     with q.unit():  # the queue goes on as before
         q.complete(a, jb.token)
     assert q.get(a).state == "done"
@@ -213,7 +213,7 @@ def test_a_unit_that_only_reads_takes_no_write_lock(q):
     a = q.enqueue(["a"])
     with q.unit():
         assert q.get(a).state == "queued"
-        other = sqlite3.connect(q.path, timeout=0)
+        other = sqlite3.connect(q.target, timeout=0)
         try:
             other.execute("BEGIN IMMEDIATE")  # would raise "database is locked"
             other.execute("ROLLBACK")
@@ -230,7 +230,7 @@ def test_a_unit_rolled_back_under_it_writes_nothing_more_on_its_own(q):
     with pytest.raises(StorageError, match="rolled back"):
         with q.unit():
             q.claim("w")
-            q._conn.execute("ROLLBACK")  # as SQLite does after SQLITE_IOERR or SQLITE_FULL
+            q.engine.store.conn.execute("ROLLBACK")  # as SQLite does after SQLITE_IOERR or SQLITE_FULL
             with pytest.raises(StorageError, match="rolled back"):
                 q.claim("w")
     assert (q.get(a).state, q.get(b).state) == ("queued", "queued")
