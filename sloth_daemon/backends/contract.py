@@ -247,7 +247,7 @@ class Adds(Protocol):
 
 
 class Claims(Protocol):
-    """Taking a lease (sqlite/leases.py SqliteLeases, postgres/claim.py PgClaims)."""
+    """Taking a lease (sqlite/claim.py SqliteClaims, postgres/claim.py PgClaims)."""
 
     def claim(
         self, worker: str, *, lease_s: float | None = None, lanes: Sequence[str] | None = None,
@@ -537,7 +537,7 @@ class Reads(Protocol):
         ...
 
     def get_many(self, ids: Sequence[int]) -> list[Job]:
-        """The jobs of these ids that exist, in one read, in the order of ``ids``."""
+        """The jobs of these ids that exist, in one read, by id."""
         ...
 
     def jobs(

@@ -62,10 +62,6 @@ class PgRequests(contract.Requests):
         self.writer = writer
 
     def cancel(self, job_id: int, *, message: str = "cancelled by user") -> Job:
-        """blocked|queued|running -> cancelled; what waits for it to be done is
-        cancelled too. A running job's holder loses its lease (its token is
-        cleared); ending its process is the caller's business. Raises
-        IllegalTransition for a finished job, JobNotFound."""
         def tx(c: Cursor) -> Job:
             row = get_row(c, job_id, lock=True)
             if row["state"] not in ACTIVE_STATES:
@@ -75,10 +71,6 @@ class PgRequests(contract.Requests):
         return self.writer.write(tx, "cancelling a job")
 
     def retry(self, job_id: int) -> Job:
-        """failed|cancelled -> queued, due now, with a fresh budget of tries
-        (``attempts`` keeps counting runs); -> blocked instead while a job it
-        was added after is unfinished. Raises IllegalTransition (other
-        states, or its key is taken by an active job), JobNotFound."""
         return self.writer.write(lambda c: self._retry(c, get_row(c, job_id, lock=True)), "retrying a job")
 
     def _retry(self, c: Cursor, row: Row) -> Job:
@@ -93,9 +85,6 @@ class PgRequests(contract.Requests):
     def cancel_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
                     states: Sequence[str] | None = None, message: str = "cancelled by user",
                     exclude: Collection[int] = ()) -> Batch:
-        """blocked|queued|running -> cancelled for each of ``ids``, or for
-        every active job of ``lane`` and/or ``states``, as
-        SqliteQueue.cancel_many (``exclude`` too). Raises JobNotFound, BadRequest."""
         wanted, skip = rules.wanted_states(states, ACTIVE_STATES, "cancel"), set(exclude)
 
         def tx(c: Cursor) -> Batch:
@@ -116,9 +105,6 @@ class PgRequests(contract.Requests):
 
     def retry_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
                    states: Sequence[str] | None = None, busy: Collection[int] = ()) -> Batch:
-        """failed|cancelled -> queued (or blocked), as :meth:`retry`, for each
-        of ``ids`` or every job of the selection (default state: failed).
-        ``busy``: jobs not to touch yet. Raises JobNotFound, BadRequest."""
         wanted = rules.retry_wanted(ids, states)
 
         def tx(c: Cursor) -> Batch:
@@ -127,9 +113,6 @@ class PgRequests(contract.Requests):
         return self.writer.write(tx, "retrying jobs")
 
     def restart(self, ids: Sequence[int]) -> Batch:
-        """For each finished job of ``ids``: a new queued job with the same
-        spec (not its prerequisites), due now; events ``restart`` on the new
-        job, ``restarted`` on the old. Raises JobNotFound."""
         def tx(c: Cursor) -> Batch:
             out = Batch([])
             for row in self._rows(c, ids, None, None):
@@ -146,9 +129,6 @@ class PgRequests(contract.Requests):
 
     def prune(self, older_than_s: float, *, states: Sequence[str] | None = None, lane: str | None = None,
               dry_run: bool = False) -> int:
-        """Delete finished jobs (and their events) that ended more than
-        ``older_than_s`` ago, of ``states`` (default: every finished state) and
-        ``lane``. Returns how many were (``dry_run``: would be) deleted."""
         if older_than_s is None:
             raise BadRequest("older_than_s must be a number of seconds, got None")
         args = {"older": number(older_than_s, "older_than_s", 0.0, lo=0), "lane": lane,

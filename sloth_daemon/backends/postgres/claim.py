@@ -38,22 +38,7 @@ class PgClaims(contract.Claims):
         places: Collection[str] | None = None, reclaim: bool = True,
         gated: tuple[int, dict[str, list[str]] | None] | None = None,
     ) -> Job | None:
-        """Lease the most urgent due job to ``worker``, or return None.
-
-        Due means ``queued`` with ``not_before <= now``, or ``running`` with an
-        expired lease (``lease_until < now``, strict), now being the server's;
-        never ``blocked``. Transition: -> running, ``attempts`` and ``tries``
-        + 1, fresh token, ``lease_until = now + lease``, event ``claimed`` or
-        ``reclaimed``. An expired job with no tries left goes to ``failed``
-        instead (event ``lease_expired``) and the search goes on. The
-        returned Job keeps the previous attempt's ``runner``.
-        ``exclude_lanes`` skips lanes; ``exclude_ids`` never re-issues these
-        jobs' expired leases; ``places``: only jobs placed there ("" is
-        anywhere; None: any job). ``reclaim=False`` takes queued jobs only,
-        never an expired lease: a claim that may be undone (unclaim) must be
-        a plain one. Rows another claimer holds locked right now are
-        skipped, not waited for.
-        """
+        # now is the server's; rows another claimer holds locked right now are skipped, not waited for
         lease_s = pick.claim_lease(lease_s, lanes)
         if lanes is not None and not lanes:
             return None

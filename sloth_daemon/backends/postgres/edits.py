@@ -75,7 +75,6 @@ class PgEdits(contract.Edits):
         self.writer = writer
 
     def edit(self, job_id: int, changes: Any, *, expect: Any = None) -> rules.Edited:
-        """As SqliteQueue.edit."""
         wanted = rules.changes_of(changes)
 
         def tx(c: Cursor) -> rules.Edited:
@@ -111,7 +110,6 @@ class PgEdits(contract.Edits):
         return self.writer.write(tx, "editing a job")
 
     def bump(self, ids: Sequence[int]) -> Batch:
-        """As SqliteQueue.bump."""
         def tx(c: Cursor) -> Batch:
             named = _all(c, ids)
             now = one(c.execute(SQL_NOW))["now"]
@@ -133,7 +131,6 @@ class PgEdits(contract.Edits):
         return self.writer.write(tx, "bumping jobs")
 
     def hold(self, ids: Sequence[int] | None = None, *, lane: str | None = None) -> Batch:
-        """As SqliteQueue.hold."""
         def tx(c: Cursor) -> Batch:
             out = Batch([])
             for row in _named(c, ids, lane, SQL_HOLDABLE):
@@ -151,7 +148,6 @@ class PgEdits(contract.Edits):
 
     def hold_never(self, gate: str, why: str | None, *, lane: str | None = None,
                    place: str | None = None) -> list[int]:
-        """As SqliteQueue.hold_never."""
         def tx(c: Cursor) -> list[int]:
             if why is None:
                 return sorted(row["id"] for row in c.execute(SQL_FORGET_WHY, {"gate": gate, "lane": lane,
@@ -166,7 +162,6 @@ class PgEdits(contract.Edits):
         return self.writer.write(tx, "holding jobs that cannot run")
 
     def unhold(self, ids: Sequence[int] | None = None, *, lane: str | None = None) -> Batch:
-        """As SqliteQueue.unhold."""
         def tx(c: Cursor) -> Batch:
             out = Batch([])
             for row in _named(c, ids, lane, SQL_RELEASABLE):

@@ -69,12 +69,6 @@ class PgAdds(contract.Adds):
         self.defaults = defaults
 
     def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None) -> list[int]:
-        """Enqueue many jobs in one transaction; all or none. Same rules as
-        SqliteQueue.enqueue_many: ``batch`` records the ids under a client's
-        token in the same transaction (batch_ids); ``after``/``after_any``/
-        ``after_previous`` make a job ``blocked``, ``cancelled`` or ``queued``.
-        Raises BadRequest, IllegalTransition (a batch queued already),
-        JobNotFound (a prerequisite that does not exist)."""
         d = self.defaults
         rows = rules.parse_specs(specs, d.max_attempts, d.lease_s)  # validate all before writing any
         if not rows and batch is None:
@@ -82,8 +76,6 @@ class PgAdds(contract.Adds):
         return self.writer.write(lambda c: insert_all(c, rows, batch), "adding jobs")
 
     def batch_ids(self, batch: str) -> list[int] | None:
-        """The ids the batch ``batch`` was queued as, or None if it was not
-        (or its record was pruned: records are kept rules.BATCH_RECORD_S)."""
         row = self._db.read(lambda c: c.execute(SQL_BATCH_READ, (batch,)).fetchone(), "reading a batch")
         if row is None:
             return None

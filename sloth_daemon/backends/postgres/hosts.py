@@ -40,24 +40,15 @@ class PgMachines(contract.Machines):
         self._db = db
 
     def register_host(self, me: Host, *, alive_s: float, pid_alive: Callable[[int], bool]) -> float:
-        """Take ``me.name`` for this daemon, or raise ConfigError when a
-        daemon of another machine (another boot) refreshed it less than
-        ``alive_s`` ago, or another daemon of this boot still runs under it
-        (``pid_alive``: whether a pid of this machine runs). Returns the server's now."""
         return self._db.write(lambda c: _register(c, me, alive_s, pid_alive), "registering this host")
 
     def host_seen(self, me: Host) -> float:
-        """Refresh this daemon's host row; the server's now (sloth.now())."""
         return float(self._db.write_one(SQL_SEEN, me.row(), "refreshing this host")[0]["now"])
 
     def forget_host(self, me: Host) -> None:
-        """This daemon stops: its row goes, unless another has taken the name."""
         self._db.write_one(SQL_FORGET, (me.name, me.worker), "forgetting this host")
 
     def hosts(self) -> list[dict[str, Any]]:
-        """Every host that served this queue: name, tags, worker, pid,
-        version, started_at, last_seen, ago (seconds since, by the server),
-        resources (name -> tokens, or None where its daemon did not say)."""
         rows = self._db.read(lambda c: c.execute(SQL_HOSTS).fetchall(), "listing hosts")
         return [{**r, "tags": list(r["tags"]), "resources": _resources(r.get("resources"))} for r in rows]
 

@@ -40,8 +40,6 @@ class PgListings(contract.Listings):
     def listing(self, *, states: Sequence[str] | None = None, lane: str | None = None,
                 limit: int | None = None, offset: int = 0, finished_limit: int | None = None,
                 now: float, host: str | None = None) -> Listing:
-        """Up to ``limit`` jobs of the selection from ``offset`` on, as
-        SqliteQueue.listing (``host`` too). Raises ValueError for an unknown state."""
         wanted = rules.listed_states(states)
         where, args = _where(lane, host)
         return self._db.read(lambda c: self._listing(c, wanted, (where, args), lane, limit, offset,

@@ -79,5 +79,4 @@ class PgLogs(contract.Logs):
         self._db = db
 
     def stored_log(self, job_id: int, attempt: int, offset: int = 0, limit: int = 1 << 20) -> LogPart:
-        """The stored log of an attempt (see LogPart), from ``offset``."""
         return read(self._db, job_id, attempt, offset, limit)

@@ -47,7 +47,9 @@ class PgStore(contract.Store):
     def flush(self) -> None:
         self.db.write(lambda c: c.execute(SQL_FLUSH), "flushing the log of commits")
 
-    sync = flush  # a commit on the server is as durable as the server makes it: one more flushes the others
+    def sync(self) -> None:
+        # one synchronous commit makes the lazy ones before it durable: a flush
+        self.flush()
 
     def check(self) -> None:
         why = self.db.read(lambda c: pg_identity.other_queue(c.connection, self.identity), "checking the queue")
@@ -59,7 +61,7 @@ class PgStore(contract.Store):
         return self.db.broken
 
     def rest(self) -> None:
-        """Nothing to give back: the server holds the cache."""
+        pass  # Nothing to give back: the server holds the cache.
 
     def revalidate(self) -> None:
         self.db.revalidate()

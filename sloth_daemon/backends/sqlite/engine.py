@@ -11,8 +11,8 @@ job's end does to the jobs waiting for it, deps.py's.
 The parts: ``store`` (unit.py: the connection, the one transaction helper,
 the unit of a worker's turn, the broken-file guard), ``reads`` and
 ``listings`` (reads.py, listing.py, rows told as Jobs by reads.JobRows),
-``adds`` (enqueue.py), ``claims`` and ``leases`` (leases.py: one object,
-claims and their holders), ``requests`` (batch.py: the user's cancel,
+``adds`` (enqueue.py), ``claims`` (claim.py), ``leases`` (leases.py: what
+a lease's holder does with it), ``requests`` (batch.py: the user's cancel,
 retry, restart, prune), ``edits`` (edits.py), ``settings`` (meta.py: meta
 and lanes), ``schedules`` (schedules.py). A job's end, shared by the
 writers, is ends.py's.
@@ -28,6 +28,7 @@ from typing import Any
 from sloth_daemon.backends.contract import Defaults, Engine, ReadEngine
 from sloth_daemon.backends.sqlite import db
 from sloth_daemon.backends.sqlite.batch import SqliteRequests
+from sloth_daemon.backends.sqlite.claim import SqliteClaims
 from sloth_daemon.backends.sqlite.edits import SqliteEdits
 from sloth_daemon.backends.sqlite.ends import SqliteEnds
 from sloth_daemon.backends.sqlite.enqueue import SqliteAdds
@@ -57,12 +58,12 @@ def open_engine(path: str | os.PathLike[str], clock: Clock | None, defaults: Def
     reads = SqliteReads(conn, rows, clock)
     adds = SqliteAdds(store, clock, defaults)
     ends = SqliteEnds(store, rows)
-    leases = SqliteLeases(store, rows, ends, clock, defaults)
     settings = SqliteSettings(store, clock)
     return Engine(
         target=path, clock=clock, identity=settings.identity(), defaults=defaults, store=store, adds=adds,
-        claims=leases, leases=leases, requests=SqliteRequests(store, rows, ends, adds, clock),
-        edits=SqliteEdits(store, rows, clock), settings=settings, reads=reads,
+        claims=SqliteClaims(store, rows, ends, clock), leases=SqliteLeases(store, rows, ends, clock, defaults),
+        requests=SqliteRequests(store, rows, ends, adds, clock), edits=SqliteEdits(store, rows, clock),
+        settings=settings, reads=reads,
         listings=SqliteListings(conn, rows.job, reads.lane_counts),
         schedules=SqliteSchedules(store, clock, adds.insert))
 

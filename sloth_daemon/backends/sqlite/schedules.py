@@ -54,7 +54,6 @@ class SqliteScheduleReads(contract.ScheduleReads):
 
     @reads
     def stamp(self) -> tuple[Any, ...]:
-        """What changes with any change to any schedule (a cheap look before a re-read)."""
         return tuple(self.conn.execute(SQL_STAMP).fetchone())
 
     @reads
@@ -84,7 +83,6 @@ class SqliteSchedules(SqliteScheduleReads):
 
     def change(self, name: str, *, version: int | None = None, recipe: Mapping[str, Any] | None = None,
                paused: bool | None = None, next_slot: int | None = None) -> dict[str, Any] | None:
-        """An edit, pause or resume; None if ``version`` is given and no longer the schedule's."""
         cols = sr.changes(recipe, paused, next_slot)
         sets = "".join(f", {k} = ?" for k in cols)
         guard = "" if version is None else " AND version = ?"
@@ -97,7 +95,6 @@ class SqliteSchedules(SqliteScheduleReads):
         return self.get(name)
 
     def remove(self, name: str) -> None:
-        """The schedule and its slots' rows (its jobs stay, as jobs)."""
         with self.store.tx() as c:
             if not c.execute("DELETE FROM schedules WHERE name = ?", (name,)).rowcount:
                 raise sr.missing(name)
@@ -107,10 +104,6 @@ class SqliteSchedules(SqliteScheduleReads):
             c.execute("UPDATE jobs SET key = NULL WHERE key = ?", (sr.slot_key(name, sr.MANUAL),))
 
     def fire(self, name: str, firing: sr.Firing) -> list[dict[str, Any]] | None:
-        """Write ``firing`` (schedule_rules.py): None if the schedule's
-        version moved since the plan was made (nothing written). Returns
-        one result per occurrence: slot, job_id, and ``taken`` (that slot had
-        its row already) or ``deduped`` (a manual run still active)."""
         now = self.clock.now()
         with self.store.tx() as c:
             row = c.execute("SELECT version, last_job FROM schedules WHERE name = ?", (name,)).fetchone()

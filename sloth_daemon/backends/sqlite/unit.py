@@ -185,12 +185,6 @@ class SqliteStore(contract.Store):
 
     @contextlib.contextmanager
     def unit(self) -> Iterator[None]:
-        """The writes inside as one transaction, one commit (see the module
-        docstring). Raises StorageError at the end if any of them met a
-        storage error: then none of them was kept. A write inside that asked
-        to be durable makes the commit fsync the WAL (a failed fsync raises
-        too, the writes kept: the worker asks for none inside, the group
-        commit fsyncs). Nested: part of the outer one, which raises at its end."""
         if self._unit is not None:
             yield
             return
@@ -220,15 +214,11 @@ class SqliteStore(contract.Store):
                 self.on_side_change(self._job(row))
 
     def flush(self) -> None:
-        """Make every commit made with ``durable=False`` durable now (one fsync)."""
         with self.tx() as c:
             c.execute("INSERT INTO meta (key, value) VALUES ('flushed', '0')"
                       " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1")
 
     def sync(self) -> None:
-        """Make every commit so far durable: one fsync of the write-ahead
-        log. Blocking, and safe to call from another thread (it touches no
-        connection, only a descriptor of its own). Raises StorageError."""
         try:
             fd = open_file(f"{self.path}-wal")  # never waits on a FIFO there (paths.py)
         except FileNotFoundError:
@@ -243,30 +233,22 @@ class SqliteStore(contract.Store):
             os.close(fd)
 
     def check(self) -> None:
-        """Raise QueueBroken if the file was replaced, truncated or found
-        damaged under this queue (then it takes no more writes)."""
         guard = db.guard_of(self.conn)
         if guard is not None:
             guard.check()
 
     def rest(self) -> None:
-        """SQLite's page cache given back; the next read fills it again from the OS's."""
         self.conn.execute("PRAGMA shrink_memory")
 
     def revalidate(self) -> None:
-        """A file has no connection to lose."""
+        pass  # A file has no connection to lose.
 
     @property
     def broken(self) -> str | None:
-        """Why this queue takes no more writes (its file changed under it), or None."""
         guard = db.guard_of(self.conn)
         return None if guard is None else guard.broken
 
     def close(self) -> None:
-        """Close the file. A broken queue's connection is left open instead:
-        closing checkpoints the WAL into whatever file is now at the path (into
-        a truncated file, a patchwork of old pages that looks like a queue).
-        A process that ends with such a queue should leave by os._exit."""
         if self.broken is None:
             self.conn.close()
         else:
