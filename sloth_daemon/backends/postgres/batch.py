@@ -1,9 +1,9 @@
 """A user's requests on jobs, each one transaction: cancel and retry of one
 job, and cancel, retry, restart and prune of many, by ids or by a selection
-(lane, states) -- the counterpart of backends/sqlite/batch.py and of
-SqliteQueue.cancel/retry, with the same rules and answers.
+(lane, states) -- the counterpart of backends/sqlite/batch.py, with the
+same rules and answers (backends/contract.py: Requests).
 
-PgRequests, named by PgQueue (backends/postgres/queue.py). By ids: an id that does not exist
+PgRequests, a part of the PostgreSQL engine (engine.py). By ids: an id that does not exist
 refuses the whole request (JobNotFound, nothing changed); a job in a state
 the action does not apply to is left alone and reported in
 ``Batch.skipped`` with why. Each job is locked as it is reached and read
@@ -52,7 +52,7 @@ SQL_REQUEUE = ("UPDATE sloth.jobs SET state = %s, tries = 0, refunds = 0, not_be
 
 
 class PgRequests(contract.Requests):
-    """A user's requests of PgQueue: transactions through ``writer`` (a
+    """A user's requests of the queue: transactions through ``writer`` (a
     count on ``db``); ``rows`` makes the Jobs returned (and forgets the
     environments a prune deleted). No state of its own."""
 

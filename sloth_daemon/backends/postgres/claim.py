@@ -1,5 +1,5 @@
 """Claiming a job on the PostgreSQL queue: PgClaims runs the claim statement
-of backends/postgres/pick.py (the counterpart of SqliteQueue.claim), and
+of backends/postgres/pick.py (the counterpart of backends/sqlite/claim.py), and
 fails a job others wait for whose lease expired on its last try, in a
 transaction that settles them.
 """
@@ -23,7 +23,7 @@ SQL_EXPIRED = ("SELECT *, lease_until < sloth.now() AS lapsed FROM sloth.jobs WH
 
 
 class PgClaims(contract.Claims):
-    """claim() of PgQueue: a one-statement write on ``db`` (a transaction
+    """claim() of the queue: a one-statement write on ``db`` (a transaction
     through ``writer`` only to fail an expired job others wait for);
     ``rows`` makes the Job it returns. No state of its own."""
 

@@ -2,7 +2,7 @@
 counterpart of backends/sqlite/edits.py: the same rules, words and
 events, backends/edits.py's).
 
-PgEdits, named by PgQueue (backends/postgres/queue.py). Several daemons
+PgEdits, a part of the PostgreSQL engine (engine.py). Several daemons
 claim at once, so each job is locked (FOR UPDATE) before its state is
 read: a claim's ``FOR UPDATE SKIP LOCKED`` passes it by meanwhile, and a
 claim that took it first leaves it ``running``, which the edit then
@@ -67,7 +67,7 @@ SQL_RELEASABLE = "SELECT id FROM sloth.jobs WHERE lane = %s AND state = 'held' O
 
 
 class PgEdits(contract.Edits):
-    """edit, bump, hold and unhold (`sloth release`) of PgQueue: transactions through
+    """edit, bump, hold and unhold (`sloth release`) of the PostgreSQL queue: transactions through
     ``writer``; ``rows`` makes the Jobs returned. No state of its own."""
 
     def __init__(self, rows: JobRows, writer: PgWriter) -> None:

@@ -1,7 +1,7 @@
 """Adding jobs to the PostgreSQL queue: one job, or a batch in one
 transaction (the counterpart of backends/sqlite/enqueue.py).
 
-PgAdds, named by PgQueue (backends/postgres/queue.py), adds them. A batch is validated whole before
+PgAdds, a part of the PostgreSQL engine (engine.py), adds them. A batch is validated whole before
 anything is written (all or none), each distinct environment is stored
 once, and runs of keyless jobs go in with one statement whatever their
 size, jobs that wait for others too: ids are taken from the sequence first
@@ -58,7 +58,7 @@ SQL_BATCH_PRUNE = "DELETE FROM sloth.batches WHERE at < sloth.now() - %s"
 
 
 class PgAdds(contract.Adds):
-    """enqueue_many and batch_ids of PgQueue (its enqueue is
+    """enqueue_many and batch_ids of the queue (its enqueue is
     rules.enqueue_one over enqueue_many): writes through ``writer``, reads
     on ``db``; ``defaults`` (shared, the daemon's settings) fill the fields
     a job leaves out."""

@@ -4,8 +4,8 @@ db status`), and the rule that keeps two machines from serving under one
 name: a host's jobs are its daemon's to adopt or give back, so a second
 live daemon under that name would give back jobs the first still runs.
 
-PgMachines holds these on one connection; PgQueue (backends/postgres/queue.py)
-names it, and the read-only view for ``hosts``.
+PgMachines holds these on one connection: the ``machines`` part of the
+PostgreSQL engine and of its read-only engine (engine.py).
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """The lease holder's side of the PostgreSQL queue: renewing a lease,
 recording the process that runs it, handing it to a new holder, declaring a
-holder gone, making earlier commits durable, and the outcomes that end a
-lease (complete, fail, release): the counterpart of backends/sqlite/leases.py
-and of SqliteQueue's outcomes.
+holder gone, and the outcomes that end a
+lease (complete, fail, release): the counterpart of backends/sqlite/leases.py.
 
-PgLeases, named by PgQueue (backends/postgres/queue.py). A renewal, and the
+PgLeases, a part of the PostgreSQL engine (engine.py). A renewal, and the
 completion of a job nobody waits for, is one UPDATE that matches id AND
 token and writes its event in the same statement: one round trip, and a
 stale holder changes nothing. An outcome that settles dependents, or
@@ -71,7 +70,7 @@ SQL_RELEASE = ("UPDATE sloth.jobs SET state = 'queued', not_before = sloth.now()
 
 
 class PgLeases(contract.Leases):
-    """What a lease holder asks of PgQueue: one-statement writes on ``db``,
+    """What a lease holder asks of the queue: one-statement writes on ``db``,
     transactions through ``writer``; ``rows`` makes the Jobs returned;
     ``defaults.backoff_cap_s`` bounds the delay before a failed try is due again.
     No state of its own."""

@@ -30,7 +30,7 @@ HOST = "(place = %(host)s OR left(worker, %(plen)s) = %(prefix)s)"
 
 
 class PgListings(contract.Listings):
-    """listing() of PgQueue and of the read-only view, over ``db``; ``rows``
+    """listing() of the PostgreSQL queue and of its read-only view, over ``db``; ``rows``
     makes its Jobs. No state of its own."""
 
     def __init__(self, db: Connection, rows: JobRows) -> None:

@@ -72,7 +72,7 @@ def unfinished(db: Connection, host: str) -> list[tuple[int, int, int]]:
 
 
 class PgLogs(contract.Logs):
-    """The stored logs over ``db``, as PgQueue (and the read-only view)
+    """The stored logs over ``db``, as the PostgreSQL queue (and its read-only view)
     offer them. No state of its own."""
 
     def __init__(self, db: Connection) -> None:

@@ -4,9 +4,8 @@ backends/sqlite/reads.py).
 
 Two objects, each over one connection: JobRows makes rows into Jobs (every
 reader and writer of a queue shares its one, and so its cache of decoded
-environments); PgReads answers the read side of the contract, named by
-PgQueue (backends/postgres/queue.py) and by the read-only view
-(backends/postgres/readonly.py). A read is one statement outside any
+environments); PgReads answers the read side of the contract, a part of
+the engine (engine.py) and of its read-only engine. A read is one statement outside any
 transaction (db.Connection.read), so it never holds a lock another daemon
 waits for.
 """

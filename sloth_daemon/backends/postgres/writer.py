@@ -4,7 +4,7 @@ cancelled, and the two steps every transition shares: an event, and a
 job's end (which settles the jobs that wait for it, backends/postgres/deps.py).
 
 PgClaims, lease holders, user requests and enqueues (claim.py, leases.py,
-batch.py, enqueue.py) all write through the one PgWriter of their PgQueue.
+batch.py, enqueue.py) all write through the one PgWriter of their engine.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class PgWriter:
 
     ``side``: the dependents the open transaction has queued or cancelled
     so far (started afresh with each run of a transaction); after the
-    commit each is passed to ``on_side_change`` (PgQueue's, set by the
+    commit each is passed to ``on_side_change`` (the store's, set by the
     daemon's worker loop).
     """
 

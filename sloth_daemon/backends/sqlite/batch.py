@@ -2,7 +2,7 @@
 retry one job, or many at once (cancel, retry, restart and prune, by ids or
 by a selection: lane, states).
 
-Composed into SqliteQueue (backends/sqlite/queue.py). By ids: an id that does not exist
+A part of the SQLite engine (engine.py). By ids: an id that does not exist
 refuses the whole request (JobNotFound, nothing changed: a typo must not
 half-apply); a job in a state the action does not apply to is left alone
 and reported in ``Batch.skipped`` with why, so one job that finished a

@@ -2,7 +2,7 @@
 waiting job, bump jobs to the front of their lane, hold and release jobs
 (the rules, and their words, are backends/edits.py's).
 
-Composed into SqliteQueue (backends/sqlite/queue.py). Every write is
+A part of the SQLite engine (engine.py). Every write is
 under ``BEGIN IMMEDIATE``: the row is read and written with the write lock
 held, so no claim comes between; ``expect`` (the job as the client
 read it, e.g. before an editor ran) makes an edit a compare-and-set across

@@ -1,6 +1,6 @@
 """Adding jobs to the SQLite queue: one job, or a batch in one transaction.
 
-Composed into SqliteQueue (backends/sqlite/queue.py). A batch is validated whole before
+A part of the SQLite engine (engine.py). A batch is validated whole before
 anything is written (all or none), each distinct environment is stored
 once, and runs of keyless jobs go in with one executemany. A job that waits
 for others goes in on its own, ``blocked`` (see backends/sqlite/deps.py); each lane a

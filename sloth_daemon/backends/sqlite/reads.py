@@ -1,9 +1,9 @@
 """The read side of the SQLite queue: jobs, events, counts, lanes, meta,
 and how a row becomes a Job.
 
-Composed into SqliteQueue (backends/sqlite/queue.py) over its connection,
-and into the read-only view the CLI opens when no daemon answers
-(backends/sqlite/readonly.py) over a read-only one; reads run outside any
+A part of the SQLite engine (engine.py) over its connection, and of the
+read-only engine the CLI opens when no daemon answers over a read-only
+one; reads run outside any
 write transaction (WAL readers never block the writer, nor wait for it).
 """
 
