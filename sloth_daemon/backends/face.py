@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any
+from typing import Any, Callable, Generic, TypeVar
 
 from sloth_daemon.backends import is_url, rules
 from sloth_daemon.backends.contract import Defaults, Engine, ReadEngine, SideChange
 from sloth_daemon.clock import Clock
+
+T = TypeVar("T")
 
 
 def open_engine(target: str | os.PathLike[str], clock: Clock | None, **options: Any) -> Engine:
@@ -35,6 +37,23 @@ def open_engine(target: str | os.PathLike[str], clock: Clock | None, **options: 
     from sloth_daemon.backends.sqlite import engine as sqlite
 
     return sqlite.open_engine(target, clock, defaults, **options)
+
+
+class Setting(Generic[T]):
+    """A field of the face's ``defaults`` (contract.Defaults), read and set
+    as an attribute of the face; a value set is made a ``kind``."""
+
+    def __init__(self, kind: Callable[[Any], T]) -> None:
+        self.kind = kind
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, face: Queue, owner: type | None = None) -> T:
+        return getattr(face.defaults, self.name)
+
+    def __set__(self, face: Queue, value: Any) -> None:
+        setattr(face.defaults, self.name, self.kind(value))
 
 
 class QueueReads:
@@ -132,29 +151,9 @@ class Queue(QueueReads):
 
     # The settings the parts share (contract.Defaults): the daemon's, changed
     # in place when its config is reloaded.
-    @property
-    def lease_s(self) -> float:
-        return self.defaults.lease_s
-
-    @lease_s.setter
-    def lease_s(self, value: float) -> None:
-        self.defaults.lease_s = float(value)
-
-    @property
-    def max_attempts(self) -> int:
-        return self.defaults.max_attempts
-
-    @max_attempts.setter
-    def max_attempts(self, value: int) -> None:
-        self.defaults.max_attempts = int(value)
-
-    @property
-    def backoff_cap_s(self) -> float:
-        return self.defaults.backoff_cap_s
-
-    @backoff_cap_s.setter
-    def backoff_cap_s(self, value: float) -> None:
-        self.defaults.backoff_cap_s = float(value)
+    lease_s = Setting(float)
+    max_attempts = Setting(int)
+    backoff_cap_s = Setting(float)
 
     @property
     def on_side_change(self) -> SideChange | None:
