@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "sloth_daemon"
-CEILING = 52  # issue 29: 120 on main (SqliteQueue 52, its read-only view 16); the target is <= 30
+CEILING = 50  # issue 29: 120 on main (SqliteQueue 52, its read-only view 16); the target is <= 30
 
 
 def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:

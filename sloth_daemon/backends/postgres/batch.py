@@ -143,7 +143,7 @@ class PgRequests(contract.Requests):
         n = c.execute(f"DELETE FROM sloth.jobs WHERE {SQL_PRUNE_WHERE}", args).rowcount
         if n:
             c.execute(SQL_PRUNE_ENVS)
-            self.rows.forget_envs()
+            self.rows.envs.clear()  # environments were deleted: decode afresh
         prune_batch_records(c)
         return n
 

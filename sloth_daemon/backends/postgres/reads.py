@@ -43,12 +43,12 @@ SQL_HELD_GATES = "SELECT DISTINCT gate FROM sloth.jobs WHERE state = 'held' AND 
 
 class JobRows:
     """Rows made into Jobs, with their environments: an env is read once
-    and kept (``_envs``, env_id -> env) until the cache is full or a prune
-    deletes environments (forget_envs)."""
+    and kept (``envs``, env_id -> env) until the cache is full or a prune
+    deletes environments (then its owner clears it)."""
 
     def __init__(self, db: Connection) -> None:
         self._db = db
-        self._envs: dict[int, dict[str, str]] = {}
+        self.envs: dict[int, dict[str, str]] = {}
 
     def job(self, row: Mapping[str, Any], c: Cursor | None = None) -> Job:
         """A Job from a row, with its environment (see _env)."""
@@ -64,7 +64,7 @@ class JobRows:
     def _env(self, env_id: int, c: Cursor | None) -> dict[str, str]:
         """An environment from the cache or ``envs`` (on ``c`` inside a
         transaction, else by a read of its own)."""
-        env = self._envs.get(env_id)
+        env = self.envs.get(env_id)
         if env is not None:
             return env
 
@@ -73,14 +73,10 @@ class JobRows:
 
         found = fetch(c) if c is not None else self._db.read(fetch, "reading a job's environment")
         env = json.loads(found["data"]) if found else {}
-        if len(self._envs) > _ENV_CACHE_MAX:
-            self._envs.clear()
-        self._envs[env_id] = env
+        if len(self.envs) > _ENV_CACHE_MAX:
+            self.envs.clear()
+        self.envs[env_id] = env
         return env
-
-    def forget_envs(self) -> None:
-        """Environments were deleted (a prune): read them afresh."""
-        self._envs.clear()
 
 
 class PgReads(contract.Reads):

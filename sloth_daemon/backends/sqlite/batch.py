@@ -128,7 +128,7 @@ class SqliteRequests(contract.Requests):
             n = c.execute(f"DELETE FROM jobs WHERE {where}", args).rowcount
             if n:
                 c.execute("DELETE FROM envs WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.env_id = envs.id)")
-                self.rows.forget_envs()
+                self.rows.envs.clear()  # environments were deleted: decode afresh
             self.adds.prune_batch_records(c, self.clock.now())
             return n
 

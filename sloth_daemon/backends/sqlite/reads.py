@@ -97,10 +97,6 @@ class JobRows:
             raise JobNotFound(job_id)
         return row
 
-    def forget_envs(self) -> None:
-        """Environments were deleted (prune): decode afresh."""
-        self.envs.clear()
-
 
 class SqliteReads(contract.Reads):
     """The queue's reads over one connection (read-write or read-only);
