@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Collection, ContextManager, Iterable, Mapping, Protocol, Sequence
 
-from sloth_daemon.backends import schedule_rules as sr
+from sloth_daemon.backends import rules, schedule_rules as sr
 from sloth_daemon.backends.edits import Edited
 from sloth_daemon.clock import Clock
 from sloth_daemon.models import Batch, Event, Job, JobState, Listing
@@ -38,7 +38,7 @@ SideChange = Callable[[Job], None]
 
 
 @dataclass
-class Defaults:
+class QueueDefaults:
     """What a job that sets none gets (``lease_s``, ``max_attempts``) and the
     cap of the delay before a failed try is due again: the daemon's
     settings, one object shared by the parts that read them, changed in
@@ -510,9 +510,9 @@ class Edits(Protocol):
 
 
 
-class Settings(Protocol):
+class Meta(Protocol):
     """The queue's small persisted settings: meta and lanes (their reads
-    are Reads'; sqlite/meta.py SqliteSettings, postgres/store.py PgSettings)."""
+    are Reads'; sqlite/meta.py SqliteMeta, postgres/meta.py PgMeta)."""
 
     def set_meta(self, key: str, value: Any) -> None:
         """Persist a small setting (a JSON value, read by get_meta)."""
@@ -643,6 +643,29 @@ class Listings(Protocol):
 
 
 
+class Scan(Protocol):
+    """A listing being read a chunk at a time on a read-only view
+    (sqlite/scan.py SqliteScan, postgres/scan.py PgScan): what
+    ``listing(**kw)`` would give, as of its start, with the jobs as they
+    are when each chunk is read."""
+
+    #: What the listing's start knew: total, offset, counts, lanes (rules.scan_head).
+    head: dict[str, Any]
+
+    def next(self, n: int = rules.CHUNK) -> list[Job]:
+        """The next jobs of the listing, at most ``n`` ([] once it is all read)."""
+        ...
+
+    def tail(self) -> dict[str, Any]:
+        """What is known once the scan is read: ``left_out`` (the rows of
+        the selection not listed: past the limit, or pruned meanwhile)."""
+        ...
+
+    def close(self) -> None:
+        """Give back what the scan holds (and close the view, when it owns it)."""
+        ...
+
+
 @dataclass
 class Engine:
     """One storage's parts that keep the contract, each typed by the
@@ -654,14 +677,14 @@ class Engine:
     target: str | Path
     clock: Clock
     identity: str
-    defaults: Defaults
+    defaults: QueueDefaults
     store: Store
     adds: Adds
     claims: Claims
     leases: Leases
     requests: Requests
     edits: Edits
-    settings: Settings
+    meta: Meta
     reads: Reads
     listings: Listings
     schedules: Schedules
@@ -682,7 +705,7 @@ class ReadEngine:
     reads: Reads
     listings: Listings
     schedules: ScheduleReads
-    scan: Callable[..., Any]
+    scan: Callable[..., Scan]
     close: Callable[[], None]
     machines: Machines | None = None
     logs: Logs | None = None

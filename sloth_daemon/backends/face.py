@@ -17,7 +17,7 @@ import os
 from typing import Any, Callable, Generic, TypeVar
 
 from sloth_daemon.backends import is_url, rules
-from sloth_daemon.backends.contract import Defaults, Engine, ReadEngine, SideChange
+from sloth_daemon.backends.contract import Engine, QueueDefaults, ReadEngine, SideChange
 from sloth_daemon.clock import Clock
 
 T = TypeVar("T")
@@ -27,7 +27,7 @@ def open_engine(target: str | os.PathLike[str], clock: Clock | None, **options: 
     """The engine for a path (SQLite) or a URL (PostgreSQL: psycopg
     imported only here). ``options``: lease_s, max_attempts, backoff_cap_s,
     lock_wait_s; on PostgreSQL also migrate and options."""
-    defaults = Defaults(float(options.pop("lease_s", rules.DEFAULT_LEASE_S)),
+    defaults = QueueDefaults(float(options.pop("lease_s", rules.DEFAULT_LEASE_S)),
                         int(options.pop("max_attempts", rules.DEFAULT_MAX_ATTEMPTS)),
                         float(options.pop("backoff_cap_s", rules.DEFAULT_BACKOFF_CAP_S)))
     if is_url(target):
@@ -40,7 +40,7 @@ def open_engine(target: str | os.PathLike[str], clock: Clock | None, **options: 
 
 
 class Setting(Generic[T]):
-    """A field of the face's ``defaults`` (contract.Defaults), read and set
+    """A field of the face's ``defaults`` (contract.QueueDefaults), read and set
     as an attribute of the face; a value set is made a ``kind``."""
 
     def __init__(self, kind: Callable[[Any], T]) -> None:
@@ -145,11 +145,11 @@ class Queue(QueueReads):
         self.hold = edits.hold
         self.hold_never = edits.hold_never
         self.unhold = edits.unhold
-        self.set_meta = e.settings.set_meta
-        self.set_lane = e.settings.set_lane
-        self.forget_lane = e.settings.forget_lane
+        self.set_meta = e.meta.set_meta
+        self.set_lane = e.meta.set_lane
+        self.forget_lane = e.meta.forget_lane
 
-    # The settings the parts share (contract.Defaults): the daemon's, changed
+    # The settings the parts share (contract.QueueDefaults): the daemon's, changed
     # in place when its config is reloaded.
     lease_s = Setting(float)
     max_attempts = Setting(int)

@@ -19,6 +19,7 @@ from sloth_daemon.config import Settings, file_differs, load as load_config
 from sloth_daemon.errors import BadRequest, ConfigError, FieldError, SlothError
 from sloth_daemon.models import Batch, Event, Job, JobState
 from sloth_daemon.paths import Paths
+from sloth_daemon.backends.contract import Scan
 from sloth_daemon.queue import Queue
 from sloth_daemon.daemon import holding
 from sloth_daemon.daemon.resources import needs_of
@@ -80,7 +81,7 @@ class Control:
         self.explain(out["jobs"])
         return out
 
-    def scan(self, **kw: Any) -> Callable[[], Any]:
+    def scan(self, **kw: Any) -> Callable[[], Scan]:
         """What opens the listing ``listing(**kw)`` would give, to read a
         chunk at a time (backends.sqlite.scan / backends.postgres.scan), on a read-only
         view of the queue of its own: nothing of it holds the daemon's own
@@ -94,7 +95,7 @@ class Control:
         target = self.queue.target
         now = time.time()
 
-        def opened() -> Any:
+        def opened() -> Scan:
             reader = open_read_only(target)
             try:
                 return reader.scan(now=now, owns_reader=True, **kw)

@@ -4,8 +4,8 @@ reconnecting, the one transaction helper), a queue shared by any number of
 daemons:
 
 * ``store`` (store.PgStore): the unit of a worker's turn, flush, the
-  queue's identity checked on every new connection; ``settings``
-  (store.PgSettings): meta and lanes;
+  queue's identity checked on every new connection; ``meta``
+  (meta.PgMeta): meta and lanes;
 * ``claims`` (claim.PgClaims, its statements in pick.py): claim;
 * ``leases`` (leases.PgLeases): heartbeats, adoption, and the outcomes that
   end a lease (complete, fail, release);
@@ -60,7 +60,7 @@ import dataclasses
 import json
 from typing import Any
 
-from sloth_daemon.backends.contract import Defaults, Engine, ReadEngine
+from sloth_daemon.backends.contract import Engine, QueueDefaults, ReadEngine
 from sloth_daemon.backends.postgres import db as pgdb, identity as pg_identity, migrate as pg_migrate
 from sloth_daemon.backends.postgres.batch import PgRequests
 from sloth_daemon.backends.postgres.claim import PgClaims
@@ -74,7 +74,8 @@ from sloth_daemon.backends.postgres.logs import PgLogs
 from sloth_daemon.backends.postgres.reads import JobRows, PgReads
 from sloth_daemon.backends.postgres.scan import PgScan
 from sloth_daemon.backends.postgres.schedules import PgScheduleReads, PgSchedules
-from sloth_daemon.backends.postgres.store import PgSettings, PgStore
+from sloth_daemon.backends.postgres.meta import PgMeta
+from sloth_daemon.backends.postgres.store import PgStore
 from sloth_daemon.backends.postgres.writer import PgWriter
 from sloth_daemon.clock import Clock, SystemClock, SystemClocks
 
@@ -95,7 +96,7 @@ class ServerClock:
         return self._db.read(lambda c: one(c.execute("SELECT sloth.now() AS now"))["now"], "reading the clock")
 
 
-def open_engine(url: str, clock: Clock | None, defaults: Defaults, *, lock_wait_s: float | None = None,
+def open_engine(url: str, clock: Clock | None, defaults: QueueDefaults, *, lock_wait_s: float | None = None,
                 migrate: bool = True, options: pgdb.PgOptions | None = None) -> Engine:
     """The queue on the database at ``url``.
 
@@ -123,7 +124,7 @@ def open_engine(url: str, clock: Clock | None, defaults: Defaults, *, lock_wait_
         target=url, clock=pinned if pinned is not None else ServerClock(db), identity=identity,
         defaults=defaults, store=PgStore(db, writer, identity), adds=adds, claims=PgClaims(db, rows, writer),
         leases=PgLeases(db, rows, writer, defaults), requests=PgRequests(db, rows, writer),
-        edits=PgEdits(rows, writer), settings=PgSettings(db), reads=reads, listings=PgListings(db, rows),
+        edits=PgEdits(rows, writer), meta=PgMeta(db), reads=reads, listings=PgListings(db, rows),
         schedules=PgSchedules(db, writer, insert_all), machines=PgMachines(db), logs=PgLogs(db))
 
 

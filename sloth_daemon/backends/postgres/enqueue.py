@@ -63,7 +63,7 @@ class PgAdds(contract.Adds):
     on ``db``; ``defaults`` (shared, the daemon's settings) fill the fields
     a job leaves out."""
 
-    def __init__(self, db: Connection, writer: PgWriter, defaults: contract.Defaults) -> None:
+    def __init__(self, db: Connection, writer: PgWriter, defaults: contract.QueueDefaults) -> None:
         self._db = db
         self.writer = writer
         self.defaults = defaults

@@ -75,7 +75,7 @@ class PgLeases(contract.Leases):
     ``defaults.backoff_cap_s`` bounds the delay before a failed try is due again.
     No state of its own."""
 
-    def __init__(self, db: Connection, rows: JobRows, writer: PgWriter, defaults: contract.Defaults) -> None:
+    def __init__(self, db: Connection, rows: JobRows, writer: PgWriter, defaults: contract.QueueDefaults) -> None:
         self._db = db
         self.rows = rows
         self.writer = writer

@@ -2,12 +2,11 @@
 connection (db.Connection: connecting, reconnecting, the unit of a
 worker's turn, the sticky ``broken``), the writer that tells changed
 dependents after a commit, and the queue's identity that every new
-connection is checked against; and the settings writes (meta, lanes)."""
+connection is checked against."""
 
 from __future__ import annotations
 
-import json
-from typing import Any, ContextManager
+from typing import ContextManager
 
 from sloth_daemon.backends import contract
 from sloth_daemon.backends.postgres import identity as pg_identity
@@ -16,11 +15,6 @@ from sloth_daemon.backends.postgres.writer import PgWriter
 
 SQL_FLUSH = ("INSERT INTO sloth.meta (key, value) VALUES ('flushed', '0')"
              " ON CONFLICT (key) DO UPDATE SET value = (sloth.meta.value::bigint + 1)::text")
-SQL_SET_META = ("INSERT INTO sloth.meta (key, value) VALUES (%s, %s)"
-                " ON CONFLICT (key) DO UPDATE SET value = excluded.value")
-SQL_SET_LANE = ("INSERT INTO sloth.lanes (name, concurrency, config_was, created_at) VALUES (%s, %s, %s, sloth.now())"
-                " ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency,"
-                " config_was = excluded.config_was")
 
 
 class PgStore(contract.Store):
@@ -68,21 +62,3 @@ class PgStore(contract.Store):
 
     def close(self) -> None:
         self.db.close()
-
-
-class PgSettings(contract.Settings):
-    """Writes of meta and lanes on ``db`` (their reads are reads.py's)."""
-
-    def __init__(self, db: Connection) -> None:
-        self.db = db
-
-    def set_meta(self, key: str, value: Any) -> None:
-        text = json.dumps(value)
-        self.db.write(lambda c: c.execute(SQL_SET_META, (key, text)), "saving a setting")
-
-    def set_lane(self, name: str, concurrency: int | None, config_was: int | None = None) -> None:
-        self.db.write(lambda c: c.execute(SQL_SET_LANE, (name, concurrency, config_was)), "saving a lane")
-
-    def forget_lane(self, name: str) -> None:
-        self.db.write(lambda c: c.execute("DELETE FROM sloth.lanes WHERE name = %s", (name,)),
-                      "forgetting a lane")

@@ -17,7 +17,7 @@ read-only connection.
   does to the jobs waiting for it;
 - batch.py: ``SqliteRequests`` (the user's cancel, retry, restart, prune);
 - edits.py: ``SqliteEdits``; schedules.py: ``SqliteSchedules``;
-- meta.py: ``SqliteSettings`` (the queue's identity, settings, lanes);
+- meta.py: ``SqliteMeta`` (the queue's identity, settings, lanes);
 - db.py: connecting, migrating, the transaction itself; identity.py: which
   queue a folder holds.
 """

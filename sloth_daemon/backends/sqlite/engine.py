@@ -13,7 +13,7 @@ the unit of a worker's turn, the broken-file guard), ``reads`` and
 ``listings`` (reads.py, listing.py, rows told as Jobs by reads.JobRows),
 ``adds`` (enqueue.py), ``claims`` (claim.py), ``leases`` (leases.py: what
 a lease's holder does with it), ``requests`` (batch.py: the user's cancel,
-retry, restart, prune), ``edits`` (edits.py), ``settings`` (meta.py: meta
+retry, restart, prune), ``edits`` (edits.py), ``meta`` (meta.py: meta
 and lanes), ``schedules`` (schedules.py). A job's end, shared by the
 writers, is ends.py's.
 """
@@ -25,7 +25,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from sloth_daemon.backends.contract import Defaults, Engine, ReadEngine
+from sloth_daemon.backends.contract import Engine, QueueDefaults, ReadEngine
 from sloth_daemon.backends.sqlite import db
 from sloth_daemon.backends.sqlite.batch import SqliteRequests
 from sloth_daemon.backends.sqlite.claim import SqliteClaims
@@ -34,7 +34,7 @@ from sloth_daemon.backends.sqlite.ends import SqliteEnds
 from sloth_daemon.backends.sqlite.enqueue import SqliteAdds
 from sloth_daemon.backends.sqlite.leases import SqliteLeases
 from sloth_daemon.backends.sqlite.listing import SqliteListings
-from sloth_daemon.backends.sqlite.meta import SqliteSettings
+from sloth_daemon.backends.sqlite.meta import SqliteMeta
 from sloth_daemon.backends.sqlite.reads import JobRows, SqliteReads
 from sloth_daemon.backends.sqlite.scan import SqliteScan
 from sloth_daemon.backends.sqlite.schedules import SqliteScheduleReads, SqliteSchedules
@@ -42,7 +42,7 @@ from sloth_daemon.backends.sqlite.unit import SqliteStore
 from sloth_daemon.clock import Clock, SystemClock
 
 
-def open_engine(path: str | os.PathLike[str], clock: Clock | None, defaults: Defaults, *,
+def open_engine(path: str | os.PathLike[str], clock: Clock | None, defaults: QueueDefaults, *,
                 lock_wait_s: float = 30.0) -> Engine:
     """The queue in the file at ``path`` (created with its folder if
     missing, migrated). ``lock_wait_s``: how long a write waits for another
@@ -58,12 +58,12 @@ def open_engine(path: str | os.PathLike[str], clock: Clock | None, defaults: Def
     reads = SqliteReads(conn, rows, clock)
     adds = SqliteAdds(store, clock, defaults)
     ends = SqliteEnds(store, rows)
-    settings = SqliteSettings(store, clock)
+    meta = SqliteMeta(store, clock)
     return Engine(
-        target=path, clock=clock, identity=settings.identity(), defaults=defaults, store=store, adds=adds,
+        target=path, clock=clock, identity=meta.identity(), defaults=defaults, store=store, adds=adds,
         claims=SqliteClaims(store, rows, ends, clock), leases=SqliteLeases(store, rows, ends, clock, defaults),
         requests=SqliteRequests(store, rows, ends, adds, clock), edits=SqliteEdits(store, rows, clock),
-        settings=settings, reads=reads,
+        meta=meta, reads=reads,
         listings=SqliteListings(conn, rows.job, reads.lane_counts),
         schedules=SqliteSchedules(store, clock, adds.insert))
 

@@ -47,7 +47,7 @@ class SqliteAdds(contract.Adds):
     as. Its own state: the clock; ``defaults`` (shared, the daemon's
     settings) fill the fields a spec leaves out; writes go through ``store``."""
 
-    def __init__(self, store: SqliteStore, clock: Clock, defaults: contract.Defaults) -> None:
+    def __init__(self, store: SqliteStore, clock: Clock, defaults: contract.QueueDefaults) -> None:
         self.store, self.conn, self.clock, self.defaults = store, store.conn, clock, defaults
 
     def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None) -> list[int]:

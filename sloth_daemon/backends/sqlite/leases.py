@@ -29,7 +29,7 @@ class SqliteLeases(contract.Leases):
     through ``ends``, rows are told by ``rows``."""
 
     def __init__(self, store: SqliteStore, rows: JobRows, ends: SqliteEnds, clock: Clock,
-                 defaults: contract.Defaults) -> None:
+                 defaults: contract.QueueDefaults) -> None:
         self.store, self.rows, self.ends, self.clock = store, rows, ends, clock
         self.defaults = defaults
 

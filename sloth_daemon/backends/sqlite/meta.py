@@ -15,7 +15,7 @@ from sloth_daemon.backends.sqlite.unit import SqliteStore
 from sloth_daemon.clock import Clock
 
 
-class SqliteSettings(contract.Settings):
+class SqliteMeta(contract.Meta):
     """Writes of meta and lanes through ``store``; ``clock`` stamps them."""
 
     def __init__(self, store: SqliteStore, clock: Clock) -> None:

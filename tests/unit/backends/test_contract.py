@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[3]
 LIBRARY_MD = ROOT / "docs" / "library.md"
 # The Protocols whose every method a Queue answers, and those of its read-only view.
 WRITE_SIDE = (contract.Store, contract.Adds, contract.Claims, contract.Leases, contract.Requests,
-              contract.Edits, contract.Settings)
+              contract.Edits, contract.Meta)
 READ_SIDE = (contract.Reads, contract.Listings)
 STORE_ATTRS = {"broken"}  # a property of the store, read through the face's property
 
@@ -34,7 +34,7 @@ def methods(proto: type) -> list[str]:
 def test_a_queue_answers_every_method_of_the_contract_with_the_part_that_does_the_work(q):
     parts = {contract.Store: q.engine.store, contract.Adds: q.engine.adds, contract.Claims: q.engine.claims,
              contract.Leases: q.engine.leases, contract.Requests: q.engine.requests, contract.Edits: q.engine.edits,
-             contract.Settings: q.engine.settings, contract.Reads: q.engine.reads,
+             contract.Meta: q.engine.meta, contract.Reads: q.engine.reads,
              contract.Listings: q.engine.listings}
     for proto in WRITE_SIDE + READ_SIDE:
         for name in methods(proto):
@@ -110,5 +110,5 @@ def test_every_engine_part_names_the_protocol_it_keeps():
     for role, names in kept.items():
         stems = {re.sub(r"^(Sqlite|Pg)", "", n) for n in names}
         assert len(stems) == 1 and all(re.match(r"(Sqlite|Pg)", n) for n in names), (role, names)
-    assert {"Store", "Adds", "Claims", "Leases", "Requests", "Edits", "Settings", "Reads", "Listings",
+    assert {"Store", "Adds", "Claims", "Leases", "Requests", "Edits", "Meta", "Reads", "Listings",
             "ScheduleReads"} <= kept.keys()
