@@ -245,7 +245,6 @@ class Adds(Protocol):
         ...
 
 
-
 class Claims(Protocol):
     """Taking a lease (sqlite/claim.py SqliteClaims, postgres/claim.py PgClaims)."""
 
@@ -282,7 +281,6 @@ class Claims(Protocol):
         process is gone anyway, and the job simply runs again.
         """
         ...
-
 
 
 class Leases(Protocol):
@@ -403,7 +401,6 @@ class Leases(Protocol):
         ...
 
 
-
 class Requests(Protocol):
     """A user's requests on jobs (sqlite/batch.py SqliteRequests, postgres/batch.py PgRequests)."""
 
@@ -457,7 +454,6 @@ class Requests(Protocol):
         ...
 
 
-
 class Edits(Protocol):
     """Changes to jobs that have not started (issue 22; sqlite/edits.py SqliteEdits, postgres/edits.py PgEdits)."""
 
@@ -509,7 +505,6 @@ class Edits(Protocol):
         ...
 
 
-
 class Meta(Protocol):
     """The queue's small persisted settings: meta and lanes (their reads
     are Reads'; sqlite/meta.py SqliteMeta, postgres/meta.py PgMeta)."""
@@ -526,7 +521,6 @@ class Meta(Protocol):
     def forget_lane(self, name: str) -> None:
         """Remove a lane from the lanes table (its jobs, if any, keep their lane)."""
         ...
-
 
 
 class Reads(Protocol):
@@ -579,9 +573,9 @@ class Reads(Protocol):
                     exclude_lanes: Collection[str] = (),
                     exclude_ids: Collection[int] = (),
                     places: Collection[str] | None = None) -> float | None:
-        """Earliest wall time at which ``claim`` (with the same filters)
-        could return something: the first queued ``not_before``, or just
-        after the first lease expiry."""
+        """Earliest time (on the queue's clock: on PostgreSQL the server's)
+        at which ``claim`` (with the same filters) could return something:
+        the first queued ``not_before``, or just after the first lease expiry."""
         ...
 
     def gates(self) -> list[str]:
@@ -625,7 +619,6 @@ class Reads(Protocol):
         ...
 
 
-
 class Listings(Protocol):
     """The listing `ls` shows (sqlite/listing.py SqliteListings, postgres/listing.py PgListings)."""
 
@@ -640,7 +633,6 @@ class Listings(Protocol):
         ``host``: only jobs that run (or ran) on that host, or are placed
         there. Raises ValueError for an unknown state."""
         ...
-
 
 
 class Scan(Protocol):
