@@ -112,3 +112,36 @@ def test_every_engine_part_names_the_protocol_it_keeps():
         assert len(stems) == 1 and all(re.match(r"(Sqlite|Pg)", n) for n in names), (role, names)
     assert {"Store", "Adds", "Claims", "Leases", "Requests", "Edits", "Meta", "Reads", "Listings",
             "ScheduleReads"} <= kept.keys()
+
+
+# What reads the queue in the daemon is typed against the contract: no
+# queue held as Any, no capability probed by name. The one exception: the
+# CLI's read-only lanes (daemon/worker/lanes.py ReadLanes) take either face.
+QUEUE_ANY_ALLOWED = {"daemon/worker/lanes.py:ReadLanes"}
+
+
+def _queue_like(node: ast.AST) -> bool:
+    text = ast.unparse(node)
+    return text in ("q", "queue") or text.endswith(".queue") or text.endswith("_queue")
+
+
+def test_the_daemon_holds_the_queue_typed_and_probes_no_capability_by_name():
+    pkg = ROOT / "sloth_daemon"
+    probes, untyped = [], []
+    for f in sorted(pkg.rglob("*.py")):
+        rel = f.relative_to(pkg).as_posix()
+        if rel.startswith("backends/"):
+            continue
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id in ("getattr", "hasattr") and node.args and _queue_like(node.args[0]):
+                probes.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for a in [*node.args.args, *node.args.kwonlyargs]:
+                    if a.arg in ("queue", "q") and a.annotation is not None and ast.unparse(a.annotation) == "Any" \
+                            and f"{rel}:{node.name}" not in QUEUE_ANY_ALLOWED and not rel.startswith("cli/"):
+                        untyped.append(f"{rel}:{node.lineno}: {node.name}({a.arg}: Any)")
+            if isinstance(node, ast.AnnAssign) and _queue_like(node.target) and ast.unparse(node.annotation) == "Any":
+                untyped.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+    assert not probes, probes
+    assert not untyped, untyped
