@@ -1,31 +1,40 @@
-"""Queue backends: one module per storage engine behind one contract.
+"""Queue backends: one contract, two engines, one face.
 
-``sqlite`` is the embedded default (one file in the data dir); ``postgres``
-is one queue shared by the daemons of several machines. Each backend module
-is the only place that speaks its SQL; the contract tests run against every
-backend. :func:`open_queue` picks one from a path or a URL.
+``contract.py`` declares what the queue does, once: a typed Protocol per
+concern, each method's transitions and errors in its docstring there, and
+the optional parts only a shared queue has (``machines``, ``logs``) typed
+``X | None``. ``sqlite/`` is the embedded default (one file in the data
+dir) and ``postgres/`` one queue shared by the daemons of several machines;
+each ``engine.py`` builds the parts that keep the contract over its storage
+(the same role named alike: ``SqliteLeases``, ``PgLeases``), and is the only
+place that speaks its SQL. ``face.py`` is the public ``Queue`` written once
+over an engine (``sloth_daemon.queue.Queue``), and ``ReadOnlyQueue``, the
+same reads over a read-only engine. What both engines decide alike (no SQL)
+is ``rules.py``'s, ``edits.py``'s and ``schedule_rules.py``'s; the contract
+tests (tests/unit/backends/) run against both.
 
 Beyond enqueue/claim/heartbeat/complete/fail/release/cancel/retry, the
-contract both backends keep (each method's docstring says its transitions
-and errors; tests/unit/test_queue*.py run against both):
+contract keeps:
 
-* states ``blocked`` (waits for prerequisites; in no claim index) and
-  ``running`` (was ``claimed``); ``counts()`` names all six;
+* states ``blocked`` (waits for prerequisites; in no claim index), ``held``
+  and ``running`` (was ``claimed``); ``counts()`` names them all;
 * ``enqueue_many`` specs with ``after``/``after_any``/``after_previous`` and
   ``retry_exit``/``no_retry_exit``, and ``batch=TOKEN`` recorded in the same
   transaction (``batch_ids``); every transition that ends a job settles
   its blocked dependents in the same transaction and reports them, after the
   commit, to ``on_side_change``; ``retry`` may go back to ``blocked``;
 * runs and tries: ``attempts`` counts runs, ``tries`` what counts against
-  ``max_attempts``; ``release(delay_s=)``, ``abandon(refund=)``, ``adopt``;
-  outcomes with ``ended_at``, ``runner``, ``durable`` and ``flush()``;
+  ``max_attempts``; ``release(delay_s=)``, ``abandon(refund=)``, ``adopt``,
+  ``unclaim``; outcomes with ``ended_at``, ``runner``, ``durable``;
+  ``unit()``, ``flush()``, ``sync()``;
 * ``cancel_many``, ``retry_many``, ``restart``, ``prune(states=, lane=,
-  dry_run=)``: one transaction each, returning ``models.Batch``;
+  dry_run=)``, ``edit``, ``bump``, ``hold``/``unhold``: one transaction each;
 * reads: ``listing`` (``models.Listing``), ``running`` (``claimed`` is an
-  alias), ``prereqs``, ``dependents``, ``lane_counts``, ``lane_busy``,
-  ``lane_rows``; lanes table writes ``set_lane``, ``forget_lane``;
+  alias), ``get_many``, ``prereqs``, ``dependents``, ``lane_counts``,
+  ``lane_busy``, ``lane_rows``; lanes table writes ``set_lane``,
+  ``forget_lane``;
 * ``identity`` (a random id made with the queue), ``check()`` and
-  ``broken`` (the database changed under the open queue); paths stored as
+  ``broken`` (the storage changed under the open queue); paths stored as
   bytes; a read-only view for when no daemon answers (:func:`open_read_only`),
   whose ``scan`` reads a listing of any size a chunk at a time (sqlite/scan.py,
   postgres/scan.py: the daemon's ``ls --json`` too, on a view of its own).
@@ -34,14 +43,11 @@ and errors; tests/unit/test_queue*.py run against both):
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from sloth_daemon.backends.face import Queue, ReadOnlyQueue
     from sloth_daemon.clock import Clock
-    from sloth_daemon.backends.postgres.readonly import PgReadOnly
-    from sloth_daemon.backends.postgres.queue import PgQueue
-    from sloth_daemon.backends.sqlite.queue import SqliteQueue
-    from sloth_daemon.backends.sqlite.readonly import SqliteReadOnly
 
 URL_SCHEMES = ("postgresql://", "postgres://")
 
@@ -51,8 +57,7 @@ def is_url(target: str | os.PathLike[str]) -> bool:
     return isinstance(target, str) and target.lower().startswith(URL_SCHEMES)
 
 
-def open_queue(target: str | os.PathLike[str], clock: "Clock | None" = None,
-               **defaults: Any) -> "Union[SqliteQueue, PgQueue]":
+def open_queue(target: str | os.PathLike[str], clock: "Clock | None" = None, **options: Any) -> "Queue":
     """Open the queue at ``target``:
 
     * a filesystem path: the SQLite queue in that file (created with its
@@ -63,23 +68,19 @@ def open_queue(target: str | os.PathLike[str], clock: "Clock | None" = None,
       (``pip install 'slothqueue[postgres]'``), imported only here, so
       SQLite users never load it.
 
-    ``defaults`` are lease_s, max_attempts and backoff_cap_s for jobs that do
-    not set their own (PgQueue also takes migrate= and options=). ``clock``
-    is for tests: on PostgreSQL every time comes from the server's clock
-    unless a test clock is given.
+    ``options`` are lease_s, max_attempts and backoff_cap_s for jobs that do
+    not set their own, lock_wait_s (and on PostgreSQL migrate= and
+    options=). ``clock`` is for tests: on PostgreSQL every time comes from
+    the server's clock unless a test clock is given.
     """
     if is_url(target):
-        try:
-            from sloth_daemon.backends.postgres.queue import PgQueue
-        except ImportError as e:
-            raise _no_psycopg(e) from e
-        return PgQueue(str(target), clock, **defaults)
-    from sloth_daemon.backends.sqlite.queue import SqliteQueue
+        require_psycopg()
+    from sloth_daemon.backends.face import Queue
 
-    return SqliteQueue(target, clock, **defaults)
+    return Queue(target, clock, **options)
 
 
-def open_read_only(target: str | os.PathLike[str], *, quick: bool = False) -> "Union[SqliteReadOnly, PgReadOnly]":
+def open_read_only(target: str | os.PathLike[str], *, quick: bool = False) -> "ReadOnlyQueue":
     """The queue at ``target`` (a path or a URL, as for open_queue) opened to
     read only, for the CLI when no daemon answers: it never creates,
     migrates or writes anything. ``quick``: a PostgreSQL server gets one
@@ -87,15 +88,16 @@ def open_read_only(target: str | os.PathLike[str], *, quick: bool = False) -> "U
     `sloth config`, which shows the settings whether or not it answers).
     Raises FileNotFoundError (no SQLite file there) or StorageError
     (unreachable, or not this sloth's schema)."""
-    if is_url(target):
-        try:
-            from sloth_daemon.backends.postgres.readonly import QUICK, PgReadOnly
-        except ImportError as e:
-            raise _no_psycopg(e) from e
-        return PgReadOnly(str(target), QUICK if quick else None)
-    from sloth_daemon.backends.sqlite.readonly import SqliteReadOnly
+    from sloth_daemon.backends.face import ReadOnlyQueue
 
-    return SqliteReadOnly(target)
+    if is_url(target):
+        require_psycopg()
+        from sloth_daemon.backends.postgres import engine as pg
+
+        return ReadOnlyQueue(pg.open_read_engine(str(target), pg.QUICK if quick else None))
+    from sloth_daemon.backends.sqlite import engine as sqlite
+
+    return ReadOnlyQueue(sqlite.open_read_engine(target))
 
 
 def require_psycopg() -> None:

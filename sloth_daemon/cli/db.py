@@ -67,11 +67,11 @@ def _migrate() -> dict[str, Any]:
         return {"queue": str(t), "before": before, "after": db.SCHEMA_VERSION}
     from sloth_daemon.backends.postgres import migrate as pg_migrate, db as pgdb
     from sloth_daemon.backends.postgres.errors import describe
-    from sloth_daemon.backends.postgres.queue import PgQueue
+    from sloth_daemon.queue import Queue
 
     with pgdb.opened(t) as conn:
         before = pg_migrate.status(conn).current
-    PgQueue(t, migrate=True).close()  # migrates under the lock, and gives a new queue its identity
+    Queue(t, migrate=True).close()  # migrates under the lock, and gives a new queue its identity
     return {"queue": describe(t), "before": before, "after": pg_migrate.SCHEMA_VERSION}
 
 

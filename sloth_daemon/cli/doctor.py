@@ -396,11 +396,11 @@ def check_queue(p: Paths, url: str | SlothError | None = None) -> Check:
 
 def _check_shared_queue(url: str) -> Check:
     from sloth_daemon.backends.postgres.errors import describe
-    from sloth_daemon.backends.postgres.readonly import PgReadOnly
+    from sloth_daemon.backends import open_read_only
 
     where = describe(url)
     try:
-        with PgReadOnly(url) as q:
+        with open_read_only(url) as q:
             qid = q.identity
     except SlothError as e:
         return fail("queue", f"the shared queue at {where}: {e.message}", e.hint)

@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from sloth_daemon import config as cfg
 from sloth_daemon.errors import BadRequest, JobNotFound, ScheduleNotFound, SlothError, StorageError
 from sloth_daemon.daemon.worker.lanes import ReadLanes, explain, lane_table, paused_why
 from sloth_daemon.models import STATE_NAMES, Listing
 from sloth_daemon.paths import Paths
+
+if TYPE_CHECKING:
+    from sloth_daemon.backends.face import ReadOnlyQueue
 
 
 class _NoQueue:
@@ -169,7 +172,7 @@ def _show(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
                       "dependents": d["dependents"]} for i in a["ids"]]}
 
 
-def _logs(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
+def _logs(q: ReadOnlyQueue, paths: Paths, a: dict[str, Any]) -> Any:
     job = q.get(a["id"])
     n = a.get("attempt") or job.attempts
     if n == 0:
@@ -180,11 +183,11 @@ def _logs(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
         raise BadRequest(f"job {job.id} has attempts 1..{job.attempts}, not {n!r}")
     from sloth_daemon.backends.sqlite.identity import queue_paths
 
-    shared = getattr(q, "identity", None)  # a shared queue's identity is in its database
+    shared = q.identity  # a shared queue's identity is in its database (None on SQLite's view)
     path = (paths.for_queue(shared) if shared else queue_paths(paths)).job_log(job.id, n)
     out = {"id": job.id, "attempt": n, "attempts": job.attempts, "path": str(path)}
-    if shared and not path.exists():  # it ran on another machine: the copy it stored
-        out["data"] = q.stored_log(job.id, n, 0, 1 << 30).data.decode("utf-8", "surrogateescape")
+    if shared and q.logs is not None and not path.exists():  # it ran on another machine: the copy it stored
+        out["data"] = q.logs.stored_log(job.id, n, 0, 1 << 30).data.decode("utf-8", "surrogateescape")
     return out
 
 

@@ -21,6 +21,7 @@ from sloth_daemon.config import Settings, file_differs, load as load_config
 from sloth_daemon.errors import BadRequest, ConfigError, FieldError, SlothError
 from sloth_daemon.models import Job, JobState
 from sloth_daemon.paths import Paths
+from sloth_daemon.backends.contract import Scan
 from sloth_daemon.queue import Queue
 from sloth_daemon.daemon import job_limits
 from sloth_daemon.daemon.resources import needs_of
@@ -71,7 +72,7 @@ class Control:
     def get_many(self, ids: Sequence[int]) -> list[Job]:
         """The jobs of these ids that exist, in one read on a shared queue."""
         if self.shared is not None:
-            return self.queue.get_many(ids)  # type: ignore[attr-defined]
+            return self.queue.get_many(ids)
         return [self.queue.get(i) for i in ids]
 
     def listing(self, **kw: Any) -> dict[str, Any]:
@@ -80,7 +81,7 @@ class Control:
         self.explain(out["jobs"])
         return out
 
-    def scan(self, **kw: Any) -> Callable[[], Any]:
+    def scan(self, **kw: Any) -> Callable[[], Scan]:
         """What opens the listing ``listing(**kw)`` would give, to read a
         chunk at a time (backends.sqlite.scan / backends.postgres.scan), on a read-only
         view of the queue of its own: nothing of it holds the daemon's own
@@ -91,10 +92,10 @@ class Control:
         from sloth_daemon.backends import open_read_only
 
         self.queue.check()
-        target = getattr(self.queue, "url", None) or self.queue.path
+        target = self.queue.target
         now = time.time()
 
-        def opened() -> Any:
+        def opened() -> Scan:
             reader = open_read_only(target)
             try:
                 return reader.scan(now=now, owns_reader=True, **kw)
@@ -298,9 +299,9 @@ class Control:
     def stored_log(self, job_id: int, attempt: int, offset: int) -> Any:
         """On a shared queue, the copy of an attempt's log in the database
         (backends.postgres.logs.LogPart, from ``offset``); None on one machine's queue."""
-        if self.shared is None:
+        if self.shared is None or self.queue.logs is None:
             return None
-        return self.queue.stored_log(job_id, attempt, offset)  # type: ignore[attr-defined]
+        return self.queue.logs.stored_log(job_id, attempt, offset)
 
     def running_count(self) -> int:
         """Jobs with a live process here (no database needed); one held to

@@ -14,20 +14,23 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from sloth_daemon.errors import SlothError
+
+if TYPE_CHECKING:
+    from sloth_daemon.backends.contract import Scan
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
 EVENT_BYTES = 8 << 20  # at most this much of jobs per event (the frame limit is protocol.MAX_RESPONSE)
 _TEXT = ("cwd", "message", "label", "key", "lane", "worker", "token", "place")
 
 
-async def stream_scan(open_scan: Callable[[], Any], emit: Emit, stopping: Callable[[], bool],
+async def stream_scan(open_scan: Callable[[], Scan], emit: Emit, stopping: Callable[[], bool],
                       explain: Callable[[list[dict[str, Any]]], None] = lambda jobs: None) -> dict[str, Any]:
     """Events: ``{"kind": "head", counts, total, offset, lanes}``, then
     ``{"kind": "jobs", "jobs": [...]}`` per chunk; the result: ``left_out``
-    (see SqliteScan.tail). ``stopping``: the daemon is closing (the stream
+    (see contract.Scan.tail). ``stopping``: the daemon is closing (the stream
     ends with an error saying so, never as if the listing were whole);
     ``explain``: says in each chunk's queued jobs why they wait (Lanes.explain)."""
     pool = ThreadPoolExecutor(1, thread_name_prefix="sloth-scan")
@@ -49,7 +52,7 @@ async def stream_scan(open_scan: Callable[[], Any], emit: Emit, stopping: Callab
         pool.shutdown(wait=False)
 
 
-def _chunk(scan: Any) -> list[list[dict[str, Any]]]:
+def _chunk(scan: Scan) -> list[list[dict[str, Any]]]:
     """The scan's next chunk as job objects, in parts of at most
     EVENT_BYTES each as sent (a job's text can be large: a command of up
     to a MiB), so no event outgrows the frame limit ([]: the end)."""
@@ -74,6 +77,6 @@ def _size(job: dict[str, Any]) -> int:
     return 6 * text + 21 * ids + 4096
 
 
-def _close(opened: Future[Any]) -> None:
+def _close(opened: Future[Scan]) -> None:
     if not opened.cancelled() and opened.exception() is None:
         opened.result().close()

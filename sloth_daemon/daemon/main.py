@@ -272,7 +272,7 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
         from sloth_daemon.daemon.shared.member import Shared, open_shared  # psycopg: only for a URL
 
         machine = open_shared(target, paths, settings, clocks, instance)
-        queue: Any = machine.queue
+        queue = machine.queue
         paths, shared = machine.paths, Shared(machine, settings, clocks)
     else:
         queue = _open_local(paths, settings, clocks)
@@ -302,7 +302,7 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
     return daemon
 
 
-def compose_scheduler(queue: Any, worker: Worker, control: Control, clocks: SystemClocks,
+def compose_scheduler(queue: Queue, worker: Worker, control: Control, clocks: SystemClocks,
                       shared: "Shared | None") -> Scheduler:
     """The schedules (daemon/schedules/): fired on the queue's wall time,
     their jobs checked and placed as an add's, re-armed by the clock watch;

@@ -21,8 +21,8 @@ import time
 import psutil
 import pytest
 
-from sloth_daemon.backends.sqlite.queue import SqliteQueue
-from sloth_daemon.backends.sqlite.readonly import SqliteReadOnly
+from sloth_daemon.queue import Queue
+from sloth_daemon.backends import open_read_only
 from tests.support.harness import Harness
 
 N = 30_000
@@ -44,7 +44,7 @@ def mb(pid: int, field: str = "VmHWM") -> float:
 def fill(h: Harness, n: int = N) -> None:
     """n queued jobs, through the library API, while the daemon claims nothing."""
     h.call("pause")
-    q = SqliteQueue(h.home / "queue.db")
+    q = Queue(h.home / "queue.db")
     try:
         for i in range(0, n, 10_000):
             q.enqueue_many([{"command": ["true", str(j)], "cwd": str(h.home), "label": f"job {j}"}
@@ -181,7 +181,7 @@ def test_without_a_daemon_ls_json_reads_the_queue_a_chunk_at_a_time(harness, tmp
     assert res.returncode == 0 and b"no daemon is running" in res.stderr, res.stderr
     assert client_peak < CLIENT_PEAK_MB, f"the client peaked at {client_peak:.0f} MB"
     text = (tmp_path / "out.json").read_text()
-    with SqliteReadOnly(h.home / "queue.db") as ro:
+    with open_read_only(h.home / "queue.db") as ro:
         want = ro.listing(lane="default", finished_limit=None, now=time.time()).to_dict()
     for job in want["jobs"]:  # fill paused the queue: read from the file, each queued job says so (issue 30)
         if job["state"] == "queued":

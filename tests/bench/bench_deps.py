@@ -71,16 +71,16 @@ def vm_steps(q: Queue, n: int) -> float:
         steps[0] += 1
         return 0
 
-    q._conn.set_progress_handler(tick, 10)
+    q.engine.store.conn.set_progress_handler(tick, 10)
     try:
         for _ in range(n):
             job = q.claim("bench")
             assert job is not None
-            q._conn.set_progress_handler(None, 0)
+            q.engine.store.conn.set_progress_handler(None, 0)
             q.complete(job.id, job.token)
-            q._conn.set_progress_handler(tick, 10)
+            q.engine.store.conn.set_progress_handler(tick, 10)
     finally:
-        q._conn.set_progress_handler(None, 0)
+        q.engine.store.conn.set_progress_handler(None, 0)
     return steps[0] * 10 / n
 
 
@@ -140,7 +140,7 @@ def bench_chain_complete(work: Path, repeat: int, n: int) -> dict[str, float]:
 def bench_fan_out(path: Path, held: int) -> float:
     """Seconds to complete the job every blocked job waits for (queues them all)."""
     with Queue(path) as q:
-        con = q._conn
+        con = q.engine.store.conn
         con.execute("UPDATE jobs SET not_before = 0 WHERE id = ?", (held,))  # bring it within reach
         job = q.claim("bench", lanes=["held"])
         assert job is not None and job.id == held

@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from sloth_daemon.backends.sqlite.queue import SqliteQueue  # noqa: E402
+from sloth_daemon.queue import Queue  # noqa: E402
 from tests.support.harness import TEST_CONFIG, Harness, temp_harness  # noqa: E402
 
 BATCH = 50_000
@@ -51,14 +51,14 @@ def fill(h: Harness, n: int, finished_pct: int) -> float:
     seconds it took."""
     t0 = time.monotonic()
     h.call("pause")
-    q = SqliteQueue(h.home / "queue.db")
+    q = Queue(h.home / "queue.db")
     try:
         for i in range(0, n, BATCH):
             q.enqueue_many([{"command": ["true", str(j)], "cwd": str(h.home), "label": f"job {j}"}
                             for j in range(i, min(n, i + BATCH))])
         if finished_pct:
-            with q._conn:  # done jobs without running them: the listing's finished section
-                q._conn.execute("UPDATE jobs SET state = 'done', attempts = 1, tries = 1, exit_code = 0,"
+            with q.engine.store.conn:  # done jobs without running them: the listing's finished section
+                q.engine.store.conn.execute("UPDATE jobs SET state = 'done', attempts = 1, tries = 1, exit_code = 0,"
                                 " finished_at = created_at + id * 0.001 WHERE id % 100 < ?", (finished_pct,))
     finally:
         q.close()

@@ -247,12 +247,12 @@ class PgDatabases:
     of it, and one shared database that ``reset()`` empties between tests."""
 
     def __init__(self, cluster: PgCluster) -> None:
-        from sloth_daemon.backends.postgres.queue import PgQueue
+        from sloth_daemon.queue import Queue
 
         self.cluster = cluster
         self._n = 0
         cluster.create_database(TEMPLATE_DB)
-        PgQueue(cluster.url(TEMPLATE_DB)).close()  # migrate once; copies start migrated
+        Queue(cluster.url(TEMPLATE_DB)).close()  # migrate once; copies start migrated
         import psycopg
 
         with psycopg.connect(cluster.url(TEMPLATE_DB), autocommit=True) as c:

@@ -8,7 +8,9 @@ BACKENDS = ("sqlite", "postgres")
 
 
 def is_pg(q: Any) -> bool:
-    return hasattr(q, "_db")
+    from sloth_daemon.backends import is_url
+
+    return is_url(str(q.target))
 
 
 def sql(q: Any, stmt: str, params: Sequence[Any] = ()) -> list[tuple]:
@@ -16,21 +18,21 @@ def sql(q: Any, stmt: str, params: Sequence[Any] = ()) -> list[tuple]:
     (tables unqualified) and return its rows as tuples. For tests that look
     under the contract: stored text, row counts, a forced attempt count."""
     if not is_pg(q):
-        return q._conn.execute(stmt, params).fetchall()
+        return q.engine.reads.conn.execute(stmt, params).fetchall()
 
     def run(c):
         c.execute("SET LOCAL search_path = sloth")
         c.execute(stmt.replace("?", "%s"), params)
         return [tuple(r.values()) for r in c.fetchall()] if c.description else []
 
-    return q._db.write(run, "running a test statement")
+    return q.engine.reads._db.write(run, "running a test statement")
 
 
 def make_inserts_fail(q: Any, label: str) -> None:
     """From now on inserting a job with this label fails inside the database
     (a trigger), so a test can check that a batch rolls back whole."""
     if not is_pg(q):
-        q._conn.execute(
+        q.engine.reads.conn.execute(
             "CREATE TEMP TRIGGER boom BEFORE INSERT ON main.jobs"
             f" WHEN NEW.label = '{label}' BEGIN SELECT RAISE(ABORT, 'boom'); END")
         return
@@ -43,8 +45,8 @@ def make_inserts_fail(q: Any, label: str) -> None:
 
 def in_transaction(q: Any) -> bool:
     if not is_pg(q):
-        return q._conn.in_transaction
+        return q.engine.reads.conn.in_transaction
     from psycopg.pq import TransactionStatus
 
-    conn = q._db._conn
+    conn = q.engine.reads._db._conn
     return conn is not None and conn.info.transaction_status != TransactionStatus.IDLE

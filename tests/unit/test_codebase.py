@@ -34,7 +34,7 @@ MAY_IMPORT = {
 # Single edges across those lines, each with its reason.
 EXCEPTIONS = {
     # The library's face: Queue and open_queue are the backends'.
-    ("queue", "backends"), ("queue", "backends.sqlite.queue"),
+    ("queue", "backends"), ("queue", "backends.face"),
     # config names the queue a daemon opens (a path or a URL) and asks the
     # backends whether psycopg is there for a URL.
     ("config", "backends"),

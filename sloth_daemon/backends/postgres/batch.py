@@ -1,9 +1,9 @@
 """A user's requests on jobs, each one transaction: cancel and retry of one
 job, and cancel, retry, restart and prune of many, by ids or by a selection
-(lane, states) -- the counterpart of backends/sqlite/batch.py and of
-SqliteQueue.cancel/retry, with the same rules and answers.
+(lane, states) -- the counterpart of backends/sqlite/batch.py, with the
+same rules and answers (backends/contract.py: Requests).
 
-Requests, named by PgQueue (backends/postgres/queue.py). By ids: an id that does not exist
+PgRequests, a part of the PostgreSQL engine (engine.py). By ids: an id that does not exist
 refuses the whole request (JobNotFound, nothing changed); a job in a state
 the action does not apply to is left alone and reported in
 ``Batch.skipped`` with why. Each job is locked as it is reached and read
@@ -20,12 +20,12 @@ from psycopg import errors as pgerr
 from sloth_daemon.errors import BadRequest
 from sloth_daemon.models import ACTIVE_STATES, FINISHED_STATES, Batch, Job, JobState
 from sloth_daemon.spec import number
-from sloth_daemon.backends import rules
+from sloth_daemon.backends import contract, rules
 from sloth_daemon.backends.postgres import deps
 from sloth_daemon.backends.postgres.enqueue import SQL_ACTIVE_KEY, prune_batch_records
 from sloth_daemon.backends.postgres.reads import JobRows, check_id, get_row
 from sloth_daemon.backends.postgres.db import Connection, Cursor, Row, one
-from sloth_daemon.backends.postgres.writer import Writer, event
+from sloth_daemon.backends.postgres.writer import PgWriter, event
 
 _COPIED = ("command, lane, priority, max_attempts, lease_s, timeout_s, key, cwd, env_id,"
            " label, shell, retry_exit, no_retry_exit, keep_awake, limits, gate")
@@ -51,21 +51,17 @@ SQL_REQUEUE = ("UPDATE sloth.jobs SET state = %s, tries = 0, refunds = 0, not_be
                " WHERE id = %s RETURNING *")
 
 
-class Requests:
-    """A user's requests of PgQueue: transactions through ``writer`` (a
+class PgRequests(contract.Requests):
+    """A user's requests of the queue: transactions through ``writer`` (a
     count on ``db``); ``rows`` makes the Jobs returned (and forgets the
     environments a prune deleted). No state of its own."""
 
-    def __init__(self, db: Connection, rows: JobRows, writer: Writer) -> None:
+    def __init__(self, db: Connection, rows: JobRows, writer: PgWriter) -> None:
         self._db = db
         self.rows = rows
         self.writer = writer
 
     def cancel(self, job_id: int, *, message: str = "cancelled by user") -> Job:
-        """blocked|queued|running -> cancelled; what waits for it to be done is
-        cancelled too. A running job's holder loses its lease (its token is
-        cleared); ending its process is the caller's business. Raises
-        IllegalTransition for a finished job, JobNotFound."""
         def tx(c: Cursor) -> Job:
             row = get_row(c, job_id, lock=True)
             if row["state"] not in ACTIVE_STATES:
@@ -75,10 +71,6 @@ class Requests:
         return self.writer.write(tx, "cancelling a job")
 
     def retry(self, job_id: int) -> Job:
-        """failed|cancelled -> queued, due now, with a fresh budget of tries
-        (``attempts`` keeps counting runs); -> blocked instead while a job it
-        was added after is unfinished. Raises IllegalTransition (other
-        states, or its key is taken by an active job), JobNotFound."""
         return self.writer.write(lambda c: self._retry(c, get_row(c, job_id, lock=True)), "retrying a job")
 
     def _retry(self, c: Cursor, row: Row) -> Job:
@@ -93,9 +85,6 @@ class Requests:
     def cancel_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
                     states: Sequence[str] | None = None, message: str = "cancelled by user",
                     exclude: Collection[int] = ()) -> Batch:
-        """blocked|queued|running -> cancelled for each of ``ids``, or for
-        every active job of ``lane`` and/or ``states``, as
-        SqliteQueue.cancel_many (``exclude`` too). Raises JobNotFound, BadRequest."""
         wanted, skip = rules.wanted_states(states, ACTIVE_STATES, "cancel"), set(exclude)
 
         def tx(c: Cursor) -> Batch:
@@ -116,9 +105,6 @@ class Requests:
 
     def retry_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
                    states: Sequence[str] | None = None, busy: Collection[int] = ()) -> Batch:
-        """failed|cancelled -> queued (or blocked), as :meth:`retry`, for each
-        of ``ids`` or every job of the selection (default state: failed).
-        ``busy``: jobs not to touch yet. Raises JobNotFound, BadRequest."""
         wanted = rules.retry_wanted(ids, states)
 
         def tx(c: Cursor) -> Batch:
@@ -127,9 +113,6 @@ class Requests:
         return self.writer.write(tx, "retrying jobs")
 
     def restart(self, ids: Sequence[int]) -> Batch:
-        """For each finished job of ``ids``: a new queued job with the same
-        spec (not its prerequisites), due now; events ``restart`` on the new
-        job, ``restarted`` on the old. Raises JobNotFound."""
         def tx(c: Cursor) -> Batch:
             out = Batch([])
             for row in self._rows(c, ids, None, None):
@@ -146,9 +129,6 @@ class Requests:
 
     def prune(self, older_than_s: float, *, states: Sequence[str] | None = None, lane: str | None = None,
               dry_run: bool = False) -> int:
-        """Delete finished jobs (and their events) that ended more than
-        ``older_than_s`` ago, of ``states`` (default: every finished state) and
-        ``lane``. Returns how many were (``dry_run``: would be) deleted."""
         if older_than_s is None:
             raise BadRequest("older_than_s must be a number of seconds, got None")
         args = {"older": number(older_than_s, "older_than_s", 0.0, lo=0), "lane": lane,
@@ -163,7 +143,7 @@ class Requests:
         n = c.execute(f"DELETE FROM sloth.jobs WHERE {SQL_PRUNE_WHERE}", args).rowcount
         if n:
             c.execute(SQL_PRUNE_ENVS)
-            self.rows.forget_envs()
+            self.rows.envs.clear()  # environments were deleted: decode afresh
         prune_batch_records(c)
         return n
 

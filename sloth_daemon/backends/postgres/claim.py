@@ -1,5 +1,5 @@
-"""Claiming a job on the PostgreSQL queue: Claims runs the claim statement
-of backends/postgres/pick.py (the counterpart of SqliteQueue.claim), and
+"""Claiming a job on the PostgreSQL queue: PgClaims runs the claim statement
+of backends/postgres/pick.py (the counterpart of backends/sqlite/claim.py), and
 fails a job others wait for whose lease expired on its last try, in a
 transaction that settles them.
 """
@@ -11,23 +11,23 @@ import functools
 import json
 from typing import Any, Collection, Sequence
 
-from sloth_daemon.backends import rules
+from sloth_daemon.backends import contract, rules
 from sloth_daemon.models import Job, JobState
 from sloth_daemon.backends.postgres import pick
 from sloth_daemon.backends.postgres.db import Connection, Cursor
 from sloth_daemon.backends.postgres.reads import JobRows
-from sloth_daemon.backends.postgres.writer import Writer
+from sloth_daemon.backends.postgres.writer import PgWriter
 
 SQL_EXPIRED = ("SELECT *, lease_until < sloth.now() AS lapsed FROM sloth.jobs WHERE id = %s"
                " AND state = 'running' FOR UPDATE")
 
 
-class Claims:
-    """claim() of PgQueue: a one-statement write on ``db`` (a transaction
+class PgClaims(contract.Claims):
+    """claim() of the queue: a one-statement write on ``db`` (a transaction
     through ``writer`` only to fail an expired job others wait for);
     ``rows`` makes the Job it returns. No state of its own."""
 
-    def __init__(self, db: Connection, rows: JobRows, writer: Writer) -> None:
+    def __init__(self, db: Connection, rows: JobRows, writer: PgWriter) -> None:
         self._db = db
         self.rows = rows
         self.writer = writer
@@ -38,22 +38,7 @@ class Claims:
         places: Collection[str] | None = None, reclaim: bool = True,
         gated: tuple[int, dict[str, list[str]] | None] | None = None,
     ) -> Job | None:
-        """Lease the most urgent due job to ``worker``, or return None.
-
-        Due means ``queued`` with ``not_before <= now``, or ``running`` with an
-        expired lease (``lease_until < now``, strict), now being the server's;
-        never ``blocked``. Transition: -> running, ``attempts`` and ``tries``
-        + 1, fresh token, ``lease_until = now + lease``, event ``claimed`` or
-        ``reclaimed``. An expired job with no tries left goes to ``failed``
-        instead (event ``lease_expired``) and the search goes on. The
-        returned Job keeps the previous attempt's ``runner``.
-        ``exclude_lanes`` skips lanes; ``exclude_ids`` never re-issues these
-        jobs' expired leases; ``places``: only jobs placed there ("" is
-        anywhere; None: any job). ``reclaim=False`` takes queued jobs only,
-        never an expired lease: a claim that may be undone (unclaim) must be
-        a plain one. Rows another claimer holds locked right now are
-        skipped, not waited for.
-        """
+        # now is the server's; rows another claimer holds locked right now are skipped, not waited for
         lease_s = pick.claim_lease(lease_s, lanes)
         if lanes is not None and not lanes:
             return None

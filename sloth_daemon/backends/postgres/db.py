@@ -77,7 +77,7 @@ class PgOptions:
     * reconnect_s: how long one call keeps reconnecting (with backoff) after
       the connection was lost before it raises StorageError.
     * lock_wait_s: how long a statement waits for a row another session holds
-      before StorageBusy (None: up to statement_timeout); SqliteQueue's lock_wait_s.
+      before StorageBusy (None: up to statement_timeout); as SQLite's lock_wait_s.
     * read_only: every transaction is read only (the server refuses writes).
     * retry_after_s: after reconnecting failed for reconnect_s, calls fail at
       once for this long (doubling to 4x) instead of each waiting again: a
@@ -321,7 +321,7 @@ class Connection:
     @contextlib.contextmanager
     def unit(self) -> Iterator[None]:
         """The writes inside as one transaction and one synchronous commit
-        (see PgQueue.unit). Nested: part of the outer one."""
+        (contract.Store.unit). Nested: part of the outer one."""
         if self._unit is not None:
             yield
             return

@@ -2,7 +2,7 @@
 counterpart of backends/sqlite/edits.py: the same rules, words and
 events, backends/edits.py's).
 
-Edits, named by PgQueue (backends/postgres/queue.py). Several daemons
+PgEdits, a part of the PostgreSQL engine (engine.py). Several daemons
 claim at once, so each job is locked (FOR UPDATE) before its state is
 read: a claim's ``FOR UPDATE SKIP LOCKED`` passes it by meanwhile, and a
 claim that took it first leaves it ``running``, which the edit then
@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from sloth_daemon.backends import edits as rules
+from sloth_daemon.backends import contract, edits as rules
 from sloth_daemon.backends.postgres import deps
 from sloth_daemon.backends.postgres.db import Cursor, Row, one
 from sloth_daemon.backends.postgres.reads import JobRows, get_row
-from sloth_daemon.backends.postgres.writer import Writer, event
+from sloth_daemon.backends.postgres.writer import PgWriter, event
 from sloth_daemon.backends.rules import prereqs_json
 from sloth_daemon.checks import command_json
 from sloth_daemon.text import as_bytes
@@ -66,16 +66,15 @@ SQL_HOLDABLE = "SELECT id FROM sloth.jobs WHERE lane = %s AND state IN ('blocked
 SQL_RELEASABLE = "SELECT id FROM sloth.jobs WHERE lane = %s AND state = 'held' ORDER BY id"
 
 
-class Edits:
-    """edit, bump, hold and unhold (`sloth release`) of PgQueue: transactions through
+class PgEdits(contract.Edits):
+    """edit, bump, hold and unhold (`sloth release`) of the PostgreSQL queue: transactions through
     ``writer``; ``rows`` makes the Jobs returned. No state of its own."""
 
-    def __init__(self, rows: JobRows, writer: Writer) -> None:
+    def __init__(self, rows: JobRows, writer: PgWriter) -> None:
         self.rows = rows
         self.writer = writer
 
     def edit(self, job_id: int, changes: Any, *, expect: Any = None) -> rules.Edited:
-        """As SqliteQueue.edit."""
         wanted = rules.changes_of(changes)
 
         def tx(c: Cursor) -> rules.Edited:
@@ -111,7 +110,6 @@ class Edits:
         return self.writer.write(tx, "editing a job")
 
     def bump(self, ids: Sequence[int]) -> Batch:
-        """As SqliteQueue.bump."""
         def tx(c: Cursor) -> Batch:
             named = _all(c, ids)
             now = one(c.execute(SQL_NOW))["now"]
@@ -133,7 +131,6 @@ class Edits:
         return self.writer.write(tx, "bumping jobs")
 
     def hold(self, ids: Sequence[int] | None = None, *, lane: str | None = None) -> Batch:
-        """As SqliteQueue.hold."""
         def tx(c: Cursor) -> Batch:
             out = Batch([])
             for row in _named(c, ids, lane, SQL_HOLDABLE):
@@ -149,8 +146,8 @@ class Edits:
 
         return self.writer.write(tx, "holding jobs")
 
-    def hold_never(self, gate: str, why: str | None, *, lane: str | None, place: str | None) -> list[int]:
-        """As SqliteQueue.hold_never."""
+    def hold_never(self, gate: str, why: str | None, *, lane: str | None = None,
+                   place: str | None = None) -> list[int]:
         def tx(c: Cursor) -> list[int]:
             if why is None:
                 return sorted(row["id"] for row in c.execute(SQL_FORGET_WHY, {"gate": gate, "lane": lane,
@@ -165,7 +162,6 @@ class Edits:
         return self.writer.write(tx, "holding jobs that cannot run")
 
     def unhold(self, ids: Sequence[int] | None = None, *, lane: str | None = None) -> Batch:
-        """As SqliteQueue.unhold."""
         def tx(c: Cursor) -> Batch:
             out = Batch([])
             for row in _named(c, ids, lane, SQL_RELEASABLE):

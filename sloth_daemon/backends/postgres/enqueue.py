@@ -1,7 +1,7 @@
 """Adding jobs to the PostgreSQL queue: one job, or a batch in one
 transaction (the counterpart of backends/sqlite/enqueue.py).
 
-Enqueuer, named by PgQueue (backends/postgres/queue.py), adds them. A batch is validated whole before
+PgAdds, a part of the PostgreSQL engine (engine.py), adds them. A batch is validated whole before
 anything is written (all or none), each distinct environment is stored
 once, and runs of keyless jobs go in with one statement whatever their
 size, jobs that wait for others too: ids are taken from the sequence first
@@ -18,10 +18,10 @@ from typing import Any, Iterable, Iterator, Mapping
 from sloth_daemon.errors import IllegalTransition
 from sloth_daemon.spec import JobSpec
 from sloth_daemon.text import as_bytes
-from sloth_daemon.backends import rules
+from sloth_daemon.backends import contract, rules
 from sloth_daemon.backends.postgres import deps
 from sloth_daemon.backends.postgres.db import Connection, Cursor
-from sloth_daemon.backends.postgres.writer import Writer
+from sloth_daemon.backends.postgres.writer import PgWriter
 
 WAITED_ON = 18  # the index of waited_on in a row's values (_Batch._row)
 _COLUMNS = ("id, command, state, lane, priority, max_attempts, lease_s, timeout_s, not_before, key, cwd,"
@@ -57,33 +57,25 @@ SQL_BATCH_READ = "SELECT ids FROM sloth.batches WHERE token = %s"
 SQL_BATCH_PRUNE = "DELETE FROM sloth.batches WHERE at < sloth.now() - %s"
 
 
-class Enqueuer:
-    """enqueue_many and batch_ids of PgQueue (its enqueue is
+class PgAdds(contract.Adds):
+    """enqueue_many and batch_ids of the queue (its enqueue is
     rules.enqueue_one over enqueue_many): writes through ``writer``, reads
-    on ``db``; ``lease_s`` and ``max_attempts`` are the defaults of a job
-    that sets none."""
+    on ``db``; ``defaults`` (shared, the daemon's settings) fill the fields
+    a job leaves out."""
 
-    def __init__(self, db: Connection, writer: Writer, *, lease_s: float, max_attempts: int) -> None:
+    def __init__(self, db: Connection, writer: PgWriter, defaults: contract.QueueDefaults) -> None:
         self._db = db
         self.writer = writer
-        self.lease_s = lease_s
-        self.max_attempts = max_attempts
+        self.defaults = defaults
 
     def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None) -> list[int]:
-        """Enqueue many jobs in one transaction; all or none. Same rules as
-        SqliteQueue.enqueue_many: ``batch`` records the ids under a client's
-        token in the same transaction (batch_ids); ``after``/``after_any``/
-        ``after_previous`` make a job ``blocked``, ``cancelled`` or ``queued``.
-        Raises BadRequest, IllegalTransition (a batch queued already),
-        JobNotFound (a prerequisite that does not exist)."""
-        rows = rules.parse_specs(specs, self.max_attempts, self.lease_s)  # validate all before writing any
+        d = self.defaults
+        rows = rules.parse_specs(specs, d.max_attempts, d.lease_s)  # validate all before writing any
         if not rows and batch is None:
             return []
         return self.writer.write(lambda c: insert_all(c, rows, batch), "adding jobs")
 
     def batch_ids(self, batch: str) -> list[int] | None:
-        """The ids the batch ``batch`` was queued as, or None if it was not
-        (or its record was pruned: records are kept rules.BATCH_RECORD_S)."""
         row = self._db.read(lambda c: c.execute(SQL_BATCH_READ, (batch,)).fetchone(), "reading a batch")
         if row is None:
             return None

@@ -4,17 +4,18 @@ db status`), and the rule that keeps two machines from serving under one
 name: a host's jobs are its daemon's to adopt or give back, so a second
 live daemon under that name would give back jobs the first still runs.
 
-Machines holds these on one connection; PgQueue (backends/postgres/queue.py)
-names it, and the read-only view for ``hosts``.
+PgMachines holds these on one connection: the ``machines`` part of the
+PostgreSQL engine and of its read-only engine (engine.py).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from sloth_daemon.errors import ConfigError
+from sloth_daemon.backends import contract
+from sloth_daemon.backends.contract import Host
 from sloth_daemon.backends.postgres.db import Connection, Cursor, one
 
 # What a refresh writes; the server's now comes back (for a daemon's
@@ -32,50 +33,22 @@ SQL_HOSTS = "SELECT *, sloth.now() - last_seen AS ago FROM sloth.hosts ORDER BY 
 SQL_FORGET = "DELETE FROM sloth.hosts WHERE name = %s AND worker = %s RETURNING name"
 
 
-@dataclass(frozen=True)
-class Host:
-    """A daemon as its host row shows it."""
-
-    name: str
-    tags: tuple[str, ...]
-    worker: str
-    pid: int
-    boot_id: str
-    version: str
-    started_at: float
-    resources: dict[str, int] | None = None  # tokens of each resource it gives out (None: not yet said)
-
-    def row(self) -> dict[str, Any]:
-        return {"name": self.name, "tags": list(self.tags), "worker": self.worker, "pid": self.pid,
-                "boot_id": self.boot_id, "version": self.version, "started_at": self.started_at,
-                "resources": None if self.resources is None else json.dumps(self.resources, sort_keys=True)}
-
-
-class Machines:
+class PgMachines(contract.Machines):
     """The hosts table over ``db``. No state of its own."""
 
     def __init__(self, db: Connection) -> None:
         self._db = db
 
     def register_host(self, me: Host, *, alive_s: float, pid_alive: Callable[[int], bool]) -> float:
-        """Take ``me.name`` for this daemon, or raise ConfigError when a
-        daemon of another machine (another boot) refreshed it less than
-        ``alive_s`` ago, or another daemon of this boot still runs under it
-        (``pid_alive``: whether a pid of this machine runs). Returns the server's now."""
         return self._db.write(lambda c: _register(c, me, alive_s, pid_alive), "registering this host")
 
     def host_seen(self, me: Host) -> float:
-        """Refresh this daemon's host row; the server's now (sloth.now())."""
         return float(self._db.write_one(SQL_SEEN, me.row(), "refreshing this host")[0]["now"])
 
     def forget_host(self, me: Host) -> None:
-        """This daemon stops: its row goes, unless another has taken the name."""
         self._db.write_one(SQL_FORGET, (me.name, me.worker), "forgetting this host")
 
     def hosts(self) -> list[dict[str, Any]]:
-        """Every host that served this queue: name, tags, worker, pid,
-        version, started_at, last_seen, ago (seconds since, by the server),
-        resources (name -> tokens, or None where its daemon did not say)."""
         rows = self._db.read(lambda c: c.execute(SQL_HOSTS).fetchall(), "listing hosts")
         return [{**r, "tags": list(r["tags"]), "resources": _resources(r.get("resources"))} for r in rows]
 

@@ -1,14 +1,13 @@
 """The lease holder's side of the PostgreSQL queue: renewing a lease,
 recording the process that runs it, handing it to a new holder, declaring a
-holder gone, making earlier commits durable, and the outcomes that end a
-lease (complete, fail, release): the counterpart of backends/sqlite/leases.py
-and of SqliteQueue's outcomes.
+holder gone, and the outcomes that end a
+lease (complete, fail, release): the counterpart of backends/sqlite/leases.py.
 
-Leases, named by PgQueue (backends/postgres/queue.py). A renewal, and the
+PgLeases, a part of the PostgreSQL engine (engine.py). A renewal, and the
 completion of a job nobody waits for, is one UPDATE that matches id AND
 token and writes its event in the same statement: one round trip, and a
 stale holder changes nothing. An outcome that settles dependents, or
-records the process with it, is a transaction through the Writer.
+records the process with it, is a transaction through the PgWriter.
 """
 
 from __future__ import annotations
@@ -18,19 +17,17 @@ from typing import Any
 
 from sloth_daemon.models import Job, JobState
 from sloth_daemon.spec import number
-from sloth_daemon.backends import rules
+from sloth_daemon.backends import contract, rules
 from sloth_daemon.backends.rules import holds, not_held
 from sloth_daemon.backends.postgres.reads import JobRows, check_id, get_row
 from sloth_daemon.backends.postgres.db import Connection, Cursor, Row, finite, one, storable_text
-from sloth_daemon.backends.postgres.writer import FINISH, Writer, event
+from sloth_daemon.backends.postgres.writer import FINISH, PgWriter, event
 
 # SET lists of the one-statement writes of lease holders (_held_step).
 EXTEND = "lease_until = sloth.now() + coalesce(%(lease_s)s, lease_s), updated_at = sloth.now()"
 ADOPT = "worker = %(worker)s, lease_until = sloth.now() + lease_s, updated_at = sloth.now()"
 SET_RUNNER = "runner = %(runner)s, updated_at = sloth.now()"
 SET_PAUSED = "paused_run = %(paused_run)s, updated_at = sloth.now()"
-SQL_FLUSH = ("INSERT INTO sloth.meta (key, value) VALUES ('flushed', '0')"
-             " ON CONFLICT (key) DO UPDATE SET value = (sloth.meta.value::bigint + 1)::text")
 SQL_HELD_UPDATE = ("WITH u AS (UPDATE sloth.jobs SET {assignments} WHERE id = %(id)s"
                    " AND state = 'running' AND token = %(token)s {unwaited} RETURNING *)")
 SQL_HELD_EVENT = (", ev AS (INSERT INTO sloth.events (job_id, at, kind, attempt, message)"
@@ -72,54 +69,43 @@ SQL_RELEASE = ("UPDATE sloth.jobs SET state = 'queued', not_before = sloth.now()
                " updated_at = sloth.now() WHERE id = %s RETURNING *")
 
 
-class Leases:
-    """What a lease holder asks of PgQueue: one-statement writes on ``db``,
+class PgLeases(contract.Leases):
+    """What a lease holder asks of the queue: one-statement writes on ``db``,
     transactions through ``writer``; ``rows`` makes the Jobs returned;
-    ``backoff_cap_s`` bounds the delay before a failed try is due again.
+    ``defaults.backoff_cap_s`` bounds the delay before a failed try is due again.
     No state of its own."""
 
-    def __init__(self, db: Connection, rows: JobRows, writer: Writer, *, backoff_cap_s: float) -> None:
+    def __init__(self, db: Connection, rows: JobRows, writer: PgWriter, defaults: contract.QueueDefaults) -> None:
         self._db = db
         self.rows = rows
         self.writer = writer
-        self.backoff_cap_s = backoff_cap_s
+        self.defaults = defaults
 
     def heartbeat(self, job_id: int, token: str, *, lease_s: float | None = None) -> Job:
-        """Extend the lease of the holder of ``token``: ``lease_until = now + lease``.
-
-        The token decides, not the clock: a lapsed lease that nobody reclaimed
-        may still be renewed. Raises LeaseLost (stale token) or JobNotFound.
-        """
         if lease_s is not None:
             lease_s = number(lease_s, "lease_s", None, lo=0.001)
         return self._held_step(job_id, token, EXTEND, {"lease_s": lease_s}, "renewing a lease")
 
     def renew_after_resume(self, job_id: int, token: str, message: str) -> Job:
-        """Heartbeat after the machine slept, and record a ``resumed`` event."""
         return self._held_step(job_id, token, EXTEND, {"lease_s": None}, "renewing a lease after resume",
                                event=("resumed", message))
 
     def set_runner(self, job_id: int, token: str, runner: dict[str, Any]) -> Job:
-        """Record the identity of the process running this attempt (event ``started``)."""
         return self._held_step(job_id, token, SET_RUNNER, {"runner": json.dumps(runner)},
                                "recording a job's process", event=("started", f"pid {runner.get('pid')}"),
                                at=finite(runner.get("started_at")))
 
     def note_run(self, job_id: int, token: str, kind: str, message: str) -> Job:
-        """An event in the history of the run of ``token``: as SqliteQueue.note_run."""
         return self._held_step(job_id, token, "updated_at = sloth.now()", {}, "noting on a run",
                                event=(kind, message))
 
     def set_paused(self, job_id: int, token: str, paused: bool, message: str, *, at: float | None = None) -> Job:
-        """The run of ``token`` paused on request, or continued: as SqliteQueue.set_paused."""
         return self._held_step(job_id, token, SET_PAUSED, {"paused_run": token if paused else None},
                                "recording a pause", event=("paused" if paused else "continued", message),
                                at=finite(at))
 
     def note_ended(self, job_id: int, attempt: int, message: str, *, ended_at: float | None = None,
                    durable: bool = True, kind: str = "ended") -> Job:
-        """A run of a job it no longer holds ended: event ``ended`` (or
-        ``kind``), as SqliteQueue.note_ended. Raises JobNotFound."""
         check_id(job_id)
 
         def tx(c: Cursor) -> Job:
@@ -129,22 +115,11 @@ class Leases:
 
         return self.writer.write(tx, "recording how a cancelled job's run ended")
 
-    def flush(self) -> None:
-        """Make every commit made with ``durable=False`` durable now."""
-        self._db.write(lambda c: c.execute(SQL_FLUSH), "flushing the log of commits")
-
     def adopt(self, job_id: int, token: str, worker: str, *, message: str) -> Job:
-        """A new holder takes over the lease of ``token``: renewed from now,
-        ``worker`` renamed; event ``adopted``. Raises LeaseLost or JobNotFound."""
         return self._held_step(job_id, token, ADOPT, {"worker": worker}, "adopting a lease",
                                event=("adopted", message))
 
     def abandon(self, job_id: int, token: str, *, message: str, refund: bool = False) -> Job:
-        """Declare the holder of ``token`` gone. The lease counts as expired
-        from now, so the next claim re-issues the job with a ``reclaimed``
-        event. Event ``abandoned``. ``refund``: as SqliteQueue.abandon (a
-        crash of sloth gives the try back, at most rules.MAX_CRASH_REFUNDS times).
-        Raises LeaseLost."""
         def tx(c: Cursor) -> Job:
             row = self._held(c, job_id, token)
             give = refund and rules.may_refund(row)
@@ -155,9 +130,7 @@ class Leases:
         return self.writer.write(tx, "abandoning a lease")
 
     def unclaim(self, job_id: int, token: str, *, durable: bool = True) -> Job:
-        """running -> queued as if the claim of ``token`` had not happened
-        (its run never started): as SqliteQueue.unclaim, in one statement.
-        Raises LeaseLost or JobNotFound."""
+        # in one statement
         check_id(job_id)
         sql = SQL_UNCLAIM + rows_of_u(durable)
         rows = self._db.write_one(sql, {"id": job_id, "token": token if isinstance(token, str) else None},
@@ -170,10 +143,8 @@ class Leases:
     def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None,
                  ended_at: float | None = None, runner: dict[str, Any] | None = None,
                  durable: bool = True) -> Job:
-        """running -> done (dependents may be queued). ``ended_at``,
-        ``runner``, ``durable``: as SqliteQueue.complete (durable=False:
-        synchronous_commit off for this transaction; a later synchronous
-        commit or flush() makes it durable). Raises LeaseLost for a stale token."""
+        # durable=False: synchronous_commit off for this transaction; a later
+        # synchronous commit or flush() makes it durable
         at = finite(ended_at)
         if True:  # the hot path: one statement, with its process and lazy commit if asked
             try:
@@ -209,10 +180,6 @@ class Leases:
         exit_code: int | None = None, ended_at: float | None = None,
         runner: dict[str, Any] | None = None, durable: bool = True,
     ) -> Job:
-        """running -> queued with ``not_before = now + min(2**tries, cap)`` while
-        tries remain (and ``retry``), else -> failed (dependents that need it
-        done are cancelled, the others may be queued). ``ended_at``,
-        ``runner`` and ``durable`` as for complete. Raises LeaseLost."""
         at = finite(ended_at)
 
         def tx(c: Cursor) -> Job:
@@ -235,7 +202,7 @@ class Leases:
                   kind: str = "failed") -> Job:
         """A failed try with tries left: queued again after a delay that
         doubles with each try, up to backoff_cap_s."""
-        delay = rules.backoff_s(row["tries"], self.backoff_cap_s)
+        delay = rules.backoff_s(row["tries"], self.defaults.backoff_cap_s)
         out = one(c.execute(SQL_BACK_OFF, (delay, storable_text(message), exit_code, row["id"])))
         event(c, row["id"], kind, row["attempts"], rules.retry_message(message, row, delay), at)
         return self.rows.job(out, c)
@@ -243,10 +210,6 @@ class Leases:
     def release(self, job_id: int, token: str, *, message: str = "interrupted", delay_s: float = 0.0,
                 kind: str = "interrupted", runner: dict[str, Any] | None = None,
                 durable: bool = True) -> Job:
-        """running -> queued, due in ``delay_s``, the try given back (event
-        ``kind``: ``interrupted``, ``fenced`` or ``postponed``, as
-        SqliteQueue.release: a fence is forgiven rules.MAX_CRASH_REFUNDS times).
-        ``runner``, ``durable``: as for complete. Raises LeaseLost."""
         delay = number(delay_s, "delay_s", 0.0, lo=0)
 
         def tx(c: Cursor) -> Job:
@@ -262,7 +225,6 @@ class Leases:
         return self.writer.write(tx, "releasing a job")
 
     def set_waiting(self, gate: str, why: str | None) -> int:
-        """Say why the queued jobs of ``gate`` wait (None: they do not); how many changed."""
         def tx(c: Cursor) -> int:
             return c.execute("UPDATE sloth.jobs SET wait_reason = %s WHERE state = 'queued' AND gate = %s"
                              " AND wait_reason IS DISTINCT FROM %s", (why, gate, why)).rowcount

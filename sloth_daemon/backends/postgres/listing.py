@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from sloth_daemon.backends import rules
+from sloth_daemon.backends import contract, rules
 from sloth_daemon.models import Job, Listing
 from sloth_daemon.backends.postgres.db import Connection, Cursor
 from sloth_daemon.backends.postgres.reads import SQL_LANE_COUNTS, JobRows
@@ -29,8 +29,8 @@ SQL_STATE_COUNTS = "SELECT state, count(*) AS n FROM sloth.jobs WHERE {where} GR
 HOST = "(place = %(host)s OR left(worker, %(plen)s) = %(prefix)s)"
 
 
-class Listings:
-    """listing() of PgQueue and of the read-only view, over ``db``; ``rows``
+class PgListings(contract.Listings):
+    """listing() of the PostgreSQL queue and of its read-only view, over ``db``; ``rows``
     makes its Jobs. No state of its own."""
 
     def __init__(self, db: Connection, rows: JobRows) -> None:
@@ -40,8 +40,6 @@ class Listings:
     def listing(self, *, states: Sequence[str] | None = None, lane: str | None = None,
                 limit: int | None = None, offset: int = 0, finished_limit: int | None = None,
                 now: float, host: str | None = None) -> Listing:
-        """Up to ``limit`` jobs of the selection from ``offset`` on, as
-        SqliteQueue.listing (``host`` too). Raises ValueError for an unknown state."""
         wanted = rules.listed_states(states)
         where, args = _where(lane, host)
         return self._db.read(lambda c: self._listing(c, wanted, (where, args), lane, limit, offset,

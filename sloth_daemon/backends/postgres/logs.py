@@ -12,9 +12,10 @@ capped: log_cap_bytes, head and tail) and rows go with their job (a prune).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from sloth_daemon.backends import contract
+from sloth_daemon.backends.contract import LogPart
 from sloth_daemon.backends.postgres.db import Connection
 
 SQL_APPEND = """
@@ -36,18 +37,6 @@ SQL_READ = ("SELECT substring(data FROM %s FOR %s) AS data, octet_length(data) A
             " FROM sloth.logs WHERE job_id = %s AND attempt = %s")
 SQL_OPEN = ("SELECT job_id, attempt, octet_length(data) AS size FROM sloth.logs"
             " WHERE host = %s AND NOT done ORDER BY job_id, attempt")
-
-
-@dataclass(frozen=True)
-class LogPart:
-    """What a read of an attempt's stored log found: ``data`` from the
-    offset asked for, the whole ``size``, whether it is ``done`` (all there),
-    which ``host`` ran it. ``size`` None: nothing is stored (yet)."""
-
-    data: bytes
-    size: int | None
-    done: bool
-    host: str | None
 
 
 def append(db: Connection, job_id: int, attempt: int, host: str, data: bytes, offset: int,
@@ -82,13 +71,12 @@ def unfinished(db: Connection, host: str) -> list[tuple[int, int, int]]:
     return [(int(r["job_id"]), int(r["attempt"]), int(r["size"])) for r in rows]
 
 
-class Logs:
-    """The stored logs over ``db``, as PgQueue (and the read-only view)
+class PgLogs(contract.Logs):
+    """The stored logs over ``db``, as the PostgreSQL queue (and its read-only view)
     offer them. No state of its own."""
 
     def __init__(self, db: Connection) -> None:
         self._db = db
 
     def stored_log(self, job_id: int, attempt: int, offset: int = 0, limit: int = 1 << 20) -> LogPart:
-        """The stored log of an attempt (see LogPart), from ``offset``."""
         return read(self._db, job_id, attempt, offset, limit)

@@ -121,7 +121,7 @@ SELECT (SELECT min(d.t) FROM queued_lanes l {places} CROSS JOIN LATERAL
        (SELECT min(lease_until) FROM sloth.jobs WHERE state = 'running' AND gate IS NULL {lease_filt} {placed})
         AS lease
 """
-# A claim given a gated job (SqliteQueue.claim's ``gated``): the most urgent
+# A claim given a gated job (contract.Claims.claim's ``gated``): the most urgent
 # ungated head first (a read), so the gated one is taken only when at least
 # as urgent; then that one row, if still due, by the same transition.
 SQL_PEEK = "WITH RECURSIVE {queued_lanes}, " + HEADS + " SELECT priority, not_before, id FROM heads LIMIT 1"

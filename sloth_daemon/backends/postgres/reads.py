@@ -4,9 +4,8 @@ backends/sqlite/reads.py).
 
 Two objects, each over one connection: JobRows makes rows into Jobs (every
 reader and writer of a queue shares its one, and so its cache of decoded
-environments); Reads answers the read side of the contract, named by
-PgQueue (backends/postgres/queue.py) and by the read-only view
-(backends/postgres/readonly.py). A read is one statement outside any
+environments); PgReads answers the read side of the contract, a part of
+the engine (engine.py) and of its read-only engine. A read is one statement outside any
 transaction (db.Connection.read), so it never holds a lock another daemon
 waits for.
 """
@@ -17,7 +16,7 @@ import json
 import math
 from typing import Any, Collection, Mapping, Sequence
 
-from sloth_daemon.backends import rules
+from sloth_daemon.backends import contract, rules
 from sloth_daemon.errors import JobNotFound
 from sloth_daemon.models import Event, Job, JobState
 from sloth_daemon.spec import integer
@@ -44,12 +43,12 @@ SQL_HELD_GATES = "SELECT DISTINCT gate FROM sloth.jobs WHERE state = 'held' AND 
 
 class JobRows:
     """Rows made into Jobs, with their environments: an env is read once
-    and kept (``_envs``, env_id -> env) until the cache is full or a prune
-    deletes environments (forget_envs)."""
+    and kept (``envs``, env_id -> env) until the cache is full or a prune
+    deletes environments (then its owner clears it)."""
 
     def __init__(self, db: Connection) -> None:
         self._db = db
-        self._envs: dict[int, dict[str, str]] = {}
+        self.envs: dict[int, dict[str, str]] = {}
 
     def job(self, row: Mapping[str, Any], c: Cursor | None = None) -> Job:
         """A Job from a row, with its environment (see _env)."""
@@ -65,7 +64,7 @@ class JobRows:
     def _env(self, env_id: int, c: Cursor | None) -> dict[str, str]:
         """An environment from the cache or ``envs`` (on ``c`` inside a
         transaction, else by a read of its own)."""
-        env = self._envs.get(env_id)
+        env = self.envs.get(env_id)
         if env is not None:
             return env
 
@@ -74,17 +73,13 @@ class JobRows:
 
         found = fetch(c) if c is not None else self._db.read(fetch, "reading a job's environment")
         env = json.loads(found["data"]) if found else {}
-        if len(self._envs) > _ENV_CACHE_MAX:
-            self._envs.clear()
-        self._envs[env_id] = env
+        if len(self.envs) > _ENV_CACHE_MAX:
+            self.envs.clear()
+        self.envs[env_id] = env
         return env
 
-    def forget_envs(self) -> None:
-        """Environments were deleted (a prune): read them afresh."""
-        self._envs.clear()
 
-
-class Reads:
+class PgReads(contract.Reads):
     """The read side of the contract, over ``db``; ``rows`` makes its Jobs."""
 
     def __init__(self, db: Connection, rows: JobRows) -> None:
@@ -95,7 +90,6 @@ class Reads:
         return self._db.read(lambda c: self.rows.job(get_row(c, job_id), c), "reading a job")
 
     def get_many(self, ids: Sequence[int]) -> list[Job]:
-        """The jobs of these ids that exist (one read per 10,000 ids)."""
         wanted = [i for i in ids if pick.is_job_id(i)]
 
         def read(c: Cursor) -> list[Job]:
@@ -109,7 +103,6 @@ class Reads:
         self, state: str | JobState | None = None, lane: str | None = None, limit: int = 1000,
         *, states: Sequence[str] | None = None,
     ) -> list[Job]:
-        """The newest ``limit`` jobs matching the filters, oldest first."""
         wanted = rules.job_states(state, states)
         limit = integer(limit, "limit", 1000, lo=1)
         sql, args = _jobs_statement(wanted, lane)
@@ -127,8 +120,6 @@ class Reads:
         return self._db.read(read, "reading a job's events")
 
     def latest(self, *, origin: str | None = None, ran: bool = False) -> int | None:
-        """The newest job's id queued from ``origin`` (jobs.origin; None:
-        from anywhere), with ``ran`` the newest that has started a run."""
         where = [w for w, on in (("origin = %(origin)s", origin is not None), ("attempts > 0", ran)) if on]
         sql = ("SELECT id FROM sloth.jobs" + (" WHERE " + " AND ".join(where) if where else "")
                + " ORDER BY id DESC LIMIT 1")
@@ -136,12 +127,10 @@ class Reads:
         return None if row is None else int(row["id"])
 
     def counts(self) -> dict[str, int]:
-        """Jobs per state, every state named (0 for none)."""
         rows = self._db.read(lambda c: c.execute(SQL_COUNTS).fetchall(), "counting jobs")
         return rules.state_counts((r["state"], r["n"]) for r in rows)
 
     def running(self) -> list[Job]:
-        """All jobs currently leased (running somewhere, or lost)."""
         return self._db.read(lambda c: [self.rows.job(r, c) for r in c.execute(
             "SELECT * FROM sloth.jobs WHERE state = 'running' ORDER BY id").fetchall()],
             "listing running jobs")
@@ -149,21 +138,15 @@ class Reads:
     claimed = running  # the name of schema v1-v2 days
 
     def prereqs(self, job_id: int) -> list[dict[str, Any]]:
-        """What the job was added after: [{id, need ('done' | 'end'), state}]
-        (a pruned prerequisite is no longer listed)."""
         return self._db.read(lambda c: deps.prereqs(c, job_id), "reading a job's prerequisites")
 
     def dependents(self, job_id: int) -> list[int]:
-        """Ids of the jobs added after this one."""
         return self._db.read(lambda c: deps.dependents(c, job_id), "reading a job's dependents")
 
     def next_due_at(self, lanes: Sequence[str] | None = None, *,
                     exclude_lanes: Collection[str] = (),
                     exclude_ids: Collection[int] = (),
                     places: Collection[str] | None = None) -> float | None:
-        """Earliest time (server clock) at which ``claim`` (with the same
-        filters) could return something: the first queued ``not_before``,
-        or just after the first lease expiry."""
         if lanes is not None and not lanes:
             return None
         sql, args = pick.next_due_statement(lanes, exclude_lanes, exclude_ids, places)
@@ -174,7 +157,6 @@ class Reads:
         return min((t for t in times if t is not None), default=None)
 
     def gates(self) -> list[str]:
-        """The distinct gates of queued jobs (SqliteQueue.gates)."""
         def gates(c: Any) -> list[Any]:
             c.execute(pick.SQL_GATES_PLAN)
             return c.execute(pick.SQL_GATES).fetchall()
@@ -183,14 +165,12 @@ class Reads:
         return [r["gate"] for r in rows]
 
     def held_gates(self) -> list[str]:
-        """The distinct gates of held jobs (SqliteQueue.held_gates)."""
         rows = self._db.read(lambda c: c.execute(SQL_HELD_GATES).fetchall(), "reading the gates of held jobs")
         return [r["gate"] for r in rows]
 
     def gated_heads(self, gates: Collection[str], *, exclude_lanes: Collection[str] = (),
                     exclude_ids: Collection[int] = (),
                     places: Collection[str] | None = None) -> tuple[list[Job], float | None]:
-        """SqliteQueue.gated_heads, on the server's clock."""
         wanted = sorted({str(g) for g in gates})
         sql, args = pick.gated_statement(exclude_lanes, exclude_ids, places)
         later_sql, later_args = pick.gated_later_statement(exclude_lanes, places)
@@ -204,27 +184,21 @@ class Reads:
         return self._db.write(read, "reading the jobs that wait for a gate")
 
     def lanes(self) -> list[str]:
-        """Lanes that have blocked, queued or running jobs."""
         return sorted(self.lane_counts())
 
     def lane_counts(self) -> dict[str, dict[str, int]]:
-        """lane -> {blocked, queued, running: n} for lanes with active jobs."""
         rows = self._db.read(lambda c: c.execute(SQL_LANE_COUNTS).fetchall(), "counting jobs per lane")
         return rules.lane_counts((r["lane"], r["state"], r["n"]) for r in rows)
 
     def lane_busy(self, lane: str) -> bool:
-        """True while the lane has a blocked, queued or running job."""
         row = self._db.read(lambda c: one(c.execute(SQL_LANE_BUSY, {"lane": lane})), "reading a lane")
         return bool(row["busy"])
 
     def lane_rows(self) -> dict[str, dict[str, Any]]:
-        """The lanes table: name -> {concurrency, config_was, created_at}
-        (concurrency and config_was are None unless `sloth lane set` set them)."""
         rows = self._db.read(lambda c: c.execute(SQL_LANE_ROWS).fetchall(), "reading the lanes")
         return {r["name"]: {k: r[k] for k in ("concurrency", "config_was", "created_at")} for r in rows}
 
     def get_meta(self, key: str, default: Any = None) -> Any:
-        """A small persisted setting (JSON value), e.g. which lanes are paused."""
         row = self._db.read(lambda c: c.execute(
             "SELECT value FROM sloth.meta WHERE key = %s", (key,)).fetchone(), "reading a setting")
         return default if row is None else json.loads(row["value"])

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from sloth_daemon.backends import rules
+from sloth_daemon.backends import contract, rules
 from sloth_daemon.errors import StorageError
 from sloth_daemon.models import Job
 from sloth_daemon.backends.postgres.listing import ORDER, SQL_STATE_COUNTS, _where
@@ -27,7 +27,7 @@ from sloth_daemon.backends.postgres.reads import SQL_LANE_COUNTS, JobRows
 CURSOR = "sloth_listing_{}"
 
 
-class PgScan:
+class PgScan(contract.Scan):
     """One listing being read on ``db`` (see the module docstring), its Jobs
     made by ``rows``; ``on_close``: called once the scan is closed (the
     read-only view that owns it closes itself: the daemon opens one per scan)."""
@@ -60,7 +60,6 @@ class PgScan:
         return rules.scan_head(counts, wanted, offset, lanes, lane), cursors
 
     def next(self, n: int = rules.CHUNK) -> list[Job]:
-        """The next jobs of the listing, at most ``n`` ([] once it is all read)."""
         while self._cursors:
             ids = self._db.read(lambda c: [r["id"] for r in c.execute(
                 f"FETCH FORWARD {int(n)} FROM {self._cursors[0]}").fetchall()], "listing jobs")
@@ -84,8 +83,6 @@ class PgScan:
         self._db.read(lambda c: c.execute(f"CLOSE {name}"), "listing jobs")
 
     def tail(self) -> dict[str, Any]:
-        """``left_out``: the rows of the selection not listed (past the
-        limit, or pruned meanwhile), as SqliteScan.tail."""
         return {"left_out": self.head["total"] - self.head["offset"] - self.sent}
 
     def close(self) -> None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from sloth_daemon.backends import schedule_rules as sr
+from sloth_daemon.backends import contract, schedule_rules as sr
 from sloth_daemon.backends.postgres.db import Connection, Cursor
 from sloth_daemon.backends.postgres.enqueue import SQL_ACTIVE_KEY
-from sloth_daemon.backends.postgres.writer import Writer
+from sloth_daemon.backends.postgres.writer import PgWriter
 from sloth_daemon.models import ACTIVE_STATES
 from sloth_daemon.spec import JobSpec
 
@@ -35,7 +35,7 @@ KEEP_RUNS_S = 30 * 86400.0
 Insert = Callable[[Cursor, list[JobSpec], None], list[int]]
 
 
-class PgScheduleReads:
+class PgScheduleReads(contract.ScheduleReads):
     """The schedules' rows read on ``db`` (the daemon's, or a read-only one:
     `schedule ls` and `show` with no daemon, cli/offline.py)."""
 
@@ -54,7 +54,6 @@ class PgScheduleReads:
         return [sr.record(r) for r in rows]
 
     def stamp(self) -> tuple[Any, ...]:
-        """What changes with any change to any schedule (a cheap look before a re-read)."""
         row = self._db.read(lambda c: c.execute(SQL_STAMP).fetchone(), "reading schedules")
         return tuple((row or {}).values())
 
@@ -68,7 +67,7 @@ class PgSchedules(PgScheduleReads):
     written through ``writer``; jobs added with ``insert``
     (enqueue.insert_all) inside the firing's transaction."""
 
-    def __init__(self, db: Connection, writer: Writer, insert: Insert) -> None:
+    def __init__(self, db: Connection, writer: PgWriter, insert: Insert) -> None:
         super().__init__(db)
         self.writer, self.insert = writer, insert
 
@@ -86,7 +85,6 @@ class PgSchedules(PgScheduleReads):
 
     def change(self, name: str, *, version: int | None = None, recipe: Mapping[str, Any] | None = None,
                paused: bool | None = None, next_slot: int | None = None) -> dict[str, Any] | None:
-        """An edit, pause or resume; None if ``version`` is given and no longer the schedule's."""
         cols = sr.changes(recipe, paused, next_slot)
         if "paused" in cols:
             cols["paused"] = bool(cols["paused"])
@@ -103,7 +101,6 @@ class PgSchedules(PgScheduleReads):
         return self.get(name) if self.writer.write(change, "changing a schedule") else None
 
     def remove(self, name: str) -> None:
-        """The schedule and its slots' rows (its jobs stay, as jobs)."""
         def remove(c: Cursor) -> None:
             if not c.execute("DELETE FROM sloth.schedules WHERE name = %s", (name,)).rowcount:
                 raise sr.missing(name)
@@ -114,7 +111,6 @@ class PgSchedules(PgScheduleReads):
         self.writer.write(remove, "removing a schedule")
 
     def fire(self, name: str, firing: sr.Firing) -> list[dict[str, Any]] | None:
-        """As SqliteSchedules.fire: None if the version moved (nothing written)."""
         def fire(c: Cursor) -> list[dict[str, Any]] | None:
             row = c.execute("SELECT version, last_job FROM sloth.schedules WHERE name = %s FOR UPDATE",
                             (name,)).fetchone()

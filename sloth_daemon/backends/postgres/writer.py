@@ -3,8 +3,8 @@ per queue call that tells, after its commit, of the dependents it queued or
 cancelled, and the two steps every transition shares: an event, and a
 job's end (which settles the jobs that wait for it, backends/postgres/deps.py).
 
-Claims, lease holders, user requests and enqueues (claim.py, leases.py,
-batch.py, enqueue.py) all write through the one Writer of their PgQueue.
+PgClaims, lease holders, user requests and enqueues (claim.py, leases.py,
+batch.py, enqueue.py) all write through the one PgWriter of their engine.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ SQL_EVENT = ("INSERT INTO sloth.events (job_id, at, kind, attempt, message)"
              " VALUES (%s, least(coalesce(%s, sloth.now()), sloth.now()), %s, %s, %s)")
 
 
-class Writer:
+class PgWriter:
     """Transactions on ``db`` that report changed dependents.
 
     ``side``: the dependents the open transaction has queued or cancelled
     so far (started afresh with each run of a transaction); after the
-    commit each is passed to ``on_side_change`` (PgQueue's, set by the
+    commit each is passed to ``on_side_change`` (the store's, set by the
     daemon's worker loop).
     """
 

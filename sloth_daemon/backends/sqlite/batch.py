@@ -2,7 +2,7 @@
 retry one job, or many at once (cancel, retry, restart and prune, by ids or
 by a selection: lane, states).
 
-Composed into SqliteQueue (backends/sqlite/queue.py). By ids: an id that does not exist
+A part of the SQLite engine (engine.py). By ids: an id that does not exist
 refuses the whole request (JobNotFound, nothing changed: a typo must not
 half-apply); a job in a state the action does not apply to is left alone
 and reported in ``Batch.skipped`` with why, so one job that finished a
@@ -14,10 +14,10 @@ from __future__ import annotations
 import sqlite3
 from typing import Collection, Iterator, Sequence
 
-from sloth_daemon.backends import rules
+from sloth_daemon.backends import contract, rules
 from sloth_daemon.backends.sqlite import deps
-from sloth_daemon.backends.sqlite.ends import JobEnds, event
-from sloth_daemon.backends.sqlite.enqueue import SQL_ACTIVE_KEY, SqliteEnqueue
+from sloth_daemon.backends.sqlite.ends import SqliteEnds, event
+from sloth_daemon.backends.sqlite.enqueue import SQL_ACTIVE_KEY, SqliteAdds
 from sloth_daemon.backends.sqlite.reads import JobRows
 from sloth_daemon.backends.sqlite.unit import SqliteStore
 from sloth_daemon.clock import Clock
@@ -33,12 +33,12 @@ SQL_RESTART = (
 )
 
 
-class SqliteRequests:
+class SqliteRequests(contract.Requests):
     """The user's requests (see the module docstring). Its own state: the
     clock; writes go through ``store``, ended jobs through ``ends``, the
     batch records a prune drops are ``adds``'s (enqueue.py)."""
 
-    def __init__(self, store: SqliteStore, rows: JobRows, ends: JobEnds, adds: SqliteEnqueue,
+    def __init__(self, store: SqliteStore, rows: JobRows, ends: SqliteEnds, adds: SqliteAdds,
                  clock: Clock) -> None:
         self.store, self.rows, self.ends, self.adds, self.clock = store, rows, ends, adds, clock
 
@@ -128,7 +128,7 @@ class SqliteRequests:
             n = c.execute(f"DELETE FROM jobs WHERE {where}", args).rowcount
             if n:
                 c.execute("DELETE FROM envs WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.env_id = envs.id)")
-                self.rows.forget_envs()
+                self.rows.envs.clear()  # environments were deleted: decode afresh
             self.adds.prune_batch_records(c, self.clock.now())
             return n
 

@@ -2,7 +2,7 @@
 waiting job, bump jobs to the front of their lane, hold and release jobs
 (the rules, and their words, are backends/edits.py's).
 
-Composed into SqliteQueue (backends/sqlite/queue.py). Every write is
+A part of the SQLite engine (engine.py). Every write is
 under ``BEGIN IMMEDIATE``: the row is read and written with the write lock
 held, so no claim comes between; ``expect`` (the job as the client
 read it, e.g. before an editor ran) makes an edit a compare-and-set across
@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Sequence
 
-from sloth_daemon.backends import edits as rules
+from sloth_daemon.backends import contract, edits as rules
 from sloth_daemon.backends.sqlite import deps
 from sloth_daemon.backends.sqlite.ends import event
 from sloth_daemon.backends.sqlite.enqueue import path_value
@@ -74,7 +74,7 @@ SQL_HOLDABLE = "SELECT id FROM jobs WHERE lane = ? AND state IN ('blocked', 'que
 SQL_RELEASABLE = "SELECT id FROM jobs INDEXED BY jobs_held WHERE lane = ? AND state = 'held' ORDER BY id"
 
 
-class SqliteEdits:
+class SqliteEdits(contract.Edits):
     """edit, bump, hold and unhold (`sloth release`) (see the module docstring); writes go
     through ``store``, rows become Jobs through ``rows``; ``clock``: now."""
 
@@ -163,7 +163,8 @@ class SqliteEdits:
                     out.skipped.append((row["id"], rules.not_editable(row["id"], state, "held").message))
             return out
 
-    def hold_never(self, gate: str, why: str | None, *, lane: str | None, place: str | None) -> list[int]:
+    def hold_never(self, gate: str, why: str | None, *, lane: str | None = None,
+                   place: str | None = None) -> list[int]:
         now = self.clock.now()
         with self.store.tx() as c:
             if why is None:

@@ -23,7 +23,7 @@ def event(c: sqlite3.Connection, job_id: int, at: float, kind: str, attempt: int
     c.execute(SQL_EVENT, (job_id, at, kind, attempt, storable(message)))
 
 
-class JobEnds:
+class SqliteEnds:
     """Ends jobs (see the module docstring); ``store`` hears of the
     dependents each end settled, ``rows`` tells the ended job."""
 

@@ -1,6 +1,6 @@
 """Adding jobs to the SQLite queue: one job, or a batch in one transaction.
 
-Composed into SqliteQueue (backends/sqlite/queue.py). A batch is validated whole before
+A part of the SQLite engine (engine.py). A batch is validated whole before
 anything is written (all or none), each distinct environment is stored
 once, and runs of keyless jobs go in with one executemany. A job that waits
 for others goes in on its own, ``blocked`` (see backends/sqlite/deps.py); each lane a
@@ -17,7 +17,7 @@ from sloth_daemon.clock import Clock
 from sloth_daemon.errors import IllegalTransition
 from sloth_daemon.spec import JobSpec
 from sloth_daemon.text import as_bytes, is_utf8
-from sloth_daemon.backends import rules
+from sloth_daemon.backends import contract, rules
 from sloth_daemon.backends.sqlite import deps
 from sloth_daemon.backends.sqlite.reads import reads
 from sloth_daemon.backends.sqlite.unit import SqliteStore
@@ -42,18 +42,17 @@ SQL_ADD_LANE = "INSERT INTO lanes (name, created_at) VALUES (?, ?) ON CONFLICT(n
 
 
 BATCH_PREFIX, BATCH_PREFIX_END = "batch:", "batch;"  # meta keys of batch records: [start, end)
-class SqliteEnqueue:
+class SqliteAdds(contract.Adds):
     """Adding jobs, and the batch records that say what a batch was queued
-    as. Its own state: the clock, and the defaults of a spec that leaves
-    fields out (``max_attempts``, ``lease_s``: the daemon's settings, which
-    it may change while the queue is open); writes go through ``store``."""
+    as. Its own state: the clock; ``defaults`` (shared, the daemon's
+    settings) fill the fields a spec leaves out; writes go through ``store``."""
 
-    def __init__(self, store: SqliteStore, clock: Clock, max_attempts: int, lease_s: float) -> None:
-        self.store, self.conn, self.clock = store, store.conn, clock
-        self.max_attempts, self.lease_s = max_attempts, lease_s
+    def __init__(self, store: SqliteStore, clock: Clock, defaults: contract.QueueDefaults) -> None:
+        self.store, self.conn, self.clock, self.defaults = store, store.conn, clock, defaults
 
     def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None) -> list[int]:
-        rows = rules.parse_specs(specs, self.max_attempts, self.lease_s)  # validate all before writing any
+        d = self.defaults
+        rows = rules.parse_specs(specs, d.max_attempts, d.lease_s)  # validate all before writing any
         now = self.clock.now()
         with self.store.tx() as c:
             if batch is not None and c.execute("SELECT 1 FROM meta WHERE key = ?", (BATCH_PREFIX + batch,)).fetchone():

@@ -1,7 +1,7 @@
 """Which queue a folder holds, so a lost or replaced database is noticed and
 never silently recreated.
 
-A queue gets a random id when it is made (SqliteQueue.identity, in its meta
+A queue gets a random id when it is made (Queue.identity, in its meta
 table). The daemon writes the same id beside it, in ``queue.id``, the first
 time it opens that queue, and keeps the queue's job logs under
 ``logs/jobs/ID/``. At every start, before the database is opened (opening a

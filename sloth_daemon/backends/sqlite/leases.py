@@ -1,117 +1,42 @@
-"""The lease holder's side of the SQLite queue: a claim that grants a lease,
-renewing it, recording the process that runs it, handing it to a new
+"""The lease holder's side of the SQLite queue (the claim that grants a
+lease is claim.py's): renewing it, recording the process that runs it, handing it to a new
 holder, declaring a holder gone, and the outcomes that end it (complete,
 fail, release) or undo it (unclaim).
 
-What ``claim`` picks, and in which order, is pick.py's; what a job's end
-does to the jobs waiting for it, ends.py's and deps.py's.
+What a job's end does to the jobs waiting for it is ends.py's and deps.py's.
 """
 
 from __future__ import annotations
 
-import os
 import json
 import math
 import sqlite3
-from typing import Any, Collection, Sequence
+from typing import Any
 
-from sloth_daemon.backends import rules
-from sloth_daemon.backends.sqlite import pick
-from sloth_daemon.backends.sqlite.ends import JobEnds, event
+from sloth_daemon.backends import contract, rules
+from sloth_daemon.backends.sqlite.ends import SqliteEnds, event
 from sloth_daemon.backends.sqlite.reads import JobRows
 from sloth_daemon.backends.sqlite.unit import SqliteStore
 from sloth_daemon.clock import Clock
-from sloth_daemon.durations import format_duration
-from sloth_daemon.errors import BadRequest
 from sloth_daemon.models import Job, JobState
 from sloth_daemon.spec import number
 from sloth_daemon.text import storable
 
-class SqliteLeases:
+class SqliteLeases(contract.Leases):
     """Leases and the transitions of their holders (see the module
     docstring). Its own state: the clock it reads ``now`` from and the
     backoff cap of a failed try; writes go through ``store``, ended jobs
     through ``ends``, rows are told by ``rows``."""
 
-    def __init__(self, store: SqliteStore, rows: JobRows, ends: JobEnds, clock: Clock,
-                 backoff_cap_s: float) -> None:
+    def __init__(self, store: SqliteStore, rows: JobRows, ends: SqliteEnds, clock: Clock,
+                 defaults: contract.QueueDefaults) -> None:
         self.store, self.rows, self.ends, self.clock = store, rows, ends, clock
-        self.backoff_cap_s = backoff_cap_s
-
-    def claim(
-        self, worker: str, *, lease_s: float | None = None, lanes: Sequence[str] | None = None,
-        exclude_lanes: Collection[str] = (), exclude_ids: Collection[int] = (),
-        places: Collection[str] | None = None, reclaim: bool = True,
-        gated: tuple[int, dict[str, list[str]] | None] | None = None,
-    ) -> Job | None:
-        if lease_s is not None:  # refuse a bad lease even when nothing is due
-            lease_s = number(lease_s, "lease_s", None, lo=0.001)
-        for name, v in (("lanes", lanes), ("places", places)):
-            if isinstance(v, str):  # a bare string would be read as its letters
-                raise BadRequest(f"{name} must be a list of names, got the string {v!r}")
-        if lanes is not None and not lanes:
-            return None
-        now = self.clock.now()
-        with self.store.tx(durable=False) as c:
-            while True:
-                cand = pick.best_candidate(c, now, lanes, exclude_lanes, exclude_ids, places, expired=reclaim)
-                tokens = None
-                if gated is not None:
-                    g = self._gated_row(c, gated[0], now)
-                    if g is not None and (cand is None or pick._urgency(g[0]) <= pick._urgency(cand[0])):
-                        cand, tokens = g, gated[1]
-                    gated = None  # looked at once: an expired one failed for good leaves the ungated
-                if cand is None:
-                    return None
-                row, expired = cand
-                if expired and row["tries"] >= row["max_attempts"]:
-                    self._lease_expired_for_good(c, row, now)
-                    continue
-                return self._lease(c, row, expired, worker, now, row["lease_s"] if lease_s is None else lease_s,
-                                   tokens)
-
-    def _gated_row(self, c: sqlite3.Connection, job_id: int, now: float) -> tuple[sqlite3.Row, bool] | None:
-        """The gated job the caller chose, if it is still claimable: queued
-        and due, or running with an expired lease."""
-        row = c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if row is None or row["gate"] is None:
-            return None
-        if row["state"] == "queued" and row["not_before"] <= now:
-            return row, False
-        if row["state"] == "running" and row["lease_until"] is not None and row["lease_until"] < now:
-            return row, True
-        return None
+        self.defaults = defaults
 
     def set_waiting(self, gate: str, why: str | None) -> int:
-        """Say why the queued jobs of ``gate`` wait (None: they do not); how many changed."""
         with self.store.tx(durable=False) as c:
             return c.execute("UPDATE jobs SET wait_reason = ? WHERE state = 'queued' AND gate = ?"
                              " AND wait_reason IS NOT ?", (why, gate, why)).rowcount
-
-    def _lease_expired_for_good(self, c: sqlite3.Connection, row: sqlite3.Row, now: float) -> None:
-        self.ends.finish(c, row["id"], JobState.FAILED, now, row["attempts"], "lease_expired",
-                         f"lease expired on the last attempt ({row['tries']}/{row['max_attempts']});"
-                         f" worker {row['worker']} was lost")
-
-    def _lease(self, c: sqlite3.Connection, row: sqlite3.Row, expired: bool, worker: str, now: float,
-               lease: float, tokens: dict[str, list[str]] | None = None) -> Job:
-        """claimed, attempt + 1, a fresh token, event claimed or reclaimed;
-        ``tokens``: the resource tokens the run takes (kept with it)."""
-        token = os.urandom(8).hex()
-        attempt = row["attempts"] + 1
-        held = json.dumps(tokens) if tokens else None
-        out = c.execute(
-            "UPDATE jobs SET state = 'running', attempts = ?, tries = tries + 1, token = ?, worker = ?,"
-            " lease_until = ?, tokens = ?, wait_reason = NULL, updated_at = ? WHERE id = ? RETURNING *",
-            (attempt, token, worker, now + lease, held, now, row["id"]),
-        ).fetchone()
-        msg = f"by {worker}"
-        if tokens:
-            msg += "; holds " + rules.tokens_text(tokens)
-        if expired:  # how long ago, not an epoch: the event's own time is shown beside it
-            msg += f"; lease of {row['worker']} ran out {format_duration(now - row['lease_until'])} before"
-        event(c, row["id"], now, "reclaimed" if expired else "claimed", attempt, msg)
-        return self.rows.job(out)
 
     def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None,
                  ended_at: float | None = None, runner: dict[str, Any] | None = None,
@@ -140,7 +65,7 @@ class SqliteLeases:
         (and ``retry``, the event ``kind``), else failed."""
         job_id, attempts, tries = row["id"], row["attempts"], row["tries"]
         if retry and tries < row["max_attempts"]:
-            delay = rules.backoff_s(tries, self.backoff_cap_s)
+            delay = rules.backoff_s(tries, self.defaults.backoff_cap_s)
             out = c.execute(
                 "UPDATE jobs SET state = 'queued', not_before = ?, token = NULL,"
                 " lease_until = NULL, message = ?, exit_code = ?, updated_at = ?"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Callable, Sequence
 
-from sloth_daemon.backends import rules
+from sloth_daemon.backends import contract, rules
 from sloth_daemon.models import Job, Listing
 
 ORDER = {
@@ -27,7 +27,7 @@ ORDER = {
 }
 
 
-class SqliteListing:
+class SqliteListings(contract.Listings):
     """Listings on one connection; ``job`` tells a row as a Job, and
     ``lane_counts`` reads the active jobs per lane (SqliteReads's)."""
 

@@ -9,12 +9,13 @@ import os
 import json
 from typing import Any
 
+from sloth_daemon.backends import contract
 from sloth_daemon.backends.sqlite.reads import reads
 from sloth_daemon.backends.sqlite.unit import SqliteStore
 from sloth_daemon.clock import Clock
 
 
-class SqliteMeta:
+class SqliteMeta(contract.Meta):
     """Writes of meta and lanes through ``store``; ``clock`` stamps them."""
 
     def __init__(self, store: SqliteStore, clock: Clock) -> None:
@@ -50,7 +51,7 @@ class SqliteMeta:
                 (key, json.dumps(value)),
             )
 
-    def set_lane(self, name: str, concurrency: int | None, config_was: int | None) -> None:
+    def set_lane(self, name: str, concurrency: int | None, config_was: int | None = None) -> None:
         with self.store.tx() as c:
             c.execute(
                 "INSERT INTO lanes (name, concurrency, config_was, created_at) VALUES (?, ?, ?, ?)"

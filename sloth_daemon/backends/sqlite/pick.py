@@ -4,7 +4,7 @@ Ordering of a claim: highest ``priority`` first, then the job that became
 due first (``not_before``), then the oldest id. A pick is O(log n) whatever
 the mix of delayed and due rows: it walks the few distinct (lane, priority)
 groups with index seeks instead of scanning rows (see ``_best_queued``).
-Read-only; backends/sqlite/queue.py makes the transitions.
+Read-only; claim.py makes the transitions.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The read side of the SQLite queue: jobs, events, counts, lanes, meta,
 and how a row becomes a Job.
 
-Composed into SqliteQueue (backends/sqlite/queue.py) over its connection,
-and into the read-only view the CLI opens when no daemon answers
-(backends/sqlite/readonly.py) over a read-only one; reads run outside any
+A part of the SQLite engine (engine.py) over its connection, and of the
+read-only engine the CLI opens when no daemon answers over a read-only
+one; reads run outside any
 write transaction (WAL readers never block the writer, nor wait for it).
 """
 
@@ -14,8 +14,9 @@ import json
 import sqlite3
 from typing import Any, Callable, Collection, Sequence, TypeVar
 
-from sloth_daemon.backends import rules
+from sloth_daemon.backends import contract, rules
 from sloth_daemon.backends.sqlite import db
+from sloth_daemon.clock import Clock
 from sloth_daemon.errors import JobNotFound
 from sloth_daemon.models import Event, Job, JobState
 from sloth_daemon.spec import integer
@@ -96,21 +97,24 @@ class JobRows:
             raise JobNotFound(job_id)
         return row
 
-    def forget_envs(self) -> None:
-        """Environments were deleted (prune): decode afresh."""
-        self.envs.clear()
 
-
-class SqliteReads:
+class SqliteReads(contract.Reads):
     """The queue's reads over one connection (read-write or read-only);
-    ``rows`` tells its rows as Jobs."""
+    ``rows`` tells its rows as Jobs; ``clock``: the queue's now (gated_heads)."""
 
-    def __init__(self, conn: sqlite3.Connection, rows: JobRows) -> None:
-        self.conn, self.rows = conn, rows
+    def __init__(self, conn: sqlite3.Connection, rows: JobRows, clock: Clock) -> None:
+        self.conn, self.rows, self.clock = conn, rows, clock
 
     @reads
     def get(self, job_id: int) -> Job:
         return self.rows.job(self.rows.row(self.conn, job_id))
+
+    @reads
+    def get_many(self, ids: Sequence[int]) -> list[Job]:
+        wanted = [i for i in ids if isinstance(i, int) and not isinstance(i, bool)]
+        rows = [r for k in range(0, len(wanted), 900) for r in self.conn.execute(
+            f"SELECT * FROM jobs WHERE id IN ({','.join('?' * len(wanted[k:k + 900]))})", wanted[k:k + 900])]
+        return [self.rows.job(r) for r in sorted(rows, key=lambda r: r["id"])]
 
     @reads
     def jobs(
@@ -179,10 +183,10 @@ class SqliteReads:
         return [r[0] for r in self.conn.execute(SQL_HELD_GATES).fetchall()]
 
     @reads
-    def gated_heads(self, now: float, gates: Collection[str], *, exclude_lanes: Collection[str] = (),
+    def gated_heads(self, gates: Collection[str], *, exclude_lanes: Collection[str] = (),
                     exclude_ids: Collection[int] = (),
                     places: Collection[str] | None = None) -> tuple[list[Job], float | None]:
-        heads, later = pick.gated_heads(self.conn, now, gates, exclude_lanes, exclude_ids, places)
+        heads, later = pick.gated_heads(self.conn, self.clock.now(), gates, exclude_lanes, exclude_ids, places)
         return [self.rows.job(r) for r in heads], later
 
     @reads

@@ -27,23 +27,23 @@ import sqlite3
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from sloth_daemon.models import Job
-from sloth_daemon.backends import rules
+from sloth_daemon.backends import contract, rules
 from sloth_daemon.backends.sqlite.listing import ORDER, _where
 from sloth_daemon.backends.sqlite.reads import reads
 
 if TYPE_CHECKING:
-    from sloth_daemon.backends.sqlite.listing import SqliteListing
+    from sloth_daemon.backends.sqlite.listing import SqliteListings
 
 TABLE = "temp.sloth_listing"
 
 
-class SqliteScan:
+class SqliteScan(contract.Scan):
     """One listing being read (see the module docstring). ``listings``: the
     listing side of the read-only view whose connection holds the scan's
     table; ``close_reader``: what closing the scan closes besides (the view,
     when the daemon opened one for this scan), or None."""
 
-    def __init__(self, listings: SqliteListing, *, close_reader: Callable[[], None] | None, now: float,
+    def __init__(self, listings: SqliteListings, *, close_reader: Callable[[], None] | None, now: float,
                  states: Sequence[str] | None = None, lane: str | None = None, limit: int | None = None,
                  offset: int = 0, finished_limit: int | None = None, host: str | None = None) -> None:
         self._listings, self._close_reader = listings, close_reader
@@ -76,7 +76,6 @@ class SqliteScan:
 
     @reads
     def next(self, n: int = rules.CHUNK) -> list[Job]:
-        """The next jobs of the listing, at most ``n`` ([] once it is all read)."""
         while True:
             ids = [(p, i) for p, i in self.conn.execute(
                 f"SELECT pos, id FROM {TABLE} WHERE pos > ? ORDER BY pos LIMIT ?", (self._pos, n))]
@@ -94,8 +93,6 @@ class SqliteScan:
         return [self._listings.job(rows[i]) for i in ids if i in rows]
 
     def tail(self) -> dict[str, Any]:
-        """What is known once the scan is read: ``left_out`` (the rows of
-        the selection not listed: past the limit, or pruned meanwhile)."""
         return {"left_out": self.head["total"] - self.head["offset"] - self.sent}
 
     def close(self) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Callable, Mapping
 
-from sloth_daemon.backends import schedule_rules as sr
+from sloth_daemon.backends import contract, schedule_rules as sr
 from sloth_daemon.backends.sqlite.enqueue import SQL_ACTIVE_KEY
 from sloth_daemon.backends.sqlite.reads import reads
 from sloth_daemon.backends.sqlite.unit import SqliteStore
@@ -34,7 +34,7 @@ KEEP_RUNS_S = 30 * 86400.0  # rows of slots older than this are pruned at a firi
 Insert = Callable[[sqlite3.Connection, list[JobSpec], float], list[int]]
 
 
-class ScheduleReads:
+class SqliteScheduleReads(contract.ScheduleReads):
     """The schedules' rows read on ``conn`` (the daemon's, or a read-only
     one: `schedule ls` and `show` with no daemon, cli/offline.py)."""
 
@@ -54,7 +54,6 @@ class ScheduleReads:
 
     @reads
     def stamp(self) -> tuple[Any, ...]:
-        """What changes with any change to any schedule (a cheap look before a re-read)."""
         return tuple(self.conn.execute(SQL_STAMP).fetchone())
 
     @reads
@@ -62,9 +61,9 @@ class ScheduleReads:
         return [sr.run_record(r) for r in self.conn.execute(SQL_RUNS, (name, int(limit)))]
 
 
-class SqliteSchedules(ScheduleReads):
-    """The schedules and schedule_runs tables: read as ScheduleReads, written
-    through ``store``, jobs added with ``insert`` (SqliteEnqueue.insert)
+class SqliteSchedules(SqliteScheduleReads):
+    """The schedules and schedule_runs tables: read as SqliteScheduleReads, written
+    through ``store``, jobs added with ``insert`` (SqliteAdds.insert)
     inside the firing's transaction, times from ``clock``."""
 
     def __init__(self, store: SqliteStore, clock: Clock, insert: Insert) -> None:
@@ -84,7 +83,6 @@ class SqliteSchedules(ScheduleReads):
 
     def change(self, name: str, *, version: int | None = None, recipe: Mapping[str, Any] | None = None,
                paused: bool | None = None, next_slot: int | None = None) -> dict[str, Any] | None:
-        """An edit, pause or resume; None if ``version`` is given and no longer the schedule's."""
         cols = sr.changes(recipe, paused, next_slot)
         sets = "".join(f", {k} = ?" for k in cols)
         guard = "" if version is None else " AND version = ?"
@@ -97,7 +95,6 @@ class SqliteSchedules(ScheduleReads):
         return self.get(name)
 
     def remove(self, name: str) -> None:
-        """The schedule and its slots' rows (its jobs stay, as jobs)."""
         with self.store.tx() as c:
             if not c.execute("DELETE FROM schedules WHERE name = ?", (name,)).rowcount:
                 raise sr.missing(name)
@@ -107,10 +104,6 @@ class SqliteSchedules(ScheduleReads):
             c.execute("UPDATE jobs SET key = NULL WHERE key = ?", (sr.slot_key(name, sr.MANUAL),))
 
     def fire(self, name: str, firing: sr.Firing) -> list[dict[str, Any]] | None:
-        """Write ``firing`` (schedule_rules.py): None if the schedule's
-        version moved since the plan was made (nothing written). Returns
-        one result per occurrence: slot, job_id, and ``taken`` (that slot had
-        its row already) or ``deduped`` (a manual run still active)."""
         now = self.clock.now()
         with self.store.tx() as c:
             row = c.execute("SELECT version, last_job FROM schedules WHERE name = ?", (name,)).fetchone()

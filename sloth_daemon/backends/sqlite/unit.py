@@ -30,6 +30,7 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
+from sloth_daemon.backends import contract
 from sloth_daemon.backends.sqlite import db
 from sloth_daemon.errors import StorageError
 from sloth_daemon.safefile import open_file
@@ -135,13 +136,15 @@ class _Abort(Exception):
     """Thrown into db.transaction to make it roll back."""
 
 
-class SqliteStore:
+class SqliteStore(contract.Store):
     """The queue's one connection and its unit of work (see the module
     docstring). State: the connection, the patience of a write for another
     process's lock, the open unit (``unit()``), and the dependents the open
     transaction queued or cancelled (``settled``), told to
     ``on_side_change`` after the commit. Every reader and writer of the queue
     works through it: ``tx()`` for a write, ``conn`` for a read."""
+
+    units_durable = False  # a unit's commit is made durable by the group commit's sync()
 
     def __init__(self, conn: sqlite3.Connection, path: Path, patience_s: float,
                  job: Callable[[sqlite3.Row], Job]) -> None:
@@ -182,12 +185,6 @@ class SqliteStore:
 
     @contextlib.contextmanager
     def unit(self) -> Iterator[None]:
-        """The writes inside as one transaction, one commit (see the module
-        docstring). Raises StorageError at the end if any of them met a
-        storage error: then none of them was kept. A write inside that asked
-        to be durable makes the commit fsync the WAL (a failed fsync raises
-        too, the writes kept: the worker asks for none inside, the group
-        commit fsyncs). Nested: part of the outer one, which raises at its end."""
         if self._unit is not None:
             yield
             return
@@ -217,15 +214,11 @@ class SqliteStore:
                 self.on_side_change(self._job(row))
 
     def flush(self) -> None:
-        """Make every commit made with ``durable=False`` durable now (one fsync)."""
         with self.tx() as c:
             c.execute("INSERT INTO meta (key, value) VALUES ('flushed', '0')"
                       " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1")
 
     def sync(self) -> None:
-        """Make every commit so far durable: one fsync of the write-ahead
-        log. Blocking, and safe to call from another thread (it touches no
-        connection, only a descriptor of its own). Raises StorageError."""
         try:
             fd = open_file(f"{self.path}-wal")  # never waits on a FIFO there (paths.py)
         except FileNotFoundError:
@@ -240,23 +233,22 @@ class SqliteStore:
             os.close(fd)
 
     def check(self) -> None:
-        """Raise QueueBroken if the file was replaced, truncated or found
-        damaged under this queue (then it takes no more writes)."""
         guard = db.guard_of(self.conn)
         if guard is not None:
             guard.check()
 
+    def rest(self) -> None:
+        self.conn.execute("PRAGMA shrink_memory")
+
+    def revalidate(self) -> None:
+        pass  # A file has no connection to lose.
+
     @property
     def broken(self) -> str | None:
-        """Why this queue takes no more writes (its file changed under it), or None."""
         guard = db.guard_of(self.conn)
         return None if guard is None else guard.broken
 
     def close(self) -> None:
-        """Close the file. A broken queue's connection is left open instead:
-        closing checkpoints the WAL into whatever file is now at the path (into
-        a truncated file, a patchwork of old pages that looks like a queue).
-        A process that ends with such a queue should leave by os._exit."""
         if self.broken is None:
             self.conn.close()
         else:

@@ -42,7 +42,8 @@ from sloth_daemon.keeper import procident
 from sloth_daemon.backends.postgres import db as pgdb
 from sloth_daemon.backends.postgres.errors import describe
 from sloth_daemon.backends.postgres.hosts import Host
-from sloth_daemon.backends.postgres.queue import PgQueue
+from sloth_daemon.backends.contract import Machines
+from sloth_daemon.queue import Queue
 from sloth_daemon.clock import ClockReadings, Clocks
 from sloth_daemon.config import Settings, machine_name
 from sloth_daemon.errors import BadRequest, SlothError, StorageError
@@ -89,7 +90,8 @@ class Machine:
     """This daemon on the shared queue."""
 
     url: str
-    queue: PgQueue
+    queue: Queue
+    machines: Machines  # the queue's (a shared queue has them)
     paths: Paths  # with the queue's own log folder
     me: Host
     places: list[str]
@@ -102,18 +104,20 @@ def open_shared(url: str, paths: Paths, settings: Settings, clocks: Clocks, inst
     folder. Raises SlothError (ConfigError for a host name in use)."""
     host = machine_name(settings)
     options = options_for(settings.lease_s, host)
-    queue = PgQueue(url, clocks, lease_s=settings.lease_s, max_attempts=settings.max_attempts,
-                    backoff_cap_s=settings.backoff_cap_s, migrate=False, options=options)
+    queue = Queue(url, clocks, lease_s=settings.lease_s, max_attempts=settings.max_attempts,
+                  backoff_cap_s=settings.backoff_cap_s, migrate=False, options=options)
     try:
         me = Host(host, tuple(settings.tags), worker_name(instance, host=host), os.getpid(), procident.boot_id(),
                   __version__, time.time())
-        queue.register_host(me, alive_s=3 * settings.poll_s + 10, pid_alive=_alive)
+        machines = queue.machines
+        assert machines is not None  # a URL's queue
+        machines.register_host(me, alive_s=3 * settings.poll_s + 10, pid_alive=_alive)
         mine = paths.for_queue(queue.identity)
         identity.ensure_log_dir(mine)
     except BaseException:
         queue.close()
         raise
-    return Machine(url, queue, mine, me, ["", host, *settings.tags], options)
+    return Machine(url, queue, machines, mine, me, ["", host, *settings.tags], options)
 
 
 def _alive(pid: int) -> bool:
@@ -181,7 +185,7 @@ class Shared:
         (an older daemon) or none is known: it may come later."""
         if not needs:
             return
-        hosts = [h for h in self.m.queue.hosts() if h["ago"] < 3 * self.settings.poll_s + 10
+        hosts = [h for h in self.m.machines.hosts() if h["ago"] < 3 * self.settings.poll_s + 10
                  and (place in ("", "*") or h["name"] == place or place in h["tags"])]
         if not hosts or any(h["resources"] is None for h in hosts):
             return
@@ -198,7 +202,7 @@ class Shared:
         """This host's row, and a sample of the server's clock."""
         sent = self.clocks.read()
         try:
-            self.time.sample(sent, self.m.queue.host_seen(self.m.me))
+            self.time.sample(sent, self.m.machines.host_seen(self.m.me))
         except SlothError as e:
             log.warning("cannot refresh this host's row: %s", e.message)
 
@@ -233,7 +237,7 @@ class Shared:
     def status(self) -> dict[str, Any]:
         """Hosts for `sloth status`: every one that served the queue."""
         try:
-            hosts = self.m.queue.hosts()
+            hosts = self.m.machines.hosts()
         except StorageError as e:
             return {"host": self.host, "hosts": None, "hosts_problem": e.message}
         return {"host": self.host, "hosts": [_shown(h, self.settings.poll_s) for h in hosts]}
@@ -247,7 +251,7 @@ class Shared:
         if self.listener is not None:
             self.listener.close()
         try:
-            self.m.queue.forget_host(self.m.me)
+            self.m.machines.forget_host(self.m.me)
         except SlothError as e:
             log.warning("cannot remove this host's row: %s", e.message)
 

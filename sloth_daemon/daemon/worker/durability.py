@@ -63,8 +63,7 @@ class GroupCommit:
             self.due_at = None
             return
         try:
-            sync = getattr(self.queue, "sync", None)
-            (sync or self.queue.flush)()
+            self.queue.sync()
         except SlothError as e:
             log.error("cannot make %d recorded outcome(s) durable yet: %s", len(self.waiting), e.message)
             self.due_at = awake + RETRY_SYNC_S

@@ -82,12 +82,9 @@ def _replaced(queue: Queue, run: Run, outcome: Outcome, *, durable: bool) -> Job
 
 
 def give_back(queue: Queue, run: Run, why: str, *, durable: bool) -> Job:
-    """A claim whose run never started: undone where the queue can (unclaim),
-    else given back as an interruption (the try refunded)."""
-    unclaim = getattr(queue, "unclaim", None)
-    if unclaim is not None:
-        return unclaim(run.job.id, run.token, durable=durable)
-    return queue.release(run.job.id, run.token, message=f"not started: {why}", durable=durable)
+    """A claim whose run never started, undone (unclaim): nothing ran.
+    ``why`` is for the log of the caller."""
+    return queue.unclaim(run.job.id, run.token, durable=durable)
 
 
 def by_itself(outcome: Outcome) -> bool:

@@ -98,7 +98,7 @@ class Pipeline:
         return any(r.pending for r in self.running.values())
 
     def pipelines(self) -> bool:
-        return bool(getattr(self.spawner, "pipelines", False)) and callable(getattr(self.queue, "unclaim", None))
+        return bool(getattr(self.spawner, "pipelines", False))
 
     def may_lead(self, run: Run, awake: float, used: dict[str, int]) -> bool:
         """May ``run`` get a successor now: young, alone, in a full lane that

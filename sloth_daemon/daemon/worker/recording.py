@@ -58,16 +58,10 @@ class Recorder:
         """Claim due work (``claim(r)``, if given) and record the outcomes
         due, as one unit where the queue has them; then tell what is
         durable."""
-        unit = getattr(self.queue, "unit", None)
-        if unit is None:
-            if claim is not None:
-                claim(r)
-            self.settle(r.awake)
-            return
         written: list[Run] = []
         self._after_commit, self._unit_claims = [], []
         try:
-            with unit():
+            with self.queue.unit():
                 if claim is not None:
                     claim(r)
                 self.write_outcomes(r.awake, tried=written, durable=False)  # the group commit fsyncs
@@ -86,7 +80,7 @@ class Recorder:
             self._after_commit = None
         # A queue whose unit commits durably (PostgreSQL) needs no fsync more
         # once the unit wrote something: its commit made every write before it durable.
-        durable = getattr(self.queue, "units_durable", False) and any(x.written_job is not None for x in written)
+        durable = self.queue.units_durable and any(x.written_job is not None for x in written)
         self.tell_outcomes(r.awake, written, durable=durable)
 
     def after_commit(self, fn: Callable[..., None], *args: Any) -> None:

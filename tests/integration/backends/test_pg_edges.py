@@ -18,8 +18,8 @@ from psycopg import sql as pgsql
 
 from sloth_daemon.backends.postgres import pick
 from sloth_daemon.backends.postgres import migrate as pg_migrate
-from sloth_daemon.backends.postgres.readonly import PgReadOnly
-from sloth_daemon.backends.postgres.queue import PgQueue
+from sloth_daemon.backends import open_read_only
+from sloth_daemon.queue import Queue
 from sloth_daemon.durations import format_duration
 from sloth_daemon.errors import QueueBroken, StorageBusy, StorageError
 from sloth_daemon.models import JobState
@@ -38,7 +38,7 @@ def dbname(url: str) -> str:
 def test_two_prerequisites_ending_at_once_queue_their_dependent(pg_url):
     """Each end sees the other prerequisite unfinished in its own snapshot;
     the lock settle takes on the dependent makes the second one look again."""
-    with PgQueue(pg_url) as q, PgQueue(pg_url) as q1, PgQueue(pg_url) as q2:
+    with Queue(pg_url) as q, Queue(pg_url) as q1, Queue(pg_url) as q2:
         for _ in range(ROUNDS):
             a, b = q.enqueue(["a"]), q.enqueue(["b"])
             (j,) = q.enqueue_many([{"command": ["j"], "after": [a, b]}])
@@ -50,7 +50,7 @@ def test_two_prerequisites_ending_at_once_queue_their_dependent(pg_url):
 
 
 def test_an_enqueue_after_a_job_racing_its_end_never_waits_forever(pg_url):
-    with PgQueue(pg_url) as q, PgQueue(pg_url) as q1, PgQueue(pg_url) as q2:
+    with Queue(pg_url) as q, Queue(pg_url) as q1, Queue(pg_url) as q2:
         for i in range(ROUNDS):
             p = q.enqueue(["p"])
             token = q.claim("w").token
@@ -63,7 +63,7 @@ def test_an_enqueue_after_a_job_racing_its_end_never_waits_forever(pg_url):
 
 
 def test_a_retry_racing_its_prerequisites_end_never_waits_forever(pg_url):
-    with PgQueue(pg_url) as q, PgQueue(pg_url) as q1, PgQueue(pg_url) as q2:
+    with Queue(pg_url) as q, Queue(pg_url) as q1, Queue(pg_url) as q2:
         for _ in range(ROUNDS):
             p = q.enqueue(["p"])
             (j,) = q.enqueue_many([{"command": ["j"], "after": [p]}])
@@ -82,7 +82,7 @@ def test_requests_that_lock_jobs_in_opposite_orders_both_finish(pg_cluster, pg_f
     with pg_cluster.admin() as admin:  # notice deadlocks in 20 ms, not 1 s
         admin.execute(pgsql.SQL("ALTER DATABASE {} SET deadlock_timeout = '20ms'").format(
             pgsql.Identifier(dbname(url))))
-    with PgQueue(url) as q, PgQueue(url) as q1, PgQueue(url) as q2:
+    with Queue(url) as q, Queue(url) as q1, Queue(url) as q2:
         for _ in range(ROUNDS):
             ids = [q.enqueue([str(i)]) for i in range(6)]
             out = run_together(lambda: q1.cancel_many(ids), lambda: q2.cancel_many(ids[::-1]))
@@ -92,7 +92,7 @@ def test_requests_that_lock_jobs_in_opposite_orders_both_finish(pg_cluster, pg_f
 
 # ------------------------------------------------- the database changes
 def test_a_queue_knows_its_identity_and_refuses_another(pg_url):
-    with PgQueue(pg_url) as q, psycopg.connect(pg_url, autocommit=True) as other:
+    with Queue(pg_url) as q, psycopg.connect(pg_url, autocommit=True) as other:
         q.check()
         jid = q.enqueue(["x"])
         other.execute("UPDATE sloth.meta SET value = '\"f00dfeedf00dfeed\"' WHERE key = 'queue_id'")
@@ -108,18 +108,18 @@ def test_a_queue_knows_its_identity_and_refuses_another(pg_url):
 
 def test_two_daemons_opening_a_new_queue_agree_on_its_identity(pg_fresh):
     url = pg_fresh(migrated=False)
-    queues = run_together(*[lambda: PgQueue(url) for _ in range(4)])
+    queues = run_together(*[lambda: Queue(url) for _ in range(4)])
     try:
         assert len({q.identity for q in queues}) == 1, queues
     finally:
         for q in queues:
-            if isinstance(q, PgQueue):
+            if isinstance(q, Queue):
                 q.close()
 
 
 def test_a_dropped_database_breaks_the_queue(pg_cluster, pg_fresh):
     url = pg_fresh()
-    q = PgQueue(url)
+    q = Queue(url)
     try:
         q.enqueue(["x"])
         pg_cluster.drop_database(dbname(url))  # WITH (FORCE): ends our session too
@@ -137,8 +137,8 @@ def test_a_url_that_reaches_another_database_after_a_reconnect_breaks_the_queue(
     """A failover to the wrong server, or another database put in its place:
     the first request on the new connection finds another queue there."""
     mine, theirs = pg_fresh(), pg_fresh()
-    PgQueue(theirs).close()  # a queue with an identity of its own
-    q = PgQueue(mine)
+    Queue(theirs).close()  # a queue with an identity of its own
+    q = Queue(mine)
     try:
         q.enqueue(["x"])
         with pg_cluster.admin() as admin:
@@ -152,7 +152,7 @@ def test_a_url_that_reaches_another_database_after_a_reconnect_breaks_the_queue(
         with pytest.raises(QueueBroken) as ei:
             q.counts()
         assert "another queue" in ei.value.message
-        assert PgQueue(mine).close() is None  # the other queue itself is fine
+        assert Queue(mine).close() is None  # the other queue itself is fine
     finally:
         q.close()
         pg_cluster.drop_database(dbname(mine) + "_old")
@@ -160,7 +160,7 @@ def test_a_url_that_reaches_another_database_after_a_reconnect_breaks_the_queue(
 
 def test_a_schema_dropped_under_an_open_queue_breaks_it(pg_fresh):
     url = pg_fresh()
-    with PgQueue(url) as q:
+    with Queue(url) as q:
         q.enqueue(["x"])
         with psycopg.connect(url, autocommit=True) as other:
             other.execute("DROP SCHEMA sloth CASCADE")
@@ -172,7 +172,7 @@ def test_a_schema_dropped_under_an_open_queue_breaks_it(pg_fresh):
 
 # ----------------------------------------------------------- lock waits
 def test_a_write_waits_for_a_held_row_only_as_long_as_lock_wait_s(pg_url):
-    with PgQueue(pg_url, lock_wait_s=0.2) as q, psycopg.connect(pg_url) as other:
+    with Queue(pg_url, lock_wait_s=0.2) as q, psycopg.connect(pg_url) as other:
         jid = q.enqueue(["x"])
         other.execute("SELECT 1 FROM sloth.jobs WHERE id = %s FOR UPDATE", (jid,))
         with pytest.raises(StorageBusy):
@@ -186,7 +186,7 @@ def test_a_write_waits_for_a_held_row_only_as_long_as_lock_wait_s(pg_url):
 def test_the_read_only_view_refuses_a_database_without_the_schema_and_creates_nothing(pg_fresh):
     url = pg_fresh(migrated=False)
     with pytest.raises(StorageError) as ei:
-        PgReadOnly(url)
+        open_read_only(url)
     assert "sloth db migrate" in ei.value.hint
     with psycopg.connect(url) as c:
         assert c.execute("SELECT to_regnamespace('sloth')").fetchone()[0] is None
@@ -198,7 +198,7 @@ def test_the_read_only_view_refuses_a_newer_schema(pg_fresh):
         c.execute("INSERT INTO sloth.migrations (version, name) VALUES (%s, 'future')",
                   (pg_migrate.SCHEMA_VERSION + 1,))
     with pytest.raises(StorageError, match="newer"):
-        PgReadOnly(url)
+        open_read_only(url)
 
 
 # ------------------------------------------------- what a claim reads
@@ -206,7 +206,7 @@ class _Rollback(Exception):
     pass
 
 
-def rows_read(q: PgQueue, sql: str, params: dict, *, first: str | None = None) -> int:
+def rows_read(q: Queue, sql: str, params: dict, *, first: str | None = None) -> int:
     """Rows of sloth.jobs the server read to run ``sql`` (EXPLAIN ANALYZE,
     rolled back): work, not time. ``first``: a statement the queue runs
     before it in the same transaction."""
@@ -220,7 +220,7 @@ def rows_read(q: PgQueue, sql: str, params: dict, *, first: str | None = None) -
         raise _Rollback
 
     with pytest.raises(_Rollback):
-        q._db.write(explain, "explaining")
+        q.engine.store.db.write(explain, "explaining")
     return found[0]
 
 
@@ -234,7 +234,7 @@ def _jobs_rows(node: dict) -> int:
 def test_a_lane_with_a_backlog_costs_a_claim_that_skips_it_nothing(pg_url):
     """The daemon claims with its full and paused lanes excluded: their
     backlog must not be walked by every claim (it was: 20,000 rows each)."""
-    with PgQueue(pg_url) as q:
+    with Queue(pg_url) as q:
         q.enqueue_many([{"command": ["x"], "lane": "busy", "priority": 5} for _ in range(20_000)])
         q.enqueue_many([{"command": ["y"], "lane": lane} for lane in "abc" for _ in range(5)])
         for kw in ({"exclude_lanes": {"busy"}}, {"lanes": ["b"]}, {}):
@@ -249,7 +249,7 @@ def test_jobs_waiting_on_a_gate_cost_a_claim_nothing(pg_url):
     """20,000 higher-priority jobs waiting for mains power (issue 24) are out
     of the claim indexes: a claim, a due time and the list of gates read a
     few rows, not them."""
-    with PgQueue(pg_url) as q:
+    with Queue(pg_url) as q:
         q.enqueue_many([{"command": ["g"], "when": ["ac"], "priority": 9} for _ in range(20_000)])
         q.enqueue_many([{"command": ["y"], "lane": lane} for lane in "abc" for _ in range(5)])
         sql, args = pick.claim_statement("w", None, None, (), ())
@@ -259,7 +259,7 @@ def test_jobs_waiting_on_a_gate_cost_a_claim_nothing(pg_url):
         # The gates' skip-scan is judged on a table the server has analyzed (as
         # autovacuum does after such a load): on the statistics a whole suite's
         # earlier tests left, it was seen to walk every gated row (40,030).
-        q._db.write(lambda c: c.execute("ANALYZE sloth.jobs"), "analyzing")
+        q.engine.store.db.write(lambda c: c.execute("ANALYZE sloth.jobs"), "analyzing")
         assert rows_read(q, pick.SQL_GATES, {}, first=pick.SQL_GATES_PLAN) < 10
         sql, args = pick.gated_statement((), (), None)
         assert rows_read(q, sql, {**args, "gates": ['{"when":["ac"]}']}) < 20

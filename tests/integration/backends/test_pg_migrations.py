@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from sloth_daemon.backends.postgres import migrate as pg_migrate, db as pgdb
-from sloth_daemon.backends.postgres.queue import PgQueue
+from sloth_daemon.queue import Queue
 from sloth_daemon.clock import ManualClock
 from sloth_daemon.errors import StorageError
 from sloth_daemon.models import JobState
@@ -57,7 +57,7 @@ def v2_url(pg_fresh):
 def test_a_v2_database_refuses_work_until_migrated(v2_url):
     url, _, _ = v2_url
     with pytest.raises(StorageError, match="schema v2"):
-        PgQueue(url, migrate=False)
+        Queue(url, migrate=False)
     with pgdb.opened(url) as conn:
         st = pg_migrate.status(conn)
     assert (st.current, st.pending) == (2, [m.name for m in pg_migrate.migrations()[2:]])
@@ -66,8 +66,8 @@ def test_a_v2_database_refuses_work_until_migrated(v2_url):
 def test_a_v2_database_with_jobs_in_it_migrates_and_keeps_every_job(v2_url):
     url, (queued, held, done, failed), token = v2_url
     clock = ManualClock(100.0)
-    with PgQueue(url, clock, lease_s=50) as q:
-        assert q.schema_status().up_to_date and q.identity
+    with Queue(url, clock, lease_s=50) as q:
+        assert q.engine.reads.schema_status().up_to_date and q.identity
         assert q.counts() == {"blocked": 0, "queued": 1, "held": 0, "running": 1, "done": 1, "failed": 1, "cancelled": 0}
         j = q.get(queued)
         assert (j.command, j.lane, j.priority, j.key, j.cwd, j.env, j.label) == (

@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from sloth_daemon.backends.postgres import migrate as pg_migrate, db as pgdb
-from sloth_daemon.backends.postgres.queue import PgQueue
+from sloth_daemon.queue import Queue
 from sloth_daemon.clock import ManualClock, SystemClock
 from sloth_daemon.errors import IllegalTransition, LeaseLost, StorageError
 from sloth_daemon.models import JobState
@@ -92,7 +92,7 @@ def test_times_come_from_the_server_clock(pg_url):
     """clock=None (and a SystemClock, this machine's wall clock) use the
     server's clock: every time written lies between two readings of it."""
     for clock in (None, SystemClock()):
-        with PgQueue(pg_url, clock, lease_s=30) as q:
+        with Queue(pg_url, clock, lease_s=30) as q:
             before = server_now(pg_url)
             jid = q.enqueue(["x"])
             job = q.claim("w")
@@ -128,7 +128,7 @@ def test_a_client_whose_wall_clock_is_ten_minutes_ahead_changes_nothing(pg_url, 
 def test_the_contract_on_the_server_clock(pg_url):
     """The production path (one-statement writes that commit alone) keeps
     the contract the pinned-clock tests check."""
-    with PgQueue(pg_url, lease_s=60) as q:
+    with Queue(pg_url, lease_s=60) as q:
         a = q.enqueue(["a"], priority=1)
         b = q.enqueue(["b"])
         job = q.claim("w1")
@@ -154,13 +154,13 @@ def test_the_contract_on_the_server_clock(pg_url):
 
 # ------------------------------------------------------------ claimers
 def test_a_claim_skips_a_row_another_session_holds_instead_of_waiting(pg_url):
-    with PgQueue(pg_url) as q:
+    with Queue(pg_url) as q:
         first = q.enqueue(["first"], priority=1)
         second = q.enqueue(["second"])
         with psycopg.connect(pg_url) as other:  # holds the best row, as a claimer mid-statement would
             other.execute("SELECT 1 FROM sloth.jobs WHERE id = %s FOR UPDATE", (first,))
             # statement_timeout 5 s: if the claim waited for the lock, it would fail, not hang
-            with PgQueue(pg_url, options=pgdb.PgOptions(statement_timeout_s=5)) as q2:
+            with Queue(pg_url, options=pgdb.PgOptions(statement_timeout_s=5)) as q2:
                 assert q2.claim("w2").id == second
                 assert q2.claim("w2") is None
         assert q.claim("w1").id == first
@@ -168,12 +168,12 @@ def test_a_claim_skips_a_row_another_session_holds_instead_of_waiting(pg_url):
 
 def test_two_claimers_racing_claim_each_job_exactly_once(pg_url):
     n = 400
-    with PgQueue(pg_url) as q:
+    with Queue(pg_url) as q:
         ids = q.enqueue_many([{"command": [str(i)], "priority": i % 3} for i in range(n)])
 
     def drain(name):
         got = []
-        with PgQueue(pg_url) as mine:
+        with Queue(pg_url) as mine:
             while (job := mine.claim(name, lease_s=600)) is not None:
                 got.append(job.id)
                 mine.complete(job.id, job.token)
@@ -183,7 +183,7 @@ def test_two_claimers_racing_claim_each_job_exactly_once(pg_url):
     assert not isinstance(a, Exception) and not isinstance(b, Exception), (a, b)
     per_job = Counter(a + b)
     assert set(per_job) == set(ids) and max(per_job.values()) == 1
-    with PgQueue(pg_url) as q:
+    with Queue(pg_url) as q:
         assert q.counts()["done"] == n
 
 
@@ -193,7 +193,7 @@ def test_a_reclaim_racing_a_complete_never_overwrites_it(pg_url):
     reclaim came first (the holder's complete is refused)."""
     clock = ManualClock(0.0)
     outcomes = Counter()
-    with PgQueue(pg_url, clock, lease_s=10) as holder, PgQueue(pg_url, clock, lease_s=10) as rescuer:
+    with Queue(pg_url, clock, lease_s=10) as holder, Queue(pg_url, clock, lease_s=10) as rescuer:
         for _ in range(150):
             clock.advance(100)
             jid = holder.enqueue(["x"])
@@ -218,10 +218,10 @@ def test_a_reclaim_racing_a_complete_never_overwrites_it(pg_url):
 
 
 def test_racing_enqueues_of_one_key_make_one_job(pg_url):
-    with PgQueue(pg_url) as q:
+    with Queue(pg_url) as q:
         for i in range(30):
             key = f"k{i}"
-            queues = [PgQueue(pg_url) for _ in range(3)]
+            queues = [Queue(pg_url) for _ in range(3)]
             try:
                 ids = run_together(*[lambda mine=m: mine.enqueue(["x"], key=key) for m in queues])
             finally:
@@ -234,12 +234,12 @@ def test_racing_enqueues_of_one_key_make_one_job(pg_url):
 # ------------------------------------------------------------ migrations
 def test_daemons_opening_an_empty_database_together_migrate_it_once(pg_fresh):
     url = pg_fresh(migrated=False)
-    results = run_together(*[lambda: PgQueue(url).close() for _ in range(6)])
+    results = run_together(*[lambda: Queue(url).close() for _ in range(6)])
     assert all(r is None for r in results), results
-    with PgQueue(url, migrate=False) as q:
+    with Queue(url, migrate=False) as q:
         assert sql(q, "SELECT version FROM migrations ORDER BY version") == [
             (v,) for v in range(1, pg_migrate.SCHEMA_VERSION + 1)]  # each applied once
-        assert q.schema_status().up_to_date
+        assert q.engine.reads.schema_status().up_to_date
         assert q.enqueue(["x"]) == 1
 
 
@@ -250,7 +250,7 @@ def test_a_newer_schema_is_refused_and_left_alone(pg_fresh):
         c.execute("INSERT INTO sloth.migrations (version, name) VALUES (%s, 'from the future')", (future,))
     for migrate in (True, False):
         with pytest.raises(StorageError) as ei:
-            PgQueue(url, migrate=migrate)
+            Queue(url, migrate=migrate)
         assert f"schema v{future}" in ei.value.message and "newer" in ei.value.message
         assert "Upgrade sloth" in ei.value.hint
     with pgdb.opened(url) as conn:
@@ -261,7 +261,7 @@ def test_a_newer_schema_is_refused_and_left_alone(pg_fresh):
 def test_without_migrate_an_empty_database_is_refused(pg_fresh):
     url = pg_fresh(migrated=False)
     with pytest.raises(StorageError) as ei:
-        PgQueue(url, migrate=False)
+        Queue(url, migrate=False)
     assert "sloth db migrate" in ei.value.hint
     with pgdb.opened(url) as conn:
         st = pg_migrate.status(conn)
@@ -280,7 +280,7 @@ def test_a_server_restart_reconnects_or_raises_a_storage_error(pg_cluster, pg_fr
     url = pg_fresh()
     # retry_after_s=0: each call tries the server again (the window in which
     # calls fail at once after a failed reconnect has a test of its own)
-    q = PgQueue(url, options=pgdb.PgOptions(reconnect_s=0.3, retry_after_s=0))
+    q = Queue(url, options=pgdb.PgOptions(reconnect_s=0.3, retry_after_s=0))
     try:
         kept = q.enqueue(["before"])
         pg_cluster.stop("fast")
@@ -306,17 +306,17 @@ def test_a_server_restart_reconnects_or_raises_a_storage_error(pg_cluster, pg_fr
 def test_unreachable_server_and_unknown_database_are_storage_errors(pg_cluster):
     fast = pgdb.PgOptions(reconnect_s=0.2, connect_timeout_s=2)
     with pytest.raises(StorageError) as ei:
-        PgQueue("postgresql://sloth@127.0.0.1:1/sloth", options=fast)
+        Queue("postgresql://sloth@127.0.0.1:1/sloth", options=fast)
     assert "cannot connect to PostgreSQL at sloth@127.0.0.1:1/sloth" in ei.value.message
     with pytest.raises(StorageError) as ei:
-        PgQueue(pg_cluster.url("no_such_db"))
+        Queue(pg_cluster.url("no_such_db"))
     assert 'database "no_such_db" does not exist' in ei.value.message
 
 
 def test_connection_settings_are_in_force_and_no_transaction_stays_open(pg_cluster, pg_url):
     tcp = pg_cluster.tcp_url(psycopg.conninfo.conninfo_to_dict(pg_url)["dbname"])
-    with PgQueue(tcp, options=pgdb.PgOptions(statement_timeout_s=7, idle_in_transaction_s=11)) as q:
-        conn = q._db._conn
+    with Queue(tcp, options=pgdb.PgOptions(statement_timeout_s=7, idle_in_transaction_s=11)) as q:
+        conn = q.engine.store.db._conn
         assert conn.execute("SHOW statement_timeout").fetchone()["statement_timeout"] == "7s"
         assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()[
             "idle_in_transaction_session_timeout"] == "11s"
@@ -335,7 +335,7 @@ def test_connection_settings_are_in_force_and_no_transaction_stays_open(pg_clust
 
 
 def test_a_statement_stuck_behind_a_lock_becomes_a_storage_error(pg_url):
-    with PgQueue(pg_url, options=pgdb.PgOptions(statement_timeout_s=0.2)) as q:
+    with Queue(pg_url, options=pgdb.PgOptions(statement_timeout_s=0.2)) as q:
         jid = q.enqueue(["x"])
         with psycopg.connect(pg_url) as other:
             other.execute("SELECT 1 FROM sloth.jobs WHERE id = %s FOR UPDATE", (jid,))

@@ -20,7 +20,7 @@ import pytest
 
 from sloth_daemon.backends.postgres import logs as pg_logs, db as pgdb
 from sloth_daemon.backends.postgres.hosts import Host
-from sloth_daemon.backends.postgres.queue import PgQueue
+from sloth_daemon.queue import Queue
 from sloth_daemon.errors import ConfigError, StorageError
 from sloth_daemon.daemon.shared.logship import CHUNK, LogShipper
 from sloth_daemon.daemon.shared.listen import Listener
@@ -35,39 +35,39 @@ def host(name: str = "a", boot: str = "boot-1", pid: int = 100, worker: str = "w
 
 # ------------------------------------------------------------------ hosts
 def test_a_host_name_is_one_machine_s(pg_url):
-    with PgQueue(pg_url) as q:
-        q.register_host(host(), alive_s=30, pid_alive=lambda pid: True)
+    with Queue(pg_url) as q:
+        q.machines.register_host(host(), alive_s=30, pid_alive=lambda pid: True)
         with pytest.raises(ConfigError, match="another machine's daemon"):
-            q.register_host(host(boot="boot-2", worker="w2"), alive_s=30, pid_alive=lambda pid: True)
+            q.machines.register_host(host(boot="boot-2", worker="w2"), alive_s=30, pid_alive=lambda pid: True)
         with pytest.raises(ConfigError, match="pid 100 on this machine"):
-            q.register_host(host(pid=200, worker="w2"), alive_s=30, pid_alive=lambda pid: True)
-        q.register_host(host(pid=200, worker="w2"), alive_s=30, pid_alive=lambda pid: False)  # a restart here
-        q.register_host(host(boot="boot-3", worker="w3"), alive_s=0, pid_alive=lambda pid: True)  # long gone
-        (row,) = q.hosts()
+            q.machines.register_host(host(pid=200, worker="w2"), alive_s=30, pid_alive=lambda pid: True)
+        q.machines.register_host(host(pid=200, worker="w2"), alive_s=30, pid_alive=lambda pid: False)  # a restart here
+        q.machines.register_host(host(boot="boot-3", worker="w3"), alive_s=0, pid_alive=lambda pid: True)  # long gone
+        (row,) = q.machines.hosts()
         assert (row["name"], row["tags"], row["worker"]) == ("a", ["gpu"], "sloth-daemon:a:100:w3")
-        q.forget_host(host(boot="boot-1", worker="w1"))  # not the holder any more: nothing goes
-        assert len(q.hosts()) == 1
-        q.forget_host(host(boot="boot-3", worker="w3"))
-        assert q.hosts() == []
+        q.machines.forget_host(host(boot="boot-1", worker="w1"))  # not the holder any more: nothing goes
+        assert len(q.machines.hosts()) == 1
+        q.machines.forget_host(host(boot="boot-3", worker="w3"))
+        assert q.machines.hosts() == []
 
 
 # ------------------------------------------------------------------- logs
 def test_a_stored_log_grows_by_appends_that_name_their_offset(pg_url):
-    with PgQueue(pg_url) as q:
+    with Queue(pg_url) as q:
         jid = q.enqueue(["x"])
-        db = q._db
+        db = q.engine.store.db
         assert pg_logs.append(db, jid, 1, "a", b"hello ", 0, False) == 6
         assert pg_logs.append(db, jid, 1, "a", b"hello ", 0, False) is None  # its answer was lost: not doubled
         assert pg_logs.append(db, jid, 1, "a", b"world", 3, False) is None  # a wrong offset changes nothing
         assert pg_logs.append(db, jid, 1, "a", b"world\n", 6, True) == 12
-        part = q.stored_log(jid, 1)
+        part = q.logs.stored_log(jid, 1)
         assert (part.data, part.size, part.done, part.host) == (b"hello world\n", 12, True, "a")
-        assert q.stored_log(jid, 1, 6).data == b"world\n"
-        assert q.stored_log(jid, 2).size is None
+        assert q.logs.stored_log(jid, 1, 6).data == b"world\n"
+        assert q.logs.stored_log(jid, 2).size is None
         assert pg_logs.append(db, jid, 3, "a", b"late", 4, False) is None  # no row: only offset 0 makes one
         q.cancel(jid)
         assert q.prune(0) == 1
-        assert q.stored_log(jid, 1).size is None  # the job's logs go with it
+        assert q.logs.stored_log(jid, 1).size is None  # the job's logs go with it
 
 
 class FakeRun(SimpleNamespace):
@@ -80,7 +80,7 @@ async def _ticks(shipper: LogShipper, n: int = 1) -> None:
 
 
 def test_the_shipper_stores_a_running_log_as_it_grows_then_all_of_it(pg_url, tmp_path):
-    with PgQueue(pg_url) as q:
+    with Queue(pg_url) as q:
         jid = q.enqueue(["x"])
         log = tmp_path / f"{jid}.1.log"
         worker = SimpleNamespace(host="a", name="me", running={jid: FakeRun(job=SimpleNamespace(id=jid), attempt=1)})
@@ -88,38 +88,38 @@ def test_the_shipper_stores_a_running_log_as_it_grows_then_all_of_it(pg_url, tmp
 
         async def play() -> None:
             await _ticks(shipper)
-            assert q.stored_log(jid, 1).size is None  # nothing printed yet: no row
+            assert q.logs.stored_log(jid, 1).size is None  # nothing printed yet: no row
             log.write_bytes(b"x" * (CHUNK + 10))
             await _ticks(shipper)
-            assert q.stored_log(jid, 1).size == CHUNK  # at most a chunk a second
+            assert q.logs.stored_log(jid, 1).size == CHUNK  # at most a chunk a second
             await _ticks(shipper)
-            assert q.stored_log(jid, 1).size == CHUNK + 10 and not q.stored_log(jid, 1).done
+            assert q.logs.stored_log(jid, 1).size == CHUNK + 10 and not q.logs.stored_log(jid, 1).done
             log.write_bytes(log.read_bytes() + b"end\n")
             worker.running.clear()  # the run's outcome is recorded: the file is complete
             await _ticks(shipper)
             await shipper.close()
 
         asyncio.run(play())
-        part = q.stored_log(jid, 1, 0, 1 << 30)
+        part = q.logs.stored_log(jid, 1, 0, 1 << 30)
         assert part.done and part.data == log.read_bytes()
 
 
 def test_a_new_daemon_finishes_the_logs_the_last_one_left_unfinished(pg_url, tmp_path):
-    with PgQueue(pg_url) as q:
+    with Queue(pg_url) as q:
         jid, quiet = q.enqueue(["x"]), q.enqueue(["y"])
         (tmp_path / f"{jid}.1.log").write_bytes(b"first part, second part\n")
-        pg_logs.append(q._db, jid, 1, "a", b"first part, ", 0, False)  # the last daemon got this far
-        pg_logs.append(q._db, quiet, 1, "b", b"", 0, False)  # another machine's: not ours to finish
+        pg_logs.append(q.engine.store.db, jid, 1, "a", b"first part, ", 0, False)  # the last daemon got this far
+        pg_logs.append(q.engine.store.db, quiet, 1, "b", b"", 0, False)  # another machine's: not ours to finish
         worker = SimpleNamespace(host="a", name="me", running={})
         shipper = LogShipper(pg_url, options_for(10), worker, lambda j, a: tmp_path / f"{j}.{a}.log", 1 << 20)
         asyncio.run(_ticks(shipper, 2))
         asyncio.run(shipper.close())
-        assert q.stored_log(jid, 1).data == b"first part, second part\n" and q.stored_log(jid, 1).done
-        assert not q.stored_log(quiet, 1).done
+        assert q.logs.stored_log(jid, 1).data == b"first part, second part\n" and q.logs.stored_log(jid, 1).done
+        assert not q.logs.stored_log(quiet, 1).done
 
 
 def test_a_job_that_printed_nothing_gets_an_empty_finished_log(pg_url, tmp_path):
-    with PgQueue(pg_url) as q:
+    with Queue(pg_url) as q:
         jid = q.enqueue(["x"])
         q.claim("me")
         worker = SimpleNamespace(host="a", name="me", running={})
@@ -127,7 +127,7 @@ def test_a_job_that_printed_nothing_gets_an_empty_finished_log(pg_url, tmp_path)
         shipper.job_changed(q.get(jid))  # it ran and ended between two ticks
         asyncio.run(_ticks(shipper))
         asyncio.run(shipper.close())
-        part = q.stored_log(jid, 1)
+        part = q.logs.stored_log(jid, 1)
         assert (part.data, part.done) == (b"", True)
 
 
@@ -140,7 +140,7 @@ def test_notify_tells_listeners_of_queued_jobs_and_cancels(pg_url):
                             on_cancel=lambda i: heard.append(i))
         task = asyncio.get_running_loop().create_task(listener.run())
         await _until(lambda: listener.connected and heard == ["jobs"])  # a connect is a wake-up too
-        with PgQueue(pg_url) as q:
+        with Queue(pg_url) as q:
             a = q.enqueue(["a"])
             await _until(lambda: heard.count("jobs") == 2)
             job = q.claim("w")

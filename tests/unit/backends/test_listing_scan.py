@@ -89,9 +89,9 @@ def test_between_chunks_a_scan_holds_no_read_transaction(q, clock, queue_target)
             if is_pg(q):
                 from psycopg.pq import TransactionStatus
 
-                assert ro._db._conn.info.transaction_status == TransactionStatus.IDLE
+                assert ro.engine.reads._db._conn.info.transaction_status == TransactionStatus.IDLE
             else:
-                assert not ro._conn.in_transaction
+                assert not ro.engine.reads.conn.in_transaction
                 busy, _, _ = sql(q, "PRAGMA wal_checkpoint(TRUNCATE)")[0]
                 assert busy == 0  # a reader holding a snapshot would make it busy
             assert scan.next(3)
@@ -104,7 +104,7 @@ def test_a_scan_keeps_its_ids_on_disk_not_in_memory(q, clock, queue_target):
     fill(q, clock)
     with open_read_only(queue_target) as ro:
         scan = ro.scan(now=clock.now())
-        assert ro._conn.execute("PRAGMA temp_store").fetchone()[0] == 1  # FILE
+        assert ro.engine.reads.conn.execute("PRAGMA temp_store").fetchone()[0] == 1  # FILE
         scan.close()
         with pytest.raises(sqlite3.OperationalError):
-            ro._conn.execute("SELECT 1 FROM temp.sloth_listing")  # dropped with the scan
+            ro.engine.reads.conn.execute("SELECT 1 FROM temp.sloth_listing")  # dropped with the scan

@@ -44,9 +44,9 @@ def test_migrates_from_nothing_to_current(tmp_path, start):
     if start == "empty file":
         path.write_bytes(b"")
     with Queue(path, ManualClock(0)) as q:
-        assert q._conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION
-        assert indexes(q._conn) >= V2_INDEXES
-        assert "jobs_state" not in indexes(q._conn)
+        assert q.engine.store.conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION
+        assert indexes(q.engine.store.conn) >= V2_INDEXES
+        assert "jobs_state" not in indexes(q.engine.store.conn)
         jid = q.enqueue(["echo"])
         assert q.claim("w").id == jid
     assert user_version(path) == db.SCHEMA_VERSION
@@ -106,7 +106,7 @@ def test_migrates_a_v1_database_keeping_jobs_claimable(tmp_path):
 
     clock = ManualClock(100.0)
     with Queue(path, clock, lease_s=50) as q:
-        c = q._conn
+        c = q.engine.store.conn
         assert c.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION
         assert indexes(c) >= V2_INDEXES and "jobs_state" not in indexes(c)
         j = q.get(1)
@@ -150,7 +150,7 @@ def test_migrates_a_v2_database_keeping_inline_envs(tmp_path):
     )
     conn.close()
     with Queue(path, ManualClock(10.0)) as q:
-        assert q._conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION
+        assert q.engine.store.conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION
         j = q.get(1)
         assert (j.command, j.env, j.key, j.cwd, j.label, j.shell) == (
             ["make"], {"PATH": "/bin", "HOME": "/h"}, "k", "/w", "lbl", True)
@@ -206,8 +206,8 @@ def test_migrates_a_v3_database_claimed_becomes_running_lanes_are_registered(tmp
     conn.execute(insert, ('["old"]', "done", "gone", 1, None, None, "w1", None, 1.0, 3.0))
     conn.close()
     with Queue(path, ManualClock(50.0)) as q:
-        assert q._conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION
-        assert indexes(q._conn) >= V2_INDEXES | {"jobs_blocked", "deps_after"}
+        assert q.engine.store.conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION
+        assert indexes(q.engine.store.conn) >= V2_INDEXES | {"jobs_blocked", "deps_after"}
         job = q.get(1)
         assert job.state is JobState.RUNNING and (job.after, job.no_retry_exit) == ([], [126, 127])
         assert q.heartbeat(1, "tok").lease_until == 110.0  # its holder keeps its lease

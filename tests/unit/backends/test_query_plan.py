@@ -66,7 +66,7 @@ def populate(q: Queue, clock: ManualClock, n: int, *, finished_share: float = 0.
     for _ in range(10):
         q.claim("live", lease_s=10 * HOUR)
     if finished_share:
-        q._conn.execute(
+        q.engine.store.conn.execute(
             "UPDATE jobs SET state = 'done', finished_at = ? WHERE state = 'queued' AND id % 100 < ?",
             (NOW - 500, int(finished_share * 100)),
         )
@@ -84,7 +84,7 @@ def dbs(tmp_path_factory):
             if kind != "empty":
                 populate(q, clock, 20_000, finished_share=0.9 if kind.startswith("finished") else 0)
             if kind.endswith("+analyze"):
-                q._conn.execute("ANALYZE")
+                q.engine.store.conn.execute("ANALYZE")
             made[kind] = q
         return made[kind]
 
@@ -94,7 +94,7 @@ def dbs(tmp_path_factory):
 
 
 def plan(q: Queue, sql: str, params) -> list[str]:
-    return [r[3] for r in q._conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+    return [r[3] for r in q.engine.store.conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
 
 
 @pytest.mark.parametrize("kind", ["empty", "delayed", "delayed+analyze", "finished+analyze"])
@@ -124,12 +124,12 @@ def test_naive_index_would_scan_the_delayed_rows(dbs):
     q = dbs("delayed")
     naive = ("SELECT id FROM jobs INDEXED BY naive WHERE state = 'queued' AND not_before <= ?"
              " ORDER BY priority DESC, not_before LIMIT 1")
-    q._conn.execute("CREATE INDEX naive ON jobs(state, priority, not_before)")
+    q.engine.store.conn.execute("CREATE INDEX naive ON jobs(state, priority, not_before)")
     try:
-        assert vm_steps(q, lambda: q._conn.execute(naive, (NOW,)).fetchone()) > 10 * vm_steps(
-            q, lambda: P._best_queued(q._conn, NOW, None))
+        assert vm_steps(q, lambda: q.engine.store.conn.execute(naive, (NOW,)).fetchone()) > 10 * vm_steps(
+            q, lambda: P._best_queued(q.engine.store.conn, NOW, None))
     finally:
-        q._conn.execute("DROP INDEX naive")
+        q.engine.store.conn.execute("DROP INDEX naive")
 
 
 # ------------------------------------------------------- what really runs
@@ -142,11 +142,11 @@ def _pattern(sql: str) -> re.Pattern:
 
 def traced_selects(q: Queue, fn) -> list[str]:
     seen: list[str] = []
-    q._conn.set_trace_callback(seen.append)
+    q.engine.store.conn.set_trace_callback(seen.append)
     try:
         fn()
     finally:
-        q._conn.set_trace_callback(None)
+        q.engine.store.conn.set_trace_callback(None)
     return [s for s in seen if s.lstrip().upper().startswith("SELECT") and " jobs" in s]
 
 
@@ -192,11 +192,11 @@ def vm_steps(q: Queue, fn) -> int:
         n[0] += 1
         return 0
 
-    q._conn.set_progress_handler(tick, 100)
+    q.engine.store.conn.set_progress_handler(tick, 100)
     try:
         fn()
     finally:
-        q._conn.set_progress_handler(None, 0)
+        q.engine.store.conn.set_progress_handler(None, 0)
     return n[0]
 
 
@@ -209,7 +209,7 @@ def test_claim_work_does_not_grow_with_delayed_rows(tmp_path, analyze):
         try:
             populate(q, clock, n)
             if analyze:
-                q._conn.execute("ANALYZE")
+                q.engine.store.conn.execute("ANALYZE")
             claim = vm_steps(q, lambda: [q.claim("w") for _ in range(5)])
             nxt = vm_steps(q, lambda: [q.next_due_at() for _ in range(5)])
             keyed = vm_steps(q, lambda: [q.enqueue(["x"], key=f"n{i}") for i in range(5)])

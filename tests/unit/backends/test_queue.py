@@ -740,7 +740,7 @@ def test_missing_parent_folder_is_created(tmp_path):
 
 @pytest.mark.backends("sqlite")
 def test_connect_is_durable_wal_full(q, clock):
-    c = q._conn
+    c = q.engine.store.conn
 
     def sync() -> int:
         return c.execute("PRAGMA synchronous").fetchone()[0]

@@ -9,7 +9,6 @@ import sqlite3
 import pytest
 
 from sloth_daemon.backends import open_read_only
-from sloth_daemon.backends.sqlite.readonly import SqliteReadOnly
 from sloth_daemon.errors import BadRequest, IllegalTransition, JobNotFound, StorageError
 from sloth_daemon.models import JobState
 from tests.support.queues import sql
@@ -257,7 +256,7 @@ def test_read_only_view_reads_and_never_writes(q, queue_target):
 
 def test_read_only_view_never_creates_a_file(tmp_path):
     with pytest.raises(FileNotFoundError):
-        SqliteReadOnly(tmp_path / "none.db")
+        open_read_only(tmp_path / "none.db")
     assert not (tmp_path / "none.db").exists()
 
 
@@ -271,7 +270,7 @@ def test_read_only_view_refuses_another_schema(tmp_path):
     db.migrate(conn, 3)
     conn.close()
     with pytest.raises(StorageError, match="schema v3"):
-        SqliteReadOnly(path)
+        open_read_only(path)
 
 
 def test_illegal_single_transitions_still_raise(q):

@@ -12,7 +12,7 @@ import pytest
 from sloth_daemon.backends.rules import BATCH_RECORD_S
 from sloth_daemon.errors import BadRequest, IllegalTransition, JobNotFound, StorageError
 from sloth_daemon.models import JobState
-from tests.support.queues import make_inserts_fail, sql
+from tests.support.queues import is_pg, make_inserts_fail, sql
 
 LATIN1_DIR = b"/tmp/caf\xe9 \xff".decode("utf-8", "surrogateescape")  # a folder named in Latin-1
 
@@ -158,51 +158,75 @@ def test_deps_rows_go_with_a_pruned_job(q, clock):
 
 
 # --------------------------------------------- several writes, one commit
+# A worker's turn as one transaction (Queue.unit), on both engines.
 def _state_seen_by_another_connection(q, job_id):
+    """The job's state as another session sees it (committed only)."""
+    if is_pg(q):
+        import psycopg
+
+        with psycopg.connect(str(q.target)) as c:
+            return c.execute("SELECT state FROM sloth.jobs WHERE id = %s", (job_id,)).fetchone()[0]
     import sqlite3
 
-    c = sqlite3.connect(q.path)
+    c = sqlite3.connect(q.target)
     try:
         return c.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
     finally:
         c.close()
 
 
-@pytest.mark.backends("sqlite")
+def _make_done_events_fail(q):
+    """From now on writing a ``done`` event fails inside the database; the undo."""
+    if not is_pg(q):
+        q.engine.store.conn.execute("CREATE TEMP TRIGGER boom BEFORE INSERT ON main.events"
+                                    " WHEN NEW.kind = 'done' BEGIN SELECT RAISE(ABORT, 'boom'); END")
+        return lambda: q.engine.store.conn.execute("DROP TRIGGER temp.boom")
+    sql(q, "CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$"
+           " BEGIN IF NEW.kind = 'done' THEN RAISE EXCEPTION 'boom'; END IF; RETURN NEW; END $$")
+    sql(q, "CREATE TRIGGER boom BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION boom()")
+    return lambda: (sql(q, "DROP TRIGGER boom ON events"), sql(q, "DROP FUNCTION boom()"))
+
+
 def test_a_unit_commits_its_writes_once_and_a_write_that_fails_alone_undoes_only_itself(q):
     from sloth_daemon.errors import LeaseLost
 
+    seen = []
+    q.on_side_change = lambda job: seen.append((job.id, _state_seen_by_another_connection(q, job.id)))
     a, b = q.enqueue(["a"]), q.enqueue(["b"])
+    after_b = q.enqueue_many([{"command": ["c"], "after": [b]}])[0]
     with q.unit():
         ja = q.claim("w")
         with pytest.raises(LeaseLost):
             q.complete(a, "not-the-token")
         jb = q.claim("w")
         assert _state_seen_by_another_connection(q, a) == "queued"  # not before the unit ends
-        q.complete(b, jb.token)
-    assert (q.get(a).state, q.get(b).state) == ("running", "done")
-    assert [e.kind for e in q.events(a)] == ["claimed"] and ja.id == a
-    assert _state_seen_by_another_connection(q, b) == "done"
+        assert q.get(a).state == "running"  # ... but by the unit itself
+        q.complete(b, jb.token, durable=False)  # settles its dependent: told only after the commit
+        assert seen == []
+    assert (ja.id, jb.id) == (a, b) and (q.get(a).state, q.get(b).state) == ("running", "done")
+    assert [_state_seen_by_another_connection(q, i) for i in (a, b)] == ["running", "done"]
+    assert seen == [(after_b, "queued")]
+    assert [e.kind for e in q.events(a)] == ["claimed"]
 
 
-@pytest.mark.backends("sqlite")
 def test_a_unit_that_meets_a_storage_error_keeps_none_of_its_writes(q):
     a, b = q.enqueue(["a"]), q.enqueue(["b"])
-    jb = q.claim("w", lanes=["default"])
-    assert jb.id == a
-    q._conn.execute("CREATE TEMP TRIGGER boom BEFORE INSERT ON main.events"
-                    " WHEN NEW.kind = 'done' BEGIN SELECT RAISE(ABORT, 'boom'); END")
-    with pytest.raises(StorageError, match="not written: .*boom"):
-        with q.unit():
-            q.claim("w")  # b: fine so far
-            with pytest.raises(StorageError, match="boom"):
-                q.complete(a, jb.token)
-            with pytest.raises(StorageError, match="not written"):
-                q.claim("w")  # after the unit failed: refused at once, never committed alone
-    assert (q.get(a).state, q.get(b).state, q.get(b).attempts) == ("running", "queued", 0)
-    q._conn.execute("DROP TRIGGER temp.boom")
+    ja = q.claim("w", lanes=["default"])
+    assert ja.id == a
+    undo = _make_done_events_fail(q)
+    try:
+        with pytest.raises(StorageError, match="not written: .*boom"):
+            with q.unit():
+                q.claim("w")  # b: fine so far
+                with pytest.raises(StorageError, match="boom"):
+                    q.complete(a, ja.token)
+                with pytest.raises(StorageError, match="not written"):
+                    q.claim("w")  # after the unit failed: refused at once, never committed alone
+        assert (q.get(a).state, q.get(b).state, q.get(b).attempts) == ("running", "queued", 0)
+    finally:
+        undo()
     with q.unit():  # the queue goes on as before
-        q.complete(a, jb.token)
+        q.complete(a, ja.token)
     assert q.get(a).state == "done"
 
 
@@ -213,7 +237,7 @@ def test_a_unit_that_only_reads_takes_no_write_lock(q):
     a = q.enqueue(["a"])
     with q.unit():
         assert q.get(a).state == "queued"
-        other = sqlite3.connect(q.path, timeout=0)
+        other = sqlite3.connect(q.target, timeout=0)
         try:
             other.execute("BEGIN IMMEDIATE")  # would raise "database is locked"
             other.execute("ROLLBACK")
@@ -230,7 +254,7 @@ def test_a_unit_rolled_back_under_it_writes_nothing_more_on_its_own(q):
     with pytest.raises(StorageError, match="rolled back"):
         with q.unit():
             q.claim("w")
-            q._conn.execute("ROLLBACK")  # as SQLite does after SQLITE_IOERR or SQLITE_FULL
+            q.engine.store.conn.execute("ROLLBACK")  # as SQLite does after SQLITE_IOERR or SQLITE_FULL
             with pytest.raises(StorageError, match="rolled back"):
                 q.claim("w")
     assert (q.get(a).state, q.get(b).state) == ("queued", "queued")

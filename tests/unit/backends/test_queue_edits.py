@@ -11,7 +11,7 @@ import pytest
 
 from sloth_daemon.errors import BadRequest, FieldError, IllegalTransition, JobNotFound
 from sloth_daemon.models import JobState
-from tests.support.queues import sql
+from tests.support.queues import is_pg, sql
 
 HELD, QUEUED, BLOCKED, CANCELLED = JobState.HELD, JobState.QUEUED, JobState.BLOCKED, JobState.CANCELLED
 
@@ -267,7 +267,7 @@ def test_hold_keeps_jobs_from_claims_until_released_in_their_place(q):
 
 def test_held_jobs_are_in_no_claim_index(q):
     """As blocked ones: the claim's partial indexes never see them."""
-    if hasattr(q, "_db"):
+    if is_pg(q):
         defs = [r[0] for r in sql(q, "SELECT indexdef FROM pg_indexes WHERE schemaname = 'sloth'"
                                      " AND indexname IN ('jobs_ready', 'jobs_due', 'jobs_lease')")]
     else:

@@ -106,8 +106,8 @@ def test_a_queue_file_replaced_under_the_daemon_is_refused_not_listed(q, handler
     from sloth_daemon.errors import QueueBroken
 
     q.enqueue(["mine"])
-    shutil.copy(q.path, tmp_path / "other.db")
-    (tmp_path / "other.db").replace(q.path)
+    shutil.copy(q.target, tmp_path / "other.db")
+    (tmp_path / "other.db").replace(q.target)
     with pytest.raises(QueueBroken, match="replaced"):
         scan(handlers, {})
     assert scan_threads() == 0

@@ -159,8 +159,8 @@ def test_outcomes_that_end_together_share_one_fsync_and_are_told_only_once_durab
         return complete(*a, **k)
     monkeypatch.setattr(q, "complete", spy)
     syncs: list[int] = []
-    sync = type(q).sync
-    monkeypatch.setattr(type(q), "sync", lambda self: (syncs.append(len(told)), sync(self))[1])
+    sync = q.sync
+    monkeypatch.setattr(q, "sync", lambda: (syncs.append(len(told)), sync())[1])
     for jid in ids:
         sp.start(jid)
         sp.exit(jid, 0)
@@ -629,14 +629,14 @@ def test_a_failed_fsync_after_a_turns_commit_keeps_its_claims_and_tells_nothing_
     w.turn()
     sp.start(a)
     sp.exit(a, 0)
-    real, fail = type(q).sync, [1]
+    real, fail = q.sync, [1]
 
-    def sync(self):
+    def sync():
         if fail[0]:
             fail[0] -= 1
             raise StorageError("cannot make the queue's writes durable: EIO")
-        return real(self)
-    monkeypatch.setattr(type(q), "sync", sync)
+        return real()
+    monkeypatch.setattr(q, "sync", sync)
     w.turn()
     assert q.get(b).state == "running" and b in w.running and sp.key_of(b) in sp.reqs
     assert q.get(a).state == "done" and not sp.acked  # written, not yet durable: untold
@@ -652,8 +652,8 @@ def test_an_outcome_whose_lease_was_lost_does_not_make_the_others_durable(env, c
     w, q, sp, a, b = two_ended(env)
     q.cancel(b)  # behind the worker's back: b's write is refused (lease lost)
     syncs = []
-    real = type(q).sync
-    monkeypatch.setattr(type(q), "sync", lambda self: (syncs.append(1), real(self))[1])
+    real = q.sync
+    monkeypatch.setattr(q, "sync", lambda: (syncs.append(1), real())[1])
     w.turn()
     assert sp.key_of(a) in sp.acked and syncs
 

@@ -1,184 +1,231 @@
-"""The lease queue on one SQLite file, as its users see it: SqliteQueue
-names the objects it is composed of and hands each call to the one that
-owns its SQL (see the class docstring); db.py connects and migrates.
+"""The queue's contract, declared once: what every engine does, one typed
+Protocol per concern, each method's transitions and errors said here and
+nowhere else.
 
-Knows nothing of sockets, processes or the CLI. Every write is one short
-``BEGIN IMMEDIATE`` transaction (db.transaction, through the store), every
-time is a bound parameter read from the injected clock: SQL never reads
-the clock.
+An engine (backends/sqlite/engine.py, backends/postgres/engine.py) is the
+parts that keep this contract over one storage, named the same on both
+(``SqliteLeases`` and ``PgLeases`` keep ``Leases``, and so on); each part
+names the Protocol it keeps as its base, so mypy checks its signatures and
+``help()`` finds the docstring here. The public face (backends/face.py:
+``Queue``, ``ReadOnlyQueue``) binds the parts' methods once, so a call
+reaches the part that does the work directly.
 
-What ``claim`` picks, and in which order, is backends/sqlite/pick.py's; what a job's
-end does to the jobs waiting for it, backends/sqlite/deps.py's.
+What only some engines can do is an optional part typed ``X | None``
+(``machines``, ``logs``: a queue shared by several machines), never probed
+by name.
 
 States: blocked -> queued -> running -> done | failed | cancelled (and
-running -> queued for a retry or an interruption). Besides the job it
-returns, a transition that ends a job may queue or cancel jobs that were
-added after it; those are passed, after the commit, to ``on_side_change``.
+running -> queued for a retry or an interruption; queued|blocked <-> held).
+Besides the job it returns, a transition that ends a job may queue or
+cancel jobs that wait for it; those are passed, after the commit, to the
+store's ``on_side_change``.
 """
 
 from __future__ import annotations
 
-import functools
-import os
-import sqlite3
+import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Collection, ContextManager, Iterable, Mapping, Sequence
+from typing import Any, Callable, Collection, ContextManager, Iterable, Mapping, Protocol, Sequence
 
-from sloth_daemon.backends import rules
+from sloth_daemon.backends import rules, schedule_rules as sr
 from sloth_daemon.backends.edits import Edited
-from sloth_daemon.backends.sqlite import db
-from sloth_daemon.backends.sqlite.batch import SqliteRequests
-from sloth_daemon.backends.sqlite.edits import SqliteEdits
-from sloth_daemon.backends.sqlite.ends import JobEnds
-from sloth_daemon.backends.sqlite.enqueue import SqliteEnqueue
-from sloth_daemon.backends.sqlite.leases import SqliteLeases
-from sloth_daemon.backends.sqlite.listing import SqliteListing
-from sloth_daemon.backends.sqlite.meta import SqliteMeta
-from sloth_daemon.backends.sqlite.reads import JobRows, SqliteReads
-from sloth_daemon.backends.sqlite.schedules import SqliteSchedules
-from sloth_daemon.backends.sqlite.unit import SqliteStore
-from sloth_daemon.clock import Clock, SystemClock
+from sloth_daemon.clock import Clock
 from sloth_daemon.models import Batch, Event, Job, JobState, Listing
 from sloth_daemon.spec import JobSpec
 
+SideChange = Callable[[Job], None]
 
-class SqliteQueue:
-    """A durable lease queue over one SQLite file (see the module docstring).
 
-    Composed of: ``store`` (unit.py: the connection, the one transaction
-    helper, the unit of a worker's turn, the broken-file guard), ``rows``
-    (reads.py: rows told as Jobs), ``reads`` and ``listings`` (reads.py,
-    listing.py), ``adds`` (enqueue.py), ``leases`` (leases.py: claims and
-    their holders), ``ends`` (ends.py: a job's end, shared by the writers),
-    ``requests`` (batch.py: the user's cancel, retry, restart, prune) and
-    ``meta`` (meta.py: meta and lanes). Each public method below says its
-    transitions and errors and hands the call to the one that owns its SQL.
-    """
+@dataclass
+class QueueDefaults:
+    """What a job that sets none gets (``lease_s``, ``max_attempts``) and the
+    cap of the delay before a failed try is due again: the daemon's
+    settings, one object shared by the parts that read them, changed in
+    place when its config is reloaded (through the face's properties)."""
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        clock: Clock | None = None,
-        *,
-        lease_s: float = rules.DEFAULT_LEASE_S,
-        max_attempts: int = rules.DEFAULT_MAX_ATTEMPTS,
-        backoff_cap_s: float = rules.DEFAULT_BACKOFF_CAP_S,
-        lock_wait_s: float = 30.0,
-    ) -> None:
-        """``lock_wait_s``: how long a write waits for another process's lock
-        before raising StorageBusy (the daemon uses a short wait and tries
-        again later, so its event loop never freezes behind a foreign writer)."""
-        self.path = Path(path)
-        self.clock: Clock = clock or SystemClock()
-        patience_s = float(lock_wait_s)
-        conn = db.connect(self.path, busy_timeout_s=min(patience_s, db.BUSY_TIMEOUT_MS / 1000))
-        conn.row_factory = sqlite3.Row
-        self._conn = conn  # the store's; tests and benchmarks look under the contract through it
-        self.rows = JobRows(conn)
-        self.store = SqliteStore(conn, self.path, patience_s, self.rows.job)
-        self.reads = SqliteReads(conn, self.rows)
-        self.listings = SqliteListing(conn, self.rows.job, self.reads.lane_counts)
-        self.adds = SqliteEnqueue(self.store, self.clock, int(max_attempts), float(lease_s))
-        # enqueue(command, **fields): one job, a batch of one (rules.enqueue_one says its fields)
-        self.enqueue = functools.partial(rules.enqueue_one, self.adds.enqueue_many)
-        self.ends = JobEnds(self.store, self.rows)
-        self.leases = SqliteLeases(self.store, self.rows, self.ends, self.clock, float(backoff_cap_s))
-        self.requests = SqliteRequests(self.store, self.rows, self.ends, self.adds, self.clock)
-        self.meta = SqliteMeta(self.store, self.clock)
-        self.edits = SqliteEdits(self.store, self.rows, self.clock)
-        # schedules: their rows and firings (sqlite/schedules.py; the same methods as PostgreSQL's)
-        self.schedules = SqliteSchedules(self.store, self.clock, self.adds.insert)
-        self.identity: str = self.meta.identity()
+    lease_s: float
+    max_attempts: int
+    backoff_cap_s: float
 
-    # ---------------------------------------------------------------- settings
-    # The defaults a job that sets none gets, and the backoff cap: the
-    # daemon's settings, changed in place when its config is reloaded.
-    @property
-    def lease_s(self) -> float:
-        return self.adds.lease_s
 
-    @lease_s.setter
-    def lease_s(self, value: float) -> None:
-        self.adds.lease_s = float(value)
+class Store(Protocol):
+    """The storage itself: its unit of work, durability and health
+    (sqlite/unit.py SqliteStore, postgres/store.py PgStore)."""
 
-    @property
-    def max_attempts(self) -> int:
-        return self.adds.max_attempts
+    #: Whether a unit's commit is durable once it ends (PostgreSQL commits
+    #: synchronously); else a group commit's sync() makes it so.
+    units_durable: bool
+    #: Told, after the commit, of each job a transition queued or cancelled
+    #: besides the one it returns.
+    on_side_change: SideChange | None
 
-    @max_attempts.setter
-    def max_attempts(self, value: int) -> None:
-        self.adds.max_attempts = int(value)
+    def unit(self) -> ContextManager[None]:
+        """The writes inside as one transaction, one commit. Raises
+        StorageError at the end if any of them met a storage error: then none
+        of them was kept (a write that raises for its own reason, its lease
+        lost, undoes itself alone). A write inside that asked to be durable
+        makes the commit durable (a failed fsync raises too, the writes kept:
+        the worker asks for none inside, the group commit syncs). Reads
+        inside see its writes; dependents it settled are told once it
+        commits. Nested: part of the outer one, which raises at its end."""
+        ...
 
-    @property
-    def backoff_cap_s(self) -> float:
-        return self.leases.backoff_cap_s
+    def flush(self) -> None:
+        """Make every commit made with ``durable=False`` durable now."""
+        ...
 
-    @backoff_cap_s.setter
-    def backoff_cap_s(self, value: float) -> None:
-        self.leases.backoff_cap_s = float(value)
+    def sync(self) -> None:
+        """Make every commit so far durable (on SQLite one fsync of the
+        write-ahead log, blocking, safe to call from another thread: it
+        touches no connection, only a descriptor of its own). The daemon's
+        group commit calls it once for the outcomes that ended meanwhile.
+        Raises StorageError."""
+        ...
 
-    @property
-    def on_side_change(self) -> Callable[[Job], None] | None:
-        """Told, after the commit, of each job a transition queued or
-        cancelled besides the one it returns (see the module docstring)."""
-        return self.store.on_side_change
-
-    @on_side_change.setter
-    def on_side_change(self, fn: Callable[[Job], None] | None) -> None:
-        self.store.on_side_change = fn
-
-    # ------------------------------------------------------------ the file
     def check(self) -> None:
-        """Raise QueueBroken if the file was replaced, truncated or found
-        damaged under this queue (then it takes no more writes)."""
-        self.store.check()
-
-    def rest(self) -> None:
-        """Idle for a while: give back SQLite's page cache (docs/idle.md);
-        the next read fills it again from the OS's."""
-        self.store.conn.execute("PRAGMA shrink_memory")
+        """Raise QueueBroken if the storage changed under this queue (a
+        file replaced, truncated or damaged; a database dropped, or a URL
+        that now reaches another queue): then it takes no more writes."""
+        ...
 
     @property
     def broken(self) -> str | None:
-        """Why this queue takes no more writes (its file changed under it), or None."""
-        return self.store.broken
+        """Why this queue takes no more writes, or None."""
+        ...
 
-    def unit(self) -> ContextManager[None]:
-        """The writes inside as one transaction, one commit (backends/sqlite/unit.py).
-        Raises StorageError at the end if any of them met a storage error:
-        then none of them was kept. A write inside that asked to be durable
-        makes the commit fsync the WAL (a failed fsync raises too, the
-        writes kept: the worker asks for none inside, the group commit
-        fsyncs). Nested: part of the outer one, which raises at its end."""
-        return self.store.unit()
+    def rest(self) -> None:
+        """Idle for a while: give back what a cache holds (docs/idle.md)."""
+        ...
 
-    def flush(self) -> None:
-        """Make every commit made with ``durable=False`` durable now (one fsync)."""
-        self.store.flush()
-
-    def sync(self) -> None:
-        """Make every commit so far durable: one fsync of the write-ahead
-        log. Blocking, and safe to call from another thread (it touches no
-        connection, only a descriptor of its own): the daemon runs it off
-        its loop, so the next jobs start while the disk catches up, and the
-        outcomes that end meanwhile share the next one (group commit).
-        Raises StorageError."""
-        self.store.sync()
+    def revalidate(self) -> None:
+        """After a suspend or a network change: connect afresh on the next
+        call where there is a connection to lose (nothing to do on a file)."""
+        ...
 
     def close(self) -> None:
-        """Close the file. A broken queue's connection is left open instead:
-        closing checkpoints the WAL into whatever file is now at the path (into
-        a truncated file, a patchwork of old pages that looks like a queue).
-        A process that ends with such a queue should leave by os._exit."""
-        self.store.close()
+        """Close the storage. A broken SQLite queue's connection is left
+        open instead: closing checkpoints the WAL into whatever file is now
+        at the path. A process that ends with such a queue should leave by
+        os._exit."""
+        ...
 
-    def __enter__(self) -> "SqliteQueue":
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+class ScheduleReads(Protocol):
+    """The schedules' rows, as `schedule ls` and `show` read them (also on
+    a read-only view: sqlite/schedules.py, postgres/schedules.py)."""
 
-    # ---------------------------------------------------------- adding jobs
+    def get(self, name: str) -> dict[str, Any]:
+        """The schedule ``name`` (schedule_rules.record). Raises ScheduleNotFound."""
+        ...
+
+    def all(self) -> list[dict[str, Any]]:
+        """Every schedule, by name."""
+        ...
+
+    def stamp(self) -> tuple[Any, ...]:
+        """What changes with any change to any schedule (a cheap look before a re-read)."""
+        ...
+
+    def runs(self, name: str, limit: int = sr.RUNS_SHOWN) -> list[dict[str, Any]]:
+        """The schedule's latest slots and their jobs, newest first."""
+        ...
+
+
+class Schedules(ScheduleReads, Protocol):
+    """The schedules and their firings (SqliteSchedules, PgSchedules); what
+    to fire is the daemon's (daemon/schedules/)."""
+
+    def add(self, name: str, recipe: Mapping[str, Any], next_slot: int) -> dict[str, Any]:
+        """A new schedule. Raises BadRequest when the name is taken."""
+        ...
+
+    def change(self, name: str, *, version: int | None = None, recipe: Mapping[str, Any] | None = None,
+               paused: bool | None = None, next_slot: int | None = None) -> dict[str, Any] | None:
+        """An edit, pause or resume; None if ``version`` is given and no longer the schedule's."""
+        ...
+
+    def remove(self, name: str) -> None:
+        """The schedule and its slots' rows (its jobs stay, as jobs)."""
+        ...
+
+    def fire(self, name: str, firing: sr.Firing) -> list[dict[str, Any]] | None:
+        """Write ``firing`` (schedule_rules.py) in one transaction: None if
+        the schedule's version moved since the plan was made (nothing
+        written). Returns one result per occurrence: slot, job_id, and
+        ``taken`` (that slot had its row already) or ``deduped`` (a manual
+        run still active)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Host:
+    """A daemon as its host row shows it."""
+
+    name: str
+    tags: tuple[str, ...]
+    worker: str
+    pid: int
+    boot_id: str
+    version: str
+    started_at: float
+    resources: dict[str, int] | None = None  # tokens of each resource it gives out (None: not yet said)
+
+    def row(self) -> dict[str, Any]:
+        return {"name": self.name, "tags": list(self.tags), "worker": self.worker, "pid": self.pid,
+                "boot_id": self.boot_id, "version": self.version, "started_at": self.started_at,
+                "resources": None if self.resources is None else json.dumps(self.resources, sort_keys=True)}
+
+
+@dataclass(frozen=True)
+class LogPart:
+    """What a read of an attempt's stored log found: ``data`` from the
+    offset asked for, the whole ``size``, whether it is ``done`` (all there),
+    which ``host`` ran it. ``size`` None: nothing is stored (yet)."""
+
+    data: bytes
+    size: int | None
+    done: bool
+    host: str | None
+
+
+class Machines(Protocol):
+    """The hosts that serve a shared queue (postgres/hosts.py PgMachines)."""
+
+    def register_host(self, me: Host, *, alive_s: float, pid_alive: Callable[[int], bool]) -> float:
+        """Take ``me.name`` for this daemon, or raise ConfigError when a
+        daemon of another machine (another boot) refreshed it less than
+        ``alive_s`` ago, or another daemon of this boot still runs under it
+        (``pid_alive``: whether a pid of this machine runs). Returns the server's now."""
+        ...
+
+    def host_seen(self, me: Host) -> float:
+        """Refresh this daemon's host row; the server's now."""
+        ...
+
+    def forget_host(self, me: Host) -> None:
+        """This daemon stops: its row goes, unless another has taken the name."""
+        ...
+
+    def hosts(self) -> list[dict[str, Any]]:
+        """Every host that served this queue: name, tags, worker, pid,
+        version, started_at, last_seen, ago (seconds since, by the server),
+        resources (name -> tokens, or None where its daemon did not say)."""
+        ...
+
+
+class Logs(Protocol):
+    """The attempts' logs stored in a shared queue, for the machines that
+    did not run them (postgres/logs.py PgLogs)."""
+
+    def stored_log(self, job_id: int, attempt: int, offset: int = 0, limit: int = 1 << 20) -> LogPart:
+        """Up to ``limit`` bytes of the stored log of an attempt from ``offset`` (see LogPart)."""
+        ...
+
+
+class Adds(Protocol):
+    """Adding jobs (sqlite/enqueue.py SqliteAdds, postgres/enqueue.py PgAdds)."""
+
     def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None) -> list[int]:
         """Enqueue many jobs in one transaction; all or none. Same rules as
         enqueue (rules.enqueue_one). A spec may be a job object or a JobSpec already validated.
@@ -190,14 +237,17 @@ class SqliteQueue:
         unfinished, ``cancelled`` (event ``cancelled``) if one it needs done
         already failed or was cancelled, else ``queued``. Raises BadRequest
         for invalid fields, JobNotFound for a prerequisite that does not exist."""
-        return self.adds.enqueue_many(specs, batch=batch)
+        ...
 
     def batch_ids(self, batch: str) -> list[int] | None:
         """The ids the batch ``batch`` was queued as, or None if it was not
         (or its record was pruned: records are kept rules.BATCH_RECORD_S)."""
-        return self.adds.batch_ids(batch)
+        ...
 
-    # ------------------------------------------------------ lease holders
+
+class Claims(Protocol):
+    """Taking a lease (sqlite/claim.py SqliteClaims, postgres/claim.py PgClaims)."""
+
     def claim(
         self, worker: str, *, lease_s: float | None = None, lanes: Sequence[str] | None = None,
         exclude_lanes: Collection[str] = (), exclude_ids: Collection[int] = (),
@@ -230,32 +280,17 @@ class SqliteQueue:
         Not fsynced (see db.transaction): after a power cut the claimed
         process is gone anyway, and the job simply runs again.
         """
-        return self.leases.claim(worker, lease_s=lease_s, lanes=lanes, exclude_lanes=exclude_lanes,
-                                 exclude_ids=exclude_ids, places=places, reclaim=reclaim, gated=gated)
+        ...
 
-    def gates(self) -> list[str]:
-        """The distinct gates (checks.gate_json texts) of queued jobs."""
-        return self.reads.gates()
 
-    def held_gates(self) -> list[str]:
-        """The distinct gates of held jobs (a scan of them: for a reload or
-        a `lane set`, never a claim)."""
-        return self.reads.held_gates()
-
-    def gated_heads(self, gates: Collection[str], *, exclude_lanes: Collection[str] = (),
-                    exclude_ids: Collection[int] = (),
-                    places: Collection[str] | None = None) -> tuple[list[Job], float | None]:
-        """For each of ``gates`` and each lane not excluded, its most urgent
-        due queued job, and the gated jobs whose lease expired (of any gate),
-        most urgent first; and when the first job of those gates that is not
-        due yet becomes due (None: none)."""
-        return self.reads.gated_heads(self.clock.now(), gates, exclude_lanes=exclude_lanes,
-                                      exclude_ids=exclude_ids, places=places)
+class Leases(Protocol):
+    """What the holder of a lease does with it, and how its run ends
+    (sqlite/leases.py SqliteLeases, postgres/leases.py PgLeases)."""
 
     def set_waiting(self, gate: str, why: str | None) -> int:
         """Say why the queued jobs of ``gate`` do not start (``ls``, ``show``);
         None: clear it. Returns how many jobs changed."""
-        return self.leases.set_waiting(gate, why)
+        ...
 
     def heartbeat(self, job_id: int, token: str, *, lease_s: float | None = None) -> Job:
         """Extend the lease of the holder of ``token``: ``lease_until = now + lease``.
@@ -263,28 +298,28 @@ class SqliteQueue:
         The token decides, not the clock: a lapsed lease that nobody reclaimed
         may still be renewed. Raises LeaseLost (stale token) or JobNotFound.
         """
-        return self.leases.heartbeat(job_id, token, lease_s=lease_s)
+        ...
 
     def renew_after_resume(self, job_id: int, token: str, message: str) -> Job:
         """Heartbeat after the machine slept, and record a ``resumed`` event."""
-        return self.leases.renew_after_resume(job_id, token, message)
+        ...
 
     def set_runner(self, job_id: int, token: str, runner: dict[str, Any]) -> Job:
         """Record the identity of the process running this attempt (event ``started``)."""
-        return self.leases.set_runner(job_id, token, runner)
+        ...
 
     def note_run(self, job_id: int, token: str, kind: str, message: str) -> Job:
         """An event ``kind`` in the history of the run of ``token`` while it
         runs (e.g. "keep-awake": its inhibitor could not be held). Raises
         LeaseLost or JobNotFound."""
-        return self.leases.note_run(job_id, token, kind, message)
+        ...
 
     def set_paused(self, job_id: int, token: str, paused: bool, message: str, *, at: float | None = None) -> Job:
         """Record that the run of ``token`` is paused on request (or
         continued): event ``paused`` or ``continued`` (``at``: when the keeper
         did it, never later than now); the job reads ``paused`` while it
         holds that token. Raises LeaseLost or JobNotFound."""
-        return self.leases.set_paused(job_id, token, paused, message, at=at)
+        ...
 
     def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None,
                  ended_at: float | None = None, runner: dict[str, Any] | None = None,
@@ -296,8 +331,7 @@ class SqliteQueue:
         for all but the last of a batch of outcomes (group commit), whose one
         fsync, or a flush(), makes them all durable. Raises LeaseLost for a
         stale token."""
-        return self.leases.complete(job_id, token, message=message, exit_code=exit_code, ended_at=ended_at,
-                                    runner=runner, durable=durable)
+        ...
 
     def fail(
         self, job_id: int, token: str, *, message: str = "", retry: bool = True,
@@ -308,8 +342,7 @@ class SqliteQueue:
         tries remain (and ``retry``), else -> failed (dependents that need it
         done are cancelled, the others may be queued). ``ended_at``,
         ``runner`` and ``durable`` as for complete. Raises LeaseLost."""
-        return self.leases.fail(job_id, token, message=message, retry=retry, exit_code=exit_code, ended_at=ended_at,
-                                runner=runner, durable=durable)
+        ...
 
     def release(self, job_id: int, token: str, *, message: str = "interrupted", delay_s: float = 0.0,
                 kind: str = "interrupted", runner: dict[str, Any] | None = None,
@@ -325,8 +358,7 @@ class SqliteQueue:
         loop: past that it counts as a failed try. ``runner``, ``durable``:
         as for complete. Raises LeaseLost.
         """
-        return self.leases.release(job_id, token, message=message, delay_s=delay_s, kind=kind, runner=runner,
-                                   durable=durable)
+        ...
 
     def note_ended(self, job_id: int, attempt: int, message: str, *, ended_at: float | None = None,
                    durable: bool = True, kind: str = "ended") -> Job:
@@ -335,7 +367,7 @@ class SqliteQueue:
         its history says how the run it had started ended. ``kind``: another
         word the keeper had on that run as it ended (its keep-awake), kept
         in its history all the same. Raises JobNotFound."""
-        return self.leases.note_ended(job_id, attempt, message, ended_at=ended_at, durable=durable, kind=kind)
+        ...
 
     def unclaim(self, job_id: int, token: str, *, durable: bool = True) -> Job:
         """running -> queued as if the claim of ``token`` had not happened:
@@ -348,7 +380,7 @@ class SqliteQueue:
         Meant for plain claims (``claim(reclaim=False)``): a reclaim's
         event would stay (the lease it says was lost was lost), beside the
         next claim's of the same attempt. Raises LeaseLost or JobNotFound."""
-        return self.leases.unclaim(job_id, token, durable=durable)
+        ...
 
     def adopt(self, job_id: int, token: str, worker: str, *, message: str) -> Job:
         """A new holder takes over the lease of ``token`` (a daemon adopting
@@ -356,7 +388,7 @@ class SqliteQueue:
         from now and ``worker`` renamed; event ``adopted``. The token decides,
         as for a heartbeat: a lapsed lease that nobody reclaimed is still
         ours. Raises LeaseLost or JobNotFound."""
-        return self.leases.adopt(job_id, token, worker, message=message)
+        ...
 
     def abandon(self, job_id: int, token: str, *, message: str, refund: bool = False) -> Job:
         """Declare the holder of ``token`` gone (e.g. the daemon that held it
@@ -366,15 +398,18 @@ class SqliteQueue:
         was cut short by a crash of sloth, not of the job) its try is given
         back, at most MAX_CRASH_REFUNDS times between user retries; past that
         the crash counts. Raises LeaseLost."""
-        return self.leases.abandon(job_id, token, message=message, refund=refund)
+        ...
 
-    # ---------------------------------------------------- user requests
+
+class Requests(Protocol):
+    """A user's requests on jobs (sqlite/batch.py SqliteRequests, postgres/batch.py PgRequests)."""
+
     def cancel(self, job_id: int, *, message: str = "cancelled by user") -> Job:
         """blocked|queued|running -> cancelled; what waits for it to be done is
         cancelled too. A running job's holder loses its lease (its token is
         cleared); ending its process is the caller's business. Raises
         IllegalTransition for a finished job, JobNotFound."""
-        return self.requests.cancel(job_id, message=message)
+        ...
 
     def retry(self, job_id: int) -> Job:
         """failed|cancelled -> queued, due now, with a fresh budget of tries
@@ -383,7 +418,7 @@ class SqliteQueue:
         that failed no longer stops it: retrying is the user's say-so).
         Raises IllegalTransition (other states, or its key is taken by an
         active job), JobNotFound."""
-        return self.requests.retry(job_id)
+        ...
 
     def cancel_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
                     states: Sequence[str] | None = None, message: str = "cancelled by user",
@@ -394,7 +429,7 @@ class SqliteQueue:
         when named). ``exclude``: jobs left out, as if not named (the daemon
         asks the keeper about their runs first). Raises JobNotFound,
         BadRequest (a state that is not active)."""
-        return self.requests.cancel_many(ids, lane=lane, states=states, message=message, exclude=exclude)
+        ...
 
     def retry_many(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
                    states: Sequence[str] | None = None, busy: Collection[int] = ()) -> Batch:
@@ -402,23 +437,26 @@ class SqliteQueue:
         of ``ids`` or every job of the selection (default state: failed).
         ``busy``: jobs not to touch yet (their cancelled run is still ending).
         Raises JobNotFound, BadRequest."""
-        return self.requests.retry_many(ids, lane=lane, states=states, busy=busy)
+        ...
 
     def restart(self, ids: Sequence[int]) -> Batch:
         """For each finished job of ``ids``: a new queued job with the same
         command, lane, priority, limits, folder, environment, label and key
         (not its prerequisites), due now. Events: ``restart`` on the new job,
         ``restarted`` on the old. Raises JobNotFound."""
-        return self.requests.restart(ids)
+        ...
 
     def prune(self, older_than_s: float, *, states: Sequence[str] | None = None, lane: str | None = None,
               dry_run: bool = False) -> int:
         """Delete finished jobs (and their events) that ended more than
         ``older_than_s`` ago, of ``states`` (default: every finished state) and
         ``lane``. Returns how many were (``dry_run``: would be) deleted."""
-        return self.requests.prune(older_than_s, states=states, lane=lane, dry_run=dry_run)
+        ...
 
-    # ---------------------------------------------- queue edits (issue 22)
+
+class Edits(Protocol):
+    """Changes to jobs that have not started (issue 22; sqlite/edits.py SqliteEdits, postgres/edits.py PgEdits)."""
+
     def edit(self, job_id: int, changes: Mapping[str, Any], *, expect: Mapping[str, Any] | None = None) -> Edited:
         """Change a job that has not started (queued, blocked or held), in one
         transaction: ``changes`` (backends/edits.py changes_of: command and
@@ -431,21 +469,21 @@ class SqliteQueue:
         (compare-and-set: claimed, edited, retried meanwhile). Raises
         IllegalTransition (started or finished, stale, a prerequisite that
         failed), BadRequest (bad fields, a cycle), JobNotFound."""
-        return self.edits.edit(job_id, changes, expect=expect)
+        ...
 
     def bump(self, ids: Sequence[int]) -> Batch:
         """Each waiting job of ``ids`` to the front of its lane (the rule:
         backends/edits.py), the first named first; a delayed one is due now.
         Event ``bumped``. Jobs that started or ended are skipped. Raises
         JobNotFound (nothing changed)."""
-        return self.edits.bump(ids)
+        ...
 
     def hold(self, ids: Sequence[int] | None = None, *, lane: str | None = None) -> Batch:
         """queued|blocked -> held (event ``held``) for each of ``ids``, or for
         every queued or blocked job of ``lane``: never claimed until
         released. Held already: listed, unchanged; started or finished:
         skipped. Raises JobNotFound, BadRequest."""
-        return self.edits.hold(ids, lane=lane)
+        ...
 
     def hold_never(self, gate: str, why: str | None, *, lane: str | None = None,
                    place: str | None = None) -> list[int]:
@@ -456,7 +494,7 @@ class SqliteQueue:
         already is left as it is). ``why`` None: they can run again; the
         held ones that said why forget it (and stay held). Returns the ids
         of the jobs changed."""
-        return self.edits.hold_never(gate, why, lane=lane, place=place)
+        ...
 
     def unhold(self, ids: Sequence[int] | None = None, *, lane: str | None = None) -> Batch:
         """`sloth release`: held -> queued, or blocked while a prerequisite is unfinished
@@ -464,93 +502,125 @@ class SqliteQueue:
         ``lane``; its priority and due time kept, so its place too. Not
         held: listed, unchanged, or skipped if started or finished. Raises
         JobNotFound, BadRequest."""
-        return self.edits.unhold(ids, lane=lane)
+        ...
+
+
+class Meta(Protocol):
+    """The queue's small persisted settings: meta and lanes (their reads
+    are Reads'; sqlite/meta.py SqliteMeta, postgres/meta.py PgMeta)."""
 
     def set_meta(self, key: str, value: Any) -> None:
         """Persist a small setting (a JSON value, read by get_meta)."""
-        self.meta.set_meta(key, value)
+        ...
 
     def set_lane(self, name: str, concurrency: int | None, config_was: int | None = None) -> None:
         """Record a lane (and, unless None, the concurrency `sloth lane set`
         gave it, with the config's value at that moment)."""
-        self.meta.set_lane(name, concurrency, config_was)
+        ...
 
     def forget_lane(self, name: str) -> None:
         """Remove a lane from the lanes table (its jobs, if any, keep their lane)."""
-        self.meta.forget_lane(name)
+        ...
 
-    # ---------------------------------------------------------------- reads
+
+class Reads(Protocol):
+    """The read side (sqlite/reads.py SqliteReads, postgres/reads.py PgReads)."""
+
     def get(self, job_id: int) -> Job:
         """The job. Raises JobNotFound."""
-        return self.reads.get(job_id)
+        ...
+
+    def get_many(self, ids: Sequence[int]) -> list[Job]:
+        """The jobs of these ids that exist, in one read, by id."""
+        ...
 
     def jobs(
         self, state: str | JobState | None = None, lane: str | None = None, limit: int = 1000,
         *, states: Sequence[str] | None = None,
     ) -> list[Job]:
         """The newest ``limit`` jobs matching the filters, oldest first."""
-        return self.reads.jobs(state, lane, limit, states=states)
+        ...
 
     def events(self, job_id: int) -> list[Event]:
         """The job's history, oldest first. Raises JobNotFound."""
-        return self.reads.events(job_id)
+        ...
 
     def counts(self) -> dict[str, int]:
         """Jobs per state, every state named (0 for none)."""
-        return self.reads.counts()
+        ...
 
     def latest(self, *, origin: str | None = None, ran: bool = False) -> int | None:
         """The id of the newest job queued from ``origin`` (a daemon's host
         name; None: from anywhere), with ``ran`` the newest that has started
         a run; None when there is none. What `sloth wait`, `logs` and `show`
         mean with no id."""
-        return self.reads.latest(origin=origin, ran=ran)
+        ...
 
     def running(self) -> list[Job]:
         """All jobs currently leased (running somewhere, or lost)."""
-        return self.reads.running()
-
-    claimed = running  # the name of schema v1-v3 days
+        ...
 
     def prereqs(self, job_id: int) -> list[dict[str, Any]]:
         """What the job was added after: [{id, need ('done' | 'end'), state}]
         (a pruned prerequisite is no longer listed)."""
-        return self.reads.prereqs(job_id)
+        ...
 
     def dependents(self, job_id: int) -> list[int]:
         """Ids of the jobs added after this one."""
-        return self.reads.dependents(job_id)
+        ...
 
     def next_due_at(self, lanes: Sequence[str] | None = None, *,
                     exclude_lanes: Collection[str] = (),
                     exclude_ids: Collection[int] = (),
                     places: Collection[str] | None = None) -> float | None:
-        """Earliest wall time at which ``claim`` (with the same filters)
-        could return something: the first queued ``not_before``, or just
-        after the first lease expiry."""
-        return self.reads.next_due_at(lanes, exclude_lanes=exclude_lanes, exclude_ids=exclude_ids, places=places)
+        """Earliest time (on the queue's clock: on PostgreSQL the server's)
+        at which ``claim`` (with the same filters) could return something:
+        the first queued ``not_before``, or just after the first lease expiry."""
+        ...
+
+    def gates(self) -> list[str]:
+        """The distinct gates (checks.gate_json texts) of queued jobs."""
+        ...
+
+    def held_gates(self) -> list[str]:
+        """The distinct gates of held jobs (a scan of them: for a reload or
+        a `lane set`, never a claim)."""
+        ...
+
+    def gated_heads(self, gates: Collection[str], *, exclude_lanes: Collection[str] = (),
+                    exclude_ids: Collection[int] = (),
+                    places: Collection[str] | None = None) -> tuple[list[Job], float | None]:
+        """For each of ``gates`` and each lane not excluded, its most urgent
+        due queued job, and the gated jobs whose lease expired (of any gate),
+        most urgent first; and when the first job of those gates that is not
+        due yet becomes due (None: none)."""
+        ...
 
     def lanes(self) -> list[str]:
         """Lanes that have blocked, queued or running jobs."""
-        return self.reads.lanes()
+        ...
 
     def lane_counts(self) -> dict[str, dict[str, int]]:
         """lane -> {blocked, queued, running: n} for lanes with active jobs,
         by index-only scans (finished jobs are not read)."""
-        return self.reads.lane_counts()
+        ...
 
     def lane_busy(self, lane: str) -> bool:
         """True while the lane has a blocked, queued or running job (index seeks only)."""
-        return self.reads.lane_busy(lane)
+        ...
 
     def lane_rows(self) -> dict[str, dict[str, Any]]:
         """The lanes table: name -> {concurrency, config_was, created_at}
         (concurrency and config_was are None unless `sloth lane set` set them)."""
-        return self.reads.lane_rows()
+        ...
 
     def get_meta(self, key: str, default: Any = None) -> Any:
         """A small persisted setting (JSON value), e.g. which lanes are paused."""
-        return self.reads.get_meta(key, default)
+        ...
+
+
+class Listings(Protocol):
+    """The listing `ls` shows (sqlite/listing.py SqliteListings, postgres/listing.py PgListings)."""
 
     def listing(self, *, states: Sequence[str] | None = None, lane: str | None = None,
                 limit: int | None = None, offset: int = 0, finished_limit: int | None = None,
@@ -562,5 +632,72 @@ class SqliteQueue:
         ``lanes``: active jobs per lane (the selection's lane, or all).
         ``host``: only jobs that run (or ran) on that host, or are placed
         there. Raises ValueError for an unknown state."""
-        return self.listings.listing(states=states, lane=lane, limit=limit, offset=offset,
-                                     finished_limit=finished_limit, now=now, host=host)
+        ...
+
+
+class Scan(Protocol):
+    """A listing being read a chunk at a time on a read-only view
+    (sqlite/scan.py SqliteScan, postgres/scan.py PgScan): what
+    ``listing(**kw)`` would give, as of its start, with the jobs as they
+    are when each chunk is read."""
+
+    #: What the listing's start knew: total, offset, counts, lanes (rules.scan_head).
+    head: dict[str, Any]
+
+    def next(self, n: int = rules.CHUNK) -> list[Job]:
+        """The next jobs of the listing, at most ``n`` ([] once it is all read)."""
+        ...
+
+    def tail(self) -> dict[str, Any]:
+        """What is known once the scan is read: ``left_out`` (the rows of
+        the selection not listed: past the limit, or pruned meanwhile)."""
+        ...
+
+    def close(self) -> None:
+        """Give back what the scan holds (and close the view, when it owns it)."""
+        ...
+
+
+@dataclass
+class Engine:
+    """One storage's parts that keep the contract, each typed by the
+    Protocol it keeps (mypy checks every engine where it builds one:
+    sqlite/engine.py, postgres/engine.py). ``target``: the file's path or
+    the URL (what open_read_only takes); ``clock``: what a caller that needs
+    the queue's "now" compares with (on PostgreSQL the server's)."""
+
+    target: str | Path
+    clock: Clock
+    identity: str
+    defaults: QueueDefaults
+    store: Store
+    adds: Adds
+    claims: Claims
+    leases: Leases
+    requests: Requests
+    edits: Edits
+    meta: Meta
+    reads: Reads
+    listings: Listings
+    schedules: Schedules
+    machines: Machines | None = None  # a queue shared by several machines (PostgreSQL)
+    logs: Logs | None = None
+
+
+@dataclass
+class ReadEngine:
+    """The read side of a storage on a connection that cannot write (for
+    the CLI when no daemon answers). ``identity``: a shared queue's, kept in
+    its database (None on SQLite, whose identity the CLI reads beside the
+    file); ``scan(**kw)``: the listing ``listing(**kw)`` would give, read a
+    chunk at a time (sqlite/scan.py, postgres/scan.py)."""
+
+    target: str | Path
+    identity: str | None
+    reads: Reads
+    listings: Listings
+    schedules: ScheduleReads
+    scan: Callable[..., Scan]
+    close: Callable[[], None]
+    machines: Machines | None = None
+    logs: Logs | None = None
