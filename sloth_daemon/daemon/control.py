@@ -47,6 +47,7 @@ class Control:
                  *, request_stop: Callable[..., None], instance: str,
                  request_reload: Callable[[], dict[str, Any]] = _no_reload) -> None:
         self.queue, self.worker, self.spawner = queue, worker, spawner
+        self.logs = queue.logs  # the database's copies of attempt logs (a shared queue's), or None
         self.lanes, self.gates, self.running = worker.lanes, worker.gates, worker.running  # the worker's, named
         self.paths, self.settings = paths, settings
         self.request_stop, self.request_reload = request_stop, request_reload
@@ -299,9 +300,9 @@ class Control:
     def stored_log(self, job_id: int, attempt: int, offset: int) -> Any:
         """On a shared queue, the copy of an attempt's log in the database
         (backends.postgres.logs.LogPart, from ``offset``); None on one machine's queue."""
-        if self.shared is None or self.queue.logs is None:
+        if self.shared is None or self.logs is None:
             return None
-        return self.queue.logs.stored_log(job_id, attempt, offset)
+        return self.logs.stored_log(job_id, attempt, offset)
 
     def running_count(self) -> int:
         """Jobs with a live process here (no database needed); one held to
