@@ -48,7 +48,8 @@ from sloth_daemon.config import Settings, machine_name
 from sloth_daemon.errors import BadRequest, SlothError, StorageError
 from sloth_daemon.paths import Paths
 from sloth_daemon.daemon.resources import Resources, never_met
-from sloth_daemon.daemon.worker.runs import boot_of, worker_name
+from sloth_daemon.daemon.worker.lifecycle import boot_of
+from sloth_daemon.daemon.worker.runs import worker_name
 
 log = logging.getLogger("sloth.shared")
 

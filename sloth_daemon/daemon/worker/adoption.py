@@ -31,7 +31,8 @@ from sloth_daemon.clock import Clocks
 from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError
 from sloth_daemon.models import Job
 from sloth_daemon.daemon.worker.pipeline import Pipeline
-from sloth_daemon.daemon.worker.runs import Run, RunTable, is_daemon_on_host, record_start, trust_until
+from sloth_daemon.daemon.worker.lifecycle import NOT_STARTED, Run, Stage
+from sloth_daemon.daemon.worker.runs import RunTable, is_daemon_on_host, record_start, trust_until
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.daemon.worker.spawner import Outcome, RunSink
 
@@ -89,7 +90,7 @@ class Adopter:
         by_token: dict[Any, Run] = {run.token: run for run in self.running.values()}
         for h in (h for h in held if isinstance(h, dict) and h.get("state") == "pending"):
             run, pred = by_token.get(h.get("key")), by_token.get(h.get("after"))
-            if run is None or run.pid is not None or run.outcome is not None:
+            if run is None or run.stage not in NOT_STARTED:
                 continue
             if pred is not None:
                 run.after, pred.successor = pred, run
@@ -105,8 +106,9 @@ class Adopter:
         except (LeaseLost, JobNotFound):
             self._disown([h], kill_grace_s)
             return
-        run = Run(job, job.token or "", _int(h.get("attempt")) or job.attempts, pid=_int(h.get("pid")),
-                  adopted=True)
+        pid = _int(h.get("pid"))
+        run = Run(job, job.token or "", _int(h.get("attempt")) or job.attempts, pid=pid, adopted=True,
+                  stage=Stage.CLAIMED if pid is None else Stage.RUNNING)
         self.running.add(run)
         self.signals.on_change(job)
         self._reattach(run, h)
@@ -114,9 +116,10 @@ class Adopter:
     def _reattach(self, run: Run, h: dict[str, Any]) -> None:
         self.spawner.attach(run.token, self.sink(run))
         if h.get("state") == "exited" and run.outcome is None:
-            run.outcome = Outcome.from_wire(h.get("outcome") or {})
+            run.ended(Outcome.from_wire(h.get("outcome") or {}))
         elif run.outcome is None:
-            run.pid = run.pid or _int(h.get("pid"))
+            if run.stage in NOT_STARTED and (pid := _int(h.get("pid"))) is not None:
+                run.started(pid, run.started_awake)
             self.spawner.trust([(run.token, trust_until(self.clocks.read(), run.job.lease_s))])
             self.reattached(run, h)
 

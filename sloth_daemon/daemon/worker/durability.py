@@ -22,7 +22,7 @@ from typing import Callable
 
 from sloth_daemon.errors import SlothError
 from sloth_daemon.queue import Queue
-from sloth_daemon.daemon.worker.runs import Run
+from sloth_daemon.daemon.worker.lifecycle import Run, Stage
 
 log = logging.getLogger("sloth.worker")
 RETRY_SYNC_S = 1.0  # after an fsync failed (EIO, a full disk): the outcomes wait, untold
@@ -42,14 +42,14 @@ class GroupCommit:
         """``runs`` have their outcomes written (``durable``: the last write
         fsynced them all). Tell once durable; until then they stay in the
         worker's table (never claimed again by us, never forgotten)."""
-        runs = [r for r in runs if not r.syncing]
+        runs = [r for r in runs if r.stage is Stage.WRITTEN]
         if not runs:
             return
         if durable:
             self.tell(runs)
             return
         for r in runs:
-            r.syncing = True
+            r.syncing()
         self.waiting += runs
         if self.due_at is None:
             self.due_at = awake + max(self.delay_s, 0.0)

@@ -45,14 +45,14 @@ from sloth_daemon.config import Settings
 from sloth_daemon.daemon.conditions import Conditions, Unobservable, kind_of, needs_power
 from sloth_daemon.daemon.resources import Resources, Tokens, needs_of
 from sloth_daemon.daemon.worker.lanes import Lanes
-from sloth_daemon.daemon.worker.runs import Run, RunTable
+from sloth_daemon.daemon.worker.lifecycle import Run
+from sloth_daemon.daemon.worker.runs import RunTable
 from sloth_daemon.errors import BadRequest, SlothError
 from sloth_daemon.models import Job
 from sloth_daemon.protocol import dumps
 from sloth_daemon.queue import Queue
 
 log = logging.getLogger("sloth.gates")
-LOST_PREFIX = "condition lost"  # a run ended by --on-lost stop (outcomes.py gives its try back)
 
 
 class Gates:

@@ -33,13 +33,14 @@ from sloth_daemon.daemon.worker.actions import Actions
 from sloth_daemon.daemon.conditions import Conditions, PowerEvents
 from sloth_daemon.daemon.resources import Resources, environment
 from sloth_daemon.daemon.worker.adoption import Adopter
-from sloth_daemon.daemon.worker.gates import LOST_PREFIX, Gates
+from sloth_daemon.daemon.worker.gates import Gates
+from sloth_daemon.daemon.worker.lifecycle import Ending, Run, Stage, Why, boot_of
 from sloth_daemon.daemon.worker.lanes import Lanes
 from sloth_daemon.daemon.worker.pausing import Pauser
 from sloth_daemon.daemon.worker.pipeline import PACE_S, TAKE_BACK_WAIT_S, Pipeline, unlink
 from sloth_daemon.daemon.worker.recording import CLAIM_RETRY_S, TIMER_SLACK_S, Recorder
 from sloth_daemon.daemon.worker.runs import (
-    RENEW_RETRY_S, Run, RunTable, Sink, boot_of, ran_here, record_start, renew_in, term_lead, this_host, trust_until,
+    RENEW_RETRY_S, RunTable, Sink, ran_here, record_start, renew_in, term_lead, this_host, trust_until,
     worker_name,
 )
 from sloth_daemon.daemon.worker.signals import Signals
@@ -210,11 +211,10 @@ class Worker:
             return 0.0
         deadlines = [self._next_check - r.awake, self._next_prune - r.awake]
         deadlines += [renew_in(run, r, wall_too=self.queue_time is None) for run in self.running.values()
-                      if (run.live or run.pending) and run.ending is None]
+                      if run.renews]
         deadlines += self.pipeline.take_back_deadlines(r.awake)
         deadlines += [run.record_after - r.awake for run in self.running.values()
-                      if run.outcome is not None and not run.written
-                      and not run.held_back]  # written: the fsync deadline below; held back: a cancel's
+                      if run.stage is Stage.ENDED and not run.write_waits]  # written: the fsync deadline below
         deadlines += [run.started_awake + RECORD_RUNNER_AFTER_S - r.awake for run in self.running.values()
                       if run.identity is not None and run.live]
         if self.may_claim() and self._next_due is not None:
@@ -250,14 +250,14 @@ class Worker:
     def renew_after_resume(self, why: str) -> None:
         r = self.clocks.read()
         for run in list(self.running.values()):
-            if not (run.live or run.pending) or run.ending:
+            if not run.renews:
                 continue
             try:
                 record_start(self.queue, run)  # a sleep in its first second reads after its start
                 run.job = self.queue.renew_after_resume(run.job.id, run.token, why)
                 run.renewed(r)
             except (LeaseLost, JobNotFound):
-                self._end(run, "lease lost")
+                self._end(run, Ending(Why.LEASE_LOST))
             except StorageError as e:  # the heartbeat tries again
                 log.warning("cannot renew job %d after %s: %s", run.job.id, why, e.message)
 
@@ -274,10 +274,11 @@ class Worker:
         for run, why, policy in self.gates.lost():
             log.info("job %d: its conditions no longer hold (%s): %s", run.job.id, why,
                      "ending it" if policy == "stop" else "pausing it")
+            ending = Ending(Why.CONDITION_LOST, why)
             if policy == "stop":
-                self._end(run, f"{LOST_PREFIX}: {why}")
+                self._end(run, ending)
             else:
-                self._pause_for_conditions(run, f"{LOST_PREFIX}: {why}")
+                self._pause_for_conditions(run, ending.text)
         for run in self.gates.regained():
             self._pause_for_conditions(run, None)
 
@@ -340,13 +341,12 @@ class Worker:
     def heartbeat_due(self, r: ClockReadings) -> None:
         renewed: list[tuple[str, float]] = []
         for run in list(self.running.values()):
-            if (not (run.live or run.pending) or run.ending
-                    or renew_in(run, r, wall_too=self.queue_time is None) > TIMER_SLACK_S):
+            if not run.renews or renew_in(run, r, wall_too=self.queue_time is None) > TIMER_SLACK_S:
                 continue
             try:
                 run.job = self.queue.heartbeat(run.job.id, run.token)
             except (LeaseLost, JobNotFound):
-                self._end(run, "lease lost")
+                self._end(run, Ending(Why.LEASE_LOST))
                 continue
             except StorageError as e:  # not renewed: the keeper ends the run if this lasts a lease
                 log.warning("cannot renew the lease of job %d: %s", run.job.id, e.message)
@@ -433,9 +433,8 @@ class Worker:
         """The process runs. Its identity is written later: with the outcome
         if it ends within RECORD_RUNNER_AFTER_S (one transaction, not two,
         for the many short jobs), else on its own by a turn."""
-        run.pid, run.unspawning = pid, False  # it runs: no answer to a take-back can drop it now
+        run.started(pid, self.clocks.read().awake)  # it runs: no answer to a withdrawal can drop it now
         run.identity = {**identity, "instance": self.instance, "worker": self.name}
-        run.started_awake = self.clocks.read().awake
         self.postponed.started()
         self.withdrawals.heard()
         self.signals.on_change(run.job)  # a follower waiting for the process may start now
@@ -453,7 +452,7 @@ class Worker:
             try:
                 record_start(self.queue, run)
             except (LeaseLost, JobNotFound):
-                self._end(run, "lease lost")
+                self._end(run, Ending(Why.LEASE_LOST))
                 continue
             except SlothError as e:  # it runs; the next turn tries again
                 log.warning("cannot record job %d's process yet: %s", run.job.id, e.message)
@@ -465,12 +464,12 @@ class Worker:
         own trouble, not the job's): the job waits without spending a try,
         and nothing else is claimed meanwhile (limits.Postponement)."""
         delay = self.postponed.failed(self.clocks.read().awake) if resource else None
-        run.outcome = Outcome(None, reason=message, spawn_retry=retry, postpone_s=delay)
+        run.ended(Outcome(None, reason=message, spawn_retry=retry, postpone_s=delay))
         unlink(run)
         self.wake()
 
     def on_exited(self, run: Run, outcome: Outcome) -> None:
-        run.outcome = outcome
+        run.ended(outcome)
         self.pipeline.run_ended(run)
         self.wake()
 
@@ -484,7 +483,7 @@ class Worker:
             record_start(self.queue, run)
             run.job = self.queue.renew_after_resume(run.job.id, run.token, why)
         except (LeaseLost, JobNotFound):
-            self._end(run, "fenced: its lease was lost while the machine slept")
+            self._end(run, Ending(Why.FENCED, "its lease was lost while the machine slept"))
             return
         except SlothError as e:  # cannot tell yet: it stays frozen; the next heartbeat tries again
             log.error("cannot renew job %d after a freeze: %s", run.job.id, e.message)
@@ -517,13 +516,12 @@ class Worker:
         return Sink(self, run)
 
     # ---------------------------------------------------------------- ending
-    def _end(self, run: Run, reason: str, grace_s: float | None = None) -> None:
-        """Begin ending a run's process tree (idempotent); ``grace_s``
-        between SIGTERM and SIGKILL (default: the kill_grace_s setting)."""
-        if run.ending is not None or run.outcome is not None:
-            return
-        run.ending = reason
-        self.spawner.kill(run.token, reason, self.settings.kill_grace_s if grace_s is None else grace_s)
+    def _end(self, run: Run, ending: Ending, grace_s: float | None = None) -> None:
+        """End a run for ``ending`` (Run.stop): its process tree, if it has
+        not ended, with ``grace_s`` between SIGTERM and SIGKILL (default:
+        the kill_grace_s setting)."""
+        if run.stop(ending):
+            self.spawner.kill(run.token, ending.text, self.settings.kill_grace_s if grace_s is None else grace_s)
 
     async def shutdown(self, *, keep_jobs: bool = False) -> None:
         """Stop claiming. By default end running jobs gracefully and requeue
@@ -543,7 +541,7 @@ class Worker:
         await self.withdrawals.wait(self.withdrawals.ask(list(self.running.values())), TAKE_BACK_WAIT_S)
         for run in list(self.running.values()):
             if run.outcome is None:  # one that already exited is settled as it ended
-                self._end(run, "interrupted")
+                self._end(run, Ending(Why.INTERRUPTED))
         # Until every run has ended. An outcome the database still refuses
         # stays with the keeper (not acknowledged) for the next daemon.
         self.recorder.settle(float("inf"))

@@ -18,7 +18,8 @@ import logging
 from typing import TYPE_CHECKING, Any, Sequence
 
 from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError
-from sloth_daemon.daemon.worker.runs import Run, RunTable, record_start
+from sloth_daemon.daemon.worker.lifecycle import NOT_STARTED, Run
+from sloth_daemon.daemon.worker.runs import RunTable, record_start
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.models import Batch, Job, JobState
 
@@ -50,12 +51,12 @@ class Pauser:
         if not runs:
             return Batch([], skipped)
         for run in runs:  # an end heard meanwhile is written after this change's event
-            run.asking += 1
+            run.pause_asks += 1
         try:
             answer = await self.spawner.pause([r.token for r in runs], resume=resume)
         finally:
             for run in runs:
-                run.asking -= 1
+                run.pause_asks -= 1
             self.signals.event.set()  # an outcome held back meanwhile is written now
         jobs: list[Job] = []
         for run in runs:
@@ -90,14 +91,14 @@ class Pauser:
             elif run is None or run.token != job.token:
                 skipped.append((job_id, f"job {job_id} runs on another machine ({job.worker or '?'})"))
             elif not run.live or run.ending:
-                skipped.append((job_id, f"job {job_id} has not started yet" if run.pid is None and run.outcome is None
+                skipped.append((job_id, f"job {job_id} has not started yet" if run.stage in NOT_STARTED
                                 else f"job {job_id}'s process is ending"))
             else:
                 runs.append(run)
         return runs, skipped
 
     def _record(self, run: Run, paused: bool, res: dict[str, Any], why: str | None = None) -> Job:
-        run.paused = paused
+        run.set_paused(paused)
         if paused:
             message = f"{res.get('processes', 0)} process(es) stopped; its lease and slot are kept"
         else:
@@ -128,7 +129,7 @@ class Pauser:
         """A run taken over from the keeper (adoption.py): the keeper's word
         on whether it is paused is the truth; the queue is made to agree."""
         paused = bool(held.get("paused"))
-        run.paused = paused
+        run.set_paused(paused)
         if run.job.paused != paused and run.outcome is None:
             try:
                 run.job = self.queue.set_paused(run.job.id, run.token, paused, "as the keeper holds it")

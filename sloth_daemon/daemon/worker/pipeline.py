@@ -60,7 +60,8 @@ from typing import TYPE_CHECKING, Callable, Collection, Iterable
 
 from sloth_daemon.clock import ClockReadings, Clocks
 from sloth_daemon.daemon.worker.lanes import Lanes
-from sloth_daemon.daemon.worker.runs import Run, RunTable
+from sloth_daemon.daemon.worker.lifecycle import Run, Stage
+from sloth_daemon.daemon.worker.runs import RunTable
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.daemon.worker.spawner import Outcome
 
@@ -106,10 +107,10 @@ class Pipeline:
         out (not held itself, no earlier process of its job to end first),
         so the spawner hears of it before of its successor?"""
         lane = run.job.lane
-        sent = run.live or (run.pid is None and run.outcome is None and run.job.runner is None)
-        # Not one being taken back: the spawner may have dropped it already,
+        # Not one being withdrawn: the spawner may have dropped it already,
         # and a spawn after a run it does not know starts at once.
-        return (sent and run.ending is None and run.successor is None and not run.adopted and not run.unspawning
+        sent = run.live or (run.stage is Stage.CLAIMED and run.job.runner is None)
+        return (sent and run.ending is None and run.successor is None and not run.adopted
                 and depth(run) < DEPTH and awake - head(run).started_awake < HOT_S
                 and self.short_lanes.get(lane, True)
                 and not self.lanes.is_paused(lane) and used.get(lane, 0) >= self.lanes.concurrency(lane))
@@ -172,12 +173,12 @@ class Pipeline:
         """The spawner dropped it unstarted: give its claim back (settle)."""
         if run.outcome is None:
             self.taken_back_n += 1
-            run.outcome = Outcome(None, reason="taken back before it started", started=False)
+            run.ended(Outcome(None, reason="taken back before it started", started=False))
             unlink(run)
         self.signals.wake()
 
     def _pending(self) -> list[Run]:
-        return [r for r in self.running.values() if r.pending and not r.unspawning and r.ending is None]
+        return [r for r in self.running.values() if r.pending and r.stage is Stage.CLAIMED and r.ending is None]
 
     @staticmethod
     def _take_back_at(run: Run) -> float:
@@ -185,7 +186,7 @@ class Pipeline:
 
     def take_back_run(self, run: Run) -> None:
         """Ask the spawner to drop ``run`` if it has not started (it hears ``taken_back``)."""
-        run.unspawning = True
+        run.withdraw()  # asked again if it was (an adoption: the keeper may not have heard)
         self.spawner.unspawn(run.token)
 
     # ---------------------------------------------------------------- status

@@ -22,7 +22,8 @@ from sloth_daemon.daemon.worker import outcomes
 from sloth_daemon.clock import ClockReadings
 from sloth_daemon.daemon.worker.durability import GroupCommit
 from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError, StorageError
-from sloth_daemon.daemon.worker.runs import Run, RunTable
+from sloth_daemon.daemon.worker.lifecycle import Run, Stage
+from sloth_daemon.daemon.worker.runs import RunTable
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.daemon.worker.spawner import Outcome
 
@@ -111,9 +112,8 @@ class Recorder:
             if run.after is not None and run.after.successor is run:
                 run.after.successor = None
         for run in written:
-            if run.written:
-                run.written, run.written_job = False, None
-                run.postpone_record(e.message, r.awake)
+            if run.stage is Stage.WRITTEN:
+                run.unwritten(e.message, r.awake)
         self.claims_lost(r)
 
     # ------------------------------------------------------------ outcomes
@@ -130,8 +130,7 @@ class Recorder:
         added to ``tried`` as they are (so a unit that fails undoes them all).
         ``durable`` None: the last write carries the fsync if the group
         commit says so; False: none does."""
-        todo = [r for r in self.running.values()  # held back: a cancel writes it, a pause's event goes first
-                if r.outcome is not None and r.record_after <= awake and not r.written and not r.held_back]
+        todo = [r for r in self.running.values() if r.due_to_write(awake)]
         tried = [] if tried is None else tried
         for i, run in enumerate(todo):
             tried.append(run)
@@ -143,12 +142,12 @@ class Recorder:
         """Hand the written outcomes to the group commit: told once durable.
         ``durable`` None: durable already if the last one tried was written
         with the fsync (not if it wrote nothing: its lease was lost)."""
-        due = [r for r in self.running.values() if r.outcome is not None and r.record_after <= awake]
         if durable is None:
             last = tried[-1] if tried else None
-            durable = (last is not None and last.written and last.written_job is not None
+            durable = (last is not None and last.stage is Stage.WRITTEN and last.written_job is not None
                        and self.commits.write_durably(True))
-        self.commits.written([r for r in due if r.written], durable=durable, awake=awake)
+        self.commits.written([r for r in self.running.values() if r.stage is Stage.WRITTEN and r.record_after <= awake],
+                             durable=durable, awake=awake)
         if self.commits.due_at is not None and awake >= self.commits.due_at - TIMER_SLACK_S:
             self.commits.flush(awake)
 
@@ -156,23 +155,25 @@ class Recorder:
         """Their outcomes are durable: the keeper may forget them, watchers hear."""
         self.spawner.ack([run.token for run in runs])
         for run in runs:
+            run.done()
             self.running.drop(run)
             if run.written_job is not None:
                 self.signals.on_change(run.written_job)
 
     def _settle_one(self, run: Run, outcome: Outcome, awake: float, *, durable: bool) -> None:
-        """Write one outcome (run.written), or keep it for a later try."""
+        """Write one outcome (WRITTEN), or keep it for a later try (ENDED)."""
         if outcome.log_problem:
             log.warning("job %d attempt %d: %s", run.job.id, run.attempt, outcome.log_problem)
+        job = None
         try:
-            run.written_job = outcomes.record(self.queue, run, outcome, runner=run.identity, durable=durable)
+            job = outcomes.record(self.queue, run, outcome, runner=run.identity, durable=durable)
         except (LeaseLost, JobNotFound) as e:
             log.warning("outcome of job %d not recorded: %s", run.job.id, e.message)
         except SlothError as e:  # keep it, try again later: never thrown away, never re-run by us
             log.error("cannot record the outcome of job %d yet (try %d): %s", run.job.id,
                       run.record_tries + 1, e.message)
-            run.postpone_record(e.message, awake)
+            run.postpone_write(e.message, awake)
             return
-        run.written = True
+        run.written(job)
         if run.written_job is not None and run.written_job.state.value == "queued":
             self.signals.look = True  # back in the queue (a retry, a release): due at its not_before

@@ -8,12 +8,11 @@ from __future__ import annotations
 import math
 import os
 import socket
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, ValuesView
 
 from sloth_daemon.clock import ClockReadings
 from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError
-from sloth_daemon.models import Job
+from sloth_daemon.daemon.worker.lifecycle import Run, boot_of
 from sloth_daemon.daemon.worker.spawner import Outcome
 
 if TYPE_CHECKING:
@@ -25,7 +24,6 @@ WORKER_PREFIX = "sloth-daemon"
 # little apart, must never let the job outlive its lease.
 FENCE_MARGIN_MIN_S = 0.5
 FENCE_MARGIN_SHARE = 0.05
-SETTLE_BACKOFF_S = (0.5, 1, 2, 5, 10, 30)  # retrying a result the database would not take
 RENEW_RETRY_S = 0.5  # after a renewal the database did not take (the keeper fences if that lasts)
 # What the shortest lease (checks.MIN_LEASE_S) leaves between its renewal and
 # its fence: a refused renewal retried once, and as long again for a busy loop.
@@ -47,11 +45,6 @@ def is_daemon_on_host(name: str | None, host: str | None = None) -> bool:
     return (name or "").startswith(f"{WORKER_PREFIX}:{host or socket.gethostname()}:")
 
 
-def boot_of(r: ClockReadings) -> float:
-    """The clock trust deadlines are on: one that counts suspend."""
-    return r.total if r.total is not None else r.awake
-
-
 def trust_until(sent: ClockReadings, lease_s: float) -> float:
     """Until when (on the boot clock) a run may go on after a renewal sent at
     ``sent``: the lease, measured from before the renewal left, less a
@@ -60,7 +53,7 @@ def trust_until(sent: ClockReadings, lease_s: float) -> float:
     return boot_of(sent) + lease_s - max(FENCE_MARGIN_MIN_S, FENCE_MARGIN_SHARE * lease_s)
 
 
-def renew_in(run: "Run", r: ClockReadings, *, wall_too: bool) -> float:
+def renew_in(run: Run, r: ClockReadings, *, wall_too: bool) -> float:
     """Seconds until the run's lease is renewed: a third into it by the boot
     clock, from when the last renewal was sent (``run.renew_at``), so a
     wall clock set wrong, here or on a database server, changes nothing.
@@ -90,58 +83,6 @@ def term_lead(lease_s: float, kill_grace_s: float) -> float:
     """How long before a trust deadline the run gets SIGTERM (SIGKILL at it):
     the kill grace, but never so long that a renewal on time would be late."""
     return min(kill_grace_s, lease_s / 6)
-
-
-@dataclass
-class Run:
-    """One attempt this worker holds, from claim to recorded outcome."""
-
-    job: Job
-    token: str
-    attempt: int
-    pid: int | None = None
-    ending: str | None = None  # "cancelled" | "interrupted" | "lease lost" | "fenced: ...": why we ended it
-    outcome: Outcome | None = None  # set when the process ended; the run is dropped once it is recorded
-    adopted: bool = False  # from a keeper that outlived the daemon that started it
-    identity: dict[str, Any] | None = None  # the process, until recorded (with its outcome if it ends first)
-    started_awake: float = 0.0
-    written: bool = False  # its outcome is in the database, maybe not yet durable
-    syncing: bool = False  # waiting for the fsync that makes it durable (durability.py)
-    written_job: Job | None = None  # the job as that write left it, to tell watchers once durable
-    record_error: str | None = None  # why the last attempt to record the outcome failed
-    record_tries: int = 0
-    record_after: float = 0.0  # awake clock: when to try recording again
-    renew_at: float = 0.0  # boot clock: when its lease is renewed next (worker._renew_in)
-    after: "Run | None" = None  # held by the spawner until this run ends (pipeline.py)
-    successor: "Run | None" = None  # the run held behind this one, if any (one at most, ever)
-    unspawning: bool = False  # asked the spawner to drop it while still held
-    paused: bool = False  # its tree is stopped on request (pausing.py); it keeps its lease and slot
-    deciding: bool = False  # a cancel waits for the keeper's word on it: its outcome is not written yet (withdrawal.py)
-    asking: int = 0  # pauses or resumes waiting for the keeper's answer: their event goes before its outcome
-
-    def renewed(self, sent: ClockReadings) -> None:
-        """Its lease was renewed by a request sent at ``sent``: next time a third into it."""
-        self.renew_at = boot_of(sent) + self.job.lease_s / 3
-
-    @property
-    def live(self) -> bool:
-        return self.pid is not None and self.outcome is None
-
-    @property
-    def pending(self) -> bool:
-        """Held by the spawner behind a run that has not ended: no slot of
-        its own yet (once that run ends it starts, and counts)."""
-        return self.pid is None and self.outcome is None and self.after is not None and self.after.outcome is None
-
-    @property
-    def held_back(self) -> bool:
-        """Its outcome waits: a cancel decides it, or a pause's event is still to be written first."""
-        return self.deciding or self.asking > 0
-
-    def postpone_record(self, why: str, awake: float) -> None:
-        self.record_error = why
-        self.record_after = awake + SETTLE_BACKOFF_S[min(self.record_tries, len(SETTLE_BACKOFF_S) - 1)]
-        self.record_tries += 1
 
 
 def record_start(queue: "Queue", run: Run) -> None:

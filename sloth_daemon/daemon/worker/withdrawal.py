@@ -16,7 +16,7 @@ does the daemon write: a run that never started is given back or
 cancelled as never started; a run that started is recorded as started,
 then cancelled or interrupted as a running job, and its end as it ended.
 
-A cancel holds the outcome of a run it is deciding (``Run.deciding``): a
+A cancel holds the outcome of a run it is deciding (``Run.cancelling``): a
 run dropped unstarted must not be given back to the queue, and claimed
 again, before the cancel that asked for it is recorded.
 """
@@ -26,7 +26,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Iterable
 
-from sloth_daemon.daemon.worker.runs import Run, RunTable
+from sloth_daemon.daemon.worker.lifecycle import NOT_STARTED, Run
+from sloth_daemon.daemon.worker.runs import RunTable
 
 if TYPE_CHECKING:
     from sloth_daemon.daemon.worker.spawner import Spawner
@@ -44,17 +45,16 @@ class Withdrawals:
         self._waiting: list[tuple[list[Run], asyncio.Future[None]]] = []
 
     def undecided(self, run: Run) -> bool:
-        return run.pid is None and run.outcome is None and self.running.get(run.job.id) is run
+        return run.stage in NOT_STARTED and self.running.get(run.job.id) is run
 
     def ask(self, runs: Iterable[Run], *, hold: bool = False) -> list[Run]:
         """Ask the spawner to withdraw each undecided run of ``runs`` (once:
         one already being taken back keeps its question); the undecided.
-        ``hold``: their outcomes wait (Run.deciding) until the caller is done."""
+        ``hold``: their outcomes wait (Run.cancelling) until the caller is done."""
         out = [r for r in runs if self.undecided(r)]
         for run in out:
-            run.deciding = run.deciding or hold
-            if not run.unspawning:
-                run.unspawning = True
+            run.cancelling = run.cancelling or hold
+            if run.withdraw():
                 self.spawner.unspawn(run.token)
         return out
 
