@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, ValuesView
 from sloth_daemon.clock import ClockReadings
 from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError
 from sloth_daemon.daemon.worker.lifecycle import Run, boot_of
-from sloth_daemon.daemon.worker.spawner import Outcome
 
 if TYPE_CHECKING:
     from sloth_daemon.queue import Queue
@@ -147,28 +146,3 @@ class RunTable:
             if r.outcome is None and not r.pending:  # a job added --slots N counts N (daemon/worker/gates.py)
                 used[r.job.lane] = used.get(r.job.lane, 0) + (r.job.gate or {}).get("slots", 1)
         return used
-
-
-class Sink:
-    """Routes a spawner's news about one run back to the worker."""
-
-    def __init__(self, worker: Any, run: Run) -> None:
-        self.w, self.run = worker, run
-
-    def started(self, pid: int, identity: dict[str, Any]) -> None:
-        self.w.on_started(self.run, pid, identity)
-
-    def spawn_failed(self, message: str, retry: bool, resource: bool = False) -> None:
-        self.w.on_spawn_failed(self.run, message, retry, resource)
-
-    def exited(self, outcome: Outcome) -> None:
-        self.w.on_exited(self.run, outcome)
-
-    def frozen(self, why: str) -> None:
-        self.w.on_frozen(self.run, why)
-
-    def taken_back(self) -> None:
-        self.w.on_taken_back(self.run)
-
-    def noted(self, what: str, message: str) -> None:
-        self.w.on_noted(self.run, what, message)
