@@ -33,9 +33,10 @@ from sloth_daemon.clock import ClockReadings, Clocks
 from sloth_daemon.config import Settings
 from sloth_daemon.daemon.conditions import Conditions
 from sloth_daemon.daemon.limits import Postponement
-from sloth_daemon.daemon.resources import Resources, environment
+from sloth_daemon.daemon.resources import Resources
 from sloth_daemon.daemon.worker.actions import Actions
 from sloth_daemon.daemon.worker.adoption import Adopter
+from sloth_daemon.daemon.worker.claiming import Claims
 from sloth_daemon.daemon.worker.clockwatch import ClockWatch
 from sloth_daemon.daemon.worker.conditionwatch import ConditionWatch
 from sloth_daemon.daemon.worker.gates import Gates
@@ -45,12 +46,12 @@ from sloth_daemon.daemon.worker.lifecycle import Ending, Run, Stage, Why
 from sloth_daemon.daemon.worker.news import Hearing
 from sloth_daemon.daemon.worker.pausing import Pauser
 from sloth_daemon.daemon.worker.pipeline import PACE_S, TAKE_BACK_WAIT_S, Pipeline
-from sloth_daemon.daemon.worker.recording import CLAIM_RETRY_S, Recorder
-from sloth_daemon.daemon.worker.runs import RunTable, ran_here, term_lead, this_host, trust_until, worker_name
+from sloth_daemon.daemon.worker.recording import Recorder
+from sloth_daemon.daemon.worker.runs import RunTable, spawn_request, this_host, worker_name
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.daemon.worker.spawner import Spawner, SpawnRequest
 from sloth_daemon.daemon.worker.withdrawal import Withdrawals
-from sloth_daemon.errors import SlothError, StorageError
+from sloth_daemon.errors import SlothError
 from sloth_daemon.keeper.jobenv import JobEnvs
 from sloth_daemon.models import Batch, Job
 from sloth_daemon.queue import Queue
@@ -63,7 +64,7 @@ FIRST_PRUNE_S = 60.0
 class Worker:
     """The loop (see the module docstring) and what it composes.
 
-    Its own state: when it next claims and prunes, and whether it stops.
+    Its own state: when it next prunes; its tasks.
     Given by the composition root: the queue, the spawner, the clocks, the
     clock watch (``clock``), the queue's clock (``queue_time``: a shared
     queue's server), who hears of every job it changes (``on_change``) and
@@ -73,6 +74,7 @@ class Worker:
       - ``lanes``: concurrency and pauses (lanes.py);
       - ``leases``: heartbeats and renewals after a sleep (leases.py);
       - ``withdrawals``: runs not heard started, decided by the keeper (withdrawal.py);
+      - ``claims``: what to claim and when, stopped when the worker stops (claiming.py);
       - ``recorder``: a turn's claims and outcomes written, the group commit (recording.py);
       - ``pipeline``: successors pending in the keeper, pacing, short lanes (pipeline.py);
       - ``pauser``: running jobs paused and continued on request (pausing.py);
@@ -97,9 +99,7 @@ class Worker:
         self.places = None if places is None else list(places)  # daemon/shared/member.py: what may run here
         self.clock = clock or ClockWatch(clocks, interval_s=settings.clock_check_s)
         awake = clocks.read().awake
-        self.stopping = False
         self._next_prune = awake + FIRST_PRUNE_S
-        self._next_due: float | None = None  # from the last claim_due()
         self._tasks: set[asyncio.Task[Any]] = set()
         self.postponed = Postponement()  # claims held after a spawn failed for want of resources
         self.envs = JobEnvs()
@@ -108,18 +108,9 @@ class Worker:
         self.signals = Signals(on_change, self.withdrawals.heard)
         self.lanes = Lanes(queue, settings, host=None if places is None else self.host)
         self.leases = Leases(queue, spawner, self.running, clocks, end=self.end, queue_time=queue_time)
-        self.recorder = Recorder(queue, spawner, self.running, self.signals, claims_lost=self._claim_later,
-                                 commit_delay_s=commit_delay_s)
         self.pipeline = Pipeline(queue, spawner, self.running, self.lanes, clocks, self.withdrawals, self.signals,
                                  name=self.name, places=self.places)
         self.pauser = Pauser(queue, spawner, self.running, self.signals)
-        self.hearing = Hearing(queue, self.running, clocks, self.signals, self.withdrawals, self.pipeline,
-                               self.postponed, self.leases, self.clock, end=self.end, instance=instance,
-                               name=self.name)
-        self.adopter = Adopter(queue, spawner, self.running, self.pipeline, self.signals, clocks,
-                               sink=self.hearing.sink, name=self.name, host=self.host, reattached=self.pauser.adopted)
-        self.actions = Actions(queue, self.running, self.lanes, self.withdrawals, self.recorder, self.pipeline,
-                               self.signals, clocks, end=self.end, log_path=log_path)
         self.gates = Gates(queue, self.running, self.lanes, settings,
                            conditions or Conditions(max_age_s=settings.conditions_check_s),
                            resources or Resources(settings.resources), places=self.places,
@@ -127,6 +118,17 @@ class Worker:
                            meta_key="cond_paused" if places is None else f"cond_paused@{self.host}")
         self.watch = ConditionWatch(self.gates, self.pauser, self.signals, clocks, settings, end=self.end,
                                     spawn_task=self.spawn_task)
+        self.claims = Claims(queue, self.running, self.lanes, self.gates, self.pipeline, self.leases, self.watch,
+                             self.postponed, clocks, settings, name=self.name, places=self.places, begin=self._begin)
+        self.recorder = Recorder(queue, spawner, self.running, self.signals, claims_lost=self.claims.later,
+                                 commit_delay_s=commit_delay_s)
+        self.hearing = Hearing(queue, self.running, clocks, self.signals, self.withdrawals, self.pipeline,
+                               self.postponed, self.leases, self.clock, end=self.end, instance=instance,
+                               name=self.name)
+        self.adopter = Adopter(queue, spawner, self.running, self.pipeline, self.signals, clocks,
+                               sink=self.hearing.sink, name=self.name, host=self.host, reattached=self.pauser.adopted)
+        self.actions = Actions(queue, self.running, self.lanes, self.withdrawals, self.recorder, self.pipeline,
+                               self.signals, clocks, end=self.end, log_path=log_path)
 
     def spawn_task(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run ``coro`` on the loop, keeping a reference (the loop keeps only weak ones)."""
@@ -145,7 +147,7 @@ class Worker:
             self.gates.sweep()
         except Exception:  # a broken database, a row another machine wrote: the loop below must still run
             log.exception("cannot judge held jobs again")
-        while not self.stopping:
+        while not self.claims.stopped:
             self.signals.event.clear()
             try:
                 self.turn()
@@ -155,7 +157,7 @@ class Worker:
             except Exception:  # a bug must not take the daemon (and its jobs) down
                 log.exception("worker turn failed")
                 await asyncio.sleep(1.0)
-            if self.stopping:
+            if self.claims.stopped:
                 break
             if self.pipeline.paced():  # a burst: the keeper has work in hand; let a few more ends come in
                 await asyncio.sleep(PACE_S)
@@ -186,12 +188,12 @@ class Worker:
         self.leases.heartbeat_due(r)
         self.pipeline.take_back_due(r.awake)
         self.watch.watch(r)
-        claim = self.signals.look or (self._next_due is not None and self._next_due <= self.leases.now(r))
+        claim = self.signals.look or self.claims.due(r)
         self.signals.look = False  # a turn for a heartbeat or an fsync alone skips the claim queries
         # a job queued, released, retried or due behind a gate already told is told why it waits too
         self.gates.retell = claim
         # claims and outcomes: one transaction (recording.py)
-        self.recorder.write_turn(r, self.claim_due if claim else None)
+        self.recorder.write_turn(r, self.claims.claim if claim else None)
         self.hearing.record_starts(r.awake)
         if r.awake >= self._next_prune:
             self._next_prune = r.awake + PRUNE_EVERY_S
@@ -208,77 +210,26 @@ class Worker:
         deadlines += [run.record_after - r.awake for run in self.running.values()  # a write to try again
                       if run.stage is Stage.ENDED and not run.write_waits]
         deadlines += self.hearing.start_deadlines(r.awake)
-        if self.may_claim() and self._next_due is not None:
-            deadlines.append(self._next_due - self.leases.now(r))
-        if (look := self.watch.deadline(r)) is not None:
-            deadlines.append(look)
+        deadlines += [d for d in (self.claims.deadline(r), self.watch.deadline(r)) if d is not None]
         if self.postponed.holds(r.awake):
             deadlines.append(self.postponed.until - r.awake)
         if self.recorder.commits.due_at is not None:  # an fsync
             deadlines.append(self.recorder.commits.due_at - r.awake)
         return max(0.0, min(deadlines))
 
-    # ---------------------------------------------------------------- claim
+    # ---------------------------------------------------------------- start
     def slots_in_use(self) -> dict[str, int]:
         """lane -> runs that hold a slot (RunTable.slots_in_use)."""
         return self.running.slots_in_use()
 
-    def may_claim(self) -> bool:
-        return not (self.lanes.paused_all or self.stopping or self.postponed.holds(self.clocks.read().awake))
-
-    def claim_due(self, r: ClockReadings) -> None:
-        try:
-            self._claim_due(r)
-            self.watch.looked(r)
-            if self.may_claim():
-                self.pipeline.claim_successors(r, self._begin, self.gates.reserved)
-        except StorageError as e:  # locked by another process, disk full: claim later, do the rest now
-            log.warning("not claiming for now: %s", e.message)
-            self._claim_later(r)
-
-    def _claim_later(self, r: ClockReadings) -> None:
-        """A claim the database refused (or a unit of claims it did not keep): again in CLAIM_RETRY_S."""
-        self._next_due = self.leases.now(r) + CLAIM_RETRY_S
-
-    def _claim_due(self, r: ClockReadings) -> None:
-        self._next_due = None
-        waiting_lanes = self.gates.lanes_waiting() if self.settings.lane_when else set()
-        while self.may_claim():
-            # A read-only look first: an empty claim would still cost a write
-            # transaction, and this answer is also when to wake up next.
-            blocked = self.lanes.blocked(self.running.slots_in_use()) | waiting_lanes
-            mine = set(self.running)  # never re-issue our own live or unrecorded jobs to ourselves
-            gated, reserved = self.gates.pick(blocked, mine)  # jobs with conditions, needs, slots (gates.py)
-            blocked |= reserved
-            due = self.queue.next_due_at(exclude_lanes=blocked, exclude_ids=mine, places=self.places)
-            later = self.gates.later
-            self._next_due = due if later is None or (due is not None and due < later) else later
-            if gated is None and (due is None or due > self.leases.now(r)):
-                return
-            job = self.queue.claim(self.name, exclude_lanes=blocked, exclude_ids=mine, places=self.places,
-                                   gated=None if gated is None else (gated[0].id, gated[1]))
-            if job is None:
-                return  # another process took it
-            self._begin(Run(job, job.token or "", job.attempts), r)
-
     def _begin(self, run: Run, claimed: ClockReadings) -> None:
         """A run of a job claimed at ``claimed``: held, its spawn sent once the claim is in."""
         self.recorder.claimed(run)
-        job = run.job
         self.running.add(run)
         run.renewed(claimed)
         run.started_awake = claimed.awake  # young from now (pipeline.py); a start heard renews it
-        extra = {"SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_ATTEMPT": str(run.attempt), "SLOTH_JOB_TOKEN": run.token,
-                 "SLOTH_FENCE_TOKEN": run.token, **environment(job.tokens)}
-        req = SpawnRequest(
-            key=run.token, job_id=job.id, attempt=run.attempt, argv=job.command, cwd=job.cwd,
-            env=self.envs.base(job.env), env_extra=extra, log_path=self.log_path(job.id, run.attempt),
-            log_cap=self.settings.log_cap_bytes,
-            timeout_s=job.timeout_s, kill_grace_s=self.settings.kill_grace_s, previous=ran_here(job.runner, self.host),
-            trust_until=trust_until(claimed, job.lease_s),
-            term_lead_s=term_lead(job.lease_s, self.settings.kill_grace_s),
-            after=run.after.token if run.after is not None else None,
-            keep_awake=job.keep_awake, limits=job.limits)
+        req = spawn_request(run, claimed, self.settings, env=self.envs.base(run.job.env),
+                            log_path=self.log_path(run.job.id, run.attempt), host=self.host)
         self.recorder.after_commit(self._send_spawn, run, req)  # never before the claim is in
 
     def _send_spawn(self, run: Run, req: SpawnRequest) -> None:
@@ -305,7 +256,7 @@ class Worker:
         claimed, as the keeper decides (withdrawal.py): it is asked first,
         and a run it had started meanwhile is then ended (or kept) as one
         that runs, and recorded as it ran."""
-        self.stopping = True
+        self.claims.stopped = True
         self.watch.stop()
         self.wake()
         if keep_jobs:
@@ -395,7 +346,7 @@ class Worker:
         heartbeat, kill or prune the new limits. Returns notes on lanes whose
         `sloth lane set` value the new config replaces and on jobs it held
         because this machine can no longer run them (Gates.sweep)."""
-        self.settings = self.watch.settings = settings
+        self.settings = self.watch.settings = self.claims.settings = settings
         self.clock.interval_s = settings.clock_check_s
         self.queue.lease_s, self.queue.max_attempts = settings.lease_s, settings.max_attempts
         self.queue.backoff_cap_s = settings.backoff_cap_s

@@ -1,20 +1,24 @@
-"""What the worker knows of one attempt it holds (:class:`Run`), the table
-of those it holds (:class:`RunTable`), and the small rules the worker, its
-adoption of surviving runs and its settling of outcomes share: worker
-names, trust deadlines, the delay before retrying a write that failed."""
+"""The table of the runs the worker holds (:class:`RunTable`; a run's own
+stages are lifecycle.py's), and the small rules the worker, its adoption
+of surviving runs and its settling of outcomes share: worker names, trust
+deadlines, what a run's spawn asks for, its start written."""
 
 from __future__ import annotations
 
 import math
 import os
 import socket
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, ValuesView
 
 from sloth_daemon.clock import ClockReadings
 from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError
+from sloth_daemon.daemon.resources import environment
 from sloth_daemon.daemon.worker.lifecycle import Run, boot_of
+from sloth_daemon.daemon.worker.spawner import SpawnRequest
 
 if TYPE_CHECKING:
+    from sloth_daemon.config import Settings
     from sloth_daemon.queue import Queue
 
 WORKER_PREFIX = "sloth-daemon"
@@ -82,6 +86,21 @@ def term_lead(lease_s: float, kill_grace_s: float) -> float:
     """How long before a trust deadline the run gets SIGTERM (SIGKILL at it):
     the kill grace, but never so long that a renewal on time would be late."""
     return min(kill_grace_s, lease_s / 6)
+
+
+def spawn_request(run: Run, claimed: ClockReadings, settings: "Settings", *, env: dict[str, str],
+                  log_path: Path, host: str) -> SpawnRequest:
+    """What the spawner is asked to start for ``run``, claimed at ``claimed``
+    (``env``: the job's base environment; ``host``: this machine's name)."""
+    job = run.job
+    extra = {"SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_ATTEMPT": str(run.attempt), "SLOTH_JOB_TOKEN": run.token,
+             "SLOTH_FENCE_TOKEN": run.token, **environment(job.tokens)}
+    return SpawnRequest(
+        key=run.token, job_id=job.id, attempt=run.attempt, argv=job.command, cwd=job.cwd, env=env, env_extra=extra,
+        log_path=log_path, log_cap=settings.log_cap_bytes, timeout_s=job.timeout_s,
+        kill_grace_s=settings.kill_grace_s, previous=ran_here(job.runner, host),
+        trust_until=trust_until(claimed, job.lease_s), term_lead_s=term_lead(job.lease_s, settings.kill_grace_s),
+        after=run.after.token if run.after is not None else None, keep_awake=job.keep_awake, limits=job.limits)
 
 
 def record_start(queue: "Queue", run: Run) -> None:
