@@ -35,7 +35,7 @@ class Actions:
     """Users' requests on jobs and lanes. No state of its own; its
     collaborators: the queue, the worker's runs and lanes, the withdrawals
     (the keeper decides runs not heard started), the recorder (what is
-    known is recorded first), the pipeline (a pause takes held runs back),
+    known is recorded first), the pipeline (a pause takes pending runs back),
     signals, and ``end`` (the worker ends a run's tree: run, reason,
     grace_s or None for the kill_grace_s setting)."""
 
@@ -56,7 +56,7 @@ class Actions:
         not heard started. Raises as queue.cancel, or IllegalTransition if
         the keeper does not answer in time (nothing changed)."""
         runs = [r for r in self.running.values() if r.job.id == job_id]
-        res = await self._decided(runs, lambda ids, exclude: Batch([] if job_id in exclude else
+        res = await self._withdrawn_first(runs, lambda ids, exclude: Batch([] if job_id in exclude else
                                                                    [self.queue.cancel(job_id, message=message)]),
                                   Why.CANCELLED)
         if res.skipped:
@@ -86,7 +86,7 @@ class Actions:
             if decided is not None:
                 return self.queue.cancel_many(decided)
             return self.queue.cancel_many(ids, lane=lane, states=states, exclude=exclude)
-        return await self._decided(self._selected(ids, lane, states), write, Why.CANCELLED)
+        return await self._withdrawn_first(self._selected(ids, lane, states), write, Why.CANCELLED)
 
     async def kill(self, ids: Sequence[int], *, now: bool = False) -> Batch:
         """`sloth kill`: cancel running jobs (only), ending their trees at
@@ -97,7 +97,7 @@ class Actions:
         def write(decided: Sequence[int] | None, exclude: set[int]) -> Batch:
             todo = [i for i in (running if decided is None else decided) if i not in exclude]
             return self.queue.cancel_many(todo, message="killed by user") if todo else Batch([])
-        res = await self._decided(self._selected(running, None, None), write, Why.KILLED,
+        res = await self._withdrawn_first(self._selected(running, None, None), write, Why.KILLED,
                                   grace_s=0.0 if now else None)
         res.skipped[:0] = [(i, f"job {i} is {s}, not running") for i, s in states.items() if s != "running"]
         return res
@@ -115,12 +115,12 @@ class Actions:
             return []
         return [r for r in self.running.values() if lane is None or r.job.lane == lane]
 
-    async def _decided(self, runs: list[Run], write: Callable[[Sequence[int] | None, set[int]], Batch],
+    async def _withdrawn_first(self, runs: list[Run], write: Callable[[Sequence[int] | None, set[int]], Batch],
                        reason: Why, grace_s: float | None = None) -> Batch:
-        """``write(None, exclude)`` for the request but the jobs of undecided
+        """``write(None, exclude)`` for the request but the jobs of unstarted
         runs (the keeper is asked about those first), then, once the keeper
         has answered, ``write(ids, set())`` for those; the trees of running
-        ones are ended with ``reason``. A run still undecided after
+        ones are ended with ``reason``. A run still unstarted after
         WITHDRAW_WAIT_S is left as it is, skipped."""
         asked = self.withdrawals.ask(runs, hold=True)  # sent before this pass's kills: nothing they end starts it
         try:
@@ -207,7 +207,7 @@ class Actions:
 
     # --------------------------------------------------------------- lanes
     def pause(self, lane: str | None) -> None:
-        """Nothing more starts: a successor held in the keeper is taken back too (pipeline.py)."""
+        """Nothing more starts: a successor pending in the keeper is taken back too (pipeline.py)."""
         self.lanes.pause(lane)
         self.pipeline.take_back(None if lane is None else [lane])
 
@@ -219,7 +219,7 @@ class Actions:
         """Takes effect at the next turn, which comes at once: running jobs
         are never touched; freed or added slots fill."""
         out = self.lanes.set(lane, concurrency, create=create)
-        self.pipeline.take_back([lane])  # a held successor would start beside a lowered limit's runs
+        self.pipeline.take_back([lane])  # a pending successor would start beside a lowered limit's runs
         self.signals.wake()
         return out
 

@@ -9,11 +9,11 @@ the queue says a daemon of this host holds:
     if we had started it;
   - ended: adopted with its real exit status and end time, recorded by the
     next turn, not run again;
-  - pending (held to start after another run, pipeline.py): adopted as
+  - pending (to start after another run, pipeline.py): adopted as
     such behind that run and taken back at once (nothing it waits for is
     young any more): the queue gets it back as never claimed, unless it
     started meanwhile (then it is an ordinary run);
-  - held by the keeper but not ours in the queue (cancelled, or its lease
+  - kept by the keeper but not ours in the queue (cancelled, or its lease
     taken): ended, and its outcome acknowledged.
 A job the queue says we hold that no keeper knows lost its supervision with
 the keeper (a reboot, a power cut, everything killed): its leftover
@@ -52,16 +52,16 @@ class Adopter:
 
     def __init__(self, queue: "Queue", spawner: "Spawner", running: RunTable, pipeline: Pipeline, signals: Signals,
                  clocks: Clocks, *, sink: Callable[[Run], RunSink], name: str, host: str,
-                 reattached: Callable[[Run, dict[str, Any]], None] = lambda run, held: None) -> None:
+                 reattached: Callable[[Run, dict[str, Any]], None] = lambda run, kept: None) -> None:
         self.queue, self.spawner, self.running, self.pipeline = queue, spawner, running, pipeline
         self.signals, self.clocks = signals, clocks
         self.sink, self.name, self.host = sink, name, host
         self.reattached = reattached  # what else the keeper holds of a live run (a pause: pausing.py)
 
-    async def reconcile(self, held: list[dict[str, Any]], *, kill_grace_s: float) -> None:
-        """Match the runs the keeper lists (``held``) with the queue's; end
+    async def reconcile(self, kept: list[dict[str, Any]], *, kill_grace_s: float) -> None:
+        """Match the runs the keeper lists (``kept``) with the queue's; end
         what is neither's with ``kill_grace_s`` between SIGTERM and SIGKILL."""
-        by_key = {h["key"]: h for h in held if isinstance(h, dict) and isinstance(h.get("key"), str)}
+        by_key = {h["key"]: h for h in kept if isinstance(h, dict) and isinstance(h.get("key"), str)}
         # A run of ours the keeper no longer knows, and whose end we have not
         # heard: the keeper that ran it is gone (a new one answered).
         lost = [run for run in self.running.values() if run.token not in by_key and run.outcome is None]
@@ -79,16 +79,16 @@ class Adopter:
             else:
                 self._adopt(job, h, kill_grace_s)
         self._disown(list(by_key.values()), kill_grace_s)
-        self._link_pending(held)
+        self._link_pending(kept)
         await self._end_leftovers(orphaned, lost, kill_grace_s)
         self.signals.wake()
 
-    def _link_pending(self, held: list[dict[str, Any]]) -> None:
+    def _link_pending(self, kept: list[dict[str, Any]]) -> None:
         """Each pending run behind its predecessor where we hold both (else
         it counts as running: a slot, until it starts or is dropped), and
         taken back at once: no run it waits for is young any more."""
         by_token: dict[Any, Run] = {run.token: run for run in self.running.values()}
-        for h in (h for h in held if isinstance(h, dict) and h.get("state") == "pending"):
+        for h in (h for h in kept if isinstance(h, dict) and h.get("state") == "pending"):
             run, pred = by_token.get(h.get("key")), by_token.get(h.get("after"))
             if run is None or run.stage not in NOT_STARTED:
                 continue
@@ -123,9 +123,9 @@ class Adopter:
             self.spawner.trust([(run.token, trust_until(self.clocks.read(), run.job.lease_s))])
             self.reattached(run, h)
 
-    def _disown(self, held: list[dict[str, Any]], kill_grace_s: float) -> None:
-        """Runs the keeper holds that are not ours in the queue."""
-        for h in held:
+    def _disown(self, kept: list[dict[str, Any]], kill_grace_s: float) -> None:
+        """Runs the keeper keeps that are not ours in the queue."""
+        for h in kept:
             if h.get("state") == "exited":
                 self.spawner.ack([h["key"]])
             else:

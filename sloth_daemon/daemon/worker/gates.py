@@ -233,7 +233,7 @@ class Gates:
     def _walk(self, heads: Iterable[Job], reasons: dict[str, str | None],
               failed: set[str]) -> tuple[tuple[Job, Tokens | None] | None, set[str]]:
         """Step 3 of the module docstring; ``failed``: gates whose conditions do not hold."""
-        free = self.resources.free(self.held())
+        free = self.resources.free(self.tokens_in_use())
         idle = {name: list(toks) for name, toks in free.items()}  # free before any is kept for a job
         used = self.running.slots_in_use()
         reserved: set[str] = set()
@@ -269,7 +269,7 @@ class Gates:
             return (job, got or None), reserved
         return None, reserved
 
-    def held(self) -> list[Tokens]:
+    def tokens_in_use(self) -> list[Tokens]:
         """The tokens of every run this worker holds that has not ended."""
         return [r.job.tokens for r in self.running.values() if r.outcome is None and r.job.tokens]
 
@@ -333,4 +333,4 @@ class Gates:
     def status(self) -> dict[str, Any]:
         return {"watching": self.watching, "check_s": self.settings.conditions_check_s,
                 "waiting": {k: v for k, v in self.told.items() if v}, "lanes": dict(self.lanes.held_back),
-                "resources": self.resources.status(self.held()), "looks": self.conditions.looks}
+                "resources": self.resources.status(self.tokens_in_use()), "looks": self.conditions.looks}

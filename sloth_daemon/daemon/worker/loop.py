@@ -223,7 +223,7 @@ class Worker:
         return self.running.slots_in_use()
 
     def _begin(self, run: Run, claimed: ClockReadings) -> None:
-        """A run of a job claimed at ``claimed``: held, its spawn sent once the claim is in."""
+        """A run of a job claimed at ``claimed``: one of the runs, its spawn sent once the claim is in."""
         self.recorder.claimed(run)
         self.running.add(run)
         run.renewed(claimed)
@@ -287,9 +287,9 @@ class Worker:
         self.signals.on_change(job)
         self.wake()
 
-    async def reconcile(self, held: list[dict[str, Any]]) -> None:
+    async def reconcile(self, kept: list[dict[str, Any]]) -> None:
         """Take over the runs the keeper lists (adoption.py)."""
-        await self.adopter.reconcile(held, kill_grace_s=self.settings.kill_grace_s)
+        await self.adopter.reconcile(kept, kill_grace_s=self.settings.kill_grace_s)
 
     async def cancel(self, job_id: int) -> Job:
         return await self.actions.cancel(job_id)

@@ -8,7 +8,7 @@ keeper reports, not what the daemon asked: a run that ended by itself before
 an interruption reached it is recorded as it ended (never given back to run
 again). A run we ended because its lease was lost needs no write: our token
 is void. Nor does one whose job was cancelled, but for how a run it had
-started ended (event ``ended``). A run held behind another that was dropped
+started ended (event ``ended``). A run pending behind another that was dropped
 before it started (pipeline.py) never ran: its claim is undone, no trace.
 """
 

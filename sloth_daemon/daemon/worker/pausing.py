@@ -57,7 +57,7 @@ class Pauser:
         finally:
             for run in runs:
                 run.pause_asks -= 1
-            self.signals.event.set()  # an outcome held back meanwhile is written now
+            self.signals.event.set()  # an outcome that waited meanwhile is written now
         jobs: list[Job] = []
         for run in runs:
             res: dict[str, Any] = answer.get("runs", {}).get(run.token) or {}
@@ -125,10 +125,10 @@ class Pauser:
         self.signals.on_change(run.job)
         return run.job
 
-    def adopted(self, run: Run, held: dict[str, Any]) -> None:
+    def adopted(self, run: Run, kept: dict[str, Any]) -> None:
         """A run taken over from the keeper (adoption.py): the keeper's word
         on whether it is paused is the truth; the queue is made to agree."""
-        paused = bool(held.get("paused"))
+        paused = bool(kept.get("paused"))
         run.set_paused(paused)
         if run.job.paused != paused and run.outcome is None:
             try:

@@ -38,7 +38,7 @@ due job J as usual and asks the spawner to start J the moment R ends
   nothing is pending;
 - if the run at the head of a chain (the one that runs) still runs HOT_S
   after it started, the chain is taken back: the spawner drops each run
-  that has not started (``unspawn``) and the queue gets it back as if
+  that has not started (it is withdrawn: withdrawal.py) and the queue gets it back as if
   never claimed (``unclaim``: nothing ran, nothing in its history); if the
   head ended first, its successor started and is an ordinary run. So a
   long job holds successors for HOT_S at most;
@@ -46,7 +46,7 @@ due job J as usual and asks the spawner to start J the moment R ends
   stopping take pending runs back at once; a cancel, a kill and a daemon
   stopping first ask the spawner to withdraw every run not heard started
   and record only once it answered (withdrawal.py): the keeper decides
-  whether a held run starts, never the daemon's guess; a fence or a lost
+  whether a pending run starts, never the daemon's guess; a fence or a lost
   lease drops one in the spawner, which reports it ended unstarted
   (outcomes.py gives it back, or leaves it cancelled).
 
@@ -91,7 +91,7 @@ class Pipeline:
         self.clocks, self.withdrawals, self.signals = clocks, withdrawals, signals
         self.name, self.places = name, places
         self.short_lanes: dict[str, bool] = {}  # lane -> whether its last run ended within HOT_S of its start
-        self.held_n = 0  # runs sent to wait behind another, since start
+        self.pending_n = 0  # runs sent to wait behind another, since start
         self.taken_back_n = 0  # ... of which taken back unstarted
 
     def paced(self) -> bool:
@@ -104,7 +104,7 @@ class Pipeline:
     def may_lead(self, run: Run, awake: float, used: dict[str, int]) -> bool:
         """May ``run`` get a successor now: young, alone, in a full lane that
         runs, and known to the spawner -- started, or its spawn sent straight
-        out (not held itself, no earlier process of its job to end first),
+        out (not pending itself, no earlier process of its job to end first),
         so the spawner hears of it before of its successor?"""
         lane = run.job.lane
         # Not one being withdrawn: the spawner may have dropped it already,
@@ -131,7 +131,7 @@ class Pipeline:
                                    places=self.places)
             if job is None:
                 continue
-            self.held_n += 1
+            self.pending_n += 1
             run.successor = Run(job, job.token or "", job.attempts, after=run)
             begin(run.successor, r)
             if self.may_lead(run.successor, r.awake, used):
@@ -197,12 +197,12 @@ class Pipeline:
                 for r in self.running.values() if r.pending]
 
     def status(self) -> dict[str, object]:
-        return {"enabled": self.pipelines(), "hot_s": HOT_S, "depth": DEPTH, "held": self.held_n,
+        return {"enabled": self.pipelines(), "hot_s": HOT_S, "depth": DEPTH, "held": self.pending_n,
                 "taken_back": self.taken_back_n}
 
 
 def unlink(run: Run) -> None:
-    """A held run ended without starting (taken back, cancelled, fenced, its
+    """A pending run ended without starting (taken back, cancelled, fenced, its
     start failed): the run behind it now waits for the one it waited for,
     as in the spawner (keeper/held.py), so it still counts as pending (no
     slot, heartbeats, taken back in time)."""
