@@ -18,8 +18,8 @@ from sloth_daemon.errors import IllegalTransition, JobNotFound, LeaseLost, Sloth
 from sloth_daemon.daemon.worker.lanes import Lanes
 from sloth_daemon.daemon.worker.pipeline import Pipeline
 from sloth_daemon.daemon.worker.recording import Recorder
-from sloth_daemon.daemon.worker.lifecycle import Ending, Run, Why
-from sloth_daemon.daemon.worker.runs import RunTable
+from sloth_daemon.daemon.worker.lifecycle import Ending, Attempt, Why
+from sloth_daemon.daemon.worker.runs import Attempts
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.models import Batch, Job, state_name
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from sloth_daemon.clock import Clocks
     from sloth_daemon.daemon.worker.withdrawal import Withdrawals
 
-End = Callable[[Run, Ending, "float | None"], None]
+End = Callable[[Attempt, Ending, "float | None"], None]
 
 
 class Actions:
@@ -39,7 +39,7 @@ class Actions:
     signals, and ``end`` (the worker ends a run's tree: run, reason,
     grace_s or None for the kill_grace_s setting)."""
 
-    def __init__(self, queue: "Queue", running: RunTable, lanes: Lanes, withdrawals: "Withdrawals",
+    def __init__(self, queue: "Queue", running: Attempts, lanes: Lanes, withdrawals: "Withdrawals",
                  recorder: Recorder, pipeline: Pipeline, signals: Signals, clocks: "Clocks", *, end: End,
                  log_path: Callable[[int, int], Path]) -> None:
         self.queue, self.running, self.lanes, self.withdrawals = queue, running, lanes, withdrawals
@@ -102,7 +102,7 @@ class Actions:
         res.skipped[:0] = [(i, f"job {i} is {s}, not running") for i, s in states.items() if s != "running"]
         return res
 
-    def _selected(self, ids: Sequence[int] | None, lane: str | None, states: Sequence[str] | None) -> list[Run]:
+    def _selected(self, ids: Sequence[int] | None, lane: str | None, states: Sequence[str] | None) -> list[Attempt]:
         """Our runs of the jobs a request names (a selection's: running ones)."""
         if ids is not None:
             wanted = set(ids)
@@ -115,7 +115,7 @@ class Actions:
             return []
         return [r for r in self.running.values() if lane is None or r.job.lane == lane]
 
-    async def _withdrawn_first(self, runs: list[Run], write: Callable[[Sequence[int] | None, set[int]], Batch],
+    async def _withdrawn_first(self, runs: list[Attempt], write: Callable[[Sequence[int] | None, set[int]], Batch],
                        reason: Why, grace_s: float | None = None) -> Batch:
         """``write(None, exclude)`` for the request but the jobs of unstarted
         runs (the keeper is asked about those first), then, once the keeper
@@ -141,7 +141,7 @@ class Actions:
                                    "it started; nothing was changed") for r in stuck])
         return res
 
-    def _record_known(self, runs: list[Run]) -> None:
+    def _record_known(self, runs: list[Attempt]) -> None:
         """What the spawner told of ``runs`` before a cancel is recorded: the
         outcomes of those that ended (a job that finished is finished, not
         cancelled; one never started is given back) and the start of those
@@ -163,7 +163,7 @@ class Actions:
     def _ended(self, res: Batch, reason: Why, grace_s: float | None = None) -> Batch:
         for job in res.jobs:
             run = self.running.get(job.id)
-            if run is not None:  # one that ended, its outcome not written yet, is written for the cancel (Run.stop)
+            if run is not None:  # one that ended, its outcome not written yet, is written for the cancel (Attempt.stop)
                 self.end(run, Ending(reason), grace_s)
             self.signals.on_change(job)
         return res

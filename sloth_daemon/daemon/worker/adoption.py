@@ -31,8 +31,8 @@ from sloth_daemon.clock import Clocks
 from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError
 from sloth_daemon.models import Job
 from sloth_daemon.daemon.worker.pipeline import Pipeline
-from sloth_daemon.daemon.worker.lifecycle import NOT_STARTED, Run, Stage
-from sloth_daemon.daemon.worker.runs import RunTable, is_daemon_on_host, record_start, trust_until
+from sloth_daemon.daemon.worker.lifecycle import NOT_STARTED, Attempt, Stage
+from sloth_daemon.daemon.worker.runs import Attempts, is_daemon_on_host, record_start, trust_until
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.daemon.worker.spawner import Outcome, RunSink
 
@@ -50,9 +50,9 @@ class Adopter:
     as of its own), under the worker's ``name`` on ``host``; a pending one
     it hands to the pipeline to take back."""
 
-    def __init__(self, queue: "Queue", spawner: "Spawner", running: RunTable, pipeline: Pipeline, signals: Signals,
-                 clocks: Clocks, *, sink: Callable[[Run], RunSink], name: str, host: str,
-                 reattached: Callable[[Run, dict[str, Any]], None] = lambda run, kept: None) -> None:
+    def __init__(self, queue: "Queue", spawner: "Spawner", running: Attempts, pipeline: Pipeline, signals: Signals,
+                 clocks: Clocks, *, sink: Callable[[Attempt], RunSink], name: str, host: str,
+                 reattached: Callable[[Attempt, dict[str, Any]], None] = lambda run, kept: None) -> None:
         self.queue, self.spawner, self.running, self.pipeline = queue, spawner, running, pipeline
         self.signals, self.clocks = signals, clocks
         self.sink, self.name, self.host = sink, name, host
@@ -87,7 +87,7 @@ class Adopter:
         """Each pending run behind its predecessor where we hold both (else
         it counts as running: a slot, until it starts or is dropped), and
         taken back at once: no run it waits for is young any more."""
-        by_token: dict[Any, Run] = {run.token: run for run in self.running.values()}
+        by_token: dict[Any, Attempt] = {run.token: run for run in self.running.values()}
         for h in (h for h in kept if isinstance(h, dict) and h.get("state") == "pending"):
             run, pred = by_token.get(h.get("key")), by_token.get(h.get("after"))
             if run is None or run.stage not in NOT_STARTED:
@@ -107,13 +107,13 @@ class Adopter:
             self._disown([h], kill_grace_s)
             return
         pid = _int(h.get("pid"))
-        run = Run(job, job.token or "", _int(h.get("attempt")) or job.attempts, pid=pid, adopted=True,
+        run = Attempt(job, job.token or "", _int(h.get("attempt")) or job.attempts, pid=pid, adopted=True,
                   stage=Stage.CLAIMED if pid is None else Stage.RUNNING)
         self.running.add(run)
         self.signals.on_change(job)
         self._reattach(run, h)
 
-    def _reattach(self, run: Run, h: dict[str, Any]) -> None:
+    def _reattach(self, run: Attempt, h: dict[str, Any]) -> None:
         self.spawner.attach(run.token, self.sink(run))
         if h.get("state") == "exited" and run.outcome is None:
             run.ended(Outcome.from_wire(h.get("outcome") or {}))
@@ -132,7 +132,7 @@ class Adopter:
                 log.warning("keeper run %s (job %s) is not ours in the queue; ending it", h["key"], h.get("job_id"))
                 self.spawner.kill(h["key"], "lease lost", kill_grace_s)
 
-    async def _end_leftovers(self, orphaned: list[Job], lost: list[Run], kill_grace_s: float) -> None:
+    async def _end_leftovers(self, orphaned: list[Job], lost: list[Attempt], kill_grace_s: float) -> None:
         """Jobs whose supervision is gone: end what is left of their
         processes (all at once, off the event loop), then give them back."""
         if not orphaned and not lost:

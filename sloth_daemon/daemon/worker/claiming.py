@@ -19,10 +19,10 @@ from sloth_daemon.daemon.worker.conditionwatch import ConditionWatch
 from sloth_daemon.daemon.worker.gates import Gates
 from sloth_daemon.daemon.worker.lanes import Lanes
 from sloth_daemon.daemon.worker.leases import Leases
-from sloth_daemon.daemon.worker.lifecycle import Run
+from sloth_daemon.daemon.worker.lifecycle import Attempt
 from sloth_daemon.daemon.worker.pipeline import Pipeline
 from sloth_daemon.daemon.worker.recording import CLAIM_RETRY_S
-from sloth_daemon.daemon.worker.runs import RunTable
+from sloth_daemon.daemon.worker.runs import Attempts
 from sloth_daemon.errors import StorageError
 
 if TYPE_CHECKING:
@@ -35,9 +35,9 @@ class Claims:
     """State: when due work is next (``next_due``) and whether claims have
     stopped. ``begin(run, r)``: the worker's start of a run it claimed."""
 
-    def __init__(self, queue: "Queue", running: RunTable, lanes: Lanes, gates: Gates, pipeline: Pipeline,
+    def __init__(self, queue: "Queue", running: Attempts, lanes: Lanes, gates: Gates, pipeline: Pipeline,
                  leases: Leases, watch: ConditionWatch, postponed: Postponement, clocks: Clocks, settings: Settings,
-                 *, name: str, places: list[str] | None, begin: Callable[[Run, ClockReadings], None]) -> None:
+                 *, name: str, places: list[str] | None, begin: Callable[[Attempt, ClockReadings], None]) -> None:
         self.queue, self.running, self.lanes, self.gates = queue, running, lanes, gates
         self.pipeline, self.leases, self.watch, self.postponed = pipeline, leases, watch, postponed
         self.clocks, self.settings, self.name, self.places, self.begin = clocks, settings, name, places, begin
@@ -85,4 +85,4 @@ class Claims:
                                    gated=None if gated is None else (gated[0].id, gated[1]))
             if job is None:
                 return  # another process took it
-            self.begin(Run(job, job.token or "", job.attempts), r)
+            self.begin(Attempt(job, job.token or "", job.attempts), r)

@@ -20,7 +20,7 @@ from sloth_daemon.clock import ClockReadings, Clocks
 from sloth_daemon.config import Settings
 from sloth_daemon.daemon.conditions import PowerEvents
 from sloth_daemon.daemon.worker.gates import Gates
-from sloth_daemon.daemon.worker.lifecycle import Ending, Run, Why
+from sloth_daemon.daemon.worker.lifecycle import Ending, Attempt, Why
 from sloth_daemon.daemon.worker.pausing import Pauser
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.errors import SlothError
@@ -37,7 +37,7 @@ class ConditionWatch:
     beside the loop)."""
 
     def __init__(self, gates: Gates, pauser: Pauser, signals: Signals, clocks: Clocks, settings: Settings, *,
-                 end: Callable[[Run, Ending], None],
+                 end: Callable[[Attempt, Ending], None],
                  spawn_task: Callable[[Coroutine[Any, Any, None]], None]) -> None:
         self.gates, self.pauser, self.signals, self.clocks = gates, pauser, signals, clocks
         self.settings, self.end, self.spawn_task = settings, end, spawn_task
@@ -87,7 +87,7 @@ class ConditionWatch:
     def stop(self) -> None:
         self.power_events.stop()
 
-    def _pause(self, run: Run, why: str | None) -> None:
+    def _pause(self, run: Attempt, why: str | None) -> None:
         """--on-lost pause: stop the run's tree (``why``), or continue it (None)."""
         try:
             asyncio.get_running_loop()
@@ -96,7 +96,7 @@ class ConditionWatch:
         self.gates.pausing.add(run.job.id)
         self.spawn_task(self._paused(run, why))
 
-    async def _paused(self, run: Run, why: str | None) -> None:
+    async def _paused(self, run: Attempt, why: str | None) -> None:
         resume = why is None
         try:
             done = await self.pauser.pause([run.job.id], resume=resume, why=why or "its conditions hold again")

@@ -45,8 +45,8 @@ from sloth_daemon.config import Settings
 from sloth_daemon.daemon.conditions import Conditions, Unobservable, kind_of, needs_power
 from sloth_daemon.daemon.resources import Resources, Tokens, needs_of
 from sloth_daemon.daemon.worker.lanes import Lanes
-from sloth_daemon.daemon.worker.lifecycle import Run
-from sloth_daemon.daemon.worker.runs import RunTable
+from sloth_daemon.daemon.worker.lifecycle import Attempt
+from sloth_daemon.daemon.worker.runs import Attempts
 from sloth_daemon.errors import BadRequest, SlothError
 from sloth_daemon.models import Job
 from sloth_daemon.protocol import dumps
@@ -60,7 +60,7 @@ class Gates:
     whether anything is watched, the parsed gates. Collaborators: the
     queue, the worker's runs and lanes, the conditions and resources."""
 
-    def __init__(self, queue: Queue, running: RunTable, lanes: Lanes, settings: Settings,
+    def __init__(self, queue: Queue, running: Attempts, lanes: Lanes, settings: Settings,
                  conditions: Conditions, resources: Resources, *, places: list[str] | None,
                  host: str | None = None, meta_key: str = "cond_paused") -> None:
         """``host``: on a shared queue, this machine's name (its jobs are
@@ -289,12 +289,12 @@ class Gates:
 
     # --------------------------------------------------------- running
     @staticmethod
-    def _lost_policy(run: Run) -> str | None:
+    def _lost_policy(run: Attempt) -> str | None:
         gate = run.job.gate or {}
         lost = gate.get("on_lost")
         return lost if lost in ("stop", "pause") and gate.get("when") and run.outcome is None else None
 
-    def lost(self) -> list[tuple[Run, str, str]]:
+    def lost(self) -> list[tuple[Attempt, str, str]]:
         """Runs under ``--on-lost stop`` or ``pause`` whose conditions no
         longer hold (a paused one is not listed again): (run, why, policy)."""
         out = []
@@ -308,7 +308,7 @@ class Gates:
                 out.append((run, why.removeprefix("waiting for ").removeprefix("waiting: "), policy))
         return out
 
-    def regained(self) -> list[Run]:
+    def regained(self) -> list[Attempt]:
         """Runs a lost condition paused whose conditions hold again."""
         return [run for run in list(self.running.values())
                 if run.job.id in self.cond_paused and run.paused and run.live and run.ending is None

@@ -11,9 +11,9 @@ import logging
 from typing import TYPE_CHECKING, Callable
 
 from sloth_daemon.clock import ClockReadings, Clocks
-from sloth_daemon.daemon.worker.lifecycle import Ending, Run, Why, boot_of
+from sloth_daemon.daemon.worker.lifecycle import Ending, Attempt, Why, boot_of
 from sloth_daemon.daemon.worker.recording import TIMER_SLACK_S
-from sloth_daemon.daemon.worker.runs import RENEW_RETRY_S, RunTable, record_start, renew_in, trust_until
+from sloth_daemon.daemon.worker.runs import RENEW_RETRY_S, Attempts, record_start, renew_in, trust_until
 from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError, StorageError
 
 if TYPE_CHECKING:
@@ -29,8 +29,8 @@ class Leases:
     not this machine's wall time (a shared queue's server: shared/member.py);
     ``end``: the worker's end of a run (Worker.end)."""
 
-    def __init__(self, queue: "Queue", spawner: "Spawner", running: RunTable, clocks: Clocks, *,
-                 end: Callable[[Run, Ending], None], queue_time: QueueTime | None = None) -> None:
+    def __init__(self, queue: "Queue", spawner: "Spawner", running: Attempts, clocks: Clocks, *,
+                 end: Callable[[Attempt, Ending], None], queue_time: QueueTime | None = None) -> None:
         self.queue, self.spawner, self.running, self.clocks = queue, spawner, running, clocks
         self.end, self.queue_time = end, queue_time
 
@@ -38,7 +38,7 @@ class Leases:
         """Now on the queue's clock (due times and leases are on it)."""
         return r.wall if self.queue_time is None else self.queue_time(r)
 
-    def renew_in(self, run: Run, r: ClockReadings) -> float:
+    def renew_in(self, run: Attempt, r: ClockReadings) -> float:
         return renew_in(run, r, wall_too=self.queue_time is None)
 
     def deadlines(self, r: ClockReadings) -> list[float]:
@@ -78,7 +78,7 @@ class Leases:
             except StorageError as e:  # the heartbeat tries again
                 log.warning("cannot renew job %d after %s: %s", run.job.id, why, e.message)
 
-    def thaw(self, run: Run, why: str) -> None:
+    def thaw(self, run: Attempt, why: str) -> None:
         """The keeper froze ``run``: the machine slept past its trust. Its
         lease renewed now (it thaws), or it ends if the lease is no longer ours."""
         r = self.clocks.read()

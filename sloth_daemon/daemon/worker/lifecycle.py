@@ -110,7 +110,7 @@ class Ending:
 
 
 @dataclass(eq=False)
-class Run:
+class Attempt:
     """One attempt this worker holds, from claim to durable outcome (see
     the module docstring): its stage and the data each stage has."""
 
@@ -129,8 +129,8 @@ class Run:
     record_tries: int = 0
     record_after: float = 0.0  # awake clock: when to try writing it again
     renew_at: float = 0.0  # boot clock: when its lease is renewed next
-    after: "Run | None" = None  # pending behind this run until it ends (pipeline.py)
-    successor: "Run | None" = None  # the run pending behind this one, if any (one at most, ever)
+    after: "Attempt | None" = None  # pending behind this run until it ends (pipeline.py)
+    successor: "Attempt | None" = None  # the run pending behind this one, if any (one at most, ever)
     cancelling: bool = False  # a cancel asked the keeper to withdraw it and writes it itself (withdrawal.py)
     pause_asks: int = 0  # pauses or resumes waiting for the keeper: their event goes before its outcome
 

@@ -42,12 +42,12 @@ from sloth_daemon.daemon.worker.conditionwatch import ConditionWatch
 from sloth_daemon.daemon.worker.gates import Gates
 from sloth_daemon.daemon.worker.lanes import Lanes
 from sloth_daemon.daemon.worker.leases import Leases, QueueTime
-from sloth_daemon.daemon.worker.lifecycle import Ending, Run, Stage, Why
+from sloth_daemon.daemon.worker.lifecycle import Ending, Attempt, Stage, Why
 from sloth_daemon.daemon.worker.news import Hearing
 from sloth_daemon.daemon.worker.pausing import Pauser
 from sloth_daemon.daemon.worker.pipeline import PACE_S, TAKE_BACK_WAIT_S, Pipeline
 from sloth_daemon.daemon.worker.recording import Recorder
-from sloth_daemon.daemon.worker.runs import RunTable, spawn_request, this_host, worker_name
+from sloth_daemon.daemon.worker.runs import Attempts, spawn_request, this_host, worker_name
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.daemon.worker.spawner import Spawner, SpawnRequest
 from sloth_daemon.daemon.worker.withdrawal import Withdrawals
@@ -69,7 +69,7 @@ class Worker:
     clock watch (``clock``), the queue's clock (``queue_time``: a shared
     queue's server), who hears of every job it changes (``on_change``) and
     the conditions' reader. Its parts, each with its own state:
-      - ``running``: the runs it holds (RunTable, runs.py), shared by all;
+      - ``running``: the runs it holds (Attempts, runs.py), shared by all;
       - ``signals``: job changes to watchers, wake-ups to the loop (signals.py);
       - ``lanes``: concurrency and pauses (lanes.py);
       - ``leases``: heartbeats and renewals after a sleep (leases.py);
@@ -103,7 +103,7 @@ class Worker:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.postponed = Postponement()  # claims held after a spawn failed for want of resources
         self.envs = JobEnvs()
-        self.running = RunTable()
+        self.running = Attempts()
         self.withdrawals = Withdrawals(spawner, self.running)  # what became of runs not heard started
         self.signals = Signals(on_change, self.withdrawals.heard)
         self.lanes = Lanes(queue, settings, host=None if places is None else self.host)
@@ -219,10 +219,10 @@ class Worker:
 
     # ---------------------------------------------------------------- start
     def slots_in_use(self) -> dict[str, int]:
-        """lane -> runs that hold a slot (RunTable.slots_in_use)."""
+        """lane -> runs that hold a slot (Attempts.slots_in_use)."""
         return self.running.slots_in_use()
 
-    def _begin(self, run: Run, claimed: ClockReadings) -> None:
+    def _begin(self, run: Attempt, claimed: ClockReadings) -> None:
         """A run of a job claimed at ``claimed``: one of the runs, its spawn sent once the claim is in."""
         self.recorder.claimed(run)
         self.running.add(run)
@@ -232,7 +232,7 @@ class Worker:
                             log_path=self.log_path(run.job.id, run.attempt), host=self.host)
         self.recorder.after_commit(self._send_spawn, run, req)  # never before the claim is in
 
-    def _send_spawn(self, run: Run, req: SpawnRequest) -> None:
+    def _send_spawn(self, run: Attempt, req: SpawnRequest) -> None:
         news = self.hearing.sink(run)
         try:
             self.spawner.spawn(req, news)
@@ -241,8 +241,8 @@ class Worker:
             news.spawn_failed(f"not started: internal error {e!r}", True)
 
     # ---------------------------------------------------------------- ending
-    def end(self, run: Run, ending: Ending, grace_s: float | None = None) -> None:
-        """End a run for ``ending`` (Run.stop): its process tree, if it has
+    def end(self, run: Attempt, ending: Ending, grace_s: float | None = None) -> None:
+        """End a run for ``ending`` (Attempt.stop): its process tree, if it has
         not ended, with ``grace_s`` between SIGTERM and SIGKILL (default:
         the kill_grace_s setting)."""
         if run.stop(ending):

@@ -15,9 +15,9 @@ from sloth_daemon.clock import Clocks
 from sloth_daemon.daemon.limits import Postponement
 from sloth_daemon.daemon.worker.clockwatch import ClockWatch
 from sloth_daemon.daemon.worker.leases import Leases
-from sloth_daemon.daemon.worker.lifecycle import Ending, Run, Why
+from sloth_daemon.daemon.worker.lifecycle import Ending, Attempt, Why
 from sloth_daemon.daemon.worker.pipeline import Pipeline, unlink
-from sloth_daemon.daemon.worker.runs import RunTable, record_start
+from sloth_daemon.daemon.worker.runs import Attempts, record_start
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.daemon.worker.spawner import Outcome
 from sloth_daemon.daemon.worker.withdrawal import Withdrawals
@@ -34,15 +34,15 @@ class Hearing:
     """The worker's parts the news of its runs acts on; no state of its
     own. ``instance`` and ``name``: the worker's, written with a start."""
 
-    def __init__(self, queue: "Queue", running: RunTable, clocks: Clocks, signals: Signals,
+    def __init__(self, queue: "Queue", running: Attempts, clocks: Clocks, signals: Signals,
                  withdrawals: Withdrawals, pipeline: Pipeline, postponed: Postponement, leases: Leases,
-                 clock: ClockWatch, *, end: Callable[[Run, Ending], None], instance: str, name: str) -> None:
+                 clock: ClockWatch, *, end: Callable[[Attempt, Ending], None], instance: str, name: str) -> None:
         self.queue, self.running, self.clocks, self.signals = queue, running, clocks, signals
         self.withdrawals, self.pipeline, self.postponed = withdrawals, pipeline, postponed
         self.leases, self.clock, self.end = leases, clock, end
         self.instance, self.name = instance, name
 
-    def sink(self, run: Run) -> "RunNews":
+    def sink(self, run: Attempt) -> "RunNews":
         return RunNews(self, run)
 
     def record_starts(self, awake: float) -> None:
@@ -69,7 +69,7 @@ class Hearing:
 class RunNews:
     """The spawner's news of one run (spawner.RunSink)."""
 
-    def __init__(self, hearing: Hearing, run: Run) -> None:
+    def __init__(self, hearing: Hearing, run: Attempt) -> None:
         self.h, self.run = hearing, run
 
     def started(self, pid: int, identity: dict[str, Any]) -> None:

@@ -19,12 +19,12 @@ from typing import Any
 from sloth_daemon.errors import IllegalTransition
 from sloth_daemon.models import Job
 from sloth_daemon.queue import Queue
-from sloth_daemon.daemon.worker.lifecycle import BY_REQUEST, NOTHING_TO_WRITE, Run, Why
+from sloth_daemon.daemon.worker.lifecycle import BY_REQUEST, NOTHING_TO_WRITE, Attempt, Why
 from sloth_daemon.daemon.worker.spawner import Outcome
 
 
 
-def record(queue: Queue, run: Run, outcome: Outcome, *, runner: dict[str, Any] | None = None,
+def record(queue: Queue, run: Attempt, outcome: Outcome, *, runner: dict[str, Any] | None = None,
            durable: bool = True) -> Job | None:
     """Write ``outcome`` under the run's lease (with the process identity
     ``runner`` if not yet written; without an fsync unless ``durable``); the
@@ -69,7 +69,7 @@ def record(queue: Queue, run: Run, outcome: Outcome, *, runner: dict[str, Any] |
     return queue.fail(jid, tok, message=message, exit_code=outcome.returncode, ended_at=at, retry=retry, **kw)
 
 
-def _replaced(queue: Queue, run: Run, outcome: Outcome, *, durable: bool) -> Job | None:
+def _replaced(queue: Queue, run: Attempt, outcome: Outcome, *, durable: bool) -> Job | None:
     try:
         job = queue.cancel(run.job.id, message=run.ending.text if run.ending else "")
     except IllegalTransition:  # finished meanwhile (a user's cancel): as it was
@@ -80,7 +80,7 @@ def _replaced(queue: Queue, run: Run, outcome: Outcome, *, durable: bool) -> Job
     return job
 
 
-def give_back(queue: Queue, run: Run, why: str, *, durable: bool) -> Job:
+def give_back(queue: Queue, run: Attempt, why: str, *, durable: bool) -> Job:
     """A claim whose run never started: undone where the queue can (unclaim),
     else given back as an interruption (the try refunded)."""
     unclaim = getattr(queue, "unclaim", None)

@@ -18,8 +18,8 @@ import logging
 from typing import TYPE_CHECKING, Any, Sequence
 
 from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError
-from sloth_daemon.daemon.worker.lifecycle import NOT_STARTED, Run
-from sloth_daemon.daemon.worker.runs import RunTable, record_start
+from sloth_daemon.daemon.worker.lifecycle import NOT_STARTED, Attempt
+from sloth_daemon.daemon.worker.runs import Attempts, record_start
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.models import Batch, Job, JobState
 
@@ -35,7 +35,7 @@ class Pauser:
     the spawner (the keeper), recording each change in the queue and
     telling watchers (``signals``)."""
 
-    def __init__(self, queue: "Queue", spawner: "Spawner", running: RunTable, signals: Signals) -> None:
+    def __init__(self, queue: "Queue", spawner: "Spawner", running: Attempts, signals: Signals) -> None:
         self.queue, self.spawner, self.running, self.signals = queue, spawner, running, signals
 
     async def pause(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
@@ -77,7 +77,7 @@ class Pauser:
         return Batch(jobs, skipped)
 
     def _select(self, ids: Sequence[int] | None, lane: str | None,
-                resume: bool) -> tuple[list[Run], list[tuple[int, str]]]:
+                resume: bool) -> tuple[list[Attempt], list[tuple[int, str]]]:
         skipped: list[tuple[int, str]] = []
         if ids is None:
             return [r for r in self.running.values() if r.live and not r.ending and r.paused == resume
@@ -97,7 +97,7 @@ class Pauser:
                 runs.append(run)
         return runs, skipped
 
-    def _record(self, run: Run, paused: bool, res: dict[str, Any], why: str | None = None) -> Job:
+    def _record(self, run: Attempt, paused: bool, res: dict[str, Any], why: str | None = None) -> Job:
         run.set_paused(paused)
         if paused:
             message = f"{res.get('processes', 0)} process(es) stopped; its lease and slot are kept"
@@ -125,7 +125,7 @@ class Pauser:
         self.signals.on_change(run.job)
         return run.job
 
-    def adopted(self, run: Run, kept: dict[str, Any]) -> None:
+    def adopted(self, run: Attempt, kept: dict[str, Any]) -> None:
         """A run taken over from the keeper (adoption.py): the keeper's word
         on whether it is paused is the truth; the queue is made to agree."""
         paused = bool(kept.get("paused"))

@@ -8,7 +8,7 @@ started less than HOT_S ago: a burst), the worker claims the lane's next
 due job J as usual and asks the spawner to start J the moment R ends
 (``SpawnRequest.after``). Meanwhile J is *pending*:
 
-- it holds its claim but no slot (Run.pending): a lane never runs more
+- it holds its claim but no slot (Attempt.pending): a lane never runs more
   processes than its concurrency; once R has ended J counts (it is
   starting, or its start failed and its outcome says so);
 - only in a lane whose last run ended within HOT_S of its start (or that
@@ -60,8 +60,8 @@ from typing import TYPE_CHECKING, Callable, Collection, Iterable
 
 from sloth_daemon.clock import ClockReadings, Clocks
 from sloth_daemon.daemon.worker.lanes import Lanes
-from sloth_daemon.daemon.worker.lifecycle import Run, Stage
-from sloth_daemon.daemon.worker.runs import RunTable
+from sloth_daemon.daemon.worker.lifecycle import Attempt, Stage
+from sloth_daemon.daemon.worker.runs import Attempts
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.daemon.worker.spawner import Outcome
 
@@ -85,7 +85,7 @@ class Pipeline:
     worker's runs and lanes, the clocks, the withdrawals (a stopping
     daemon's take-back) and signals (a run taken back wakes the loop)."""
 
-    def __init__(self, queue: "Queue", spawner: "Spawner", running: RunTable, lanes: Lanes, clocks: Clocks,
+    def __init__(self, queue: "Queue", spawner: "Spawner", running: Attempts, lanes: Lanes, clocks: Clocks,
                  withdrawals: "Withdrawals", signals: Signals, *, name: str, places: list[str] | None) -> None:
         self.queue, self.spawner, self.running, self.lanes = queue, spawner, running, lanes
         self.clocks, self.withdrawals, self.signals = clocks, withdrawals, signals
@@ -101,7 +101,7 @@ class Pipeline:
     def pipelines(self) -> bool:
         return bool(getattr(self.spawner, "pipelines", False)) and callable(getattr(self.queue, "unclaim", None))
 
-    def may_lead(self, run: Run, awake: float, used: dict[str, int]) -> bool:
+    def may_lead(self, run: Attempt, awake: float, used: dict[str, int]) -> bool:
         """May ``run`` get a successor now: young, alone, in a full lane that
         runs, and known to the spawner -- started, or its spawn sent straight
         out (not pending itself, no earlier process of its job to end first),
@@ -115,7 +115,7 @@ class Pipeline:
                 and self.short_lanes.get(lane, True)
                 and not self.lanes.is_paused(lane) and used.get(lane, 0) >= self.lanes.concurrency(lane))
 
-    def claim_successors(self, r: ClockReadings, begin: Callable[[Run, ClockReadings], None],
+    def claim_successors(self, r: ClockReadings, begin: Callable[[Attempt, ClockReadings], None],
                          skip_lanes: Collection[str] = ()) -> None:
         """Behind each run that may lead, the next due job of its lane (and
         behind that one, the next: DEPTH), each handed to ``begin`` (the
@@ -132,7 +132,7 @@ class Pipeline:
             if job is None:
                 continue
             self.pending_n += 1
-            run.successor = Run(job, job.token or "", job.attempts, after=run)
+            run.successor = Attempt(job, job.token or "", job.attempts, after=run)
             begin(run.successor, r)
             if self.may_lead(run.successor, r.awake, used):
                 leads.append(run.successor)
@@ -162,14 +162,14 @@ class Pipeline:
     def take_back_deadlines(self, awake: float) -> list[float]:
         return [self._take_back_at(run) - awake for run in self._pending()]
 
-    def run_ended(self, run: Run) -> None:
+    def run_ended(self, run: Attempt) -> None:
         """Its process ended, or it was dropped before it started (then the
         run behind it moves up: unlink)."""
         unlink(run)
         if run.pid is not None and not run.adopted:
             self.short_lanes[run.job.lane] = self.clocks.read().awake - run.started_awake < HOT_S
 
-    def on_taken_back(self, run: Run) -> None:
+    def on_taken_back(self, run: Attempt) -> None:
         """The spawner dropped it unstarted: give its claim back (settle)."""
         if run.outcome is None:
             self.taken_back_n += 1
@@ -177,14 +177,14 @@ class Pipeline:
             unlink(run)
         self.signals.wake()
 
-    def _pending(self) -> list[Run]:
+    def _pending(self) -> list[Attempt]:
         return [r for r in self.running.values() if r.pending and r.stage is Stage.CLAIMED and r.ending is None]
 
     @staticmethod
-    def _take_back_at(run: Run) -> float:
+    def _take_back_at(run: Attempt) -> float:
         return head(run).started_awake + HOT_S
 
-    def take_back_run(self, run: Run) -> None:
+    def take_back_run(self, run: Attempt) -> None:
         """Ask the spawner to drop ``run`` if it has not started (it hears ``taken_back``)."""
         run.withdraw()  # asked again if it was (an adoption: the keeper may not have heard)
         self.spawner.unspawn(run.token)
@@ -201,7 +201,7 @@ class Pipeline:
                 "taken_back": self.taken_back_n}
 
 
-def unlink(run: Run) -> None:
+def unlink(run: Attempt) -> None:
     """A pending run ended without starting (taken back, cancelled, fenced, its
     start failed): the run behind it now waits for the one it waited for,
     as in the spawner (keeper/held.py), so it still counts as pending (no
@@ -215,14 +215,14 @@ def unlink(run: Run) -> None:
     run.successor = None
 
 
-def head(run: Run) -> Run:
+def head(run: Attempt) -> Attempt:
     """The run a pending run's chain waits for (the one that runs)."""
     while run.pending and run.after is not None:
         run = run.after
     return run
 
 
-def depth(run: Run) -> int:
+def depth(run: Attempt) -> int:
     """How many runs of its chain wait before ``run`` starts (0: it is not pending)."""
     n = 0
     while run.pending and run.after is not None:

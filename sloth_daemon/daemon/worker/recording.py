@@ -22,8 +22,8 @@ from sloth_daemon.daemon.worker import outcomes
 from sloth_daemon.clock import ClockReadings
 from sloth_daemon.daemon.worker.durability import GroupCommit
 from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError, StorageError
-from sloth_daemon.daemon.worker.lifecycle import Run, Stage
-from sloth_daemon.daemon.worker.runs import RunTable
+from sloth_daemon.daemon.worker.lifecycle import Attempt, Stage
+from sloth_daemon.daemon.worker.runs import Attempts
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.daemon.worker.spawner import Outcome
 
@@ -47,13 +47,13 @@ class Recorder:
     queue makes the next turn look). ``claims_lost(r)``: a unit failed, so
     its claims never happened (the worker claims again a little later)."""
 
-    def __init__(self, queue: "Queue", spawner: "Spawner", running: RunTable, signals: Signals, *,
+    def __init__(self, queue: "Queue", spawner: "Spawner", running: Attempts, signals: Signals, *,
                  claims_lost: Callable[[ClockReadings], None], commit_delay_s: float = 0.0) -> None:
         self.queue, self.spawner, self.running, self.signals = queue, spawner, running, signals
         self.claims_lost = claims_lost
         self.commits = GroupCommit(queue, self._tell, delay_s=commit_delay_s)
         self._after_commit: list[Callable[[], None]] | None = None  # inside a unit: what waits for its commit
-        self._unit_claims: list[Run] = []
+        self._unit_claims: list[Attempt] = []
 
     def write_turn(self, r: ClockReadings, claim: Callable[[ClockReadings], None] | None) -> None:
         """Claim due work (``claim(r)``, if given) and record the outcomes
@@ -65,7 +65,7 @@ class Recorder:
                 claim(r)
             self.settle(r.awake)
             return
-        written: list[Run] = []
+        written: list[Attempt] = []
         self._after_commit, self._unit_claims = [], []
         try:
             with unit():
@@ -97,13 +97,13 @@ class Recorder:
         else:
             self._after_commit.append(lambda: fn(*args))
 
-    def claimed(self, run: Run) -> None:
+    def claimed(self, run: Attempt) -> None:
         """A run of a job this turn claimed: news to watchers, once committed."""
         if self._after_commit is not None:
             self._unit_claims.append(run)
         self.after_commit(self.signals.on_change, run.job)
 
-    def _unit_failed(self, r: ClockReadings, written: list[Run], e: StorageError) -> None:
+    def _unit_failed(self, r: ClockReadings, written: list[Attempt], e: StorageError) -> None:
         """None of the unit was kept: its claims never happened (nothing was
         sent), its outcomes are written again later."""
         log.error("this turn's claims and outcomes were not written: %s", e.message)
@@ -124,8 +124,8 @@ class Recorder:
         told (durability.py)."""
         self.tell_outcomes(awake, self.write_outcomes(awake))
 
-    def write_outcomes(self, awake: float, *, tried: list[Run] | None = None,
-                       durable: bool | None = None) -> list[Run]:
+    def write_outcomes(self, awake: float, *, tried: list[Attempt] | None = None,
+                       durable: bool | None = None) -> list[Attempt]:
         """Write the outcomes due; the runs tried (``written`` if it took),
         added to ``tried`` as they are (so a unit that fails undoes them all).
         ``durable`` None: the last write carries the fsync if the group
@@ -138,7 +138,7 @@ class Recorder:
             self._settle_one(run, run.outcome, awake, durable=last)  # type: ignore[arg-type]
         return tried
 
-    def tell_outcomes(self, awake: float, tried: list[Run], *, durable: bool | None = None) -> None:
+    def tell_outcomes(self, awake: float, tried: list[Attempt], *, durable: bool | None = None) -> None:
         """Hand the written outcomes to the group commit: told once durable.
         ``durable`` None: durable already if the last one tried was written
         with the fsync (not if it wrote nothing: its lease was lost)."""
@@ -151,7 +151,7 @@ class Recorder:
         if self.commits.due_at is not None and awake >= self.commits.due_at - TIMER_SLACK_S:
             self.commits.flush(awake)
 
-    def _tell(self, runs: list[Run]) -> None:
+    def _tell(self, runs: list[Attempt]) -> None:
         """Their outcomes are durable: the keeper may forget them, watchers hear."""
         self.spawner.ack([run.token for run in runs])
         for run in runs:
@@ -160,7 +160,7 @@ class Recorder:
             if run.written_job is not None:
                 self.signals.on_change(run.written_job)
 
-    def _settle_one(self, run: Run, outcome: Outcome, awake: float, *, durable: bool) -> None:
+    def _settle_one(self, run: Attempt, outcome: Outcome, awake: float, *, durable: bool) -> None:
         """Write one outcome (WRITTEN), or keep it for a later try (ENDED)."""
         if outcome.log_problem:
             log.warning("job %d attempt %d: %s", run.job.id, run.attempt, outcome.log_problem)

@@ -1,4 +1,4 @@
-"""The table of the runs the worker holds (:class:`RunTable`; a run's own
+"""The table of the runs the worker holds (:class:`Attempts`; a run's own
 stages are lifecycle.py's), and the small rules the worker, its adoption
 of surviving runs and its settling of outcomes share: worker names, trust
 deadlines, what a run's spawn asks for, its start written."""
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, ValuesView
 from sloth_daemon.clock import ClockReadings
 from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError
 from sloth_daemon.daemon.resources import environment
-from sloth_daemon.daemon.worker.lifecycle import Run, boot_of
+from sloth_daemon.daemon.worker.lifecycle import Attempt, boot_of
 from sloth_daemon.daemon.worker.spawner import SpawnRequest
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ def trust_until(sent: ClockReadings, lease_s: float) -> float:
     return boot_of(sent) + lease_s - max(FENCE_MARGIN_MIN_S, FENCE_MARGIN_SHARE * lease_s)
 
 
-def renew_in(run: Run, r: ClockReadings, *, wall_too: bool) -> float:
+def renew_in(run: Attempt, r: ClockReadings, *, wall_too: bool) -> float:
     """Seconds until the run's lease is renewed: a third into it by the boot
     clock, from when the last renewal was sent (``run.renew_at``), so a
     wall clock set wrong, here or on a database server, changes nothing.
@@ -88,7 +88,7 @@ def term_lead(lease_s: float, kill_grace_s: float) -> float:
     return min(kill_grace_s, lease_s / 6)
 
 
-def spawn_request(run: Run, claimed: ClockReadings, settings: "Settings", *, env: dict[str, str],
+def spawn_request(run: Attempt, claimed: ClockReadings, settings: "Settings", *, env: dict[str, str],
                   log_path: Path, host: str) -> SpawnRequest:
     """What the spawner is asked to start for ``run``, claimed at ``claimed``
     (``env``: the job's base environment; ``host``: this machine's name)."""
@@ -103,7 +103,7 @@ def spawn_request(run: Run, claimed: ClockReadings, settings: "Settings", *, env
         after=run.after.token if run.after is not None else None, keep_awake=job.keep_awake, limits=job.limits)
 
 
-def record_start(queue: "Queue", run: Run) -> None:
+def record_start(queue: "Queue", run: Attempt) -> None:
     """Write the run's process identity (its ``started`` event) if it is not
     written yet. Called before any other event of the run is written, so a
     history reads in the order things happened. Raises LeaseLost or
@@ -121,7 +121,7 @@ def record_start(queue: "Queue", run: Run) -> None:
         raise
 
 
-class RunTable:
+class Attempts:
     """The runs the worker holds, by job id: one per job at most, from its
     claim (or adoption) until its outcome is durable (or it is given back).
     Shared by the worker loop and its collaborators (recording, adoption,
@@ -129,22 +129,22 @@ class RunTable:
     dropped. Reads as a mapping (``get``, ``in``, ``[]``, ``values``)."""
 
     def __init__(self) -> None:
-        self._by_job: dict[int, Run] = {}
+        self._by_job: dict[int, Attempt] = {}
         # The dict's own: read on every turn and for every news of a run.
-        self.get: Callable[[int], Run | None] = self._by_job.get
-        self.values: Callable[[], ValuesView[Run]] = self._by_job.values
+        self.get: Callable[[int], Attempt | None] = self._by_job.get
+        self.values: Callable[[], ValuesView[Attempt]] = self._by_job.values
 
-    def add(self, run: Run) -> None:
+    def add(self, run: Attempt) -> None:
         """Hold ``run``: it replaces any older run of its job (a job cancelled, then retried)."""
         self._by_job[run.job.id] = run
 
-    def drop(self, run: Run) -> None:
+    def drop(self, run: Attempt) -> None:
         """Forget ``run`` if it is still the one held for its job (a
         cancelled-then-retried job may already have a newer run)."""
         if self._by_job.get(run.job.id) is run:
             del self._by_job[run.job.id]
 
-    def __getitem__(self, job_id: int) -> Run:
+    def __getitem__(self, job_id: int) -> Attempt:
         return self._by_job[job_id]
 
     def __contains__(self, job_id: object) -> bool:

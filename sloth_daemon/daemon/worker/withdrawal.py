@@ -17,7 +17,7 @@ answered for each run does the daemon write: a run that never started is given b
 cancelled as never started; a run that started is recorded as started,
 then cancelled or interrupted as a running job, and its end as it ended.
 
-A cancel holds the outcome of a run it withdrew (``Run.cancelling``): a
+A cancel holds the outcome of a run it withdrew (``Attempt.cancelling``): a
 run dropped unstarted must not be given back to the queue, and claimed
 again, before the cancel that asked for it is recorded.
 """
@@ -27,8 +27,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Iterable
 
-from sloth_daemon.daemon.worker.lifecycle import NOT_STARTED, Run
-from sloth_daemon.daemon.worker.runs import RunTable
+from sloth_daemon.daemon.worker.lifecycle import NOT_STARTED, Attempt
+from sloth_daemon.daemon.worker.runs import Attempts
 
 if TYPE_CHECKING:
     from sloth_daemon.daemon.worker.spawner import Spawner
@@ -41,17 +41,17 @@ class Withdrawals:
     its answers. ``running``: the worker's runs (a run no longer there is
     answered for: the worker has settled it)."""
 
-    def __init__(self, spawner: "Spawner", running: RunTable) -> None:
+    def __init__(self, spawner: "Spawner", running: Attempts) -> None:
         self.spawner, self.running = spawner, running
-        self._waiting: list[tuple[list[Run], asyncio.Future[None]]] = []
+        self._waiting: list[tuple[list[Attempt], asyncio.Future[None]]] = []
 
-    def unstarted(self, run: Run) -> bool:
+    def unstarted(self, run: Attempt) -> bool:
         return run.stage in NOT_STARTED and self.running.get(run.job.id) is run
 
-    def ask(self, runs: Iterable[Run], *, hold: bool = False) -> list[Run]:
+    def ask(self, runs: Iterable[Attempt], *, hold: bool = False) -> list[Attempt]:
         """Ask the spawner to withdraw each unstarted run of ``runs`` (once:
         one already being withdrawn keeps its question); the unstarted.
-        ``hold``: their outcomes wait (Run.cancelling) until the caller is done."""
+        ``hold``: their outcomes wait (Attempt.cancelling) until the caller is done."""
         out = [r for r in runs if self.unstarted(r)]
         for run in out:
             run.cancelling = run.cancelling or hold
@@ -59,7 +59,7 @@ class Withdrawals:
                 self.spawner.unspawn(run.token)
         return out
 
-    async def wait(self, runs: list[Run], wait_s: float | None = None) -> list[Run]:
+    async def wait(self, runs: list[Attempt], wait_s: float | None = None) -> list[Attempt]:
         """Until the keeper has answered for each of ``runs``, ``wait_s``
         (WITHDRAW_WAIT_S) at most; those still unstarted."""
         wait_s = WITHDRAW_WAIT_S if wait_s is None else wait_s

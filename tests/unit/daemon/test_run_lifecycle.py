@@ -9,7 +9,7 @@ import pytest
 
 from sloth_daemon.clock import ClockReadings
 from sloth_daemon.daemon.worker.lifecycle import (
-    MOVES, NOT_STARTED, Ending, IllegalRunMove, Run, Stage, Why,
+    MOVES, NOT_STARTED, Ending, IllegalRunMove, Attempt, Stage, Why,
 )
 from sloth_daemon.daemon.worker.spawner import Outcome
 from sloth_daemon.models import Job, JobState
@@ -20,9 +20,9 @@ def job(jid: int = 1) -> Job:
                not_before=0.0, token=f"t{jid}", worker="w", message="", created_at=0.0, updated_at=0.0, lease_s=30.0)
 
 
-def run_at(stage: Stage, jid: int = 1) -> Run:
+def run_at(stage: Stage, jid: int = 1) -> Attempt:
     """A run brought to ``stage`` by legal moves only."""
-    run = Run(job(jid), f"t{jid}", 1)
+    run = Attempt(job(jid), f"t{jid}", 1)
     path = {
         Stage.CLAIMED: [], Stage.WITHDRAWING: [run.withdraw], Stage.RUNNING: [lambda: run.started(7, 1.0)],
         Stage.PAUSED: [lambda: run.started(7, 1.0), lambda: run.set_paused(True)],
@@ -37,7 +37,7 @@ def run_at(stage: Stage, jid: int = 1) -> Run:
     return run
 
 
-def move(run: Run, to: Stage) -> None:
+def move(run: Attempt, to: Stage) -> None:
     """The one transition method that leads to ``to``."""
     {
         Stage.CLAIMED: lambda: run._move(Stage.CLAIMED),
