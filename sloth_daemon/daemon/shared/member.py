@@ -221,9 +221,7 @@ class Shared:
     def _cancelled(self, job_id: int) -> None:
         """A job was cancelled elsewhere: if it runs here, renew it now (the
         renewal fails, and the worker ends it)."""
-        run = self.worker.running.get(job_id) if self.worker is not None else None
-        if run is not None:
-            run.renew_at = float("-inf")
+        if self.worker is not None and self.worker.leases.renew_soon(job_id):
             self._wake()
 
     def after_jump(self) -> None:

@@ -44,6 +44,14 @@ class Leases:
     def deadlines(self, r: ClockReadings) -> list[float]:
         return [self.renew_in(run, r) for run in self.running.values() if run.renews]
 
+    def renew_soon(self, job_id: int) -> bool:
+        """Renew the lease of the job's run at the next turn (it was cancelled
+        elsewhere: the renewal fails, and the run ends); False if none runs here."""
+        run = self.running.get(job_id)
+        if run is not None:
+            run.renew_at = float("-inf")
+        return run is not None
+
     def heartbeat_due(self, r: ClockReadings) -> None:
         renewed: list[tuple[str, float]] = []
         for run in list(self.running.values()):
