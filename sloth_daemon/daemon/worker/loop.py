@@ -223,7 +223,7 @@ class Worker:
         return self.running.slots_in_use()
 
     def _begin(self, run: Attempt, claimed: ClockReadings) -> None:
-        """A run of a job claimed at ``claimed``: one of the runs, its spawn sent once the claim is in."""
+        """A run of a job claimed at ``claimed``: added to the runs, its spawn sent once the claim is in."""
         self.recorder.claimed(run)
         self.running.add(run)
         run.renewed(claimed)
