@@ -51,7 +51,7 @@ NM_CONNECTED_GLOBAL = 70  # NMState
 NM_CONNECTIVITY = {0: "unknown", 1: "no network", 2: "a captive portal", 3: "limited", 4: "full"}
 NM_METERED = {0: None, 1: True, 2: False, 3: True, 4: False}  # unknown, yes, no, guess-yes, guess-no
 
-Run = Callable[[Sequence[str]], str]  # argv -> its stdout; raises OSError or CalledProcessError
+RunCommand = Callable[[Sequence[str]], str]  # argv -> its stdout; raises OSError or CalledProcessError
 
 
 class Unobservable(BadRequest):
@@ -167,7 +167,7 @@ def parse_nmcli_metered(text: str) -> bool | None:
 class Bus:
     """Properties on the system bus, through busctl (else gdbus)."""
 
-    def __init__(self, run: Run = run_command, which: Callable[[str], str | None] = shutil.which) -> None:
+    def __init__(self, run: RunCommand = run_command, which: Callable[[str], str | None] = shutil.which) -> None:
         self.run, self.which = run, which
 
     def get(self, where: tuple[str, str, str], prop: str) -> int | bool | str:
@@ -195,7 +195,7 @@ class Observer:
     """Reads the machine (see the module docstring). Each method raises
     Unobservable when it cannot tell."""
 
-    def __init__(self, *, run: Run = run_command, which: Callable[[str], str | None] = shutil.which,
+    def __init__(self, *, run: RunCommand = run_command, which: Callable[[str], str | None] = shutil.which,
                  platform: str = sys.platform, power_root: Path = POWER_SUPPLY,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.run, self.which, self.platform, self.power_root = run, which, platform, power_root

@@ -45,7 +45,8 @@ class Control:
 
     def __init__(self, queue: Queue, worker: Worker, spawner: Spawner, paths: Paths, settings: Settings,
                  *, request_stop: Callable[..., None], instance: str,
-                 request_reload: Callable[[], dict[str, Any]] = _no_reload) -> None:
+                 request_reload: Callable[[], dict[str, Any]] = _no_reload, shared: Any = None,
+                 scheduler: Any = None, teller: Any = None) -> None:
         self.queue, self.worker, self.spawner = queue, worker, spawner
         self.logs = queue.logs  # the database's copies of attempt logs (a shared queue's), or None
         self.lanes, self.gates, self.running = worker.lanes, worker.gates, worker.running  # the worker's, named
@@ -54,9 +55,9 @@ class Control:
         self.instance = instance
         self.started_at = time.time()
         self._watchers: set[Watcher] = set()
-        self.shared: Any = None  # shared.Shared on a queue shared by several machines
-        self.scheduler: Any = None  # schedules.scheduler.Scheduler, once main.build made it
-        self.teller: Any = None  # tell.Teller (notifications, on_finish), once main.build made it
+        self.shared = shared  # shared.Shared on a queue shared by several machines
+        self.scheduler = scheduler  # schedules.scheduler.Scheduler
+        self.teller = teller  # tell.Teller (notifications, on_finish)
 
     # ------------------------------------------------------------ changes
     def job_changed(self, job: Job) -> None:

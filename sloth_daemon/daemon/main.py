@@ -35,7 +35,7 @@ import logging
 import os
 import signal
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from sloth_daemon import __version__
 from sloth_daemon import config
@@ -43,7 +43,7 @@ from sloth_daemon.text import log_to_stderr
 from sloth_daemon.backends.sqlite import identity
 from sloth_daemon.daemon import limits
 from sloth_daemon.keeper import timerfd
-from sloth_daemon.clock import SystemClocks
+from sloth_daemon.clock import Clocks, SystemClocks
 from sloth_daemon.daemon.control import Control
 from sloth_daemon.errors import ConfigError, DaemonAlreadyRunning, JobNotFound, SlothError, StorageError
 from sloth_daemon.daemon.sdnotify import Notifier
@@ -54,9 +54,11 @@ from sloth_daemon.daemon.server import Server
 from sloth_daemon.daemon.worker.runs import worker_name
 from sloth_daemon.daemon.supervision import KeeperSpawner
 from sloth_daemon.daemon.tell import Teller
+from sloth_daemon.daemon.worker.clockwatch import ClockWatch
 from sloth_daemon.daemon.worker.loop import Worker
 from sloth_daemon.daemon.schedules.scheduler import Ports, Scheduler, machine_id
 from sloth_daemon.models import ACTIVE_STATES
+from sloth_daemon.spec import JobSpec
 
 if TYPE_CHECKING:
     from sloth_daemon.daemon.shared.member import Shared
@@ -121,10 +123,12 @@ class Daemon:
 
     def __init__(self, *, paths: Paths, settings: config.Settings, queue: Queue, worker: Worker,
                  server: Server, keeper: KeeperSpawner, control: Control | None = None,
-                 teller: Teller | None = None, shared: "Shared | None" = None) -> None:
+                 teller: Teller | None = None, shared: "Shared | None" = None,
+                 clock_set: timerfd.ClockSetWatch | None = None) -> None:
         self.paths, self.settings = paths, settings
         self.queue, self.worker, self.server, self.keeper = queue, worker, server, keeper
         self.control, self.teller, self.shared = control, teller, shared
+        self.clock_set = clock_set  # the wall clock set, a resume: heard at once where Linux tells (timerfd)
         self.notifier = Notifier.from_env()
         self._stop = asyncio.Event()
         self.stop_reason = ""
@@ -192,7 +196,8 @@ class Daemon:
         if self.shared is not None:
             self.shared.start()  # a queue shared by several machines: its polls, wakeups, log shipping
         await self._listen()
-        watch = self._watch_clock(loop)
+        if self.clock_set is not None:
+            loop.add_reader(self.clock_set.fd, self._on_clock_set)
         notifier = self.notifier
         worker = loop.create_task(self.worker.run())
         tasks = [worker]
@@ -206,7 +211,7 @@ class Daemon:
         if worker in done and worker.exception() is not None:
             log.error("worker loop died: %r", worker.exception())
         notifier.stopping()
-        await self._drain(tasks, watch)
+        await self._drain(tasks)
         return 0 if worker not in done else 1
 
     async def _take_over(self) -> None:
@@ -224,14 +229,7 @@ class Daemon:
         self.paths.socket.unlink(missing_ok=True)  # stale: the instance lock proves nobody serves it
         await self.server.start(self.paths.socket)
 
-    def _watch_clock(self, loop: asyncio.AbstractEventLoop) -> timerfd.ClockSetWatch | None:
-        watch = timerfd.create()
-        if watch is not None:
-            self.worker.timerfd = True
-            loop.add_reader(watch.fd, self._on_clock_set, watch)
-        return watch
-
-    async def _drain(self, tasks: list[asyncio.Task[None]], watch: timerfd.ClockSetWatch | None) -> None:
+    async def _drain(self, tasks: list[asyncio.Task[None]]) -> None:
         await self.worker.shutdown(keep_jobs=self.keep_jobs)
         if self.shared is not None:
             await self.shared.close()
@@ -241,15 +239,15 @@ class Daemon:
             await self.teller.close()
         for t in tasks:
             t.cancel()
-        if watch is not None:
-            asyncio.get_running_loop().remove_reader(watch.fd)
-            watch.close()
+        if self.clock_set is not None:
+            asyncio.get_running_loop().remove_reader(self.clock_set.fd)
+            self.clock_set.close()
         self.paths.socket.unlink(missing_ok=True)
         self.queue.close()
         log.info("stopped")
 
-    def _on_clock_set(self, watch: timerfd.ClockSetWatch) -> None:
-        if watch.consume():
+    def _on_clock_set(self) -> None:
+        if self.clock_set is not None and self.clock_set.consume():
             self.worker.clock_changed()
 
 
@@ -280,33 +278,43 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
     host = shared.host if shared is not None else None
     keeper = KeeperSpawner(paths, name=worker_name(instance, host=host), check_s=settings.clock_check_s,
                            linger_s=settings.keeper_linger_s)
+    clock_set = timerfd.create()
+    clock = ClockWatch(clocks, interval_s=settings.clock_check_s, timerfd=clock_set is not None,
+                       after_jump=shared.after_jump if shared is not None else lambda: None)
+    # Each part is built whole, in the order they need each other; where two
+    # need each other (the worker tells Control of every change, Control
+    # asks the Daemon to stop), the later one is named in a closure.
+    control: Control
+    daemon: Daemon
     worker = Worker(queue, settings, keeper, clocks=clocks, log_path=paths.job_log, instance=instance,
-                    commit_delay_s=COMMIT_DELAY_S, host=host,
-                    places=shared.m.places if shared is not None else None)
-    stop, reload = _StopRelay(), _ReloadRelay()
-    control = Control(queue, worker, keeper, paths, settings, request_stop=stop, instance=instance,
-                      request_reload=reload)
-    worker.on_change = control.job_changed
+                    commit_delay_s=COMMIT_DELAY_S, host=host, places=shared.m.places if shared is not None else None,
+                    clock=clock, queue_time=shared.time.now if shared is not None else None,
+                    on_change=lambda job: control.job_changed(job))
+    queue.on_side_change = worker.side_change  # a dependent queued or cancelled by another's transition
     teller = Teller(settings, log_path=paths.job_log, lane_busy=queue.lane_busy)
-    control.watch(teller.job_changed)
-    control.teller = teller
     if shared is not None:
         shared.attach(worker, paths.job_log)
-        control.shared = shared
+    scheduler = compose_scheduler(queue, worker, clocks, shared, job=lambda d: control.validate([d], fired=True)[0],
+                                  place=lambda d: dict(control._placed(d)))
+    control = Control(queue, worker, keeper, paths, settings, instance=instance,
+                      request_stop=lambda reason, *, keep_jobs: daemon.request_stop(reason, keep_jobs=keep_jobs),
+                      request_reload=lambda: daemon.reload(), shared=shared, scheduler=scheduler, teller=teller)
+    control.watch(teller.job_changed)
+    if shared is not None:
         control.watch(shared.shipper.job_changed)
-    control.scheduler = compose_scheduler(queue, worker, control, clocks, shared)
     daemon = Daemon(paths=paths, settings=settings, queue=queue, worker=worker,
                     server=Server(control, max_connections=max_connections),
-                    keeper=keeper, control=control, teller=teller, shared=shared)
-    stop.target, reload.target = daemon.request_stop, daemon.reload
+                    keeper=keeper, control=control, teller=teller, shared=shared, clock_set=clock_set)
     return daemon
 
 
-def compose_scheduler(queue: Queue, worker: Worker, control: Control, clocks: SystemClocks,
-                      shared: "Shared | None") -> Scheduler:
+def compose_scheduler(queue: Queue, worker: Worker, clocks: Clocks, shared: "Shared | None", *,
+                      job: Callable[[Mapping[str, Any]], JobSpec],
+                      place: Callable[[dict[str, Any]], dict[str, Any]]) -> Scheduler:
     """The schedules (daemon/schedules/): fired on the queue's wall time,
-    their jobs checked and placed as an add's, re-armed by the clock watch;
-    on a shared queue re-read at each poll (another machine may change them)."""
+    their jobs checked (``job``) and placed (``place``) as an add's,
+    re-armed by the clock watch; on a shared queue re-read at each poll
+    (another machine may change them)."""
     def active(job_id: int) -> bool:
         try:
             return queue.get(job_id).state.value in ACTIVE_STATES
@@ -316,13 +324,11 @@ def compose_scheduler(queue: Queue, worker: Worker, control: Control, clocks: Sy
     def cancel(job_id: int, why: str) -> None:
         worker.spawn_task(_replace_quietly(worker, job_id, why))
 
-    ports = Ports(now=lambda: worker.queue_now(clocks.read()), active=active,
-                  job=lambda d: control.validate([d], fired=True)[0], place=lambda d: dict(control._placed(d)),
+    ports = Ports(now=lambda: worker.leases.now(clocks.read()), active=active, job=job, place=place,
                   queued=worker.wake, cancel=cancel)
     scheduler = Scheduler(queue.schedules, ports, machine=shared.host if shared is not None else machine_id(),
                           fixed_zone=shared is not None)
-    worker.clock_watchers.append(scheduler.clock_jumped)
-    worker.clock_checks.append(scheduler.zone_check)
+    worker.clock.listen(check=scheduler.zone_check, jump=scheduler.clock_jumped)
     if shared is not None:
         shared.polls.append(scheduler.reload)
     return scheduler
@@ -346,25 +352,6 @@ def _open_local(paths: Paths, settings: config.Settings, clocks: SystemClocks) -
         queue.close()
         raise
     return queue
-
-
-class _StopRelay:
-    """Breaks the cycle Control -> Daemon.request_stop -> (Daemon built last)."""
-
-    target: Callable[..., None] | None = None
-
-    def __call__(self, reason: str, *, keep_jobs: bool) -> None:
-        if self.target is not None:
-            self.target(reason, keep_jobs=keep_jobs)
-
-
-class _ReloadRelay:
-    target: Callable[[], dict[str, Any]] | None = None
-
-    def __call__(self) -> dict[str, Any]:
-        if self.target is None:
-            raise SlothError("the daemon is still starting", hint="Try again in a moment.")
-        return self.target()
 
 
 def main() -> int:

@@ -4,7 +4,7 @@ GPUs ``nvidia-smi -L`` lists when the file names no ``gpu``.
 
 A run holds the tokens it was given from its claim until its end, however
 it ends: they are written with its claim (the job row's ``tokens``), so
-what is in use is always what the runs this daemon holds hold (RunTable),
+what is in use is always what the runs this daemon holds hold (Attempts),
 adopted runs included -- a restarted daemon finds them held without a
 table of its own that could drift. The job gets them in its environment:
 ``SLOTH_<NAME>=1,3`` (and ``CUDA_VISIBLE_DEVICES`` for ``gpu``).

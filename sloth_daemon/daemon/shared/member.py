@@ -32,7 +32,7 @@ import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import psutil
 
@@ -49,7 +49,11 @@ from sloth_daemon.config import Settings, machine_name
 from sloth_daemon.errors import BadRequest, SlothError, StorageError
 from sloth_daemon.paths import Paths
 from sloth_daemon.daemon.resources import Resources, never_met
-from sloth_daemon.daemon.worker.runs import boot_of, worker_name
+from sloth_daemon.daemon.worker.lifecycle import boot_of
+from sloth_daemon.daemon.worker.runs import worker_name
+
+if TYPE_CHECKING:
+    from sloth_daemon.daemon.worker.loop import Worker
 
 log = logging.getLogger("sloth.shared")
 
@@ -135,7 +139,7 @@ class Shared:
     def __init__(self, machine: Machine, settings: Settings, clocks: Clocks) -> None:
         self.m, self.settings, self.clocks = machine, settings, clocks
         self.time = ServerTime()
-        self.worker: Any = None
+        self.worker: "Worker | None" = None
         self.listener: Any = None
         self.shipper: Any = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -149,13 +153,13 @@ class Shared:
     def describe(self) -> str:
         return f"{describe(self.m.url)} as host {self.host}"
 
-    def attach(self, worker: Any, log_path: Callable[[int, int], Path]) -> None:
-        """Wire the worker: its places, clock and jump hook; the log shipper."""
+    def attach(self, worker: "Worker", log_path: Callable[[int, int], Path]) -> None:
+        """The worker this machine runs (built with this queue's clock,
+        ``time.now``, and ``after_jump``): woken by polls and NOTIFY, its
+        resources published, its runs' logs shipped."""
         from sloth_daemon.daemon.shared.logship import LogShipper
 
         self.worker = worker
-        worker.queue_time = self.time.now
-        worker.after_jump = self.after_jump
         self.publish(worker.gates.resources)
         self.shipper = LogShipper(self.m.url, self.m.options, worker, log_path, self.settings.log_cap_bytes)
 
@@ -221,9 +225,7 @@ class Shared:
     def _cancelled(self, job_id: int) -> None:
         """A job was cancelled elsewhere: if it runs here, renew it now (the
         renewal fails, and the worker ends it)."""
-        run = self.worker.running.get(job_id) if self.worker is not None else None
-        if run is not None:
-            run.renew_at = float("-inf")
+        if self.worker is not None and self.worker.leases.renew_soon(job_id):
             self._wake()
 
     def after_jump(self) -> None:

@@ -18,7 +18,8 @@ from sloth_daemon.errors import IllegalTransition, JobNotFound, LeaseLost, Sloth
 from sloth_daemon.daemon.worker.lanes import Lanes
 from sloth_daemon.daemon.worker.pipeline import Pipeline
 from sloth_daemon.daemon.worker.recording import Recorder
-from sloth_daemon.daemon.worker.runs import Run, RunTable
+from sloth_daemon.daemon.worker.lifecycle import Ending, Attempt, Why
+from sloth_daemon.daemon.worker.runs import Attempts
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.models import Batch, Job, state_name
 
@@ -27,18 +28,18 @@ if TYPE_CHECKING:
     from sloth_daemon.clock import Clocks
     from sloth_daemon.daemon.worker.withdrawal import Withdrawals
 
-End = Callable[[Run, str, "float | None"], None]
+End = Callable[[Attempt, Ending, "float | None"], None]
 
 
 class Actions:
     """Users' requests on jobs and lanes. No state of its own; its
     collaborators: the queue, the worker's runs and lanes, the withdrawals
     (the keeper decides runs not heard started), the recorder (what is
-    known is recorded first), the pipeline (a pause takes held runs back),
+    known is recorded first), the pipeline (a pause takes pending runs back),
     signals, and ``end`` (the worker ends a run's tree: run, reason,
     grace_s or None for the kill_grace_s setting)."""
 
-    def __init__(self, queue: "Queue", running: RunTable, lanes: Lanes, withdrawals: "Withdrawals",
+    def __init__(self, queue: "Queue", running: Attempts, lanes: Lanes, withdrawals: "Withdrawals",
                  recorder: Recorder, pipeline: Pipeline, signals: Signals, clocks: "Clocks", *, end: End,
                  log_path: Callable[[int, int], Path]) -> None:
         self.queue, self.running, self.lanes, self.withdrawals = queue, running, lanes, withdrawals
@@ -55,22 +56,22 @@ class Actions:
         not heard started. Raises as queue.cancel, or IllegalTransition if
         the keeper does not answer in time (nothing changed)."""
         runs = [r for r in self.running.values() if r.job.id == job_id]
-        res = await self._decided(runs, lambda ids, exclude: Batch([] if job_id in exclude else
+        res = await self._withdrawn_first(runs, lambda ids, exclude: Batch([] if job_id in exclude else
                                                                    [self.queue.cancel(job_id, message=message)]),
-                                  "cancelled")
+                                  Why.CANCELLED)
         if res.skipped:
             raise IllegalTransition(res.skipped[0][1], hint="Try again in a moment.")
         return res.jobs[0]
 
     async def replace(self, job_id: int, why: str) -> None:
         """--overlap replace: end the job's run here and record it cancelled
-        (``why``, outcomes.REPLACED) once its process has ended, so that its
+        (``why``, Why.REPLACED) once its process has ended, so that its
         lane slot and the next occurrence (queued after it) wait for that and
         the two never run side by side. A job not running here (queued, or
         on another machine) is cancelled at once, with ``why``."""
         run = next((r for r in self.running.values() if r.job.id == job_id), None)
-        if run is not None and run.live and run.ending is None and not run.deciding:
-            self.end(run, why, None)
+        if run is not None and run.live and run.ending is None and not run.cancelling:
+            self.end(run, Ending(Why.REPLACED, why), None)
             return
         await self.cancel(job_id, message=why)
 
@@ -85,7 +86,7 @@ class Actions:
             if decided is not None:
                 return self.queue.cancel_many(decided)
             return self.queue.cancel_many(ids, lane=lane, states=states, exclude=exclude)
-        return await self._decided(self._selected(ids, lane, states), write, "cancelled")
+        return await self._withdrawn_first(self._selected(ids, lane, states), write, Why.CANCELLED)
 
     async def kill(self, ids: Sequence[int], *, now: bool = False) -> Batch:
         """`sloth kill`: cancel running jobs (only), ending their trees at
@@ -96,12 +97,12 @@ class Actions:
         def write(decided: Sequence[int] | None, exclude: set[int]) -> Batch:
             todo = [i for i in (running if decided is None else decided) if i not in exclude]
             return self.queue.cancel_many(todo, message="killed by user") if todo else Batch([])
-        res = await self._decided(self._selected(running, None, None), write, "killed",
+        res = await self._withdrawn_first(self._selected(running, None, None), write, Why.KILLED,
                                   grace_s=0.0 if now else None)
         res.skipped[:0] = [(i, f"job {i} is {s}, not running") for i, s in states.items() if s != "running"]
         return res
 
-    def _selected(self, ids: Sequence[int] | None, lane: str | None, states: Sequence[str] | None) -> list[Run]:
+    def _selected(self, ids: Sequence[int] | None, lane: str | None, states: Sequence[str] | None) -> list[Attempt]:
         """Our runs of the jobs a request names (a selection's: running ones)."""
         if ids is not None:
             wanted = set(ids)
@@ -114,12 +115,12 @@ class Actions:
             return []
         return [r for r in self.running.values() if lane is None or r.job.lane == lane]
 
-    async def _decided(self, runs: list[Run], write: Callable[[Sequence[int] | None, set[int]], Batch],
-                       reason: str, grace_s: float | None = None) -> Batch:
-        """``write(None, exclude)`` for the request but the jobs of undecided
+    async def _withdrawn_first(self, runs: list[Attempt], write: Callable[[Sequence[int] | None, set[int]], Batch],
+                       reason: Why, grace_s: float | None = None) -> Batch:
+        """``write(None, exclude)`` for the request but the jobs of unstarted
         runs (the keeper is asked about those first), then, once the keeper
         has answered, ``write(ids, set())`` for those; the trees of running
-        ones are ended with ``reason``. A run still undecided after
+        ones are ended with ``reason``. A run still unstarted after
         WITHDRAW_WAIT_S is left as it is, skipped."""
         asked = self.withdrawals.ask(runs, hold=True)  # sent before this pass's kills: nothing they end starts it
         try:
@@ -128,7 +129,7 @@ class Actions:
             stuck = await self.withdrawals.wait(asked) if asked else []
         finally:
             for run in asked:
-                run.deciding = False
+                run.cancelling = False
             self.signals.wake()
         decided = [r for r in asked if r not in stuck]
         if decided:  # no await from here to the write: nothing can claim them again in between
@@ -140,7 +141,7 @@ class Actions:
                                    "it started; nothing was changed") for r in stuck])
         return res
 
-    def _record_known(self, runs: list[Run]) -> None:
+    def _record_known(self, runs: list[Attempt]) -> None:
         """What the spawner told of ``runs`` before a cancel is recorded: the
         outcomes of those that ended (a job that finished is finished, not
         cancelled; one never started is given back) and the start of those
@@ -159,13 +160,11 @@ class Actions:
                     run.identity = ident
                     raise
 
-    def _ended(self, res: Batch, reason: str, grace_s: float | None = None) -> Batch:
+    def _ended(self, res: Batch, reason: Why, grace_s: float | None = None) -> Batch:
         for job in res.jobs:
             run = self.running.get(job.id)
-            if run is not None:
-                if run.outcome is not None and run.ending is None:  # it ended, its outcome not written yet:
-                    run.ending = reason  # the claim is void now; how it ended is noted if it had started
-                self.end(run, reason, grace_s)
+            if run is not None:  # one that ended, its outcome not written yet, is written for the cancel (Attempt.stop)
+                self.end(run, Ending(reason), grace_s)
             self.signals.on_change(job)
         return res
 
@@ -208,7 +207,7 @@ class Actions:
 
     # --------------------------------------------------------------- lanes
     def pause(self, lane: str | None) -> None:
-        """Nothing more starts: a successor held in the keeper is taken back too (pipeline.py)."""
+        """Nothing more starts: a successor pending in the keeper is taken back too (pipeline.py)."""
         self.lanes.pause(lane)
         self.pipeline.take_back(None if lane is None else [lane])
 
@@ -220,7 +219,7 @@ class Actions:
         """Takes effect at the next turn, which comes at once: running jobs
         are never touched; freed or added slots fill."""
         out = self.lanes.set(lane, concurrency, create=create)
-        self.pipeline.take_back([lane])  # a held successor would start beside a lowered limit's runs
+        self.pipeline.take_back([lane])  # a pending successor would start beside a lowered limit's runs
         self.signals.wake()
         return out
 

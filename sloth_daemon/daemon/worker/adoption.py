@@ -9,11 +9,11 @@ the queue says a daemon of this host holds:
     if we had started it;
   - ended: adopted with its real exit status and end time, recorded by the
     next turn, not run again;
-  - pending (held to start after another run, pipeline.py): adopted as
+  - pending (to start after another run, pipeline.py): adopted as
     such behind that run and taken back at once (nothing it waits for is
     young any more): the queue gets it back as never claimed, unless it
     started meanwhile (then it is an ordinary run);
-  - held by the keeper but not ours in the queue (cancelled, or its lease
+  - kept by the keeper but not ours in the queue (cancelled, or its lease
     taken): ended, and its outcome acknowledged.
 A job the queue says we hold that no keeper knows lost its supervision with
 the keeper (a reboot, a power cut, everything killed): its leftover
@@ -31,7 +31,8 @@ from sloth_daemon.clock import Clocks
 from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError
 from sloth_daemon.models import Job
 from sloth_daemon.daemon.worker.pipeline import Pipeline
-from sloth_daemon.daemon.worker.runs import Run, RunTable, is_daemon_on_host, record_start, trust_until
+from sloth_daemon.daemon.worker.lifecycle import NOT_STARTED, Attempt, Stage
+from sloth_daemon.daemon.worker.runs import Attempts, is_daemon_on_host, record_start, trust_until
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.daemon.worker.spawner import Outcome, RunSink
 
@@ -49,18 +50,18 @@ class Adopter:
     as of its own), under the worker's ``name`` on ``host``; a pending one
     it hands to the pipeline to take back."""
 
-    def __init__(self, queue: "Queue", spawner: "Spawner", running: RunTable, pipeline: Pipeline, signals: Signals,
-                 clocks: Clocks, *, sink: Callable[[Run], RunSink], name: str, host: str,
-                 reattached: Callable[[Run, dict[str, Any]], None] = lambda run, held: None) -> None:
+    def __init__(self, queue: "Queue", spawner: "Spawner", running: Attempts, pipeline: Pipeline, signals: Signals,
+                 clocks: Clocks, *, sink: Callable[[Attempt], RunSink], name: str, host: str,
+                 reattached: Callable[[Attempt, dict[str, Any]], None] = lambda run, kept: None) -> None:
         self.queue, self.spawner, self.running, self.pipeline = queue, spawner, running, pipeline
         self.signals, self.clocks = signals, clocks
         self.sink, self.name, self.host = sink, name, host
         self.reattached = reattached  # what else the keeper holds of a live run (a pause: pausing.py)
 
-    async def reconcile(self, held: list[dict[str, Any]], *, kill_grace_s: float) -> None:
-        """Match the runs the keeper lists (``held``) with the queue's; end
+    async def reconcile(self, kept: list[dict[str, Any]], *, kill_grace_s: float) -> None:
+        """Match the runs the keeper lists (``kept``) with the queue's; end
         what is neither's with ``kill_grace_s`` between SIGTERM and SIGKILL."""
-        by_key = {h["key"]: h for h in held if isinstance(h, dict) and isinstance(h.get("key"), str)}
+        by_key = {h["key"]: h for h in kept if isinstance(h, dict) and isinstance(h.get("key"), str)}
         # A run of ours the keeper no longer knows, and whose end we have not
         # heard: the keeper that ran it is gone (a new one answered).
         lost = [run for run in self.running.values() if run.token not in by_key and run.outcome is None]
@@ -78,18 +79,18 @@ class Adopter:
             else:
                 self._adopt(job, h, kill_grace_s)
         self._disown(list(by_key.values()), kill_grace_s)
-        self._link_pending(held)
+        self._link_pending(kept)
         await self._end_leftovers(orphaned, lost, kill_grace_s)
         self.signals.wake()
 
-    def _link_pending(self, held: list[dict[str, Any]]) -> None:
+    def _link_pending(self, kept: list[dict[str, Any]]) -> None:
         """Each pending run behind its predecessor where we hold both (else
         it counts as running: a slot, until it starts or is dropped), and
         taken back at once: no run it waits for is young any more."""
-        by_token: dict[Any, Run] = {run.token: run for run in self.running.values()}
-        for h in (h for h in held if isinstance(h, dict) and h.get("state") == "pending"):
+        by_token: dict[Any, Attempt] = {run.token: run for run in self.running.values()}
+        for h in (h for h in kept if isinstance(h, dict) and h.get("state") == "pending"):
             run, pred = by_token.get(h.get("key")), by_token.get(h.get("after"))
-            if run is None or run.pid is not None or run.outcome is not None:
+            if run is None or run.stage not in NOT_STARTED:
                 continue
             if pred is not None:
                 run.after, pred.successor = pred, run
@@ -105,31 +106,33 @@ class Adopter:
         except (LeaseLost, JobNotFound):
             self._disown([h], kill_grace_s)
             return
-        run = Run(job, job.token or "", _int(h.get("attempt")) or job.attempts, pid=_int(h.get("pid")),
-                  adopted=True)
+        pid = _int(h.get("pid"))
+        run = Attempt(job, job.token or "", _int(h.get("attempt")) or job.attempts, pid=pid, adopted=True,
+                  stage=Stage.CLAIMED if pid is None else Stage.RUNNING)
         self.running.add(run)
         self.signals.on_change(job)
         self._reattach(run, h)
 
-    def _reattach(self, run: Run, h: dict[str, Any]) -> None:
+    def _reattach(self, run: Attempt, h: dict[str, Any]) -> None:
         self.spawner.attach(run.token, self.sink(run))
         if h.get("state") == "exited" and run.outcome is None:
-            run.outcome = Outcome.from_wire(h.get("outcome") or {})
+            run.ended(Outcome.from_wire(h.get("outcome") or {}))
         elif run.outcome is None:
-            run.pid = run.pid or _int(h.get("pid"))
+            if run.stage in NOT_STARTED and (pid := _int(h.get("pid"))) is not None:
+                run.started(pid, run.started_awake)
             self.spawner.trust([(run.token, trust_until(self.clocks.read(), run.job.lease_s))])
             self.reattached(run, h)
 
-    def _disown(self, held: list[dict[str, Any]], kill_grace_s: float) -> None:
-        """Runs the keeper holds that are not ours in the queue."""
-        for h in held:
+    def _disown(self, kept: list[dict[str, Any]], kill_grace_s: float) -> None:
+        """Runs the keeper keeps that are not ours in the queue."""
+        for h in kept:
             if h.get("state") == "exited":
                 self.spawner.ack([h["key"]])
             else:
                 log.warning("keeper run %s (job %s) is not ours in the queue; ending it", h["key"], h.get("job_id"))
                 self.spawner.kill(h["key"], "lease lost", kill_grace_s)
 
-    async def _end_leftovers(self, orphaned: list[Job], lost: list[Run], kill_grace_s: float) -> None:
+    async def _end_leftovers(self, orphaned: list[Job], lost: list[Attempt], kill_grace_s: float) -> None:
         """Jobs whose supervision is gone: end what is left of their
         processes (all at once, off the event loop), then give them back."""
         if not orphaned and not lost:

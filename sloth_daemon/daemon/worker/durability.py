@@ -22,34 +22,34 @@ from typing import Callable
 
 from sloth_daemon.errors import SlothError
 from sloth_daemon.queue import Queue
-from sloth_daemon.daemon.worker.runs import Run
+from sloth_daemon.daemon.worker.lifecycle import Attempt, Stage
 
 log = logging.getLogger("sloth.worker")
 RETRY_SYNC_S = 1.0  # after an fsync failed (EIO, a full disk): the outcomes wait, untold
 
 
 class GroupCommit:
-    def __init__(self, queue: Queue, tell: Callable[[list[Run]], None], *, delay_s: float = 0.0) -> None:
+    def __init__(self, queue: Queue, tell: Callable[[list[Attempt]], None], *, delay_s: float = 0.0) -> None:
         self.queue, self.tell, self.delay_s = queue, tell, delay_s
-        self.waiting: list[Run] = []  # written, to be told after the next fsync
+        self.waiting: list[Attempt] = []  # written, to be told after the next fsync
         self.due_at: float | None = None  # awake clock: when to fsync them
 
     def write_durably(self, last: bool) -> bool:
         """Whether this write (the ``last`` of a turn's batch) should carry the fsync itself."""
         return last and self.delay_s <= 0
 
-    def written(self, runs: list[Run], *, durable: bool, awake: float) -> None:
+    def written(self, runs: list[Attempt], *, durable: bool, awake: float) -> None:
         """``runs`` have their outcomes written (``durable``: the last write
         fsynced them all). Tell once durable; until then they stay in the
         worker's table (never claimed again by us, never forgotten)."""
-        runs = [r for r in runs if not r.syncing]
+        runs = [r for r in runs if r.stage is Stage.WRITTEN]
         if not runs:
             return
         if durable:
             self.tell(runs)
             return
         for r in runs:
-            r.syncing = True
+            r.syncing()
         self.waiting += runs
         if self.due_at is None:
             self.due_at = awake + max(self.delay_s, 0.0)

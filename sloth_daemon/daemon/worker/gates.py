@@ -45,14 +45,14 @@ from sloth_daemon.config import Settings
 from sloth_daemon.daemon.conditions import Conditions, Unobservable, kind_of, needs_power
 from sloth_daemon.daemon.resources import Resources, Tokens, needs_of
 from sloth_daemon.daemon.worker.lanes import Lanes
-from sloth_daemon.daemon.worker.runs import Run, RunTable
+from sloth_daemon.daemon.worker.lifecycle import Attempt
+from sloth_daemon.daemon.worker.runs import Attempts
 from sloth_daemon.errors import BadRequest, SlothError
 from sloth_daemon.models import Job
 from sloth_daemon.protocol import dumps
 from sloth_daemon.queue import Queue
 
 log = logging.getLogger("sloth.gates")
-LOST_PREFIX = "condition lost"  # a run ended by --on-lost stop (outcomes.py gives its try back)
 
 
 class Gates:
@@ -60,7 +60,7 @@ class Gates:
     whether anything is watched, the parsed gates. Collaborators: the
     queue, the worker's runs and lanes, the conditions and resources."""
 
-    def __init__(self, queue: Queue, running: RunTable, lanes: Lanes, settings: Settings,
+    def __init__(self, queue: Queue, running: Attempts, lanes: Lanes, settings: Settings,
                  conditions: Conditions, resources: Resources, *, places: list[str] | None,
                  host: str | None = None, meta_key: str = "cond_paused") -> None:
         """``host``: on a shared queue, this machine's name (its jobs are
@@ -233,7 +233,7 @@ class Gates:
     def _walk(self, heads: Iterable[Job], reasons: dict[str, str | None],
               failed: set[str]) -> tuple[tuple[Job, Tokens | None] | None, set[str]]:
         """Step 3 of the module docstring; ``failed``: gates whose conditions do not hold."""
-        free = self.resources.free(self.held())
+        free = self.resources.free(self.tokens_in_use())
         idle = {name: list(toks) for name, toks in free.items()}  # free before any is kept for a job
         used = self.running.slots_in_use()
         reserved: set[str] = set()
@@ -269,7 +269,7 @@ class Gates:
             return (job, got or None), reserved
         return None, reserved
 
-    def held(self) -> list[Tokens]:
+    def tokens_in_use(self) -> list[Tokens]:
         """The tokens of every run this worker holds that has not ended."""
         return [r.job.tokens for r in self.running.values() if r.outcome is None and r.job.tokens]
 
@@ -289,12 +289,12 @@ class Gates:
 
     # --------------------------------------------------------- running
     @staticmethod
-    def _lost_policy(run: Run) -> str | None:
+    def _lost_policy(run: Attempt) -> str | None:
         gate = run.job.gate or {}
         lost = gate.get("on_lost")
         return lost if lost in ("stop", "pause") and gate.get("when") and run.outcome is None else None
 
-    def lost(self) -> list[tuple[Run, str, str]]:
+    def lost(self) -> list[tuple[Attempt, str, str]]:
         """Runs under ``--on-lost stop`` or ``pause`` whose conditions no
         longer hold (a paused one is not listed again): (run, why, policy)."""
         out = []
@@ -308,7 +308,7 @@ class Gates:
                 out.append((run, why.removeprefix("waiting for ").removeprefix("waiting: "), policy))
         return out
 
-    def regained(self) -> list[Run]:
+    def regained(self) -> list[Attempt]:
         """Runs a lost condition paused whose conditions hold again."""
         return [run for run in list(self.running.values())
                 if run.job.id in self.cond_paused and run.paused and run.live and run.ending is None
@@ -333,4 +333,4 @@ class Gates:
     def status(self) -> dict[str, Any]:
         return {"watching": self.watching, "check_s": self.settings.conditions_check_s,
                 "waiting": {k: v for k, v in self.told.items() if v}, "lanes": dict(self.lanes.held_back),
-                "resources": self.resources.status(self.held()), "looks": self.conditions.looks}
+                "resources": self.resources.status(self.tokens_in_use()), "looks": self.conditions.looks}

@@ -8,7 +8,7 @@ keeper reports, not what the daemon asked: a run that ended by itself before
 an interruption reached it is recorded as it ended (never given back to run
 again). A run we ended because its lease was lost needs no write: our token
 is void. Nor does one whose job was cancelled, but for how a run it had
-started ended (event ``ended``). A run held behind another that was dropped
+started ended (event ``ended``). A run pending behind another that was dropped
 before it started (pipeline.py) never ran: its claim is undone, no trace.
 """
 
@@ -19,16 +19,12 @@ from typing import Any
 from sloth_daemon.errors import IllegalTransition
 from sloth_daemon.models import Job
 from sloth_daemon.queue import Queue
-from sloth_daemon.daemon.worker.runs import Run
+from sloth_daemon.daemon.worker.lifecycle import BY_REQUEST, NOTHING_TO_WRITE, Attempt, Why
 from sloth_daemon.daemon.worker.spawner import Outcome
 
-NOTHING_TO_WRITE = ("cancelled", "killed", "lease lost", "fenced")
-# --overlap replace (Actions.replace): the run was ended first; its job is recorded cancelled, with why,
-# only now that its process has ended -- its lane slot and the occurrence after it waited for that
-REPLACED = "replaced by "
 
 
-def record(queue: Queue, run: Run, outcome: Outcome, *, runner: dict[str, Any] | None = None,
+def record(queue: Queue, run: Attempt, outcome: Outcome, *, runner: dict[str, Any] | None = None,
            durable: bool = True) -> Job | None:
     """Write ``outcome`` under the run's lease (with the process identity
     ``runner`` if not yet written; without an fsync unless ``durable``); the
@@ -37,27 +33,30 @@ def record(queue: Queue, run: Run, outcome: Outcome, *, runner: dict[str, Any] |
     the outcome is kept)."""
     jid, tok = run.job.id, run.token
     ok, message = outcome.describe()
-    if run.ending is not None and run.ending.startswith(NOTHING_TO_WRITE):
-        if run.ending in ("cancelled", "killed") and outcome.started and outcome.returncode is not None:
+    why = run.ending.why if run.ending is not None else None
+    if why in NOTHING_TO_WRITE:
+        if why in BY_REQUEST and outcome.started and outcome.returncode is not None:
             return queue.note_ended(jid, run.attempt, ended_note(outcome), ended_at=outcome.ended_at,
                                     durable=durable)
         return None
-    if run.ending is not None and run.ending.startswith(REPLACED) and not by_itself(outcome):
+    # --overlap replace (Actions.replace): the run was ended first; its job is recorded cancelled, with why,
+    # only now that its process has ended -- its lane slot and the occurrence after it waited for that
+    if why is Why.REPLACED and not by_itself(outcome):
         return _replaced(queue, run, outcome, durable=durable)
     kw: dict[str, Any] = {"runner": runner, "durable": durable}
     if outcome.postpone_s is not None:  # never started, for want of resources: not counted
-        why = (f"not started: {outcome.reason}; short of resources: not counted; "
-               f"next try in {outcome.postpone_s:g}s")
-        return queue.release(jid, tok, message=why, delay_s=outcome.postpone_s, kind="postponed", **kw)
+        note = (f"not started: {outcome.reason}; short of resources: not counted; "
+                f"next try in {outcome.postpone_s:g}s")
+        return queue.release(jid, tok, message=note, delay_s=outcome.postpone_s, kind="postponed", **kw)
     if outcome.spawn_retry is not None:
         return queue.fail(jid, tok, message=message, retry=outcome.spawn_retry, **kw)
     if not outcome.started:
         return give_back(queue, run, message, durable=durable)
-    if run.ending == "interrupted" and not by_itself(outcome):
+    if why is Why.INTERRUPTED and not by_itself(outcome):
         suffix = f"; {outcome.log_problem}" if outcome.log_problem else ""
         return queue.release(jid, tok, message="interrupted: daemon stopping" + suffix, **kw)
-    if run.ending is not None and run.ending.startswith("condition lost") and not by_itself(outcome):
-        return queue.release(jid, tok, message=f"{run.ending}: stopped (--on-lost stop); requeued, not counted",
+    if why is Why.CONDITION_LOST and run.ending is not None and not by_itself(outcome):
+        return queue.release(jid, tok, message=f"{run.ending.text}: stopped (--on-lost stop); requeued, not counted",
                              kind="condition_lost", **kw)
     if outcome.killed_by == "fence":
         return queue.release(jid, tok, message=message, kind="fenced", **kw)
@@ -70,9 +69,9 @@ def record(queue: Queue, run: Run, outcome: Outcome, *, runner: dict[str, Any] |
     return queue.fail(jid, tok, message=message, exit_code=outcome.returncode, ended_at=at, retry=retry, **kw)
 
 
-def _replaced(queue: Queue, run: Run, outcome: Outcome, *, durable: bool) -> Job | None:
+def _replaced(queue: Queue, run: Attempt, outcome: Outcome, *, durable: bool) -> Job | None:
     try:
-        job = queue.cancel(run.job.id, message=run.ending or "")
+        job = queue.cancel(run.job.id, message=run.ending.text if run.ending else "")
     except IllegalTransition:  # finished meanwhile (a user's cancel): as it was
         return None
     if outcome.started and outcome.returncode is not None:
@@ -81,7 +80,7 @@ def _replaced(queue: Queue, run: Run, outcome: Outcome, *, durable: bool) -> Job
     return job
 
 
-def give_back(queue: Queue, run: Run, why: str, *, durable: bool) -> Job:
+def give_back(queue: Queue, run: Attempt, why: str, *, durable: bool) -> Job:
     """A claim whose run never started, undone (unclaim): nothing ran.
     ``why`` is for the log of the caller."""
     return queue.unclaim(run.job.id, run.token, durable=durable)

@@ -18,7 +18,8 @@ import logging
 from typing import TYPE_CHECKING, Any, Sequence
 
 from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError
-from sloth_daemon.daemon.worker.runs import Run, RunTable, record_start
+from sloth_daemon.daemon.worker.lifecycle import NOT_STARTED, Attempt
+from sloth_daemon.daemon.worker.runs import Attempts, record_start
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.models import Batch, Job, JobState
 
@@ -34,7 +35,7 @@ class Pauser:
     the spawner (the keeper), recording each change in the queue and
     telling watchers (``signals``)."""
 
-    def __init__(self, queue: "Queue", spawner: "Spawner", running: RunTable, signals: Signals) -> None:
+    def __init__(self, queue: "Queue", spawner: "Spawner", running: Attempts, signals: Signals) -> None:
         self.queue, self.spawner, self.running, self.signals = queue, spawner, running, signals
 
     async def pause(self, ids: Sequence[int] | None = None, *, lane: str | None = None,
@@ -50,13 +51,13 @@ class Pauser:
         if not runs:
             return Batch([], skipped)
         for run in runs:  # an end heard meanwhile is written after this change's event
-            run.asking += 1
+            run.pause_asks += 1
         try:
             answer = await self.spawner.pause([r.token for r in runs], resume=resume)
         finally:
             for run in runs:
-                run.asking -= 1
-            self.signals.event.set()  # an outcome held back meanwhile is written now
+                run.pause_asks -= 1
+            self.signals.event.set()  # an outcome that waited meanwhile is written now
         jobs: list[Job] = []
         for run in runs:
             res: dict[str, Any] = answer.get("runs", {}).get(run.token) or {}
@@ -76,7 +77,7 @@ class Pauser:
         return Batch(jobs, skipped)
 
     def _select(self, ids: Sequence[int] | None, lane: str | None,
-                resume: bool) -> tuple[list[Run], list[tuple[int, str]]]:
+                resume: bool) -> tuple[list[Attempt], list[tuple[int, str]]]:
         skipped: list[tuple[int, str]] = []
         if ids is None:
             return [r for r in self.running.values() if r.live and not r.ending and r.paused == resume
@@ -90,14 +91,14 @@ class Pauser:
             elif run is None or run.token != job.token:
                 skipped.append((job_id, f"job {job_id} runs on another machine ({job.worker or '?'})"))
             elif not run.live or run.ending:
-                skipped.append((job_id, f"job {job_id} has not started yet" if run.pid is None and run.outcome is None
+                skipped.append((job_id, f"job {job_id} has not started yet" if run.stage in NOT_STARTED
                                 else f"job {job_id}'s process is ending"))
             else:
                 runs.append(run)
         return runs, skipped
 
-    def _record(self, run: Run, paused: bool, res: dict[str, Any], why: str | None = None) -> Job:
-        run.paused = paused
+    def _record(self, run: Attempt, paused: bool, res: dict[str, Any], why: str | None = None) -> Job:
+        run.set_paused(paused)
         if paused:
             message = f"{res.get('processes', 0)} process(es) stopped; its lease and slot are kept"
         else:
@@ -124,11 +125,11 @@ class Pauser:
         self.signals.on_change(run.job)
         return run.job
 
-    def adopted(self, run: Run, held: dict[str, Any]) -> None:
+    def adopted(self, run: Attempt, kept: dict[str, Any]) -> None:
         """A run taken over from the keeper (adoption.py): the keeper's word
         on whether it is paused is the truth; the queue is made to agree."""
-        paused = bool(held.get("paused"))
-        run.paused = paused
+        paused = bool(kept.get("paused"))
+        run.set_paused(paused)
         if run.job.paused != paused and run.outcome is None:
             try:
                 run.job = self.queue.set_paused(run.job.id, run.token, paused, "as the keeper holds it")

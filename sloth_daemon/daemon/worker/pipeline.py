@@ -8,7 +8,7 @@ started less than HOT_S ago: a burst), the worker claims the lane's next
 due job J as usual and asks the spawner to start J the moment R ends
 (``SpawnRequest.after``). Meanwhile J is *pending*:
 
-- it holds its claim but no slot (Run.pending): a lane never runs more
+- it holds its claim but no slot (Attempt.pending): a lane never runs more
   processes than its concurrency; once R has ended J counts (it is
   starting, or its start failed and its outcome says so);
 - only in a lane whose last run ended within HOT_S of its start (or that
@@ -38,7 +38,7 @@ due job J as usual and asks the spawner to start J the moment R ends
   nothing is pending;
 - if the run at the head of a chain (the one that runs) still runs HOT_S
   after it started, the chain is taken back: the spawner drops each run
-  that has not started (``unspawn``) and the queue gets it back as if
+  that has not started (it is withdrawn: withdrawal.py) and the queue gets it back as if
   never claimed (``unclaim``: nothing ran, nothing in its history); if the
   head ended first, its successor started and is an ordinary run. So a
   long job holds successors for HOT_S at most;
@@ -46,7 +46,7 @@ due job J as usual and asks the spawner to start J the moment R ends
   stopping take pending runs back at once; a cancel, a kill and a daemon
   stopping first ask the spawner to withdraw every run not heard started
   and record only once it answered (withdrawal.py): the keeper decides
-  whether a held run starts, never the daemon's guess; a fence or a lost
+  whether a pending run starts, never the daemon's guess; a fence or a lost
   lease drops one in the spawner, which reports it ended unstarted
   (outcomes.py gives it back, or leaves it cancelled).
 
@@ -60,7 +60,8 @@ from typing import TYPE_CHECKING, Callable, Collection, Iterable
 
 from sloth_daemon.clock import ClockReadings, Clocks
 from sloth_daemon.daemon.worker.lanes import Lanes
-from sloth_daemon.daemon.worker.runs import Run, RunTable
+from sloth_daemon.daemon.worker.lifecycle import Attempt, Stage
+from sloth_daemon.daemon.worker.runs import Attempts
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.daemon.worker.spawner import Outcome
 
@@ -84,13 +85,13 @@ class Pipeline:
     worker's runs and lanes, the clocks, the withdrawals (a stopping
     daemon's take-back) and signals (a run taken back wakes the loop)."""
 
-    def __init__(self, queue: "Queue", spawner: "Spawner", running: RunTable, lanes: Lanes, clocks: Clocks,
+    def __init__(self, queue: "Queue", spawner: "Spawner", running: Attempts, lanes: Lanes, clocks: Clocks,
                  withdrawals: "Withdrawals", signals: Signals, *, name: str, places: list[str] | None) -> None:
         self.queue, self.spawner, self.running, self.lanes = queue, spawner, running, lanes
         self.clocks, self.withdrawals, self.signals = clocks, withdrawals, signals
         self.name, self.places = name, places
         self.short_lanes: dict[str, bool] = {}  # lane -> whether its last run ended within HOT_S of its start
-        self.held_n = 0  # runs sent to wait behind another, since start
+        self.pending_n = 0  # runs sent to wait behind another, since start
         self.taken_back_n = 0  # ... of which taken back unstarted
 
     def paced(self) -> bool:
@@ -100,21 +101,21 @@ class Pipeline:
     def pipelines(self) -> bool:
         return bool(getattr(self.spawner, "pipelines", False))
 
-    def may_lead(self, run: Run, awake: float, used: dict[str, int]) -> bool:
+    def may_lead(self, run: Attempt, awake: float, used: dict[str, int]) -> bool:
         """May ``run`` get a successor now: young, alone, in a full lane that
         runs, and known to the spawner -- started, or its spawn sent straight
-        out (not held itself, no earlier process of its job to end first),
+        out (not pending itself, no earlier process of its job to end first),
         so the spawner hears of it before of its successor?"""
         lane = run.job.lane
-        sent = run.live or (run.pid is None and run.outcome is None and run.job.runner is None)
-        # Not one being taken back: the spawner may have dropped it already,
+        # Not one being withdrawn: the spawner may have dropped it already,
         # and a spawn after a run it does not know starts at once.
-        return (sent and run.ending is None and run.successor is None and not run.adopted and not run.unspawning
+        sent = run.live or (run.stage is Stage.CLAIMED and run.job.runner is None)
+        return (sent and run.ending is None and run.successor is None and not run.adopted
                 and depth(run) < DEPTH and awake - head(run).started_awake < HOT_S
                 and self.short_lanes.get(lane, True)
                 and not self.lanes.is_paused(lane) and used.get(lane, 0) >= self.lanes.concurrency(lane))
 
-    def claim_successors(self, r: ClockReadings, begin: Callable[[Run, ClockReadings], None],
+    def claim_successors(self, r: ClockReadings, begin: Callable[[Attempt, ClockReadings], None],
                          skip_lanes: Collection[str] = ()) -> None:
         """Behind each run that may lead, the next due job of its lane (and
         behind that one, the next: DEPTH), each handed to ``begin`` (the
@@ -130,8 +131,8 @@ class Pipeline:
                                    places=self.places)
             if job is None:
                 continue
-            self.held_n += 1
-            run.successor = Run(job, job.token or "", job.attempts, after=run)
+            self.pending_n += 1
+            run.successor = Attempt(job, job.token or "", job.attempts, after=run)
             begin(run.successor, r)
             if self.may_lead(run.successor, r.awake, used):
                 leads.append(run.successor)
@@ -161,31 +162,31 @@ class Pipeline:
     def take_back_deadlines(self, awake: float) -> list[float]:
         return [self._take_back_at(run) - awake for run in self._pending()]
 
-    def run_ended(self, run: Run) -> None:
+    def run_ended(self, run: Attempt) -> None:
         """Its process ended, or it was dropped before it started (then the
         run behind it moves up: unlink)."""
         unlink(run)
         if run.pid is not None and not run.adopted:
             self.short_lanes[run.job.lane] = self.clocks.read().awake - run.started_awake < HOT_S
 
-    def on_taken_back(self, run: Run) -> None:
+    def on_taken_back(self, run: Attempt) -> None:
         """The spawner dropped it unstarted: give its claim back (settle)."""
         if run.outcome is None:
             self.taken_back_n += 1
-            run.outcome = Outcome(None, reason="taken back before it started", started=False)
+            run.ended(Outcome(None, reason="taken back before it started", started=False))
             unlink(run)
         self.signals.wake()
 
-    def _pending(self) -> list[Run]:
-        return [r for r in self.running.values() if r.pending and not r.unspawning and r.ending is None]
+    def _pending(self) -> list[Attempt]:
+        return [r for r in self.running.values() if r.pending and r.stage is Stage.CLAIMED and r.ending is None]
 
     @staticmethod
-    def _take_back_at(run: Run) -> float:
+    def _take_back_at(run: Attempt) -> float:
         return head(run).started_awake + HOT_S
 
-    def take_back_run(self, run: Run) -> None:
+    def take_back_run(self, run: Attempt) -> None:
         """Ask the spawner to drop ``run`` if it has not started (it hears ``taken_back``)."""
-        run.unspawning = True
+        run.withdraw()  # asked again if it was (an adoption: the keeper may not have heard)
         self.spawner.unspawn(run.token)
 
     # ---------------------------------------------------------------- status
@@ -196,12 +197,12 @@ class Pipeline:
                 for r in self.running.values() if r.pending]
 
     def status(self) -> dict[str, object]:
-        return {"enabled": self.pipelines(), "hot_s": HOT_S, "depth": DEPTH, "held": self.held_n,
+        return {"enabled": self.pipelines(), "hot_s": HOT_S, "depth": DEPTH, "held": self.pending_n,
                 "taken_back": self.taken_back_n}
 
 
-def unlink(run: Run) -> None:
-    """A held run ended without starting (taken back, cancelled, fenced, its
+def unlink(run: Attempt) -> None:
+    """A pending run ended without starting (taken back, cancelled, fenced, its
     start failed): the run behind it now waits for the one it waited for,
     as in the spawner (keeper/held.py), so it still counts as pending (no
     slot, heartbeats, taken back in time)."""
@@ -214,14 +215,14 @@ def unlink(run: Run) -> None:
     run.successor = None
 
 
-def head(run: Run) -> Run:
+def head(run: Attempt) -> Attempt:
     """The run a pending run's chain waits for (the one that runs)."""
     while run.pending and run.after is not None:
         run = run.after
     return run
 
 
-def depth(run: Run) -> int:
+def depth(run: Attempt) -> int:
     """How many runs of its chain wait before ``run`` starts (0: it is not pending)."""
     n = 0
     while run.pending and run.after is not None:

@@ -22,7 +22,8 @@ from sloth_daemon.daemon.worker import outcomes
 from sloth_daemon.clock import ClockReadings
 from sloth_daemon.daemon.worker.durability import GroupCommit
 from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError, StorageError
-from sloth_daemon.daemon.worker.runs import Run, RunTable
+from sloth_daemon.daemon.worker.lifecycle import Attempt, Stage
+from sloth_daemon.daemon.worker.runs import Attempts
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.daemon.worker.spawner import Outcome
 
@@ -46,19 +47,19 @@ class Recorder:
     queue makes the next turn look). ``claims_lost(r)``: a unit failed, so
     its claims never happened (the worker claims again a little later)."""
 
-    def __init__(self, queue: "Queue", spawner: "Spawner", running: RunTable, signals: Signals, *,
+    def __init__(self, queue: "Queue", spawner: "Spawner", running: Attempts, signals: Signals, *,
                  claims_lost: Callable[[ClockReadings], None], commit_delay_s: float = 0.0) -> None:
         self.queue, self.spawner, self.running, self.signals = queue, spawner, running, signals
         self.claims_lost = claims_lost
         self.commits = GroupCommit(queue, self._tell, delay_s=commit_delay_s)
         self._after_commit: list[Callable[[], None]] | None = None  # inside a unit: what waits for its commit
-        self._unit_claims: list[Run] = []
+        self._unit_claims: list[Attempt] = []
 
     def write_turn(self, r: ClockReadings, claim: Callable[[ClockReadings], None] | None) -> None:
         """Claim due work (``claim(r)``, if given) and record the outcomes
         due, as one unit where the queue has them; then tell what is
         durable."""
-        written: list[Run] = []
+        written: list[Attempt] = []
         self._after_commit, self._unit_claims = [], []
         try:
             with self.queue.unit():
@@ -90,13 +91,13 @@ class Recorder:
         else:
             self._after_commit.append(lambda: fn(*args))
 
-    def claimed(self, run: Run) -> None:
+    def claimed(self, run: Attempt) -> None:
         """A run of a job this turn claimed: news to watchers, once committed."""
         if self._after_commit is not None:
             self._unit_claims.append(run)
         self.after_commit(self.signals.on_change, run.job)
 
-    def _unit_failed(self, r: ClockReadings, written: list[Run], e: StorageError) -> None:
+    def _unit_failed(self, r: ClockReadings, written: list[Attempt], e: StorageError) -> None:
         """None of the unit was kept: its claims never happened (nothing was
         sent), its outcomes are written again later."""
         log.error("this turn's claims and outcomes were not written: %s", e.message)
@@ -105,9 +106,8 @@ class Recorder:
             if run.after is not None and run.after.successor is run:
                 run.after.successor = None
         for run in written:
-            if run.written:
-                run.written, run.written_job = False, None
-                run.postpone_record(e.message, r.awake)
+            if run.stage is Stage.WRITTEN:
+                run.unwritten(e.message, r.awake)
         self.claims_lost(r)
 
     # ------------------------------------------------------------ outcomes
@@ -118,14 +118,13 @@ class Recorder:
         told (durability.py)."""
         self.tell_outcomes(awake, self.write_outcomes(awake))
 
-    def write_outcomes(self, awake: float, *, tried: list[Run] | None = None,
-                       durable: bool | None = None) -> list[Run]:
+    def write_outcomes(self, awake: float, *, tried: list[Attempt] | None = None,
+                       durable: bool | None = None) -> list[Attempt]:
         """Write the outcomes due; the runs tried (``written`` if it took),
         added to ``tried`` as they are (so a unit that fails undoes them all).
         ``durable`` None: the last write carries the fsync if the group
         commit says so; False: none does."""
-        todo = [r for r in self.running.values()  # held back: a cancel writes it, a pause's event goes first
-                if r.outcome is not None and r.record_after <= awake and not r.written and not r.held_back]
+        todo = [r for r in self.running.values() if r.due_to_write(awake)]
         tried = [] if tried is None else tried
         for i, run in enumerate(todo):
             tried.append(run)
@@ -133,40 +132,42 @@ class Recorder:
             self._settle_one(run, run.outcome, awake, durable=last)  # type: ignore[arg-type]
         return tried
 
-    def tell_outcomes(self, awake: float, tried: list[Run], *, durable: bool | None = None) -> None:
+    def tell_outcomes(self, awake: float, tried: list[Attempt], *, durable: bool | None = None) -> None:
         """Hand the written outcomes to the group commit: told once durable.
         ``durable`` None: durable already if the last one tried was written
         with the fsync (not if it wrote nothing: its lease was lost)."""
-        due = [r for r in self.running.values() if r.outcome is not None and r.record_after <= awake]
         if durable is None:
             last = tried[-1] if tried else None
-            durable = (last is not None and last.written and last.written_job is not None
+            durable = (last is not None and last.stage is Stage.WRITTEN and last.written_job is not None
                        and self.commits.write_durably(True))
-        self.commits.written([r for r in due if r.written], durable=durable, awake=awake)
+        self.commits.written([r for r in self.running.values() if r.stage is Stage.WRITTEN and r.record_after <= awake],
+                             durable=durable, awake=awake)
         if self.commits.due_at is not None and awake >= self.commits.due_at - TIMER_SLACK_S:
             self.commits.flush(awake)
 
-    def _tell(self, runs: list[Run]) -> None:
+    def _tell(self, runs: list[Attempt]) -> None:
         """Their outcomes are durable: the keeper may forget them, watchers hear."""
         self.spawner.ack([run.token for run in runs])
         for run in runs:
+            run.done()
             self.running.drop(run)
             if run.written_job is not None:
                 self.signals.on_change(run.written_job)
 
-    def _settle_one(self, run: Run, outcome: Outcome, awake: float, *, durable: bool) -> None:
-        """Write one outcome (run.written), or keep it for a later try."""
+    def _settle_one(self, run: Attempt, outcome: Outcome, awake: float, *, durable: bool) -> None:
+        """Write one outcome (WRITTEN), or keep it for a later try (ENDED)."""
         if outcome.log_problem:
             log.warning("job %d attempt %d: %s", run.job.id, run.attempt, outcome.log_problem)
+        job = None
         try:
-            run.written_job = outcomes.record(self.queue, run, outcome, runner=run.identity, durable=durable)
+            job = outcomes.record(self.queue, run, outcome, runner=run.identity, durable=durable)
         except (LeaseLost, JobNotFound) as e:
             log.warning("outcome of job %d not recorded: %s", run.job.id, e.message)
         except SlothError as e:  # keep it, try again later: never thrown away, never re-run by us
             log.error("cannot record the outcome of job %d yet (try %d): %s", run.job.id,
                       run.record_tries + 1, e.message)
-            run.postpone_record(e.message, awake)
+            run.postpone_write(e.message, awake)
             return
-        run.written = True
+        run.written(job)
         if run.written_job is not None and run.written_job.state.value == "queued":
             self.signals.look = True  # back in the queue (a retry, a release): due at its not_before

@@ -1,22 +1,24 @@
-"""What the worker knows of one attempt it holds (:class:`Run`), the table
-of those it holds (:class:`RunTable`), and the small rules the worker, its
-adoption of surviving runs and its settling of outcomes share: worker
-names, trust deadlines, the delay before retrying a write that failed."""
+"""The table of the runs the worker holds (:class:`Attempts`; a run's own
+stages are lifecycle.py's), and the small rules the worker, its adoption
+of surviving runs and its settling of outcomes share: worker names, trust
+deadlines, what a run's spawn asks for, its start written."""
 
 from __future__ import annotations
 
 import math
 import os
 import socket
-from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, ValuesView
 
 from sloth_daemon.clock import ClockReadings
 from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError
-from sloth_daemon.models import Job
-from sloth_daemon.daemon.worker.spawner import Outcome
+from sloth_daemon.daemon.resources import environment
+from sloth_daemon.daemon.worker.lifecycle import Attempt, boot_of
+from sloth_daemon.daemon.worker.spawner import SpawnRequest
 
 if TYPE_CHECKING:
+    from sloth_daemon.config import Settings
     from sloth_daemon.queue import Queue
 
 WORKER_PREFIX = "sloth-daemon"
@@ -25,7 +27,6 @@ WORKER_PREFIX = "sloth-daemon"
 # little apart, must never let the job outlive its lease.
 FENCE_MARGIN_MIN_S = 0.5
 FENCE_MARGIN_SHARE = 0.05
-SETTLE_BACKOFF_S = (0.5, 1, 2, 5, 10, 30)  # retrying a result the database would not take
 RENEW_RETRY_S = 0.5  # after a renewal the database did not take (the keeper fences if that lasts)
 # What the shortest lease (checks.MIN_LEASE_S) leaves between its renewal and
 # its fence: a refused renewal retried once, and as long again for a busy loop.
@@ -47,11 +48,6 @@ def is_daemon_on_host(name: str | None, host: str | None = None) -> bool:
     return (name or "").startswith(f"{WORKER_PREFIX}:{host or socket.gethostname()}:")
 
 
-def boot_of(r: ClockReadings) -> float:
-    """The clock trust deadlines are on: one that counts suspend."""
-    return r.total if r.total is not None else r.awake
-
-
 def trust_until(sent: ClockReadings, lease_s: float) -> float:
     """Until when (on the boot clock) a run may go on after a renewal sent at
     ``sent``: the lease, measured from before the renewal left, less a
@@ -60,7 +56,7 @@ def trust_until(sent: ClockReadings, lease_s: float) -> float:
     return boot_of(sent) + lease_s - max(FENCE_MARGIN_MIN_S, FENCE_MARGIN_SHARE * lease_s)
 
 
-def renew_in(run: "Run", r: ClockReadings, *, wall_too: bool) -> float:
+def renew_in(run: Attempt, r: ClockReadings, *, wall_too: bool) -> float:
     """Seconds until the run's lease is renewed: a third into it by the boot
     clock, from when the last renewal was sent (``run.renew_at``), so a
     wall clock set wrong, here or on a database server, changes nothing.
@@ -92,59 +88,22 @@ def term_lead(lease_s: float, kill_grace_s: float) -> float:
     return min(kill_grace_s, lease_s / 6)
 
 
-@dataclass
-class Run:
-    """One attempt this worker holds, from claim to recorded outcome."""
-
-    job: Job
-    token: str
-    attempt: int
-    pid: int | None = None
-    ending: str | None = None  # "cancelled" | "interrupted" | "lease lost" | "fenced: ...": why we ended it
-    outcome: Outcome | None = None  # set when the process ended; the run is dropped once it is recorded
-    adopted: bool = False  # from a keeper that outlived the daemon that started it
-    identity: dict[str, Any] | None = None  # the process, until recorded (with its outcome if it ends first)
-    started_awake: float = 0.0
-    written: bool = False  # its outcome is in the database, maybe not yet durable
-    syncing: bool = False  # waiting for the fsync that makes it durable (durability.py)
-    written_job: Job | None = None  # the job as that write left it, to tell watchers once durable
-    record_error: str | None = None  # why the last attempt to record the outcome failed
-    record_tries: int = 0
-    record_after: float = 0.0  # awake clock: when to try recording again
-    renew_at: float = 0.0  # boot clock: when its lease is renewed next (worker._renew_in)
-    after: "Run | None" = None  # held by the spawner until this run ends (pipeline.py)
-    successor: "Run | None" = None  # the run held behind this one, if any (one at most, ever)
-    unspawning: bool = False  # asked the spawner to drop it while still held
-    paused: bool = False  # its tree is stopped on request (pausing.py); it keeps its lease and slot
-    deciding: bool = False  # a cancel waits for the keeper's word on it: its outcome is not written yet (withdrawal.py)
-    asking: int = 0  # pauses or resumes waiting for the keeper's answer: their event goes before its outcome
-
-    def renewed(self, sent: ClockReadings) -> None:
-        """Its lease was renewed by a request sent at ``sent``: next time a third into it."""
-        self.renew_at = boot_of(sent) + self.job.lease_s / 3
-
-    @property
-    def live(self) -> bool:
-        return self.pid is not None and self.outcome is None
-
-    @property
-    def pending(self) -> bool:
-        """Held by the spawner behind a run that has not ended: no slot of
-        its own yet (once that run ends it starts, and counts)."""
-        return self.pid is None and self.outcome is None and self.after is not None and self.after.outcome is None
-
-    @property
-    def held_back(self) -> bool:
-        """Its outcome waits: a cancel decides it, or a pause's event is still to be written first."""
-        return self.deciding or self.asking > 0
-
-    def postpone_record(self, why: str, awake: float) -> None:
-        self.record_error = why
-        self.record_after = awake + SETTLE_BACKOFF_S[min(self.record_tries, len(SETTLE_BACKOFF_S) - 1)]
-        self.record_tries += 1
+def spawn_request(run: Attempt, claimed: ClockReadings, settings: "Settings", *, env: dict[str, str],
+                  log_path: Path, host: str) -> SpawnRequest:
+    """What the spawner is asked to start for ``run``, claimed at ``claimed``
+    (``env``: the job's base environment; ``host``: this machine's name)."""
+    job = run.job
+    extra = {"SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_ATTEMPT": str(run.attempt), "SLOTH_JOB_TOKEN": run.token,
+             "SLOTH_FENCE_TOKEN": run.token, **environment(job.tokens)}
+    return SpawnRequest(
+        key=run.token, job_id=job.id, attempt=run.attempt, argv=job.command, cwd=job.cwd, env=env, env_extra=extra,
+        log_path=log_path, log_cap=settings.log_cap_bytes, timeout_s=job.timeout_s,
+        kill_grace_s=settings.kill_grace_s, previous=ran_here(job.runner, host),
+        trust_until=trust_until(claimed, job.lease_s), term_lead_s=term_lead(job.lease_s, settings.kill_grace_s),
+        after=run.after.token if run.after is not None else None, keep_awake=job.keep_awake, limits=job.limits)
 
 
-def record_start(queue: "Queue", run: Run) -> None:
+def record_start(queue: "Queue", run: Attempt) -> None:
     """Write the run's process identity (its ``started`` event) if it is not
     written yet. Called before any other event of the run is written, so a
     history reads in the order things happened. Raises LeaseLost or
@@ -162,7 +121,7 @@ def record_start(queue: "Queue", run: Run) -> None:
         raise
 
 
-class RunTable:
+class Attempts:
     """The runs the worker holds, by job id: one per job at most, from its
     claim (or adoption) until its outcome is durable (or it is given back).
     Shared by the worker loop and its collaborators (recording, adoption,
@@ -170,22 +129,22 @@ class RunTable:
     dropped. Reads as a mapping (``get``, ``in``, ``[]``, ``values``)."""
 
     def __init__(self) -> None:
-        self._by_job: dict[int, Run] = {}
+        self._by_job: dict[int, Attempt] = {}
         # The dict's own: read on every turn and for every news of a run.
-        self.get: Callable[[int], Run | None] = self._by_job.get
-        self.values: Callable[[], ValuesView[Run]] = self._by_job.values
+        self.get: Callable[[int], Attempt | None] = self._by_job.get
+        self.values: Callable[[], ValuesView[Attempt]] = self._by_job.values
 
-    def add(self, run: Run) -> None:
+    def add(self, run: Attempt) -> None:
         """Hold ``run``: it replaces any older run of its job (a job cancelled, then retried)."""
         self._by_job[run.job.id] = run
 
-    def drop(self, run: Run) -> None:
+    def drop(self, run: Attempt) -> None:
         """Forget ``run`` if it is still the one held for its job (a
         cancelled-then-retried job may already have a newer run)."""
         if self._by_job.get(run.job.id) is run:
             del self._by_job[run.job.id]
 
-    def __getitem__(self, job_id: int) -> Run:
+    def __getitem__(self, job_id: int) -> Attempt:
         return self._by_job[job_id]
 
     def __contains__(self, job_id: object) -> bool:
@@ -206,28 +165,3 @@ class RunTable:
             if r.outcome is None and not r.pending:  # a job added --slots N counts N (daemon/worker/gates.py)
                 used[r.job.lane] = used.get(r.job.lane, 0) + (r.job.gate or {}).get("slots", 1)
         return used
-
-
-class Sink:
-    """Routes a spawner's news about one run back to the worker."""
-
-    def __init__(self, worker: Any, run: Run) -> None:
-        self.w, self.run = worker, run
-
-    def started(self, pid: int, identity: dict[str, Any]) -> None:
-        self.w.on_started(self.run, pid, identity)
-
-    def spawn_failed(self, message: str, retry: bool, resource: bool = False) -> None:
-        self.w.on_spawn_failed(self.run, message, retry, resource)
-
-    def exited(self, outcome: Outcome) -> None:
-        self.w.on_exited(self.run, outcome)
-
-    def frozen(self, why: str) -> None:
-        self.w.on_frozen(self.run, why)
-
-    def taken_back(self) -> None:
-        self.w.on_taken_back(self.run)
-
-    def noted(self, what: str, message: str) -> None:
-        self.w.on_noted(self.run, what, message)

@@ -2,8 +2,9 @@
 (watchers hear: ``on_change``), something may be claimable now (``wake``).
 
 Shared by the worker loop and its collaborators, so none of them needs the
-loop itself to say so. ``on_change`` may be set after the worker is built
-(the daemon's Control is made after its Worker).
+loop itself to say so. ``on_change`` is given when the worker is built
+(daemon/main.py: Control's watchers, named in a closure as Control is
+made after its Worker).
 """
 
 from __future__ import annotations

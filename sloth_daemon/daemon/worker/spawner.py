@@ -61,7 +61,7 @@ class Outcome:
     killed_by: str | None = None
     spawn_retry: bool | None = None  # it never started: whether trying again could help
     postpone_s: float | None = None  # it never started for want of resources: wait this long, not counted
-    started: bool = True  # False: held behind another run, it was dropped before it started
+    started: bool = True  # False: pending behind another run, it was dropped before it started
     note: str | None = None  # how its end was known, when that is not plain (seen late: keeper/runs.py)
 
     @classmethod
@@ -116,7 +116,7 @@ class RunSink(Protocol):
         stopped (SIGSTOP) until trusted again (trust) or ended (kill)."""
 
     def taken_back(self) -> None:
-        """An unspawn found the run still held behind another and dropped
+        """A withdrawal found the run still pending behind another and dropped
         it: it never started, and the spawner forgot it."""
 
     def noted(self, what: str, message: str) -> None:
@@ -128,7 +128,7 @@ class Spawner(Protocol):
     def spawn(self, req: SpawnRequest, sink: RunSink) -> None: ...
 
     def unspawn(self, key: str) -> None:
-        """Drop a run held behind another if it has not started yet (the
+        """Withdraw a run pending behind another if it has not started yet (the
         sink hears ``taken_back``); if it has, nothing changes."""
 
     def kill(self, key: str, reason: str, grace_s: float) -> None: ...

@@ -41,7 +41,7 @@ def rig(tmp_path: Path):
     stops: list[tuple[str, bool]] = []
     c = Control(q, w, sp, paths, settings, request_stop=lambda why, keep_jobs: stops.append((why, keep_jobs)),
                 instance="t")
-    w.on_change = c.job_changed
+    w.signals.on_change = c.job_changed
     h = Handlers(c, {"connections": 0})
     yield h, w, q, sp, stops
     q.close()

@@ -215,7 +215,7 @@ def test_a_cancel_the_keeper_does_not_answer_changes_nothing_and_says_so(pipe, m
     sp.start(a)
     res = asyncio.run(w.actions.cancel_many([a, b]))
     assert [j.id for j in res.jobs] == [a] and res.skipped[0][0] == b and "nothing was changed" in res.skipped[0][1]
-    assert q.get(b).state == "running" and w.running[b].pending and not w.running[b].deciding
+    assert q.get(b).state == "running" and w.running[b].pending and not w.running[b].cancelling
     with pytest.raises(IllegalTransition, match="has not said whether it started"):
         asyncio.run(w.actions.cancel(c))
     assert q.get(c).state == "running"
@@ -303,7 +303,7 @@ def test_a_held_runs_lease_is_renewed_and_a_lost_one_drops_it(pipe, clocks):  # 
     a, b = q.enqueue(["a"]), q.enqueue(["b"])
     w.turn()
     sp.start(a)
-    w.running[b].unspawning = True  # no take-back in this test
+    w.running[b].withdraw()  # no take-back in this test
     clocks.advance(LEASE / 3)
     w.turn()
     assert {k for k, _ in sp.trusted} == {sp.key_of(a), sp.key_of(b)}

@@ -36,8 +36,9 @@ def rig(tmp_path: Path):
     q = Queue(paths.db, clocks)
     sp = FakeSpawner()
     w = Worker(q, Settings(), sp, clocks=clocks, log_path=paths.job_log, instance="t")
-    c = Control(q, w, sp, paths, Settings(), request_stop=lambda *a, **k: None, instance="t")
-    c.scheduler = compose_scheduler(q, w, c, clocks, None)
+    scheduler = compose_scheduler(q, w, clocks, None, job=lambda d: c.validate([d], fired=True)[0],
+                                  place=lambda d: dict(c._placed(d)))
+    c = Control(q, w, sp, paths, Settings(), request_stop=lambda *a, **k: None, instance="t", scheduler=scheduler)
     c.scheduler.load()
     yield Handlers(c, {"connections": 0}), q, c.scheduler
     q.close()

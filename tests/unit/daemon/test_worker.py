@@ -89,6 +89,7 @@ def env(tmp_path: Path, clocks: ManualClocks):
         made.append(q)
         sp = FakeSpawner()
         w = Worker(q, s, sp, clocks=clocks, log_path=lambda j, a: tmp_path / f"{j}.{a}.log", instance="t1")
+        q.on_side_change = w.side_change  # as the composition root does (daemon/main.py)
         return w, q, sp
 
     yield make
@@ -149,7 +150,7 @@ def test_outcomes_that_end_together_share_one_fsync_and_are_told_only_once_durab
     ids = [q.enqueue(["x"]) for _ in range(3)]
     w.turn()
     told: list[int] = []
-    w.on_change = lambda job: told.append(job.id) if job.state == "done" else None
+    w.signals.on_change = lambda job: told.append(job.id) if job.state == "done" else None
     durable: list[bool] = []
     complete = q.complete
 
@@ -265,7 +266,7 @@ def test_resume_renews_own_live_jobs_first_then_claims_due_work(env, clocks):
     w.turn()
     assert calls == ["renew", "claim"]  # own job renewed (so no heartbeat needed) before claiming
     assert [e.kind for e in q.events(a)][-1] == "resumed"
-    assert w.last_jump and w.last_jump["kind"] == "slept"
+    assert w.clock.last_jump and w.clock.last_jump["kind"] == "slept"
     assert sp.key_of(delayed)  # due at once after the sleep, not an hour of awake time later
     assert q.get(a).state == "running" and len(sp.reqs) == 2
 
@@ -662,7 +663,7 @@ def test_an_outcome_whose_lease_was_lost_does_not_make_the_others_durable(env, c
 def test_a_dependent_queued_by_a_result_is_claimed_in_the_same_turn(env):
     w, q, sp = env()
     changed: list[tuple[int, str]] = []
-    w.on_change = lambda job: changed.append((job.id, job.state.value))
+    w.signals.on_change = lambda job: changed.append((job.id, job.state.value))
     a = q.enqueue(["a"])
     (b,) = q.enqueue_many([{"command": ["b"], "after": [a]}])
     w.turn()
@@ -763,7 +764,7 @@ def test_outcomes_share_a_delayed_fsync_and_are_told_only_after_it(tmp_path, clo
     w = Worker(q, Settings(lease_s=LEASE), sp, clocks=clocks, log_path=lambda j, a: tmp_path / f"{j}.{a}.log",
                instance="t1", commit_delay_s=0.005)
     told: list[int] = []
-    w.on_change = lambda job: told.append(job.id) if job.state.value == "done" else None
+    w.signals.on_change = lambda job: told.append(job.id) if job.state.value == "done" else None
     syncs: list[str] = []
     real_sync = q.sync
 

@@ -164,13 +164,13 @@ def test_slots_count_against_the_lane(env):
 
 def test_conditions_hold_answers_for_schedules(env):
     w, q, sp, m = env()
-    assert w.conditions_hold(["ac"]) == "waiting for mains power"
+    assert w.watch.holds(["ac"]) == "waiting for mains power"
     m.on_mains = True
-    w.conditions_changed(["power"])
-    assert w.conditions_hold(["ac", "load<2"]) is None
+    w.watch.look_now(["power"])
+    assert w.watch.holds(["ac", "load<2"]) is None
     m.load_now = 3.0
-    w.conditions_changed()
-    assert w.conditions_hold(["ac", "load<2"]) == "waiting for load below 2 (now 3.00)"
+    w.watch.look_now()
+    assert w.watch.holds(["ac", "load<2"]) == "waiting for load below 2 (now 3.00)"
 
 
 def test_an_expired_gated_lease_is_reclaimed_only_while_its_conditions_hold(env, clocks):
@@ -181,7 +181,7 @@ def test_an_expired_gated_lease_is_reclaimed_only_while_its_conditions_hold(env,
     w.turn()
     assert started(sp) == [], "on battery: neither the queued job nor the expired lease"
     m.on_mains = True
-    w.conditions_changed()
+    w.watch.look_now()
     w.turn()
     assert sorted(started(sp)) == [a, b]
     assert [e.kind for e in q.events(a)][-1] == "reclaimed"

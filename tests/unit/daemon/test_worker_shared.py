@@ -15,6 +15,7 @@ from sloth_daemon.clock import ManualClock, ManualClocks
 from sloth_daemon.config import Settings
 from sloth_daemon.errors import StorageError
 from sloth_daemon.queue import Queue
+from sloth_daemon.daemon.worker.clockwatch import ClockWatch
 from sloth_daemon.daemon.worker.runs import RENEW_RETRY_S, ran_here, worker_name
 from sloth_daemon.daemon.shared.member import ServerTime
 from sloth_daemon.daemon.worker.loop import Worker
@@ -31,13 +32,13 @@ class World:
         self.server = ManualClock(100_000.0 - skew)  # our wall clock is `skew` seconds ahead of the server's
         self.q = Queue(tmp_path / "q.db", self.server, lease_s=LEASE)
         self.sp = FakeSpawner()
-        self.w = Worker(self.q, Settings(lease_s=LEASE, clock_check_s=60.0), self.sp, clocks=self.clocks,
-                        log_path=lambda j, a: tmp_path / f"{j}.{a}.log", instance="t1", host="a", places=["", "a"])
         self.time = ServerTime()
         self.time.sample(self.clocks.read(), self.server.now())
-        self.w.queue_time = self.time.now
         self.jumps: list[str] = []
-        self.w.after_jump = lambda: self.jumps.append("jump")
+        clock = ClockWatch(self.clocks, interval_s=60.0, after_jump=lambda: self.jumps.append("jump"))
+        self.w = Worker(self.q, Settings(lease_s=LEASE, clock_check_s=60.0), self.sp, clocks=self.clocks,
+                        log_path=lambda j, a: tmp_path / f"{j}.{a}.log", instance="t1", host="a", places=["", "a"],
+                        clock=clock, queue_time=self.time.now)
 
     def advance(self, s: float) -> None:
         self.clocks.advance(s)
@@ -111,7 +112,7 @@ def test_a_resume_makes_connections_afresh_before_renewing(world, monkeypatch):
     world.sp.start(jid)
     order: list[str] = []
     renew = world.q.renew_after_resume
-    world.w.after_jump = lambda: order.append("afresh")
+    world.w.clock.after_jump = lambda: order.append("afresh")
     monkeypatch.setattr(world.q, "renew_after_resume", lambda *a, **k: order.append("renew") or renew(*a, **k))
     world.clocks.suspend(600)
     world.server.advance(600)

@@ -1,0 +1,88 @@
+"""When the worker claims, and what: due work for lanes with free slots
+(due retries, delayed jobs, leases that really expired), a gated job
+whose conditions hold and whose tokens and slots are free (gates.py), and
+behind a young run of a full lane its successor (pipeline.py). A read-only
+look comes first (an empty claim would still cost a write transaction),
+and its answer is also when to look again (``next_due``, on the queue's
+clock). Nothing is claimed while every lane is paused, the worker stops,
+or a spawn failed for want of resources (limits.Postponement)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Callable
+
+from sloth_daemon.clock import ClockReadings, Clocks
+from sloth_daemon.config import Settings
+from sloth_daemon.daemon.limits import Postponement
+from sloth_daemon.daemon.worker.conditionwatch import ConditionWatch
+from sloth_daemon.daemon.worker.gates import Gates
+from sloth_daemon.daemon.worker.lanes import Lanes
+from sloth_daemon.daemon.worker.leases import Leases
+from sloth_daemon.daemon.worker.lifecycle import Attempt
+from sloth_daemon.daemon.worker.pipeline import Pipeline
+from sloth_daemon.daemon.worker.recording import CLAIM_RETRY_S
+from sloth_daemon.daemon.worker.runs import Attempts
+from sloth_daemon.errors import StorageError
+
+if TYPE_CHECKING:
+    from sloth_daemon.queue import Queue
+
+log = logging.getLogger("sloth.worker")
+
+
+class Claims:
+    """State: when due work is next (``next_due``) and whether claims have
+    stopped. ``begin(run, r)``: the worker's start of a run it claimed."""
+
+    def __init__(self, queue: "Queue", running: Attempts, lanes: Lanes, gates: Gates, pipeline: Pipeline,
+                 leases: Leases, watch: ConditionWatch, postponed: Postponement, clocks: Clocks, settings: Settings,
+                 *, name: str, places: list[str] | None, begin: Callable[[Attempt, ClockReadings], None]) -> None:
+        self.queue, self.running, self.lanes, self.gates = queue, running, lanes, gates
+        self.pipeline, self.leases, self.watch, self.postponed = pipeline, leases, watch, postponed
+        self.clocks, self.settings, self.name, self.places, self.begin = clocks, settings, name, places, begin
+        self.next_due: float | None = None  # the queue's clock: from the last claim
+        self.stopped = False
+
+    def allowed(self) -> bool:
+        return not (self.lanes.paused_all or self.stopped or self.postponed.holds(self.clocks.read().awake))
+
+    def due(self, r: ClockReadings) -> bool:
+        return self.next_due is not None and self.next_due <= self.leases.now(r)
+
+    def deadline(self, r: ClockReadings) -> float | None:
+        return self.next_due - self.leases.now(r) if self.next_due is not None and self.allowed() else None
+
+    def claim(self, r: ClockReadings) -> None:
+        """A turn's claims (see the module docstring)."""
+        try:
+            self._claim_due(r)
+            self.watch.looked(r)
+            if self.allowed():
+                self.pipeline.claim_successors(r, self.begin, self.gates.reserved)
+        except StorageError as e:  # locked by another process, disk full: claim later, do the rest now
+            log.warning("not claiming for now: %s", e.message)
+            self.later(r)
+
+    def later(self, r: ClockReadings) -> None:
+        """A claim the database refused (or a unit of claims it did not keep): again in CLAIM_RETRY_S."""
+        self.next_due = self.leases.now(r) + CLAIM_RETRY_S
+
+    def _claim_due(self, r: ClockReadings) -> None:
+        self.next_due = None
+        waiting_lanes = self.gates.lanes_waiting() if self.settings.lane_when else set()
+        while self.allowed():
+            blocked = self.lanes.blocked(self.running.slots_in_use()) | waiting_lanes
+            mine = set(self.running)  # never re-issue our own live or unrecorded jobs to ourselves
+            gated, reserved = self.gates.pick(blocked, mine)  # jobs with conditions, needs, slots (gates.py)
+            blocked |= reserved
+            due = self.queue.next_due_at(exclude_lanes=blocked, exclude_ids=mine, places=self.places)
+            later = self.gates.later
+            self.next_due = due if later is None or (due is not None and due < later) else later
+            if gated is None and (due is None or due > self.leases.now(r)):
+                return
+            job = self.queue.claim(self.name, exclude_lanes=blocked, exclude_ids=mine, places=self.places,
+                                   gated=None if gated is None else (gated[0].id, gated[1]))
+            if job is None:
+                return  # another process took it
+            self.begin(Attempt(job, job.token or "", job.attempts), r)
