@@ -18,7 +18,7 @@ from sloth_daemon.daemon.limits import Postponement
 from sloth_daemon.daemon.worker.conditionwatch import ConditionWatch
 from sloth_daemon.daemon.worker.gates import Gates
 from sloth_daemon.daemon.worker.lanes import Lanes
-from sloth_daemon.daemon.worker.leases import Leases
+from sloth_daemon.daemon.worker.leases import Renewals
 from sloth_daemon.daemon.worker.lifecycle import Attempt
 from sloth_daemon.daemon.worker.pipeline import Pipeline
 from sloth_daemon.daemon.worker.recording import CLAIM_RETRY_S
@@ -31,12 +31,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("sloth.worker")
 
 
-class Claims:
+class Claimer:
     """State: when due work is next (``next_due``) and whether claims have
     stopped. ``begin(run, r)``: the worker's start of a run it claimed."""
 
     def __init__(self, queue: "Queue", running: Attempts, lanes: Lanes, gates: Gates, pipeline: Pipeline,
-                 leases: Leases, watch: ConditionWatch, postponed: Postponement, clocks: Clocks, settings: Settings,
+                 leases: Renewals, watch: ConditionWatch, postponed: Postponement, clocks: Clocks, settings: Settings,
                  *, name: str, places: list[str] | None, begin: Callable[[Attempt, ClockReadings], None]) -> None:
         self.queue, self.running, self.lanes, self.gates = queue, running, lanes, gates
         self.pipeline, self.leases, self.watch, self.postponed = pipeline, leases, watch, postponed

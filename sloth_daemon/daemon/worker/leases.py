@@ -24,7 +24,7 @@ log = logging.getLogger("sloth.worker")
 QueueTime = Callable[[ClockReadings], float]
 
 
-class Leases:
+class Renewals:
     """No state of its own. ``queue_time``: the queue's clock where it is
     not this machine's wall time (a shared queue's server: shared/member.py);
     ``end``: the worker's end of a run (Worker.end)."""

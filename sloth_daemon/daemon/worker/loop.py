@@ -36,12 +36,12 @@ from sloth_daemon.daemon.limits import Postponement
 from sloth_daemon.daemon.resources import Resources
 from sloth_daemon.daemon.worker.actions import Actions
 from sloth_daemon.daemon.worker.adoption import Adopter
-from sloth_daemon.daemon.worker.claiming import Claims
+from sloth_daemon.daemon.worker.claiming import Claimer
 from sloth_daemon.daemon.worker.clockwatch import ClockWatch
 from sloth_daemon.daemon.worker.conditionwatch import ConditionWatch
 from sloth_daemon.daemon.worker.gates import Gates
 from sloth_daemon.daemon.worker.lanes import Lanes
-from sloth_daemon.daemon.worker.leases import Leases, QueueTime
+from sloth_daemon.daemon.worker.leases import QueueTime, Renewals
 from sloth_daemon.daemon.worker.lifecycle import Ending, Attempt, Stage, Why
 from sloth_daemon.daemon.worker.news import Hearing
 from sloth_daemon.daemon.worker.pausing import Pauser
@@ -111,7 +111,7 @@ class Worker:
         self.withdrawals = Withdrawals(spawner, self.running)  # what became of runs not heard started
         self.signals = Signals(on_change, self.withdrawals.heard)
         self.lanes = Lanes(queue, settings, host=None if places is None else self.host)
-        self.leases = Leases(queue, spawner, self.running, clocks, end=self.end, queue_time=queue_time)
+        self.leases = Renewals(queue, spawner, self.running, clocks, end=self.end, queue_time=queue_time)
         self.pipeline = Pipeline(queue, spawner, self.running, self.lanes, clocks, self.withdrawals, self.signals,
                                  name=self.name, places=self.places)
         self.pauser = Pauser(queue, spawner, self.running, self.signals)
@@ -122,7 +122,7 @@ class Worker:
                            meta_key="cond_paused" if places is None else f"cond_paused@{self.host}")
         self.watch = ConditionWatch(self.gates, self.pauser, self.signals, clocks, settings, end=self.end,
                                     spawn_task=self.spawn_task)
-        self.claims = Claims(queue, self.running, self.lanes, self.gates, self.pipeline, self.leases, self.watch,
+        self.claims = Claimer(queue, self.running, self.lanes, self.gates, self.pipeline, self.leases, self.watch,
                              self.postponed, clocks, settings, name=self.name, places=self.places, begin=self._begin)
         self.recorder = Recorder(queue, spawner, self.running, self.signals, claims_lost=self.claims.later,
                                  commit_delay_s=commit_delay_s)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from sloth_daemon.clock import Clocks
 from sloth_daemon.daemon.limits import Postponement
 from sloth_daemon.daemon.worker.clockwatch import ClockWatch
-from sloth_daemon.daemon.worker.leases import Leases
+from sloth_daemon.daemon.worker.leases import Renewals
 from sloth_daemon.daemon.worker.lifecycle import Ending, Attempt, Why
 from sloth_daemon.daemon.worker.pipeline import Pipeline, unlink
 from sloth_daemon.daemon.worker.runs import Attempts, record_start
@@ -35,7 +35,7 @@ class Hearing:
     own. ``instance`` and ``name``: the worker's, written with a start."""
 
     def __init__(self, queue: "Queue", running: Attempts, clocks: Clocks, signals: Signals,
-                 withdrawals: Withdrawals, pipeline: Pipeline, postponed: Postponement, leases: Leases,
+                 withdrawals: Withdrawals, pipeline: Pipeline, postponed: Postponement, leases: Renewals,
                  clock: ClockWatch, *, end: Callable[[Attempt, Ending], None], instance: str, name: str) -> None:
         self.queue, self.running, self.clocks, self.signals = queue, running, clocks, signals
         self.withdrawals, self.pipeline, self.postponed = withdrawals, pipeline, postponed

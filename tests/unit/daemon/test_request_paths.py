@@ -99,8 +99,9 @@ def daemon_handlers(tmp_path: Path):
     q = Queue(paths.db, clocks)
     sp = FakeSpawner()
     w = Worker(q, settings, sp, clocks=clocks, log_path=paths.job_log, instance="t")
-    c = Control(q, w, sp, paths, settings, request_stop=lambda *a, **k: None, instance="t")
-    c.scheduler = compose_scheduler(q, w, c, clocks, None)  # as main.build composes it
+    scheduler = compose_scheduler(q, w, clocks, None, job=lambda d: c.validate([d], fired=True)[0],
+                                  place=lambda d: dict(c._placed(d)))  # as main.build composes it
+    c = Control(q, w, sp, paths, settings, request_stop=lambda *a, **k: None, instance="t", scheduler=scheduler)
     h = Handlers(c, {})
     yield h
     q.close()
