@@ -136,3 +136,77 @@ def test_after_an_idle_exit_the_next_connection_starts_it_again_and_its_request_
         assert h.daemon_log.read_text(errors="replace").count("socket activation: listening on the socket systemd") == 2
     finally:
         holder.close()
+
+
+# ------------------------------------------------- a real systemd --user
+SYSTEMD = "/lib/systemd/systemd"
+# systemd --user refuses to run unless the machine was booted with systemd
+# (/run/systemd/system exists); this container's PID 1 is not systemd. In a
+# private mount namespace a tmpfs over /run/systemd with that folder lets a
+# real user manager start, its units and cgroups real (docs/testing.md).
+START_MANAGER = 'mount -t tmpfs none /run/systemd && mkdir -p /run/systemd/system && exec "$0" --user'
+
+
+def user_manager(h: Harness, root) -> subprocess.Popen[bytes]:
+    """A real `systemd --user` for this test alone (its own runtime and config folders)."""
+    if os.geteuid() != 0 or not os.path.exists(SYSTEMD) or not shutil.which("unshare"):
+        pytest.skip("a private systemd --user needs root (for unshare -m), unshare and systemd")
+    rt, cfg = root / "rt", root / "cfg"
+    rt.mkdir(mode=0o700)
+    cfg.mkdir()
+    h.env.update(XDG_RUNTIME_DIR=str(rt), XDG_CONFIG_HOME=str(cfg), HOME=str(root))
+    with open(root / "systemd.log", "ab") as log:
+        proc = subprocess.Popen(["unshare", "-m", "sh", "-c", START_MANAGER, SYSTEMD], env=h.env,
+                                stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+    h.spawned.append(proc)
+    try:
+        h.wait_for(lambda: (rt / "systemd" / "private").is_socket() and systemctl(h, "is-system-running").stdout,
+                   20, "systemd --user up")
+    except AssertionError:
+        proc.kill()
+        pytest.skip(f"systemd --user did not start here: {(root / 'systemd.log').read_text()[-500:]}")
+    return proc
+
+
+def systemctl(h: Harness, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["systemctl", "--user", *args], env=h.env, capture_output=True, text=True, timeout=30)
+
+
+def main_pid(h: Harness) -> int:
+    return int(systemctl(h, "show", "-p", "MainPID", "--value", "sloth.service").stdout.strip() or 0)
+
+
+def test_under_a_real_systemd_user_the_socket_unit_starts_the_daemon_again_after_each_idle_exit(make_harness, tmp_path):
+    h = make_harness(TEST_CONFIG + WINDOW)
+    manager = user_manager(h, tmp_path)
+    try:
+        installed = h.cli("service", "install", "--now", check=True).stdout
+        assert "ran: systemctl --user enable --now sloth.socket" in installed
+        assert systemctl(h, "is-active", "sloth.socket").stdout.strip() == "active"
+
+        jid, said = added(h, "sh", "-c", "echo under systemd")
+        assert "started the daemon" not in said
+        h.cli("wait", str(jid), check=True)
+        first = main_pid(h)
+        assert first > 0 and h.call("status")["pid"] == first  # the service's daemon serves it
+
+        assert subprocess.run(DAEMON, env=h.env, capture_output=True, timeout=30).returncode == 6  # the lock holds
+
+        h.wait_for(lambda: systemctl(h, "is-active", "sloth.service").stdout.strip() == "inactive", 30,
+                   "the service's idle exit")
+        assert systemctl(h, "is-active", "sloth.socket").stdout.strip() == "active"  # systemd still listens
+        assert systemctl(h, "show", "-p", "Result", "--value", "sloth.service").stdout.strip() == "success"
+        assert h.socket.exists()
+
+        again, said = added(h, "sh", "-c", "echo again")  # the connection starts the service again
+        assert "started the daemon" not in said
+        h.cli("wait", str(again), check=True)
+        assert h.job(again)["attempts"] == 1
+        assert main_pid(h) not in (0, first)
+
+        removed = h.cli("service", "uninstall", check=True).stdout
+        assert "ran: systemctl --user disable --now sloth.socket" in removed
+        assert not h.socket.exists()  # RemoveOnStop
+    finally:
+        manager.terminate()
+        manager.wait(30)
