@@ -42,17 +42,7 @@ def gone_by_itself(h: Harness, pid: int, timeout_s: float = 30) -> None:
 
 
 def _paths(h: Harness):
-    import os
-
-    old = os.environ.get("SLOTH_HOME")
-    os.environ["SLOTH_HOME"] = str(h.home)
-    try:
-        return resolve()
-    finally:
-        if old is None:
-            del os.environ["SLOTH_HOME"]
-        else:
-            os.environ["SLOTH_HOME"] = old
+    return resolve({"SLOTH_HOME": str(h.home)})
 
 
 def daemon_pid(h: Harness) -> int:
