@@ -78,7 +78,10 @@ class IdleExit:
             return f"{len(v.runs)} run(s) in hand"
         if (k := v.keeper_holding()) > 0:
             return f"the keeper holds {k} run(s)"
-        counts = v.counts()
+        try:
+            counts = v.counts()
+        except SlothError as e:  # a full disk, a foreign lock: what it holds is unknown, so stay
+            return f"the queue cannot be read now ({e.message})"
         if active := {s: counts[s] for s in ACTIVE if counts.get(s)}:
             return ", ".join(f"{n} {s}" for s, n in active.items())
         if v.watching():
@@ -108,12 +111,7 @@ class IdleExit:
         with the reason, else ``reopen`` (awaitable) and stay."""
         while True:
             await asyncio.sleep(self.period_s())
-            try:
-                if not self.due():
-                    continue
-            except SlothError as e:  # a queue that cannot be read now: stay, look again later
-                log.warning("idle exit: cannot look at the queue: %s", e.message)
-                self.busy_at = self.clock()
+            if not self.due():
                 continue
             close()
             await asyncio.sleep(SETTLE_S)

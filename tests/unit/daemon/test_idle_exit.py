@@ -94,6 +94,19 @@ def test_a_blocked_job_and_a_running_one_keep_it_a_held_or_ended_one_does_not(pa
     assert ie.why_stay() is None  # held: it waits for `sloth release`, a command that starts the daemon
 
 
+def test_a_queue_that_cannot_be_read_keeps_it(parts):
+    from sloth_daemon.errors import StorageError
+
+    def unreadable() -> dict[str, int]:
+        raise StorageError("database is locked")
+
+    ie = IdleExit(Views(counts=unreadable, runs=[], keeper_holding=lambda: 0, next_slot=lambda: None,
+                        connections=lambda: 0, requests=lambda: 0), lambda: 1.0, clock=lambda: parts.now)
+    parts.now = 100.0
+    assert ie.why_stay() == "the queue cannot be read now (database is locked)"
+    assert not ie.due()
+
+
 def test_a_request_restarts_the_window(parts):
     ie = idle(parts)
     parts.now = 50.0
