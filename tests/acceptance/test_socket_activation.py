@@ -63,9 +63,12 @@ def test_systemd_socket_activate_starts_the_real_daemon_on_the_first_connection(
     assert h.call("status")["pid"] == proc.pid  # exec'd in place: the daemon got the socket
     assert "socket activation: listening on the socket systemd made for" in h.log_text()
 
+    busy, _ = added(h, "sleep", "3")  # keeps it from its idle exit while a second daemon tries
+    h.wait_state(busy, "running")
     second = h.start(wait=False)  # the single-instance lock still holds
     assert second.wait(30) == 6
     assert "already running" in h.log_text()
+    h.wait_state(busy, "done")
 
     assert proc.wait(30) == 0  # the idle exit
     assert "idle exit: nothing queued" in h.log_text()
@@ -190,7 +193,10 @@ def test_under_a_real_systemd_user_the_socket_unit_starts_the_daemon_again_after
         first = main_pid(h)
         assert first > 0 and h.call("status")["pid"] == first  # the service's daemon serves it
 
+        busy, _ = added(h, "sleep", "3")  # keeps it from its idle exit while a second daemon tries
+        h.wait_state(busy, "running")
         assert subprocess.run(DAEMON, env=h.env, capture_output=True, timeout=30).returncode == 6  # the lock holds
+        h.wait_state(busy, "done")
 
         h.wait_for(lambda: systemctl(h, "is-active", "sloth.service").stdout.strip() == "inactive", 30,
                    "the service's idle exit")
