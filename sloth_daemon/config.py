@@ -43,6 +43,7 @@ class Settings:
     poll_s: float = 5.0  # a shared queue is looked at this often besides its wakeups
     conditions_check_s: float = 30.0  # how often run conditions are looked at while jobs wait on them
     keeper_linger_s: float = 5.0  # the keeper exits once it has held no run this long (docs/idle.md)
+    idle_exit_s: float = 0.0  # the daemon exits after this long with nothing to do; 0: never (docs/idle.md)
     lanes: Mapping[str, int] = field(default_factory=dict)  # only the lanes the file names
     # [lanes.NAME] tables: what the keeper holds for every job of the lane
     # that does not say otherwise (mem, cpus, nice, io as checks.limits_json
@@ -393,6 +394,7 @@ hook_timeout_s = "30s"  # on_finish still running after this is killed
 
 conditions_check_s = "30s"  # run conditions (--when) are looked at this often while jobs wait on them
 keeper_linger_s = "5s"      # the keeper (it owns running jobs) exits once it has held none this long
+idle_exit_s = 0             # e.g. "10m": the daemon exits after this long with nothing to do (0: never)
 
 [lanes]
 default = 1

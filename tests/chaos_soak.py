@@ -175,6 +175,7 @@ class SoakConfig:
     power: bool = True  # flap a fake charger (needs a private mount namespace)
     starve: bool = True  # late in the chaos, shrink gpu below a gpu=2 job's need for good (issue 28.2)
     stall_s: float = 60.0  # the settle gives up (a violation) after this long with no progress
+    idle_exit_s: float = 0.0  # the daemon's idle_exit_s (docs/idle.md); 0: off, as by default
     keep_home: bool = False
     log: Callable[[str], None] = print
 
@@ -193,7 +194,7 @@ class SoakConfig:
     def daemon_config(self) -> str:
         lanes = "".join(f"{k} = {v}\n" for k, v in self.lanes.items())
         return ('lease_s = "3s"\nclock_check_s = "1s"\nkill_grace_s = "1s"\nconditions_check_s = "1s"\n'
-                f'backoff_cap_s = "4s"\nmax_attempts = 3\n[lanes]\n{lanes}')
+                f'backoff_cap_s = "4s"\nmax_attempts = 3\nidle_exit_s = {self.idle_exit_s}\n[lanes]\n{lanes}')
 
 
 @dataclass
@@ -1467,8 +1468,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--faults", help=f"comma-separated chaos kinds to throw (default all: {','.join(CHAOS)})")
     ap.add_argument("--no-lease-floor", dest="require_lease_floor", action="store_false",
                     help="count a too-short lease accepted instead of failing (a sloth before the floor)")
+    ap.add_argument("--idle-exit", type=float, default=0.0, metavar="SECONDS",
+                    help="the daemon's idle_exit_s: it exits when it has had nothing to do this long (default off)")
     a = ap.parse_args(argv)
-    kw: dict[str, Any] = {"seed": a.seed, "keep_home": a.keep, "require_lease_floor": a.require_lease_floor}
+    kw: dict[str, Any] = {"seed": a.seed, "keep_home": a.keep, "require_lease_floor": a.require_lease_floor,
+                          "idle_exit_s": a.idle_exit}
     if a.faults:
         faults = tuple(f.strip() for f in a.faults.split(",") if f.strip())
         unknown = sorted(set(faults) - set(CHAOS))

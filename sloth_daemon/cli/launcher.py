@@ -62,9 +62,16 @@ def lock_holder(paths: Paths) -> str | None:
 
 
 def _wait_for_holder(paths: Paths, holder: str, timeout_s: float) -> int:
-    pid = _wait_for_pid(paths, timeout_s)
-    if pid:
-        return pid
+    """Until the holder answers; if it exits first (an idle exit, a stop that
+    had closed its socket), start the next daemon."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pid = _pid_of_running(paths)
+        if pid:
+            return pid
+        if lock_holder(paths) is None:
+            return start_background(paths, timeout_s=max(deadline - time.monotonic(), 1.0))
+        time.sleep(0.05)
     raise DaemonNotAnswering(
         f"a sloth daemon (pid {holder}) holds the lock on {paths.data_dir} but does not answer on "
         f"{paths.socket}; not starting a second one",
@@ -105,6 +112,8 @@ def _wait_until_serving(paths: Paths, proc: subprocess.Popen[bytes], timeout_s: 
             if code == 0 or _answers(paths):
                 # Lost a race with another starter: theirs is serving.
                 return _pid_of_running(paths) or proc.pid
+            if (holder := lock_holder(paths)) is not None:  # theirs is still starting: wait for it
+                return _wait_for_holder(paths, holder, max(deadline - time.monotonic(), 1.0))
             said, hint = _last_words(paths.daemon_log)
             raise SlothError(
                 f"the daemon exited with code {code} while starting: {said}",

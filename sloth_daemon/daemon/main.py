@@ -41,7 +41,7 @@ from sloth_daemon import __version__
 from sloth_daemon import config
 from sloth_daemon.text import log_to_stderr
 from sloth_daemon.backends.sqlite import identity
-from sloth_daemon.daemon import limits
+from sloth_daemon.daemon import idle_exit, limits
 from sloth_daemon.keeper import timerfd
 from sloth_daemon.clock import Clocks, SystemClocks
 from sloth_daemon.daemon.control import Control
@@ -200,7 +200,7 @@ class Daemon:
             loop.add_reader(self.clock_set.fd, self._on_clock_set)
         notifier = self.notifier
         worker = loop.create_task(self.worker.run())
-        tasks = [worker]
+        tasks = [worker, loop.create_task(idle_exit.watch_daemon(self))]  # idle_exit_s (docs/idle.md)
         if notifier.watchdog_interval_s:
             tasks.append(loop.create_task(_watchdog(notifier, notifier.watchdog_interval_s)))
         notifier.ready(f"serving {self.paths.socket}")
@@ -226,8 +226,7 @@ class Daemon:
     async def _listen(self) -> None:
         ensure_dir(self.paths.runtime_dir)
         check_socket_path(self.paths.socket)
-        self.paths.socket.unlink(missing_ok=True)  # stale: the instance lock proves nobody serves it
-        await self.server.start(self.paths.socket)
+        await self.server.start(self.paths.socket)  # its own, or its service manager's (activation.py)
 
     async def _drain(self, tasks: list[asyncio.Task[None]]) -> None:
         await self.worker.shutdown(keep_jobs=self.keep_jobs)
@@ -242,7 +241,6 @@ class Daemon:
         if self.clock_set is not None:
             asyncio.get_running_loop().remove_reader(self.clock_set.fd)
             self.clock_set.close()
-        self.paths.socket.unlink(missing_ok=True)
         self.queue.close()
         log.info("stopped")
 

@@ -14,9 +14,11 @@ up the descriptors that job processes need.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from sloth_daemon import protocol
 
 from sloth_daemon.paths import peer_refused
 from sloth_daemon.keeper import peercred
+from sloth_daemon.daemon import activation
 from sloth_daemon.daemon.control import Control
 from sloth_daemon.errors import DaemonBusy, PermissionDenied, ProtocolError, SlothError
 from sloth_daemon.daemon.handlers import Handlers, Session
@@ -44,8 +47,24 @@ class Server:
                       "refused_busy": 0, "open": 0, "max_connections": max_connections}
         self.handlers = Handlers(control, self.stats)
         self._conns: set[asyncio.Task[None]] = set()  # one task per open connection, ended by close()
+        self.path: Path | None = None  # where it listens (start)
+        self.given: socket.socket | None = None  # the listener our service manager passed, if it did
 
     async def start(self, path: Path) -> None:
+        """Listen on ``path``: on the socket our service manager made for it,
+        if it passed one (activation.py: systemd's sloth.socket, launchd's
+        Sockets), else on one bound here, replacing a stale file (the
+        instance lock proves nobody serves it). Called again after
+        ``stop_listening`` (an idle exit called off), it listens again."""
+        if self.given is None and self.path is None:  # the first start: asked once per process
+            self.given = activation.inherited(path)
+        self.path = path
+        if self.given is not None:  # asyncio closes what it is given: ours stays for a listen again
+            self.server = await asyncio.start_unix_server(
+                self.handle, sock=self.given.dup(), limit=protocol.MAX_FRAME + 2, backlog=BACKLOG)
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # stale: the instance lock proves nobody serves it
         old_umask = os.umask(0o177)  # the socket is born 0600, no window
         try:
             self.server = await asyncio.start_unix_server(
@@ -55,14 +74,23 @@ class Server:
             os.umask(old_umask)
         os.chmod(path, 0o600)
 
+    def stop_listening(self) -> None:
+        """Take no more connections (those open are served on). A socket bound
+        here is removed, so a client starts the next daemon; a socket the
+        service manager made stays its: it starts us again on the next connection."""
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+        if self.given is None and self.path is not None:
+            self.path.unlink(missing_ok=True)
+
     async def close(self) -> None:
         """Stop listening and end every open connection (a follower, a
         waiter, the client that asked us to stop) before the loop does:
         asyncio.run() would cancel them at its end, and a cancelled
         connection task is logged as a traceback."""
         self.handlers.close()
-        if self.server is not None:
-            self.server.close()
+        self.stop_listening()
         conns = [t for t in self._conns if t is not asyncio.current_task()]
         for t in conns:
             t.cancel()

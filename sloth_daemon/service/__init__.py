@@ -41,12 +41,16 @@ def install(*, now: bool = False, plat: str | None = None) -> Report:
     p, path = resolve(), unit_path(plat)
     content = render(plat, paths=p)
     require(_TOOL[plat])  # before writing anything
-    half = launchd if plat == "macos" else systemd
-    before = read_text(path)
+    files = [(path, content)]
+    if plat == "linux":  # and its socket (activation: the daemon started on the first connection)
+        files.append((systemd.socket_path(path), systemd.render_socket(p)))
+    before = [(f, text, read_text(f)) for f, text in files]
     try:
-        return half.install(content, p, path, now=now)
+        if plat == "macos":
+            return launchd.install(content, p, path, now=now)
+        return systemd.install(content, p, path, now=now, socket=files[1][1])
     except ServiceError as e:  # no user bus, say: leave nothing behind that says otherwise
-        undone = _undo(path, before, content)
+        undone = "; ".join(u for f, text, was in before if (u := _undo(f, was, text)))
         if not undone:
             raise
         raise type(e)(f"{e.message}; {undone}", e.hint) from e
@@ -60,7 +64,8 @@ def _undo(path: Path, before: str | None, wrote: str) -> str:
     try:
         if before is None:
             path.unlink()
-            link = path.parent / "default.target.wants" / path.name
+            link = path.parent / ("sockets.target.wants" if path.suffix == ".socket" else "default.target.wants") \
+                / path.name
             if link.is_symlink() and os.path.realpath(link) == os.path.realpath(path.parent / path.name):
                 link.unlink()
             return f"nothing was left behind (removed {path})"

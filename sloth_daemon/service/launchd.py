@@ -40,6 +40,7 @@ def render_plist(program: list[str], p: Paths, timeout_s: int) -> str:
         LOG_FILE=escape(str(p.daemon_log)),
         EXIT_TIMEOUT_S=str(timeout_s),
         ENVIRONMENT=env_lines,
+        SOCKET_PATH=escape(str(p.socket)),  # Sockets: launchd listens there, starts us on a connection
     )
 
 

@@ -16,6 +16,7 @@ from sloth_daemon.service.common import (
 )
 
 _SYSTEMD_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+SOCKET_NAME = "sloth.socket"  # beside the service: systemd pairs them by name
 
 
 def _systemd_quote(arg: str, *, exec_line: bool = False) -> str:
@@ -36,6 +37,19 @@ def render_unit(program: list[str], env: dict[str, str], timeout_s: int) -> str:
     env_lines = [f"Environment={_systemd_quote(f'{k}={v}')}" for k, v in env.items()]
     return fill(template(UNIT_NAME), EXEC_START=exec_start, ENVIRONMENT=env_lines,
                 TIMEOUT_STOP_S=str(timeout_s))
+
+
+def render_socket(p: Paths) -> str:
+    """sloth.socket: ListenStream at the daemon's socket path (as the
+    service's daemon resolves it: the same environment, SLOTH_HOME baked)."""
+    path = str(p.socket)
+    if "\n" in path or "\0" in path:
+        raise ServiceError(f"cannot put {path!r} in a unit file: it contains a newline")
+    return fill(template(SOCKET_NAME), SOCKET_PATH=path.replace("%", "%%"))
+
+
+def socket_path(unit: Path) -> Path:
+    return unit.with_name(SOCKET_NAME)
 
 
 def unit_exec_binary(text: str) -> str | None:
@@ -87,11 +101,17 @@ def linger_advice(report: Report) -> None:
                             "without it the service stops at logout")
 
 
-def install(content: str, p: Paths, path: Path, *, now: bool) -> Report:
+def install(content: str, p: Paths, path: Path, *, now: bool, socket: str) -> Report:
+    """Write the service and its socket (``socket``: render_socket's), reload
+    if either changed, enable the socket, then the service."""
     r = Report("linux", str(path))
     r.state = write_if_changed(path, content, r)
+    sock_state = write_if_changed(socket_path(path), socket, r)
+    if r.state == "unchanged" and sock_state != "unchanged":
+        r.state = "updated"
     if r.state != "unchanged":
         run(r, ["systemctl", "--user", "daemon-reload"])
+    run(r, ["systemctl", "--user", "enable", *(["--now"] if now else []), SOCKET_NAME])
     run(r, ["systemctl", "--user", "enable", *(["--now"] if now else []), UNIT_NAME])
     if r.state == "updated":
         r.notes.append(f"a running daemon keeps the old unit until `systemctl --user restart {UNIT_NAME}` "
@@ -107,8 +127,13 @@ def uninstall(path: Path) -> Report:
     r = Report("linux", str(path), state="not installed")
     if not path.exists():
         return r
+    sock = socket_path(path)
+    if sock.exists():  # an install of before the socket unit has none
+        run(r, ["systemctl", "--user", "disable", "--now", SOCKET_NAME])
     run(r, ["systemctl", "--user", "disable", "--now", UNIT_NAME])
     remove(path, r)
+    if sock.exists():
+        remove(sock, r)
     run(r, ["systemctl", "--user", "daemon-reload"])
     r.state = "removed"
     return r

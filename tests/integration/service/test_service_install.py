@@ -28,6 +28,9 @@ if [ -n "$FAKE_FAIL" ] && [ "$*" = "$FAKE_FAIL" ]; then
 fi
 case "$*" in
   "--user daemon-reload") exit 0 ;;
+  "--user enable --now sloth.socket") touch "$FAKE_STATE/socket"; exit 0 ;;
+  "--user enable sloth.socket") exit 0 ;;
+  "--user disable --now sloth.socket") rm -f "$FAKE_STATE/socket"; exit 0 ;;
   "--user enable --now sloth.service") touch "$FAKE_STATE/enabled" "$FAKE_STATE/active"; exit 0 ;;
   "--user enable sloth.service") touch "$FAKE_STATE/enabled"; exit 0 ;;
   "--user disable --now sloth.service") rm -f "$FAKE_STATE/enabled" "$FAKE_STATE/active"; exit 0 ;;
@@ -129,14 +132,19 @@ def test_install_now_then_again_then_changed_then_uninstall(box):
     cp = box.sloth("service", "install", "--now")
     unit = unit_file(box)
     assert unit.read_text() == box.sloth("service", "install", "--print").stdout
+    socket = unit.with_name("sloth.socket")
+    assert f"ListenStream={box.root / 'sl' / 'run' / 'sloth.sock'}" in socket.read_text()
     assert box.calls() == [
         "systemctl --user daemon-reload",
+        "systemctl --user enable --now sloth.socket",
         "systemctl --user enable --now sloth.service",
         LINGER,
     ]
-    assert cp.stdout.splitlines()[:4] == [
+    assert cp.stdout.splitlines()[:6] == [
         f"wrote {unit}",
+        f"wrote {socket}",
         "ran: systemctl --user daemon-reload",
+        "ran: systemctl --user enable --now sloth.socket",
         "ran: systemctl --user enable --now sloth.service",
         f"sloth service installed: systemd --user, {unit}",
     ]
@@ -149,24 +157,31 @@ def test_install_now_then_again_then_changed_then_uninstall(box):
     assert "already installed, unchanged" in cp.stdout
     assert "wrote" not in cp.stdout
     assert unit.stat().st_mtime_ns == mtime
-    assert box.calls() == ["systemctl --user enable --now sloth.service", LINGER]
+    assert box.calls() == ["systemctl --user enable --now sloth.socket", "systemctl --user enable --now sloth.service",
+                           LINGER]
     assert "linger" not in cp.stderr
 
     # Changed content (another SLOTH_HOME): rewritten and daemon-reloaded.
     other = box.root / "other"
     d = box.sloth_json("service", "install", SLOTH_HOME=str(other), FAKE_LINGER="yes")
     assert d["state"] == "updated"
-    assert d["written"] == [str(unit)]
-    assert d["commands"] == [["systemctl", "--user", "daemon-reload"], ["systemctl", "--user", "enable", "sloth.service"]]
+    assert d["written"] == [str(unit), str(socket)]
+    assert d["commands"] == [["systemctl", "--user", "daemon-reload"], ["systemctl", "--user", "enable", "sloth.socket"],
+                             ["systemctl", "--user", "enable", "sloth.service"]]
     assert d["warnings"] == []
     assert f"Environment=SLOTH_HOME={other}" in unit.read_text()
-    assert box.calls() == ["systemctl --user daemon-reload", "systemctl --user enable sloth.service", LINGER]
+    assert f"ListenStream={other / 'run' / 'sloth.sock'}" in socket.read_text()
+    assert box.calls() == ["systemctl --user daemon-reload", "systemctl --user enable sloth.socket",
+                           "systemctl --user enable sloth.service", LINGER]
 
     cp = box.sloth("service", "uninstall")
-    assert not unit.exists()
-    assert box.calls() == ["systemctl --user disable --now sloth.service", "systemctl --user daemon-reload"]
+    assert not unit.exists() and not socket.exists()
+    assert box.calls() == ["systemctl --user disable --now sloth.socket", "systemctl --user disable --now sloth.service",
+                           "systemctl --user daemon-reload"]
     assert cp.stdout.splitlines() == [
         f"removed {unit}",
+        f"removed {socket}",
+        "ran: systemctl --user disable --now sloth.socket",
         "ran: systemctl --user disable --now sloth.service",
         "ran: systemctl --user daemon-reload",
         "sloth service removed: systemd --user",
@@ -177,10 +192,21 @@ def test_install_now_then_again_then_changed_then_uninstall(box):
     assert box.sloth_json("service", "uninstall")["state"] == "not installed"
 
 
+def test_uninstall_of_an_install_without_the_socket_unit_removes_the_service(box):
+    """An install from before sloth.socket: uninstall does not ask systemd about a socket it never had."""
+    box.sloth("service", "install")
+    unit_file(box).with_name("sloth.socket").unlink()
+    box.calls()
+    d = box.sloth_json("service", "uninstall")
+    assert d["state"] == "removed" and d["removed"] == [str(unit_file(box))]
+    assert box.calls() == ["systemctl --user disable --now sloth.service", "systemctl --user daemon-reload"]
+
+
 def test_install_without_now_only_enables(box):
     d = box.sloth_json("service", "install", FAKE_LINGER="yes")
     assert d["state"] == "installed"
-    assert d["commands"] == [["systemctl", "--user", "daemon-reload"], ["systemctl", "--user", "enable", "sloth.service"]]
+    assert d["commands"] == [["systemctl", "--user", "daemon-reload"], ["systemctl", "--user", "enable", "sloth.socket"],
+                             ["systemctl", "--user", "enable", "sloth.service"]]
     assert any("systemctl --user start sloth.service" in n for n in d["notes"])
     assert d["warnings"] == []
 
@@ -258,7 +284,7 @@ def test_a_failed_install_now_leaves_nothing_behind_and_doctor_tells_the_truth(t
     assert cp.returncode == 1 and "Failed to connect to bus" in cp.stderr
     unit = tmp_path / "cfg" / "systemd" / "user" / "sloth.service"
     assert not unit.exists() and "nothing was left behind" in cp.stderr, cp.stderr
-    assert not list((tmp_path / "cfg").rglob("*.service"))
+    assert not list((tmp_path / "cfg").rglob("*.service")) and not list((tmp_path / "cfg").rglob("*.socket"))
     doc = json.loads(run("doctor", "--json").stdout)
     fixes = {c["name"]: c["hint"] for c in doc["checks"]}
     assert "sloth daemon start" in fixes["service"] and "no systemd user manager" in \

@@ -58,15 +58,18 @@ def one(sections: dict, section: str, key: str) -> str:
     return values[0]
 
 
-def analyze(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
+def analyze(tmp_path: Path, text: str, name: str = "sloth.service",
+            beside: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     d = tmp_path / "unitdir"
     d.mkdir(exist_ok=True)
-    (d / "sloth.service").write_text(text)
+    (d / name).write_text(text)
+    for other, other_text in (beside or {}).items():  # a socket is verified with the service it starts
+        (d / other).write_text(other_text)
     rt = tmp_path / "xdg-runtime"
     rt.mkdir(mode=0o700, exist_ok=True)
     os.chmod(rt, 0o700)
     env = {**os.environ, "XDG_RUNTIME_DIR": str(rt), "SYSTEMD_LOG_COLOR": "0", "SYSTEMD_PAGER": ""}
-    return subprocess.run([SYSTEMD_ANALYZE, "verify", "--user", str(d / "sloth.service")],
+    return subprocess.run([SYSTEMD_ANALYZE, "verify", "--user", str(d / name)],
                           capture_output=True, text=True, env=env, timeout=30)
 
 
@@ -93,6 +96,22 @@ def test_awkward_paths_are_quoted_so_systemd_reads_them_back(tmp_path):
     assert service.unit_exec_binary(text) == str(odd / "sloth")
     env = [v for k, v in unit_sections(text)["Service"] if k == "Environment"]
     assert env == ["PYTHONUNBUFFERED=1", r'"SLOTH_HOME=' + str(p.home).replace("%", "%%").replace('"', r"\"") + '"']
+
+
+@needs_sloth
+@needs_analyze
+def test_socket_unit_passes_systemd_analyze_verify_and_listens_at_the_daemons_socket(tmp_path):
+    p = home(tmp_path, "odd 50% home")
+    text = service.systemd.render_socket(p)
+    cp = analyze(tmp_path, text, "sloth.socket", beside={"sloth.service": service.render(
+        "linux", program=[str(SLOTH)], paths=p)})
+    assert cp.returncode == 0, cp.stderr
+    assert cp.stderr == "" and cp.stdout == ""
+    s = unit_sections(text)
+    assert one(s, "Socket", "ListenStream") == str(p.socket).replace("%", "%%")  # % is a specifier
+    assert one(s, "Socket", "SocketMode") == "0600" and one(s, "Socket", "DirectoryMode") == "0700"
+    assert one(s, "Install", "WantedBy") == "sockets.target"
+    assert "Accept" not in dict(s["Socket"])  # one daemon for every connection, not one per connection
 
 
 def test_unit_directives(tmp_path):
@@ -175,6 +194,8 @@ def test_plist_round_trips_and_matches_the_schema(tmp_path):
     # Writing it back gives the same data (plistlib is the schema of record).
     assert plistlib.loads(plistlib.dumps(d)) == d
     assert plist_binary(text) == str(SLOTH)
+    # launchd listens at the daemon's socket, 0600, and hands it over as "Listeners" (daemon/activation.py)
+    assert d["Sockets"] == {"Listeners": {"SockPathName": str(p.socket), "SockPathMode": 0o600}}
 
 
 def test_plist_without_sloth_home_and_with_xml_special_characters(tmp_path):
@@ -217,7 +238,7 @@ def test_sloth_program_finds_the_console_script_of_this_environment():
 
 
 def test_templates_load_from_the_checkout_or_the_wheel():
-    for name in ("sloth.service", "io.slothqueue.sloth.plist"):
+    for name in ("sloth.service", "sloth.socket", "io.slothqueue.sloth.plist"):
         assert service.template(name) == (REPO / "service" / name).read_text()
 
 

@@ -1,0 +1,142 @@
+"""The daemon's exit for want of work (``idle_exit_s``, docs/idle.md).
+
+``IdleExit`` decides, from what the daemon's parts say through their public
+faces, whether anything needs a daemon now or could need one without a
+command waking it: a job queued, blocked or running (any holder: an expired
+lease is reclaimed by a daemon), a run in hand (pending or running) or held
+by the keeper, a client connected, a schedule with a next slot. Nothing wakes
+a daemon that is gone at a given time (only a command, or a connection to a
+socket its service manager holds), so whatever will be due *at any time*
+keeps it, not only what is due within the window: nothing is run late. The
+window is how long it must have had nothing before it goes (a command served
+counts as something: a loop of commands does not pay a start each).
+
+Leaving is two steps so that no request is accepted and then dropped: stop
+listening, let the loop run whatever connection it had accepted, look again;
+only then ask the daemon to stop (as `sloth daemon stop` does: nothing runs,
+so nothing is interrupted). If anything came meanwhile, listen again and stay.
+A shared (PostgreSQL) queue never exits: other machines queue work for this
+one without a command here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Collection
+
+from sloth_daemon.durations import format_duration
+from sloth_daemon.errors import SlothError
+
+log = logging.getLogger("sloth.idle")
+SETTLE_S = 0.05  # after the listener is closed: connections already accepted get their task started
+OFF_RECHECK_S = 60.0  # idle exit off: look at the setting again this often (a reload may turn it on)
+MIN_PERIOD_S, MAX_PERIOD_S = 0.25, 30.0  # a look every window/4 within these: <= 0.04 wake-ups/s at 10m
+ACTIVE = ("queued", "blocked", "running")  # held jobs wait for `sloth release`, a command: they keep nothing
+
+
+@dataclass
+class Views:
+    """What IdleExit reads, each from the part that owns it."""
+    counts: Callable[[], dict[str, int]]  # the queue's jobs per state
+    runs: Collection[Any]  # the worker's runs in hand (pending, running, ended and not written)
+    keeper_holding: Callable[[], int]  # runs the keeper holds for us (0 when there is none)
+    next_slot: Callable[[], int | None]  # the earliest slot of an enabled schedule
+    connections: Callable[[], int]  # clients connected now
+    requests: Callable[[], int]  # requests served so far (a counter)
+    watching: Callable[[], bool] = lambda: False  # run conditions looked at for waiting jobs
+
+
+class IdleExit:
+    """Owns when the daemon was last busy and the last request count seen;
+    ``window_s`` is read at every look (a reload may change it)."""
+
+    def __init__(self, views: Views, window_s: Callable[[], float], *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.views, self.window_s, self.clock = views, window_s, clock
+        self.busy_at = clock()
+        self._requests = views.requests()
+
+    def why_stay(self) -> str | None:
+        """The first thing that needs a daemon (in words), or None. Something
+        found restarts the window."""
+        why = self._first_need()
+        if why is not None:
+            self.busy_at = self.clock()
+        return why
+
+    def _first_need(self) -> str | None:
+        v = self.views
+        if (n := v.connections()) > 0:
+            return f"{n} client(s) connected"
+        if (r := v.requests()) != self._requests:
+            self._requests = r
+            return "a request was served"
+        if v.runs:
+            return f"{len(v.runs)} run(s) in hand"
+        if (k := v.keeper_holding()) > 0:
+            return f"the keeper holds {k} run(s)"
+        try:
+            counts = v.counts()
+        except SlothError as e:  # a full disk, a foreign lock: what it holds is unknown, so stay
+            return f"the queue cannot be read now ({e.message})"
+        if active := {s: counts[s] for s in ACTIVE if counts.get(s)}:
+            return ", ".join(f"{n} {s}" for s, n in active.items())
+        if v.watching():
+            return "run conditions watched"
+        if (slot := v.next_slot()) is not None:
+            return f"a schedule's next slot at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(slot))}"
+        return None
+
+    def quiet_for(self) -> float | None:
+        """Seconds it has had nothing (a look now), or None while it has something."""
+        return None if self.why_stay() is not None else self.clock() - self.busy_at
+
+    def due(self) -> bool:
+        """Whether the daemon may go now: idle exit on, and nothing for a whole window."""
+        window = self.window_s()
+        quiet = self.quiet_for()
+        return window > 0 and quiet is not None and quiet >= window
+
+    def period_s(self) -> float:
+        window = self.window_s()
+        return OFF_RECHECK_S if window <= 0 else min(max(window / 4, MIN_PERIOD_S), MAX_PERIOD_S)
+
+    async def watch(self, *, close: Callable[[], None], reopen: Callable[[], Any],
+                    leave: Callable[[str], None]) -> None:
+        """Look every period; when due, close the listener (``close``), let
+        accepted connections start, look again: still nothing, ``leave``
+        with the reason, else ``reopen`` (awaitable) and stay."""
+        while True:
+            await asyncio.sleep(self.period_s())
+            if not self.due():
+                continue
+            close()
+            await asyncio.sleep(SETTLE_S)
+            if (why := self.why_stay()) is None:
+                window = format_duration(self.window_s())
+                leave(f"idle exit: nothing queued, running, held or scheduled for {window} (idle_exit_s)")
+                return
+            log.info("idle exit called off: %s", why)
+            await reopen()
+
+
+async def watch_daemon(d: Any) -> None:
+    """The idle exit of the daemon ``d`` (main.Daemon: not imported, it imports us), made from its parts: a
+    shared queue never exits (the module docstring)."""
+    if d.shared is not None:
+        if d.settings.idle_exit_s > 0:
+            log.info("idle_exit_s is ignored on a shared queue: other machines queue work for this one")
+        return
+    scheduler = d.control.scheduler if d.control is not None else None
+    server, keeper, gates = d.server, d.keeper, d.worker.gates
+    views = Views(counts=d.queue.counts, runs=d.worker.running,
+                  keeper_holding=lambda: keeper.client.holding if keeper.client is not None else 0,
+                  next_slot=scheduler.earliest if scheduler is not None else lambda: None,
+                  connections=lambda: server.active, requests=lambda: server.stats["requests"],
+                  watching=lambda: gates.watching)
+    idle = IdleExit(views, lambda: d.settings.idle_exit_s)
+    await idle.watch(close=server.stop_listening, reopen=lambda: server.start(d.paths.socket),
+                     leave=lambda why: d.request_stop(why, keep_jobs=False))
