@@ -18,7 +18,6 @@ pytest_plugins = ["tests.support.fakeclock"]
 # first, so that none of them is the tail of a run on several workers.
 # A name no longer here is ignored.
 SLOW = (
-    "tests/acceptance/test_fast_cli.py::test_the_fast_path_and_typer_queue_print_and_exit_the_same",
     "tests/unit/backends/test_queue_model.py::test_queue_model",
     "tests/acceptance/test_resources.py::test_a_spawn_short_of_descriptors_waits_without_spending_an_attempt",
     "tests/unit/daemon/test_handlers_scan.py::test_jobs_with_large_commands_are_sent_in_smaller_events",
