@@ -8,7 +8,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -63,16 +62,12 @@ def analyze(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
     d = tmp_path / "unitdir"
     d.mkdir(exist_ok=True)
     (d / "sloth.service").write_text(text)
-    # A short runtime dir: systemd reads the user's other units too, and
-    # their socket paths under it (%t/gnupg/S.gpg-agent.extra) must fit in
-    # 108 bytes, which a tmp_path under pytest-xdist (.../popen-gw0/...) does not.
-    rt = tempfile.mkdtemp(prefix="slrt-")
-    try:
-        env = {**os.environ, "XDG_RUNTIME_DIR": rt, "SYSTEMD_LOG_COLOR": "0", "SYSTEMD_PAGER": ""}
-        return subprocess.run([SYSTEMD_ANALYZE, "verify", "--user", str(d / "sloth.service")],
-                              capture_output=True, text=True, env=env, timeout=30)
-    finally:
-        shutil.rmtree(rt, ignore_errors=True)
+    rt = tmp_path / "xdg-runtime"
+    rt.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(rt, 0o700)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(rt), "SYSTEMD_LOG_COLOR": "0", "SYSTEMD_PAGER": ""}
+    return subprocess.run([SYSTEMD_ANALYZE, "verify", "--user", str(d / "sloth.service")],
+                          capture_output=True, text=True, env=env, timeout=30)
 
 
 # ------------------------------------------------------------------ systemd
