@@ -14,6 +14,35 @@ from tests.support.pg import SKIP_ENV, PgCluster, PgDatabases, fast_tmp
 # The `fakeclock` fixture (an LD_PRELOAD shim that simulates a suspend).
 pytest_plugins = ["tests.support.fakeclock"]
 
+# The tests that take 15 s or more alone (measured, docs/testing.md): run
+# first, so that none of them is the tail of a run on several workers.
+# A name no longer here is ignored.
+SLOW = (
+    "tests/unit/backends/test_queue_model.py::test_queue_model",
+    "tests/acceptance/test_resources.py::test_a_spawn_short_of_descriptors_waits_without_spending_an_attempt",
+    "tests/unit/daemon/test_handlers_scan.py::test_jobs_with_large_commands_are_sent_in_smaller_events",
+    "tests/acceptance/test_ls_stream.py::test_ls_json_of_30000_jobs",
+    "tests/acceptance/test_ls_stream.py::test_without_a_daemon_ls_json_reads_the_queue_a_chunk_at_a_time",
+    "tests/integration/backends/test_concurrent_claim.py::test_four_processes_claim_each_job_exactly_once",
+    "tests/acceptance/test_daily_commands.py::test_after_a_crash_each_command_that_needs_the_daemon_starts_it",
+    "tests/acceptance/test_schedules.py::test_three_daemons_on_one_postgres_queue_make_one_job_per_slot",
+    "tests/acceptance/test_keeper_linger.py::test_spawns_hammered_around_the_linger",
+    "tests/acceptance/test_stop_mid_burst.py::test_daemon_stop_never_gives_back_a_run_that_ended_by_itself",
+)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: none without it
+def pytest_xdist_make_scheduler(config, log):
+    """With -n: tests/support/workers.py (a file sharing a fixture on one worker)."""
+    from tests.support.workers import Together
+
+    return Together(config, log) if config.getvalue("dist") == "load" else None
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slow tests first (alone, and on several workers: see SLOW)."""
+    items.sort(key=lambda item: not item.nodeid.startswith(SLOW))  # stable: the rest keep their order
+
 
 @pytest.fixture
 def home():

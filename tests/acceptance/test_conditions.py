@@ -310,7 +310,8 @@ def test_on_lost_pause_freezes_the_tree_and_continues_it_when_the_condition_hold
     pid = job["runner"]["pid"]
     (tree / "ACAD" / "online").write_text("0\n")
     h.wait_for(lambda: set(tree_states(pid)) == {"T"}, 15, "the whole tree stopped (state T)")
-    assert h.job(jid)["paused"] and h.job(jid)["state"] == "running"
+    # the keeper stops the tree, then the daemon hears it and records the pause
+    assert h.wait_for(lambda: (j := h.job(jid))["paused"] and j, 15, "the pause recorded")["state"] == "running"
     size = ticks.stat().st_size
     time.sleep(1)
     assert ticks.stat().st_size == size, "a paused tree writes nothing"

@@ -20,7 +20,7 @@ import pytest
 
 from sloth_daemon.errors import EXIT_CONFLICT, EXIT_JOB_FAILED, EXIT_NOT_FOUND, EXIT_NOT_RUNNING, EXIT_USAGE
 from tests.acceptance.test_cli import one_error, run_in_pty
-from tests.support.harness import TEST_CONFIG, Harness, processes_with_env
+from tests.support.harness import TEST_CONFIG, Harness, kill_and_wait, processes_with_env
 
 pytestmark = pytest.mark.acceptance
 
@@ -246,10 +246,7 @@ def test_the_cli_finds_a_daemon_started_with_another_runtime_dir(tmp_path):
         assert sloth(cron, "daemon", "status", "--json").stdout and \
             json.loads(sloth(cron, "daemon", "status", "--json").stdout)["pid"] == started["pid"]
     finally:
-        procs = processes_with_env("SLOTH_TEST_TAG", tag)
-        for proc in procs:
-            proc.kill()
-        psutil.wait_procs(procs, timeout=10)
+        kill_and_wait(processes_with_env("SLOTH_TEST_TAG", tag), [])
 
 
 # ---------------------------------------------------------- 6. being told

@@ -132,7 +132,8 @@ def test_a_year_away_with_64_minutely_schedules_never_stalls_the_daemon(harness,
     harness.wait_for(lambda: all(s["last_run"] for s in harness.call("schedule_ls")["schedules"]),
                      what="every schedule's catch-up")
     missed = {s["missed_slots"] for s in harness.call("schedule_ls")["schedules"]}
-    assert len(missed) == 1 and 525_600 - 2 <= missed.pop() <= 525_600 + 2, missed  # a year of minutes, less the run
+    # a year of minutes, less the run; the 64 adds may straddle a minute (a loaded machine): then two counts, 1 apart
+    assert max(missed) - min(missed) <= 1 and all(525_600 - 2 <= m <= 525_600 + 2 for m in missed), missed
 
 
 # ---------------------------------------------------------- issues 28.7, 28.8

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator
 import psutil
 
 from sloth_daemon.cli.client import Client
+from sloth_daemon.keeper.procident import wait_gone
 
 # Short leases and a 1 s clock check keep the real-daemon tests quick; the
 # durations are still real (no clock is faked here except where a test says).
@@ -245,13 +246,17 @@ def on_one_queue(make: Callable[[str, str], "Harness"], url: str, configs: dict[
 
 
 def kill_and_wait(procs: list[psutil.Process], popens: list[subprocess.Popen[bytes]]) -> None:
-    """SIGKILL every process, wait for them (5 s at most), and reap the ones we started."""
+    """SIGKILL every process, wait for them (5 s at most), and reap the ones we started.
+
+    Dead means exited or a zombie (it runs no more code): a keeper or a job
+    is an orphan, reaped by init, which here (a VM's init) takes ~1.3 s to
+    do it; psutil.wait_procs would wait for that, at every test's teardown."""
     for p in procs:
         try:
             p.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(procs, timeout=5)
+    wait_gone(procs, 5)
     for pop in popens:
         try:
             pop.wait(5)

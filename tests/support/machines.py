@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator
 
 import psutil
 
-from tests.support.harness import Harness, alive
+from tests.support.harness import Harness, alive, kill_and_wait
 from tests.support.pg import PgCluster, fast_tmp
 
 PROBE = str(Path(__file__).with_name("probe_job.py"))
@@ -157,13 +157,7 @@ class Machine(Harness):
 
     def crash(self) -> None:
         """kill -9 of everything of this machine at once (a power cut)."""
-        procs = self.everything()
-        for p in procs:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        psutil.wait_procs(procs, timeout=10)
-        if self.daemon is not None:
-            self.daemon.wait(10)
+        kill_and_wait(self.everything(), [self.daemon] if self.daemon is not None else [])
 
 
 class Machines:
