@@ -235,13 +235,6 @@ def test_after_the_uninstall_block_nothing_is_left(day: Day) -> None:
     assert not processes_with_env("HOME", str(day.home))
 
 
-def test_library_example_runs(tmp_path: Path) -> None:
-    """docs/library.md's example, as written, in a fresh folder."""
-    (example,) = [b for b in blocks((ROOT / "docs" / "library.md").read_text()) if b.lang == "python"]
-    p = subprocess.run([sys.executable, "-c", example.text], cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0 and p.stdout.strip() == "['claimed', 'done']", p.stdout + p.stderr
-
-
 def test_readme_is_short_and_links_lead_somewhere() -> None:
     """At most 300 lines (issue 22), and every link of the README and of
     docs/ names a file and a heading that exist."""
