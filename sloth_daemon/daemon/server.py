@@ -19,6 +19,7 @@ import inspect
 import logging
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,12 @@ IDLE_TIMEOUT_S = 300.0  # a client that connects and says nothing is dropped
 WRITE_TIMEOUT_S = 30.0  # a client that does not read a plain answer is dropped (not a stream's reader)
 DEFAULT_MAX_CONNECTIONS = 256
 BACKLOG = 128  # connections the kernel queues before we accept; past it connect() says EAGAIN
+
+
+# Python 3.13's asyncio unlinks a Unix server's socket path when the server
+# closes, even a socket it was given: the service manager's must stay where
+# it is (its next connection starts us again), so that cleanup is turned off.
+KEEP_PATH: dict[str, Any] = {"cleanup_socket": False} if sys.version_info >= (3, 13) else {}
 
 
 class Server:
@@ -59,7 +66,7 @@ class Server:
         self.path = path
         if self.given is not None:  # asyncio closes what it is given: ours stays for a listen again
             self.server = await asyncio.start_unix_server(
-                self.handle, sock=self.given.dup(), limit=protocol.MAX_FRAME + 2, backlog=BACKLOG)
+                self.handle, sock=self.given.dup(), limit=protocol.MAX_FRAME + 2, backlog=BACKLOG, **KEEP_PATH)
             return
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)  # stale: the instance lock proves nobody serves it
