@@ -225,7 +225,11 @@ class KeeperClient:
         self._send("unspawn", {"key": key}, reply)
 
     def ack(self, keys: list[str]) -> None:
-        """The outcomes of ``keys`` are recorded: the keeper may forget them."""
+        """The outcomes of ``keys`` are recorded: the keeper may forget them,
+        and so do we (a held run never attached no longer counts in ``holding``)."""
+        for key in keys:
+            self._early.pop(key, None)
+            self._sinks.pop(key, None)
         for i in range(0, len(keys), BATCH):
             self._send("ack", {"keys": keys[i:i + BATCH]})
 

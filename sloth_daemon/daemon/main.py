@@ -34,6 +34,7 @@ import fcntl
 import logging
 import os
 import signal
+import socket
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -41,7 +42,7 @@ from sloth_daemon import __version__
 from sloth_daemon import config
 from sloth_daemon.text import log_to_stderr
 from sloth_daemon.backends.sqlite import identity
-from sloth_daemon.daemon import idle_exit, limits
+from sloth_daemon.daemon import activation, idle_exit, limits
 from sloth_daemon.keeper import timerfd
 from sloth_daemon.clock import Clocks, SystemClocks
 from sloth_daemon.daemon.control import Control
@@ -255,11 +256,12 @@ async def _watchdog(notifier: Notifier, interval_s: float) -> None:
         await asyncio.sleep(interval_s)
 
 
-def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256) -> Daemon:
+def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256,
+          listener: socket.socket | None = None) -> Daemon:
     """The production daemon: real clocks, the queue (the SQLite file in the
     data dir, or a PostgreSQL queue shared by several machines: daemon/shared/member.py),
     its logs under its identity, job processes run by the keeper, the
-    socket server."""
+    socket server (on ``listener``, if its service manager passed one)."""
     clocks = SystemClocks()
     instance = os.urandom(4).hex()
     target = config.queue_target(settings, paths.db)
@@ -301,7 +303,7 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
     if shared is not None:
         control.watch(shared.shipper.job_changed)
     daemon = Daemon(paths=paths, settings=settings, queue=queue, worker=worker,
-                    server=Server(control, max_connections=max_connections),
+                    server=Server(control, max_connections=max_connections, given=listener),
                     keeper=keeper, control=control, teller=teller, shared=shared, clock_set=clock_set)
     return daemon
 
@@ -358,6 +360,10 @@ def main() -> int:
                           "%(asctime)s sloth[%(process)d] %(levelname)s %(name)s: %(message)s")
     os.umask(0o077)  # whatever started us: nothing we make is for others (jobs: runner.JOB_UMASK)
     paths = resolve()
+    # The socket a service manager passed sits at fds 3.. (LISTEN_FDS): taken
+    # before this process opens anything, so a count larger than what was
+    # passed can never name (and close) a descriptor of ours (activation.py).
+    listener = activation.inherited(paths.socket)
     check_socket_path(paths.socket)  # fail before creating anything
     secure_all(paths)  # our folders 0700 and ours, no links: before anything is made in them
     lock = InstanceLock(paths)  # first: before the socket or the db is touched
@@ -366,7 +372,7 @@ def main() -> int:
         if not isinstance(config.queue_target(settings, paths.db), str):
             identity.check_before_open(paths)  # a lost queue is refused, not made anew
         nofile = limits.raise_nofile()
-        d = build(paths, settings, max_connections=limits.connection_cap(nofile))
+        d = build(paths, settings, max_connections=limits.connection_cap(nofile), listener=listener)
         code = asyncio.run(d.run())
         if d.queue.broken:
             # Leave without closing the database: its close would write the WAL

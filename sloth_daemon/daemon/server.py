@@ -19,6 +19,7 @@ import inspect
 import logging
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,6 @@ from sloth_daemon import protocol
 
 from sloth_daemon.paths import peer_refused
 from sloth_daemon.keeper import peercred
-from sloth_daemon.daemon import activation
 from sloth_daemon.daemon.control import Control
 from sloth_daemon.errors import DaemonBusy, PermissionDenied, ProtocolError, SlothError
 from sloth_daemon.daemon.handlers import Handlers, Session
@@ -38,8 +38,15 @@ DEFAULT_MAX_CONNECTIONS = 256
 BACKLOG = 128  # connections the kernel queues before we accept; past it connect() says EAGAIN
 
 
+# Python 3.13's asyncio unlinks a Unix server's socket path when the server
+# closes, even a socket it was given: the service manager's must stay where
+# it is (its next connection starts us again), so that cleanup is turned off.
+KEEP_PATH: dict[str, Any] = {"cleanup_socket": False} if sys.version_info >= (3, 13) else {}
+
+
 class Server:
-    def __init__(self, control: Control, *, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
+    def __init__(self, control: Control, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 given: socket.socket | None = None) -> None:
         self.server: asyncio.base_events.Server | None = None
         self.max_connections = max_connections
         self.active = 0
@@ -48,20 +55,18 @@ class Server:
         self.handlers = Handlers(control, self.stats)
         self._conns: set[asyncio.Task[None]] = set()  # one task per open connection, ended by close()
         self.path: Path | None = None  # where it listens (start)
-        self.given: socket.socket | None = None  # the listener our service manager passed, if it did
+        self.given = given  # the listener our service manager passed, if it did (activation.inherited)
 
     async def start(self, path: Path) -> None:
         """Listen on ``path``: on the socket our service manager made for it,
-        if it passed one (activation.py: systemd's sloth.socket, launchd's
-        Sockets), else on one bound here, replacing a stale file (the
+        if it passed one (``given``: taken by main() before the daemon opened
+        anything), else on one bound here, replacing a stale file (the
         instance lock proves nobody serves it). Called again after
         ``stop_listening`` (an idle exit called off), it listens again."""
-        if self.given is None and self.path is None:  # the first start: asked once per process
-            self.given = activation.inherited(path)
         self.path = path
         if self.given is not None:  # asyncio closes what it is given: ours stays for a listen again
             self.server = await asyncio.start_unix_server(
-                self.handle, sock=self.given.dup(), limit=protocol.MAX_FRAME + 2, backlog=BACKLOG)
+                self.handle, sock=self.given.dup(), limit=protocol.MAX_FRAME + 2, backlog=BACKLOG, **KEEP_PATH)
             return
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)  # stale: the instance lock proves nobody serves it

@@ -135,3 +135,38 @@ def test_commands_around_the_moment_it_leaves_are_each_served_and_every_job_runs
         job = h.job(jid)
         assert job["state"] == "done" and job["attempts"] == 1, job
     assert "idle exit" in "".join(p.read_text(errors="replace") for p in h.home.rglob("*.log"))
+
+
+def test_a_run_the_keeper_kept_that_is_not_ours_in_the_queue_does_not_keep_it_once_ended(make_harness):
+    """The daemon died (kill -9) while its job ran, and the queue no longer
+    has that job claimed (as when a daemon wrote its outcome and died
+    before its ack). The next daemon ends the kept run as not its own
+    (adoption's disown) and acknowledges its end: then nothing is held,
+    and it leaves after its window."""
+    import sqlite3
+
+    h = idle(make_harness)
+    h.start()
+    jid = h.add("sleep", "30")
+    h.wait_state(jid, "running")
+    h.kill9()  # the keeper keeps the run
+    with sqlite3.connect(h.home / "queue.db") as c:
+        c.execute("UPDATE jobs SET state = 'done', exit_code = 0, token = NULL, worker = NULL WHERE id = ?", (jid,))
+    h.start()
+    h.wait_for(lambda: "is not ours in the queue; ending it" in h.log_text(), 30, "the kept run disowned")
+    exits_idle(h)
+
+
+def test_a_run_that_ended_while_no_daemon_was_there_is_recorded_and_then_keeps_it_no_more(make_harness):
+    """The daemon died (kill -9) while its job ran; the job ended in the
+    keeper meanwhile. The next daemon adopts its outcome, records it and
+    acknowledges it: then nothing is held, and it leaves after its window."""
+    h = idle(make_harness)
+    h.start()
+    jid = h.add("sleep", "1")
+    h.wait_state(jid, "running")
+    h.kill9()  # the keeper keeps the run, and its outcome once it ends
+    time.sleep(1.5)
+    h.start()
+    assert h.wait_state(jid, "done")["attempts"] == 1
+    exits_idle(h)

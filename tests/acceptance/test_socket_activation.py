@@ -216,3 +216,32 @@ def test_under_a_real_systemd_user_the_socket_unit_starts_the_daemon_again_after
     finally:
         manager.terminate()
         manager.wait(30)
+
+
+def test_a_listen_fds_that_counts_more_than_was_passed_closes_none_of_the_daemons_own_descriptors(make_harness):
+    """LISTEN_FDS=6 with one socket at fd 3: fds 4-8 were never passed.
+    They are read before the daemon opens anything (its lock, its
+    database, its event loop), so what it finds there is nothing of its
+    own; it serves on fd 3 and its jobs run."""
+    h = activated(make_harness)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(h.socket))
+    sock.listen(16)
+    fd = sock.fileno()
+    try:
+        with open(h.daemon_log, "ab") as log:
+            proc = subprocess.Popen(
+                ["sh", "-c", 'LISTEN_PID=$$ exec "$@"', "sh", *DAEMON],
+                env=dict(h.daemon_env, LISTEN_FDS="6"), stdout=log, stderr=log,
+                stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=(3,),
+                preexec_fn=lambda: os.dup2(fd, 3))
+        h.spawned.append(proc)
+        jid, said = added(h, "sh", "-c", "echo served")
+        assert "started the daemon" not in said
+        h.cli("wait", str(jid), check=True)
+        assert h.job(jid)["state"] == "done"
+        assert proc.poll() is None and h.call("status")["pid"] == proc.pid
+        assert "socket activation: listening on the socket systemd made for" in h.log_text()
+        assert "internal error" not in h.log_text()
+    finally:
+        sock.close()

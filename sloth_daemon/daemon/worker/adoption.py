@@ -124,12 +124,16 @@ class Adopter:
             self.reattached(run, h)
 
     def _disown(self, kept: list[dict[str, Any]], kill_grace_s: float) -> None:
-        """Runs the keeper keeps that are not ours in the queue."""
+        """Runs the keeper keeps that are not ours in the queue: ended, and
+        their ends acknowledged (nothing recorded), so neither the keeper
+        nor its client holds them on (a daemon with idle_exit_s would stay
+        for them for ever)."""
         for h in kept:
             if h.get("state") == "exited":
                 self.spawner.ack([h["key"]])
             else:
                 log.warning("keeper run %s (job %s) is not ours in the queue; ending it", h["key"], h.get("job_id"))
+                self.spawner.attach(h["key"], Disowned(h["key"], self.spawner))
                 self.spawner.kill(h["key"], "lease lost", kill_grace_s)
 
     async def _end_leftovers(self, orphaned: list[Job], lost: list[Attempt], kill_grace_s: float) -> None:
@@ -157,6 +161,32 @@ class Adopter:
                 pass
             except SlothError as e:
                 log.error("cannot give job %d back to the queue: %s", job.id, e.message)
+
+
+class Disowned:
+    """The sink of a kept run that is not ours (Adopter._disown): its end
+    (or its failed start) is acknowledged; nothing else is ours to hear."""
+
+    def __init__(self, key: str, spawner: "Spawner") -> None:
+        self.key, self.spawner = key, spawner
+
+    def exited(self, outcome: Outcome) -> None:
+        self.spawner.ack([self.key])
+
+    def spawn_failed(self, message: str, retry: bool, resource: bool = False) -> None:
+        self.spawner.ack([self.key])
+
+    def started(self, pid: int, identity: dict[str, Any]) -> None:
+        pass
+
+    def frozen(self, why: str) -> None:
+        pass
+
+    def taken_back(self) -> None:
+        pass
+
+    def noted(self, what: str, message: str) -> None:
+        pass
 
 
 def _end_processes(runs: dict[str, dict[str, Any] | None], grace_s: float) -> set[str]:
