@@ -224,6 +224,7 @@ def test_a_power_event_starts_the_job_at_once_without_waiting_for_the_next_look(
 echo "monitor will print the received events for:"
 echo "UDEV - the event which udev sends out after rule processing"
 last=$(cat {tree}/ACAD/online)
+touch {home}/udev-listening
 while sleep 0.1; do
   now=$(cat {tree}/ACAD/online)
   if [ "$now" != "$last" ]; then
@@ -236,7 +237,9 @@ done
     start_over_power(h, tree, env={"PATH": f"{bindir}:/usr/bin:/bin"})
     jid = h.add("true", when=["ac"])
     h.wait_for(lambda: h.job(jid)["wait_reason"] == "waiting for mains power", 15, "the reason")
-    time.sleep(1)  # the watcher is running
+    # the watcher has read the charger's state: a change made before that
+    # would be its starting state, never an event (under load that took > 1 s)
+    h.wait_for(lambda: (home / "udev-listening").exists(), 15, "udevadm monitor started")
     (tree / "ACAD" / "online").write_text("1\n")
     plugged = time.monotonic()
     h.wait_state(jid, "done", timeout_s=20)
