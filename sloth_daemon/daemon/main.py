@@ -219,8 +219,6 @@ class Daemon:
         """Connect to the keeper and adopt what it holds (module docstring)."""
         ensure_dir(self.paths.jobs_log_dir)  # the keeper writes logs there, and makes no folders
         held = await self.keeper.connect()
-        self.keeper.on_resync = lambda runs: self.worker.spawn_task(self.worker.reconcile(runs))
-        self.keeper.on_rest = lambda: lean.give_back(self.queue.rest)
         await self.worker.reconcile(held)
         log.info("keeper pid %s: %d run(s) adopted", self.keeper.pid, len(self.worker.running))
 
@@ -276,8 +274,11 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
         queue = _open_local(paths, settings, clocks)
         paths = paths.for_queue(queue.identity)
     host = shared.host if shared is not None else None
+    worker: Worker
     keeper = KeeperSpawner(paths, name=worker_name(instance, host=host), check_s=settings.clock_check_s,
-                           linger_s=settings.keeper_linger_s)
+                           linger_s=settings.keeper_linger_s,
+                           on_resync=lambda runs: worker.spawn_task(worker.reconcile(runs)),
+                           on_rest=lambda: lean.give_back(queue.rest))
     clock_set = timerfd.create()
     clock = ClockWatch(clocks, interval_s=settings.clock_check_s, timerfd=clock_set is not None,
                        after_jump=shared.after_jump if shared is not None else lambda: None)

@@ -52,12 +52,16 @@ class _ToWorker:
 
 
 class KeeperSpawner:
-    def __init__(self, paths: Paths, *, name: str, check_s: float, linger_s: float = 5.0) -> None:
+    def __init__(self, paths: Paths, *, name: str, check_s: float, linger_s: float = 5.0,
+                 on_resync: Callable[[list[dict[str, Any]]], None] = lambda kept: None,
+                 on_rest: Callable[[], None] = lambda: None) -> None:
+        """``on_resync``: told the runs a new keeper lists that it kept
+        from before (the worker takes them over); ``on_rest``: the keeper
+        let go is gone, the daemon is at rest."""
         self.paths, self.name, self.check_s, self.linger_s = paths, name, check_s, linger_s
         self.client: KeeperClient | None = None
         self.problem: str | None = None  # why the last connect failed (a keeper of another version ...)
-        self.on_resync: Callable[[list[dict[str, Any]]], None] = lambda held: None
-        self.on_rest: Callable[[], None] = lambda: None  # the keeper let go is gone: the daemon is at rest
+        self.on_resync, self.on_rest = on_resync, on_rest
         self._tasks: set[asyncio.Task[None]] = set()  # kept: the loop holds only weak references
         # Spawns not sent yet, by key: waiting for an earlier process to end,
         # or for a keeper (the last one was let go). A kill or unspawn drops them here.

@@ -11,12 +11,11 @@ import sloth_daemon
 PKG = Path(sloth_daemon.__file__).parent
 WORKER = PKG / "daemon" / "worker"
 
-# Set from outside after construction, on objects other owners build (their
-# constructors are theirs to change): the keeper spawner's hooks and
-# Control's settings on a reload. The queue's on_side_change is the
+# Set from outside after construction: Control's settings, replaced by a
+# reload (a new value, not wiring). The queue's on_side_change is the
 # composition root's one registration.
-KNOWN = {("main.py", "queue.on_side_change"), ("main.py", "self.keeper.on_resync"),
-         ("main.py", "self.keeper.on_rest"), ("main.py", "self.control.settings"),
+KNOWN = {("main.py", "queue.on_side_change"),
+         ("main.py", "self.control.settings"),
          ("member.py", "self.m.me")}  # Shared's own machine row, refreshed
 
 
