@@ -138,7 +138,7 @@ def _holds(s: Mapping[str, Any]) -> tuple[Any, ...]:
 
 # Resource limits (`sloth add --mem 2G --cpus 1.5 --nice 10 --io idle`):
 # name -> (bounds or choices). Which mechanism applies each is the daemon's
-# to say (keeper/holds.py probe); these are what any of them can take.
+# to say (keeper/resource_limits.py probe); these are what any of them can take.
 MIN_MEM = 1 << 20
 IO_NAMES = ("idle", "best-effort")
 LIMIT_NAMES = ("mem", "cpus", "nice", "io")

@@ -91,7 +91,7 @@ class Job:
     retry_exit: list[int] | None = None  # only these exit codes are retried (None: any)
     no_retry_exit: list[int] = field(default_factory=lambda: list(NO_RETRY_EXIT))
     place: str = ""  # where it may run: "" anywhere, else a host's or a tag's name
-    keep_awake: bool = False  # its run holds a sleep inhibitor (keeper/holds.py)
+    keep_awake: bool = False  # its run holds a sleep inhibitor (keeper/keep_awake.py)
     limits: dict[str, Any] | None = None  # {"mem": bytes, "cpus": n, "nice": n, "io": class}
     paused: bool = False  # its running run is paused on request (`sloth pause --job`)
     gate: dict[str, Any] | None = None  # when / on_lost / needs / slots (checks.gate_json); None: none

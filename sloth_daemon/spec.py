@@ -54,7 +54,7 @@ class JobSpec(NamedTuple):
     retry_exit_json: str | None = None
     no_retry_exit_json: str | None = None
     hold: bool = False  # queued held: kept from being claimed until released (`add --hold`)
-    keep_awake: bool = False  # hold a sleep inhibitor while it runs (keeper/holds.py)
+    keep_awake: bool = False  # hold a sleep inhibitor while it runs (keeper/keep_awake.py)
     limits_json: str | None = None  # resource limits, checks.limits_json
     gate_json: str | None = None  # conditions, needs, slots (checks.gate_json): None, none of them
 

@@ -377,7 +377,7 @@ def main() -> int:
         code = asyncio.run(d.run())
         if d.queue.broken:
             # Leave without closing the database: its close would write the WAL
-            # into the truncated or replaced file (SqliteQueue.close).
+            # into the truncated or replaced file (the SQLite store's close, backends/sqlite/unit.py).
             log.error("the queue database %s; exiting without touching it", d.queue.broken)
             logging.shutdown()
             os._exit(code or 1)

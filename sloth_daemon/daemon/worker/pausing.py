@@ -2,7 +2,7 @@
 LANE --jobs`) and continuing them (`sloth resume --job ID`).
 
 The keeper stops a run's whole tree (SIGSTOP, until a look at the tree
-finds nothing new) and holds that state (keeper/runs.py: it survives a
+finds nothing new) and holds that state (keeper/kept_runs.py: it survives a
 daemon restart, and the run's timeout does not count paused time); the
 queue records it (``paused_run``: ``ls`` shows ``paused``). A paused run
 keeps its lease (the worker renews it as ever: it is alive) and its lane's

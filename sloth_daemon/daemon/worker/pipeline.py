@@ -204,7 +204,7 @@ class Pipeline:
 def unlink(run: Attempt) -> None:
     """A pending run ended without starting (taken back, cancelled, fenced, its
     start failed): the run behind it now waits for the one it waited for,
-    as in the spawner (keeper/held.py), so it still counts as pending (no
+    as in the spawner (keeper/pending.py), so it still counts as pending (no
     slot, heartbeats, taken back in time)."""
     if run.pid is not None or run.after is None:
         return

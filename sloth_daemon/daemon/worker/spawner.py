@@ -39,8 +39,8 @@ class SpawnRequest:
     term_lead_s: float = 1.0  # SIGTERM this long before trust_until, SIGKILL at it
     env_extra: dict[str, str] | None = None  # ... and this run's own variables on top (SLOTH_JOB_ID ...)
     after: str | None = None  # start only once the run of this key has ended (pipelines)
-    keep_awake: bool = False  # hold a sleep inhibitor while it runs (keeper/holds.py)
-    limits: dict[str, Any] | None = None  # its resource limits and how (daemon/holding.py)
+    keep_awake: bool = False  # hold a sleep inhibitor while it runs (keeper/keep_awake.py)
+    limits: dict[str, Any] | None = None  # its resource limits and how (daemon/job_limits.py)
 
     def full_env(self) -> dict[str, str]:
         return {**self.env, **self.env_extra} if self.env_extra else self.env
@@ -62,7 +62,7 @@ class Outcome:
     spawn_retry: bool | None = None  # it never started: whether trying again could help
     postpone_s: float | None = None  # it never started for want of resources: wait this long, not counted
     started: bool = True  # False: pending behind another run, it was dropped before it started
-    note: str | None = None  # how its end was known, when that is not plain (seen late: keeper/runs.py)
+    note: str | None = None  # how its end was known, when that is not plain (seen late: keeper/kept_runs.py)
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> "Outcome":
