@@ -3,6 +3,7 @@ integration), and the PostgreSQL server the PostgreSQL tests share."""
 
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -10,6 +11,14 @@ import pytest
 
 from tests.support.harness import TEST_CONFIG, Harness
 from tests.support.pg import SKIP_ENV, PgCluster, PgDatabases, fast_tmp
+
+# A suite started in the background of a non-interactive shell (`cmd &`,
+# nohup) inherits SIGINT ignored, and so would every sloth a test starts:
+# the tests that press Ctrl-C on a terminal would see it ignored. A user's
+# terminal delivers it, so the suite restores the default (a handler set
+# here becomes SIG_DFL in every child at exec).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # The `fakeclock` fixture (an LD_PRELOAD shim that simulates a suspend).
 pytest_plugins = ["tests.support.fakeclock"]
