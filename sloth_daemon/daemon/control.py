@@ -50,6 +50,7 @@ class Control:
         self.queue, self.worker, self.spawner = queue, worker, spawner
         self.logs = queue.logs  # the database's copies of attempt logs (a shared queue's), or None
         self.lanes, self.gates, self.running = worker.lanes, worker.gates, worker.running  # the worker's, named
+        self.wake = worker.signals.wake  # the next turn looks for work (a job was queued)
         self.paths, self.settings = paths, settings
         self.request_stop, self.request_reload = request_stop, request_reload
         self.instance = instance
@@ -161,7 +162,7 @@ class Control:
         known = set(self.lanes.known())
         lanes = {_lane_of(s) for s in specs}
         ids = self.queue.enqueue_many(specs, batch=batch)
-        self.worker.wake()
+        self.wake()
         return ids, sorted(lanes - known)
 
     def lanes_waiting(self, jobs: Iterable[tuple[str, str | None]]) -> dict[str, str]:

@@ -326,7 +326,7 @@ def compose_scheduler(queue: Queue, worker: Worker, clocks: Clocks, shared: "Sha
         worker.spawn_task(_replace_quietly(worker, job_id, why))
 
     ports = Ports(now=lambda: worker.leases.now(clocks.read()), active=active, job=job, place=place,
-                  queued=worker.wake, cancel=cancel)
+                  queued=worker.signals.wake, cancel=cancel)
     scheduler = Scheduler(queue.schedules, ports, machine=shared.host if shared is not None else machine_id(),
                           fixed_zone=shared is not None)
     worker.clock.listen(check=scheduler.zone_check, jump=scheduler.clock_jumped)

@@ -220,7 +220,7 @@ class Shared:
 
     def _wake(self) -> None:
         if self.worker is not None:
-            self.worker.wake()
+            self.worker.signals.wake()
 
     def _cancelled(self, job_id: int) -> None:
         """A job was cancelled elsewhere: if it runs here, renew it now (the

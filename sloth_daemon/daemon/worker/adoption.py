@@ -170,11 +170,14 @@ class Disowned:
     def __init__(self, key: str, spawner: "Spawner") -> None:
         self.key, self.spawner = key, spawner
 
-    def exited(self, outcome: Outcome) -> None:
+    def _ended(self) -> None:
         self.spawner.ack([self.key])
 
+    def exited(self, outcome: Outcome) -> None:
+        self._ended()
+
     def spawn_failed(self, message: str, retry: bool, resource: bool = False) -> None:
-        self.spawner.ack([self.key])
+        self._ended()
 
     def started(self, pid: int, identity: dict[str, Any]) -> None:
         pass

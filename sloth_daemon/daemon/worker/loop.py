@@ -143,7 +143,7 @@ class Worker:
     def clock_changed(self) -> None:
         """The timerfd says the wall clock was set or the machine resumed: compare the clocks now."""
         self.clock.soon()
-        self.wake()
+        self.signals.wake()
 
     # ---------------------------------------------------------------- loop
     async def run(self) -> None:
@@ -222,10 +222,6 @@ class Worker:
         return max(0.0, min(deadlines))
 
     # ---------------------------------------------------------------- start
-    def slots_in_use(self) -> dict[str, int]:
-        """lane -> runs that hold a slot (Attempts.slots_in_use)."""
-        return self.running.slots_in_use()
-
     def _begin(self, run: Attempt, claimed: ClockReadings) -> None:
         """A run of a job claimed at ``claimed``: added to the runs, its spawn sent once the claim is in."""
         self.recorder.claimed(run)
@@ -262,7 +258,7 @@ class Worker:
         that runs, and recorded as it ran."""
         self.claims.stopped = True
         self.watch.stop()
-        self.wake()
+        self.signals.wake()
         if keep_jobs:
             await self.pipeline.take_back_all()
             self.recorder.settle(float("inf"))
@@ -280,16 +276,10 @@ class Worker:
             self.recorder.settle(float("inf"))
 
     # ------------------------------------------------------ news, requests
-    def wake(self) -> None:
-        """Something changed (a job queued or ended, a lane, a pause): the
-        next turn looks for work to claim (and a cancel waiting for the
-        keeper's word on a run may have it now)."""
-        self.signals.wake()
-
     def side_change(self, job: Job) -> None:
         """A job changed by another's transition (a dependent queued or cancelled)."""
         self.signals.on_change(job)
-        self.wake()
+        self.signals.wake()
 
     async def reconcile(self, kept: list[dict[str, Any]]) -> None:
         """Take over the runs the keeper lists (adoption.py)."""
@@ -325,7 +315,7 @@ class Worker:
         self.gates.reload(settings, Resources(settings.resources))
         notes += self.gates.sweep()  # what the new resources or lanes can never run: held, and said
         self.pipeline.take_back()  # lanes may have changed
-        self.wake()
+        self.signals.wake()
         return notes
 
     # --------------------------------------------------------------- status

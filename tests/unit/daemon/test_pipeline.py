@@ -53,7 +53,7 @@ def test_a_full_lanes_next_jobs_wait_in_the_spawner_behind_the_run_DEPTH_deep(pi
     st = w.status()
     assert [r["id"] for r in st["running"]] == [ids[0]]
     assert [(p["id"], p["after"]) for p in st["pending"]] == chain[1:]
-    assert w.slots_in_use() == {"default": 1} and st["lanes"]["default"]["running"] == 1
+    assert w.running.slots_in_use() == {"default": 1} and st["lanes"]["default"]["running"] == 1
     sp.start(ids[0])
     sp.exit(ids[0], 0)
     sp.start(ids[1])  # the keeper started it the moment the first ended
@@ -73,7 +73,7 @@ def test_a_held_run_takes_a_slot_once_the_run_before_it_ended_so_nothing_starts_
     sp.start(ids[0])
     sp.exit(ids[0], 0)  # the keeper starts ids[1] now; the worker has not heard of that yet
     w.turn()
-    assert w.slots_in_use() == {"default": 1} and w.status()["pending"][0]["id"] == ids[2]
+    assert w.running.slots_in_use() == {"default": 1} and w.status()["pending"][0]["id"] == ids[2]
     # nothing was spawned to start at once; the chain grew behind the held one
     assert spawned(sp) == [(ids[0], None), (ids[1], ids[0]), (ids[2], ids[1]), (ids[3], ids[2])]
 
@@ -85,7 +85,7 @@ def test_a_run_that_is_no_longer_young_gets_no_successor(pipe, clocks):  # noqa:
     sp.start(a)
     clocks.advance(HOT_S * 1.01)
     b = q.enqueue(["true"])
-    w.wake()
+    w.signals.wake()
     w.turn()
     assert spawned(sp) == [(a, None)] and q.get(b).state == "queued"
 
@@ -342,7 +342,7 @@ def test_adopted_held_runs_are_linked_behind_their_run_and_taken_back(pipe, cloc
     held = [{"key": a.token, "job_id": a.id, "attempt": 1, "pid": 77, "state": "running"},
             {"key": b.token, "job_id": b.id, "attempt": 1, "pid": None, "state": "pending", "after": a.token}]
     asyncio.run(w.reconcile(held))
-    assert w.running[b_id].pending and w.slots_in_use() == {"default": 1}
+    assert w.running[b_id].pending and w.running.slots_in_use() == {"default": 1}
     assert w.status()["pending"][0]["after"] == a_id
     w.turn()
     assert sp.unspawned == [b.token]  # its predecessor is not young: back to the queue
@@ -359,7 +359,7 @@ def test_a_held_run_dropped_unstarted_moves_the_one_behind_it_up(pipe, clocks): 
     answering(w.actions.cancel(b), sp.sinks[sp.key_of(b)].taken_back)
     w.turn()
     assert w.running[c].pending and w.running[c].after is w.running[a]
-    assert w.slots_in_use() == {"default": 1} and [p["after"] for p in w.status()["pending"]] == [a]
+    assert w.running.slots_in_use() == {"default": 1} and [p["after"] for p in w.status()["pending"]] == [a]
     clocks.advance(HOT_S * 1.01)
     w.turn()
     assert sp.unspawned == [sp.key_of(b), sp.key_of(c)]  # b: the cancel's question; c: taken back
@@ -378,7 +378,7 @@ def test_a_run_being_taken_back_never_gets_a_successor(pipe):
     w.set_lane("default", 1)  # takes b back while a is still young
     assert sp.unspawned == [sp.key_of(b)]
     c = q.enqueue(["c"])
-    w.wake()
+    w.signals.wake()
     w.turn()
     assert all(after != b for _, after in spawned(sp)) and q.get(c).state == "queued"
     sp.sinks[sp.key_of(b)].taken_back()
@@ -416,7 +416,7 @@ def test_an_adopted_held_run_whose_predecessor_is_not_ours_is_taken_back_and_hol
             {"key": b.token, "job_id": b.id, "attempt": 1, "pid": None, "state": "pending", "after": "gone"}]
     asyncio.run(w.reconcile(held))
     assert ("gone", "lease lost") in sp.kills and sp.unspawned == [b.token]
-    assert not w.running[b_id].pending and w.slots_in_use() == {"default": 1}  # it may be starting
+    assert not w.running[b_id].pending and w.running.slots_in_use() == {"default": 1}  # it may be starting
 
 
 def test_after_a_run_longer_than_HOT_S_a_lane_waits_for_a_short_one_before_holding_again(pipe, clocks):  # noqa: F811

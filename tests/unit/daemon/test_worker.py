@@ -281,7 +281,7 @@ def test_a_missed_resume_is_still_safe_the_wall_clock_heartbeat_renews_before_cl
     q.heartbeat = lambda *x, **k: calls.append("heartbeat") or heartbeat(*x, **k)  # type: ignore[method-assign]
     q.claim = lambda *x, **k: calls.append("claim") or claim(*x, **k)  # type: ignore[method-assign]
     q.enqueue(["other"], lane="b")
-    w.wake()  # as the socket's add does
+    w.signals.wake()  # as the socket's add does
     clocks.suspend(3600)  # no timerfd, and the awake clock says no clock check is due yet
     w.turn()
     assert calls == ["heartbeat", "claim"]

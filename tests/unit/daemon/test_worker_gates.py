@@ -65,13 +65,13 @@ def test_a_waiting_job_wakes_the_worker_every_check_and_none_wakes_it_otherwise(
     w.turn()  # the first prune done: the next is an hour away
     assert w.next_wake_s() > 900  # idle: only the clock check (1000 s here) and the prune
     (j,) = q.enqueue_many([{"command": ["x"], "when": ["ac"]}])
-    w.wake()
+    w.signals.wake()
     w.turn()
     assert started(sp) == [] and q.get(j).wait_reason == "waiting for mains power"
     assert w.next_wake_s() == pytest.approx(30.0)  # one look every conditions_check_s
     reads = m.reads
     clocks.advance(10)
-    w.wake()
+    w.signals.wake()
     w.turn()  # a wake-up for anything else does not look at the machine again
     assert m.reads == reads
     m.on_mains = True
@@ -109,7 +109,7 @@ def test_a_big_job_reserves_the_free_tokens_so_small_ones_behind_it_wait(env):
     sp.start(first)
     big, small = q.enqueue_many([{"command": ["big"], "needs": {"gpu": 2}},
                                  {"command": ["small"], "needs": {"gpu": 1}}])
-    w.wake()
+    w.signals.wake()
     w.turn()
     assert started(sp) == [first], "gpu 2 is free, but the older big job waits for it"
     assert q.get(big).wait_reason == "waiting for gpu: 2 wanted, 1 of 3 free"
@@ -157,7 +157,7 @@ def test_slots_count_against_the_lane(env):
     a, b = q.enqueue_many([{"command": ["a"], "slots": 2}, {"command": ["b"], "slots": 2}])
     c = q.enqueue(["c"])
     w.turn()
-    assert started(sp) == [a] and w.slots_in_use() == {"default": 2}
+    assert started(sp) == [a] and w.running.slots_in_use() == {"default": 2}
     assert q.get(b).wait_reason == "waiting for 2 free slots in lane default (1 of 3 free)"
     assert c not in started(sp), "the lane is held for b, the older job"
 
@@ -207,11 +207,11 @@ def test_a_job_queued_later_behind_the_same_gate_is_told_why_it_waits(env):
     w.turn()
     sp.start(first)
     early = q.enqueue_many([{"command": ["b"], "needs": {"gpu": 1}}])[0]
-    w.wake()
+    w.signals.wake()
     w.turn()
     assert q.get(early).wait_reason == "waiting for gpu: 1 wanted, 0 of 1 free"
     late = q.enqueue_many([{"command": ["c"], "needs": {"gpu": 1}}])[0]
-    w.wake()
+    w.signals.wake()
     w.turn()
     assert q.get(late).wait_reason == "waiting for gpu: 1 wanted, 0 of 1 free"
 
@@ -225,7 +225,7 @@ def test_a_job_this_machine_can_never_run_reserves_nothing_and_is_held_with_why(
     big, small = q.enqueue_many([{"command": ["big"], "needs": {"gpu": 2}, "priority": 9},
                                  {"command": ["small"], "needs": {"gpu": 1}}])
     wide = q.enqueue_many([{"command": ["wide"], "slots": 5}])[0]
-    w.wake()
+    w.signals.wake()
     w.turn()
     assert started(sp) == [small]  # big reserved nothing
     assert q.get(big).state.value == "held" and "has 1 gpu token" in (q.get(big).wait_reason or "")
