@@ -50,8 +50,8 @@ def record(queue: Queue, run: Attempt, outcome: Outcome, *, runner: dict[str, An
         return queue.release(jid, tok, message=note, delay_s=outcome.postpone_s, kind="postponed", **kw)
     if outcome.spawn_retry is not None:
         return queue.fail(jid, tok, message=message, retry=outcome.spawn_retry, **kw)
-    if not outcome.started:
-        return give_back(queue, run, message, durable=durable)
+    if not outcome.started:  # its claim undone: nothing ran, so its history shows nothing
+        return queue.unclaim(jid, tok, durable=durable)
     if why is Why.INTERRUPTED and not by_itself(outcome):
         suffix = f"; {outcome.log_problem}" if outcome.log_problem else ""
         return queue.release(jid, tok, message="interrupted: daemon stopping" + suffix, **kw)
@@ -78,12 +78,6 @@ def _replaced(queue: Queue, run: Attempt, outcome: Outcome, *, durable: bool) ->
         return queue.note_ended(run.job.id, run.attempt, ended_note(outcome), ended_at=outcome.ended_at,
                                 durable=durable)
     return job
-
-
-def give_back(queue: Queue, run: Attempt, why: str, *, durable: bool) -> Job:
-    """A claim whose run never started, undone (unclaim): nothing ran.
-    ``why`` is for the log of the caller."""
-    return queue.unclaim(run.job.id, run.token, durable=durable)
 
 
 def by_itself(outcome: Outcome) -> bool:
