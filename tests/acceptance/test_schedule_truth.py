@@ -206,22 +206,28 @@ def test_overlap_replace_starts_the_next_occurrence_only_after_the_old_process_e
     exit on SIGTERM: no two runs overlap (each writes when it starts and when
     its process ends), and the replaced one's history says the schedule
     replaced it, not the user."""
+    # A grace long enough that SIGKILL never cuts the trap short on a loaded
+    # machine: a killed run writes no end line, and then nothing proves it ended.
+    (harness.home / "config.toml").write_text(TEST_CONFIG.replace('kill_grace_s = "2s"', 'kill_grace_s = "20s"'))
     harness.start()
     harness.cli("lane", "set", "rl", "-c", "4", "--create", check=True)
     spans = harness.home / "spans"
-    script = (f"echo start $(date +%s.%N) >> {spans}; "
-              f"trap 'sleep 1; echo end $(date +%s.%N) >> {spans}; exit 0' TERM; "
+    script = (f"echo start $SLOTH_JOB_ID $(date +%s.%N) >> {spans}; "
+              f"trap 'sleep 1; echo end $SLOTH_JOB_ID $(date +%s.%N) >> {spans}; exit 0' TERM; "
               "while :; do sleep 0.1; done")
     harness.cli("schedule", "add", "r", "--every", "3s", "--overlap", "replace", "--lane", "rl", "--shell",
                 "--", script, check=True)
     harness.wait_for(lambda: spans.exists() and spans.read_text().count("end") >= 3, timeout_s=40,
                      what="three occurrences replaced")
     harness.cli("schedule", "pause", "r", check=True)
-    words = [ln.split() for ln in spans.read_text().splitlines()]
-    starts = [float(t) for w, t in words if w == "start"]
-    ends = [float(t) for w, t in words if w == "end"]
-    for i, end in enumerate(ends[:3]):  # occurrence i+1 starts after occurrence i has ended
-        assert starts[i + 1] >= end, (starts, ends)
+    starts: dict[str, float] = {}
+    ends: dict[str, float] = {}
+    for word, job, at in (ln.split() for ln in spans.read_text().splitlines()):
+        (starts if word == "start" else ends)[job] = float(at)
+    order = sorted(starts, key=starts.get)  # type: ignore[arg-type]
+    for job, after in zip(order, order[1:]):  # each run ended (its trap ran) before the next one started
+        assert job in ends, (job, starts, ends)
+        assert starts[after] >= ends[job], (job, after, starts, ends)
     jobs = [j for j in harness.call("list", limit=100, states=["cancelled"])["jobs"]
             if (j.get("key") or "").startswith("schedule:r:")]
     assert jobs
