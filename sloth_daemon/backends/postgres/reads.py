@@ -203,6 +203,15 @@ class PgReads(contract.Reads):
             "SELECT value FROM sloth.meta WHERE key = %s", (key,)).fetchone(), "reading a setting")
         return default if row is None else json.loads(row["value"])
 
+    def machine_events(self, since: float, host: str | None = None) -> list[dict[str, Any]]:
+        def read(c: Cursor) -> list[dict[str, Any]]:
+            if one(c.execute("SELECT to_regclass('sloth.machine_events') IS NOT NULL AS there"))["there"] is False:
+                return []  # a read-only view of a database older than them
+            return [dict(r) for r in c.execute(
+                "SELECT id, host, kind, start_at, end_at, detail FROM sloth.machine_events WHERE end_at >= %s"
+                " AND (%s::text IS NULL OR host = %s) ORDER BY start_at, id", (since, host, host)).fetchall()]
+        return self._db.read(read, "reading the machine's events")
+
     def schema_status(self) -> pg_migrate.SchemaStatus:
         """The database's schema version against this code's (for `sloth db status`)."""
         return pg_migrate.status(self._db)

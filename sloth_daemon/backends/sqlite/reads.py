@@ -210,3 +210,14 @@ class SqliteReads(contract.Reads):
     def get_meta(self, key: str, default: Any = None) -> Any:
         row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return default if row is None else json.loads(row[0])
+
+    @reads
+    def machine_events(self, since: float, host: str | None = None) -> list[dict[str, Any]]:
+        if self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'machine_events'"
+                             ).fetchone() is None:
+            return []  # a read-only view of a file older than them
+        rows = self.conn.execute(
+            "SELECT id, host, kind, start_at, end_at, detail FROM machine_events WHERE end_at >= ?"
+            + (" AND host = ?" if host is not None else "") + " ORDER BY start_at, id",
+            (since, *([host] if host is not None else []))).fetchall()
+        return [dict(r) for r in rows]
