@@ -13,8 +13,9 @@ script error on the page itself (``#page-errors``; the browser test reads it).
 What it shows: a ruler, the machine's row (its sleeps and the daemon's
 downtime, each shaded down the whole chart and labelled), one row per lane
 (concurrent runs stacked) or per job; hover names the job and its times,
-a click shows its history and log tail (embedded by the command, capped),
-zoom to an hour (the buttons, or a click on the ruler) and pan.
+a click shows its history and log tail (embedded by the command, capped;
+``#job=ID`` in the address opens one), zoom to an hour (the buttons, or a
+click on the ruler) and pan.
 """
 
 from __future__ import annotations
@@ -313,14 +314,19 @@ JS = r"""
 
     // the machine's sleeps and the daemon's downtime, shaded down the whole chart
     el('text', { 'class': 'label', x: 4, y: RULER + 15 }, svg, 'machine');
+    var labelled = -Infinity;  // where the last gap's label ends: the next one is not written over it
     gaps().forEach(function (g) {
       if (!visible(g.start, g.end)) { return; }
       var grp = el('g', { 'class': 'gap ' + g.kind, 'data-start': g.start, 'data-end': g.end }, svg);
       var w = Math.max(2, x(g.end) - x(g.start));
       el('rect', { x: x(g.start), y: RULER, width: w, height: height - RULER }, grp);
       var right = x(g.start) + 160 > LABEL + plot;  // no room on its right: the label ends at the gap's end
-      el('text', { x: right ? x(g.end) - 3 : x(g.start) + 3, y: RULER + 15, 'text-anchor': right ? 'end' : 'start',
-                   'class': 'gap-label' }, grp, g.label);
+      var from = right ? x(g.end) - 3 - 7 * g.label.length : x(g.start) + 3;
+      if (from > labelled) {
+        el('text', { x: right ? x(g.end) - 3 : x(g.start) + 3, y: RULER + 15, 'text-anchor': right ? 'end' : 'start',
+                     'class': 'gap-label' }, grp, g.label);
+        labelled = from + 7 * g.label.length + 6;
+      }
       grp.addEventListener('mousemove', function (ev) {
         showTip(ev, g.long + '\n' + stamp(g.start) + ' \u2192 ' + stamp(g.end) +
                 ' (' + duration(g.end - g.start) + ')');
@@ -355,8 +361,8 @@ JS = r"""
           var ex = x(run.end);
           var y0 = top + 2, y1 = top + TRACK - 3;
           el('path', { 'class': 'fail-mark',
-                       d: 'M' + (ex - 4) + ' ' + y0 + 'L' + (ex + 4) + ' ' + y1 + 'M' + (ex + 4) + ' ' + y0 + 'L' + (ex - 4) +
-                          ' ' + y1 }, svg);
+                       d: 'M' + (ex - 4) + ' ' + y0 + 'L' + (ex + 4) + ' ' + y1 +
+                          'M' + (ex + 4) + ' ' + y0 + 'L' + (ex - 4) + ' ' + y1 }, svg);
         }
         bar.addEventListener('mousemove', function (ev) {
           var lines = ['#' + j.id + ' ' + cut(commandText(j), 80),
@@ -444,5 +450,9 @@ JS = r"""
       .className = 'gap-' + g.kind;
   });
   draw();
+  var asked = /^#job=(\d+)$/.exec(location.hash);  // a link to one job: its detail open
+  if (asked && jobsById[asked[1]]) {
+    detail(jobsById[asked[1]], document.querySelector('rect.run[data-job="' + asked[1] + '"]'));
+  }
 })();
 """

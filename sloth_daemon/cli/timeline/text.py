@@ -24,7 +24,7 @@ MAX_ROWS = 300  # rows drawn; the rest is counted
 STEPS = (60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800)
 GLYPHS = {True: {"empty": " ", "wait": "░", "run": "█", "failed": "✗", "cut": "⊘", "sleep": "z", "down": "╌"},
           False: {"empty": " ", "wait": ".", "run": "#", "failed": "X", "cut": "/", "sleep": "z", "down": "-"}}
-COLOURS = {"wait": "2", "run": "32", "failed": "1;31", "cut": "33", "sleep": "34", "down": "35"}
+COLOURS = {"wait": "90", "run": "32", "failed": "31", "cut": "33", "sleep": "34", "down": "35"}  # text.for_terminal lets these pass
 RANK = {"empty": 0, "wait": 1, "sleep": 2, "down": 2, "run": 3, "cut": 4, "failed": 5}
 OUTCOME_MARK = {"failed": "failed", "cancelled": "cut", "interrupted": "cut"}
 
@@ -62,7 +62,7 @@ def draw(data: dict[str, Any], *, by_job: bool, width: int, colour: bool, unicod
             out.append(f"\x1b[{COLOURS[kind]}m{ch}\x1b[0m" if colour and kind in COLOURS else ch)
         return "".join(out)
 
-    lines = [_header(data, gaps), " " * label_w + _ruler(axis, data["until"])]
+    lines = [*_header(data, gaps, width), " " * label_w + _ruler(axis, data["until"])]
     machine = ["empty"] * axis.cols
     labels: dict[int, str] = {}
     for kind, start, end, short, _ in gaps:
@@ -92,11 +92,11 @@ def draw(data: dict[str, Any], *, by_job: bool, width: int, colour: bool, unicod
         lines.append("(no jobs in this window)")
     legend = [f"{glyph[k]} {name}" for k, name in (("run", "ran"), ("failed", "failed"), ("cut", "cut short"),
                                                    ("wait", "waiting"), ("sleep", "asleep"), ("down", "daemon down"))]
-    lines.append(" " * label_w + "  ".join(legend))
+    lines.append(cut(" " * label_w + "  ".join(legend), width))
     span_s = data["until"] - data["since"]
     for kind, start, end, _, long in gaps:
-        lines.append(f"  {glyph[kind]} {_clock(start, span_s)}–{_clock(end, span_s)}  "
-                     f"{format_duration(end - start):>6}  {long}")
+        lines.append(cut(f"  {glyph[kind]} {_clock(start, span_s)}–{_clock(end, span_s)}  "
+                         f"{format_duration(end - start):>6}  {long}", width))
     if data.get("capped"):
         lines.append("(only the newest jobs were read: narrow it with --lane or --since)")
     return "\n".join(lines)
@@ -135,7 +135,8 @@ def _gaps(data: dict[str, Any]) -> list[tuple[str, float, float, str, str]]:
     return sorted(out, key=lambda g: g[1])
 
 
-def _header(data: dict[str, Any], gaps: list[tuple[str, float, float, str, str]]) -> str:
+def _header(data: dict[str, Any], gaps: list[tuple[str, float, float, str, str]], width: int) -> list[str]:
+    """The window and what happened in it, on as many lines of ``width`` as it takes."""
     span_s = data["until"] - data["since"]
     runs = [r for j in data["jobs"] for r in j.get("runs", ())]
     failed = sum(r["outcome"] == "failed" for r in runs)
@@ -148,7 +149,13 @@ def _header(data: dict[str, Any], gaps: list[tuple[str, float, float, str, str]]
         parts.append(f"slept {format_duration(slept)}")
     if down:
         parts.append(f"daemon down {format_duration(down)}")
-    return "timeline  " + " · ".join(parts)
+    lines = ["timeline  " + parts[0]]
+    for part in parts[1:]:
+        if len(lines[-1]) + 3 + len(part) <= width:
+            lines[-1] += " · " + part
+        else:
+            lines.append("          " + part)
+    return [cut(ln, width) for ln in lines]
 
 
 def _clock(t: float, span_s: float) -> str:
