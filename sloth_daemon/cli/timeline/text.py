@@ -24,7 +24,8 @@ MAX_ROWS = 300  # rows drawn; the rest is counted
 STEPS = (60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800)
 GLYPHS = {True: {"empty": " ", "wait": "░", "run": "█", "failed": "✗", "cut": "⊘", "sleep": "z", "down": "╌"},
           False: {"empty": " ", "wait": ".", "run": "#", "failed": "X", "cut": "/", "sleep": "z", "down": "-"}}
-COLOURS = {"wait": "90", "run": "32", "failed": "31", "cut": "33", "sleep": "34", "down": "35"}  # text.for_terminal lets these pass
+# Only colours text.for_terminal lets through (bold or dim would be shown escaped).
+COLOURS = {"wait": "90", "run": "32", "failed": "31", "cut": "33", "sleep": "34", "down": "35"}
 RANK = {"empty": 0, "wait": 1, "sleep": 2, "down": 2, "run": 3, "cut": 4, "failed": 5}
 OUTCOME_MARK = {"failed": "failed", "cancelled": "cut", "interrupted": "cut"}
 
