@@ -314,7 +314,7 @@ COMMANDS: tuple[Command, ...] = (
         Option("since", "--since", VALUE, "24h", "How far back (30m, 8h, 7d; at most 90d)."),
         Option("lane", "--lane -l", VALUE, None, "Only this lane.", complete=LANES),
         Option("jobs", "--jobs", FLAG, False, "One row per job instead of per lane."),
-        Option("html", "--html", PATH, None, "Write one self-contained page (hover, click, zoom) to FILE."),
+        Option("html", "--html", PATH, None, "Write it as one self-contained page (hover, click, zoom) to this file."),
         _json("Print the timeline's data as JSON.")),
     # The queue edits (issue 22; cli/edit.py, daemon/edit_ops.py).
     Command(

@@ -17,6 +17,7 @@ Chromium missing: skipped, except in CI (CI=true), where it fails.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -73,6 +74,7 @@ def night(harness, fakeclock):
     h.kill9()  # a crash: its next start says so
     h.start()
     data = h.cli_json("timeline", "--since", "6h")
+    h.env.update(fakeclock.env())  # the command's clock is the daemon's (the read without a daemon uses its own)
     return h, data, {"ok": ok, "slow": slow, "bad": bad, "hostile": hostile, "after": after}
 
 
@@ -142,3 +144,25 @@ def test_the_page_in_a_real_browser_a_bar_per_run_the_sleep_labelled_nothing_inj
     if wanted:
         shutil.copyfile(shot, wanted)
     assert browser
+
+
+def test_without_a_daemon_the_queue_is_read_and_bad_input_changes_nothing(night, tmp_path):
+    h, data, ids = night
+    assert h.stop() == 0
+    offline = h.cli("timeline", "--since", "6h", "--json", check=True)
+    assert "no daemon is running; reading the queue file (read-only)" in offline.stderr
+    read = json.loads(offline.stdout)
+    assert [len(j["runs"]) for j in read["jobs"]] == [len(j["runs"]) for j in data["jobs"]]
+    last = read["downtime"][-1]  # the daemon stopped: down from then until now, and still
+    assert last["why"] == "stopped (signal SIGTERM)" and last.get("open") is True
+    drawn = h.cli("timeline", "--since", "6h", check=True).stdout
+    assert "the daemon was down: stopped (signal SIGTERM) (" in drawn and ", still" in drawn
+    db = next(h.home.rglob("queue.db"))
+    before = db.read_bytes()
+    for args, said in ((["--since", "banana"], "bad --since"), (["--since", "0"], "bad --since"),
+                       (["--since", "100d"], "at most 90 days"),
+                       (["--html", str(tmp_path / "nowhere" / "x.html")], "no folder")):
+        p = h.cli("timeline", *args)
+        assert p.returncode != 0 and said in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
+    assert not (tmp_path / "nowhere").exists()
+    assert db.read_bytes() == before  # read, never written

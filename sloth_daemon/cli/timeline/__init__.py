@@ -27,9 +27,14 @@ PAGE_LOG_BYTES = 2 << 20  # all the page's logs together: past it, a job's detai
 
 def timeline(*, since: str, lane: Optional[str], jobs: bool, html: Optional[Path], as_json: bool) -> int:
     """`sloth timeline`: draw it here, or write the page (and say where)."""
+    from sloth_daemon.backends.timeline import MAX_SINCE_S
+
     since_s = parse_duration(since, what="--since")
-    if since_s <= 0:
-        raise BadRequest(f"bad --since: {since!r} (must be more than nothing)", hint="E.g. --since 24h, 90m, 7d.")
+    if not 0 < since_s <= MAX_SINCE_S:
+        raise BadRequest(f"bad --since: {since!r} (more than nothing, at most 90 days)",
+                         hint="E.g. --since 24h, 90m, 7d.")
+    if html is not None and not html.parent.is_dir():
+        raise BadRequest(f"--html: no folder {html.parent}", hint="Name a file in a folder that exists.")
     data = call_or_read("timeline", since_s=since_s, **({"lane": lane} if lane is not None else {}))
     if as_json:
         emit_json(data)
