@@ -304,7 +304,7 @@ JS = r"""
     var off = new Date(view.t0 * 1000).getTimezoneOffset() * 60;
     for (var t = Math.ceil((view.t0 - off) / step) * step + off; t <= view.t1; t += step) {
       el('line', { 'class': 'grid', x1: x(t), x2: x(t), y1: RULER - 6, y2: height }, svg);
-      el('text', { x: x(t) + 3, y: RULER - 9 }, ruler, clock(t));
+      if (x(t) + 44 <= width) { el('text', { x: x(t) + 3, y: RULER - 9 }, ruler, clock(t)); }
     }
     ruler.addEventListener('click', function (ev) {
       var box = svg.getBoundingClientRect();
