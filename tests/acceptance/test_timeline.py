@@ -166,3 +166,30 @@ def test_without_a_daemon_the_queue_is_read_and_bad_input_changes_nothing(night,
         assert p.returncode != 0 and said in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
     assert not (tmp_path / "nowhere").exists()
     assert db.read_bytes() == before  # read, never written
+
+
+@pytest.mark.postgres
+def test_on_a_shared_postgresql_queue_each_host_keeps_its_own_rows_on_the_servers_clock(make_harness, pg_url,
+                                                                                         fakeclock):
+    from tests.support.harness import TEST_CONFIG
+
+    h = make_harness(TEST_CONFIG + f'queue_url = "{pg_url}"\n')
+    h.daemon_env.update(fakeclock.env())
+    h.start()
+    h.wait_state(h.add("sh", "-c", "exit 3", max_attempts=1), "failed")
+    fakeclock.jump(HOUR)
+    h.wait_for(lambda: [m for m in h.call("timeline")["machine"] if m["kind"] == "sleep"], what="the sleep recorded")
+    assert h.stop() == 0
+    h.start()
+    h.kill9()
+    h.start()
+    data = h.call("timeline", since_s=2 * HOUR)
+    host = h.call("status")["host"]
+    assert {m["host"] for m in data["machine"]} == {host}
+    assert [m["detail"] for m in data["machine"] if m["kind"] == "up"] == ["stopped: signal SIGTERM", "crashed",
+                                                                          "running"]
+    sleep = next(m for m in data["machine"] if m["kind"] == "sleep")
+    assert HOUR - 5 < sleep["end_at"] - sleep["start_at"] < HOUR + 5
+    # the server's clock, not the daemon's (an hour ahead here): the sleep ended about now
+    assert abs(sleep["end_at"] - data["until"]) < 120
+    assert [j["runs"][0]["outcome"] for j in data["jobs"]] == ["failed"]
