@@ -315,7 +315,7 @@ COMMANDS: tuple[Command, ...] = (
         Option("lane", "--lane -l", VALUE, None, "Only this lane.", complete=LANES),
         Option("jobs", "--jobs", FLAG, False, "One row per job instead of per lane."),
         Option("html", "--html", PATH, None, "Write it as one self-contained page (hover, click, zoom) to this file."),
-        _json("Print the timeline's data as JSON.")),
+        _json("Print the timeline's data as JSON."), fast=True),
     # The queue edits (issue 22; cli/edit.py, daemon/edit_ops.py).
     Command(
         "edit", "Change a job that has not started (queued, blocked or held): its command\n(in $VISUAL/$EDITOR, as "

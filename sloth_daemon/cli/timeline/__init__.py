@@ -6,7 +6,9 @@ self-contained page (``--html FILE``: page.py).
 
 The data is the daemon's ``timeline`` op, or, with no daemon, the same read
 from the queue read-only (cli/offline.py; both backends/timeline.py).
-Imported only by this command: the daily commands never load it.
+Imported only by this command: the daily commands never load it. The
+fast path runs it (no Typer: echo, an exit code, SlothError), so it
+starts in ~0.1 s instead of the Typer app's ~0.3 s.
 """
 
 from __future__ import annotations
