@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.browser import Browser
 from tests.support.terminal import Terminal
 
 pytestmark = pytest.mark.acceptance
@@ -135,6 +136,28 @@ def test_the_page_in_a_real_browser_a_bar_per_run_the_sleep_labelled_nothing_inj
     assert "&lt;/script&gt;&lt;img src=x onerror=" in detail.group(2)  # the log tail, as text
     assert "<img" not in dom and "<title>sloth timeline</title>" in dom
     assert re.search(r"<td>failed</td><td>attempt 1</td><td>exit 4", detail.group(2))  # its history
+
+    # a person's mouse, through the DevTools protocol: hover names the job and its times, a click opens
+    # its history and log, "1 hour" zooms; the browser itself heard no console error or exception
+    with Browser(tmp_path) as b:
+        b.open(page.as_uri())
+        bar = b.eval("(() => { const r = document.querySelector('rect.run-failed[data-job=\"%d\"]')"
+                     ".getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()" % ids["bad"])
+        b.call("Input.dispatchMouseEvent", type="mouseMoved", x=bar[0], y=bar[1])
+        tip = b.eval("document.getElementById('tip').hidden ? '' : document.getElementById('tip').textContent")
+        assert tip.startswith(f"#{ids['bad']} sh -c exit 3\nattempt 1: ") and "failed: exit 3" in tip, tip
+        assert re.search(r"\d\d:\d\d:\d\d → .*\d\d:\d\d:\d\d \(", tip), tip  # its start and end
+        for kind in ("mousePressed", "mouseReleased"):
+            b.call("Input.dispatchMouseEvent", type=kind, x=bar[0], y=bar[1], button="left", clickCount=1)
+        shown = b.eval("document.getElementById('detail').textContent")
+        assert "history" in shown and "claimed" in shown and "exit 3" in shown, shown
+        whole = b.eval("document.getElementById('range').textContent")
+        b.eval("document.getElementById('hour').click()")
+        hour = b.eval("document.getElementById('range').textContent")
+        assert hour != whole and b.eval("document.querySelector('svg').getAttribute('width') > 0")
+        t0, t1 = b.eval("[...document.querySelectorAll('.ruler text')].map(t => t.textContent)")[:2]
+        assert t0 != t1  # the ruler redrawn, at finer steps
+        assert b.errors == [] and b.eval("document.documentElement.getAttribute('data-errors')") == "0"
 
     shot = tmp_path / "night.png"
     browse(tmp_path, page, f"--screenshot={shot}", "--window-size=1280,720", "--virtual-time-budget=3000")

@@ -155,7 +155,7 @@ rect.run-failed, .key.run-failed { fill: var(--failed); background: var(--failed
 rect.run-cut, .key.run-cut { fill: var(--cut); background: var(--cut); }
 rect.run-running, .key.run-running { fill: var(--running); background: var(--running); }
 rect.run.selected { stroke: var(--fg); stroke-width: 2px; }
-path.fail-mark { stroke: var(--failed); stroke-width: 2px; fill: none; }
+path.fail-mark { stroke: var(--failed); stroke-width: 2px; fill: none; pointer-events: none; }
 rect.wait, .key.wait { fill: var(--wait); background: var(--wait); opacity: .45; }
 .gap.sleep rect, .key.sleep { fill: var(--sleep); background: var(--sleep); fill-opacity: .18; }
 .gap.down rect, .key.down { fill: var(--down); background: var(--down); fill-opacity: .22; }
