@@ -641,6 +641,15 @@ class Reads(Protocol):
         """A small persisted setting (JSON value), e.g. which lanes are paused."""
         ...
 
+    def window_jobs(self, since: float, *, lane: str | None = None, before_id: int | None = None,
+                    limit: int = 100) -> list[tuple[Job, list[Event]]]:
+        """Up to ``limit`` jobs with an id below ``before_id`` (None: any),
+        newest first, that were unfinished at ``since`` (unfinished, or
+        finished at or after it), of ``lane`` (None: every lane), each with
+        its history (oldest first): the timeline's read, a page at a time
+        (backends/timeline.py)."""
+        ...
+
     def machine_events(self, since: float, host: str | None = None) -> list[dict[str, Any]]:
         """The machine's events (Meta.machine_up, machine_slept) that end
         at or after ``since``, of ``host`` (None: every host), by start:

@@ -83,6 +83,7 @@ class QueueReads:
         self.lane_rows = reads.lane_rows
         self.get_meta = reads.get_meta
         self.machine_events = reads.machine_events
+        self.window_jobs = reads.window_jobs
         self.listing = e.listings.listing
 
 

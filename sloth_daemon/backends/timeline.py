@@ -10,15 +10,16 @@ read-only view when no daemon runs -- so both give the same answer:
   labelled with how the daemon before it ended.
 
 No SQL here: what the engines already answer (jobs, running, events,
-machine_events). Capped: the newest MAX_JOBS jobs of the selection (plus
-every running one); ``capped`` says the window may hold older ones.
+machine_events, window_jobs: the jobs unfinished at the window's start,
+a page of STEP, newest first, each with its history). Capped at MAX_JOBS,
+the newest; ``capped`` says the window holds older ones too.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Protocol, Sequence
+from typing import Any, Generator, Protocol, Sequence
 
 from sloth_daemon.clock import Clock
 from sloth_daemon.errors import BadRequest
@@ -27,6 +28,7 @@ from sloth_daemon.models import Event, Job
 MAX_JOBS = 2000  # jobs read for one timeline (the newest of the selection)
 MAX_SINCE_S = 90 * 86400.0  # the longest window asked for
 EVENTS_KEPT = 30  # the latest history lines of each job, for the page's detail pane
+STEP = 100  # jobs read between two pauses of the daemon's answer (answering)
 # The event that ends an attempt's run, and what the timeline calls that end.
 ENDS = {"done": "done", "failed": "failed", "timeout": "failed", "lease_expired": "failed",
         "cancelled": "cancelled", "killed": "cancelled", "interrupted": "interrupted", "fenced": "interrupted",
@@ -36,13 +38,10 @@ STARTS = ("claimed", "reclaimed")
 
 
 class TimelineReads(Protocol):
-    """What gather reads: a Queue or its read-only view (face.QueueReads)."""
+    """What gathering reads: a Queue or its read-only view (face.QueueReads)."""
 
-    def jobs(self, state: Any = None, lane: str | None = None, limit: int = 1000) -> list[Job]: ...
-
-    def running(self) -> list[Job]: ...
-
-    def events(self, job_id: int) -> list[Event]: ...
+    def window_jobs(self, since: float, *, lane: str | None = None, before_id: int | None = None,
+                    limit: int = 100) -> list[tuple[Job, list[Event]]]: ...
 
     def machine_events(self, since: float, host: str | None = None) -> list[dict[str, Any]]: ...
 
@@ -61,34 +60,64 @@ def window(args: dict[str, Any], now: float) -> tuple[float, str | None]:
 
 
 def answer(q: TimelineReads, args: dict[str, Any], clock: Clock, down_hosts: Sequence[str] = ()) -> dict[str, Any]:
-    """The ``timeline`` op's answer: its arguments checked (window), gathered until the queue's now."""
+    """The ``timeline`` op's answer at once (the read without a daemon)."""
+    return finish(answering(q, args, clock, down_hosts))
+
+
+def finish(steps: Generator[None, None, dict[str, Any]]) -> dict[str, Any]:
+    """Run ``steps`` (answering, gathering) to their end, without a pause: their answer."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return dict(done.value)
+
+
+def answering(q: TimelineReads, args: dict[str, Any], clock: Clock,
+              down_hosts: Sequence[str] = ()) -> Generator[None, None, dict[str, Any]]:
+    """The ``timeline`` op's answer, a step at a time: its arguments
+    checked (window), then gathered until the queue's now, pausing after
+    every page of STEP jobs (the daemon serves others meanwhile: 2,000 jobs
+    take a few hundred ms to read). Returns (StopIteration's value) the answer."""
     now = clock.now()
     since, lane = window(args, now)
-    return gather(q, since=since, now=now, lane=lane, down_hosts=down_hosts)
+    return (yield from gathering(q, since=since, now=now, lane=lane, down_hosts=down_hosts))
 
 
 def gather(q: TimelineReads, *, since: float, now: float, lane: str | None = None,
            down_hosts: Sequence[str] = ()) -> dict[str, Any]:
+    """The timeline of ``[since, now]`` at once (see gathering)."""
+    return finish(gathering(q, since=since, now=now, lane=lane, down_hosts=down_hosts))
+
+
+def gathering(q: TimelineReads, *, since: float, now: float, lane: str | None = None,
+              down_hosts: Sequence[str] = ()) -> Generator[None, None, dict[str, Any]]:
     """The timeline of ``[since, now]``: {since, until, lane, jobs, machine,
-    downtime, capped}; ``down_hosts``: see downtime()."""
-    found = {j.id: j for j in q.jobs(lane=lane, limit=MAX_JOBS)}
-    for j in q.running():
-        if lane is None or j.lane == lane:
-            found.setdefault(j.id, j)
-    jobs = []
-    for job in sorted(found.values(), key=lambda j: j.id):
-        if job.created_at > now or (job.finished_at is not None and job.finished_at < since):
-            continue
-        events = q.events(job.id)
-        d = job.to_dict()
-        d["runs"] = runs_of(job, events, now)
-        d["waits"] = waits_of(job, d["runs"], now)
-        d["events"] = [e.to_dict() for e in events[-EVENTS_KEPT:]]
-        d.pop("env", None)  # a job's environment is not the picture's business (and may hold secrets)
-        jobs.append(d)
+    downtime, capped}, a pause (yield) after every STEP jobs; ``down_hosts``: see downtime()."""
+    jobs: list[dict[str, Any]] = []  # newest first, as read
+    before = None
+    while len(jobs) < MAX_JOBS:
+        page = q.window_jobs(since, lane=lane, before_id=before, limit=STEP)
+        jobs += [_drawn(job, events, now) for job, events in page if job.created_at <= now]
+        if len(page) < STEP:
+            break
+        before = page[-1][0].id
+        yield
+    capped = len(jobs) >= MAX_JOBS
     machine = q.machine_events(since)
-    return {"since": since, "until": now, "lane": lane, "jobs": jobs, "machine": machine,
-            "downtime": downtime(machine, since, now, down_hosts), "capped": len(found) >= MAX_JOBS}
+    return {"since": since, "until": now, "lane": lane, "jobs": jobs[:MAX_JOBS][::-1],
+            "machine": machine, "downtime": downtime(machine, since, now, down_hosts), "capped": capped}
+
+
+def _drawn(job: Job, events: Sequence[Event], now: float) -> dict[str, Any]:
+    """A job as the timeline sends it: its fields (not its environment), runs, waits, latest history."""
+    d = job.to_dict()
+    d["runs"] = runs_of(job, events, now)
+    d["waits"] = waits_of(job, d["runs"], now)
+    d["events"] = [{"at": e.at, "kind": e.kind, "attempt": e.attempt, "message": e.message, "job_id": e.job_id}
+                   for e in events[-EVENTS_KEPT:]]  # not asdict: a third of the time went there
+    d.pop("env", None)  # a job's environment is not the picture's business (and may hold secrets)
+    return d
 
 
 def runs_of(job: Job, events: Sequence[Event], now: float) -> list[dict[str, Any]]:

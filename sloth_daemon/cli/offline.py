@@ -54,12 +54,6 @@ class _NoQueue:
     def close(self) -> None:
         pass
 
-    def jobs(self, *a: Any, **kw: Any) -> list[Any]:
-        return []
-
-    def running(self) -> list[Any]:
-        return []
-
     def machine_events(self, since: float, host: Any = None) -> list[Any]:
         return []
 

@@ -213,9 +213,17 @@ class Handlers:
         ran = flag(a.get("ran", False), "ran")
         return {"id": self.queue.latest(origin=self.control.default_place or None, ran=ran)}
 
-    def op_timeline(self, a: dict[str, Any]) -> dict[str, Any]:
-        """The timeline of the last ``since_s`` seconds (default a day), of ``lane`` or all (backends/timeline.py)."""
-        return timeline.answer(self.queue, a, self.queue.clock)
+    async def op_timeline(self, a: dict[str, Any]) -> dict[str, Any]:
+        """The timeline of the last ``since_s`` seconds (default a day), of
+        ``lane`` or all (backends/timeline.py), read a hundred jobs at a
+        time with the loop free between (heartbeats, other clients)."""
+        steps = timeline.answering(self.queue, a, self.queue.clock)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return dict(done.value)
+            await asyncio.sleep(0)
 
     def op_shutdown(self, a: dict[str, Any]) -> dict[str, Any]:
         keep = a.get("keep_jobs", False)

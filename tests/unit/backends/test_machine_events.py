@@ -80,3 +80,25 @@ def test_a_read_only_view_of_a_file_older_than_them_reads_none(q, db_path):
     conn.close()
     with open_read_only(db_path) as ro:
         assert ro.machine_events(0.0) == []
+
+
+def test_the_timelines_jobs_are_read_a_page_at_a_time_newest_first_with_their_history(q, clock):
+    clock.set(10.0)
+    old = q.enqueue(["old"])
+    job = q.claim("w")
+    clock.set(20.0)
+    q.complete(job.id, job.token)  # ended before the window: not read
+    waiting = q.enqueue(["waits"], lane="slow")  # unfinished since long before: read
+    clock.set(100.0)
+    recent = [q.enqueue([f"r{i}"]) for i in range(5)]
+    for _ in recent:
+        job = q.claim("w", lanes=["default"])
+        q.fail(job.id, job.token, message="exit 1", retry=False)
+    first = q.window_jobs(50.0, limit=3)
+    assert [j.id for j, _ in first] == recent[:-4:-1]
+    rest = q.window_jobs(50.0, before_id=first[-1][0].id, limit=3)
+    assert [j.id for j, _ in rest] == [recent[1], recent[0], waiting]
+    assert [e.kind for e in first[0][1]] == ["claimed", "failed"]  # its history, oldest first
+    assert rest[-1][1] == [] and old not in [j.id for j, _ in first + rest]
+    assert [j.id for j, _ in q.window_jobs(0.0, lane="slow")] == [waiting]
+    assert [j.id for j, _ in q.window_jobs(0.0)][-1] == old  # in a window that reaches it

@@ -115,3 +115,23 @@ def test_the_pages_data_cannot_close_its_script_or_open_markup():
                          "downtime": []}, by_job=False)
     assert "</title><b>" not in whole and "&lt;/title&gt;&lt;b&gt;" in whole
     assert whole.count("</script>") == 3  # the collector's, the data's and the drawing script's own ends
+
+
+@pytest.mark.backends("sqlite")
+def test_the_daemons_answer_pauses_after_each_page_and_keeps_the_newest_when_capped(q, clock, monkeypatch):
+    clock.set(1000.0)
+    q.enqueue_many([{"command": ["true", str(i)]} for i in range(250)])
+    steps = timeline.answering(q, {"since_s": 600}, clock)
+    pauses = 0
+    while True:
+        try:
+            next(steps)
+            pauses += 1  # the daemon's handler gives the event loop a turn here
+        except StopIteration as done:
+            answer = done.value
+            break
+    assert pauses == 2 and len(answer["jobs"]) == 250 and not answer["capped"]
+    assert [j["id"] for j in answer["jobs"]] == sorted(j["id"] for j in answer["jobs"])
+    monkeypatch.setattr(timeline, "MAX_JOBS", 120)
+    capped = timeline.gather(q, since=0.0, now=1000.0)
+    assert capped["capped"] and [j["id"] for j in capped["jobs"]] == list(range(131, 251))  # the newest
