@@ -113,6 +113,9 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "schedule_resume": (frozenset({"name"}), frozenset()),
     "schedule_rm": (frozenset({"name"}), frozenset()),
     "schedule_run": (frozenset({"name"}), frozenset()),
+    # The timeline of the last "since_s" seconds (issue 31; backends/timeline.py): jobs with their
+    # runs and waits, the machine's sleeps and the daemon's time up, the downtime between.
+    "timeline": (frozenset(), frozenset({"since_s", "lane"})),
 }
 # The first version that has each op (all others: 1).
 OP_SINCE: dict[str, int] = {"stage": 2, "commit": 2, "batch": 2, "scan": 3}
