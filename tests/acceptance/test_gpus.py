@@ -66,7 +66,10 @@ def test_half_gpu_jobs_run_two_to_a_gpu_and_a_fifth_waits_saying_why(make_harnes
     assert fifth["state"] == "queued"
     assert fifth["wait_reason"] == "waiting for gpu: a 0.5 share wanted, 0 of 2 with that free"
     assert "waiting for gpu: a 0.5 share" in ls_line(h, ids[4])
-    assert "CUDA_VISIBLE_DEVICES" in h.cli("show", str(ids[0]), check=True).stdout
+    shown = h.cli("show", str(ids[0]), check=True).stdout.splitlines()
+    gpu = where(out, ids[0])[0]
+    assert f"  gpu       CUDA_VISIBLE_DEVICES={gpu}  (shares: 0.5 of gpu {gpu})" in shown, shown
+    assert "  needs     gpu=0.5" in shown
     (out / "go").touch()
     for jid in ids:
         h.wait_state(jid, "done", timeout_s=30)
@@ -100,6 +103,7 @@ def test_gpu_mem_goes_where_nvidia_smi_says_it_is_free_and_counts_what_was_promi
     why = h.wait_for(lambda: h.job(second)["wait_reason"], what="a reason")
     assert "gpu 0 has 1000M free" in why and "gpu 1 has 9.3G free (20G of it promised to running jobs)" in why, why
     assert h.job(second)["gate"]["needs"] == {"gpu-mem": 20 * 1024 ** 3}
+    assert "  needs     gpu-mem=20G" in h.cli("show", str(second), check=True).stdout
     p = h.cli("add", "--needs", "gpu-mem=100G", "--", "true")  # more than any GPU here has
     assert p.returncode != 0 and "the largest GPU here has 80G" in p.stderr, p.stderr
     (out / "go").touch()
