@@ -405,9 +405,9 @@ def changes(old: Settings, new: Settings) -> list[str]:
             out.append(f"resources.{name}: " + ("removed" if now is None else f"{_shown(was)} -> {_shown(now)}")
                        + " (held tokens stay held)")
     for name in sorted(set(old.resource_opts) | set(new.resource_opts)):
-        was, now = dict(old.resource_opts.get(name, {})), dict(new.resource_opts.get(name, {}))
-        if was != now:
-            out.append(f"resources.{name}: {was} -> {now}")
+        before, after = dict(old.resource_opts.get(name, {})), dict(new.resource_opts.get(name, {}))
+        if before != after:
+            out.append(f"resources.{name}: {before} -> {after}")
     return out
 
 
