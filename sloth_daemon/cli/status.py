@@ -46,6 +46,8 @@ def status(*, as_json: bool) -> int:
         lines.append(f"waiting  lane {showable(lane)}{_for(why)}")
     if cond.get("resources"):
         lines.append("tokens   " + "  ".join(f"{showable(k)} {len(v['free'])}/{len(v['tokens'])} free"
+                                           + (f" ({sum(v['free_milli'].values()) / 1000:g} counting shares)"
+                                              if v.get("free_milli") else "")
                                            for k, v in cond["resources"].items()))
     for j in st["running"]:
         lines.append(f"{render.shown_state(j):<8} {j['id']:<6} {render.when(j)}  {render.command_text(j, 50)}")

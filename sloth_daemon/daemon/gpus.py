@@ -39,6 +39,7 @@ MIB = 1024 * 1024
 GPU_QUERY = ("nvidia-smi", "--query-gpu=index,uuid,memory.total,memory.used,memory.free",
              "--format=csv,noheader,nounits")
 APPS_QUERY = ("nvidia-smi", "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits")
+PRESENT_RECHECK_S = 60.0
 MAX_ROWS = 4096  # of either query: more is no GPU listing
 
 
@@ -178,10 +179,14 @@ class GpuProbe:
         self.reading: Reading | None = None
         self.reads = 0  # readings taken (status, tests)
         self._task: asyncio.Task[Any] | None = None
+        self._present: tuple[float, bool] | None = None  # (when looked, found)
 
     def present(self) -> bool:
-        """Whether there is an nvidia-smi to ask."""
-        return self.which("nvidia-smi") is not None
+        """Whether there is an nvidia-smi to ask (looked for on PATH once a minute)."""
+        now = self.clock()
+        if self._present is None or now - self._present[0] >= PRESENT_RECHECK_S:
+            self._present = (now, self.which("nvidia-smi") is not None)
+        return self._present[1]
 
     def fresh(self) -> Reading | None:
         """The reading if it is younger than max_age_s; else None, and a new
@@ -212,7 +217,10 @@ class GpuProbe:
             r = Reading(self.clock(), gpus, apps, owners)
         except (OSError, ValueError, RuntimeError) as e:
             r = Reading(self.clock(), error=str(e) or type(e).__name__)
-            log.warning("nvidia-smi: %s", r.error)
+            if self.reading is None or self.reading.error != r.error:  # said once, not at every look
+                log.warning("nvidia-smi: %s", r.error)
+        if r.error is None and self.reading is not None and self.reading.error is not None:
+            log.info("nvidia-smi answers again")
         if self.clock() - started > 1.0:
             log.info("nvidia-smi took %.1f s", self.clock() - started)
         self.reading = r

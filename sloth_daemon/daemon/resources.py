@@ -205,7 +205,7 @@ class Resources:
         free = self.free(list(in_use))
         return {name: {"tokens": toks, "free": [t for t in toks if free[name][t] >= WHOLE],
                        "source": self.source.get(name, "config"),
-                       **({"shares": self.shares[name], "free_milli": free[name]} if self.shares.get(name, 1) > 1
+                       **({"shares": self.shares.get(name, 1), "free_milli": free[name]} if self.shares.get(name, 1) > 1
                           or any(m < WHOLE for m in free[name].values()) else {})}
                 for name, toks in sorted(self.tokens.items())}
 

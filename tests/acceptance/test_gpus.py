@@ -219,3 +219,22 @@ def test_a_real_gpu_when_there_is_one(make_harness, home):
     given, *listed = out.read_text().splitlines()
     assert given.isdigit() and listed, (given, listed)
     assert h.call("status")["gates"]["gpus"]["gpus"], "the daemon's reading lists the GPUs"
+
+
+def test_shares_held_by_runs_stay_held_across_a_daemon_kill9(make_harness, home):
+    """A run's share is written with its token ("0@500"): the keeper keeps the
+    runs, the restarted daemon finds the GPU half held by each, not free."""
+    h, smi = start(make_harness, home, gpus=1)
+    script, out = holder(home)
+    ids = [add(h, "gpu=0.5", "sh", "-c", script) for _ in range(2)]
+    for jid in ids:
+        h.wait_state(jid, "running")
+    h.kill9()
+    h.start(env={"PATH": f"{smi.bindir}:/usr/bin:/bin"})
+    third = add(h, "gpu=0.5", "true")
+    why = h.wait_for(lambda: h.job(third)["wait_reason"], what="a reason")
+    assert why == "waiting for gpu: a 0.5 share wanted, 0 of 1 with that free"
+    assert "tokens   gpu 0/1 free (0 counting shares)" in h.cli("status", check=True).stdout
+    (out / "go").touch()
+    for jid in [*ids, third]:
+        h.wait_state(jid, "done", timeout_s=30)

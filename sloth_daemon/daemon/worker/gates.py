@@ -284,7 +284,8 @@ class Gates:
             wants = self.resources.wants(gate)
             fit, waits = gpu_view.rule(gate) if GPU in wants else (None, None)
             if waits is not None:  # no reading of the GPUs yet: it reserves nothing (a CPU job behind it runs)
-                reasons[text] = waits
+                # a reading being taken: what it said last still stands
+                reasons[text] = (self.told.get(text) or waits) if waits == PENDING else waits
                 continue
             short = self.resources.shortage(wants, free, idle, fit) if wants else ""
             got = self.resources.take(wants, free, fit) if wants else {}
@@ -374,6 +375,9 @@ class Gates:
                 "gpus": self.gpus.status()}
 
 
+PENDING = "waiting for nvidia-smi's reading of the GPUs"
+
+
 class _GpuView:
     """One walk's look at the GPUs: nvidia-smi's reading (taken once, when
     a GPU job first asks) and the rule it gives (gpus.unfit)."""
@@ -396,7 +400,7 @@ class _GpuView:
                 g.gpu_waiting = True
         mem = gpu_mem_of(gate)
         if self.reading is None:
-            return (None, "waiting for nvidia-smi's reading of the GPUs") if g.gpus.present() else (None, None)
+            return (None, PENDING) if g.gpus.present() else (None, None)
         r = self.reading
         if r.error is not None:
             return (None, f"waiting for nvidia-smi (it failed: {r.error})") if mem else (None, None)
