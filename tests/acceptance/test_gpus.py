@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.harness import TEST_CONFIG, Harness
+from tests.support.harness import TEST_CONFIG, Harness, on_one_queue
 from tests.support.nvidia_smi import FakeSmi, fake_smi
 
 pytestmark = pytest.mark.acceptance
@@ -238,3 +238,22 @@ def test_shares_held_by_runs_stay_held_across_a_daemon_kill9(make_harness, home)
     (out / "go").touch()
     for jid in [*ids, third]:
         h.wait_state(jid, "done", timeout_s=30)
+
+
+def test_shares_on_a_postgresql_queue_and_across_a_kill9(make_harness, pg_fresh, home):
+    """The other engine: a share is the same token text in PostgreSQL's job row."""
+    smi = fake_smi(home / "bin", 1)
+    (h,) = on_one_queue(make_harness, pg_fresh(), {"m1": GPU_CONFIG}, env={"PATH": f"{smi.bindir}:/usr/bin:/bin"})
+    script, out = holder(home)
+    ids = [add(h, "gpu=0.5", "sh", "-c", script) for _ in range(2)]
+    for jid in ids:
+        h.wait_state(jid, "running", timeout_s=60)
+    assert sorted(h.job(j)["tokens"]["gpu"][0] for j in ids) == ["0@500", "0@500"]
+    h.kill9()
+    h.start(env={"PATH": f"{smi.bindir}:/usr/bin:/bin"})
+    third = add(h, "gpu=0.5", "true")
+    why = h.wait_for(lambda: h.job(third)["wait_reason"], what="a reason")
+    assert why == "waiting for gpu: a 0.5 share wanted, 0 of 1 with that free"
+    (out / "go").touch()
+    for jid in [*ids, third]:
+        h.wait_state(jid, "done", timeout_s=60)
