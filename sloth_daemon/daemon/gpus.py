@@ -30,7 +30,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from sloth_daemon.checks import format_size
 
@@ -41,6 +41,7 @@ GPU_QUERY = ("nvidia-smi", "--query-gpu=index,uuid,memory.total,memory.used,memo
 APPS_QUERY = ("nvidia-smi", "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits")
 PRESENT_RECHECK_S = 60.0
 MAX_ROWS = 4096  # of either query: more is no GPU listing
+MAX_OUTPUT = 1024 * 1024  # bytes of either query's output read; more is an error
 
 
 @dataclass(frozen=True)
@@ -81,10 +82,13 @@ class Reading:
         """Memory the processes of the run of ``run_token`` use on ``gpu``."""
         return sum(a.used or 0 for a in self.apps if a.gpu_uuid == gpu.uuid and self.owners.get(a.pid) == run_token)
 
-    def outside(self, gpu: Gpu) -> tuple[int | None, list[int]]:
+    def outside(self, gpu: Gpu, ours: Collection[str] | None = None) -> tuple[int | None, list[int]]:
         """Memory used on ``gpu`` by processes outside sloth (None: some
-        does not say how much) and their pids."""
-        apps = [a for a in self.apps if a.gpu_uuid == gpu.uuid and self.owners.get(a.pid) is None]
+        does not say how much) and their pids; ``ours``: the tokens of the
+        runs this daemon holds (a sloth process of none of them, e.g. a
+        finished job's leftover, is outside what it counts too)."""
+        apps = [a for a in self.apps if a.gpu_uuid == gpu.uuid and (
+            self.owners.get(a.pid) is None or ours is not None and self.owners.get(a.pid) not in ours)]
         used = None if any(a.used is None for a in apps) else sum(a.used or 0 for a in apps)
         return used, [a.pid for a in apps]
 
@@ -232,22 +236,35 @@ class GpuProbe:
         return r
 
     async def _run(self, argv: Sequence[str]) -> str:
+        """Its output (stderr with it), at most MAX_OUTPUT bytes, within timeout_s."""
         proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
-                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
                                                     start_new_session=True)
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), self.timeout_s)
+            out = await asyncio.wait_for(_read(proc, MAX_OUTPUT + 1), self.timeout_s)
+            if len(out) > MAX_OUTPUT:
+                raise RuntimeError(f"{argv[1].split('=')[0]} said more than {MAX_OUTPUT // 1024} KiB")
+            await asyncio.wait_for(proc.wait(), self.timeout_s)
         except asyncio.TimeoutError:
-            _kill(proc)
             raise RuntimeError(f"{argv[1].split('=')[0]} gave no answer in {self.timeout_s:g} s") from None
         finally:
-            if proc.returncode is None:
+            if proc.returncode is None:  # timed out, too much, or the daemon stops (cancelled)
                 _kill(proc)
-                await proc.wait()
+                try:  # its output read to the end: asyncio's wait() returns only once the pipe is closed
+                    await asyncio.wait_for(_read(proc, None), 2.0)
+                    await asyncio.wait_for(proc.wait(), 2.0)
+                except asyncio.TimeoutError:  # a child of its own kept the pipe: left to the kernel
+                    log.warning("nvidia-smi (pid %d) killed, but its output is still open", proc.pid)
+        text = out.decode("utf-8", "replace")
         if proc.returncode != 0:
-            said = err.decode("utf-8", "replace").strip().splitlines() or out.decode("utf-8", "replace").splitlines()
+            said = text.strip().splitlines()
             raise RuntimeError(f"exit {proc.returncode}" + (f": {said[0][:200]}" if said else ""))
-        return out.decode("utf-8", "replace")
+        return text
+
+    def stop(self) -> None:
+        """The daemon stops: a reading being taken is given up (its nvidia-smi killed)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
 
     def status(self) -> dict[str, Any] | None:
         r = self.reading
@@ -258,6 +275,19 @@ class GpuProbe:
                           "outside": r.outside(g)[0]} for g in r.gpus]}
 
 
+async def _read(proc: asyncio.subprocess.Process, cap: int | None) -> bytes:
+    """Its output to the end, or the first ``cap`` bytes (None: all, kept to nothing)."""
+    assert proc.stdout is not None
+    buf = bytearray()
+    while cap is None or len(buf) < cap:
+        chunk = await proc.stdout.read(65536)
+        if not chunk:
+            break
+        if cap is not None:
+            buf += chunk
+    return bytes(buf)
+
+
 def _kill(proc: asyncio.subprocess.Process) -> None:
     try:
         os.killpg(proc.pid, 9)  # its own session: a child it left goes too
@@ -266,7 +296,7 @@ def _kill(proc: asyncio.subprocess.Process) -> None:
 
 
 def unfit(reading: Reading, token: str, *, outside_max: int, want_mem: int | None,
-          promised: Mapping[str, Sequence[tuple[str, int]]]) -> str | None:
+          promised: Mapping[str, Sequence[tuple[str, int]]], ours: Collection[str] | None = None) -> str | None:
     """Why GPU ``token`` may not be given now by this reading (None: it
     may): used by processes outside sloth beyond ``outside_max`` bytes, or
     less than ``want_mem`` free. Free is what nvidia-smi says less what
@@ -276,7 +306,7 @@ def unfit(reading: Reading, token: str, *, outside_max: int, want_mem: int | Non
     g = reading.gpu(token)
     if g is None:
         return None if want_mem is None else f"gpu {token}: nvidia-smi does not list it"
-    used, pids = reading.outside(g)
+    used, pids = reading.outside(g, ours)
     if pids and (used is None or used > outside_max):
         shown = "an unknown amount" if used is None else format_size_short(used)
         more = f" and {len(pids) - 3} more" if len(pids) > 3 else ""

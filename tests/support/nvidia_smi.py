@@ -17,7 +17,8 @@ The outputs are NVIDIA's real formats, as captured from real machines
 (`--format=csv` keeps the header and the units; the daemon asks for
 noheader,nounits and reads either.) ``mode``: "ok", "fail" (exit 9, as
 when the driver is gone: "NVIDIA-SMI has failed because it couldn't
-communicate with the NVIDIA driver") or "hang" (it never answers).
+communicate with the NVIDIA driver"), "hang" (it never answers) or
+"flood" (it never stops printing).
 Every call is appended to ``calls``.
 """
 
@@ -35,6 +36,7 @@ d="$(dirname "$0")"
 echo "$*" >> "$d/calls"
 mode="$(cat "$d/mode" 2>/dev/null)"
 if [ "$mode" = hang ]; then exec sleep 600; fi
+if [ "$mode" = flood ]; then exec yes "0, GPU-x, 1, 2, 3"; fi
 if [ "$mode" = fail ]; then
   echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver." \\
        "Make sure that the latest NVIDIA driver is installed and running."

@@ -386,6 +386,7 @@ class _GpuView:
         self.gates = gates
         self.reading: Reading | None = None
         self.looked = False
+        self.ours: set[str] | None = None  # the tokens of the runs held (their processes are not outside)
 
     def rule(self, gate: Mapping[str, Any]) -> tuple[Unfit | None, str | None]:
         """(unfit, None): how GPU tokens are judged for a job of ``gate``; or
@@ -407,6 +408,7 @@ class _GpuView:
         opts = g.settings.resource_opts.get(GPU, {})
         promised = g.gpu_promised() if mem else {}
         outside_max = int(opts.get("outside_max", 0))
+        ours = self.ours = self.ours if self.ours is not None else {run.token for run in g.running.values()}
         return (lambda name, tok: None if name != GPU else
-                unfit(r, tok, outside_max=outside_max, want_mem=mem, promised=promised)), None
+                unfit(r, tok, outside_max=outside_max, want_mem=mem, promised=promised, ours=ours)), None
 

@@ -264,6 +264,7 @@ class Worker:
         that runs, and recorded as it ran."""
         self.claims.stopped = True
         self.watch.stop()
+        self.gates.gpus.stop()  # an nvidia-smi being read is killed, not left behind
         self.signals.wake()
         if keep_jobs:
             await self.pipeline.take_back_all()

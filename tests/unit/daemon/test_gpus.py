@@ -81,6 +81,13 @@ def test_a_gpu_used_outside_sloth_beyond_the_allowed_amount_is_not_given():
     assert "an unknown amount" in unfit(r, "0", outside_max=10**12, want_mem=None, promised={})
 
 
+def test_a_leftover_of_a_run_this_daemon_no_longer_holds_counts_as_outside():
+    r = reading(apps=[(55, 0, 2000)], owners={55: "old-run"})
+    assert unfit(r, "0", outside_max=0, want_mem=None, promised={}, ours={"old-run"}) is None
+    assert "busy outside sloth (2.0G by pid 55" in unfit(r, "0", outside_max=0, want_mem=None, promised={},
+                                                           ours={"run-b"})
+
+
 def test_gpu_mem_is_free_memory_less_what_running_jobs_were_promised_and_have_not_taken():
     r = reading(free=(1000, 30000), apps=[(55, 1, 5000)], owners={55: "run-a"})
     want = 20 * 1024 * MIB
@@ -220,3 +227,32 @@ def test_a_reading_is_kept_briefly_and_a_hanging_nvidia_smi_is_cut_off(tmp_path,
     smi.mode("fail")
     r = asyncio.run(probe.read())
     assert r.error.startswith("exit 9: NVIDIA-SMI has failed")
+
+
+def test_a_flood_is_cut_at_a_stated_cap_and_a_reading_in_flight_dies_with_the_daemon(tmp_path, monkeypatch):
+    import psutil
+
+    smi = fake_smi(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{smi.bindir}:/usr/bin:/bin")
+    probe = GpuProbe(timeout_s=5.0)
+    smi.mode("flood")
+    r = asyncio.run(probe.read())
+    assert r.error == "--query-gpu said more than 1024 KiB"
+    smi.mode("hang")
+
+    def ours() -> list[psutil.Process]:
+        return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "600"]
+                and str(smi.bindir) in p.environ().get("PATH", "")]
+
+    async def stopped_midway() -> None:
+        probe.soon()
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            if ours():
+                break
+        assert ours(), "nvidia-smi was started"
+        probe.stop()
+        await asyncio.sleep(0.2)
+
+    asyncio.run(stopped_midway())
+    assert ours() == []
