@@ -492,7 +492,8 @@ def file_differs(in_force: Mapping[str, Any], file: Settings) -> bool:
     settings in force (``in_force``: Settings.as_dict of the daemon's, as
     `sloth config` is answered): then a reload would change something."""
     now = json.loads(json.dumps(file.as_dict()))
-    return any(json.loads(json.dumps(in_force.get(k))) != now[k] for k in ("settings", "lanes", "resources"))
+    return any(json.loads(json.dumps(in_force.get(k))) != now[k]
+               for k in ("settings", "lanes", "resources", "resource_opts"))
 
 
 def machine_name(settings: Settings) -> str:

@@ -257,3 +257,19 @@ def test_shares_on_a_postgresql_queue_and_across_a_kill9(make_harness, pg_fresh,
     (out / "go").touch()
     for jid in [*ids, third]:
         h.wait_state(jid, "done", timeout_s=60)
+
+
+def test_a_reload_changes_shares_for_new_jobs_and_leaves_running_ones_as_they_hold(make_harness, home):
+    h, smi = start(make_harness, home, gpus=1)
+    script, out = holder(home)
+    whole = add(h, "gpu=1", "sh", "-c", script)
+    h.wait_state(whole, "running")
+    (h.home / "config.toml").write_text(GPU_CONFIG + "shares = 2\n")
+    p = h.cli("daemon", "reload", check=True)
+    assert "resources.gpu: {'check_s': 0.3} -> {'check_s': 0.3, 'shares': 2}" in p.stdout + p.stderr
+    half = add(h, "gpu=1", "true")  # now half a GPU; the running job still holds all of it
+    why = h.wait_for(lambda: h.job(half)["wait_reason"], what="a reason")
+    assert why == "waiting for gpu: a 0.5 share wanted, 0 of 1 with that free"
+    (out / "go").touch()
+    h.wait_state(half, "done", timeout_s=20)
+    assert any("holds gpu 0@500" in (e["message"] or "") for e in h.events(half)), h.events(half)
