@@ -189,6 +189,7 @@ def test_a_hanging_nvidia_smi_never_blocks_the_daemon(make_harness, home):
     mem = add(h, "gpu-mem=1G", "true")
     h.wait_for(lambda: "couldn't communicate with the NVIDIA driver" in (h.job(mem)["wait_reason"] or ""),
                timeout_s=20, what="why it waits")
+    assert "gpus     nvidia-smi failed: exit 9: NVIDIA-SMI has failed" in h.cli("status", check=True).stdout
     smi.mode("ok")
     h.wait_state(mem, "done", timeout_s=20)
 

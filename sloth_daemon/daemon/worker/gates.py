@@ -282,7 +282,9 @@ class Gates:
                                  f" ({max(conc - used.get(job.lane, 0), 0)} of {conc} free)")
                 continue
             wants = self.resources.wants(gate)
-            fit, waits = gpu_view.rule(gate) if GPU in wants else (None, None)
+            # nvidia-smi is asked only for a job sloth's own accounting could start now
+            could = GPU in wants and self.resources.take(wants, {n: dict(t) for n, t in free.items()}) is not None
+            fit, waits = gpu_view.rule(gate) if could else (None, None)
             if waits is not None:  # no reading of the GPUs yet: it reserves nothing (a CPU job behind it runs)
                 # a reading being taken: what it said last still stands
                 reasons[text] = (self.told.get(text) or waits) if waits == PENDING else waits
