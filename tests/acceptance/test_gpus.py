@@ -93,6 +93,9 @@ def test_a_share_count_in_config_puts_two_whole_gpu_jobs_on_each_gpu(make_harnes
 def test_gpu_mem_goes_where_nvidia_smi_says_it_is_free_and_counts_what_was_promised(make_harness, home):
     h, smi = start(make_harness, home)
     smi.gpus(1000, 30000)  # MiB free: GPU 0 nearly full, GPU 1 has 29.3G
+    h.wait_for(lambda: h.call("status")["conditions"]["gpus"], what="the reading taken at start")
+    p = h.cli("add", "--needs", "gpu-mem=100G", "--", "true")  # more than any GPU here has: refused at once
+    assert p.returncode != 0 and "the largest GPU here has 80G" in p.stderr, p.stderr
     script, out = holder(home)
     first = add(h, "gpu-mem=20G", "sh", "-c", script)
     h.wait_state(first, "running")
@@ -104,8 +107,7 @@ def test_gpu_mem_goes_where_nvidia_smi_says_it_is_free_and_counts_what_was_promi
     assert "gpu 0 has 1000M free" in why and "gpu 1 has 9.3G free (20G of it promised to running jobs)" in why, why
     assert h.job(second)["gate"]["needs"] == {"gpu-mem": 20 * 1024 ** 3}
     assert "  needs     gpu-mem=20G" in h.cli("show", str(second), check=True).stdout
-    p = h.cli("add", "--needs", "gpu-mem=100G", "--", "true")  # more than any GPU here has
-    assert p.returncode != 0 and "the largest GPU here has 80G" in p.stderr, p.stderr
+
     (out / "go").touch()
     h.wait_state(first, "done")
     h.wait_state(second, "done", timeout_s=20)
@@ -218,8 +220,8 @@ def test_a_real_gpu_when_there_is_one(make_harness, home):
     jid = add(h, "gpu=1", "sh", "-c", f"echo $CUDA_VISIBLE_DEVICES > {out}; nvidia-smi -L >> {out}")
     h.wait_state(jid, "done", timeout_s=60)
     given, *listed = out.read_text().splitlines()
-    assert given.isdigit() and listed, (given, listed)
-    assert h.call("status")["gates"]["gpus"]["gpus"], "the daemon's reading lists the GPUs"
+    assert f"GPU {given}:" in "\n".join(listed), (given, listed)  # one nvidia-smi lists, by its index
+    assert h.call("status")["conditions"]["gpus"]["gpus"], "the daemon's reading lists the GPUs"
 
 
 def test_shares_held_by_runs_stay_held_across_a_daemon_kill9(make_harness, home):

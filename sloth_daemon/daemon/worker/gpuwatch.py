@@ -37,6 +37,7 @@ class GpuWatch:
         self.gates, self.queue, self.running, self.signals = gates, queue, running, signals
         self.next_look = clocks.read().awake
         self.told: set[str] = set()  # run tokens whose wrong GPU is in their history
+        self.first = True  # no reading taken yet
 
     def _gpu_runs(self) -> list[tuple[str, int, list[str]]]:
         """(token, job id, GPU tokens given) of each run holding GPUs."""
@@ -51,6 +52,9 @@ class GpuWatch:
 
     def watch(self, r: ClockReadings) -> None:
         """A turn's look, if one is due: a reading is asked for (it comes to ``fresh``)."""
+        if self.first and self.gates.gpus.present():  # one reading at start: add judges gpu-mem by the GPUs' sizes
+            self.first = False
+            self.gates.gpus.soon()
         if r.awake < self.next_look or not self.watched():
             return
         self.next_look = r.awake + self.check_s()
