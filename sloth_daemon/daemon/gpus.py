@@ -14,9 +14,9 @@ process listed is sloth's if it, or a process above it, carries a
 anything else is a process outside sloth.
 
 A reading is kept ``max_age_s`` (2 s by default) and read again when a
-claim wants one older: in a task beside the worker's loop, the two
-queries under one timeout (5 s; then the process is killed), so a dead or
-hanging nvidia-smi never blocks the worker. While the reading is being
+claim wants one older: in a task beside the worker's loop, each query
+under a timeout (5 s) and read to at most 1 MiB (then its process group is
+killed), so a dead, hanging or babbling nvidia-smi never blocks the worker. While the reading is being
 taken, jobs that need it wait (said in ``ls``); a failed reading is kept
 like a good one (and said), so a broken nvidia-smi is asked again only
 every ``max_age_s``.
