@@ -96,7 +96,7 @@ class Worker:
         on_change: Callable[[Job], None] = lambda job: None, commit_delay_s: float = 0.0,
         host: str | None = None, places: Sequence[str] | None = None,
         conditions: Conditions | None = None, resources: Resources | None = None,
-        clock: ClockWatch | None = None, queue_time: QueueTime | None = None,
+        clock: ClockWatch | None = None, queue_time: QueueTime | None = None, gpus: GpuProbe | None = None,
     ) -> None:
         self.queue, self.settings, self.spawner, self.clocks = queue, settings, spawner, clocks
         self.log_path, self.instance = log_path, instance
@@ -122,7 +122,8 @@ class Worker:
                            resources or resources_of(settings), places=self.places,
                            host=None if places is None else self.host,
                            meta_key="cond_paused" if places is None else f"cond_paused@{self.host}",
-                           gpus=GpuProbe(on_fresh=lambda reading: self.gpuwatch.fresh(reading)))
+                           gpus=gpus or GpuProbe())
+        self.gates.gpus.on_fresh = lambda reading: self.gpuwatch.fresh(reading)  # a reading came: claim again
         self.gpuwatch = GpuWatch(self.gates, queue, self.running, self.signals, clocks)
         self.watch = ConditionWatch(self.gates, self.pauser, self.signals, clocks, settings, end=self.end,
                                     spawn_task=self.spawn_task)
