@@ -275,4 +275,4 @@ def test_a_reload_changes_shares_for_new_jobs_and_leaves_running_ones_as_they_ho
     assert why == "waiting for gpu: a 0.5 share wanted, 0 of 1 with that free"
     (out / "go").touch()
     h.wait_state(half, "done", timeout_s=20)
-    assert any("holds gpu 0@500" in (e["message"] or "") for e in h.events(half)), h.events(half)
+    assert any("holds gpu 0 (0.5 share)" in (e["message"] or "") for e in h.events(half)), h.events(half)

@@ -43,7 +43,7 @@ from typing import Any, Collection, Iterable, Mapping
 
 from sloth_daemon.config import Settings
 from sloth_daemon.daemon.conditions import Conditions, Unobservable, kind_of, needs_power
-from sloth_daemon.daemon.gpus import GpuProbe, Reading, unfit
+from sloth_daemon.daemon.gpus import GpuProbe, Reading, format_size_short, unfit
 from sloth_daemon.daemon.resources import GPU, Resources, Tokens, Unfit, gpu_mem_of, needs_of, split_token
 from sloth_daemon.daemon.worker.lanes import Lanes
 from sloth_daemon.daemon.worker.lifecycle import Attempt
@@ -144,8 +144,6 @@ class Gates:
         r = self.gpus.reading
         mine = [g for g in r.gpus if any(g.named(t) for t in self.resources.tokens.get(GPU, ()))] if r else []
         if mine and all(g.total is not None and g.total < want for g in mine):
-            from sloth_daemon.daemon.gpus import format_size_short
-
             most = max(g.total or 0 for g in mine)
             return BadRequest(f"--needs gpu-mem={format_size_short(want)}: the largest GPU here has"
                               f" {format_size_short(most)}", hint="Ask for at most that much.")
