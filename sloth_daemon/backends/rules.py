@@ -331,8 +331,13 @@ def state_counts(rows: Iterable[tuple[str, int]]) -> dict[str, int]:
 
 
 def tokens_text(tokens: Mapping[str, Sequence[str]]) -> str:
-    """``{"gpu": ["1"], "licence": ["0", "2"]}`` -> ``gpu 1, licence 0,2`` (a claim's event)."""
-    return ", ".join(f"{name} {','.join(toks)}" for name, toks in sorted(tokens.items()))
+    """``{"gpu": ["1"], "licence": ["0", "2"]}`` -> ``gpu 1, licence 0,2`` (a claim's event);
+    a share of a token (``"1@500"``, daemon/resources.py) -> ``gpu 1 (0.5 share)``."""
+    def one(t: str) -> str:
+        tok, sep, milli = t.rpartition("@")
+        return f"{tok} ({int(milli) / 1000:g} share)" if sep and milli.isdigit() else t
+
+    return ", ".join(f"{name} {','.join(map(one, toks))}" for name, toks in sorted(tokens.items()))
 
 
 def lane_counts(rows: Iterable[tuple[str, str, int]]) -> dict[str, dict[str, int]]:

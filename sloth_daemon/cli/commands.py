@@ -155,8 +155,8 @@ _JOB_GATES = (
     Option("on_lost", "--on-lost", VALUE, None, "A --when condition lost while it runs: continue (default), "
            "pause (freeze it until it holds again) or stop (end it, requeue it without spending a try).",
            field="on_lost"),
-    Option("needs", "--needs", LIST, None, "Named resources it takes while it runs, e.g. gpu=1 (repeatable; "
-           "[resources] in config, gpu from nvidia-smi).", field="needs"),
+    Option("needs", "--needs", LIST, None, "Named resources it takes while it runs, e.g. gpu=1, gpu=0.5 (a share), "
+           "gpu-mem=20G (repeatable; [resources] in config, gpu from nvidia-smi).", field="needs"),
     Option("slots", "--slots", INT, None, "Count as N jobs against its lane's concurrency.", field="slots"),
 )
 _JOB_OPTIONS = (_JOB_LANE, _JOB_PRIORITY, _JOB_MAX_ATTEMPTS, _JOB_LEASE, _JOB_TIMEOUT, _JOB_LABEL, _JOB_CWD, _JOB_SHELL,
