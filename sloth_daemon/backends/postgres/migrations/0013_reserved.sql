@@ -1,0 +1,3 @@
+-- Placeholder: the number another branch of this session's merge takes (the
+-- lead drops this file when that branch's migration lands). Changes nothing.
+SELECT 1;
