@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from sloth_daemon.errors import BadRequest
 
@@ -92,6 +92,56 @@ def run_times_sql(column: str, prefix: bool, table: str, mark: str) -> str:
 
 def run_times_args(value: str, prefix: bool) -> tuple[Any, ...]:
     return ((ESTIMATE_SCAN, len(value), value) if prefix else (ESTIMATE_SCAN, value)) + (ESTIMATE_RUNS,)
+
+
+def like(job: Mapping[str, Any]) -> list[tuple[str, str, bool]]:
+    """What a job's past runs are found by, the closest first: its
+    schedule's slot keys, its key, its label, its command (as stored)."""
+    out: list[tuple[str, str, bool]] = []
+    key = job.get("key")
+    if isinstance(key, str) and key.startswith("schedule:") and key.count(":") >= 2:
+        out.append(("key", key[:key.rindex(":") + 1], True))
+    elif key:
+        out.append(("key", key, False))
+    if job.get("label"):
+        out.append(("label", job["label"], False))
+    out.append(("command", json.dumps(job["command"]), False))
+    return out
+
+
+RunTimes = Callable[..., "list[float]"]
+
+
+def with_run_facts(jobs: list[dict[str, Any]], costs: Callable[[list[int]], dict[int, list[dict[str, Any]]]],
+                   run_times: RunTimes, now: float) -> None:
+    """Each job (a dict as listed) gets ``cost``: its latest attempt's, or
+    None; a running one that says nothing of its progress gets an estimate
+    from the median of its like's done runs (``source`` "estimate"); one
+    that says a fraction but no time left gets one from its rate so far.
+    One read of costs for all, one of past runs per distinct like."""
+    ran = [j["id"] for j in jobs if j.get("attempts")]
+    found = costs(ran) if ran else {}
+    medians: dict[tuple[str, str, bool], float | None] = {}
+    for j in jobs:
+        runs = found.get(j["id"], [])
+        j["cost"] = runs[-1]["cost"] if runs and runs[-1]["attempt"] == j.get("attempts") else None
+        if j.get("state") != "running":
+            continue
+        started = (j.get("runner") or {}).get("started_at") or j.get("updated_at") or now
+        elapsed = max(0.0, now - float(started))
+        p = j.get("progress")
+        if p:
+            if p.get("eta_s") is None and p["fraction"] >= 0.01:
+                j["progress"] = {**p, "eta_s": round(elapsed * (1 - p["fraction"]) / p["fraction"], 1)}
+            continue
+        for how in like(j):
+            if how not in medians:
+                medians[how] = median(run_times(how[0], how[1], prefix=how[2]))
+            typical = medians[how]
+            if typical:
+                j["progress"] = {"fraction": round(min(elapsed / typical, 0.99), 3), "source": "estimate",
+                                 "eta_s": round(max(typical - elapsed, 0.0), 1), "at": now}
+                break
 
 
 def median(values: list[float]) -> float | None:
