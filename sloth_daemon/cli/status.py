@@ -23,6 +23,7 @@ def status(*, as_json: bool) -> int:
     """`sloth status`: the daemon, counts, lanes, hosts, running and failed
     jobs (each with its command, or label, shortened)."""
     from sloth_daemon.cli import render
+    from sloth_daemon.cli.progress_view import progress_text
     from sloth_daemon.durations import format_duration, relative
     from sloth_daemon.text import showable
 
@@ -48,7 +49,10 @@ def status(*, as_json: bool) -> int:
         lines.append("tokens   " + "  ".join(f"{showable(k)} {len(v['free'])}/{len(v['tokens'])} free"
                                            for k, v in cond["resources"].items()))
     for j in st["running"]:
-        lines.append(f"{render.shown_state(j):<8} {j['id']:<6} {render.when(j)}  {render.command_text(j, 50)}")
+        far = progress_text(j.get("progress"))
+        lines.append(f"{render.shown_state(j):<8} {j['id']:<6} {render.when(j)}  {render.command_text(j, 50)}"
+                     + (f"  {far}" if far else ""))
+    lines += [f"batch    {line}" for line in st.get("batches", [])]
     for j in st["failed"]:
         why = showable(j.get("message") or "")
         lines.append(_cut(f"failed   {j['id']:<6} {relative(j.get('finished_at')):>9}  {render.command_text(j, 40)}"
@@ -67,6 +71,20 @@ def glance() -> int:
 
 FAILED_WIDTH = 110  # a failure's line, its command and why, at most
 WAITING_LISTED = 200  # queued jobs read to name the ones a reason holds back
+
+
+BATCH_READ = 2000  # jobs read for the batches' lines: the active ones first ...
+BATCH_FINISHED = 1000  # ... and the latest finished: a batch's older ends are not counted
+
+
+def _batches(jobs: list[dict[str, Any]]) -> list[str]:
+    """A line per label that jobs still to end share with others, "nightly:
+    12/40 done, 2 failed, 1 running, about 3m left" (progress_view.batch_summary),
+    of the jobs read (BATCH_READ, of them the BATCH_FINISHED latest finished)."""
+    from sloth_daemon.cli.progress_view import label_summaries
+
+    active = {j.get("label") for j in jobs if j["state"] in ("running", "queued", "blocked", "held")}
+    return label_summaries([j for j in jobs if j.get("label") in active])
 
 
 def _who(ids: list[int]) -> str:
@@ -106,16 +124,18 @@ def _status() -> dict[str, Any]:
             failed = c.call("list", states=["failed"], limit=3)["jobs"]
             queued = c.call("list", states=["queued"], limit=WAITING_LISTED)["jobs"] \
                 if (d.get("conditions") or {}).get("waiting") else []
+            recent = c.call("list", limit=BATCH_READ, finished_limit=BATCH_FINISHED)["jobs"]
         daemon: Optional[dict[str, Any]] = {k: d[k] for k in ("pid", "uptime_s", "version")}
     except errors.DaemonNotRunning:
         daemon, queued = None, []  # no daemon: nobody judges conditions, nothing is said to wait on them
         d = call_or_read("status")
         running = call_or_read("list", states=["running"], limit=10)["jobs"]
         failed = call_or_read("list", states=["failed"], limit=3)["jobs"]
+        recent = call_or_read("list", limit=BATCH_READ, finished_limit=BATCH_FINISHED)["jobs"]
     waiting: dict[str, list[int]] = {}
     for j in queued:
         if j.get("wait_reason"):
             waiting.setdefault(j["wait_reason"], []).append(j["id"])
     return {"daemon": daemon, "counts": d["counts"], "lanes": d["lanes"], "running": running,
             "failed": failed, "host": d.get("host"), "hosts": d.get("hosts"), "conditions": d.get("conditions"),
-            "waiting": waiting}
+            "waiting": waiting, "batches": _batches(recent)}

@@ -215,9 +215,9 @@ def test_the_progress_of_a_job_is_in_wait_json_and_status(harness):
     h = harness
     h.start()
     go = h.home / "go"
-    job = add(h, "--label", "batch1", "--", sys.executable, step_script(h, STEPS_BY_LINE), str(go))
     other = add(h, "--label", "batch1", "--", "true")
     h.wait_state(other, "done")
+    job = add(h, "--label", "batch1", "--", sys.executable, step_script(h, STEPS_BY_LINE), str(go))
     (go.parent / "go.0").touch()
     fraction_reaches(h, job, 0.25, "line")
     status = h.cli("status").stdout
@@ -227,3 +227,21 @@ def test_the_progress_of_a_job_is_in_wait_json_and_status(harness):
     out = h.cli("wait", str(job), str(other))
     assert out.returncode == 0
     assert json.loads(h.cli("show", str(job), "--json").stdout)["jobs"][0]["state"] == "done"
+
+
+def test_waits_live_line_on_a_terminal_says_how_far_the_job_is(harness):
+    from tests.support.terminal import Terminal
+
+    h = harness
+    h.start()
+    go = h.home / "go"
+    job = add(h, "--", sys.executable, step_script(h, STEPS_BY_LINE), str(go))
+    h.wait_state(job, "running")
+    with Terminal([sys.executable, "-m", "sloth_daemon", "wait", str(job)], h.env, h.home) as t:
+        t.read_until(rf"job {job} running for \d")
+        (go.parent / "go.0").touch()
+        t.read_until(r"· 25%")  # the live line moves with the job's own word
+        (go.parent / "go.1").touch()
+        t.read_until(r"· 50%")
+        (go.parent / "go.end").touch()
+        assert t.wait() == 0
