@@ -245,3 +245,22 @@ def test_waits_live_line_on_a_terminal_says_how_far_the_job_is(harness):
         t.read_until(r"· 50%")
         (go.parent / "go.end").touch()
         assert t.wait() == 0
+
+
+GROW = ("blocks = []\n"
+        "while True:\n"
+        "    b = bytearray(10 * 1024 * 1024)\n"
+        "    for i in range(0, len(b), 4096):\n"
+        "        b[i] = 1\n"
+        "    blocks.append(b)\n")
+
+
+def test_a_job_ended_by_its_memory_limit_shows_the_peak_it_reached(harness):
+    h = harness
+    h.start()
+    job = add(h, "--mem", "100M", "--max-attempts", "1", "--", sys.executable, "-c", GROW)
+    h.wait_state(job, "failed", timeout_s=30)
+    cost = h.cli_json("show", str(job), "--json")["jobs"][0]["runs"][0]["cost"]
+    assert cost["ended"] == "exceeded --mem 100M", cost
+    assert 60 << 20 <= cost["peak_rss_bytes"] <= 110 << 20, cost  # it grew to its limit, and no further
+    assert "exceeded --mem 100M" in h.cli("show", str(job)).stdout
