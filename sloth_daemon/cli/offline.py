@@ -42,6 +42,12 @@ class _NoQueue:
     def counts(self) -> dict[str, int]:
         return dict.fromkeys(STATE_NAMES, 0)
 
+    def costs(self, job_ids: Any) -> dict[int, list[dict[str, Any]]]:
+        return {}
+
+    def run_times(self, column: str, value: str, *, prefix: bool = False) -> list[float]:
+        return []
+
     def listing(self, **kw: Any) -> Listing:
         return Listing([], 0, self.counts(), kw.get("offset", 0))
 
