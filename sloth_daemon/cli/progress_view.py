@@ -7,7 +7,6 @@ failed, 1 running, about 3m left"). Text only: no Typer, nothing heavy
 
 from __future__ import annotations
 
-from sloth_daemon.checks import format_size
 from sloth_daemon.durations import format_duration
 
 TYPE_CHECKING = False
@@ -18,6 +17,15 @@ if TYPE_CHECKING:  # not at run time: the daily commands pay for every import
 
 # `sloth ls --columns`: the extra columns a user may pick, each of a job's latest attempt
 COLUMNS: dict[str, str] = {"progress": "PROGRESS", "cpu": "CPU", "mem": "PEAK", "wall": "WALL", "ended": "ENDED"}
+
+
+def size_text(n: int) -> str:
+    """Bytes as a person reads a peak: "211M", "1.5G", "900K"."""
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.1f}G"
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.0f}M"
+    return f"{n / 1024:.0f}K" if n >= 1024 else f"{n}B"
 
 
 def progress_text(progress: dict[str, Any] | None) -> str:
@@ -37,7 +45,7 @@ def cost_text(cost: dict[str, Any] | None) -> str:
     """"cpu 1.0s, peak 210M, wall 1.3s: exit 0 (cgroup)"; "" for none."""
     if not cost:
         return ""
-    return (f"cpu {format_duration(cost['cpu_s'])}, peak {format_size(int(cost['peak_rss_bytes']))}, "
+    return (f"cpu {format_duration(cost['cpu_s'])}, peak {size_text(int(cost['peak_rss_bytes']))}, "
             f"wall {format_duration(cost['wall_s'])}: {cost.get('ended') or '?'} ({cost.get('covers')})")
 
 
@@ -50,7 +58,7 @@ def _cell(name: str) -> Callable[[dict[str, Any]], str]:
     if name == "cpu":
         return lambda j: format_duration(c["cpu_s"]) if (c := cost_of(j)) else "-"
     if name == "mem":
-        return lambda j: format_size(int(c["peak_rss_bytes"])) if (c := cost_of(j)) else "-"
+        return lambda j: size_text(int(c["peak_rss_bytes"])) if (c := cost_of(j)) else "-"
     if name == "wall":
         return lambda j: format_duration(c["wall_s"]) if (c := cost_of(j)) else "-"
     return lambda j: str(c.get("ended") or "-") if (c := cost_of(j)) else "-"
