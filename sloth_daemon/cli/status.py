@@ -16,7 +16,7 @@ from sloth_daemon.cli.output import echo, emit_json
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Optional
+    from typing import Any, Callable, Optional
 
 
 def status(*, as_json: bool) -> int:
@@ -73,18 +73,25 @@ FAILED_WIDTH = 110  # a failure's line, its command and why, at most
 WAITING_LISTED = 200  # queued jobs read to name the ones a reason holds back
 
 
-BATCH_READ = 2000  # jobs read for the batches' lines: the active ones first ...
-BATCH_FINISHED = 1000  # ... and the latest finished: a batch's older ends are not counted
+BATCH_ACTIVE = 1000  # jobs still to end read for the batches' lines ...
+BATCH_FINISHED = 1000  # ... and the latest finished, if any of those has a label: older ends are not counted
+ACTIVE = ["running", "queued", "blocked", "held"]
 
 
-def _batches(jobs: list[dict[str, Any]]) -> list[str]:
+def _batches(call: Callable[..., Any]) -> list[str]:
     """A line per label that jobs still to end share with others, "nightly:
     12/40 done, 2 failed, 1 running, about 3m left" (progress_view.batch_summary),
-    of the jobs read (BATCH_READ, of them the BATCH_FINISHED latest finished)."""
+    of the jobs read: BATCH_ACTIVE still to end, and only if one of them has
+    a label, the BATCH_FINISHED latest finished (a status with no labels
+    reads no finished jobs for it)."""
     from sloth_daemon.cli.progress_view import label_summaries
 
-    active = {j.get("label") for j in jobs if j["state"] in ("running", "queued", "blocked", "held")}
-    return label_summaries([j for j in jobs if j.get("label") in active])
+    active = call("list", states=ACTIVE, limit=BATCH_ACTIVE)["jobs"]
+    labels = {j["label"] for j in active if j.get("label")}
+    if not labels:
+        return []
+    ended = call("list", states=["done", "failed", "cancelled"], limit=BATCH_FINISHED)["jobs"]
+    return label_summaries([j for j in active + ended if j.get("label") in labels])
 
 
 def _who(ids: list[int]) -> str:
@@ -124,18 +131,18 @@ def _status() -> dict[str, Any]:
             failed = c.call("list", states=["failed"], limit=3)["jobs"]
             queued = c.call("list", states=["queued"], limit=WAITING_LISTED)["jobs"] \
                 if (d.get("conditions") or {}).get("waiting") else []
-            recent = c.call("list", limit=BATCH_READ, finished_limit=BATCH_FINISHED)["jobs"]
+            batches = _batches(c.call)
         daemon: Optional[dict[str, Any]] = {k: d[k] for k in ("pid", "uptime_s", "version")}
     except errors.DaemonNotRunning:
         daemon, queued = None, []  # no daemon: nobody judges conditions, nothing is said to wait on them
         d = call_or_read("status")
         running = call_or_read("list", states=["running"], limit=10)["jobs"]
         failed = call_or_read("list", states=["failed"], limit=3)["jobs"]
-        recent = call_or_read("list", limit=BATCH_READ, finished_limit=BATCH_FINISHED)["jobs"]
+        batches = _batches(call_or_read)
     waiting: dict[str, list[int]] = {}
     for j in queued:
         if j.get("wait_reason"):
             waiting.setdefault(j["wait_reason"], []).append(j["id"])
     return {"daemon": daemon, "counts": d["counts"], "lanes": d["lanes"], "running": running,
             "failed": failed, "host": d.get("host"), "hosts": d.get("hosts"), "conditions": d.get("conditions"),
-            "waiting": waiting, "batches": _batches(recent)}
+            "waiting": waiting, "batches": batches}
