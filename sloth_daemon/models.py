@@ -97,6 +97,7 @@ class Job:
     gate: dict[str, Any] | None = None  # when / on_lost / needs / slots (checks.gate_json); None: none
     tokens: dict[str, list[str]] | None = None  # the resource tokens its current run holds (on its machine)
     wait_reason: str | None = None  # why a queued job with a gate does not start ("waiting for mains power")
+    progress: dict[str, Any] | None = None  # its run's latest {"fraction", "source", "eta_s", "at"} (docs/progress.md)
 
     @classmethod
     def from_row(cls, row: Any, *, env: dict[str, str] | None = None) -> "Job":
@@ -122,6 +123,7 @@ class Job:
         d["paused"] = paused_run is not None and paused_run == d["token"] and d["state"] is JobState.RUNNING
         d["keep_awake"] = bool(d.get("keep_awake"))
         d["limits"] = json.loads(d["limits"]) if d.get("limits") else None
+        d["progress"] = shown_progress(d.get("progress"), d["state"], d["attempts"])
         if isinstance(d["cwd"], bytes):  # a path that is not UTF-8, kept as its bytes
             d["cwd"] = d["cwd"].decode("utf-8", "surrogateescape")
         return cls(**d)
@@ -142,6 +144,20 @@ class Job:
 
 
 _JOB_FIELDS = tuple(Job.__dataclass_fields__)
+
+
+def shown_progress(stored: Any, state: JobState, attempts: int) -> dict[str, Any] | None:
+    """A row's progress as its Job carries it: only while the job runs the
+    attempt it was said of (a new attempt never shows the last one's)."""
+    if not stored or state is not JobState.RUNNING:
+        return None
+    try:
+        p = json.loads(stored) if isinstance(stored, str) else dict(stored)
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(p, dict) or p.pop("attempt", None) != attempts:
+        return None
+    return p
 
 
 def _copied(v: Any) -> Any:

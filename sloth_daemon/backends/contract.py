@@ -360,6 +360,23 @@ class Leases(Protocol):
         """
         ...
 
+    def set_progress(self, job_id: int, token: str, progress: Mapping[str, Any]) -> Job:
+        """The running attempt's latest progress (``{"fraction": 0-1,
+        "source": "line"|"file"|"tqdm"|"estimate", "eta_s", "at"}``), kept
+        on its row with that attempt (a later attempt never shows it; the
+        Job's ``progress`` is None once it no longer runs it); no event, no
+        fsync. Raises BadRequest (nothing written), LeaseLost, JobNotFound."""
+        ...
+
+    def record_cost(self, job_id: int, attempt: int, cost: Mapping[str, Any], *, durable: bool = False) -> None:
+        """What ``attempt`` of the job cost (``{"cpu_s", "peak_rss_bytes",
+        "wall_s", "ended", "covers": "cgroup"|"rusage"}``, keeper/cost.py),
+        kept with it (replacing what was); no lease needed: it ran, whatever
+        became of its lease. A job that is gone (pruned) takes nothing.
+        Without ``durable`` the next durable write carries it. Raises
+        BadRequest (nothing written)."""
+        ...
+
     def note_ended(self, job_id: int, attempt: int, message: str, *, ended_at: float | None = None,
                    durable: bool = True, kind: str = "ended") -> Job:
         """A run of a job it no longer holds ended (it was cancelled while
@@ -570,6 +587,19 @@ class Reads(Protocol):
 
     def counts(self) -> dict[str, int]:
         """Jobs per state, every state named (0 for none)."""
+        ...
+
+    def costs(self, job_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
+        """What each run of these jobs cost: job id -> ``[{"attempt": n,
+        "cost": {...}}]`` by attempt (record_cost's); jobs with none are left out."""
+        ...
+
+    def run_times(self, column: str, value: str, *, prefix: bool = False) -> list[float]:
+        """Wall times of the latest done runs (attempt_rules.ESTIMATE_RUNS,
+        newest first, among the newest ESTIMATE_SCAN finished jobs) of jobs
+        whose ``column`` ("key", "label" or "command", as stored) equals
+        ``value`` (``prefix``: begins with it: a schedule's slot keys).
+        Raises BadRequest for another column."""
         ...
 
     def latest(self, *, origin: str | None = None, ran: bool = False) -> int | None:

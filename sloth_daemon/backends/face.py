@@ -69,6 +69,8 @@ class QueueReads:
         self.jobs = reads.jobs
         self.events = reads.events
         self.counts = reads.counts
+        self.costs = reads.costs
+        self.run_times = reads.run_times
         self.latest = reads.latest
         self.running = self.claimed = reads.running  # claimed: the name of schema v1-v3 days
         self.prereqs = reads.prereqs
@@ -131,6 +133,8 @@ class Queue(QueueReads):
         self.fail = leases.fail
         self.release = leases.release
         self.note_ended = leases.note_ended
+        self.set_progress = leases.set_progress
+        self.record_cost = leases.record_cost
         self.unclaim = leases.unclaim
         self.adopt = leases.adopt
         self.abandon = leases.abandon

@@ -253,6 +253,8 @@ COMMANDS: tuple[Command, ...] = (
         _json("Print {jobs (with waited_s, ran_s), total, counts, left_out, ...} as JSON: every job unless "
               "--limit (nothing is cut silently)."),
         Option("host", "--host", VALUE, None, "A shared queue: only jobs that run, ran or are placed on this host."),
+        Option("columns", "--columns", LIST, None, "Extra columns of the latest attempt: progress, cpu, mem (peak), "
+               "wall, ended (or cpu,mem). PROGRESS shows by itself when a running job says how far it is."),
         fast=True),
     Command(
         "show", "Show jobs and their history (claimed, started, failed, reclaimed, ...) in time order; a failed "

@@ -24,11 +24,19 @@ SMALL = 1_000  # `ls --json --limit N` up to this: one `list` answer; past it (o
 
 def ls(state: Optional[Sequence[str]], lane: Optional[str], all_: bool, limit: Optional[int], offset: int,
        as_json: bool, *, watch: bool = False, interval: str = "2s", host: Optional[str] = None,
-       since: Optional[str] = None) -> None:
+       since: Optional[str] = None, columns: Optional[Sequence[str]] = None) -> None:
     """`sloth ls` with these options (commands.py says what each means)."""
     if watch and as_json:
         raise errors.BadRequest("--watch redraws a table; --json prints once", hint="Use one or the other.")
     args = {**ls_args(state, lane, all_, limit, offset, as_json), "host": host}
+    if columns:
+        from sloth_daemon.cli.progress_view import check_columns
+        try:
+            picked = check_columns(comma_list(columns) or [])
+        except ValueError as e:
+            raise errors.BadRequest(str(e), hint="e.g. `sloth ls --columns cpu,mem,wall`.") from None
+    else:
+        picked = []
     after = None
     if since is not None:
         from sloth_daemon.durations import parse_since
@@ -36,11 +44,11 @@ def ls(state: Optional[Sequence[str]], lane: Optional[str], all_: bool, limit: O
         after = parse_since(since)
     if watch:
         # -n N: N rows; without it, as many as the terminal has room for
-        watch_ls(lambda rows: ls_text(dict(args, limit=rows if limit is None else limit), after), interval)
+        watch_ls(lambda rows: ls_text(dict(args, limit=rows if limit is None else limit), after, picked), interval)
         return
     if after is not None:
         res = since_listing(args, after)
-        emit_json(res) if as_json else echo(_text(res, args))
+        emit_json(res) if as_json else echo(_text(res, args, picked))
         return
     if as_json:
         if args["limit"] is None or args["limit"] > SMALL:
@@ -53,9 +61,9 @@ def ls(state: Optional[Sequence[str]], lane: Optional[str], all_: bool, limit: O
     if args["limit"] is None:  # --all: however many, a block of rows at a time
         from sloth_daemon.cli.ls_stream import print_table
 
-        print_table(args, paused_lines(lane))
+        print_table(args, paused_lines(lane), picked)
         return
-    echo(ls_text(args))
+    echo(ls_text(args, None, picked))
 
 
 def timed(res: dict[str, Any]) -> dict[str, Any]:
@@ -159,19 +167,21 @@ def fetch(args: dict[str, Any]) -> dict[str, Any]:
     return res
 
 
-def ls_text(args: dict[str, Any], since: Optional[float] = None) -> str:
+def ls_text(args: dict[str, Any], since: Optional[float] = None, picked: Sequence[str] = ()) -> str:
     res = fetch(args) if since is None else since_listing(args, since)
-    return _text(res, args)
+    return _text(res, args, picked)
 
 
-def _text(res: dict[str, Any], args: dict[str, Any]) -> str:
+def _text(res: dict[str, Any], args: dict[str, Any], picked: Sequence[str] = ()) -> str:
     from sloth_daemon.cli import render
     from sloth_daemon.cli.ls_stream import summary
+    from sloth_daemon.cli.progress_view import columns
 
     out = []
     if res["jobs"]:
-        rows, sts = render.job_rows(res["jobs"])
-        out.append(render.table(render.JOB_HEADERS, rows, sts, fit=render.terminal_width()))
+        extra = columns(res["jobs"], picked)
+        rows, sts = render.job_rows(res["jobs"], extra)
+        out.append(render.table(render.job_headers(extra), rows, sts, fit=render.terminal_width()))
     if "since" in res:
         from sloth_daemon.durations import local_time
 

@@ -51,26 +51,38 @@ def print_json(args: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def print_table(args: dict[str, Any], paused: Sequence[str] = ()) -> None:
+def print_table(args: dict[str, Any], paused: Sequence[str] = (), picked: Sequence[str] = ()) -> None:
     """`sloth ls --all`: the table a block of BLOCK rows at a time (each
     block's columns at least as wide as the blocks before), then the lines
-    of ls_text under it (``paused``: what is paused, ls.paused_lines)."""
+    of ls_text under it (``paused``: what is paused, ls.paused_lines;
+    ``picked``: ls --columns; PROGRESS shows if the first block, which holds
+    the running jobs, has any)."""
     from sloth_daemon.cli import render
     from sloth_daemon.cli.output import echo
+    from sloth_daemon.cli.progress_view import columns
 
     head, jobs, rest = _source({k: v for k, v in args.items() if v is not None})
-    widths, shown, block, paused_jobs = [len(h) for h in render.JOB_HEADERS], 0, [], 0
+    shown, block, paused_jobs = 0, [], 0
+    extra: Any = None
+    widths: list[int] = []
     fit = render.terminal_width()
+
+    def put(block: list[dict[str, Any]]) -> None:
+        nonlocal extra, widths
+        if extra is None:
+            extra = columns(block, picked)
+            widths = [len(h) for h in render.job_headers(extra)]
+        echo(render.table(render.job_headers(extra), *render.job_rows(block, extra), widths=widths,
+                          header=not shown, fit=fit))
+
     for job in jobs:
         block.append(job)
         paused_jobs += render.shown_state(job) == "paused"
         if len(block) == BLOCK:
-            echo(render.table(render.JOB_HEADERS, *render.job_rows(block), widths=widths, header=not shown,
-                              fit=fit))
+            put(block)
             shown, block = shown + len(block), []
     if block:
-        echo(render.table(render.JOB_HEADERS, *render.job_rows(block), widths=widths, header=not shown,
-                              fit=fit))
+        put(block)
         shown += len(block)
     echo("\n".join(summary({**head, **rest()}, shown, paused_jobs) + list(paused)))
 

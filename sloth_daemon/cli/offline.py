@@ -42,6 +42,12 @@ class _NoQueue:
     def counts(self) -> dict[str, int]:
         return dict.fromkeys(STATE_NAMES, 0)
 
+    def costs(self, job_ids: Any) -> dict[int, list[dict[str, Any]]]:
+        return {}
+
+    def run_times(self, column: str, value: str, *, prefix: bool = False) -> list[float]:
+        return []
+
     def listing(self, **kw: Any) -> Listing:
         return Listing([], 0, self.counts(), kw.get("offset", 0))
 
@@ -135,11 +141,21 @@ def _list(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
 
 def explainer(q: Any) -> Callable[[list[dict[str, Any]]], None]:
     """Lanes.explain as the file says it: its pauses (whether a lane's
-    `when` holds is the daemon's to judge, and none runs)."""
+    `when` holds is the daemon's to judge, and none runs); what runs cost
+    and how far running ones are (attempt_rules.with_run_facts; a file of
+    an older schema, not migrated yet, says nothing of them)."""
+    from sloth_daemon.backends.attempt_rules import with_run_facts
+
     paused_all, paused = bool(q.get_meta("paused_all", False)), set(q.get_meta("paused_lanes", []))
-    if not (paused_all or paused):
-        return lambda jobs: None
-    return lambda jobs: explain(jobs, lambda lane: paused_why(lane, paused_all, paused))
+
+    def explained(jobs: list[dict[str, Any]]) -> None:
+        if paused_all or paused:
+            explain(jobs, lambda lane: paused_why(lane, paused_all, paused))
+        try:
+            with_run_facts(jobs, q.costs, q.run_times, time.time())
+        except StorageError:
+            pass
+    return explained
 
 
 def scan(paths: Paths, a: dict[str, Any]) -> tuple[Any, Callable[[list[dict[str, Any]]], None]]:
@@ -162,6 +178,10 @@ def _selection(a: dict[str, Any]) -> dict[str, Any]:
 def _detail(q: Any, job_id: int) -> dict[str, Any]:
     job = q.get(job_id).to_dict()
     explainer(q)([job])
+    try:
+        job["runs"] = q.costs([job_id]).get(job_id, [])  # what each attempt cost
+    except StorageError:  # a file of an older schema
+        job["runs"] = []
     return {"job": job, "events": [e.to_dict() for e in q.events(job_id)],
             "prereqs": q.prereqs(job_id), "dependents": q.dependents(job_id)}
 

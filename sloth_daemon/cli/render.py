@@ -115,7 +115,13 @@ def when(job: dict[str, Any], now: float | None = None) -> str:
     return relative(job.get("finished_at") or job["updated_at"], now)
 
 
-def job_rows(jobs: Sequence[dict[str, Any]]) -> tuple[list[list[str]], list[str]]:
+def job_headers(extra: Sequence[tuple[str, Any]] = ()) -> list[str]:
+    """JOB_HEADERS with ``extra`` columns (cli/progress_view.columns) before COMMAND."""
+    return JOB_HEADERS[:-1] + [h for h, _ in extra] + JOB_HEADERS[-1:]
+
+
+def job_rows(jobs: Sequence[dict[str, Any]],
+             extra: Sequence[tuple[str, Any]] = ()) -> tuple[list[list[str]], list[str]]:
     now = time.time()
     rows, states = [], []
     for j in jobs:
@@ -123,7 +129,7 @@ def job_rows(jobs: Sequence[dict[str, Any]]) -> tuple[list[list[str]], list[str]
         rows.append([
             str(j["id"]), shown_state(j), showable(j["lane"]), str(j["priority"]),
             f"{j.get('tries', j['attempts'])}/{j['max_attempts']}", cut(when(j, now), WHEN_WIDTH), _secs(waited),
-            _secs(ran),
+            _secs(ran), *(cell(j) for _, cell in extra),
             command_text(j),
         ])
         states.append(shown_state(j))
@@ -254,7 +260,7 @@ def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]], *,
         lines.append(f"  key       {showable(job['key'])}")
     if job.get("runner"):
         lines.append(f"  pid       {job['runner'].get('pid')}")
-    lines += held_lines(job, events)
+    lines += held_lines(job, events) + run_lines(job)
     lines += _relations(prereqs, dependents) + _gate(job)
     if job.get("message"):
         lines.append(f"  message   {showable(job['message'])}")
@@ -263,6 +269,18 @@ def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]], *,
         lines.append(f"  last lines of its log (attempt {job['attempts']})")
         lines += [f"    | {ln}" for ln in log_tail]
     return "\n".join(lines)
+
+
+def run_lines(job: dict[str, Any]) -> list[str]:
+    """`show`: how far it is (progress, or an estimate said so) and what each attempt cost."""
+    from sloth_daemon.cli.progress_view import cost_text, progress_text
+
+    out = [f"  progress  {progress_text(job['progress'])}"] if job.get("progress") else []
+    runs = job.get("runs") or []
+    out += [f"  cost      attempt {r['attempt']}: {cost_text(r['cost'])}" for r in runs[-5:]]
+    if len(runs) > 5:
+        out.append(f"            ({len(runs) - 5} earlier attempts: `sloth show --json`)")
+    return out
 
 
 def option_lines(options: dict[str, Any]) -> list[str]:

@@ -16,13 +16,14 @@ from sloth_daemon.cli.output import echo, emit_json
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Optional
+    from typing import Any, Callable, Optional
 
 
 def status(*, as_json: bool) -> int:
     """`sloth status`: the daemon, counts, lanes, hosts, running and failed
     jobs (each with its command, or label, shortened)."""
     from sloth_daemon.cli import render
+    from sloth_daemon.cli.progress_view import progress_text
     from sloth_daemon.durations import format_duration, relative
     from sloth_daemon.text import showable
 
@@ -52,7 +53,10 @@ def status(*, as_json: bool) -> int:
     if (cond.get("gpus") or {}).get("error"):
         lines.append(f"gpus     nvidia-smi failed: {showable(cond['gpus']['error'])}")
     for j in st["running"]:
-        lines.append(f"{render.shown_state(j):<8} {j['id']:<6} {render.when(j)}  {render.command_text(j, 50)}")
+        far = progress_text(j.get("progress"))
+        lines.append(f"{render.shown_state(j):<8} {j['id']:<6} {render.when(j)}  {render.command_text(j, 50)}"
+                     + (f"  {far}" if far else ""))
+    lines += [f"batch    {line}" for line in st.get("batches", [])]
     for j in st["failed"]:
         why = showable(j.get("message") or "")
         lines.append(_cut(f"failed   {j['id']:<6} {relative(j.get('finished_at')):>9}  {render.command_text(j, 40)}"
@@ -71,6 +75,27 @@ def glance() -> int:
 
 FAILED_WIDTH = 110  # a failure's line, its command and why, at most
 WAITING_LISTED = 200  # queued jobs read to name the ones a reason holds back
+
+
+BATCH_ACTIVE = 1000  # jobs still to end read for the batches' lines ...
+BATCH_FINISHED = 1000  # ... and the latest finished, if any of those has a label: older ends are not counted
+ACTIVE = ["running", "queued", "blocked", "held"]
+
+
+def _batches(call: Callable[..., Any]) -> list[str]:
+    """A line per label that jobs still to end share with others, "nightly:
+    12/40 done, 2 failed, 1 running, about 3m left" (progress_view.batch_summary),
+    of the jobs read: BATCH_ACTIVE still to end, and only if one of them has
+    a label, the BATCH_FINISHED latest finished (a status with no labels
+    reads no finished jobs for it)."""
+    from sloth_daemon.cli.progress_view import label_summaries
+
+    active = call("list", states=ACTIVE, limit=BATCH_ACTIVE)["jobs"]
+    labels = {j["label"] for j in active if j.get("label")}
+    if not labels:
+        return []
+    ended = call("list", states=["done", "failed", "cancelled"], limit=BATCH_FINISHED)["jobs"]
+    return label_summaries([j for j in active + ended if j.get("label") in labels])
 
 
 def _who(ids: list[int]) -> str:
@@ -110,16 +135,18 @@ def _status() -> dict[str, Any]:
             failed = c.call("list", states=["failed"], limit=3)["jobs"]
             queued = c.call("list", states=["queued"], limit=WAITING_LISTED)["jobs"] \
                 if (d.get("conditions") or {}).get("waiting") else []
+            batches = _batches(c.call)
         daemon: Optional[dict[str, Any]] = {k: d[k] for k in ("pid", "uptime_s", "version")}
     except errors.DaemonNotRunning:
         daemon, queued = None, []  # no daemon: nobody judges conditions, nothing is said to wait on them
         d = call_or_read("status")
         running = call_or_read("list", states=["running"], limit=10)["jobs"]
         failed = call_or_read("list", states=["failed"], limit=3)["jobs"]
+        batches = _batches(call_or_read)
     waiting: dict[str, list[int]] = {}
     for j in queued:
         if j.get("wait_reason"):
             waiting.setdefault(j["wait_reason"], []).append(j["id"])
     return {"daemon": daemon, "counts": d["counts"], "lanes": d["lanes"], "running": running,
             "failed": failed, "host": d.get("host"), "hosts": d.get("hosts"), "conditions": d.get("conditions"),
-            "waiting": waiting}
+            "waiting": waiting, "batches": batches}

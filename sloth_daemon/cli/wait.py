@@ -221,7 +221,11 @@ class _View:
             if st == "running" and job.get("paused"):  # its tree is stopped (sloth pause --job)
                 return f"job {job['id']} paused" + (f" · {job['message']}" if job.get("message") else "")
             if st == "running" and self.running_since is not None:
-                return f"job {job['id']} running for {format_duration(max(0.0, time.time() - self.running_since))}"
+                from sloth_daemon.cli.progress_view import progress_text
+
+                far = progress_text(job.get("progress"))
+                return (f"job {job['id']} running for {format_duration(max(0.0, time.time() - self.running_since))}"
+                        + (f" · {far}" if far else ""))
             if st == "queued":
                 return _queued_line(job)
             since = f" for {format_duration(max(0.0, time.time() - job['created_at']))}" \
@@ -254,15 +258,14 @@ class _View:
             self._stop.set()
 
     def close(self, final: list[dict[str, Any]]) -> None:
-        """The live line gives way to the summary: ``3 done, 1 failed in 12s``."""
+        """The live line gives way to the summary: ``waited 12s for 4 jobs: 3/4 done, 1 failed``."""
         if not self.live:
             return
         from sloth_daemon.durations import format_duration
 
-        n: dict[str, int] = {}
-        for j in {j["id"]: j for j in final}.values():
-            n[j["state"]] = n.get(j["state"], 0) + 1
-        said = ", ".join(f"{n[s]} {s}" for s in _ENDED if n.get(s)) or "none ended"
+        from sloth_daemon.cli.progress_view import batch_summary
+
+        said = batch_summary(list({j["id"]: j for j in final}.values()))  # "2/3 done, 1 failed"
         waited = format_duration(time.monotonic() - self.t0)
         with self._locked():
             self._clear()

@@ -21,6 +21,7 @@ from sloth_daemon.config import Settings, file_differs, load as load_config
 from sloth_daemon.errors import BadRequest, ConfigError, FieldError, SlothError
 from sloth_daemon.models import Job, JobState
 from sloth_daemon.paths import Paths
+from sloth_daemon.backends import attempt_rules
 from sloth_daemon.backends.contract import Scan
 from sloth_daemon.queue import Queue
 from sloth_daemon.daemon import job_limits
@@ -112,6 +113,7 @@ class Control:
         """One job for `show`: itself, its history, what it waits for and what waits for it."""
         job = self.queue.get(job_id).to_dict()
         self.explain([job])
+        job["runs"] = self.queue.costs([job_id]).get(job_id, [])  # what each attempt cost
         return {"job": job, "events": [e.to_dict() for e in self.queue.events(job_id)],
                 "prereqs": self.queue.prereqs(job_id), "dependents": self.queue.dependents(job_id)}
 
@@ -177,8 +179,10 @@ class Control:
     def explain(self, jobs: list[dict[str, Any]]) -> None:
         """Why each queued job waits, where its lane says (Lanes.explain);
         on a shared queue only of the jobs placed on this machine (another
-        machine may run the rest, whatever this one's pauses)."""
+        machine may run the rest, whatever this one's pauses). And what runs
+        cost and how far running ones are (attempt_rules.with_run_facts)."""
         self.lanes.explain(jobs if self.shared is None else [j for j in jobs if j.get("place") == self.worker.host])
+        attempt_rules.with_run_facts(jobs, self.queue.costs, self.queue.run_times, time.time())
 
     def validate(self, jobs: Sequence[Mapping[str, Any]], *, first: int = 1, fired: bool = False) -> list[JobSpec]:
         """Each job checked as the queue would (so a batch is refused before any

@@ -64,6 +64,7 @@ class KeptRunListener(Protocol):
     def frozen(self, why: str) -> None: ...
     def taken_back(self) -> None: ...
     def noted(self, what: str, message: str) -> None: ...
+    def progressed(self, progress: dict[str, Any]) -> None: ...
 
 
 Reply = Callable[[dict[str, Any] | None], None]  # the response, or None if the connection was lost
@@ -365,6 +366,8 @@ class KeeperClient:
             _call(sink.started, ev.get("pid"), ev.get("identity") or {})
         elif ev.get("kind") == "note":
             _call(sink.noted, str(ev.get("what", "")), str(ev.get("message", "")))
+        elif ev.get("kind") == "progress" and isinstance(ev.get("progress"), dict):
+            _call(sink.progressed, ev["progress"])
 
     def _lose(self) -> None:
         if self.lost:

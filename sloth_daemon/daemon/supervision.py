@@ -41,7 +41,7 @@ class _ToWorker:
     def __init__(self, sink: RunSink) -> None:
         self.sink = sink
         self.started, self.spawn_failed, self.frozen = sink.started, sink.spawn_failed, sink.frozen
-        self.taken_back, self.noted = sink.taken_back, sink.noted
+        self.taken_back, self.noted, self.progressed = sink.taken_back, sink.noted, sink.progressed
 
     def exited(self, outcome: dict[str, Any]) -> None:
         failed = outcome.get("spawn_error")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sloth_daemon.keeper.keep_awake import Inhibitor
+from sloth_daemon.keeper.progress import ProgressMeter
 from sloth_daemon.keeper.runner import JobProcess
 from sloth_daemon.keeper.wire import Trust
 
@@ -62,6 +63,10 @@ class KeptRun:
     inhibitor: Inhibitor | None = None  # its sleep inhibitor, while it runs (keeper/keep_awake.py)
     limits: dict[str, Any] | None = None
     cgroup: str | None = None  # its cgroup v2 folder, under a scope's limits (oom kills are read there)
+    meter: ProgressMeter | None = None  # how far it says it is (keeper/progress.py)
+    progress_timer: asyncio.TimerHandle | None = None  # its next progress event, when one waits
+    progress_sent: float = 0.0  # the loop's clock when its last progress event went
+    launched_at: float | None = None  # wall clock, when its process started (a cost's wall time)
 
     def wire(self, after: str | None = None) -> dict[str, Any]:
         """As hello lists it and the journal keeps it; ``after``: the run a
@@ -70,7 +75,8 @@ class KeptRun:
                 "pid": self.pid, "identity": self.identity, "started_at": self.started_at,
                 "state": self.state, "trust_until": self.trust.until if self.trust else None,
                 "outcome": self.outcome, "log_path": self.log_path, "after": after,
-                "paused": self.paused, "paused_at": self.paused_at}
+                "paused": self.paused, "paused_at": self.paused_at,
+                "progress": self.meter.latest if self.meter is not None else None}
 
     @classmethod
     def adopted(cls, w: dict[str, Any]) -> "KeptRun":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -21,7 +22,8 @@ from typing import Any, Callable
 import psutil
 
 from sloth_daemon.checks import format_size
-from sloth_daemon.keeper import keep_awake, procident, resource_limits
+from sloth_daemon.keeper import keep_awake, procident, progress, resource_limits
+from sloth_daemon.keeper.cost import run_cost
 from sloth_daemon.keeper.childwatch import Child
 from sloth_daemon.keeper.keep_awake import Inhibitor
 from sloth_daemon.errors import SpawnError
@@ -59,6 +61,7 @@ class KeptRuns:
         self.check_s = check_s
         self.event, self.changed = event, changed
         self._tick: asyncio.TimerHandle | None = None
+        self._file_poll: asyncio.TimerHandle | None = None  # the runs' progress files looked at (keeper/progress.py)
         self._ambiguous: set[int] = set()
         self._read_first: asyncio.TimerHandle | None = None  # a stall was seen: fencing waits for input read
         self._reaping_late: float | None = None  # reap_exited's: how late the check that reaps is
@@ -95,7 +98,10 @@ class KeptRuns:
         argv, env, cwd, log_path = spawn_command(a, self.envs)
         run = KeptRun(key, whole(a, "job_id"), whole(a, "attempt"), token, str(log_path), time.time(),
                   number(a, "kill_grace_s", 10.0), number(a, "term_lead_s", 1.0))  # type: ignore[arg-type]
-        env = {**env, procident.TOKEN_ENV: token}  # the token scan finds escapees by it
+        progress_file = str(log_path.with_suffix(".progress"))  # the job may write how far it is there
+        # the token: the token scan finds escapees by it
+        env = {**env, procident.TOKEN_ENV: token, progress.PROGRESS_FILE_ENV: progress_file}
+        run.meter = progress.ProgressMeter(progress_file)
         launch = Launch(argv, env, cwd, log_path, whole(a, "log_cap"), number(a, "timeout_s"),
                         *awake_and_limits(a))
         if self.pending.wait_behind(run, a, launch):
@@ -122,6 +128,8 @@ class KeptRuns:
             lw.close()
             raise
         run.proc, run.pid, run.identity, run.state = jp, jp.pid, jp.identity(), "running"
+        run.launched_at = time.time()
+        self._poll_files_soon()
         run.begin = jp.tree.root_stamp or procident.stamp_now()  # type: ignore[union-attr]
         self.roots[jp.pid] = jp
         run.timeout_s, run.limits = ln.timeout_s, ln.limits
@@ -130,7 +138,7 @@ class KeptRuns:
         if limits:
             lw.note("limits: " + resource_limits.describe(limits))
             if limits.get("mem_via") == "scope":
-                run.cgroup = resource_limits.cgroup_of(jp.pid)
+                run.cgroup = jp.cgroup = resource_limits.cgroup_of(jp.pid)
         if ln.keep_awake:
             self._keep_awake(run, jp.pid)
 
@@ -262,6 +270,40 @@ class KeptRuns:
     def output(self, run: KeptRun, data: bytes) -> None:
         for feed in list(run.taps):
             feed(data)
+        if run.meter is not None and run.meter.feed(data):
+            self._progress_soon(run)
+
+    # ------------------------------------------------------------ progress
+    def _progress_soon(self, run: KeptRun) -> None:
+        """Tell the daemon the run's latest progress, at most once each
+        progress.SEND_EVERY_S: a job that prints a line per item wakes the
+        daemon once a second, not once a line."""
+        if run.progress_timer is not None:
+            return
+        loop = asyncio.get_running_loop()
+        wait = max(0.0, run.progress_sent + progress.SEND_EVERY_S - loop.time())
+        run.progress_timer = loop.call_later(wait, self._send_progress, run)
+
+    def _send_progress(self, run: KeptRun) -> None:
+        run.progress_timer = None
+        run.progress_sent = asyncio.get_running_loop().time()
+        value = run.meter.take() if run.meter is not None else None
+        if value is not None and run.state in ("running", "frozen"):
+            self.event("progress", run.key, progress=value)
+
+    def _poll_files_soon(self) -> None:
+        if self._file_poll is None:
+            self._file_poll = asyncio.get_running_loop().call_later(progress.FILE_POLL_S, self._poll_files)
+
+    def _poll_files(self) -> None:
+        """Look at each running run's progress file (a stat each; read when it changed)."""
+        self._file_poll = None
+        live = [r for r in self.runs.values() if r.state == "running" and r.meter is not None]
+        for run in live:
+            if run.meter.poll_file():  # type: ignore[union-attr]
+                self._progress_soon(run)
+        if live:
+            self._poll_files_soon()
 
     def root_exited(self, run: KeptRun) -> None:
         ended_at = time.time()
@@ -288,9 +330,12 @@ class KeptRuns:
         over = self._over_limit(run, jp)
         jp.log.finish()
         run.state = "exited"
+        self._forget_progress(run)
+        cost = run_cost(jp.rusage, jp.cgroup_usage, ended_at - (run.launched_at or ended_at),
+                        over or jp.outcome()[1])
         run.outcome = {"returncode": jp.returncode, "ended_at": ended_at, "reason": jp.kill_reason,
                        "killed_by": run.killed_by if jp.kill_reason else None,  # a kill too late ended nothing
-                       "log_problem": jp.log.problem, "log_bytes": jp.log.total,
+                       "log_problem": jp.log.problem, "log_bytes": jp.log.total, "cost": cost,
                        **({"note": "; ".join(filter(None, (run.note, over)))} if run.note or over else {})}
         # First: it is what waits (the daemon hears of both together). Only
         # now, once a failed run's leftovers are ended too (root_exited): a
@@ -306,6 +351,18 @@ class KeptRuns:
         for feed in list(run.taps):
             feed(None)
         self.changed()
+
+    def _forget_progress(self, run: KeptRun) -> None:
+        """The run ended: no progress event is sent after its end, and its
+        progress file (ours to name, in the log folder) goes."""
+        if run.progress_timer is not None:
+            run.progress_timer.cancel()
+            run.progress_timer = None
+        if run.meter is not None and run.meter.file is not None:
+            try:
+                os.unlink(run.meter.file)
+            except OSError:
+                pass
 
     def _over_limit(self, run: KeptRun, jp: JobProcess) -> str | None:
         """"exceeded --mem 2G" if the run ended by its memory limit (resource_limits.exceeded_memory)."""
@@ -458,6 +515,9 @@ class KeptRuns:
         self._tick = None
         live = [r for r in self.runs.values() if r.state == "running" and r.proc and r.proc.tree]
         procident.remember_all(r.proc.tree for r in live)  # type: ignore[union-attr,misc]
+        for jp in (r.proc for r in live if r.proc is not None and r.proc.cgroup is not None):
+            # the scope may be gone by the time its root is reaped: its last reading stands then
+            jp.cgroup_usage = resource_limits.cgroup_usage(jp.cgroup) or jp.cgroup_usage  # type: ignore[arg-type]
         self.check_trust(late)
         if any(r.state != "exited" for r in self.runs.values()):
             self.tick_soon()

@@ -202,3 +202,20 @@ def oom_kills(cgroup: str | None) -> int | None:
     except (OSError, ValueError):
         return None
     return 0
+
+
+def cgroup_usage(cgroup: str) -> dict[str, Any] | None:
+    """What a cgroup v2 folder says its processes used: {"cpu_s": user +
+    system (cpu.stat usage_usec), "peak_rss_bytes": memory.peak (None before
+    Linux 5.19)}, or None if it cannot be read (gone: the scope ended)."""
+    try:
+        with open(os.path.join(cgroup, "cpu.stat")) as f:
+            usec = next(int(line.split()[1]) for line in f if line.startswith("usage_usec "))
+    except (OSError, ValueError, StopIteration, IndexError):
+        return None
+    try:
+        with open(os.path.join(cgroup, "memory.peak")) as f:
+            peak: int | None = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        peak = None
+    return {"cpu_s": usec / 1e6, "peak_rss_bytes": peak}

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import psutil
 
-from sloth_daemon.keeper import procident
+from sloth_daemon.keeper import procident, resource_limits
 from sloth_daemon.keeper.childwatch import SigchldWatch
 from sloth_daemon.errors import SpawnError
 from sloth_daemon.keeper.joblog import LogWriter
@@ -73,6 +73,9 @@ class JobProcess:
         self._pidfd: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.done = asyncio.Event()
+        self.rusage: Any = None  # the root's, with what it waited for (os.wait4), once reaped
+        self.cgroup: str | None = None  # its own cgroup v2 folder (a scope's): the cost is read there
+        self.cgroup_usage: dict[str, Any] | None = None  # the last reading of it (resource_limits.cgroup_usage)
 
     @property
     def pid(self) -> int:
@@ -169,7 +172,7 @@ class JobProcess:
         if self.returncode is not None:
             return True
         assert self.proc is not None
-        code = self.proc.poll()
+        code = self._reap()
         if code is None:
             return False
         self.returncode = code
@@ -186,6 +189,21 @@ class JobProcess:
             self.done.set()
             self.on_exit(self)
         return True
+
+    def _reap(self) -> int | None:
+        """The exit code if it has exited (reaped here with wait4, for its
+        rusage; its cgroup read first, while the exit keeps it), else None."""
+        assert self.proc is not None
+        try:
+            if self.cgroup is not None and os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
+                self.cgroup_usage = resource_limits.cgroup_usage(self.cgroup) or self.cgroup_usage
+            pid, status, self.rusage = os.wait4(self.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped already (Popen did): as it says
+            return self.proc.poll()
+        if pid == 0:
+            return None
+        self.proc.returncode = os.waitstatus_to_exitcode(status)
+        return self.proc.returncode
 
     def alive(self) -> bool:
         """Running and not a zombie (a zombie is about to be reaped: not alive)."""

@@ -205,8 +205,11 @@ def whole(a: dict[str, Any], name: str, low: int = 0) -> int:
 # after (a spawn held until another run ends; unspawn; started events), and
 # pause (the pause and resume ops; runs listed with paused, paused_at), and
 # holds (spawn's keep_awake and limits, keeper/keep_awake.py, keeper/resource_limits.py; "note" events: what
-# the history should say of a run while it runs, e.g. keep-awake unavailable).
-FEATURES = ("env_ref", "after", "pause", "holds")
+# the history should say of a run while it runs, e.g. keep-awake unavailable), and
+# progress ("progress" events: {"key", "progress": {"fraction", "source",
+# "eta_s", "at"}}, at most one a run a second; hello lists each run's latest
+# as "progress"; an exited run's outcome carries its "cost": keeper/cost.py).
+FEATURES = ("env_ref", "after", "pause", "holds", "progress")
 ENV_REFS_KEPT = 256  # environments remembered by ref; the daemon's client names at most half as many
 
 

@@ -189,10 +189,11 @@ def same_text(h: Harness, text: str) -> str:
 
 
 def scrub(v: Any) -> Any:
-    """JSON without a job's process (runner, worker: pids, clock ticks) and
-    how long it waited and ran (times)."""
+    """JSON without a job's process (runner, worker: pids, clock ticks), how
+    long it waited and ran (times), and what its runs cost (measured)."""
     if isinstance(v, dict):
-        return {k: scrub(x) for k, x in v.items() if k not in ("runner", "worker", "pid", "uptime_s", "waited_s", "ran_s")}
+        return {k: scrub(x) for k, x in v.items()
+                if k not in ("runner", "worker", "pid", "uptime_s", "waited_s", "ran_s", "cost", "runs", "progress")}
     return [scrub(x) for x in v] if isinstance(v, list) else v
 
 

@@ -51,7 +51,7 @@ def test_several_jobs_on_a_terminal_each_outcome_as_it_happens_and_a_summary(har
         assert t.wait() == EXIT_JOB_FAILED
         shown = on_screen(t.screen())
     assert {f"job {quick} done (exit 0)", f"job {bad} failed: exit 5", f"job {slow} done (exit 0)"} <= set(shown)
-    assert re.fullmatch(r"waited \d\S* for 3 jobs: 2 done, 1 failed", shown[-1]), shown
+    assert re.fullmatch(r"waited \d\S* for 3 jobs: 2/3 done, 1 failed", shown[-1]), shown
     assert not [ln for ln in shown if "ended ·" in ln], shown  # no live line left on the screen
 
 

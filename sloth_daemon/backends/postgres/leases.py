@@ -13,11 +13,11 @@ records the process with it, is a transaction through the PgWriter.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Mapping
 
 from sloth_daemon.models import Job, JobState
 from sloth_daemon.spec import number
-from sloth_daemon.backends import contract, rules
+from sloth_daemon.backends import attempt_rules, contract, rules
 from sloth_daemon.backends.rules import holds, not_held
 from sloth_daemon.backends.postgres.reads import JobRows, check_id, get_row
 from sloth_daemon.backends.postgres.db import Connection, Cursor, Row, finite, one, storable_text
@@ -28,6 +28,14 @@ EXTEND = "lease_until = sloth.now() + coalesce(%(lease_s)s, lease_s), updated_at
 ADOPT = "worker = %(worker)s, lease_until = sloth.now() + lease_s, updated_at = sloth.now()"
 SET_RUNNER = "runner = %(runner)s, updated_at = sloth.now()"
 SET_PAUSED = "paused_run = %(paused_run)s, updated_at = sloth.now()"
+SET_PROGRESS = "progress = (%(progress)s::jsonb || jsonb_build_object('attempt', attempts))::text"
+SQL_COST = ("INSERT INTO sloth.attempts (job_id, attempt, cpu_s, peak_rss_bytes, wall_s, ended, covers)"
+            " SELECT id, %s, %s, %s, %s, %s, %s FROM sloth.jobs WHERE id = %s"
+            " ON CONFLICT (job_id, attempt) DO UPDATE SET cpu_s = excluded.cpu_s,"
+            " peak_rss_bytes = excluded.peak_rss_bytes, wall_s = excluded.wall_s, ended = excluded.ended,"
+            " covers = excluded.covers")
+SQL_COST_LAZY = "WITH lazy AS (SELECT set_config('synchronous_commit', 'off', true)) " + SQL_COST.replace(
+    " WHERE id = %s", " CROSS JOIN lazy WHERE id = %s")
 SQL_HELD_UPDATE = ("WITH u AS (UPDATE sloth.jobs SET {assignments} WHERE id = %(id)s"
                    " AND state = 'running' AND token = %(token)s {unwaited} RETURNING *)")
 SQL_HELD_EVENT = (", ev AS (INSERT INTO sloth.events (job_id, at, kind, attempt, message)"
@@ -103,6 +111,21 @@ class PgLeases(contract.Leases):
         return self._held_step(job_id, token, SET_PAUSED, {"paused_run": token if paused else None},
                                "recording a pause", event=("paused" if paused else "continued", message),
                                at=finite(at))
+
+    def set_progress(self, job_id: int, token: str, progress: Mapping[str, Any]) -> Job:
+        value = attempt_rules.progress_json(progress, -1)  # checked here; its attempt is the row's
+        return self._held_step(job_id, token, SET_PROGRESS, {"progress": value}, "noting a run's progress",
+                               durable=False)
+
+    def record_cost(self, job_id: int, attempt: int, cost: Mapping[str, Any], *, durable: bool = False) -> None:
+        check_id(job_id)
+        values = attempt_rules.cost_values(cost)
+        sql = SQL_COST if durable else SQL_COST_LAZY
+
+        def tx(c: Cursor) -> None:
+            c.execute(sql, (attempt, *values, job_id))
+
+        self.writer.write(tx, "recording what a run cost")
 
     def note_ended(self, job_id: int, attempt: int, message: str, *, ended_at: float | None = None,
                    durable: bool = True, kind: str = "ended") -> Job:

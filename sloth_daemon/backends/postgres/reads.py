@@ -16,7 +16,7 @@ import json
 import math
 from typing import Any, Collection, Mapping, Sequence
 
-from sloth_daemon.backends import contract, rules
+from sloth_daemon.backends import attempt_rules, contract, rules
 from sloth_daemon.errors import JobNotFound
 from sloth_daemon.models import Event, Job, JobState
 from sloth_daemon.spec import integer
@@ -118,6 +118,19 @@ class PgReads(contract.Reads):
             return [Event(**r) for r in c.execute(SQL_EVENTS, (job_id,)).fetchall()]
 
         return self._db.read(read, "reading a job's events")
+
+    def costs(self, job_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
+        ids = [i for i in job_ids if pick.is_job_id(i)]
+        rows = self._db.read(lambda c: c.execute(
+            "SELECT * FROM sloth.attempts WHERE job_id = ANY(%s) ORDER BY job_id, attempt", (ids,)).fetchall(),
+            "reading what runs cost")
+        return attempt_rules.costs_by_job(rows)
+
+    def run_times(self, column: str, value: str, *, prefix: bool = False) -> list[float]:
+        sql = attempt_rules.run_times_sql(column, prefix, "sloth.jobs", "%s")
+        rows = self._db.read(lambda c: c.execute(sql, attempt_rules.run_times_args(value, prefix)).fetchall(),
+                             "reading past runs' times")
+        return [float(r["wall_s"]) for r in rows]
 
     def latest(self, *, origin: str | None = None, ran: bool = False) -> int | None:
         where = [w for w, on in (("origin = %(origin)s", origin is not None), ("attempts > 0", ran)) if on]

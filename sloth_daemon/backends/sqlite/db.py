@@ -203,7 +203,7 @@ MIGRATIONS: list[str] = [
     CREATE INDEX jobs_due   ON jobs(lane, not_before) WHERE state = 'queued' AND gate IS NULL;
     CREATE INDEX jobs_gated ON jobs(gate, lane, priority, not_before, id) WHERE state = 'queued' AND gate IS NOT NULL;
     """,
-    # -> +1: the machine's own history for the timeline (issue 31): each
+    # 10 -> 11: the machine's own history for the timeline (issue 31): each
     # daemon's time up (kind 'up': from its start to the stamp it refreshes
     # while it runs; detail 'running', 'stopped: why' or, seen by the next
     # start, 'crashed') and each sleep the clock watch saw (kind 'sleep'),
@@ -220,6 +220,25 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX machine_events_end ON machine_events(end_at);
     CREATE INDEX machine_events_host ON machine_events(host, id);
+    """,
+    # 11 -> 12: progress and what each run cost (issue 31, docs/progress.md).
+    # progress: the running attempt's latest value as it says it (JSON with
+    # the attempt it belongs to: a new attempt never shows the last one's),
+    # the latest only, written at most once a second a run, without an fsync.
+    # attempts: one row per run that ended, what the keeper measured (cgroup
+    # or rusage, ``covers``), written with its outcome; gone with its job.
+    """
+    ALTER TABLE jobs ADD COLUMN progress TEXT;
+    CREATE TABLE attempts (
+        job_id         INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+        attempt        INTEGER NOT NULL,
+        cpu_s          REAL    NOT NULL,     -- user + system
+        peak_rss_bytes INTEGER NOT NULL,
+        wall_s         REAL    NOT NULL,
+        ended          TEXT    NOT NULL,     -- how it ended: "exit 0", "exceeded --mem 100M" ...
+        covers         TEXT    NOT NULL,     -- 'cgroup' or 'rusage' (keeper/cost.py)
+        PRIMARY KEY (job_id, attempt)
+    ) WITHOUT ROWID;
     """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

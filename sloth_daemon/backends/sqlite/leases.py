@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-from typing import Any
+from typing import Any, Mapping
 
-from sloth_daemon.backends import contract, rules
+from sloth_daemon.backends import attempt_rules, contract, rules
 from sloth_daemon.backends.sqlite.ends import SqliteEnds, event
 from sloth_daemon.backends.sqlite.reads import JobRows
 from sloth_daemon.backends.sqlite.unit import SqliteStore
@@ -142,6 +142,19 @@ class SqliteLeases(contract.Leases):
                             (token if paused else None, now, job_id)).fetchone()
             event(c, job_id, past(at, now), "paused" if paused else "continued", row["attempts"], message)
             return self.rows.job(out)
+
+    def set_progress(self, job_id: int, token: str, progress: Mapping[str, Any]) -> Job:
+        with self.store.tx(durable=False) as c:
+            row = self._held(c, job_id, token)
+            out = c.execute("UPDATE jobs SET progress = ? WHERE id = ? RETURNING *",
+                            (attempt_rules.progress_json(progress, row["attempts"]), job_id)).fetchone()
+            return self.rows.job(out)
+
+    def record_cost(self, job_id: int, attempt: int, cost: Mapping[str, Any], *, durable: bool = False) -> None:
+        values = attempt_rules.cost_values(cost)
+        with self.store.tx(durable=durable) as c:
+            c.execute("INSERT OR REPLACE INTO attempts (job_id, attempt, cpu_s, peak_rss_bytes, wall_s, ended, covers)"
+                      " SELECT id, ?, ?, ?, ?, ?, ? FROM jobs WHERE id = ?", (attempt, *values, job_id))
 
     def note_ended(self, job_id: int, attempt: int, message: str, *, ended_at: float | None = None,
                    durable: bool = True, kind: str = "ended") -> Job:

@@ -14,7 +14,7 @@ import json
 import sqlite3
 from typing import Any, Callable, Collection, Sequence, TypeVar
 
-from sloth_daemon.backends import contract, rules
+from sloth_daemon.backends import attempt_rules, contract, rules
 from sloth_daemon.backends.sqlite import db
 from sloth_daemon.clock import Clock
 from sloth_daemon.errors import JobNotFound
@@ -142,6 +142,19 @@ class SqliteReads(contract.Reads):
             (job_id,),
         ).fetchall()
         return [Event(**dict(r)) for r in rows]
+
+    @reads
+    def costs(self, job_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
+        ids = [i for i in job_ids if isinstance(i, int) and not isinstance(i, bool)]
+        rows = [r for k in range(0, len(ids), 500) for r in self.conn.execute(
+            "SELECT * FROM attempts WHERE job_id IN (SELECT value FROM json_each(?)) ORDER BY job_id, attempt",
+            (json.dumps(ids[k:k + 500]),))]
+        return attempt_rules.costs_by_job(rows)
+
+    @reads
+    def run_times(self, column: str, value: str, *, prefix: bool = False) -> list[float]:
+        sql = attempt_rules.run_times_sql(column, prefix, "jobs", "?")
+        return [r[0] for r in self.conn.execute(sql, attempt_rules.run_times_args(value, prefix))]
 
     @reads
     def counts(self) -> dict[str, int]:

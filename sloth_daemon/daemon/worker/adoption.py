@@ -191,6 +191,9 @@ class Disowned:
     def noted(self, what: str, message: str) -> None:
         pass
 
+    def progressed(self, progress: dict[str, Any]) -> None:
+        pass
+
 
 def _end_processes(runs: dict[str, dict[str, Any] | None], grace_s: float) -> set[str]:
     """End the processes of these runs (token -> recorded identity), found by

@@ -127,3 +127,19 @@ class RunNews:
             log.warning("cannot note on job %d: %s (%s)", run.job.id, message, e.message)
             return
         self.h.signals.on_change(run.job)
+
+    def progressed(self, progress: dict[str, Any]) -> None:
+        """How far the run says it is: the latest value on its job's row
+        (no fsync: the next durable write carries it, and a lost one is only
+        a second old), and watchers hear (`wait`'s live line, views)."""
+        run = self.run
+        if not run.live:
+            return
+        try:
+            run.job = self.h.queue.set_progress(run.job.id, run.token, progress)
+        except (LeaseLost, JobNotFound):
+            return
+        except SlothError as e:
+            log.warning("cannot note job %d's progress: %s", run.job.id, e.message)
+            return
+        self.h.signals.on_change(run.job)

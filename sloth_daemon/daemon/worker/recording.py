@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from sloth_daemon.daemon.worker import outcomes
 from sloth_daemon.clock import ClockReadings
 from sloth_daemon.daemon.worker.durability import GroupCommit
-from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError, StorageError
+from sloth_daemon.errors import BadRequest, JobNotFound, LeaseLost, SlothError, StorageError
 from sloth_daemon.daemon.worker.lifecycle import Attempt, Stage
 from sloth_daemon.daemon.worker.runs import Attempts
 from sloth_daemon.daemon.worker.signals import Signals
@@ -154,12 +154,23 @@ class Recorder:
             if run.written_job is not None:
                 self.signals.on_change(run.written_job)
 
+    def _record_cost(self, run: Attempt, outcome: Outcome) -> None:
+        """What the run cost, kept with its attempt before its outcome (whose
+        write makes both durable): a fact of the run, whatever its lease."""
+        if outcome.cost is None or not outcome.started:
+            return
+        try:
+            self.queue.record_cost(run.job.id, run.attempt, outcome.cost, durable=False)
+        except BadRequest as e:  # a keeper's value no queue takes: the outcome still counts
+            log.warning("job %d attempt %d: its cost is not kept: %s", run.job.id, run.attempt, e.message)
+
     def _settle_one(self, run: Attempt, outcome: Outcome, awake: float, *, durable: bool) -> None:
         """Write one outcome (WRITTEN), or keep it for a later try (ENDED)."""
         if outcome.log_problem:
             log.warning("job %d attempt %d: %s", run.job.id, run.attempt, outcome.log_problem)
         job = None
         try:
+            self._record_cost(run, outcome)
             job = outcomes.record(self.queue, run, outcome, runner=run.identity, durable=durable)
         except (LeaseLost, JobNotFound) as e:
             log.warning("outcome of job %d not recorded: %s", run.job.id, e.message)

@@ -63,6 +63,7 @@ class Outcome:
     postpone_s: float | None = None  # it never started for want of resources: wait this long, not counted
     started: bool = True  # False: pending behind another run, it was dropped before it started
     note: str | None = None  # how its end was known, when that is not plain (seen late: keeper/kept_runs.py)
+    cost: dict[str, Any] | None = None  # what it cost (keeper/cost.py), as the keeper measured it
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> "Outcome":
@@ -73,7 +74,8 @@ class Outcome:
                    d.get("ended_at") if isinstance(d.get("ended_at"), (int, float)) else None,
                    d.get("killed_by") or None, spawn_retry=None if failed is None else bool(failed.get("retry")),
                    started=d.get("started") is not False,
-                   note=d.get("note") if isinstance(d.get("note"), str) and d.get("note") else None)
+                   note=d.get("note") if isinstance(d.get("note"), str) and d.get("note") else None,
+                   cost=d.get("cost") if isinstance(d.get("cost"), dict) else None)
 
     @property
     def not_the_jobs_doing(self) -> bool:
@@ -122,6 +124,10 @@ class RunSink(Protocol):
     def noted(self, what: str, message: str) -> None:
         """What the run's history should say now (``what``: "keep-awake": its
         inhibitor could not be held); the run goes on."""
+
+    def progressed(self, progress: dict[str, Any]) -> None:
+        """How far the run says it is (keeper/progress.py: {"fraction",
+        "source", "eta_s", "at"}), at most once a second."""
 
 
 class Spawner(Protocol):

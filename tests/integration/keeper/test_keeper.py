@@ -679,6 +679,9 @@ class Sink:
         self.calls.append(("frozen", why))
         self.frozen_ev.set()
 
+    def progressed(self, progress: dict[str, Any]) -> None:
+        self.calls.append(("progressed", progress))
+
 
 async def until(ev: asyncio.Event, timeout_s: float = 20) -> None:
     await asyncio.wait_for(ev.wait(), timeout_s)

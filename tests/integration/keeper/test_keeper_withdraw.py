@@ -90,6 +90,9 @@ class Heard:
     def noted(self, what: str, message: str) -> None:
         self.calls.append("noted")
 
+    def progressed(self, progress: Any) -> None:
+        self.calls.append("progressed")
+
 
 def test_a_spawn_waiting_for_an_earlier_process_to_end_is_withdrawn_before_it_is_sent(rig: KeeperRig):
     """The lease of the job's last attempt lapsed with its process alive: its

@@ -27,6 +27,7 @@ HELPERS = {
     "many_jobs": "a command on many jobs: the selection and the report",
     "offline": "the daemon's reading answers, computed from the queue file",
     "output": "the one writer to the terminal, and the error edge",
+    "progress_view": "how far jobs are and what runs cost, as ls, show, status and wait say it; a batch's line",
     "render": "tables, colours, a job's lines",
     "shell_check": "whether shell lines parse (sh -n)",
     "shell_lines": "one line of --stdin/--file as a job",

@@ -1,0 +1,98 @@
+"""A run's progress and what each run cost (issue 31, docs/progress.md), on
+both engines through the contract: the latest progress on the running
+attempt's row only, a cost per attempt kept with it, past runs' times for
+estimates, bad values refused with nothing written.
+
+Contract tests: each runs against SQLite and PostgreSQL on a ManualClock.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sloth_daemon.errors import BadRequest, LeaseLost
+
+COST = {"cpu_s": 1.25, "peak_rss_bytes": 200 << 20, "wall_s": 2.5, "ended": "exit 0", "covers": "rusage"}
+
+
+def test_progress_is_the_running_attempts_latest_only(q, clock):
+    jid = q.enqueue(["true"])
+    job = q.claim("w")
+    assert job.progress is None
+    got = q.set_progress(jid, job.token, {"fraction": 0.25, "source": "line", "eta_s": None, "at": 5.0})
+    assert got.progress == {"fraction": 0.25, "source": "line", "eta_s": None, "at": 5.0}
+    q.set_progress(jid, job.token, {"fraction": 0.5, "source": "tqdm", "eta_s": 30, "at": 6.0})
+    assert q.get(jid).progress == {"fraction": 0.5, "source": "tqdm", "eta_s": 30.0, "at": 6.0}
+    assert q.get(jid).to_dict()["progress"]["fraction"] == 0.5
+    assert [j.progress["fraction"] for j in q.listing(now=clock.now()).jobs] == [0.5]
+    q.fail(jid, job.token, message="exit 1")
+    assert q.get(jid).progress is None  # no longer running: none
+    clock.advance(1000)
+    again = q.claim("w")
+    assert again.id == jid and again.progress is None  # a new attempt never shows the last one's
+
+
+def test_progress_needs_the_lease_and_a_sound_value(q):
+    jid = q.enqueue(["true"])
+    job = q.claim("w")
+    with pytest.raises(LeaseLost):
+        q.set_progress(jid, "not-the-token", {"fraction": 0.5, "source": "line"})
+    for bad in ({"fraction": 1.5, "source": "line"}, {"fraction": float("nan"), "source": "line"},
+                {"fraction": 0.5, "source": "guess"}, {"fraction": True, "source": "line"},
+                {"fraction": 0.5, "source": "line", "eta_s": -1}):
+        with pytest.raises(BadRequest):
+            q.set_progress(jid, job.token, bad)
+    assert q.get(jid).progress is None
+
+
+def test_each_attempts_cost_is_kept_with_it(q, clock):
+    jid = q.enqueue(["true"])
+    job = q.claim("w")
+    q.record_cost(jid, 1, {**COST, "ended": "exit 1"})
+    q.fail(jid, job.token, message="exit 1")
+    clock.advance(1000)
+    job = q.claim("w")
+    q.record_cost(jid, 2, COST, durable=True)
+    q.complete(jid, job.token)
+    runs = q.costs([jid, 999])[jid]
+    assert [r["attempt"] for r in runs] == [1, 2]
+    assert runs[0]["cost"]["ended"] == "exit 1"
+    assert runs[1]["cost"] == COST
+    q.record_cost(jid, 2, {**COST, "cpu_s": 3.0})  # the keeper said it again (a restart): replaced
+    assert q.costs([jid])[jid][1]["cost"]["cpu_s"] == 3.0
+    q.record_cost(999, 1, COST)  # a job that is gone takes nothing
+    assert q.costs([999]) == {}
+
+
+def test_a_bad_cost_is_refused_and_nothing_written(q):
+    jid = q.enqueue(["true"])
+    for bad in ({**COST, "cpu_s": -1}, {**COST, "peak_rss_bytes": 1.5}, {**COST, "covers": "guess"}, "x"):
+        with pytest.raises(BadRequest):
+            q.record_cost(jid, 1, bad)
+    assert q.costs([jid]) == {}
+
+
+def test_past_runs_times_by_key_label_command_and_schedule(q, clock):
+    def run(wall: float, **kw: object) -> int:
+        jid = q.enqueue(["make", "it"], **kw)
+        job = q.claim("w")
+        assert job.id == jid
+        q.record_cost(jid, job.attempts, {**COST, "wall_s": wall})
+        q.complete(jid, job.token)
+        clock.advance(1)
+        return jid
+
+    run(10, label="nightly")
+    run(20, label="nightly")
+    run(30, key="schedule:backup:100")
+    run(40, key="schedule:backup:200")
+    jid = q.enqueue(["make", "it"], label="nightly")  # failed runs do not count
+    job = q.claim("w")
+    q.record_cost(jid, 1, {**COST, "wall_s": 999})
+    q.fail(jid, job.token, retry=False)
+    assert sorted(q.run_times("label", "nightly")) == [10, 20]
+    assert sorted(q.run_times("key", "schedule:backup:", prefix=True)) == [30, 40]
+    assert q.run_times("key", "schedule:backup:200") == [40]
+    assert sorted(q.run_times("command", '["make", "it"]')) == [10, 20, 30, 40]
+    with pytest.raises(BadRequest):
+        q.run_times("cwd; DROP TABLE jobs", "x")
