@@ -1,0 +1,91 @@
+"""`sloth top` as a person runs it: the real command on a real
+pseudo-terminal (tests/support/terminal.py) at 80x24, with NO_COLOR:
+it draws, redraws on a resize (SIGWINCH from the terminal), lists its
+keys on `?`, and `q` leaves the terminal as it found it. Piped, it says it
+needs a terminal. The pilot tests (test_top.py) drive the rest."""
+
+from __future__ import annotations
+
+import fcntl
+import re
+import struct
+import subprocess
+import sys
+import termios
+import time
+
+import pytest
+
+pytest.importorskip("textual")
+
+from tests.support.terminal import Terminal  # noqa: E402
+
+pytestmark = pytest.mark.acceptance
+
+_COLOUR = re.compile(r"\x1b\[[0-9;]*?(?:38|48);(?:5;(\d+)|2;(\d+);(\d+);(\d+))")
+GREYS = set(range(232, 256)) | {0, 7, 15, 16, 231}  # what a monochrome (NO_COLOR) palette may use
+
+
+def colours(text: str) -> set[str]:
+    """The colours the output sets: 256-palette indexes, or r,g,b."""
+    return {m.group(1) or ",".join(m.group(2, 3, 4)) for m in _COLOUR.finditer(text)}
+
+
+def top(harness, cols: int, rows: int, **env: str) -> Terminal:
+    e = dict(harness.env, TERM="xterm-256color", **env)
+    return Terminal([sys.executable, "-m", "sloth_daemon", "top"], e, harness.home, cols=cols, rows=rows)
+
+
+def resize(t: Terminal, cols: int, rows: int) -> None:
+    assert t.master is not None
+    fcntl.ioctl(t.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))  # the kernel sends SIGWINCH
+
+
+def test_top_on_a_real_terminal_at_80x24_without_colour_redraws_and_quits_clean(harness):
+    harness.start()
+    jid = harness.add("sleep", "60")
+    harness.wait_state(jid, "running")
+    assert harness.env["NO_COLOR"] == "1"
+    with top(harness, 80, 24) as t:
+        t.read_until(r"daemon up", 30)
+        t.read_until(r"running \(1\)", 30)
+        drawn = len(t.raw)
+        resize(t, 100, 30)
+        t.read_until(r"(?s).{%d}.*daemon up" % drawn, 10)  # drawn again after the resize ...
+        t.read_until(r"(?s).{%d}.*\x1b\[(?:29|30);\d+H" % drawn, 10)  # ... on rows it did not have before
+        t.type(b"?")
+        t.read_until(r"sloth top: keys", 10)
+        t.read_until(r"asks first", 10)
+        t.type(b"x")  # any key closes the help
+        time.sleep(0.3)
+        t.type(b"q")
+        assert t.wait(20) == 0
+        tail = t.text[-400:]
+        for mode in ("\x1b[?1049l", "\x1b[?25h", "\x1b[?1000l"):  # the main screen back, the cursor shown, no mouse
+            assert mode in tail, (mode, tail)
+        assert t.master is not None
+        lflag = termios.tcgetattr(t.master)[3]
+        assert lflag & termios.ICANON and lflag & termios.ECHO  # the line discipline back in cooked mode
+        assert not colours(t.text) - {str(g) for g in GREYS}, sorted(colours(t.text))  # NO_COLOR: greys only
+    assert harness.job(jid)["state"] == "running"  # quitting the view touches no job
+
+
+def test_with_colour_the_same_view_uses_colours(harness):
+    """The control for NO_COLOR above: without it, colours other than greys are drawn."""
+    harness.start()
+    env = {k: v for k, v in harness.env.items() if k != "NO_COLOR"}
+    with Terminal([sys.executable, "-m", "sloth_daemon", "top"], dict(env, TERM="xterm-256color"), harness.home,
+                  cols=80, rows=24) as t:
+        t.read_until(r"daemon up", 30)
+        time.sleep(0.5)
+        t.type(b"q")
+        assert t.wait(20) == 0
+        assert colours(t.text) - {str(g) for g in GREYS}
+
+
+def test_piped_it_says_it_needs_a_terminal(harness):
+    p = subprocess.run([sys.executable, "-m", "sloth_daemon", "top"], env=harness.env, capture_output=True,
+                       text=True, timeout=60, stdin=subprocess.DEVNULL, cwd=str(harness.home))
+    assert p.returncode == 2, p
+    assert "draws on a terminal" in p.stderr and "sloth status --json" in p.stderr
+    assert not harness.socket.exists()  # nothing was started for it
