@@ -179,3 +179,51 @@ def test_no_daemon_at_all_reads_the_queue_file_read_only_and_says_so(in_home):
         assert not h.socket.exists() or not h.our_processes(), "top started a daemon"
 
     drive(app, body)
+
+
+def test_the_filter_and_the_keys_that_ask_nothing(in_home):
+    """`/lane:video` shows that lane's jobs only; hold, release, priority
+    and pause act at once (they undo with one key), each through the daemon."""
+    h = in_home
+    h.start()
+    h.call("lane_set", lane="video", concurrency=0, create=True)  # its jobs stay queued
+    waiting = h.add("sleep", "1", lane="video")
+    running = h.add("sleep", "60")
+    h.wait_state(running, "running")
+    app = TopApp(feed_options=FAST_FEED)
+
+    async def body(pilot: Any) -> None:
+        await until(pilot, lambda: row(app, "running", running) and row(app, "next", waiting), what="both shown")
+        assert row(app, "next", waiting)[3] == "paused (lane video)"  # concurrency 0: the daemon says paused
+        await pilot.press("slash", *"lane:video", "enter")
+        await until(pilot, lambda: row(app, "running", running) is None, what="the default lane filtered out")
+        assert row(app, "next", waiting) and "filter: lane:video" in header(app)
+        app.home.query_one("#next").focus()
+        await until(pilot, lambda: app.chosen == waiting and app.job_detail, what="the waiting job chosen")
+        await pilot.press("h")
+        await until(pilot, lambda: h.job(waiting)["state"] == "held", what="held")
+        await until(pilot, lambda: (r := row(app, "next", waiting)) and r[3].startswith("held"), what="shown held")
+        await until(pilot, lambda: app.job_detail.info["job"]["state"] == "held", what="the detail follows")
+        await pilot.press("h")
+        await until(pilot, lambda: h.job(waiting)["state"] == "queued", what="released")
+        await pilot.press("plus")
+        await until(pilot, lambda: h.job(waiting)["priority"] == 1, what="priority + 1")
+        await pilot.press("slash")
+        app.home.query_one("#filter").value = ""
+        await pilot.press("enter")
+        await until(pilot, lambda: row(app, "running", running), what="the filter cleared")
+        app.home.query_one("#running").focus()
+        await until(pilot, lambda: app.chosen == running and app.job_detail, what="the running job chosen")
+        await pilot.press("p")
+        await until(pilot, lambda: h.job(running).get("paused"), what="paused")
+        await until(pilot, lambda: (r := row(app, "running", running)) and r[6] == "paused", what="shown paused")
+        await pilot.press("k")  # kill asks first; Enter says no
+        await until(pilot, lambda: isinstance(app.screen, Confirm), what="kill asks")
+        await pilot.press("enter")
+        await pilot.press("p")
+        await until(pilot, lambda: not h.job(running).get("paused"), what="resumed")
+        await pilot.press("r")  # retry is not for a running job: said, nothing sent
+        await until(pilot, lambda: "not for a running job" in app.said, what="said why not")
+        assert h.job(running)["state"] == "running"
+
+    drive(app, body)

@@ -24,7 +24,7 @@ from textual.widgets import DataTable, Footer, Input, Static
 from sloth_daemon import errors
 from sloth_daemon.cli.render import command_text, show_job
 from sloth_daemon.cli.top import view
-from sloth_daemon.cli.top.feed import Feed, Snapshot
+from sloth_daemon.cli.top.feed import LOG_LINES, Detail, Feed, Snapshot
 from sloth_daemon.cli.top.keys import ACTIONS, BY_NAME, VIEW_KEYS, Action
 
 NARROW = 110  # columns below which the detail pane goes under the lists
@@ -111,7 +111,7 @@ class TopApp(App[None]):
         self.snap: Snapshot | None = None
         self.job_filter = view.Filter.parse(filter_text)
         self.chosen: int | None = None
-        self.job_detail: tuple[dict[str, Any], list[str], str] | None = None
+        self.job_detail: Detail | None = None
         self.said = ""
         self.news: tuple[str, float] | None = None
         self.feed = Feed(self._from_feed, **(feed_options or {}))
@@ -162,21 +162,32 @@ class TopApp(App[None]):
         """A new look at the queue (or, ``source`` "usage", new CPU and memory figures only)."""
         if snap.source == "usage":
             if self.snap is not None:
-                self.snap.usage = snap.usage
+                self.snap.usage, self.snap.power = snap.usage, snap.power
                 self._draw()
             return
         self.snap = snap
         if snap.note:
             self.news = (snap.note, time.monotonic())
         self._draw()
-        if self.chosen is not None and (self.chosen in snap.changed or self._is_running(self.chosen)):
+        if self.chosen is not None and self.chosen in snap.changed:
             self._load_detail(self.chosen)
 
     def _tick(self) -> None:
-        """Each second: elapsed times and countdowns move; the log tail of a running job is read again."""
+        """Each second: elapsed times and countdowns move; the log tail of a
+        running job is read again (from its file: nothing asked of the daemon)."""
         self._draw()
-        if self.chosen is not None and self._is_running(self.chosen):
-            self._load_detail(self.chosen)
+        d = self.job_detail
+        if self.chosen is not None and self._is_running(self.chosen) and d is not None and d.path:
+            self.run_worker(lambda: self._read_tail(d), thread=True, group="tail")
+
+    def _read_tail(self, d: Detail) -> None:
+        from sloth_daemon.cli.render import tail_lines
+
+        d.tail = tail_lines(d.path or "", LOG_LINES)
+        try:
+            self.call_from_thread(self._show_log, d)
+        except RuntimeError:
+            pass
 
     def _is_running(self, jid: int) -> bool:
         return self.snap is not None and any(j["id"] == jid for j in self.snap.running)
@@ -187,11 +198,7 @@ class TopApp(App[None]):
         if snap is None or not self.is_running:
             return
         st = snap.status or {}
-        import psutil
-
-        bat = psutil.sensors_battery() if hasattr(psutil, "sensors_battery") else None
-        power = (True, None) if bat is None else (bat.power_plugged is not False, float(bat.percent))
-        lines = view.header_lines(st, snap.source, power, now)
+        lines = view.header_lines(st, snap.source, snap.power, now)
         if snap.source != "daemon":
             lines[0] = f"{snap.source}  (`sloth daemon start` to act on jobs)" if not st.get("pid") else lines[0]
         if self.news is not None and time.monotonic() - self.news[1] < NOTE_S:
@@ -263,35 +270,43 @@ class TopApp(App[None]):
         try:
             d = self.feed.detail(jid)
         except errors.SlothError as e:
-            d = ({"job": None, "error": e.message}, [], "")
+            d = Detail({"job": None, "error": e.message}, [], "")
         try:
             self.call_from_thread(self._show_detail, jid, d)
         except RuntimeError:
             pass
 
-    def _show_detail(self, jid: int, d: tuple[dict[str, Any], list[str], str]) -> None:
+    def _show_detail(self, jid: int, d: Detail) -> None:
         self._detail_busy = False
-        if jid != self.chosen:
+        if jid != self.chosen:  # another was chosen meanwhile (its load was not started: one at a time)
+            if self.chosen is not None:
+                self._load_detail(self.chosen)
             return
         self.job_detail = d
-        info, tail, where = d
-        if info.get("job") is None:
-            self.home.query_one("#job", Static).update(Text(f"job {jid}: {info.get('error', 'gone')}"))
+        job = d.info.get("job")
+        if job is None:
+            self.home.query_one("#job", Static).update(Text(f"job {jid}: {d.info.get('error', 'gone')}"))
             self.home.query_one("#log", Static).update(Text(""))
             return
-        job = info["job"]
+        info = d.info
         text = show_job(job, info.get("events", []), prereqs=info.get("prereqs", ()),
                         dependents=info.get("dependents", ()))
         extra = view.cost_lines(info) + _progress_lines(job) + _batch_lines(job)
         self.home.query_one("#job", Static).update(Text.from_ansi("\n".join([text, *extra])))
-        head = f"log ({where})" + (", live" if job["state"] == "running" else "")
-        self.home.query_one("#log", Static).update(Text("\n".join([head, *(f"| {ln}" for ln in tail)])))
+        self._show_log(d)
+
+    def _show_log(self, d: Detail) -> None:
+        job = d.info.get("job")
+        if job is None or job["id"] != self.chosen:
+            return
+        head = f"log ({d.where})" + (", live" if job["state"] == "running" else "")
+        self.home.query_one("#log", Static).update(Text("\n".join([head, *(f"| {ln}" for ln in d.tail)])))
 
     # ------------------------------------------------------------ actions
     def _selected_job(self) -> dict[str, Any] | None:
-        if self.chosen is None or self.job_detail is None or self.job_detail[0].get("job") is None:
+        if self.chosen is None or self.job_detail is None or self.job_detail.info.get("job") is None:
             return None
-        job = self.job_detail[0]["job"]
+        job = self.job_detail.info["job"]
         return job if job["id"] == self.chosen else None
 
     def action_act(self, name: str) -> None:

@@ -56,6 +56,7 @@ class Snapshot:
     failures: list[signatures.FailureGroup] = field(default_factory=list)
     schedules: list[dict[str, Any]] = field(default_factory=list)
     usage: dict[int, tuple[float, int]] = field(default_factory=dict)
+    power: tuple[bool, float | None] | None = None  # (on mains, battery percent or None)
     changed: set[int] = field(default_factory=set)
     note: str | None = None
     live: bool = False  # the change stream is open: what is shown follows the daemon
@@ -131,6 +132,30 @@ class Usage:
                 continue
         self._procs = keep
         return out
+
+
+def power() -> tuple[bool, float | None] | None:
+    """On mains or not, and the battery's level (None: no battery), as this
+    machine says (psutil reads /sys/class/power_supply on Linux)."""
+    import psutil
+
+    try:
+        bat = psutil.sensors_battery()
+    except (OSError, RuntimeError, AttributeError):
+        return None
+    return (True, None) if bat is None else (bat.power_plugged is not False, float(bat.percent))
+
+
+@dataclass
+class Detail:
+    """The selected job as `show` tells it (``info``: job, events, prereqs,
+    dependents), its log's last lines, which attempt's (``where``) and the
+    log's path here (None: not here), read again each second while it runs."""
+
+    info: dict[str, Any]
+    tail: list[str]
+    where: str
+    path: str | None = None
 
 
 class Feed:
@@ -247,7 +272,7 @@ class Feed:
 
     def _deliver_usage(self) -> None:
         """Between reads: the running jobs' CPU and memory only (read here, not asked of the daemon)."""
-        self.deliver(Snapshot(source="usage", usage=self.usage.sample(self._running, self._host)))
+        self.deliver(Snapshot(source="usage", usage=self.usage.sample(self._running, self._host), power=power()))
 
     def snapshot(self) -> Snapshot:
         """Read everything the view shows, from the daemon or the file."""
@@ -273,7 +298,7 @@ class Feed:
         source = "daemon" if not offline else f"no daemon: reading {self._where()} read-only"
         return Snapshot(source=source, status=status, running=running, waiting=waiting,
                         failures=self._failures, schedules=self._schedules,
-                        usage=self.usage.sample(running, status.get("host")), changed=changed,
+                        usage=self.usage.sample(running, status.get("host")), power=power(), changed=changed,
                         note=self._story(None if offline else status.get("pid"), now), live=self.live and not offline)
 
     def _where(self) -> str:
@@ -318,15 +343,14 @@ class Feed:
         return line
 
     # -------------------------------------------------------------- detail
-    def detail(self, job_id: int) -> tuple[dict[str, Any], list[str], str]:
-        """The job as `show` tells it, its log's last lines, and where they came from."""
+    def detail(self, job_id: int) -> Detail:
+        """The job as `show` tells it, and its log's last lines."""
         from sloth_daemon.cli.render import tail_lines
 
         d = self.reader.call("show", id=job_id)
-        job = d["job"]
-        if not job["attempts"]:
-            return d, [], "no attempt yet"
+        if not d["job"]["attempts"]:
+            return Detail(d, [], "no attempt yet")
         where = self.reader.call("logs", id=job_id)
         if where.get("stored"):
-            return d, [], f"stored by another machine: `sloth logs {job_id}`"
-        return d, tail_lines(where["path"], LOG_LINES), f"attempt {where['attempt']}"
+            return Detail(d, [], f"stored by another machine: `sloth logs {job_id}`")
+        return Detail(d, tail_lines(where["path"], LOG_LINES), f"attempt {where['attempt']}", where["path"])
