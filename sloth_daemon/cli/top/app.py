@@ -82,6 +82,7 @@ def _key_label(a: Action) -> str:
 
 class TopApp(App[None]):
     TITLE = "sloth top"
+    ENABLE_COMMAND_PALETTE = False  # its keys are the view's own (`?` lists them)
     CSS = """
     Screen { layout: vertical; }
     #header { height: 3; padding: 0 1; background: $boost; }

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from sloth_daemon.cli.render import command_text, shown_state
+from sloth_daemon.cli.render import command_text, cut, shown_state
 from sloth_daemon.cli.top.signatures import FailureGroup
 from sloth_daemon.durations import format_duration, local_time
 from sloth_daemon.text import showable
@@ -24,6 +24,7 @@ from sloth_daemon.text import showable
 DAY_S = 86400.0
 BAR = 10  # cells of a progress bar
 Row = tuple[str, ...]  # a pane's cells
+SIGNATURE_WIDTH = 52  # a failure's signature as a row shows it (the detail shows the job's own line)
 
 
 # ------------------------------------------------------------------ header
@@ -184,7 +185,7 @@ def failure_rows(groups: Sequence[FailureGroup], now: float) -> list[tuple[int, 
     rows: list[tuple[int, Row]] = []
     for g in groups:
         ids = ", ".join(map(str, g.ids[:5])) + (f" +{len(g.ids) - 5}" if len(g.ids) > 5 else "")
-        rows.append((g.ids[0], (f"{g.count}×", g.text(), ids, format_duration(now - g.last_at) + " ago")))
+        rows.append((g.ids[0], (f"{g.count}×", cut(g.text(), SIGNATURE_WIDTH), ids, format_duration(now - g.last_at) + " ago")))
     return rows
 
 
