@@ -185,7 +185,8 @@ def failure_rows(groups: Sequence[FailureGroup], now: float) -> list[tuple[int, 
     rows: list[tuple[int, Row]] = []
     for g in groups:
         ids = ", ".join(map(str, g.ids[:5])) + (f" +{len(g.ids) - 5}" if len(g.ids) > 5 else "")
-        rows.append((g.ids[0], (f"{g.count}×", cut(g.text(), SIGNATURE_WIDTH), ids, format_duration(now - g.last_at) + " ago")))
+        when = format_duration(now - g.last_at) + " ago"
+        rows.append((g.ids[0], (f"{g.count}×", cut(g.text(), SIGNATURE_WIDTH), ids, when)))
     return rows
 
 
