@@ -25,6 +25,7 @@ from sloth_daemon import errors
 from sloth_daemon.cli.render import command_text, show_job
 from sloth_daemon.cli.top import view
 from sloth_daemon.cli.top.feed import LOG_LINES, Detail, Feed, Snapshot
+from sloth_daemon.cli.top.signatures import group
 from sloth_daemon.cli.top.keys import ACTIONS, BY_NAME, VIEW_KEYS, Action
 
 NARROW = 110  # columns below which the detail pane goes under the lists
@@ -216,17 +217,11 @@ class TopApp(App[None]):
         self._fill("running", view.running_rows(running, snap.usage, now))
         waiting = [j for j in snap.waiting if keep(j)]
         self._fill("next", view.next_rows(waiting, lanes, bool(st.get("paused_all")), now))
-        groups = snap.failures if not f else [g for g in snap.failures if self._group_matches(g)]
+        groups = group((j, last) for j, last in snap.failures if keep(j))
         self._fill("failures", view.failure_rows(groups, now))
         known = {j["id"]: j for j in (*snap.waiting, *snap.running)}
         self._fill("schedules", [(f"s:{n}", r) for n, r in view.schedule_rows(snap.schedules, known, now)])
         self.home.query_one("#message", Static).update(Text(self.said))
-
-    def _group_matches(self, g: Any) -> bool:
-        f = self.job_filter
-        if f.states and "failed" not in f.states or f.lane or f.label:
-            return not (f.states and "failed" not in f.states) and not f.lane and not f.label
-        return all(w in (g.example + " " + g.line).lower() for w in f.words)
 
     def _fill(self, pane: str, rows: list[tuple[Any, tuple[str, ...]]]) -> None:
         """Replace a pane's rows, keeping the cursor on the same row key."""

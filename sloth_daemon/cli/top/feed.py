@@ -26,7 +26,6 @@ from typing import Any, Callable
 
 from sloth_daemon import errors
 from sloth_daemon.cli.client import Client
-from sloth_daemon.cli.top import signatures
 from sloth_daemon.cli.top.view import start_of_day
 
 GAP_S = 1.0
@@ -53,7 +52,7 @@ class Snapshot:
     status: dict[str, Any] | None = None
     running: list[dict[str, Any]] = field(default_factory=list)
     waiting: list[dict[str, Any]] = field(default_factory=list)
-    failures: list[signatures.FailureGroup] = field(default_factory=list)
+    failures: list[tuple[dict[str, Any], str]] = field(default_factory=list)  # today's failed jobs, last lines
     schedules: list[dict[str, Any]] = field(default_factory=list)
     usage: dict[int, tuple[float, int]] = field(default_factory=dict)
     power: tuple[bool, float | None] | None = None  # (on mains, battery percent or None)
@@ -188,7 +187,7 @@ class Feed:
         self._last_lines: dict[tuple[int, int], str] = {}
         self._schedules: list[dict[str, Any]] = []
         self._schedules_at = 0.0
-        self._failures: list[signatures.FailureGroup] = []
+        self._failures: list[tuple[dict[str, Any], str]] = []
         self._failures_at = 0.0
         self._threads = [threading.Thread(target=self._listen, name="sloth-top-listen", daemon=True),
                          threading.Thread(target=self._read_loop, name="sloth-top-read", daemon=True)]
@@ -324,13 +323,13 @@ class Feed:
         self._up, self._pid = True, pid
         return note
 
-    def _read_failures(self, now: float) -> list[signatures.FailureGroup]:
+    def _read_failures(self, now: float) -> list[tuple[dict[str, Any], str]]:
         """The failed jobs that ended today, each with its last log line (or
-        its message, when its log says nothing), grouped by signature."""
+        its message, when its log says nothing): what signatures.group takes."""
         jobs = self.reader.call("list", states=["failed"], limit=MAX_FAILED)["jobs"]
         day = start_of_day(now)
         todays = [j for j in jobs if (j.get("finished_at") or j.get("updated_at") or 0) >= day]
-        return signatures.group((j, self._last_line(j)) for j in todays)
+        return [(j, self._last_line(j)) for j in todays]
 
     def _last_line(self, job: dict[str, Any]) -> str:
         from sloth_daemon.cli.render import tail_lines
