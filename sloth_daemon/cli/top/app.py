@@ -241,20 +241,23 @@ class TopApp(App[None]):
 
     # ------------------------------------------------------------- select
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if not event.data_table.has_focus:
+        if event.data_table.has_focus:
+            self._choose(event.data_table)
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        if isinstance(event.widget, DataTable):
+            self._choose(event.widget)
+
+    def _choose(self, table: DataTable[Any]) -> None:
+        """The job under the table's cursor now (not the event's row: a
+        refill moves the cursor to the top and back before its events are
+        handled) becomes the chosen one."""
+        if not table.row_count:
             return
-        jid = _job_of(event.row_key.value)
+        jid = _job_of(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
         if jid is not None and jid != self.chosen:
             self.chosen = jid
             self._load_detail(jid)
-
-    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
-        w = event.widget
-        if isinstance(w, DataTable) and w.row_count:
-            jid = _job_of(w.coordinate_to_cell_key(w.cursor_coordinate).row_key.value)
-            if jid is not None and jid != self.chosen:
-                self.chosen = jid
-                self._load_detail(jid)
 
     def _load_detail(self, jid: int) -> None:
         if self._detail_busy:
