@@ -119,6 +119,7 @@ class TopApp(App[None]):
         self.feed = Feed(self._from_feed, **(feed_options or {}))
         self._detail_busy = False
         self.home: Any = None  # the view's screen, once mounted
+        self._shown: dict[str, list[tuple[Any, tuple[str, ...]]]] = {}  # each pane's rows as drawn
 
     # ------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
@@ -224,7 +225,11 @@ class TopApp(App[None]):
         self.home.query_one("#message", Static).update(Text(self.said))
 
     def _fill(self, pane: str, rows: list[tuple[Any, tuple[str, ...]]]) -> None:
-        """Replace a pane's rows, keeping the cursor on the same row key."""
+        """Replace a pane's rows, keeping the cursor on the same row key
+        (nothing done when they are what it shows: most panes, most seconds)."""
+        if self._shown.get(pane) == rows:
+            return
+        self._shown[pane] = rows
         table = self.home.query_one(f"#{pane}", DataTable)
         current = None
         if table.row_count and table.cursor_row < table.row_count:
