@@ -29,6 +29,7 @@ from sloth_daemon.cli.top.signatures import group
 from sloth_daemon.cli.top.keys import ACTIONS, BY_NAME, VIEW_KEYS, Action
 
 NARROW = 110  # columns below which the detail pane goes under the lists
+NARROW_LOG_LINES = 6  # the log lines the detail pane has room for under the lists
 NOTE_S = 30.0  # a connection's news stays this long on the header
 PANES = ("running", "next", "failures", "schedules", "lanes")
 COLUMNS = {
@@ -96,6 +97,9 @@ class TopApp(App[None]):
     .title { text-style: bold; height: 1; }
     DataTable { height: auto; max-height: 14; scrollbar-size-horizontal: 0; }
     #message { height: 1; padding: 0 1; }
+    #log-narrow { display: none; }
+    Screen.narrow #log-narrow { display: block; }
+    Screen.narrow #log { display: none; }
     #filter { display: none; }
     #filter.shown { display: block; }
     Confirm, Help { align: center middle; }
@@ -132,6 +136,7 @@ class TopApp(App[None]):
                     table.add_columns(*COLUMNS[pane])
                     yield table
             with VerticalScroll(id="detail"):
+                yield Static(Text(""), id="log-narrow")
                 yield Static(Text("select a job (↑ ↓, Tab)"), id="job")
                 yield Static(Text(""), id="log")
         yield Input(placeholder="filter: lane:L state:S label:X words", id="filter")
@@ -151,6 +156,9 @@ class TopApp(App[None]):
             self._draw()
 
     def _fit(self, width: int) -> None:
+        """Narrow: the detail under the lists, its live log first (the few
+        rows it has go to what moves: CSS shows #log-narrow, not #log); wide:
+        beside them, the log last."""
         self.home.set_class(width < NARROW, "narrow")
 
     # --------------------------------------------------------------- feed
@@ -291,6 +299,7 @@ class TopApp(App[None]):
         if job is None:
             self.home.query_one("#job", Static).update(Text(f"job {jid}: {d.info.get('error', 'gone')}"))
             self.home.query_one("#log", Static).update(Text(""))
+            self.home.query_one("#log-narrow", Static).update(Text(""))
             return
         info = d.info
         text = show_job(job, info.get("events", []), prereqs=info.get("prereqs", ()),
@@ -305,6 +314,8 @@ class TopApp(App[None]):
             return
         head = f"log ({d.where})" + (", live" if job["state"] == "running" else "")
         self.home.query_one("#log", Static).update(Text("\n".join([head, *(f"| {ln}" for ln in d.tail)])))
+        narrow = d.tail[-NARROW_LOG_LINES:]  # its newest lines, in the rows it has
+        self.home.query_one("#log-narrow", Static).update(Text("\n".join([head, *(f"| {ln}" for ln in narrow)])))
 
     # ------------------------------------------------------------ actions
     def _selected_job(self) -> dict[str, Any] | None:
