@@ -229,10 +229,8 @@ class Feed:
                             self._mark(ev["job"])
                         elif ev.get("kind") == "end":
                             break
-            except errors.SlothError:
-                pass  # gone, restarting, or we fell behind (overflow): listen again, read again
-            except OSError:
-                pass
+            except (errors.SlothError, OSError, KeyError, TypeError):
+                pass  # gone, restarting, we fell behind (overflow), or a frame we cannot read: listen again
             finally:
                 self._stream = None
                 self.live = False
@@ -267,6 +265,8 @@ class Feed:
                 snap = self.snapshot()
             except errors.SlothError as e:
                 snap = Snapshot(source=f"cannot read the queue: {e.message}")
+            except (OSError, KeyError, TypeError, ValueError) as e:  # an answer not as expected: said, tried again
+                snap = Snapshot(source=f"cannot read the queue: {type(e).__name__}: {e}")
             self.deliver(snap)
 
     def _deliver_usage(self) -> None:
