@@ -166,6 +166,7 @@ def test_no_daemon_at_all_reads_the_queue_file_read_only_and_says_so(in_home):
     for jid in bad:
         h.wait_state(jid, "failed")
     queued = h.add("sleep", "1", not_before=time.time() + 3600)
+    h.cli("schedule", "add", "hourly", "--every", "1h", "--", "true", check=True)
     h.stop()
     app = TopApp(feed_options=FAST_FEED)
 
@@ -175,6 +176,8 @@ def test_no_daemon_at_all_reads_the_queue_file_read_only_and_says_so(in_home):
         assert grouped[0] == "3×" and grouped[1] == "exit 4: cannot open <path> after <n> tries"
         nxt = await until(pilot, lambda: row(app, "next", queued), what="the delayed job")
         assert nxt[3].startswith("delayed: starts in")
+        sched = await until(pilot, lambda: row(app, "schedules", "s:hourly"), what="the schedule")
+        assert re.fullmatch(r"in (59|60):\d\d", sched[1]) and sched[2] == "every 1h", sched
         await pilot.pause(1.0)
         assert not h.socket.exists() or not h.our_processes(), "top started a daemon"
 

@@ -228,7 +228,7 @@ class TopApp(App[None]):
         self._fill("next", view.next_rows(waiting, lanes, bool(st.get("paused_all")), now))
         groups = group((j, last) for j, last in snap.failures if keep(j))
         self._fill("failures", view.failure_rows(groups, now))
-        known = {j["id"]: j for j in (*snap.waiting, *snap.running)}
+        known = {**snap.schedule_jobs, **{j["id"]: j for j in (*snap.waiting, *snap.running)}}
         self._fill("schedules", [(f"s:{n}", r) for n, r in view.schedule_rows(snap.schedules, known, now)])
         self.home.query_one("#message", Static).update(Text(self.said))
 

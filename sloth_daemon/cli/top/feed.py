@@ -39,6 +39,9 @@ MAX_RUNNING = 100
 MAX_NEXT = 50
 MAX_FAILED = 500  # of the day's failures, at most this many grouped (the newest)
 LOG_LINES = 12
+MAX_SCHEDULE_JOBS = 20  # schedules' waiting last jobs read by id (beyond the MAX_NEXT listed)
+WAITING_STATES = ("queued", "held", "blocked")
+SCHEDULE_DUE_S = 5.0  # a schedule past its next slot is read again at most this often (it fired, or it waits)
 _GONE = (errors.DaemonNotRunning, errors.ConnectionLost, errors.DaemonNotAnswering, errors.DaemonBusy,
          errors.ProtocolError)
 
@@ -54,6 +57,7 @@ class Snapshot:
     waiting: list[dict[str, Any]] = field(default_factory=list)
     failures: list[tuple[dict[str, Any], str]] = field(default_factory=list)  # today's failed jobs, last lines
     schedules: list[dict[str, Any]] = field(default_factory=list)
+    schedule_jobs: dict[int, dict[str, Any]] = field(default_factory=dict)  # their last jobs, if still waiting
     usage: dict[int, tuple[float, int]] = field(default_factory=dict)
     power: tuple[bool, float | None] | None = None  # (on mains, battery percent or None)
     changed: set[int] = field(default_factory=set)
@@ -186,6 +190,7 @@ class Feed:
         self._host: str | None = None
         self._last_lines: dict[tuple[int, int], str] = {}
         self._schedules: list[dict[str, Any]] = []
+        self._schedule_jobs: dict[int, dict[str, Any]] = {}
         self._schedules_at = 0.0
         self._failures: list[tuple[dict[str, Any], str]] = []
         self._failures_at = 0.0
@@ -281,24 +286,50 @@ class Feed:
         r = self.reader
         status = r.call("status")
         running = r.call("list", states=["running"], limit=MAX_RUNNING)["jobs"]
-        waiting = r.call("list", states=["queued", "held", "blocked"], limit=MAX_NEXT)["jobs"]
+        waiting = r.call("list", states=list(WAITING_STATES), limit=MAX_NEXT)["jobs"]
         now = time.time()
         if failed_seen or not self.live or now - self._failures_at > FAILURES_S:
             self._failures = self._read_failures(now)
             self._failures_at = now
-        if not self.live or now - self._schedules_at > SCHEDULES_S:
-            try:
-                self._schedules = r.call("schedule_ls")["schedules"]
-            except errors.SlothError:
-                self._schedules = []
+        if self._schedules_stale(changed, now):
+            self._schedules, self._schedule_jobs = self._read_schedules(waiting)
             self._schedules_at = now
         offline = r.offline
         self._running, self._host = running, status.get("host")
         source = "daemon" if not offline else f"no daemon: reading {self._where()} read-only"
         return Snapshot(source=source, status=status, running=running, waiting=waiting,
-                        failures=self._failures, schedules=self._schedules,
+                        failures=self._failures, schedules=self._schedules, schedule_jobs=self._schedule_jobs,
                         usage=self.usage.sample(running, status.get("host")), power=power(), changed=changed,
                         note=self._story(None if offline else status.get("pid"), now), live=self.live and not offline)
+
+    def _schedules_stale(self, changed: set[int], now: float) -> bool:
+        """Read the schedules again: without a stream, every read; else every
+        SCHEDULES_S, when one's last job changed, or one came due (it fired)."""
+        if not self.live or now - self._schedules_at > SCHEDULES_S:
+            return True
+        if any(sc.get("last_job") in changed for sc in self._schedules):
+            return True
+        due = any(not sc.get("paused") and (sc.get("next_run") or now + 1) <= now for sc in self._schedules)
+        return due and now - self._schedules_at > SCHEDULE_DUE_S
+
+    def _read_schedules(self, waiting: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[int, dict[str, Any]]]:
+        """The schedules, and the last job of each whose last job still waits
+        (what a blocked one waits for), read by id if not among ``waiting``."""
+        try:
+            schedules = self.reader.call("schedule_ls")["schedules"]
+        except errors.SlothError:
+            return [], {}
+        seen = {j["id"] for j in waiting}
+        jobs: dict[int, dict[str, Any]] = {}
+        for sc in schedules:
+            jid = sc.get("last_job")
+            if jid is not None and jid not in seen and sc.get("last_state") in WAITING_STATES \
+                    and len(jobs) < MAX_SCHEDULE_JOBS:
+                try:
+                    jobs[jid] = self.reader.call("show", id=jid)["job"]
+                except errors.SlothError:
+                    continue  # pruned meanwhile
+        return schedules, jobs
 
     def _where(self) -> str:
         from sloth_daemon.cli.offline import where
