@@ -31,6 +31,18 @@ def colours(text: str) -> set[str]:
     return {m.group(1) or ",".join(m.group(2, 3, 4)) for m in _COLOUR.finditer(text)}
 
 
+_ESCAPE = re.compile(r"\x1b\[[0-9;?<>$]*[A-Za-z]")
+
+
+def shown(t: Terminal, pattern: str, timeout_s: float = 30) -> None:
+    """Read until ``pattern`` is in what was written with its escapes taken
+    out (a table's cells are written one by one, each in its colours)."""
+    deadline = time.monotonic() + timeout_s
+    while not re.search(pattern, _ESCAPE.sub("", t.text)):
+        assert time.monotonic() < deadline, f"no {pattern!r} in {_ESCAPE.sub('', t.text)[-3000:]!r}"
+        t._read(0.2)
+
+
 def top(harness, cols: int, rows: int, **env: str) -> Terminal:
     e = dict(harness.env, TERM="xterm-256color", **env)
     return Terminal([sys.executable, "-m", "sloth_daemon", "top"], e, harness.home, cols=cols, rows=rows)
@@ -93,3 +105,25 @@ def test_piped_it_says_it_needs_a_terminal(harness):
     assert p.returncode == 2, p
     assert "draws on a terminal" in p.stderr and "sloth status --json" in p.stderr
     assert not harness.socket.exists()  # nothing was started for it
+
+
+def test_on_battery_the_header_says_so_and_a_schedule_waiting_for_mains_is_blocked(make_harness, home):
+    """Top and the daemon in a namespace whose /sys/class/power_supply is a
+    fake on battery (tests/support/power.py): the header reads the machine's
+    power, and a schedule whose job waits for mains power says since when."""
+    from tests.acceptance.test_conditions import FAST_LOOK, start_over_power
+    from tests.support.power import fake_power, over_power
+
+    h = make_harness(FAST_LOOK)
+    tree = fake_power(home / "power", online=False, percent=41)
+    start_over_power(h, tree)
+    h.cli("schedule", "add", "backup", "--every", "1h", "--when", "ac", "--", "true", check=True)
+    h.cli("schedule", "run", "backup", check=True)  # one occurrence now: it waits for the charger
+    jid = h.wait_for(lambda: h.call("schedule_ls")["schedules"][0]["last_job"], 15, "the occurrence queued")
+    h.wait_for(lambda: h.job(jid)["wait_reason"] == "waiting for mains power", 15, "the daemon to say why")
+    argv = [*over_power(tree), sys.executable, "-m", "sloth_daemon", "top"]
+    with Terminal(argv, dict(h.env, TERM="xterm-256color"), h.home, cols=130, rows=36) as t:
+        t.read_until(r"on battery 41%", 30)
+        shown(t, r"backup +blocked +every 1h +no run since \d\d:\d\d(:\d\d)?: waiting for mains power")
+        t.type(b"q")
+        assert t.wait(20) == 0

@@ -124,6 +124,7 @@ class TopApp(App[None]):
         self._detail_busy = False
         self.home: Any = None  # the view's screen, once mounted
         self._shown: dict[str, list[tuple[Any, tuple[str, ...]]]] = {}  # each pane's rows as drawn
+        self._shown_text: dict[str, str] = {}  # the header's and the message line's text as drawn
 
     # ------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
@@ -216,7 +217,7 @@ class TopApp(App[None]):
             lines.append(self.news[0])
         elif self.job_filter:
             lines.append(f"filter: {self.job_filter.text()}  (/ to change, empty to clear)")
-        self.home.query_one("#header", Static).update(Text("\n".join(lines)))
+        self._put("#header", "\n".join(lines))
         lanes = st.get("lanes") or {}
         f = self.job_filter
         keep = f.matches if f else (lambda j: True)
@@ -230,7 +231,13 @@ class TopApp(App[None]):
         self._fill("failures", view.failure_rows(groups, now))
         known = {**snap.schedule_jobs, **{j["id"]: j for j in (*snap.waiting, *snap.running)}}
         self._fill("schedules", [(f"s:{n}", r) for n, r in view.schedule_rows(snap.schedules, known, now)])
-        self.home.query_one("#message", Static).update(Text(self.said))
+        self._put("#message", self.said)
+
+    def _put(self, selector: str, text: str) -> None:
+        """Show ``text`` in a Static, only if it changed (no redraw each second for nothing)."""
+        if self._shown_text.get(selector) != text:
+            self._shown_text[selector] = text
+            self.home.query_one(selector, Static).update(Text(text))
 
     def _fill(self, pane: str, rows: list[tuple[Any, tuple[str, ...]]]) -> None:
         """Replace a pane's rows, keeping the cursor on the same row key
@@ -372,7 +379,7 @@ class TopApp(App[None]):
 
     def _say(self, text: str) -> None:
         self.said = text
-        self.home.query_one("#message", Static).update(Text(text))
+        self._put("#message", text)
 
     def action_help(self) -> None:
         self.push_screen(Help())

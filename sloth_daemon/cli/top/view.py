@@ -35,7 +35,9 @@ def header_lines(status: dict[str, Any] | None, source: str, power: tuple[bool, 
     if status is None:
         first = source or "connecting to the daemon…"
     elif status.get("pid"):
-        first = (f"daemon up {format_duration(status.get('uptime_s') or 0)}, pid {status['pid']}, "
+        since = status.get("started_at")  # its uptime moves each second without a read
+        up = now - since if isinstance(since, (int, float)) else status.get("uptime_s") or 0
+        first = (f"daemon up {format_duration(up)}, pid {status['pid']}, "
                  f"version {status.get('version', '?')}")
     else:
         first = source
