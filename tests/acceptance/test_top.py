@@ -230,3 +230,25 @@ def test_the_filter_and_the_keys_that_ask_nothing(in_home):
         assert h.job(running)["state"] == "running"
 
     drive(app, body)
+
+
+def test_the_last_sleep_is_on_the_header(home, fakeclock, monkeypatch):
+    """The laptop sleeps an hour (the clock shim, tests/support/fakeclock.py):
+    the daemon's clock watch sees it, and the open view says so."""
+    from tests.support.harness import TEST_CONFIG, Harness
+
+    h = Harness(home / "h", config=TEST_CONFIG, extra_env=fakeclock.env())
+    monkeypatch.setenv("SLOTH_HOME", str(h.home))
+    try:
+        h.start()
+        app = TopApp(feed_options=dict(FAST_FEED, idle_s=1.0))  # the status read again each second
+
+        async def body(pilot: Any) -> None:
+            await until(pilot, lambda: "no sleep seen" in header(app), what="nothing seen yet")
+            fakeclock.jump(3600)
+            await until(pilot, lambda: "last slept" in header(app), what="the sleep on the header")
+            assert "3600" in header(app) or "1h" in header(app), header(app)
+
+        drive(app, body)
+    finally:
+        h.reap()
