@@ -20,12 +20,13 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets.data_table import RowDoesNotExist
 
 from sloth_daemon import errors
 from sloth_daemon.cli.render import command_text, show_job
 from sloth_daemon.cli.top import view
 from sloth_daemon.cli.top.feed import LOG_LINES, Detail, Feed, Snapshot
-from sloth_daemon.cli.top.signatures import group
+from sloth_daemon.cli.top.signatures import FailureGroup, group
 from sloth_daemon.cli.top.keys import ACTIONS, BY_NAME, VIEW_KEYS, Action
 
 NARROW = 110  # columns below which the detail pane goes under the lists
@@ -125,6 +126,7 @@ class TopApp(App[None]):
         self.home: Any = None  # the view's screen, once mounted
         self._shown: dict[str, list[tuple[Any, tuple[str, ...]]]] = {}  # each pane's rows as drawn
         self._shown_text: dict[str, str] = {}  # the header's and the message line's text as drawn
+        self._grouped: tuple[list[Any], str, list[FailureGroup]] | None = None
 
     # ------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
@@ -211,8 +213,8 @@ class TopApp(App[None]):
             return
         st = snap.status or {}
         lines = view.header_lines(st, snap.source, snap.power, now)
-        if snap.source != "daemon":
-            lines[0] = f"{snap.source}  (`sloth daemon start` to act on jobs)" if not st.get("pid") else lines[0]
+        if snap.source.startswith("no daemon"):
+            lines[0] = f"{snap.source}  (`sloth daemon start`, or a key that acts, starts one)"
         if self.news is not None and time.monotonic() - self.news[1] < NOTE_S:
             lines.append(self.news[0])
         elif self.job_filter:
@@ -227,11 +229,19 @@ class TopApp(App[None]):
         self._fill("running", view.running_rows(running, snap.usage, now))
         waiting = [j for j in snap.waiting if keep(j)]
         self._fill("next", view.next_rows(waiting, lanes, bool(st.get("paused_all")), now))
-        groups = group((j, last) for j, last in snap.failures if keep(j))
-        self._fill("failures", view.failure_rows(groups, now))
+        self._fill("failures", view.failure_rows(self._groups(snap, keep), now))
         known = {**snap.schedule_jobs, **{j["id"]: j for j in (*snap.waiting, *snap.running)}}
         self._fill("schedules", [(f"s:{n}", r) for n, r in view.schedule_rows(snap.schedules, known, now)])
         self._put("#message", self.said)
+
+    def _groups(self, snap: Snapshot, keep: Any) -> list[FailureGroup]:
+        """Today's failures the filter keeps, by signature (grouped again only
+        when the failures read or the filter changed, not each second)."""
+        text = self.job_filter.text()
+        g = self._grouped
+        if g is None or g[0] is not snap.failures or g[1] != text:  # the same list: not read again
+            g = self._grouped = (snap.failures, text, group((j, last) for j, last in snap.failures if keep(j)))
+        return g[2]
 
     def _put(self, selector: str, text: str) -> None:
         """Show ``text`` in a Static, only if it changed (no redraw each second for nothing)."""
@@ -256,7 +266,7 @@ class TopApp(App[None]):
         if current is not None:
             try:
                 table.move_cursor(row=table.get_row_index(current), animate=False)
-            except Exception:  # the row is gone (the job ended, moved pane)
+            except RowDoesNotExist:  # the row is gone (the job ended, moved pane)
                 pass
 
     # ------------------------------------------------------------- select
