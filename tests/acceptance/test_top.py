@@ -16,7 +16,9 @@ import pytest
 
 pytest.importorskip("textual")
 
-from sloth_daemon.cli.top.app import Confirm, TopApp  # noqa: E402
+from textual import events  # noqa: E402
+
+from sloth_daemon.cli.top.app import Confirm, Help, TopApp  # noqa: E402
 
 pytestmark = pytest.mark.acceptance
 
@@ -252,3 +254,32 @@ def test_the_last_sleep_is_on_the_header(home, fakeclock, monkeypatch):
         drive(app, body)
     finally:
         h.reap()
+
+
+def test_keys_typed_ahead_of_a_question_or_the_help_count_once(in_home):
+    """A question or the help is on screen until its dismissal is handled:
+    keys typed fast reach it again. The first answer counts; the view lives."""
+    h = in_home
+    h.start()
+    jid = h.add("sleep", "60")
+    h.wait_state(jid, "running")
+    app = TopApp(feed_options=FAST_FEED)
+
+    async def body(pilot: Any) -> None:
+        await until(pilot, lambda: app.chosen == jid and app.job_detail is not None, what="the job selected")
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, Help), what="the help")
+        for key in ("x", "c"):  # both queued before the first is handled, as a fast typist's are
+            app.screen.post_message(events.Key(key, key))
+        await until(pilot, lambda: not isinstance(app.screen, Help), what="the help closed")
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, Confirm), what="the question")
+        question = app.screen
+        question.action_no()  # two answers before the first is handled: the first counts
+        question.action_yes()
+        await until(pilot, lambda: not isinstance(app.screen, Confirm), what="the question gone")
+        await pilot.pause(1.0)
+        assert app.is_running and "not done" in app.said
+        assert h.job(jid)["state"] == "running"
+
+    drive(app, body)

@@ -52,19 +52,29 @@ class Confirm(ModalScreen[bool]):
     def __init__(self, question: str) -> None:
         super().__init__()
         self.question = question
+        self.answered = False  # keys typed ahead reach it until it is gone: the first answer counts
 
     def compose(self) -> ComposeResult:
         yield Static(Text(f"{self.question}\n\ny: yes    n, Enter, Esc: no (the default)"), id="question")
 
     def action_yes(self) -> None:
-        self.dismiss(True)
+        self._answer(True)
 
     def action_no(self) -> None:
-        self.dismiss(False)
+        self._answer(False)
+
+    def _answer(self, yes: bool) -> None:
+        if not self.answered:
+            self.answered = True
+            self.dismiss(yes)
 
 
 class Help(ModalScreen[None]):
     """The keys (`?`); any key closes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closing = False
 
     def compose(self) -> ComposeResult:
         lines = ["sloth top: keys", ""]
@@ -76,7 +86,9 @@ class Help(ModalScreen[None]):
 
     def on_key(self, event: events.Key) -> None:
         event.stop()
-        self.dismiss(None)
+        if not self.closing:  # keys typed ahead reach it until it is gone: the first closes it
+            self.closing = True
+            self.dismiss(None)
 
 
 def _key_label(a: Action) -> str:
