@@ -275,6 +275,8 @@ def test_keys_typed_ahead_of_a_question_or_the_help_count_once(in_home):
         await pilot.press("c")
         await until(pilot, lambda: isinstance(app.screen, Confirm), what="the question")
         question = app.screen
+        await pilot.press("c", "k", "question_mark")  # the view's keys do nothing while it asks
+        assert app.screen is question and len(app.screen_stack) == 2
         question.action_no()  # two answers before the first is handled: the first counts
         question.action_yes()
         await until(pilot, lambda: not isinstance(app.screen, Confirm), what="the question gone")
