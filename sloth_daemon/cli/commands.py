@@ -282,6 +282,14 @@ COMMANDS: tuple[Command, ...] = (
         + _examples("sloth status", "sloth status --json | jq .counts"),
         "sloth_daemon.cli.status:status", _json(_MACHINE), fast=True),
     Command(
+        "top", "A live full-screen view: lanes, running jobs (progress, CPU, memory), what\nis next and why it waits, "
+        "today's failures by signature, schedules due; keys\nto cancel, kill, retry, pause, hold, bump (`?` lists "
+        "them). Without a daemon\nit reads the queue file read-only and says so."
+        + _examples("sloth top", "sloth top --filter lane:video"),
+        "sloth_daemon.cli.top:top",
+        Option("filter_text", "--filter", VALUE, None, "Start with this filter: lane:L state:S label:X and words "
+               "(`/` changes it)."), fast=False),
+    Command(
         "wait", "Block until the jobs end, telling each outcome; exit 0 if all are done,\n5 if any failed or was "
         "cancelled (130 on Ctrl-C; the jobs carry on). No ID: the latest job you queued from this machine.",
         "sloth_daemon.cli.wait:wait",

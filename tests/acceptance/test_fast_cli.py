@@ -266,7 +266,7 @@ def test_the_fast_path_and_typer_work_the_same_without_a_daemon(pair):
 HEAVY = {
     "typer", "click", "rich", "psutil", "sqlite3", "asyncio", "subprocess", "platformdirs", "sloth_daemon.cli.typer_app",
     "sloth_daemon.paths", "sloth_daemon.spec", "sloth_daemon.models", "sloth_daemon.config",
-    "sloth_daemon.queue", "psycopg",
+    "sloth_daemon.queue", "psycopg", "textual", "sloth_daemon.cli.top",
 }
 LIGHT_TOO = {"typing", "dataclasses", "inspect", "re", "json", "pathlib", "socket", "selectors", "shlex", "secrets"}
 IMPORTS = """
@@ -329,6 +329,22 @@ def test_the_daily_commands_and_a_tab_import_only_what_they_need(harness, home):
         assert not new & HEAVY, (argv, sorted(new & HEAVY))
         if light:
             assert not new & LIGHT_TOO, (argv, sorted(new & LIGHT_TOO))
+
+
+# issue 31: `sloth top`'s library (textual, ~150 ms and more) is imported by
+# `top` alone, inside its function: not by the Typer app that every
+# command outside the fast path goes through, nor by any help page.
+TUI = {"textual", "sloth_daemon.cli.top", "sloth_daemon.cli.top.app", "sloth_daemon.cli.top.feed"}
+TYPER_LINES = [["--help"], ["top", "--help"], ["ls", "--bogus"], ["schedule", "ls"], ["daemon", "status"]]
+
+
+def test_no_command_but_top_imports_its_terminal_library(harness, home):
+    harness.start()
+    for argv in TYPER_LINES:
+        code, new = imported(harness, argv, home / "imports.txt")
+        assert not new & TUI, (argv, sorted(new & TUI))
+    code, new = imported(harness, ["top"], home / "imports.txt")  # not a terminal: refused before the import
+    assert code == 2 and "sloth_daemon.cli.top" in new and not new & {"textual", "sloth_daemon.cli.top.app"}
 
 
 def _maps_name(pid: int | str, name: str) -> bool:
