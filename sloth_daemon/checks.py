@@ -10,6 +10,7 @@ Nothing of typing at run time: every `sloth add` imports this module
 
 from __future__ import annotations
 
+import json
 import math
 
 from sloth_daemon.durations import MAX_DURATION_S, MAX_TIME, format_duration
@@ -622,3 +623,14 @@ def mail_address(v: Any) -> str:
             or any(c <= " " or c in ",;<>\"\x7f" for c in v)):
         raise FieldError("mail_to", f"{v!r} is not a mail address (user@host)")
     return v
+
+
+def merge_tell(own: str | None, more: str) -> str:
+    """A job's channels and its lane's (or schedule's), each once, at most MAX_CHANNELS."""
+    chans = json.loads(own) if own else []
+    for ch in json.loads(more):
+        if ch not in chans:
+            chans.append(ch)
+    if len(chans) > MAX_CHANNELS:
+        raise FieldError("ping", f"at most {MAX_CHANNELS} channels a job, its lane's included; got {len(chans)}")
+    return dumps(chans, compact=True)

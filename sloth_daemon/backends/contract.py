@@ -181,13 +181,14 @@ class Message:
     last_error: str | None = None
     sent_at: float | None = None
     token: str | None = None
+    exit_code: int | None = None  # the job's, as the event left it
 
     def to_dict(self) -> dict[str, Any]:
         """As the outbox op shows it: the channel's URL masked, no token."""
         from sloth_daemon.models import mask_channel
 
         return {"id": self.id, "key": self.key, "event": self.event, "channel": mask_channel(self.channel),
-                "job_id": self.job_id, "attempt": self.attempt, "schedule": self.schedule, "note": self.note,
+                "job_id": self.job_id, "attempt": self.attempt, "exit_code": self.exit_code, "schedule": self.schedule, "note": self.note,
                 "at": self.at, "state": self.state, "tries": self.tries, "next_at": self.next_at,
                 "last_error": self.last_error, "sent_at": self.sent_at}
 
@@ -204,6 +205,13 @@ class Outbox(Protocol):
         """Up to ``limit`` pending messages due now (next_at <= now) whose
         lease is free or ran out, oldest first, each leased to ``sender``
         for ``lease_s`` with a fresh token (tries + 1)."""
+        ...
+
+    def free(self, prefix: str) -> int:
+        """Free at once the leases of senders whose name starts with
+        ``prefix``: an earlier daemon of this machine (it is dead: two never
+        run on one machine's queue at once), so a restart after a crash
+        mid-send need not wait out its lease. Returns how many."""
         ...
 
     def sent(self, msg_id: int, token: str) -> bool:

@@ -126,6 +126,16 @@ def gate_fields(when: Optional[Sequence[str]], on_lost: Optional[str], needs: Op
     return out
 
 
+def tell_fields(ping: Optional[Sequence[str]] = None, webhook: Optional[Sequence[str]] = None,
+                webhook_on: Optional[str] = None, mail_to: Optional[Sequence[str]] = None,
+                mail_on: Optional[str] = None) -> dict[str, Any]:
+    """--ping, --webhook, --webhook-on, --mail-to, --mail-on: the job's
+    channels (checks.tell_json checks them, in the daemon)."""
+    out = {"ping": list(ping) if ping else None, "webhook": list(webhook) if webhook else None,
+           "webhook_on": webhook_on, "mail_to": list(mail_to) if mail_to else None, "mail_on": mail_on}
+    return {k: v for k, v in out.items() if v is not None}
+
+
 def hold_fields(keep_awake: bool, mem: Optional[str], cpus: Optional[str], nice: Optional[int],
                 io: Optional[str]) -> dict[str, Any]:
     """--keep-awake, --mem 2G, --cpus 1.5, --nice 10, --io idle (whether this

@@ -31,7 +31,8 @@ def add(words: Sequence[str], *, every: Text = None, cron: Text = None, tz: Text
         retry_exit: Text = None, no_retry_exit: Text = None, anywhere: bool = False, on: Text = None,
         keep_awake: bool = False, mem: Text = None, cpus: Text = None, nice: Optional[int] = None, io: Text = None,
         when: Optional[Sequence[str]] = None, on_lost: Text = None, needs: Optional[Sequence[str]] = None,
-        slots: Optional[int] = None, no_start: bool = False, as_json: bool = False) -> None:
+        slots: Optional[int] = None, ping: Any = None, webhook: Any = None, webhook_on: Text = None,
+        mail_to: Any = None, mail_on: Text = None, no_start: bool = False, as_json: bool = False) -> None:
     """`sloth schedule add NAME (--every D | --cron EXPR) [options] -- CMD ARGS...`."""
     options = dict(locals())
     name, command = _split(words, need_command=True)
@@ -49,7 +50,8 @@ def edit(words: Sequence[str], *, every: Text = None, cron: Text = None, tz: Tex
          retry_exit: Text = None, no_retry_exit: Text = None, anywhere: Any = None, on: Text = None,
          keep_awake: Any = None, mem: Text = None, cpus: Text = None, nice: Optional[int] = None, io: Text = None,
          when: Optional[Sequence[str]] = None, on_lost: Text = None, needs: Optional[Sequence[str]] = None,
-         slots: Optional[int] = None, as_json: bool = False) -> None:
+         slots: Optional[int] = None, ping: Any = None, webhook: Any = None, webhook_on: Text = None,
+         mail_to: Any = None, mail_on: Text = None, as_json: bool = False) -> None:
     """`sloth schedule edit NAME [options] [-- CMD ARGS...]`: only what is given changes."""
     options = dict(locals())
     name, command = _split(words, need_command=False)
@@ -148,7 +150,9 @@ def _job(command: list[str], o: dict[str, Any], *, edit: bool = False) -> dict[s
               "label": o.get("label"), **opts.retry_fields(o.get("retry_exit"), o.get("no_retry_exit")),
               **opts.place_fields(bool(o.get("anywhere")), o.get("on")),
               **opts.hold_fields(bool(o.get("keep_awake")), o.get("mem"), o.get("cpus"), o.get("nice"), o.get("io")),
-              **opts.gate_fields(o.get("when"), o.get("on_lost"), o.get("needs"), o.get("slots"))}
+              **opts.gate_fields(o.get("when"), o.get("on_lost"), o.get("needs"), o.get("slots")),
+              **opts.tell_fields(o.get("ping"), o.get("webhook"), o.get("webhook_on"), o.get("mail_to"),
+                                 o.get("mail_on"))}
     if edit:
         return {**job, **{k: v for k, v in fields.items() if v is not None},
                 **({"cwd": common_fields(cwd=o["cwd"])["cwd"]} if o.get("cwd") else {})}

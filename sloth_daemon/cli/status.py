@@ -47,6 +47,9 @@ def status(*, as_json: bool) -> int:
     if cond.get("resources"):
         lines.append("tokens   " + "  ".join(f"{showable(k)} {len(v['free'])}/{len(v['tokens'])} free"
                                            for k, v in cond["resources"].items()))
+    box = st.get("outbox") or {}
+    if box.get("pending") or box.get("failed"):  # pings, webhooks, mail not delivered (docs/telling.md)
+        lines.append(f"outbox   {box['pending']} pending, {box['failed']} failed (`sloth outbox ls`)")
     for j in st["running"]:
         lines.append(f"{render.shown_state(j):<8} {j['id']:<6} {render.when(j)}  {render.command_text(j, 50)}")
     for j in st["failed"]:
@@ -118,4 +121,4 @@ def _status() -> dict[str, Any]:
             waiting.setdefault(j["wait_reason"], []).append(j["id"])
     return {"daemon": daemon, "counts": d["counts"], "lanes": d["lanes"], "running": running,
             "failed": failed, "host": d.get("host"), "hosts": d.get("hosts"), "conditions": d.get("conditions"),
-            "waiting": waiting}
+            "waiting": waiting, **({"outbox": d["outbox"]} if d.get("outbox") else {})}

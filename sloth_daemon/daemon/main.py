@@ -55,6 +55,7 @@ from sloth_daemon.daemon.server import Server
 from sloth_daemon.daemon.worker.runs import worker_name
 from sloth_daemon.daemon.supervision import KeeperSpawner
 from sloth_daemon.daemon.tell import Teller
+from sloth_daemon.daemon.telling.sender import Sender
 from sloth_daemon.daemon.worker.clockwatch import ClockWatch
 from sloth_daemon.daemon.worker.loop import Worker
 from sloth_daemon.daemon.schedules.scheduler import Ports, Scheduler, machine_id
@@ -204,6 +205,8 @@ class Daemon:
         tasks = [worker, loop.create_task(idle_exit.watch_daemon(self))]  # idle_exit_s (docs/idle.md)
         if notifier.watchdog_interval_s:
             tasks.append(loop.create_task(_watchdog(notifier, notifier.watchdog_interval_s)))
+        if self.teller is not None and self.teller.sender is not None:
+            tasks.append(loop.create_task(self.teller.sender.run()))  # the outbox (daemon/telling/)
         notifier.ready(f"serving {self.paths.socket}")
         log.info("sloth %s ready: pid %d, socket %s, queue %s", __version__, os.getpid(), self.paths.socket,
                  self.paths.db if self.shared is None else self.shared.describe())
@@ -292,7 +295,9 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
                     clock=clock, queue_time=shared.time.now if shared is not None else None,
                     on_change=lambda job: control.job_changed(job))
     queue.on_side_change = worker.side_change  # a dependent queued or cancelled by another's transition
-    teller = Teller(settings, log_path=paths.job_log, lane_busy=queue.lane_busy)
+    sender = Sender(queue, settings, prefix=f"{host or socket.gethostname()}/", log_path=paths.job_log,
+                    shared_poll_s=settings.poll_s if shared is not None else None)
+    teller = Teller(settings, log_path=paths.job_log, lane_busy=queue.lane_busy, sender=sender)
     if shared is not None:
         shared.attach(worker, paths.job_log)
     scheduler = compose_scheduler(queue, worker, clocks, shared, job=lambda d: control.validate([d], fired=True)[0],

@@ -28,7 +28,7 @@ MAX_ERROR = 500
 def message(row: Row) -> contract.Message:
     return contract.Message(
         id=row["id"], key=row["key"], event=row["event"], channel=json.loads(row["channel"]), job_id=row["job_id"],
-        attempt=row["attempt"], schedule=row["schedule"], note=row["note"], at=row["at"], state=row["state"],
+        attempt=row["attempt"], exit_code=row["exit_code"], schedule=row["schedule"], note=row["note"], at=row["at"], state=row["state"],
         tries=row["tries"], next_at=row["next_at"], last_error=row["last_error"], sent_at=row["sent_at"],
         token=row["token"])
 
@@ -45,6 +45,12 @@ class PgOutbox(contract.Outbox):
         def tx(c: Cursor) -> list[contract.Message]:
             return sorted((message(r) for r in c.execute(SQL_CLAIM, args).fetchall()), key=lambda m: m.id)
         return self.db.write(tx, "claiming messages to send")
+
+    def free(self, prefix: str) -> int:
+        return self.db.write(lambda c: c.execute(
+            "UPDATE sloth.outbox SET lease_until = NULL, token = NULL WHERE state = 'pending'"
+            " AND lease_until IS NOT NULL AND left(sender, %s) = %s", (len(prefix), prefix)).rowcount,
+            "freeing a dead sender's messages")
 
     def sent(self, msg_id: int, token: str) -> bool:
         return self.db.write(lambda c: c.execute(

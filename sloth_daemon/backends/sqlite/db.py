@@ -223,6 +223,7 @@ MIGRATIONS: list[str] = [
         channel     TEXT    NOT NULL,             -- JSON: {"kind", "url" or "to", "on"}
         job_id      INTEGER,                      -- no reference: a pruned job's message still goes
         attempt     INTEGER NOT NULL DEFAULT 0,
+        exit_code   INTEGER,                      -- the job's as the event left it
         schedule    TEXT,
         note        TEXT    NOT NULL DEFAULT '',  -- why (a missed window's reason)
         at          REAL    NOT NULL,             -- when the event happened
@@ -241,10 +242,10 @@ MIGRATIONS: list[str] = [
     CREATE TRIGGER events_tell AFTER INSERT ON events
     WHEN NEW.kind IN ('started', 'done', 'failed', 'lease_expired', 'cancelled', 'fenced')
     BEGIN
-        INSERT OR IGNORE INTO outbox (key, event, channel, job_id, attempt, at, next_at)
+        INSERT OR IGNORE INTO outbox (key, event, channel, job_id, attempt, exit_code, at, next_at)
         SELECT 'job:' || t.id || ':' || NEW.attempt || ':' || t.evt, t.evt, ch.value, t.id, NEW.attempt,
-               NEW.at, NEW.at
-        FROM (SELECT id, tell, CASE
+               t.exit_code, NEW.at, NEW.at
+        FROM (SELECT id, tell, exit_code, CASE
                 WHEN NEW.kind = 'started' THEN 'started'
                 WHEN state = 'done' AND NEW.kind = 'done' THEN 'done'
                 WHEN state = 'failed' AND NEW.kind IN ('failed', 'lease_expired', 'fenced') THEN 'failed'

@@ -26,7 +26,7 @@ MAX_ERROR = 500  # characters of a delivery's error kept
 def message(row: sqlite3.Row) -> contract.Message:
     return contract.Message(
         id=row["id"], key=row["key"], event=row["event"], channel=json.loads(row["channel"]), job_id=row["job_id"],
-        attempt=row["attempt"], schedule=row["schedule"], note=row["note"], at=row["at"], state=row["state"],
+        attempt=row["attempt"], exit_code=row["exit_code"], schedule=row["schedule"], note=row["note"], at=row["at"], state=row["state"],
         tries=row["tries"], next_at=row["next_at"], last_error=row["last_error"], sent_at=row["sent_at"],
         token=row["token"])
 
@@ -43,6 +43,12 @@ class SqliteOutbox(contract.Outbox):
             ids = [r[0] for r in c.execute(SQL_DUE, (now, now, limit)).fetchall()]
             return [message(c.execute(SQL_LEASE, (os.urandom(8).hex(), sender, now + lease_s, i)).fetchone())
                     for i in ids]
+
+    def free(self, prefix: str) -> int:
+        with self.store.tx(durable=False) as c:
+            return c.execute("UPDATE outbox SET lease_until = NULL, token = NULL WHERE state = 'pending'"
+                             " AND lease_until IS NOT NULL AND substr(sender, 1, ?) = ?",
+                             (len(prefix), prefix)).rowcount
 
     def sent(self, msg_id: int, token: str) -> bool:
         now = self.clock.now()

@@ -73,6 +73,7 @@ def test_a_lease_that_runs_out_hands_the_message_to_another_sender(q, clock):
     first = q.outbox.claim("a", limit=10, lease_s=30)
     assert [m.event for m in first] == ["started", "done"]
     assert q.outbox.claim("b", limit=10, lease_s=30) == []  # leased
+    assert q.outbox.free("z") == 0
     assert q.outbox.next_at() == pytest.approx(30)
     clock.advance(31)  # a died mid-send
     again = q.outbox.claim("b", limit=10, lease_s=30)
@@ -101,3 +102,13 @@ def test_add_writes_a_keyed_message_once(q):
     (m,) = q.outbox.messages()
     assert (m.schedule, m.note, m.channel["kind"]) == ("nightly", "why", "ping")
     assert sql(q, "SELECT count(*) FROM outbox")[0][0] == 1
+
+
+def test_a_dead_senders_leases_are_freed_by_its_machines_next_daemon(q):
+    jid = add(q, "x", ping=PING)
+    run = q.claim("w")
+    q.complete(jid, run.token, runner={"pid": 1})
+    assert len(q.outbox.claim("host-a/1/x", limit=10, lease_s=300)) == 2
+    assert q.outbox.free("host-b/") == 0
+    assert q.outbox.free("host-a/") == 2
+    assert len(q.outbox.claim("host-a/2/y", limit=10, lease_s=300)) == 2

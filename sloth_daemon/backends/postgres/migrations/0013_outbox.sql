@@ -23,6 +23,7 @@ CREATE TABLE sloth.outbox (
     channel     text             NOT NULL COLLATE "C",
     job_id      bigint,          -- no reference: a pruned job's message still goes
     attempt     bigint           NOT NULL DEFAULT 0,
+    exit_code   integer,         -- the job's as the event left it
     schedule    text,
     note        text             NOT NULL DEFAULT '',
     at          double precision NOT NULL,
@@ -44,7 +45,7 @@ DECLARE
     j record;
     evt text;
 BEGIN
-    SELECT id, state, tell INTO j FROM sloth.jobs WHERE id = NEW.job_id;
+    SELECT id, state, tell, exit_code INTO j FROM sloth.jobs WHERE id = NEW.job_id;
     IF j.tell IS NULL THEN
         RETURN NULL;
     END IF;
@@ -58,8 +59,9 @@ BEGIN
     IF evt IS NULL THEN
         RETURN NULL;
     END IF;
-    INSERT INTO sloth.outbox (key, event, channel, job_id, attempt, at, next_at)
-    SELECT 'job:' || j.id || ':' || NEW.attempt || ':' || evt, evt, ch::text, j.id, NEW.attempt, NEW.at, NEW.at
+    INSERT INTO sloth.outbox (key, event, channel, job_id, attempt, exit_code, at, next_at)
+    SELECT 'job:' || j.id || ':' || NEW.attempt || ':' || evt, evt, ch::text, j.id, NEW.attempt, j.exit_code,
+           NEW.at, NEW.at
     FROM jsonb_array_elements(j.tell::jsonb) AS ch
     WHERE ch -> 'on' ? evt
     ON CONFLICT DO NOTHING;
