@@ -188,7 +188,8 @@ class Message:
         from sloth_daemon.models import mask_channel
 
         return {"id": self.id, "key": self.key, "event": self.event, "channel": mask_channel(self.channel),
-                "job_id": self.job_id, "attempt": self.attempt, "exit_code": self.exit_code, "schedule": self.schedule, "note": self.note,
+                "job_id": self.job_id, "attempt": self.attempt, "exit_code": self.exit_code,
+                "schedule": self.schedule, "note": self.note,
                 "at": self.at, "state": self.state, "tries": self.tries, "next_at": self.next_at,
                 "last_error": self.last_error, "sent_at": self.sent_at}
 

@@ -28,7 +28,8 @@ MAX_ERROR = 500
 def message(row: Row) -> contract.Message:
     return contract.Message(
         id=row["id"], key=row["key"], event=row["event"], channel=json.loads(row["channel"]), job_id=row["job_id"],
-        attempt=row["attempt"], exit_code=row["exit_code"], schedule=row["schedule"], note=row["note"], at=row["at"], state=row["state"],
+        attempt=row["attempt"], exit_code=row["exit_code"],
+        schedule=row["schedule"], note=row["note"], at=row["at"], state=row["state"],
         tries=row["tries"], next_at=row["next_at"], last_error=row["last_error"], sent_at=row["sent_at"],
         token=row["token"])
 
