@@ -113,6 +113,11 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "schedule_resume": (frozenset({"name"}), frozenset()),
     "schedule_rm": (frozenset({"name"}), frozenset()),
     "schedule_run": (frozenset({"name"}), frozenset()),
+    # The outbox (issue 32, daemon/telling/ops.py): "outbox" answers {messages, counts};
+    # retry and drop (by message id) {changed, skipped}.
+    "outbox": (frozenset(), frozenset({"states", "limit"})),
+    "outbox_retry": (frozenset({"ids"}), frozenset()),
+    "outbox_drop": (frozenset({"ids"}), frozenset()),
 }
 # The first version that has each op (all others: 1).
 OP_SINCE: dict[str, int] = {"stage": 2, "commit": 2, "batch": 2, "scan": 3}

@@ -23,7 +23,8 @@ class Seen:
 
 
 class Receiver:
-    """``mode``: ok, 500, 404, hang, drop; ``redirect``: answer 301 to /moved first.
+    """``mode``: ok, 500, 404, hang (no answer, nothing done), apply-then-hang
+    (done, then no answer: the sender cannot know), drop; ``redirect``: answer 301 to /moved first.
     ``requests``: every request; ``effects``: those whose key was new (in order)."""
 
     def __init__(self) -> None:
@@ -67,6 +68,9 @@ class Receiver:
                     if key not in me.keys:
                         me.keys.add(key)
                         me.effects.append(seen)
+                if mode == "apply-then-hang":  # done on our side; the sender never hears so
+                    me.release.wait(600)
+                    return
                 self._answer(200)
 
             def _answer(self, code: int, headers: dict[str, str] | None = None) -> None:

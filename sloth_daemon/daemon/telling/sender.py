@@ -25,6 +25,7 @@ machine does not stretch it) and, on a shared queue, ``poll_s``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -89,7 +90,9 @@ class Sender:
 
     # ---------------------------------------------------------------- loop
     async def run(self) -> None:
-        """Deliver until cancelled (the daemon's stop)."""
+        """Deliver until cancelled (the daemon's stop): claim only as many
+        messages as threads are free, so what is claimed is being sent (a
+        hung receiver holds its thread until its timeout, never the rest)."""
         self._wake = asyncio.Event()
         loop = asyncio.get_running_loop()
         try:
@@ -99,14 +102,21 @@ class Sender:
                          "drop a repeat)", freed)
         except SlothError as e:
             log.warning("outbox: %s", e.message)
+        busy: dict[Any, asyncio.Task[None]] = {}  # subject (job, schedule) -> its last send
         while True:
             self._wake.clear()
+            wait: float | None = None
             try:
-                batch = self.claim()
+                free = MAX_THREADS - len(busy)
+                batch = self.claim(free) if free > 0 else []
+                for m in batch:
+                    subject = (m.job_id, m.schedule)
+                    task = loop.create_task(self._send_after(busy.get(subject), loop, m))
+                    busy[subject] = task
+                    task.add_done_callback(functools.partial(self._sent, busy, subject))
                 if batch:
-                    await asyncio.gather(*(self._send_group(loop, g) for g in _by_subject(batch)))
                     continue
-                wait = self._wait_s()
+                wait = self._wait_s() if not busy else MAX_WAIT_S
             except SlothError as e:  # the queue is busy or gone a moment: look again soon
                 log.warning("outbox: %s", e.message)
                 wait = MAX_WAIT_S
@@ -114,6 +124,20 @@ class Sender:
                 await asyncio.wait_for(self._wake.wait(), wait)
             except asyncio.TimeoutError:
                 pass
+
+    def _sent(self, busy: dict[Any, asyncio.Task[None]], subject: Any, task: asyncio.Task[None]) -> None:
+        if busy.get(subject) is task:
+            del busy[subject]
+        self.wake()  # a thread is free
+
+    async def _send_after(self, before: asyncio.Task[None] | None, loop: asyncio.AbstractEventLoop,
+                          m: Message) -> None:
+        """Send ``m`` once the send before it of its subject (a job's start before its end) is over."""
+        if before is not None:
+            await asyncio.wait([before])
+        work = self.prepare(m)
+        error = await loop.run_in_executor(self.pool, _deliver, work)
+        self.record(m, error)
 
     def _wait_s(self) -> float | None:
         now = self.queue.clock.now()
@@ -126,18 +150,10 @@ class Sender:
             caps.append(max(due - now, 0.05))
         return min(caps) if caps else None
 
-    async def _send_group(self, loop: asyncio.AbstractEventLoop, group: list[Message]) -> None:
-        """One subject's messages (a job's, a schedule's) in order, on one
-        thread at a time: its start goes before its end."""
-        for m in group:
-            work = self.prepare(m)
-            error = await loop.run_in_executor(self.pool, _deliver, work)
-            self.record(m, error)
-
     # ---------------------------------------------------------------- steps
-    def claim(self) -> list[Message]:
-        lease = self.timeout_s * BATCH + 30.0  # every one of them may take its whole timeout
-        return self.queue.outbox.claim(self.name, limit=BATCH, lease_s=lease)
+    def claim(self, limit: int = BATCH) -> list[Message]:
+        lease = self.timeout_s * limit + 30.0  # a subject's may be sent one after another, each its whole timeout
+        return self.queue.outbox.claim(self.name, limit=limit, lease_s=lease)
 
     def prepare(self, m: Message) -> Work:
         """What to send, read on the loop (the job from the queue)."""
@@ -247,13 +263,6 @@ def _secret(tell: Any) -> bytes | None:
             return fh.read(SECRET_CAP).strip() or None
     except OSError as e:
         raise DeliveryError(f"cannot read webhook_secret_file: {e.strerror}") from None
-
-
-def _by_subject(batch: list[Message]) -> list[list[Message]]:
-    groups: dict[Any, list[Message]] = {}
-    for m in batch:
-        groups.setdefault((m.job_id, m.schedule), []).append(m)
-    return list(groups.values())
 
 
 def _where(m: Message) -> str:
