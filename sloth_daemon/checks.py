@@ -10,7 +10,6 @@ Nothing of typing at run time: every `sloth add` imports this module
 
 from __future__ import annotations
 
-import json
 import math
 
 from sloth_daemon.durations import MAX_DURATION_S, MAX_TIME, format_duration
@@ -627,6 +626,8 @@ def mail_address(v: Any) -> str:
 
 def merge_tell(own: str | None, more: str) -> str:
     """A job's channels and its lane's (or schedule's), each once, at most MAX_CHANNELS."""
+    import json
+
     chans = json.loads(own) if own else []
     for ch in json.loads(more):
         if ch not in chans:

@@ -46,7 +46,7 @@ class Control:
     def __init__(self, queue: Queue, worker: Worker, spawner: Spawner, paths: Paths, settings: Settings,
                  *, request_stop: Callable[..., None], instance: str,
                  request_reload: Callable[[], dict[str, Any]] = _no_reload, shared: Any = None,
-                 scheduler: Any = None, teller: Any = None) -> None:
+                 scheduler: Any = None, teller: Any = None, sender: Any = None) -> None:
         self.queue, self.worker, self.spawner = queue, worker, spawner
         self.logs = queue.logs  # the database's copies of attempt logs (a shared queue's), or None
         self.lanes, self.gates, self.running = worker.lanes, worker.gates, worker.running  # the worker's, named
@@ -59,6 +59,7 @@ class Control:
         self.shared = shared  # shared.Shared on a queue shared by several machines
         self.scheduler = scheduler  # schedules.scheduler.Scheduler
         self.teller = teller  # tell.Teller (notifications, on_finish)
+        self.sender = sender  # telling/sender.Sender (the outbox: pings, webhooks, mail)
 
     # ------------------------------------------------------------ changes
     def job_changed(self, job: Job) -> None:
@@ -133,7 +134,7 @@ class Control:
             **self.worker.status(), **(self.shared.status() if self.shared is not None else {}),
             **({"schedules": self.scheduler.status()} if self.scheduler is not None else {}),
             **({"notify": self.teller.status()} if self.teller is not None else {}),
-            **({"outbox": self.teller.sender.status()} if self.teller is not None and self.teller.sender else {}),
+            **({"outbox": self.sender.status()} if self.sender is not None else {}),
         }
 
     def lane_status(self) -> dict[str, Any]:
@@ -295,7 +296,8 @@ class Control:
                                                             self.default_place)))
 
     def _told_spec(self, spec: JobSpec) -> JobSpec:
-        lane_tell = self.settings.lane_tell.get(spec.lane)
+        tells = self.settings.lane_tell
+        lane_tell = tells.get(spec.lane)
         return spec if lane_tell is None else spec._replace(tell_json=merge_tell(spec.tell_json, lane_tell))
 
     def _limited_spec(self, spec: Mapping[str, Any]) -> Mapping[str, Any] | JobSpec:

@@ -94,7 +94,7 @@ class Handlers:
                          LaneOps(worker.actions, worker, worker.lanes, control),
                          EditOps(control.queue, control, worker.gates, worker.lanes, worker),
                          ScheduleOps(control.scheduler),
-                         OutboxOps(control.queue.outbox, control.teller.sender if control.teller is not None else None))
+                         OutboxOps(control.queue.outbox, control.sender))
         for family in self.families:
             self.ops.update(family.table(w))
         self.stream_ops: dict[str, Callable[[dict[str, Any], Emit], Awaitable[Any]]] = {

@@ -304,7 +304,8 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
                                   place=lambda d: dict(control._placed(d)))
     control = Control(queue, worker, keeper, paths, settings, instance=instance,
                       request_stop=lambda reason, *, keep_jobs: daemon.request_stop(reason, keep_jobs=keep_jobs),
-                      request_reload=lambda: daemon.reload(), shared=shared, scheduler=scheduler, teller=teller)
+                      request_reload=lambda: daemon.reload(), shared=shared, scheduler=scheduler, teller=teller,
+                      sender=sender)
     control.watch(teller.job_changed)
     if shared is not None:
         control.watch(shared.shipper.job_changed)

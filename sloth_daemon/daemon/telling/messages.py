@@ -38,7 +38,7 @@ KEY_HEADER = "Idempotency-Key"
 
 
 @dataclass
-class Request:
+class HttpRequest:
     """An HTTP request to make (http.request)."""
 
     method: str
@@ -57,7 +57,7 @@ def rid(queue: str, m: Message) -> str:
     return str(uuid.uuid5(RID_SPACE, what))
 
 
-def ping(queue: str, m: Message, job: Mapping[str, Any] | None, tail: bytes, version: str) -> Request:
+def ping(queue: str, m: Message, job: Mapping[str, Any] | None, tail: bytes, version: str) -> HttpRequest:
     u = urlsplit(m.channel["url"])
     path = u.path.rstrip("/")
     if m.event == "started":
@@ -70,11 +70,11 @@ def ping(queue: str, m: Message, job: Mapping[str, Any] | None, tail: bytes, ver
     query = "&".join(q for q in (u.query, f"rid={rid(queue, m)}") if q)
     url = urlunsplit((u.scheme, u.netloc, path, query, ""))
     body = m.note.encode() if m.event == "missed" else b"" if m.event == "started" else tail[-TAIL_CAP:]
-    return Request("POST", url, body, {KEY_HEADER: idempotency_key(queue, m), "User-Agent": f"sloth/{version}",
+    return HttpRequest("POST", url, body, {KEY_HEADER: idempotency_key(queue, m), "User-Agent": f"sloth/{version}",
                                        "Content-Type": "text/plain; charset=utf-8"})
 
 
-def webhook(queue: str, m: Message, job: Mapping[str, Any] | None, secret: bytes | None, version: str) -> Request:
+def webhook(queue: str, m: Message, job: Mapping[str, Any] | None, secret: bytes | None, version: str) -> HttpRequest:
     body = json.dumps({"event": m.event, "key": m.key, "at": m.at, "attempt": m.attempt, "exit_code": m.exit_code,
                        "job": job,
                        "schedule": m.schedule, "note": m.note}, sort_keys=True).encode()
@@ -82,7 +82,7 @@ def webhook(queue: str, m: Message, job: Mapping[str, Any] | None, secret: bytes
                "Content-Type": "application/json", "X-Sloth-Event": m.event}
     if secret:
         headers[SIGNATURE] = "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
-    return Request("POST", m.channel["url"], body, headers)
+    return HttpRequest("POST", m.channel["url"], body, headers)
 
 
 def mail(queue: str, m: Message, job: Mapping[str, Any] | None, tail: bytes, sender: str) -> EmailMessage:
