@@ -131,6 +131,11 @@ class ScheduleReads(Protocol):
         """The schedule's latest slots and their jobs, newest first."""
         ...
 
+    def last_success(self, name: str) -> float | None:
+        """When the newest of the schedule's jobs that ended done finished
+        (None: none, or pruned): its dead-man switch (daemon/telling/deadman.py)."""
+        ...
+
 
 class Schedules(ScheduleReads, Protocol):
     """The schedules and their firings (SqliteSchedules, PgSchedules); what

@@ -192,6 +192,9 @@ def _schedule_when(edit: bool) -> tuple[Option, ...]:
                "parallel, replace."),
         Option("jitter", "--jitter", VALUE, None, "Start each up to this much later, the same offset on a "
                "machine each time (e.g. 10m)."),
+        Option("expect_within", "--expect-within", VALUE, None, "Dead-man switch: no occurrence done within this "
+               "long (e.g. 26h) tells `missed`, once per window, through its --ping/--webhook/--mail-to and the "
+               "desktop, saying why."),
         *(tuple(_unset(o) for o in _JOB_OPTIONS) if edit else _JOB_OPTIONS),
         *(tuple(_unset(o) for o in _JOB_TELL) if edit else _JOB_TELL),
     )

@@ -32,7 +32,8 @@ def add(words: Sequence[str], *, every: Text = None, cron: Text = None, tz: Text
         keep_awake: bool = False, mem: Text = None, cpus: Text = None, nice: Optional[int] = None, io: Text = None,
         when: Optional[Sequence[str]] = None, on_lost: Text = None, needs: Optional[Sequence[str]] = None,
         slots: Optional[int] = None, ping: Any = None, webhook: Any = None, webhook_on: Text = None,
-        mail_to: Any = None, mail_on: Text = None, no_start: bool = False, as_json: bool = False) -> None:
+        mail_to: Any = None, mail_on: Text = None, expect_within: Text = None, no_start: bool = False,
+        as_json: bool = False) -> None:
     """`sloth schedule add NAME (--every D | --cron EXPR) [options] -- CMD ARGS...`."""
     options = dict(locals())
     name, command = _split(words, need_command=True)
@@ -51,7 +52,7 @@ def edit(words: Sequence[str], *, every: Text = None, cron: Text = None, tz: Tex
          keep_awake: Any = None, mem: Text = None, cpus: Text = None, nice: Optional[int] = None, io: Text = None,
          when: Optional[Sequence[str]] = None, on_lost: Text = None, needs: Optional[Sequence[str]] = None,
          slots: Optional[int] = None, ping: Any = None, webhook: Any = None, webhook_on: Text = None,
-         mail_to: Any = None, mail_on: Text = None, as_json: bool = False) -> None:
+         mail_to: Any = None, mail_on: Text = None, expect_within: Text = None, as_json: bool = False) -> None:
     """`sloth schedule edit NAME [options] [-- CMD ARGS...]`: only what is given changes."""
     options = dict(locals())
     name, command = _split(words, need_command=False)
@@ -133,6 +134,8 @@ def _when(o: dict[str, Any]) -> dict[str, Any]:
             out[key] = o[key]
     if o.get("jitter") is not None:
         out["jitter_s"] = duration(o["jitter"], "--jitter")
+    if o.get("expect_within") is not None:
+        out["expect_within_s"] = duration(o["expect_within"], "--expect-within")
     return out
 
 
@@ -191,7 +194,8 @@ def _row(s: dict[str, Any]) -> list[str]:
     outcome = s["last_state"] or "-"
     if s["last_exit"] not in (None, 0):
         outcome += f" (exit {s['last_exit']})"
-    return [s["name"], showable(s["spec"]), _when_text(s), last, outcome, "paused" if s["paused"] else ""]
+    flag = "paused" if s["paused"] else f"overdue since {relative(s['overdue'])}" if s.get("overdue") else ""
+    return [s["name"], showable(s["spec"]), _when_text(s), last, outcome, flag]
 
 
 def _details(s: dict[str, Any]) -> list[str]:
@@ -206,7 +210,10 @@ def _details(s: dict[str, Any]) -> list[str]:
             f"  if missed: {s['missed']}   if still running: {s['overlap']}   jitter: {jitter}",
             f"  lane {showable(s['lane'])}, runs {_where(s['place'])};"
             f" slots missed so far {s['missed_slots']}, dropped {s['dropped']}",
-            *render.option_lines(s.get("job_options") or {})]
+            *render.option_lines(s.get("job_options") or {}),
+            *([f"  expect a success within {s['expect_within_s']:g}s"
+               + (f": OVERDUE since {_at(s['overdue'])}" if s.get("overdue") else "")]
+              if s.get("expect_within_s") else [])]
 
 
 def _where(place: str | None) -> str:

@@ -55,6 +55,7 @@ from sloth_daemon.daemon.server import Server
 from sloth_daemon.daemon.worker.runs import worker_name
 from sloth_daemon.daemon.supervision import KeeperSpawner
 from sloth_daemon.daemon.tell import Teller
+from sloth_daemon.daemon.telling.deadman import DeadMan
 from sloth_daemon.daemon.telling.sender import Sender
 from sloth_daemon.daemon.worker.clockwatch import ClockWatch
 from sloth_daemon.daemon.worker.loop import Worker
@@ -126,11 +127,12 @@ class Daemon:
     def __init__(self, *, paths: Paths, settings: config.Settings, queue: Queue, worker: Worker,
                  server: Server, keeper: KeeperSpawner, control: Control | None = None,
                  teller: Teller | None = None, shared: "Shared | None" = None,
-                 clock_set: timerfd.ClockSetWatch | None = None) -> None:
+                 clock_set: timerfd.ClockSetWatch | None = None, deadman: DeadMan | None = None) -> None:
         self.paths, self.settings = paths, settings
         self.queue, self.worker, self.server, self.keeper = queue, worker, server, keeper
         self.control, self.teller, self.shared = control, teller, shared
         self.clock_set = clock_set  # the wall clock set, a resume: heard at once where Linux tells (timerfd)
+        self.deadman = deadman  # the schedules' dead-man switch (daemon/telling/deadman.py)
         self.notifier = Notifier.from_env()
         self._stop = asyncio.Event()
         self.stop_reason = ""
@@ -207,6 +209,8 @@ class Daemon:
             tasks.append(loop.create_task(_watchdog(notifier, notifier.watchdog_interval_s)))
         if self.teller is not None and self.teller.sender is not None:
             tasks.append(loop.create_task(self.teller.sender.run()))  # the outbox (daemon/telling/)
+        if self.deadman is not None:
+            tasks.append(loop.create_task(self.deadman.run()))
         notifier.ready(f"serving {self.paths.socket}")
         log.info("sloth %s ready: pid %d, socket %s, queue %s", __version__, os.getpid(), self.paths.socket,
                  self.paths.db if self.shared is None else self.shared.describe())
@@ -311,7 +315,9 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
         control.watch(shared.shipper.job_changed)
     daemon = Daemon(paths=paths, settings=settings, queue=queue, worker=worker,
                     server=Server(control, max_connections=max_connections, given=listener),
-                    keeper=keeper, control=control, teller=teller, shared=shared, clock_set=clock_set)
+                    keeper=keeper, control=control, teller=teller, shared=shared, clock_set=clock_set,
+                    deadman=DeadMan(queue.schedules, queue.outbox, job=queue.get, notify=teller.notify,
+                                    now=queue.clock.now))
     return daemon
 
 
