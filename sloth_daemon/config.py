@@ -392,6 +392,11 @@ def changes(old: Settings, new: Settings) -> list[str]:
     for lane in sorted(set(old.lane_when) | set(new.lane_when)):
         if old.lane_when.get(lane) != new.lane_when.get(lane):
             out.append(f"lanes.{lane}.when: {list(old.lane_when.get(lane, ()))} -> {list(new.lane_when.get(lane, ()))}")
+    if old.tell != new.tell:
+        out.append(f"tell: {tell_public(old.tell)} -> {tell_public(new.tell)}")
+    for lane in sorted(set(old.lane_tell) | set(new.lane_tell)):
+        if old.lane_tell.get(lane) != new.lane_tell.get(lane):
+            out.append(f"lanes.{lane}: its channels changed (for jobs added from now on)")
     for name in sorted(set(old.resources) | set(new.resources)):
         was, now = old.resources.get(name), new.resources.get(name)
         if was is None:
