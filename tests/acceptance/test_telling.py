@@ -127,3 +127,15 @@ def test_no_secret_shows_in_any_output_log_or_history(make_harness, rx):
     for secret in ("PINGTOKEN42", "QUERYTOKEN", "HOOKTOKEN42", "HMACSECRET"):
         assert secret not in text, secret
     assert f"{rx.url}/***" in h.cli("show", str(jid)).stdout + h.cli("outbox", "ls").stdout
+
+
+def test_a_lanes_channels_reach_its_jobs_through_the_daily_add(make_harness, rx):
+    h = make_harness(TELL.format(t="5s", s="x") + f'\n[lanes.backup]\nping = "{rx.url}/lane"\n')
+    h.start()
+    p = h.cli("add", "-l", "backup", "--ping", rx.url + "/own", "--", "true")
+    assert p.returncode == 0, p.stderr
+    jid = int(p.stdout.split()[0])
+    h.wait_state(jid, "done")
+    h.wait_for(lambda: len(rx.effects) >= 4, what="both channels' start and success")
+    assert sorted(e.path.split("?")[0] for e in rx.effects) == ["/lane", "/lane/start", "/own", "/own/start"]
+    assert [c["url"] for c in h.job(jid)["tell"]] == [f"{rx.url}/***"] * 2
