@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.support.harness import TEST_CONFIG
+from tests.support.harness import TEST_CONFIG, on_one_queue
 from tests.support.receiver import Receiver
 
 pytestmark = pytest.mark.acceptance
@@ -139,3 +139,19 @@ def test_a_lanes_channels_reach_its_jobs_through_the_daily_add(make_harness, rx)
     h.wait_for(lambda: len(rx.effects) >= 4, what="both channels' start and success")
     assert sorted(e.path.split("?")[0] for e in rx.effects) == ["/lane", "/lane/start", "/own", "/own/start"]
     assert [c["url"] for c in h.job(jid)["tell"]] == [f"{rx.url}/***"] * 2
+
+
+@pytest.mark.postgres
+def test_on_a_shared_queue_each_message_is_sent_by_one_machine(make_harness, pg_fresh, rx):
+    url = pg_fresh()
+    config = TELL.format(t="5s", s="x").replace("[tell]", 'poll_s = "1s"\ndefault_concurrency = 4\n[tell]')
+    m1, m2 = on_one_queue(make_harness, url, {"m1": config, "m2": config})
+    ids = m1.add_many([{"command": ["true"], "place": "*", "ping": rx.url + f"/j{i}"} for i in range(12)])
+    for jid in ids:
+        m1.wait_state(jid, "done", timeout_s=60)
+    m1.wait_for(lambda: len(rx.effects) >= 24, timeout_s=60, what="every start and success")
+    assert len(rx.requests) == len(rx.effects) == 24  # none sent twice
+    box = m2.call("outbox", states=["sent"])
+    assert box["counts"] == {"pending": 0, "failed": 0, "sent": 24}
+    ran_on = {m1.job(j)["worker"].split(":")[1] for j in ids}
+    assert ran_on == {"m1", "m2"}, ran_on  # both machines ran jobs, and sent their messages
