@@ -473,6 +473,15 @@ default = 1
 # concurrency = 2
 # when = ["ac", "idle=10m"]
 
+# [lanes.backup]           # every job of the lane pings, and mails its failures (docs/telling.md)
+# ping = "https://hc-ping.com/<uuid>"
+# mail_to = ["me@example.org"]
+
+# [tell]                   # how pings, webhooks and mail go out (docs/telling.md)
+# timeout_s = "10s"        # one delivery, all of it; retried up to retry_for_s (24h), then kept failed
+# webhook_secret_file = "~/.config/sloth/webhook.key"   # X-Sloth-Signature: HMAC-SHA256 of the body
+# smtp_host = "smtp.example.org"   # else the local sendmail; STARTTLS, smtp_user, smtp_password_file
+
 # [resources]              # named resources, this machine's own (`sloth add --needs gpu=1`)
 # gpu = ["0", "1"]         # default: the GPUs `nvidia-smi -L` lists
 # licence = 3              # three anonymous tokens

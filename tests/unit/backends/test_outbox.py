@@ -112,3 +112,11 @@ def test_a_dead_senders_leases_are_freed_by_its_machines_next_daemon(q):
     assert q.outbox.free("host-b/") == 0
     assert q.outbox.free("host-a/") == 2
     assert len(q.outbox.claim("host-a/2/y", limit=10, lease_s=300)) == 2
+
+
+def test_a_restart_keeps_its_channels(q):
+    jid = add(q, "x", ping=PING, max_attempts=1)
+    run = q.claim("w")
+    q.fail(jid, run.token, message="exit 1", exit_code=1, runner={"pid": 1})
+    (new,) = q.restart([jid]).jobs
+    assert new.tell == q.get(jid).tell and new.tell[0]["url"] == PING
