@@ -252,8 +252,6 @@ class Teller:
 
     async def close(self, grace_s: float = 2.0) -> None:
         """The daemon is stopping: give what runs ``grace_s``, then kill it."""
-        if self.sender is not None:
-            self.sender.close()
         if self._tasks:
             _, late = await asyncio.wait(set(self._tasks), timeout=grace_s)
             for t in late:

@@ -102,6 +102,10 @@ def test_a_hung_receiver_costs_no_heartbeat_claim_or_answer(make_harness, rx):
     assert max(rtt) < 1.0, rtt
     assert ran_s < 15, ran_s  # 20 short jobs, while every send hangs for 20 s
     print(f"hung receiver: 20 jobs done in {ran_s:.2f}s, status rtt max {max(rtt) * 1000:.0f} ms")
+    assert h.call("status")["outbox"]["pending"] > 0  # sends hang now, 20 s each to their timeout
+    t = time.monotonic()
+    assert h.stop() == 0
+    assert time.monotonic() - t < 10  # a stop never waits for a hung receiver
     rx.release.set()
 
 

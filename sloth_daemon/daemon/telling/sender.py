@@ -3,7 +3,7 @@ transitions that wrote them (docs/telling.md).
 
 It leases due messages (contract.Outbox.claim: on a shared queue one
 machine takes each), makes each one's request on the loop (messages.py:
-the job read from the queue), and sends it on a thread of its own pool
+the job read from the queue), and sends it on a daemon thread of its own
 (at most MAX_THREADS at once; each exchange bounded by ``[tell]
 timeout_s``): a receiver that hangs holds a thread, never the event loop,
 so heartbeats, claims and the control socket go on. The outcome is
@@ -15,8 +15,10 @@ failed at once.
 
 A message is marked sent after its receiver answered: a crash between the
 two sends it again (at least once); its key lets the receiver drop the
-repeat. A crash mid-send leaves the message leased to a dead sender: the
-machine's next daemon frees its own dead leases at start (Outbox.free).
+repeat. A stop never waits for a send (its thread dies with the process,
+the message unrecorded). A crash or a stop mid-send leaves the message
+leased to a dead sender: the machine's next daemon frees its own dead
+leases at start (Outbox.free) and sends it again.
 Its timer sleeps until the earliest message is due, or a job changes
 (``wake``), at most MAX_WAIT_S while any is pending (a sleep of the
 machine does not stretch it) and, on a shared queue, ``poll_s``.
@@ -28,7 +30,7 @@ import asyncio
 import functools
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -63,7 +65,7 @@ def backoff_s(tries: int) -> float:
 
 class Sender:
     """Delivers the outbox (see the module docstring). Its own state: the
-    settings, its name (``prefix`` + this run), the pool, its timer's event
+    settings, its name (``prefix`` + this run), its timer's event
     and counts; ``queue`` is read and written on the loop only;
     ``log_path(job, attempt)``: where a run's log is (its tail is sent)."""
 
@@ -73,7 +75,6 @@ class Sender:
         self.prefix = prefix
         self.name = f"{prefix}{os.getpid()}/{os.urandom(4).hex()}"
         self.shared_poll_s = shared_poll_s
-        self.pool = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="sloth-tell")
         self.stats = {"sent": 0, "retried": 0, "failed": 0}
         self._wake: asyncio.Event | None = None
         self._pruned_at = 0.0
@@ -136,7 +137,7 @@ class Sender:
         if before is not None:
             await asyncio.wait([before])
         work = self.prepare(m)
-        error = await loop.run_in_executor(self.pool, _deliver, work)
+        error = await _on_a_thread(loop, work)
         self.record(m, error)
 
     def _wait_s(self) -> float | None:
@@ -202,11 +203,6 @@ class Sender:
         counts = self.queue.outbox.counts()
         return {"pending": counts["pending"], "failed": counts["failed"], **self.stats}
 
-    def close(self) -> None:
-        """Stop taking work; a send under way ends by its own timeout (its
-        message is sent again by the next daemon if it was not recorded)."""
-        self.pool.shutdown(wait=False, cancel_futures=True)
-
 
 class Work:
     """One delivery, made on the loop and sent on a thread."""
@@ -214,6 +210,26 @@ class Work:
     def __init__(self, m: Message, job: dict[str, Any] | None, log: Path | None, tell: Any, queue: str,
                  timeout_s: float) -> None:
         self.m, self.job, self.log, self.tell, self.queue, self.timeout_s = m, job, log, tell, queue, timeout_s
+
+
+async def _on_a_thread(loop: asyncio.AbstractEventLoop, w: Work) -> DeliveryError | None:
+    """_deliver(w) on a daemon thread of its own (at most MAX_THREADS run:
+    the run loop claims no more); its answer comes back on the loop."""
+    fut: asyncio.Future[DeliveryError | None] = loop.create_future()
+
+    def answer(v: DeliveryError | None) -> None:
+        if not fut.done():
+            fut.set_result(v)
+
+    def work() -> None:
+        v = _deliver(w)
+        try:
+            loop.call_soon_threadsafe(answer, v)
+        except RuntimeError:  # the loop is closed: the daemon stopped meanwhile
+            pass
+
+    threading.Thread(target=work, name="sloth-tell", daemon=True).start()
+    return await fut
 
 
 def _deliver(w: Work) -> DeliveryError | None:
