@@ -200,6 +200,7 @@ def _row(s: dict[str, Any]) -> list[str]:
 
 def _details(s: dict[str, Any]) -> list[str]:
     from sloth_daemon.cli import render
+    from sloth_daemon.durations import format_duration
     from sloth_daemon.text import shell_command
 
     jitter = f"{s['jitter_s']:g}s (here +{s['jitter_offset_s']:.0f}s)" if s["jitter_s"] else "none"
@@ -211,7 +212,7 @@ def _details(s: dict[str, Any]) -> list[str]:
             f"  lane {showable(s['lane'])}, runs {_where(s['place'])};"
             f" slots missed so far {s['missed_slots']}, dropped {s['dropped']}",
             *render.option_lines(s.get("job_options") or {}),
-            *([f"  expect a success within {s['expect_within_s']:g}s"
+            *([f"  expect a success within {format_duration(s['expect_within_s'])}"
                + (f": OVERDUE since {_at(s['overdue'])}" if s.get("overdue") else "")]
               if s.get("expect_within_s") else [])]
 

@@ -159,3 +159,20 @@ def test_on_a_shared_queue_each_message_is_sent_by_one_machine(make_harness, pg_
     assert box["counts"] == {"pending": 0, "failed": 0, "sent": 24}
     ran_on = {m1.job(j)["worker"].split(":")[1] for j in ids}
     assert ran_on == {"m1", "m2"}, ran_on  # both machines ran jobs, and sent their messages
+
+
+def test_schedule_expect_within_is_kept_shown_and_checked(make_harness, rx):
+    h = make_harness()
+    h.start()
+    p = h.cli("schedule", "add", "nightly", "--every", "1d", "--expect-within", "26h", "--ping", rx.url + "/hc/SEC",
+              "--", "true")
+    assert p.returncode == 0, p.stderr
+    (s,) = h.cli_json("schedule", "ls")["schedules"]
+    assert (s["expect_within_s"], s["overdue"]) == (26 * 3600, None)
+    shown = h.cli("schedule", "show", "nightly").stdout
+    assert "expect a success within 1d2h" in shown and "SEC" not in shown
+    bad = h.cli("schedule", "edit", "nightly", "--expect-within", "10s")
+    assert bad.returncode != 0 and "expect_within_s" in bad.stderr
+    assert h.cli_json("schedule", "ls")["schedules"][0]["expect_within_s"] == 26 * 3600  # unchanged
+    jid = int(h.cli("add", "--ping", rx.url + "/x/SEC", "--", "true").stdout.split()[0])
+    assert f"tells     ping {rx.url}/*** on started" in h.cli("show", str(jid)).stdout
