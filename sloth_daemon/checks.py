@@ -612,7 +612,7 @@ def tell_events(v: Any, name: str, default: tuple[str, ...]) -> list[str]:
     got = {w.strip() if isinstance(w, str) else w for w in words}
     bad = [w for w in got if w not in TELL_EVENTS]
     if bad:
-        raise FieldError(name, f"unknown event {bad[0]!r}", hint=TELL_HINT)
+        raise FieldError(name, f"names an unknown event {bad[0]!r}", hint=TELL_HINT)
     return [e for e in TELL_EVENTS if e in got]
 
 

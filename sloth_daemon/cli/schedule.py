@@ -136,6 +136,9 @@ def _when(o: dict[str, Any]) -> dict[str, Any]:
         out["jitter_s"] = duration(o["jitter"], "--jitter")
     if o.get("expect_within") is not None:
         out["expect_within_s"] = duration(o["expect_within"], "--expect-within")
+        if out["expect_within_s"] < 60:
+            raise errors.BadRequest(f"--expect-within {o['expect_within']}: at least 1m (a window for a success)",
+                                    hint="e.g. --expect-within 26h for a daily job.")
     return out
 
 

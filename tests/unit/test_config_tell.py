@@ -38,7 +38,7 @@ def test_tell_and_a_lanes_channels_are_read_and_secrets_never_shown():
     ({"tell": {"webhook_secret": "a\nb"}}, "tell.webhook_secret must be a non-empty line"),
     ({"tell": "x"}, "[tell] must be a table"),
     ({"lanes": {"l": {"ping": "ftp://x/y"}}}, "[lanes.l]: ping must be an http:// or https:// URL"),
-    ({"lanes": {"l": {"webhook": "https://h/p", "webhook_on": ["never"]}}}, "unknown event 'never'"),
+    ({"lanes": {"l": {"webhook": "https://h/p", "webhook_on": ["never"]}}}, "names an unknown event 'never'"),
 ])
 def test_a_bad_tell_setting_is_refused_naming_it(data, words):
     with pytest.raises(ConfigError) as e:
