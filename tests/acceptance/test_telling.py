@@ -32,10 +32,20 @@ def delivered(rx, n):
 
 
 def test_every_message_arrives_once_across_a_kill9_at_each_step(make_harness, rx):
+    h = make_harness(TELL.format(t="30s", s="x"))
+    h.start()
+    kill9_at_each_step(h, rx)
+
+
+@pytest.mark.postgres
+def test_every_message_arrives_once_across_a_kill9_at_each_step_on_postgresql(make_harness, pg_fresh, rx):
+    (h,) = on_one_queue(make_harness, pg_fresh(), {"m1": TELL.format(t="30s", s="x")})
+    kill9_at_each_step(h, rx)
+
+
+def kill9_at_each_step(h, rx):
     blocker = Receiver()
     try:
-        h = make_harness(TELL.format(t="30s", s="x"))
-        h.start()
         # 1. after the commit, before any send: the sender's four threads are
         # held by a receiver that hangs, so the job's messages wait, committed.
         blocker.mode = "hang"
