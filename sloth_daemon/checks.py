@@ -35,6 +35,7 @@ FIELDS = frozenset({
 
 
     "keep_awake", "limits",
+    "ping", "webhook", "webhook_on", "mail_to", "mail_on",  # who is told (tell_json; docs/telling.md)
 })
 MAX_PREREQS = 1000  # prerequisites per job
 PREVIOUS = ("after", "after_any")  # after_previous: how a job waits for the one before it in its batch
@@ -584,3 +585,93 @@ def share_milli(n: Any) -> int | None:
     if not d.is_finite() or d != d.to_integral_value() or not 0 < d < MILLI:
         return None
     return int(d)
+# Who is told of a job's runs (issue 32, docs/telling.md): its channels,
+# stored with the job (jobs.tell) so that the transition that causes a
+# message writes it (the outbox, in the same transaction).
+TELL_FIELDS = frozenset({"ping", "webhook", "webhook_on", "mail_to", "mail_on"})
+TELL_EVENTS = ("started", "done", "failed", "retrying", "cancelled", "missed")
+TELL_DEFAULT_ON = {"ping": TELL_EVENTS, "webhook": ("done", "failed", "cancelled", "missed"),
+                   "mail": ("failed", "missed")}  # mail: failures only by default (chronic's rule)
+MAX_CHANNELS = 8
+MAX_URL = 2048
+TELL_HINT = "Events: " + ", ".join(TELL_EVENTS) + "."
+
+
+def tell_json(s: Mapping[str, Any]) -> str | None:
+    """The stored channels of a job object (``ping``, ``webhook`` with
+    ``webhook_on``, ``mail_to`` with ``mail_on``): canonical JSON, a list of
+    {"kind", "url" or "to", "on"}; None when it has none."""
+    out: list[dict[str, Any]] = []
+    for url in _many(s.get("ping"), "ping"):
+        out.append({"kind": "ping", "url": tell_url(url, "ping"), "on": list(TELL_EVENTS)})
+    on = tell_events(s.get("webhook_on"), "webhook_on", TELL_DEFAULT_ON["webhook"])
+    for url in _many(s.get("webhook"), "webhook"):
+        out.append({"kind": "webhook", "url": tell_url(url, "webhook"), "on": on})
+    to = [mail_address(a) for a in _many(s.get("mail_to"), "mail_to")]
+    if to:
+        out.append({"kind": "mail", "to": to, "on": tell_events(s.get("mail_on"), "mail_on", TELL_DEFAULT_ON["mail"])})
+    if len(out) > MAX_CHANNELS:
+        raise FieldError("ping", f"at most {MAX_CHANNELS} channels a job, got {len(out)}")
+    return dumps(out, compact=True) if out else None
+
+
+def _many(v: Any, name: str) -> list[Any]:
+    if v is None:
+        return []
+    if isinstance(v, str):
+        return [v]
+    if not isinstance(v, list) or len(v) > MAX_CHANNELS:
+        raise FieldError(name, f"must be a text or a list of at most {MAX_CHANNELS}")
+    return v
+
+
+def tell_url(v: Any, name: str) -> str:
+    """An http(s) URL to tell: no spaces or controls, a host, at most MAX_URL."""
+    if not isinstance(v, str) or not v or len(v) > MAX_URL or any(c <= " " or c == "\x7f" for c in v):
+        raise FieldError(name, "must be an http:// or https:// URL without spaces, at most 2048 characters")
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(v)
+        u.port  # noqa: B018 - a bad port raises here
+    except ValueError as e:
+        raise FieldError(name, f"is not a URL: {e}") from None
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise FieldError(name, "must be an http:// or https:// URL with a host",
+                         hint="For example https://hc-ping.com/<uuid>.")
+    return v
+
+
+def tell_events(v: Any, name: str, default: tuple[str, ...]) -> list[str]:
+    """Which events a channel is told of, in TELL_EVENTS order."""
+    if v is None:
+        return list(default)
+    words = v.split(",") if isinstance(v, str) else v
+    if not isinstance(words, list) or not words:
+        raise FieldError(name, "must be a list of events", hint=TELL_HINT)
+    got = {w.strip() if isinstance(w, str) else w for w in words}
+    bad = [w for w in got if w not in TELL_EVENTS]
+    if bad:
+        raise FieldError(name, f"names an unknown event {bad[0]!r}", hint=TELL_HINT)
+    return [e for e in TELL_EVENTS if e in got]
+
+
+def mail_address(v: Any) -> str:
+    """One recipient: ``user@host``, no spaces, commas or controls (it goes in a header)."""
+    if (not isinstance(v, str) or len(v) > 254 or v.count("@") != 1 or v.startswith("@") or v.endswith("@")
+            or any(c <= " " or c in ",;<>\"\x7f" for c in v)):
+        raise FieldError("mail_to", f"{v!r} is not a mail address (user@host)")
+    return v
+
+
+def merge_tell(own: str | None, more: str) -> str:
+    """A job's channels and its lane's (or schedule's), each once, at most MAX_CHANNELS."""
+    import json
+
+    chans = json.loads(own) if own else []
+    for ch in json.loads(more):
+        if ch not in chans:
+            chans.append(ch)
+    if len(chans) > MAX_CHANNELS:
+        raise FieldError("ping", f"at most {MAX_CHANNELS} channels a job, its lane's included; got {len(chans)}")
+    return dumps(chans, compact=True)

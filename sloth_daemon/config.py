@@ -18,7 +18,7 @@ import json
 from sloth_daemon.checks import (
     BOUNDS, DURATION_KEYS, LEASE_HINT, MAX_TOKENS, MIN_LEASE_S, limits_json, parse_size, resource_name, when_list,
 )
-from sloth_daemon.checks import size_of
+from sloth_daemon.checks import TELL_FIELDS, size_of, tell_json
 from sloth_daemon.durations import format_duration, parse_duration
 from sloth_daemon.errors import BadRequest, ConfigError, SlothError
 
@@ -57,6 +57,10 @@ class Settings:
     # [resources.NAME] tables (docs/gpus.md): name -> shares (per token), order (preferred tokens first),
     # and for gpu: outside_max (bytes others' processes may use of a GPU it still gives out), check_s
     resource_opts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # [tell]: how pings, webhooks and mail are sent (TELL_KEYS; docs/telling.md); [lanes.NAME] ping,
+    # webhook, webhook_on, mail_to, mail_on: the channels every job of the lane tells (checks.tell_json text)
+    tell: Mapping[str, Any] = field(default_factory=dict)
+    lane_tell: Mapping[str, str] = field(default_factory=dict)
     file: Path | None = None
     # setting name (or "lanes.NAME") -> "default" | "file PATH"
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -76,6 +80,7 @@ class Settings:
             "resources": {k: {"tokens": list(v), "source": self.source(f"resources.{k}")}
                           for k, v in sorted(self.resources.items())},
             "resource_opts": {k: dict(v) for k, v in sorted(self.resource_opts.items())},
+            **({"tell": tell_public(self.tell)} if self.tell else {}),
         }
 
     def _lane_source(self, lane: str) -> str:
@@ -85,7 +90,7 @@ class Settings:
 
 
 # The scalar settings, in declaration order; their types come from the dataclass.
-TABLES = ("lanes", "lane_when", "resources", "resource_opts", "file", "sources")
+TABLES = ("lanes", "lane_when", "resources", "resource_opts", "tell", "lane_tell", "file", "sources")
 SETTING_NAMES: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(Settings) if f.name not in TABLES)
 POSITIVE_DURATIONS = frozenset({"lease_s", "clock_check_s", "hook_timeout_s", "poll_s", "conditions_check_s"})
@@ -137,7 +142,11 @@ def from_mapping(data: Mapping[str, Any], path: Path) -> Settings:
         if key == "lanes":
             tables = {k: v for k, v in raw.items() if isinstance(v, dict)} if isinstance(raw, dict) else {}
             lane_when: dict[str, tuple[str, ...]] = {}
+            lane_tell: dict[str, str] = {}
             for lane, table in tables.items():
+                if told := _lane_tell(path, lane, table):
+                    lane_tell[lane] = told
+                table = {k: v for k, v in table.items() if k not in TELL_FIELDS}
                 if "when" in table:  # run conditions every job of the lane waits for (daemon/worker/gates.py)
                     lane_when[lane] = _lane_when(path, lane, table["when"])
                     table = {k: v for k, v in table.items() if k != "when"}
@@ -149,9 +158,14 @@ def from_mapping(data: Mapping[str, Any], path: Path) -> Settings:
                     sources[f"lanes.{lane}"] = src
             if lane_when:
                 tables_out["lane_when"] = lane_when
+            if lane_tell:
+                tables_out["lane_tell"] = lane_tell
             for lane, n in _lanes(path, {k: v for k, v in raw.items() if k not in tables}).items():
                 lanes[lane] = n
                 sources[f"lanes.{lane}"] = src
+            continue
+        if key == "tell":
+            tables_out["tell"] = tell_table(path, raw)
             continue
         if key == "resources":
             plain, tables_out["resource_opts"] = _resource_tables(path, raw)
@@ -166,7 +180,56 @@ def from_mapping(data: Mapping[str, Any], path: Path) -> Settings:
     return Settings(**values, lanes=lanes, lane_holds=holds, **tables_out, file=path, sources=sources)
 
 
-LANE_TABLE_KEYS = ("concurrency", "keep_awake", "mem", "cpus", "nice", "io", "when")
+LANE_TABLE_KEYS = ("concurrency", "keep_awake", "mem", "cpus", "nice", "io", "when",
+                   "ping", "webhook", "webhook_on", "mail_to", "mail_on")
+# [tell]: how messages go out (docs/telling.md). Secrets: webhook_secret (or
+# webhook_secret_file, read when a webhook is signed) and smtp_password (or
+# smtp_password_file), never shown (tell_public), never on a command line.
+TELL_KEYS = {"timeout_s": "duration", "retry_for_s": "duration", "ca_file": "path",
+             "webhook_secret": "secret", "webhook_secret_file": "path",
+             "mail_from": "text", "sendmail": "path", "smtp_host": "text", "smtp_port": "port",
+             "smtp_starttls": "bool", "smtp_user": "text", "smtp_password": "secret", "smtp_password_file": "path"}
+
+
+def tell_table(path: Path, raw: Any) -> dict[str, Any]:
+    """``[tell]``, each key checked by its kind (TELL_KEYS)."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: [tell] must be a table", hint=f"It takes {', '.join(TELL_KEYS)}.")
+    out: dict[str, Any] = {}
+    for key, v in raw.items():
+        kind = TELL_KEYS.get(key)
+        if kind is None:
+            raise ConfigError(f"{path}: [tell]: unknown key {key!r}", hint=f"It takes {', '.join(TELL_KEYS)}.")
+        if kind == "duration":
+            try:
+                v = parse_duration(v, what=f"tell.{key}")
+            except BadRequest as e:
+                raise ConfigError(f"{path}: {e.message}", hint=e.hint) from None
+            if v <= 0:
+                raise ConfigError(f"{path}: tell.{key} must be more than 0")
+        elif kind == "bool" and not isinstance(v, bool):
+            raise ConfigError(f"{path}: tell.{key} must be true or false")
+        elif kind == "port" and (isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 65536):
+            raise ConfigError(f"{path}: tell.{key} must be a port number")
+        elif kind in ("text", "secret", "path") and (not isinstance(v, str) or not v or "\x00" in v
+                                                      or "\n" in v or "\r" in v):
+            raise ConfigError(f"{path}: tell.{key} must be a non-empty line of text")
+        out[key] = str(Path(v).expanduser()) if kind == "path" else v
+    return out
+
+
+def tell_public(tell: Mapping[str, Any]) -> dict[str, Any]:
+    """[tell] as `sloth config` shows it: its secrets as ***."""
+    return {k: "***" if TELL_KEYS.get(k) == "secret" else v for k, v in tell.items()}
+
+
+def _lane_tell(path: Path, lane: str, table: dict[str, Any]) -> str | None:
+    """``[lanes.NAME]`` ping, webhook, webhook_on, mail_to, mail_on: the lane's channels (checks.tell_json)."""
+    told = {k: v for k, v in table.items() if k in TELL_FIELDS}
+    try:
+        return tell_json(told) if told else None
+    except BadRequest as e:
+        raise ConfigError(f"{path}: [lanes.{lane}]: {e.message}", hint=e.hint) from None
 
 
 def _lane_table(path: Path, lane: str, table: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
@@ -397,6 +460,11 @@ def changes(old: Settings, new: Settings) -> list[str]:
     for lane in sorted(set(old.lane_when) | set(new.lane_when)):
         if old.lane_when.get(lane) != new.lane_when.get(lane):
             out.append(f"lanes.{lane}.when: {list(old.lane_when.get(lane, ()))} -> {list(new.lane_when.get(lane, ()))}")
+    if old.tell != new.tell:
+        out.append(f"tell: {tell_public(old.tell)} -> {tell_public(new.tell)}")
+    for lane in sorted(set(old.lane_tell) | set(new.lane_tell)):
+        if old.lane_tell.get(lane) != new.lane_tell.get(lane):
+            out.append(f"lanes.{lane}: its channels changed (for jobs added from now on)")
     for name in sorted(set(old.resources) | set(new.resources)):
         was, now = old.resources.get(name), new.resources.get(name)
         if was is None:
@@ -476,6 +544,15 @@ default = 1
 # [lanes.render]           # a lane as a table: its concurrency and run conditions
 # concurrency = 2
 # when = ["ac", "idle=10m"]
+
+# [lanes.backup]           # every job of the lane pings, and mails its failures (docs/telling.md)
+# ping = "https://hc-ping.com/<uuid>"
+# mail_to = ["me@example.org"]
+
+# [tell]                   # how pings, webhooks and mail go out (docs/telling.md)
+# timeout_s = "10s"        # one delivery, all of it; retried up to retry_for_s (24h), then kept failed
+# webhook_secret_file = "~/.config/sloth/webhook.key"   # X-Sloth-Signature: HMAC-SHA256 of the body
+# smtp_host = "smtp.example.org"   # else the local sendmail; STARTTLS, smtp_user, smtp_password_file
 
 # [resources]              # named resources, this machine's own (`sloth add --needs gpu=1`)
 # gpu = ["0", "1"]         # default: the GPUs `nvidia-smi -L` lists

@@ -7,6 +7,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sloth_daemon.text import mask_url
+
 
 class JobState(str, enum.Enum):
     """A job's state, spelled the same in storage, on the wire and to users.
@@ -98,6 +100,7 @@ class Job:
     tokens: dict[str, list[str]] | None = None  # the resource tokens its current run holds (on its machine)
     wait_reason: str | None = None  # why a queued job with a gate does not start ("waiting for mains power")
     progress: dict[str, Any] | None = None  # its run's latest {"fraction", "source", "eta_s", "at"} (docs/progress.md)
+    tell: list[dict[str, Any]] | None = None  # who is told of its runs (checks.tell_json); shown masked
 
     @classmethod
     def from_row(cls, row: Any, *, env: dict[str, str] | None = None) -> "Job":
@@ -115,7 +118,7 @@ class Job:
         prereqs = json.loads(d.pop("prereqs", None) or "{}")
         d["after"], d["after_any"] = prereqs.get("after", []), prereqs.get("after_any", [])
         d["retry_exit"] = json.loads(d["retry_exit"]) if d.get("retry_exit") else None
-        for k in ("gate", "tokens"):
+        for k in ("gate", "tokens", "tell"):
             d[k] = json.loads(d[k]) if d.get(k) else None
         nre = d.get("no_retry_exit")
         d["no_retry_exit"] = list(NO_RETRY_EXIT) if nre is None else json.loads(nre)
@@ -140,7 +143,14 @@ class Job:
         a listing of a million jobs makes a million of these."""
         d = {f: _copied(getattr(self, f)) for f in _JOB_FIELDS if with_env or f != "env"}
         d["state"] = self.state.value
+        if self.tell:  # a URL's path and query are its token: never shown (text.mask_url)
+            d["tell"] = [mask_channel(ch) for ch in self.tell]
         return d
+
+
+def mask_channel(ch: dict[str, Any]) -> dict[str, Any]:
+    """A channel as it may be shown: its URL masked (text.mask_url)."""
+    return {**ch, "url": mask_url(ch["url"])} if "url" in ch else dict(ch)
 
 
 _JOB_FIELDS = tuple(Job.__dataclass_fields__)

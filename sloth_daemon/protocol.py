@@ -116,6 +116,11 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     # The timeline of the last "since_s" seconds (issue 31; backends/timeline.py): jobs with their
     # runs and waits, the machine's sleeps and the daemon's time up, the downtime between.
     "timeline": (frozenset(), frozenset({"since_s", "lane"})),
+    # The outbox (issue 32, daemon/telling/ops.py): "outbox" answers {messages, counts};
+    # retry and drop (by message id) {changed, skipped}.
+    "outbox": (frozenset(), frozenset({"states", "limit"})),
+    "outbox_retry": (frozenset({"ids"}), frozenset()),
+    "outbox_drop": (frozenset({"ids"}), frozenset()),
 }
 # The first version that has each op (all others: 1).
 OP_SINCE: dict[str, int] = {"stage": 2, "commit": 2, "batch": 2, "scan": 3}

@@ -17,6 +17,7 @@ from sloth_daemon.checks import (  # noqa: F401 - the checks, where the queue ha
     DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS, FIELDS, MAX_PREREQS, PREVIOUS, command_json, duration, env_json, exit_codes,
     fields, host_name, ids, integer, number, path_text, place_name, text,
 )
+from sloth_daemon.checks import TELL_FIELDS, tell_json
 
 # id(env) -> (env, its JSON): a batch usually shares one environment object.
 EnvCache = dict[int, tuple[Any, str]]
@@ -57,6 +58,7 @@ class JobSpec(NamedTuple):
     keep_awake: bool = False  # hold a sleep inhibitor while it runs (keeper/keep_awake.py)
     limits_json: str | None = None  # resource limits, checks.limits_json
     gate_json: str | None = None  # conditions, needs, slots (checks.gate_json): None, none of them
+    tell_json: str | None = None  # who is told of its runs (checks.tell_json, docs/telling.md): None, no one
 
     @property
     def waits(self) -> bool:
@@ -65,4 +67,5 @@ class JobSpec(NamedTuple):
     @classmethod
     def parse(cls, s: Mapping[str, Any], defaults: Defaults, env_cache: EnvCache | None = None) -> "JobSpec":
         """Validate one job object (as sent by a client). Raises BadRequest."""
-        return cls(*fields(s, defaults.max_attempts, defaults.lease_s, env_cache, defaults.place))
+        spec = cls(*fields(s, defaults.max_attempts, defaults.lease_s, env_cache, defaults.place))
+        return spec if TELL_FIELDS.isdisjoint(s) else spec._replace(tell_json=tell_json(s))

@@ -242,6 +242,24 @@ def mask(text: str) -> str:
     return text
 
 
+def mask_url(url: str) -> str:
+    """A URL to tell (a ping, a webhook) as it may be shown: its scheme and
+    host, never its path, query or user (a healthchecks UUID, a Slack
+    hook's path, a ``?token=`` are the secret): ``https://hc-ping.com/***``."""
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(url)
+        host = u.hostname or ""
+        port = f":{u.port}" if u.port else ""
+    except ValueError:
+        return SHOWN
+    if ":" in host:
+        host = f"[{host}]"
+    rest = (u.path not in ("", "/")) or u.query or u.fragment or u.username
+    return f"{u.scheme}://{host}{port}/{SHOWN if rest else ''}"
+
+
 def log_to_stderr(level: int, fmt: str) -> None:
     """The process's logging: one handler, on stderr, whose every line
     (message, arguments, traceback) is masked whole."""

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from tests.support import power, soak_audits as audits
+from tests.support.receiver import Receiver
 from tests.support.soak_audits import EditTarget, Ev, ScheduleSeen, StoppedSeen
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ SCHEDULES = (("tick", "2s", "once", "parallel", "0"), ("tock", "3s", "once", "sk
 HAND = "hand"  # run by hand only (every 1h): `true`, done within the second it was queued in
 MACHINERY = ("pausejobs", "edits", "shrink", "schedrun")
 # The audits (soak_audits.py) a violation is filed under; the rest are the soak's core invariants.
-AUDITS = ("history", "acks", "schedule_slots", "schedule_run", "edits", "tokens", "slots", "stopped")
+AUDITS = ("history", "acks", "schedule_slots", "schedule_run", "edits", "tokens", "slots", "stopped", "outbox")
 EDITS_LANE = "edits"
 CATCH_UP_S = 20.0  # at the end, how long the daemon may take to handle the slots its clock says are due
 JUMP_SEEN_S = 3.0  # after a clock jump, the daemon has seen it (clock_check_s 1 s) and begun its schedules' catch-up
@@ -81,6 +82,7 @@ class Machinery:
         self.starved = False  # the lasting shrink happened: gpu=2 jobs waiting then end held with why
         self.threads: list[threading.Thread] = []
         self.stop = threading.Event()
+        self.receiver = Receiver()  # the "tick" schedule's jobs ping it (the outbox audit)
 
     # ---------------------------------------------------------------- setup
     @property
@@ -95,8 +97,9 @@ class Machinery:
         """The schedules (through the real CLI), the flapping charger and the stopped-tree watcher."""
         s = self.soak
         for name, every, missed, overlap, hold in SCHEDULES:
+            ping = ["--ping", f"{self.receiver.url}/{name}"] if name == "tick" else []
             p = s.cli("schedule", "add", name, "--every", every, "--missed", missed, "--overlap", overlap,
-                      "--lane", "sched", "--json", "--", s.probe_python, s.probe, str(s.rec), "--hold", hold)
+                      "--lane", "sched", *ping, "--json", "--", s.probe_python, s.probe, str(s.rec), "--hold", hold)
             if p is not None and p.returncode != 0:
                 s.violation(f"schedule add {name} exited {p.returncode}: {p.stderr.strip()[:300]}", "schedules")
         p = s.cli("schedule", "add", HAND, "--every", "1h", "--lane", "sched", "--", "true")
@@ -429,6 +432,9 @@ class Machinery:
             rows = {r["id"]: dict(r) for r in c.execute("SELECT id, state, label, priority, command, key FROM jobs")}
             scheds = [dict(r) for r in c.execute("SELECT * FROM schedules")]
             runs = [dict(r) for r in c.execute("SELECT * FROM schedule_runs")]
+            box = [dict(r) for r in c.execute("SELECT key, state FROM outbox")]
+            pinging = [(r["id"], r["attempts"], r["state"]) for r in c.execute(
+                "SELECT id, attempts, state FROM jobs WHERE tell IS NOT NULL")]
         finally:
             c.close()
         for r in rows.values():
@@ -465,6 +471,12 @@ class Machinery:
         found["edits"] = audits.edits(self.targets.values(), rows, events, marks, spawned)
         found["acks"] = audits.acks(self.answered, events)
         found["stopped"] = audits.stopped(self.stopped_seen)
+        with self.receiver.lock:
+            took = [e.headers.get("idempotency-key", "") for e in self.receiver.effects]
+        found["outbox"] = audits.outbox(box, pinging, [k[k.index("job:"):] for k in took if "job:" in k])
+        fig.update(outbox_messages=len(box), outbox_sent_twice=len(self.receiver.requests) - len(took),
+                   outbox_pending=sum(m["state"] == "pending" for m in box))
+        self.receiver.close()
         found["tokens"] = audits.collisions(s.read_records("token_collisions", ts=False), "a resource token")
         found["slots"] = audits.collisions(s.read_records("slot_collisions", ts=False), "a lane slot")
         left = [p.pid for p in s.h.our_processes() if _stopped(p)]

@@ -131,6 +131,11 @@ class ScheduleReads(Protocol):
         """The schedule's latest slots and their jobs, newest first."""
         ...
 
+    def last_success(self, name: str) -> float | None:
+        """When the newest of the schedule's jobs that ended done finished
+        (None: none, or pruned): its dead-man switch (daemon/telling/deadman.py)."""
+        ...
+
 
 class Schedules(ScheduleReads, Protocol):
     """The schedules and their firings (SqliteSchedules, PgSchedules); what
@@ -155,6 +160,106 @@ class Schedules(ScheduleReads, Protocol):
         written). Returns one result per occurrence: slot, job_id, and
         ``taken`` (that slot had its row already) or ``deduped`` (a manual
         run still active)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Message:
+    """One row of the outbox (docs/telling.md): a message a transition
+    caused, to deliver once. ``key``: the idempotency key (job, attempt,
+    event; or schedule, window, missed); ``channel``: {"kind": ping | webhook
+    | mail, "url" or "to", "on"}; ``token``: the sender's lease on it (set by
+    ``Outbox.claim``)."""
+
+    id: int
+    key: str
+    event: str
+    channel: dict[str, Any]
+    job_id: int | None
+    attempt: int
+    schedule: str | None
+    note: str
+    at: float
+    state: str
+    tries: int
+    next_at: float
+    last_error: str | None = None
+    sent_at: float | None = None
+    token: str | None = None
+    exit_code: int | None = None  # the job's, as the event left it
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the outbox op shows it: the channel's URL masked, no token."""
+        from sloth_daemon.models import mask_channel
+
+        return {"id": self.id, "key": self.key, "event": self.event, "channel": mask_channel(self.channel),
+                "job_id": self.job_id, "attempt": self.attempt, "exit_code": self.exit_code,
+                "schedule": self.schedule, "note": self.note,
+                "at": self.at, "state": self.state, "tries": self.tries, "next_at": self.next_at,
+                "last_error": self.last_error, "sent_at": self.sent_at}
+
+
+class Outbox(Protocol):
+    """The messages transitions caused (SqliteOutbox, PgOutbox): written by
+    the transition itself (the trigger events_tell, in the same
+    transaction; ``add`` for a schedule's missed window), delivered after
+    the commit by the daemon's sender, leased like jobs so that on a
+    shared queue one machine sends each. pending -> sent | failed (kept
+    for inspection; ``retry`` makes it pending again, ``drop`` deletes)."""
+
+    def claim(self, sender: str, *, limit: int, lease_s: float) -> list[Message]:
+        """Up to ``limit`` pending messages due now (next_at <= now) whose
+        lease is free or ran out, oldest first, each leased to ``sender``
+        for ``lease_s`` with a fresh token (tries + 1)."""
+        ...
+
+    def free(self, prefix: str) -> int:
+        """Free at once the leases of senders whose name starts with
+        ``prefix``: an earlier daemon of this machine (it is dead: two never
+        run on one machine's queue at once), so a restart after a crash
+        mid-send need not wait out its lease. Returns how many."""
+        ...
+
+    def sent(self, msg_id: int, token: str) -> bool:
+        """pending -> sent, if ``token`` still holds it (False: another
+        sender took it over after the lease ran out; it may send it again,
+        which the key makes harmless)."""
+        ...
+
+    def failed_try(self, msg_id: int, token: str, error: str, retry_in_s: float | None) -> bool:
+        """A delivery that failed: due again in ``retry_in_s``, or (None)
+        failed for good, ``error`` kept as last_error. False if ``token`` no
+        longer holds it."""
+        ...
+
+    def next_at(self) -> float | None:
+        """When the earliest pending message is due (None: none pending)."""
+        ...
+
+    def messages(self, states: Sequence[str] = ("pending", "failed"), limit: int = 200) -> list[Message]:
+        """Messages in ``states``, oldest first."""
+        ...
+
+    def counts(self) -> dict[str, int]:
+        """pending, failed and sent (the metrics' ``outbox counts``)."""
+        ...
+
+    def retry(self, ids: Sequence[int]) -> list[int]:
+        """failed (or pending) -> pending, due now, tries 0; returns those changed."""
+        ...
+
+    def drop(self, ids: Sequence[int]) -> list[int]:
+        """Delete pending or failed messages; returns those deleted (a sent one stays)."""
+        ...
+
+    def add(self, key: str, event: str, channels: Sequence[Mapping[str, Any]], *, schedule: str | None = None,
+            note: str = "") -> int:
+        """One row per channel that wants ``event`` under ``key``, in one
+        transaction; a key already there adds nothing. Returns rows added."""
+        ...
+
+    def prune(self, sent_before_s: float) -> int:
+        """Delete messages sent more than ``sent_before_s`` ago; returns how many."""
         ...
 
 
@@ -749,6 +854,7 @@ class Engine:
     reads: Reads
     listings: Listings
     schedules: Schedules
+    outbox: Outbox
     machines: Machines | None = None  # a queue shared by several machines (PostgreSQL)
     logs: Logs | None = None
 

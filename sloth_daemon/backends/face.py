@@ -109,6 +109,7 @@ class Queue(QueueReads):
         self.engine = e = open_engine(target, clock, **options)
         super().__init__(e)
         self.clock, self.identity, self.defaults, self.schedules = e.clock, e.identity, e.defaults, e.schedules
+        self.outbox = e.outbox  # the messages transitions caused (contract.Outbox), a part of its own
         store = e.store
         self.units_durable = store.units_durable
         self.unit = store.unit

@@ -38,7 +38,9 @@ def add(command: Optional[Sequence[str]], *, lane: str = "default", priority: in
         keep_awake: bool = False, mem: Optional[str] = None, cpus: Optional[str] = None,
         nice: Optional[int] = None, io: Optional[str] = None,
         when: Optional[Sequence[str]] = None, on_lost: Optional[str] = None,
-        needs: Optional[Sequence[str]] = None, slots: Optional[int] = None) -> int:
+        needs: Optional[Sequence[str]] = None, slots: Optional[int] = None,
+        ping: Optional[Sequence[str]] = None, webhook: Optional[Sequence[str]] = None, webhook_on: Optional[str] = None,
+        mail_to: Optional[Sequence[str]] = None, mail_on: Optional[str] = None) -> int:
     """Queue the command (or the lines of --stdin/--file) with these options,
     as `sloth add` was given them; print the ids. Returns the exit code;
     raises SlothError for the edge to print."""
@@ -55,7 +57,8 @@ def add(command: Optional[Sequence[str]], *, lane: str = "default", priority: in
         **opts.job_fields(lane=lane, priority=priority, max_attempts=max_attempts, lease=lease, timeout=timeout,
                           label=label, retry_exit=retry_exit, no_retry_exit=no_retry_exit, anywhere=anywhere, on=on,
                           keep_awake=keep_awake, mem=mem, cpus=cpus, nice=nice, io=io, when=when, on_lost=on_lost,
-                          needs=needs, slots=slots))
+                          needs=needs, slots=slots),
+        **opts.tell_fields(ping, webhook, webhook_on, mail_to, mail_on))
     if many:
         jobs, where = lines_as_jobs(sys.stdin.buffer.read() if stdin else read_file(from_file),
                                     "--stdin" if stdin else f"--file {from_file}")

@@ -137,6 +137,14 @@ def _share(n: str) -> bool:
         return 0 < float(n) < 1
     except ValueError:
         return False
+def tell_fields(ping: Optional[Sequence[str]] = None, webhook: Optional[Sequence[str]] = None,
+                webhook_on: Optional[str] = None, mail_to: Optional[Sequence[str]] = None,
+                mail_on: Optional[str] = None) -> dict[str, Any]:
+    """--ping, --webhook, --webhook-on, --mail-to, --mail-on: the job's
+    channels (checks.tell_json checks them, in the daemon)."""
+    out = {"ping": list(ping) if ping else None, "webhook": list(webhook) if webhook else None,
+           "webhook_on": webhook_on, "mail_to": list(mail_to) if mail_to else None, "mail_on": mail_on}
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def hold_fields(keep_awake: bool, mem: Optional[str], cpus: Optional[str], nice: Optional[int],

@@ -159,6 +159,18 @@ _JOB_GATES = (
            "gpu-mem=20G (repeatable; [resources] in config, gpu from nvidia-smi).", field="needs"),
     Option("slots", "--slots", INT, None, "Count as N jobs against its lane's concurrency.", field="slots"),
 )
+# Who is told of its runs (issue 32, docs/telling.md): pings, webhooks, mail, sent from the outbox.
+_JOB_TELL = (
+    Option("ping", "--ping", LIST, None, "healthchecks.io-style URL: /start when a run starts, the URL on success, "
+           "/<exit code> on failure, ?rid= per run, the log's tail as the body (repeatable).", field="ping"),
+    Option("webhook", "--webhook", LIST, None, "POST the job's JSON here on --webhook-on events, signed with "
+           "X-Sloth-Signature (HMAC-SHA256, [tell] webhook_secret) (repeatable).", field="webhook"),
+    Option("webhook_on", "--webhook-on", VALUE, None, "Events for --webhook, e.g. failed,done (of started, done, "
+           "failed, retrying, cancelled, missed; default done,failed,cancelled,missed).", field="webhook_on"),
+    Option("mail_to", "--mail-to", LIST, None, "Mail this address a failure's summary and log tail (repeatable).",
+           field="mail_to"),
+    Option("mail_on", "--mail-on", VALUE, None, "Events for --mail-to (default failed,missed).", field="mail_on"),
+)
 _JOB_OPTIONS = (_JOB_LANE, _JOB_PRIORITY, _JOB_MAX_ATTEMPTS, _JOB_LEASE, _JOB_TIMEOUT, _JOB_LABEL, _JOB_CWD, _JOB_SHELL,
                 _JOB_RETRY_EXIT, _JOB_NO_RETRY_EXIT, _JOB_ANYWHERE, _JOB_ON, *_JOB_HOLDS, *_JOB_GATES)
 
@@ -180,7 +192,11 @@ def _schedule_when(edit: bool) -> tuple[Option, ...]:
                "parallel, replace."),
         Option("jitter", "--jitter", VALUE, None, "Start each up to this much later, the same offset on a "
                "machine each time (e.g. 10m)."),
+        Option("expect_within", "--expect-within", VALUE, None, "Dead-man switch: no occurrence done within this "
+               "long (e.g. 26h) tells `missed`, once per window, through its --ping/--webhook/--mail-to and the "
+               "desktop, saying why."),
         *(tuple(_unset(o) for o in _JOB_OPTIONS) if edit else _JOB_OPTIONS),
+        *(tuple(_unset(o) for o in _JOB_TELL) if edit else _JOB_TELL),
     )
 
 
@@ -226,6 +242,7 @@ COMMANDS: tuple[Command, ...] = (
         Option("hold", "--hold", FLAG, False, "Queue it held: it starts only after `sloth release ID`.", field="hold"),
         *_JOB_HOLDS,
         *_JOB_GATES,
+        *_JOB_TELL,
         Option("wait", "--wait -w", FLAG, False, "Block until the job ends; exit with its outcome."),
         Option("no_start", "--no-start", FLAG, False, "Do not start the daemon if it is not running."),
         _json("Print the ids as JSON: {\"ids\": [...]}."),
@@ -384,6 +401,14 @@ COMMANDS: tuple[Command, ...] = (
         Option("dry_run", "--dry-run", FLAG, False, "Say how many, delete nothing."),
         _json(), fast=True),
     Command(
+        "outbox ls", "Messages not delivered yet (pings, webhooks, mail), and those that failed for good with "
+        "their last error; URLs masked.", "sloth_daemon.cli.outbox:outbox_ls",
+        Option("all_", "--all -a", FLAG, False, "Also those sent (kept 7 days)."), _json()),
+    Command("outbox retry", "Send failed messages again now.", "sloth_daemon.cli.outbox:outbox_retry", _json(),
+            arg=_ids()),
+    Command("outbox drop", "Forget messages not sent.", "sloth_daemon.cli.outbox:outbox_drop", _json(),
+            arg=_ids()),
+    Command(
         "lane ls", "Every lane: concurrency (and where it comes from), running, queued, blocked, paused (a lane "
         "only `add --lane` made, while it has jobs).",
         "sloth_daemon.cli.lane:lane_ls", _json(), fast=True),
@@ -487,6 +512,7 @@ COMMANDS: tuple[Command, ...] = (
 GROUPS: tuple[Group, ...] = (
     Group("daemon", "Run, start, stop or inspect the background daemon."),
     Group("lane", "List lanes and change how many jobs each runs at once."),
+    Group("outbox", "Pings, webhooks and mail waiting to be delivered, or failed (docs/telling.md)."),
     Group("schedule", "Recurring jobs: catch up once after sleep, never pile up, never fire twice."),
     Group("db", "The queue's database: schema, migrations, identity, hosts."),
     Group("service", "Start the daemon at login: a systemd --user unit or a launchd LaunchAgent."),

@@ -262,6 +262,9 @@ def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]], *,
         lines.append(f"  pid       {job['runner'].get('pid')}")
     lines += held_lines(job, events) + run_lines(job)
     lines += _relations(prereqs, dependents) + _gate(job)
+    for ch in job.get("tell") or []:  # who is told (docs/telling.md); a URL comes masked from the daemon
+        lines.append(f"  tells     {ch['kind']} {showable(ch.get('url') or ', '.join(ch.get('to', [])))}"
+                     f" on {','.join(ch.get('on', []))}")
     if job.get("message"):
         lines.append(f"  message   {showable(job['message'])}")
     lines += _history(job, events)

@@ -31,7 +31,9 @@ def add(words: Sequence[str], *, every: Text = None, cron: Text = None, tz: Text
         retry_exit: Text = None, no_retry_exit: Text = None, anywhere: bool = False, on: Text = None,
         keep_awake: bool = False, mem: Text = None, cpus: Text = None, nice: Optional[int] = None, io: Text = None,
         when: Optional[Sequence[str]] = None, on_lost: Text = None, needs: Optional[Sequence[str]] = None,
-        slots: Optional[int] = None, no_start: bool = False, as_json: bool = False) -> None:
+        slots: Optional[int] = None, ping: Any = None, webhook: Any = None, webhook_on: Text = None,
+        mail_to: Any = None, mail_on: Text = None, expect_within: Text = None, no_start: bool = False,
+        as_json: bool = False) -> None:
     """`sloth schedule add NAME (--every D | --cron EXPR) [options] -- CMD ARGS...`."""
     options = dict(locals())
     name, command = _split(words, need_command=True)
@@ -49,7 +51,8 @@ def edit(words: Sequence[str], *, every: Text = None, cron: Text = None, tz: Tex
          retry_exit: Text = None, no_retry_exit: Text = None, anywhere: Any = None, on: Text = None,
          keep_awake: Any = None, mem: Text = None, cpus: Text = None, nice: Optional[int] = None, io: Text = None,
          when: Optional[Sequence[str]] = None, on_lost: Text = None, needs: Optional[Sequence[str]] = None,
-         slots: Optional[int] = None, as_json: bool = False) -> None:
+         slots: Optional[int] = None, ping: Any = None, webhook: Any = None, webhook_on: Text = None,
+         mail_to: Any = None, mail_on: Text = None, expect_within: Text = None, as_json: bool = False) -> None:
     """`sloth schedule edit NAME [options] [-- CMD ARGS...]`: only what is given changes."""
     options = dict(locals())
     name, command = _split(words, need_command=False)
@@ -131,6 +134,11 @@ def _when(o: dict[str, Any]) -> dict[str, Any]:
             out[key] = o[key]
     if o.get("jitter") is not None:
         out["jitter_s"] = duration(o["jitter"], "--jitter")
+    if o.get("expect_within") is not None:
+        out["expect_within_s"] = duration(o["expect_within"], "--expect-within")
+        if out["expect_within_s"] < 60:
+            raise errors.BadRequest(f"--expect-within {o['expect_within']}: at least 1m (a window for a success)",
+                                    hint="e.g. --expect-within 26h for a daily job.")
     return out
 
 
@@ -148,7 +156,9 @@ def _job(command: list[str], o: dict[str, Any], *, edit: bool = False) -> dict[s
               "label": o.get("label"), **opts.retry_fields(o.get("retry_exit"), o.get("no_retry_exit")),
               **opts.place_fields(bool(o.get("anywhere")), o.get("on")),
               **opts.hold_fields(bool(o.get("keep_awake")), o.get("mem"), o.get("cpus"), o.get("nice"), o.get("io")),
-              **opts.gate_fields(o.get("when"), o.get("on_lost"), o.get("needs"), o.get("slots"))}
+              **opts.gate_fields(o.get("when"), o.get("on_lost"), o.get("needs"), o.get("slots")),
+              **opts.tell_fields(o.get("ping"), o.get("webhook"), o.get("webhook_on"), o.get("mail_to"),
+                                 o.get("mail_on"))}
     if edit:
         return {**job, **{k: v for k, v in fields.items() if v is not None},
                 **({"cwd": common_fields(cwd=o["cwd"])["cwd"]} if o.get("cwd") else {})}
@@ -187,11 +197,13 @@ def _row(s: dict[str, Any]) -> list[str]:
     outcome = s["last_state"] or "-"
     if s["last_exit"] not in (None, 0):
         outcome += f" (exit {s['last_exit']})"
-    return [s["name"], showable(s["spec"]), _when_text(s), last, outcome, "paused" if s["paused"] else ""]
+    flag = "paused" if s["paused"] else f"overdue since {relative(s['overdue'])}" if s.get("overdue") else ""
+    return [s["name"], showable(s["spec"]), _when_text(s), last, outcome, flag]
 
 
 def _details(s: dict[str, Any]) -> list[str]:
     from sloth_daemon.cli import render
+    from sloth_daemon.durations import format_duration
     from sloth_daemon.text import shell_command
 
     jitter = f"{s['jitter_s']:g}s (here +{s['jitter_offset_s']:.0f}s)" if s["jitter_s"] else "none"
@@ -202,7 +214,10 @@ def _details(s: dict[str, Any]) -> list[str]:
             f"  if missed: {s['missed']}   if still running: {s['overlap']}   jitter: {jitter}",
             f"  lane {showable(s['lane'])}, runs {_where(s['place'])};"
             f" slots missed so far {s['missed_slots']}, dropped {s['dropped']}",
-            *render.option_lines(s.get("job_options") or {})]
+            *render.option_lines(s.get("job_options") or {}),
+            *([f"  expect a success within {format_duration(s['expect_within_s'])}"
+               + (f": OVERDUE since {_at(s['overdue'])}" if s.get("overdue") else "")]
+              if s.get("expect_within_s") else [])]
 
 
 def _where(place: str | None) -> str:

@@ -52,6 +52,9 @@ def status(*, as_json: bool) -> int:
                                            for k, v in cond["resources"].items()))
     if (cond.get("gpus") or {}).get("error"):
         lines.append(f"gpus     nvidia-smi failed: {showable(cond['gpus']['error'])}")
+    box = st.get("outbox") or {}
+    if box.get("pending") or box.get("failed"):  # pings, webhooks, mail not delivered (docs/telling.md)
+        lines.append(f"outbox   {box['pending']} pending, {box['failed']} failed (`sloth outbox ls`)")
     for j in st["running"]:
         far = progress_text(j.get("progress"))
         lines.append(f"{render.shown_state(j):<8} {j['id']:<6} {render.when(j)}  {render.command_text(j, 50)}"
@@ -149,4 +152,4 @@ def _status() -> dict[str, Any]:
             waiting.setdefault(j["wait_reason"], []).append(j["id"])
     return {"daemon": daemon, "counts": d["counts"], "lanes": d["lanes"], "running": running,
             "failed": failed, "host": d.get("host"), "hosts": d.get("hosts"), "conditions": d.get("conditions"),
-            "waiting": waiting, "batches": batches}
+            "waiting": waiting, "batches": batches, **({"outbox": d["outbox"]} if d.get("outbox") else {})}

@@ -16,7 +16,7 @@ import os
 import time
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
 
-from sloth_daemon.checks import GATE_FIELDS, gate_json
+from sloth_daemon.checks import GATE_FIELDS, gate_json, merge_tell
 from sloth_daemon.config import Settings, file_differs, load as load_config
 from sloth_daemon.errors import BadRequest, ConfigError, FieldError, SlothError
 from sloth_daemon.models import Job, JobState
@@ -47,7 +47,7 @@ class Control:
     def __init__(self, queue: Queue, worker: Worker, spawner: Spawner, paths: Paths, settings: Settings,
                  *, request_stop: Callable[..., None], instance: str,
                  request_reload: Callable[[], dict[str, Any]] = _no_reload, shared: Any = None,
-                 scheduler: Any = None, teller: Any = None) -> None:
+                 scheduler: Any = None, teller: Any = None, sender: Any = None) -> None:
         self.queue, self.worker, self.spawner = queue, worker, spawner
         self.logs = queue.logs  # the database's copies of attempt logs (a shared queue's), or None
         self.lanes, self.gates, self.running = worker.lanes, worker.gates, worker.running  # the worker's, named
@@ -60,6 +60,7 @@ class Control:
         self.shared = shared  # shared.Shared on a queue shared by several machines
         self.scheduler = scheduler  # schedules.scheduler.Scheduler
         self.teller = teller  # tell.Teller (notifications, on_finish)
+        self.sender = sender  # telling/sender.Sender (the outbox: pings, webhooks, mail)
 
     # ------------------------------------------------------------ changes
     def job_changed(self, job: Job) -> None:
@@ -135,6 +136,7 @@ class Control:
             **self.worker.status(), **(self.shared.status() if self.shared is not None else {}),
             **({"schedules": self.scheduler.status()} if self.scheduler is not None else {}),
             **({"notify": self.teller.status()} if self.teller is not None else {}),
+            **({"outbox": self.sender.status()} if self.sender is not None else {}),
         }
 
     def lane_status(self) -> dict[str, Any]:
@@ -161,6 +163,8 @@ class Control:
         """Queue the jobs, all or none (recorded under ``batch`` if given);
         returns the ids and the lanes this add made (not known before)."""
         specs = [self._limited(s) if isinstance(s, JobSpec) else self._limited_spec(self._placed(s)) for s in specs]
+        if self.settings.lane_tell:
+            specs = [self._told(s) for s in specs]
         known = set(self.lanes.known())
         lanes = {_lane_of(s) for s in specs}
         ids = self.queue.enqueue_many(specs, batch=batch)
@@ -197,7 +201,7 @@ class Control:
                 spec = self._placed_here(JobSpec.parse(job, defaults, cache))
                 if not fired:
                     self._awake_here(spec.keep_awake, spec.lane, spec.place)
-                out.append(self._limited(spec))
+                out.append(self._told_spec(self._limited(spec)))
             except FieldError as e:
                 raise FieldError(e.field, f"{e.problem} (job {i} of the batch)", e.hint) from None
         return out
@@ -287,6 +291,18 @@ class Control:
         if not (spec.limits_json or spec.keep_awake or self.settings.lane_holds):
             return spec
         return job_limits.applied_here(spec, self.settings)
+
+    def _told(self, spec: Mapping[str, Any] | JobSpec) -> Mapping[str, Any] | JobSpec:
+        """Its lane's channels ([lanes.NAME] ping, webhook, mail_to) besides its own (docs/telling.md)."""
+        if _lane_of(spec) not in self.settings.lane_tell or isinstance(spec, JobSpec):
+            return spec if not isinstance(spec, JobSpec) else self._told_spec(spec)
+        return self._told_spec(JobSpec.parse(spec, Defaults(self.settings.max_attempts, self.settings.lease_s,
+                                                            self.default_place)))
+
+    def _told_spec(self, spec: JobSpec) -> JobSpec:
+        tells = self.settings.lane_tell
+        lane_tell = tells.get(spec.lane)
+        return spec if lane_tell is None else spec._replace(tell_json=merge_tell(spec.tell_json, lane_tell))
 
     def _limited_spec(self, spec: Mapping[str, Any]) -> Mapping[str, Any] | JobSpec:
         if not job_limits.asks_any(spec, self.settings):

@@ -8,6 +8,7 @@ family of commands (as on the client):
   - lane_ops.py: pause, resume, lanes, lane_set, lane_rm;
   - edit_ops.py: edit, bump, hold, release;
   - schedules/ops.py: the schedule_* ops;
+  - telling/ops.py: outbox, outbox_retry, outbox_drop;
   - streams.py: wait, follow, subscribe (a Streams the Handlers own: it
     holds the open streams, ended together on close); ``scan`` (a listing of
     any size, streamed) is here beside ``list``, its stream listing_stream.py's.
@@ -38,6 +39,7 @@ from sloth_daemon.daemon.edit_ops import EditOps
 from sloth_daemon.daemon.job_ops import JobOps
 from sloth_daemon.daemon.lane_ops import LaneOps
 from sloth_daemon.daemon.schedules.ops import ScheduleOps
+from sloth_daemon.daemon.telling.ops import OutboxOps
 from sloth_daemon.daemon.request_args import (
     MAX_LIST, attempt_of, batch_token, flag, job_id, job_ids, jobs_of, listing_args, whole,
 )
@@ -92,7 +94,8 @@ class Handlers:
         self.families = (JobOps(worker.actions, worker, worker.lanes, lambda: control.settings),
                          LaneOps(worker.actions, worker, worker.lanes, control),
                          EditOps(control.queue, control, worker.gates, worker.lanes, worker),
-                         ScheduleOps(control.scheduler))
+                         ScheduleOps(control.scheduler),
+                         OutboxOps(control.queue.outbox, control.sender))
         for family in self.families:
             self.ops.update(family.table(w))
         self.stream_ops: dict[str, Callable[[dict[str, Any], Emit], Awaitable[Any]]] = {

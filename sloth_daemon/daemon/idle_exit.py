@@ -47,6 +47,7 @@ class Views:
     connections: Callable[[], int]  # clients connected now
     requests: Callable[[], int]  # requests served so far (a counter)
     watching: Callable[[], bool] = lambda: False  # run conditions looked at for waiting jobs
+    outbox: Callable[[], int] = lambda: 0  # messages not delivered yet (docs/telling.md): a ping must not wait days
 
 
 class IdleExit:
@@ -86,6 +87,8 @@ class IdleExit:
             return ", ".join(f"{n} {s}" for s, n in active.items())
         if v.watching():
             return "run conditions watched"
+        if (n := v.outbox()) > 0:
+            return f"{n} message(s) to deliver"
         if (slot := v.next_slot()) is not None:
             return f"a schedule's next slot at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(slot))}"
         return None
@@ -136,7 +139,7 @@ async def watch_daemon(d: Any) -> None:
                   keeper_holding=lambda: keeper.client.holding if keeper.client is not None else 0,
                   next_slot=scheduler.earliest if scheduler is not None else lambda: None,
                   connections=lambda: server.active, requests=lambda: server.stats["requests"],
-                  watching=lambda: gates.watching)
+                  watching=lambda: gates.watching, outbox=lambda: d.queue.outbox.counts()["pending"])
     idle = IdleExit(views, lambda: d.settings.idle_exit_s)
     await idle.watch(close=server.stop_listening, reopen=lambda: server.start(d.paths.socket),
                      leave=lambda why: d.request_stop(why, keep_jobs=False))

@@ -55,6 +55,8 @@ from sloth_daemon.daemon.server import Server
 from sloth_daemon.daemon.worker.runs import worker_name
 from sloth_daemon.daemon.supervision import KeeperSpawner
 from sloth_daemon.daemon.tell import Teller
+from sloth_daemon.daemon.telling.deadman import DeadMan
+from sloth_daemon.daemon.telling.sender import Sender
 from sloth_daemon.daemon.worker.clockwatch import ClockWatch
 from sloth_daemon.daemon.machine_log import MachineLog
 from sloth_daemon.daemon.worker.loop import Worker
@@ -126,12 +128,14 @@ class Daemon:
     def __init__(self, *, paths: Paths, settings: config.Settings, queue: Queue, worker: Worker,
                  server: Server, keeper: KeeperSpawner, control: Control | None = None,
                  teller: Teller | None = None, shared: "Shared | None" = None,
-                 clock_set: timerfd.ClockSetWatch | None = None, machine: MachineLog | None = None) -> None:
+                 clock_set: timerfd.ClockSetWatch | None = None, machine: MachineLog | None = None,
+                 deadman: DeadMan | None = None) -> None:
         self.paths, self.settings = paths, settings
         self.queue, self.worker, self.server, self.keeper = queue, worker, server, keeper
         self.control, self.teller, self.shared = control, teller, shared
         self.clock_set = clock_set  # the wall clock set, a resume: heard at once where Linux tells (timerfd)
         self.machine = machine  # its time up and the machine's sleeps, for the timeline
+        self.deadman = deadman  # the schedules' dead-man switch (daemon/telling/deadman.py)
         self.notifier = Notifier.from_env()
         self._stop = asyncio.Event()
         self.stop_reason = ""
@@ -208,6 +212,10 @@ class Daemon:
         tasks = [worker, loop.create_task(idle_exit.watch_daemon(self))]  # idle_exit_s (docs/idle.md)
         if notifier.watchdog_interval_s:
             tasks.append(loop.create_task(_watchdog(notifier, notifier.watchdog_interval_s)))
+        if self.teller is not None and self.teller.sender is not None:
+            tasks.append(loop.create_task(self.teller.sender.run()))  # the outbox (daemon/telling/)
+        if self.deadman is not None:
+            tasks.append(loop.create_task(self.deadman.run()))
         notifier.ready(f"serving {self.paths.socket}")
         log.info("sloth %s ready: pid %d, socket %s, queue %s", __version__, os.getpid(), self.paths.socket,
                  self.paths.db if self.shared is None else self.shared.describe())
@@ -298,14 +306,17 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
                     clock=clock, queue_time=shared.time.now if shared is not None else None,
                     on_change=lambda job: control.job_changed(job))
     queue.on_side_change = worker.side_change  # a dependent queued or cancelled by another's transition
-    teller = Teller(settings, log_path=paths.job_log, lane_busy=queue.lane_busy)
+    sender = Sender(queue, settings, prefix=f"{host or socket.gethostname()}/", log_path=paths.job_log,
+                    shared_poll_s=settings.poll_s if shared is not None else None)
+    teller = Teller(settings, log_path=paths.job_log, lane_busy=queue.lane_busy, sender=sender)
     if shared is not None:
         shared.attach(worker, paths.job_log)
     scheduler = compose_scheduler(queue, worker, clocks, shared, job=lambda d: control.validate([d], fired=True)[0],
                                   place=lambda d: dict(control._placed(d)))
     control = Control(queue, worker, keeper, paths, settings, instance=instance,
                       request_stop=lambda reason, *, keep_jobs: daemon.request_stop(reason, keep_jobs=keep_jobs),
-                      request_reload=lambda: daemon.reload(), shared=shared, scheduler=scheduler, teller=teller)
+                      request_reload=lambda: daemon.reload(), shared=shared, scheduler=scheduler, teller=teller,
+                      sender=sender)
     control.watch(teller.job_changed)
     record = MachineLog(queue, host or socket.gethostname(), clock, lambda: clocks.read().awake)
     clock.listen(check=record.check, jump=record.jump)
@@ -314,7 +325,9 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
     daemon = Daemon(paths=paths, settings=settings, queue=queue, worker=worker,
                     server=Server(control, max_connections=max_connections, given=listener),
                     keeper=keeper, control=control, teller=teller, shared=shared, clock_set=clock_set,
-                    machine=record)
+                    machine=record,
+                    deadman=DeadMan(queue.schedules, queue.outbox, job=queue.get, notify=teller.notify,
+                                    now=queue.clock.now))
     return daemon
 
 

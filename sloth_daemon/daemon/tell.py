@@ -38,6 +38,8 @@ from sloth_daemon.keeper.jobenv import job_env
 if TYPE_CHECKING:
     import psutil
 
+    from sloth_daemon.daemon.telling.sender import Sender
+
     from sloth_daemon.keeper import procident
 
 log = logging.getLogger("sloth.tell")
@@ -72,9 +74,15 @@ def notify_argv(title: str, body: str, *, urgent: bool, which: Callable[[str], s
 
 
 class Teller:
+    """Desktop notifications and the on_finish hook (here), and ``sender``:
+    the outbox's pings, webhooks and mail (daemon/telling/sender.py), woken
+    by every change of a job (its messages were written with it)."""
+
     def __init__(self, settings: Settings, *, log_path: Callable[[int, int], Path],
-                 lane_busy: Callable[[str], bool], which: Callable[[str], str | None] = shutil.which) -> None:
+                 lane_busy: Callable[[str], bool], which: Callable[[str], str | None] = shutil.which,
+                 sender: Sender | None = None) -> None:
         self.settings, self.log_path, self.lane_busy, self.which = settings, log_path, lane_busy, which
+        self.sender = sender
         self.stats = {"notified": 0, "hooks": 0, "failed": 0, "timed_out": 0, "dropped": 0}
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(MAX_RUNNING)
@@ -89,6 +97,8 @@ class Teller:
     def apply(self, settings: Settings) -> None:
         """New settings (a config reload)."""
         self.settings = settings
+        if self.sender is not None:
+            self.sender.settings = settings
         self._check_tool()
         _ready_for_hooks(settings)
 
@@ -106,6 +116,8 @@ class Teller:
     # --------------------------------------------------------------- news
     def job_changed(self, job: Job) -> None:
         """A job changed state (from Control.job_changed): tell of its end once."""
+        if self.sender is not None and job.tell:
+            self.sender.wake()  # its transition wrote its messages: deliver them
         if not job.state.finished:
             return
         if self._told.get(job.id) == job.finished_at:
@@ -167,6 +179,11 @@ class Teller:
     def status(self) -> dict[str, Any]:
         """What the status op says of notifications: asked for which ends, and any trouble."""
         return {"events": list(self.settings.notify), "trouble": self.notify_trouble}
+
+    def notify(self, title: str, body: str) -> None:
+        """A desktop notification of the daemon's own (a schedule's missed window), if ``notify`` wants failures."""
+        if "failed" in self.settings.notify:
+            self._notify(title, body, urgent=True)
 
     def _hook(self, job: Job) -> None:
         logf = str(self.log_path(job.id, job.attempts)) if job.attempts else ""

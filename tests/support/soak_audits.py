@@ -15,6 +15,9 @@ failing, so none of them can only pass.
 * ``stopped``: no process tree left SIGSTOPped after its job's run ended.
 * ``collisions``: a resource token or a lane slot held by two live runs at
   once (the probes' flocks, tests/support/probe_job.py).
+* ``outbox``: every message a transition caused (docs/telling.md) is there,
+  and delivered once (the receiver drops a repeat by key: it took each key
+  it shows) or still pending; none lost, none failed.
 """
 
 from __future__ import annotations
@@ -267,3 +270,25 @@ def collisions(lines: Iterable[Sequence[str]], what: str) -> list[str]:
     """The probes' flock collisions (token_collisions, slot_collisions)."""
     return [f"{what} held twice: job {ln[0]} attempt {ln[1]} (pid {ln[3]}) found {ln[4]} taken by a live run"
             for ln in lines if len(ln) >= 5]
+
+
+def outbox(messages: Iterable[Mapping[str, Any]], ended: Iterable[tuple[int, int, str]],
+           received: Iterable[str]) -> list[str]:
+    """``messages``: the outbox's rows (key, state); ``ended``: (job, attempt,
+    state) of each finished job that pings; ``received``: the keys the
+    receiver took (each once: it drops a repeat). A sent message the
+    receiver never took was lost; a job's end with no message was never
+    written; a failed one gave up."""
+    out: list[str] = []
+    got = set(received)
+    rows = {m["key"]: m["state"] for m in messages}
+    for key, state in sorted(rows.items()):
+        if state == "sent" and key not in got:
+            out.append(f"message {key} marked sent, never received")
+        elif state == "failed":
+            out.append(f"message {key} failed")
+    for job, attempt, state in ended:
+        if state in ("done", "failed") and f"job:{job}:{attempt}:{state}" not in rows:
+            out.append(f"job {job} ended {state} (attempt {attempt}) with no message in the outbox")
+    out += [f"received {k} that no message is" for k in sorted(got - set(rows))]
+    return out

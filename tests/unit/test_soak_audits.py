@@ -204,3 +204,15 @@ def test_a_lane_running_more_slots_than_it_has_is_caught(tmp_path):
     lines = [ln.split() for ln in (tmp_path / "slot_collisions").read_text().splitlines()]
     found = audits.collisions(lines, "a lane slot")
     assert len(found) == 1 and "job 2" in found[0] and "wide:1/2of3" in found[0]
+
+
+# ------------------------------------------------------------ outbox
+def test_the_outbox_audit_passes_messages_delivered_once_or_pending_and_finds_lost_ones():
+    msgs = [{"key": "job:1:1:started", "state": "sent"}, {"key": "job:1:1:done", "state": "pending"},
+            {"key": "job:2:1:done", "state": "sent"}]
+    assert audits.outbox(msgs, [(1, 1, "done"), (2, 1, "done")], ["job:1:1:started", "job:2:1:done"]) == []
+    found = audits.outbox([*msgs[:2], {"key": "job:2:1:done", "state": "failed"}],
+                          [(1, 1, "done"), (2, 1, "done"), (3, 2, "failed")], ["job:1:1:started", "job:9:1:done"])
+    assert found == ["message job:2:1:done failed", "job 3 ended failed (attempt 2) with no message in the outbox",
+                     "received job:9:1:done that no message is"]
+    assert audits.outbox(msgs, [], ["job:1:1:started"]) == ["message job:2:1:done marked sent, never received"]

@@ -74,6 +74,7 @@ from sloth_daemon.backends.postgres.logs import PgLogs
 from sloth_daemon.backends.postgres.reads import JobRows, PgReads
 from sloth_daemon.backends.postgres.scan import PgScan
 from sloth_daemon.backends.postgres.schedules import PgScheduleReads, PgSchedules
+from sloth_daemon.backends.postgres.outbox import PgOutbox
 from sloth_daemon.backends.postgres.meta import PgMeta
 from sloth_daemon.backends.postgres.store import PgStore
 from sloth_daemon.backends.postgres.writer import PgWriter
@@ -125,7 +126,8 @@ def open_engine(url: str, clock: Clock | None, defaults: QueueDefaults, *, lock_
         defaults=defaults, store=PgStore(db, writer, identity), adds=adds, claims=PgClaims(db, rows, writer),
         leases=PgLeases(db, rows, writer, defaults), requests=PgRequests(db, rows, writer),
         edits=PgEdits(rows, writer), meta=PgMeta(db), reads=reads, listings=PgListings(db, rows),
-        schedules=PgSchedules(db, writer, insert_all), machines=PgMachines(db), logs=PgLogs(db))
+        schedules=PgSchedules(db, writer, insert_all), outbox=PgOutbox(db), machines=PgMachines(db),
+        logs=PgLogs(db))
 
 
 def _open(db: pgdb.Connection, migrate: bool) -> str:

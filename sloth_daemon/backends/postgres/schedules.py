@@ -61,6 +61,12 @@ class PgScheduleReads(contract.ScheduleReads):
         rows = self._db.read(lambda c: c.execute(SQL_RUNS, (name, int(limit))).fetchall(), "reading a schedule")
         return [sr.run_record(r) for r in rows]
 
+    def last_success(self, name: str) -> float | None:
+        row = self._db.read(lambda c: c.execute(
+            "SELECT max(j.finished_at) AS t FROM sloth.schedule_runs r JOIN sloth.jobs j ON j.id = r.job_id"
+            " WHERE r.schedule = %s AND j.state = 'done'", (name,)).fetchone(), "reading a schedule")
+        return None if row is None else row["t"]
+
 
 class PgSchedules(PgScheduleReads):
     """The schedules and schedule_runs tables: read as PgScheduleReads,

@@ -240,6 +240,59 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (job_id, attempt)
     ) WITHOUT ROWID;
     """,
+    # 12 -> 13: the outbox (issue 32, docs/telling.md). A job carries its
+    # channels (tell: JSON, checks.tell_json); the trigger events_tell turns
+    # each event that is a run's start or end into one outbox row per channel
+    # that wants it, in the transaction that wrote the event, whichever path
+    # wrote it (a claim's start, complete, fail, release, cancel, a cascade of
+    # dependents): the intent is stored with the transition. A sender
+    # delivers the rows after the commit (daemon/telling/), leased like jobs;
+    # key + channel is unique, so a transition told twice is one message.
+    # The event told: started (the process recorded), done, failed (an end
+    # for good), retrying (a counted try failed, tries left), cancelled;
+    # missed (a schedule's dead-man switch) is written by the scheduler.
+    """
+    ALTER TABLE jobs ADD COLUMN tell TEXT;
+    CREATE TABLE outbox (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        key         TEXT    NOT NULL,             -- job:<id>:<attempt>:<event>, schedule:<name>:<deadline>:missed
+        event       TEXT    NOT NULL,
+        channel     TEXT    NOT NULL,             -- JSON: {"kind", "url" or "to", "on"}
+        job_id      INTEGER,                      -- no reference: a pruned job's message still goes
+        attempt     INTEGER NOT NULL DEFAULT 0,
+        exit_code   INTEGER,                      -- the job's as the event left it
+        schedule    TEXT,
+        note        TEXT    NOT NULL DEFAULT '',  -- why (a missed window's reason)
+        at          REAL    NOT NULL,             -- when the event happened
+        state       TEXT    NOT NULL DEFAULT 'pending',  -- pending, sent, failed
+        tries       INTEGER NOT NULL DEFAULT 0,
+        next_at     REAL    NOT NULL,
+        lease_until REAL,
+        token       TEXT,
+        sender      TEXT,
+        last_error  TEXT,
+        sent_at     REAL,
+        UNIQUE (key, channel)
+    );
+    CREATE INDEX outbox_due ON outbox(next_at) WHERE state = 'pending';
+    CREATE INDEX outbox_failed ON outbox(id) WHERE state = 'failed';
+    CREATE TRIGGER events_tell AFTER INSERT ON events
+    WHEN NEW.kind IN ('started', 'done', 'failed', 'lease_expired', 'cancelled', 'fenced')
+    BEGIN
+        INSERT OR IGNORE INTO outbox (key, event, channel, job_id, attempt, exit_code, at, next_at)
+        SELECT 'job:' || t.id || ':' || NEW.attempt || ':' || t.evt, t.evt, ch.value, t.id, NEW.attempt,
+               t.exit_code, NEW.at, NEW.at
+        FROM (SELECT id, tell, exit_code, CASE
+                WHEN NEW.kind = 'started' THEN 'started'
+                WHEN state = 'done' AND NEW.kind = 'done' THEN 'done'
+                WHEN state = 'failed' AND NEW.kind IN ('failed', 'lease_expired', 'fenced') THEN 'failed'
+                WHEN state = 'cancelled' AND NEW.kind = 'cancelled' THEN 'cancelled'
+                WHEN state = 'queued' AND NEW.kind IN ('failed', 'fenced') THEN 'retrying'
+              END AS evt FROM jobs WHERE id = NEW.job_id AND tell IS NOT NULL) AS t, json_each(t.tell) AS ch
+        WHERE t.evt IS NOT NULL
+          AND EXISTS (SELECT 1 FROM json_each(ch.value, '$.on') AS e WHERE e.value = t.evt);
+    END;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -398,13 +451,16 @@ def quick_check(path: str | os.PathLike[str], *, timeout_s: float = 5.0) -> list
 
 def _statements(script: str) -> list[str]:
     # executescript() would COMMIT our transaction; split on ';' instead
-    # (the DDL above holds no ';' inside literals).
-    out = []
+    # (the DDL above holds no ';' inside literals); a trigger's body holds
+    # several, so parts are joined until SQLite calls the statement complete.
+    out, held = [], ""
     for part in script.split(";"):
         lines = [ln.split("--", 1)[0] for ln in part.splitlines()]
-        stmt = "\n".join(lines).strip()
-        if stmt:
-            out.append(stmt)
+        held += "\n".join(lines) + ";"
+        if sqlite3.complete_statement(held):
+            if held.strip(" \n;"):
+                out.append(held.strip().rstrip(";"))
+            held = ""
     return out
 
 

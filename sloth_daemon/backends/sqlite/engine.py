@@ -35,6 +35,7 @@ from sloth_daemon.backends.sqlite.enqueue import SqliteAdds
 from sloth_daemon.backends.sqlite.leases import SqliteLeases
 from sloth_daemon.backends.sqlite.listing import SqliteListings
 from sloth_daemon.backends.sqlite.meta import SqliteMeta
+from sloth_daemon.backends.sqlite.outbox import SqliteOutbox
 from sloth_daemon.backends.sqlite.reads import JobRows, SqliteReads
 from sloth_daemon.backends.sqlite.scan import SqliteScan
 from sloth_daemon.backends.sqlite.schedules import SqliteScheduleReads, SqliteSchedules
@@ -65,7 +66,7 @@ def open_engine(path: str | os.PathLike[str], clock: Clock | None, defaults: Que
         requests=SqliteRequests(store, rows, ends, adds, clock), edits=SqliteEdits(store, rows, clock),
         meta=meta, reads=reads,
         listings=SqliteListings(conn, rows.job, reads.lane_counts),
-        schedules=SqliteSchedules(store, clock, adds.insert))
+        schedules=SqliteSchedules(store, clock, adds.insert), outbox=SqliteOutbox(store, clock))
 
 
 def open_read_engine(path: str | os.PathLike[str]) -> ReadEngine:

@@ -60,6 +60,11 @@ class SqliteScheduleReads(contract.ScheduleReads):
     def runs(self, name: str, limit: int = sr.RUNS_SHOWN) -> list[dict[str, Any]]:
         return [sr.run_record(r) for r in self.conn.execute(SQL_RUNS, (name, int(limit)))]
 
+    @reads
+    def last_success(self, name: str) -> float | None:
+        return self.conn.execute("SELECT max(j.finished_at) FROM schedule_runs r JOIN jobs j ON j.id = r.job_id"
+                                 " WHERE r.schedule = ? AND j.state = 'done'", (name,)).fetchone()[0]
+
 
 class SqliteSchedules(SqliteScheduleReads):
     """The schedules and schedule_runs tables: read as SqliteScheduleReads, written

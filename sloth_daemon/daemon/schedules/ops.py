@@ -6,6 +6,7 @@ schedule is shown (``view``, the same for `ls`,
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Mapping
 
 from sloth_daemon.backends.schedule_rules import RUNS_SHOWN
@@ -68,10 +69,23 @@ class ScheduleOps:
         return {"id": out.get("job_id"), "deduped": bool(out.get("deduped")), "schedule": name}
 
 
-def listed(store: Any) -> dict[str, Any]:
+def listed(store: Any, now: float | None = None) -> dict[str, Any]:
     """The answer to schedule_ls, from ``store`` (the daemon's, or the queue
-    read without one: cli/offline.py)."""
-    return {"schedules": [view(r) for r in store.all()]}
+    read without one: cli/offline.py); ``now``: the wall time (a test's)."""
+    return {"schedules": [_judged(view(r), r, store, now) for r in store.all()]}
+
+
+def _judged(v: dict[str, Any], rec: Mapping[str, Any], store: Any, now: float | None = None) -> dict[str, Any]:
+    """``v`` with its dead-man switch: ``expect_within_s``, ``overdue``
+    (the deadline passed with no success, or None)."""
+    from sloth_daemon.daemon.telling.deadman import window
+
+    r = rec["recipe"]
+    v["expect_within_s"] = r.get("expect_within_s")
+    at = time.time() if now is None else now
+    passed = window(rec, store.last_success(rec["name"]), at) if r.get("expect_within_s") else None
+    v["overdue"] = None if passed is None or rec["paused"] else passed[1]
+    return v
 
 
 def shown(store: Any, a: Mapping[str, Any]) -> dict[str, Any]:
@@ -80,7 +94,8 @@ def shown(store: Any, a: Mapping[str, Any]) -> dict[str, Any]:
     limit = a.get("limit", RUNS_SHOWN)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
         raise FieldError("limit", f"must be an integer from 1 to 100000, got {limit!r}")
-    return {"schedule": view(store.get(name)), "runs": store.runs(name, limit)}
+    rec = store.get(name)
+    return {"schedule": _judged(view(rec), rec, store), "runs": store.runs(name, limit)}
 
 
 def _fields(a: Mapping[str, Any]) -> Mapping[str, Any]:

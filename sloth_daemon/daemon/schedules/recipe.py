@@ -22,7 +22,8 @@ MAX_JITTER_S = 7 * 86400.0
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # The fields an occurrence sets itself: a recipe's job may not.
 OCCURRENCE_FIELDS = ("key", "not_before", "after", "after_any", "after_previous")
-FIELDS = frozenset({"every_s", "cron", "tz", "missed", "overlap", "jitter_s", "job"})
+FIELDS = frozenset({"every_s", "cron", "tz", "missed", "overlap", "jitter_s", "job", "expect_within_s"})
+MIN_EXPECT_S, MAX_EXPECT_S = 60.0, 366 * 86400.0  # the dead-man switch's window (daemon/telling/deadman.py)
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,8 @@ class Recipe:
     jitter_s: float = 0.0
     machine: str = ""
     anchor: int = 0
+    expect_within_s: float | None = None  # a success is expected within this long, else `missed` is told
+    expect_since: int = 0  # when expect_within_s was set (its first window starts there)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -85,7 +88,9 @@ def parse(a: Mapping[str, Any], *, machine: str, anchor: int) -> Recipe:
     return Recipe(job=_job(a.get("job")), every_s=_every(every), cron=_cron_text(cron),
                   tz=text(a.get("tz"), "tz", None, nonempty=True), missed=_choice(a, "missed", MISSED),
                   overlap=_choice(a, "overlap", OVERLAP), jitter_s=_jitter(a.get("jitter_s")),
-                  machine=machine, anchor=int(anchor))
+                  machine=machine, anchor=int(anchor),
+                  expect_within_s=number(a.get("expect_within_s"), "expect_within_s", None, lo=MIN_EXPECT_S,
+                                         hi=MAX_EXPECT_S))
 
 
 def _every(v: Any) -> int | None:
@@ -126,4 +131,4 @@ def _job(v: Any) -> dict[str, Any]:
 def edited(old: Recipe, changes: Mapping[str, Any]) -> Recipe:
     """``old`` with ``changes`` (request fields) applied, checked whole."""
     new = parse(old.merged(changes), machine=old.machine, anchor=old.anchor)
-    return replace(new, anchor=old.anchor)
+    return replace(new, anchor=old.anchor, expect_since=old.expect_since)

@@ -277,6 +277,7 @@ class Scheduler:
         """A new schedule; IllegalTransition if the name is taken, BadRequest if a field is bad."""
         now = int(self.ports.now())
         r = self._checked(self._zoned(recipes.parse(fields, machine=self.machine, anchor=now)))
+        r = replace(r, expect_since=now) if r.expect_within_s else r  # the dead-man's first window starts now
         first = slots.next_after(r, now)
         rec = self._remember(self.store.add(recipes.name(name), r.to_dict(), first))
         self._push(rec)
@@ -305,6 +306,8 @@ class Scheduler:
         rec = self.get(name)
         old = Recipe.from_dict(rec["recipe"])
         new = self._checked(self._zoned(recipes.edited(old, fields)))
+        if new.expect_within_s != old.expect_within_s:  # a new dead-man window starts now
+            new = replace(new, expect_since=int(self.ports.now()))
         timing = (new.every_s, new.cron, new.tz) != (old.every_s, old.cron, old.tz)
         nxt = slots.next_after(new, int(self.ports.now())) if timing else None
         return self._changed(name, self.store.change(name, version=rec["version"], recipe=new.to_dict(),

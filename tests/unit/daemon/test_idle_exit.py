@@ -30,7 +30,8 @@ class Parts:
     def views(self) -> Views:
         return Views(counts=self.queue.counts, runs=self.runs, keeper_holding=lambda: self.holding,
                      next_slot=lambda: self.slot, connections=lambda: self.connections,
-                     requests=lambda: self.requests, watching=lambda: self.watching)
+                     requests=lambda: self.requests, watching=lambda: self.watching,
+                     outbox=lambda: self.queue.outbox.counts()["pending"])
 
 
 @pytest.fixture
@@ -70,6 +71,9 @@ def test_off_it_never_goes(parts):
                                                                         "not_before": 1000.0 + 365 * 86400}]),
      "1 queued"),
     ("conditions watched", lambda p: setattr(p, "watching", True), "run conditions watched"),
+    ("a message to deliver", lambda p: p.queue.outbox.add("k", "missed", [{"kind": "ping", "url": "http://h/",
+                                                                          "on": ["missed"]}]),
+     "1 message(s) to deliver"),
     ("a schedule's next slot, in a week", lambda p: setattr(p, "slot", 1000 + 7 * 86400),
      "a schedule's next slot at " + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(605800))),
 ])

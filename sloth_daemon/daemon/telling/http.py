@@ -1,0 +1,102 @@
+"""One HTTP request to a ping or webhook receiver, bounded every way, with
+the standard library (http.client, ssl): a connect and read timeout per
+step and a deadline for the whole exchange, at most MAX_REDIRECTS
+redirects (never from https to http), at most RESPONSE_CAP bytes of the
+answer read, TLS always verified (the system's CAs, or ``ca_file`` as
+well; never skipped). It runs on a sender's thread, never on the loop."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import ssl
+import time
+from typing import Mapping
+from urllib.parse import urljoin, urlsplit
+
+from sloth_daemon.text import mask_url
+
+MAX_REDIRECTS = 3
+RESPONSE_CAP = 16 * 1024
+REDIRECTS = (301, 302, 303, 307, 308)
+# Answers that may change if asked again later (a timeout, too many
+# requests, a server error); any other 4xx is the request's fault: failed at once.
+TRANSIENT = (408, 425, 429)
+
+
+class DeliveryError(Exception):
+    """A delivery that did not succeed: ``permanent`` ones are not retried.
+    The message names the URL masked (text.mask_url), never whole."""
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+
+
+def tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """The default, verifying context; ``ca_file`` trusted besides the system's CAs."""
+    ctx = ssl.create_default_context()
+    if ca_file:
+        ctx.load_verify_locations(ca_file)
+    return ctx
+
+
+def request(method: str, url: str, body: bytes, headers: Mapping[str, str], *, timeout_s: float,
+            ca_file: str | None = None) -> int:
+    """Send; return the final status (2xx). Raises DeliveryError."""
+    deadline = time.monotonic() + timeout_s
+    for _ in range(MAX_REDIRECTS + 1):
+        status, location = _once(method, url, body, headers, deadline, ca_file)
+        if status in REDIRECTS and location:
+            nxt = urljoin(url, location)
+            if urlsplit(nxt).scheme not in ("http", "https"):
+                raise DeliveryError(f"{mask_url(url)} redirected to a non-HTTP URL", permanent=True)
+            if urlsplit(url).scheme == "https" and urlsplit(nxt).scheme != "https":
+                raise DeliveryError(f"{mask_url(url)} redirected from https to http: refused", permanent=True)
+            url = nxt
+            continue
+        if 200 <= status < 300:
+            return status
+        permanent = 400 <= status < 500 and status not in TRANSIENT
+        raise DeliveryError(f"{mask_url(url)} answered HTTP {status}", permanent=permanent)
+    raise DeliveryError(f"{mask_url(url)}: more than {MAX_REDIRECTS} redirects", permanent=True)
+
+
+def _once(method: str, url: str, body: bytes, headers: Mapping[str, str], deadline: float,
+          ca_file: str | None) -> tuple[int, str | None]:
+    u = urlsplit(url)
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise DeliveryError(f"{mask_url(url)}: no answer in time")
+    conn: http.client.HTTPConnection
+    if u.scheme == "https":
+        conn = http.client.HTTPSConnection(u.hostname or "", u.port, timeout=left, context=tls_context(ca_file))
+    else:
+        conn = http.client.HTTPConnection(u.hostname or "", u.port, timeout=left)
+    path = (u.path or "/") + (f"?{u.query}" if u.query else "")
+    try:
+        conn.request(method, path, body=body, headers={**headers, "Content-Length": str(len(body))})
+        resp = conn.getresponse()
+        got = 0
+        while got < RESPONSE_CAP:  # read a little of it (a keep-alive's manners), never all of a flood
+            if time.monotonic() > deadline:
+                raise DeliveryError(f"{mask_url(url)}: answer too slow")
+            chunk = resp.read(4096)
+            if not chunk:
+                break
+            got += len(chunk)
+        return resp.status, resp.getheader("Location")
+    except ssl.SSLCertVerificationError as e:
+        raise DeliveryError(f"{mask_url(url)}: TLS certificate not trusted ({e.verify_message})") from None
+    except (socket.timeout, TimeoutError):
+        raise DeliveryError(f"{mask_url(url)}: no answer in time") from None
+    except (OSError, http.client.HTTPException) as e:
+        raise DeliveryError(f"{mask_url(url)}: {type(e).__name__}: {_said(e)}") from None
+    finally:
+        conn.close()
+
+
+def _said(e: BaseException) -> str:
+    """What an error says, without a URL it may quote."""
+    text = str(e) or type(e).__name__
+    return text if "://" not in text else "(an error that quoted the URL)"

@@ -1,0 +1,77 @@
+"""Mail out with the standard library: through ``[tell] smtp_host`` (smtplib,
+STARTTLS unless ``smtp_starttls = false``, verified; login with
+``smtp_user`` and ``smtp_password`` or the first line of
+``smtp_password_file``), else the local ``sendmail`` (``[tell] sendmail``,
+default /usr/sbin/sendmail: ``-t -oi``, the message on stdin). Credentials
+come from the config or a file, never a command line. Runs on a sender's
+thread."""
+
+from __future__ import annotations
+
+import os
+import smtplib
+import socket
+import subprocess
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any, Mapping
+
+from sloth_daemon.daemon.telling.http import DeliveryError, tls_context
+
+SENDMAIL = "/usr/sbin/sendmail"
+
+
+def default_sender() -> str:
+    return f"sloth@{socket.gethostname() or 'localhost'}"
+
+
+def send(msg: EmailMessage, tell: Mapping[str, Any], timeout_s: float) -> None:
+    """Raises DeliveryError."""
+    if tell.get("smtp_host"):
+        _smtp(msg, tell, timeout_s)
+    else:
+        _sendmail(msg, str(tell.get("sendmail") or SENDMAIL), timeout_s)
+
+
+def _smtp(msg: EmailMessage, tell: Mapping[str, Any], timeout_s: float) -> None:
+    host, port = str(tell["smtp_host"]), int(tell.get("smtp_port") or 587)
+    try:
+        with smtplib.SMTP(host, port, timeout=timeout_s) as s:
+            if tell.get("smtp_starttls", True):
+                s.starttls(context=tls_context(tell.get("ca_file")))
+            user = tell.get("smtp_user")
+            if user:
+                s.login(str(user), _password(tell))
+            s.send_message(msg)
+    except smtplib.SMTPResponseException as e:
+        raise DeliveryError(f"smtp {host}:{port} answered {e.smtp_code}", permanent=500 <= e.smtp_code < 600) from None
+    except smtplib.SMTPRecipientsRefused:
+        raise DeliveryError(f"smtp {host}:{port} refused the recipients", permanent=True) from None
+    except (OSError, smtplib.SMTPException) as e:
+        raise DeliveryError(f"smtp {host}:{port}: {type(e).__name__}") from None
+
+
+def _password(tell: Mapping[str, Any]) -> str:
+    if tell.get("smtp_password"):
+        return str(tell["smtp_password"])
+    f = tell.get("smtp_password_file")
+    if not f:
+        raise DeliveryError("smtp_user is set but neither smtp_password nor smtp_password_file", permanent=True)
+    try:
+        return Path(f).read_text().splitlines()[0]
+    except (OSError, IndexError, UnicodeDecodeError) as e:
+        raise DeliveryError(f"cannot read smtp_password_file {f}: {type(e).__name__}") from None
+
+
+def _sendmail(msg: EmailMessage, exe: str, timeout_s: float) -> None:
+    if not os.access(exe, os.X_OK):
+        raise DeliveryError(f"no sendmail at {exe}: set [tell] smtp_host or sendmail", permanent=False)
+    try:
+        out = subprocess.run([exe, "-t", "-oi"], input=msg.as_bytes(), capture_output=True, timeout=timeout_s,
+                             check=False, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        raise DeliveryError(f"{exe} still running after {timeout_s:g}s") from None
+    except OSError as e:
+        raise DeliveryError(f"{exe}: {e.strerror}") from None
+    if out.returncode:
+        raise DeliveryError(f"{exe} exited {out.returncode}: {out.stderr[:200].decode('utf-8', 'replace')}")

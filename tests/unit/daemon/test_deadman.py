@@ -1,0 +1,71 @@
+"""The schedules' dead-man switch on a real queue (both engines) and an
+injected clock: a schedule whose conditions never hold raises its `missed`
+alert once per window, with the reason, through its channels (a ping's
+/fail, delivered to a real receiver) and the desktop; a success moves the
+window; `schedule ls` shows it overdue."""
+
+from __future__ import annotations
+
+import pytest
+
+from sloth_daemon.daemon.schedules.ops import listed
+from sloth_daemon.daemon.telling.deadman import DeadMan
+from tests.support.receiver import Receiver
+from tests.unit.daemon.test_scheduler import H, World
+from tests.unit.daemon.test_telling_sender import make_sender
+
+
+@pytest.fixture
+def rx():
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def test_a_schedule_whose_conditions_never_hold_is_told_missed_once_per_window_with_why(q, clock, tmp_path, rx):
+    w = World(q, clock)
+    w.s.add("nightly", {"every_s": H, "expect_within_s": 2 * H,
+                        "job": {"command": ["backup"], "when": ["ac"], "ping": rx.url + "/hc"}})
+    notes: list[tuple[str, str]] = []
+    dm = DeadMan(q.schedules, q.outbox, job=q.get, notify=lambda t, b: notes.append((t, b)), now=clock.now)
+    w.at(H)
+    (job,) = w.jobs("nightly")
+    q.set_waiting('{"when":["ac"]}', "waiting for mains power")  # what Gates writes here
+    clock.set(1.5 * H)
+    assert dm.check() == 2 * H and notes == []
+    w.at(2 * H + 10)
+    dm.check()
+    dm.check()  # the same window: told once
+    assert len(notes) == 1 and notes[0][0] == "sloth: schedule nightly missed"
+    assert f"job {job.id} waits: waiting for mains power" in notes[0][1] and "no success since" in notes[0][1]
+    (m,) = q.outbox.messages()
+    assert (m.event, m.schedule, m.key) == ("missed", "nightly", f"schedule:nightly:{2 * H}:missed")
+    assert [s["overdue"] for s in listed(q.schedules, clock.now())["schedules"]] == [2 * H]
+    s = make_sender(q, tmp_path)
+    s.pump()
+    (hit,) = rx.effects
+    assert hit.path.startswith("/hc/fail?rid=") and b"waiting for mains power" in hit.body
+    w.at(4 * H + 10)
+    dm.check()
+    assert len(notes) == 2 and q.outbox.counts()["pending"] == 1  # the next window, told once more
+
+
+def test_a_success_moves_the_window(q, clock):
+    w = World(q, clock)
+    w.s.add("ok", {"every_s": H, "expect_within_s": 2 * H, "job": {"command": ["true"]}})
+    notes: list[tuple[str, str]] = []
+    dm = DeadMan(q.schedules, q.outbox, job=q.get, notify=lambda t, b: notes.append((t, b)), now=clock.now)
+    w.at(H)
+    clock.set(1.5 * H)
+    run = q.claim("w")
+    q.complete(run.id, run.token)
+    w.at(3 * H)
+    assert dm.check() == 3.5 * H and notes == []
+    assert listed(q.schedules, clock.now())["schedules"][0]["overdue"] is None
+    clock.set(3.5 * H + 1)
+    dm.check()
+    assert len(notes) == 1 and "waits for a free slot" in notes[0][1]  # the 3 H job, queued, never claimed
+    w.s.pause("ok")
+    clock.set(10 * H)
+    dm.check()
+    assert len(notes) == 1  # a paused schedule is expected to run no more

@@ -1,0 +1,101 @@
+"""Mail on failure (docs/telling.md) through a real SMTP server on loopback
+(aiosmtpd): failures only by default (chronic's rule), ``mail_on`` widens;
+STARTTLS verified against the server's own CA with a login whose password
+comes from a file; the summary and the log's tail in the body; the key in
+X-Sloth-Key and Message-ID."""
+
+from __future__ import annotations
+
+import email
+import ssl
+import subprocess
+
+import pytest
+
+from tests.unit.daemon.test_telling_sender import make_sender, run_job
+
+aiosmtpd = pytest.importorskip("aiosmtpd.controller")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self.mails: list[email.message.Message] = []
+
+    async def handle_DATA(self, server, session, envelope):  # noqa: N802 - aiosmtpd's hook
+        self.mails.append(email.message_from_bytes(envelope.content))
+        return "250 OK"
+
+
+@pytest.fixture
+def smtp():
+    inbox = Inbox()
+    port = free_port()
+    c = aiosmtpd.Controller(inbox, hostname="127.0.0.1", port=port)
+    c.start()
+    yield inbox, port
+    c.stop()
+
+
+@pytest.fixture
+def tls_smtp(tmp_path):
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    inbox, logins = Inbox(), []
+
+    def auth(server, session, envelope, mechanism, data):
+        from aiosmtpd.smtp import AuthResult
+
+        logins.append((data.login, data.password))
+        return AuthResult(success=data.password == b"mail-pass-77")
+    port = free_port()
+    c = aiosmtpd.Controller(inbox, hostname="127.0.0.1", port=port, tls_context=ctx, require_starttls=True,
+                            authenticator=auth)
+    c.start()
+    yield inbox, port, cert, logins
+    c.stop()
+
+
+def test_a_failure_is_mailed_with_its_log_tail_and_a_success_is_not(q, clock, tmp_path, smtp):
+    inbox, port = smtp
+    s = make_sender(q, tmp_path, smtp_host="127.0.0.1", smtp_port=port, smtp_starttls=False,
+                    mail_from="sloth@test")
+    bad = run_job(q, clock, {"mail_to": "me@example.org"}, [7], logs=tmp_path / "logs")
+    run_job(q, clock, {"mail_to": "me@example.org"}, [0])
+    wide = run_job(q, clock, {"mail_to": ["a@example.org", "b@example.org"], "mail_on": "done"}, [0])
+    while s.pump():
+        pass
+    assert len(inbox.mails) == 2
+    fail, done = inbox.mails
+    assert fail["Subject"].startswith(f"sloth: job {bad} failed (exit 7)") and fail["To"] == "me@example.org"
+    assert "run 1 says exit 7" in fail.get_payload() and fail["X-Sloth-Key"].endswith(f"job:{bad}:1:failed")
+    assert fail["Message-ID"].endswith("@sloth>") and fail["From"] == "sloth@test"
+    assert done["Subject"].startswith(f"sloth: job {wide} done") and done["To"] == "a@example.org, b@example.org"
+    assert q.outbox.counts() == {"pending": 0, "failed": 0, "sent": 2}
+
+
+def test_starttls_is_verified_and_the_password_comes_from_a_file(q, clock, tmp_path, tls_smtp):
+    inbox, port, cert, logins = tls_smtp
+    pw = tmp_path / "pw"
+    pw.write_text("mail-pass-77\n")
+    common = {"smtp_host": "127.0.0.1", "smtp_port": port, "smtp_user": "me"}
+    untrusted = make_sender(q, tmp_path, **common, smtp_password_file=str(pw))
+    run_job(q, clock, {"mail_to": "me@example.org"}, [1])
+    untrusted.pump()
+    (m,) = q.outbox.messages()
+    assert inbox.mails == [] and "SSLCertVerificationError" in (m.last_error or "")  # never sent in clear
+    trusted = make_sender(q, tmp_path, **common, smtp_password_file=str(pw), ca_file=str(cert))
+    q.outbox.retry([m.id])
+    trusted.pump()
+    assert len(inbox.mails) == 1 and logins == [(b"me", b"mail-pass-77")]

@@ -1,0 +1,131 @@
+"""The outbox's sender against a real HTTP receiver on loopback, on an
+injected clock (no sleeps): delivered once, retried with a capped backoff
+while the receiver is down (an hour of simulated time), then all
+delivered; a permanent refusal kept as failed; healthchecks' sequence for
+a run that fails then succeeds; webhooks signed; both engines."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import json
+
+import pytest
+
+from sloth_daemon.config import Settings
+from sloth_daemon.daemon.telling import sender as sending
+from sloth_daemon.daemon.telling.sender import Sender
+from tests.support.receiver import Receiver
+
+
+@pytest.fixture
+def rx():
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def make_sender(q, tmp_path, **tell):
+    settings = Settings(tell={"timeout_s": 2.0, **tell})
+    logs = tmp_path / "logs"
+    logs.mkdir(exist_ok=True)
+    return Sender(q, settings, prefix="test/", log_path=lambda j, a: logs / f"{j}.{a}.log")
+
+
+def run_job(q, clock, spec, outcomes, logs=None):
+    """Add the job; run it once per outcome (an exit code); return its id."""
+    jid = q.enqueue_many([{"command": ["x"], "max_attempts": len(outcomes), **spec}])[0]
+    for n, code in enumerate(outcomes, 1):
+        clock.advance(3600)
+        run = q.claim("w")
+        if logs is not None:
+            (logs / f"{jid}.{n}.log").write_bytes(f"run {n} says exit {code}\n".encode())
+        if code == 0:
+            q.complete(jid, run.token, exit_code=0, runner={"pid": n})
+        else:
+            q.fail(jid, run.token, message=f"exit {code}", exit_code=code, runner={"pid": n})
+    return jid
+
+
+def test_healthchecks_sequence_for_a_run_that_fails_then_succeeds(q, clock, tmp_path, rx):
+    s = make_sender(q, tmp_path)
+    run_job(q, clock, {"ping": rx.url + "/ping/abc"}, [3, 0], logs=tmp_path / "logs")
+    while s.pump():
+        pass
+    paths = [r.path for r in rx.requests]
+    rids = [p.split("rid=")[1] for p in paths]
+    assert [p.split("?")[0] for p in paths] == ["/ping/abc/start", "/ping/abc/3", "/ping/abc/start", "/ping/abc"]
+    assert rids[0] == rids[1] != rids[2] == rids[3]  # one rid per run, the same for its start and end
+    assert rx.requests[1].body == b"run 1 says exit 3\n" and rx.requests[0].body == b""
+    assert len({r.headers["idempotency-key"] for r in rx.requests}) == 4
+    assert q.outbox.counts() == {"pending": 0, "failed": 0, "sent": 4}
+
+
+def test_a_receiver_down_for_an_hour_gets_everything_once_it_is_back(q, clock, tmp_path, rx):
+    s = make_sender(q, tmp_path)
+    rx.mode = "500"
+    run_job(q, clock, {"ping": rx.url + "/p", "webhook": rx.url + "/h", "webhook_on": "done"}, [0])
+    start, tries = clock.now(), 0
+    while clock.now() - start < 3600:
+        tries += s.pump()
+        due = q.outbox.next_at()
+        clock.set(max(due, clock.now()) if due is not None else clock.now() + 60)
+    # backoff doubled up to its cap: about 8 tries of each in the hour, not one a second
+    assert 3 * 6 <= tries <= 3 * 12 and q.outbox.counts()["pending"] == 3
+    assert sending.backoff_s(1) == 10 and sending.backoff_s(30) == sending.BACKOFF_CAP_S
+    rx.mode = "ok"
+    clock.advance(sending.BACKOFF_CAP_S)
+    while s.pump():
+        pass
+    assert sorted(r.path.split("?")[0] for r in rx.effects) == ["/h", "/p", "/p/start"]
+    assert q.outbox.counts() == {"pending": 0, "failed": 0, "sent": 3}
+
+
+def test_past_its_bound_a_message_is_kept_failed_with_its_error_and_a_refusal_at_once(q, clock, tmp_path, rx):
+    s = make_sender(q, tmp_path, retry_for_s=1800.0)
+    rx.mode = "drop"
+    run_job(q, clock, {"ping": rx.url + "/p"}, [0])
+    for _ in range(50):
+        s.pump()
+        due = q.outbox.next_at()
+        if due is None:
+            break
+        clock.set(max(due, clock.now()))
+    failed = q.outbox.messages(("failed",))
+    assert len(failed) == 2 and all("RemoteDisconnected" in (m.last_error or "") for m in failed)
+    assert all(m.at + 1800 - sending.BACKOFF_CAP_S <= m.next_at <= m.at + 1800 + 1 for m in failed)
+    rx.mode = "404"
+    assert q.outbox.retry([failed[0].id]) == [failed[0].id]
+    s.pump()
+    (m,) = [m for m in q.outbox.messages(("failed",)) if m.id == failed[0].id]
+    assert m.tries == 1 and "HTTP 404" in (m.last_error or "")  # a refusal is not retried
+
+
+def test_a_redirect_is_followed_and_a_webhook_is_signed(q, clock, tmp_path, rx):
+    s = make_sender(q, tmp_path, webhook_secret="s3cret-hmac-key")
+    rx.redirect = True
+    jid = run_job(q, clock, {"webhook": rx.url + "/hook", "webhook_on": "failed"}, [2])
+    s.pump()
+    (hit,) = rx.effects
+    assert hit.path == "/moved/hook"
+    sig = hmac.new(b"s3cret-hmac-key", hit.body, hashlib.sha256).hexdigest()
+    assert hit.headers["x-sloth-signature"] == f"sha256={sig}"
+    body = json.loads(hit.body)
+    assert (body["event"], body["job"]["id"], body["exit_code"]) == ("failed", jid, 2)
+    assert body["key"] == f"job:{jid}:1:failed" and hit.headers["x-sloth-event"] == "failed"
+    assert "s3cret" not in hit.body.decode() and "/hook" not in json.dumps(body["job"])  # URL masked
+
+
+def test_a_hung_receiver_costs_one_timeout_and_is_tried_again(q, clock, tmp_path, rx):
+    s = make_sender(q, tmp_path)
+    s.settings = dataclasses.replace(s.settings, tell={"timeout_s": 0.5})
+    rx.mode = "hang"
+    run_job(q, clock, {"ping": rx.url + "/p"}, [0])
+    import time
+
+    t = time.monotonic()
+    s.pump()
+    assert time.monotonic() - t < 5  # two messages, each bounded by its timeout
+    assert [m.last_error for m in q.outbox.messages()] == ["http://127.0.0.1:%d/***: no answer in time"
+                                                          % rx.server.server_address[1]] * 2
