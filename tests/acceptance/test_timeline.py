@@ -183,6 +183,7 @@ def test_without_a_daemon_the_queue_is_read_and_bad_input_changes_nothing(night,
     assert [len(j["runs"]) for j in read["jobs"]] == [len(j["runs"]) for j in data["jobs"]]
     last = read["downtime"][-1]  # the daemon stopped: down from then until now, and still
     assert last["why"] == "stopped (signal SIGTERM)" and last.get("open") is True
+    h.env["COLUMNS"] = "200"  # the gap's line whole, however long its duration and host name are written
     drawn = h.cli("timeline", "--since", "6h", check=True).stdout
     assert "the daemon was down: stopped (signal SIGTERM) (" in drawn and ", still" in drawn
     db = next(h.home.rglob("queue.db"))
