@@ -97,6 +97,8 @@ class Job:
     gate: dict[str, Any] | None = None  # when / on_lost / needs / slots (checks.gate_json); None: none
     tokens: dict[str, list[str]] | None = None  # the resource tokens its current run holds (on its machine)
     wait_reason: str | None = None  # why a queued job with a gate does not start ("waiting for mains power")
+    batch: dict[str, Any] | None = None  # {"id", "name"}: the batch with a handle it was queued in (issue 33)
+    member: dict[str, Any] | None = None  # an array member's {"index", "value", "args"} (its SLOTH_ARRAY_* variables)
 
     @classmethod
     def from_row(cls, row: Any, *, env: dict[str, str] | None = None) -> "Job":
@@ -122,6 +124,9 @@ class Job:
         d["paused"] = paused_run is not None and paused_run == d["token"] and d["state"] is JobState.RUNNING
         d["keep_awake"] = bool(d.get("keep_awake"))
         d["limits"] = json.loads(d["limits"]) if d.get("limits") else None
+        bid, bname = d.pop("batch_id", None), d.pop("batch_name", None)
+        d["batch"] = None if bid is None else {"id": bid, "name": bname}
+        d["member"] = json.loads(d["member"]) if d.get("member") else None
         if isinstance(d["cwd"], bytes):  # a path that is not UTF-8, kept as its bytes
             d["cwd"] = d["cwd"].decode("utf-8", "surrogateescape")
         return cls(**d)

@@ -57,6 +57,8 @@ class JobSpec(NamedTuple):
     keep_awake: bool = False  # hold a sleep inhibitor while it runs (keeper/keep_awake.py)
     limits_json: str | None = None  # resource limits, checks.limits_json
     gate_json: str | None = None  # conditions, needs, slots (checks.gate_json): None, none of them
+    member_json: str | None = None  # an array member's values (checks.member_json)
+    on_dup: str = "keep"  # what the add does when an unfinished job has its key (checks.on_dup)
 
     @property
     def waits(self) -> bool:

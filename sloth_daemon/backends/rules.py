@@ -25,11 +25,12 @@ if TYPE_CHECKING:
     from sloth_daemon.models import Job
 
 __all__ = [
-    "BATCH_RECORD_S", "CHUNK", "DEFAULT_BACKOFF_CAP_S", "DEFAULT_LEASE_S", "DEFAULT_MAX_ATTEMPTS",
+    "ACTIVE_BATCHES", "BATCH_RECORD_S", "CHUNK", "DEFAULT_BACKOFF_CAP_S", "DEFAULT_LEASE_S", "DEFAULT_MAX_ATTEMPTS",
     "MAX_CRASH_REFUNDS", "NEED_DONE", "NEED_END", "WORKER_PREFIX",
     "JobRow", "abandon_note", "backoff_s", "ended_text", "enqueue_one", "give_up_message", "holds", "tokens_text",
     "host_prefix", "id_runs", "initial_state", "job_states", "key_taken", "lane_counts", "listed_states",
     "listing", "may_refund", "never_ran", "not_cancellable", "not_held", "not_restartable", "not_retriable", "not_run",
+    "batch_ref", "batch_summary", "new_token",
     "pages", "parse_specs", "prereqs_json", "refund_note", "retried_why", "retry_each", "retry_message", "retry_wanted",
     "run_ids", "scan_head", "sha256_hex", "sections", "state_counts", "waits_for", "wanted_states",
 ]
@@ -117,6 +118,34 @@ def id_runs(ids: list[int]) -> list[list[int]]:
 def run_ids(runs: Iterable[Sequence[int]]) -> list[int]:
     """The ids again from their runs (id_runs undone)."""
     return [i for a, b in runs for i in range(a, b + 1)]
+
+
+# ---------------------------------------------------------------- batches with a handle (issue 33)
+ACTIVE_BATCHES = 20  # the newest batches with unfinished jobs that `status` lists
+
+
+def new_token() -> str:
+    """A batch record's token when no client gave one (a library's enqueue_many with a handle)."""
+    import os
+
+    return os.urandom(8).hex()
+
+
+def batch_ref(ref: str) -> tuple[bool, int | str]:
+    """How `--batch REF` names a batch: all digits, its id; else a name, the
+    newest batch of that name. Returns (by id, id or name)."""
+    if not isinstance(ref, str) or not ref.strip():
+        raise BadRequest("batch must be a batch id or name")
+    return (True, int(ref)) if ref.isdigit() else (False, ref)
+
+
+def batch_summary(bid: int, name: str | None, at: float, counts: Iterable[tuple[str, int]],
+                  same_name: int = 0) -> dict[str, Any]:
+    """One batch as the ops answer it: id, name, at, total, counts by state
+    (only the states it has), and ``same_name``: how many batches have its name."""
+    n = {state: int(k) for state, k in counts if k}
+    return {"id": bid, "name": name, "at": at, "total": sum(n.values()), "counts": n,
+            **({"same_name": same_name} if same_name > 1 else {})}
 
 
 # ---------------------------------------------------------------- dependencies

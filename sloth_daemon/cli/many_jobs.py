@@ -37,6 +37,28 @@ def report(res: dict[str, Any], verb: str, state: str, as_json: bool, *, printed
     return errors.EXIT_CONFLICT if res["skipped"] else 0
 
 
+def find_batch(ref: str, states: Optional[Sequence[str]] = None) -> dict[str, Any]:
+    """The batch `--batch REF` names (an id, or the newest batch of a name:
+    the daemon's batch_show) and its jobs' ids (those in ``states``)."""
+    from sloth_daemon.cli.connection import call
+
+    return dict(call("batch_show", batch=ref, **({"states": list(states)} if states is not None else {})))
+
+
+def batch_line(batch: dict[str, Any]) -> str:
+    """A batch in one line: ``batch 7 'sweep': 40 jobs: 38 done, 1 failed, 1 running``
+    (counts by state, the finished first; issue 31's time left can join it)."""
+    from sloth_daemon.text import showable
+
+    name = f" {showable(batch['name'])!r}" if batch.get("name") else ""
+    n = batch["counts"]
+    order = ["done", "failed", "cancelled", "running", "queued", "blocked", "held"]
+    parts = [f"{n[s]} {s}" for s in order + sorted(set(n) - set(order)) if n.get(s)]
+    total = batch["total"]
+    return f"batch {batch['id']}{name}: {total} job{'s' if total != 1 else ''}" + (": " + ", ".join(parts)
+                                                                                 if parts else "")
+
+
 def selection(ids: Optional[Sequence[str]], lane: Optional[str], state: Optional[Sequence[str]],
                what: str) -> dict[str, Any]:
     state = comma_list(state)

@@ -47,6 +47,10 @@ def status(*, as_json: bool) -> int:
     if cond.get("resources"):
         lines.append("tokens   " + "  ".join(f"{showable(k)} {len(v['free'])}/{len(v['tokens'])} free"
                                            for k, v in cond["resources"].items()))
+    if st.get("batches"):
+        from sloth_daemon.cli.many_jobs import batch_line
+
+        lines += [f"batch    {batch_line(b).partition(' ')[2]}" for b in st["batches"]]
     for j in st["running"]:
         lines.append(f"{render.shown_state(j):<8} {j['id']:<6} {render.when(j)}  {render.command_text(j, 50)}")
     for j in st["failed"]:
@@ -118,4 +122,4 @@ def _status() -> dict[str, Any]:
             waiting.setdefault(j["wait_reason"], []).append(j["id"])
     return {"daemon": daemon, "counts": d["counts"], "lanes": d["lanes"], "running": running,
             "failed": failed, "host": d.get("host"), "hosts": d.get("hosts"), "conditions": d.get("conditions"),
-            "waiting": waiting}
+            "waiting": waiting, "batches": d.get("batches") or []}

@@ -21,7 +21,7 @@ from sloth_daemon.config import Settings, file_differs, load as load_config
 from sloth_daemon.errors import BadRequest, ConfigError, FieldError, SlothError
 from sloth_daemon.models import Job, JobState
 from sloth_daemon.paths import Paths
-from sloth_daemon.backends.contract import Scan
+from sloth_daemon.backends.contract import Handle, Scan
 from sloth_daemon.queue import Queue
 from sloth_daemon.daemon import job_limits
 from sloth_daemon.daemon.resources import needs_of
@@ -155,13 +155,13 @@ class Control:
 
     # ------------------------------------------------------------ actions
     def add(self, specs: Iterable[Mapping[str, Any] | JobSpec], *,
-            batch: str | None = None) -> tuple[list[int], list[str]]:
+            batch: str | None = None, handle: Handle | None = None) -> tuple[list[int], list[str]]:
         """Queue the jobs, all or none (recorded under ``batch`` if given);
         returns the ids and the lanes this add made (not known before)."""
         specs = [self._limited(s) if isinstance(s, JobSpec) else self._limited_spec(self._placed(s)) for s in specs]
         known = set(self.lanes.known())
         lanes = {_lane_of(s) for s in specs}
-        ids = self.queue.enqueue_many(specs, batch=batch)
+        ids = self.queue.enqueue_many(specs, batch=batch, handle=handle)
         self.wake()
         return ids, sorted(lanes - known)
 
