@@ -124,6 +124,7 @@ class Job:
         d["paused"] = paused_run is not None and paused_run == d["token"] and d["state"] is JobState.RUNNING
         d["keep_awake"] = bool(d.get("keep_awake"))
         d["limits"] = json.loads(d["limits"]) if d.get("limits") else None
+        d.pop("key_behind", None)  # the job it was added behind (--on-dup): its after_any says so
         bid, bname = d.pop("batch_id", None), d.pop("batch_name", None)
         d["batch"] = None if bid is None else {"id": bid, "name": bname}
         d["member"] = json.loads(d["member"]) if d.get("member") else None

@@ -110,17 +110,24 @@ def _tell_batch(tag: dict[str, Any], n: int) -> None:
 
 
 def _tell_reused(jid: int, key: str, asked_at: float) -> None:
-    """--key that an unfinished job has already: the daemon gives that job's
-    id back instead of a new one; say so on stderr (stdout stays the id)."""
+    """--key that an unfinished job has already: what its policy did, on
+    stderr (stdout stays the id). keep: the daemon gave that job's id back
+    instead of a new one; replace, append: the new job's ``key`` event says
+    (backends/rules.py: key_plan); fail is an error (exit 6), not a note."""
     from sloth_daemon.cli.connection import call
 
     try:
-        job = call("show", id=jid)["job"]
+        shown = call("show", id=jid)
     except errors.SlothError:
         return  # the id was printed; this note is all that is lost
-    if job["created_at"] >= asked_at:
-        return  # a new job: nothing to say
+    job = shown["job"]
     from sloth_daemon.text import showable
+
+    if job["created_at"] >= asked_at:  # a new job: what its key's policy did, if anything
+        said = [e["message"] for e in shown.get("events") or [] if e.get("kind") == "key"]
+        if said:
+            echo(f"sloth: --key {showable(key)!r}: job {jid} {showable(said[-1])}", err=True)
+        return
 
     st = job["state"]
     done = st in ("done", "failed", "cancelled")

@@ -15,20 +15,21 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from sloth_daemon.errors import BatchNotFound, IllegalTransition
+from sloth_daemon.errors import BadRequest, BatchNotFound, IllegalTransition
+from sloth_daemon.models import JobState
 from sloth_daemon.spec import JobSpec
 from sloth_daemon.text import as_bytes
 from sloth_daemon.backends import contract, rules
 from sloth_daemon.backends.postgres import deps
 from sloth_daemon.backends.postgres.db import Connection, Cursor, one
-from sloth_daemon.backends.postgres.writer import PgWriter
+from sloth_daemon.backends.postgres.writer import PgWriter, event
 
 WAITED_ON = 18  # the index of waited_on in a row's values (_Batch._row)
 _COLUMNS = ("id, command, state, lane, priority, max_attempts, lease_s, timeout_s, not_before, key, cwd,"
             " env_id, label, shell, retry_exit, no_retry_exit, message, prereqs, waited_on, place, keep_awake, limits,"
-            " gate, batch_id, batch_name, member")
+            " gate, batch_id, batch_name, member, key_behind")
 _TYPES = ("bigint text text text bigint bigint float8 float8 float8 text bytea bigint text bool text"
-          " text text text bool text bool text text bigint text text").split()
+          " text text text bool text bool text text bigint text text bigint").split()
 # Jobs in one statement: the arrays are columns, now is the server's. A run
 # of keyless jobs never meets the ON CONFLICT (NULL keys are in no index);
 # a keyed job goes alone, and yields to an active job with its key.
@@ -37,14 +38,18 @@ INSERT INTO sloth.jobs ({_COLUMNS}, finished_at, created_at, updated_at)
 SELECT t.id, t.command, t.state, t.lane, t.priority, t.max_attempts, t.lease_s, t.timeout_s,
        coalesce(t.not_before, sloth.now()), t.key, t.cwd, t.env_id, t.label, t.shell, t.retry_exit,
        t.no_retry_exit, t.message, t.prereqs, t.waited_on, t.place, t.keep_awake, t.limits, t.gate,
-       t.batch_id, t.batch_name, t.member,
+       t.batch_id, t.batch_name, t.member, t.key_behind,
        CASE WHEN t.state = 'cancelled' THEN sloth.now() END, sloth.now(), sloth.now()
 FROM unnest({", ".join(f"%s::{t}[]" for t in _TYPES)}) AS t({_COLUMNS})
-ON CONFLICT (key) WHERE key IS NOT NULL AND state IN ('blocked', 'held', 'queued', 'running') DO NOTHING
-RETURNING id
+ON CONFLICT (key) WHERE key IS NOT NULL AND key_behind IS NULL AND state IN ('blocked', 'held', 'queued', 'running')
+DO NOTHING RETURNING id
 """
 SQL_NEXT_IDS = "SELECT nextval(pg_get_serial_sequence('sloth.jobs', 'id')) AS id FROM generate_series(1, %s)"
 SQL_ACTIVE_KEY = "SELECT id FROM sloth.jobs WHERE key = %s AND state IN ('blocked', 'held', 'queued', 'running')"
+# Every unfinished job with a key, oldest first, locked (one head, and those added behind it: --on-dup).
+SQL_ACTIVE_KEYS = SQL_ACTIVE_KEY.replace("SELECT id", "SELECT id, state") + " ORDER BY id FOR UPDATE"
+# Adds of one key take turns (between daemons too): what a policy reads is what it acts on.
+SQL_KEY_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('sloth.key:' || %s, 0))"
 SQL_HELD_EVENTS = ("INSERT INTO sloth.events (job_id, at, kind, attempt, message)"
                    " SELECT unnest(%s::bigint[]), sloth.now(), 'held', 0, %s")
 SQL_ENV_FIND = "SELECT id FROM sloth.envs WHERE hash = %s FOR KEY SHARE"
@@ -88,7 +93,7 @@ class PgAdds(contract.Adds):
             return []
         if handle is not None and batch is None:
             batch = rules.new_token()
-        return self.writer.write(lambda c: insert_all(c, rows, batch, handle), "adding jobs")
+        return self.writer.write(lambda c: insert_all(c, rows, batch, handle, self.writer), "adding jobs")
 
     def batch_ids(self, batch: str) -> list[int] | None:
         row = self._db.read(lambda c: c.execute(SQL_BATCH_READ, (batch,)).fetchone(), "reading a batch")
@@ -125,9 +130,11 @@ def prune_batch_records(c: Cursor) -> None:
     c.execute(SQL_BATCH_PRUNE, (rules.BATCH_RECORD_S,))
 
 
-def insert_all(c: Cursor, rows: list[JobSpec], batch: str | None, handle: contract.Handle | None = None) -> list[int]:
+def insert_all(c: Cursor, rows: list[JobSpec], batch: str | None, handle: contract.Handle | None = None,
+               ends: PgWriter | None = None) -> list[int]:
     """The whole batch, in order, inside the caller's transaction (a schedule's firing: postgres/schedules.py);
-    with ``handle`` its jobs carry the record's id and the handle's name."""
+    with ``handle`` its jobs carry the record's id and the handle's name; ``ends`` cancels
+    the jobs a `--on-dup replace` replaces."""
     record = None
     if batch is not None:
         record = c.execute(SQL_BATCH_OPEN, (batch, None if handle is None else handle.name, handle is not None)
@@ -139,7 +146,7 @@ def insert_all(c: Cursor, rows: list[JobSpec], batch: str | None, handle: contra
     env_ids = {text: _put_env(c, text) for text in sorted({r.env_json for r in rows if r.env_json is not None})}
     known = deps.lock_states(c, (i for r in rows for i in r.after + r.after_any))
     tag = (None, None) if handle is None or record is None else (record["id"], handle.name)
-    ids = _Batch(c, env_ids, known, len(rows), tag).insert(rows)
+    ids = _Batch(c, env_ids, known, len(rows), tag, ends).insert(rows)
     if batch is not None:
         c.execute(SQL_BATCH_IDS, (json.dumps(rules.id_runs(ids)), batch))
     return ids
@@ -164,8 +171,9 @@ class _Batch:
     """Inserting one validated batch inside its transaction."""
 
     def __init__(self, c: Cursor, env_ids: dict[str, int], known: dict[int, str], n: int,
-                 handle: tuple[int | None, str | None]) -> None:
-        self.c, self.env_ids, self.known, self.handle = c, env_ids, known, handle
+                 handle: tuple[int | None, str | None], ends: PgWriter | None = None) -> None:
+        self.c, self.env_ids, self.known, self.handle, self.ends = c, env_ids, known, handle, ends
+        self.behind: int | None = None  # the job the keyed job being made waits behind (_keyed)
         self.ids: list[int] = []
         self.run: dict[int, list[Any]] = {}  # id -> values: the rows to insert with one statement
         self.late: set[int] = set()  # jobs waited for that are not in the run: marked at the end
@@ -200,15 +208,32 @@ class _Batch:
             self.run = {}
 
     def _keyed(self, r: JobSpec) -> None:
-        """The active job with this key, or a new one. The partial unique index
-        settles a race with another enqueuer of the same key."""
+        """The active job with this key, or a new one, as its policy says
+        (rules.key_plan). Adds of one key take turns (SQL_KEY_LOCK); the
+        partial unique index settles a race with an add that does not (a
+        restart), as before."""
+        assert r.key is not None
+        self.c.execute(SQL_KEY_LOCK, (r.key,))
         while True:
-            hit = self.c.execute(SQL_ACTIVE_KEY, (r.key,)).fetchone()
-            if hit:
-                self.ids.append(hit["id"])  # not ours: a dependent locks it to read its state
+            plan = rules.key_plan(r.key, r.on_dup, [(h["id"], h["state"]) for h in self.c.execute(
+                SQL_ACTIVE_KEYS, (r.key,)).fetchall()])
+            if plan.kept is not None:
+                self.ids.append(plan.kept)  # not ours: a dependent locks it to read its state
                 return
-            row = self._row(r, next(self._free))
+            for jid in plan.cancel:
+                if self.ends is None:
+                    raise BadRequest("--on-dup replace is not available here")
+                old = one(self.c.execute("SELECT attempts FROM sloth.jobs WHERE id = %s", (jid,)))
+                self.ends.finish(self.c, jid, JobState.CANCELLED, old["attempts"], "cancelled",
+                                 rules.REPLACED.format(key=r.key))
+                self.known[jid] = JobState.CANCELLED.value
+            self.behind = plan.behind
+            spec = r if plan.behind is None else r._replace(after_any=(*r.after_any, plan.behind))
+            row = self._row(spec, next(self._free))
+            self.behind = None
             if self.c.execute(SQL_INSERT, [[v] for v in row]).fetchone():
+                if plan.note:
+                    event(self.c, row[0], rules.KEY_EVENT, 0, plan.note)
                 return
             self._forget(row[0])  # the other enqueuer committed first: its job is the active one now
 
@@ -224,7 +249,7 @@ class _Batch:
                 r.not_before, r.key, None if r.cwd is None else as_bytes(r.cwd),
                 None if r.env_json is None else self.env_ids[r.env_json], r.label, r.shell,
                 r.retry_exit_json, r.no_retry_exit_json, message, shown, False, r.place, r.keep_awake, r.limits_json,
-                r.gate_json, *self.handle, r.member_json]
+                r.gate_json, *self.handle, r.member_json, self.behind]
 
     def _waiting(self, r: JobSpec, jid: int) -> tuple[str, str, str | None]:
         wanted = rules.waits_for(r, self.ids[-1] if self.ids else None)

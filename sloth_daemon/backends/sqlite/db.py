@@ -211,6 +211,11 @@ MIGRATIONS: list[str] = [
     # such a batch carries its id and name (the name never changes, so a
     # listing shows it without a join); ``member``: an array member's
     # values (JSON {index, value, args}: its SLOTH_ARRAY_* variables).
+    # Key policies: a job added `--on-dup append` (or `replace` while the
+    # key's job runs) waits behind that job with the same key (key_behind:
+    # its id), so one key may have several unfinished jobs, one of them the
+    # head: the unique index holds heads only; jobs_active_key, now plain,
+    # finds all of them.
     """
     CREATE TABLE batches (
         id     INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -229,6 +234,12 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN batch_name TEXT;
     ALTER TABLE jobs ADD COLUMN member TEXT;
     CREATE INDEX jobs_batch ON jobs(batch_id, state) WHERE batch_id IS NOT NULL;
+    ALTER TABLE jobs ADD COLUMN key_behind INTEGER;
+    DROP INDEX jobs_active_key;
+    CREATE INDEX jobs_active_key ON jobs(key)
+        WHERE key IS NOT NULL AND state IN ('blocked', 'held', 'queued', 'running');
+    CREATE UNIQUE INDEX jobs_key_head ON jobs(key)
+        WHERE key IS NOT NULL AND key_behind IS NULL AND state IN ('blocked', 'held', 'queued', 'running');
     """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from sloth_daemon.clock import Clock
-from sloth_daemon.errors import BatchNotFound, IllegalTransition
+from sloth_daemon.errors import BadRequest, BatchNotFound, IllegalTransition
+from sloth_daemon.models import JobState
 from sloth_daemon.spec import JobSpec
 from sloth_daemon.text import as_bytes, is_utf8
 from sloth_daemon.backends import contract, rules
 from sloth_daemon.backends.sqlite import deps
 from sloth_daemon.backends.sqlite.reads import reads
 from sloth_daemon.backends.sqlite.unit import SqliteStore
+
+if TYPE_CHECKING:
+    from sloth_daemon.backends.sqlite.ends import SqliteEnds
 
 # The literal IN list must match jobs_active_key's WHERE for the partial index
 # to apply; with bound parameters it cannot, and the lookup scans the table.
@@ -30,15 +34,17 @@ SQL_ACTIVE_KEY = (
 )
 _COLUMNS = ("command, lane, priority, max_attempts, lease_s, timeout_s, not_before, key, cwd,"
             " env_id, label, shell, created_at, updated_at, retry_exit, no_retry_exit, place, keep_awake, limits,"
-            " batch_id, batch_name, member")
-SQL_INSERT = f"INSERT INTO jobs (state, {_COLUMNS}) VALUES ('queued', {', '.join('?' * 22)})"
+            " batch_id, batch_name, member, key_behind")
+SQL_INSERT = f"INSERT INTO jobs (state, {_COLUMNS}) VALUES ('queued', {', '.join('?' * 23)})"
 # A job with a gate (conditions, needs, slots) goes in on its own: few do, and the run's statement stays as it was.
-SQL_INSERT_GATED = f"INSERT INTO jobs (state, gate, {_COLUMNS}) VALUES ('queued', {', '.join('?' * 23)})"
+SQL_INSERT_GATED = f"INSERT INTO jobs (state, gate, {_COLUMNS}) VALUES ('queued', {', '.join('?' * 24)})"
 # A job that waits for others: its state (blocked, queued or cancelled) is decided at insert.
 SQL_INSERT_WAITING = (
     f"INSERT INTO jobs (state, message, finished_at, prereqs, gate, {_COLUMNS})"
-    f" VALUES ({', '.join('?' * 27)})"
+    f" VALUES ({', '.join('?' * 28)})"
 )
+# Every unfinished job with a key, oldest first (one head, and those added behind it: --on-dup).
+SQL_ACTIVE_KEYS = SQL_ACTIVE_KEY.replace("SELECT id", "SELECT id, state") + " ORDER BY id"
 SQL_ADD_LANE = "INSERT INTO lanes (name, created_at) VALUES (?, ?) ON CONFLICT(name) DO NOTHING"
 
 
@@ -56,8 +62,9 @@ class SqliteAdds(contract.Adds):
     as. Its own state: the clock; ``defaults`` (shared, the daemon's
     settings) fill the fields a spec leaves out; writes go through ``store``."""
 
-    def __init__(self, store: SqliteStore, clock: Clock, defaults: contract.QueueDefaults) -> None:
-        self.store, self.conn, self.clock, self.defaults = store, store.conn, clock, defaults
+    def __init__(self, store: SqliteStore, clock: Clock, defaults: contract.QueueDefaults,
+                 ends: SqliteEnds | None = None) -> None:
+        self.store, self.conn, self.clock, self.defaults, self.ends = store, store.conn, clock, defaults, ends
 
     def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None,
                      handle: contract.Handle | None = None) -> list[int]:
@@ -66,7 +73,8 @@ class SqliteAdds(contract.Adds):
         now = self.clock.now()
         with self.store.tx() as c:
             record = None if batch is None and handle is None else self._open(c, batch, handle, now)
-            ids = self.insert(c, rows, now, None if handle is None or record is None else (record, handle.name))
+            ids = self.insert(c, rows, now, None if handle is None or record is None else (record, handle.name),
+                              ends=self.ends)
             if record is not None:
                 c.execute("UPDATE batches SET ids = ? WHERE id = ?", (json.dumps(rules.id_runs(ids)), record))
             return ids
@@ -83,13 +91,14 @@ class SqliteAdds(contract.Adds):
 
     @staticmethod
     def insert(c: sqlite3.Connection, rows: list[JobSpec], now: float,
-               handle: tuple[int, str | None] | None = None) -> list[int]:
+               handle: tuple[int, str | None] | None = None, *, ends: SqliteEnds | None = None) -> list[int]:
         """Validated jobs inside the caller's transaction (a schedule's
         occurrence goes in with the slot it is for: sqlite/schedules.py);
-        ``handle``: the (id, name) of the batch they are queued in."""
+        ``handle``: the (id, name) of the batch they are queued in; ``ends``:
+        what cancels the jobs a `--on-dup replace` replaces."""
         for lane in {r.lane for r in rows}:
             c.execute(SQL_ADD_LANE, (lane, now))
-        return _Batch(c, now, _put_envs(c, rows), handle or (None, None)).insert(rows)
+        return _Batch(c, now, _put_envs(c, rows), handle or (None, None), ends).insert(rows)
 
     @reads
     def batch_ids(self, batch: str) -> list[int] | None:
@@ -135,8 +144,8 @@ class _Batch:
     """Inserting one validated batch inside its transaction."""
 
     def __init__(self, c: sqlite3.Connection, now: float, env_ids: dict[str, int],
-                 handle: tuple[int | None, str | None]) -> None:
-        self.c, self.now, self.env_ids, self.handle = c, now, env_ids, handle
+                 handle: tuple[int | None, str | None], ends: SqliteEnds | None) -> None:
+        self.c, self.now, self.env_ids, self.handle, self.ends = c, now, env_ids, handle, ends
         self.ids: list[int] = []
         self.run: list[tuple] = []  # consecutive plain rows, inserted by one executemany
         self.states: dict[int, str] = {}  # states read or written so far (see deps.initial_state)
@@ -149,14 +158,20 @@ class _Batch:
                 self.run.append(_values(r, env_id, self.now, self.handle))
                 continue
             self.flush()
-            hit = self.c.execute(SQL_ACTIVE_KEY, (r.key,)).fetchone() if r.key is not None else None
-            if hit:
-                self.ids.append(hit[0])
-            elif r.waits or r.hold:
-                self.ids.append(self._waiting(r, env_id))
+            plan = rules.KeyPlan() if r.key is None else self._key(r)
+            if plan.kept is not None:
+                self.ids.append(plan.kept)
+                continue
+            if plan.behind is not None:
+                r = r._replace(after_any=(*r.after_any, plan.behind))
+            if r.waits or r.hold:
+                self.ids.append(self._waiting(r, env_id, plan.behind))
             else:
                 values = _values(r, env_id, self.now, self.handle)
                 self.ids.append(int(self.c.execute(SQL_INSERT_GATED, (r.gate_json, *values)).lastrowid or 0))
+            if plan.note:
+                self.c.execute("INSERT INTO events (job_id, at, kind, attempt, message) VALUES (?, ?, ?, 0, ?)",
+                               (self.ids[-1], self.now, rules.KEY_EVENT, plan.note))
         self.flush()
         deps.add_deps(self.c, self.deps)
         return self.ids
@@ -165,7 +180,20 @@ class _Batch:
         self.ids += _insert_run(self.c, self.run)
         self.run = []
 
-    def _waiting(self, r: JobSpec, env_id: int | None) -> int:
+    def _key(self, r: JobSpec) -> rules.KeyPlan:
+        """What the key's policy does (rules.key_plan), the jobs it replaces cancelled."""
+        assert r.key is not None
+        plan = rules.key_plan(r.key, r.on_dup, [(i, st) for i, st in self.c.execute(SQL_ACTIVE_KEYS, (r.key,))])
+        for jid in plan.cancel:
+            if self.ends is None:
+                raise BadRequest("--on-dup replace is not available here")
+            attempts = self.c.execute("SELECT attempts FROM jobs WHERE id = ?", (jid,)).fetchone()[0]
+            self.ends.finish(self.c, jid, JobState.CANCELLED, self.now, attempts, "cancelled",
+                             rules.REPLACED.format(key=r.key))
+            self.states[jid] = JobState.CANCELLED.value
+        return plan
+
+    def _waiting(self, r: JobSpec, env_id: int | None, behind: int | None = None) -> int:
         """A job that waits for others, or is added held (``add --hold``)."""
         wanted = rules.waits_for(r, self.ids[-1] if self.ids else None)
         state, why = deps.initial_state(self.c, wanted, self.states)
@@ -175,7 +203,8 @@ class _Batch:
         finished = self.now if state == "cancelled" else None
         message = why if state == "cancelled" else ""
         jid = int(self.c.execute(SQL_INSERT_WAITING, (state, message, finished, shown, r.gate_json,
-                                                      *_values(r, env_id, self.now, self.handle))).lastrowid or 0)
+                                                      *_values(r, env_id, self.now, self.handle, behind))
+                                 ).lastrowid or 0)
         self.deps += [(jid, pid, need) for pid, need in wanted]
         if state in ("cancelled", "held"):
             self.c.execute("INSERT INTO events (job_id, at, kind, attempt, message) VALUES (?, ?, ?, 0, ?)",
@@ -202,11 +231,12 @@ def _put_env(c: sqlite3.Connection, text: str) -> int:
     return c.execute("SELECT id FROM envs WHERE hash = ?", (digest,)).fetchone()[0]
 
 
-def _values(r: JobSpec, env_id: int | None, now: float, handle: tuple[int | None, str | None]) -> tuple:
+def _values(r: JobSpec, env_id: int | None, now: float, handle: tuple[int | None, str | None],
+            behind: int | None = None) -> tuple:
     nb = now if r.not_before is None else r.not_before
     return (r.command_json, r.lane, r.priority, r.max_attempts, r.lease_s, r.timeout_s, nb,
             r.key, path_value(r.cwd), env_id, r.label, int(r.shell), now, now, r.retry_exit_json, r.no_retry_exit_json,
-            r.place, int(r.keep_awake), r.limits_json, *handle, r.member_json)
+            r.place, int(r.keep_awake), r.limits_json, *handle, r.member_json, behind)
 
 
 def path_value(p: str | None) -> str | bytes | None:

@@ -79,3 +79,62 @@ def test_an_array_member_keeps_its_values(q):
     assert q.get(ids[0]).member == {"index": 1, "value": "x", "args": {"lr": "0.1"}}
     with pytest.raises(Exception, match="member"):
         q.enqueue_many([{"command": ["a"], "member": {"index": 0}}])
+
+
+# ---------------------------------------------------------------- key policies (issue 33, item 4)
+def _add(q, on_dup, **kw):
+    return q.enqueue_many([{"command": ["x"], "key": "k", "on_dup": on_dup, **kw}])[0]
+
+
+def test_keep_gives_back_the_unfinished_job_with_the_key(q):
+    a = _add(q, "keep")
+    assert _add(q, "keep") == a and _add(q, None) == a
+
+
+def test_fail_refuses_and_queues_nothing(q):
+    a = _add(q, "fail")
+    with pytest.raises(IllegalTransition, match=f"job {a} has key 'k' and is queued \\(--on-dup fail\\)"):
+        _add(q, "fail")
+    assert [j.id for j in q.jobs()] == [a]
+
+
+def test_replace_cancels_the_waiting_one_and_queues_the_new(q):
+    a = _add(q, "replace")
+    b = _add(q, "replace")
+    assert b != a and q.get(a).state == "cancelled" and "replaced" in q.get(a).message
+    assert q.get(b).state == "queued" and q.get(b).after_any == []
+    assert f"cancelled job {a}" in [e for e in q.events(b) if e.kind == "key"][0].message
+
+
+def test_replace_of_a_running_one_waits_behind_it_and_never_beside_it(q):
+    a = _add(q, "replace")
+    claimed = q.claim("w")
+    assert claimed.id == a
+    b = _add(q, "replace")
+    assert q.get(a).state == "running"  # its tree must end first: the daemon's part
+    assert q.get(b).state == "blocked" and q.get(b).after_any == [a]
+    c = _add(q, "replace")  # the one waiting is replaced, the running one is still waited for
+    assert q.get(b).state == "cancelled" and q.get(c).after_any == [a]
+    q.cancel(a)
+    assert q.get(c).state == "queued"
+
+
+def test_append_queues_each_after_the_last(q):
+    a = _add(q, "append")
+    b = _add(q, "append")
+    c = _add(q, "append")
+    assert [q.get(i).after_any for i in (a, b, c)] == [[], [a], [b]]
+    assert [q.get(i).state for i in (a, b, c)] == ["queued", "blocked", "blocked"]
+    assert _add(q, "keep") == a  # keep: the first of them
+    q.cancel(a)
+    assert q.get(b).state == "queued" and q.get(c).state == "blocked"
+
+
+def test_a_head_is_still_unique(q):
+    """Jobs added behind one share its key; two heads never do (the index)."""
+    a = _add(q, "append")
+    _add(q, "append")
+    assert sql(q, "SELECT count(*) FROM jobs WHERE key = ? AND key_behind IS NULL", ("k",))[0][0] == 1
+    with pytest.raises(Exception):
+        sql(q, "UPDATE jobs SET key_behind = NULL WHERE key = ?", ("k",))
+    assert q.get(a).state == "queued"
