@@ -2,7 +2,7 @@
 family of commands (as on the client):
 
   - here: the daemon (ping, status, config, reload, shutdown), adding jobs
-    (add, and the batches: stage, commit, batch) and reading them (list,
+    (add, and the batches: stage, commit, batch, batch_show) and reading them (list,
     scan, show, logs, latest);
   - job_ops.py: cancel, retry, restart, kill, prune, pause_jobs, resume_jobs;
   - lane_ops.py: pause, resume, lanes, lane_set, lane_rm;
