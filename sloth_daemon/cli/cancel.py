@@ -34,10 +34,9 @@ def cancel(*, ids: Optional[Sequence[str]], lane: Optional[str], state: Optional
     if batch is not None:
         if ids or lane is not None or state:
             raise errors.BadRequest("give --batch alone, or ids or --lane/--state, to cancel")
-        from sloth_daemon.cli.many_jobs import find_batch
+        from sloth_daemon.cli.many_jobs import find_batch, on_batch
 
-        found = find_batch(batch, [*ACTIVE, "held"])["ids"]
-        return report(call("cancel", ids=found) if found else {"jobs": [], "skipped": []}, "cancelled", "cancelled",
+        return report(on_batch("cancel", find_batch(batch, [*ACTIVE, "held"])["ids"]), "cancelled", "cancelled",
                       as_json)
     sel = selection(ids, lane, state, "cancel")
     if "lane" in sel and "states" not in sel:

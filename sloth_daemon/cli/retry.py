@@ -27,11 +27,9 @@ def retry(*, ids: Optional[Sequence[str]], failed: bool, lane: Optional[str], as
     if batch is not None:
         if ids or lane is not None:
             raise errors.BadRequest("give --batch alone, or ids or --failed [--lane], to retry")
-        from sloth_daemon.cli.many_jobs import find_batch
+        from sloth_daemon.cli.many_jobs import find_batch, on_batch
 
-        found = find_batch(batch, ["failed"])["ids"]
-        return report(call("retry", ids=found) if found else {"jobs": [], "skipped": []}, "queued again", "queued",
-                      as_json)
+        return report(on_batch("retry", find_batch(batch, ["failed"])["ids"]), "queued again", "queued", as_json)
     if ids and failed:
         raise errors.BadRequest("give job ids or --failed, not both")
     if lane is not None and not failed:

@@ -54,6 +54,7 @@ class Control:
         self.queue, self.worker, self.spawner = queue, worker, spawner
         self.logs = queue.logs  # the database's copies of attempt logs (a shared queue's), or None
         self.lanes, self.gates, self.running = worker.lanes, worker.gates, worker.running  # the worker's, named
+        self.actions = worker.actions  # ends the run an --on-dup replace replaces
         self.wake = worker.signals.wake  # the next turn looks for work (a job was queued)
         self.paths, self.settings = paths, settings
         self.request_stop, self.request_reload = request_stop, request_reload
@@ -190,7 +191,7 @@ class Control:
 
     async def _replace(self, job_id: int, why: str) -> None:
         try:
-            await self.worker.actions.replace(job_id, why)
+            await self.actions.replace(job_id, why)
         except SlothError as e:  # it ended meanwhile, or is ending already
             log.info("--on-dup replace: job %d not ended: %s", job_id, e.message)
 
