@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from typing import Any, Optional, Sequence
 
 MAX_MEMBERS = 100_000  # jobs one array may make (a grid's product is checked before it is made)
+MAX_FILE = 64 << 20  # bytes of --each-file read (/dev/zero is refused, not read to the end of memory)
 
 
 def members(*, each: Optional[Sequence[str]], each_file: Optional[str], range_: Optional[str],
@@ -83,13 +84,16 @@ def _file(path: str, stdin_used: bool) -> list[str]:
     if path == "-":
         if stdin_used:
             raise errors.BadRequest("--each-file - and --stdin both read standard input")
-        data = sys.stdin.buffer.read()
+        data = sys.stdin.buffer.read(MAX_FILE + 1)
     else:
         try:
             with open(path, "rb") as f:
-                data = f.read()
+                data = f.read(MAX_FILE + 1)
         except OSError as e:
             raise errors.BadRequest(f"--each-file {path}: {e.strerror or e}") from None
+    if len(data) > MAX_FILE:
+        raise errors.BadRequest(f"--each-file {path}: over {MAX_FILE >> 20} MiB of values; nothing was queued",
+                                hint="Split it into several adds (each its own batch).")
     return [ln for ln in data.decode("utf-8", "surrogateescape").splitlines() if ln.strip()]
 
 

@@ -116,6 +116,8 @@ def test_each_and_range_fill_the_template_or_add_the_value_as_the_last_word(slot
     (["--grid", "lr=", "--", "echo"], "give NAME=V1,V2"),
     (["--each", "a b", "--key", "k", "--", "echo"], "--key applies to one job"),
     (["--grid", "a=1", "b=2", "--shell", "--", "echo"], "quote the grid"),
+    (["--each-file", "/dev/zero", "--", "echo"], "over 64 MiB of values"),
+    (["--each", "x" * 5000, "--", "echo"], "values are text of at most 4096 characters"),
 ])
 def test_a_bad_array_queues_nothing_and_says_why(sloth, args, said):
     p = sloth.cli("add", *args)
