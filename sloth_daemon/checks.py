@@ -32,6 +32,7 @@ FIELDS = frozenset({
     "after", "after_any", "after_previous", "retry_exit", "no_retry_exit", "place",
     "when", "on_lost", "needs", "slots",
     "hold",  # queued held (`add --hold`): see hold_flag
+    "member", "on_dup",  # an array member's values; the key policy (issue 33)
 
 
     "keep_awake", "limits",
@@ -109,10 +110,53 @@ def fields(s: Mapping[str, Any], max_attempts: int, lease_s: float,
         shell,
         place_name(s.get("place"), place),
         *(() if _DEP_FIELDS.isdisjoint(s) and _HOLD_FIELDS.isdisjoint(s) and GATE_FIELDS.isdisjoint(s)
-          else _waits(s)),
-        *(() if _HOLD_FIELDS.isdisjoint(s) and GATE_FIELDS.isdisjoint(s) else _holds(s)),
-        *(() if GATE_FIELDS.isdisjoint(s) else (gate_json(s),)),
+          and _ADD_FIELDS.isdisjoint(s) else _waits(s)),
+        *(() if _HOLD_FIELDS.isdisjoint(s) and GATE_FIELDS.isdisjoint(s) and _ADD_FIELDS.isdisjoint(s) else _holds(s)),
+        *(() if GATE_FIELDS.isdisjoint(s) and _ADD_FIELDS.isdisjoint(s) else (gate_json(s),)),
+        *(() if _ADD_FIELDS.isdisjoint(s) else (member_json(s.get("member")), on_dup(s.get("on_dup")))),
     )
+
+
+# Issue 33: an array member's values, and what an add does when its key is taken.
+_ADD_FIELDS = frozenset({"member", "on_dup"})
+ON_DUP = ("keep", "replace", "append", "fail")
+MAX_MEMBER_TEXT = 4096  # a value of --each/--range/--grid, and its name
+
+
+def member_json(v: Any) -> str | None:
+    """An array member as stored: {"index": n >= 1, "value": text, "args":
+    {name: text}} (names are identifiers: SLOTH_ARG_<NAME>); None: not a member."""
+    if v is None:
+        return None
+    if not isinstance(v, dict) or set(v) - {"index", "value", "args"}:
+        raise FieldError("member", "must be an object {index, value, args}")
+    index, value, args = v.get("index"), v.get("value", ""), v.get("args") or {}
+    if isinstance(index, bool) or not isinstance(index, int) or not 1 <= index <= 2**31:
+        raise FieldError("member", "index must be a whole number from 1")
+    if not isinstance(args, dict) or not all(
+            isinstance(k, str) and k.isidentifier() and k.isascii() and isinstance(x, str) for k, x in args.items()):
+        raise FieldError("member", "args must map names (letters, digits, _) to text")
+    if not isinstance(value, str) or any(len(t) > MAX_MEMBER_TEXT for t in (value, *args, *args.values())):
+        raise FieldError("member", f"values are text of at most {MAX_MEMBER_TEXT} characters")
+    return dumps({"index": index, "value": value, "args": args}, ensure_ascii=False)
+
+
+def member_environment(member: dict[str, Any] | None) -> dict[str, str]:
+    """The variables an array member runs with (the worker adds them to its run's):
+    SLOTH_ARRAY_INDEX, SLOTH_ARRAY_VALUE (what ``{}`` stood for), SLOTH_ARG_<NAME>."""
+    if not member:
+        return {}
+    return {"SLOTH_ARRAY_INDEX": str(member["index"]), "SLOTH_ARRAY_VALUE": member["value"],
+            **{f"SLOTH_ARG_{k.upper()}": v for k, v in member["args"].items()}}
+
+
+def on_dup(v: Any) -> str:
+    """What an add does when an unfinished job has its key (see backends/rules.py: on_dup)."""
+    if v is None:
+        return "keep"
+    if v not in ON_DUP:
+        raise FieldError("on_dup", f"must be one of {', '.join(ON_DUP)}, got {v!r}")
+    return str(v)
 
 
 def hold_flag(v: Any) -> bool:

@@ -101,6 +101,17 @@ class ScheduleNotFound(SlothError):
         self.name = name
 
 
+class BatchNotFound(SlothError):
+    """A `--batch` id or name no add made (or whose jobs were all pruned)."""
+
+    code = "batch_not_found"
+    exit_code = EXIT_NOT_FOUND
+    hint = "`sloth status` lists the batches with unfinished jobs; `sloth ls --json` shows each job's batch."
+
+    def __init__(self, ref: object) -> None:
+        super().__init__(f"no batch {'with id' if str(ref).isdigit() else 'named'} {str(ref)!r}")
+
+
 class LogUnreadable(SlothError):
     """A job's log file is there but cannot be read (a folder in its place,
     no permission). A missing file is no error: the attempt printed nothing."""

@@ -101,6 +101,8 @@ class Job:
     wait_reason: str | None = None  # why a queued job with a gate does not start ("waiting for mains power")
     progress: dict[str, Any] | None = None  # its run's latest {"fraction", "source", "eta_s", "at"} (docs/progress.md)
     tell: list[dict[str, Any]] | None = None  # who is told of its runs (checks.tell_json); shown masked
+    batch: dict[str, Any] | None = None  # {"id", "name"}: the batch with a handle it was queued in (issue 33)
+    member: dict[str, Any] | None = None  # an array member's {"index", "value", "args"} (its SLOTH_ARRAY_* variables)
 
     @classmethod
     def from_row(cls, row: Any, *, env: dict[str, str] | None = None) -> "Job":
@@ -127,6 +129,10 @@ class Job:
         d["keep_awake"] = bool(d.get("keep_awake"))
         d["limits"] = json.loads(d["limits"]) if d.get("limits") else None
         d["progress"] = shown_progress(d.get("progress"), d["state"], d["attempts"])
+        d.pop("key_behind", None)  # the job it was added behind (--on-dup): its after_any says so
+        bid, bname = d.pop("batch_id", None), d.pop("batch_name", None)
+        d["batch"] = None if bid is None else {"id": bid, "name": bname}
+        d["member"] = json.loads(d["member"]) if d.get("member") else None
         if isinstance(d["cwd"], bytes):  # a path that is not UTF-8, kept as its bytes
             d["cwd"] = d["cwd"].decode("utf-8", "surrogateescape")
         return cls(**d)

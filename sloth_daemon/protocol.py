@@ -64,9 +64,9 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "ping": (frozenset(), frozenset()),
     "status": (frozenset(), frozenset()),
     "add": (frozenset({"jobs"}), frozenset({"common"})),
-    "list": (frozenset(), frozenset({"states", "lane", "limit", "offset", "finished_limit", "host"})),
+    "list": (frozenset(), frozenset({"states", "lane", "limit", "offset", "finished_limit", "host", "batch"})),
     # "list" of any size (no "limit": all), streamed: events "head" then "jobs" (a chunk each)
-    "scan": (frozenset(), frozenset({"states", "lane", "limit", "offset", "finished_limit", "host"})),
+    "scan": (frozenset(), frozenset({"states", "lane", "limit", "offset", "finished_limit", "host", "batch"})),
     # One job by "id" (the result has "job"), several by "ids" or a selection
     # ("lane", "states"): the result has "jobs" (and "skipped": [{id, why}]).
     "show": (frozenset(), frozenset({"id", "ids"})),
@@ -95,8 +95,12 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "reload": (frozenset(), frozenset()),
     "shutdown": (frozenset(), frozenset({"keep_jobs"})),
     "stage": (frozenset({"jobs"}), frozenset({"common"})),
-    "commit": (frozenset({"batch"}), frozenset({"jobs", "common"})),
+    # "handle": {"name": str or null}: the jobs form a batch with a handle (issue 33)
+    "commit": (frozenset({"batch"}), frozenset({"jobs", "common", "handle"})),
     "batch": (frozenset({"batch"}), frozenset()),
+    # A batch with a handle by id or name (the newest of it): {"batch": {id, name, at, total,
+    # counts, same_name?}, "ids": [its jobs' ids, in "states" only if given]} (issue 33)
+    "batch_show": (frozenset({"batch"}), frozenset({"states"})),
     # The queue edits (issue 22; daemon/edit_ops.py): "edit" answers {job,
     # changes, changed}; the others {jobs, skipped}. New in the next version.
     "edit": (frozenset({"id", "changes"}), frozenset({"expect"})),

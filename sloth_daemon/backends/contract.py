@@ -328,10 +328,19 @@ class Logs(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Handle:
+    """What makes a batch one with a handle (`add --stdin/--file`, an array,
+    `--batch NAME`): its name, if any (issue 33)."""
+
+    name: str | None = None
+
+
 class Adds(Protocol):
     """Adding jobs (sqlite/enqueue.py SqliteAdds, postgres/enqueue.py PgAdds)."""
 
-    def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None) -> list[int]:
+    def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None,
+                     handle: Handle | None = None) -> list[int]:
         """Enqueue many jobs in one transaction; all or none. Same rules as
         enqueue (rules.enqueue_one). A spec may be a job object or a JobSpec already validated.
         With ``batch`` (a client's token), the ids are recorded under it in
@@ -340,13 +349,29 @@ class Adds(Protocol):
         spec with ``after``/``after_any`` (ids) or ``after_previous`` (on
         the batch's previous job) starts ``blocked`` while any of those is
         unfinished, ``cancelled`` (event ``cancelled``) if one it needs done
-        already failed or was cancelled, else ``queued``. Raises BadRequest
+        already failed or was cancelled, else ``queued``. With ``handle``
+        the jobs form a batch with a handle: its record gets an id (and the
+        handle's name), each job carries them (Job.batch). Raises BadRequest
         for invalid fields, JobNotFound for a prerequisite that does not exist."""
         ...
 
     def batch_ids(self, batch: str) -> list[int] | None:
         """The ids the batch ``batch`` was queued as, or None if it was not
         (or its record was pruned: records are kept rules.BATCH_RECORD_S)."""
+        ...
+
+    def batch_find(self, ref: str) -> dict[str, Any]:
+        """The batch with a handle ``ref`` names (rules.batch_ref: an id, or
+        the newest of a name) as rules.batch_summary. Raises BatchNotFound."""
+        ...
+
+    def batch_members(self, batch_id: int, states: Sequence[str] | None = None) -> list[int]:
+        """The ids of the batch's jobs (in ``states`` only, if given), in order."""
+        ...
+
+    def active_batches(self, limit: int = rules.ACTIVE_BATCHES) -> list[dict[str, Any]]:
+        """The newest ``limit`` batches with a handle that have an unfinished
+        job (blocked, held, queued, running), newest first, as rules.batch_summary."""
         ...
 
 
@@ -798,14 +823,14 @@ class Listings(Protocol):
 
     def listing(self, *, states: Sequence[str] | None = None, lane: str | None = None,
                 limit: int | None = None, offset: int = 0, finished_limit: int | None = None,
-                now: float, host: str | None = None) -> Listing:
+                now: float, host: str | None = None, batch: int | None = None) -> Listing:
         """Up to ``limit`` jobs of the selection from ``offset`` on (in the
         order listing.py's docstring gives). ``states``: which (``claimed`` reads
         as ``running``; default all); ``finished_limit``: at most this many
         finished jobs, the most recent (the default view's "last 10").
         ``lanes``: active jobs per lane (the selection's lane, or all).
         ``host``: only jobs that run (or ran) on that host, or are placed
-        there. Raises ValueError for an unknown state."""
+        there; ``batch``: only the jobs of that batch (its id). Raises ValueError for an unknown state."""
         ...
 
 

@@ -122,6 +122,9 @@ class Queue(QueueReads):
         self.enqueue_many = e.adds.enqueue_many
         self.enqueue = functools.partial(rules.enqueue_one, e.adds.enqueue_many)  # one job (rules.enqueue_one)
         self.batch_ids = e.adds.batch_ids
+        self.batch_find = e.adds.batch_find
+        self.batch_members = e.adds.batch_members
+        self.active_batches = e.adds.active_batches
         self.claim = e.claims.claim
         leases = e.leases
         self.set_waiting = leases.set_waiting

@@ -25,11 +25,12 @@ if TYPE_CHECKING:
     from sloth_daemon.models import Job
 
 __all__ = [
-    "BATCH_RECORD_S", "CHUNK", "DEFAULT_BACKOFF_CAP_S", "DEFAULT_LEASE_S", "DEFAULT_MAX_ATTEMPTS",
+    "ACTIVE_BATCHES", "BATCH_RECORD_S", "CHUNK", "DEFAULT_BACKOFF_CAP_S", "DEFAULT_LEASE_S", "DEFAULT_MAX_ATTEMPTS",
     "MACHINE_EVENTS_KEPT", "MAX_CRASH_REFUNDS", "NEED_DONE", "NEED_END", "WORKER_PREFIX",
     "JobRow", "abandon_note", "backoff_s", "ended_text", "enqueue_one", "give_up_message", "holds", "tokens_text",
     "host_prefix", "id_runs", "initial_state", "job_states", "key_taken", "lane_counts", "listed_states",
     "listing", "may_refund", "never_ran", "not_cancellable", "not_held", "not_restartable", "not_retriable", "not_run",
+    "KEY_EVENT", "REPLACED", "KeyPlan", "batch_ref", "batch_summary", "key_plan", "new_token",
     "pages", "parse_specs", "prereqs_json", "refund_note", "retried_why", "retry_each", "retry_message", "retry_wanted",
     "run_ids", "scan_head", "sha256_hex", "sections", "state_counts", "waits_for", "wanted_states",
 ]
@@ -120,6 +121,34 @@ def id_runs(ids: list[int]) -> list[list[int]]:
 def run_ids(runs: Iterable[Sequence[int]]) -> list[int]:
     """The ids again from their runs (id_runs undone)."""
     return [i for a, b in runs for i in range(a, b + 1)]
+
+
+# ---------------------------------------------------------------- batches with a handle (issue 33)
+ACTIVE_BATCHES = 20  # the newest batches with unfinished jobs that `status` lists
+
+
+def new_token() -> str:
+    """A batch record's token when no client gave one (a library's enqueue_many with a handle)."""
+    import os
+
+    return os.urandom(8).hex()
+
+
+def batch_ref(ref: str) -> tuple[bool, int | str]:
+    """How `--batch REF` names a batch: all digits, its id; else a name, the
+    newest batch of that name. Returns (by id, id or name)."""
+    if not isinstance(ref, str) or not ref.strip():
+        raise BadRequest("batch must be a batch id or name")
+    return (True, int(ref)) if ref.isdigit() else (False, ref)
+
+
+def batch_summary(bid: int, name: str | None, at: float, counts: Iterable[tuple[str, int]],
+                  same_name: int = 0) -> dict[str, Any]:
+    """One batch as the ops answer it: id, name, at, total, counts by state
+    (only the states it has), and ``same_name``: how many batches have its name."""
+    n = {state: int(k) for state, k in counts if k}
+    return {"id": bid, "name": name, "at": at, "total": sum(n.values()), "counts": n,
+            **({"same_name": same_name} if same_name > 1 else {})}
 
 
 # ---------------------------------------------------------------- dependencies
@@ -279,6 +308,52 @@ def key_taken(other: object, key: str) -> IllegalTransition:
     """A retry refused: job ``other``, still active, has the same key."""
     return IllegalTransition(f"job {other} with the same key {key!r} is still active",
                              hint=f"Wait for job {other} or cancel it first.")
+
+
+class KeyPlan:
+    """What an add with a key does when unfinished jobs have it (issue 33,
+    `--on-dup`): ``kept`` (keep: that job's id instead of a new one),
+    ``cancel`` (replace: the waiting ones, cancelled in the same
+    transaction), ``behind`` (the job the new one is queued after, with an
+    after-any edge: append's last one; replace's running one, which the
+    daemon ends first) and ``note`` (the new job's ``key`` event, what the
+    client says on stderr)."""
+
+    __slots__ = ("kept", "cancel", "behind", "note")
+
+    def __init__(self, kept: int | None = None, cancel: Sequence[int] = (), behind: int | None = None,
+                 note: str = "") -> None:
+        self.kept, self.cancel, self.behind, self.note = kept, list(cancel), behind, note
+
+
+KEY_EVENT = "key"  # the new job's event that says what its key's policy did
+REPLACED = "replaced: a newer job with key {key!r} was added (--on-dup replace)"
+
+
+def key_plan(key: str, on_dup: str, active: Sequence[tuple[int, str]]) -> KeyPlan:
+    """The plan for a new job with ``key`` given the unfinished jobs that
+    have it, ``active`` ((id, state), oldest first; [] for none). Raises
+    IllegalTransition for ``fail`` (nothing is queued). A running job is
+    never cancelled here: its tree must end first (the daemon's part), and
+    until then the new job waits behind it, so two never run side by side."""
+    if not active:
+        return KeyPlan()
+    head, tail = active[0], active[-1]
+    if on_dup == "keep":
+        return KeyPlan(kept=head[0])
+    if on_dup == "fail":
+        raise IllegalTransition(f"job {head[0]} has key {key!r} and is {head[1]} (--on-dup fail)",
+                                hint=f"`sloth show {head[0]}`; --on-dup keep, replace or append decide otherwise.")
+    if on_dup == "append":
+        return KeyPlan(behind=tail[0], note=f"added after job {tail[0]} ({tail[1]}), which has key {key!r}: "
+                                            "runs once it has ended (--on-dup append)")
+    running = [i for i, st in active if st == "running"]
+    waiting = [i for i, st in active if st != "running"]
+    said = [f"cancelled job{'s' if len(waiting) > 1 else ''} {', '.join(map(str, waiting))}"] if waiting else []
+    if running:
+        said.append(f"job {running[-1]} runs: it is ended first, and this one runs once it has")
+    return KeyPlan(cancel=waiting, behind=running[-1] if running else None,
+                   note=f"replaces the job(s) with key {key!r}: {'; '.join(said)} (--on-dup replace)")
 
 
 def retried_why(waits: int | None) -> str:

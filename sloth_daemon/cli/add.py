@@ -38,19 +38,28 @@ def add(command: Optional[Sequence[str]], *, lane: str = "default", priority: in
         keep_awake: bool = False, mem: Optional[str] = None, cpus: Optional[str] = None,
         nice: Optional[int] = None, io: Optional[str] = None,
         when: Optional[Sequence[str]] = None, on_lost: Optional[str] = None,
-        needs: Optional[Sequence[str]] = None, slots: Optional[int] = None,
+        needs: Optional[Sequence[str]] = None, slots: Optional[int] = None, batch: Optional[str] = None,
+        each: Optional[Sequence[str]] = None, each_file: Optional[str] = None, range_: Optional[str] = None,
+        grid: Optional[Sequence[str]] = None, on_dup: Optional[str] = None,
         ping: Optional[Sequence[str]] = None, webhook: Optional[Sequence[str]] = None, webhook_on: Optional[str] = None,
         mail_to: Optional[Sequence[str]] = None, mail_on: Optional[str] = None) -> int:
-    """Queue the command (or the lines of --stdin/--file) with these options,
-    as `sloth add` was given them; print the ids. Returns the exit code;
-    raises SlothError for the edge to print."""
+    """Queue the command (or the lines of --stdin/--file, or an array's
+    members: add_arrays.py) with these options, as `sloth add` was given
+    them; print the ids. Returns the exit code; raises SlothError for the
+    edge to print."""
     many = stdin or from_file is not None
     if hold and wait:
         raise errors.BadRequest("--hold and --wait together would wait forever: a held job starts only when "
                                 "released; nothing was queued",
                                 hint="Queue it with --hold, then `sloth release ID` and `sloth wait ID`.")
     words, at = opts.stray_words(list(command) if command else None, at)
-    check_usage(words, many=many, delay=delay, at=at, key=key)
+    array = None
+    if each or each_file or range_ or grid:
+        from sloth_daemon.cli import add_arrays
+
+        words, grid = add_arrays.grid_words(words, list(grid) if grid else None)
+        array = add_arrays.members(each=each, each_file=each_file, range_=range_, grid=grid, stdin_used=stdin)
+    check_usage(words, many=many, delay=delay, at=at, key=key, array=array is not None, on_dup=on_dup)
     common = common_fields(
         cwd=cwd, not_before=opts.not_before(delay, at), **opts.dep_fields(after, after_any),
         hold=True if hold else None,
@@ -63,32 +72,65 @@ def add(command: Optional[Sequence[str]], *, lane: str = "default", priority: in
         jobs, where = lines_as_jobs(sys.stdin.buffer.read() if stdin else read_file(from_file),
                                     "--stdin" if stdin else f"--file {from_file}")
         jobs = opts.chain(jobs, opts.chain_mode(chain, chain_any))
+    elif array is not None:
+        from sloth_daemon.cli.add_arrays import expand
+
+        jobs = opts.chain(expand(list(words or []), shell, array), opts.chain_mode(chain, chain_any))
+        where = _member_of(jobs)
     elif chain or chain_any:
-        raise errors.BadRequest("--chain links the lines of --stdin/--file", hint="For one job use --after ID.")
+        raise errors.BadRequest("--chain links the lines of --stdin/--file or an array's members",
+                                hint="For one job use --after ID.")
     else:
         argv = ["/bin/sh", "-c", " ".join(words or [])] if shell else list(words or [])
-        jobs, where = [{"command": argv, "shell": shell, **({"key": key} if key is not None else {})}], _no_line
+        jobs, where = [{"command": argv, "shell": shell, **({"key": key} if key is not None else {}),
+                        **({"on_dup": on_dup} if on_dup is not None else {})}], _no_line
     import time
 
     asked_at = time.time()
-    ids = submit(jobs, common, no_start=no_start, where=where)
+    handle = {"name": batch} if many or array is not None or batch is not None else None
+    ids, tag = submit(jobs, common, no_start=no_start, where=where, handle=handle)
     if key is not None:
         _tell_reused(ids[0], key, asked_at)
-    return _tell(ids, wait=wait, as_json=as_json)
+    if tag is not None:
+        _tell_batch(tag, len(ids))
+    return _tell(ids, wait=wait, as_json=as_json, extra={"batch": tag} if tag is not None else {})
+
+
+def _member_of(jobs: list[dict[str, Any]]) -> Callable[[int], str]:
+    """Where an array's job came from: "member 7 (lr=0.1 bs=32)"."""
+    from sloth_daemon.text import showable
+
+    return lambda i: f"member {i + 1} ({showable(jobs[i]['member']['value'])[:60]})"
+
+
+def _tell_batch(tag: dict[str, Any], n: int) -> None:
+    """On stderr, the handle of the batch just queued (stdout stays the ids)."""
+    from sloth_daemon.text import showable
+
+    name = f" {showable(tag['name'])!r}" if tag.get("name") else ""
+    echo(f"sloth: batch {tag['id']}{name}: {n:,} job{'s' if n != 1 else ''} "
+         f"(`sloth wait --batch {tag['id']}`, `sloth show --batch {tag['id']}`)", err=True)
 
 
 def _tell_reused(jid: int, key: str, asked_at: float) -> None:
-    """--key that an unfinished job has already: the daemon gives that job's
-    id back instead of a new one; say so on stderr (stdout stays the id)."""
+    """--key that an unfinished job has already: what its policy did, on
+    stderr (stdout stays the id). keep: the daemon gave that job's id back
+    instead of a new one; replace, append: the new job's ``key`` event says
+    (backends/rules.py: key_plan); fail is an error (exit 6), not a note."""
     from sloth_daemon.cli.connection import call
 
     try:
-        job = call("show", id=jid)["job"]
+        shown = call("show", id=jid)
     except errors.SlothError:
         return  # the id was printed; this note is all that is lost
-    if job["created_at"] >= asked_at:
-        return  # a new job: nothing to say
+    job = shown["job"]
     from sloth_daemon.text import showable
+
+    if job["created_at"] >= asked_at:  # a new job: what its key's policy did, if anything
+        said = [e["message"] for e in shown.get("events") or [] if e.get("kind") == "key"]
+        if said:
+            echo(f"sloth: --key {showable(key)!r}: job {jid} {showable(said[-1])}", err=True)
+        return
 
     st = job["state"]
     done = st in ("done", "failed", "cancelled")
@@ -96,21 +138,21 @@ def _tell_reused(jid: int, key: str, asked_at: float) -> None:
          "nothing new was queued", err=True)
 
 
-def _tell(ids: list[int], *, wait: bool, as_json: bool) -> int:
+def _tell(ids: list[int], *, wait: bool, as_json: bool, extra: dict[str, Any]) -> int:
     if wait:
         from sloth_daemon.cli.wait import wait_for
 
-        return wait_for(ids, stream=sys.stderr, as_json=as_json, json_extra={"ids": ids},
+        return wait_for(ids, stream=sys.stderr, as_json=as_json, json_extra={"ids": ids, **extra},
                         before=None if as_json else "\n".join(map(str, ids)))
     if as_json:
-        emit_json({"ids": ids})
+        emit_json({"ids": ids, **extra})
     else:
         echo("\n".join(map(str, ids)))
     return 0
 
 
 def check_usage(command: Optional[list[str]], *, many: bool, delay: Optional[str], at: Optional[str],
-                key: Optional[str]) -> None:
+                key: Optional[str], array: bool = False, on_dup: Optional[str] = None) -> None:
     if delay is not None and at is not None:
         raise errors.BadRequest("--delay and --at cannot be used together")
     if many and command:
@@ -120,6 +162,12 @@ def check_usage(command: Optional[list[str]], *, many: bool, delay: Optional[str
                                 hint="Put the command after --, e.g. `sloth add -- make test`.")
     if many and key is not None:
         raise errors.BadRequest("--key applies to one job; it cannot be used with --stdin/--file")
+    if array and (many or key is not None):
+        raise errors.BadRequest("an array's jobs are made from the command (a template); "
+                                + ("not from --stdin/--file" if many else "--key applies to one job"),
+                                hint="e.g. `sloth add --each 'a b c' -- ./process {}`.")
+    if on_dup is not None and key is None:
+        raise errors.BadRequest("--on-dup says what to do when --key is taken: give --key too")
 
 
 def common_fields(*, cwd: Optional[StrPath], **fields: Any) -> dict[str, Any]:
@@ -173,17 +221,19 @@ def read_file(p: Optional[StrPath]) -> bytes:
 
 
 def submit(jobs: list[dict[str, Any]], common: dict[str, Any], *, no_start: bool,
-           where: Callable[[int], str]) -> list[int]:
-    """All or none (submit.py): checked before a daemon is started or a byte sent."""
+           where: Callable[[int], str], handle: Optional[dict[str, Any]] = None
+           ) -> tuple[list[int], Optional[dict[str, Any]]]:
+    """All or none (submit.py): checked before a daemon is started or a byte
+    sent. Returns the ids and, with ``handle``, the batch's {id, name}."""
     from sloth_daemon.cli import submit as sub
 
     sub.check(jobs, common, where=where)
     check_shell(jobs, where, cwd=common["cwd"])
     parts = sub.frames(jobs, common, where=where)
-    res = sub.submit(jobs, common, parts, lambda: connect_or_start(no_start))
+    res = sub.submit(jobs, common, parts, lambda: connect_or_start(no_start), handle=handle)
     opts.tell_new_lanes(res)
     tell_waiting(res.get("waiting") or {})
-    return list(res["ids"])
+    return list(res["ids"]), res.get("handle")
 
 
 def tell_waiting(waiting: dict[str, str]) -> None:

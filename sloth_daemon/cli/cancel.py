@@ -12,6 +12,7 @@ connection.call starts one if none runs (saying so on stderr).
 
 from __future__ import annotations
 
+from sloth_daemon import errors
 from sloth_daemon.cli.connection import call
 from sloth_daemon.cli.many_jobs import report, selection
 from sloth_daemon.cli.values import parse_id
@@ -26,10 +27,17 @@ ACTIVE = ["blocked", "queued", "running"]
 
 
 def cancel(*, ids: Optional[Sequence[str]], lane: Optional[str], state: Optional[Sequence[str]],
-           as_json: bool) -> int:
+           as_json: bool, batch: Optional[str] = None) -> int:
     """`sloth cancel` (its help and options: commands.py). --lane alone
     selects the lane's active jobs: its finished ones are not "left alone",
-    they were never asked for."""
+    they were never asked for; --batch likewise its batch's (held too)."""
+    if batch is not None:
+        if ids or lane is not None or state:
+            raise errors.BadRequest("give --batch alone, or ids or --lane/--state, to cancel")
+        from sloth_daemon.cli.many_jobs import find_batch, on_batch
+
+        return report(on_batch("cancel", find_batch(batch, [*ACTIVE, "held"])["ids"]), "cancelled", "cancelled",
+                      as_json)
     sel = selection(ids, lane, state, "cancel")
     if "lane" in sel and "states" not in sel:
         sel["states"] = ACTIVE

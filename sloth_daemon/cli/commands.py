@@ -200,6 +200,10 @@ def _schedule_when(edit: bool) -> tuple[Option, ...]:
     )
 
 
+_BATCH_ONLY = Option("batch", "--batch -b", VALUE, None, "Only the jobs of this batch: its id, or a name (the "
+                     "newest batch of that name; `sloth add --batch NAME`).")
+
+
 # In the order `sloth --help` lists them (and `sloth lane --help` its own).
 COMMANDS: tuple[Command, ...] = (
     Command(
@@ -217,8 +221,10 @@ COMMANDS: tuple[Command, ...] = (
                field="not_before"),
         Option("at", "--at", VALUE, None, "Do not start before this time: 21:30, 9pm, tomorrow 08:00, mon 9:00, "
                "+10m or ISO (2026-12-01T09:30).", field="not_before"),
-        Option("key", "--key -k", VALUE, None, "Idempotency key: if an unfinished job has it, reuse that job.",
-               field="key"),
+        Option("key", "--key -k", VALUE, None, "Idempotency key: if an unfinished job has it, reuse that job "
+               "(--on-dup says otherwise).", field="key"),
+        Option("on_dup", "--on-dup", VALUE, None, "When an unfinished job has --key: keep it (default), replace it "
+               "(cancel it, queue this), append (queue this after it) or fail (exit 6).", field="on_dup"),
         _JOB_LABEL,
         _JOB_CWD,
         Option("shell", "--shell -s", FLAG, False, "Run the command through /bin/sh -c (checked with sh -n first). "
@@ -227,6 +233,15 @@ COMMANDS: tuple[Command, ...] = (
         Option("stdin", "--stdin", FLAG, False, "Read many commands, one shell line each (a trailing \\ continues "
                "it), from stdin; every line is checked (sh -n) before any is queued."),
         Option("from_file", "--file -f", PATH, None, "Like --stdin but from a file."),
+        Option("batch", "--batch -b", VALUE, None, "Name the batch (--stdin, --file, an array, or one job): "
+               "`sloth wait/ls/show/retry/cancel --batch NAME` act on it."),
+        Option("each", "--each", LIST, None, "One job per value (blank-separated, as sh splits words): {} in "
+               "the command is the value, {#} its index (docs/batches.md).", field="member"),
+        Option("each_file", "--each-file", VALUE, None, "One job per line of this file (- : stdin).",
+               field="member"),
+        Option("range_", "--range", VALUE, None, "One job per number: 1-100, or 0-90:10 (a step).", field="member"),
+        Option("grid", "--grid", LIST, None, "One job per combination: 'lr=0.1,0.01 bs=32,64'; {lr} in the "
+               "command is its value.", field="member"),
         Option("after", "--after", LIST, None, "Run once these jobs are done (ids, e.g. 12,13; at most 1000); "
                "cancelled if one fails.", complete=IDS, field="after"),
         Option("after_any", "--after-any", LIST, None, "Run once these jobs have ended, whatever the result "
@@ -272,6 +287,7 @@ COMMANDS: tuple[Command, ...] = (
         Option("host", "--host", VALUE, None, "A shared queue: only jobs that run, ran or are placed on this host."),
         Option("columns", "--columns", LIST, None, "Extra columns of the latest attempt: progress, cpu, mem (peak), "
                "wall, ended (or cpu,mem). PROGRESS shows by itself when a running job says how far it is."),
+        _BATCH_ONLY,
         fast=True),
     Command(
         "show", "Show jobs and their history (claimed, started, failed, reclaimed, ...) in time order; a failed "
@@ -281,6 +297,8 @@ COMMANDS: tuple[Command, ...] = (
         + _examples("sloth show", "sloth show 12 13"),
         "sloth_daemon.cli.show:show",
         _json('Print {"jobs": [job with events, prereqs, dependents, waited_s, ran_s]} as JSON.'),
+        Option("batch", "--batch -b", VALUE, None, "A batch instead: its jobs counted by state (an id, or the "
+               "newest batch of a name)."),
         arg=_ids("job_ids", required=False), fast=True),
     Command(
         "logs", "Print a job's output (one log file per attempt, size-capped). No ID: that of the latest job you "
@@ -311,6 +329,8 @@ COMMANDS: tuple[Command, ...] = (
         "cancelled (130 on Ctrl-C; the jobs carry on). No ID: the latest job you queued from this machine.",
         "sloth_daemon.cli.wait:wait",
         _json('{"jobs": [...]} as they ended.'),
+        Option("batch", "--batch -b", VALUE, None, "Every job of this batch (an id, or the newest of a name); "
+               "one summary line at the end."),
         arg=Argument("job_ids", many=True, required=False, metavar="[ID]...", complete=IDS), fast=True),
     Command(
         "cancel", "Cancel jobs: running ones have their process tree ended; jobs that\nwaited for them to be done "
@@ -319,12 +339,15 @@ COMMANDS: tuple[Command, ...] = (
         Option("state", "--state", LIST, None, "Only jobs in these states (blocked, queued, running; repeatable "
                "or comma-separated).",
                complete=STATES),
+        Option("batch", "--batch -b", VALUE, None, "Every unfinished job of this batch (an id, or the newest of "
+               "a name)."),
         _json(), arg=_IDS_ANY, fast=True),
     Command(
         "retry", "Put failed or cancelled jobs back in the queue with a fresh attempt budget.",
         "sloth_daemon.cli.retry:retry",
         Option("failed", "--failed", FLAG, False, "Every failed job (of --lane, if given)."),
         Option("lane", "--lane -l", VALUE, None, "Only this lane.", complete=LANES),
+        Option("batch", "--batch -b", VALUE, None, "The failed jobs of this batch (an id, or the newest of a name)."),
         _json(), arg=_IDS_ANY, fast=True),
     Command(
         "restart", "Queue finished jobs again as new jobs with the same command, lane,\nfolder, environment and "

@@ -24,7 +24,7 @@ SMALL = 1_000  # `ls --json --limit N` up to this: one `list` answer; past it (o
 
 def ls(state: Optional[Sequence[str]], lane: Optional[str], all_: bool, limit: Optional[int], offset: int,
        as_json: bool, *, watch: bool = False, interval: str = "2s", host: Optional[str] = None,
-       since: Optional[str] = None, columns: Optional[Sequence[str]] = None) -> None:
+       since: Optional[str] = None, columns: Optional[Sequence[str]] = None, batch: Optional[str] = None) -> None:
     """`sloth ls` with these options (commands.py says what each means)."""
     if watch and as_json:
         raise errors.BadRequest("--watch redraws a table; --json prints once", hint="Use one or the other.")
@@ -37,6 +37,10 @@ def ls(state: Optional[Sequence[str]], lane: Optional[str], all_: bool, limit: O
             raise errors.BadRequest(str(e), hint="e.g. `sloth ls --columns cpu,mem,wall`.") from None
     else:
         picked = []
+    if batch is not None:
+        from sloth_daemon.cli.many_jobs import find_batch
+
+        args["batch"] = find_batch(batch)["batch"]["id"]
     after = None
     if since is not None:
         from sloth_daemon.durations import parse_since

@@ -37,6 +37,41 @@ def report(res: dict[str, Any], verb: str, state: str, as_json: bool, *, printed
     return errors.EXIT_CONFLICT if res["skipped"] else 0
 
 
+def find_batch(ref: str, states: Optional[Sequence[str]] = None) -> dict[str, Any]:
+    """The batch `--batch REF` names (an id, or the newest batch of a name:
+    the daemon's batch_show) and its jobs' ids (those in ``states``)."""
+    from sloth_daemon.cli.connection import call
+
+    return dict(call("batch_show", batch=ref, **({"states": list(states)} if states is not None else {})))
+
+
+def on_batch(op: str, ids: list[int]) -> dict[str, Any]:
+    """``op`` (cancel, retry) on a batch's jobs: one request and one
+    transaction, given time by their number (10,000 cancels on a loaded
+    PostgreSQL take longer than a request's usual 30 s)."""
+    if not ids:
+        return {"jobs": [], "skipped": []}
+    from sloth_daemon.cli.connection import connect
+
+    with connect() as c:
+        c.set_timeout(30.0 + len(ids) / 200)
+        return dict(c.call(op, ids=ids))
+
+
+def batch_line(batch: dict[str, Any]) -> str:
+    """A batch in one line: ``batch 7 'sweep': 40 jobs: 38 done, 1 failed, 1 running``
+    (counts by state, the finished first; issue 31's time left can join it)."""
+    from sloth_daemon.text import showable
+
+    name = f" {showable(batch['name'])!r}" if batch.get("name") else ""
+    n = batch["counts"]
+    order = ["done", "failed", "cancelled", "running", "queued", "blocked", "held"]
+    parts = [f"{n[s]} {s}" for s in order + sorted(set(n) - set(order)) if n.get(s)]
+    total = batch["total"]
+    return f"batch {batch['id']}{name}: {total} job{'s' if total != 1 else ''}" + (": " + ", ".join(parts)
+                                                                                 if parts else "")
+
+
 def selection(ids: Optional[Sequence[str]], lane: Optional[str], state: Optional[Sequence[str]],
                what: str) -> dict[str, Any]:
     state = comma_list(state)

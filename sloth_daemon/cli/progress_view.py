@@ -99,6 +99,14 @@ def batch_summary(jobs: Sequence[dict[str, Any]], slots: int | None = None) -> s
     return ", ".join(parts)
 
 
+def time_left(jobs: Sequence[dict[str, Any]], slots: int | None = None) -> float | None:
+    """The seconds a set of jobs (a batch's) has left, as batch_summary says it; None when unknown."""
+    counts: dict[str, int] = {}
+    for j in jobs:
+        counts[j["state"]] = counts.get(j["state"], 0) + 1
+    return _time_left(jobs, counts, slots)
+
+
 def _time_left(jobs: Sequence[dict[str, Any]], counts: dict[str, int], slots: int | None) -> float | None:
     running = [j for j in jobs if j["state"] == "running"]
     waiting = sum(counts.get(s, 0) for s in ("queued", "blocked"))

@@ -21,8 +21,15 @@ if TYPE_CHECKING:
     from typing import Optional, Sequence
 
 
-def retry(*, ids: Optional[Sequence[str]], failed: bool, lane: Optional[str], as_json: bool) -> int:
+def retry(*, ids: Optional[Sequence[str]], failed: bool, lane: Optional[str], as_json: bool,
+          batch: Optional[str] = None) -> int:
     """`sloth retry` (its help and options: commands.py)."""
+    if batch is not None:
+        if ids or lane is not None:
+            raise errors.BadRequest("give --batch alone, or ids or --failed [--lane], to retry")
+        from sloth_daemon.cli.many_jobs import find_batch, on_batch
+
+        return report(on_batch("retry", find_batch(batch, ["failed"])["ids"]), "queued again", "queued", as_json)
     if ids and failed:
         raise errors.BadRequest("give job ids or --failed, not both")
     if lane is not None and not failed:

@@ -16,12 +16,16 @@ if TYPE_CHECKING:
     from typing import Optional, Sequence
 
 
-def show(job_ids: Optional[Sequence[str]], as_json: bool) -> None:
+def show(job_ids: Optional[Sequence[str]], as_json: bool, batch: Optional[str] = None) -> None:
     """`sloth show [ID]...`: each job with its history; a failed one's last
-    log lines. No ID: the latest job (said on stderr)."""
+    log lines. No ID: the latest job (said on stderr). --batch: the batch,
+    its jobs counted by state."""
     import time
 
     from sloth_daemon.cli import render
+
+    if batch is not None:
+        return _show_batch(batch, job_ids, as_json)
 
     if job_ids:
         ids = [parse_id(j) for j in job_ids]
@@ -42,3 +46,28 @@ def show(job_ids: Optional[Sequence[str]], as_json: bool) -> None:
         blocks.append(render.show_job(j, j["events"], prereqs=j["prereqs"], dependents=j["dependents"],
                                       log_tail=tail))
     echo("\n\n".join(blocks))
+
+
+def _show_batch(ref: str, job_ids: Optional[Sequence[str]], as_json: bool) -> None:
+    """`sloth show --batch REF`: its line (counts by state), when it was
+    queued, and which batch a name meant when several have it."""
+    import time
+
+    from sloth_daemon import errors
+    from sloth_daemon.cli.many_jobs import batch_line, find_batch
+
+    if job_ids:
+        raise errors.BadRequest("give job ids or --batch to show, not both")
+    found = find_batch(ref)
+    if as_json:
+        emit_json(found)
+        return
+    b = found["batch"]
+    from sloth_daemon.durations import format_duration
+
+    lines = [batch_line(b), f"queued {format_duration(max(0.0, time.time() - b['at']))} ago"]
+    if b.get("same_name"):
+        lines.append(f"the newest of {b['same_name']} batches named {b['name']!r} (older ones: by id)")
+    if found["ids"]:
+        lines.append(f"jobs {found['ids'][0]}..{found['ids'][-1]}: `sloth ls --batch {b['id']}`")
+    echo("\n".join(lines))

@@ -55,11 +55,12 @@ def status(*, as_json: bool) -> int:
     box = st.get("outbox") or {}
     if box.get("pending") or box.get("failed"):  # pings, webhooks, mail not delivered (docs/telling.md)
         lines.append(f"outbox   {box['pending']} pending, {box['failed']} failed (`sloth outbox ls`)")
+    lines += [f"batch    {b['line']}" for b in st.get("batches") or []]
     for j in st["running"]:
         far = progress_text(j.get("progress"))
         lines.append(f"{render.shown_state(j):<8} {j['id']:<6} {render.when(j)}  {render.command_text(j, 50)}"
                      + (f"  {far}" if far else ""))
-    lines += [f"batch    {line}" for line in st.get("batches", [])]
+    lines += [f"label    {line}" for line in st.get("labels", [])]
     for j in st["failed"]:
         why = showable(j.get("message") or "")
         lines.append(_cut(f"failed   {j['id']:<6} {relative(j.get('finished_at')):>9}  {render.command_text(j, 40)}"
@@ -80,12 +81,32 @@ FAILED_WIDTH = 110  # a failure's line, its command and why, at most
 WAITING_LISTED = 200  # queued jobs read to name the ones a reason holds back
 
 
-BATCH_ACTIVE = 1000  # jobs still to end read for the batches' lines ...
+BATCH_ACTIVE = 1000  # jobs still to end read for the labels' lines ...
 BATCH_FINISHED = 1000  # ... and the latest finished, if any of those has a label: older ends are not counted
 ACTIVE = ["running", "queued", "blocked", "held"]
+BATCHES_TIMED = 5  # the newest active batches (of at most BATCH_ACTIVE jobs) whose jobs are read for their time left
 
 
-def _batches(call: Callable[..., Any]) -> list[str]:
+def _active_batches(call: Callable[..., Any], batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The daemon's active batches, each with its line: "7 'sweep': 40 jobs:
+    12 done, 2 failed, 1 running, 25 queued, about 3m left" (the time left
+    only for the BATCHES_TIMED newest, read whole, and only when known)."""
+    from sloth_daemon.cli.many_jobs import batch_line
+    from sloth_daemon.cli.progress_view import time_left
+    from sloth_daemon.durations import format_duration
+
+    out = []
+    for i, b in enumerate(batches):
+        line = batch_line(b).partition(" ")[2]
+        going = b["counts"].get("running") or b["counts"].get("queued")
+        if going and i < BATCHES_TIMED and b["total"] <= BATCH_ACTIVE:
+            left = time_left(call("list", batch=b["id"], limit=BATCH_ACTIVE)["jobs"])
+            line += f", about {format_duration(left)} left" if left is not None else ""
+        out.append({**b, "line": line})
+    return out
+
+
+def _labels(call: Callable[..., Any]) -> list[str]:
     """A line per label that jobs still to end share with others, "nightly:
     12/40 done, 2 failed, 1 running, about 3m left" (progress_view.batch_summary),
     of the jobs read: BATCH_ACTIVE still to end, and only if one of them has
@@ -138,18 +159,21 @@ def _status() -> dict[str, Any]:
             failed = c.call("list", states=["failed"], limit=3)["jobs"]
             queued = c.call("list", states=["queued"], limit=WAITING_LISTED)["jobs"] \
                 if (d.get("conditions") or {}).get("waiting") else []
-            batches = _batches(c.call)
+            labels = _labels(c.call)
+            batches = _active_batches(c.call, d.get("batches") or [])
         daemon: Optional[dict[str, Any]] = {k: d[k] for k in ("pid", "uptime_s", "version")}
     except errors.DaemonNotRunning:
         daemon, queued = None, []  # no daemon: nobody judges conditions, nothing is said to wait on them
         d = call_or_read("status")
         running = call_or_read("list", states=["running"], limit=10)["jobs"]
         failed = call_or_read("list", states=["failed"], limit=3)["jobs"]
-        batches = _batches(call_or_read)
+        labels = _labels(call_or_read)
+        batches = _active_batches(call_or_read, d.get("batches") or [])
     waiting: dict[str, list[int]] = {}
     for j in queued:
         if j.get("wait_reason"):
             waiting.setdefault(j["wait_reason"], []).append(j["id"])
     return {"daemon": daemon, "counts": d["counts"], "lanes": d["lanes"], "running": running,
             "failed": failed, "host": d.get("host"), "hosts": d.get("hosts"), "conditions": d.get("conditions"),
-            "waiting": waiting, "batches": batches, **({"outbox": d["outbox"]} if d.get("outbox") else {})}
+            "waiting": waiting, "batches": batches, "labels": labels,
+            **({"outbox": d["outbox"]} if d.get("outbox") else {})}

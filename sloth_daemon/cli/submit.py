@@ -24,7 +24,7 @@ from sloth_daemon import protocol
 from sloth_daemon.errors import (
     BadRequest, FieldError, IllegalTransition, PermissionDenied, ProtocolError, SlothError, StorageError, from_dict,
 )
-from sloth_daemon.checks import DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS, command_json, fields
+from sloth_daemon.checks import DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS, command_json, fields, member_json
 from sloth_daemon.checks import TELL_FIELDS, tell_json
 
 TYPE_CHECKING = False
@@ -86,8 +86,9 @@ def check(jobs: list[dict[str, Any]], common: dict[str, Any], *, where: Callable
 
 
 def _only_own_fields(job: dict[str, Any]) -> bool:
-    """A job that sets only its command (and shell): its options were checked once."""
-    return job.keys() <= {"command", "shell"}
+    """A job that sets only its command (and shell, and an array member's
+    values): its options were checked once."""
+    return job.keys() <= {"command", "shell", "member"}
 
 
 def _check_one(spec: dict[str, Any], cache: EnvCache, where: str) -> None:
@@ -96,6 +97,7 @@ def _check_one(spec: dict[str, Any], cache: EnvCache, where: str) -> None:
     try:
         if _only_own_fields(spec):
             command_json(spec.get("command"))  # one job of thousands: only what varies
+            member_json(spec.get("member"))
             if not isinstance(spec.get("shell", False), bool):
                 raise FieldError("shell", "must be true or false")
         else:
@@ -160,13 +162,15 @@ def _job_size(job: dict[str, Any]) -> int:
     strings are never shorter than their UTF-8; 64 covers keys and punctuation."""
     q = protocol.encode_basestring_ascii
 
+    member = job.get("member")
     return sum(len(q(a)) + 1 for a in job["command"]) + len(q(job.get("key") or "")) + len(
-        q(job.get("label") or "")) + 64
+        q(job.get("label") or "")) + 64 + (0 if member is None else 64 + sum(
+            len(q(t)) + 1 for t in (member["value"], *member["args"], *member["args"].values())))
 
 
 # ------------------------------------------------------------------- submit
 def submit(jobs: list[dict[str, Any]], common: dict[str, Any], parts: list[list[dict[str, Any]]],
-           connect: Connect) -> dict[str, Any]:
+           connect: Connect, handle: dict[str, Any] | None = None) -> dict[str, Any]:
     """Queue ``jobs`` (split into ``parts`` by frames()) all or none; return
     the commit's answer (``ids``, and ``new_lanes`` when the daemon said).
     Every error says whether anything was queued."""
@@ -179,7 +183,8 @@ def submit(jobs: list[dict[str, Any]], common: dict[str, Any], parts: list[list[
         with opened as client:
             _stage(client, parts[:-1], common)
             client.set_timeout(COMMIT_TIMEOUT_S + len(jobs) / COMMIT_JOBS_PER_S)
-            return dict(client.call("commit", jobs=parts[-1], common=common, batch=token))
+            return dict(client.call("commit", jobs=parts[-1], common=common, batch=token,
+                                    **({"handle": handle} if handle is not None else {})))
     except _CERTAIN as e:
         raise with_note(e, NOTHING) from None
     except _NotSent as e:

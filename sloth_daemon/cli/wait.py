@@ -36,13 +36,14 @@ _ERASE = "\r\x1b[K"
 
 
 def wait_for(ids: list[int], *, stream: IO[str], as_json: bool = False,
-             json_extra: Optional[dict[str, Any]] = None, before: Optional[str] = None) -> int:
+             json_extra: Optional[dict[str, Any]] = None, before: Optional[str] = None, quiet: bool = False) -> int:
     """Wait on the daemon for ``ids``; tell outcomes on ``stream`` (the live
-    line and the summary go to stderr when it is a terminal). Returns the
-    exit code: 0 all done, 5 any not, 130 interrupted."""
+    line and the summary go to stderr when it is a terminal; ``quiet``: no
+    outcome lines, the caller sums up). Returns the exit code: 0 all done,
+    5 any not, 130 interrupted."""
     if before:
         echo(before)
-    view = _View(ids, stream, live=not as_json and sys.stderr.isatty(), quiet=as_json)
+    view = _View(ids, stream, live=not as_json and sys.stderr.isatty(), quiet=as_json or quiet)
     try:
         try:
             final = _follow(ids, view, batched=True)
@@ -348,10 +349,13 @@ def _shown(text: str, stream: Any) -> str:
     return for_terminal(text, colours=use_colour(stream))
 
 
-def wait(job_ids: Optional[list[str]], as_json: bool) -> int:
+def wait(job_ids: Optional[list[str]], as_json: bool, batch: Optional[str] = None) -> int:
     """`sloth wait [ID...]`: the exit code is the outcome (0 all done, 5 not,
     130 on Ctrl-C). No id: the latest job (as `tsp -w`), said on stderr.
+    --batch: its jobs, and one line at the end (many_jobs.batch_line).
     Runs on the fast path (no Typer)."""
+    if batch is not None:
+        return _wait_batch(batch, job_ids, as_json)
     if job_ids:
         ids = [parse_id(j) for j in job_ids]
     else:
@@ -360,3 +364,23 @@ def wait(job_ids: Optional[list[str]], as_json: bool) -> int:
         ids = [latest_job_id()]
         echo(f"waiting for job {ids[0]} (the latest)", err=True)
     return wait_for(ids, stream=sys.stdout, as_json=as_json)
+
+
+def _wait_batch(ref: str, job_ids: Optional[list[str]], as_json: bool) -> int:
+    """`sloth wait --batch REF`: its jobs waited on without a line each (a
+    batch may have thousands), then one summary line on stdout, as the
+    batch stands (a retry meanwhile counts): exit 0 if all are done, else 5."""
+    from sloth_daemon.cli.many_jobs import batch_line, find_batch
+
+    if job_ids:
+        raise errors.BadRequest("give job ids or --batch to wait on, not both")
+    ids = find_batch(ref)["ids"]
+    code = wait_for(ids, stream=sys.stdout, quiet=True) if ids else 0
+    if code == EXIT_INTERRUPTED:
+        return code
+    found = find_batch(ref)
+    if as_json:
+        emit_json(found)
+    else:
+        echo(batch_line(found["batch"]))
+    return errors.EXIT_JOB_FAILED if found["batch"]["counts"].get("done", 0) != found["batch"]["total"] else 0

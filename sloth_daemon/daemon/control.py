@@ -11,7 +11,9 @@ on a real queue with a fake spawner in the unit tests.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 import time
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -22,13 +24,15 @@ from sloth_daemon.errors import BadRequest, ConfigError, FieldError, SlothError
 from sloth_daemon.models import Job, JobState
 from sloth_daemon.paths import Paths
 from sloth_daemon.backends import attempt_rules
-from sloth_daemon.backends.contract import Scan
+from sloth_daemon.backends.contract import Handle, Scan
 from sloth_daemon.queue import Queue
 from sloth_daemon.daemon import job_limits
 from sloth_daemon.daemon.resources import needs_of
 from sloth_daemon.daemon.worker.spawner import Spawner
 from sloth_daemon.spec import Defaults, EnvCache, JobSpec
 from sloth_daemon.daemon.worker.loop import Worker
+
+log = logging.getLogger("sloth.daemon")
 
 Watcher = Callable[[Job], None]
 
@@ -51,12 +55,14 @@ class Control:
         self.queue, self.worker, self.spawner = queue, worker, spawner
         self.logs = queue.logs  # the database's copies of attempt logs (a shared queue's), or None
         self.lanes, self.gates, self.running = worker.lanes, worker.gates, worker.running  # the worker's, named
+        self.actions = worker.actions  # ends the run an --on-dup replace replaces
         self.wake = worker.signals.wake  # the next turn looks for work (a job was queued)
         self.paths, self.settings = paths, settings
         self.request_stop, self.request_reload = request_stop, request_reload
         self.instance = instance
         self.started_at = time.time()
         self._watchers: set[Watcher] = set()
+        self._tasks: set[asyncio.Task[None]] = set()  # runs being ended for --on-dup replace
         self.shared = shared  # shared.Shared on a queue shared by several machines
         self.scheduler = scheduler  # schedules.scheduler.Scheduler
         self.teller = teller  # tell.Teller (notifications, on_finish)
@@ -159,7 +165,7 @@ class Control:
 
     # ------------------------------------------------------------ actions
     def add(self, specs: Iterable[Mapping[str, Any] | JobSpec], *,
-            batch: str | None = None) -> tuple[list[int], list[str]]:
+            batch: str | None = None, handle: Handle | None = None) -> tuple[list[int], list[str]]:
         """Queue the jobs, all or none (recorded under ``batch`` if given);
         returns the ids and the lanes this add made (not known before)."""
         specs = [self._limited(s) if isinstance(s, JobSpec) else self._limited_spec(self._placed(s)) for s in specs]
@@ -167,9 +173,33 @@ class Control:
             specs = [self._told(s) for s in specs]
         known = set(self.lanes.known())
         lanes = {_lane_of(s) for s in specs}
-        ids = self.queue.enqueue_many(specs, batch=batch)
+        ids = self.queue.enqueue_many(specs, batch=batch, handle=handle)
+        self._end_replaced(specs, ids)
         self.wake()
         return ids, sorted(lanes - known)
+
+    def _end_replaced(self, specs: Sequence[Mapping[str, Any] | JobSpec], ids: list[int]) -> None:
+        """`--on-dup replace` of a running job: the new job waits behind it
+        (rules.key_plan) and the run is ended here, as a schedule's --overlap
+        replace ends its last (Actions.replace: recorded cancelled once its
+        process is gone), so the new one starts only then."""
+        for spec, jid in zip(specs, ids, strict=True):
+            key, on_dup = ((spec.key, spec.on_dup) if isinstance(spec, JobSpec)
+                           else (spec.get("key"), spec.get("on_dup")))
+            if key is None or on_dup != "replace":
+                continue
+            for other in self.queue.get_many(self.queue.get(jid).after_any):
+                if other.key == key and other.state is JobState.RUNNING:
+                    task = asyncio.get_running_loop().create_task(
+                        self._replace(other.id, f"replaced by job {jid} (--on-dup replace)"))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+
+    async def _replace(self, job_id: int, why: str) -> None:
+        try:
+            await self.actions.replace(job_id, why)
+        except SlothError as e:  # it ended meanwhile, or is ending already
+            log.info("--on-dup replace: job %d not ended: %s", job_id, e.message)
 
     def lanes_waiting(self, jobs: Iterable[tuple[str, str | None]]) -> dict[str, str]:
         """Of the lanes of these jobs (lane, place: None for the default),

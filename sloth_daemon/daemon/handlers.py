@@ -2,7 +2,7 @@
 family of commands (as on the client):
 
   - here: the daemon (ping, status, config, reload, shutdown), adding jobs
-    (add, and the batches: stage, commit, batch) and reading them (list,
+    (add, and the batches: stage, commit, batch, batch_show) and reading them (list,
     scan, show, logs, latest, timeline);
   - job_ops.py: cancel, retry, restart, kill, prune, pause_jobs, resume_jobs;
   - lane_ops.py: pause, resume, lanes, lane_set, lane_rm;
@@ -41,7 +41,8 @@ from sloth_daemon.daemon.lane_ops import LaneOps
 from sloth_daemon.daemon.schedules.ops import ScheduleOps
 from sloth_daemon.daemon.telling.ops import OutboxOps
 from sloth_daemon.daemon.request_args import (
-    MAX_LIST, attempt_of, batch_token, flag, job_id, job_ids, jobs_of, listing_args, whole,
+    MAX_LIST, attempt_of, batch_ref_arg, batch_token, flag, handle_arg, job_id, job_ids, jobs_of, listing_args,
+    states_arg, whole,
 )
 from sloth_daemon.errors import BadRequest, SlothError, StorageBusy
 from sloth_daemon.daemon.streams import Emit, Streams
@@ -88,7 +89,8 @@ class Handlers:
         self.ops: dict[str, Callable[[dict[str, Any]], Any]] = {
             "ping": self.op_ping, "status": self.op_status, "add": w(self.op_add),
             "list": self.op_list, "show": self.op_show, "logs": self.op_logs, "latest": self.op_latest,
-            "batch": self.op_batch, "config": _bare(control.config), "reload": _bare(control.request_reload),
+            "batch": self.op_batch, "batch_show": self.op_batch_show,
+            "config": _bare(control.config), "reload": _bare(control.request_reload),
             "shutdown": self.op_shutdown, "timeline": self.op_timeline,
         }
         self.families = (JobOps(worker.actions, worker, worker.lanes, lambda: control.settings),
@@ -132,7 +134,7 @@ class Handlers:
 
     def op_status(self, a: dict[str, Any]) -> dict[str, Any]:
         return {"version": __version__, "protocol": protocol.VERSION, **self.control.status(),
-                "server": dict(self.stats)}
+                "server": dict(self.stats), "batches": self.queue.active_batches()}
 
     def op_add(self, a: dict[str, Any]) -> dict[str, Any]:
         """Result: ``ids`` (one per job, in order), ``new_lanes`` (lanes this
@@ -150,21 +152,29 @@ class Handlers:
 
     def op_commit(self, a: dict[str, Any], session: Session) -> dict[str, Any]:
         """Queue the staged jobs and these in one transaction, under ``batch``."""
-        token = batch_token(a.get("batch"))
+        token, handle = batch_token(a.get("batch")), handle_arg(a.get("handle"))
         if a.get("jobs") is not None:
             self._stage(jobs_of(a), session)
         specs = session.take()
         if not specs:
             raise BadRequest("nothing to commit: no jobs were staged on this connection")
-        ids, new = self.control.add(specs, batch=token)
+        ids, new = self.control.add(specs, batch=token, handle=handle)
         waiting = self.control.lanes_waiting((s.lane, s.place) for s in specs)
-        return {"batch": token, "ids": ids, "new_lanes": new, "waiting": waiting}
+        tag = self.queue.get(ids[-1]).batch if handle is not None else None  # a batch's jobs carry its id
+        return {"batch": token, "ids": ids, "new_lanes": new, "waiting": waiting,
+                **({"handle": tag} if tag is not None else {})}
 
     def op_batch(self, a: dict[str, Any]) -> dict[str, Any]:
         """Whether the batch ``batch`` was queued (all its jobs), and as which ids."""
         token = batch_token(a.get("batch"))
         ids = self.queue.batch_ids(token)
         return {"batch": token, "queued": ids is not None, "ids": ids or []}
+
+    def op_batch_show(self, a: dict[str, Any]) -> dict[str, Any]:
+        """A batch with a handle (its id, or the newest of its name): its
+        counts by state and its jobs' ids (those in ``states``, if given)."""
+        found = self.queue.batch_find(batch_ref_arg(a.get("batch")))
+        return {"batch": found, "ids": self.queue.batch_members(found["id"], states_arg(a.get("states")))}
 
     def _stage(self, jobs: list[dict[str, Any]], session: Session) -> None:
         try:

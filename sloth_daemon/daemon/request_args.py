@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from sloth_daemon.backends import rules
+from sloth_daemon.backends.contract import Handle
 from sloth_daemon.errors import BadRequest, JobNotFound
 from sloth_daemon.models import STATE_NAMES, Job, state_name
 
@@ -58,7 +59,7 @@ def listing_args(a: dict[str, Any]) -> dict[str, Any]:
     return {"states": states_arg(a.get("states")), "lane": lane_name(a.get("lane")),
             "offset": whole(a.get("offset", 0), "offset", 0, 2**62),
             "finished_limit": None if fl is None else whole(fl, "finished_limit", 0, MAX_LIST),
-            **host_arg(a.get("host"))}
+            **host_arg(a.get("host")), **({} if a.get("batch") is None else {"batch": job_id(a["batch"])})}
 
 
 def states_arg(v: Any) -> list[str] | None:
@@ -102,6 +103,38 @@ def batch_token(v: Any) -> str:
     if not isinstance(v, str) or not 1 <= len(v) <= 64 or not set(v) <= _TOKEN_CHARS:
         raise BadRequest("batch must be a token of 1 to 64 letters, digits, '_' or '-'")
     return v
+
+
+MAX_BATCH_NAME = 200
+
+
+def batch_name(v: Any, what: str = "batch name") -> str:
+    """A batch's name (`add --batch NAME`): printable text that is not all
+    digits (digits name a batch by its id: rules.batch_ref)."""
+    if not isinstance(v, str) or not 1 <= len(v) <= MAX_BATCH_NAME or not v.isprintable() or v != v.strip():
+        raise BadRequest(f"a {what} is 1 to {MAX_BATCH_NAME} printable characters, without blanks at its ends")
+    if v.isdigit():
+        raise BadRequest(f"a {what} cannot be all digits: `--batch {v}` means the batch with id {v}",
+                         hint="Give it a word, e.g. --batch run-" + v + ".")
+    return v
+
+
+def handle_arg(v: Any) -> Handle | None:
+    """``handle`` of a commit: {"name": str or null} makes its jobs a batch with a handle."""
+    if v is None:
+        return None
+    if not isinstance(v, dict) or set(v) - {"name"}:
+        raise BadRequest('handle must be {"name": NAME or null}')
+    return Handle(None if v.get("name") is None else batch_name(v["name"]))
+
+
+def batch_ref_arg(v: Any) -> str:
+    """A batch named by a client: its id (digits, or a number) or its name."""
+    if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+        return str(v)
+    if isinstance(v, str) and v.isdigit():
+        return v
+    return batch_name(v, "batch")
 
 
 def host_arg(v: Any) -> dict[str, str]:

@@ -34,7 +34,8 @@ _COPIED = ("command, lane, priority, max_attempts, lease_s, timeout_s, key, cwd,
 SQL_RESTART = (
     f"INSERT INTO sloth.jobs (state, not_before, created_at, updated_at, {_COPIED})"
     f" SELECT 'queued', sloth.now(), sloth.now(), sloth.now(), {_COPIED} FROM sloth.jobs WHERE id = %s"
-    " ON CONFLICT (key) WHERE key IS NOT NULL AND state IN ('blocked', 'held', 'queued', 'running') DO NOTHING"
+    " ON CONFLICT (key) WHERE key IS NOT NULL AND key_behind IS NULL"
+    " AND state IN ('blocked', 'held', 'queued', 'running') DO NOTHING"
     " RETURNING *"
 )
 SQL_PRUNE_WHERE = ("finished_at IS NOT NULL AND finished_at < sloth.now() - %(older)s AND state = ANY(%(states)s)"

@@ -13,22 +13,23 @@ settled by the server's partial unique index, even between two machines.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from sloth_daemon.errors import IllegalTransition
+from sloth_daemon.errors import BadRequest, BatchNotFound, IllegalTransition
+from sloth_daemon.models import JobState
 from sloth_daemon.spec import JobSpec
 from sloth_daemon.text import as_bytes
 from sloth_daemon.backends import contract, rules
 from sloth_daemon.backends.postgres import deps
-from sloth_daemon.backends.postgres.db import Connection, Cursor
-from sloth_daemon.backends.postgres.writer import PgWriter
+from sloth_daemon.backends.postgres.db import Connection, Cursor, one
+from sloth_daemon.backends.postgres.writer import PgWriter, event
 
 WAITED_ON = 18  # the index of waited_on in a row's values (_Batch._row)
 _COLUMNS = ("id, command, state, lane, priority, max_attempts, lease_s, timeout_s, not_before, key, cwd,"
             " env_id, label, shell, retry_exit, no_retry_exit, message, prereqs, waited_on, place, keep_awake, limits,"
-            " gate")
+            " gate, batch_id, batch_name, member, key_behind")
 _TYPES = ("bigint text text text bigint bigint float8 float8 float8 text bytea bigint text bool text"
-          " text text text bool text bool text text").split()
+          " text text text bool text bool text text bigint text text bigint").split()
 # Jobs in one statement: the arrays are columns, now is the server's. A run
 # of keyless jobs never meets the ON CONFLICT (NULL keys are in no index);
 # a keyed job goes alone, and yields to an active job with its key.
@@ -37,24 +38,40 @@ INSERT INTO sloth.jobs ({_COLUMNS}, finished_at, created_at, updated_at)
 SELECT t.id, t.command, t.state, t.lane, t.priority, t.max_attempts, t.lease_s, t.timeout_s,
        coalesce(t.not_before, sloth.now()), t.key, t.cwd, t.env_id, t.label, t.shell, t.retry_exit,
        t.no_retry_exit, t.message, t.prereqs, t.waited_on, t.place, t.keep_awake, t.limits, t.gate,
+       t.batch_id, t.batch_name, t.member, t.key_behind,
        CASE WHEN t.state = 'cancelled' THEN sloth.now() END, sloth.now(), sloth.now()
 FROM unnest({", ".join(f"%s::{t}[]" for t in _TYPES)}) AS t({_COLUMNS})
-ON CONFLICT (key) WHERE key IS NOT NULL AND state IN ('blocked', 'held', 'queued', 'running') DO NOTHING
-RETURNING id
+ON CONFLICT (key) WHERE key IS NOT NULL AND key_behind IS NULL AND state IN ('blocked', 'held', 'queued', 'running')
+DO NOTHING RETURNING id
 """
 SQL_NEXT_IDS = "SELECT nextval(pg_get_serial_sequence('sloth.jobs', 'id')) AS id FROM generate_series(1, %s)"
 SQL_ACTIVE_KEY = "SELECT id FROM sloth.jobs WHERE key = %s AND state IN ('blocked', 'held', 'queued', 'running')"
+# Every unfinished job with a key, oldest first, locked (one head, and those added behind it: --on-dup).
+SQL_ACTIVE_KEYS = SQL_ACTIVE_KEY.replace("SELECT id", "SELECT id, state") + " ORDER BY id FOR UPDATE"
+# Adds of one key take turns (between daemons too): what a policy reads is what it acts on.
+SQL_KEY_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('sloth.key:' || %s, 0))"
 SQL_HELD_EVENTS = ("INSERT INTO sloth.events (job_id, at, kind, attempt, message)"
                    " SELECT unnest(%s::bigint[]), sloth.now(), 'held', 0, %s")
 SQL_ENV_FIND = "SELECT id FROM sloth.envs WHERE hash = %s FOR KEY SHARE"
 SQL_ENV_ADD = "INSERT INTO sloth.envs (hash, data) VALUES (%s, %s) ON CONFLICT (hash) DO NOTHING RETURNING id"
 SQL_ADD_LANES = ("INSERT INTO sloth.lanes (name, created_at) SELECT unnest(%s::text[]), sloth.now()"
                  " ON CONFLICT (name) DO NOTHING")
-SQL_BATCH_OPEN = ("INSERT INTO sloth.batches (token, at, ids) VALUES (%s, sloth.now(), '[]')"
-                  " ON CONFLICT (token) DO NOTHING RETURNING token")
+SQL_BATCH_OPEN = ("INSERT INTO sloth.batches (token, at, ids, name, handle) VALUES (%s, sloth.now(), '[]', %s, %s)"
+                  " ON CONFLICT (token) DO NOTHING RETURNING id")
 SQL_BATCH_IDS = "UPDATE sloth.batches SET ids = %s WHERE token = %s"
 SQL_BATCH_READ = "SELECT ids FROM sloth.batches WHERE token = %s"
-SQL_BATCH_PRUNE = "DELETE FROM sloth.batches WHERE at < sloth.now() - %s"
+SQL_BATCH_PRUNE = ("DELETE FROM sloth.batches b WHERE at < sloth.now() - %s AND NOT (handle AND EXISTS"
+                   " (SELECT 1 FROM sloth.jobs j WHERE j.batch_id = b.id))")
+SQL_BATCH_BY_ID = "SELECT id, name, at FROM sloth.batches WHERE id = %s AND handle"
+SQL_BATCH_BY_NAME = "SELECT id, name, at FROM sloth.batches WHERE name = %s AND handle ORDER BY id DESC LIMIT 1"
+SQL_BATCH_SAME = "SELECT count(*) AS n FROM sloth.batches WHERE name = %s AND handle"
+SQL_BATCH_COUNTS = "SELECT state, count(*) AS n FROM sloth.jobs WHERE batch_id = %s GROUP BY state"
+SQL_BATCH_MEMBERS = ("SELECT id FROM sloth.jobs WHERE batch_id = %(b)s"
+                     " AND (%(states)s::text[] IS NULL OR state = ANY(%(states)s)) ORDER BY id")
+SQL_ACTIVE_BATCHES = ("SELECT b.id, b.name, b.at FROM sloth.batches b WHERE b.id IN (SELECT DISTINCT batch_id"
+                      " FROM sloth.jobs WHERE batch_id IS NOT NULL"
+                      " AND state IN ('blocked', 'held', 'queued', 'running'))"
+                      " ORDER BY b.id DESC LIMIT %s")
 
 
 class PgAdds(contract.Adds):
@@ -68,12 +85,15 @@ class PgAdds(contract.Adds):
         self.writer = writer
         self.defaults = defaults
 
-    def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None) -> list[int]:
+    def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None,
+                     handle: contract.Handle | None = None) -> list[int]:
         d = self.defaults
         rows = rules.parse_specs(specs, d.max_attempts, d.lease_s)  # validate all before writing any
         if not rows and batch is None:
             return []
-        return self.writer.write(lambda c: insert_all(c, rows, batch), "adding jobs")
+        if handle is not None and batch is None:
+            batch = rules.new_token()
+        return self.writer.write(lambda c: insert_all(c, rows, batch, handle, self.writer), "adding jobs")
 
     def batch_ids(self, batch: str) -> list[int] | None:
         row = self._db.read(lambda c: c.execute(SQL_BATCH_READ, (batch,)).fetchone(), "reading a batch")
@@ -81,20 +101,52 @@ class PgAdds(contract.Adds):
             return None
         return rules.run_ids(json.loads(row["ids"]))
 
+    def batch_find(self, ref: str) -> dict[str, Any]:
+        by_id, arg = rules.batch_ref(ref)
+
+        def read(c: Cursor) -> dict[str, Any]:
+            row = c.execute(SQL_BATCH_BY_ID if by_id else SQL_BATCH_BY_NAME, (arg,)).fetchone()
+            if row is None:
+                raise BatchNotFound(ref)
+            same = 0 if row["name"] is None else int(one(c.execute(SQL_BATCH_SAME, (row["name"],)))["n"])
+            counts = [(r["state"], r["n"]) for r in c.execute(SQL_BATCH_COUNTS, (row["id"],))]
+            return rules.batch_summary(row["id"], row["name"], row["at"], counts, same)
+
+        return self._db.read(read, "reading a batch", snapshot=True)
+
+    def batch_members(self, batch_id: int, states: Sequence[str] | None = None) -> list[int]:
+        args = {"b": batch_id, "states": None if states is None else list(states)}
+        return self._db.read(lambda c: [r["id"] for r in c.execute(SQL_BATCH_MEMBERS, args)], "reading a batch")
+
+    def active_batches(self, limit: int = rules.ACTIVE_BATCHES) -> list[dict[str, Any]]:
+        def read(c: Cursor) -> list[dict[str, Any]]:
+            return [rules.batch_summary(b["id"], b["name"], b["at"], [(r["state"], r["n"]) for r in c.execute(
+                SQL_BATCH_COUNTS, (b["id"],))]) for b in c.execute(SQL_ACTIVE_BATCHES, (limit,)).fetchall()]
+
+        return self._db.read(read, "reading the active batches", snapshot=True)
+
 
 def prune_batch_records(c: Cursor) -> None:
     c.execute(SQL_BATCH_PRUNE, (rules.BATCH_RECORD_S,))
 
 
-def insert_all(c: Cursor, rows: list[JobSpec], batch: str | None) -> list[int]:
-    """The whole batch, in order, inside the caller's transaction (a schedule's firing: postgres/schedules.py)."""
-    if batch is not None and c.execute(SQL_BATCH_OPEN, (batch,)).fetchone() is None:
-        raise IllegalTransition(f"batch {batch} was queued already; it is never queued twice",
-                                hint="Ask which ids it got with the `batch` op.")
+def insert_all(c: Cursor, rows: list[JobSpec], batch: str | None, handle: contract.Handle | None = None,
+               ends: PgWriter | None = None) -> list[int]:
+    """The whole batch, in order, inside the caller's transaction (a schedule's firing: postgres/schedules.py);
+    with ``handle`` its jobs carry the record's id and the handle's name; ``ends`` cancels
+    the jobs a `--on-dup replace` replaces."""
+    record = None
+    if batch is not None:
+        record = c.execute(SQL_BATCH_OPEN, (batch, None if handle is None else handle.name, handle is not None)
+                           ).fetchone()
+        if record is None:
+            raise IllegalTransition(f"batch {batch} was queued already; it is never queued twice",
+                                    hint="Ask which ids it got with the `batch` op.")
     c.execute(SQL_ADD_LANES, (sorted({r.lane for r in rows}),))
     env_ids = {text: _put_env(c, text) for text in sorted({r.env_json for r in rows if r.env_json is not None})}
     known = deps.lock_states(c, (i for r in rows for i in r.after + r.after_any))
-    ids = _Batch(c, env_ids, known, len(rows)).insert(rows)
+    tag = (None, None) if handle is None or record is None else (record["id"], handle.name)
+    ids = _Batch(c, env_ids, known, len(rows), tag, ends).insert(rows)
     told = [(r.tell_json, jid) for r, jid in zip(rows, ids, strict=True) if r.tell_json is not None]
     if told:  # few jobs tell anyone: the plain insert stays as it was
         c.executemany("UPDATE sloth.jobs SET tell = %s WHERE id = %s AND tell IS NULL", told)
@@ -121,8 +173,10 @@ def _put_env(c: Cursor, text: str) -> int:
 class _Batch:
     """Inserting one validated batch inside its transaction."""
 
-    def __init__(self, c: Cursor, env_ids: dict[str, int], known: dict[int, str], n: int) -> None:
-        self.c, self.env_ids, self.known = c, env_ids, known
+    def __init__(self, c: Cursor, env_ids: dict[str, int], known: dict[int, str], n: int,
+                 handle: tuple[int | None, str | None], ends: PgWriter | None = None) -> None:
+        self.c, self.env_ids, self.known, self.handle, self.ends = c, env_ids, known, handle, ends
+        self.behind: int | None = None  # the job the keyed job being made waits behind (_keyed)
         self.ids: list[int] = []
         self.run: dict[int, list[Any]] = {}  # id -> values: the rows to insert with one statement
         self.late: set[int] = set()  # jobs waited for that are not in the run: marked at the end
@@ -157,15 +211,32 @@ class _Batch:
             self.run = {}
 
     def _keyed(self, r: JobSpec) -> None:
-        """The active job with this key, or a new one. The partial unique index
-        settles a race with another enqueuer of the same key."""
+        """The active job with this key, or a new one, as its policy says
+        (rules.key_plan). Adds of one key take turns (SQL_KEY_LOCK); the
+        partial unique index settles a race with an add that does not (a
+        restart), as before."""
+        assert r.key is not None
+        self.c.execute(SQL_KEY_LOCK, (r.key,))
         while True:
-            hit = self.c.execute(SQL_ACTIVE_KEY, (r.key,)).fetchone()
-            if hit:
-                self.ids.append(hit["id"])  # not ours: a dependent locks it to read its state
+            plan = rules.key_plan(r.key, r.on_dup, [(h["id"], h["state"]) for h in self.c.execute(
+                SQL_ACTIVE_KEYS, (r.key,)).fetchall()])
+            if plan.kept is not None:
+                self.ids.append(plan.kept)  # not ours: a dependent locks it to read its state
                 return
-            row = self._row(r, next(self._free))
+            for jid in plan.cancel:
+                if self.ends is None:
+                    raise BadRequest("--on-dup replace is not available here")
+                old = one(self.c.execute("SELECT attempts FROM sloth.jobs WHERE id = %s", (jid,)))
+                self.ends.finish(self.c, jid, JobState.CANCELLED, old["attempts"], "cancelled",
+                                 rules.REPLACED.format(key=r.key))
+                self.known[jid] = JobState.CANCELLED.value
+            self.behind = plan.behind
+            spec = r if plan.behind is None else r._replace(after_any=(*r.after_any, plan.behind))
+            row = self._row(spec, next(self._free))
+            self.behind = None
             if self.c.execute(SQL_INSERT, [[v] for v in row]).fetchone():
+                if plan.note:
+                    event(self.c, row[0], rules.KEY_EVENT, 0, plan.note)
                 return
             self._forget(row[0])  # the other enqueuer committed first: its job is the active one now
 
@@ -181,7 +252,7 @@ class _Batch:
                 r.not_before, r.key, None if r.cwd is None else as_bytes(r.cwd),
                 None if r.env_json is None else self.env_ids[r.env_json], r.label, r.shell,
                 r.retry_exit_json, r.no_retry_exit_json, message, shown, False, r.place, r.keep_awake, r.limits_json,
-                r.gate_json]
+                r.gate_json, *self.handle, r.member_json, self.behind]
 
     def _waiting(self, r: JobSpec, jid: int) -> tuple[str, str, str | None]:
         wanted = rules.waits_for(r, self.ids[-1] if self.ids else None)

@@ -39,9 +39,9 @@ class PgListings(contract.Listings):
 
     def listing(self, *, states: Sequence[str] | None = None, lane: str | None = None,
                 limit: int | None = None, offset: int = 0, finished_limit: int | None = None,
-                now: float, host: str | None = None) -> Listing:
+                now: float, host: str | None = None, batch: int | None = None) -> Listing:
         wanted = rules.listed_states(states)
-        where, args = _where(lane, host)
+        where, args = _where(lane, host, batch)
         return self._db.read(lambda c: self._listing(c, wanted, (where, args), lane, limit, offset,
                                                      finished_limit, now),
                              "listing jobs", snapshot=True)
@@ -64,7 +64,7 @@ class PgListings(contract.Listings):
         return [self.rows.job(r, c) for r in c.execute(sql, args).fetchall()]
 
 
-def _where(lane: str | None, host: str | None) -> tuple[str, dict[str, Any]]:
+def _where(lane: str | None, host: str | None, batch: int | None = None) -> tuple[str, dict[str, Any]]:
     """The listing's filter (fixed text, named parameters), as sqlite_listing's."""
     parts: list[str] = ["true"]
     args: dict[str, Any] = {}
@@ -75,4 +75,7 @@ def _where(lane: str | None, host: str | None) -> tuple[str, dict[str, Any]]:
         prefix = rules.host_prefix(host)
         parts.append(HOST)
         args.update(host=host, plen=len(prefix), prefix=prefix)
+    if batch is not None:  # a batch with a handle (issue 33)
+        parts.append("batch_id = %(batch)s")
+        args["batch"] = batch
     return " AND ".join(parts), args

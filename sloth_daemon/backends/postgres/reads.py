@@ -25,7 +25,7 @@ from sloth_daemon.backends.postgres import deps
 from sloth_daemon.backends.postgres import migrate as pg_migrate
 from sloth_daemon.backends.postgres.db import Connection, Cursor, Row, one
 
-_JOB_COLUMNS = frozenset(Job.__dataclass_fields__) | {"env_id", "prereqs", "paused_run"}
+_JOB_COLUMNS = frozenset(Job.__dataclass_fields__) | {"env_id", "prereqs", "paused_run", "batch_id", "batch_name"}
 _ENV_CACHE_MAX = 256  # decoded environments kept before the cache starts over
 SQL_EVENTS = "SELECT job_id, at, kind, attempt, message FROM sloth.events WHERE job_id = %s ORDER BY id"
 SQL_COUNTS = "SELECT state, count(*) AS n FROM sloth.jobs GROUP BY state"

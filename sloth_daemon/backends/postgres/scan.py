@@ -35,11 +35,11 @@ class PgScan(contract.Scan):
     def __init__(self, db: Connection, rows: JobRows, *, on_close: Callable[[], None] | None = None,
                  now: float, states: Sequence[str] | None = None, lane: str | None = None,
                  limit: int | None = None, offset: int = 0, finished_limit: int | None = None,
-                 host: str | None = None) -> None:
+                 host: str | None = None, batch: int | None = None) -> None:
         self._db, self.rows, self._on_close = db, rows, on_close
         self.sent = 0
         wanted = rules.listed_states(states)
-        filt = _where(lane, host)
+        filt = _where(lane, host, batch)
         self.head, self._cursors = self._db.read(
             lambda c: self._start(c, wanted, filt, lane, limit, offset, finished_limit, now),
             "listing jobs", snapshot=True)

@@ -293,6 +293,44 @@ MIGRATIONS: list[str] = [
           AND EXISTS (SELECT 1 FROM json_each(ch.value, '$.on') AS e WHERE e.value = t.evt);
     END;
     """,
+    # 13 -> 14: batches with a handle and arrays (issue 33). The batch
+    # records of v5 (meta rows "batch:TOKEN", what a client that lost a
+    # commit's answer asks about) move to a table of their own and gain an
+    # id and a name: one record per commit, the handle of `--batch` when
+    # ``handle`` (add --stdin/--file, an array, or --batch NAME). A job of
+    # such a batch carries its id and name (the name never changes, so a
+    # listing shows it without a join); ``member``: an array member's
+    # values (JSON {index, value, args}: its SLOTH_ARRAY_* variables).
+    # Key policies: a job added `--on-dup append` (or `replace` while the
+    # key's job runs) waits behind that job with the same key (key_behind:
+    # its id), so one key may have several unfinished jobs, one of them the
+    # head: the unique index holds heads only; jobs_active_key, now plain,
+    # finds all of them.
+    """
+    CREATE TABLE batches (
+        id     INTEGER PRIMARY KEY AUTOINCREMENT,
+        token  TEXT    UNIQUE,
+        name   TEXT,
+        handle INTEGER NOT NULL DEFAULT 0,
+        at     REAL    NOT NULL,
+        ids    TEXT    NOT NULL                   -- JSON runs [[first, last], ...]
+    );
+    CREATE INDEX batches_name ON batches(name, id) WHERE name IS NOT NULL;
+    INSERT INTO batches (token, at, ids)
+        SELECT substr(key, 7), json_extract(value, '$.at'), json_extract(value, '$.ids') FROM meta
+        WHERE substr(key, 1, 6) = 'batch:' ORDER BY json_extract(value, '$.at');
+    DELETE FROM meta WHERE substr(key, 1, 6) = 'batch:';
+    ALTER TABLE jobs ADD COLUMN batch_id INTEGER;
+    ALTER TABLE jobs ADD COLUMN batch_name TEXT;
+    ALTER TABLE jobs ADD COLUMN member TEXT;
+    CREATE INDEX jobs_batch ON jobs(batch_id, state) WHERE batch_id IS NOT NULL;
+    ALTER TABLE jobs ADD COLUMN key_behind INTEGER;
+    DROP INDEX jobs_active_key;
+    CREATE INDEX jobs_active_key ON jobs(key)
+        WHERE key IS NOT NULL AND state IN ('blocked', 'held', 'queued', 'running');
+    CREATE UNIQUE INDEX jobs_key_head ON jobs(key)
+        WHERE key IS NOT NULL AND key_behind IS NULL AND state IN ('blocked', 'held', 'queued', 'running');
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

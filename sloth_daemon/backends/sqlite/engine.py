@@ -57,8 +57,8 @@ def open_engine(path: str | os.PathLike[str], clock: Clock | None, defaults: Que
     rows = JobRows(conn)
     store = SqliteStore(conn, path, patience_s, rows.job)
     reads = SqliteReads(conn, rows, clock)
-    adds = SqliteAdds(store, clock, defaults)
     ends = SqliteEnds(store, rows)
+    adds = SqliteAdds(store, clock, defaults, ends)
     meta = SqliteMeta(store, clock)
     return Engine(
         target=path, clock=clock, identity=meta.identity(), defaults=defaults, store=store, adds=adds,

@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from sloth_daemon.clock import Clock
-from sloth_daemon.errors import IllegalTransition
+from sloth_daemon.errors import BadRequest, BatchNotFound, IllegalTransition
+from sloth_daemon.models import JobState
 from sloth_daemon.spec import JobSpec
 from sloth_daemon.text import as_bytes, is_utf8
 from sloth_daemon.backends import contract, rules
 from sloth_daemon.backends.sqlite import deps
 from sloth_daemon.backends.sqlite.reads import reads
 from sloth_daemon.backends.sqlite.unit import SqliteStore
+
+if TYPE_CHECKING:
+    from sloth_daemon.backends.sqlite.ends import SqliteEnds
 
 # The literal IN list must match jobs_active_key's WHERE for the partial index
 # to apply; with bound parameters it cannot, and the lookup scans the table.
@@ -29,48 +33,73 @@ SQL_ACTIVE_KEY = (
     " WHERE key = ? AND state IN ('blocked', 'held', 'queued', 'running')"
 )
 _COLUMNS = ("command, lane, priority, max_attempts, lease_s, timeout_s, not_before, key, cwd,"
-            " env_id, label, shell, created_at, updated_at, retry_exit, no_retry_exit, place, keep_awake, limits")
-SQL_INSERT = f"INSERT INTO jobs (state, {_COLUMNS}) VALUES ('queued', {', '.join('?' * 19)})"
+            " env_id, label, shell, created_at, updated_at, retry_exit, no_retry_exit, place, keep_awake, limits,"
+            " batch_id, batch_name, member, key_behind")
+SQL_INSERT = f"INSERT INTO jobs (state, {_COLUMNS}) VALUES ('queued', {', '.join('?' * 23)})"
 # A job with a gate (conditions, needs, slots) goes in on its own: few do, and the run's statement stays as it was.
-SQL_INSERT_GATED = f"INSERT INTO jobs (state, gate, {_COLUMNS}) VALUES ('queued', {', '.join('?' * 20)})"
+SQL_INSERT_GATED = f"INSERT INTO jobs (state, gate, {_COLUMNS}) VALUES ('queued', {', '.join('?' * 24)})"
 # A job that waits for others: its state (blocked, queued or cancelled) is decided at insert.
 SQL_INSERT_WAITING = (
     f"INSERT INTO jobs (state, message, finished_at, prereqs, gate, {_COLUMNS})"
-    f" VALUES ({', '.join('?' * 24)})"
+    f" VALUES ({', '.join('?' * 28)})"
 )
+# Every unfinished job with a key (one head, and those added behind it: --on-dup); sorted by
+# the caller (an ORDER BY here costs a temporary b-tree: SQLite does not see the index's rowid order).
+SQL_ACTIVE_KEYS = SQL_ACTIVE_KEY.replace("SELECT id", "SELECT id, state")
 SQL_ADD_LANE = "INSERT INTO lanes (name, created_at) VALUES (?, ?) ON CONFLICT(name) DO NOTHING"
 
 
-BATCH_PREFIX, BATCH_PREFIX_END = "batch:", "batch;"  # meta keys of batch records: [start, end)
+SQL_BATCH_OPEN = "INSERT INTO batches (token, name, handle, at, ids) VALUES (?, ?, ?, ?, '[]') RETURNING id"
+SQL_BATCH_BY_ID = "SELECT id, name, at FROM batches WHERE id = ? AND handle"
+SQL_BATCH_BY_NAME = ("SELECT id, name, at FROM batches INDEXED BY batches_name WHERE name = ? AND handle"
+                     " ORDER BY id DESC LIMIT 1")
+SQL_BATCH_COUNTS = "SELECT state, count(*) FROM jobs INDEXED BY jobs_batch WHERE batch_id = ? GROUP BY state"
+SQL_ACTIVE_BATCHES = ("SELECT DISTINCT batch_id FROM jobs INDEXED BY jobs_batch WHERE batch_id IS NOT NULL"
+                      " AND state IN ('blocked', 'held', 'queued', 'running') ORDER BY batch_id DESC LIMIT ?")
+
+
 class SqliteAdds(contract.Adds):
     """Adding jobs, and the batch records that say what a batch was queued
     as. Its own state: the clock; ``defaults`` (shared, the daemon's
     settings) fill the fields a spec leaves out; writes go through ``store``."""
 
-    def __init__(self, store: SqliteStore, clock: Clock, defaults: contract.QueueDefaults) -> None:
-        self.store, self.conn, self.clock, self.defaults = store, store.conn, clock, defaults
+    def __init__(self, store: SqliteStore, clock: Clock, defaults: contract.QueueDefaults,
+                 ends: SqliteEnds | None = None) -> None:
+        self.store, self.conn, self.clock, self.defaults, self.ends = store, store.conn, clock, defaults, ends
 
-    def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None) -> list[int]:
+    def enqueue_many(self, specs: Iterable[Mapping[str, Any] | JobSpec], *, batch: str | None = None,
+                     handle: contract.Handle | None = None) -> list[int]:
         d = self.defaults
         rows = rules.parse_specs(specs, d.max_attempts, d.lease_s)  # validate all before writing any
         now = self.clock.now()
         with self.store.tx() as c:
-            if batch is not None and c.execute("SELECT 1 FROM meta WHERE key = ?", (BATCH_PREFIX + batch,)).fetchone():
-                raise IllegalTransition(f"batch {batch} was queued already; it is never queued twice",
-                                        hint="Ask which ids it got with the `batch` op.")
-            ids = self.insert(c, rows, now)
-            if batch is not None:
-                c.execute("INSERT INTO meta (key, value) VALUES (?, ?)",
-                          (BATCH_PREFIX + batch, json.dumps({"at": now, "ids": rules.id_runs(ids)})))
+            record = None if batch is None and handle is None else self._open(c, batch, handle, now)
+            ids = self.insert(c, rows, now, None if handle is None or record is None else (record, handle.name),
+                              ends=self.ends)
+            if record is not None:
+                c.execute("UPDATE batches SET ids = ? WHERE id = ?", (json.dumps(rules.id_runs(ids)), record))
             return ids
 
     @staticmethod
-    def insert(c: sqlite3.Connection, rows: list[JobSpec], now: float) -> list[int]:
+    def _open(c: sqlite3.Connection, batch: str | None, handle: contract.Handle | None, now: float) -> int:
+        """The batch's record (its id), written first: its jobs carry the id."""
+        token = batch if batch is not None else rules.new_token()
+        if c.execute("SELECT 1 FROM batches WHERE token = ?", (token,)).fetchone():
+            raise IllegalTransition(f"batch {token} was queued already; it is never queued twice",
+                                    hint="Ask which ids it got with the `batch` op.")
+        return int(c.execute(SQL_BATCH_OPEN, (token, None if handle is None else handle.name, int(handle is not None),
+                                              now)).fetchone()[0])
+
+    @staticmethod
+    def insert(c: sqlite3.Connection, rows: list[JobSpec], now: float,
+               handle: tuple[int, str | None] | None = None, *, ends: SqliteEnds | None = None) -> list[int]:
         """Validated jobs inside the caller's transaction (a schedule's
-        occurrence goes in with the slot it is for: sqlite/schedules.py)."""
+        occurrence goes in with the slot it is for: sqlite/schedules.py);
+        ``handle``: the (id, name) of the batch they are queued in; ``ends``:
+        what cancels the jobs a `--on-dup replace` replaces."""
         for lane in {r.lane for r in rows}:
             c.execute(SQL_ADD_LANE, (lane, now))
-        ids = _Batch(c, now, _put_envs(c, rows)).insert(rows)
+        ids = _Batch(c, now, _put_envs(c, rows), handle or (None, None), ends).insert(rows)
         told = [(r.tell_json, jid) for r, jid in zip(rows, ids, strict=True) if r.tell_json is not None]
         if told:  # few jobs tell anyone: the plain insert stays as it was
             c.executemany("UPDATE jobs SET tell = ? WHERE id = ? AND tell IS NULL", told)
@@ -78,24 +107,50 @@ class SqliteAdds(contract.Adds):
 
     @reads
     def batch_ids(self, batch: str) -> list[int] | None:
-        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (BATCH_PREFIX + batch,)).fetchone()
+        row = self.conn.execute("SELECT ids FROM batches WHERE token = ?", (batch,)).fetchone()
         if row is None:
             return None
-        return rules.run_ids(json.loads(row[0])["ids"])
+        return rules.run_ids(json.loads(row[0]))
+
+    @reads
+    def batch_find(self, ref: str) -> dict[str, Any]:
+        by_id, arg = rules.batch_ref(ref)
+        row = self.conn.execute(SQL_BATCH_BY_ID if by_id else SQL_BATCH_BY_NAME, (arg,)).fetchone()
+        if row is None:
+            raise BatchNotFound(ref)
+        same = (0 if row[1] is None else
+                self.conn.execute("SELECT count(*) FROM batches WHERE name = ? AND handle", (row[1],)).fetchone()[0])
+        return rules.batch_summary(row[0], row[1], row[2], self.conn.execute(SQL_BATCH_COUNTS, (row[0],)), same)
+
+    @reads
+    def batch_members(self, batch_id: int, states: Sequence[str] | None = None) -> list[int]:
+        sql = "SELECT id FROM jobs INDEXED BY jobs_batch WHERE batch_id = ?"
+        if states is not None:
+            sql += f" AND state IN ({', '.join('?' * len(states))})"
+        return [r[0] for r in self.conn.execute(sql + " ORDER BY id", (batch_id, *(states or ())))]
+
+    @reads
+    def active_batches(self, limit: int = rules.ACTIVE_BATCHES) -> list[dict[str, Any]]:
+        out = []
+        for (bid,) in self.conn.execute(SQL_ACTIVE_BATCHES, (limit,)).fetchall():
+            row = self.conn.execute("SELECT id, name, at FROM batches WHERE id = ?", (bid,)).fetchone()
+            if row is not None:
+                out.append(rules.batch_summary(row[0], row[1], row[2], self.conn.execute(SQL_BATCH_COUNTS, (bid,))))
+        return out
 
     def prune_batch_records(self, c: sqlite3.Connection, now: float) -> None:
-        """Batch records older than rules.BATCH_RECORD_S (a range of meta's primary key)."""
-        for key, value in c.execute("SELECT key, value FROM meta WHERE key >= ? AND key < ?",
-                                    (BATCH_PREFIX, BATCH_PREFIX_END)).fetchall():
-            if json.loads(value)["at"] < now - rules.BATCH_RECORD_S:
-                c.execute("DELETE FROM meta WHERE key = ?", (key,))
+        """Records older than rules.BATCH_RECORD_S, but never a handle's while a job of it is kept."""
+        c.execute("DELETE FROM batches WHERE at < ? AND NOT (handle AND EXISTS"
+                  " (SELECT 1 FROM jobs INDEXED BY jobs_batch WHERE batch_id = batches.id))",
+                  (now - rules.BATCH_RECORD_S,))
 
 
 class _Batch:
     """Inserting one validated batch inside its transaction."""
 
-    def __init__(self, c: sqlite3.Connection, now: float, env_ids: dict[str, int]) -> None:
-        self.c, self.now, self.env_ids = c, now, env_ids
+    def __init__(self, c: sqlite3.Connection, now: float, env_ids: dict[str, int],
+                 handle: tuple[int | None, str | None], ends: SqliteEnds | None) -> None:
+        self.c, self.now, self.env_ids, self.handle, self.ends = c, now, env_ids, handle, ends
         self.ids: list[int] = []
         self.run: list[tuple] = []  # consecutive plain rows, inserted by one executemany
         self.states: dict[int, str] = {}  # states read or written so far (see deps.initial_state)
@@ -105,17 +160,23 @@ class _Batch:
         for r in rows:
             env_id = None if r.env_json is None else self.env_ids[r.env_json]
             if r.key is None and not r.waits and not r.hold and r.gate_json is None:
-                self.run.append(_values(r, env_id, self.now))
+                self.run.append(_values(r, env_id, self.now, self.handle))
                 continue
             self.flush()
-            hit = self.c.execute(SQL_ACTIVE_KEY, (r.key,)).fetchone() if r.key is not None else None
-            if hit:
-                self.ids.append(hit[0])
-            elif r.waits or r.hold:
-                self.ids.append(self._waiting(r, env_id))
+            plan = rules.KeyPlan() if r.key is None else self._key(r)
+            if plan.kept is not None:
+                self.ids.append(plan.kept)
+                continue
+            if plan.behind is not None:
+                r = r._replace(after_any=(*r.after_any, plan.behind))
+            if r.waits or r.hold:
+                self.ids.append(self._waiting(r, env_id, plan.behind))
             else:
-                self.ids.append(int(self.c.execute(SQL_INSERT_GATED, (r.gate_json, *_values(r, env_id, self.now)))
-                                    .lastrowid or 0))
+                values = _values(r, env_id, self.now, self.handle)
+                self.ids.append(int(self.c.execute(SQL_INSERT_GATED, (r.gate_json, *values)).lastrowid or 0))
+            if plan.note:
+                self.c.execute("INSERT INTO events (job_id, at, kind, attempt, message) VALUES (?, ?, ?, 0, ?)",
+                               (self.ids[-1], self.now, rules.KEY_EVENT, plan.note))
         self.flush()
         deps.add_deps(self.c, self.deps)
         return self.ids
@@ -124,7 +185,20 @@ class _Batch:
         self.ids += _insert_run(self.c, self.run)
         self.run = []
 
-    def _waiting(self, r: JobSpec, env_id: int | None) -> int:
+    def _key(self, r: JobSpec) -> rules.KeyPlan:
+        """What the key's policy does (rules.key_plan), the jobs it replaces cancelled."""
+        assert r.key is not None
+        plan = rules.key_plan(r.key, r.on_dup, sorted((i, st) for i, st in self.c.execute(SQL_ACTIVE_KEYS, (r.key,))))
+        for jid in plan.cancel:
+            if self.ends is None:
+                raise BadRequest("--on-dup replace is not available here")
+            attempts = self.c.execute("SELECT attempts FROM jobs WHERE id = ?", (jid,)).fetchone()[0]
+            self.ends.finish(self.c, jid, JobState.CANCELLED, self.now, attempts, "cancelled",
+                             rules.REPLACED.format(key=r.key))
+            self.states[jid] = JobState.CANCELLED.value
+        return plan
+
+    def _waiting(self, r: JobSpec, env_id: int | None, behind: int | None = None) -> int:
         """A job that waits for others, or is added held (``add --hold``)."""
         wanted = rules.waits_for(r, self.ids[-1] if self.ids else None)
         state, why = deps.initial_state(self.c, wanted, self.states)
@@ -134,7 +208,8 @@ class _Batch:
         finished = self.now if state == "cancelled" else None
         message = why if state == "cancelled" else ""
         jid = int(self.c.execute(SQL_INSERT_WAITING, (state, message, finished, shown, r.gate_json,
-                                                      *_values(r, env_id, self.now))).lastrowid or 0)
+                                                      *_values(r, env_id, self.now, self.handle, behind))
+                                 ).lastrowid or 0)
         self.deps += [(jid, pid, need) for pid, need in wanted]
         if state in ("cancelled", "held"):
             self.c.execute("INSERT INTO events (job_id, at, kind, attempt, message) VALUES (?, ?, ?, 0, ?)",
@@ -161,11 +236,12 @@ def _put_env(c: sqlite3.Connection, text: str) -> int:
     return c.execute("SELECT id FROM envs WHERE hash = ?", (digest,)).fetchone()[0]
 
 
-def _values(r: JobSpec, env_id: int | None, now: float) -> tuple:
+def _values(r: JobSpec, env_id: int | None, now: float, handle: tuple[int | None, str | None],
+            behind: int | None = None) -> tuple:
     nb = now if r.not_before is None else r.not_before
     return (r.command_json, r.lane, r.priority, r.max_attempts, r.lease_s, r.timeout_s, nb,
             r.key, path_value(r.cwd), env_id, r.label, int(r.shell), now, now, r.retry_exit_json, r.no_retry_exit_json,
-            r.place, int(r.keep_awake), r.limits_json)
+            r.place, int(r.keep_awake), r.limits_json, *handle, r.member_json, behind)
 
 
 def path_value(p: str | None) -> str | bytes | None:

@@ -37,9 +37,9 @@ class SqliteListings(contract.Listings):
 
     def listing(self, *, states: Sequence[str] | None = None, lane: str | None = None,
                 limit: int | None = None, offset: int = 0, finished_limit: int | None = None,
-                now: float, host: str | None = None) -> Listing:
+                now: float, host: str | None = None, batch: int | None = None) -> Listing:
         wanted = rules.listed_states(states)
-        where, args = _where(lane, host)
+        where, args = _where(lane, host, batch)
         counts = self.state_counts(where, args)
         jobs: list[Job] = []
         for name, members, take, skip in rules.pages(rules.sections(wanted, counts, finished_limit), offset, limit):
@@ -60,7 +60,7 @@ class SqliteListings(contract.Listings):
         return [self.job(r) for r in self.conn.execute(sql, args)]
 
 
-def _where(lane: str | None, host: str | None) -> tuple[str, dict[str, object]]:
+def _where(lane: str | None, host: str | None, batch: int | None = None) -> tuple[str, dict[str, object]]:
     """The listing's filter (fixed text, named parameters): a lane, a host
     (the job runs or ran there, or is placed there), both, or neither."""
     parts: list[str] = ["1"]
@@ -72,4 +72,7 @@ def _where(lane: str | None, host: str | None) -> tuple[str, dict[str, object]]:
         prefix = rules.host_prefix(host)
         parts.append("(place = :host OR substr(worker, 1, :plen) = :prefix)")
         args.update(host=host, plen=len(prefix), prefix=prefix)
+    if batch is not None:  # a batch with a handle (issue 33)
+        parts.append("batch_id = :batch")
+        args["batch"] = batch
     return " AND ".join(parts), args

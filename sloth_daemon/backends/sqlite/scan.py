@@ -45,12 +45,13 @@ class SqliteScan(contract.Scan):
 
     def __init__(self, listings: SqliteListings, *, close_reader: Callable[[], None] | None, now: float,
                  states: Sequence[str] | None = None, lane: str | None = None, limit: int | None = None,
-                 offset: int = 0, finished_limit: int | None = None, host: str | None = None) -> None:
+                 offset: int = 0, finished_limit: int | None = None, host: str | None = None,
+                 batch: int | None = None) -> None:
         self._listings, self._close_reader = listings, close_reader
         self.conn = listings.conn
         self._pos, self.sent = 0, 0
         wanted = rules.listed_states(states)
-        self.head = self._start(wanted, _where(lane, host), lane, limit, offset, finished_limit, now)
+        self.head = self._start(wanted, _where(lane, host, batch), lane, limit, offset, finished_limit, now)
 
     @reads
     def _start(self, wanted: set[str], filt: tuple[str, dict[str, object]], lane: str | None,

@@ -11,6 +11,7 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, ValuesView
 
+from sloth_daemon.checks import member_environment
 from sloth_daemon.clock import ClockReadings
 from sloth_daemon.errors import JobNotFound, LeaseLost, SlothError
 from sloth_daemon.daemon.resources import environment
@@ -94,7 +95,7 @@ def spawn_request(run: Attempt, claimed: ClockReadings, settings: "Settings", *,
     (``env``: the job's base environment; ``host``: this machine's name)."""
     job = run.job
     extra = {"SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_ATTEMPT": str(run.attempt), "SLOTH_JOB_TOKEN": run.token,
-             "SLOTH_FENCE_TOKEN": run.token, **environment(job.tokens)}
+             "SLOTH_FENCE_TOKEN": run.token, **environment(job.tokens), **member_environment(job.member)}
     return SpawnRequest(
         key=run.token, job_id=job.id, attempt=run.attempt, argv=job.command, cwd=job.cwd, env=env, env_extra=extra,
         log_path=log_path, log_cap=settings.log_cap_bytes, timeout_s=job.timeout_s,

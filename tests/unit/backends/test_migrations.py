@@ -218,3 +218,21 @@ def test_migrates_a_v3_database_claimed_becomes_running_lanes_are_registered(tmp
         (blocked,) = q.enqueue_many([{"command": ["after"], "after": [1]}])
         q.complete(1, "tok")
         assert q.get(blocked).state is JobState.QUEUED
+
+
+def test_migrates_v10_batch_records_into_the_batches_table_and_keys_stay_unique(tmp_path):
+    """Issue 33: the v5 batch records (meta rows) move into the batches
+    table, still found by their token; a key stays taken by its active job."""
+    path = tmp_path / "queue.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    assert db.migrate(conn, 10) == 10
+    conn.execute("INSERT INTO meta (key, value) VALUES ('batch:tok1', ?)", (json.dumps({"at": 5.0, "ids": [[1, 2]]}),))
+    conn.execute("INSERT INTO jobs (command, state, lane, priority, attempts, max_attempts, lease_s, not_before,"
+                 " key, message, created_at, updated_at) VALUES ('[\"a\"]', 'queued', 'default', 0, 0, 3, 60.0, 1.0,"
+                 " 'k1', '', 5.0, 5.0)")
+    conn.close()
+    with Queue(path, ManualClock(50.0)) as q:
+        assert q.batch_ids("tok1") == [1, 2]
+        assert q.engine.store.conn.execute("SELECT count(*) FROM meta WHERE key LIKE 'batch:%'").fetchone()[0] == 0
+        assert q.get(1).batch is None and q.enqueue(["b"], key="k1") == 1
+        assert indexes(q.engine.store.conn) >= {"jobs_active_key", "jobs_key_head", "jobs_batch", "batches_name"}

@@ -34,6 +34,7 @@ GUARDED = {
     "SQL_FIRST_DUE_IN_LANE": (("a",), "jobs_due"),
     "SQL_LEASES": ((), "jobs_lease"),
     "SQL_ACTIVE_KEY": (("k",), "jobs_active_key"),
+    "SQL_ACTIVE_KEYS": (("k",), "jobs_active_key"),  # every unfinished job with a key (--on-dup, issue 33)
     # a job's end settles what waits for it: by the deps table's keys, never a scan
     "SQL_UNFINISHED_PREREQ": ((1,), r"PRIMARY KEY \(job_id=\?\)"),
     "SQL_STATE_OF": ((1,), "INTEGER PRIMARY KEY"),
@@ -167,6 +168,7 @@ def test_claim_next_due_and_keyed_enqueue_run_only_guarded_selects(tmp_path):
             lambda: q.enqueue_many([{"command": ["p"], "lane": "dep"}, {"command": ["d"], "after_previous": "after"}]),
             lambda: (j := q.claim("w", lanes=["dep"])) and q.complete(j.id, j.token or ""),
             lambda: q.retry(q.cancel(q.enqueue(["r"], lane="dep")).id),
+            lambda: q.retry(q.cancel(q.enqueue(["rk"], key="rk")).id),  # a retry checks the key is free
             lambda: q.enqueue_many([{"command": ["g"], "when": ["ac"], "priority": 3, "not_before": NOW + HOUR},
                                     {"command": ["h"], "when": ["ac"]}]),
             lambda: q.gated_heads(q.gates()),

@@ -21,6 +21,7 @@ SET_NO_FIELD = {
     "no_start": "what the client does before",
     "as_json": "how the ids are printed",
     "anywhere": "sets place to '*', always valid: a bad place is --on's",
+    "batch": "names the batch (the commit's handle), not a job",
 }
 # Set as a whole from options of their own (--mem, --cpus, --nice, --io name each limit).
 SET_BY_PARTS = {"limits"}
