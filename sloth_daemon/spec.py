@@ -58,9 +58,10 @@ class JobSpec(NamedTuple):
     keep_awake: bool = False  # hold a sleep inhibitor while it runs (keeper/keep_awake.py)
     limits_json: str | None = None  # resource limits, checks.limits_json
     gate_json: str | None = None  # conditions, needs, slots (checks.gate_json): None, none of them
-    tell_json: str | None = None  # who is told of its runs (checks.tell_json, docs/telling.md): None, no one
     member_json: str | None = None  # an array member's values (checks.member_json)
     on_dup: str = "keep"  # what the add does when an unfinished job has its key (checks.on_dup)
+    # set by name (parse's _replace), never by position: checks.fields' tuple ends before it
+    tell_json: str | None = None  # who is told of its runs (checks.tell_json, docs/telling.md): None, no one
 
     @property
     def waits(self) -> bool:
