@@ -113,6 +113,8 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "schedule_resume": (frozenset({"name"}), frozenset()),
     "schedule_rm": (frozenset({"name"}), frozenset()),
     "schedule_run": (frozenset({"name"}), frozenset()),
+    # The metrics as text (issue 32): {"text": ...}; "format": "openmetrics" (default) or "prometheus".
+    "metrics": (frozenset(), frozenset({"format"})),
 }
 # The first version that has each op (all others: 1).
 OP_SINCE: dict[str, int] = {"stage": 2, "commit": 2, "batch": 2, "scan": 3}
@@ -123,6 +125,7 @@ OP_SINCE.update(dict.fromkeys(("pause_jobs", "resume_jobs", "latest", "edit", "b
 # Round 4 (v5): "latest" means this machine's and takes "ran" (a daemon of v4 would answer another
 # machine's job, or refuse "ran" as an unknown argument: it is told to restart instead).
 OP_SINCE["latest"] = 5
+OP_SINCE["metrics"] = 5
 
 
 class Request:

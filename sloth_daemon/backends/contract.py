@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Collection, ContextManager, Iterable, Mapping, Protocol, Sequence
 
-from sloth_daemon.backends import rules, schedule_rules as sr
+from sloth_daemon.backends import rules, run_tally, schedule_rules as sr
 from sloth_daemon.backends.edits import Edited
 from sloth_daemon.clock import Clock
 from sloth_daemon.models import Batch, Event, Job, JobState, Listing
@@ -616,6 +616,18 @@ class Reads(Protocol):
 
     def get_meta(self, key: str, default: Any = None) -> Any:
         """A small persisted setting (JSON value), e.g. which lanes are paused."""
+        ...
+
+    def run_tally(self) -> run_tally.Tally:
+        """The runs that ended, by (lane, outcome): how many, how long
+        (backends/run_tally.py), the pruned history's included, so no count
+        ever goes back while the queue lives. One pass over the history."""
+        ...
+
+    def oldest_queued(self) -> dict[str, float]:
+        """lane -> the earliest ``not_before`` of its queued jobs (gated
+        ones too): since when its oldest job has been due (later than now:
+        none is due yet)."""
         ...
 
 

@@ -82,6 +82,8 @@ class QueueReads:
         self.lane_busy = reads.lane_busy
         self.lane_rows = reads.lane_rows
         self.get_meta = reads.get_meta
+        self.run_tally = reads.run_tally
+        self.oldest_queued = reads.oldest_queued
         self.listing = e.listings.listing
 
 

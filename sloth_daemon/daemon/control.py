@@ -46,7 +46,7 @@ class Control:
     def __init__(self, queue: Queue, worker: Worker, spawner: Spawner, paths: Paths, settings: Settings,
                  *, request_stop: Callable[..., None], instance: str,
                  request_reload: Callable[[], dict[str, Any]] = _no_reload, shared: Any = None,
-                 scheduler: Any = None, teller: Any = None) -> None:
+                 scheduler: Any = None, teller: Any = None, metrics: Any = None) -> None:
         self.queue, self.worker, self.spawner = queue, worker, spawner
         self.logs = queue.logs  # the database's copies of attempt logs (a shared queue's), or None
         self.lanes, self.gates, self.running = worker.lanes, worker.gates, worker.running  # the worker's, named
@@ -59,6 +59,7 @@ class Control:
         self.shared = shared  # shared.Shared on a queue shared by several machines
         self.scheduler = scheduler  # schedules.scheduler.Scheduler
         self.teller = teller  # tell.Teller (notifications, on_finish)
+        self.metrics = metrics  # metrics_file.DaemonMetrics (the metrics op)
 
     # ------------------------------------------------------------ changes
     def job_changed(self, job: Job) -> None:

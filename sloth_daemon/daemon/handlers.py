@@ -32,6 +32,7 @@ from typing import Any, Awaitable, Callable
 
 from sloth_daemon import __version__
 from sloth_daemon import protocol
+from sloth_daemon.backends import metrics
 from sloth_daemon.daemon.control import Control
 from sloth_daemon.daemon.edit_ops import EditOps
 from sloth_daemon.daemon.job_ops import JobOps
@@ -79,6 +80,7 @@ class Handlers:
     def __init__(self, control: Control, stats: dict[str, int]) -> None:
         worker = control.worker
         self.control, self.queue, self.paths, self.stats = control, control.queue, control.paths, stats
+        self.metrics = control.metrics  # metrics_file.DaemonMetrics
         self.streaming = Streams(control.queue, control, control.paths)
         self.close = self.streaming.close  # ends every open stream (the daemon is stopping)
         w = self._patiently
@@ -86,7 +88,7 @@ class Handlers:
             "ping": self.op_ping, "status": self.op_status, "add": w(self.op_add),
             "list": self.op_list, "show": self.op_show, "logs": self.op_logs, "latest": self.op_latest,
             "batch": self.op_batch, "config": _bare(control.config), "reload": _bare(control.request_reload),
-            "shutdown": self.op_shutdown,
+            "shutdown": self.op_shutdown, "metrics": self.op_metrics,
         }
         self.families = (JobOps(worker.actions, worker, worker.lanes, lambda: control.settings),
                          LaneOps(worker.actions, worker, worker.lanes, control),
@@ -129,6 +131,15 @@ class Handlers:
     def op_status(self, a: dict[str, Any]) -> dict[str, Any]:
         return {"version": __version__, "protocol": protocol.VERSION, **self.control.status(),
                 "server": dict(self.stats)}
+
+    async def op_metrics(self, a: dict[str, Any]) -> dict[str, Any]:
+        """Result: ``text``, the metrics in ``format`` (docs/metrics.md)."""
+        fmt = a.get("format", metrics.OPENMETRICS)
+        if fmt not in metrics.FORMATS:
+            raise BadRequest(f"unknown metrics format {fmt!r}", hint=f"One of: {', '.join(metrics.FORMATS)}.")
+        if self.metrics is None:
+            raise BadRequest("this daemon keeps no metrics")
+        return {"text": await self.metrics.text(fmt)}
 
     def op_add(self, a: dict[str, Any]) -> dict[str, Any]:
         """Result: ``ids`` (one per job, in order), ``new_lanes`` (lanes this

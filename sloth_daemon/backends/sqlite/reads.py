@@ -14,7 +14,7 @@ import json
 import sqlite3
 from typing import Any, Callable, Collection, Sequence, TypeVar
 
-from sloth_daemon.backends import contract, rules
+from sloth_daemon.backends import contract, rules, run_tally
 from sloth_daemon.backends.sqlite import db
 from sloth_daemon.clock import Clock
 from sloth_daemon.errors import JobNotFound
@@ -210,3 +210,13 @@ class SqliteReads(contract.Reads):
     def get_meta(self, key: str, default: Any = None) -> Any:
         row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return default if row is None else json.loads(row[0])
+
+    @reads
+    def run_tally(self) -> run_tally.Tally:
+        return run_tally.merged(run_tally.from_rows(self.conn.execute(run_tally.statement())),
+                                run_tally.from_meta(self.get_meta(run_tally.PRUNED_KEY)))
+
+    @reads
+    def oldest_queued(self) -> dict[str, float]:
+        return {r[0]: r[1] for r in self.conn.execute(
+            "SELECT lane, min(not_before) FROM jobs WHERE state = 'queued' GROUP BY lane")}
