@@ -74,7 +74,8 @@ def queue_families(q: Any, *, now: float) -> list[Family]:
             by_lane.setdefault(lane, run_tally.RunCount()).add(
                 run_tally.RunCount(c.timed, c.timed, c.sum_s, c.le))
     for lane, c in sorted(by_lane.items()):
-        durations.series.append(Series((("lane", lane),), c.n, born, tuple(zip(run_tally.BUCKETS, c.le)), c.sum_s))
+        durations.series.append(Series((("lane", lane),), c.n, born, tuple(zip(run_tally.BUCKETS, c.le, strict=True)),
+                                          c.sum_s))
     jobs = Family("sloth_queue_jobs", "gauge", "Jobs not ended, by lane and state.")
     for lane, counts in sorted(q.lane_counts().items()):
         for state in STATES:
