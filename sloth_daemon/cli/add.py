@@ -68,10 +68,17 @@ def add(command: Optional[Sequence[str]], *, lane: str = "default", priority: in
     import time
 
     asked_at = time.time()
-    ids = submit(jobs, common, no_start=no_start, where=where)
+    kept = _kept(no_start) if wait else None  # --wait: the commit's connection streams the wait
+    ids = submit(jobs, common, no_start=no_start, where=where, connect=kept)
     if key is not None:
         _tell_reused(ids[0], key, asked_at)
-    return _tell(ids, wait=wait, as_json=as_json)
+    return _tell(ids, wait=wait, as_json=as_json, client=kept.client if kept is not None else None)
+
+
+def _kept(no_start: bool) -> Any:
+    from sloth_daemon.cli.submit import Kept
+
+    return Kept(lambda: connect_or_start(no_start))
 
 
 def _tell_reused(jid: int, key: str, asked_at: float) -> None:
@@ -93,12 +100,12 @@ def _tell_reused(jid: int, key: str, asked_at: float) -> None:
          "nothing new was queued", err=True)
 
 
-def _tell(ids: list[int], *, wait: bool, as_json: bool) -> int:
+def _tell(ids: list[int], *, wait: bool, as_json: bool, client: Any = None) -> int:
     if wait:
         from sloth_daemon.cli.wait import wait_for
 
         return wait_for(ids, stream=sys.stderr, as_json=as_json, json_extra={"ids": ids},
-                        before=None if as_json else "\n".join(map(str, ids)))
+                        before=None if as_json else "\n".join(map(str, ids)), client=client)
     if as_json:
         emit_json({"ids": ids})
     else:
@@ -170,14 +177,14 @@ def read_file(p: Optional[StrPath]) -> bytes:
 
 
 def submit(jobs: list[dict[str, Any]], common: dict[str, Any], *, no_start: bool,
-           where: Callable[[int], str]) -> list[int]:
+           where: Callable[[int], str], connect: Any = None) -> list[int]:
     """All or none (submit.py): checked before a daemon is started or a byte sent."""
     from sloth_daemon.cli import submit as sub
 
     sub.check(jobs, common, where=where)
     check_shell(jobs, where, cwd=common["cwd"])
     parts = sub.frames(jobs, common, where=where)
-    res = sub.submit(jobs, common, parts, lambda: connect_or_start(no_start))
+    res = sub.submit(jobs, common, parts, connect or (lambda: connect_or_start(no_start)))
     opts.tell_new_lanes(res)
     tell_waiting(res.get("waiting") or {})
     return list(res["ids"])

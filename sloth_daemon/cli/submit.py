@@ -185,6 +185,30 @@ def submit(jobs: list[dict[str, Any]], common: dict[str, Any], parts: list[list[
         return _ask(token, len(jobs), e, connect)
 
 
+class Kept:
+    """Connections for ``submit`` whose last one is kept open after the
+    commit's answer, for what the command does next on it (`add --wait`
+    streams its wait there: no second connect, no second accept by the
+    daemon). One that fails is closed as usual; ``client``: the one to use
+    (None if none answered), which its user closes."""
+
+    def __init__(self, connect: Connect) -> None:
+        self.connect, self.client = connect, None
+
+    def __call__(self) -> "Kept":
+        self.client = self.connect().__enter__()
+        return self
+
+    def __enter__(self) -> _Client:
+        assert self.client is not None
+        return self.client
+
+    def __exit__(self, kind: object, *exc: object) -> None:
+        if kind is not None and self.client is not None:
+            self.client.close()  # type: ignore[attr-defined]
+            self.client = None
+
+
 class _NotSent(Exception):
     """The commit was never sent: staged jobs die with the connection."""
 
