@@ -38,6 +38,8 @@ if TYPE_CHECKING:  # typing and contextlib are not imported at run time: `sloth 
 
         def set_timeout(self, timeout_s: float | None) -> None: ...
 
+        def close(self) -> None: ...
+
     Connect = Callable[[], AbstractContextManager[_Client]]
 
 NOTHING = "nothing was queued"
@@ -193,7 +195,8 @@ class Kept:
     (None if none answered), which its user closes."""
 
     def __init__(self, connect: Connect) -> None:
-        self.connect, self.client = connect, None
+        self.connect = connect
+        self.client: _Client | None = None
 
     def __call__(self) -> "Kept":
         self.client = self.connect().__enter__()
@@ -205,7 +208,7 @@ class Kept:
 
     def __exit__(self, kind: object, *exc: object) -> None:
         if kind is not None and self.client is not None:
-            self.client.close()  # type: ignore[attr-defined]
+            self.client.close()
             self.client = None
 
 
