@@ -8,7 +8,9 @@ until then) and tells watchers (``wait`` returns, notifications go out).
 the fsync. The daemon waits up to ``delay_s`` (a few milliseconds) for more
 outcomes to share it, as PostgreSQL's commit_delay does: a run of short
 jobs pays one fsync per few jobs instead of one each, and the next job
-starts before it. The fsync is ``queue.sync()`` where the queue has one
+starts before it. When nothing else is held that could share it (no other
+run running, claimed or pending), it is done at once: the delay would only
+make a lone `add --wait` wait. The fsync is ``queue.sync()`` where the queue has one
 (SQLite: an fsync of its write-ahead log, with no write of its own), else
 ``queue.flush()``. An fsync in a thread was tried and measured worse: the
 handoff of the interpreter lock between the loop and the thread cost more
@@ -18,7 +20,7 @@ CPU per job than the fsync it moved.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Callable, Iterable
 
 from sloth_daemon.errors import SlothError
 from sloth_daemon.queue import Queue
@@ -33,6 +35,7 @@ class GroupCommit:
         self.queue, self.tell, self.delay_s = queue, tell, delay_s
         self.waiting: list[Attempt] = []  # written, to be told after the next fsync
         self.due_at: float | None = None  # awake clock: when to fsync them
+        self.retrying = False  # the last fsync failed: the next waits RETRY_SYNC_S, alone or not
 
     def write_durably(self, last: bool) -> bool:
         """Whether this write (the ``last`` of a turn's batch) should carry the fsync itself."""
@@ -56,6 +59,14 @@ class GroupCommit:
         if self.delay_s <= 0:
             self.flush(awake)
 
+    def lone(self, held: Iterable[Attempt]) -> bool:
+        """Whether the waiting outcomes are all there is: no other run
+        ``held`` (running, claimed, pending, ended but not written) could end
+        within the delay to share their fsync, so it is done now -- a lone
+        `add --wait -- true` hears of its end delay_s sooner. Not while an
+        fsync that failed waits to be tried again."""
+        return bool(self.waiting) and not self.retrying and all(r.stage is Stage.SYNCING for r in held)
+
     def flush(self, awake: float) -> None:
         """Make the waiting outcomes durable now (one fsync) and tell; if
         the fsync fails they stay untold, and it is tried again later."""
@@ -66,7 +77,7 @@ class GroupCommit:
             self.queue.sync()
         except SlothError as e:
             log.error("cannot make %d recorded outcome(s) durable yet: %s", len(self.waiting), e.message)
-            self.due_at = awake + RETRY_SYNC_S
+            self.due_at, self.retrying = awake + RETRY_SYNC_S, True
             return
-        batch, self.waiting, self.due_at = self.waiting, [], None
+        batch, self.waiting, self.due_at, self.retrying = self.waiting, [], None, False
         self.tell(batch)

@@ -801,6 +801,30 @@ def test_outcomes_share_a_delayed_fsync_and_are_told_only_after_it(tmp_path, clo
     q.close()
 
 
+def test_a_lone_outcome_is_synced_and_told_in_its_own_turn(tmp_path, clocks, monkeypatch):
+    """Nothing else held (no run running, claimed or pending) can end within
+    the delay to share the fsync: `add --wait -- true` hears of its end at
+    once, not commit_delay_s later (issue 30). With another run held, the
+    delay stands (the test above)."""
+    q = Queue(tmp_path / "q.db", clocks, lease_s=LEASE)
+    sp = FakeSpawner()
+    w = Worker(q, Settings(lease_s=LEASE), sp, clocks=clocks, log_path=lambda j, a: tmp_path / f"{j}.{a}.log",
+               instance="t1", commit_delay_s=0.005)
+    told: list[int] = []
+    w.signals.on_change = lambda job: told.append(job.id) if job.state.value == "done" else None
+    syncs: list[int] = []
+    real_sync = q.sync
+    monkeypatch.setattr(q, "sync", lambda: (syncs.append(1), real_sync())[1])
+    a = q.enqueue(["a"])
+    w.turn()
+    sp.start(a)
+    sp.exit(a, 0)
+    w.turn()  # no clock advanced: the same turn that wrote it synced it
+    assert syncs == [1] and told == [a] and sp.acked == [sp.key_of(a)]
+    assert w.recorder.commits.due_at is None
+    q.close()
+
+
 # ------------------------------------------- a run's history, in the order it happened (issue 28, item 9)
 class PausingSpawner(FakeSpawner):
     """The keeper's pause and resume, answered when the test says (``answer``)."""
