@@ -769,35 +769,44 @@ def test_outcomes_share_a_delayed_fsync_and_are_told_only_after_it(tmp_path, clo
     real_sync = q.sync
 
     def sync() -> None:
-        syncs.append("fail" if len(syncs) == 1 else "ok")
+        syncs.append("fail" if len(syncs) == 2 else "ok")
         if syncs[-1] == "fail":
             raise StorageError("EIO")
         real_sync()
 
     monkeypatch.setattr(q, "sync", sync)
-    a, b, c = q.enqueue(["a"]), q.enqueue(["b"]), q.enqueue(["c"])
+    first, a, b, c = q.enqueue(["first"]), q.enqueue(["a"]), q.enqueue(["b"]), q.enqueue(["c"])
     w.turn()
+    sp.start(first)
+    sp.exit(first, 0)
+    w.turn()  # the first outcome after a quiet spell begins no burst: synced at once (a claimed meanwhile)
+    assert syncs == ["ok"] and told == [first]
+    told.clear()
+    sp.acked.clear()
     sp.start(a)
     sp.exit(a, 0)
     w.turn()  # a's outcome written; b claimed and started in the same turn; no fsync yet
-    assert q.get(a).state.value == "done" and sp.key_of(b) and not syncs and not sp.acked and not told
+    assert q.get(a).state.value == "done" and sp.key_of(b) and syncs == ["ok"] and not sp.acked and not told
     assert w.next_wake_s() == pytest.approx(0.005)
     sp.start(b)
     sp.exit(b, 0)
     w.turn()  # b's outcome too, within the delay: still one fsync to come
-    assert not syncs and not told
+    assert syncs == ["ok"] and not told
     clocks.advance(0.005)
     w.turn()
-    assert syncs == ["ok"] and sp.acked == [sp.key_of(a), sp.key_of(b)] and told == [a, b]  # one fsync, both
+    assert syncs == ["ok", "ok"] and sp.acked == [sp.key_of(a), sp.key_of(b)] and told == [a, b]  # one fsync, both
     sp.start(c)
     sp.exit(c, 0)
     w.turn()
     clocks.advance(0.005)
     w.turn()  # this fsync fails: c stays untold
-    assert syncs == ["ok", "fail"] and told == [a, b] and sp.key_of(c) not in sp.acked
+    assert syncs == ["ok", "ok", "fail"] and told == [a, b] and sp.key_of(c) not in sp.acked
+    clocks.advance(0.01)
+    w.turn()  # alone now, but a failed fsync waits its retry time all the same
+    assert syncs == ["ok", "ok", "fail"]
     clocks.advance(1.0)
     w.turn()
-    assert syncs == ["ok", "fail", "ok"] and told == [a, b, c] and sp.key_of(c) in sp.acked
+    assert syncs == ["ok", "ok", "fail", "ok"] and told == [a, b, c] and sp.key_of(c) in sp.acked
     q.close()
 
 
@@ -822,6 +831,17 @@ def test_a_lone_outcome_is_synced_and_told_in_its_own_turn(tmp_path, clocks, mon
     w.turn()  # no clock advanced: the same turn that wrote it synced it
     assert syncs == [1] and told == [a] and sp.acked == [sp.key_of(a)]
     assert w.recorder.commits.due_at is None
+    # a long job runs (held: it could end any time), a short one ends a while after the last outcome:
+    # it began no burst, so it is synced at once too
+    w.set_lane("default", 2)
+    long, short = q.enqueue(["sleep", "600"]), q.enqueue(["true"])
+    w.turn()
+    sp.start(long)
+    sp.start(short)
+    clocks.advance(1.0)
+    sp.exit(short, 0)
+    w.turn()
+    assert syncs == [1, 1] and told == [a, short]
     q.close()
 
 
