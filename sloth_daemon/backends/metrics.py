@@ -134,12 +134,7 @@ def _openmetrics(f: Family) -> list[str]:
     lines = [f"# TYPE {f.name} {f.kind}"] + ([f"# UNIT {f.name} {f.unit}"] if f.unit else [])
     lines.append(f"# HELP {f.name} {_help(f.help)}")
     for s in f.series:
-        if f.kind == "histogram":
-            lines += _buckets(f.name, s)
-            lines.append(_line(f"{f.name}_count", s.labels, s.value))
-            lines.append(_line(f"{f.name}_sum", s.labels, s.sum))
-        else:
-            lines.append(_line(f.name + ("_total" if f.kind == "counter" else ""), s.labels, s.value))
+        lines += _samples(f, s)
         if s.created is not None and f.kind != "gauge":
             lines.append(_line(f"{f.name}_created", s.labels, s.created))
     return lines
@@ -151,18 +146,21 @@ def _prometheus(f: Family) -> list[str]:
     name = f.name + ("_total" if f.kind == "counter" else "")
     lines = [f"# HELP {name} {_help(f.help)}", f"# TYPE {name} {f.kind}"]
     for s in f.series:
-        if f.kind == "histogram":
-            lines += _buckets(f.name, s)
-            lines.append(_line(f"{f.name}_count", s.labels, s.value))
-            lines.append(_line(f"{f.name}_sum", s.labels, s.sum))
-        else:
-            lines.append(_line(name, s.labels, s.value))
+        lines += _samples(f, s)
     created = [s for s in f.series if s.created is not None and f.kind != "gauge"]
     if created:
         lines += [f"# HELP {f.name}_created When the series of {name} began counting (a new value: a reset).",
                   f"# TYPE {f.name}_created gauge"]
         lines += [_line(f"{f.name}_created", s.labels, s.created) for s in created if s.created is not None]
     return lines
+
+
+def _samples(f: Family, s: Series) -> list[str]:
+    """A series' samples, alike in both formats (``_created`` aside)."""
+    if f.kind != "histogram":
+        return [_line(f.name + ("_total" if f.kind == "counter" else ""), s.labels, s.value)]
+    return [*_buckets(f.name, s), _line(f"{f.name}_count", s.labels, s.value),
+            _line(f"{f.name}_sum", s.labels, s.sum)]
 
 
 def _buckets(name: str, s: Series) -> list[str]:

@@ -751,20 +751,27 @@ def test_default_concurrency_applies_to_the_default_lane_too(env, tmp_path):
 
 
 # ----------------------------------------------- group commit with a delay
-def test_outcomes_share_a_delayed_fsync_and_are_told_only_after_it(tmp_path, clocks, monkeypatch):
-    """The daemon's group commit: an outcome is written at once (no fsync),
-    the lane's next job starts in the same turn, and nobody hears of the
-    result (no ack to the keeper, no watcher) until the fsync, up to
-    commit_delay_s later, that the outcomes ending meanwhile share. A sync
-    that fails is tried again later; the outcome stays untold until then."""
-    from sloth_daemon.errors import StorageError
-
+def _delayed_commits(tmp_path, clocks) -> tuple[Queue, FakeSpawner, Worker, list[int]]:
+    """A worker whose group commit waits 5 ms, and the ids of the jobs told done (in order)."""
     q = Queue(tmp_path / "q.db", clocks, lease_s=LEASE)
     sp = FakeSpawner()
     w = Worker(q, Settings(lease_s=LEASE), sp, clocks=clocks, log_path=lambda j, a: tmp_path / f"{j}.{a}.log",
                instance="t1", commit_delay_s=0.005)
     told: list[int] = []
     w.signals.on_change = lambda job: told.append(job.id) if job.state.value == "done" else None
+    return q, sp, w, told
+
+
+def test_outcomes_share_a_delayed_fsync_and_are_told_only_after_it(tmp_path, clocks, monkeypatch):
+    """The daemon's group commit: an outcome is written at once (no fsync),
+    the lane's next job starts in the same turn, and nobody hears of the
+    result (no ack to the keeper, no watcher) until the fsync, up to
+    commit_delay_s later, that the outcomes ending meanwhile share (the
+    first outcome after a quiet spell begins no burst: synced at once). A
+    sync that fails is tried again later; the outcome stays untold until then."""
+    from sloth_daemon.errors import StorageError
+
+    q, sp, w, told = _delayed_commits(tmp_path, clocks)
     syncs: list[str] = []
     real_sync = q.sync
 
@@ -815,12 +822,7 @@ def test_a_lone_outcome_is_synced_and_told_in_its_own_turn(tmp_path, clocks, mon
     the delay to share the fsync: `add --wait -- true` hears of its end at
     once, not commit_delay_s later (issue 30). With another run held, the
     delay stands (the test above)."""
-    q = Queue(tmp_path / "q.db", clocks, lease_s=LEASE)
-    sp = FakeSpawner()
-    w = Worker(q, Settings(lease_s=LEASE), sp, clocks=clocks, log_path=lambda j, a: tmp_path / f"{j}.{a}.log",
-               instance="t1", commit_delay_s=0.005)
-    told: list[int] = []
-    w.signals.on_change = lambda job: told.append(job.id) if job.state.value == "done" else None
+    q, sp, w, told = _delayed_commits(tmp_path, clocks)
     syncs: list[int] = []
     real_sync = q.sync
     monkeypatch.setattr(q, "sync", lambda: (syncs.append(1), real_sync())[1])
