@@ -528,17 +528,59 @@ def resource_name(v: Any, field: str = "needs") -> str:
     return v
 
 
-def needs_map(v: Any) -> dict[str, int]:
-    """Resource -> how many tokens of it (each at least 1), sorted by name."""
+GPU_MEM = "gpu-mem"  # --needs gpu-mem=20G: GPU memory free on each GPU it is given (daemon/gpus.py)
+MILLI = 1000  # a token is 1000 milli-shares: --needs gpu=0.5 is 500 of them (integers: no float drift)
+MAX_GPU_MEM = 1 << 50  # 1 PiB
+
+
+def needs_map(v: Any) -> dict[str, int | float]:
+    """Resource -> how many tokens of it (a whole count from 1, or a share
+    of one token below 1 in at most 3 decimals, e.g. gpu=0.5: milli-shares,
+    kept as the float it reads as), and ``gpu-mem`` (bytes; without a gpu
+    need it takes one GPU shared by memory alone: daemon/resources.py),
+    sorted by name."""
     if v is None:
         return {}
     if not isinstance(v, dict) or len(v) > MAX_NEEDS:
         raise FieldError("needs", f"must be an object of at most {MAX_NEEDS} resource names to counts")
-    out = {}
+    out: dict[str, int | float] = {}
     for name, n in sorted(v.items(), key=lambda kv: str(kv[0])):
+        if name == GPU_MEM:
+            size = n if isinstance(n, int) and not isinstance(n, bool) else size_of(n) if isinstance(n, str) else None
+            if not size or not 0 < size <= MAX_GPU_MEM:
+                raise FieldError("needs", f"gpu-mem={n!r}: give a size like 20G (at most 1P)",
+                                 hint="E.g. --needs gpu-mem=20G: a GPU with 20G of its memory free.")
+            out[name] = size
+            continue
         resource_name(name)
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_TOKENS:
-            raise FieldError("needs", f"{name}={n!r}: a count from 1 to {MAX_TOKENS}",
-                             hint="E.g. --needs gpu=1.")
-        out[name] = n
+        out[name] = _token_count(name, n)
     return out
+
+
+def _token_count(name: str, n: Any) -> int | float:
+    """A whole count (1..MAX_TOKENS) or a share of one token (0.001..0.999)."""
+    if isinstance(n, float) and n.is_integer():
+        n = int(n)
+    if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_TOKENS:
+        return n
+    milli = share_milli(n)
+    if milli is None:
+        raise FieldError("needs", f"{name}={n!r}: a count from 1 to {MAX_TOKENS}, or a share of one below 1"
+                                  " in at most 3 decimals", hint="E.g. --needs gpu=1, or --needs gpu=0.5.")
+    return milli / MILLI
+
+
+def share_milli(n: Any) -> int | None:
+    """A share below one token (0.5, "0.25") in milli-shares (500, 250);
+    None if it is none (0, 1 or more, more than 3 decimals, not a number)."""
+    from decimal import Decimal, InvalidOperation
+
+    if isinstance(n, bool) or not isinstance(n, (int, float, str)) or (isinstance(n, str) and len(n) > 16):
+        return None
+    try:
+        d = Decimal(repr(n) if isinstance(n, float) else str(n).strip()) * MILLI
+    except (InvalidOperation, ValueError):
+        return None
+    if not d.is_finite() or d != d.to_integral_value() or not 0 < d < MILLI:
+        return None
+    return int(d)

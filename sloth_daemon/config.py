@@ -18,6 +18,7 @@ import json
 from sloth_daemon.checks import (
     BOUNDS, DURATION_KEYS, LEASE_HINT, MAX_TOKENS, MIN_LEASE_S, limits_json, parse_size, resource_name, when_list,
 )
+from sloth_daemon.checks import size_of
 from sloth_daemon.durations import format_duration, parse_duration
 from sloth_daemon.errors import BadRequest, ConfigError, SlothError
 
@@ -54,6 +55,9 @@ class Settings:
     # [resources]: name -> its tokens (gpu = ["0", "1"]; licence = 3 is ["0", "1", "2"]); a name the
     # file leaves out may be found on the machine (daemon/resources.py: gpu from nvidia-smi -L)
     resources: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # [resources.NAME] tables (docs/gpus.md): name -> shares (per token), order (preferred tokens first),
+    # and for gpu: outside_max (bytes others' processes may use of a GPU it still gives out), check_s
+    resource_opts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     file: Path | None = None
     # setting name (or "lanes.NAME") -> "default" | "file PATH"
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -72,6 +76,7 @@ class Settings:
                       for k in sorted({"default", *self.lanes})},
             "resources": {k: {"tokens": list(v), "source": self.source(f"resources.{k}")}
                           for k, v in sorted(self.resources.items())},
+            "resource_opts": {k: dict(v) for k, v in sorted(self.resource_opts.items())},
         }
 
     def _lane_source(self, lane: str) -> str:
@@ -81,7 +86,7 @@ class Settings:
 
 
 # The scalar settings, in declaration order; their types come from the dataclass.
-TABLES = ("lanes", "lane_when", "resources", "file", "sources")
+TABLES = ("lanes", "lane_when", "resources", "resource_opts", "file", "sources")
 SETTING_NAMES: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(Settings) if f.name not in TABLES)
 POSITIVE_DURATIONS = frozenset({"lease_s", "clock_check_s", "hook_timeout_s", "poll_s", "conditions_check_s"})
@@ -150,7 +155,8 @@ def from_mapping(data: Mapping[str, Any], path: Path) -> Settings:
                 sources[f"lanes.{lane}"] = src
             continue
         if key == "resources":
-            tables_out["resources"] = _resources(path, raw)
+            plain, tables_out["resource_opts"] = _resource_tables(path, raw)
+            tables_out["resources"] = _resources(path, plain)
             sources.update((f"resources.{name}", src) for name in tables_out["resources"])
             continue
         if key not in SETTING_NAMES:
@@ -221,14 +227,77 @@ def _resources(path: Path, raw: Any) -> dict[str, tuple[str, ...]]:
             resource_name(name, "resources")
         except BadRequest as e:
             raise ConfigError(f"{path}: resources.{name}: {e.message}", hint=e.hint) from None
-        if isinstance(v, list) and all(isinstance(t, str) and t and "," not in t and len(t) <= 64 for t in v) \
+        if isinstance(v, list) and all(isinstance(t, str) and t and "," not in t and "@" not in t and len(t) <= 64
+                                       for t in v) \
                 and len(set(v)) == len(v) and len(v) <= MAX_TOKENS:
             out[name] = tuple(v)
         elif isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_TOKENS:
             out[name] = tuple(str(i) for i in range(v))
         else:
             raise ConfigError(f"{path}: resources.{name} must be a count from 0 to {MAX_TOKENS} or a list of"
-                              " distinct token names (no commas)", hint='E.g. gpu = ["0", "1"] or licence = 3.')
+                              " distinct token names (no commas or @)", hint='E.g. gpu = ["0", "1"] or licence = 3.')
+    return out
+
+
+RESOURCE_TABLE_KEYS = ("tokens", "shares", "order")
+GPU_TABLE_KEYS = ("outside_max", "check_s")
+MAX_SHARES = 100
+
+
+def _resource_tables(path: Path, raw: Any) -> tuple[Any, dict[str, dict[str, Any]]]:
+    """[resources] split into its plain form (name = tokens) and the options of its tables."""
+    if not isinstance(raw, dict):
+        return raw, {}
+    plain, opts = {}, {}
+    for name, v in raw.items():
+        if not isinstance(v, dict):
+            plain[name] = v
+            continue
+        try:
+            resource_name(name, "resources")
+        except BadRequest as e:
+            raise ConfigError(f"{path}: resources.{name}: {e.message}", hint=e.hint) from None
+        t = _resource_table(path, name, v)
+        if "tokens" in t:
+            plain[name] = t.pop("tokens")
+        opts[name] = t
+    return plain, opts
+
+
+def _resource_table(path: Path, name: str, table: dict[str, Any]) -> dict[str, Any]:
+    """``[resources.gpu]``: tokens (as ``gpu = ...`` takes them; left out:
+    found on the machine), shares = N jobs per token for a whole need,
+    order = the tokens given first; gpu also outside_max ("1G": what
+    processes outside sloth may use of a GPU it still gives out; 0 by
+    default) and check_s (how often nvidia-smi is asked while GPU jobs run
+    or wait on it)."""
+    known = RESOURCE_TABLE_KEYS + (GPU_TABLE_KEYS if name == "gpu" else ())
+    out: dict[str, Any] = {}
+    for key, v in table.items():
+        where = f"{path}: resources.{name}.{key}"
+        if key not in known:
+            raise ConfigError(f"{path}: resources.{name}: unknown key {key!r}", hint=f"Known: {', '.join(known)}.")
+        if key == "tokens":
+            out[key] = v  # checked with the plain form (_resources)
+        elif key == "shares":
+            out[key] = _whole(path, f"resources.{name}.shares", v, (1, MAX_SHARES))
+        elif key == "order":
+            if not isinstance(v, list) or not all(isinstance(t, str) and t for t in v) or len(v) > MAX_TOKENS:
+                raise ConfigError(f"{where} must be a list of token names", hint='E.g. order = ["1", "0"].')
+            out[key] = tuple(dict.fromkeys(v))
+        elif key == "outside_max":
+            n = v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else size_of(v) if isinstance(v, str) \
+                else None
+            if n is None:
+                raise ConfigError(f"{where} must be a size (0, 500M, 2G)", hint='E.g. outside_max = "1G".')
+            out[key] = n
+        else:
+            try:
+                out[key] = parse_duration(v, what=f"resources.{name}.{key}")
+            except BadRequest as e:
+                raise ConfigError(f"{where}: {e.message}") from None
+            if not 0.1 <= out[key] <= 3600:
+                raise ConfigError(f"{where} must be from 0.1s to 1h")
     return out
 
 
@@ -351,6 +420,10 @@ def changes(old: Settings, new: Settings) -> list[str]:
         elif was != now:
             out.append(f"resources.{name}: " + ("removed" if now is None else f"{_shown(was)} -> {_shown(now)}")
                        + " (held tokens stay held)")
+    for name in sorted(set(old.resource_opts) | set(new.resource_opts)):
+        before, after = dict(old.resource_opts.get(name, {})), dict(new.resource_opts.get(name, {}))
+        if before != after:
+            out.append(f"resources.{name}: {before} -> {after}")
     return out
 
 
@@ -424,6 +497,10 @@ default = 1
 # [resources]              # named resources, this machine's own (`sloth add --needs gpu=1`)
 # gpu = ["0", "1"]         # default: the GPUs `nvidia-smi -L` lists
 # licence = 3              # three anonymous tokens
+# [resources.gpu]          # or gpu as a table (docs/gpus.md)
+# shares = 2               # two `--needs gpu=1` jobs per GPU (--needs gpu=0.5 asks a share itself)
+# order = ["1", "0"]       # GPUs given first
+# outside_max = "1G"       # a GPU whose processes outside sloth use more is not given out (default 0)
 """
 
 
@@ -432,7 +509,8 @@ def file_differs(in_force: Mapping[str, Any], file: Settings) -> bool:
     settings in force (``in_force``: Settings.as_dict of the daemon's, as
     `sloth config` is answered): then a reload would change something."""
     now = json.loads(json.dumps(file.as_dict()))
-    return any(json.loads(json.dumps(in_force.get(k))) != now[k] for k in ("settings", "lanes", "resources"))
+    return any(json.loads(json.dumps(in_force.get(k))) != now[k]
+               for k in ("settings", "lanes", "resources", "resource_opts"))
 
 
 def machine_name(settings: Settings) -> str:

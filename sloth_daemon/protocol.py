@@ -115,6 +115,9 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "schedule_run": (frozenset({"name"}), frozenset()),
     # The metrics as text (issue 32): {"text": ...}; "format": "openmetrics" (default) or "prometheus".
     "metrics": (frozenset(), frozenset({"format"})),
+    # The timeline of the last "since_s" seconds (issue 31; backends/timeline.py): jobs with their
+    # runs and waits, the machine's sleeps and the daemon's time up, the downtime between.
+    "timeline": (frozenset(), frozenset({"since_s", "lane"})),
 }
 # The first version that has each op (all others: 1).
 OP_SINCE: dict[str, int] = {"stage": 2, "commit": 2, "batch": 2, "scan": 3}

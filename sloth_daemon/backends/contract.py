@@ -522,6 +522,29 @@ class Meta(Protocol):
         """Remove a lane from the lanes table (its jobs, if any, keep their lane)."""
         ...
 
+    # The machine's own history, for the timeline (issue 31; docs/timeline.md).
+    # Times are the queue's now (on PostgreSQL the server's), as a job's are.
+
+    def machine_up(self, host: str) -> int:
+        """A daemon starts on ``host``: a new ``up`` row from now to now
+        (detail ``running``). A previous up row of ``host`` still said to be
+        running is said ``crashed``: its daemon never stopped cleanly, and
+        its end stays the last stamp that daemon wrote (machine_seen).
+        Keeps at most rules.MACHINE_EVENTS_KEPT rows of ``host``. Returns the new row's id."""
+        ...
+
+    def machine_seen(self, row_id: int, *, ended: str | None = None) -> None:
+        """The up row ``row_id`` lasts until now (a stamp its daemon
+        refreshes while it runs); ``ended``: how it stopped (its detail,
+        once, at a clean stop). A row pruned meanwhile is left pruned."""
+        ...
+
+    def machine_slept(self, host: str, seconds: float, why: str) -> None:
+        """A sleep of ``host`` of ``seconds`` that ended now (the clock
+        watch saw it; ``why``: its description). Keeps at most
+        rules.MACHINE_EVENTS_KEPT rows of ``host``."""
+        ...
+
 
 class Reads(Protocol):
     """The read side (sqlite/reads.py SqliteReads, postgres/reads.py PgReads)."""
@@ -628,6 +651,22 @@ class Reads(Protocol):
         """lane -> the earliest ``not_before`` of its queued jobs (gated
         ones too): since when its oldest job has been due (later than now:
         none is due yet)."""
+        ...
+
+    def window_jobs(self, since: float, *, lane: str | None = None, before_id: int | None = None,
+                    limit: int = 100) -> list[tuple[Job, list[Event]]]:
+        """Up to ``limit`` jobs with an id below ``before_id`` (None: any),
+        newest first, that were unfinished at ``since`` (unfinished, or
+        finished at or after it), of ``lane`` (None: every lane), each with
+        its history (oldest first): the timeline's read, a page at a time
+        (backends/timeline.py)."""
+        ...
+
+    def machine_events(self, since: float, host: str | None = None) -> list[dict[str, Any]]:
+        """The machine's events (Meta.machine_up, machine_slept) that end
+        at or after ``since``, of ``host`` (None: every host), by start:
+        {id, host, kind ('up' | 'sleep'), start_at, end_at, detail}. [] on
+        a queue whose schema predates them (a read-only view of an old file)."""
         ...
 
 

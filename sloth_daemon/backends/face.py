@@ -84,6 +84,8 @@ class QueueReads:
         self.get_meta = reads.get_meta
         self.run_tally = reads.run_tally
         self.oldest_queued = reads.oldest_queued
+        self.machine_events = reads.machine_events
+        self.window_jobs = reads.window_jobs
         self.listing = e.listings.listing
 
 
@@ -150,6 +152,9 @@ class Queue(QueueReads):
         self.set_meta = e.meta.set_meta
         self.set_lane = e.meta.set_lane
         self.forget_lane = e.meta.forget_lane
+        self.machine_up = e.meta.machine_up
+        self.machine_seen = e.meta.machine_seen
+        self.machine_slept = e.meta.machine_slept
 
     # The settings the parts share (contract.QueueDefaults): the daemon's, changed
     # in place when its config is reloaded.

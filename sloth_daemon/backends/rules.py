@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BATCH_RECORD_S", "CHUNK", "DEFAULT_BACKOFF_CAP_S", "DEFAULT_LEASE_S", "DEFAULT_MAX_ATTEMPTS",
-    "MAX_CRASH_REFUNDS", "NEED_DONE", "NEED_END", "WORKER_PREFIX",
+    "MACHINE_EVENTS_KEPT", "MAX_CRASH_REFUNDS", "NEED_DONE", "NEED_END", "WORKER_PREFIX",
     "JobRow", "abandon_note", "backoff_s", "ended_text", "enqueue_one", "give_up_message", "holds", "tokens_text",
     "host_prefix", "id_runs", "initial_state", "job_states", "key_taken", "lane_counts", "listed_states",
     "listing", "may_refund", "never_ran", "not_cancellable", "not_held", "not_restartable", "not_retriable", "not_run",
@@ -58,6 +58,9 @@ WORKER_PREFIX = "sloth-daemon:"  # runs.worker_name: sloth-daemon:HOST:PID:INSTA
 # times between user retries, so a job that brings sloth down cannot loop.
 MAX_CRASH_REFUNDS = 3
 NEED_DONE, NEED_END = "done", "end"  # deps.need: --after, --after-any
+# The machine's events (contract.Meta.machine_up, machine_slept) kept per
+# host whatever the retention: a laptop that sleeps 50 times a day keeps 20 days.
+MACHINE_EVENTS_KEPT = 1000
 # A row of the jobs table, read by column name: an sqlite3.Row or psycopg's dict row.
 JobRow = Any
 
@@ -328,8 +331,13 @@ def state_counts(rows: Iterable[tuple[str, int]]) -> dict[str, int]:
 
 
 def tokens_text(tokens: Mapping[str, Sequence[str]]) -> str:
-    """``{"gpu": ["1"], "licence": ["0", "2"]}`` -> ``gpu 1, licence 0,2`` (a claim's event)."""
-    return ", ".join(f"{name} {','.join(toks)}" for name, toks in sorted(tokens.items()))
+    """``{"gpu": ["1"], "licence": ["0", "2"]}`` -> ``gpu 1, licence 0,2`` (a claim's event);
+    a share of a token (``"1@500"``, daemon/resources.py) -> ``gpu 1 (0.5 share)``."""
+    def one(t: str) -> str:
+        tok, sep, milli = t.rpartition("@")
+        return f"{tok} ({int(milli) / 1000:g} share)" if sep and milli.isdigit() else t
+
+    return ", ".join(f"{name} {','.join(map(one, toks))}" for name, toks in sorted(tokens.items()))
 
 
 def lane_counts(rows: Iterable[tuple[str, str, int]]) -> dict[str, dict[str, int]]:

@@ -114,16 +114,29 @@ def gate_fields(when: Optional[Sequence[str]], on_lost: Optional[str], needs: Op
     if on_lost is not None:
         out["on_lost"] = on_lost
     if needs:
-        got: dict[str, int] = {}
+        got: dict[str, Any] = {}
         for part in (p for v in needs for p in v.split(",") if p.strip()):
-            name, sep, n = part.strip().partition("=")
-            if not n.strip().isdigit() and sep:
-                raise errors.BadRequest(f"--needs {part}: give a count, e.g. --needs gpu=1")
-            got[name.strip()] = got.get(name.strip(), 0) + (int(n) if sep else 1)
+            name, sep, n = (x.strip() for x in part.strip().partition("="))
+            if name == "gpu-mem" and n:  # a size: the daemon reads it (checks.needs_map)
+                got[name] = n
+            elif n.isdigit() or not sep:
+                got[name] = got.get(name, 0) + (int(n) if sep else 1)
+            elif _share(n) and name not in got:  # gpu=0.5: a share of one token
+                got[name] = float(n)
+            else:
+                raise errors.BadRequest(f"--needs {part}: give a count or a share below 1, e.g. --needs gpu=1,"
+                                        " --needs gpu=0.5, --needs gpu-mem=20G")
         out["needs"] = got
     if slots is not None:
         out["slots"] = slots
     return out
+
+
+def _share(n: str) -> bool:
+    try:
+        return 0 < float(n) < 1
+    except ValueError:
+        return False
 
 
 def hold_fields(keep_awake: bool, mem: Optional[str], cpus: Optional[str], nice: Optional[int],

@@ -155,8 +155,8 @@ _JOB_GATES = (
     Option("on_lost", "--on-lost", VALUE, None, "A --when condition lost while it runs: continue (default), "
            "pause (freeze it until it holds again) or stop (end it, requeue it without spending a try).",
            field="on_lost"),
-    Option("needs", "--needs", LIST, None, "Named resources it takes while it runs, e.g. gpu=1 (repeatable; "
-           "[resources] in config, gpu from nvidia-smi).", field="needs"),
+    Option("needs", "--needs", LIST, None, "Named resources it takes while it runs, e.g. gpu=1, gpu=0.5 (a share), "
+           "gpu-mem=20G (repeatable; [resources] in config, gpu from nvidia-smi).", field="needs"),
     Option("slots", "--slots", INT, None, "Count as N jobs against its lane's concurrency.", field="slots"),
 )
 _JOB_OPTIONS = (_JOB_LANE, _JOB_PRIORITY, _JOB_MAX_ATTEMPTS, _JOB_LEASE, _JOB_TIMEOUT, _JOB_LABEL, _JOB_CWD, _JOB_SHELL,
@@ -306,6 +306,16 @@ COMMANDS: tuple[Command, ...] = (
         "kill", "Stop running jobs now: end their process trees (SIGTERM, then SIGKILL\nafter the grace) and mark "
         "them cancelled, not retried.", "sloth_daemon.cli.cancel:kill",
         Option("now", "--now", FLAG, False, "SIGKILL at once, no grace period."), _json(), arg=_ids(), fast=True),
+    Command(
+        "timeline", "The last day on one time axis, one row per lane (or per job): runs as bars, failures "
+        "marked, waiting shaded, the machine's sleeps and the daemon's downtime as labelled gaps."
+        + _examples("sloth timeline", "sloth timeline --since 8h --jobs", "sloth timeline --html night.html"),
+        "sloth_daemon.cli.timeline:timeline",
+        Option("since", "--since", VALUE, "24h", "How far back (30m, 8h, 7d; at most 90d)."),
+        Option("lane", "--lane -l", VALUE, None, "Only this lane.", complete=LANES),
+        Option("jobs", "--jobs", FLAG, False, "One row per job instead of per lane."),
+        Option("html", "--html", PATH, None, "Write it as one self-contained page (hover, click, zoom) to this file."),
+        _json("Print the timeline's data as JSON."), fast=True),
     # The queue edits (issue 22; cli/edit.py, daemon/edit_ops.py).
     Command(
         "edit", "Change a job that has not started (queued, blocked or held): its command\n(in $VISUAL/$EDITOR, as "

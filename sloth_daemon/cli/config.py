@@ -61,6 +61,8 @@ def _print_config(d: dict[str, Any]) -> None:
     echo("resources:" + ("" if resources else " (none: [resources] in the file names them)"))
     for k, v in resources.items():
         echo(f"  {k:<20} {_shown(v['tokens']):<12} ({v['source']})")
+    for k, v in (d.get("resource_opts") or {}).items():  # [resources.NAME] tables: shares, order, ...
+        echo(f"  {k + ' (table)':<20} " + ", ".join(f"{o} = {_shown(x)}" for o, x in v.items()))
     echo("paths:")
     for k, v in d["paths"].items():
         echo(f"  {k:<20} {v}")

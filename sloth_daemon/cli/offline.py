@@ -1,6 +1,6 @@
 """The daemon's answers to the reading ops, computed from the queue
 read-only, for when no daemon answers: ``list``, ``show``, ``logs``,
-``lanes``, ``status``, ``latest``, ``config``, ``schedule_ls``, ``schedule_show`` and ``prune`` with
+``lanes``, ``status``, ``latest``, ``config``, ``schedule_ls``, ``schedule_show``, ``timeline`` and ``prune`` with
 ``dry_run`` give the same shapes
 as over the
 socket, so every command prints them the same way.
@@ -53,6 +53,9 @@ class _NoQueue:
 
     def close(self) -> None:
         pass
+
+    def machine_events(self, since: float, host: Any = None) -> list[Any]:
+        return []
 
     @property
     def schedules(self) -> "_NoSchedules":
@@ -267,7 +270,18 @@ def _schedule_show(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
     return shown(q.schedules, a)
 
 
+def _timeline(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
+    """No daemon runs here: one whose row still says running died unseen (a shared queue's other hosts may run)."""
+    import socket
+
+    from sloth_daemon.backends import timeline
+    from sloth_daemon.clock import SystemClock
+
+    here = [socket.gethostname()] if not isinstance(target(paths), str) else []
+    return timeline.answer(q, a, SystemClock(), down_hosts=here)
+
+
 _OPS: dict[str, Callable[[Any, Paths, dict[str, Any]], Any]] = {
     "list": _list, "show": _show, "logs": _logs, "lanes": _lanes, "status": _status, "prune": _prune,
-    "latest": _latest, "schedule_ls": _schedule_ls, "schedule_show": _schedule_show,
+    "latest": _latest, "schedule_ls": _schedule_ls, "schedule_show": _schedule_show, "timeline": _timeline,
 }

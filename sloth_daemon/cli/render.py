@@ -278,17 +278,29 @@ def _gate(job: dict[str, Any]) -> list[str]:
         lost = gate.get("on_lost", "continue")
         out.append(f"  when      {' '.join(map(showable, gate['when']))}  (if lost while running: {lost})")
     if gate.get("needs"):
-        out.append("  needs     " + ", ".join(f"{showable(k)}={v}" for k, v in gate["needs"].items()))
+        out.append("  needs     " + ", ".join(f"{showable(k)}={_need(k, v)}" for k, v in gate["needs"].items()))
     if gate.get("slots"):
         out.append(f"  slots     {gate['slots']}")
     if job["state"] == "running" and job.get("tokens"):
         out.append("  tokens    " + ", ".join(f"{showable(k)} {','.join(map(showable, v))}"
                                              for k, v in job["tokens"].items()))
+        gpus = [str(t).rpartition("@") for t in job["tokens"].get("gpu") or ()]  # "0@500": 500 milli-shares of 0
+        if gpus:
+            share = ", ".join(f"{int(m) / 1000:g} of gpu {t}" for t, _, m in gpus if m.isdigit())
+            out.append(f"  gpu       CUDA_VISIBLE_DEVICES={','.join(showable(t or m) for t, _, m in gpus)}"
+                       + (f"  (shares: {share})" if share else ""))
     if job["state"] == "queued" and job.get("wait_reason"):
         out.append(f"  waiting   {showable(job['wait_reason'])}")
     elif job["state"] == "held" and job.get("wait_reason"):
         out.append(f"  held      {showable(job['wait_reason'])}; `sloth release` once it can run")
     return out
+
+
+def _need(name: str, v: Any) -> str:
+    """gpu-mem as a size (20G), a count or share as it is."""
+    if name == "gpu-mem" and isinstance(v, int):
+        return format_size(v)
+    return str(v)
 
 
 def _relations(prereqs: Sequence[dict[str, Any]], dependents: Sequence[int]) -> list[str]:

@@ -46,7 +46,11 @@ def status(*, as_json: bool) -> int:
         lines.append(f"waiting  lane {showable(lane)}{_for(why)}")
     if cond.get("resources"):
         lines.append("tokens   " + "  ".join(f"{showable(k)} {len(v['free'])}/{len(v['tokens'])} free"
+                                           + (f" ({sum(v['free_milli'].values()) / 1000:g} counting shares)"
+                                              if v.get("free_milli") else "")
                                            for k, v in cond["resources"].items()))
+    if (cond.get("gpus") or {}).get("error"):
+        lines.append(f"gpus     nvidia-smi failed: {showable(cond['gpus']['error'])}")
     for j in st["running"]:
         lines.append(f"{render.shown_state(j):<8} {j['id']:<6} {render.when(j)}  {render.command_text(j, 50)}")
     for j in st["failed"]:

@@ -3,7 +3,7 @@ family of commands (as on the client):
 
   - here: the daemon (ping, status, config, reload, shutdown), adding jobs
     (add, and the batches: stage, commit, batch) and reading them (list,
-    scan, show, logs, latest);
+    scan, show, logs, latest, timeline);
   - job_ops.py: cancel, retry, restart, kill, prune, pause_jobs, resume_jobs;
   - lane_ops.py: pause, resume, lanes, lane_set, lane_rm;
   - edit_ops.py: edit, bump, hold, release;
@@ -33,6 +33,7 @@ from typing import Any, Awaitable, Callable
 from sloth_daemon import __version__
 from sloth_daemon import protocol
 from sloth_daemon.backends import metrics
+from sloth_daemon.backends import timeline
 from sloth_daemon.daemon.control import Control
 from sloth_daemon.daemon.edit_ops import EditOps
 from sloth_daemon.daemon.job_ops import JobOps
@@ -88,7 +89,7 @@ class Handlers:
             "ping": self.op_ping, "status": self.op_status, "add": w(self.op_add),
             "list": self.op_list, "show": self.op_show, "logs": self.op_logs, "latest": self.op_latest,
             "batch": self.op_batch, "config": _bare(control.config), "reload": _bare(control.request_reload),
-            "shutdown": self.op_shutdown, "metrics": self.op_metrics,
+            "shutdown": self.op_shutdown, "metrics": self.op_metrics, "timeline": self.op_timeline,
         }
         self.families = (JobOps(worker.actions, worker, worker.lanes, lambda: control.settings),
                          LaneOps(worker.actions, worker, worker.lanes, control),
@@ -222,6 +223,18 @@ class Handlers:
         `sloth wait` and `show` (and, with ``ran``, `logs`) mean with no id."""
         ran = flag(a.get("ran", False), "ran")
         return {"id": self.queue.latest(origin=self.control.default_place or None, ran=ran)}
+
+    async def op_timeline(self, a: dict[str, Any]) -> dict[str, Any]:
+        """The timeline of the last ``since_s`` seconds (default a day), of
+        ``lane`` or all (backends/timeline.py), read a hundred jobs at a
+        time with the loop free between (heartbeats, other clients)."""
+        steps = timeline.answering(self.queue, a, self.queue.clock)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return dict(done.value)
+            await asyncio.sleep(0)
 
     def op_shutdown(self, a: dict[str, Any]) -> dict[str, Any]:
         keep = a.get("keep_jobs", False)

@@ -57,6 +57,7 @@ from sloth_daemon.daemon.supervision import KeeperSpawner
 from sloth_daemon.daemon.tell import Teller
 from sloth_daemon.daemon.metrics_file import DaemonMetrics, MetricsFile
 from sloth_daemon.daemon.worker.clockwatch import ClockWatch
+from sloth_daemon.daemon.machine_log import MachineLog
 from sloth_daemon.daemon.worker.loop import Worker
 from sloth_daemon.daemon.schedules.scheduler import Ports, Scheduler, machine_id
 from sloth_daemon.models import ACTIVE_STATES
@@ -126,11 +127,13 @@ class Daemon:
     def __init__(self, *, paths: Paths, settings: config.Settings, queue: Queue, worker: Worker,
                  server: Server, keeper: KeeperSpawner, control: Control | None = None,
                  teller: Teller | None = None, shared: "Shared | None" = None,
-                 clock_set: timerfd.ClockSetWatch | None = None, metrics_file: MetricsFile | None = None) -> None:
+                 clock_set: timerfd.ClockSetWatch | None = None, machine: MachineLog | None = None,
+                 metrics_file: MetricsFile | None = None) -> None:
         self.paths, self.settings = paths, settings
         self.queue, self.worker, self.server, self.keeper = queue, worker, server, keeper
         self.control, self.teller, self.shared = control, teller, shared
         self.clock_set = clock_set  # the wall clock set, a resume: heard at once where Linux tells (timerfd)
+        self.machine = machine  # its time up and the machine's sleeps, for the timeline
         self.metrics_file = metrics_file  # config's metrics_file, written on changes (metrics_file.py)
         self.notifier = Notifier.from_env()
         self._stop = asyncio.Event()
@@ -194,6 +197,8 @@ class Daemon:
         loop.add_signal_handler(signal.SIGINT, lambda: self.request_stop("signal SIGINT", keep_jobs=False))
         loop.add_signal_handler(signal.SIGHUP, self._on_sighup)  # systemctl reload; harmless on a hang-up
         await self._take_over()
+        if self.machine is not None:
+            self.machine.start()
         if self.control is not None and self.control.scheduler is not None:
             self.control.scheduler.load()  # its one timer, on this loop
         if self.shared is not None:
@@ -246,6 +251,8 @@ class Daemon:
         if self.clock_set is not None:
             asyncio.get_running_loop().remove_reader(self.clock_set.fd)
             self.clock_set.close()
+        if self.machine is not None:
+            self.machine.stop(self.stop_reason)
         self.queue.close()
         log.info("stopped")
 
@@ -310,6 +317,8 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
                       request_reload=lambda: daemon.reload(), shared=shared, scheduler=scheduler, teller=teller,
                       metrics=metrics)
     control.watch(teller.job_changed)
+    record = MachineLog(queue, host or socket.gethostname(), clock, lambda: clocks.read().awake)
+    clock.listen(check=record.check, jump=record.jump)
     control.watch(metrics_file.changed)  # the file follows changes, and only changes (docs/metrics.md)
     clock.listen(check=lambda: None, jump=metrics_file.changed)
     if shared is not None:
@@ -317,7 +326,7 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
     daemon = Daemon(paths=paths, settings=settings, queue=queue, worker=worker,
                     server=Server(control, max_connections=max_connections, given=listener),
                     keeper=keeper, control=control, teller=teller, shared=shared, clock_set=clock_set,
-                    metrics_file=metrics_file)
+                    machine=record, metrics_file=metrics_file)
     return daemon
 
 

@@ -40,6 +40,9 @@ SQL_RESTART = (
 )
 SQL_PRUNE_WHERE = ("finished_at IS NOT NULL AND finished_at < sloth.now() - %(older)s AND state = ANY(%(states)s)"
                    " AND (%(lane)s::text IS NULL OR lane = %(lane)s)")
+# The machine's events (meta.py) ended before the cut; a daemon's up row still running stays.
+SQL_PRUNE_MACHINE = ("DELETE FROM sloth.machine_events WHERE end_at < sloth.now() - %(older)s"
+                     " AND NOT (kind = 'up' AND detail = 'running')")
 # SKIP LOCKED: an environment an enqueue is using right now (it holds a KEY
 # SHARE lock on it) is left for next time.
 SQL_PRUNE_ENVS = ("DELETE FROM sloth.envs WHERE id IN (SELECT e.id FROM sloth.envs e"
@@ -133,7 +136,8 @@ class PgRequests(contract.Requests):
         if older_than_s is None:
             raise BadRequest("older_than_s must be a number of seconds, got None")
         args = {"older": number(older_than_s, "older_than_s", 0.0, lo=0), "lane": lane,
-                "states": rules.wanted_states(states, FINISHED_STATES, "prune") or list(FINISHED_STATES)}
+                "states": rules.wanted_states(states, FINISHED_STATES, "prune") or list(FINISHED_STATES),
+                "whole": states is None and lane is None}
         if dry_run:
             return int(self._db.read(lambda c: c.execute(
                 f"SELECT count(*) AS n FROM sloth.jobs WHERE {SQL_PRUNE_WHERE}", args).fetchall()[0]["n"],
@@ -147,6 +151,8 @@ class PgRequests(contract.Requests):
             c.execute(SQL_PRUNE_ENVS)
             self.rows.envs.clear()  # environments were deleted: decode afresh
         prune_batch_records(c)
+        if args["whole"]:  # the whole history (no states, no lane): the machine's too
+            c.execute(SQL_PRUNE_MACHINE, args)
         return n
 
     def _rows(self, c: Cursor, ids: Sequence[int] | None, lane: str | None,

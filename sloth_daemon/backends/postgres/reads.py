@@ -214,6 +214,32 @@ class PgReads(contract.Reads):
             "reading the oldest queued jobs")
         return {r["lane"]: r["t"] for r in rows}
 
+    def window_jobs(self, since: float, *, lane: str | None = None, before_id: int | None = None,
+                    limit: int = 100) -> list[tuple[Job, list[Event]]]:
+        limit = integer(limit, "limit", 100, lo=1)
+
+        def read(c: Cursor) -> list[tuple[Job, list[Event]]]:
+            rows = c.execute("SELECT * FROM sloth.jobs WHERE id < %s AND (finished_at IS NULL OR finished_at >= %s)"
+                             " AND (%s::text IS NULL OR lane = %s) ORDER BY id DESC LIMIT %s",
+                             (2**62 if before_id is None else before_id, since, lane, lane, limit)).fetchall()
+            events: dict[int, list[Event]] = {r["id"]: [] for r in rows}
+            if rows:
+                for e in c.execute("SELECT job_id, at, kind, attempt, message FROM sloth.events"
+                                   " WHERE job_id = ANY(%s) ORDER BY job_id, id", (list(events),)).fetchall():
+                    events[e["job_id"]].append(Event(**e))
+            return [(self.rows.job(r, c), events[r["id"]]) for r in rows]
+
+        return self._db.read(read, "reading the timeline's jobs", snapshot=True)
+
+    def machine_events(self, since: float, host: str | None = None) -> list[dict[str, Any]]:
+        def read(c: Cursor) -> list[dict[str, Any]]:
+            if one(c.execute("SELECT to_regclass('sloth.machine_events') IS NOT NULL AS there"))["there"] is False:
+                return []  # a read-only view of a database older than them
+            return [dict(r) for r in c.execute(
+                "SELECT id, host, kind, start_at, end_at, detail FROM sloth.machine_events WHERE end_at >= %s"
+                " AND (%s::text IS NULL OR host = %s) ORDER BY start_at, id", (since, host, host)).fetchall()]
+        return self._db.read(read, "reading the machine's events")
+
     def schema_status(self) -> pg_migrate.SchemaStatus:
         """The database's schema version against this code's (for `sloth db status`)."""
         return pg_migrate.status(self._db)

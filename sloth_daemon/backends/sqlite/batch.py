@@ -132,6 +132,9 @@ class SqliteRequests(contract.Requests):
                 c.execute("DELETE FROM envs WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.env_id = envs.id)")
                 self.rows.envs.clear()  # environments were deleted: decode afresh
             self.adds.prune_batch_records(c, self.clock.now())
+            if states is None and lane is None:  # the whole history: the machine's too (meta.py)
+                c.execute("DELETE FROM machine_events WHERE end_at < ? AND NOT (kind = 'up' AND detail = 'running')",
+                          (args[0],))
             return n
 
     def _rows(self, c: sqlite3.Connection, ids: Sequence[int] | None, lane: str | None,

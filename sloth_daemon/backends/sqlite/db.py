@@ -203,6 +203,24 @@ MIGRATIONS: list[str] = [
     CREATE INDEX jobs_due   ON jobs(lane, not_before) WHERE state = 'queued' AND gate IS NULL;
     CREATE INDEX jobs_gated ON jobs(gate, lane, priority, not_before, id) WHERE state = 'queued' AND gate IS NOT NULL;
     """,
+    # -> +1: the machine's own history for the timeline (issue 31): each
+    # daemon's time up (kind 'up': from its start to the stamp it refreshes
+    # while it runs; detail 'running', 'stopped: why' or, seen by the next
+    # start, 'crashed') and each sleep the clock watch saw (kind 'sleep'),
+    # per host. Downtime is the gap between a host's up rows. Bounded:
+    # rules.MACHINE_EVENTS_KEPT per host, and pruned with the job history.
+    """
+    CREATE TABLE machine_events (
+        id       INTEGER PRIMARY KEY AUTOINCREMENT,
+        host     TEXT    NOT NULL,
+        kind     TEXT    NOT NULL,             -- 'up' | 'sleep'
+        start_at REAL    NOT NULL,
+        end_at   REAL    NOT NULL,
+        detail   TEXT    NOT NULL DEFAULT ''
+    );
+    CREATE INDEX machine_events_end ON machine_events(end_at);
+    CREATE INDEX machine_events_host ON machine_events(host, id);
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1,15 +1,17 @@
 """The SQLite queue's own records beside its jobs: the meta table (the
 queue's identity, small persisted settings such as paused lanes) and the
 lanes table (a lane outlives its jobs; `sloth lane set` records its
-concurrency there). The reads of both are reads.py's."""
+concurrency there), and the machine's own history (machine_events: the
+daemon's time up, the sleeps; docs/timeline.md). The reads of all are reads.py's."""
 
 from __future__ import annotations
 
 import os
 import json
+import sqlite3
 from typing import Any
 
-from sloth_daemon.backends import contract
+from sloth_daemon.backends import contract, rules
 from sloth_daemon.backends.sqlite.reads import reads
 from sloth_daemon.backends.sqlite.unit import SqliteStore
 from sloth_daemon.clock import Clock
@@ -61,3 +63,32 @@ class SqliteMeta(contract.Meta):
     def forget_lane(self, name: str) -> None:
         with self.store.tx() as c:
             c.execute("DELETE FROM lanes WHERE name = ?", (name,))
+
+    def machine_up(self, host: str) -> int:
+        now = self.clock.now()
+        with self.store.tx() as c:
+            c.execute("UPDATE machine_events SET detail = 'crashed'"
+                      " WHERE host = ? AND kind = 'up' AND detail = 'running'", (host,))
+            row_id = int(c.execute("INSERT INTO machine_events (host, kind, start_at, end_at, detail)"
+                                   " VALUES (?, 'up', ?, ?, 'running')", (host, now, now)).lastrowid or 0)
+            _keep_bounded(c, host)
+            return row_id
+
+    def machine_seen(self, row_id: int, *, ended: str | None = None) -> None:
+        # A stamp needs no fsync: lost to a power cut, the downtime starts a stamp earlier.
+        with self.store.tx(durable=ended is not None) as c:
+            c.execute("UPDATE machine_events SET end_at = max(end_at, ?), detail = coalesce(?, detail)"
+                      " WHERE id = ?", (self.clock.now(), ended, row_id))
+
+    def machine_slept(self, host: str, seconds: float, why: str) -> None:
+        now = self.clock.now()
+        with self.store.tx() as c:
+            c.execute("INSERT INTO machine_events (host, kind, start_at, end_at, detail) VALUES (?, 'sleep', ?, ?, ?)",
+                      (host, now - max(0.0, float(seconds)), now, why))
+            _keep_bounded(c, host)
+
+
+def _keep_bounded(c: sqlite3.Connection, host: str) -> None:
+    """At most rules.MACHINE_EVENTS_KEPT rows of ``host``: the oldest go."""
+    c.execute("DELETE FROM machine_events WHERE host = ? AND id <= (SELECT id FROM machine_events WHERE host = ?"
+              " ORDER BY id DESC LIMIT 1 OFFSET ?)", (host, host, rules.MACHINE_EVENTS_KEPT))

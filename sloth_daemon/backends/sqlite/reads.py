@@ -220,3 +220,31 @@ class SqliteReads(contract.Reads):
     def oldest_queued(self) -> dict[str, float]:
         return {r[0]: r[1] for r in self.conn.execute(
             "SELECT lane, min(not_before) FROM jobs WHERE state = 'queued' GROUP BY lane")}
+
+    @reads
+    def window_jobs(self, since: float, *, lane: str | None = None, before_id: int | None = None,
+                    limit: int = 100) -> list[tuple[Job, list[Event]]]:
+        limit = integer(limit, "limit", 100, lo=1)
+        rows = self.conn.execute(
+            "SELECT * FROM jobs WHERE id < ? AND (finished_at IS NULL OR finished_at >= ?)"
+            + (" AND lane = ?" if lane is not None else "") + " ORDER BY id DESC LIMIT ?",
+            (2**62 if before_id is None else before_id, since, *([lane] if lane is not None else []),
+             min(limit, 900))).fetchall()
+        events: dict[int, list[Event]] = {r["id"]: [] for r in rows}
+        if rows:
+            for e in self.conn.execute(
+                    "SELECT job_id, at, kind, attempt, message FROM events"
+                    f" WHERE job_id IN ({','.join('?' * len(rows))}) ORDER BY job_id, id", list(events)):
+                events[e["job_id"]].append(Event(**dict(e)))
+        return [(self.rows.job(r), events[r["id"]]) for r in rows]
+
+    @reads
+    def machine_events(self, since: float, host: str | None = None) -> list[dict[str, Any]]:
+        if self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'machine_events'"
+                             ).fetchone() is None:
+            return []  # a read-only view of a file older than them
+        rows = self.conn.execute(
+            "SELECT id, host, kind, start_at, end_at, detail FROM machine_events WHERE end_at >= ?"
+            + (" AND host = ?" if host is not None else "") + " ORDER BY start_at, id",
+            (since, *([host] if host is not None else []))).fetchall()
+        return [dict(r) for r in rows]

@@ -43,7 +43,8 @@ from typing import Any, Collection, Iterable, Mapping
 
 from sloth_daemon.config import Settings
 from sloth_daemon.daemon.conditions import Conditions, Unobservable, kind_of, needs_power
-from sloth_daemon.daemon.resources import Resources, Tokens, needs_of
+from sloth_daemon.daemon.gpus import GpuProbe, Reading, format_size_short, unfit
+from sloth_daemon.daemon.resources import GPU, Resources, Tokens, Unfit, gpu_mem_of, needs_of, split_token
 from sloth_daemon.daemon.worker.lanes import Lanes
 from sloth_daemon.daemon.worker.lifecycle import Attempt
 from sloth_daemon.daemon.worker.runs import Attempts
@@ -62,7 +63,7 @@ class Gates:
 
     def __init__(self, queue: Queue, running: Attempts, lanes: Lanes, settings: Settings,
                  conditions: Conditions, resources: Resources, *, places: list[str] | None,
-                 host: str | None = None, meta_key: str = "cond_paused") -> None:
+                 host: str | None = None, meta_key: str = "cond_paused", gpus: GpuProbe | None = None) -> None:
         """``host``: on a shared queue, this machine's name (its jobs are
         placed there: only it may run them); None: every job is this machine's."""
         self.queue, self.running, self.lanes, self.settings = queue, running, lanes, settings
@@ -81,6 +82,8 @@ class Gates:
         self.meta_key = meta_key
         self.cond_paused: set[int] = set(queue.get_meta(meta_key, []))  # jobs whose run a lost condition paused
         self.pausing: set[int] = set()  # a pause or continue asked of the keeper, not yet answered
+        self.gpus = gpus or GpuProbe()  # nvidia-smi's reading (daemon/gpus.py)
+        self.gpu_waiting = False  # a job waits on what nvidia-smi says: look again now and then (gpuwatch.py)
 
     def reload(self, settings: Settings, resources: Resources) -> None:
         self.settings, self.resources = settings, resources
@@ -120,7 +123,7 @@ class Gates:
         the one rule of add (check_spec), of a reload and `lane set`
         (sweep) and of the claim (a job it holds is never looked at to
         reserve anything)."""
-        err = self.resources.never(needs_of(gate))
+        err = self.resources.never(needs_of(gate)) or self._never_gpu_mem(gate)
         if err is not None:
             return err
         slots, conc = gate.get("slots", 1), self.lanes.concurrency(lane)
@@ -128,6 +131,22 @@ class Gates:
             return BadRequest(f"--slots {slots}: it needs {slots} slots and lane {lane!r} runs {conc} job(s) at once,"
                               " so it would never start",
                               hint=f"Give the lane more: `sloth lane set {lane} -c {slots}` (or [lanes] in config).")
+        return None
+
+    def _never_gpu_mem(self, gate: Mapping[str, Any]) -> BadRequest | None:
+        """``--needs gpu-mem`` where nvidia-smi cannot say it, or more than any GPU here has."""
+        want = gpu_mem_of(gate)
+        if want is None:
+            return None
+        if not self.gpus.present():
+            return BadRequest("--needs gpu-mem: this machine has no nvidia-smi to say how much GPU memory is free",
+                              hint="Leave gpu-mem out (--needs gpu=1 alone), or install the NVIDIA driver's tools.")
+        r = self.gpus.reading
+        mine = [g for g in r.gpus if any(g.named(t) for t in self.resources.tokens.get(GPU, ()))] if r else []
+        if mine and all(g.total is not None and g.total < want for g in mine):
+            most = max(g.total or 0 for g in mine)
+            return BadRequest(f"--needs gpu-mem={format_size_short(want)}: the largest GPU here has"
+                              f" {format_size_short(most)}", hint="Ask for at most that much.")
         return None
 
     def never_job(self, job: Job) -> str | None:
@@ -145,7 +164,7 @@ class Gates:
         said = []
         for text in sorted(set(self.queue.gates()) | set(self.queue.held_gates())):
             gate = self.parse(text)
-            err = self.resources.never(needs_of(gate))
+            err = self.resources.never(needs_of(gate)) or self._never_gpu_mem(gate)
             if err is not None:
                 said += self._hold(text, None, err.message)
                 continue
@@ -234,8 +253,10 @@ class Gates:
               failed: set[str]) -> tuple[tuple[Job, Tokens | None] | None, set[str]]:
         """Step 3 of the module docstring; ``failed``: gates whose conditions do not hold."""
         free = self.resources.free(self.tokens_in_use())
-        idle = {name: list(toks) for name, toks in free.items()}  # free before any is kept for a job
+        idle = {name: dict(toks) for name, toks in free.items()}  # free before any is kept for a job
         used = self.running.slots_in_use()
+        self.gpu_waiting = False
+        gpu_view = _GpuView(self)
         reserved: set[str] = set()
         for job in heads:
             gate = job.gate or {}
@@ -258,11 +279,19 @@ class Gates:
                 reasons[text] = (f"waiting for {slots} free slots in lane {job.lane}"
                                  f" ({max(conc - used.get(job.lane, 0), 0)} of {conc} free)")
                 continue
-            needs = needs_of(gate)
-            short = self.resources.shortage(needs, free, idle) if needs else ""
-            got = self.resources.take(needs, free) if needs else {}
+            wants = self.resources.wants(gate)
+            # nvidia-smi is asked only for a job sloth's own accounting could start now
+            could = GPU in wants and self.resources.take(wants, {n: dict(t) for n, t in free.items()}) is not None
+            fit, waits = gpu_view.rule(gate) if could else (None, None)
+            if waits is not None:  # no reading of the GPUs yet: it reserves nothing (a CPU job behind it runs)
+                # a reading being taken: what it said last still stands
+                reasons[text] = (self.told.get(text) or waits) if waits == PENDING else waits
+                continue
+            short = self.resources.shortage(wants, free, idle, fit) if wants else ""
+            got = self.resources.take(wants, free, fit) if wants else {}
             if got is None:
                 reasons[text] = short
+                self.gpu_waiting |= fit is not None
                 continue
             if text in reasons:
                 reasons[text] = None
@@ -272,6 +301,15 @@ class Gates:
     def tokens_in_use(self) -> list[Tokens]:
         """The tokens of every run this worker holds that has not ended."""
         return [r.job.tokens for r in self.running.values() if r.outcome is None and r.job.tokens]
+
+    def gpu_promised(self) -> dict[str, list[tuple[str, int]]]:
+        """GPU token -> (run token, gpu-mem asked) of each run holding it (gpus.unfit)."""
+        out: dict[str, list[tuple[str, int]]] = {}
+        for r in self.running.values():
+            mem = gpu_mem_of(r.job.gate) if r.outcome is None and r.job.tokens else None
+            for tok, _ in map(split_token, (r.job.tokens or {}).get(GPU, []) if mem else ()):
+                out.setdefault(tok, []).append((r.token, mem or 0))
+        return out
 
     def _tell(self, reasons: Mapping[str, str | None]) -> None:
         """Write each gate's reason where it changed (and clear the ones gone)."""
@@ -333,4 +371,44 @@ class Gates:
     def status(self) -> dict[str, Any]:
         return {"watching": self.watching, "check_s": self.settings.conditions_check_s,
                 "waiting": {k: v for k, v in self.told.items() if v}, "lanes": dict(self.lanes.held_back),
-                "resources": self.resources.status(self.tokens_in_use()), "looks": self.conditions.looks}
+                "resources": self.resources.status(self.tokens_in_use()), "looks": self.conditions.looks,
+                "gpus": self.gpus.status()}
+
+
+PENDING = "waiting for nvidia-smi's reading of the GPUs"
+
+
+class _GpuView:
+    """One walk's look at the GPUs: nvidia-smi's reading (taken once, when
+    a GPU job first asks) and the rule it gives (gpus.unfit)."""
+
+    def __init__(self, gates: Gates) -> None:
+        self.gates = gates
+        self.reading: Reading | None = None
+        self.looked = False
+        self.ours: set[str] | None = None  # the tokens of the runs held (their processes are not outside)
+
+    def rule(self, gate: Mapping[str, Any]) -> tuple[Unfit | None, str | None]:
+        """(unfit, None): how GPU tokens are judged for a job of ``gate``; or
+        (None, why it waits): the reading is being taken, or it needs
+        gpu-mem and nvidia-smi failed. Without nvidia-smi, or when it fails
+        and no gpu-mem is asked: sloth's own accounting alone."""
+        g = self.gates
+        if not self.looked:
+            self.looked = True
+            self.reading = g.gpus.fresh() if g.gpus.present() else None
+            if self.reading is None and g.gpus.present():
+                g.gpu_waiting = True
+        mem = gpu_mem_of(gate)
+        if self.reading is None:
+            return (None, PENDING) if g.gpus.present() else (None, None)
+        r = self.reading
+        if r.error is not None:
+            return (None, f"waiting for nvidia-smi (it failed: {r.error})") if mem else (None, None)
+        opts = g.settings.resource_opts.get(GPU, {})
+        promised = g.gpu_promised() if mem else {}
+        outside_max = int(opts.get("outside_max", 0))
+        ours = self.ours = self.ours if self.ours is not None else {run.token for run in g.running.values()}
+        return (lambda name, tok: None if name != GPU else
+                unfit(r, tok, outside_max=outside_max, want_mem=mem, promised=promised, ours=ours)), None
+

@@ -32,14 +32,16 @@ from typing import Any, Callable, Coroutine, Sequence
 from sloth_daemon.clock import ClockReadings, Clocks
 from sloth_daemon.config import Settings
 from sloth_daemon.daemon.conditions import Conditions
+from sloth_daemon.daemon.gpus import GpuProbe
 from sloth_daemon.daemon.limits import Postponement
-from sloth_daemon.daemon.resources import Resources
+from sloth_daemon.daemon.resources import Resources, resources_of
 from sloth_daemon.daemon.worker.actions import Actions
 from sloth_daemon.daemon.worker.adoption import Adopter
 from sloth_daemon.daemon.worker.claiming import Claimer
 from sloth_daemon.daemon.worker.clockwatch import ClockWatch
 from sloth_daemon.daemon.worker.conditionwatch import ConditionWatch
 from sloth_daemon.daemon.worker.gates import Gates
+from sloth_daemon.daemon.worker.gpuwatch import GpuWatch
 from sloth_daemon.daemon.worker.lanes import Lanes
 from sloth_daemon.daemon.worker.leases import QueueTime, Renewals
 from sloth_daemon.daemon.worker.lifecycle import Ending, Attempt, Stage, Why
@@ -94,7 +96,7 @@ class Worker:
         on_change: Callable[[Job], None] = lambda job: None, commit_delay_s: float = 0.0,
         host: str | None = None, places: Sequence[str] | None = None,
         conditions: Conditions | None = None, resources: Resources | None = None,
-        clock: ClockWatch | None = None, queue_time: QueueTime | None = None,
+        clock: ClockWatch | None = None, queue_time: QueueTime | None = None, gpus: GpuProbe | None = None,
     ) -> None:
         self.queue, self.settings, self.spawner, self.clocks = queue, settings, spawner, clocks
         self.log_path, self.instance = log_path, instance
@@ -117,9 +119,12 @@ class Worker:
         self.pauser = Pauser(queue, spawner, self.running, self.signals)
         self.gates = Gates(queue, self.running, self.lanes, settings,
                            conditions or Conditions(max_age_s=settings.conditions_check_s),
-                           resources or Resources(settings.resources), places=self.places,
+                           resources or resources_of(settings), places=self.places,
                            host=None if places is None else self.host,
-                           meta_key="cond_paused" if places is None else f"cond_paused@{self.host}")
+                           meta_key="cond_paused" if places is None else f"cond_paused@{self.host}",
+                           gpus=gpus or GpuProbe())
+        self.gates.gpus.on_fresh = lambda reading: self.gpuwatch.fresh(reading)  # a reading came: claim again
+        self.gpuwatch = GpuWatch(self.gates, queue, self.running, self.signals, clocks)
         self.watch = ConditionWatch(self.gates, self.pauser, self.signals, clocks, settings, end=self.end,
                                     spawn_task=self.spawn_task)
         self.claims = Claimer(queue, self.running, self.lanes, self.gates, self.pipeline, self.leases, self.watch,
@@ -192,6 +197,7 @@ class Worker:
         self.leases.heartbeat_due(r)
         self.pipeline.take_back_due(r.awake)
         self.watch.watch(r)
+        self.gpuwatch.watch(r)
         claim = self.signals.look or self.claims.due(r)
         self.signals.look = False  # a turn for a heartbeat or an fsync alone skips the claim queries
         # a job queued, released, retried or due behind a gate already told is told why it waits too
@@ -214,7 +220,8 @@ class Worker:
         deadlines += [run.record_after - r.awake for run in self.running.values()  # a write to try again
                       if run.stage is Stage.ENDED and not run.write_waits]
         deadlines += self.hearing.start_deadlines(r.awake)
-        deadlines += [d for d in (self.claims.deadline(r), self.watch.deadline(r)) if d is not None]
+        deadlines += [d for d in (self.claims.deadline(r), self.watch.deadline(r), self.gpuwatch.deadline(r))
+                      if d is not None]
         if self.postponed.holds(r.awake):
             deadlines.append(self.postponed.until - r.awake)
         if self.recorder.commits.due_at is not None:  # an fsync
@@ -258,6 +265,7 @@ class Worker:
         that runs, and recorded as it ran."""
         self.claims.stopped = True
         self.watch.stop()
+        self.gates.gpus.stop()  # an nvidia-smi being read is killed, not left behind
         self.signals.wake()
         if keep_jobs:
             await self.pipeline.take_back_all()
@@ -312,7 +320,7 @@ class Worker:
         self.queue.lease_s, self.queue.max_attempts = settings.lease_s, settings.max_attempts
         self.queue.backoff_cap_s = settings.backoff_cap_s
         notes = self.lanes.reload(settings)
-        self.gates.reload(settings, Resources(settings.resources))
+        self.gates.reload(settings, resources_of(settings))
         notes += self.gates.sweep()  # what the new resources or lanes can never run: held, and said
         self.pipeline.take_back()  # lanes may have changed
         self.signals.wake()

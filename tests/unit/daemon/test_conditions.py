@@ -228,13 +228,14 @@ def test_a_gate_is_one_canonical_text_and_none_without_one():
 def test_the_oldest_waiting_job_reserves_what_is_free_of_what_it_needs():
     r = Resources({"gpu": ("0", "1", "2")}, detect=list)
     free = r.free([{"gpu": ["1"]}])  # one run holds gpu 1
-    assert free == {"gpu": ["0", "2"]}
-    assert r.shortage({"gpu": 3}, free) == "waiting for gpu: 3 wanted, 2 of 3 free"
-    assert r.take({"gpu": 3}, free) is None  # the big job waits ...
-    assert free == {"gpu": []}  # ... and reserves the two free ones
-    assert r.take({"gpu": 1}, free) is None  # so a small job behind it does not take one
+    assert free == {"gpu": {"0": 1000, "1": 0, "2": 1000}}
+    three, one, two = (r.wants({"needs": {"gpu": n}}) for n in (3, 1, 2))
+    assert r.shortage(three, free) == "waiting for gpu: 3 wanted, 2 of 3 free"
+    assert r.take(three, free) is None  # the big job waits ...
+    assert free == {"gpu": {"1": 0}}  # ... and reserves the two free ones
+    assert r.take(one, free) is None  # so a small job behind it does not take one
     free = r.free([])
-    assert r.take({"gpu": 2}, free) == {"gpu": ["0", "1"]} and free == {"gpu": ["2"]}
+    assert r.take(two, free) == {"gpu": ["0", "1"]} and free == {"gpu": {"0": 0, "1": 0, "2": 1000}}
 
 
 def test_needs_this_machine_can_never_meet_are_refused():
@@ -248,7 +249,9 @@ def test_needs_this_machine_can_never_meet_are_refused():
 
 def test_a_run_finds_its_tokens_in_its_environment():
     assert environment({"gpu": ["1", "3"], "licence": ["0"]}) == {
-        "SLOTH_GPU": "1,3", "CUDA_VISIBLE_DEVICES": "1,3", "SLOTH_LICENCE": "0"}
+        "SLOTH_GPU": "1,3", "CUDA_VISIBLE_DEVICES": "1,3", "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "SLOTH_LICENCE": "0"}
+    assert environment({"gpu": ["1@500"]}) == {  # a share: the token without its share, and the share said
+        "SLOTH_GPU": "1", "CUDA_VISIBLE_DEVICES": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "SLOTH_GPU_SHARE": "0.5"}
     assert environment(None) == {}
 
 

@@ -12,6 +12,7 @@ import pytest
 from sloth_daemon.clock import ManualClocks
 from sloth_daemon.config import Settings
 from sloth_daemon.daemon.conditions import Conditions, Observer, Power
+from sloth_daemon.daemon.gpus import GpuProbe
 from sloth_daemon.daemon.resources import Resources
 from sloth_daemon.daemon.worker.loop import Worker
 from sloth_daemon.queue import Queue
@@ -47,7 +48,8 @@ def env(tmp_path: Path, clocks: ManualClocks):
         sp, m = FakeSpawner(), Machine()
         w = Worker(q, s, sp, clocks=clocks, log_path=lambda j, a: tmp_path / f"{j}.{a}.log", instance="t1",
                    conditions=Conditions(m, max_age_s=s.conditions_check_s, clock=lambda: clocks.read().awake),
-                   resources=Resources(resources or {}, detect=list))
+                   resources=Resources(resources or {}, detect=list),
+                   gpus=GpuProbe(which=lambda name: None))  # this machine's nvidia-smi, if any, is not the test's
         return w, q, sp, m
 
     yield make
@@ -99,6 +101,33 @@ def test_a_gated_job_takes_its_turn_by_priority_among_ungated_ones(env):
         sp.exit(jid, 0)
         w.turn()
     assert order == [high, gated, low]
+
+
+def test_gpu_jobs_waiting_on_a_gpu_busy_outside_sloth_hold_back_no_cpu_job(tmp_path, clocks):
+    """The rule (docs/gpus.md) at the worker's turn, a reading injected: nine
+    GPU jobs wait (both GPUs busy outside sloth), reserving GPUs only; a CPU
+    job and a licence job queued after them start in the same turn."""
+    from sloth_daemon.daemon.gpus import App, Reading, parse_gpus
+
+    uuids = ("GPU-a", "GPU-b")
+    reading = Reading(clocks.read().awake, parse_gpus("0, GPU-a, 81920, 3512, 78000\n1, GPU-b, 81920, 3512, 78000\n"),
+                      [App(4242, uuids[0], 3000 << 20), App(4243, uuids[1], 3000 << 20)], {})
+    probe = GpuProbe(which=lambda name: "/usr/bin/nvidia-smi", clock=lambda: clocks.read().awake)
+    probe.reading = reading
+    s = Settings(lease_s=30.0, clock_check_s=1000.0, default_concurrency=3)
+    q = Queue(tmp_path / "q.db", clocks, lease_s=s.lease_s)
+    sp = FakeSpawner()
+    try:
+        w = Worker(q, s, sp, clocks=clocks, log_path=lambda j, a: tmp_path / f"{j}.{a}.log", instance="t1",
+                   resources=Resources({"gpu": ("0", "1"), "licence": ("0",)}, detect=list), gpus=probe)
+        gpu_jobs = q.enqueue_many([{"command": ["g"], "needs": {"gpu": 1}}] * 8 + [{"command": ["h"], "needs": {"gpu": 0.5}}])
+        cpu, lic = q.enqueue_many([{"command": ["c"]}, {"command": ["l"], "needs": {"licence": 1}}])
+        w.turn()
+        assert sorted(started(sp)) == [cpu, lic]
+        assert q.get(gpu_jobs[0]).wait_reason.startswith("waiting for gpu 0 busy outside sloth (2.9G by pid 4242")
+        assert w.gates.gpu_waiting  # the GPUs are looked at again every check_s (gpuwatch.py)
+    finally:
+        q.close()
 
 
 def test_a_big_job_reserves_the_free_tokens_so_small_ones_behind_it_wait(env):
