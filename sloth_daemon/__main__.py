@@ -1,3 +1,3 @@
-from sloth_daemon.cli import main
+from sloth_daemon.cli import run
 
-main()
+run()

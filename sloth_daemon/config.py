@@ -45,6 +45,7 @@ class Settings:
     conditions_check_s: float = 30.0  # how often run conditions are looked at while jobs wait on them
     keeper_linger_s: float = 5.0  # the keeper exits once it has held no run this long (docs/idle.md)
     idle_exit_s: float = 0.0  # the daemon exits after this long with nothing to do; 0: never (docs/idle.md)
+    metrics_file: str = ""  # the daemon keeps its metrics there for node_exporter ("": none; docs/metrics.md)
     lanes: Mapping[str, int] = field(default_factory=dict)  # only the lanes the file names
     # [lanes.NAME] tables: what the keeper holds for every job of the lane
     # that does not say otherwise (mem, cpus, nice, io as checks.limits_json
@@ -400,6 +401,19 @@ def _coerce_telling(path: Path, key: str, raw: Any) -> Any:
     return raw
 
 
+def _metrics_file(path: Path, raw: Any) -> str:
+    """An absolute path (``~`` expanded) to a file in a folder that exists, or "" for none."""
+    if not isinstance(raw, str) or "\x00" in raw:
+        raise ConfigError(f"{path}: metrics_file must be a path (a string), got {raw!r}")
+    if not raw:
+        return ""
+    p = Path(raw).expanduser()
+    if not p.is_absolute() or raw.endswith("/"):
+        raise ConfigError(f"{path}: metrics_file must be an absolute path to a file, got {raw!r}",
+                          hint='e.g. metrics_file = "/var/lib/node_exporter/textfile/sloth.prom"')
+    return str(p)
+
+
 def _coerce_machine(path: Path, key: str, raw: Any) -> Any:
     """queue_url, host, tags and listen."""
     from sloth_daemon.spec import host_name
@@ -426,6 +440,8 @@ def _coerce_machine(path: Path, key: str, raw: Any) -> Any:
 
 
 def _coerce(path: Path, key: str, raw: Any) -> Any:
+    if key == "metrics_file":
+        return _metrics_file(path, raw)
     if key in ("notify", "on_finish"):
         return _coerce_telling(path, key, raw)
     if key in MACHINE_KEYS:
@@ -536,6 +552,7 @@ hook_timeout_s = "30s"  # on_finish still running after this is killed
 conditions_check_s = "30s"  # run conditions (--when) are looked at this often while jobs wait on them
 keeper_linger_s = "5s"      # the keeper (it owns running jobs) exits once it has held none this long
 idle_exit_s = 0             # e.g. "10m": the daemon exits after this long with nothing to do (0: never)
+# metrics_file = "/var/lib/node_exporter/textfile/sloth.prom"  # kept up to date for node_exporter
 
 [lanes]
 default = 1

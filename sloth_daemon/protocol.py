@@ -117,6 +117,8 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "schedule_resume": (frozenset({"name"}), frozenset()),
     "schedule_rm": (frozenset({"name"}), frozenset()),
     "schedule_run": (frozenset({"name"}), frozenset()),
+    # The metrics as text (issue 32): {"text": ...}; "format": "openmetrics" (default) or "prometheus".
+    "metrics": (frozenset(), frozenset({"format"})),
     # The timeline of the last "since_s" seconds (issue 31; backends/timeline.py): jobs with their
     # runs and waits, the machine's sleeps and the daemon's time up, the downtime between.
     "timeline": (frozenset(), frozenset({"since_s", "lane"})),
@@ -135,6 +137,7 @@ OP_SINCE.update(dict.fromkeys(("pause_jobs", "resume_jobs", "latest", "edit", "b
 # Round 4 (v5): "latest" means this machine's and takes "ran" (a daemon of v4 would answer another
 # machine's job, or refuse "ran" as an unknown argument: it is told to restart instead).
 OP_SINCE["latest"] = 5
+OP_SINCE["metrics"] = 5
 
 
 class Request:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Collection, ContextManager, Iterable, Mapping, Protocol, Sequence
 
-from sloth_daemon.backends import rules, schedule_rules as sr
+from sloth_daemon.backends import rules, run_tally, schedule_rules as sr
 from sloth_daemon.backends.edits import Edited
 from sloth_daemon.clock import Clock
 from sloth_daemon.models import Batch, Event, Job, JobState, Listing
@@ -238,10 +238,6 @@ class Outbox(Protocol):
 
     def messages(self, states: Sequence[str] = ("pending", "failed"), limit: int = 200) -> list[Message]:
         """Messages in ``states``, oldest first."""
-        ...
-
-    def counts(self) -> dict[str, int]:
-        """pending, failed and sent (the metrics' ``outbox counts``)."""
         ...
 
     def retry(self, ids: Sequence[int]) -> list[int]:
@@ -715,6 +711,11 @@ class Reads(Protocol):
         """The job's history, oldest first. Raises JobNotFound."""
         ...
 
+    def outbox_counts(self) -> dict[str, int]:
+        """The outbox's messages by state: pending, failed and sent (status,
+        `sloth outbox`, the metrics, idle exit), read only."""
+        ...
+
     def counts(self) -> dict[str, int]:
         """Jobs per state, every state named (0 for none)."""
         ...
@@ -799,6 +800,18 @@ class Reads(Protocol):
 
     def get_meta(self, key: str, default: Any = None) -> Any:
         """A small persisted setting (JSON value), e.g. which lanes are paused."""
+        ...
+
+    def run_tally(self) -> run_tally.Tally:
+        """The runs that ended, by (lane, outcome): how many, how long
+        (backends/run_tally.py), the pruned history's included, so no count
+        ever goes back while the queue lives. One pass over the history."""
+        ...
+
+    def oldest_queued(self) -> dict[str, float]:
+        """lane -> the earliest ``not_before`` of its queued jobs (gated
+        ones too): since when its oldest job has been due (later than now:
+        none is due yet)."""
         ...
 
     def window_jobs(self, since: float, *, lane: str | None = None, before_id: int | None = None,

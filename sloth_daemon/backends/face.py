@@ -69,6 +69,7 @@ class QueueReads:
         self.jobs = reads.jobs
         self.events = reads.events
         self.counts = reads.counts
+        self.outbox_counts = reads.outbox_counts
         self.costs = reads.costs
         self.run_times = reads.run_times
         self.latest = reads.latest
@@ -84,6 +85,8 @@ class QueueReads:
         self.lane_busy = reads.lane_busy
         self.lane_rows = reads.lane_rows
         self.get_meta = reads.get_meta
+        self.run_tally = reads.run_tally
+        self.oldest_queued = reads.oldest_queued
         self.machine_events = reads.machine_events
         self.window_jobs = reads.window_jobs
         self.listing = e.listings.listing

@@ -88,12 +88,14 @@ def add(command: Optional[Sequence[str]], *, lane: str = "default", priority: in
 
     asked_at = time.time()
     handle = {"name": batch} if many or array is not None or batch is not None else None
-    ids, tag = submit(jobs, common, no_start=no_start, where=where, handle=handle)
+    kept = _kept(no_start) if wait else None  # --wait: the commit's connection streams the wait
+    ids, tag = submit(jobs, common, no_start=no_start, where=where, handle=handle, connect=kept)
     if key is not None:
         _tell_reused(ids[0], key, asked_at)
     if tag is not None:
         _tell_batch(tag, len(ids))
-    return _tell(ids, wait=wait, as_json=as_json, extra={"batch": tag} if tag is not None else {})
+    return _tell(ids, wait=wait, as_json=as_json, extra={"batch": tag} if tag is not None else {},
+                 client=kept.client if kept is not None else None)
 
 
 def _member_of(jobs: list[dict[str, Any]]) -> Callable[[int], str]:
@@ -110,6 +112,12 @@ def _tell_batch(tag: dict[str, Any], n: int) -> None:
     name = f" {showable(tag['name'])!r}" if tag.get("name") else ""
     echo(f"sloth: batch {tag['id']}{name}: {n:,} job{'s' if n != 1 else ''} "
          f"(`sloth wait --batch {tag['id']}`, `sloth show --batch {tag['id']}`)", err=True)
+
+
+def _kept(no_start: bool) -> Any:
+    from sloth_daemon.cli.submit import Kept
+
+    return Kept(lambda: connect_or_start(no_start))
 
 
 def _tell_reused(jid: int, key: str, asked_at: float) -> None:
@@ -138,12 +146,12 @@ def _tell_reused(jid: int, key: str, asked_at: float) -> None:
          "nothing new was queued", err=True)
 
 
-def _tell(ids: list[int], *, wait: bool, as_json: bool, extra: dict[str, Any]) -> int:
+def _tell(ids: list[int], *, wait: bool, as_json: bool, extra: dict[str, Any], client: Any = None) -> int:
     if wait:
         from sloth_daemon.cli.wait import wait_for
 
         return wait_for(ids, stream=sys.stderr, as_json=as_json, json_extra={"ids": ids, **extra},
-                        before=None if as_json else "\n".join(map(str, ids)))
+                        before=None if as_json else "\n".join(map(str, ids)), client=client)
     if as_json:
         emit_json({"ids": ids, **extra})
     else:
@@ -221,7 +229,7 @@ def read_file(p: Optional[StrPath]) -> bytes:
 
 
 def submit(jobs: list[dict[str, Any]], common: dict[str, Any], *, no_start: bool,
-           where: Callable[[int], str], handle: Optional[dict[str, Any]] = None
+           where: Callable[[int], str], handle: Optional[dict[str, Any]] = None, connect: Any = None
            ) -> tuple[list[int], Optional[dict[str, Any]]]:
     """All or none (submit.py): checked before a daemon is started or a byte
     sent. Returns the ids and, with ``handle``, the batch's {id, name}."""
@@ -230,7 +238,7 @@ def submit(jobs: list[dict[str, Any]], common: dict[str, Any], *, no_start: bool
     sub.check(jobs, common, where=where)
     check_shell(jobs, where, cwd=common["cwd"])
     parts = sub.frames(jobs, common, where=where)
-    res = sub.submit(jobs, common, parts, lambda: connect_or_start(no_start), handle=handle)
+    res = sub.submit(jobs, common, parts, connect or (lambda: connect_or_start(no_start)), handle=handle)
     opts.tell_new_lanes(res)
     tell_waiting(res.get("waiting") or {})
     return list(res["ids"]), res.get("handle")

@@ -487,6 +487,13 @@ COMMANDS: tuple[Command, ...] = (
         _json("Print the settings as JSON (durations in seconds)."),
         Option("example", "--example", FLAG, False, "Print an example config file."), fast=True),
     Command(
+        "metrics", "Print the queue's metrics as OpenMetrics text: runs by lane and outcome,\ntheir durations, "
+        "queue depth, schedules, clock jumps, keeper restarts\n(docs/metrics.md). `metrics_file` in config keeps "
+        "them in a file for\nnode_exporter." + _examples("sloth metrics", "sloth metrics --format prometheus"),
+        "sloth_daemon.cli.metrics:metrics",
+        Option("fmt", "--format", VALUE, "openmetrics", "openmetrics, or prometheus (the text format 0.0.4)."),
+        fast=True),
+    Command(
         "daemon run", "Run the daemon in the foreground (what the login service runs).",
         "sloth_daemon.cli.daemon:daemon_run", fast=True),
     Command(

@@ -39,6 +39,8 @@ if TYPE_CHECKING:  # typing and contextlib are not imported at run time: `sloth 
 
         def set_timeout(self, timeout_s: float | None) -> None: ...
 
+        def close(self) -> None: ...
+
     Connect = Callable[[], AbstractContextManager[_Client]]
 
 NOTHING = "nothing was queued"
@@ -191,6 +193,31 @@ def submit(jobs: list[dict[str, Any]], common: dict[str, Any], parts: list[list[
         raise with_note(e.error, NOTHING) from None
     except SlothError as e:
         return _ask(token, len(jobs), e, connect)
+
+
+class Kept:
+    """Connections for ``submit`` whose last one is kept open after the
+    commit's answer, for what the command does next on it (`add --wait`
+    streams its wait there: no second connect, no second accept by the
+    daemon). One that fails is closed as usual; ``client``: the one to use
+    (None if none answered), which its user closes."""
+
+    def __init__(self, connect: Connect) -> None:
+        self.connect = connect
+        self.client: _Client | None = None
+
+    def __call__(self) -> "Kept":
+        self.client = self.connect().__enter__()
+        return self
+
+    def __enter__(self) -> _Client:
+        assert self.client is not None
+        return self.client
+
+    def __exit__(self, kind: object, *exc: object) -> None:
+        if kind is not None and self.client is not None:
+            self.client.close()
+            self.client = None
 
 
 class _NotSent(Exception):

@@ -36,17 +36,19 @@ _ERASE = "\r\x1b[K"
 
 
 def wait_for(ids: list[int], *, stream: IO[str], as_json: bool = False,
-             json_extra: Optional[dict[str, Any]] = None, before: Optional[str] = None, quiet: bool = False) -> int:
+             json_extra: Optional[dict[str, Any]] = None, before: Optional[str] = None, quiet: bool = False,
+             client: Any = None) -> int:
     """Wait on the daemon for ``ids``; tell outcomes on ``stream`` (the live
     line and the summary go to stderr when it is a terminal; ``quiet``: no
     outcome lines, the caller sums up). Returns the exit code: 0 all done,
-    5 any not, 130 interrupted."""
+    5 any not, 130 interrupted. ``client``: an open connection to wait on
+    (add's, submit.Kept), closed after; else a new one."""
     if before:
         echo(before)
     view = _View(ids, stream, live=not as_json and sys.stderr.isatty(), quiet=as_json or quiet)
     try:
         try:
-            final = _follow(ids, view, batched=True)
+            final = _follow(ids, view, batched=True, client=client)
         except errors.ProtocolError as e:
             if "batched" not in e.message:
                 raise
@@ -62,9 +64,10 @@ def wait_for(ids: list[int], *, stream: IO[str], as_json: bool = False,
     return errors.EXIT_JOB_FAILED if any(j["state"] != "done" for j in final) else 0
 
 
-def _follow(ids: list[int], view: _View, *, batched: bool) -> list[dict[str, Any]]:
-    """The daemon's ``wait`` shown on ``view``; the jobs as they ended."""
-    with connect() as c:  # bounded until the first frame; then as long as the jobs take
+def _follow(ids: list[int], view: _View, *, batched: bool, client: Any = None) -> list[dict[str, Any]]:
+    """The daemon's ``wait`` shown on ``view`` (on ``client``, else a new
+    connection); the jobs as they ended."""
+    with client or connect() as c:  # bounded until the first frame; then as long as the jobs take
         for ev in c.stream("wait", ids=ids, **({"batched": True} if batched else {})):
             kind = ev.get("kind")
             if kind == "jobs":

@@ -51,7 +51,7 @@ class Control:
     def __init__(self, queue: Queue, worker: Worker, spawner: Spawner, paths: Paths, settings: Settings,
                  *, request_stop: Callable[..., None], instance: str,
                  request_reload: Callable[[], dict[str, Any]] = _no_reload, shared: Any = None,
-                 scheduler: Any = None, teller: Any = None, sender: Any = None) -> None:
+                 scheduler: Any = None, teller: Any = None, sender: Any = None, metrics: Any = None) -> None:
         self.queue, self.worker, self.spawner = queue, worker, spawner
         self.logs = queue.logs  # the database's copies of attempt logs (a shared queue's), or None
         self.lanes, self.gates, self.running = worker.lanes, worker.gates, worker.running  # the worker's, named
@@ -67,6 +67,7 @@ class Control:
         self.scheduler = scheduler  # schedules.scheduler.Scheduler
         self.teller = teller  # tell.Teller (notifications, on_finish)
         self.sender = sender  # telling/sender.Sender (the outbox: pings, webhooks, mail)
+        self.metrics = metrics  # metrics_file.DaemonMetrics (the metrics op)
 
     # ------------------------------------------------------------ changes
     def job_changed(self, job: Job) -> None:

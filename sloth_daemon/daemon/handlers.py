@@ -33,6 +33,7 @@ from typing import Any, Awaitable, Callable
 
 from sloth_daemon import __version__
 from sloth_daemon import protocol
+from sloth_daemon.backends import metrics
 from sloth_daemon.backends import timeline
 from sloth_daemon.daemon.control import Control
 from sloth_daemon.daemon.edit_ops import EditOps
@@ -83,6 +84,7 @@ class Handlers:
     def __init__(self, control: Control, stats: dict[str, int]) -> None:
         worker = control.worker
         self.control, self.queue, self.paths, self.stats = control, control.queue, control.paths, stats
+        self.metrics = control.metrics  # metrics_file.DaemonMetrics
         self.streaming = Streams(control.queue, control, control.paths)
         self.close = self.streaming.close  # ends every open stream (the daemon is stopping)
         w = self._patiently
@@ -91,13 +93,13 @@ class Handlers:
             "list": self.op_list, "show": self.op_show, "logs": self.op_logs, "latest": self.op_latest,
             "batch": self.op_batch, "batch_show": self.op_batch_show,
             "config": _bare(control.config), "reload": _bare(control.request_reload),
-            "shutdown": self.op_shutdown, "timeline": self.op_timeline,
+            "shutdown": self.op_shutdown, "metrics": self.op_metrics, "timeline": self.op_timeline,
         }
         self.families = (JobOps(worker.actions, worker, worker.lanes, lambda: control.settings),
                          LaneOps(worker.actions, worker, worker.lanes, control),
                          EditOps(control.queue, control, worker.gates, worker.lanes, worker),
                          ScheduleOps(control.scheduler),
-                         OutboxOps(control.queue.outbox, control.sender))
+                         OutboxOps(control.queue.outbox, control.sender, control.queue.outbox_counts))
         for family in self.families:
             self.ops.update(family.table(w))
         self.stream_ops: dict[str, Callable[[dict[str, Any], Emit], Awaitable[Any]]] = {
@@ -135,6 +137,15 @@ class Handlers:
     def op_status(self, a: dict[str, Any]) -> dict[str, Any]:
         return {"version": __version__, "protocol": protocol.VERSION, **self.control.status(),
                 "server": dict(self.stats), "batches": self.queue.active_batches()}
+
+    async def op_metrics(self, a: dict[str, Any]) -> dict[str, Any]:
+        """Result: ``text``, the metrics in ``format`` (docs/metrics.md)."""
+        fmt = a.get("format", metrics.OPENMETRICS)
+        if fmt not in metrics.FORMATS:
+            raise BadRequest(f"unknown metrics format {fmt!r}", hint=f"One of: {', '.join(metrics.FORMATS)}.")
+        if self.metrics is None:
+            raise BadRequest("this daemon keeps no metrics")
+        return {"text": await self.metrics.text(fmt)}
 
     def op_add(self, a: dict[str, Any]) -> dict[str, Any]:
         """Result: ``ids`` (one per job, in order), ``new_lanes`` (lanes this

@@ -139,7 +139,7 @@ async def watch_daemon(d: Any) -> None:
                   keeper_holding=lambda: keeper.client.holding if keeper.client is not None else 0,
                   next_slot=scheduler.earliest if scheduler is not None else lambda: None,
                   connections=lambda: server.active, requests=lambda: server.stats["requests"],
-                  watching=lambda: gates.watching, outbox=lambda: d.queue.outbox.counts()["pending"])
+                  watching=lambda: gates.watching, outbox=lambda: d.queue.outbox_counts()["pending"])
     idle = IdleExit(views, lambda: d.settings.idle_exit_s)
     await idle.watch(close=server.stop_listening, reopen=lambda: server.start(d.paths.socket),
                      leave=lambda why: d.request_stop(why, keep_jobs=False))

@@ -57,6 +57,7 @@ from sloth_daemon.daemon.supervision import KeeperSpawner
 from sloth_daemon.daemon.tell import Teller
 from sloth_daemon.daemon.telling.deadman import DeadMan
 from sloth_daemon.daemon.telling.sender import Sender
+from sloth_daemon.daemon.metrics_file import DaemonMetrics, MetricsFile
 from sloth_daemon.daemon.worker.clockwatch import ClockWatch
 from sloth_daemon.daemon.machine_log import MachineLog
 from sloth_daemon.daemon.worker.loop import Worker
@@ -129,13 +130,14 @@ class Daemon:
                  server: Server, keeper: KeeperSpawner, control: Control | None = None,
                  teller: Teller | None = None, shared: "Shared | None" = None,
                  clock_set: timerfd.ClockSetWatch | None = None, machine: MachineLog | None = None,
-                 deadman: DeadMan | None = None) -> None:
+                 deadman: DeadMan | None = None, metrics_file: MetricsFile | None = None) -> None:
         self.paths, self.settings = paths, settings
         self.queue, self.worker, self.server, self.keeper = queue, worker, server, keeper
         self.control, self.teller, self.shared = control, teller, shared
         self.clock_set = clock_set  # the wall clock set, a resume: heard at once where Linux tells (timerfd)
         self.machine = machine  # its time up and the machine's sleeps, for the timeline
         self.deadman = deadman  # the schedules' dead-man switch (daemon/telling/deadman.py)
+        self.metrics_file = metrics_file  # config's metrics_file, written on changes (metrics_file.py)
         self.notifier = Notifier.from_env()
         self._stop = asyncio.Event()
         self.stop_reason = ""
@@ -216,6 +218,8 @@ class Daemon:
             tasks.append(loop.create_task(self.teller.sender.run()))  # the outbox (daemon/telling/)
         if self.deadman is not None:
             tasks.append(loop.create_task(self.deadman.run()))
+        if self.metrics_file is not None:
+            self.metrics_file.changed()  # a new daemon: its own counters start again
         notifier.ready(f"serving {self.paths.socket}")
         log.info("sloth %s ready: pid %d, socket %s, queue %s", __version__, os.getpid(), self.paths.socket,
                  self.paths.db if self.shared is None else self.shared.describe())
@@ -245,6 +249,8 @@ class Daemon:
             await self.shared.close()
         await self.keeper.close(bye=not self.keep_jobs)
         await self.server.close()
+        if self.metrics_file is not None:
+            self.metrics_file.close()
         if self.teller is not None:
             await self.teller.close()
         for t in tasks:
@@ -313,19 +319,23 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
         shared.attach(worker, paths.job_log)
     scheduler = compose_scheduler(queue, worker, clocks, shared, job=lambda d: control.validate([d], fired=True)[0],
                                   place=lambda d: dict(control._placed(d)))
+    metrics = DaemonMetrics(target, clock, keeper)  # `sloth metrics`, and the metrics file's text
+    metrics_file = MetricsFile(metrics, lambda: control.settings.metrics_file)
     control = Control(queue, worker, keeper, paths, settings, instance=instance,
                       request_stop=lambda reason, *, keep_jobs: daemon.request_stop(reason, keep_jobs=keep_jobs),
                       request_reload=lambda: daemon.reload(), shared=shared, scheduler=scheduler, teller=teller,
-                      sender=sender)
+                      sender=sender, metrics=metrics)
     control.watch(teller.job_changed)
     record = MachineLog(queue, host or socket.gethostname(), clock, lambda: clocks.read().awake)
     clock.listen(check=record.check, jump=record.jump)
+    control.watch(metrics_file.changed)  # the file follows changes, and only changes (docs/metrics.md)
+    clock.listen(check=lambda: None, jump=metrics_file.changed)
     if shared is not None:
         control.watch(shared.shipper.job_changed)
     daemon = Daemon(paths=paths, settings=settings, queue=queue, worker=worker,
                     server=Server(control, max_connections=max_connections, given=listener),
                     keeper=keeper, control=control, teller=teller, shared=shared, clock_set=clock_set,
-                    machine=record,
+                    machine=record, metrics_file=metrics_file,
                     deadman=DeadMan(queue.schedules, queue.outbox, job=queue.get, notify=teller.notify,
                                     now=queue.clock.now))
     return daemon

@@ -71,6 +71,7 @@ class KeeperSpawner:
         self._linger: asyncio.TimerHandle | None = None
         self._going: asyncio.Task[None] | None = None  # the keeper let go, until its lock is free
         self._coming: asyncio.Task[None] | None = None  # the next keeper, started for waiting spawns
+        self.connects = self.losses = 0  # keepers connected to (each start) and lost (sloth metrics)
 
     async def connect(self) -> list[dict[str, Any]]:
         """Connect (starting a keeper if none answers); the runs it holds."""
@@ -82,6 +83,7 @@ class KeeperSpawner:
         client.on_lost = self._lost
         client.on_quiet = self._quiet
         self.client, self.problem = client, None
+        self.connects += 1
         if client.quiet:
             self._quiet()
         return client.held
@@ -288,6 +290,7 @@ class KeeperSpawner:
     # ------------------------------------------------------------ lost
     def _lost(self) -> None:
         log.error("lost the connection to the keeper; connecting again")
+        self.losses += 1
         self.client = None
         self._reconnecting = True
         self._track(self._reconnect())

@@ -267,6 +267,8 @@ HEAVY = {
     "typer", "click", "rich", "psutil", "sqlite3", "asyncio", "subprocess", "platformdirs", "sloth_daemon.cli.typer_app",
     "sloth_daemon.paths", "sloth_daemon.spec", "sloth_daemon.models", "sloth_daemon.config",
     "sloth_daemon.queue", "psycopg", "textual", "sloth_daemon.cli.top",
+    # issue 32: the metrics are `sloth metrics`'s and the daemon's, never a daily command's
+    "sloth_daemon.cli.metrics", "sloth_daemon.backends.metrics", "sloth_daemon.backends.run_tally",
 }
 LIGHT_TOO = {"typing", "dataclasses", "inspect", "re", "json", "pathlib", "socket", "selectors", "shlex", "secrets"}
 IMPORTS = """

@@ -154,3 +154,17 @@ def test_piped_wait_on_a_held_job_says_once_why_nothing_happens(harness):
             p.kill()
             p.wait()
     assert p.returncode == 0 and out == f"job {held} done (exit 0)\n" and err == ""
+
+
+def test_add_wait_streams_its_wait_on_the_commits_connection(harness):
+    """`add --wait` costs the daemon one connection, not two (issue 30:
+    the round trip's second connect and accept), and tells the same."""
+    harness.start()
+    before = harness.call("status")["server"]["connections"]
+    p = harness.cli("add", "--wait", "--", "true")
+    after = harness.call("status")["server"]["connections"]
+    assert after - before == 2, after - before  # add --wait's one, and this status call's own
+    assert p.returncode == 0 and p.stdout.split() == [str(harness.call("latest")["id"])], p.stdout + p.stderr
+    assert "done" in p.stderr
+    bad = harness.cli("add", "--wait", "--", "false")
+    assert bad.returncode == EXIT_JOB_FAILED and "failed" in bad.stderr

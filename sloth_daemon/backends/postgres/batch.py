@@ -13,6 +13,7 @@ acts on a state another daemon has just changed.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Collection, Iterator, Sequence
 
 from psycopg import errors as pgerr
@@ -20,7 +21,7 @@ from psycopg import errors as pgerr
 from sloth_daemon.errors import BadRequest
 from sloth_daemon.models import ACTIVE_STATES, FINISHED_STATES, Batch, Job, JobState
 from sloth_daemon.spec import number
-from sloth_daemon.backends import contract, rules
+from sloth_daemon.backends import contract, rules, run_tally
 from sloth_daemon.backends.postgres import deps
 from sloth_daemon.backends.postgres.enqueue import SQL_ACTIVE_KEY, prune_batch_records
 from sloth_daemon.backends.postgres.reads import JobRows, check_id, get_row
@@ -145,6 +146,7 @@ class PgRequests(contract.Requests):
         return self.writer.write(lambda c: self._prune(c, args), "pruning finished jobs")
 
     def _prune(self, c: Cursor, args: dict[str, Any]) -> int:
+        _keep_tally(c, args)  # the counters of runs never go back (backends/run_tally.py)
         n = c.execute(f"DELETE FROM sloth.jobs WHERE {SQL_PRUNE_WHERE}", args).rowcount
         if n:
             c.execute(SQL_PRUNE_ENVS)
@@ -195,3 +197,15 @@ def _requeue(c: Cursor, row: Row, state: str) -> Row:
     except pgerr.UniqueViolation:
         other = c.execute(SQL_ACTIVE_KEY, (key,)).fetchone()
         raise rules.key_taken(other["id"] if other else "?", key) from None
+
+
+def _keep_tally(c: Cursor, args: dict[str, Any]) -> None:
+    """Fold the runs of the jobs about to be pruned into the pruned tally,
+    in the prune's transaction. Its row is locked first, so of two machines
+    pruning at once the second counts only what the first left."""
+    c.execute("INSERT INTO sloth.meta (key, value) VALUES (%s, '[]') ON CONFLICT DO NOTHING", (run_tally.PRUNED_KEY,))
+    row = one(c.execute("SELECT value FROM sloth.meta WHERE key = %s FOR UPDATE", (run_tally.PRUNED_KEY,)))
+    pruned = run_tally.from_rows(c.execute(run_tally.statement("sloth.", SQL_PRUNE_WHERE), args).fetchall())
+    if pruned:
+        kept = run_tally.merged(run_tally.from_meta(json.loads(row["value"])), pruned)
+        c.execute("UPDATE sloth.meta SET value = %s WHERE key = %s", (run_tally.to_json(kept), run_tally.PRUNED_KEY))

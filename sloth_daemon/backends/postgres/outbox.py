@@ -79,11 +79,6 @@ class PgOutbox(contract.Outbox):
             (list(states), limit)).fetchall(), "reading the outbox")
         return [message(r) for r in rows]
 
-    def counts(self) -> dict[str, int]:
-        rows = self.db.read(lambda c: c.execute(
-            "SELECT state, count(*) AS n FROM sloth.outbox GROUP BY state").fetchall(), "counting the outbox")
-        return {"pending": 0, "failed": 0, "sent": 0, **{r["state"]: int(r["n"]) for r in rows}}
-
     def retry(self, ids: Sequence[int]) -> list[int]:
         return self.db.write(lambda c: [r["id"] for r in c.execute(
             "UPDATE sloth.outbox SET state = 'pending', next_at = sloth.now(), tries = 0, lease_until = NULL"

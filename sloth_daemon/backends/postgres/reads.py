@@ -16,7 +16,7 @@ import json
 import math
 from typing import Any, Collection, Mapping, Sequence
 
-from sloth_daemon.backends import attempt_rules, contract, rules
+from sloth_daemon.backends import attempt_rules, contract, rules, run_tally
 from sloth_daemon.errors import JobNotFound
 from sloth_daemon.models import Event, Job, JobState
 from sloth_daemon.spec import integer
@@ -40,6 +40,7 @@ SQL_LANE_COUNTS = ("SELECT lane, state, count(*) AS n FROM sloth.jobs"
 
 
 SQL_HELD_GATES = "SELECT DISTINCT gate FROM sloth.jobs WHERE state = 'held' AND gate IS NOT NULL ORDER BY gate"
+SQL_RUN_TALLY = run_tally.statement("sloth.")
 
 class JobRows:
     """Rows made into Jobs, with their environments: an env is read once
@@ -143,6 +144,11 @@ class PgReads(contract.Reads):
         rows = self._db.read(lambda c: c.execute(SQL_COUNTS).fetchall(), "counting jobs")
         return rules.state_counts((r["state"], r["n"]) for r in rows)
 
+    def outbox_counts(self) -> dict[str, int]:
+        rows = self._db.read(lambda c: c.execute(
+            "SELECT state, count(*) AS n FROM sloth.outbox GROUP BY state").fetchall(), "counting the outbox")
+        return {"pending": 0, "failed": 0, "sent": 0, **{r["state"]: int(r["n"]) for r in rows}}
+
     def running(self) -> list[Job]:
         return self._db.read(lambda c: [self.rows.job(r, c) for r in c.execute(
             "SELECT * FROM sloth.jobs WHERE state = 'running' ORDER BY id").fetchall()],
@@ -215,6 +221,16 @@ class PgReads(contract.Reads):
         row = self._db.read(lambda c: c.execute(
             "SELECT value FROM sloth.meta WHERE key = %s", (key,)).fetchone(), "reading a setting")
         return default if row is None else json.loads(row["value"])
+
+    def run_tally(self) -> run_tally.Tally:
+        rows = self._db.read(lambda c: c.execute(SQL_RUN_TALLY).fetchall(), "counting runs")
+        return run_tally.merged(run_tally.from_rows(rows), run_tally.from_meta(self.get_meta(run_tally.PRUNED_KEY)))
+
+    def oldest_queued(self) -> dict[str, float]:
+        rows = self._db.read(lambda c: c.execute(
+            "SELECT lane, min(not_before) AS t FROM sloth.jobs WHERE state = 'queued' GROUP BY lane").fetchall(),
+            "reading the oldest queued jobs")
+        return {r["lane"]: r["t"] for r in rows}
 
     def window_jobs(self, since: float, *, lane: str | None = None, before_id: int | None = None,
                     limit: int = 100) -> list[tuple[Job, list[Event]]]:

@@ -11,10 +11,11 @@ moment ago does not undo the other thirty-nine.
 
 from __future__ import annotations
 
+import json
 import sqlite3
-from typing import Collection, Iterator, Sequence
+from typing import Any, Collection, Iterator, Sequence
 
-from sloth_daemon.backends import contract, rules
+from sloth_daemon.backends import contract, rules, run_tally
 from sloth_daemon.backends.sqlite import deps
 from sloth_daemon.backends.sqlite.ends import SqliteEnds, event
 from sloth_daemon.backends.sqlite.enqueue import SQL_ACTIVE_KEY, SqliteAdds
@@ -125,6 +126,7 @@ class SqliteRequests(contract.Requests):
         with self.store.tx() as c:
             if dry_run:
                 return int(c.execute(f"SELECT count(*) FROM jobs WHERE {where}", args).fetchone()[0])
+            _keep_tally(c, where, args)  # the counters of runs never go back (backends/run_tally.py)
             n = c.execute(f"DELETE FROM jobs WHERE {where}", args).rowcount
             if n:
                 c.execute("DELETE FROM envs WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.env_id = envs.id)")
@@ -148,6 +150,16 @@ class SqliteRequests(contract.Requests):
             return
         for i in _selected(c, lane, states):
             yield self.rows.row(c, i)
+
+
+def _keep_tally(c: sqlite3.Connection, where: str, args: Sequence[Any]) -> None:
+    """Fold the runs of the jobs about to be pruned into the pruned tally, in the prune's transaction."""
+    pruned = run_tally.from_rows(c.execute(run_tally.statement(jobs_where=where), args))
+    if pruned:
+        row = c.execute("SELECT value FROM meta WHERE key = ?", (run_tally.PRUNED_KEY,)).fetchone()
+        kept = run_tally.merged(run_tally.from_meta(json.loads(row[0]) if row else None), pruned)
+        c.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                  (run_tally.PRUNED_KEY, run_tally.to_json(kept)))
 
 
 def _selected(c: sqlite3.Connection, lane: str | None, states: Sequence[str] | None) -> list[int]:

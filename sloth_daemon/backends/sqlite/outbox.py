@@ -78,11 +78,6 @@ class SqliteOutbox(contract.Outbox):
             f"SELECT * FROM outbox WHERE state IN ({marks}) ORDER BY id LIMIT ?", (*states, limit))]
 
     @reads
-    def counts(self) -> dict[str, int]:
-        out = {"pending": 0, "failed": 0, "sent": 0}
-        out.update({r[0]: r[1] for r in self.conn.execute("SELECT state, count(*) FROM outbox GROUP BY state")})
-        return out
-
     def retry(self, ids: Sequence[int]) -> list[int]:
         now = self.clock.now()
         with self.store.tx() as c:

@@ -14,7 +14,7 @@ import json
 import sqlite3
 from typing import Any, Callable, Collection, Sequence, TypeVar
 
-from sloth_daemon.backends import attempt_rules, contract, rules
+from sloth_daemon.backends import attempt_rules, contract, rules, run_tally
 from sloth_daemon.backends.sqlite import db
 from sloth_daemon.clock import Clock
 from sloth_daemon.errors import JobNotFound
@@ -161,6 +161,11 @@ class SqliteReads(contract.Reads):
         return rules.state_counts(self.conn.execute("SELECT state, count(*) FROM jobs GROUP BY state"))
 
     @reads
+    def outbox_counts(self) -> dict[str, int]:
+        rows = self.conn.execute("SELECT state, count(*) FROM outbox GROUP BY state")
+        return {"pending": 0, "failed": 0, "sent": 0, **{r[0]: r[1] for r in rows}}
+
+    @reads
     def latest(self, *, origin: str | None = None, ran: bool = False) -> int | None:
         # ``origin`` names nothing here: a SQLite queue is one machine's, every job was queued from it
         row = self.conn.execute("SELECT max(id) FROM jobs" + (" WHERE attempts > 0" if ran else "")).fetchone()
@@ -223,6 +228,16 @@ class SqliteReads(contract.Reads):
     def get_meta(self, key: str, default: Any = None) -> Any:
         row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return default if row is None else json.loads(row[0])
+
+    @reads
+    def run_tally(self) -> run_tally.Tally:
+        return run_tally.merged(run_tally.from_rows(self.conn.execute(run_tally.statement())),
+                                run_tally.from_meta(self.get_meta(run_tally.PRUNED_KEY)))
+
+    @reads
+    def oldest_queued(self) -> dict[str, float]:
+        return {r[0]: r[1] for r in self.conn.execute(
+            "SELECT lane, min(not_before) FROM jobs WHERE state = 'queued' GROUP BY lane")}
 
     @reads
     def window_jobs(self, since: float, *, lane: str | None = None, before_id: int | None = None,

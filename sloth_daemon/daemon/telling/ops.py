@@ -18,10 +18,11 @@ MAX_SHOWN = 1000
 
 
 class OutboxOps:
-    """The outbox ops over the queue's ``outbox``; ``sender`` is woken by a retry."""
+    """The outbox ops over the queue's ``outbox`` (and its reads' ``counts``,
+    contract.Reads.outbox_counts); ``sender`` is woken by a retry."""
 
-    def __init__(self, outbox: Outbox, sender: Sender | None) -> None:
-        self.outbox, self.sender = outbox, sender
+    def __init__(self, outbox: Outbox, sender: Sender | None, counts: Callable[[], dict[str, int]]) -> None:
+        self.outbox, self.sender, self.counts = outbox, sender, counts
 
     def table(self, patiently: Callable[[Op], Op]) -> dict[str, Op]:
         return {"outbox": self.op_list, "outbox_retry": patiently(self.op_retry),
@@ -33,7 +34,7 @@ class OutboxOps:
             raise BadRequest(f"states must be a list of {', '.join(STATES)}")
         limit = whole(a.get("limit"), "limit", 1, MAX_SHOWN) if a.get("limit") is not None else 200
         return {"messages": [m.to_dict() for m in self.outbox.messages(states, limit)],
-                "counts": self.outbox.counts()}
+                "counts": self.counts()}
 
     def op_retry(self, a: dict[str, Any]) -> dict[str, Any]:
         ids = job_ids(a.get("ids"), "ids")

@@ -200,7 +200,7 @@ class Sender:
 
     def status(self) -> dict[str, Any]:
         """What `sloth status` says of the outbox."""
-        counts = self.queue.outbox.counts()
+        counts = self.queue.outbox_counts()
         return {"pending": counts["pending"], "failed": counts["failed"], **self.stats}
 
 

@@ -32,6 +32,8 @@ class ClockWatch:
         self.next_at = first.awake  # awake clock: the first turn checks
         self.last_jump: dict[str, Any] | None = None
         self.last_check_at: float | None = None
+        self.jumps: dict[str, int] = {}  # kind -> how many (sloth metrics), since this daemon started
+        self.slept_s = 0.0  # the machine's sleeps, summed
         self._on_check: list[Callable[[], None]] = []
         self._on_jump: list[Callable[[], None]] = []
 
@@ -60,6 +62,9 @@ class ClockWatch:
             return None
         self.last_jump = {"kind": jump.kind.value, "seconds": jump.seconds, "at": r.wall,
                           "describe": jump.describe()}
+        self.jumps[jump.kind.value] = self.jumps.get(jump.kind.value, 0) + 1
+        if jump.kind is JumpKind.SLEPT:
+            self.slept_s += jump.seconds
         log.info("clock: %s", jump.describe())
         for told in self._on_jump:
             told()

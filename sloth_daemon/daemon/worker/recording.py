@@ -142,7 +142,8 @@ class Recorder:
                        and self.commits.write_durably(True))
         self.commits.written([r for r in self.running.values() if r.stage is Stage.WRITTEN and r.record_after <= awake],
                              durable=durable, awake=awake)
-        if self.commits.due_at is not None and awake >= self.commits.due_at - TIMER_SLACK_S:
+        if self.commits.due_at is not None and (awake >= self.commits.due_at - TIMER_SLACK_S
+                                                or self.commits.now(self.running.values())):
             self.commits.flush(awake)
 
     def _tell(self, runs: list[Attempt]) -> None:

@@ -52,7 +52,7 @@ def test_jobs_without_channels_write_nothing_and_bad_channels_are_refused(q):
     jid = q.enqueue(["x"])
     run = q.claim("w")
     q.complete(jid, run.token, runner={"pid": 1})
-    assert q.outbox.counts() == {"pending": 0, "failed": 0, "sent": 0}
+    assert q.outbox_counts() == {"pending": 0, "failed": 0, "sent": 0}
     for bad in ({"ping": "ftp://x/y"}, {"webhook": "https://"}, {"webhook": HOOK, "webhook_on": ["nope"]},
                 {"mail_to": "no at sign"}, {"ping": "https://a/ b"}):
         with pytest.raises(BadRequest):
@@ -81,7 +81,7 @@ def test_a_lease_that_runs_out_hands_the_message_to_another_sender(q, clock):
     assert not q.outbox.sent(first[0].id, first[0].token)  # a's token no longer holds it
     assert q.outbox.sent(again[0].id, again[0].token)
     assert q.outbox.failed_try(again[1].id, again[1].token, "HTTP 500", 10)
-    assert q.outbox.counts() == {"pending": 1, "failed": 0, "sent": 1}
+    assert q.outbox_counts() == {"pending": 1, "failed": 0, "sent": 1}
     assert q.outbox.claim("b", limit=10, lease_s=30) == []
     clock.advance(10)
     last = q.outbox.claim("b", limit=10, lease_s=30)
@@ -90,7 +90,7 @@ def test_a_lease_that_runs_out_hands_the_message_to_another_sender(q, clock):
     assert [(m.event, m.last_error) for m in failed] == [("done", "HTTP 404")]
     assert q.outbox.retry([failed[0].id, 999]) == [failed[0].id]
     assert q.outbox.drop([failed[0].id, again[0].id]) == [failed[0].id]  # a sent one stays
-    assert q.outbox.counts() == {"pending": 0, "failed": 0, "sent": 1}
+    assert q.outbox_counts() == {"pending": 0, "failed": 0, "sent": 1}
     clock.advance(100)
     assert q.outbox.prune(50) == 1
 

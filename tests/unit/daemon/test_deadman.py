@@ -47,7 +47,7 @@ def test_a_schedule_whose_conditions_never_hold_is_told_missed_once_per_window_w
     assert hit.path.startswith("/hc/fail?rid=") and b"waiting for mains power" in hit.body
     w.at(4 * H + 10)
     dm.check()
-    assert len(notes) == 2 and q.outbox.counts()["pending"] == 1  # the next window, told once more
+    assert len(notes) == 2 and q.outbox_counts()["pending"] == 1  # the next window, told once more
 
 
 def test_a_success_moves_the_window(q, clock):

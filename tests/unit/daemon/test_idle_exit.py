@@ -31,7 +31,7 @@ class Parts:
         return Views(counts=self.queue.counts, runs=self.runs, keeper_holding=lambda: self.holding,
                      next_slot=lambda: self.slot, connections=lambda: self.connections,
                      requests=lambda: self.requests, watching=lambda: self.watching,
-                     outbox=lambda: self.queue.outbox.counts()["pending"])
+                     outbox=lambda: self.queue.outbox_counts()["pending"])
 
 
 @pytest.fixture

@@ -82,7 +82,7 @@ def test_a_failure_is_mailed_with_its_log_tail_and_a_success_is_not(q, clock, tm
     assert "run 1 says exit 7" in fail.get_payload() and fail["X-Sloth-Key"].endswith(f"job:{bad}:1:failed")
     assert fail["Message-ID"].endswith("@sloth>") and fail["From"] == "sloth@test"
     assert done["Subject"].startswith(f"sloth: job {wide} done") and done["To"] == "a@example.org, b@example.org"
-    assert q.outbox.counts() == {"pending": 0, "failed": 0, "sent": 2}
+    assert q.outbox_counts() == {"pending": 0, "failed": 0, "sent": 2}
 
 
 def test_starttls_is_verified_and_the_password_comes_from_a_file(q, clock, tmp_path, tls_smtp):

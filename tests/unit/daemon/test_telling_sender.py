@@ -59,7 +59,7 @@ def test_healthchecks_sequence_for_a_run_that_fails_then_succeeds(q, clock, tmp_
     assert rids[0] == rids[1] != rids[2] == rids[3]  # one rid per run, the same for its start and end
     assert rx.requests[1].body == b"run 1 says exit 3\n" and rx.requests[0].body == b""
     assert len({r.headers["idempotency-key"] for r in rx.requests}) == 4
-    assert q.outbox.counts() == {"pending": 0, "failed": 0, "sent": 4}
+    assert q.outbox_counts() == {"pending": 0, "failed": 0, "sent": 4}
 
 
 def test_a_receiver_down_for_an_hour_gets_everything_once_it_is_back(q, clock, tmp_path, rx):
@@ -72,14 +72,14 @@ def test_a_receiver_down_for_an_hour_gets_everything_once_it_is_back(q, clock, t
         due = q.outbox.next_at()
         clock.set(max(due, clock.now()) if due is not None else clock.now() + 60)
     # backoff doubled up to its cap: about 8 tries of each in the hour, not one a second
-    assert 3 * 6 <= tries <= 3 * 12 and q.outbox.counts()["pending"] == 3
+    assert 3 * 6 <= tries <= 3 * 12 and q.outbox_counts()["pending"] == 3
     assert sending.backoff_s(1) == 10 and sending.backoff_s(30) == sending.BACKOFF_CAP_S
     rx.mode = "ok"
     clock.advance(sending.BACKOFF_CAP_S)
     while s.pump():
         pass
     assert sorted(r.path.split("?")[0] for r in rx.effects) == ["/h", "/p", "/p/start"]
-    assert q.outbox.counts() == {"pending": 0, "failed": 0, "sent": 3}
+    assert q.outbox_counts() == {"pending": 0, "failed": 0, "sent": 3}
 
 
 def test_past_its_bound_a_message_is_kept_failed_with_its_error_and_a_refusal_at_once(q, clock, tmp_path, rx):

@@ -751,53 +751,99 @@ def test_default_concurrency_applies_to_the_default_lane_too(env, tmp_path):
 
 
 # ----------------------------------------------- group commit with a delay
-def test_outcomes_share_a_delayed_fsync_and_are_told_only_after_it(tmp_path, clocks, monkeypatch):
-    """The daemon's group commit: an outcome is written at once (no fsync),
-    the lane's next job starts in the same turn, and nobody hears of the
-    result (no ack to the keeper, no watcher) until the fsync, up to
-    commit_delay_s later, that the outcomes ending meanwhile share. A sync
-    that fails is tried again later; the outcome stays untold until then."""
-    from sloth_daemon.errors import StorageError
-
+def _delayed_commits(tmp_path, clocks) -> tuple[Queue, FakeSpawner, Worker, list[int]]:
+    """A worker whose group commit waits 5 ms, and the ids of the jobs told done (in order)."""
     q = Queue(tmp_path / "q.db", clocks, lease_s=LEASE)
     sp = FakeSpawner()
     w = Worker(q, Settings(lease_s=LEASE), sp, clocks=clocks, log_path=lambda j, a: tmp_path / f"{j}.{a}.log",
                instance="t1", commit_delay_s=0.005)
     told: list[int] = []
     w.signals.on_change = lambda job: told.append(job.id) if job.state.value == "done" else None
+    return q, sp, w, told
+
+
+def test_outcomes_share_a_delayed_fsync_and_are_told_only_after_it(tmp_path, clocks, monkeypatch):
+    """The daemon's group commit: an outcome is written at once (no fsync),
+    the lane's next job starts in the same turn, and nobody hears of the
+    result (no ack to the keeper, no watcher) until the fsync, up to
+    commit_delay_s later, that the outcomes ending meanwhile share (the
+    first outcome after a quiet spell begins no burst: synced at once). A
+    sync that fails is tried again later; the outcome stays untold until then."""
+    from sloth_daemon.errors import StorageError
+
+    q, sp, w, told = _delayed_commits(tmp_path, clocks)
     syncs: list[str] = []
     real_sync = q.sync
 
     def sync() -> None:
-        syncs.append("fail" if len(syncs) == 1 else "ok")
+        syncs.append("fail" if len(syncs) == 2 else "ok")
         if syncs[-1] == "fail":
             raise StorageError("EIO")
         real_sync()
 
     monkeypatch.setattr(q, "sync", sync)
-    a, b, c = q.enqueue(["a"]), q.enqueue(["b"]), q.enqueue(["c"])
+    first, a, b, c = q.enqueue(["first"]), q.enqueue(["a"]), q.enqueue(["b"]), q.enqueue(["c"])
     w.turn()
+    sp.start(first)
+    sp.exit(first, 0)
+    w.turn()  # the first outcome after a quiet spell begins no burst: synced at once (a claimed meanwhile)
+    assert syncs == ["ok"] and told == [first]
+    told.clear()
+    sp.acked.clear()
     sp.start(a)
     sp.exit(a, 0)
     w.turn()  # a's outcome written; b claimed and started in the same turn; no fsync yet
-    assert q.get(a).state.value == "done" and sp.key_of(b) and not syncs and not sp.acked and not told
+    assert q.get(a).state.value == "done" and sp.key_of(b) and syncs == ["ok"] and not sp.acked and not told
     assert w.next_wake_s() == pytest.approx(0.005)
     sp.start(b)
     sp.exit(b, 0)
     w.turn()  # b's outcome too, within the delay: still one fsync to come
-    assert not syncs and not told
+    assert syncs == ["ok"] and not told
     clocks.advance(0.005)
     w.turn()
-    assert syncs == ["ok"] and sp.acked == [sp.key_of(a), sp.key_of(b)] and told == [a, b]  # one fsync, both
+    assert syncs == ["ok", "ok"] and sp.acked == [sp.key_of(a), sp.key_of(b)] and told == [a, b]  # one fsync, both
     sp.start(c)
     sp.exit(c, 0)
     w.turn()
     clocks.advance(0.005)
     w.turn()  # this fsync fails: c stays untold
-    assert syncs == ["ok", "fail"] and told == [a, b] and sp.key_of(c) not in sp.acked
+    assert syncs == ["ok", "ok", "fail"] and told == [a, b] and sp.key_of(c) not in sp.acked
+    clocks.advance(0.01)
+    w.turn()  # alone now, but a failed fsync waits its retry time all the same
+    assert syncs == ["ok", "ok", "fail"]
     clocks.advance(1.0)
     w.turn()
-    assert syncs == ["ok", "fail", "ok"] and told == [a, b, c] and sp.key_of(c) in sp.acked
+    assert syncs == ["ok", "ok", "fail", "ok"] and told == [a, b, c] and sp.key_of(c) in sp.acked
+    q.close()
+
+
+def test_a_lone_outcome_is_synced_and_told_in_its_own_turn(tmp_path, clocks, monkeypatch):
+    """Nothing else held (no run running, claimed or pending) can end within
+    the delay to share the fsync: `add --wait -- true` hears of its end at
+    once, not commit_delay_s later (issue 30). With another run held, the
+    delay stands (the test above)."""
+    q, sp, w, told = _delayed_commits(tmp_path, clocks)
+    syncs: list[int] = []
+    real_sync = q.sync
+    monkeypatch.setattr(q, "sync", lambda: (syncs.append(1), real_sync())[1])
+    a = q.enqueue(["a"])
+    w.turn()
+    sp.start(a)
+    sp.exit(a, 0)
+    w.turn()  # no clock advanced: the same turn that wrote it synced it
+    assert syncs == [1] and told == [a] and sp.acked == [sp.key_of(a)]
+    assert w.recorder.commits.due_at is None
+    # a long job runs (held: it could end any time), a short one ends a while after the last outcome:
+    # it began no burst, so it is synced at once too
+    w.set_lane("default", 2)
+    long, short = q.enqueue(["sleep", "600"]), q.enqueue(["true"])
+    w.turn()
+    sp.start(long)
+    sp.start(short)
+    clocks.advance(1.0)
+    sp.exit(short, 0)
+    w.turn()
+    assert syncs == [1, 1] and told == [a, short]
     q.close()
 
 

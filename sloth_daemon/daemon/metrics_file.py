@@ -1,0 +1,161 @@
+"""The daemon's metrics (docs/metrics.md): what `sloth metrics` asks it
+for (the op ``metrics``), and the file ``metrics_file`` it keeps for
+node_exporter's textfile collector.
+
+``DaemonMetrics`` reads the queue's families (backends/metrics.py) on a
+read-only view of its own, opened for each reading in a thread: one pass
+over a long history (~0.2 s for 100,000 jobs) costs the event loop -- the
+socket, the heartbeats -- nothing. It adds what only this process knows:
+its clock jumps and sleeps (ClockWatch), its keepers started and lost
+(KeeperSpawner), each counted since it started (``_created``: its start).
+
+``MetricsFile`` writes the file when something changed (a job, the clock),
+never on a timer: at rest the daemon wakes for it not once. A burst is
+coalesced: the first change is written QUIET_S later, then at most every
+MIN_GAP_S while changes go on, the last one always. The text is
+Prometheus's text format (the collector reads no OpenMetrics), written to a
+temporary file beside it (not ``*.prom``: the collector never reads half a
+file) and renamed over it; a text that did not change is not written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from sloth_daemon.backends import metrics
+from sloth_daemon.backends.metrics import Family, Series
+from sloth_daemon.errors import SlothError
+from sloth_daemon.safefile import open_file
+from sloth_daemon.daemon.supervision import KeeperSpawner
+from sloth_daemon.daemon.worker.clockwatch import ClockWatch
+
+log = logging.getLogger("sloth.metrics")
+QUIET_S = 0.2  # a burst's first change waits this long for the rest of it
+MIN_GAP_S = 5.0  # then the file is written at most this often (a scrape is every 15 s or more)
+FILE_MODE = 0o644  # node_exporter runs as another user: it must read it
+
+
+class DaemonMetrics:
+    """The queue's families read on ``target`` (the daemon's queue: a path
+    or a URL) and the daemon's own, from ``clock`` and ``keeper``."""
+
+    def __init__(self, target: str | os.PathLike[str], clock: ClockWatch, keeper: KeeperSpawner) -> None:
+        self.target, self.clock, self.keeper = target, clock, keeper
+        self.started_at = time.time()
+        self._reading = threading.Lock()  # one reading at a time: the op and the file may ask at once
+
+    def own(self) -> list[Family]:
+        """What this daemon counted since it started."""
+        born = self.started_at
+        jumps = Family("sloth_clock_jumps", "counter",
+                       "Clock jumps this daemon saw, by kind: slept (the machine was suspended), stepped "
+                       "(the wall clock was set), stalled (the daemon did not run).")
+        jumps.series = [Series((("kind", k),), self.clock.jumps.get(k, 0), born)
+                        for k in ("slept", "stepped", "stalled")]
+        slept = Family("sloth_slept_seconds", "counter", "Time the machine spent suspended, as this daemon saw it.",
+                       "seconds", [Series((), self.clock.slept_s, born)])
+        starts = Family("sloth_keeper_starts", "counter",
+                        "Keepers this daemon connected to: the first, each one started after the last was let "
+                        "go, each reconnect.", "", [Series((), self.keeper.connects, born)])
+        lost = Family("sloth_keeper_lost", "counter",
+                      "Connections to the keeper lost (it died or was killed): each is a keeper restart.", "",
+                      [Series((), self.keeper.losses, born)])
+        start = Family("sloth_daemon_start_time_seconds", "gauge", "When this daemon started.", "seconds",
+                       [Series((), born)])
+        return [jumps, slept, starts, lost, start]
+
+    async def text(self, fmt: str) -> str:
+        """The metrics as text in ``fmt`` (metrics.FORMATS)."""
+        own = self.own()  # on the loop: its counters are the loop's
+        return await asyncio.to_thread(self._text, own, fmt)
+
+    def _text(self, own: list[Family], fmt: str) -> str:
+        from sloth_daemon.backends import open_read_only
+
+        with self._reading:
+            view = open_read_only(self.target)
+            try:
+                queue = metrics.queue_families(view, now=time.time())
+            finally:
+                view.close()
+        return metrics.expose([*queue, *own], fmt)
+
+
+class MetricsFile:
+    """Keeps the file ``path()`` names (config's metrics_file, read at each
+    write: a reload applies; "" writes none) up to date with ``source``."""
+
+    def __init__(self, source: DaemonMetrics, path: Callable[[], str]) -> None:
+        self.source, self.path = source, path
+        self._timer: asyncio.TimerHandle | None = None
+        self._writing: asyncio.Task[None] | None = None
+        self._again = False  # a change came while writing: write once more after
+        self._last_at = float("-inf")  # monotonic time of the last write
+        self._written: tuple[str, str] | None = None  # (path, text) last written
+        self._problem: str | None = None  # the last failure, logged once
+
+    def changed(self, *_: object) -> None:
+        """Something the metrics show changed: write it soon (a job's
+        change, a clock jump; the daemon's start)."""
+        if not self.path():
+            return
+        if self._writing is not None:
+            self._again = True
+            return
+        if self._timer is None:
+            delay = max(QUIET_S, self._last_at + MIN_GAP_S - time.monotonic())
+            self._timer = asyncio.get_running_loop().call_later(delay, self._write_now)
+
+    def _write_now(self) -> None:
+        self._timer = None
+        self._writing = asyncio.get_running_loop().create_task(self._write())
+
+    async def _write(self) -> None:
+        path = self.path()
+        try:
+            if path:
+                text = await self.source.text(metrics.PROMETHEUS)
+                if self._written != (path, text):
+                    await asyncio.to_thread(write_atomically, Path(path), text)
+                    self._written = (path, text)
+                self._problem = None
+        except (SlothError, OSError) as e:
+            problem = getattr(e, "message", None) or str(e)
+            if problem != self._problem:
+                log.warning("metrics_file %s not written: %s", path, problem)
+            self._problem = problem
+        finally:
+            self._writing, self._last_at = None, time.monotonic()
+            if self._again:
+                self._again = False
+                self.changed()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """``text`` into ``path`` whole or not at all: a temporary file beside it
+    (a name no textfile collector reads), renamed over it."""
+    tmp = path.with_name(f".{path.name}.sloth-tmp")
+    try:
+        os.unlink(tmp)  # left by a crash
+    except FileNotFoundError:
+        pass
+    fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)  # the daemon's umask is 077
+        data = text.encode()
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
