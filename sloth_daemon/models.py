@@ -97,6 +97,7 @@ class Job:
     gate: dict[str, Any] | None = None  # when / on_lost / needs / slots (checks.gate_json); None: none
     tokens: dict[str, list[str]] | None = None  # the resource tokens its current run holds (on its machine)
     wait_reason: str | None = None  # why a queued job with a gate does not start ("waiting for mains power")
+    rules: dict[str, Any] | None = None  # watchdogs and retry rules (checks.rules_json; docs/watchdogs.md)
 
     @classmethod
     def from_row(cls, row: Any, *, env: dict[str, str] | None = None) -> "Job":
@@ -122,6 +123,7 @@ class Job:
         d["paused"] = paused_run is not None and paused_run == d["token"] and d["state"] is JobState.RUNNING
         d["keep_awake"] = bool(d.get("keep_awake"))
         d["limits"] = json.loads(d["limits"]) if d.get("limits") else None
+        d["rules"] = json.loads(d["rules"]) if d.get("rules") else None
         if isinstance(d["cwd"], bytes):  # a path that is not UTF-8, kept as its bytes
             d["cwd"] = d["cwd"].decode("utf-8", "surrogateescape")
         return cls(**d)

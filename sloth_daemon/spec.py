@@ -15,7 +15,7 @@ from typing import Any, Mapping, NamedTuple
 
 from sloth_daemon.checks import (  # noqa: F401 - the checks, where the queue has always found them
     DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS, FIELDS, MAX_PREREQS, PREVIOUS, command_json, duration, env_json, exit_codes,
-    fields, host_name, ids, integer, number, path_text, place_name, text,
+    fields, host_name, ids, integer, number, path_text, place_name, rules_json, text,
 )
 
 # id(env) -> (env, its JSON): a batch usually shares one environment object.
@@ -57,6 +57,7 @@ class JobSpec(NamedTuple):
     keep_awake: bool = False  # hold a sleep inhibitor while it runs (keeper/keep_awake.py)
     limits_json: str | None = None  # resource limits, checks.limits_json
     gate_json: str | None = None  # conditions, needs, slots (checks.gate_json): None, none of them
+    rules_json: str | None = None  # watchdogs and retry rules (checks.rules_json): None, none of them
 
     @property
     def waits(self) -> bool:
@@ -65,4 +66,6 @@ class JobSpec(NamedTuple):
     @classmethod
     def parse(cls, s: Mapping[str, Any], defaults: Defaults, env_cache: EnvCache | None = None) -> "JobSpec":
         """Validate one job object (as sent by a client). Raises BadRequest."""
-        return cls(*fields(s, defaults.max_attempts, defaults.lease_s, env_cache, defaults.place))
+        spec = cls(*fields(s, defaults.max_attempts, defaults.lease_s, env_cache, defaults.place))
+        rules = s.get("rules")
+        return spec if rules is None else spec._replace(rules_json=rules_json(rules))

@@ -68,6 +68,7 @@ class QueueReads:
         self.get_many = reads.get_many
         self.jobs = reads.jobs
         self.events = reads.events
+        self.results = reads.results
         self.counts = reads.counts
         self.latest = reads.latest
         self.running = self.claimed = reads.running  # claimed: the name of schema v1-v3 days
@@ -129,6 +130,7 @@ class Queue(QueueReads):
         self.fail = leases.fail
         self.release = leases.release
         self.note_ended = leases.note_ended
+        self.keep_result = leases.keep_result
         self.unclaim = leases.unclaim
         self.adopt = leases.adopt
         self.abandon = leases.abandon

@@ -38,7 +38,9 @@ def add(command: Optional[Sequence[str]], *, lane: str = "default", priority: in
         keep_awake: bool = False, mem: Optional[str] = None, cpus: Optional[str] = None,
         nice: Optional[int] = None, io: Optional[str] = None,
         when: Optional[Sequence[str]] = None, on_lost: Optional[str] = None,
-        needs: Optional[Sequence[str]] = None, slots: Optional[int] = None) -> int:
+        needs: Optional[Sequence[str]] = None, slots: Optional[int] = None,
+        stall: Optional[str] = None, fail_on: Optional[str] = None, retry_on: Optional[Sequence[str]] = None,
+        no_retry_on: Optional[Sequence[str]] = None, backoff: Optional[str] = None) -> int:
     """Queue the command (or the lines of --stdin/--file) with these options,
     as `sloth add` was given them; print the ids. Returns the exit code;
     raises SlothError for the edge to print."""
@@ -51,7 +53,7 @@ def add(command: Optional[Sequence[str]], *, lane: str = "default", priority: in
     check_usage(words, many=many, delay=delay, at=at, key=key)
     common = common_fields(
         cwd=cwd, not_before=opts.not_before(delay, at), **opts.dep_fields(after, after_any),
-        hold=True if hold else None,
+        hold=True if hold else None, **opts.rules_fields(stall, fail_on, retry_on, no_retry_on, backoff),
         **opts.job_fields(lane=lane, priority=priority, max_attempts=max_attempts, lease=lease, timeout=timeout,
                           label=label, retry_exit=retry_exit, no_retry_exit=no_retry_exit, anywhere=anywhere, on=on,
                           keep_awake=keep_awake, mem=mem, cpus=cpus, nice=nice, io=io, when=when, on_lost=on_lost,

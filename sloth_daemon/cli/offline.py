@@ -160,7 +160,8 @@ def _detail(q: Any, job_id: int) -> dict[str, Any]:
     job = q.get(job_id).to_dict()
     explainer(q)([job])
     return {"job": job, "events": [e.to_dict() for e in q.events(job_id)],
-            "prereqs": q.prereqs(job_id), "dependents": q.dependents(job_id)}
+            "prereqs": q.prereqs(job_id), "dependents": q.dependents(job_id),
+            "results": q.results([job_id]).get(job_id, [])}
 
 
 def _show(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
@@ -169,7 +170,7 @@ def _show(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
     for i in a["ids"]:
         q.get(i)
     return {"jobs": [{**(d := _detail(q, i))["job"], "events": d["events"], "prereqs": d["prereqs"],
-                      "dependents": d["dependents"]} for i in a["ids"]]}
+                      "dependents": d["dependents"], "results": d["results"]} for i in a["ids"]]}
 
 
 def _logs(q: ReadOnlyQueue, paths: Paths, a: dict[str, Any]) -> Any:

@@ -255,7 +255,7 @@ def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]], *,
     if job.get("runner"):
         lines.append(f"  pid       {job['runner'].get('pid')}")
     lines += held_lines(job, events)
-    lines += _relations(prereqs, dependents) + _gate(job)
+    lines += _relations(prereqs, dependents) + _gate(job) + rules_lines(job)
     if job.get("message"):
         lines.append(f"  message   {showable(job['message'])}")
     lines += _history(job, events)
@@ -263,6 +263,34 @@ def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]], *,
         lines.append(f"  last lines of its log (attempt {job['attempts']})")
         lines += [f"    | {ln}" for ln in log_tail]
     return "\n".join(lines)
+
+
+RESULT_SHOWN_CHARS = 200  # of a result, what `show` prints (`sloth result ID` prints all of it)
+
+
+def rules_lines(job: dict[str, Any]) -> list[str]:
+    """Its watchdogs and retry rules (docs/watchdogs.md), and what its attempts handed on."""
+    rules, out = job.get("rules") or {}, []
+    watch = ([f"stall {format_duration(rules['stall_s'])}"] if rules.get("stall_s") else []) + \
+        ([f"fail-on {showable(repr(rules['fail_on']))}"] if rules.get("fail_on") else [])
+    if watch:
+        out.append("  watch     " + "; ".join(watch))
+    retry = ([f"also on {','.join(rules['retry_on'])}"] if rules.get("retry_on") else []) + \
+        ([f"never on {','.join(rules['no_retry_on'])}"] if rules.get("no_retry_on") else [])
+    if rules.get("backoff_s") or rules.get("backoff_cap_s"):
+        base = format_duration(rules["backoff_s"]) if rules.get("backoff_s") else "2s"
+        cap = format_duration(rules["backoff_cap_s"]) if rules.get("backoff_cap_s") else "backoff_cap_s"
+        retry.append(f"backoff {base}..{cap}")
+    if retry:
+        out.append("  retries   " + "; ".join(retry))
+    for r in job.get("results") or []:
+        import json
+
+        text = json.dumps(r["result"], ensure_ascii=False)
+        if len(text) > RESULT_SHOWN_CHARS:
+            text = text[:RESULT_SHOWN_CHARS] + f"... (`sloth result {job['id']}`)"
+        out.append(f"  result    attempt {r['attempt']}: {showable(text)}")
+    return out
 
 
 def option_lines(options: dict[str, Any]) -> list[str]:

@@ -24,7 +24,7 @@ from sloth_daemon import protocol
 from sloth_daemon.errors import (
     BadRequest, FieldError, IllegalTransition, PermissionDenied, ProtocolError, SlothError, StorageError, from_dict,
 )
-from sloth_daemon.checks import DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS, command_json, fields
+from sloth_daemon.checks import DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS, command_json, fields, rules_json
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing and contextlib are not imported at run time: `sloth add` pays for every import
@@ -99,6 +99,8 @@ def _check_one(spec: dict[str, Any], cache: EnvCache, where: str) -> None:
                 raise FieldError("shell", "must be true or false")
         else:
             fields(spec, DEFAULT_MAX_ATTEMPTS, DEFAULT_LEASE_S, cache)
+            if spec.get("rules") is not None:
+                rules_json(spec["rules"])  # --stall, --fail-on ... (JobSpec.parse checks them apart)
     except FieldError as e:
         text = f"{option_names().get(e.field, e.field)} {e.problem}"
         raise BadRequest(f"{where + ': ' if where else ''}{text}; {NOTHING}", e.hint or None) from None

@@ -113,7 +113,8 @@ class Control:
         job = self.queue.get(job_id).to_dict()
         self.explain([job])
         return {"job": job, "events": [e.to_dict() for e in self.queue.events(job_id)],
-                "prereqs": self.queue.prereqs(job_id), "dependents": self.queue.dependents(job_id)}
+                "prereqs": self.queue.prereqs(job_id), "dependents": self.queue.dependents(job_id),
+                "results": self.queue.results([job_id]).get(job_id, [])}  # what its attempts handed on
 
     def status(self) -> dict[str, Any]:
         """Answers even when the database is broken or gone (then ``counts``

@@ -224,7 +224,8 @@ class Handlers:
 
 def flat_detail(d: dict[str, Any]) -> dict[str, Any]:
     """A job object with its history beside its fields (the shape of `show` for many)."""
-    return {**d["job"], "events": d["events"], "prereqs": d["prereqs"], "dependents": d["dependents"]}
+    return {**d["job"], "events": d["events"], "prereqs": d["prereqs"], "dependents": d["dependents"],
+            "results": d["results"]}
 
 
 def _bare(fn: Callable[[], Any]) -> Callable[[dict[str, Any]], Any]:

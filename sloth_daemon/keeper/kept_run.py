@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from sloth_daemon.keeper.keep_awake import Inhibitor
 from sloth_daemon.keeper.runner import JobProcess
+from sloth_daemon.keeper.watchdog import Watch
 from sloth_daemon.keeper.wire import Trust
 
 
@@ -26,6 +27,9 @@ class Launch:
     timeout_s: float | None
     keep_awake: bool = False
     limits: dict[str, Any] | None = None  # checks.limits_json's, with the daemon's "mem_via"
+    stall_s: float | None = None  # --stall (keeper/watchdog.py)
+    fail_on: str | None = None  # --fail-on
+    result_path: Path | None = None  # $SLOTH_RESULT: read once it ends (keeper/results.py)
 
 
 @dataclass
@@ -62,6 +66,8 @@ class KeptRun:
     inhibitor: Inhibitor | None = None  # its sleep inhibitor, while it runs (keeper/keep_awake.py)
     limits: dict[str, Any] | None = None
     cgroup: str | None = None  # its cgroup v2 folder, under a scope's limits (oom kills are read there)
+    watch: Watch | None = None  # its --stall and --fail-on, while it runs (keeper/watchdog.py)
+    result_path: Path | None = None  # $SLOTH_RESULT (keeper/results.py)
 
     def wire(self, after: str | None = None) -> dict[str, Any]:
         """As hello lists it and the journal keeps it; ``after``: the run a

@@ -100,18 +100,21 @@ class _Batch:
     def insert(self, rows: list[JobSpec]) -> list[int]:
         for r in rows:
             env_id = None if r.env_json is None else self.env_ids[r.env_json]
-            if r.key is None and not r.waits and not r.hold and r.gate_json is None:
+            if r.key is None and not r.waits and not r.hold and r.gate_json is None and r.rules_json is None:
                 self.run.append(_values(r, env_id, self.now))
                 continue
             self.flush()
             hit = self.c.execute(SQL_ACTIVE_KEY, (r.key,)).fetchone() if r.key is not None else None
             if hit:
                 self.ids.append(hit[0])
+                continue
             elif r.waits or r.hold:
                 self.ids.append(self._waiting(r, env_id))
             else:
                 self.ids.append(int(self.c.execute(SQL_INSERT_GATED, (r.gate_json, *_values(r, env_id, self.now)))
                                     .lastrowid or 0))
+            if r.rules_json is not None:  # few jobs have rules: the plain statements stay as they were
+                self.c.execute("UPDATE jobs SET rules = ? WHERE id = ?", (r.rules_json, self.ids[-1]))
         self.flush()
         deps.add_deps(self.c, self.deps)
         return self.ids
