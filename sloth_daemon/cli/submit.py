@@ -43,7 +43,8 @@ if TYPE_CHECKING:  # typing and contextlib are not imported at run time: `sloth 
 NOTHING = "nothing was queued"
 # The job fields `sloth add` fills without an option of their own (--cwd
 # only changes the folder, which is always sent).
-NOT_OPTIONS = {"command": "the command", "env": "the environment", "cwd": "--cwd (or the current folder)"}
+NOT_OPTIONS = {"command": "the command", "env": "the environment", "cwd": "--cwd (or the current folder)",
+               "backoff_cap_s": "--backoff's CAP"}
 
 
 def option_names() -> dict[str, str]:

@@ -17,26 +17,18 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.support.harness import TEST_CONFIG, Harness, alive
+from tests.support.engines import ENGINES, QUICK, add_id, started_on
+from tests.support.harness import Harness, alive
 
 pytestmark = pytest.mark.acceptance
 
-QUICK = TEST_CONFIG.replace('backoff_cap_s = "60s"', 'backoff_cap_s = "200ms"')
-
-
-@pytest.fixture(params=["sqlite", pytest.param("pg", marks=pytest.mark.postgres)])
+@pytest.fixture(params=ENGINES)
 def h(request, make_harness) -> Harness:
     """A started daemon with quick retries, on a SQLite file or a PostgreSQL queue."""
-    config = QUICK
-    if request.param == "pg":
-        config += f'queue_url = "{request.getfixturevalue("pg_url")}"\n'
-    made = make_harness(config)
-    made.start()
-    return made
+    return started_on(request, make_harness)
 
 
-def add(h: Harness, *args: str) -> int:
-    return int(h.cli("add", *args, check=True).stdout.split()[0])
+add = add_id
 
 
 def ends(h: Harness, job: int) -> list[str]:
