@@ -558,10 +558,12 @@ class Reads(Protocol):
         """The job's history, oldest first. Raises JobNotFound."""
         ...
 
-    def results(self, job_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
+    def results(self, job_ids: Sequence[int], *, attempts: tuple[int, int] | None = None
+                ) -> dict[int, list[dict[str, Any]]]:
         """The results the jobs' attempts handed on (keep_result), by job id,
-        each ``{"attempt", "result" (the JSON parsed), "at"}`` oldest first;
-        a job with none (or unknown) is absent."""
+        each ``{"attempt", "result" (the JSON parsed), "at"}`` oldest first,
+        only those of attempts ``lo..hi`` when given (each may be 64 KiB:
+        a reader asks for what it shows); a job with none (or unknown) is absent."""
         ...
 
     def counts(self) -> dict[str, int]:

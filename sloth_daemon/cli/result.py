@@ -2,7 +2,8 @@
 docs/watchdogs.md), printed as it is stored, for a script to read (jq).
 Exit 0 with it printed; 1 (nothing printed) when the job has no result from
 that attempt; 4 for an unknown job; 2 for an attempt it never had. It asks
-the daemon, or reads the queue file when none answers. No Typer."""
+the daemon (the ``result`` op), or reads the queue file when none answers.
+No Typer."""
 
 from __future__ import annotations
 
@@ -27,16 +28,8 @@ def result(job_id: str, *, attempt: Optional[int] = None) -> None:
     import json
 
     jid = parse_id(job_id)
-    res = call_or_read("show", id=jid)
-    job, kept = res["job"], res.get("results") or []
-    n = attempt if attempt is not None else job["attempts"]
-    if attempt is not None and not 1 <= attempt <= max(job["attempts"], 0):
-        raise errors.BadRequest(f"job {jid} has attempts 1..{job['attempts']}, not {attempt}"
-                                if job["attempts"] else f"job {jid} has not run yet")
-    found = next((r for r in kept if r["attempt"] == n), None)
-    if found is None:
-        earlier = [r["attempt"] for r in kept]
-        raise NoResult(f"job {jid} has no result from attempt {n}" if n else f"job {jid} has not run yet",
-                       hint=f"Attempt(s) {', '.join(map(str, earlier))} handed one on: --attempt N."
-                       if earlier else None)
-    echo(json.dumps(found["result"], ensure_ascii=False))
+    res = call_or_read("result", id=jid, **({"attempt": attempt} if attempt is not None else {}))
+    if not res["found"]:
+        raise NoResult(f"job {jid} has no result from attempt {res['attempt']}" if res["attempt"]
+                       else f"job {jid} has not run yet")
+    echo(json.dumps(res["result"], ensure_ascii=False))

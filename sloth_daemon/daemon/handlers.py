@@ -37,6 +37,7 @@ from sloth_daemon.daemon.edit_ops import EditOps
 from sloth_daemon.daemon.job_ops import JobOps
 from sloth_daemon.daemon.lane_ops import LaneOps
 from sloth_daemon.daemon.schedules.ops import ScheduleOps
+from sloth_daemon.daemon.worker.handing import one_result
 from sloth_daemon.daemon.request_args import (
     MAX_LIST, attempt_of, batch_token, flag, job_id, job_ids, jobs_of, listing_args, whole,
 )
@@ -85,6 +86,7 @@ class Handlers:
         self.ops: dict[str, Callable[[dict[str, Any]], Any]] = {
             "ping": self.op_ping, "status": self.op_status, "add": w(self.op_add),
             "list": self.op_list, "show": self.op_show, "logs": self.op_logs, "latest": self.op_latest,
+            "result": lambda a: one_result(self.queue, job_id(a.get("id")), a.get("attempt")),
             "batch": self.op_batch, "config": _bare(control.config), "reload": _bare(control.request_reload),
             "shutdown": self.op_shutdown,
         }

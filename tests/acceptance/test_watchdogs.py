@@ -165,3 +165,18 @@ def test_bad_rules_are_refused_at_add_and_nothing_is_queued(harness, args, says)
     p = h.cli("add", *args, "--", "true")
     assert p.returncode == 2 and says in p.stderr, p.stderr
     assert h.call("list")["jobs"] == []
+
+
+def test_a_paused_run_is_not_stalled_and_its_stall_clock_starts_afresh(make_harness, tmp_path):
+    h = make_harness(QUICK)
+    h.start()
+    go = tmp_path / "go"
+    job = add(h, "--stall", "1s", "--max-attempts", "1", "-s",
+              f"while [ ! -e {go} ]; do echo tick; sleep 0.2; done; echo finished")
+    h.wait_for(lambda: "tick" in h.cli("logs", str(job)).stdout, what="its first tick")
+    h.cli("pause", "--job", str(job), check=True)
+    time.sleep(2.5)  # paused longer than --stall: no output, by our doing
+    assert h.job(job)["state"] == "running"
+    h.cli("resume", "--job", str(job), check=True)
+    go.touch()
+    assert h.wait_state(job, "done", "failed", timeout_s=30)["state"] == "done", ends(h, job)

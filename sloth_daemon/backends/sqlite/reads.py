@@ -144,12 +144,15 @@ class SqliteReads(contract.Reads):
         return [Event(**dict(r)) for r in rows]
 
     @reads
-    def results(self, job_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
+    def results(self, job_ids: Sequence[int], *, attempts: tuple[int, int] | None = None
+                ) -> dict[int, list[dict[str, Any]]]:
         out: dict[int, list[dict[str, Any]]] = {}
+        lo, hi = attempts or (0, 2**62)
         for i in range(0, len(job_ids), 500):
             part = list(job_ids[i:i + 500])
             for r in self.conn.execute(f"SELECT job_id, attempt, data, at FROM results WHERE job_id IN"
-                                       f" ({', '.join('?' * len(part))}) ORDER BY job_id, attempt", part):
+                                       f" ({', '.join('?' * len(part))}) AND attempt BETWEEN ? AND ?"
+                                       " ORDER BY job_id, attempt", [*part, lo, hi]):
                 out.setdefault(r[0], []).append({"attempt": r[1], "result": json.loads(r[2]), "at": r[3]})
         return out
 

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sloth_daemon.errors import SlothError
+from sloth_daemon.errors import BadRequest, SlothError
 from sloth_daemon.models import Job
 from sloth_daemon.safefile import open_file
 
@@ -53,6 +53,30 @@ def after_results(queue: "Queue", job: Job) -> list[dict[str, Any]]:
                     "label": j.label if j else None,
                     "result": last_result["result"] if last_result else None})
     return out
+
+
+RESULTS_SHOWN = 10  # `show` lists the results of a job's last this many attempts (`sloth result --attempt N`: any)
+
+
+def shown_results(q: Any, job: dict[str, Any]) -> list[dict[str, Any]]:
+    """What `show` lists of the job's results (``q``: a queue or its read-only view)."""
+    n = job["attempts"]
+    return q.results([job["id"]], attempts=(max(1, n - RESULTS_SHOWN + 1), n)).get(job["id"], []) if n else []
+
+
+def one_result(q: Any, job_id: int, attempt: Any = None) -> dict[str, Any]:
+    """The ``result`` op: what attempt ``attempt`` (default: the last) of the
+    job handed on, ``result`` null and ``found`` false when nothing. Raises
+    JobNotFound, BadRequest for an attempt it never had."""
+    job = q.get(job_id)
+    if attempt is not None and (isinstance(attempt, bool) or not isinstance(attempt, int)
+                                or not 1 <= attempt <= job.attempts):
+        raise BadRequest(f"job {job.id} has attempts 1..{job.attempts}, not {attempt!r}" if job.attempts
+                         else f"job {job.id} has not run yet, so it has no attempt {attempt!r}")
+    n = job.attempts if attempt is None else attempt
+    kept = q.results([job.id], attempts=(n, n)).get(job.id, []) if n else []
+    return {"id": job.id, "attempt": n, "attempts": job.attempts, "found": bool(kept),
+            "result": kept[0]["result"] if kept else None}
 
 
 def hand_on(queue: "Queue", job: Job, log_path: Path) -> dict[str, str]:
