@@ -98,8 +98,6 @@ def ended_note(outcome: Outcome) -> str:
 
 
 EXIT_MEANING = {126: "found but not executable", 127: "command not found"}
-CAUSE_WORDS = {"timeout": "a timeout", "stall": "a stall", "match": "a --fail-on match", "mem": "a --mem kill",
-               "signal": "a signal"}
 
 
 def end_cause(outcome: Outcome) -> str | None:
@@ -158,5 +156,7 @@ def _exit_rule(job: Job, code: int) -> str:
         if code in job.retry_exit:
             return f"retry rule: exit {code} is in --retry-exit"
         return f"not retried: exit {code} is not in --retry-exit {','.join(map(str, job.retry_exit))}"
-    return f"retry rule: exit {code} retries (default: every exit code but " + \
-        (",".join(map(str, job.no_retry_exit)) or "none") + ")"
+    if default:
+        return f"retry rule: exit {code} retries (default: every exit code but 126,127)"
+    never = ",".join(map(str, job.no_retry_exit))
+    return f"retry rule: exit {code} retries (--no-retry-exit {never or 'none'})"

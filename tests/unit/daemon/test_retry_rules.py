@@ -39,7 +39,8 @@ DEFAULTS = ("signal", "stall", "timeout")
     (Outcome(126), {}, False, "not retried: exit 126 is in the default --no-retry-exit 126,127"),
     (Outcome(3), {"retry_exit": [1, 75]}, False, "not retried: exit 3 is not in --retry-exit 1,75"),
     (Outcome(75), {"retry_exit": [1, 75]}, True, "retry rule: exit 75 is in --retry-exit"),
-    (Outcome(1), {"no_retry_exit": []}, True, "retry rule: exit 1 retries (default: every exit code but none)"),
+    (Outcome(1), {"no_retry_exit": []}, True, "retry rule: exit 1 retries (--no-retry-exit none)"),
+    (Outcome(1), {"no_retry_exit": [2]}, True, "retry rule: exit 1 retries (--no-retry-exit 2)"),
 ])
 def test_each_end_is_decided_by_a_named_rule(outcome, kw, retry, rule):
     assert retry_verdict(job(**kw), outcome, outcome.describe()[1], DEFAULTS)[::2] == (retry, rule)
