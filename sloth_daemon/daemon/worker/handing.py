@@ -23,6 +23,7 @@ from sloth_daemon.models import Job
 from sloth_daemon.safefile import open_file
 
 if TYPE_CHECKING:
+    from sloth_daemon.backends.face import QueueReads
     from sloth_daemon.queue import Queue
 
 log = logging.getLogger("sloth.worker")
@@ -58,13 +59,13 @@ def after_results(queue: "Queue", job: Job) -> list[dict[str, Any]]:
 RESULTS_SHOWN = 10  # `show` lists the results of a job's last this many attempts (`sloth result --attempt N`: any)
 
 
-def shown_results(q: Any, job: dict[str, Any]) -> list[dict[str, Any]]:
+def shown_results(q: "QueueReads", job: dict[str, Any]) -> list[dict[str, Any]]:
     """What `show` lists of the job's results (``q``: a queue or its read-only view)."""
     n = job["attempts"]
     return q.results([job["id"]], attempts=(max(1, n - RESULTS_SHOWN + 1), n)).get(job["id"], []) if n else []
 
 
-def one_result(q: Any, job_id: int, attempt: Any = None) -> dict[str, Any]:
+def one_result(q: "QueueReads", job_id: int, attempt: Any = None) -> dict[str, Any]:
     """The ``result`` op: what attempt ``attempt`` (default: the last) of the
     job handed on, ``result`` null and ``found`` false when nothing. Raises
     JobNotFound, BadRequest for an attempt it never had."""
