@@ -37,6 +37,9 @@ FIELDS = frozenset({
 
     "keep_awake", "limits",
     "ping", "webhook", "webhook_on", "mail_to", "mail_on",  # who is told (tell_json; docs/telling.md)
+
+
+    "rules",  # watchdogs and retry rules (rules_json): JobSpec.parse reads it
 })
 MAX_PREREQS = 1000  # prerequisites per job
 PREVIOUS = ("after", "after_any")  # after_previous: how a job waits for the one before it in its batch
@@ -719,3 +722,126 @@ def merge_tell(own: str | None, more: str) -> str:
     if len(chans) > MAX_CHANNELS:
         raise FieldError("ping", f"at most {MAX_CHANNELS} channels a job, its lane's included; got {len(chans)}")
     return dumps(chans, compact=True)
+
+
+# ---------------------------------------------------------------- watchdogs and retry rules (issue 33 item 5)
+# A job's "rules" object: {"stall_s", "fail_on", "retry_on", "no_retry_on", "backoff_s", "backoff_cap_s"}
+# (docs/watchdogs.md). The ends that are no exit code, by the names --retry-on takes:
+RETRY_CAUSES = ("timeout", "stall", "match", "mem", "signal")
+# Which of them are retried when neither the job nor config.toml's retry_on says (docs/watchdogs.md: why).
+DEFAULT_RETRY_ON = ("timeout", "stall", "signal")
+RULE_NAMES = ("stall_s", "fail_on", "retry_on", "no_retry_on", "backoff_s", "backoff_cap_s")
+# --fail-on is matched per output line, in the keeper's event loop, by Python's backtracking re: a
+# pattern is refused at add unless its worst case on one line is bounded (fail_on_pattern).
+FAIL_ON_MAX_CHARS = 200
+FAIL_ON_LINE_BYTES = 512  # of each output line, the first this many are matched (the rest of a longer line not)
+FAIL_ON_MAX_COST = 1 << 22  # the worst-case steps of one line's search fail_on_pattern allows (~tens of ms)
+
+
+def rules_json(v: Any) -> str | None:
+    """A job's watchdogs and retry rules checked, as stored JSON (keys
+    sorted); None or {} -> None. Raises FieldError naming the rule."""
+    if v is None or v == {}:
+        return None
+    if not isinstance(v, dict):
+        raise FieldError("rules", f"must be an object of {', '.join(RULE_NAMES)}")
+    unknown = set(v) - set(RULE_NAMES)
+    if unknown:
+        raise FieldError("rules", f"unknown rule(s): {', '.join(sorted(map(str, unknown)))}")
+    out: dict[str, Any] = {}
+    for k in ("stall_s", "backoff_s", "backoff_cap_s"):
+        if v.get(k) is not None:
+            out[k] = duration(v[k], k, None)
+    if "backoff_s" in out and "backoff_cap_s" in out and out["backoff_s"] > out["backoff_cap_s"]:
+        raise FieldError("backoff_s", f"the base ({format_duration(out['backoff_s'])}) is longer than the cap "
+                         f"({format_duration(out['backoff_cap_s'])})", hint="Give --backoff BASE..CAP, e.g. 5s..10m.")
+    if v.get("fail_on") is not None:
+        out["fail_on"] = fail_on_pattern(v["fail_on"])
+    for k in ("retry_on", "no_retry_on"):
+        if v.get(k) is not None:
+            out[k] = retry_causes(v[k], k)
+    if set(out.get("retry_on", ())) & set(out.get("no_retry_on", ())):
+        raise FieldError("retry_on", "names "
+                         f"{', '.join(sorted(set(out['retry_on']) & set(out['no_retry_on'])))} in --no-retry-on too")
+    return dumps(out) if out else None
+
+
+def retry_causes(v: Any, name: str) -> list[str]:
+    """A list of RETRY_CAUSES names (sorted, each once)."""
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise FieldError(name, f"must be a list of {', '.join(RETRY_CAUSES)}")
+    bad = [x for x in v if x not in RETRY_CAUSES]
+    if bad:
+        raise FieldError(name, f"unknown end(s): {', '.join(map(repr, bad))}",
+                         hint=f"Ends that are no exit code: {', '.join(RETRY_CAUSES)} (exit codes: --retry-exit).")
+    return sorted(set(v))
+
+
+def fail_on_pattern(v: Any) -> str:
+    """A --fail-on regular expression, refused unless its search of one
+    output line (at most FAIL_ON_LINE_BYTES) is bounded: at most
+    FAIL_ON_MAX_CHARS long; no backreferences; a repeat (* + ? {m,n}) only
+    of one character (a letter, ``.``, ``[...]``, ``\\d``...) or, for ``?``,
+    of a group; and the product of the choices its repeats and alternations
+    leave, times the line's length, within FAIL_ON_MAX_COST. Python's re
+    backtracks, and the keeper matches in its own event loop: a pattern such
+    as ``(a|aa)*b`` or ``.*.*.*x`` would stop it for minutes on one line."""
+    v = text(v, "fail_on", None, nonempty=True)
+    if len(v) > FAIL_ON_MAX_CHARS:
+        raise FieldError("fail_on", f"is {len(v)} characters; at most {FAIL_ON_MAX_CHARS}")
+    import re
+
+    try:
+        parsed = _re_parse(v)
+        re.compile(v)
+    except (re.error, RecursionError, OverflowError) as e:
+        raise FieldError("fail_on", f"{v!r} is not a regular expression: {e}") from None
+    cost = FAIL_ON_LINE_BYTES * _pattern_cost(parsed, v)
+    if cost > FAIL_ON_MAX_COST:
+        raise FieldError("fail_on", f"{v!r} may take too long on one line: its repeats and alternatives allow "
+                         f"~{cost:.2g} steps per line, at most {FAIL_ON_MAX_COST:.2g}",
+                         hint="Use at most one unbounded * or + (bound the others: \\d{1,8}), "
+                              "e.g. --fail-on 'loss: nan' or 'error.*fatal'.")
+    return v
+
+
+def _re_parse(v: str) -> Any:
+    try:
+        from re import _parser  # type: ignore[attr-defined]  # 3.11+
+    except ImportError:  # 3.10
+        import sre_parse as _parser
+    return _parser.parse(v)
+
+
+def _pattern_cost(items: Any, pattern: str) -> int:
+    """Worst-case choices of one match attempt (see fail_on_pattern); raises FieldError."""
+    try:
+        from re import _constants as c  # type: ignore[attr-defined]
+    except ImportError:  # 3.10
+        import sre_constants as c
+    single = {c.LITERAL, c.NOT_LITERAL, c.ANY, c.IN, c.CATEGORY}
+    repeats = {c.MAX_REPEAT, c.MIN_REPEAT, *((c.POSSESSIVE_REPEAT,) if hasattr(c, "POSSESSIVE_REPEAT") else ())}
+    cost = 1
+    for op, av in items:
+        if op in (c.GROUPREF, c.GROUPREF_EXISTS):
+            raise FieldError("fail_on", f"{pattern!r}: backreferences are not taken (they make a search unbounded)")
+        if op in repeats:
+            lo, hi, body = av
+            width = FAIL_ON_LINE_BYTES if hi == c.MAXREPEAT else min(hi, FAIL_ON_LINE_BYTES)
+            if len(body) == 1 and body[0][0] in single:
+                cost *= width + 1
+            elif hi <= 1:
+                cost *= 2 * _pattern_cost(body, pattern)
+            else:
+                raise FieldError("fail_on", f"{pattern!r}: a repeated group (such as (ab)+ or (a|b)*) is not taken: "
+                                 "it can make a search of one line take minutes",
+                                 hint="Repeat single characters only: [ab]+, \\w*, .{0,20}.")
+        elif op is c.SUBPATTERN:
+            cost *= _pattern_cost(av[-1], pattern)
+        elif op is c.BRANCH:
+            cost *= sum(_pattern_cost(b, pattern) for b in av[1])
+        elif op in (c.ASSERT, c.ASSERT_NOT):
+            cost *= _pattern_cost(av[1], pattern)
+        if cost > FAIL_ON_MAX_COST:
+            return cost
+    return cost

@@ -16,7 +16,8 @@ from sloth_daemon.text import mask, remember
 import json
 
 from sloth_daemon.checks import (
-    BOUNDS, DURATION_KEYS, LEASE_HINT, MAX_TOKENS, MIN_LEASE_S, limits_json, parse_size, resource_name, when_list,
+    BOUNDS, DEFAULT_RETRY_ON, DURATION_KEYS, LEASE_HINT, MAX_TOKENS, MIN_LEASE_S, RETRY_CAUSES, limits_json,
+    parse_size, resource_name, when_list,
 )
 from sloth_daemon.checks import TELL_FIELDS, size_of, tell_json
 from sloth_daemon.durations import format_duration, parse_duration
@@ -34,6 +35,8 @@ class Settings:
     kill_grace_s: float = 10.0  # SIGTERM -> SIGKILL
     clock_check_s: float = 5.0  # how often the clocks are compared (sleep detection)
     notify: tuple[str, ...] = ("failed",)  # desktop notification on: failed, done, drained
+    # ends that are no exit code retried by default (checks.RETRY_CAUSES; a job's --retry-on/--no-retry-on win)
+    retry_on: tuple[str, ...] = DEFAULT_RETRY_ON
     on_finish: str = ""  # a shell command run when a job ends, the job as JSON on stdin
     hook_timeout_s: float = 30.0  # an on_finish command still running after this is killed
     # One queue for several machines (a PostgreSQL URL; SLOTH_QUEUE_URL wins): see queue_target.
@@ -444,6 +447,11 @@ def _coerce(path: Path, key: str, raw: Any) -> Any:
         return _metrics_file(path, raw)
     if key in ("notify", "on_finish"):
         return _coerce_telling(path, key, raw)
+    if key == "retry_on":
+        if not isinstance(raw, list) or any(v not in RETRY_CAUSES for v in raw):
+            raise ConfigError(f"{path}: retry_on must be a list of {', '.join(RETRY_CAUSES)}, got {raw!r}",
+                              hint='e.g. retry_on = ["timeout", "stall", "signal"] (the default); docs/watchdogs.md.')
+        return tuple(sorted(set(raw)))
     if key in MACHINE_KEYS:
         return _coerce_machine(path, key, raw)
     if key in DURATION_KEYS:
@@ -541,6 +549,7 @@ default_concurrency = 1
 notify = ["failed"]     # desktop notifications (notify-send / osascript): failed, done, drained
 on_finish = ""          # e.g. "~/bin/job-done": a shell command, the job as JSON on stdin
 hook_timeout_s = "30s"  # on_finish still running after this is killed
+retry_on = ["timeout", "stall", "signal"]  # ends retried besides exit codes: also mem, match (docs/watchdogs.md)
 
 # One queue for several machines (PostgreSQL; `sloth db migrate` once):
 # queue_url = "postgresql://me@db.lan/sloth"   # or SLOTH_QUEUE_URL

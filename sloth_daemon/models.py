@@ -103,6 +103,7 @@ class Job:
     tell: list[dict[str, Any]] | None = None  # who is told of its runs (checks.tell_json); shown masked
     batch: dict[str, Any] | None = None  # {"id", "name"}: the batch with a handle it was queued in (issue 33)
     member: dict[str, Any] | None = None  # an array member's {"index", "value", "args"} (its SLOTH_ARRAY_* variables)
+    rules: dict[str, Any] | None = None  # watchdogs and retry rules (checks.rules_json; docs/watchdogs.md)
 
     @classmethod
     def from_row(cls, row: Any, *, env: dict[str, str] | None = None) -> "Job":
@@ -133,6 +134,7 @@ class Job:
         bid, bname = d.pop("batch_id", None), d.pop("batch_name", None)
         d["batch"] = None if bid is None else {"id": bid, "name": bname}
         d["member"] = json.loads(d["member"]) if d.get("member") else None
+        d["rules"] = json.loads(d["rules"]) if d.get("rules") else None
         if isinstance(d["cwd"], bytes):  # a path that is not UTF-8, kept as its bytes
             d["cwd"] = d["cwd"].decode("utf-8", "surrogateescape")
         return cls(**d)

@@ -85,6 +85,8 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "lane_rm": (frozenset({"lane"}), frozenset()),
     "prune": (frozenset(), frozenset({"older_than_s", "states", "lane", "dry_run"})),
     "logs": (frozenset({"id"}), frozenset({"attempt"})),
+    # what an attempt handed on ($SLOTH_RESULT; docs/watchdogs.md): {id, attempt, attempts, found, result}
+    "result": (frozenset({"id"}), frozenset({"attempt"})),
     # "batched": one "states" event of many jobs at a time (else a "state" event per job)
     "wait": (frozenset({"ids"}), frozenset({"batched"})),
     # the newest job this machine queued: {"id": N or null}; "ran": the newest of those that has run

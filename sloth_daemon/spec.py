@@ -15,7 +15,7 @@ from typing import Any, Mapping, NamedTuple
 
 from sloth_daemon.checks import (  # noqa: F401 - the checks, where the queue has always found them
     DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS, FIELDS, MAX_PREREQS, PREVIOUS, command_json, duration, env_json, exit_codes,
-    fields, host_name, ids, integer, number, path_text, place_name, text,
+    fields, host_name, ids, integer, number, path_text, place_name, rules_json, text,
 )
 from sloth_daemon.checks import TELL_FIELDS, tell_json
 
@@ -62,6 +62,7 @@ class JobSpec(NamedTuple):
     on_dup: str = "keep"  # what the add does when an unfinished job has its key (checks.on_dup)
     # set by name (parse's _replace), never by position: checks.fields' tuple ends before it
     tell_json: str | None = None  # who is told of its runs (checks.tell_json, docs/telling.md): None, no one
+    rules_json: str | None = None  # watchdogs and retry rules (checks.rules_json): None, none of them
 
     @property
     def waits(self) -> bool:
@@ -71,4 +72,7 @@ class JobSpec(NamedTuple):
     def parse(cls, s: Mapping[str, Any], defaults: Defaults, env_cache: EnvCache | None = None) -> "JobSpec":
         """Validate one job object (as sent by a client). Raises BadRequest."""
         spec = cls(*fields(s, defaults.max_attempts, defaults.lease_s, env_cache, defaults.place))
-        return spec if TELL_FIELDS.isdisjoint(s) else spec._replace(tell_json=tell_json(s))
+        if not TELL_FIELDS.isdisjoint(s):
+            spec = spec._replace(tell_json=tell_json(s))
+        rules = s.get("rules")
+        return spec if rules is None else spec._replace(rules_json=rules_json(rules))

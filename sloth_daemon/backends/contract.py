@@ -462,12 +462,16 @@ class Leases(Protocol):
     def fail(
         self, job_id: int, token: str, *, message: str = "", retry: bool = True,
         exit_code: int | None = None, ended_at: float | None = None,
-        runner: dict[str, Any] | None = None, durable: bool = True,
+        runner: dict[str, Any] | None = None, durable: bool = True, rule: str = "",
     ) -> Job:
         """running -> queued with ``not_before = now + min(2**tries, cap)`` while
         tries remain (and ``retry``), else -> failed (dependents that need it
-        done are cancelled, the others may be queued). ``ended_at``,
-        ``runner`` and ``durable`` as for complete. Raises LeaseLost."""
+        done are cancelled, the others may be queued). The wait is the job's
+        own ``--backoff BASE..CAP`` where it has one (rules.job_backoff_s).
+        ``rule``: the retry rule that decided ``retry`` (outcomes.retry_verdict),
+        said in the try's history after ``message`` (the job's message stays
+        ``message``). ``ended_at``, ``runner`` and ``durable`` as for
+        complete. Raises LeaseLost."""
         ...
 
     def release(self, job_id: int, token: str, *, message: str = "interrupted", delay_s: float = 0.0,
@@ -510,6 +514,15 @@ class Leases(Protocol):
         its history says how the run it had started ended. ``kind``: another
         word the keeper had on that run as it ended (its keep-awake), kept
         in its history all the same. Raises JobNotFound."""
+        ...
+
+    def keep_result(self, job_id: int, attempt: int, data: str, *, durable: bool = True) -> None:
+        """Keep the JSON text ``data`` that ``attempt`` handed on ($SLOTH_RESULT,
+        validated and capped by the keeper) with that attempt: the first
+        kept for an attempt stays (the outcome of one run may be offered
+        again after a crash). Written before the attempt's end, in the same
+        unit of work where there is one, so a dependent queued by that end
+        finds it. Changes no state; a job pruned meanwhile keeps nothing."""
         ...
 
     def unclaim(self, job_id: int, token: str, *, durable: bool = True) -> Job:
@@ -714,6 +727,14 @@ class Reads(Protocol):
     def outbox_counts(self) -> dict[str, int]:
         """The outbox's messages by state: pending, failed and sent (status,
         `sloth outbox`, the metrics, idle exit), read only."""
+        ...
+
+    def results(self, job_ids: Sequence[int], *, attempts: tuple[int, int] | None = None
+                ) -> dict[int, list[dict[str, Any]]]:
+        """The results the jobs' attempts handed on (keep_result), by job id,
+        each ``{"attempt", "result" (the JSON parsed), "at"}`` oldest first,
+        only those of attempts ``lo..hi`` when given (each may be 64 KiB:
+        a reader asks for what it shows); a job with none (or unknown) is absent."""
         ...
 
     def counts(self) -> dict[str, int]:

@@ -68,6 +68,7 @@ class QueueReads:
         self.get_many = reads.get_many
         self.jobs = reads.jobs
         self.events = reads.events
+        self.results = reads.results
         self.counts = reads.counts
         self.outbox_counts = reads.outbox_counts
         self.costs = reads.costs
@@ -142,6 +143,7 @@ class Queue(QueueReads):
         self.note_ended = leases.note_ended
         self.set_progress = leases.set_progress
         self.record_cost = leases.record_cost
+        self.keep_result = leases.keep_result
         self.unclaim = leases.unclaim
         self.adopt = leases.adopt
         self.abandon = leases.abandon

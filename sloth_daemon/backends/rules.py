@@ -28,6 +28,7 @@ __all__ = [
     "ACTIVE_BATCHES", "BATCH_RECORD_S", "CHUNK", "DEFAULT_BACKOFF_CAP_S", "DEFAULT_LEASE_S", "DEFAULT_MAX_ATTEMPTS",
     "MACHINE_EVENTS_KEPT", "MAX_CRASH_REFUNDS", "NEED_DONE", "NEED_END", "WORKER_PREFIX",
     "JobRow", "abandon_note", "backoff_s", "ended_text", "enqueue_one", "give_up_message", "holds", "tokens_text",
+    "job_backoff_s", "with_rule",
     "host_prefix", "id_runs", "initial_state", "job_states", "key_taken", "lane_counts", "listed_states",
     "listing", "may_refund", "never_ran", "not_cancellable", "not_held", "not_restartable", "not_retriable", "not_run",
     "KEY_EVENT", "REPLACED", "KeyPlan", "batch_ref", "batch_summary", "key_plan", "new_token",
@@ -223,13 +224,33 @@ def backoff_s(tries: int, cap_s: float) -> float:
     return min(2.0 ** min(tries, 1000), cap_s)  # 2.0**1024 overflows
 
 
+def job_backoff_s(row: JobRow, cap_s: float) -> float:
+    """backoff_s for the job in ``row``, by its own ``--backoff BASE..CAP``
+    where it has one (rules.backoff_s, rules.backoff_cap_s: the first retry
+    waits BASE, each next twice as long, never past CAP), else the queue's:
+    2 s doubling up to ``cap_s``."""
+    own = json.loads(row["rules"]) if row["rules"] else {}
+    cap = own.get("backoff_cap_s", cap_s)
+    base = own.get("backoff_s")
+    if base is None:
+        return backoff_s(row["tries"], cap)
+    return min(base * 2.0 ** min(max(row["tries"] - 1, 0), 1000), cap)  # inf past a float's range: the cap
+
+
 def retry_message(message: str, row: JobRow, delay_s: float) -> str:
     """The history's words for a failed try that will be retried."""
     return _join(message, f"retry {row['tries'] + 1}/{row['max_attempts']} in {delay_s:g}s")
 
 
+def with_rule(message: str, rule: str) -> str:
+    """A failed try's history: how it ended, then the retry rule that decided (outcomes.retry_verdict)."""
+    return _join(message, rule) if rule else message
+
+
 def give_up_message(message: str, retry: bool) -> str:
     """The history's words for a failed try that ends the job."""
+    if not retry and "not retried" in message:  # the rule that decided says so already (outcomes.retry_verdict)
+        return message
     return _join(message, "no attempts left" if retry else "not retried")
 
 

@@ -42,7 +42,9 @@ def add(command: Optional[Sequence[str]], *, lane: str = "default", priority: in
         each: Optional[Sequence[str]] = None, each_file: Optional[str] = None, range_: Optional[str] = None,
         grid: Optional[Sequence[str]] = None, on_dup: Optional[str] = None,
         ping: Optional[Sequence[str]] = None, webhook: Optional[Sequence[str]] = None, webhook_on: Optional[str] = None,
-        mail_to: Optional[Sequence[str]] = None, mail_on: Optional[str] = None) -> int:
+        mail_to: Optional[Sequence[str]] = None, mail_on: Optional[str] = None,
+        stall: Optional[str] = None, fail_on: Optional[str] = None, retry_on: Optional[Sequence[str]] = None,
+        no_retry_on: Optional[Sequence[str]] = None, backoff: Optional[str] = None) -> int:
     """Queue the command (or the lines of --stdin/--file, or an array's
     members: add_arrays.py) with these options, as `sloth add` was given
     them; print the ids. Returns the exit code; raises SlothError for the
@@ -62,7 +64,7 @@ def add(command: Optional[Sequence[str]], *, lane: str = "default", priority: in
     check_usage(words, many=many, delay=delay, at=at, key=key, array=array is not None, on_dup=on_dup)
     common = common_fields(
         cwd=cwd, not_before=opts.not_before(delay, at), **opts.dep_fields(after, after_any),
-        hold=True if hold else None,
+        hold=True if hold else None, **opts.rules_fields(stall, fail_on, retry_on, no_retry_on, backoff),
         **opts.job_fields(lane=lane, priority=priority, max_attempts=max_attempts, lease=lease, timeout=timeout,
                           label=label, retry_exit=retry_exit, no_retry_exit=no_retry_exit, anywhere=anywhere, on=on,
                           keep_awake=keep_awake, mem=mem, cpus=cpus, nice=nice, io=io, when=when, on_lost=on_lost,

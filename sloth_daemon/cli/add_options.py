@@ -67,6 +67,30 @@ def retry_fields(retry_exit: Optional[str], no_retry_exit: Optional[str]) -> dic
     return {k: v for k, v in out.items() if v is not None}
 
 
+def rules_fields(stall: Optional[str] = None, fail_on: Optional[str] = None,
+                 retry_on: Optional[Sequence[str]] = None, no_retry_on: Optional[Sequence[str]] = None,
+                 backoff: Optional[str] = None) -> dict[str, Any]:
+    """--stall 10m, --fail-on REGEX, --retry-on mem,match, --no-retry-on timeout,
+    --backoff 5s..10m (or BASE alone): the job's ``rules``, checked as the
+    daemon checks them (checks.rules_json, in submit._check_one; docs/watchdogs.md)."""
+    from sloth_daemon.cli.values import duration
+
+    rules: dict[str, Any] = {"stall_s": duration(stall, "--stall"), "fail_on": fail_on,
+                             "retry_on": _names(retry_on), "no_retry_on": _names(no_retry_on)}
+    if backoff is not None:
+        base, sep, cap = backoff.partition("..")
+        if not base or (sep and not cap):
+            raise errors.BadRequest(f"--backoff {backoff!r}: give BASE..CAP, e.g. 5s..10m (or BASE alone)")
+        rules["backoff_s"], rules["backoff_cap_s"] = duration(base, "--backoff"), duration(cap or None, "--backoff")
+    rules = {k: v for k, v in rules.items() if v is not None}
+    return {"rules": rules} if rules else {}  # checked with the job (submit._check_one: named as the option)
+
+
+def _names(values: Optional[Sequence[str]]) -> Optional[list[str]]:
+    """--retry-on mem,match (repeatable, or comma-separated)."""
+    return None if values is None else [n.strip() for v in values for n in v.split(",") if n.strip()]
+
+
 def chain_mode(chain: bool, chain_any: bool) -> Optional[str]:
     if chain and chain_any:
         raise errors.BadRequest("--chain and --chain-any cannot be used together")

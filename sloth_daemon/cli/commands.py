@@ -171,6 +171,19 @@ _JOB_TELL = (
            field="mail_to"),
     Option("mail_on", "--mail-on", VALUE, None, "Events for --mail-to (default failed,missed).", field="mail_on"),
 )
+# Watchdogs and retry rules (issue 33 item 5; docs/watchdogs.md): `sloth add`'s only.
+_JOB_RULES = (
+    Option("stall", "--stall", VALUE, None, "End it (failed, \"stalled\") when it prints nothing this long, "
+           "e.g. 10m.", field="stall_s"),
+    Option("fail_on", "--fail-on", VALUE, None, "End it (failed, not retried by default) when an output line "
+           "matches this regular expression, e.g. 'loss: nan'.", field="fail_on"),
+    Option("retry_on", "--retry-on", LIST, None, "Also retry these ends: timeout, stall, match, mem, signal "
+           "(default from config: timeout,stall,signal).", field="retry_on"),
+    Option("no_retry_on", "--no-retry-on", LIST, None, "Never retry these ends (as --retry-on names them).",
+           field="no_retry_on"),
+    Option("backoff", "--backoff", VALUE, None, "Wait before a retry: BASE..CAP, doubling from BASE, e.g. "
+           "5s..10m (default 2s..backoff_cap_s).", field="backoff_s"),
+)
 _JOB_OPTIONS = (_JOB_LANE, _JOB_PRIORITY, _JOB_MAX_ATTEMPTS, _JOB_LEASE, _JOB_TIMEOUT, _JOB_LABEL, _JOB_CWD, _JOB_SHELL,
                 _JOB_RETRY_EXIT, _JOB_NO_RETRY_EXIT, _JOB_ANYWHERE, _JOB_ON, *_JOB_HOLDS, *_JOB_GATES)
 
@@ -258,6 +271,7 @@ COMMANDS: tuple[Command, ...] = (
         *_JOB_HOLDS,
         *_JOB_GATES,
         *_JOB_TELL,
+        *_JOB_RULES,
         Option("wait", "--wait -w", FLAG, False, "Block until the job ends; exit with its outcome."),
         Option("no_start", "--no-start", FLAG, False, "Do not start the daemon if it is not running."),
         _json("Print the ids as JSON: {\"ids\": [...]}."),
@@ -289,6 +303,12 @@ COMMANDS: tuple[Command, ...] = (
                "wall, ended (or cpu,mem). PROGRESS shows by itself when a running job says how far it is."),
         _BATCH_ONLY,
         fast=True),
+    Command(
+        "result", "Print the JSON a job's last attempt handed on (written to $SLOTH_RESULT); exit 1 when it "
+        "handed on none." + _examples("sloth result 12 | jq .accuracy", "sloth result 12 --attempt 1"),
+        "sloth_daemon.cli.result:result",
+        Option("attempt", "--attempt", INT, None, "That attempt's result (default: the last attempt's)."),
+        arg=Argument("job_id", many=False, metavar="ID", complete=IDS), fast=True),
     Command(
         "show", "Show jobs and their history (claimed, started, failed, reclaimed, ...) in time order; a failed "
         "job's last log lines end it. No ID: the latest job you queued from this machine. ATTEMPTS: the tries "

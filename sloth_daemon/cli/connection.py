@@ -44,7 +44,7 @@ def log_paths() -> Paths:
 # stop, a reload or a status of a daemon that is not there says so). Every
 # other op needs a daemon, and connect() starts one as `sloth add` does.
 NO_START = frozenset({"ping", "status", "shutdown", "reload", "config", "list", "show", "logs", "lanes", "scan",
-                      "schedule_ls", "schedule_show"})
+                      "schedule_ls", "schedule_show", "result"})
 
 
 def connect(*, timeout_s: float | None = 30.0, start: bool = True) -> Client:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from sloth_daemon import config as cfg
 from sloth_daemon.errors import BadRequest, JobNotFound, ScheduleNotFound, SlothError, StorageError
+from sloth_daemon.daemon.worker.handing import one_result, shown_results
 from sloth_daemon.daemon.worker.lanes import ReadLanes, explain, lane_table, paused_why
 from sloth_daemon.models import STATE_NAMES, Listing
 from sloth_daemon.paths import Paths
@@ -183,7 +184,8 @@ def _detail(q: Any, job_id: int) -> dict[str, Any]:
     except StorageError:  # a file of an older schema
         job["runs"] = []
     return {"job": job, "events": [e.to_dict() for e in q.events(job_id)],
-            "prereqs": q.prereqs(job_id), "dependents": q.dependents(job_id)}
+            "prereqs": q.prereqs(job_id), "dependents": q.dependents(job_id),
+            "results": shown_results(q, job)}
 
 
 def _show(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
@@ -192,7 +194,7 @@ def _show(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
     for i in a["ids"]:
         q.get(i)
     return {"jobs": [{**(d := _detail(q, i))["job"], "events": d["events"], "prereqs": d["prereqs"],
-                      "dependents": d["dependents"]} for i in a["ids"]]}
+                      "dependents": d["dependents"], "results": d["results"]} for i in a["ids"]]}
 
 
 def _logs(q: ReadOnlyQueue, paths: Paths, a: dict[str, Any]) -> Any:
@@ -303,5 +305,6 @@ def _timeline(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
 
 _OPS: dict[str, Callable[[Any, Paths, dict[str, Any]], Any]] = {
     "list": _list, "show": _show, "logs": _logs, "lanes": _lanes, "status": _status, "prune": _prune,
+    "result": lambda q, paths, a: one_result(q, a["id"], a.get("attempt")),
     "latest": _latest, "schedule_ls": _schedule_ls, "schedule_show": _schedule_show, "timeline": _timeline,
 }

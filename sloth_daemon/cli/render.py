@@ -261,7 +261,7 @@ def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]], *,
     if job.get("runner"):
         lines.append(f"  pid       {job['runner'].get('pid')}")
     lines += held_lines(job, events) + run_lines(job)
-    lines += _relations(prereqs, dependents) + _gate(job)
+    lines += _relations(prereqs, dependents) + _gate(job) + rules_lines(job)
     for ch in job.get("tell") or []:  # who is told (docs/telling.md); a URL comes masked from the daemon
         lines.append(f"  tells     {ch['kind']} {showable(ch.get('url') or ', '.join(ch.get('to', [])))}"
                      f" on {','.join(ch.get('on', []))}")
@@ -283,6 +283,34 @@ def run_lines(job: dict[str, Any]) -> list[str]:
     out += [f"  cost      attempt {r['attempt']}: {cost_text(r['cost'])}" for r in runs[-5:]]
     if len(runs) > 5:
         out.append(f"            ({len(runs) - 5} earlier attempts: `sloth show --json`)")
+    return out
+
+
+RESULT_SHOWN_CHARS = 200  # of a result, what `show` prints (`sloth result ID` prints all of it)
+
+
+def rules_lines(job: dict[str, Any]) -> list[str]:
+    """Its watchdogs and retry rules (docs/watchdogs.md), and what its attempts handed on."""
+    rules, out = job.get("rules") or {}, []
+    watch = ([f"stall {format_duration(rules['stall_s'])}"] if rules.get("stall_s") else []) + \
+        ([f"fail-on {showable(repr(rules['fail_on']))}"] if rules.get("fail_on") else [])
+    if watch:
+        out.append("  watch     " + "; ".join(watch))
+    retry = ([f"also on {','.join(rules['retry_on'])}"] if rules.get("retry_on") else []) + \
+        ([f"never on {','.join(rules['no_retry_on'])}"] if rules.get("no_retry_on") else [])
+    if rules.get("backoff_s") or rules.get("backoff_cap_s"):
+        base = format_duration(rules["backoff_s"]) if rules.get("backoff_s") else "2s"
+        cap = format_duration(rules["backoff_cap_s"]) if rules.get("backoff_cap_s") else "backoff_cap_s"
+        retry.append(f"backoff {base}..{cap}")
+    if retry:
+        out.append("  retries   " + "; ".join(retry))
+    for r in job.get("results") or []:
+        import json
+
+        text = json.dumps(r["result"], ensure_ascii=False)
+        if len(text) > RESULT_SHOWN_CHARS:
+            text = text[:RESULT_SHOWN_CHARS] + f"... (`sloth result {job['id']}`)"
+        out.append(f"  result    attempt {r['attempt']}: {showable(text)}")
     return out
 
 

@@ -24,7 +24,7 @@ from sloth_daemon import protocol
 from sloth_daemon.errors import (
     BadRequest, FieldError, IllegalTransition, PermissionDenied, ProtocolError, SlothError, StorageError, from_dict,
 )
-from sloth_daemon.checks import DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS, command_json, fields, member_json
+from sloth_daemon.checks import DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS, command_json, fields, member_json, rules_json
 from sloth_daemon.checks import TELL_FIELDS, tell_json
 
 TYPE_CHECKING = False
@@ -46,7 +46,8 @@ if TYPE_CHECKING:  # typing and contextlib are not imported at run time: `sloth 
 NOTHING = "nothing was queued"
 # The job fields `sloth add` fills without an option of their own (--cwd
 # only changes the folder, which is always sent).
-NOT_OPTIONS = {"command": "the command", "env": "the environment", "cwd": "--cwd (or the current folder)"}
+NOT_OPTIONS = {"command": "the command", "env": "the environment", "cwd": "--cwd (or the current folder)",
+               "backoff_cap_s": "--backoff's CAP"}
 
 
 def option_names() -> dict[str, str]:
@@ -106,6 +107,8 @@ def _check_one(spec: dict[str, Any], cache: EnvCache, where: str) -> None:
             fields(spec, DEFAULT_MAX_ATTEMPTS, DEFAULT_LEASE_S, cache)
             if not TELL_FIELDS.isdisjoint(spec):  # --ping, --webhook, --mail-to (docs/telling.md)
                 tell_json(spec)
+            if spec.get("rules") is not None:
+                rules_json(spec["rules"])  # --stall, --fail-on ... (JobSpec.parse checks them apart)
     except FieldError as e:
         text = f"{option_names().get(e.field, e.field)} {e.problem}"
         raise BadRequest(f"{where + ': ' if where else ''}{text}; {NOTHING}", e.hint or None) from None

@@ -28,6 +28,7 @@ from sloth_daemon.backends.contract import Handle, Scan
 from sloth_daemon.queue import Queue
 from sloth_daemon.daemon import job_limits
 from sloth_daemon.daemon.resources import needs_of
+from sloth_daemon.daemon.worker.handing import shown_results
 from sloth_daemon.daemon.worker.spawner import Spawner
 from sloth_daemon.spec import Defaults, EnvCache, JobSpec
 from sloth_daemon.daemon.worker.loop import Worker
@@ -123,7 +124,8 @@ class Control:
         self.explain([job])
         job["runs"] = self.queue.costs([job_id]).get(job_id, [])  # what each attempt cost
         return {"job": job, "events": [e.to_dict() for e in self.queue.events(job_id)],
-                "prereqs": self.queue.prereqs(job_id), "dependents": self.queue.dependents(job_id)}
+                "prereqs": self.queue.prereqs(job_id), "dependents": self.queue.dependents(job_id),
+                "results": shown_results(self.queue, job)}  # what its last attempts handed on
 
     def status(self) -> dict[str, Any]:
         """Answers even when the database is broken or gone (then ``counts``

@@ -41,6 +41,7 @@ from sloth_daemon.daemon.job_ops import JobOps
 from sloth_daemon.daemon.lane_ops import LaneOps
 from sloth_daemon.daemon.schedules.ops import ScheduleOps
 from sloth_daemon.daemon.telling.ops import OutboxOps
+from sloth_daemon.daemon.worker.handing import one_result
 from sloth_daemon.daemon.request_args import (
     MAX_LIST, attempt_of, batch_ref_arg, batch_token, flag, handle_arg, job_id, job_ids, jobs_of, listing_args,
     states_arg, whole,
@@ -91,6 +92,7 @@ class Handlers:
         self.ops: dict[str, Callable[[dict[str, Any]], Any]] = {
             "ping": self.op_ping, "status": self.op_status, "add": w(self.op_add),
             "list": self.op_list, "show": self.op_show, "logs": self.op_logs, "latest": self.op_latest,
+            "result": lambda a: one_result(self.queue, job_id(a.get("id")), a.get("attempt")),
             "batch": self.op_batch, "batch_show": self.op_batch_show,
             "config": _bare(control.config), "reload": _bare(control.request_reload),
             "shutdown": self.op_shutdown, "metrics": self.op_metrics, "timeline": self.op_timeline,
@@ -261,7 +263,8 @@ class Handlers:
 
 def flat_detail(d: dict[str, Any]) -> dict[str, Any]:
     """A job object with its history beside its fields (the shape of `show` for many)."""
-    return {**d["job"], "events": d["events"], "prereqs": d["prereqs"], "dependents": d["dependents"]}
+    return {**d["job"], "events": d["events"], "prereqs": d["prereqs"], "dependents": d["dependents"],
+            "results": d["results"]}
 
 
 def _bare(fn: Callable[[], Any]) -> Callable[[dict[str, Any]], Any]:

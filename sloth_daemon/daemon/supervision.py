@@ -195,10 +195,17 @@ class KeeperSpawner:
             sink.spawn_failed(f"the keeper (version {self.client.info.get('version')}) cannot hold --keep-awake "
                               "or limits; it exits once the runs it holds end", True)
             return
+        if req.watch and "watch" not in self.client.info.get("features", ()):
+            sink.spawn_failed(f"the keeper (version {self.client.info.get('version')}) cannot watch --stall or "
+                              "--fail-on; it exits once the runs it holds end", True)
+            return
         if req.after is not None and not self.pipelines:  # a keeper without `after` (a reconnect
             sink.taken_back()  # while an earlier process was ended) would start it at once: not so
             return
-        self.client.spawn(_wire(req), _ToWorker(sink))
+        wire = _wire(req)
+        if "watch" not in self.client.info.get("features", ()):  # an older keeper reads no results: none is kept
+            wire.pop("result_path", None)
+        self.client.spawn(wire, _ToWorker(sink))
 
     async def _spawn_after_kill(self, req: SpawnRequest, sink: RunSink) -> None:
         loop = asyncio.get_running_loop()
@@ -327,4 +334,6 @@ def _wire(req: SpawnRequest) -> dict[str, Any]:
         **({"after": req.after} if req.after is not None else {}),
         **({"keep_awake": True} if req.keep_awake else {}),
         **({"limits": req.limits} if req.limits else {}),
+        **({"watch": req.watch} if req.watch else {}),
+        **({"result_path": str(req.result_path)} if req.result_path is not None else {}),
     }

@@ -12,6 +12,7 @@ from typing import Any, Callable
 from sloth_daemon.keeper.keep_awake import Inhibitor
 from sloth_daemon.keeper.progress import ProgressMeter
 from sloth_daemon.keeper.runner import JobProcess
+from sloth_daemon.keeper.watchdog import Watch
 from sloth_daemon.keeper.wire import Trust
 
 
@@ -27,6 +28,9 @@ class Launch:
     timeout_s: float | None
     keep_awake: bool = False
     limits: dict[str, Any] | None = None  # checks.limits_json's, with the daemon's "mem_via"
+    stall_s: float | None = None  # --stall (keeper/watchdog.py)
+    fail_on: str | None = None  # --fail-on
+    result_path: Path | None = None  # $SLOTH_RESULT: read once it ends (keeper/results.py)
 
 
 @dataclass
@@ -67,6 +71,8 @@ class KeptRun:
     progress_timer: asyncio.TimerHandle | None = None  # its next progress event, when one waits
     progress_sent: float = 0.0  # the loop's clock when its last progress event went
     launched_at: float | None = None  # wall clock, when its process started (a cost's wall time)
+    watch: Watch | None = None  # its --stall and --fail-on, while it runs (keeper/watchdog.py)
+    result_path: Path | None = None  # $SLOTH_RESULT (keeper/results.py)
 
     def wire(self, after: str | None = None) -> dict[str, Any]:
         """As hello lists it and the journal keeps it; ``after``: the run a

@@ -35,6 +35,8 @@ from sloth_daemon.keeper.wire import (
     whole,
 )
 from sloth_daemon.keeper.runner import JobProcess
+from sloth_daemon.keeper.results import read_result
+from sloth_daemon.keeper.watchdog import Watch, parse_watch
 
 log = logging.getLogger("sloth.keeper")
 
@@ -102,8 +104,9 @@ class KeptRuns:
         # the token: the token scan finds escapees by it
         env = {**env, procident.TOKEN_ENV: token, progress.PROGRESS_FILE_ENV: progress_file}
         run.meter = progress.ProgressMeter(progress_file)
+        stall_s, fail_on = parse_watch(a)
         launch = Launch(argv, env, cwd, log_path, whole(a, "log_cap"), number(a, "timeout_s"),
-                        *awake_and_limits(a))
+                        *awake_and_limits(a), stall_s=stall_s, fail_on=fail_on, result_path=result_path(a))
         if self.pending.wait_behind(run, a, launch):
             return run
         try:
@@ -141,6 +144,11 @@ class KeptRuns:
                 run.cgroup = jp.cgroup = resource_limits.cgroup_of(jp.pid)
         if ln.keep_awake:
             self._keep_awake(run, jp.pid)
+        run.result_path = ln.result_path
+        if ln.stall_s or ln.fail_on:
+            run.watch = Watch(ln.stall_s, ln.fail_on, end=lambda why, by: self.kill(run, why, run.kill_grace_s, by),
+                              note=lambda message: self.note(run, "watch", message))
+            run.watch.start()
 
     def _keep_awake(self, run: KeptRun, pid: int) -> None:
         """Hold a sleep inhibitor for the run's life (keeper/keep_awake.py); one
@@ -209,6 +217,8 @@ class KeptRuns:
             return {"paused": True, "already": True, "paused_at": run.paused_at}
         stopped = run.proc.pause()
         run.paused, run.paused_at = True, time.time()
+        if run.watch is not None:
+            run.watch.pause()
         if run.timeout is not None:
             run.timeout_left = max(0.0, run.timeout.when() - asyncio.get_running_loop().time())
             run.timeout.cancel()
@@ -227,6 +237,8 @@ class KeptRuns:
         run.paused, run.paused_at = False, None
         if run.timeout_left is not None and run.proc.ending is None:
             self._arm_timeout(run, run.timeout_left)
+        if run.watch is not None and run.proc.ending is None:
+            run.watch.resume()
         run.timeout_left = None
         run.proc.log.note(f"resumed after {secs(span)} paused")
         log.info("run %s (pid %s): resumed after %s", run.key, run.pid, secs(span))
@@ -272,6 +284,8 @@ class KeptRuns:
             feed(data)
         if run.meter is not None and run.meter.feed(data):
             self._progress_soon(run)
+        if run.watch is not None:
+            run.watch.output(data)
 
     # ------------------------------------------------------------ progress
     def _progress_soon(self, run: KeptRun) -> None:
@@ -311,6 +325,8 @@ class KeptRuns:
         self._release(run)  # the moment it ends, however it ends
         self.roots.pop(run.pid or 0, None)
         run.end = procident.stamp_now()
+        if run.watch is not None:
+            run.watch.stop()
         for timer in (run.timeout, run.trust_check):
             if timer is not None:
                 timer.cancel()
@@ -328,6 +344,7 @@ class KeptRuns:
         jp = run.proc
         assert jp is not None
         over = self._over_limit(run, jp)
+        result, result_problem = read_result(run.result_path) if run.result_path is not None else (None, None)
         jp.log.finish()
         run.state = "exited"
         self._forget_progress(run)
@@ -336,7 +353,10 @@ class KeptRuns:
         run.outcome = {"returncode": jp.returncode, "ended_at": ended_at, "reason": jp.kill_reason,
                        "killed_by": run.killed_by if jp.kill_reason else None,  # a kill too late ended nothing
                        "log_problem": jp.log.problem, "log_bytes": jp.log.total, "cost": cost,
-                       **({"note": "; ".join(filter(None, (run.note, over)))} if run.note or over else {})}
+                       **({"note": "; ".join(filter(None, (run.note, over)))} if run.note or over else {}),
+                       **({"over": "mem"} if over and not jp.kill_reason else {}),  # the retry rules' "mem"
+                       **({"result": result} if result is not None else {}),
+                       **({"result_problem": result_problem} if result_problem else {})}
         # First: it is what waits (the daemon hears of both together). Only
         # now, once a failed run's leftovers are ended too (root_exited): a
         # pending run never starts beside them.
@@ -444,6 +464,8 @@ class KeptRuns:
             log.info("run %s: trusted again; thawing its process tree", run.key)
             run.proc.thaw()
             run.state = "running"
+            if run.watch is not None and not run.paused:
+                run.watch.resume()
 
     def check_due(self, due: float) -> None:
         """A timer's check, due at ``due`` on the loop's clock (monotonic:
@@ -482,6 +504,8 @@ class KeptRuns:
                 log.info("run %s: %s", run.key, why)
                 run.proc.freeze()
                 run.state = "frozen"
+                if run.watch is not None:  # a frozen tree prints nothing: no stall of its own
+                    run.watch.pause()
                 self.event("frozen", run.key, why=why)
             elif verdict != "ok":
                 self.kill(run, f"fenced: no lease renewal for {secs(quiet)}",
@@ -556,6 +580,16 @@ def read_journal_safely(path: Path) -> list[dict[str, Any]]:
     except OSError as e:
         log.error("cannot read the journal %s: %s", path, e.strerror or e)
         return []
+
+
+def result_path(a: dict[str, Any]) -> Path | None:
+    """A spawn's result_path (absolute), or None."""
+    if a.get("result_path") is None:
+        return None
+    path = Path(text(a, "result_path"))
+    if not path.is_absolute():
+        raise Refused("bad_request", "result_path must be absolute")
+    return path
 
 
 def awake_and_limits(a: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:

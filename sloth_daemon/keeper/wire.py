@@ -38,7 +38,8 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "hello": (frozenset({"role"}), frozenset({"pid", "name"})),
     "spawn": (frozenset({"key", "job_id", "attempt", "token", "argv", "log_path", "log_cap"}),
               frozenset({"env", "env_ref", "env_extra", "cwd", "timeout_s", "kill_grace_s", "trust_until",
-                         "term_lead_s", "after", "keep_awake", "limits"})),
+                         "term_lead_s", "after", "keep_awake", "limits",
+                         "watch", "result_path"})),  # feature "watch": keeper/watchdog.py, keeper/results.py
     "unspawn": (frozenset({"key"}), frozenset()),
     "trust": (frozenset({"items"}), frozenset()),
     "kill": (frozenset({"key"}), frozenset({"reason", "grace_s"})),
@@ -205,11 +206,13 @@ def whole(a: dict[str, Any], name: str, low: int = 0) -> int:
 # after (a spawn held until another run ends; unspawn; started events), and
 # pause (the pause and resume ops; runs listed with paused, paused_at), and
 # holds (spawn's keep_awake and limits, keeper/keep_awake.py, keeper/resource_limits.py; "note" events: what
-# the history should say of a run while it runs, e.g. keep-awake unavailable), and
+# the history should say of a run while it runs, e.g. keep-awake unavailable),
 # progress ("progress" events: {"key", "progress": {"fraction", "source",
 # "eta_s", "at"}}, at most one a run a second; hello lists each run's latest
-# as "progress"; an exited run's outcome carries its "cost": keeper/cost.py).
-FEATURES = ("env_ref", "after", "pause", "holds", "progress")
+# as "progress"; an exited run's outcome carries its "cost": keeper/cost.py), and
+# watch (spawn's watch: --stall and --fail-on, keeper/watchdog.py; result_path: what the run hands on, read
+# into its outcome's "result", keeper/results.py).
+FEATURES = ("env_ref", "after", "pause", "holds", "progress", "watch")
 ENV_REFS_KEPT = 256  # environments remembered by ref; the daemon's client names at most half as many
 
 

@@ -39,7 +39,7 @@ def one_error(p: subprocess.CompletedProcess[str], *words: str) -> None:
 def show(h, jid: int) -> dict:
     """`sloth show --json` of one job, as {job, events}."""
     (d,) = h.cli_json("show", str(jid))["jobs"]
-    return {"job": {k: v for k, v in d.items() if k not in ("events", "prereqs", "dependents", "waited_s", "ran_s")},
+    return {"job": {k: v for k, v in d.items() if k not in ("events", "prereqs", "dependents", "results", "waited_s", "ran_s")},
             "events": d["events"]}
 
 
@@ -287,8 +287,9 @@ def test_show_human_and_json_with_retry_history(quick_retry):
     ev = [(e["kind"], e["attempt"]) for e in res["events"]]
     assert ev == [("claimed", 1), ("started", 1), ("failed", 1), ("claimed", 2), ("started", 2), ("failed", 2)]
     first, last = res["events"][2], res["events"][5]
-    assert first["message"] == "exit 3; retry 2/2 in 0.2s"  # when the next try comes
-    assert last["message"] == "exit 3; no attempts left"
+    rule = "retry rule: exit 3 retries (default: every exit code but 126,127)"  # why (docs/watchdogs.md)
+    assert first["message"] == f"exit 3; {rule}; retry 2/2 in 0.2s"  # when the next try comes
+    assert last["message"] == f"exit 3; {rule}; no attempts left"
     assert res["events"][3]["at"] - first["at"] >= 0.2  # not retried before its time
 
     text = harness.cli("show", str(jid), check=True).stdout
@@ -299,10 +300,10 @@ def test_show_human_and_json_with_retry_history(quick_retry):
         "enqueued",
         f"claimed (attempt 1)  {res['events'][0]['message']}",
         f"started (attempt 1)  {res['events'][1]['message']}",
-        "failed (attempt 1)  exit 3; retry 2/2 in 0.2s",
+        f"failed (attempt 1)  exit 3; {rule}; retry 2/2 in 0.2s",
         f"claimed (attempt 2)  {res['events'][3]['message']}",
         f"started (attempt 2)  {res['events'][4]['message']}",
-        "failed (attempt 2)  exit 3; no attempts left",
+        f"failed (attempt 2)  exit 3; {rule}; no attempts left",
     ]
     assert not ANSI.search(text)
 

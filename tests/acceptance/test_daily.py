@@ -268,7 +268,7 @@ def test_add_wait_wait_show_and_logs_tell_the_outcome_and_the_log_tail(quick_ret
     flaky = add(h, "--max-attempts", "3", "--", "sh", "-c", script)
     p = h.cli("logs", "-f", str(flaky))
     assert (p.returncode, p.stdout) == (0, "run 1\nrun 2\nrun 3\n"), p.stderr
-    assert re.findall(r"--- attempt (\d)", p.stderr) == ["2", "3"] and "exit 1; retry 2/3" in p.stderr
+    assert re.findall(r"--- attempt (\d)", p.stderr) == ["2", "3"] and "exit 1; retry rule: " in p.stderr and "; retry 2/3" in p.stderr
     bad = add(h, "--max-attempts", "2", "--", "sh", "-c", "echo no; exit 4")
     p = h.cli("logs", "-f", str(bad))
     assert (p.returncode, p.stdout) == (EXIT_JOB_FAILED, "no\nno\n")

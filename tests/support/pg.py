@@ -237,7 +237,8 @@ DO $$ DECLARE t record; BEGIN
   LOOP EXECUTE format('DROP TRIGGER %I ON sloth.jobs', t.tgname); END LOOP;
 END $$;
 TRUNCATE sloth.events, sloth.deps, sloth.logs, sloth.jobs, sloth.envs, sloth.meta, sloth.lanes, sloth.batches,
-  sloth.hosts, sloth.schedules, sloth.schedule_runs, sloth.machine_events, sloth.attempts, sloth.outbox
+  sloth.hosts, sloth.schedules, sloth.schedule_runs, sloth.machine_events, sloth.attempts, sloth.outbox,
+  sloth.results
   RESTART IDENTITY;
 ALTER SEQUENCE sloth.fence RESTART;
 """

@@ -47,6 +47,8 @@ EXCEPTIONS = {
     ("cli.offline", "daemon.worker.lanes"),
     # ... and a schedule's, as the daemon shows it (schedule ls/show with no daemon).
     ("cli.offline", "daemon.schedules.ops"),
+    # ... and what a job's attempts handed on, as show and result answer it (issue 33).
+    ("cli.offline", "daemon.worker.handing"),
     # `sloth doctor` says what applies keep-awake and limits on this machine:
     # the keeper's to know (it applies them).
     ("cli.doctor", "keeper.keep_awake"),

@@ -29,7 +29,7 @@ from sloth_daemon.backends.postgres.db import Connection, Cursor, Row, one
 from sloth_daemon.backends.postgres.writer import PgWriter, event
 
 _COPIED = ("command, lane, priority, max_attempts, lease_s, timeout_s, key, cwd, env_id,"
-           " label, shell, retry_exit, no_retry_exit, keep_awake, limits, gate, tell")
+           " label, shell, retry_exit, no_retry_exit, keep_awake, limits, gate, tell, rules")
 # A restart yields to an active job with the same key, even one another
 # daemon adds at this moment (the partial unique index decides).
 SQL_RESTART = (

@@ -44,6 +44,8 @@ FROM unnest({", ".join(f"%s::{t}[]" for t in _TYPES)}) AS t({_COLUMNS})
 ON CONFLICT (key) WHERE key IS NOT NULL AND key_behind IS NULL AND state IN ('blocked', 'held', 'queued', 'running')
 DO NOTHING RETURNING id
 """
+SQL_SET_RULES = ("UPDATE sloth.jobs j SET rules = t.rules FROM unnest(%s::bigint[], %s::text[]) AS t(id, rules)"
+                 " WHERE j.id = t.id")
 SQL_NEXT_IDS = "SELECT nextval(pg_get_serial_sequence('sloth.jobs', 'id')) AS id FROM generate_series(1, %s)"
 SQL_ACTIVE_KEY = "SELECT id FROM sloth.jobs WHERE key = %s AND state IN ('blocked', 'held', 'queued', 'running')"
 # Every unfinished job with a key, oldest first, locked (one head, and those added behind it: --on-dup).
@@ -183,6 +185,7 @@ class _Batch:
         self.deps: list[tuple[int, int, str]] = []
         self.cancelled: list[tuple[int, str]] = []  # (id, why) of jobs cancelled as they are added
         self.held: list[int] = []  # jobs added held (`add --hold`): their event at the end
+        self.rules: list[tuple[int, str]] = []  # (id, rules) of jobs with watchdogs or retry rules: set at the end
         self._free = self._take(n)
 
     def insert(self, rows: list[JobSpec]) -> list[int]:
@@ -198,6 +201,10 @@ class _Batch:
         if self.held:
             mine = set(self.ids)  # not those a key conflict gave up (_forget)
             self.c.execute(SQL_HELD_EVENTS, ([i for i in self.held if i in mine], rules.HELD_AT_ADD))
+        if self.rules:  # few jobs have rules: the one statement of a run stays as it was
+            mine = set(self.ids)
+            kept = [(i, t) for i, t in self.rules if i in mine]
+            self.c.execute(SQL_SET_RULES, ([i for i, _ in kept], [t for _, t in kept]))
         return self.ids
 
     def _take(self, n: int) -> Iterator[int]:
@@ -248,6 +255,8 @@ class _Batch:
             self.held.append(jid)
         self.ids.append(jid)
         self.known[jid] = state
+        if r.rules_json is not None:
+            self.rules.append((jid, r.rules_json))
         return [jid, r.command_json, state, r.lane, r.priority, r.max_attempts, r.lease_s, r.timeout_s,
                 r.not_before, r.key, None if r.cwd is None else as_bytes(r.cwd),
                 None if r.env_json is None else self.env_ids[r.env_json], r.label, r.shell,

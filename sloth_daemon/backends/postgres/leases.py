@@ -36,6 +36,8 @@ SQL_COST = ("INSERT INTO sloth.attempts (job_id, attempt, cpu_s, peak_rss_bytes,
             " covers = excluded.covers")
 SQL_COST_LAZY = "WITH lazy AS (SELECT set_config('synchronous_commit', 'off', true)) " + SQL_COST.replace(
     " WHERE id = %s", " CROSS JOIN lazy WHERE id = %s")
+SQL_KEEP_RESULT = ("INSERT INTO sloth.results (job_id, attempt, data, at) SELECT %s, %s, %s, sloth.now()"
+                   " WHERE EXISTS (SELECT 1 FROM sloth.jobs WHERE id = %s) ON CONFLICT DO NOTHING")
 SQL_HELD_UPDATE = ("WITH u AS (UPDATE sloth.jobs SET {assignments} WHERE id = %(id)s"
                    " AND state = 'running' AND token = %(token)s {unwaited} RETURNING *)")
 SQL_HELD_EVENT = (", ev AS (INSERT INTO sloth.events (job_id, at, kind, attempt, message)"
@@ -138,6 +140,11 @@ class PgLeases(contract.Leases):
 
         return self.writer.write(tx, "recording how a cancelled job's run ended")
 
+    def keep_result(self, job_id: int, attempt: int, data: str, *, durable: bool = True) -> None:
+        check_id(job_id)
+        self.writer.write(lambda c: c.execute(SQL_KEEP_RESULT, (job_id, attempt, storable_text(data), job_id)),
+                          "keeping a job's result")
+
     def adopt(self, job_id: int, token: str, worker: str, *, message: str) -> Job:
         return self._held_step(job_id, token, ADOPT, {"worker": worker}, "adopting a lease",
                                event=("adopted", message))
@@ -201,33 +208,34 @@ class PgLeases(contract.Leases):
     def fail(
         self, job_id: int, token: str, *, message: str = "", retry: bool = True,
         exit_code: int | None = None, ended_at: float | None = None,
-        runner: dict[str, Any] | None = None, durable: bool = True,
+        runner: dict[str, Any] | None = None, durable: bool = True, rule: str = "",
     ) -> Job:
         at = finite(ended_at)
 
         def tx(c: Cursor) -> Job:
             row = self._begin_end(c, job_id, token, runner, durable)
-            return self._fail_row(c, row, message, retry, exit_code, at)
+            return self._fail_row(c, row, message, retry, exit_code, at, rule=rule)
 
         return self.writer.write(tx, "failing a job")
 
     def _fail_row(self, c: Cursor, row: Row, message: str, retry: bool, exit_code: int | None,
-                  at: float | None, kind: str = "failed") -> Job:
+                  at: float | None, kind: str = "failed", *, rule: str = "") -> Job:
         """A try that counts ended: backed off while tries remain (and
         ``retry``, the event ``kind``), else failed."""
         if retry and row["tries"] < row["max_attempts"]:
-            return self._back_off(c, row, message, exit_code, at, kind)
+            return self._back_off(c, row, message, exit_code, at, kind, rule=rule)
         return self.writer.finish(c, row["id"], JobState.FAILED, row["attempts"], "failed",
-                                  rules.give_up_message(message, retry), exit_code=exit_code,
+                                  rules.give_up_message(rules.with_rule(message, rule), retry), exit_code=exit_code,
                                   stored_message=message, at=at)
 
     def _back_off(self, c: Cursor, row: Row, message: str, exit_code: int | None, at: float | None,
-                  kind: str = "failed") -> Job:
+                  kind: str = "failed", *, rule: str = "") -> Job:
         """A failed try with tries left: queued again after a delay that
-        doubles with each try, up to backoff_cap_s."""
-        delay = rules.backoff_s(row["tries"], self.defaults.backoff_cap_s)
+        doubles with each try, up to backoff_cap_s (or the job's --backoff)."""
+        delay = rules.job_backoff_s(row, self.defaults.backoff_cap_s)
         out = one(c.execute(SQL_BACK_OFF, (delay, storable_text(message), exit_code, row["id"])))
-        event(c, row["id"], kind, row["attempts"], rules.retry_message(message, row, delay), at)
+        event(c, row["id"], kind, row["attempts"], rules.retry_message(rules.with_rule(message, rule), row, delay),
+              at)
         return self.rows.job(out, c)
 
     def release(self, job_id: int, token: str, *, message: str = "interrupted", delay_s: float = 0.0,

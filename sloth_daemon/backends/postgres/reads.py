@@ -27,6 +27,8 @@ from sloth_daemon.backends.postgres.db import Connection, Cursor, Row, one
 
 _JOB_COLUMNS = frozenset(Job.__dataclass_fields__) | {"env_id", "prereqs", "paused_run", "batch_id", "batch_name"}
 _ENV_CACHE_MAX = 256  # decoded environments kept before the cache starts over
+SQL_RESULTS = ("SELECT job_id, attempt, data, at FROM sloth.results WHERE job_id = ANY(%s::bigint[])"
+               " AND attempt BETWEEN %s AND %s ORDER BY job_id, attempt")
 SQL_EVENTS = "SELECT job_id, at, kind, attempt, message FROM sloth.events WHERE job_id = %s ORDER BY id"
 SQL_COUNTS = "SELECT state, count(*) AS n FROM sloth.jobs GROUP BY state"
 # Each an index seek on a partial index (jobs_due, jobs_blocked, jobs_lease).
@@ -132,6 +134,19 @@ class PgReads(contract.Reads):
         rows = self._db.read(lambda c: c.execute(sql, attempt_rules.run_times_args(value, prefix)).fetchall(),
                              "reading past runs' times")
         return [float(r["wall_s"]) for r in rows]
+
+    def results(self, job_ids: Sequence[int], *, attempts: tuple[int, int] | None = None
+                ) -> dict[int, list[dict[str, Any]]]:
+        lo, hi = attempts or (0, 2**62)
+
+        def read(c: Cursor) -> dict[int, list[dict[str, Any]]]:
+            out: dict[int, list[dict[str, Any]]] = {}
+            for r in c.execute(SQL_RESULTS, (list(job_ids), lo, hi)).fetchall():
+                out.setdefault(int(r["job_id"]), []).append(
+                    {"attempt": int(r["attempt"]), "result": json.loads(r["data"]), "at": r["at"]})
+            return out
+
+        return self._db.read(read, "reading jobs' results")
 
     def latest(self, *, origin: str | None = None, ran: bool = False) -> int | None:
         where = [w for w, on in (("origin = %(origin)s", origin is not None), ("attempts > 0", ran)) if on]

@@ -27,7 +27,7 @@ from sloth_daemon.models import ACTIVE_STATES, FINISHED_STATES, Batch, Job, JobS
 from sloth_daemon.spec import number
 
 _COPIED = ("command, lane, priority, max_attempts, lease_s, timeout_s, key, cwd, env, env_id,"
-           " label, shell, retry_exit, no_retry_exit, keep_awake, limits, gate, tell")
+           " label, shell, retry_exit, no_retry_exit, keep_awake, limits, gate, tell, rules")
 SQL_RESTART = (
     f"INSERT INTO jobs (state, not_before, created_at, updated_at, {_COPIED})"
     f" SELECT 'queued', ?, ?, ?, {_COPIED} FROM jobs WHERE id = ?"

@@ -331,6 +331,23 @@ MIGRATIONS: list[str] = [
     CREATE UNIQUE INDEX jobs_key_head ON jobs(key)
         WHERE key IS NOT NULL AND key_behind IS NULL AND state IN ('blocked', 'held', 'queued', 'running');
     """,
+    """,
+    # watchdogs, retry rules and results (issue 33 items 5 and 3). rules: the
+    # job's --stall, --fail-on, --retry-on/--no-retry-on and --backoff as JSON
+    # (checks.rules_json; NULL: none). results: the JSON an attempt wrote to
+    # $SLOTH_RESULT (at most keeper/results.py's cap), kept with its attempt
+    # and written in the transaction that records the attempt's end, so a
+    # dependent claimed after that end always finds it.
+    """
+    ALTER TABLE jobs ADD COLUMN rules TEXT;
+    CREATE TABLE results (
+        job_id  INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+        attempt INTEGER NOT NULL,
+        data    TEXT    NOT NULL,   -- JSON as the job wrote it (validated)
+        at      REAL    NOT NULL,
+        PRIMARY KEY (job_id, attempt)
+    ) WITHOUT ROWID;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -159,7 +159,7 @@ class _Batch:
     def insert(self, rows: list[JobSpec]) -> list[int]:
         for r in rows:
             env_id = None if r.env_json is None else self.env_ids[r.env_json]
-            if r.key is None and not r.waits and not r.hold and r.gate_json is None:
+            if r.key is None and not r.waits and not r.hold and r.gate_json is None and r.rules_json is None:
                 self.run.append(_values(r, env_id, self.now, self.handle))
                 continue
             self.flush()
@@ -177,6 +177,8 @@ class _Batch:
             if plan.note:
                 self.c.execute("INSERT INTO events (job_id, at, kind, attempt, message) VALUES (?, ?, ?, 0, ?)",
                                (self.ids[-1], self.now, rules.KEY_EVENT, plan.note))
+            if r.rules_json is not None:  # few jobs have rules: the plain statements stay as they were
+                self.c.execute("UPDATE jobs SET rules = ? WHERE id = ?", (r.rules_json, self.ids[-1]))
         self.flush()
         deps.add_deps(self.c, self.deps)
         return self.ids

@@ -51,31 +51,32 @@ class SqliteLeases(contract.Leases):
     def fail(
         self, job_id: int, token: str, *, message: str = "", retry: bool = True,
         exit_code: int | None = None, ended_at: float | None = None,
-        runner: dict[str, Any] | None = None, durable: bool = True,
+        runner: dict[str, Any] | None = None, durable: bool = True, rule: str = "",
     ) -> Job:
         now = self.clock.now()
         with self.store.tx(durable=durable) as c:
             row = self._held(c, job_id, token)
             self._put_runner(c, row, runner, now)
-            return self._fail_row(c, row, message, retry, exit_code, past(ended_at, now), now)
+            return self._fail_row(c, row, message, retry, exit_code, past(ended_at, now), now, rule=rule)
 
     def _fail_row(self, c: sqlite3.Connection, row: sqlite3.Row, message: str, retry: bool,
-                  exit_code: int | None, ended: float, now: float, kind: str = "failed") -> Job:
+                  exit_code: int | None, ended: float, now: float, kind: str = "failed", *, rule: str = "") -> Job:
         """A try that counts ended: queued after a backoff while tries remain
         (and ``retry``, the event ``kind``), else failed."""
         job_id, attempts, tries = row["id"], row["attempts"], row["tries"]
         if retry and tries < row["max_attempts"]:
-            delay = rules.backoff_s(tries, self.defaults.backoff_cap_s)
+            delay = rules.job_backoff_s(row, self.defaults.backoff_cap_s)
             out = c.execute(
                 "UPDATE jobs SET state = 'queued', not_before = ?, token = NULL,"
                 " lease_until = NULL, message = ?, exit_code = ?, updated_at = ?"
                 " WHERE id = ? RETURNING *",
                 (now + delay, storable(message), exit_code, now, job_id),
             ).fetchone()
-            event(c, job_id, ended, kind, attempts, rules.retry_message(message, row, delay))
+            event(c, job_id, ended, kind, attempts, rules.retry_message(rules.with_rule(message, rule), row, delay))
             return self.rows.job(out)
         return self.ends.finish(c, job_id, JobState.FAILED, ended, attempts, "failed",
-                                rules.give_up_message(message, retry), exit_code=exit_code, stored_message=message)
+                                rules.give_up_message(rules.with_rule(message, rule), retry), exit_code=exit_code,
+                                stored_message=message)
 
     def release(self, job_id: int, token: str, *, message: str = "interrupted", delay_s: float = 0.0,
                 kind: str = "interrupted", runner: dict[str, Any] | None = None,
@@ -171,6 +172,12 @@ class SqliteLeases(contract.Leases):
         c.execute("UPDATE jobs SET runner = ?, updated_at = ? WHERE id = ?", (json.dumps(runner), now, row["id"]))
         event(c, row["id"], past(runner.get("started_at"), now), "started", row["attempts"],
               f"pid {runner.get('pid')}")
+
+    def keep_result(self, job_id: int, attempt: int, data: str, *, durable: bool = True) -> None:
+        with self.store.tx(durable=durable) as c:
+            c.execute("INSERT INTO results (job_id, attempt, data, at) SELECT ?, ?, ?, ? WHERE EXISTS"
+                      " (SELECT 1 FROM jobs WHERE id = ?) ON CONFLICT DO NOTHING",
+                      (job_id, attempt, data, self.clock.now(), job_id))
 
     def unclaim(self, job_id: int, token: str, *, durable: bool = True) -> Job:
         now = self.clock.now()

@@ -157,6 +157,19 @@ class SqliteReads(contract.Reads):
         return [r[0] for r in self.conn.execute(sql, attempt_rules.run_times_args(value, prefix))]
 
     @reads
+    def results(self, job_ids: Sequence[int], *, attempts: tuple[int, int] | None = None
+                ) -> dict[int, list[dict[str, Any]]]:
+        out: dict[int, list[dict[str, Any]]] = {}
+        lo, hi = attempts or (0, 2**62)
+        for i in range(0, len(job_ids), 500):
+            part = list(job_ids[i:i + 500])
+            for r in self.conn.execute(f"SELECT job_id, attempt, data, at FROM results WHERE job_id IN"
+                                       f" ({', '.join('?' * len(part))}) AND attempt BETWEEN ? AND ?"
+                                       " ORDER BY job_id, attempt", [*part, lo, hi]):
+                out.setdefault(r[0], []).append({"attempt": r[1], "result": json.loads(r[2]), "at": r[3]})
+        return out
+
+    @reads
     def counts(self) -> dict[str, int]:
         return rules.state_counts(self.conn.execute("SELECT state, count(*) FROM jobs GROUP BY state"))
 

@@ -49,6 +49,7 @@ from sloth_daemon.daemon.worker.news import Hearing
 from sloth_daemon.daemon.worker.pausing import Pauser
 from sloth_daemon.daemon.worker.pipeline import PACE_S, TAKE_BACK_WAIT_S, Pipeline
 from sloth_daemon.daemon.worker.recording import Recorder
+from sloth_daemon.daemon.worker.handing import hand_on
 from sloth_daemon.daemon.worker.runs import Attempts, spawn_request, this_host, worker_name
 from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.daemon.worker.spawner import Spawner, SpawnRequest
@@ -130,7 +131,7 @@ class Worker:
         self.claims = Claimer(queue, self.running, self.lanes, self.gates, self.pipeline, self.leases, self.watch,
                              self.postponed, clocks, settings, name=self.name, places=self.places, begin=self._begin)
         self.recorder = Recorder(queue, spawner, self.running, self.signals, claims_lost=self.claims.later,
-                                 commit_delay_s=commit_delay_s)
+                                 commit_delay_s=commit_delay_s, retry_on=settings.retry_on)
         self.hearing = Hearing(queue, self.running, clocks, self.signals, self.withdrawals, self.pipeline,
                                self.postponed, self.leases, self.clock, end=self.end, instance=instance,
                                name=self.name)
@@ -235,8 +236,9 @@ class Worker:
         self.running.add(run)
         run.renewed(claimed)
         run.started_awake = claimed.awake  # young from now (pipeline.py); a start heard renews it
-        req = spawn_request(run, claimed, self.settings, env=self.envs.base(run.job.env),
-                            log_path=self.log_path(run.job.id, run.attempt), host=self.host)
+        log_path = self.log_path(run.job.id, run.attempt)
+        req = spawn_request(run, claimed, self.settings, env=self.envs.base(run.job.env), log_path=log_path,
+                            host=self.host, handed=hand_on(self.queue, run.job, log_path))
         self.recorder.after_commit(self._send_spawn, run, req)  # never before the claim is in
 
     def _send_spawn(self, run: Attempt, req: SpawnRequest) -> None:
@@ -319,6 +321,7 @@ class Worker:
         self.clock.interval_s = settings.clock_check_s
         self.queue.lease_s, self.queue.max_attempts = settings.lease_s, settings.max_attempts
         self.queue.backoff_cap_s = settings.backoff_cap_s
+        self.recorder.retry_on = settings.retry_on
         notes = self.lanes.reload(settings)
         self.gates.reload(settings, resources_of(settings))
         notes += self.gates.sweep()  # what the new resources or lanes can never run: held, and said

@@ -14,10 +14,11 @@ before it started (pipeline.py) never ran: its claim is undone, no trace.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Collection
 
+from sloth_daemon.checks import DEFAULT_RETRY_ON
 from sloth_daemon.errors import IllegalTransition
-from sloth_daemon.models import Job
+from sloth_daemon.models import NO_RETRY_EXIT, Job
 from sloth_daemon.queue import Queue
 from sloth_daemon.daemon.worker.lifecycle import BY_REQUEST, NOTHING_TO_WRITE, Attempt, Why
 from sloth_daemon.daemon.worker.spawner import Outcome
@@ -25,15 +26,18 @@ from sloth_daemon.daemon.worker.spawner import Outcome
 
 
 def record(queue: Queue, run: Attempt, outcome: Outcome, *, runner: dict[str, Any] | None = None,
-           durable: bool = True) -> Job | None:
+           durable: bool = True, retry_on: Collection[str] = DEFAULT_RETRY_ON) -> Job | None:
     """Write ``outcome`` under the run's lease (with the process identity
     ``runner`` if not yet written; without an fsync unless ``durable``); the
-    job after, or None when there is nothing to write. Raises LeaseLost or
-    JobNotFound (it is not ours any more) and StorageError (try again later:
-    the outcome is kept)."""
+    job after, or None when there is nothing to write. ``retry_on``: the
+    ends that are no exit code retried by default (config's retry_on).
+    Raises LeaseLost or JobNotFound (it is not ours any more) and
+    StorageError (try again later: the outcome is kept)."""
     jid, tok = run.job.id, run.token
     ok, message = outcome.describe()
     why = run.ending.why if run.ending is not None else None
+    if outcome.result is not None:  # before its end: the end may queue a dependent, which must find it
+        queue.keep_result(jid, run.attempt, outcome.result, durable=False)
     if why in NOTHING_TO_WRITE:
         if why in BY_REQUEST and outcome.started and outcome.returncode is not None:
             return queue.note_ended(jid, run.attempt, ended_note(outcome), ended_at=outcome.ended_at,
@@ -65,8 +69,9 @@ def record(queue: Queue, run: Attempt, outcome: Outcome, *, runner: dict[str, An
     at = outcome.ended_at
     if ok:
         return queue.complete(jid, tok, message=message, exit_code=outcome.returncode, ended_at=at, **kw)
-    retry, message = retry_verdict(run.job, outcome, message)
-    return queue.fail(jid, tok, message=message, exit_code=outcome.returncode, ended_at=at, retry=retry, **kw)
+    retry, message, rule = retry_verdict(run.job, outcome, message, retry_on)
+    return queue.fail(jid, tok, message=message, exit_code=outcome.returncode, ended_at=at, retry=retry, rule=rule,
+                      **kw)
 
 
 def _replaced(queue: Queue, run: Attempt, outcome: Outcome, *, durable: bool) -> Job | None:
@@ -95,14 +100,63 @@ def ended_note(outcome: Outcome) -> str:
 EXIT_MEANING = {126: "found but not executable", 127: "command not found"}
 
 
-def retry_verdict(job: Job, outcome: Outcome, message: str) -> tuple[bool, str]:
-    """(retry?, message) for a failed run: an exit code the job's rules do not
-    retry fails it at once (a typo is not worth three tries with backoff).
-    Signals and timeouts are always retried."""
+def end_cause(outcome: Outcome) -> str | None:
+    """The retry rules' name of an end that is no exit code (checks.RETRY_CAUSES):
+    the keeper's timeout, stall or --fail-on kill, its memory limit, a
+    signal it did not send; None for an exit code (or an end asked for by
+    no rule: retried, as before there were rules)."""
+    if outcome.killed_by in ("timeout", "stall", "match"):
+        return outcome.killed_by
+    if outcome.over == "mem":
+        return "mem"
     code = outcome.returncode
+    if outcome.reason is None and code is not None and code < 0:
+        return "signal"
+    return None
+
+
+def retry_verdict(job: Job, outcome: Outcome, message: str,
+                  retry_on: Collection[str] = DEFAULT_RETRY_ON) -> tuple[bool, str, str]:
+    """(retry?, message, the rule that decided, for the try's history;
+    docs/watchdogs.md): an exit code by the job's --retry-exit /
+    --no-retry-exit (a typo is not worth three tries with backoff); an end
+    that is no exit code by its --retry-on / --no-retry-on, else config's
+    ``retry_on``. An end no rule names (a kill nobody asked for by name) is
+    retried, as before there were rules."""
+    code, cause = outcome.returncode, end_cause(outcome)
+    if cause is not None:
+        retry, rule = _cause_rule(job, cause, retry_on)
+        return retry, message, rule
     if outcome.reason or code is None or code <= 0:
-        return True, message
+        return True, message, ""
     meaning = EXIT_MEANING.get(code)
     if meaning:
         message = message.replace(f"exit {code}", f"exit {code} ({meaning})", 1)
-    return job.retries_exit(code), message
+    return job.retries_exit(code), message, _exit_rule(job, code)
+
+
+def _cause_rule(job: Job, cause: str, defaults: Collection[str]) -> tuple[bool, str]:
+    own = job.rules or {}
+    if cause in own.get("retry_on", ()):
+        return True, f"retry rule: {cause} retries (--retry-on {cause})"
+    if cause in own.get("no_retry_on", ()):
+        return False, f"not retried: {cause} is in --no-retry-on"
+    shown = ",".join(sorted(defaults)) or "none"
+    if cause in defaults:
+        return True, f"retry rule: {cause} retries (retry_on: {shown})"
+    return False, f"not retried: {cause} is not in retry_on ({shown}; --retry-on {cause} asks)"
+
+
+def _exit_rule(job: Job, code: int) -> str:
+    default = job.no_retry_exit == list(NO_RETRY_EXIT)
+    if code in job.no_retry_exit:
+        return f"not retried: exit {code} is in " + ("the default --no-retry-exit 126,127" if default
+                                                      else "--no-retry-exit")
+    if job.retry_exit is not None:
+        if code in job.retry_exit:
+            return f"retry rule: exit {code} is in --retry-exit"
+        return f"not retried: exit {code} is not in --retry-exit {','.join(map(str, job.retry_exit))}"
+    if default:
+        return f"retry rule: exit {code} retries (default: every exit code but 126,127)"
+    never = ",".join(map(str, job.no_retry_exit))
+    return f"retry rule: exit {code} retries (--no-retry-exit {never or 'none'})"

@@ -16,9 +16,10 @@ durable (durability.py), as without a unit.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Collection
 
 from sloth_daemon.daemon.worker import outcomes
+from sloth_daemon.checks import DEFAULT_RETRY_ON
 from sloth_daemon.clock import ClockReadings
 from sloth_daemon.daemon.worker.durability import GroupCommit
 from sloth_daemon.errors import BadRequest, JobNotFound, LeaseLost, SlothError, StorageError
@@ -48,8 +49,10 @@ class Recorder:
     its claims never happened (the worker claims again a little later)."""
 
     def __init__(self, queue: "Queue", spawner: "Spawner", running: Attempts, signals: Signals, *,
-                 claims_lost: Callable[[ClockReadings], None], commit_delay_s: float = 0.0) -> None:
+                 claims_lost: Callable[[ClockReadings], None], commit_delay_s: float = 0.0,
+                 retry_on: Collection[str] = DEFAULT_RETRY_ON) -> None:
         self.queue, self.spawner, self.running, self.signals = queue, spawner, running, signals
+        self.retry_on = retry_on  # config's: ends that are no exit code retried by default (a reload sets it)
         self.claims_lost = claims_lost
         self.commits = GroupCommit(queue, self._tell, delay_s=commit_delay_s)
         self._after_commit: list[Callable[[], None]] | None = None  # inside a unit: what waits for its commit
@@ -172,7 +175,8 @@ class Recorder:
         job = None
         try:
             self._record_cost(run, outcome)
-            job = outcomes.record(self.queue, run, outcome, runner=run.identity, durable=durable)
+            job = outcomes.record(self.queue, run, outcome, runner=run.identity, durable=durable,
+                                  retry_on=self.retry_on)
         except (LeaseLost, JobNotFound) as e:
             log.warning("outcome of job %d not recorded: %s", run.job.id, e.message)
         except SlothError as e:  # keep it, try again later: never thrown away, never re-run by us

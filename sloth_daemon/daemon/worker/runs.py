@@ -90,18 +90,23 @@ def term_lead(lease_s: float, kill_grace_s: float) -> float:
 
 
 def spawn_request(run: Attempt, claimed: ClockReadings, settings: "Settings", *, env: dict[str, str],
-                  log_path: Path, host: str) -> SpawnRequest:
+                  log_path: Path, host: str, handed: dict[str, str] | None = None) -> SpawnRequest:
     """What the spawner is asked to start for ``run``, claimed at ``claimed``
-    (``env``: the job's base environment; ``host``: this machine's name)."""
+    (``env``: the job's base environment; ``host``: this machine's name;
+    ``handed``: handing.hand_on's variables, $SLOTH_RESULT among them)."""
     job = run.job
     extra = {"SLOTH_JOB_ID": str(job.id), "SLOTH_JOB_ATTEMPT": str(run.attempt), "SLOTH_JOB_TOKEN": run.token,
-             "SLOTH_FENCE_TOKEN": run.token, **environment(job.tokens), **member_environment(job.member)}
+             "SLOTH_FENCE_TOKEN": run.token, **environment(job.tokens), **member_environment(job.member),
+             **(handed or {})}
+    rules = job.rules or {}
+    watch = {k: rules[k] for k in ("stall_s", "fail_on") if rules.get(k) is not None}
     return SpawnRequest(
         key=run.token, job_id=job.id, attempt=run.attempt, argv=job.command, cwd=job.cwd, env=env, env_extra=extra,
         log_path=log_path, log_cap=settings.log_cap_bytes, timeout_s=job.timeout_s,
         kill_grace_s=settings.kill_grace_s, previous=ran_here(job.runner, host),
         trust_until=trust_until(claimed, job.lease_s), term_lead_s=term_lead(job.lease_s, settings.kill_grace_s),
-        after=run.after.token if run.after is not None else None, keep_awake=job.keep_awake, limits=job.limits)
+        after=run.after.token if run.after is not None else None, keep_awake=job.keep_awake, limits=job.limits,
+        watch=watch or None, result_path=Path(handed["SLOTH_RESULT"]) if handed and "SLOTH_RESULT" in handed else None)
 
 
 def record_start(queue: "Queue", run: Attempt) -> None:

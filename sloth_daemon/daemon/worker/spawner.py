@@ -41,6 +41,8 @@ class SpawnRequest:
     after: str | None = None  # start only once the run of this key has ended (pipelines)
     keep_awake: bool = False  # hold a sleep inhibitor while it runs (keeper/keep_awake.py)
     limits: dict[str, Any] | None = None  # its resource limits and how (daemon/job_limits.py)
+    watch: dict[str, Any] | None = None  # its --stall and --fail-on (keeper/watchdog.py)
+    result_path: Path | None = None  # $SLOTH_RESULT: the keeper reads it once the run ends (keeper/results.py)
 
     def full_env(self) -> dict[str, str]:
         return {**self.env, **self.env_extra} if self.env_extra else self.env
@@ -64,6 +66,9 @@ class Outcome:
     started: bool = True  # False: pending behind another run, it was dropped before it started
     note: str | None = None  # how its end was known, when that is not plain (seen late: keeper/kept_runs.py)
     cost: dict[str, Any] | None = None  # what it cost (keeper/cost.py), as the keeper measured it
+    over: str | None = None  # "mem": it ended by its memory limit (the retry rules' "mem")
+    result: str | None = None  # the JSON it handed on ($SLOTH_RESULT, keeper/results.py)
+    result_problem: str | None = None  # why what it wrote there was not kept (its history says)
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> "Outcome":
@@ -75,7 +80,8 @@ class Outcome:
                    d.get("killed_by") or None, spawn_retry=None if failed is None else bool(failed.get("retry")),
                    started=d.get("started") is not False,
                    note=d.get("note") if isinstance(d.get("note"), str) and d.get("note") else None,
-                   cost=d.get("cost") if isinstance(d.get("cost"), dict) else None)
+                   cost=d.get("cost") if isinstance(d.get("cost"), dict) else None,
+                   over=_text(d, "over"), result=_text(d, "result"), result_problem=_text(d, "result_problem"))
 
     @property
     def not_the_jobs_doing(self) -> bool:
@@ -98,8 +104,13 @@ class Outcome:
             ok, msg = False, f"killed by {name}"
         else:
             ok, msg = False, f"exit {code}"
-        extra = [x for x in (self.log_problem, self.note) if x]
+        extra = [x for x in (self.log_problem, self.note, self.result_problem) if x]
         return ok, "; ".join([msg, *extra])
+
+
+def _text(d: dict[str, Any], name: str) -> str | None:
+    v = d.get(name)
+    return v if isinstance(v, str) and v else None
 
 
 class RunSink(Protocol):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from sloth_daemon.checks import FIELDS, LIMIT_NAMES
+from sloth_daemon.checks import FIELDS, LIMIT_NAMES, RULE_NAMES
 from sloth_daemon.cli.commands import COMMANDS
 from sloth_daemon.cli.submit import NOTHING, check, option_names
 from sloth_daemon.errors import BadRequest
@@ -23,8 +23,9 @@ SET_NO_FIELD = {
     "anywhere": "sets place to '*', always valid: a bad place is --on's",
     "batch": "names the batch (the commit's handle), not a job",
 }
-# Set as a whole from options of their own (--mem, --cpus, --nice, --io name each limit).
-SET_BY_PARTS = {"limits"}
+# Set as a whole from options of their own (--mem, --cpus, --nice, --io name each limit; --stall,
+# --fail-on, --retry-on, --no-retry-on, --backoff each rule).
+SET_BY_PARTS = {"limits", "rules"}
 
 
 def test_every_option_of_add_declares_the_job_field_it_sets():
@@ -34,7 +35,7 @@ def test_every_option_of_add_declares_the_job_field_it_sets():
 
 def test_every_job_field_has_the_name_a_user_of_add_typed():
     names = option_names()
-    missing = (set(FIELDS) - SET_BY_PARTS | set(LIMIT_NAMES)) - set(names)
+    missing = (set(FIELDS) - SET_BY_PARTS | set(LIMIT_NAMES) | set(RULE_NAMES)) - set(names)
     assert not missing
     assert names["lease_s"] == "--lease" and names["not_before"] == "--delay/--at" and names["place"] == "--on"
     assert names["retry_exit"] == "--retry-exit"  # the hand-kept list had missed it
@@ -42,7 +43,7 @@ def test_every_job_field_has_the_name_a_user_of_add_typed():
 
 def test_every_field_an_option_declares_is_one_the_queue_checks():
     declared = {o.field for c in COMMANDS for o in c.options if o.field is not None}
-    assert declared <= set(FIELDS) | set(LIMIT_NAMES)
+    assert declared <= set(FIELDS) | set(LIMIT_NAMES) | set(RULE_NAMES)
 
 
 @pytest.mark.parametrize("field, value, said", [

@@ -269,7 +269,7 @@ def test_follow_through_retries_marks_each_attempt_and_ends_with_the_job(rig, tm
     assert res["job"]["state"] == "done"
     assert [(e["kind"], e.get("data") or e.get("attempt")) for e in seen] == [
         ("log", "run 1\n"), ("attempt", 2), ("log", "run 2\n")]
-    assert seen[1]["previous"].startswith("failed: exit 3; retry 2/2")
+    assert seen[1]["previous"].startswith("failed: exit 3; retry rule: ") and "; retry 2/2" in seen[1]["previous"]
 
 
 def test_wait_sends_every_jobs_state_first(rig):
