@@ -699,7 +699,7 @@ def test_shell_completion(harness):
     # Completing words: commands, subcommands, options.
     for words, cword, want in (("sloth ad", "1", ["add"]),
                                ("sloth daemon st", "2", ["start", "status", "stop"]),
-                               ("sloth add --ma", "2", ["--max-attempts"])):
+                               ("sloth add --max", "2", ["--max-attempts"])):
         p = complete(harness, _SLOTH_COMPLETE="complete_bash", COMP_WORDS=words, COMP_CWORD=cword)
         assert sorted(p.stdout.split()) == want, (words, p.stdout, p.stderr)
 

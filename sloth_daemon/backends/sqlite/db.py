@@ -331,8 +331,7 @@ MIGRATIONS: list[str] = [
     CREATE UNIQUE INDEX jobs_key_head ON jobs(key)
         WHERE key IS NOT NULL AND key_behind IS NULL AND state IN ('blocked', 'held', 'queued', 'running');
     """,
-    """,
-    # watchdogs, retry rules and results (issue 33 items 5 and 3). rules: the
+    # 14 -> 15: watchdogs, retry rules and results (issue 33 items 5 and 3). rules: the
     # job's --stall, --fail-on, --retry-on/--no-retry-on and --backoff as JSON
     # (checks.rules_json; NULL: none). results: the JSON an attempt wrote to
     # $SLOTH_RESULT (at most keeper/results.py's cap), kept with its attempt

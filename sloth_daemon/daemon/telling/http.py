@@ -14,6 +14,7 @@ import time
 from typing import Mapping
 from urllib.parse import urljoin, urlsplit
 
+from sloth_daemon.daemon.telling.failure import DeliveryError
 from sloth_daemon.text import mask_url
 
 MAX_REDIRECTS = 3
@@ -22,15 +23,6 @@ REDIRECTS = (301, 302, 303, 307, 308)
 # Answers that may change if asked again later (a timeout, too many
 # requests, a server error); any other 4xx is the request's fault: failed at once.
 TRANSIENT = (408, 425, 429)
-
-
-class DeliveryError(Exception):
-    """A delivery that did not succeed: ``permanent`` ones are not retried.
-    The message names the URL masked (text.mask_url), never whole."""
-
-    def __init__(self, message: str, *, permanent: bool = False) -> None:
-        super().__init__(message)
-        self.permanent = permanent
 
 
 def tls_context(ca_file: str | None) -> ssl.SSLContext:

@@ -16,7 +16,8 @@ from email.message import EmailMessage
 from pathlib import Path
 from typing import Any, Mapping
 
-from sloth_daemon.daemon.telling.http import DeliveryError, tls_context
+from sloth_daemon.daemon.telling.failure import DeliveryError
+from sloth_daemon.daemon.telling.http import tls_context
 
 SENDMAIL = "/usr/sbin/sendmail"
 

@@ -37,8 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from sloth_daemon import __version__
 from sloth_daemon.backends.contract import Message
 from sloth_daemon.config import Settings
-from sloth_daemon.daemon.telling import mail, messages
-from sloth_daemon.daemon.telling.http import DeliveryError, request
+from sloth_daemon.daemon.telling.failure import DeliveryError
 from sloth_daemon.errors import JobNotFound, SlothError
 from sloth_daemon.models import mask_channel
 
@@ -233,7 +232,11 @@ async def _on_a_thread(loop: asyncio.AbstractEventLoop, w: Work) -> DeliveryErro
 
 
 def _deliver(w: Work) -> DeliveryError | None:
-    """Send one message (on a thread); None when its receiver took it."""
+    """Send one message (on a thread); None when its receiver took it.
+    What sends is imported here, once a message goes (failure.py says why)."""
+    from sloth_daemon.daemon.telling import mail, messages
+    from sloth_daemon.daemon.telling.http import request
+
     m, kind = w.m, w.m.channel.get("kind")
     try:
         if kind == "ping":
@@ -257,6 +260,8 @@ def _deliver(w: Work) -> DeliveryError | None:
 
 def _tail(path: Path | None) -> bytes:
     """The log's last bytes (messages.TAIL_CAP), or nothing."""
+    from sloth_daemon.daemon.telling import messages
+
     if path is None:
         return b""
     try:
