@@ -116,13 +116,21 @@ class ProgressMeter:
                 self.carry += data
             else:
                 self.carry = b""  # a line this long reports no progress
-            return False
+            return self._whole_bar()
         found = self._last_marked(data, last_end)
         if found is None and self.carry:  # the carried line ends in this chunk
             first_end = min(i for i in (data.find(b"\n"), data.find(b"\r")) if i >= 0)
             found = self.carry + data[:first_end] if first_end <= CARRY else None
         self.carry = data[last_end + 1:] if len(data) - last_end - 1 <= CARRY else b""
-        return found is not None and self._set(parse_line(found))
+        return self._whole_bar() or (found is not None and self._set(parse_line(found)))
+
+    def _whole_bar(self) -> bool:
+        """The line being written, if it is a whole tqdm bar: tqdm writes its
+        "\r" before each redraw, not after, so a bar is ended only by the next
+        one (which may come seconds later); one that reaches its closing "]"
+        (the rate: "[00:03<00:09, 3.2it/s]") is whole already. True if it held a new value."""
+        bar = self.carry.rstrip()
+        return MARK_TQDM in bar and bar.endswith(b"]") and self._set(parse_line(bar))
 
     def _last_marked(self, data: bytes, end: int) -> bytes | None:
         """The last finished line of ``data`` (up to ``end``) that holds a

@@ -73,8 +73,10 @@ def test_top_on_a_real_terminal_at_80x24_without_colour_redraws_and_quits_clean(
         t.type(b"?")
         t.read_until(r"sloth top: keys", 10)
         t.read_until(r"asks first", 10)
+        closing = len(t.raw)
         t.type(b"x")  # any key closes the help
-        shown(t, r"log \(attempt 1\)")  # the running job chosen, its detail read
+        # the view drawn again once the help is gone (a key typed while it is open goes to the help)
+        shown(t, r"log \(attempt 1\)", since=closing)  # the running job chosen, its detail read
         asked = len(t.raw)
         t.type(b"c")
         shown(t, rf"Cancel job {jid} \(sleep 60\)\?", since=asked)

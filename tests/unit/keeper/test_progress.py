@@ -45,6 +45,20 @@ def test_real_tqdm_bars(kw: dict[str, object]) -> None:
     assert m.latest["fraction"] == pytest.approx(0.25)
 
 
+def test_a_tqdm_bar_counts_as_soon_as_it_is_whole_not_when_the_next_one_ends_it() -> None:
+    # tqdm writes "\r" before each redraw: the bar it drew last is ended only by the next, which may come
+    # seconds later (or never): a bar that reached its closing "]" is whole, one cut before it is not yet
+    m = ProgressMeter()
+    assert m.feed(b"\r  0%|          | 0/40 [00:00<?, ?it/s]")
+    assert m.latest is not None and m.latest["fraction"] == 0.0
+    bar = "\r 25%|\u2588\u2588\u258c       | 10/40 [00:00<00:00, 9.99it/s]".encode()
+    m.feed(bar[:-12])  # cut inside its rate: not whole yet (its "\r" ends the 0% bar, said again)
+    assert m.latest["fraction"] == 0.0
+    assert m.feed(bar[-12:])
+    assert m.latest["fraction"] == pytest.approx(0.25)
+    assert _tqdm_output().rstrip().endswith(b"]")  # real tqdm's bars end so
+
+
 def test_a_tqdm_bar_that_knows_no_total_is_no_fraction() -> None:
     tqdm = pytest.importorskip("tqdm").tqdm
     buf = io.StringIO()
