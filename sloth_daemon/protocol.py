@@ -53,8 +53,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # not at run time: every `sloth add` imports this module
     from typing import Any
 
-VERSION = 5  # the newest this code speaks
-SUPPORTED_VERSIONS = (1, 2, 3, 4, 5)
+VERSION = 6  # the newest this code speaks
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6)
 MAX_FRAME = 1 << 20  # 1 MiB per request line
 MAX_RESPONSE = 64 << 20  # per line from the daemon
 
@@ -139,7 +139,10 @@ OP_SINCE.update(dict.fromkeys(("pause_jobs", "resume_jobs", "latest", "edit", "b
 # Round 4 (v5): "latest" means this machine's and takes "ran" (a daemon of v4 would answer another
 # machine's job, or refuse "ran" as an unknown argument: it is told to restart instead).
 OP_SINCE["latest"] = 5
-OP_SINCE["metrics"] = 5
+# Round 4's features (v6): a daemon of v5 does not know these ops; asked with v6 it refuses the version,
+# and the client says to restart it (an old daemon still running after an upgrade) instead of "unknown op".
+OP_SINCE.update(dict.fromkeys(("timeline", "outbox", "outbox_retry", "outbox_drop", "metrics", "batch_show", "result"),
+                              6))
 
 
 class Request:
