@@ -63,8 +63,12 @@ def test_a_newer_op_in_an_older_version_is_unknown_and_a_newer_version_is_refuse
     assert protocol.request(1, "latest", ran=True)["v"] == 5
     with pytest.raises(ProtocolError, match="unknown op 'latest'"):
         protocol.parse_request(frame(v=4, id=1, op="latest", args={}))
-    with pytest.raises(ProtocolError, match="version 6 is not supported"):
-        protocol.parse_request(frame(v=6, id=1, op="ping"))
+    # v6: round 4's ops (the timeline, the outbox, metrics, batches, results): a daemon of v5 refuses the version
+    assert protocol.request(1, "timeline")["v"] == protocol.request(1, "result", id=1)["v"] == 6
+    with pytest.raises(ProtocolError, match="unknown op 'outbox'"):
+        protocol.parse_request(frame(v=5, id=1, op="outbox", args={}))
+    with pytest.raises(ProtocolError, match="version 7 is not supported"):
+        protocol.parse_request(frame(v=7, id=1, op="ping"))
 
 
 @pytest.mark.parametrize(
@@ -78,7 +82,7 @@ def test_a_newer_op_in_an_older_version_is_unknown_and_a_newer_version_is_refuse
         (b'"str"', "JSON object"),
         (b"null", "JSON object"),
         (b"[" * 100_000 + b"]" * 100_000, "JSON"),  # deep nesting: RecursionError, not a crash
-        (frame(v=6, id=1, op="ping"), "version 6"),
+        (frame(v=7, id=1, op="ping"), "version 7"),
         (frame(id=1, op="ping"), "version None"),
         (frame(v="1", id=1, op="ping"), "version '1'"),
         (frame(v=True, id=1, op="ping"), "version True"),  # True == 1 in Python, not on the wire
