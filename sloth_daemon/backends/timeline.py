@@ -45,6 +45,8 @@ class TimelineReads(Protocol):
 
     def machine_events(self, since: float, host: str | None = None) -> list[dict[str, Any]]: ...
 
+    def costs(self, job_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]: ...
+
 
 def window(args: dict[str, Any], now: float) -> tuple[float, str | None]:
     """The op's arguments checked: ``since_s`` (seconds back from now, default
@@ -98,7 +100,8 @@ def gathering(q: TimelineReads, *, since: float, now: float, lane: str | None = 
     before = None
     while len(jobs) < MAX_JOBS:
         page = q.window_jobs(since, lane=lane, before_id=before, limit=STEP)
-        jobs += [_drawn(job, events, now) for job, events in page if job.created_at <= now]
+        costs = q.costs([job.id for job, _ in page])  # what each run cost (docs/progress.md), one read a page
+        jobs += [_drawn(job, events, now, costs.get(job.id, ())) for job, events in page if job.created_at <= now]
         if len(page) < STEP:
             break
         before = page[-1][0].id
@@ -109,10 +112,14 @@ def gathering(q: TimelineReads, *, since: float, now: float, lane: str | None = 
             "machine": machine, "downtime": downtime(machine, since, now, down_hosts), "capped": capped}
 
 
-def _drawn(job: Job, events: Sequence[Event], now: float) -> dict[str, Any]:
-    """A job as the timeline sends it: its fields (not its environment), runs, waits, latest history."""
+def _drawn(job: Job, events: Sequence[Event], now: float, costs: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """A job as the timeline sends it: its fields (not its environment), runs
+    (each with its attempt's ``cost`` when the keeper measured it), waits, latest history."""
     d = job.to_dict()
     d["runs"] = runs_of(job, events, now)
+    by_attempt = {c["attempt"]: c["cost"] for c in costs}
+    for run in d["runs"]:
+        run["cost"] = by_attempt.get(run["attempt"])
     d["waits"] = waits_of(job, d["runs"], now)
     d["events"] = [{"at": e.at, "kind": e.kind, "attempt": e.attempt, "message": e.message, "job_id": e.job_id}
                    for e in events[-EVENTS_KEPT:]]  # not asdict: a third of the time went there

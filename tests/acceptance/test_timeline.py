@@ -83,6 +83,8 @@ def test_the_night_is_recorded_sleep_stop_and_crash_and_drawn_in_a_terminal(nigh
     h, data, ids = night
     runs = {j["id"]: [r["outcome"] for r in j["runs"]] for j in data["jobs"]}
     assert runs[ids["ok"]] == ["done"] and runs[ids["bad"]] == ["failed"] and runs[ids["after"]] == ["done"]
+    ok = next(j for j in data["jobs"] if j["id"] == ids["ok"])  # each run with what it cost (the keeper's measure)
+    assert ok["runs"][0]["cost"]["wall_s"] >= 0 and ok["runs"][0]["cost"]["ended"] == "exit 0", ok["runs"]
     sleeps = [m for m in data["machine"] if m["kind"] == "sleep"]
     assert len(sleeps) == 1 and 2 * HOUR - 5 < sleeps[0]["end_at"] - sleeps[0]["start_at"] < 2 * HOUR + 5
     ups = [m["detail"] for m in data["machine"] if m["kind"] == "up"]
