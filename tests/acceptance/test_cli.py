@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sloth_daemon import __version__
+from sloth_daemon import __version__, protocol
 from sloth_daemon.errors import EXIT_CONFLICT, EXIT_JOB_FAILED, EXIT_NOT_FOUND, EXIT_NOT_RUNNING, EXIT_USAGE
 
 pytestmark = pytest.mark.acceptance
@@ -546,7 +546,7 @@ def test_daemon_start_status_stop(harness):
     jid = harness.cli_json("add", "--", "true")["ids"][0]
     harness.wait_state(jid, "done")
     st = harness.cli_json("daemon", "status")
-    assert st["pid"] == pid and st["version"] == __version__ and st["protocol"] == 5
+    assert st["pid"] == pid and st["version"] == __version__ and st["protocol"] == protocol.VERSION
     assert st["uptime_s"] >= 0
     assert st["paths"]["socket"] == str(harness.socket)
     assert st["paths"]["db"] == str(harness.home / "queue.db")

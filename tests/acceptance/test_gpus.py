@@ -91,8 +91,10 @@ def test_a_share_count_in_config_puts_two_whole_gpu_jobs_on_each_gpu(make_harnes
 
 
 def test_gpu_mem_goes_where_nvidia_smi_says_it_is_free_and_counts_what_was_promised(make_harness, home):
-    h, smi = start(make_harness, home)
-    smi.gpus(1000, 30000)  # MiB free: GPU 0 nearly full, GPU 1 has 29.3G
+    smi = fake_smi(home / "bin", 2)
+    smi.gpus(1000, 30000)  # MiB free: GPU 0 nearly full, GPU 1 has 29.3G (before the daemon's first reading,
+    h = make_harness(GPU_CONFIG)  # which it keeps for 2 s: a change just after it would not be seen yet)
+    h.start(env={"PATH": f"{smi.bindir}:/usr/bin:/bin"})
     h.wait_for(lambda: h.call("status")["conditions"]["gpus"], what="the reading taken at start")
     p = h.cli("add", "--needs", "gpu-mem=100G", "--", "true")  # more than any GPU here has: refused at once
     assert p.returncode != 0 and "the largest GPU here has 80G" in p.stderr, p.stderr

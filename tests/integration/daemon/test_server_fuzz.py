@@ -107,7 +107,7 @@ def non_objects(rng: random.Random) -> Iterator[bytes]:
 
 
 def wrong_versions(rng: random.Random) -> Iterator[bytes]:
-    for v in (0, 6, -1, 99, 2**70, "1", 1.5, None, True, [1], {"v": 1}):  # v1 to v5 are spoken
+    for v in (0, 7, -1, 99, 2**70, "1", 1.5, None, True, [1], {"v": 1}):  # v1 to v6 are spoken
         yield req("ping", v=v)
         yield req("status", v=v)
     yield dumps({"id": 1, "op": "ping"})  # no version at all
