@@ -61,7 +61,8 @@ def test_top_on_a_real_terminal_at_80x24_without_colour_redraws_and_quits_clean(
     # a job's text is shown, never obeyed: a terminal title escape, and what Textual would read as markup
     harness.add("echo", "\x1b]0;pwned\x07[b]bold?[/b]", not_before=time.time() + 3600)
     assert harness.env["NO_COLOR"] == "1"
-    with top(harness, 80, 24) as t:
+    # COLUMNS and LINES exported (some shells and tools do): the resize below is still seen
+    with top(harness, 80, 24, COLUMNS="80", LINES="24") as t:
         t.read_until(r"daemon up", 30)
         t.read_until(r"running \(1\)", 30)
         t.read_until(re.escape("[b]bold?[/b]"), 10)

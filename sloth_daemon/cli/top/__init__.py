@@ -24,6 +24,12 @@ def top(filter_text: Optional[str] = None) -> int:
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise errors.BadRequest("`sloth top` draws on a terminal; stdin and stdout are not one",
                                 hint="For a script use `sloth status --json` or `sloth ls --json`.")
+    import os
+
+    # The terminal's own size, read again at each resize: Textual asks shutil.get_terminal_size, which
+    # takes $COLUMNS/$LINES first when they are exported, and would then never see a resize.
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
     from sloth_daemon.cli.top.app import run
 
     return run(filter_text or "")
