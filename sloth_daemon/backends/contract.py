@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Collection, ContextManager, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Callable, ClassVar, Collection, ContextManager, Iterable, Mapping, Protocol, Sequence
 
 from sloth_daemon.backends import rules, run_tally, schedule_rules as sr
 from sloth_daemon.backends.edits import Edited
@@ -187,6 +187,19 @@ class Message:
     sent_at: float | None = None
     token: str | None = None
     exit_code: int | None = None  # the job's, as the event left it
+
+    MAX_ERROR: ClassVar[int] = 500  # characters of a delivery's error kept
+
+    @classmethod
+    def from_row(cls, row: Any) -> "Message":
+        """An ``outbox`` row (either engine's: a mapping by column name)."""
+        import json
+
+        return cls(id=row["id"], key=row["key"], event=row["event"], channel=json.loads(row["channel"]),
+                   job_id=row["job_id"], attempt=row["attempt"], exit_code=row["exit_code"],
+                   schedule=row["schedule"], note=row["note"], at=row["at"], state=row["state"],
+                   tries=row["tries"], next_at=row["next_at"], last_error=row["last_error"], sent_at=row["sent_at"],
+                   token=row["token"])
 
     def to_dict(self) -> dict[str, Any]:
         """As the outbox op shows it: the channel's URL masked, no token."""

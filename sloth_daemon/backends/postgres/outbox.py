@@ -11,7 +11,7 @@ import os
 from typing import Any, Mapping, Sequence
 
 from sloth_daemon.backends import contract
-from sloth_daemon.backends.postgres.db import Connection, Cursor, Row, one, storable_text
+from sloth_daemon.backends.postgres.db import Connection, Cursor, one, storable_text
 
 SQL_CLAIM = """UPDATE sloth.outbox o SET token = t.token, sender = %(sender)s,
         lease_until = sloth.now() + %(lease_s)s, tries = o.tries + 1
@@ -22,16 +22,8 @@ SQL_CLAIM = """UPDATE sloth.outbox o SET token = t.token, sender = %(sender)s,
     WHERE o.id = t.id RETURNING o.*"""
 SQL_ADD = ("INSERT INTO sloth.outbox (key, event, channel, schedule, note, at, next_at)"
            " VALUES (%s, %s, %s, %s, %s, sloth.now(), sloth.now()) ON CONFLICT DO NOTHING")
-MAX_ERROR = 500
 
 
-def message(row: Row) -> contract.Message:
-    return contract.Message(
-        id=row["id"], key=row["key"], event=row["event"], channel=json.loads(row["channel"]), job_id=row["job_id"],
-        attempt=row["attempt"], exit_code=row["exit_code"],
-        schedule=row["schedule"], note=row["note"], at=row["at"], state=row["state"],
-        tries=row["tries"], next_at=row["next_at"], last_error=row["last_error"], sent_at=row["sent_at"],
-        token=row["token"])
 
 
 class PgOutbox(contract.Outbox):
@@ -44,7 +36,8 @@ class PgOutbox(contract.Outbox):
         args = {"sender": sender, "lease_s": lease_s, "limit": limit, "salt": os.urandom(8).hex()}
 
         def tx(c: Cursor) -> list[contract.Message]:
-            return sorted((message(r) for r in c.execute(SQL_CLAIM, args).fetchall()), key=lambda m: m.id)
+            rows = c.execute(SQL_CLAIM, args).fetchall()
+            return sorted((contract.Message.from_row(r) for r in rows), key=lambda m: m.id)
         return self.db.write(tx, "claiming messages to send")
 
     def free(self, prefix: str) -> int:
@@ -64,7 +57,7 @@ class PgOutbox(contract.Outbox):
         return self.db.write(lambda c: c.execute(
             "UPDATE sloth.outbox SET state = %s, next_at = sloth.now() + %s, lease_until = NULL, last_error = %s"
             " WHERE id = %s AND token = %s AND state = 'pending'",
-            (state, retry_in_s or 0.0, storable_text(error[:MAX_ERROR]), msg_id, token)).rowcount > 0,
+            (state, retry_in_s or 0.0, storable_text(error[:contract.Message.MAX_ERROR]), msg_id, token)).rowcount > 0,
             "noting a failed delivery")
 
     def next_at(self) -> float | None:
@@ -77,7 +70,7 @@ class PgOutbox(contract.Outbox):
         rows = self.db.read(lambda c: c.execute(
             "SELECT * FROM sloth.outbox WHERE state = ANY(%s) ORDER BY id LIMIT %s",
             (list(states), limit)).fetchall(), "reading the outbox")
-        return [message(r) for r in rows]
+        return [contract.Message.from_row(r) for r in rows]
 
     def retry(self, ids: Sequence[int]) -> list[int]:
         return self.db.write(lambda c: [r["id"] for r in c.execute(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 from typing import Any, Mapping, Sequence
 
 from sloth_daemon.backends import contract
@@ -20,16 +19,8 @@ SQL_DUE = ("SELECT id FROM outbox INDEXED BY outbox_due WHERE state = 'pending' 
            " AND (lease_until IS NULL OR lease_until < ?) ORDER BY next_at, id LIMIT ?")
 SQL_LEASE = ("UPDATE outbox SET token = ?, sender = ?, lease_until = ?, tries = tries + 1"
              " WHERE id = ? RETURNING *")
-MAX_ERROR = 500  # characters of a delivery's error kept
 
 
-def message(row: sqlite3.Row) -> contract.Message:
-    return contract.Message(
-        id=row["id"], key=row["key"], event=row["event"], channel=json.loads(row["channel"]), job_id=row["job_id"],
-        attempt=row["attempt"], exit_code=row["exit_code"],
-        schedule=row["schedule"], note=row["note"], at=row["at"], state=row["state"],
-        tries=row["tries"], next_at=row["next_at"], last_error=row["last_error"], sent_at=row["sent_at"],
-        token=row["token"])
 
 
 class SqliteOutbox(contract.Outbox):
@@ -42,8 +33,8 @@ class SqliteOutbox(contract.Outbox):
         now = self.clock.now()
         with self.store.tx(durable=False) as c:
             ids = [r[0] for r in c.execute(SQL_DUE, (now, now, limit)).fetchall()]
-            return [message(c.execute(SQL_LEASE, (os.urandom(8).hex(), sender, now + lease_s, i)).fetchone())
-                    for i in ids]
+            lease = (os.urandom(8).hex(), sender, now + lease_s)
+            return [contract.Message.from_row(c.execute(SQL_LEASE, (*lease, i)).fetchone()) for i in ids]
 
     def free(self, prefix: str) -> int:
         with self.store.tx(durable=False) as c:
@@ -63,7 +54,7 @@ class SqliteOutbox(contract.Outbox):
         with self.store.tx() as c:
             return c.execute("UPDATE outbox SET state = ?, next_at = ?, lease_until = NULL, last_error = ?"
                              " WHERE id = ? AND token = ? AND state = 'pending'",
-                             (state, next_at, storable(error[:MAX_ERROR]), msg_id, token)).rowcount > 0
+                             (state, next_at, storable(error[:contract.Message.MAX_ERROR]), msg_id, token)).rowcount > 0
 
     @reads
     def next_at(self) -> float | None:
@@ -74,7 +65,7 @@ class SqliteOutbox(contract.Outbox):
     @reads
     def messages(self, states: Sequence[str] = ("pending", "failed"), limit: int = 200) -> list[contract.Message]:
         marks = ", ".join("?" * len(states))
-        return [message(r) for r in self.conn.execute(
+        return [contract.Message.from_row(r) for r in self.conn.execute(
             f"SELECT * FROM outbox WHERE state IN ({marks}) ORDER BY id LIMIT ?", (*states, limit))]
 
     @reads
