@@ -148,8 +148,10 @@ def insert_all(c: Cursor, rows: list[JobSpec], batch: str | None, handle: contra
     env_ids = {text: _put_env(c, text) for text in sorted({r.env_json for r in rows if r.env_json is not None})}
     known = deps.lock_states(c, (i for r in rows for i in r.after + r.after_any))
     tag = (None, None) if handle is None or record is None else (record["id"], handle.name)
-    ids = _Batch(c, env_ids, known, len(rows), tag, ends).insert(rows)
-    told = [(r.tell_json, jid) for r, jid in zip(rows, ids, strict=True) if r.tell_json is not None]
+    inserting = _Batch(c, env_ids, known, len(rows), tag, ends)
+    ids = inserting.insert(rows)
+    told = [(r.tell_json, jid) for i, (r, jid) in enumerate(zip(rows, ids, strict=True))
+            if r.tell_json is not None and i not in inserting.kept]  # a kept job stands as it was
     if told:  # few jobs tell anyone: the plain insert stays as it was
         c.executemany("UPDATE sloth.jobs SET tell = %s WHERE id = %s AND tell IS NULL", told)
     if batch is not None:
@@ -185,6 +187,7 @@ class _Batch:
         self.deps: list[tuple[int, int, str]] = []
         self.cancelled: list[tuple[int, str]] = []  # (id, why) of jobs cancelled as they are added
         self.held: list[int] = []  # jobs added held (`add --hold`): their event at the end
+        self.kept: set[int] = set()  # positions whose id is an unfinished job their key kept (--on-dup keep)
         self.rules: list[tuple[int, str]] = []  # (id, rules) of jobs with watchdogs or retry rules: set at the end
         self._free = self._take(n)
 
@@ -228,6 +231,7 @@ class _Batch:
             plan = rules.key_plan(r.key, r.on_dup, [(h["id"], h["state"]) for h in self.c.execute(
                 SQL_ACTIVE_KEYS, (r.key,)).fetchall()])
             if plan.kept is not None:
+                self.kept.add(len(self.ids))
                 self.ids.append(plan.kept)  # not ours: a dependent locks it to read its state
                 return
             for jid in plan.cancel:

@@ -99,8 +99,10 @@ class SqliteAdds(contract.Adds):
         what cancels the jobs a `--on-dup replace` replaces."""
         for lane in {r.lane for r in rows}:
             c.execute(SQL_ADD_LANE, (lane, now))
-        ids = _Batch(c, now, _put_envs(c, rows), handle or (None, None), ends).insert(rows)
-        told = [(r.tell_json, jid) for r, jid in zip(rows, ids, strict=True) if r.tell_json is not None]
+        batch = _Batch(c, now, _put_envs(c, rows), handle or (None, None), ends)
+        ids = batch.insert(rows)
+        told = [(r.tell_json, jid) for i, (r, jid) in enumerate(zip(rows, ids, strict=True))
+                if r.tell_json is not None and i not in batch.kept]  # a kept job stands as it was
         if told:  # few jobs tell anyone: the plain insert stays as it was
             c.executemany("UPDATE jobs SET tell = ? WHERE id = ? AND tell IS NULL", told)
         return ids
@@ -155,6 +157,7 @@ class _Batch:
         self.run: list[tuple] = []  # consecutive plain rows, inserted by one executemany
         self.states: dict[int, str] = {}  # states read or written so far (see deps.initial_state)
         self.deps: list[tuple[int, int, str]] = []  # deps rows, inserted at the end in one executemany
+        self.kept: set[int] = set()  # positions whose id is an unfinished job their key kept (--on-dup keep)
 
     def insert(self, rows: list[JobSpec]) -> list[int]:
         for r in rows:
@@ -165,6 +168,7 @@ class _Batch:
             self.flush()
             plan = rules.KeyPlan() if r.key is None else self._key(r)
             if plan.kept is not None:
+                self.kept.add(len(self.ids))
                 self.ids.append(plan.kept)
                 continue
             if plan.behind is not None:

@@ -48,3 +48,16 @@ def test_a_restart_waits_its_turn_behind_a_job_appended_to_its_key(q):
     out = q.restart([head])
     assert out.jobs == [] and out.skipped and f"job {behind}" in out.skipped[0][1]
     assert [r[0] for r in sql(q, "SELECT id FROM jobs WHERE key = 'k' ORDER BY id")] == [head, behind]
+
+
+def test_an_add_its_key_keeps_out_leaves_the_unfinished_job_as_it_was_channels_and_rules_alike(q):
+    """--on-dup keep: "nothing new was queued; the unfinished job stands" --
+    the second add's --ping is not attached to the first add's job, as its
+    rules are not (in one batch too)."""
+    first = q.enqueue_many([{"command": ["x"], "key": "k"}])[0]
+    again = {"command": ["y"], "key": "k", "ping": "https://example.com/p", "rules": {"stall_s": 60}}
+    assert q.enqueue_many([again]) == [first]
+    assert q.enqueue_many([{"command": ["z"], "key": "j"}, again | {"key": "j"}]) == [first + 1, first + 1]
+    for jid in (first, first + 1):
+        assert (q.get(jid).tell, q.get(jid).rules) == (None, None)
+    assert q.outbox_counts()["pending"] == 0
