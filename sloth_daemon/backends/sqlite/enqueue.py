@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from sloth_daemon.clock import Clock
-from sloth_daemon.errors import BadRequest, BatchNotFound, IllegalTransition
+from sloth_daemon.errors import BadRequest, IllegalTransition
 from sloth_daemon.models import JobState
 from sloth_daemon.spec import JobSpec
 from sloth_daemon.text import as_bytes, is_utf8
@@ -50,12 +50,7 @@ SQL_ADD_LANE = "INSERT INTO lanes (name, created_at) VALUES (?, ?) ON CONFLICT(n
 
 
 SQL_BATCH_OPEN = "INSERT INTO batches (token, name, handle, at, ids) VALUES (?, ?, ?, ?, '[]') RETURNING id"
-SQL_BATCH_BY_ID = "SELECT id, name, at FROM batches WHERE id = ? AND handle"
-SQL_BATCH_BY_NAME = ("SELECT id, name, at FROM batches INDEXED BY batches_name WHERE name = ? AND handle"
-                     " ORDER BY id DESC LIMIT 1")
-SQL_BATCH_COUNTS = "SELECT state, count(*) FROM jobs INDEXED BY jobs_batch WHERE batch_id = ? GROUP BY state"
-SQL_ACTIVE_BATCHES = ("SELECT DISTINCT batch_id FROM jobs INDEXED BY jobs_batch WHERE batch_id IS NOT NULL"
-                      " AND state IN ('blocked', 'held', 'queued', 'running') ORDER BY batch_id DESC LIMIT ?")
+
 
 
 class SqliteAdds(contract.Adds):
@@ -113,32 +108,6 @@ class SqliteAdds(contract.Adds):
         if row is None:
             return None
         return rules.run_ids(json.loads(row[0]))
-
-    @reads
-    def batch_find(self, ref: str) -> dict[str, Any]:
-        by_id, arg = rules.batch_ref(ref)
-        row = self.conn.execute(SQL_BATCH_BY_ID if by_id else SQL_BATCH_BY_NAME, (arg,)).fetchone()
-        if row is None:
-            raise BatchNotFound(ref)
-        same = (0 if row[1] is None else
-                self.conn.execute("SELECT count(*) FROM batches WHERE name = ? AND handle", (row[1],)).fetchone()[0])
-        return rules.batch_summary(row[0], row[1], row[2], self.conn.execute(SQL_BATCH_COUNTS, (row[0],)), same)
-
-    @reads
-    def batch_members(self, batch_id: int, states: Sequence[str] | None = None) -> list[int]:
-        sql = "SELECT id FROM jobs INDEXED BY jobs_batch WHERE batch_id = ?"
-        if states is not None:
-            sql += f" AND state IN ({', '.join('?' * len(states))})"
-        return [r[0] for r in self.conn.execute(sql + " ORDER BY id", (batch_id, *(states or ())))]
-
-    @reads
-    def active_batches(self, limit: int = rules.ACTIVE_BATCHES) -> list[dict[str, Any]]:
-        out = []
-        for (bid,) in self.conn.execute(SQL_ACTIVE_BATCHES, (limit,)).fetchall():
-            row = self.conn.execute("SELECT id, name, at FROM batches WHERE id = ?", (bid,)).fetchone()
-            if row is not None:
-                out.append(rules.batch_summary(row[0], row[1], row[2], self.conn.execute(SQL_BATCH_COUNTS, (bid,))))
-        return out
 
     def prune_batch_records(self, c: sqlite3.Connection, now: float) -> None:
         """Records older than rules.BATCH_RECORD_S, but never a handle's while a job of it is kept."""
