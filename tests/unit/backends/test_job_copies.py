@@ -61,3 +61,17 @@ def test_an_add_its_key_keeps_out_leaves_the_unfinished_job_as_it_was_channels_a
     for jid in (first, first + 1):
         assert (q.get(jid).tell, q.get(jid).rules) == (None, None)
     assert q.outbox_counts()["pending"] == 0
+
+
+def test_an_edit_of_the_prerequisites_keeps_the_key_s_turn_so_two_jobs_of_a_key_never_run_side_by_side(q):
+    """`sloth edit B --after ...` replaces the prerequisites the user gave,
+    not the turn --on-dup append gave B behind the key's running job."""
+    head = q.enqueue_many([{"command": ["x"], "key": "k"}])[0]
+    assert q.claim("w").id == head
+    behind = q.enqueue_many([{"command": ["x"], "key": "k", "on_dup": "append"}])[0]
+    other = q.enqueue_many([{"command": ["y"]}])[0]
+    q.edit(behind, {"after": [], "after_any": []})
+    assert q.get(behind).state.value == "blocked" and q.get(behind).after_any == [head]
+    edited = q.edit(behind, {"after": [other]})
+    assert edited.changes == [f"after {head}(any) -> {head}(any),{other}"]
+    assert q.claim("w2").id == other and q.claim("w3") is None  # the key's job still runs: behind waits
