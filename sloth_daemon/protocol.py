@@ -198,6 +198,8 @@ def args_since(op: str, args: dict[str, Any]) -> int:
         v = max(v, _fields_since(recipe, RECIPE_FIELD_SINCE), _job_since(recipe.get("job")))
     elif op in _JOB_OPS:
         v = max(v, _job_since(args.get("common")), *map(_job_since, _items(args.get("jobs"))))
+    elif op == "edit":  # `sloth edit --needs gpu=0.5`
+        v = max(v, _job_since(args.get("changes")))
     return v
 
 

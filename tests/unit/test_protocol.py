@@ -214,6 +214,7 @@ def _all_subclasses(cls):
     ("add", {"jobs": [{"command": ["x"], "needs": {"gpu-mem": "20G"}}]}),
     ("commit", {"batch": "t", "jobs": [{"command": ["x"], "member": {"index": 1, "value": "a", "args": {}}}],
                 "handle": {"name": None}}),
+    ("edit", {"id": 1, "changes": {"needs": {"gpu": 0.25}}}),
     ("list", {"batch": 3}),
     ("scan", {"batch": 3}),
     ("schedule_add", {"name": "n", "recipe": {"every_s": 60, "job": {"command": ["x"]}, "expect_within_s": 120}}),
@@ -237,5 +238,6 @@ def test_a_request_without_round_4s_fields_keeps_its_op_s_version_so_older_daemo
                             common={"lane": "a"})["v"] == 1
     assert protocol.request(1, "commit", batch="t", jobs=[{"command": ["x"]}])["v"] == 2
     assert protocol.request(1, "list", states=["queued"])["v"] == 1
+    assert protocol.request(1, "edit", id=1, changes={"needs": {"gpu": 2}})["v"] == 4
     assert protocol.request(1, "schedule_add", name="n", recipe={"every_s": 60, "job": {"command": ["x"]}})["v"] == 4
     assert protocol.request(1, "add", jobs="not a list")["v"] == 1  # a bad request is the daemon's to refuse
