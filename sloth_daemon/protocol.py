@@ -143,6 +143,16 @@ OP_SINCE["latest"] = 5
 # and the client says to restart it (an old daemon still running after an upgrade) instead of "unknown op".
 OP_SINCE.update(dict.fromkeys(("timeline", "outbox", "outbox_retry", "outbox_drop", "metrics", "batch_show", "result"),
                               6))
+# Round 4's fields in ops older than it (v6): a daemon of v5 refuses each in words of its own ("unknown
+# job field(s): ping", "op 'commit' does not take argument(s): handle") that never say it is too old; a
+# request that carries one is asked in v6 (args_since), so that daemon refuses the version and the client
+# says to restart it. A request without them keeps its op's version: older daemons still take it.
+ARG_SINCE: dict[tuple[str, str], int] = {("list", "batch"): 6, ("scan", "batch"): 6, ("commit", "handle"): 6}
+JOB_FIELD_SINCE: dict[str, int] = dict.fromkeys(
+    ("ping", "webhook", "webhook_on", "mail_to", "mail_on", "member", "on_dup", "rules"), 6)
+RECIPE_FIELD_SINCE: dict[str, int] = {"expect_within_s": 6}
+_JOB_OPS = frozenset({"add", "stage", "commit"})
+_RECIPE_OPS = frozenset({"schedule_add", "schedule_edit"})
 
 
 class Request:
@@ -173,8 +183,42 @@ def encode(msg: dict[str, Any], limit: int = MAX_FRAME) -> bytes:
 
 
 def request(req_id: Any, op: str, **args: Any) -> dict[str, Any]:
-    """A request in the oldest version that has ``op``, so older daemons understand it."""
-    return {"v": OP_SINCE.get(op, 1), "id": req_id, "op": op, "args": args}
+    """A request in the oldest version that has ``op`` and what ``args``
+    carry (args_since), so older daemons understand it."""
+    return {"v": max(OP_SINCE.get(op, 1), args_since(op, args)), "id": req_id, "op": op, "args": args}
+
+
+def args_since(op: str, args: dict[str, Any]) -> int:
+    """The first version whose daemon knows every argument of ``op`` in
+    ``args``, the fields of the jobs (and a schedule's job) among them: a
+    GPU need by share or by memory (gpu=0.5, gpu-mem) is v6's too. One
+    look at each job's keys: an add of 10,000 jobs pays well under a millisecond."""
+    v = max((ARG_SINCE.get((op, name), 1) for name in args), default=1)
+    if op in _RECIPE_OPS and isinstance(recipe := args.get("recipe"), dict):
+        v = max(v, _fields_since(recipe, RECIPE_FIELD_SINCE), _job_since(recipe.get("job")))
+    elif op in _JOB_OPS:
+        v = max(v, _job_since(args.get("common")), *map(_job_since, _items(args.get("jobs"))))
+    elif op == "edit":  # `sloth edit --needs gpu=0.5`
+        v = max(v, _job_since(args.get("changes")))
+    return v
+
+
+def _items(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+def _fields_since(d: dict[str, Any], since: dict[str, int]) -> int:
+    return max((since[k] for k in d.keys() & since.keys()), default=1)
+
+
+def _job_since(job: Any) -> int:
+    if not isinstance(job, dict):
+        return 1
+    v = _fields_since(job, JOB_FIELD_SINCE) if not JOB_FIELD_SINCE.keys().isdisjoint(job) else 1
+    needs = job.get("needs")
+    if isinstance(needs, dict) and ("gpu-mem" in needs or any(type(n) is float for n in needs.values())):
+        v = max(v, 6)
+    return v
 
 
 # Answers: ``v`` is the request's version; an answer to a frame that could

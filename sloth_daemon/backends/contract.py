@@ -369,19 +369,6 @@ class Adds(Protocol):
         (or its record was pruned: records are kept rules.BATCH_RECORD_S)."""
         ...
 
-    def batch_find(self, ref: str) -> dict[str, Any]:
-        """The batch with a handle ``ref`` names (rules.batch_ref: an id, or
-        the newest of a name) as rules.batch_summary. Raises BatchNotFound."""
-        ...
-
-    def batch_members(self, batch_id: int, states: Sequence[str] | None = None) -> list[int]:
-        """The ids of the batch's jobs (in ``states`` only, if given), in order."""
-        ...
-
-    def active_batches(self, limit: int = rules.ACTIVE_BATCHES) -> list[dict[str, Any]]:
-        """The newest ``limit`` batches with a handle that have an unfinished
-        job (blocked, held, queued, running), newest first, as rules.batch_summary."""
-        ...
 
 
 class Claims(Protocol):
@@ -740,6 +727,20 @@ class Reads(Protocol):
     def outbox_counts(self) -> dict[str, int]:
         """The outbox's messages by state: pending, failed and sent (status,
         `sloth outbox`, the metrics, idle exit), read only."""
+        ...
+
+    def batch_find(self, ref: str) -> dict[str, Any]:
+        """The batch with a handle ``ref`` names (rules.batch_ref: an id, or
+        the newest of a name) as rules.batch_summary. Raises BatchNotFound."""
+        ...
+
+    def batch_members(self, batch_id: int, states: Sequence[str] | None = None) -> list[int]:
+        """The ids of the batch's jobs (in ``states`` only, if given), in order."""
+        ...
+
+    def active_batches(self, limit: int = rules.ACTIVE_BATCHES) -> list[dict[str, Any]]:
+        """The newest ``limit`` batches with a handle that have an unfinished
+        job (blocked, held, queued, running), newest first, as rules.batch_summary."""
         ...
 
     def results(self, job_ids: Sequence[int], *, attempts: tuple[int, int] | None = None

@@ -276,6 +276,9 @@ def plan_edit(row: Any, old_wants: list[tuple[int, str]], changes: dict[str, Any
             words.append(f"start {_when(v['not_before'], now)} -> {_when(new, now)}")
             v["not_before"] = new
     wants = changes.get("wants")
+    behind = row["key_behind"]  # the key's turn (--on-dup append/replace): kept whatever the edit names
+    if wants is not None and behind is not None and not any(pid == behind for pid, _ in wants):
+        wants = [*wants, (behind, NEED_END)]
     if wants is not None and sorted(wants) != sorted(old_wants):
         words.append(f"after {_wants(old_wants)} -> {_wants(wants)}")
     else:

@@ -71,6 +71,9 @@ class QueueReads:
         self.results = reads.results
         self.counts = reads.counts
         self.outbox_counts = reads.outbox_counts
+        self.batch_find = reads.batch_find
+        self.batch_members = reads.batch_members
+        self.active_batches = reads.active_batches
         self.costs = reads.costs
         self.run_times = reads.run_times
         self.latest = reads.latest
@@ -126,9 +129,6 @@ class Queue(QueueReads):
         self.enqueue_many = e.adds.enqueue_many
         self.enqueue = functools.partial(rules.enqueue_one, e.adds.enqueue_many)  # one job (rules.enqueue_one)
         self.batch_ids = e.adds.batch_ids
-        self.batch_find = e.adds.batch_find
-        self.batch_members = e.adds.batch_members
-        self.active_batches = e.adds.active_batches
         self.claim = e.claims.claim
         leases = e.leases
         self.set_waiting = leases.set_waiting

@@ -33,6 +33,7 @@ __all__ = [
     "listing", "may_refund", "never_ran", "not_cancellable", "not_held", "not_restartable", "not_retriable", "not_run",
     "KEY_EVENT", "REPLACED", "KeyPlan", "batch_ref", "batch_summary", "key_plan", "new_token",
     "pages", "parse_specs", "prereqs_json", "refund_note", "retried_why", "retry_each", "retry_message", "retry_wanted",
+    "RESTART_COPIES", "RESTART_FRESH", "restart_columns",
     "run_ids", "scan_head", "sha256_hex", "sections", "state_counts", "waits_for", "wanted_states",
 ]
 
@@ -406,6 +407,27 @@ def retry_each(rows: Iterable[JobRow], busy: Collection[int], retry: Callable[[J
 
 def not_restartable(job_id: int, state: str) -> str:
     return f"job {job_id} is {state}; only finished jobs can be restarted"
+
+
+# A restart is the job again: it copies each column that says what the job is
+# (an array member's values: its $SLOTH_ARRAY_*; where it may run; who is
+# told; its watchdogs and retry rules) and starts afresh each one that says
+# how a run went or where it was queued (a restarted job is outside its
+# batch, docs/batches.md; it waits behind no one). Every column of ``jobs``
+# is in one of the two (tests/unit/backends/test_job_copies.py), so a new
+# column is decided here once, for both engines.
+RESTART_COPIES = ("command", "lane", "priority", "max_attempts", "lease_s", "timeout_s", "key", "cwd", "env_id",
+                  "label", "shell", "retry_exit", "no_retry_exit", "place", "keep_awake", "limits", "gate", "tell",
+                  "rules", "member")
+RESTART_FRESH = ("id", "state", "attempts", "not_before", "lease_until", "token", "worker", "message", "created_at",
+                 "updated_at", "runner", "exit_code", "finished_at", "tries", "refunds", "prereqs", "paused_run",
+                 "tokens", "wait_reason", "progress", "batch_id", "batch_name", "key_behind",
+                 "origin", "waited_on")  # PostgreSQL's own: the daemon that made it (set by default); waited on
+
+
+def restart_columns(*own: str) -> str:
+    """The copied columns as SQL text (``own``: an engine's columns of its own, first)."""
+    return ", ".join((*own, *RESTART_COPIES))
 
 
 # ---------------------------------------------------------------- reads

@@ -40,7 +40,7 @@ def ls(state: Optional[Sequence[str]], lane: Optional[str], all_: bool, limit: O
     if batch is not None:
         from sloth_daemon.cli.many_jobs import find_batch
 
-        args["batch"] = find_batch(batch)["batch"]["id"]
+        args["batch"] = find_batch(batch, read=True)["batch"]["id"]
     after = None
     if since is not None:
         from sloth_daemon.durations import parse_since

@@ -37,12 +37,15 @@ def report(res: dict[str, Any], verb: str, state: str, as_json: bool, *, printed
     return errors.EXIT_CONFLICT if res["skipped"] else 0
 
 
-def find_batch(ref: str, states: Optional[Sequence[str]] = None) -> dict[str, Any]:
+def find_batch(ref: str, states: Optional[Sequence[str]] = None, *, read: bool = False) -> dict[str, Any]:
     """The batch `--batch REF` names (an id, or the newest batch of a name:
-    the daemon's batch_show) and its jobs' ids (those in ``states``)."""
-    from sloth_daemon.cli.connection import call
+    the daemon's batch_show) and its jobs' ids (those in ``states``);
+    ``read``: for a reading command (ls, show), which reads the queue when
+    no daemon runs rather than start one."""
+    from sloth_daemon.cli.connection import call, call_or_read
 
-    return dict(call("batch_show", batch=ref, **({"states": list(states)} if states is not None else {})))
+    ask = call_or_read if read else call
+    return dict(ask("batch_show", batch=ref, **({"states": list(states)} if states is not None else {})))
 
 
 def on_batch(op: str, ids: list[int]) -> dict[str, Any]:

@@ -1,8 +1,7 @@
 """The daemon's answers to the reading ops, computed from the queue
 read-only, for when no daemon answers: ``list``, ``show``, ``logs``,
-``lanes``, ``status``, ``latest``, ``config``, ``schedule_ls``, ``schedule_show``, ``timeline`` and ``prune`` with
-``dry_run`` give the same shapes
-as over the
+``lanes``, ``status``, ``latest``, ``config``, ``schedule_ls``, ``schedule_show``, ``timeline``,
+``batch_show`` and ``prune`` with ``dry_run`` give the same shapes as over the
 socket, so every command prints them the same way.
 
 Nothing here writes: the file is opened read-only, never created or
@@ -18,7 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from sloth_daemon import config as cfg
-from sloth_daemon.errors import BadRequest, JobNotFound, ScheduleNotFound, SlothError, StorageError
+from sloth_daemon.errors import BadRequest, BatchNotFound, JobNotFound, ScheduleNotFound, SlothError, StorageError
 from sloth_daemon.daemon.worker.handing import one_result, shown_results
 from sloth_daemon.daemon.worker.lanes import ReadLanes, explain, lane_table, paused_why
 from sloth_daemon.models import STATE_NAMES, Listing
@@ -57,6 +56,15 @@ class _NoQueue:
 
     def get(self, job_id: int) -> Any:
         raise JobNotFound(job_id)
+
+    def active_batches(self) -> list[Any]:
+        return []
+
+    def outbox_counts(self) -> dict[str, int]:
+        return {"pending": 0, "failed": 0, "sent": 0}
+
+    def batch_find(self, ref: str) -> Any:
+        raise BatchNotFound(ref)
 
     def close(self) -> None:
         pass
@@ -235,7 +243,21 @@ def _lanes(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
 
 
 def _status(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
-    return {"daemon": None, "counts": q.counts(), "paths": paths.as_dict(), **_lanes(q, paths, a)}
+    """As the daemon's: its active batches, and the outbox's messages not delivered (no sender runs here)."""
+    try:
+        batches, box = q.active_batches(), q.outbox_counts()
+    except StorageError:  # a file of an older schema, not migrated yet: it has neither
+        batches, box = [], {}
+    return {"daemon": None, "counts": q.counts(), "paths": paths.as_dict(), **_lanes(q, paths, a),
+            "batches": batches, **({"outbox": box} if box.get("pending") or box.get("failed") else {})}
+
+
+def _batch_show(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
+    """As the daemon's batch_show (checked as it checks)."""
+    from sloth_daemon.daemon.request_args import batch_ref_arg, states_arg
+
+    found = q.batch_find(batch_ref_arg(a.get("batch")))
+    return {"batch": found, "ids": q.batch_members(found["id"], states_arg(a.get("states")))}
 
 
 def _prune(q: Any, paths: Paths, a: dict[str, Any]) -> Any:
@@ -307,4 +329,5 @@ _OPS: dict[str, Callable[[Any, Paths, dict[str, Any]], Any]] = {
     "list": _list, "show": _show, "logs": _logs, "lanes": _lanes, "status": _status, "prune": _prune,
     "result": lambda q, paths, a: one_result(q, a["id"], a.get("attempt")),
     "latest": _latest, "schedule_ls": _schedule_ls, "schedule_show": _schedule_show, "timeline": _timeline,
+    "batch_show": _batch_show,
 }

@@ -58,7 +58,7 @@ def _show_batch(ref: str, job_ids: Optional[Sequence[str]], as_json: bool) -> No
 
     if job_ids:
         raise errors.BadRequest("give job ids or --batch to show, not both")
-    found = find_batch(ref)
+    found = find_batch(ref, read=True)
     if as_json:
         emit_json(found)
         return

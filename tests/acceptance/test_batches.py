@@ -142,3 +142,22 @@ def test_ten_thousand_members_queue_as_one_batch_past_one_frame(sloth):
     assert sloth.cli_json("show", "--batch", str(res["batch"]["id"]))["batch"]["counts"] == {"held": 10_000}
     p = sloth.cli("cancel", "--batch", str(res["batch"]["id"]), timeout_s=300)
     assert p.returncode == 0 and p.stdout.count("cancelled") == 10_000 and p.stderr == ""
+
+
+def test_with_no_daemon_status_show_and_ls_read_a_batch_from_the_queue_as_the_daemon_tells_it(sloth):
+    """Reading commands read the queue when no daemon runs: a batch's
+    status line, `show --batch` and `ls --batch` too, and start none."""
+    ids = [int(x) for x in sloth.cli("add", "--stdin", "--batch", "night", "--hold",
+                                     input="true\ntrue\n", check=True).stdout.split()]
+    bid = sloth.job(ids[0])["batch"]["id"]
+    line = f"batch    {bid} 'night': 2 jobs: 2 held"
+    running = {"status": sloth.cli_json("status"), "show": sloth.cli_json("show", "--batch", "night"),
+               "ls": sorted(j["id"] for j in sloth.cli_json("ls", "--batch", "night")["jobs"])}
+    assert line in sloth.cli("status", check=True).stdout
+    sloth.stop()
+    sloth.env["SLOTH_NO_START"] = "1"
+    p = sloth.cli("status", check=True)
+    assert line in p.stdout and "no daemon is running" in p.stderr
+    assert sloth.cli_json("status")["batches"] == running["status"]["batches"]
+    assert sloth.cli_json("show", "--batch", "night") == running["show"]
+    assert sorted(j["id"] for j in sloth.cli_json("ls", "--batch", "night")["jobs"]) == running["ls"] == ids

@@ -203,3 +203,41 @@ def _all_subclasses(cls):
     for sub in cls.__subclasses__():
         out += [sub, *_all_subclasses(sub)]
     return out
+
+
+@pytest.mark.parametrize(("op", "args"), [
+    ("add", {"jobs": [{"command": ["x"], "ping": "https://example.com/p"}]}),
+    ("add", {"jobs": [{"command": ["x"]}], "common": {"mail_to": ["me@example.com"]}}),
+    ("add", {"jobs": [{"command": ["x"], "key": "k", "on_dup": "append"}]}),
+    ("add", {"jobs": [{"command": ["x"], "rules": {"stall_s": 60.0}}]}),
+    ("add", {"jobs": [{"command": ["x"], "needs": {"gpu": 0.5}}]}),
+    ("add", {"jobs": [{"command": ["x"], "needs": {"gpu-mem": "20G"}}]}),
+    ("commit", {"batch": "t", "jobs": [{"command": ["x"], "member": {"index": 1, "value": "a", "args": {}}}],
+                "handle": {"name": None}}),
+    ("edit", {"id": 1, "changes": {"needs": {"gpu": 0.25}}}),
+    ("list", {"batch": 3}),
+    ("scan", {"batch": 3}),
+    ("schedule_add", {"name": "n", "recipe": {"every_s": 60, "job": {"command": ["x"]}, "expect_within_s": 120}}),
+    ("schedule_edit", {"name": "n", "recipe": {"job": {"command": ["x"], "webhook": "https://example.com/h"}}}),
+])
+def test_round_4s_fields_in_older_ops_make_a_v5_daemon_say_to_restart_it_not_unknown_field(monkeypatch, op, args):
+    """A daemon of v5 still running after an upgrade, asked with one of
+    round 4's fields, refuses the version (restart it), not the field in
+    its own words ("unknown job field(s): ping")."""
+    req = protocol.request(1, op, **args)
+    assert req["v"] == 6
+    monkeypatch.setattr(protocol, "SUPPORTED_VERSIONS", (1, 2, 3, 4, 5))
+    monkeypatch.setattr(protocol, "VERSION", 5)
+    with pytest.raises(ProtocolError, match="version 6 is not supported") as refused:
+        protocol.parse_request(protocol.encode(req)[:-1])
+    assert "restart the daemon" in (refused.value.hint or "")
+
+
+def test_a_request_without_round_4s_fields_keeps_its_op_s_version_so_older_daemons_take_it():
+    assert protocol.request(1, "add", jobs=[{"command": ["x"], "needs": {"gpu": 1}, "key": "k"}],
+                            common={"lane": "a"})["v"] == 1
+    assert protocol.request(1, "commit", batch="t", jobs=[{"command": ["x"]}])["v"] == 2
+    assert protocol.request(1, "list", states=["queued"])["v"] == 1
+    assert protocol.request(1, "edit", id=1, changes={"needs": {"gpu": 2}})["v"] == 4
+    assert protocol.request(1, "schedule_add", name="n", recipe={"every_s": 60, "job": {"command": ["x"]}})["v"] == 4
+    assert protocol.request(1, "add", jobs="not a list")["v"] == 1  # a bad request is the daemon's to refuse

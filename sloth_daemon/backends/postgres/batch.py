@@ -23,13 +23,12 @@ from sloth_daemon.models import ACTIVE_STATES, FINISHED_STATES, Batch, Job, JobS
 from sloth_daemon.spec import number
 from sloth_daemon.backends import contract, rules, run_tally
 from sloth_daemon.backends.postgres import deps
-from sloth_daemon.backends.postgres.enqueue import SQL_ACTIVE_KEY, prune_batch_records
+from sloth_daemon.backends.postgres.enqueue import SQL_ACTIVE_KEY, SQL_KEY_LOCK, prune_batch_records
 from sloth_daemon.backends.postgres.reads import JobRows, check_id, get_row
 from sloth_daemon.backends.postgres.db import Connection, Cursor, Row, one
 from sloth_daemon.backends.postgres.writer import PgWriter, event
 
-_COPIED = ("command, lane, priority, max_attempts, lease_s, timeout_s, key, cwd, env_id,"
-           " label, shell, retry_exit, no_retry_exit, keep_awake, limits, gate, tell, rules")
+_COPIED = rules.restart_columns()
 # A restart yields to an active job with the same key, even one another
 # daemon adds at this moment (the partial unique index decides).
 SQL_RESTART = (
@@ -121,9 +120,10 @@ class PgRequests(contract.Requests):
         def tx(c: Cursor) -> Batch:
             out = Batch([])
             for row in self._rows(c, ids, None, None):
-                new = None if row["state"] not in FINISHED_STATES else c.execute(SQL_RESTART, (row["id"],)).fetchone()
+                why = _why_not_restart(c, row)
+                new = None if why else c.execute(SQL_RESTART, (row["id"],)).fetchone()
                 if new is None:
-                    out.skipped.append((row["id"], _why_not_restart(c, row)))
+                    out.skipped.append((row["id"], why or _why_not_restart(c, row) or "its key is taken"))
                     continue
                 event(c, new["id"], "restart", 0, f"a restart of job {row['id']}")
                 event(c, row["id"], "restarted", row["attempts"], f"queued again as job {new['id']}")
@@ -176,11 +176,18 @@ class PgRequests(contract.Requests):
             yield get_row(c, i, lock=True)
 
 
-def _why_not_restart(c: Cursor, row: Row) -> str:
+def _why_not_restart(c: Cursor, row: Row) -> str | None:
+    """Why ``row`` is not restarted, or None. Its key's adds take turns
+    (SQL_KEY_LOCK), and any unfinished job with the key keeps it out: the
+    head the unique index knows, and a job added behind it (--on-dup
+    append), which that index does not hold."""
     if row["state"] not in FINISHED_STATES:
         return rules.not_restartable(row["id"], row["state"])
+    if row["key"] is None:
+        return None
+    c.execute(SQL_KEY_LOCK, (row["key"],))
     other = c.execute(SQL_ACTIVE_KEY, (row["key"],)).fetchone()
-    return f"job {other['id'] if other else '?'} with the same key {row['key']!r} is still active"
+    return None if other is None else f"job {other['id']} with the same key {row['key']!r} is still active"
 
 
 def _requeue(c: Cursor, row: Row, state: str) -> Row:

@@ -13,9 +13,9 @@ settled by the server's partial unique index, even between two machines.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping
 
-from sloth_daemon.errors import BadRequest, BatchNotFound, IllegalTransition
+from sloth_daemon.errors import BadRequest, IllegalTransition
 from sloth_daemon.models import JobState
 from sloth_daemon.spec import JobSpec
 from sloth_daemon.text import as_bytes
@@ -64,16 +64,7 @@ SQL_BATCH_IDS = "UPDATE sloth.batches SET ids = %s WHERE token = %s"
 SQL_BATCH_READ = "SELECT ids FROM sloth.batches WHERE token = %s"
 SQL_BATCH_PRUNE = ("DELETE FROM sloth.batches b WHERE at < sloth.now() - %s AND NOT (handle AND EXISTS"
                    " (SELECT 1 FROM sloth.jobs j WHERE j.batch_id = b.id))")
-SQL_BATCH_BY_ID = "SELECT id, name, at FROM sloth.batches WHERE id = %s AND handle"
-SQL_BATCH_BY_NAME = "SELECT id, name, at FROM sloth.batches WHERE name = %s AND handle ORDER BY id DESC LIMIT 1"
-SQL_BATCH_SAME = "SELECT count(*) AS n FROM sloth.batches WHERE name = %s AND handle"
-SQL_BATCH_COUNTS = "SELECT state, count(*) AS n FROM sloth.jobs WHERE batch_id = %s GROUP BY state"
-SQL_BATCH_MEMBERS = ("SELECT id FROM sloth.jobs WHERE batch_id = %(b)s"
-                     " AND (%(states)s::text[] IS NULL OR state = ANY(%(states)s)) ORDER BY id")
-SQL_ACTIVE_BATCHES = ("SELECT b.id, b.name, b.at FROM sloth.batches b WHERE b.id IN (SELECT DISTINCT batch_id"
-                      " FROM sloth.jobs WHERE batch_id IS NOT NULL"
-                      " AND state IN ('blocked', 'held', 'queued', 'running'))"
-                      " ORDER BY b.id DESC LIMIT %s")
+
 
 
 class PgAdds(contract.Adds):
@@ -103,29 +94,6 @@ class PgAdds(contract.Adds):
             return None
         return rules.run_ids(json.loads(row["ids"]))
 
-    def batch_find(self, ref: str) -> dict[str, Any]:
-        by_id, arg = rules.batch_ref(ref)
-
-        def read(c: Cursor) -> dict[str, Any]:
-            row = c.execute(SQL_BATCH_BY_ID if by_id else SQL_BATCH_BY_NAME, (arg,)).fetchone()
-            if row is None:
-                raise BatchNotFound(ref)
-            same = 0 if row["name"] is None else int(one(c.execute(SQL_BATCH_SAME, (row["name"],)))["n"])
-            counts = [(r["state"], r["n"]) for r in c.execute(SQL_BATCH_COUNTS, (row["id"],))]
-            return rules.batch_summary(row["id"], row["name"], row["at"], counts, same)
-
-        return self._db.read(read, "reading a batch", snapshot=True)
-
-    def batch_members(self, batch_id: int, states: Sequence[str] | None = None) -> list[int]:
-        args = {"b": batch_id, "states": None if states is None else list(states)}
-        return self._db.read(lambda c: [r["id"] for r in c.execute(SQL_BATCH_MEMBERS, args)], "reading a batch")
-
-    def active_batches(self, limit: int = rules.ACTIVE_BATCHES) -> list[dict[str, Any]]:
-        def read(c: Cursor) -> list[dict[str, Any]]:
-            return [rules.batch_summary(b["id"], b["name"], b["at"], [(r["state"], r["n"]) for r in c.execute(
-                SQL_BATCH_COUNTS, (b["id"],))]) for b in c.execute(SQL_ACTIVE_BATCHES, (limit,)).fetchall()]
-
-        return self._db.read(read, "reading the active batches", snapshot=True)
 
 
 def prune_batch_records(c: Cursor) -> None:
@@ -148,8 +116,10 @@ def insert_all(c: Cursor, rows: list[JobSpec], batch: str | None, handle: contra
     env_ids = {text: _put_env(c, text) for text in sorted({r.env_json for r in rows if r.env_json is not None})}
     known = deps.lock_states(c, (i for r in rows for i in r.after + r.after_any))
     tag = (None, None) if handle is None or record is None else (record["id"], handle.name)
-    ids = _Batch(c, env_ids, known, len(rows), tag, ends).insert(rows)
-    told = [(r.tell_json, jid) for r, jid in zip(rows, ids, strict=True) if r.tell_json is not None]
+    inserting = _Batch(c, env_ids, known, len(rows), tag, ends)
+    ids = inserting.insert(rows)
+    told = [(r.tell_json, jid) for i, (r, jid) in enumerate(zip(rows, ids, strict=True))
+            if r.tell_json is not None and i not in inserting.kept]  # a kept job stands as it was
     if told:  # few jobs tell anyone: the plain insert stays as it was
         c.executemany("UPDATE sloth.jobs SET tell = %s WHERE id = %s AND tell IS NULL", told)
     if batch is not None:
@@ -185,6 +155,7 @@ class _Batch:
         self.deps: list[tuple[int, int, str]] = []
         self.cancelled: list[tuple[int, str]] = []  # (id, why) of jobs cancelled as they are added
         self.held: list[int] = []  # jobs added held (`add --hold`): their event at the end
+        self.kept: set[int] = set()  # positions whose id is an unfinished job their key kept (--on-dup keep)
         self.rules: list[tuple[int, str]] = []  # (id, rules) of jobs with watchdogs or retry rules: set at the end
         self._free = self._take(n)
 
@@ -228,6 +199,7 @@ class _Batch:
             plan = rules.key_plan(r.key, r.on_dup, [(h["id"], h["state"]) for h in self.c.execute(
                 SQL_ACTIVE_KEYS, (r.key,)).fetchall()])
             if plan.kept is not None:
+                self.kept.add(len(self.ids))
                 self.ids.append(plan.kept)  # not ours: a dependent locks it to read its state
                 return
             for jid in plan.cancel:

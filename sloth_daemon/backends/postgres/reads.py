@@ -17,7 +17,7 @@ import math
 from typing import Any, Collection, Mapping, Sequence
 
 from sloth_daemon.backends import attempt_rules, contract, rules, run_tally
-from sloth_daemon.errors import JobNotFound
+from sloth_daemon.errors import BatchNotFound, JobNotFound
 from sloth_daemon.models import Event, Job, JobState
 from sloth_daemon.spec import integer
 from sloth_daemon.backends.postgres import pick
@@ -80,6 +80,19 @@ class JobRows:
             self.envs.clear()
         self.envs[env_id] = env
         return env
+
+
+# Batches with a handle (issue 33): found by id or by the newest of a name, counted by state.
+SQL_BATCH_BY_ID = "SELECT id, name, at FROM sloth.batches WHERE id = %s AND handle"
+SQL_BATCH_BY_NAME = "SELECT id, name, at FROM sloth.batches WHERE name = %s AND handle ORDER BY id DESC LIMIT 1"
+SQL_BATCH_SAME = "SELECT count(*) AS n FROM sloth.batches WHERE name = %s AND handle"
+SQL_BATCH_COUNTS = "SELECT state, count(*) AS n FROM sloth.jobs WHERE batch_id = %s GROUP BY state"
+SQL_BATCH_MEMBERS = ("SELECT id FROM sloth.jobs WHERE batch_id = %(b)s"
+                     " AND (%(states)s::text[] IS NULL OR state = ANY(%(states)s)) ORDER BY id")
+SQL_ACTIVE_BATCHES = ("SELECT b.id, b.name, b.at FROM sloth.batches b WHERE b.id IN (SELECT DISTINCT batch_id"
+                      " FROM sloth.jobs WHERE batch_id IS NOT NULL"
+                      " AND state IN ('blocked', 'held', 'queued', 'running'))"
+                      " ORDER BY b.id DESC LIMIT %s")
 
 
 class PgReads(contract.Reads):
@@ -163,6 +176,30 @@ class PgReads(contract.Reads):
         rows = self._db.read(lambda c: c.execute(
             "SELECT state, count(*) AS n FROM sloth.outbox GROUP BY state").fetchall(), "counting the outbox")
         return {"pending": 0, "failed": 0, "sent": 0, **{r["state"]: int(r["n"]) for r in rows}}
+
+    def batch_find(self, ref: str) -> dict[str, Any]:
+        by_id, arg = rules.batch_ref(ref)
+
+        def read(c: Cursor) -> dict[str, Any]:
+            row = c.execute(SQL_BATCH_BY_ID if by_id else SQL_BATCH_BY_NAME, (arg,)).fetchone()
+            if row is None:
+                raise BatchNotFound(ref)
+            same = 0 if row["name"] is None else int(one(c.execute(SQL_BATCH_SAME, (row["name"],)))["n"])
+            counts = [(r["state"], r["n"]) for r in c.execute(SQL_BATCH_COUNTS, (row["id"],))]
+            return rules.batch_summary(row["id"], row["name"], row["at"], counts, same)
+
+        return self._db.read(read, "reading a batch", snapshot=True)
+
+    def batch_members(self, batch_id: int, states: Sequence[str] | None = None) -> list[int]:
+        args = {"b": batch_id, "states": None if states is None else list(states)}
+        return self._db.read(lambda c: [r["id"] for r in c.execute(SQL_BATCH_MEMBERS, args)], "reading a batch")
+
+    def active_batches(self, limit: int = rules.ACTIVE_BATCHES) -> list[dict[str, Any]]:
+        def read(c: Cursor) -> list[dict[str, Any]]:
+            return [rules.batch_summary(b["id"], b["name"], b["at"], [(r["state"], r["n"]) for r in c.execute(
+                SQL_BATCH_COUNTS, (b["id"],))]) for b in c.execute(SQL_ACTIVE_BATCHES, (limit,)).fetchall()]
+
+        return self._db.read(read, "reading the active batches", snapshot=True)
 
     def running(self) -> list[Job]:
         return self._db.read(lambda c: [self.rows.job(r, c) for r in c.execute(

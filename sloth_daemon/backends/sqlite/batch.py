@@ -26,8 +26,7 @@ from sloth_daemon.errors import BadRequest
 from sloth_daemon.models import ACTIVE_STATES, FINISHED_STATES, Batch, Job, JobState
 from sloth_daemon.spec import number
 
-_COPIED = ("command, lane, priority, max_attempts, lease_s, timeout_s, key, cwd, env, env_id,"
-           " label, shell, retry_exit, no_retry_exit, keep_awake, limits, gate, tell, rules")
+_COPIED = rules.restart_columns("env")  # env: the environment as the first schema kept it
 SQL_RESTART = (
     f"INSERT INTO jobs (state, not_before, created_at, updated_at, {_COPIED})"
     f" SELECT 'queued', ?, ?, ?, {_COPIED} FROM jobs WHERE id = ?"

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from sloth_daemon.clock import Clock
-from sloth_daemon.errors import BadRequest, BatchNotFound, IllegalTransition
+from sloth_daemon.errors import BadRequest, IllegalTransition
 from sloth_daemon.models import JobState
 from sloth_daemon.spec import JobSpec
 from sloth_daemon.text import as_bytes, is_utf8
@@ -50,12 +50,7 @@ SQL_ADD_LANE = "INSERT INTO lanes (name, created_at) VALUES (?, ?) ON CONFLICT(n
 
 
 SQL_BATCH_OPEN = "INSERT INTO batches (token, name, handle, at, ids) VALUES (?, ?, ?, ?, '[]') RETURNING id"
-SQL_BATCH_BY_ID = "SELECT id, name, at FROM batches WHERE id = ? AND handle"
-SQL_BATCH_BY_NAME = ("SELECT id, name, at FROM batches INDEXED BY batches_name WHERE name = ? AND handle"
-                     " ORDER BY id DESC LIMIT 1")
-SQL_BATCH_COUNTS = "SELECT state, count(*) FROM jobs INDEXED BY jobs_batch WHERE batch_id = ? GROUP BY state"
-SQL_ACTIVE_BATCHES = ("SELECT DISTINCT batch_id FROM jobs INDEXED BY jobs_batch WHERE batch_id IS NOT NULL"
-                      " AND state IN ('blocked', 'held', 'queued', 'running') ORDER BY batch_id DESC LIMIT ?")
+
 
 
 class SqliteAdds(contract.Adds):
@@ -99,8 +94,10 @@ class SqliteAdds(contract.Adds):
         what cancels the jobs a `--on-dup replace` replaces."""
         for lane in {r.lane for r in rows}:
             c.execute(SQL_ADD_LANE, (lane, now))
-        ids = _Batch(c, now, _put_envs(c, rows), handle or (None, None), ends).insert(rows)
-        told = [(r.tell_json, jid) for r, jid in zip(rows, ids, strict=True) if r.tell_json is not None]
+        batch = _Batch(c, now, _put_envs(c, rows), handle or (None, None), ends)
+        ids = batch.insert(rows)
+        told = [(r.tell_json, jid) for i, (r, jid) in enumerate(zip(rows, ids, strict=True))
+                if r.tell_json is not None and i not in batch.kept]  # a kept job stands as it was
         if told:  # few jobs tell anyone: the plain insert stays as it was
             c.executemany("UPDATE jobs SET tell = ? WHERE id = ? AND tell IS NULL", told)
         return ids
@@ -111,32 +108,6 @@ class SqliteAdds(contract.Adds):
         if row is None:
             return None
         return rules.run_ids(json.loads(row[0]))
-
-    @reads
-    def batch_find(self, ref: str) -> dict[str, Any]:
-        by_id, arg = rules.batch_ref(ref)
-        row = self.conn.execute(SQL_BATCH_BY_ID if by_id else SQL_BATCH_BY_NAME, (arg,)).fetchone()
-        if row is None:
-            raise BatchNotFound(ref)
-        same = (0 if row[1] is None else
-                self.conn.execute("SELECT count(*) FROM batches WHERE name = ? AND handle", (row[1],)).fetchone()[0])
-        return rules.batch_summary(row[0], row[1], row[2], self.conn.execute(SQL_BATCH_COUNTS, (row[0],)), same)
-
-    @reads
-    def batch_members(self, batch_id: int, states: Sequence[str] | None = None) -> list[int]:
-        sql = "SELECT id FROM jobs INDEXED BY jobs_batch WHERE batch_id = ?"
-        if states is not None:
-            sql += f" AND state IN ({', '.join('?' * len(states))})"
-        return [r[0] for r in self.conn.execute(sql + " ORDER BY id", (batch_id, *(states or ())))]
-
-    @reads
-    def active_batches(self, limit: int = rules.ACTIVE_BATCHES) -> list[dict[str, Any]]:
-        out = []
-        for (bid,) in self.conn.execute(SQL_ACTIVE_BATCHES, (limit,)).fetchall():
-            row = self.conn.execute("SELECT id, name, at FROM batches WHERE id = ?", (bid,)).fetchone()
-            if row is not None:
-                out.append(rules.batch_summary(row[0], row[1], row[2], self.conn.execute(SQL_BATCH_COUNTS, (bid,))))
-        return out
 
     def prune_batch_records(self, c: sqlite3.Connection, now: float) -> None:
         """Records older than rules.BATCH_RECORD_S, but never a handle's while a job of it is kept."""
@@ -155,6 +126,7 @@ class _Batch:
         self.run: list[tuple] = []  # consecutive plain rows, inserted by one executemany
         self.states: dict[int, str] = {}  # states read or written so far (see deps.initial_state)
         self.deps: list[tuple[int, int, str]] = []  # deps rows, inserted at the end in one executemany
+        self.kept: set[int] = set()  # positions whose id is an unfinished job their key kept (--on-dup keep)
 
     def insert(self, rows: list[JobSpec]) -> list[int]:
         for r in rows:
@@ -165,6 +137,7 @@ class _Batch:
             self.flush()
             plan = rules.KeyPlan() if r.key is None else self._key(r)
             if plan.kept is not None:
+                self.kept.add(len(self.ids))
                 self.ids.append(plan.kept)
                 continue
             if plan.behind is not None:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Collection, Sequence, TypeVar
 from sloth_daemon.backends import attempt_rules, contract, rules, run_tally
 from sloth_daemon.backends.sqlite import db
 from sloth_daemon.clock import Clock
-from sloth_daemon.errors import JobNotFound
+from sloth_daemon.errors import BatchNotFound, JobNotFound
 from sloth_daemon.models import Event, Job, JobState
 from sloth_daemon.spec import integer
 from sloth_daemon.backends.sqlite import deps
@@ -96,6 +96,15 @@ class JobRows:
         if row is None:
             raise JobNotFound(job_id)
         return row
+
+
+# Batches with a handle (issue 33): found by id or by the newest of a name, counted by state.
+SQL_BATCH_BY_ID = "SELECT id, name, at FROM batches WHERE id = ? AND handle"
+SQL_BATCH_BY_NAME = ("SELECT id, name, at FROM batches INDEXED BY batches_name WHERE name = ? AND handle"
+                     " ORDER BY id DESC LIMIT 1")
+SQL_BATCH_COUNTS = "SELECT state, count(*) FROM jobs INDEXED BY jobs_batch WHERE batch_id = ? GROUP BY state"
+SQL_ACTIVE_BATCHES = ("SELECT DISTINCT batch_id FROM jobs INDEXED BY jobs_batch WHERE batch_id IS NOT NULL"
+                      " AND state IN ('blocked', 'held', 'queued', 'running') ORDER BY batch_id DESC LIMIT ?")
 
 
 class SqliteReads(contract.Reads):
@@ -177,6 +186,32 @@ class SqliteReads(contract.Reads):
     def outbox_counts(self) -> dict[str, int]:
         rows = self.conn.execute("SELECT state, count(*) FROM outbox GROUP BY state")
         return {"pending": 0, "failed": 0, "sent": 0, **{r[0]: r[1] for r in rows}}
+
+    @reads
+    def batch_find(self, ref: str) -> dict[str, Any]:
+        by_id, arg = rules.batch_ref(ref)
+        row = self.conn.execute(SQL_BATCH_BY_ID if by_id else SQL_BATCH_BY_NAME, (arg,)).fetchone()
+        if row is None:
+            raise BatchNotFound(ref)
+        same = (0 if row[1] is None else
+                self.conn.execute("SELECT count(*) FROM batches WHERE name = ? AND handle", (row[1],)).fetchone()[0])
+        return rules.batch_summary(row[0], row[1], row[2], self.conn.execute(SQL_BATCH_COUNTS, (row[0],)), same)
+
+    @reads
+    def batch_members(self, batch_id: int, states: Sequence[str] | None = None) -> list[int]:
+        sql = "SELECT id FROM jobs INDEXED BY jobs_batch WHERE batch_id = ?"
+        if states is not None:
+            sql += f" AND state IN ({', '.join('?' * len(states))})"
+        return [r[0] for r in self.conn.execute(sql + " ORDER BY id", (batch_id, *(states or ())))]
+
+    @reads
+    def active_batches(self, limit: int = rules.ACTIVE_BATCHES) -> list[dict[str, Any]]:
+        out = []
+        for (bid,) in self.conn.execute(SQL_ACTIVE_BATCHES, (limit,)).fetchall():
+            row = self.conn.execute("SELECT id, name, at FROM batches WHERE id = ?", (bid,)).fetchone()
+            if row is not None:
+                out.append(rules.batch_summary(row[0], row[1], row[2], self.conn.execute(SQL_BATCH_COUNTS, (bid,))))
+        return out
 
     @reads
     def latest(self, *, origin: str | None = None, ran: bool = False) -> int | None:
