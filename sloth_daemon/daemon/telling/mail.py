@@ -13,13 +13,14 @@ import smtplib
 import socket
 import subprocess
 from email.message import EmailMessage
-from pathlib import Path
 from typing import Any, Mapping
 
 from sloth_daemon.daemon.telling.failure import DeliveryError
 from sloth_daemon.daemon.telling.http import tls_context
+from sloth_daemon.safefile import read_file
 
 SENDMAIL = "/usr/sbin/sendmail"
+PASSWORD_CAP = 4096
 
 
 def default_sender() -> str:
@@ -58,9 +59,11 @@ def _password(tell: Mapping[str, Any]) -> str:
     f = tell.get("smtp_password_file")
     if not f:
         raise DeliveryError("smtp_user is set but neither smtp_password nor smtp_password_file", permanent=True)
-    try:
-        return Path(f).read_text().splitlines()[0]
-    except (OSError, IndexError, UnicodeDecodeError) as e:
+    try:  # a FIFO, a device or a huge file in its place is refused, never waited on
+        return read_file(f, PASSWORD_CAP, follow=True).decode().splitlines()[0]
+    except OSError as e:
+        raise DeliveryError(f"cannot read smtp_password_file {f}: {e.strerror or type(e).__name__}") from None
+    except (IndexError, UnicodeDecodeError) as e:
         raise DeliveryError(f"cannot read smtp_password_file {f}: {type(e).__name__}") from None
 
 
