@@ -8,7 +8,7 @@ well; never skipped). It runs on a sender's thread, never on the loop.
 A socket's timeout bounds one wait, not the exchange: a receiver that
 sends a byte now and then (its status line, its headers, its body) would
 hold the thread for hours. So a timer cuts the socket at the deadline
-(``_Cutoff``), whatever step the exchange is in."""
+(``Cutoff``), whatever step the exchange is in (mail.py's SMTP too)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import socket
 import ssl
 import threading
 import time
-from typing import Mapping
+from typing import Callable, Mapping
 from urllib.parse import urljoin, urlsplit
 
 from sloth_daemon.daemon.telling.failure import DeliveryError
@@ -72,7 +72,7 @@ def _once(method: str, url: str, body: bytes, headers: Mapping[str, str], deadli
     else:
         conn = http.client.HTTPConnection(u.hostname or "", u.port, timeout=left)
     path = (u.path or "/") + (f"?{u.query}" if u.query else "")
-    cutoff = _Cutoff(conn, left)
+    cutoff = Cutoff(lambda: conn.sock, left)
     try:
         conn.request(method, path, body=body, headers={**headers, "Content-Length": str(len(body))})
         resp = conn.getresponse()
@@ -102,19 +102,20 @@ def _once(method: str, url: str, body: bytes, headers: Mapping[str, str], deadli
         conn.close()
 
 
-class _Cutoff:
-    """Shuts ``conn``'s socket down ``after`` seconds from now: whatever
-    waits on it (connect's TLS handshake, a send, a read) ends at once."""
+class Cutoff:
+    """Shuts the socket ``sock()`` gives (None before it connects) down
+    ``after`` seconds from now: whatever waits on it (a TLS handshake, a
+    send, a read) ends at once."""
 
-    def __init__(self, conn: http.client.HTTPConnection, after: float) -> None:
-        self.conn, self.fired = conn, False
+    def __init__(self, sock: Callable[[], socket.socket | None], after: float) -> None:
+        self.sock, self.fired = sock, False
         self.timer = threading.Timer(after, self._cut)
         self.timer.daemon = True
         self.timer.start()
 
     def _cut(self) -> None:
         self.fired = True
-        sock = self.conn.sock
+        sock = self.sock()
         if sock is not None:
             try:  # the plain socket's shutdown: an SSLSocket's own would drop its TLS state under a reader
                 socket.socket.shutdown(sock, socket.SHUT_RDWR)
