@@ -52,7 +52,7 @@ def _change(op: str, ids: Sequence[str], as_json: bool, what: str) -> int:
     if res["changed"]:
         echo(f"{what}: {', '.join(map(str, res['changed']))}")
     if res["skipped"]:
-        echo(f"not pending or failed (sent, or no such message): {', '.join(map(str, res['skipped']))}")
+        echo(f"not changed (sent, being sent now, or no such message): {', '.join(map(str, res['skipped']))}")
     return 0 if not res["skipped"] else 1
 
 

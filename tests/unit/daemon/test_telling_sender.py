@@ -150,3 +150,16 @@ def test_a_secret_file_that_is_a_fifo_is_a_clear_error_not_a_thread_stuck_for_go
         pytest.fail("the sender is stuck opening the FIFO")
     (m,) = q.outbox.messages()
     assert rx.requests == [] and "is a FIFO, not a regular file" in (m.last_error or "")
+
+
+def test_retry_leaves_a_message_being_sent_alone_so_it_is_not_sent_twice(q, clock, tmp_path, rx):
+    """`outbox retry` of a pending message whose send is under way freed its
+    lease: the sender took it again and sent it a second time, and the
+    first send's mark found a token no longer its own."""
+    s = make_sender(q, tmp_path)
+    run_job(q, clock, {"webhook": rx.url + "/h", "webhook_on": "done"}, [0])
+    (m,) = q.outbox.claim("test/other", limit=10, lease_s=60)  # a send under way
+    assert q.outbox.retry([m.id]) == []
+    assert s.pump() == 0 and rx.requests == []  # not taken again while it is being sent
+    assert q.outbox.sent(m.id, m.token or "")  # the first send is marked: once
+    assert q.outbox_counts()["sent"] == 1
