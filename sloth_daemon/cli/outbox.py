@@ -45,7 +45,7 @@ def outbox_drop(*, ids: Sequence[str], as_json: bool) -> int:
 def _change(op: str, ids: Sequence[str], as_json: bool, what: str) -> int:
     from sloth_daemon.cli.values import comma_list, parse_id
 
-    res = call(op, ids=[parse_id(i) for i in comma_list(ids) or []])
+    res = call(op, ids=[parse_id(i, "message", "sloth outbox ls") for i in comma_list(ids) or []])
     if as_json:
         emit_json(res)
         return 0 if not res["skipped"] else 1

@@ -98,7 +98,7 @@ def _once(method: str, url: str, body: bytes, headers: Mapping[str, str], deadli
             pass
         return resp.status, resp.getheader("Location")
     finally:
-        cutoff.cancel()
+        cutoff.timer.cancel()
         conn.close()
 
 
@@ -121,9 +121,6 @@ class Cutoff:
                 socket.socket.shutdown(sock, socket.SHUT_RDWR)
             except OSError:
                 pass  # already closed
-
-    def cancel(self) -> None:
-        self.timer.cancel()
 
 
 def _said(e: BaseException) -> str:

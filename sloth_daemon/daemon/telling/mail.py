@@ -58,7 +58,7 @@ def _smtp(msg: EmailMessage, tell: Mapping[str, Any], timeout_s: float) -> None:
             raise DeliveryError(f"smtp {host}:{port}: no answer in time") from None
         raise DeliveryError(f"smtp {host}:{port}: {type(e).__name__}") from None
     finally:
-        cutoff.cancel()
+        cutoff.timer.cancel()
 
 
 def _password(tell: Mapping[str, Any]) -> str:

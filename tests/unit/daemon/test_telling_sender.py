@@ -163,3 +163,28 @@ def test_retry_leaves_a_message_being_sent_alone_so_it_is_not_sent_twice(q, cloc
     assert s.pump() == 0 and rx.requests == []  # not taken again while it is being sent
     assert q.outbox.sent(m.id, m.token or "")  # the first send is marked: once
     assert q.outbox_counts()["sent"] == 1
+
+
+def test_outbox_ops_name_a_bad_message_id_as_a_message_not_a_job(q):
+    """`outbox retry 99999999999999999999` said "no job with id ...", and
+    `outbox drop abc` "bad job id": the ids are the outbox's messages."""
+    from sloth_daemon.daemon.telling.ops import OutboxOps
+    from sloth_daemon.errors import BadRequest
+
+    ops = OutboxOps(q.outbox, None, q.outbox_counts)
+    for ids in ([2**70], [0], ["1"], [True], [], "1"):
+        with pytest.raises(BadRequest, match="message") as e:
+            ops.op_retry({"ids": ids})
+        assert "job" not in e.value.message
+    assert ops.op_drop({"ids": [2**62]}) == {"changed": [], "skipped": [2**62]}
+
+
+def test_the_cli_names_a_bad_message_id_as_a_message(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SLOTH_HOME": str(tmp_path / "sl")}
+    p = subprocess.run([sys.executable, "-m", "sloth_daemon", "outbox", "retry", "abc"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "bad message id 'abc'" in p.stderr and "job" not in p.stderr, p.stderr
