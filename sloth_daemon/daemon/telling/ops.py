@@ -15,6 +15,7 @@ from sloth_daemon.errors import BadRequest
 Op = Callable[[dict[str, Any]], Any]
 STATES = ("pending", "failed", "sent")
 MAX_SHOWN = 1000
+MAX_IDS = 10_000  # per retry or drop: each is a write on the loop (100,000 held it 0.3 s)
 
 
 class OutboxOps:
@@ -53,6 +54,8 @@ def message_ids(v: Any) -> list[int]:
     """The outbox's message ids of a request (not job ids: the errors say so)."""
     if not isinstance(v, list) or not v:
         raise BadRequest("ids must be a non-empty list of message ids (see `sloth outbox ls`)")
+    if len(v) > MAX_IDS:
+        raise BadRequest(f"at most {MAX_IDS} message ids at once, got {len(v)}; nothing changed")
     for i in v:
         if isinstance(i, bool) or not isinstance(i, int):
             raise BadRequest(f"bad message id {i!r}: ids are whole numbers (see `sloth outbox ls`)")

@@ -177,6 +177,8 @@ def test_outbox_ops_name_a_bad_message_id_as_a_message_not_a_job(q):
             ops.op_retry({"ids": ids})
         assert "job" not in e.value.message
     assert ops.op_drop({"ids": [2**62]}) == {"changed": [], "skipped": [2**62]}
+    with pytest.raises(BadRequest, match="at most 10000 message ids"):  # each is a write on the loop
+        ops.op_drop({"ids": list(range(1, 10_002))})
 
 
 def test_the_cli_names_a_bad_message_id_as_a_message(tmp_path):
