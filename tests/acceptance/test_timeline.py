@@ -245,3 +245,13 @@ def test_the_page_is_never_written_in_the_place_of_a_fifo_a_device_or_a_link(mak
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "link.html"]
     page = tmp_path / "page.html"
     assert h.cli("timeline", "--html", str(page)).returncode == 0 and page.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_a_lane_that_does_not_exist_is_said_not_drawn_empty(make_harness):
+    """`--lane nightyl` (a typo) drew an empty day, as if nothing had run;
+    `ls --lane` says there is no such lane, and so does the timeline."""
+    h = make_harness()
+    h.cli("add", "true", check=True)
+    p = h.cli("timeline", "--lane", "nightyl")
+    assert p.returncode == 4 and "no lane named 'nightyl'" in p.stderr and "Lanes: default" in p.stderr, p.stderr
+    assert h.cli("timeline", "--lane", "default").returncode == 0
