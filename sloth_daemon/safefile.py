@@ -131,3 +131,43 @@ def _why_not(path: str | os.PathLike[str], e: OSError, follow: bool) -> OSError:
     if stat.S_ISREG(st.st_mode):
         return e
     return NotRegular(path, f"is {kind(st.st_mode)}, not a regular file", e.errno or errno.EINVAL)
+
+
+def replace_file(path: str | os.PathLike[str], data: bytes, mode: int = 0o600) -> None:
+    """``data`` at ``path``, whole or not at all (a temporary file beside it,
+    renamed over it), where a file a user names is written (a page, a
+    metrics file). Only a regular file or nothing is replaced: a rename
+    would put a file in the place of a FIFO, a device (``/dev/full``,
+    ``/dev/null`` as root), a link or a folder, so those raise NotRegular
+    and are left as they are."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if stat.S_ISLNK(st.st_mode):
+            raise NotRegular(path, "is a symbolic link; name the file it leads to", errno.ELOOP)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegular(path, f"is {kind(st.st_mode)}, not a regular file")
+    head, name = os.path.split(os.fspath(path))
+    tmp = os.path.join(head, f".{name}.{os.getpid()}.sloth-tmp")
+    try:
+        os.unlink(tmp)  # left by a crash of a process of this pid
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        try:
+            os.fchmod(fd, mode)  # whatever the umask
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

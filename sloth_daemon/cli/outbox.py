@@ -45,14 +45,14 @@ def outbox_drop(*, ids: Sequence[str], as_json: bool) -> int:
 def _change(op: str, ids: Sequence[str], as_json: bool, what: str) -> int:
     from sloth_daemon.cli.values import comma_list, parse_id
 
-    res = call(op, ids=[parse_id(i) for i in comma_list(ids) or []])
+    res = call(op, ids=[parse_id(i, "message", "sloth outbox ls") for i in comma_list(ids) or []])
     if as_json:
         emit_json(res)
         return 0 if not res["skipped"] else 1
     if res["changed"]:
         echo(f"{what}: {', '.join(map(str, res['changed']))}")
     if res["skipped"]:
-        echo(f"not pending or failed (sent, or no such message): {', '.join(map(str, res['skipped']))}")
+        echo(f"not changed (sent, being sent now, or no such message): {', '.join(map(str, res['skipped']))}")
     return 0 if not res["skipped"] else 1
 
 

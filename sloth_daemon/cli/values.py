@@ -15,13 +15,13 @@ if TYPE_CHECKING:
     from typing import Sequence
 
 
-def parse_id(text: str) -> int:
+def parse_id(text: str, what: str = "job", listed_by: str = "sloth ls") -> int:
     try:
         v = int(text)
     except ValueError:
-        raise errors.BadRequest(f"bad job id {text!r}: ids are whole numbers (see `sloth ls`)") from None
+        raise errors.BadRequest(f"bad {what} id {text!r}: ids are whole numbers (see `{listed_by}`)") from None
     if v < 1:
-        raise errors.BadRequest(f"bad job id {text!r}: ids start at 1")
+        raise errors.BadRequest(f"bad {what} id {text!r}: ids start at 1")
     return v
 
 

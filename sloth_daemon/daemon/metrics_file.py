@@ -31,7 +31,7 @@ from typing import Callable
 from sloth_daemon.backends import metrics
 from sloth_daemon.backends.metrics import Family, Series
 from sloth_daemon.errors import SlothError
-from sloth_daemon.safefile import open_file
+from sloth_daemon.safefile import replace_file
 from sloth_daemon.daemon.supervision import KeeperSpawner
 from sloth_daemon.daemon.worker.clockwatch import ClockWatch
 
@@ -143,19 +143,7 @@ class MetricsFile:
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """``text`` into ``path`` whole or not at all: a temporary file beside it
-    (a name no textfile collector reads), renamed over it."""
-    tmp = path.with_name(f".{path.name}.sloth-tmp")
-    try:
-        os.unlink(tmp)  # left by a crash
-    except FileNotFoundError:
-        pass
-    fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-    try:
-        os.fchmod(fd, FILE_MODE)  # the daemon's umask is 077
-        data = text.encode()
-        while data:
-            data = data[os.write(fd, data):]
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    """``text`` into ``path`` whole or not at all, a name no textfile
+    collector reads renamed over it; never in the place of a FIFO, a device,
+    a link or a folder (safefile.replace_file)."""
+    replace_file(path, text.encode(), FILE_MODE)

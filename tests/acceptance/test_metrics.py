@@ -160,3 +160,17 @@ def test_metrics_of_a_daemon_on_a_postgresql_queue(make_harness, pg_url):
     h.stop()
     offline = samples(h.cli("metrics", check=True).stdout)  # read-only from the database, no daemon
     assert offline[("sloth_runs_total", (("lane", "default"), ("outcome", "done")))] == 1
+
+
+def test_a_metrics_file_naming_a_fifo_or_a_link_is_left_as_it_is_and_only_logged(make_harness, home):
+    """A rename over the path would put a file in the place of the FIFO (or
+    of the link, or of /dev/null for a daemon run as root): the daemon
+    writes only a regular file, says why not, and keeps serving."""
+    fifo = home / "sloth.prom"
+    os.mkfifo(fifo)
+    h = make_harness(TEST_CONFIG + f'metrics_file = "{fifo}"\n', "fifo")
+    h.start()
+    h.wait_state(h.add("true"), "done")
+    h.wait_for(lambda: "is a FIFO, not a regular file" in h.log_text(), 10, "the refusal logged")
+    assert h.call("ping") and os.path.exists(fifo) and os.stat(fifo).st_mode & 0o170000 == 0o010000
+    assert [p.name for p in home.iterdir() if "sloth-tmp" in p.name] == []  # no temporary file left

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -226,3 +227,31 @@ def test_on_a_shared_postgresql_queue_each_host_keeps_its_own_rows_on_the_server
     # the server's clock, not the daemon's (an hour ahead here): the sleep ended about now
     assert abs(sleep["end_at"] - data["until"]) < 120
     assert [j["runs"][0]["outcome"] for j in data["jobs"]] == ["failed"]
+
+
+def test_the_page_is_never_written_in_the_place_of_a_fifo_a_device_or_a_link(make_harness, tmp_path):
+    """`--html /dev/full` renamed a page over the device (as root: the
+    machine's /dev/full became an HTML file); a FIFO or a link was replaced
+    the same way. Only a regular file (or nothing) is replaced."""
+    h = make_harness()
+    h.cli("add", "true", check=True)  # the queue exists; no daemon: read read-only
+    fifo, link, target = tmp_path / "fifo", tmp_path / "link.html", tmp_path / "target.html"
+    os.mkfifo(fifo)
+    link.symlink_to(target)
+    for path, said in ((fifo, "is a FIFO"), (link, "is a symbolic link")):
+        p = h.cli("timeline", "--html", str(path))
+        assert p.returncode != 0 and said in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and link.is_symlink() and not target.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "link.html"]
+    page = tmp_path / "page.html"
+    assert h.cli("timeline", "--html", str(page)).returncode == 0 and page.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_a_lane_that_does_not_exist_is_said_not_drawn_empty(make_harness):
+    """`--lane nightyl` (a typo) drew an empty day, as if nothing had run;
+    `ls --lane` says there is no such lane, and so does the timeline."""
+    h = make_harness()
+    h.cli("add", "true", check=True)
+    p = h.cli("timeline", "--lane", "nightyl")
+    assert p.returncode == 4 and "no lane named 'nightyl'" in p.stderr and "Lanes: default" in p.stderr, p.stderr
+    assert h.cli("timeline", "--lane", "default").returncode == 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import threading
 import time
 
@@ -105,3 +106,22 @@ def test_the_keeper_journal_on_a_fifo_is_held_in_memory_not_waited_on(tmp_path):
     assert journal.append({"run": {"key": "k"}}) is False
     with pytest.raises(NotRegular):
         prompt(read_journal, j)
+
+
+def test_replace_file_writes_a_regular_file_whole_and_nothing_else(tmp_path):
+    from sloth_daemon.safefile import replace_file
+
+    plain = tmp_path / "page.html"
+    replace_file(plain, b"one", 0o600)
+    replace_file(plain, b"two", 0o644)
+    assert plain.read_bytes() == b"two" and plain.stat().st_mode & 0o777 == 0o644
+    fifo, folder, link = tmp_path / "fifo", tmp_path / "dir", tmp_path / "link"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    link.symlink_to(plain)
+    for path, said in ((fifo, "is a FIFO"), (folder, "is a folder"), (link, "is a symbolic link")):
+        with pytest.raises(NotRegular, match=said):
+            replace_file(path, b"x")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and folder.is_dir() and link.is_symlink()
+    assert plain.read_bytes() == b"two"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "fifo", "link", "page.html"]

@@ -75,7 +75,9 @@ class PgOutbox(contract.Outbox):
     def retry(self, ids: Sequence[int]) -> list[int]:
         return self.db.write(lambda c: [r["id"] for r in c.execute(
             "UPDATE sloth.outbox SET state = 'pending', next_at = sloth.now(), tries = 0, lease_until = NULL"
-            " WHERE id = ANY(%s) AND state IN ('pending', 'failed') RETURNING id", (_ids(ids),)).fetchall()],
+            " WHERE id = ANY(%s) AND state IN ('pending', 'failed')"
+            " AND (lease_until IS NULL OR lease_until < sloth.now())"  # being sent now: freed, it would go twice
+            " RETURNING id", (_ids(ids),)).fetchall()],
             "retrying messages")
 
     def drop(self, ids: Sequence[int]) -> list[int]:

@@ -74,7 +74,9 @@ class SqliteOutbox(contract.Outbox):
         with self.store.tx() as c:
             return [r[0] for i in _ids(ids) for r in c.execute(
                 "UPDATE outbox SET state = 'pending', next_at = ?, tries = 0, lease_until = NULL"
-                " WHERE id = ? AND state IN ('pending', 'failed') RETURNING id", (now, i)).fetchall()]
+                " WHERE id = ? AND state IN ('pending', 'failed')"
+                " AND (lease_until IS NULL OR lease_until < ?)"  # being sent now: freed, it would go twice
+                " RETURNING id", (now, i, now)).fetchall()]
 
     def drop(self, ids: Sequence[int]) -> list[int]:
         with self.store.tx() as c:

@@ -38,6 +38,10 @@ def timeline(*, since: str, lane: Optional[str], jobs: bool, html: Optional[Path
     if html is not None and not html.parent.is_dir():
         raise BadRequest(f"--html: no folder {html.parent}", hint="Name a file in a folder that exists.")
     data = call_or_read("timeline", since_s=since_s, **({"lane": lane} if lane is not None else {}))
+    if lane is not None and not data["jobs"]:  # nothing in it: a typo, or a lane that is not (said as ls says it)
+        from sloth_daemon.cli.ls import check_lane
+
+        check_lane(lane)
     if as_json:
         emit_json(data)
         return 0

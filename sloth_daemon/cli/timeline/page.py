@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +31,12 @@ from sloth_daemon.errors import SlothError
 def write(data: dict[str, Any], path: Path, *, by_job: bool) -> None:
     """The page for ``data`` (the ``timeline`` op's answer, with logs) at
     ``path``, private (0600: it holds commands and their output), replaced whole."""
+    from sloth_daemon.safefile import replace_file
+
     text = render(data, by_job=by_job)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        replace_file(path, text.encode("utf-8"), 0o600)
     except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise SlothError(f"cannot write {path}: {e.strerror or e}",
                          hint="Name a file in a folder you can write to.") from e
 

@@ -317,10 +317,13 @@ class Scheduler:
         return self._changed(name, self.store.change(name, paused=True))
 
     def resume(self, name: str) -> dict[str, Any]:
-        """Paused no more; slots that fell while it was paused are not caught up."""
-        r = Recipe.from_dict(self.get(name)["recipe"])
-        return self._changed(name, self.store.change(name, paused=False,
-                                                     next_slot=slots.next_after(r, int(self.ports.now()))))
+        """Paused no more; slots that fell while it was paused are not caught up,
+        so a dead-man's window starts again now (as at add): none of them could succeed."""
+        rec = self.get(name)
+        r, now = Recipe.from_dict(rec["recipe"]), int(self.ports.now())
+        fresh = replace(r, expect_since=now).to_dict() if r.expect_within_s and rec["paused"] else None
+        return self._changed(name, self.store.change(name, paused=False, next_slot=slots.next_after(r, now),
+                                                     recipe=fresh, version=rec["version"] if fresh else None))
 
     def remove(self, name: str) -> None:
         self.store.remove(name)

@@ -3,15 +3,21 @@ the standard library (http.client, ssl): a connect and read timeout per
 step and a deadline for the whole exchange, at most MAX_REDIRECTS
 redirects (never from https to http), at most RESPONSE_CAP bytes of the
 answer read, TLS always verified (the system's CAs, or ``ca_file`` as
-well; never skipped). It runs on a sender's thread, never on the loop."""
+well; never skipped). It runs on a sender's thread, never on the loop.
+
+A socket's timeout bounds one wait, not the exchange: a receiver that
+sends a byte now and then (its status line, its headers, its body) would
+hold the thread for hours. So a timer cuts the socket at the deadline
+(``Cutoff``), whatever step the exchange is in (mail.py's SMTP too)."""
 
 from __future__ import annotations
 
 import http.client
 import socket
 import ssl
+import threading
 import time
-from typing import Mapping
+from typing import Callable, Mapping
 from urllib.parse import urljoin, urlsplit
 
 from sloth_daemon.daemon.telling.failure import DeliveryError
@@ -66,26 +72,55 @@ def _once(method: str, url: str, body: bytes, headers: Mapping[str, str], deadli
     else:
         conn = http.client.HTTPConnection(u.hostname or "", u.port, timeout=left)
     path = (u.path or "/") + (f"?{u.query}" if u.query else "")
+    cutoff = Cutoff(lambda: conn.sock, left)
     try:
         conn.request(method, path, body=body, headers={**headers, "Content-Length": str(len(body))})
         resp = conn.getresponse()
-        got = 0
-        while got < RESPONSE_CAP:  # read a little of it (a keep-alive's manners), never all of a flood
-            if time.monotonic() > deadline:
-                raise DeliveryError(f"{mask_url(url)}: answer too slow")
-            chunk = resp.read(4096)
-            if not chunk:
-                break
-            got += len(chunk)
-        return resp.status, resp.getheader("Location")
     except ssl.SSLCertVerificationError as e:
         raise DeliveryError(f"{mask_url(url)}: TLS certificate not trusted ({e.verify_message})") from None
     except (socket.timeout, TimeoutError):
         raise DeliveryError(f"{mask_url(url)}: no answer in time") from None
     except (OSError, http.client.HTTPException) as e:
+        if cutoff.fired:
+            raise DeliveryError(f"{mask_url(url)}: no answer in time") from None
         raise DeliveryError(f"{mask_url(url)}: {type(e).__name__}: {_said(e)}") from None
+    else:
+        # The status is the answer; read a little of the body (a keep-alive's
+        # manners), never all of a flood, and never past the deadline.
+        try:
+            got = 0
+            while got < RESPONSE_CAP and not cutoff.fired:
+                chunk = resp.read(4096)
+                if not chunk:
+                    break
+                got += len(chunk)
+        except (OSError, http.client.HTTPException):
+            pass
+        return resp.status, resp.getheader("Location")
     finally:
+        cutoff.timer.cancel()
         conn.close()
+
+
+class Cutoff:
+    """Shuts the socket ``sock()`` gives (None before it connects) down
+    ``after`` seconds from now: whatever waits on it (a TLS handshake, a
+    send, a read) ends at once."""
+
+    def __init__(self, sock: Callable[[], socket.socket | None], after: float) -> None:
+        self.sock, self.fired = sock, False
+        self.timer = threading.Timer(after, self._cut)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _cut(self) -> None:
+        self.fired = True
+        sock = self.sock()
+        if sock is not None:
+            try:  # the plain socket's shutdown: an SSLSocket's own would drop its TLS state under a reader
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
 
 
 def _said(e: BaseException) -> str:

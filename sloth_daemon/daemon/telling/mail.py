@@ -13,13 +13,14 @@ import smtplib
 import socket
 import subprocess
 from email.message import EmailMessage
-from pathlib import Path
 from typing import Any, Mapping
 
 from sloth_daemon.daemon.telling.failure import DeliveryError
-from sloth_daemon.daemon.telling.http import tls_context
+from sloth_daemon.daemon.telling.http import Cutoff, tls_context
+from sloth_daemon.safefile import read_file
 
 SENDMAIL = "/usr/sbin/sendmail"
+PASSWORD_CAP = 4096
 
 
 def default_sender() -> str:
@@ -36,8 +37,12 @@ def send(msg: EmailMessage, tell: Mapping[str, Any], timeout_s: float) -> None:
 
 def _smtp(msg: EmailMessage, tell: Mapping[str, Any], timeout_s: float) -> None:
     host, port = str(tell["smtp_host"]), int(tell.get("smtp_port") or 587)
+    s = smtplib.SMTP(timeout=timeout_s)  # connected below, once the cutoff can see its socket
+    s._host = host  # type: ignore[attr-defined]  # what the constructor would keep for STARTTLS's server_hostname (connect() does not)
+    cutoff = Cutoff(lambda: s.sock, timeout_s)  # timeout_s bounds the whole exchange (its QUIT too), not each wait
     try:
-        with smtplib.SMTP(host, port, timeout=timeout_s) as s:
+        with s:
+            s.connect(host, port)
             if tell.get("smtp_starttls", True):
                 s.starttls(context=tls_context(tell.get("ca_file")))
             user = tell.get("smtp_user")
@@ -49,7 +54,11 @@ def _smtp(msg: EmailMessage, tell: Mapping[str, Any], timeout_s: float) -> None:
     except smtplib.SMTPRecipientsRefused:
         raise DeliveryError(f"smtp {host}:{port} refused the recipients", permanent=True) from None
     except (OSError, smtplib.SMTPException) as e:
+        if cutoff.fired:
+            raise DeliveryError(f"smtp {host}:{port}: no answer in time") from None
         raise DeliveryError(f"smtp {host}:{port}: {type(e).__name__}") from None
+    finally:
+        cutoff.timer.cancel()
 
 
 def _password(tell: Mapping[str, Any]) -> str:
@@ -58,9 +67,11 @@ def _password(tell: Mapping[str, Any]) -> str:
     f = tell.get("smtp_password_file")
     if not f:
         raise DeliveryError("smtp_user is set but neither smtp_password nor smtp_password_file", permanent=True)
-    try:
-        return Path(f).read_text().splitlines()[0]
-    except (OSError, IndexError, UnicodeDecodeError) as e:
+    try:  # a FIFO, a device or a huge file in its place is refused, never waited on
+        return read_file(f, PASSWORD_CAP, follow=True).decode().splitlines()[0]
+    except OSError as e:
+        raise DeliveryError(f"cannot read smtp_password_file {f}: {e.strerror or type(e).__name__}") from None
+    except (IndexError, UnicodeDecodeError) as e:
         raise DeliveryError(f"cannot read smtp_password_file {f}: {type(e).__name__}") from None
 
 

@@ -40,6 +40,7 @@ from sloth_daemon.config import Settings
 from sloth_daemon.daemon.telling.failure import DeliveryError
 from sloth_daemon.errors import JobNotFound, SlothError
 from sloth_daemon.models import mask_channel
+from sloth_daemon.safefile import open_file, read_file
 
 if TYPE_CHECKING:
     from sloth_daemon.backends.face import Queue
@@ -264,8 +265,8 @@ def _tail(path: Path | None) -> bytes:
 
     if path is None:
         return b""
-    try:
-        with open(path, "rb") as f:
+    try:  # a regular file only: the job may have put a FIFO in its log's place
+        with os.fdopen(open_file(path), "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(f.tell() - messages.TAIL_CAP, 0))
             return f.read(messages.TAIL_CAP)
@@ -279,9 +280,8 @@ def _secret(tell: Any) -> bytes | None:
     f = tell.get("webhook_secret_file")
     if not f:
         return None
-    try:
-        with open(f, "rb") as fh:
-            return fh.read(SECRET_CAP).strip() or None
+    try:  # a FIFO, a device or a huge file in its place is refused, never waited on
+        return read_file(f, SECRET_CAP, follow=True).strip() or None
     except OSError as e:
         raise DeliveryError(f"cannot read webhook_secret_file: {e.strerror}") from None
 

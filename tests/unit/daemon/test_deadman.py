@@ -69,3 +69,23 @@ def test_a_success_moves_the_window(q, clock):
     clock.set(10 * H)
     dm.check()
     assert len(notes) == 1  # a paused schedule is expected to run no more
+
+
+def test_a_resumed_schedule_gets_a_whole_window_not_an_alert_at_once(q, clock):
+    """Paused mid-window for longer than the window, then resumed: its
+    slots while paused are not caught up, so no success could have come;
+    the window starts again at the resume (as at add or an edit of it),
+    instead of a `missed` alert, and `schedule ls` overdue, at once."""
+    w = World(q, clock)
+    w.s.add("nightly", {"every_s": H, "expect_within_s": 2 * H, "job": {"command": ["true"]}})
+    notes: list[tuple[str, str]] = []
+    dm = DeadMan(q.schedules, q.outbox, job=q.get, notify=lambda t, b: notes.append((t, b)), now=clock.now)
+    clock.set(H // 2)
+    w.s.pause("nightly")
+    clock.set(10 * H)
+    w.s.resume("nightly")
+    assert dm.check() == 12 * H and notes == [] and q.outbox.messages() == []
+    assert listed(q.schedules, clock.now())["schedules"][0]["overdue"] is None
+    clock.set(12 * H + 10)  # a whole window after the resume, still no success: told
+    dm.check()
+    assert len(notes) == 1

@@ -99,3 +99,65 @@ def test_starttls_is_verified_and_the_password_comes_from_a_file(q, clock, tmp_p
     q.outbox.retry([m.id])
     trusted.pump()
     assert len(inbox.mails) == 1 and logins == [(b"me", b"mail-pass-77")]
+
+
+def test_a_password_file_that_is_a_fifo_is_a_clear_error_not_a_thread_stuck_for_good(q, clock, tmp_path, tls_smtp):
+    import os
+    import threading
+
+    inbox, port, cert, logins = tls_smtp
+    fifo = tmp_path / "pw"
+    os.mkfifo(fifo)
+    s = make_sender(q, tmp_path, smtp_host="127.0.0.1", smtp_port=port, smtp_user="me",
+                    smtp_password_file=str(fifo), ca_file=str(cert))
+    run_job(q, clock, {"mail_to": "me@example.org"}, [1])
+    t = threading.Thread(target=s.pump, daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive():
+        with open(fifo, "wb"):  # free the stuck thread
+            pass
+        pytest.fail("the sender is stuck opening the FIFO")
+    (m,) = q.outbox.messages()
+    assert inbox.mails == [] and "is a FIFO, not a regular file" in (m.last_error or "")
+
+
+def test_an_smtp_server_that_trickles_is_cut_at_the_timeout():
+    """smtplib's timeout bounds one wait: a server whose greeting goes on a
+    byte at a time ("220-" lines without end) held the thread for good."""
+    import socket
+    import threading
+    import time
+
+    from sloth_daemon.daemon.telling import mail
+    from sloth_daemon.daemon.telling.failure import DeliveryError
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            line = b"220-still greeting\r\n"
+            for i in range(400):  # 20 s at most
+                if stop.wait(0.05):
+                    return
+                try:
+                    conn.sendall(line[i % len(line):][:1])
+                except OSError:
+                    return
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    msg = email.message.EmailMessage()
+    msg["To"], msg["From"] = "me@example.org", "sloth@test"
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(DeliveryError, match="no answer in time"):
+            mail.send(msg, {"smtp_host": "127.0.0.1", "smtp_port": srv.getsockname()[1]}, 1.0)
+    finally:
+        took = time.monotonic() - t0
+        stop.set()
+        srv.close()
+        t.join(5)
+    assert took < 3.0

@@ -129,3 +129,64 @@ def test_a_hung_receiver_costs_one_timeout_and_is_tried_again(q, clock, tmp_path
     assert time.monotonic() - t < 5  # two messages, each bounded by its timeout
     assert [m.last_error for m in q.outbox.messages()] == ["http://127.0.0.1:%d/***: no answer in time"
                                                           % rx.server.server_address[1]] * 2
+
+
+def test_a_secret_file_that_is_a_fifo_is_a_clear_error_not_a_thread_stuck_for_good(q, clock, tmp_path, rx):
+    """open() of a FIFO waits for a writer for ever: each webhook held one
+    of the sender's threads, and four of them stopped all delivery."""
+    import os
+    import threading
+
+    fifo = tmp_path / "secret"
+    os.mkfifo(fifo)
+    s = make_sender(q, tmp_path, webhook_secret_file=str(fifo))
+    run_job(q, clock, {"webhook": rx.url + "/h", "webhook_on": "done"}, [0])
+    t = threading.Thread(target=s.pump, daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive():
+        with open(fifo, "wb"):  # free the stuck thread
+            pass
+        pytest.fail("the sender is stuck opening the FIFO")
+    (m,) = q.outbox.messages()
+    assert rx.requests == [] and "is a FIFO, not a regular file" in (m.last_error or "")
+
+
+def test_retry_leaves_a_message_being_sent_alone_so_it_is_not_sent_twice(q, clock, tmp_path, rx):
+    """`outbox retry` of a pending message whose send is under way freed its
+    lease: the sender took it again and sent it a second time, and the
+    first send's mark found a token no longer its own."""
+    s = make_sender(q, tmp_path)
+    run_job(q, clock, {"webhook": rx.url + "/h", "webhook_on": "done"}, [0])
+    (m,) = q.outbox.claim("test/other", limit=10, lease_s=60)  # a send under way
+    assert q.outbox.retry([m.id]) == []
+    assert s.pump() == 0 and rx.requests == []  # not taken again while it is being sent
+    assert q.outbox.sent(m.id, m.token or "")  # the first send is marked: once
+    assert q.outbox_counts()["sent"] == 1
+
+
+def test_outbox_ops_name_a_bad_message_id_as_a_message_not_a_job(q):
+    """`outbox retry 99999999999999999999` said "no job with id ...", and
+    `outbox drop abc` "bad job id": the ids are the outbox's messages."""
+    from sloth_daemon.daemon.telling.ops import OutboxOps
+    from sloth_daemon.errors import BadRequest
+
+    ops = OutboxOps(q.outbox, None, q.outbox_counts)
+    for ids in ([2**70], [0], ["1"], [True], [], "1"):
+        with pytest.raises(BadRequest, match="message") as e:
+            ops.op_retry({"ids": ids})
+        assert "job" not in e.value.message
+    assert ops.op_drop({"ids": [2**62]}) == {"changed": [], "skipped": [2**62]}
+    with pytest.raises(BadRequest, match="at most 10000 message ids"):  # each is a write on the loop
+        ops.op_drop({"ids": list(range(1, 10_002))})
+
+
+def test_the_cli_names_a_bad_message_id_as_a_message(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SLOTH_HOME": str(tmp_path / "sl")}
+    p = subprocess.run([sys.executable, "-m", "sloth_daemon", "outbox", "retry", "abc"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "bad message id 'abc'" in p.stderr and "job" not in p.stderr, p.stderr

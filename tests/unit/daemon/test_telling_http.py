@@ -1,0 +1,65 @@
+"""One exchange with a receiver (telling/http.py) against real sockets on
+loopback: ``timeout_s`` bounds the whole of it, however the receiver
+answers -- a byte at a time, in its headers or its body -- so a receiver
+that trickles holds a sender's thread no longer than a hung one."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from sloth_daemon.daemon.telling import http
+from sloth_daemon.daemon.telling.failure import DeliveryError
+
+
+class Trickler:
+    """Answers every connection with ``head`` at once, then one byte of
+    ``drip`` every ``every`` seconds, until closed."""
+
+    def __init__(self, head: bytes, drip: bytes, every: float = 0.05) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/ping/secret-uuid"
+        self.head, self.drip, self.every = head, drip, every
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        with conn:
+            conn.recv(65536)
+            try:
+                conn.sendall(self.head)
+                for i in range(int(10 / self.every)):  # 10 s at most
+                    if self.stop.wait(self.every):
+                        return
+                    conn.sendall(self.drip[i % len(self.drip):][:1])
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+        self.thread.join(5)
+
+
+@pytest.mark.parametrize("head, drip", [
+    (b"", b"HTTP/1.1 200 OK\r\n"),  # the status line a byte at a time
+    (b"HTTP/1.1 200 OK\r\n", b"X-Slow: yes yes yes yes yes\r\n"),  # headers without end
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n", b"x"),  # a body a byte at a time
+], ids=["status", "headers", "body"])
+def test_a_receiver_that_trickles_is_cut_at_the_timeout(head, drip):
+    rx = Trickler(head, drip)
+    try:
+        t0 = time.monotonic()
+        try:
+            http.request("POST", rx.url, b"{}", {}, timeout_s=1.0)
+        except DeliveryError as e:
+            assert "secret-uuid" not in str(e)
+        took = time.monotonic() - t0
+    finally:
+        rx.close()
+    assert took < 3.0, f"a 1 s exchange took {took:.1f} s"
