@@ -369,10 +369,15 @@ class PowerEvents:
     while a job waits on, or runs under, a power condition; stopped after."""
 
     ARGV = ("udevadm", "monitor", "--udev", "--subsystem-match=power_supply")
+    # It prints only when power changes, so nothing would end it after a daemon killed -9: util-linux's
+    # setpriv (beside udevadm on every Linux that has it) asks the kernel to SIGTERM it when the daemon's
+    # loop thread, which starts it, dies. preexec_fn could do the same, but is not safe in a daemon with threads.
+    DIE_WITH_PARENT = ("setpriv", "--pdeathsig", "TERM", "--")
 
     def __init__(self, changed: Callable[[], None], *, which: Callable[[str], str | None] = shutil.which) -> None:
         self.changed = changed
         self.available = which(self.ARGV[0]) is not None
+        self.argv = (self.DIE_WITH_PARENT if which(self.DIE_WITH_PARENT[0]) else ()) + self.ARGV
         self.proc: Any = None
         self.heard = 0
 
@@ -388,7 +393,7 @@ class PowerEvents:
             return
         try:
             self.proc = proc = await asyncio.create_subprocess_exec(
-                *self.ARGV, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+                *self.argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
                 stdin=asyncio.subprocess.DEVNULL)
         except OSError:
             self.proc = None

@@ -246,6 +246,38 @@ done
     assert time.monotonic() - plugged < 5, "started on the event, not at the next 30 s look"
 
 
+def test_the_power_watcher_dies_with_a_daemon_killed_9(make_harness, home):
+    """``udevadm monitor`` is the daemon's child, and prints only when power
+    changes: a daemon killed -9 must not leave it running for ever (the
+    chaos soak found one after every job had finished)."""
+    import os
+    import signal
+
+    import psutil
+
+    from sloth_daemon.keeper.procident import wait_gone
+
+    tree = fake_power(home / "power", online=False)
+    bindir = fake_bin(home / "bin", {"udevadm": f"""
+[ "$1" = monitor ] || exit 2
+echo $$ > {home}/udev-pid
+while sleep 0.1; do :; done
+"""})
+    h = make_harness(TEST_CONFIG)
+    start_over_power(h, tree, env={"PATH": f"{bindir}:/usr/bin:/bin"})
+    h.add("true", when=["ac"])
+    h.wait_for(lambda: (home / "udev-pid").exists() and (home / "udev-pid").read_text().strip(), 15,
+               "udevadm monitor started")
+    watcher = psutil.Process(int((home / "udev-pid").read_text()))
+    assert h.daemon is not None
+    os.kill(h.daemon.pid, signal.SIGKILL)
+    h.daemon.wait()
+    left = wait_gone([watcher], 5)
+    for p in left:  # reaped here, whatever the verdict
+        p.kill()
+    assert not left, "udevadm monitor outlived the daemon"
+
+
 def test_a_lanes_conditions_hold_back_every_job_of_the_lane_and_no_other(make_harness, home):
     h = make_harness(FAST_LOOK + '[lanes.render]\nconcurrency = 2\nwhen = ["ac"]\n')
     tree = fake_power(home / "power", online=False)
