@@ -842,6 +842,10 @@ def _pattern_cost(items: Any, pattern: str) -> int:
             cost *= sum(_pattern_cost(b, pattern) for b in av[1])
         elif op in (c.ASSERT, c.ASSERT_NOT):
             cost *= _pattern_cost(av[1], pattern)
+        elif op is getattr(c, "ATOMIC_GROUP", None):  # (?>...), 3.11+: backtracks inside all the same
+            cost *= _pattern_cost(av, pattern)
+        elif op not in single and op is not c.AT:  # fail closed: a construct not weighed here is not taken
+            raise FieldError("fail_on", f"{pattern!r}: {str(op).lower()} is not taken in --fail-on")
         if cost > FAIL_ON_MAX_COST:
             return cost
     return cost
