@@ -66,6 +66,8 @@ def test_a_result_that_cannot_be_kept_is_said_and_changes_no_outcome(h, tmp_path
         f"larger than {RESULT_CAP // 1024} KiB": f"""head -c {big} /dev/zero | tr '\\0' 1 > "$SLOTH_RESULT" """,
         "is a symbolic link": f"""echo '{{}}' > {tmp_path}/x; ln -s {tmp_path}/x "$SLOTH_RESULT" """,
         "NaN or Infinity": """echo '[NaN]' > "$SLOTH_RESULT" """,
+        # 950 deep was kept, and then `show --json` of the job could not be parsed back by Python's json
+        "more than 100 deep": """python3 -c 'print("["*950+"]"*950)' > "$SLOTH_RESULT" """,
     }
     ids = {why: add(h, "-s", cmd) for why, cmd in cases.items()}
     for why, job in ids.items():
