@@ -141,7 +141,12 @@ def member_json(v: Any) -> str | None:
         raise FieldError("member", "args must map names (letters, digits, _) to text")
     if not isinstance(value, str) or any(len(t) > MAX_MEMBER_TEXT for t in (value, *args, *args.values())):
         raise FieldError("member", f"values are text of at most {MAX_MEMBER_TEXT} characters")
-    return dumps({"index": index, "value": value, "args": args}, ensure_ascii=False)
+    for t in (value, *args.values()):  # each is a variable of the run's environment: what exec can take
+        if "\x00" in t:
+            raise FieldError("member", f"value {t!r} holds a NUL byte, which no environment variable can")
+        if not is_bytes_text(t):
+            raise FieldError("member", f"value {t!r} holds a character no byte stands for")
+    return dumps({"index": index, "value": value, "args": args})  # \u-escaped: a value need not be UTF-8
 
 
 def member_environment(member: dict[str, Any] | None) -> dict[str, str]:

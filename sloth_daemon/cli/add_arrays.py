@@ -99,12 +99,13 @@ def _file(path: str, stdin_used: bool) -> list[str]:
 
 def _range(text: str) -> list[str]:
     """``A-B`` (both included) or ``A-B:STEP``, whole numbers from 0."""
-    span, _, step = text.partition(":")
-    first, dash, last = span.partition("-")
-    ok = dash and first.isdigit() and last.isdigit() and (not step or step.isdigit())
-    if not ok or int(first) > int(last) or (step and int(step) < 1):
+    import re
+
+    # ASCII digits only (str.isdigit takes '²', which int() refuses), at most 18 (int() refuses 4,300)
+    m = re.fullmatch(r"([0-9]{1,18})-([0-9]{1,18})(?::([0-9]{1,18}))?", text)
+    a, b, s = (int(m.group(1)), int(m.group(2)), int(m.group(3) or 1)) if m else (1, 0, 0)
+    if a > b or s < 1:
         raise errors.BadRequest(f"--range {text!r}: give FIRST-LAST or FIRST-LAST:STEP, e.g. 1-100 or 0-90:10")
-    a, b, s = int(first), int(last), int(step or 1)
     _cap((b - a) // s + 1, "--range")
     return [str(i) for i in range(a, b + 1, s)]
 

@@ -112,6 +112,8 @@ def test_each_and_range_fill_the_template_or_add_the_value_as_the_last_word(slot
      "110,000 jobs, over the 100,000"),
     (["--shell", "--each", "ok 'a b' ')'", "--", "echo {}; echo ( {}"], "member 1 (ok)"),
     (["--range", "9-1", "--", "echo"], "give FIRST-LAST"),
+    (["--range", "\u00b2-3", "--", "echo"], "give FIRST-LAST"),  # isdigit() but not int(): was an internal error
+    (["--range", "1-" + "9" * 5000, "--", "echo"], "give FIRST-LAST"),  # past int()'s 4,300 digits: likewise
     (["--each", "a", "--range", "1-2", "--", "echo"], "give one source of values"),
     (["--grid", "lr=", "--", "echo"], "give NAME=V1,V2"),
     (["--each", "a b", "--key", "k", "--", "echo"], "--key applies to one job"),
@@ -123,6 +125,21 @@ def test_a_bad_array_queues_nothing_and_says_why(sloth, args, said):
     p = sloth.cli("add", *args)
     assert p.returncode == EXIT_USAGE and said in p.stderr, p.stderr
     assert "Traceback" not in p.stderr and total(sloth) == 0
+
+
+def test_a_value_that_is_bytes_runs_as_those_bytes_and_one_no_variable_can_hold_queues_nothing(sloth):
+    """--each-file values need not be UTF-8 (they were an internal error of the daemon's commit), and a NUL
+    byte, which no environment variable can hold, is refused at add (it was queued and failed at run)."""
+    values = sloth.home / "values"
+    values.write_bytes(b"a\xffb\n")
+    (i,) = sloth.cli_json("add", "--each-file", str(values), "--", "sh", "-c", 'printf %s "$SLOTH_ARRAY_VALUE" > got{#}')["ids"]
+    assert sloth.wait_state(i, "done", "failed")["state"] == "done"
+    assert (sloth.home / "got1").read_bytes() == b"a\xffb"
+    values.write_bytes(b"ok\na\x00b\n")
+    before = total(sloth)
+    p = sloth.cli("add", "--each-file", str(values), "--", "echo", "{#}")
+    assert p.returncode == EXIT_USAGE and "member 2" in p.stderr and "NUL byte" in p.stderr, p.stderr
+    assert total(sloth) == before
 
 
 def test_a_shell_template_takes_each_value_as_one_quoted_word(sloth):
