@@ -282,10 +282,10 @@ class KeptRuns:
     def output(self, run: KeptRun, data: bytes) -> None:
         for feed in list(run.taps):
             feed(data)
+        if run.watch is not None:  # first: what ends a run never waits on what only reports on it
+            run.watch.output(data)
         if run.meter is not None and run.meter.feed(data):
             self._progress_soon(run)
-        if run.watch is not None:
-            run.watch.output(data)
 
     # ------------------------------------------------------------ progress
     def _progress_soon(self, run: KeptRun) -> None:

@@ -53,9 +53,11 @@ def _interval_s(text: bytes) -> float | None:
     days, _, clock = text.strip().rpartition(b"d")
     try:
         parts = [int(p) for p in clock.strip(b" ,").split(b":")]
+        if len(parts) > 3:  # h:m:s at most; more fields are no time tqdm writes (and 60**200 is no float)
+            return None
         whole = sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
         return float(whole + (int(days) * 86400 if days.strip() else 0))
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
 
 
