@@ -59,6 +59,16 @@ def test_a_result_is_kept_shown_and_handed_to_dependents(h, tmp_path):
     assert h.cli("result", str(ok), "--attempt", "2").returncode == 2
 
 
+def test_sloth_result_prints_json_a_script_reads_whatever_characters_the_result_holds(h):
+    """A C1 control (U+009B, a terminal's CSI) was shown escaped for the terminal as `\\x9b`, which
+    is no JSON: `sloth result ID | jq` failed."""
+    job = add(h, "-s", """printf '{"x": "\\u009b31m \\u202e \\u001b]0;t\\u0007 r\\u00e9sum\\u00e9"}' > "$SLOTH_RESULT" """)
+    assert h.wait_state(job, "done", "failed", timeout_s=30)["state"] == "done"
+    out = h.cli("result", str(job), check=True).stdout
+    assert json.loads(out) == {"x": "\u009b31m \u202e \u001b]0;t\u0007 r\u00e9sum\u00e9"}
+    assert out.isascii() and "\x1b" not in out and "\x9b" not in out  # nothing that drives a terminal
+
+
 def test_a_result_that_cannot_be_kept_is_said_and_changes_no_outcome(h, tmp_path):
     big = RESULT_CAP + 1
     cases = {
