@@ -94,7 +94,10 @@ def _file(path: str, stdin_used: bool) -> list[str]:
     if len(data) > MAX_FILE:
         raise errors.BadRequest(f"--each-file {path}: over {MAX_FILE >> 20} MiB of values; nothing was queued",
                                 hint="Split it into several adds (each its own batch).")
-    return [ln for ln in data.decode("utf-8", "surrogateescape").splitlines() if ln.strip()]
+    # lines end at "\n" (and "\r\n") only, as GNU parallel's: str.splitlines also cut a value at a form
+    # feed, U+0085 or U+2028, which are text in a value
+    lines = (ln.removesuffix("\r") for ln in data.decode("utf-8", "surrogateescape").split("\n"))
+    return [ln for ln in lines if ln.strip()]
 
 
 def _range(text: str) -> list[str]:

@@ -135,6 +135,9 @@ def test_a_value_that_is_bytes_runs_as_those_bytes_and_one_no_variable_can_hold_
     (i,) = sloth.cli_json("add", "--each-file", str(values), "--", "sh", "-c", 'printf %s "$SLOTH_ARRAY_VALUE" > got{#}')["ids"]
     assert sloth.wait_state(i, "done", "failed")["state"] == "done"
     assert (sloth.home / "got1").read_bytes() == b"a\xffb"
+    values.write_bytes("page\x0cbreak\r\nline\u2028sep\n\n".encode())  # one value a line, and a line ends at \n only
+    got = [sloth.job(i)["command"][-1] for i in sloth.cli_json("add", "--hold", "--each-file", str(values), "--", "echo")["ids"]]
+    assert got == ["page\x0cbreak", "line\u2028sep"]
     values.write_bytes(b"ok\na\x00b\n")
     before = total(sloth)
     p = sloth.cli("add", "--each-file", str(values), "--", "echo", "{#}")
