@@ -15,7 +15,7 @@ import math
 from sloth_daemon.durations import MAX_DURATION_S, MAX_TIME, format_duration
 from sloth_daemon.errors import BadRequest, FieldError
 from sloth_daemon.protocol import dumps, encode_basestring_ascii as _encode_str
-from sloth_daemon.text import is_bytes_text, is_utf8
+from sloth_daemon.text import is_bytes_text, is_utf8, whole_number
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -526,9 +526,10 @@ def condition(c: Any) -> str:
         return t
     name, op, value = _split_condition(t)
     if (name, op) == ("battery", ">="):
-        if not value.isdigit() or not 0 <= int(value) <= 100:
+        pct = whole_number(value)
+        if pct is None or not 0 <= pct <= 100:
             raise FieldError("when", f"{c!r}: battery>= takes a percentage from 0 to 100", hint=WHEN_HINT)
-        return f"battery>={int(value)}"
+        return f"battery>={pct}"
     if (name, op) == ("idle", "="):
         from sloth_daemon.durations import parse_duration
 
