@@ -167,6 +167,9 @@ def expand(template: list[str], shell: bool, members: list[dict[str, Any]]) -> l
     keys = "|".join(["", "#", *map(re.escape, names)])
     pattern = re.compile(r"\{\{(" + keys + r")\}\}|\{(" + keys + r")\}")
     used = any(hit.group(2) is not None for w in template for hit in pattern.finditer(w))
+    if shell:
+        for w in template:
+            _bare_only(w, [hit for hit in pattern.finditer(w) if hit.group(2) is not None])
     words = template if used or names else [*template, "{}"]
 
     def fill(word: str, m: dict[str, Any]) -> str:
@@ -187,3 +190,45 @@ def expand(template: list[str], shell: bool, members: list[dict[str, Any]]) -> l
             out.append({"command": argv, "member": m})
     return out
 
+
+
+def _bare_only(line: str, hits: list[Any]) -> None:
+    """Refuse a --shell template with a replacement string inside quotes or
+    a here-document: the value goes in as one single-quoted word, and inside
+    "..." or '...' those quotes are text, so `echo "{}"` with the value
+    `$(rm -rf ~)` would run it (GNU parallel's rule: {} is quoted already,
+    write it bare). Contexts as sh reads them: '...', "..." (with $(...)
+    inside it a new bare context), backslash escapes; a `<<` before a
+    replacement string may open a here-document, whose body sh expands."""
+    if not hits:
+        return
+    at = {hit.start(): hit.group(0) for hit in hits}
+    stack = [""]  # "" bare, "'" or '"' quoted, "(" inside $(...)
+    i = 0
+    while i < len(line):
+        ctx, ch = stack[-1], line[i]
+        if i in at and ctx in ("'", '"'):
+            raise errors.BadRequest(
+                f"--shell: {at[i]} stands inside quotes in {line!r}: each value goes in quoted already, and "
+                "inside quotes a value such as $(...) would run; nothing was queued",
+                hint=f"Write {at[i]} bare: echo {at[i]}, not echo \"{at[i]}\" (as GNU parallel's {{}}).")
+        if i in at and line.rfind("<<", 0, i) >= 0:
+            raise errors.BadRequest(f"--shell: {at[i]} follows a here-document (<<) in {line!r}: sh expands "
+                                    "$(...) in its body, where a value's quotes are text; nothing was queued",
+                                    hint="Pass the value as a word instead (printf '%s\\n' {} | ...).")
+        if ctx == "'":
+            if ch == "'":
+                stack.pop()
+        elif ch == "\\":
+            i += 1
+        elif line.startswith("$(", i):
+            stack.append("(")
+            i += 1
+        elif ctx == '"':
+            if ch == '"':
+                stack.pop()
+        elif ch in "'\"":
+            stack.append(ch)
+        elif ch == ")" and ctx == "(":
+            stack.pop()
+        i += 1

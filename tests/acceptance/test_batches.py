@@ -118,6 +118,11 @@ def test_each_and_range_fill_the_template_or_add_the_value_as_the_last_word(slot
     (["--range", "9-1", "--", "echo"], "give FIRST-LAST"),
     (["--range", "\u00b2-3", "--", "echo"], "give FIRST-LAST"),  # isdigit() but not int(): was an internal error
     (["--range", "1-" + "9" * 5000, "--", "echo"], "give FIRST-LAST"),  # past int()'s 4,300 digits: likewise
+    # inside quotes a value's own quotes are text: echo "{}" with $(touch pwned) ran it (and so did a here-document)
+    (["--shell", "--each", "'$(touch pwned)'", "--", 'echo "{}"'], "stands inside quotes"),
+    (["--shell", "--each", "'x; touch pwned'", "--", "echo '{}'"], "stands inside quotes"),
+    (["--shell", "--grid", "a=1", "--", 'echo "$(echo x)" "{a}"'], "stands inside quotes"),
+    (["--shell", "--each", "x", "--", "cat <<E\n{}\nE"], "here-document"),
     # a word read with str.isdigit then int(): '²' passes the one, not the other (internal errors, text.whole_number)
     (["--after", "\u00b2", "--", "echo"], "is not a job id"),
     (["--after", "1" + "0" * 5000, "--", "echo"], "is not a job id"),
@@ -156,10 +161,11 @@ def test_a_value_that_is_bytes_runs_as_those_bytes_and_one_no_variable_can_hold_
 
 def test_a_shell_template_takes_each_value_as_one_quoted_word(sloth):
     """A value never changes the line's grammar: `$(...)` in a value is text, not a command run."""
-    ids = sloth.cli_json("add", "--shell", "--each", "'$(touch pwned)' 'a;b'", "--", "echo {} >> said")["ids"]
+    ids = sloth.cli_json("add", "--shell", "--each", "'$(touch pwned)' 'a;b'", "--",
+                         'echo {} >> said; echo "$(echo {})" >> said')["ids"]  # bare in $(...) inside "...": bare
     for i in ids:
         sloth.wait_state(i, "done")
-    assert (sloth.home / "said").read_text() == "$(touch pwned)\na;b\n"
+    assert (sloth.home / "said").read_text() == "$(touch pwned)\n$(touch pwned)\na;b\na;b\n"
     assert not (sloth.home / "pwned").exists()
 
 
