@@ -14,7 +14,6 @@ run table's: at most one ``progress`` event a run each ``SEND_EVERY_S``.
 from __future__ import annotations
 
 import json
-import math
 import re
 import time
 from typing import Any
@@ -43,8 +42,8 @@ _SCALE = {b"": 1, b"k": 1e3, b"M": 1e6, b"G": 1e9, b"T": 1e12, b"P": 1e15, b"E":
 
 
 def _fraction(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= 1:
-        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:  # compared, not made a float:
+        return None  # an int of 400 digits is no float (math.isfinite raised OverflowError); NaN compares False
     return float(v)
 
 
