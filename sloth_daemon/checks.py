@@ -15,7 +15,7 @@ import math
 from sloth_daemon.durations import MAX_DURATION_S, MAX_TIME, format_duration
 from sloth_daemon.errors import BadRequest, FieldError
 from sloth_daemon.protocol import dumps, encode_basestring_ascii as _encode_str
-from sloth_daemon.text import is_bytes_text, is_utf8
+from sloth_daemon.text import is_bytes_text, is_utf8, whole_number
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -141,7 +141,12 @@ def member_json(v: Any) -> str | None:
         raise FieldError("member", "args must map names (letters, digits, _) to text")
     if not isinstance(value, str) or any(len(t) > MAX_MEMBER_TEXT for t in (value, *args, *args.values())):
         raise FieldError("member", f"values are text of at most {MAX_MEMBER_TEXT} characters")
-    return dumps({"index": index, "value": value, "args": args}, ensure_ascii=False)
+    for t in (value, *args.values()):  # each is a variable of the run's environment: what exec can take
+        if "\x00" in t:
+            raise FieldError("member", f"value {t!r} holds a NUL byte, which no environment variable can")
+        if not is_bytes_text(t):
+            raise FieldError("member", f"value {t!r} holds a character no byte stands for")
+    return dumps({"index": index, "value": value, "args": args})  # \u-escaped: a value need not be UTF-8
 
 
 def member_environment(member: dict[str, Any] | None) -> dict[str, str]:
@@ -521,9 +526,10 @@ def condition(c: Any) -> str:
         return t
     name, op, value = _split_condition(t)
     if (name, op) == ("battery", ">="):
-        if not value.isdigit() or not 0 <= int(value) <= 100:
+        pct = whole_number(value)
+        if pct is None or not 0 <= pct <= 100:
             raise FieldError("when", f"{c!r}: battery>= takes a percentage from 0 to 100", hint=WHEN_HINT)
-        return f"battery>={int(value)}"
+        return f"battery>={pct}"
     if (name, op) == ("idle", "="):
         from sloth_daemon.durations import parse_duration
 
@@ -842,6 +848,10 @@ def _pattern_cost(items: Any, pattern: str) -> int:
             cost *= sum(_pattern_cost(b, pattern) for b in av[1])
         elif op in (c.ASSERT, c.ASSERT_NOT):
             cost *= _pattern_cost(av[1], pattern)
+        elif op is getattr(c, "ATOMIC_GROUP", None):  # (?>...), 3.11+: backtracks inside all the same
+            cost *= _pattern_cost(av, pattern)
+        elif op not in single and op is not c.AT:  # fail closed: a construct not weighed here is not taken
+            raise FieldError("fail_on", f"{pattern!r}: {str(op).lower()} is not taken in --fail-on")
         if cost > FAIL_ON_MAX_COST:
             return cost
     return cost

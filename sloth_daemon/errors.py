@@ -109,7 +109,7 @@ class BatchNotFound(SlothError):
     hint = "`sloth status` lists the batches with unfinished jobs; `sloth ls --json` shows each job's batch."
 
     def __init__(self, ref: object) -> None:
-        super().__init__(f"no batch {'with id' if str(ref).isdigit() else 'named'} {str(ref)!r}")
+        super().__init__(f"no batch {'with id' if str(ref).isascii() and str(ref).isdigit() else 'named'} {str(ref)!r}")
 
 
 class LogUnreadable(SlothError):

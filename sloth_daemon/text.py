@@ -119,6 +119,17 @@ def showable(s: str) -> str:
 _OWN_COLOURS = frozenset({"0", *(f"3{i}" for i in range(8)), *(f"9{i}" for i in range(8))})
 
 
+MAX_WHOLE_DIGITS = 18  # a whole number a user writes (an id, a count): it fits a 64-bit integer column
+
+
+def whole_number(s: str) -> int | None:
+    """``s`` read as a whole number if it is 1 to 18 ASCII digits, else None.
+    ``str.isdigit`` also takes '²' (which int() refuses) and '٣' (another
+    script's 3), and int() refuses more than 4,300 digits: each was an
+    internal error where a user's word was read with isdigit then int."""
+    return int(s) if 0 < len(s) <= MAX_WHOLE_DIGITS and s.isascii() and s.isdigit() else None
+
+
 def for_terminal(s: str, *, colours: bool = False) -> str:
     """``s`` as it may reach a terminal: the one rule every line the CLI
     writes goes through (cli/output.py's echo, the live lines of `wait` and

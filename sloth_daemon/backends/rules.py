@@ -17,9 +17,10 @@ import json
 from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from sloth_daemon.checks import DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS
-from sloth_daemon.errors import BadRequest, IllegalTransition, LeaseLost
+from sloth_daemon.errors import BadRequest, BatchNotFound, IllegalTransition, LeaseLost
 from sloth_daemon.models import FINISHED_STATES, STATE_NAMES, Batch, JobState, Listing, state_name
 from sloth_daemon.spec import Defaults, EnvCache, JobSpec
+from sloth_daemon.text import whole_number
 
 if TYPE_CHECKING:
     from sloth_daemon.models import Job
@@ -141,7 +142,12 @@ def batch_ref(ref: str) -> tuple[bool, int | str]:
     newest batch of that name. Returns (by id, id or name)."""
     if not isinstance(ref, str) or not ref.strip():
         raise BadRequest("batch must be a batch id or name")
-    return (True, int(ref)) if ref.isdigit() else (False, ref)
+    if not (ref.isascii() and ref.isdigit()):
+        return False, ref
+    n = whole_number(ref)
+    if n is None:  # more digits than any id has
+        raise BatchNotFound(ref)
+    return True, n
 
 
 def batch_summary(bid: int, name: str | None, at: float, counts: Iterable[tuple[str, int]],

@@ -94,17 +94,21 @@ def _file(path: str, stdin_used: bool) -> list[str]:
     if len(data) > MAX_FILE:
         raise errors.BadRequest(f"--each-file {path}: over {MAX_FILE >> 20} MiB of values; nothing was queued",
                                 hint="Split it into several adds (each its own batch).")
-    return [ln for ln in data.decode("utf-8", "surrogateescape").splitlines() if ln.strip()]
+    # lines end at "\n" (and "\r\n") only, as GNU parallel's: str.splitlines also cut a value at a form
+    # feed, U+0085 or U+2028, which are text in a value
+    lines = (ln.removesuffix("\r") for ln in data.decode("utf-8", "surrogateescape").split("\n"))
+    return [ln for ln in lines if ln.strip()]
 
 
 def _range(text: str) -> list[str]:
     """``A-B`` (both included) or ``A-B:STEP``, whole numbers from 0."""
-    span, _, step = text.partition(":")
-    first, dash, last = span.partition("-")
-    ok = dash and first.isdigit() and last.isdigit() and (not step or step.isdigit())
-    if not ok or int(first) > int(last) or (step and int(step) < 1):
+    import re
+
+    # ASCII digits only (str.isdigit takes '²', which int() refuses), at most 18 (int() refuses 4,300)
+    m = re.fullmatch(r"([0-9]{1,18})-([0-9]{1,18})(?::([0-9]{1,18}))?", text)
+    a, b, s = (int(m.group(1)), int(m.group(2)), int(m.group(3) or 1)) if m else (1, 0, 0)
+    if a > b or s < 1:
         raise errors.BadRequest(f"--range {text!r}: give FIRST-LAST or FIRST-LAST:STEP, e.g. 1-100 or 0-90:10")
-    a, b, s = int(first), int(last), int(step or 1)
     _cap((b - a) // s + 1, "--range")
     return [str(i) for i in range(a, b + 1, s)]
 
@@ -163,6 +167,9 @@ def expand(template: list[str], shell: bool, members: list[dict[str, Any]]) -> l
     keys = "|".join(["", "#", *map(re.escape, names)])
     pattern = re.compile(r"\{\{(" + keys + r")\}\}|\{(" + keys + r")\}")
     used = any(hit.group(2) is not None for w in template for hit in pattern.finditer(w))
+    if shell:
+        for w in template:
+            _bare_only(w, [hit for hit in pattern.finditer(w) if hit.group(2) is not None])
     words = template if used or names else [*template, "{}"]
 
     def fill(word: str, m: dict[str, Any]) -> str:
@@ -183,3 +190,45 @@ def expand(template: list[str], shell: bool, members: list[dict[str, Any]]) -> l
             out.append({"command": argv, "member": m})
     return out
 
+
+
+def _bare_only(line: str, hits: list[Any]) -> None:
+    """Refuse a --shell template with a replacement string inside quotes or
+    a here-document: the value goes in as one single-quoted word, and inside
+    "..." or '...' those quotes are text, so `echo "{}"` with the value
+    `$(rm -rf ~)` would run it (GNU parallel's rule: {} is quoted already,
+    write it bare). Contexts as sh reads them: '...', "..." (with $(...)
+    inside it a new bare context), backslash escapes; a `<<` before a
+    replacement string may open a here-document, whose body sh expands."""
+    if not hits:
+        return
+    at = {hit.start(): hit.group(0) for hit in hits}
+    stack = [""]  # "" bare, "'" or '"' quoted, "(" inside $(...)
+    i = 0
+    while i < len(line):
+        ctx, ch = stack[-1], line[i]
+        if i in at and ctx in ("'", '"'):
+            raise errors.BadRequest(
+                f"--shell: {at[i]} stands inside quotes in {line!r}: each value goes in quoted already, and "
+                "inside quotes a value such as $(...) would run; nothing was queued",
+                hint=f"Write {at[i]} bare: echo {at[i]}, not echo \"{at[i]}\" (as GNU parallel's {{}}).")
+        if i in at and line.rfind("<<", 0, i) >= 0:
+            raise errors.BadRequest(f"--shell: {at[i]} follows a here-document (<<) in {line!r}: sh expands "
+                                    "$(...) in its body, where a value's quotes are text; nothing was queued",
+                                    hint="Pass the value as a word instead (printf '%s\\n' {} | ...).")
+        if ctx == "'":
+            if ch == "'":
+                stack.pop()
+        elif ch == "\\":
+            i += 1
+        elif line.startswith("$(", i):
+            stack.append("(")
+            i += 1
+        elif ctx == '"':
+            if ch == '"':
+                stack.pop()
+        elif ch in "'\"":
+            stack.append(ch)
+        elif ch == ")" and ctx == "(":
+            stack.pop()
+        i += 1

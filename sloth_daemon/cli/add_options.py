@@ -15,7 +15,7 @@ import sys
 
 from sloth_daemon import errors
 from sloth_daemon.cli.output import echo
-from sloth_daemon.text import shell_command
+from sloth_daemon.text import shell_command, whole_number
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -31,10 +31,11 @@ def id_list(values: Optional[Sequence[str]], option: str) -> list[int]:
         for part in v.replace(" ", ",").split(","):
             if not part:
                 continue
-            if not part.isdigit() or int(part) < 1:
+            n = whole_number(part)
+            if n is None or n < 1:
                 raise errors.BadRequest(f"{option} {v}: {part!r} is not a job id",
                                         hint=f"Give ids from `sloth ls`, e.g. {option} 12,13.")
-            out.append(int(part))
+            out.append(n)
     return out
 
 
@@ -143,8 +144,8 @@ def gate_fields(when: Optional[Sequence[str]], on_lost: Optional[str], needs: Op
             name, sep, n = (x.strip() for x in part.strip().partition("="))
             if name == "gpu-mem" and n:  # a size: the daemon reads it (checks.needs_map)
                 got[name] = n
-            elif n.isdigit() or not sep:
-                got[name] = got.get(name, 0) + (int(n) if sep else 1)
+            elif (count := whole_number(n) if sep else 1) is not None:
+                got[name] = got.get(name, 0) + count
             elif _share(n) and name not in got:  # gpu=0.5: a share of one token
                 got[name] = float(n)
             else:

@@ -1,5 +1,5 @@
 """`sloth result ID`: the JSON a job's attempt handed on ($SLOTH_RESULT,
-docs/watchdogs.md), printed as it is stored, for a script to read (jq).
+docs/watchdogs.md), printed as JSON (\\u-escaped, ASCII), for a script to read (jq).
 Exit 0 with it printed; 1 (nothing printed) when the job has no result from
 that attempt; 4 for an unknown job; 2 for an attempt it never had. It asks
 the daemon (the ``result`` op), or reads the queue file when none answers.
@@ -32,4 +32,6 @@ def result(job_id: str, *, attempt: Optional[int] = None) -> None:
     if not res["found"]:
         raise NoResult(f"job {jid} has no result from attempt {res['attempt']}" if res["attempt"]
                        else f"job {jid} has not run yet")
-    echo(json.dumps(res["result"], ensure_ascii=False))
+    # \u-escaped as every --json answer is (emit_json): the terminal's escaping (echo) of a control
+    # such as U+009B would print `\x9b`, which is no JSON; ASCII JSON has nothing left for it to escape
+    echo(json.dumps(res["result"]))

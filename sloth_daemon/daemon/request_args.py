@@ -113,7 +113,7 @@ def batch_name(v: Any, what: str = "batch name") -> str:
     digits (digits name a batch by its id: rules.batch_ref)."""
     if not isinstance(v, str) or not 1 <= len(v) <= MAX_BATCH_NAME or not v.isprintable() or v != v.strip():
         raise BadRequest(f"a {what} is 1 to {MAX_BATCH_NAME} printable characters, without blanks at its ends")
-    if v.isdigit():
+    if v.isascii() and v.isdigit():  # as rules.batch_ref reads a reference
         raise BadRequest(f"a {what} cannot be all digits: `--batch {v}` means the batch with id {v}",
                          hint="Give it a word, e.g. --batch run-" + v + ".")
     return v
@@ -132,7 +132,7 @@ def batch_ref_arg(v: Any) -> str:
     """A batch named by a client: its id (digits, or a number) or its name."""
     if isinstance(v, int) and not isinstance(v, bool) and v > 0:
         return str(v)
-    if isinstance(v, str) and v.isdigit():
+    if isinstance(v, str) and v.isascii() and v.isdigit():
         return v
     return batch_name(v, "batch")
 

@@ -146,7 +146,7 @@ class KeptRuns:
             self._keep_awake(run, jp.pid)
         run.result_path = ln.result_path
         if ln.stall_s or ln.fail_on:
-            run.watch = Watch(ln.stall_s, ln.fail_on, end=lambda why, by: self.kill(run, why, run.kill_grace_s, by),
+            run.watch = Watch(ln.stall_s, ln.fail_on, end=lambda why, by: self._watch_ended(run, why, by),
                               note=lambda message: self.note(run, "watch", message))
             run.watch.start()
 
@@ -282,10 +282,10 @@ class KeptRuns:
     def output(self, run: KeptRun, data: bytes) -> None:
         for feed in list(run.taps):
             feed(data)
+        if run.watch is not None:  # first: what ends a run never waits on what only reports on it
+            run.watch.output(data)
         if run.meter is not None and run.meter.feed(data):
             self._progress_soon(run)
-        if run.watch is not None:
-            run.watch.output(data)
 
     # ------------------------------------------------------------ progress
     def _progress_soon(self, run: KeptRun) -> None:
@@ -326,12 +326,12 @@ class KeptRuns:
         self.roots.pop(run.pid or 0, None)
         run.end = procident.stamp_now()
         if run.watch is not None:
-            run.watch.stop()
+            run.watch.exited()  # its last unfinished line is matched too (and may fail the run: _watch_ended)
         for timer in (run.timeout, run.trust_check):
             if timer is not None:
                 timer.cancel()
         ending = run.proc.ending if run.proc else None
-        if ending is None and run.proc is not None and run.proc.returncode != 0:
+        if ending is None and run.proc is not None and (run.proc.returncode != 0 or run.proc.kill_reason):
             # A failed attempt may be retried: nothing of it may run beside
             # the retry. (A job that succeeded may leave a server running.)
             ending = run.proc.end_leftovers_soon(run.kill_grace_s)
@@ -411,6 +411,20 @@ class KeptRuns:
         log.info("run %s (pid %s): %s; ending its process tree", run.key, run.pid, reason)
         jp.log.note(f"{reason}: ending the process tree")
         jp.end_tree_soon(grace_s, reason).add_done_callback(_log_failure)
+
+    def _watch_ended(self, run: KeptRun, reason: str, by: str) -> None:
+        """A watchdog ends the run, and its reason is the run's outcome
+        however the root ends now: a job that prints "loss: nan" and exits at
+        once has exited by the time its line is read (or as the keeper reads
+        its pipe to the end), and a kill that finds it gone asks nothing
+        (signal_tree); it fails all the same, and its leftovers are ended as
+        a failed run's are (root_exited). An end begun before it stays."""
+        jp = run.proc
+        if jp is not None and jp.ending is None and jp.kill_reason is None:
+            jp.kill_reason, run.killed_by = reason, by
+            if jp.returncode is not None:  # exited: kill() has nothing to do, say it here
+                jp.log.note(reason)
+        self.kill(run, reason, run.kill_grace_s, by)
 
     def note_late_end(self, run: KeptRun) -> None:
         """An exit seen late (the keeper was stopped or stalled: reaped by a

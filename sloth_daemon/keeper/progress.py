@@ -14,7 +14,6 @@ run table's: at most one ``progress`` event a run each ``SEND_EVERY_S``.
 from __future__ import annotations
 
 import json
-import math
 import re
 import time
 from typing import Any
@@ -43,8 +42,8 @@ _SCALE = {b"": 1, b"k": 1e3, b"M": 1e6, b"G": 1e9, b"T": 1e12, b"P": 1e15, b"E":
 
 
 def _fraction(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= 1:
-        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:  # compared, not made a float:
+        return None  # an int of 400 digits is no float (math.isfinite raised OverflowError); NaN compares False
     return float(v)
 
 
@@ -53,9 +52,11 @@ def _interval_s(text: bytes) -> float | None:
     days, _, clock = text.strip().rpartition(b"d")
     try:
         parts = [int(p) for p in clock.strip(b" ,").split(b":")]
+        if len(parts) > 3:  # h:m:s at most; more fields are no time tqdm writes (and 60**200 is no float)
+            return None
         whole = sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
         return float(whole + (int(days) * 86400 if days.strip() else 0))
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
 
 

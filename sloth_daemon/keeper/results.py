@@ -19,6 +19,8 @@ from pathlib import Path
 from sloth_daemon.safefile import NotRegular, TooLarge, read_file
 
 RESULT_CAP = 64 * 1024  # bytes of one attempt's result
+RESULT_MAX_DEPTH = 100  # arrays and objects one in another: every reader (show --json, a dependent's
+# $SLOTH_AFTER_RESULTS, a Python json.loads with its stack already in use) must be able to parse it back
 
 
 def read_result(path: Path) -> tuple[str | None, str | None]:
@@ -41,7 +43,9 @@ def read_result(path: Path) -> tuple[str | None, str | None]:
     except (UnicodeDecodeError, ValueError) as e:
         return None, f"result not kept: $SLOTH_RESULT is not JSON ({_short(e)})"
     except RecursionError:
-        return None, "result not kept: $SLOTH_RESULT nests too deeply"
+        return None, _TOO_DEEP
+    if _depth(value) > RESULT_MAX_DEPTH:
+        return None, _TOO_DEEP
     try:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         text.encode("utf-8")  # a lone surrogate ("\ud800") is kept \u-escaped, as the job wrote it
@@ -50,6 +54,20 @@ def read_result(path: Path) -> tuple[str | None, str | None]:
         return json.dumps(value, separators=(",", ":"), allow_nan=False), None
     except ValueError:  # NaN or Infinity: JSON does not have them (Python reads them)
         return None, "result not kept: $SLOTH_RESULT holds NaN or Infinity, which JSON does not have"
+
+
+_TOO_DEEP = f"result not kept: $SLOTH_RESULT nests arrays and objects more than {RESULT_MAX_DEPTH} deep"
+
+
+def _depth(value: object) -> int:
+    """How deep arrays and objects nest in ``value`` (0: a scalar), without recursion."""
+    deepest, todo = 0, [(value, 0)]
+    while todo:
+        v, d = todo.pop()
+        if isinstance(v, (list, dict)):
+            deepest = max(deepest, d + 1)
+            todo += [(x, d + 1) for x in (v.values() if isinstance(v, dict) else v)]
+    return deepest
 
 
 def _short(e: Exception) -> str:

@@ -58,6 +58,13 @@ class Watch:
             self.timer.cancel()
             self.timer = None
 
+    def exited(self) -> None:
+        """The root exited and its pipe was read to the end: the line it left
+        unfinished is a line too (as grep reads a file); then nothing more is watched."""
+        if not self.done and self.partial:
+            self._match_line()
+        self.stop()
+
     def pause(self) -> None:
         """Paused on request: a stopped tree prints nothing, and that is no stall."""
         if self.timer is not None:

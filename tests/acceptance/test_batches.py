@@ -73,6 +73,10 @@ def test_a_name_means_its_newest_batch_and_an_unknown_one_changes_nothing(sloth)
         assert p.returncode == EXIT_NOT_FOUND and "no batch named 'nope'" in p.stderr, (cmd, p.stderr)
     p = sloth.cli("add", "--batch", "42", "--", "true")
     assert p.returncode == EXIT_USAGE and "cannot be all digits" in p.stderr and total(sloth) == 2
+    for ref, said in (("9" * 30, "no batch with id"), ("9" * 5000, "no batch with id"), ("\u0663", "no batch named")):
+        p = sloth.cli("show", "--batch", ref)  # more digits than an id has were an internal error in batch_show;
+        assert p.returncode == EXIT_NOT_FOUND and said in p.stderr, p.stderr  # an Arabic-Indic 3 meant batch 3
+    assert sloth.cli_json("add", "--batch", "\u0663", "--hold", "--", "true")["batch"]["name"] == "\u0663"
     p = sloth.cli("cancel", "--batch", "b1", "7")
     assert p.returncode == EXIT_USAGE
     assert sloth.job(second["ids"][0])["state"] == "held"
@@ -112,6 +116,18 @@ def test_each_and_range_fill_the_template_or_add_the_value_as_the_last_word(slot
      "110,000 jobs, over the 100,000"),
     (["--shell", "--each", "ok 'a b' ')'", "--", "echo {}; echo ( {}"], "member 1 (ok)"),
     (["--range", "9-1", "--", "echo"], "give FIRST-LAST"),
+    (["--range", "\u00b2-3", "--", "echo"], "give FIRST-LAST"),  # isdigit() but not int(): was an internal error
+    (["--range", "1-" + "9" * 5000, "--", "echo"], "give FIRST-LAST"),  # past int()'s 4,300 digits: likewise
+    # inside quotes a value's own quotes are text: echo "{}" with $(touch pwned) ran it (and so did a here-document)
+    (["--shell", "--each", "'$(touch pwned)'", "--", 'echo "{}"'], "stands inside quotes"),
+    (["--shell", "--each", "'x; touch pwned'", "--", "echo '{}'"], "stands inside quotes"),
+    (["--shell", "--grid", "a=1", "--", 'echo "$(echo x)" "{a}"'], "stands inside quotes"),
+    (["--shell", "--each", "x", "--", "cat <<E\n{}\nE"], "here-document"),
+    # a word read with str.isdigit then int(): '²' passes the one, not the other (internal errors, text.whole_number)
+    (["--after", "\u00b2", "--", "echo"], "is not a job id"),
+    (["--after", "1" + "0" * 5000, "--", "echo"], "is not a job id"),
+    (["--needs", "cpu=\u00b2", "--", "echo"], "give a count"),
+    (["--when", "battery>=\u00b2", "--", "echo"], "takes a percentage"),
     (["--each", "a", "--range", "1-2", "--", "echo"], "give one source of values"),
     (["--grid", "lr=", "--", "echo"], "give NAME=V1,V2"),
     (["--each", "a b", "--key", "k", "--", "echo"], "--key applies to one job"),
@@ -125,12 +141,31 @@ def test_a_bad_array_queues_nothing_and_says_why(sloth, args, said):
     assert "Traceback" not in p.stderr and total(sloth) == 0
 
 
+def test_a_value_that_is_bytes_runs_as_those_bytes_and_one_no_variable_can_hold_queues_nothing(sloth):
+    """--each-file values need not be UTF-8 (they were an internal error of the daemon's commit), and a NUL
+    byte, which no environment variable can hold, is refused at add (it was queued and failed at run)."""
+    values = sloth.home / "values"
+    values.write_bytes(b"a\xffb\n")
+    (i,) = sloth.cli_json("add", "--each-file", str(values), "--", "sh", "-c", 'printf %s "$SLOTH_ARRAY_VALUE" > got{#}')["ids"]
+    assert sloth.wait_state(i, "done", "failed")["state"] == "done"
+    assert (sloth.home / "got1").read_bytes() == b"a\xffb"
+    values.write_bytes("page\x0cbreak\r\nline\u2028sep\n\n".encode())  # one value a line, and a line ends at \n only
+    got = [sloth.job(i)["command"][-1] for i in sloth.cli_json("add", "--hold", "--each-file", str(values), "--", "echo")["ids"]]
+    assert got == ["page\x0cbreak", "line\u2028sep"]
+    values.write_bytes(b"ok\na\x00b\n")
+    before = total(sloth)
+    p = sloth.cli("add", "--each-file", str(values), "--", "echo", "{#}")
+    assert p.returncode == EXIT_USAGE and "member 2" in p.stderr and "NUL byte" in p.stderr, p.stderr
+    assert total(sloth) == before
+
+
 def test_a_shell_template_takes_each_value_as_one_quoted_word(sloth):
     """A value never changes the line's grammar: `$(...)` in a value is text, not a command run."""
-    ids = sloth.cli_json("add", "--shell", "--each", "'$(touch pwned)' 'a;b'", "--", "echo {} >> said")["ids"]
+    ids = sloth.cli_json("add", "--shell", "--each", "'$(touch pwned)' 'a;b'", "--",
+                         'echo {} >> said; echo "$(echo {})" >> said')["ids"]  # bare in $(...) inside "...": bare
     for i in ids:
         sloth.wait_state(i, "done")
-    assert (sloth.home / "said").read_text() == "$(touch pwned)\na;b\n"
+    assert (sloth.home / "said").read_text() == "$(touch pwned)\n$(touch pwned)\na;b\na;b\n"
     assert not (sloth.home / "pwned").exists()
 
 

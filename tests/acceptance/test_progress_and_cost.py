@@ -268,3 +268,30 @@ def test_a_job_ended_by_its_memory_limit_shows_the_peak_it_reached(harness):
     assert cost["ended"] == "exceeded --mem 100M", cost
     assert 60 << 20 <= cost["peak_rss_bytes"] <= 110 << 20, cost  # it grew to its limit, and no further
     assert "exceeded --mem 100M" in h.cli("show", str(job)).stdout
+
+
+
+HOSTILE_BAR = """
+    import os, sys, time
+    go = sys.argv[1]
+    # tqdm's shape with 200 fields of time left: 60**200 seconds, past what a float holds; in one write
+    # with a line --fail-on matches, the bar last (the line whose progress counts)
+    sys.stdout.write("FATAL: out of luck\\n50%|#####     | 5/10 [00:01<" + "1:" * 200 + "1, 1it/s]\\n")
+    sys.stdout.flush()
+    while not os.path.exists(go):
+        time.sleep(0.02)
+"""
+
+
+def test_a_bar_whose_time_left_no_float_holds_is_no_progress_and_the_watchdog_still_sees_its_chunk(harness):
+    """The bar's time left overflowed float() in the keeper's reader, which then skipped the
+    chunk's --fail-on match (and took the chunk for no output at all, for --stall)."""
+    h = harness
+    h.start()
+    go = h.home / "go"
+    job = add(h, "--fail-on", "FATAL", "--", sys.executable, step_script(h, HOSTILE_BAR), str(go))
+    try:
+        ended = h.wait_state(job, "done", "failed", timeout_s=20)
+    finally:
+        go.touch()
+    assert ended["state"] == "failed" and "matched --fail-on" in ended["message"], ended

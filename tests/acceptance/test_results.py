@@ -59,6 +59,36 @@ def test_a_result_is_kept_shown_and_handed_to_dependents(h, tmp_path):
     assert h.cli("result", str(ok), "--attempt", "2").returncode == 2
 
 
+def test_results_handed_to_one_job_are_capped_in_all_and_those_left_out_say_so(h, tmp_path):
+    """A job may wait for 2,000 others, each handing on 64 KiB: 128 MiB built and written in the daemon
+    as its run was claimed. Past HANDED_CAP a result is left out, and its object says so."""
+    from sloth_daemon.daemon.worker.handing import HANDED_CAP
+
+    seen = tmp_path / "seen.json"
+    each = 60_000
+    n = HANDED_CAP // (each + 2) + 3
+    ids = h.cli_json("add", "--range", f"1-{n}", "--json", "--shell", "--",
+                     f"{{ printf '\"'; head -c {each} /dev/zero | tr '\\0' a; printf '\"'; }} > \"$SLOTH_RESULT\"; : {{}}")["ids"]
+    dep = add(h, "--after-any", ",".join(map(str, ids)), "-s", f'cat "$SLOTH_AFTER_RESULTS" > {seen}')
+    assert h.wait_state(dep, "done", "failed", "cancelled", timeout_s=120)["state"] == "done"
+    handed = json.loads(seen.read_text())
+    assert [x["id"] for x in handed] == ids and all(x["state"] == "done" for x in handed)
+    given = [x for x in handed if x["result"] is not None]
+    assert len(given) == HANDED_CAP // (each + 2) and all(len(x["result"]) == each for x in given)
+    assert [x.get("left_out") for x in handed[len(given):]] == [True] * 3
+    assert len(json.loads(h.cli("result", str(ids[-1]), check=True).stdout)) == each  # still kept
+
+
+def test_sloth_result_prints_json_a_script_reads_whatever_characters_the_result_holds(h):
+    """A C1 control (U+009B, a terminal's CSI) was shown escaped for the terminal as `\\x9b`, which
+    is no JSON: `sloth result ID | jq` failed."""
+    job = add(h, "-s", """printf '{"x": "\\u009b31m \\u202e \\u001b]0;t\\u0007 r\\u00e9sum\\u00e9"}' > "$SLOTH_RESULT" """)
+    assert h.wait_state(job, "done", "failed", timeout_s=30)["state"] == "done"
+    out = h.cli("result", str(job), check=True).stdout
+    assert json.loads(out) == {"x": "\u009b31m \u202e \u001b]0;t\u0007 r\u00e9sum\u00e9"}
+    assert out.isascii() and "\x1b" not in out and "\x9b" not in out  # nothing that drives a terminal
+
+
 def test_a_result_that_cannot_be_kept_is_said_and_changes_no_outcome(h, tmp_path):
     big = RESULT_CAP + 1
     cases = {
@@ -66,6 +96,8 @@ def test_a_result_that_cannot_be_kept_is_said_and_changes_no_outcome(h, tmp_path
         f"larger than {RESULT_CAP // 1024} KiB": f"""head -c {big} /dev/zero | tr '\\0' 1 > "$SLOTH_RESULT" """,
         "is a symbolic link": f"""echo '{{}}' > {tmp_path}/x; ln -s {tmp_path}/x "$SLOTH_RESULT" """,
         "NaN or Infinity": """echo '[NaN]' > "$SLOTH_RESULT" """,
+        # 950 deep was kept, and then `show --json` of the job could not be parsed back by Python's json
+        "more than 100 deep": """python3 -c 'print("["*950+"]"*950)' > "$SLOTH_RESULT" """,
     }
     ids = {why: add(h, "-s", cmd) for why, cmd in cases.items()}
     for why, job in ids.items():

@@ -85,6 +85,20 @@ def test_output_keeps_a_stall_away_and_a_fail_on_line_ends_the_run_unretried(h, 
     assert "retry rule: match retries (--retry-on match)" in ends(h, again)[0]
 
 
+def test_a_matching_line_fails_a_run_that_exits_at_once_and_so_does_its_last_unfinished_line(h):
+    """`echo FATAL` with --fail-on FATAL was done, exit 0: the line was read as the root exited (the
+    keeper's last read of its pipe), and the kill the match asked for found nothing to kill; a last
+    line with no newline was never matched at all."""
+    at_once = add(h, "--fail-on", "FATAL", "--max-attempts", "1", "--", "echo", "FATAL: disk full")
+    unfinished = add(h, "--fail-on", "FATAL", "--max-attempts", "1", "--", "printf", "ok\\nFATAL: no newline")
+    fine = add(h, "--fail-on", "FATAL", "--max-attempts", "1", "--", "echo", "all good")
+    for job, line in ((at_once, "FATAL: disk full"), (unfinished, "FATAL: no newline")):
+        assert h.wait_state(job, "done", "failed", timeout_s=30)["state"] == "failed", ends(h, job)
+        assert ends(h, job) == [f"failed 1: matched --fail-on 'FATAL': {line}; "
+                                "not retried: match is not in retry_on (signal,stall,timeout; --retry-on match asks)"]
+    assert h.wait_state(fine, "done", "failed", timeout_s=30)["state"] == "done"
+
+
 def test_exit_codes_timeouts_and_backoff_name_their_rule(h):
     usage = add(h, "--max-attempts", "3", "--no-retry-exit", "2", "--", "sh", "-c", "exit 2")
     h.wait_state(usage, "failed", timeout_s=30)

@@ -45,15 +45,26 @@ def after_results(queue: "Queue", job: Job) -> list[dict[str, Any]]:
     found = {j.id: j for j in queue.get_many(ids)}
     kept = queue.results(ids)
     out = []
+    room = HANDED_CAP
     for i, need in wanted:
         j = found.get(i)
         last = kept.get(i, [])
         last_result = last[-1] if last and j is not None and last[-1]["attempt"] == j.attempts else None
-        out.append({"id": i, "need": need, "state": j.state.value if j else None,
-                    "exit_code": j.exit_code if j else None, "attempt": j.attempts if j else None,
-                    "label": j.label if j else None,
-                    "result": last_result["result"] if last_result else None})
+        one = {"id": i, "need": need, "state": j.state.value if j else None,
+               "exit_code": j.exit_code if j else None, "attempt": j.attempts if j else None,
+               "label": j.label if j else None, "result": None}
+        if last_result is not None:
+            size = len(json.dumps(last_result["result"], ensure_ascii=False))
+            if size <= room:
+                one["result"], room = last_result["result"], room - size
+            else:  # past the cap: said, and `sloth result ID` has it
+                one["left_out"] = True
+        out.append(one)
     return out
+
+
+HANDED_CAP = 4 << 20  # characters of results one $SLOTH_AFTER_RESULTS holds (2,000 predecessors x 64 KiB
+# would be 128 MiB built and written as the run is claimed); past it a result is null with "left_out": true
 
 
 RESULTS_SHOWN = 10  # `show` lists the results of a job's last this many attempts (`sloth result --attempt N`: any)

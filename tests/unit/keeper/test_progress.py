@@ -23,6 +23,8 @@ def test_lines_by_both_conventions(line: bytes, fraction: float) -> None:
 @pytest.mark.parametrize("line", [
     b"SLOTH_PROGRESS 1.5", b"SLOTH_PROGRESS -0.1", b"SLOTH_PROGRESS nan", b"SLOTH_PROGRESS", b'{"progress": "x"}',
     b'{"progress": true}', b'{"progress": 2}', b'{"progress": 0.5', b"progress 0.5", b"a 42% b", b"x" * 600,
+    # numbers no float holds: each raised OverflowError out of the keeper's reader of every run's output
+    b'{"progress": 1' + b"0" * 400 + b"}",
 ])
 def test_what_is_no_progress(line: bytes) -> None:
     assert parse_line(line) is None
@@ -65,6 +67,11 @@ def test_a_tqdm_bar_that_knows_no_total_is_no_fraction() -> None:
     for _ in tqdm(iter(range(5)), file=buf, mininterval=0):
         pass
     assert not ProgressMeter().feed(buf.getvalue().encode())
+
+
+def test_a_bar_with_more_time_left_than_a_float_holds_has_no_time_left() -> None:
+    got = parse_line(b"50%|##| 5/10 [00:01<" + b"1:" * 200 + b"1, 1it/s]")  # raised OverflowError
+    assert got is not None and got["fraction"] == 0.5 and got["eta_s"] is None
 
 
 def test_tqdm_time_left() -> None:
