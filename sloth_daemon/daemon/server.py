@@ -56,6 +56,7 @@ class Server:
         self._conns: set[asyncio.Task[None]] = set()  # one task per open connection, ended by close()
         self.path: Path | None = None  # where it listens (start)
         self.given = given  # the listener our service manager passed, if it did (activation.inherited)
+        self.closed = False  # close() began: a connection accepted before it, served after, is refused
 
     async def start(self, path: Path) -> None:
         """Listen on ``path``: on the socket our service manager made for it,
@@ -93,7 +94,10 @@ class Server:
         """Stop listening and end every open connection (a follower, a
         waiter, the client that asked us to stop) before the loop does:
         asyncio.run() would cancel them at its end, and a cancelled
-        connection task is logged as a traceback."""
+        connection task is logged as a traceback. A connection accepted just
+        before (its task not yet run, so not among those ended here) is refused
+        when it runs: the queue it would use is about to close."""
+        self.closed = True
         self.handlers.close()
         self.stop_listening()
         conns = [t for t in self._conns if t is not asyncio.current_task()]
@@ -105,8 +109,14 @@ class Server:
     # ---------------------------------------------------------- connection
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.stats["connections"] += 1
+        if self.closed:
+            self._refuse(writer, DaemonBusy("the daemon is stopping; it takes no more requests",
+                                            hint="Try again: the next command starts it again."))
+            return
         if self.active >= self.max_connections:
-            self._refuse_busy(writer)
+            self.stats["refused_busy"] += 1
+            self._refuse(writer, DaemonBusy(f"the daemon has {self.active} connections open, its limit;"
+                                            " it takes no more now"))
             return
         self.active += 1
         self.stats["open"] = self.active
@@ -138,10 +148,8 @@ class Server:
             except Exception:
                 pass
 
-    def _refuse_busy(self, writer: asyncio.StreamWriter) -> None:
-        """Past the cap: say so and close, without waiting on the client."""
-        self.stats["refused_busy"] += 1
-        err = DaemonBusy(f"the daemon has {self.active} connections open, its limit; it takes no more now")
+    def _refuse(self, writer: asyncio.StreamWriter, err: DaemonBusy) -> None:
+        """Past the cap, or stopping: say so and close, without waiting on the client."""
         try:
             writer.write(protocol.encode(protocol.error(None, err)))
             writer.close()

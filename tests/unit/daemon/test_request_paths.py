@@ -189,3 +189,38 @@ def test_the_forward_test_sees_a_forward():
     assert isinstance(cls, ast.ClassDef)
     assert [f.name for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and is_forward(f)] \
         == ["a", "b"]
+
+
+def test_a_connection_accepted_as_the_daemon_closes_is_refused_not_served_on_a_closed_queue(daemon_handlers):
+    """The stop's race (a chaos soak found it): asyncio accepted a connection
+    just before server.close(), and its task first ran after the queue had
+    closed, so its add failed inside with 'Cannot operate on a closed
+    database'. Such a connection is told the daemon is stopping, and nothing
+    it asked is done."""
+    import asyncio
+    import json
+    import socket
+
+    from sloth_daemon.daemon.server import Server
+
+    server = Server(daemon_handlers.control)
+
+    async def scenario() -> dict[str, Any]:
+        ours, theirs = socket.socketpair()
+        reader, writer = await asyncio.open_unix_connection(sock=ours)
+        client_reader, client_writer = await asyncio.open_unix_connection(sock=theirs)
+        client_writer.write(json.dumps({"v": 1, "id": 1, "op": "add",
+                                        "args": {"jobs": [{"command": ["true"]}]}}).encode() + b"\n")
+        await client_writer.drain()
+        await server.close()  # the stop begins: the accepted connection's task has not run yet
+        daemon_handlers.control.queue.close()
+        served = asyncio.ensure_future(server.handle(reader, writer))  # ... and runs now, as asyncio would run it
+        try:
+            return dict(json.loads(await asyncio.wait_for(client_reader.readline(), 5)))
+        finally:
+            client_writer.close()
+            await asyncio.wait_for(served, 5)
+
+    answer = asyncio.run(scenario())
+    assert answer["ok"] is False and answer["error"]["code"] == "busy", answer
+    assert "stopping" in answer["error"]["message"]
