@@ -205,7 +205,8 @@ def test_slots_count_against_the_lane_and_a_big_job_is_not_starved(make_harness,
     h.wait_for(lambda: (out / "a.start").exists(), 10, "a to start")
     job("big", 0.5, slots=3)  # waits for all three slots; reserves the lane
     job("b", 0.5)  # would fit beside a, but big came first
-    h.wait_for(lambda: (out / "b.end").exists(), 30, "b to end")
+    # the file is made by the shell's redirection before date writes into it: wait for what it says
+    h.wait_for(lambda: (out / "b.end").exists() and (out / "b.end").read_text().strip(), 30, "b to end")
     t = {n: (float((out / f"{n}.start").read_text()), float((out / f"{n}.end").read_text()))
          for n in ("a", "big", "b")}
     assert t["big"][0] >= t["a"][1] - 0.05, t  # big ran alone: three slots

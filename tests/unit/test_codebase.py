@@ -49,6 +49,8 @@ EXCEPTIONS = {
     ("cli.offline", "daemon.schedules.ops"),
     # ... and what a job's attempts handed on, as show and result answer it (issue 33).
     ("cli.offline", "daemon.worker.handing"),
+    # ... and their arguments checked as the daemon checks them (batch_show with no daemon, issue 33).
+    ("cli.offline", "daemon.request_args"),
     # `sloth doctor` says what applies keep-awake and limits on this machine:
     # the keeper's to know (it applies them).
     ("cli.doctor", "keeper.keep_awake"),
