@@ -53,6 +53,11 @@ NOT_FOR_KEEPER = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS"
 class KeeperError(SlothError):
     code = "keeper"
     hint = "See the keeper's log (keeper.log in sloth's log folder)."
+    gone = False  # the keeper no longer holds the run asked about (it ended and was let go)
+
+
+class RunGone(KeeperError):
+    gone = True
 
 
 class KeptRunListener(Protocol):
@@ -274,7 +279,9 @@ class KeeperClient:
                 elif msg.get("ok"):
                     return
                 else:
-                    raise KeeperError(f"cannot follow run {key}: {msg.get('error', {}).get('message')}")
+                    err = msg.get("error") or {}
+                    raise (RunGone if err.get("code") == "not_found" else KeeperError)(
+                        f"cannot follow run {key}: {err.get('message')}")
         except (OSError, ValueError) as e:
             raise KeeperError(f"following run {key} failed: {e!r}") from None
         finally:

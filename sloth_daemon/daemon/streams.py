@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from sloth_daemon.daemon.control import Control
+from sloth_daemon.daemon.keeper_client import KeeperError
 from sloth_daemon.errors import BadRequest, SlothError
 from sloth_daemon.paths import Paths, open_log
 from sloth_daemon.queue import Queue
@@ -273,7 +274,8 @@ class Streams:
         tap = self.control.follow(jid, n)
         path = self.paths.job_log(jid, n)
         if tap is not None:
-            await _stream(tap, emit)
+            if not await _stream(tap, emit):  # it ended, and the keeper let it go, before the tap reached it
+                await _send_file(path, emit)
         elif self.control.shared is not None and not path.exists():
             await self._send_stored(jid, n, emit, live)
         else:
@@ -345,10 +347,20 @@ class Streams:
         self._subs.discard(sub)
 
 
-async def _stream(chunks: AsyncIterator[bytes], emit: Emit) -> None:
-    async for data in chunks:
-        for i in range(0, len(data), LOG_CHUNK):
-            await emit(log_event(data[i:i + LOG_CHUNK]))
+async def _stream(chunks: AsyncIterator[bytes], emit: Emit) -> bool:
+    """Send a live run's output; False if the keeper no longer held the run
+    when asked (a run that ends in milliseconds: its whole log is in its file)."""
+    sent = False
+    try:
+        async for data in chunks:
+            sent = True
+            for i in range(0, len(data), LOG_CHUNK):
+                await emit(log_event(data[i:i + LOG_CHUNK]))
+    except KeeperError as e:
+        if sent or not e.gone:
+            raise
+        return False
+    return True
 
 
 async def _send_file(path: Path, emit: Emit) -> None:

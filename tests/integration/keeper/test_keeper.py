@@ -726,9 +726,10 @@ def test_the_client_starts_a_detached_keeper_and_runs_jobs_through_sinks(rig):
                 go.touch()
         assert b"".join(chunks) == b"one\ntwo\n"
         await until(t.ended)
-        with pytest.raises(KeeperError, match="no run with key 'nope'"):
+        with pytest.raises(KeeperError, match="no run with key 'nope'") as gone:
             async for _ in c.tap("nope"):
                 pass
+        assert gone.value.gone  # a run the keeper let go: the daemon reads its file instead (streams._stream)
 
         other = await asyncio.create_subprocess_exec(
             sys.executable, "-c", SECOND_DAEMON, str(rig.paths.home), stdout=asyncio.subprocess.PIPE, env=rig.env)

@@ -224,3 +224,31 @@ def test_a_connection_accepted_as_the_daemon_closes_is_refused_not_served_on_a_c
     answer = asyncio.run(scenario())
     assert answer["ok"] is False and answer["error"]["code"] == "busy", answer
     assert "stopping" in answer["error"]["message"]
+
+
+def test_a_follow_that_reaches_the_keeper_after_the_run_ended_reads_its_file(tmp_path):
+    """`logs -f` of an attempt that ended in milliseconds: the daemon still
+    thought it live, the keeper had let it go (RunGone before any output).
+    Its whole log is in its file: that is sent, not an error (test_daily
+    hit this under load)."""
+    import asyncio
+
+    from sloth_daemon.daemon import streams
+    from sloth_daemon.daemon.keeper_client import KeeperError, RunGone
+
+    async def gone() -> Any:
+        raise RunGone("cannot follow run k: no run with key 'k' is held")
+        yield b""  # an async generator, as the keeper client's tap is
+
+    async def cut() -> Any:
+        yield b"half"
+        raise RunGone("cannot follow run k: no run with key 'k' is held")
+
+    sent: list[Any] = []
+
+    async def emit(ev: Any) -> None:
+        sent.append(ev)
+
+    assert asyncio.run(streams._stream(gone(), emit)) is False and sent == []
+    with pytest.raises(KeeperError):  # some output then gone: not a run that ended before the tap
+        asyncio.run(streams._stream(cut(), emit))
