@@ -22,8 +22,13 @@ pytestmark = pytest.mark.acceptance
 GPU_CONFIG = TEST_CONFIG + 'default_concurrency = 6\n[resources.gpu]\ncheck_s = "0.3s"\n'
 
 
-def start(make_harness, home: Path, config: str = GPU_CONFIG, gpus: int = 2) -> tuple[Harness, FakeSmi]:
+def start(make_harness, home: Path, config: str = GPU_CONFIG, gpus: int = 2,
+          apps: tuple[tuple[int, int, int], ...] = ()) -> tuple[Harness, FakeSmi]:
+    """``apps``: compute processes outside sloth, there before the daemon's
+    first reading (it keeps a reading 2 s: a change just after is not seen yet)."""
     smi = fake_smi(home / "bin", gpus)
+    if apps:
+        smi.apps(*apps)
     h = make_harness(config)
     h.start(env={"PATH": f"{smi.bindir}:/usr/bin:/bin"})
     return h, smi
@@ -117,8 +122,8 @@ def test_gpu_mem_goes_where_nvidia_smi_says_it_is_free_and_counts_what_was_promi
 
 
 def test_a_gpu_busy_outside_sloth_is_not_given_and_ls_says_so(make_harness, home):
-    h, smi = start(make_harness, home)
-    smi.apps((999_999_1, 0, 3000))  # someone else's python on GPU 0 (not ours to read: outside sloth)
+    # someone else's python on GPU 0 (not ours to read: outside sloth)
+    h, smi = start(make_harness, home, apps=((999_999_1, 0, 3000),))
     script, out = holder(home)
     first = add(h, "gpu=1", "sh", "-c", script)
     h.wait_state(first, "running")
@@ -135,8 +140,8 @@ def test_a_gpu_busy_outside_sloth_is_not_given_and_ls_says_so(make_harness, home
 
 
 def test_a_gpu_used_outside_below_the_configured_amount_is_still_given(make_harness, home):
-    h, smi = start(make_harness, home, GPU_CONFIG + 'outside_max = "1G"\n', gpus=1)
-    smi.apps((999_999_1, 0, 300))  # a display server's 300M
+    h, smi = start(make_harness, home, GPU_CONFIG + 'outside_max = "1G"\n', gpus=1,
+                   apps=((999_999_1, 0, 300),))  # a display server's 300M
     jid = add(h, "gpu=1", "true")
     h.wait_state(jid, "done", timeout_s=15)
 
@@ -165,8 +170,7 @@ def test_cpu_jobs_never_wait_behind_gpu_jobs(make_harness, home):
     lane's slots; so CPU jobs added after a lane full of waiting GPU jobs run
     at once, an ungated one and one that waits for a token of its own."""
     config = TEST_CONFIG + 'default_concurrency = 2\n[resources]\nlicence = 1\n[resources.gpu]\ncheck_s = "0.3s"\n'
-    h, smi = start(make_harness, home, config)
-    smi.apps((999_999_1, 0, 3000), (999_999_2, 1, 3000))  # both GPUs busy outside sloth
+    h, smi = start(make_harness, home, config, apps=((999_999_1, 0, 3000), (999_999_2, 1, 3000)))  # both busy
     waiting = [add(h, "gpu=1", "true") for _ in range(8)] + [add(h, "gpu=0.5", "true")]
     h.wait_for(lambda: all("busy outside sloth" in (h.job(j)["wait_reason"] or "") for j in waiting),
                what="the GPU jobs waiting")
@@ -180,6 +184,9 @@ def test_cpu_jobs_never_wait_behind_gpu_jobs(make_harness, home):
 def test_a_hanging_nvidia_smi_never_blocks_the_daemon(make_harness, home):
     h, smi = start(make_harness, home)
     smi.mode("hang")
+    # the reading taken at start is kept 2 s: past that, the job's claim asks nvidia-smi again (and it hangs)
+    h.wait_for(lambda: ((h.call("status")["conditions"] or {}).get("gpus") or {}).get("age_s", 0) > 2.0,
+               what="the start's reading 2 s old")
     jid = add(h, "gpu=1", "true")
     time.sleep(0.3)
     t0 = time.monotonic()
