@@ -62,7 +62,7 @@ def test_half_gpu_jobs_run_two_to_a_gpu_and_a_fifth_waits_saying_why(make_harnes
     ids = [add(h, "gpu=0.5", "sh", "-c", script) for _ in range(5)]
     for jid in ids[:4]:
         h.wait_state(jid, "running")
-        h.wait_for(lambda: (out / f"{jid}.gpu").exists(), what="the job's gpu written")
+        h.wait_for(lambda: (out / f"{jid}.gpu").exists() and where(out, jid), what="the job's gpu written")
     placed = sorted(where(out, j)[0] for j in ids[:4])
     assert placed == ["0", "0", "1", "1"], placed  # first fit: GPU 0 full before GPU 1
     assert all(where(out, j)[0] == where(out, j)[1] and where(out, j)[2] == "0.5" for j in ids[:4])
@@ -86,7 +86,7 @@ def test_a_share_count_in_config_puts_two_whole_gpu_jobs_on_each_gpu(make_harnes
     ids = [add(h, "gpu=1", "sh", "-c", script) for _ in range(3)]
     for jid in ids:
         h.wait_state(jid, "running")
-        h.wait_for(lambda: (out / f"{jid}.gpu").exists(), what="the job's gpu written")
+        h.wait_for(lambda: (out / f"{jid}.gpu").exists() and where(out, jid), what="the job's gpu written")
     # the preferred order: GPU 1 first, filled to its two shares, then GPU 0
     assert [where(out, j)[0] for j in ids] == ["1", "1", "0"]
     assert [where(out, j)[2] for j in ids] == ["0.5"] * 3
@@ -106,7 +106,7 @@ def test_gpu_mem_goes_where_nvidia_smi_says_it_is_free_and_counts_what_was_promi
     script, out = holder(home)
     first = add(h, "gpu-mem=20G", "sh", "-c", script)
     h.wait_state(first, "running")
-    h.wait_for(lambda: (out / f"{first}.gpu").exists(), what="the job's gpu written")
+    h.wait_for(lambda: (out / f"{first}.gpu").exists() and where(out, first), what="the job's gpu written")
     assert where(out, first)[:2] == ["1", "1"]
     # nvidia-smi still says 29.3G free (the first has not allocated yet): 20G of it is promised
     second = add(h, "gpu-mem=20G", "true")
@@ -127,7 +127,7 @@ def test_a_gpu_busy_outside_sloth_is_not_given_and_ls_says_so(make_harness, home
     script, out = holder(home)
     first = add(h, "gpu=1", "sh", "-c", script)
     h.wait_state(first, "running")
-    h.wait_for(lambda: (out / f"{first}.gpu").exists(), what="the job's gpu written")
+    h.wait_for(lambda: (out / f"{first}.gpu").exists() and where(out, first), what="the job's gpu written")
     assert where(out, first)[0] == "1"
     second = add(h, "gpu=1", "true")
     h.wait_for(lambda: "waiting for gpu 0 busy" in ls_line(h, second), what="ls saying why")
@@ -151,7 +151,7 @@ def test_a_process_on_a_gpu_it_was_not_given_is_said_in_its_history(make_harness
     script, out = holder(home)
     jid = add(h, "gpu=1", "sh", "-c", script)
     h.wait_state(jid, "running")
-    h.wait_for(lambda: (out / f"{jid}.pid").exists(), what="the job's pid written")
+    h.wait_for(lambda: (out / f"{jid}.pid").exists() and (out / f"{jid}.pid").read_text().strip(), what="the job's pid written")
     given = where(out, jid)[0]
     pid = int((out / f"{jid}.pid").read_text())
     other = 1 - int(given)
