@@ -144,7 +144,8 @@ class Daemon:
                  server: Server, keeper: KeeperSpawner, control: Control | None = None,
                  teller: Teller | None = None, shared: "Shared | None" = None,
                  clock_set: timerfd.ClockSetWatch | None = None, machine: MachineLog | None = None,
-                 deadman: DeadMan | None = None, metrics_file: MetricsFile | None = None) -> None:
+                 deadman: DeadMan | None = None, metrics_file: MetricsFile | None = None,
+                 handover: renewal.Handover | None = None) -> None:
         self.paths, self.settings = paths, settings
         self.queue, self.worker, self.server, self.keeper = queue, worker, server, keeper
         self.control, self.teller, self.shared = control, teller, shared
@@ -156,7 +157,7 @@ class Daemon:
         self._stop = asyncio.Event()
         self.stop_reason = ""
         self.keep_jobs = True
-        self.handover: renewal.Handover | None = None  # taken over from this process before it renewed itself
+        self.handover = handover  # taken over from this process before it renewed itself (renewal.py)
         self.renewing = False  # at rest: stopping to exec a fresh process (renewal.py)
         self.ready_kb: int | None = None  # resident when it became ready: what a fresh process holds
 
@@ -383,9 +384,10 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
     control = Control(queue, worker, keeper, paths, settings, instance=instance,
                       request_stop=lambda reason, *, keep_jobs: daemon.request_stop(reason, keep_jobs=keep_jobs),
                       request_reload=lambda: daemon.reload(), shared=shared, scheduler=scheduler, teller=teller,
-                      sender=sender, metrics=metrics)
+                      sender=sender, metrics=metrics, started_at=handover.started_at if handover else None)
     control.watch(teller.job_changed)
-    record = MachineLog(queue, host or socket.gethostname(), clock, lambda: clocks.read().awake)
+    record = MachineLog(queue, host or socket.gethostname(), clock, lambda: clocks.read().awake,
+                        row_id=handover.up_row if handover else None)  # one daemon to its users: renewal.py
     clock.listen(check=record.check, jump=record.jump)
     control.watch(metrics_file.changed)  # the file follows changes, and only changes (docs/metrics.md)
     clock.listen(check=lambda: None, jump=metrics_file.changed)
@@ -396,13 +398,9 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
                                   given=None if handover is not None and handover.owned else listener,
                                   adopted=listener if handover is not None and handover.owned else None),
                     keeper=keeper, control=control, teller=teller, shared=shared, clock_set=clock_set,
-                    machine=record, metrics_file=metrics_file,
+                    machine=record, metrics_file=metrics_file, handover=handover,
                     deadman=DeadMan(queue.schedules, queue.outbox, job=queue.get, notify=teller.notify,
                                     now=queue.clock.now))
-    if handover is not None:  # one daemon to its users: its start, its timeline row (renewal.py)
-        daemon.handover = handover
-        control.started_at = handover.started_at  # the metrics' counters start again (their _created says so)
-        record.row_id = handover.up_row
     return daemon
 
 
