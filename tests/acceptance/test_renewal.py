@@ -10,6 +10,7 @@ so the module check fails there."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -89,3 +90,25 @@ def test_at_rest_the_daemon_renews_itself_lean_and_every_family_works_the_first_
     h.cli("daemon", "stop", check=True)
     assert daemon.wait(20) == 0
     assert not (h.home / "run" / "sloth.sock").exists()  # its own socket: removed at the stop, as before
+
+
+def test_requests_at_random_moments_around_the_renewal_are_all_answered_and_every_job_runs_once(make_harness):
+    """The renewal's window (accepting stopped, the queue closed, the exec,
+    the new process starting) is hit by clients on purpose: each is answered
+    by one process or the other, each job runs once, first try."""
+    h = make_harness(TEST_CONFIG + 'keeper_linger_s = "100ms"\n')
+    h.daemon_env["SLOTH_RENEW_GROWTH_KB"] = "0"
+    daemon = h.start()
+    rng = random.Random(3434)
+    ids: list[int] = []
+    for _ in range(8):
+        ids += h.add_many([{"command": ["true"]}])
+        h.cli("wait", str(ids[-1]), check=True)
+        time.sleep(rng.uniform(0.05, 0.6))  # the keeper goes ~0.1 s after the end; then the renewal
+        assert h.call("ping") and h.call("status")["pid"] == daemon.pid
+    h.cli("wait", *map(str, ids), check=True)
+    assert renewed(h) >= 2, h.log_text()  # the window was really crossed
+    for jid in ids:
+        job = h.job(jid)
+        assert job["state"] == "done" and job["attempts"] == 1, job
+    assert daemon.poll() is None
