@@ -361,8 +361,8 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
     clock_set = timerfd.create()
     clock = ClockWatch(clocks, interval_s=settings.clock_check_s, timerfd=clock_set is not None,
                        after_jump=shared.after_jump if shared is not None else lambda: None,
-                       # at rest (docs/idle.md); a shared queue's daemon wakes every poll_s anyway
-                       resting=(lambda: keeper.client is None and not worker.running) if shared is None else lambda: False)
+                       resting=lambda: shared is None and keeper.client is None and not worker.running)
+    # ^ at rest (docs/idle.md); a shared queue's daemon wakes every poll_s anyway
     # Each part is built whole, in the order they need each other; where two
     # need each other (the worker tells Control of every change, Control
     # asks the Daemon to stop), the later one is named in a closure.

@@ -2,10 +2,11 @@
 run jobs and let its keeper go, it execs a fresh process that takes over its
 pid, socket and lock, and loads only what the idle loop needs: no CLI, no
 schedules' parser (cronsim, zoneinfo) while there is no schedule, no shutil
-(bz2, lzma). Every request family still works the first time it is asked
-after the rest, through the real daemon; a second daemon is still refused.
-On main the daemon keeps every module it ever loaded (the CLI's among them),
-so the module check fails there."""
+(bz2, lzma), no request family the idle loop never runs (edits, schedules,
+outbox, timeline, the streamed listing). Every request family still works
+the first time it is asked after the rest, through the real daemon; a
+second daemon is still refused. On main the daemon keeps every module it
+ever loaded (the CLI's among them), so the module check fails there."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 
 PROBE = Path(__file__).resolve().parents[1] / "support" / "modules_probe"
 NOT_AT_REST = ("sloth_daemon.cli", "sloth_daemon.cli.commands", "sloth_daemon.cli.fast", "cronsim", "zoneinfo",
-               "calendar", "shutil", "bz2", "lzma")
+               "calendar", "shutil", "bz2", "lzma",  # and the request families loaded at their first request:
+               "sloth_daemon.daemon.edit_ops", "sloth_daemon.daemon.schedules.ops", "sloth_daemon.daemon.telling.ops",
+               "sloth_daemon.backends.timeline", "sloth_daemon.daemon.listing_stream")
 
 
 def modules(h, pid: int) -> set[str]:
