@@ -214,7 +214,7 @@ class Daemon:
         """The keeper let go, nothing in hand (supervision.py): renew the
         process if that is worth it and nothing is lost, else give back what
         the heap can (renewal.py, lean.py)."""
-        if self._why_not_renew() is None:
+        if self.server.server is not None and self._why_not_renew() is None:  # else an idle exit is looking
             self.worker.spawn_task(self._renew())
         else:
             lean.give_back(self.queue.rest)
