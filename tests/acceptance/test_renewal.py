@@ -115,3 +115,26 @@ def test_requests_at_random_moments_around_the_renewal_are_all_answered_and_ever
         job = h.job(jid)
         assert job["state"] == "done" and job["attempts"] == 1, job
     assert daemon.poll() is None
+
+
+def test_kill_9_at_a_random_moment_of_the_renewal_loses_nothing(make_harness):
+    """The renewal is a restart: a kill -9 anywhere in it (accepting
+    stopped, the queue closing, the exec, the new start) leaves the lock
+    free and the queue whole: the next command starts a daemon, every job
+    queued is run once."""
+    rng = random.Random(3435)
+    for round_ in range(3):
+        h = make_harness(TEST_CONFIG + 'keeper_linger_s = "100ms"\n', name=f"h{round_}")
+        h.daemon_env["SLOTH_RENEW_GROWTH_KB"] = "0"
+        daemon = h.start()
+        done = h.add_many([{"command": ["true"]}])
+        h.cli("wait", *map(str, done), check=True)
+        later = h.add_many([{"command": ["true"], "not_before": time.time() + 4}])  # queued through the kill
+        time.sleep(rng.uniform(0.1, 0.9))  # around the keeper's let-go and the renewal
+        daemon.kill()
+        daemon.wait(10)
+        h.cli("add", "--", "true", check=True)  # starts the next daemon: the lock is free
+        h.cli("wait", *map(str, later), check=True, timeout_s=60)
+        for jid in [*done, *later]:
+            job = h.job(jid)
+            assert job["state"] == "done" and job["attempts"] == 1, job
