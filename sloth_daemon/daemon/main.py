@@ -243,6 +243,7 @@ class Daemon:
             lean.give_back(self.queue.rest)
             return
         self.renewing = True
+        signal.pthread_sigmask(signal.SIG_BLOCK, renewal.SIGNALS)  # a stop or reload from now: the new process's
         self.request_stop("at rest: renewing the process, which gives back what the jobs left (docs/idle.md)",
                           keep_jobs=True)
 
@@ -253,6 +254,7 @@ class Daemon:
         loop.add_signal_handler(signal.SIGTERM, lambda: self.request_stop("signal SIGTERM", keep_jobs=True))
         loop.add_signal_handler(signal.SIGINT, lambda: self.request_stop("signal SIGINT", keep_jobs=False))
         loop.add_signal_handler(signal.SIGHUP, self._on_sighup)  # systemctl reload; harmless on a hang-up
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, renewal.SIGNALS)  # blocked across a renewal's exec
         await self._take_over()
         if self.machine is not None:
             self.machine.start()

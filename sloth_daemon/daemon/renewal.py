@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -37,6 +38,12 @@ log = logging.getLogger("sloth.daemon")
 ENV = "SLOTH_RENEWED"  # what the old process hands the new one (taken out of the environment at once)
 RENEW_GROWTH_KB = 1024  # resident growth since ready that is worth a fresh process (a start costs ~0.3 s CPU)
 SETTLE_S = 0.05  # after accepting stops: connections already accepted get their task started
+# Blocked from the moment the renewal is decided and across the exec (a
+# signal mask and pending signals survive it), unblocked by the new daemon
+# once its handlers are in place: a stop or reload sent meanwhile is the new
+# daemon's to handle (not lost on the old one's drain, nor the default
+# action's end of the process).
+SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 
 
 @dataclass
@@ -99,9 +106,11 @@ def execute(listener: Any, lock_fd: int, *, owned: bool, started_at: float, up_r
     flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]  # -X, -W ...
     argv = [sys.executable, *flags, "-m", "sloth_daemon.daemon", "run"]
     logging.shutdown()
+    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)  # already, since the renewal was decided
     try:
         os.execve(sys.executable, argv, env)
     except OSError as e:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
         sys.stderr.write(f"sloth: renewal: cannot exec {sys.executable}: {e}\n")
 
 

@@ -138,3 +138,30 @@ def test_kill_9_at_a_random_moment_of_the_renewal_loses_nothing(make_harness):
         for jid in [*done, *later]:
             job = h.job(jid)
             assert job["state"] == "done" and job["attempts"] == 1, job
+
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM])
+def test_a_signal_sent_during_the_renewal_is_handled_by_the_new_process(make_harness, sig):
+    """From the moment the renewal is decided the stop and reload signals
+    are blocked, across the exec, until the new daemon's handlers are in
+    place: a SIGHUP is a reload of the new daemon (not a failed reload on
+    the old one's closed queue, nor SIGHUP's default end of the process), a
+    SIGTERM stops it (not lost on the old one's drain)."""
+    h = make_harness(TEST_CONFIG + 'keeper_linger_s = "100ms"\n')
+    h.daemon_env["SLOTH_RENEW_GROWTH_KB"] = "0"
+    daemon = h.start()
+    ids = h.add_many([{"command": ["true"]}])
+    h.cli("wait", *map(str, ids), check=True)
+    deadline = time.monotonic() + 20
+    while "renewing the process" not in h.daemon_log.read_text(errors="replace"):
+        assert time.monotonic() < deadline, h.log_text()
+        time.sleep(0.005)
+    daemon.send_signal(sig)  # the old one draining, the exec, or the new one starting
+    if sig == signal.SIGTERM:
+        assert daemon.wait(30) == 0
+        assert renewed(h) == 1 and "stopping (keeping running jobs): signal SIGTERM" in h.log_text()
+        return
+    h.wait_for(lambda: renewed(h) >= 1, timeout_s=20, what="the renewed daemon")
+    h.wait_for(lambda: "reloaded" in h.daemon_log.read_text(errors="replace"), timeout_s=20, what="the reload")
+    assert daemon.poll() is None and h.call("ping") and "Traceback" not in h.log_text()
