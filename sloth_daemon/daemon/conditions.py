@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
+from sloth_daemon.daemon.which import which as path_which
 import subprocess
 import sys
 import time
@@ -167,7 +167,7 @@ def parse_nmcli_metered(text: str) -> bool | None:
 class Bus:
     """Properties on the system bus, through busctl (else gdbus)."""
 
-    def __init__(self, run: RunCommand = run_command, which: Callable[[str], str | None] = shutil.which) -> None:
+    def __init__(self, run: RunCommand = run_command, which: Callable[[str], str | None] = path_which) -> None:
         self.run, self.which = run, which
 
     def get(self, where: tuple[str, str, str], prop: str) -> int | bool | str:
@@ -195,7 +195,7 @@ class Observer:
     """Reads the machine (see the module docstring). Each method raises
     Unobservable when it cannot tell."""
 
-    def __init__(self, *, run: RunCommand = run_command, which: Callable[[str], str | None] = shutil.which,
+    def __init__(self, *, run: RunCommand = run_command, which: Callable[[str], str | None] = path_which,
                  platform: str = sys.platform, power_root: Path = POWER_SUPPLY,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.run, self.which, self.platform, self.power_root = run, which, platform, power_root
@@ -374,7 +374,7 @@ class PowerEvents:
     # loop thread, which starts it, dies. preexec_fn could do the same, but is not safe in a daemon with threads.
     DIE_WITH_PARENT = ("setpriv", "--pdeathsig", "TERM", "--")
 
-    def __init__(self, changed: Callable[[], None], *, which: Callable[[str], str | None] = shutil.which) -> None:
+    def __init__(self, changed: Callable[[], None], *, which: Callable[[str], str | None] = path_which) -> None:
         self.changed = changed
         self.available = which(self.ARGV[0]) is not None
         self.argv = (self.DIE_WITH_PARENT if which(self.DIE_WITH_PARENT[0]) else ()) + self.ARGV

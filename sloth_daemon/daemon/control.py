@@ -52,7 +52,8 @@ class Control:
     def __init__(self, queue: Queue, worker: Worker, spawner: Spawner, paths: Paths, settings: Settings,
                  *, request_stop: Callable[..., None], instance: str,
                  request_reload: Callable[[], dict[str, Any]] = _no_reload, shared: Any = None,
-                 scheduler: Any = None, teller: Any = None, sender: Any = None, metrics: Any = None) -> None:
+                 scheduler: Any = None, teller: Any = None, sender: Any = None, metrics: Any = None,
+                 started_at: float | None = None) -> None:
         self.queue, self.worker, self.spawner = queue, worker, spawner
         self.logs = queue.logs  # the database's copies of attempt logs (a shared queue's), or None
         self.lanes, self.gates, self.running = worker.lanes, worker.gates, worker.running  # the worker's, named
@@ -61,7 +62,7 @@ class Control:
         self.paths, self.settings = paths, settings
         self.request_stop, self.request_reload = request_stop, request_reload
         self.instance = instance
-        self.started_at = time.time()
+        self.started_at = time.time() if started_at is None else started_at  # given: renewed (renewal.py)
         self._watchers: set[Watcher] = set()
         self._tasks: set[asyncio.Task[None]] = set()  # runs being ended for --on-dup replace
         self.shared = shared  # shared.Shared on a queue shared by several machines

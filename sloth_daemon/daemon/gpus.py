@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
+from sloth_daemon.daemon.which import which as path_which
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Mapping, Sequence
@@ -176,7 +176,7 @@ class GpuProbe:
 
     def __init__(self, *, max_age_s: float = 2.0, timeout_s: float = 5.0,
                  clock: Callable[[], float] = time.monotonic, on_fresh: Callable[[Reading], None] = lambda r: None,
-                 which: Callable[[str], str | None] = shutil.which,
+                 which: Callable[[str], str | None] = path_which,
                  owners: Callable[[Sequence[int]], dict[int, str | None]] = owners_of) -> None:
         self.max_age_s, self.timeout_s, self.clock, self.on_fresh = max_age_s, timeout_s, clock, on_fresh
         self.which, self.owners = which, owners

@@ -19,6 +19,10 @@ the scheduler -- or the daemon's Control for what it adds (placement,
 validation, watchers, the composed status); a SlothError becomes the error
 response. Connections, framing and peer checks are server.py's.
 
+The families a job's path and the idle loop never use (edits, schedules,
+the outbox) and the timeline and the streamed listing are imported at their
+first request (LAZY: a daemon at rest holds only what it ran; docs/idle.md).
+
 Ops on jobs answer with job objects of one shape everywhere (Job.to_dict);
 one that names several jobs answers ``{"jobs": [...], "skipped": [{id,
 why}]}``, one job by ``id`` answers ``{"job": ...}``.
@@ -27,6 +31,7 @@ why}]}``, one job by ``id`` answers ``{"job": ...}``.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 import os
 from typing import Any, Awaitable, Callable
@@ -34,13 +39,9 @@ from typing import Any, Awaitable, Callable
 from sloth_daemon import __version__
 from sloth_daemon import protocol
 from sloth_daemon.backends import metrics
-from sloth_daemon.backends import timeline
 from sloth_daemon.daemon.control import Control
-from sloth_daemon.daemon.edit_ops import EditOps
 from sloth_daemon.daemon.job_ops import JobOps
 from sloth_daemon.daemon.lane_ops import LaneOps
-from sloth_daemon.daemon.schedules.ops import ScheduleOps
-from sloth_daemon.daemon.telling.ops import OutboxOps
 from sloth_daemon.daemon.worker.handing import one_result
 from sloth_daemon.daemon.request_args import (
     MAX_LIST, attempt_of, batch_ref_arg, batch_token, flag, handle_arg, job_id, job_ids, jobs_of, listing_args,
@@ -48,11 +49,22 @@ from sloth_daemon.daemon.request_args import (
 )
 from sloth_daemon.errors import BadRequest, SlothError, StorageBusy
 from sloth_daemon.daemon.streams import Emit, Streams
-from sloth_daemon.daemon.listing_stream import stream_scan
 from sloth_daemon.spec import JobSpec
 
 WRITE_PATIENCE_S = 30.0  # a client's write waits this long for a foreign lock on the database
 MAX_BATCH_JOBS = 1_000_000  # staged on one connection (~250 MB at most): say so, queue nothing
+Op = Callable[[dict[str, Any]], Any]
+
+# Families made at their first request: module, class, the ops its table
+# answers (tests/unit/daemon/test_handlers_lazy.py checks they are the
+# table's), and what it is made of (named from Control, as the others).
+LAZY: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "edits": ("sloth_daemon.daemon.edit_ops", "EditOps", ("edit", "bump", "hold", "release")),
+    "schedules": ("sloth_daemon.daemon.schedules.ops", "ScheduleOps",
+                  ("schedule_add", "schedule_edit", "schedule_ls", "schedule_show", "schedule_pause",
+                   "schedule_resume", "schedule_rm", "schedule_run")),
+    "outbox": ("sloth_daemon.daemon.telling.ops", "OutboxOps", ("outbox", "outbox_retry", "outbox_drop")),
+}
 
 
 class Session:
@@ -97,13 +109,17 @@ class Handlers:
             "config": _bare(control.config), "reload": _bare(control.request_reload),
             "shutdown": self.op_shutdown, "metrics": self.op_metrics, "timeline": self.op_timeline,
         }
-        self.families = (JobOps(worker.actions, worker, worker.lanes, lambda: control.settings),
-                         LaneOps(worker.actions, worker, worker.lanes, control),
-                         EditOps(control.queue, control, worker.gates, worker.lanes, worker),
-                         ScheduleOps(control.scheduler),
-                         OutboxOps(control.queue.outbox, control.sender, control.queue.outbox_counts))
+        self.families: list[Any] = [JobOps(worker.actions, worker, worker.lanes, lambda: control.settings),
+                                    LaneOps(worker.actions, worker, worker.lanes, control)]  # + LAZY's, once made
         for family in self.families:
             self.ops.update(family.table(w))
+        self._parts: dict[str, Callable[[], tuple[Any, ...]]] = {
+            "edits": lambda: (control.queue, control, worker.gates, worker.lanes, worker),
+            "schedules": lambda: (control.scheduler,),
+            "outbox": lambda: (control.queue.outbox, control.sender, control.queue.outbox_counts),
+        }
+        for name, (_, _, names) in LAZY.items():
+            self.ops.update({op: self._first_request(name, op) for op in names})
         self.stream_ops: dict[str, Callable[[dict[str, Any], Emit], Awaitable[Any]]] = {
             "wait": self.streaming.op_wait, "follow": self.streaming.op_follow,
             "subscribe": self.streaming.op_subscribe, "scan": self.op_scan,
@@ -112,6 +128,21 @@ class Handlers:
         self.session_ops: dict[str, Callable[[dict[str, Any], Session], Any]] = {
             "stage": self.op_stage, "commit": w(self.op_commit),
         }
+
+    def made(self, name: str) -> Any:
+        """The LAZY family ``name``, made now: imported, built, its table in
+        ``ops`` in place of the first-request stubs."""
+        module, cls, _ = LAZY[name]
+        family = getattr(importlib.import_module(module), cls)(*self._parts[name]())
+        self.families.append(family)
+        self.ops.update(family.table(self._patiently))
+        return family
+
+    def _first_request(self, name: str, op: str) -> Op:
+        def answer(a: dict[str, Any]) -> Any:
+            self.made(name)
+            return self.ops[op](a)
+        return answer
 
     @staticmethod
     def _patiently(op: Callable[..., Any]) -> Callable[..., Any]:
@@ -211,6 +242,8 @@ class Handlers:
         ``jobs`` events, then ``left_out``."""
         kw = listing_args(a)
         limit = None if a.get("limit") is None else whole(a["limit"], "limit", 1, 2**62)
+        from sloth_daemon.daemon.listing_stream import stream_scan  # its thread pool: at the first scan
+
         return await stream_scan(self.control.scan(**kw, limit=limit), emit, lambda: self.streaming.closing,
                                  explain=self.control.explain)
 
@@ -243,6 +276,8 @@ class Handlers:
         """The timeline of the last ``since_s`` seconds (default a day), of
         ``lane`` or all (backends/timeline.py), read a hundred jobs at a
         time with the loop free between (heartbeats, other clients)."""
+        from sloth_daemon.backends import timeline  # at its first request (LAZY)
+
         steps = timeline.answering(self.queue, a, self.queue.clock)
         while True:
             try:
@@ -270,3 +305,4 @@ def flat_detail(d: dict[str, Any]) -> dict[str, Any]:
 def _bare(fn: Callable[[], Any]) -> Callable[[dict[str, Any]], Any]:
     """An op with no arguments: the doer's own method, answering as it does."""
     return lambda a: fn()
+

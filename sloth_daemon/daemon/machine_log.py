@@ -35,13 +35,18 @@ class MachineLog:
     it. Collaborators: the queue, the clock watch (the last jump), the
     awake clock."""
 
-    def __init__(self, queue: Queue, host: str, watch: ClockWatch, awake: Callable[[], float]) -> None:
+    def __init__(self, queue: Queue, host: str, watch: ClockWatch, awake: Callable[[], float], *,
+                 row_id: int | None = None) -> None:
+        """``row_id``: the up row of this daemon before it renewed itself (renewal.py), continued."""
         self.queue, self.host, self.watch, self.awake = queue, host, watch, awake
-        self.row_id: int | None = None
+        self.row_id: int | None = row_id
         self.stamped_at = float("-inf")
 
     def start(self) -> None:
-        """The daemon serves: its up row begins now."""
+        """The daemon serves: its up row begins now (renewed: it goes on)."""
+        if self.row_id is not None:
+            self.stamped_at = float("-inf")  # stamped at the next clock check
+            return
         try:
             self.row_id = self.queue.machine_up(self.host)
             self.stamped_at = self.awake()

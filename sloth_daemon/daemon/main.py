@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from sloth_daemon.daemon import lean  # first: asyncio without ssl (docs/idle.md)
 import asyncio
+import contextlib
 import errno
 import fcntl
 import logging
@@ -42,8 +43,8 @@ from sloth_daemon import __version__
 from sloth_daemon import config
 from sloth_daemon.text import log_to_stderr
 from sloth_daemon.backends.sqlite import identity
-from sloth_daemon.daemon import activation, idle_exit, limits
-from sloth_daemon.keeper import timerfd
+from sloth_daemon.daemon import activation, idle_exit, limits, renewal
+from sloth_daemon.keeper import lockholder, timerfd
 from sloth_daemon.clock import Clocks, SystemClocks
 from sloth_daemon.daemon.control import Control
 from sloth_daemon.errors import ConfigError, DaemonAlreadyRunning, JobNotFound, SlothError, StorageError
@@ -86,9 +87,22 @@ class InstanceLock:
     """An flock on ``paths.lock`` held for the daemon's lifetime. The kernel
     drops it when the process dies, however it dies: no stale pid files."""
 
-    def __init__(self, paths: Paths) -> None:
+    def __init__(self, paths: Paths, *, handed: int | None = None) -> None:
+        """``handed``: the lock's descriptor, held by this process before it
+        renewed itself (renewal.py): taken over, not locked again."""
         self.path = paths.lock
         ensure_dir(paths.data_dir)
+        if handed is not None:
+            try:
+                if renewal.same_file(handed, self.path):
+                    fcntl.flock(handed, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the same open file: ours already
+                    os.set_inheritable(handed, False)  # the keeper and jobs never hold our lock
+                    self.fd = handed
+                    return
+            except OSError:
+                pass
+            with contextlib.suppress(OSError):
+                os.close(handed)
         try:
             self.fd = open_file(self.path, os.O_RDWR | os.O_CREAT)  # a FIFO there is refused, not waited on
         except OSError as e:
@@ -130,7 +144,8 @@ class Daemon:
                  server: Server, keeper: KeeperSpawner, control: Control | None = None,
                  teller: Teller | None = None, shared: "Shared | None" = None,
                  clock_set: timerfd.ClockSetWatch | None = None, machine: MachineLog | None = None,
-                 deadman: DeadMan | None = None, metrics_file: MetricsFile | None = None) -> None:
+                 deadman: DeadMan | None = None, metrics_file: MetricsFile | None = None,
+                 handover: renewal.Handover | None = None) -> None:
         self.paths, self.settings = paths, settings
         self.queue, self.worker, self.server, self.keeper = queue, worker, server, keeper
         self.control, self.teller, self.shared = control, teller, shared
@@ -142,6 +157,9 @@ class Daemon:
         self._stop = asyncio.Event()
         self.stop_reason = ""
         self.keep_jobs = True
+        self.handover = handover  # taken over from this process before it renewed itself (renewal.py)
+        self.renewing = False  # at rest: stopping to exec a fresh process (renewal.py)
+        self.ready_kb: int | None = None  # resident when it became ready: what a fresh process holds
 
     def reload(self) -> dict[str, Any]:
         """Re-read config.toml and apply it at once (running jobs untouched).
@@ -192,6 +210,43 @@ class Daemon:
             self.stop_reason, self.keep_jobs = reason, keep_jobs
             self._stop.set()
 
+    def rested(self) -> None:
+        """The keeper let go, nothing in hand (supervision.py): renew the
+        process if that is worth it and nothing is lost, else give back what
+        the heap can (renewal.py, lean.py)."""
+        if self.server.server is not None and self._why_not_renew() is None:  # else an idle exit is looking
+            self.worker.spawn_task(self._renew())
+        else:
+            lean.give_back(self.queue.rest)
+
+    def _why_not_renew(self) -> str | None:
+        if self.shared is not None:
+            return "a shared queue"  # its machine's registration and polls: not worth a restart
+        if self._stop.is_set():
+            return "stopping"
+        if self.worker.running or self.keeper.client is not None:
+            return "runs in hand or a keeper"
+        if self.server.active:
+            return "a client connected"
+        if not renewal.worth_it(self.ready_kb):
+            return "no more resident than a fresh process"
+        return None
+
+    async def _renew(self) -> None:
+        """Two steps, as an idle exit's: stop accepting, let what was accepted start, look again."""
+        self.server.pause()
+        await asyncio.sleep(renewal.SETTLE_S)
+        if (why := self._why_not_renew()) is not None:
+            log.info("renewal called off: %s", why)
+            if not self._stop.is_set():
+                await self.server.start(self.paths.socket)
+            lean.give_back(self.queue.rest)
+            return
+        self.renewing = True
+        signal.pthread_sigmask(signal.SIG_BLOCK, renewal.SIGNALS)  # a stop or reload from now: the new process's
+        self.request_stop("at rest: renewing the process, which gives back what the jobs left (docs/idle.md)",
+                          keep_jobs=True)
+
     # ------------------------------------------------------------------ run
     async def run(self) -> int:
         """Serve until asked to stop; then drain. Returns the exit code."""
@@ -199,6 +254,7 @@ class Daemon:
         loop.add_signal_handler(signal.SIGTERM, lambda: self.request_stop("signal SIGTERM", keep_jobs=True))
         loop.add_signal_handler(signal.SIGINT, lambda: self.request_stop("signal SIGINT", keep_jobs=False))
         loop.add_signal_handler(signal.SIGHUP, self._on_sighup)  # systemctl reload; harmless on a hang-up
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, renewal.SIGNALS)  # blocked across a renewal's exec
         await self._take_over()
         if self.machine is not None:
             self.machine.start()
@@ -221,6 +277,7 @@ class Daemon:
         if self.metrics_file is not None:
             self.metrics_file.changed()  # a new daemon: its own counters start again
         notifier.ready(f"serving {self.paths.socket}")
+        self.ready_kb = renewal.resident_kb()
         log.info("sloth %s ready: pid %d, socket %s, queue %s", __version__, os.getpid(), self.paths.socket,
                  self.paths.db if self.shared is None else self.shared.describe())
         stop = loop.create_task(self._stop.wait())
@@ -234,6 +291,10 @@ class Daemon:
     async def _take_over(self) -> None:
         """Connect to the keeper and adopt what it holds (module docstring)."""
         ensure_dir(self.paths.jobs_log_dir)  # the keeper writes logs there, and makes no folders
+        if self.handover is not None and not lockholder.held(self.paths.keeper_lock):
+            log.info("renewed at rest (pid %d): no keeper runs; the next job starts one", os.getpid())
+            await self.worker.reconcile([])
+            return
         held = await self.keeper.connect()
         await self.worker.reconcile(held)
         log.info("keeper pid %s: %d run(s) adopted", self.keeper.pid, len(self.worker.running))
@@ -248,7 +309,7 @@ class Daemon:
         if self.shared is not None:
             await self.shared.close()
         await self.keeper.close(bye=not self.keep_jobs)
-        await self.server.close()
+        await self.server.close(keep_listener=self.renewing)
         if self.metrics_file is not None:
             self.metrics_file.close()
         if self.teller is not None:
@@ -258,7 +319,7 @@ class Daemon:
         if self.clock_set is not None:
             asyncio.get_running_loop().remove_reader(self.clock_set.fd)
             self.clock_set.close()
-        if self.machine is not None:
+        if self.machine is not None and not self.renewing:  # renewed: the next process continues its row
             self.machine.stop(self.stop_reason)
         self.queue.close()
         log.info("stopped")
@@ -275,7 +336,7 @@ async def _watchdog(notifier: Notifier, interval_s: float) -> None:
 
 
 def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256,
-          listener: socket.socket | None = None) -> Daemon:
+          listener: socket.socket | None = None, handover: renewal.Handover | None = None) -> Daemon:
     """The production daemon: real clocks, the queue (the SQLite file in the
     data dir, or a PostgreSQL queue shared by several machines: daemon/shared/member.py),
     its logs under its identity, job processes run by the keeper, the
@@ -298,10 +359,12 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
     keeper = KeeperSpawner(paths, name=worker_name(instance, host=host), check_s=settings.clock_check_s,
                            linger_s=settings.keeper_linger_s,
                            on_resync=lambda runs: worker.spawn_task(worker.reconcile(runs)),
-                           on_rest=lambda: lean.give_back(queue.rest))
+                           on_rest=lambda: daemon.rested())
     clock_set = timerfd.create()
     clock = ClockWatch(clocks, interval_s=settings.clock_check_s, timerfd=clock_set is not None,
-                       after_jump=shared.after_jump if shared is not None else lambda: None)
+                       after_jump=shared.after_jump if shared is not None else lambda: None,
+                       resting=lambda: shared is None and keeper.client is None and not worker.running)
+    # ^ at rest (docs/idle.md); a shared queue's daemon wakes every poll_s anyway
     # Each part is built whole, in the order they need each other; where two
     # need each other (the worker tells Control of every change, Control
     # asks the Daemon to stop), the later one is named in a closure.
@@ -324,18 +387,21 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
     control = Control(queue, worker, keeper, paths, settings, instance=instance,
                       request_stop=lambda reason, *, keep_jobs: daemon.request_stop(reason, keep_jobs=keep_jobs),
                       request_reload=lambda: daemon.reload(), shared=shared, scheduler=scheduler, teller=teller,
-                      sender=sender, metrics=metrics)
+                      sender=sender, metrics=metrics, started_at=handover.started_at if handover else None)
     control.watch(teller.job_changed)
-    record = MachineLog(queue, host or socket.gethostname(), clock, lambda: clocks.read().awake)
+    record = MachineLog(queue, host or socket.gethostname(), clock, lambda: clocks.read().awake,
+                        row_id=handover.up_row if handover else None)  # one daemon to its users: renewal.py
     clock.listen(check=record.check, jump=record.jump)
     control.watch(metrics_file.changed)  # the file follows changes, and only changes (docs/metrics.md)
     clock.listen(check=lambda: None, jump=metrics_file.changed)
     if shared is not None:
         control.watch(shared.shipper.job_changed)
     daemon = Daemon(paths=paths, settings=settings, queue=queue, worker=worker,
-                    server=Server(control, max_connections=max_connections, given=listener),
+                    server=Server(control, max_connections=max_connections,
+                                  given=None if handover is not None and handover.owned else listener,
+                                  adopted=listener if handover is not None and handover.owned else None),
                     keeper=keeper, control=control, teller=teller, shared=shared, clock_set=clock_set,
-                    machine=record, metrics_file=metrics_file,
+                    machine=record, metrics_file=metrics_file, handover=handover,
                     deadman=DeadMan(queue.schedules, queue.outbox, job=queue.get, notify=teller.notify,
                                     now=queue.clock.now))
     return daemon
@@ -396,17 +462,25 @@ def main() -> int:
     # The socket a service manager passed sits at fds 3.. (LISTEN_FDS): taken
     # before this process opens anything, so a count larger than what was
     # passed can never name (and close) a descriptor of ours (activation.py).
-    listener = activation.inherited(paths.socket)
+    handover = renewal.taken()  # this daemon renewed itself at rest: its socket and lock (renewal.py)
+    listener = activation.inherited(paths.socket) if handover is None else _handed_socket(handover, paths)
     check_socket_path(paths.socket)  # fail before creating anything
     secure_all(paths)  # our folders 0700 and ours, no links: before anything is made in them
-    lock = InstanceLock(paths)  # first: before the socket or the db is touched
+    lock = InstanceLock(paths, handed=handover.lock_fd if handover is not None else None)  # first: before
+    # the socket or the db is touched
     try:
         settings = config.load(paths.config_file)
         if not isinstance(config.queue_target(settings, paths.db), str):
             identity.check_before_open(paths)  # a lost queue is refused, not made anew
         nofile = limits.raise_nofile()
-        d = build(paths, settings, max_connections=limits.connection_cap(nofile), listener=listener)
+        d = build(paths, settings, max_connections=limits.connection_cap(nofile), listener=listener,
+                  handover=handover)
         code = asyncio.run(d.run())
+        if d.renewing and not d.queue.broken and d.server.listener is not None:
+            renewal.execute(d.server.listener, lock.fd, owned=d.server.given is None,
+                            started_at=d.control.started_at if d.control is not None else time.time(),
+                            up_row=d.machine.row_id if d.machine is not None else None)
+            return 1  # the exec failed (said on stderr): the next command starts a daemon
         if d.queue.broken:
             # Leave without closing the database: its close would write the WAL
             # into the truncated or replaced file (the SQLite store's close, backends/sqlite/unit.py).
@@ -416,3 +490,14 @@ def main() -> int:
         return code
     finally:
         lock.release()
+
+
+def _handed_socket(handover: renewal.Handover, paths: Paths) -> socket.socket | None:
+    """The listener this process had before it renewed itself, if it is still one at our path."""
+    sock, why = activation.checked(handover.listen_fd, paths.socket)
+    if sock is None:
+        log.error("renewal: the socket handed over (fd %d) is %s; binding %s myself", handover.listen_fd, why,
+                  paths.socket)
+        with contextlib.suppress(OSError):
+            os.close(handover.listen_fd)
+    return sock

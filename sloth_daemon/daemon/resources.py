@@ -31,7 +31,7 @@ most free of it.
 from __future__ import annotations
 
 import re
-import shutil
+from sloth_daemon.daemon.which import which as path_which
 import subprocess
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -72,7 +72,7 @@ def parse_nvidia_smi(text: str) -> list[str]:
 
 
 def found_gpus(run: Callable[[Sequence[str]], str] | None = None,
-               which: Callable[[str], str | None] = shutil.which) -> list[str]:
+               which: Callable[[str], str | None] = path_which) -> list[str]:
     """The GPUs nvidia-smi lists ([] without it, or when it fails)."""
     if which("nvidia-smi") is None:
         return []

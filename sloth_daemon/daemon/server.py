@@ -46,7 +46,7 @@ KEEP_PATH: dict[str, Any] = {"cleanup_socket": False} if sys.version_info >= (3,
 
 class Server:
     def __init__(self, control: Control, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                 given: socket.socket | None = None) -> None:
+                 given: socket.socket | None = None, adopted: socket.socket | None = None) -> None:
         self.server: asyncio.base_events.Server | None = None
         self.max_connections = max_connections
         self.active = 0
@@ -56,6 +56,7 @@ class Server:
         self._conns: set[asyncio.Task[None]] = set()  # one task per open connection, ended by close()
         self.path: Path | None = None  # where it listens (start)
         self.given = given  # the listener our service manager passed, if it did (activation.inherited)
+        self.own = adopted  # the listener bound here, or by this daemon before it renewed itself (renewal.py)
         self.closed = False  # close() began: a connection accepted before it, served after, is refused
 
     async def start(self, path: Path) -> None:
@@ -65,41 +66,64 @@ class Server:
         instance lock proves nobody serves it). Called again after
         ``stop_listening`` (an idle exit called off), it listens again."""
         self.path = path
-        if self.given is not None:  # asyncio closes what it is given: ours stays for a listen again
-            self.server = await asyncio.start_unix_server(
-                self.handle, sock=self.given.dup(), limit=protocol.MAX_FRAME + 2, backlog=BACKLOG, **KEEP_PATH)
-            return
+        listener = self.listener
+        if listener is None:
+            listener = self.own = self._bind(path)
+        # asyncio closes what it is given: the listener stays ours, for a listen again (or the next process)
+        self.server = await asyncio.start_unix_server(
+            self.handle, sock=listener.dup(), limit=protocol.MAX_FRAME + 2, backlog=BACKLOG, **KEEP_PATH)
+
+    @staticmethod
+    def _bind(path: Path) -> socket.socket:
+        """A listener of our own at ``path``, replacing a stale file (the instance lock proves nobody serves it)."""
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)  # stale: the instance lock proves nobody serves it
+            os.unlink(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old_umask = os.umask(0o177)  # the socket is born 0600, no window
         try:
-            self.server = await asyncio.start_unix_server(
-                self.handle, path=str(path), limit=protocol.MAX_FRAME + 2, backlog=BACKLOG
-            )
+            sock.bind(str(path))
+            sock.listen(BACKLOG)
+        except BaseException:
+            sock.close()
+            raise
         finally:
             os.umask(old_umask)
         os.chmod(path, 0o600)
+        return sock
+
+    @property
+    def listener(self) -> socket.socket | None:
+        """The listening socket (the service manager's or ours), kept while the daemon lives."""
+        return self.given if self.given is not None else self.own
+
+    def pause(self) -> None:
+        """Accept no more for now; the listener stays and queues connections (a renewal, renewal.py)."""
+        if self.server is not None:
+            self.server.close()
+            self.server = None
 
     def stop_listening(self) -> None:
         """Take no more connections (those open are served on). A socket bound
         here is removed, so a client starts the next daemon; a socket the
         service manager made stays its: it starts us again on the next connection."""
-        if self.server is not None:
-            self.server.close()
-            self.server = None
+        self.pause()
         if self.given is None and self.path is not None:
             self.path.unlink(missing_ok=True)
+        if self.own is not None:
+            self.own.close()
+            self.own = None
 
-    async def close(self) -> None:
+    async def close(self, *, keep_listener: bool = False) -> None:
         """Stop listening and end every open connection (a follower, a
         waiter, the client that asked us to stop) before the loop does:
         asyncio.run() would cancel them at its end, and a cancelled
         connection task is logged as a traceback. A connection accepted just
         before (its task not yet run, so not among those ended here) is refused
-        when it runs: the queue it would use is about to close."""
+        when it runs: the queue it would use is about to close.
+        ``keep_listener``: the next process takes the socket over (renewal.py)."""
         self.closed = True
         self.handlers.close()
-        self.stop_listening()
+        self.pause() if keep_listener else self.stop_listening()
         conns = [t for t in self._conns if t is not asyncio.current_task()]
         for t in conns:
             t.cancel()

@@ -25,7 +25,7 @@ import asyncio
 import json
 import logging
 import os
-import shutil
+from sloth_daemon.daemon.which import which as path_which
 import sys
 import time
 from pathlib import Path
@@ -56,7 +56,7 @@ HOME = os.path.expanduser("~")  # where hooks start: a stable folder of the user
 APPLESCRIPT = ("on run argv", "display notification (item 2 of argv) with title (item 1 of argv)", "end run")
 
 
-def notify_argv(title: str, body: str, *, urgent: bool, which: Callable[[str], str | None] = shutil.which,
+def notify_argv(title: str, body: str, *, urgent: bool, which: Callable[[str], str | None] = path_which,
                 platform: str = sys.platform) -> list[str] | None:
     """The command that shows a desktop notification here, or None if none
     can. Text that is not ours comes after every option, past an explicit
@@ -79,7 +79,7 @@ class Teller:
     by every change of a job (its messages were written with it)."""
 
     def __init__(self, settings: Settings, *, log_path: Callable[[int, int], Path],
-                 lane_busy: Callable[[str], bool], which: Callable[[str], str | None] = shutil.which,
+                 lane_busy: Callable[[str], bool], which: Callable[[str], str | None] = path_which,
                  sender: Sender | None = None) -> None:
         self.settings, self.log_path, self.lane_busy, self.which = settings, log_path, lane_busy, which
         self.sender = sender

@@ -22,10 +22,10 @@ from __future__ import annotations
 import os
 from bisect import bisect_left, bisect_right
 from datetime import date, datetime, time, timedelta, timezone, tzinfo
-from typing import Any, Iterator
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from typing import TYPE_CHECKING, Any, Iterator
 
-from cronsim import CronSim, CronSimError
+if TYPE_CHECKING:
+    from cronsim import CronSim
 
 from sloth_daemon.daemon.schedules.recipe import Recipe
 from sloth_daemon.errors import FieldError
@@ -36,14 +36,34 @@ SHIFT_S = 3 * 3600  # more than any DST shift: the reach of a search that may cr
 _MIN = timedelta(minutes=1)
 
 
+# cronsim (and calendar) and zoneinfo (and sysconfig) are loaded when a
+# schedule is first read or made, not by a daemon that has none (docs/idle.md).
+def _cron(expr: str, start: datetime, *, reverse: bool = False) -> "CronSim":
+    from cronsim import CronSim
+
+    return CronSim(expr, start, reverse=reverse)
+
+
+def _zone_named(name: str) -> tzinfo | None:
+    """The zone ``name``, or None if there is none of that name."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+
+
 def expression(cron: str) -> str:
     """The five fields of ``cron`` (an alias spelled out); FieldError if it is not one."""
     expr = ALIASES.get(cron.lower(), cron)
     if len(expr.split()) != 5:
         raise FieldError("cron", f"{cron!r} is not a five-field cron expression",
                          hint='minute hour day-of-month month day-of-week, e.g. "30 2 * * 1-5"; or @daily.')
+    from cronsim import CronSimError
+
     try:
-        CronSim(expr, datetime(2000, 1, 1))
+        _cron(expr, datetime(2000, 1, 1))
     except (CronSimError, ValueError) as e:
         raise FieldError("cron", f"{cron!r}: {e}", hint='e.g. "0 3 * * *", "*/15 9-17 * * 1-5", @hourly.') from None
     return expr
@@ -53,11 +73,9 @@ def zone(name: str | None) -> tzinfo:
     """The zone ``name`` (zoneinfo), or this machine's local zone for None."""
     if name is None:
         return local_zone()
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise FieldError("tz", f"unknown time zone {name!r}",
-                         hint="A zoneinfo name, e.g. Europe/Berlin, UTC.") from None
+    if (z := _zone_named(name)) is None:
+        raise FieldError("tz", f"unknown time zone {name!r}", hint="A zoneinfo name, e.g. Europe/Berlin, UTC.")
+    return z
 
 
 LOCALTIME = "/etc/localtime"  # the local zone's file; $SLOTH_LOCALTIME names another (a container, a test)
@@ -90,11 +108,10 @@ def local_zone() -> tzinfo:
 
 
 def _read_local(tz: str, path: str) -> tzinfo:
-    if tz:
-        try:
-            return ZoneInfo(tz)
-        except (ZoneInfoNotFoundError, ValueError):
-            pass
+    if tz and (z := _zone_named(tz)) is not None:
+        return z
+    from zoneinfo import ZoneInfo
+
     try:
         with open(path, "rb") as f:
             return ZoneInfo.from_file(f)
@@ -117,11 +134,8 @@ def local_name() -> str | None:
         except OSError:
             pass
     for name in names:
-        try:
-            if name and ZoneInfo(name):
-                return name
-        except (ZoneInfoNotFoundError, ValueError):
-            continue
+        if name and _zone_named(name) is not None:
+            return name
     return "UTC" if ident is None and not tz else None
 
 
@@ -169,7 +183,7 @@ def count(recipe: Recipe, since: int, now: int) -> int:
     A day on which the zone's offset changes is counted slot by slot, by the
     DST rule (each instant once)."""
     z = zone(recipe.tz)
-    cs = CronSim(expression(recipe.cron or ""), datetime(2000, 1, 1))
+    cs = _cron(expression(recipe.cron or ""), datetime(2000, 1, 1))
     minutes = sorted(h * 60 + m for h in cs.hours for m in cs.minutes)  # the wall times of a day, in minutes
     first, last = _naive(since, z), _naive(now, z)
     day, n = first.date(), 0
@@ -199,7 +213,7 @@ def _cron_forward(recipe: Recipe, t: int) -> Iterator[int]:
     z = zone(recipe.tz)
     reach = SHIFT_S if _shifts(z, t) else 0
     last = t
-    for naive in CronSim(expression(recipe.cron or ""), _naive(t - reach, z)):
+    for naive in _cron(expression(recipe.cron or ""), _naive(t - reach, z)):
         s = instant(naive, z)
         if s > last:
             last = s
@@ -211,7 +225,7 @@ def _cron_back(recipe: Recipe, t: int) -> Iterator[int]:
     z = zone(recipe.tz)
     reach = SHIFT_S if _shifts(z, t) else 0
     last = t + 1
-    for naive in CronSim(expression(recipe.cron or ""), _naive(t + reach + 1, z), reverse=True):
+    for naive in _cron(expression(recipe.cron or ""), _naive(t + reach + 1, z), reverse=True):
         s = instant(naive, z)
         if s < last:
             last = s
@@ -247,5 +261,5 @@ def describe(recipe: Recipe) -> str:
 
     if recipe.every_s is not None:
         return f"every {format_duration(recipe.every_s)}"
-    words = CronSim(expression(recipe.cron or ""), datetime(2000, 1, 1)).explain()
+    words = _cron(expression(recipe.cron or ""), datetime(2000, 1, 1)).explain()
     return f"{words} ({recipe.tz or 'local time'})"

@@ -27,7 +27,7 @@ from sloth_daemon.config import Settings
 from sloth_daemon.daemon import edit_ops, handlers, job_ops, lane_ops, streams, supervision
 from sloth_daemon.daemon.control import Control
 from sloth_daemon.daemon.schedules import ops as schedule_ops
-from sloth_daemon.daemon.handlers import Handlers
+from sloth_daemon.daemon.handlers import LAZY, Handlers
 from sloth_daemon.daemon.main import compose_scheduler
 from sloth_daemon.daemon.worker.loop import Worker
 from sloth_daemon.paths import resolve
@@ -108,6 +108,9 @@ def daemon_handlers(tmp_path: Path):
 
 
 def handler_objects(h: Handlers) -> list[Any]:
+    for name in LAZY:  # the families made at their first request, made now
+        if not any(type(f).__name__ == LAZY[name][1] for f in h.families):
+            h.made(name)
     return [h, *h.families, h.streaming]
 
 

@@ -1,0 +1,123 @@
+"""At rest, a fresh process: the daemon re-executes itself (docs/idle.md).
+
+A burst of jobs leaves the daemon holding memory it no longer uses: most of
+it Python's small-object arenas, each kept whole while one object made
+during the burst still lives in it (``malloc_trim`` cannot return those),
+and the modules only the burst's paths loaded. Once it is at rest (the
+keeper let go, no run in hand, no client, a local queue), has grown
+RENEW_GROWTH_KB past what it held when it became ready, and nothing would
+be lost by a restart, it stops as for `sloth daemon stop --keep-jobs`
+(nothing runs) and ``exec``s a new daemon in the same process: same pid
+(the service manager's main pid, the lock file's pid), same listening
+socket, same single-instance lock (both descriptors kept across the exec;
+a client that connects meanwhile waits in the socket's queue and is served
+by the new one), its start time and its timeline row carried over. The
+new one starts lean: it connects to no keeper unless one is running (the
+next job starts one, as after a let-go).
+
+Nothing is in flight: the queue is closed cleanly before the exec, so the
+new daemon finds what any restart finds (a restart loses nothing: the
+durability promises, docs/guarantees.md). Leaving is two steps, as an idle
+exit's: stop accepting, let connections the loop already accepted start,
+look again; anything found, accept again and stay (``give_back`` only).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("sloth.daemon")
+ENV = "SLOTH_RENEWED"  # what the old process hands the new one (taken out of the environment at once)
+RENEW_GROWTH_KB = 1024  # resident growth since ready that is worth a fresh process (a start costs ~0.3 s CPU)
+SETTLE_S = 0.05  # after accepting stops: connections already accepted get their task started
+# Blocked from the moment the renewal is decided and across the exec (a
+# signal mask and pending signals survive it), unblocked by the new daemon
+# once its handlers are in place: a stop or reload sent meanwhile is the new
+# daemon's to handle (not lost on the old one's drain, nor the default
+# action's end of the process).
+SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+
+
+@dataclass
+class Handover:
+    """What the new process takes over from the old one."""
+    listen_fd: int
+    lock_fd: int
+    owned: bool  # the socket was bound by sloth (else its service manager's: never removed)
+    started_at: float  # the first process's start (status, metrics)
+    up_row: int | None  # its timeline row (machine_log.py), continued
+
+
+def taken(environ: Any = None) -> Handover | None:
+    """The handover of a renewed daemon, or None (a daemon started anew).
+    Removed from the environment either way: the keeper and jobs never see it."""
+    env = os.environ if environ is None else environ
+    raw = env.pop(ENV, None)
+    if not raw:
+        return None
+    try:
+        d = json.loads(raw)
+        return Handover(int(d["listen_fd"]), int(d["lock_fd"]), bool(d["owned"]), float(d["started_at"]),
+                        None if d.get("up_row") is None else int(d["up_row"]))
+    except (ValueError, KeyError, TypeError) as e:
+        log.error("renewal: cannot read %s=%r (%s); starting anew", ENV, raw, e)
+        return None
+
+
+def resident_kb() -> int | None:
+    """This process's resident memory (Linux /proc), or None where it cannot be read."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def worth_it(ready_kb: int | None) -> bool:
+    """Whether a fresh process would hold notably less than this one
+    ($SLOTH_RENEW_GROWTH_KB overrides the growth: 0 renews at every rest, a
+    huge number never)."""
+    now = resident_kb()
+    try:
+        growth = int(os.environ.get("SLOTH_RENEW_GROWTH_KB") or RENEW_GROWTH_KB)
+    except ValueError:
+        growth = RENEW_GROWTH_KB
+    return ready_kb is not None and now is not None and now - ready_kb >= growth
+
+
+def execute(listener: Any, lock_fd: int, *, owned: bool, started_at: float, up_row: int | None) -> None:
+    """Replace this process by a new daemon that takes over ``listener`` and
+    the lock. Returns only if the exec failed (the caller exits: the next
+    command, or the service manager, starts the next daemon)."""
+    listen_fd = listener.fileno()
+    os.set_inheritable(listen_fd, True)
+    os.set_inheritable(lock_fd, True)
+    handover = {"listen_fd": listen_fd, "lock_fd": lock_fd, "owned": owned, "started_at": started_at,
+                "up_row": up_row}
+    env = dict(os.environ, **{ENV: json.dumps(handover)})
+    flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]  # -X, -W ...
+    argv = [sys.executable, *flags, "-m", "sloth_daemon.daemon", "run"]
+    logging.shutdown()
+    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)  # already, since the renewal was decided
+    try:
+        os.execve(sys.executable, argv, env)
+    except OSError as e:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+        sys.stderr.write(f"sloth: renewal: cannot exec {sys.executable}: {e}\n")
+
+
+def same_file(fd: int, path: Path) -> bool:
+    """Whether ``fd`` is the file at ``path`` (the lock handed over is still the lock file)."""
+    try:
+        a, b = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
