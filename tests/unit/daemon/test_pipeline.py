@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sloth_daemon.errors import IllegalTransition
-from sloth_daemon.daemon.worker.pipeline import DEPTH, HOT_S, MAX_SLOWDOWN, MachineLoad
+from sloth_daemon.daemon.worker.pipeline import DEPTH, HOT_S
 from sloth_daemon.queue import Queue
 from sloth_daemon.daemon.worker.spawner import Outcome
 from tests.unit.daemon.test_worker import FakeSpawner, LEASE, clocks, env  # noqa: F401 (fixtures)
@@ -113,46 +113,6 @@ def test_held_runs_are_taken_back_after_HOT_S_as_if_never_claimed(pipe, clocks):
     w.turn()
     assert spawned(sp)[3:] == [(b, None)]  # claimed again: an ordinary start (the lane's last run was long)
     assert kinds(q, b) == ["claimed"] and q.get(b).attempts == 1
-
-
-def test_on_a_loaded_machine_HOT_S_stretches_with_the_load_and_a_long_run_still_loses_its_successors(
-        pipe, clocks):  # noqa: F811
-    """Under load a `true` takes tens of milliseconds of wall time: with HOT_S
-    on the wall clock nearly every chain was taken back (2 slots slower than
-    1). Stretched by the slowdown, a run 3x HOT_S old on a machine 4x slowed
-    keeps its successors; a long one still loses them, HOT_S * MAX_SLOWDOWN
-    at most however loaded the machine says it is."""
-    w, q, sp = pipe()
-    load = [4.0]
-    w.pipeline.slowdown = lambda: load[0]
-    a, b, c = q.enqueue(["x"]), q.enqueue(["y"]), q.enqueue(["z"])
-    w.turn()
-    sp.start(a)
-    assert w.next_wake_s() == pytest.approx(4 * HOT_S)
-    clocks.advance(HOT_S * 3)
-    w.turn()
-    assert sp.unspawned == [] and w.status()["pipeline"]["hot_now_s"] == pytest.approx(4 * HOT_S)
-    sp.exit(a, 0)  # 3x HOT_S: still a short run here, and the chain goes on
-    sp.start(b)
-    w.turn()
-    assert w.pipeline.short_lanes["default"] and sp.unspawned == []
-    load[0] = 1000.0  # a machine that says it is slowed without end
-    clocks.advance(HOT_S * MAX_SLOWDOWN * 1.01)
-    w.turn()
-    assert sp.unspawned == [sp.key_of(c)]  # b is no longer young: c is taken back all the same
-    sp.sinks[sp.key_of(c)].taken_back()
-    w.turn()
-    assert (q.get(c).state, q.get(c).attempts) == ("queued", 0)
-
-
-def test_machine_load_is_the_load_average_per_cpu():
-    import os
-    m = MachineLoad()
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    before = os.getloadavg()[0] / cpus
-    v = m()
-    assert min(before, os.getloadavg()[0] / cpus) - 0.5 <= v <= max(before, os.getloadavg()[0] / cpus) + 0.5
-    assert m() == v  # read again only after LOAD_READ_S
 
 
 def test_a_take_back_that_comes_too_late_leaves_an_ordinary_run(pipe, clocks):  # noqa: F811
