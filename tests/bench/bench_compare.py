@@ -2,7 +2,7 @@
 """Side by side: sloth against task-spooler (`tsp`) and `nq`, same machine, same run.
 
     python tests/bench/bench_compare.py --out DIR [--quick] [--idle 60] [--reps 3] [--calls 100]
-    python tests/bench/bench_compare.py --bulk [--reps 3] [--sweep 10000]   # issue 34's bulk targets only
+    python tests/bench/bench_compare.py --bulk [--reps 3] [--sweep 10000] [--burn 0]   # issue 34's bulk targets only
 
 Writes DIR/compare.md (the table, also printed) and DIR/compare.png (a chart).
 Each tool runs in its own temporary folders (SLOTH_HOME; TS_SOCKET and TMPDIR
@@ -34,6 +34,8 @@ the ratios):
 tsp (1 slot each; target <= 0.8x tsp's time in the same round) and the bare
 loop, --reps rounds interleaved; then the --sweep row (1 and 2 slots: sloth,
 tsp, `xargs -P`), --reps rounds too. Ranges over the rounds; nothing written.
+--burn N runs N busy loops meanwhile (a loaded machine, as in issue 34's
+2,000-member row where 2 slots were slower than 1).
 """
 
 from __future__ import annotations
@@ -736,11 +738,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, help="CLI calls per tool for the latency (default 100, --quick 30)")
     ap.add_argument("--sweep", type=int, default=10_000, help="members of the sweep batch (0: skip it)")
     ap.add_argument("--bulk", action="store_true", help="only the bulk targets of issue 34 (see above)")
+    ap.add_argument("--burn", type=int, default=0, help="with --bulk: busy loops run meanwhile")
     ap.add_argument("--replot", action="store_true",
                     help="only redraw compare.md/.png from the compare.json of an earlier run in --out")
     a = ap.parse_args(argv)
     if a.bulk:
-        return bulk(a.reps or 3, a.sweep)
+        burners = [subprocess.Popen([PY, "-c", "while True: pass"]) for _ in range(a.burn)]
+        try:
+            return bulk(a.reps or 3, a.sweep)
+        finally:
+            for b in burners:
+                b.kill()
+                b.wait()
     if a.out is None:
         ap.error("--out is required (but with --bulk)")
     if a.replot:

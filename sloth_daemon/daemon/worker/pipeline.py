@@ -56,7 +56,8 @@ take-back after HOT_S of wall time emptied chain after chain of a burst,
 each a keeper round trip, an unclaim and a claim again, the more so with
 two slots, whose two heads share the CPUs (2,000 `true` beside six busy
 loops: 612-1,316 of 2,371-2,972 held runs taken back on 2 slots, 8-840 on
-1; 2 slots 1.29x slower than 1 in one round). So the take-back waits
+1; 2 slots 1.29x slower than 1 in one round; with the stretch none, and
+2 slots 17.4-18.5 s against 21.0-32.2). So the take-back waits
 HOT_S times the machine's slowdown (``slowdown``: the daemon's is
 MachineLoad, the 1-minute load average per CPU, 1 to MAX_SLOWDOWN; 1 where
 none is given): a chain is taken back once its head has run as long as
