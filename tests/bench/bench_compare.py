@@ -2,6 +2,7 @@
 """Side by side: sloth against task-spooler (`tsp`) and `nq`, same machine, same run.
 
     python tests/bench/bench_compare.py --out DIR [--quick] [--idle 60] [--reps 3] [--calls 100]
+    python tests/bench/bench_compare.py --bulk [--reps 3] [--sweep 10000] [--burn 0]   # issue 34's bulk targets only
 
 Writes DIR/compare.md (the table, also printed) and DIR/compare.png (a chart).
 Each tool runs in its own temporary folders (SLOTH_HOME; TS_SOCKET and TMPDIR
@@ -27,6 +28,14 @@ the ratios):
   survive   5 jobs queued behind a long one; kill -9 the server, restart it,
             do they still run? And a simulated reboot: kill -9 every process of
             the tool (the running job too), restart, do they still run?
+
+--bulk measures only issue 34's bulk targets, printed beside their peers:
+1,000 `true` from one `sloth add --stdin` + `sloth wait` on every id against
+tsp (1 slot each; target <= 0.8x tsp's time in the same round) and the bare
+loop, --reps rounds interleaved; then the --sweep row (1 and 2 slots: sloth,
+tsp, `xargs -P`), --reps rounds too. Ranges over the rounds; nothing written.
+--burn N runs N busy loops meanwhile (a loaded machine, as in issue 34's
+2,000-member row where 2 slots were slower than 1).
 """
 
 from __future__ import annotations
@@ -722,15 +731,27 @@ def version(argv: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, type=Path, help="folder for compare.md and compare.png")
+    ap.add_argument("--out", type=Path, help="folder for compare.md and compare.png (not with --bulk)")
     ap.add_argument("--quick", action="store_true", help="fewer runs, 10 s idle, skip the slow sloth loop")
     ap.add_argument("--idle", type=float, help="idle measurement seconds (default 60, --quick 10)")
     ap.add_argument("--reps", type=int, help="runs per 1,000-job measure (default 3, --quick 1)")
     ap.add_argument("--calls", type=int, help="CLI calls per tool for the latency (default 100, --quick 30)")
     ap.add_argument("--sweep", type=int, default=10_000, help="members of the sweep batch (0: skip it)")
+    ap.add_argument("--bulk", action="store_true", help="only the bulk targets of issue 34 (see above)")
+    ap.add_argument("--burn", type=int, default=0, help="with --bulk: busy loops run meanwhile")
     ap.add_argument("--replot", action="store_true",
                     help="only redraw compare.md/.png from the compare.json of an earlier run in --out")
     a = ap.parse_args(argv)
+    if a.bulk:
+        burners = [subprocess.Popen([PY, "-c", "while True: pass"]) for _ in range(a.burn)]
+        try:
+            return bulk(a.reps or 3, a.sweep)
+        finally:
+            for b in burners:
+                b.kill()
+                b.wait()
+    if a.out is None:
+        ap.error("--out is required (but with --bulk)")
     if a.replot:
         r = json.loads((a.out / "compare.json").read_text())
         (a.out / "compare.md").write_text(render(r))
@@ -819,6 +840,56 @@ def main(argv: list[str] | None = None) -> int:
         chart(r, a.out / "compare.png")
         print(f"wrote {a.out / 'compare.md'} and {a.out / 'compare.png'}")
     step("done")
+    return 0
+
+
+def bulk(reps: int, sweep: int) -> int:
+    """Issue 34's bulk targets, each beside its peer measured in the same round."""
+    if not ensure_tools()["tsp"]:
+        print("tsp is not installed (and cannot be installed here): the peer is missing", flush=True)
+        return 1
+    root = Path(tempfile.mkdtemp(prefix="slbk-"))
+    load = [os.getloadavg()[0]]
+    th: dict[str, list[float]] = {"sloth": [], "tsp": [], "bare": []}
+    sw: dict[str, list[float]] = {}
+    try:
+        for i in range(reps):
+            th["sloth"].append(bench_thousand(root, "sloth", 1, batch=True))
+            th["tsp"].append(bench_thousand(root, "tsp", 1))
+            th["bare"].append(bench_bare(N_JOBS))
+            print(f"round {i + 1}/{reps}: {N_JOBS:,} jobs sloth {th['sloth'][-1]:.2f} s, tsp {th['tsp'][-1]:.2f} s"
+                  f" ({th['sloth'][-1] / th['tsp'][-1]:.2f}x), bare {th['bare'][-1]:.2f} s", flush=True)
+        for i in range(reps if sweep else 0):
+            for slots in (1, 2):
+                for tool in ("sloth", "tsp", "xargs"):
+                    sw.setdefault(f"{tool}_{slots}", []).append(bench_sweep(root, tool, slots, sweep))
+            print(f"round {i + 1}/{reps}: {sweep:,}-member sweep " + ", ".join(f"{k} {v[-1]:.1f} s"
+                                                                              for k, v in sw.items()), flush=True)
+            load.append(os.getloadavg()[0])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    load.append(os.getloadavg()[0])
+
+    def rng(xs: list[float]) -> str:
+        return f"{min(xs):.2f}-{max(xs):.2f}"
+
+    ratios = [s / t for s, t in zip(th["sloth"], th["tsp"])]
+    print(f"\n{reps} rounds, {os.cpu_count()} CPUs, load average {min(load):.1f}-{max(load):.1f}")
+    print(f"{N_JOBS:,} `true`, one `sloth add --stdin` + `sloth wait` on every id, 1 slot: sloth {rng(th['sloth'])} s,"
+          f" tsp {rng(th['tsp'])} s: {rng(ratios)}x tsp's time in the same round (target <= 0.80x:"
+          f" {'MET' if max(ratios) <= 0.8 else 'met in some rounds' if min(ratios) <= 0.8 else 'MISSED'});"
+          f" bare loop {rng(th['bare'])} s")
+    if sw:
+        print(f"a {sweep:,}-member sweep, first enqueue to all finished (seconds):")
+        print(f"  {'':6} {'1 slot':>13} {'2 slots':>13}")
+        for tool in ("sloth", "tsp", "xargs"):
+            print(f"  {tool:6} {rng(sw[f'{tool}_1']):>13} {rng(sw[f'{tool}_2']):>13}")
+        for slots in (1, 2):
+            r = [s / t for s, t in zip(sw[f"sloth_{slots}"], sw[f"tsp_{slots}"])]
+            x = [s / t for s, t in zip(sw[f"sloth_{slots}"], sw[f"xargs_{slots}"])]
+            print(f"  sloth, {slots} slot(s): {rng(r)}x tsp's time, {rng(x)}x xargs -P's (same round)")
+        two = [b / a for a, b in zip(sw["sloth_1"], sw["sloth_2"])]
+        print(f"  sloth 2 slots / 1 slot: {rng(two)}")
     return 0
 
 

@@ -50,12 +50,30 @@ due job J as usual and asks the spawner to start J the moment R ends
   lease drops one in the spawner, which reports it ended unstarted
   (outcomes.py gives it back, or leaves it cancelled).
 
+On a loaded machine a run's wall time stretches with the queue for the
+CPUs: `true` takes tens of milliseconds where it takes one alone, and the
+take-back after HOT_S of wall time emptied chain after chain of a burst,
+each a keeper round trip, an unclaim and a claim again, the more so with
+two slots, whose two heads share the CPUs (2,000 `true` beside six busy
+loops: 612-1,316 of 2,371-2,972 held runs taken back on 2 slots, 8-840 on
+1; 2 slots 1.29x slower than 1 in one round; with the stretch none, and
+2 slots 17.4-18.5 s against 21.0-32.2). So the take-back waits
+HOT_S times the machine's slowdown (``slowdown``: the daemon's is
+MachineLoad, the 1-minute load average per CPU, 1 to MAX_SLOWDOWN; 1 where
+none is given): a chain is taken back once its head has run as long as
+HOT_S would be on a quiet machine, and a long job still loses its
+successors within HOT_S * MAX_SLOWDOWN. Which runs may lead, and which
+lanes are short, stay on HOT_S itself: stretching those too was measured
+slower on 1 slot (29.8-30.9 s against 19.8-24.1 s, interleaved).
+
 Only where the spawner pipelines (a keeper that knows ``after``) and the
 queue can unclaim (both backends; PostgreSQL since issue 34).
 """
 
 from __future__ import annotations
 
+import os
+import time
 from typing import TYPE_CHECKING, Callable, Collection, Iterable
 
 from sloth_daemon.clock import ClockReadings, Clocks
@@ -70,9 +88,11 @@ if TYPE_CHECKING:
     from sloth_daemon.daemon.worker.spawner import Spawner
     from sloth_daemon.daemon.worker.withdrawal import Withdrawals
 
-HOT_S = 0.05  # a run younger than this may get a successor; a successor pending longer is taken back
+HOT_S = 0.05  # a run younger than this may get a successor; a successor pending longer (x load) is taken back
 DEPTH = 8  # pending runs behind one that runs, at most
 PACE_S = 0.003  # between the worker's turns while runs are pending (see the docstring)
+MAX_SLOWDOWN = 8.0  # HOT_S stretched this much at most on a loaded machine
+LOAD_READ_S = 1.0  # the load average is read again after this long (it moves over a minute)
 TAKE_BACK_WAIT_S = 2.0  # a daemon stopping waits this long at most to hear its successors taken back
 
 
@@ -83,16 +103,25 @@ class Pipeline:
     for status. Collaborators: the queue (claims successors under the
     worker's ``name`` and ``places``), the spawner (``unspawn``), the
     worker's runs and lanes, the clocks, the withdrawals (a stopping
-    daemon's take-back) and signals (a run taken back wakes the loop)."""
+    daemon's take-back), signals (a run taken back wakes the loop) and
+    ``slowdown`` (how many times longer a run takes here than alone: the
+    take-back waits that much longer; see the module docstring)."""
 
     def __init__(self, queue: "Queue", spawner: "Spawner", running: Attempts, lanes: Lanes, clocks: Clocks,
-                 withdrawals: "Withdrawals", signals: Signals, *, name: str, places: list[str] | None) -> None:
+                 withdrawals: "Withdrawals", signals: Signals, *, name: str, places: list[str] | None,
+                 slowdown: Callable[[], float] = lambda: 1.0) -> None:
         self.queue, self.spawner, self.running, self.lanes = queue, spawner, running, lanes
+        self.slowdown = slowdown
         self.clocks, self.withdrawals, self.signals = clocks, withdrawals, signals
         self.name, self.places = name, places
         self.short_lanes: dict[str, bool] = {}  # lane -> whether its last run ended within HOT_S of its start
         self.pending_n = 0  # runs sent to wait behind another, since start
         self.taken_back_n = 0  # ... of which taken back unstarted
+
+    def hot_s(self) -> float:
+        """How long a chain's head runs before its chain is taken back: HOT_S
+        on this machine now (stretched by its load)."""
+        return HOT_S * min(MAX_SLOWDOWN, max(1.0, self.slowdown()))
 
     def paced(self) -> bool:
         """Should the next turn wait PACE_S: the keeper holds runs to start."""
@@ -140,8 +169,9 @@ class Pipeline:
     # ----------------------------------------------------------- taking back
     def take_back_due(self, awake: float) -> None:
         """Chains whose head is no longer young: see the module docstring."""
+        hot = self.hot_s()
         for run in reversed(self._pending()):  # the last first: the keeper need not move the others up
-            if awake >= self._take_back_at(run):
+            if awake >= self._take_back_at(run, hot):
                 self.take_back_run(run)
 
     def take_back(self, lanes: Iterable[str] | None = None) -> None:
@@ -160,7 +190,8 @@ class Pipeline:
         await self.withdrawals.wait(self.withdrawals.ask(pending), TAKE_BACK_WAIT_S)
 
     def take_back_deadlines(self, awake: float) -> list[float]:
-        return [self._take_back_at(run) - awake for run in self._pending()]
+        hot = self.hot_s()
+        return [self._take_back_at(run, hot) - awake for run in self._pending()]
 
     def run_ended(self, run: Attempt) -> None:
         """Its process ended, or it was dropped before it started (then the
@@ -181,8 +212,8 @@ class Pipeline:
         return [r for r in self.running.values() if r.pending and r.stage is Stage.CLAIMED and r.ending is None]
 
     @staticmethod
-    def _take_back_at(run: Attempt) -> float:
-        return head(run).started_awake + HOT_S
+    def _take_back_at(run: Attempt, hot_s: float) -> float:
+        return head(run).started_awake + hot_s
 
     def take_back_run(self, run: Attempt) -> None:
         """Ask the spawner to drop ``run`` if it has not started (it hears ``taken_back``)."""
@@ -198,7 +229,27 @@ class Pipeline:
 
     def status(self) -> dict[str, object]:
         return {"enabled": self.pipelines(), "hot_s": HOT_S, "depth": DEPTH, "held": self.pending_n,
-                "taken_back": self.taken_back_n}
+                "taken_back": self.taken_back_n, "hot_now_s": round(self.hot_s(), 4)}
+
+
+class MachineLoad:
+    """The machine's slowdown for a CPU-bound run: the 1-minute load
+    average per CPU this process may use (1 where it cannot be read), read
+    again at most every LOAD_READ_S."""
+
+    def __init__(self) -> None:
+        self._cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self._value, self._read_at = 1.0, float("-inf")
+
+    def __call__(self) -> float:
+        t = time.monotonic()
+        if t - self._read_at >= LOAD_READ_S:
+            self._read_at = t
+            try:
+                self._value = os.getloadavg()[0] / max(1, self._cpus)
+            except OSError:
+                self._value = 1.0
+        return self._value
 
 
 def unlink(run: Attempt) -> None:

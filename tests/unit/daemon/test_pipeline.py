@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sloth_daemon.errors import IllegalTransition
-from sloth_daemon.daemon.worker.pipeline import DEPTH, HOT_S
+from sloth_daemon.daemon.worker.pipeline import DEPTH, HOT_S, MAX_SLOWDOWN, MachineLoad
 from sloth_daemon.queue import Queue
 from sloth_daemon.daemon.worker.spawner import Outcome
 from tests.unit.daemon.test_worker import FakeSpawner, LEASE, clocks, env  # noqa: F401 (fixtures)
@@ -113,6 +113,48 @@ def test_held_runs_are_taken_back_after_HOT_S_as_if_never_claimed(pipe, clocks):
     w.turn()
     assert spawned(sp)[3:] == [(b, None)]  # claimed again: an ordinary start (the lane's last run was long)
     assert kinds(q, b) == ["claimed"] and q.get(b).attempts == 1
+
+
+def test_on_a_loaded_machine_the_take_back_waits_longer_and_a_long_run_still_loses_its_successors(
+        pipe, clocks):  # noqa: F811
+    """Under load a `true` takes tens of milliseconds of wall time: taken back
+    after HOT_S on the wall clock, chain after chain went back to the queue
+    (2 slots slower than 1). Stretched by the slowdown, a head 3x HOT_S old
+    on a machine 4x slowed keeps its chain; a long one still loses it,
+    within HOT_S * MAX_SLOWDOWN however loaded the machine says it is.
+    What may lead stays on HOT_S: no successor is added behind that head."""
+    w, q, sp = pipe()
+    load = [4.0]
+    w.pipeline.slowdown = lambda: load[0]
+    a, b, c = q.enqueue(["x"]), q.enqueue(["y"]), q.enqueue(["z"])
+    w.turn()
+    sp.start(a)
+    assert w.next_wake_s() == pytest.approx(4 * HOT_S)
+    clocks.advance(HOT_S * 3)
+    d = q.enqueue(["w"])
+    w.signals.wake()
+    w.turn()
+    assert sp.unspawned == [] and w.status()["pipeline"]["hot_now_s"] == pytest.approx(4 * HOT_S)
+    assert spawned(sp) == [(a, None), (b, a), (c, b)] and q.get(d).state == "queued"  # no new successor
+    load[0] = 1000.0  # a machine that says it is slowed without end
+    clocks.advance(HOT_S * (MAX_SLOWDOWN - 3) * 1.01)
+    w.turn()
+    assert sp.unspawned == [sp.key_of(c), sp.key_of(b)]  # taken back all the same
+    for j in (c, b):
+        sp.sinks[sp.key_of(j)].taken_back()
+    w.turn()
+    assert [(q.get(j).state, q.get(j).attempts) for j in (b, c)] == [("queued", 0), ("queued", 0)]
+
+
+def test_machine_load_is_the_load_average_per_cpu():
+    import os
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    before = os.getloadavg()[0] / cpus
+    m = MachineLoad()
+    v = m()
+    after = os.getloadavg()[0] / cpus
+    assert min(before, after) <= v <= max(before, after)
+    assert m() == v  # read again only after LOAD_READ_S
 
 
 def test_a_take_back_that_comes_too_late_leaves_an_ordinary_run(pipe, clocks):  # noqa: F811
