@@ -48,6 +48,20 @@ def test_a_failure_for_good_and_a_cancelled_cascade_are_told(q):
     assert told(q) == [(a, 1, "failed", "webhook"), (b, 0, "cancelled", "webhook")]
 
 
+def test_a_second_end_after_a_retry_is_told_too(q):
+    """Cancelled, retried, cancelled again with no run between: the same
+    attempt, so the key must say it came after a retry, or the second end
+    would be taken for the first told twice and go to no one."""
+    jid = add(q, "x", webhook=HOOK, webhook_on=["cancelled"])
+    q.cancel_many([jid])
+    q.retry(jid)
+    q.cancel_many([jid])
+    q.retry(jid)
+    q.cancel_many([jid])
+    keys = sorted(m.key for m in q.outbox.messages(("pending",)))
+    assert keys == [f"job:{jid}:0:cancelled", f"job:{jid}:0:cancelled:r1", f"job:{jid}:0:cancelled:r2"]
+
+
 def test_jobs_without_channels_write_nothing_and_bad_channels_are_refused(q):
     jid = q.enqueue(["x"])
     run = q.claim("w")
