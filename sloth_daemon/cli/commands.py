@@ -171,7 +171,7 @@ _JOB_TELL = (
            field="mail_to"),
     Option("mail_on", "--mail-on", VALUE, None, "Events for --mail-to (default failed,missed).", field="mail_on"),
 )
-# Watchdogs and retry rules (issue 33 item 5; docs/watchdogs.md): `sloth add`'s only.
+# Watchdogs and retry rules (issue 33 item 5; docs/watchdogs.md): `sloth add`'s and a schedule's.
 _JOB_RULES = (
     Option("stall", "--stall", VALUE, None, "End it (failed, \"stalled\") when it prints nothing this long, "
            "e.g. 10m.", field="stall_s"),
@@ -210,6 +210,7 @@ def _schedule_when(edit: bool) -> tuple[Option, ...]:
                "desktop, saying why."),
         *(tuple(_unset(o) for o in _JOB_OPTIONS) if edit else _JOB_OPTIONS),
         *(tuple(_unset(o) for o in _JOB_TELL) if edit else _JOB_TELL),
+        *(tuple(_unset(o) for o in _JOB_RULES) if edit else _JOB_RULES),
     )
 
 
