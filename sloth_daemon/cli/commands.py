@@ -395,7 +395,7 @@ COMMANDS: tuple[Command, ...] = (
         "one). One transaction;\nthe job's history says what changed. A running or finished job is refused\n(`sloth "
         "restart` makes a new job).", "sloth_daemon.cli.edit:edit",
         Option("command", "--command", VALUE, None, "The new command, one shell line (as a line of `add --stdin`)."),
-        *(_unset(o) for o in _JOB_OPTIONS),  # every option of `sloth add` a job not started takes
+        *(_unset(o) for o in (*_JOB_OPTIONS, *_JOB_RULES)),  # every option of `sloth add` a job not started takes
         Option("delay", "--delay", VALUE, None, "Start no sooner than this long from now, e.g. 10m (0: now)."),
         Option("at", "--at", VALUE, None, "Start no sooner than this time (9pm, tomorrow 08:00, mon 9:00, ISO)."),
         Option("after", "--after", LIST, None, "Its prerequisites, replacing the old ones (ids; none: no more).",
