@@ -154,20 +154,12 @@ def test_a_hung_receiver_costs_one_timeout_and_is_tried_again(q, clock, tmp_path
 def test_a_secret_file_that_is_a_fifo_is_a_clear_error_not_a_thread_stuck_for_good(q, clock, tmp_path, rx):
     """open() of a FIFO waits for a writer for ever: each webhook held one
     of the sender's threads, and four of them stopped all delivery."""
-    import os
-    import threading
+    from tests.support.fifo import make_fifo, not_stuck_on
 
-    fifo = tmp_path / "secret"
-    os.mkfifo(fifo)
+    fifo = make_fifo(tmp_path / "secret")
     s = make_sender(q, tmp_path, webhook_secret_file=str(fifo))
     run_job(q, clock, {"webhook": rx.url + "/h", "webhook_on": "done"}, [0])
-    t = threading.Thread(target=s.pump, daemon=True)
-    t.start()
-    t.join(10)
-    if t.is_alive():
-        with open(fifo, "wb"):  # free the stuck thread
-            pass
-        pytest.fail("the sender is stuck opening the FIFO")
+    not_stuck_on(fifo, s.pump)
     (m,) = q.outbox.messages()
     assert rx.requests == [] and "is a FIFO, not a regular file" in (m.last_error or "")
 
