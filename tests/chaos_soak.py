@@ -129,7 +129,7 @@ LAPSED = "after its trust deadline"  # in a fenced event: the run's end came (or
 FAULT_CAUSES = {"daemonstop": "daemon stop", "keeperstop": "keeper stop", "kill9": "kill -9",
                 "stop": "daemon SIGSTOP", "disk": "full disk", "lock": "foreign lock", "flood": "flood",
                 "config": "config swap"}
-DAEMON_END_RC = {"kill -9": -signal.SIGKILL, "stop": 0}  # how we end a daemon -> how it must end
+DAEMON_END_RC = {"kill -9": -signal.SIGKILL, "stop": 0, "idle exit": 0}  # how a daemon ended -> how it must end
 # Errors a malformed frame may get back (never "internal error ...").
 TYPED_ERRORS = {"protocol", "bad_request", "not_found"}
 # Refusals a client meets and tries again after: the daemon down, cut off,
@@ -282,7 +282,8 @@ class SoakResult:
             "  finished runs re-run, by cause: " + (", ".join(
                 f"{c} {n}" for c, n in sorted(f.get("reruns_by_cause", {}).items())) or "none")
             + f" (only {', '.join(RERUN_ALLOWED)} may)",
-            f"  daemon starts: {f.get('daemon_starts', 0)}, spawn -> answering median "
+            (f"  idle exit after the settle: {f['idle_exit_after_s']} s\n" if "idle_exit_after_s" in f else "")
+            + f"  daemon starts: {f.get('daemon_starts', 0)}, spawn -> answering median "
             f"{f.get('ready_median_s', 0):.2f} s, max {f.get('ready_max_s', 0):.2f} s",
             f"  invariants: lost {f.get('lost', '?')} | duplicates {f.get('duplicates', '?')} | "
             f"overlaps {f.get('overlaps', '?')} | cancelled-then-ran {f.get('cancelled_then_ran', '?')} | "
@@ -1080,6 +1081,8 @@ class Soak:
                     self.violation(f"{t.name} still enqueueing after the settle bound")
             self.wait_all_final(settle_deadline)
             figures["settle_s"] = time.monotonic() - t_chaos
+            if cfg.idle_exit_s:
+                self.idle_exit(figures)
             self.verify(figures)
         except Exception:
             self.violation(f"soak aborted:\n{traceback.format_exc()}")
@@ -1139,6 +1142,34 @@ class Soak:
                 return
             time.sleep(0.25)
         self.violation(f"jobs still unfinished after the settle bound: {last}")
+
+    def idle_exit(self, fig: dict[str, Any]) -> None:
+        """With ``idle_exit_s`` set: the chaos is over, every job final and
+        the schedules paused (Machinery.finish), so nothing keeps the daemon.
+        It must leave by itself within the window (plus the keeper's linger
+        and a look's period), cleanly (exit 0, its log saying why), and the
+        next daemon must find the queue as the last one left it: the checks
+        that follow (verify) run against that next daemon. While schedules
+        were enabled (all the chaos) it must never have left: check_daemon
+        counts any exit of its own then."""
+        d = self.daemons[-1]
+        p = d["proc"]
+        t0 = time.monotonic()
+        bound = self.cfg.idle_exit_s * 2 + 30.0  # the window, the keeper's 5 s linger, a loaded machine
+        try:
+            rc = p.wait(bound)
+        except subprocess.TimeoutExpired:
+            self.violation(f"no idle exit within {bound:g} s of the settle with idle_exit_s "
+                           f"{self.cfg.idle_exit_s:g}: the daemon stayed; its log: {self.h.log_text()[-600:]}")
+            return
+        d["ended_by"] = "idle exit"
+        fig["idle_exit_after_s"] = round(time.monotonic() - t0, 2)
+        if rc != DAEMON_END_RC["idle exit"] or "idle exit: nothing queued" not in self.h.log_text():
+            self.violation(f"the daemon left with {rc} after the settle, without an idle exit in its log")
+            return
+        self.count("idle_exits")
+        self.note(f"idle exit of daemon {p.pid} after {fig['idle_exit_after_s']} s")
+        self.start_daemon("after its idle exit")
 
     # -------------------------------------------------------------- verify
     def never_held(self, job: dict[str, Any], lj: LJob) -> bool:
@@ -1469,7 +1500,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-lease-floor", dest="require_lease_floor", action="store_false",
                     help="count a too-short lease accepted instead of failing (a sloth before the floor)")
     ap.add_argument("--idle-exit", type=float, default=0.0, metavar="SECONDS",
-                    help="the daemon's idle_exit_s: it exits when it has had nothing to do this long (default off)")
+                    help="the daemon's idle_exit_s: it exits when it has had nothing to do this long (default "
+                         "off); the soak then waits for that exit after the settle and checks on the next daemon")
     a = ap.parse_args(argv)
     kw: dict[str, Any] = {"seed": a.seed, "keep_home": a.keep, "require_lease_floor": a.require_lease_floor,
                           "idle_exit_s": a.idle_exit}

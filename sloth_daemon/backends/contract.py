@@ -267,8 +267,10 @@ class Outbox(Protocol):
         transaction; a key already there adds nothing. Returns rows added."""
         ...
 
-    def prune(self, sent_before_s: float) -> int:
-        """Delete messages sent more than ``sent_before_s`` ago; returns how many."""
+    def prune(self, sent_before_s: float, failed_before_s: float) -> int:
+        """Delete messages sent more than ``sent_before_s`` ago, and those
+        that failed for good more than ``failed_before_s`` ago (a failed
+        message's ``next_at`` is when it failed); returns how many."""
         ...
 
 

@@ -31,7 +31,7 @@ from sloth_daemon.spec import Defaults, JobSpec
 
 # The jobs columns the settings are stored in (an edit writes them back as they were unless changed).
 SETTING_COLUMNS = ("max_attempts", "lease_s", "timeout_s", "cwd", "retry_exit", "no_retry_exit", "place",
-                   "keep_awake", "limits", "gate")
+                   "keep_awake", "limits", "gate", "rules")
 
 __all__ = ["EDITABLE", "EXPECTABLE", "Edited", "Plan", "bump_priority", "changes_of", "check_expect", "cycle_error",
            "describe",
@@ -42,7 +42,7 @@ __all__ = ["EDITABLE", "EXPECTABLE", "Edited", "Plan", "bump_priority", "changes
 # job's settings with the edit's over them are parsed as one JobSpec.
 GATE_KEYS = ("when", "on_lost", "needs", "slots")
 SETTINGS = frozenset({"max_attempts", "lease_s", "timeout_s", "cwd", "retry_exit", "no_retry_exit", "place",
-                      "keep_awake", "limits", *GATE_KEYS})
+                      "keep_awake", "limits", "rules", *GATE_KEYS})
 EDITABLE = frozenset({"command", "shell", "lane", "priority", "label", "not_before", "after", "after_any",
                       *SETTINGS})
 NEED_DONE, NEED_END = "done", "end"
@@ -113,19 +113,22 @@ def settings_of(job: Job) -> dict[str, Any]:
     gate = job.gate or {}
     return {"max_attempts": job.max_attempts, "lease_s": job.lease_s, "timeout_s": job.timeout_s, "cwd": job.cwd,
             "retry_exit": job.retry_exit, "no_retry_exit": job.no_retry_exit, "place": job.place or ANYWHERE,
-            "keep_awake": job.keep_awake, "limits": _own_limits(job.limits),
+            "keep_awake": job.keep_awake, "limits": _own_limits(job.limits), "rules": job.rules,
             **{k: gate.get(k) for k in GATE_KEYS}}
 
 
 def merged_settings(job: Job, changes: Mapping[str, Any]) -> dict[str, Any]:
     """The job's settings with the edit's over them: each limit on its own
     (``--mem`` keeps ``--nice``), unless they come as the daemon made them
-    (with ``via``: holding.held_here's, whole); every other one whole."""
+    (with ``via``: holding.held_here's, whole); each rule on its own
+    (``--stall`` keeps ``--fail-on``); every other one whole."""
     out = settings_of(job)
     for k in SETTINGS & set(changes):
         v = changes[k]
         if k == "limits" and isinstance(v, Mapping) and out["limits"] and "via" not in v:
             v = {**out["limits"], **v}
+        if k == "rules" and isinstance(v, Mapping) and out["rules"]:
+            v = {**out["rules"], **v}
         out[k] = v
     return out
 
@@ -150,7 +153,8 @@ def settings_columns(job: Job, changes: Mapping[str, Any]) -> dict[str, Any]:
     cols = {"max_attempts": spec.max_attempts, "lease_s": spec.lease_s, "timeout_s": spec.timeout_s,
             "cwd": spec.cwd, "retry_exit": spec.retry_exit_json, "no_retry_exit": spec.no_retry_exit_json,
             "place": spec.place, "keep_awake": spec.keep_awake,
-            "limits": _dumps(final_limits) if final_limits is not None else spec.limits_json, "gate": spec.gate_json}
+            "limits": _dumps(final_limits) if final_limits is not None else spec.limits_json, "gate": spec.gate_json,
+            "rules": spec.rules_json}
     named = {("gate" if k in GATE_KEYS else k) for k in SETTINGS & set(changes)}
     return {k: v for k, v in cols.items() if k in named}
 
@@ -169,12 +173,19 @@ def setting_words(job: Job, changes: Mapping[str, Any]) -> list[str]:
     """"timeout (none) -> 2h", ...: each setting the edit changes, as a person gave it."""
     old, new = settings_of(job), merged_settings(job, changes)
     new["limits"] = _own_limits(new["limits"]) if isinstance(new["limits"], Mapping) else new["limits"]
-    return [f"{_OPTION.get(k, k)} {_setting(old[k])} -> {_setting(new[k])}"
-            for k in sorted(SETTINGS & set(changes)) if _setting(old[k]) != _setting(new[k])]
+    out = [f"{_OPTION.get(k, k)} {_setting(old[k])} -> {_setting(new[k])}"
+           for k in sorted(SETTINGS & set(changes) - {"rules"}) if _setting(old[k]) != _setting(new[k])]
+    if "rules" in changes:  # each rule as its option: "stall 10m -> 20m"
+        was, now = old["rules"] or {}, new["rules"] or {}
+        out += [f"{_RULE_OPTION.get(r, r)} {_setting(was.get(r))} -> {_setting(now.get(r))}"
+                for r in sorted(set(was) | set(now)) if _setting(was.get(r)) != _setting(now.get(r))]
+    return out
 
 
 _OPTION = {"max_attempts": "max-attempts", "lease_s": "lease", "timeout_s": "timeout", "retry_exit": "retry-exit",
            "no_retry_exit": "no-retry-exit", "keep_awake": "keep-awake", "on_lost": "on-lost"}
+_RULE_OPTION = {"stall_s": "stall", "fail_on": "fail-on", "retry_on": "retry-on", "no_retry_on": "no-retry-on",
+                "backoff_s": "backoff", "backoff_cap_s": "backoff cap"}
 
 
 def _setting(v: Any) -> str:

@@ -171,7 +171,7 @@ _JOB_TELL = (
            field="mail_to"),
     Option("mail_on", "--mail-on", VALUE, None, "Events for --mail-to (default failed,missed).", field="mail_on"),
 )
-# Watchdogs and retry rules (issue 33 item 5; docs/watchdogs.md): `sloth add`'s only.
+# Watchdogs and retry rules (issue 33 item 5; docs/watchdogs.md): `sloth add`'s and a schedule's.
 _JOB_RULES = (
     Option("stall", "--stall", VALUE, None, "End it (failed, \"stalled\") when it prints nothing this long, "
            "e.g. 10m.", field="stall_s"),
@@ -210,6 +210,7 @@ def _schedule_when(edit: bool) -> tuple[Option, ...]:
                "desktop, saying why."),
         *(tuple(_unset(o) for o in _JOB_OPTIONS) if edit else _JOB_OPTIONS),
         *(tuple(_unset(o) for o in _JOB_TELL) if edit else _JOB_TELL),
+        *(tuple(_unset(o) for o in _JOB_RULES) if edit else _JOB_RULES),
     )
 
 
@@ -394,7 +395,7 @@ COMMANDS: tuple[Command, ...] = (
         "one). One transaction;\nthe job's history says what changed. A running or finished job is refused\n(`sloth "
         "restart` makes a new job).", "sloth_daemon.cli.edit:edit",
         Option("command", "--command", VALUE, None, "The new command, one shell line (as a line of `add --stdin`)."),
-        *(_unset(o) for o in _JOB_OPTIONS),  # every option of `sloth add` a job not started takes
+        *(_unset(o) for o in (*_JOB_OPTIONS, *_JOB_RULES)),  # every option of `sloth add` a job not started takes
         Option("delay", "--delay", VALUE, None, "Start no sooner than this long from now, e.g. 10m (0: now)."),
         Option("at", "--at", VALUE, None, "Start no sooner than this time (9pm, tomorrow 08:00, mon 9:00, ISO)."),
         Option("after", "--after", LIST, None, "Its prerequisites, replacing the old ones (ids; none: no more).",

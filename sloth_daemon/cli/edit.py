@@ -52,7 +52,9 @@ def edit(words: Sequence[str], *, command: Optional[str] = None, delay: Optional
          anywhere: Optional[bool] = None, on: Optional[str] = None, keep_awake: Optional[bool] = None,
          mem: Optional[str] = None, cpus: Optional[str] = None, nice: Optional[int] = None, io: Optional[str] = None,
          when: Optional[Sequence[str]] = None, on_lost: Optional[str] = None, needs: Optional[Sequence[str]] = None,
-         slots: Optional[int] = None) -> int:
+         slots: Optional[int] = None, stall: Optional[str] = None, fail_on: Optional[str] = None,
+         retry_on: Optional[Sequence[str]] = None, no_retry_on: Optional[Sequence[str]] = None,
+         backoff: Optional[str] = None) -> int:
     """`sloth edit ID [options] [-- CMD ARGS...]` (help and options: commands.py;
     from ``lane`` on, the options of `sloth add` every job takes, add_options.job_fields)."""
     from sloth_daemon.cli import add_options as opts
@@ -83,6 +85,12 @@ def edit(words: Sequence[str], *, command: Optional[str] = None, delay: Optional
         changes.update(_line(command, "--command"))
     removed = {k: None for k in ("when", "needs") if _none(settings.get(k))}
     changes.update(opts.job_fields(**{k: None if k in removed else v for k, v in settings.items()}), **removed)
+    rules = opts.rules_fields(stall, fail_on, retry_on, no_retry_on, backoff)
+    if rules:  # checked here, so a bad one is named as its option (`--fail-on '(' is not ...`)
+        from sloth_daemon.cli.submit import check
+
+        check([{"command": ["-"], **rules}], {}, where=lambda i: "", nothing=f"job {jid} was not changed")
+        changes.update(rules)
     if cwd is not None:
         from sloth_daemon.cli.add import caller_cwd
 

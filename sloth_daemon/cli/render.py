@@ -261,10 +261,7 @@ def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]], *,
     if job.get("runner"):
         lines.append(f"  pid       {job['runner'].get('pid')}")
     lines += held_lines(job, events) + run_lines(job)
-    lines += _relations(prereqs, dependents) + _gate(job) + rules_lines(job)
-    for ch in job.get("tell") or []:  # who is told (docs/telling.md); a URL comes masked from the daemon
-        lines.append(f"  tells     {ch['kind']} {showable(ch.get('url') or ', '.join(ch.get('to', [])))}"
-                     f" on {','.join(ch.get('on', []))}")
+    lines += _relations(prereqs, dependents) + _gate(job) + rules_lines(job) + tell_lines(job.get("tell"))
     if job.get("message"):
         lines.append(f"  message   {showable(job['message'])}")
     lines += _history(job, events)
@@ -272,6 +269,12 @@ def show_job(job: dict[str, Any], events: Sequence[dict[str, Any]], *,
         lines.append(f"  last lines of its log (attempt {job['attempts']})")
         lines += [f"    | {ln}" for ln in log_tail]
     return "\n".join(lines)
+
+
+def tell_lines(channels: Sequence[dict[str, Any]] | None) -> list[str]:
+    """Who is told (docs/telling.md); a URL comes masked from the daemon."""
+    return [f"  tells     {ch['kind']} {showable(ch.get('url') or ', '.join(ch.get('to', [])))}"
+            f" on {','.join(ch.get('on', []))}" for ch in channels or ()]
 
 
 def run_lines(job: dict[str, Any]) -> list[str]:
@@ -317,7 +320,7 @@ def rules_lines(job: dict[str, Any]) -> list[str]:
 def option_lines(options: dict[str, Any]) -> list[str]:
     """A schedule's job options (its ``job_options``) as `show` says a job's."""
     gate = {k: options[k] for k in ("when", "on_lost", "needs", "slots") if k in options}
-    return _gate({"state": "", "gate": gate}) + held_lines(options)
+    return _gate({"state": "", "gate": gate}) + held_lines(options) + rules_lines(options)
 
 
 def _gate(job: dict[str, Any]) -> list[str]:

@@ -32,8 +32,9 @@ def add(words: Sequence[str], *, every: Text = None, cron: Text = None, tz: Text
         keep_awake: bool = False, mem: Text = None, cpus: Text = None, nice: Optional[int] = None, io: Text = None,
         when: Optional[Sequence[str]] = None, on_lost: Text = None, needs: Optional[Sequence[str]] = None,
         slots: Optional[int] = None, ping: Any = None, webhook: Any = None, webhook_on: Text = None,
-        mail_to: Any = None, mail_on: Text = None, expect_within: Text = None, no_start: bool = False,
-        as_json: bool = False) -> None:
+        mail_to: Any = None, mail_on: Text = None, expect_within: Text = None, stall: Text = None,
+        fail_on: Text = None, retry_on: Optional[Sequence[str]] = None, no_retry_on: Optional[Sequence[str]] = None,
+        backoff: Text = None, no_start: bool = False, as_json: bool = False) -> None:
     """`sloth schedule add NAME (--every D | --cron EXPR) [options] -- CMD ARGS...`."""
     options = dict(locals())
     name, command = _split(words, need_command=True)
@@ -52,7 +53,9 @@ def edit(words: Sequence[str], *, every: Text = None, cron: Text = None, tz: Tex
          keep_awake: Any = None, mem: Text = None, cpus: Text = None, nice: Optional[int] = None, io: Text = None,
          when: Optional[Sequence[str]] = None, on_lost: Text = None, needs: Optional[Sequence[str]] = None,
          slots: Optional[int] = None, ping: Any = None, webhook: Any = None, webhook_on: Text = None,
-         mail_to: Any = None, mail_on: Text = None, expect_within: Text = None, as_json: bool = False) -> None:
+         mail_to: Any = None, mail_on: Text = None, expect_within: Text = None, stall: Text = None,
+         fail_on: Text = None, retry_on: Optional[Sequence[str]] = None, no_retry_on: Optional[Sequence[str]] = None,
+         backoff: Text = None, as_json: bool = False) -> None:
     """`sloth schedule edit NAME [options] [-- CMD ARGS...]`: only what is given changes."""
     options = dict(locals())
     name, command = _split(words, need_command=False)
@@ -158,7 +161,9 @@ def _job(command: list[str], o: dict[str, Any], *, edit: bool = False) -> dict[s
               **opts.hold_fields(bool(o.get("keep_awake")), o.get("mem"), o.get("cpus"), o.get("nice"), o.get("io")),
               **opts.gate_fields(o.get("when"), o.get("on_lost"), o.get("needs"), o.get("slots")),
               **opts.tell_fields(o.get("ping"), o.get("webhook"), o.get("webhook_on"), o.get("mail_to"),
-                                 o.get("mail_on"))}
+                                 o.get("mail_on")),
+              **opts.rules_fields(o.get("stall"), o.get("fail_on"), o.get("retry_on"), o.get("no_retry_on"),
+                                  o.get("backoff"))}
     if edit:
         return {**job, **{k: v for k, v in fields.items() if v is not None},
                 **({"cwd": common_fields(cwd=o["cwd"])["cwd"]} if o.get("cwd") else {})}
@@ -166,10 +171,15 @@ def _job(command: list[str], o: dict[str, Any], *, edit: bool = False) -> dict[s
 
 
 def _checked(job: dict[str, Any], nothing: str) -> dict[str, Any]:
-    """``job``, once its shell line parses (`sh -n`, as `sloth add --shell` checks): every
-    occurrence would fail on it, and be retried."""
+    """``job``, once its options pass `sloth add`'s own checks (named as the
+    options: `--fail-on '(' is not a regular expression`) and its shell line
+    parses (`sh -n`, as `sloth add --shell` checks): every occurrence would
+    fail on it, and be retried."""
     from sloth_daemon.cli.add import check_shell
+    from sloth_daemon.cli.submit import check
 
+    if job:  # an edit's changes are checked as a job with them (its command may be unchanged)
+        check([{"command": ["-"], **job}], {}, where=lambda i: "", nothing=nothing)
     check_shell([job], lambda i: "", nothing)
     return job
 
@@ -214,7 +224,7 @@ def _details(s: dict[str, Any]) -> list[str]:
             f"  if missed: {s['missed']}   if still running: {s['overlap']}   jitter: {jitter}",
             f"  lane {showable(s['lane'])}, runs {_where(s['place'])};"
             f" slots missed so far {s['missed_slots']}, dropped {s['dropped']}",
-            *render.option_lines(s.get("job_options") or {}),
+            *render.option_lines(s.get("job_options") or {}), *render.tell_lines(s.get("tell")),
             *([f"  expect a success within {format_duration(s['expect_within_s'])}"
                + (f": OVERDUE since {_at(s['overdue'])}" if s.get("overdue") else "")]
               if s.get("expect_within_s") else [])]

@@ -79,13 +79,15 @@ def with_note(e: SlothError, note: str) -> SlothError:
 
 
 # ------------------------------------------------------------------- checks
-def check(jobs: list[dict[str, Any]], common: dict[str, Any], *, where: Callable[[int], str]) -> None:
+def check(jobs: list[dict[str, Any]], common: dict[str, Any], *, where: Callable[[int], str],
+          nothing: str = NOTHING) -> None:
     """Refuse the whole input if any job is invalid. ``where(i)`` names job
-    ``i`` for the message ("line 3 of --file"; "" for a single command)."""
+    ``i`` for the message ("line 3 of --file"; "" for a single command);
+    ``nothing``: what the error says was not done."""
     cache: EnvCache = {}
-    _check_one({**common, "command": ["-"]}, cache, "")  # the options, once
+    _check_one({**common, "command": ["-"]}, cache, "", nothing)  # the options, once
     for i, job in enumerate(jobs):
-        _check_one(job if _only_own_fields(job) else {**common, **job}, cache, where(i))
+        _check_one(job if _only_own_fields(job) else {**common, **job}, cache, where(i), nothing)
 
 
 def _only_own_fields(job: dict[str, Any]) -> bool:
@@ -94,7 +96,7 @@ def _only_own_fields(job: dict[str, Any]) -> bool:
     return job.keys() <= {"command", "shell", "member"}
 
 
-def _check_one(spec: dict[str, Any], cache: EnvCache, where: str) -> None:
+def _check_one(spec: dict[str, Any], cache: EnvCache, where: str, nothing: str = NOTHING) -> None:
     """The queue's own checks (checks.fields, as JobSpec.parse runs them);
     the daemon's defaults do not matter here, only whether a value is valid."""
     try:
@@ -111,9 +113,9 @@ def _check_one(spec: dict[str, Any], cache: EnvCache, where: str) -> None:
                 rules_json(spec["rules"])  # --stall, --fail-on ... (JobSpec.parse checks them apart)
     except FieldError as e:
         text = f"{option_names().get(e.field, e.field)} {e.problem}"
-        raise BadRequest(f"{where + ': ' if where else ''}{text}; {NOTHING}", e.hint or None) from None
+        raise BadRequest(f"{where + ': ' if where else ''}{text}; {nothing}", e.hint or None) from None
     except BadRequest as e:
-        raise with_note(e, NOTHING) from None
+        raise with_note(e, nothing) from None
 
 
 # ------------------------------------------------------------------- frames

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -48,7 +47,10 @@ class DaemonMetrics:
     def __init__(self, target: str | os.PathLike[str], clock: ClockWatch, keeper: KeeperSpawner) -> None:
         self.target, self.clock, self.keeper = target, clock, keeper
         self.started_at = time.time()
-        self._reading = threading.Lock()  # one reading at a time: the op and the file may ask at once
+        # One reading at a time (the op and the file may ask at once), waited
+        # for on the loop: a flood of `sloth metrics` holds one thread of the
+        # default pool, not all of them (GPU and process lookups use it too).
+        self._reading: asyncio.Lock | None = None
 
     def own(self) -> list[Family]:
         """What this daemon counted since it started."""
@@ -73,17 +75,19 @@ class DaemonMetrics:
     async def text(self, fmt: str) -> str:
         """The metrics as text in ``fmt`` (metrics.FORMATS)."""
         own = self.own()  # on the loop: its counters are the loop's
-        return await asyncio.to_thread(self._text, own, fmt)
+        if self._reading is None:
+            self._reading = asyncio.Lock()
+        async with self._reading:
+            return await asyncio.to_thread(self._text, own, fmt)
 
     def _text(self, own: list[Family], fmt: str) -> str:
         from sloth_daemon.backends import open_read_only
 
-        with self._reading:
-            view = open_read_only(self.target)
-            try:
-                queue = metrics.queue_families(view, now=time.time())
-            finally:
-                view.close()
+        view = open_read_only(self.target)
+        try:
+            queue = metrics.queue_families(view, now=time.time())
+        finally:
+            view.close()
         return metrics.expose([*queue, *own], fmt)
 
 

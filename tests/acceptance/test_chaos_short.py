@@ -11,6 +11,8 @@ and resumed, queued ones edited, held, released and bumped, the charger
 flapping under `--when ac` jobs, `--needs` tokens and `--slots`, and
 `[resources]` shrunk by a reload, and late in the chaos below what a gpu=2
 job needs for good (such jobs then refused at add or held, saying why).
+All of it with `idle_exit_s` on: the daemon must stay while schedules are
+enabled, and leave by itself, cleanly, once nothing is left to do.
 
 Then every invariant must hold: nothing lost or duplicated, never two runs
 of a job at once, no cancelled job started after its cancel was answered,
@@ -38,7 +40,10 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.timeout(300)]
 @pytest.fixture(scope="module")
 def soak() -> SoakResult:
     seed = os.environ.get("SLOTH_SOAK_SEED")
-    res = run_soak(SoakConfig.short(seed=int(seed) if seed else None, log=lambda s: None))
+    # idle_exit_s on (issue 34): the daemon's idle watch runs through all the chaos (enabled
+    # schedules keep it: any exit of its own then is a violation) and, once the schedules are
+    # paused and every job is final, it must leave by itself, cleanly; the checks run on the next one.
+    res = run_soak(SoakConfig.short(seed=int(seed) if seed else None, log=lambda s: None, idle_exit_s=2.0))
     print("\n" + res.report())
     return res
 
@@ -50,6 +55,7 @@ def test_chaos_short_keeps_every_invariant(soak: SoakResult):
     # the chaos really happened, and the work really ran
     assert f["kills"] >= 1 and f["stops"] >= 1 and f.get("job_kills", 0) + f.get("job_kill_no_target", 0) >= 1
     assert f["bad_frames"] >= 1
+    assert f.get("idle_exits") == 1, soak.report()  # after the settle, by itself (chaos_soak.idle_exit)
     assert f.get("cancel_rounds", 0) + f.get("kill_rounds", 0) >= 1 and f.get("bursts", 0) >= 3
     assert f.get("daemon_stops", 0) >= 1 and f.get("keeper_stops", 0) >= 1 and f.get("config_swaps", 0) >= 1
     assert any(k.startswith("lease floor ") for k in f)

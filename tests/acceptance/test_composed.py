@@ -4,6 +4,8 @@ hold when another branch's command changes the job later."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.support.inhibit import with_fake_inhibit
@@ -101,3 +103,31 @@ def test_a_schedule_made_again_after_rm_runs_its_own_command(make_harness):
     assert h.wait_state(second, "done", timeout_s=20)["command"] == ["echo", "new"]
     assert h.job(first)["state"] in ("queued", "running")  # the old one's job stays
     h.cli("kill", str(first), check=True)
+
+
+def test_a_schedule_takes_watchdogs_and_retry_rules_and_shows_them_and_its_channels(make_harness, tmp_path):
+    """`schedule add` refused --stall, --fail-on, --retry-on, --backoff (a
+    nightly job is where a hung run matters most), and `schedule show`
+    never said who its occurrences tell: a --ping or --webhook given at add
+    was kept but not shown. Its URLs come masked, as `show` masks a job's."""
+    h = make_harness(TEST_CONFIG)
+    h.start()
+    h.cli("schedule", "add", "nightly", "--every", "1d", "--stall", "10m", "--fail-on", "loss: nan",
+          "--retry-on", "mem", "--backoff", "5s..10m", "--ping", "https://hc.example/ping/0f1e2d3c",
+          "--mail-to", "me@example.com", "--", "true", check=True)
+    h.cli("schedule", "edit", "nightly", "--stall", "20m", check=True)  # one rule changed, the others kept
+    out = h.cli("schedule", "show", "nightly", check=True).stdout
+    for want in ("watch     stall 20m; fail-on 'loss: nan'", "retries   also on mem; backoff 5s..10m",
+                 "tells     ping https://hc.example/***", "tells     mail me@example.com on failed,missed"):
+        assert want in out, out
+    assert "0f1e2d3c" not in out
+    sched = h.cli_json("schedule", "show", "nightly")["schedule"]
+    assert sched["job_options"]["rules"] == {"stall_s": 1200.0, "fail_on": "loss: nan", "retry_on": ["mem"],
+                                              "backoff_s": 5.0, "backoff_cap_s": 600.0}, sched
+    assert "0f1e2d3c" not in json.dumps(sched)
+    jid = int(h.cli("schedule", "run", "nightly", check=True).stdout.split()[0])
+    (job,) = h.cli_json("show", str(jid))["jobs"]
+    assert job["rules"]["stall_s"] == 1200.0 and job["rules"]["fail_on"] == "loss: nan", job
+    bad = h.cli("schedule", "add", "other", "--every", "1d", "--fail-on", "(", "--", "true")
+    assert bad.returncode != 0 and "--fail-on" in bad.stderr, bad.stderr
+    assert "other" not in h.cli("schedule", "ls", check=True).stdout

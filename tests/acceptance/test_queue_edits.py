@@ -270,3 +270,20 @@ def test_what_an_edit_says_cannot_break_the_terminal(harness):
     assert p.stdout.count("\n") == 1 and "\x1b" not in p.stdout, repr(p.stdout)
     assert "a\\nb\\x1b[2J" in p.stdout
     assert h.job(jid)["label"] == "a\nb\x1b[2J"
+
+
+def test_edit_changes_a_waiting_jobs_watchdogs_and_retry_rules(harness):
+    """`sloth edit ID --stall 20m` (and --fail-on, --retry-on, --backoff) was
+    refused as an unknown option: a job queued behind a long one could not
+    be given the watchdog its user forgot. One rule changed keeps the others."""
+    h = harness
+    h.start()
+    h.call("pause")
+    a = add(h, "--fail-on", "loss: nan", "--", "true")
+    p = h.cli("edit", str(a), "--stall", "20m", "--backoff", "5s..10m", check=True)
+    assert "stall (none) -> 20m" in p.stdout and "backoff (none) -> 5s" in p.stdout, p.stdout
+    (job,) = h.cli_json("show", str(a))["jobs"]
+    assert job["rules"] == {"fail_on": "loss: nan", "stall_s": 1200.0, "backoff_s": 5.0, "backoff_cap_s": 600.0}
+    p = h.cli("edit", str(a), "--fail-on", "(")
+    assert p.returncode == EXIT_USAGE and "--fail-on" in p.stderr, p.stderr
+    assert h.cli_json("show", str(a))["jobs"][0]["rules"] == job["rules"]

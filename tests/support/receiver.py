@@ -24,12 +24,13 @@ class Seen:
 
 class Receiver:
     """``mode``: ok, 500, 404, hang (no answer, nothing done), apply-then-hang
-    (done, then no answer: the sender cannot know), drop; ``redirect``: answer 301 to /moved first.
+    (done, then no answer: the sender cannot know), drop; ``redirect``: answer 301 (or the status
+it holds) to /moved first; a GET (after a 303) is answered 200 and kept in ``requests``.
     ``requests``: every request; ``effects``: those whose key was new (in order)."""
 
     def __init__(self) -> None:
         self.mode = "ok"
-        self.redirect = False
+        self.redirect: bool | int = False
         self.requests: list[Seen] = []
         self.effects: list[Seen] = []
         self.keys: set[str] = set()  # (path, Idempotency-Key) seen
@@ -57,7 +58,7 @@ class Receiver:
                     self.close_connection = True
                     return
                 if me.redirect and not self.path.startswith("/moved"):
-                    self._answer(301, {"Location": "/moved" + self.path})
+                    self._answer(301 if me.redirect is True else int(me.redirect), {"Location": "/moved" + self.path})
                     return
                 if mode in ("500", "404"):
                     self._answer(int(mode))
@@ -71,6 +72,12 @@ class Receiver:
                 if mode == "apply-then-hang":  # done on our side; the sender never hears so
                     me.release.wait(600)
                     return
+                self._answer(200)
+
+            def do_GET(self) -> None:  # noqa: N802
+                with me.lock:
+                    me.requests.append(Seen("GET", self.path, {k.lower(): v for k, v in self.headers.items()},
+                                            b""))
                 self._answer(200)
 
             def _answer(self, code: int, headers: dict[str, str] | None = None) -> None:

@@ -39,7 +39,7 @@ SQL_EDIT = (
     " label = %(label)s, not_before = %(not_before)s, state = %(state)s, prereqs = %(prereqs)s,"
     " max_attempts = %(max_attempts)s, lease_s = %(lease_s)s, timeout_s = %(timeout_s)s, cwd = %(cwd)s,"
     " retry_exit = %(retry_exit)s, no_retry_exit = %(no_retry_exit)s, place = %(place)s, keep_awake = %(keep_awake)s,"
-    " limits = %(limits)s, gate = %(gate)s, wait_reason = %(wait_reason)s,"
+    " limits = %(limits)s, gate = %(gate)s, rules = %(rules)s, wait_reason = %(wait_reason)s,"
     " updated_at = sloth.now() WHERE id = %(id)s AND state IN ('blocked', 'held', 'queued') RETURNING *"
 )
 SQL_ADD_LANE = "INSERT INTO sloth.lanes (name, created_at) VALUES (%s, sloth.now()) ON CONFLICT (name) DO NOTHING"

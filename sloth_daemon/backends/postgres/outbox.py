@@ -91,10 +91,11 @@ class PgOutbox(contract.Outbox):
                 for ch in channels if event in ch.get("on", ())]
         return self.db.write(lambda c: sum(c.execute(SQL_ADD, r).rowcount for r in rows), "writing a message")
 
-    def prune(self, sent_before_s: float) -> int:
+    def prune(self, sent_before_s: float, failed_before_s: float) -> int:
         return self.db.write(lambda c: c.execute(
-            "DELETE FROM sloth.outbox WHERE state = 'sent' AND sent_at < sloth.now() - %s",
-            (sent_before_s,)).rowcount, "pruning sent messages")
+            "DELETE FROM sloth.outbox WHERE (state = 'sent' AND sent_at < sloth.now() - %s)"
+            " OR (state = 'failed' AND next_at < sloth.now() - %s)",
+            (sent_before_s, failed_before_s)).rowcount, "pruning sent and failed messages")
 
 
 def _ids(ids: Sequence[int]) -> list[int]:

@@ -347,6 +347,32 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (job_id, attempt)
     ) WITHOUT ROWID;
     """,
+    # 15 -> 16: a job retried and then ended again in the same attempt (a
+    # cancel, a retry, a cancel: no run between) made the same outbox key as
+    # its first end, so INSERT OR IGNORE told its second end to no one. The
+    # key now counts the job's retries before the event: unchanged while
+    # there was none (job:<id>:<attempt>:<event>), ':r<n>' after the n-th.
+    """
+    DROP TRIGGER events_tell;
+    CREATE TRIGGER events_tell AFTER INSERT ON events
+    WHEN NEW.kind IN ('started', 'done', 'failed', 'lease_expired', 'cancelled', 'fenced')
+    BEGIN
+        INSERT OR IGNORE INTO outbox (key, event, channel, job_id, attempt, exit_code, at, next_at)
+        SELECT 'job:' || t.id || ':' || NEW.attempt || ':' || t.evt
+               || coalesce(':r' || nullif((SELECT count(*) FROM events r
+                                          WHERE r.job_id = NEW.job_id AND r.kind = 'retried'), 0), ''),
+               t.evt, ch.value, t.id, NEW.attempt, t.exit_code, NEW.at, NEW.at
+        FROM (SELECT id, tell, exit_code, CASE
+                WHEN NEW.kind = 'started' THEN 'started'
+                WHEN state = 'done' AND NEW.kind = 'done' THEN 'done'
+                WHEN state = 'failed' AND NEW.kind IN ('failed', 'lease_expired', 'fenced') THEN 'failed'
+                WHEN state = 'cancelled' AND NEW.kind = 'cancelled' THEN 'cancelled'
+                WHEN state = 'queued' AND NEW.kind IN ('failed', 'fenced') THEN 'retrying'
+              END AS evt FROM jobs WHERE id = NEW.job_id AND tell IS NOT NULL) AS t, json_each(t.tell) AS ch
+        WHERE t.evt IS NOT NULL
+          AND EXISTS (SELECT 1 FROM json_each(ch.value, '$.on') AS e WHERE e.value = t.evt);
+    END;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

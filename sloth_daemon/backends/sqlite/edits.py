@@ -39,7 +39,7 @@ SQL_EDIT = (
     " not_before = :not_before, state = :state, prereqs = :prereqs, updated_at = :now,"
     " max_attempts = :max_attempts, lease_s = :lease_s, timeout_s = :timeout_s, cwd = :cwd, retry_exit = :retry_exit,"
     " no_retry_exit = :no_retry_exit, place = :place, keep_awake = :keep_awake, limits = :limits, gate = :gate,"
-    " wait_reason = :wait_reason"
+    " rules = :rules, wait_reason = :wait_reason"
     " WHERE id = :id AND state IN ('blocked', 'held', 'queued') RETURNING *"
 )
 SQL_ADD_LANE = "INSERT INTO lanes (name, created_at) VALUES (?, ?) ON CONFLICT(name) DO NOTHING"

@@ -92,11 +92,12 @@ class SqliteOutbox(contract.Outbox):
             return sum(c.execute("INSERT OR IGNORE INTO outbox (key, event, channel, schedule, note, at, next_at)"
                                  " VALUES (?, ?, ?, ?, ?, ?, ?)", r).rowcount for r in rows)
 
-    def prune(self, sent_before_s: float) -> int:
+    def prune(self, sent_before_s: float, failed_before_s: float) -> int:
         now = self.clock.now()
         with self.store.tx(durable=False) as c:
-            return c.execute("DELETE FROM outbox WHERE state = 'sent' AND sent_at < ?",
-                             (now - sent_before_s,)).rowcount
+            return c.execute("DELETE FROM outbox WHERE (state = 'sent' AND sent_at < ?)"
+                             " OR (state = 'failed' AND next_at < ?)",
+                             (now - sent_before_s, now - failed_before_s)).rowcount
 
 
 def _ids(ids: Sequence[int]) -> list[int]:

@@ -6,6 +6,7 @@ schedule is shown (``view``, the same for `ls`,
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Callable, Mapping
 
@@ -121,8 +122,20 @@ def view(rec: Mapping[str, Any]) -> dict[str, Any]:
         "missed_slots": rec["missed"], "dropped": rec["dropped"], "command": job.get("command"),
         "lane": job.get("lane", "default"), "place": job.get("place", ""), "created_at": rec["created_at"],
         "job_options": {k: job[k] for k in JOB_OPTIONS if job.get(k) not in (None, False, {}, [])},
+        "tell": _channels(job),
     }
 
 
-# What each occurrence waits for and holds (add's gate and keeper fields), said by `schedule show`.
-JOB_OPTIONS = ("when", "on_lost", "needs", "slots", "keep_awake", "limits")
+# What each occurrence waits for and holds (add's gate and keeper fields), and its watchdogs and
+# retry rules, said by `schedule show`.
+JOB_OPTIONS = ("when", "on_lost", "needs", "slots", "keep_awake", "limits", "rules")
+
+
+def _channels(job: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Who each occurrence tells (and the dead-man switch), as `show` says a
+    job's: {"kind", "url" masked or "to", "on"}."""
+    from sloth_daemon.checks import tell_json
+    from sloth_daemon.models import mask_channel
+
+    stored = tell_json(job)
+    return [mask_channel(ch) for ch in json.loads(stored)] if stored else []

@@ -61,7 +61,10 @@ class Recipe:
         if "every_s" in changes or "cron" in changes:  # one replaces the other
             d["every_s"] = d["cron"] = None
         if isinstance(changes.get("job"), Mapping):
-            changes = {**changes, "job": {**self.job, **changes["job"]}}
+            new = dict(changes["job"])
+            if isinstance(new.get("rules"), Mapping) and isinstance(self.job.get("rules"), Mapping):
+                new["rules"] = {**self.job["rules"], **new["rules"]}  # `edit --stall 5m` keeps its --fail-on
+            changes = {**changes, "job": {**self.job, **new}}
         return {**d, **changes}
 
 

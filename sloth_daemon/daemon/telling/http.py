@@ -1,7 +1,10 @@
 """One HTTP request to a ping or webhook receiver, bounded every way, with
 the standard library (http.client, ssl): a connect and read timeout per
 step and a deadline for the whole exchange, at most MAX_REDIRECTS
-redirects (never from https to http), at most RESPONSE_CAP bytes of the
+redirects (never from https to http; a 303 is followed with a GET, as
+RFC 9110 says: the receiver took the POST and points at its answer; 301,
+302, 307 and 308 repeat the POST, so a moved webhook never silently gets a
+GET without its payload), at most RESPONSE_CAP bytes of the
 answer read, TLS always verified (the system's CAs, or ``ca_file`` as
 well; never skipped). It runs on a sender's thread, never on the loop.
 
@@ -26,6 +29,7 @@ from sloth_daemon.text import mask_url
 MAX_REDIRECTS = 3
 RESPONSE_CAP = 16 * 1024
 REDIRECTS = (301, 302, 303, 307, 308)
+BODY_HEADERS = ("content-type", "x-sloth-signature")  # they describe the body a 303's GET leaves out
 # Answers that may change if asked again later (a timeout, too many
 # requests, a server error); any other 4xx is the request's fault: failed at once.
 TRANSIENT = (408, 425, 429)
@@ -52,6 +56,9 @@ def request(method: str, url: str, body: bytes, headers: Mapping[str, str], *, t
             if urlsplit(url).scheme == "https" and urlsplit(nxt).scheme != "https":
                 raise DeliveryError(f"{mask_url(url)} redirected from https to http: refused", permanent=True)
             url = nxt
+            if status == 303 and method != "GET":
+                method, body = "GET", b""
+                headers = {k: v for k, v in headers.items() if k.lower() not in BODY_HEADERS}
             continue
         if 200 <= status < 300:
             return status
@@ -74,7 +81,8 @@ def _once(method: str, url: str, body: bytes, headers: Mapping[str, str], deadli
     path = (u.path or "/") + (f"?{u.query}" if u.query else "")
     cutoff = Cutoff(lambda: conn.sock, left)
     try:
-        conn.request(method, path, body=body, headers={**headers, "Content-Length": str(len(body))})
+        sized = {**headers, "Content-Length": str(len(body))} if body or method != "GET" else dict(headers)
+        conn.request(method, path, body=body or None, headers=sized)
         resp = conn.getresponse()
     except ssl.SSLCertVerificationError as e:
         raise DeliveryError(f"{mask_url(url)}: TLS certificate not trusted ({e.verify_message})") from None

@@ -54,6 +54,7 @@ DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_RETRY_FOR_S = 86400.0
 MAX_WAIT_S = 60.0
 KEEP_SENT_S = 7 * 86400.0  # sent messages are kept this long (their keys too), then pruned
+KEEP_FAILED_S = 30 * 86400.0  # failed ones this long after they failed: time to see them and `outbox retry`
 PRUNE_EVERY_S = 3600.0
 SECRET_CAP = 4096
 
@@ -144,7 +145,7 @@ class Sender:
         now = self.queue.clock.now()
         if now - self._pruned_at > PRUNE_EVERY_S:
             self._pruned_at = now
-            self.queue.outbox.prune(KEEP_SENT_S)
+            self.queue.outbox.prune(KEEP_SENT_S, KEEP_FAILED_S)
         due = self.queue.outbox.next_at()
         caps = [c for c in (self.shared_poll_s, MAX_WAIT_S if due is not None else None) if c is not None]
         if due is not None:

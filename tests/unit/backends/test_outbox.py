@@ -48,6 +48,20 @@ def test_a_failure_for_good_and_a_cancelled_cascade_are_told(q):
     assert told(q) == [(a, 1, "failed", "webhook"), (b, 0, "cancelled", "webhook")]
 
 
+def test_a_second_end_after_a_retry_is_told_too(q):
+    """Cancelled, retried, cancelled again with no run between: the same
+    attempt, so the key must say it came after a retry, or the second end
+    would be taken for the first told twice and go to no one."""
+    jid = add(q, "x", webhook=HOOK, webhook_on=["cancelled"])
+    q.cancel_many([jid])
+    q.retry(jid)
+    q.cancel_many([jid])
+    q.retry(jid)
+    q.cancel_many([jid])
+    keys = sorted(m.key for m in q.outbox.messages(("pending",)))
+    assert keys == [f"job:{jid}:0:cancelled", f"job:{jid}:0:cancelled:r1", f"job:{jid}:0:cancelled:r2"]
+
+
 def test_jobs_without_channels_write_nothing_and_bad_channels_are_refused(q):
     jid = q.enqueue(["x"])
     run = q.claim("w")
@@ -92,7 +106,20 @@ def test_a_lease_that_runs_out_hands_the_message_to_another_sender(q, clock):
     assert q.outbox.drop([failed[0].id, again[0].id]) == [failed[0].id]  # a sent one stays
     assert q.outbox_counts() == {"pending": 0, "failed": 0, "sent": 1}
     clock.advance(100)
-    assert q.outbox.prune(50) == 1
+    assert q.outbox.prune(50, 1000) == 1
+
+
+def test_a_failed_message_is_pruned_once_it_is_old_enough(q, clock):
+    chans = [{"kind": "ping", "url": PING, "on": ["missed"]}]
+    q.outbox.add("schedule:a:1:missed", "missed", chans, schedule="a")
+    (m,) = q.outbox.claim("s", limit=10, lease_s=30)
+    assert q.outbox.failed_try(m.id, m.token, "HTTP 404", None)  # failed for good at t
+    clock.advance(100)
+    q.outbox.add("schedule:a:2:missed", "missed", chans, schedule="a")  # pending: never pruned
+    assert q.outbox.prune(10, 101) == 0  # failed 100 s ago: kept while younger than the cut
+    assert q.outbox.prune(10, 99) == 1
+    assert [(x.key, x.state) for x in q.outbox.messages(("pending", "failed", "sent"))] == [
+        ("schedule:a:2:missed", "pending")]
 
 
 def test_add_writes_a_keyed_message_once(q):

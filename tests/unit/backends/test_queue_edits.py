@@ -119,9 +119,22 @@ def test_edit_changes_the_settings_add_gives_checked_as_add_checks_them(q):
     assert q.edit(other, {"timeout_s": 60.0}).changes == [] and unchanged(q, other) == before
 
 
+def test_edit_changes_watchdogs_and_retry_rules_one_by_one(q):
+    """--stall, --fail-on, --retry-on, --backoff: an edit of one keeps the
+    others, each change said as its option; a bad one changes nothing."""
+    (jid,) = q.enqueue_many([{"command": ["true"], "rules": {"fail_on": "loss: nan", "stall_s": 600.0}}])
+    res = q.edit(jid, {"rules": {"stall_s": 1200.0, "retry_on": ["mem"]}})
+    assert q.get(jid).rules == {"fail_on": "loss: nan", "stall_s": 1200.0, "retry_on": ["mem"]} == res.job.rules
+    assert res.changes == ["retry-on (none) -> mem", "stall 10m -> 20m"]
+    before = unchanged(q, jid)
+    with pytest.raises((BadRequest, FieldError)):
+        q.edit(jid, {"rules": {"fail_on": "("}})
+    assert unchanged(q, jid) == before
+
+
 @pytest.mark.parametrize("changes", [{"max_attempts": 0}, {"timeout_s": -1}, {"when": ["moonlight"]},
                                      {"limits": {"nice": 40}}, {"slots": 0}, {"place": "bad name!"},
-                                     {"keep_awake": "yes"}, {"lease_s": 0.001}])
+                                     {"keep_awake": "yes"}, {"lease_s": 0.001}, {"rules": {"stall_s": -1}}])
 def test_edit_bad_settings_change_nothing(q, changes):
     jid = q.enqueue(["true"])
     before = unchanged(q, jid)

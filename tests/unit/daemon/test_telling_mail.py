@@ -102,22 +102,14 @@ def test_starttls_is_verified_and_the_password_comes_from_a_file(q, clock, tmp_p
 
 
 def test_a_password_file_that_is_a_fifo_is_a_clear_error_not_a_thread_stuck_for_good(q, clock, tmp_path, tls_smtp):
-    import os
-    import threading
+    from tests.support.fifo import make_fifo, not_stuck_on
 
     inbox, port, cert, logins = tls_smtp
-    fifo = tmp_path / "pw"
-    os.mkfifo(fifo)
+    fifo = make_fifo(tmp_path / "pw")
     s = make_sender(q, tmp_path, smtp_host="127.0.0.1", smtp_port=port, smtp_user="me",
                     smtp_password_file=str(fifo), ca_file=str(cert))
     run_job(q, clock, {"mail_to": "me@example.org"}, [1])
-    t = threading.Thread(target=s.pump, daemon=True)
-    t.start()
-    t.join(10)
-    if t.is_alive():
-        with open(fifo, "wb"):  # free the stuck thread
-            pass
-        pytest.fail("the sender is stuck opening the FIFO")
+    not_stuck_on(fifo, s.pump)
     (m,) = q.outbox.messages()
     assert inbox.mails == [] and "is a FIFO, not a regular file" in (m.last_error or "")
 

@@ -117,6 +117,26 @@ def test_a_redirect_is_followed_and_a_webhook_is_signed(q, clock, tmp_path, rx):
     assert "s3cret" not in hit.body.decode() and "/hook" not in json.dumps(body["job"])  # URL masked
 
 
+def test_a_303_is_followed_with_a_get_and_a_307_repeats_the_post(q, clock, tmp_path, rx):
+    """RFC 9110: after a 303 the receiver has taken the POST and points at its
+    answer (a GET, no body); a 307 (and 301/302/308) asks for the same POST
+    again, payload and all."""
+    s = make_sender(q, tmp_path, webhook_secret="k")
+    rx.redirect = 303
+    run_job(q, clock, {"webhook": rx.url + "/hook", "webhook_on": "failed"}, [2])
+    s.pump()
+    assert [(r.method, r.path) for r in rx.requests] == [("POST", "/hook"), ("GET", "/moved/hook")]
+    got = rx.requests[1]
+    assert got.body == b"" and "x-sloth-signature" not in got.headers and "content-type" not in got.headers
+    assert [m.state for m in q.outbox.messages(("pending", "failed", "sent"))] == ["sent"]
+    rx.requests.clear()
+    rx.redirect = 307
+    run_job(q, clock, {"webhook": rx.url + "/again", "webhook_on": "failed"}, [3])
+    s.pump()
+    assert [(r.method, r.path) for r in rx.requests] == [("POST", "/again"), ("POST", "/moved/again")]
+    assert json.loads(rx.requests[1].body)["exit_code"] == 3
+
+
 def test_a_hung_receiver_costs_one_timeout_and_is_tried_again(q, clock, tmp_path, rx):
     s = make_sender(q, tmp_path)
     s.settings = dataclasses.replace(s.settings, tell={"timeout_s": 0.5})
@@ -134,20 +154,12 @@ def test_a_hung_receiver_costs_one_timeout_and_is_tried_again(q, clock, tmp_path
 def test_a_secret_file_that_is_a_fifo_is_a_clear_error_not_a_thread_stuck_for_good(q, clock, tmp_path, rx):
     """open() of a FIFO waits for a writer for ever: each webhook held one
     of the sender's threads, and four of them stopped all delivery."""
-    import os
-    import threading
+    from tests.support.fifo import make_fifo, not_stuck_on
 
-    fifo = tmp_path / "secret"
-    os.mkfifo(fifo)
+    fifo = make_fifo(tmp_path / "secret")
     s = make_sender(q, tmp_path, webhook_secret_file=str(fifo))
     run_job(q, clock, {"webhook": rx.url + "/h", "webhook_on": "done"}, [0])
-    t = threading.Thread(target=s.pump, daemon=True)
-    t.start()
-    t.join(10)
-    if t.is_alive():
-        with open(fifo, "wb"):  # free the stuck thread
-            pass
-        pytest.fail("the sender is stuck opening the FIFO")
+    not_stuck_on(fifo, s.pump)
     (m,) = q.outbox.messages()
     assert rx.requests == [] and "is a FIFO, not a regular file" in (m.last_error or "")
 
