@@ -24,13 +24,13 @@ from sloth_daemon import protocol
 from sloth_daemon.errors import (
     BadRequest, FieldError, IllegalTransition, PermissionDenied, ProtocolError, SlothError, StorageError, from_dict,
 )
-from sloth_daemon.checks import DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS, command_json, fields, member_json, rules_json
-from sloth_daemon.checks import TELL_FIELDS, tell_json
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing and contextlib are not imported at run time: `sloth add` pays for every import
     from contextlib import AbstractContextManager
     from typing import Any, Callable, Iterator, Protocol
+
+    from types import ModuleType
 
     from sloth_daemon.checks import EnvCache
 
@@ -82,10 +82,12 @@ def with_note(e: SlothError, note: str) -> SlothError:
 def check(jobs: list[dict[str, Any]], common: dict[str, Any], *, where: Callable[[int], str]) -> None:
     """Refuse the whole input if any job is invalid. ``where(i)`` names job
     ``i`` for the message ("line 3 of --file"; "" for a single command)."""
+    from sloth_daemon import checks  # imported here: a plain add (fast_add.py) needs none of it
+
     cache: EnvCache = {}
-    _check_one({**common, "command": ["-"]}, cache, "")  # the options, once
+    _check_one(checks, {**common, "command": ["-"]}, cache, "")  # the options, once
     for i, job in enumerate(jobs):
-        _check_one(job if _only_own_fields(job) else {**common, **job}, cache, where(i))
+        _check_one(checks, job if _only_own_fields(job) else {**common, **job}, cache, where(i))
 
 
 def _only_own_fields(job: dict[str, Any]) -> bool:
@@ -94,21 +96,21 @@ def _only_own_fields(job: dict[str, Any]) -> bool:
     return job.keys() <= {"command", "shell", "member"}
 
 
-def _check_one(spec: dict[str, Any], cache: EnvCache, where: str) -> None:
+def _check_one(checks: ModuleType, spec: dict[str, Any], cache: EnvCache, where: str) -> None:
     """The queue's own checks (checks.fields, as JobSpec.parse runs them);
     the daemon's defaults do not matter here, only whether a value is valid."""
     try:
         if _only_own_fields(spec):
-            command_json(spec.get("command"))  # one job of thousands: only what varies
-            member_json(spec.get("member"))
+            checks.command_json(spec.get("command"))  # one job of thousands: only what varies
+            checks.member_json(spec.get("member"))
             if not isinstance(spec.get("shell", False), bool):
                 raise FieldError("shell", "must be true or false")
         else:
-            fields(spec, DEFAULT_MAX_ATTEMPTS, DEFAULT_LEASE_S, cache)
-            if not TELL_FIELDS.isdisjoint(spec):  # --ping, --webhook, --mail-to (docs/telling.md)
-                tell_json(spec)
+            checks.fields(spec, checks.DEFAULT_MAX_ATTEMPTS, checks.DEFAULT_LEASE_S, cache)
+            if not checks.TELL_FIELDS.isdisjoint(spec):  # --ping, --webhook, --mail-to (docs/telling.md)
+                checks.tell_json(spec)
             if spec.get("rules") is not None:
-                rules_json(spec["rules"])  # --stall, --fail-on ... (JobSpec.parse checks them apart)
+                checks.rules_json(spec["rules"])  # --stall, --fail-on ... (JobSpec.parse checks them apart)
     except FieldError as e:
         text = f"{option_names().get(e.field, e.field)} {e.problem}"
         raise BadRequest(f"{where + ': ' if where else ''}{text}; {NOTHING}", e.hint or None) from None
