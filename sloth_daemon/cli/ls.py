@@ -179,11 +179,10 @@ def ls_text(args: dict[str, Any], since: Optional[float] = None, picked: Sequenc
 def _text(res: dict[str, Any], args: dict[str, Any], picked: Sequence[str] = ()) -> str:
     from sloth_daemon.cli import render
     from sloth_daemon.cli.ls_stream import summary
-    from sloth_daemon.cli.progress_view import columns
 
     out = []
     if res["jobs"]:
-        extra = columns(res["jobs"], picked)
+        extra = extra_columns(res["jobs"], picked)
         rows, sts = render.job_rows(res["jobs"], extra)
         out.append(render.table(render.job_headers(extra), rows, sts, fit=render.terminal_width()))
     if "since" in res:
@@ -192,6 +191,16 @@ def _text(res: dict[str, Any], args: dict[str, Any], picked: Sequence[str] = ())
         out.append(f"since {local_time(res['since'])}: jobs added, started or ended since then")
     paused = sum(render.shown_state(j) == "paused" for j in res["jobs"])
     return "\n".join(out + summary(res, len(res["jobs"]), paused) + paused_lines(args.get("lane")))
+
+
+def extra_columns(jobs: Sequence[dict[str, Any]], picked: Sequence[str]) -> list[Any]:
+    """progress_view.columns, which has none to add unless a column was picked or a job shows
+    progress: then alone is progress_view imported (~0.3 ms of every `sloth ls`)."""
+    if not picked and not any(j.get("progress") for j in jobs):
+        return []
+    from sloth_daemon.cli.progress_view import columns
+
+    return columns(jobs, picked)
 
 
 def watch_ls(text_for: Callable[[Optional[int]], str], interval: str) -> None:

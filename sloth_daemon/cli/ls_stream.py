@@ -59,7 +59,7 @@ def print_table(args: dict[str, Any], paused: Sequence[str] = (), picked: Sequen
     the running jobs, has any)."""
     from sloth_daemon.cli import render
     from sloth_daemon.cli.output import echo
-    from sloth_daemon.cli.progress_view import columns
+    from sloth_daemon.cli.ls import extra_columns
 
     head, jobs, rest = _source({k: v for k, v in args.items() if v is not None})
     shown, block, paused_jobs = 0, [], 0
@@ -70,7 +70,7 @@ def print_table(args: dict[str, Any], paused: Sequence[str] = (), picked: Sequen
     def put(block: list[dict[str, Any]]) -> None:
         nonlocal extra, widths
         if extra is None:
-            extra = columns(block, picked)
+            extra = extra_columns(block, picked)
             widths = [len(h) for h in render.job_headers(extra)]
         echo(render.table(render.job_headers(extra), *render.job_rows(block, extra), widths=widths,
                           header=not shown, fit=fit))

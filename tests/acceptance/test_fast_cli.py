@@ -360,6 +360,17 @@ def test_the_plainest_add_imports_no_declaration(harness, home):
         assert not new & never, (argv, sorted(new & never))
 
 
+def test_a_listing_without_progress_imports_no_progress_view(harness, home):
+    """`ls` reads progress_view (its PROGRESS and --columns cells) only when a job shows progress or a
+    column is picked; and reading a duration (--since 12h) needs no math."""
+    harness.start()
+    harness.wait_state(harness.add("echo", "done"), "done")
+    for argv in (["ls"], ["ls", "--since", "12h"], ["ls", "--all"]):
+        code, new = imported(harness, argv, home / "imports.txt")
+        assert code in (0, None), (argv, code)
+        assert not new & {"sloth_daemon.cli.progress_view", "math"}, (argv, sorted(new))
+
+
 def test_no_command_but_top_imports_its_terminal_library(harness, home):
     harness.start()
     for argv in TYPER_LINES:
