@@ -51,15 +51,15 @@ def print_json(args: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def print_table(args: dict[str, Any], paused: Sequence[str] = (), picked: Sequence[str] = ()) -> None:
+def print_table(args: dict[str, Any], picked: Sequence[str] = ()) -> None:
     """`sloth ls --all`: the table a block of BLOCK rows at a time (each
     block's columns at least as wide as the blocks before), then the lines
-    of ls_text under it (``paused``: what is paused, ls.paused_lines;
+    of ls_text under it (what is paused: ls.paused_lines, from the head;
     ``picked``: ls --columns; PROGRESS shows if the first block, which holds
     the running jobs, has any)."""
     from sloth_daemon.cli import render
     from sloth_daemon.cli.output import echo
-    from sloth_daemon.cli.ls import extra_columns
+    from sloth_daemon.cli.ls import extra_columns, paused_lines
 
     head, jobs, rest = _source({k: v for k, v in args.items() if v is not None})
     shown, block, paused_jobs = 0, [], 0
@@ -84,7 +84,8 @@ def print_table(args: dict[str, Any], paused: Sequence[str] = (), picked: Sequen
     if block:
         put(block)
         shown += len(block)
-    echo("\n".join(summary({**head, **rest()}, shown, paused_jobs) + list(paused)))
+    under = summary({**head, **rest()}, shown, paused_jobs) + paused_lines(args.get("lane"), head.get("paused"))
+    echo("\n".join(under))
 
 
 def _source(a: dict[str, Any]) -> Source:

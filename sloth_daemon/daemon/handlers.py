@@ -212,7 +212,7 @@ class Handlers:
         kw = listing_args(a)
         limit = None if a.get("limit") is None else whole(a["limit"], "limit", 1, 2**62)
         return await stream_scan(self.control.scan(**kw, limit=limit), emit, lambda: self.streaming.closing,
-                                 explain=self.control.explain)
+                                 explain=self.control.explain, head={"paused": self.control.paused()})
 
     def op_show(self, a: dict[str, Any]) -> dict[str, Any]:
         if "id" in a:
