@@ -129,25 +129,6 @@ def since_listing(args: dict[str, Any], after: float) -> dict[str, Any]:
             "since": after, **({"paused": head["paused"]} if "paused" in head else {})}
 
 
-def paused_lines(lane: Optional[str], told: Optional[dict[str, Any]] = None) -> list[str]:
-    """``paused: everything (`sloth resume`)`` / ``paused lanes: video``:
-    what holds jobs back, which the table cannot show. ``told``: what the
-    daemon's listing said is paused (Control.paused); without it (a daemon
-    from before, or the queue read with none) ``lanes`` is asked."""
-    if told is None:
-        res = call_or_read("lanes")
-        told = {"all": res.get("paused_all", False), "lanes": [k for k, v in res["lanes"].items() if v.get("paused")]}
-    names = sorted(k for k in told["lanes"] if lane in (None, k))
-    out = []
-    if told["all"]:
-        return ["paused: everything; nothing new starts until `sloth resume`"]
-    if names:
-        shown = ", ".join(names[:10]) + (f" (and {len(names) - 10} more)" if len(names) > 10 else "")
-        out.append(f"paused lane{'s' if len(names) > 1 else ''}: {shown}; `sloth resume LANE` starts "
-                   "its jobs again")
-    return out
-
-
 def _states(given: Sequence[str]) -> list[str]:
     from sloth_daemon.checks import STATE_NAMES, state_name  # not models: `ls --state` stays light
 
@@ -188,7 +169,7 @@ def ls_text(args: dict[str, Any], since: Optional[float] = None, picked: Sequenc
 
 def _text(res: dict[str, Any], args: dict[str, Any], picked: Sequence[str] = ()) -> str:
     from sloth_daemon.cli import render
-    from sloth_daemon.cli.ls_stream import summary
+    from sloth_daemon.cli.ls_stream import extra_columns, paused_lines, summary
 
     out = []
     if res["jobs"]:
@@ -201,16 +182,6 @@ def _text(res: dict[str, Any], args: dict[str, Any], picked: Sequence[str] = ())
         out.append(f"since {local_time(res['since'])}: jobs added, started or ended since then")
     paused = sum(render.shown_state(j) == "paused" for j in res["jobs"])
     return "\n".join(out + summary(res, len(res["jobs"]), paused) + paused_lines(args.get("lane"), res.get("paused")))
-
-
-def extra_columns(jobs: Sequence[dict[str, Any]], picked: Sequence[str]) -> list[Any]:
-    """progress_view.columns, which has none to add unless a column was picked or a job shows
-    progress: then alone is progress_view imported (~0.3 ms of every `sloth ls`)."""
-    if not picked and not any(j.get("progress") for j in jobs):
-        return []
-    from sloth_daemon.cli.progress_view import columns
-
-    return columns(jobs, picked)
 
 
 def watch_ls(text_for: Callable[[Optional[int]], str], interval: str) -> None:
