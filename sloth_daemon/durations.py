@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 
 from sloth_daemon.errors import BadRequest
@@ -74,7 +73,7 @@ def parse_duration(text: str | int | float, *, what: str = "duration") -> float:
                 hint="Use a number of seconds or units like 30s, 5m, 2h, 1d, 1h30m.",
             )
         v = got
-    if not math.isfinite(v) or v < 0:
+    if v != v or v in (float("inf"), float("-inf")) or v < 0:  # not finite (math.isfinite, without importing math)
         raise BadRequest(f"bad {what}: {text!r} (must be a finite, non-negative duration)")
     if v > MAX_DURATION_S:
         raise BadRequest(f"bad {what}: {text!r} is longer than 100 years",

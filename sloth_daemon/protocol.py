@@ -65,7 +65,8 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "status": (frozenset(), frozenset()),
     "add": (frozenset({"jobs"}), frozenset({"common"})),
     "list": (frozenset(), frozenset({"states", "lane", "limit", "offset", "finished_limit", "host", "batch"})),
-    # "list" of any size (no "limit": all), streamed: events "head" then "jobs" (a chunk each)
+    # "list" of any size (no "limit": all), streamed: events "head" then "jobs" (a chunk each);
+    # list's result and scan's head carry "paused": {"all": bool, "lanes": [...]} (newer daemons)
     "scan": (frozenset(), frozenset({"states", "lane", "limit", "offset", "finished_limit", "host", "batch"})),
     # One job by "id" (the result has "job"), several by "ids" or a selection
     # ("lane", "states"): the result has "jobs" (and "skipped": [{id, why}]).

@@ -16,6 +16,7 @@ import sys
 from sloth_daemon import errors
 from sloth_daemon.cli import add_options as opts
 from sloth_daemon.cli.connection import connect
+from sloth_daemon.cli.fast_add import tell_waiting  # the plain add's too
 from sloth_daemon.cli.output import echo, emit_json
 
 TYPE_CHECKING = False
@@ -244,24 +245,6 @@ def submit(jobs: list[dict[str, Any]], common: dict[str, Any], *, no_start: bool
     opts.tell_new_lanes(res)
     tell_waiting(res.get("waiting") or {})
     return list(res["ids"]), res.get("handle")
-
-
-def tell_waiting(waiting: dict[str, str]) -> None:
-    """On stderr, why the jobs just added will not start whatever they ask
-    (``waiting``: lane -> why, Lanes.why: paused, or its `when` does not hold)."""
-    from sloth_daemon.text import shell_command, showable
-
-    said = []
-    for lane, why in sorted(waiting.items()):
-        if why == "paused":
-            line = "the queue is paused: nothing starts until `sloth resume`"
-        elif why.startswith("paused"):
-            line = f"lane {showable(lane)} is paused: its jobs wait until `{shell_command('sloth', 'resume', lane)}`"
-        else:
-            line = f"{showable(why)}: its jobs wait until that holds"
-        if line not in said:
-            said.append(line)
-            echo(f"sloth: {line}", err=True)
 
 
 def check_shell(jobs: list[dict[str, Any]], where: Callable[[int], str], nothing: str = "nothing was queued",

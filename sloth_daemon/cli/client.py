@@ -18,7 +18,6 @@ from __future__ import annotations
 # was a tenth of a `sloth add`.
 import _socket
 import errno
-import itertools
 import os
 import time
 
@@ -33,7 +32,7 @@ if TYPE_CHECKING:
 
     StrPath = str | os.PathLike[str]
 
-_ids = itertools.count(1)
+_ids = iter(range(1, 1 << 62))  # request ids (itertools.count, without importing itertools: ~0.15 ms)
 CONNECT_TIMEOUT_S = 30.0
 BUSY_PATIENCE_S = 1.0  # a full accept queue is often a burst: try again this long before saying busy
 _NOBODY = {errno.ENOENT, errno.ECONNREFUSED, errno.ENOTDIR}

@@ -26,9 +26,6 @@ from __future__ import annotations
 import os
 import sys
 
-from sloth_daemon.cli.commands import REQUIRED, find
-from sloth_daemon.cli.fast_args import options, parse
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Optional
@@ -47,6 +44,14 @@ def handle(argv: list[str]) -> Optional[int]:
         from sloth_daemon.cli.status import glance
 
         return at_edge(glance)
+    if argv[:1] == ["add"] and streams_ok():  # the plainest add, without the declarations (fast_add.py)
+        from sloth_daemon.cli.fast_add import plain
+
+        run_plain = plain(argv[1:])
+        if run_plain is not None:
+            return at_edge(run_plain)
+    from sloth_daemon.cli.commands import find  # every command's declaration: ~1 ms to import
+
     cmd = find(argv)
     if cmd is not None and argv[len(cmd.path):] in (["-h"], ["--help"]) and streams_ok():
         from sloth_daemon.cli.output import echo  # `sloth CMD --help` of any command: its page (fast_help.py)
@@ -66,6 +71,9 @@ def handle(argv: list[str]) -> Optional[int]:
 def read(cmd: Command, args: list[str]) -> Optional[dict[str, Any]]:
     """Every parameter of ``cmd`` as the Typer app would pass it for
     ``args``; None if the line is not one the fast path takes."""
+    from sloth_daemon.cli.commands import REQUIRED
+    from sloth_daemon.cli.fast_args import options, parse
+
     parsed = parse(args, options(cmd.options), interspersed=cmd.interspersed)
     if parsed is None:
         return None

@@ -52,7 +52,7 @@ def ls(state: Optional[Sequence[str]], lane: Optional[str], all_: bool, limit: O
         return
     if after is not None:
         res = since_listing(args, after)
-        emit_json(res) if as_json else echo(_text(res, args, picked))
+        emit_json(as_printed(res)) if as_json else echo(_text(res, args, picked))
         return
     if as_json:
         if args["limit"] is None or args["limit"] > SMALL:
@@ -65,7 +65,7 @@ def ls(state: Optional[Sequence[str]], lane: Optional[str], all_: bool, limit: O
     if args["limit"] is None:  # --all: however many, a block of rows at a time
         from sloth_daemon.cli.ls_stream import print_table
 
-        print_table(args, paused_lines(lane), picked)
+        print_table(args, picked)
         return
     echo(ls_text(args, None, picked))
 
@@ -77,7 +77,13 @@ def timed(res: dict[str, Any]) -> dict[str, Any]:
     from sloth_daemon.cli.render import with_timing
 
     now = time.time()
-    return {**res, "jobs": [with_timing(j, now) for j in res["jobs"]]}
+    return as_printed({**res, "jobs": [with_timing(j, now) for j in res["jobs"]]})
+
+
+def as_printed(res: dict[str, Any]) -> dict[str, Any]:
+    """A listing as `ls --json` prints it: without ``paused`` (what the lines under the table say,
+    from a daemon's listing), so its shape is the same with a daemon or without."""
+    return {k: v for k, v in res.items() if k != "paused"}
 
 
 def ls_args(state: Optional[Sequence[str]], lane: Optional[str], all_: bool, limit: Optional[int], offset: int,
@@ -120,22 +126,7 @@ def since_listing(args: dict[str, Any], after: float) -> dict[str, Any]:
     page = picked[off:] if lim is None else picked[off:off + lim]
     return {"jobs": [with_timing(j, now) for j in page], "total": len(picked), "counts": counts,
             "offset": off, "left_out": len(picked) - off - len(page), "lanes": head.get("lanes", {}),
-            "since": after}
-
-
-def paused_lines(lane: Optional[str]) -> list[str]:
-    """``paused: everything (`sloth resume`)`` / ``paused lanes: video``:
-    what holds jobs back, which the table cannot show."""
-    res = call_or_read("lanes")
-    names = sorted(k for k, v in res["lanes"].items() if v.get("paused") and lane in (None, k))
-    out = []
-    if res.get("paused_all"):
-        return ["paused: everything; nothing new starts until `sloth resume`"]
-    if names:
-        shown = ", ".join(names[:10]) + (f" (and {len(names) - 10} more)" if len(names) > 10 else "")
-        out.append(f"paused lane{'s' if len(names) > 1 else ''}: {shown}; `sloth resume LANE` starts "
-                   "its jobs again")
-    return out
+            "since": after, **({"paused": head["paused"]} if "paused" in head else {})}
 
 
 def _states(given: Sequence[str]) -> list[str]:
@@ -178,12 +169,11 @@ def ls_text(args: dict[str, Any], since: Optional[float] = None, picked: Sequenc
 
 def _text(res: dict[str, Any], args: dict[str, Any], picked: Sequence[str] = ()) -> str:
     from sloth_daemon.cli import render
-    from sloth_daemon.cli.ls_stream import summary
-    from sloth_daemon.cli.progress_view import columns
+    from sloth_daemon.cli.ls_stream import extra_columns, paused_lines, summary
 
     out = []
     if res["jobs"]:
-        extra = columns(res["jobs"], picked)
+        extra = extra_columns(res["jobs"], picked)
         rows, sts = render.job_rows(res["jobs"], extra)
         out.append(render.table(render.job_headers(extra), rows, sts, fit=render.terminal_width()))
     if "since" in res:
@@ -191,7 +181,7 @@ def _text(res: dict[str, Any], args: dict[str, Any], picked: Sequence[str] = ())
 
         out.append(f"since {local_time(res['since'])}: jobs added, started or ended since then")
     paused = sum(render.shown_state(j) == "paused" for j in res["jobs"])
-    return "\n".join(out + summary(res, len(res["jobs"]), paused) + paused_lines(args.get("lane")))
+    return "\n".join(out + summary(res, len(res["jobs"]), paused) + paused_lines(args.get("lane"), res.get("paused")))
 
 
 def watch_ls(text_for: Callable[[Optional[int]], str], interval: str) -> None:

@@ -19,11 +19,11 @@ from __future__ import annotations
 import sys
 
 from sloth_daemon import errors
-from sloth_daemon.cli.connection import connect, tell_offline
+from sloth_daemon.cli.connection import call_or_read, connect, tell_offline
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, Iterator, Sequence
+    from typing import Any, Callable, Iterator, Optional, Sequence
 
     Source = tuple[dict[str, Any], Iterator[dict[str, Any]], Callable[[], dict[str, Any]]]
 
@@ -51,15 +51,14 @@ def print_json(args: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def print_table(args: dict[str, Any], paused: Sequence[str] = (), picked: Sequence[str] = ()) -> None:
+def print_table(args: dict[str, Any], picked: Sequence[str] = ()) -> None:
     """`sloth ls --all`: the table a block of BLOCK rows at a time (each
     block's columns at least as wide as the blocks before), then the lines
-    of ls_text under it (``paused``: what is paused, ls.paused_lines;
+    of ls_text under it (what is paused: paused_lines, from the head;
     ``picked``: ls --columns; PROGRESS shows if the first block, which holds
     the running jobs, has any)."""
     from sloth_daemon.cli import render
     from sloth_daemon.cli.output import echo
-    from sloth_daemon.cli.progress_view import columns
 
     head, jobs, rest = _source({k: v for k, v in args.items() if v is not None})
     shown, block, paused_jobs = 0, [], 0
@@ -70,7 +69,7 @@ def print_table(args: dict[str, Any], paused: Sequence[str] = (), picked: Sequen
     def put(block: list[dict[str, Any]]) -> None:
         nonlocal extra, widths
         if extra is None:
-            extra = columns(block, picked)
+            extra = extra_columns(block, picked)
             widths = [len(h) for h in render.job_headers(extra)]
         echo(render.table(render.job_headers(extra), *render.job_rows(block, extra), widths=widths,
                           header=not shown, fit=fit))
@@ -84,7 +83,8 @@ def print_table(args: dict[str, Any], paused: Sequence[str] = (), picked: Sequen
     if block:
         put(block)
         shown += len(block)
-    echo("\n".join(summary({**head, **rest()}, shown, paused_jobs) + list(paused)))
+    under = summary({**head, **rest()}, shown, paused_jobs) + paused_lines(args.get("lane"), head.get("paused"))
+    echo("\n".join(under))
 
 
 def _source(a: dict[str, Any]) -> Source:
@@ -157,6 +157,35 @@ def _paged(a: dict[str, Any]) -> Source:
             page = last = call("list", **dict(a, offset=a.get("offset", 0) + sent), limit=room)
 
     return first, jobs(), lambda: {"left_out": last["left_out"], "total": last["total"]}
+
+
+def extra_columns(jobs: Sequence[dict[str, Any]], picked: Sequence[str]) -> list[Any]:
+    """progress_view.columns, which has none to add unless a column was picked or a job shows
+    progress: then alone is progress_view imported (~0.3 ms of every `sloth ls`)."""
+    if not picked and not any(j.get("progress") for j in jobs):
+        return []
+    from sloth_daemon.cli.progress_view import columns
+
+    return columns(jobs, picked)
+
+
+def paused_lines(lane: Optional[str], told: Optional[dict[str, Any]] = None) -> list[str]:
+    """``paused: everything (`sloth resume`)`` / ``paused lanes: video``:
+    what holds jobs back, which the table cannot show. ``told``: what the
+    daemon's listing said is paused (Control.paused); without it (a daemon
+    from before, or the queue read with none) ``lanes`` is asked."""
+    if told is None:
+        res = call_or_read("lanes")
+        told = {"all": res.get("paused_all", False), "lanes": [k for k, v in res["lanes"].items() if v.get("paused")]}
+    names = sorted(k for k in told["lanes"] if lane in (None, k))
+    out = []
+    if told["all"]:
+        return ["paused: everything; nothing new starts until `sloth resume`"]
+    if names:
+        shown = ", ".join(names[:10]) + (f" (and {len(names) - 10} more)" if len(names) > 10 else "")
+        out.append(f"paused lane{'s' if len(names) > 1 else ''}: {shown}; `sloth resume LANE` starts "
+                   "its jobs again")
+    return out
 
 
 def summary(res: dict[str, Any], shown: int, paused: int = 0) -> list[str]:

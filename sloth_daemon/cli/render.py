@@ -6,7 +6,6 @@ import os
 import sys
 import time
 
-from sloth_daemon.checks import format_size
 from sloth_daemon.durations import format_duration, local_time, relative
 from sloth_daemon.errors import SlothError
 from sloth_daemon.text import showable
@@ -146,6 +145,8 @@ def held_lines(job: dict[str, Any], events: Sequence[dict[str, Any]] = ()) -> li
     parts = []
     for k in ("mem", "cpus", "nice", "io"):
         if limits.get(k) is not None:
+            from sloth_daemon.checks import format_size  # here: `add --wait` renders outcomes, never limits
+
             v = format_size(int(limits[k])) if k == "mem" else str(limits[k])
             parts.append(f"{k} {v}" + (f" via {via[k]}" if via.get(k) else ""))
     if parts:
@@ -351,6 +352,8 @@ def _gate(job: dict[str, Any]) -> list[str]:
 def _need(name: str, v: Any) -> str:
     """gpu-mem as a size (20G), a count or share as it is."""
     if name == "gpu-mem" and isinstance(v, int):
+        from sloth_daemon.checks import format_size
+
         return format_size(v)
     return str(v)
 

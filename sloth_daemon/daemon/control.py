@@ -90,10 +90,16 @@ class Control:
         return [self.queue.get(i) for i in ids]
 
     def listing(self, **kw: Any) -> dict[str, Any]:
-        """A page of the listing as sent, each queued job saying why it waits."""
+        """A page of the listing as sent, each queued job saying why it waits,
+        and what is paused (``paused``: `sloth ls` says so under its table
+        without asking ``lanes`` on a second connection)."""
         out = self.queue.listing(now=time.time(), **kw).to_dict()
         self.explain(out["jobs"])
-        return out
+        return {**out, "paused": self.paused()}
+
+    def paused(self) -> dict[str, Any]:
+        """``{"all": bool, "lanes": [...]}``: the whole queue paused, the lanes paused (as ``lanes`` says)."""
+        return {"all": self.lanes.paused_all, "lanes": sorted(self.lanes.paused)}
 
     def scan(self, **kw: Any) -> Callable[[], Scan]:
         """What opens the listing ``listing(**kw)`` would give, to read a

@@ -245,7 +245,7 @@ class Handlers:
         from sloth_daemon.daemon.listing_stream import stream_scan  # its thread pool: at the first scan
 
         return await stream_scan(self.control.scan(**kw, limit=limit), emit, lambda: self.streaming.closing,
-                                 explain=self.control.explain)
+                                 explain=self.control.explain, head={"paused": self.control.paused()})
 
     def op_show(self, a: dict[str, Any]) -> dict[str, Any]:
         if "id" in a:

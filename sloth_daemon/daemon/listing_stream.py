@@ -27,8 +27,9 @@ _TEXT = ("cwd", "message", "label", "key", "lane", "worker", "token", "place")
 
 
 async def stream_scan(open_scan: Callable[[], Scan], emit: Emit, stopping: Callable[[], bool],
-                      explain: Callable[[list[dict[str, Any]]], None] = lambda jobs: None) -> dict[str, Any]:
-    """Events: ``{"kind": "head", counts, total, offset, lanes}``, then
+                      explain: Callable[[list[dict[str, Any]]], None] = lambda jobs: None,
+                      head: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Events: ``{"kind": "head", counts, total, offset, lanes}`` (and ``head``'s fields: what is paused), then
     ``{"kind": "jobs", "jobs": [...]}`` per chunk; the result: ``left_out``
     (see contract.Scan.tail). ``stopping``: the daemon is closing (the stream
     ends with an error saying so, never as if the listing were whole);
@@ -38,7 +39,7 @@ async def stream_scan(open_scan: Callable[[], Scan], emit: Emit, stopping: Calla
     opened = pool.submit(open_scan)
     try:
         scan = await asyncio.wrap_future(opened)
-        await emit({"kind": "head", **scan.head})
+        await emit({"kind": "head", **scan.head, **(head or {})})
         while parts := await loop.run_in_executor(pool, _chunk, scan):
             for jobs in parts:
                 if stopping():

@@ -77,6 +77,11 @@ ADDS: list[tuple[list[str], str | None, str]] = [
     (["add", "-sk", "kk", "--", "true"], None, T),
     (["add", "--help"], None, F),  # its page rendered from the declaration (fast_help.py), as Typer lays it out
     (["add", "--lane"], None, T),
+    # The plainest lines (cli/fast_add.py), and those it leaves to the full add: a shell line as one
+    # word, an assignment, a shell's script, a word that is not UTF-8, an option after the command.
+    (["add", "--", "ls | wc -l"], None, F), (["add", "FOO=1", "env"], None, F),
+    (["add", "--", "sh", "-c", "echo 'x"], None, F), (["add", "--", "printf", "%s", "caf\u00e9"], None, F),
+    (["add", "echo", "--wait", "-l", "x"], None, F),
 ]
 READS: list[tuple[list[str], str | None, str]] = [
     (["ls"], None, F), (["ls", "--json"], None, F), (["ls", "-a"], None, F),
@@ -338,6 +343,32 @@ def test_the_daily_commands_and_a_tab_import_only_what_they_need(harness, home):
 # command outside the fast path goes through, nor by any help page.
 TUI = {"textual", "sloth_daemon.cli.top", "sloth_daemon.cli.top.app", "sloth_daemon.cli.top.feed"}
 TYPER_LINES = [["--help"], ["top", "--help"], ["ls", "--bogus"], ["schedule", "ls"], ["daemon", "status"]]
+
+
+# The plainest add (cli/fast_add.py) reads no declaration: not the commands' table, nor its
+# parser, nor the checks and durations the full add's options need.
+PLAIN_NEVER = {"sloth_daemon.cli.commands", "sloth_daemon.cli.fast_args", "sloth_daemon.cli.add",
+               "sloth_daemon.cli.add_options", "sloth_daemon.checks", "sloth_daemon.durations", "importlib"}
+
+
+def test_the_plainest_add_imports_no_declaration(harness, home):
+    harness.start()
+    for argv in (["add", "--", "true"], ["add", "echo", "hi"], ["add", "--wait", "--", "true"]):
+        code, new = imported(harness, argv, home / "imports.txt")
+        assert code in (0, None), (argv, code)
+        never = PLAIN_NEVER - {"sloth_daemon.durations"} if "--wait" in argv else PLAIN_NEVER  # "in 3ms"
+        assert not new & never, (argv, sorted(new & never))
+
+
+def test_a_listing_without_progress_imports_no_progress_view(harness, home):
+    """`ls` reads progress_view (its PROGRESS and --columns cells) only when a job shows progress or a
+    column is picked; and reading a duration (--since 12h) needs no math."""
+    harness.start()
+    harness.wait_state(harness.add("echo", "done"), "done")
+    for argv in (["ls"], ["ls", "--since", "12h"], ["ls", "--all"]):
+        code, new = imported(harness, argv, home / "imports.txt")
+        assert code in (0, None), (argv, code)
+        assert not new & {"sloth_daemon.cli.progress_view", "math"}, (argv, sorted(new))
 
 
 def test_no_command_but_top_imports_its_terminal_library(harness, home):

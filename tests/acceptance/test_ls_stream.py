@@ -101,7 +101,8 @@ def test_ls_json_of_30000_jobs_keeps_daemon_and_client_small_and_prints_the_same
     assert [j["id"] for j in doc["jobs"]] == list(range(1, N + 1))  # queued, in the order they will run
     # The very text the one-answer listing printed before (scripts parse it), with each job's durations.
     assert all(j["ran_s"] is None and j["waited_s"] >= 0 for j in doc["jobs"])
-    assert untimed(text) == json.dumps(h.call("list", limit=100_000), indent=2, sort_keys=True) + "\n"
+    listed = {k: v for k, v in h.call("list", limit=100_000).items() if k != "paused"}  # for the table's lines
+    assert untimed(text) == json.dumps(listed, indent=2, sort_keys=True) + "\n"
 
 
 def test_a_reader_that_stops_reading_costs_the_daemon_nothing_and_never_stops_it_serving(harness):

@@ -42,7 +42,10 @@ Targets (issue 13, then issues 22 and 30): `sloth add` median <= 2x the floor
 status, wait, cancel, retry, kill, pause, resume, lane ls, config) <= 2x; a
 TAB <= 60 ms; a command's --help <= 60 ms; add --wait -- true <= 25 ms; --stdin
 >= 50,000 jobs/s; one connection >= 1,000 durable enqueues/s. --calls-only
-measures the per-call rows and their targets alone (a few minutes).
+measures the per-call rows and their targets alone (a few minutes a run), --runs
+times, and ends with issue 30's item 5 over the runs: the `add --wait -- true`
+round trip beside `tsp true`, `add -- true` against its stretch target, and the
+daily command nearest its line, each ratio against the floor of its own run.
 
 Python files are byte-compiled (pip does that on install) and the runs may
 write .pyc files (PYTHONDONTWRITEBYTECODE would make every call of an
@@ -421,7 +424,8 @@ def repeat(runs: int, fn: Callable[[], Any]) -> list[Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer calls and jobs (a smoke run)")
-    ap.add_argument("--runs", type=int, default=None, help="repeat the throughput measurements (default 3; 1 quick)")
+    ap.add_argument("--runs", type=int, default=None, help="repeat the throughput measurements, or with --calls-only the per-call "
+                    "rows, each run against its own floor (default 3; 1 quick)")
     ap.add_argument("--calls", type=int, default=None, help="runs of each per-call command (default 30; 15 quick)")
     ap.add_argument("--loop", type=int, default=200, help="`sloth add` calls in the shell loop")
     ap.add_argument("--in-place", action="store_true", help="measure this venv, not a fresh `pip install .`")
@@ -450,15 +454,28 @@ def main() -> None:
 
 def measure(a: argparse.Namespace, runs: int, calls: int) -> tuple[dict[str, Any], list[str]]:
     tools = ensure_tools()
+    if a.calls_only:  # each run its own round-robin and floor; issue 30's targets over the runs at the end
+        per_run = [per_call_rows(calls, tools) for _ in range(runs)]
+        lines = [ln for i, (res, rows) in enumerate(per_run)
+                 for ln in [f"run {i + 1} of {runs}:", *rows, *target_lines(res, res["floor_ms"] / 1000, None, None), ""]]
+        return {"runs": [r for r, _ in per_run]}, lines + headline([r for r, _ in per_run])
+    res, lines = per_call_rows(calls, tools)
+    res["runs"] = runs
+    return throughput(a, runs, res, lines, res["floor_ms"] / 1000, tools)
+
+
+def per_call_rows(calls: int, tools: dict[str, str | None]) -> tuple[dict[str, Any], list[str]]:
+    """One round-robin of the per-call rows: their table, and its figures (``floor_ms``: the floor's median)."""
     probes = per_call(calls, tools)
     print("  measured the per-call rows", file=sys.stderr, flush=True)
-    res: dict[str, Any] = {"install": "in place" if a.in_place else "pip install . (fresh venv)",
-                           "calls": calls, "runs": runs, "python": sys.version.split()[0], "per_call": {}}
+    res: dict[str, Any] = {"install": "in place" if INSTALL["python"] == PY else "pip install . (fresh venv)",
+                           "calls": calls, "python": sys.version.split()[0], "per_call": {}}
     lines = [f"sloth CLI benchmark ({res['install']}, Python {res['python']}): {calls} runs of each command,"
              " round-robin (cpu: the command's own user+system time, median)", "",
              f"| {'command':<32} | {'median ms':>9} | {'range ms':>13} | {'x floor':>7} | {'cpu ms':>6} |",
              f"|{'-' * 34}|{'-' * 11}|{'-' * 15}|{'-' * 9}|{'-' * 8}|"]
     floor = med(probes[0].times)
+    res["floor_ms"] = floor * 1000
     for p in probes:
         m = med(p.times)
         res["per_call"][p.name] = {"median_ms": m * 1000, "min_ms": min(p.times) * 1000,
@@ -469,8 +486,40 @@ def measure(a: argparse.Namespace, runs: int, calls: int) -> tuple[dict[str, Any
     for tool in ("tsp", "nq"):
         if not tools[tool]:
             lines.append(f"| {tool + ' (not installed)':<32} | {'-':>9} | {'-':>13} | {'-':>7} | {'-':>6} |")
-    if a.calls_only:
-        return res, lines + target_lines(res, floor, None, None)
+    return res, lines
+
+
+def headline(runs: list[dict[str, Any]]) -> list[str]:
+    """Issue 30's item 5 over several runs, each against the floor of its own run: the round trip
+    `add --wait -- true` (with tsp's `tsp true` beside it), `add -- true` against the stretch
+    target, and the daily command nearest its line."""
+    def span(xs: list[float], fmt: str) -> str:
+        return f"{min(xs):{fmt}}-{max(xs):{fmt}}" if len(xs) > 1 else f"{xs[0]:{fmt}}"
+
+    def row(name: str, key: str) -> list[float]:
+        return [r["per_call"][name][key] for r in runs if name in r["per_call"]]
+
+    wait = row("round trip: sloth add --wait -- true", "median_ms")
+    tsp = row("tsp true", "median_ms")
+    add = row("sloth add -- true (paused)", "x_floor")
+    floors = [r["floor_ms"] for r in runs]
+    daily = [max(((v["x_floor"], k) for k, v in r["per_call"].items() if k.startswith(DAILY))) for r in runs]
+    out = ["", f"issue 30, item 5, over {len(runs)} run(s) (medians; each ratio against the floor of its own run,"
+               f" `python -c pass` {span(floors, '.1f')} ms):",
+           f"  {'ok  ' if max(wait) <= TARGETS['add_wait_ms'] else 'MISS'} `sloth add --wait -- true` round trip: "
+           f"{span(wait, '.1f')} ms (target <= {TARGETS['add_wait_ms']:g} ms)"
+           + (f"; `tsp true` {span(tsp, '.1f')} ms" if tsp else ""),
+           f"  {'ok  ' if max(add) <= TARGETS['add_x_floor_stretch'] else 'MISS'} `sloth add -- true`: "
+           f"{span(add, '.2f')}x the floor (stretch target <= {TARGETS['add_x_floor_stretch']:g}x)",
+           f"  {'ok  ' if max(d[0] for d in daily) <= TARGETS['daily_x_floor'] else 'MISS'} the daily command "
+           f"nearest its line: {span([d[0] for d in daily], '.2f')}x ({', '.join(sorted({d[1] for d in daily}))};"
+           f" target <= {TARGETS['daily_x_floor']:g}x)"]
+    return out
+
+
+def throughput(a: argparse.Namespace, runs: int, res: dict[str, Any], lines: list[str], floor: float,
+               tools: dict[str, str | None]) -> tuple[dict[str, Any], list[str]]:
+    """The rows after the per-call ones: the shell loop, one connection, --stdin, the imports."""
     loop = shell_loop(50 if a.quick else a.loop, tools["tsp"])
     n_conn, n_stdin = (500, 10_000) if a.quick else (3000, 50_000)
     conn = repeat(runs, lambda: bench_conn(n_conn))
