@@ -4,7 +4,11 @@ whose conditions hold and whose tokens and slots are free (gates.py), and
 behind a young run of a full lane its successor (pipeline.py). A read-only
 look comes first (an empty claim would still cost a write transaction),
 and its answer is also when to look again (``next_due``, on the queue's
-clock). Nothing is claimed while every lane is paused, the worker stops,
+clock). A claim that took a job fills its lane's other free slots in one
+statement more (claim_many), so the look comes once a lane, not once a job
+(a claim without the look after one that took a job was tried: when nothing
+more is due it costs a claim and then the look all the same, a round trip
+more in the usual turn that frees one slot). Nothing is claimed while every lane is paused, the worker stops,
 or a spawn failed for want of resources (limits.Postponement)."""
 
 from __future__ import annotations
@@ -72,7 +76,8 @@ class Claimer:
         self.next_due = None
         waiting_lanes = self.gates.lanes_waiting() if self.settings.lane_when else set()
         while self.allowed():
-            blocked = self.lanes.blocked(self.running.slots_in_use()) | waiting_lanes
+            used = self.running.slots_in_use()
+            blocked = self.lanes.blocked(used) | waiting_lanes
             mine = set(self.running)  # never re-issue our own live or unrecorded jobs to ourselves
             gated, reserved = self.gates.pick(blocked, mine)  # jobs with conditions, needs, slots (gates.py)
             blocked |= reserved
@@ -86,3 +91,8 @@ class Claimer:
             if job is None:
                 return  # another process took it
             self.begin(Attempt(job, job.token or "", job.attempts), r)
+            lane = job.lane
+            free = self.lanes.concurrency(lane) - used.get(lane, 0) - (job.gate or {}).get("slots", 1)
+            if free > 0 and gated is None and lane not in blocked:  # the lane's other free slots: one statement
+                for more in self.queue.claim_many(self.name, free, lane=lane, places=self.places):
+                    self.begin(Attempt(more, more.token or "", more.attempts), r)
