@@ -300,7 +300,8 @@ class Connection:
         statement of its transaction (one statement needs no savepoint: it
         writes whole or fails the unit)."""
         if self._unit is not None:
-            return self._in_unit(self._unit, lambda c: c.execute(sql, params).fetchall(), doing, savepoint=False)
+            return self._in_unit(self._unit, lambda c: c.execute(sql, params).fetchall(), doing, savepoint=False,
+                                 along=True)
         if self._pin() is not None:
             return self.write(lambda c: c.execute(sql, params).fetchall(), doing)
         deadline = time.monotonic() + self.options.reconnect_s
@@ -316,6 +317,19 @@ class Connection:
                     self._drop()
                     raise self._outcome_unknown(doing) from e
                 raise self._error(e, doing) from e
+
+    def write_along(self, sql: str, params: Any, doing: str) -> None:
+        """One statement that writes and whose rows nobody needs (a run's
+        cost before its outcome). Inside a unit it is sent with the unit's
+        next one-statement write, in one round trip (psycopg's pipeline), or
+        before its next other statement or its commit: a part of the unit
+        all the same (its failure fails the unit). Outside: write_one."""
+        if self._unit is None:
+            self.write_one(sql, params, doing)
+        elif self._unit.failed is not None:
+            raise self._unit.refused()
+        else:
+            self._unit.along.append((sql, params))
 
     # ------------------------------------------------------------- units
     @contextlib.contextmanager
@@ -343,8 +357,11 @@ class Connection:
         else:
             self._unit.after.append(fn)
 
-    def _in_unit(self, u: "_Unit", fn: Callable[[Cursor], T], doing: str, *, savepoint: bool) -> T:
-        """``fn(cursor)`` in the unit's transaction (begun by its first write).
+    def _in_unit(self, u: "_Unit", fn: Callable[[Cursor], T], doing: str, *, savepoint: bool,
+                 along: bool = False) -> T:
+        """``fn(cursor)`` in the unit's transaction (begun by its first write),
+        after the statements written along (write_along): with ``along``
+        (``fn`` is one statement) in the same round trip, else first.
         A SlothError of ``fn`` (a lease lost, a job gone) undoes its own
         savepoint alone; a database error or a lost connection fails the
         whole unit: rolled back, and every later write and its end raise."""
@@ -361,6 +378,13 @@ class Connection:
             raise self._fail_unit(u, None, doing)
         cur = u.conn.cursor()
         try:
+            if u.along:
+                sent, u.along = u.along, []
+                with u.conn.pipeline():
+                    for q, p in sent:
+                        u.conn.cursor().execute(q, p)
+                    if along:  # its fetch syncs: one round trip for all
+                        return fn(cur)
             if savepoint:
                 cur.execute("SAVEPOINT unit_write", prepare=False)
             out = fn(cur)
@@ -391,6 +415,7 @@ class Connection:
                        else self._lost_while(doing, e if e is not None else Exception("the connection was lost")))
             u.failed = why
             u.after.clear()
+            u.along.clear()
             if u.conn is not None and u.conn is self._conn:
                 self._rollback(u.conn)  # drops it if lost: the server rolls back then
         return u.failed
@@ -404,6 +429,10 @@ class Connection:
             if commit:
                 raise u.refused()
             return
+        if commit and u.along:  # written along, then nothing more: sent on their own
+            self._in_unit(u, lambda c: None, "committing this turn's writes", savepoint=False)
+            if u.failed is not None:
+                raise u.refused()
         if u.conn is None:
             return
         if not commit:
@@ -527,6 +556,7 @@ class _Unit:
         self.conn: PgConnection | None = None
         self.failed: StorageError | None = None
         self.after: list[Callable[[], None]] = []
+        self.along: list[tuple[str, Any]] = []  # statements written along (write_along), not yet sent
 
     def refused(self) -> StorageError:
         assert self.failed is not None

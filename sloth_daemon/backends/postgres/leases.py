@@ -122,9 +122,9 @@ class PgLeases(contract.Leases):
     def record_cost(self, job_id: int, attempt: int, cost: Mapping[str, Any], *, durable: bool = False) -> None:
         check_id(job_id)
         values = attempt_rules.cost_values(cost)
-        # one statement (no savepoint in a unit: it writes whole or fails the unit), one round trip
-        self._db.write_one((SQL_COST if durable else SQL_COST_LAZY) + " RETURNING 1", (attempt, *values, job_id),
-                           "recording what a run cost")
+        # one statement, and in a unit sent with the next (its outcome): no round trip of its own
+        self._db.write_along((SQL_COST if durable else SQL_COST_LAZY) + " RETURNING 1", (attempt, *values, job_id),
+                             "recording what a run cost")
 
     def note_ended(self, job_id: int, attempt: int, message: str, *, ended_at: float | None = None,
                    durable: bool = True, kind: str = "ended") -> Job:
