@@ -30,7 +30,7 @@ import math
 import select
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Hashable, Iterator, TypeVar
 
 import psycopg
 from psycopg import errors as pgerr
@@ -300,8 +300,7 @@ class Connection:
         statement of its transaction (one statement needs no savepoint: it
         writes whole or fails the unit)."""
         if self._unit is not None:
-            return self._in_unit(self._unit, lambda c: c.execute(sql, params).fetchall(), doing, savepoint=False,
-                                 along=True)
+            return self._in_unit(self._unit, lambda c: c.execute(sql, params).fetchall(), doing, savepoint=False)
         if self._pin() is not None:
             return self.write(lambda c: c.execute(sql, params).fetchall(), doing)
         deadline = time.monotonic() + self.options.reconnect_s
@@ -318,18 +317,23 @@ class Connection:
                     raise self._outcome_unknown(doing) from e
                 raise self._error(e, doing) from e
 
-    def write_along(self, sql: str, params: Any, doing: str) -> None:
+    def write_along(self, key: Hashable, sql: str, params: Any, doing: str) -> None:
         """One statement that writes and whose rows nobody needs (a run's
-        cost before its outcome). Inside a unit it is sent with the unit's
-        next one-statement write, in one round trip (psycopg's pipeline), or
-        before its next other statement or its commit: a part of the unit
-        all the same (its failure fails the unit). Outside: write_one."""
+        cost before its outcome), under ``key``. Inside a unit it waits:
+        the unit's next write may take it (``take_along``) into its own
+        statement, no round trip of its own; else it runs before the unit's
+        next statement or its commit. A part of the unit all the same (its
+        failure fails the unit). Outside a unit: write_one, now."""
         if self._unit is None:
             self.write_one(sql, params, doing)
         elif self._unit.failed is not None:
             raise self._unit.refused()
         else:
-            self._unit.along.append((sql, params))
+            self._unit.along[key] = (sql, params)
+
+    def take_along(self, key: Hashable) -> tuple[str, Any] | None:
+        """The statement waiting under ``key`` (write_along), now the caller's to run."""
+        return None if self._unit is None else self._unit.along.pop(key, None)
 
     # ------------------------------------------------------------- units
     @contextlib.contextmanager
@@ -357,11 +361,9 @@ class Connection:
         else:
             self._unit.after.append(fn)
 
-    def _in_unit(self, u: "_Unit", fn: Callable[[Cursor], T], doing: str, *, savepoint: bool,
-                 along: bool = False) -> T:
+    def _in_unit(self, u: "_Unit", fn: Callable[[Cursor], T], doing: str, *, savepoint: bool) -> T:
         """``fn(cursor)`` in the unit's transaction (begun by its first write),
-        after the statements written along (write_along): with ``along``
-        (``fn`` is one statement) in the same round trip, else first.
+        after the statements written along (write_along) that no write took.
         A SlothError of ``fn`` (a lease lost, a job gone) undoes its own
         savepoint alone; a database error or a lost connection fails the
         whole unit: rolled back, and every later write and its end raise."""
@@ -378,13 +380,9 @@ class Connection:
             raise self._fail_unit(u, None, doing)
         cur = u.conn.cursor()
         try:
-            if u.along:
-                sent, u.along = u.along, []
-                with u.conn.pipeline():
-                    for q, p in sent:
-                        u.conn.cursor().execute(q, p)
-                    if along:  # its fetch syncs: one round trip for all
-                        return fn(cur)
+            while u.along:
+                q, p = u.along.pop(next(iter(u.along)))
+                cur.execute(q, p)
             if savepoint:
                 cur.execute("SAVEPOINT unit_write", prepare=False)
             out = fn(cur)
@@ -556,7 +554,7 @@ class _Unit:
         self.conn: PgConnection | None = None
         self.failed: StorageError | None = None
         self.after: list[Callable[[], None]] = []
-        self.along: list[tuple[str, Any]] = []  # statements written along (write_along), not yet sent
+        self.along: dict[Hashable, tuple[str, Any]] = {}  # statements written along (write_along), not yet run
 
     def refused(self) -> StorageError:
         assert self.failed is not None
