@@ -47,6 +47,7 @@ class Claimer:
         self.clocks, self.settings, self.name, self.places, self.begin = clocks, settings, name, places, begin
         self.next_due: float | None = None  # the queue's clock: from the last claim
         self.stopped = False
+        self.dry: set[str] = set()  # lanes whose last batch (claim_many) found fewer jobs than free slots
 
     def allowed(self) -> bool:
         return not (self.lanes.paused_all or self.stopped or self.postponed.holds(self.clocks.read().awake))
@@ -75,6 +76,7 @@ class Claimer:
     def _claim_due(self, r: ClockReadings) -> None:
         self.next_due = None
         waiting_lanes = self.gates.lanes_waiting() if self.settings.lane_when else set()
+        claimed: set[str] = set()  # lanes this turn claimed in
         while self.allowed():
             used = self.running.slots_in_use()
             blocked = self.lanes.blocked(used) | waiting_lanes
@@ -93,6 +95,11 @@ class Claimer:
             self.begin(Attempt(job, job.token or "", job.attempts), r)
             lane = job.lane
             free = self.lanes.concurrency(lane) - used.get(lane, 0) - (job.gate or {}).get("slots", 1)
-            if free > 0 and gated is None and lane not in blocked:  # the lane's other free slots: one statement
-                for more in self.queue.claim_many(self.name, free, lane=lane, places=self.places):
-                    self.begin(Attempt(more, more.token or "", more.attempts), r)
+            # the lane's other free slots in one statement; not for a lone job (a batch that found
+            # nothing last time, and no second claim in the lane this turn): a round trip for nothing
+            if free > 0 and gated is None and lane not in blocked and (lane not in self.dry or lane in claimed):
+                more = self.queue.claim_many(self.name, free, lane=lane, places=self.places)
+                (self.dry.add if len(more) < free else self.dry.discard)(lane)
+                for m in more:
+                    self.begin(Attempt(m, m.token or "", m.attempts), r)
+            claimed.add(lane)
