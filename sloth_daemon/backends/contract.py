@@ -411,6 +411,18 @@ class Claims(Protocol):
         ...
 
 
+    def claim_many(self, worker: str, n: int, *, lane: str, lease_s: float | None = None,
+                   places: Collection[str] | None = None) -> list[Job]:
+        """Up to ``n`` due ungated queued jobs of ``lane`` leased to ``worker``
+        at once, most urgent first (the claim's order): each as
+        ``claim(reclaim=False)`` leases it, with a fencing token of its own
+        (so each may be unclaimed, renewed, fenced or ended alone), never an
+        expired lease. Fewer (or none) when fewer are due or other claimers
+        hold them; two claimers never get the same job. One statement on
+        PostgreSQL; on SQLite one transaction. ``n`` 0..10,000 (BadRequest)."""
+        ...
+
+
 class Leases(Protocol):
     """What the holder of a lease does with it, and how its run ends
     (sqlite/leases.py SqliteLeases, postgres/leases.py PgLeases)."""

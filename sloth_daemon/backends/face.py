@@ -130,6 +130,7 @@ class Queue(QueueReads):
         self.enqueue = functools.partial(rules.enqueue_one, e.adds.enqueue_many)  # one job (rules.enqueue_one)
         self.batch_ids = e.adds.batch_ids
         self.claim = e.claims.claim
+        self.claim_many = e.claims.claim_many
         leases = e.leases
         self.set_waiting = leases.set_waiting
         self.heartbeat = leases.heartbeat

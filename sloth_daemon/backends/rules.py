@@ -137,6 +137,16 @@ def new_token() -> str:
     return os.urandom(8).hex()
 
 
+MAX_CLAIM_MANY = 10_000
+
+
+def claim_count(n: object) -> int:
+    """claim_many's ``n``: a whole number 0..MAX_CLAIM_MANY, else BadRequest."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_CLAIM_MANY:
+        raise BadRequest(f"n must be a whole number from 0 to {MAX_CLAIM_MANY}, got {n!r}")
+    return n
+
+
 def batch_ref(ref: str) -> tuple[bool, int | str]:
     """How `--batch REF` names a batch: all digits, its id; else a name, the
     newest batch of that name. Returns (by id, id or name)."""

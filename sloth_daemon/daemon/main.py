@@ -62,7 +62,6 @@ from sloth_daemon.daemon.metrics_file import DaemonMetrics, MetricsFile
 from sloth_daemon.daemon.worker.clockwatch import ClockWatch
 from sloth_daemon.daemon.machine_log import MachineLog
 from sloth_daemon.daemon.worker.loop import Worker
-from sloth_daemon.daemon.worker.pipeline import MachineLoad
 from sloth_daemon.daemon.schedules.scheduler import Ports, Scheduler, machine_id
 from sloth_daemon.models import ACTIVE_STATES
 from sloth_daemon.spec import JobSpec
@@ -374,7 +373,7 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
     worker = Worker(queue, settings, keeper, clocks=clocks, log_path=paths.job_log, instance=instance,
                     commit_delay_s=COMMIT_DELAY_S, host=host, places=shared.m.places if shared is not None else None,
                     clock=clock, queue_time=shared.time.now if shared is not None else None,
-                    on_change=lambda job: control.job_changed(job), slowdown=MachineLoad())
+                    on_change=lambda job: control.job_changed(job))
     queue.on_side_change = worker.side_change  # a dependent queued or cancelled by another's transition
     sender = Sender(queue, settings, prefix=f"{host or socket.gethostname()}/", log_path=paths.job_log,
                     shared_poll_s=settings.poll_s if shared is not None else None)

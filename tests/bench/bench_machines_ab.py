@@ -22,7 +22,6 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -30,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout
 
 from tests.bench._common import log  # noqa: E402
-from tests.bench.bench_machines import CONFIG, throughput  # noqa: E402
+from tests.bench.bench_machines import CONFIG, done_in_db, pgbench_rate, throughput  # noqa: E402
 from tests.bench.bench_pg import pg_commit_rate, settle_wal  # noqa: E402
 from tests.support.machines import Machines, Network  # noqa: E402
 
@@ -56,25 +55,12 @@ def side(net: Network, root: Path, jobs: int, n: int) -> tuple[float, float, flo
     try:
         with Machines(net, n, config_of=lambda i: CONFIG) as ms:
             ms.start()
-            rate = throughput(ms[0], list(ms), jobs, {"place": "*"} if n > 1 else {})
+            with done_in_db(ms) as done:
+                rate = throughput(ms[0], list(ms), jobs, {"place": "*"} if n > 1 else {}, done)
     finally:
         del os.environ["PYTHONPATH"]
     x1, s1 = server_counts(net)
     return rate, (x1 - x0) / jobs, (s1 - s0) / jobs
-
-
-def pgbench_rate(net: Network, clients: int, seconds: int = 5) -> float:
-    """Transactions per second of pgbench's one-row INSERT, ``clients`` at once."""
-    assert net.cluster is not None
-    url = net.cluster.url()
-    with net.cluster.admin() as c:
-        c.execute("CREATE TABLE IF NOT EXISTS commit_probe_pgb (id bigserial PRIMARY KEY)")
-    script = Path(net.cluster.base) / "insert.sql"
-    script.write_text("INSERT INTO commit_probe_pgb DEFAULT VALUES;\n")
-    out = subprocess.run(["pgbench", "-n", "-c", str(clients), "-j", str(clients), "-T", str(seconds),
-                          "-f", str(script), url], capture_output=True, text=True, check=True).stdout
-    tps = [ln for ln in out.splitlines() if ln.startswith("tps")][0]
-    return float(tps.split("=")[1].split()[0])
 
 
 def main(argv: list[str] | None = None) -> int:

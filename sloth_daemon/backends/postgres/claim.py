@@ -17,6 +17,7 @@ from sloth_daemon.backends.postgres import pick
 from sloth_daemon.backends.postgres.db import Connection, Cursor
 from sloth_daemon.backends.postgres.reads import JobRows
 from sloth_daemon.backends.postgres.writer import PgWriter
+from sloth_daemon.errors import BadRequest
 
 SQL_EXPIRED = ("SELECT *, lease_until < sloth.now() AS lapsed FROM sloth.jobs WHERE id = %s"
                " AND state = 'running' FOR UPDATE")
@@ -56,6 +57,18 @@ class PgClaims(contract.Claims):
                                   "failing a job whose lease expired")
             elif not rows[0]["spent"]:  # spent: failed, lease expired on the last attempt
                 return self.rows.job(rows[0])
+
+    def claim_many(self, worker: str, n: int, *, lane: str, lease_s: float | None = None,
+                   places: Collection[str] | None = None) -> list[Job]:
+        n = rules.claim_count(n)
+        lease_s = pick.claim_lease(lease_s, None)
+        if not isinstance(lane, str):
+            raise BadRequest(f"lane must be a lane name, got {lane!r}")
+        if n == 0:
+            return []
+        sql, args = pick.claim_many_statement(worker, lease_s, n, lane, places)
+        rows = self._db.write_one(sql, {**args, "rand": os.urandom(8).hex()}, "claiming jobs")
+        return [self.rows.job(row) for row in rows]
 
     def _claim_gated(self, gated: tuple[int, dict[str, list[str]] | None], sql: str, args: dict[str, Any],
                      lanes: Sequence[str] | None, exclude_lanes: Collection[str],

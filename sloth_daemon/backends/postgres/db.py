@@ -30,7 +30,7 @@ import math
 import select
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Hashable, Iterator, TypeVar
 
 import psycopg
 from psycopg import errors as pgerr
@@ -317,6 +317,24 @@ class Connection:
                     raise self._outcome_unknown(doing) from e
                 raise self._error(e, doing) from e
 
+    def write_along(self, key: Hashable, sql: str, params: Any, doing: str) -> None:
+        """One statement that writes and whose rows nobody needs (a run's
+        cost before its outcome), under ``key``. Inside a unit it waits:
+        the unit's next write may take it (``take_along``) into its own
+        statement, no round trip of its own; else it runs before the unit's
+        next statement or its commit. A part of the unit all the same (its
+        failure fails the unit). Outside a unit: write_one, now."""
+        if self._unit is None:
+            self.write_one(sql, params, doing)
+        elif self._unit.failed is not None:
+            raise self._unit.refused()
+        else:
+            self._unit.along[key] = (sql, params)
+
+    def take_along(self, key: Hashable) -> tuple[str, Any] | None:
+        """The statement waiting under ``key`` (write_along), now the caller's to run."""
+        return None if self._unit is None else self._unit.along.pop(key, None)
+
     # ------------------------------------------------------------- units
     @contextlib.contextmanager
     def unit(self) -> Iterator[None]:
@@ -344,7 +362,8 @@ class Connection:
             self._unit.after.append(fn)
 
     def _in_unit(self, u: "_Unit", fn: Callable[[Cursor], T], doing: str, *, savepoint: bool) -> T:
-        """``fn(cursor)`` in the unit's transaction (begun by its first write).
+        """``fn(cursor)`` in the unit's transaction (begun by its first write),
+        after the statements written along (write_along) that no write took.
         A SlothError of ``fn`` (a lease lost, a job gone) undoes its own
         savepoint alone; a database error or a lost connection fails the
         whole unit: rolled back, and every later write and its end raise."""
@@ -361,6 +380,9 @@ class Connection:
             raise self._fail_unit(u, None, doing)
         cur = u.conn.cursor()
         try:
+            while u.along:
+                q, p = u.along.pop(next(iter(u.along)))
+                cur.execute(q, p)
             if savepoint:
                 cur.execute("SAVEPOINT unit_write", prepare=False)
             out = fn(cur)
@@ -391,6 +413,7 @@ class Connection:
                        else self._lost_while(doing, e if e is not None else Exception("the connection was lost")))
             u.failed = why
             u.after.clear()
+            u.along.clear()
             if u.conn is not None and u.conn is self._conn:
                 self._rollback(u.conn)  # drops it if lost: the server rolls back then
         return u.failed
@@ -404,6 +427,10 @@ class Connection:
             if commit:
                 raise u.refused()
             return
+        if commit and u.along:  # written along, then nothing more: sent on their own
+            self._in_unit(u, lambda c: None, "committing this turn's writes", savepoint=False)
+            if u.failed is not None:
+                raise u.refused()
         if u.conn is None:
             return
         if not commit:
@@ -527,6 +554,7 @@ class _Unit:
         self.conn: PgConnection | None = None
         self.failed: StorageError | None = None
         self.after: list[Callable[[], None]] = []
+        self.along: dict[Hashable, tuple[str, Any]] = {}  # statements written along (write_along), not yet run
 
     def refused(self) -> StorageError:
         assert self.failed is not None

@@ -36,6 +36,11 @@ SQL_COST = ("INSERT INTO sloth.attempts (job_id, attempt, cpu_s, peak_rss_bytes,
             " covers = excluded.covers")
 SQL_COST_LAZY = "WITH lazy AS (SELECT set_config('synchronous_commit', 'off', true)) " + SQL_COST.replace(
     " WHERE id = %s", " CROSS JOIN lazy WHERE id = %s")
+# The same as a part of an outcome's statement (_held_step): written whatever becomes of the outcome
+COST_ARGS = ("cost_attempt", "cost_cpu_s", "cost_peak", "cost_wall_s", "cost_ended", "cost_covers", "cost_job")
+SQL_COST_ALONG = ", cost AS (" + SQL_COST.replace("SELECT id, %s, %s, %s, %s, %s, %s FROM sloth.jobs WHERE id = %s",
+                                                  "SELECT id, " + ", ".join(f"%({a})s" for a in COST_ARGS[:-1])
+                                                  + f" FROM sloth.jobs WHERE id = %({COST_ARGS[-1]})s") + ")"
 SQL_KEEP_RESULT = ("INSERT INTO sloth.results (job_id, attempt, data, at) SELECT %s, %s, %s, sloth.now()"
                    " WHERE EXISTS (SELECT 1 FROM sloth.jobs WHERE id = %s) ON CONFLICT DO NOTHING")
 SQL_HELD_UPDATE = ("WITH u AS (UPDATE sloth.jobs SET {assignments} WHERE id = %(id)s"
@@ -122,12 +127,9 @@ class PgLeases(contract.Leases):
     def record_cost(self, job_id: int, attempt: int, cost: Mapping[str, Any], *, durable: bool = False) -> None:
         check_id(job_id)
         values = attempt_rules.cost_values(cost)
-        sql = SQL_COST if durable else SQL_COST_LAZY
-
-        def tx(c: Cursor) -> None:
-            c.execute(sql, (attempt, *values, job_id))
-
-        self.writer.write(tx, "recording what a run cost")
+        # one statement; in a unit it waits for the job's outcome, whose statement takes it in (_held_step)
+        self._db.write_along(("cost", job_id), (SQL_COST if durable else SQL_COST_LAZY) + " RETURNING 1",
+                             (attempt, *values, job_id), "recording what a run cost")
 
     def note_ended(self, job_id: int, attempt: int, message: str, *, ended_at: float | None = None,
                    durable: bool = True, kind: str = "ended") -> Job:
@@ -290,6 +292,10 @@ class PgLeases(contract.Leases):
         if runner is not None:
             args.update(runner=json.dumps(runner), started_at=finite(runner.get("started_at")),
                         started_message=storable_text(f"pid {runner.get('pid')}"))
+        cost = self._db.take_along(("cost", job_id))  # its run's cost, written with it (record_cost)
+        if cost is not None:
+            sql += SQL_COST_ALONG
+            args.update(zip(COST_ARGS, cost[1], strict=True))
         sql += rows_of_u(durable)
         rows = self._db.write_one(sql, args, doing)
         if rows:

@@ -110,6 +110,37 @@ SELECT * FROM u
 UNION ALL
 SELECT j.*, 'settle', true FROM sloth.jobs j JOIN pick ON j.id = pick.id WHERE pick.spent AND j.waited_on
 """
+# claim_many: up to n due ungated queued jobs of one lane, in one statement,
+# each leased as the claim above leases a queued one (its own token from the
+# fence sequence, attempts and tries + 1, event claimed). Per place (or
+# once for any place), the lane's first n unlocked rows by the claim's order
+# (jobs_ready / jobs_placed_due), locked as read and skipping rows another
+# claimer holds; the n best of those are taken. With several places a row
+# read but not taken stays locked until the transaction ends (n per place at
+# most): another claimer skips it meanwhile, as it would a row being taken.
+SQL_CLAIM_MANY = """
+WITH c AS (
+    SELECT r.id, r.priority, r.not_before FROM {places_from} CROSS JOIN LATERAL (
+        SELECT id, priority, not_before FROM sloth.jobs
+        WHERE state = 'queued' AND gate IS NULL AND lane = %(lane)s {place_is} AND not_before <= sloth.now()
+        ORDER BY priority DESC, not_before, id LIMIT %(n)s FOR UPDATE SKIP LOCKED
+    ) r
+    ORDER BY r.priority DESC, r.not_before, r.id LIMIT %(n)s
+), u AS (
+UPDATE sloth.jobs j SET
+    state = 'running', attempts = j.attempts + 1, tries = j.tries + 1,
+    token = nextval('sloth.fence')::text || '-' || %(rand)s, worker = %(worker)s,
+    lease_until = sloth.now() + coalesce(%(lease_s)s, j.lease_s), tokens = NULL, wait_reason = NULL,
+    updated_at = sloth.now()
+FROM c
+WHERE j.id = c.id AND j.state = 'queued' AND j.not_before <= sloth.now()
+RETURNING j.*
+), ev AS (
+INSERT INTO sloth.events (job_id, at, kind, attempt, message)
+SELECT u.id, sloth.now(), 'claimed', u.attempts, 'by ' || %(worker)s FROM u
+)
+SELECT * FROM u ORDER BY priority DESC, not_before, id
+"""
 # next_due_at: the first queued not_before (a seek per lane), and the first
 # lease to expire.
 SQL_NEXT_DUE = """
@@ -203,6 +234,16 @@ def claim_statement(worker: str, lease_s: float | None, lanes: Sequence[str] | N
     return (SQL_CLAIM.format(queued_lanes=source, lanes=lane_filt, ids=id_filt, **where),
             {**args, **id_args, **place_args, "worker": worker, "lease_s": lease_s, "tokens": None,
              "held_note": "", "reclaim": bool(reclaim)})
+
+
+def claim_many_statement(worker: str, lease_s: float | None, n: int, lane: str,
+                         places: Collection[str] | None) -> tuple[str, dict[str, Any]]:
+    """claim_many's statement and parameters, but for ``rand`` (fresh for each run)."""
+    where, place_args = placed(places)
+    many = ({"places_from": "unnest(%(places)s::text[]) pl(place)", "place_is": "AND place = pl.place"}
+            if places is not None else {"places_from": "(VALUES (1)) any_place", "place_is": ""})
+    return (SQL_CLAIM_MANY.format(**many),
+            {**place_args, "worker": worker, "lease_s": lease_s, "n": n, "lane": str(lane)})
 
 
 def peek_statement(lanes: Sequence[str] | None, exclude_lanes: Collection[str],

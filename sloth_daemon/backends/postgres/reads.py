@@ -229,10 +229,13 @@ class PgReads(contract.Reads):
 
     def gates(self) -> list[str]:
         def gates(c: Any) -> list[Any]:
-            c.execute(pick.SQL_GATES_PLAN)
-            return c.execute(pick.SQL_GATES).fetchall()
+            # one round trip (every claiming turn asks): the plan's setting, the read and the setting
+            # back, as one simple query (its own implicit transaction, or a part of the unit's)
+            c.execute(f"{pick.SQL_GATES_PLAN}; {pick.SQL_GATES}; SET LOCAL enable_seqscan TO DEFAULT", prepare=False)
+            c.nextset()
+            return c.fetchall()
 
-        rows = self._db.read(gates, "reading the gates of queued jobs", snapshot=True)
+        rows = self._db.read(gates, "reading the gates of queued jobs")
         return [r["gate"] for r in rows]
 
     def held_gates(self) -> list[str]:

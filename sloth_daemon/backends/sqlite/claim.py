@@ -62,6 +62,20 @@ class SqliteClaims(contract.Claims):
                 return self._lease(c, row, expired, worker, now, row["lease_s"] if lease_s is None else lease_s,
                                    tokens)
 
+    def claim_many(self, worker: str, n: int, *, lane: str, lease_s: float | None = None,
+                   places: Collection[str] | None = None) -> list[Job]:
+        n = rules.claim_count(n)
+        if not isinstance(lane, str):
+            raise BadRequest(f"lane must be a lane name, got {lane!r}")
+        out: list[Job] = []
+        with self.store.unit():  # one transaction: the claims one after another, as claim() takes them
+            while len(out) < n:
+                job = self.claim(worker, lease_s=lease_s, lanes=[lane], places=places, reclaim=False)
+                if job is None:
+                    break
+                out.append(job)
+        return out
+
     def _gated_row(self, c: sqlite3.Connection, job_id: int, now: float) -> tuple[sqlite3.Row, bool] | None:
         """The gated job the caller chose, if it is still claimable: queued
         and due, or running with an expired lease."""

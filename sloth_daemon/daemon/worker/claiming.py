@@ -4,7 +4,11 @@ whose conditions hold and whose tokens and slots are free (gates.py), and
 behind a young run of a full lane its successor (pipeline.py). A read-only
 look comes first (an empty claim would still cost a write transaction),
 and its answer is also when to look again (``next_due``, on the queue's
-clock). Nothing is claimed while every lane is paused, the worker stops,
+clock). A claim that took a job fills its lane's other free slots in one
+statement more (claim_many), so the look comes once a lane, not once a job
+(a claim without the look after one that took a job was tried: when nothing
+more is due it costs a claim and then the look all the same, a round trip
+more in the usual turn that frees one slot). Nothing is claimed while every lane is paused, the worker stops,
 or a spawn failed for want of resources (limits.Postponement)."""
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ class Claimer:
         self.clocks, self.settings, self.name, self.places, self.begin = clocks, settings, name, places, begin
         self.next_due: float | None = None  # the queue's clock: from the last claim
         self.stopped = False
+        self.dry: set[str] = set()  # lanes whose last batch (claim_many) found fewer jobs than free slots
 
     def allowed(self) -> bool:
         return not (self.lanes.paused_all or self.stopped or self.postponed.holds(self.clocks.read().awake))
@@ -71,8 +76,10 @@ class Claimer:
     def _claim_due(self, r: ClockReadings) -> None:
         self.next_due = None
         waiting_lanes = self.gates.lanes_waiting() if self.settings.lane_when else set()
+        claimed: set[str] = set()  # lanes this turn claimed in
         while self.allowed():
-            blocked = self.lanes.blocked(self.running.slots_in_use()) | waiting_lanes
+            used = self.running.slots_in_use()
+            blocked = self.lanes.blocked(used) | waiting_lanes
             mine = set(self.running)  # never re-issue our own live or unrecorded jobs to ourselves
             gated, reserved = self.gates.pick(blocked, mine)  # jobs with conditions, needs, slots (gates.py)
             blocked |= reserved
@@ -86,3 +93,13 @@ class Claimer:
             if job is None:
                 return  # another process took it
             self.begin(Attempt(job, job.token or "", job.attempts), r)
+            lane = job.lane
+            free = self.lanes.concurrency(lane) - used.get(lane, 0) - (job.gate or {}).get("slots", 1)
+            # the lane's other free slots in one statement; not for a lone job (a batch that found
+            # nothing last time, and no second claim in the lane this turn): a round trip for nothing
+            if free > 0 and gated is None and lane not in blocked and (lane not in self.dry or lane in claimed):
+                more = self.queue.claim_many(self.name, free, lane=lane, places=self.places)
+                (self.dry.add if len(more) < free else self.dry.discard)(lane)
+                for m in more:
+                    self.begin(Attempt(m, m.token or "", m.attempts), r)
+            claimed.add(lane)

@@ -98,7 +98,6 @@ class Worker:
         host: str | None = None, places: Sequence[str] | None = None,
         conditions: Conditions | None = None, resources: Resources | None = None,
         clock: ClockWatch | None = None, queue_time: QueueTime | None = None, gpus: GpuProbe | None = None,
-        slowdown: Callable[[], float] = lambda: 1.0,
     ) -> None:
         self.queue, self.settings, self.spawner, self.clocks = queue, settings, spawner, clocks
         self.log_path, self.instance = log_path, instance
@@ -117,7 +116,7 @@ class Worker:
         self.lanes = Lanes(queue, settings, host=None if places is None else self.host)
         self.leases = Renewals(queue, spawner, self.running, clocks, end=self.end, queue_time=queue_time)
         self.pipeline = Pipeline(queue, spawner, self.running, self.lanes, clocks, self.withdrawals, self.signals,
-                                 name=self.name, places=self.places, slowdown=slowdown)
+                                 name=self.name, places=self.places)
         self.pauser = Pauser(queue, spawner, self.running, self.signals)
         self.gates = Gates(queue, self.running, self.lanes, settings,
                            conditions or Conditions(max_age_s=settings.conditions_check_s),

@@ -11,7 +11,14 @@ due job J as usual and asks the spawner to start J the moment R ends
 - it holds its claim but no slot (Attempt.pending): a lane never runs more
   processes than its concurrency; once R has ended J counts (it is
   starting, or its start failed and its outcome says so);
-- only in a lane whose last run ended within HOT_S of its start (or that
+- HOT_S stretches with the lane's usual run time (``hot_s``: HOT_FACTOR x
+  its smoothed run time, HOT_MAX_S at most), as heard by the daemon, and a
+  head not yet heard started (its spawn sent, the keeper busy) counts as
+  young for HOT_MAX_S after its claim: on a loaded machine the keeper takes
+  30-270 ms to start and report a `true`, and with a fixed HOT_S from the
+  claim a fifth of all successors were taken back (instrumented, 3 daemons:
+  92% of the take-backs were behind a head not yet heard started);
+- only in a lane whose last run ended within hot_s of its start (or that
   has had none yet): a burst of jobs a little longer than HOT_S would
   otherwise have each successor claimed and taken back again, two write
   transactions and a keeper round trip each, for nothing (measured with
@@ -36,12 +43,12 @@ due job J as usual and asks the spawner to start J the moment R ends
   end got the next turn at once) was measured worse: 8% more wall time,
   10% more daemon CPU (8 interleaved pairs). A lone job is never paced:
   nothing is pending;
-- if the run at the head of a chain (the one that runs) still runs HOT_S
+- if the run at the head of a chain (the one that runs) still runs hot_s
   after it started, the chain is taken back: the spawner drops each run
   that has not started (it is withdrawn: withdrawal.py) and the queue gets it back as if
   never claimed (``unclaim``: nothing ran, nothing in its history); if the
   head ended first, its successor started and is an ordinary run. So a
-  long job holds successors for HOT_S at most;
+  long job holds successors for hot_s (HOT_MAX_S) at most;
 - pause, a lane's concurrency changed, a settings reload and a daemon
   stopping take pending runs back at once; a cancel, a kill and a daemon
   stopping first ask the spawner to withdraw every run not heard started
@@ -50,30 +57,12 @@ due job J as usual and asks the spawner to start J the moment R ends
   lease drops one in the spawner, which reports it ended unstarted
   (outcomes.py gives it back, or leaves it cancelled).
 
-On a loaded machine a run's wall time stretches with the queue for the
-CPUs: `true` takes tens of milliseconds where it takes one alone, and the
-take-back after HOT_S of wall time emptied chain after chain of a burst,
-each a keeper round trip, an unclaim and a claim again, the more so with
-two slots, whose two heads share the CPUs (2,000 `true` beside six busy
-loops: 612-1,316 of 2,371-2,972 held runs taken back on 2 slots, 8-840 on
-1; 2 slots 1.29x slower than 1 in one round; with the stretch none, and
-2 slots 17.4-18.5 s against 21.0-32.2). So the take-back waits
-HOT_S times the machine's slowdown (``slowdown``: the daemon's is
-MachineLoad, the 1-minute load average per CPU, 1 to MAX_SLOWDOWN; 1 where
-none is given): a chain is taken back once its head has run as long as
-HOT_S would be on a quiet machine, and a long job still loses its
-successors within HOT_S * MAX_SLOWDOWN. Which runs may lead, and which
-lanes are short, stay on HOT_S itself: stretching those too was measured
-slower on 1 slot (29.8-30.9 s against 19.8-24.1 s, interleaved).
-
 Only where the spawner pipelines (a keeper that knows ``after``) and the
 queue can unclaim (both backends; PostgreSQL since issue 34).
 """
 
 from __future__ import annotations
 
-import os
-import time
 from typing import TYPE_CHECKING, Callable, Collection, Iterable
 
 from sloth_daemon.clock import ClockReadings, Clocks
@@ -88,11 +77,10 @@ if TYPE_CHECKING:
     from sloth_daemon.daemon.worker.spawner import Spawner
     from sloth_daemon.daemon.worker.withdrawal import Withdrawals
 
-HOT_S = 0.05  # a run younger than this may get a successor; a successor pending longer (x load) is taken back
+HOT_S = 0.05  # a run younger than this may get a successor; a successor pending longer is taken back ...
+HOT_FACTOR, HOT_MAX_S = 4.0, 0.5  # ... or than HOT_FACTOR x the lane's usual run, up to HOT_MAX_S (hot_s)
 DEPTH = 8  # pending runs behind one that runs, at most
 PACE_S = 0.003  # between the worker's turns while runs are pending (see the docstring)
-MAX_SLOWDOWN = 8.0  # HOT_S stretched this much at most on a loaded machine
-LOAD_READ_S = 1.0  # the load average is read again after this long (it moves over a minute)
 TAKE_BACK_WAIT_S = 2.0  # a daemon stopping waits this long at most to hear its successors taken back
 
 
@@ -103,25 +91,17 @@ class Pipeline:
     for status. Collaborators: the queue (claims successors under the
     worker's ``name`` and ``places``), the spawner (``unspawn``), the
     worker's runs and lanes, the clocks, the withdrawals (a stopping
-    daemon's take-back), signals (a run taken back wakes the loop) and
-    ``slowdown`` (how many times longer a run takes here than alone: the
-    take-back waits that much longer; see the module docstring)."""
+    daemon's take-back) and signals (a run taken back wakes the loop)."""
 
     def __init__(self, queue: "Queue", spawner: "Spawner", running: Attempts, lanes: Lanes, clocks: Clocks,
-                 withdrawals: "Withdrawals", signals: Signals, *, name: str, places: list[str] | None,
-                 slowdown: Callable[[], float] = lambda: 1.0) -> None:
+                 withdrawals: "Withdrawals", signals: Signals, *, name: str, places: list[str] | None) -> None:
         self.queue, self.spawner, self.running, self.lanes = queue, spawner, running, lanes
-        self.slowdown = slowdown
         self.clocks, self.withdrawals, self.signals = clocks, withdrawals, signals
         self.name, self.places = name, places
-        self.short_lanes: dict[str, bool] = {}  # lane -> whether its last run ended within HOT_S of its start
+        self.short_lanes: dict[str, bool] = {}  # lane -> whether its last run ended within hot_s of its start
+        self.usual_s: dict[str, float] = {}  # lane -> its runs' usual time, start to end as heard (smoothed)
         self.pending_n = 0  # runs sent to wait behind another, since start
         self.taken_back_n = 0  # ... of which taken back unstarted
-
-    def hot_s(self) -> float:
-        """How long a chain's head runs before its chain is taken back: HOT_S
-        on this machine now (stretched by its load)."""
-        return HOT_S * min(MAX_SLOWDOWN, max(1.0, self.slowdown()))
 
     def paced(self) -> bool:
         """Should the next turn wait PACE_S: the keeper holds runs to start."""
@@ -140,7 +120,7 @@ class Pipeline:
         # and a spawn after a run it does not know starts at once.
         sent = run.live or (run.stage is Stage.CLAIMED and run.job.runner is None)
         return (sent and run.ending is None and run.successor is None and not run.adopted
-                and depth(run) < DEPTH and awake - head(run).started_awake < HOT_S
+                and depth(run) < DEPTH and awake < self._take_back_at(run)
                 and self.short_lanes.get(lane, True)
                 and not self.lanes.is_paused(lane) and used.get(lane, 0) >= self.lanes.concurrency(lane))
 
@@ -153,25 +133,36 @@ class Pipeline:
         if not self.pipelines():
             return
         used = self.running.slots_in_use()
-        leads = [x for x in self.running.values() if x.job.lane not in skip_lanes and self.may_lead(x, r.awake, used)]
-        while leads:
-            run = leads.pop()  # no read-only look first: in a burst there is work, and the look costs
-            job = self.queue.claim(self.name, lanes=[run.job.lane], exclude_ids=set(self.running), reclaim=False,
-                                   places=self.places)
-            if job is None:
-                continue
-            self.pending_n += 1
-            run.successor = Attempt(job, job.token or "", job.attempts, after=run)
-            begin(run.successor, r)
-            if self.may_lead(run.successor, r.awake, used):
-                leads.append(run.successor)
+        chains: dict[str, list[Attempt]] = {}  # lane -> its runs that may lead
+        for x in self.running.values():
+            if x.job.lane not in skip_lanes and self.may_lead(x, r.awake, used):
+                chains.setdefault(x.job.lane, []).append(x)
+        for lane, tails in chains.items():
+            # a lane's successors in one statement (no read-only look first: in a burst there is
+            # work, and the look costs), as many as its chains have room for (DEPTH deep), dealt
+            # out a level at a time: every chain gets its next before any gets two
+            jobs = self.queue.claim_many(self.name, sum(DEPTH - depth(t) for t in tails), lane=lane,
+                                         places=self.places)
+            while jobs:
+                tails = [t for t in tails if depth(t) < DEPTH]
+                if not tails:  # never (as many as there was room for): not left claimed with no run
+                    for job in jobs:
+                        self.queue.unclaim(job.id, job.token or "")
+                    break
+                for i, run in enumerate(tails):
+                    if not jobs:
+                        break
+                    job = jobs.pop(0)
+                    self.pending_n += 1
+                    run.successor = Attempt(job, job.token or "", job.attempts, after=run)
+                    begin(run.successor, r)
+                    tails[i] = run.successor
 
     # ----------------------------------------------------------- taking back
     def take_back_due(self, awake: float) -> None:
         """Chains whose head is no longer young: see the module docstring."""
-        hot = self.hot_s()
         for run in reversed(self._pending()):  # the last first: the keeper need not move the others up
-            if awake >= self._take_back_at(run, hot):
+            if awake >= self._take_back_at(run):
                 self.take_back_run(run)
 
     def take_back(self, lanes: Iterable[str] | None = None) -> None:
@@ -190,15 +181,29 @@ class Pipeline:
         await self.withdrawals.wait(self.withdrawals.ask(pending), TAKE_BACK_WAIT_S)
 
     def take_back_deadlines(self, awake: float) -> list[float]:
-        hot = self.hot_s()
-        return [self._take_back_at(run, hot) - awake for run in self._pending()]
+        return [self._take_back_at(run) - awake for run in self._pending()]
 
     def run_ended(self, run: Attempt) -> None:
         """Its process ended, or it was dropped before it started (then the
         run behind it moves up: unlink)."""
         unlink(run)
         if run.pid is not None and not run.adopted:
-            self.short_lanes[run.job.lane] = self.clocks.read().awake - run.started_awake < HOT_S
+            lane, took = run.job.lane, self.clocks.read().awake - run.started_awake
+            self.short_lanes[lane] = took < self.hot_s(lane)
+            usual = self.usual_s.get(lane)
+            self.usual_s[lane] = took if usual is None else usual + (took - usual) / 4
+
+    def hot_s(self, lane: str) -> float:
+        """How young a run of ``lane`` must be to get a successor, and how
+        long one waits behind it before it is taken back: HOT_S, or
+        HOT_FACTOR times the lane's usual run if longer (at most HOT_MAX_S).
+        On a loaded machine a `true` is heard running 30-100 ms (the keeper
+        and the daemon wait for a CPU): with a fixed HOT_S its successors
+        were claimed and taken back again, a claim and an unclaim each (8%
+        of a daemon's samples, a fifth of the successors in a run of three
+        daemons); the usual run stretches with the load, and so does this."""
+        usual = self.usual_s.get(lane)
+        return HOT_S if usual is None else min(HOT_MAX_S, max(HOT_S, HOT_FACTOR * usual))
 
     def on_taken_back(self, run: Attempt) -> None:
         """The spawner dropped it unstarted: give its claim back (settle)."""
@@ -211,9 +216,12 @@ class Pipeline:
     def _pending(self) -> list[Attempt]:
         return [r for r in self.running.values() if r.pending and r.stage is Stage.CLAIMED and r.ending is None]
 
-    @staticmethod
-    def _take_back_at(run: Attempt, hot_s: float) -> float:
-        return head(run).started_awake + hot_s
+    def _take_back_at(self, run: Attempt) -> float:
+        """When the chain of ``run`` is no longer young: its head's hot_s
+        after it was heard started; one not heard started yet (its spawn
+        sent, the keeper busy) HOT_MAX_S after it was claimed."""
+        first = head(run)
+        return first.started_awake + (self.hot_s(run.job.lane) if first.pid is not None else HOT_MAX_S)
 
     def take_back_run(self, run: Attempt) -> None:
         """Ask the spawner to drop ``run`` if it has not started (it hears ``taken_back``)."""
@@ -229,27 +237,8 @@ class Pipeline:
 
     def status(self) -> dict[str, object]:
         return {"enabled": self.pipelines(), "hot_s": HOT_S, "depth": DEPTH, "held": self.pending_n,
-                "taken_back": self.taken_back_n, "hot_now_s": round(self.hot_s(), 4)}
-
-
-class MachineLoad:
-    """The machine's slowdown for a CPU-bound run: the 1-minute load
-    average per CPU this process may use (1 where it cannot be read), read
-    again at most every LOAD_READ_S."""
-
-    def __init__(self) -> None:
-        self._cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        self._value, self._read_at = 1.0, float("-inf")
-
-    def __call__(self) -> float:
-        t = time.monotonic()
-        if t - self._read_at >= LOAD_READ_S:
-            self._read_at = t
-            try:
-                self._value = os.getloadavg()[0] / max(1, self._cpus)
-            except OSError:
-                self._value = 1.0
-        return self._value
+                "taken_back": self.taken_back_n,
+                "hot_now_s": {lane: round(self.hot_s(lane), 4) for lane in sorted(self.usual_s)}}
 
 
 def unlink(run: Attempt) -> None:

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from sloth_daemon.queue import Queue
-from sloth_daemon.errors import StorageError
+from sloth_daemon.errors import LeaseLost, StorageError
 
 pytestmark = pytest.mark.postgres
 
@@ -103,3 +103,56 @@ def test_a_lazy_outcome_with_its_process_keeps_the_order_of_its_events_and_the_s
         assert [e.kind for e in ev] == ["claimed", "started", "done"] and ev[1].message == "pid 7"
         assert ev[1].at == 5.0 and q.get(a).runner == {"pid": 7, "started_at": 5.0}
         q.flush()
+
+
+def test_batched_claims_racing_never_share_a_job_and_each_token_fences_alone(pg_url):
+    """claim_many (a lane's successors in one statement), three claimers at
+    once in units as the worker makes them, some with places: every job
+    claimed exactly once, each with a token of its own; a token of one job
+    of a batch ends no other job, and a batch held by a claimer that died
+    (its leases run out) is re-issued job by job, its old tokens fenced."""
+    n = 300
+    with Queue(pg_url) as q:
+        ids = q.enqueue_many([{"command": [str(i)], "lane": "l", **({"place": "a"} if i % 3 == 0 else {})}
+                              for i in range(n)])
+    barrier = threading.Barrier(3)
+    got: dict[str, list[tuple[int, str]]] = {}
+
+    def drain(name: str, places: list[str] | None) -> None:
+        mine: list[tuple[int, str]] = []
+        with Queue(pg_url) as w:
+            barrier.wait()
+            while True:
+                with w.unit():
+                    batch = w.claim_many(name, 7, lane="l", places=places)
+                mine += [(j.id, j.token) for j in batch]
+                if not batch:
+                    break
+        got[name] = mine
+
+    threads = [threading.Thread(target=drain, args=(f"w{i}", [p for p in (["", "a"] if i else [""])]))
+               for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    claims = [c for v in got.values() for c in v]
+    assert len(got) == 3 and all(got.values())  # each took some: SKIP LOCKED, not one claimer's queue
+    assert Counter(i for i, _ in claims) == Counter(ids)  # each exactly once
+    assert len({t for _, t in claims}) == n
+    with Queue(pg_url) as q:
+        (a, ta), (b, tb) = got["w1"][0], got["w1"][1]
+        with pytest.raises(LeaseLost):
+            q.complete(b, ta)  # one job's token holds no other job of its batch
+        assert q.get(b).state == "running"
+        with psycopg.connect(pg_url) as c:  # the claimer is gone: its leases run out
+            c.execute("UPDATE sloth.jobs SET lease_until = sloth.now() - 1 WHERE id = ANY(%s)",
+                      ([a, b],))
+        again = [q.claim("w9", lanes=["l"]), q.claim("w9", lanes=["l"])]
+        assert sorted(j.id for j in again if j) == sorted([a, b]) and q.claim("w9", lanes=["l"]) is None
+        for job_id, old in ((a, ta), (b, tb)):
+            with pytest.raises(LeaseLost):
+                q.complete(job_id, old)  # fenced: the old holder's outcome is refused
+        for j in again:
+            q.complete(j.id, j.token)
+        assert [q.get(x).attempts for x in (a, b)] == [2, 2]

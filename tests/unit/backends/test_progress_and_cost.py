@@ -96,3 +96,25 @@ def test_past_runs_times_by_key_label_command_and_schedule(q, clock):
     assert sorted(q.run_times("command", '["make", "it"]')) == [10, 20, 30, 40]
     with pytest.raises(BadRequest):
         q.run_times("cwd; DROP TABLE jobs", "x")
+
+
+def test_a_cost_written_in_a_unit_is_kept_whatever_becomes_of_its_outcome(q, clock):
+    """In a unit (the worker's turn) a run's cost travels with its outcome
+    (on PostgreSQL in the outcome's statement): kept when the outcome is
+    written, when the outcome is refused (a lost lease: the cost is a fact
+    of the run), when the outcome settles jobs waiting for it (a
+    transaction), and when no outcome follows before the unit ends."""
+    done, lost, waited, alone = (q.enqueue([x]) for x in ("done", "lost", "waited", "alone"))
+    q.enqueue_many([{"command": ["after"], "after": [waited]}])
+    held = {j: q.claim("w", lanes=["default"]) for j in (done, lost, waited, alone)}
+    assert {j: h.id for j, h in held.items()} == {j: j for j in held}
+    with q.unit():
+        for j in (done, lost, waited, alone):
+            q.record_cost(j, 1, {**COST, "cpu_s": float(j)})
+        q.complete(done, held[done].token)
+        with pytest.raises(LeaseLost):
+            q.complete(lost, held[done].token)
+        q.complete(waited, held[waited].token)
+    assert (q.get(done).state, q.get(lost).state, q.get(waited).state) == ("done", "running", "done")
+    costs = q.costs([done, lost, waited, alone])
+    assert {j: [r["cost"]["cpu_s"] for r in costs[j]] for j in costs} == {j: [float(j)] for j in held}

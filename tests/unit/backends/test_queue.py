@@ -1027,3 +1027,35 @@ def test_keep_awake_and_limits_are_kept_with_the_job_and_by_a_restart(q, clock):
     q.complete(claimed.id, claimed.token)
     new = q.restart([jid[0]]).jobs[0]
     assert new.keep_awake is True and new.limits == limits
+
+
+def test_claim_many_leases_a_lanes_due_jobs_at_once_each_with_its_own_token(q, clock):
+    """A batch of plain claims (the daemon's successors, a lane's free
+    slots): the lane's due queued jobs in the claim's order, each leased as
+    claim(reclaim=False) leases it -- its own fencing token, so each is
+    ended, unclaimed or fenced alone -- never a job of another lane, a
+    delayed one, or an expired lease; what is left is claimed later."""
+    low = q.enqueue(["low"], lane="a")
+    high = q.enqueue(["high"], lane="a", priority=5)
+    later = q.enqueue(["later"], lane="a", not_before=50)
+    other = q.enqueue(["other"], lane="b")
+    rest = [q.enqueue([f"r{i}"], lane="a") for i in range(3)]
+    got = q.claim_many("w", 3, lane="a")
+    assert [j.id for j in got] == [high, low, rest[0]]
+    assert all((j.state, j.attempts, j.tries, j.worker, j.lease_until) == (CLAIMED, 1, 1, "w", 100) for j in got)
+    assert len({j.token for j in got}) == 3 and all(j.token for j in got)
+    assert [kinds(q, j.id) for j in got] == [["claimed"]] * 3
+    q.complete(high, got[0].token)
+    with pytest.raises(LeaseLost):  # one job's token holds no other job
+        q.complete(low, got[0].token)
+    q.unclaim(low, got[1].token)  # undone alone
+    assert q.get(rest[0]).state == CLAIMED and q.get(low).state == QUEUED
+    assert [j.id for j in q.claim_many("w", 10, lane="a")] == [low, rest[1], rest[2]]
+    assert q.claim_many("w", 10, lane="a") == [] and q.get(later).state == QUEUED
+    clock.advance(q.get(rest[1]).lease_s + 1)  # leases run out: a batch never reclaims them
+    assert [j.id for j in q.claim_many("w2", 10, lane="a")] == [later] and q.get(other).state == QUEUED
+    assert [j.id for j in q.claim_many("w2", 10, lane="a", places=["elsewhere"])] == []
+    for bad in (-1, 1.5, True, "2", 10_001):
+        with pytest.raises(BadRequest):
+            q.claim_many("w", bad, lane="a")
+    assert q.claim_many("w", 0, lane="a") == []

@@ -187,6 +187,39 @@ def test_a_lanes_next_job_is_claimed_before_the_last_result_is_written(env):
     assert [r.job_id for r in sp.reqs.values()] == [a, b]
 
 
+def test_a_lanes_free_slots_are_claimed_in_one_batch_and_a_lone_job_pays_for_no_batch(env):
+    """A burst fills a lane's free slots with one claim and one batch
+    (claim_many: one statement on PostgreSQL), not a claim per slot; a lone
+    job after a batch that came back short is claimed alone (no statement
+    for nothing), and a second claim in the lane in one turn batches again."""
+    w, q, sp = env(lanes={"default": 4})
+    batches: list[int] = []
+    many = q.claim_many
+    q.claim_many = lambda *x, **k: batches.append(x[1]) or many(*x, **k)  # type: ignore[method-assign]
+    ids = [q.enqueue(["true"]) for _ in range(6)]
+    w.turn()
+    assert [r.job_id for r in sp.reqs.values()] == ids[:4] and batches == [3]
+    for j in ids[:4]:
+        sp.start(j)
+        sp.exit(j, 0)
+    w.signals.look = True
+    w.turn()
+    assert [r.job_id for r in sp.reqs.values()][4:] == ids[4:] and batches == [3, 3]  # came back short: dry
+    for j in ids[4:]:
+        sp.start(j)
+        sp.exit(j, 0)
+    lone = q.enqueue(["true"])
+    w.signals.look = True
+    w.turn()
+    assert [r.job_id for r in sp.reqs.values()][-1] == lone and batches == [3, 3]  # no batch for a lone job
+    sp.start(lone)
+    sp.exit(lone, 0)
+    more = [q.enqueue(["true"]) for _ in range(5)]
+    w.signals.look = True
+    w.turn()
+    assert [r.job_id for r in sp.reqs.values()][-4:] == more[:4] and batches == [3, 3, 2]
+
+
 def test_failure_retries_with_backoff_then_fails(env, clocks):
     w, q, sp = env(max_attempts=2)
     a = q.enqueue(["false"])
