@@ -383,6 +383,8 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
     scheduler = compose_scheduler(queue, worker, clocks, shared, job=lambda d: control.validate([d], fired=True)[0],
                                   place=lambda d: dict(control._placed(d)))
     metrics = DaemonMetrics(target, clock, keeper)  # `sloth metrics`, and the metrics file's text
+    if handover is not None:
+        metrics.carry(handover.counted)  # one daemon to its users: its counters go on (renewal.py)
     metrics_file = MetricsFile(metrics, lambda: control.settings.metrics_file)
     control = Control(queue, worker, keeper, paths, settings, instance=instance,
                       request_stop=lambda reason, *, keep_jobs: daemon.request_stop(reason, keep_jobs=keep_jobs),
@@ -479,7 +481,8 @@ def main() -> int:
         if d.renewing and not d.queue.broken and d.server.listener is not None:
             renewal.execute(d.server.listener, lock.fd, owned=d.server.given is None,
                             started_at=d.control.started_at if d.control is not None else time.time(),
-                            up_row=d.machine.row_id if d.machine is not None else None)
+                            up_row=d.machine.row_id if d.machine is not None else None,
+                            counted=d.control.metrics.counted() if d.control is not None else None)
             return 1  # the exec failed (said on stderr): the next command starts a daemon
         if d.queue.broken:
             # Leave without closing the database: its close would write the WAL

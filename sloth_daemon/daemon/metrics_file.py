@@ -23,9 +23,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import stat
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 from sloth_daemon.backends import metrics
 from sloth_daemon.backends.metrics import Family, Series
@@ -51,6 +52,23 @@ class DaemonMetrics:
         # for on the loop: a flood of `sloth metrics` holds one thread of the
         # default pool, not all of them (GPU and process lookups use it too).
         self._reading: asyncio.Lock | None = None
+
+    def counted(self) -> dict[str, Any]:
+        """What ``own`` counts, to carry across a renewal (renewal.py): one
+        daemon to its users, so its counters go on and never reset."""
+        return {"started_at": self.started_at, "jumps": dict(self.clock.jumps), "slept_s": self.clock.slept_s,
+                "keeper_connects": self.keeper.connects, "keeper_losses": self.keeper.losses}
+
+    def carry(self, counted: Mapping[str, Any]) -> None:
+        """Go on from ``counted`` (the process before this one renewed itself)."""
+        try:
+            self.started_at = float(counted.get("started_at", self.started_at))
+            self.clock.jumps.update({str(k): int(v) for k, v in dict(counted.get("jumps") or {}).items()})
+            self.clock.slept_s += float(counted.get("slept_s") or 0.0)
+            self.keeper.connects += int(counted.get("keeper_connects") or 0)
+            self.keeper.losses += int(counted.get("keeper_losses") or 0)
+        except (TypeError, ValueError, AttributeError) as e:
+            log.error("renewal: the counters handed over are not readable (%s); counting afresh", e)
 
     def own(self) -> list[Family]:
         """What this daemon counted since it started."""
@@ -101,7 +119,7 @@ class MetricsFile:
         self._writing: asyncio.Task[None] | None = None
         self._again = False  # a change came while writing: write once more after
         self._last_at = float("-inf")  # monotonic time of the last write
-        self._written: tuple[str, str] | None = None  # (path, text) last written
+        self._written: tuple[str, str] | None = None  # (path, text) last written (or found there at start)
         self._problem: str | None = None  # the last failure, logged once
 
     def changed(self, *_: object) -> None:
@@ -125,6 +143,8 @@ class MetricsFile:
         try:
             if path:
                 text = await self.source.text(metrics.PROMETHEUS)
+                if self._written is None:  # a renewed daemon's first write: the file may say it already
+                    self._written = (path, await asyncio.to_thread(_read_small, Path(path)))
                 if self._written != (path, text):
                     await asyncio.to_thread(write_atomically, Path(path), text)
                     self._written = (path, text)
@@ -151,3 +171,19 @@ def write_atomically(path: Path, text: str) -> None:
     collector reads renamed over it; never in the place of a FIFO, a device,
     a link or a folder (safefile.replace_file)."""
     replace_file(path, text.encode(), FILE_MODE)
+
+
+def _read_small(path: Path, cap: int = 4 << 20) -> str:
+    """The file's text if it is a regular file we can read (at most ``cap``), else ""."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        return os.read(fd, cap).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)

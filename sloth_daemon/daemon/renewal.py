@@ -54,6 +54,7 @@ class Handover:
     owned: bool  # the socket was bound by sloth (else its service manager's: never removed)
     started_at: float  # the first process's start (status, metrics)
     up_row: int | None  # its timeline row (machine_log.py), continued
+    counted: dict[str, Any]  # its own metrics' counters (metrics_file.DaemonMetrics.counted), continued
 
 
 def taken(environ: Any = None) -> Handover | None:
@@ -65,8 +66,10 @@ def taken(environ: Any = None) -> Handover | None:
         return None
     try:
         d = json.loads(raw)
+        counted = d.get("counted")
         return Handover(int(d["listen_fd"]), int(d["lock_fd"]), bool(d["owned"]), float(d["started_at"]),
-                        None if d.get("up_row") is None else int(d["up_row"]))
+                        None if d.get("up_row") is None else int(d["up_row"]),
+                        counted if isinstance(counted, dict) else {})
     except (ValueError, KeyError, TypeError) as e:
         log.error("renewal: cannot read %s=%r (%s); starting anew", ENV, raw, e)
         return None
@@ -93,7 +96,8 @@ def worth_it(ready_kb: int | None) -> bool:
     return ready_kb is not None and now is not None and now - ready_kb >= growth
 
 
-def execute(listener: Any, lock_fd: int, *, owned: bool, started_at: float, up_row: int | None) -> None:
+def execute(listener: Any, lock_fd: int, *, owned: bool, started_at: float, up_row: int | None,
+            counted: dict[str, Any] | None = None) -> None:
     """Replace this process by a new daemon that takes over ``listener`` and
     the lock. Returns only if the exec failed (the caller exits: the next
     command, or the service manager, starts the next daemon)."""
@@ -101,7 +105,7 @@ def execute(listener: Any, lock_fd: int, *, owned: bool, started_at: float, up_r
     os.set_inheritable(listen_fd, True)
     os.set_inheritable(lock_fd, True)
     handover = {"listen_fd": listen_fd, "lock_fd": lock_fd, "owned": owned, "started_at": started_at,
-                "up_row": up_row}
+                "up_row": up_row, "counted": counted or {}}
     env = dict(os.environ, **{ENV: json.dumps(handover)})
     flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]  # -X, -W ...
     argv = [sys.executable, *flags, "-m", "sloth_daemon.daemon", "run"]

@@ -174,3 +174,32 @@ def test_a_metrics_file_naming_a_fifo_or_a_link_is_left_as_it_is_and_only_logged
     h.wait_for(lambda: "is a FIFO, not a regular file" in h.log_text(), 10, "the refusal logged")
     assert h.call("ping") and os.path.exists(fifo) and os.stat(fifo).st_mode & 0o170000 == 0o010000
     assert [p.name for p in home.iterdir() if "sloth-tmp" in p.name] == []  # no temporary file left
+
+
+def test_a_renewal_at_rest_neither_resets_the_counters_nor_rewrites_the_file(make_harness, home):
+    """The daemon renews itself at rest (renewal.py): a new process, one
+    daemon to its users. Its own counters (keeper starts, clock jumps) began
+    again at 0 and the metrics file was rewritten at every renewal, so a
+    file "left alone at rest" was not, and rate() saw a counter reset."""
+    h, prom = metrics_harness(make_harness, home, base=TEST_CONFIG.replace('clock_check_s = "1s"',
+                                                                           'clock_check_s = "60s"')
+                              + 'keeper_linger_s = "200ms"\n')
+    h.daemon_env["SLOTH_RENEW_GROWTH_KB"] = "0"  # renew at every rest
+    h.start()
+    h.wait_state(h.add("true"), "done")
+    starts = ("sloth_keeper_starts_total", ())
+    h.wait_for(lambda: h.daemon_log.read_text(errors="replace").count("renewed at rest") >= 1, 20, "a renewal")
+    h.wait_ready(h.daemon)
+    before = prom.stat()
+    first = samples(h.cli("metrics", check=True).stdout)
+    assert first[starts] == 1, first  # the keeper of the first run, counted by the process before
+    h.wait_state(h.add("true"), "done")  # a second keeper: the next process counts on from 1
+    h.wait_for(lambda: h.daemon_log.read_text(errors="replace").count("renewed at rest") >= 2, 20, "a renewal")
+    h.wait_ready(h.daemon)
+    assert samples(h.cli("metrics", check=True).stdout)[starts] == 2
+    h.wait_for(lambda: samples(prom.read_text(), openmetrics=False).get(starts) == 2, 15, "the file says 2")
+    written = prom.stat()
+    assert written.st_ino != before.st_ino  # a change was written, once
+    h.wait_for(lambda: h.daemon_log.read_text(errors="replace").count("renewed at rest") >= 2, 5, "at rest")
+    time.sleep(1.5)
+    assert prom.stat().st_ino == written.st_ino  # nothing changed since: left alone

@@ -44,7 +44,7 @@ def test_a_handed_descriptor_of_another_file_is_closed_and_the_lock_taken_anew(t
 def test_the_handover_is_read_once_and_removed_from_the_environment():
     env = {renewal.ENV: '{"listen_fd": 3, "lock_fd": 4, "owned": true, "started_at": 12.5, "up_row": 7}'}
     h = renewal.taken(env)
-    assert h == renewal.Handover(3, 4, True, 12.5, 7) and renewal.ENV not in env
+    assert h == renewal.Handover(3, 4, True, 12.5, 7, {}) and renewal.ENV not in env
     assert renewal.taken(env) is None
     bad = {renewal.ENV: "{not json"}
     assert renewal.taken(bad) is None and bad == {}
