@@ -1169,6 +1169,10 @@ class Soak:
             return
         self.count("idle_exits")
         self.note(f"idle exit of daemon {p.pid} after {fig['idle_exit_after_s']} s")
+        # The next daemon stays for the checks: they ask it things with pauses of seconds between
+        # (reading the records), longer than the window, and it would leave in the middle.
+        (self.h.home / "config.toml").write_text(re.sub(r"idle_exit_s = [0-9.]+", "idle_exit_s = 0",
+                                                        self.good_config()))
         self.start_daemon("after its idle exit")
 
     # -------------------------------------------------------------- verify

@@ -105,8 +105,20 @@ class Sender:
         except SlothError as e:
             log.warning("outbox: %s", e.message)
         busy: dict[Any, asyncio.Task[None]] = {}  # subject (job, schedule) -> its last send
+        sending: set[asyncio.Task[None]] = set()  # every send not over
+        try:
+            await self._deliver(loop, self._wake, busy, sending)
+        finally:
+            # The daemon stops (or renews): a send still on its thread is not
+            # recorded after the queue is closed; its lease runs out and the
+            # next daemon sends it again (its key lets the receiver drop it).
+            for task in sending:
+                task.cancel()
+
+    async def _deliver(self, loop: asyncio.AbstractEventLoop, wake: asyncio.Event,
+                       busy: dict[Any, asyncio.Task[None]], sending: set[asyncio.Task[None]]) -> None:
         while True:
-            self._wake.clear()
+            wake.clear()
             wait: float | None = None
             try:
                 free = MAX_THREADS - len(busy)
@@ -115,6 +127,8 @@ class Sender:
                     subject = (m.job_id, m.schedule)
                     task = loop.create_task(self._send_after(busy.get(subject), loop, m))
                     busy[subject] = task
+                    sending.add(task)
+                    task.add_done_callback(sending.discard)
                     task.add_done_callback(functools.partial(self._sent, busy, subject))
                 if batch:
                     continue
@@ -123,7 +137,7 @@ class Sender:
                 log.warning("outbox: %s", e.message)
                 wait = MAX_WAIT_S
             try:
-                await asyncio.wait_for(self._wake.wait(), wait)
+                await asyncio.wait_for(wake.wait(), wait)
             except asyncio.TimeoutError:
                 pass
 

@@ -202,3 +202,39 @@ def test_the_cli_names_a_bad_message_id_as_a_message(tmp_path):
     p = subprocess.run([sys.executable, "-m", "sloth_daemon", "outbox", "retry", "abc"], env=env,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "bad message id 'abc'" in p.stderr and "job" not in p.stderr, p.stderr
+
+
+def test_a_send_still_on_its_thread_when_the_daemon_stops_is_not_recorded_on_the_closed_queue(q, clock, tmp_path,
+                                                                                                rx):
+    """The daemon's stop cancels the sender's loop, then closes the queue. A
+    send still waiting on its receiver went on, and its record() met the
+    closed database: "Task exception was never retrieved ... Cannot operate
+    on a closed database" in the daemon log (the 300 s soak). Now each send
+    not over is cancelled with the loop: the message stays leased, and the
+    next daemon sends it again."""
+    import asyncio
+
+    s = make_sender(q, tmp_path)
+    rx.mode = "hang"
+    run_job(q, clock, {"ping": rx.url + "/p"}, [0])
+    problems: list[dict] = []
+
+    async def daemon_life() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: problems.append(ctx))
+        loop_task = asyncio.create_task(s.run())
+        for _ in range(200):  # until a send is on its thread (the receiver holds it)
+            await asyncio.sleep(0.01)
+            if rx.requests:
+                break
+        assert rx.requests
+        loop_task.cancel()
+        await asyncio.gather(loop_task, return_exceptions=True)
+        q.close()  # what the daemon's stop does next
+        rx.release.set()
+        await asyncio.sleep(2.5)  # the thread's send ends (its 2 s timeout): before, it was recorded then
+
+    asyncio.run(daemon_life())
+    import gc
+
+    gc.collect()  # a task whose exception nobody retrieved says so when collected
+    assert not problems, problems
