@@ -1,0 +1,121 @@
+"""The renewal at rest (daemon/renewal.py, docs/idle.md) at its worst
+moments, through the real daemon: a stop signal while the old process
+drains with a thread of its own alive, a config.toml edited and not
+reloaded, sloth's code replaced under the daemon (an upgrade). The renewal
+is a restart nobody asked for: it must never end the daemon, nor change
+what it runs or with which settings, nor swallow a stop."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import sloth_daemon
+from tests.acceptance.test_renewal import renewed
+from tests.support.harness import TEST_CONFIG
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="renews only where /proc says RSS")
+REST = TEST_CONFIG + 'keeper_linger_s = "100ms"\n'
+
+
+def called_off(h) -> int:
+    return h.daemon_log.read_text(errors="replace").count("renewal called off")
+
+
+def rest_until(h, decided) -> None:
+    """Run a job and let the daemon come to rest until ``decided()``: a rest
+    met with a client still connected (a `wait` slow to exit, the machine
+    loaded) is no moment to renew, and nothing is logged then."""
+    for _ in range(5):
+        ids = h.add_many([{"command": ["true"]}])
+        h.cli("wait", *map(str, ids), check=True)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if decided():
+                return
+            time.sleep(0.05)
+    raise AssertionError(f"no renewal decided:\n{h.log_text()}")
+
+
+def test_a_sigterm_while_the_old_process_drains_with_a_thread_alive_stops_the_daemon(make_harness):
+    """A metrics file is written from a thread of the default pool, which
+    lives on at rest: with the stop signals blocked in the main thread only,
+    the kernel handed that thread the SIGTERM, asyncio ran its handler on a
+    daemon already stopping (to renew), and the new process ran on: a
+    `systemctl stop` that never stopped."""
+    h = make_harness(REST)
+    (h.home / "config.toml").write_text(REST + f'metrics_file = "{h.home / "sloth.prom"}"\n')
+    h.daemon_env["SLOTH_RENEW_GROWTH_KB"] = "0"
+    daemon = h.start()
+    ids = h.add_many([{"command": ["true"]}])
+    h.cli("wait", *map(str, ids), check=True)
+    deadline = time.monotonic() + 20
+    while "renewing the process" not in h.daemon_log.read_text(errors="replace"):
+        assert time.monotonic() < deadline, h.log_text()
+        time.sleep(0.002)
+    daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(20) == 0, h.log_text()
+    assert not h.socket.exists(), "its own socket is removed, as at any stop"
+    assert "Traceback" not in h.log_text()
+    h.cli("add", "--", "true", check=True)  # the lock is free: the next command starts a daemon
+
+
+def test_a_config_edited_and_not_reloaded_neither_ends_the_daemon_nor_is_applied_by_a_renewal(make_harness):
+    """config.toml is the user's to apply (`sloth daemon reload`): a broken
+    edit left in it made the renewed process die at start (the daemon gone
+    with a traceback, at a moment nobody chose), a valid one was applied
+    silently. The renewal is called off instead; a reload applies the file
+    as before, and the next rest renews."""
+    h = make_harness(REST)
+    h.daemon_env["SLOTH_RENEW_GROWTH_KB"] = "0"
+    daemon = h.start()
+    (h.home / "config.toml").write_text(REST + 'slots = "lots"\n')  # half-way through an edit
+    rest_until(h, lambda: called_off(h) >= 1 or daemon.poll() is not None)
+    assert daemon.poll() is None, h.log_text()
+    assert renewed(h) == 0 and "config.toml" in h.log_text()
+    assert h.call("ping")
+
+    (h.home / "config.toml").write_text(REST + "max_attempts = 7\n")  # valid, still not reloaded
+    rest_until(h, lambda: called_off(h) >= 2 or renewed(h))
+    assert renewed(h) == 0 and "edited and not reloaded (max_attempts: 3 -> 7)" in h.log_text(), h.log_text()
+    assert h.call("status")["pid"] == daemon.pid
+
+    h.cli("daemon", "reload", check=True)  # the user applies it: from now on it is the settings in force
+    rest_until(h, lambda: renewed(h) >= 1)
+    h.wait_ready(daemon)
+    assert daemon.poll() is None and h.call("status")["pid"] == daemon.pid
+
+
+def test_sloth_upgraded_under_the_daemon_is_not_run_by_a_renewal(make_harness, tmp_path):
+    """`pip install -U` replaces sloth's files under a running daemon: the
+    renewal exec'd the new version in the old one's place (its pid, socket,
+    lock and start time), mid-upgrade or not. The daemon goes on with the
+    code it started with; `sloth daemon restart` is what runs the new one."""
+    site = tmp_path / "site"
+    shutil.copytree(Path(sloth_daemon.__file__).parent, site / "sloth_daemon",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    h = make_harness(REST)
+    h.env["PYTHONPATH"] = h.daemon_env["PYTHONPATH"] = str(site)
+    h.daemon_env["SLOTH_RENEW_GROWTH_KB"] = "0"
+    daemon = h.start()
+    assert h.call("ping")["version"] == sloth_daemon.__version__
+    init = site / "sloth_daemon" / "__init__.py"
+    new = init.read_text().replace(f'"{sloth_daemon.__version__}"', '"99.0.0"')
+    init.unlink()  # as pip does: the old file removed, the new one written
+    init.write_text(new)
+    rest_until(h, lambda: called_off(h) >= 1 or renewed(h))
+    h.wait_ready(daemon)
+    assert h.call("ping")["version"] == sloth_daemon.__version__, h.log_text()
+    assert renewed(h) == 0
+    h.cli("daemon", "stop", check=True)
+    assert daemon.wait(20) == 0
+    second = h.start()
+    assert h.call("ping")["version"] == "99.0.0"  # a restart runs the new one
+    os.kill(second.pid, signal.SIGTERM)
+    assert second.wait(20) == 0
