@@ -70,13 +70,17 @@ class Handover:
 
 def taken(environ: Any = None) -> Handover | None:
     """The handover of a renewed daemon, or None (a daemon started anew).
-    Removed from the environment either way: the keeper and jobs never see it."""
+    Removed from the environment either way: the keeper and jobs never see
+    it. Only a handover naming this process is one: exec keeps the pid."""
     env = os.environ if environ is None else environ
     raw = env.pop(ENV, None)
     if not raw:
         return None
     try:
         d = json.loads(raw)
+        if d.get("pid") != os.getpid():  # as LISTEN_PID: an environment inherited or set by another is not ours
+            log.error("renewal: %s is not for this process (pid %d): ignored, starting anew", ENV, os.getpid())
+            return None
         counted = d.get("counted")
         return Handover(int(d["listen_fd"]), int(d["lock_fd"]), bool(d["owned"]), float(d["started_at"]),
                         None if d.get("up_row") is None else int(d["up_row"]),
@@ -190,8 +194,8 @@ def execute(listener: Any, lock_fd: int, held: HeldSignals, *, owned: bool, star
     listen_fd = listener.fileno()
     os.set_inheritable(listen_fd, True)
     os.set_inheritable(lock_fd, True)
-    handover = {"listen_fd": listen_fd, "lock_fd": lock_fd, "owned": owned, "started_at": started_at,
-                "up_row": up_row, "counted": counted or {}, "config": config_text}
+    handover = {"pid": os.getpid(), "listen_fd": listen_fd, "lock_fd": lock_fd, "owned": owned,
+                "started_at": started_at, "up_row": up_row, "counted": counted or {}, "config": config_text}
     env = dict(os.environ, **{ENV: json.dumps(handover)})
     flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]  # -X, -W ...
     argv = [sys.executable, *flags, "-m", "sloth_daemon.daemon", "run"]

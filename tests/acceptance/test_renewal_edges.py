@@ -119,3 +119,43 @@ def test_sloth_upgraded_under_the_daemon_is_not_run_by_a_renewal(make_harness, t
     assert h.call("ping")["version"] == "99.0.0"  # a restart runs the new one
     os.kill(second.pid, signal.SIGTERM)
     assert second.wait(20) == 0
+
+
+def test_under_socket_activation_the_renewal_keeps_the_managers_socket_and_a_forged_handover_is_ignored(
+        make_harness):
+    """Started by its service manager (LISTEN_FDS, fd 3), the daemon renews
+    on the manager's socket and never removes it. A $SLOTH_RENEWED it did
+    not hand itself (left in a service manager's environment by an
+    `import-environment`, or set by another process of the user) was taken
+    as a handover: LISTEN_FDS was never read (left to the keeper and every
+    job), fd 3 -- the manager's socket -- was closed as 'not the lock', and
+    the daemon bound a socket of its own over the manager's path, which it
+    then removed at its stop: the next connection found no socket to start
+    it. A handover names the process it is for (its pid, as LISTEN_PID
+    does); any other is ignored."""
+    from tests.acceptance.test_socket_activation import SocketHolder
+
+    h = make_harness(REST)
+    (h.home / "run").mkdir(mode=0o700)  # the runtime folder systemd's DirectoryMode=0700 makes
+    h.daemon_env["SLOTH_RENEW_GROWTH_KB"] = "0"
+    h.daemon_env["SLOTH_RENEWED"] = ('{"listen_fd": 9, "lock_fd": 3, "owned": true, "started_at": 1.0,'
+                                     ' "up_row": 1}')  # as a renewed daemon's /proc/PID/environ shows it
+    holder = SocketHolder(h)
+    made = h.socket.stat().st_ino
+    try:
+        jid = h.add_many([{"command": ["sh", "-c", "echo ${LISTEN_FDS:-none} ${LISTEN_PID:-none}"]}])[0]
+        h.cli("wait", str(jid), check=True)
+        assert h.cli("logs", str(jid), check=True).stdout.split() == ["none", "none"]
+        assert "socket activation: listening on the socket systemd made for" in h.log_text()
+        h.wait_for(lambda: renewed(h) >= 1, timeout_s=20, what="the renewal on the manager's socket")
+        h.wait_ready(holder.starts[0])
+        assert h.call("status")["pid"] == holder.starts[0].pid and h.call("status")["started_at"] > 1.0
+        assert h.socket.stat().st_ino == made  # the manager's, never replaced
+        h.cli("daemon", "stop", check=True)
+        h.wait_for(lambda: holder.codes == [0], 30, "the daemon's stop")
+        assert h.socket.exists() and h.socket.stat().st_ino == made  # left where the manager made it
+        again = h.add_many([{"command": ["true"]}])[0]  # the next connection starts it again
+        h.cli("wait", str(again), check=True)
+        assert len(holder.starts) == 2
+    finally:
+        holder.close()
