@@ -160,6 +160,7 @@ class Daemon:
         self.handover = handover  # taken over from this process before it renewed itself (renewal.py)
         self.renewing: renewal.HeldSignals | None = None  # at rest: stopping to exec a fresh process (renewal.py)
         self.renewal_config: str | None = None  # config.toml's text in force, for the fresh process
+        self.looking = False  # a renewal's look (accepting paused) or the renewal: no idle exit meanwhile
         self.ready_kb: int | None = None  # resident when it became ready: what a fresh process holds
 
     def reload(self) -> dict[str, Any]:
@@ -216,6 +217,7 @@ class Daemon:
         process if that is worth it and nothing is lost, else give back what
         the heap can (renewal.py, lean.py)."""
         if self.server.server is not None and self._why_not_renew() is None:  # else an idle exit is looking
+            self.looking = True  # from now: one leaving at a time (idle_exit.py's view)
             self.worker.spawn_task(self._renew())
         else:
             lean.give_back(self.queue.rest)
@@ -244,6 +246,7 @@ class Daemon:
             log.info("renewal called off: %s", why)
             if not self._stop.is_set():
                 await self.server.start(self.paths.socket)
+            self.looking = False
             lean.give_back(self.queue.rest)
             return
         self.renewing = renewal.HeldSignals(asyncio.get_running_loop())  # a stop or reload from now: heard there
@@ -495,7 +498,7 @@ def main() -> int:
                                 config_text=d.renewal_config)
                 code = 1  # the exec failed (said on stderr): the next command starts a daemon
             else:
-                log.info("stopped instead of renewing: %s", d.renewing.stop())
+                log.info("stopped instead of renewing: %s", d.renewing.stop() or "no listener to hand over")
             d.server.stop_listening()  # not renewed: its own socket goes, as at any stop
         if d.queue.broken:
             # Leave without closing the database: its close would write the WAL

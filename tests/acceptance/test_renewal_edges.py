@@ -159,3 +159,44 @@ def test_under_socket_activation_the_renewal_keeps_the_managers_socket_and_a_for
         assert len(holder.starts) == 2
     finally:
         holder.close()
+
+
+def held(pid: int, inode: str) -> int:
+    """How many of ``pid``'s descriptors are the socket ``inode``."""
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            n += os.readlink(f"/proc/{pid}/fd/{fd}") == f"socket:[{inode}]"
+        except OSError:
+            pass
+    return n
+
+
+def test_an_idle_exit_due_during_the_renewals_look_waits_for_it(make_harness):
+    """With idle_exit_s, an idle exit's look and the renewal's are both
+    leavings: stop accepting, settle, look again. Run at once (a daemon
+    stopped and continued just after its keeper went makes both due in one
+    turn of its loop), the idle exit removed the socket under the renewal's
+    pause: the clients waiting in its queue were dropped, the renewal
+    stopped the daemon without an exec, and its timeline row was left
+    'running' for ever. One leaving at a time: the renewal's look keeps
+    the idle exit; the renewed daemon then leaves idle, cleanly."""
+    h = make_harness(TEST_CONFIG + 'keeper_linger_s = "600ms"\nidle_exit_s = "1s"\n')  # two looks see the last request
+    h.daemon_env["SLOTH_RENEW_GROWTH_KB"] = "0"
+    daemon = h.start()
+    ids = h.add_many([{"command": ["true"]}])
+    h.cli("wait", *map(str, ids), check=True)
+    listener = next(line.split()[6] for line in Path("/proc/net/unix").read_text().splitlines()[1:]
+                    if line.split()[-1] == str(h.socket))
+    deadline = time.monotonic() + 20
+    while held(daemon.pid, listener) != 1:  # the renewal's pause: asyncio's copy of the listener closed
+        assert time.monotonic() < deadline, h.log_text()
+    daemon.send_signal(signal.SIGSTOP)  # within the renewal's look
+    time.sleep(1.5)  # past the idle window: both looks are due when it goes on
+    daemon.send_signal(signal.SIGCONT)
+    assert daemon.wait(30) == 0
+    log = h.log_text()
+    assert renewed(h) == 1 and "stopped instead of renewing" not in log, log
+    assert "idle exit: nothing queued" in log and not h.socket.exists()
+    up = h.cli_json("timeline", "--json")["machine"]
+    assert up and up[-1]["detail"].startswith("stopped: idle exit"), up
