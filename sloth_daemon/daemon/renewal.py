@@ -203,6 +203,11 @@ def execute(listener: Any, lock_fd: int, held: HeldSignals, *, owned: bool, star
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)  # already, since the renewal was decided
     held.pass_on()
     try:
+        # `-m` puts the working directory first on sys.path: from the daemon's
+        # (where `sloth daemon run` was typed) a `sloth_daemon` folder there
+        # would be run in its place. Every `-m` start sloth makes runs from /
+        # (the launcher's, the keeper's); every path it uses is absolute.
+        os.chdir("/")
         os.execve(sys.executable, argv, env)
     except OSError as e:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -200,3 +201,34 @@ def test_an_idle_exit_due_during_the_renewals_look_waits_for_it(make_harness):
     assert "idle exit: nothing queued" in log and not h.socket.exists()
     up = h.cli_json("timeline", "--json")["machine"]
     assert up and up[-1]["detail"].startswith("stopped: idle exit"), up
+
+
+def test_the_renewal_runs_sloths_code_not_a_sloth_daemon_folder_in_its_working_directory(make_harness, tmp_path):
+    """`python -m` puts the working directory first on sys.path. A daemon
+    started by `sloth daemon run` in a folder holding a `sloth_daemon`
+    package (a source checkout, a download, anything another user left in
+    /tmp) exec'd that folder's code at its first rest, as the user, on the
+    daemon's pid, lock and socket. Every other start sloth makes (the
+    daemon by a command, the keeper) runs from /: the renewal too."""
+    planted = tmp_path / "cwd"
+    for d in ("sloth_daemon", "sloth_daemon/daemon"):
+        (planted / d).mkdir(parents=True)
+        (planted / d / "__init__.py").write_text("")
+    ran = tmp_path / "planted-ran"
+    (planted / "sloth_daemon" / "daemon" / "__main__.py").write_text(
+        f"open({str(ran)!r}, 'w').write('ran')\n")
+    h = make_harness(REST)
+    h.daemon_env["SLOTH_RENEW_GROWTH_KB"] = "0"
+    with open(h.daemon_log, "ab") as log:
+        daemon = subprocess.Popen([str(Path(sys.executable).with_name("sloth")), "daemon", "run"],
+                                  env=h.daemon_env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                  start_new_session=True, cwd=planted)
+    h.spawned.append(daemon)
+    h.wait_ready(daemon)
+    ids = h.add_many([{"command": ["true"]}])
+    h.cli("wait", *map(str, ids), check=True)
+    h.wait_for(lambda: renewed(h) >= 1 or ran.exists() or daemon.poll() is not None, timeout_s=20,
+               what="the renewal")
+    assert not ran.exists(), "the planted folder's code ran in the daemon's place"
+    h.wait_ready(daemon)
+    assert h.call("status")["pid"] == daemon.pid
