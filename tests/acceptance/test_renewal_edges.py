@@ -44,12 +44,14 @@ def rest_until(h, decided) -> None:
     raise AssertionError(f"no renewal decided:\n{h.log_text()}")
 
 
-def test_a_sigterm_while_the_old_process_drains_with_a_thread_alive_stops_the_daemon(make_harness):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_while_the_old_process_drains_with_a_thread_alive_is_not_lost(make_harness, sig):
     """A metrics file is written from a thread of the default pool, which
     lives on at rest: with the stop signals blocked in the main thread only,
     the kernel handed that thread the SIGTERM, asyncio ran its handler on a
     daemon already stopping (to renew), and the new process ran on: a
-    `systemctl stop` that never stopped."""
+    `systemctl stop` that never stopped. A SIGHUP heard so is the new
+    process's reload."""
     h = make_harness(REST)
     (h.home / "config.toml").write_text(REST + f'metrics_file = "{h.home / "sloth.prom"}"\n')
     h.daemon_env["SLOTH_RENEW_GROWTH_KB"] = "0"
@@ -60,7 +62,13 @@ def test_a_sigterm_while_the_old_process_drains_with_a_thread_alive_stops_the_da
     while "renewing the process" not in h.daemon_log.read_text(errors="replace"):
         assert time.monotonic() < deadline, h.log_text()
         time.sleep(0.002)
-    daemon.send_signal(signal.SIGTERM)
+    daemon.send_signal(sig)
+    if sig == signal.SIGHUP:
+        h.wait_for(lambda: renewed(h) >= 1 and "reloaded" in h.daemon_log.read_text(errors="replace"),
+                   timeout_s=20, what="the reload by the renewed daemon")
+        h.wait_ready(daemon)
+        assert daemon.poll() is None and "Traceback" not in h.log_text()
+        return
     assert daemon.wait(20) == 0, h.log_text()
     assert not h.socket.exists(), "its own socket is removed, as at any stop"
     assert "Traceback" not in h.log_text()
