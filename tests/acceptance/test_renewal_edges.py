@@ -240,3 +240,16 @@ def test_the_renewal_runs_sloths_code_not_a_sloth_daemon_folder_in_its_working_d
     assert not ran.exists(), "the planted folder's code ran in the daemon's place"
     h.wait_ready(daemon)
     assert h.call("status")["pid"] == daemon.pid
+
+
+def test_a_config_too_long_for_the_environment_is_read_from_its_file_by_the_renewed_daemon(make_harness):
+    """config.toml's text in force is handed over in the environment, where
+    one variable holds 128 KiB at most (the exec fails with E2BIG past it);
+    a config may be 1 MiB. A longer one is read from its file, found
+    unchanged just before the exec."""
+    h = make_harness(REST + "# a long note\n" * 20_000 + "max_attempts = 4\n")
+    h.daemon_env["SLOTH_RENEW_GROWTH_KB"] = "0"
+    daemon = h.start()
+    rest_until(h, lambda: renewed(h) >= 1 or daemon.poll() is not None)
+    h.wait_ready(daemon)
+    assert h.call("status")["pid"] == daemon.pid
