@@ -244,9 +244,11 @@ class Daemon:
             why, self.renewal_config = renewal.same_daemon(self.settings)
         if why is not None:
             log.info("renewal called off: %s", why)
-            if not self._stop.is_set():
-                await self.server.start(self.paths.socket)
-            self.looking = False
+            try:
+                if not self._stop.is_set():
+                    await self.server.start(self.paths.socket)
+            finally:
+                self.looking = False  # an idle exit may look again (even if listening again failed)
             lean.give_back(self.queue.rest)
             return
         self.renewing = renewal.HeldSignals(asyncio.get_running_loop())  # a stop or reload from now: heard there
