@@ -24,6 +24,7 @@ look again; anything found, accept again and stay (``give_back`` only).
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -33,7 +34,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import Any
 
 from sloth_daemon import config
@@ -130,6 +131,23 @@ def _code_mark() -> tuple[tuple[int, int, int, int] | None, ...]:
 STARTED_CODE = _code_mark()  # the code this process runs (this module is imported at its start)
 
 
+def upgraded() -> bool:
+    """Whether sloth's code on disk is no longer what this process started with (`pip install -U` under it)."""
+    return _code_mark() != STARTED_CODE
+
+
+def import_late(name: str) -> ModuleType:
+    """One of sloth's modules imported after the start (a request family at
+    its first request: handlers.LAZY). Once sloth was upgraded under the
+    daemon it is refused, not the new version's module run beside the old
+    one's others on a queue the new version's migrations never saw."""
+    if name not in sys.modules and upgraded():
+        raise SlothError(f"sloth was upgraded under this daemon (pid {os.getpid()}), which does not load the "
+                         f"new version's {name.rsplit('.', 1)[-1]} beside its own code",
+                         hint="Run `sloth daemon restart` (running jobs keep running): the new version runs whole.")
+    return importlib.import_module(name)
+
+
 def same_daemon(settings: config.Settings) -> tuple[str | None, str | None]:
     """Whether the process the exec would start is this daemon: sloth's code
     as this process loaded it (not a version installed under it since), and
@@ -137,7 +155,7 @@ def same_daemon(settings: config.Settings) -> tuple[str | None, str | None]:
     a broken one would end the new process at its start). Returns why not
     (or None) and config.toml's text, handed to the new process so that it
     starts on exactly the settings in force whatever the file says by then."""
-    if _code_mark() != STARTED_CODE:
+    if upgraded():
         return ("sloth's code changed on disk since this daemon started (an upgrade?): "
                 "`sloth daemon restart` runs the new one", None)
     path = settings.file

@@ -253,3 +253,33 @@ def test_a_config_too_long_for_the_environment_is_read_from_its_file_by_the_rene
     rest_until(h, lambda: renewed(h) >= 1 or daemon.poll() is not None)
     h.wait_ready(daemon)
     assert h.call("status")["pid"] == daemon.pid
+
+
+def test_a_request_family_first_asked_after_an_upgrade_is_refused_with_a_restart_hint(make_harness, tmp_path):
+    """The edits, schedules, outbox, timeline and streamed listing are
+    imported at their first request (handlers.LAZY). After `pip install -U`
+    under a running daemon that first request ran the new version's module
+    inside the old daemon, beside the old one's others and on a queue the
+    new version's migrations never touched. It is refused instead, saying
+    to restart; a restart runs the new version whole."""
+    site = tmp_path / "site"
+    shutil.copytree(Path(sloth_daemon.__file__).parent, site / "sloth_daemon",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    h = make_harness(REST)
+    h.env["PYTHONPATH"] = h.daemon_env["PYTHONPATH"] = str(site)
+    h.start()
+    job = h.add_many([{"command": ["true"], "not_before": time.time() + 3600}])[0]
+    loaded = tmp_path / "new-edit-ops-loaded"
+    for rel, extra in (("__init__.py", ""), ("daemon/edit_ops.py", f"open({str(loaded)!r}, 'w').close()\n")):
+        f = site / "sloth_daemon" / rel
+        text = f.read_text()
+        f.unlink()  # as pip does: the old file removed, the new one written
+        f.write_text(text.replace("from __future__ import annotations\n",
+                                  "from __future__ import annotations\n" + extra, 1))
+    p = h.cli("hold", str(job))
+    assert p.returncode != 0 and "sloth daemon restart" in p.stderr, (p.stdout, p.stderr)
+    assert not loaded.exists() and h.job(job)["state"] == "queued"
+    assert h.call("ping")
+    h.cli("daemon", "restart", check=True)
+    h.cli("hold", str(job), check=True)
+    assert loaded.exists() and h.job(job)["state"] == "held"
