@@ -43,6 +43,16 @@ def renewed(h) -> int:
     return h.daemon_log.read_text(errors="replace").count("renewed at rest")
 
 
+def run_until_renewing(h) -> None:
+    """Run a job; return as soon as the daemon has decided to renew itself (its log says so)."""
+    ids = h.add_many([{"command": ["true"]}])
+    h.cli("wait", *map(str, ids), check=True)
+    deadline = time.monotonic() + 20
+    while "renewing the process" not in h.daemon_log.read_text(errors="replace"):
+        assert time.monotonic() < deadline, h.log_text()
+        time.sleep(0.002)
+
+
 def test_at_rest_the_daemon_renews_itself_lean_and_every_family_works_the_first_time(make_harness):
     h = make_harness(TEST_CONFIG + 'keeper_linger_s = "200ms"\n')
     h.daemon_env.update({"PYTHONPATH": str(PROBE), "SLOTH_TEST_MODULES_OUT": str(h.home / "modules.txt"),
@@ -153,12 +163,7 @@ def test_a_signal_sent_during_the_renewal_is_handled_by_the_new_process(make_har
     h = make_harness(TEST_CONFIG + 'keeper_linger_s = "100ms"\n')
     h.daemon_env["SLOTH_RENEW_GROWTH_KB"] = "0"
     daemon = h.start()
-    ids = h.add_many([{"command": ["true"]}])
-    h.cli("wait", *map(str, ids), check=True)
-    deadline = time.monotonic() + 20
-    while "renewing the process" not in h.daemon_log.read_text(errors="replace"):
-        assert time.monotonic() < deadline, h.log_text()
-        time.sleep(0.005)
+    run_until_renewing(h)
     daemon.send_signal(sig)  # the old one draining, the exec, or the new one starting
     if sig == signal.SIGTERM:
         assert daemon.wait(30) == 0

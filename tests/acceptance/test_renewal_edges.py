@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import sloth_daemon
-from tests.acceptance.test_renewal import renewed
+from tests.acceptance.test_renewal import renewed, run_until_renewing
 from tests.support.harness import TEST_CONFIG
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="renews only where /proc says RSS")
@@ -56,12 +56,7 @@ def test_a_signal_while_the_old_process_drains_with_a_thread_alive_is_not_lost(m
     (h.home / "config.toml").write_text(REST + f'metrics_file = "{h.home / "sloth.prom"}"\n')
     h.daemon_env["SLOTH_RENEW_GROWTH_KB"] = "0"
     daemon = h.start()
-    ids = h.add_many([{"command": ["true"]}])
-    h.cli("wait", *map(str, ids), check=True)
-    deadline = time.monotonic() + 20
-    while "renewing the process" not in h.daemon_log.read_text(errors="replace"):
-        assert time.monotonic() < deadline, h.log_text()
-        time.sleep(0.002)
+    run_until_renewing(h)
     daemon.send_signal(sig)
     if sig == signal.SIGHUP:
         h.wait_for(lambda: renewed(h) >= 1 and "reloaded" in h.daemon_log.read_text(errors="replace"),
