@@ -292,7 +292,8 @@ class Daemon:
         done, _ = await asyncio.wait([stop, worker], return_when=asyncio.FIRST_COMPLETED)
         if worker in done and worker.exception() is not None:
             log.error("worker loop died: %r", worker.exception())
-        notifier.stopping()
+        if self.renewing is None:  # a renewal is no stop: STOPPING=1 put the service in stop-sigterm, and
+            notifier.stopping()  # systemd killed the daemon TimeoutStopSec later (READY=1 does not undo it)
         await self._drain(tasks)
         return 0 if worker not in done else 1
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import sloth_daemon
+from sloth_daemon.daemon import renewal
 from tests.acceptance.test_renewal import renewed, run_until_renewing
 from tests.support.harness import TEST_CONFIG
 
@@ -278,3 +279,31 @@ def test_a_request_family_first_asked_after_an_upgrade_is_refused_with_a_restart
     h.cli("daemon", "restart", check=True)
     h.cli("hold", str(job), check=True)
     assert loaded.exists() and h.job(job)["state"] == "held"
+
+
+def test_under_a_real_systemd_user_the_renewal_leaves_the_service_running(make_harness, tmp_path):
+    """The old process's drain told systemd STOPPING=1 before the exec: the
+    service went to 'deactivating (stop-sigterm)', the new process's
+    READY=1 did not bring it back, and TimeoutStopSec later systemd killed
+    the daemon at rest. A renewal is no stop: nothing is said of it but the
+    new process's READY=1."""
+    from tests.acceptance.test_socket_activation import main_pid, systemctl, user_manager
+
+    h = make_harness(REST)
+    manager = user_manager(h, tmp_path)
+    try:
+        dropin = tmp_path / "cfg" / "systemd" / "user" / "sloth.service.d"  # read by the install's daemon-reload
+        dropin.mkdir(parents=True)
+        (dropin / "renew.conf").write_text("[Service]\nEnvironment=SLOTH_RENEW_GROWTH_KB=0\n")
+        h.cli("service", "install", "--now", check=True)
+        jid = h.add_many([{"command": ["true"]}])[0]  # the socket starts the service
+        h.cli("wait", str(jid), check=True)
+        pid = main_pid(h)
+        renewed_env = f"{renewal.ENV}=".encode()  # the exec'd process's first environment says it was renewed
+        h.wait_for(lambda: renewed_env in Path(f"/proc/{pid}/environ").read_bytes(), 20, "the renewal")
+        h.wait_for(lambda: h.call("ping"), 20, "the renewed daemon")
+        state = systemctl(h, "show", "-p", "ActiveState", "-p", "SubState", "--value", "sloth.service").stdout.split()
+        assert state == ["active", "running"] and main_pid(h) == pid, state
+    finally:
+        manager.terminate()
+        manager.wait(30)
