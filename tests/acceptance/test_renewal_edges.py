@@ -19,7 +19,7 @@ import pytest
 
 import sloth_daemon
 from sloth_daemon.daemon import renewal
-from tests.acceptance.test_renewal import renewed, run_until_renewing
+from tests.acceptance.test_renewal import renewed, rest_until, run_until_renewing
 from tests.support.harness import TEST_CONFIG
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="renews only where /proc says RSS")
@@ -28,21 +28,6 @@ REST = TEST_CONFIG + 'keeper_linger_s = "100ms"\n'
 
 def called_off(h) -> int:
     return h.daemon_log.read_text(errors="replace").count("renewal called off")
-
-
-def rest_until(h, decided) -> None:
-    """Run a job and let the daemon come to rest until ``decided()``: a rest
-    met with a client still connected (a `wait` slow to exit, the machine
-    loaded) is no moment to renew, and nothing is logged then."""
-    for _ in range(5):
-        ids = h.add_many([{"command": ["true"]}])
-        h.cli("wait", *map(str, ids), check=True)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            if decided():
-                return
-            time.sleep(0.05)
-    raise AssertionError(f"no renewal decided:\n{h.log_text()}")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
@@ -152,7 +137,7 @@ def test_under_socket_activation_the_renewal_keeps_the_managers_socket_and_a_for
         h.cli("wait", str(jid), check=True)
         assert h.cli("logs", str(jid), check=True).stdout.split() == ["none", "none"]
         assert "socket activation: listening on the socket systemd made for" in h.log_text()
-        h.wait_for(lambda: renewed(h) >= 1, timeout_s=20, what="the renewal on the manager's socket")
+        rest_until(h, lambda: renewed(h) >= 1)
         h.wait_ready(holder.starts[0])
         assert h.call("status")["pid"] == holder.starts[0].pid and h.call("status")["started_at"] > 1.0
         assert h.socket.stat().st_ino == made  # the manager's, never replaced
@@ -169,7 +154,11 @@ def test_under_socket_activation_the_renewal_keeps_the_managers_socket_and_a_for
 def held(pid: int, inode: str) -> int:
     """How many of ``pid``'s descriptors are the socket ``inode``."""
     n = 0
-    for fd in os.listdir(f"/proc/{pid}/fd"):
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:  # gone
+        return 0
+    for fd in fds:
         try:
             n += os.readlink(f"/proc/{pid}/fd/{fd}") == f"socket:[{inode}]"
         except OSError:
@@ -189,13 +178,9 @@ def test_an_idle_exit_due_during_the_renewals_look_waits_for_it(make_harness):
     h = make_harness(TEST_CONFIG + 'keeper_linger_s = "600ms"\nidle_exit_s = "1s"\n')  # two looks see the last request
     h.daemon_env["SLOTH_RENEW_GROWTH_KB"] = "0"
     daemon = h.start()
-    ids = h.add_many([{"command": ["true"]}])
-    h.cli("wait", *map(str, ids), check=True)
     listener = next(line.split()[6] for line in Path("/proc/net/unix").read_text().splitlines()[1:]
                     if line.split()[-1] == str(h.socket))
-    deadline = time.monotonic() + 20
-    while held(daemon.pid, listener) != 1:  # the renewal's pause: asyncio's copy of the listener closed
-        assert time.monotonic() < deadline, h.log_text()
+    rest_until(h, lambda: held(daemon.pid, listener) == 1, poll_s=0)  # the renewal's pause: asyncio's copy closed
     daemon.send_signal(signal.SIGSTOP)  # within the renewal's look
     time.sleep(1.5)  # past the idle window: both looks are due when it goes on
     daemon.send_signal(signal.SIGCONT)
@@ -229,10 +214,7 @@ def test_the_renewal_runs_sloths_code_not_a_sloth_daemon_folder_in_its_working_d
                                   start_new_session=True, cwd=planted)
     h.spawned.append(daemon)
     h.wait_ready(daemon)
-    ids = h.add_many([{"command": ["true"]}])
-    h.cli("wait", *map(str, ids), check=True)
-    h.wait_for(lambda: renewed(h) >= 1 or ran.exists() or daemon.poll() is not None, timeout_s=20,
-               what="the renewal")
+    rest_until(h, lambda: renewed(h) >= 1 or ran.exists() or daemon.poll() is not None)
     assert not ran.exists(), "the planted folder's code ran in the daemon's place"
     h.wait_ready(daemon)
     assert h.call("status")["pid"] == daemon.pid
@@ -296,11 +278,10 @@ def test_under_a_real_systemd_user_the_renewal_leaves_the_service_running(make_h
         dropin.mkdir(parents=True)
         (dropin / "renew.conf").write_text("[Service]\nEnvironment=SLOTH_RENEW_GROWTH_KB=0\n")
         h.cli("service", "install", "--now", check=True)
-        jid = h.add_many([{"command": ["true"]}])[0]  # the socket starts the service
-        h.cli("wait", str(jid), check=True)
+        assert h.call("ping")  # the socket starts the service
         pid = main_pid(h)
         renewed_env = f"{renewal.ENV}=".encode()  # the exec'd process's first environment says it was renewed
-        h.wait_for(lambda: renewed_env in Path(f"/proc/{pid}/environ").read_bytes(), 20, "the renewal")
+        rest_until(h, lambda: renewed_env in Path(f"/proc/{pid}/environ").read_bytes())
         h.wait_for(lambda: h.call("ping"), 20, "the renewed daemon")
         state = systemctl(h, "show", "-p", "ActiveState", "-p", "SubState", "--value", "sloth.service").stdout.split()
         assert state == ["active", "running"] and main_pid(h) == pid, state
