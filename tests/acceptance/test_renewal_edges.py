@@ -178,8 +178,8 @@ def test_an_idle_exit_due_during_the_renewals_look_waits_for_it(make_harness):
     h = make_harness(TEST_CONFIG + 'keeper_linger_s = "600ms"\nidle_exit_s = "1s"\n')  # two looks see the last request
     h.daemon_env["SLOTH_RENEW_GROWTH_KB"] = "0"
     daemon = h.start()
-    listener = next(line.split()[6] for line in Path("/proc/net/unix").read_text().splitlines()[1:]
-                    if line.split()[-1] == str(h.socket))
+    listener = next(f[6] for f in map(str.split, Path("/proc/net/unix").read_text().splitlines()[1:])
+                    if f[-1] == str(h.socket) and f[3] == "00010000")  # listening (__SO_ACCEPTCON), not a connection
     rest_until(h, lambda: held(daemon.pid, listener) == 1, poll_s=0)  # the renewal's pause: asyncio's copy closed
     daemon.send_signal(signal.SIGSTOP)  # within the renewal's look
     time.sleep(1.5)  # past the idle window: both looks are due when it goes on
