@@ -110,10 +110,11 @@ INT_BOUNDS = {"max_attempts": BOUNDS["max_attempts"], "default_concurrency": BOU
 CONFIG_MAX_BYTES = 1 << 20  # a config is a few hundred bytes; a link to /dev/zero is not read to its end
 
 
-def load(path: Path) -> Settings:
+def load(path: Path, text: str | None = None) -> Settings:
     """Read ``path`` if it exists (a link to a regular file is followed: a
     dotfiles repository's). Raises ConfigError naming the file and key, or
-    what else than a regular file is there (paths.py: never blocks)."""
+    what else than a regular file is there (paths.py: never blocks).
+    ``text``: the file's contents as read before (a renewed daemon's: daemon/renewal.py)."""
     from sloth_daemon.safefile import NotRegular, read_file
 
     if sys.version_info >= (3, 11):
@@ -121,7 +122,7 @@ def load(path: Path) -> Settings:
     else:  # pragma: no cover - 3.10
         import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]
     try:
-        data = tomllib.loads(read_file(path, CONFIG_MAX_BYTES, follow=True).decode("utf-8"))
+        data = tomllib.loads(read_file(path, CONFIG_MAX_BYTES, follow=True).decode("utf-8") if text is None else text)
     except FileNotFoundError:
         return Settings(file=path)
     except NotRegular as e:

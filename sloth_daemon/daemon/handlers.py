@@ -31,7 +31,6 @@ why}]}``, one job by ``id`` answers ``{"job": ...}``.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 import os
 from typing import Any, Awaitable, Callable
@@ -39,6 +38,7 @@ from typing import Any, Awaitable, Callable
 from sloth_daemon import __version__
 from sloth_daemon import protocol
 from sloth_daemon.backends import metrics
+from sloth_daemon.daemon import renewal
 from sloth_daemon.daemon.control import Control
 from sloth_daemon.daemon.job_ops import JobOps
 from sloth_daemon.daemon.lane_ops import LaneOps
@@ -133,7 +133,7 @@ class Handlers:
         """The LAZY family ``name``, made now: imported, built, its table in
         ``ops`` in place of the first-request stubs."""
         module, cls, _ = LAZY[name]
-        family = getattr(importlib.import_module(module), cls)(*self._parts[name]())
+        family = getattr(renewal.import_late(module), cls)(*self._parts[name]())
         self.families.append(family)
         self.ops.update(family.table(self._patiently))
         return family
@@ -242,8 +242,7 @@ class Handlers:
         ``jobs`` events, then ``left_out``."""
         kw = listing_args(a)
         limit = None if a.get("limit") is None else whole(a["limit"], "limit", 1, 2**62)
-        from sloth_daemon.daemon.listing_stream import stream_scan  # its thread pool: at the first scan
-
+        stream_scan = renewal.import_late("sloth_daemon.daemon.listing_stream").stream_scan  # its pool: at first
         return await stream_scan(self.control.scan(**kw, limit=limit), emit, lambda: self.streaming.closing,
                                  explain=self.control.explain, head={"paused": self.control.paused()})
 
@@ -276,7 +275,7 @@ class Handlers:
         """The timeline of the last ``since_s`` seconds (default a day), of
         ``lane`` or all (backends/timeline.py), read a hundred jobs at a
         time with the loop free between (heartbeats, other clients)."""
-        from sloth_daemon.backends import timeline  # at its first request (LAZY)
+        timeline = renewal.import_late("sloth_daemon.backends.timeline")  # at its first request (LAZY)
 
         steps = timeline.answering(self.queue, a, self.queue.clock)
         while True:

@@ -48,6 +48,7 @@ class Views:
     requests: Callable[[], int]  # requests served so far (a counter)
     watching: Callable[[], bool] = lambda: False  # run conditions looked at for waiting jobs
     outbox: Callable[[], int] = lambda: 0  # messages not delivered yet (docs/telling.md): a ping must not wait days
+    renewing: Callable[[], bool] = lambda: False  # the daemon renewing itself (renewal.py): one leaving at a time
 
 
 class IdleExit:
@@ -70,6 +71,8 @@ class IdleExit:
 
     def _first_need(self) -> str | None:
         v = self.views
+        if v.renewing():  # its pause is not ours to end: the socket stays, the fresh process looks anew
+            return "the process renewing itself"
         if (n := v.connections()) > 0:
             return f"{n} client(s) connected"
         if (r := v.requests()) != self._requests:
@@ -139,7 +142,8 @@ async def watch_daemon(d: Any) -> None:
                   keeper_holding=lambda: keeper.client.holding if keeper.client is not None else 0,
                   next_slot=scheduler.earliest if scheduler is not None else lambda: None,
                   connections=lambda: server.active, requests=lambda: server.stats["requests"],
-                  watching=lambda: gates.watching, outbox=lambda: d.queue.outbox_counts()["pending"])
+                  watching=lambda: gates.watching, outbox=lambda: d.queue.outbox_counts()["pending"],
+                  renewing=lambda: d.looking)
     idle = IdleExit(views, lambda: d.settings.idle_exit_s)
     await idle.watch(close=server.stop_listening, reopen=lambda: server.start(d.paths.socket),
                      leave=lambda why: d.request_stop(why, keep_jobs=False))

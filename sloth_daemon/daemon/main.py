@@ -158,7 +158,9 @@ class Daemon:
         self.stop_reason = ""
         self.keep_jobs = True
         self.handover = handover  # taken over from this process before it renewed itself (renewal.py)
-        self.renewing = False  # at rest: stopping to exec a fresh process (renewal.py)
+        self.renewing: renewal.HeldSignals | None = None  # at rest: stopping to exec a fresh process (renewal.py)
+        self.renewal_config: str | None = None  # config.toml's text in force, for the fresh process
+        self.looking = False  # a renewal's look (accepting paused) or the renewal: no idle exit meanwhile
         self.ready_kb: int | None = None  # resident when it became ready: what a fresh process holds
 
     def reload(self) -> dict[str, Any]:
@@ -215,6 +217,7 @@ class Daemon:
         process if that is worth it and nothing is lost, else give back what
         the heap can (renewal.py, lean.py)."""
         if self.server.server is not None and self._why_not_renew() is None:  # else an idle exit is looking
+            self.looking = True  # from now: one leaving at a time (idle_exit.py's view)
             self.worker.spawn_task(self._renew())
         else:
             lean.give_back(self.queue.rest)
@@ -236,14 +239,19 @@ class Daemon:
         """Two steps, as an idle exit's: stop accepting, let what was accepted start, look again."""
         self.server.pause()
         await asyncio.sleep(renewal.SETTLE_S)
-        if (why := self._why_not_renew()) is not None:
+        why = self._why_not_renew()
+        if why is None:  # the last look: the process exec'd would be this daemon (same code, same settings)
+            why, self.renewal_config = renewal.same_daemon(self.settings)
+        if why is not None:
             log.info("renewal called off: %s", why)
-            if not self._stop.is_set():
-                await self.server.start(self.paths.socket)
+            try:
+                if not self._stop.is_set():
+                    await self.server.start(self.paths.socket)
+            finally:
+                self.looking = False  # an idle exit may look again (even if listening again failed)
             lean.give_back(self.queue.rest)
             return
-        self.renewing = True
-        signal.pthread_sigmask(signal.SIG_BLOCK, renewal.SIGNALS)  # a stop or reload from now: the new process's
+        self.renewing = renewal.HeldSignals(asyncio.get_running_loop())  # a stop or reload from now: heard there
         self.request_stop("at rest: renewing the process, which gives back what the jobs left (docs/idle.md)",
                           keep_jobs=True)
 
@@ -284,7 +292,8 @@ class Daemon:
         done, _ = await asyncio.wait([stop, worker], return_when=asyncio.FIRST_COMPLETED)
         if worker in done and worker.exception() is not None:
             log.error("worker loop died: %r", worker.exception())
-        notifier.stopping()
+        if self.renewing is None:  # a renewal is no stop: STOPPING=1 put the service in stop-sigterm, and
+            notifier.stopping()  # systemd killed the daemon TimeoutStopSec later (READY=1 does not undo it)
         await self._drain(tasks)
         return 0 if worker not in done else 1
 
@@ -309,7 +318,7 @@ class Daemon:
         if self.shared is not None:
             await self.shared.close()
         await self.keeper.close(bye=not self.keep_jobs)
-        await self.server.close(keep_listener=self.renewing)
+        await self.server.close(keep_listener=self.renews)
         if self.metrics_file is not None:
             self.metrics_file.close()
         if self.teller is not None:
@@ -319,10 +328,15 @@ class Daemon:
         if self.clock_set is not None:
             asyncio.get_running_loop().remove_reader(self.clock_set.fd)
             self.clock_set.close()
-        if self.machine is not None and not self.renewing:  # renewed: the next process continues its row
+        if self.machine is not None and not self.renews:  # renewed: the next process continues its row
             self.machine.stop(self.stop_reason)
         self.queue.close()
         log.info("stopped")
+
+    @property
+    def renews(self) -> bool:
+        """Stopping to exec a fresh process, and no stop signal came meanwhile (renewal.HeldSignals)."""
+        return self.renewing is not None and self.renewing.stop() is None
 
     def _on_clock_set(self) -> None:
         if self.clock_set is not None and self.clock_set.consume():
@@ -471,19 +485,24 @@ def main() -> int:
     lock = InstanceLock(paths, handed=handover.lock_fd if handover is not None else None)  # first: before
     # the socket or the db is touched
     try:
-        settings = config.load(paths.config_file)
+        settings = config.load(paths.config_file, text=handover.config if handover is not None else None)
         if not isinstance(config.queue_target(settings, paths.db), str):
             identity.check_before_open(paths)  # a lost queue is refused, not made anew
         nofile = limits.raise_nofile()
         d = build(paths, settings, max_connections=limits.connection_cap(nofile), listener=listener,
                   handover=handover)
         code = asyncio.run(d.run())
-        if d.renewing and not d.queue.broken and d.server.listener is not None:
-            renewal.execute(d.server.listener, lock.fd, owned=d.server.given is None,
-                            started_at=d.control.started_at if d.control is not None else time.time(),
-                            up_row=d.machine.row_id if d.machine is not None else None,
-                            counted=d.control.metrics.counted() if d.control is not None else None)
-            return 1  # the exec failed (said on stderr): the next command starts a daemon
+        if d.renewing is not None and not d.queue.broken:
+            if d.renews and d.server.listener is not None:
+                renewal.execute(d.server.listener, lock.fd, d.renewing, owned=d.server.given is None,
+                                started_at=d.control.started_at if d.control is not None else time.time(),
+                                up_row=d.machine.row_id if d.machine is not None else None,
+                                counted=d.control.metrics.counted() if d.control is not None else None,
+                                config_text=d.renewal_config)
+                code = 1  # the exec failed (said on stderr): the next command starts a daemon
+            else:
+                log.info("stopped instead of renewing: %s", d.renewing.stop() or "no listener to hand over")
+            d.server.stop_listening()  # not renewed: its own socket goes, as at any stop
         if d.queue.broken:
             # Leave without closing the database: its close would write the WAL
             # into the truncated or replaced file (the SQLite store's close, backends/sqlite/unit.py).

@@ -24,15 +24,22 @@ look again; anything found, accept again and stay (``give_back`` only).
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType, ModuleType
 from typing import Any
+
+from sloth_daemon import config
+from sloth_daemon.errors import SlothError
+from sloth_daemon.safefile import read_file
 
 log = logging.getLogger("sloth.daemon")
 ENV = "SLOTH_RENEWED"  # what the old process hands the new one (taken out of the environment at once)
@@ -44,6 +51,14 @@ SETTLE_S = 0.05  # after accepting stops: connections already accepted get their
 # daemon's to handle (not lost on the old one's drain, nor the default
 # action's end of the process).
 SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+# config.toml's text goes in the environment up to this size (one variable
+# may hold 128 KiB, else the exec fails with E2BIG); a longer one (1 MiB is
+# allowed) is read by the new process from the file, found unchanged just before.
+HANDED_TEXT_MAX = 64 * 1024
+# What a start reads of sloth's code: the interpreter and the files the exec
+# loads first. pip replaces every file of a package it installs (new inodes).
+CODE = (sys.executable, Path(__file__).parents[1] / "__init__.py", Path(__file__).with_name("__main__.py"),
+        Path(__file__).with_name("main.py"))
 
 
 @dataclass
@@ -55,21 +70,27 @@ class Handover:
     started_at: float  # the first process's start (status, metrics)
     up_row: int | None  # its timeline row (machine_log.py), continued
     counted: dict[str, Any]  # its own metrics' counters (metrics_file.DaemonMetrics.counted), continued
+    config: str | None = None  # config.toml's text in force (the file may have been edited since)
 
 
 def taken(environ: Any = None) -> Handover | None:
     """The handover of a renewed daemon, or None (a daemon started anew).
-    Removed from the environment either way: the keeper and jobs never see it."""
+    Removed from the environment either way: the keeper and jobs never see
+    it. Only a handover naming this process is one: exec keeps the pid."""
     env = os.environ if environ is None else environ
     raw = env.pop(ENV, None)
     if not raw:
         return None
     try:
         d = json.loads(raw)
+        if d.get("pid") != os.getpid():  # as LISTEN_PID: an environment inherited or set by another is not ours
+            log.error("renewal: %s is not for this process (pid %d): ignored, starting anew", ENV, os.getpid())
+            return None
         counted = d.get("counted")
         return Handover(int(d["listen_fd"]), int(d["lock_fd"]), bool(d["owned"]), float(d["started_at"]),
                         None if d.get("up_row") is None else int(d["up_row"]),
-                        counted if isinstance(counted, dict) else {})
+                        counted if isinstance(counted, dict) else {},
+                        None if d.get("config") is None else str(d["config"]))
     except (ValueError, KeyError, TypeError) as e:
         log.error("renewal: cannot read %s=%r (%s); starting anew", ENV, raw, e)
         return None
@@ -96,7 +117,98 @@ def worth_it(ready_kb: int | None) -> bool:
     return ready_kb is not None and now is not None and now - ready_kb >= growth
 
 
-def execute(listener: Any, lock_fd: int, *, owned: bool, started_at: float, up_row: int | None,
+def _code_mark() -> tuple[tuple[int, int, int, int] | None, ...]:
+    marks: list[tuple[int, int, int, int] | None] = []
+    for f in CODE:
+        try:
+            st = os.stat(f)
+            marks.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+        except OSError:
+            marks.append(None)
+    return tuple(marks)
+
+
+STARTED_CODE = _code_mark()  # the code this process runs (this module is imported at its start)
+
+
+def upgraded() -> bool:
+    """Whether sloth's code on disk is no longer what this process started with (`pip install -U` under it)."""
+    return _code_mark() != STARTED_CODE
+
+
+def import_late(name: str) -> ModuleType:
+    """One of sloth's modules imported after the start (a request family at
+    its first request: handlers.LAZY). Once sloth was upgraded under the
+    daemon it is refused, not the new version's module run beside the old
+    one's others on a queue the new version's migrations never saw."""
+    if name not in sys.modules and upgraded():
+        raise SlothError(f"sloth was upgraded under this daemon (pid {os.getpid()}), which does not load the "
+                         f"new version's {name.rsplit('.', 1)[-1]} beside its own code",
+                         hint="Run `sloth daemon restart` (running jobs keep running): the new version runs whole.")
+    return importlib.import_module(name)
+
+
+def same_daemon(settings: config.Settings) -> tuple[str | None, str | None]:
+    """Whether the process the exec would start is this daemon: sloth's code
+    as this process loaded it (not a version installed under it since), and
+    config.toml as in force (an edit not reloaded is the user's to apply;
+    a broken one would end the new process at its start). Returns why not
+    (or None) and config.toml's text, handed to the new process so that it
+    starts on exactly the settings in force whatever the file says by then."""
+    if upgraded():
+        return ("sloth's code changed on disk since this daemon started (an upgrade?): "
+                "`sloth daemon restart` runs the new one", None)
+    path = settings.file
+    if path is None:
+        return None, None
+    try:
+        text = read_file(path, config.CONFIG_MAX_BYTES, follow=True).decode("utf-8")
+    except FileNotFoundError:
+        text = ""  # the defaults
+    except (OSError, UnicodeDecodeError) as e:
+        return f"cannot read {path} ({e}); the daemon keeps the settings it has", None
+    try:
+        now = config.load(path, text=text)
+    except SlothError as e:
+        return f"{e.message}; the daemon keeps the settings it has", None
+    if changed := config.changes(settings, now):
+        return f"{path} was edited and not reloaded ({'; '.join(changed)}): `sloth daemon reload` applies it", None
+    return None, text
+
+
+class HeldSignals:
+    """The stop and reload signals from the moment the renewal is decided to
+    the exec. Blocked in the main thread they stay pending across the exec,
+    for the new daemon's handlers. But a signal sent to the process goes to
+    any thread that does not block it (a thread of the default pool lives on
+    after a metrics file's write or a notification), and asyncio's handler
+    then ran on a daemon already stopping to renew: the stop was lost. So
+    the loop's handlers are replaced by one that notes what came: a stop
+    heard calls the exec off (the process ends, as asked); a reload heard is
+    sent on to the new process (blocked here: pending across the exec)."""
+
+    def __init__(self, loop: Any) -> None:
+        self.heard: list[signal.Signals] = []
+        signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+        for sig in SIGNALS:
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, self._hear)
+
+    def _hear(self, signum: int, frame: FrameType | None) -> None:
+        self.heard.append(signal.Signals(signum))
+
+    def stop(self) -> str | None:
+        """The stop signal heard since the renewal was decided, if one was."""
+        return next((s.name for s in self.heard if s is not signal.SIGHUP), None)
+
+    def pass_on(self) -> None:
+        """Just before the exec: a reload heard is left pending for the new daemon."""
+        if signal.SIGHUP in self.heard:
+            signal.pthread_kill(threading.get_ident(), signal.SIGHUP)  # blocked in this thread: kept across the exec
+
+
+def execute(listener: Any, lock_fd: int, held: HeldSignals, *, owned: bool, started_at: float,
+            up_row: int | None, config_text: str | None,
             counted: dict[str, Any] | None = None) -> None:
     """Replace this process by a new daemon that takes over ``listener`` and
     the lock. Returns only if the exec failed (the caller exits: the next
@@ -104,14 +216,21 @@ def execute(listener: Any, lock_fd: int, *, owned: bool, started_at: float, up_r
     listen_fd = listener.fileno()
     os.set_inheritable(listen_fd, True)
     os.set_inheritable(lock_fd, True)
-    handover = {"listen_fd": listen_fd, "lock_fd": lock_fd, "owned": owned, "started_at": started_at,
-                "up_row": up_row, "counted": counted or {}}
+    handover = {"pid": os.getpid(), "listen_fd": listen_fd, "lock_fd": lock_fd, "owned": owned,
+                "started_at": started_at, "up_row": up_row, "counted": counted or {},
+                "config": config_text if config_text is None or len(config_text) <= HANDED_TEXT_MAX else None}
     env = dict(os.environ, **{ENV: json.dumps(handover)})
     flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]  # -X, -W ...
     argv = [sys.executable, *flags, "-m", "sloth_daemon.daemon", "run"]
     logging.shutdown()
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)  # already, since the renewal was decided
+    held.pass_on()
     try:
+        # `-m` puts the working directory first on sys.path: from the daemon's
+        # (where `sloth daemon run` was typed) a `sloth_daemon` folder there
+        # would be run in its place. Every `-m` start sloth makes runs from /
+        # (the launcher's, the keeper's); every path it uses is absolute.
+        os.chdir("/")
         os.execve(sys.executable, argv, env)
     except OSError as e:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)

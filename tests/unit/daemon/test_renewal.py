@@ -42,9 +42,19 @@ def test_a_handed_descriptor_of_another_file_is_closed_and_the_lock_taken_anew(t
 
 
 def test_the_handover_is_read_once_and_removed_from_the_environment():
-    env = {renewal.ENV: '{"listen_fd": 3, "lock_fd": 4, "owned": true, "started_at": 12.5, "up_row": 7}'}
+    env = {renewal.ENV: f'{{"pid": {os.getpid()}, "listen_fd": 3, "lock_fd": 4, "owned": true, "started_at": 12.5,'
+                        ' "up_row": 7}'}
     h = renewal.taken(env)
     assert h == renewal.Handover(3, 4, True, 12.5, 7, {}) and renewal.ENV not in env
     assert renewal.taken(env) is None
     bad = {renewal.ENV: "{not json"}
     assert renewal.taken(bad) is None and bad == {}
+
+
+def test_a_handover_for_another_process_or_none_named_is_ignored():
+    """An exec keeps the pid: a handover naming another (an environment
+    inherited, copied or forged) is not this process's, as LISTEN_PID's."""
+    for pid in (os.getpid() + 1, None):
+        env = {renewal.ENV: f'{{"pid": {"null" if pid is None else pid}, "listen_fd": 3, "lock_fd": 4,'
+                            ' "owned": true, "started_at": 12.5}'}
+        assert renewal.taken(env) is None and env == {}
