@@ -287,3 +287,25 @@ def test_edit_changes_a_waiting_jobs_watchdogs_and_retry_rules(harness):
     p = h.cli("edit", str(a), "--fail-on", "(")
     assert p.returncode == EXIT_USAGE and "--fail-on" in p.stderr, p.stderr
     assert h.cli_json("show", str(a))["jobs"][0]["rules"] == job["rules"]
+
+
+def test_edit_backoff_gives_its_base_and_cap_together_as_add_does(harness):
+    """`--backoff BASE` is the base with the default cap (`sloth add`); an
+    edit's `--backoff 20s` of a job queued with `--backoff 1s..10s` kept the
+    old 10s cap beside it and was refused by the daemon, naming its field
+    ("backoff_s the base (20s) is longer than the cap (10s)"), and a smaller
+    base kept a cap nobody gave with it. The other rules stay as they were."""
+    h = harness
+    h.start()
+    h.call("pause")
+    a = add(h, "--backoff", "1s..10s", "--stall", "1m", "--", "true")
+    p = h.cli("edit", str(a), "--backoff", "20s")
+    assert p.returncode == 0, p.stderr
+    assert h.cli_json("show", str(a))["jobs"][0]["rules"] == {"backoff_s": 20.0, "stall_s": 60.0}
+    h.cli("edit", str(a), "--backoff", "2s..1m", check=True)
+    assert h.cli_json("show", str(a))["jobs"][0]["rules"] == {"backoff_s": 2.0, "backoff_cap_s": 60.0, "stall_s": 60.0}
+    h.cli("schedule", "add", "s", "--every", "1d", "--backoff", "1s..10s", "--stall", "1m", "--", "true", check=True)
+    p = h.cli("schedule", "edit", "s", "--backoff", "20s")
+    assert p.returncode == 0, p.stderr
+    assert h.cli_json("schedule", "show", "s")["schedule"]["job_options"]["rules"] == {"backoff_s": 20.0,
+                                                                                       "stall_s": 60.0}
