@@ -403,7 +403,7 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
                                   adopted=listener if handover is not None and handover.owned else None),
                     keeper=keeper, control=control, teller=teller, shared=shared, clock_set=clock_set,
                     machine=record, metrics_file=metrics_file, handover=handover,
-                    deadman=DeadMan(queue.schedules, queue.outbox, job=queue.get, notify=teller.notify,
+                    deadman=DeadMan(queue.schedules, queue.outbox, queue, job=queue.get, notify=teller.notify,
                                     now=queue.clock.now))
     return daemon
 
