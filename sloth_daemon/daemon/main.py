@@ -381,7 +381,8 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
     teller = Teller(settings, log_path=paths.job_log, lane_busy=queue.lane_busy, sender=sender)
     if shared is not None:
         shared.attach(worker, paths.job_log)
-    scheduler = compose_scheduler(queue, worker, clocks, shared, job=lambda d: control.validate([d], fired=True)[0],
+    scheduler = compose_scheduler(queue, worker, clocks, shared,
+                                  job=lambda d: control.validate([d], first=None, fired=True)[0],
                                   place=lambda d: dict(control._placed(d)))
     metrics = DaemonMetrics(target, clock, keeper)  # `sloth metrics`, and the metrics file's text
     metrics_file = MetricsFile(metrics, lambda: control.settings.metrics_file)
