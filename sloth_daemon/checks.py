@@ -737,6 +737,17 @@ RETRY_CAUSES = ("timeout", "stall", "match", "mem", "signal")
 # Which of them are retried when neither the job nor config.toml's retry_on says (docs/watchdogs.md: why).
 DEFAULT_RETRY_ON = ("timeout", "stall", "signal")
 RULE_NAMES = ("stall_s", "fail_on", "retry_on", "no_retry_on", "backoff_s", "backoff_cap_s")
+
+
+def merged_rules(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """An edit's rules over a job's (or a schedule's): each option on its own
+    (`--stall 20m` keeps `--fail-on`), but --backoff is its BASE and CAP
+    together: a BASE alone has the default cap, as `sloth add --backoff BASE`
+    (never the old cap, which a larger base would then exceed)."""
+    out = {**old, **new}
+    if "backoff_s" in new and "backoff_cap_s" not in new:
+        out.pop("backoff_cap_s", None)
+    return out
 # --fail-on is matched per output line, in the keeper's event loop, by Python's backtracking re: a
 # pattern is refused at add unless its worst case on one line is bounded (fail_on_pattern).
 FAIL_ON_MAX_CHARS = 200

@@ -145,6 +145,11 @@ class FieldError(BadRequest):
         super().__init__(f"{field} {problem}", hint)
         self.field, self.problem = field, problem
 
+    def to_dict(self) -> dict[str, str]:
+        """On the wire with ``field`` and ``problem`` too (optional: from_dict
+        makes a FieldError again), so a client names the option it took."""
+        return {**super().to_dict(), "field": self.field, "problem": mask(storable(self.problem))}
+
 
 class DaemonNotRunning(SlothError):
     """Nobody listens on the socket (no such file, or connection refused)."""
@@ -272,8 +277,14 @@ def from_dict(d: dict[str, Any]) -> SlothError:
     message = str(d.get("message", "unknown error"))
     hint = str(d.get("hint", ""))
     cls = ERRORS_BY_CODE.get(code, SlothError)
+    field, problem = d.get("field"), d.get("problem")
+    named = cls is BadRequest and isinstance(field, str) and isinstance(problem, str)
+    if named:
+        cls = FieldError
     err = cls.__new__(cls)
     SlothError.__init__(err, message, hint)  # not cls.__init__: its arguments differ per class
+    if named:
+        err.field, err.problem = field, problem  # type: ignore[attr-defined]
     if cls is SlothError and code != SlothError.code:
         err.code = code  # type: ignore[misc]  # an instance attribute shadows the class's
     return err

@@ -25,6 +25,7 @@ asks ``batch`` (on a new connection, to a new daemon if need be).
 Request:   {"v": 1, "id": 7, "op": "add", "args": {...}}
 Response:  {"v": 1, "id": 7, "ok": true, "result": {...}}
        or  {"v": 1, "id": 7, "ok": false, "error": {"code", "message", "hint"}}
+           (a job field's error also has "field" and "problem": the CLI names the option)
 Stream:    streaming ops ("wait", "follow", "subscribe", "scan") first send any number
            of {"v": 1, "id": 7, "event": {...}} lines, then exactly one response.
 

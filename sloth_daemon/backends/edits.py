@@ -23,7 +23,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from sloth_daemon.checks import ANYWHERE, INT64_MAX, LIMIT_NAMES, MAX_PREREQS, command_json, ids, integer, number, text
+from sloth_daemon.checks import (
+    ANYWHERE, INT64_MAX, LIMIT_NAMES, MAX_PREREQS, command_json, ids, integer, merged_rules, number, text,
+)
 from sloth_daemon.durations import MAX_TIME
 from sloth_daemon.errors import BadRequest, FieldError, IllegalTransition
 from sloth_daemon.models import FINISHED_STATES, WAITING_STATES, Job, JobState
@@ -128,7 +130,7 @@ def merged_settings(job: Job, changes: Mapping[str, Any]) -> dict[str, Any]:
         if k == "limits" and isinstance(v, Mapping) and out["limits"] and "via" not in v:
             v = {**out["limits"], **v}
         if k == "rules" and isinstance(v, Mapping) and out["rules"]:
-            v = {**out["rules"], **v}
+            v = merged_rules(out["rules"], v)
         out[k] = v
     return out
 

@@ -239,12 +239,22 @@ def stray_words(command: Optional[list[str]], at: Optional[str],
                 argv: Sequence[str] = ()) -> tuple[Optional[list[str]], Optional[str]]:
     """Words the shell split off an option value: `--at tomorrow 08:00 -- cmd`
     (joined back into --at), `--timeout 5 mins -- cmd` (an error, not a job
-    named `mins`). Returns (command, at)."""
+    named `mins`). Returns (command, at).
+
+    Only words before the command can have strayed: add takes no option
+    after the command's first word (the command is argv's tail), and a
+    command opened by ``--`` is the command, every word of it (`--at 23:00
+    -- git log -- README`; `-- m --timeout 5 m`)."""
     from sloth_daemon.durations import is_unit_word
 
     if not command:
         return command, at
     argv = list(argv or sys.argv[1:])
+    start = len(argv) - len(command)
+    if start >= 0 and argv[start:] == list(command):
+        if start and argv[start - 1] == "--":
+            return command, at
+        argv = argv[:start + 1]  # the options, and the command's first word
     unit = _number_then(argv, command[0])
     if unit is not None and is_unit_word(command[0]):
         raise errors.BadRequest(f"{unit} {command[0]}: a duration is one word",

@@ -107,7 +107,12 @@ def edit(words: Sequence[str], *, command: Optional[str] = None, delay: Optional
         if edited is None:
             return _unchanged(seen, as_json)
         changes, expect = edited, {k: seen[k] for k in EXPECTED}
-    res = _call("edit", id=jid, changes=changes, **({"expect": expect} if expect else {}))
+    try:
+        res = _call("edit", id=jid, changes=changes, **({"expect": expect} if expect else {}))
+    except errors.FieldError as e:  # the daemon's check of the job with the edit over it: named as the option
+        from sloth_daemon.cli.submit import as_option
+
+        raise as_option(e, f"job {jid} was not changed") from None
     if as_json:
         emit_json(res)
     elif res["changed"]:

@@ -20,7 +20,7 @@ from sloth_daemon.text import shell_command, showable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Optional, Sequence
+    from typing import Any, Callable, Optional, Sequence
 
     Text = Optional[str]
 
@@ -42,7 +42,7 @@ def add(words: Sequence[str], *, every: Text = None, cron: Text = None, tz: Text
 
     recipe = {**_when(options), "job": _checked(_job(command, options), "the schedule was not added")}
     with connect_or_start(no_start) as c:
-        res = c.call("schedule_add", name=name, recipe=recipe)
+        res = _named(lambda: c.call("schedule_add", name=name, recipe=recipe), "the schedule was not added")
     _tell(res, as_json, "added")
 
 
@@ -65,7 +65,20 @@ def edit(words: Sequence[str], *, every: Text = None, cron: Text = None, tz: Tex
         recipe["job"] = job
     if not recipe:
         raise errors.BadRequest("nothing to change", hint="Give the options to change, e.g. --every 2h.")
-    _tell(call("schedule_edit", name=name, recipe=recipe), as_json, "changed")
+    _tell(_named(lambda: call("schedule_edit", name=name, recipe=recipe), "the schedule was not changed"),
+          as_json, "changed")
+
+
+def _named(ask: Callable[[], Any], nothing: str) -> Any:
+    """``ask()``; what only the daemon could check (the job with an edit over
+    it: a --retry-on its --no-retry-on names) named as the option, as the
+    client's own checks name it."""
+    try:
+        return ask()
+    except errors.FieldError as e:
+        from sloth_daemon.cli.submit import as_option
+
+        raise as_option(e, nothing) from None
 
 
 def ls(*, as_json: bool = False) -> None:

@@ -112,10 +112,17 @@ def _check_one(spec: dict[str, Any], cache: EnvCache, where: str, nothing: str =
             if spec.get("rules") is not None:
                 checks.rules_json(spec["rules"])  # --stall, --fail-on ... (JobSpec.parse checks them apart)
     except FieldError as e:
-        text = f"{option_names().get(e.field, e.field)} {e.problem}"
-        raise BadRequest(f"{where + ': ' if where else ''}{text}; {nothing}", e.hint or None) from None
+        raise as_option(e, nothing, where) from None
     except BadRequest as e:
         raise with_note(e, nothing) from None
+
+
+def as_option(e: FieldError, nothing: str, where: str = "") -> BadRequest:
+    """A job field's error named as the option of `sloth add` (or edit, or a
+    schedule's) that sets it (``--timeout``, not ``timeout_s``), and what was
+    not done: whether this process's checks found it, or the daemon's."""
+    text = f"{option_names().get(e.field, e.field)} {e.problem}"
+    return BadRequest(f"{where + ': ' if where else ''}{text}; {nothing}", e.hint or None)
 
 
 # ------------------------------------------------------------------- frames

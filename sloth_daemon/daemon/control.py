@@ -228,21 +228,25 @@ class Control:
         self.lanes.explain(jobs if self.shared is None else [j for j in jobs if j.get("place") == self.worker.host])
         attempt_rules.with_run_facts(jobs, self.queue.costs, self.queue.run_times, time.time())
 
-    def validate(self, jobs: Sequence[Mapping[str, Any]], *, first: int = 1, fired: bool = False) -> list[JobSpec]:
+    def validate(self, jobs: Sequence[Mapping[str, Any]], *, first: int | None = 1,
+                 fired: bool = False) -> list[JobSpec]:
         """Each job checked as the queue would (so a batch is refused before any
-        of it is queued); an error names the job's place in its batch.
+        of it is queued); an error names the job's place in its batch (``first``:
+        the first one's; None: a schedule's job, in no batch).
         ``fired``: a schedule's occurrence (checked when the schedule was
         made: what this machine cannot hold now is the run's to say)."""
         defaults = Defaults(self.settings.max_attempts, self.settings.lease_s, self.default_place)
         cache: EnvCache = {}
         out = []
-        for i, job in enumerate(jobs, first):
+        for i, job in enumerate(jobs, first or 1):
             try:
                 spec = self._placed_here(JobSpec.parse(job, defaults, cache))
                 if not fired:
                     self._awake_here(spec.keep_awake, spec.lane, spec.place)
                 out.append(self._told_spec(self._limited(spec)))
             except FieldError as e:
+                if first is None:
+                    raise
                 raise FieldError(e.field, f"{e.problem} (job {i} of the batch)", e.hint) from None
         return out
 

@@ -394,7 +394,8 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
     teller = Teller(settings, log_path=paths.job_log, lane_busy=queue.lane_busy, sender=sender)
     if shared is not None:
         shared.attach(worker, paths.job_log)
-    scheduler = compose_scheduler(queue, worker, clocks, shared, job=lambda d: control.validate([d], fired=True)[0],
+    scheduler = compose_scheduler(queue, worker, clocks, shared,
+                                  job=lambda d: control.validate([d], first=None, fired=True)[0],
                                   place=lambda d: dict(control._placed(d)))
     metrics = DaemonMetrics(target, clock, keeper)  # `sloth metrics`, and the metrics file's text
     if handover is not None:
@@ -418,7 +419,7 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
                                   adopted=listener if handover is not None and handover.owned else None),
                     keeper=keeper, control=control, teller=teller, shared=shared, clock_set=clock_set,
                     machine=record, metrics_file=metrics_file, handover=handover,
-                    deadman=DeadMan(queue.schedules, queue.outbox, job=queue.get, notify=teller.notify,
+                    deadman=DeadMan(queue.schedules, queue.outbox, queue, job=queue.get, notify=teller.notify,
                                     now=queue.clock.now))
     return daemon
 

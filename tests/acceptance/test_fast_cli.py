@@ -82,6 +82,8 @@ ADDS: list[tuple[list[str], str | None, str]] = [
     (["add", "--", "ls | wc -l"], None, F), (["add", "FOO=1", "env"], None, F),
     (["add", "--", "sh", "-c", "echo 'x"], None, F), (["add", "--", "printf", "%s", "caf\u00e9"], None, F),
     (["add", "echo", "--wait", "-l", "x"], None, F),
+    # Words after -- are the command's, even those that look like a split option (a program named m).
+    (["add", "--", "m", "--timeout", "5", "m"], None, F), (["add", "--at", "23:00", "--", "git", "log", "--", "x"], None, F),
 ]
 READS: list[tuple[list[str], str | None, str]] = [
     (["ls"], None, F), (["ls", "--json"], None, F), (["ls", "-a"], None, F),

@@ -287,3 +287,48 @@ def test_edit_changes_a_waiting_jobs_watchdogs_and_retry_rules(harness):
     p = h.cli("edit", str(a), "--fail-on", "(")
     assert p.returncode == EXIT_USAGE and "--fail-on" in p.stderr, p.stderr
     assert h.cli_json("show", str(a))["jobs"][0]["rules"] == job["rules"]
+
+
+def test_edit_backoff_gives_its_base_and_cap_together_as_add_does(harness):
+    """`--backoff BASE` is the base with the default cap (`sloth add`); an
+    edit's `--backoff 20s` of a job queued with `--backoff 1s..10s` kept the
+    old 10s cap beside it and was refused by the daemon, naming its field
+    ("backoff_s the base (20s) is longer than the cap (10s)"), and a smaller
+    base kept a cap nobody gave with it. The other rules stay as they were."""
+    h = harness
+    h.start()
+    h.call("pause")
+    a = add(h, "--backoff", "1s..10s", "--stall", "1m", "--", "true")
+    p = h.cli("edit", str(a), "--backoff", "20s")
+    assert p.returncode == 0, p.stderr
+    assert h.cli_json("show", str(a))["jobs"][0]["rules"] == {"backoff_s": 20.0, "stall_s": 60.0}
+    h.cli("edit", str(a), "--backoff", "2s..1m", check=True)
+    assert h.cli_json("show", str(a))["jobs"][0]["rules"] == {"backoff_s": 2.0, "backoff_cap_s": 60.0, "stall_s": 60.0}
+    h.cli("schedule", "add", "s", "--every", "1d", "--backoff", "1s..10s", "--stall", "1m", "--", "true", check=True)
+    p = h.cli("schedule", "edit", "s", "--backoff", "20s")
+    assert p.returncode == 0, p.stderr
+    assert h.cli_json("schedule", "show", "s")["schedule"]["job_options"]["rules"] == {"backoff_s": 20.0,
+                                                                                       "stall_s": 60.0}
+
+
+def test_an_edit_the_daemon_refuses_is_named_as_its_option_and_says_nothing_changed(harness):
+    """What only the daemon can check (the job with the edit over it: a
+    --retry-on its --no-retry-on names, a bound) came back named as the
+    queue's field ("max_attempts must be at least 1", "retry_on names mem
+    ..."), not as the option typed, and without saying the job is as it was."""
+    h = harness
+    h.start()
+    h.call("pause")
+    a = add(h, "--no-retry-on", "mem", "--", "true")
+    before = h.cli_json("show", str(a))["jobs"][0]
+    for args, option in ((["--retry-on", "mem"], "--retry-on"), (["--max-attempts", "0"], "--max-attempts"),
+                         (["--lease", "1ms"], "--lease")):
+        p = h.cli("edit", str(a), *args)
+        assert p.returncode == EXIT_USAGE, p.stderr
+        assert p.stderr.startswith(f"sloth: error: {option} ") and f"; job {a} was not changed" in p.stderr, p.stderr
+    assert h.cli_json("show", str(a))["jobs"][0]["rules"] == before["rules"]
+    h.cli("schedule", "add", "s", "--every", "1d", "--no-retry-on", "mem", "--", "true", check=True)
+    p = h.cli("schedule", "edit", "s", "--retry-on", "mem")
+    assert p.returncode == EXIT_USAGE, p.stderr
+    assert p.stderr.startswith("sloth: error: --retry-on ") and "; the schedule was not changed" in p.stderr, p.stderr
+    assert "of the batch" not in p.stderr, p.stderr  # a schedule's job is no batch's

@@ -11,7 +11,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping
 
-from sloth_daemon.checks import number, text
+from sloth_daemon.checks import merged_rules, number, text
 from sloth_daemon.errors import BadRequest, FieldError
 
 MISSED = ("once", "skip", "all")
@@ -63,7 +63,7 @@ class Recipe:
         if isinstance(changes.get("job"), Mapping):
             new = dict(changes["job"])
             if isinstance(new.get("rules"), Mapping) and isinstance(self.job.get("rules"), Mapping):
-                new["rules"] = {**self.job["rules"], **new["rules"]}  # `edit --stall 5m` keeps its --fail-on
+                new["rules"] = merged_rules(self.job["rules"], new["rules"])  # `edit --stall 5m` keeps its --fail-on
             changes = {**changes, "job": {**self.job, **new}}
         return {**d, **changes}
 

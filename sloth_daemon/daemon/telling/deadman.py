@@ -9,7 +9,10 @@ for mains power"); `schedule ls` shows it overdue.
 A window starts at the latest success (or when the expectation was set)
 and lasts ``expect_within_s``; the k-th window that passes with no success
 is told once, whichever machine or daemon sees it first: its message's key
-is ``schedule:<name>:<deadline>:missed`` (Outbox.add adds a key once). The
+is ``schedule:<name>:<deadline>:missed`` (Outbox.add adds a key once), and
+the latest deadline told is kept in the queue's meta (``deadman_told:<name>``):
+a message pruned (KEEP_SENT_S, KEEP_FAILED_S) or dropped takes its key
+with it, and the next daemon would tell that window again. The
 check runs at the earliest deadline of all (one timer, at most CHECK_MAX_S
 apart so a resume or a clock step is seen), never in a poll."""
 
@@ -18,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 from sloth_daemon.backends.contract import Outbox, ScheduleReads
 from sloth_daemon.checks import tell_json
@@ -27,6 +30,15 @@ from sloth_daemon.models import Job
 
 log = logging.getLogger("sloth.schedules")
 CHECK_MAX_S = 600.0
+TOLD = "deadman_told:"  # + a schedule's name: the meta key of the latest deadline told
+
+
+class Memo(Protocol):
+    """The queue's meta (contract.Reads.get_meta, contract.Meta.set_meta)."""
+
+    def get_meta(self, key: str, default: Any = None) -> Any: ...
+
+    def set_meta(self, key: str, value: Any) -> None: ...
 
 
 def window(rec: Mapping[str, Any], last_ok: float | None, now: float) -> tuple[float, float] | None:
@@ -57,11 +69,12 @@ class DeadMan:
     ``outbox`` takes the missed messages, ``job(id)`` reads a schedule's
     last job (why it did not succeed), ``notify(title, body)`` shows a
     desktop notification, ``now`` the queue's wall time. Its own state: the
-    windows told by desktop alone (no channel), and its timer."""
+    windows told by desktop alone (no channel), and its timer; ``memo``
+    (the queue's meta) keeps each schedule's latest deadline told."""
 
-    def __init__(self, store: ScheduleReads, outbox: Outbox, *, job: Callable[[int], Job],
+    def __init__(self, store: ScheduleReads, outbox: Outbox, memo: Memo, *, job: Callable[[int], Job],
                  notify: Callable[[str, str], None], now: Callable[[], float]) -> None:
-        self.store, self.outbox, self.job, self.notify, self.now = store, outbox, job, notify, now
+        self.store, self.outbox, self.memo, self.job, self.notify, self.now = store, outbox, memo, job, notify, now
         self._told: set[str] = set()
         self.missed = 0  # windows told (status, metrics)
 
@@ -86,12 +99,17 @@ class DeadMan:
         key = f"schedule:{name}:{int(deadline)}:missed"
         if key in self._told:
             return
+        told = self.memo.get_meta(TOLD + name)
+        if isinstance(told, (int, float)) and told >= int(deadline):  # by an earlier daemon, or another machine
+            self._told.add(key)
+            return
         why = self.why(rec, last_ok, base)
         try:
             channels = _channels(rec["recipe"].get("job") or {})
         except BadRequest:
             channels = []
         added = self.outbox.add(key, "missed", channels, schedule=name, note=why)
+        self.memo.set_meta(TOLD + name, int(deadline))
         self._told.add(key)
         if added or not channels:
             self.missed += 1

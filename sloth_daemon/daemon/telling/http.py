@@ -91,7 +91,7 @@ def _once(method: str, url: str, body: bytes, headers: Mapping[str, str], deadli
     except (OSError, http.client.HTTPException) as e:
         if cutoff.fired:
             raise DeliveryError(f"{mask_url(url)}: no answer in time") from None
-        raise DeliveryError(f"{mask_url(url)}: {type(e).__name__}: {_said(e)}") from None
+        raise DeliveryError(f"{mask_url(url)}: {type(e).__name__}: {_said(e, url)}") from None
     else:
         # The status is the answer; read a little of the body (a keep-alive's
         # manners), never all of a flood, and never past the deadline.
@@ -131,7 +131,14 @@ class Cutoff:
                 pass  # already closed
 
 
-def _said(e: BaseException) -> str:
-    """What an error says, without a URL it may quote."""
+def _said(e: BaseException, url: str) -> str:
+    """What an error says, unless it quotes a URL, or ``url``'s secret parts
+    (its path, query or user, as they are or escaped as repr() shows them):
+    http.client quotes a request line it refuses, and a receiver's Location
+    with a space in it ("?a b", relative: our path and query stay) is one."""
     text = str(e) or type(e).__name__
-    return text if "://" not in text else "(an error that quoted the URL)"
+    u = urlsplit(url)
+    parts = [p for p in (u.path, u.query, u.fragment, u.username, u.password) if p and len(p) > 2]
+    if "://" in text or any(p in text or repr(p)[1:-1] in text for p in parts):
+        return "(an error that quoted the URL)"
+    return text

@@ -28,6 +28,13 @@ from sloth_daemon.queue import Queue
     (["add", "--at", "09:00", "--", "make"], ["make"], "09:00", (["make"], "09:00")),
     (["add", "--timeout", "5", "--", "mins"], ["mins"], None, (["mins"], None)),  # after --: a command
     (["add", "--", "w"], ["w"], None, (["w"], None)),
+    # After --, or after the command's first word (add takes no option there), every word is the command's:
+    # `git log -- README` at 23:00, a `--timeout 5 m` that a program named m is given.
+    (["add", "--at", "23:00", "--", "git", "log", "--", "README"], ["git", "log", "--", "README"], "23:00",
+     (["git", "log", "--", "README"], "23:00")),
+    (["add", "--at", "tomorrow", "--", "9:00", "x"], ["9:00", "x"], "tomorrow", (["9:00", "x"], "tomorrow")),
+    (["add", "--", "m", "--timeout", "5", "m"], ["m", "--timeout", "5", "m"], None, (["m", "--timeout", "5", "m"], None)),
+    (["add", "-l", "x", "h", "--lease", "1", "h"], ["h", "--lease", "1", "h"], None, (["h", "--lease", "1", "h"], None)),
 ])
 def test_stray_words_are_put_back_where_they_belong(argv, command, at, want):
     assert add_options.stray_words(command, at, argv) == want

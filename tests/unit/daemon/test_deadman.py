@@ -27,7 +27,7 @@ def test_a_schedule_whose_conditions_never_hold_is_told_missed_once_per_window_w
     w.s.add("nightly", {"every_s": H, "expect_within_s": 2 * H,
                         "job": {"command": ["backup"], "when": ["ac"], "ping": rx.url + "/hc"}})
     notes: list[tuple[str, str]] = []
-    dm = DeadMan(q.schedules, q.outbox, job=q.get, notify=lambda t, b: notes.append((t, b)), now=clock.now)
+    dm = DeadMan(q.schedules, q.outbox, q, job=q.get, notify=lambda t, b: notes.append((t, b)), now=clock.now)
     w.at(H)
     (job,) = w.jobs("nightly")
     q.set_waiting('{"when":["ac"]}', "waiting for mains power")  # what Gates writes here
@@ -54,7 +54,7 @@ def test_a_success_moves_the_window(q, clock):
     w = World(q, clock)
     w.s.add("ok", {"every_s": H, "expect_within_s": 2 * H, "job": {"command": ["true"]}})
     notes: list[tuple[str, str]] = []
-    dm = DeadMan(q.schedules, q.outbox, job=q.get, notify=lambda t, b: notes.append((t, b)), now=clock.now)
+    dm = DeadMan(q.schedules, q.outbox, q, job=q.get, notify=lambda t, b: notes.append((t, b)), now=clock.now)
     w.at(H)
     clock.set(1.5 * H)
     run = q.claim("w")
@@ -79,7 +79,7 @@ def test_a_resumed_schedule_gets_a_whole_window_not_an_alert_at_once(q, clock):
     w = World(q, clock)
     w.s.add("nightly", {"every_s": H, "expect_within_s": 2 * H, "job": {"command": ["true"]}})
     notes: list[tuple[str, str]] = []
-    dm = DeadMan(q.schedules, q.outbox, job=q.get, notify=lambda t, b: notes.append((t, b)), now=clock.now)
+    dm = DeadMan(q.schedules, q.outbox, q, job=q.get, notify=lambda t, b: notes.append((t, b)), now=clock.now)
     clock.set(H // 2)
     w.s.pause("nightly")
     clock.set(10 * H)
@@ -89,3 +89,41 @@ def test_a_resumed_schedule_gets_a_whole_window_not_an_alert_at_once(q, clock):
     clock.set(12 * H + 10)  # a whole window after the resume, still no success: told
     dm.check()
     assert len(notes) == 1
+
+
+@pytest.mark.parametrize("end", ["sent", "failed", "dropped"])
+def test_a_window_told_is_not_told_again_once_its_message_is_gone(q, clock, end):
+    """The outbox's key was the only memory of a window told: once its
+    message was pruned (sent ones after 7 days, failed ones after 30) or
+    dropped (`sloth outbox drop`), the next daemon (a restart, a reload)
+    told the same window again, through every channel and the desktop,
+    while the schedule stayed overdue (a window can last up to a year)."""
+    from sloth_daemon.daemon.telling.sender import KEEP_FAILED_S, KEEP_SENT_S
+
+    day = 86400
+    w = World(q, clock)
+    w.s.add("monthly", {"every_s": day, "expect_within_s": 60 * day,
+                        "job": {"command": ["true"], "ping": "https://hc.example/ping/uuid"}})
+    notes: list[tuple[str, str]] = []
+
+    def deadman() -> DeadMan:  # a daemon's: each start has its own
+        return DeadMan(q.schedules, q.outbox, q, job=q.get, notify=lambda t, b: notes.append((t, b)), now=clock.now)
+
+    clock.set(60 * day + 10)
+    deadman().check()
+    assert len(notes) == 1
+    (m,) = q.outbox.claim("s", limit=10, lease_s=30)
+    if end == "sent":
+        assert q.outbox.sent(m.id, m.token)
+    elif end == "failed":
+        assert q.outbox.failed_try(m.id, m.token, "HTTP 404", None)
+    else:
+        assert q.outbox.failed_try(m.id, m.token, "HTTP 404", None) and q.outbox.drop([m.id]) == [m.id]
+    clock.set(60 * day + 31 * day)  # still in the next window (it ends at 120 days)
+    q.outbox.prune(KEEP_SENT_S, KEEP_FAILED_S)
+    assert q.outbox.messages(("pending", "failed", "sent")) == []
+    deadman().check()
+    assert len(notes) == 1 and q.outbox.messages(("pending", "failed", "sent")) == []
+    clock.set(120 * day + 10)  # the next window passed: told, once
+    deadman().check()
+    assert len(notes) == 2 and len(q.outbox.messages(("pending",))) == 1

@@ -63,3 +63,44 @@ def test_a_receiver_that_trickles_is_cut_at_the_timeout(head, drip):
     finally:
         rx.close()
     assert took < 3.0, f"a 1 s exchange took {took:.1f} s"
+
+
+class Redirector:
+    """Answers every request with ``status`` and a Location of its choosing."""
+
+    def __init__(self, status: int, location: bytes) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/ping/secret-uuid?token=secret-token"
+        self.answer = b"HTTP/1.1 %d Moved\r\nLocation: %s\r\nContent-Length: 0\r\n\r\n" % (status, location)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(self.answer)
+
+    def close(self) -> None:
+        self.sock.close()
+        self.thread.join(5)
+
+
+@pytest.mark.parametrize("status", [303, 307])
+@pytest.mark.parametrize("location", [b"?a b", b"?x\x01y", b"/ping/secret-uuid x", b"#a b"])
+def test_an_error_never_says_the_urls_secret_parts_even_after_a_redirect(status, location):
+    """A receiver's Location with a space or a control character (relative:
+    the path and query are still ours) made http.client refuse the next
+    request line, quoting it: our ping's UUID and token went into the
+    DeliveryError, so into the daemon log and `sloth outbox ls`."""
+    rx = Redirector(status, location)
+    try:
+        with pytest.raises(DeliveryError) as e:
+            http.request("POST", rx.url, b"{}", {}, timeout_s=3.0)
+    finally:
+        rx.close()
+    assert "secret" not in str(e.value), str(e.value)
