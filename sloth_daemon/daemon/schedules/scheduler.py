@@ -218,7 +218,14 @@ class Scheduler:
         return 0
 
     def _remember(self, rec: dict[str, Any]) -> dict[str, Any]:
+        """Keep ``rec``; a new version of it (a run by hand, a firing, an
+        edit, another daemon's change) is also its next slot in the heap:
+        the entry of the version before is stale now (earliest drops it),
+        and without this one the schedule would never fire again here."""
+        old = self.known.get(rec["name"])
         self.known[rec["name"]] = rec
+        if old is None or old["version"] != rec["version"]:
+            self._push(rec)
         return rec
 
     def _after(self, name: str, results: list[dict[str, Any]], cancel: list[int]) -> int:

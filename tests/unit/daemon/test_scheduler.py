@@ -105,6 +105,19 @@ def test_two_runs_by_hand_at_once_are_one_job(w):
     assert b["deduped"] and a["job_id"] == b["job_id"] and len(w.jobs("b")) == 1
 
 
+def test_a_run_by_hand_keeps_the_schedules_next_slot(w, q):
+    """A run by hand writes the schedule's row (a new version), and the
+    scheduler's own entry for its next slot became stale: dropped, never
+    pushed again, so after `sloth schedule run nightly` nightly never fired
+    at its slots until the daemon restarted (the chaos soak's hourly "hand"
+    schedule: "slots due were never handled")."""
+    w.add("b", every_s=H)
+    w.s.run_now("b")
+    q.cancel_many(None, lane="default")  # the hand's job out of the way (--overlap skip)
+    assert w.s.earliest() == H
+    assert w.at(H) == 1 and [j.key for j in w.jobs("b") if j.key.endswith(f":{H}")] == [f"schedule:b:{H}"]
+
+
 def test_two_schedulers_on_one_queue_fire_a_slot_once(w, q, clock):
     other = World(q, clock)
     w.add("b", every_s=H, missed="all", overlap="parallel")
