@@ -92,3 +92,39 @@ def fsync_rate(folder: Path, n: int = 500) -> float:
     finally:
         os.close(fd)
         os.unlink(path)
+
+
+def race_workers(source: str, run: Path, n: int, *args: str) -> tuple[int, float]:
+    """Start ``n`` processes running ``source`` (``python -c``; argv: the
+    ready file, the go file, the out file, then ``args``), release them at
+    once when all are ready, wait for all; returns (jobs they report done,
+    seconds from the go to the last one's end). Each writes "COUNT END_TIME"
+    to its out file (bench_pg.py's and bench_pairs.py's workers)."""
+    go = run / "go"
+    procs = []
+    for i in range(n):
+        argv = [sys.executable, "-c", source, *args[:1], str(run / f"{i}.ready"), str(go), str(run / f"{i}.out"),
+                *args[1:]]
+        procs.append(subprocess.Popen(argv, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"),
+                                      cwd=Path(__file__).resolve().parents[2]))
+    try:
+        for i, p in enumerate(procs):
+            while not (run / f"{i}.ready").exists():
+                if p.poll() is not None:
+                    raise RuntimeError(f"worker {i} exited with {p.returncode} before it was ready")
+                time.sleep(0.001)
+        t0 = time.time()
+        go.touch()
+        for p in procs:
+            if p.wait(timeout=600) != 0:
+                raise RuntimeError(f"a worker exited with {p.returncode}")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    done, end = 0, t0
+    for i in range(n):
+        count, t = (run / f"{i}.out").read_text().split()
+        done, end = done + int(count), max(end, float(t))
+    return done, end - t0

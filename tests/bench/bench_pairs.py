@@ -32,7 +32,6 @@ import argparse
 import os
 import shutil
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -42,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout
 
 from sloth_daemon.queue import open_queue  # noqa: E402
-from tests.bench._common import fsync_rate, log  # noqa: E402
+from tests.bench._common import fsync_rate, log, race_workers  # noqa: E402
 
 TARGET = 1500.0
 
@@ -89,38 +88,13 @@ def run_mode(work: Path, mode: str, procs: int, jobs: int) -> float:
     run = Path(tempfile.mkdtemp(dir=work, prefix=f"{mode}-"))
     target = str(run / "q.db")
     fill(target, jobs)
-    go = run / "go"
-    ps = []
-    for i in range(procs):
-        argv = [sys.executable, "-c", WORKER, target, str(run / f"{i}.ready"), str(go), str(run / f"{i}.out"), mode]
-        ps.append(subprocess.Popen(argv, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"),
-                                   cwd=Path(__file__).resolve().parents[2]))
-    try:
-        for i, p in enumerate(ps):
-            while not (run / f"{i}.ready").exists():
-                if p.poll() is not None:
-                    raise RuntimeError(f"worker {i} exited with {p.returncode} before it was ready")
-                time.sleep(0.001)
-        t0 = time.time()
-        go.touch()
-        for p in ps:
-            if p.wait(timeout=600) != 0:
-                raise RuntimeError(f"a worker exited with {p.returncode}")
-    finally:
-        for p in ps:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    done, end = 0, t0
-    for i in range(procs):
-        n, t = (run / f"{i}.out").read_text().split()
-        done, end = done + int(n), max(end, float(t))
+    done, took = race_workers(WORKER, run, procs, target, mode)
     with open_queue(target) as q:
         states = q.conn.execute("SELECT state, count(*) FROM jobs GROUP BY state").fetchall() if hasattr(q, "conn") else None
     shutil.rmtree(run, ignore_errors=True)
     if done != jobs:
         raise RuntimeError(f"workers completed {done} jobs, expected {jobs} ({states})")
-    return jobs / (end - t0)
+    return jobs / took
 
 
 def sqlite_commit_rate(work: Path, n: int = 1000) -> float:

@@ -40,7 +40,6 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -50,7 +49,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout
 
 from sloth_daemon.queue import open_queue  # noqa: E402
-from tests.bench._common import fsync_rate, log  # noqa: E402
+from tests.bench._common import fsync_rate, log, race_workers  # noqa: E402
 from tests.support.pg import PgCluster  # noqa: E402
 
 BATCH = 10_000
@@ -117,35 +116,11 @@ def pairs_per_s(target: str, workers: int, pairs: int, work: Path, settle=lambda
     fill(target, pairs)
     settle()
     run = Path(tempfile.mkdtemp(dir=work, prefix="run-"))
-    go = run / "go"
-    procs = []
-    for i in range(workers):
-        argv = [sys.executable, "-c", WORKER, target, str(run / f"{i}.ready"), str(go), str(run / f"{i}.out")]
-        procs.append(subprocess.Popen(argv, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"),
-                                      cwd=Path(__file__).resolve().parents[2]))
-    try:
-        for i, p in enumerate(procs):
-            while not (run / f"{i}.ready").exists():
-                if p.poll() is not None:
-                    raise RuntimeError(f"worker {i} exited with {p.returncode} before it was ready")
-                time.sleep(0.001)
-        t0 = time.time()
-        go.touch()
-        for p in procs:
-            if p.wait(timeout=600) != 0:
-                raise RuntimeError(f"a worker exited with {p.returncode}")
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    done, end = 0, t0
-    for i in range(workers):
-        n, t = (run / f"{i}.out").read_text().split()
-        done, end = done + int(n), max(end, float(t))
+    done, took = race_workers(WORKER, run, workers, target)
     shutil.rmtree(run, ignore_errors=True)
     if done != pairs:
         raise RuntimeError(f"workers claimed {done} jobs, expected {pairs}")
-    return pairs / (end - t0)
+    return pairs / took
 
 
 def batched_enqueue_per_s(target: str) -> float:
