@@ -100,6 +100,7 @@ class _View:
         self._reread_at = 0.0  # when the one job was last read again for why it waits (monotonic)
         self._lock: Any = None
         self._stop: Any = None
+        self._ticker: Any = None  # the live line's thread (its native_id: tests read its signal mask)
 
     # -------------------------------------------------------------- news
     def update(self, jobs: list[dict[str, Any]], *, initial: bool = False) -> None:
@@ -159,7 +160,20 @@ class _View:
                     if not self._stop.is_set():  # else the summary may be written already
                         self._draw()
 
-        threading.Thread(target=tick, name="sloth-wait-line", daemon=True).start()
+        # The thread never takes a Ctrl-C: the kernel gives a process's
+        # signal to any thread that does not block it, and one taken here
+        # left the main thread in its recv with no one to wake it (the wait
+        # on held jobs went on after ^C in CI). Blocked while the thread
+        # starts, so it begins with them blocked; the main thread unblocks.
+        import signal
+
+        held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+        try:
+            self._ticker = threading.Thread(target=tick, name="sloth-wait-line", daemon=True)
+            self._ticker.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def _reread(self) -> None:
         """Why the one job waited on waits is written by the daemon without a
