@@ -58,7 +58,11 @@ class Renewals:
             if not run.renews or self.renew_in(run, r) > TIMER_SLACK_S:
                 continue
             try:
-                run.job = self.queue.heartbeat(run.job.id, run.token)
+                if run.resume_why is not None:  # the renewal after a sleep failed: this one is it, with its event
+                    run.job = self.queue.renew_after_resume(run.job.id, run.token, run.resume_why)
+                    run.resume_why = None
+                else:
+                    run.job = self.queue.heartbeat(run.job.id, run.token)
             except (LeaseLost, JobNotFound):
                 self.end(run, Ending(Why.LEASE_LOST))
                 continue
@@ -80,11 +84,13 @@ class Renewals:
             try:
                 record_start(self.queue, run)  # a sleep in its first second reads after its start
                 run.job = self.queue.renew_after_resume(run.job.id, run.token, why)
+                run.resume_why = None
                 run.renewed(r)
             except (LeaseLost, JobNotFound):
                 self.end(run, Ending(Why.LEASE_LOST))
-            except StorageError as e:  # the heartbeat tries again
+            except StorageError as e:  # the heartbeat tries again, and says the sleep then
                 log.warning("cannot renew job %d after %s: %s", run.job.id, why, e.message)
+                run.resume_why = why
 
     def thaw(self, run: Attempt, why: str) -> None:
         """The keeper froze ``run``: the machine slept past its trust. Its
@@ -98,6 +104,8 @@ class Renewals:
             return
         except SlothError as e:  # cannot tell yet: it stays frozen; the next heartbeat tries again
             log.error("cannot renew job %d after a freeze: %s", run.job.id, e.message)
+            run.resume_why = why  # and writes the resumed event then
             return
+        run.resume_why = None
         run.renewed(r)
         self.spawner.trust([(run.token, trust_until(r, run.job.lease_s))])

@@ -129,6 +129,7 @@ class Attempt:
     record_tries: int = 0
     record_after: float = 0.0  # awake clock: when to try writing it again
     renew_at: float = 0.0  # boot clock: when its lease is renewed next
+    resume_why: str | None = None  # a sleep's renewal not written yet (the queue unreachable): the next one says it
     after: "Attempt | None" = None  # pending behind this run until it ends (pipeline.py)
     successor: "Attempt | None" = None  # the run pending behind this one, if any (one at most, ever)
     cancelling: bool = False  # a cancel asked the keeper to withdraw it and writes it itself (withdrawal.py)

@@ -304,6 +304,37 @@ def test_resume_renews_own_live_jobs_first_then_claims_due_work(env, clocks):
     assert q.get(a).state == "running" and len(sp.reqs) == 2
 
 
+def test_a_resume_whose_renewal_fails_is_said_by_the_renewal_that_succeeds(env, clocks):
+    """The machine woke with its queue unreachable (a shared queue's network
+    not back yet): the renewal after the sleep failed, and the heartbeat that
+    later succeeded wrote no `resumed` event, so the history never said the
+    run slept (test_several_machines, now and then in CI)."""
+    from sloth_daemon.errors import StorageError
+
+    w, q, sp = env()
+    a = q.enqueue(["long"])
+    w.turn()
+    sp.start(a)
+    renew = q.renew_after_resume
+
+    def unreachable(*x, **k):
+        raise StorageError("cannot reach the queue")
+
+    q.renew_after_resume = unreachable  # type: ignore[method-assign]
+    clocks.suspend(3600)
+    w.clock_changed()
+    w.turn()
+    assert "resumed" not in [e.kind for e in q.events(a)]
+    q.renew_after_resume = renew  # type: ignore[method-assign]  # the network is back
+    assert w.leases.renew_soon(a)  # the next renewal, now (no clock moved: no stall to see)
+    w.turn()
+    said = [e.message for e in q.events(a) if e.kind == "resumed"]
+    assert len(said) == 1 and "slept" in said[0] and q.get(a).state == "running", said
+    assert w.leases.renew_soon(a)
+    w.turn()
+    assert [e.kind for e in q.events(a)].count("resumed") == 1  # said once
+
+
 def test_a_missed_resume_is_still_safe_the_wall_clock_heartbeat_renews_before_claims(env, clocks):
     w, q, sp = env()
     a = q.enqueue(["long"])
