@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import stat
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -31,7 +30,7 @@ from typing import Any, Callable, Mapping
 from sloth_daemon.backends import metrics
 from sloth_daemon.backends.metrics import Family, Series
 from sloth_daemon.errors import SlothError
-from sloth_daemon.safefile import replace_file
+from sloth_daemon.safefile import read_file, replace_file
 from sloth_daemon.daemon.supervision import KeeperSpawner
 from sloth_daemon.daemon.worker.clockwatch import ClockWatch
 
@@ -176,14 +175,6 @@ def write_atomically(path: Path, text: str) -> None:
 def _read_small(path: Path, cap: int = 4 << 20) -> str:
     """The file's text if it is a regular file we can read (at most ``cap``), else ""."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except OSError:
+        return read_file(path, cap).decode("utf-8", "replace")
+    except OSError:  # missing, a link, a FIFO, too large: not what we wrote
         return ""
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return ""
-        return os.read(fd, cap).decode("utf-8", "replace")
-    except OSError:
-        return ""
-    finally:
-        os.close(fd)
