@@ -154,7 +154,7 @@ class Scheduler:
                 log.warning("schedule %s: not %s: %s", name, why, e.message)
                 continue
             if changed is not None:
-                self._push(self._remember(changed))
+                self._remember(changed)
 
     def _on_timer(self) -> None:
         self._timer = self._timer_at = None
@@ -229,7 +229,6 @@ class Scheduler:
         return rec
 
     def _after(self, name: str, results: list[dict[str, Any]], cancel: list[int]) -> int:
-        self._push(self.known[name])
         self.fired += 1
         queued = [r["job_id"] for r in results if r.get("job_id") and not r.get("taken")]
         if queued:
@@ -287,7 +286,6 @@ class Scheduler:
         r = replace(r, expect_since=now) if r.expect_within_s else r  # the dead-man's first window starts now
         first = slots.next_after(r, now)
         rec = self._remember(self.store.add(recipes.name(name), r.to_dict(), first))
-        self._push(rec)
         self.arm()
         return rec
 
@@ -357,7 +355,6 @@ class Scheduler:
             raise IllegalTransition(f"schedule {name!r} changed meanwhile; nothing changed",
                                     hint="Look again with `sloth schedule show NAME`, then retry.")
         self._remember(rec)
-        self._push(rec)
         self.arm()
         return rec
 
