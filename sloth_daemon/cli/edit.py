@@ -85,12 +85,7 @@ def edit(words: Sequence[str], *, command: Optional[str] = None, delay: Optional
         changes.update(_line(command, "--command"))
     removed = {k: None for k in ("when", "needs") if _none(settings.get(k))}
     changes.update(opts.job_fields(**{k: None if k in removed else v for k, v in settings.items()}), **removed)
-    rules = opts.rules_fields(stall, fail_on, retry_on, no_retry_on, backoff)
-    if rules:  # checked here, so a bad one is named as its option (`--fail-on '(' is not ...`)
-        from sloth_daemon.cli.submit import check
-
-        check([{"command": ["-"], **rules}], {}, where=lambda i: "", nothing=f"job {jid} was not changed")
-        changes.update(rules)
+    changes.update(opts.rules_fields(stall, fail_on, retry_on, no_retry_on, backoff))  # checked by the daemon
     if cwd is not None:
         from sloth_daemon.cli.add import caller_cwd
 
