@@ -184,15 +184,11 @@ def _job(command: list[str], o: dict[str, Any], *, edit: bool = False) -> dict[s
 
 
 def _checked(job: dict[str, Any], nothing: str) -> dict[str, Any]:
-    """``job``, once its options pass `sloth add`'s own checks (named as the
-    options: `--fail-on '(' is not a regular expression`) and its shell line
-    parses (`sh -n`, as `sloth add --shell` checks): every occurrence would
-    fail on it, and be retried."""
+    """``job``, once its shell line parses (`sh -n`, as `sloth add --shell`
+    checks): every occurrence would fail on it, and be retried. Its options
+    are the daemon's to check (a refusal named as the option: _named)."""
     from sloth_daemon.cli.add import check_shell
-    from sloth_daemon.cli.submit import check
 
-    if job:  # an edit's changes are checked as a job with them (its command may be unchanged)
-        check([{"command": ["-"], **job}], {}, where=lambda i: "", nothing=nothing)
     check_shell([job], lambda i: "", nothing)
     return job
 

@@ -77,15 +77,13 @@ def with_note(e: SlothError, note: str) -> SlothError:
 
 
 # ------------------------------------------------------------------- checks
-def check(jobs: list[dict[str, Any]], common: dict[str, Any], *, where: Callable[[int], str],
-          nothing: str = NOTHING) -> None:
+def check(jobs: list[dict[str, Any]], common: dict[str, Any], *, where: Callable[[int], str]) -> None:
     """Refuse the whole input if any job is invalid. ``where(i)`` names job
-    ``i`` for the message ("line 3 of --file"; "" for a single command);
-    ``nothing``: what the error says was not done."""
+    ``i`` for the message ("line 3 of --file"; "" for a single command)."""
     cache: EnvCache = {}
-    _check_one({**common, "command": ["-"]}, cache, "", nothing)  # the options, once
+    _check_one({**common, "command": ["-"]}, cache, "")  # the options, once
     for i, job in enumerate(jobs):
-        _check_one(job if _only_own_fields(job) else {**common, **job}, cache, where(i), nothing)
+        _check_one(job if _only_own_fields(job) else {**common, **job}, cache, where(i))
 
 
 def _only_own_fields(job: dict[str, Any]) -> bool:
@@ -94,7 +92,7 @@ def _only_own_fields(job: dict[str, Any]) -> bool:
     return job.keys() <= {"command", "shell", "member"}
 
 
-def _check_one(spec: dict[str, Any], cache: EnvCache, where: str, nothing: str = NOTHING) -> None:
+def _check_one(spec: dict[str, Any], cache: EnvCache, where: str) -> None:
     """The queue's own checks (checks.fields, as JobSpec.parse runs them);
     the daemon's defaults do not matter here, only whether a value is valid."""
     from sloth_daemon import checks  # here: a plain add (fast_add.py) needs none of it (0.3 us a job)
@@ -112,9 +110,9 @@ def _check_one(spec: dict[str, Any], cache: EnvCache, where: str, nothing: str =
             if spec.get("rules") is not None:
                 checks.rules_json(spec["rules"])  # --stall, --fail-on ... (JobSpec.parse checks them apart)
     except FieldError as e:
-        raise as_option(e, nothing, where) from None
+        raise as_option(e, NOTHING, where) from None
     except BadRequest as e:
-        raise with_note(e, nothing) from None
+        raise with_note(e, NOTHING) from None
 
 
 def as_option(e: FieldError, nothing: str, where: str = "") -> BadRequest:
