@@ -74,9 +74,17 @@ class Terminal:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and self._read(0.2):
             if self.proc.poll() is not None:
-                while self._read(0.1):  # what it wrote last
-                    if not select.select([self.master], [], [], 0)[0]:
+                # What it wrote last, to the end (EIO once every writer has closed
+                # its side) or until nothing more comes for 1 s (a grandchild
+                # may keep the terminal open): a loaded machine hands the last
+                # bytes over late, and one empty look is no end.
+                quiet_until = time.monotonic() + 1.0
+                while time.monotonic() < min(deadline, quiet_until):
+                    before = len(self.raw)
+                    if not self._read(0.1):
                         break
+                    if len(self.raw) > before:
+                        quiet_until = time.monotonic() + 1.0
                 break
         try:
             return self.proc.wait(max(0.1, deadline - time.monotonic()))
