@@ -391,7 +391,8 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
     queue.on_side_change = worker.side_change  # a dependent queued or cancelled by another's transition
     sender = Sender(queue, settings, prefix=f"{host or socket.gethostname()}/", log_path=paths.job_log,
                     shared_poll_s=settings.poll_s if shared is not None else None)
-    teller = Teller(settings, log_path=paths.job_log, lane_busy=queue.lane_busy, sender=sender)
+    teller = Teller(settings, log_path=paths.job_log, lane_busy=queue.lane_busy, sender=sender,
+                    renewed=handover is not None)
     if shared is not None:
         shared.attach(worker, paths.job_log)
     scheduler = compose_scheduler(queue, worker, clocks, shared,

@@ -80,7 +80,7 @@ class Teller:
 
     def __init__(self, settings: Settings, *, log_path: Callable[[int, int], Path],
                  lane_busy: Callable[[str], bool], which: Callable[[str], str | None] = path_which,
-                 sender: Sender | None = None) -> None:
+                 sender: Sender | None = None, renewed: bool = False) -> None:
         self.settings, self.log_path, self.lane_busy, self.which = settings, log_path, lane_busy, which
         self.sender = sender
         self.stats = {"notified": 0, "hooks": 0, "failed": 0, "timed_out": 0, "dropped": 0}
@@ -88,7 +88,9 @@ class Teller:
         self._slots = asyncio.Semaphore(MAX_RUNNING)
         self._told: dict[int, float] = {}  # job id -> finished_at already told (a change can repeat)
         self._ended: dict[str, int] = {}  # lane -> jobs ended since it was last empty
-        self._said_no_tool = False  # "no notify-send": said once, not at every job
+        # "no notify-send": said once, not at every job; a renewed daemon (same
+        # settings, same PATH: renewal.py) is one daemon to its log, said already
+        self._said_no_tool = renewed
         # Why notifications fail, while they do: said in the log once per cause, and by `sloth doctor`.
         self.notify_trouble: dict[str, Any] | None = None
         self._check_tool()

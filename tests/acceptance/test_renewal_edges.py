@@ -288,3 +288,20 @@ def test_under_a_real_systemd_user_the_renewal_leaves_the_service_running(make_h
     finally:
         manager.terminate()
         manager.wait(30)
+
+
+def test_no_notify_tool_is_said_once_not_at_every_renewal(make_harness, tmp_path):
+    """notify = ["failed"] on a machine without notify-send: the first
+    daemon says so in its log; a renewal is the same daemon with the same
+    settings and PATH, and says nothing new."""
+    bare = tmp_path / "bin"  # a PATH with sh and true, and no notify-send
+    bare.mkdir()
+    for tool in ("sh", "true"):
+        (bare / tool).symlink_to(shutil.which(tool))  # type: ignore[arg-type]
+    h = make_harness(REST + 'notify = ["failed"]\n')
+    h.daemon_env.update({"SLOTH_RENEW_GROWTH_KB": "0", "PATH": str(bare)})
+    h.start()
+    rest_until(h, lambda: renewed(h) >= 1)
+    rest_until(h, lambda: renewed(h) >= 2)
+    said = h.daemon_log.read_text(errors="replace").count("neither notify-send nor osascript")
+    assert said == 1, h.log_text()
