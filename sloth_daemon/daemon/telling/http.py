@@ -50,7 +50,11 @@ def request(method: str, url: str, body: bytes, headers: Mapping[str, str], *, t
     for _ in range(MAX_REDIRECTS + 1):
         status, location = _once(method, url, body, headers, deadline, ca_file)
         if status in REDIRECTS and location:
-            nxt = urljoin(url, location)
+            try:  # a port out of range or no number, a broken IPv6 host: urljoin or urlsplit raises
+                nxt = urljoin(url, location)
+                urlsplit(nxt).port  # noqa: B018
+            except ValueError:
+                raise DeliveryError(f"{mask_url(url)} redirected to a URL that is not valid", permanent=True) from None
             if urlsplit(nxt).scheme not in ("http", "https"):
                 raise DeliveryError(f"{mask_url(url)} redirected to a non-HTTP URL", permanent=True)
             if urlsplit(url).scheme == "https" and urlsplit(nxt).scheme != "https":
