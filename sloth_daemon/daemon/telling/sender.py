@@ -117,19 +117,25 @@ class Sender:
 
     async def _deliver(self, loop: asyncio.AbstractEventLoop, wake: asyncio.Event,
                        busy: dict[Any, asyncio.Task[None]], sending: set[asyncio.Task[None]]) -> None:
+        queued: dict[Any, int] = {}  # subject -> its sends not over (each waits for those before it)
         while True:
             wake.clear()
             wait: float | None = None
             try:
                 free = MAX_THREADS - len(busy)
-                batch = self.claim(free) if free > 0 else []
+                # A message claimed now may wait behind the longest chain of its
+                # subject's sends (a job's backlog is claimed batch after batch):
+                # its lease covers them too, or it would run out while it waits
+                # and the next claim would send it a second time, out of order.
+                batch = self.claim(free, ahead=max(queued.values(), default=0)) if free > 0 else []
                 for m in batch:
                     subject = (m.job_id, m.schedule)
                     task = loop.create_task(self._send_after(busy.get(subject), loop, m))
                     busy[subject] = task
+                    queued[subject] = queued.get(subject, 0) + 1
                     sending.add(task)
                     task.add_done_callback(sending.discard)
-                    task.add_done_callback(functools.partial(self._sent, busy, subject))
+                    task.add_done_callback(functools.partial(self._sent, busy, queued, subject))
                 if batch:
                     continue
                 wait = self._wait_s() if not busy else MAX_WAIT_S
@@ -141,9 +147,13 @@ class Sender:
             except asyncio.TimeoutError:
                 pass
 
-    def _sent(self, busy: dict[Any, asyncio.Task[None]], subject: Any, task: asyncio.Task[None]) -> None:
+    def _sent(self, busy: dict[Any, asyncio.Task[None]], queued: dict[Any, int], subject: Any,
+              task: asyncio.Task[None]) -> None:
         if busy.get(subject) is task:
             del busy[subject]
+        queued[subject] -= 1
+        if not queued[subject]:
+            del queued[subject]
         self.wake()  # a thread is free
 
     async def _send_after(self, before: asyncio.Task[None] | None, loop: asyncio.AbstractEventLoop,
@@ -167,8 +177,11 @@ class Sender:
         return min(caps) if caps else None
 
     # ---------------------------------------------------------------- steps
-    def claim(self, limit: int = BATCH) -> list[Message]:
-        lease = self.timeout_s * limit + 30.0  # a subject's may be sent one after another, each its whole timeout
+    def claim(self, limit: int = BATCH, *, ahead: int = 0) -> list[Message]:
+        """Lease up to ``limit`` due messages for as long as each may wait:
+        a subject's are sent one after another, each its whole timeout,
+        after at most ``ahead`` sends claimed before them."""
+        lease = self.timeout_s * (limit + ahead) + 30.0
         return self.queue.outbox.claim(self.name, limit=limit, lease_s=lease)
 
     def prepare(self, m: Message) -> Work:

@@ -238,3 +238,36 @@ def test_a_send_still_on_its_thread_when_the_daemon_stops_is_not_recorded_on_the
 
     gc.collect()  # a task whose exception nobody retrieved says so when collected
     assert not problems, problems
+
+
+def test_a_jobs_backlog_to_a_slow_receiver_is_sent_once_each_and_in_order(q, clock, tmp_path, rx):
+    """The sender claimed a job's messages in batches as long as any were
+    due, each batch leased for its own sends (timeout x batch + 30 s), and
+    chained each behind the job's sends before it, whatever their number: a
+    job that failed and was retried six times left twelve pings; to a
+    receiver taking 8 s an answer, the later ones waited longer than their
+    lease, the sender's next claim took them again (a lease run out), and
+    they went twice, out of order (a start ping after the end's: a
+    healthchecks check shown running again)."""
+    import asyncio
+
+    s = make_sender(q, tmp_path, timeout_s=10.0)
+    jid = run_job(q, clock, {"ping": rx.url + "/p"}, [1] * 6)
+    want = [m.key for m in q.outbox.messages(("pending",))]
+    assert len(want) == 12
+    rx.each = lambda: clock.advance(8)  # each answer takes 8 s (on the queue's clock)
+
+    async def life() -> None:
+        loop_task = asyncio.create_task(s.run())
+        for _ in range(1500):
+            await asyncio.sleep(0.01)
+            if q.outbox_counts()["sent"] == len(want) and not s.stats["retried"]:
+                await asyncio.sleep(0.3)  # a second copy would be on its way by now
+                break
+        loop_task.cancel()
+        await asyncio.gather(loop_task, return_exceptions=True)
+
+    asyncio.run(life())
+    keys = [r.headers["idempotency-key"].rsplit(f"job:{jid}:", 1)[1] for r in rx.requests]
+    assert keys == [k.split(f"job:{jid}:", 1)[1] for k in want], " ".join(keys)
+    assert q.outbox_counts() == {"pending": 0, "failed": 0, "sent": 12}
