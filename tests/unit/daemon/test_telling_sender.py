@@ -146,9 +146,11 @@ def test_a_hung_receiver_costs_one_timeout_and_is_tried_again(q, clock, tmp_path
 
     t = time.monotonic()
     s.pump()
-    assert time.monotonic() - t < 5  # two messages, each bounded by its timeout
-    assert [m.last_error for m in q.outbox.messages()] == ["http://127.0.0.1:%d/***: no answer in time"
-                                                          % rx.server.server_address[1]] * 2
+    assert time.monotonic() - t < 5  # the start bounded by its timeout; the end waits for it (not sent)
+    start, end = q.outbox.messages()
+    assert start.last_error == "http://127.0.0.1:%d/***: no answer in time" % rx.server.server_address[1]
+    assert end.last_error == f"waits for message {start.id} before it, not sent yet" and len(rx.requests) == 1
+    assert end.next_at > start.next_at  # claimed after it, so sent after it
 
 
 def test_a_secret_file_that_is_a_fifo_is_a_clear_error_not_a_thread_stuck_for_good(q, clock, tmp_path, rx):
@@ -271,3 +273,51 @@ def test_a_jobs_backlog_to_a_slow_receiver_is_sent_once_each_and_in_order(q, clo
     keys = [r.headers["idempotency-key"].rsplit(f"job:{jid}:", 1)[1] for r in rx.requests]
     assert keys == [k.split(f"job:{jid}:", 1)[1] for k in want], " ".join(keys)
     assert q.outbox_counts() == {"pending": 0, "failed": 0, "sent": 12}
+
+
+def test_a_start_that_failed_once_is_still_told_before_the_end(q, clock, tmp_path, rx):
+    """A job's messages are sent one after another, its start before its
+    end; but a start that failed (a 500, a timeout) was due again 10 s
+    later while its end went at once: healthchecks got the success, then
+    the start (the check shown running again, and down after its grace).
+    A message whose subject's earlier one is due again waits with it."""
+    import asyncio
+
+    s = make_sender(q, tmp_path)
+    run_job(q, clock, {"ping": rx.url + "/p"}, [0])
+    rx.mode = "500"
+    rx.each = lambda: setattr(rx, "mode", "ok")  # the first request is answered 500, the rest 200
+
+    async def life() -> None:
+        loop_task = asyncio.create_task(s.run())
+        for _ in range(3000):  # 30 s at most (a loaded machine)
+            await asyncio.sleep(0.01)
+            if q.outbox_counts()["sent"] == 2:
+                break
+            if rx.requests and q.outbox.next_at() is not None and q.outbox.next_at() > clock.now():
+                clock.set(q.outbox.next_at())  # the backoff, passed on the injected clock
+                s.wake()
+        loop_task.cancel()
+        await asyncio.gather(loop_task, return_exceptions=True)
+
+    asyncio.run(life())
+    assert [r.path.split("?")[0] for r in rx.requests] == ["/p/start", "/p/start", "/p"]
+    assert q.outbox_counts() == {"pending": 0, "failed": 0, "sent": 2}
+
+
+def test_a_message_waiting_for_one_dropped_by_hand_goes_at_its_time(q, clock, tmp_path, rx):
+    """The end waits for its start while the start is due again; once the
+    start is dropped (`sloth outbox drop`), the end is sent when due, not
+    held for ever behind a message that will never go."""
+    s = make_sender(q, tmp_path)
+    rx.mode = "500"
+    run_job(q, clock, {"ping": rx.url + "/p"}, [0])
+    s.pump()
+    start, end = q.outbox.messages()
+    assert end.last_error.startswith("waits for message")
+    assert q.outbox.drop([start.id]) == [start.id]
+    rx.mode = "ok"
+    clock.advance(60)
+    assert s.pump() == 1
+    assert [r.path.split("?")[0] for r in rx.requests] == ["/p/start", "/p"]
+    assert q.outbox_counts() == {"pending": 0, "failed": 0, "sent": 1}
