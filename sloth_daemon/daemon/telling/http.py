@@ -24,7 +24,7 @@ from typing import Callable, Mapping
 from urllib.parse import urljoin, urlsplit
 
 from sloth_daemon.daemon.telling.failure import DeliveryError
-from sloth_daemon.text import mask_url
+from sloth_daemon.text import mask_url, showable
 
 MAX_REDIRECTS = 3
 RESPONSE_CAP = 16 * 1024
@@ -145,4 +145,4 @@ def _said(e: BaseException, url: str) -> str:
     parts = [p for p in (u.path, u.query, u.fragment, u.username, u.password) if p and len(p) > 2]
     if "://" in text or any(p in text or repr(p)[1:-1] in text for p in parts):
         return "(an error that quoted the URL)"
-    return text
+    return showable(text.strip())  # a receiver's bytes (a status line of garbage): no escape reaches a terminal

@@ -124,3 +124,19 @@ def test_a_redirect_to_a_url_that_cannot_be_parsed_is_a_refusal_not_a_crash(loca
     finally:
         rx.close()
     assert e.value.permanent and "redirected to" in str(e.value) and "secret" not in str(e.value), str(e.value)
+
+
+def test_a_receivers_words_in_an_error_cannot_drive_a_terminal():
+    """A status line of garbage is quoted by http.client (BadStatusLine):
+    the receiver's bytes, escape sequences and all, went into the
+    DeliveryError, so into `sloth outbox ls --json` and the daemon log (a
+    journal read on a terminal: a title set, the screen cleared)."""
+    rx = Redirector(307, b"/")
+    rx.answer = b"\x1b]0;pwned\x07\x1b[2J\rnot http\r\n\r\n"
+    try:
+        with pytest.raises(DeliveryError) as e:
+            http.request("POST", rx.url, b"{}", {}, timeout_s=3.0)
+    finally:
+        rx.close()
+    said = str(e.value)
+    assert "BadStatusLine" in said and not any(c < " " or c == "\x7f" for c in said), repr(said)
