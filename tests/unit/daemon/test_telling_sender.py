@@ -294,8 +294,9 @@ def test_a_start_that_failed_once_is_still_told_before_the_end(q, clock, tmp_pat
             await asyncio.sleep(0.01)
             if q.outbox_counts()["sent"] == 2:
                 break
-            if rx.requests and q.outbox.next_at() is not None and q.outbox.next_at() > clock.now():
-                clock.set(q.outbox.next_at())  # the backoff, passed on the injected clock
+            pending = q.outbox.messages(("pending",))
+            if pending and all(m.last_error for m in pending) and q.outbox.next_at() > clock.now():
+                clock.set(q.outbox.next_at())  # each try recorded: the backoff passed on the injected clock
                 s.wake()
         loop_task.cancel()
         await asyncio.gather(loop_task, return_exceptions=True)
@@ -321,3 +322,30 @@ def test_a_message_waiting_for_one_dropped_by_hand_goes_at_its_time(q, clock, tm
     assert s.pump() == 1
     assert [r.path.split("?")[0] for r in rx.requests] == ["/p/start", "/p"]
     assert q.outbox_counts() == {"pending": 0, "failed": 0, "sent": 1}
+
+
+def test_the_daemons_stop_is_never_lost_to_a_wake_in_the_same_turn(q, clock, tmp_path, rx):
+    """The sender waited with asyncio.wait_for(wake.wait(), timeout), which
+    (Python 3.11) returns the wake and drops a cancel that comes in the same
+    turn: a send ending as the daemon stopped (its wake) kept the sender's
+    loop going past the stop, onto the queue the stop then closed."""
+    import asyncio
+
+    s = make_sender(q, tmp_path)
+    rx.mode = "500"  # every try fails: the sender then waits for a due time (a timeout, not for ever)
+    run_job(q, clock, {"ping": rx.url + "/p"}, [0])
+
+    async def life() -> bool:
+        loop_task = asyncio.create_task(s.run())
+        for _ in range(3000):
+            await asyncio.sleep(0.01)
+            pending = q.outbox.messages(("pending",))
+            if len(rx.requests) == 1 and pending and all(m.last_error for m in pending):
+                break
+        await asyncio.sleep(0.2)  # in its wait
+        s.wake()
+        loop_task.cancel()  # the stop, in the same turn
+        done, _ = await asyncio.wait([loop_task], timeout=3)
+        return bool(done)
+
+    assert asyncio.run(life()), "the sender's loop went on after it was cancelled"
