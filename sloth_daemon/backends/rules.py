@@ -245,10 +245,12 @@ def job_backoff_s(row: JobRow, cap_s: float) -> float:
     """backoff_s for the job in ``row``, by its own ``--backoff BASE..CAP``
     where it has one (rules.backoff_s, rules.backoff_cap_s: the first retry
     waits BASE, each next twice as long, never past CAP), else the queue's:
-    2 s doubling up to ``cap_s``."""
+    2 s doubling up to ``cap_s``. A BASE alone caps at ``cap_s`` or at BASE
+    if it is longer: it is the least wait asked (`--backoff 10m` under the
+    default 5 min cap waits 10 min each time, as `show` says, not 5)."""
     own = json.loads(row["rules"]) if row["rules"] else {}
-    cap = own.get("backoff_cap_s", cap_s)
     base = own.get("backoff_s")
+    cap = own.get("backoff_cap_s", cap_s if base is None else max(cap_s, base))
     if base is None:
         return backoff_s(row["tries"], cap)
     return min(base * 2.0 ** min(max(row["tries"] - 1, 0), 1000), cap)  # inf past a float's range: the cap

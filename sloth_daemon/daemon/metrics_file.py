@@ -51,6 +51,9 @@ class DaemonMetrics:
         # for on the loop: a flood of `sloth metrics` holds one thread of the
         # default pool, not all of them (GPU and process lookups use it too).
         self._reading: asyncio.Lock | None = None
+        # The reading not begun yet, by format: every request that asks
+        # meanwhile waits for it (a burst costs two readings, not one each).
+        self._next: dict[str, asyncio.Future[str]] = {}
 
     def counted(self) -> dict[str, Any]:
         """What ``own`` counts, to carry across a renewal (renewal.py): one
@@ -90,12 +93,33 @@ class DaemonMetrics:
         return [jumps, slept, starts, lost, start]
 
     async def text(self, fmt: str) -> str:
-        """The metrics as text in ``fmt`` (metrics.FORMATS)."""
-        own = self.own()  # on the loop: its counters are the loop's
-        if self._reading is None:
-            self._reading = asyncio.Lock()
-        async with self._reading:
-            return await asyncio.to_thread(self._text, own, fmt)
+        """The metrics as text in ``fmt`` (metrics.FORMATS), from a reading
+        begun after this request: the next one, shared by every request
+        that asks before it begins (never the one running: it may have
+        read the queue before what this request asks after)."""
+        shared = self._next.get(fmt)
+        if shared is not None:
+            return await asyncio.shield(shared)
+        mine: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._next[fmt] = mine
+        try:
+            if self._reading is None:
+                self._reading = asyncio.Lock()
+            async with self._reading:
+                del self._next[fmt]  # begun: a request from now on waits for the one after
+                own = self.own()  # on the loop: its counters are the loop's
+                text = await asyncio.to_thread(self._text, own, fmt)
+        except BaseException as e:
+            if self._next.get(fmt) is mine:
+                del self._next[fmt]
+            if isinstance(e, asyncio.CancelledError):
+                mine.cancel()
+            else:
+                mine.set_exception(e)
+                mine.exception()  # said to whoever shares it; none may: never 'never retrieved'
+            raise
+        mine.set_result(text)
+        return text
 
     def _text(self, own: list[Family], fmt: str) -> str:
         from sloth_daemon.backends import open_read_only

@@ -36,6 +36,7 @@ it holds) to /moved first; a GET (after a 303) is answered 200 and kept in ``req
         self.keys: set[str] = set()  # (path, Idempotency-Key) seen
         self.lock = threading.Lock()
         self.release = threading.Event()  # ends every hang
+        self.each: Any = None  # called at each POST before it is answered (a test's clock advanced)
         me = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -50,6 +51,8 @@ it holds) to /moved first; a GET (after a 303) is answered 200 and kept in ``req
                 with me.lock:
                     me.requests.append(seen)
                     mode = me.mode
+                if me.each is not None:
+                    me.each()
                 if mode == "hang":
                     me.release.wait(600)
                     return

@@ -24,7 +24,7 @@ from typing import Callable, Mapping
 from urllib.parse import urljoin, urlsplit
 
 from sloth_daemon.daemon.telling.failure import DeliveryError
-from sloth_daemon.text import mask_url
+from sloth_daemon.text import mask_url, showable
 
 MAX_REDIRECTS = 3
 RESPONSE_CAP = 16 * 1024
@@ -50,7 +50,11 @@ def request(method: str, url: str, body: bytes, headers: Mapping[str, str], *, t
     for _ in range(MAX_REDIRECTS + 1):
         status, location = _once(method, url, body, headers, deadline, ca_file)
         if status in REDIRECTS and location:
-            nxt = urljoin(url, location)
+            try:  # a port out of range or no number, a broken IPv6 host: urljoin or urlsplit raises
+                nxt = urljoin(url, location)
+                urlsplit(nxt).port  # noqa: B018
+            except ValueError:
+                raise DeliveryError(f"{mask_url(url)} redirected to a URL that is not valid", permanent=True) from None
             if urlsplit(nxt).scheme not in ("http", "https"):
                 raise DeliveryError(f"{mask_url(url)} redirected to a non-HTTP URL", permanent=True)
             if urlsplit(url).scheme == "https" and urlsplit(nxt).scheme != "https":
@@ -141,4 +145,4 @@ def _said(e: BaseException, url: str) -> str:
     parts = [p for p in (u.path, u.query, u.fragment, u.username, u.password) if p and len(p) > 2]
     if "://" in text or any(p in text or repr(p)[1:-1] in text for p in parts):
         return "(an error that quoted the URL)"
-    return text
+    return showable(text.strip())  # a receiver's bytes (a status line of garbage): no escape reaches a terminal

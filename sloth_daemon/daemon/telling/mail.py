@@ -41,14 +41,13 @@ def _smtp(msg: EmailMessage, tell: Mapping[str, Any], timeout_s: float) -> None:
     s._host = host  # type: ignore[attr-defined]  # what the constructor would keep for STARTTLS's server_hostname (connect() does not)
     cutoff = Cutoff(lambda: s.sock, timeout_s)  # timeout_s bounds the whole exchange (its QUIT too), not each wait
     try:
-        with s:
-            s.connect(host, port)
-            if tell.get("smtp_starttls", True):
-                s.starttls(context=tls_context(tell.get("ca_file")))
-            user = tell.get("smtp_user")
-            if user:
-                s.login(str(user), _password(tell))
-            s.send_message(msg)
+        s.connect(host, port)
+        if tell.get("smtp_starttls", True):
+            s.starttls(context=tls_context(tell.get("ca_file")))
+        user = tell.get("smtp_user")
+        if user:
+            s.login(str(user), _password(tell))
+        s.send_message(msg)
     except smtplib.SMTPResponseException as e:
         raise DeliveryError(f"smtp {host}:{port} answered {e.smtp_code}", permanent=500 <= e.smtp_code < 600) from None
     except smtplib.SMTPRecipientsRefused:
@@ -58,7 +57,18 @@ def _smtp(msg: EmailMessage, tell: Mapping[str, Any], timeout_s: float) -> None:
             raise DeliveryError(f"smtp {host}:{port}: no answer in time") from None
         raise DeliveryError(f"smtp {host}:{port}: {type(e).__name__}") from None
     finally:
+        _quit(s)
         cutoff.timer.cancel()
+
+
+def _quit(s: smtplib.SMTP) -> None:
+    """QUIT, as manners: whatever the server answers, or if it is gone, the
+    mail was taken (or refused) before it (``with SMTP`` raised a non-221
+    answer: a mail delivered was then kept failed, or sent again)."""
+    try:
+        s.quit()
+    except (OSError, smtplib.SMTPException):
+        s.close()
 
 
 def _password(tell: Mapping[str, Any]) -> str:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import os
 import threading
@@ -80,6 +81,8 @@ class Sender:
         self._wake: asyncio.Event | None = None
         self._pruned_at = 0.0
         self._said: str | None = None  # the last delivery error logged (one line per new cause)
+        # (subject, channel) -> (id, due) of its earliest message due again: the later ones wait for it
+        self._unsent: dict[tuple[Any, ...], tuple[int, float]] = {}
 
     @property
     def timeout_s(self) -> float:
@@ -117,33 +120,40 @@ class Sender:
 
     async def _deliver(self, loop: asyncio.AbstractEventLoop, wake: asyncio.Event,
                        busy: dict[Any, asyncio.Task[None]], sending: set[asyncio.Task[None]]) -> None:
+        queued: dict[Any, int] = {}  # subject -> its sends not over (each waits for those before it)
         while True:
             wake.clear()
             wait: float | None = None
             try:
                 free = MAX_THREADS - len(busy)
-                batch = self.claim(free) if free > 0 else []
+                # A message claimed now may wait behind the longest chain of its
+                # subject's sends (a job's backlog is claimed batch after batch):
+                # its lease covers them too, or it would run out while it waits
+                # and the next claim would send it a second time, out of order.
+                batch = self.claim(free, ahead=max(queued.values(), default=0)) if free > 0 else []
                 for m in batch:
                     subject = (m.job_id, m.schedule)
                     task = loop.create_task(self._send_after(busy.get(subject), loop, m))
                     busy[subject] = task
+                    queued[subject] = queued.get(subject, 0) + 1
                     sending.add(task)
                     task.add_done_callback(sending.discard)
-                    task.add_done_callback(functools.partial(self._sent, busy, subject))
+                    task.add_done_callback(functools.partial(self._sent, busy, queued, subject))
                 if batch:
                     continue
                 wait = self._wait_s() if not busy else MAX_WAIT_S
             except SlothError as e:  # the queue is busy or gone a moment: look again soon
                 log.warning("outbox: %s", e.message)
                 wait = MAX_WAIT_S
-            try:
-                await asyncio.wait_for(wake.wait(), wait)
-            except asyncio.TimeoutError:
-                pass
+            await _woken(wake, wait)
 
-    def _sent(self, busy: dict[Any, asyncio.Task[None]], subject: Any, task: asyncio.Task[None]) -> None:
+    def _sent(self, busy: dict[Any, asyncio.Task[None]], queued: dict[Any, int], subject: Any,
+              task: asyncio.Task[None]) -> None:
         if busy.get(subject) is task:
             del busy[subject]
+        queued[subject] -= 1
+        if not queued[subject]:
+            del queued[subject]
         self.wake()  # a thread is free
 
     async def _send_after(self, before: asyncio.Task[None] | None, loop: asyncio.AbstractEventLoop,
@@ -151,15 +161,37 @@ class Sender:
         """Send ``m`` once the send before it of its subject (a job's start before its end) is over."""
         if before is not None:
             await asyncio.wait([before])
+        if self._waits(m):
+            return
         work = self.prepare(m)
         error = await _on_a_thread(loop, work)
         self.record(m, error)
+
+    def _waits(self, m: Message) -> bool:
+        """``m`` waits (due again with it) if an earlier message of its
+        subject to the same channel is due again, not sent yet: a start
+        that failed once is still told before the end (healthchecks shows a
+        start told after the success as a run again, down after its grace)."""
+        first, now = self._unsent.get(_line(m)), self.queue.clock.now()
+        if first is None or first[0] >= m.id:
+            return False
+        if first[1] <= now:  # due, and not taken before this one (claims go by due time, then id): dropped
+            del self._unsent[_line(m)]  # by hand, or sent by another machine: nothing to wait for
+            return False
+        due = first[1] - now + 0.001  # just after it
+        try:
+            self.queue.outbox.failed_try(m.id, m.token or "", f"waits for message {first[0]} before it, not sent "
+                                         "yet", due)
+        except SlothError as e:  # its lease holds until it runs out: it is tried again then
+            log.warning("outbox: cannot record a delivery: %s", e.message)
+        return True
 
     def _wait_s(self) -> float | None:
         now = self.queue.clock.now()
         if now - self._pruned_at > PRUNE_EVERY_S:
             self._pruned_at = now
             self.queue.outbox.prune(KEEP_SENT_S, KEEP_FAILED_S)
+            self._unsent = {k: v for k, v in self._unsent.items() if v[1] > now - PRUNE_EVERY_S}  # dropped since
         due = self.queue.outbox.next_at()
         caps = [c for c in (self.shared_poll_s, MAX_WAIT_S if due is not None else None) if c is not None]
         if due is not None:
@@ -167,8 +199,11 @@ class Sender:
         return min(caps) if caps else None
 
     # ---------------------------------------------------------------- steps
-    def claim(self, limit: int = BATCH) -> list[Message]:
-        lease = self.timeout_s * limit + 30.0  # a subject's may be sent one after another, each its whole timeout
+    def claim(self, limit: int = BATCH, *, ahead: int = 0) -> list[Message]:
+        """Lease up to ``limit`` due messages for as long as each may wait:
+        a subject's are sent one after another, each its whole timeout,
+        after at most ``ahead`` sends claimed before them."""
+        lease = self.timeout_s * (limit + ahead) + 30.0
         return self.queue.outbox.claim(self.name, limit=limit, lease_s=lease)
 
     def prepare(self, m: Message) -> Work:
@@ -185,6 +220,9 @@ class Sender:
     def record(self, m: Message, error: DeliveryError | None) -> None:
         """The outcome, written on the loop."""
         shown = f"{m.event} of {m.key} to {_where(m)}"
+        line, first = _line(m), self._unsent.get(_line(m))
+        if first is not None and first[0] == m.id:
+            del self._unsent[line]  # sent, given up, or due again: said below
         try:
             if error is None:
                 self.queue.outbox.sent(m.id, m.token or "")
@@ -195,6 +233,8 @@ class Sender:
             now = self.queue.clock.now()
             give_up = error.permanent or now + backoff_s(m.tries) - m.at > retry_for
             self.queue.outbox.failed_try(m.id, m.token or "", str(error), None if give_up else backoff_s(m.tries))
+            if not give_up and (first is None or first[0] >= m.id):
+                self._unsent[line] = (m.id, now + backoff_s(m.tries))
         except SlothError as e:  # its lease holds until it runs out: it is tried again then
             log.warning("outbox: cannot record a delivery: %s", e.message)
             return
@@ -210,7 +250,8 @@ class Sender:
         clock); returns how many were tried."""
         batch = self.claim()
         for m in batch:
-            self.record(m, _deliver(self.prepare(m)))
+            if not self._waits(m):
+                self.record(m, _deliver(self.prepare(m)))
         return len(batch)
 
     def status(self) -> dict[str, Any]:
@@ -225,6 +266,18 @@ class Work:
     def __init__(self, m: Message, job: dict[str, Any] | None, log: Path | None, tell: Any, queue: str,
                  timeout_s: float) -> None:
         self.m, self.job, self.log, self.tell, self.queue, self.timeout_s = m, job, log, tell, queue, timeout_s
+
+
+async def _woken(wake: asyncio.Event, timeout_s: float | None) -> None:
+    """Until ``wake`` is set or ``timeout_s`` passed. Not asyncio.wait_for:
+    before Python 3.12 it returns a wake and drops a cancel that comes in
+    the same turn (a send ending as the daemon stops: the loop went on past
+    the stop, onto the queue the stop closed)."""
+    waiter = asyncio.ensure_future(wake.wait())
+    try:
+        await asyncio.wait([waiter], timeout=timeout_s)
+    finally:
+        waiter.cancel()
 
 
 async def _on_a_thread(loop: asyncio.AbstractEventLoop, w: Work) -> DeliveryError | None:
@@ -299,6 +352,11 @@ def _secret(tell: Any) -> bytes | None:
         return read_file(f, SECRET_CAP, follow=True).strip() or None
     except OSError as e:
         raise DeliveryError(f"cannot read webhook_secret_file: {e.strerror}") from None
+
+
+def _line(m: Message) -> tuple[Any, ...]:
+    """What must go in order: a subject's messages to one channel."""
+    return m.job_id, m.schedule, json.dumps(m.channel, sort_keys=True)
 
 
 def _where(m: Message) -> str:

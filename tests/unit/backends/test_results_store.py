@@ -56,3 +56,18 @@ def test_a_jobs_rules_are_stored_and_its_backoff_is_its_own(q, clock):
     assert waits[:2] == [5.0, 7.0] and q.get(own).state.value == "failed"  # 5 s, then 10 capped at 7
     restarted = q.restart([own]).jobs[0]
     assert restarted.rules == q.get(own).rules  # a restart keeps them
+
+
+def test_a_backoff_base_alone_longer_than_the_queues_cap_is_waited(q, clock):
+    """`--backoff 10m` (a BASE alone: the cap is the config's backoff_cap_s,
+    5 min by default) retried after the config's cap, not the 10 minutes
+    asked and shown ('backoff 10m..backoff_cap_s'). A base alone above the
+    cap is the least wait: each retry waits it."""
+    jid = q.enqueue_many([{"command": ["x"], "rules": {"backoff_s": 600}}])[0]  # the queue's cap: 300 s
+    waits = []
+    for _ in range(2):
+        job = q.claim("w")
+        assert job is not None and job.id == jid
+        waits.append(q.fail(jid, job.token, message="exit 1").not_before - clock.now())
+        clock.advance(1000)
+    assert waits == [600.0, 600.0]

@@ -86,6 +86,10 @@ class Redirector:
                 conn.sendall(self.answer)
 
     def close(self) -> None:
+        try:  # wakes the accept() (a close alone does not: the join waited its 5 s)
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
         self.thread.join(5)
 
@@ -104,3 +108,35 @@ def test_an_error_never_says_the_urls_secret_parts_even_after_a_redirect(status,
     finally:
         rx.close()
     assert "secret" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("location", [b"http://127.0.0.1:99999/x", b"http://127.0.0.1:abc/x", b"http://[::1/x",
+                                      b"//127.0.0.1:0x50/x"])
+def test_a_redirect_to_a_url_that_cannot_be_parsed_is_a_refusal_not_a_crash(location):
+    """A receiver's Location with a port out of range, a port that is no
+    number or a broken IPv6 host made urlsplit raise ValueError out of the
+    exchange: the sender logged a traceback ('delivering ...') and tried the
+    message again for 24 hours as 'ValueError while delivering'."""
+    rx = Redirector(307, location)
+    try:
+        with pytest.raises(DeliveryError) as e:
+            http.request("POST", rx.url, b"{}", {}, timeout_s=3.0)
+    finally:
+        rx.close()
+    assert e.value.permanent and "redirected to" in str(e.value) and "secret" not in str(e.value), str(e.value)
+
+
+def test_a_receivers_words_in_an_error_cannot_drive_a_terminal():
+    """A status line of garbage is quoted by http.client (BadStatusLine):
+    the receiver's bytes, escape sequences and all, went into the
+    DeliveryError, so into `sloth outbox ls --json` and the daemon log (a
+    journal read on a terminal: a title set, the screen cleared)."""
+    rx = Redirector(307, b"/")
+    rx.answer = b"\x1b]0;pwned\x07\x1b[2J\rnot http\r\n\r\n"
+    try:
+        with pytest.raises(DeliveryError) as e:
+            http.request("POST", rx.url, b"{}", {}, timeout_s=3.0)
+    finally:
+        rx.close()
+    said = str(e.value)
+    assert "BadStatusLine" in said and not any(c < " " or c == "\x7f" for c in said), repr(said)

@@ -153,3 +153,37 @@ def test_an_smtp_server_that_trickles_is_cut_at_the_timeout():
         srv.close()
         t.join(5)
     assert took < 3.0
+
+
+class GrumpyAtQuit(Inbox):
+    """Takes every mail, then answers QUIT with ``reply`` instead of 221."""
+
+    def __init__(self, reply: str) -> None:
+        super().__init__()
+        self.reply = reply
+
+    async def handle_QUIT(self, server, session, envelope):  # noqa: N802 - aiosmtpd's hook
+        return self.reply
+
+
+@pytest.mark.parametrize("reply", ["421 closing the channel", "500 what"])
+def test_a_mail_the_server_took_is_sent_whatever_it_answers_to_quit(q, clock, tmp_path, reply):
+    """The QUIT after a mail was taken (250 after its DATA) is manners: a
+    server that answered it 421 had the mail sent again at the next try (a
+    second copy in the inbox), one that answered 500 had it kept as failed
+    for good ('answered 500'), though it was delivered."""
+    inbox = GrumpyAtQuit(reply)
+    port = free_port()
+    c = aiosmtpd.Controller(inbox, hostname="127.0.0.1", port=port)
+    c.start()
+    try:
+        s = make_sender(q, tmp_path, smtp_host="127.0.0.1", smtp_port=port, smtp_starttls=False,
+                        mail_from="sloth@test")
+        run_job(q, clock, {"mail_to": "me@example.org"}, [7])
+        for _ in range(3):
+            s.pump()
+            clock.advance(3600)  # any try again is due
+    finally:
+        c.stop()
+    assert len(inbox.mails) == 1
+    assert q.outbox_counts() == {"pending": 0, "failed": 0, "sent": 1}

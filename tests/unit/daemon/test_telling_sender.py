@@ -146,9 +146,11 @@ def test_a_hung_receiver_costs_one_timeout_and_is_tried_again(q, clock, tmp_path
 
     t = time.monotonic()
     s.pump()
-    assert time.monotonic() - t < 5  # two messages, each bounded by its timeout
-    assert [m.last_error for m in q.outbox.messages()] == ["http://127.0.0.1:%d/***: no answer in time"
-                                                          % rx.server.server_address[1]] * 2
+    assert time.monotonic() - t < 5  # the start bounded by its timeout; the end waits for it (not sent)
+    start, end = q.outbox.messages()
+    assert start.last_error == "http://127.0.0.1:%d/***: no answer in time" % rx.server.server_address[1]
+    assert end.last_error == f"waits for message {start.id} before it, not sent yet" and len(rx.requests) == 1
+    assert end.next_at > start.next_at  # claimed after it, so sent after it
 
 
 def test_a_secret_file_that_is_a_fifo_is_a_clear_error_not_a_thread_stuck_for_good(q, clock, tmp_path, rx):
@@ -238,3 +240,112 @@ def test_a_send_still_on_its_thread_when_the_daemon_stops_is_not_recorded_on_the
 
     gc.collect()  # a task whose exception nobody retrieved says so when collected
     assert not problems, problems
+
+
+def test_a_jobs_backlog_to_a_slow_receiver_is_sent_once_each_and_in_order(q, clock, tmp_path, rx):
+    """The sender claimed a job's messages in batches as long as any were
+    due, each batch leased for its own sends (timeout x batch + 30 s), and
+    chained each behind the job's sends before it, whatever their number: a
+    job that failed and was retried six times left twelve pings; to a
+    receiver taking 8 s an answer, the later ones waited longer than their
+    lease, the sender's next claim took them again (a lease run out), and
+    they went twice, out of order (a start ping after the end's: a
+    healthchecks check shown running again)."""
+    import asyncio
+
+    s = make_sender(q, tmp_path, timeout_s=10.0)
+    jid = run_job(q, clock, {"ping": rx.url + "/p"}, [1] * 6)
+    want = [m.key for m in q.outbox.messages(("pending",))]
+    assert len(want) == 12
+    rx.each = lambda: clock.advance(8)  # each answer takes 8 s (on the queue's clock)
+
+    async def life() -> None:
+        loop_task = asyncio.create_task(s.run())
+        for _ in range(1500):
+            await asyncio.sleep(0.01)
+            if q.outbox_counts()["sent"] == len(want) and not s.stats["retried"]:
+                await asyncio.sleep(0.3)  # a second copy would be on its way by now
+                break
+        loop_task.cancel()
+        await asyncio.gather(loop_task, return_exceptions=True)
+
+    asyncio.run(life())
+    keys = [r.headers["idempotency-key"].rsplit(f"job:{jid}:", 1)[1] for r in rx.requests]
+    assert keys == [k.split(f"job:{jid}:", 1)[1] for k in want], " ".join(keys)
+    assert q.outbox_counts() == {"pending": 0, "failed": 0, "sent": 12}
+
+
+def test_a_start_that_failed_once_is_still_told_before_the_end(q, clock, tmp_path, rx):
+    """A job's messages are sent one after another, its start before its
+    end; but a start that failed (a 500, a timeout) was due again 10 s
+    later while its end went at once: healthchecks got the success, then
+    the start (the check shown running again, and down after its grace).
+    A message whose subject's earlier one is due again waits with it."""
+    import asyncio
+
+    s = make_sender(q, tmp_path)
+    run_job(q, clock, {"ping": rx.url + "/p"}, [0])
+    rx.mode = "500"
+    rx.each = lambda: setattr(rx, "mode", "ok")  # the first request is answered 500, the rest 200
+
+    async def life() -> None:
+        loop_task = asyncio.create_task(s.run())
+        for _ in range(3000):  # 30 s at most (a loaded machine)
+            await asyncio.sleep(0.01)
+            if q.outbox_counts()["sent"] == 2:
+                break
+            pending = q.outbox.messages(("pending",))
+            if pending and all(m.last_error for m in pending) and q.outbox.next_at() > clock.now():
+                clock.set(q.outbox.next_at())  # each try recorded: the backoff passed on the injected clock
+                s.wake()
+        loop_task.cancel()
+        await asyncio.gather(loop_task, return_exceptions=True)
+
+    asyncio.run(life())
+    assert [r.path.split("?")[0] for r in rx.requests] == ["/p/start", "/p/start", "/p"]
+    assert q.outbox_counts() == {"pending": 0, "failed": 0, "sent": 2}
+
+
+def test_a_message_waiting_for_one_dropped_by_hand_goes_at_its_time(q, clock, tmp_path, rx):
+    """The end waits for its start while the start is due again; once the
+    start is dropped (`sloth outbox drop`), the end is sent when due, not
+    held for ever behind a message that will never go."""
+    s = make_sender(q, tmp_path)
+    rx.mode = "500"
+    run_job(q, clock, {"ping": rx.url + "/p"}, [0])
+    s.pump()
+    start, end = q.outbox.messages()
+    assert end.last_error.startswith("waits for message")
+    assert q.outbox.drop([start.id]) == [start.id]
+    rx.mode = "ok"
+    clock.advance(60)
+    assert s.pump() == 1
+    assert [r.path.split("?")[0] for r in rx.requests] == ["/p/start", "/p"]
+    assert q.outbox_counts() == {"pending": 0, "failed": 0, "sent": 1}
+
+
+def test_the_daemons_stop_is_never_lost_to_a_wake_in_the_same_turn(q, clock, tmp_path, rx):
+    """The sender waited with asyncio.wait_for(wake.wait(), timeout), which
+    (Python 3.11) returns the wake and drops a cancel that comes in the same
+    turn: a send ending as the daemon stopped (its wake) kept the sender's
+    loop going past the stop, onto the queue the stop then closed."""
+    import asyncio
+
+    s = make_sender(q, tmp_path)
+    rx.mode = "500"  # every try fails: the sender then waits for a due time (a timeout, not for ever)
+    run_job(q, clock, {"ping": rx.url + "/p"}, [0])
+
+    async def life() -> bool:
+        loop_task = asyncio.create_task(s.run())
+        for _ in range(3000):
+            await asyncio.sleep(0.01)
+            pending = q.outbox.messages(("pending",))
+            if len(rx.requests) == 1 and pending and all(m.last_error for m in pending):
+                break
+        await asyncio.sleep(0.2)  # in its wait
+        s.wake()
+        loop_task.cancel()  # the stop, in the same turn
+        done, _ = await asyncio.wait([loop_task], timeout=3)
+        return bool(done)
+
+    assert asyncio.run(life()), "the sender's loop went on after it was cancelled"
