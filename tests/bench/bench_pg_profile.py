@@ -54,7 +54,7 @@ def enable_statements(net: Network, explain_ms: float | None) -> None:
             f.write("auto_explain.log_min_duration = '%gms'\nauto_explain.log_analyze = on\n"
                     "auto_explain.log_buffers = on\nlog_min_messages = log\n" % explain_ms)
         f.write(f"shared_preload_libraries = 'pg_stat_statements{',auto_explain' if explain_ms is not None else ''}'\n"
-                "pg_stat_statements.track = all\npg_stat_statements.max = 5000\n"
+                "pg_stat_statements.track = all\npg_stat_statements.max = 5000\npg_stat_statements.track_planning = on\n"
                 "track_functions = all\n")
     net.cluster.stop()
     net.cluster.start()
@@ -62,17 +62,18 @@ def enable_statements(net: Network, explain_ms: float | None) -> None:
         c.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
 
 
-def statements(net: Network, db: str) -> dict[tuple[bool, str], tuple[int, float]]:
+def statements(net: Network, db: str) -> dict[tuple[bool, str], tuple[int, float, int, float]]:
     assert net.cluster is not None
     with net.cluster.admin() as c:
         rows = c.execute(
-            "SELECT s.toplevel, s.query, s.calls, s.total_exec_time FROM pg_stat_statements s"
+            "SELECT s.toplevel, s.query, s.calls, s.total_exec_time, s.plans, s.total_plan_time"
+            " FROM pg_stat_statements s"
             " JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = %s", (db,)).fetchall()
-    out: dict[tuple[bool, str], tuple[int, float]] = {}
-    for top, q, calls, ms in rows:
+    out: dict[tuple[bool, str], tuple[int, float, int, float]] = {}
+    for top, q, calls, ms, plans, plan_ms in rows:
         k = (bool(top), " ".join(q.split()))
-        c0, m0 = out.get(k, (0, 0.0))
-        out[k] = (c0 + calls, m0 + ms)
+        c0, m0, p0, pm0 = out.get(k, (0, 0.0, 0, 0.0))
+        out[k] = (c0 + calls, m0 + ms, p0 + plans, pm0 + plan_ms)
     return out
 
 
@@ -85,15 +86,18 @@ def server_kinds(net: Network) -> dict[int, str]:
     return {pid: (f"backend {app or '?'}" if btype == "client backend" else btype) for pid, btype, app in rows}
 
 
-def side(net: Network, root: Path | None, jobs: int, res: dict[str, list[float]], k: str) -> None:
-    if root is not None:
-        os.environ["PYTHONPATH"] = str(root)
+def side(net: Network, root: Path | None, jobs: int, res: dict[str, list[float]], k: str,
+         with_statements: bool = True) -> None:
+    if root is not None:  # with SLOTH_CPROFILE: a folder with a sitecustomize.py that profiles the daemons
+        os.environ["PYTHONPATH"] = str(root) + (os.pathsep + os.environ["SLOTH_CPROFILE"]
+                                                if os.environ.get("SLOTH_CPROFILE") else "")
     try:
         with Machines(net, 3, config_of=lambda i: CONFIG) as ms:
             ms.start()
             assert net.cluster is not None
-            with net.cluster.admin() as c:
-                c.execute("SELECT pg_stat_statements_reset()")
+            if with_statements:
+                with net.cluster.admin() as c:
+                    c.execute("SELECT pg_stat_statements_reset()")
             daemons = [psutil.Process(m.daemon.pid) for m in ms if m.daemon is not None]
             with done_in_db(ms) as done:
                 x0, f0 = server_counts(net)
@@ -102,9 +106,13 @@ def side(net: Network, root: Path | None, jobs: int, res: dict[str, list[float]]
                 rate = throughput(ms[0], list(ms), jobs, {"place": "*"}, done)
                 wall = time.monotonic() - t0
                 d1, s1 = cpu_s(daemons), cpu_s(server_procs(net))
+                if os.environ.get("SLOTH_CPROFILE"):  # a sitecustomize of the caller's dumps on SIGUSR2
+                    for p in daemons:
+                        p.send_signal(12)
+                    time.sleep(1)
                 x1, f1 = server_counts(net)
                 kinds = server_kinds(net)
-            stm = statements(net, ms.db)
+            stm = statements(net, ms.db) if with_statements else {}
             keepers = [m.keeper() for m in ms]
             own, with_jobs = cpu_s(keepers), cpu_s(keepers, children=True)
     finally:
@@ -124,10 +132,12 @@ def side(net: Network, root: Path | None, jobs: int, res: dict[str, list[float]]
         res.setdefault(f"{k} cpu {name}", []).append(v * 1000 / jobs)
     res.setdefault(f"{k} xacts", []).append((x1 - x0) / jobs)
     res.setdefault(f"{k} fsyncs", []).append((f1 - f0) / jobs)
-    top = [(q, c, m) for (tl, q), (c, m) in stm.items() if tl]
-    nested = [(q, c, m) for (tl, q), (c, m) in stm.items() if not tl]
-    res.setdefault(f"{k} stmts", []).append(sum(c for _, c, _ in top) / jobs)
-    res.setdefault(f"{k} stmt ms", []).append(sum(m for _, _, m in top) / jobs)
+    top = [(q, c, m, p, pm) for (tl, q), (c, m, p, pm) in stm.items() if tl]
+    nested = [(q, c, m, p, pm) for (tl, q), (c, m, p, pm) in stm.items() if not tl]
+    res.setdefault(f"{k} stmts", []).append(sum(r[1] for r in top) / jobs)
+    res.setdefault(f"{k} stmt ms", []).append(sum(r[2] for r in top) / jobs)
+    res.setdefault(f"{k} plans", []).append(sum(r[3] for r in top) / jobs)
+    res.setdefault(f"{k} plan ms", []).append(sum(r[4] for r in top) / jobs)
     LAST[k] = (top, nested, jobs)
 
 
@@ -138,11 +148,11 @@ def show(k: str) -> None:
     top, nested, jobs = LAST[k]
     for title, rows in (("top-level statements", top), ("nested (triggers, functions)", nested)):
         rows = sorted(rows, key=lambda r: -r[2])
-        print(f"  {k.upper()} {title}: calls/job  ms/job  query")
-        for q, c, m in rows[:25]:
+        print(f"  {k.upper()} {title}: calls/job  exec ms/job  plans/job  plan ms/job  query")
+        for q, c, m, p, pm in rows[:25]:
             if c / jobs < 0.005:
                 continue
-            print(f"    {c / jobs:7.3f} {m / jobs:7.4f}  {q[:150]}")
+            print(f"    {c / jobs:7.3f} {m / jobs:7.4f} {p / jobs:7.3f} {pm / jobs:7.4f}  {q[:130]}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             for k, root in sides.items():
                 log(f"run {r + 1}/{a.runs}: {k} ...")
                 settle_wal(net.cluster)
-                side(net, root, a.jobs, res, k)
+                side(net, root, a.jobs, res, k, not a.no_statements)
                 loads.append(os.getloadavg()[0])
     finally:
         if a.explain_ms is not None and net.cluster is not None:
@@ -186,13 +196,16 @@ def main(argv: list[str] | None = None) -> int:
         names = [n[len(f'{k} cpu '):] for n in res if n.startswith(f"{k} cpu ")]
         for n in names:
             v = res[f"{k} cpu {n}"]
+            if max(v) < 0.0005:
+                continue
             print(f"  CPU ms/job {n:<32} {' '.join(f'{x:6.3f}' for x in v)}")
         tot = [sum(res[f"{k} cpu {n}"][i] for n in ("daemons", "keepers", "jobs", "server"))
                for i in range(len(res[f"{k} jobs/s"]))]
         print(f"  CPU ms/job {'SUM':<32} {' '.join(f'{x:6.3f}' for x in tot)}"
               f"  (2-CPU ceiling {' '.join(f'{2000 / x:5.0f}' for x in tot)} jobs/s)")
-        for n in ("xacts", "fsyncs", "stmts", "stmt ms"):
-            print(f"  per job {n:<10} {' '.join(f'{x:6.3f}' for x in res[f'{k} {n}'])}")
+        for n in ("xacts", "fsyncs", "stmts", "stmt ms", "plans", "plan ms"):
+            if f"{k} {n}" in res:
+                print(f"  per job {n:<10} {' '.join(f'{x:6.3f}' for x in res[f'{k} {n}'])}")
     if "a" in sides:
         for n in ("daemons", "server", "keepers"):
             ratios = [b / a_ for a_, b in zip(res[f"a cpu {n}"], res[f"b cpu {n}"])]
