@@ -307,16 +307,19 @@ class Connection:
         before sending is replaced; one lost while the statement ran leaves
         its outcome unknown, and StorageError says so. Inside a unit: a
         statement of its transaction (one statement needs no savepoint: it
-        writes whole or fails the unit)."""
+        writes whole or fails the unit). Prepared at its first run, not its
+        sixth (psycopg's default): the hot statements' texts are few, and
+        inside a unit each is then planned once (UNIT_PLANS)."""
         if self._unit is not None:
-            return self._in_unit(self._unit, lambda c: c.execute(sql, params).fetchall(), doing, savepoint=False)
+            return self._in_unit(self._unit, lambda c: c.execute(sql, params, prepare=True).fetchall(), doing,
+                                 savepoint=False)
         if self._pin() is not None:
-            return self.write(lambda c: c.execute(sql, params).fetchall(), doing)
+            return self.write(lambda c: c.execute(sql, params, prepare=True).fetchall(), doing)
         deadline = time.monotonic() + self.options.reconnect_s
         conn = self._ensure(deadline)
         while True:
             try:
-                return conn.execute(sql, params).fetchall()
+                return conn.execute(sql, params, prepare=True).fetchall()
             except _TRY_AGAIN as e:  # rolled back whole: run it again
                 if time.monotonic() > deadline:
                     raise self._error(e, doing) from e

@@ -12,6 +12,7 @@ import json
 import os
 
 import psycopg
+from psycopg import sql as psql
 import pytest
 
 from sloth_daemon.backends.postgres import pick
@@ -47,3 +48,33 @@ def test_claim_many_reads_only_the_rows_it_takes_after_a_burst_the_statistics_pr
     read = rows_read(pg_url, sql, {**args, "rand": os.urandom(8).hex()})
     # 4 taken (per place looked into at most 4 read, locked and sorted); main read 1,499 + these
     assert read <= 4 * (len(places) if places else 1) + 4, read
+
+
+def test_complete_many_reads_only_the_rows_it_ends_after_a_burst_the_statistics_predate(pg_url):
+    from sloth_daemon.backends.contract import Completion
+    from sloth_daemon.backends.postgres import leases
+
+    with Queue(pg_url) as q:
+        with psycopg.connect(pg_url, autocommit=True) as c:
+            c.execute("ANALYZE sloth.jobs")  # the statistics of an empty queue
+        q.enqueue_many([{"command": ["true"]} for _ in range(1500)])
+        held = q.claim_many("w", 32, lane="default")
+        pg = q.engine.leases
+        items = [pg._completion(n, Completion(j.id, j.token, "", 0, None, {"pid": 1})) for n, j in enumerate(held)]
+    sql = leases.SQL_COMPLETE_MANY.format(lazy="", join_lazy="")
+    with psycopg.connect(pg_url) as c:  # planned as a unit plans it (db.UNIT_PLANS)
+        c.execute("SET plan_cache_mode = force_generic_plan")
+        c.execute(sql, {"items": json.dumps(items)}, prepare=True)  # the generic plan, kept by the session
+        c.rollback()
+        c.execute("PREPARE probe(jsonb) AS " + sql.replace("%(items)s", "$1"))
+        plan = c.execute(psql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE probe({})").format(
+            psql.Literal(json.dumps(items)))).fetchone()[0]
+        c.rollback()
+
+    def walk(node: dict) -> int:
+        own = (node["Actual Rows"] * node["Actual Loops"]
+               if node.get("Relation Name") == "jobs" and "Scan" in node["Node Type"] else 0)
+        return own + sum(walk(p) for p in node.get("Plans", []))
+
+    read = walk(plan[0]["Plan"])
+    assert read <= 2 * 32, read  # the UPDATE's and the cost's look-ups by id
