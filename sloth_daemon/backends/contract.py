@@ -26,11 +26,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Collection, ContextManager, Iterable, Mapping, Protocol, Sequence
+from typing import (
+    Any, Callable, ClassVar, Collection, ContextManager, Iterable, Mapping, NamedTuple, Protocol, Sequence,
+)
 
 from sloth_daemon.backends import rules, run_tally, schedule_rules as sr
 from sloth_daemon.backends.edits import Edited
 from sloth_daemon.clock import Clock
+from sloth_daemon.errors import IllegalTransition, JobNotFound, LeaseLost, SlothError
 from sloth_daemon.models import Batch, Event, Job, JobState, Listing
 from sloth_daemon.spec import JobSpec
 
@@ -423,6 +426,31 @@ class Claims(Protocol):
         ...
 
 
+class Completion(NamedTuple):
+    """One of complete_many's outcomes: complete()'s arguments but ``durable``."""
+
+    job_id: int
+    token: str
+    message: str = ""
+    exit_code: int | None = None
+    ended_at: float | None = None
+    runner: dict[str, Any] | None = None
+
+
+def complete_each(complete: Callable[..., Job], items: Sequence[Completion], *,
+                  durable: bool = True) -> list[Job | SlothError]:
+    """complete_many as one complete() per item (an engine with nothing to
+    gain from a batch); the errors a lease holder meets, each in its place."""
+    out: list[Job | SlothError] = []
+    for x in items:
+        try:
+            out.append(complete(x.job_id, x.token, message=x.message, exit_code=x.exit_code, ended_at=x.ended_at,
+                                runner=x.runner, durable=durable))
+        except (LeaseLost, JobNotFound, IllegalTransition) as e:
+            out.append(e)
+    return out
+
+
 class Leases(Protocol):
     """What the holder of a lease does with it, and how its run ends
     (sqlite/leases.py SqliteLeases, postgres/leases.py PgLeases)."""
@@ -472,6 +500,17 @@ class Leases(Protocol):
         fsync, or a flush(), makes them all durable. Raises LeaseLost for a
         stale token."""
         ...
+
+    def complete_many(self, items: Sequence[Completion], *, durable: bool = True) -> list[Job | SlothError]:
+        """complete() of each item (all in one statement where the engine
+        can), each under its own token: a stale token (LeaseLost), a job
+        gone (JobNotFound) or never claimed (IllegalTransition) changes
+        nothing of its own and nothing of the others; its error stands in
+        its place in the answer, the others' Jobs in theirs. ``durable`` as
+        for complete. Any other error (StorageError) is the whole call's.
+        By default one complete() each (SQLite: a unit's statements cost no
+        round trip)."""
+        return complete_each(self.complete, items, durable=durable)
 
     def fail(
         self, job_id: int, token: str, *, message: str = "", retry: bool = True,

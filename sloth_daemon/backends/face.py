@@ -139,6 +139,7 @@ class Queue(QueueReads):
         self.note_run = leases.note_run
         self.set_paused = leases.set_paused
         self.complete = leases.complete
+        self.complete_many = leases.complete_many
         self.fail = leases.fail
         self.release = leases.release
         self.note_ended = leases.note_ended

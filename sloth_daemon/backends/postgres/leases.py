@@ -13,8 +13,9 @@ records the process with it, is a transaction through the PgWriter.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
+from sloth_daemon.errors import IllegalTransition, JobNotFound, LeaseLost, SlothError
 from sloth_daemon.models import Job, JobState
 from sloth_daemon.spec import number
 from sloth_daemon.backends import attempt_rules, contract, rules
@@ -41,6 +42,38 @@ COST_ARGS = ("cost_attempt", "cost_cpu_s", "cost_peak", "cost_wall_s", "cost_end
 SQL_COST_ALONG = ", cost AS (" + SQL_COST.replace("SELECT id, %s, %s, %s, %s, %s, %s FROM sloth.jobs WHERE id = %s",
                                                   "SELECT id, " + ", ".join(f"%({a})s" for a in COST_ARGS[:-1])
                                                   + f" FROM sloth.jobs WHERE id = %({COST_ARGS[-1]})s") + ")"
+# complete_many: the outcomes in one statement, each under its own token
+# (a stale one matches no row: nothing of it is written), each with its
+# process identity and ``started`` event if given, its ``done`` event, and
+# its run's cost (written whatever becomes of its outcome, as SQL_COST_ALONG).
+# The items travel as one JSON parameter. ``{lazy}``: SQL_NOT_DURABLE's join.
+SQL_COMPLETE_MANY = """WITH i AS (
+    SELECT * FROM jsonb_to_recordset(%(items)s::jsonb) AS x(
+        n int, id bigint, token text, message text, exit_code bigint, ended_at double precision, runner text,
+        started_at double precision, started_message text, cost_attempt bigint, cost_cpu_s double precision,
+        cost_peak bigint, cost_wall_s double precision, cost_ended text, cost_covers text)
+), u AS (
+    UPDATE sloth.jobs j SET state = 'done', token = NULL, lease_until = NULL, message = i.message,
+        exit_code = coalesce(i.exit_code, j.exit_code),
+        finished_at = least(coalesce(i.ended_at, sloth.now()), sloth.now()), updated_at = sloth.now(),
+        runner = coalesce(i.runner, j.runner)
+    FROM i WHERE j.id = i.id AND j.state = 'running' AND j.token = i.token AND NOT j.waited_on
+    RETURNING j.*, i.n
+), ev AS (
+    INSERT INTO sloth.events (job_id, at, kind, attempt, message)
+    SELECT u.id, least(coalesce(e.at, sloth.now()), sloth.now()), e.kind, u.attempts, e.message
+    FROM u JOIN i ON i.n = u.n CROSS JOIN LATERAL (VALUES (1, i.started_at, 'started', i.started_message),
+                                                         (2, i.ended_at, 'done', i.message)) e(k, at, kind, message)
+    WHERE e.k = 2 OR i.runner IS NOT NULL
+    ORDER BY u.n, e.k
+), cost AS (
+    INSERT INTO sloth.attempts (job_id, attempt, cpu_s, peak_rss_bytes, wall_s, ended, covers)
+    SELECT j.id, i.cost_attempt, i.cost_cpu_s, i.cost_peak, i.cost_wall_s, i.cost_ended, i.cost_covers
+    FROM i JOIN sloth.jobs j ON j.id = i.id WHERE i.cost_attempt IS NOT NULL
+    ON CONFLICT (job_id, attempt) DO UPDATE SET cpu_s = excluded.cpu_s, peak_rss_bytes = excluded.peak_rss_bytes,
+        wall_s = excluded.wall_s, ended = excluded.ended, covers = excluded.covers
+){lazy}
+SELECT u.* FROM u{join_lazy}"""
 SQL_KEEP_RESULT = ("INSERT INTO sloth.results (job_id, attempt, data, at) SELECT %s, %s, %s, sloth.now()"
                    " WHERE EXISTS (SELECT 1 FROM sloth.jobs WHERE id = %s) ON CONFLICT DO NOTHING")
 SQL_HELD_UPDATE = ("WITH u AS (UPDATE sloth.jobs SET {assignments} WHERE id = %(id)s"
@@ -169,7 +202,7 @@ class PgLeases(contract.Leases):
                                   "undoing a claim")
         if rows:
             return self.rows.job(rows[0])
-        raise not_held(self._db.read(lambda c: get_row(c, job_id), "undoing a claim"), token)
+        raise not_held(self._row_now(job_id, "undoing a claim"), token)
 
     # ------------------------------------------------------------ outcomes
     def complete(self, job_id: int, token: str, *, message: str = "", exit_code: int | None = None,
@@ -193,6 +226,62 @@ class PgLeases(contract.Leases):
                                 exit_code=exit_code, at=at)
 
         return self.writer.write(tx, "completing a job")
+
+    def complete_many(self, items: Sequence[contract.Completion], *,
+                      durable: bool = True) -> list[Job | SlothError]:
+        # one statement for the batch; a job others wait for (its end settles them) alone, by complete()
+        out: list[Job | SlothError | None] = [None] * len(items)
+        batch: list[dict[str, Any]] = []
+        for n, x in enumerate(items):
+            try:
+                check_id(x.job_id)
+            except JobNotFound as e:
+                out[n] = e
+                continue
+            batch.append(self._completion(n, x))
+        if len({b["id"] for b in batch}) < len(batch):  # a job twice: each in turn, as complete() would
+            return contract.complete_each(self.complete, items, durable=durable)
+        if batch:
+            sql = SQL_COMPLETE_MANY.format(lazy="" if durable else SQL_NOT_DURABLE,
+                                           join_lazy="" if durable else " CROSS JOIN lazy")
+            for row in self._db.write_one(sql, {"items": json.dumps(batch)}, "completing jobs"):
+                out[row["n"]] = self.rows.job(row)
+        missed = [x.job_id for n, x in enumerate(items) if out[n] is None]
+        if missed:  # a read that raises nothing: inside a unit an error of a read would fail it whole
+            rows = {r["id"]: r for r in self._db.read(
+                lambda c: c.execute("SELECT * FROM sloth.jobs WHERE id = ANY(%s)", (missed,)).fetchall(),
+                "completing jobs")}
+            for n, x in enumerate(items):
+                if out[n] is None:
+                    out[n] = self._not_completed(x, rows.get(x.job_id), durable)
+        return [x for x in out if x is not None]
+
+    def _completion(self, n: int, x: contract.Completion) -> dict[str, Any]:
+        """One item of SQL_COMPLETE_MANY, with its run's cost if one waits (record_cost)."""
+        runner = x.runner
+        item = {"n": n, "id": x.job_id, "token": x.token if isinstance(x.token, str) else None,
+                "message": storable_text(x.message), "exit_code": x.exit_code, "ended_at": finite(x.ended_at),
+                "runner": None if runner is None else json.dumps(runner),
+                "started_at": None if runner is None else finite(runner.get("started_at")),
+                "started_message": None if runner is None else storable_text(f"pid {runner.get('pid')}")}
+        cost = self._db.take_along(("cost", x.job_id))
+        if cost is not None:
+            item.update(zip(COST_ARGS[:-1], cost[1][:-1], strict=True))
+        return item
+
+    def _not_completed(self, x: contract.Completion, row: Row | None, durable: bool) -> Job | SlothError:
+        """An item complete_many's statement did not write (``row``: its job
+        now): a job others wait for (complete() ends it, settling them),
+        else why not."""
+        if row is None:
+            return JobNotFound(x.job_id)
+        try:
+            if row["waited_on"] and holds(row, x.token):
+                return self.complete(x.job_id, x.token, message=x.message, exit_code=x.exit_code,
+                                     ended_at=x.ended_at, runner=x.runner, durable=durable)
+            raise not_held(row, x.token)
+        except (LeaseLost, JobNotFound, IllegalTransition) as e:
+            return e
 
     def _begin_end(self, c: Cursor, job_id: int, token: str, runner: dict[str, Any] | None,
                    durable: bool) -> Row:
@@ -263,6 +352,17 @@ class PgLeases(contract.Leases):
                              " AND wait_reason IS DISTINCT FROM %s", (why, gate, why)).rowcount
         return self.writer.write(tx, "saying why jobs wait")
 
+    def _row_now(self, job_id: int, doing: str) -> Row:
+        """The job's row after a write that matched none, or JobNotFound:
+        raised after the read, not inside it (inside a unit a read that
+        raises fails the whole unit, and a worker whose outcome met a job
+        deleted under it would fail every turn)."""
+        row = self._db.read(lambda c: c.execute("SELECT * FROM sloth.jobs WHERE id = %s", (job_id,)).fetchone(),
+                            doing)
+        if row is None:
+            raise JobNotFound(job_id)
+        return row
+
     def _held(self, c: Cursor, job_id: int, token: str) -> Row:
         """The job's row, locked, if ``token`` holds its lease; else the error."""
         row = get_row(c, job_id, lock=True)
@@ -300,7 +400,7 @@ class PgLeases(contract.Leases):
         rows = self._db.write_one(sql, args, doing)
         if rows:
             return self.rows.job(rows[0])
-        row = self._db.read(lambda c: get_row(c, job_id), doing)
+        row = self._row_now(job_id, doing)
         if unwaited and row["waited_on"] and holds(row, token):
             raise WaitedOn(job_id)
         raise not_held(row, token)

@@ -118,6 +118,12 @@ SELECT j.*, 'settle', true FROM sloth.jobs j JOIN pick ON j.id = pick.id WHERE p
 # claimer holds; the n best of those are taken. With several places a row
 # read but not taken stays locked until the transaction ends (n per place at
 # most): another claimer skips it meanwhile, as it would a row being taken.
+# The UPDATE matches on id alone: c read each row's state and due time
+# under its lock (FOR UPDATE checks them again on the newest version), and
+# the lock holds until this transaction ends. Checking the state again there
+# let a planner whose statistics predate a burst (a table just filled: 1
+# queued row expected) walk jobs_by_state over every queued job and join
+# each to c (measured: 1,499 rows, 7 ms a claim, half the server's time).
 SQL_CLAIM_MANY = """
 WITH c AS (
     SELECT r.id, r.priority, r.not_before FROM {places_from} CROSS JOIN LATERAL (
@@ -133,7 +139,7 @@ UPDATE sloth.jobs j SET
     lease_until = sloth.now() + coalesce(%(lease_s)s, j.lease_s), tokens = NULL, wait_reason = NULL,
     updated_at = sloth.now()
 FROM c
-WHERE j.id = c.id AND j.state = 'queued' AND j.not_before <= sloth.now()
+WHERE j.id = c.id
 RETURNING j.*
 ), ev AS (
 INSERT INTO sloth.events (job_id, at, kind, attempt, message)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Collection
 
+from sloth_daemon.backends.contract import Completion
 from sloth_daemon.checks import DEFAULT_RETRY_ON
 from sloth_daemon.errors import IllegalTransition
 from sloth_daemon.models import NO_RETRY_EXIT, Job
@@ -72,6 +73,21 @@ def record(queue: Queue, run: Attempt, outcome: Outcome, *, runner: dict[str, An
     retry, message, rule = retry_verdict(run.job, outcome, message, retry_on)
     return queue.fail(jid, tok, message=message, exit_code=outcome.returncode, ended_at=at, retry=retry, rule=rule,
                       **kw)
+
+
+def plain_completion(run: Attempt, outcome: Outcome) -> Completion | None:
+    """The outcome as a Completion where record() would write it with
+    complete() and nothing more (a run that ended by itself, with exit code
+    0, no result to keep, no end asked of it), so that a turn's several can
+    go in one complete_many; else None (record() writes it)."""
+    ok, message = outcome.describe()
+    why = run.ending.why if run.ending is not None else None
+    if (not ok or not outcome.started or outcome.result is not None or why in NOTHING_TO_WRITE
+            or outcome.postpone_s is not None or outcome.spawn_retry is not None
+            or outcome.killed_by in ("fence", "keeper")
+            or (why in (Why.REPLACED, Why.INTERRUPTED, Why.CONDITION_LOST) and not by_itself(outcome))):
+        return None
+    return Completion(run.job.id, run.token, message, outcome.returncode, outcome.ended_at, run.identity)
 
 
 def _replaced(queue: Queue, run: Attempt, outcome: Outcome, *, durable: bool) -> Job | None:

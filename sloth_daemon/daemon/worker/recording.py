@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Callable, Collection
 
+from sloth_daemon.backends.contract import Completion
 from sloth_daemon.daemon.worker import outcomes
 from sloth_daemon.checks import DEFAULT_RETRY_ON
 from sloth_daemon.clock import ClockReadings
@@ -129,6 +130,12 @@ class Recorder:
         commit says so; False: none does."""
         todo = [r for r in self.running.values() if r.due_to_write(awake)]
         tried = [] if tried is None else tried
+        if durable is False:  # in a unit: its plain completions in one call (one statement on PostgreSQL)
+            plain = [(run, c) for run in todo if (c := outcomes.plain_completion(run, run.outcome)) is not None]  # type: ignore[arg-type]
+            if len(plain) > 1:
+                self._complete_many(plain, awake, tried)
+                batched = {id(run) for run, _ in plain}
+                todo = [run for run in todo if id(run) not in batched]
         for i, run in enumerate(todo):
             tried.append(run)
             last = self.commits.write_durably(i == len(todo) - 1) if durable is None else durable
@@ -167,6 +174,32 @@ class Recorder:
             self.queue.record_cost(run.job.id, run.attempt, outcome.cost, durable=False)
         except BadRequest as e:  # a keeper's value no queue takes: the outcome still counts
             log.warning("job %d attempt %d: its cost is not kept: %s", run.job.id, run.attempt, e.message)
+
+    def _complete_many(self, plain: list[tuple[Attempt, Completion]], awake: float, tried: list[Attempt]) -> None:
+        """_settle_one of each plain completion (outcomes.plain_completion), in one complete_many."""
+        for run, _ in plain:
+            tried.append(run)
+            if run.outcome is not None and run.outcome.log_problem:
+                log.warning("job %d attempt %d: %s", run.job.id, run.attempt, run.outcome.log_problem)
+            self._record_cost(run, run.outcome)  # type: ignore[arg-type]
+        try:
+            got = self.queue.complete_many([c for _, c in plain], durable=False)
+        except SlothError as e:  # kept, written again later
+            for run, _ in plain:
+                log.error("cannot record the outcome of job %d yet (try %d): %s", run.job.id,
+                          run.record_tries + 1, e.message)
+                run.postpone_write(e.message, awake)
+            return
+        for (run, _), job in zip(plain, got, strict=True):
+            if isinstance(job, (LeaseLost, JobNotFound)):
+                log.warning("outcome of job %d not recorded: %s", run.job.id, job.message)
+                run.written(None)
+            elif isinstance(job, SlothError):
+                log.error("cannot record the outcome of job %d yet (try %d): %s", run.job.id,
+                          run.record_tries + 1, job.message)
+                run.postpone_write(job.message, awake)
+            else:
+                run.written(job)
 
     def _settle_one(self, run: Attempt, outcome: Outcome, awake: float, *, durable: bool) -> None:
         """Write one outcome (WRITTEN), or keep it for a later try (ENDED)."""

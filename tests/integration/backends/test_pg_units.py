@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from sloth_daemon.queue import Queue
-from sloth_daemon.errors import LeaseLost, StorageError
+from sloth_daemon.errors import JobNotFound, LeaseLost, StorageError
 
 pytestmark = pytest.mark.postgres
 
@@ -156,3 +156,22 @@ def test_batched_claims_racing_never_share_a_job_and_each_token_fences_alone(pg_
         for j in again:
             q.complete(j.id, j.token)
         assert [q.get(x).attempts for x in (a, b)] == [2, 2]
+
+
+def test_an_outcome_of_a_job_deleted_under_it_fails_alone_not_the_unit(pg_url):
+    """A job gone while its run ran (deleted by hand): its outcome raises
+    JobNotFound and the unit's other writes are kept. The read that finds
+    why an outcome matched nothing used to raise inside the unit, failing
+    it whole: every later turn wrote that outcome again and failed again."""
+    with Queue(pg_url) as q:
+        a, b, c = q.enqueue(["a"]), q.enqueue(["b"]), q.enqueue(["c"])
+        ja, jb, jc = q.claim("w"), q.claim("w"), q.claim("w")
+        with psycopg.connect(pg_url, autocommit=True) as other:
+            other.execute("DELETE FROM sloth.jobs WHERE id = ANY(%s)", ([a, c],))
+        with q.unit():
+            with pytest.raises(JobNotFound):
+                q.complete(ja.id, ja.token, durable=False)
+            with pytest.raises(JobNotFound):
+                q.unclaim(jc.id, jc.token)
+            q.complete(jb.id, jb.token, durable=False)
+        assert state_elsewhere(pg_url, b) == "done"

@@ -118,3 +118,45 @@ def test_a_cost_written_in_a_unit_is_kept_whatever_becomes_of_its_outcome(q, clo
     assert (q.get(done).state, q.get(lost).state, q.get(waited).state) == ("done", "running", "done")
     costs = q.costs([done, lost, waited, alone])
     assert {j: [r["cost"]["cpu_s"] for r in costs[j]] for j in costs} == {j: [float(j)] for j in held}
+
+
+def test_complete_many_writes_each_outcome_under_its_own_token_and_refuses_only_the_stale(q, clock):
+    """A batch of outcomes (the worker's turn, one statement on
+    PostgreSQL): a stale token, a job gone, one never claimed each change
+    nothing of their own and leave the others written, their error in
+    their place; a job others wait for is ended as complete() ends it (its
+    dependent queued); each run's cost is kept whatever became of its
+    outcome; each written job's process and events in order."""
+    from sloth_daemon.backends.contract import Completion
+    from sloth_daemon.errors import IllegalTransition, JobNotFound, LeaseLost
+
+    a, stale, waited, b, never = (q.enqueue([x]) for x in ("a", "stale", "waited", "b", "never"))
+    after = q.enqueue_many([{"command": ["after"], "after": [waited]}])[0]
+    held = {j: q.claim("w", lanes=["default"]) for j in (a, stale, waited, b)}
+    assert {j: h.id for j, h in held.items()} == {j: j for j in held}
+    runner = {"pid": 4242, "started_at": clock.now() - 1}
+    with q.unit():
+        for j in (a, stale, waited, b):
+            q.record_cost(j, 1, {**COST, "cpu_s": float(j)})
+        got = q.complete_many([
+            Completion(a, held[a].token, "ok", 0, clock.now() - 0.5, runner),
+            Completion(stale, held[a].token, "ok", 0),  # another job's token
+            Completion(waited, held[waited].token, "ok", 0, None, runner),
+            Completion(999, "t"),
+            Completion(never, "t"),
+            Completion(b, held[b].token, "fine", 3),
+        ], durable=False)
+    assert [type(x).__name__ for x in got] == ["Job", "LeaseLost", "Job", "JobNotFound", "IllegalTransition", "Job"]
+    assert isinstance(got[1], LeaseLost) and isinstance(got[3], JobNotFound) and isinstance(got[4], IllegalTransition)
+    assert [(x.id, x.state.value) for x in (got[0], got[2], got[5])] == [(a, "done"), (waited, "done"), (b, "done")]
+    assert q.get(stale).state.value == "running" and q.get(stale).token == held[stale].token
+    assert q.get(never).state.value == "queued" and q.get(after).state.value == "queued"
+    assert (q.get(b).exit_code, q.get(b).message, q.get(a).runner["pid"]) == (3, "fine", 4242)
+    assert [e.kind for e in q.events(a)] == ["claimed", "started", "done"]
+    assert [e.kind for e in q.events(b)] == ["claimed", "done"]
+    assert [e.kind for e in q.events(stale)] == ["claimed"]
+    costs = q.costs([a, stale, waited, b])
+    assert {j: [r["cost"]["cpu_s"] for r in costs[j]] for j in costs} == {j: [float(j)] for j in held}
+    assert q.complete_many([]) == []
+    again = q.complete_many([Completion(stale, held[stale].token), Completion(stale, held[stale].token)])
+    assert type(again[0]).__name__ == "Job" and isinstance(again[1], LeaseLost)  # one job twice: once

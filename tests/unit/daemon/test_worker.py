@@ -159,6 +159,13 @@ def test_outcomes_that_end_together_share_one_fsync_and_are_told_only_once_durab
         assert not told, "a watcher heard of an outcome before it was durable"
         return complete(*a, **k)
     monkeypatch.setattr(q, "complete", spy)
+    complete_many = q.complete_many
+
+    def spy_many(items, **k):  # the turn's plain completions in one call (recording.py)
+        durable.extend([k["durable"]] * len(items))
+        assert not told, "a watcher heard of an outcome before it was durable"
+        return complete_many(items, **k)
+    monkeypatch.setattr(q, "complete_many", spy_many)
     syncs: list[int] = []
     sync = q.sync
     monkeypatch.setattr(q, "sync", lambda: (syncs.append(len(told)), sync())[1])
@@ -672,9 +679,31 @@ def test_a_turn_that_breaks_after_writing_an_outcome_never_acks_it(env, clocks, 
             raise RuntimeError("a bug in the second outcome")
         return real(queue, run, outcome, **kw)
     monkeypatch.setattr(outcomes, "record", record)
+    monkeypatch.setattr(outcomes, "plain_completion", lambda run, outcome: None)  # each by record(), in turn
     with pytest.raises(RuntimeError):
         w.turn()
     assert q.get(calls[0]).state == "running" and not sp.acked
+    monkeypatch.undo()
+    clocks.advance(60)
+    w.turn()
+    assert (q.get(a).state, q.get(b).state) == ("done", "done") and sorted(sp.acked) == sorted(
+        [sp.key_of(a), sp.key_of(b)])
+
+
+def test_a_turn_whose_batch_of_outcomes_breaks_after_writing_acks_none_and_writes_them_again(env, clocks, monkeypatch):
+    """The turn's plain completions go in one complete_many: a bug after
+    it wrote them rolls the turn back whole; none is acknowledged to the
+    keeper, and the next turn writes them all."""
+    w, q, sp, a, b = two_ended(env)
+    real = q.complete_many
+
+    def broken(items, **kw):
+        real(items, **kw)
+        raise RuntimeError("a bug after the batch")
+    monkeypatch.setattr(q, "complete_many", broken)
+    with pytest.raises(RuntimeError):
+        w.turn()
+    assert (q.get(a).state, q.get(b).state) == ("running", "running") and not sp.acked
     monkeypatch.undo()
     clocks.advance(60)
     w.turn()
