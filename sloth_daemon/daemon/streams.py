@@ -17,6 +17,7 @@ from sloth_daemon.errors import BadRequest, SlothError
 from sloth_daemon.paths import Paths, open_log
 from sloth_daemon.queue import Queue
 from sloth_daemon.daemon.request_args import attempt_of, job_id, job_ids
+from sloth_daemon.daemon.waking import woken
 from sloth_daemon.models import Job
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
@@ -128,14 +129,6 @@ def wire(job: Job) -> dict[str, Any]:
     return d
 
 
-async def _until(event: asyncio.Event, timeout_s: float) -> None:
-    """Until ``event`` is set or ``timeout_s`` has passed, whichever is first."""
-    try:
-        await asyncio.wait_for(event.wait(), timeout_s)
-    except asyncio.TimeoutError:
-        pass
-
-
 class Streams:
     """The streaming ops. Collaborators: the ``queue`` (the jobs read), the
     daemon's ``control`` (its watchers, a shared queue's reads, the runs
@@ -184,7 +177,7 @@ class Streams:
                         w.on_change(job)
                 hold = sent_at + self.wait_window_s - loop.time()
                 if hold > 0 and w.latest and not w.all_ended.is_set() and not self.closing:
-                    await _until(w.all_ended, hold)  # more changes come in meanwhile
+                    await woken(w.all_ended, hold)  # more changes come in meanwhile
                 if self.closing:
                     raise SlothError(_STOPPING, hint="Run the wait again after it restarts.")
                 jobs = w.take()
@@ -207,11 +200,7 @@ class Streams:
         if self.control.shared is None:
             await changed.wait()
             return True
-        try:
-            await asyncio.wait_for(changed.wait(), REMOTE_POLL_S)
-            return True
-        except asyncio.TimeoutError:
-            return False
+        return await woken(changed, REMOTE_POLL_S)
 
     def _polled(self, w: Waiting) -> list[Job]:
         """The pending jobs another machine changed since we last said."""

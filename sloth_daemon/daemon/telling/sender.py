@@ -39,6 +39,7 @@ from sloth_daemon import __version__
 from sloth_daemon.backends.contract import Message
 from sloth_daemon.config import Settings
 from sloth_daemon.daemon.telling.failure import DeliveryError
+from sloth_daemon.daemon.waking import woken
 from sloth_daemon.errors import JobNotFound, SlothError
 from sloth_daemon.models import mask_channel
 from sloth_daemon.safefile import open_file, read_file
@@ -145,7 +146,7 @@ class Sender:
             except SlothError as e:  # the queue is busy or gone a moment: look again soon
                 log.warning("outbox: %s", e.message)
                 wait = MAX_WAIT_S
-            await _woken(wake, wait)
+            await woken(wake, wait)
 
     def _sent(self, busy: dict[Any, asyncio.Task[None]], queued: dict[Any, int], subject: Any,
               task: asyncio.Task[None]) -> None:
@@ -266,18 +267,6 @@ class Work:
     def __init__(self, m: Message, job: dict[str, Any] | None, log: Path | None, tell: Any, queue: str,
                  timeout_s: float) -> None:
         self.m, self.job, self.log, self.tell, self.queue, self.timeout_s = m, job, log, tell, queue, timeout_s
-
-
-async def _woken(wake: asyncio.Event, timeout_s: float | None) -> None:
-    """Until ``wake`` is set or ``timeout_s`` passed. Not asyncio.wait_for:
-    before Python 3.12 it returns a wake and drops a cancel that comes in
-    the same turn (a send ending as the daemon stops: the loop went on past
-    the stop, onto the queue the stop closed)."""
-    waiter = asyncio.ensure_future(wake.wait())
-    try:
-        await asyncio.wait([waiter], timeout=timeout_s)
-    finally:
-        waiter.cancel()
 
 
 async def _on_a_thread(loop: asyncio.AbstractEventLoop, w: Work) -> DeliveryError | None:
