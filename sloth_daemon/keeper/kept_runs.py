@@ -560,17 +560,22 @@ class KeptRuns:
         if any(r.state != "exited" for r in self.runs.values()):
             self.tick_soon()
         starts = [r.begin for r in self.runs.values() if r.state not in ("exited", "pending")]
-        self.forgotten = [f for f in self.forgotten if starts and f[1] >= min(starts)]
+        first = min(starts, default=None)
+        self.forgotten = [f for f in self.forgotten if first is not None and f[1] >= first]
 
     # ---------------------------------------------------------------- saved
     def holds_only_saved(self) -> bool:
         """Nothing runs and every outcome is in the journal (the next keeper
         offers it again), so exiting loses nothing."""
-        return all(r.state == "exited" and r.journaled for r in self.runs.values())
+        # newest first: a run still going is near the end (this is asked on every change)
+        return all(r.state == "exited" and r.journaled for r in reversed(self.runs.values()))
 
     def journal_unsaved(self) -> None:
         """Journal the outcomes that could not be before (a full disk may
-        have room now)."""
+        have room now). Only looked for once an append has failed."""
+        if not self.journal.failed:
+            return
+        self.journal.failed = False
         for run in self.runs.values():
             if run.state == "exited" and not run.journaled:
                 run.journaled = self.journal.append({"run": run.wire()})

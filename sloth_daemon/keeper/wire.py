@@ -276,6 +276,7 @@ class Journal:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.torn = False  # a write failed mid-line: start the next on a line of its own
+        self.failed = False  # an append failed since the caller last cleared it: something waits to be written
         self.fd = self._open()
 
     def _open(self) -> int | None:
@@ -294,6 +295,7 @@ class Journal:
         except OSError as e:
             log.error("cannot write the journal %s: %s", self.path, e.strerror or e)
         self.torn = bool(view)
+        self.failed = self.failed or bool(view)
         return not view
 
     def reset(self, keep: list[dict[str, Any]]) -> None:
