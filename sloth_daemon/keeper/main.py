@@ -37,6 +37,7 @@ from pathlib import Path
 from sloth_daemon import __version__
 from sloth_daemon.text import log_to_stderr
 from sloth_daemon.keeper.server import Keeper
+from sloth_daemon.keeper.spawning import seal_descriptors
 from sloth_daemon.safefile import open_file
 
 log = logging.getLogger("sloth.keeper")
@@ -144,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sloth keeper: cannot open its log {a.log}: {e.strerror or e}", file=sys.stderr)
             return 1
     os.chdir("/")
+    seal_descriptors()  # whatever our starter left open is no job's (jobs are spawned without closing any)
     os.ftruncate(lock, 0)
     os.pwrite(lock, f"{os.getpid()}\n".encode(), 0)
     log.info("sloth keeper %s listening on %s", __version__, a.socket)
