@@ -58,6 +58,10 @@ class KeptRuns:
         self.runs: dict[str, KeptRun] = {}
         # root pid -> its process (a job's, or a sleep inhibitor's): reap_orphans leaves them be
         self.roots: dict[int, Child] = {}
+        # Set by the keeper once its SIGCHLD hook (a subreaper's reap_orphans)
+        # polls every root on each child's exit: a job then needs no exit
+        # watch of its own (a pidfd: four syscalls and two selector changes a job).
+        self.roots_reaped = False
         self.forgotten: list[tuple[float, float]] = []  # acked runs' lifetimes, for orphan attribution
         self.journal = Journal(journal)
         self.check_s = check_s
@@ -123,7 +127,8 @@ class KeptRuns:
         argv = resource_limits.scope_argv(limits, ln.argv, run.job_id) if limits.get("mem_via") == "scope" else ln.argv
         jp = JobProcess(argv, cwd=ln.cwd, env=ln.env, log=lw, on_output=lambda d: self.output(run, d),
                         on_exit=lambda _jp: self.root_exited(run), claim_orphan=self.claimer(run.key),
-                        preexec=resource_limits.preexec(limits) if limits else None)
+                        preexec=resource_limits.preexec(limits) if limits else None,
+                        watch_exit=not self.roots_reaped)
         try:
             jp.start(asyncio.get_running_loop())
         except SpawnError as e:

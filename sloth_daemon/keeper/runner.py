@@ -4,8 +4,9 @@ environment a job runs with is the daemon's to make (keeper/jobenv.py).
 
 Knows nothing of the queue: the worker claims, the keeper runs it here, the
 worker settles. Exit is noticed through a pidfd on Linux (no polling, no
-extra thread) and through SIGCHLD elsewhere (childwatch). How the process
-is made is keeper/spawning.py's.
+extra thread) and through SIGCHLD elsewhere (childwatch), or by whoever
+made it with ``watch_exit=False`` (the keeper: its subreaper's SIGCHLD hook
+polls every job). How the process is made is keeper/spawning.py's.
 """
 
 from __future__ import annotations
@@ -57,9 +58,11 @@ class JobProcess:
         on_exit: Callable[["JobProcess"], None],
         claim_orphan: Callable[[int, float | None], bool] | None = None,
         preexec: Callable[[], None] | None = None,
+        watch_exit: bool = True,
     ) -> None:
         self.argv, self.cwd, self.env, self.log = argv, cwd, env, log
         self.preexec = preexec  # its limits, set in the child before exec (keeper/resource_limits.py)
+        self.watch_exit = watch_exit  # False: the caller's SIGCHLD hook calls poll() (childwatch.reap_orphans)
         self.on_output, self.on_exit = on_output, on_exit
         self.claim_orphan = claim_orphan
         self._pid: int | None = None
@@ -113,7 +116,8 @@ class JobProcess:
         os.set_blocking(rfd, False)
         self._rfd = rfd
         loop.add_reader(rfd, self._read)
-        self._watch_exit(loop)
+        if self.watch_exit:
+            self._watch_exit(loop)
 
     def identity(self, **extra: Any) -> dict[str, Any]:
         start = self.tree.root_stamp if self.tree is not None else None  # read once, at spawn

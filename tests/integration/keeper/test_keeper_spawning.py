@@ -2,7 +2,9 @@
 lends the job the keeper's own working directory, umask and PATH for the
 call, and closes no descriptor, so each of those is checked here through a
 real keeper: the job gets its own, the keeper keeps its own, and nothing the
-keeper was started with leaks into a job."""
+keeper was started with leaks into a job. And the keeper's SIGCHLD hook is
+how a job's exit is noticed (no exit watch of its own): with no periodic
+check to fall back on, a chain of jobs still runs to its end."""
 
 from __future__ import annotations
 
@@ -79,3 +81,13 @@ def test_a_job_without_a_path_searches_the_default_one(rig):
     w.call("spawn", **job)
     assert w.event("exited", "d")["outcome"]["returncode"] == 0  # /bin:/usr/bin, as execvp's
 
+
+def test_with_no_periodic_check_each_exit_is_noticed_and_the_next_in_the_chain_starts(rig):
+    """check_s of an hour: nothing but the SIGCHLD hook can notice these exits."""
+    rig.start(check_s=3600)
+    w = rig.wire()
+    n = 20
+    for i in range(n):
+        w.call("spawn", **rig.job(f"r{i}", "sh", "-c", f"exit {i % 3}", **({"after": f"r{i - 1}"} if i else {})))
+    codes = [w.event("exited", f"r{i}")["outcome"]["returncode"] for i in range(n)]
+    assert codes == [i % 3 for i in range(n)]
