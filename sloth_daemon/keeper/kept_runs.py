@@ -348,10 +348,15 @@ class KeptRuns:
     def settle(self, run: KeptRun, ended_at: float) -> None:
         jp = run.proc
         assert jp is not None
+        run.state = "exited"
+        # First: it is what waits, and nothing below is of the next run's
+        # (the daemon hears of both together). Only now, once a failed run's
+        # leftovers are ended too (root_exited): a pending run never starts
+        # beside them.
+        moved = self.pending.start_next(run)
         over = self._over_limit(run, jp)
         result, result_problem = read_result(run.result_path) if run.result_path is not None else (None, None)
         jp.log.finish()
-        run.state = "exited"
         self._forget_progress(run)
         cost = run_cost(jp.rusage, jp.cgroup_usage, ended_at - (run.launched_at or ended_at),
                         over or jp.outcome()[1])
@@ -362,10 +367,6 @@ class KeptRuns:
                        **({"over": "mem"} if over and not jp.kill_reason else {}),  # the retry rules' "mem"
                        **({"result": result} if result is not None else {}),
                        **({"result_problem": result_problem} if result_problem else {})}
-        # First: it is what waits (the daemon hears of both together). Only
-        # now, once a failed run's leftovers are ended too (root_exited): a
-        # pending run never starts beside them.
-        moved = self.pending.start_next(run)
         run.journaled = self.journal.append({"run": run.wire()})
         self.event("exited", run.key, outcome=run.outcome)
         for nxt in moved:

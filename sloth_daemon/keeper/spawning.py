@@ -30,18 +30,21 @@ import sys
 from typing import Callable
 
 _DEFAULTS = tuple(s for s in (getattr(signal, "SIGPIPE", None), getattr(signal, "SIGXFSZ", None)) if s is not None)
-_state: dict[str, int | bool | None] = {"sealed": False, "devnull": None}
+_state: dict[str, int | bool | None] = {"sealed": False, "devnull": None, "home": None}
 
 
 def seal_descriptors() -> None:
     """Make every descriptor of this process but 0, 1 and 2 close-on-exec,
     once, at the start (whatever its starter left open): from then on every
     descriptor is made so by Python (PEP 446), and a job can be spawned
-    without closing any. Linux only (elsewhere jobs are spawned by Popen)."""
+    without closing any. Its working directory now is the one each spawn
+    comes back to (the keeper never changes it after). Linux only
+    (elsewhere jobs are spawned by Popen)."""
     if not sys.platform.startswith("linux") or not hasattr(os, "posix_spawnp"):
         return
     try:
         fds = [int(n) for n in os.listdir("/proc/self/fd")]
+        home = os.open(".", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return
     for fd in fds:
@@ -50,7 +53,7 @@ def seal_descriptors() -> None:
                 os.set_inheritable(fd, False)
             except OSError:
                 pass  # the listing's own, closed by now
-    _state["sealed"] = True
+    _state["home"], _state["sealed"] = home, True
 
 
 def spawn(argv: list[str], *, cwd: str | None, env: dict[str, str], out: int, umask: int,
@@ -69,7 +72,6 @@ def _posix_spawn(argv: list[str], cwd: str | None, env: dict[str, str], out: int
     null = _devnull()
     actions = [(os.POSIX_SPAWN_DUP2, null, 0), (os.POSIX_SPAWN_DUP2, out, 1), (os.POSIX_SPAWN_DUP2, out, 2)]
     search = "/" not in argv[0]
-    back = os.open(".", os.O_RDONLY | os.O_CLOEXEC) if cwd is not None else None
     mask = os.umask(umask)
     path = os.environ.get("PATH") if search else None
     try:
@@ -83,9 +85,8 @@ def _posix_spawn(argv: list[str], cwd: str | None, env: dict[str, str], out: int
         if search:
             _put_path(path)
         os.umask(mask)
-        if back is not None:
-            os.fchdir(back)
-            os.close(back)
+        if cwd is not None:
+            os.fchdir(_state["home"])  # type: ignore[arg-type]
 
 
 def _put_path(value: str | None) -> None:
