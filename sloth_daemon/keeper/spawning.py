@@ -61,11 +61,14 @@ def spawn(argv: list[str], *, cwd: str | None, env: dict[str, str], out: int, um
     """Start ``argv`` (its pid, and the Popen if it was made by one). Raises
     OSError or subprocess.SubprocessError as Popen does: the exec's errno
     (ENOENT: no such command), or the working directory's (its filename)."""
-    if preexec is not None or not _state["sealed"]:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                start_new_session=True, close_fds=True, umask=umask, preexec_fn=preexec)
-        return proc.pid, proc
-    return _posix_spawn(argv, cwd, env, out, umask), None
+    if _state["sealed"] and preexec is None:
+        try:
+            return _posix_spawn(argv, cwd, env, out, umask), None
+        except NotImplementedError:  # a libc without POSIX_SPAWN_SETSID: Popen from now on
+            _state["sealed"] = False
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                            start_new_session=True, close_fds=True, umask=umask, preexec_fn=preexec)
+    return proc.pid, proc
 
 
 def _posix_spawn(argv: list[str], cwd: str | None, env: dict[str, str], out: int, umask: int) -> int:
