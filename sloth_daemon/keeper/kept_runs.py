@@ -102,9 +102,9 @@ class KeptRuns:
 
     def _hold_or_start(self, key: str, token: str, a: dict[str, Any]) -> KeptRun:
         argv, env, cwd, log_path = spawn_command(a, self.envs)
-        run = KeptRun(key, whole(a, "job_id"), whole(a, "attempt"), token, str(log_path), time.time(),
+        run = KeptRun(key, whole(a, "job_id"), whole(a, "attempt"), token, log_path, time.time(),
                   number(a, "kill_grace_s", 10.0), number(a, "term_lead_s", 1.0))  # type: ignore[arg-type]
-        progress_file = str(log_path.with_suffix(".progress"))  # the job may write how far it is there
+        progress_file = os.path.splitext(log_path)[0] + ".progress"  # the job may write how far it is there
         # the token: the token scan finds escapees by it
         env = {**env, procident.TOKEN_ENV: token, progress.PROGRESS_FILE_ENV: progress_file}
         run.meter = progress.ProgressMeter(progress_file)
@@ -607,12 +607,12 @@ def read_journal_safely(path: Path) -> list[dict[str, Any]]:
         return []
 
 
-def result_path(a: dict[str, Any]) -> Path | None:
+def result_path(a: dict[str, Any]) -> str | None:
     """A spawn's result_path (absolute), or None."""
     if a.get("result_path") is None:
         return None
-    path = Path(text(a, "result_path"))
-    if not path.is_absolute():
+    path = text(a, "result_path")
+    if not os.path.isabs(path):
         raise Refused("bad_request", "result_path must be absolute")
     return path
 
