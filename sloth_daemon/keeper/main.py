@@ -13,8 +13,8 @@ the lock, the socket, detaching. The rest: keeper/server.py (connections,
 ops, when to exit), keeper/kept_runs.py (the run table: exits, timeouts, trust,
 orphans) and the pending runs it owns, keeper/pending.py (spawn ``after``),
 keeper/tap.py (following a run's output), and below those run.py (what is
-held of one run), runner.py (one job's process), joblog.py (its log),
-childwatch.py (SIGCHLD, subreaper).
+held of one run), runner.py (one job's process), spawning.py (how it is
+made), joblog.py (its log), childwatch.py (SIGCHLD, subreaper).
 
 Every import is at the top, here and in each of those: an upgrade replaces
 files under a running keeper.
