@@ -37,7 +37,7 @@ class LogWriter:
     folder in the way) counts the bytes lost, and ``problem`` says so for
     the job's history, since the log itself cannot."""
 
-    def __init__(self, path: Path, cap: int) -> None:
+    def __init__(self, path: str | Path, cap: int) -> None:
         self.path = path
         self.fd: int | None = None  # the file we created, once the first byte comes
         self.closed = False  # finished: nothing more is written
@@ -96,23 +96,24 @@ class LogWriter:
 
     def _open(self) -> None:
         try:
-            dfd = os.open(self.path.parent, os.O_RDONLY | _DIRECTORY | _NOFOLLOW)
+            folder, name = os.path.split(self.path)
+            dfd = os.open(folder, os.O_RDONLY | _DIRECTORY | _NOFOLLOW)
         except OSError as e:
             self.error = f"cannot create {self.path}: {e.strerror or e}"
             return
         try:
-            self.fd = os.open(self.path.name, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW,
+            self.fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW,
                               0o600, dir_fd=dfd)
         except FileExistsError:
-            self.error = self._exists(dfd)
+            self.error = self._exists(dfd, name)
         except OSError as e:
             self.error = f"cannot create {self.path}: {e.strerror or e}"
         finally:
             os.close(dfd)
 
-    def _exists(self, dfd: int) -> str:
+    def _exists(self, dfd: int, name: str) -> str:
         try:
-            if stat.S_ISDIR(os.lstat(self.path.name, dir_fd=dfd).st_mode):
+            if stat.S_ISDIR(os.lstat(name, dir_fd=dfd).st_mode):
                 return f"cannot create {self.path}: {os.strerror(errno.EISDIR)}"
         except OSError:
             pass

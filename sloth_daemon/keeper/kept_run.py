@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 from sloth_daemon.keeper.keep_awake import Inhibitor
@@ -23,14 +22,14 @@ class Launch:
     argv: list[str]
     env: dict[str, str]
     cwd: str | None
-    log_path: Path
+    log_path: str
     log_cap: int
     timeout_s: float | None
     keep_awake: bool = False
     limits: dict[str, Any] | None = None  # checks.limits_json's, with the daemon's "mem_via"
     stall_s: float | None = None  # --stall (keeper/watchdog.py)
     fail_on: str | None = None  # --fail-on
-    result_path: Path | None = None  # $SLOTH_RESULT: read once it ends (keeper/results.py)
+    result_path: str | None = None  # $SLOTH_RESULT: read once it ends (keeper/results.py)
 
 
 @dataclass
@@ -72,7 +71,7 @@ class KeptRun:
     progress_sent: float = 0.0  # the loop's clock when its last progress event went
     launched_at: float | None = None  # wall clock, when its process started (a cost's wall time)
     watch: Watch | None = None  # its --stall and --fail-on, while it runs (keeper/watchdog.py)
-    result_path: Path | None = None  # $SLOTH_RESULT (keeper/results.py)
+    result_path: str | None = None  # $SLOTH_RESULT (keeper/results.py)
 
     def wire(self, after: str | None = None) -> dict[str, Any]:
         """As hello lists it and the journal keeps it; ``after``: the run a

@@ -58,6 +58,10 @@ class KeptRuns:
         self.runs: dict[str, KeptRun] = {}
         # root pid -> its process (a job's, or a sleep inhibitor's): reap_orphans leaves them be
         self.roots: dict[int, Child] = {}
+        # Set by the keeper once its SIGCHLD hook (a subreaper's reap_orphans)
+        # polls every root on each child's exit: a job then needs no exit
+        # watch of its own (a pidfd: four syscalls and two selector changes a job).
+        self.roots_reaped = False
         self.forgotten: list[tuple[float, float]] = []  # acked runs' lifetimes, for orphan attribution
         self.journal = Journal(journal)
         self.check_s = check_s
@@ -98,9 +102,9 @@ class KeptRuns:
 
     def _hold_or_start(self, key: str, token: str, a: dict[str, Any]) -> KeptRun:
         argv, env, cwd, log_path = spawn_command(a, self.envs)
-        run = KeptRun(key, whole(a, "job_id"), whole(a, "attempt"), token, str(log_path), time.time(),
+        run = KeptRun(key, whole(a, "job_id"), whole(a, "attempt"), token, log_path, time.time(),
                   number(a, "kill_grace_s", 10.0), number(a, "term_lead_s", 1.0))  # type: ignore[arg-type]
-        progress_file = str(log_path.with_suffix(".progress"))  # the job may write how far it is there
+        progress_file = os.path.splitext(log_path)[0] + ".progress"  # the job may write how far it is there
         # the token: the token scan finds escapees by it
         env = {**env, procident.TOKEN_ENV: token, progress.PROGRESS_FILE_ENV: progress_file}
         run.meter = progress.ProgressMeter(progress_file)
@@ -123,7 +127,8 @@ class KeptRuns:
         argv = resource_limits.scope_argv(limits, ln.argv, run.job_id) if limits.get("mem_via") == "scope" else ln.argv
         jp = JobProcess(argv, cwd=ln.cwd, env=ln.env, log=lw, on_output=lambda d: self.output(run, d),
                         on_exit=lambda _jp: self.root_exited(run), claim_orphan=self.claimer(run.key),
-                        preexec=resource_limits.preexec(limits) if limits else None)
+                        preexec=resource_limits.preexec(limits) if limits else None,
+                        watch_exit=not self.roots_reaped)
         try:
             jp.start(asyncio.get_running_loop())
         except SpawnError as e:
@@ -343,10 +348,15 @@ class KeptRuns:
     def settle(self, run: KeptRun, ended_at: float) -> None:
         jp = run.proc
         assert jp is not None
+        run.state = "exited"
+        # First: it is what waits, and nothing below is of the next run's
+        # (the daemon hears of both together). Only now, once a failed run's
+        # leftovers are ended too (root_exited): a pending run never starts
+        # beside them.
+        moved = self.pending.start_next(run)
         over = self._over_limit(run, jp)
         result, result_problem = read_result(run.result_path) if run.result_path is not None else (None, None)
         jp.log.finish()
-        run.state = "exited"
         self._forget_progress(run)
         cost = run_cost(jp.rusage, jp.cgroup_usage, ended_at - (run.launched_at or ended_at),
                         over or jp.outcome()[1])
@@ -357,10 +367,6 @@ class KeptRuns:
                        **({"over": "mem"} if over and not jp.kill_reason else {}),  # the retry rules' "mem"
                        **({"result": result} if result is not None else {}),
                        **({"result_problem": result_problem} if result_problem else {})}
-        # First: it is what waits (the daemon hears of both together). Only
-        # now, once a failed run's leftovers are ended too (root_exited): a
-        # pending run never starts beside them.
-        moved = self.pending.start_next(run)
         run.journaled = self.journal.append({"run": run.wire()})
         self.event("exited", run.key, outcome=run.outcome)
         for nxt in moved:
@@ -560,17 +566,22 @@ class KeptRuns:
         if any(r.state != "exited" for r in self.runs.values()):
             self.tick_soon()
         starts = [r.begin for r in self.runs.values() if r.state not in ("exited", "pending")]
-        self.forgotten = [f for f in self.forgotten if starts and f[1] >= min(starts)]
+        first = min(starts, default=None)
+        self.forgotten = [f for f in self.forgotten if first is not None and f[1] >= first]
 
     # ---------------------------------------------------------------- saved
     def holds_only_saved(self) -> bool:
         """Nothing runs and every outcome is in the journal (the next keeper
         offers it again), so exiting loses nothing."""
-        return all(r.state == "exited" and r.journaled for r in self.runs.values())
+        # newest first: a run still going is near the end (this is asked on every change)
+        return all(r.state == "exited" and r.journaled for r in reversed(self.runs.values()))
 
     def journal_unsaved(self) -> None:
         """Journal the outcomes that could not be before (a full disk may
-        have room now)."""
+        have room now). Only looked for once an append has failed."""
+        if not self.journal.failed:
+            return
+        self.journal.failed = False
         for run in self.runs.values():
             if run.state == "exited" and not run.journaled:
                 run.journaled = self.journal.append({"run": run.wire()})
@@ -596,12 +607,12 @@ def read_journal_safely(path: Path) -> list[dict[str, Any]]:
         return []
 
 
-def result_path(a: dict[str, Any]) -> Path | None:
+def result_path(a: dict[str, Any]) -> str | None:
     """A spawn's result_path (absolute), or None."""
     if a.get("result_path") is None:
         return None
-    path = Path(text(a, "result_path"))
-    if not path.is_absolute():
+    path = text(a, "result_path")
+    if not os.path.isabs(path):
         raise Refused("bad_request", "result_path must be absolute")
     return path
 

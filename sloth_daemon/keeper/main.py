@@ -13,8 +13,8 @@ the lock, the socket, detaching. The rest: keeper/server.py (connections,
 ops, when to exit), keeper/kept_runs.py (the run table: exits, timeouts, trust,
 orphans) and the pending runs it owns, keeper/pending.py (spawn ``after``),
 keeper/tap.py (following a run's output), and below those run.py (what is
-held of one run), runner.py (one job's process), joblog.py (its log),
-childwatch.py (SIGCHLD, subreaper).
+held of one run), runner.py (one job's process), spawning.py (how it is
+made), joblog.py (its log), childwatch.py (SIGCHLD, subreaper).
 
 Every import is at the top, here and in each of those: an upgrade replaces
 files under a running keeper.
@@ -37,6 +37,7 @@ from pathlib import Path
 from sloth_daemon import __version__
 from sloth_daemon.text import log_to_stderr
 from sloth_daemon.keeper.server import Keeper
+from sloth_daemon.keeper.spawning import seal_descriptors
 from sloth_daemon.safefile import open_file
 
 log = logging.getLogger("sloth.keeper")
@@ -144,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sloth keeper: cannot open its log {a.log}: {e.strerror or e}", file=sys.stderr)
             return 1
     os.chdir("/")
+    seal_descriptors()  # whatever our starter left open is no job's (jobs are spawned without closing any)
     os.ftruncate(lock, 0)
     os.pwrite(lock, f"{os.getpid()}\n".encode(), 0)
     log.info("sloth keeper %s listening on %s", __version__, a.socket)

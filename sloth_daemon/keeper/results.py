@@ -23,7 +23,7 @@ RESULT_MAX_DEPTH = 100  # arrays and objects one in another: every reader (show 
 # $SLOTH_AFTER_RESULTS, a Python json.loads with its stack already in use) must be able to parse it back
 
 
-def read_result(path: Path) -> tuple[str | None, str | None]:
+def read_result(path: str | Path) -> tuple[str | None, str | None]:
     """(the result as compact JSON text, or None; what was wrong with the
     file, or None). No file: (None, None). Never raises."""
     try:
@@ -75,7 +75,7 @@ def _short(e: Exception) -> str:
     return s if len(s) <= 120 else s[:120] + "..."
 
 
-def _remove(path: Path) -> None:
+def _remove(path: str | Path) -> None:
     try:
         os.unlink(path)
     except OSError:

@@ -4,7 +4,9 @@ environment a job runs with is the daemon's to make (keeper/jobenv.py).
 
 Knows nothing of the queue: the worker claims, the keeper runs it here, the
 worker settles. Exit is noticed through a pidfd on Linux (no polling, no
-extra thread) and through SIGCHLD elsewhere (childwatch).
+extra thread) and through SIGCHLD elsewhere (childwatch), or by whoever
+made it with ``watch_exit=False`` (the keeper: its subreaper's SIGCHLD hook
+polls every job). How the process is made is keeper/spawning.py's.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, Callable
 
 import psutil
 
-from sloth_daemon.keeper import procident, resource_limits
+from sloth_daemon.keeper import procident, resource_limits, spawning
 from sloth_daemon.keeper.childwatch import SigchldWatch
 from sloth_daemon.errors import SpawnError
 from sloth_daemon.keeper.joblog import LogWriter
@@ -56,12 +58,15 @@ class JobProcess:
         on_exit: Callable[["JobProcess"], None],
         claim_orphan: Callable[[int, float | None], bool] | None = None,
         preexec: Callable[[], None] | None = None,
+        watch_exit: bool = True,
     ) -> None:
         self.argv, self.cwd, self.env, self.log = argv, cwd, env, log
         self.preexec = preexec  # its limits, set in the child before exec (keeper/resource_limits.py)
+        self.watch_exit = watch_exit  # False: the caller's SIGCHLD hook calls poll() (childwatch.reap_orphans)
         self.on_output, self.on_exit = on_output, on_exit
         self.claim_orphan = claim_orphan
-        self.proc: subprocess.Popen[bytes] | None = None
+        self._pid: int | None = None
+        self.proc: subprocess.Popen[bytes] | None = None  # if it was made by one (keeper/spawning.py)
         self.tree: procident.ProcessTree | None = None
         self.returncode: int | None = None
         self.kill_reason: str | None = None  # why the tree was ended, once a signal reached the root alive
@@ -79,8 +84,8 @@ class JobProcess:
 
     @property
     def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+        assert self._pid is not None
+        return self._pid
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Spawn; raises SpawnError with a message fit for the job's history."""
@@ -95,11 +100,8 @@ class JobProcess:
                              errno=e.errno) from e
         before = procident.uptime_ticks()
         try:
-            self.proc = subprocess.Popen(
-                self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
-                stdout=wfd, stderr=wfd, start_new_session=True, close_fds=True, umask=JOB_UMASK,
-                preexec_fn=self.preexec,
-            )
+            self._pid, self.proc = spawning.spawn(self.argv, cwd=self.cwd, env=self.env, out=wfd, umask=JOB_UMASK,
+                                                  preexec=self.preexec)
         except (OSError, subprocess.SubprocessError) as e:
             os.close(rfd)
             retry = not isinstance(e, OSError) or e.errno not in _PERMANENT_ERRNOS
@@ -109,12 +111,13 @@ class JobProcess:
             os.close(wfd)
         after = procident.uptime_ticks() if before is not None else None
         # Forked within one tick: its start stamp is that tick (stamps.py).
-        known = procident.spawn_stamp(self.proc.pid, before, after)
-        self.tree = procident.ProcessTree(self.proc.pid, self.env.get(procident.TOKEN_ENV), root_stamp=known)
+        known = procident.spawn_stamp(self._pid, before, after)
+        self.tree = procident.ProcessTree(self._pid, self.env.get(procident.TOKEN_ENV), root_stamp=known)
         os.set_blocking(rfd, False)
         self._rfd = rfd
         loop.add_reader(rfd, self._read)
-        self._watch_exit(loop)
+        if self.watch_exit:
+            self._watch_exit(loop)
 
     def identity(self, **extra: Any) -> dict[str, Any]:
         start = self.tree.root_stamp if self.tree is not None else None  # read once, at spawn
@@ -171,7 +174,6 @@ class JobProcess:
         """Reap if exited. Returns True once the process has ended."""
         if self.returncode is not None:
             return True
-        assert self.proc is not None
         code = self._reap()
         if code is None:
             return False
@@ -193,21 +195,22 @@ class JobProcess:
     def _reap(self) -> int | None:
         """The exit code if it has exited (reaped here with wait4, for its
         rusage; its cgroup read first, while the exit keeps it), else None."""
-        assert self.proc is not None
         try:
             if self.cgroup is not None and os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
                 self.cgroup_usage = resource_limits.cgroup_usage(self.cgroup) or self.cgroup_usage
             pid, status, self.rusage = os.wait4(self.pid, os.WNOHANG)
-        except ChildProcessError:  # reaped already (Popen did): as it says
-            return self.proc.poll()
+        except ChildProcessError:  # reaped already (by a Popen, if one made it): as it says
+            return self.proc.poll() if self.proc is not None else 0
         if pid == 0:
             return None
-        self.proc.returncode = os.waitstatus_to_exitcode(status)
-        return self.proc.returncode
+        code = os.waitstatus_to_exitcode(status)
+        if self.proc is not None:
+            self.proc.returncode = code
+        return code
 
     def alive(self) -> bool:
         """Running and not a zombie (a zombie is about to be reaped: not alive)."""
-        if self.returncode is not None or self.proc is None:
+        if self.returncode is not None or self._pid is None:
             return False
         try:
             return psutil.Process(self.pid).status() != psutil.STATUS_ZOMBIE
@@ -239,10 +242,10 @@ class JobProcess:
     def _root_alive(self) -> bool:
         """The root has not exited (a zombie not yet reaped has: it runs no
         more code). Does not reap it: its exit is ours to notice as ever."""
-        if self.returncode is not None or self.proc is None:
+        if self.returncode is not None or self._pid is None:
             return False
         try:
-            return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+            return os.waitid(os.P_PID, self._pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
         except ChildProcessError:  # reaped meanwhile
             return False
 

@@ -89,6 +89,7 @@ class Keeper:
         loop = asyncio.get_running_loop()
         if become_subreaper():
             on_sigchld(loop, self._reap_orphans)
+            self.table.roots_reaped = True  # registered before the loop runs a SIGCHLD's hook (kept_runs._launch)
         loop.add_signal_handler(signal.SIGTERM, self.stop)
         for sig in (signal.SIGINT, signal.SIGHUP):  # detached: a terminal's signals are not for us
             loop.add_signal_handler(sig, lambda: None)  # a handler, not SIG_IGN: jobs must not inherit it

@@ -30,9 +30,12 @@ def boot_id() -> str:
 
 
 def _linux_start_ticks(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
+    try:  # raw reads: a Python file object costs more than the read (isatty, fstat, lseek)
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            data = os.read(fd, 4096)
+        finally:
+            os.close(fd)
     except OSError:
         return None
     # comm (field 2) may hold spaces and parens: split after the last ')'.
@@ -84,18 +87,31 @@ def uptime_ticks() -> int | None:
 def _uptime_hundredths() -> int | None:
     """Linux: /proc/uptime in hundredths of a second (as the kernel prints
     it), exactly; None elsewhere or if unreadable. From the kernel, not
-    clock_gettime: a clock shim cannot skew it."""
-    if not sys.platform.startswith("linux"):
+    clock_gettime: a clock shim cannot skew it. Read through one descriptor
+    kept open (a pread at 0 makes the kernel print it afresh): one syscall,
+    not three, and a spawn reads it twice."""
+    fd = _uptime_fd()
+    if fd is None:
         return None
-    try:
-        fd = os.open("/proc/uptime", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            secs, _, hundredths = os.read(fd, 64).split(b" ", 1)[0].partition(b".")
-        finally:
-            os.close(fd)
-        return int(secs) * 100 + int(hundredths[:2].ljust(2, b"0"))
+    try:  # "%lu.%02lu": the seconds and their hundredths, without the dot
+        secs, _, hundredths = os.pread(fd, 64, 0).partition(b" ")[0].partition(b".")
+        return int(secs + hundredths) if len(hundredths) == 2 else int(secs) * 100 + int(hundredths.ljust(2, b"0")[:2])
     except (OSError, ValueError):
         return None
+
+
+_uptime: dict[str, int | None] = {"fd": -1}  # -1: not opened yet; None: cannot be (not Linux, no /proc)
+
+
+def _uptime_fd() -> int | None:
+    fd = _uptime["fd"]
+    if fd == -1:
+        try:
+            fd = os.open("/proc/uptime", os.O_RDONLY | os.O_CLOEXEC) if sys.platform.startswith("linux") else None
+        except OSError:
+            fd = None
+        _uptime["fd"] = fd
+    return fd
 
 
 # The shortcut is checked against /proc/PID/stat on a process's first spawns

@@ -253,15 +253,17 @@ def _check_env(env: Any, name: str) -> None:
         raise Refused("bad_request", f"{name} must map names (no '=', no NUL) to strings without NUL")
 
 
-def spawn_command(a: dict[str, Any], envs: EnvCache) -> tuple[list[str], dict[str, str], str | None, Path]:
+def spawn_command(a: dict[str, Any], envs: EnvCache) -> tuple[list[str], dict[str, str], str | None, str]:
+    """(argv, env, cwd, log_path), checked. Paths stay strings: a pathlib
+    Path made per spawn was a few percent of the keeper's time a job."""
     argv, cwd = a["argv"], a.get("cwd")
     if not isinstance(argv, list) or not argv or not all(isinstance(x, str) and "\0" not in x for x in argv):
         raise Refused("bad_request", "argv must be a non-empty list of strings without NUL")
     env = envs.resolve(a)
     if cwd is not None:
         cwd = text(a, "cwd")
-    log_path = Path(text(a, "log_path"))
-    if not log_path.is_absolute():
+    log_path = text(a, "log_path")
+    if not os.path.isabs(log_path):
         raise Refused("bad_request", "log_path must be absolute")
     return argv, env, cwd, log_path
 
@@ -276,6 +278,7 @@ class Journal:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.torn = False  # a write failed mid-line: start the next on a line of its own
+        self.failed = False  # an append failed since the caller last cleared it: something waits to be written
         self.fd = self._open()
 
     def _open(self) -> int | None:
@@ -294,6 +297,7 @@ class Journal:
         except OSError as e:
             log.error("cannot write the journal %s: %s", self.path, e.strerror or e)
         self.torn = bool(view)
+        self.failed = self.failed or bool(view)
         return not view
 
     def reset(self, keep: list[dict[str, Any]]) -> None:
