@@ -16,6 +16,7 @@ from sloth_daemon.models import Job, JobState
 from sloth_daemon.text import storable
 
 SQL_EVENT = "INSERT INTO events (job_id, at, kind, attempt, message) VALUES (?, ?, ?, ?, ?)"
+SQL_TWO_EVENTS = SQL_EVENT + ", (?, ?, ?, ?, ?)"  # in this order: the first gets the lower id
 
 
 def event(c: sqlite3.Connection, job_id: int, at: float, kind: str, attempt: int, message: str) -> None:
@@ -33,16 +34,25 @@ class SqliteEnds:
     def finish(
         self, c: sqlite3.Connection, job_id: int, state: JobState, now: float, attempt: int,
         kind: str, message: str, *, exit_code: int | None = None, stored_message: str | None = None,
+        runner: str | None = None, started: tuple[float, str] | None = None,
     ) -> Job:
         """-> ``state`` (token and lease cleared, ``finished_at = now``), event
-        ``kind`` with ``message`` (the job keeps ``stored_message`` if given)."""
+        ``kind`` with ``message`` (the job keeps ``stored_message`` if given).
+        ``runner``: the process identity (JSON) written with it, and
+        ``started`` its event (at, message) before ``kind``'s, in the same
+        statements (an outcome of a short run: the worker writes its start
+        with its end)."""
         out = c.execute(
             "UPDATE jobs SET state = ?, token = NULL, lease_until = NULL, message = ?,"
-            " exit_code = coalesce(?, exit_code), finished_at = ?, updated_at = ?"
+            " exit_code = coalesce(?, exit_code), finished_at = ?, updated_at = ?, runner = coalesce(?, runner)"
             " WHERE id = ? RETURNING *",
             (state.value, storable(message if stored_message is None else stored_message),
-             exit_code, now, now, job_id),
+             exit_code, now, now, runner, job_id),
         ).fetchone()
-        event(c, job_id, now, kind, attempt, message)
+        if started is None:
+            event(c, job_id, now, kind, attempt, message)
+        else:
+            c.execute(SQL_TWO_EVENTS, (job_id, started[0], "started", attempt, storable(started[1]),
+                                       job_id, now, kind, attempt, storable(message)))
         self.store.settled(deps.release(c, job_id, state.value, now))
         return self.rows.job(out)
