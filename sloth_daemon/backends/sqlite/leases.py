@@ -42,13 +42,13 @@ class SqliteLeases(contract.Leases):
                  ended_at: float | None = None, runner: dict[str, Any] | None = None,
                  durable: bool = True) -> Job:
         now = self.clock.now()
+        # the process identity and its event with the end's update and event (_put_runner's, folded),
+        # the lease checked by that update (_held's, folded)
+        ident = None if runner is None else json.dumps(runner)
+        started = None if runner is None else started_event(runner, now)
         with self.store.tx(durable=durable) as c:
-            row = self._held(c, job_id, token)
-            # the process identity and its event with the end's update and event (_put_runner's, folded)
-            ident = None if runner is None else json.dumps(runner)
-            started = None if runner is None else started_event(runner, now)
-            return self.ends.finish(c, job_id, JobState.DONE, past(ended_at, now), row["attempts"], "done",
-                                    message, exit_code=exit_code, runner=ident, started=started)
+            return self.ends.finish(c, job_id, JobState.DONE, past(ended_at, now), None, "done", message,
+                                    exit_code=exit_code, runner=ident, started=started, held_by=token)
 
     def fail(
         self, job_id: int, token: str, *, message: str = "", retry: bool = True,
