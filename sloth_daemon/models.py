@@ -111,33 +111,42 @@ class Job:
         Queue._job); otherwise the row's own inline ``env`` column is used."""
         # zip, not dict(row): a sqlite3.Row looks each name up by a scan of its columns
         d = dict(row) if isinstance(row, dict) else dict(zip(row.keys(), row, strict=True))
-        d.pop("env_id", None)
-        d["command"] = json.loads(d["command"])
-        d["env"] = env if env is not None else (json.loads(d["env"]) if d["env"] else None)
-        d["runner"] = json.loads(d["runner"]) if d["runner"] else None
-        d["state"] = JobState(d["state"])
+        loads, get, pop = json.loads, d.get, d.pop
+        pop("env_id", None)
+        state = d["state"] = _STATES[d["state"]] if d["state"] in _STATES else JobState(d["state"])
+        d["command"] = loads(d["command"])
+        d["env"] = env if env is not None else (loads(d["env"]) if d["env"] else None)
+        d["runner"] = loads(d["runner"]) if d["runner"] else None
         d["shell"] = bool(d["shell"])
         d["lease_s"] = float(d["lease_s"])  # a REAL; a claim's RETURNING gives back the int it was bound as
-        prereqs = json.loads(d.pop("prereqs", None) or "{}")
-        d["after"], d["after_any"] = prereqs.get("after", []), prereqs.get("after_any", [])
-        d["retry_exit"] = json.loads(d["retry_exit"]) if d.get("retry_exit") else None
-        for k in ("gate", "tokens", "tell"):
-            d[k] = json.loads(d[k]) if d.get(k) else None
-        nre = d.get("no_retry_exit")
-        d["no_retry_exit"] = list(NO_RETRY_EXIT) if nre is None else json.loads(nre)
-        paused_run = d.pop("paused_run", None)
-        d["paused"] = paused_run is not None and paused_run == d["token"] and d["state"] is JobState.RUNNING
-        d["keep_awake"] = bool(d.get("keep_awake"))
-        d["limits"] = json.loads(d["limits"]) if d.get("limits") else None
-        d["progress"] = shown_progress(d.get("progress"), d["state"], d["attempts"])
-        d.pop("key_behind", None)  # the job it was added behind (--on-dup): its after_any says so
-        bid, bname = d.pop("batch_id", None), d.pop("batch_name", None)
+        prereqs = pop("prereqs", None)
+        if prereqs and prereqs != "{}":
+            p = loads(prereqs)
+            d["after"], d["after_any"] = p.get("after", []), p.get("after_any", [])
+        else:
+            d["after"], d["after_any"] = [], []
+        for k in ("retry_exit", "gate", "tokens", "tell", "limits", "member", "rules"):
+            v = get(k)
+            d[k] = loads(v) if v else None
+        nre = get("no_retry_exit")
+        d["no_retry_exit"] = list(NO_RETRY_EXIT) if nre is None else loads(nre)
+        paused_run = pop("paused_run", None)
+        d["paused"] = paused_run is not None and paused_run == d["token"] and state is JobState.RUNNING
+        d["keep_awake"] = bool(get("keep_awake"))
+        progress = get("progress")
+        d["progress"] = shown_progress(progress, state, d["attempts"]) if progress else None
+        pop("key_behind", None)  # the job it was added behind (--on-dup): its after_any says so
+        bid, bname = pop("batch_id", None), pop("batch_name", None)
         d["batch"] = None if bid is None else {"id": bid, "name": bname}
-        d["member"] = json.loads(d["member"]) if d.get("member") else None
-        d["rules"] = json.loads(d["rules"]) if d.get("rules") else None
         if isinstance(d["cwd"], bytes):  # a path that is not UTF-8, kept as its bytes
             d["cwd"] = d["cwd"].decode("utf-8", "surrogateescape")
-        return cls(**d)
+        if d.keys() != _JOB_FIELD_SET:  # a row of another shape: the dataclass says what is missing or extra
+            return cls(**d)
+        # Every field, checked above: filled as __init__ would, without its
+        # frozen __setattr__ per field (a claim and an outcome build one each)
+        job = object.__new__(cls)
+        job.__dict__.update(d)
+        return job
 
     def retries_exit(self, code: int) -> bool:
         """Whether a run that exited with ``code`` (not 0, not a signal) may be
@@ -162,6 +171,8 @@ def mask_channel(ch: dict[str, Any]) -> dict[str, Any]:
 
 
 _JOB_FIELDS = tuple(Job.__dataclass_fields__)
+_JOB_FIELD_SET = frozenset(_JOB_FIELDS)
+_STATES = {s.value: s for s in JobState}  # a row's state text -> its member, without Enum's call
 
 
 def shown_progress(stored: Any, state: JobState, attempts: int) -> dict[str, Any] | None:

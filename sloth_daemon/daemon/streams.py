@@ -124,7 +124,8 @@ def wire(job: Job) -> dict[str, Any]:
     """What Job.to_dict() gives, without its copies of lists and dicts: for
     a frame that is encoded as it is sent, and that nothing changes meanwhile
     (a wait on thousands of jobs makes thousands of these)."""
-    d = {f: getattr(job, f) for f in _WIRE_FIELDS}
+    fields = job.__dict__  # a dataclass's fields, read without getattr's lookup on the class first
+    d = {f: fields[f] for f in _WIRE_FIELDS}
     d["state"] = job.state.value
     return d
 
@@ -164,7 +165,7 @@ class Streams:
         batched = a.get("batched", False)
         if not isinstance(batched, bool):
             raise BadRequest("batched must be true or false")
-        w = Waiting([self.queue.get(i) for i in ids])
+        w = Waiting(self._read(ids))
         unwatch = self.control.watch(w.on_change)
         self._wakers |= {w.heard, w.all_ended}
         loop = asyncio.get_running_loop()
@@ -193,6 +194,19 @@ class Streams:
             unwatch()
             self._wakers -= {w.heard, w.all_ended}
         return {"jobs": [w.told_dict(i) for i in ids]}
+
+    def _read(self, ids: list[int]) -> list[Job]:
+        """The jobs waited on, in one read (not one per id: a wait on a
+        sweep's thousands); an id that is no job raises JobNotFound, the
+        first such as the CLI gave it."""
+        jobs = self.queue.get_many(ids)
+        if len(jobs) < len(set(ids)):
+            found = {j.id for j in jobs}
+            for i in ids:
+                if i not in found:  # JobNotFound, or a job its read missed
+                    jobs.append(self.queue.get(i))
+                    found.add(i)
+        return jobs
 
     async def _heard(self, changed: asyncio.Event) -> bool:
         """Wait for a change heard here; on a shared queue at most

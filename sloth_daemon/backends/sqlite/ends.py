@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from sloth_daemon.backends import rules
 from sloth_daemon.backends.sqlite import deps
 from sloth_daemon.backends.sqlite.reads import JobRows
 from sloth_daemon.backends.sqlite.unit import SqliteStore
@@ -16,6 +17,12 @@ from sloth_daemon.models import Job, JobState
 from sloth_daemon.text import storable
 
 SQL_EVENT = "INSERT INTO events (job_id, at, kind, attempt, message) VALUES (?, ?, ?, ?, ?)"
+SQL_TWO_EVENTS = SQL_EVENT + ", (?, ?, ?, ?, ?)"  # in this order: the first gets the lower id
+ANYONE = object()  # finish's held_by when no lease is checked (a cancel, an expiry)
+SQL_FINISH = ("UPDATE jobs SET state = ?, token = NULL, lease_until = NULL, message = ?,"
+              " exit_code = coalesce(?, exit_code), finished_at = ?, updated_at = ?, runner = coalesce(?, runner)"
+              " WHERE id = ? RETURNING *")
+SQL_FINISH_HELD = SQL_FINISH.replace(" WHERE id = ?", " WHERE id = ? AND state = 'running' AND token = ?")
 
 
 def event(c: sqlite3.Connection, job_id: int, at: float, kind: str, attempt: int, message: str) -> None:
@@ -31,18 +38,31 @@ class SqliteEnds:
         self.store, self.rows = store, rows
 
     def finish(
-        self, c: sqlite3.Connection, job_id: int, state: JobState, now: float, attempt: int,
+        self, c: sqlite3.Connection, job_id: int, state: JobState, now: float, attempt: int | None,
         kind: str, message: str, *, exit_code: int | None = None, stored_message: str | None = None,
+        runner: str | None = None, started: tuple[float, str] | None = None, held_by: object = ANYONE,
     ) -> Job:
         """-> ``state`` (token and lease cleared, ``finished_at = now``), event
-        ``kind`` with ``message`` (the job keeps ``stored_message`` if given)."""
-        out = c.execute(
-            "UPDATE jobs SET state = ?, token = NULL, lease_until = NULL, message = ?,"
-            " exit_code = coalesce(?, exit_code), finished_at = ?, updated_at = ?"
-            " WHERE id = ? RETURNING *",
-            (state.value, storable(message if stored_message is None else stored_message),
-             exit_code, now, now, job_id),
-        ).fetchone()
-        event(c, job_id, now, kind, attempt, message)
+        ``kind`` with ``message`` (the job keeps ``stored_message`` if given).
+        ``runner``: the process identity (JSON) written with it, and
+        ``started`` its event (at, message) before ``kind``'s, in the same
+        statements (an outcome of a short run: the worker writes its start
+        with its end). ``held_by``: only if that token holds its lease
+        (rules.holds, checked by the update itself: no read first), else
+        LeaseLost or JobNotFound and nothing written; ``attempt`` None: the
+        row's."""
+        checked = held_by is not ANYONE
+        args = (state.value, storable(message if stored_message is None else stored_message),
+                exit_code, now, now, runner, self.rows.an_id(job_id))
+        out = c.execute(SQL_FINISH_HELD if checked else SQL_FINISH, (*args, held_by) if checked else args).fetchone()
+        if out is None:
+            row = self.rows.row(c, job_id)  # JobNotFound
+            raise rules.not_held(row, held_by)
+        attempt = out["attempts"] if attempt is None else attempt
+        if started is None:
+            event(c, job_id, now, kind, attempt, message)
+        else:
+            c.execute(SQL_TWO_EVENTS, (job_id, started[0], "started", attempt, storable(started[1]),
+                                       job_id, now, kind, attempt, storable(message)))
         self.store.settled(deps.release(c, job_id, state.value, now))
         return self.rows.job(out)

@@ -42,11 +42,13 @@ class SqliteLeases(contract.Leases):
                  ended_at: float | None = None, runner: dict[str, Any] | None = None,
                  durable: bool = True) -> Job:
         now = self.clock.now()
+        # the process identity and its event with the end's update and event (_put_runner's, folded),
+        # the lease checked by that update (_held's, folded)
+        ident = None if runner is None else json.dumps(runner)
+        started = None if runner is None else started_event(runner, now)
         with self.store.tx(durable=durable) as c:
-            row = self._held(c, job_id, token)
-            self._put_runner(c, row, runner, now)
-            return self.ends.finish(c, job_id, JobState.DONE, past(ended_at, now), row["attempts"], "done",
-                                    message, exit_code=exit_code)
+            return self.ends.finish(c, job_id, JobState.DONE, past(ended_at, now), None, "done", message,
+                                    exit_code=exit_code, runner=ident, started=started, held_by=token)
 
     def fail(
         self, job_id: int, token: str, *, message: str = "", retry: bool = True,
@@ -153,7 +155,7 @@ class SqliteLeases(contract.Leases):
 
     def record_cost(self, job_id: int, attempt: int, cost: Mapping[str, Any], *, durable: bool = False) -> None:
         values = attempt_rules.cost_values(cost)
-        with self.store.tx(durable=durable) as c:
+        with self.store.tx(durable=durable, single=True) as c:
             c.execute("INSERT OR REPLACE INTO attempts (job_id, attempt, cpu_s, peak_rss_bytes, wall_s, ended, covers)"
                       " SELECT id, ?, ?, ?, ?, ?, ? FROM jobs WHERE id = ?", (attempt, *values, job_id))
 
@@ -170,8 +172,8 @@ class SqliteLeases(contract.Leases):
         if runner is None:
             return
         c.execute("UPDATE jobs SET runner = ?, updated_at = ? WHERE id = ?", (json.dumps(runner), now, row["id"]))
-        event(c, row["id"], past(runner.get("started_at"), now), "started", row["attempts"],
-              f"pid {runner.get('pid')}")
+        at, said = started_event(runner, now)
+        event(c, row["id"], at, "started", row["attempts"], said)
 
     def keep_result(self, job_id: int, attempt: int, data: str, *, durable: bool = True) -> None:
         with self.store.tx(durable=durable) as c:
@@ -224,6 +226,11 @@ class SqliteLeases(contract.Leases):
             raise rules.not_held(row, token)
         return row
 
+
+
+def started_event(runner: dict[str, Any], now: float) -> tuple[float, str]:
+    """The ``started`` event of a run whose process identity is ``runner``: (at, message)."""
+    return past(runner.get("started_at"), now), f"pid {runner.get('pid')}"
 
 
 def past(t: float | None, now: float) -> float:

@@ -35,6 +35,10 @@ SQL_READY_AT_PRIO = (
     "SELECT * FROM jobs INDEXED BY jobs_ready WHERE state = 'queued' AND gate IS NULL AND lane = ?"
     " AND priority = ? AND not_before <= ? ORDER BY not_before, id LIMIT 1"
 )
+SQL_READY_MANY_AT_PRIO = (  # claim_many's: the first n due at one priority
+    "SELECT * FROM jobs INDEXED BY jobs_ready WHERE state = 'queued' AND gate IS NULL AND lane = ?"
+    " AND priority = ? AND not_before <= ? ORDER BY not_before, id LIMIT ?"
+)
 SQL_EXPIRED = (
     "SELECT * FROM jobs INDEXED BY jobs_lease WHERE state = 'running' AND lease_until < ?"
 )
@@ -91,6 +95,17 @@ def _best_queued(c: sqlite3.Connection, now: float, lanes: Sequence[str] | None,
                 break
             prio = c.execute(SQL_PRIO_BELOW, (lane, prio)).fetchone()[0]
     return best
+
+def ready_rows(c: sqlite3.Connection, now: float, lane: str, n: int) -> list[Row]:
+    """Up to ``n`` due ungated queued rows of ``lane`` in the claim's order
+    (what ``n`` claims in a row would take, expired leases aside): the
+    priorities high to low by index seeks, each one's due rows by one read."""
+    out: list[Row] = []
+    prio = c.execute(SQL_PRIO_MAX, (lane,)).fetchone()[0]
+    while prio is not None and len(out) < n:
+        out += c.execute(SQL_READY_MANY_AT_PRIO, (lane, prio, now, n - len(out))).fetchall()
+        prio = c.execute(SQL_PRIO_BELOW, (lane, prio)).fetchone()[0] if len(out) < n else None
+    return out
 
 def _best_placed(c: sqlite3.Connection, now: float, lanes: Sequence[str] | None,
                  exclude: Collection[str], places: Collection[str]) -> Row | None:

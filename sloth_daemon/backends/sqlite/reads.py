@@ -90,12 +90,18 @@ class JobRows:
     @staticmethod
     def row(c: sqlite3.Connection, job_id: int) -> sqlite3.Row:
         """The row of ``job_id``, read on ``c`` (inside a transaction, or not). Raises JobNotFound."""
-        if isinstance(job_id, bool) or not isinstance(job_id, int):
-            raise JobNotFound(job_id)
-        row = c.execute(SQL_BY_ID, (job_id,)).fetchone()
+        row = c.execute(SQL_BY_ID, (JobRows.an_id(job_id),)).fetchone()
         if row is None:
             raise JobNotFound(job_id)
         return row
+
+    @staticmethod
+    def an_id(job_id: object) -> int:
+        """``job_id`` if it is a job's id at all (an int), else JobNotFound:
+        SQLite would match the text "5" to job 5."""
+        if isinstance(job_id, bool) or not isinstance(job_id, int):
+            raise JobNotFound(job_id)
+        return job_id
 
 
 # Batches with a handle (issue 33): found by id or by the newest of a name, counted by state.

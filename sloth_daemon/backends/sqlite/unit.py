@@ -52,8 +52,21 @@ class WriteUnit:
         self._tx: contextlib.ExitStack | None = None  # the open transaction (db.transaction)
 
     @contextlib.contextmanager
-    def write(self, durable: bool) -> Iterator[sqlite3.Connection]:
+    def write(self, durable: bool, single: bool = False) -> Iterator[sqlite3.Connection]:
+        """A write of the unit: a savepoint of its transaction, undone alone
+        if it raises for its own reason; ``single``: one statement, atomic by
+        itself (a statement that fails leaves nothing), so no savepoint."""
         c = self._begin()
+        if single:
+            try:
+                yield c
+            except sqlite3.DatabaseError as e:
+                raise self._fail(e) from e
+            except StorageError as e:
+                self._fail(e)
+                raise
+            self.durable |= durable
+            return
         try:
             c.execute("SAVEPOINT unit_write")
         except sqlite3.DatabaseError as e:
@@ -156,15 +169,16 @@ class SqliteStore(contract.Store):
         self._unit: WriteUnit | None = None  # writes that share one transaction (unit())
 
     @contextlib.contextmanager
-    def tx(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+    def tx(self, *, durable: bool = True, single: bool = False) -> Iterator[sqlite3.Connection]:
         """db.transaction (with this queue's patience for locks), then (after
         the commit only) tell ``on_side_change`` of each dependent the
         transaction queued or cancelled. Inside ``unit()``: a savepoint of
-        the unit's transaction, told of when the unit commits."""
+        the unit's transaction, told of when the unit commits (``single``:
+        the write is one statement, which needs none: WriteUnit.write)."""
         if self._unit is not None:
             mark = len(self._side)
             try:
-                with self._unit.write(durable) as c:
+                with self._unit.write(durable, single) as c:
                     yield c
             except BaseException:
                 del self._side[mark:]  # undone with the write

@@ -30,6 +30,7 @@ GUARDED = {
     "SQL_PRIO_MAX": (("a",), "jobs_ready"),
     "SQL_PRIO_BELOW": (("a", 5), "jobs_ready"),
     "SQL_READY_AT_PRIO": (("a", 5, NOW), "jobs_ready"),
+    "SQL_READY_MANY_AT_PRIO": (("a", 5, NOW, 8), "jobs_ready"),  # claim_many
     "SQL_EXPIRED": ((NOW,), "jobs_lease"),
     "SQL_FIRST_DUE_IN_LANE": (("a",), "jobs_due"),
     "SQL_LEASES": ((), "jobs_lease"),
@@ -161,6 +162,7 @@ def test_claim_next_due_and_keyed_enqueue_run_only_guarded_selects(tmp_path):
             lambda: q.claim("w"),  # fails expired last-attempt leases, then claims
             lambda: q.claim("w", lanes=["b", "c"]),
             lambda: q.claim("w", lanes=["nope"]),
+            lambda: q.claim_many("w", 3, lane="a"),
             lambda: q.next_due_at(),
             lambda: q.next_due_at(["a"]),
             lambda: q.enqueue(["x"], key="k7"),

@@ -172,6 +172,23 @@ def test_stale_token_cannot_act_after_reclaim(q, clock):
     assert q.complete(jid, new.token).state == DONE  # the current holder is unaffected
 
 
+def test_complete_of_an_id_that_is_no_int_is_job_not_found_and_writes_nothing(q, clock):
+    """complete checks the lease in its update (no read first): an id given
+    as text or a bool is still no job (SQLite would match "5" to job 5)."""
+    jid = q.enqueue(["x"])
+    job = q.claim("w1")
+    before = snapshot(q, jid)
+    for bad in (str(jid), True, float(jid)):
+        clock.advance(1)
+        with pytest.raises(JobNotFound):
+            q.complete(bad, job.token, exit_code=0)  # type: ignore[arg-type]
+        assert snapshot(q, jid) == before, bad
+    with pytest.raises(JobNotFound):
+        q.complete(jid + 1000, job.token)
+    assert q.complete(jid, job.token, runner={"pid": 7, "started_at": 100.5}).state == DONE
+    assert kinds(q, jid)[-2:] == ["started", "done"]  # the start before the end, with it
+
+
 def test_lapsed_but_unreclaimed_lease_can_be_renewed(q, clock):
     jid = q.enqueue(["x"])
     job = q.claim("w1")

@@ -329,9 +329,10 @@ def test_a_wait_coalesces_what_it_sends_and_reads_no_job_per_change(rig, batched
     h, w, q, sp, _ = rig
     h.streaming.wait_window_s = 60.0  # longer than the test: only the end may release the frame
     ids = op(h, "add", {"jobs": [{"command": [x]} for x in "abc"]})["ids"]
-    reads: list[int] = []
-    get = q.get
-    h.streaming.queue = SimpleNamespace(get=lambda i: reads.append(i) or get(i))  # the wait reads no more
+    reads: list[list[int]] = []
+    get, get_many = q.get, q.get_many
+    h.streaming.queue = SimpleNamespace(get=lambda i: reads.append([i]) or get(i),  # the wait reads no more
+                                        get_many=lambda ids: reads.append(list(ids)) or get_many(ids))
     seen: list[dict[str, Any]] = []
 
     async def emit(ev: dict[str, Any]) -> None:
@@ -358,7 +359,22 @@ def test_a_wait_coalesces_what_it_sends_and_reads_no_job_per_change(rig, batched
         assert [ev["kind"] for ev in seen[1:]] == ["state"] * 3
         told = [ev["job"] for ev in seen[1:]]
     assert sorted((j["id"], j["state"]) for j in told) == [(i, "done") for i in ids]
-    assert sorted(reads) == ids  # the first look only, then what the worker said
+    assert reads == [ids]  # the first look only, one read of them all, then what the worker said
+
+
+def test_a_wait_on_an_id_that_is_no_job_names_it_and_sends_nothing(rig):
+    """The wait reads its jobs in one read (get_many); an id among them that
+    is no job is still refused by name, before anything is sent."""
+    h, w, q, sp, _ = rig
+    (a,) = op(h, "add", {"jobs": [{"command": ["a"]}]})["ids"]
+    seen: list[dict[str, Any]] = []
+
+    async def emit(ev: dict[str, Any]) -> None:
+        seen.append(ev)
+
+    with pytest.raises(JobNotFound) as e:
+        asyncio.run(h.stream_ops["wait"]({"ids": [a, a + 99, a]}, emit))
+    assert str(a + 99) in e.value.message and seen == []
 
 
 def test_a_wait_refuses_a_batched_that_is_not_a_flag(rig):
