@@ -23,6 +23,7 @@ the same way, interleaved with this tree's, each row printed beside it.
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import shutil
 import statistics
@@ -43,10 +44,18 @@ from tests.support.harness import Harness, temp_harness  # noqa: E402
 
 
 def _tree(h: Harness, tree: Path | None) -> None:
-    """Run ``tree``'s daemon (a baseline checkout) instead of this one's."""
-    if tree is not None:
-        for env in (h.env, h.daemon_env):
-            env["PYTHONPATH"] = str(tree)
+    """Run ``tree``'s daemon (a baseline checkout), else this script's own
+    tree's (not the installed one: a copy can be measured while the checkout changes)."""
+    for env in (h.env, h.daemon_env):
+        env["PYTHONPATH"] = str(tree or REPO)
+
+
+def compiled(tree: Path) -> None:
+    """``tree``'s modules byte-compiled, as an install leaves them (pip writes
+    each module's .pyc) and as a daemon's first renewal leaves them (.opt-2.pyc,
+    renewal.optimized): a run under PYTHONDONTWRITEBYTECODE=1 would otherwise
+    compile every module from source at every start, its garbage in the figure."""
+    compileall.compile_dir(tree / "sloth_daemon", quiet=1, optimize=[0, 2])
 
 
 def bench_idle(seconds: float, config: str = "", tree: Path | None = None) -> dict[str, float]:
@@ -163,6 +172,8 @@ def _range(xs: list[float], unit: str) -> str:
 def rest_rows(runs: int, idle_s: float, n: int, baseline: Path | None) -> None:
     """Issue 34's targets at rest, this tree beside the baseline's, measured interleaved."""
     trees: list[tuple[str, Path | None]] = [("this tree", None)] + ([("baseline", baseline)] if baseline else [])
+    for _, tree in trees:
+        compiled(tree or REPO)
     rest: dict[str, list[float]] = {name: [] for name, _ in trees}
     wake: dict[str, list[float]] = {name: [] for name, _ in trees}
     for _ in range(runs):
