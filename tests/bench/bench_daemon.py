@@ -18,6 +18,10 @@ runs (the machine is shared and noisy; ratios matter more than absolutes):
 <= 20 MB, wake-ups at rest <= 0.2/s). --baseline DIR: a source tree (e.g.
 `git -C /work/main archive HEAD | tar -x -C DIR`) whose daemon is measured
 the same way, interleaved with this tree's, each row printed beside it.
+Both trees are byte-compiled first, as an install leaves them (and as a
+daemon's first renewal leaves its -OO files); --from-source removes their
+compiled files instead (with PYTHONDONTWRITEBYTECODE=1, as on the machine
+these were measured on, every start then compiles what it loads).
 """
 
 from __future__ import annotations
@@ -169,11 +173,18 @@ def _range(xs: list[float], unit: str) -> str:
     return f"{med(xs):.2f} {unit} (range {min(xs):.2f}-{max(xs):.2f})" if xs else "-"
 
 
-def rest_rows(runs: int, idle_s: float, n: int, baseline: Path | None) -> None:
+def from_source(tree: Path) -> None:
+    """``tree``'s compiled files removed: under PYTHONDONTWRITEBYTECODE=1 each
+    start then compiles every module it loads (a checkout nothing compiled)."""
+    for cache in (tree / "sloth_daemon").rglob("__pycache__"):
+        shutil.rmtree(cache)
+
+
+def rest_rows(runs: int, idle_s: float, n: int, baseline: Path | None, *, source: bool = False) -> None:
     """Issue 34's targets at rest, this tree beside the baseline's, measured interleaved."""
     trees: list[tuple[str, Path | None]] = [("this tree", None)] + ([("baseline", baseline)] if baseline else [])
     for _, tree in trees:
-        compiled(tree or REPO)
+        (from_source if source else compiled)(tree or REPO)
     rest: dict[str, list[float]] = {name: [] for name, _ in trees}
     wake: dict[str, list[float]] = {name: [] for name, _ in trees}
     for _ in range(runs):
@@ -195,11 +206,13 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--rest-only", action="store_true", help="only the at-rest rows (RSS, wake-ups)")
     ap.add_argument("--baseline", type=Path, help="a source tree measured beside this one (at-rest rows)")
+    ap.add_argument("--from-source", action="store_true",
+                    help="at-rest rows with no compiled files (each start compiles: PYTHONDONTWRITEBYTECODE=1)")
     a = ap.parse_args()
     idle_s = 10 if a.quick else 60
     n = 1000
     if a.rest_only or a.baseline:
-        rest_rows(a.runs, idle_s, n, a.baseline)
+        rest_rows(a.runs, idle_s, n, a.baseline, source=a.from_source)
         if a.rest_only:
             return
     idle = [bench_idle(idle_s)]  # one window: a minute idle is long enough to read
