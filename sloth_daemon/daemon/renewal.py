@@ -251,9 +251,11 @@ def optimized(modules: tuple[str, ...] = COMPILED) -> list[str]:
     them): else every renewal would compile all it loads from source (~1 s
     of CPU, and the compiler's garbage left in the heap it renews to shed),
     so it runs as it was started. Asserts (-O) are only types' narrowing in
-    sloth; no daemon path reads a ``__doc__``. Already optimized (a renewed
-    process): carried by the interpreter's flags."""
-    if sys.flags.optimize >= 2:
+    sloth; no daemon path reads a ``__doc__``. Already optimized: -OO (a
+    renewed process) is carried by the interpreter's flags; a daemon started
+    with -O or PYTHONOPTIMIZE runs as it was started (-O and -OO add up to
+    level 3, whose .opt-3.pyc files are not the ones looked for here)."""
+    if sys.flags.optimize:
         return []
     for name in modules:
         source = getattr(sys.modules.get(name), "__file__", None)

@@ -83,5 +83,6 @@ def test_docstrings_are_left_out_only_where_the_compiled_files_can_be_kept(tmp_p
     py_compile.compile(str(tmp_path / "renewal_probe_mod.py"), cfile=compiled, optimize=2)
     assert renewal.optimized(names) == ["-OO"]  # already there
     assert renewal.optimized(("sys",)) == [] and renewal.optimized(("not_loaded_at_all",)) == []  # no source
-    monkeypatch.setattr(sys, "flags", type("Flags", (), {"optimize": 2})())
-    assert renewal.optimized(names) == []  # already -OO: the interpreter's flags carry it
+    for level in (1, 2):  # -O or PYTHONOPTIMIZE: as started; -OO: the interpreter's flags carry it
+        monkeypatch.setattr(sys, "flags", type("Flags", (), {"optimize": level})())
+        assert renewal.optimized(names) == []
