@@ -23,7 +23,7 @@ import sys
 from typing import Any, AsyncIterator, Callable, Protocol
 
 from sloth_daemon.keeper import peercred
-from sloth_daemon.errors import SlothError
+from sloth_daemon.daemon.keeper_errors import KeeperError, RunGone
 from sloth_daemon.keeper.wire import ENV_REFS_KEPT, MAX_FRAME, VERSION, Cork, boot_now, encode, read_journal
 from sloth_daemon.paths import Paths, ensure_dir
 from sloth_daemon.daemon.keeper_hello import KeeperVersionMismatch, hello_answer
@@ -48,16 +48,6 @@ KEEPER_LOG_ROTATE_BYTES = 1 << 20
 # keeper for the service's main process); everything else the keeper
 # inherits, LD_PRELOAD too: both must read the same boot clock.
 NOT_FOR_KEEPER = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
-
-
-class KeeperError(SlothError):
-    code = "keeper"
-    hint = "See the keeper's log (keeper.log in sloth's log folder)."
-    gone = False  # the keeper no longer holds the run asked about (it ended and was let go)
-
-
-class RunGone(KeeperError):
-    gone = True
 
 
 class KeptRunListener(Protocol):

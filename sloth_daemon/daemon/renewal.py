@@ -25,6 +25,7 @@ look again; anything found, accept again and stay (``give_back`` only).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -221,7 +222,7 @@ def execute(listener: Any, lock_fd: int, held: HeldSignals, *, owned: bool, star
                 "config": config_text if config_text is None or len(config_text) <= HANDED_TEXT_MAX else None}
     env = dict(os.environ, **{ENV: json.dumps(handover)})
     flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]  # -X, -W ...
-    argv = [sys.executable, *flags, "-m", "sloth_daemon.daemon", "run"]
+    argv = [sys.executable, *flags, *optimized(), "-m", "sloth_daemon.daemon", "run"]
     logging.shutdown()
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)  # already, since the renewal was decided
     held.pass_on()
@@ -235,6 +236,37 @@ def execute(listener: Any, lock_fd: int, held: HeldSignals, *, owned: bool, star
     except OSError as e:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
         sys.stderr.write(f"sloth: renewal: cannot exec {sys.executable}: {e}\n")
+
+
+# Where the compiled files of what a start loads are looked for: the
+# standard library's (asyncio, logging), sloth's own.
+COMPILED = ("asyncio.base_events", "logging", "sloth_daemon.daemon.main", "sloth_daemon.daemon.worker.loop")
+
+
+def optimized(modules: tuple[str, ...] = COMPILED) -> list[str]:
+    """``-OO`` for the fresh process where its compiled files are kept: the
+    docstrings of every module it loads are then left out, ~1 MB of a daemon
+    at rest (docs/idle.md). Kept means each module's ``.opt-2.pyc`` exists or
+    can be written beside it (a user's install; pyenv's standard library ships
+    them): else every renewal would compile all it loads from source (~1 s
+    of CPU, and the compiler's garbage left in the heap it renews to shed),
+    so it runs as it was started. Asserts (-O) are only types' narrowing in
+    sloth; no daemon path reads a ``__doc__``. Already optimized: -OO (a
+    renewed process) is carried by the interpreter's flags; a daemon started
+    with -O or PYTHONOPTIMIZE runs as it was started (-O and -OO add up to
+    level 3, whose .opt-3.pyc files are not the ones looked for here)."""
+    if sys.flags.optimize:
+        return []
+    for name in modules:
+        source = getattr(sys.modules.get(name), "__file__", None)
+        if not source or not source.endswith(".py"):
+            return []  # frozen, or from a zip: nothing to look for
+        compiled = importlib.util.cache_from_source(source, optimization=2)
+        folder = os.path.dirname(compiled)
+        if not os.path.exists(compiled) and (sys.dont_write_bytecode or not os.access(
+                folder if os.path.isdir(folder) else os.path.dirname(folder), os.W_OK)):
+            return []
+    return ["-OO"]
 
 
 def same_file(fd: int, path: Path) -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from sloth_daemon.daemon.control import Control
-from sloth_daemon.daemon.keeper_client import KeeperError
+from sloth_daemon.daemon.keeper_errors import KeeperError
 from sloth_daemon.errors import BadRequest, SlothError
 from sloth_daemon.paths import Paths, open_log
 from sloth_daemon.queue import Queue

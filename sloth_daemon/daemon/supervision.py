@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from sloth_daemon.keeper import lockholder
 from sloth_daemon.errors import SlothError
-from sloth_daemon.daemon.keeper_client import KeeperClient, KeeperError
+from sloth_daemon.daemon.keeper_errors import KeeperError
 from sloth_daemon.paths import Paths
 from sloth_daemon.daemon.worker.spawner import Outcome, RunSink, SpawnRequest
+
+if TYPE_CHECKING:
+    from sloth_daemon.daemon.keeper_client import KeeperClient
 
 log = logging.getLogger("sloth.supervision")
 RECONNECT_BACKOFF_S = (0.05, 0.2, 1.0, 2.0, 5.0)
@@ -75,6 +78,8 @@ class KeeperSpawner:
 
     async def connect(self) -> list[dict[str, Any]]:
         """Connect (starting a keeper if none answers); the runs it holds."""
+        from sloth_daemon.daemon.keeper_client import KeeperClient  # here: none at rest (docs/idle.md)
+
         try:
             client = await KeeperClient.connect(self.paths, name=self.name, check_s=self.check_s)
         except SlothError as e:

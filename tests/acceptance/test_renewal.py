@@ -10,6 +10,7 @@ ever loaded (the CLI's among them), so the module check fails there."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -28,15 +29,22 @@ PROBE = Path(__file__).resolve().parents[1] / "support" / "modules_probe"
 NOT_AT_REST = ("sloth_daemon.cli", "sloth_daemon.cli.commands", "sloth_daemon.cli.fast", "cronsim", "zoneinfo",
                "calendar", "shutil", "bz2", "lzma",  # and the request families loaded at their first request:
                "sloth_daemon.daemon.edit_ops", "sloth_daemon.daemon.schedules.ops", "sloth_daemon.daemon.telling.ops",
-               "sloth_daemon.backends.timeline", "sloth_daemon.daemon.listing_stream")
+               "sloth_daemon.backends.timeline", "sloth_daemon.daemon.listing_stream",
+               # the keeper's client: no keeper at rest, the next job connects one
+               "sloth_daemon.daemon.keeper_client", "sloth_daemon.daemon.keeper_hello", "sloth_daemon.keeper.wire")
 
 
-def modules(h, pid: int) -> set[str]:
+def probed(h, pid: int) -> dict:
+    """What the daemon says of itself through the probe: its modules, its -O level."""
     out = h.home / "modules.txt"
     out.unlink(missing_ok=True)
     os.kill(pid, signal.SIGUSR2)
     h.wait_for(out.exists, timeout_s=10, what="the daemon's module list")
-    return set(out.read_text().split())
+    return json.loads(out.read_text())
+
+
+def modules(h, pid: int) -> set[str]:
+    return set(probed(h, pid)["modules"])
 
 
 def renewed(h) -> int:
@@ -113,6 +121,33 @@ def test_at_rest_the_daemon_renews_itself_lean_and_every_family_works_the_first_
     h.cli("daemon", "stop", check=True)
     assert daemon.wait(20) == 0
     assert not (h.home / "run" / "sloth.sock").exists()  # its own socket: removed at the stop, as before
+
+
+def test_where_its_compiled_files_can_be_kept_the_renewed_daemon_runs_without_docstrings(make_harness):
+    """-OO (renewal.optimized): the docstrings of every module left out, ~1 MB
+    at rest (docs/idle.md). Its .opt-2.pyc files are written where the first
+    renewal finds them missing (here a PYTHONPYCACHEPREFIX of the test's own);
+    the flag is carried to every later renewal, never doubled, and the
+    renewed daemon starts a keeper and runs jobs as before. On main the
+    renewed daemon runs at -O level 0, so this fails there."""
+    h = make_harness(TEST_CONFIG + 'keeper_linger_s = "200ms"\n')
+    h.daemon_env.pop("PYTHONDONTWRITEBYTECODE", None)
+    h.daemon_env.update({"PYTHONPATH": str(PROBE), "SLOTH_TEST_MODULES_OUT": str(h.home / "modules.txt"),
+                         "SLOTH_RENEW_GROWTH_KB": "0", "PYTHONPYCACHEPREFIX": str(h.home / "pyc")})
+    daemon = h.start()
+    assert probed(h, daemon.pid)["optimize"] == 0  # `sloth daemon run` as the user typed it
+    for renewals in (1, 2):
+        ids = h.add_many([{"command": ["sh", "-c", f"echo run-{renewals}"]}])
+        h.cli("wait", *map(str, ids), check=True)
+        assert f"run-{renewals}" in h.cli("logs", str(ids[0]), check=True).stdout
+        h.wait_for(lambda: renewed(h) >= renewals, timeout_s=20, what=f"renewal {renewals}")
+        h.wait_ready(daemon)
+        assert h.call("status")["pid"] == daemon.pid
+        seen = probed(h, daemon.pid)
+        assert seen["optimize"] == 2 and not set(seen["modules"]) & set(NOT_AT_REST), seen["optimize"]
+        argv = Path(f"/proc/{daemon.pid}/cmdline").read_bytes().split(b"\0")
+        assert argv.count(b"-OO") == 1 and b"-O" not in argv, argv
+    assert list((h.home / "pyc").rglob("main.cpython-*.opt-2.pyc"))  # kept for the next renewal
 
 
 def test_requests_at_random_moments_around_the_renewal_are_all_answered_and_every_job_runs_once(make_harness):

@@ -18,11 +18,16 @@ runs (the machine is shared and noisy; ratios matter more than absolutes):
 <= 20 MB, wake-ups at rest <= 0.2/s). --baseline DIR: a source tree (e.g.
 `git -C /work/main archive HEAD | tar -x -C DIR`) whose daemon is measured
 the same way, interleaved with this tree's, each row printed beside it.
+Both trees are byte-compiled first, as an install leaves them (and as a
+daemon's first renewal leaves its -OO files); --from-source removes their
+compiled files instead (with PYTHONDONTWRITEBYTECODE=1, as on the machine
+these were measured on, every start then compiles what it loads).
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import shutil
 import statistics
@@ -43,10 +48,18 @@ from tests.support.harness import Harness, temp_harness  # noqa: E402
 
 
 def _tree(h: Harness, tree: Path | None) -> None:
-    """Run ``tree``'s daemon (a baseline checkout) instead of this one's."""
-    if tree is not None:
-        for env in (h.env, h.daemon_env):
-            env["PYTHONPATH"] = str(tree)
+    """Run ``tree``'s daemon (a baseline checkout), else this script's own
+    tree's (not the installed one: a copy can be measured while the checkout changes)."""
+    for env in (h.env, h.daemon_env):
+        env["PYTHONPATH"] = str(tree or REPO)
+
+
+def compiled(tree: Path) -> None:
+    """``tree``'s modules byte-compiled, as an install leaves them (pip writes
+    each module's .pyc) and as a daemon's first renewal leaves them (.opt-2.pyc,
+    renewal.optimized): a run under PYTHONDONTWRITEBYTECODE=1 would otherwise
+    compile every module from source at every start, its garbage in the figure."""
+    compileall.compile_dir(tree / "sloth_daemon", quiet=1, optimize=[0, 2])
 
 
 def bench_idle(seconds: float, config: str = "", tree: Path | None = None) -> dict[str, float]:
@@ -160,9 +173,18 @@ def _range(xs: list[float], unit: str) -> str:
     return f"{med(xs):.2f} {unit} (range {min(xs):.2f}-{max(xs):.2f})" if xs else "-"
 
 
-def rest_rows(runs: int, idle_s: float, n: int, baseline: Path | None) -> None:
+def from_source(tree: Path) -> None:
+    """``tree``'s compiled files removed: under PYTHONDONTWRITEBYTECODE=1 each
+    start then compiles every module it loads (a checkout nothing compiled)."""
+    for cache in (tree / "sloth_daemon").rglob("__pycache__"):
+        shutil.rmtree(cache)
+
+
+def rest_rows(runs: int, idle_s: float, n: int, baseline: Path | None, *, source: bool = False) -> None:
     """Issue 34's targets at rest, this tree beside the baseline's, measured interleaved."""
     trees: list[tuple[str, Path | None]] = [("this tree", None)] + ([("baseline", baseline)] if baseline else [])
+    for _, tree in trees:
+        (from_source if source else compiled)(tree or REPO)
     rest: dict[str, list[float]] = {name: [] for name, _ in trees}
     wake: dict[str, list[float]] = {name: [] for name, _ in trees}
     for _ in range(runs):
@@ -184,11 +206,13 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--rest-only", action="store_true", help="only the at-rest rows (RSS, wake-ups)")
     ap.add_argument("--baseline", type=Path, help="a source tree measured beside this one (at-rest rows)")
+    ap.add_argument("--from-source", action="store_true",
+                    help="at-rest rows with no compiled files (each start compiles: PYTHONDONTWRITEBYTECODE=1)")
     a = ap.parse_args()
     idle_s = 10 if a.quick else 60
     n = 1000
     if a.rest_only or a.baseline:
-        rest_rows(a.runs, idle_s, n, a.baseline)
+        rest_rows(a.runs, idle_s, n, a.baseline, source=a.from_source)
         if a.rest_only:
             return
     idle = [bench_idle(idle_s)]  # one window: a minute idle is long enough to read

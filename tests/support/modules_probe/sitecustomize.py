@@ -1,9 +1,10 @@
 """Put on a daemon's PYTHONPATH with $SLOTH_TEST_MODULES_OUT set: on SIGUSR2
 the daemon (`sloth daemon run`, or `python -m sloth_daemon.daemon run` as a
-renewal execs it) writes the names of the modules it has loaded there, one a
-line (tests/acceptance/test_renewal.py). Other processes (the keeper, jobs)
-are left alone."""
+renewal execs it) writes there, as JSON, the names of the modules it has
+loaded and its -O level (tests/acceptance/test_renewal.py). Other processes
+(the keeper, jobs) are left alone."""
 
+import json
 import os
 import signal
 import sys
@@ -14,7 +15,8 @@ if _OUT and "run" in _ARGV and ("daemon" in _ARGV or "sloth_daemon.daemon" in _A
     def _dump(*_: object) -> None:
         tmp = _OUT + ".tmp"
         with open(tmp, "w") as f:
-            f.write("\n".join(sorted(k for k, v in sys.modules.items() if v is not None)))
+            json.dump({"modules": sorted(k for k, v in sys.modules.items() if v is not None),
+                       "optimize": sys.flags.optimize}, f)
         os.replace(tmp, _OUT)
 
     signal.signal(signal.SIGUSR2, _dump)

@@ -58,3 +58,31 @@ def test_a_handover_for_another_process_or_none_named_is_ignored():
         env = {renewal.ENV: f'{{"pid": {"null" if pid is None else pid}, "listen_fd": 3, "lock_fd": 4,'
                             ' "owned": true, "started_at": 12.5}'}
         assert renewal.taken(env) is None and env == {}
+
+
+def test_docstrings_are_left_out_only_where_the_compiled_files_can_be_kept(tmp_path, monkeypatch):
+    """renewal.optimized: -OO where each module's .opt-2.pyc exists or can be
+    written, else nothing (every renewal compiling from source costs more
+    than the docstrings it sheds)."""
+    import importlib.util
+    import py_compile
+    import sys
+
+    (tmp_path / "renewal_probe_mod.py").write_text('"""A module with a docstring."""\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    importlib.invalidate_caches()
+    import renewal_probe_mod  # noqa: F401
+
+    names = ("renewal_probe_mod",)
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    assert renewal.optimized(names) == ["-OO"]  # its __pycache__ can be written (made: its folder is writable)
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    assert renewal.optimized(names) == []  # nothing kept: no -OO
+    compiled = importlib.util.cache_from_source(str(tmp_path / "renewal_probe_mod.py"), optimization=2)
+    py_compile.compile(str(tmp_path / "renewal_probe_mod.py"), cfile=compiled, optimize=2)
+    assert renewal.optimized(names) == ["-OO"]  # already there
+    assert renewal.optimized(("sys",)) == [] and renewal.optimized(("not_loaded_at_all",)) == []  # no source
+    for level in (1, 2):  # -O or PYTHONOPTIMIZE: as started; -OO: the interpreter's flags carry it
+        monkeypatch.setattr(sys, "flags", type("Flags", (), {"optimize": level})())
+        assert renewal.optimized(names) == []
