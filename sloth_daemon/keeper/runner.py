@@ -102,9 +102,10 @@ class JobProcess:
         try:
             self._pid, self.proc = spawning.spawn(self.argv, cwd=self.cwd, env=self.env, out=wfd, umask=JOB_UMASK,
                                                   preexec=self.preexec)
-        except (OSError, subprocess.SubprocessError) as e:
+        except (OSError, subprocess.SubprocessError, ValueError) as e:  # ValueError: text exec cannot take
             os.close(rfd)
-            retry = not isinstance(e, OSError) or e.errno not in _PERMANENT_ERRNOS
+            retry = isinstance(e, subprocess.SubprocessError) or (isinstance(e, OSError)
+                                                                  and e.errno not in _PERMANENT_ERRNOS)
             raise SpawnError(_spawn_message(self.argv, e), retry=retry,
                              errno=e.errno if isinstance(e, OSError) else None) from e
         finally:
@@ -386,4 +387,7 @@ def _spawn_message(argv: list[str], e: BaseException) -> str:
         return f"command not found: {argv[0]}"
     if isinstance(e, OSError) and e.errno == errno.EACCES:
         return f"permission denied running {argv[0]}"
+    if isinstance(e, UnicodeError):  # a lone surrogate (valid JSON): said without it
+        name = argv[0].encode("utf-8", "backslashreplace").decode("utf-8")
+        return f"cannot start {name}: its command, arguments or environment hold text that cannot be encoded"
     return f"cannot start {argv[0]}: {getattr(e, 'strerror', None) or e}"

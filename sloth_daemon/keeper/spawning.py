@@ -61,7 +61,9 @@ def spawn(argv: list[str], *, cwd: str | None, env: dict[str, str], out: int, um
     """Start ``argv`` (its pid, and the Popen if it was made by one). Raises
     OSError or subprocess.SubprocessError as Popen does: the exec's errno
     (ENOENT: no such command), or the working directory's (its filename)."""
-    if _state["sealed"] and preexec is None:
+    # An empty command name: posix_spawn raises ValueError where Popen's
+    # exec fails as it should (an OSError: the run's spawn failure).
+    if _state["sealed"] and preexec is None and argv[0]:
         try:
             return _posix_spawn(argv, cwd, env, out, umask), None
         except NotImplementedError:  # a libc without POSIX_SPAWN_SETSID: Popen from now on

@@ -231,6 +231,9 @@ class PgLeases(contract.Leases):
                       durable: bool = True) -> list[Job | SlothError]:
         # one statement for the batch; a job others wait for (its end settles them) alone, by complete()
         out: list[Job | SlothError | None] = [None] * len(items)
+        ids = [x.job_id for x in items if isinstance(x.job_id, int) and not isinstance(x.job_id, bool)]
+        if len(set(ids)) < len(ids):  # a job twice: each in turn, as complete() would (before a cost is taken along)
+            return contract.complete_each(self.complete, items, durable=durable)
         batch: list[dict[str, Any]] = []
         for n, x in enumerate(items):
             try:
@@ -239,8 +242,6 @@ class PgLeases(contract.Leases):
                 out[n] = e
                 continue
             batch.append(self._completion(n, x))
-        if len({b["id"] for b in batch}) < len(batch):  # a job twice: each in turn, as complete() would
-            return contract.complete_each(self.complete, items, durable=durable)
         if batch:
             sql = SQL_COMPLETE_MANY.format(lazy="" if durable else SQL_NOT_DURABLE,
                                            join_lazy="" if durable else " CROSS JOIN lazy")

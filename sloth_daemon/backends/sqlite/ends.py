@@ -54,7 +54,8 @@ class SqliteEnds:
         checked = held_by is not ANYONE
         args = (state.value, storable(message if stored_message is None else stored_message),
                 exit_code, now, now, runner, self.rows.an_id(job_id))
-        out = c.execute(SQL_FINISH_HELD if checked else SQL_FINISH, (*args, held_by) if checked else args).fetchone()
+        token = held_by if isinstance(held_by, str) else None  # no text (a list): held by nothing, not unbindable
+        out = c.execute(SQL_FINISH_HELD if checked else SQL_FINISH, (*args, token) if checked else args).fetchone()
         if out is None:
             row = self.rows.row(c, job_id)  # JobNotFound
             raise rules.not_held(row, held_by)

@@ -91,3 +91,35 @@ def test_with_no_periodic_check_each_exit_is_noticed_and_the_next_in_the_chain_s
         w.call("spawn", **rig.job(f"r{i}", "sh", "-c", f"exit {i % 3}", **({"after": f"r{i - 1}"} if i else {})))
     codes = [w.event("exited", f"r{i}")["outcome"]["returncode"] for i in range(n)]
     assert codes == [i % 3 for i in range(n)]
+
+
+def test_an_empty_command_name_is_a_spawn_failure_alone_and_behind_another(rig):
+    """posix_spawn refuses an empty argv[0] with a ValueError (Popen's exec
+    says EACCES): the daemon must hear spawn_failed, as ever, never an
+    internal error; and behind another run (started from the SIGCHLD hook)
+    the one before still ends and this one ends unstarted."""
+    rig.start()
+    w = rig.wire()
+    alone = w.request("spawn", **rig.job("e", ""))
+    assert alone["error"]["code"] == "spawn_failed" and alone["error"]["retry"] is False, alone
+    w.call("spawn", **rig.job("f", "sleep", "0.5"))
+    w.call("spawn", **rig.job("g", "", after="f"))
+    assert w.event("exited", "f")["outcome"]["returncode"] == 0
+    ended = w.event("exited", "g")["outcome"]
+    assert ended["started"] is False and ended["spawn_error"]["retry"] is False, ended
+
+
+def test_an_argument_or_value_no_path_can_hold_is_a_spawn_failure_alone_and_behind_another(rig):
+    """A lone surrogate (valid JSON, "\\ud800") cannot be encoded for exec:
+    a spawn failure the daemon is told of, never an internal error, and
+    behind another run the one before still ends."""
+    rig.start()
+    w = rig.wire()
+    for n, (argv, env) in enumerate(((["echo", "\ud800"], {}), (["true"], {"ODD": "\ud800"}))):
+        alone = w.request("spawn", **rig.job(f"e{n}", *argv, env={"PATH": "/usr/bin:/bin", **env}))
+        assert alone["error"]["code"] == "spawn_failed" and alone["error"]["retry"] is False, alone
+        w.call("spawn", **rig.job(f"f{n}", "sleep", "0.5"))
+        w.call("spawn", **rig.job(f"g{n}", *argv, env={"PATH": "/usr/bin:/bin", **env}, after=f"f{n}"))
+        assert w.event("exited", f"f{n}")["outcome"]["returncode"] == 0
+        ended = w.event("exited", f"g{n}")["outcome"]
+        assert ended["started"] is False and ended["spawn_error"]["retry"] is False, ended

@@ -160,3 +160,17 @@ def test_complete_many_writes_each_outcome_under_its_own_token_and_refuses_only_
     assert q.complete_many([]) == []
     again = q.complete_many([Completion(stale, held[stale].token), Completion(stale, held[stale].token)])
     assert type(again[0]).__name__ == "Job" and isinstance(again[1], LeaseLost)  # one job twice: once
+
+
+def test_complete_many_of_one_job_twice_keeps_its_runs_cost(q, clock):
+    """One job twice in a batch is written as complete() each (the second
+    stale): its run's cost, recorded before in the unit, is still kept."""
+    from sloth_daemon.backends.contract import Completion
+
+    j = q.enqueue(["x"])
+    held = q.claim("w", lanes=["default"])
+    with q.unit():
+        q.record_cost(j, 1, COST)
+        got = q.complete_many([Completion(j, held.token), Completion(j, held.token)], durable=False)
+    assert type(got[0]).__name__ == "Job" and isinstance(got[1], LeaseLost)
+    assert [r["cost"]["cpu_s"] for r in q.costs([j])[j]] == [COST["cpu_s"]]

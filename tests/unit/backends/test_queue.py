@@ -1076,3 +1076,15 @@ def test_claim_many_leases_a_lanes_due_jobs_at_once_each_with_its_own_token(q, c
         with pytest.raises(BadRequest):
             q.claim_many("w", bad, lane="a")
     assert q.claim_many("w", 0, lane="a") == []
+
+
+@pytest.mark.parametrize("token", [["a"], {"a": 1}, 5, b"x"])
+def test_complete_under_a_token_that_is_no_text_is_lease_lost_and_writes_nothing(q, clock, token):
+    """Not a database error (SQLite cannot bind a list): the token does not
+    hold the lease, as any other wrong token."""
+    jid = q.enqueue(["x"])
+    q.claim("w")
+    before = snapshot(q, jid)
+    with pytest.raises(LeaseLost):
+        q.complete(jid, token)
+    assert snapshot(q, jid) == before
