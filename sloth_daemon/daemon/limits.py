@@ -57,7 +57,12 @@ class Postponement:
         self.failures = 0
 
     def failed(self, now: float) -> float:
-        """A spawn failed at ``now``: return how long to wait."""
+        """A spawn failed at ``now``: return how long to wait. A failure heard
+        while a wait holds comes of a spawn sent before it (a burst meets the
+        same shortage several times at once): it waits out the same wait,
+        without doubling it (20 failures of one burst waited 60 s)."""
+        if now < self.until:
+            return self.until - now
         delay = min(2.0 ** self.failures, self.cap_s)
         self.failures += 1
         self.until = now + delay

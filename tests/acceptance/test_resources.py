@@ -86,16 +86,18 @@ def test_idle_clients_cannot_starve_jobs_of_descriptors(harness):
 
 
 def test_a_spawn_short_of_descriptors_waits_without_spending_an_attempt(harness):
-    """With 64 descriptors, 40 jobs at once cannot all get their pipes: those
-    that cannot start are postponed, attempt refunded, and all finish done."""
+    """With 64 descriptors, 56 jobs at once cannot all get their pipes (a
+    running job holds one descriptor of the keeper's, its output's pipe,
+    since it is spawned without Popen's error pipe and pidfd): those that
+    cannot start are postponed, attempt refunded, and all finish done."""
     harness.home.joinpath("config.toml").write_text(harness.home.joinpath("config.toml").read_text()
-                                                    + "[lanes]\nwide = 40\n")
+                                                    + "[lanes]\nwide = 56\n")
     harness.start(nofile=(64, 64))
     harness.call("pause")
-    ids = harness.add_many([{"command": ["sleep", "1"], "lane": "wide", "max_attempts": 1} for _ in range(40)])
+    ids = harness.add_many([{"command": ["sleep", "3"], "lane": "wide", "max_attempts": 1} for _ in range(56)])
     harness.call("resume")
     jobs = [harness.wait_state(j, "done", "failed", timeout_s=120) for j in ids]
-    assert [j["state"] for j in jobs] == ["done"] * 40, [j["message"] for j in jobs if j["state"] != "done"]
+    assert [j["state"] for j in jobs] == ["done"] * 56, [j["message"] for j in jobs if j["state"] != "done"]
     postponed = [e for j in ids for e in harness.events(j) if e["kind"] == "postponed"]
     assert postponed and all("does not count" in e["message"] or "not counted" in e["message"] for e in postponed)
     assert all("Too many open files" in e["message"] for e in postponed)
