@@ -1088,3 +1088,13 @@ def test_complete_under_a_token_that_is_no_text_is_lease_lost_and_writes_nothing
     with pytest.raises(LeaseLost):
         q.complete(jid, token)
     assert snapshot(q, jid) == before
+
+
+def test_commands_of_every_character_come_back_as_added(q):
+    """Quotes, backslashes, braces, commas, an empty word, characters
+    outside ASCII and long words: the command read back is the one added
+    (PostgreSQL takes the commands as a binary array: enqueue.py)."""
+    commands = [["sh", "-c", 'echo "a\\\\b" {x,y} \'q\''], ["", " ", "NULL", "{}", ","],
+                ["é" * 5000, "\\" * 3000, '"' * 3000, "日本語 ☃"], ["a\tb\nc"]]
+    ids = q.enqueue_many([{"command": c} for c in commands])
+    assert [q.get(i).command for i in ids] == commands
