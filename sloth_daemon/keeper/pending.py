@@ -22,6 +22,7 @@ keeper does not know starts at once, beside the run still going.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Callable, Mapping
 
@@ -29,6 +30,8 @@ from sloth_daemon.clock import ClockReadings
 from sloth_daemon.errors import SpawnError
 from sloth_daemon.keeper.kept_run import Launch, KeptRun
 from sloth_daemon.keeper.wire import ENV_REFS_KEPT, Journal, Refused, clocks_now, secs, text, trust_verdict
+
+log = logging.getLogger("sloth.keeper")
 
 
 class PendingRuns:
@@ -116,6 +119,12 @@ class PendingRuns:
             self.start(run, self.launches.pop(run.key))
         except SpawnError as e:
             self.end_unstarted(run, str(e), None, spawn_error={"retry": e.retry, "resource": e.resource})
+            return False
+        except Exception as e:  # noqa: BLE001 - raised here it would leave the SIGCHLD hook that settles
+            # the run in front, whose own exit would never be told (a hang): this run ends, said
+            log.exception("run %s: cannot start it", run.key)
+            self.end_unstarted(run, f"internal error in spawn: {e!r}", None,
+                               spawn_error={"retry": False, "resource": False})
             return False
         return True
 
