@@ -30,6 +30,7 @@ from sloth_daemon.daemon.worker.signals import Signals
 from sloth_daemon.daemon.worker.spawner import Outcome
 
 if TYPE_CHECKING:
+    from sloth_daemon.models import Job
     from sloth_daemon.queue import Queue
     from sloth_daemon.daemon.worker.spawner import Spawner
 
@@ -179,44 +180,50 @@ class Recorder:
         """_settle_one of each plain completion (outcomes.plain_completion), in one complete_many."""
         for run, _ in plain:
             tried.append(run)
-            if run.outcome is not None and run.outcome.log_problem:
-                log.warning("job %d attempt %d: %s", run.job.id, run.attempt, run.outcome.log_problem)
-            self._record_cost(run, run.outcome)  # type: ignore[arg-type]
+            _say_log_problem(run, run.outcome)  # type: ignore[arg-type]
+        got: list[Job | SlothError]
         try:
-            got = self.queue.complete_many([c for _, c in plain], durable=False)
-        except SlothError as e:  # kept, written again later
             for run, _ in plain:
-                log.error("cannot record the outcome of job %d yet (try %d): %s", run.job.id,
-                          run.record_tries + 1, e.message)
-                run.postpone_write(e.message, awake)
-            return
+                self._record_cost(run, run.outcome)  # type: ignore[arg-type]
+            got = self.queue.complete_many([c for _, c in plain], durable=False)
+        except SlothError as e:  # every one kept, written again later
+            got = [e] * len(plain)
         for (run, _), job in zip(plain, got, strict=True):
-            if isinstance(job, (LeaseLost, JobNotFound)):
-                log.warning("outcome of job %d not recorded: %s", run.job.id, job.message)
-                run.written(None)
-            elif isinstance(job, SlothError):
-                log.error("cannot record the outcome of job %d yet (try %d): %s", run.job.id,
-                          run.record_tries + 1, job.message)
-                run.postpone_write(job.message, awake)
-            else:
-                run.written(job)
+            _heard(run, job, awake)
 
     def _settle_one(self, run: Attempt, outcome: Outcome, awake: float, *, durable: bool) -> None:
         """Write one outcome (WRITTEN), or keep it for a later try (ENDED)."""
-        if outcome.log_problem:
-            log.warning("job %d attempt %d: %s", run.job.id, run.attempt, outcome.log_problem)
-        job = None
+        _say_log_problem(run, outcome)
+        job: Job | SlothError | None
         try:
             self._record_cost(run, outcome)
             job = outcomes.record(self.queue, run, outcome, runner=run.identity, durable=durable,
                                   retry_on=self.retry_on)
-        except (LeaseLost, JobNotFound) as e:
-            log.warning("outcome of job %d not recorded: %s", run.job.id, e.message)
-        except SlothError as e:  # keep it, try again later: never thrown away, never re-run by us
-            log.error("cannot record the outcome of job %d yet (try %d): %s", run.job.id,
-                      run.record_tries + 1, e.message)
-            run.postpone_write(e.message, awake)
+        except SlothError as e:
+            job = e
+        if not _heard(run, job, awake):
             return
-        run.written(job)
         if run.written_job is not None and run.written_job.state.value == "queued":
             self.signals.look = True  # back in the queue (a retry, a release): due at its not_before
+
+
+def _say_log_problem(run: Attempt, outcome: Outcome) -> None:
+    if outcome.log_problem:
+        log.warning("job %d attempt %d: %s", run.job.id, run.attempt, outcome.log_problem)
+
+
+def _heard(run: Attempt, job: Job | SlothError | None, awake: float) -> bool:
+    """What the queue said of ``run``'s outcome: written (its Job, or None:
+    recorded as nothing), or not ours to write any more (a stale token, a job
+    gone: True), or kept to try again later (another error: False; never
+    thrown away, never re-run by us)."""
+    if isinstance(job, (LeaseLost, JobNotFound)):
+        log.warning("outcome of job %d not recorded: %s", run.job.id, job.message)
+        job = None
+    elif isinstance(job, SlothError):
+        log.error("cannot record the outcome of job %d yet (try %d): %s", run.job.id,
+                  run.record_tries + 1, job.message)
+        run.postpone_write(job.message, awake)
+        return False
+    run.written(job)
+    return True
