@@ -184,17 +184,28 @@ class Machinery:
     def act_pausejobs(self) -> None:
         """Pause a few running jobs; a thread of its own resumes them 0.3-4 s later."""
         s = self.soak
-        try:
-            running = [j["id"] for lane in ("slow", "gpu", "wide", "power")
-                       for j in s.ask("list", lane=lane, states=["running"], limit=1000)["jobs"]]
-        except s.transient as e:
-            s.note(f"pausejobs: no list: {e!r}")
-            return
-        ids = sorted(s.rng.sample(running, min(len(running), s.rng.randint(1, 4))))
-        if not ids:
-            s.count("pause_no_target")
-            return
-        self._pause(ids, resume=False)
+        ids: list[int] = []
+        for tries in range(10):  # asked again while the daemon does not answer (a kill -9 or a stop just before)
+            if s.abort.is_set():
+                return
+            if tries:
+                s.sleep(1.0)
+            try:
+                running = [j["id"] for lane in ("slow", "gpu", "wide", "power")
+                           for j in s.ask("list", lane=lane, states=["running"], limit=1000)["jobs"]]
+            except s.transient as e:
+                s.note(f"pausejobs: no list: {e!r}")
+                continue
+            ids = sorted(s.rng.sample(running, min(len(running), s.rng.randint(1, 4))))
+            if not ids:
+                s.count("pause_no_target")
+                return
+            if self._pause(ids, resume=False):
+                break
+        else:  # the last ask may have landed unanswered: the resume below is asked all the same
+            s.count("pause_unanswered")
+            if not ids:
+                return
         t = threading.Thread(target=self._resume_later, args=(ids, s.rng.uniform(0.3, 4.0)), daemon=True)
         t.start()
         self.threads.append(t)
