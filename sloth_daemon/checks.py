@@ -68,7 +68,7 @@ def state_name(text: str) -> str:
 # The settings of config.toml whose values are durations (written 30s, 5m; kept in seconds).
 DURATION_KEYS = frozenset({"lease_s", "backoff_cap_s", "retention_s", "kill_grace_s", "clock_check_s",
                            "hook_timeout_s", "poll_s", "conditions_check_s", "keeper_linger_s",
-                           "idle_exit_s"})
+                           "idle_exit_s", "dormant_after_s"})
 BOUNDS = {
     "max_attempts": (1, INT64_MAX),
     "concurrency": (1, MAX_CONCURRENCY),  # a lane's slots: [lanes], default_concurrency, `lane set -c`

@@ -48,6 +48,7 @@ class Settings:
     conditions_check_s: float = 30.0  # how often run conditions are looked at while jobs wait on them
     keeper_linger_s: float = 5.0  # the keeper exits once it has held no run this long (docs/idle.md)
     idle_exit_s: float = 0.0  # the daemon exits after this long with nothing to do; 0: never (docs/idle.md)
+    dormant_after_s: float = 600.0  # ... goes dormant (~9 MB, woken by a command or a slot); 0: never
     metrics_file: str = ""  # the daemon keeps its metrics there for node_exporter ("": none; docs/metrics.md)
     lanes: Mapping[str, int] = field(default_factory=dict)  # only the lanes the file names
     # [lanes.NAME] tables: what the keeper holds for every job of the lane
@@ -562,6 +563,7 @@ retry_on = ["timeout", "stall", "signal"]  # ends retried besides exit codes: al
 conditions_check_s = "30s"  # run conditions (--when) are looked at this often while jobs wait on them
 keeper_linger_s = "5s"      # the keeper (it owns running jobs) exits once it has held none this long
 idle_exit_s = 0             # e.g. "10m": the daemon exits after this long with nothing to do (0: never)
+dormant_after_s = "10m"     # then it holds only its socket (~9 MB) until a command or a slot (0: never)
 # metrics_file = "/var/lib/node_exporter/textfile/sloth.prom"  # kept up to date for node_exporter
 
 [lanes]

@@ -17,12 +17,21 @@ only then ask the daemon to stop (as `sloth daemon stop` does: nothing runs,
 so nothing is interrupted). If anything came meanwhile, listen again and stay.
 A shared (PostgreSQL) queue never exits: other machines queue work for this
 one without a command here.
+
+Dormancy (``dormant_after_s``, on by default) is the same look with one
+difference: a schedule's next slot and a dead-man deadline do not keep the
+daemon whole, since the dormant process (dormant.py) wakes for them. After
+that long with nothing else to do the daemon execs it in its place
+(main.Daemon.go_dormant), pausing its accepting first as a renewal does (the
+socket stays, connections wait in its queue), looking again, and going only
+if nothing came.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Collection
@@ -49,6 +58,18 @@ class Views:
     watching: Callable[[], bool] = lambda: False  # run conditions looked at for waiting jobs
     outbox: Callable[[], int] = lambda: 0  # messages not delivered yet (docs/telling.md): a ping must not wait days
     renewing: Callable[[], bool] = lambda: False  # the daemon renewing itself (renewal.py): one leaving at a time
+    deadline: Callable[[], float | None] = lambda: None  # the dead-man switch's next check (wall clock)
+
+
+WAKE_LEAD_S = 15.0  # a dormant process wakes this long before a slot or deadline: the daemon's start, loaded
+
+
+def wake_lead_s() -> float:
+    """WAKE_LEAD_S, or $SLOTH_DORMANT_LEAD_S (tests: a slot a few seconds away)."""
+    try:
+        return max(float(os.environ.get("SLOTH_DORMANT_LEAD_S") or WAKE_LEAD_S), 0.0)
+    except ValueError:
+        return WAKE_LEAD_S
 
 
 class IdleExit:
@@ -56,18 +77,41 @@ class IdleExit:
     ``window_s`` is read at every look (a reload may change it)."""
 
     def __init__(self, views: Views, window_s: Callable[[], float], *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.views, self.window_s, self.clock = views, window_s, clock
-        self.busy_at = clock()
+                 dormant_s: Callable[[], float] = lambda: 0.0,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+        self.views, self.window_s, self.dormant_s, self.clock, self.wall = views, window_s, dormant_s, clock, wall
+        self.busy_at = self.working_at = clock()  # something needed a daemon; ... other than a timer
         self._requests = views.requests()
 
     def why_stay(self) -> str | None:
         """The first thing that needs a daemon (in words), or None. Something
-        found restarts the window."""
+        found restarts the window (a schedule's slot: the idle exit's only)."""
         why = self._first_need()
         if why is not None:
+            self.busy_at = self.working_at = self.clock()
+            return why
+        if (slot := self.views.next_slot()) is not None:
             self.busy_at = self.clock()
-        return why
+            return f"a schedule's next slot at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(slot))}"
+        return None
+
+    def wake_at(self) -> float | None:
+        """When a dormant process must wake the daemon: a lead before the
+        next slot or dead-man deadline (None: only a command wakes it)."""
+        times = [t for t in (self.views.next_slot(), self.views.deadline()) if t is not None]
+        return min(times) - wake_lead_s() if times else None
+
+    def dormant_due(self) -> bool:
+        """Whether the daemon may go dormant now: on, nothing but timers for a
+        whole window, and the next timer not within the lead (it would wake at once)."""
+        window = self.dormant_s()
+        if window <= 0:
+            return False
+        self.why_stay()  # a need found restarts the window
+        if self.clock() - self.working_at < window:
+            return False
+        wake = self.wake_at()
+        return wake is None or wake > self.wall()
 
     def _first_need(self) -> str | None:
         v = self.views
@@ -92,8 +136,6 @@ class IdleExit:
             return "run conditions watched"
         if (n := v.outbox()) > 0:
             return f"{n} message(s) to deliver"
-        if (slot := v.next_slot()) is not None:
-            return f"a schedule's next slot at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(slot))}"
         return None
 
     def quiet_for(self) -> float | None:
@@ -107,26 +149,43 @@ class IdleExit:
         return window > 0 and quiet is not None and quiet >= window
 
     def period_s(self) -> float:
-        window = self.window_s()
-        return OFF_RECHECK_S if window <= 0 else min(max(window / 4, MIN_PERIOD_S), MAX_PERIOD_S)
+        windows = [w for w in (self.window_s(), self.dormant_s()) if w > 0]
+        return OFF_RECHECK_S if not windows else min(max(min(windows) / 4, MIN_PERIOD_S), MAX_PERIOD_S)
 
     async def watch(self, *, close: Callable[[], None], reopen: Callable[[], Any],
-                    leave: Callable[[str], None]) -> None:
+                    leave: Callable[[str], None], pause: Callable[[], None] = lambda: None,
+                    dormant: Callable[[float | None, str], str | None] | None = None) -> None:
         """Look every period; when due, close the listener (``close``), let
         accepted connections start, look again: still nothing, ``leave``
-        with the reason, else ``reopen`` (awaitable) and stay."""
+        with the reason, else ``reopen`` (awaitable) and stay. Dormancy the
+        same with ``pause`` (the listener kept) and ``dormant(wake_at,
+        reason)``, which returns why it cannot go (then: reopen)."""
         while True:
             await asyncio.sleep(self.period_s())
-            if not self.due():
-                continue
-            close()
-            await asyncio.sleep(SETTLE_S)
-            if (why := self.why_stay()) is None:
-                window = format_duration(self.window_s())
-                leave(f"idle exit: nothing queued, running, held or scheduled for {window} (idle_exit_s)")
-                return
-            log.info("idle exit called off: %s", why)
-            await reopen()
+            if self.due():
+                close()
+                await asyncio.sleep(SETTLE_S)
+                if (why := self.why_stay()) is None:
+                    window = format_duration(self.window_s())
+                    leave(f"idle exit: nothing queued, running, held or scheduled for {window} (idle_exit_s)")
+                    return
+                log.info("idle exit called off: %s", why)
+                await reopen()
+            elif dormant is not None and self.dormant_due():
+                pause()
+                await asyncio.sleep(SETTLE_S)
+                why = self._first_need()
+                if why is None:
+                    self.working_at = self.clock()  # not again at once if it cannot go
+                    window = format_duration(self.dormant_s())
+                    why = dormant(self.wake_at(), f"dormant: nothing queued, running or held for {window}"
+                                  " (dormant_after_s); it wakes on a command, a signal, a schedule's slot")
+                    if why is None:
+                        return
+                else:
+                    self.busy_at = self.working_at = self.clock()
+                log.info("dormancy called off: %s", why)
+                await reopen()
 
 
 async def watch_daemon(d: Any) -> None:
@@ -143,7 +202,9 @@ async def watch_daemon(d: Any) -> None:
                   next_slot=scheduler.earliest if scheduler is not None else lambda: None,
                   connections=lambda: server.active, requests=lambda: server.stats["requests"],
                   watching=lambda: gates.watching, outbox=lambda: d.queue.outbox_counts()["pending"],
-                  renewing=lambda: d.looking)
-    idle = IdleExit(views, lambda: d.settings.idle_exit_s)
+                  renewing=lambda: d.looking,
+                  deadline=lambda: d.deadman.next_at if d.deadman is not None else None)
+    idle = IdleExit(views, lambda: d.settings.idle_exit_s, dormant_s=lambda: d.settings.dormant_after_s)
     await idle.watch(close=server.stop_listening, reopen=lambda: server.start(d.paths.socket),
-                     leave=lambda why: d.request_stop(why, keep_jobs=False))
+                     leave=lambda why: d.request_stop(why, keep_jobs=False), pause=server.pause,
+                     dormant=d.go_dormant)

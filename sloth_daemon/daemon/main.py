@@ -162,6 +162,7 @@ class Daemon:
         self.renewal_config: str | None = None  # config.toml's text in force, for the fresh process
         self.looking = False  # a renewal's look (accepting paused) or the renewal: no idle exit meanwhile
         self.ready_kb: int | None = None  # resident when it became ready: what a fresh process holds
+        self.dormancy: renewal.Dormancy | None = None  # the renewal is to the dormant process (dormant.py)
 
     def reload(self) -> dict[str, Any]:
         """Re-read config.toml and apply it at once (running jobs untouched).
@@ -223,6 +224,14 @@ class Daemon:
             lean.give_back(self.queue.rest)
 
     def _why_not_renew(self) -> str | None:
+        if (why := self._why_not_leave()) is not None:
+            return why
+        if not renewal.worth_it(self.ready_kb):
+            return "no more resident than a fresh process"
+        return None
+
+    def _why_not_leave(self) -> str | None:
+        """Why this process cannot be replaced now (by a fresh daemon or the dormant one)."""
         if self.shared is not None:
             return "a shared queue"  # its machine's registration and polls: not worth a restart
         if self._stop.is_set():
@@ -231,8 +240,26 @@ class Daemon:
             return "runs in hand or a keeper"
         if self.server.active:
             return "a client connected"
-        if not renewal.worth_it(self.ready_kb):
-            return "no more resident than a fresh process"
+        return None
+
+    def go_dormant(self, wake_at: float | None, reason: str) -> str | None:
+        """Nothing but timers needs this daemon (idle_exit.py looked twice,
+        its accepting paused): exec the dormant process in its place, to be
+        woken at ``wake_at`` or before (dormant.py). Returns why it cannot
+        go, else None (the stop is asked: main() execs)."""
+        if self.looking:
+            return "the process renewing itself"
+        why = self._why_not_leave()
+        if why is None and lockholder.held(self.paths.keeper_lock):
+            why = "a keeper runs"  # one a daemon before us started, not let go yet
+        if why is None:
+            why, self.renewal_config = renewal.same_daemon(self.settings)
+        if why is not None:
+            return why
+        db = str(self.paths.db)
+        self.dormancy = renewal.Dormancy(wake_at, min(self.settings.clock_check_s * 6, 30.0), (db, db + "-wal"))
+        self.renewing = renewal.HeldSignals(asyncio.get_running_loop())  # a stop or reload from now: heard there
+        self.request_stop(reason, keep_jobs=True)
         return None
 
     async def _renew(self) -> None:
@@ -300,6 +327,8 @@ class Daemon:
     async def _take_over(self) -> None:
         """Connect to the keeper and adopt what it holds (module docstring)."""
         ensure_dir(self.paths.jobs_log_dir)  # the keeper writes logs there, and makes no folders
+        if self.handover is not None and self.handover.woke:
+            log.info("woken from dormancy (pid %d): %s", os.getpid(), self.handover.woke)
         if self.handover is not None and not lockholder.held(self.paths.keeper_lock):
             log.info("renewed at rest (pid %d): no keeper runs; the next job starts one", os.getpid())
             await self.worker.reconcile([])
@@ -500,7 +529,7 @@ def main() -> int:
                                 started_at=d.control.started_at if d.control is not None else time.time(),
                                 up_row=d.machine.row_id if d.machine is not None else None,
                                 counted=d.control.metrics.counted() if d.control is not None else None,
-                                config_text=d.renewal_config)
+                                config_text=d.renewal_config, dormancy=d.dormancy)
                 code = 1  # the exec failed (said on stderr): the next command starts a daemon
             else:
                 log.info("stopped instead of renewing: %s", d.renewing.stop() or "no listener to hand over")

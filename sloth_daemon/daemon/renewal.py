@@ -44,6 +44,7 @@ from sloth_daemon.safefile import read_file
 
 log = logging.getLogger("sloth.daemon")
 ENV = "SLOTH_RENEWED"  # what the old process hands the new one (taken out of the environment at once)
+WOKE = "SLOTH_DORMANT_WOKE"  # what woke the dormant process (dormant.WOKE; taken out with ENV)
 RENEW_GROWTH_KB = 1024  # resident growth since ready that is worth a fresh process (a start costs ~0.3 s CPU)
 SETTLE_S = 0.05  # after accepting stops: connections already accepted get their task started
 # Blocked from the moment the renewal is decided and across the exec (a
@@ -72,6 +73,7 @@ class Handover:
     up_row: int | None  # its timeline row (machine_log.py), continued
     counted: dict[str, Any]  # its own metrics' counters (metrics_file.DaemonMetrics.counted), continued
     config: str | None = None  # config.toml's text in force (the file may have been edited since)
+    woke: str | None = None  # what woke a dormant process (dormant.py), if it was one
 
 
 def taken(environ: Any = None) -> Handover | None:
@@ -80,6 +82,7 @@ def taken(environ: Any = None) -> Handover | None:
     it. Only a handover naming this process is one: exec keeps the pid."""
     env = os.environ if environ is None else environ
     raw = env.pop(ENV, None)
+    woke = env.pop(WOKE, None)
     if not raw:
         return None
     try:
@@ -91,7 +94,7 @@ def taken(environ: Any = None) -> Handover | None:
         return Handover(int(d["listen_fd"]), int(d["lock_fd"]), bool(d["owned"]), float(d["started_at"]),
                         None if d.get("up_row") is None else int(d["up_row"]),
                         counted if isinstance(counted, dict) else {},
-                        None if d.get("config") is None else str(d["config"]))
+                        None if d.get("config") is None else str(d["config"]), woke)
     except (ValueError, KeyError, TypeError) as e:
         log.error("renewal: cannot read %s=%r (%s); starting anew", ENV, raw, e)
         return None
@@ -208,12 +211,33 @@ class HeldSignals:
             signal.pthread_kill(threading.get_ident(), signal.SIGHUP)  # blocked in this thread: kept across the exec
 
 
+@dataclass
+class Dormancy:
+    """What the dormant process (dormant.py) waits for before it execs the daemon."""
+    wake_at: float | None  # wall clock (None: a command or a signal only)
+    look_s: float  # how often it looks at the clock and at ``watch``
+    watch: tuple[str, ...]  # files another process writes to queue work (the SQLite file and its WAL)
+
+    def argv(self, listen_fd: int, daemon: list[str]) -> list[str]:
+        """``python -I -S dormant.py ...``: no site, no sloth module (dormant.py's docstring)."""
+        out = [sys.executable, "-I", "-S", str(Path(__file__).with_name("dormant.py")),
+               "--listen", str(listen_fd), "--look-s", repr(self.look_s)]
+        if self.wake_at is not None:
+            out += ["--wake-at", repr(self.wake_at)]
+        from sloth_daemon.daemon import dormant  # the standard library only: its own process imports nothing
+
+        for f, stamp in zip(self.watch, dormant.stamps(list(self.watch)), strict=True):  # as this process leaves them
+            out += ["--watch", f, "--seen", dormant.seen_arg(stamp)]
+        return out + ["--", *daemon]
+
+
 def execute(listener: Any, lock_fd: int, held: HeldSignals, *, owned: bool, started_at: float,
             up_row: int | None, config_text: str | None,
-            counted: dict[str, Any] | None = None) -> None:
+            counted: dict[str, Any] | None = None, dormancy: Dormancy | None = None) -> None:
     """Replace this process by a new daemon that takes over ``listener`` and
-    the lock. Returns only if the exec failed (the caller exits: the next
-    command, or the service manager, starts the next daemon)."""
+    the lock (``dormancy``: by the dormant process, which execs that daemon
+    when something needs it). Returns only if the exec failed (the caller
+    exits: the next command, or the service manager, starts the next daemon)."""
     listen_fd = listener.fileno()
     os.set_inheritable(listen_fd, True)
     os.set_inheritable(lock_fd, True)
@@ -223,6 +247,8 @@ def execute(listener: Any, lock_fd: int, held: HeldSignals, *, owned: bool, star
     env = dict(os.environ, **{ENV: json.dumps(handover)})
     flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]  # -X, -W ...
     argv = [sys.executable, *flags, *optimized(), "-m", "sloth_daemon.daemon", "run"]
+    if dormancy is not None:
+        argv = dormancy.argv(listen_fd, argv)
     logging.shutdown()
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)  # already, since the renewal was decided
     held.pass_on()

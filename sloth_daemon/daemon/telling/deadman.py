@@ -77,6 +77,7 @@ class DeadMan:
         self.store, self.outbox, self.memo, self.job, self.notify, self.now = store, outbox, memo, job, notify, now
         self._told: set[str] = set()
         self.missed = 0  # windows told (status, metrics)
+        self.next_at: float | None = None  # the next deadline (wall clock; None: none), for a dormant daemon's wake
 
     def check(self) -> float | None:
         """Tell every window passed with no success; returns when to look next."""
@@ -141,9 +142,11 @@ class DeadMan:
         while True:
             try:
                 nxt = self.check()
+                self.next_at = nxt
             except SlothError as e:
                 log.warning("schedules' dead-man check: %s", e.message)
                 nxt = None
+                self.next_at = self.now() + CHECK_MAX_S  # looked at again then, dormant or not
             wait = CHECK_MAX_S if nxt is None else min(max(nxt - self.now(), 1.0), CHECK_MAX_S)
             await asyncio.sleep(wait)
 

@@ -163,3 +163,107 @@ def test_a_connection_accepted_as_it_closed_calls_the_exit_off_and_it_listens_ag
 
 async def _never() -> None:
     raise AssertionError("reopened with nothing to stay for")
+
+
+# ------------------------------------------------------------- dormancy
+def dormant(parts: Parts, window_s: float = 60.0, *, idle_exit_s: float = 0.0, deadline: float | None = None,
+            wall: float = 10_000.0) -> IdleExit:
+    views = parts.views()
+    views.deadline = lambda: deadline
+    return IdleExit(views, lambda: idle_exit_s, dormant_s=lambda: window_s, clock=lambda: parts.now,
+                    wall=lambda: wall)
+
+
+def test_dormancy_comes_after_a_whole_window_of_nothing_and_a_schedule_does_not_keep_it(parts):
+    parts.slot = 20_000  # the next slot, far away: the dormant process wakes for it
+    ie = dormant(parts)
+    parts.now = 59.9
+    assert not ie.dormant_due()
+    parts.now = 60.0
+    assert ie.dormant_due()
+    assert ie.wake_at() == 20_000 - 15.0  # a lead before it (WAKE_LEAD_S)
+    assert not ie.due()  # the idle exit (off) stays off; on, the slot would keep it
+
+
+def test_dormancy_off_never_and_a_need_restarts_its_window(parts):
+    assert not dormant(parts, 0.0).dormant_due()
+    ie = dormant(parts)
+    parts.now = 50.0
+    parts.connections = 1
+    assert not ie.dormant_due()
+    parts.connections = 0
+    parts.now = 100.0
+    assert not ie.dormant_due()  # 50 s since the connection
+    parts.now = 110.0
+    assert ie.dormant_due()
+
+
+@pytest.mark.parametrize("slot,deadline", [(10_010, None), (None, 10_005)])
+def test_a_slot_or_deadline_within_the_lead_keeps_it_whole(parts, slot, deadline):
+    """It would wake at once (the wake time passed): it stays, and the slot runs."""
+    parts.slot = slot
+    ie = dormant(parts, deadline=deadline, wall=10_000.0)
+    parts.now = 1e6
+    assert not ie.dormant_due()
+
+
+def test_the_wake_time_is_the_earlier_of_a_slot_and_a_dead_man_deadline(parts):
+    parts.slot = 30_000
+    assert dormant(parts, deadline=25_000.0).wake_at() == 25_000.0 - 15.0
+    parts.slot = None
+    assert dormant(parts).wake_at() is None  # only a command, a signal or a write wakes it
+
+
+def test_the_period_follows_the_shorter_window(parts):
+    assert dormant(parts, 600.0).period_s() == 30.0
+    assert dormant(parts, 8.0, idle_exit_s=600.0).period_s() == 2.0
+
+
+def test_going_dormant_pauses_accepting_looks_again_and_goes_with_its_wake_time(parts):
+    said: list[Any] = []
+    parts.slot = 50_000
+    ie = dormant(parts, 0.01)
+    parts.now = 1.0
+
+    def go(wake_at: float | None, reason: str) -> str | None:
+        said.append((wake_at, reason))
+        return None
+
+    async def main() -> None:
+        await ie.watch(close=_not_called, reopen=_never, leave=_not_called, pause=lambda: said.append("pause"),
+                       dormant=go)
+
+    asyncio.run(asyncio.wait_for(main(), 5))
+    assert said[0] == "pause" and said[1][0] == 50_000 - 15.0
+    assert said[1][1].startswith("dormant: nothing queued, running or held")
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_a_request_in_the_pause_or_a_refusal_calls_dormancy_off_and_it_accepts_again(parts, refused):
+    said: list[Any] = []
+    ie = dormant(parts, 0.01)
+    parts.now = 1.0
+
+    def pause() -> None:
+        said.append("pause")
+        if not refused:
+            parts.requests += 1  # served in the settle: an add, say
+
+    def go(wake_at: float | None, reason: str) -> str | None:
+        said.append("go")
+        return "a keeper runs"
+
+    async def reopen() -> None:
+        said.append("reopen")
+        raise asyncio.CancelledError
+
+    async def main() -> None:
+        await ie.watch(close=_not_called, reopen=reopen, leave=_not_called, pause=pause, dormant=go)
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(asyncio.wait_for(main(), 5))
+    assert said == (["pause", "go", "reopen"] if refused else ["pause", "reopen"])
+
+
+def _not_called(*a: Any) -> None:
+    raise AssertionError("the idle exit's path taken while it is off")
