@@ -181,3 +181,35 @@ def test_commands_at_random_moments_around_dormancy_are_all_answered_and_every_j
         assert job["state"] == "done" and job["attempts"] == 1, job
     assert h.log_text().count("woken from dormancy") >= 2, h.log_text()  # the window was really crossed
     assert daemon.poll() is None and h.call("status")["pid"] == daemon.pid
+
+
+def test_under_a_real_systemd_user_it_goes_dormant_keeps_its_watchdog_fed_and_stops_cleanly(make_harness, tmp_path):
+    """The service's main process goes dormant; with WatchdogSec=2 it lives
+    on past several watchdog periods (the holder pings), the next command
+    wakes it in the same main pid, and `systemctl --user stop` ends it cleanly."""
+    from tests.acceptance.test_socket_activation import main_pid, systemctl, user_manager
+
+    h = dormant_harness(make_harness)
+    manager = user_manager(h, tmp_path)
+    try:
+        dropin = tmp_path / "cfg" / "systemd" / "user" / "sloth.service.d"
+        dropin.mkdir(parents=True)
+        (dropin / "watchdog.conf").write_text("[Service]\nWatchdogSec=2\nEnvironment=SLOTH_DORMANT_LEAD_S=2\n")
+        h.cli("service", "install", "--now", check=True)
+        h.cli("add", "--wait", "--", "true", check=True)
+        pid = main_pid(h)
+        assert pid > 0
+        wait_dormant(h, pid)
+        time.sleep(6)  # three watchdog periods, dormant
+        assert main_pid(h) == pid and is_dormant(pid), systemctl(h, "status", "sloth.service").stdout
+        assert systemctl(h, "show", "-p", "NRestarts", "--value", "sloth.service").stdout.strip() == "0"
+        h.cli("add", "--wait", "--", "true", check=True)  # woken, served
+        assert main_pid(h) == pid and not is_dormant(pid)
+        wait_dormant(h, pid)
+        assert systemctl(h, "stop", "sloth.service").returncode == 0
+        assert systemctl(h, "show", "-p", "Result", "--value", "sloth.service").stdout.strip() == "success"
+        assert not alive(pid)
+    finally:
+        h.cli("service", "uninstall")
+        manager.terminate()
+        manager.wait(30)
