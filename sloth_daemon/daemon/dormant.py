@@ -15,8 +15,9 @@ the first of:
 * SIGTERM, SIGINT or SIGHUP: left pending across the exec (blocked), for the
   daemon's own handlers (a stop, a reload) as at any renewal;
 * the wake time, a schedule's next slot or a dead-man deadline less a lead
-  for the start: read against the wall clock at every look, so a machine
-  that slept past it wakes on resume;
+  for the start, or with no such timer the idle exit's time (idle_exit_s:
+  the woken daemon leaves at its first look): read against the wall clock
+  at every look, so a machine that slept past it wakes on resume;
 * the queue's files changed: another process of this user wrote the SQLite
   file (a library's enqueue, `sloth` run against the file), which a daemon
   would have seen at its next look.
@@ -36,6 +37,7 @@ import time
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 WOKE = "SLOTH_DORMANT_WOKE"
+BY_TIME = "the wake time (a schedule's slot, a dead-man deadline, the idle exit)"
 
 
 class Orders:
@@ -127,7 +129,7 @@ def wait(plan: Orders, heard: "list[int]", wakeup: int, dog: Watchdog, *, clock=
             return "signal " + signal.Signals(heard[0]).name
         now = clock()
         if plan.wake_at is not None and now >= plan.wake_at:
-            return "the wake time (a schedule's slot, a dead-man deadline)"
+            return BY_TIME
         timeout = min(plan.look_s, dog.wait_s(), float("inf") if plan.wake_at is None else plan.wake_at - now)
         try:
             ready, _, _ = select.select([plan.listen_fd, wakeup], [], [], max(timeout, 0.0))

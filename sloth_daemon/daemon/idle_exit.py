@@ -77,10 +77,13 @@ class IdleExit:
     ``window_s`` is read at every look (a reload may change it)."""
 
     def __init__(self, views: Views, window_s: Callable[[], float], *,
-                 dormant_s: Callable[[], float] = lambda: 0.0,
+                 dormant_s: Callable[[], float] = lambda: 0.0, quiet_since: float | None = None,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+        """``quiet_since``: the wall time since which nothing needed a daemon,
+        handed over by a dormant process (its quiet counts: an idle exit it
+        woke for comes at the first look)."""
         self.views, self.window_s, self.dormant_s, self.clock, self.wall = views, window_s, dormant_s, clock, wall
-        self.busy_at = self.working_at = clock()  # something needed a daemon; ... other than a timer
+        self.busy_at = self.working_at = clock() - (max(wall() - quiet_since, 0.0) if quiet_since else 0.0)
         self._requests = views.requests()
 
     def why_stay(self) -> str | None:
@@ -97,9 +100,18 @@ class IdleExit:
 
     def wake_at(self) -> float | None:
         """When a dormant process must wake the daemon: a lead before the
-        next slot or dead-man deadline (None: only a command wakes it)."""
+        next slot or dead-man deadline; with no such timer and the idle exit
+        on, when the idle exit comes due (the daemon woken then leaves at its
+        first look); None: only a command, a signal or a write wakes it."""
         times = [t for t in (self.views.next_slot(), self.views.deadline()) if t is not None]
-        return min(times) - wake_lead_s() if times else None
+        if times:
+            return min(times) - wake_lead_s()
+        window = self.window_s()
+        return self.quiet_since() + window if window > 0 else None
+
+    def quiet_since(self) -> float:
+        """The wall time since which nothing needed a daemon (a schedule's slot included)."""
+        return self.wall() - (self.clock() - self.busy_at)
 
     def dormant_due(self) -> bool:
         """Whether the daemon may go dormant now: on, nothing but timers for a
@@ -154,12 +166,12 @@ class IdleExit:
 
     async def watch(self, *, close: Callable[[], None], reopen: Callable[[], Any],
                     leave: Callable[[str], None], pause: Callable[[], None] = lambda: None,
-                    dormant: Callable[[float | None, str], str | None] | None = None) -> None:
+                    dormant: Callable[[float | None, str, float], str | None] | None = None) -> None:
         """Look every period; when due, close the listener (``close``), let
         accepted connections start, look again: still nothing, ``leave``
         with the reason, else ``reopen`` (awaitable) and stay. Dormancy the
         same with ``pause`` (the listener kept) and ``dormant(wake_at,
-        reason)``, which returns why it cannot go (then: reopen)."""
+        reason, quiet_since)``, which returns why it cannot go (then: reopen)."""
         while True:
             await asyncio.sleep(self.period_s())
             if self.due():
@@ -179,7 +191,8 @@ class IdleExit:
                     self.working_at = self.clock()  # not again at once if it cannot go
                     window = format_duration(self.dormant_s())
                     why = dormant(self.wake_at(), f"dormant: nothing queued, running or held for {window}"
-                                  " (dormant_after_s); it wakes on a command, a signal, a schedule's slot")
+                                  " (dormant_after_s); it wakes on a command, a signal, a schedule's slot",
+                                  self.quiet_since())
                     if why is None:
                         return
                 else:
@@ -204,7 +217,18 @@ async def watch_daemon(d: Any) -> None:
                   watching=lambda: gates.watching, outbox=lambda: d.queue.outbox_counts()["pending"],
                   renewing=lambda: d.looking,
                   deadline=lambda: d.deadman.next_at if d.deadman is not None else None)
-    idle = IdleExit(views, lambda: d.settings.idle_exit_s, dormant_s=lambda: d.settings.dormant_after_s)
+    idle = IdleExit(views, lambda: d.settings.idle_exit_s, dormant_s=lambda: d.settings.dormant_after_s,
+                    quiet_since=_quiet_since(d.handover))
     await idle.watch(close=server.stop_listening, reopen=lambda: server.start(d.paths.socket),
                      leave=lambda why: d.request_stop(why, keep_jobs=False), pause=server.pause,
                      dormant=d.go_dormant)
+
+
+def _quiet_since(handover: Any) -> float | None:
+    """A dormant process's quiet, counted only if its wake time woke it:
+    the connection that woke one is a request, which starts the window again."""
+    from sloth_daemon.daemon import dormant  # the standard library only
+
+    if handover is None or handover.woke != dormant.BY_TIME:
+        return None
+    return handover.quiet_since

@@ -242,7 +242,7 @@ class Daemon:
             return "a client connected"
         return None
 
-    def go_dormant(self, wake_at: float | None, reason: str) -> str | None:
+    def go_dormant(self, wake_at: float | None, reason: str, quiet_since: float) -> str | None:
         """Nothing but timers needs this daemon (idle_exit.py looked twice,
         its accepting paused): exec the dormant process in its place, to be
         woken at ``wake_at`` or before (dormant.py). Returns why it cannot
@@ -257,7 +257,8 @@ class Daemon:
         if why is not None:
             return why
         db = str(self.paths.db)
-        self.dormancy = renewal.Dormancy(wake_at, min(self.settings.clock_check_s * 6, 30.0), (db, db + "-wal"))
+        self.dormancy = renewal.Dormancy(wake_at, quiet_since, min(self.settings.clock_check_s * 6, 30.0),
+                                         (db, db + "-wal"))
         self.renewing = renewal.HeldSignals(asyncio.get_running_loop())  # a stop or reload from now: heard there
         self.request_stop(reason, keep_jobs=True)
         return None

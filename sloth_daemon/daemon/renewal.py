@@ -74,6 +74,7 @@ class Handover:
     counted: dict[str, Any]  # its own metrics' counters (metrics_file.DaemonMetrics.counted), continued
     config: str | None = None  # config.toml's text in force (the file may have been edited since)
     woke: str | None = None  # what woke a dormant process (dormant.py), if it was one
+    quiet_since: float | None = None  # a dormant one's: since when nothing needed a daemon (idle_exit.py)
 
 
 def taken(environ: Any = None) -> Handover | None:
@@ -94,7 +95,8 @@ def taken(environ: Any = None) -> Handover | None:
         return Handover(int(d["listen_fd"]), int(d["lock_fd"]), bool(d["owned"]), float(d["started_at"]),
                         None if d.get("up_row") is None else int(d["up_row"]),
                         counted if isinstance(counted, dict) else {},
-                        None if d.get("config") is None else str(d["config"]), woke)
+                        None if d.get("config") is None else str(d["config"]), woke,
+                        None if d.get("quiet_since") is None else float(d["quiet_since"]))
     except (ValueError, KeyError, TypeError) as e:
         log.error("renewal: cannot read %s=%r (%s); starting anew", ENV, raw, e)
         return None
@@ -215,6 +217,7 @@ class HeldSignals:
 class Dormancy:
     """What the dormant process (dormant.py) waits for before it execs the daemon."""
     wake_at: float | None  # wall clock (None: a command or a signal only)
+    quiet_since: float  # since when nothing needed a daemon (wall clock), for the woken daemon's idle exit
     look_s: float  # how often it looks at the clock and at ``watch``
     watch: tuple[str, ...]  # files another process writes to queue work (the SQLite file and its WAL)
 
@@ -243,7 +246,8 @@ def execute(listener: Any, lock_fd: int, held: HeldSignals, *, owned: bool, star
     os.set_inheritable(lock_fd, True)
     handover = {"pid": os.getpid(), "listen_fd": listen_fd, "lock_fd": lock_fd, "owned": owned,
                 "started_at": started_at, "up_row": up_row, "counted": counted or {},
-                "config": config_text if config_text is None or len(config_text) <= HANDED_TEXT_MAX else None}
+                "config": config_text if config_text is None or len(config_text) <= HANDED_TEXT_MAX else None,
+                "quiet_since": dormancy.quiet_since if dormancy is not None else None}
     env = dict(os.environ, **{ENV: json.dumps(handover)})
     flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]  # -X, -W ...
     argv = [sys.executable, *flags, *optimized(), "-m", "sloth_daemon.daemon", "run"]

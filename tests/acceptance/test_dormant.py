@@ -213,3 +213,19 @@ def test_under_a_real_systemd_user_it_goes_dormant_keeps_its_watchdog_fed_and_st
         h.cli("service", "uninstall")
         manager.terminate()
         manager.wait(30)
+
+
+def test_with_the_idle_exit_on_it_goes_dormant_first_then_exits_when_the_exit_comes_due(make_harness):
+    """dormant_after_s 1 s, idle_exit_s 4 s: dormant after a second, then
+    woken when the idle exit comes due, and that daemon leaves cleanly at
+    its first look (its socket removed, its lock free)."""
+    h = dormant_harness(make_harness, 'idle_exit_s = "4s"\n')
+    h.start()
+    assert h.daemon is not None
+    pid = h.daemon.pid
+    wait_dormant(h, pid)
+    assert h.daemon.wait(30) == 0, h.log_text()
+    log = h.log_text()
+    assert woken(h, "the wake time") and "idle exit: nothing queued, running, held or scheduled for 4s" in log
+    assert not h.socket.exists()
+    assert lock_holder(resolve({"SLOTH_HOME": str(h.home)})) is None

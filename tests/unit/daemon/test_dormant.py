@@ -126,7 +126,7 @@ def test_a_write_to_a_watched_file_wakes_it_an_empty_new_one_does_not(listener, 
 def test_a_write_before_it_started_is_seen_against_what_the_daemon_left(listener, tmp_path):
     db = tmp_path / "q.db"
     db.write_bytes(b"x" * 100)
-    argv = Dormancy(None, 0.1, (str(db),)).argv(listener.fileno(), ["daemon"])
+    argv = Dormancy(None, 0.0, 0.1, (str(db),)).argv(listener.fileno(), ["daemon"])
     seen = argv[argv.index("--seen") + 1]
     with open(db, "ab") as f:
         f.write(b"y")  # between the daemon's exit and the dormant process's first look

@@ -225,7 +225,7 @@ def test_going_dormant_pauses_accepting_looks_again_and_goes_with_its_wake_time(
     ie = dormant(parts, 0.01)
     parts.now = 1.0
 
-    def go(wake_at: float | None, reason: str) -> str | None:
+    def go(wake_at: float | None, reason: str, quiet_since: float) -> str | None:
         said.append((wake_at, reason))
         return None
 
@@ -249,7 +249,7 @@ def test_a_request_in_the_pause_or_a_refusal_calls_dormancy_off_and_it_accepts_a
         if not refused:
             parts.requests += 1  # served in the settle: an add, say
 
-    def go(wake_at: float | None, reason: str) -> str | None:
+    def go(wake_at: float | None, reason: str, quiet_since: float) -> str | None:
         said.append("go")
         return "a keeper runs"
 
@@ -267,3 +267,31 @@ def test_a_request_in_the_pause_or_a_refusal_calls_dormancy_off_and_it_accepts_a
 
 def _not_called(*a: Any) -> None:
     raise AssertionError("the idle exit's path taken while it is off")
+
+
+def test_with_the_idle_exit_on_and_no_timer_it_wakes_when_the_exit_comes_due(parts):
+    """Dormant at 60 s, an idle exit of 300 s: the holder wakes the daemon
+    when the exit is due, and the woken daemon, credited with that quiet,
+    leaves at its first look."""
+    ie = dormant(parts, 60.0, idle_exit_s=300.0, wall=10_000.0)
+    parts.now = 60.0
+    assert ie.dormant_due()
+    assert ie.quiet_since() == 10_000.0 - 60.0
+    assert ie.wake_at() == 10_000.0 - 60.0 + 300.0
+    woken = IdleExit(parts.views(), lambda: 300.0, quiet_since=10_000.0 - 300.0, clock=lambda: parts.now,
+                     wall=lambda: 10_000.0)
+    assert woken.due()
+    parts.slot = 20_000  # a schedule: its slot, not the exit (which a slot forbids), is the wake time
+    assert ie.wake_at() == 20_000 - 15.0
+
+
+def test_only_a_wake_by_time_hands_its_quiet_to_the_woken_daemon():
+    from sloth_daemon.daemon import dormant as holder
+    from sloth_daemon.daemon.idle_exit import _quiet_since
+    from sloth_daemon.daemon.renewal import Handover
+
+    h = Handover(5, 6, True, 1.0, None, {}, None, holder.BY_TIME, 123.0)
+    assert _quiet_since(h) == 123.0
+    h.woke = "a connection"  # a request: the window starts again
+    assert _quiet_since(h) is None
+    assert _quiet_since(None) is None
