@@ -176,6 +176,7 @@ class SoakConfig:
     starve: bool = True  # late in the chaos, shrink gpu below a gpu=2 job's need for good (issue 28.2)
     stall_s: float = 60.0  # the settle gives up (a violation) after this long with no progress
     idle_exit_s: float = 0.0  # the daemon's idle_exit_s (docs/idle.md); 0: off, as by default
+    dormant_after_s: float | None = None  # the daemon's dormant_after_s (docs/idle.md); None: the default
     keep_home: bool = False
     log: Callable[[str], None] = print
 
@@ -194,7 +195,9 @@ class SoakConfig:
     def daemon_config(self) -> str:
         lanes = "".join(f"{k} = {v}\n" for k, v in self.lanes.items())
         return ('lease_s = "3s"\nclock_check_s = "1s"\nkill_grace_s = "1s"\nconditions_check_s = "1s"\n'
-                f'backoff_cap_s = "4s"\nmax_attempts = 3\nidle_exit_s = {self.idle_exit_s}\n[lanes]\n{lanes}')
+                f'backoff_cap_s = "4s"\nmax_attempts = 3\nidle_exit_s = {self.idle_exit_s}\n'
+                + (f"dormant_after_s = {self.dormant_after_s}\n" if self.dormant_after_s is not None else "")
+                + f'[lanes]\n{lanes}')
 
 
 @dataclass
@@ -283,6 +286,7 @@ class SoakResult:
                 f"{c} {n}" for c, n in sorted(f.get("reruns_by_cause", {}).items())) or "none")
             + f" (only {', '.join(RERUN_ALLOWED)} may)",
             (f"  idle exit after the settle: {f['idle_exit_after_s']} s\n" if "idle_exit_after_s" in f else "")
+            + (f"  dormant spells {f['dormant_spells']}, wakes {f['dormant_wakes']}\n" if "dormant_spells" in f else "")
             + f"  daemon starts: {f.get('daemon_starts', 0)}, spawn -> answering median "
             f"{f.get('ready_median_s', 0):.2f} s, max {f.get('ready_max_s', 0):.2f} s",
             f"  invariants: lost {f.get('lost', '?')} | duplicates {f.get('duplicates', '?')} | "
@@ -1169,10 +1173,13 @@ class Soak:
             return
         self.count("idle_exits")
         self.note(f"idle exit of daemon {p.pid} after {fig['idle_exit_after_s']} s")
-        # The next daemon stays for the checks: they ask it things with pauses of seconds between
-        # (reading the records), longer than the window, and it would leave in the middle.
-        (self.h.home / "config.toml").write_text(re.sub(r"idle_exit_s = [0-9.]+", "idle_exit_s = 0",
-                                                        self.good_config()))
+        log = self.h.log_text()
+        fig["dormant_spells"] = log.count("stopping (keeping running jobs): dormant:")
+        fig["dormant_wakes"] = log.count("woken from dormancy")
+        # The next daemon stays whole for the checks: they ask it things with pauses of seconds
+        # between (reading the records), longer than the windows, and it would leave in the middle.
+        stay = re.sub(r"dormant_after_s = [0-9.]+", "dormant_after_s = 0", self.good_config())
+        (self.h.home / "config.toml").write_text(re.sub(r"idle_exit_s = [0-9.]+", "idle_exit_s = 0", stay))
         self.start_daemon("after its idle exit")
 
     # -------------------------------------------------------------- verify
@@ -1506,9 +1513,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idle-exit", type=float, default=0.0, metavar="SECONDS",
                     help="the daemon's idle_exit_s: it exits when it has had nothing to do this long (default "
                          "off); the soak then waits for that exit after the settle and checks on the next daemon")
+    ap.add_argument("--dormant", type=float, metavar="SECONDS",
+                    help="the daemon's dormant_after_s (default: sloth's): it goes dormant after this long with "
+                         "nothing but timers to do, and the chaos then hits the dormant process too")
     a = ap.parse_args(argv)
     kw: dict[str, Any] = {"seed": a.seed, "keep_home": a.keep, "require_lease_floor": a.require_lease_floor,
-                          "idle_exit_s": a.idle_exit}
+                          "idle_exit_s": a.idle_exit, "dormant_after_s": a.dormant}
     if a.faults:
         faults = tuple(f.strip() for f in a.faults.split(",") if f.strip())
         unknown = sorted(set(faults) - set(CHAOS))
