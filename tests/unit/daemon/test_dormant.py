@@ -182,3 +182,10 @@ def test_it_loads_no_sloth_module_and_no_site(listener):
     assert p.returncode == 0, p.stderr
     imported = {line.rsplit("|", 1)[-1].strip() for line in p.stderr.splitlines() if line.startswith("import time:")}
     assert imported and not {m for m in imported if m.startswith(("sloth", "site", "asyncio", "json", "logging"))}
+
+
+def test_no_module_beside_it_shadows_the_standard_library():
+    """Run by path, its folder comes first on sys.path under Python 3.10
+    (3.11's -I leaves it out): a daemon/enum.py would be imported as enum."""
+    beside = {p.stem for p in SCRIPT.parent.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
+    assert not beside & set(sys.stdlib_module_names)
