@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sloth_daemon.errors import IllegalTransition
-from sloth_daemon.daemon.worker.pipeline import DEPTH, DEPTH_MIN, HOLD_S, HOT_FACTOR, HOT_MAX_S, HOT_S
+from sloth_daemon.daemon.worker.pipeline import DEPTH, DEPTH_MIN, HOLD_S, HOT_FACTOR, HOT_MAX_S, HOT_S, PACE_S
 from sloth_daemon.queue import Queue
 from sloth_daemon.daemon.worker.spawner import Outcome
 from tests.unit.daemon.test_worker import FakeSpawner, LEASE, clocks, env  # noqa: F401 (fixtures)
@@ -519,3 +519,15 @@ def test_turns_are_paced_only_while_the_keeper_holds_runs_to_start(pipe):
         w.turn()
         assert w.pipeline.paced() == bool(w.status()["pending"])
     assert not w.pipeline.paced() and q.get(ids[-1]).state == "done"
+
+
+def test_a_chain_of_true_outlasts_several_paced_turns():
+    """The worker refills a chain once a paced turn (PACE_S, its work, its
+    fsync: ~2-3 paces in all): a chain of `true` (~1.2 ms each in the
+    keeper, quiet) must hold more than that or the keeper waits for the
+    worker. 8 held `true` behind a 3 ms pace ran dry before 16% of the
+    starts (perf sched, docs/benchmarks.md); DEPTH and PACE_S are set
+    together."""
+    true_s = 0.0012
+    assert DEPTH * true_s >= 4 * PACE_S
+    assert HOLD_S / DEPTH >= 2 * true_s  # a `true` lane gets the whole DEPTH, even heard late
