@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
+import sys
 from pathlib import Path
 
 CHILD = r'''
@@ -94,11 +96,13 @@ print(json.dumps({{"daemon_ms": cpu * 1000 / n, "keeper_ms": 0.0, "cli_ms": 0.0,
 
 
 def one(root: Path, n: int, slots: int, spy: str, queue_only: bool = False) -> dict[str, float]:
+    # a tree without a venv of its own (`git archive` of another branch): this interpreter, that tree's code
     py = root / ".venv" / "bin" / "python"
+    env = None if py.exists() else {**os.environ, "PYTHONPATH": str(root)}
     code = QUEUE_ONLY.format(root=str(root), n=n) if queue_only else CHILD.format(root=str(root), n=n, slots=slots,
                                                                                   spy=spy)
-    out = subprocess.run([str(py), "-c", code],
-                         capture_output=True, text=True, cwd=root, timeout=1200)
+    out = subprocess.run([str(py) if py.exists() else sys.executable, "-c", code],
+                         capture_output=True, text=True, cwd=root, timeout=1200, env=env)
     if out.returncode != 0:
         raise SystemExit(f"{root}: {out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -33,7 +33,16 @@ due job J as usual and asks the spawner to start J the moment R ends
   paced turn comes every 6-7 ms in a burst of `true` (the pace, its own
   work, and its commit before the spawns go out) while the keeper gets
   through a job in ~1.5-2 ms: 4 deep, the keeper ran dry before 24% of
-  its starts (instrumented, 1,000 jobs); 8 deep, before 2%;
+  its starts (instrumented, 1,000 jobs); 8 deep, before 2%. Now the keeper
+  gets through a `true` in ~1.2 ms and a turn carries more: 8 deep, the
+  time from one job's exit to the next one's fork (perf sched, 1,000 jobs,
+  1 slot) was over 1.5 ms before 16% of the starts, 3.2 ms each on
+  average with a CPU idle for most of it (the keeper waiting for the
+  worker's turn and its fsync): a third of the wall time. So a chain is as
+  deep as HOLD_S of the lane's usual run (``depth_cap``), DEPTH_MIN to
+  DEPTH: 64 `true` in hand, and a lane of 50 ms jobs still holds only
+  DEPTH_MIN, so a shared queue's other workers are not kept from a
+  chain's jobs for long; a lane whose runs were never heard holds DEPTH_MIN;
 - while the keeper holds pending runs the worker paces its turns (PACE_S
   between them): each turn then records a few outcomes and claims a few
   successors in one transaction (recording.py) instead of one of each per
@@ -42,7 +51,12 @@ due job J as usual and asks the spawner to start J the moment R ends
   Pacing only while every chain was two or more deep (so one nearer its
   end got the next turn at once) was measured worse: 8% more wall time,
   10% more daemon CPU (8 interleaved pairs). A lone job is never paced:
-  nothing is pending;
+  nothing is pending. PACE_S was 3 ms while a chain held 8 `true` (~10 ms
+  of work); with HOLD_S in hand a 10 ms pace never lets the keeper run
+  dry and a turn carries ~7 jobs: the daemon's CPU per job in a burst of
+  1,000 `true` on 1 slot 0.74 ms against 3 ms's 0.93 (4 interleaved
+  rounds), wall 1.46-1.63 s against 1.49-2.14; 20 ms saved little more
+  CPU (0.70) and the outcomes are heard later;
 - if the run at the head of a chain (the one that runs) still runs hot_s
   after it started, the chain is taken back: the spawner drops each run
   that has not started (it is withdrawn: withdrawal.py) and the queue gets it back as if
@@ -79,8 +93,9 @@ if TYPE_CHECKING:
 
 HOT_S = 0.05  # a run younger than this may get a successor; a successor pending longer is taken back ...
 HOT_FACTOR, HOT_MAX_S = 4.0, 0.5  # ... or than HOT_FACTOR x the lane's usual run, up to HOT_MAX_S (hot_s)
-DEPTH = 8  # pending runs behind one that runs, at most
-PACE_S = 0.003  # between the worker's turns while runs are pending (see the docstring)
+DEPTH = 64  # pending runs behind one that runs, at most ...
+DEPTH_MIN, HOLD_S = 8, 0.2  # ... as many as make HOLD_S of the lane's usual run, DEPTH_MIN at least
+PACE_S = 0.010  # between the worker's turns while runs are pending (see the docstring)
 TAKE_BACK_WAIT_S = 2.0  # a daemon stopping waits this long at most to hear its successors taken back
 
 
@@ -120,7 +135,7 @@ class Pipeline:
         # and a spawn after a run it does not know starts at once.
         sent = run.live or (run.stage is Stage.CLAIMED and run.job.runner is None)
         return (sent and run.ending is None and run.successor is None and not run.adopted
-                and depth(run) < DEPTH and awake < self._take_back_at(run)
+                and depth(run) < self.depth_cap(lane) and awake < self._take_back_at(run)
                 and self.short_lanes.get(lane, True)
                 and not self.lanes.is_paused(lane) and used.get(lane, 0) >= self.lanes.concurrency(lane))
 
@@ -141,28 +156,32 @@ class Pipeline:
             # a lane's successors in one statement (no read-only look first: in a burst there is
             # work, and the look costs), as many as its chains have room for (DEPTH deep), dealt
             # out a level at a time: every chain gets its next before any gets two
-            jobs = self.queue.claim_many(self.name, sum(DEPTH - depth(t) for t in tails), lane=lane,
-                                         places=self.places)
+            # each tail with its depth, counted once (a chain is DEPTH long: walking it per job dealt
+            # was DEPTH^2 steps a turn)
+            levels = [(t, depth(t)) for t in tails]
+            cap = self.depth_cap(lane)
+            jobs = self.queue.claim_many(self.name, sum(cap - d for _, d in levels), lane=lane,
+                                         places=self.places)[::-1]  # taken from the end: the claim's order
             while jobs:
-                tails = [t for t in tails if depth(t) < DEPTH]
-                if not tails:  # never (as many as there was room for): not left claimed with no run
-                    for job in jobs:
+                levels = [(t, d) for t, d in levels if d < cap]
+                if not levels:  # never (as many as there was room for): not left claimed with no run
+                    for job in reversed(jobs):
                         self.queue.unclaim(job.id, job.token or "")
                     break
-                for i, run in enumerate(tails):
+                for i, (run, d) in enumerate(levels):
                     if not jobs:
                         break
-                    job = jobs.pop(0)
+                    job = jobs.pop()
                     self.pending_n += 1
                     run.successor = Attempt(job, job.token or "", job.attempts, after=run)
                     begin(run.successor, r)
-                    tails[i] = run.successor
+                    levels[i] = (run.successor, d + 1)
 
     # ----------------------------------------------------------- taking back
     def take_back_due(self, awake: float) -> None:
         """Chains whose head is no longer young: see the module docstring."""
-        for run in reversed(self._pending()):  # the last first: the keeper need not move the others up
-            if awake >= self._take_back_at(run):
+        for run, at in reversed(self._pending_with_deadlines()):  # the last first: the keeper need not move
+            if awake >= at:                                             # the others up
                 self.take_back_run(run)
 
     def take_back(self, lanes: Iterable[str] | None = None) -> None:
@@ -181,7 +200,7 @@ class Pipeline:
         await self.withdrawals.wait(self.withdrawals.ask(pending), TAKE_BACK_WAIT_S)
 
     def take_back_deadlines(self, awake: float) -> list[float]:
-        return [self._take_back_at(run) - awake for run in self._pending()]
+        return [at - awake for _, at in self._pending_with_deadlines()]
 
     def run_ended(self, run: Attempt) -> None:
         """Its process ended, or it was dropped before it started (then the
@@ -192,6 +211,15 @@ class Pipeline:
             self.short_lanes[lane] = took < self.hot_s(lane)
             usual = self.usual_s.get(lane)
             self.usual_s[lane] = took if usual is None else usual + (took - usual) / 4
+
+    def depth_cap(self, lane: str) -> int:
+        """How many runs of ``lane`` may wait behind the one that runs: about
+        HOLD_S of the lane's usual run, DEPTH_MIN to DEPTH. A lane whose runs'
+        time is not known yet: DEPTH_MIN."""
+        usual = self.usual_s.get(lane)
+        if usual is None:
+            return DEPTH_MIN
+        return DEPTH if usual * DEPTH <= HOLD_S else max(DEPTH_MIN, int(HOLD_S / usual))
 
     def hot_s(self, lane: str) -> float:
         """How young a run of ``lane`` must be to get a successor, and how
@@ -216,6 +244,24 @@ class Pipeline:
     def _pending(self) -> list[Attempt]:
         return [r for r in self.running.values() if r.pending and r.stage is Stage.CLAIMED and r.ending is None]
 
+    def _pending_with_deadlines(self) -> list[tuple[Attempt, float]]:
+        """Each pending run (as ``_pending``) with when its chain is no longer
+        young, each chain's head found once (a walk from every run of a
+        DEPTH-long chain to its head was DEPTH^2 steps, twice a turn)."""
+        heads: dict[int, Attempt] = {}  # id() of a pending run -> its chain's head
+        out = []
+        for run in self._pending():
+            path, x = [], run
+            while x.pending and x.after is not None and id(x) not in heads:
+                path.append(x)
+                x = x.after
+            first = heads.get(id(x), x)
+            for y in path:
+                heads[id(y)] = first
+            out.append((run, first.started_awake + (self.hot_s(run.job.lane) if first.pid is not None
+                                                     else HOT_MAX_S)))
+        return out
+
     def _take_back_at(self, run: Attempt) -> float:
         """When the chain of ``run`` is no longer young: its head's hot_s
         after it was heard started; one not heard started yet (its spawn
@@ -238,7 +284,9 @@ class Pipeline:
     def status(self) -> dict[str, object]:
         return {"enabled": self.pipelines(), "hot_s": HOT_S, "depth": DEPTH, "held": self.pending_n,
                 "taken_back": self.taken_back_n,
-                "hot_now_s": {lane: round(self.hot_s(lane), 4) for lane in sorted(self.usual_s)}}
+                "hot_now_s": {lane: round(self.hot_s(lane), 4) for lane in sorted(self.usual_s)},
+                "depth_now": {lane: self.depth_cap(lane) for lane in sorted(self.usual_s)},
+                "usual_s": {lane: round(self.usual_s[lane], 5) for lane in sorted(self.usual_s)}}
 
 
 def unlink(run: Attempt) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sloth_daemon.errors import IllegalTransition
-from sloth_daemon.daemon.worker.pipeline import DEPTH, HOT_FACTOR, HOT_MAX_S, HOT_S
+from sloth_daemon.daemon.worker.pipeline import DEPTH, DEPTH_MIN, HOLD_S, HOT_FACTOR, HOT_MAX_S, HOT_S, PACE_S
 from sloth_daemon.queue import Queue
 from sloth_daemon.daemon.worker.spawner import Outcome
 from tests.unit.daemon.test_worker import FakeSpawner, LEASE, clocks, env  # noqa: F401 (fixtures)
@@ -44,11 +44,13 @@ def unstarted(reason: str, by: str | None = None) -> Outcome:
 
 
 def test_a_full_lanes_next_jobs_wait_in_the_spawner_behind_the_run_DEPTH_deep(pipe):
+    """DEPTH_MIN deep while the lane's runs' time is not known; DEPTH deep
+    once its runs are heard as short as a `true` in a burst."""
     w, q, sp = pipe()
     ids = [q.enqueue(["true"]) for _ in range(DEPTH + 3)]
     w.turn()
-    assert DEPTH >= 2
-    chain = [(ids[0], None)] + [(ids[i], ids[i - 1]) for i in range(1, DEPTH + 1)]
+    assert 2 <= DEPTH_MIN < DEPTH
+    chain = [(ids[0], None)] + [(ids[i], ids[i - 1]) for i in range(1, DEPTH_MIN + 1)]
     assert spawned(sp) == chain  # sent with the first
     st = w.status()
     assert [r["id"] for r in st["running"]] == [ids[0]]
@@ -59,11 +61,34 @@ def test_a_full_lanes_next_jobs_wait_in_the_spawner_behind_the_run_DEPTH_deep(pi
     sp.start(ids[1])  # the keeper started it the moment the first ended
     w.turn()
     assert q.get(ids[0]).state == "done"
-    assert spawned(sp)[DEPTH + 1:] == [(ids[DEPTH + 1], ids[DEPTH])]  # the chain is kept DEPTH deep
+    # a short run heard: the chain is kept DEPTH deep
+    assert spawned(sp)[DEPTH_MIN + 1:] == [(ids[i], ids[i - 1]) for i in range(DEPTH_MIN + 1, DEPTH + 2)]
+    assert len(w.status()["pending"]) == DEPTH
     assert [e for e in kinds(q, ids[1])] == ["claimed"]
     sp.exit(ids[1], 0)
     w.turn()
     assert (q.get(ids[1]).state, kinds(q, ids[1])) == ("done", ["claimed", "started", "done"])
+    assert spawned(sp)[DEPTH + 2:] == [(ids[DEPTH + 2], ids[DEPTH + 1])]
+
+
+@pytest.mark.parametrize("run_s, deep", [(0.0, DEPTH), (HOLD_S / DEPTH, DEPTH), (HOLD_S / 20, 20),
+                                         (HOT_S * 0.9, DEPTH_MIN)])
+def test_a_lane_holds_about_HOLD_S_of_its_usual_runs_in_the_spawner(pipe, clocks, run_s, deep):  # noqa: F811
+    """A chain as deep as a `true`'s would hold a lane of longer jobs
+    (still short enough to pipeline) away from every other worker of a
+    shared queue for long: the chain holds about HOLD_S of the lane's usual
+    run, DEPTH_MIN at least."""
+    w, q, sp = pipe()
+    ids = [q.enqueue(["x"]) for _ in range(DEPTH + 3)]
+    w.turn()
+    assert w.pipeline.depth_cap("default") == DEPTH_MIN  # not known yet
+    sp.start(ids[0])
+    clocks.advance(run_s)
+    sp.exit(ids[0], 0)
+    sp.start(ids[1])
+    w.turn()
+    assert w.pipeline.depth_cap("default") == deep == w.status()["pipeline"]["depth_now"]["default"]
+    assert len(w.status()["pending"]) == deep
 
 
 def test_a_held_run_takes_a_slot_once_the_run_before_it_ended_so_nothing_starts_beside_it(pipe):
@@ -424,23 +449,24 @@ def test_after_a_run_longer_than_HOT_S_a_lane_waits_for_a_short_one_before_holdi
     claimed and taken back again, for nothing: such a lane runs one job at
     a time as before until a run ends within it."""
     w, q, sp = pipe()
-    ids = [q.enqueue(["x"]) for _ in range(DEPTH + 4)]
+    ids = [q.enqueue(["x"]) for _ in range(DEPTH_MIN + 4)]
     w.turn()
     sp.start(ids[0])
     clocks.advance(HOT_S * 0.9)
     sp.exit(ids[0], 0)  # within HOT_S: short
     sp.start(ids[1])
     w.turn()
-    assert spawned(sp)[DEPTH + 1:] == [(ids[DEPTH + 1], ids[DEPTH])]  # a short lane: the chain goes on
+    assert spawned(sp)[DEPTH_MIN + 1:] == [(ids[DEPTH_MIN + 1], ids[DEPTH_MIN])]  # a short lane: the chain goes on
     clocks.advance(HOT_MAX_S * 1.01)
     sp.exit(ids[1], 0)  # a long one ended: ids[2] had started, the keeper starts it
     sp.start(ids[2])
     w.turn()
-    assert len(spawned(sp)) == DEPTH + 2  # nothing more held behind ids[2] (what is held stays)
+    assert len(spawned(sp)) == DEPTH_MIN + 2  # nothing more held behind ids[2] (what is held stays)
     sp.exit(ids[2], 0)  # short again
     sp.start(ids[3])
     w.turn()
-    assert spawned(sp)[DEPTH + 2:] == [(ids[DEPTH + 2], ids[DEPTH + 1]), (ids[DEPTH + 3], ids[DEPTH + 2])]
+    assert spawned(sp)[DEPTH_MIN + 2:] == [(ids[DEPTH_MIN + 2], ids[DEPTH_MIN + 1]),
+                                           (ids[DEPTH_MIN + 3], ids[DEPTH_MIN + 2])]
 
 
 def test_on_a_loaded_machine_runs_heard_longer_than_HOT_S_keep_their_successors(pipe, clocks):  # noqa: F811
@@ -451,7 +477,7 @@ def test_on_a_loaded_machine_runs_heard_longer_than_HOT_S_keep_their_successors(
     has not yet been heard to start is not old at all (HOT_MAX_S from its
     claim); a run far longer than usual still has them taken back."""
     w, q, sp = pipe()
-    ids = [q.enqueue(["true"]) for _ in range(2 * DEPTH)]
+    ids = [q.enqueue(["true"]) for _ in range(2 * DEPTH_MIN)]
     w.turn()
     clocks.advance(HOT_S * 3)  # the keeper, busy, has not started the head yet: it is not a long run
     w.turn()
@@ -468,7 +494,7 @@ def test_on_a_loaded_machine_runs_heard_longer_than_HOT_S_keep_their_successors(
     sp.exit(ids[1], 0)
     sp.start(ids[2])
     w.turn()
-    assert all(q.get(j).state == "running" for j in ids[2:DEPTH + 2])  # none given back
+    assert all(q.get(j).state == "running" for j in ids[2:DEPTH_MIN + 2])  # none given back
     clocks.advance(w.pipeline.hot_s("default") * 1.01)  # far longer than this lane's runs: taken back
     w.turn()
     assert sp.unspawned and HOT_S < w.pipeline.hot_s("default") <= HOT_MAX_S
@@ -493,3 +519,15 @@ def test_turns_are_paced_only_while_the_keeper_holds_runs_to_start(pipe):
         w.turn()
         assert w.pipeline.paced() == bool(w.status()["pending"])
     assert not w.pipeline.paced() and q.get(ids[-1]).state == "done"
+
+
+def test_a_chain_of_true_outlasts_several_paced_turns():
+    """The worker refills a chain once a paced turn (PACE_S, its work, its
+    fsync: ~2-3 paces in all): a chain of `true` (~1.2 ms each in the
+    keeper, quiet) must hold more than that or the keeper waits for the
+    worker. 8 held `true` behind a 3 ms pace ran dry before 16% of the
+    starts (perf sched, docs/benchmarks.md); DEPTH and PACE_S are set
+    together."""
+    true_s = 0.0012
+    assert DEPTH * true_s >= 4 * PACE_S
+    assert HOLD_S / DEPTH >= 2 * true_s  # a `true` lane gets the whole DEPTH, even heard late
