@@ -254,6 +254,11 @@ class Daemon:
             why = "a keeper runs"  # one a daemon before us started, not let go yet
         if why is None:
             why, self.renewal_config = renewal.same_daemon(self.settings)
+        if why is None and self.renewal_config is not None and renewal.handed(self.renewal_config) is None:
+            # The woken daemon would read it from the file, hours later: an
+            # edit not reloaded would apply, a broken one end it at its start.
+            why = (f"{self.settings.file} is too long to hand over (over {renewal.HANDED_TEXT_MAX // 1024} KiB):"
+                   " the daemon stays whole")
         if why is not None:
             return why
         db = str(self.paths.db)

@@ -57,6 +57,11 @@ SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 # may hold 128 KiB, else the exec fails with E2BIG); a longer one (1 MiB is
 # allowed) is read by the new process from the file, found unchanged just before.
 HANDED_TEXT_MAX = 64 * 1024
+
+
+def handed(text: str | None) -> str | None:
+    """config.toml's text as the handover carries it (None: too long, read from the file)."""
+    return text if text is None or len(text) <= HANDED_TEXT_MAX else None
 # What a start reads of sloth's code: the interpreter and the files the exec
 # loads first. pip replaces every file of a package it installs (new inodes).
 CODE = (sys.executable, Path(__file__).parents[1] / "__init__.py", Path(__file__).with_name("__main__.py"),
@@ -243,7 +248,7 @@ def execute(listener: Any, lock_fd: int, held: HeldSignals, *, owned: bool, star
     os.set_inheritable(lock_fd, True)
     handover = {"pid": os.getpid(), "listen_fd": listen_fd, "lock_fd": lock_fd, "owned": owned,
                 "started_at": started_at, "up_row": up_row, "counted": counted or {},
-                "config": config_text if config_text is None or len(config_text) <= HANDED_TEXT_MAX else None}
+                "config": handed(config_text)}
     env = dict(os.environ, **{ENV: json.dumps(handover)})
     flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]  # -X, -W ...
     argv = [sys.executable, *flags, *optimized(), "-m", "sloth_daemon.daemon", "run"]

@@ -181,3 +181,21 @@ def test_commands_at_random_moments_around_dormancy_are_all_answered_and_every_j
         assert job["state"] == "done" and job["attempts"] == 1, job
     assert h.log_text().count("woken from dormancy") >= 2, h.log_text()  # the window was really crossed
     assert daemon.poll() is None and h.call("status")["pid"] == daemon.pid
+
+
+def test_a_config_too_long_to_hand_over_keeps_the_daemon_whole_not_broken_by_an_edit(make_harness):
+    """config.toml longer than the handover carries (renewal.HANDED_TEXT_MAX)
+    would be read from the file at the wake, hours later: an edit made
+    meanwhile and never reloaded, a broken one, ended the woken daemon at its
+    start (the client's command: "closed the connection before answering")."""
+    h = dormant_harness(make_harness, "# " + "x" * 70_000 + "\n")
+    h.start()
+    assert h.daemon is not None
+    pid = h.daemon.pid
+    h.wait_for(lambda: "dormancy called off" in h.log_text(), 30, "dormancy refused")
+    assert "too long to hand over" in h.log_text()
+    assert not is_dormant(pid)
+    cfg = h.home / "config.toml"
+    cfg.write_text(cfg.read_text() + "this is not toml ===\n")
+    assert h.call("status")["pid"] == pid
+    assert h.daemon.poll() is None
