@@ -364,8 +364,31 @@ class Daemon:
             self.clock_set.close()
         if self.machine is not None and not self.renews:  # renewed: the next process continues its row
             self.machine.stop(self.stop_reason)
+        if self.renews and self.dormancy is not None:
+            self._seal_dormancy()
         self.queue.close()
         log.info("stopped")
+
+    def _seal_dormancy(self) -> None:
+        """The queue files' stamps the dormant process compares with, taken
+        before the close and the queue looked at once more after: a job
+        another process queued since the idle exit's last look is in the
+        stamps, so nothing would wake the daemon for it. Such a job makes
+        the exec a renewal's instead (the fresh daemon runs it). The log is
+        checkpointed first, so that the close changes neither file."""
+        assert self.dormancy is not None
+        try:
+            self.queue.checkpoint()
+            self.dormancy.seal()
+            counts = self.queue.counts()
+            why = ", ".join(f"{counts[s]} {s}" for s in idle_exit.ACTIVE if counts.get(s))
+            if not why and (n := self.queue.outbox_counts()["pending"]):
+                why = f"{n} message(s) to deliver"
+        except SlothError as e:
+            why = f"the queue cannot be read now ({e.message})"
+        if why:
+            log.info("dormancy called off at the last look (renewing instead): %s", why)
+            self.dormancy = None
 
     @property
     def renews(self) -> bool:

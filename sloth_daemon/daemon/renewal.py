@@ -222,6 +222,13 @@ class Dormancy:
     wake_at: float | None  # wall clock (None: a command or a signal only)
     look_s: float  # how often it looks at the clock and at ``watch``
     watch: tuple[str, ...]  # files another process writes to queue work (the SQLite file and its WAL)
+    seen: tuple[object, ...] | None = None  # their stamps at the daemon's last look (sealed), else at the exec
+
+    def seal(self) -> None:
+        """The watched files as they are now: a write after this wakes the dormant process."""
+        from sloth_daemon.daemon import dormant
+
+        self.seen = dormant.stamps(list(self.watch))
 
     def argv(self, listen_fd: int, daemon: list[str]) -> list[str]:
         """``python -I -S dormant.py ...``: no site, no sloth module (dormant.py's docstring)."""
@@ -231,7 +238,9 @@ class Dormancy:
             out += ["--wake-at", repr(self.wake_at)]
         from sloth_daemon.daemon import dormant  # the standard library only: its own process imports nothing
 
-        for f, stamp in zip(self.watch, dormant.stamps(list(self.watch)), strict=True):  # as this process leaves them
+        if self.seen is None:
+            self.seal()
+        for f, stamp in zip(self.watch, self.seen or (), strict=True):  # as this process leaves them
             out += ["--watch", f, "--seen", dormant.seen_arg(stamp)]
         return out + ["--", *daemon]
 

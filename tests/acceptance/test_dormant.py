@@ -8,10 +8,13 @@ Real daemon, real keeper, real CLI in a temporary home; a window of 1 s.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -199,3 +202,66 @@ def test_a_config_too_long_to_hand_over_keeps_the_daemon_whole_not_broken_by_an_
     cfg.write_text(cfg.read_text() + "this is not toml ===\n")
     assert h.call("status")["pid"] == pid
     assert h.daemon.poll() is None
+
+
+class HeldLog:
+    """The daemon's stderr through a pipe this test can fill: the daemon
+    then stops at its next log line, wherever that is, until ``let_go``."""
+
+    def __init__(self) -> None:
+        self.r, self.w = os.pipe()
+        os.set_blocking(self.r, False)
+        self.text = b""
+        self.holding = False
+
+    def read(self) -> str:
+        if not self.holding:
+            with contextlib.suppress(BlockingIOError):
+                while chunk := os.read(self.r, 65536):
+                    self.text += chunk
+        return self.text.decode(errors="replace")
+
+    def hold(self) -> None:
+        self.read()
+        self.holding = True
+        fill = os.open(f"/proc/self/fd/{self.w}", os.O_WRONLY | os.O_NONBLOCK)  # its own description: the
+        try:  # daemon's stays blocking
+            with contextlib.suppress(BlockingIOError):
+                while True:
+                    os.write(fill, b"\0" * 4096)
+        finally:
+            os.close(fill)
+
+    def let_go(self) -> None:
+        self.holding = False
+        self.read()
+
+
+def test_a_job_another_process_queues_between_the_last_look_and_the_dormant_process_is_not_left_waiting(
+        make_harness):
+    """A library's enqueue committed after the daemon's last look but before
+    the dormant process took the queue files' stamps was in those stamps:
+    nothing woke the daemon for it (only the next command or slot did). The
+    daemon is held at its "stopping ... dormant" log line (after the last
+    look) while the job is queued."""
+    h = dormant_harness(make_harness)
+    held = HeldLog()
+    env = dict(h.daemon_env, SLOTH_RENEW_GROWTH_KB="1000000000")  # no renewal: the next line is the dormancy's
+    h.daemon = subprocess.Popen([sys.executable, "-m", "sloth_daemon", "daemon", "run"], env=env,
+                                stdout=held.w, stderr=held.w, stdin=subprocess.DEVNULL, start_new_session=True,
+                                cwd=str(h.home))
+    h.spawned.append(h.daemon)
+    pid = h.daemon.pid
+    h.wait_for(lambda: "letting it go" in held.read(), 30, "the keeper let go")
+    held.hold()
+    h.wait_for(lambda: "pipe_write" in Path(f"/proc/{pid}/wchan").read_text(), 30, "the daemon held at a log line")
+    with Queue(h.home / "queue.db") as q:
+        jid = q.enqueue(["true"])
+    held.let_go()
+    h.wait_for(lambda: "dormant: nothing queued" in held.read(), 30, "the dormancy's log line")
+    h.wait_for(lambda: "ready" in held.read().rsplit("dormant: nothing queued", 1)[1] or None, 30,
+               "the daemon back for the job, in the text: " + held.read()[-2000:])
+    with sqlite3.connect(f"file:{h.home / 'queue.db'}?mode=ro", uri=True) as c:
+        h.wait_for(lambda: c.execute("SELECT state FROM jobs WHERE id = ?", (jid,)).fetchone()[0] == "done", 30,
+                   "the job done")
+    os.close(held.w)
