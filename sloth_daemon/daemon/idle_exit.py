@@ -20,7 +20,9 @@ one without a command here.
 
 Dormancy (``dormant_after_s``, on by default) is the same look with one
 difference: a schedule's next slot and a dead-man deadline do not keep the
-daemon whole, since the dormant process (dormant.py) wakes for them. After
+daemon whole, since the dormant process (dormant.py) wakes for them. With
+the idle exit on and no slot it never goes dormant: the idle exit ends it
+(dormant, nothing but a command would wake it to exit). After
 that long with nothing else to do the daemon execs it in its place
 (main.Daemon.go_dormant), pausing its accepting first as a renewal does (the
 socket stays, connections wait in its queue), looking again, and going only
@@ -105,8 +107,8 @@ class IdleExit:
         """Whether the daemon may go dormant now: on, nothing but timers for a
         whole window, and the next timer not within the lead (it would wake at once)."""
         window = self.dormant_s()
-        if window <= 0:
-            return False
+        if window <= 0 or (self.window_s() > 0 and self.views.next_slot() is None):
+            return False  # off; or the idle exit ends it (dormant, only a command would wake it to exit)
         self.why_stay()  # a need found restarts the window
         if self.clock() - self.working_at < window:
             return False

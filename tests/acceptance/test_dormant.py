@@ -265,3 +265,15 @@ def test_a_job_another_process_queues_between_the_last_look_and_the_dormant_proc
         h.wait_for(lambda: c.execute("SELECT state FROM jobs WHERE id = ?", (jid,)).fetchone()[0] == "done", 30,
                    "the job done")
     os.close(held.w)
+
+
+def test_with_the_idle_exit_on_and_nothing_scheduled_the_daemon_exits_and_is_not_held_dormant(make_harness):
+    """idle_exit_s with dormant_after_s shorter: dormant first, the process
+    was never woken to exit (only a command wakes it), and it held the
+    socket and lock for ever."""
+    h = dormant_harness(make_harness, 'idle_exit_s = "3s"\n')
+    h.start()
+    assert h.daemon is not None
+    assert h.daemon.wait(30) == 0, h.log_text()
+    assert "idle exit: nothing queued" in h.log_text()
+    assert "woken from dormancy" not in h.log_text() and "dormant: nothing queued" not in h.log_text()

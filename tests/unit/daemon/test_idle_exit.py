@@ -214,6 +214,20 @@ def test_the_wake_time_is_the_earlier_of_a_slot_and_a_dead_man_deadline(parts):
     assert dormant(parts).wake_at() is None  # only a command, a signal or a write wakes it
 
 
+def test_with_the_idle_exit_on_and_no_slot_it_does_not_go_dormant_the_idle_exit_ends_it(parts):
+    """Dormant, nothing wakes it but a command: the idle exit's window was
+    never crossed again and the process held its socket for ever."""
+    ie = dormant(parts, 60.0, idle_exit_s=600.0)
+    parts.now = 599.0
+    assert not ie.dormant_due()
+    parts.now = 600.0
+    assert ie.due()
+    parts.slot = 20_000  # a slot keeps it from the idle exit: dormant then
+    ie = dormant(parts, 60.0, idle_exit_s=600.0)
+    parts.now = 1200.0
+    assert ie.dormant_due() and not ie.due()
+
+
 def test_the_period_follows_the_shorter_window(parts):
     assert dormant(parts, 600.0).period_s() == 30.0
     assert dormant(parts, 8.0, idle_exit_s=600.0).period_s() == 2.0
