@@ -19,7 +19,10 @@ the first of:
   that slept past it wakes on resume;
 * the queue's files changed: another process of this user wrote the SQLite
   file (a library's enqueue, `sloth` run against the file), which a daemon
-  would have seen at its next look.
+  would have seen at its next look;
+* the wall clock set back (against the monotonic clock): a daemon brings its
+  schedules back to a clock put right after it was set ahead
+  (Scheduler.clock_jumped); the wake time, on the wrong date, would not come.
 
 It looks every ``--look-s`` (at most, less when the wake time is nearer),
 and pings systemd's watchdog (``WATCHDOG_USEC``) as the daemon does: a few
@@ -36,6 +39,7 @@ import time
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 WOKE = "SLOTH_DORMANT_WOKE"
+STEP_BACK_S = 2.0  # the wall clock this much behind where the monotonic one says it should be: set back
 
 
 class Orders:
@@ -116,16 +120,20 @@ def seen_arg(stamp: object) -> str:
     return "-" if stamp is None else ",".join(str(x) for x in stamp)  # type: ignore[attr-defined]
 
 
-def wait(plan: Orders, heard: "list[int]", wakeup: int, dog: Watchdog, *, clock=time.time) -> str:
+def wait(plan: Orders, heard: "list[int]", wakeup: int, dog: Watchdog, *, clock=time.time,
+         mono=time.monotonic) -> str:
     """Until something needs the daemon; returns what, in words. The files
     are compared with what the daemon left (a write between its exit and
     this process's start is one too)."""
     seen = tuple(plan.seen)
+    offset = clock() - mono()
     while True:
         dog.ping_due()
         if heard:
             return "signal " + signal.Signals(heard[0]).name
         now = clock()
+        if now - mono() < offset - STEP_BACK_S:
+            return "the wall clock was set back"
         if plan.wake_at is not None and now >= plan.wake_at:
             return "the wake time (a schedule's slot, a dead-man deadline)"
         timeout = min(plan.look_s, dog.wait_s(), float("inf") if plan.wake_at is None else plan.wake_at - now)

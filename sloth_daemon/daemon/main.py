@@ -300,6 +300,8 @@ class Daemon:
             self.machine.start()
         if self.control is not None and self.control.scheduler is not None:
             self.control.scheduler.load()  # its one timer, on this loop
+            if self.handover is not None and self.handover.schedules_seen is not None:
+                self.control.scheduler.carry(self.handover.schedules_seen)  # a clock set back meanwhile
         if self.shared is not None:
             self.shared.start()  # a queue shared by several machines: its polls, wakeups, log shipping
         await self._listen()
@@ -557,7 +559,9 @@ def main() -> int:
                                 started_at=d.control.started_at if d.control is not None else time.time(),
                                 up_row=d.machine.row_id if d.machine is not None else None,
                                 counted=d.control.metrics.counted() if d.control is not None else None,
-                                config_text=d.renewal_config, dormancy=d.dormancy)
+                                config_text=d.renewal_config, dormancy=d.dormancy,
+                                schedules_seen=d.control.scheduler.seen
+                                if d.control is not None and d.control.scheduler is not None else None)
                 code = 1  # the exec failed (said on stderr): the next command starts a daemon
             else:
                 log.info("stopped instead of renewing: %s", d.renewing.stop() or "no listener to hand over")

@@ -79,6 +79,7 @@ class Handover:
     counted: dict[str, Any]  # its own metrics' counters (metrics_file.DaemonMetrics.counted), continued
     config: str | None = None  # config.toml's text in force (the file may have been edited since)
     woke: str | None = None  # what woke a dormant process (dormant.py), if it was one
+    schedules_seen: int | None = None  # the latest time the schedules saw (Scheduler.seen): a clock set back since
 
 
 def taken(environ: Any = None) -> Handover | None:
@@ -99,7 +100,8 @@ def taken(environ: Any = None) -> Handover | None:
         return Handover(int(d["listen_fd"]), int(d["lock_fd"]), bool(d["owned"]), float(d["started_at"]),
                         None if d.get("up_row") is None else int(d["up_row"]),
                         counted if isinstance(counted, dict) else {},
-                        None if d.get("config") is None else str(d["config"]), woke)
+                        None if d.get("config") is None else str(d["config"]), woke,
+                        None if d.get("schedules_seen") is None else int(d["schedules_seen"]))
     except (ValueError, KeyError, TypeError) as e:
         log.error("renewal: cannot read %s=%r (%s); starting anew", ENV, raw, e)
         return None
@@ -247,7 +249,8 @@ class Dormancy:
 
 def execute(listener: Any, lock_fd: int, held: HeldSignals, *, owned: bool, started_at: float,
             up_row: int | None, config_text: str | None,
-            counted: dict[str, Any] | None = None, dormancy: Dormancy | None = None) -> None:
+            counted: dict[str, Any] | None = None, dormancy: Dormancy | None = None,
+            schedules_seen: int | None = None) -> None:
     """Replace this process by a new daemon that takes over ``listener`` and
     the lock (``dormancy``: by the dormant process, which execs that daemon
     when something needs it). Returns only if the exec failed (the caller
@@ -257,7 +260,7 @@ def execute(listener: Any, lock_fd: int, held: HeldSignals, *, owned: bool, star
     os.set_inheritable(lock_fd, True)
     handover = {"pid": os.getpid(), "listen_fd": listen_fd, "lock_fd": lock_fd, "owned": owned,
                 "started_at": started_at, "up_row": up_row, "counted": counted or {},
-                "config": handed(config_text)}
+                "config": handed(config_text), "schedules_seen": schedules_seen}
     env = dict(os.environ, **{ENV: json.dumps(handover)})
     flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]  # -X, -W ...
     argv = [sys.executable, *flags, *optimized(), "-m", "sloth_daemon.daemon", "run"]

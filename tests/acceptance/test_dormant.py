@@ -277,3 +277,29 @@ def test_with_the_idle_exit_on_and_nothing_scheduled_the_daemon_exits_and_is_not
     assert h.daemon.wait(30) == 0, h.log_text()
     assert "idle exit: nothing queued" in h.log_text()
     assert "woken from dormancy" not in h.log_text() and "dormant: nothing queued" not in h.log_text()
+
+
+def jobs_in(h: Harness) -> int:
+    with sqlite3.connect(f"file:{h.home / 'queue.db'}?mode=ro", uri=True) as c:
+        return int(c.execute("SELECT count(*) FROM jobs").fetchone()[0])
+
+
+def test_a_clock_put_right_while_dormant_brings_the_schedules_back_to_it(make_harness, fakeclock):
+    """The clock set a year ahead (the daemon fires and moves its slots
+    there), then put right while it is dormant: a daemon running brings the
+    schedules back to the clock (Scheduler.clock_jumped); the dormant process
+    slept on to the wrong date, the schedules silent a year."""
+    h = dormant_harness(make_harness)
+    h.daemon_env.update(fakeclock.env())
+    h.start()
+    assert h.daemon is not None
+    pid = h.daemon.pid
+    h.cli("schedule", "add", "tick", "--every", "8s", "--", "true", check=True)
+    h.wait_for(lambda: jobs_in(h) >= 1, 30, "the first slot's job")
+    fakeclock.jump(365 * 86400)
+    h.wait_for(lambda: jobs_in(h) >= 2, 30, "the year ahead's catch-up job")
+    wait_dormant(h, pid)
+    n = jobs_in(h)
+    fakeclock.jump(-365 * 86400)
+    h.wait_for(lambda: jobs_in(h) > n, 30, "a slot's job on the clock put right")
+    assert woken(h, "the wall clock was set back"), h.log_text()

@@ -124,6 +124,18 @@ class Scheduler:
         self._seen = now
         self.arm(force=True)
 
+    @property
+    def seen(self) -> int:
+        """The latest time a tick or a jump saw (handed to the process that renews this one)."""
+        return self._seen
+
+    def carry(self, seen: int) -> None:
+        """The process this one renewed (or the dormant one before it) saw
+        ``seen``: a clock set back since is a jump, as if this process had
+        been running."""
+        self._seen = max(self._seen, seen)
+        self.clock_jumped()
+
     def zone_check(self) -> None:
         """At each clock check: if the local zone changed (/etc/localtime,
         $TZ: slots.local_key), the schedules on local time move to their

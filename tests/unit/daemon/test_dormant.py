@@ -182,3 +182,16 @@ def test_it_loads_no_sloth_module_and_no_site(listener):
     assert p.returncode == 0, p.stderr
     imported = {line.rsplit("|", 1)[-1].strip() for line in p.stderr.splitlines() if line.startswith("import time:")}
     assert imported and not {m for m in imported if m.startswith(("sloth", "site", "asyncio", "json", "logging"))}
+
+
+def test_the_wall_clock_set_back_wakes_it_set_ahead_short_of_the_wake_time_does_not(listener, fakeclock):
+    """A clock put right after it was set ahead: the daemon brings its
+    schedules back to it (Scheduler.carry); the wake time, on the wrong
+    date, would not come."""
+    p = start(listener, "--wake-at", repr(time.time() + 7200), env=dict(os.environ, **fakeclock.env()))
+    wait_dormant(p)
+    fakeclock.jump(600)  # ahead, the wake time not reached: nothing for a daemon
+    time.sleep(0.4)
+    assert p.poll() is None
+    fakeclock.jump(-3600)
+    assert report(p)["woke"] == "the wall clock was set back"
