@@ -22,7 +22,10 @@ the first of:
   would have seen at its next look;
 * the wall clock set back (against the monotonic clock): a daemon brings its
   schedules back to a clock put right after it was set ahead
-  (Scheduler.clock_jumped); the wake time, on the wrong date, would not come.
+  (Scheduler.clock_jumped); the wake time, on the wrong date, would not come;
+* the local zone's file changed (`timedatectl set-timezone`): a daemon moves
+  its local-time schedules to the new zone (Scheduler.zone_check), whose
+  slot may come before the wake time.
 
 It looks every ``--look-s`` (at most, less when the wake time is nearer),
 and pings systemd's watchdog (``WATCHDOG_USEC``) as the daemon does: a few
@@ -50,6 +53,8 @@ class Orders:
         self.listen_fd, self.wake_at, self.look_s = -1, None, 30.0
         self.watch: "list[str]" = []
         self.seen: "list[object]" = []  # each watched file as the daemon left it (its stamp, or None)
+        self.zone: "list[str]" = []  # the local zone's file (one at most), and as the daemon left it
+        self.zone_seen: "list[object]" = []
         i = 0
         while i < len(argv) and argv[i] != "--":
             key, value = argv[i], argv[i + 1]
@@ -63,13 +68,22 @@ class Orders:
                 self.watch.append(value)
                 self.seen.append(None)
             elif key == "--seen":  # of the --watch before it: "ino,size,mtime_ns" ("-": none)
-                self.seen[-1] = None if value == "-" else tuple(int(x) for x in value.split(","))
+                self.seen[-1] = stamp_of(value)
+            elif key == "--zone":
+                self.zone, self.zone_seen = [value], [None]
+            elif key == "--zone-seen":
+                self.zone_seen = [stamp_of(value)]
             else:
                 raise ValueError("unknown option " + key)
             i += 2
         self.daemon = argv[i + 1:]
         if self.listen_fd < 0 or not self.daemon:
             raise ValueError("--listen FD and -- DAEMON ARGV are needed")
+
+
+def stamp_of(value: str) -> "tuple | None":
+    """A stamp from its --seen form (seen_arg)."""
+    return None if value == "-" else tuple(int(x) for x in value.split(","))
 
 
 def stamps(paths: "list[str]") -> tuple:
@@ -125,7 +139,7 @@ def wait(plan: Orders, heard: "list[int]", wakeup: int, dog: Watchdog, *, clock=
     """Until something needs the daemon; returns what, in words. The files
     are compared with what the daemon left (a write between its exit and
     this process's start is one too)."""
-    seen = tuple(plan.seen)
+    seen, zone = tuple(plan.seen), tuple(plan.zone_seen)
     offset = clock() - mono()
     while True:
         dog.ping_due()
@@ -151,6 +165,8 @@ def wait(plan: Orders, heard: "list[int]", wakeup: int, dog: Watchdog, *, clock=
             continue
         if stamps(plan.watch) != seen:
             return "the queue's files changed (another process wrote them)"
+        if stamps(plan.zone) != zone:
+            return "the local time zone changed"
 
 
 def main(argv: "list[str]") -> int:

@@ -62,6 +62,7 @@ from sloth_daemon.daemon.metrics_file import DaemonMetrics, MetricsFile
 from sloth_daemon.daemon.worker.clockwatch import ClockWatch
 from sloth_daemon.daemon.machine_log import MachineLog
 from sloth_daemon.daemon.worker.loop import Worker
+from sloth_daemon.daemon.schedules import slots
 from sloth_daemon.daemon.schedules.scheduler import Ports, Scheduler, machine_id
 from sloth_daemon.models import ACTIVE_STATES
 from sloth_daemon.spec import JobSpec
@@ -262,7 +263,8 @@ class Daemon:
         if why is not None:
             return why
         db = str(self.paths.db)
-        self.dormancy = renewal.Dormancy(wake_at, min(self.settings.clock_check_s * 6, 30.0), (db, db + "-wal"))
+        self.dormancy = renewal.Dormancy(wake_at, min(self.settings.clock_check_s * 6, 30.0), (db, db + "-wal"),
+                                         zone=slots.local_key()[1])
         self.renewing = renewal.HeldSignals(asyncio.get_running_loop())  # a stop or reload from now: heard there
         self.request_stop(reason, keep_jobs=True)
         return None
@@ -300,8 +302,8 @@ class Daemon:
             self.machine.start()
         if self.control is not None and self.control.scheduler is not None:
             self.control.scheduler.load()  # its one timer, on this loop
-            if self.handover is not None and self.handover.schedules_seen is not None:
-                self.control.scheduler.carry(self.handover.schedules_seen)  # a clock set back meanwhile
+            if self.handover is not None and self.handover.schedules is not None:
+                self.control.scheduler.carry(self.handover.schedules)  # a clock set back, a zone changed meanwhile
         if self.shared is not None:
             self.shared.start()  # a queue shared by several machines: its polls, wakeups, log shipping
         await self._listen()
@@ -560,7 +562,7 @@ def main() -> int:
                                 up_row=d.machine.row_id if d.machine is not None else None,
                                 counted=d.control.metrics.counted() if d.control is not None else None,
                                 config_text=d.renewal_config, dormancy=d.dormancy,
-                                schedules_seen=d.control.scheduler.seen
+                                schedules=d.control.scheduler.saw()
                                 if d.control is not None and d.control.scheduler is not None else None)
                 code = 1  # the exec failed (said on stderr): the next command starts a daemon
             else:

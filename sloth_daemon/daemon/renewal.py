@@ -79,7 +79,7 @@ class Handover:
     counted: dict[str, Any]  # its own metrics' counters (metrics_file.DaemonMetrics.counted), continued
     config: str | None = None  # config.toml's text in force (the file may have been edited since)
     woke: str | None = None  # what woke a dormant process (dormant.py), if it was one
-    schedules_seen: int | None = None  # the latest time the schedules saw (Scheduler.seen): a clock set back since
+    schedules: dict[str, Any] | None = None  # what the schedules saw (Scheduler.saw): a clock set back, a zone changed
 
 
 def taken(environ: Any = None) -> Handover | None:
@@ -101,7 +101,7 @@ def taken(environ: Any = None) -> Handover | None:
                         None if d.get("up_row") is None else int(d["up_row"]),
                         counted if isinstance(counted, dict) else {},
                         None if d.get("config") is None else str(d["config"]), woke,
-                        None if d.get("schedules_seen") is None else int(d["schedules_seen"]))
+                        d["schedules"] if isinstance(d.get("schedules"), dict) else None)
     except (ValueError, KeyError, TypeError) as e:
         log.error("renewal: cannot read %s=%r (%s); starting anew", ENV, raw, e)
         return None
@@ -225,6 +225,7 @@ class Dormancy:
     look_s: float  # how often it looks at the clock and at ``watch``
     watch: tuple[str, ...]  # files another process writes to queue work (the SQLite file and its WAL)
     seen: tuple[object, ...] | None = None  # their stamps at the daemon's last look (sealed), else at the exec
+    zone: str | None = None  # the local zone's file (schedules on local time move with it)
 
     def seal(self) -> None:
         """The watched files as they are now: a write after this wakes the dormant process."""
@@ -244,13 +245,15 @@ class Dormancy:
             self.seal()
         for f, stamp in zip(self.watch, self.seen or (), strict=True):  # as this process leaves them
             out += ["--watch", f, "--seen", dormant.seen_arg(stamp)]
+        if self.zone is not None:  # as the schedules last looked at it: a change since is one too
+            out += ["--zone", self.zone, "--zone-seen", dormant.seen_arg(dormant.stamps([self.zone])[0])]
         return out + ["--", *daemon]
 
 
 def execute(listener: Any, lock_fd: int, held: HeldSignals, *, owned: bool, started_at: float,
             up_row: int | None, config_text: str | None,
             counted: dict[str, Any] | None = None, dormancy: Dormancy | None = None,
-            schedules_seen: int | None = None) -> None:
+            schedules: dict[str, Any] | None = None) -> None:
     """Replace this process by a new daemon that takes over ``listener`` and
     the lock (``dormancy``: by the dormant process, which execs that daemon
     when something needs it). Returns only if the exec failed (the caller
@@ -260,7 +263,7 @@ def execute(listener: Any, lock_fd: int, held: HeldSignals, *, owned: bool, star
     os.set_inheritable(lock_fd, True)
     handover = {"pid": os.getpid(), "listen_fd": listen_fd, "lock_fd": lock_fd, "owned": owned,
                 "started_at": started_at, "up_row": up_row, "counted": counted or {},
-                "config": handed(config_text), "schedules_seen": schedules_seen}
+                "config": handed(config_text), "schedules": schedules}
     env = dict(os.environ, **{ENV: json.dumps(handover)})
     flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]  # -X, -W ...
     argv = [sys.executable, *flags, *optimized(), "-m", "sloth_daemon.daemon", "run"]

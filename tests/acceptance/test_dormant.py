@@ -303,3 +303,30 @@ def test_a_clock_put_right_while_dormant_brings_the_schedules_back_to_it(make_ha
     fakeclock.jump(-365 * 86400)
     h.wait_for(lambda: jobs_in(h) > n, 30, "a slot's job on the clock put right")
     assert woken(h, "the wall clock was set back"), h.log_text()
+
+
+def test_a_change_of_the_local_zone_while_dormant_moves_the_local_time_schedules(make_harness, tmp_path):
+    """UTC to Tokyo while dormant (the zone file the daemon reads,
+    $SLOTH_LOCALTIME): a daemon running moves "0 3 * * *" to 03:00 in Tokyo
+    at its next clock check (Scheduler.zone_check); dormant, nothing woke
+    it, and the daemon woken later took the new zone as the one it had
+    always had: the slot stayed at 03:00 UTC."""
+    import shutil
+
+    from tests.acceptance.test_schedule_truth import _next_local
+
+    zone = tmp_path / "localtime"
+    shutil.copyfile("/usr/share/zoneinfo/UTC", zone)
+    h = dormant_harness(make_harness)
+    h.daemon_env.pop("TZ", None)
+    h.daemon_env["SLOTH_LOCALTIME"] = str(zone)
+    h.start()
+    assert h.daemon is not None
+    pid = h.daemon.pid
+    h.cli("schedule", "add", "night", "--cron", "0 3 * * *", "--", "true", check=True)
+    wait_dormant(h, pid)
+    shutil.copyfile("/usr/share/zoneinfo/Asia/Tokyo", tmp_path / "new")
+    os.replace(tmp_path / "new", zone)
+    h.wait_for(lambda: woken(h, "the local time zone changed"), 30, "woken by the zone's change")
+    night = h.cli_json("schedule", "show", "night", "--json")["schedule"]
+    assert night["next_slot"] == _next_local("Asia/Tokyo", 3, time.time()), night

@@ -195,3 +195,16 @@ def test_the_wall_clock_set_back_wakes_it_set_ahead_short_of_the_wake_time_does_
     assert p.poll() is None
     fakeclock.jump(-3600)
     assert report(p)["woke"] == "the wall clock was set back"
+
+
+def test_the_local_zones_file_replaced_wakes_it(listener, tmp_path):
+    zone = tmp_path / "localtime"
+    zone.write_bytes(b"TZif UTC")
+    argv = Dormancy(None, 0.1, (), zone=str(zone)).argv(listener.fileno(), ["daemon"])
+    p = start(listener, *argv[argv.index("--zone"):argv.index("--")])
+    wait_dormant(p)
+    time.sleep(0.3)
+    assert p.poll() is None
+    (tmp_path / "new").write_bytes(b"TZif Asia/Tokyo")
+    os.replace(tmp_path / "new", zone)  # as timedatectl set-timezone: another file there
+    assert report(p)["woke"] == "the local time zone changed"
