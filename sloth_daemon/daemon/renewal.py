@@ -245,7 +245,7 @@ class Dormancy:
             self.seal()
         for f, stamp in zip(self.watch, self.seen or (), strict=True):  # as this process leaves them
             out += ["--watch", f, "--seen", dormant.seen_arg(stamp)]
-        if self.zone is not None:  # as the schedules last looked at it: a change since is one too
+        if self.zone is not None:  # as it is now (the schedules looked at it a clock check ago at most)
             out += ["--zone", self.zone, "--zone-seen", dormant.seen_arg(dormant.stamps([self.zone])[0])]
         return out + ["--", *daemon]
 
