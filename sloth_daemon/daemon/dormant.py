@@ -71,7 +71,9 @@ class Orders:
                 self.seen[-1] = stamp_of(value)
             elif key == "--zone":
                 self.zone, self.zone_seen = [value], [None]
-            elif key == "--zone-seen":
+            elif key == "--zone-seen":  # of the --zone before it
+                if not self.zone:
+                    raise ValueError("--zone-seen without --zone")
                 self.zone_seen = [stamp_of(value)]
             else:
                 raise ValueError("unknown option " + key)

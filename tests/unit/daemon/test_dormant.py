@@ -160,7 +160,10 @@ def test_it_pings_systemds_watchdog_as_the_daemon_does(listener, tmp_path):
     notify2.close()
 
 
-@pytest.mark.parametrize("args", [[], ["--listen", "x", "--", "d"], ["--bogus", "1", "--", "d"], ["--listen", "3"]])
+@pytest.mark.parametrize("args", [[], ["--listen", "x", "--", "d"], ["--bogus", "1", "--", "d"], ["--listen", "3"],
+                                  ["--listen", "3", "--seen", "1,2,3", "--", "d"],
+                                  ["--listen", "3", "--zone-seen", "1,2,3", "--", "d"],
+                                  ["--listen", "3", "--watch", "f", "--seen", "1,x", "--", "d"]])
 def test_bad_arguments_end_it_with_a_message(args):
     p = subprocess.run([sys.executable, "-I", "-S", str(SCRIPT), *args], capture_output=True, text=True, timeout=20)
     assert p.returncode == 2 and "sloth: dormant: bad arguments" in p.stderr
