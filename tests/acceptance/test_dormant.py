@@ -265,6 +265,7 @@ def test_a_job_another_process_queues_between_the_last_look_and_the_dormant_proc
     with sqlite3.connect(f"file:{h.home / 'queue.db'}?mode=ro", uri=True) as c:
         h.wait_for(lambda: c.execute("SELECT state FROM jobs WHERE id = ?", (jid,)).fetchone()[0] == "done", 30,
                    "the job done")
+    assert "dormancy called off at the last look (renewing instead): 1 queued" in held.read()
     os.close(held.w)
 
 
