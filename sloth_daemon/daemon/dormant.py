@@ -25,7 +25,10 @@ the first of:
   (Scheduler.clock_jumped); the wake time, on the wrong date, would not come;
 * the local zone's file changed (`timedatectl set-timezone`): a daemon moves
   its local-time schedules to the new zone (Scheduler.zone_check), whose
-  slot may come before the wake time.
+  slot may come before the wake time;
+* the machine slept (Linux's boot time ran on while the monotonic clock did
+  not): a daemon records each sleep (the timeline, `status`), from the
+  clocks as the daemon before it last read them (renewal.Handover.clock).
 
 It looks every ``--look-s`` (at most, less when the wake time is nearer),
 and pings systemd's watchdog (``WATCHDOG_USEC``) as the daemon does: a few
@@ -43,6 +46,8 @@ import time
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 WOKE = "SLOTH_DORMANT_WOKE"
 STEP_BACK_S = 2.0  # the wall clock this much behind where the monotonic one says it should be: set back
+SLEPT_S = 2.0  # the boot time this much ahead of the monotonic clock: the machine slept (clock.JumpDetector's)
+BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)  # Linux
 
 
 class Orders:
@@ -55,6 +60,7 @@ class Orders:
         self.seen: "list[object]" = []  # each watched file as the daemon left it (its stamp, or None)
         self.zone: "list[str]" = []  # the local zone's file (one at most), and as the daemon left it
         self.zone_seen: "list[object]" = []
+        self.clocks: "tuple | None" = None  # wall, awake, boot time as the daemon last read them ("-": none)
         i = 0
         while i < len(argv) and argv[i] != "--":
             key, value = argv[i], argv[i + 1]
@@ -71,6 +77,9 @@ class Orders:
                 self.seen[-1] = stamp_of(value)
             elif key == "--zone":
                 self.zone, self.zone_seen = [value], [None]
+            elif key == "--clocks":
+                wall, awake, boot = value.split(",")
+                self.clocks = (float(wall), float(awake), None if boot == "-" else float(boot))
             elif key == "--zone-seen":  # of the --zone before it
                 if not self.zone:
                     raise ValueError("--zone-seen without --zone")
@@ -136,13 +145,23 @@ def seen_arg(stamp: object) -> str:
     return "-" if stamp is None else ",".join(str(x) for x in stamp)  # type: ignore[attr-defined]
 
 
+def boot_time() -> float:
+    """The clock that counts a sleep (0 where there is none: no sleep is seen)."""
+    return 0.0 if BOOTTIME is None else time.clock_gettime(BOOTTIME)
+
+
 def wait(plan: Orders, heard: "list[int]", wakeup: int, dog: Watchdog, *, clock=time.time,
-         mono=time.monotonic) -> str:
+         mono=time.monotonic, boot=boot_time) -> str:
     """Until something needs the daemon; returns what, in words. The files
     are compared with what the daemon left (a write between its exit and
     this process's start is one too)."""
     seen, zone = tuple(plan.seen), tuple(plan.zone_seen)
-    offset = clock() - mono()
+    offset, asleep = clock() - mono(), boot() - mono()
+    if plan.clocks is not None:  # as the daemon last read them: a step or a sleep before this process's start counts
+        wall, awake, total = plan.clocks
+        offset = wall - awake
+        if total is not None and BOOTTIME is not None:
+            asleep = total - awake
     while True:
         dog.ping_due()
         if heard:
@@ -150,6 +169,8 @@ def wait(plan: Orders, heard: "list[int]", wakeup: int, dog: Watchdog, *, clock=
         now = clock()
         if now - mono() < offset - STEP_BACK_S:
             return "the wall clock was set back"
+        if boot() - mono() > asleep + SLEPT_S:
+            return "the machine slept"
         if plan.wake_at is not None and now >= plan.wake_at:
             return "the wake time (a schedule's slot, a dead-man deadline)"
         timeout = min(plan.look_s, dog.wait_s(), float("inf") if plan.wake_at is None else plan.wake_at - now)

@@ -439,6 +439,8 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
     clock = ClockWatch(clocks, interval_s=settings.clock_check_s, timerfd=clock_set is not None,
                        after_jump=shared.after_jump if shared is not None else lambda: None,
                        resting=lambda: shared is None and keeper.client is None and not worker.running)
+    if handover is not None and handover.clock is not None:
+        clock.carry(handover.clock)  # a sleep while dormant is recorded (machine_log.py)
     # ^ at rest (docs/idle.md); a shared queue's daemon wakes every poll_s anyway
     # Each part is built whole, in the order they need each other; where two
     # need each other (the worker tells Control of every change, Control
@@ -563,7 +565,8 @@ def main() -> int:
                                 counted=d.control.metrics.counted() if d.control is not None else None,
                                 config_text=d.renewal_config, dormancy=d.dormancy,
                                 schedules=d.control.scheduler.saw()
-                                if d.control is not None and d.control.scheduler is not None else None)
+                                if d.control is not None and d.control.scheduler is not None else None,
+                                clock=d.worker.clock.saw())
                 code = 1  # the exec failed (said on stderr): the next command starts a daemon
             else:
                 log.info("stopped instead of renewing: %s", d.renewing.stop() or "no listener to hand over")

@@ -80,6 +80,7 @@ class Handover:
     config: str | None = None  # config.toml's text in force (the file may have been edited since)
     woke: str | None = None  # what woke a dormant process (dormant.py), if it was one
     schedules: dict[str, Any] | None = None  # what the schedules saw (Scheduler.saw): a clock set back, a zone changed
+    clock: list[float | None] | None = None  # the clocks as last read (ClockWatch.saw): a sleep since is one
 
 
 def taken(environ: Any = None) -> Handover | None:
@@ -101,7 +102,8 @@ def taken(environ: Any = None) -> Handover | None:
                         None if d.get("up_row") is None else int(d["up_row"]),
                         counted if isinstance(counted, dict) else {},
                         None if d.get("config") is None else str(d["config"]), woke,
-                        d["schedules"] if isinstance(d.get("schedules"), dict) else None)
+                        d["schedules"] if isinstance(d.get("schedules"), dict) else None,
+                        d["clock"] if isinstance(d.get("clock"), list) and len(d["clock"]) == 3 else None)
     except (ValueError, KeyError, TypeError) as e:
         log.error("renewal: cannot read %s=%r (%s); starting anew", ENV, raw, e)
         return None
@@ -233,10 +235,13 @@ class Dormancy:
 
         self.seen = dormant.stamps(list(self.watch))
 
-    def argv(self, listen_fd: int, daemon: list[str]) -> list[str]:
-        """``python -I -S dormant.py ...``: no site, no sloth module (dormant.py's docstring)."""
+    def argv(self, listen_fd: int, daemon: list[str], clock: list[float | None] | None = None) -> list[str]:
+        """``python -I -S dormant.py ...``: no site, no sloth module (dormant.py's docstring).
+        ``clock``: the clocks as the daemon last read them (ClockWatch.saw)."""
         out = [sys.executable, "-I", "-S", str(Path(__file__).with_name("dormant.py")),
                "--listen", str(listen_fd), "--look-s", repr(self.look_s)]
+        if clock is not None:
+            out += ["--clocks", ",".join("-" if x is None else repr(x) for x in clock)]
         if self.wake_at is not None:
             out += ["--wake-at", repr(self.wake_at)]
         from sloth_daemon.daemon import dormant  # the standard library only: its own process imports nothing
@@ -253,7 +258,7 @@ class Dormancy:
 def execute(listener: Any, lock_fd: int, held: HeldSignals, *, owned: bool, started_at: float,
             up_row: int | None, config_text: str | None,
             counted: dict[str, Any] | None = None, dormancy: Dormancy | None = None,
-            schedules: dict[str, Any] | None = None) -> None:
+            schedules: dict[str, Any] | None = None, clock: list[float | None] | None = None) -> None:
     """Replace this process by a new daemon that takes over ``listener`` and
     the lock (``dormancy``: by the dormant process, which execs that daemon
     when something needs it). Returns only if the exec failed (the caller
@@ -263,12 +268,12 @@ def execute(listener: Any, lock_fd: int, held: HeldSignals, *, owned: bool, star
     os.set_inheritable(lock_fd, True)
     handover = {"pid": os.getpid(), "listen_fd": listen_fd, "lock_fd": lock_fd, "owned": owned,
                 "started_at": started_at, "up_row": up_row, "counted": counted or {},
-                "config": handed(config_text), "schedules": schedules}
+                "config": handed(config_text), "schedules": schedules, "clock": clock}
     env = dict(os.environ, **{ENV: json.dumps(handover)})
     flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]  # -X, -W ...
     argv = [sys.executable, *flags, *optimized(), "-m", "sloth_daemon.daemon", "run"]
     if dormancy is not None:
-        argv = dormancy.argv(listen_fd, argv)
+        argv = dormancy.argv(listen_fd, argv, clock)
     logging.shutdown()
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)  # already, since the renewal was decided
     held.pass_on()

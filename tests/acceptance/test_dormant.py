@@ -332,3 +332,19 @@ def test_a_change_of_the_local_zone_while_dormant_moves_the_local_time_schedules
     h.wait_for(lambda: woken(h, "the local time zone changed"), 30, "woken by the zone's change")
     night = h.cli_json("schedule", "show", "night", "--json")["schedule"]
     assert night["next_slot"] == _next_local("Asia/Tokyo", 3, time.time()), night
+
+
+def test_a_sleep_of_the_machine_while_dormant_is_in_the_timeline(make_harness, fakeclock):
+    """A daemon running records each sleep of the machine (machine_log.py,
+    its clock watch); dormant, the daemon woken after knew nothing of the
+    clocks before it: the sleep was in no timeline (nor in `status`)."""
+    h = dormant_harness(make_harness)
+    h.daemon_env.update(fakeclock.env())
+    h.start()
+    assert h.daemon is not None
+    wait_dormant(h, h.daemon.pid)
+    fakeclock.jump(2 * 3600)  # the laptop slept two hours
+    h.wait_for(lambda: woken(h, "the machine slept"), 30, "woken by the resume")
+    sleeps = h.wait_for(lambda: [m for m in h.call("timeline", since_s=6 * 3600)["machine"] if m["kind"] == "sleep"],
+                        30, "the sleep recorded")
+    assert len(sleeps) == 1, sleeps

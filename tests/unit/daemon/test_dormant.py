@@ -187,17 +187,23 @@ def test_it_loads_no_sloth_module_and_no_site(listener):
     assert imported and not {m for m in imported if m.startswith(("sloth", "site", "asyncio", "json", "logging"))}
 
 
-def test_the_wall_clock_set_back_wakes_it_set_ahead_short_of_the_wake_time_does_not(listener, fakeclock):
+def test_the_wall_clock_set_back_wakes_it(listener, fakeclock):
     """A clock put right after it was set ahead: the daemon brings its
     schedules back to it (Scheduler.carry); the wake time, on the wrong
     date, would not come."""
     p = start(listener, "--wake-at", repr(time.time() + 7200), env=dict(os.environ, **fakeclock.env()))
     wait_dormant(p)
-    fakeclock.jump(600)  # ahead, the wake time not reached: nothing for a daemon
-    time.sleep(0.4)
-    assert p.poll() is None
     fakeclock.jump(-3600)
     assert report(p)["woke"] == "the wall clock was set back"
+
+
+def test_a_sleep_of_the_machine_wakes_it_short_of_the_wake_time(listener, fakeclock):
+    """The shim moves the boot time and the wall clock, not the monotonic
+    clock: a resume. The daemon records the sleep (ClockWatch.carry)."""
+    p = start(listener, "--wake-at", repr(time.time() + 7200), env=dict(os.environ, **fakeclock.env()))
+    wait_dormant(p)
+    fakeclock.jump(600)
+    assert report(p)["woke"] == "the machine slept"
 
 
 def test_the_local_zones_file_replaced_wakes_it(listener, tmp_path):
@@ -211,3 +217,14 @@ def test_the_local_zones_file_replaced_wakes_it(listener, tmp_path):
     (tmp_path / "new").write_bytes(b"TZif Asia/Tokyo")
     os.replace(tmp_path / "new", zone)  # as timedatectl set-timezone: another file there
     assert report(p)["woke"] == "the local time zone changed"
+
+
+def test_a_sleep_before_it_started_is_seen_against_the_clocks_the_daemon_read(listener, fakeclock):
+    """The resume between the daemon's last clock check and this process's
+    first look: against its own first reading it saw nothing."""
+    read = [time.time(), time.monotonic(), time.clock_gettime(time.CLOCK_BOOTTIME)]  # the daemon's (no shim)
+    argv = Dormancy(None, 0.1, ()).argv(listener.fileno(), ["daemon"], read)
+    fakeclock.jump(600)
+    p = start(listener, *argv[argv.index("--clocks"):argv.index("--")], "--wake-at", repr(time.time() + 7200),
+              env=dict(os.environ, **fakeclock.env()))
+    assert report(p)["woke"] == "the machine slept"
