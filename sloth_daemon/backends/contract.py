@@ -101,6 +101,14 @@ class Store(Protocol):
         """Idle for a while: give back what a cache holds (docs/idle.md)."""
         ...
 
+    def checkpoint(self) -> None:
+        """Write what the log holds into the database file and empty the
+        log (SQLite's WAL), so that closing it changes neither file: the
+        dormant process (daemon/dormant.py) takes their stamps before the
+        close. Best effort (a reader elsewhere may hold it back); nothing on
+        a server."""
+        ...
+
     def revalidate(self) -> None:
         """After a suspend or a network change: connect afresh on the next
         call where there is a connection to lose (nothing to do on a file)."""

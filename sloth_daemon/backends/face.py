@@ -125,6 +125,7 @@ class Queue(QueueReads):
         self.check = store.check
         self.rest = store.rest
         self.revalidate = store.revalidate
+        self.checkpoint = store.checkpoint
         self.close = store.close
         self.enqueue_many = e.adds.enqueue_many
         self.enqueue = functools.partial(rules.enqueue_one, e.adds.enqueue_many)  # one job (rules.enqueue_one)

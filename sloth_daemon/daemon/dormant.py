@@ -20,7 +20,16 @@ the first of:
   at every look, so a machine that slept past it wakes on resume;
 * the queue's files changed: another process of this user wrote the SQLite
   file (a library's enqueue, `sloth` run against the file), which a daemon
-  would have seen at its next look.
+  would have seen at its next look;
+* the wall clock set back (against the monotonic clock): a daemon brings its
+  schedules back to a clock put right after it was set ahead
+  (Scheduler.clock_jumped); the wake time, on the wrong date, would not come;
+* the local zone's file changed (`timedatectl set-timezone`): a daemon moves
+  its local-time schedules to the new zone (Scheduler.zone_check), whose
+  slot may come before the wake time;
+* the machine slept (Linux's boot time ran on while the monotonic clock did
+  not): a daemon records each sleep (the timeline, `status`), from the
+  clocks as the daemon before it last read them (renewal.Handover.clock).
 
 It looks every ``--look-s`` (at most, less when the wake time is nearer),
 and pings systemd's watchdog (``WATCHDOG_USEC``) as the daemon does: a few
@@ -38,6 +47,9 @@ import time
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 WOKE = "SLOTH_DORMANT_WOKE"
 BY_TIME = "the wake time (a schedule's slot, a dead-man deadline, the idle exit)"
+STEP_BACK_S = 2.0  # the wall clock this much behind where the monotonic one says it should be: set back
+SLEPT_S = 2.0  # the boot time this much ahead of the monotonic clock: the machine slept (clock.JumpDetector's)
+BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)  # Linux
 
 
 class Orders:
@@ -48,6 +60,9 @@ class Orders:
         self.listen_fd, self.wake_at, self.look_s = -1, None, 30.0
         self.watch: "list[str]" = []
         self.seen: "list[object]" = []  # each watched file as the daemon left it (its stamp, or None)
+        self.zone: "list[str]" = []  # the local zone's file (one at most), and as the daemon left it
+        self.zone_seen: "list[object]" = []
+        self.clocks: "tuple | None" = None  # wall, awake, boot time as the daemon last read them ("-": none)
         i = 0
         while i < len(argv) and argv[i] != "--":
             key, value = argv[i], argv[i + 1]
@@ -61,13 +76,27 @@ class Orders:
                 self.watch.append(value)
                 self.seen.append(None)
             elif key == "--seen":  # of the --watch before it: "ino,size,mtime_ns" ("-": none)
-                self.seen[-1] = None if value == "-" else tuple(int(x) for x in value.split(","))
+                self.seen[-1] = stamp_of(value)
+            elif key == "--zone":
+                self.zone, self.zone_seen = [value], [None]
+            elif key == "--clocks":
+                wall, awake, boot = value.split(",")
+                self.clocks = (float(wall), float(awake), None if boot == "-" else float(boot))
+            elif key == "--zone-seen":  # of the --zone before it
+                if not self.zone:
+                    raise ValueError("--zone-seen without --zone")
+                self.zone_seen = [stamp_of(value)]
             else:
                 raise ValueError("unknown option " + key)
             i += 2
         self.daemon = argv[i + 1:]
         if self.listen_fd < 0 or not self.daemon:
             raise ValueError("--listen FD and -- DAEMON ARGV are needed")
+
+
+def stamp_of(value: str) -> "tuple | None":
+    """A stamp from its --seen form (seen_arg)."""
+    return None if value == "-" else tuple(int(x) for x in value.split(","))
 
 
 def stamps(paths: "list[str]") -> tuple:
@@ -118,16 +147,32 @@ def seen_arg(stamp: object) -> str:
     return "-" if stamp is None else ",".join(str(x) for x in stamp)  # type: ignore[attr-defined]
 
 
-def wait(plan: Orders, heard: "list[int]", wakeup: int, dog: Watchdog, *, clock=time.time) -> str:
+def boot_time() -> float:
+    """The clock that counts a sleep (0 where there is none: no sleep is seen)."""
+    return 0.0 if BOOTTIME is None else time.clock_gettime(BOOTTIME)
+
+
+def wait(plan: Orders, heard: "list[int]", wakeup: int, dog: Watchdog, *, clock=time.time,
+         mono=time.monotonic, boot=boot_time) -> str:
     """Until something needs the daemon; returns what, in words. The files
     are compared with what the daemon left (a write between its exit and
     this process's start is one too)."""
-    seen = tuple(plan.seen)
+    seen, zone = tuple(plan.seen), tuple(plan.zone_seen)
+    offset, asleep = clock() - mono(), boot() - mono()
+    if plan.clocks is not None:  # as the daemon last read them: a step or a sleep before this process's start counts
+        wall, awake, total = plan.clocks
+        offset = wall - awake
+        if total is not None and BOOTTIME is not None:
+            asleep = total - awake
     while True:
         dog.ping_due()
         if heard:
             return "signal " + signal.Signals(heard[0]).name
         now = clock()
+        if now - mono() < offset - STEP_BACK_S:
+            return "the wall clock was set back"
+        if boot() - mono() > asleep + SLEPT_S:
+            return "the machine slept"
         if plan.wake_at is not None and now >= plan.wake_at:
             return BY_TIME
         timeout = min(plan.look_s, dog.wait_s(), float("inf") if plan.wake_at is None else plan.wake_at - now)
@@ -145,6 +190,8 @@ def wait(plan: Orders, heard: "list[int]", wakeup: int, dog: Watchdog, *, clock=
             continue
         if stamps(plan.watch) != seen:
             return "the queue's files changed (another process wrote them)"
+        if stamps(plan.zone) != zone:
+            return "the local time zone changed"
 
 
 def main(argv: "list[str]") -> int:

@@ -62,6 +62,7 @@ from sloth_daemon.daemon.metrics_file import DaemonMetrics, MetricsFile
 from sloth_daemon.daemon.worker.clockwatch import ClockWatch
 from sloth_daemon.daemon.machine_log import MachineLog
 from sloth_daemon.daemon.worker.loop import Worker
+from sloth_daemon.daemon.schedules import slots
 from sloth_daemon.daemon.schedules.scheduler import Ports, Scheduler, machine_id
 from sloth_daemon.models import ACTIVE_STATES
 from sloth_daemon.spec import JobSpec
@@ -254,11 +255,16 @@ class Daemon:
             why = "a keeper runs"  # one a daemon before us started, not let go yet
         if why is None:
             why, self.renewal_config = renewal.same_daemon(self.settings)
+        if why is None and self.renewal_config is not None and renewal.handed(self.renewal_config) is None:
+            # The woken daemon would read it from the file, hours later: an
+            # edit not reloaded would apply, a broken one end it at its start.
+            why = (f"{self.settings.file} is too long to hand over (over {renewal.HANDED_TEXT_MAX // 1024} KiB):"
+                   " the daemon stays whole")
         if why is not None:
             return why
         db = str(self.paths.db)
         self.dormancy = renewal.Dormancy(wake_at, quiet_since, min(self.settings.clock_check_s * 6, 30.0),
-                                         (db, db + "-wal"))
+                                         (db, db + "-wal"), zone=slots.local_key()[1])
         self.renewing = renewal.HeldSignals(asyncio.get_running_loop())  # a stop or reload from now: heard there
         self.request_stop(reason, keep_jobs=True)
         return None
@@ -296,6 +302,8 @@ class Daemon:
             self.machine.start()
         if self.control is not None and self.control.scheduler is not None:
             self.control.scheduler.load()  # its one timer, on this loop
+            if self.handover is not None and self.handover.schedules is not None:
+                self.control.scheduler.carry(self.handover.schedules)  # a clock set back, a zone changed meanwhile
         if self.shared is not None:
             self.shared.start()  # a queue shared by several machines: its polls, wakeups, log shipping
         await self._listen()
@@ -360,8 +368,31 @@ class Daemon:
             self.clock_set.close()
         if self.machine is not None and not self.renews:  # renewed: the next process continues its row
             self.machine.stop(self.stop_reason)
+        if self.renews and self.dormancy is not None:
+            self._seal_dormancy()
         self.queue.close()
         log.info("stopped")
+
+    def _seal_dormancy(self) -> None:
+        """The queue files' stamps the dormant process compares with, taken
+        before the close and the queue looked at once more after: a job
+        another process queued since the idle exit's last look is in the
+        stamps, so nothing would wake the daemon for it. Such a job makes
+        the exec a renewal's instead (the fresh daemon runs it). The log is
+        checkpointed first, so that the close changes neither file."""
+        assert self.dormancy is not None
+        try:
+            self.queue.checkpoint()
+            self.dormancy.seal()
+            counts = self.queue.counts()
+            why = ", ".join(f"{counts[s]} {s}" for s in idle_exit.ACTIVE if counts.get(s))
+            if not why and (n := self.queue.outbox_counts()["pending"]):
+                why = f"{n} message(s) to deliver"
+        except SlothError as e:
+            why = f"the queue cannot be read now ({e.message})"
+        if why:
+            log.info("dormancy called off at the last look (renewing instead): %s", why)
+            self.dormancy = None
 
     @property
     def renews(self) -> bool:
@@ -408,6 +439,8 @@ def build(paths: Paths, settings: config.Settings, *, max_connections: int = 256
     clock = ClockWatch(clocks, interval_s=settings.clock_check_s, timerfd=clock_set is not None,
                        after_jump=shared.after_jump if shared is not None else lambda: None,
                        resting=lambda: shared is None and keeper.client is None and not worker.running)
+    if handover is not None and handover.clock is not None:
+        clock.carry(handover.clock)  # a sleep while dormant is recorded (machine_log.py)
     # ^ at rest (docs/idle.md); a shared queue's daemon wakes every poll_s anyway
     # Each part is built whole, in the order they need each other; where two
     # need each other (the worker tells Control of every change, Control
@@ -530,7 +563,10 @@ def main() -> int:
                                 started_at=d.control.started_at if d.control is not None else time.time(),
                                 up_row=d.machine.row_id if d.machine is not None else None,
                                 counted=d.control.metrics.counted() if d.control is not None else None,
-                                config_text=d.renewal_config, dormancy=d.dormancy)
+                                config_text=d.renewal_config, dormancy=d.dormancy,
+                                schedules=d.control.scheduler.saw()
+                                if d.control is not None and d.control.scheduler is not None else None,
+                                clock=d.worker.clock.saw())
                 code = 1  # the exec failed (said on stderr): the next command starts a daemon
             else:
                 log.info("stopped instead of renewing: %s", d.renewing.stop() or "no listener to hand over")

@@ -57,6 +57,11 @@ SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 # may hold 128 KiB, else the exec fails with E2BIG); a longer one (1 MiB is
 # allowed) is read by the new process from the file, found unchanged just before.
 HANDED_TEXT_MAX = 64 * 1024
+
+
+def handed(text: str | None) -> str | None:
+    """config.toml's text as the handover carries it (None: too long, read from the file)."""
+    return text if text is None or len(text) <= HANDED_TEXT_MAX else None
 # What a start reads of sloth's code: the interpreter and the files the exec
 # loads first. pip replaces every file of a package it installs (new inodes).
 CODE = (sys.executable, Path(__file__).parents[1] / "__init__.py", Path(__file__).with_name("__main__.py"),
@@ -75,6 +80,8 @@ class Handover:
     config: str | None = None  # config.toml's text in force (the file may have been edited since)
     woke: str | None = None  # what woke a dormant process (dormant.py), if it was one
     quiet_since: float | None = None  # a dormant one's: since when nothing needed a daemon (idle_exit.py)
+    schedules: dict[str, Any] | None = None  # what the schedules saw (Scheduler.saw): a clock set back, a zone changed
+    clock: list[float | None] | None = None  # the clocks as last read (ClockWatch.saw): a sleep since is one
 
 
 def taken(environ: Any = None) -> Handover | None:
@@ -96,7 +103,9 @@ def taken(environ: Any = None) -> Handover | None:
                         None if d.get("up_row") is None else int(d["up_row"]),
                         counted if isinstance(counted, dict) else {},
                         None if d.get("config") is None else str(d["config"]), woke,
-                        None if d.get("quiet_since") is None else float(d["quiet_since"]))
+                        None if d.get("quiet_since") is None else float(d["quiet_since"]),
+                        d["schedules"] if isinstance(d.get("schedules"), dict) else None,
+                        d["clock"] if isinstance(d.get("clock"), list) and len(d["clock"]) == 3 else None)
     except (ValueError, KeyError, TypeError) as e:
         log.error("renewal: cannot read %s=%r (%s); starting anew", ENV, raw, e)
         return None
@@ -220,23 +229,39 @@ class Dormancy:
     quiet_since: float  # since when nothing needed a daemon (wall clock), for the woken daemon's idle exit
     look_s: float  # how often it looks at the clock and at ``watch``
     watch: tuple[str, ...]  # files another process writes to queue work (the SQLite file and its WAL)
+    seen: tuple[object, ...] | None = None  # their stamps at the daemon's last look (sealed), else at the exec
+    zone: str | None = None  # the local zone's file (schedules on local time move with it)
 
-    def argv(self, listen_fd: int, daemon: list[str]) -> list[str]:
-        """``python -I -S dormant.py ...``: no site, no sloth module (dormant.py's docstring)."""
+    def seal(self) -> None:
+        """The watched files as they are now: a write after this wakes the dormant process."""
+        from sloth_daemon.daemon import dormant
+
+        self.seen = dormant.stamps(list(self.watch))
+
+    def argv(self, listen_fd: int, daemon: list[str], clock: list[float | None] | None = None) -> list[str]:
+        """``python -I -S dormant.py ...``: no site, no sloth module (dormant.py's docstring).
+        ``clock``: the clocks as the daemon last read them (ClockWatch.saw)."""
         out = [sys.executable, "-I", "-S", str(Path(__file__).with_name("dormant.py")),
                "--listen", str(listen_fd), "--look-s", repr(self.look_s)]
+        if clock is not None:
+            out += ["--clocks", ",".join("-" if x is None else repr(x) for x in clock)]
         if self.wake_at is not None:
             out += ["--wake-at", repr(self.wake_at)]
         from sloth_daemon.daemon import dormant  # the standard library only: its own process imports nothing
 
-        for f, stamp in zip(self.watch, dormant.stamps(list(self.watch)), strict=True):  # as this process leaves them
+        if self.seen is None:
+            self.seal()
+        for f, stamp in zip(self.watch, self.seen or (), strict=True):  # as this process leaves them
             out += ["--watch", f, "--seen", dormant.seen_arg(stamp)]
+        if self.zone is not None:  # as it is now (the schedules looked at it a clock check ago at most)
+            out += ["--zone", self.zone, "--zone-seen", dormant.seen_arg(dormant.stamps([self.zone])[0])]
         return out + ["--", *daemon]
 
 
 def execute(listener: Any, lock_fd: int, held: HeldSignals, *, owned: bool, started_at: float,
             up_row: int | None, config_text: str | None,
-            counted: dict[str, Any] | None = None, dormancy: Dormancy | None = None) -> None:
+            counted: dict[str, Any] | None = None, dormancy: Dormancy | None = None,
+            schedules: dict[str, Any] | None = None, clock: list[float | None] | None = None) -> None:
     """Replace this process by a new daemon that takes over ``listener`` and
     the lock (``dormancy``: by the dormant process, which execs that daemon
     when something needs it). Returns only if the exec failed (the caller
@@ -246,13 +271,13 @@ def execute(listener: Any, lock_fd: int, held: HeldSignals, *, owned: bool, star
     os.set_inheritable(lock_fd, True)
     handover = {"pid": os.getpid(), "listen_fd": listen_fd, "lock_fd": lock_fd, "owned": owned,
                 "started_at": started_at, "up_row": up_row, "counted": counted or {},
-                "config": config_text if config_text is None or len(config_text) <= HANDED_TEXT_MAX else None,
+                "config": handed(config_text), "schedules": schedules, "clock": clock,
                 "quiet_since": dormancy.quiet_since if dormancy is not None else None}
     env = dict(os.environ, **{ENV: json.dumps(handover)})
     flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]  # -X, -W ...
     argv = [sys.executable, *flags, *optimized(), "-m", "sloth_daemon.daemon", "run"]
     if dormancy is not None:
-        argv = dormancy.argv(listen_fd, argv)
+        argv = dormancy.argv(listen_fd, argv, clock)
     logging.shutdown()
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)  # already, since the renewal was decided
     held.pass_on()

@@ -8,10 +8,13 @@ Real daemon, real keeper, real CLI in a temporary home; a window of 1 s.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -168,7 +171,8 @@ def test_commands_at_random_moments_around_dormancy_are_all_answered_and_every_j
     the queue closing, the exec of the dormant process, its wake, the
     daemon's start): each is answered, each job runs once, first try."""
     h = dormant_harness(make_harness)
-    daemon = h.start()
+    h.daemon_env["SLOTH_RENEW_GROWTH_KB"] = "1000000000"  # a renewal at each rest restarted the window after
+    daemon = h.start()  # the add's job: the sleeps below seldom crossed it (the test failed on a loaded machine)
     rng = random.Random(3436)
     ids: list[int] = []
     for _ in range(10):
@@ -229,3 +233,154 @@ def test_with_the_idle_exit_on_it_goes_dormant_first_then_exits_when_the_exit_co
     assert woken(h, "the wake time") and "idle exit: nothing queued, running, held or scheduled for 4s" in log
     assert not h.socket.exists()
     assert lock_holder(resolve({"SLOTH_HOME": str(h.home)})) is None
+
+
+def test_a_config_too_long_to_hand_over_keeps_the_daemon_whole_not_broken_by_an_edit(make_harness):
+    """config.toml longer than the handover carries (renewal.HANDED_TEXT_MAX)
+    would be read from the file at the wake, hours later: an edit made
+    meanwhile and never reloaded, a broken one, ended the woken daemon at its
+    start (the client's command: "closed the connection before answering")."""
+    h = dormant_harness(make_harness, "# " + "x" * 70_000 + "\n")
+    h.start()
+    assert h.daemon is not None
+    pid = h.daemon.pid
+    h.wait_for(lambda: "dormancy called off" in h.log_text(), 30, "dormancy refused")
+    assert "too long to hand over" in h.log_text()
+    assert not is_dormant(pid)
+    cfg = h.home / "config.toml"
+    cfg.write_text(cfg.read_text() + "this is not toml ===\n")
+    assert h.call("status")["pid"] == pid
+    assert h.daemon.poll() is None
+
+
+class HeldLog:
+    """The daemon's stderr through a pipe this test can fill: the daemon
+    then stops at its next log line, wherever that is, until ``let_go``."""
+
+    def __init__(self) -> None:
+        self.r, self.w = os.pipe()
+        os.set_blocking(self.r, False)
+        self.text = b""
+        self.holding = False
+
+    def read(self) -> str:
+        if not self.holding:
+            with contextlib.suppress(BlockingIOError):
+                while chunk := os.read(self.r, 65536):
+                    self.text += chunk
+        return self.text.decode(errors="replace")
+
+    def hold(self) -> None:
+        self.read()
+        self.holding = True
+        fill = os.open(f"/proc/self/fd/{self.w}", os.O_WRONLY | os.O_NONBLOCK)  # its own description: the
+        try:  # daemon's stays blocking
+            with contextlib.suppress(BlockingIOError):
+                while True:
+                    os.write(fill, b"\0" * 4096)
+        finally:
+            os.close(fill)
+
+    def let_go(self) -> None:
+        self.holding = False
+        self.read()
+
+
+def test_a_job_another_process_queues_between_the_last_look_and_the_dormant_process_is_not_left_waiting(
+        make_harness):
+    """A library's enqueue committed after the daemon's last look but before
+    the dormant process took the queue files' stamps was in those stamps:
+    nothing woke the daemon for it (only the next command or slot did). The
+    daemon is held at its "stopping ... dormant" log line (after the last
+    look) while the job is queued."""
+    h = dormant_harness(make_harness)
+    held = HeldLog()
+    env = dict(h.daemon_env, SLOTH_RENEW_GROWTH_KB="1000000000")  # no renewal: the next line is the dormancy's
+    h.daemon = subprocess.Popen([sys.executable, "-m", "sloth_daemon", "daemon", "run"], env=env,
+                                stdout=held.w, stderr=held.w, stdin=subprocess.DEVNULL, start_new_session=True,
+                                cwd=str(h.home))
+    h.spawned.append(h.daemon)
+    pid = h.daemon.pid
+    h.wait_for(lambda: "letting it go" in held.read(), 30, "the keeper let go")
+    held.hold()
+    h.wait_for(lambda: "pipe_write" in Path(f"/proc/{pid}/wchan").read_text(), 30, "the daemon held at a log line")
+    with Queue(h.home / "queue.db") as q:
+        jid = q.enqueue(["true"])
+    held.let_go()
+    h.wait_for(lambda: "dormant: nothing queued" in held.read(), 30, "the dormancy's log line")
+    h.wait_for(lambda: "ready" in held.read().rsplit("dormant: nothing queued", 1)[1] or None, 30,
+               "the daemon back for the job, in the text: " + held.read()[-2000:])
+    with sqlite3.connect(f"file:{h.home / 'queue.db'}?mode=ro", uri=True) as c:
+        h.wait_for(lambda: c.execute("SELECT state FROM jobs WHERE id = ?", (jid,)).fetchone()[0] == "done", 30,
+                   "the job done")
+    assert "dormancy called off at the last look (renewing instead): 1 queued" in held.read()
+    os.close(held.w)
+
+
+def jobs_in(h: Harness) -> int:
+    with sqlite3.connect(f"file:{h.home / 'queue.db'}?mode=ro", uri=True) as c:
+        return int(c.execute("SELECT count(*) FROM jobs").fetchone()[0])
+
+
+def test_a_clock_put_right_while_dormant_brings_the_schedules_back_to_it(make_harness, fakeclock):
+    """The clock set a year ahead (the daemon fires and moves its slots
+    there), then put right while it is dormant: a daemon running brings the
+    schedules back to the clock (Scheduler.clock_jumped); the dormant process
+    slept on to the wrong date, the schedules silent a year."""
+    h = dormant_harness(make_harness)
+    h.daemon_env.update(fakeclock.env())
+    h.start()
+    assert h.daemon is not None
+    pid = h.daemon.pid
+    h.cli("schedule", "add", "tick", "--every", "8s", "--", "true", check=True)
+    h.wait_for(lambda: jobs_in(h) >= 1, 30, "the first slot's job")
+    fakeclock.jump(365 * 86400)
+    h.wait_for(lambda: jobs_in(h) >= 2, 30, "the year ahead's catch-up job")
+    wait_dormant(h, pid)
+    n = jobs_in(h)
+    fakeclock.jump(-365 * 86400)
+    h.wait_for(lambda: jobs_in(h) > n, 30, "a slot's job on the clock put right")
+    assert woken(h, "the wall clock was set back"), h.log_text()
+
+
+def test_a_change_of_the_local_zone_while_dormant_moves_the_local_time_schedules(make_harness, tmp_path):
+    """UTC to Tokyo while dormant (the zone file the daemon reads,
+    $SLOTH_LOCALTIME): a daemon running moves "0 3 * * *" to 03:00 in Tokyo
+    at its next clock check (Scheduler.zone_check); dormant, nothing woke
+    it, and the daemon woken later took the new zone as the one it had
+    always had: the slot stayed at 03:00 UTC."""
+    import shutil
+
+    from tests.acceptance.test_schedule_truth import _next_local
+
+    zone = tmp_path / "localtime"
+    shutil.copyfile("/usr/share/zoneinfo/UTC", zone)
+    h = dormant_harness(make_harness)
+    h.daemon_env.pop("TZ", None)
+    h.daemon_env["SLOTH_LOCALTIME"] = str(zone)
+    h.start()
+    assert h.daemon is not None
+    pid = h.daemon.pid
+    h.cli("schedule", "add", "night", "--cron", "0 3 * * *", "--", "true", check=True)
+    wait_dormant(h, pid)
+    shutil.copyfile("/usr/share/zoneinfo/Asia/Tokyo", tmp_path / "new")
+    os.replace(tmp_path / "new", zone)
+    h.wait_for(lambda: woken(h, "the local time zone changed"), 30, "woken by the zone's change")
+    night = h.cli_json("schedule", "show", "night", "--json")["schedule"]
+    assert night["next_slot"] == _next_local("Asia/Tokyo", 3, time.time()), night
+
+
+def test_a_sleep_of_the_machine_while_dormant_is_in_the_timeline(make_harness, fakeclock):
+    """A daemon running records each sleep of the machine (machine_log.py,
+    its clock watch); dormant, the daemon woken after knew nothing of the
+    clocks before it: the sleep was in no timeline (nor in `status`)."""
+    h = dormant_harness(make_harness)
+    h.daemon_env.update(fakeclock.env())
+    h.start()
+    assert h.daemon is not None
+    wait_dormant(h, h.daemon.pid)
+    fakeclock.jump(2 * 3600)  # the laptop slept two hours
+    h.wait_for(lambda: woken(h, "the machine slept"), 30, "woken by the resume")
+    sleeps = h.wait_for(lambda: [m for m in h.call("timeline", since_s=6 * 3600)["machine"] if m["kind"] == "sleep"],
+                        30, "the sleep recorded")
+    assert len(sleeps) == 1, sleeps

@@ -57,6 +57,9 @@ class PgStore(contract.Store):
     def rest(self) -> None:
         pass  # Nothing to give back: the server holds the cache.
 
+    def checkpoint(self) -> None:
+        pass  # The server's files: no process of ours watches them.
+
     def revalidate(self) -> None:
         self.db.revalidate()
 

@@ -254,6 +254,13 @@ class SqliteStore(contract.Store):
     def rest(self) -> None:
         self.conn.execute("PRAGMA shrink_memory")
 
+    def checkpoint(self) -> None:
+        if self.broken is None:
+            try:
+                self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()  # busy: as far as it could go
+            except sqlite3.Error:
+                pass  # best effort: the close checkpoints, and the dormant process wakes on its change
+
     def revalidate(self) -> None:
         pass  # A file has no connection to lose.
 

@@ -124,6 +124,23 @@ class Scheduler:
         self._seen = now
         self.arm(force=True)
 
+    def saw(self) -> dict[str, Any]:
+        """The latest time a tick or a jump saw, and the local zone: handed
+        to the process that renews this one (renewal.py), for ``carry``."""
+        return {"seen": self._seen, "zone": self._zone}
+
+    def carry(self, saw: dict[str, Any]) -> None:
+        """What the process this one renewed (or the dormant one before it)
+        saw: a clock set back or a zone changed since is seen as if this
+        process had been running all along."""
+        zone = saw.get("zone")
+        if isinstance(zone, list) and len(zone) == 3:  # JSON's lists: local_key()'s tuples again
+            self._zone = (zone[0], zone[1], None if zone[2] is None else tuple(zone[2]))
+            self.zone_check()
+        if isinstance(saw.get("seen"), int):
+            self._seen = max(self._seen, saw["seen"])
+            self.clock_jumped()
+
     def zone_check(self) -> None:
         """At each clock check: if the local zone changed (/etc/localtime,
         $TZ: slots.local_key), the schedules on local time move to their

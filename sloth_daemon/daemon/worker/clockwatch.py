@@ -48,6 +48,21 @@ class ClockWatch:
         self._on_check: list[Callable[[], None]] = []
         self._on_jump: list[Callable[[], None]] = []
 
+    def saw(self) -> list[float | None]:
+        """The clocks as last read (handed to the process that renews this one, for ``carry``)."""
+        last = self.detector.last
+        return [last.wall, last.awake, last.total]
+
+    def carry(self, saw: list[float | None]) -> None:
+        """The clocks as the process this one renewed (or the dormant one
+        before it) last read them: the first check sees what came since (a
+        sleep, a step) as if this process had been running. Not a stall:
+        that process waited on purpose (dormant)."""
+        wall, awake, total = saw
+        if isinstance(wall, (int, float)) and isinstance(awake, (int, float)):
+            self.detector.last = ClockReadings(float(wall), float(awake), None if total is None else float(total))
+            self.waited_s = float("inf")
+
     def listen(self, *, check: Callable[[], None], jump: Callable[[], None]) -> None:
         """``check()`` at every check (the schedules' time zone), ``jump()``
         on every jump, back too (the schedules re-arm)."""

@@ -160,7 +160,10 @@ def test_it_pings_systemds_watchdog_as_the_daemon_does(listener, tmp_path):
     notify2.close()
 
 
-@pytest.mark.parametrize("args", [[], ["--listen", "x", "--", "d"], ["--bogus", "1", "--", "d"], ["--listen", "3"]])
+@pytest.mark.parametrize("args", [[], ["--listen", "x", "--", "d"], ["--bogus", "1", "--", "d"], ["--listen", "3"],
+                                  ["--listen", "3", "--seen", "1,2,3", "--", "d"],
+                                  ["--listen", "3", "--zone-seen", "1,2,3", "--", "d"],
+                                  ["--listen", "3", "--watch", "f", "--seen", "1,x", "--", "d"]])
 def test_bad_arguments_end_it_with_a_message(args):
     p = subprocess.run([sys.executable, "-I", "-S", str(SCRIPT), *args], capture_output=True, text=True, timeout=20)
     assert p.returncode == 2 and "sloth: dormant: bad arguments" in p.stderr
@@ -189,3 +192,46 @@ def test_no_module_beside_it_shadows_the_standard_library():
     (3.11's -I leaves it out): a daemon/enum.py would be imported as enum."""
     beside = {p.stem for p in SCRIPT.parent.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
     assert not beside & set(sys.stdlib_module_names)
+
+
+def test_the_wall_clock_set_back_wakes_it(listener, fakeclock):
+    """A clock put right after it was set ahead: the daemon brings its
+    schedules back to it (Scheduler.carry); the wake time, on the wrong
+    date, would not come."""
+    p = start(listener, "--wake-at", repr(time.time() + 7200), env=dict(os.environ, **fakeclock.env()))
+    wait_dormant(p)
+    fakeclock.jump(-3600)
+    assert report(p)["woke"] == "the wall clock was set back"
+
+
+def test_a_sleep_of_the_machine_wakes_it_short_of_the_wake_time(listener, fakeclock):
+    """The shim moves the boot time and the wall clock, not the monotonic
+    clock: a resume. The daemon records the sleep (ClockWatch.carry)."""
+    p = start(listener, "--wake-at", repr(time.time() + 7200), env=dict(os.environ, **fakeclock.env()))
+    wait_dormant(p)
+    fakeclock.jump(600)
+    assert report(p)["woke"] == "the machine slept"
+
+
+def test_the_local_zones_file_replaced_wakes_it(listener, tmp_path):
+    zone = tmp_path / "localtime"
+    zone.write_bytes(b"TZif UTC")
+    argv = Dormancy(None, 0.0, 0.1, (), zone=str(zone)).argv(listener.fileno(), ["daemon"])
+    p = start(listener, *argv[argv.index("--zone"):argv.index("--")])
+    wait_dormant(p)
+    time.sleep(0.3)
+    assert p.poll() is None
+    (tmp_path / "new").write_bytes(b"TZif Asia/Tokyo")
+    os.replace(tmp_path / "new", zone)  # as timedatectl set-timezone: another file there
+    assert report(p)["woke"] == "the local time zone changed"
+
+
+def test_a_sleep_before_it_started_is_seen_against_the_clocks_the_daemon_read(listener, fakeclock):
+    """The resume between the daemon's last clock check and this process's
+    first look: against its own first reading it saw nothing."""
+    read = [time.time(), time.monotonic(), time.clock_gettime(time.CLOCK_BOOTTIME)]  # the daemon's (no shim)
+    argv = Dormancy(None, 0.0, 0.1, ()).argv(listener.fileno(), ["daemon"], read)
+    fakeclock.jump(600)
+    p = start(listener, *argv[argv.index("--clocks"):argv.index("--")], "--wake-at", repr(time.time() + 7200),
+              env=dict(os.environ, **fakeclock.env()))
+    assert report(p)["woke"] == "the machine slept"
