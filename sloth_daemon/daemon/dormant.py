@@ -164,6 +164,9 @@ def wait(plan: Orders, heard: "list[int]", wakeup: int, dog: Watchdog, *, clock=
         offset = wall - awake
         if total is not None and BOOTTIME is not None:
             asleep = total - awake
+    poller = select.poll()  # not select(): a descriptor of 1024 or more would end this process
+    poller.register(plan.listen_fd, select.POLLIN)  # an error or a hang-up on it comes too: the daemon judges it
+    poller.register(wakeup, select.POLLIN)
     while True:
         dog.ping_due()
         if heard:
@@ -177,7 +180,7 @@ def wait(plan: Orders, heard: "list[int]", wakeup: int, dog: Watchdog, *, clock=
             return BY_TIME
         timeout = min(plan.look_s, dog.wait_s(), float("inf") if plan.wake_at is None else plan.wake_at - now)
         try:
-            ready, _, _ = select.select([plan.listen_fd, wakeup], [], [], max(timeout, 0.0))
+            ready = [fd for fd, _ in poller.poll(max(timeout, 0.0) * 1000)]
         except InterruptedError:  # a signal: its handler noted it (PEP 475 retries; older kernels' paths)
             ready = []
         if plan.listen_fd in ready:

@@ -235,3 +235,29 @@ def test_a_sleep_before_it_started_is_seen_against_the_clocks_the_daemon_read(li
     p = start(listener, *argv[argv.index("--clocks"):argv.index("--")], "--wake-at", repr(time.time() + 7200),
               env=dict(os.environ, **fakeclock.env()))
     assert report(p)["woke"] == "the machine slept"
+
+
+def test_a_listening_socket_at_a_high_descriptor_is_watched(listener, tmp_path):
+    """select() cannot take a descriptor of 1024 or more (ValueError: it
+    ended the holder); poll() can. A daemon with many connections and files
+    open when it renewed could hand such a one over."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1100:
+        pytest.skip(f"RLIMIT_NOFILE hard limit {hard}")
+    high = 1050
+    os.dup2(listener.fileno(), high)
+    try:
+        argv = [sys.executable, "-I", "-S", str(SCRIPT), "--listen", str(high), "--look-s", "0.1",
+                "--", sys.executable, "-c", REPORT, str(high)]
+        p = subprocess.Popen(argv, pass_fds=[high], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard)))
+        wait_dormant(p)
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.connect(str(tmp_path / "s.sock"))
+        r = report(p)
+        c.close()
+        assert r["woke"] == "a connection" and r["waiting"]
+    finally:
+        os.close(high)
