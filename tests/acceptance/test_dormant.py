@@ -35,6 +35,16 @@ def dormant_harness(make_harness, extra: str = "") -> Harness:
     return h
 
 
+def started(make_harness, extra: str = "", *, dormant: bool = False) -> tuple[Harness, int]:
+    """A daemon of the dormant harness started (and gone dormant): it and its pid."""
+    h = dormant_harness(make_harness, extra)
+    h.start()
+    assert h.daemon is not None
+    if dormant:
+        wait_dormant(h, h.daemon.pid)
+    return h, h.daemon.pid
+
+
 def is_dormant(pid: int) -> bool:
     try:
         return "dormant.py" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
@@ -58,10 +68,7 @@ def woken(h: Harness, why: str, times: int = 1) -> bool:
 
 
 def test_at_rest_it_goes_dormant_small_in_the_same_process_and_a_command_wakes_it(make_harness):
-    h = dormant_harness(make_harness)
-    h.start()
-    assert h.daemon is not None
-    pid = h.daemon.pid
+    h, pid = started(make_harness)
     jid = h.add("sh", "-c", "echo one")
     assert h.wait_state(jid, "done")["attempts"] == 1
     wait_dormant(h, pid)
@@ -88,10 +95,7 @@ def test_at_rest_it_goes_dormant_small_in_the_same_process_and_a_command_wakes_i
 
 
 def test_a_schedules_slot_wakes_it_in_time_and_runs_on_time(make_harness):
-    h = dormant_harness(make_harness)
-    h.start()
-    assert h.daemon is not None
-    pid = h.daemon.pid
+    h, pid = started(make_harness)
     h.cli("schedule", "add", "tick", "--every", "8s", "--", "true", check=True)
     h.wait_for(lambda: queued_at(h), 30, "the first slot's job")
     wait_dormant(h, pid)  # a slot 8 s away, woken 2 s before it (SLOTH_DORMANT_LEAD_S)
@@ -110,11 +114,7 @@ def queued_at(h: Harness) -> list[float]:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_signal_to_the_dormant_process_stops_the_daemon_cleanly(make_harness, sig):
-    h = dormant_harness(make_harness)
-    h.start()
-    assert h.daemon is not None
-    pid = h.daemon.pid
-    wait_dormant(h, pid)
+    h, pid = started(make_harness, dormant=True)
     os.kill(pid, sig)
     assert h.daemon.wait(30) == 0, h.log_text()
     assert f"stopping (keeping running jobs): signal {sig.name}" in h.log_text() or sig is signal.SIGINT
@@ -124,11 +124,7 @@ def test_a_stop_signal_to_the_dormant_process_stops_the_daemon_cleanly(make_harn
 
 
 def test_a_reload_signal_to_the_dormant_process_is_the_woken_daemons_reload(make_harness):
-    h = dormant_harness(make_harness)
-    h.start()
-    assert h.daemon is not None
-    pid = h.daemon.pid
-    wait_dormant(h, pid)
+    h, pid = started(make_harness, dormant=True)
     cfg = h.home / "config.toml"
     cfg.write_text(cfg.read_text() + "max_attempts = 7\n")
     os.kill(pid, signal.SIGHUP)
@@ -139,11 +135,7 @@ def test_a_reload_signal_to_the_dormant_process_is_the_woken_daemons_reload(make
 
 
 def test_a_job_another_process_writes_into_the_queue_file_wakes_it_and_runs(make_harness):
-    h = dormant_harness(make_harness)
-    h.start()
-    assert h.daemon is not None
-    pid = h.daemon.pid
-    wait_dormant(h, pid)
+    h, pid = started(make_harness, dormant=True)
     with Queue(h.home / "queue.db") as q:  # the library, as another program of the user's would
         jid = q.enqueue(["true"])
     h.wait_for(lambda: woken(h, "the queue's files changed"), 30, "woken by the write")
@@ -151,10 +143,7 @@ def test_a_job_another_process_writes_into_the_queue_file_wakes_it_and_runs(make
 
 
 def test_kill_9_of_the_dormant_process_loses_nothing_and_the_next_command_starts_a_daemon(make_harness):
-    h = dormant_harness(make_harness)
-    h.start()
-    assert h.daemon is not None
-    pid = h.daemon.pid
+    h, pid = started(make_harness)
     jid = h.add("true")
     h.wait_state(jid, "done")
     wait_dormant(h, pid)
@@ -223,11 +212,7 @@ def test_with_the_idle_exit_on_it_goes_dormant_first_then_exits_when_the_exit_co
     """dormant_after_s 1 s, idle_exit_s 4 s: dormant after a second, then
     woken when the idle exit comes due, and that daemon leaves cleanly at
     its first look (its socket removed, its lock free)."""
-    h = dormant_harness(make_harness, 'idle_exit_s = "4s"\n')
-    h.start()
-    assert h.daemon is not None
-    pid = h.daemon.pid
-    wait_dormant(h, pid)
+    h, pid = started(make_harness, 'idle_exit_s = "4s"\n', dormant=True)
     assert h.daemon.wait(30) == 0, h.log_text()
     log = h.log_text()
     assert woken(h, "the wake time") and "idle exit: nothing queued, running, held or scheduled for 4s" in log
@@ -240,10 +225,7 @@ def test_a_config_too_long_to_hand_over_keeps_the_daemon_whole_not_broken_by_an_
     would be read from the file at the wake, hours later: an edit made
     meanwhile and never reloaded, a broken one, ended the woken daemon at its
     start (the client's command: "closed the connection before answering")."""
-    h = dormant_harness(make_harness, "# " + "x" * 70_000 + "\n")
-    h.start()
-    assert h.daemon is not None
-    pid = h.daemon.pid
+    h, pid = started(make_harness, "# " + "x" * 70_000 + "\n")
     h.wait_for(lambda: "dormancy called off" in h.log_text(), 30, "dormancy refused")
     assert "too long to hand over" in h.log_text()
     assert not is_dormant(pid)
