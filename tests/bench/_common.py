@@ -128,3 +128,22 @@ def race_workers(source: str, run: Path, n: int, *args: str) -> tuple[int, float
         count, t = (run / f"{i}.out").read_text().split()
         done, end = done + int(count), max(end, float(t))
     return done, end - t0
+
+
+def normal_install(where: Path) -> dict[str, str]:
+    """A fresh venv with `pip install .` of a copy of this tree (the copy
+    keeps setuptools' build/ out of it): its python and sloth."""
+    repo = Path(__file__).resolve().parents[2]
+    src = where / "src"
+    src.mkdir(parents=True)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(repo / name, src / name)
+    for name in ("sloth_daemon", "service"):
+        shutil.copytree(repo / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    venv = where / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(src)]
+    p = subprocess.run(pip, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"pip install . failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    return {"python": str(venv / "bin" / "python"), "sloth": str(venv / "bin" / "sloth")}

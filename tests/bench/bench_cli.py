@@ -72,7 +72,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from sloth_daemon.cli.client import Client  # noqa: E402
-from tests.bench._common import ensure_tools  # noqa: E402
+from tests.bench._common import ensure_tools, normal_install  # noqa: E402
 from tests.support.harness import Harness  # noqa: E402
 
 PY = sys.executable  # this venv: the daemons, and the in-process parts
@@ -163,24 +163,6 @@ class Daemon:
             pass
         self.h.reap()
         shutil.rmtree(self.tmp, ignore_errors=True)
-
-
-def normal_install(where: Path) -> dict[str, str]:
-    """A fresh venv with `pip install .` of a copy of this tree (the copy
-    keeps setuptools' build/ out of it): its python and sloth."""
-    src = where / "src"
-    src.mkdir(parents=True)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, src / name)
-    for name in ("sloth_daemon", "service"):
-        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-    venv = where / "venv"
-    subprocess.run([PY, "-m", "venv", str(venv)], check=True)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(src)]
-    p = subprocess.run(pip, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise SystemExit(f"pip install . failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    return {"python": str(venv / "bin" / "python"), "sloth": str(venv / "bin" / "sloth")}
 
 
 def tab(words: str) -> dict[str, str]:

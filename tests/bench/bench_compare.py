@@ -29,7 +29,9 @@ the ratios):
             do they still run? And a simulated reboot: kill -9 every process of
             the tool (the running job too), restart, do they still run?
 
---bulk measures only issue 34's bulk targets, printed beside their peers:
+--bulk measures only issue 34's bulk targets, printed beside their peers
+(the `sloth` commands from a fresh `pip install .`, as a user runs them;
+--in-place: this venv's; the daemon is this tree's either way):
 1,000 `true` from one `sloth add --stdin` + `sloth wait` on every id against
 tsp (1 slot each; target <= 0.8x tsp's time in the same round) and the bare
 loop, --reps rounds interleaved; then the --sweep row (1 and 2 slots: sloth,
@@ -59,7 +61,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests.bench._common import bench_bare, cpu_s, ensure_tools, fsync_rate, pct, wakeups  # noqa: E402
+from tests.bench._common import bench_bare, cpu_s, ensure_tools, fsync_rate, normal_install, pct, wakeups  # noqa: E402
 from tests.support.harness import Harness, processes_with_env  # noqa: E402
 
 PY = sys.executable
@@ -739,17 +741,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sweep", type=int, default=10_000, help="members of the sweep batch (0: skip it)")
     ap.add_argument("--bulk", action="store_true", help="only the bulk targets of issue 34 (see above)")
     ap.add_argument("--burn", type=int, default=0, help="with --bulk: busy loops run meanwhile")
+    ap.add_argument("--in-place", action="store_true",
+                    help="with --bulk: this venv's `sloth` for the commands, not a fresh `pip install .`'s")
     ap.add_argument("--replot", action="store_true",
                     help="only redraw compare.md/.png from the compare.json of an earlier run in --out")
     a = ap.parse_args(argv)
     if a.bulk:
-        burners = [subprocess.Popen([PY, "-c", "while True: pass"]) for _ in range(a.burn)]
+        global SLOTH
+        where = Path(tempfile.mkdtemp(prefix="slbi-"))
+        burners: list[subprocess.Popen[bytes]] = []
         try:
+            if not a.in_place:  # as a user runs it: an editable install's finder adds ~24 ms to each start, and
+                print("installing (pip install . into a fresh venv) ...", flush=True)  # under
+                SLOTH = normal_install(where)["sloth"]  # PYTHONDONTWRITEBYTECODE each compiles what it loads
+            burners = [subprocess.Popen([PY, "-c", "while True: pass"]) for _ in range(a.burn)]
             return bulk(a.reps or 3, a.sweep)
         finally:
             for b in burners:
                 b.kill()
                 b.wait()
+            shutil.rmtree(where, ignore_errors=True)
     if a.out is None:
         ap.error("--out is required (but with --bulk)")
     if a.replot:
