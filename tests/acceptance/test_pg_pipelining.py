@@ -95,3 +95,29 @@ def test_a_daemon_killed_holding_a_batch_of_claims_loses_none_and_each_is_re_iss
             assert set(held) & set(reissued) and any(starts[i] == 1 for i in set(held) & set(reissued))
     finally:
         net.close()
+
+
+def test_a_chain_claimed_deep_for_short_jobs_gives_back_what_turns_out_long_to_the_other_machine(tmp_path):
+    """Two machines, one slot each, a lane of `true` (chains 64 deep), then
+    64 jobs of 45 ms: each is young enough to keep its successors, so the
+    machine that claimed them held all 64 for 2.9 s while the other's slot
+    stood idle (63 to 1). Once its lane's runs are heard longer, a chain
+    gives back what it holds beyond depth_cap: both machines run them."""
+    if os.environ.get("SLOTH_SKIP_PG", "") not in ("", "0"):
+        pytest.skip("SLOTH_SKIP_PG is set")
+    net = Network(2, netns=False)
+    try:
+        with Machines(net, 2, config_of=lambda i: 'lease_s = "3s"\n[lanes]\ndefault = 1\n') as ms:
+            ms.start()
+            a = ms[0]
+            a.add_many([{"command": ["true"], "place": "*"} for _ in range(300)])
+            a.wait_for(lambda: a.call("status")["counts"].get("done", 0) == 300, timeout_s=60, what="300 true done")
+            ids = a.add_many([{"command": ["sleep", "0.045"], "place": "*"} for _ in range(64)])
+            a.wait_for(lambda: a.call("status")["counts"].get("done", 0) == 364, timeout_s=60, what="64 more done")
+            ran_on = Counter(next(e["message"] for e in a.events(i) if e["kind"] == "claimed").split(":")[1]
+                             for i in ids)
+            assert len(ran_on) == 2 and min(ran_on.values()) >= 16, ran_on
+            for i in ids:
+                assert (a.job(i)["state"], a.job(i)["attempts"]) == ("done", 1)
+    finally:
+        net.close()
