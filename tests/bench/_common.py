@@ -140,10 +140,15 @@ def normal_install(where: Path) -> dict[str, str]:
         shutil.copy2(repo / name, src / name)
     for name in ("sloth_daemon", "service"):
         shutil.copytree(repo / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return venv_install(src, where, "pip install .")
+
+
+def venv_install(src: Path, where: Path, what: str) -> dict[str, str]:
+    """A fresh venv in ``where`` with the source tree ``src`` pip-installed: its python and sloth."""
     venv = where / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(src)]
     p = subprocess.run(pip, capture_output=True, text=True)
     if p.returncode != 0:
-        raise SystemExit(f"pip install . failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+        raise SystemExit(f"{what} failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
     return {"python": str(venv / "bin" / "python"), "sloth": str(venv / "bin" / "sloth")}

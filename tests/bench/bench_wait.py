@@ -38,7 +38,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests.bench._common import cpu_s, log  # noqa: E402
+from tests.bench._common import cpu_s, log, venv_install  # noqa: E402
 from tests.bench.bench_cli import INSTALL, Probe, base_env, normal_install, round_robin  # noqa: E402
 from tests.support.harness import Harness  # noqa: E402
 
@@ -125,13 +125,7 @@ def install_ref(ref: str, where: Path) -> dict[str, str]:
     tar = subprocess.run(["git", "-C", str(REPO), "archive", ref, "pyproject.toml", "README.md", "sloth_daemon",
                           "service"], capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(src)], input=tar, check=True)
-    venv = where / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(src)]
-    p = subprocess.run(pip, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise SystemExit(f"pip install of {ref} failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    return {"python": str(venv / "bin" / "python"), "sloth": str(venv / "bin" / "sloth")}
+    return venv_install(src, where, f"pip install of {ref}")
 
 
 def wait_finished(calls: int) -> list[Probe]:
