@@ -124,7 +124,7 @@ class Pipeline:
         self.clocks, self.withdrawals, self.signals = clocks, withdrawals, signals
         self.name, self.places = name, places
         # other machines claim from it: a chain's tail beyond depth_cap goes back (take_back_due)
-        self.shared = getattr(queue, "machines", None) is not None
+        self.shared = queue.machines is not None
         self.short_lanes: dict[str, bool] = {}  # lane -> whether its last run ended within hot_s of its start
         self.usual_s: dict[str, float] = {}  # lane -> its runs' usual time, start to end as heard (smoothed)
         self.pending_n = 0  # runs sent to wait behind another, since start
