@@ -200,7 +200,10 @@ class Machinery:
             if not ids:
                 s.count("pause_no_target")
                 return
-            if self._pause(ids, resume=False):
+            paused = self._pause(ids, resume=False)
+            if paused is not None:
+                if not paused:  # answered, but each had ended between the list and the pause (skipped)
+                    s.count("pause_no_target")
                 break
         else:  # the last ask may have landed unanswered: the resume below is asked all the same
             s.count("pause_unanswered")
@@ -214,25 +217,25 @@ class Machinery:
         """As a user would: asked again while the daemon does not answer (a kill -9 meanwhile)."""
         self.soak.sleep(after_s)
         for _ in range(5):
-            if self._pause(ids, resume=True) or self.soak.abort.is_set():
+            if self._pause(ids, resume=True) is not None or self.soak.abort.is_set():
                 return
             self.soak.sleep(1.0)
 
-    def _pause(self, ids: list[int] | None, resume: bool) -> bool:
-        """Pause (resume) ``ids`` (None: every running job); False if no answer came."""
+    def _pause(self, ids: list[int] | None, resume: bool) -> int | None:
+        """Pause (resume) ``ids`` (None: every running job): how many were; None if no answer came."""
         s = self.soak
         try:
             args: dict[str, Any] = {"ids": ids} if ids else {}
             res = s.ask("resume_jobs" if resume else "pause_jobs", **args)
         except s.transient as e:
             s.note(f"{'resume' if resume else 'pause'} of {ids} got no answer: {e!r}")
-            return False
+            return None
         kind = "continued" if resume else "paused"
         for j in res["jobs"]:
             self.answered.append((j["id"], kind))
         s.count(f"jobs_{kind}", len(res["jobs"]))
         s.note(f"{kind}: {[j['id'] for j in res['jobs']]} (skipped {res.get('skipped')})")
-        return True
+        return len(res["jobs"])
 
     def act_edits(self) -> None:
         """A few held jobs in the one-slot lane `edits`; then rounds of
