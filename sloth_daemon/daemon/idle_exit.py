@@ -34,7 +34,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Collection
+from typing import Any, Callable, Collection, Mapping
 
 from sloth_daemon.durations import format_duration
 from sloth_daemon.errors import SlothError
@@ -59,6 +59,11 @@ class Views:
     outbox: Callable[[], int] = lambda: 0  # messages not delivered yet (docs/telling.md): a ping must not wait days
     renewing: Callable[[], bool] = lambda: False  # the daemon renewing itself (renewal.py): one leaving at a time
     deadline: Callable[[], float | None] = lambda: None  # the dead-man switch's next check (wall clock)
+
+
+def active_jobs(counts: Mapping[str, int]) -> str | None:
+    """The jobs that need a daemon, in words ("3 queued, 1 running"), or None."""
+    return ", ".join(f"{counts[s]} {s}" for s in ACTIVE if counts.get(s)) or None
 
 
 WAKE_LEAD_S = 15.0  # a dormant process wakes this long before a slot or deadline: the daemon's start, loaded
@@ -142,8 +147,8 @@ class IdleExit:
             counts = v.counts()
         except SlothError as e:  # a full disk, a foreign lock: what it holds is unknown, so stay
             return f"the queue cannot be read now ({e.message})"
-        if active := {s: counts[s] for s in ACTIVE if counts.get(s)}:
-            return ", ".join(f"{n} {s}" for s, n in active.items())
+        if active := active_jobs(counts):
+            return active
         if v.watching():
             return "run conditions watched"
         if (n := v.outbox()) > 0:
@@ -157,8 +162,10 @@ class IdleExit:
     def due(self) -> bool:
         """Whether the daemon may go now: idle exit on, and nothing for a whole window."""
         window = self.window_s()
+        if window <= 0:
+            return False  # no look: dormancy's (dormant_due) is the one look of a period then
         quiet = self.quiet_for()
-        return window > 0 and quiet is not None and quiet >= window
+        return quiet is not None and quiet >= window
 
     def period_s(self) -> float:
         windows = [w for w in (self.window_s(), self.dormant_s()) if w > 0]

@@ -384,8 +384,7 @@ class Daemon:
         try:
             self.queue.checkpoint()
             self.dormancy.seal()
-            counts = self.queue.counts()
-            why = ", ".join(f"{counts[s]} {s}" for s in idle_exit.ACTIVE if counts.get(s))
+            why = idle_exit.active_jobs(self.queue.counts())
             if not why and (n := self.queue.outbox_counts()["pending"]):
                 why = f"{n} message(s) to deliver"
         except SlothError as e:

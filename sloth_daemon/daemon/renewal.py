@@ -62,6 +62,8 @@ HANDED_TEXT_MAX = 64 * 1024
 def handed(text: str | None) -> str | None:
     """config.toml's text as the handover carries it (None: too long, read from the file)."""
     return text if text is None or len(text) <= HANDED_TEXT_MAX else None
+
+
 # What a start reads of sloth's code: the interpreter and the files the exec
 # loads first. pip replaces every file of a package it installs (new inodes).
 CODE = (sys.executable, Path(__file__).parents[1] / "__init__.py", Path(__file__).with_name("__main__.py"),

@@ -293,16 +293,17 @@ class Pipeline:
             first = heads.get(id(x), x)
             for y in path:
                 heads[id(y)] = first
-            out.append((run, first.started_awake + (self.hot_s(run.job.lane) if first.pid is not None
-                                                     else HOT_MAX_S)))
+            out.append((run, self._young_until(first, run.job.lane)))
         return out
 
     def _take_back_at(self, run: Attempt) -> float:
-        """When the chain of ``run`` is no longer young: its head's hot_s
-        after it was heard started; one not heard started yet (its spawn
+        return self._young_until(head(run), run.job.lane)
+
+    def _young_until(self, first: Attempt, lane: str) -> float:
+        """When a chain whose head is ``first`` is no longer young: its head's
+        hot_s after it was heard started; one not heard started yet (its spawn
         sent, the keeper busy) HOT_MAX_S after it was claimed."""
-        first = head(run)
-        return first.started_awake + (self.hot_s(run.job.lane) if first.pid is not None else HOT_MAX_S)
+        return first.started_awake + (self.hot_s(lane) if first.pid is not None else HOT_MAX_S)
 
     def take_back_run(self, run: Attempt) -> None:
         """Ask the spawner to drop ``run`` if it has not started (it hears ``taken_back``)."""
