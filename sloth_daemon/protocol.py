@@ -89,8 +89,9 @@ OPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "logs": (frozenset({"id"}), frozenset({"attempt"})),
     # what an attempt handed on ($SLOTH_RESULT; docs/watchdogs.md): {id, attempt, attempts, found, result}
     "result": (frozenset({"id"}), frozenset({"attempt"})),
-    # "batched": one "states" event of many jobs at a time (else a "state" event per job)
-    "wait": (frozenset({"ids"}), frozenset({"batched"})),
+    # "batched": one "states" event of many jobs at a time (else a "state" event per job);
+    # "fields": only these of each job (and always id, state), in the events and the response
+    "wait": (frozenset({"ids"}), frozenset({"batched", "fields"})),
     # the newest job this machine queued: {"id": N or null}; "ran": the newest of those that has run
     "latest": (frozenset(), frozenset({"ran"})),
     "follow": (frozenset({"id"}), frozenset({"attempt", "all_attempts", "live"})),

@@ -32,6 +32,10 @@ TICK_S = 1.0  # the live line's redraw (its elapsed time) when nothing happens
 REREAD_S = 2.0  # one gated job waited on: how often its reason for waiting is read again
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 _ENDED = ("done", "failed", "cancelled")
+# What of each job the outcome lines, the live line and the summary read
+# (_View): asked for as the wait's ``fields`` unless --json prints jobs whole.
+SHOWN_FIELDS = ["attempts", "max_attempts", "tries", "message", "not_before", "created_at", "gate", "wait_reason",
+                "paused", "progress", "batch", "exit_code"]
 _ERASE = "\r\x1b[K"
 
 
@@ -46,13 +50,19 @@ def wait_for(ids: list[int], *, stream: IO[str], as_json: bool = False,
     if before:
         echo(before)
     view = _View(ids, stream, live=not as_json and sys.stderr.isatty(), quiet=as_json or quiet)
+    # what a daemon from before each option refuses (one not restarted since an upgrade)
+    asks: list[dict[str, Any]] = [{"batched": True, "fields": SHOWN_FIELDS}, {"batched": True}, {}]
+    if as_json:  # the jobs printed whole
+        asks = asks[1:]
     try:
-        try:
-            final = _follow(ids, view, batched=True, client=client)
-        except errors.ProtocolError as e:
-            if "batched" not in e.message:
-                raise
-            final = _follow(ids, view, batched=False)  # a daemon from before batched waits (not restarted)
+        final: list[dict[str, Any]] = []
+        for i, ask in enumerate(asks):
+            try:
+                final = _follow(ids, view, ask, client=client if i == 0 else None)
+                break
+            except errors.ProtocolError as e:
+                if i == len(asks) - 1 or not any(k in e.message for k in ask):
+                    raise
     except KeyboardInterrupt:
         view.interrupted()
         return EXIT_INTERRUPTED
@@ -64,11 +74,11 @@ def wait_for(ids: list[int], *, stream: IO[str], as_json: bool = False,
     return errors.EXIT_JOB_FAILED if any(j["state"] != "done" for j in final) else 0
 
 
-def _follow(ids: list[int], view: _View, *, batched: bool, client: Any = None) -> list[dict[str, Any]]:
-    """The daemon's ``wait`` shown on ``view`` (on ``client``, else a new
-    connection); the jobs as they ended."""
+def _follow(ids: list[int], view: _View, ask: dict[str, Any], *, client: Any = None) -> list[dict[str, Any]]:
+    """The daemon's ``wait`` (with the options ``ask``) shown on ``view``
+    (on ``client``, else a new connection); the jobs as they ended."""
     with client or connect() as c:  # bounded until the first frame; then as long as the jobs take
-        for ev in c.stream("wait", ids=ids, **({"batched": True} if batched else {})):
+        for ev in c.stream("wait", ids=ids, **ask):
             kind = ev.get("kind")
             if kind == "jobs":
                 c.set_timeout(None)

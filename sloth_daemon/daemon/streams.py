@@ -37,6 +37,35 @@ STORED_GRACE_S = 5.0
 WAIT_WINDOW_S = 0.1
 
 
+WIRE_FIELDS = tuple(f for f in Job.__dataclass_fields__ if f != "env")
+
+
+def wire(job: Job, fields: tuple[str, ...] = WIRE_FIELDS) -> dict[str, Any]:
+    """What Job.to_dict() gives (``fields`` of it), without its copies of
+    lists and dicts: for a frame that is encoded as it is sent, and that
+    nothing changes meanwhile (a wait on thousands of jobs makes thousands
+    of these)."""
+    have = job.__dict__  # a dataclass's fields, read without getattr's lookup on the class first
+    d = {f: have[f] for f in fields}
+    d["state"] = job.state.value
+    return d
+
+
+def wire_fields(v: Any) -> tuple[str, ...]:
+    """A wait's ``fields``: absent, every field; else a list of job field
+    names (env is never sent), id and state added if missing."""
+    if v is None:
+        return WIRE_FIELDS
+    if not isinstance(v, list) or not v or len(v) > len(WIRE_FIELDS) * 2 \
+            or not all(isinstance(f, str) for f in v):
+        raise BadRequest(f"fields must be a list of job field names (at most {len(WIRE_FIELDS) * 2})")
+    unknown = [f for f in v if f not in WIRE_FIELDS]
+    if unknown:
+        raise BadRequest(f"fields: no job field {unknown[0][:64]!r}",
+                         hint="Job fields: " + ", ".join(WIRE_FIELDS) + ".")
+    return tuple(dict.fromkeys(["id", "state", *v]))
+
+
 class Subscription:
     """Job changes matching a predicate, as a bounded queue. A subscriber that
     falls behind is not dropped silently: it gets an overflow marker."""
@@ -74,7 +103,8 @@ class Waiting:
     and two wake-ups: ``heard`` (something changed) and ``all_ended``
     (every pending job's latest state is final: send it now)."""
 
-    def __init__(self, jobs: list[Job]) -> None:
+    def __init__(self, jobs: list[Job], fields: tuple[str, ...] = WIRE_FIELDS) -> None:
+        self.fields = fields  # what of each job is sent (wire)
         self.told = {j.id: j for j in jobs}
         self.pending = {j.id for j in jobs if not j.state.finished}
         self.latest: dict[int, Job] = {}
@@ -86,7 +116,7 @@ class Waiting:
         """``told[jid]`` as a frame carries it (Job.to_dict's shape)."""
         d = self._dicts.get(jid)
         if d is None:
-            d = self._dicts[jid] = wire(self.told[jid])
+            d = self._dicts[jid] = wire(self.told[jid], self.fields)
         return d
 
     def on_change(self, job: Job) -> None:
@@ -115,19 +145,6 @@ class Waiting:
         self.heard.clear()
         self.all_ended.clear()
         return jobs
-
-
-_WIRE_FIELDS = tuple(f for f in Job.__dataclass_fields__ if f != "env")
-
-
-def wire(job: Job) -> dict[str, Any]:
-    """What Job.to_dict() gives, without its copies of lists and dicts: for
-    a frame that is encoded as it is sent, and that nothing changes meanwhile
-    (a wait on thousands of jobs makes thousands of these)."""
-    fields = job.__dict__  # a dataclass's fields, read without getattr's lookup on the class first
-    d = {f: fields[f] for f in _WIRE_FIELDS}
-    d["state"] = job.state.value
-    return d
 
 
 class Streams:
@@ -160,12 +177,14 @@ class Streams:
         per job. Coalesced (Waiting): at most one send per
         ``wait_window_s``, each job's latest state only, but the change
         that ends the last job goes at once. The response is every job as
-        it ended, from what the wait heard (no read per job)."""
+        it ended, from what the wait heard (no read per job). With
+        ``fields``, only those of each job, in the events and the response
+        (`sloth wait` asks for what it shows: a tenth of the bytes)."""
         ids = job_ids(a.get("ids"))
         batched = a.get("batched", False)
         if not isinstance(batched, bool):
             raise BadRequest("batched must be true or false")
-        w = Waiting(self._read(ids))
+        w = Waiting(self._read(ids), wire_fields(a.get("fields")))
         unwatch = self.control.watch(w.on_change)
         self._wakers |= {w.heard, w.all_ended}
         loop = asyncio.get_running_loop()

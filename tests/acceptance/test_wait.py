@@ -168,3 +168,28 @@ def test_add_wait_streams_its_wait_on_the_commits_connection(harness):
     assert "done" in p.stderr
     bad = harness.cli("add", "--wait", "--", "false")
     assert bad.returncode == EXIT_JOB_FAILED and "failed" in bad.stderr
+
+
+def test_a_wait_asks_for_what_it_shows_and_still_waits_on_a_daemon_from_before_fields(harness, tmp_path):
+    """`sloth wait` asks the daemon for the fields it shows (a tenth of the
+    bytes on a sweep); `--json` prints jobs whole, so it asks for every
+    field. A daemon from before ``fields`` (one not restarted since an
+    upgrade: here the real daemon with round 4's table of what `wait`
+    takes) refuses it, and the wait asks again without: same output."""
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "sitecustomize.py").write_text(
+        "from sloth_daemon import protocol\n"
+        "protocol.OPS['wait'] = (frozenset({'ids'}), frozenset({'batched'}))\n")
+    for env in ({}, {"PYTHONPATH": str(old)}):
+        harness.start(env=env)
+        ok, bad = add(harness, "--max-attempts", "1", "--stdin", input="true\nsh -c 'echo why >&2; exit 3'\n")
+        p = harness.cli("wait", str(ok), str(bad))
+        assert p.returncode == EXIT_JOB_FAILED, p.stderr
+        # each outcome, and the failure's log tail (its attempts field: the log's name)
+        assert p.stdout in (f"job {ok} done (exit 0)\njob {bad} failed: exit 3\n  | why\n",
+                            f"job {bad} failed: exit 3\n  | why\njob {ok} done (exit 0)\n"), p.stdout
+        p = harness.cli("wait", "--json", str(ok))
+        whole = p.stdout[p.stdout.index("{"):]
+        assert '"command"' in whole and '"runner"' in whole and '"lane"' in whole, whole  # every field
+        harness.stop()

@@ -103,9 +103,14 @@ def one_run(install: dict[str, str], n: int, mode: str) -> dict[str, float]:
         assert w.returncode == 0, w.stderr[-2000:]
         counts = d.h.call("status")["counts"]
         assert counts.get("done") == n, counts
+        out = {"s": dt, "daemon_cpu_s": cpu, "waiter_cpu_s": children1 - children0.ru_utime - children0.ru_stime}
         if mode == "all":
             assert len(w.stdout.splitlines()) == n, w.stdout[-500:]  # one line per job, piped
-        return {"s": dt, "daemon_cpu_s": cpu, "waiter_cpu_s": children1 - children0.ru_utime - children0.ru_stime}
+            t1 = time.perf_counter()  # again, all finished now: the waiter's cost alone (the frames of n jobs)
+            again = d.sloth("wait", *ids)
+            out["again_s"] = time.perf_counter() - t1
+            assert again.returncode == 0 and len(again.stdout.splitlines()) == n, again.stderr[-2000:]
+        return out
 
 
 def waits(installs: dict[str, dict[str, str]], runs: int, n: int) -> dict[str, dict[str, list[dict[str, float]]]]:
@@ -166,7 +171,11 @@ def report(n: int, res: dict[str, dict[str, list[dict[str, float]]]],
         cpu_r = med([r["daemon_cpu_s"] for r in by_mode["all"]]) / med([r["daemon_cpu_s"] for r in by_mode["last"]])
         out.setdefault("ratio", {})[name] = {"wall": wall, "daemon_cpu": cpu_r}
         ratios.append(f"  {name}: {wall:.3f} (wall), {cpu_r:.3f} (daemon CPU)")
-    rows += ["", "ratio all/last (target close to 1):", *ratios]
+    rows += ["", "ratio all/last (target close to 1):", *ratios, "",
+             f"`sloth wait` on all {n:,} again, finished (the waiter's own cost, the frames of {n:,} jobs):"]
+    for name, by_mode in res.items():
+        xs = [r["again_s"] for r in by_mode["all"]]
+        rows.append(f"  {name}: median {med(xs) * 1000:.0f} ms ({min(xs) * 1000:.0f}-{max(xs) * 1000:.0f})")
     floor, wait = (med(p.times) for p in probes)
     out.update(wait_finished_ms=wait * 1000, floor_ms=floor * 1000, wait_x_floor=wait / floor)
     rows += ["", f"`sloth wait ID` on a finished job ({len(probes[1].times)} calls): median {wait * 1000:.1f} ms "

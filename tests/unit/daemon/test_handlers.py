@@ -388,6 +388,48 @@ def test_a_wait_refuses_a_batched_that_is_not_a_flag(rig):
         asyncio.run(h.stream_ops["wait"]({"ids": [a], "batched": "yes"}, emit))
 
 
+def test_a_wait_with_fields_sends_only_those_of_each_job_and_id_and_state_always(rig):
+    """`sloth wait` asks for what it shows (cli/wait.py SHOWN_FIELDS): a
+    wait on a sweep's thousands then encodes a tenth of the bytes, twice (the
+    events and the response). Every frame of it has those fields only."""
+    h, w, q, sp, _ = rig
+    h.streaming.wait_window_s = 60.0
+    ids = op(h, "add", {"jobs": [{"command": [x], "env": {"SECRET": "s"}, "max_attempts": 1} for x in "ab"]})["ids"]
+    seen: list[dict[str, Any]] = []
+
+    async def emit(ev: dict[str, Any]) -> None:
+        seen.append(ev)
+
+    async def go() -> dict[str, Any]:
+        task = asyncio.ensure_future(h.stream_ops["wait"](
+            {"ids": ids, "batched": True, "fields": ["message", "attempts", "message"]}, emit))
+        await asyncio.sleep(0)
+        for jid in ids:
+            w.turn()
+            sp.start(jid)
+            sp.exit(jid, 3 if jid == ids[0] else 0)
+        w.turn()
+        return await asyncio.wait_for(task, 5)
+
+    res = asyncio.run(go())
+    frames = [*seen[0]["jobs"], *(j for ev in seen[1:] for j in ev["jobs"]), *res["jobs"]]
+    assert {tuple(sorted(j)) for j in frames} == {("attempts", "id", "message", "state")}
+    assert [(j["id"], j["state"], j["attempts"]) for j in res["jobs"]] == [(ids[0], "failed", 1), (ids[1], "done", 1)]
+    assert res["jobs"][0]["message"]  # the failed try says why
+
+
+@pytest.mark.parametrize("fields", ["message", [], ["env"], ["command", "nope"], [1], ["id"] * 200, {"a": 1}])
+def test_a_wait_refuses_fields_that_are_not_a_list_of_job_fields_and_sends_nothing(rig, fields):
+    h, w, q, sp, _ = rig
+    (a,) = op(h, "add", {"jobs": [{"command": ["a"]}]})["ids"]
+
+    async def emit(ev: dict[str, Any]) -> None:
+        raise AssertionError("nothing is sent for a bad request")
+
+    with pytest.raises(BadRequest, match="field"):
+        asyncio.run(h.stream_ops["wait"]({"ids": [a], "fields": fields}, emit))
+
+
 def test_latest_is_the_newest_job_or_none(rig):
     h, w, q, sp, _ = rig
     assert h.ops["latest"]({}) == {"id": None}
