@@ -170,8 +170,18 @@ class Worker:
             if self.claims.stopped:
                 break
             if self.pipeline.paced():  # a burst: the keeper has work in hand; let a few more ends come in
-                await asyncio.sleep(PACE_S)
+                await self._pace()
             await self._sleep(self.next_wake_s())
+
+    async def _pace(self) -> None:
+        """PACE_S, or less if a slot runs dry meanwhile (Signals.hurry)."""
+        hurry = self.signals.hurry
+        hurry.clear()  # a slot that ran dry before this turn was this turn's to fill
+        timer = asyncio.get_running_loop().call_later(PACE_S, hurry.set)
+        try:
+            await hurry.wait()
+        finally:
+            timer.cancel()
 
     async def _sleep(self, timeout_s: float) -> None:
         """Until woken or ``timeout_s`` passes. A timer that sets the wake-up

@@ -92,12 +92,12 @@ class RunNews:
         delay = self.h.postponed.failed(self.h.clocks.read().awake) if resource else None
         self.run.ended(Outcome(None, reason=message, spawn_retry=retry, postpone_s=delay))
         unlink(self.run)
-        self.h.signals.wake()
+        self.h.signals.wake(hurry=self.h.pipeline.ran_dry(self.run))
 
     def exited(self, outcome: Outcome) -> None:
         self.run.ended(outcome)
         self.h.pipeline.run_ended(self.run)
-        self.h.signals.wake()
+        self.h.signals.wake(hurry=self.h.pipeline.ran_dry(self.run))
 
     def frozen(self, why: str) -> None:
         """The machine slept past the run's trust: its lease renewed now (it

@@ -51,7 +51,10 @@ due job J as usual and asks the spawner to start J the moment R ends
   Pacing only while every chain was two or more deep (so one nearer its
   end got the next turn at once) was measured worse: 8% more wall time,
   10% more daemon CPU (8 interleaved pairs). A lone job is never paced:
-  nothing is pending. PACE_S was 3 ms while a chain held 8 `true` (~10 ms
+  nothing is pending, and a run that ends with nothing behind it (its
+  slot ran dry: the end of a burst, or a chain the worker did not refill
+  in time) ends the pace at once (``ran_dry``): the last outcome of a
+  burst of 1,000 `true` waited up to PACE_S for it. PACE_S was 3 ms while a chain held 8 `true` (~10 ms
   of work); with HOLD_S in hand a 10 ms pace never lets the keeper run
   dry and a turn carries ~7 jobs: the daemon's CPU per job in a burst of
   1,000 `true` on 1 slot 0.74 ms against 3 ms's 0.93 (4 interleaved
@@ -133,6 +136,13 @@ class Pipeline:
     def paced(self) -> bool:
         """Should the next turn wait PACE_S: the keeper holds runs to start."""
         return any(r.pending for r in self.running.values())
+
+    def ran_dry(self, run: Attempt) -> bool:
+        """Did ``run``'s end leave its slot with nothing to start (no
+        successor, or one that ended unstarted)? Then the next turn is not
+        paced: its lane may have work to claim, and a waiter its outcome."""
+        succ = run.successor
+        return succ is None or succ.outcome is not None
 
     def pipelines(self) -> bool:
         return bool(getattr(self.spawner, "pipelines", False))

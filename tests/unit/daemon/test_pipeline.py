@@ -579,6 +579,37 @@ def test_turns_are_paced_only_while_the_keeper_holds_runs_to_start(pipe):
     assert not w.pipeline.paced() and q.get(ids[-1]).state == "done"
 
 
+def test_a_run_that_ends_with_nothing_behind_it_ends_the_pace(pipe, monkeypatch):
+    """The pace lets ends gather while the keeper has runs in hand; a run
+    that ends with nothing behind it (its slot ran dry: a burst's last job)
+    ends the pace at once: its outcome, and the lane's next claim, wait for
+    no PACE_S. An end with a successor to start keeps the pace."""
+    import sloth_daemon.daemon.worker.loop as loop_mod
+
+    monkeypatch.setattr(loop_mod, "PACE_S", 60.0)  # longer than the test: only a hurry ends it
+    w, q, sp = pipe()
+    a = q.enqueue(["true"])
+    w.turn()
+    b = q.enqueue(["true"])
+    sp.start(a)
+    w.turn()
+    assert w.pipeline.paced()
+
+    async def go() -> None:
+        pace = asyncio.ensure_future(w._pace())
+        await asyncio.sleep(0.01)
+        sp.exit(a, 0)  # b starts behind it: the pace goes on
+        sp.start(b)
+        await asyncio.sleep(0.01)
+        assert not pace.done() and not w.signals.hurry.is_set()
+        sp.exit(b, 0)  # nothing behind b
+        await asyncio.wait_for(pace, 5)
+
+    asyncio.run(go())
+    w.turn()
+    assert q.get(b).state == "done" and not w.pipeline.paced()
+
+
 def test_a_chain_of_true_outlasts_several_paced_turns():
     """The worker refills a chain once a paced turn (PACE_S, its work, its
     fsync: ~2-3 paces in all): a chain of `true` (~1.2 ms each in the
