@@ -110,7 +110,28 @@ def one_run(install: dict[str, str], n: int, mode: str) -> dict[str, float]:
             again = d.sloth("wait", *ids)
             out["again_s"] = time.perf_counter() - t1
             assert again.returncode == 0 and len(again.stdout.splitlines()) == n, again.stderr[-2000:]
+            out.update(frame_bytes(d.h.socket, [int(i) for i in ids]))
         return out
+
+
+def frame_bytes(sock: Path, ids: list[int]) -> dict[str, float]:
+    """The bytes of the frames of a wait on ``ids`` (all finished: the jobs
+    event and the response), every field and SHOWN_FIELDS (what `sloth wait`
+    asks for), as the daemon encodes them (compact JSON); a daemon from
+    before ``fields`` gives the first only."""
+    from sloth_daemon import protocol
+    from sloth_daemon.cli.client import Client
+    from sloth_daemon.cli.wait import SHOWN_FIELDS
+    from sloth_daemon.errors import SlothError
+
+    out: dict[str, float] = {}
+    for name, ask in (("bytes_whole", {}), ("bytes_shown", {"fields": SHOWN_FIELDS})):
+        try:
+            with Client(sock, timeout_s=60) as c:
+                out[name] = sum(len(protocol.dumps(ev, compact=True)) for ev in c.stream("wait", ids=ids, **ask))
+        except SlothError:
+            pass
+    return out
 
 
 def waits(installs: dict[str, dict[str, str]], runs: int, n: int) -> dict[str, dict[str, list[dict[str, float]]]]:
@@ -175,7 +196,9 @@ def report(n: int, res: dict[str, dict[str, list[dict[str, float]]]],
              f"`sloth wait` on all {n:,} again, finished (the waiter's own cost, the frames of {n:,} jobs):"]
     for name, by_mode in res.items():
         xs = [r["again_s"] for r in by_mode["all"]]
-        rows.append(f"  {name}: median {med(xs) * 1000:.0f} ms ({min(xs) * 1000:.0f}-{max(xs) * 1000:.0f})")
+        sizes = ", ".join(f"{k[6:]} fields {med([r[k] for r in by_mode['all']]) / 1e6:.2f} MB of frames"
+                          for k in ("bytes_whole", "bytes_shown") if all(k in r for r in by_mode["all"]))
+        rows.append(f"  {name}: median {med(xs) * 1000:.0f} ms ({min(xs) * 1000:.0f}-{max(xs) * 1000:.0f}); {sizes}")
     floor, wait = (med(p.times) for p in probes)
     out.update(wait_finished_ms=wait * 1000, floor_ms=floor * 1000, wait_x_floor=wait / floor)
     rows += ["", f"`sloth wait ID` on a finished job ({len(probes[1].times)} calls): median {wait * 1000:.1f} ms "
