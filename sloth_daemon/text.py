@@ -273,7 +273,11 @@ def mask_url(url: str) -> str:
 
 def log_to_stderr(level: int, fmt: str) -> None:
     """The process's logging: one handler, on stderr, whose every line
-    (message, arguments, traceback) is masked whole."""
+    (message, arguments, traceback) is masked whole. A line the log's disk
+    refuses (full) is dropped, not replaced by logging's own traceback
+    ("--- Logging error ---", written once there was room again: the chaos
+    soak found one in a daemon's log), and the next line starts on a line
+    of its own, not glued to what of the refused one got in."""
     import logging
     import sys
 
@@ -281,6 +285,22 @@ def log_to_stderr(level: int, fmt: str) -> None:
         def format(self, record: logging.LogRecord) -> str:
             return mask(super().format(record))
 
-    handler = logging.StreamHandler(sys.stderr)
+    class Lines(logging.StreamHandler):
+        torn = False  # a write failed: what got in of that line has no end
+
+        def emit(self, record: logging.LogRecord) -> None:
+            try:
+                line = self.format(record) + self.terminator
+            except Exception:
+                self.handleError(record)  # a bug in a message: its traceback says where
+                return
+            try:
+                self.stream.write("\n" + line if self.torn else line)
+                self.flush()
+                self.torn = False
+            except OSError:
+                self.torn = True
+
+    handler = Lines(sys.stderr)
     handler.setFormatter(Masked(fmt))
     logging.basicConfig(level=level, handlers=[handler])
