@@ -64,6 +64,7 @@ def wire_fields(v: Any) -> tuple[str, ...]:
         raise BadRequest(f"fields must be a list of job field names (at most {len(WIRE_FIELDS) * 2})")
     unknown = [f for f in v if f not in WIRE_FIELDS]
     if unknown:
+        # `sloth wait` asks again without fields on this (cli/wait.py _refused): a CLI newer than the daemon
         raise BadRequest(f"fields: no job field {unknown[0][:64]!r}",
                          hint="Job fields: " + ", ".join(WIRE_FIELDS) + ".")
     return tuple(dict.fromkeys(["id", "state", *v]))
