@@ -60,8 +60,8 @@ def wait_for(ids: list[int], *, stream: IO[str], as_json: bool = False,
             try:
                 final = _follow(ids, view, ask, client=client if i == 0 else None)
                 break
-            except errors.ProtocolError as e:
-                if i == len(asks) - 1 or not any(k in e.message for k in ask):
+            except (errors.ProtocolError, errors.BadRequest) as e:
+                if i == len(asks) - 1 or not _refused(e, ask):
                     raise
     except KeyboardInterrupt:
         view.interrupted()
@@ -72,6 +72,15 @@ def wait_for(ids: list[int], *, stream: IO[str], as_json: bool = False,
     if as_json:
         emit_json({**(json_extra or {}), "jobs": final})
     return errors.EXIT_JOB_FAILED if any(j["state"] != "done" for j in final) else 0
+
+
+def _refused(e: errors.SlothError, ask: dict[str, Any]) -> bool:
+    """Did the daemon refuse what ``ask`` adds: one from before an option
+    names it (a ProtocolError), one from before a field asked for names
+    that field (a BadRequest: it knows ``fields``, not every job field)."""
+    if isinstance(e, errors.ProtocolError):
+        return any(k in e.message for k in ask)
+    return "fields" in ask and e.message.startswith("fields: no job field")
 
 
 def _follow(ids: list[int], view: _View, ask: dict[str, Any], *, client: Any = None) -> list[dict[str, Any]]:

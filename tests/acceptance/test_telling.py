@@ -133,7 +133,8 @@ def test_no_secret_shows_in_any_output_log_or_history(make_harness, rx):
     outputs = [p.stdout, p.stderr, h.log_text(), json.dumps(h.events(jid)), json.dumps(h.job(jid))]
     for args in (["ls"], ["ls", "--json"], ["show", str(jid)], ["show", "--json", str(jid)], ["status"],
                  ["status", "--json"], ["outbox", "ls"], ["outbox", "ls", "--all", "--json"], ["config"],
-                 ["config", "--json"], ["daemon", "status", "--json"], ["logs", str(jid)]):
+                 ["config", "--json"], ["daemon", "status", "--json"], ["logs", str(jid)],
+                 ["wait", "--json", str(jid)]):  # the wait's frames (streams.wire), not to_dict
         r = h.cli(*args)
         outputs += [r.stdout, r.stderr]
     text = "\n".join(outputs)

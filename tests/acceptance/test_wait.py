@@ -193,3 +193,23 @@ def test_a_wait_asks_for_what_it_shows_and_still_waits_on_a_daemon_from_before_f
         whole = p.stdout[p.stdout.index("{"):]
         assert '"command"' in whole and '"runner"' in whole and '"lane"' in whole, whole  # every field
         harness.stop()
+
+
+def test_a_wait_still_waits_on_a_daemon_that_has_fields_but_not_every_one_it_asks_for(harness, tmp_path):
+    """A daemon from after ``fields`` but before a job field the CLI came to
+    show (not restarted since an upgrade: here the real daemon without
+    ``tries``) refuses the field by name, and the wait asks again without
+    ``fields``, as it does a daemon from before them: the same lines."""
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "sitecustomize.py").write_text(
+        "from sloth_daemon.daemon import streams\n"
+        "streams.WIRE_FIELDS = tuple(f for f in streams.WIRE_FIELDS if f != 'tries')\n")
+    harness.start(env={"PYTHONPATH": str(old)})
+    ok, bad = add(harness, "--max-attempts", "1", "--stdin", input="true\nsh -c 'echo why >&2; exit 3'\n")
+    refused = harness.cli("wait", str(ok))
+    p = harness.cli("wait", str(ok), str(bad))
+    assert p.returncode == EXIT_JOB_FAILED, p.stderr
+    assert p.stdout in (f"job {ok} done (exit 0)\njob {bad} failed: exit 3\n  | why\n",
+                        f"job {bad} failed: exit 3\n  | why\njob {ok} done (exit 0)\n"), p.stdout
+    assert refused.returncode == 0 and refused.stdout == f"job {ok} done (exit 0)\n", refused.stderr
