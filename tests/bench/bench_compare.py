@@ -754,6 +754,7 @@ def main(argv: list[str] | None = None) -> int:
             if not a.in_place:  # as a user runs it: an editable install's finder adds ~24 ms to each start, and
                 print("installing (pip install . into a fresh venv) ...", flush=True)  # under
                 SLOTH = normal_install(where)["sloth"]  # PYTHONDONTWRITEBYTECODE each compiles what it loads
+                os.sync()  # the install's writes on disk now, not under the first round's fsyncs (tsp makes none)
             burners = [subprocess.Popen([PY, "-c", "while True: pass"]) for _ in range(a.burn)]
             return bulk(a.reps or 3, a.sweep)
         finally:
