@@ -300,6 +300,8 @@ def log_to_stderr(level: int, fmt: str) -> None:
                 self.torn = False
             except OSError:
                 self.torn = True
+            except Exception:  # as StreamHandler: never raised into the code that logged
+                self.handleError(record)
 
     handler = Lines(sys.stderr)
     handler.setFormatter(Masked(fmt))
