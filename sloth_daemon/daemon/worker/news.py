@@ -90,14 +90,16 @@ class RunNews:
         own trouble, not the job's): the job waits without spending a try,
         and nothing else is claimed meanwhile (limits.Postponement)."""
         delay = self.h.postponed.failed(self.h.clocks.read().awake) if resource else None
+        dry = self.h.pipeline.ran_dry(self.run)  # before unlink hands its successor on to the run in front
         self.run.ended(Outcome(None, reason=message, spawn_retry=retry, postpone_s=delay))
         unlink(self.run)
-        self.h.signals.wake(hurry=self.h.pipeline.ran_dry(self.run))
+        self.h.signals.wake(hurry=dry)
 
     def exited(self, outcome: Outcome) -> None:
+        dry = self.h.pipeline.ran_dry(self.run)  # before run_ended hands on the successor of one never started
         self.run.ended(outcome)
         self.h.pipeline.run_ended(self.run)
-        self.h.signals.wake(hurry=self.h.pipeline.ran_dry(self.run))
+        self.h.signals.wake(hurry=dry)
 
     def frozen(self, why: str) -> None:
         """The machine slept past the run's trust: its lease renewed now (it

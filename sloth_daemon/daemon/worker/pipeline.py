@@ -138,9 +138,11 @@ class Pipeline:
         return any(r.pending for r in self.running.values())
 
     def ran_dry(self, run: Attempt) -> bool:
-        """Did ``run``'s end leave its slot with nothing to start (no
+        """Will ``run``'s end leave its slot with nothing to start (no
         successor, or one that ended unstarted)? Then the next turn is not
-        paced: its lane may have work to claim, and a waiter its outcome."""
+        paced: its lane may have work to claim, and a waiter its outcome.
+        Asked before its end is taken in: a pending run dropped unstarted
+        hands its successor on (unlink), which still starts."""
         succ = run.successor
         return succ is None or succ.outcome is not None
 

@@ -610,6 +610,24 @@ def test_a_run_that_ends_with_nothing_behind_it_ends_the_pace(pipe, monkeypatch)
     assert q.get(b).state == "done" and not w.pipeline.paced()
 
 
+def test_a_pending_run_dropped_unstarted_with_a_successor_keeps_the_pace(pipe):
+    """A run in the middle of a chain that ends without starting (fenced,
+    its start failed) hands its successor on to the run in front: nothing
+    ran dry, so the pace goes on; the chain's last one dropped ends it."""
+    w, q, sp = pipe()
+    a = q.enqueue(["true"])
+    w.turn()
+    b, c = q.enqueue(["true"]), q.enqueue(["true"])
+    sp.start(a)
+    w.turn()
+    assert sp.after_of(c) == b and w.pipeline.paced()
+    w.signals.hurry.clear()
+    sp.sinks[sp.key_of(b)].exited(unstarted("fenced before it started", "fence"))
+    assert not w.signals.hurry.is_set()  # c waits behind a now
+    sp.sinks[sp.key_of(c)].spawn_failed("command not found", False)
+    assert w.signals.hurry.is_set()  # nothing behind a any more
+
+
 def test_a_chain_of_true_outlasts_several_paced_turns():
     """The worker refills a chain once a paced turn (PACE_S, its work, its
     fsync: ~2-3 paces in all): a chain of `true` (~1.2 ms each in the
