@@ -285,3 +285,25 @@ def test_keys_typed_ahead_of_a_question_or_the_help_count_once(in_home):
         assert h.job(jid)["state"] == "running"
 
     drive(app, body)
+
+
+def test_a_read_that_lands_as_the_view_is_taken_down_shows_nothing_and_raises_nothing(in_home):
+    """The job's detail and its log's tail are read by worker threads and
+    shown when they land; a quit while one runs takes the view's widgets
+    down first (CI: NoMatches '#log' ended the app with WorkerFailed)."""
+    h = in_home
+    h.start()
+    jid = h.add("sleep", "60")
+    h.wait_state(jid, "running")
+    app = TopApp(feed_options=FAST_FEED)
+
+    async def body(pilot: Any) -> None:
+        await until(pilot, lambda: app.chosen == jid and app.job_detail is not None, what="the job selected")
+        d = app.job_detail
+        for wid in ("#job", "#log", "#log-narrow"):
+            await app.home.query_one(wid).remove()  # as at the quit's unmount
+        app._show_log(d)  # a tail read landing now
+        app._show_detail(jid, d)  # a detail read landing now
+        assert app.is_running
+
+    drive(app, body)

@@ -17,6 +17,7 @@ from rich.text import Text
 from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Input, Static
@@ -318,6 +319,12 @@ class TopApp(App[None]):
             pass
 
     def _show_detail(self, jid: int, d: Detail) -> None:
+        try:
+            self._put_detail(jid, d)
+        except NoMatches:  # the view is being taken down (a quit while the read ran): nothing to show on
+            pass
+
+    def _put_detail(self, jid: int, d: Detail) -> None:
         self._detail_busy = False
         if jid != self.chosen:  # another was chosen meanwhile (its load was not started: one at a time)
             if self.chosen is not None:
@@ -338,13 +345,19 @@ class TopApp(App[None]):
         self._show_log(d)
 
     def _show_log(self, d: Detail) -> None:
+        """The log's tail, read by a worker thread (the view may be being
+        taken down when it lands: a quit while the read ran; CI saw
+        NoMatches end a test's app with WorkerFailed)."""
         job = d.info.get("job")
         if job is None or job["id"] != self.chosen:
             return
         head = f"log ({d.where})" + (", live" if job["state"] == "running" else "")
-        self.home.query_one("#log", Static).update(Text("\n".join([head, *(f"| {ln}" for ln in d.tail)])))
         narrow = d.tail[-NARROW_LOG_LINES:]  # its newest lines, in the rows it has
-        self.home.query_one("#log-narrow", Static).update(Text("\n".join([head, *(f"| {ln}" for ln in narrow)])))
+        try:
+            self.home.query_one("#log", Static).update(Text("\n".join([head, *(f"| {ln}" for ln in d.tail)])))
+            self.home.query_one("#log-narrow", Static).update(Text("\n".join([head, *(f"| {ln}" for ln in narrow)])))
+        except NoMatches:
+            pass
 
     # ------------------------------------------------------------ actions
     def _selected_job(self) -> dict[str, Any] | None:
