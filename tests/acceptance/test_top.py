@@ -52,6 +52,18 @@ async def until(pilot: Any, pred: Callable[[], Any], timeout_s: float = 20, what
     raise AssertionError(f"not within {timeout_s}s: {what}")
 
 
+def one_running(h: Any) -> tuple[int, TopApp]:
+    """The harness's daemon started with one job running (a `sleep 60`), and a view to drive."""
+    h.start()
+    jid = h.add("sleep", "60")
+    h.wait_state(jid, "running")
+    return jid, TopApp(feed_options=FAST_FEED)
+
+
+async def selected(pilot: Any, app: TopApp, jid: int) -> None:
+    await until(pilot, lambda: app.chosen == jid and app.job_detail is not None, what="the job selected")
+
+
 def header(app: TopApp) -> str:
     return str(app.home.query_one("#header").render())
 
@@ -93,13 +105,10 @@ def test_a_running_jobs_progress_elapsed_time_and_log_tail_move(in_home):
 
 def test_a_cancel_asks_and_is_done_only_after_yes(in_home):
     h = in_home
-    h.start()
-    jid = h.add("sleep", "60")
-    h.wait_state(jid, "running")
-    app = TopApp(feed_options=FAST_FEED)
+    jid, app = one_running(h)
 
     async def body(pilot: Any) -> None:
-        await until(pilot, lambda: app.chosen == jid and app.job_detail is not None, what="the job selected")
+        await selected(pilot, app, jid)
         for answer in ("n", "enter", "escape"):  # each way of saying no; Enter, the default, is no
             await pilot.press("c")
             await until(pilot, lambda: isinstance(app.screen, Confirm), what="the question")
@@ -119,11 +128,7 @@ def test_a_cancel_asks_and_is_done_only_after_yes(in_home):
 
 
 def test_a_resize_redraws_down_to_80x24(in_home):
-    h = in_home
-    h.start()
-    jid = h.add("sleep", "60")
-    h.wait_state(jid, "running")
-    app = TopApp(feed_options=FAST_FEED)
+    jid, app = one_running(in_home)
 
     async def body(pilot: Any) -> None:
         await until(pilot, lambda: row(app, "running", jid), what="the running job")
@@ -260,13 +265,10 @@ def test_keys_typed_ahead_of_a_question_or_the_help_count_once(in_home):
     """A question or the help is on screen until its dismissal is handled:
     keys typed fast reach it again. The first answer counts; the view lives."""
     h = in_home
-    h.start()
-    jid = h.add("sleep", "60")
-    h.wait_state(jid, "running")
-    app = TopApp(feed_options=FAST_FEED)
+    jid, app = one_running(h)
 
     async def body(pilot: Any) -> None:
-        await until(pilot, lambda: app.chosen == jid and app.job_detail is not None, what="the job selected")
+        await selected(pilot, app, jid)
         await pilot.press("question_mark")
         await until(pilot, lambda: isinstance(app.screen, Help), what="the help")
         for key in ("x", "c"):  # both queued before the first is handled, as a fast typist's are
@@ -291,14 +293,10 @@ def test_a_read_that_lands_as_the_view_is_taken_down_shows_nothing_and_raises_no
     """The job's detail and its log's tail are read by worker threads and
     shown when they land; a quit while one runs takes the view's widgets
     down first (CI: NoMatches '#log' ended the app with WorkerFailed)."""
-    h = in_home
-    h.start()
-    jid = h.add("sleep", "60")
-    h.wait_state(jid, "running")
-    app = TopApp(feed_options=FAST_FEED)
+    jid, app = one_running(in_home)
 
     async def body(pilot: Any) -> None:
-        await until(pilot, lambda: app.chosen == jid and app.job_detail is not None, what="the job selected")
+        await selected(pilot, app, jid)
         d = app.job_detail
         for wid in ("#job", "#log", "#log-narrow"):
             await app.home.query_one(wid).remove()  # as at the quit's unmount
