@@ -175,26 +175,12 @@ class Worker:
 
     async def _pace(self) -> None:
         """PACE_S, or less if a slot runs dry meanwhile (Signals.hurry)."""
-        hurry = self.signals.hurry
-        hurry.clear()  # a slot that ran dry before this turn was this turn's to fill
-        timer = asyncio.get_running_loop().call_later(PACE_S, hurry.set)
-        try:
-            await hurry.wait()
-        finally:
-            timer.cancel()
+        self.signals.hurry.clear()  # a slot that ran dry before this turn was this turn's to fill
+        await _until(self.signals.hurry, PACE_S)
 
     async def _sleep(self, timeout_s: float) -> None:
-        """Until woken or ``timeout_s`` passes. A timer that sets the wake-up
-        event, not wait_for: that makes a task and cancels it on every
-        timeout, two or three loop passes more per turn."""
-        wake = self.signals.event
-        if wake.is_set():
-            return
-        timer = asyncio.get_running_loop().call_later(timeout_s, wake.set)
-        try:
-            await wake.wait()
-        finally:
-            timer.cancel()
+        """Until woken or ``timeout_s`` passes."""
+        await _until(self.signals.event, timeout_s)
 
     def turn(self, now: ClockReadings | None = None) -> None:
         """One pass of the loop (see the module docstring)."""
@@ -359,3 +345,16 @@ class Worker:
             "last_jump": self.clock.last_jump, "host": self.host, "places": self.places,
             "conditions": self.gates.status(), "clock": self.clock.status(),
         }
+
+
+async def _until(event: asyncio.Event, timeout_s: float) -> None:
+    """Until ``event`` is set or ``timeout_s`` passes. A timer that sets the
+    event, not wait_for: that makes a task and cancels it on every timeout,
+    two or three loop passes more per turn."""
+    if event.is_set():
+        return
+    timer = asyncio.get_running_loop().call_later(timeout_s, event.set)
+    try:
+        await event.wait()
+    finally:
+        timer.cancel()
