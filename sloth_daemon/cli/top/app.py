@@ -319,12 +319,6 @@ class TopApp(App[None]):
             pass
 
     def _show_detail(self, jid: int, d: Detail) -> None:
-        try:
-            self._put_detail(jid, d)
-        except NoMatches:  # the view is being taken down (a quit while the read ran): nothing to show on
-            pass
-
-    def _put_detail(self, jid: int, d: Detail) -> None:
         self._detail_busy = False
         if jid != self.chosen:  # another was chosen meanwhile (its load was not started: one at a time)
             if self.chosen is not None:
@@ -333,29 +327,33 @@ class TopApp(App[None]):
         self.job_detail = d
         job = d.info.get("job")
         if job is None:
-            self.home.query_one("#job", Static).update(Text(f"job {jid}: {d.info.get('error', 'gone')}"))
-            self.home.query_one("#log", Static).update(Text(""))
-            self.home.query_one("#log-narrow", Static).update(Text(""))
+            self._detail_pane("#job", Text(f"job {jid}: {d.info.get('error', 'gone')}"))
+            self._detail_pane("#log", Text(""))
+            self._detail_pane("#log-narrow", Text(""))
             return
         info = d.info
         text = show_job(job, info.get("events", []), prereqs=info.get("prereqs", ()),
                         dependents=info.get("dependents", ()))
         extra = view.cost_lines(info) + _progress_lines(job) + _batch_lines(job)
-        self.home.query_one("#job", Static).update(Text.from_ansi("\n".join([text, *extra])))
+        self._detail_pane("#job", Text.from_ansi("\n".join([text, *extra])))
         self._show_log(d)
 
     def _show_log(self, d: Detail) -> None:
-        """The log's tail, read by a worker thread (the view may be being
-        taken down when it lands: a quit while the read ran; CI saw
-        NoMatches end a test's app with WorkerFailed)."""
         job = d.info.get("job")
         if job is None or job["id"] != self.chosen:
             return
         head = f"log ({d.where})" + (", live" if job["state"] == "running" else "")
+        self._detail_pane("#log", Text("\n".join([head, *(f"| {ln}" for ln in d.tail)])))
         narrow = d.tail[-NARROW_LOG_LINES:]  # its newest lines, in the rows it has
+        self._detail_pane("#log-narrow", Text("\n".join([head, *(f"| {ln}" for ln in narrow)])))
+
+    def _detail_pane(self, pane: str, text: Text) -> None:
+        """A detail pane's text (as _put, but rich text and no cache), from
+        a read a worker thread made: the view may be being taken down when
+        it lands (a quit while the read ran; CI saw NoMatches end a test's
+        app with WorkerFailed)."""
         try:
-            self.home.query_one("#log", Static).update(Text("\n".join([head, *(f"| {ln}" for ln in d.tail)])))
-            self.home.query_one("#log-narrow", Static).update(Text("\n".join([head, *(f"| {ln}" for ln in narrow)])))
+            self.home.query_one(pane, Static).update(text)
         except NoMatches:
             pass
 
