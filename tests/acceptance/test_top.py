@@ -300,8 +300,9 @@ def test_a_read_that_lands_as_the_view_is_taken_down_shows_nothing_and_raises_no
         d = app.job_detail
         for wid in ("#job", "#log", "#log-narrow"):
             await app.home.query_one(wid).remove()  # as at the quit's unmount
-        app._show_log(d)  # a tail read landing now
-        app._show_detail(jid, d)  # a detail read landing now
+        # from a thread, as the reads land: a tail, then a detail
+        await asyncio.to_thread(app._hand_over, app._show_log, d)
+        await asyncio.to_thread(app._hand_over, app._show_detail, jid, d)
         assert app.is_running
 
     drive(app, body)

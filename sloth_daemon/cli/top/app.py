@@ -180,10 +180,18 @@ class TopApp(App[None]):
     # --------------------------------------------------------------- feed
     def _from_feed(self, snap: Snapshot) -> None:
         """From the feed's thread: hand it to the app's."""
+        self._hand_over(self.take, snap)
+
+    def _hand_over(self, callback: Any, *args: Any) -> None:
+        """From a thread (the feed, a read, a request): ``callback(*args)``
+        in the app's. The app may have ended meanwhile (RuntimeError), or be
+        taking its view down (a quit while the read ran: NoMatches, raised
+        back into the thread; CI saw it end a test's app with WorkerFailed):
+        then what the thread brings goes nowhere."""
         try:
-            self.call_from_thread(self.take, snap)
-        except RuntimeError:
-            pass  # the app has ended
+            self.call_from_thread(callback, *args)
+        except (RuntimeError, NoMatches):
+            pass
 
     def take(self, snap: Snapshot) -> None:
         """A new look at the queue (or, ``source`` "usage", new CPU and memory figures only)."""
@@ -211,10 +219,7 @@ class TopApp(App[None]):
         from sloth_daemon.cli.render import tail_lines
 
         d.tail = tail_lines(d.path or "", LOG_LINES)
-        try:
-            self.call_from_thread(self._show_log, d)
-        except RuntimeError:
-            pass
+        self._hand_over(self._show_log, d)
 
     def _is_running(self, jid: int) -> bool:
         return self.snap is not None and any(j["id"] == jid for j in self.snap.running)
@@ -313,10 +318,7 @@ class TopApp(App[None]):
             d = self.feed.detail(jid)
         except errors.SlothError as e:
             d = Detail({"job": None, "error": e.message}, [], "")
-        try:
-            self.call_from_thread(self._show_detail, jid, d)
-        except RuntimeError:
-            pass
+        self._hand_over(self._show_detail, jid, d)
 
     def _show_detail(self, jid: int, d: Detail) -> None:
         self._detail_busy = False
@@ -327,15 +329,15 @@ class TopApp(App[None]):
         self.job_detail = d
         job = d.info.get("job")
         if job is None:
-            self._detail_pane("#job", Text(f"job {jid}: {d.info.get('error', 'gone')}"))
-            self._detail_pane("#log", Text(""))
-            self._detail_pane("#log-narrow", Text(""))
+            self.home.query_one("#job", Static).update(Text(f"job {jid}: {d.info.get('error', 'gone')}"))
+            self.home.query_one("#log", Static).update(Text(""))
+            self.home.query_one("#log-narrow", Static).update(Text(""))
             return
         info = d.info
         text = show_job(job, info.get("events", []), prereqs=info.get("prereqs", ()),
                         dependents=info.get("dependents", ()))
         extra = view.cost_lines(info) + _progress_lines(job) + _batch_lines(job)
-        self._detail_pane("#job", Text.from_ansi("\n".join([text, *extra])))
+        self.home.query_one("#job", Static).update(Text.from_ansi("\n".join([text, *extra])))
         self._show_log(d)
 
     def _show_log(self, d: Detail) -> None:
@@ -343,19 +345,9 @@ class TopApp(App[None]):
         if job is None or job["id"] != self.chosen:
             return
         head = f"log ({d.where})" + (", live" if job["state"] == "running" else "")
-        self._detail_pane("#log", Text("\n".join([head, *(f"| {ln}" for ln in d.tail)])))
+        self.home.query_one("#log", Static).update(Text("\n".join([head, *(f"| {ln}" for ln in d.tail)])))
         narrow = d.tail[-NARROW_LOG_LINES:]  # its newest lines, in the rows it has
-        self._detail_pane("#log-narrow", Text("\n".join([head, *(f"| {ln}" for ln in narrow)])))
-
-    def _detail_pane(self, pane: str, text: Text) -> None:
-        """A detail pane's text (as _put, but rich text and no cache), from
-        a read a worker thread made: the view may be being taken down when
-        it lands (a quit while the read ran; CI saw NoMatches end a test's
-        app with WorkerFailed)."""
-        try:
-            self.home.query_one(pane, Static).update(text)
-        except NoMatches:
-            pass
+        self.home.query_one("#log-narrow", Static).update(Text("\n".join([head, *(f"| {ln}" for ln in narrow)])))
 
     # ------------------------------------------------------------ actions
     def _selected_job(self) -> dict[str, Any] | None:
@@ -397,10 +389,7 @@ class TopApp(App[None]):
                 said = _outcome(op, job["id"], res)
             except errors.SlothError as e:
                 said = f"{op} job {job['id']}: {e.message}"
-            try:
-                self.call_from_thread(self._said, said)
-            except RuntimeError:
-                pass
+            self._hand_over(self._said, said)
 
         self.run_worker(send, thread=True, group="act")
 
